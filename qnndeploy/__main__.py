@@ -1,0 +1,3 @@
+from qnndeploy.cli import main
+
+main()
