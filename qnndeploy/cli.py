@@ -6,13 +6,14 @@ import dataclasses
 import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
 from qnndeploy import __version__
-from qnndeploy.errors import EXIT_BAD_INPUT, QnnDeployError
+from qnndeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
 
 
 def _jsonable(value: object) -> object:
@@ -54,6 +55,21 @@ def handles_errors(fn: Callable) -> Callable:
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of text.")
 
 
+@contextmanager
+def byte_progress(description: str, quiet: bool = False) -> Iterator[Callable[[int], None] | None]:
+    """A live byte counter on stderr for long reads; the library only calls back with byte counts."""
+    if quiet or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import DownloadColumn, Progress, SpinnerColumn, TextColumn, TransferSpeedColumn
+
+    with Progress(SpinnerColumn(), TextColumn(description), DownloadColumn(), TransferSpeedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(description, total=None)
+        yield lambda n: bar.advance(task, n)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="qnndeploy")
 def cli() -> None:
@@ -83,6 +99,117 @@ def socs(name: str | None, as_json: bool) -> None:
     for s in rows:
         click.echo(f"{s.model:<10} {s.soc_id:>6}  {s.dsp_arch:<5} {s.vtcm_mb:>3}M  {'yes' if s.fp16 else 'NO':<4}  "
                    f"{s.marketing_name or '-':<26} {','.join(s.codenames) or '-'}")
+
+
+# --- bundle -------------------------------------------------------------------------------------------
+
+def _pairs(values: tuple[str, ...], option: str, example: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for v in values:
+        key, sep, path = v.partition("=")
+        if not sep or not key or not path:
+            raise QnnDeployError(f"{option} {v!r} is not of the form {example}")
+        if key in out:
+            raise QnnDeployError(f"{option} gives {key} twice")
+        out[key] = path
+    return out
+
+
+def _npu(values: tuple[str, ...]) -> dict[str, dict[str, list[Path]]]:
+    out: dict[str, dict[str, list[Path]]] = {}
+    for v in values:
+        soc, sep, rest = v.partition(":")
+        graph, sep2, path = rest.partition("=")
+        if not (sep and sep2 and soc and graph and path):
+            raise QnnDeployError(f"--npu {v!r} is not of the form SOC:GRAPH=path/graph.bin")
+        files = out.setdefault(soc, {}).setdefault(graph, [])
+        if any(Path(f).suffix == Path(path).suffix for f in files):
+            raise QnnDeployError(f"--npu gives {soc}:{graph} twice")
+        files.append(Path(path))
+    return out
+
+
+def _render_verify(report) -> None:
+    where = f"{report.name}-{report.version}" if report.name else report.bundle
+    if report.ok:
+        click.echo(f"OK  {report.bundle}: {where}, QAIRT {report.qairt}, {report.files} files, "
+                   f"{report.bytes / 1e6:.1f} MB")
+        click.echo(f"    targets: {', '.join(report.targets) or 'none (CPU only)'}; runtime: {report.runtime}")
+    else:
+        click.echo(f"FAIL {report.bundle}: {len(report.problems)} problem(s)")
+        for p in report.problems:
+            click.echo(f"  - {p.path}: {p.message}")
+    for w in report.warnings:
+        click.echo(f"  warning: {w.path}: {w.message}")
+
+
+@cli.group(invoke_without_command=True)
+@click.option("--name", help="Bundle name (the folder is NAME-VERSION).")
+@click.option("--version", "version_", metavar="VERSION", help="Bundle version, e.g. 1.0.0.")
+@click.option("--cpu", "cpu", multiple=True, metavar="GRAPH=MODEL.onnx", help="CPU fallback model per graph.")
+@click.option("--npu", "npu", multiple=True, metavar="SOC:GRAPH=FILE",
+              help="QNN context binary (.bin) of GRAPH for SOC; an EPContext _ctx.onnx may be given too.")
+@click.option("--qnn-sdk-root", type=click.Path(path_type=Path), help="Take runtime libraries from a QAIRT SDK.")
+@click.option("--runtime-libs", type=click.Path(path_type=Path), help="Take runtime libraries from a flat folder.")
+@click.option("--qairt-version", help="QAIRT version (X.Y.Z) when the binaries do not embed it.")
+@click.option("--precision", type=click.Choice(["fp16", "w8a16", "w8a8"]), default="fp16", show_default=True)
+@click.option("--source-model", type=click.Path(path_type=Path), help="The original model file (hashed).")
+@click.option("--model-name", help="Name of the source model (default: the bundle name).")
+@click.option("--commit", help="Commit of the source model.")
+@click.option("--license", "license_", metavar="LICENSE", help="Licence of the model, e.g. Apache-2.0.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("."), show_default=True,
+              help="Folder that receives NAME-VERSION/.")
+@click.option("--archive", type=click.Choice(["tar.gz", "zip"]), help="Also write NAME-VERSION.tar.gz or .zip.")
+@click.option("--force", is_flag=True, help="Replace an existing bundle of the same name and version.")
+@json_option
+@click.pass_context
+@handles_errors
+def bundle(ctx: click.Context, name, version_, cpu, npu, qnn_sdk_root, runtime_libs, qairt_version, precision,
+           source_model, model_name, commit, license_, output, archive, force, as_json) -> None:
+    """Assemble a bundle: per-SoC context binaries, CPU fallbacks, runtime libraries, manifest.json.
+
+    Without --qnn-sdk-root or --runtime-libs the bundle declares the external runtime
+    com.qualcomm.qti:qnn-runtime pinned to its QAIRT version. `qnndeploy bundle verify PATH` checks one.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from qnndeploy.bundle.build import BundleSpec, build_bundle
+
+    if not name or not version_:
+        raise QnnDeployError("bundle needs --name and --version (see qnndeploy bundle --help)")
+    spec = BundleSpec(
+        name=name, version=version_, cpu={g: Path(p) for g, p in _pairs(cpu, "--cpu", "GRAPH=model.onnx").items()},
+        npu=_npu(npu), sdk_root=qnn_sdk_root, libs_dir=runtime_libs, precision=precision,
+        qairt_version=qairt_version, source_model=model_name, source_path=source_model, commit=commit,
+        license=license_)
+    with byte_progress("bundling", as_json) as progress:
+        result = build_bundle(spec, output, force=force, archive_fmt=archive, progress=progress)
+    if as_json:
+        emit_json(result)
+        return
+    click.echo(f"bundle {result.path}  ({result.files} files, {result.bytes / 1e6:.1f} MB, QAIRT {result.qairt})")
+    click.echo(f"  targets: {', '.join(result.targets) or 'none (CPU only)'}")
+    click.echo(f"  runtime: {result.runtime}")
+    if result.archive:
+        click.echo(f"  archive: {result.archive}")
+    for w in result.warnings:
+        click.echo(f"  warning: {w.path}: {w.message}")
+    click.echo(f"next: qnndeploy bundle verify {result.path}")
+
+
+@bundle.command("verify")
+@click.argument("path", type=click.Path(path_type=Path))
+@json_option
+@handles_errors
+def bundle_verify(path: Path, as_json: bool) -> None:
+    """Check a bundle folder or archive; every problem is reported. Exit 0 only when clean, 1 with problems."""
+    from qnndeploy.bundle.verify import verify_bundle
+
+    with byte_progress("verifying", as_json) as progress:
+        report = verify_bundle(path, progress)
+    emit_json(report) if as_json else _render_verify(report)
+    if not report.ok:
+        sys.exit(EXIT_CHECK_FAILED)
 
 
 def main() -> None:

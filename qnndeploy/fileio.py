@@ -8,7 +8,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from qnndeploy.errors import QnnDeployError
@@ -18,21 +18,24 @@ CHUNK = 1 << 20
 Progress = Callable[[int], None]  # called with the number of bytes just processed
 
 
-def sha256_file(path: Path, progress: Progress | None = None, scan: Callable[[bytes], None] | None = None) -> str:
-    """sha256 in constant memory; `scan` sees every chunk so a caller can search the bytes in the same pass."""
+def sha256_file(path: Path, progress: Progress | None = None, scan: Callable[[bytes], None] | None = None,
+                copy_to: Path | None = None) -> str:
+    """sha256 in constant memory, in one pass that can also feed `scan` and write a copy to `copy_to`."""
     digest = hashlib.sha256()
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     try:
-        with open(path, "rb", buffering=0) as f:
+        with open(path, "rb", buffering=0) as f, (open(copy_to, "wb") if copy_to else nullcontext()) as out:
             while n := f.readinto(buf):
                 digest.update(view[:n])
                 if scan is not None:
                     scan(bytes(view[:n]))
+                if out is not None:
+                    out.write(view[:n])
                 if progress is not None:
                     progress(n)
     except OSError as e:
-        raise QnnDeployError(f"cannot read {path}: {e.strerror}") from None
+        raise QnnDeployError(f"cannot {'copy' if copy_to else 'read'} {path}: {e.strerror or e}") from None
     return digest.hexdigest()
 
 

@@ -1,0 +1,275 @@
+"""`bundle`: assemble a bundle folder from context binaries, CPU fallbacks and runtime libraries.
+
+Everything is written into a staging folder, checked with the same rules as `bundle verify`, and only then renamed
+to its final name, so a failed or interrupted run never leaves a half bundle behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qnndeploy import __version__, socs
+from qnndeploy.bundle import archive
+from qnndeploy.bundle.manifest import FORMAT, FORMAT_VERSION, MANIFEST, MAVEN_RUNTIME, build_version, schema
+from qnndeploy.bundle.verify import FileFacts, Problem, check_manifest, check_warnings, scan_file
+from qnndeploy.errors import QnnDeployError
+from qnndeploy.fileio import Progress, staging_dir, staging_file, write_json
+
+STUB_RE = re.compile(r"^libQnnHtpV(\d{2,3})Stub\.so$")
+SKEL_RE = re.compile(r"^libQnnHtpV(\d{2,3})Skel\.so$")
+COMMON_LIBS = {"libQnnHtp.so": "htp", "libQnnSystem.so": "system", "libQnnHtpPrepare.so": "prepare"}
+
+
+@dataclass
+class BundleSpec:
+    """What goes into a bundle. npu maps a SoC name (as the user wrote it) to graph -> files."""
+
+    name: str
+    version: str
+    cpu: dict[str, Path]
+    npu: dict[str, dict[str, list[Path]]]
+    sdk_root: Path | None = None  # QAIRT layout: lib/aarch64-android, lib/hexagon-vXX/unsigned
+    libs_dir: Path | None = None  # a flat folder of the same libraries; neither: external runtime
+    precision: str = "fp16"
+    qairt_version: str | None = None
+    source_model: str | None = None
+    source_path: Path | None = None
+    commit: str | None = None
+    license: str | None = None
+    records: dict[str, Path] = field(default_factory=dict)  # name under records/ -> file
+    validation: dict[str, dict] = field(default_factory=dict)  # SoC model -> validation summary
+
+
+@dataclass
+class BundleResult:
+    path: Path
+    archive: Path | None
+    name: str
+    version: str
+    qairt: str
+    targets: list[str]
+    runtime: str
+    files: int
+    bytes: int
+    warnings: list[Problem]
+
+
+def _need_file(path: Path, what: str) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise QnnDeployError(f"{what} {path} does not exist or is not a file")
+    if not os.access(path, os.R_OK):
+        raise QnnDeployError(f"{what} {path} is not readable")
+    return path
+
+
+def _signature(graph: str, path: Path) -> dict:
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as e:  # onnx raises DecodeError, ValueError, OSError... for a file that is not ONNX
+        raise QnnDeployError(f"CPU model {path} is not a readable ONNX model: {str(e).splitlines()[0]}") from None
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+        raise QnnDeployError(f"CPU model {path} keeps its weights in external data files; bundle format v1 needs "
+                             "one self-contained .onnx per graph")
+    init = {t.name for t in model.graph.initializer}
+
+    def tensors(values) -> list[dict]:
+        out = []
+        for v in values:
+            if v.name in init:
+                continue
+            t = v.type.tensor_type
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name if t.elem_type else "unknown"
+            shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim]
+            out.append({"name": v.name, "dtype": dtype, "shape": shape})
+        return out
+
+    return {"name": graph, "inputs": tensors(model.graph.input), "outputs": tensors(model.graph.output)}
+
+
+def _targets(spec: BundleSpec) -> dict[str, tuple[socs.Soc, dict[str, list[Path]]]]:
+    targets: dict[str, tuple[socs.Soc, dict[str, list[Path]]]] = {}
+    given: dict[str, str] = {}
+    for name, graphs in spec.npu.items():
+        soc = socs.find(name)
+        if soc.model in targets:
+            raise QnnDeployError(f"SoC {soc.model} is given twice (as {given[soc.model]} and {name}); "
+                                 "a bundle has one target per SoC")
+        given[soc.model] = name
+        if spec.precision == "fp16" and not soc.fp16:
+            raise QnnDeployError(f"{soc.model} ({soc.marketing_name or soc.dsp_arch}) has no fp16 on its HTP; "
+                                 "build it as w8a16 or leave it to the CPU fallback")
+        missing = sorted(set(spec.cpu) - set(graphs))
+        extra = sorted(set(graphs) - set(spec.cpu))
+        if missing:
+            raise QnnDeployError(f"{soc.model} has no context binary for graph(s) {', '.join(missing)}")
+        if extra:
+            raise QnnDeployError(f"{soc.model} has graph(s) {', '.join(extra)} with no CPU fallback model (--cpu)")
+        for graph, files in graphs.items():
+            for f in files:
+                _need_file(f, f"context binary for {soc.model}:{graph}")
+            if not any(Path(f).suffix == ".bin" for f in files):
+                raise QnnDeployError(f"{soc.model}:{graph} needs a QNN context binary (.bin)")
+        targets[soc.model] = (soc, graphs)
+    return targets
+
+
+def _runtime_libs(spec: BundleSpec, archs: set[str]) -> list[tuple[Path, dict]]:
+    """The Android and Hexagon libraries to ship: the common ones and only the Stub/Skel of the targets' archs."""
+    if spec.sdk_root is None and spec.libs_dir is None:
+        return []
+    if spec.sdk_root is not None and spec.libs_dir is not None:
+        raise QnnDeployError("give either --qnn-sdk-root or --runtime-libs, not both")
+    base = Path(spec.sdk_root or spec.libs_dir)
+    if not base.is_dir():
+        raise QnnDeployError(f"{base} is not a folder")
+    android = base / "lib" / "aarch64-android" if spec.sdk_root else base
+    where = lambda arch: base / "lib" / f"hexagon-{arch}" / "unsigned" if spec.sdk_root else base  # noqa: E731
+    out = []
+    for name, role in COMMON_LIBS.items():
+        path = android / name
+        if path.is_file():
+            out.append((path, {"role": role, "abi": "arm64-v8a"}))
+        elif role != "prepare":
+            raise QnnDeployError(f"{name} not found in {android}; the HTP runtime needs it")
+    for arch in sorted(archs):
+        n = arch[1:]
+        stub, skel = android / f"libQnnHtpV{n}Stub.so", where(arch) / f"libQnnHtpV{n}Skel.so"
+        for path in (stub, skel):
+            if not path.is_file():
+                raise QnnDeployError(f"{path.name} not found in {path.parent}; targets with arch {arch} need it")
+        out.append((stub, {"role": "stub", "abi": "arm64-v8a", "dsp_arch": arch}))
+        out.append((skel, {"role": "skel", "abi": f"hexagon-{arch}", "dsp_arch": arch}))
+    return out
+
+
+def _check_name(value: str, what: str, key: str) -> None:
+    import jsonschema
+
+    sub = schema()["$defs"]["name"] if key == "name" else schema()["properties"]["version"]
+    try:
+        jsonschema.validate(value, sub)
+    except jsonschema.ValidationError:
+        raise QnnDeployError(f"{what} '{value}' is not valid: use letters, digits, '.', '_' or '-' "
+                             "(starting with a letter or digit, at most 64)") from None
+
+
+def _qairt(spec: BundleSpec, facts: dict[str, FileFacts], marked: list[str]) -> dict:
+    """The bundle's one QAIRT version: given, or read from the build strings the binaries embed."""
+    found: dict[str, list[str]] = {}
+    for path in marked:
+        for b in facts[path].builds:
+            found.setdefault(b, []).append(path)
+    versions = {build_version(b) for b in found}
+    if len(versions) > 1:
+        detail = "; ".join(f"{b} in {', '.join(ps[:2])}" for b, ps in sorted(found.items()))
+        raise QnnDeployError(f"the inputs come from several QAIRT versions ({detail}); "
+                             "compile and runtime libraries must come from one QAIRT version")
+    version = spec.qairt_version or (versions.pop() if versions else None)
+    if version is None:
+        raise QnnDeployError("cannot tell the QAIRT version: no build string found in the context binaries or "
+                             "libraries; pass --qairt-version")
+    builds = sorted(found)
+    return {"version": version, "build": builds[0] if len(builds) == 1 else None}
+
+
+def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archive_fmt: str | None = None,
+                 progress: Progress | None = None) -> BundleResult:
+    _check_name(spec.name, "bundle name", "name")
+    _check_name(spec.version, "bundle version", "version")
+    if not spec.cpu:
+        raise QnnDeployError("a bundle needs a CPU fallback model for every graph (--cpu GRAPH=model.onnx)")
+    if archive_fmt is not None and archive_fmt not in archive.FORMATS:
+        raise QnnDeployError(f"unknown archive format '{archive_fmt}'; use one of {', '.join(archive.FORMATS)}")
+    final = Path(out_dir) / f"{spec.name}-{spec.version}"
+    archive_path = final.with_name(f"{final.name}.{archive_fmt}") if archive_fmt else None
+    for p in (final, archive_path):
+        if p is not None and p.exists() and not force:
+            raise QnnDeployError(f"{p} already exists; remove it or pass --force")
+
+    graphs = [_signature(g, _need_file(p, f"CPU model for graph {g}")) for g, p in spec.cpu.items()]
+    targets = _targets(spec)
+    libs = _runtime_libs(spec, {soc.dsp_arch for soc, _ in targets.values()})
+    source_path = _need_file(spec.source_path, "source model") if spec.source_path else None
+    records = {name: _need_file(p, "record") for name, p in spec.records.items()}
+
+    # (source, path in bundle, read markers?) for every file, then one parallel pass that copies and hashes.
+    plan: list[tuple[Path, str, bool]] = [(p, f"cpu/{g}.onnx", False) for g, p in spec.cpu.items()]
+    for model, (_, graph_files) in targets.items():
+        for g, files in graph_files.items():
+            for f in files:
+                dest = f"{g}.bin" if Path(f).suffix == ".bin" else f"{g}_ctx.onnx"
+                plan.append((Path(f), f"npu/{model}/{dest}", True))
+    lib_entries = {}
+    for path, meta in libs:
+        rel = f"lib/{meta['abi']}/{path.name}"
+        plan.append((path, rel, True))
+        lib_entries[rel] = meta
+    plan += [(p, f"records/{name}", False) for name, p in records.items()]
+
+    with staging_dir(final, force) as tmp:
+        for _, rel, _ in plan:
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            results = list(pool.map(lambda item: scan_file(item[0], item[2], progress, tmp / item[1]), plan))
+        facts = {rel: f for (_, rel, _), f in zip(plan, results)}
+        entry = lambda rel: {"path": rel, "sha256": facts[rel].sha256, "size": facts[rel].size}  # noqa: E731
+
+        marked = [rel for _, rel, m in plan if m and (rel.endswith(".bin") or rel.endswith("Skel.so"))]
+        qairt = _qairt(spec, facts, marked)
+        manifest = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "name": spec.name,
+            "version": spec.version,
+            "created_by": f"qnndeploy {__version__}",
+            "qairt": qairt,
+            "source": {
+                "model": spec.source_model or spec.name,
+                "sha256": scan_file(source_path, False).sha256 if source_path else None,
+                "commit": spec.commit,
+                "license": spec.license,
+            },
+            "graphs": graphs,
+            "targets": [
+                {
+                    "soc": model, "soc_id": soc.soc_id, "dsp_arch": soc.dsp_arch, "precision": spec.precision,
+                    "artifacts": [
+                        {**entry(rel), "graph": rel.split("/")[-1].removesuffix(".bin").removesuffix("_ctx.onnx"),
+                         "format": "qnn-context-binary" if rel.endswith(".bin") else "ort-epcontext"}
+                        for _, rel, _ in plan if rel.startswith(f"npu/{model}/")
+                    ],
+                    "validation": spec.validation.get(model),
+                }
+                for model, (soc, _) in targets.items()
+            ],
+            "cpu": [{**entry(f"cpu/{g}.onnx"), "graph": g, "format": "onnx"} for g in spec.cpu],
+            "runtime": ({"mode": "bundled", "libs": [{**entry(rel), **meta} for rel, meta in lib_entries.items()]}
+                        if libs else {"mode": "external", "maven": f"{MAVEN_RUNTIME}:{qairt['version']}"}),
+            "records": [entry(f"records/{name}") for name in records],
+        }
+        write_json(tmp / MANIFEST, manifest)
+        problems = check_manifest(manifest, facts, set(facts), tmp)
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise QnnDeployError(f"the bundle would not verify: {problems[0].path}: {problems[0].message}{more}")
+        if archive_path is not None:
+            with staging_file(archive_path, force) as tmp_archive:
+                archive.write_archive(tmp, tmp_archive, archive_fmt, top=final.name)
+
+    rt = manifest["runtime"]
+    return BundleResult(
+        path=final, archive=archive_path, name=spec.name, version=spec.version,
+        qairt=qairt["build"] or qairt["version"],
+        targets=[f"{t['soc']} ({t['dsp_arch']})" for t in manifest["targets"]],
+        runtime=f"external: {rt['maven']} (the app must bring it)" if rt["mode"] == "external"
+        else f"bundled: {len(rt['libs'])} libraries",
+        files=len(facts), bytes=sum(f.size for f in facts.values()),
+        warnings=check_warnings(manifest, facts),
+    )

@@ -1,0 +1,76 @@
+"""The bundle manifest: format constants, reading, and schema validation (schemas/manifest.schema.json)."""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from qnndeploy.errors import QnnDeployError
+
+FORMAT = "qnndeploy-bundle"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+MAVEN_RUNTIME = "com.qualcomm.qti:qnn-runtime"
+
+# What QNN binaries embed: the QAIRT build string, and (context binaries) the SoC and HTP arch they were compiled for.
+BUILD_RE = re.compile(rb"v(\d{1,2}\.\d{1,3}\.\d{1,3})\.(\d{6,14})")
+CONTEXT_TARGET_RE = re.compile(rb"soc_type=([A-Za-z0-9]{2,16});arch=(\d{2,3})")
+
+
+def build_version(build: str) -> str:
+    """'v2.51.0.260929181845' -> '2.51.0'."""
+    return build[1:].rsplit(".", 1)[0]
+
+
+@cache
+def schema() -> dict:
+    return json.loads(resources.files("qnndeploy").joinpath("schemas/manifest.schema.json").read_text())
+
+
+def schema_errors(data: object) -> list[str]:
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    return [f"{'/'.join(str(p) for p in e.absolute_path) or '(top)'}: {e.message}" for e in errors]
+
+
+def read_manifest(bundle: Path) -> dict:
+    """Parse manifest.json and check its format and version; schema validation is separate (see load_manifest)."""
+    path = bundle / MANIFEST
+    if not path.is_file():
+        raise QnnDeployError(f"{bundle} is not a bundle: it has no {MANIFEST}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise QnnDeployError(f"{path} is not readable JSON: {e}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise QnnDeployError(f"{path} is not a qnndeploy bundle manifest (format must be '{FORMAT}')")
+    version = data.get("format_version")
+    if version != FORMAT_VERSION:
+        raise QnnDeployError(f"{path} has format_version {version!r}; this qnndeploy reads version {FORMAT_VERSION}"
+                             + ("; upgrade qnndeploy" if isinstance(version, int) and version > FORMAT_VERSION else ""))
+    return data
+
+
+def load_manifest(bundle: Path) -> dict:
+    """A manifest that is safe to use: right format, right version, valid against the schema."""
+    data = read_manifest(bundle)
+    errors = schema_errors(data)
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise QnnDeployError(f"{bundle / MANIFEST} fails the schema: {errors[0]}{more}")
+    return data
+
+
+def file_entries(manifest: dict) -> list[tuple[str, dict]]:
+    """Every file the manifest lists, with what it is: 'cpu', 'npu:<SoC>', 'lib' or 'record'."""
+    entries = [("cpu", a) for a in manifest["cpu"]]
+    entries += [(f"npu:{t['soc']}", a) for t in manifest["targets"] for a in t["artifacts"]]
+    if manifest["runtime"]["mode"] == "bundled":
+        entries += [("lib", lib) for lib in manifest["runtime"]["libs"]]
+    entries += [("record", r) for r in manifest["records"]]
+    return entries

@@ -1,0 +1,305 @@
+"""`bundle verify`: every check on a bundle folder or archive, all problems reported at once."""
+
+from __future__ import annotations
+
+import os
+import stat
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qnndeploy import socs
+from qnndeploy.bundle import elf
+from qnndeploy.bundle.manifest import (
+    BUILD_RE, CONTEXT_TARGET_RE, MANIFEST, MAVEN_RUNTIME, build_version, file_entries, read_manifest, schema_errors)
+from qnndeploy.errors import QnnDeployError
+from qnndeploy.fileio import Progress, sha256_file
+
+REQUIRED_ROLES = ("htp", "system")
+
+
+@dataclass
+class Problem:
+    path: str  # the file (or manifest field) the problem is about
+    message: str
+
+
+@dataclass
+class VerifyReport:
+    bundle: str
+    ok: bool = False
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+    files: int = 0
+    bytes: int = 0
+    name: str | None = None
+    version: str | None = None
+    qairt: str | None = None
+    targets: list[str] = field(default_factory=list)
+    runtime: str | None = None
+
+
+@dataclass
+class FileFacts:
+    """What one read of a file tells: its hash and size, and the QNN markers embedded in it."""
+
+    sha256: str
+    size: int
+    builds: set[str] = field(default_factory=set)
+    context_targets: set[tuple[str, int]] = field(default_factory=set)
+
+
+class _Scanner:
+    """Finds the QNN markers in a stream of chunks, including markers split across two chunks."""
+
+    OVERLAP = 64
+
+    def __init__(self) -> None:
+        self.tail = b""
+        self.builds: set[str] = set()
+        self.targets: set[tuple[str, int]] = set()
+
+    def __call__(self, chunk: bytes) -> None:
+        data = self.tail + chunk
+        self.builds.update("v" + m.group(1).decode() + "." + m.group(2).decode() for m in BUILD_RE.finditer(data))
+        self.targets.update((m.group(1).decode(), int(m.group(2))) for m in CONTEXT_TARGET_RE.finditer(data))
+        self.tail = data[-self.OVERLAP:]
+
+
+def scan_file(path: Path, markers: bool, progress: Progress | None = None, copy_to: Path | None = None) -> FileFacts:
+    """Hash a file (and copy it, for `bundle`) in one read, collecting QNN markers when `markers` is set."""
+    scanner = _Scanner() if markers else None
+    digest = sha256_file(path, progress, scanner, copy_to)
+    facts = FileFacts(digest, path.stat().st_size)
+    if scanner:
+        facts.builds, facts.context_targets = scanner.builds, scanner.targets
+    return facts
+
+
+def _walk(root: Path) -> tuple[set[str], list[Problem]]:
+    """Regular files under root as POSIX paths, and a problem for every symlink or special file."""
+    files, problems = set(), []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            full = Path(dirpath, name)
+            rel = full.relative_to(root).as_posix()
+            mode = full.lstat().st_mode
+            if stat.S_ISLNK(mode):
+                problems.append(Problem(rel, "is a symlink; bundles hold regular files only"))
+            elif stat.S_ISREG(mode):
+                files.add(rel)
+            elif not stat.S_ISDIR(mode):
+                problems.append(Problem(rel, "is a device file, FIFO or socket; bundles hold regular files only"))
+        dirnames[:] = [d for d in dirnames if not Path(dirpath, d).is_symlink()]
+    return files, problems
+
+
+def verify_bundle(path: Path, progress: Progress | None = None, jobs: int | None = None) -> VerifyReport:
+    """Verify a bundle folder or a .tar.gz/.zip of one. Raises QnnDeployError only for unusable input."""
+    from qnndeploy.bundle import archive
+
+    path = Path(path)
+    if not path.exists():
+        raise QnnDeployError(f"{path} does not exist")
+    if path.is_file():
+        with archive.extracted(path) as (root, refused):
+            if refused:
+                return VerifyReport(str(path), problems=refused)
+            report = verify_folder(root, progress, jobs)
+            report.bundle = str(path)
+            return report
+    return verify_folder(path, progress, jobs)
+
+
+def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None = None) -> VerifyReport:
+    report = VerifyReport(str(root))
+    try:
+        manifest = read_manifest(root)
+    except QnnDeployError as e:
+        report.problems.append(Problem(MANIFEST, str(e)))
+        return report
+    errors = schema_errors(manifest)
+    if errors:
+        report.problems += [Problem(MANIFEST, f"schema: {e}") for e in errors]
+        return report
+
+    tree, report.problems = _walk(root)
+    entries = file_entries(manifest)
+    present = [(kind, e) for kind, e in entries if e["path"] in tree]
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:  # hashlib releases the GIL
+        scanned = pool.map(lambda ke: scan_file(root / ke[1]["path"], ke[0] != "cpu" and ke[0] != "record",
+                                                progress), present)
+        facts = {e["path"]: f for (_, e), f in zip(present, scanned)}
+    report.problems += check_manifest(manifest, facts, tree, root)
+    report.warnings += check_warnings(manifest, facts)
+    _summarize(report, manifest, facts)
+    return report
+
+
+def _summarize(report: VerifyReport, manifest: dict, facts: dict[str, FileFacts]) -> None:
+    report.ok = not report.problems
+    report.files, report.bytes = len(facts), sum(f.size for f in facts.values())
+    report.name, report.version = manifest["name"], manifest["version"]
+    report.qairt = manifest["qairt"]["build"] or manifest["qairt"]["version"]
+    report.targets = [f"{t['soc']} ({t['dsp_arch']})" for t in manifest["targets"]]
+    rt = manifest["runtime"]
+    report.runtime = rt["maven"] + " (external)" if rt["mode"] == "external" else f"{len(rt['libs'])} libraries"
+
+
+def check_manifest(manifest: dict, facts: dict[str, FileFacts], tree: set[str], root: Path) -> list[Problem]:
+    """Every rule of bundle format v1 that can fail. `facts` holds the files that were read (present ones)."""
+    problems: list[Problem] = []
+    add = lambda path, msg: problems.append(Problem(path, msg))  # noqa: E731
+    entries = file_entries(manifest)
+
+    seen: set[str] = set()
+    for _, e in entries:
+        p = e["path"]
+        if p in seen or p == MANIFEST:
+            add(p, "is listed twice in the manifest")
+        seen.add(p)
+        if p not in tree:
+            add(p, "is listed in the manifest but missing from the bundle")
+        elif facts[p].size != e["size"]:
+            add(p, f"has {facts[p].size} bytes, the manifest says {e['size']} (truncated or replaced)")
+        elif facts[p].sha256 != e["sha256"]:
+            add(p, "sha256 differs from the manifest (the file changed after bundling)")
+    for p in sorted(tree - seen - {MANIFEST}):
+        add(p, "is not listed in the manifest")
+
+    graphs = [g["name"] for g in manifest["graphs"]]
+    if len(set(graphs)) != len(graphs):
+        add(MANIFEST, "graph names are not unique")
+    cpu_graphs = [a["graph"] for a in manifest["cpu"] if a["format"] == "onnx"]
+    for g in graphs:
+        if g not in cpu_graphs:
+            add(MANIFEST, f"graph '{g}' has no CPU fallback model")
+    for a in manifest["cpu"]:
+        if a["graph"] not in graphs:
+            add(a["path"], f"belongs to graph '{a['graph']}', which the manifest does not declare")
+
+    qairt = manifest["qairt"]
+    runtime = manifest["runtime"]
+    targets_seen: set[str] = set()
+    for t in manifest["targets"]:
+        soc_name = t["soc"]
+        if soc_name in targets_seen:
+            add(MANIFEST, f"SoC {soc_name} has two targets")
+        targets_seen.add(soc_name)
+        try:
+            soc = socs.find(soc_name)
+            if (soc.soc_id, soc.dsp_arch) != (t["soc_id"], t["dsp_arch"]):
+                add(MANIFEST, f"target {soc_name} says soc_id {t['soc_id']}/{t['dsp_arch']}, "
+                              f"the catalog says {soc.soc_id}/{soc.dsp_arch}")
+            if t["precision"] == "fp16" and not soc.fp16:
+                add(MANIFEST, f"target {soc_name} is fp16 but {soc_name} has no fp16 on its HTP")
+        except QnnDeployError as e:
+            add(MANIFEST, f"target {soc_name}: {e}")
+        bins = {a["graph"] for a in t["artifacts"] if a["format"] == "qnn-context-binary"}
+        for g in graphs:
+            if g not in bins:
+                add(MANIFEST, f"target {soc_name} has no context binary for graph '{g}'")
+        arch = int(t["dsp_arch"][1:])
+        for a in t["artifacts"]:
+            f = facts.get(a["path"])
+            if a["graph"] not in graphs:
+                add(a["path"], f"belongs to graph '{a['graph']}', which the manifest does not declare")
+            if f is None or a["format"] != "qnn-context-binary":
+                continue
+            wrong = sorted({f"{s} (v{x})" for s, x in f.context_targets if x != arch})
+            if wrong:
+                add(a["path"], f"was compiled for {', '.join(wrong)}, but target {soc_name} is {t['dsp_arch']}")
+            problems += _version_problems(a["path"], f, qairt)
+        if runtime["mode"] == "bundled":
+            problems += _runtime_completeness(t, runtime["libs"])
+
+    if runtime["mode"] == "external":
+        pinned = runtime["maven"].rsplit(":", 1)[1]
+        if not runtime["maven"].startswith(MAVEN_RUNTIME + ":"):
+            add(MANIFEST, f"external runtime must be {MAVEN_RUNTIME}:<version>, not {runtime['maven']}")
+        elif pinned != qairt["version"]:
+            add(MANIFEST, f"external runtime {runtime['maven']} does not match the bundle's QAIRT {qairt['version']}; "
+                          "the phone's QNN runtime must be the version the binaries were compiled with")
+    else:
+        for lib in runtime["libs"]:
+            problems += _library_problems(lib, facts.get(lib["path"]), root, qairt)
+    return problems
+
+
+def _version_problems(path: str, f: FileFacts, qairt: dict) -> list[Problem]:
+    other = sorted(b for b in f.builds if build_version(b) != qairt["version"]
+                   or (qairt["build"] is not None and b != qairt["build"]))
+    if not other:
+        return []
+    want = qairt["build"] or qairt["version"]
+    return [Problem(path, f"was built with QAIRT {', '.join(other)}, the bundle is QAIRT {want}: "
+                          "compile and runtime libraries must come from one QAIRT version")]
+
+
+def _library_problems(lib: dict, f: FileFacts | None, root: Path, qairt: dict) -> list[Problem]:
+    path = lib["path"]
+    name = path.rsplit("/", 1)[-1]
+    problems = []
+    add = lambda msg: problems.append(Problem(path, msg))  # noqa: E731
+    if not path.startswith(f"lib/{lib['abi']}/"):
+        add(f"an {lib['abi']} library must live in lib/{lib['abi']}/")
+    if f is None:
+        return problems
+    try:
+        info = elf.read_elf(root / path)
+    except (elf.NotElf, OSError) as e:
+        add(f"is not a usable library: {e}")
+        return problems
+    if lib["role"] == "skel":
+        if (info.bits, info.machine) != (32, elf.EM_QDSP6):
+            add(f"a Skel library must be ELF32 Hexagon (e_machine {elf.EM_QDSP6}), "
+                f"this is ELF{info.bits} e_machine {info.machine}")
+        else:
+            if info.hexagon_arch != lib.get("dsp_arch"):
+                add(f"is a Hexagon {info.hexagon_arch} library, the manifest says {lib.get('dsp_arch')}")
+            if lib["abi"] != f"hexagon-{info.hexagon_arch}":
+                add(f"is a Hexagon {info.hexagon_arch} library in the {lib['abi']} folder")
+        problems += _version_problems(path, f, qairt)
+    else:
+        if (info.bits, info.machine) != (64, elf.EM_AARCH64):
+            add(f"an Android library must be ELF64 AArch64 (e_machine {elf.EM_AARCH64}), "
+                f"this is ELF{info.bits} e_machine {info.machine}")
+        elif (info.min_load_align or 0) < elf.MIN_ANDROID_ALIGN:
+            add(f"PT_LOAD alignment is {info.min_load_align}, Android 15+ needs >= {elf.MIN_ANDROID_ALIGN} "
+                "(link with -Wl,-z,max-page-size=16384)")
+        arch = lib.get("dsp_arch")
+        if lib["role"] == "stub" and (arch is None or name != f"libQnnHtpV{arch[1:]}Stub.so"):
+            add(f"a Stub library's name must be libQnnHtpV<arch>Stub.so matching its dsp_arch ({arch})")
+    return problems
+
+
+def _runtime_completeness(target: dict, libs: list[dict]) -> list[Problem]:
+    roles = {lib["role"] for lib in libs if lib["abi"] == "arm64-v8a"}
+    arch = target["dsp_arch"]
+    missing = [f"lib{'QnnHtp' if r == 'htp' else 'QnnSystem'}.so" for r in REQUIRED_ROLES if r not in roles]
+    if not any(lib["role"] == "stub" and lib.get("dsp_arch") == arch for lib in libs):
+        missing.append(f"libQnnHtpV{arch[1:]}Stub.so")
+    if not any(lib["role"] == "skel" and lib.get("dsp_arch") == arch for lib in libs):
+        missing.append(f"libQnnHtpV{arch[1:]}Skel.so")
+    if not missing:
+        return []
+    return [Problem(MANIFEST, f"target {target['soc']} ({arch}) needs {', '.join(missing)} in the bundle's runtime")]
+
+
+def check_warnings(manifest: dict, facts: dict[str, FileFacts]) -> list[Problem]:
+    """What cannot be confirmed, without being wrong: binaries whose markers were not found."""
+    warnings = []
+    for t in manifest["targets"]:
+        for a in t["artifacts"]:
+            f = facts.get(a["path"])
+            if f and a["format"] == "qnn-context-binary":
+                if not f.context_targets:
+                    warnings.append(Problem(a["path"], "no SoC/arch marker found: its arch cannot be confirmed"))
+                if not f.builds:
+                    warnings.append(Problem(a["path"], "no QAIRT build string found: its version cannot be confirmed"))
+    if manifest["runtime"]["mode"] == "bundled":
+        for lib in manifest["runtime"]["libs"]:
+            f = facts.get(lib["path"])
+            if f and lib["role"] == "skel" and not f.builds:
+                warnings.append(Problem(lib["path"], "no QAIRT build string found: its version cannot be confirmed"))
+    return warnings

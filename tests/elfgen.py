@@ -1,0 +1,48 @@
+"""Small synthetic ELF files with correct headers, standing in for the QNN runtime libraries (no SDK here)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+BUILD = "v2.51.0.260929181845"  # the build string onnxruntime-qnn 2.7.0's QNN libraries embed
+AARCH64, QDSP6 = 183, 164
+
+
+def elf_bytes(bits: int, machine: int, flags: int = 0, align: int = 16384, payload: bytes = b"") -> bytes:
+    """An ELF shared object with one PT_LOAD segment of alignment `align`, followed by `payload`."""
+    if bits == 64:
+        ehsize, phentsize = 64, 56
+        header = struct.pack("<HHIQQQIHHHHHH", 3, machine, 1, 0, ehsize, 0, flags, ehsize, phentsize, 1, 0, 0, 0)
+        phdr = struct.pack("<IIQQQQQQ", 1, 5, 0, 0, 0, 4096, 4096, align)
+    else:
+        ehsize, phentsize = 52, 32
+        header = struct.pack("<HHIIIIIHHHHHH", 3, machine, 1, 0, ehsize, 0, flags, ehsize, phentsize, 1, 0, 0, 0)
+        phdr = struct.pack("<IIIIIIII", 1, 0, 0, 0, 4096, 4096, 5, align)
+    ident = b"\x7fELF" + bytes([1 if bits == 32 else 2, 1, 1]) + bytes(9)
+    return ident + header + phdr + payload
+
+
+def android_lib(path: Path, build: str = BUILD, align: int = 16384, machine: int = AARCH64) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(elf_bytes(64, machine, 0, align, f"\0QnnHtp {build}\0".encode() + bytes(512)))
+    return path
+
+
+def skel_lib(path: Path, arch: str, build: str = BUILD) -> Path:
+    """A Hexagon Skel: ELF32, e_machine 164, e_flags holding the arch as hex digits (v79 -> 0x79)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(elf_bytes(32, QDSP6, int(arch[1:], 16), 4096, f"\0Skel {build}\0".encode() + bytes(512)))
+    return path
+
+
+def fake_sdk(root: Path, archs: list[str], build: str = BUILD) -> Path:
+    """A folder in the QAIRT SDK layout holding stand-in libraries for the given archs."""
+    android = root / "lib" / "aarch64-android"
+    for name in ("libQnnHtp.so", "libQnnSystem.so", "libQnnHtpPrepare.so"):
+        android_lib(android / name, build)
+    for arch in archs:
+        n = arch[1:]
+        android_lib(android / f"libQnnHtpV{n}Stub.so", build)
+        skel_lib(root / "lib" / f"hexagon-{arch}" / "unsigned" / f"libQnnHtpV{n}Skel.so", arch, build)
+    return root

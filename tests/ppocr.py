@@ -1,0 +1,23 @@
+"""The real public models the tests use: PP-OCR det/rec/cls from the PyPI package rapidocr-onnxruntime (Apache-2.0)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import require
+
+FILES = {
+    "det": "ch_PP-OCRv4_det_infer.onnx",
+    "rec": "ch_PP-OCRv4_rec_infer.onnx",
+    "cls": "ch_ppocr_mobile_v2.0_cls_infer.onnx",
+}
+# The fixed shapes the NPU needs (../shared/facts/qnn-on-x86.md); the packaged models have dynamic dims.
+STATIC_SHAPES = {"det": [1, 3, 640, 640], "rec": [1, 3, 48, 320], "cls": [1, 3, 48, 192]}
+
+
+def model_path(name: str) -> Path:
+    try:
+        import rapidocr_onnxruntime
+    except ImportError:
+        require(False, "rapidocr-onnxruntime (the PP-OCR models)")
+    return Path(rapidocr_onnxruntime.__file__).parent / "models" / FILES[name]

@@ -1,0 +1,362 @@
+"""bundle and bundle verify, on real QNN context binaries (onnxruntime-qnn) and stand-in runtime libraries."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import subprocess
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import require
+from elfgen import BUILD, android_lib, elf_bytes, fake_sdk, skel_lib
+from qnndeploy import htp
+from qnndeploy.bundle.build import BundleSpec, build_bundle
+from qnndeploy.bundle.verify import verify_bundle
+from qnndeploy.cli import cli
+from qnndeploy.errors import QnnDeployError
+
+GRAPHS = ("enc", "dec")
+SOCS = ("SM8550", "SM8750")
+
+
+def tiny_model(path: Path, width: int) -> Path:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [width, width], np.random.default_rng(0).random(width * width))
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+                              "g", [x], [y], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def inputs(tmp_path_factory) -> dict:
+    """Two graphs, each compiled for two SoCs by the real QNN HTP compiler of onnxruntime-qnn."""
+    require(htp.available(), "onnxruntime-qnn")
+    import onnxruntime as ort
+
+    from qnndeploy import socs
+
+    root = tmp_path_factory.mktemp("inputs")
+    cpu = {g: tiny_model(root / f"{g}.onnx", 16 * (i + 1)) for i, g in enumerate(GRAPHS)}
+    npu: dict = {}
+    for soc in SOCS:
+        for g, model in cpu.items():
+            ctx = root / soc / f"{g}_ctx.onnx"
+            ctx.parent.mkdir(exist_ok=True)
+            ort.InferenceSession(str(model), htp.session_options(socs.find(soc), context_path=ctx))
+            npu.setdefault(soc, {})[g] = [root / soc / f"{g}_ctx_qnn.bin"]
+    sdk = fake_sdk(root / "sdk", ["v73", "v75", "v79"])
+    return {"cpu": cpu, "npu": npu, "sdk": sdk, "root": root}
+
+
+def spec(inputs, **kw) -> BundleSpec:
+    base = dict(name="demo", version="1.0.0", cpu=inputs["cpu"], npu=inputs["npu"], sdk_root=inputs["sdk"],
+                license="Apache-2.0", commit="abc123")
+    return BundleSpec(**{**base, **kw})
+
+
+@pytest.fixture
+def bundle(inputs, tmp_path) -> Path:
+    return build_bundle(spec(inputs), tmp_path).path
+
+
+def manifest(b: Path) -> dict:
+    return json.loads((b / "manifest.json").read_text())
+
+
+def rehash(b: Path, rel: str) -> None:
+    """Update the manifest for a file changed on purpose, so that only the check under test can fire."""
+    m = manifest(b)
+    data = (b / rel).read_bytes()
+    for entry in [a for t in m["targets"] for a in t["artifacts"]] + m["runtime"].get("libs", []) + m["cpu"]:
+        if entry["path"] == rel:
+            entry["sha256"], entry["size"] = hashlib.sha256(data).hexdigest(), len(data)
+    (b / "manifest.json").write_text(json.dumps(m))
+
+
+def problems(b: Path) -> list[str]:
+    report = verify_bundle(b)
+    assert not report.ok
+    return [f"{p.path}: {p.message}" for p in report.problems]
+
+
+# --- building --------------------------------------------------------------------------------------------------
+
+def test_bundle_layout_and_manifest(bundle):
+    m = manifest(bundle)
+    assert bundle.name == "demo-1.0.0"
+    assert m["format"] == "qnndeploy-bundle" and m["format_version"] == 1
+    assert m["qairt"] == {"version": "2.51.0", "build": BUILD}
+    assert [t["soc"] for t in m["targets"]] == ["SM8550", "SM8750"]
+    assert {(t["soc_id"], t["dsp_arch"]) for t in m["targets"]} == {(43, "v73"), (69, "v79")}
+    for t in m["targets"]:
+        assert sorted(a["path"] for a in t["artifacts"]) == [f"npu/{t['soc']}/dec.bin", f"npu/{t['soc']}/enc.bin"]
+    assert sorted(a["path"] for a in m["cpu"]) == ["cpu/dec.onnx", "cpu/enc.onnx"]
+    assert m["graphs"][0] == {"name": "enc", "inputs": [{"name": "x", "dtype": "float32", "shape": [1, 16]}],
+                              "outputs": [{"name": "y", "dtype": "float32", "shape": [1, 16]}]}
+    libs = {lib["path"]: lib for lib in m["runtime"]["libs"]}
+    # only the Stub/Skel of the targets' archs: the SDK also has v75, which no target needs
+    assert sorted(libs) == sorted([
+        "lib/arm64-v8a/libQnnHtp.so", "lib/arm64-v8a/libQnnSystem.so", "lib/arm64-v8a/libQnnHtpPrepare.so",
+        "lib/arm64-v8a/libQnnHtpV73Stub.so", "lib/hexagon-v73/libQnnHtpV73Skel.so",
+        "lib/arm64-v8a/libQnnHtpV79Stub.so", "lib/hexagon-v79/libQnnHtpV79Skel.so"])
+    assert libs["lib/hexagon-v79/libQnnHtpV79Skel.so"]["role"] == "skel"
+    for entry in m["cpu"]:
+        assert hashlib.sha256((bundle / entry["path"]).read_bytes()).hexdigest() == entry["sha256"]
+    assert m["source"]["license"] == "Apache-2.0" and m["source"]["commit"] == "abc123"
+
+
+def test_fresh_bundle_verifies_clean(bundle):
+    report = verify_bundle(bundle)
+    assert report.ok, report.problems
+    assert report.problems == [] and report.warnings == []
+    assert report.files == 4 + 2 + 7
+
+
+def test_external_runtime_is_pinned_to_the_qairt_version(inputs, tmp_path):
+    b = build_bundle(spec(inputs, sdk_root=None), tmp_path).path
+    assert manifest(b)["runtime"] == {"mode": "external", "maven": "com.qualcomm.qti:qnn-runtime:2.51.0"}
+    assert not (b / "lib").exists()
+    assert verify_bundle(b).ok
+
+
+def test_flat_runtime_folder(inputs, tmp_path):
+    flat = tmp_path / "flat"
+    for p in (inputs["sdk"] / "lib").rglob("*.so"):
+        flat.mkdir(exist_ok=True)
+        shutil.copy(p, flat / p.name)
+    b = build_bundle(spec(inputs, sdk_root=None, libs_dir=flat), tmp_path / "out").path
+    assert (b / "lib/hexagon-v73/libQnnHtpV73Skel.so").is_file()
+    assert verify_bundle(b).ok
+
+
+@pytest.mark.parametrize("fmt", ["tar.gz", "zip"])
+def test_archive_verifies(inputs, tmp_path, fmt):
+    result = build_bundle(spec(inputs), tmp_path, archive_fmt=fmt)
+    assert result.archive == tmp_path / f"demo-1.0.0.{fmt}"
+    report = verify_bundle(result.archive)
+    assert report.ok, report.problems
+    assert report.files == 13
+
+
+# --- tampering: each caught, with the file named ------------------------------------------------------------------
+
+def test_flipped_byte_in_context_binary(bundle):
+    p = bundle / "npu/SM8750/enc.bin"
+    data = bytearray(p.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    p.write_bytes(bytes(data))
+    assert problems(bundle) == ["npu/SM8750/enc.bin: sha256 differs from the manifest (the file changed after "
+                                "bundling)"]
+
+
+def test_deleted_and_unlisted_files_reported_together(bundle):
+    (bundle / "cpu/dec.onnx").unlink()
+    (bundle / "npu/SM8550/notes.txt").write_text("hello")
+    found = problems(bundle)
+    assert "cpu/dec.onnx: is listed in the manifest but missing from the bundle" in found
+    assert "npu/SM8550/notes.txt: is not listed in the manifest" in found
+    assert len(found) == 2
+
+
+def test_v75_skel_in_a_v79_target(bundle, inputs):
+    rel = "lib/hexagon-v79/libQnnHtpV79Skel.so"
+    shutil.copy(inputs["sdk"] / "lib/hexagon-v75/unsigned/libQnnHtpV75Skel.so", bundle / rel)
+    rehash(bundle, rel)
+    found = problems(bundle)
+    assert any(f.startswith(rel) and "Hexagon v75 library, the manifest says v79" in f for f in found), found
+
+
+def test_two_qairt_versions(bundle):
+    rel = "lib/hexagon-v73/libQnnHtpV73Skel.so"
+    skel_lib(bundle / rel, "v73", build="v2.48.0.250101000000")
+    rehash(bundle, rel)
+    found = problems(bundle)
+    assert found == [f"{rel}: was built with QAIRT v2.48.0.250101000000, the bundle is QAIRT {BUILD}: compile and "
+                     "runtime libraries must come from one QAIRT version"]
+
+
+def test_context_binary_for_the_wrong_soc(bundle):
+    shutil.copy(bundle / "npu/SM8550/enc.bin", bundle / "npu/SM8750/enc.bin")
+    rehash(bundle, "npu/SM8750/enc.bin")
+    assert problems(bundle) == ["npu/SM8750/enc.bin: was compiled for SM8550 (v73), but target SM8750 is v79"]
+
+
+def test_android_library_checks(bundle):
+    android_lib(bundle / "lib/arm64-v8a/libQnnSystem.so", align=4096)
+    rehash(bundle, "lib/arm64-v8a/libQnnSystem.so")
+    (bundle / "lib/arm64-v8a/libQnnHtp.so").write_bytes(elf_bytes(32, 40))  # an ARM32 library
+    rehash(bundle, "lib/arm64-v8a/libQnnHtp.so")
+    (bundle / "lib/arm64-v8a/libQnnHtpV73Stub.so").write_bytes(b"\x7fELF\x02\x01")  # truncated
+    rehash(bundle, "lib/arm64-v8a/libQnnHtpV73Stub.so")
+    found = problems(bundle)
+    assert any("libQnnSystem.so: PT_LOAD alignment is 4096, Android 15+ needs >= 16384" in f for f in found)
+    assert any("libQnnHtp.so: an Android library must be ELF64 AArch64 (e_machine 183), this is ELF32 "
+               "e_machine 40" in f for f in found)
+    assert "lib/arm64-v8a/libQnnHtpV73Stub.so: is not a usable library: truncated ELF header" in found
+    assert len(found) == 3
+
+
+def test_missing_runtime_library_for_a_target(bundle):
+    m = manifest(bundle)
+    m["runtime"]["libs"] = [lib for lib in m["runtime"]["libs"] if "V79Stub" not in lib["path"]]
+    (bundle / "manifest.json").write_text(json.dumps(m))
+    (bundle / "lib/arm64-v8a/libQnnHtpV79Stub.so").unlink()
+    assert problems(bundle) == ["manifest.json: target SM8750 (v79) needs libQnnHtpV79Stub.so in the bundle's runtime"]
+
+
+def test_schema_and_format_version(bundle):
+    m = manifest(bundle)
+    m["targets"][0]["artifacts"][0]["path"] = "../escape.bin"
+    (bundle / "manifest.json").write_text(json.dumps(m))
+    assert any("manifest.json: schema: targets/0/artifacts/0/path" in f for f in problems(bundle))
+    m["format_version"] = 2
+    (bundle / "manifest.json").write_text(json.dumps(m))
+    assert problems(bundle) == ["manifest.json: " + str(bundle / "manifest.json") +
+                                " has format_version 2; this qnndeploy reads version 1; upgrade qnndeploy"]
+
+
+def test_symlink_inside_a_folder(bundle):
+    (bundle / "npu/SM8550/link.bin").symlink_to(bundle / "npu/SM8550/enc.bin")
+    assert problems(bundle) == ["npu/SM8550/link.bin: is a symlink; bundles hold regular files only"]
+
+
+def test_zip_with_dotdot_member_is_refused_before_extraction(bundle, tmp_path):
+    z = tmp_path / "evil.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.write(bundle / "manifest.json", "demo-1.0.0/manifest.json")
+        zf.writestr("demo-1.0.0/../../evil.txt", "x")
+    assert problems(z) == ["demo-1.0.0/../../evil.txt: has a '..' path segment: archive refused before extraction"]
+    assert not (tmp_path.parent / "evil.txt").exists()
+
+
+def test_tar_with_symlink_and_device_is_refused(bundle, tmp_path):
+    t = tmp_path / "evil.tar.gz"
+    with tarfile.open(t, "w:gz") as tf:
+        tf.add(bundle, "demo-1.0.0")
+        link = tarfile.TarInfo("demo-1.0.0/cpu/link.onnx")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tf.addfile(link)
+        dev = tarfile.TarInfo("demo-1.0.0/dev0")
+        dev.type = tarfile.CHRTYPE
+        tf.addfile(dev)
+        abs_member = tarfile.TarInfo("/tmp/abs.txt")
+        abs_member.size = 1
+        tf.addfile(abs_member, io.BytesIO(b"x"))
+    assert problems(t) == [
+        "demo-1.0.0/cpu/link.onnx: is a symlink or hard link: archive refused before extraction",
+        "demo-1.0.0/dev0: is a device file or FIFO: archive refused before extraction",
+        "/tmp/abs.txt: has an absolute path: archive refused before extraction"]
+
+
+# --- bad input: one-line error, nothing written -------------------------------------------------------------------
+
+def no_output(out: Path) -> bool:
+    return not out.exists() or list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(npu={"SM9999": {}}), "unknown SoC 'SM9999'"),
+    (dict(npu=None), "SoC SM8750 is given twice (as SM8750 and sm8750p)"),
+    (dict(cpu={"enc": Path("/nonexistent/enc.onnx"), "dec": None}), "CPU model for graph enc /nonexistent/enc.onnx does not exist"),
+    (dict(name="bad name"), "bundle name 'bad name' is not valid"),
+    (dict(qairt_version="2.48.0"), "was built with QAIRT v2.51.0"),
+    (dict(npu={"SM8350": {}}), "SM8350 (Snapdragon 888) has no fp16 on its HTP"),
+])
+def test_bad_input_writes_nothing(inputs, tmp_path, change, message):
+    if "npu" in change and change["npu"] is None:
+        change = dict(npu={**inputs["npu"], "sm8750p": inputs["npu"]["SM8750"]})
+    if "cpu" in change:
+        change = dict(cpu={"enc": change["cpu"]["enc"], "dec": inputs["cpu"]["dec"]})
+    out = tmp_path / "out"
+    with pytest.raises(QnnDeployError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        build_bundle(spec(inputs, **change), out)
+    assert no_output(out)
+
+
+def test_non_elf_library_in_the_sdk_is_refused(inputs, tmp_path):
+    sdk = shutil.copytree(inputs["sdk"], tmp_path / "sdk")
+    (sdk / "lib/aarch64-android/libQnnHtp.so").write_text("not a library")
+    with pytest.raises(QnnDeployError, match="lib/arm64-v8a/libQnnHtp.so: is not a usable library: not an ELF"):
+        build_bundle(spec(inputs, sdk_root=sdk), tmp_path / "out")
+    assert no_output(tmp_path / "out")
+
+
+def test_not_onnx_cpu_model(inputs, tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00\x01garbage")
+    with pytest.raises(QnnDeployError, match="is not a readable ONNX model"):
+        build_bundle(spec(inputs, cpu={"enc": bad, "dec": inputs["cpu"]["dec"]}), tmp_path / "out")
+
+
+def test_existing_bundle_needs_force(inputs, tmp_path):
+    build_bundle(spec(inputs), tmp_path)
+    with pytest.raises(QnnDeployError, match="already exists; remove it or pass --force"):
+        build_bundle(spec(inputs), tmp_path)
+    assert build_bundle(spec(inputs), tmp_path, force=True).path.is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo-1.0.0"]
+
+
+def test_interrupted_build_leaves_nothing(inputs, tmp_path, monkeypatch):
+    import qnndeploy.bundle.build as build
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(build, "write_json", boom)
+    with pytest.raises(KeyboardInterrupt):
+        build_bundle(spec(inputs), tmp_path / "out")
+    assert no_output(tmp_path / "out")
+
+
+# --- the command line ---------------------------------------------------------------------------------------------
+
+def cli_args(inputs, out: Path) -> list[str]:
+    args = ["bundle", "--name", "demo", "--version", "1.0.0", "-o", str(out), "--qnn-sdk-root", str(inputs["sdk"])]
+    args += [x for g, p in inputs["cpu"].items() for x in ("--cpu", f"{g}={p}")]
+    args += [x for soc, gs in inputs["npu"].items() for g, ps in gs.items() for x in ("--npu", f"{soc}:{g}={ps[0]}")]
+    return args
+
+
+def test_cli_bundle_then_verify(inputs, tmp_path):
+    r = CliRunner().invoke(cli, cli_args(inputs, tmp_path) + ["--archive", "zip"])
+    assert r.exit_code == 0, r.output
+    assert "targets: SM8550 (v73), SM8750 (v79)" in r.output
+    r = CliRunner().invoke(cli, ["bundle", "verify", str(tmp_path / "demo-1.0.0.zip"), "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["ok"] is True
+    (tmp_path / "demo-1.0.0/cpu/enc.onnx").write_bytes(b"changed")
+    r = CliRunner().invoke(cli, ["bundle", "verify", str(tmp_path / "demo-1.0.0")])
+    assert r.exit_code == 1
+    assert "FAIL" in r.output and "cpu/enc.onnx: has 7 bytes" in r.output
+
+
+def test_cli_errors_are_one_line(inputs, tmp_path):
+    for args in (["bundle", "--name", "x", "--version", "1", "--cpu", "enc"],
+                 ["bundle", "verify", str(tmp_path / "nothing")],
+                 cli_args(inputs, tmp_path) + ["--npu", "SM8750:enc=/missing.bin"]):
+        r = CliRunner().invoke(cli, args)
+        assert r.exit_code == 2, r.output
+        assert r.output.startswith("error: ") and r.output.count("\n") == 1, r.output
+
+
+def test_real_executable(inputs, tmp_path):
+    subprocess.run(["qnndeploy", *cli_args(inputs, tmp_path)], check=True, capture_output=True)
+    r = subprocess.run(["qnndeploy", "bundle", "verify", str(tmp_path / "demo-1.0.0")], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith("OK")
+    (tmp_path / "demo-1.0.0/records").mkdir()
+    (tmp_path / "demo-1.0.0/records/x.json").write_text("{}")
+    r = subprocess.run(["qnndeploy", "bundle", "verify", str(tmp_path / "demo-1.0.0")], capture_output=True, text=True)
+    assert r.returncode == 1 and "records/x.json: is not listed in the manifest" in r.stdout
+    assert "Traceback" not in r.stderr
