@@ -149,10 +149,13 @@ def _render_verify(report) -> None:
 @click.option("--cpu", "cpu", multiple=True, metavar="GRAPH=MODEL.onnx", help="CPU fallback model per graph.")
 @click.option("--npu", "npu", multiple=True, metavar="SOC:GRAPH=FILE",
               help="QNN context binary (.bin) of GRAPH for SOC; an EPContext _ctx.onnx may be given too.")
+@click.option("--from-build", type=click.Path(path_type=Path),
+              help="Take context binaries, CPU models and records from a `qnndeploy compile` output folder.")
 @click.option("--qnn-sdk-root", type=click.Path(path_type=Path), help="Take runtime libraries from a QAIRT SDK.")
 @click.option("--runtime-libs", type=click.Path(path_type=Path), help="Take runtime libraries from a flat folder.")
 @click.option("--qairt-version", help="QAIRT version (X.Y.Z) when the binaries do not embed it.")
-@click.option("--precision", type=click.Choice(["fp16", "w8a16", "w8a8"]), default="fp16", show_default=True)
+@click.option("--precision", type=click.Choice(["fp16", "w8a16", "w8a8"]),
+              help="Precision of the context binaries [default: fp16, or the compile records'].")
 @click.option("--source-model", type=click.Path(path_type=Path), help="The original model file (hashed).")
 @click.option("--model-name", help="Name of the source model (default: the bundle name).")
 @click.option("--commit", help="Commit of the source model.")
@@ -164,7 +167,7 @@ def _render_verify(report) -> None:
 @json_option
 @click.pass_context
 @handles_errors
-def bundle(ctx: click.Context, name, version_, cpu, npu, qnn_sdk_root, runtime_libs, qairt_version, precision,
+def bundle(ctx: click.Context, name, version_, cpu, npu, from_build, qnn_sdk_root, runtime_libs, qairt_version, precision,
            source_model, model_name, commit, license_, output, archive, force, as_json) -> None:
     """Assemble a bundle: per-SoC context binaries, CPU fallbacks, runtime libraries, manifest.json.
 
@@ -173,15 +176,17 @@ def bundle(ctx: click.Context, name, version_, cpu, npu, qnn_sdk_root, runtime_l
     """
     if ctx.invoked_subcommand is not None:
         return
-    from qnndeploy.bundle.build import BundleSpec, build_bundle
+    from qnndeploy.bundle.build import BundleSpec, build_bundle, spec_from_build
 
     if not name or not version_:
         raise QnnDeployError("bundle needs --name and --version (see qnndeploy bundle --help)")
-    spec = BundleSpec(
-        name=name, version=version_, cpu={g: Path(p) for g, p in _pairs(cpu, "--cpu", "GRAPH=model.onnx").items()},
-        npu=_npu(npu), sdk_root=qnn_sdk_root, libs_dir=runtime_libs, precision=precision,
-        qairt_version=qairt_version, source_model=model_name, source_path=source_model, commit=commit,
-        license=license_)
+    spec = spec_from_build(from_build, name, version_) if from_build else BundleSpec(name, version_, {}, {})
+    spec.cpu.update({g: Path(p) for g, p in _pairs(cpu, "--cpu", "GRAPH=model.onnx").items()})
+    for soc, graphs in _npu(npu).items():
+        spec.npu.setdefault(soc, {}).update(graphs)
+    spec.sdk_root, spec.libs_dir, spec.qairt_version = qnn_sdk_root, runtime_libs, qairt_version
+    spec.source_model, spec.source_path, spec.commit, spec.license = model_name, source_model, commit, license_
+    spec.precision = precision or spec.precision
     with byte_progress("bundling", as_json) as progress:
         result = build_bundle(spec, output, force=force, archive_fmt=archive, progress=progress)
     if as_json:

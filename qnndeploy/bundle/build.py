@@ -58,6 +58,51 @@ class BundleResult:
     warnings: list[Problem]
 
 
+def spec_from_build(build: Path, name: str, version: str) -> BundleSpec:
+    """A BundleSpec from a `compile` output folder: its successful jobs, their records and validation results."""
+    import json
+
+    build = Path(build)
+    records = sorted(build.glob("*/*/compile.json"))
+    if not records:
+        raise QnnDeployError(f"{build} holds no compile records (*/*/compile.json); run qnndeploy compile first")
+    cpu: dict[str, Path] = {}
+    npu: dict[str, dict[str, list[Path]]] = {}
+    files: dict[str, Path] = {}
+    validation: dict[str, dict] = {}
+    precisions = set()
+    for path in records:
+        try:
+            rec = json.loads(path.read_text())
+            graph, soc, status = rec["graph"], rec["soc"], rec["status"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise QnnDeployError(f"{path} is not a readable compile record: {e}") from None
+        if status != "ok":
+            continue
+        job = path.parent
+        source = Path(rec["input"]["path"])
+        if cpu.setdefault(graph, source) != source:
+            raise QnnDeployError(f"graph {graph} was compiled from two models ({cpu[graph]} and {source})")
+        npu.setdefault(soc, {})[graph] = [job / o["path"] for o in rec["outputs"]]
+        precisions.add(rec["precision"])
+        files[f"{graph}-{soc}-compile.json"] = path
+        vpath = job / "validation.json"
+        if vpath.is_file():
+            files[f"{graph}-{soc}-validation.json"] = vpath
+            v = json.loads(vpath.read_text())
+            target = validation.setdefault(soc, {"passed": True, "graphs": {}})
+            target["graphs"][graph] = {k: v.get(k) for k in ("passed", "metrics", "thresholds")}
+            target["passed"] = target["passed"] and bool(v.get("passed"))
+    if not npu:
+        raise QnnDeployError(f"{build} has no successful compile job")
+    if len(precisions) > 1:
+        raise QnnDeployError(f"{build} mixes precisions {sorted(precisions)}; bundle one precision at a time")
+    for log in sorted((build / "logs").glob("*.log")):
+        files[f"logs/{log.name}"] = log
+    return BundleSpec(name=name, version=version, cpu=cpu, npu=npu, precision=precisions.pop(), records=files,
+                      validation=validation)
+
+
 def _need_file(path: Path, what: str) -> Path:
     path = Path(path)
     if not path.is_file():
