@@ -217,5 +217,144 @@ def bundle_verify(path: Path, as_json: bool) -> None:
         sys.exit(EXIT_CHECK_FAILED)
 
 
+# --- check / prepare ----------------------------------------------------------------------------------
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} bytes"
+
+
+def _render_check(report) -> None:
+    htp = report.htp
+    click.echo(f"{report.path}: {report.verdict.upper()}")
+    n = report.parameters
+    count = f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n:,}"
+    click.echo(f"  graph {report.graph or '(unnamed)'}, opset {report.opset}, {report.nodes} nodes, "
+               f"{count} parameters ({_size(2 * n)} at fp16, {_size(n)} at 8-bit)")
+    for title, tensors in (("inputs", report.inputs), ("outputs", report.outputs)):
+        click.echo(f"  {title}:")
+        for t in tensors:
+            flags = [w for w, on in (("dynamic", t.dynamic), ("int64", t.dtype == "int64"),
+                                     ("float64", t.dtype == "float64")) if on]
+            click.echo(f"    {t.name:<28} {t.dtype:<8} {t.shape_text():<24} {' '.join(flags)}".rstrip())
+    where = f"HTP {htp.soc}" + (f" (QAIRT {htp.qairt})" if htp.qairt else "")
+    if not htp.measured:
+        click.echo(f"  {where}: not measured: {htp.reason}")
+    elif not htp.cpu_nodes:
+        click.echo(f"  {where}: all {htp.total_nodes} nodes on the HTP, {htp.qnn_partitions} HTP partition(s), "
+                   f"0 CPU partitions ({htp.seconds:.1f} s)")
+    else:
+        click.echo(f"  {where}: {len(htp.cpu_nodes)} of {htp.total_nodes} nodes on the CPU in "
+                   f"{htp.cpu_partitions} CPU partition(s), {htp.qnn_partitions} HTP partition(s)")
+        for n in htp.cpu_nodes[:20]:
+            click.echo(f"    cpu: {n.name or '(unnamed)'} ({n.op_type})")
+        if len(htp.cpu_nodes) > 20:
+            click.echo(f"    … and {len(htp.cpu_nodes) - 20} more (--json lists all)")
+    if report.findings:
+        click.echo("  findings:")
+    for f in report.findings:
+        click.echo(f"    [{f.severity}] {f.message}")
+        click.echo(f"      fix: {f.fix}")
+    if report.prepare_command:
+        click.echo(f"  fix all: {report.prepare_command}")
+        if report.placeholders:
+            click.echo(f"           (replace {', '.join(report.placeholders)} with the sizes and values your app uses)")
+    click.echo(f"  verdict: {report.verdict} (exit {report.exit_code})")
+
+
+@cli.command()
+@click.argument("models", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--soc", help="SoC whose HTP measures op support (default SM8750); also checks its fp16 support.")
+@click.option("--no-measure", is_flag=True, help="Skip the HTP partitioning (reads the graph only).")
+@json_option
+@handles_errors
+def check(models: tuple[Path, ...], soc: str | None, no_measure: bool, as_json: bool) -> None:
+    """Is each ONNX model ready for the NPU? Findings, measured HTP op support, a verdict and the fix.
+
+    \b
+    Exit codes: 0 ready; 10 fixable (`qnndeploy prepare` fixes it: the report gives
+    the command line); 11 not ready (needs a re-export); 2 bad input; 3 missing tool.
+    With several models the worst verdict decides.
+    """
+    from qnndeploy import onnxcheck
+
+    reports = [onnxcheck.check_model(m, soc=soc, measure=not no_measure) for m in models]
+    worst = max(reports, key=lambda r: r.exit_code)
+    if as_json:
+        emit_json({"verdict": worst.verdict, "exit_code": worst.exit_code, "models": reports})
+    else:
+        for i, report in enumerate(reports):
+            if i:
+                click.echo()
+            _render_check(report)
+        if len(reports) > 1:
+            click.echo(f"\noverall: {worst.verdict} (exit {worst.exit_code})")
+    sys.exit(worst.exit_code)
+
+
+def _assignments(values: tuple[str, ...], option: str, parse: Callable) -> dict:
+    out: dict = {}
+    for v in values:
+        name, value = parse(v)
+        if name in out:
+            raise QnnDeployError(f"{option} gives {name} twice")
+        out[name] = value
+    return out
+
+
+@cli.command()
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
+              help="The prepared model OUT.onnx; OUT.prepare.json is written beside it.")
+@click.option("--shape", "shapes", multiple=True, metavar="NAME=1,3,640,640", help="Fix an input's dims.")
+@click.option("--int32-inputs", is_flag=True,
+              help="Wrap int64 inputs and outputs as int32 (a Cast inside the graph, names unchanged).")
+@click.option("--freeze", multiple=True, metavar="NAME=VALUE[,VALUE…]",
+              help="Replace an input by a constant (e.g. sample_rate=16000) so what it drives folds away.")
+@click.option("--no-simplify", is_flag=True, help="Skip onnxsim; shapes are still fixed and re-inferred.")
+@click.option("--inputs", "inputs_dir", type=click.Path(path_type=Path),
+              help="Folder with NAME.npy or NAME.npz per input for the equivalence run [default: random inputs].")
+@click.option("--tolerance", type=float, default=1e-4, show_default=True,
+              help="Fail when an output's max abs diff and its rel L2 error both exceed this.")
+@click.option("--force", is_flag=True, help="Overwrite OUT.onnx.")
+@json_option
+@handles_errors
+def prepare(model: Path, out: Path, shapes: tuple[str, ...], int32_inputs: bool, freeze: tuple[str, ...],
+            no_simplify: bool, inputs_dir: Path | None, tolerance: float, force: bool, as_json: bool) -> None:
+    """Make MODEL NPU-ready: static shapes, int32 I/O, frozen settings, simplified; proven equivalent on CPU.
+
+    \b
+    Exit codes: 0 written; 1 the prepared model differs from the original beyond
+    --tolerance (nothing written); 2 bad input (nothing written); 3 missing tool.
+    """
+    from qnndeploy import prepare as stage
+
+    result = stage.prepare_model(
+        model, out, shapes=_assignments(shapes, "--shape", stage.parse_shape),
+        freeze=_assignments(freeze, "--freeze", lambda v: stage.parse_assignment(v, "--freeze")),
+        int32_inputs=int32_inputs, simplify=not no_simplify, inputs_dir=inputs_dir, tolerance=tolerance,
+        force=force)
+    if as_json:
+        emit_json(result)
+        return
+    extra = f" + {Path(result.external_data).name}" if result.external_data else ""
+    click.echo(f"wrote {result.output}{extra} and {result.record}")
+    for change in result.changes:
+        click.echo(f"  {change}")
+    for title, tensors in (("inputs", result.inputs), ("outputs", result.outputs)):
+        click.echo(f"  {title}: " + ", ".join(f"{t.name} {t.dtype} {t.shape_text()}" for t in tensors))
+    click.echo(f"  equivalence on onnxruntime CPU (inputs: {result.equivalence_inputs}; "
+               f"tolerance {result.tolerance:g}):")
+    for d in result.equivalence:
+        click.echo(f"    {d.name:<28} max abs diff {d.max_abs_diff:.2g}  rel L2 {d.rel_l2:.2g}  "
+                   f"{'ok' if d.ok else 'FAIL'}")
+    for note in result.notes:
+        click.echo(f"  note: {note}")
+    click.echo(f"next: qnndeploy check {result.output}")
+
+
+
 def main() -> None:
     cli()

@@ -15,6 +15,21 @@ from qnndeploy.errors import QnnDeployError
 
 CHUNK = 1 << 20
 
+
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()  # read once at import: os.umask can only be read by setting it, which races with threads
+
+
+def publish(tmp: Path, final: Path, mode: int = 0o666) -> None:
+    """Rename a finished temporary file into place with normal permissions (mkstemp makes it owner-only)."""
+    os.chmod(tmp, mode & ~_UMASK)
+    os.replace(tmp, final)
+
 Progress = Callable[[int], None]  # called with the number of bytes just processed
 
 
@@ -47,7 +62,7 @@ def write_json(path: Path, data: object) -> None:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=2, sort_keys=False)
             f.write("\n")
-        os.replace(tmp, path)
+        publish(Path(tmp), path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -63,6 +78,7 @@ def staging_dir(final: Path, force: bool = False) -> Iterator[Path]:
         raise QnnDeployError(f"{final} already exists; remove it or pass --force")
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.parent))
+    os.chmod(tmp, 0o777 & ~_UMASK)
     try:
         yield tmp
     except BaseException:
@@ -91,4 +107,4 @@ def staging_file(final: Path, force: bool = False) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    os.replace(tmp, final)
+    publish(tmp, final)

@@ -1,0 +1,517 @@
+"""NPU readiness of an ONNX model: what would stop a static HTP compile, measured where it can be.
+
+Findings come from reading the graph (shapes, dtypes, quantization, control flow, size) and from partitioning
+the model for the real QNN HTP backend on the host (onnxruntime-qnn): every node the HTP does not take is
+listed. The graph is read without its weights, so checking a model of many GB is quick.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from qnndeploy.errors import QnnDeployError
+
+if TYPE_CHECKING:
+    import onnx
+
+    from qnndeploy.socs import Soc
+
+# Exit codes of `qnndeploy check` (README "Exit codes").
+EXIT_READY, EXIT_FIXABLE, EXIT_NOT_READY = 0, 10, 11
+VERDICT_EXIT = {"ready": EXIT_READY, "fixable": EXIT_FIXABLE, "not ready": EXIT_NOT_READY}
+
+DEFAULT_SOC = "SM8750"
+# Above about 1 B parameters an fp16 model may not fit one HTP context (procedure.md, step 0).
+CONTEXT_PARAMS_FP16 = 1_000_000_000
+# A scalar-ish input (at most this many elements) that drives an If is a setting that can be frozen.
+FREEZABLE_NUMEL = 16
+
+QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
+             "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QGemm", "QAttention", "MatMulNBits",
+             "DynamicQuantizeLSTM", "QuantizeBFP", "DequantizeBFP"}
+CONTROL_FLOW_OPS = {"If", "Loop", "Scan"}
+# Ops whose output size depends on the data, which a fixed-size graph cannot express.
+DATA_SHAPED_OPS = {"NonZero", "Unique", "NonMaxSuppression", "Compress", "SequenceConstruct", "SequenceAt",
+                   "SequenceInsert", "SequenceErase", "SequenceEmpty", "SequenceLength", "SplitToSequence",
+                   "ConcatFromSequence", "SequenceMap", "Optional", "OptionalGetElement", "OptionalHasElement"}
+PARAM_DTYPES = {"float32", "float16", "bfloat16", "float64", "int8", "uint8", "int4", "uint4"}
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    dtype: str  # numpy name (float32, int64…), or "sequence"/"map"/"optional" for non-tensor values
+    shape: list[int | str] | None  # None: rank unknown; a str is a dynamic dim (its symbol, or "?")
+
+    @property
+    def dynamic(self) -> bool:
+        return self.shape is None or any(isinstance(d, str) for d in self.shape)
+
+    def shape_text(self) -> str:
+        return "[?]" if self.shape is None else "[" + ", ".join(str(d) for d in self.shape) + "]"
+
+
+@dataclass
+class Finding:
+    code: str  # dynamic-dims, batch, int64, float64, quantized, control-flow, data-shaped, size, no-fp16, htp
+    severity: str  # blocker (not ready), fixable (prepare fixes it), warning, info
+    message: str
+    fix: str
+
+
+@dataclass
+class CpuNode:
+    name: str
+    op_type: str
+
+
+@dataclass
+class HtpMeasurement:
+    soc: str
+    measured: bool
+    reason: str = ""  # why it was not measured, or how the compile failed
+    qairt: str = ""
+    qnn_partitions: int = 0
+    cpu_partitions: int = 0
+    cpu_nodes: list[CpuNode] = field(default_factory=list)
+    total_nodes: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class CheckReport:
+    path: str
+    graph: str
+    opset: int
+    nodes: int
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    parameters: int
+    weight_mb_fp16: float
+    weight_mb_8bit: float
+    htp: HtpMeasurement
+    findings: list[Finding]
+    prepare_command: str | None  # one line fixing every fixable finding, when there are any
+    placeholders: list[str]  # words in prepare_command to replace with the app's sizes or values (D2, VALUE…)
+    verdict: str  # ready | fixable | not ready
+
+    @property
+    def exit_code(self) -> int:
+        return VERDICT_EXIT[self.verdict]
+
+
+# --- loading --------------------------------------------------------------------------------------
+
+def load_model(path: Path, with_data: bool = False) -> onnx.ModelProto:
+    """Parse an ONNX file with a one-line error for anything that is not a whole model.
+
+    Without `with_data` the external-data weights are not read, only checked to exist.
+    """
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    path = Path(path)
+    if not path.is_file():
+        raise QnnDeployError(f"{path}: no such file")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, ValueError, RuntimeError) as e:
+        raise QnnDeployError(f"{path} is not an ONNX model or is truncated ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0] if str(e) else 'parse failed'}); re-export or re-download it"
+                             ) from None
+    if model.ir_version <= 0 or not model.opset_import or not model.graph.node:
+        raise QnnDeployError(f"{path} is not an ONNX model (no graph, opset or IR version); "
+                             "re-export or re-download it")
+    for location in sorted(external_locations(model)):
+        if not (path.parent / location).is_file():
+            raise QnnDeployError(f"{path} keeps its weights in {location}, which is missing next to it; "
+                                 "copy the model together with its data file")
+    if with_data and external_locations(model):
+        try:
+            onnx.load_external_data_for_model(model, str(path.parent))
+        except (OSError, ValueError) as e:
+            raise QnnDeployError(f"cannot read the external data of {path}: {e}") from None
+    return model
+
+
+def external_locations(model: onnx.ModelProto) -> set[str]:
+    import onnx
+
+    return {e.value for t in _all_tensors(model.graph) if t.data_location == onnx.TensorProto.EXTERNAL
+            for e in t.external_data if e.key == "location"}
+
+
+def _all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                yield from _all_graphs(attr.g)
+            for g in attr.graphs:
+                yield from _all_graphs(g)
+
+
+def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    for g in _all_graphs(graph):
+        yield from g.node
+
+
+def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Initializers and Constant values of every (sub)graph."""
+    for g in _all_graphs(graph):
+        yield from g.initializer
+        for node in g.node:
+            if node.op_type == "Constant":
+                for attr in node.attribute:
+                    if attr.HasField("t"):
+                        yield attr.t
+
+
+def dtype_name(elem_type: int) -> str:
+    import onnx
+
+    try:
+        return onnx.helper.tensor_dtype_to_np_dtype(elem_type).name
+    except (KeyError, TypeError, ValueError):
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
+
+
+def tensor_info(value: onnx.ValueInfoProto) -> TensorInfo:
+    kind = value.type.WhichOneof("value")
+    if kind != "tensor_type":
+        return TensorInfo(value.name, (kind or "unknown").replace("_type", ""), None)
+    tt = value.type.tensor_type
+    if not tt.HasField("shape"):
+        return TensorInfo(value.name, dtype_name(tt.elem_type), None)
+    dims: list[int | str] = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?")
+                             for d in tt.shape.dim]
+    return TensorInfo(value.name, dtype_name(tt.elem_type), dims)
+
+
+def real_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
+    """Graph inputs the caller feeds (old exports also list every initializer as an input)."""
+    inits = {t.name for t in graph.initializer}
+    return [v for v in graph.input if v.name not in inits]
+
+
+# --- the check ------------------------------------------------------------------------------------
+
+def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True) -> CheckReport:
+    """Read the graph, measure op support on the HTP when shapes allow, and give a verdict with fixes."""
+    from qnndeploy import socs
+
+    path = Path(path)
+    model = load_model(path)
+    graph = model.graph
+    target = soc if isinstance(soc, socs.Soc) else socs.find(soc or DEFAULT_SOC)
+    inputs = [tensor_info(v) for v in real_inputs(graph)]
+    outputs = [tensor_info(v) for v in graph.output]
+    params = sum(math.prod(t.dims) for t in _all_tensors(graph) if dtype_name(t.data_type) in PARAM_DTYPES)
+
+    opts = _PrepareOptions()
+    op_findings = _op_findings(graph, opts)  # first: inputs it freezes need no int32 wrapper
+    findings = _shape_findings(inputs, outputs, opts) + _dtype_findings(graph, inputs, outputs, opts) + op_findings
+    if params >= CONTEXT_PARAMS_FP16:
+        findings.append(Finding(
+            "size", "warning",
+            f"{params / 1e9:.2f} B parameters ({params * 2 / 1e9:.1f} GB at fp16): more than about 1 B parameters "
+            "at fp16 may not fit one HTP context",
+            "compile with 8-bit weights (w8a16), and/or split the model into several graphs"))
+    if soc is not None and not target.fp16:
+        findings.append(Finding(
+            "no-fp16", "warning",
+            f"{target.model} ({target.dsp_arch}) has no fp16 on its HTP: an fp16 build cannot run there",
+            "quantize for this SoC (8/16-bit) or leave it on the CPU path; build fp16 for v69 and newer"))
+
+    if not measure:
+        htp_result = HtpMeasurement(target.model, False, "not requested (--no-measure)")
+    elif any(i.dynamic for i in inputs):
+        htp_result = HtpMeasurement(target.model, False, "the inputs have dynamic dims; prepare the model first")
+        findings.append(Finding("htp", "info", "op support on the HTP not measured: the inputs have dynamic dims",
+                                "run prepare, then check the prepared model"))
+    else:
+        htp_result = measure_htp(path, target, graph)
+        findings += _htp_findings(htp_result)
+
+    nodes = sum(1 for n in graph.node if n.op_type != "Constant")
+    severities = {f.severity for f in findings}
+    verdict = "not ready" if "blocker" in severities else "fixable" if "fixable" in severities else "ready"
+    return CheckReport(
+        path=str(path), graph=graph.name, opset=_default_opset(model), nodes=nodes, inputs=inputs,
+        outputs=outputs, parameters=params, weight_mb_fp16=round(params * 2 / 1e6, 1),
+        weight_mb_8bit=round(params / 1e6, 1), htp=htp_result, findings=findings,
+        prepare_command=opts.command(path) if opts.needed else None, placeholders=opts.placeholders(),
+        verdict=verdict)
+
+
+def _default_opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+@dataclass
+class _PrepareOptions:
+    """The prepare options the findings call for, so the report can give one exact command line."""
+    shapes: dict[str, list[str]] = field(default_factory=dict)
+    int32: bool = False
+    freeze: list[str] = field(default_factory=list)
+    plain: bool = False  # a prepare without options fixes something (re-inferred outputs, a foldable If)
+
+    @property
+    def needed(self) -> bool:
+        return bool(self.shapes or self.int32 or self.freeze or self.plain)
+
+    def placeholders(self) -> list[str]:
+        holes = sorted({d for dims in self.shapes.values() for d in dims if not d.isdigit()})
+        return holes + (["VALUE"] if self.freeze else [])
+
+    def args(self) -> list[str]:
+        out = [a for name, dims in self.shapes.items() for a in ("--shape", f"{name}={','.join(dims)}")]
+        out += [a for name in self.freeze for a in ("--freeze", f"{name}=VALUE")]
+        return out + (["--int32-inputs"] if self.int32 else [])
+
+    def command(self, path: Path) -> str:
+        out = path.with_name(path.name.removesuffix(".onnx") + ".npu.onnx")
+        return shlex.join(["qnndeploy", "prepare", str(path), "-o", str(out), *self.args()])
+
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _shape_findings(inputs: list[TensorInfo], outputs: list[TensorInfo], opts: _PrepareOptions) -> list[Finding]:
+    findings = []
+    for info in inputs:
+        if info.dynamic:
+            dims = suggest_shape(info)
+            opts.shapes[info.name] = dims
+            holes = [d for d in dims if not d.isdigit()]
+            findings.append(Finding(
+                "dynamic-dims", "fixable",
+                f"input {info.name} has dynamic dims {info.shape_text()}: the NPU runs fixed-size graphs",
+                f"prepare --shape {info.name}={','.join(dims)}"
+                + (f" ({', '.join(holes)}: the fixed size your app feeds)" if holes else "")))
+        elif len(info.shape) >= 2 and info.shape[0] > 1:
+            findings.append(Finding(
+                "batch", "warning", f"input {info.name} has batch {info.shape[0]}: the NPU graph is run at batch 1",
+                f"prepare --shape {info.name}={','.join(['1'] + [str(d) for d in info.shape[1:]])} if the graph "
+                "allows it, else re-export with batch 1"))
+    dynamic_out = [o for o in outputs if o.dynamic]
+    if dynamic_out:
+        opts.plain = True
+        findings.append(Finding(
+            "dynamic-dims", "fixable",
+            "outputs with dynamic dims: " + ", ".join(f"{o.name} {o.shape_text()}" for o in dynamic_out),
+            "prepare infers them from fixed input shapes"))
+    return findings
+
+
+def suggest_shape(info: TensorInfo) -> list[str]:
+    """A --shape value for a dynamic input: batch 1 first, static dims kept, a named placeholder for the rest."""
+    if info.shape is None:
+        return ["D0"]
+    return [str(d) if isinstance(d, int) else "1" if i == 0 else (d.upper() if _IDENT.fullmatch(d) else f"D{i}")
+            for i, d in enumerate(info.shape)]
+
+
+def _dtype_findings(graph: onnx.GraphProto, inputs: list[TensorInfo], outputs: list[TensorInfo],
+                    opts: _PrepareOptions) -> list[Finding]:
+    findings = []
+    int64 = [t.name for t in inputs + outputs if t.dtype == "int64" and t.name not in opts.freeze]
+    if int64:
+        opts.int32 = True
+        findings.append(Finding(
+            "int64", "fixable", f"int64 inputs/outputs ({', '.join(int64)}): the HTP has no int64 tensors",
+            "prepare --int32-inputs (wraps them as int32 with a Cast inside the graph, names unchanged)"))
+    f64 = [t.name for t in inputs + outputs if t.dtype == "float64"]
+    f64 += [t.name for t in _all_tensors(graph) if dtype_name(t.data_type) == "float64"]
+    f64 += [n.name or n.op_type for n in all_nodes(graph) if n.op_type == "Cast"
+            and any(a.name == "to" and dtype_name(a.i) == "float64" for a in n.attribute)]
+    if f64:
+        findings.append(Finding(
+            "float64", "blocker",
+            f"float64 tensors ({_clip(f64)}): the HTP has no float64, these parts would run on the CPU",
+            "re-export in float32 (e.g. model.float() before torch.onnx.export)"))
+    return findings
+
+
+def _op_findings(graph: onnx.GraphProto, opts: _PrepareOptions) -> list[Finding]:
+    findings = []
+    quant = Counter(n.op_type for n in all_nodes(graph) if n.op_type in QUANT_OPS or n.op_type.startswith("QLinear"))
+    if quant:
+        findings.append(Finding(
+            "quantized", "blocker",
+            f"int8 quantization is already in the ONNX ({', '.join(f'{k} ×{v}' for k, v in quant.most_common())})",
+            "export the float model and quantize in QNN at compile time (fp16, or w8a16 for large models)"))
+    shaped = Counter(n.op_type for n in all_nodes(graph) if n.op_type in DATA_SHAPED_OPS)
+    if shaped:
+        findings.append(Finding(
+            "data-shaped", "blocker",
+            f"ops whose output size depends on the data ({', '.join(f'{k} ×{v}' for k, v in shaped.items())}): "
+            "a fixed-size graph cannot hold them",
+            "move them out of the graph (into app code, before or after the model) or re-export without them"))
+    producers = {o: n for n in graph.node for o in n.output}
+    fed = {v.name for v in real_inputs(graph)}
+    small_inputs = {v.name for v in real_inputs(graph) if _numel(tensor_info(v)) <= FREEZABLE_NUMEL}
+    for node in graph.node:
+        if node.op_type not in CONTROL_FLOW_OPS:
+            continue
+        label = f"{node.op_type} node {node.name or '(unnamed)'}"
+        drivers = _input_ancestors(node.input[0], producers, fed) if node.input else set()
+        if node.op_type == "If" and not drivers:
+            opts.plain = True
+            findings.append(Finding("control-flow", "fixable", f"{label} has a constant condition",
+                                    "prepare (simplification folds it away)"))
+        elif node.op_type == "If" and drivers <= small_inputs:
+            opts.freeze += [d for d in sorted(drivers) if d not in opts.freeze]
+            findings.append(Finding(
+                "control-flow", "fixable",
+                f"{label} is driven by the setting input(s) {', '.join(sorted(drivers))}: control flow breaks a "
+                "static compile",
+                " ".join(f"prepare --freeze {d}=VALUE" for d in sorted(drivers))
+                + " (the value your app always uses; the If folds away)"))
+        elif node.op_type == "If":
+            findings.append(Finding(
+                "control-flow", "blocker", f"{label} depends on the data: control flow breaks a static compile",
+                "re-export without it: compute both branches and select the result (torch.where)"))
+        else:
+            findings.append(Finding(
+                "control-flow", "blocker", f"{label}: a loop breaks a static compile",
+                "re-export with the loop unrolled to a fixed count, or run the loop in app code and export "
+                "its body as the graph"))
+    return findings
+
+
+def _numel(info: TensorInfo) -> float:
+    if info.dynamic:
+        return math.inf
+    return math.prod(info.shape)
+
+
+def _input_ancestors(tensor: str, producers: dict, graph_inputs: set[str]) -> set[str]:
+    """The graph inputs a tensor is computed from (initializers and constants do not count)."""
+    found, seen, todo = set(), set(), [tensor]
+    while todo:
+        name = todo.pop()
+        if name in seen or not name:
+            continue
+        seen.add(name)
+        if name in graph_inputs:
+            found.add(name)
+        elif name in producers:
+            todo.extend(producers[name].input)
+    return found
+
+
+def _clip(names: list[str], keep: int = 6) -> str:
+    names = list(dict.fromkeys(names))
+    return ", ".join(names[:keep]) + (f" and {len(names) - keep} more" if len(names) > keep else "")
+
+
+# --- measured op support --------------------------------------------------------------------------
+
+def measure_htp(path: Path, soc: Soc, graph: onnx.GraphProto | None = None) -> HtpMeasurement:
+    """Partition the model for the HTP of `soc` on the host and list every node left on the CPU.
+
+    onnxruntime-qnn compiles with CPU fallback allowed and writes an EPContext model: each EPContext node is
+    one HTP partition, every other node in it runs on the CPU. When the HTP takes nothing, no EPContext model
+    is written and every node of the graph is a CPU node.
+    """
+    import onnx
+    import onnxruntime as ort
+
+    from qnndeploy import htp
+
+    if graph is None:
+        graph = load_model(path).graph
+    total = sum(1 for n in graph.node if n.op_type != "Constant")
+    if not htp.available():
+        return HtpMeasurement(soc.model, False, "onnxruntime-qnn is not installed", total_nodes=total)
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="qnndeploy-check-") as tmp:
+        ctx = Path(tmp) / "m_ctx.onnx"
+        options = htp.session_options(soc, fp16=soc.fp16, context_path=ctx, cpu_fallback=True)
+        # Basic optimizations run before partitioning anyway; the later ones would rename the CPU nodes.
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        try:
+            with native_stdout_to_stderr():
+                ort.InferenceSession(str(path), options)
+        except Exception as e:  # onnxruntime raises its own, unexported exception types
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            return HtpMeasurement(soc.model, False, f"the HTP compile failed: {first}", qairt=htp.qairt_version(),
+                                  total_nodes=total, seconds=round(time.monotonic() - start, 2))
+        if ctx.is_file():
+            nodes = list(onnx.load(str(ctx), load_external_data=False).graph.node)
+        else:
+            nodes = [n for n in graph.node if n.op_type != "Constant"]
+    qnn = [n for n in nodes if n.op_type == "EPContext" and n.domain == "com.microsoft"]
+    cpu = [n for n in nodes if not (n.op_type == "EPContext" and n.domain == "com.microsoft")]
+    return HtpMeasurement(
+        soc.model, True, qairt=htp.qairt_version(), qnn_partitions=len(qnn), cpu_partitions=_components(cpu),
+        cpu_nodes=[CpuNode(n.name, n.op_type) for n in cpu], total_nodes=total,
+        seconds=round(time.monotonic() - start, 2))
+
+
+def _components(nodes: list) -> int:
+    """Connected groups of CPU nodes (linked by the tensors between them): each is one CPU partition."""
+    parent = list(range(len(nodes)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output}
+    for i, n in enumerate(nodes):
+        for name in n.input:
+            if name in producer:
+                parent[root(i)] = root(producer[name])
+    return len({root(i) for i in range(len(nodes))})
+
+
+def _htp_findings(m: HtpMeasurement) -> list[Finding]:
+    if not m.measured and "not installed" in m.reason:
+        return [Finding("htp", "warning", "op support on the HTP not measured: onnxruntime-qnn is not installed",
+                        "pip install onnxruntime-qnn (Linux x86-64) and check again")]
+    if not m.measured:
+        return [Finding("htp", "blocker", f"{m.reason} ({m.soc})",
+                        "re-export avoiding the ops the message names, then check again")]
+    if not m.cpu_nodes:
+        return []
+    ops = Counter(n.op_type for n in m.cpu_nodes)
+    return [Finding(
+        "htp", "blocker",
+        f"{len(m.cpu_nodes)} of {m.total_nodes} nodes would run on the CPU in {m.cpu_partitions} partition(s) "
+        f"on {m.soc} ({', '.join(f'{k} ×{v}' for k, v in ops.most_common())}): each CPU partition costs a "
+        "round trip and most of the NPU's gain",
+        "re-export replacing these ops with ones the HTP runs, or move them into app code")]
+
+
+@contextmanager
+def native_stdout_to_stderr() -> Iterator[None]:
+    """The QNN libraries print a banner on the process's stdout; send it to stderr, out of --json output.
+
+    The banner goes through C stdio's buffer, so that buffer is flushed before stdout is put back.
+    """
+    import ctypes
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        ctypes.CDLL(None).fflush(None)
+        os.dup2(saved, 1)
+        os.close(saved)

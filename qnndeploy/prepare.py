@@ -1,0 +1,561 @@
+"""Make an ONNX model NPU-ready without re-exporting it, and prove the result computes the same thing.
+
+Fixes input dims to static sizes, wraps int64 inputs/outputs as int32 (a Cast inside the graph, names
+unchanged), freezes setting inputs to constants, simplifies (onnxsim) and re-infers shapes. Then runs the
+original and the prepared model on onnxruntime CPU with the same inputs and compares every output. The work
+happens in a temporary folder beside the output: OUT.onnx (and OUT.onnx.data for external-data models) and
+OUT.prepare.json appear only when everything passed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from qnndeploy import onnxcheck
+from qnndeploy.errors import EXIT_CHECK_FAILED, EXIT_MISSING_TOOL, QnnDeployError
+from qnndeploy.onnxcheck import TensorInfo, real_inputs, tensor_info
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
+DEFAULT_TOLERANCE = 1e-4
+# Above this many bytes of weights the output keeps them in an external data file (protobuf stops at 2 GB).
+EXTERNAL_ABOVE = 1 << 30
+RANDOM_INT_HIGH = 16  # random integer inputs are drawn from [0, 16): small enough to be valid indices
+RECORD_FORMAT = 1
+
+
+@dataclass
+class OutputDiff:
+    name: str
+    shape: list[int]
+    max_abs_diff: float
+    rel_l2: float
+    ok: bool
+
+
+@dataclass
+class PrepareResult:
+    source: str
+    source_sha256: str
+    output: str
+    output_sha256: str
+    external_data: str | None  # the weights file beside the output, for models kept in external data
+    record: str
+    changes: list[str]
+    shapes: dict[str, list[int]]
+    frozen: dict[str, Any]
+    int32_wrapped: list[str]
+    simplified: bool
+    nodes_before: int
+    nodes_after: int
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    notes: list[str]  # what prepare left for `check` to flag (int64 kept, dims still dynamic, control flow)
+    equivalence_inputs: str  # "random (seed N)" or the --inputs folder
+    tolerance: float
+    equivalence: list[OutputDiff]
+    tools: dict[str, str]
+    seconds: float = 0.0
+    format: int = RECORD_FORMAT
+    kind: str = field(default="qnndeploy-prepare")
+
+
+# --- option parsing (shared by the CLI and library callers) -----------------------------------------
+
+def parse_assignment(text: str, option: str) -> tuple[str, str]:
+    name, sep, value = text.rpartition("=")
+    if not sep or not name or not value:
+        raise QnnDeployError(f"{option} {text}: expected NAME=VALUE")
+    return name, value
+
+
+def parse_shape(text: str) -> tuple[str, list[int]]:
+    """'x=1,3,640,640' or 'x=1x3x640x640' -> ('x', [1, 3, 640, 640])."""
+    name, value = parse_assignment(text, "--shape")
+    dims = []
+    for token in value.replace("x", ",").split(","):
+        if not token.strip().isdigit() or int(token) < 1:
+            raise QnnDeployError(f"--shape {text}: '{token}' is not a size; give every dim as a positive number "
+                                 "(the fixed size your app feeds)")
+        dims.append(int(token))
+    return name, dims
+
+
+def _input_names(inputs: Mapping[str, onnx.ValueInfoProto]) -> str:
+    return ", ".join(inputs) or "(none)"
+
+
+def _check_shapes(shapes: Mapping[str, Sequence[int]], inputs: Mapping[str, onnx.ValueInfoProto]
+                  ) -> dict[str, list[int]]:
+    checked = {}
+    for name, dims in shapes.items():
+        if name not in inputs:
+            raise QnnDeployError(f"--shape {name}: the model has no input {name}; its inputs: {_input_names(inputs)}")
+        dims = [int(d) for d in dims]
+        if any(d < 1 for d in dims):
+            raise QnnDeployError(f"--shape {name}: every dim must be a positive size, got {dims}")
+        info = tensor_info(inputs[name])
+        if info.shape is not None:
+            if len(info.shape) != len(dims):
+                raise QnnDeployError(f"--shape {name}: {len(dims)} dims given, but input {name} has rank "
+                                     f"{len(info.shape)} {info.shape_text()}")
+            for i, (model_dim, dim) in enumerate(zip(info.shape, dims)):
+                if isinstance(model_dim, int) and model_dim != dim:
+                    raise QnnDeployError(f"--shape {name}: dim {i} is fixed at {model_dim} in the model, "
+                                         f"not {dim} ({info.shape_text()})")
+        checked[name] = dims
+    return checked
+
+
+def _freeze_values(freeze: Mapping[str, Any], inputs: Mapping[str, onnx.ValueInfoProto],
+                   shapes: Mapping[str, list[int]]) -> dict[str, np.ndarray]:
+    """Turn each --freeze value into an array of the input's dtype and shape, or say why it does not fit."""
+    import numpy as np
+
+    values = {}
+    for name, raw in freeze.items():
+        if name not in inputs:
+            raise QnnDeployError(f"--freeze {name}: the model has no input {name}; its inputs: "
+                                 f"{_input_names(inputs)}")
+        info = tensor_info(inputs[name])
+        try:
+            dtype = np.dtype(info.dtype)
+        except TypeError:
+            raise QnnDeployError(f"--freeze {name}: inputs of type {info.dtype} cannot be frozen") from None
+        array = _parse_values(name, raw, dtype, info.dtype)
+        shape = shapes.get(name)
+        if shape is None and info.shape is not None:
+            if not info.dynamic:
+                shape = info.shape
+            elif len(info.shape) == 1:  # a list of any length
+                shape = [array.size]
+        if shape is None:
+            raise QnnDeployError(f"--freeze {name}: input {name} has dynamic dims {info.shape_text()}; "
+                                 f"give its size with --shape {name}=... too")
+        if array.size != math.prod(shape):
+            raise QnnDeployError(f"--freeze {name}: {array.size} value(s) given, input {name} {list(shape)} "
+                                 f"holds {math.prod(shape)}")
+        values[name] = array.reshape(shape)
+    return values
+
+
+def _parse_values(name: str, raw: Any, dtype: np.dtype, dtype_label: str) -> np.ndarray:
+    import numpy as np
+
+    if not isinstance(raw, str):  # library callers may pass numbers or arrays
+        array = np.asarray(raw)
+        cast = array.astype(dtype)
+        if not np.array_equal(cast.astype(array.dtype), array):
+            raise QnnDeployError(f"--freeze {name}: the value does not fit input {name} ({dtype_label})")
+        return cast
+    out = []
+    for token in (t.strip() for t in raw.split(",")):
+        try:
+            if dtype.kind == "b":
+                if token.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError
+                out.append(token.lower() in ("true", "1"))
+            elif dtype.kind in "iu":
+                number = int(token)
+                info = np.iinfo(dtype)
+                if not info.min <= number <= info.max:
+                    raise ValueError
+                out.append(number)
+            elif dtype.kind == "f":
+                out.append(float(token))
+            else:
+                raise ValueError
+        except ValueError:
+            raise QnnDeployError(f"--freeze {name}={raw}: '{token}' is not a valid {dtype_label} value "
+                                 f"(input {name} is {dtype_label})") from None
+    return np.array(out, dtype=dtype)
+
+
+# --- graph edits ----------------------------------------------------------------------------------
+
+def _set_static(value: onnx.ValueInfoProto, dims: Sequence[int]) -> None:
+    shape = value.type.tensor_type.shape
+    shape.ClearField("dim")
+    for d in dims:
+        shape.dim.add().dim_value = int(d)
+
+
+def _freeze(graph: onnx.GraphProto, values: Mapping[str, np.ndarray]) -> None:
+    from onnx import numpy_helper
+
+    keep = [v for v in graph.input if v.name not in values]
+    graph.ClearField("input")
+    graph.input.extend(keep)
+    for name, array in values.items():
+        graph.initializer.append(numpy_helper.from_array(array, name))
+
+
+def _unique(graph: onnx.GraphProto, base: str) -> str:
+    used = {n for node in onnxcheck.all_nodes(graph) for n in (*node.input, *node.output)}
+    used |= {v.name for v in (*graph.input, *graph.output, *graph.initializer)}
+    name, i = base, 1
+    while name in used:
+        name, i = f"{base}_{i}", i + 1
+    return name
+
+
+def _rename_uses(graph: onnx.GraphProto, old: str, new: str, outputs_too: bool = False) -> None:
+    """Point every consumer (in subgraphs too) of tensor `old` at `new`; with outputs_too, its producer as well."""
+    for node in onnxcheck.all_nodes(graph):
+        for i, name in enumerate(node.input):
+            if name == old:
+                node.input[i] = new
+        if outputs_too:
+            for i, name in enumerate(node.output):
+                if name == old:
+                    node.output[i] = new
+
+
+def _wrap_int64(graph: onnx.GraphProto) -> list[str]:
+    """int64 graph inputs become int32 inputs cast to int64 inside; int64 outputs are cast to int32 at the end."""
+    from onnx import TensorProto, helper
+
+    wrapped = []
+    casts_in = []
+    for value in real_inputs(graph):
+        if value.type.tensor_type.elem_type == TensorProto.INT64:
+            inner = _unique(graph, f"{value.name}_int64")
+            _rename_uses(graph, value.name, inner)
+            casts_in.append(helper.make_node("Cast", [value.name], [inner], to=TensorProto.INT64,
+                                             name=_unique(graph, f"{value.name}_to_int64")))
+            value.type.tensor_type.elem_type = TensorProto.INT32
+            wrapped.append(value.name)
+    graph_inputs = {v.name for v in graph.input}
+    for value in graph.output:
+        if value.type.tensor_type.elem_type == TensorProto.INT64 and value.name not in graph_inputs:
+            inner = _unique(graph, f"{value.name}_int64")
+            _rename_uses(graph, value.name, inner, outputs_too=True)
+            for init in graph.initializer:
+                if init.name == value.name:
+                    init.name = inner
+            graph.node.append(helper.make_node("Cast", [inner], [value.name], to=TensorProto.INT32,
+                                               name=_unique(graph, f"{value.name}_to_int32")))
+            value.type.tensor_type.elem_type = TensorProto.INT32
+            wrapped.append(value.name)
+    for i, cast in enumerate(casts_in):
+        graph.node.insert(i, cast)
+    return wrapped
+
+
+def _clear_inferred(graph: onnx.GraphProto) -> None:
+    """Drop stale intermediate shapes and unknown output dims, so shape inference fills them from the inputs."""
+    graph.ClearField("value_info")
+    for value in graph.output:
+        for d in value.type.tensor_type.shape.dim:
+            if not (d.HasField("dim_value") and d.dim_value > 0):
+                d.Clear()
+
+
+def _tensor_bytes(model: onnx.ModelProto) -> int:
+    import numpy as np
+
+    total = 0
+    for t in model.graph.initializer:
+        try:
+            total += math.prod(t.dims) * np.dtype(onnxcheck.dtype_name(t.data_type)).itemsize
+        except TypeError:
+            pass
+    return total
+
+
+def _save(model: onnx.ModelProto, path: Path, external: bool) -> None:
+    import onnx
+
+    if external:
+        onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=path.name + ".data", size_threshold=1024)
+    else:
+        onnx.save(model, str(path))
+
+
+def _simplify(src: Path, dst: Path) -> None:
+    try:
+        import onnxsim
+    except ImportError:
+        raise QnnDeployError("onnxsim is not installed: pip install onnxsim, or pass --no-simplify",
+                             EXIT_MISSING_TOOL) from None
+
+    try:
+        with onnxcheck.native_stdout_to_stderr():
+            _, ok = onnxsim.simplify(str(src), output_path=str(dst))
+    except Exception as e:  # onnxsim raises many types, from Python and from its C++ core
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise QnnDeployError(f"simplification failed ({first}); retry with --no-simplify") from None
+    if not ok or not dst.is_file():
+        raise QnnDeployError("simplification failed its own check; retry with --no-simplify")
+
+
+def _infer_and_save(src: Path, dst: Path, work: Path, external: bool) -> None:
+    """Re-infer every shape from the now static inputs, then write the final model."""
+    import onnx
+
+    model = onnx.load(str(src), load_external_data=False)
+    _clear_inferred(model.graph)
+    shaped = work / "shaped.onnx"  # beside src, so its external data references still resolve
+    onnx.save(model, str(shaped))
+    for kwargs in ({"data_prop": True}, {}):
+        try:
+            onnx.shape_inference.infer_shapes_path(str(shaped), str(shaped), **kwargs)
+            break
+        except Exception:  # custom-domain ops can stop onnx's inference; keep the shapes we have
+            continue
+    model = onnx.load(str(shaped))
+    _save(model, dst, external)
+
+
+# --- equivalence ----------------------------------------------------------------------------------
+
+def _cpu_session(path: Path, what: str, hint: str = ""):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime's exception types are not exported
+        raise QnnDeployError(f"{what} does not load in onnxruntime: {_first_line(e)}{hint}") from None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _feeds(specs: list[TensorInfo], shapes: Mapping[str, list[int]], inputs_dir: Path | None,
+           seed: int) -> dict[str, np.ndarray]:
+    """One value per original input: from --inputs DIR (NAME.npy or NAME.npz), else random in a safe range."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for spec in specs:
+        dtype, shape = np.dtype(spec.dtype), shapes[spec.name]
+        if inputs_dir is not None:
+            feeds[spec.name] = _read_input(inputs_dir, spec, dtype, shape)
+        elif dtype.kind == "f":
+            feeds[spec.name] = rng.uniform(-1, 1, shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[spec.name] = rng.integers(0, 2, shape).astype(bool)
+        elif dtype.kind in "iu":
+            feeds[spec.name] = rng.integers(0, min(RANDOM_INT_HIGH, np.iinfo(dtype).max), shape).astype(dtype)
+        else:
+            raise QnnDeployError(f"input {spec.name} is {spec.dtype}: give real inputs with --inputs DIR")
+    return feeds
+
+
+def _read_input(folder: Path, spec: TensorInfo, dtype: np.dtype, shape: list[int]) -> np.ndarray:
+    import numpy as np
+
+    stem = spec.name.replace("/", "_").replace(":", "_")
+    files = [folder / f"{stem}.npy", folder / f"{stem}.npz"]
+    found = next((f for f in files if f.is_file()), None)
+    if found is None:
+        raise QnnDeployError(f"--inputs {folder}: no {files[0].name} or {files[1].name} for input {spec.name}")
+    try:
+        loaded = np.load(found, allow_pickle=False)
+        array = loaded[loaded.files[0]] if found.suffix == ".npz" else loaded
+    except (OSError, ValueError, IndexError) as e:
+        raise QnnDeployError(f"cannot read {found}: {e}") from None
+    if array.dtype != dtype:
+        raise QnnDeployError(f"{found} holds {array.dtype}, input {spec.name} takes {dtype}")
+    if list(array.shape) != list(shape):
+        raise QnnDeployError(f"{found} has shape {list(array.shape)}, the prepared input {spec.name} is {shape}")
+    return array
+
+
+def _compare(name: str, want: np.ndarray, got: np.ndarray, tolerance: float) -> OutputDiff:
+    import numpy as np
+
+    if want.shape != got.shape:
+        raise QnnDeployError(f"the prepared model's output {name} has shape {list(got.shape)}, the original's "
+                             f"{list(want.shape)}; nothing written", EXIT_CHECK_FAILED)
+    a, b = want.astype(np.float64), got.astype(np.float64)
+    same_nan = np.array_equal(np.isnan(a), np.isnan(b))
+    diff = np.abs(np.nan_to_num(a - b, nan=0.0)) if same_nan else np.full(a.shape, np.inf)
+    max_abs = float(diff.max()) if diff.size else 0.0
+    norm = float(np.linalg.norm(np.nan_to_num(a)))
+    err = float(np.linalg.norm(diff))
+    rel = err / norm if norm > 0 else (0.0 if err == 0 else math.inf)
+    return OutputDiff(name, list(got.shape), max_abs, rel, max_abs <= tolerance or rel <= tolerance)
+
+
+def _equivalence(original: Path, prepared: Path, specs: list[TensorInfo], shapes: dict[str, list[int]],
+                 frozen: Mapping[str, np.ndarray], inputs_dir: Path | None, tolerance: float,
+                 seed: int) -> list[OutputDiff]:
+    import numpy as np
+
+    live = [s for s in specs if s.name not in frozen]
+    feeds = _feeds(live, shapes, inputs_dir, seed)
+    hint = "" if inputs_dir else "; give real inputs with --inputs DIR"
+    before = _cpu_session(original, f"the original model {original.name}")
+    after = _cpu_session(prepared, "the prepared model")
+    try:
+        want = before.run(None, {**feeds, **frozen})
+    except Exception as e:
+        raise QnnDeployError(f"the original model fails on these inputs: {_first_line(e)}{hint}") from None
+    prepared_types = {i.name: i.type for i in after.get_inputs()}
+    cast = {"tensor(int32)": np.int32}
+    try:
+        got = after.run(None, {k: v.astype(cast.get(prepared_types[k], v.dtype)) for k, v in feeds.items()})
+    except Exception as e:
+        raise QnnDeployError(f"the prepared model fails where the original ran: {_first_line(e)}") from None
+    names = [o.name for o in before.get_outputs()]
+    result = dict(zip([o.name for o in after.get_outputs()], got))
+    return [_compare(n, w, result[n], tolerance) for n, w in zip(names, want)]
+
+
+# --- the stage ------------------------------------------------------------------------------------
+
+def record_path(out: Path) -> Path:
+    """OUT.onnx -> OUT.prepare.json"""
+    return out.with_name(out.name.removesuffix(".onnx") + ".prepare.json")
+
+
+def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] | None = None,
+                  int32_inputs: bool = False, freeze: Mapping[str, Any] | None = None, simplify: bool = True,
+                  inputs_dir: Path | None = None, tolerance: float = DEFAULT_TOLERANCE, force: bool = False,
+                  seed: int = 0) -> PrepareResult:
+    """Write OUT.onnx (+ OUT.prepare.json) from SRC with static shapes, int32 I/O and frozen settings.
+
+    Raises QnnDeployError (nothing written) on bad options or when an output differs beyond `tolerance`
+    (max abs diff and rel L2 both above it).
+    """
+    import onnx
+
+    from qnndeploy import __version__
+    from qnndeploy.fileio import sha256_file, write_json
+
+    start = time.monotonic()
+    src, out = Path(src), Path(out)
+    if out.suffix != ".onnx":
+        raise QnnDeployError(f"-o {out}: the output name must end in .onnx")
+    if out.exists() and out.resolve() == src.resolve():
+        raise QnnDeployError(f"-o {out} is the source model; write the prepared model to a new file")
+    if out.exists() and not force:
+        raise QnnDeployError(f"{out} already exists; remove it or pass --force")
+    if inputs_dir is not None and not Path(inputs_dir).is_dir():
+        raise QnnDeployError(f"--inputs {inputs_dir}: no such folder")
+
+    model = onnxcheck.load_model(src)
+    source_external = bool(onnxcheck.external_locations(model))
+    specs = [tensor_info(v) for v in real_inputs(model.graph)]
+    edits = _edit(model.graph, shapes or {}, freeze or {}, int32_inputs)
+    if source_external:
+        onnx.load_external_data_for_model(model, str(src.parent))
+    external = source_external or _tensor_bytes(model) > EXTERNAL_ABOVE
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        stage = work / "edited.onnx"
+        _save(model, stage, external)
+        del model
+        if simplify:
+            _simplify(stage, work / "simplified.onnx")
+            stage = work / "simplified.onnx"
+        final = work / out.name
+        _infer_and_save(stage, final, work, external)
+        prepared = onnxcheck.load_model(final).graph
+        nodes_after = sum(1 for n in prepared.node if n.op_type != "Constant")
+        if simplify:
+            edits.changes.append(f"simplified with onnxsim: {edits.nodes_before} -> {nodes_after} nodes")
+        diffs = _equivalence(src, final, specs, edits.feed_shapes, edits.frozen, inputs_dir, tolerance, seed)
+        bad = [d for d in diffs if not d.ok]
+        if bad:
+            raise QnnDeployError(
+                "the prepared model differs from the original: "
+                + "; ".join(f"{d.name} max abs diff {d.max_abs_diff:.3g}, rel L2 {d.rel_l2:.3g}" for d in bad)
+                + f" (tolerance {tolerance:g}); nothing written", EXIT_CHECK_FAILED)
+
+        data, out_data = final.with_name(final.name + ".data"), out.with_name(out.name + ".data")
+        p_inputs = [tensor_info(v) for v in real_inputs(prepared)]
+        p_outputs = [tensor_info(v) for v in prepared.output]
+        result = PrepareResult(
+            source=str(src), source_sha256=sha256_file(src), output=str(out), output_sha256=sha256_file(final),
+            external_data=str(out_data) if data.is_file() else None, record=str(record_path(out)),
+            changes=edits.changes, shapes=edits.shapes, frozen={k: v.tolist() for k, v in edits.frozen.items()},
+            int32_wrapped=edits.wrapped, simplified=simplify, nodes_before=edits.nodes_before,
+            nodes_after=nodes_after, inputs=p_inputs, outputs=p_outputs, notes=_notes(prepared, p_inputs, p_outputs),
+            equivalence_inputs=str(inputs_dir) if inputs_dir else f"random (seed {seed})", tolerance=tolerance,
+            equivalence=diffs, tools=_tool_versions(__version__), seconds=round(time.monotonic() - start, 2))
+        # The model file lands last: a present OUT.onnx always has its data and record.
+        if data.is_file():
+            data.chmod(final.stat().st_mode & 0o777)  # onnx creates external data files owner-only
+            os.replace(data, out_data)
+        elif force and out_data.is_file():
+            out_data.unlink()  # left over from an earlier external-data output of the same name
+        write_json(record_path(out), asdict(result))
+        os.replace(final, out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+@dataclass
+class _Edits:
+    changes: list[str]
+    shapes: dict[str, list[int]]
+    frozen: dict[str, np.ndarray]
+    wrapped: list[str]
+    feed_shapes: dict[str, list[int]]  # the static shape of every input still fed
+    nodes_before: int
+
+
+def _edit(graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]], freeze: Mapping[str, Any],
+          int32_inputs: bool) -> _Edits:
+    """Validate the options against the graph, then fix shapes, freeze inputs and wrap int64, in place."""
+    inputs = {v.name: v for v in real_inputs(graph)}
+    shapes = _check_shapes(shapes, inputs)
+    frozen = _freeze_values(freeze, inputs, shapes)
+    nodes_before = sum(1 for n in graph.node if n.op_type != "Constant")
+    changes = []
+    for name, dims in shapes.items():
+        changes.append(f"input {name}: {tensor_info(inputs[name]).shape_text()} -> {dims}")
+        _set_static(inputs[name], dims)
+    changes += [f"input {name} frozen to {value.tolist()} (now a constant)" for name, value in frozen.items()]
+    _freeze(graph, frozen)
+    live = [tensor_info(v) for v in real_inputs(graph)]
+    for info in live:
+        if info.dynamic:
+            raise QnnDeployError(f"input {info.name} has dynamic dims {info.shape_text()}: give its fixed size, "
+                                 f"e.g. --shape {info.name}={','.join(onnxcheck.suggest_shape(info))}")
+    wrapped = _wrap_int64(graph) if int32_inputs else []
+    changes += [f"{'input' if n in inputs else 'output'} {n}: int64 -> int32 (Cast inside the graph)"
+                for n in wrapped]
+    _clear_inferred(graph)
+    return _Edits(changes, shapes, frozen, wrapped, {i.name: list(i.shape) for i in live}, nodes_before)
+
+
+def _notes(graph: onnx.GraphProto, inputs: list[TensorInfo], outputs: list[TensorInfo]) -> list[str]:
+    """What prepare left for `check` to flag."""
+    notes = [f"{t.name} is still int64: pass --int32-inputs" for t in inputs + outputs if t.dtype == "int64"]
+    notes += [f"output {t.name} still has dynamic dims {t.shape_text()}" for t in outputs if t.dynamic]
+    return notes + [f"{n.op_type} node {n.name} is still in the graph: run check" for n in graph.node
+                    if n.op_type in onnxcheck.CONTROL_FLOW_OPS]
+
+
+def _tool_versions(own: str) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    tools = {"qnndeploy": own}
+    for name in ("onnx", "onnxruntime", "onnxsim"):
+        try:
+            tools[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return tools

@@ -1,0 +1,154 @@
+"""Small synthetic ONNX models, one per readiness finding, built with onnx.helper so each edge case is exact.
+
+Every function returns a ModelProto (or writes files and returns the model path) and is deterministic.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
+
+OPSET = 17
+
+
+def _model(nodes, inputs, outputs, inits=(), name="g") -> onnx.ModelProto:
+    graph = h.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", OPSET)], producer_name="synth_models")
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    return model
+
+
+def _weight(name: str, shape, seed: int = 0, dtype=np.float32) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.random.default_rng(seed).standard_normal(shape).astype(dtype), name)
+
+
+def _vi(name, elem, shape):
+    return h.make_tensor_value_info(name, elem, shape)
+
+
+def static_mlp(batch: int | str = 1, width: int = 8) -> onnx.ModelProto:
+    """MatMul + Add + Relu on [batch, 16]: ready when batch is 1; `batch="N"` makes the first dim dynamic."""
+    return _model(
+        [h.make_node("MatMul", ["x", "W"], ["a"], name="mm"),
+         h.make_node("Add", ["a", "B"], ["b"], name="add"),
+         h.make_node("Relu", ["b"], ["y"], name="relu")],
+        [_vi("x", T.FLOAT, [batch, 16])], [_vi("y", T.FLOAT, [batch, width])],
+        [_weight("W", [16, width]), _weight("B", [width], 1)], name="mlp")
+
+
+def int64_io() -> onnx.ModelProto:
+    """Token ids in (int64), embedding lookup, argmax out (int64): both ends need int32 wrappers."""
+    return _model(
+        [h.make_node("Gather", ["E", "ids"], ["e"], name="embed"),
+         h.make_node("Relu", ["e"], ["emb"], name="relu"),
+         h.make_node("ArgMax", ["emb"], ["best"], axis=-1, keepdims=0, name="argmax")],
+        [_vi("ids", T.INT64, [1, 8])],
+        [_vi("emb", T.FLOAT, [1, 8, 16]), _vi("best", T.INT64, [1, 8])],
+        [_weight("E", [32, 16])], name="embed")
+
+
+def if_on_scalar_input() -> onnx.ModelProto:
+    """An If driven by a scalar `sample_rate` input: freezing that input folds the If away."""
+    then_branch = h.make_graph([h.make_node("Relu", ["x"], ["t"], name="then_relu")], "then", [],
+                               [_vi("t", T.FLOAT, [1, 4])])
+    else_branch = h.make_graph([h.make_node("Neg", ["x"], ["e"], name="else_neg")], "else", [],
+                               [_vi("e", T.FLOAT, [1, 4])])
+    return _model(
+        [h.make_node("Equal", ["sample_rate", "sr16k"], ["is16k"], name="eq"),
+         h.make_node("If", ["is16k"], ["y"], then_branch=then_branch, else_branch=else_branch, name="branch")],
+        [_vi("x", T.FLOAT, [1, 4]), _vi("sample_rate", T.INT64, [])], [_vi("y", T.FLOAT, [1, 4])],
+        [numpy_helper.from_array(np.array(16000, np.int64), "sr16k")], name="if_sr")
+
+
+def if_on_data() -> onnx.ModelProto:
+    """An If whose condition is computed from the data tensor itself: no freeze can remove it."""
+    then_branch = h.make_graph([h.make_node("Relu", ["x"], ["t"], name="then_relu")], "then", [],
+                               [_vi("t", T.FLOAT, [1, 64])])
+    else_branch = h.make_graph([h.make_node("Neg", ["x"], ["e"], name="else_neg")], "else", [],
+                               [_vi("e", T.FLOAT, [1, 64])])
+    return _model(
+        [h.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="sum"),
+         h.make_node("Greater", ["s", "zero"], ["pos"], name="gt"),
+         h.make_node("If", ["pos"], ["y"], then_branch=then_branch, else_branch=else_branch, name="branch")],
+        [_vi("x", T.FLOAT, [1, 64])], [_vi("y", T.FLOAT, [1, 64])],
+        [numpy_helper.from_array(np.array(0, np.float32), "zero")], name="if_data")
+
+
+def qdq() -> onnx.ModelProto:
+    """int8 quantization already in the ONNX: QuantizeLinear/DequantizeLinear around a MatMul."""
+    return _model(
+        [h.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q_x"),
+         h.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="dq_x"),
+         h.make_node("DequantizeLinear", ["Wq", "ws", "z"], ["Wd"], name="dq_w"),
+         h.make_node("MatMul", ["xd", "Wd"], ["y"], name="mm")],
+        [_vi("x", T.FLOAT, [1, 16])], [_vi("y", T.FLOAT, [1, 8])],
+        [numpy_helper.from_array(np.array(0.02, np.float32), "s"),
+         numpy_helper.from_array(np.array(0.01, np.float32), "ws"),
+         numpy_helper.from_array(np.array(128, np.uint8), "z"),
+         numpy_helper.from_array(np.random.default_rng(0).integers(0, 255, (16, 8)).astype(np.uint8), "Wq")],
+        name="qdq")
+
+
+def float64() -> onnx.ModelProto:
+    """A double-precision model: the HTP has no float64."""
+    return _model(
+        [h.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
+        [_vi("x", T.DOUBLE, [1, 16])], [_vi("y", T.DOUBLE, [1, 8])], [_weight("W", [16, 8], dtype=np.float64)],
+        name="f64")
+
+
+def unsupported_op() -> onnx.ModelProto:
+    """MatMul -> Det (no HTP kernel) and MatMul -> Relu: one node must stay on CPU."""
+    return _model(
+        [h.make_node("MatMul", ["x", "W"], ["a"], name="mm"),
+         h.make_node("Det", ["a"], ["d"], name="determinant"),
+         h.make_node("Relu", ["a"], ["r"], name="relu")],
+        [_vi("x", T.FLOAT, [1, 8, 8])], [_vi("d", T.FLOAT, [1]), _vi("r", T.FLOAT, [1, 8, 8])],
+        [_weight("W", [8, 8])], name="det")
+
+
+def only_unsupported() -> onnx.ModelProto:
+    """Nothing the HTP runs: the partitioner keeps the whole graph on the CPU."""
+    return _model([h.make_node("Det", ["x"], ["d"], name="determinant")],
+                  [_vi("x", T.FLOAT, [1, 8, 8])], [_vi("d", T.FLOAT, [1])], name="det_only")
+
+
+def save_with_external_data(model: onnx.ModelProto, path: Path) -> Path:
+    """Save with every initializer in a side file, the layout of models over 2 GB (`model` is left as it was)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    onnx.save(copy, path, save_as_external_data=True, all_tensors_to_one_file=True,
+              location=path.name + ".weights", size_threshold=0)
+    return path
+
+
+def large_embedding(path: Path, rows: int = 1_100_000, dim: int = 1024) -> Path:
+    """A 1.1 B-parameter embedding table in external data, written as a sparse file (no real disk use).
+
+    The ids input has a dynamic batch so `check` reads only the graph (sizes come from the tensor dims).
+    """
+    table = T()
+    table.name = "E"
+    table.data_type = T.FLOAT
+    table.dims.extend([rows, dim])
+    table.data_location = T.EXTERNAL
+    data = path.with_name(path.name + ".weights")
+    nbytes = rows * dim * 4
+    for key, value in (("location", data.name), ("offset", "0"), ("length", str(nbytes))):
+        entry = table.external_data.add()
+        entry.key, entry.value = key, value
+    graph = h.make_graph([h.make_node("Gather", ["E", "ids"], ["y"], name="embed")], "big",
+                         [_vi("ids", T.INT64, ["batch", 8])], [_vi("y", T.FLOAT, ["batch", 8, dim])],
+                         initializer=[table])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", OPSET)])
+    model.ir_version = 9
+    with open(data, "wb") as f:
+        f.truncate(nbytes)
+    onnx.save(model, path)
+    return path

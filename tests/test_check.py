@@ -1,0 +1,202 @@
+"""`qnndeploy check`: one synthetic graph per finding, op support measured on the real QNN HTP backend
+(onnxruntime-qnn), the PP-OCR models' dynamic dims, and bad input. The prepared PP-OCR models are checked in
+test_prepare.py, where they are made."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import onnx
+import pytest
+import synth_models as sm
+from click.testing import CliRunner
+from conftest import require
+from ppocr import model_path
+
+from qnndeploy import htp, onnxcheck
+from qnndeploy.cli import cli
+from qnndeploy.errors import QnnDeployError
+
+
+def save(tmp_path, model, name="m.onnx"):
+    path = tmp_path / name
+    onnx.save(model, path)
+    return path
+
+
+def codes(report, severity=None):
+    return {f.code for f in report.findings if severity is None or f.severity == severity}
+
+
+@pytest.fixture
+def qnn():
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP backend)")
+
+
+def test_static_float_model_is_ready_and_fully_on_the_htp(tmp_path, qnn):
+    report = onnxcheck.check_model(save(tmp_path, sm.static_mlp()))
+    assert report.verdict == "ready" and report.exit_code == 0
+    assert report.findings == []
+    assert report.htp.measured and report.htp.soc == "SM8750" and report.htp.qairt == htp.qairt_version()
+    assert report.htp.qnn_partitions == 1 and report.htp.cpu_partitions == 0 and report.htp.cpu_nodes == []
+    assert report.parameters == 16 * 8 + 8
+
+
+def test_dynamic_batch_is_fixable_and_measurement_waits_for_prepare(tmp_path):
+    path = save(tmp_path, sm.static_mlp("N"))
+    report = onnxcheck.check_model(path)
+    assert report.verdict == "fixable" and report.exit_code == 10
+    assert report.inputs[0].dynamic and report.inputs[0].shape == ["N", 16]
+    assert "dynamic-dims" in codes(report, "fixable")
+    assert not report.htp.measured and "prepare" in report.htp.reason
+    assert report.prepare_command == f"qnndeploy prepare {path} -o {tmp_path / 'm.npu.onnx'} --shape x=1,16"
+
+
+def test_static_batch_above_one_is_a_warning_only(tmp_path, qnn):
+    report = onnxcheck.check_model(save(tmp_path, sm.static_mlp(4)))
+    assert codes(report) == {"batch"} and report.verdict == "ready"
+    assert "--shape x=1,16" in report.findings[0].fix
+
+
+def test_int64_inputs_and_outputs_ask_for_int32_wrappers(tmp_path, qnn):
+    report = onnxcheck.check_model(save(tmp_path, sm.int64_io()))
+    (finding,) = [f for f in report.findings if f.code == "int64"]
+    assert finding.severity == "fixable" and "ids" in finding.message and "best" in finding.message
+    assert report.verdict == "fixable" and report.prepare_command.endswith("--int32-inputs")
+
+
+def test_if_driven_by_a_setting_input_is_fixed_by_freezing_it(tmp_path, qnn):
+    report = onnxcheck.check_model(save(tmp_path, sm.if_on_scalar_input()))
+    (finding,) = [f for f in report.findings if f.code == "control-flow"]
+    assert finding.severity == "fixable" and "sample_rate" in finding.message
+    assert report.prepare_command.endswith("--freeze sample_rate=VALUE")  # frozen: no int32 wrapper needed
+    assert report.placeholders == ["VALUE"]
+    assert "int64" not in codes(report)
+
+
+def test_if_driven_by_the_data_is_not_ready(tmp_path, qnn):
+    report = onnxcheck.check_model(save(tmp_path, sm.if_on_data()))
+    assert "control-flow" in codes(report, "blocker")
+    assert report.verdict == "not ready" and report.exit_code == 11 and report.prepare_command is None
+
+
+def test_qdq_quantization_in_the_onnx_is_not_ready(tmp_path, qnn):
+    report = onnxcheck.check_model(save(tmp_path, sm.qdq()))
+    (finding,) = [f for f in report.findings if f.code == "quantized"]
+    assert "DequantizeLinear ×2" in finding.message and "QuantizeLinear ×1" in finding.message
+    assert "quantize in QNN" in finding.fix and report.verdict == "not ready"
+
+
+def test_float64_is_flagged_and_measured_on_the_cpu(tmp_path, qnn):
+    report = onnxcheck.check_model(save(tmp_path, sm.float64()))
+    assert "float64" in codes(report, "blocker")
+    assert [(n.name, n.op_type) for n in report.htp.cpu_nodes] == [("mm", "MatMul")]
+
+
+def test_measured_cpu_nodes_are_listed_with_their_partitions(tmp_path, qnn):
+    report = onnxcheck.check_model(save(tmp_path, sm.unsupported_op()))
+    assert [(n.name, n.op_type) for n in report.htp.cpu_nodes] == [("determinant", "Det")]
+    assert report.htp.qnn_partitions == 1 and report.htp.cpu_partitions == 1 and report.htp.total_nodes == 3
+    assert codes(report) == {"htp"} and report.verdict == "not ready"
+
+
+def test_a_model_the_htp_takes_nothing_of_is_all_cpu(tmp_path, qnn):
+    report = onnxcheck.check_model(save(tmp_path, sm.only_unsupported()))
+    assert report.htp.measured and report.htp.qnn_partitions == 0 and report.htp.cpu_partitions == 1
+    assert [n.op_type for n in report.htp.cpu_nodes] == ["Det"]
+
+
+def test_sm8350_gets_the_no_fp16_warning(tmp_path, qnn):
+    path = save(tmp_path, sm.static_mlp())
+    report = onnxcheck.check_model(path, soc="SM8350")
+    assert "no-fp16" in codes(report, "warning") and report.htp.soc == "SM8350"
+    assert "no-fp16" not in codes(onnxcheck.check_model(path, soc="SM8650"))
+
+
+def test_over_a_billion_parameters_warns_about_the_context_size(tmp_path):
+    path = sm.large_embedding(tmp_path / "big.onnx")  # 4.5 GB of sparse external data, never read
+    report = onnxcheck.check_model(path)
+    (finding,) = [f for f in report.findings if f.code == "size"]
+    assert report.parameters == 1_100_000 * 1024 and report.weight_mb_fp16 > 2000
+    assert "w8a16" in finding.fix and "split" in finding.fix
+
+
+def test_check_reads_ppocr_models_and_flags_their_dynamic_dims():
+    for name in ("det", "rec", "cls"):
+        report = onnxcheck.check_model(model_path(name))
+        assert report.inputs[0].dynamic and report.outputs[0].dynamic, name
+        assert report.verdict == "fixable" and "dynamic-dims" in codes(report), name
+        assert "--shape x=1,3,D2,D3" in report.prepare_command and report.placeholders == ["D2", "D3"], name
+        assert not report.htp.measured
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+def test_cli_text_report_gives_the_fix_and_exit_code(tmp_path):
+    path = save(tmp_path, sm.static_mlp("N"))
+    result = CliRunner().invoke(cli, ["check", str(path)])
+    assert result.exit_code == 10, result.output
+    assert "FIXABLE" in result.output and "[N, 16]" in result.output
+    assert f"fix all: qnndeploy prepare {path}" in result.output
+
+
+def test_cli_json_and_worst_verdict_over_several_models(tmp_path, qnn):
+    ready, not_ready = save(tmp_path, sm.static_mlp(), "a.onnx"), save(tmp_path, sm.unsupported_op(), "b.onnx")
+    result = CliRunner().invoke(cli, ["check", str(ready), str(not_ready), "--json"])
+    assert result.exit_code == 11
+    data = json.loads(result.output)
+    assert data["verdict"] == "not ready" and [m["verdict"] for m in data["models"]] == ["ready", "not ready"]
+    assert data["models"][1]["htp"]["cpu_nodes"] == [{"name": "determinant", "op_type": "Det"}]
+
+
+def test_json_stdout_stays_clean_of_the_qnn_banner(tmp_path, qnn):
+    """The QNN libraries print a banner on stdout from C; a script reading --json must still parse it."""
+    path = save(tmp_path, sm.static_mlp())
+    proc = subprocess.run([sys.executable, "-m", "qnndeploy", "check", str(path), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["models"][0]["htp"]["measured"] is True
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"hello, not a model\n", "is not an ONNX model"),
+    (b"", "is not an ONNX model"),
+])
+def test_non_onnx_files_are_one_line_errors(tmp_path, content, message):
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(content)
+    result = CliRunner().invoke(cli, ["check", str(path)])
+    assert result.exit_code == 2 and result.output.startswith("error: ") and message in result.output
+    assert result.output.count("\n") == 1
+
+
+def test_truncated_model_is_a_one_line_error(tmp_path):
+    data = model_path("cls").read_bytes()
+    path = tmp_path / "cut.onnx"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(QnnDeployError, match="not an ONNX model or is truncated"):
+        onnxcheck.check_model(path)
+
+
+def test_missing_external_data_and_missing_file(tmp_path):
+    path = sm.save_with_external_data(sm.static_mlp(), tmp_path / "ext.onnx")
+    (tmp_path / "ext.onnx.weights").unlink()
+    with pytest.raises(QnnDeployError, match="ext.onnx.weights, which is missing"):
+        onnxcheck.check_model(path)
+    result = CliRunner().invoke(cli, ["check", str(tmp_path / "nope.onnx")])
+    assert result.exit_code == 2 and "no such file" in result.output
+
+
+def test_unknown_soc_is_bad_input(tmp_path):
+    result = CliRunner().invoke(cli, ["check", str(save(tmp_path, sm.static_mlp())), "--soc", "SM9999"])
+    assert result.exit_code == 2 and "unknown SoC" in result.output
+
+
+def test_without_onnxruntime_qnn_the_graph_is_still_checked(tmp_path, monkeypatch):
+    """macOS or Windows users have no host HTP: check says so instead of failing."""
+    monkeypatch.setattr(htp, "available", lambda: False)
+    report = onnxcheck.check_model(save(tmp_path, sm.static_mlp()))
+    assert not report.htp.measured and "not installed" in report.htp.reason
+    assert codes(report, "warning") == {"htp"} and report.verdict == "ready"

@@ -1,0 +1,202 @@
+"""`qnndeploy prepare`: real PP-OCR models made static and proven equivalent, then `check`ed ready with zero CPU
+partitions on the real QNN HTP backend; synthetic graphs for int32 wrappers, freezing, external data; bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import synth_models as sm
+from click.testing import CliRunner
+from conftest import require
+from ppocr import STATIC_SHAPES, model_path
+
+from qnndeploy import htp, onnxcheck, prepare
+from qnndeploy.cli import cli
+from qnndeploy.errors import QnnDeployError
+
+
+def run(path, feeds):
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def save(folder, model, name="m.onnx"):
+    path = folder / name
+    onnx.save(model, path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def ppocr_prepared(tmp_path_factory):
+    """The three PP-OCR models prepared once for the whole session (each later check compiles once)."""
+    folder = tmp_path_factory.mktemp("ppocr")
+    return {name: prepare.prepare_model(model_path(name), folder / f"{name}.npu.onnx", shapes={"x": shape})
+            for name, shape in STATIC_SHAPES.items()}
+
+
+@pytest.mark.parametrize("name", ["det", "rec", "cls"])
+def test_ppocr_prepared_is_static_and_equivalent(ppocr_prepared, name):
+    result = ppocr_prepared[name]
+    assert [t.shape for t in result.inputs] == [STATIC_SHAPES[name]]
+    assert not any(t.dynamic for t in result.outputs)
+    assert result.nodes_after < result.nodes_before  # onnxsim folded the shape arithmetic
+    (diff,) = result.equivalence
+    assert diff.ok and diff.max_abs_diff < 1e-5 and diff.rel_l2 < 1e-3, diff
+
+
+@pytest.mark.parametrize("name", ["det", "rec", "cls"])
+def test_ppocr_prepared_checks_ready_with_zero_cpu_partitions(ppocr_prepared, name):
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP backend)")
+    report = onnxcheck.check_model(ppocr_prepared[name].output)
+    assert report.verdict == "ready" and report.findings == []
+    assert report.htp.measured and report.htp.cpu_nodes == [] and report.htp.cpu_partitions == 0
+    assert report.htp.qnn_partitions >= 1
+
+
+def test_record_holds_changes_hashes_and_figures(ppocr_prepared):
+    result = ppocr_prepared["cls"]
+    record = json.loads(open(result.record).read())
+    assert result.record.endswith("cls.npu.prepare.json")
+    assert record["source_sha256"] == hashlib.sha256(model_path("cls").read_bytes()).hexdigest()
+    assert record["output_sha256"] == hashlib.sha256(open(result.output, "rb").read()).hexdigest()
+    assert any("[1, 3, 48, 192]" in c for c in record["changes"])
+    assert record["equivalence"][0]["name"] == "save_infer_model/scale_0.tmp_1"
+    assert record["equivalence_inputs"] == "random (seed 0)" and record["kind"] == "qnndeploy-prepare"
+
+
+def test_difference_beyond_tolerance_fails_and_writes_nothing(tmp_path):
+    """Folding cls's BatchNorms into its Convs moves the last float bits: a zero tolerance must catch that."""
+    with pytest.raises(QnnDeployError, match="differs from the original") as error:
+        prepare.prepare_model(model_path("cls"), tmp_path / "cls.onnx", shapes={"x": STATIC_SHAPES["cls"]},
+                              tolerance=0.0)
+    assert error.value.exit_code == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_int64_inputs_and_outputs_become_int32_with_names_unchanged(tmp_path):
+    src = save(tmp_path, sm.int64_io())
+    result = prepare.prepare_model(src, tmp_path / "out.onnx", int32_inputs=True)
+    assert sorted(result.int32_wrapped) == ["best", "ids"]
+    assert [(t.name, t.dtype) for t in result.inputs] == [("ids", "int32")]
+    assert [(t.name, t.dtype) for t in result.outputs] == [("emb", "float32"), ("best", "int32")]
+    ids = np.array([[3, 1, 4, 1, 5, 9, 2, 6]])
+    want = run(src, {"ids": ids})
+    got = run(tmp_path / "out.onnx", {"ids": ids.astype(np.int32)})
+    assert got[1].dtype == np.int32 and np.array_equal(got[1], want[1]) and np.array_equal(got[0], want[0])
+    assert "int64" not in {f.code for f in onnxcheck.check_model(tmp_path / "out.onnx", measure=False).findings}
+
+
+@pytest.mark.parametrize("rate, branch", [("16000", "relu"), ("8000", "neg")])
+def test_freezing_the_setting_input_folds_the_if_away(tmp_path, rate, branch):
+    result = prepare.prepare_model(save(tmp_path, sm.if_on_scalar_input()), tmp_path / "out.onnx",
+                                   freeze={"sample_rate": rate})
+    model = onnx.load(tmp_path / "out.onnx")
+    assert [n.op_type for n in model.graph.node] == ["Relu" if branch == "relu" else "Neg"]
+    assert [i.name for i in model.graph.input] == ["x"] and result.frozen == {"sample_rate": int(rate)}
+    x = np.array([[1.0, -2.0, 3.0, -4.0]], np.float32)
+    (y,) = run(tmp_path / "out.onnx", {"x": x})
+    assert np.array_equal(y, np.maximum(x, 0) if branch == "relu" else -x)
+    assert onnxcheck.check_model(tmp_path / "out.onnx", measure=False).verdict == "ready"
+
+
+def test_external_data_model_in_and_out(tmp_path):
+    """The >2 GB layout (weights in a side file), small enough for a test: read, rewritten, measured."""
+    (tmp_path / "src").mkdir()
+    src = sm.save_with_external_data(sm.static_mlp("N", width=256), tmp_path / "src" / "big.onnx")
+    out = tmp_path / "out" / "big.npu.onnx"
+    result = prepare.prepare_model(src, out, shapes={"x": [1, 16]})
+    assert result.external_data == str(out.with_name("big.npu.onnx.data"))
+    assert sorted(p.name for p in out.parent.iterdir()) == ["big.npu.onnx", "big.npu.onnx.data",
+                                                             "big.npu.prepare.json"]
+    assert result.equivalence[0].max_abs_diff < 1e-5
+    assert out.with_name("big.npu.onnx.data").stat().st_mode & 0o777 == out.stat().st_mode & 0o777
+    assert onnx.load(out, load_external_data=False).graph.initializer[0].data_location == onnx.TensorProto.EXTERNAL
+    if htp.available():
+        report = onnxcheck.check_model(out)
+        assert report.verdict == "ready" and report.htp.cpu_nodes == []
+
+
+def test_no_simplify_still_fixes_and_infers_shapes(tmp_path):
+    result = prepare.prepare_model(save(tmp_path, sm.static_mlp("N")), tmp_path / "out.onnx",
+                                   shapes={"x": [1, 16]}, simplify=False)
+    assert not result.simplified and result.nodes_after == result.nodes_before == 3
+    assert [t.shape for t in result.outputs] == [[1, 8]]
+
+
+def test_real_inputs_from_a_folder(tmp_path):
+    src = save(tmp_path, sm.static_mlp("N"))
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    np.save(inputs / "x.npy", np.linspace(-1, 1, 16, dtype=np.float32).reshape(1, 16))
+    result = prepare.prepare_model(src, tmp_path / "out.onnx", shapes={"x": [1, 16]}, inputs_dir=inputs)
+    assert result.equivalence_inputs == str(inputs) and result.equivalence[0].ok
+    np.save(inputs / "x.npy", np.zeros((1, 16), np.float64))
+    with pytest.raises(QnnDeployError, match="holds float64, input x takes float32"):
+        prepare.prepare_model(src, tmp_path / "out2.onnx", shapes={"x": [1, 16]}, inputs_dir=inputs)
+    np.save(inputs / "x.npy", np.zeros((2, 16), np.float32))
+    with pytest.raises(QnnDeployError, match=r"shape \[2, 16\], the prepared input x is \[1, 16\]"):
+        prepare.prepare_model(src, tmp_path / "out2.onnx", shapes={"x": [1, 16]}, inputs_dir=inputs)
+    (inputs / "x.npy").unlink()
+    with pytest.raises(QnnDeployError, match="no x.npy or x.npz for input x"):
+        prepare.prepare_model(src, tmp_path / "out2.onnx", shapes={"x": [1, 16]}, inputs_dir=inputs)
+    assert not (tmp_path / "out2.onnx").exists()
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+def test_cli_prepare_then_check_is_ready(tmp_path):
+    src = save(tmp_path, sm.int64_io())
+    out = tmp_path / "m.npu.onnx"
+    result = CliRunner().invoke(cli, ["prepare", str(src), "-o", str(out), "--int32-inputs"])
+    assert result.exit_code == 0, result.output
+    assert "input ids: int64 -> int32" in result.output and f"next: qnndeploy check {out}" in result.output
+    again = CliRunner().invoke(cli, ["prepare", str(src), "-o", str(out), "--int32-inputs", "--json"])
+    assert again.exit_code == 2 and "already exists" in again.output
+    forced = CliRunner().invoke(cli, ["prepare", str(src), "-o", str(out), "--int32-inputs", "--json", "--force"])
+    assert forced.exit_code == 0 and json.loads(forced.output)["int32_wrapped"] == ["ids", "best"]
+    assert CliRunner().invoke(cli, ["check", str(out), "--no-measure"]).exit_code == 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--shape", "y=1,16"], "the model has no input y; its inputs: x"),
+    (["--shape", "x=1,16,3"], "3 dims given, but input x has rank 2"),
+    (["--shape", "x=1,D1"], "'D1' is not a size"),
+    (["--shape", "x=1,16", "--shape", "x=1,16"], "--shape gives x twice"),
+    ([], "input x has dynamic dims [N, 16]: give its fixed size, e.g. --shape x=1,16"),
+    (["--shape", "x=1,16", "--freeze", "x=abc"], "'abc' is not a valid float32 value"),
+    (["--shape", "x=1,16", "--freeze", "x=1,2"], "2 value(s) given, input x [1, 16] holds 16"),
+    (["--shape", "x=1,16", "--freeze", "rate=1"], "the model has no input rate"),
+    (["--shape", "x=1,16", "--inputs", "nowhere"], "no such folder"),
+])
+def test_bad_options_are_one_line_errors_and_write_nothing(tmp_path, args, message):
+    src = save(tmp_path, sm.static_mlp("N"))
+    result = CliRunner().invoke(cli, ["prepare", str(src), "-o", str(tmp_path / "out.onnx"), *args])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and message in result.output and result.output.count("\n") == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]
+
+
+def test_freeze_value_of_the_wrong_dtype(tmp_path):
+    src = save(tmp_path, sm.if_on_scalar_input())
+    for value in ("16k", "1.5", "99999999999999999999"):
+        result = CliRunner().invoke(cli, ["prepare", str(src), "-o", str(tmp_path / "o.onnx"),
+                                          "--freeze", f"sample_rate={value}"])
+        assert result.exit_code == 2 and f"'{value}' is not a valid int64 value" in result.output
+    assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]
+
+
+def test_non_onnx_and_truncated_sources(tmp_path):
+    text = tmp_path / "notes.onnx"
+    text.write_text("not a model\n")
+    data = model_path("rec").read_bytes()
+    cut = tmp_path / "cut.onnx"
+    cut.write_bytes(data[: len(data) // 3])
+    for src in (text, cut):
+        result = CliRunner().invoke(cli, ["prepare", str(src), "-o", str(tmp_path / "out.onnx")])
+        assert result.exit_code == 2 and "is not an ONNX model" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.onnx", "notes.onnx"]
