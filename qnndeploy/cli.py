@@ -355,6 +355,294 @@ def prepare(model: Path, out: Path, shapes: tuple[str, ...], int32_inputs: bool,
     click.echo(f"next: qnndeploy check {result.output}")
 
 
+# --- device (adb) -------------------------------------------------------------------------------------
+
+serial_option = click.option("-s", "--serial", envvar="ANDROID_SERIAL", metavar="SERIAL",
+                             help="Device serial from `adb devices` (default: the only device connected).")
+
+
+@cli.group()
+def device() -> None:
+    """Phones over adb (the standard adb server, as the adb command uses it)."""
+
+
+@device.command("list")
+@json_option
+@handles_errors
+def device_list(as_json: bool) -> None:
+    """List the devices the adb server knows, with their state and SoC."""
+    from qnndeploy.device.info import devices
+
+    rows = devices()
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        click.echo("no devices: plug in a phone with USB debugging on (or `adb connect HOST:PORT`)")
+    for r in rows:
+        click.echo(f"{r.serial:<24} {r.state:<13} {r.soc or '-':<10} {r.model}")
+
+
+def _render_device_info(i) -> None:
+    def yes(flag: bool | None) -> str:
+        return "-" if flag is None else "yes" if flag else "NO"
+
+    click.echo(f"{i.serial}: {i.manufacturer} {i.model}, Android {i.android_release} (API {i.sdk}), {i.abi}")
+    click.echo(f"  ro.soc.model {i.soc_model_prop or '-'}   ro.soc.manufacturer {i.soc_manufacturer or '-'}   "
+               f"ro.board.platform {i.board_platform or '-'}   soc0/soc_id {i.kernel_soc_id or '-'}")
+    if i.soc:
+        click.echo(f"  SoC {i.soc} (by {i.identified_by}): HTP {i.dsp_arch}, QNN soc_model {i.qnn_soc_id}, "
+                   f"fp16 {yes(i.fp16)}")
+    else:
+        click.echo("  SoC not in the catalog: CPU fallback")
+    click.echo(f"  page size {i.page_size or '-'}   libcdsprpc.so {yes(i.cdsprpc)}   "
+               f"DSP folders {', '.join(i.dsp_dirs) or 'none'}")
+    click.echo(f"  QNN libraries in /vendor, /odm: {', '.join(i.vendor_qnn_libs) or 'none'}")
+    for note in i.notes:
+        click.echo(f"  note: {note}")
+    c = i.app_choice
+    if c is not None and c.npu:
+        click.echo(f"  with bundle {i.bundle}: NPU, target {c.soc} ({c.dsp_arch}) by {c.identified_by}, if the QNN "
+                   f"libraries load (device verify runs them); files: {', '.join(c.files)}")
+    elif c is not None:
+        click.echo(f"  with bundle {i.bundle}: CPU fallback: {c.reason}")
+
+
+@device.command("info")
+@serial_option
+@click.option("--bundle", type=click.Path(file_okay=False, path_type=Path),
+              help="A bundle folder: also say which target the app would choose on this phone.")
+@json_option
+@handles_errors
+def device_info_cmd(serial: str | None, bundle: Path | None, as_json: bool) -> None:
+    """SoC identity and catalog match, Android version, ABI, page size, DSP libraries, shadowing QNN libraries."""
+    from qnndeploy.device.info import device_info
+
+    info = device_info(serial, bundle)
+    emit_json(info) if as_json else _render_device_info(info)
+
+
+def _battery_text(b) -> str:
+    parts = [f"{b.level}%" if b.level is not None else None,
+             f"{b.temperature_c:.1f}°C" if b.temperature_c is not None else None,
+             f"{b.current_ma:+.0f} mA" if b.current_ma is not None else None]
+    return " ".join(p for p in parts if p) or "-"
+
+
+@device.command("profile")
+@click.option("--pid", type=int, help="Process id on the device.")
+@click.option("--package", help="App package name (its process is found with pidof).")
+@serial_option
+@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True, help="Seconds.")
+@click.option("--duration", type=click.FloatRange(min=0), help="Stop after S seconds (default: at Ctrl-C).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), help="Write samples as CSV.")
+@json_option
+@handles_errors
+def device_profile(pid: int | None, package: str | None, serial: str | None, interval: float,
+                   duration: float | None, csv_path: Path | None, as_json: bool) -> None:
+    """CPU use of a process and of each thread (100% = one core), and the battery, every interval.
+
+    Measure before moving a model to the NPU: the NPU pays off where the CPU is busy.
+    """
+    from qnndeploy.device import profile as prof
+    from qnndeploy.device.adb import connect
+
+    if (pid is None) == (package is None):
+        fail("give exactly one of --pid PID or --package NAME")
+    dev = connect(serial)
+    pid, name = prof.find_process(dev, pid, package)
+    result = prof.start(dev, pid, name, interval)
+    if not as_json:
+        click.echo(f"{dev.serial}: process {pid} ({name}), every {interval:g} s, CLK_TCK {result.clk_tck}"
+                   f"{'' if duration else ' - Ctrl-C to stop'}")
+        click.echo(f"{'time':>8} {'cpu':>7}  {'battery':<22} busiest threads")
+    try:
+        for s in prof.samples(dev, result):
+            if not as_json:
+                top = ", ".join(f"{t.name} {t.cpu_percent:.0f}%" for t in s.threads[:3])
+                click.echo(f"{s.time_s:>7.1f}s {s.cpu_percent:>6.1f}%  {_battery_text(s.battery):<22} {top}")
+            if duration is not None and s.time_s + 1e-3 >= duration:
+                break
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how an open-ended profile ends: keep what was measured
+    if csv_path:
+        prof.write_csv(result, csv_path)
+    if as_json:
+        emit_json({**_jsonable(result), "mean_cpu_percent": result.mean_cpu(), "threads": result.thread_means()})
+        return
+    if result.ended:
+        click.echo(f"process {pid} ended")
+    if not result.samples:
+        click.echo("no samples yet")
+        return
+    click.echo(f"mean CPU {result.mean_cpu():.1f}% of one core over {result.samples[-1].time_s:g} s; per thread:")
+    for t in result.thread_means():
+        click.echo(f"  {t.tid:>7} {t.name:<16} {t.cpu_percent:6.1f}%")
+    if csv_path:
+        click.echo(f"wrote {csv_path}")
+
+
+def _render_graph_run(g) -> None:
+    label = {"passed": "PASS", "failed": "FAIL", "error": "ERROR"}[g.status]
+    if g.status == "error":
+        click.echo(f"  {label:<5} {g.graph:<14} {g.reason}")
+    else:
+        per = f"{g.per_inference_s * 1e3:.2f} ms/inference" if g.per_inference_s is not None else "- ms/inference"
+        click.echo(f"  {label:<5} {g.graph:<14} first run {g.first_run_s * 1e3:.0f} ms, {per} "
+                   f"({g.inferences} runs, {g.clock} clock), {g.samples} sample(s)")
+    for m in g.outputs:
+        click.echo(f"        {'ok ' if m.passed else 'BAD'} {m.name}: max|d| {m.max_abs_diff:.2e}  "
+                   f"rel L2 {_num(m.rel_l2, '.2e')}  cos {_num(m.cosine, '.6f')}  SNR {_num(m.snr_db, '.1f')} dB")
+        if m.note:
+            click.echo(f"            {m.note}")
+    for a in g.advice:
+        click.echo(f"        advice ({a.id}): {a.message}")
+        click.echo(f"            seen: {a.line}")
+
+
+def _render_device_verification(r) -> None:
+    click.echo(f"{r.serial}: {r.model}, Android {r.android_release} (API {r.sdk})")
+    click.echo(f"  SoC {r.soc or 'unknown'}" + (f" (by {r.identified_by})" if r.identified_by else "")
+               + f": {r.expectation}" + (f": {r.reason}" if r.provider == "cpu" else ""))
+    p = r.push
+    speed = f", {p.mb_per_s:.1f} MB/s" if p.mb_per_s else ""
+    click.echo(f"  pushed to {r.remote_dir}: {len(p.sent)} of {p.files} files sent ({p.bytes_sent / 1e6:.2f} of "
+               f"{p.bytes_total / 1e6:.2f} MB) in {p.seconds:.2f} s{speed}; every sha256 checked on the phone")
+    if p.removed:
+        click.echo(f"  removed from the phone: {', '.join(p.removed)}")
+    if r.runner:
+        click.echo("  ran qnn-net-run with " + " ".join(f"{k}={v}" for k, v in r.environment.items()))
+    if r.runner_note:
+        click.echo(f"  note: {r.runner_note}")
+    for g in r.graphs:
+        _render_graph_run(g)
+
+
+def _render_verify_table(results) -> None:
+    click.echo(f"{'serial':<22} {'model':<24} {'SoC':<8} {'choice':<6} {'sent':>9} {'MB sent':>8}  "
+               f"{'graphs':<24} status")
+    for r in results:
+        if r.error:
+            click.echo(f"{r.serial:<22} {'-':<24} {'-':<8} {'-':<6} {'-':>9} {'-':>8}  {'-':<24} ERROR: {r.error}")
+            continue
+        graphs = ", ".join(f"{g.graph} {g.status}" for g in r.graphs) or ("not run" if r.provider == "npu" else "-")
+        sent = f"{len(r.push.sent)}/{r.push.files}"
+        click.echo(f"{r.serial:<22} {r.model[:24]:<24} {r.soc or '?':<8} {r.provider.upper():<6} {sent:>9} "
+                   f"{r.push.bytes_sent / 1e6:>8.2f}  {graphs:<24} {'ok' if r.ok else 'FAILED'}")
+
+
+@device.command("verify")
+@click.argument("bundle_dir", metavar="BUNDLE", type=click.Path(path_type=Path))
+@serial_option
+@click.option("--all", "all_devices", is_flag=True, help="Every connected device, in parallel.")
+@click.option("--runner", type=click.Path(dir_okay=False, path_type=Path),
+              help="A qnn-net-run built for aarch64-android, to run the context binaries on the phone.")
+@click.option("--qnn-sdk-root", type=click.Path(file_okay=False, path_type=Path),
+              help="QAIRT SDK: its bin/aarch64-android/qnn-net-run (default: $QNN_SDK_ROOT when it has one), and "
+                   "the QNN libraries for a bundle with an external runtime.")
+@click.option("--inputs", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Input samples as for validate: *.npz or INPUT.npy; DIR/GRAPH/ per graph.")
+@click.option("--samples", type=int, default=1, show_default=True, help="Seeded random samples without --inputs.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for the random samples.")
+@click.option("--runs", type=int, default=10, show_default=True,
+              help="Inferences in the timed run (the samples, repeated).")
+@click.option("-o", "--output", "record_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("device-records"), show_default=True, help="Folder for the device records (JSON).")
+@json_option
+@handles_errors
+def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runner: Path | None,
+                  qnn_sdk_root: Path | None, inputs: Path | None, samples: int, seed: int, runs: int,
+                  record_dir: Path, as_json: bool) -> None:
+    """Push a bundle to a phone as the app would use it, check it there, run it, and record the result.
+
+    \b
+    The bundle is verified first. The app's own decision picks the target for the phone's SoC; its files, the
+    CPU fallback and the runtime libraries for its arch go to /data/local/tmp/qnndeploy/NAME-VERSION/ (only
+    files whose sha256 differs are sent; a staging folder is renamed at the end; an interrupted push resumes).
+    With a runner, each context binary runs on the phone (qnn-net-run, LD_LIBRARY_PATH and ADSP_LIBRARY_PATH
+    set) and its outputs are compared with the CPU model on this host, with validate's metrics; known QNN
+    errors become advice. A phone whose SoC is not in the bundle: CPU fallback expected. Exit 1 when a phone
+    fails.
+    """
+    from qnndeploy.device import verify as stage
+
+    given = click.get_current_context().get_parameter_source("serial") == click.core.ParameterSource.COMMANDLINE
+    if all_devices and given:
+        fail("give -s SERIAL or --all, not both")
+    report, manifest = stage.check_bundle(bundle_dir)
+    if not report.ok:
+        emit_json({"bundle": report, "devices": []}) if as_json else _render_verify(report)
+        fail(f"{bundle_dir} fails bundle verify: fix the bundle (or build it again) before pushing it",
+             EXIT_CHECK_FAILED)
+    job = stage.Job(bundle_dir, manifest, runner, qnn_sdk_root, inputs, samples, seed, runs, record_dir)
+    if all_devices:
+        results = stage.verify_all(job)
+    else:
+        with byte_progress("pushing", quiet=as_json) as progress:
+            results = [stage.verify_device(job, serial, progress)]
+    if as_json:
+        emit_json({"bundle": report, "devices": results})
+    else:
+        click.echo(f"bundle {report.name} {report.version} (QAIRT {report.qairt}): verified, {report.files} files")
+        for r in results:
+            if not r.error:
+                _render_device_verification(r)
+        if all_devices:
+            _render_verify_table(results)
+        for r in results:
+            if r.record:
+                click.echo(f"record: {_shown(r.record)}")
+    if not all(r.ok for r in results):
+        sys.exit(EXIT_CHECK_FAILED)
+
+
+# --- scaffold -----------------------------------------------------------------------------------------
+
+@cli.command("scaffold")
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option("--package", required=True, help="The app's Java/Kotlin package, e.g. com.example.foo "
+              "(the glue goes in PACKAGE.qnndeploy).")
+@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
+              help="Folder to create, best inside the app module (e.g. app/qnndeploy); must be new or empty.")
+@click.option("--engine", type=click.Choice(["ort", "sherpa-onnx"]), default="ort", show_default=True,
+              help="ONNX Runtime with the QNN EP (EPContext .onnx), or sherpa-onnx (QnnConfig, context binaries).")
+@click.option("--app", is_flag=True, help="Make a complete one-screen Android app around the glue (engine ort).")
+@click.option("--force", is_flag=True, help="Replace OUTPUT if it exists and is not empty.")
+@json_option
+@handles_errors
+def scaffold_cmd(bundle: Path, package: str, out: Path, engine: str, app: bool, force: bool, as_json: bool) -> None:
+    """Generate the app side of a bundle: Kotlin runtime selector and engine glue, Gradle and manifest snippets.
+
+    The bundle (folder or archive) must pass `bundle verify`; it is copied into OUTPUT/bundle/ in the layout
+    Gradle wants. The README.md written to OUTPUT lists the three lines to add to the app.
+    """
+    from qnndeploy import scaffold as stage
+
+    stage.check_request(package, out, engine=engine, app=app, force=force)
+    with byte_progress("verifying", as_json) as progress, stage.opened(bundle, progress) as (root, report):
+        if not report.ok:
+            if as_json:
+                emit_json(report)
+            else:
+                _render_verify(report)
+            raise QnnDeployError(f"{bundle} fails bundle verify ({len(report.problems)} problem(s)); "
+                                 "not scaffolding from it: fix or rebuild the bundle")
+        result = stage.scaffold(root, package, out, engine=engine, app=app, force=force, report=report)
+    if as_json:
+        emit_json(result)
+        return
+    kind = "sample app" if app else f"{engine} glue"
+    click.echo(f"{kind} for {package} in {result.path}: {len(result.kotlin)} Kotlin files, "
+               f"bundle copied ({result.bundle_files} files, {result.bundle_bytes / 1e6:.1f} MB)")
+    click.echo(f"  NPU targets: {', '.join(result.targets) or 'none (CPU only)'}; runtime: {result.runtime}")
+    if app:
+        click.echo(f"next: open {result.path} in Android Studio (or gradle wrapper && ./gradlew installDebug); "
+                   f"see {result.path / 'README.md'}")
+    else:
+        click.echo("add these three lines to the app (details in README.md there):")
+        for line in result.lines:
+            click.echo(f"  {line}")
+
 
 def main() -> None:
     cli()

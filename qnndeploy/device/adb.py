@@ -1,0 +1,275 @@
+"""Phones through the standard adb server (adbutils): choose a device, read props, run shell commands with their
+exit status, move files, and push a folder incrementally and atomically (what `device verify` builds on).
+
+Every adb failure becomes a QnnDeployError that says what to do: no device, several devices without -s,
+unauthorized, offline, or a connection lost in the middle of a transfer.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import secrets
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qnndeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_MISSING_TOOL, QnnDeployError
+from qnndeploy.fileio import staging_file
+
+Progress = Callable[[int], None]
+
+_STATE_ADVICE = {
+    "unauthorized": "unlock the phone and accept the 'Allow USB debugging' prompt, then run again",
+    "offline": "the phone does not answer: replug it (or `adb reconnect`), then run again",
+    "no permissions": "adb may not open the USB device: check the udev rules (see `adb devices`)",
+}
+_PROP_LINE = re.compile(r"^\[(.+?)\]: \[(.*)\]$")
+
+
+@dataclass(frozen=True)
+class DeviceEntry:
+    """One line of `adb devices -l`."""
+    serial: str
+    state: str
+    model: str = ""
+    product: str = ""
+
+
+@dataclass(frozen=True)
+class ShellResult:
+    code: int
+    output: str  # stdout and stderr together: adb's shell v1 carries them on one stream
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    path: Path
+    sha256: str
+
+
+@dataclass
+class PushReport:
+    """What push_folder did: files sent (with their bytes), files already right on the phone, leftovers removed."""
+    remote_dir: str
+    sent: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    bytes_sent: int = 0
+
+
+def _client():
+    import adbutils
+
+    return adbutils.AdbClient()  # ANDROID_ADB_SERVER_HOST / _PORT, like the adb command
+
+
+def _server_error(e: Exception) -> QnnDeployError:
+    port = os.environ.get("ANDROID_ADB_SERVER_PORT", "5037")
+    return QnnDeployError(f"cannot use the adb server on port {port} ({e or type(e).__name__}): install adb "
+                          "(Debian/Ubuntu: apt install adb) or start it with `adb start-server`", EXIT_MISSING_TOOL)
+
+
+def list_devices() -> list[DeviceEntry]:
+    """Every device the adb server knows, in any state."""
+    from adbutils.errors import AdbError
+
+    try:
+        infos = _client().list(extended=True)
+    except (AdbError, OSError) as e:
+        raise _server_error(e) from None
+    return [DeviceEntry(i.serial, i.state, i.tags.get("model", "").replace("_", " "), i.tags.get("product", ""))
+            for i in infos]
+
+
+def connect(serial: str | None = None) -> Device:
+    """The device to work on: -s SERIAL (or $ANDROID_SERIAL), else the only one connected."""
+    serial = serial or os.environ.get("ANDROID_SERIAL") or None
+    entries = list_devices()
+    if serial:
+        entry = next((e for e in entries if e.serial == serial), None)
+        if entry is None:
+            listed = ", ".join(e.serial for e in entries) or "none"
+            raise QnnDeployError(f"no device {serial} (connected: {listed}); check `adb devices`", EXIT_BAD_INPUT)
+    elif not entries:
+        raise QnnDeployError("no device connected: plug in a phone with USB debugging on (or `adb connect "
+                             "HOST:PORT`) and check `adb devices`", EXIT_BAD_INPUT)
+    elif len(entries) > 1:
+        listed = ", ".join(f"{e.serial} ({e.state})" for e in entries)
+        raise QnnDeployError(f"{len(entries)} devices connected: {listed}; choose one with -s SERIAL",
+                             EXIT_BAD_INPUT)
+    else:
+        entry = entries[0]
+    if entry.state != "device":
+        advice = _STATE_ADVICE.get(entry.state, "check `adb devices`")
+        raise QnnDeployError(f"{entry.serial} is {entry.state}: {advice}", EXIT_BAD_INPUT)
+    return Device(entry.serial)
+
+
+class Device:
+    """One ready device; methods raise QnnDeployError when the connection is lost."""
+
+    def __init__(self, serial: str) -> None:
+        self.serial = serial
+        self._dev = _client().device(serial)
+
+    def _lost(self, doing: str, e: Exception) -> QnnDeployError:
+        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return QnnDeployError(f"lost the connection to {self.serial} while {doing} ({detail}): reconnect the "
+                              "phone, check `adb devices` and run the command again", EXIT_CHECK_FAILED)
+
+    # --- shell -----------------------------------------------------------------------------------------------
+    def run(self, command: str, check: bool = False) -> ShellResult:
+        """Run a shell command line; the exit status travels back behind a marker, as shell v1 has none."""
+        from adbutils.errors import AdbError
+
+        marker = f"QNNDEPLOY-EXIT-{secrets.token_hex(4)}:"
+        try:
+            raw = self._dev.shell(f"( {command}\n); echo {marker}$?", encoding=None, rstrip=False)
+        except (AdbError, OSError, EOFError) as e:
+            raise self._lost(f"running `{command[:60]}`", e) from None
+        out = raw.decode("utf-8", "replace")
+        head, sep, tail = out.rpartition(marker)
+        if not sep or not tail.strip().isdigit():
+            raise self._lost(f"running `{command[:60]}`", EOFError("the output ended early"))
+        result = ShellResult(int(tail.strip()), head)
+        if check and result.code != 0:
+            raise QnnDeployError(f"`{command[:80]}` failed on {self.serial} (exit {result.code}): "
+                                 f"{head.strip()[-300:] or 'no output'}", EXIT_CHECK_FAILED)
+        return result
+
+    def getprop(self, name: str) -> str:
+        return self.run(f"getprop {shlex.quote(name)}").output.strip()
+
+    def getprops(self) -> dict[str, str]:
+        """All properties in one round trip."""
+        props = {}
+        for line in self.run("getprop").output.splitlines():
+            if m := _PROP_LINE.match(line.strip()):
+                props[m.group(1)] = m.group(2)
+        return props
+
+    def read_text(self, path: str) -> str | None:
+        """A small text file (/sys, /proc), or None when it cannot be read."""
+        r = self.run(f"cat {shlex.quote(path)} 2>/dev/null")
+        return r.output if r.code == 0 else None
+
+    # --- files -----------------------------------------------------------------------------------------------
+    def push(self, local: Path, remote: str, mode: int = 0o644, progress: Progress | None = None) -> int:
+        """Send one file; adbd creates the remote parent folders and removes a half-received file."""
+        from adbutils.errors import AdbError, AdbSyncError
+
+        if not local.is_file():
+            raise QnnDeployError(f"{local} is not a file: nothing to push", EXIT_BAD_INPUT)
+        size = local.stat().st_size
+        counter = _CountingReader(local, progress)
+        try:
+            with counter:
+                self._dev.sync.push(counter, remote, mode=mode)
+        except (AdbError, OSError, EOFError) as e:
+            if isinstance(e, AdbSyncError):  # adbutils found a folder at `remote`
+                raise QnnDeployError(f"cannot push to {remote} on {self.serial}: it is a folder", EXIT_BAD_INPUT) \
+                    from None
+            if isinstance(e, AdbError) and str(e) == "FAIL":  # the device answered, and said no
+                raise QnnDeployError(f"{self.serial} refused to write {remote}: is the folder read-only or the "
+                                     "storage full?", EXIT_CHECK_FAILED) from None
+            raise self._lost(f"pushing {local.name} ({counter.sent} of {size} bytes sent)", e) from None
+        return counter.sent
+
+    def pull(self, remote: str, local: Path) -> int:
+        """Fetch one file; the local file appears only when complete."""
+        from adbutils.errors import AdbError
+
+        with staging_file(local, force=True) as tmp:
+            try:
+                return self._dev.sync.pull_file(remote, tmp)
+            except AdbError as e:
+                if len(e.args) == 2 and e.args[1] == remote:  # the device's FAIL message, e.g. no such file
+                    raise QnnDeployError(f"cannot pull {remote} from {self.serial}: {e.args[0]}",
+                                         EXIT_CHECK_FAILED) from None
+                raise self._lost(f"pulling {remote}", e) from None
+            except (OSError, EOFError) as e:
+                raise self._lost(f"pulling {remote}", e) from None
+
+    def sha256s(self, remote_dir: str) -> dict[str, str] | None:
+        """sha256 of every file under remote_dir by relative path, or None when the folder does not exist."""
+        r = self.run(f"cd {shlex.quote(remote_dir)} 2>/dev/null || exit 7; find . -type f -exec sha256sum {{}} +")
+        if r.code == 7:
+            return None
+        if r.code != 0:
+            raise QnnDeployError(f"sha256sum failed on {self.serial} in {remote_dir}: {r.output.strip()[-200:]}",
+                                 EXIT_CHECK_FAILED)
+        hashes = {}
+        for line in r.output.splitlines():
+            digest, _, name = line.partition("  ")
+            if len(digest) == 64 and name.startswith("./"):
+                hashes[name[2:]] = digest
+        return hashes
+
+    def push_folder(self, files: Mapping[str, LocalFile], remote_dir: str,
+                    progress: Progress | None = None) -> PushReport:
+        """Make remote_dir hold exactly `files` (relative POSIX path -> local file and its sha256).
+
+        Incremental: only files whose sha256 on the phone differs are sent. Atomic: the files go to
+        remote_dir.staging (a copy of remote_dir to start with), are checked there, and the staging folder is
+        renamed into place at the end. A run cut short leaves the staging folder, so the next run resumes it.
+        """
+        remote_dir = remote_dir.rstrip("/")
+        staging, old = remote_dir + ".staging", remote_dir + ".old"
+        want = {rel: f.sha256 for rel, f in files.items()}
+        report = PushReport(remote_dir)
+        have = self.sha256s(staging)
+        if have is None:
+            current = self.sha256s(remote_dir)
+            if current == want:
+                report.unchanged = sorted(want)
+                return report
+            q_dir, q_stage = shlex.quote(remote_dir), shlex.quote(staging)
+            start = f"cp -a {q_dir} {q_stage}" if current is not None else f"mkdir -p {q_stage}"
+            self.run(f"mkdir -p {shlex.quote(posixpath.dirname(staging))} && {start}", check=True)
+            have = current or {}
+        report.removed = sorted(set(have) - set(want))
+        if report.removed:
+            self.run("rm -f " + " ".join(shlex.quote(f"{staging}/{rel}") for rel in report.removed), check=True)
+        for rel in sorted(want):
+            if have.get(rel) == want[rel]:
+                report.unchanged.append(rel)
+                continue
+            report.bytes_sent += self.push(files[rel].path, f"{staging}/{rel}", progress=progress)
+            report.sent.append(rel)
+        final = self.sha256s(staging) or {}
+        wrong = sorted(rel for rel in want if final.get(rel) != want[rel])
+        if wrong:
+            raise QnnDeployError(f"{len(wrong)} file(s) differ on {self.serial} after the push ({wrong[0]} ...): "
+                                 "is the phone's storage full? run again to resend them", EXIT_CHECK_FAILED)
+        q = {k: shlex.quote(v) for k, v in (("d", remote_dir), ("s", staging), ("o", old))}
+        self.run(f"rm -rf {q['o']} && {{ test ! -e {q['d']} || mv {q['d']} {q['o']}; }} && mv {q['s']} {q['d']} "
+                 f"&& rm -rf {q['o']}", check=True)
+        return report
+
+
+class _CountingReader:
+    """A file object for adbutils' push that reports progress and remembers how far it got."""
+
+    def __init__(self, path: Path, progress: Progress | None) -> None:
+        self.path, self.progress, self.sent = path, progress, 0
+        self._f = None
+
+    def __enter__(self) -> _CountingReader:
+        self._f = open(self.path, "rb")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._f.close()
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._f.read(n)
+        self.sent += len(data)
+        if self.progress is not None and data:
+            self.progress(len(data))
+        return data
+
+    def close(self) -> None:
+        pass  # adbutils closes its source; the with-block here does

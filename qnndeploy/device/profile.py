@@ -1,0 +1,175 @@
+"""`device profile`: the procedure's "measure first" — a process's CPU use, per thread, and the battery.
+
+CPU: utime+stime ticks from /proc/<pid>/stat and /proc/<pid>/task/*/stat, per interval, over the device's own
+clock (/proc/uptime) and CLK_TCK (getconf), read in one shell round trip per sample so adb latency does not
+skew the figures. 100% = one core fully busy. Battery: dumpsys battery (level, temperature, voltage) and
+/sys/class/power_supply/battery/current_now (µA; the sign convention is the vendor's).
+"""
+
+from __future__ import annotations
+
+import csv
+import shlex
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qnndeploy.device.adb import Device
+from qnndeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
+from qnndeploy.fileio import staging_file
+
+_SEP = "@@qnndeploy@@"
+CURRENT_NOW = "/sys/class/power_supply/battery/current_now"
+
+
+@dataclass
+class Battery:
+    level: int | None = None  # percent
+    temperature_c: float | None = None
+    voltage_mv: int | None = None
+    current_ma: float | None = None
+
+
+@dataclass
+class ThreadUse:
+    tid: int
+    name: str
+    cpu_percent: float
+
+
+@dataclass
+class Sample:
+    time_s: float  # since the first reading, on the device's clock
+    cpu_percent: float  # the whole process; 100 = one core
+    threads: list[ThreadUse]
+    battery: Battery
+
+
+@dataclass
+class Profile:
+    serial: str
+    pid: int
+    name: str
+    clk_tck: int
+    interval_s: float
+    samples: list[Sample] = field(default_factory=list)
+    ended: bool = False  # the process exited while it was being profiled
+
+    def mean_cpu(self) -> float | None:
+        return sum(s.cpu_percent for s in self.samples) / len(self.samples) if self.samples else None
+
+    def thread_means(self) -> list[ThreadUse]:
+        """Mean CPU of every thread over the samples it was alive in, busiest first."""
+        seen: dict[int, tuple[str, list[float]]] = {}
+        for s in self.samples:
+            for t in s.threads:
+                seen.setdefault(t.tid, (t.name, []))[1].append(t.cpu_percent)
+        means = [ThreadUse(tid, name, sum(v) / len(v)) for tid, (name, v) in seen.items()]
+        return sorted(means, key=lambda t: -t.cpu_percent)
+
+
+@dataclass
+class _Reading:
+    uptime: float
+    ticks: int
+    threads: dict[int, tuple[str, int]]
+    battery: Battery
+
+
+def find_process(dev: Device, pid: int | None = None, package: str | None = None) -> tuple[int, str]:
+    """(pid, process name) for --pid or --package (an app's process is named after its package)."""
+    if package:
+        r = dev.run(f"pidof {shlex.quote(package)}")
+        pids = [int(p) for p in r.output.split() if p.isdigit()]
+        if not pids:
+            raise QnnDeployError(f"{package} is not running on {dev.serial}: start the app, then run again "
+                                 "(or give --pid)", EXIT_BAD_INPUT)
+        pid = min(pids)
+    stat = dev.read_text(f"/proc/{pid}/stat")
+    if not stat:
+        raise QnnDeployError(f"no process {pid} on {dev.serial} (`adb shell ps -A` lists them)", EXIT_BAD_INPUT)
+    return pid, _parse_stat(stat)[1]
+
+
+def _parse_stat(line: str) -> tuple[int, str, int]:
+    """(id, name, utime+stime) from a /proc stat line; the name may hold spaces and ')'."""
+    head, _, rest = line.strip().rpartition(")")
+    ident, _, name = head.partition(" (")
+    fields = rest.split()
+    return int(ident), name, int(fields[11]) + int(fields[12])  # fields 14 and 15 of the line
+
+
+def _parse_battery(dumpsys: str, current_now: str) -> Battery:
+    values = {}
+    for line in dumpsys.splitlines():
+        key, sep, value = line.strip().partition(":")
+        if sep and value.strip().lstrip("-").isdigit():
+            values[key.strip()] = int(value)
+    current = current_now.strip()
+    return Battery(level=values.get("level"),
+                   temperature_c=values["temperature"] / 10 if "temperature" in values else None,
+                   voltage_mv=values.get("voltage"),
+                   current_ma=int(current) / 1000 if current.lstrip("-").isdigit() else None)
+
+
+def _read(dev: Device, pid: int) -> _Reading | None:
+    """One sample's raw figures in one round trip; None once the process is gone."""
+    r = dev.run(f"cat /proc/uptime; echo {_SEP}; cat /proc/{pid}/stat; echo {_SEP}; cat /proc/{pid}/task/*/stat; "
+                f"echo {_SEP}; dumpsys battery; echo {_SEP}; cat {CURRENT_NOW} 2>/dev/null")
+    parts = r.output.split(_SEP + "\n")
+    if len(parts) != 5 or not parts[1].startswith(f"{pid} (") or parts[1].rpartition(")")[2].split()[0] in "ZX":
+        return None  # gone, or a zombie waiting for its parent
+    threads = {}
+    for line in parts[2].splitlines():
+        if line[:1].isdigit():  # a thread that ended between the glob and cat leaves an error line instead
+            tid, name, ticks = _parse_stat(line)
+            threads[tid] = (name, ticks)
+    return _Reading(float(parts[0].split()[0]), _parse_stat(parts[1])[2], threads,
+                    _parse_battery(parts[3], parts[4]))
+
+
+def start(dev: Device, pid: int, name: str, interval: float) -> Profile:
+    clk = dev.run("getconf CLK_TCK").output.strip()
+    if not clk.isdigit():
+        raise QnnDeployError(f"getconf CLK_TCK failed on {dev.serial}: {clk[:100]}", EXIT_CHECK_FAILED)
+    return Profile(dev.serial, pid, name, int(clk), interval)
+
+
+def samples(dev: Device, profile: Profile) -> Iterator[Sample]:
+    """One Sample per interval until the caller stops or the process exits (profile.ended); each is also
+    appended to profile.samples."""
+    first = prev = _read(dev, profile.pid)
+    if first is None:
+        raise QnnDeployError(f"process {profile.pid} ended on {dev.serial}", EXIT_CHECK_FAILED)
+    next_at = time.monotonic()
+    while True:
+        next_at += profile.interval_s
+        time.sleep(max(0.0, next_at - time.monotonic()))
+        cur = _read(dev, profile.pid)
+        if cur is None:
+            profile.ended = True
+            return
+        span = max(cur.uptime - prev.uptime, 1e-6) * profile.clk_tck / 100  # ticks that make 100%
+        threads = [ThreadUse(tid, name, (ticks - prev.threads[tid][1]) / span)
+                   for tid, (name, ticks) in cur.threads.items() if tid in prev.threads]
+        sample = Sample(round(cur.uptime - first.uptime, 2), (cur.ticks - prev.ticks) / span,
+                        sorted(threads, key=lambda t: -t.cpu_percent), cur.battery)
+        profile.samples.append(sample)
+        yield sample
+        prev = cur
+
+
+def write_csv(profile: Profile, path: Path) -> None:
+    """One row per sample: process CPU, battery, then one column per thread ever seen ("tid name")."""
+    threads = {t.tid: t.name for s in profile.samples for t in s.threads}
+    columns = ["time_s", "cpu_percent", "battery_level", "battery_temp_c", "battery_voltage_mv",
+               "battery_current_ma", *(f"{tid} {name}" for tid, name in sorted(threads.items()))]
+    with staging_file(path, force=True) as tmp, open(tmp, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(columns)
+        for s in profile.samples:
+            per = {t.tid: f"{t.cpu_percent:.1f}" for t in s.threads}
+            b = s.battery
+            out.writerow([s.time_s, f"{s.cpu_percent:.1f}", b.level, b.temperature_c, b.voltage_mv, b.current_ma,
+                          *(per.get(tid, "") for tid in sorted(threads))])

@@ -1,0 +1,172 @@
+"""qnn-net-run on a phone: find the runner, install it, run one context binary on inputs, fetch the outputs, and
+turn the known QNN failures in its output into advice (data/qnn_errors.json).
+
+The command line is the one QAIRT documents for a saved context:
+  qnn-net-run --backend libQnnHtp.so --retrieve_context GRAPH.bin --input_list input_list.txt --output_dir out
+with LD_LIBRARY_PATH (the bundle's arm64-v8a folder only: /vendor must not shadow it) and ADSP_LIBRARY_PATH (the
+Skel folder first, ';'-separated, then the vendor DSP folders, as the app sets it) in its environment. Each line
+of input_list.txt is one inference (`name:=file.raw ...`), its outputs land in out/Result_<line>/<name>.raw as
+float32 (qnn-net-run's default without --use_native_output_files).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from qnndeploy.errors import EXIT_BAD_INPUT, QnnDeployError
+from qnndeploy.fileio import sha256_file
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from qnndeploy.device.adb import Device
+
+SDK_RUNNER = "bin/aarch64-android/qnn-net-run"
+REMOTE_RUNNER = "/data/local/tmp/qnndeploy/bin/qnn-net-run"
+BACKEND = "libQnnHtp.so"
+_TIME = "QNNDEPLOY-TIME"
+
+
+@dataclass(frozen=True)
+class Advice:
+    id: str
+    message: str
+    line: str  # the output line that matched
+
+
+@dataclass
+class Invocation:
+    code: int
+    output: str
+    seconds: float
+    clock: str  # "device" (timed by the phone's own clock) or "host" (includes the adb round trip)
+    command: str
+
+
+def find_runner(runner: Path | None, sdk_root: Path | None) -> Path | None:
+    """--runner, else the SDK's aarch64-android qnn-net-run (--qnn-sdk-root, else $QNN_SDK_ROOT if it has one)."""
+    if runner is not None:
+        if not Path(runner).is_file():
+            raise QnnDeployError(f"--runner {runner}: no such file (give a qnn-net-run built for aarch64-android)",
+                                 EXIT_BAD_INPUT)
+        return Path(runner)
+    if sdk_root is not None:
+        path = Path(sdk_root) / SDK_RUNNER
+        if not path.is_file():
+            raise QnnDeployError(f"--qnn-sdk-root {sdk_root} has no {SDK_RUNNER}: is it a QAIRT SDK folder?",
+                                 EXIT_BAD_INPUT)
+        return path
+    env = os.environ.get("QNN_SDK_ROOT")
+    if env and (Path(env) / SDK_RUNNER).is_file():
+        return Path(env) / SDK_RUNNER
+    return None
+
+
+def install(dev: Device, local: Path) -> int:
+    """Put the runner at REMOTE_RUNNER with mode 0755, unless the same file is already there; bytes sent."""
+    digest = sha256_file(local)
+    r = dev.run(f"sha256sum {shlex.quote(REMOTE_RUNNER)} 2>/dev/null && test -x {shlex.quote(REMOTE_RUNNER)}")
+    if r.code == 0 and r.output.split()[:1] == [digest]:
+        return 0
+    sent = dev.push(local, REMOTE_RUNNER, mode=0o755)
+    check = dev.run(f"sha256sum {shlex.quote(REMOTE_RUNNER)}").output.split()[:1]
+    if check != [digest]:
+        raise QnnDeployError(f"the runner on {dev.serial} differs from {local} after the push: run again")
+    return sent
+
+
+# --- inputs and outputs ----------------------------------------------------------------------------------------
+
+def write_inputs(folder: Path, samples: list[dict[str, np.ndarray]], lines: int) -> bool:
+    """Raw input files and input_list.txt (`lines` inferences, cycling through the samples) in `folder`.
+
+    float32 files unless an input is not float32; then every file is in the model's own dtype and the run needs
+    --use_native_input_files. Returns whether it does.
+    """
+    import numpy as np
+
+    native = any(a.dtype != np.float32 for s in samples for a in s.values())
+    folder.mkdir(parents=True, exist_ok=True)
+    names = []
+    for i, sample in enumerate(samples):
+        entries = []
+        for name, arr in sample.items():
+            rel = f"in/{i}_{_safe(name)}.raw"
+            (folder / rel).parent.mkdir(exist_ok=True)
+            data = arr if native else arr.astype(np.float32)
+            (folder / rel).write_bytes(np.ascontiguousarray(data, dtype=data.dtype.newbyteorder("<")).tobytes())
+            entries.append(f"{name}:={rel}")
+        names.append(" ".join(entries))
+    (folder / "input_list.txt").write_text("".join(names[i % len(names)] + "\n" for i in range(lines)))
+    return native
+
+
+def output_file(line: int, name: str) -> str:
+    """Where qnn-net-run writes an output, relative to its --output_dir."""
+    return f"Result_{line}/{_safe(name)}.raw"
+
+
+def read_output(path: Path, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    import numpy as np
+
+    data = np.fromfile(path, dtype="<f4")
+    if data.size != int(np.prod(shape)):
+        raise QnnDeployError(f"output '{name}' has {data.size} float32 values, the model's has {int(np.prod(shape))} "
+                             f"{list(shape)}: is the context binary the bundle's CPU model compiled?")
+    return data.reshape(shape)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+# --- running ---------------------------------------------------------------------------------------------------
+
+def run(dev: Device, workdir: str, context: str, lib_dir: str, adsp_library_path: str, native_inputs: bool,
+        input_list: str = "input_list.txt", output_dir: str = "out") -> Invocation:
+    """Run qnn-net-run once in workdir, timed on the phone (date +%s%N) when its date can, else from the host."""
+    env = f"LD_LIBRARY_PATH={shlex.quote(lib_dir)} ADSP_LIBRARY_PATH={shlex.quote(adsp_library_path)}"
+    args = [REMOTE_RUNNER, "--backend", BACKEND, "--retrieve_context", context, "--input_list", input_list,
+            "--output_dir", output_dir] + (["--use_native_input_files"] if native_inputs else [])
+    command = f"{env} {shlex.join(args)}"
+    line = (f"cd {shlex.quote(workdir)} && rm -rf {shlex.quote(output_dir)} && s=$(date +%s%N) && "
+            f"{command} 2>&1; rc=$?; e=$(date +%s%N); echo {_TIME} $s $e; exit $rc")
+    start = time.perf_counter()
+    r = dev.run(line)
+    host = time.perf_counter() - start
+    head, _, tail = r.output.rpartition(_TIME)
+    stamps = tail.split()
+    if len(stamps) == 2 and all(s.isdigit() for s in stamps) and int(stamps[1]) >= int(stamps[0]):
+        return Invocation(r.code, head, (int(stamps[1]) - int(stamps[0])) / 1e9, "device", command)
+    return Invocation(r.code, head if _TIME in r.output else r.output, host, "host", command)
+
+
+# --- known failures --------------------------------------------------------------------------------------------
+
+@cache
+def known_errors() -> tuple[tuple[str, tuple[re.Pattern, ...], str], ...]:
+    raw = json.loads(resources.files("qnndeploy").joinpath("data/qnn_errors.json").read_text())
+    return tuple((e["id"], tuple(re.compile(p, re.IGNORECASE) for p in e["patterns"]), e["advice"])
+                 for e in raw["errors"])
+
+
+def diagnose(output: str, **facts: str) -> list[Advice]:
+    """Advice for every known QNN failure found in a run's output, in data-file order; [] when none matched."""
+    values = defaultdict(lambda: "?", {k: v for k, v in facts.items() if v})
+    found = []
+    lines = output.splitlines()
+    for error_id, patterns, advice in known_errors():
+        hit = next((ln for ln in lines if any(p.search(ln) for p in patterns)), None)
+        if hit is not None:
+            found.append(Advice(error_id, advice.format_map(values), hit.strip()[:300]))
+    return found

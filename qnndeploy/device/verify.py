@@ -1,0 +1,323 @@
+"""`device verify`: put a bundle on a phone the way the app would use it, prove it there, and record the result.
+
+For each phone: the same decision as the app's Kotlin selector (qnndeploy.decision) picks the target; its files,
+the CPU fallback and the runtime libraries for its arch go to /data/local/tmp/qnndeploy/<name>-<version>/ with
+Device.push_folder (only what differs is sent, through a staging folder, every sha256 checked on the phone).
+With a runner (qnn-net-run), each graph's context binary runs there on generated or given inputs, and its outputs
+are compared with the bundle's CPU model run on this host by onnxruntime, with validate's metrics and thresholds.
+Loading the QNN libraries is the step of the decision only the phone can answer: the runner answers it.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from qnndeploy import __version__, decision
+from qnndeploy.device import runner
+from qnndeploy.device.adb import LocalFile, Progress, connect, list_devices
+from qnndeploy.errors import EXIT_BAD_INPUT, QnnDeployError
+from qnndeploy.fileio import sha256_file, write_json
+
+REMOTE_ROOT = "/data/local/tmp/qnndeploy"
+RECORD = "qnndeploy-device"
+RECORD_VERSION = 1
+DEFAULT_RECORD_DIR = Path("device-records")
+CPU_EXPECTED = "CPU fallback expected"
+NPU_EXPECTED = "NPU expected, if the QNN libraries load (not run: no runner)"
+NPU_RAN = "NPU: the QNN libraries loaded and every context binary ran on the phone"
+NPU_WRONG = "NPU: the context binaries ran on the phone, but their outputs differ from the CPU model's"
+NPU_FAILED = "NPU target, but it failed on the phone: the app would fall back to the CPU"
+TIMING_NOTE = ("first run: one qnn-net-run process with one inference (start, context load, inference); "
+               "per inference: (time of an N-inference run - first run) / (N - 1)")
+
+
+@dataclass
+class PushFigures:
+    files: int
+    bytes_total: int
+    sent: list[str]
+    bytes_sent: int
+    unchanged: int
+    removed: list[str]
+    seconds: float
+    mb_per_s: float | None  # bytes sent / seconds of the whole push (hashing on the phone included)
+
+
+@dataclass
+class GraphRun:
+    graph: str
+    context: str  # on the phone
+    status: str  # "passed" | "failed" | "error"
+    reason: str | None = None
+    samples: int = 0
+    inputs: dict | None = None  # how the inputs were made (random, seeded; or the files of --inputs)
+    inferences: int = 0
+    first_run_s: float | None = None
+    per_inference_s: float | None = None
+    clock: str | None = None  # "device" or "host"
+    outputs: list = field(default_factory=list)  # validate.OutputMetrics
+    advice: list[runner.Advice] = field(default_factory=list)
+    log_tail: str | None = None
+
+
+@dataclass
+class DeviceVerification:
+    serial: str
+    ok: bool = False
+    error: str | None = None  # why this device could not be verified (--all keeps going)
+    model: str = ""
+    android_release: str = ""
+    sdk: int | None = None
+    soc: str | None = None
+    identified_by: str | None = None
+    dsp_arch: str | None = None
+    provider: str | None = None  # "npu" or "cpu", as the app would choose
+    reason: str | None = None
+    expectation: str | None = None
+    remote_dir: str | None = None
+    push: PushFigures | None = None
+    runner: str | None = None
+    runner_note: str | None = None
+    environment: dict[str, str] = field(default_factory=dict)
+    graphs: list[GraphRun] = field(default_factory=list)
+    record: Path | None = None
+
+
+class Job:
+    """What every phone of one `device verify` shares: the checked bundle, the runner and the CPU references."""
+
+    def __init__(self, bundle: Path, manifest: dict, runner_path: Path | None = None, sdk_root: Path | None = None,
+                 inputs: Path | None = None, samples: int = 1, seed: int = 0, runs: int = 10,
+                 record_dir: Path = DEFAULT_RECORD_DIR) -> None:
+        if inputs is not None and not Path(inputs).is_dir():
+            raise QnnDeployError(f"--inputs {inputs}: no such folder", EXIT_BAD_INPUT)
+        if samples < 1 or runs < 1:
+            raise QnnDeployError("--samples and --runs must be 1 or more", EXIT_BAD_INPUT)
+        self.bundle, self.manifest = Path(bundle), manifest
+        self.runner = runner.find_runner(runner_path, sdk_root)
+        self.sdk_root = Path(sdk_root) if sdk_root else None
+        if self.runner and manifest["runtime"]["mode"] == "external" and self.sdk_root is None:
+            raise QnnDeployError(f"the bundle uses an external runtime ({manifest['runtime']['maven']}): the runner "
+                                 "needs the QNN libraries, pass --qnn-sdk-root DIR of that QAIRT version",
+                                 EXIT_BAD_INPUT)
+        self.inputs, self.samples, self.seed, self.runs = inputs, samples, seed, runs
+        self.record_dir = Path(record_dir)
+        self.bundle_id = f"{manifest['name']}-{manifest['version']}"
+        self.remote_dir = f"{REMOTE_ROOT}/{self.bundle_id}"
+        self.sha256 = {e["path"]: e["sha256"] for e in _entries(manifest)}
+        self._refs: dict[str, tuple[list, list, dict]] = {}
+        self._lock = threading.Lock()
+
+    def reference(self, graph: str) -> tuple[list, list, dict]:
+        """(input samples, CPU outputs, how the inputs were made) for a graph; computed once, shared by phones."""
+        with self._lock:
+            if graph not in self._refs:
+                self._refs[graph] = self._compute_reference(graph)
+            return self._refs[graph]
+
+    def _compute_reference(self, graph: str) -> tuple[list, list, dict]:
+        import onnxruntime as ort
+
+        from qnndeploy import validate
+
+        model = next(self.bundle / a["path"] for a in self.manifest["cpu"]
+                     if a["graph"] == graph and a["format"] == "onnx")
+        specs = validate.model_inputs(model)
+        if self.inputs is not None:
+            folder = Path(self.inputs) / graph if (Path(self.inputs) / graph).is_dir() else Path(self.inputs)
+            samples = validate.load_samples(folder, specs)
+            used = {"kind": "files", "folder": str(folder.resolve()), "samples": len(samples)}
+        else:
+            samples = validate.random_samples(specs, self.samples, self.seed)
+            used = {"kind": "random", "samples": self.samples, "seed": self.seed,
+                    "distribution": validate.RANDOM_NOTE}
+        session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        return samples, [dict(zip(names, session.run(None, s))) for s in samples], used
+
+
+def _entries(manifest: dict) -> list[dict]:
+    from qnndeploy.bundle.manifest import file_entries
+
+    return [e for _, e in file_entries(manifest)]
+
+
+def check_bundle(path: Path):
+    """(bundle verify's report, the manifest when the bundle is sound): nothing is pushed from a bad bundle."""
+    from qnndeploy.bundle.manifest import load_manifest
+    from qnndeploy.bundle.verify import verify_bundle
+
+    path = Path(path)
+    if path.is_file():
+        raise QnnDeployError(f"{path} is an archive: extract it and pass the bundle folder", EXIT_BAD_INPUT)
+    report = verify_bundle(path)
+    return report, load_manifest(path) if report.ok else None
+
+
+# --- one phone -------------------------------------------------------------------------------------------------
+
+def verify_device(job: Job, serial: str | None = None, progress: Progress | None = None) -> DeviceVerification:
+    """Decide, push, check, run (with a runner) and record, on one phone. Raises QnnDeployError when the phone
+    cannot be used or the connection is lost (running again resumes the push)."""
+    dev = connect(serial)
+    props = dev.getprops()
+    sdk = props.get("ro.build.version.sdk", "")
+    result = DeviceVerification(dev.serial, model=props.get("ro.product.model", ""),
+                                android_release=props.get("ro.build.version.release", ""),
+                                sdk=int(sdk) if sdk.isdigit() else None, remote_dir=job.remote_dir)
+    phone = decision.Device(props.get("ro.soc.model") or None, props.get("ro.board.platform") or None,
+                            result.sdk or 0)
+    # The library loads are what the runner proves on the phone; the decision assumes they succeed.
+    choice = decision.decide(job.manifest, phone, load_errors={}, lib_dir="")
+    result.soc, result.identified_by, result.reason = choice.soc, choice.identified_by, choice.reason
+    result.provider, result.dsp_arch = choice.provider, choice.dsp_arch
+    result.expectation = NPU_EXPECTED if choice.npu else CPU_EXPECTED
+
+    files = {"manifest.json": LocalFile(job.bundle / "manifest.json", sha256_file(job.bundle / "manifest.json"))}
+    for rel in [*choice.files, *(a["path"] for a in job.manifest["cpu"])]:
+        files[rel] = LocalFile(job.bundle / rel, job.sha256[rel])
+    if choice.npu:
+        files.update(_runtime_libs(job, choice.dsp_arch))
+    start = time.perf_counter()
+    pushed = dev.push_folder(files, job.remote_dir, progress=progress)
+    seconds = time.perf_counter() - start
+    result.push = PushFigures(
+        files=len(files), bytes_total=sum(f.path.stat().st_size for f in files.values()), sent=pushed.sent,
+        bytes_sent=pushed.bytes_sent, unchanged=len(pushed.unchanged), removed=pushed.removed,
+        seconds=round(seconds, 4), mb_per_s=round(pushed.bytes_sent / seconds / 1e6, 2) if pushed.sent else None)
+
+    if choice.npu and job.runner is not None:
+        lib_dir = f"{job.remote_dir}/lib/arm64-v8a"
+        skel_dir = f"{job.remote_dir}/lib/hexagon-{choice.dsp_arch}"
+        result.environment = {"LD_LIBRARY_PATH": lib_dir,
+                              decision.ADSP_VAR: decision.adsp_library_path(skel_dir, None)}
+        result.runner = runner.REMOTE_RUNNER
+        runner.install(dev, job.runner)
+        for graph, context in choice.paths.items():
+            result.graphs.append(_run_graph(dev, job, graph, f"{job.remote_dir}/{context}", result))
+    elif choice.npu:
+        result.runner_note = ("no runner: pass --runner PATH or --qnn-sdk-root DIR to run the context binaries on "
+                              "the phone and compare them with the CPU model")
+    elif job.runner is not None:
+        result.runner_note = "CPU fallback on this phone: no context binary to run"
+    result.ok = all(g.status == "passed" for g in result.graphs)
+    if result.graphs:
+        statuses = {g.status for g in result.graphs}
+        result.expectation = NPU_FAILED if "error" in statuses else NPU_WRONG if "failed" in statuses else NPU_RAN
+    result.record = _write_record(job, result)
+    return result
+
+
+def _runtime_libs(job: Job, arch: str) -> dict[str, LocalFile]:
+    """The QNN libraries an NPU run needs for one arch: the bundle's own, or (external runtime) the SDK's."""
+    runtime = job.manifest["runtime"]
+    if runtime["mode"] == "bundled":
+        return {lib["path"]: LocalFile(job.bundle / lib["path"], lib["sha256"]) for lib in runtime["libs"]
+                if lib["abi"] == f"hexagon-{arch}" or (lib["abi"] == "arm64-v8a" and lib.get("dsp_arch", arch) == arch)}
+    if job.sdk_root is None:
+        return {}  # nothing to run them with: the app gets them from Maven
+    backend, system, stub, skel = decision.qnn_libraries(arch)
+    wanted = {f"lib/arm64-v8a/{n}": job.sdk_root / "lib/aarch64-android" / n for n in (backend, system, stub)}
+    wanted[f"lib/hexagon-{arch}/{skel}"] = job.sdk_root / f"lib/hexagon-{arch}/unsigned" / skel
+    missing = [str(p) for p in wanted.values() if not p.is_file()]
+    if missing:
+        raise QnnDeployError(f"the QAIRT SDK at {job.sdk_root} has no {missing[0]}: the runner needs it",
+                             EXIT_BAD_INPUT)
+    return {rel: LocalFile(p, sha256_file(p)) for rel, p in wanted.items()}
+
+
+def _run_graph(dev, job: Job, graph: str, context: str, result: DeviceVerification) -> GraphRun:
+    """Run one context binary twice (one inference, then N) on the phone and compare with the CPU outputs."""
+    from qnndeploy import validate
+
+    run = GraphRun(graph, context, "error")
+    samples, expected, run.inputs = job.reference(graph)
+    lines = max(job.runs, len(samples))
+    workdir = f"{REMOTE_ROOT}/run/{job.bundle_id}/{graph}"
+    facts = {"adsp": result.environment[decision.ADSP_VAR], "soc": result.soc, "arch": result.dsp_arch,
+             "qairt": job.manifest["qairt"]["version"]}
+    env = (result.environment["LD_LIBRARY_PATH"], result.environment[decision.ADSP_VAR])
+    with tempfile.TemporaryDirectory(prefix="qnndeploy-run-") as tmp:
+        local = Path(tmp)
+        native = runner.write_inputs(local / "up", samples, lines)
+        (local / "up" / "first_input.txt").write_text((local / "up" / "input_list.txt").read_text().split("\n")[0]
+                                                      + "\n")
+        dev.run(f"rm -rf {workdir} && mkdir -p {workdir}", check=True)
+        for path in sorted(p for p in (local / "up").rglob("*") if p.is_file()):
+            dev.push(path, f"{workdir}/{path.relative_to(local / 'up').as_posix()}")
+        first = runner.run(dev, workdir, context, *env, native, "first_input.txt", "out_first")
+        timed = first if first.code != 0 else runner.run(dev, workdir, context, *env, native)
+        failed = first if first.code != 0 else timed if timed.code != 0 else None
+        if failed is not None:
+            last = next((ln.strip() for ln in reversed(failed.output.splitlines()) if ln.strip()), "no output")
+            run.reason = f"qnn-net-run exited with {failed.code}: {last[:200]}"
+            run.advice = runner.diagnose(failed.output, **facts)
+            run.log_tail = "\n".join(failed.output.splitlines()[-20:])
+            return run
+        actual = []
+        for i in range(len(samples)):
+            outputs = {}
+            for name, ref in expected[i].items():
+                target = local / "down" / runner.output_file(i, name)
+                dev.pull(f"{workdir}/out/{runner.output_file(i, name)}", target)
+                outputs[name] = runner.read_output(target, name, ref.shape)
+            actual.append(outputs)
+    precision = next(t["precision"] for t in job.manifest["targets"] if t["soc"] == result.soc)
+    limits = validate.THRESHOLDS.get(precision, validate.THRESHOLDS["w8a16"])
+    run.outputs = [validate._judge(name, [e[name] for e in expected], [a[name] for a in actual], limits)
+                   for name in expected[0]]
+    run.status = "passed" if all(m.passed for m in run.outputs) else "failed"
+    run.samples, run.inferences, run.clock = len(samples), lines, timed.clock
+    run.first_run_s = round(first.seconds, 4)
+    if lines > 1 and timed.seconds > first.seconds:
+        run.per_inference_s = round((timed.seconds - first.seconds) / (lines - 1), 6)
+    return run
+
+
+def _write_record(job: Job, r: DeviceVerification) -> Path:
+    """The device record, written atomically: what ran where, with which files, and how it went."""
+    stamp = datetime.now(timezone.utc)
+    name = f"{job.bundle_id}_{re.sub(r'[^A-Za-z0-9_.-]', '_', r.serial)}_{stamp:%Y%m%dT%H%M%SZ}.json"
+    path = job.record_dir / name
+    write_json(path, {
+        "record": RECORD, "version": RECORD_VERSION, "ok": r.ok,
+        "device": {"serial": r.serial, "model": r.model, "android_release": r.android_release, "sdk": r.sdk},
+        "soc": {"model": r.soc, "identified_by": r.identified_by, "dsp_arch": r.dsp_arch},
+        "bundle": {"name": job.manifest["name"], "version": job.manifest["version"],
+                   "qairt_version": job.manifest["qairt"]["version"], "qairt_build": job.manifest["qairt"]["build"],
+                   "path": str(job.bundle.resolve())},
+        "decision": {"provider": r.provider, "reason": r.reason, "expectation": r.expectation},
+        "push": {"remote_dir": r.remote_dir, **asdict(r.push)},
+        "runner": {"path": r.runner, "local": str(job.runner) if job.runner else None, "note": r.runner_note,
+                   "environment": r.environment, "timing": TIMING_NOTE if r.graphs else None},
+        "graphs": [asdict(g) for g in r.graphs],
+        "tools": {"qnndeploy": __version__},
+        "created": stamp.isoformat(timespec="seconds"),
+    })
+    return path
+
+
+# --- every phone -----------------------------------------------------------------------------------------------
+
+def verify_all(job: Job) -> list[DeviceVerification]:
+    """Every device the adb server knows, in parallel; a phone that fails does not stop the others."""
+    entries = list_devices()
+    if not entries:
+        raise QnnDeployError("no device connected: plug in a phone with USB debugging on (or `adb connect "
+                             "HOST:PORT`) and check `adb devices`", EXIT_BAD_INPUT)
+
+    def one(serial: str) -> DeviceVerification:
+        try:
+            return verify_device(job, serial)
+        except QnnDeployError as e:
+            return DeviceVerification(serial, error=str(e))
+
+    with ThreadPoolExecutor(max_workers=len(entries)) as pool:
+        return list(pool.map(one, [e.serial for e in entries]))

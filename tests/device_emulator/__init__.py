@@ -1,0 +1,10 @@
+"""A stand-in for an Android phone in the tests: a device that speaks the real adb transport protocol on
+127.0.0.1, so a real adb server (`adb connect 127.0.0.1:PORT`) and adbutils talk to it as to a phone.
+
+There is no phone on the machines that run the tests; everything above the device (adb server, adbutils,
+qnndeploy.device) is the real code. See device.py (the device), fixtures.py (pytest fixtures).
+"""
+
+from device_emulator.device import PRESETS, EmulatedDevice
+
+__all__ = ["EmulatedDevice", "PRESETS"]

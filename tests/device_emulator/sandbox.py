@@ -1,0 +1,140 @@
+"""The emulated device's file system and commands: a host folder stands for the device's /, the host's /bin/sh
+runs the commands, and small shims on PATH stand for the Android-only tools (getprop, dumpsys, getconf).
+
+Device paths under the folders of DEVICE_DIRS (/data, /vendor, /odm, /sys, /system, …) are rewritten into the
+sandbox, in shell command lines on the way in and back in the output. /proc and /dev are the host's real ones, so
+a process started on the device has a real /proc/<pid>. Shims and stand-in tools find the sandbox through
+$EMU_ROOT and the emulator's state (props, battery) through $EMU_STATE.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+DEVICE_DIRS = ("data", "sdcard", "storage", "system", "vendor", "odm", "product", "apex", "sys", "mnt", "cache")
+REAL_DIRS = ("proc", "dev")
+
+# A device path starts after a separator that can precede a word in sh (or ':'/';' inside PATH-like values).
+_DEVICE_PATH = re.compile(r"(?:(?<=[\s=:;'\"(|&<>`])|^)(/(?:%s))(?=[/\s;:'\"|&)<>`]|$)" % "|".join(DEVICE_DIRS))
+
+DEFAULT_BATTERY = {"level": 80, "temperature": 312, "voltage_mv": 4012, "current_ua": -350000, "charging": False}
+
+_SHIMS = {
+    "getprop": r"""#!/bin/sh
+# Stand-in for Android's getprop: reads the emulated device's properties ($EMU_STATE/props, key=value lines).
+if [ $# -eq 0 ]; then
+  exec awk '{ i = index($0, "="); printf "[%s]: [%s]\n", substr($0, 1, i - 1), substr($0, i + 1) }' "$EMU_STATE/props"
+fi
+exec awk -v k="$1" -v d="$2" '
+  { i = index($0, "="); if (substr($0, 1, i - 1) == k) { print substr($0, i + 1); found = 1; exit } }
+  END { if (!found) print d }' "$EMU_STATE/props"
+""",
+    "dumpsys": r"""#!/bin/sh
+# Stand-in for Android's dumpsys: only the battery service, from the emulated device's battery values.
+if [ "$1" = battery ]; then exec cat "$EMU_STATE/dumpsys-battery"; fi
+echo "Can't find service: $1" >&2
+exit 1
+""",
+    "getconf": r"""#!/bin/sh
+# Stand-in for Android's getconf: PAGE_SIZE is the emulated device's; anything else (CLK_TCK…) the host's,
+# which is right for /proc, since /proc is the host's.
+case "$1" in
+  PAGE_SIZE|PAGESIZE) exec cat "$EMU_STATE/page_size" ;;
+  *) exec /usr/bin/getconf "$@" ;;
+esac
+""",
+    "test-load": f"""#!/bin/sh
+# Test process for `device profile`: one thread spins, one sleeps (see device_emulator/load.py).
+exec {sys.executable} {Path(__file__).with_name('load.py')} "$@"
+""",
+}
+
+
+class Sandbox:
+    """Folders base/root (the device's /), base/bin (shims), base/state (props, battery)."""
+
+    def __init__(self, base: Path) -> None:
+        self.root, self.bin, self.state = base / "root", base / "bin", base / "state"
+        for folder in (self.bin, self.state, *(self.root / d for d in DEVICE_DIRS), self.root / "data/local/tmp"):
+            folder.mkdir(parents=True, exist_ok=True)
+        for name, text in _SHIMS.items():
+            (self.bin / name).write_text(text)
+            (self.bin / name).chmod(0o755)
+        self._root_bytes = str(self.root).encode()
+        self.set_props({})
+        self.set_page_size(4096)
+        self.set_battery()
+
+    # --- configuration -----------------------------------------------------------------------------------
+    def set_props(self, props: dict[str, str]) -> None:
+        self.props = dict(props)
+        (self.state / "props").write_text("".join(f"{k}={v}\n" for k, v in self.props.items()))
+
+    def set_page_size(self, size: int) -> None:
+        (self.state / "page_size").write_text(f"{size}\n")
+
+    def set_battery(self, **values: object) -> None:
+        """Battery as dumpsys battery and /sys/class/power_supply/battery report it (temperature in 0.1 °C)."""
+        b = {**DEFAULT_BATTERY, **getattr(self, "battery", {}), **values}
+        self.battery = b
+        charging = bool(b["charging"])
+        (self.state / "dumpsys-battery").write_text(
+            "Current Battery Service state:\n"
+            f"  AC powered: false\n  USB powered: {str(charging).lower()}\n  Wireless powered: false\n"
+            f"  status: {2 if charging else 3}\n  health: 2\n  present: true\n"
+            f"  level: {b['level']}\n  scale: 100\n  voltage: {b['voltage_mv']}\n"
+            f"  temperature: {b['temperature']}\n  technology: Li-ion\n")
+        sysfs = {"capacity": b["level"], "temp": b["temperature"], "voltage_now": int(b["voltage_mv"]) * 1000,
+                 "current_now": b["current_ua"], "status": "Charging" if charging else "Discharging"}
+        for name, value in sysfs.items():
+            self.write(f"/sys/class/power_supply/battery/{name}", f"{value}\n")
+
+    def write(self, device_path: str, data: bytes | str, mode: int = 0o644) -> Path:
+        path = self.host_path(device_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data.encode() if isinstance(data, str) else data)
+        path.chmod(mode)
+        return path
+
+    # --- paths ---------------------------------------------------------------------------------------------
+    def host_path(self, device_path: str) -> Path:
+        """Where a device path lives on the host: real /proc and /dev, everything else in the sandbox."""
+        norm = posixpath.normpath("/" + device_path.lstrip("/"))
+        if norm.split("/")[1] in REAL_DIRS:
+            return Path(norm)
+        return Path(str(self.root) + ("" if norm == "/" else norm))
+
+    def map_command(self, command: str) -> str:
+        return _DEVICE_PATH.sub(lambda m: str(self.root) + m.group(1), command)
+
+    def unmap_output(self, data: bytes, final: bool) -> tuple[bytes, bytes]:
+        """Host paths in output back to device paths; returns (ready, held back) so a path split across two
+        reads is still rewritten."""
+        data = data.replace(self._root_bytes, b"")
+        if final:
+            return data, b""
+        for keep in range(min(len(data), len(self._root_bytes) - 1), 0, -1):
+            if self._root_bytes.startswith(data[-keep:]):
+                return data[:-keep], data[-keep:]
+        return data, b""
+
+    # --- processes -----------------------------------------------------------------------------------------
+    def popen(self, command: str) -> subprocess.Popen:
+        """Run a device command line with the host's sh, in its own session (so it can be killed as a group)."""
+        env = {"PATH": f"{self.bin}:/usr/local/bin:/usr/bin:/bin", "EMU_ROOT": str(self.root),
+               "EMU_STATE": str(self.state), "TMPDIR": str(self.root / "data/local/tmp"), "LANG": "C"}
+        argv = ["/bin/sh", "-c", self.map_command(command)] if command.strip() else ["/bin/sh"]
+        return subprocess.Popen(argv, cwd=self.root, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def kill_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
