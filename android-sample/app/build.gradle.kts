@@ -1,0 +1,35 @@
+plugins {
+    id("com.android.application")
+    id("org.jetbrains.kotlin.android")
+}
+
+android {
+    namespace = "com.example.qnnsample"
+    compileSdk = 35
+
+    defaultConfig {
+        applicationId = "com.example.qnnsample"
+        minSdk = 24
+        targetSdk = 35
+        versionCode = 1
+        versionName = "1.0"
+    }
+
+    buildTypes {
+        release {
+            isMinifyEnabled = false
+        }
+    }
+
+    compileOptions {
+        sourceCompatibility = JavaVersion.VERSION_17
+        targetCompatibility = JavaVersion.VERSION_17
+    }
+
+    kotlinOptions {
+        jvmTarget = "17"
+    }
+}
+
+// The qnndeploy glue: ABI filter, jniLibs packaging, the bundle's assets, the QNN runtime and ONNX Runtime.
+apply(from = "qnndeploy/qnndeploy.gradle")

@@ -1,0 +1,87 @@
+package com.example.qnnsample.qnndeploy
+
+import java.io.File
+import java.io.FileOutputStream
+import java.io.IOException
+import java.io.InputStream
+import java.security.MessageDigest
+
+/**
+ * The bundle's model files in app storage, copied from the APK's assets (engines need real file paths).
+ * A file is copied only when the copy in storage does not have the manifest's sha256; the sha256 of a file already
+ * checked is remembered next to it with its size and time, so a start with nothing to do reads no model bytes.
+ */
+class BundleFiles(val root: File, private val openAsset: (String) -> InputStream) {
+    fun file(path: String): File = File(root, path)
+
+    /** Makes every listed bundle path present with the manifest's sha256; returns the paths it had to copy. */
+    fun materialize(manifest: Map<*, *>, paths: Collection<String>): List<String> {
+        val expected = HashMap<String, String>()
+        val entries = list(manifest["cpu"]) + list(manifest["targets"]).flatMap { list((it as? Map<*, *>)?.get("artifacts")) }
+        for (entry in entries.filterIsInstance<Map<*, *>>()) {
+            expected[entry["path"] as? String ?: continue] = entry["sha256"] as? String ?: continue
+        }
+        val copied = ArrayList<String>()
+        for (path in paths) {
+            val sha256 = expected[path] ?: throw IOException("$path is not a model file of the bundle manifest")
+            val target = file(path)
+            if (!upToDate(target, sha256)) {
+                copy(path, target, sha256)
+                copied.add(path)
+            }
+        }
+        return copied
+    }
+
+    private fun stamp(target: File): File = File(target.path + ".sha256")
+
+    private fun mark(target: File, sha256: String): String = "$sha256 ${target.length()} ${target.lastModified()}"
+
+    private fun upToDate(target: File, sha256: String): Boolean {
+        if (!target.isFile) return false
+        val stamp = stamp(target)
+        if (stamp.isFile && stamp.readText() == mark(target, sha256)) return true
+        if (target.inputStream().use { hash(it, null) } != sha256) return false
+        stamp.writeText(mark(target, sha256))
+        return true
+    }
+
+    private fun copy(path: String, target: File, sha256: String) {
+        val dir = target.parentFile ?: throw IOException("no folder for $target")
+        if (!dir.isDirectory && !dir.mkdirs()) throw IOException("cannot create $dir")
+        val partial = File(dir, ".${target.name}.partial")
+        val got = try {
+            FileOutputStream(partial).use { out ->
+                openAsset(path).use { hash(it, out) }.also { out.fd.sync() }
+            }
+        } catch (e: IOException) {
+            partial.delete()
+            throw IOException("cannot copy $path from the app's assets to $target: ${e.message}", e)
+        }
+        if (got != sha256) {
+            partial.delete()
+            throw IOException("$path in the app's assets has sha256 $got, the manifest says $sha256: the APK holds " +
+                "a damaged or different bundle")
+        }
+        stamp(target).delete()
+        if (!partial.renameTo(target)) {
+            partial.delete()
+            throw IOException("cannot rename $partial to $target")
+        }
+        stamp(target).writeText(mark(target, sha256))
+    }
+
+    private fun hash(input: InputStream, copyTo: FileOutputStream?): String {
+        val digest = MessageDigest.getInstance("SHA-256")
+        val buffer = ByteArray(1 shl 20)
+        while (true) {
+            val n = input.read(buffer)
+            if (n < 0) break
+            digest.update(buffer, 0, n)
+            copyTo?.write(buffer, 0, n)
+        }
+        return digest.digest().joinToString("") { "%02x".format(it) }
+    }
+
+    private fun list(value: Any?): List<*> = value as? List<*> ?: emptyList<Any?>()
+}

@@ -1,0 +1,166 @@
+package com.example.qnnsample.qnndeploy
+
+// The little JSON the glue needs (the bundle manifest, the failure record, the decision log line), without
+// org.json (Android only) or a dependency, so that the selector runs on any JVM.
+// Objects parse to Map<String, Any?>, arrays to List<Any?>, integers to Long, other numbers to Double.
+
+object MiniJson {
+    fun parse(text: String): Any? {
+        val parser = Parser(text)
+        val value = parser.value()
+        parser.skipSpace()
+        if (parser.pos != text.length) parser.fail("unexpected text after the value")
+        return value
+    }
+
+    /** Writes like Python's json.dumps(separators=(",", ":")): non-ASCII escaped, so both sides print alike. */
+    fun write(value: Any?): String = StringBuilder().also { write(value, it) }.toString()
+
+    private fun write(value: Any?, out: StringBuilder) {
+        when (value) {
+            null -> out.append("null")
+            is String -> quote(value, out)
+            is Boolean, is Long, is Int, is Double -> out.append(value.toString())
+            is Map<*, *> -> {
+                out.append('{')
+                value.entries.forEachIndexed { i, (k, v) ->
+                    if (i > 0) out.append(',')
+                    quote(k.toString(), out)
+                    out.append(':')
+                    write(v, out)
+                }
+                out.append('}')
+            }
+            is List<*> -> {
+                out.append('[')
+                value.forEachIndexed { i, v ->
+                    if (i > 0) out.append(',')
+                    write(v, out)
+                }
+                out.append(']')
+            }
+            else -> quote(value.toString(), out)
+        }
+    }
+
+    private fun quote(s: String, out: StringBuilder) {
+        out.append('"')
+        for (c in s) {
+            when (c) {
+                '"' -> out.append("\\\"")
+                '\\' -> out.append("\\\\")
+                '\n' -> out.append("\\n")
+                '\r' -> out.append("\\r")
+                '\t' -> out.append("\\t")
+                '\b' -> out.append("\\b")
+                '\u000C' -> out.append("\\f")
+                else -> if (c < ' ' || c > '~') out.append("\\u%04x".format(c.code)) else out.append(c)
+            }
+        }
+        out.append('"')
+    }
+
+    private class Parser(val s: String) {
+        var pos = 0
+
+        fun fail(what: String): Nothing = throw IllegalArgumentException("bad JSON at offset $pos: $what")
+
+        fun skipSpace() {
+            while (pos < s.length && s[pos] in " \t\r\n") pos++
+        }
+
+        fun value(): Any? {
+            skipSpace()
+            if (pos >= s.length) fail("unexpected end")
+            return when (s[pos]) {
+                '{' -> obj()
+                '[' -> array()
+                '"' -> string()
+                't' -> word("true", true)
+                'f' -> word("false", false)
+                'n' -> word("null", null)
+                else -> number()
+            }
+        }
+
+        private fun word(w: String, v: Any?): Any? {
+            if (!s.startsWith(w, pos)) fail("expected $w")
+            pos += w.length
+            return v
+        }
+
+        private fun obj(): Map<String, Any?> {
+            val out = LinkedHashMap<String, Any?>()
+            pos++
+            skipSpace()
+            if (pos < s.length && s[pos] == '}') return out.also { pos++ }
+            while (true) {
+                skipSpace()
+                if (pos >= s.length || s[pos] != '"') fail("expected a key")
+                val key = string()
+                skipSpace()
+                if (pos >= s.length || s[pos] != ':') fail("expected ':'")
+                pos++
+                out[key] = value()
+                skipSpace()
+                if (pos >= s.length) fail("unexpected end")
+                if (s[pos++] == '}') return out
+                if (s[pos - 1] != ',') fail("expected ',' or '}'")
+            }
+        }
+
+        private fun array(): List<Any?> {
+            val out = ArrayList<Any?>()
+            pos++
+            skipSpace()
+            if (pos < s.length && s[pos] == ']') return out.also { pos++ }
+            while (true) {
+                out.add(value())
+                skipSpace()
+                if (pos >= s.length) fail("unexpected end")
+                if (s[pos++] == ']') return out
+                if (s[pos - 1] != ',') fail("expected ',' or ']'")
+            }
+        }
+
+        private fun string(): String {
+            val out = StringBuilder()
+            pos++
+            while (true) {
+                if (pos >= s.length) fail("unterminated string")
+                val c = s[pos++]
+                when {
+                    c == '"' -> return out.toString()
+                    c == '\\' -> {
+                        if (pos >= s.length) fail("unterminated string")
+                        when (val e = s[pos++]) {
+                            'u' -> {
+                                if (pos + 4 > s.length) fail("bad \\u escape")
+                                out.append(s.substring(pos, pos + 4).toIntOrNull(16)?.toChar() ?: fail("bad \\u escape"))
+                                pos += 4
+                            }
+                            'n' -> out.append('\n')
+                            'r' -> out.append('\r')
+                            't' -> out.append('\t')
+                            'b' -> out.append('\b')
+                            'f' -> out.append('\u000C')
+                            '"', '\\', '/' -> out.append(e)
+                            else -> fail("bad escape \\$e")
+                        }
+                    }
+                    c < ' ' -> fail("control character in a string")
+                    else -> out.append(c)
+                }
+            }
+        }
+
+        private fun number(): Any {
+            val start = pos
+            while (pos < s.length && s[pos] in "+-0123456789.eE") pos++
+            val t = s.substring(start, pos)
+            if (t.isEmpty()) fail("unexpected character '${s[start]}'")
+            val isInteger = t.none { it in ".eE" }
+            return (if (isInteger) t.toLongOrNull() else t.toDoubleOrNull()) ?: fail("bad number $t")
+        }
+    }
+}

@@ -1,0 +1,69 @@
+package com.example.qnnsample.qnndeploy
+
+import ai.onnxruntime.OrtEnvironment
+import ai.onnxruntime.OrtException
+import ai.onnxruntime.OrtSession
+import android.content.Context
+import android.util.Log
+
+/**
+ * One ONNX Runtime session per graph of the bundle: on the NPU through the QNN execution provider (the EPContext
+ * .onnx that wraps the SoC's context binary), or on the CPU (the bundle's .onnx), as QnnSelector decided.
+ */
+class OrtModels private constructor(val selection: Selection, val sessions: Map<String, OrtSession>) : AutoCloseable {
+    val decision: Decision get() = selection.decision
+
+    fun session(graph: String): OrtSession =
+        sessions[graph] ?: throw IllegalArgumentException("graph '$graph' is not in the bundle")
+
+    override fun close() = sessions.values.forEach { it.close() }
+
+    companion object {
+        /**
+         * Selects NPU or CPU, then opens every graph. If the NPU sessions fail to open, the failure is remembered
+         * (the next starts use the CPU until the app or bundle version changes) and the CPU models are opened.
+         * htpPerformanceMode: burst, sustained_high_performance, high_performance, balanced, power_saver, ...
+         */
+        fun open(context: Context, htpPerformanceMode: String = "burst"): OrtModels {
+            val env = OrtEnvironment.getEnvironment()
+            val selection = QnnRuntime.select(context, QnnSelector.EPCONTEXT)
+            if (!selection.decision.npu) return OrtModels(selection, openAll(env, selection, htpPerformanceMode))
+            return try {
+                OrtModels(selection, selection.guardNpuInit { openAll(env, selection, htpPerformanceMode) })
+            } catch (e: OrtException) {
+                Log.w(QnnRuntime.TAG, "NPU init failed, using the CPU", e)
+                val cpu = selection.toCpu("NPU init failed: ${e.message}")
+                OrtModels(cpu, openAll(env, cpu, htpPerformanceMode))
+            }
+        }
+
+        /** Session options for a decision: the QNN EP with the HTP backend on the NPU, plain options on the CPU. */
+        fun sessionOptions(decision: Decision, htpPerformanceMode: String): OrtSession.SessionOptions {
+            val options = OrtSession.SessionOptions()
+            if (decision.npu) {
+                // The whole graph must run on the HTP: a node left on the CPU would be a silent slowdown.
+                options.addConfigEntry("session.disable_cpu_ep_fallback", "1")
+                options.addQnn(
+                    mapOf(
+                        "backend_path" to (decision.backendLib ?: "libQnnHtp.so"),
+                        "htp_performance_mode" to htpPerformanceMode,
+                    ),
+                )
+            }
+            return options
+        }
+
+        private fun openAll(env: OrtEnvironment, selection: Selection, mode: String): Map<String, OrtSession> {
+            val opened = LinkedHashMap<String, OrtSession>()
+            try {
+                for (graph in selection.decision.paths.keys) {
+                    sessionOptions(selection.decision, mode).use { opened[graph] = env.createSession(selection.path(graph), it) }
+                }
+            } catch (e: Exception) {
+                opened.values.forEach { it.close() }
+                throw e
+            }
+            return opened
+        }
+    }
+}

@@ -1,0 +1,124 @@
+package com.example.qnnsample.qnndeploy
+
+import android.content.Context
+import android.os.Build
+import android.system.Os
+import android.util.Log
+import java.io.File
+import java.io.IOException
+
+/** The process as the selector sees it on Android: the libc environment and the app's native libraries. */
+object AndroidHost : NativeHost {
+    override fun getenv(name: String): String? = Os.getenv(name)
+
+    override fun setenv(name: String, value: String) = Os.setenv(name, value, true)
+
+    override fun loadLibrary(fileName: String) = System.loadLibrary(fileName.removePrefix("lib").removeSuffix(".so"))
+}
+
+/** What the app runs with: the decision, the bundle's files in app storage, and how NPU init went. */
+class Selection internal constructor(
+    val decision: Decision,
+    val manifest: Map<*, *>,
+    val files: BundleFiles,
+    private val memory: FailureMemory,
+    val appVersion: String,
+    /** the app's native library folder, where the Skel is */
+    val libDir: String,
+) {
+    val bundleVersion: String get() = QnnSelector.bundleVersion(manifest)
+
+    /** The absolute path of the model to load for a graph (a context binary, an EPContext .onnx or an .onnx). */
+    fun path(graph: String): String {
+        val path = decision.paths[graph] ?: throw IllegalArgumentException("graph '$graph' is not in this decision")
+        return files.file(path).absolutePath
+    }
+
+    /** Runs NPU init so that a failure, or a crash in the middle of it, sends the next starts to the CPU. */
+    fun <T> guardNpuInit(init: () -> T): T {
+        memory.begin(appVersion, bundleVersion)
+        val result = try {
+            init()
+        } catch (e: Throwable) {
+            memory.failed(appVersion, bundleVersion, e.message ?: e.javaClass.name)
+            throw e
+        }
+        memory.succeeded()
+        return result
+    }
+
+    /** The CPU selection to use after the NPU failed to initialize. */
+    fun toCpu(reason: String): Selection {
+        val cpu = QnnSelector.cpu(manifest, decision.soc, decision.identifiedBy, reason, decision.adspLibraryPath)
+        files.materialize(manifest, cpu.files)
+        Log.i(QnnRuntime.TAG, "decision ${cpu.toJson()}")
+        return Selection(cpu, manifest, files, memory, appVersion, libDir)
+    }
+}
+
+object QnnRuntime {
+    const val TAG = "qnndeploy"
+
+    /** The bundle's folder inside the APK's assets (qnndeploy.gradle puts it there). */
+    const val ASSETS = "qnndeploy"
+
+    /**
+     * Decides NPU or CPU for this phone and puts the chosen model files in app storage. Call it before anything
+     * loads a QNN library: it sets ADSP_LIBRARY_PATH first. It logs the decision as one JSON line (tag qnndeploy).
+     * npuFormat: QnnSelector.EPCONTEXT for ONNX Runtime, QnnSelector.CONTEXT_BINARY for sherpa-onnx or QNN itself.
+     */
+    fun select(context: Context, npuFormat: String): Selection {
+        val manifest = try {
+            context.assets.open("$ASSETS/manifest.json").use { MiniJson.parse(it.readBytes().decodeToString()) }
+        } catch (e: IOException) {
+            throw IllegalStateException("assets/$ASSETS/manifest.json is missing: apply qnndeploy.gradle in the app", e)
+        } as? Map<*, *> ?: throw IllegalStateException("assets/$ASSETS/manifest.json is not a JSON object")
+        val root = File(context.filesDir, "qnndeploy")
+        val files = BundleFiles(root) { context.assets.open("$ASSETS/$it") }
+        val memory = FailureMemory(File(root, "npu-failure.json"))
+        val appVersion = appVersion(context)
+        val libDir = context.applicationInfo.nativeLibraryDir
+        var decision = QnnSelector.decide(manifest, deviceIdentity(), AndroidHost, libDir, npuFormat, appVersion,
+            memory.read())
+        try {
+            files.materialize(manifest, decision.files)
+        } catch (e: IOException) {
+            if (!decision.npu) throw e
+            decision = QnnSelector.cpu(manifest, decision.soc, decision.identifiedBy,
+                "the NPU files could not be put in app storage: ${e.message}", decision.adspLibraryPath)
+            files.materialize(manifest, decision.files)
+        }
+        Log.i(TAG, "decision ${decision.toJson()}")
+        return Selection(decision, manifest, files, memory, appVersion, libDir)
+    }
+
+    /** Sets ADSP_LIBRARY_PATH again (no-op when nothing changed it since select), for code that must be sure. */
+    fun applyAdspLibraryPath(selection: Selection) {
+        val current = AndroidHost.getenv(QnnSelector.ADSP_VAR)
+        AndroidHost.setenv(QnnSelector.ADSP_VAR, QnnSelector.adspLibraryPath(selection.libDir, current))
+    }
+
+    /** Build.SOC_MODEL on Android 12+, else ro.soc.model; ro.board.platform for phones that have neither. */
+    fun deviceIdentity(getprop: (String) -> String? = ::systemProperty): DeviceIdentity {
+        val soc = if (Build.VERSION.SDK_INT >= Build.VERSION_CODES.S) Build.SOC_MODEL else getprop("ro.soc.model")
+        return DeviceIdentity(soc, getprop("ro.board.platform"), Build.VERSION.SDK_INT)
+    }
+
+    /** A system property through the getprop tool: apps may read ro.* properties, and no hidden API is used. */
+    fun systemProperty(name: String): String? = try {
+        val process = ProcessBuilder("getprop", name).redirectErrorStream(true).start()
+        val value = process.inputStream.bufferedReader().use { it.readText() }.trim()
+        process.waitFor()
+        value.ifEmpty { null }
+    } catch (e: IOException) {
+        null
+    }
+
+    /** Changes with every update or reinstall of the app, so a remembered NPU failure is retried after one. */
+    @Suppress("DEPRECATION")
+    fun appVersion(context: Context): String {
+        val info = context.packageManager.getPackageInfo(context.packageName, 0)
+        val code = if (Build.VERSION.SDK_INT >= Build.VERSION_CODES.P) info.longVersionCode else info.versionCode.toLong()
+        return "${info.versionName} ($code) ${info.lastUpdateTime}"
+    }
+}

@@ -1,0 +1,134 @@
+package com.example.qnnsample
+
+import ai.onnxruntime.OnnxTensor
+import ai.onnxruntime.OrtEnvironment
+import android.app.Activity
+import android.os.Bundle
+import android.widget.Button
+import android.widget.LinearLayout
+import android.widget.ScrollView
+import android.widget.TextView
+import com.example.qnnsample.qnndeploy.OrtModels
+import java.nio.FloatBuffer
+import java.nio.IntBuffer
+import java.nio.LongBuffer
+
+/** One screen: the phone's SoC, the NPU-or-CPU decision with its reason, and a timed inference on the chosen one. */
+class MainActivity : Activity() {
+    private lateinit var status: TextView
+    private lateinit var runButton: Button
+
+    @Volatile
+    private var models: OrtModels? = null
+
+    override fun onCreate(savedInstanceState: Bundle?) {
+        super.onCreate(savedInstanceState)
+        status = TextView(this)
+        status.setPadding(32, 32, 32, 32)
+        status.text = "Choosing NPU or CPU..."
+        runButton = Button(this)
+        runButton.text = "Run a timed inference"
+        runButton.isEnabled = false
+        runButton.setOnClickListener { runTimed() }
+        val column = LinearLayout(this)
+        column.orientation = LinearLayout.VERTICAL
+        column.addView(runButton)
+        column.addView(status)
+        val scroll = ScrollView(this)
+        scroll.addView(column)
+        setContentView(scroll)
+
+        Thread {
+            val text = try {
+                val opened = OrtModels.open(this)
+                models = opened
+                describe(opened)
+            } catch (e: Exception) {
+                "Could not open the bundle's models:\n$e"
+            }
+            runOnUiThread {
+                status.text = text
+                runButton.isEnabled = models != null
+            }
+        }.start()
+    }
+
+    override fun onDestroy() {
+        models?.close()
+        super.onDestroy()
+    }
+
+    private fun describe(opened: OrtModels): String {
+        val d = opened.decision
+        return buildString {
+            appendLine("SoC: ${d.soc ?: "unknown"} (from ${d.identifiedBy ?: "nothing the phone reports"})")
+            appendLine("Runs on: ${d.provider.uppercase()}")
+            appendLine("Why: ${d.reason}")
+            appendLine()
+            for ((graph, path) in d.paths) appendLine("$graph: $path")
+        }
+    }
+
+    private fun runTimed() {
+        val opened = models ?: return
+        runButton.isEnabled = false
+        Thread {
+            val text = try {
+                describe(opened) + "\n" + timedInference(opened)
+            } catch (e: Exception) {
+                describe(opened) + "\nInference failed: $e"
+            }
+            runOnUiThread {
+                status.text = text
+                runButton.isEnabled = true
+            }
+        }.start()
+    }
+
+    /** Each graph once (the first run, with any warm-up), then RUNS times more, on inputs made from its signature. */
+    private fun timedInference(opened: OrtModels): String {
+        val env = OrtEnvironment.getEnvironment()
+        val out = StringBuilder("${opened.decision.provider.uppercase()} timings\n")
+        for (graph in (opened.selection.manifest["graphs"] as List<*>).filterIsInstance<Map<*, *>>()) {
+            val name = graph["name"] as String
+            val feeds = inputs(env, graph)
+            try {
+                val session = opened.session(name)
+                var start = System.nanoTime()
+                session.run(feeds).close()
+                val first = (System.nanoTime() - start) / 1e6
+                start = System.nanoTime()
+                repeat(RUNS) { session.run(feeds).close() }
+                val mean = (System.nanoTime() - start) / 1e6 / RUNS
+                out.append("$name: first run %.1f ms, then %.2f ms per run (mean of $RUNS)\n".format(first, mean))
+            } finally {
+                feeds.values.forEach { it.close() }
+            }
+        }
+        return out.toString()
+    }
+
+    /** Inputs of the graph's static shapes (a symbolic dimension counts as 1), filled with a fixed pattern. */
+    private fun inputs(env: OrtEnvironment, graph: Map<*, *>): Map<String, OnnxTensor> {
+        val tensors = LinkedHashMap<String, OnnxTensor>()
+        for (input in (graph["inputs"] as List<*>).filterIsInstance<Map<*, *>>()) {
+            val name = input["name"] as String
+            val shape = (input["shape"] as List<*>).map { it as? Long ?: 1L }.toLongArray()
+            val count = shape.fold(1L) { a, b -> a * b }.toInt()
+            tensors[name] = when (val dtype = input["dtype"]) {
+                "float32" -> OnnxTensor.createTensor(env, FloatBuffer.wrap(FloatArray(count) { (it % 17) / 17f }), shape)
+                "int32" -> OnnxTensor.createTensor(env, IntBuffer.wrap(IntArray(count) { it % 2 }), shape)
+                "int64" -> OnnxTensor.createTensor(env, LongBuffer.wrap(LongArray(count) { it % 2L }), shape)
+                else -> {
+                    tensors.values.forEach { it.close() }
+                    throw IllegalArgumentException("input $name is $dtype; this sample makes float32, int32 and int64 inputs")
+                }
+            }
+        }
+        return tensors
+    }
+
+    private companion object {
+        const val RUNS = 10
+    }
+}

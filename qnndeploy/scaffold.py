@@ -1,0 +1,252 @@
+"""`scaffold`: the app side of a verified bundle, rendered from templates/ with cookiecutter.
+
+Output (DIR, meant to live inside the app module): Kotlin glue in src/ (the runtime selector, the Android adapter,
+one engine: ONNX Runtime or sherpa-onnx), qnndeploy.gradle, AndroidManifest-snippet.xml, README.md, and the bundle
+itself in the layout Gradle wants (bundle/assets/qnndeploy/..., bundle/jniLibs/arm64-v8a/*.so). With app=True, DIR
+is a complete one-screen Android app with that glue in app/qnndeploy/ (android-sample/ is made this way).
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qnndeploy.decision import CONTEXT_BINARY, EPCONTEXT, VENDOR_DSP_FOLDERS, soc_tables
+from qnndeploy.errors import QnnDeployError
+from qnndeploy.fileio import Progress, staging_dir
+
+ENGINES = {"ort": EPCONTEXT, "sherpa-onnx": CONTEXT_BINARY}  # engine -> the NPU file format it loads
+ENGINE_FILES = {"ort": "OrtModels.kt", "sherpa-onnx": "SherpaOnnxQnn.kt"}
+ORT_VERSION = "1.29.0"  # com.microsoft.onnxruntime:onnxruntime-android-qnn; the app may override it
+ASSETS = "qnndeploy"  # the bundle's folder in the APK's assets: QnnRuntime.ASSETS in the Kotlin
+APP_GLUE_DIR = "qnndeploy"  # where the glue goes inside the sample app's module
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+
+# Java keywords and literals, and Kotlin's hard keywords: none may be a package name segment.
+_RESERVED = set(keyword.kwlist) | {
+    "abstract", "assert", "boolean", "break", "byte", "case", "catch", "char", "class", "const", "continue",
+    "default", "do", "double", "else", "enum", "extends", "final", "finally", "float", "for", "goto", "if",
+    "implements", "import", "instanceof", "int", "interface", "long", "native", "new", "package", "private",
+    "protected", "public", "return", "short", "static", "strictfp", "super", "switch", "synchronized", "this",
+    "throw", "throws", "transient", "try", "void", "volatile", "while", "true", "false", "null", "var", "record",
+    "yield", "as", "fun", "in", "is", "object", "typealias", "typeof", "val", "when",
+}
+_SEGMENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+@dataclass
+class ScaffoldResult:
+    path: Path
+    package: str
+    engine: str
+    app: bool
+    glue: Path  # the glue folder: path itself, or path/app/qnndeploy for an app
+    kotlin: list[str] = field(default_factory=list)  # generated Kotlin files, relative to path
+    bundle_files: int = 0  # files copied from the bundle
+    bundle_bytes: int = 0
+    targets: list[str] = field(default_factory=list)
+    runtime: str = ""
+    lines: list[str] = field(default_factory=list)  # what to add to the app (empty for an app: it has them)
+
+
+def check_package(name: str) -> None:
+    """A Java/Kotlin package an Android app can use: dot-separated identifiers, at least two, no keywords."""
+    parts = name.split(".")
+    bad = next((p for p in parts if not _SEGMENT.match(p) or p in _RESERVED), None)
+    if len(parts) < 2 or bad is not None:
+        why = f"'{bad}' is not allowed" if bad is not None else "it needs at least two parts"
+        raise QnnDeployError(f"invalid package name '{name}': {why}; use dot-separated identifiers such as "
+                             "com.example.app (each starts with a letter; no Java or Kotlin keywords)")
+
+
+def check_request(package: str, out: Path, *, engine: str, app: bool, force: bool) -> None:
+    """The checks that need no bundle, done before the bundle is hashed."""
+    check_package(package)
+    if engine not in ENGINES:
+        raise QnnDeployError(f"unknown engine '{engine}'; use one of {', '.join(ENGINES)}")
+    if app and engine != "ort":
+        raise QnnDeployError("--app makes the sample app, which runs any model with ONNX Runtime: use --engine ort")
+    out = Path(out)
+    if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
+        raise QnnDeployError(f"{out} exists and is not empty; choose another folder or pass --force to replace it")
+    if not TEMPLATES.is_dir():
+        raise QnnDeployError(f"the templates folder {TEMPLATES} is missing: install qnndeploy from its source tree")
+
+
+@contextmanager
+def opened(bundle: Path, progress: Progress | None = None) -> Iterator[tuple[Path, object]]:
+    """(bundle folder, its `bundle verify` report), for a folder or a .tar.gz/.zip archive of one."""
+    from qnndeploy.bundle import archive
+    from qnndeploy.bundle.verify import VerifyReport, verify_folder
+
+    bundle = Path(bundle)
+    if not bundle.exists():
+        raise QnnDeployError(f"{bundle} does not exist")
+    if bundle.is_dir():
+        yield bundle, verify_folder(bundle, progress)
+        return
+    with archive.extracted(bundle) as (root, refused):
+        if refused:
+            yield root, VerifyReport(str(bundle), problems=refused)
+        else:
+            report = verify_folder(root, progress)
+            report.bundle = str(bundle)
+            yield root, report
+
+
+def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app: bool = False, force: bool = False,
+             report: object | None = None) -> ScaffoldResult:
+    """Render the glue (or the sample app) for a bundle folder; refuses a bundle that fails `bundle verify`.
+
+    report: the bundle's verify report when the caller already has it (the command line shows it in full).
+    """
+    from qnndeploy.bundle.manifest import load_manifest
+    from qnndeploy.bundle.verify import verify_folder
+
+    bundle, out = Path(bundle), Path(out)
+    check_request(package, out, engine=engine, app=app, force=force)
+    report = report if report is not None else verify_folder(bundle)
+    if not report.ok:
+        first = report.problems[0]
+        raise QnnDeployError(f"{bundle} fails bundle verify ({len(report.problems)} problem(s), first: {first.path}: "
+                             f"{first.message}); fix or rebuild it (qnndeploy bundle verify {bundle} lists them)")
+    manifest = load_manifest(bundle)
+    _check_engine(manifest, bundle, engine)
+
+    glue_name = APP_GLUE_DIR if app else out.name
+    context = _context(manifest, package, glue_name, engine)
+    if out.exists() and out.is_dir() and not any(out.iterdir()):
+        out.rmdir()  # an empty folder is as good as none: staging_dir renames the result into its place
+    with staging_dir(out, force) as tmp:
+        glue = tmp / "app" / APP_GLUE_DIR if app else tmp
+        if app:
+            _render(TEMPLATES / "app", {**context, "glue_dir": APP_GLUE_DIR}, tmp, tmp)
+        _render(TEMPLATES / "glue", context, glue, tmp)
+        (glue / "src" / context["package_path"] / "qnndeploy" / ENGINE_FILES[_other(engine)]).unlink()
+        copied, nbytes = _copy_bundle(bundle, manifest, glue / "bundle")
+        kotlin = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*.kt"))
+
+    rt = manifest["runtime"]
+    lines = [] if app else [
+        f'app build.gradle.kts:  apply(from = "{out.name}/qnndeploy.gradle")',
+        'AndroidManifest.xml, in <application>:  <uses-native-library android:name="libcdsprpc.so" '
+        'android:required="false"/>',
+        f"code:  val models = {package}.qnndeploy.OrtModels.open(context)" if engine == "ort" else
+        f"code:  val engine = {package}.qnndeploy.SherpaOnnxQnn.create(context) {{ s -> /* your config with "
+        "provider(s), model(s, graph), qnnConfig(s) */ }",
+    ]
+    return ScaffoldResult(
+        path=out, package=package, engine=engine, app=app, glue=out / "app" / APP_GLUE_DIR if app else out,
+        kotlin=kotlin, bundle_files=copied, bundle_bytes=nbytes,
+        targets=[f"{t['soc']} ({t['dsp_arch']})" for t in manifest["targets"]],
+        runtime=f"external: {rt['maven']} (Maven, pinned)" if rt["mode"] == "external"
+        else f"bundled: {len(rt['libs'])} libraries in jniLibs/arm64-v8a",
+        lines=lines,
+    )
+
+
+def _other(engine: str) -> str:
+    return next(e for e in ENGINES if e != engine)
+
+
+def _check_engine(manifest: dict, bundle: Path, engine: str) -> None:
+    """Every target must hold what the engine loads, or the app would silently never use the NPU there."""
+    fmt = ENGINES[engine]
+    hint = " or use --engine sherpa-onnx, which loads the context binaries" if engine == "ort" else ""
+    for t in manifest["targets"]:
+        for g in manifest["graphs"]:
+            if not any(a["graph"] == g["name"] and a["format"] == fmt for a in t["artifacts"]):
+                raise QnnDeployError(f"engine {engine} loads {fmt} files, but target {t['soc']} has none for graph "
+                                     f"'{g['name']}': rebuild the bundle with them{hint}")
+    if engine == "ort":
+        for t in manifest["targets"]:
+            for a in t["artifacts"]:
+                if a["format"] == EPCONTEXT:
+                    _check_epcontext(bundle, a["path"], {x["path"] for x in t["artifacts"]})
+
+
+def _check_epcontext(bundle: Path, path: str, listed: set[str]) -> None:
+    """An EPContext .onnx (embed mode 0) names its context binary, relative to itself: it must be in the bundle."""
+    import onnx
+
+    try:
+        model = onnx.load(str(bundle / path), load_external_data=False)
+    except Exception as e:  # onnx raises DecodeError and others for a damaged file
+        raise QnnDeployError(f"{path} is not a readable ONNX model: {str(e).splitlines()[0]}") from None
+    folder = path.rsplit("/", 1)[0]
+    for node in model.graph.node:
+        if node.op_type != "EPContext":
+            continue
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if attrs.get("embed_mode", 1) != 0:
+            continue
+        ref = attrs.get("ep_cache_context", b"").decode()
+        if f"{folder}/{ref}" not in listed:
+            raise QnnDeployError(f"{path} loads its context binary from '{ref}', which is not in the bundle next to "
+                                 "it: ONNX Runtime would fail on the phone; rebuild the bundle")
+
+
+def _context(manifest: dict, package: str, glue_name: str, engine: str) -> dict:
+    models, codenames = soc_tables()
+    rt = manifest["runtime"]
+    module, _, version = rt.get("maven", "").rpartition(":")
+    data = {
+        "soc_models": models,
+        "codenames": codenames,
+        "vendor_dsp_folders": list(VENDOR_DSP_FOLDERS),
+        "graphs": [g["name"] for g in manifest["graphs"]],
+        "targets": [f"{t['soc']} ({t['dsp_arch']})" for t in manifest["targets"]] or ["none"],
+        "qairt": manifest["qairt"]["version"],
+        "runtime_mode": rt["mode"],
+        "maven_module": module,
+        "maven_version": version,
+        "jni_libs": [lib["path"].rsplit("/", 1)[-1] for lib in rt.get("libs", [])],
+        "ort_version": ORT_VERSION,
+    }
+    return {"dir_name": glue_name, "package": package, "package_path": package.replace(".", "/"),
+            "engine": engine, "data": data}
+
+
+def _render(template: Path, values: dict, dest: Path, work: Path) -> None:
+    """Render one cookiecutter template into dest (which may exist), without cookiecutter's prompts or replay files.
+
+    cookiecutter writes a folder named after dir_name; it is rendered in a scratch folder under `work` (the
+    staging folder) and its content moved to dest.
+    """
+    from cookiecutter.generate import generate_context, generate_files
+
+    context = generate_context(str(template / "cookiecutter.json"), extra_context=values)
+    scratch = Path(tempfile.mkdtemp(prefix=".render-", dir=work))
+    try:
+        top = Path(generate_files(str(template), context, output_dir=str(scratch), overwrite_if_exists=True))
+        dest.mkdir(parents=True, exist_ok=True)
+        for item in top.iterdir():
+            shutil.move(str(item), str(dest / item.name))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _copy_bundle(bundle: Path, manifest: dict, dest: Path) -> tuple[int, int]:
+    """The bundle in Gradle's layout: manifest and models as assets, runtime libraries flat in jniLibs/arm64-v8a.
+
+    The Skel goes beside the Android libraries, as in every QNN app: installed in nativeLibraryDir, the folder that
+    the selector puts first in ADSP_LIBRARY_PATH.
+    """
+    copies = [(bundle / "manifest.json", dest / "assets" / ASSETS / "manifest.json")]
+    for a in manifest["cpu"] + [a for t in manifest["targets"] for a in t["artifacts"]]:
+        copies.append((bundle / a["path"], dest / "assets" / ASSETS / a["path"]))
+    if manifest["runtime"]["mode"] == "bundled":
+        for lib in manifest["runtime"]["libs"]:
+            copies.append((bundle / lib["path"], dest / "jniLibs" / "arm64-v8a" / lib["path"].rsplit("/", 1)[-1]))
+    nbytes = 0
+    for src, dst in copies:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+        nbytes += dst.stat().st_size
+    return len(copies), nbytes

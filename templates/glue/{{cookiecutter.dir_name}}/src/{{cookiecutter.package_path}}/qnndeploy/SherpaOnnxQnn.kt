@@ -1,0 +1,53 @@
+package {{ cookiecutter.package }}.qnndeploy
+
+import android.content.Context
+import android.util.Log
+import com.k2fsa.sherpa.onnx.QnnConfig
+
+/**
+ * sherpa-onnx on the NPU, with the CPU fallback: the model config's provider and QnnConfig from the decision.
+ * On the NPU sherpa-onnx reads the graphs from QnnConfig.contextBinary and leaves the model fields empty;
+ * on the CPU the model fields hold the bundle's .onnx files and QnnConfig stays empty.
+ */
+object SherpaOnnxQnn {
+    /** The bundle's graphs in its own order: the order of sherpa-onnx's comma-separated contextBinary. */
+    val GRAPHS: List<String> = listOf({% for g in cookiecutter.data.graphs %}"{{ g }}"{% if not loop.last %}, {% endif %}{% endfor %})
+
+    /** "qnn" on the NPU, "cpu" otherwise: the model config's provider. */
+    fun provider(selection: Selection): String = if (selection.decision.npu) "qnn" else "cpu"
+
+    /** A model field (encoder, decoder, model, ...): the graph's .onnx on the CPU, empty on the NPU. */
+    fun model(selection: Selection, graph: String): String = if (selection.decision.npu) "" else selection.path(graph)
+
+    /** QnnConfig for the given graphs, in the order the model type expects; empty on the CPU. */
+    fun qnnConfig(selection: Selection, graphs: List<String> = GRAPHS): QnnConfig {
+        val decision = selection.decision
+        if (!decision.npu) return QnnConfig()
+        return QnnConfig(
+            backendLib = decision.backendLib ?: "libQnnHtp.so",
+            contextBinary = graphs.joinToString(",") { selection.path(it) },
+            systemLib = decision.systemLib ?: "libQnnSystem.so",
+        )
+    }
+
+    /**
+     * Selects NPU or CPU and builds the engine with [build] (e.g. an OfflineRecognizer from a config that uses
+     * provider(), model() and qnnConfig()). If building on the NPU throws, the failure is remembered and the
+     * engine is built again for the CPU.
+     */
+    fun <T> create(context: Context, build: (Selection) -> T): T {
+        val selection = QnnRuntime.select(context, QnnSelector.CONTEXT_BINARY)
+        if (!selection.decision.npu) return build(selection)
+        return try {
+            selection.guardNpuInit {
+                // The ADSP path call: the Skel folder first in ADSP_LIBRARY_PATH (';'-separated) before the engine
+                // creates its QNN device. select() set it already; this re-applies it in case other code replaced it.
+                QnnRuntime.applyAdspLibraryPath(selection)
+                build(selection)
+            }
+        } catch (e: Exception) {
+            Log.w(QnnRuntime.TAG, "NPU init failed, using the CPU", e)
+            build(selection.toCpu("NPU init failed: ${e.message}"))
+        }
+    }
+}

@@ -1,0 +1,106 @@
+"""Bundles for the scaffold, decision and Kotlin tests: manifests as plain dicts, and real bundles on disk.
+
+Real bundles hold context binaries compiled by onnxruntime-qnn's QNN HTP compiler and EPContext wrappers that
+refer to them, built with `qnndeploy bundle`'s own build_bundle; the runtime libraries are tests/elfgen.py's
+stand-ins (there is no QAIRT SDK here).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from qnndeploy import socs
+from qnndeploy.decision import CONTEXT_BINARY, EPCONTEXT
+
+QAIRT = "2.51.0"
+
+
+def _file(path: str, seed: str) -> dict:
+    return {"path": path, "sha256": hashlib.sha256(seed.encode()).hexdigest(), "size": 1000 + len(path)}
+
+
+def manifest(targets=("SM8550", "SM8750"), graphs=("det", "rec"), runtime: str = "external",
+             formats=(CONTEXT_BINARY, EPCONTEXT), name: str = "demo", version: str = "1.0.0") -> dict:
+    """A schema-valid manifest dict (checksums made up): for decisions, which never read the files."""
+    archs = sorted({socs.find(s).dsp_arch for s in targets})
+    libs = [{**_file(f"lib/arm64-v8a/{n}", n), "role": r, "abi": "arm64-v8a"}
+            for n, r in (("libQnnHtp.so", "htp"), ("libQnnSystem.so", "system"), ("libQnnHtpPrepare.so", "prepare"))]
+    for a in archs:
+        libs.append({**_file(f"lib/arm64-v8a/libQnnHtpV{a[1:]}Stub.so", a), "role": "stub", "abi": "arm64-v8a",
+                     "dsp_arch": a})
+        libs.append({**_file(f"lib/hexagon-{a}/libQnnHtpV{a[1:]}Skel.so", a), "role": "skel",
+                     "abi": f"hexagon-{a}", "dsp_arch": a})
+    suffix = {CONTEXT_BINARY: ".bin", EPCONTEXT: "_ctx.onnx"}
+    return {
+        "format": "qnndeploy-bundle", "format_version": 1, "name": name, "version": version,
+        "created_by": "tests", "qairt": {"version": QAIRT, "build": "v2.51.0.260929181845"},
+        "source": {"model": name, "sha256": None, "commit": None, "license": "Apache-2.0"},
+        "graphs": [{"name": g, "inputs": [{"name": "x", "dtype": "float32", "shape": [1, 16]}],
+                    "outputs": [{"name": "y", "dtype": "float32", "shape": [1, 16]}]} for g in graphs],
+        "targets": [{"soc": s, "soc_id": socs.find(s).soc_id, "dsp_arch": socs.find(s).dsp_arch, "precision": "fp16",
+                     "artifacts": [{**_file(f"npu/{s}/{g}{suffix[f]}", s + g + f), "graph": g, "format": f}
+                                   for g in graphs for f in formats],
+                     "validation": None} for s in targets],
+        "cpu": [{**_file(f"cpu/{g}.onnx", g), "graph": g, "format": "onnx"} for g in graphs],
+        "runtime": {"mode": "bundled", "libs": libs} if runtime == "bundled"
+        else {"mode": "external", "maven": f"com.qualcomm.qti:qnn-runtime:{QAIRT}"},
+        "records": [],
+    }
+
+
+def tiny_model(path: Path, width: int) -> Path:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [width, width], np.random.default_rng(width).random(width * width))
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+                              "g", [x], [y], [w])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def compile_inputs(root: Path, targets=("SM8550", "SM8750"), graphs=("det", "rec"), ctx: bool = True) -> dict:
+    """CPU models and, per SoC and graph, a real context binary named <graph>.bin (the bundle's name for it) and,
+    with ctx, the EPContext wrapper made to refer to that name."""
+    import onnx
+    import onnxruntime as ort
+
+    from qnndeploy import htp
+
+    cpu = {g: tiny_model(root / "cpu" / f"{g}.onnx", 8 * (i + 1)) for i, g in enumerate(graphs)}
+    npu: dict = {}
+    for soc in targets:
+        for g, model in cpu.items():
+            out = root / soc
+            out.mkdir(parents=True, exist_ok=True)
+            ort.InferenceSession(str(model), htp.session_options(socs.find(soc), context_path=out / f"{g}_ctx.onnx"))
+            (out / f"{g}_ctx_qnn.bin").rename(out / f"{g}.bin")
+            files = [out / f"{g}.bin"]
+            if ctx:
+                wrapper = onnx.load(str(out / f"{g}_ctx.onnx"))
+                for node in wrapper.graph.node:
+                    for a in node.attribute:
+                        if a.name == "ep_cache_context":
+                            a.s = f"{g}.bin".encode()
+                onnx.save(wrapper, str(out / f"{g}_ctx.onnx"))
+                files.append(out / f"{g}_ctx.onnx")
+            npu.setdefault(soc, {})[g] = files
+    return {"cpu": cpu, "npu": npu, "root": root}
+
+
+def build(out: Path, inputs: dict, runtime: str = "external", name: str = "demo", version: str = "1.0.0") -> Path:
+    """A real bundle folder made by `qnndeploy bundle`'s build_bundle."""
+    from elfgen import fake_sdk
+    from qnndeploy.bundle.build import BundleSpec, build_bundle
+
+    sdk = None
+    if runtime == "bundled":
+        sdk = fake_sdk(inputs["root"] / "sdk", sorted({socs.find(s).dsp_arch for s in inputs["npu"]}))
+    spec = BundleSpec(name=name, version=version, cpu=inputs["cpu"], npu=inputs["npu"], sdk_root=sdk,
+                      qairt_version=QAIRT, license="Apache-2.0")
+    return build_bundle(spec, out).path

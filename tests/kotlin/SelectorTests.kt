@@ -1,0 +1,261 @@
+package qnndeploy.tests
+
+// Unit tests of the generated glue on the JVM (kotlin-test assertions; there is no JUnit here, so main() runs them).
+// tests/test_kotlin.py compiles this with the glue rendered for com.example.qnnsample and runs:
+//   SelectorTestsKt MANIFESTS.json ASSETS_DIR SCRATCH_DIR
+// MANIFESTS.json holds the manifests of tests/bundles.py; ASSETS_DIR is a scaffolded app's bundle/assets folder.
+
+import android.content.Context
+import android.content.pm.ApplicationInfo
+import android.content.pm.PackageInfo
+import android.content.pm.PackageManager
+import android.content.res.AssetManager
+import android.os.Build
+import android.system.Os
+import android.util.Log
+import com.example.qnnsample.qnndeploy.BundleFiles
+import com.example.qnnsample.qnndeploy.DeviceIdentity
+import com.example.qnnsample.qnndeploy.FailureMemory
+import com.example.qnnsample.qnndeploy.MiniJson
+import com.example.qnnsample.qnndeploy.NativeHost
+import com.example.qnnsample.qnndeploy.QnnRuntime
+import com.example.qnnsample.qnndeploy.QnnSelector
+import com.example.qnnsample.qnndeploy.RememberedFailure
+import java.io.File
+import java.io.FileInputStream
+import java.io.IOException
+import java.io.InputStream
+import java.security.MessageDigest
+import kotlin.system.exitProcess
+import kotlin.test.assertContains
+import kotlin.test.assertEquals
+import kotlin.test.assertFailsWith
+import kotlin.test.assertFalse
+import kotlin.test.assertNull
+import kotlin.test.assertTrue
+
+const val LIB_DIR = "/data/app/~~x/com.example.qnnsample-1/lib/arm64"
+
+/** A process whose libraries fail to load with the given messages; it records every call in order. */
+class FakeHost(private val errors: Map<String, String> = emptyMap(), env: Map<String, String> = emptyMap()) : NativeHost {
+    val env = HashMap(env)
+    val calls = ArrayList<String>()
+
+    override fun getenv(name: String): String? = env[name]
+
+    override fun setenv(name: String, value: String) {
+        calls.add("setenv $name")
+        env[name] = value
+    }
+
+    override fun loadLibrary(fileName: String) {
+        calls.add("load $fileName")
+        errors[fileName]?.let { throw UnsatisfiedLinkError(it) }
+    }
+}
+
+/** An app as Android would give it to the glue: assets from a folder, files in a scratch folder, version 1.0 (1). */
+class FakeContext(private val assetsDir: File, private val filesDir: File, var updated: Long = 1L) : Context() {
+    var opened = 0
+
+    override fun getFilesDir(): File = filesDir
+
+    override fun getAssets(): AssetManager = object : AssetManager() {
+        override fun open(fileName: String): InputStream {
+            opened++
+            return FileInputStream(File(assetsDir, fileName))
+        }
+    }
+
+    override fun getApplicationInfo(): ApplicationInfo = ApplicationInfo().apply { nativeLibraryDir = LIB_DIR }
+
+    override fun getPackageManager(): PackageManager = object : PackageManager() {
+        @Suppress("OVERRIDE_DEPRECATION")
+        override fun getPackageInfo(packageName: String, flags: Int): PackageInfo = PackageInfo().apply {
+            versionName = "1.0"
+            setLongVersionCode(1)
+            lastUpdateTime = updated
+        }
+    }
+
+    override fun getPackageName(): String = "com.example.qnnsample"
+}
+
+class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
+    val m = manifests["two_targets"] as Map<*, *>
+    val sm8750 = DeviceIdentity("SM8750", "sun", 35)
+
+    fun tests(): List<Pair<String, () -> Unit>> = listOf(
+        "matching SoC and loading libraries give the NPU with the target's paths" to {
+            val host = FakeHost()
+            val d = QnnSelector.decide(m, sm8750, host, LIB_DIR)
+            assertTrue(d.npu, d.reason)
+            assertEquals("SM8750", d.soc)
+            assertEquals(mapOf("det" to "npu/SM8750/det.bin", "rec" to "npu/SM8750/rec.bin"), d.paths)
+            assertEquals("libQnnHtp.so" to "libQnnSystem.so", d.backendLib to d.systemLib)
+            assertEquals("v79", d.dspArch)
+            assertEquals(
+                listOf("setenv ADSP_LIBRARY_PATH", "load libQnnSystem.so", "load libQnnHtp.so", "load libQnnHtpV79Stub.so"),
+                host.calls,
+                "ADSP_LIBRARY_PATH is set before any QNN library loads",
+            )
+            val ort = QnnSelector.decide(m, sm8750, FakeHost(), LIB_DIR, QnnSelector.EPCONTEXT)
+            assertEquals("npu/SM8750/det_ctx.onnx", ort.paths["det"])
+        },
+        "a SoC that is not in the bundle goes to the CPU and loads nothing" to {
+            val host = FakeHost()
+            val d = QnnSelector.decide(m, DeviceIdentity("SM8650", "pineapple", 34), host, LIB_DIR)
+            assertFalse(d.npu)
+            assertEquals("SoC SM8650 is not in the bundle (targets: SM8550, SM8750)", d.reason)
+            assertEquals(mapOf("det" to "cpu/det.onnx", "rec" to "cpu/rec.onnx"), d.paths)
+            assertEquals(emptyList(), host.calls)
+        },
+        "libraries that fail to load give the CPU with every loader message" to {
+            val host = FakeHost(
+                mapOf(
+                    "libQnnHtp.so" to "dlopen failed: library \"libcdsprpc.so\" not found",
+                    "libQnnHtpV79Stub.so" to "dlopen failed: cannot locate symbol",
+                ),
+            )
+            val d = QnnSelector.decide(m, sm8750, host, LIB_DIR)
+            assertFalse(d.npu)
+            assertEquals(
+                "QNN libraries did not load: libQnnHtp.so: dlopen failed: library \"libcdsprpc.so\" not found; " +
+                    "libQnnHtpV79Stub.so: dlopen failed: cannot locate symbol",
+                d.reason,
+            )
+            assertEquals(4, host.calls.size, "every library is tried even after one failed")
+            assertEquals("cpu/det.onnx", d.paths["det"])
+        },
+        "an Android 11 phone is identified through ro.board.platform" to {
+            Build.VERSION.SDK_INT = 30
+            Build.SOC_MODEL = "must not be read below API 31"
+            val props = mapOf("ro.board.platform" to "kalama")
+            val device = QnnRuntime.deviceIdentity { props[it] }
+            assertEquals(DeviceIdentity(null, "kalama", 30), device)
+            val d = QnnSelector.decide(m, device, FakeHost(), LIB_DIR)
+            assertTrue(d.npu, d.reason)
+            assertEquals("SM8550" to "ro.board.platform", d.soc to d.identifiedBy)
+            Build.VERSION.SDK_INT = 35
+            Build.SOC_MODEL = "SM8750P"
+            val modern = QnnRuntime.deviceIdentity { check(it != "ro.soc.model") { "Build.SOC_MODEL is read on API 31+" }; null }
+            assertEquals("SM8750" to "Build.SOC_MODEL", QnnSelector.identify(modern))
+        },
+        "ADSP_LIBRARY_PATH is prepended with ';' and keeps existing entries and the vendor DSP folders" to {
+            val host = FakeHost(env = mapOf("ADSP_LIBRARY_PATH" to "/odm/lib/rfsa/adsp;/vendor/dsp/cdsp"))
+            val d = QnnSelector.decide(m, sm8750, host, LIB_DIR)
+            val entries = host.env["ADSP_LIBRARY_PATH"]!!.split(";")
+            assertEquals(listOf(LIB_DIR, "/odm/lib/rfsa/adsp", "/vendor/dsp/cdsp"), entries.take(3))
+            assertTrue(entries.containsAll(listOf("/vendor/lib/rfsa/adsp", "/system/lib/rfsa/adsp", "/dsp")))
+            assertEquals(entries.size, entries.toSet().size, "no entry twice")
+            assertEquals(d.adspLibraryPath, host.env["ADSP_LIBRARY_PATH"])
+            assertEquals(d.adspLibraryPath, QnnSelector.adspLibraryPath(LIB_DIR, d.adspLibraryPath), "idempotent")
+        },
+        "a manifest of an unknown format version goes to the CPU with that reason" to {
+            val host = FakeHost()
+            val d = QnnSelector.decide(m + ("format_version" to 2L), sm8750, host, LIB_DIR)
+            assertFalse(d.npu)
+            assertEquals(
+                "bundle manifest format \"qnndeploy-bundle\" version 2 is not supported (this app reads " +
+                    "\"qnndeploy-bundle\" version 1): scaffold again",
+                d.reason,
+            )
+            assertEquals(emptyList(), host.calls)
+        },
+        "a remembered failure gives the CPU until the app or bundle version changes" to {
+            val failed = RememberedFailure("1.0 (1) 1", "demo 1.0.0", "QNN error 1008")
+            val same = QnnSelector.decide(m, sm8750, FakeHost(), LIB_DIR, appVersion = "1.0 (1) 1", remembered = failed)
+            assertFalse(same.npu)
+            assertContains(same.reason, "NPU init failed before with this app and bundle version (QNN error 1008)")
+            assertTrue(QnnSelector.decide(m, sm8750, FakeHost(), LIB_DIR, appVersion = "1.1 (2) 5", remembered = failed).npu)
+            val newBundle = m + ("version" to "1.0.1")
+            assertTrue(QnnSelector.decide(newBundle, sm8750, FakeHost(), LIB_DIR, appVersion = "1.0 (1) 1", remembered = failed).npu)
+        },
+        "failure memory: a crash during NPU init counts as a failure, success clears it" to {
+            val memory = FailureMemory(File(scratch, "memory/npu-failure.json"))
+            assertNull(memory.read())
+            memory.begin("1.0 (1) 1", "demo 1.0.0")
+            val crashed = FailureMemory(File(scratch, "memory/npu-failure.json")).read()!!
+            assertEquals("1.0 (1) 1" to "demo 1.0.0", crashed.appVersion to crashed.bundleVersion)
+            assertContains(crashed.message, "stopped during NPU init")
+            memory.failed("1.0 (1) 1", "demo 1.0.0", "Failed to create context from binary")
+            assertEquals("Failed to create context from binary", memory.read()!!.message)
+            memory.succeeded()
+            assertNull(memory.read())
+        },
+        "bundle files are copied from the assets only when their sha256 differs" to {
+            val root = File(scratch, "files")
+            var opened = 0
+            val files = BundleFiles(root) { opened++; FileInputStream(File(assets, "qnndeploy/$it")) }
+            val manifest = MiniJson.parse(File(assets, "qnndeploy/manifest.json").readText()) as Map<*, *>
+            val wanted = listOf("cpu/det.onnx", "npu/SM8750/det.bin", "npu/SM8750/det_ctx.onnx")
+            assertEquals(wanted, files.materialize(manifest, wanted))
+            for (p in wanted) assertEquals(sha256(File(assets, "qnndeploy/$p")), sha256(files.file(p)))
+            opened = 0
+            assertEquals(emptyList(), files.materialize(manifest, wanted), "nothing to copy the second time")
+            assertEquals(0, opened, "and no asset opened")
+            files.file("npu/SM8750/det.bin").appendBytes(byteArrayOf(1))
+            assertEquals(listOf("npu/SM8750/det.bin"), files.materialize(manifest, wanted))
+            val damaged = BundleFiles(File(scratch, "damaged")) { "not the model".byteInputStream() }
+            val e = assertFailsWith<IOException> { damaged.materialize(manifest, listOf("cpu/det.onnx")) }
+            assertContains(e.message!!, "the manifest says")
+            assertFalse(damaged.file("cpu/det.onnx").exists(), "a damaged copy is not left behind")
+        },
+        "select on the JVM: the real System.loadLibrary fails, so the CPU, with the loader's message" to {
+            Build.VERSION.SDK_INT = 35
+            Build.SOC_MODEL = "SM8750"
+            Os.ENV.clear()
+            Log.LINES.clear()
+            val context = FakeContext(assets, File(scratch, "app"))
+            val selection = QnnRuntime.select(context, QnnSelector.EPCONTEXT)
+            val d = selection.decision
+            assertFalse(d.npu)
+            assertContains(d.reason, "QNN libraries did not load: libQnnSystem.so: no QnnSystem in java.library.path")
+            assertEquals(LIB_DIR, Os.ENV["ADSP_LIBRARY_PATH"]!!.substringBefore(';'), "set through android.system.Os")
+            val model = File(selection.path("det"))
+            assertEquals(sha256(File(assets, "qnndeploy/cpu/det.onnx")), sha256(model))
+            assertTrue(Log.LINES.any { it == "qnndeploy: decision ${d.toJson()}" }, "the decision is logged as JSON")
+        },
+        "a failed NPU init is remembered and the next start goes to the CPU" to {
+            Build.VERSION.SDK_INT = 35
+            Build.SOC_MODEL = "SM8750"
+            val context = FakeContext(assets, File(scratch, "app2"))
+            val first = QnnRuntime.select(context, QnnSelector.EPCONTEXT)
+            assertFailsWith<IllegalStateException> { first.guardNpuInit { throw IllegalStateException("QNN error 5000") } }
+            val cpu = first.toCpu("NPU init failed: QNN error 5000")
+            assertEquals("cpu/det.onnx", cpu.decision.paths["det"])
+            val again = QnnRuntime.select(context, QnnSelector.EPCONTEXT)
+            assertContains(again.decision.reason, "NPU init failed before with this app and bundle version (QNN error 5000)")
+            context.updated = 2L
+            assertFalse("failed before" in QnnRuntime.select(context, QnnSelector.EPCONTEXT).decision.reason,
+                "an app update retries the NPU")
+        },
+        "MiniJson reads the manifest and writes like Python's json.dumps" to {
+            val value = MiniJson.parse("""{"a": [1, 2.5, true, null], "s": "\u00e9\n\"x\"", "n": -3e2}""") as Map<*, *>
+            assertEquals(listOf(1L, 2.5, true, null), value["a"])
+            assertEquals("\u00e9\n\"x\"", value["s"])
+            assertEquals(-300.0, value["n"])
+            assertEquals("""{"a":[1,2.5,true,null],"s":"\u00e9\n\"x\"","n":-300.0}""", MiniJson.write(value))
+            assertFailsWith<IllegalArgumentException> { MiniJson.parse("""{"a": 1,}""") }
+            assertFailsWith<IllegalArgumentException> { MiniJson.parse("[1] x") }
+        },
+    )
+}
+
+fun sha256(file: File): String =
+    MessageDigest.getInstance("SHA-256").digest(file.readBytes()).joinToString("") { "%02x".format(it) }
+
+fun main(args: Array<String>) {
+    val suite = Suite(MiniJson.parse(File(args[0]).readText()) as Map<*, *>, File(args[1]), File(args[2]))
+    var failed = 0
+    for ((name, test) in suite.tests()) {
+        try {
+            test()
+            println("ok $name")
+        } catch (e: Throwable) {
+            failed++
+            println("FAIL $name: $e")
+        }
+    }
+    exitProcess(if (failed == 0) 0 else 1)
+}

@@ -1,0 +1,4 @@
+package ai.onnxruntime;
+
+public abstract class OnnxTensorLike implements OnnxValue {
+}

@@ -1,0 +1,6 @@
+package ai.onnxruntime;
+
+public interface OnnxValue extends AutoCloseable {
+    @Override
+    void close();
+}

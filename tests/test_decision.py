@@ -1,0 +1,125 @@
+"""The Python twin of the on-device decision (qnndeploy/decision.py); test_kotlin.py checks the Kotlin side agrees."""
+
+from __future__ import annotations
+
+import pytest
+
+import bundles
+from qnndeploy import socs
+from qnndeploy.bundle.manifest import schema_errors
+from qnndeploy.decision import (
+    CONTEXT_BINARY, EPCONTEXT, VENDOR_DSP_FOLDERS, Device, Remembered, adsp_library_path, decide, soc_tables)
+
+LIB_DIR = "/data/app/~~x/com.example-1/lib/arm64"
+SM8750 = Device("SM8750", "sun", 35)
+
+
+def run(manifest=None, device=SM8750, load_errors=None, **kw):
+    return decide(manifest or bundles.manifest(), device, load_errors=load_errors or {}, lib_dir=LIB_DIR, **kw)
+
+
+def test_fixture_manifests_follow_the_schema():
+    for runtime in ("external", "bundled"):
+        assert schema_errors(bundles.manifest(runtime=runtime)) == []
+
+
+def test_matching_soc_and_libraries_load_gives_npu_with_the_targets_files():
+    d = run()
+    assert d.npu and d.soc == "SM8750" and d.identified_by == "Build.SOC_MODEL" and d.dsp_arch == "v79"
+    assert d.paths == {"det": "npu/SM8750/det.bin", "rec": "npu/SM8750/rec.bin"}
+    assert set(d.files) == {"npu/SM8750/det.bin", "npu/SM8750/det_ctx.onnx", "npu/SM8750/rec.bin",
+                            "npu/SM8750/rec_ctx.onnx"}
+    assert (d.backend_lib, d.system_lib) == ("libQnnHtp.so", "libQnnSystem.so")
+    assert d.adsp_library_path.startswith(LIB_DIR + ";")
+    assert d.reason == "SoC SM8750 (v79) is in the bundle and the QNN libraries loaded"
+
+
+def test_ort_engine_gets_the_epcontext_wrappers():
+    d = run(npu_format=EPCONTEXT)
+    assert d.paths == {"det": "npu/SM8750/det_ctx.onnx", "rec": "npu/SM8750/rec_ctx.onnx"}
+    d = run(bundles.manifest(formats=(CONTEXT_BINARY,)), npu_format=EPCONTEXT)
+    assert not d.npu and d.reason == 'target SM8750 has no ort-epcontext file for graph "det"'
+    assert d.paths == {"det": "cpu/det.onnx", "rec": "cpu/rec.onnx"}
+
+
+def test_soc_not_in_the_bundle_goes_to_cpu_and_says_so():
+    d = run(device=Device("SM8650", "pineapple", 34))
+    assert not d.npu and d.soc == "SM8650"
+    assert d.reason == "SoC SM8650 is not in the bundle (targets: SM8550, SM8750)"
+    assert d.paths == {"det": "cpu/det.onnx", "rec": "cpu/rec.onnx"} and d.files == ["cpu/det.onnx", "cpu/rec.onnx"]
+    assert d.adsp_library_path is None and d.backend_lib is None
+    d = run(bundles.manifest(targets=()), device=Device("s5e9945", None, 34))  # an Exynos phone
+    assert d.soc == "S5E9945" and d.reason == "SoC S5E9945 is not in the bundle (targets: none)"
+
+
+def test_alias_reported_by_the_phone_matches_the_catalog_model():
+    d = run(device=Device("SM8750P", "sun", 35))
+    assert d.npu and d.soc == "SM8750"
+
+
+def test_library_failures_give_cpu_with_every_loader_message():
+    errors = {"libQnnHtpV79Stub.so": 'dlopen failed: library "libcdsprpc.so" not found',
+              "libQnnSystem.so": "dlopen failed: cannot locate symbol"}
+    d = run(load_errors=errors)
+    assert not d.npu
+    assert d.reason == ("QNN libraries did not load: libQnnSystem.so: dlopen failed: cannot locate symbol; "
+                        'libQnnHtpV79Stub.so: dlopen failed: library "libcdsprpc.so" not found')
+    assert d.adsp_library_path is not None  # it was set before the libraries were tried
+    assert d.paths == {"det": "cpu/det.onnx", "rec": "cpu/rec.onnx"}
+    assert run(load_errors={"libQnnHtpV73Stub.so": "not ours"}).npu  # another arch's Stub is not needed
+
+
+def test_android_11_is_identified_through_the_board_platform():
+    d = run(device=Device(None, "kalama", 30))
+    assert d.npu and d.soc == "SM8550" and d.identified_by == "ro.board.platform" and d.dsp_arch == "v73"
+    d = run(device=Device("", "lito", 30))
+    assert not d.npu and d.soc is None
+    assert d.reason == 'SoC unknown: ro.board.platform "lito" is not in the SoC catalog'
+    d = run(device=Device("unknown", None, 33))
+    assert d.reason == "SoC unknown: the device reports no Build.SOC_MODEL / ro.soc.model and no ro.board.platform"
+    assert run(device=Device("SM8550", None, 30)).identified_by == "ro.soc.model"
+
+
+def test_adsp_library_path_prepends_with_semicolons_and_keeps_what_was_there():
+    value = adsp_library_path("/app/lib", "/vendor/lib/rfsa/adsp;/data/local/tmp/x")
+    assert value.split(";") == ["/app/lib", "/vendor/lib/rfsa/adsp", "/data/local/tmp/x",
+                                *[f for f in VENDOR_DSP_FOLDERS if f != "/vendor/lib/rfsa/adsp"]]
+    assert adsp_library_path("/app/lib", None) == ";".join(["/app/lib", *VENDOR_DSP_FOLDERS])
+    assert adsp_library_path("/app/lib", value) == value  # applying it twice changes nothing
+    assert run(adsp_before="/odm/dsp").adsp_library_path.split(";")[:2] == [LIB_DIR, "/odm/dsp"]
+
+
+@pytest.mark.parametrize("fmt, version", [("qnndeploy-bundle", 2), ("qnndeploy-bundle", 1.0), ("other", 1),
+                                          ("qnndeploy-bundle", None)])
+def test_unknown_manifest_format_or_version_goes_to_cpu(fmt, version):
+    m = {**bundles.manifest(), "format": fmt, "format_version": version}
+    d = run(m)
+    assert not d.npu and d.paths == {} and d.soc == "SM8750"
+    assert "is not supported (this app reads \"qnndeploy-bundle\" version 1)" in d.reason
+    assert run({**bundles.manifest(), "format_version": 2}).reason.startswith(
+        'bundle manifest format "qnndeploy-bundle" version 2 is not supported')
+
+
+def test_remembered_failure_keeps_cpu_until_the_app_or_bundle_version_changes():
+    failed = Remembered("1.0 (1)", "demo 1.0.0", "QNN error 1008 from deviceCreate")
+    d = run(app_version="1.0 (1)", remembered=failed)
+    assert not d.npu and d.adsp_library_path is None
+    assert d.reason == ("NPU init failed before with this app and bundle version (QNN error 1008 from "
+                        "deviceCreate); using the CPU until either changes")
+    assert run(app_version="1.1 (2)", remembered=failed).npu
+    assert run(bundles.manifest(version="1.0.1"), app_version="1.0 (1)", remembered=failed).npu
+
+
+def test_bundled_runtime_must_hold_the_targets_stub_and_skel():
+    m = bundles.manifest(runtime="bundled")
+    assert run(m).npu
+    m["runtime"]["libs"] = [lib for lib in m["runtime"]["libs"] if "V79" not in lib["path"]]
+    d = run(m)
+    assert not d.npu and d.reason == "the bundle has no libQnnHtpV79Stub.so, libQnnHtpV79Skel.so for SM8750 (v79)"
+
+
+def test_catalog_tables_cover_every_model_alias_and_codename():
+    models, codenames = soc_tables()
+    for soc in socs.catalog():
+        assert all(models[n] == soc.model for n in (soc.model, *soc.aliases))
+        assert all(codenames[c] == soc.model for c in soc.codenames)

@@ -1,0 +1,238 @@
+"""`qnndeploy scaffold`: the glue, Gradle and manifest snippets, the bundle in Gradle's layout, the sample app."""
+
+from __future__ import annotations
+
+import filecmp
+import hashlib
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import bundles
+from conftest import require
+from qnndeploy import htp, socs
+from qnndeploy.cli import cli
+from qnndeploy.decision import VENDOR_DSP_FOLDERS, soc_tables
+from qnndeploy.errors import QnnDeployError
+from qnndeploy.scaffold import scaffold
+
+SAMPLE = Path(__file__).resolve().parent.parent / "android-sample"
+SAMPLE_PACKAGE = "com.example.qnnsample"
+DEMO_TARGETS = ("SM8550", "SM8650", "SM8750")  # what `qnndeploy demo` compiles for; android-sample is rendered for it
+
+
+@pytest.fixture(scope="session")
+def inputs(tmp_path_factory) -> dict:
+    require(htp.available(), "onnxruntime-qnn")
+    return bundles.compile_inputs(tmp_path_factory.mktemp("scaffold-inputs"), DEMO_TARGETS, ("det", "rec"))
+
+
+@pytest.fixture(scope="session")
+def external(inputs, tmp_path_factory) -> Path:
+    """Like the demo bundle: no runtime libraries, the Maven QNN runtime pinned to the QAIRT of onnxruntime-qnn."""
+    return bundles.build(tmp_path_factory.mktemp("external"), inputs)
+
+
+@pytest.fixture(scope="session")
+def bundled(inputs, tmp_path_factory) -> Path:
+    return bundles.build(tmp_path_factory.mktemp("bundled"), inputs, runtime="bundled")
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, ["scaffold", *map(str, args)])
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tree(root: Path) -> set[str]:
+    """Every file under root, except the bundle copy (data that scaffold copies, kept out of git)."""
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")
+            if p.is_file() and "app/qnndeploy/bundle" not in p.relative_to(root).as_posix()}
+
+
+def test_android_sample_is_what_the_templates_render(external, tmp_path):
+    assert htp.qairt_version() == bundles.QAIRT  # the sample's Maven pin is the QAIRT the demo compiles with
+    fresh = scaffold(external, SAMPLE_PACKAGE, tmp_path / "sample", app=True).path
+    regenerate = (f"android-sample/ differs from the templates: regenerate it with `qnndeploy scaffold <demo bundle> "
+                  f"--package {SAMPLE_PACKAGE} --app -o android-sample --force`")
+    assert tree(SAMPLE) == tree(fresh), regenerate
+    for rel in sorted(tree(fresh)):
+        assert filecmp.cmp(SAMPLE / rel, fresh / rel, shallow=False), f"{rel}: {regenerate}"
+
+
+def test_sample_app_is_a_conventional_gradle_project(tmp_path, external):
+    app = scaffold(external, SAMPLE_PACKAGE, tmp_path / "a", app=True).path
+    assert {"settings.gradle.kts", "build.gradle.kts", "app/build.gradle.kts", "app/src/main/AndroidManifest.xml",
+            "app/src/main/java/com/example/qnnsample/MainActivity.kt", "app/qnndeploy/qnndeploy.gradle"} <= tree(app)
+    gradle = (app / "app/build.gradle.kts").read_text()
+    assert 'apply(from = "qnndeploy/qnndeploy.gradle")' in gradle and 'namespace = "com.example.qnnsample"' in gradle
+    manifest = (app / "app/src/main/AndroidManifest.xml").read_text()
+    assert re.search(r'<uses-native-library\s+android:name="libcdsprpc.so"\s+android:required="false"', manifest)
+    assert (app / "app/qnndeploy/bundle/assets/qnndeploy/manifest.json").read_bytes() == (
+        external / "manifest.json").read_bytes()
+
+
+def test_ort_glue_gradle_and_manifest_snippets(external, tmp_path):
+    r = scaffold(external, "com.example.foo", tmp_path / "qnn")
+    out = r.path
+    kotlin = {Path(p).name for p in r.kotlin}
+    assert kotlin == {"QnnSelector.kt", "SocCatalog.kt", "MiniJson.kt", "BundleFiles.kt", "FailureMemory.kt",
+                      "QnnRuntime.kt", "OrtModels.kt"}
+    for p in r.kotlin:
+        assert (out / p).read_text().startswith("package com.example.foo.qnndeploy\n"), p
+        if Path(p).name in ("QnnSelector.kt", "SocCatalog.kt", "MiniJson.kt", "BundleFiles.kt", "FailureMemory.kt"):
+            assert "import android." not in (out / p).read_text(), f"{p} must run on any JVM"
+    gradle = (out / "qnndeploy.gradle").read_text()
+    assert "abiFilters 'arm64-v8a'" in gradle and "useLegacyPackaging = true" in gradle
+    assert "implementation('com.qualcomm.qti:qnn-runtime') {\n        version { strictly '2.51.0' }" in gradle
+    assert "onnxruntime-android-qnn" in gradle and "jniLibs.srcDir" not in gradle
+    assert not (out / "bundle/jniLibs").exists()
+    snippet = (out / "AndroidManifest-snippet.xml").read_text()
+    assert '<uses-native-library android:name="libcdsprpc.so" android:required="false"/>' in snippet
+    readme = (out / "README.md").read_text()
+    assert 'apply(from = "qnn/qnndeploy.gradle")' in readme and "libcdsprpc.so" in readme
+    assert "com.example.foo.qnndeploy.OrtModels.open(context)" in readme
+    assert r.lines[0].endswith('apply(from = "qnn/qnndeploy.gradle")') and len(r.lines) == 3
+    assert "{{" not in "".join(p.read_text() for p in out.rglob("*") if p.suffix in (".kt", ".gradle", ".md", ".xml"))
+
+
+def test_bundle_is_copied_in_gradles_layout(bundled, tmp_path):
+    r = scaffold(bundled, "com.example.sherpa", tmp_path / "glue", engine="sherpa-onnx")
+    m = json.loads((bundled / "manifest.json").read_text())
+    assets = r.path / "bundle/assets/qnndeploy"
+    assert (assets / "manifest.json").read_bytes() == (bundled / "manifest.json").read_bytes()
+    for a in m["cpu"] + [a for t in m["targets"] for a in t["artifacts"]]:
+        assert sha(assets / a["path"]) == a["sha256"], a["path"]
+    jni = r.path / "bundle/jniLibs/arm64-v8a"
+    libs = {lib["path"].rsplit("/", 1)[-1]: lib["sha256"] for lib in m["runtime"]["libs"]}
+    assert {p.name for p in jni.iterdir()} == set(libs) and "libQnnHtpV79Skel.so" in libs  # Skels flat beside
+    assert all(sha(jni / name) == digest for name, digest in libs.items())
+    gradle = (r.path / "qnndeploy.gradle").read_text()
+    assert "jniLibs.srcDir(new File(qnndeployDir, 'bundle/jniLibs'))" in gradle and "qnn-runtime" not in gradle
+    assert {Path(p).name for p in r.kotlin} >= {"SherpaOnnxQnn.kt"} and "OrtModels.kt" not in str(r.kotlin)
+    sherpa = (r.path / "src/com/example/sherpa/qnndeploy/SherpaOnnxQnn.kt").read_text()
+    assert 'val GRAPHS: List<String> = listOf("det", "rec")' in sherpa
+    assert r.bundle_files == 1 + len(m["cpu"]) + sum(len(t["artifacts"]) for t in m["targets"]) + len(libs)
+
+
+def test_kotlin_soc_tables_are_generated_from_the_catalog(external, tmp_path):
+    r = scaffold(external, "com.example.foo", tmp_path / "g")
+    text = (r.path / "src/com/example/foo/qnndeploy/SocCatalog.kt").read_text()
+    blocks = dict(re.findall(r"val (\w+): [^=]+= (?:mapOf|listOf)\((.*?)\n    \)", text, re.S))
+    models, codenames = soc_tables()
+    assert dict(re.findall(r'"([^"]+)" to "([^"]+)"', blocks["MODELS"])) == models
+    assert dict(re.findall(r'"([^"]+)" to "([^"]+)"', blocks["CODENAMES"])) == codenames
+    assert re.findall(r'"([^"]+)"', blocks["VENDOR_DSP_FOLDERS"]) == list(VENDOR_DSP_FOLDERS)
+    assert models["SM8750P"] == "SM8750" and codenames["kalama"] == "SM8550"
+
+
+def test_copied_epcontext_models_load_with_their_context_binaries(external, tmp_path):
+    """The layout the app gets keeps each EPContext .onnx next to the context binary it names: it loads."""
+    import numpy as np
+    import onnxruntime as ort
+
+    assets = scaffold(external, "com.example.foo", tmp_path / "g").path / "bundle/assets/qnndeploy"
+    x = {"x": np.full((1, 8), 0.5, dtype=np.float32)}
+    cpu = ort.InferenceSession(str(assets / "cpu/det.onnx"), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    npu = ort.InferenceSession(str(assets / "npu/SM8750/det_ctx.onnx"),
+                               htp.session_options(socs.find("SM8750"))).run(None, x)[0]
+    assert np.allclose(cpu, npu, rtol=1e-2, atol=1e-2)
+
+
+def test_a_bundle_that_fails_verify_is_refused_with_the_report(external, tmp_path):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(external, bad)
+    with open(bad / "npu/SM8750/det.bin", "r+b") as f:
+        f.seek(100)
+        f.write(b"\xff")
+    (bad / "cpu/rec.onnx").unlink()
+    r = run(bad, "--package", "com.example.foo", "-o", tmp_path / "out")
+    assert r.exit_code == 2
+    assert "npu/SM8750/det.bin: sha256 differs from the manifest" in r.stdout
+    assert "cpu/rec.onnx: is listed in the manifest but missing" in r.stdout
+    assert "fails bundle verify (2 problem(s))" in r.stderr and "Traceback" not in r.output
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(QnnDeployError, match="fails bundle verify"):  # the library refuses it too
+        scaffold(bad, "com.example.foo", tmp_path / "out")
+    r = run(bad, "--package", "com.example.foo", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 2 and json.loads(r.stdout)["ok"] is False
+
+
+@pytest.mark.parametrize("package", ["foo", "com.example.new", "com.1example.app", "com..app", "com.example.fun",
+                                     "com.example-app.x", "com.example.app."])
+def test_invalid_package_names_are_refused(external, tmp_path, package):
+    r = run(external, "--package", package, "-o", tmp_path / "out")
+    assert r.exit_code == 2 and r.stderr.startswith(f"error: invalid package name '{package}'")
+    assert not (tmp_path / "out").exists()
+
+
+def test_output_folder_must_be_new_or_empty_unless_forced(external, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    assert run(external, "--package", "com.example.foo", "-o", out).exit_code == 0  # empty: fine
+    (out / "mine.txt").write_text("keep")
+    r = run(external, "--package", "com.example.foo", "-o", out)
+    assert r.exit_code == 2 and "exists and is not empty" in r.stderr and "--force" in r.stderr
+    assert (out / "mine.txt").read_text() == "keep"
+    r = run(external, "--package", "com.example.bar", "-o", out, "--force")
+    assert r.exit_code == 0 and not (out / "mine.txt").exists()
+    assert (out / "src/com/example/bar/qnndeploy/QnnSelector.kt").is_file()
+    assert not (out / "src/com/example/foo").exists()
+
+
+def test_ort_engine_needs_epcontext_wrappers(inputs, tmp_path):
+    no_ctx = {**inputs, "npu": {s: {g: [f for f in fs if f.suffix == ".bin"] for g, fs in gs.items()}
+                                for s, gs in inputs["npu"].items()}}
+    b = bundles.build(tmp_path / "b", no_ctx)
+    r = run(b, "--package", "com.example.foo", "-o", tmp_path / "out")
+    assert r.exit_code == 2
+    assert "engine ort loads ort-epcontext files, but target SM8550 has none for graph 'det'" in r.stderr
+    assert "--engine sherpa-onnx" in r.stderr and not (tmp_path / "out").exists()
+    assert run(b, "--package", "com.example.foo", "-o", tmp_path / "out", "--engine", "sherpa-onnx").exit_code == 0
+
+
+def test_epcontext_naming_a_missing_context_binary_is_refused(inputs, tmp_path):
+    """ONNX Runtime's compile names the binary <graph>_ctx_qnn.bin; a bundle that renames it must say so inside."""
+    import onnx
+
+    wrapper = tmp_path / "det_ctx.onnx"
+    model = onnx.load(str(inputs["npu"]["SM8750"]["det"][1]))
+    for node in model.graph.node:
+        for a in node.attribute:
+            if a.name == "ep_cache_context":
+                a.s = b"det_ctx_qnn.bin"
+    onnx.save(model, str(wrapper))
+    npu = {s: dict(gs) for s, gs in inputs["npu"].items()}
+    npu["SM8750"]["det"] = [npu["SM8750"]["det"][0], wrapper]
+    b = bundles.build(tmp_path / "b", {**inputs, "npu": npu})
+    r = run(b, "--package", "com.example.foo", "-o", tmp_path / "out")
+    assert r.exit_code == 2
+    assert "npu/SM8750/det_ctx.onnx loads its context binary from 'det_ctx_qnn.bin'" in r.stderr
+
+
+def test_archive_bundle_and_json_output(inputs, tmp_path):
+    from qnndeploy.bundle.build import BundleSpec, build_bundle
+
+    spec = BundleSpec(name="demo", version="2.0.0", cpu=inputs["cpu"], npu=inputs["npu"], qairt_version=bundles.QAIRT)
+    archive = build_bundle(spec, tmp_path / "b", archive_fmt="tar.gz").archive
+    r = run(archive, "--package", "com.example.foo", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r.output
+    result = json.loads(r.stdout)
+    assert result["engine"] == "ort" and result["package"] == "com.example.foo"
+    assert "src/com/example/foo/qnndeploy/OrtModels.kt" in result["kotlin"] and len(result["lines"]) == 3
+    assert json.loads((tmp_path / "out/bundle/assets/qnndeploy/manifest.json").read_text())["version"] == "2.0.0"
+
+
+def test_installed_executable(external, tmp_path):
+    done = subprocess.run(["qnndeploy", "scaffold", str(external), "--package", "com.example.foo", "-o",
+                           str(tmp_path / "out")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "add these three lines" in done.stdout and "OrtModels.open(context)" in done.stdout
