@@ -8,6 +8,7 @@ is a complete one-screen Android app with that glue in app/qnndeploy/ (android-s
 
 from __future__ import annotations
 
+import importlib.util
 import keyword
 import re
 import shutil
@@ -26,7 +27,7 @@ ENGINE_FILES = {"ort": "OrtModels.kt", "sherpa-onnx": "SherpaOnnxQnn.kt"}
 ORT_VERSION = "1.29.0"  # com.microsoft.onnxruntime:onnxruntime-android-qnn; the app may override it
 ASSETS = "qnndeploy"  # the bundle's folder in the APK's assets: QnnRuntime.ASSETS in the Kotlin
 APP_GLUE_DIR = "qnndeploy"  # where the glue goes inside the sample app's module
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES = Path(importlib.util.find_spec("qnndeploy.templates").origin).parent  # templates/ of the source tree
 
 # Java keywords and literals, and Kotlin's hard keywords: none may be a package name segment.
 _RESERVED = set(keyword.kwlist) | {
@@ -164,32 +165,6 @@ def _check_engine(manifest: dict, bundle: Path, engine: str) -> None:
             if not any(a["graph"] == g["name"] and a["format"] == fmt for a in t["artifacts"]):
                 raise QnnDeployError(f"engine {engine} loads {fmt} files, but target {t['soc']} has none for graph "
                                      f"'{g['name']}': rebuild the bundle with them{hint}")
-    if engine == "ort":
-        for t in manifest["targets"]:
-            for a in t["artifacts"]:
-                if a["format"] == EPCONTEXT:
-                    _check_epcontext(bundle, a["path"], {x["path"] for x in t["artifacts"]})
-
-
-def _check_epcontext(bundle: Path, path: str, listed: set[str]) -> None:
-    """An EPContext .onnx (embed mode 0) names its context binary, relative to itself: it must be in the bundle."""
-    import onnx
-
-    try:
-        model = onnx.load(str(bundle / path), load_external_data=False)
-    except Exception as e:  # onnx raises DecodeError and others for a damaged file
-        raise QnnDeployError(f"{path} is not a readable ONNX model: {str(e).splitlines()[0]}") from None
-    folder = path.rsplit("/", 1)[0]
-    for node in model.graph.node:
-        if node.op_type != "EPContext":
-            continue
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        if attrs.get("embed_mode", 1) != 0:
-            continue
-        ref = attrs.get("ep_cache_context", b"").decode()
-        if f"{folder}/{ref}" not in listed:
-            raise QnnDeployError(f"{path} loads its context binary from '{ref}', which is not in the bundle next to "
-                                 "it: ONNX Runtime would fail on the phone; rebuild the bundle")
 
 
 def _context(manifest: dict, package: str, glue_name: str, engine: str) -> dict:

@@ -1,0 +1,1 @@
+"""Cookiecutter templates of `qnndeploy scaffold`; installed as the package qnndeploy.templates."""
