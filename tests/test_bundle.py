@@ -151,6 +151,33 @@ def test_archive_verifies(inputs, tmp_path, fmt):
     assert report.files == 13
 
 
+def test_ort_context_wrappers_are_repointed_and_still_run(inputs, tmp_path):
+    """onnxruntime-qnn names the binary <g>_ctx_qnn.bin; in the bundle it is <g>.bin and the wrapper must follow."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from qnndeploy import socs
+
+    npu = {soc: {g: [p[0], p[0].with_name(f"{g}_ctx.onnx")] for g, p in gs.items()} for soc, gs in inputs["npu"].items()}
+    b = build_bundle(spec(inputs, npu=npu), tmp_path).path
+    assert verify_bundle(b).ok
+    ctx = b / "npu/SM8750/enc_ctx.onnx"
+    from qnndeploy.epcontext import context_refs
+
+    assert context_refs(ctx) == ["enc.bin"]
+    x = {"x": np.ones((1, 16), np.float32)}
+    got = ort.InferenceSession(str(ctx), htp.session_options(socs.find("SM8750"))).run(None, x)[0]
+    want = ort.InferenceSession(str(b / "cpu/enc.onnx")).run(None, x)[0]
+    assert np.abs(got - want).max() < 1e-2 * np.abs(want).max()
+    # a wrapper that names a binary which is not beside it is caught by verify
+    from qnndeploy.epcontext import retarget
+
+    retarget(ctx, ctx, "enc_ctx_qnn.bin")
+    rehash(b, "npu/SM8750/enc_ctx.onnx")
+    assert problems(b) == ["npu/SM8750/enc_ctx.onnx: loads its context binary from 'enc_ctx_qnn.bin', which is "
+                           "not in the bundle beside it: ONNX Runtime would fail on the phone"]
+
+
 # --- tampering: each caught, with the file named ------------------------------------------------------------------
 
 def test_flipped_byte_in_context_binary(bundle):

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qnndeploy import __version__, socs
+from qnndeploy import __version__, epcontext, socs
 from qnndeploy.bundle import archive
 from qnndeploy.bundle.manifest import FORMAT, FORMAT_VERSION, MANIFEST, MAVEN_RUNTIME, build_version, schema
 from qnndeploy.bundle.verify import FileFacts, Problem, check_manifest, check_warnings, scan_file
@@ -59,45 +60,40 @@ class BundleResult:
 
 
 def spec_from_build(build: Path, name: str, version: str) -> BundleSpec:
-    """A BundleSpec from a `compile` output folder: its successful jobs, their records and validation results."""
+    """A BundleSpec from a `compile` output folder: its successful jobs, their records, logs and validations."""
     import json
 
-    build = Path(build)
-    records = sorted(build.glob("*/*/compile.json"))
-    if not records:
-        raise QnnDeployError(f"{build} holds no compile records (*/*/compile.json); run qnndeploy compile first")
+    from qnndeploy.compile import read_build
+
     cpu: dict[str, Path] = {}
     npu: dict[str, dict[str, list[Path]]] = {}
     files: dict[str, Path] = {}
     validation: dict[str, dict] = {}
     precisions = set()
-    for path in records:
-        try:
-            rec = json.loads(path.read_text())
-            graph, soc, status = rec["graph"], rec["soc"], rec["status"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise QnnDeployError(f"{path} is not a readable compile record: {e}") from None
-        if status != "ok":
+    for job, rec in read_build(Path(build)):
+        if rec["status"] != "ok":
             continue
-        job = path.parent
-        source = Path(rec["input"]["path"])
+        graph, soc, source = rec["graph"], rec["soc"], Path(rec["input"]["path"])
         if cpu.setdefault(graph, source) != source:
             raise QnnDeployError(f"graph {graph} was compiled from two models ({cpu[graph]} and {source})")
-        npu.setdefault(soc, {})[graph] = [job / o["path"] for o in rec["outputs"]]
+        npu.setdefault(soc, {})[graph] = [job / o["path"] for o in rec["outputs"]
+                                          if o["format"] in ("qnn-context-binary", "ort-epcontext")]
         precisions.add(rec["precision"])
-        files[f"{graph}-{soc}-compile.json"] = path
-        vpath = job / "validation.json"
-        if vpath.is_file():
-            files[f"{graph}-{soc}-validation.json"] = vpath
-            v = json.loads(vpath.read_text())
+        files[f"{graph}-{soc}-compile.json"] = job / "compile.json"
+        if (job / "validation.json").is_file():
+            files[f"{graph}-{soc}-validation.json"] = job / "validation.json"
+            v = json.loads((job / "validation.json").read_text())
             target = validation.setdefault(soc, {"passed": True, "graphs": {}})
-            target["graphs"][graph] = {k: v.get(k) for k in ("passed", "metrics", "thresholds")}
-            target["passed"] = target["passed"] and bool(v.get("passed"))
+            target["graphs"][graph] = {
+                "passed": v["passed"], "thresholds": v["thresholds"],
+                "outputs": [{k: o[k] for k in ("name", "passed", "max_abs_diff", "rel_l2", "cosine", "snr_db",
+                                               "judged_on")} for o in v["outputs"]]}
+            target["passed"] = target["passed"] and v["passed"]
     if not npu:
         raise QnnDeployError(f"{build} has no successful compile job")
     if len(precisions) > 1:
         raise QnnDeployError(f"{build} mixes precisions {sorted(precisions)}; bundle one precision at a time")
-    for log in sorted((build / "logs").glob("*.log")):
+    for log in sorted((Path(build) / "logs").glob("*.log")):
         files[f"logs/{log.name}"] = log
     return BundleSpec(name=name, version=version, cpu=cpu, npu=npu, precision=precisions.pop(), records=files,
                       validation=validation)
@@ -194,6 +190,16 @@ def _runtime_libs(spec: BundleSpec, archs: set[str]) -> list[tuple[Path, dict]]:
     return out
 
 
+def _pointed_at_bin(ctx: Path, scratch: Path, rel: str) -> Path:
+    """The EPContext wrapper to copy: as given if it loads <graph>.bin, else a re-pointed copy in `scratch`."""
+    binary = rel.rsplit("/", 1)[-1].removesuffix("_ctx.onnx") + ".bin"
+    if epcontext.context_refs(ctx) == [binary]:
+        return ctx
+    fixed = scratch / rel.replace("/", "_")
+    epcontext.retarget(ctx, fixed, binary)
+    return fixed
+
+
 def _check_name(value: str, what: str, key: str) -> None:
     import jsonschema
 
@@ -258,9 +264,11 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
         lib_entries[rel] = meta
     plan += [(p, f"records/{name}", False) for name, p in records.items()]
 
-    with staging_dir(final, force) as tmp:
+    with staging_dir(final, force) as tmp, tempfile.TemporaryDirectory() as scratch:
         for _, rel, _ in plan:
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        plan = [(_pointed_at_bin(src, Path(scratch), rel), rel, m) if rel.endswith("_ctx.onnx") else (src, rel, m)
+                for src, rel, m in plan]
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
             results = list(pool.map(lambda item: scan_file(item[0], item[2], progress, tmp / item[1]), plan))
         facts = {rel: f for (_, rel, _), f in zip(plan, results)}

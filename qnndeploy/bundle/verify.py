@@ -204,6 +204,8 @@ def check_manifest(manifest: dict, facts: dict[str, FileFacts], tree: set[str], 
             f = facts.get(a["path"])
             if a["graph"] not in graphs:
                 add(a["path"], f"belongs to graph '{a['graph']}', which the manifest does not declare")
+            if f is not None and a["format"] == "ort-epcontext":
+                problems += _epcontext_problems(root, a["path"], {x["path"] for x in t["artifacts"]})
             if f is None or a["format"] != "qnn-context-binary":
                 continue
             wrong = sorted({f"{s} (v{x})" for s, x in f.context_targets if x != arch})
@@ -224,6 +226,20 @@ def check_manifest(manifest: dict, facts: dict[str, FileFacts], tree: set[str], 
         for lib in runtime["libs"]:
             problems += _library_problems(lib, facts.get(lib["path"]), root, qairt)
     return problems
+
+
+def _epcontext_problems(root: Path, path: str, listed: set[str]) -> list[Problem]:
+    from qnndeploy import epcontext
+
+    try:
+        refs = epcontext.context_refs(root / path)
+    except QnnDeployError as e:
+        return [Problem(path, str(e).replace(str(root / path), "this file"))]
+    folder = path.rsplit("/", 1)[0]
+    return [Problem(path, f"loads its context binary from '{ref}', which is not in the bundle beside it: "
+                          "ONNX Runtime would fail on the phone")
+            for ref in refs if f"{folder}/{ref}" not in listed] or (
+        [] if refs else [Problem(path, "has no EPContext node that loads a context binary of the bundle")])
 
 
 def _version_problems(path: str, f: FileFacts, qairt: dict) -> list[Problem]:

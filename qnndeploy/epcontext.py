@@ -1,0 +1,54 @@
+"""ONNX Runtime EPContext wrappers (<graph>_ctx.onnx): which context binary they load, and re-pointing them.
+
+With embed mode 0 the wrapper names its context binary by a path relative to itself. A bundle renames binaries
+to <graph>.bin, so the name inside the wrapper must follow, or ONNX Runtime fails on the phone.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from qnndeploy.errors import QnnDeployError
+
+
+def _load(path: Path):
+    import onnx
+
+    try:
+        return onnx.load(str(path), load_external_data=False)
+    except Exception as e:  # onnx raises DecodeError, ValueError, OSError... for a file that is not ONNX
+        raise QnnDeployError(f"{path} is not a readable ONNX model: {str(e).splitlines()[0]}") from None
+
+
+def _ref_attrs(model) -> list:
+    """The ep_cache_context attributes of EPContext nodes that keep their binary in a separate file."""
+    refs = []
+    for node in model.graph.node:
+        if node.op_type != "EPContext":
+            continue
+        attrs = {a.name: a for a in node.attribute}
+        if "embed_mode" in attrs and attrs["embed_mode"].i == 0 and "ep_cache_context" in attrs:
+            refs.append(attrs["ep_cache_context"])
+    return refs
+
+
+def context_refs(path: Path) -> list[str]:
+    """The context-binary file names an EPContext model loads (empty if it embeds them)."""
+    return [a.s.decode() for a in _ref_attrs(_load(path))]
+
+
+def retarget(src: Path, dst: Path, binary_name: str) -> int:
+    """Write a copy of `src` to `dst` whose EPContext nodes load `binary_name`; returns how many were changed."""
+    import onnx
+
+    model = _load(src)
+    attrs = _ref_attrs(model)
+    if not attrs:
+        raise QnnDeployError(f"{src} has no EPContext node that loads a separate context binary")
+    for a in attrs:
+        a.s = binary_name.encode()
+    tmp = dst.with_name(dst.name + ".tmp")
+    onnx.save(model, str(tmp))
+    os.replace(tmp, dst)
+    return len(attrs)
