@@ -596,6 +596,194 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
         sys.exit(EXIT_CHECK_FAILED)
 
 
+# --- compile / validate / doctor ----------------------------------------------------------------------
+
+def _shown(path: Path) -> str:
+    """A path as short as it can be: relative to the current folder when it is inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+@contextmanager
+def _job_progress(what: str) -> Iterator[Callable | None]:
+    """A rich progress bar on stderr fed by the library's (done, total, result) callback; none when piped."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[last]}"), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(what, total=None, last="")
+
+        def update(done: int, total: int, result) -> None:
+            last = f"{result.graph} {result.soc} {result.status}" if result is not None else ""
+            bar.update(task, completed=done, total=total, last=last)
+
+        yield update
+
+
+@cli.command("compile")
+@click.argument("models", nargs=-1, required=True, metavar="MODEL.onnx|NAME=MODEL.onnx...")
+@click.option("--soc", "socs", multiple=True, required=True, metavar="SOC",
+              help="Target SoC; repeat for several (qnndeploy socs lists them).")
+@click.option("--backend", type=click.Choice(["ort", "qairt"]),
+              help="ort: onnxruntime-qnn (default where installed); qairt: the QAIRT SDK's tools.")
+@click.option("--precision", type=click.Choice(["fp16", "w8a16"]), default="fp16", show_default=True,
+              help="fp16 activations, or 8-bit weights with 16-bit activations (needs --calib).")
+@click.option("--calib", type=click.Path(path_type=Path), metavar="DIR",
+              help="w8a16 calibration samples: *.npz (one per sample) or INPUT.npy; DIR/GRAPH/ per graph.")
+@click.option("-j", "--jobs", type=int, help="Jobs at once (default: the number of CPU cores).")
+@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="Build folder.")
+@click.option("--qnn-sdk-root", type=click.Path(path_type=Path), help="QAIRT SDK for --backend qairt "
+              "(default: $QNN_SDK_ROOT).")
+@click.option("--no-cache", is_flag=True, help="Compile every job; neither read nor fill the cache.")
+@click.option("--cache-dir", type=click.Path(path_type=Path),
+              help="Compile cache (default: $QNNDEPLOY_CACHE_DIR or ~/.cache/qnndeploy/compile).")
+@json_option
+@handles_errors
+def compile_cmd(models: tuple[str, ...], socs: tuple[str, ...], backend: str | None, precision: str,
+                calib: Path | None, jobs: int | None, out: Path, qnn_sdk_root: Path | None, no_cache: bool,
+                cache_dir: Path | None, as_json: bool) -> None:
+    """Compile each model for each SoC into a QNN context binary, in parallel, with records and logs.
+
+    \b
+    Writes OUT/<graph>/<SoC>/<graph>.bin (+ <graph>_ctx.onnx with the ort backend) and compile.json,
+    and OUT/logs/<graph>-<SoC>.log. Unchanged jobs come from the cache. A failing job does not stop
+    the others; the exit code is 1 when any job failed. CPU fallback is off: a node the HTP cannot run
+    fails the job and is named.
+    """
+    from qnndeploy import compile as stage
+
+    with _job_progress("compiling") as progress:
+        summary = stage.compile_models(stage.models_from_args(list(models)), list(socs), out, backend=backend,
+                                       precision=precision, calib=calib, jobs=jobs, progress=progress,
+                                       use_cache=not no_cache, cache_dir=cache_dir, qnn_sdk_root=qnn_sdk_root)
+    if as_json:
+        emit_json(summary)
+    else:
+        _render_compile(summary)
+    if not summary.ok:
+        sys.exit(EXIT_CHECK_FAILED)
+
+
+def _render_compile(summary) -> None:
+    click.echo(f"backend {summary.backend}, QAIRT {summary.qairt_version}, {summary.precision}")
+    for j in summary.jobs:
+        if j.status == "failed":
+            click.echo(f"  FAILED  {j.graph:<14} {j.soc:<9} {j.error}")
+            click.echo(f"  {'':<7} {'':<14} {'':<9} log: {_shown(j.log)}")
+            continue
+        binary = next((o for o in j.outputs if o["format"] == "qnn-context-binary"), None)
+        made = f"{_shown(j.folder / binary['path'])} ({binary['size'] / 1e6:.1f} MB)" if binary else ""
+        when = j.note if j.status == "cached" else f"{j.duration_s:.1f} s"
+        click.echo(f"  {j.status:<7} {j.graph:<14} {j.soc:<9} {made}  [{when}]")
+    noted = [j for j in summary.jobs if j.warnings and j.status != "failed"]
+    if noted:
+        click.echo("warnings (each job's full log is in the folder shown):")
+        for j in noted:
+            for w in j.warnings:
+                click.echo(f"  {j.graph} {j.soc}: {w}")
+            click.echo(f"    log: {_shown(j.log)}")
+    counts = {s: sum(j.status == s for j in summary.jobs) for s in ("ok", "cached", "failed")}
+    click.echo(f"{counts['ok']} compiled, {counts['cached']} cached, {counts['failed']} failed "
+               f"in {summary.duration_s:.1f} s -> {_shown(summary.out)}")
+    if counts["failed"]:
+        click.echo("failed: " + ", ".join(f"{j.graph} {j.soc}" for j in summary.failures))
+    if counts["ok"] + counts["cached"]:
+        click.echo(f"next: qnndeploy validate {_shown(summary.out)}")
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+@cli.command()
+@click.argument("build", type=click.Path(path_type=Path))
+@click.option("--inputs", type=click.Path(path_type=Path), metavar="DIR",
+              help="Real input samples: *.npz (one per sample) or INPUT.npy; DIR/GRAPH/ per graph.")
+@click.option("--random", "random_", type=int, metavar="N", help="N seeded random samples (default 1).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for --random.")
+@click.option("--min-cosine", type=float, help="Override the cosine similarity threshold (fp16 0.999, w8a16 0.99).")
+@click.option("--min-snr-db", type=float, help="Override the SNR threshold in dB (fp16 30, w8a16 20).")
+@click.option("--atol", type=float, help="Override the absolute tolerance (fp16 1e-3, w8a16 1e-2); a reference "
+              "quieter than this is judged on max abs diff.")
+@json_option
+@handles_errors
+def validate(build: Path, inputs: Path | None, random_: int | None, seed: int, min_cosine: float | None,
+             min_snr_db: float | None, atol: float | None, as_json: bool) -> None:
+    """Run each compiled context on the host HTP emulator and the source ONNX on CPU; compare outputs.
+
+    Reports max abs diff, rel L2, cosine and SNR per output, judges them against per-precision
+    thresholds and writes BUILD/<graph>/<SoC>/validation.json. Exit 1 when any target fails.
+    Emulator timings are not phone timings.
+    """
+    from qnndeploy import validate as stage
+
+    overrides = {k: v for k, v in (("min_cosine", min_cosine), ("min_snr_db", min_snr_db), ("atol", atol))
+                 if v is not None}
+    with _job_progress("validating on the HTP emulator") as progress:
+        summary = stage.validate_build(build, inputs, random_, seed=seed, thresholds=overrides, progress=progress)
+    if as_json:
+        emit_json(summary)
+    else:
+        _render_validation(summary)
+    if not summary.ok:
+        sys.exit(EXIT_CHECK_FAILED)
+
+
+def _render_validation(summary) -> None:
+    i = summary.inputs
+    source = i["folder"] if i["kind"] == "files" else f"{i['samples']} random sample(s), seed {i['seed']}"
+    click.echo(f"inputs: {source}")
+    for t in summary.targets:
+        label = {"passed": "PASS", "failed": "FAIL", "skipped": "skip", "error": "ERROR"}[t.status]
+        if t.status in ("skipped", "error"):
+            click.echo(f"  {label:<5} {t.graph:<14} {t.soc:<9} {t.reason}")
+            continue
+        click.echo(f"  {label:<5} {t.graph:<14} {t.soc:<9} {t.samples} sample(s), "
+                   f"emulator {t.emulator_s_per_run:.2f} s/run")
+        for m in t.outputs:
+            click.echo(f"        {'ok ' if m.passed else 'BAD'} {m.name}: max|d| {m.max_abs_diff:.2e}  "
+                       f"rel L2 {_num(m.rel_l2, '.2e')}  cos {_num(m.cosine, '.6f')}  SNR {_num(m.snr_db, '.1f')} dB"
+                       + (f"  argmax {m.argmax_agreement:.1%}" if m.argmax_agreement is not None else ""))
+            if m.note:
+                click.echo(f"            {m.note}")
+    counts = {s: sum(t.status == s for t in summary.targets) for s in ("passed", "failed", "skipped", "error")}
+    click.echo(", ".join(f"{n} {s}" for s, n in counts.items() if n) + f"; records: {_shown(summary.build)}"
+               "/<graph>/<SoC>/validation.json")
+    click.echo(f"note: {summary.emulator_note}")
+
+
+@cli.command()
+@click.option("--qnn-sdk-root", type=click.Path(path_type=Path), help="QAIRT SDK to check (default: $QNN_SDK_ROOT).")
+@json_option
+@handles_errors
+def doctor(qnn_sdk_root: Path | None, as_json: bool) -> None:
+    """Check this machine: OS and CPU, onnxruntime-qnn, QAIRT SDK, Python 3.10, NDK, adb and phones.
+
+    Exit 0 when what `compile` and `validate` need is there (optional parts may be missing), 3 when not.
+    """
+    from qnndeploy import doctor as stage
+    from qnndeploy.errors import EXIT_MISSING_TOOL
+
+    report = stage.doctor(qnn_sdk_root)
+    if as_json:
+        emit_json(report)
+    else:
+        for c in report.checks:
+            optional = "" if c.required or c.status == "ok" else " (optional)"
+            click.echo(f"{c.status:<8} {c.name:<24} {c.detail}{optional}")
+            if c.fix and c.status != "ok":
+                click.echo(f"{'':<8} {'':<24} -> {c.fix}")
+        click.echo("ready to compile and validate" if report.ok else "not ready: fix the required lines above")
+    if not report.ok:
+        sys.exit(EXIT_MISSING_TOOL)
+
+
 # --- scaffold -----------------------------------------------------------------------------------------
 
 @cli.command("scaffold")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -74,3 +78,21 @@ def session_options(soc: Soc, *, fp16: bool = True, context_path: Path | None = 
         options["enable_htp_fp16_precision"] = "1"
     so.add_provider_for_devices(list(_devices()), options)
     return so
+
+
+@contextmanager
+def native_stdout_to_stderr() -> Iterator[None]:
+    """The QNN libraries print a banner on the process's stdout when a session first loads them; send it to stderr
+    so that --json output stays parseable. The banner goes through C stdio's buffer, flushed before stdout returns.
+    """
+    import ctypes
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        ctypes.CDLL(None).fflush(None)
+        os.dup2(saved, 1)
+        os.close(saved)

@@ -8,15 +8,12 @@ listed. The graph is read without its weights, so checking a model of many GB is
 from __future__ import annotations
 
 import math
-import os
 import re
 import shlex
-import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -444,7 +441,7 @@ def measure_htp(path: Path, soc: Soc, graph: onnx.GraphProto | None = None) -> H
         # Basic optimizations run before partitioning anyway; the later ones would rename the CPU nodes.
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
         try:
-            with native_stdout_to_stderr():
+            with htp.native_stdout_to_stderr():
                 ort.InferenceSession(str(path), options)
         except Exception as e:  # onnxruntime raises its own, unexported exception types
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -498,20 +495,3 @@ def _htp_findings(m: HtpMeasurement) -> list[Finding]:
         "re-export replacing these ops with ones the HTP runs, or move them into app code")]
 
 
-@contextmanager
-def native_stdout_to_stderr() -> Iterator[None]:
-    """The QNN libraries print a banner on the process's stdout; send it to stderr, out of --json output.
-
-    The banner goes through C stdio's buffer, so that buffer is flushed before stdout is put back.
-    """
-    import ctypes
-
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        yield
-    finally:
-        ctypes.CDLL(None).fflush(None)
-        os.dup2(saved, 1)
-        os.close(saved)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnndeploy import onnxcheck
+from qnndeploy import htp, onnxcheck
 from qnndeploy.errors import EXIT_CHECK_FAILED, EXIT_MISSING_TOOL, QnnDeployError
 from qnndeploy.onnxcheck import TensorInfo, real_inputs, tensor_info
 
@@ -291,7 +291,7 @@ def _simplify(src: Path, dst: Path) -> None:
                              EXIT_MISSING_TOOL) from None
 
     try:
-        with onnxcheck.native_stdout_to_stderr():
+        with htp.native_stdout_to_stderr():
             _, ok = onnxsim.simplify(str(src), output_path=str(dst))
     except Exception as e:  # onnxsim raises many types, from Python and from its C++ core
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

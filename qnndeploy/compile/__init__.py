@@ -1,0 +1,490 @@
+"""Compile ONNX graphs into QNN context binaries: one job per (graph, SoC), cached, run in parallel, each recorded.
+
+The build folder is the contract `bundle` reads:
+  <out>/<graph>/<SoC>/<graph>.bin       QNN context binary
+  <out>/<graph>/<SoC>/<graph>_ctx.onnx  ORT EPContext wrapper naming <graph>.bin (ort backend)
+  <out>/<graph>/<SoC>/compile.json      compile record (schemas/compile-record.schema.json)
+  <out>/logs/<graph>-<SoC>.log          the tools' full log
+A job folder is replaced whole (staged, then renamed), so it never mixes two compiles.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Protocol
+
+from qnndeploy import __version__
+from qnndeploy import socs as catalog
+from qnndeploy.compile import logs
+from qnndeploy.errors import QnnDeployError
+from qnndeploy.fileio import sha256_file, staging_dir, write_json
+
+if TYPE_CHECKING:
+    from qnndeploy.socs import Soc
+
+RECORD = "qnndeploy-compile"
+RECORD_VERSION = 1
+RECORD_FILE = "compile.json"
+PRECISIONS = ("fp16", "w8a16")
+BACKENDS = ("ort", "qairt")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # the bundle manifest's name rule
+# A QAIRT build string ("v2.51.0.260929181845") and the target a context binary was compiled for.
+BUILD_RE = re.compile(rb"v(2\.\d+\.\d+\.\d{6,})")
+TARGET_RE = re.compile(rb"soc_type=([A-Z0-9]+);arch=(\d+)")
+
+
+class CompileError(Exception):
+    """One job failed; the message is for the summary. Other jobs go on."""
+
+
+@dataclass
+class Compiled:
+    """What a backend made in the job folder: (file name, format) pairs, and warnings of its own."""
+    files: list[tuple[str, str]]
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Job:
+    graph: str
+    model: Path
+    model_sha256: str
+    soc: Soc
+    precision: str
+    calibration: Path | None  # folder of input samples for w8a16
+    options: dict  # what the backend will do, recorded and part of the cache key
+    cache_key: str
+    folder: Path  # <out>/<graph>/<SoC>
+    log: Path  # <out>/logs/<graph>-<SoC>.log
+
+
+class Backend(Protocol):
+    """A way to turn one ONNX graph into a QNN context binary for one SoC."""
+
+    name: str
+    qairt_version: str  # "2.51.0": the runtime libraries on the phone must match it
+
+    def identity(self) -> dict[str, str]:
+        """Tool versions that change the output: recorded, and part of the cache key."""
+
+    def options(self, soc: Soc, precision: str) -> dict:
+        """The backend settings a job uses, recorded in the compile record."""
+
+    def compile(self, job: Job, work: Path, log: IO[str]) -> Compiled:
+        """Write the job's outputs into `work` (empty); append every tool's output to `log`; raise CompileError."""
+
+
+@dataclass
+class JobResult:
+    graph: str
+    soc: str
+    status: str  # "ok" | "cached" | "failed"
+    folder: Path
+    log: Path
+    duration_s: float
+    outputs: list[dict]
+    warnings: list[str]
+    findings: list[logs.Finding]
+    error: str | None = None
+    note: str | None = None  # for a cache hit: "up to date" or "restored from the cache"
+
+
+@dataclass
+class CompileSummary:
+    out: Path
+    backend: str
+    precision: str
+    qairt_version: str
+    duration_s: float
+    jobs: list[JobResult]
+    ok: bool
+
+    @property
+    def failures(self) -> list[JobResult]:
+        return [j for j in self.jobs if j.status == "failed"]
+
+
+Progress = Callable[[int, int, "JobResult | None"], None]  # (jobs done, jobs total, the job just finished)
+
+
+def models_from_args(args: list[str]) -> dict[str, Path]:
+    """`path.onnx` (graph named after the file stem) or `name=path.onnx`, as the command line takes them."""
+    models: dict[str, Path] = {}
+    for arg in args:
+        name, sep, path = arg.partition("=")
+        if not sep:
+            name, path = Path(arg).stem, arg
+        if name in models:
+            raise QnnDeployError(f"two models would both be graph '{name}': name them, e.g. {name}2=PATH.onnx")
+        models[name] = Path(path)
+    return models
+
+
+def default_cache_dir() -> Path:
+    if env := os.environ.get("QNNDEPLOY_CACHE_DIR"):
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "qnndeploy" / "compile"
+
+
+def get_backend(name: str | None, qnn_sdk_root: Path | None = None) -> Backend:
+    """`ort` where onnxruntime-qnn is installed, else `qairt` when an SDK is given; None picks that way."""
+    from qnndeploy import htp
+
+    if name is None:
+        name = "ort" if htp.available() or not (qnn_sdk_root or os.environ.get("QNN_SDK_ROOT")) else "qairt"
+    if name == "ort":
+        from qnndeploy.compile.ort import OrtBackend
+        return OrtBackend()
+    if name == "qairt":
+        from qnndeploy.compile.qairt import QairtBackend
+        return QairtBackend(qnn_sdk_root)
+    raise QnnDeployError(f"unknown backend '{name}': use one of {', '.join(BACKENDS)}")
+
+
+def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backend: str | None = None,
+                   precision: str = "fp16", calib: Path | None = None, jobs: int | None = None,
+                   progress: Progress | None = None, use_cache: bool = True, cache_dir: Path | None = None,
+                   qnn_sdk_root: Path | None = None) -> CompileSummary:
+    """Compile every model for every SoC into `out`. Bad input raises before anything is written;
+    a failing job is reported in the summary and does not stop the others."""
+    start = time.monotonic()
+    if not models:
+        raise QnnDeployError("no model given: pass one or more MODEL.onnx files")
+    if not socs:
+        raise QnnDeployError("no SoC given: pass --soc, e.g. --soc SM8750 (qnndeploy socs lists them)")
+    if precision not in PRECISIONS:
+        raise QnnDeployError(f"unknown precision '{precision}': use one of {', '.join(PRECISIONS)}")
+    if precision == "w8a16" and calib is None:
+        raise QnnDeployError("w8a16 needs --calib DIR with real input samples (.npz or .npy) to calibrate "
+                             "the 16-bit activations; random data would give wrong ranges")
+    if precision == "fp16" and calib is not None:
+        raise QnnDeployError("--calib applies to --precision w8a16 only; fp16 needs no calibration")
+    if jobs is not None and jobs < 1:
+        raise QnnDeployError("-j must be 1 or more")
+    targets = _targets(socs, precision)
+    graphs = _graphs(models)
+    out = Path(out).expanduser().resolve()
+    if out.exists() and not out.is_dir():
+        raise QnnDeployError(f"-o {out} is a file; give a folder for the build")
+    calibs = {g: _calibration_dir(calib, g) for g in graphs} if calib is not None else {}
+    be = get_backend(backend, qnn_sdk_root)
+    store = (cache_dir or default_cache_dir()) if use_cache else None
+
+    plan = []
+    for graph, model in graphs.items():
+        digest = sha256_file(model)
+        cal = _calibration_record(calibs[graph], model) if graph in calibs else None
+        for soc in targets:
+            options = {**be.options(soc, precision), "calibration": cal}
+            key = _cache_key(graph, digest, soc, be, precision, options)
+            plan.append(Job(graph, model, digest, soc, precision, calibs.get(graph), options, key,
+                            out / graph / soc.model, out / "logs" / f"{graph}-{soc.model}.log"))
+
+    try:
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise QnnDeployError(f"cannot create {out / 'logs'}: {e.strerror}") from None
+    results: list[JobResult] = []
+    if progress:
+        progress(0, len(plan), None)
+    pool = ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1)
+    try:
+        futures = [pool.submit(_run_job, job, be, store, out) for job in plan]
+        for fut in as_completed(futures):
+            results.append(fut.result())
+            if progress:
+                progress(len(results), len(plan), results[-1])
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
+    order = {(j.graph, j.soc.model): i for i, j in enumerate(plan)}
+    results.sort(key=lambda r: order[(r.graph, r.soc)])
+    return CompileSummary(out, be.name, precision, be.qairt_version, round(time.monotonic() - start, 3), results,
+                          all(r.status != "failed" for r in results))
+
+
+# --- planning --------------------------------------------------------------------------------------
+
+def _targets(names: list[str], precision: str) -> list[Soc]:
+    targets: list[Soc] = []
+    for name in names:
+        soc = catalog.find(name)
+        if soc in targets:
+            continue
+        if precision == "fp16" and not soc.fp16:
+            raise QnnDeployError(f"{soc.model} ({soc.dsp_arch}) has no fp16 on its HTP, so an fp16 build cannot run "
+                                 f"there: drop --soc {soc.model}; its phones keep the CPU fallback")
+        targets.append(soc)
+    return targets
+
+
+def _graphs(models: dict[str, Path]) -> dict[str, Path]:
+    from qnndeploy.validate import model_inputs
+
+    graphs: dict[str, Path] = {}
+    for name, path in models.items():
+        if not NAME_RE.match(name):
+            raise QnnDeployError(f"graph name '{name}' must be letters, digits, '.', '_' or '-' (at most 64), "
+                                 f"starting with a letter or digit: pass NAME=PATH.onnx")
+        path = Path(path).expanduser().resolve()
+        if not path.is_file():
+            raise QnnDeployError(f"{path}: no such model file")
+        if path.suffix.lower() != ".onnx":
+            raise QnnDeployError(f"{path}: expected an .onnx model")
+        for spec in model_inputs(path):
+            if not spec.static:
+                raise QnnDeployError(f"{name}: input '{spec.name}' has dynamic size {spec.shape_text}; the NPU runs "
+                                     f"fixed sizes only: fix it first (qnndeploy prepare)")
+        graphs[name] = path
+    return graphs
+
+
+def _calibration_dir(calib: Path, graph: str) -> Path:
+    """DIR/<graph>/ when it exists (one folder per graph), else DIR itself."""
+    calib = Path(calib).expanduser().resolve()
+    if not calib.is_dir():
+        raise QnnDeployError(f"--calib {calib}: no such folder")
+    return calib / graph if (calib / graph).is_dir() else calib
+
+
+def _calibration_record(folder: Path, model: Path) -> dict:
+    """Check the samples fit the model now (bad input fails before any job starts) and fingerprint them."""
+    from qnndeploy.validate import load_samples, model_inputs
+
+    samples = load_samples(folder, model_inputs(model))
+    files = sorted(p for p in folder.iterdir() if p.suffix in (".npy", ".npz") and p.is_file())
+    digest = hashlib.sha256()
+    for p in files:
+        digest.update(f"{p.name}\0{sha256_file(p)}\n".encode())
+    return {"path": str(folder), "files": len(files), "samples": len(samples), "sha256": digest.hexdigest()}
+
+
+def _cache_key(graph: str, model_sha256: str, soc: Soc, be: Backend, precision: str, options: dict) -> str:
+    options = {**options, "calibration": options["calibration"] and
+               {k: v for k, v in options["calibration"].items() if k != "path"}}
+    data = {"record_version": RECORD_VERSION, "qnndeploy": __version__, "graph": graph, "model": model_sha256,
+            "soc": [soc.model, soc.soc_id, soc.dsp_arch, soc.vtcm_mb], "backend": be.name, "tools": be.identity(),
+            "precision": precision, "options": options}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+# --- one job ---------------------------------------------------------------------------------------
+
+def _run_job(job: Job, be: Backend, store: Path | None, out: Path) -> JobResult:
+    start = time.monotonic()
+    if store is not None:
+        hit = _from_cache(job, store)
+        if hit is not None:
+            record, note = hit
+            _store(job, store)  # a folder made with --no-cache still fills the cache
+            return _result(job, record, "cached", time.monotonic() - start, note)
+    with open(job.log, "w") as log:
+        log.write(f"qnndeploy {__version__}: compile {job.graph} for {job.soc.model} ({job.soc.dsp_arch}), "
+                  f"backend {be.name}, QAIRT {be.qairt_version}, {job.precision}\n")
+        log.flush()
+        with staging_dir(job.folder, force=True) as work:
+            try:
+                compiled = be.compile(job, work, log)
+                log.flush()
+                record = _ok_record(job, be, work, compiled, time.monotonic() - start, out)
+            except (CompileError, QnnDeployError, OSError) as e:  # this job failed; the others go on
+                log.write(f"\nqnndeploy: FAILED: {e}\n")
+                log.flush()
+                for p in work.iterdir():
+                    shutil.rmtree(p) if p.is_dir() else p.unlink()
+                record = _failed_record(job, be, str(e), time.monotonic() - start, out)
+            write_json(work / RECORD_FILE, record)
+    if record["status"] == "ok" and store is not None:
+        _store(job, store)
+    return _result(job, record, record["status"], time.monotonic() - start)
+
+
+def _result(job: Job, record: dict, status: str, seconds: float, note: str | None = None) -> JobResult:
+    findings = logs.parse_file(job.log)
+    return JobResult(job.graph, job.soc.model, status, job.folder, job.log,
+                     round(seconds, 3), record.get("outputs", []), record.get("warnings", []), findings,
+                     record.get("error"), note)
+
+
+def _base_record(job: Job, be: Backend, out: Path) -> dict:
+    return {
+        "record": RECORD, "version": RECORD_VERSION,
+        "graph": job.graph, "soc": job.soc.model, "soc_id": job.soc.soc_id, "dsp_arch": job.soc.dsp_arch,
+        "backend": be.name, "qairt_version": be.qairt_version, "qairt_build": None,
+        "precision": job.precision, "options": job.options, "tools": {"qnndeploy": __version__, **be.identity()},
+        "input": {"path": str(job.model), "sha256": job.model_sha256},
+        "outputs": [],
+        "log": job.log.relative_to(out).as_posix(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _ok_record(job: Job, be: Backend, work: Path, compiled: Compiled, seconds: float, out: Path) -> dict:
+    record = _base_record(job, be, out)
+    warnings = [str(f) for f in logs.parse_file(job.log) if f.kind != logs.ERROR] + compiled.warnings
+    for name, fmt in compiled.files:
+        path = work / name
+        if not path.is_file():
+            raise CompileError(f"the {be.name} backend did not write {name}")
+        info: dict = {}
+        digest = sha256_file(path, scan=_binary_scanner(info)) if fmt == "qnn-context-binary" else sha256_file(path)
+        if fmt == "qnn-context-binary":
+            record["qairt_build"] = info.get("build")
+            warnings += _target_warnings(job.soc, info)
+        record["outputs"].append({"path": name, "sha256": digest, "size": path.stat().st_size, "format": fmt})
+    if not any(o["format"] == "qnn-context-binary" for o in record["outputs"]):
+        raise CompileError(f"the {be.name} backend made no QNN context binary")
+    return {**record, "duration_s": round(seconds, 3), "warnings": warnings, "status": "ok", "error": None,
+            "cache_key": job.cache_key}
+
+
+def _failed_record(job: Job, be: Backend, error: str, seconds: float, out: Path) -> dict:
+    findings = logs.parse_file(job.log)
+    unsupported = [f.message for f in logs.parse_file(job.log, limit=None) if f.kind == logs.UNSUPPORTED]
+    if unsupported:
+        more = f"; and {len(unsupported) - 3} more" if len(unsupported) > 3 else ""
+        error = (f"the HTP cannot run {len(unsupported)} node(s): {'; '.join(unsupported[:3])}{more}. CPU fallback "
+                 f"is off, so the compile stops: change these ops in the export (qnndeploy check lists them)")
+    return {**_base_record(job, be, out), "duration_s": round(seconds, 3),
+            "warnings": [str(f) for f in findings if f.kind != logs.ERROR], "status": "failed", "error": error,
+            "cache_key": job.cache_key}
+
+
+def _binary_scanner(info: dict) -> Callable[[bytes], None]:
+    """A sha256_file scan callback that finds the build string and the target in the same pass."""
+    tail = b""
+
+    def scan(chunk: bytes) -> None:
+        nonlocal tail
+        data = tail + chunk
+        if "build" not in info and (m := BUILD_RE.search(data)):
+            info["build"] = "v" + m.group(1).decode()
+        if "soc_type" not in info and (m := TARGET_RE.search(data)):
+            info["soc_type"], info["arch"] = m.group(1).decode(), int(m.group(2))
+        tail = data[-128:]
+
+    return scan
+
+
+def _target_warnings(soc: Soc, info: dict) -> list[str]:
+    if "arch" not in info:
+        return ["the context binary does not name its target (soc_type/arch): cannot confirm the SoC"]
+    warnings = []
+    if info["arch"] != soc.arch_number:
+        warnings.append(f"the context binary targets arch {info['arch']}, the catalog says {soc.dsp_arch} for "
+                        f"{soc.model}: check on a {soc.model} phone (qnndeploy device verify)")
+    if info["soc_type"] != soc.model:
+        warnings.append(f"the context binary names soc_type {info['soc_type']}, not {soc.model}")
+    return warnings
+
+
+# --- cache -----------------------------------------------------------------------------------------
+
+def _from_cache(job: Job, store: Path) -> tuple[dict, str] | None:
+    """(record, note) when the job's outputs are already in its folder or in the cache; else None."""
+    current = _read_record(job.folder / RECORD_FILE)
+    if current and current.get("status") == "ok" and current.get("cache_key") == job.cache_key \
+            and _outputs_intact(job.folder, current):
+        if current["input"]["path"] != str(job.model):
+            current["input"]["path"] = str(job.model)
+            write_json(job.folder / RECORD_FILE, current)
+        _note_log(job, None)
+        return current, "up to date"
+    entry = store / job.cache_key
+    record = _read_record(entry / RECORD_FILE)
+    if not record or record.get("cache_key") != job.cache_key:
+        return None
+    try:
+        with staging_dir(job.folder, force=True) as work:
+            for o in record["outputs"]:
+                shutil.copy2(entry / o["path"], work / o["path"])
+            if not _outputs_intact(work, record):
+                raise OSError("cache entry is damaged")
+            record["input"]["path"] = str(job.model)
+            write_json(work / RECORD_FILE, record)
+    except OSError:
+        return None  # a damaged or half-deleted entry: compile again
+    _note_log(job, entry)
+    return record, "restored from the cache"
+
+
+def _note_log(job: Job, entry: Path | None) -> None:
+    """A cache hit still leaves a log: the original compile's, under a line that says where it came from."""
+    if entry is None:
+        if job.log.is_file():
+            return
+        job.log.write_text(f"qnndeploy: cache hit {job.cache_key}: {job.folder} is up to date\n")
+        return
+    original = entry / "compile.log"
+    body = original.read_text(errors="replace") if original.is_file() else ""
+    job.log.write_text(f"qnndeploy: cache hit {job.cache_key}: outputs restored from {entry}; "
+                       f"the original compile log follows\n{body}")
+
+
+def _store(job: Job, store: Path) -> None:
+    """Keep a finished job in the content-addressed cache. Best effort: a full disk must not fail the build."""
+    entry = store / job.cache_key
+    if entry.exists():
+        return
+    try:
+        store.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{job.cache_key[:12]}.", dir=store))
+        try:
+            for p in job.folder.iterdir():
+                if p.is_file() and p.name != "validation.json":
+                    shutil.copy2(p, tmp / p.name)
+            shutil.copy2(job.log, tmp / "compile.log")
+            os.replace(tmp, entry)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    except OSError:
+        pass
+
+
+def _read_record(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("record") == RECORD else None
+
+
+def _outputs_intact(folder: Path, record: dict) -> bool:
+    try:
+        return bool(record.get("outputs")) and all(
+            (folder / o["path"]).stat().st_size == o["size"] and sha256_file(folder / o["path"]) == o["sha256"]
+            for o in record["outputs"])
+    except (OSError, KeyError, QnnDeployError):
+        return False
+
+
+# --- reading a build folder (validate and bundle use this) ----------------------------------------
+
+def read_build(build: Path) -> list[tuple[Path, dict]]:
+    """(job folder, compile record) for every <graph>/<SoC>/compile.json under `build`, sorted."""
+    build = Path(build)
+    if not build.is_dir():
+        raise QnnDeployError(f"{build}: no such build folder (qnndeploy compile -o {build} makes one)")
+    found = []
+    for path in sorted(build.glob(f"*/*/{RECORD_FILE}")):
+        record = _read_record(path)
+        if record is None:
+            raise QnnDeployError(f"{path}: not a qnndeploy compile record")
+        found.append((path.parent, record))
+    if not found:
+        raise QnnDeployError(f"{build}: no compile records (<graph>/<SoC>/{RECORD_FILE}); run qnndeploy compile first")
+    return found

@@ -1,0 +1,95 @@
+"""Read compiler logs for what a user must know: ops the HTP rejects, CPU partitions, quantization warnings.
+
+The tools bury these in thousands of lines; the summary shows them with the log's path.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+UNSUPPORTED = "unsupported-op"
+CPU_PARTITION = "cpu-partition"
+QUANTIZATION = "quantization"
+ERROR = "error"
+
+# onnxruntime-qnn: "Unsupported nodes in QNN EP: { name: bad0, type: Sinh }, { name: ..., type: ... },"
+_ORT_UNSUPPORTED = re.compile(r"Unsupported nodes in QNN EP: (.*)")
+_ORT_NODE = re.compile(r"\{ name: (.*?), type: (\w+) \}")
+# onnxruntime-qnn: the HTP backend refused one node ("QNN.backendValidateOpConfig() failed for node `x` of type `Relu`
+# with error code 3110"): seen for whole SoCs whose HTP lacks fp16.
+_ORT_REJECTED = re.compile(r"backendValidateOpConfig\(\) failed for node `(.*?)` of type `(\w+)` with error code (\d+)")
+_ORT_CPU = re.compile(r"Some nodes were not assigned to the preferred execution providers|"
+                      r"assigned to the default CPU EP")
+# qnn-onnx-converter: "... - ERROR - Node image_q: 'No translation registered for op type onnx_dynamicquantizelinear.'"
+_QAIRT_NO_TRANSLATION = re.compile(r"Node (\S+): '?No translation registered for op type (?:onnx_)?(\w+)")
+_QAIRT_LEVEL = re.compile(r" - (WARNING|ERROR) - (.*)")
+# QNN command line tools: "     0.7ms [ ERROR ] message"
+_QNN_TOOL_ERROR = re.compile(r"\[ ERROR \] (.*)")
+# Python logging from onnxruntime.quantization ("WARNING:root:...") and converter quantizer warnings.
+_PY_WARNING = re.compile(r"^WARNING:[\w.]+:(.*)")
+_QUANT_WORDS = re.compile(r"quantiz|encoding|calibrat|bitwidth|bias", re.I)
+
+MAX_PER_KIND = 8
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # one of UNSUPPORTED, CPU_PARTITION, QUANTIZATION, ERROR
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+def parse(text: str, limit: int | None = MAX_PER_KIND) -> list[Finding]:
+    """Findings in log order, without duplicates, at most `limit` per kind (plus a line counting the rest)."""
+    found: list[Finding] = []
+    for line in text.splitlines():
+        line = re.sub(r"\x1b\[[0-9;]*m", "", line)
+        if m := _ORT_UNSUPPORTED.search(line):
+            found += [Finding(UNSUPPORTED, f"{n} ({op}) is not supported by the QNN HTP")
+                      for n, op in _ORT_NODE.findall(m.group(1))]
+        elif m := _ORT_REJECTED.search(line):
+            found.append(Finding(UNSUPPORTED, f"{m.group(1)} ({m.group(2)}) rejected by the HTP backend "
+                                              f"(QNN error {m.group(3)})"))
+        elif _ORT_CPU.search(line):
+            found.append(Finding(CPU_PARTITION, "some nodes were assigned to the CPU, not the HTP"))
+        elif m := _QAIRT_NO_TRANSLATION.search(line):
+            found.append(Finding(UNSUPPORTED, f"{m.group(1)} ({m.group(2)}) has no QNN translation"))
+        elif m := _QAIRT_LEVEL.search(line):
+            level, msg = m.groups()
+            if _QUANT_WORDS.search(msg):
+                found.append(Finding(QUANTIZATION, msg.strip()))
+            elif level == "ERROR":
+                found.append(Finding(ERROR, msg.strip()))
+        elif m := _QNN_TOOL_ERROR.search(line):
+            found.append(Finding(ERROR, m.group(1).strip()))
+        elif (m := _PY_WARNING.match(line)) and _QUANT_WORDS.search(m.group(1)):
+            found.append(Finding(QUANTIZATION, m.group(1).strip()))
+    return _trim(found, limit)
+
+
+def parse_file(path: Path, limit: int | None = MAX_PER_KIND) -> list[Finding]:
+    try:
+        return parse(path.read_text(errors="replace"), limit)
+    except OSError:
+        return []
+
+
+def _trim(found: list[Finding], limit: int | None) -> list[Finding]:
+    out: list[Finding] = []
+    seen: set[Finding] = set()
+    counts: dict[str, int] = {}
+    for f in found:
+        if f in seen:
+            continue
+        seen.add(f)
+        counts[f.kind] = counts.get(f.kind, 0) + 1
+        if limit is None or counts[f.kind] <= limit:
+            out.append(f)
+    for kind, n in counts.items():
+        if limit is not None and n > limit:
+            out.append(Finding(kind, f"... and {n - limit} more (see the log)"))
+    return out

@@ -1,0 +1,172 @@
+"""The `ort` backend: onnxruntime-qnn's QNN EP compiles each job into an EPContext model + QNN context binary.
+
+Each job runs in its own Python process (`python -m qnndeploy.compile.ort SPEC.json`): the QNN and onnxruntime
+libraries log to the process's stderr, so a process per job is what gives every job its own complete log, and a
+crash in the native compiler fails one job instead of the whole run. Starting one costs about 0.2 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from qnndeploy import epcontext, htp
+from qnndeploy.compile import Compiled, CompileError, Job
+from qnndeploy.errors import QnnDeployError
+from qnndeploy.fileio import write_json
+
+if TYPE_CHECKING:
+    from qnndeploy.socs import Soc
+
+# onnxruntime's QDQ quantization, the way its QNN helper sets it up: 16-bit activations, 8-bit weights.
+QUANTIZATION = {"format": "QDQ", "activation_type": "QUInt16", "weight_type": "QUInt8", "calibrate_method": "MinMax"}
+FEW_CALIBRATION_SAMPLES = 20
+
+
+class OrtBackend:
+    name = "ort"
+
+    def __init__(self) -> None:
+        htp._require()
+        self.qairt_version = htp.qairt_version()
+
+    def identity(self) -> dict[str, str]:
+        from importlib.metadata import version
+
+        return {"qairt": self.qairt_version, "onnxruntime": version("onnxruntime"),
+                "onnxruntime-qnn": version("onnxruntime-qnn")}
+
+    def options(self, soc: Soc, precision: str) -> dict:
+        options = {"htp_arch": soc.arch_number, "soc_model": soc.soc_id,
+                   "enable_htp_fp16_precision": precision == "fp16", "cpu_fallback": False,
+                   "ep_context_embed_mode": 0}
+        if precision == "w8a16":
+            options["quantization"] = QUANTIZATION
+        return options
+
+    def compile(self, job: Job, work: Path, log: IO[str]) -> Compiled:
+        with tempfile.TemporaryDirectory(prefix=".work-", dir=job.folder.parent) as tmp:
+            spec = {"graph": job.graph, "model": str(job.model), "soc": job.soc.model, "precision": job.precision,
+                    "calibration": str(job.calibration) if job.calibration else None, "work": str(work),
+                    "tmp": tmp, "result": str(Path(tmp) / "result.json")}
+            spec_path = Path(tmp) / "job.json"
+            spec_path.write_text(json.dumps(spec))
+            log.flush()
+            proc = subprocess.run([sys.executable, "-m", "qnndeploy.compile.ort", str(spec_path)],
+                                  stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            if proc.returncode in (-signal.SIGINT, 130):
+                raise KeyboardInterrupt
+            try:
+                result = json.loads(Path(spec["result"]).read_text())
+            except (OSError, ValueError):
+                raise CompileError(f"the compiler process died (exit {proc.returncode}) before finishing; "
+                                   f"see the log") from None
+        if not result["ok"]:
+            raise CompileError(result["error"])
+        return Compiled([tuple(f) for f in result["files"]], result["warnings"])
+
+
+# --- the worker process ----------------------------------------------------------------------------
+
+def run(spec: dict) -> dict:
+    """Compile one job; runs in the worker process, prints progress into the job log."""
+    import onnxruntime as ort
+
+    from qnndeploy import socs
+
+    soc = socs.find(spec["soc"])
+    graph, work = spec["graph"], Path(spec["work"])
+    fp16 = spec["precision"] == "fp16"
+    model = Path(spec["model"])
+    warnings: list[str] = []
+    if not fp16:
+        model, n = quantize(model, Path(spec["calibration"]), Path(spec["tmp"]) / f"{graph}_qdq.onnx")
+        if n < FEW_CALIBRATION_SAMPLES:
+            warnings.append(f"calibrated on {n} sample(s) only: use {FEW_CALIBRATION_SAMPLES} or more real inputs "
+                            f"for stable 16-bit activation ranges")
+    ctx = work / f"{graph}_ctx.onnx"
+    print(f"qnndeploy: compiling {model} for {soc.model} (htp_arch {soc.arch_number}, soc_model {soc.soc_id}, "
+          f"{'fp16' if fp16 else 'quantized'}), CPU fallback off", flush=True)
+    try:
+        ort.InferenceSession(str(model), htp.session_options(soc, fp16=fp16, context_path=ctx, log_level=1))
+    except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph types
+        raise QnnDeployError(_ort_message(e)) from None
+    written = work / f"{ctx.stem}_qnn.bin"
+    if not written.is_file():
+        raise QnnDeployError(f"onnxruntime-qnn wrote no context binary next to {ctx.name}")
+    binary = work / f"{graph}.bin"
+    os.replace(written, binary)
+    if epcontext.context_refs(ctx) != [written.name]:
+        raise QnnDeployError(f"{ctx.name} does not load {written.name}: unexpected onnxruntime-qnn output")
+    epcontext.retarget(ctx, ctx, binary.name)
+    print(f"qnndeploy: renamed {written.name} to {binary.name}; checking that {ctx.name} loads it", flush=True)
+    try:
+        ort.InferenceSession(str(ctx), htp.session_options(soc, fp16=fp16, log_level=2))
+    except Exception as e:
+        raise QnnDeployError(f"the renamed context does not load: {_ort_message(e)}") from None
+    return {"files": [[binary.name, "qnn-context-binary"], [ctx.name, "ort-epcontext"]], "warnings": warnings}
+
+
+def quantize(model: Path, calibration: Path, out: Path) -> tuple[Path, int]:
+    """Static QDQ quantization (16-bit activations, 8-bit weights) calibrated on real input samples."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantType
+    from onnxruntime.quantization import quantize as ort_quantize
+    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+
+    from qnndeploy.validate import load_samples, model_inputs
+
+    samples = load_samples(calibration, model_inputs(model))
+    # The quantizer writes helper files (<stem>-inferred.onnx) beside its input: give it a private copy.
+    private = out.with_name(f"{out.stem}_src.onnx")
+    shutil.copyfile(model, private)
+    model = private
+    print(f"qnndeploy: quantizing to QDQ (activations uint16, weights uint8, MinMax) with {len(samples)} "
+          f"calibration sample(s) from {calibration}", flush=True)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter(samples)
+
+        def get_next(self) -> dict | None:
+            return next(self.it, None)
+
+    config = get_qnn_qdq_config(str(model), Reader(), activation_type=QuantType.QUInt16,
+                                weight_type=QuantType.QUInt8)
+    ort_quantize(str(model), str(out), config)
+    return out, len(samples)
+
+
+def _ort_message(e: Exception) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
+
+
+def main(argv: list[str]) -> int:
+    import logging
+    import traceback
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s:%(name)s:%(message)s")
+    spec = json.loads(Path(argv[0]).read_text())
+    try:
+        result = {"ok": True, **run(spec)}
+    except QnnDeployError as e:
+        print(f"qnndeploy: error: {e}", flush=True)
+        result = {"ok": False, "error": str(e)}
+    except Exception as e:  # a bug or an unexpected library error: keep the traceback in the log
+        traceback.print_exc()
+        result = {"ok": False, "error": f"{type(e).__name__}: {_ort_message(e)}"}
+    write_json(Path(spec["result"]), result)
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

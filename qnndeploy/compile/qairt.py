@@ -1,0 +1,211 @@
+"""The `qairt` backend: the QAIRT SDK's own tools, in the sequence sherpa-onnx's CI uses for its NPU models.
+
+Per job: qnn-onnx-converter (ONNX -> QNN C++ graph + weights), the two HTP config files (soc_id, dsp_arch, vtcm),
+qnn-model-lib-generator (x86_64 for the host, aarch64-android with the NDK; 16 KB pages), then
+qnn-context-binary-generator (the context binary the phone loads). Every tool's output goes to the job log.
+The SDK is not redistributable, so the tests run this path against a stand-in SDK (tests/qairt_standin/).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from qnndeploy.compile import Compiled, CompileError, Job
+from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError
+
+if TYPE_CHECKING:
+    from qnndeploy.socs import Soc
+
+HOST = "x86_64-linux-clang"
+ANDROID = "aarch64-android"
+LDFLAGS = "-Wl,-z,max-page-size=16384"  # Android 15+ needs 16 KB-aligned segments
+# fp16 activations and 32-bit biases; w8a16 adds calibration (8-bit weights are the converter's default).
+CONVERTER_FLAGS = ["--act_bitwidth", "16", "--bias_bitwidth", "32"]
+VERSION_RE = re.compile(r"^\s*version\s*:\s*['\"]?(\d+\.\d+\.\d+(?:\.\d+)?)", re.M)
+
+
+@dataclass(frozen=True)
+class Sdk:
+    root: Path
+    version: str  # as the SDK names itself, e.g. 2.40.0.251030
+
+    @property
+    def qairt_version(self) -> str:
+        return ".".join(self.version.split(".")[:3])
+
+    @property
+    def converter(self) -> Path:
+        return self.root / "bin" / HOST / "qnn-onnx-converter"
+
+    @property
+    def model_lib_generator(self) -> Path:
+        return self.root / "bin" / HOST / "qnn-model-lib-generator"
+
+    @property
+    def context_binary_generator(self) -> Path:
+        return self.root / "bin" / HOST / "qnn-context-binary-generator"
+
+    @property
+    def htp_backend(self) -> Path:
+        return self.root / "lib" / HOST / "libQnnHtp.so"
+
+    @property
+    def htp_extensions(self) -> Path:
+        return self.root / "lib" / HOST / "libQnnHtpNetRunExtensions.so"
+
+    def env(self) -> dict[str, str]:
+        """What `source bin/envsetup.sh` sets up for the tools, plus the 16 KB page LDFLAGS."""
+        def prepend(var: str, path: Path) -> str:
+            return os.pathsep.join([str(path)] + ([os.environ[var]] if os.environ.get(var) else []))
+
+        return {**os.environ, "QNN_SDK_ROOT": str(self.root),
+                "PATH": prepend("PATH", self.root / "bin" / HOST),
+                "LD_LIBRARY_PATH": prepend("LD_LIBRARY_PATH", self.root / "lib" / HOST),
+                "PYTHONPATH": prepend("PYTHONPATH", self.root / "lib" / "python"),
+                "LDFLAGS": LDFLAGS, "PYTHONUNBUFFERED": "1"}
+
+
+def find_sdk(root: Path | None = None) -> Sdk:
+    """The SDK at `root`, else $QNN_SDK_ROOT; its version from sdk.yaml, else from the folder name."""
+    given = root or os.environ.get("QNN_SDK_ROOT")
+    if not given:
+        raise QnnDeployError("the qairt backend needs the QAIRT SDK: pass --qnn-sdk-root DIR or "
+                             "`source <sdk>/bin/envsetup.sh` (sets QNN_SDK_ROOT)", EXIT_MISSING_TOOL)
+    root = Path(given).expanduser().resolve()
+    if not root.is_dir():
+        raise QnnDeployError(f"QAIRT SDK root {root}: no such folder", EXIT_MISSING_TOOL)
+    version = sdk_version(root)
+    if version is None:
+        raise QnnDeployError(f"{root}: cannot read the QAIRT version (no sdk.yaml 'version:' and the folder is not "
+                             f"named like 2.40.0.251030): is this the SDK root?", EXIT_MISSING_TOOL)
+    sdk = Sdk(root, version)
+    missing = [p for p in (sdk.converter, sdk.model_lib_generator, sdk.context_binary_generator, sdk.htp_backend,
+                           sdk.htp_extensions) if not p.is_file()]
+    if missing:
+        raise QnnDeployError(f"the QAIRT SDK at {root} lacks {', '.join(str(p.relative_to(root)) for p in missing)}",
+                             EXIT_MISSING_TOOL)
+    return sdk
+
+
+def sdk_version(root: Path) -> str | None:
+    try:
+        if m := VERSION_RE.search((root / "sdk.yaml").read_text(errors="replace")):
+            return m.group(1)
+    except OSError:
+        pass
+    m = re.fullmatch(r"v?(\d+\.\d+\.\d+\.\d+)", root.name)
+    return m.group(1) if m else None
+
+
+def htp_config(sdk: Sdk, soc: Soc, graph: str, folder: Path) -> Path:
+    """The two HTP config files for one graph and SoC; returns the one qnn-context-binary-generator takes."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "htp_config.json"
+    config.write_text(json.dumps({
+        "graphs": [{"vtcm_mb": soc.vtcm_mb, "O": 3, "graph_names": [graph]}],
+        "devices": [{"device_id": 0, "soc_id": soc.soc_id, "dsp_arch": soc.dsp_arch,
+                     "cores": [{"core_id": 0, "perf_profile": "burst", "rpc_control_latency": 200}]}],
+    }, indent=2))
+    extensions = folder / "htp_backend_extensions.json"
+    extensions.write_text(json.dumps({"backend_extensions": {
+        "shared_library_path": str(sdk.htp_extensions), "config_file_path": str(config.resolve())}}, indent=2))
+    return extensions
+
+
+class QairtBackend:
+    name = "qairt"
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.sdk = find_sdk(root)
+        self.qairt_version = self.sdk.qairt_version
+        self.python = shutil.which("python3")
+        if self.python is None:
+            raise QnnDeployError("python3 is not on PATH: the SDK's model-lib generator runs with it "
+                                 "(use the SDK's Python 3.10 venv)", EXIT_MISSING_TOOL)
+
+    def identity(self) -> dict[str, str]:
+        return {"qairt": self.qairt_version, "qairt_sdk": self.sdk.version}
+
+    def options(self, soc: Soc, precision: str) -> dict:
+        flags = CONVERTER_FLAGS + (["--input_list", "<calibration>", "--use_native_input_files"]
+                                   if precision == "w8a16" else [])
+        return {"converter": flags, "htp_config": {"vtcm_mb": soc.vtcm_mb, "O": 3, "soc_id": soc.soc_id,
+                                                   "dsp_arch": soc.dsp_arch}, "ldflags": LDFLAGS}
+
+    def compile(self, job: Job, work: Path, log: IO[str]) -> Compiled:
+        g, env, warnings = job.graph, self.sdk.env(), []
+        with tempfile.TemporaryDirectory(prefix=".qairt-", dir=job.folder.parent) as tmp:
+            t = Path(tmp)
+            cmd = [str(self.sdk.converter), "--input_network", str(job.model), "--output_path", str(t / f"{g}.cpp"),
+                   *CONVERTER_FLAGS]
+            if job.precision == "w8a16":
+                cmd += ["--input_list", str(input_list(job, t / "calibration")), "--use_native_input_files"]
+            _run(cmd, log, env)
+            config = htp_config(self.sdk, job.soc, g, t / f"config-{g}")
+            targets = []
+            if shutil.which("ndk-build", path=env["PATH"]) is None:
+                targets = ["-t", HOST]
+                warnings.append(f"ndk-build is not on PATH: built the {HOST} model library only (the context binary "
+                                f"needs no more); install the Android NDK for the {ANDROID} library")
+            _run([self.python, str(self.sdk.model_lib_generator), "-c", str(t / f"{g}.cpp"), "-b", str(t / f"{g}.bin"),
+                  "-o", str(t / "model_libs"), *targets], log, env)
+            _run([str(self.sdk.context_binary_generator), "--backend", str(self.sdk.htp_backend),
+                  "--model", str(t / "model_libs" / HOST / f"lib{g}.so"), "--output_dir", str(t / "binary"),
+                  "--binary_file", g, "--config_file", str(config)], log, env)
+            files = [(f"{g}.bin", "qnn-context-binary")]
+            _take(t / "binary" / f"{g}.bin", work / f"{g}.bin")
+            android = t / "model_libs" / ANDROID / f"lib{g}.so"
+            if android.is_file():
+                _take(android, work / f"lib{g}.so")
+                files.append((f"lib{g}.so", "qnn-model-lib"))
+        return Compiled(files, warnings)
+
+
+def input_list(job: Job, folder: Path) -> Path:
+    """Calibration samples as raw files in the model's dtypes, and the list file naming them per input."""
+    from qnndeploy.validate import load_samples, model_inputs
+
+    specs = model_inputs(job.model)
+    samples = load_samples(job.calibration, specs)
+    folder.mkdir(parents=True)
+    lines = []
+    for i, sample in enumerate(samples):
+        entries = []
+        for j, spec in enumerate(specs):
+            raw = folder / f"{i:05d}_{j}.raw"
+            sample[spec.name].tofile(raw)
+            entries.append(f"{spec.name}:={raw}")
+        lines.append(" ".join(entries))
+    listing = folder / "input_list.txt"
+    listing.write_text("\n".join(lines) + "\n")
+    return listing
+
+
+def _run(cmd: list[str], log: IO[str], env: dict[str, str]) -> None:
+    tool = Path(cmd[1] if cmd[0].endswith(("python3", "python")) else cmd[0]).name
+    log.write(f"\n$ {shlex.join(cmd)}\n")
+    log.flush()
+    try:
+        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
+    except OSError as e:
+        raise CompileError(f"cannot run {tool}: {e.strerror}") from None
+    if proc.returncode in (-signal.SIGINT, 130):
+        raise KeyboardInterrupt
+    if proc.returncode != 0:
+        raise CompileError(f"{tool} failed (exit {proc.returncode}); see the log")
+
+
+def _take(src: Path, dst: Path) -> None:
+    if not src.is_file():
+        raise CompileError(f"{src.name} was not written by the SDK tools; see the log")
+    shutil.move(src, dst)

@@ -1,0 +1,165 @@
+"""`qnndeploy doctor`: is this machine ready to compile, validate and talk to phones? One line per need.
+
+Required: Linux x86-64 and onnxruntime-qnn (the HTP compiler and emulator). The QAIRT SDK, its Python 3.10
+environment, the NDK, adb and a phone are optional: each is needed by one path only, and its line says which.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+MAC_ADVICE = ("the QNN compilers and the HTP emulator run on Linux x86-64 only: use a Linux VM or cloud machine, "
+              "or Docker with --platform linux/amd64 (works on Apple silicon, slowly, emulated)")
+QAIRT_HOWTO = ("only for --backend qairt: download QAIRT from Qualcomm (softwarecenter.qualcomm.com, free account; "
+               "check its licence), unzip, then `source qairt/<version>/bin/envsetup.sh` or pass --qnn-sdk-root")
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # "ok" | "missing" | "warn" | "refused"
+    detail: str
+    fix: str | None = None
+    required: bool = False
+
+
+@dataclass
+class DoctorReport:
+    ok: bool  # every required check passed
+    checks: list[Check]
+
+
+def doctor(qnn_sdk_root: Path | None = None) -> DoctorReport:
+    system, machine = platform.system(), platform.machine()
+    if system == "Darwin":
+        return DoctorReport(False, [Check("os", "refused", f"macOS {platform.mac_ver()[0]} ({machine})", MAC_ADVICE,
+                                          True)])
+    checks = [_os(system, machine), _python(), _onnxruntime_qnn(system, machine)]
+    checks += _sdk(qnn_sdk_root)
+    checks += _sdk_python()
+    checks.append(_tool("ndk-build", "only for aarch64-android model libraries (--backend qairt): install the "
+                        "Android NDK and put its folder on PATH"))
+    checks += _adb()
+    return DoctorReport(all(c.status == "ok" for c in checks if c.required), checks)
+
+
+def _os(system: str, machine: str) -> Check:
+    detail = f"{system} {platform.release()} {machine}, {os.cpu_count()} CPU cores"
+    if system == "Linux" and machine in ("x86_64", "AMD64"):
+        return Check("os", "ok", detail, required=True)
+    if system == "Windows":
+        return Check("os", "missing", detail, "qnndeploy needs Linux x86-64: use WSL2 (Ubuntu) or a Linux machine",
+                     True)
+    return Check("os", "missing", detail, "onnxruntime-qnn's HTP compiler exists for Linux x86-64 only: use an "
+                 "x86-64 Linux machine or VM", True)
+
+
+def _python() -> Check:
+    return Check("python", "ok", f"Python {platform.python_version()} runs qnndeploy", required=True)
+
+
+def _onnxruntime_qnn(system: str, machine: str) -> Check:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from qnndeploy import htp
+    from qnndeploy.errors import QnnDeployError
+
+    try:
+        ort_version = version("onnxruntime")
+        qnn_version = version("onnxruntime-qnn")
+        qairt = htp.qairt_version()
+        htp._devices()
+    except (PackageNotFoundError, QnnDeployError, ImportError, OSError) as e:
+        fix = ("pip install onnxruntime-qnn (Linux x86-64 wheel: the HTP compiler and emulator)"
+               if system == "Linux" and machine == "x86_64" else "needs Linux x86-64")
+        return Check("onnxruntime-qnn", "missing", str(e) or type(e).__name__, fix, True)
+    return Check("onnxruntime-qnn", "ok", f"onnxruntime-qnn {qnn_version} (QAIRT {qairt}) on onnxruntime "
+                 f"{ort_version}: compiles context binaries and emulates the HTP", required=True)
+
+
+def _sdk(root: Path | None) -> list[Check]:
+    from qnndeploy.compile.qairt import find_sdk
+    from qnndeploy.errors import QnnDeployError
+
+    try:
+        sdk = find_sdk(root)
+    except QnnDeployError as e:
+        given = root or os.environ.get("QNN_SDK_ROOT")
+        missing = "comes with the QAIRT SDK (see qairt-sdk)"
+        detail = str(e) if given else "no --qnn-sdk-root and no QNN_SDK_ROOT"
+        return [Check("qairt-sdk", "missing", detail, QAIRT_HOWTO),
+                Check("check-linux-dependency", "missing", "no SDK", missing),
+                Check("check-python-dependency", "missing", "no SDK", missing)]
+    checks = [Check("qairt-sdk", "ok", f"QAIRT {sdk.version} at {sdk.root}")]
+    for name, script, run in (("check-linux-dependency", "check-linux-dependency.sh", "sudo bash {}"),
+                              ("check-python-dependency", "check-python-dependency", "python3 {}")):
+        path = sdk.root / "bin" / script
+        if path.is_file():
+            checks.append(Check(name, "ok", f"present; run once to install the SDK's dependencies: "
+                                f"{run.format(path)}"))
+        else:
+            checks.append(Check(name, "missing", f"no {path}", "this SDK looks incomplete: unzip it again"))
+    return checks
+
+
+def _sdk_python() -> list[Check]:
+    """The SDK's converters want Python 3.10 with numpy<2 and onnx 1.17."""
+    out = _output(["python3.10", "-c", "import sys; print(sys.version.split()[0])"])
+    if out is None:
+        return [Check("python3.10", "missing", "no working python3.10 on PATH",
+                      "only for --backend qairt: install Python 3.10 and make a venv for the SDK's converters "
+                      "(python3.10 -m venv ~/qairt-venv)"),
+                Check("sdk-python-packages", "missing", "needs python3.10 first",
+                      "python3.10 -m pip install 'numpy<2' onnx==1.17.0")]
+    checks = [Check("python3.10", "ok", f"Python {out} for the SDK's converters")]
+    pkgs = _output(["python3.10", "-c", "import numpy, onnx; print(numpy.__version__, onnx.__version__)"])
+    fix = "python3.10 -m pip install 'numpy<2' onnx==1.17.0"
+    if pkgs is None:
+        checks.append(Check("sdk-python-packages", "missing", "numpy or onnx is not installed for python3.10", fix))
+    else:
+        numpy_version, onnx_version = pkgs.split()
+        good = int(numpy_version.split(".")[0]) < 2 and onnx_version.startswith("1.17.")
+        checks.append(Check("sdk-python-packages", "ok" if good else "warn",
+                            f"numpy {numpy_version}, onnx {onnx_version} (the SDK wants numpy<2, onnx 1.17)",
+                            None if good else fix))
+    return checks
+
+
+def _tool(name: str, fix: str) -> Check:
+    path = shutil.which(name)
+    return Check(name, "ok", path, None) if path else Check(name, "missing", f"{name} is not on PATH", fix)
+
+
+def _adb() -> list[Check]:
+    if shutil.which("adb") is None:
+        return [Check("adb", "missing", "adb is not on PATH", "apt install adb, or Android SDK platform-tools"),
+                Check("devices", "missing", "needs adb", None)]
+    version = (_output(["adb", "version"]) or "adb (version unknown)").splitlines()[0]
+    checks = [Check("adb", "ok", version)]
+    listing = _output(["adb", "devices"], timeout=20)
+    if listing is None:
+        return checks + [Check("devices", "warn", "`adb devices` failed or timed out", "adb kill-server; adb devices")]
+    rows = [line.split("\t") for line in listing.splitlines()[1:] if "\t" in line]
+    ready = [serial for serial, state in rows if state == "device"]
+    others = [f"{serial} ({state})" for serial, state in rows if state != "device"]
+    if not rows:
+        return checks + [Check("devices", "warn", "no phone connected",
+                               "plug in a phone with USB debugging on, or adb connect HOST:PORT")]
+    described = [f"{serial}: {_output(['adb', '-s', serial, 'shell', 'getprop', 'ro.soc.model']) or '?'}"
+                 for serial in ready]
+    status = "ok" if ready and not others else "warn"
+    fix = "accept the USB debugging prompt on the phone, or reconnect it" if others else None
+    return checks + [Check("devices", status, "; ".join(described + others), fix)]
+
+
+def _output(cmd: list[str], timeout: float = 10) -> str | None:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None

@@ -1,0 +1,370 @@
+"""Validate a build: run each compiled context on the host HTP emulator and the source ONNX on CPU with the same
+inputs, compare every output, and write validation.json next to compile.json.
+
+Several metrics, because one can mislead: rel L2, cosine and SNR are relative to the reference and mean nothing
+when the reference is near zero (a detector's map on random input); max abs diff is absolute and stays meaningful.
+A reference whose RMS is below the absolute tolerance is judged on max abs diff alone, and the record says so.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from qnndeploy import __version__
+from qnndeploy.errors import EXIT_BAD_INPUT, QnnDeployError
+from qnndeploy.fileio import sha256_file, write_json
+
+if TYPE_CHECKING:
+    import numpy as np
+
+RECORD = "qnndeploy-validation"
+RECORD_VERSION = 1
+RECORD_FILE = "validation.json"
+# Defaults per precision. fp16 on the HTP is usually within 1e-2 rel L2 (PP-OCR rec: 4e-3 = 48 dB);
+# 8-bit weights lose more. atol is also the level below which a reference counts as near zero.
+THRESHOLDS = {
+    "fp16": {"min_cosine": 0.999, "min_snr_db": 30.0, "atol": 1e-3},
+    "w8a16": {"min_cosine": 0.99, "min_snr_db": 20.0, "atol": 1e-2},
+}
+EMULATOR_NOTE = ("Outputs come from the host HTP emulator (x86-64): the HTP's arithmetic, not its speed. "
+                 "Emulator timings say nothing about phone timings; measure on a phone (qnndeploy device profile).")
+RANDOM_NOTE = "uniform in [-1, 1) for float inputs, integers in [0, 10) for integer inputs, seeded"
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    dtype: str  # numpy dtype name
+    shape: tuple  # ints, or a str/None for a dynamic dim
+
+    @property
+    def static(self) -> bool:
+        return all(isinstance(d, int) and d > 0 for d in self.shape)
+
+    @property
+    def shape_text(self) -> str:
+        return "[" + ", ".join(str(d) if isinstance(d, int) and d > 0 else "?" for d in self.shape) + "]"
+
+
+@dataclass
+class OutputMetrics:
+    name: str
+    shape: list[int]
+    max_abs_diff: float
+    mean_abs_diff: float
+    rel_l2: float | None  # None when the reference is all zeros
+    cosine: float | None
+    snr_db: float | None
+    ref_rms: float
+    ref_max_abs: float
+    argmax_agreement: float | None  # share of positions whose argmax over the last axis agrees
+    passed: bool
+    judged_on: str  # "cosine+snr" or "max_abs_diff"
+    note: str | None = None
+
+
+@dataclass
+class TargetValidation:
+    graph: str
+    soc: str
+    precision: str | None
+    status: str  # "passed" | "failed" | "skipped" | "error"
+    reason: str | None = None
+    outputs: list[OutputMetrics] = field(default_factory=list)
+    samples: int = 0
+    thresholds: dict | None = None
+    emulator_s_per_run: float | None = None
+    record: Path | None = None
+
+
+@dataclass
+class ValidationSummary:
+    build: Path
+    inputs: dict
+    targets: list[TargetValidation]
+    ok: bool
+    emulator_note: str = EMULATOR_NOTE
+
+
+Progress = Callable[[int, int, "TargetValidation | None"], None]
+
+
+def validate_build(build: Path, inputs: Path | None = None, random: int | None = None, *, seed: int = 0,
+                   thresholds: dict | None = None, progress: Progress | None = None) -> ValidationSummary:
+    """Validate every compiled (graph, SoC) in `build`. `inputs` is a folder of samples (DIR/<graph>/ when it
+    exists, else DIR: *.npz with one array per input name, or <input>.npy); otherwise `random` seeded samples
+    (default 1). `thresholds` overrides min_cosine / min_snr_db / atol for every precision."""
+    from qnndeploy import htp
+    from qnndeploy.compile import read_build
+
+    if inputs is not None and random is not None:
+        raise QnnDeployError("pass --inputs DIR or --random N, not both")
+    if random is not None and random < 1:
+        raise QnnDeployError("--random must be 1 or more")
+    if inputs is not None and not Path(inputs).is_dir():
+        raise QnnDeployError(f"--inputs {inputs}: no such folder")
+    unknown = set(thresholds or {}) - set(THRESHOLDS["fp16"])
+    if unknown:
+        raise QnnDeployError(f"unknown threshold(s) {', '.join(sorted(unknown))}")
+    jobs = read_build(build)
+    htp._require()
+    random = random if random is not None or inputs is not None else 1
+    described = ({"kind": "files", "folder": str(Path(inputs).resolve())} if inputs is not None
+                 else {"kind": "random", "samples": random, "seed": seed, "distribution": RANDOM_NOTE})
+    per_graph: dict[str, tuple[list, list, dict] | QnnDeployError] = {}
+    results: list[TargetValidation] = []
+    if progress:
+        progress(0, len(jobs), None)
+    for folder, record in jobs:
+        results.append(_validate_one(folder, record, inputs, random, seed, thresholds or {}, per_graph))
+        if progress:
+            progress(len(results), len(jobs), results[-1])
+    validated = [t for t in results if t.status in ("passed", "failed")]
+    ok = bool(validated) and all(t.status in ("passed", "skipped") for t in results)
+    return ValidationSummary(Path(build), described, results, ok)
+
+
+def _validate_one(folder: Path, record: dict, inputs: Path | None, random: int | None, seed: int,
+                  overrides: dict, per_graph: dict) -> TargetValidation:
+    graph, soc_name, precision = record["graph"], record["soc"], record.get("precision")
+    result = TargetValidation(graph, soc_name, precision, "skipped")
+    if record.get("status") != "ok":
+        result.reason = "the compile failed: nothing to validate"
+        return result
+    ctx = next((o for o in record["outputs"] if o["format"] == "ort-epcontext"), None)
+    binary = next((o for o in record["outputs"] if o["format"] == "qnn-context-binary"), None)
+    if ctx is None:
+        result.reason = (f"no ORT EPContext wrapper ({record['backend']} backend): the host emulator cannot load "
+                         f"this context; check it on a phone (qnndeploy device verify)")
+        return result
+    limits = {**THRESHOLDS.get(precision, THRESHOLDS["w8a16"]), **overrides}
+    result.thresholds = limits
+    try:
+        for o in (ctx, binary):
+            if sha256_file(folder / o["path"]) != o["sha256"]:
+                raise QnnDeployError(f"{folder / o['path']} changed since it was compiled: compile again")
+        if graph not in per_graph:
+            try:
+                per_graph[graph] = _reference(record, inputs, random, seed)
+            except QnnDeployError as e:
+                per_graph[graph] = e
+        if isinstance(per_graph[graph], QnnDeployError):
+            raise per_graph[graph]
+        samples, expected, used = per_graph[graph]
+        outputs, seconds = _run_htp(folder / ctx["path"], soc_name, precision, samples)
+    except QnnDeployError as e:
+        result.status, result.reason = "error", str(e)
+        return result
+    result.samples = len(samples)
+    result.emulator_s_per_run = round(seconds / len(samples), 3)
+    result.outputs = [_judge(name, [e[name] for e in expected], [o[name] for o in outputs], limits)
+                      for name in expected[0]]
+    result.status = "passed" if all(m.passed for m in result.outputs) else "failed"
+    result.record = folder / RECORD_FILE
+    write_json(result.record, {
+        "record": RECORD, "version": RECORD_VERSION,
+        "graph": graph, "soc": soc_name, "soc_id": record["soc_id"], "dsp_arch": record["dsp_arch"],
+        "precision": precision, "backend": record["backend"], "qairt_version": record["qairt_version"],
+        "passed": result.status == "passed",
+        "thresholds": limits,
+        "inputs": used,
+        "outputs": [vars(m) for m in result.outputs],
+        "context": {"path": ctx["path"], "sha256": ctx["sha256"]},
+        "binary": {"path": binary["path"], "sha256": binary["sha256"]} if binary else None,
+        "compile_cache_key": record.get("cache_key"),
+        "emulator": {"seconds_per_run": result.emulator_s_per_run, "note": EMULATOR_NOTE},
+        "tools": {"qnndeploy": __version__},
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    })
+    return result
+
+
+def _reference(record: dict, inputs: Path | None, random: int | None, seed: int) -> tuple[list, list, dict]:
+    """The graph's input samples and the CPU outputs for them (computed once per graph, shared by its SoCs)."""
+    import onnxruntime as ort
+
+    source = Path(record["input"]["path"])
+    if not source.is_file():
+        raise QnnDeployError(f"the source model {source} is gone: the CPU reference needs it")
+    if sha256_file(source) != record["input"]["sha256"]:
+        raise QnnDeployError(f"{source} changed since the compile: compile again, then validate")
+    specs = model_inputs(source)
+    if inputs is not None:
+        folder = Path(inputs) / record["graph"] if (Path(inputs) / record["graph"]).is_dir() else Path(inputs)
+        samples = load_samples(folder, specs)
+        used = {"kind": "files", "folder": str(folder.resolve()), "samples": len(samples),
+                "files": sorted(p.name for p in folder.iterdir() if p.suffix in (".npy", ".npz"))}
+    else:
+        samples = random_samples(specs, random, seed)
+        used = {"kind": "random", "samples": random, "seed": seed, "distribution": RANDOM_NOTE}
+    session = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    expected = [dict(zip(names, session.run(None, s))) for s in samples]
+    return samples, expected, used
+
+
+def _run_htp(ctx: Path, soc_name: str, precision: str | None, samples: list) -> tuple[list, float]:
+    import onnxruntime as ort
+
+    from qnndeploy import htp, socs
+
+    try:
+        with htp.native_stdout_to_stderr():
+            session = ort.InferenceSession(str(ctx), htp.session_options(socs.find(soc_name),
+                                                                         fp16=precision == "fp16"))
+        names = [o.name for o in session.get_outputs()]
+        start = time.monotonic()
+        outputs = [dict(zip(names, session.run(None, s))) for s in samples]
+    except Exception as e:  # onnxruntime's own error types
+        raise QnnDeployError(f"the HTP emulator could not run {ctx.name}: {str(e).strip().splitlines()[0]}") from None
+    return outputs, time.monotonic() - start
+
+
+
+
+# --- metrics ---------------------------------------------------------------------------------------
+
+def metrics(reference: np.ndarray, actual: np.ndarray) -> dict:
+    """Max/mean abs diff, rel L2, cosine, SNR (dB) and reference scale, in float64."""
+    import numpy as np
+
+    ref = np.asarray(reference, dtype=np.float64).ravel()
+    out = np.asarray(actual, dtype=np.float64).ravel()
+    diff = out - ref
+    ref_energy, noise_energy, out_energy = float(ref @ ref), float(diff @ diff), float(out @ out)
+    finite = bool(np.isfinite(out).all())
+    return {
+        "max_abs_diff": float(np.abs(diff).max()) if diff.size else 0.0,
+        "mean_abs_diff": float(np.abs(diff).mean()) if diff.size else 0.0,
+        "rel_l2": math.sqrt(noise_energy / ref_energy) if ref_energy > 0 and finite else None,
+        "cosine": (float(ref @ out) / math.sqrt(ref_energy * out_energy)
+                   if ref_energy > 0 and out_energy > 0 and finite else None),
+        "snr_db": (min(10 * math.log10(ref_energy / noise_energy), 300.0) if noise_energy > 0 else 300.0)
+        if ref_energy > 0 and finite else None,
+        "ref_rms": math.sqrt(ref_energy / ref.size) if ref.size else 0.0,
+        "ref_max_abs": float(np.abs(ref).max()) if ref.size else 0.0,
+        "finite": finite,
+    }
+
+
+def _judge(name: str, expected: list, actual: list, limits: dict) -> OutputMetrics:
+    import numpy as np
+
+    ref, out = np.stack(expected), np.stack(actual)
+    m = metrics(ref, out)
+    agree = None
+    if ref.ndim >= 2 and ref.shape[-1] > 1 and np.issubdtype(ref.dtype, np.floating):
+        agree = float((ref.argmax(-1) == out.argmax(-1)).mean())
+    note = None
+    if not m["finite"]:
+        passed, judged, note = False, "finite", "the HTP output has NaN or Inf values"
+    elif m["ref_rms"] < limits["atol"]:
+        passed, judged = m["max_abs_diff"] <= limits["atol"], "max_abs_diff"
+        note = (f"reference is near zero (RMS {m['ref_rms']:.2g} < atol {limits['atol']:g}): rel L2, cosine and "
+                f"SNR are not meaningful here, judged on max abs diff; validate with real inputs (--inputs DIR)")
+    else:
+        passed = (m["cosine"] is not None and m["cosine"] >= limits["min_cosine"]
+                  and m["snr_db"] >= limits["min_snr_db"])
+        judged = "cosine+snr"
+    return OutputMetrics(name, list(out.shape[1:]), m["max_abs_diff"], m["mean_abs_diff"], m["rel_l2"], m["cosine"],
+                         m["snr_db"], m["ref_rms"], m["ref_max_abs"], agree, bool(passed), judged, note)
+
+
+# --- inputs (compile's --calib reads them the same way) --------------------------------------------
+
+def model_inputs(path: Path) -> list[InputSpec]:
+    """The graph inputs a caller feeds (initializers listed as inputs excluded)."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as e:  # protobuf's DecodeError and friends
+        raise QnnDeployError(f"{path}: not a readable ONNX model ({type(e).__name__})", EXIT_BAD_INPUT) from None
+    inits = {i.name for i in model.graph.initializer}
+    specs = []
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        t = vi.type.tensor_type
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name
+        shape = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim)
+        specs.append(InputSpec(vi.name, dtype, shape))
+    return specs
+
+
+def load_samples(folder: Path, specs: list[InputSpec]) -> list[dict]:
+    """Samples from `folder`: each *.npz is one sample (one array per input name; any single name for a
+    one-input graph); <input>.npy holds one sample, or several stacked on a new first axis."""
+    import numpy as np
+
+    folder = Path(folder)
+    samples: list[dict] = []
+    for path in sorted(folder.glob("*.npz")):
+        with np.load(path) as data:
+            arrays = {k: data[k] for k in data.files}
+        if len(specs) == 1 and len(arrays) == 1:
+            arrays = {specs[0].name: next(iter(arrays.values()))}
+        missing = [s.name for s in specs if s.name not in arrays]
+        if missing:
+            raise QnnDeployError(f"{path}: no array for input(s) {', '.join(missing)} (has {', '.join(arrays)})")
+        samples.append({s.name: _fit(arrays[s.name], s, path) for s in specs})
+    npy = {s.name: folder / f"{s.name}.npy" for s in specs}
+    if any(p.is_file() for p in npy.values()):
+        missing = [n for n, p in npy.items() if not p.is_file()]
+        if missing:
+            raise QnnDeployError(f"{folder}: .npy files for some inputs but not for {', '.join(missing)}")
+        stacks = {}
+        for s in specs:
+            arr = np.load(npy[s.name])
+            stacks[s.name] = arr if arr.ndim == len(s.shape) + 1 else arr[None]
+        counts = {len(a) for a in stacks.values()}
+        if len(counts) != 1:
+            raise QnnDeployError(f"{folder}: the .npy files hold different numbers of samples ({sorted(counts)})")
+        for i in range(counts.pop()):
+            samples.append({s.name: _fit(stacks[s.name][i], s, npy[s.name]) for s in specs})
+    if not samples:
+        names = ", ".join(f"{s.name}.npy" for s in specs)
+        raise QnnDeployError(f"{folder}: no input samples (*.npz, or {names})")
+    return samples
+
+
+def _fit(arr: np.ndarray, spec: InputSpec, path: Path) -> np.ndarray:
+    import numpy as np
+
+    if tuple(arr.shape) != tuple(spec.shape):
+        raise QnnDeployError(f"{path}: input '{spec.name}' has shape {list(arr.shape)}, the model needs "
+                             f"{spec.shape_text}")
+    target = np.dtype(spec.dtype)
+    if arr.dtype != target:
+        if not np.can_cast(arr.dtype, target, "same_kind"):
+            raise QnnDeployError(f"{path}: input '{spec.name}' is {arr.dtype}, the model needs {target}")
+        arr = arr.astype(target)
+    return np.ascontiguousarray(arr)
+
+
+def random_samples(specs: list[InputSpec], count: int, seed: int) -> list[dict]:
+    import numpy as np
+
+    for s in specs:
+        if not s.static:
+            raise QnnDeployError(f"input '{s.name}' has dynamic size {s.shape_text}: random inputs need fixed sizes")
+    rng = np.random.default_rng(seed)
+    samples = []
+    for _ in range(count):
+        sample = {}
+        for s in specs:
+            dtype = np.dtype(s.dtype)
+            if dtype.kind == "f":
+                sample[s.name] = rng.uniform(-1, 1, s.shape).astype(dtype)
+            elif dtype.kind == "b":
+                sample[s.name] = rng.random(s.shape) < 0.5
+            else:
+                sample[s.name] = rng.integers(0, 10, s.shape).astype(dtype)
+        samples.append(sample)
+    return samples

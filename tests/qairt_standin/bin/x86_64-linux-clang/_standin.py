@@ -1,0 +1,47 @@
+"""Shared by the STAND-IN QAIRT tools in this folder (see ../../README.md): call recording, ELF-shaped files."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+
+# soc_id (QNN soc_model) -> the name a context binary records, for the SoCs the tests use.
+SOC_NAMES = {35: "SM8350", 36: "SM8450", 42: "SM8475", 43: "SM8550", 57: "SM8650", 69: "SM8750", 87: "SM8850",
+             77: "QCS9100", 52: "SA8255", 39: "SA8295"}
+BUILD = "v2.51.0.260929181845"
+ELF_MACHINE = {"x86_64-linux-clang": 62, "aarch64-android": 183}
+
+
+def record(tool: str) -> None:
+    """Append this call (argv and the environment the tools depend on) to $QAIRT_STANDIN_CALLS."""
+    path = os.environ.get("QAIRT_STANDIN_CALLS")
+    if not path:
+        return
+    env = {k: os.environ.get(k) for k in ("QNN_SDK_ROOT", "LDFLAGS", "PYTHONPATH", "LD_LIBRARY_PATH")}
+    with open(path, "a") as f:
+        f.write(json.dumps({"tool": tool, "argv": sys.argv[1:], "cwd": os.getcwd(), "env": env}) + "\n")
+
+
+def fail(tool: str, message: str, code: int = 1) -> None:
+    print(f"{tool}: error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def write_elf(path: str, machine: int, page_align: int, payload: bytes) -> None:
+    """A 64-bit little-endian ET_DYN header with one PT_LOAD segment of alignment `page_align`, then `payload`."""
+    ehdr = struct.pack("<4sBBBBB7sHHIQQQIHHHHHH", b"\x7fELF", 2, 1, 1, 0, 0, b"\0" * 7,
+                       3, machine, 1, 0, 64, 0, 0, 64, 56, 1, 0, 0, 0)
+    size = 64 + 56 + len(payload)
+    phdr = struct.pack("<IIQQQQQQ", 1, 5, 0, 0, 0, size, size, page_align)
+    with open(path, "wb") as f:
+        f.write(ehdr + phdr + payload)
+
+
+def elf_machine(path: str) -> int | None:
+    with open(path, "rb") as f:
+        head = f.read(20)
+    if len(head) < 20 or head[:4] != b"\x7fELF":
+        return None
+    return struct.unpack_from("<H", head, 18)[0]

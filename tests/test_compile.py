@@ -1,0 +1,350 @@
+"""`qnndeploy compile`: real onnxruntime-qnn compiles of the PP-OCR cls and rec models for two SoCs in parallel,
+a graph the HTP rejects, the cache, w8a16 with calibration, bad input; and the qairt backend against the
+stand-in SDK in tests/qairt_standin/ (the real QAIRT SDK cannot be installed here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from conftest import require
+from onnx import TensorProto as T
+from onnx import helper as h
+from ppocr import STATIC_SHAPES, model_path
+
+from qnndeploy import compile as stage
+from qnndeploy import htp
+from qnndeploy import socs as catalog
+from qnndeploy.cli import cli
+from qnndeploy.compile import logs
+from qnndeploy.fileio import sha256_file
+
+SOCS = ("SM8550", "SM8750")
+STANDIN = Path(__file__).parent / "qairt_standin"
+SCHEMA = json.loads((Path(stage.__file__).parent.parent / "schemas" / "compile-record.schema.json").read_text())
+
+
+def static_ppocr(name: str, folder: Path) -> Path:
+    """The PP-OCR model with its input fixed to tests/ppocr.STATIC_SHAPES, made by `prepare`."""
+    from qnndeploy.prepare import prepare_model
+
+    out = folder / f"{name}.onnx"
+    prepare_model(model_path(name), out, shapes={"x": STATIC_SHAPES[name]})
+    return out
+
+
+def sinh_graph(path: Path) -> Path:
+    """Relu then Sinh: the QNN HTP has no Sinh, so with CPU fallback off the compile must fail naming it."""
+    nodes = [h.make_node("Relu", ["x"], ["r"], name="relu0"), h.make_node("Sinh", ["r"], ["y"], name="bad0")]
+    graph = h.make_graph(nodes, "sinh", [h.make_tensor_value_info("x", T.FLOAT, [1, 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [1, 8])])
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), path)
+    return path
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(map(str, args)))
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("models")
+    return {"cls": static_ppocr("cls", folder), "rec": static_ppocr("rec", folder),
+            "bad": sinh_graph(folder / "bad.onnx")}
+
+
+@pytest.fixture(scope="module")
+def build(models, tmp_path_factory):
+    """cls, rec and the Sinh graph for SM8550 and SM8750, two jobs at a time, with a private cache."""
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler)")
+    root = tmp_path_factory.mktemp("compile")
+    out, cache = root / "build", root / "cache"
+    args = ["compile", *models.values(), *[a for s in SOCS for a in ("--soc", s)], "-j", "2", "-o", out,
+            "--cache-dir", cache]
+    first = run(*args)
+    return {"out": out, "cache": cache, "args": args, "first": first}
+
+
+def record(out: Path, graph: str, soc: str) -> dict:
+    return json.loads((out / graph / soc / "compile.json").read_text())
+
+
+def test_compiles_each_graph_for_each_soc_with_a_record(build, models):
+    out = build["out"]
+    for graph in ("cls", "rec"):
+        for soc_name in SOCS:
+            folder = out / graph / soc_name
+            rec = record(out, graph, soc_name)
+            jsonschema.validate(rec, SCHEMA)
+            soc = catalog.find(soc_name)
+            assert rec["status"] == "ok" and rec["error"] is None
+            assert (rec["soc_id"], rec["dsp_arch"], rec["backend"]) == (soc.soc_id, soc.dsp_arch, "ort")
+            assert rec["qairt_version"] == htp.qairt_version()
+            assert re.fullmatch(r"v2\.51\.0\.\d+", rec["qairt_build"])
+            assert rec["input"] == {"path": str(models[graph]), "sha256": sha256_file(models[graph])}
+            assert rec["options"]["htp_arch"] == soc.arch_number and rec["options"]["cpu_fallback"] is False
+            assert {o["path"]: o["format"] for o in rec["outputs"]} == {
+                f"{graph}.bin": "qnn-context-binary", f"{graph}_ctx.onnx": "ort-epcontext"}
+            for o in rec["outputs"]:
+                assert sha256_file(folder / o["path"]) == o["sha256"]
+                assert (folder / o["path"]).stat().st_size == o["size"]
+            # the binary really targets this SoC, and the wrapper points at the renamed binary
+            data = (folder / f"{graph}.bin").read_bytes()
+            assert f"soc_type={soc_name};arch={soc.arch_number}".encode() in data
+            assert rec["qairt_build"].encode() in data
+            ctx = onnx.load(str(folder / f"{graph}_ctx.onnx"))
+            assert [n.op_type for n in ctx.graph.node] == ["EPContext"]
+            attrs = {a.name: h.get_attribute_value(a) for a in ctx.graph.node[0].attribute}
+            assert attrs["ep_cache_context"] == f"{graph}.bin".encode() and attrs["embed_mode"] == 0
+            assert sorted(p.name for p in folder.iterdir()) == sorted([f"{graph}.bin", f"{graph}_ctx.onnx",
+                                                                      "compile.json"])
+            # each job has its own log, even with -j 2
+            log = (out / rec["log"]).read_text()
+            assert f"soc_model {soc.soc_id}" in log and f"compile {graph} for {soc_name}" in log
+            other = next(s for s in SOCS if s != soc_name)
+            assert f"compile {graph} for {other}" not in log
+
+
+def test_renamed_context_runs_on_the_htp_emulator(build, models):
+    import onnxruntime as ort
+
+    from qnndeploy import socs
+
+    x = np.random.default_rng(1).uniform(-1, 1, STATIC_SHAPES["cls"]).astype(np.float32)
+    want = ort.InferenceSession(str(models["cls"]), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    ctx = build["out"] / "cls" / "SM8750" / "cls_ctx.onnx"
+    got = ort.InferenceSession(str(ctx), htp.session_options(socs.find("SM8750"))).run(None, {"x": x})[0]
+    assert np.abs(got - want).max() < 1e-2
+
+
+def test_a_graph_the_htp_rejects_fails_alone_and_is_named(build):
+    result, out = build["first"], build["out"]
+    assert result.exit_code == 1, result.output
+    for soc in SOCS:
+        rec = record(out, "bad", soc)
+        jsonschema.validate(rec, SCHEMA)
+        assert rec["status"] == "failed" and rec["outputs"] == []
+        assert "bad0 (Sinh)" in rec["error"] and "CPU fallback is off" in rec["error"]
+        assert sorted(p.name for p in (out / "bad" / soc).iterdir()) == ["compile.json"]
+        assert "Unsupported nodes in QNN EP" in (out / "logs" / f"bad-{soc}.log").read_text()
+        assert f"log: {out / 'logs' / f'bad-{soc}.log'}" in result.output
+    assert re.search(r"FAILED\s+bad\s+SM8550\s+the HTP cannot run 1 node\(s\): bad0 \(Sinh\)", result.output)
+    assert "4 compiled, 0 cached, 2 failed" in result.output
+    assert "failed: bad SM8550, bad SM8750" in result.output
+
+
+def test_unchanged_jobs_are_cache_hits_and_say_so(build, models):
+    out = build["out"]
+    before = {p: p.stat().st_mtime_ns for p in out.glob("*/*/*.bin")}
+    again = run(*build["args"])
+    assert again.exit_code == 1  # the Sinh graph is never cached: it fails again
+    assert "0 compiled, 4 cached, 2 failed" in again.output
+    assert len(re.findall(r"cached\s+\w+\s+SM8\d50 .*\[up to date\]", again.output)) == 4
+    assert {p: p.stat().st_mtime_ns for p in out.glob("*/*/*.bin")} == before
+
+    # a new build folder fills from the content-addressed cache, through the library API
+    calls = []
+    summary = stage.compile_models({"cls": models["cls"], "rec": models["rec"]}, list(SOCS), out.parent / "b2",
+                                   jobs=2, cache_dir=build["cache"], progress=lambda *a: calls.append(a))
+    assert summary.ok and [j.status for j in summary.jobs] == ["cached"] * 4
+    assert {j.note for j in summary.jobs} == {"restored from the cache"}
+    assert calls[0] == (0, 4, None) and calls[-1][:2] == (4, 4) and len(calls) == 5
+    for j in summary.jobs:
+        assert record(out.parent / "b2", j.graph, j.soc)["cache_key"] == record(out, j.graph, j.soc)["cache_key"]
+        assert "cache hit" in j.log.read_text().splitlines()[0]
+
+    # a changed model misses the cache
+    changed = out.parent / "cls_changed.onnx"
+    m = onnx.load(str(models["cls"]))
+    m.doc_string = "changed"
+    onnx.save(m, changed)
+    summary = stage.compile_models({"cls": changed}, ["SM8750"], out.parent / "b3", cache_dir=build["cache"])
+    assert [j.status for j in summary.jobs] == ["ok"]
+
+
+def test_fp16_is_refused_for_a_soc_without_fp16(models, tmp_path):
+    result = run("compile", models["cls"], "--soc", "SM8750", "--soc", "SM8350", "-o", tmp_path / "b")
+    assert result.exit_code == 2
+    assert "SM8350 (v68) has no fp16 on its HTP" in result.output and "drop --soc SM8350" in result.output
+    assert not (tmp_path / "b").exists()
+
+
+def test_bad_input_is_refused_before_anything_is_written(models, tmp_path):
+    out = tmp_path / "b"
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    np.savez(wrong / "0.npz", x=np.zeros([1, 3, 8, 8], np.float32))
+    cases = [
+        (["compile", models["cls"], "--soc", "SM8750", "--precision", "w8a16", "--calib", wrong],
+         "input 'x' has shape [1, 3, 8, 8], the model needs [1, 3, 48, 192]"),
+        (["compile", models["cls"], "--soc", "SM8750", "--calib", wrong], "--calib applies to --precision w8a16"),
+        (["compile", tmp_path / "missing.onnx", "--soc", "SM8750"], "no such model file"),
+        (["compile", model_path("cls"), "--soc", "SM8750"], "dynamic size"),
+        (["compile", models["cls"], "--soc", "SM9999"], "unknown SoC 'SM9999'"),
+        (["compile", models["cls"], "--soc", "SM8750", "--precision", "w8a16"], "w8a16 needs --calib DIR"),
+        (["compile", models["cls"], f"cls={models['rec']}", "--soc", "SM8750"], "would both be graph 'cls'"),
+        (["compile", f"bad/name={models['cls']}", "--soc", "SM8750"], "graph name 'bad/name'"),
+    ]
+    for args, message in cases:
+        result = run(*args, "-o", out)
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output and "Traceback" not in result.output
+        assert not out.exists()
+
+
+def test_w8a16_quantizes_with_calibration_samples(models, tmp_path):
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler)")
+    calib = tmp_path / "calib" / "cls"
+    calib.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        np.savez(calib / f"{i}.npz", x=rng.uniform(-1, 1, STATIC_SHAPES["cls"]).astype(np.float32))
+    summary = stage.compile_models({"cls": models["cls"]}, ["SM8750"], tmp_path / "b", precision="w8a16",
+                                   calib=tmp_path / "calib", use_cache=False)
+    job = summary.jobs[0]
+    assert job.status == "ok", job.error
+    rec = record(tmp_path / "b", "cls", "SM8750")
+    jsonschema.validate(rec, SCHEMA)
+    assert rec["precision"] == "w8a16" and rec["options"]["enable_htp_fp16_precision"] is False
+    assert rec["options"]["quantization"]["activation_type"] == "QUInt16"
+    assert rec["options"]["calibration"]["path"] == str(calib)
+    assert rec["options"]["calibration"]["files"] == rec["options"]["calibration"]["samples"] == 3
+    assert any("calibrated on 3 sample(s)" in w for w in rec["warnings"])
+    assert any(f.kind == logs.QUANTIZATION for f in job.findings)  # the quantizer's own warnings, from the log
+    assert not list(models["cls"].parent.glob("*inferred*"))  # the quantizer wrote nothing beside the model
+
+
+def test_log_parser_finds_what_the_summary_shows():
+    text = "\n".join([
+        "2026 [E:onnxruntime:, qnn_execution_provider.cc:2453 GetCapabilityImpl] Unsupported nodes in QNN EP: "
+        "{ name: a/b, type: Sinh }, { name: c, type: Unique }, ",
+        "[W:onnxruntime:, qnn_model_wrapper.cc:565 CreateQnnNode] QNN.backendValidateOpConfig() failed for node "
+        "`relu0` of type `Relu` with error code 3110",
+        "[W:onnxruntime:, session_state.cc:1618 VerifyEachNodeIsAssignedToAnEp] Some nodes were not assigned to the "
+        "preferred execution providers which may or may not have an negative impact on performance.",
+        "2025-04-01 23:50:17,978 - 183 - ERROR - Node q0: 'No translation registered for op type "
+        "onnx_dynamicquantizelinear.'",
+        "2025-04-01 23:50:17,979 - 250 - WARNING - WARNING_QUANTIZATION: bias encoding of conv1 was clamped",
+        "WARNING:root:Please consider to run pre-processing before quantization.",
+        "     0.4ms [ ERROR ] Failed to create context binary",
+        "2026 [I:onnxruntime:, inference_session.cc:2835 operator()] Initializing session.",
+    ])
+    found = [(f.kind, f.message) for f in logs.parse(text)]
+    assert found == [
+        ("unsupported-op", "a/b (Sinh) is not supported by the QNN HTP"),
+        ("unsupported-op", "c (Unique) is not supported by the QNN HTP"),
+        ("unsupported-op", "relu0 (Relu) rejected by the HTP backend (QNN error 3110)"),
+        ("cpu-partition", "some nodes were assigned to the CPU, not the HTP"),
+        ("unsupported-op", "q0 (dynamicquantizelinear) has no QNN translation"),
+        ("quantization", "WARNING_QUANTIZATION: bias encoding of conv1 was clamped"),
+        ("quantization", "Please consider to run pre-processing before quantization."),
+        ("error", "Failed to create context binary"),
+    ]
+    many = "\n".join(f"Unsupported nodes in QNN EP: {{ name: n{i}, type: Sinh }}, " for i in range(12))
+    trimmed = logs.parse(many)
+    assert len(trimmed) == logs.MAX_PER_KIND + 1 and trimmed[-1].message == "... and 4 more (see the log)"
+    assert len(logs.parse(many, limit=None)) == 12
+
+
+# --- the qairt backend, against the stand-in SDK -----------------------------------------------------
+
+@pytest.fixture
+def standin(tmp_path, monkeypatch):
+    """The stand-in SDK's call log, python3 that has onnx first on PATH, and a stand-in ndk-build."""
+    calls = tmp_path / "calls.jsonl"
+    ndk = tmp_path / "ndk"
+    ndk.mkdir()
+    (ndk / "ndk-build").write_text("#!/bin/sh\necho 'stand-in ndk-build'\n")
+    (ndk / "ndk-build").chmod(0o755)
+    monkeypatch.setenv("QAIRT_STANDIN_CALLS", str(calls))
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), str(ndk), os.environ["PATH"]]))
+    monkeypatch.delenv("QNN_SDK_ROOT", raising=False)
+
+    def read() -> list[dict]:
+        return [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
+
+    return read
+
+
+def test_qairt_backend_runs_the_sdk_tools_as_documented(models, tmp_path, standin):
+    out = tmp_path / "b"
+    result = run("compile", models["cls"], "--soc", "SM8750", "--backend", "qairt", "--qnn-sdk-root", STANDIN,
+                 "-o", out, "--no-cache")
+    assert result.exit_code == 0, result.output
+    calls = standin()
+    assert [c["tool"] for c in calls] == ["qnn-onnx-converter", "qnn-model-lib-generator",
+                                          "qnn-context-binary-generator"]
+    conv, libgen, ctxgen = (c["argv"] for c in calls)
+    work = Path(conv[3]).parent
+    assert conv == ["--input_network", str(models["cls"]), "--output_path", str(work / "cls.cpp"),
+                    "--act_bitwidth", "16", "--bias_bitwidth", "32"]
+    assert libgen == ["-c", str(work / "cls.cpp"), "-b", str(work / "cls.bin"), "-o", str(work / "model_libs")]
+    sdk = STANDIN.resolve()
+    assert ctxgen == ["--backend", str(sdk / "lib/x86_64-linux-clang/libQnnHtp.so"),
+                      "--model", str(work / "model_libs/x86_64-linux-clang/libcls.so"),
+                      "--output_dir", str(work / "binary"), "--binary_file", "cls",
+                      "--config_file", str(work / "config-cls/htp_backend_extensions.json")]
+    for c in calls:
+        assert c["env"]["LDFLAGS"] == "-Wl,-z,max-page-size=16384" and c["env"]["QNN_SDK_ROOT"] == str(sdk)
+    rec = record(out, "cls", "SM8750")
+    jsonschema.validate(rec, SCHEMA)
+    assert rec["backend"] == "qairt" and rec["qairt_version"] == "2.51.0"
+    assert rec["tools"]["qairt_sdk"] == "2.51.0.260929" and rec["qairt_build"] == "v2.51.0.260929181845"
+    assert rec["options"]["htp_config"] == {"vtcm_mb": 8, "O": 3, "soc_id": 69, "dsp_arch": "v79"}
+    assert rec["warnings"] == []  # the binary names soc_type=SM8750;arch=79, as the HTP config asked
+    assert {o["path"]: o["format"] for o in rec["outputs"]} == {"cls.bin": "qnn-context-binary",
+                                                                 "libcls.so": "qnn-model-lib"}
+    lib = (out / "cls" / "SM8750" / "libcls.so").read_bytes()
+    machine, = struct.unpack_from("<H", lib, 18)
+    p_align, = struct.unpack_from("<Q", lib, 64 + 48)
+    assert (machine, p_align) == (183, 16384)  # aarch64, 16 KB pages from LDFLAGS
+    assert not list((out / "cls").glob(".qairt-*"))  # the work folder is gone
+
+
+def test_qairt_w8a16_passes_calibration_as_an_input_list(models, tmp_path, standin, monkeypatch):
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + "/usr/bin:/bin")  # no ndk-build
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    np.save(calib / "x.npy", np.zeros([2, *STATIC_SHAPES["cls"]], np.float32))  # two samples stacked
+    summary = stage.compile_models({"cls": models["cls"]}, ["SM8650"], tmp_path / "b", backend="qairt",
+                                   precision="w8a16", calib=calib, use_cache=False, qnn_sdk_root=STANDIN)
+    assert summary.ok, summary.jobs[0].error
+    conv = standin()[0]["argv"]
+    assert conv[-3] == "--input_list" and conv[-1] == "--use_native_input_files"
+    assert standin()[1]["argv"][-2:] == ["-t", "x86_64-linux-clang"]
+    assert any("ndk-build is not on PATH" in w for w in summary.jobs[0].warnings)
+    assert any(f.kind == logs.QUANTIZATION for f in summary.jobs[0].findings)
+
+
+def test_qairt_unsupported_op_and_missing_sdk(models, tmp_path, standin):
+    summary = stage.compile_models({"bad": models["bad"]}, ["SM8750"], tmp_path / "b", backend="qairt",
+                                   use_cache=False, qnn_sdk_root=STANDIN)
+    job = summary.jobs[0]
+    assert not summary.ok and job.status == "failed"
+    assert "bad0 (sinh) has no QNN translation" in job.error
+    result = run("compile", models["cls"], "--soc", "SM8750", "--backend", "qairt", "-o", tmp_path / "c")
+    assert result.exit_code == 3 and "--qnn-sdk-root" in result.output and "QNN_SDK_ROOT" in result.output
+
+
+def test_standin_tools_reject_flags_the_real_tools_reject(tmp_path):
+    tool = STANDIN / "bin" / "x86_64-linux-clang"
+    env = {**os.environ, "PYTHONPATH": str(STANDIN / "lib" / "python")}
+    bad = subprocess.run([sys.executable, tool / "qnn-onnx-converter", "--input_network", "m.onnx", "--bogus"],
+                         capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "unrecognized arguments: --bogus" in bad.stderr
+    no_env = subprocess.run([sys.executable, tool / "qnn-onnx-converter", "--input_network", "m.onnx"],
+                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
+    assert no_env.returncode == 1 and "envsetup.sh" in no_env.stderr
+    missing = subprocess.run([sys.executable, tool / "qnn-context-binary-generator", "--model", "x.so"],
+                             capture_output=True, text=True)
+    assert missing.returncode == 2 and "--backend" in missing.stderr

@@ -1,0 +1,177 @@
+"""`qnndeploy validate`: the compiled PP-OCR contexts run on the real host HTP emulator (onnxruntime-qnn) against
+CPU onnxruntime; det once, for the near-zero reference; thresholds, input folders, records; metrics on arrays."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import require
+from ppocr import STATIC_SHAPES
+from test_compile import STANDIN, sinh_graph, static_ppocr
+
+from qnndeploy import compile as compile_stage
+from qnndeploy import htp
+from qnndeploy import validate as stage
+from qnndeploy.cli import cli
+
+SCHEMA = json.loads((Path(stage.__file__).parent / "schemas" / "validation-record.schema.json").read_text())
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(map(str, args)))
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
+    folder = tmp_path_factory.mktemp("vmodels")
+    return {"cls": static_ppocr("cls", folder), "rec": static_ppocr("rec", folder)}
+
+
+@pytest.fixture(scope="module")
+def build(models, tmp_path_factory):
+    out = tmp_path_factory.mktemp("vbuild") / "build"
+    summary = compile_stage.compile_models(models, ["SM8550", "SM8750"], out, jobs=2, use_cache=False)
+    assert summary.ok
+    return out
+
+
+def test_cls_and_rec_pass_on_the_emulator_for_two_socs(build):
+    result = run("validate", build, "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["ok"] and summary["inputs"]["kind"] == "random" and summary["inputs"]["samples"] == 1
+    assert "Emulator timings say nothing about phone timings" in summary["emulator_note"]
+    assert {(t["graph"], t["soc"], t["status"]) for t in summary["targets"]} == {
+        (g, s, "passed") for g in ("cls", "rec") for s in ("SM8550", "SM8750")}
+    for t in summary["targets"]:
+        path = build / t["graph"] / t["soc"] / "validation.json"
+        rec = json.loads(path.read_text())
+        jsonschema.validate(rec, SCHEMA)
+        compiled = json.loads((path.parent / "compile.json").read_text())
+        assert rec["passed"] and rec["thresholds"] == stage.THRESHOLDS["fp16"]
+        assert rec["context"]["sha256"] == next(o["sha256"] for o in compiled["outputs"]
+                                                if o["format"] == "ort-epcontext")
+        assert rec["compile_cache_key"] == compiled["cache_key"]
+        (out,) = rec["outputs"]
+        # measured here: cls rel L2 ~4e-3, rec ~9e-3 vs CPU with fp16 on the HTP
+        assert out["judged_on"] == "cosine+snr" and out["cosine"] > 0.9999 and 30 < out["snr_db"] < 80
+        assert out["rel_l2"] < 0.02 and out["argmax_agreement"] == 1.0
+        assert rec["emulator"]["seconds_per_run"] > 0 and "not" in rec["emulator"]["note"]
+    text = run("validate", build / "..", "--random", "1")  # no compile records in the parent folder
+    assert text.exit_code == 2 and "no compile records" in text.output
+
+
+@pytest.fixture(scope="module")
+def cls_build(models, tmp_path_factory):
+    out = tmp_path_factory.mktemp("clsbuild") / "build"
+    assert compile_stage.compile_models({"cls": models["cls"]}, ["SM8750"], out, use_cache=False).ok
+    return out
+
+
+def test_a_stricter_threshold_fails_with_exit_1(cls_build):
+    result = run("validate", cls_build, "--min-snr-db", "200")
+    assert result.exit_code == 1
+    assert "FAIL  cls" in result.output and "BAD save_infer_model/scale_0.tmp_1" in result.output
+    assert "emulator timings say nothing about phone timings" in result.output.lower()
+    rec = json.loads((cls_build / "cls" / "SM8750" / "validation.json").read_text())
+    assert rec["passed"] is False and rec["thresholds"]["min_snr_db"] == 200
+
+
+def test_inputs_folder_per_graph(cls_build, tmp_path):
+    inputs = tmp_path / "inputs" / "cls"
+    inputs.mkdir(parents=True)
+    rng = np.random.default_rng(3)
+    np.save(inputs / "x.npy", rng.uniform(-1, 1, [2, *STATIC_SHAPES["cls"]]))  # float64: cast to the model's float32
+    summary = stage.validate_build(cls_build, inputs=tmp_path / "inputs")
+    (target,) = summary.targets
+    assert summary.ok and target.samples == 2
+    rec = json.loads((cls_build / "cls" / "SM8750" / "validation.json").read_text())
+    assert rec["inputs"] == {"kind": "files", "folder": str(inputs), "samples": 2, "files": ["x.npy"]}
+    np.save(inputs / "x.npy", np.zeros([1, 3, 48, 100], np.float32))
+    result = run("validate", cls_build, "--inputs", tmp_path / "inputs")
+    assert result.exit_code == 1 and "ERROR cls" in result.output and "has shape [1, 3, 48, 100]" in result.output
+    both = run("validate", cls_build, "--inputs", tmp_path / "inputs", "--random", "2")
+    assert both.exit_code == 2 and "not both" in both.output
+
+
+def test_w8a16_build_is_judged_on_w8a16_thresholds(models, tmp_path):
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(4):
+        np.savez(calib / f"{i}.npz", x=rng.uniform(-1, 1, STATIC_SHAPES["cls"]).astype(np.float32))
+    out = tmp_path / "build"
+    assert compile_stage.compile_models({"cls": models["cls"]}, ["SM8750"], out, precision="w8a16", calib=calib,
+                                        use_cache=False).ok
+    summary = stage.validate_build(out, random=2)
+    (target,) = summary.targets
+    assert target.thresholds == stage.THRESHOLDS["w8a16"]
+    assert target.status == "passed", target.outputs
+    assert target.outputs[0].snr_db < 45  # 8-bit weights cost accuracy that fp16 does not
+
+
+def test_failed_and_qairt_jobs_are_skipped_with_the_reason(tmp_path, monkeypatch):
+    import os
+    import sys
+
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
+    bad = sinh_graph(tmp_path / "bad.onnx")
+    out = tmp_path / "build"
+    compile_stage.compile_models({"bad": bad}, ["SM8750"], out, use_cache=False)
+    compile_stage.compile_models({"qbad": bad, "relu": _relu(tmp_path)}, ["SM8750"], out, backend="qairt",
+                                 use_cache=False, qnn_sdk_root=STANDIN)
+    result = run("validate", out)
+    assert result.exit_code == 1  # nothing could be validated
+    assert "skip  bad" in result.output and "the compile failed" in result.output
+    assert "no ORT EPContext wrapper (qairt backend)" in result.output
+
+
+def _relu(tmp_path: Path) -> Path:
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    graph = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "relu", [h.make_tensor_value_info("x", T.FLOAT, [1, 4])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [1, 4])])
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), tmp_path / "relu.onnx")
+    return tmp_path / "relu.onnx"
+
+
+def test_det_near_zero_reference_is_judged_on_max_abs_diff(tmp_path):
+    """PP-OCR det on random input gives a map near zero: cosine/SNR mislead there, max abs diff does not."""
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
+    det = static_ppocr("det", tmp_path)
+    out = tmp_path / "build"
+    assert compile_stage.compile_models({"det": det}, ["SM8750"], out, use_cache=False).ok
+    summary = stage.validate_build(out)
+    (target,) = summary.targets
+    (m,) = target.outputs
+    assert target.status == "passed"
+    assert m.judged_on == "max_abs_diff" and "near zero" in m.note and "--inputs" in m.note
+    assert m.ref_rms < 1e-3 and m.max_abs_diff < 1e-3
+    assert m.cosine is not None and m.cosine < 0.999  # would have failed if judged on cosine
+
+
+def test_metrics_on_known_arrays():
+    ref = np.array([1.0, -2.0, 3.0, 0.5], np.float32)
+    m = stage.metrics(ref, ref + np.array([0.01, 0, 0, 0], np.float32))
+    assert math.isclose(m["max_abs_diff"], 0.01, rel_tol=1e-4)
+    assert math.isclose(m["rel_l2"], 0.01 / math.sqrt(14.25), rel_tol=1e-4)
+    assert math.isclose(m["snr_db"], 10 * math.log10(14.25 / 1e-4), rel_tol=1e-4)
+    assert m["cosine"] > 0.99999
+    assert stage.metrics(ref, ref)["snr_db"] == 300.0  # exact agreement: capped, not infinite
+    zero = stage.metrics(np.zeros(4), np.full(4, 1e-5))
+    assert zero["rel_l2"] is None and zero["cosine"] is None and zero["snr_db"] is None
+    limits = stage.THRESHOLDS["fp16"]
+    assert not stage._judge("y", [ref], [np.full(4, np.nan, np.float32)], limits).passed
+    flat = stage._judge("y", [np.full((2, 3), 1e-5)], [np.full((2, 3), 3e-4)], limits)
+    assert flat.passed and flat.judged_on == "max_abs_diff"
+    off = stage._judge("y", [ref], [-ref], limits)
+    assert not off.passed and off.cosine < 0
