@@ -487,9 +487,10 @@ def _render_graph_run(g) -> None:
     if g.status == "error":
         click.echo(f"  {label:<5} {g.graph:<14} {g.reason}")
     else:
-        per = f"{g.per_inference_s * 1e3:.2f} ms/inference" if g.per_inference_s is not None else "- ms/inference"
-        click.echo(f"  {label:<5} {g.graph:<14} first run {g.first_run_s * 1e3:.0f} ms, {per} "
-                   f"({g.inferences} runs, {g.clock} clock), {g.samples} sample(s)")
+        per = (f"{g.per_inference_s * 1e3:.2f} ms/inference ({g.inferences} runs" if g.per_inference_s is not None
+               else f"per inference lost in the start-up noise ({g.inferences} runs: raise --runs")
+        click.echo(f"  {label:<5} {g.graph:<14} first run {g.first_run_s * 1e3:.0f} ms, {per}, {g.clock} clock), "
+                   f"{g.samples} sample(s)")
     for m in g.outputs:
         click.echo(f"        {'ok ' if m.passed else 'BAD'} {m.name}: max|d| {m.max_abs_diff:.2e}  "
                    f"rel L2 {_num(m.rel_l2, '.2e')}  cos {_num(m.cosine, '.6f')}  SNR {_num(m.snr_db, '.1f')} dB")
@@ -505,7 +506,7 @@ def _render_device_verification(r) -> None:
     click.echo(f"  SoC {r.soc or 'unknown'}" + (f" (by {r.identified_by})" if r.identified_by else "")
                + f": {r.expectation}" + (f": {r.reason}" if r.provider == "cpu" else ""))
     p = r.push
-    speed = f", {p.mb_per_s:.1f} MB/s" if p.mb_per_s else ""
+    speed = f", {p.mb_per_s:.1f} MB/s" if p.mb_per_s and p.bytes_sent >= 1e6 else ""
     click.echo(f"  pushed to {r.remote_dir}: {len(p.sent)} of {p.files} files sent ({p.bytes_sent / 1e6:.2f} of "
                f"{p.bytes_total / 1e6:.2f} MB) in {p.seconds:.2f} s{speed}; every sha256 checked on the phone")
     if p.removed:
@@ -830,6 +831,45 @@ def scaffold_cmd(bundle: Path, package: str, out: Path, engine: str, app: bool, 
         click.echo("add these three lines to the app (details in README.md there):")
         for line in result.lines:
             click.echo(f"  {line}")
+
+
+# --- demo -------------------------------------------------------------------------------------------
+
+@cli.command()
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("qnndeploy-demo"), show_default=True,
+              help="Folder for the model, build, records and bundle.")
+@click.option("--soc", "soc_names", multiple=True, help="SoC to compile for (repeatable) [default: SM8550 SM8650 SM8750].")
+@click.option("--force", is_flag=True, help="Empty an existing output folder first.")
+@json_option
+@handles_errors
+def demo(output: Path, soc_names: tuple[str, ...], force: bool, as_json: bool) -> None:
+    """The whole procedure on the embedded demo model: check, prepare, compile, validate, bundle, verify."""
+    from qnndeploy.demo import DEFAULT_SOCS, STEPS, run_demo
+
+    steps: list[str] = []
+
+    def step(text: str) -> None:
+        steps.append(text)
+        if not as_json:
+            click.echo(f"[{len(steps)}/{STEPS}] {text}")
+
+    r = run_demo(output, tuple(soc_names) or DEFAULT_SOCS, force, step)
+    if as_json:
+        emit_json(r)
+        return
+    click.echo("")
+    click.echo(f"check before: {r.verdict_before}; prepare: {'; '.join(r.prepare_changes)}; "
+               f"CPU max abs diff {r.max_abs_diff_cpu:.1e}")
+    click.echo(f"check after: {r.verdict_after}, {r.cpu_partitions} CPU partition(s) on the HTP")
+    click.echo(f"compiled {len(r.compiled)} context binaries in {r.compile_s:.1f} s: {', '.join(r.compiled)}")
+    for line in r.validated:
+        click.echo(f"validated {line}")
+    click.echo(f"bundle {r.bundle} ({r.bundle_files} files, QAIRT {r.qairt}) verifies clean")
+    click.echo(f"runtime: {r.runtime}")
+    click.echo("emulator results show the HTP's arithmetic, not phone speed: measure that on a phone.")
+    click.echo("next:")
+    for c in r.next_commands:
+        click.echo(f"  {c}")
 
 
 def main() -> None:

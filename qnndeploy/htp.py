@@ -48,8 +48,9 @@ def _devices() -> tuple:
     import onnxruntime as ort
 
     qnn = _require()
-    ort.register_execution_provider_library(EP_NAME, qnn.get_library_path())
-    devices = tuple(d for d in ort.get_ep_devices() if d.ep_name == EP_NAME)
+    with native_stdout_to_stderr():
+        ort.register_execution_provider_library(EP_NAME, qnn.get_library_path())
+        devices = tuple(d for d in ort.get_ep_devices() if d.ep_name == EP_NAME)
     if not devices:
         raise QnnDeployError("onnxruntime-qnn is installed but offers no QNN device", EXIT_MISSING_TOOL)
     return devices

@@ -1,0 +1,106 @@
+"""`qnndeploy demo`: the whole procedure on the embedded model, one stage calling the next as a user would.
+
+check -> prepare -> check -> compile (3 SoCs) -> validate on the host HTP emulator -> bundle -> bundle verify.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError
+
+MODEL = "kws_demo"  # a keyword-spotting-shaped CNN made by data/make_demo_model.py (Apache-2.0, no training data)
+SHAPES = {"features": [1, 1, 49, 10]}  # 49 frames x 10 MFCC: the fixed size the NPU needs
+DEFAULT_SOCS = ("SM8550", "SM8650", "SM8750")
+BUNDLE_NAME, BUNDLE_VERSION = "kws-demo", "1.0.0"
+
+Step = Callable[[str], None]  # told the name of each stage as it starts
+STEPS = 6
+
+
+@dataclass
+class DemoResult:
+    out: Path
+    verdict_before: str
+    prepare_changes: list[str]
+    max_abs_diff_cpu: float
+    verdict_after: str
+    cpu_partitions: int
+    compiled: list[str]
+    compile_s: float
+    validated: list[str]
+    bundle: Path
+    bundle_files: int
+    runtime: str
+    qairt: str
+    next_commands: list[str]
+
+
+def run_demo(out: Path, socs: tuple[str, ...] = DEFAULT_SOCS, force: bool = False, step: Step | None = None
+             ) -> DemoResult:
+    from qnndeploy.bundle.build import build_bundle, spec_from_build
+    from qnndeploy.bundle.verify import verify_bundle
+    from qnndeploy.compile import compile_models
+    from qnndeploy.onnxcheck import check_model
+    from qnndeploy.prepare import prepare_model
+    from qnndeploy.validate import validate_build
+
+    say = step or (lambda _: None)
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        if not force:
+            raise QnnDeployError(f"{out} exists and is not empty; choose another -o or pass --force")
+        shutil.rmtree(out)
+    (out / "model").mkdir(parents=True)
+    model = out / "model" / f"{MODEL}.onnx"
+    model.write_bytes(resources.files("qnndeploy").joinpath("data/demo.onnx").read_bytes())
+
+    say(f"check {model.name}: is it ready for the NPU?")
+    before = check_model(model, soc=socs[-1])
+    say("prepare: fix the dynamic batch to 1, simplify, prove it equivalent on CPU")
+    prepared = prepare_model(model, out / "model" / f"{MODEL}.npu.onnx", shapes=SHAPES)
+    say("check the prepared model on the real HTP compiler")
+    after = check_model(Path(prepared.output), soc=socs[-1])
+    if after.verdict != "ready":
+        raise QnnDeployError(f"the prepared demo model is '{after.verdict}' on the HTP; see qnndeploy check "
+                             f"{prepared.output}", EXIT_CHECK_FAILED)
+
+    say(f"compile for {', '.join(socs)} with onnxruntime-qnn (CPU fallback off)")
+    build = out / "build"
+    compiled = compile_models({MODEL: Path(prepared.output)}, list(socs), build)
+    if not compiled.ok:
+        first = compiled.failures[0]
+        raise QnnDeployError(f"compile failed for {first.soc}: {first.error} (log: {first.log})", EXIT_CHECK_FAILED)
+    say("validate: each context binary on the host HTP emulator against onnxruntime CPU")
+    validated = validate_build(build, random=4)
+    if not validated.ok:
+        bad = next(t for t in validated.targets if t.status != "passed")
+        raise QnnDeployError(f"validation failed for {bad.soc}: {bad.reason or 'outputs differ'}", EXIT_CHECK_FAILED)
+
+    say("bundle: context binaries per SoC, CPU fallback, records, manifest; then bundle verify")
+    spec = spec_from_build(build, BUNDLE_NAME, BUNDLE_VERSION)
+    spec.source_model, spec.source_path, spec.license = MODEL, model, "Apache-2.0"
+    bundled = build_bundle(spec, out / "bundle")
+    report = verify_bundle(bundled.path)
+    if not report.ok:
+        raise QnnDeployError(f"the demo bundle does not verify: {report.problems[0].path}: "
+                             f"{report.problems[0].message}", EXIT_CHECK_FAILED)
+    b = bundled.path
+    return DemoResult(
+        out=out, verdict_before=before.verdict, prepare_changes=prepared.changes,
+        max_abs_diff_cpu=max(d.max_abs_diff for d in prepared.equivalence), verdict_after=after.verdict,
+        cpu_partitions=after.htp.cpu_partitions, compiled=[f"{j.graph}/{j.soc}" for j in compiled.jobs],
+        compile_s=compiled.duration_s,
+        validated=[f"{t.graph}/{t.soc}: " + ", ".join(f"{o.name} max|d| {o.max_abs_diff:.1e} SNR {o.snr_db:.1f} dB"
+                                                     for o in t.outputs) for t in validated.targets],
+        bundle=b, bundle_files=bundled.files, runtime=bundled.runtime, qairt=bundled.qairt,
+        next_commands=[
+            f"qnndeploy scaffold {b} --package com.example.kws -o app/qnndeploy",
+            f"qnndeploy device info --bundle {b}",
+            f"qnndeploy device verify {b}",
+        ],
+    )

@@ -1,0 +1,74 @@
+"""`qnndeploy demo`, the README's main command, end to end with the real executable; android-sample/ is its app."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import require
+from qnndeploy import htp
+from qnndeploy.bundle.verify import verify_bundle
+from qnndeploy.scaffold import scaffold
+
+SAMPLE = Path(__file__).resolve().parent.parent / "android-sample"
+SAMPLE_PACKAGE = "com.example.qnnsample"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    require(htp.available(), "onnxruntime-qnn")
+    out = tmp_path_factory.mktemp("demo") / "run"
+    done = subprocess.run(["qnndeploy", "demo", "-o", str(out)], capture_output=True, text=True, timeout=600)
+    return done, out
+
+
+def test_demo_runs_every_stage(demo):
+    done, out = demo
+    assert done.returncode == 0, done.stderr
+    for stage in ("check", "prepare", "compile", "validate", "bundle"):
+        assert stage in done.stdout
+    assert "check before: fixable" in done.stdout and "check after: ready, 0 CPU partition(s)" in done.stdout
+    assert "external: com.qualcomm.qti:qnn-runtime:2.51.0" in done.stdout
+    assert "qnndeploy scaffold" in done.stdout and "qnndeploy device verify" in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+def test_demo_bundle_is_complete_and_validated(demo):
+    _, out = demo
+    bundle = out / "bundle" / "kws-demo-1.0.0"
+    assert verify_bundle(bundle).ok
+    m = json.loads((bundle / "manifest.json").read_text())
+    assert [t["soc"] for t in m["targets"]] == ["SM8550", "SM8650", "SM8750"]
+    assert all(t["validation"]["passed"] for t in m["targets"])
+    assert m["graphs"][0]["inputs"] == [{"name": "features", "dtype": "float32", "shape": [1, 1, 49, 10]}]
+    assert m["source"]["license"] == "Apache-2.0" and m["source"]["sha256"]
+    assert sorted(p.name for p in (bundle / "records").iterdir()) == ["kws_demo-SM8550-compile.json",
+        "kws_demo-SM8550-validation.json", "kws_demo-SM8650-compile.json", "kws_demo-SM8650-validation.json",
+        "kws_demo-SM8750-compile.json", "kws_demo-SM8750-validation.json", "logs"]
+
+
+def test_demo_refuses_a_used_folder_and_json_parses(demo):
+    _, out = demo
+    again = subprocess.run(["qnndeploy", "demo", "-o", str(out)], capture_output=True, text=True)
+    assert again.returncode == 2 and again.stderr.startswith("error: ") and "--force" in again.stderr
+    forced = subprocess.run(["qnndeploy", "demo", "-o", str(out), "--force", "--json"], capture_output=True,
+                            text=True, timeout=600)
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["verdict_after"] == "ready"
+
+
+def test_android_sample_is_the_demo_bundle_rendered(demo, tmp_path):
+    _, out = demo
+    fresh = scaffold(out / "bundle" / "kws-demo-1.0.0", SAMPLE_PACKAGE, tmp_path / "sample", app=True).path
+    regenerate = (f"android-sample/ differs from the templates: regenerate it with `qnndeploy scaffold "
+                  f"qnndeploy-demo/bundle/kws-demo-1.0.0 --package {SAMPLE_PACKAGE} --app -o android-sample --force`")
+    # the bundle copy is data the user renders in (android-sample/.gitignore); the rest is source, kept in sync
+    files = lambda root: {p.relative_to(root).as_posix() for p in root.rglob("*")  # noqa: E731
+                          if p.is_file() and not p.relative_to(root).as_posix().startswith("app/qnndeploy/bundle/")}
+    assert files(SAMPLE) == files(fresh), regenerate
+    for rel in sorted(files(fresh)):
+        assert filecmp.cmp(SAMPLE / rel, fresh / rel, shallow=False), f"{rel}: {regenerate}"
