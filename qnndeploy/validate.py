@@ -163,7 +163,7 @@ def _validate_one(folder: Path, record: dict, inputs: Path | None, random: int |
         return result
     result.samples = len(samples)
     result.emulator_s_per_run = round(seconds / len(samples), 3)
-    result.outputs = [_judge(name, [e[name] for e in expected], [o[name] for o in outputs], limits)
+    result.outputs = [judge(name, [e[name] for e in expected], [o[name] for o in outputs], limits)
                       for name in expected[0]]
     result.status = "passed" if all(m.passed for m in result.outputs) else "failed"
     result.record = folder / RECORD_FILE
@@ -253,7 +253,7 @@ def metrics(reference: np.ndarray, actual: np.ndarray) -> dict:
     }
 
 
-def _judge(name: str, expected: list, actual: list, limits: dict) -> OutputMetrics:
+def judge(name: str, expected: list, actual: list, limits: dict) -> OutputMetrics:
     import numpy as np
 
     ref, out = np.stack(expected), np.stack(actual)

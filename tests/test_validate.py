@@ -170,8 +170,8 @@ def test_metrics_on_known_arrays():
     zero = stage.metrics(np.zeros(4), np.full(4, 1e-5))
     assert zero["rel_l2"] is None and zero["cosine"] is None and zero["snr_db"] is None
     limits = stage.THRESHOLDS["fp16"]
-    assert not stage._judge("y", [ref], [np.full(4, np.nan, np.float32)], limits).passed
-    flat = stage._judge("y", [np.full((2, 3), 1e-5)], [np.full((2, 3), 3e-4)], limits)
+    assert not stage.judge("y", [ref], [np.full(4, np.nan, np.float32)], limits).passed
+    flat = stage.judge("y", [np.full((2, 3), 1e-5)], [np.full((2, 3), 3e-4)], limits)
     assert flat.passed and flat.judged_on == "max_abs_diff"
-    off = stage._judge("y", [ref], [-ref], limits)
+    off = stage.judge("y", [ref], [-ref], limits)
     assert not off.passed and off.cosine < 0

@@ -1,2 +1,3 @@
 """Phones over adb: adb.py (connection, props, shell, files, incremental push), info.py (`device list`,
-`device info`), profile.py (`device profile`). adbutils is imported only inside the functions that use it."""
+`device info`), profile.py (`device profile`), verify.py (`device verify`) with runner.py (qnn-net-run on the phone
+and its known errors). adbutils is imported only inside the functions that use it."""

@@ -27,6 +27,7 @@ _STATE_ADVICE = {
     "no permissions": "adb may not open the USB device: check the udev rules (see `adb devices`)",
 }
 _PROP_LINE = re.compile(r"^\[(.+?)\]: \[(.*)\]$")
+SYNC_DATA_MAX = 64 * 1024  # the largest DATA block of adb's sync protocol
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,57 @@ class Device:
             raise self._lost(f"pushing {local.name} ({counter.sent} of {size} bytes sent)", e) from None
         return counter.sent
 
+    def push_files(self, items: list[tuple[Path, str]], mode: int = 0o644, progress: Progress | None = None) -> int:
+        """Send several files over ONE sync session, as `adb push` of a folder does; the bytes sent.
+
+        adbutils' push opens two connections per file (a STAT, then the SEND), each with a fixed 10 ms pause on
+        close: for a bundle of small files that set-up, not the data, was most of the time.
+        """
+        import socket
+        import struct
+        import time
+
+        from adbutils.errors import AdbError
+
+        def read(c, n: int) -> bytes:
+            data = c.read(n)
+            if len(data) < n:
+                raise EOFError("the sync session ended early")
+            return data
+
+        total, local, reader = 0, None, None
+        try:
+            with self._dev.open_transport(timeout=None) as c:
+                # The small DONE after the data would otherwise wait for a delayed ACK (Nagle), ~40 ms a file.
+                c.conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                c.send_command("sync:")
+                c.check_okay()
+                for local, remote in items:
+                    if not local.is_file():
+                        raise QnnDeployError(f"{local} is not a file: nothing to push", EXIT_BAD_INPUT)
+                    spec = f"{remote},{0o100000 | mode}".encode()
+                    c.conn.sendall(b"SEND" + struct.pack("<I", len(spec)) + spec)
+                    with _CountingReader(local, progress) as reader:
+                        while data := reader.read(SYNC_DATA_MAX):
+                            c.conn.sendall(b"DATA" + struct.pack("<I", len(data)) + data)
+                    c.conn.sendall(b"DONE" + struct.pack("<I", int(time.time())))
+                    reply, length = read(c, 4), struct.unpack("<I", read(c, 4))[0]
+                    if reply == b"FAIL":
+                        why = read(c, length).decode("utf-8", "replace")
+                        raise QnnDeployError(f"{self.serial} refused to write {remote} ({why}): is the folder "
+                                             "read-only or the storage full?", EXIT_CHECK_FAILED)
+                    if reply != b"OKAY":
+                        raise EOFError(f"unexpected sync reply {reply!r}")
+                    total += reader.sent
+                c.conn.sendall(b"QUIT" + struct.pack("<I", 0))
+        except (AdbError, OSError, EOFError) as e:
+            doing = "pushing"
+            if local is not None:
+                sent, size = (reader.sent if reader and reader.path == local else 0), local.stat().st_size
+                doing = f"pushing {local.name} ({sent} of {size} bytes sent{', not confirmed' if sent == size else ''})"
+            raise self._lost(doing, e) from None
+        return total
+
     def pull(self, remote: str, local: Path) -> int:
         """Fetch one file; the local file appears only when complete."""
         from adbutils.errors import AdbError
@@ -233,12 +285,10 @@ class Device:
         report.removed = sorted(set(have) - set(want))
         if report.removed:
             self.run("rm -f " + " ".join(shlex.quote(f"{staging}/{rel}") for rel in report.removed), check=True)
-        for rel in sorted(want):
-            if have.get(rel) == want[rel]:
-                report.unchanged.append(rel)
-                continue
-            report.bytes_sent += self.push(files[rel].path, f"{staging}/{rel}", progress=progress)
-            report.sent.append(rel)
+        todo = [rel for rel in sorted(want) if have.get(rel) != want[rel]]
+        report.unchanged = [rel for rel in sorted(want) if have.get(rel) == want[rel]]
+        report.bytes_sent = self.push_files([(files[rel].path, f"{staging}/{rel}") for rel in todo], progress=progress)
+        report.sent = todo
         final = self.sha256s(staging) or {}
         wrong = sorted(rel for rel in want if final.get(rel) != want[rel])
         if wrong:
@@ -251,7 +301,11 @@ class Device:
 
 
 class _CountingReader:
-    """A file object for adbutils' push that reports progress and remembers how far it got."""
+    """A file object for adbutils' push that reports progress and remembers how far it got.
+
+    adbutils asks for 4 KiB at a time and sends each read as one sync DATA block; adbd accepts blocks of up to
+    64 KiB (SYNC_DATA_MAX), so reads return up to that: 16 times fewer messages, several times the throughput.
+    """
 
     def __init__(self, path: Path, progress: Progress | None) -> None:
         self.path, self.progress, self.sent = path, progress, 0
@@ -265,7 +319,7 @@ class _CountingReader:
         self._f.close()
 
     def read(self, n: int = -1) -> bytes:
-        data = self._f.read(n)
+        data = self._f.read(SYNC_DATA_MAX if 0 <= n < SYNC_DATA_MAX else n)
         self.sent += len(data)
         if self.progress is not None and data:
             self.progress(len(data))

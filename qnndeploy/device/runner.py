@@ -12,7 +12,6 @@ float32 (qnn-net-run's default without --use_native_output_files).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import time
@@ -34,6 +33,8 @@ if TYPE_CHECKING:
 SDK_RUNNER = "bin/aarch64-android/qnn-net-run"
 REMOTE_RUNNER = "/data/local/tmp/qnndeploy/bin/qnn-net-run"
 BACKEND = "libQnnHtp.so"
+INPUT_LIST = "input_list.txt"  # every inference of the timed run
+FIRST_INPUT = "first_input.txt"  # its first line alone: the first-run latency
 _TIME = "QNNDEPLOY-TIME"
 
 
@@ -54,7 +55,7 @@ class Invocation:
 
 
 def find_runner(runner: Path | None, sdk_root: Path | None) -> Path | None:
-    """--runner, else the SDK's aarch64-android qnn-net-run (--qnn-sdk-root, else $QNN_SDK_ROOT if it has one)."""
+    """--runner, else the SDK's aarch64-android qnn-net-run, else none."""
     if runner is not None:
         if not Path(runner).is_file():
             raise QnnDeployError(f"--runner {runner}: no such file (give a qnn-net-run built for aarch64-android)",
@@ -66,9 +67,6 @@ def find_runner(runner: Path | None, sdk_root: Path | None) -> Path | None:
             raise QnnDeployError(f"--qnn-sdk-root {sdk_root} has no {SDK_RUNNER}: is it a QAIRT SDK folder?",
                                  EXIT_BAD_INPUT)
         return path
-    env = os.environ.get("QNN_SDK_ROOT")
-    if env and (Path(env) / SDK_RUNNER).is_file():
-        return Path(env) / SDK_RUNNER
     return None
 
 
@@ -88,7 +86,7 @@ def install(dev: Device, local: Path) -> int:
 # --- inputs and outputs ----------------------------------------------------------------------------------------
 
 def write_inputs(folder: Path, samples: list[dict[str, np.ndarray]], lines: int) -> bool:
-    """Raw input files and input_list.txt (`lines` inferences, cycling through the samples) in `folder`.
+    """Raw input files, INPUT_LIST (`lines` inferences, cycling through the samples) and FIRST_INPUT in `folder`.
 
     float32 files unless an input is not float32; then every file is in the model's own dtype and the run needs
     --use_native_input_files. Returns whether it does.
@@ -107,7 +105,8 @@ def write_inputs(folder: Path, samples: list[dict[str, np.ndarray]], lines: int)
             (folder / rel).write_bytes(np.ascontiguousarray(data, dtype=data.dtype.newbyteorder("<")).tobytes())
             entries.append(f"{name}:={rel}")
         names.append(" ".join(entries))
-    (folder / "input_list.txt").write_text("".join(names[i % len(names)] + "\n" for i in range(lines)))
+    (folder / INPUT_LIST).write_text("".join(names[i % len(names)] + "\n" for i in range(lines)))
+    (folder / FIRST_INPUT).write_text(names[0] + "\n")
     return native
 
 
@@ -133,7 +132,7 @@ def _safe(name: str) -> str:
 # --- running ---------------------------------------------------------------------------------------------------
 
 def run(dev: Device, workdir: str, context: str, lib_dir: str, adsp_library_path: str, native_inputs: bool,
-        input_list: str = "input_list.txt", output_dir: str = "out") -> Invocation:
+        input_list: str = INPUT_LIST, output_dir: str = "out") -> Invocation:
     """Run qnn-net-run once in workdir, timed on the phone (date +%s%N) when its date can, else from the host."""
     env = f"LD_LIBRARY_PATH={shlex.quote(lib_dir)} ADSP_LIBRARY_PATH={shlex.quote(adsp_library_path)}"
     args = [REMOTE_RUNNER, "--backend", BACKEND, "--retrieve_context", context, "--input_list", input_list,

@@ -10,7 +10,9 @@ Loading the QNN libraries is the step of the decision only the phone can answer:
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 import tempfile
 import threading
 import time
@@ -63,6 +65,7 @@ class GraphRun:
     per_inference_s: float | None = None
     clock: str | None = None  # "device" or "host"
     outputs: list = field(default_factory=list)  # validate.OutputMetrics
+    thresholds: dict | None = None  # validate's, for the target's precision
     advice: list[runner.Advice] = field(default_factory=list)
     log_tail: str | None = None
 
@@ -100,6 +103,9 @@ class Job:
             raise QnnDeployError(f"--inputs {inputs}: no such folder", EXIT_BAD_INPUT)
         if samples < 1 or runs < 1:
             raise QnnDeployError("--samples and --runs must be 1 or more", EXIT_BAD_INPUT)
+        env_sdk = os.environ.get("QNN_SDK_ROOT")
+        if runner_path is None and sdk_root is None and env_sdk and (Path(env_sdk) / runner.SDK_RUNNER).is_file():
+            sdk_root = Path(env_sdk)  # as compile does: the SDK set up with envsetup.sh
         self.bundle, self.manifest = Path(bundle), manifest
         self.runner = runner.find_runner(runner_path, sdk_root)
         self.sdk_root = Path(sdk_root) if sdk_root else None
@@ -185,6 +191,9 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
         files[rel] = LocalFile(job.bundle / rel, job.sha256[rel])
     if choice.npu:
         files.update(_runtime_libs(job, choice.dsp_arch))
+        if job.runner is not None:
+            for graph in choice.paths:
+                job.reference(graph)  # unusable --inputs fail here, before anything is pushed
     start = time.perf_counter()
     pushed = dev.push_folder(files, job.remote_dir, progress=progress)
     seconds = time.perf_counter() - start
@@ -247,12 +256,10 @@ def _run_graph(dev, job: Job, graph: str, context: str, result: DeviceVerificati
     with tempfile.TemporaryDirectory(prefix="qnndeploy-run-") as tmp:
         local = Path(tmp)
         native = runner.write_inputs(local / "up", samples, lines)
-        (local / "up" / "first_input.txt").write_text((local / "up" / "input_list.txt").read_text().split("\n")[0]
-                                                      + "\n")
-        dev.run(f"rm -rf {workdir} && mkdir -p {workdir}", check=True)
-        for path in sorted(p for p in (local / "up").rglob("*") if p.is_file()):
-            dev.push(path, f"{workdir}/{path.relative_to(local / 'up').as_posix()}")
-        first = runner.run(dev, workdir, context, *env, native, "first_input.txt", "out_first")
+        dev.run(f"rm -rf {shlex.quote(workdir)} && mkdir -p {shlex.quote(workdir)}", check=True)
+        dev.push_files([(p, f"{workdir}/{p.relative_to(local / 'up').as_posix()}")
+                        for p in sorted((local / "up").rglob("*")) if p.is_file()])
+        first = runner.run(dev, workdir, context, *env, native, runner.FIRST_INPUT, "out_first")
         timed = first if first.code != 0 else runner.run(dev, workdir, context, *env, native)
         failed = first if first.code != 0 else timed if timed.code != 0 else None
         if failed is not None:
@@ -270,8 +277,8 @@ def _run_graph(dev, job: Job, graph: str, context: str, result: DeviceVerificati
                 outputs[name] = runner.read_output(target, name, ref.shape)
             actual.append(outputs)
     precision = next(t["precision"] for t in job.manifest["targets"] if t["soc"] == result.soc)
-    limits = validate.THRESHOLDS.get(precision, validate.THRESHOLDS["w8a16"])
-    run.outputs = [validate._judge(name, [e[name] for e in expected], [a[name] for a in actual], limits)
+    run.thresholds = limits = validate.THRESHOLDS.get(precision, validate.THRESHOLDS["w8a16"])
+    run.outputs = [validate.judge(name, [e[name] for e in expected], [a[name] for a in actual], limits)
                    for name in expected[0]]
     run.status = "passed" if all(m.passed for m in run.outputs) else "failed"
     run.samples, run.inferences, run.clock = len(samples), lines, timed.clock
