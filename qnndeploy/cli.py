@@ -839,10 +839,13 @@ def scaffold_cmd(bundle: Path, package: str, out: Path, engine: str, app: bool, 
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("qnndeploy-demo"), show_default=True,
               help="Folder for the model, build, records and bundle.")
 @click.option("--soc", "soc_names", multiple=True, help="SoC to compile for (repeatable) [default: SM8550 SM8650 SM8750].")
+@click.option("--qnn-sdk-root", type=click.Path(path_type=Path), help="Bundle the runtime libraries of a QAIRT SDK.")
+@click.option("--runtime-libs", type=click.Path(path_type=Path), help="Bundle the runtime libraries of a flat folder.")
 @click.option("--force", is_flag=True, help="Empty an existing output folder first.")
 @json_option
 @handles_errors
-def demo(output: Path, soc_names: tuple[str, ...], force: bool, as_json: bool) -> None:
+def demo(output: Path, soc_names: tuple[str, ...], qnn_sdk_root: Path | None, runtime_libs: Path | None, force: bool,
+         as_json: bool) -> None:
     """The whole procedure on the embedded demo model: check, prepare, compile, validate, bundle, verify."""
     from qnndeploy.demo import DEFAULT_SOCS, STEPS, run_demo
 
@@ -853,7 +856,7 @@ def demo(output: Path, soc_names: tuple[str, ...], force: bool, as_json: bool) -
         if not as_json:
             click.echo(f"[{len(steps)}/{STEPS}] {text}")
 
-    r = run_demo(output, tuple(soc_names) or DEFAULT_SOCS, force, step)
+    r = run_demo(output, tuple(soc_names) or DEFAULT_SOCS, force, step, qnn_sdk_root, runtime_libs)
     if as_json:
         emit_json(r)
         return

@@ -17,6 +17,7 @@ MODEL = "kws_demo"  # a keyword-spotting-shaped CNN made by data/make_demo_model
 SHAPES = {"features": [1, 1, 49, 10]}  # 49 frames x 10 MFCC: the fixed size the NPU needs
 DEFAULT_SOCS = ("SM8550", "SM8650", "SM8750")
 BUNDLE_NAME, BUNDLE_VERSION = "kws-demo", "1.0.0"
+OUTPUT_PARTS = ("model", "build", "bundle")
 
 Step = Callable[[str], None]  # told the name of each stage as it starts
 STEPS = 6
@@ -40,8 +41,33 @@ class DemoResult:
     next_commands: list[str]
 
 
-def run_demo(out: Path, socs: tuple[str, ...] = DEFAULT_SOCS, force: bool = False, step: Step | None = None
-             ) -> DemoResult:
+def run_demo(out: Path, socs: tuple[str, ...] = DEFAULT_SOCS, force: bool = False, step: Step | None = None,
+             sdk_root: Path | None = None, libs_dir: Path | None = None) -> DemoResult:
+    """Run every stage into `out`. Without `sdk_root`/`libs_dir` the bundle declares the external Maven runtime."""
+    from qnndeploy import socs as catalog
+
+    for name in socs:
+        catalog.find(name)
+    for folder in (sdk_root, libs_dir):
+        if folder is not None and not Path(folder).is_dir():
+            raise QnnDeployError(f"{folder} is not a folder")
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        if not force:
+            raise QnnDeployError(f"{out} exists and is not empty; choose another -o or pass --force")
+        if {p.name for p in out.iterdir()} - set(OUTPUT_PARTS):
+            raise QnnDeployError(f"{out} holds more than a demo's {', '.join(OUTPUT_PARTS)}: --force only replaces "
+                                 "an earlier demo output; choose another -o")
+        shutil.rmtree(out)
+    (out / "model").mkdir(parents=True)
+    try:
+        return _stages(out, socs, step or (lambda _: None), sdk_root, libs_dir)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)  # a failed or interrupted demo leaves nothing half-made
+        raise
+
+
+def _stages(out: Path, socs: tuple[str, ...], say: Step, sdk_root: Path | None, libs_dir: Path | None) -> DemoResult:
     from qnndeploy.bundle.build import build_bundle, spec_from_build
     from qnndeploy.bundle.verify import verify_bundle
     from qnndeploy.compile import compile_models
@@ -49,13 +75,6 @@ def run_demo(out: Path, socs: tuple[str, ...] = DEFAULT_SOCS, force: bool = Fals
     from qnndeploy.prepare import prepare_model
     from qnndeploy.validate import validate_build
 
-    say = step or (lambda _: None)
-    out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        if not force:
-            raise QnnDeployError(f"{out} exists and is not empty; choose another -o or pass --force")
-        shutil.rmtree(out)
-    (out / "model").mkdir(parents=True)
     model = out / "model" / f"{MODEL}.onnx"
     model.write_bytes(resources.files("qnndeploy").joinpath("data/demo.onnx").read_bytes())
 
@@ -84,6 +103,7 @@ def run_demo(out: Path, socs: tuple[str, ...] = DEFAULT_SOCS, force: bool = Fals
     say("bundle: context binaries per SoC, CPU fallback, records, manifest; then bundle verify")
     spec = spec_from_build(build, BUNDLE_NAME, BUNDLE_VERSION)
     spec.source_model, spec.source_path, spec.license = MODEL, model, "Apache-2.0"
+    spec.sdk_root, spec.libs_dir = sdk_root, libs_dir
     bundled = build_bundle(spec, out / "bundle")
     report = verify_bundle(bundled.path)
     if not report.ok:

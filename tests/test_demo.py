@@ -72,3 +72,30 @@ def test_android_sample_is_the_demo_bundle_rendered(demo, tmp_path):
     assert files(SAMPLE) == files(fresh), regenerate
     for rel in sorted(files(fresh)):
         assert filecmp.cmp(SAMPLE / rel, fresh / rel, shallow=False), f"{rel}: {regenerate}"
+
+
+def test_demo_bundles_given_runtime_libraries_and_cleans_up_on_failure(tmp_path):
+    from elfgen import fake_sdk
+
+    require(htp.available(), "onnxruntime-qnn")
+    sdk = fake_sdk(tmp_path / "sdk", ["v73", "v75", "v79"])
+    done = subprocess.run(["qnndeploy", "demo", "-o", str(tmp_path / "d"), "--qnn-sdk-root", str(sdk)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "runtime: bundled: 9 libraries" in done.stdout
+    m = json.loads((tmp_path / "d/bundle/kws-demo-1.0.0/manifest.json").read_text())
+    assert {lib["path"] for lib in m["runtime"]["libs"]} >= {"lib/hexagon-v75/libQnnHtpV75Skel.so",
+                                                             "lib/arm64-v8a/libQnnHtpV79Stub.so"}
+    # an SDK without the v75 Skel: the bundle stage fails, and the half-made output is removed
+    (sdk / "lib/hexagon-v75/unsigned/libQnnHtpV75Skel.so").unlink()
+    failed = subprocess.run(["qnndeploy", "demo", "-o", str(tmp_path / "e"), "--qnn-sdk-root", str(sdk)],
+                            capture_output=True, text=True, timeout=600)
+    assert failed.returncode == 2 and "libQnnHtpV75Skel.so not found" in failed.stderr
+    assert not (tmp_path / "e").exists()
+
+
+def test_force_replaces_only_a_demo_output(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    done = subprocess.run(["qnndeploy", "demo", "-o", str(tmp_path), "--force"], capture_output=True, text=True)
+    assert done.returncode == 2 and "--force only replaces an earlier demo output" in done.stderr
+    assert (tmp_path / "notes.txt").read_text() == "mine"
