@@ -96,6 +96,7 @@ def compile_inputs(root: Path, targets=("SM8550", "SM8750"), graphs=("det", "rec
 def build(out: Path, inputs: dict, runtime: str = "external", name: str = "demo", version: str = "1.0.0") -> Path:
     """A real bundle folder made by `qnndeploy bundle`'s build_bundle."""
     from elfgen import fake_sdk
+
     from qnndeploy.bundle.build import BundleSpec, build_bundle
 
     sdk = None

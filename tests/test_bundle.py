@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import require
 from elfgen import BUILD, android_lib, elf_bytes, fake_sdk, skel_lib
+
 from qnndeploy import htp
 from qnndeploy.bundle.build import BundleSpec, build_bundle
 from qnndeploy.bundle.verify import verify_bundle

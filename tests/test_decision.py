@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import bundles
 import pytest
 
-import bundles
 from qnndeploy import socs
 from qnndeploy.bundle.manifest import schema_errors
 from qnndeploy.decision import (
-    CONTEXT_BINARY, EPCONTEXT, VENDOR_DSP_FOLDERS, Device, Remembered, adsp_library_path, decide, soc_tables)
+    CONTEXT_BINARY,
+    EPCONTEXT,
+    VENDOR_DSP_FOLDERS,
+    Device,
+    Remembered,
+    adsp_library_path,
+    decide,
+    soc_tables,
+)
 
 LIB_DIR = "/data/app/~~x/com.example-1/lib/arm64"
 SM8750 = Device("SM8750", "sun", 35)

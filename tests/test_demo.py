@@ -8,8 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import require
+
 from qnndeploy import htp
 from qnndeploy.bundle.verify import verify_bundle
 from qnndeploy.scaffold import scaffold

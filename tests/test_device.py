@@ -9,10 +9,9 @@ import os
 import signal
 import threading
 
+import bundles
 import pytest
 from click.testing import CliRunner
-
-import bundles
 
 from qnndeploy.cli import cli
 from qnndeploy.device import adb

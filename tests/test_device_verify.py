@@ -11,12 +11,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import bundles
 import pytest
 from click.testing import CliRunner
-
-import bundles
 from conftest import require
 from device_emulator.qnn_net_run import write_launcher
+
 from qnndeploy import htp
 from qnndeploy.cli import cli
 from qnndeploy.device import runner

@@ -16,10 +16,10 @@ import subprocess
 from dataclasses import asdict
 from pathlib import Path
 
-import pytest
-
 import bundles
+import pytest
 from conftest import require
+
 from qnndeploy import htp, socs
 from qnndeploy.decision import CONTEXT_BINARY, EPCONTEXT, Device, Remembered, decide
 from qnndeploy.scaffold import scaffold

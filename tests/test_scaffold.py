@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import filecmp
 import hashlib
 import json
 import re
 import subprocess
 from pathlib import Path
 
+import bundles
 import pytest
 from click.testing import CliRunner
-
-import bundles
 from conftest import require
+
 from qnndeploy import htp, socs
 from qnndeploy.cli import cli
 from qnndeploy.decision import VENDOR_DSP_FOLDERS, soc_tables

@@ -15,10 +15,23 @@ from pathlib import Path
 
 from qnndeploy import __version__, epcontext, socs
 from qnndeploy.bundle import archive
-from qnndeploy.bundle.manifest import FORMAT, FORMAT_VERSION, MANIFEST, MAVEN_RUNTIME, build_version, schema
-from qnndeploy.bundle.verify import FileFacts, Problem, check_manifest, check_warnings, scan_file
+from qnndeploy.bundle.manifest import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    MAVEN_RUNTIME,
+    schema,
+)
+from qnndeploy.bundle.verify import (
+    FileFacts,
+    Problem,
+    check_manifest,
+    check_warnings,
+    scan_file,
+)
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import Progress, staging_dir, staging_file, write_json
+from qnndeploy.markers import build_version
 
 STUB_RE = re.compile(r"^libQnnHtpV(\d{2,3})Stub\.so$")
 SKEL_RE = re.compile(r"^libQnnHtpV(\d{2,3})Skel\.so$")

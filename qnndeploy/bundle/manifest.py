@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -14,16 +13,6 @@ FORMAT = "qnndeploy-bundle"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 MAVEN_RUNTIME = "com.qualcomm.qti:qnn-runtime"
-
-# What QNN binaries embed: the QAIRT build string, and (context binaries) the SoC and HTP arch they were compiled for.
-BUILD_RE = re.compile(rb"v(\d{1,2}\.\d{1,3}\.\d{1,3})\.(\d{6,14})")
-CONTEXT_TARGET_RE = re.compile(rb"soc_type=([A-Za-z0-9]{2,16});arch=(\d{2,3})")
-
-
-def build_version(build: str) -> str:
-    """'v2.51.0.260929181845' -> '2.51.0'."""
-    return build[1:].rsplit(".", 1)[0]
-
 
 @cache
 def schema() -> dict:

@@ -11,9 +11,15 @@ from pathlib import Path
 from qnndeploy import socs
 from qnndeploy.bundle import elf
 from qnndeploy.bundle.manifest import (
-    BUILD_RE, CONTEXT_TARGET_RE, MANIFEST, MAVEN_RUNTIME, build_version, file_entries, read_manifest, schema_errors)
+    MANIFEST,
+    MAVEN_RUNTIME,
+    file_entries,
+    read_manifest,
+    schema_errors,
+)
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import Progress, sha256_file
+from qnndeploy.markers import Scanner, build_version
 
 REQUIRED_ROLES = ("htp", "system")
 
@@ -49,26 +55,9 @@ class FileFacts:
     context_targets: set[tuple[str, int]] = field(default_factory=set)
 
 
-class _Scanner:
-    """Finds the QNN markers in a stream of chunks, including markers split across two chunks."""
-
-    OVERLAP = 64
-
-    def __init__(self) -> None:
-        self.tail = b""
-        self.builds: set[str] = set()
-        self.targets: set[tuple[str, int]] = set()
-
-    def __call__(self, chunk: bytes) -> None:
-        data = self.tail + chunk
-        self.builds.update("v" + m.group(1).decode() + "." + m.group(2).decode() for m in BUILD_RE.finditer(data))
-        self.targets.update((m.group(1).decode(), int(m.group(2))) for m in CONTEXT_TARGET_RE.finditer(data))
-        self.tail = data[-self.OVERLAP:]
-
-
 def scan_file(path: Path, markers: bool, progress: Progress | None = None, copy_to: Path | None = None) -> FileFacts:
     """Hash a file (and copy it, for `bundle`) in one read, collecting QNN markers when `markers` is set."""
-    scanner = _Scanner() if markers else None
+    scanner = Scanner() if markers else None
     digest = sha256_file(path, progress, scanner, copy_to)
     facts = FileFacts(digest, path.stat().st_size)
     if scanner:

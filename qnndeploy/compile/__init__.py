@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
-from qnndeploy import __version__
+from qnndeploy import __version__, markers
 from qnndeploy import socs as catalog
 from qnndeploy.compile import logs
 from qnndeploy.errors import QnnDeployError
@@ -39,9 +39,6 @@ RECORD_FILE = "compile.json"
 PRECISIONS = ("fp16", "w8a16")
 BACKENDS = ("ort", "qairt")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # the bundle manifest's name rule
-# A QAIRT build string ("v2.51.0.260929181845") and the target a context binary was compiled for.
-BUILD_RE = re.compile(rb"v(2\.\d+\.\d+\.\d{6,})")
-TARGET_RE = re.compile(rb"soc_type=([A-Z0-9]+);arch=(\d+)")
 
 
 class CompileError(Exception):
@@ -339,11 +336,11 @@ def _ok_record(job: Job, be: Backend, work: Path, compiled: Compiled, seconds: f
         path = work / name
         if not path.is_file():
             raise CompileError(f"the {be.name} backend did not write {name}")
-        info: dict = {}
-        digest = sha256_file(path, scan=_binary_scanner(info)) if fmt == "qnn-context-binary" else sha256_file(path)
+        found = markers.Scanner()
+        digest = sha256_file(path, scan=found if fmt == "qnn-context-binary" else None)
         if fmt == "qnn-context-binary":
-            record["qairt_build"] = info.get("build")
-            warnings += _target_warnings(job.soc, info)
+            record["qairt_build"] = min(found.builds, default=None)
+            warnings += _target_warnings(job.soc, found.targets)
         record["outputs"].append({"path": name, "sha256": digest, "size": path.stat().st_size, "format": fmt})
     if not any(o["format"] == "qnn-context-binary" for o in record["outputs"]):
         raise CompileError(f"the {be.name} backend made no QNN context binary")
@@ -363,31 +360,16 @@ def _failed_record(job: Job, be: Backend, error: str, seconds: float, out: Path)
             "cache_key": job.cache_key}
 
 
-def _binary_scanner(info: dict) -> Callable[[bytes], None]:
-    """A sha256_file scan callback that finds the build string and the target in the same pass."""
-    tail = b""
-
-    def scan(chunk: bytes) -> None:
-        nonlocal tail
-        data = tail + chunk
-        if "build" not in info and (m := BUILD_RE.search(data)):
-            info["build"] = "v" + m.group(1).decode()
-        if "soc_type" not in info and (m := TARGET_RE.search(data)):
-            info["soc_type"], info["arch"] = m.group(1).decode(), int(m.group(2))
-        tail = data[-128:]
-
-    return scan
-
-
-def _target_warnings(soc: Soc, info: dict) -> list[str]:
-    if "arch" not in info:
+def _target_warnings(soc: Soc, targets: set[tuple[str, int]]) -> list[str]:
+    if not targets:
         return ["the context binary does not name its target (soc_type/arch): cannot confirm the SoC"]
     warnings = []
-    if info["arch"] != soc.arch_number:
-        warnings.append(f"the context binary targets arch {info['arch']}, the catalog says {soc.dsp_arch} for "
-                        f"{soc.model}: check on a {soc.model} phone (qnndeploy device verify)")
-    if info["soc_type"] != soc.model:
-        warnings.append(f"the context binary names soc_type {info['soc_type']}, not {soc.model}")
+    for soc_type, arch in sorted(targets):
+        if arch != soc.arch_number:
+            warnings.append(f"the context binary targets arch {arch}, the catalog says {soc.dsp_arch} for "
+                            f"{soc.model}: check on a {soc.model} phone (qnndeploy device verify)")
+        if soc_type != soc.model:
+            warnings.append(f"the context binary names soc_type {soc_type}, not {soc.model}")
     return warnings
 
 

@@ -16,7 +16,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qnndeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_MISSING_TOOL, QnnDeployError
+from qnndeploy.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_CHECK_FAILED,
+    EXIT_MISSING_TOOL,
+    QnnDeployError,
+)
 from qnndeploy.fileio import staging_file
 
 Progress = Callable[[int], None]

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from conftest import require
+
 from device_emulator.device import EmulatedDevice
 
 
