@@ -160,6 +160,8 @@ def _render_verify(report) -> None:
 @click.option("--qnn-sdk-root", type=click.Path(path_type=Path), help="Take runtime libraries from a QAIRT SDK.")
 @click.option("--runtime-libs", type=click.Path(path_type=Path), help="Take runtime libraries from a flat folder.")
 @click.option("--qairt-version", help="QAIRT version (X.Y.Z) when the binaries do not embed it.")
+@click.option("--maven-runtime-version", metavar="X.Y.Z",
+              help="External runtime: the qnn-runtime release to pin, of the QAIRT X.Y family [default: QAIRT's].")
 @click.option("--precision", type=click.Choice(["fp16", "w8a16", "w8a8"]),
               help="Precision of the context binaries [default: fp16, or the compile records'].")
 @click.option("--source-model", type=click.Path(path_type=Path), help="The original model file (hashed).")
@@ -173,7 +175,8 @@ def _render_verify(report) -> None:
 @json_option
 @click.pass_context
 @handles_errors
-def bundle(ctx: click.Context, name, version_, cpu, npu, from_build, qnn_sdk_root, runtime_libs, qairt_version, precision,
+def bundle(ctx: click.Context, name, version_, cpu, npu, from_build, qnn_sdk_root, runtime_libs, qairt_version,
+           maven_runtime_version, precision,
            source_model, model_name, commit, license_, output, archive, force, as_json) -> None:
     """Assemble a bundle: per-SoC context binaries, CPU fallbacks, runtime libraries, manifest.json.
 
@@ -191,6 +194,7 @@ def bundle(ctx: click.Context, name, version_, cpu, npu, from_build, qnn_sdk_roo
     for soc, graphs in _npu(npu).items():
         spec.npu.setdefault(soc, {}).update(graphs)
     spec.sdk_root, spec.libs_dir, spec.qairt_version = qnn_sdk_root, runtime_libs, qairt_version
+    spec.maven_version = maven_runtime_version
     spec.source_model, spec.source_path, spec.commit, spec.license = model_name, source_model, commit, license_
     spec.precision = precision or spec.precision
     with byte_progress("bundling", as_json) as progress:
@@ -474,13 +478,17 @@ def device_profile(pid: int | None, package: str | None, serial: str | None, int
     if csv_path:
         prof.write_csv(result, csv_path)
     if as_json:
-        emit_json({**_jsonable(result), "mean_cpu_percent": result.mean_cpu(), "threads": result.thread_means()})
+        emit_json({**_jsonable(result), "mean_cpu_percent": result.mean_cpu(), "threads": result.thread_means(),
+                   "powered": result.powered})
         return
     if result.ended:
         click.echo(f"process {pid} ended")
     if not result.samples:
         click.echo("no samples yet")
         return
+    if result.powered:
+        click.echo("note: the phone was on external power (USB/AC): the battery current is charging, not the app's "
+                   "drain; for power, use adb over Wi-Fi (adb tcpip) unplugged, or `adb shell dumpsys battery unplug`")
     click.echo(f"mean CPU {result.mean_cpu():.1f}% of one core over {result.samples[-1].time_s:g} s; per thread:")
     for t in result.thread_means():
         click.echo(f"  {t.tid:>7} {t.name:<16} {t.cpu_percent:6.1f}%")

@@ -132,6 +132,22 @@ def test_external_runtime_is_pinned_to_the_qairt_version(inputs, tmp_path):
     assert verify_bundle(b).ok
 
 
+def test_external_runtime_pin_of_the_same_family(inputs, tmp_path):
+    """QAIRT patch releases reach Maven as X.Y.0 (2.49.40 -> 2.49.0): another X.Y release may be pinned."""
+    result = build_bundle(spec(inputs, sdk_root=None, maven_version="2.51.1"), tmp_path)
+    assert manifest(result.path)["runtime"]["maven"] == "com.qualcomm.qti:qnn-runtime:2.51.1"
+    assert any("cannot check that Maven Central has this release" in w.message for w in result.warnings)
+    assert verify_bundle(result.path).ok
+    m = manifest(result.path)
+    m["runtime"]["maven"] = "com.qualcomm.qti:qnn-runtime:2.48.0"
+    (result.path / "manifest.json").write_text(json.dumps(m))
+    assert problems(result.path) == ["manifest.json: external runtime com.qualcomm.qti:qnn-runtime:2.48.0 is not a "
+                                     "QAIRT 2.51.x release, the bundle's QAIRT is 2.51.0: the phone's QNN runtime "
+                                     "must be the release family the binaries were compiled with"]
+    with pytest.raises(QnnDeployError, match="cannot go with bundled libraries"):
+        build_bundle(spec(inputs, maven_version="2.51.0"), tmp_path / "b")
+
+
 def test_flat_runtime_folder(inputs, tmp_path):
     flat = tmp_path / "flat"
     for p in (inputs["sdk"] / "lib").rglob("*.so"):

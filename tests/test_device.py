@@ -94,7 +94,7 @@ def test_info_with_a_bundle_names_the_target_the_app_would_choose(emulated_devic
 def test_list_shows_every_device_with_its_soc(emulated_devices):
     a, b = emulated_devices("sm8750", "android11")
     rows = {r["serial"]: r for r in json.loads(_run("device", "list", "--json").output)}
-    assert rows[a.serial]["soc"] == "SM8750" and rows[b.serial]["soc"] == "lahaina"
+    assert rows[a.serial]["soc"] == "SM8750" and rows[b.serial]["soc"] == "SM8350"  # by its ro.board.platform
     assert rows[a.serial]["state"] == rows[b.serial]["state"] == "device"
 
 
@@ -198,7 +198,8 @@ def test_profile_shows_a_busy_thread_and_a_sleeping_one(device, tmp_path):
     assert 40 < out["mean_cpu_percent"] <= 110
     assert 40 < threads["com.example.app"] <= 110 and threads["sleeper"] < 5
     assert out["samples"][0]["battery"] == {"level": 80, "temperature_c": 31.2, "voltage_mv": 4012,
-                                            "current_ma": -350.0}
+                                            "current_ma": -350.0, "powered": False}
+    assert out["powered"] is False
     rows = list(csv.reader(open(tmp_path / "p.csv")))
     assert rows[0][:2] == ["time_s", "cpu_percent"] and f"{pid} com.example.app" in rows[0] and len(rows) == 4
 
@@ -209,6 +210,14 @@ def test_profile_live_table_by_pid(device):
     assert r.exit_code == 0, r.output
     assert f"process {pid} (com.example.app)" in r.output and "80% 31.2°C -350 mA" in r.output
     assert "sleeper" in r.output and "mean CPU" in r.output
+
+
+def test_profile_warns_that_current_on_usb_power_is_charging(device):
+    device.set_battery(charging=True, current_ua=120000)
+    pid = _start_load(device)
+    r = _run("device", "profile", "--pid", str(pid), "--interval", "0.3", "--duration", "0.3")
+    assert r.exit_code == 0, r.output
+    assert "+120 mA" in r.output and "on external power (USB/AC): the battery current is charging" in r.output
 
 
 def test_profile_stops_when_the_process_exits_and_keeps_the_samples(device, tmp_path):

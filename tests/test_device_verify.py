@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import re
 import shutil
 import subprocess
@@ -300,6 +301,25 @@ def test_an_external_runtime_takes_the_runner_and_libraries_from_the_sdk(device,
         "lib/hexagon-v79/libQnnHtpV79Skel.so"]
     assert phone_files(device)["lib/hexagon-v79/libQnnHtpV79Skel.so"] == \
         hashlib.sha256((sdk / "lib/hexagon-v79/unsigned/libQnnHtpV79Skel.so").read_bytes()).hexdigest()
+
+
+def test_an_sdk_of_another_qairt_version_is_refused(device, compiled, tmp_path):
+    """2.45 libraries beside 2.51 context binaries fail on a phone with error 5000: refuse before pushing."""
+    from elfgen import fake_sdk
+
+    external = bundles.build(tmp_path, compiled, runtime="external")
+    sdk = fake_sdk(tmp_path / "old", ["v73", "v79"], build="v2.45.0.250101120000")
+    (sdk / "bin/aarch64-android").mkdir(parents=True)
+    write_launcher(sdk / "bin/aarch64-android/qnn-net-run")
+    r = CliRunner().invoke(cli, ["device", "verify", str(external), "--qnn-sdk-root", str(sdk)])
+    assert r.exit_code == 2, r.output
+    assert "is QAIRT v2.45.0.250101120000 but the bundle was compiled with QAIRT 2.51.0" in r.output
+    assert "error 5000" in r.output and not on_phone(device).exists()
+
+
+def test_a_host_program_is_refused_as_runner(bundle, tmp_path):
+    r = CliRunner().invoke(cli, ["device", "verify", str(bundle), "--runner", sys.executable])
+    assert r.exit_code == 2 and "not Android arm64 (AArch64)" in r.output
 
 
 def test_a_refused_write_is_a_clear_error(device, tmp_path):

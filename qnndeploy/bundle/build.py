@@ -50,6 +50,7 @@ class BundleSpec:
     libs_dir: Path | None = None  # a flat folder of the same libraries; neither: external runtime
     precision: str = "fp16"
     qairt_version: str | None = None
+    maven_version: str | None = None  # external runtime: the qnn-runtime release to pin (default: the QAIRT version)
     source_model: str | None = None
     source_path: Path | None = None
     commit: str | None = None
@@ -260,6 +261,8 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
     graphs = [_signature(g, _need_file(p, f"CPU model for graph {g}")) for g, p in spec.cpu.items()]
     targets = _targets(spec)
     libs = _runtime_libs(spec, {soc.dsp_arch for soc, _ in targets.values()})
+    if spec.maven_version and libs:
+        raise QnnDeployError("--maven-runtime-version pins the external runtime: it cannot go with bundled libraries")
     source_path = _need_file(spec.source_path, "source model") if spec.source_path else None
     records = {name: _need_file(p, "record") for name, p in spec.records.items()}
 
@@ -317,7 +320,8 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
             ],
             "cpu": [{**entry(f"cpu/{g}.onnx"), "graph": g, "format": "onnx"} for g in spec.cpu],
             "runtime": ({"mode": "bundled", "libs": [{**entry(rel), **meta} for rel, meta in lib_entries.items()]}
-                        if libs else {"mode": "external", "maven": f"{MAVEN_RUNTIME}:{qairt['version']}"}),
+                        if libs else
+                        {"mode": "external", "maven": f"{MAVEN_RUNTIME}:{spec.maven_version or qairt['version']}"}),
             "records": [entry(f"records/{name}") for name in records],
         }
         write_json(tmp / MANIFEST, manifest)
@@ -330,6 +334,12 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
                 archive.write_archive(tmp, tmp_archive, archive_fmt, top=final.name)
 
     rt = manifest["runtime"]
+    warnings = check_warnings(manifest, facts)
+    if rt["mode"] == "external":
+        warnings.append(Problem(MANIFEST, f"the app must depend on {rt['maven']}: qnndeploy cannot check that Maven "
+                                          "Central has this release (QAIRT patch releases such as 2.49.40 were "
+                                          "published as 2.49.0); pin another release of the same X.Y with "
+                                          "--maven-runtime-version"))
     return BundleResult(
         path=final, archive=archive_path, name=spec.name, version=spec.version,
         qairt=qairt["build"] or qairt["version"],
@@ -337,5 +347,5 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
         runtime=f"external: {rt['maven']} (the app must bring it)" if rt["mode"] == "external"
         else f"bundled: {len(rt['libs'])} libraries",
         files=len(facts), bytes=sum(f.size for f in facts.values()),
-        warnings=check_warnings(manifest, facts),
+        warnings=warnings,
     )

@@ -208,13 +208,18 @@ def check_manifest(manifest: dict, facts: dict[str, FileFacts], tree: set[str], 
         pinned = runtime["maven"].rsplit(":", 1)[1]
         if not runtime["maven"].startswith(MAVEN_RUNTIME + ":"):
             add(MANIFEST, f"external runtime must be {MAVEN_RUNTIME}:<version>, not {runtime['maven']}")
-        elif pinned != qairt["version"]:
-            add(MANIFEST, f"external runtime {runtime['maven']} does not match the bundle's QAIRT {qairt['version']}; "
-                          "the phone's QNN runtime must be the version the binaries were compiled with")
+        elif pinned.split(".")[:2] != qairt["version"].split(".")[:2]:
+            add(MANIFEST, f"external runtime {runtime['maven']} is not a QAIRT {_family(qairt['version'])} release, "
+                          f"the bundle's QAIRT is {qairt['version']}: the phone's QNN runtime must be the release "
+                          "family the binaries were compiled with")
     else:
         for lib in runtime["libs"]:
             problems += _library_problems(lib, facts.get(lib["path"]), root, qairt)
     return problems
+
+
+def _family(version: str) -> str:
+    return ".".join(version.split(".")[:2]) + ".x"
 
 
 def _epcontext_problems(root: Path, path: str, listed: set[str]) -> list[Problem]:

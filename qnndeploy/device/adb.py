@@ -66,7 +66,16 @@ class PushReport:
     bytes_sent: int = 0
 
 
+def _check_server_port() -> None:
+    """adbutils reads ANDROID_ADB_SERVER_PORT when it is imported and fails with a traceback on a bad value."""
+    port = os.environ.get("ANDROID_ADB_SERVER_PORT", "5037")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise QnnDeployError(f"ANDROID_ADB_SERVER_PORT={port!r} is not a port number: unset it or set it to the "
+                             "adb server's port (5037 by default)")
+
+
 def _client():
+    _check_server_port()
     import adbutils
 
     return adbutils.AdbClient()  # ANDROID_ADB_SERVER_HOST / _PORT, like the adb command
@@ -80,6 +89,7 @@ def _server_error(e: Exception) -> QnnDeployError:
 
 def list_devices() -> list[DeviceEntry]:
     """Every device the adb server knows, in any state."""
+    _check_server_port()
     from adbutils.errors import AdbError
 
     try:

@@ -66,8 +66,13 @@ def devices() -> list[ListedDevice]:
 
 
 def _soc_label(entry: DeviceEntry) -> str | None:
-    out = Device(entry.serial).run("getprop ro.soc.model; getprop ro.board.platform").output.split()
-    return out[0] if out else None
+    """The SoC as the app identifies it (catalog name), else the raw ro.soc.model or ro.board.platform."""
+    dev = Device(entry.serial)
+    props = dev.getprops()
+    phone = decision.Device(props.get("ro.soc.model") or None, props.get("ro.board.platform") or None,
+                            _int(props.get("ro.build.version.sdk")) or 0)
+    name, _ = decision.identify(phone)
+    return name or phone.soc_model or phone.board_platform
 
 
 def _int(text: str | None) -> int | None:

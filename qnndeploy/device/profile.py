@@ -28,7 +28,8 @@ class Battery:
     level: int | None = None  # percent
     temperature_c: float | None = None
     voltage_mv: int | None = None
-    current_ma: float | None = None
+    current_ma: float | None = None  # current_now / 1000, read as µA; the sign convention is the vendor's
+    powered: bool | None = None  # on AC, USB, wireless or dock power: the current is then charging, not drain
 
 
 @dataclass
@@ -55,6 +56,11 @@ class Profile:
     interval_s: float
     samples: list[Sample] = field(default_factory=list)
     ended: bool = False  # the process exited while it was being profiled
+
+    @property
+    def powered(self) -> bool:
+        """Was the phone on external power during any sample? Then battery current and drain say nothing of the app."""
+        return any(s.battery.powered for s in self.samples)
 
     def mean_cpu(self) -> float | None:
         return sum(s.cpu_percent for s in self.samples) / len(self.samples) if self.samples else None
@@ -101,16 +107,20 @@ def _parse_stat(line: str) -> tuple[int, str, int]:
 
 
 def _parse_battery(dumpsys: str, current_now: str) -> Battery:
-    values = {}
+    values, flags = {}, {}
     for line in dumpsys.splitlines():
         key, sep, value = line.strip().partition(":")
         if sep and value.strip().lstrip("-").isdigit():
             values[key.strip()] = int(value)
+        elif sep and value.strip() in ("true", "false"):
+            flags[key.strip()] = value.strip() == "true"
     current = current_now.strip()
+    sources = [flags[k] for k in ("AC powered", "USB powered", "Wireless powered", "Dock powered") if k in flags]
     return Battery(level=values.get("level"),
                    temperature_c=values["temperature"] / 10 if "temperature" in values else None,
                    voltage_mv=values.get("voltage"),
-                   current_ma=int(current) / 1000 if current.lstrip("-").isdigit() else None)
+                   current_ma=int(current) / 1000 if current.lstrip("-").isdigit() else None,
+                   powered=any(sources) if sources else None)
 
 
 def _read(dev: Device, pid: int) -> _Reading | None:

@@ -60,14 +60,32 @@ def find_runner(runner: Path | None, sdk_root: Path | None) -> Path | None:
         if not Path(runner).is_file():
             raise QnnDeployError(f"--runner {runner}: no such file (give a qnn-net-run built for aarch64-android)",
                                  EXIT_BAD_INPUT)
-        return Path(runner)
+        return _phone_executable(Path(runner))
     if sdk_root is not None:
         path = Path(sdk_root) / SDK_RUNNER
         if not path.is_file():
             raise QnnDeployError(f"--qnn-sdk-root {sdk_root} has no {SDK_RUNNER}: is it a QAIRT SDK folder?",
                                  EXIT_BAD_INPUT)
-        return path
+        return _phone_executable(path)
     return None
+
+
+def _phone_executable(path: Path) -> Path:
+    """An Android arm64 program (ELF64 AArch64) or a script; a host binary would only fail on the phone, obscurely."""
+    from qnndeploy.bundle import elf
+
+    with open(path, "rb") as f:
+        if f.read(2) == b"#!":
+            return path
+    try:
+        info = elf.read_elf(path)
+    except elf.NotElf as e:
+        raise QnnDeployError(f"runner {path} is {e}: give qnn-net-run from the SDK's bin/aarch64-android",
+                             EXIT_BAD_INPUT) from None
+    if (info.bits, info.machine) != (64, elf.EM_AARCH64):
+        raise QnnDeployError(f"runner {path} is an ELF{info.bits} program for e_machine {info.machine}, not Android "
+                             "arm64 (AArch64): give qnn-net-run from the SDK's bin/aarch64-android", EXIT_BAD_INPUT)
+    return path
 
 
 def install(dev: Device, local: Path) -> int:

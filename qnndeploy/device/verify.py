@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from qnndeploy import __version__, decision
+from qnndeploy import markers
 from qnndeploy.device import runner
 from qnndeploy.device.adb import LocalFile, Progress, connect, list_devices
 from qnndeploy.errors import EXIT_BAD_INPUT, QnnDeployError
@@ -108,6 +109,10 @@ class Job:
             sdk_root = Path(env_sdk)  # as compile does: the SDK set up with envsetup.sh
         self.bundle, self.manifest = Path(bundle), manifest
         self.runner = runner.find_runner(runner_path, sdk_root)
+        if self.runner is not None:
+            found = markers.Scanner()
+            sha256_file(self.runner, scan=found)
+            _same_qairt(manifest, self.runner, found.builds)
         self.sdk_root = Path(sdk_root) if sdk_root else None
         if self.runner and manifest["runtime"]["mode"] == "external" and self.sdk_root is None:
             raise QnnDeployError(f"the bundle uses an external runtime ({manifest['runtime']['maven']}): the runner "
@@ -220,6 +225,11 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
     if result.graphs:
         statuses = {g.status for g in result.graphs}
         result.expectation = NPU_FAILED if "error" in statuses else NPU_WRONG if "failed" in statuses else NPU_RAN
+    if choice.npu:  # say what was observed here, not the decision's assumption that the libraries load
+        result.reason = f"SoC {choice.soc} ({choice.dsp_arch}) is in the bundle; " + (
+            "the QNN libraries were not loaded here (no runner)" if not result.graphs else
+            "qnn-net-run could not run on the phone (see the graphs' advice)" if "error" in statuses else
+            "qnn-net-run loaded the QNN libraries and ran every graph")
     result.record = _write_record(job, result)
     return result
 
@@ -239,7 +249,23 @@ def _runtime_libs(job: Job, arch: str) -> dict[str, LocalFile]:
     if missing:
         raise QnnDeployError(f"the QAIRT SDK at {job.sdk_root} has no {missing[0]}: the runner needs it",
                              EXIT_BAD_INPUT)
-    return {rel: LocalFile(p, sha256_file(p)) for rel, p in wanted.items()}
+    files = {}
+    for rel, p in wanted.items():
+        found = markers.Scanner()
+        files[rel] = LocalFile(p, sha256_file(p, scan=found))
+        _same_qairt(job.manifest, p, found.builds)
+    return files
+
+
+def _same_qairt(manifest: dict, path: Path, builds: set[str]) -> None:
+    """The phone must run the QAIRT the context binaries were compiled with (else error 5000, "Unsupported context
+    binary version"): refuse SDK files that say they are another version."""
+    want = manifest["qairt"]["version"]
+    other = sorted(b for b in builds if markers.build_version(b) != want)
+    if other:
+        raise QnnDeployError(f"{path} is QAIRT {', '.join(other)} but the bundle was compiled with QAIRT {want}: "
+                             f"use the QAIRT {want} SDK (a mismatch fails on the phone with error 5000, "
+                             "'Unsupported context binary version')", EXIT_BAD_INPUT)
 
 
 def _run_graph(dev, job: Job, graph: str, context: str, result: DeviceVerification) -> GraphRun:
