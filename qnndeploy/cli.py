@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import shlex
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -209,7 +210,7 @@ def bundle(ctx: click.Context, name, version_, cpu, npu, from_build, qnn_sdk_roo
         click.echo(f"  archive: {result.archive}")
     for w in result.warnings:
         click.echo(f"  warning: {w.path}: {w.message}")
-    click.echo(f"next: qnndeploy bundle verify {result.path}")
+    click.echo(f"next: qnndeploy bundle verify {shlex.quote(str(result.path))}")
 
 
 @bundle.command("verify")
@@ -884,7 +885,8 @@ def demo(output: Path, soc_names: tuple[str, ...], qnn_sdk_root: Path | None, ru
     click.echo(f"check before: {r.verdict_before}; prepare: {'; '.join(r.prepare_changes)}; "
                f"CPU max abs diff {r.max_abs_diff_cpu:.1e}")
     click.echo(f"check after: {r.verdict_after}, {r.cpu_partitions} CPU partition(s) on the HTP")
-    click.echo(f"compiled {len(r.compiled)} context binaries in {r.compile_s:.1f} s: {', '.join(r.compiled)}")
+    cached = f" ({r.cached} from the compile cache)" if r.cached else ""
+    click.echo(f"compiled {len(r.compiled)} context binaries{cached} in {r.compile_s:.1f} s: {', '.join(r.compiled)}")
     for line in r.validated:
         click.echo(f"validated {line}")
     click.echo(f"bundle {r.bundle} ({r.bundle_files} files, QAIRT {r.qairt}) verifies clean")
@@ -895,5 +897,22 @@ def demo(output: Path, soc_names: tuple[str, ...], qnn_sdk_root: Path | None, ru
         click.echo(f"  {c}")
 
 
+def _terminated(signum, frame) -> None:
+    raise KeyboardInterrupt  # SIGTERM (CI cancel, kill) cleans up like Ctrl-C: nothing half-written stays
+
+
 def main() -> None:
-    cli()
+    """Run the CLI with one-line errors for usage mistakes too, and SIGTERM handled like Ctrl-C."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        code = cli(standalone_mode=False)
+    except click.UsageError as e:
+        where = f" (see {e.ctx.command_path} --help)" if e.ctx else ""
+        fail(f"{e.format_message()}{where}", e.exit_code)
+    except click.ClickException as e:
+        fail(e.format_message(), e.exit_code)
+    except (click.Abort, KeyboardInterrupt):
+        fail("interrupted; nothing was left half-written", 130)
+    sys.exit(code if isinstance(code, int) else 0)

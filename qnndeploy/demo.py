@@ -5,19 +5,22 @@ check -> prepare -> check -> compile (3 SoCs) -> validate on the host HTP emulat
 
 from __future__ import annotations
 
+import os
+import shlex
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from qnndeploy import __version__
 from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError
 
 MODEL = "kws_demo"  # a keyword-spotting-shaped CNN made by data/make_demo_model.py (Apache-2.0, no training data)
 SHAPES = {"features": [1, 1, 49, 10]}  # 49 frames x 10 MFCC: the fixed size the NPU needs
 DEFAULT_SOCS = ("SM8550", "SM8650", "SM8750")
 BUNDLE_NAME, BUNDLE_VERSION = "kws-demo", "1.0.0"
-OUTPUT_PARTS = ("model", "build", "bundle")
+MARKER = ".qnndeploy-demo"  # what lets --force replace a folder: only an earlier demo output
 
 Step = Callable[[str], None]  # told the name of each stage as it starts
 STEPS = 6
@@ -32,6 +35,7 @@ class DemoResult:
     verdict_after: str
     cpu_partitions: int
     compiled: list[str]
+    cached: int  # how many of them came from the compile cache
     compile_s: float
     validated: list[str]
     bundle: Path
@@ -47,24 +51,37 @@ def run_demo(out: Path, socs: tuple[str, ...] = DEFAULT_SOCS, force: bool = Fals
     from qnndeploy import socs as catalog
 
     for name in socs:
-        catalog.find(name)
+        if not catalog.find(name).fp16:
+            raise QnnDeployError(f"{name} has no fp16 on its HTP and the demo builds fp16: leave it out")
     for folder in (sdk_root, libs_dir):
         if folder is not None and not Path(folder).is_dir():
             raise QnnDeployError(f"{folder} is not a folder")
     out = Path(out)
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and not out.is_dir():
+        raise QnnDeployError(f"-o {out} is a file, not a folder")
+    existed, old = out.exists(), None
+    if existed and any(out.iterdir()):
         if not force:
             raise QnnDeployError(f"{out} exists and is not empty; choose another -o or pass --force")
-        if {p.name for p in out.iterdir()} - set(OUTPUT_PARTS):
-            raise QnnDeployError(f"{out} holds more than a demo's {', '.join(OUTPUT_PARTS)}: --force only replaces "
+        if not (out / MARKER).is_file():
+            raise QnnDeployError(f"{out} is not an earlier demo output (it has no {MARKER}): --force only replaces "
                                  "an earlier demo output; choose another -o")
-        shutil.rmtree(out)
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)  # kept until the new run succeeds, put back if it fails
     (out / "model").mkdir(parents=True)
+    (out / MARKER).write_text(f"written by qnndeploy {__version__}; `qnndeploy demo --force` may replace this folder\n")
     try:
-        return _stages(out, socs, step or (lambda _: None), sdk_root, libs_dir)
-    except BaseException:
-        shutil.rmtree(out, ignore_errors=True)  # a failed or interrupted demo leaves nothing half-made
+        result = _stages(out, socs, step or (lambda _: None), sdk_root, libs_dir)
+    except BaseException:  # a failed or interrupted demo leaves what was there before, and nothing half-made
+        shutil.rmtree(out, ignore_errors=True)
+        if old is not None:
+            os.replace(old, out)
+        elif existed:
+            out.mkdir()
         raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return result
 
 
 def _stages(out: Path, socs: tuple[str, ...], say: Step, sdk_root: Path | None, libs_dir: Path | None) -> DemoResult:
@@ -109,15 +126,15 @@ def _stages(out: Path, socs: tuple[str, ...], say: Step, sdk_root: Path | None, 
     if not report.ok:
         raise QnnDeployError(f"the demo bundle does not verify: {report.problems[0].path}: "
                              f"{report.problems[0].message}", EXIT_CHECK_FAILED)
-    b = bundled.path
+    b = shlex.quote(str(bundled.path))
     return DemoResult(
         out=out, verdict_before=before.verdict, prepare_changes=prepared.changes,
         max_abs_diff_cpu=max(d.max_abs_diff for d in prepared.equivalence), verdict_after=after.verdict,
         cpu_partitions=after.htp.cpu_partitions, compiled=[f"{j.graph}/{j.soc}" for j in compiled.jobs],
-        compile_s=compiled.duration_s,
+        cached=sum(j.status == "cached" for j in compiled.jobs), compile_s=compiled.duration_s,
         validated=[f"{t.graph}/{t.soc}: " + ", ".join(f"{o.name} max|d| {o.max_abs_diff:.1e} SNR {o.snr_db:.1f} dB"
                                                      for o in t.outputs) for t in validated.targets],
-        bundle=b, bundle_files=bundled.files, runtime=bundled.runtime, qairt=bundled.qairt,
+        bundle=bundled.path, bundle_files=bundled.files, runtime=bundled.runtime, qairt=bundled.qairt,
         next_commands=[
             f"qnndeploy scaffold {b} --package com.example.kws -o app/qnndeploy",
             f"qnndeploy device info --bundle {b}",

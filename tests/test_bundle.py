@@ -315,7 +315,9 @@ def no_output(out: Path) -> bool:
     (dict(npu=None), "SoC SM8750 is given twice (as SM8750 and sm8750p)"),
     (dict(cpu={"enc": Path("/nonexistent/enc.onnx"), "dec": None}), "CPU model for graph enc /nonexistent/enc.onnx does not exist"),
     (dict(name="bad name"), "bundle name 'bad name' is not valid"),
-    (dict(qairt_version="2.48.0"), "was built with QAIRT v2.51.0"),
+    (dict(qairt_version="2.48.0"), "--qairt-version 2.48.0 contradicts the binaries, which say QAIRT v2.51.0"),
+    (dict(qairt_version="banana"), "--qairt-version .banana. is not a version X.Y.Z"),
+    (dict(npu={}), "a bundle needs context binaries"),
     (dict(npu={"SM8350": {}}), "SM8350 (Snapdragon 888) has no fp16 on its HTP"),
 ])
 def test_bad_input_writes_nothing(inputs, tmp_path, change, message):
@@ -403,3 +405,86 @@ def test_real_executable(inputs, tmp_path):
     r = subprocess.run(["qnndeploy", "bundle", "verify", str(tmp_path / "demo-1.0.0")], capture_output=True, text=True)
     assert r.returncode == 1 and "records/x.json: is not listed in the manifest" in r.stdout
     assert "Traceback" not in r.stderr
+
+
+# --- from a compile output folder ----------------------------------------------------------------------------------
+
+@pytest.fixture
+def build_dir(inputs, tmp_path):
+    """A real `compile` output for the two tiny graphs on SM8750, one of them validated."""
+    import shutil as sh
+
+    from qnndeploy.compile import compile_models
+    from qnndeploy.validate import validate_build
+
+    models = {g: sh.copy(p, tmp_path / f"{g}.onnx") for g, p in inputs["cpu"].items()}
+    build = tmp_path / "build"
+    assert compile_models({g: Path(p) for g, p in models.items()}, ["SM8750"], build).ok
+    assert validate_build(build).ok
+    return build
+
+
+def test_from_build_carries_records_and_validation(build_dir, tmp_path):
+    from qnndeploy.bundle.build import spec_from_build
+
+    result = build_bundle(spec_from_build(build_dir, "fb", "1.0.0"), tmp_path / "out")
+    m = manifest(result.path)
+    assert m["targets"][0]["validation"]["passed"] is True
+    assert set(m["targets"][0]["validation"]["graphs"]) == {"enc", "dec"}
+    assert {a["format"] for a in m["targets"][0]["artifacts"]} == {"qnn-context-binary", "ort-epcontext"}
+    assert "records/enc-SM8750-compile.json" in {r["path"] for r in m["records"]}
+    assert verify_bundle(result.path).ok
+
+
+def test_from_build_refuses_what_changed_since_the_compile(build_dir, tmp_path):
+    from qnndeploy.bundle.build import spec_from_build
+
+    (tmp_path / "enc.onnx").write_bytes((tmp_path / "dec.onnx").read_bytes())  # the source model was replaced
+    with pytest.raises(QnnDeployError, match="enc.onnx changed since it was compiled"):
+        build_bundle(spec_from_build(build_dir, "fb", "1.0.0"), tmp_path / "out")
+    assert no_output(tmp_path / "out")
+
+
+def test_from_build_flags_graphs_not_validated(build_dir, tmp_path):
+    from qnndeploy.bundle.build import spec_from_build
+
+    (build_dir / "dec/SM8750/validation.json").unlink()
+    result = build_bundle(spec_from_build(build_dir, "fb", "1.0.0"), tmp_path / "out")
+    v = manifest(result.path)["targets"][0]["validation"]
+    assert v["passed"] is None and v["graphs"]["dec"]["passed"] is None
+    assert [w.message for w in result.warnings if "dec" in w.path] == ["not validated: run qnndeploy validate"]
+
+
+def test_from_build_refuses_failed_jobs(inputs, tmp_path):
+    from onnx import TensorProto, helper, save
+
+    from qnndeploy.bundle.build import spec_from_build
+    from qnndeploy.compile import compile_models
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    save(helper.make_model(helper.make_graph([helper.make_node("Sinh", ["x"], ["y"], name="bad0")], "g", [x], [y]),
+                           opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "sinh.onnx")
+    build = tmp_path / "build"
+    assert not compile_models({"sinh": tmp_path / "sinh.onnx", "enc": inputs["cpu"]["enc"]}, ["SM8750"], build).ok
+    with pytest.raises(QnnDeployError, match=r"has failed compile jobs \(sinh/SM8750\)"):
+        spec_from_build(build, "fb", "1.0.0")
+
+
+def test_another_graphs_file_is_caught(inputs, tmp_path):
+    """The dec binary and wrapper filed as enc's: the wrapper's signature gives it away."""
+    npu = {"SM8750": {"enc": [inputs["npu"]["SM8750"]["dec"][0], inputs["root"] / "SM8750/dec_ctx.onnx"],
+                      "dec": [inputs["npu"]["SM8750"]["dec"][0], inputs["root"] / "SM8750/dec_ctx.onnx"]}}
+    with pytest.raises(QnnDeployError, match=r"npu/SM8750/enc_ctx.onnx: has inputs \(x float32\[1, 32\]\).*"
+                                             r"graph 'enc' is \(x float32\[1, 16\]\)"):
+        build_bundle(spec(inputs, npu=npu, sdk_root=None), tmp_path / "out")
+
+
+def test_an_empty_or_swapped_cpu_model(inputs, bundle, tmp_path):
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    with pytest.raises(QnnDeployError, match="has no graph outputs"):
+        build_bundle(spec(inputs, cpu={"enc": empty, "dec": inputs["cpu"]["dec"]}), tmp_path / "out")
+    shutil.copy(bundle / "cpu/dec.onnx", bundle / "cpu/enc.onnx")
+    rehash(bundle, "cpu/enc.onnx")
+    assert [p.split(":")[0] for p in problems(bundle)] == ["cpu/enc.onnx"]

@@ -95,7 +95,43 @@ def test_demo_bundles_given_runtime_libraries_and_cleans_up_on_failure(tmp_path)
 
 
 def test_force_replaces_only_a_demo_output(tmp_path):
-    (tmp_path / "notes.txt").write_text("mine")
-    done = subprocess.run(["qnndeploy", "demo", "-o", str(tmp_path), "--force"], capture_output=True, text=True)
+    (tmp_path / "proj/model").mkdir(parents=True)
+    (tmp_path / "proj/model/mine.onnx").write_text("mine")
+    done = subprocess.run(["qnndeploy", "demo", "-o", str(tmp_path / "proj"), "--force"], capture_output=True,
+                          text=True)
     assert done.returncode == 2 and "--force only replaces an earlier demo output" in done.stderr
-    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert (tmp_path / "proj/model/mine.onnx").read_text() == "mine"
+    (tmp_path / "afile").write_text("")
+    done = subprocess.run(["qnndeploy", "demo", "-o", str(tmp_path / "afile")], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr == f"error: -o {tmp_path / 'afile'} is a file, not a folder\n"
+    done = subprocess.run(["qnndeploy", "demo", "-o", str(tmp_path / "x"), "--soc", "SM8350"], capture_output=True,
+                          text=True)
+    assert done.returncode == 2 and "SM8350 has no fp16" in done.stderr and not (tmp_path / "x").exists()
+
+
+def test_a_failed_forced_rerun_keeps_the_earlier_output(demo, tmp_path):
+    _, out = demo
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    done = subprocess.run(["qnndeploy", "demo", "-o", str(out), "--force", "--runtime-libs", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)  # an empty folder: the bundle stage fails
+    assert done.returncode == 2 and "libQnnHtp.so not found" in done.stderr
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+
+
+def test_sigterm_mid_run_leaves_nothing(tmp_path):
+    """CI cancels and `kill` send SIGTERM: it cleans up like Ctrl-C (exit 130, no half-made output)."""
+    import os
+    import signal
+
+    require(htp.available(), "onnxruntime-qnn")
+    out = tmp_path / "run"
+    proc = subprocess.Popen(["qnndeploy", "demo", "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "QNNDEPLOY_CACHE_DIR": str(tmp_path / "cache")})
+    for line in proc.stdout:
+        if line.startswith("[3/"):  # prepare is done, the compile has not started
+            proc.send_signal(signal.SIGTERM)
+            break
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted; nothing was left half-written" in err
+    assert not out.exists()

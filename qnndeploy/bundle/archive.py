@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
-from qnndeploy.errors import QnnDeployError
+from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError
 
 FORMATS = ("tar.gz", "zip")
 
@@ -53,6 +53,28 @@ def _unsafe(name: str) -> str | None:
     return None
 
 
+def _check_intact(path: Path, fmt: str) -> None:
+    """Read the whole archive once so that a damaged one is called damaged, not reported as missing files."""
+    import gzip
+    import zlib
+
+    try:
+        if fmt == "zip":
+            with zipfile.ZipFile(path) as z:
+                bad = z.testzip()
+            if bad is None:
+                return
+            why = f"member {bad} fails its CRC check"
+        else:
+            with gzip.open(path, "rb") as g:
+                while g.read(1 << 20):
+                    pass
+            return
+    except (OSError, EOFError, zlib.error, zipfile.BadZipFile) as e:
+        why = str(e) or type(e).__name__
+    raise QnnDeployError(f"{path} is a damaged archive ({why}): copy or download it again", EXIT_CHECK_FAILED)
+
+
 def _refusals(path: Path, fmt: str) -> list:
     from qnndeploy.bundle.verify import Problem
 
@@ -62,10 +84,10 @@ def _refusals(path: Path, fmt: str) -> list:
             with zipfile.ZipFile(path) as z:
                 for info in z.infolist():
                     why = _unsafe(info.filename)
-                    mode = info.external_attr >> 16
-                    if why is None and stat.S_ISLNK(mode):
+                    kind = stat.S_IFMT(info.external_attr >> 16)  # 0: no Unix type recorded, a plain member
+                    if why is None and kind == stat.S_IFLNK:
                         why = "is a symlink"
-                    elif why is None and mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                    elif why is None and kind not in (0, stat.S_IFREG, stat.S_IFDIR):
                         why = "is a device file or FIFO"
                     if why:
                         refused.append(Problem(info.filename, f"{why}: archive refused before extraction"))
@@ -88,6 +110,7 @@ def _refusals(path: Path, fmt: str) -> list:
 def extracted(path: Path) -> Iterator[tuple[Path, list]]:
     """Yield (bundle root, refused members). With refusals nothing is extracted and root is a dummy."""
     fmt = archive_format(path)
+    _check_intact(path, fmt)
     refused = _refusals(path, fmt)
     tmp = Path(tempfile.mkdtemp(prefix="qnndeploy-verify-"))
     try:
@@ -101,14 +124,17 @@ def extracted(path: Path) -> Iterator[tuple[Path, list]]:
                         t.extractall(tmp, filter="data")
             except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as e:
                 raise QnnDeployError(f"{path} could not be extracted: {e}") from None
-        yield _bundle_root(tmp), refused
+        yield (_bundle_root(tmp, path) if not refused else tmp), refused
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _bundle_root(tmp: Path) -> Path:
+def _bundle_root(tmp: Path, archive: Path) -> Path:
     """The archive's single top folder, or the archive root if the manifest sits there."""
     entries = list(tmp.iterdir())
     if len(entries) == 1 and entries[0].is_dir() and not (tmp / "manifest.json").exists():
         return entries[0]
+    if not (tmp / "manifest.json").exists():
+        raise QnnDeployError(f"{archive} is not a bundle archive: it must hold one folder with manifest.json "
+                             f"(it holds {', '.join(sorted(e.name for e in entries)[:4]) or 'nothing'})")
     return tmp

@@ -20,6 +20,7 @@ from qnndeploy.bundle.manifest import (
     FORMAT_VERSION,
     MANIFEST,
     MAVEN_RUNTIME,
+    graph_signature,
     schema,
 )
 from qnndeploy.bundle.verify import (
@@ -57,6 +58,7 @@ class BundleSpec:
     license: str | None = None
     records: dict[str, Path] = field(default_factory=dict)  # name under records/ -> file
     validation: dict[str, dict] = field(default_factory=dict)  # SoC model -> validation summary
+    expected_sha256: dict[Path, str] = field(default_factory=dict)  # inputs whose hash a compile record holds
 
 
 @dataclass
@@ -74,43 +76,54 @@ class BundleResult:
 
 
 def spec_from_build(build: Path, name: str, version: str) -> BundleSpec:
-    """A BundleSpec from a `compile` output folder: its successful jobs, their records, logs and validations."""
+    """A BundleSpec from a `compile` output folder: its jobs' outputs, records, logs and validation results.
+
+    Every job must have succeeded, and every file must still be what its compile record hashed: a bundle says
+    what was compiled and validated, so a model or binary changed since then is refused.
+    """
     import json
 
     from qnndeploy.compile import read_build
 
-    cpu: dict[str, Path] = {}
-    npu: dict[str, dict[str, list[Path]]] = {}
-    files: dict[str, Path] = {}
-    validation: dict[str, dict] = {}
+    jobs = read_build(Path(build))
+    failed = [f"{rec['graph']}/{rec['soc']}" for _, rec in jobs if rec["status"] != "ok"]
+    if failed:
+        raise QnnDeployError(f"{build} has failed compile jobs ({', '.join(failed)}): fix them (the logs say why) "
+                             "or compile again without them, then bundle")
+    spec = BundleSpec(name=name, version=version, cpu={}, npu={})
     precisions = set()
-    for job, rec in read_build(Path(build)):
-        if rec["status"] != "ok":
-            continue
+    for job, rec in jobs:
         graph, soc, source = rec["graph"], rec["soc"], Path(rec["input"]["path"])
-        if cpu.setdefault(graph, source) != source:
-            raise QnnDeployError(f"graph {graph} was compiled from two models ({cpu[graph]} and {source})")
-        npu.setdefault(soc, {})[graph] = [job / o["path"] for o in rec["outputs"]
-                                          if o["format"] in ("qnn-context-binary", "ort-epcontext")]
+        if spec.cpu.setdefault(graph, source) != source:
+            raise QnnDeployError(f"graph {graph} was compiled from two models ({spec.cpu[graph]} and {source})")
+        spec.expected_sha256[source] = rec["input"]["sha256"]
+        outputs = [o for o in rec["outputs"] if o["format"] in ("qnn-context-binary", "ort-epcontext")]
+        spec.npu.setdefault(soc, {})[graph] = [job / o["path"] for o in outputs]
+        spec.expected_sha256.update({job / o["path"]: o["sha256"] for o in outputs})
         precisions.add(rec["precision"])
-        files[f"{graph}-{soc}-compile.json"] = job / "compile.json"
-        if (job / "validation.json").is_file():
-            files[f"{graph}-{soc}-validation.json"] = job / "validation.json"
-            v = json.loads((job / "validation.json").read_text())
-            target = validation.setdefault(soc, {"passed": True, "graphs": {}})
-            target["graphs"][graph] = {
-                "passed": v["passed"], "thresholds": v["thresholds"],
-                "outputs": [{k: o[k] for k in ("name", "passed", "max_abs_diff", "rel_l2", "cosine", "snr_db",
-                                               "judged_on")} for o in v["outputs"]]}
-            target["passed"] = target["passed"] and v["passed"]
-    if not npu:
-        raise QnnDeployError(f"{build} has no successful compile job")
+        spec.records[f"{graph}-{soc}-compile.json"] = job / "compile.json"
+        target = spec.validation.setdefault(soc, {"passed": True, "graphs": {}})
+        summary = {"passed": None, "note": "not validated: run qnndeploy validate"}
+        vpath = job / "validation.json"
+        if vpath.is_file():
+            v = json.loads(vpath.read_text())
+            binary = next(o["sha256"] for o in outputs if o["format"] == "qnn-context-binary")
+            if (v.get("binary") or {}).get("sha256") not in (None, binary):
+                summary["note"] = "not validated: validation.json is of an earlier compile; run qnndeploy validate"
+            else:
+                spec.records[f"{graph}-{soc}-validation.json"] = vpath
+                summary = {"passed": v["passed"], "thresholds": v["thresholds"],
+                           "outputs": [{k: o[k] for k in ("name", "passed", "max_abs_diff", "rel_l2", "cosine",
+                                                          "snr_db", "judged_on")} for o in v["outputs"]]}
+        target["graphs"][graph] = summary
+        verdicts = [g["passed"] for g in target["graphs"].values()]
+        target["passed"] = False if False in verdicts else None if None in verdicts else True
     if len(precisions) > 1:
         raise QnnDeployError(f"{build} mixes precisions {sorted(precisions)}; bundle one precision at a time")
+    spec.precision = precisions.pop()
     for log in sorted((Path(build) / "logs").glob("*.log")):
-        files[f"logs/{log.name}"] = log
-    return BundleSpec(name=name, version=version, cpu=cpu, npu=npu, precision=precisions.pop(), records=files,
-                      validation=validation)
+        spec.records[f"logs/{log.name}"] = log
+    return spec
 
 
 def _need_file(path: Path, what: str) -> Path:
@@ -123,29 +136,11 @@ def _need_file(path: Path, what: str) -> Path:
 
 
 def _signature(graph: str, path: Path) -> dict:
-    import onnx
-
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as e:  # onnx raises DecodeError, ValueError, OSError... for a file that is not ONNX
-        raise QnnDeployError(f"CPU model {path} is not a readable ONNX model: {str(e).splitlines()[0]}") from None
-    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+    sig = graph_signature(path)
+    if sig.external_data:
         raise QnnDeployError(f"CPU model {path} keeps its weights in external data files; bundle format v1 needs "
                              "one self-contained .onnx per graph")
-    init = {t.name for t in model.graph.initializer}
-
-    def tensors(values) -> list[dict]:
-        out = []
-        for v in values:
-            if v.name in init:
-                continue
-            t = v.type.tensor_type
-            dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name if t.elem_type else "unknown"
-            shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim]
-            out.append({"name": v.name, "dtype": dtype, "shape": shape})
-        return out
-
-    return {"name": graph, "inputs": tensors(model.graph.input), "outputs": tensors(model.graph.output)}
+    return {"name": graph, "inputs": sig.inputs, "outputs": sig.outputs}
 
 
 def _targets(spec: BundleSpec) -> dict[str, tuple[socs.Soc, dict[str, list[Path]]]]:
@@ -236,6 +231,9 @@ def _qairt(spec: BundleSpec, facts: dict[str, FileFacts], marked: list[str]) -> 
         detail = "; ".join(f"{b} in {', '.join(ps[:2])}" for b, ps in sorted(found.items()))
         raise QnnDeployError(f"the inputs come from several QAIRT versions ({detail}); "
                              "compile and runtime libraries must come from one QAIRT version")
+    if spec.qairt_version and versions and versions != {spec.qairt_version}:
+        raise QnnDeployError(f"--qairt-version {spec.qairt_version} contradicts the binaries, which say QAIRT "
+                             f"{', '.join(sorted(found))}: drop --qairt-version")
     version = spec.qairt_version or (versions.pop() if versions else None)
     if version is None:
         raise QnnDeployError("cannot tell the QAIRT version: no build string found in the context binaries or "
@@ -250,6 +248,14 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
     _check_name(spec.version, "bundle version", "version")
     if not spec.cpu:
         raise QnnDeployError("a bundle needs a CPU fallback model for every graph (--cpu GRAPH=model.onnx)")
+    if not spec.npu:
+        raise QnnDeployError("a bundle needs context binaries: --npu SOC:GRAPH=graph.bin, or --from-build build/")
+    if spec.qairt_version and not re.fullmatch(r"\d+\.\d+\.\d+", spec.qairt_version):
+        raise QnnDeployError(f"--qairt-version {spec.qairt_version!r} is not a version X.Y.Z (e.g. 2.51.0)")
+    if spec.maven_version and not re.fullmatch(r"\d+\.\d+\.\d+", spec.maven_version):
+        raise QnnDeployError(f"--maven-runtime-version {spec.maven_version!r} is not a version X.Y.Z (e.g. 2.51.0)")
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise QnnDeployError(f"-o {out_dir} is a file, not a folder")
     if archive_fmt is not None and archive_fmt not in archive.FORMATS:
         raise QnnDeployError(f"unknown archive format '{archive_fmt}'; use one of {', '.join(archive.FORMATS)}")
     final = Path(out_dir) / f"{spec.name}-{spec.version}"
@@ -257,6 +263,8 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
     for p in (final, archive_path):
         if p is not None and p.exists() and not force:
             raise QnnDeployError(f"{p} already exists; remove it or pass --force")
+    if archive_path is not None and archive_path.is_dir():
+        raise QnnDeployError(f"{archive_path} is a folder: remove it or choose another -o")
 
     graphs = [_signature(g, _need_file(p, f"CPU model for graph {g}")) for g, p in spec.cpu.items()]
     targets = _targets(spec)
@@ -288,6 +296,10 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
             results = list(pool.map(lambda item: scan_file(item[0], item[2], progress, tmp / item[1]), plan))
         facts = {rel: f for (_, rel, _), f in zip(plan, results)}
+        for src, rel, _ in plan:
+            if spec.expected_sha256.get(src, facts[rel].sha256) != facts[rel].sha256:
+                raise QnnDeployError(f"{src} changed since it was compiled (its sha256 is not the one in the compile "
+                                     "record): compile again, then bundle")
         entry = lambda rel: {"path": rel, "sha256": facts[rel].sha256, "size": facts[rel].size}  # noqa: E731
 
         marked = [rel for _, rel, m in plan if m and (rel.endswith(".bin") or rel.endswith("Skel.so"))]
@@ -335,6 +347,12 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
 
     rt = manifest["runtime"]
     warnings = check_warnings(manifest, facts)
+    for soc, v in spec.validation.items():
+        for graph, g in v.get("graphs", {}).items():
+            if g["passed"] is not True:
+                warnings.append(Problem(f"records/{graph}-{soc}-validation.json", g.get("note") or
+                                        "FAILED validation on the host HTP emulator: the NPU output differs from "
+                                        "the CPU model's beyond the thresholds"))
     if rt["mode"] == "external":
         warnings.append(Problem(MANIFEST, f"the app must depend on {rt['maven']}: qnndeploy cannot check that Maven "
                                           "Central has this release (QAIRT patch releases such as 2.49.40 were "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -63,3 +64,37 @@ def file_entries(manifest: dict) -> list[tuple[str, dict]]:
         entries += [("lib", lib) for lib in manifest["runtime"]["libs"]]
     entries += [("record", r) for r in manifest["records"]]
     return entries
+
+
+@dataclass
+class Signature:
+    inputs: list[dict]  # {"name", "dtype", "shape"} as in the manifest's graphs
+    outputs: list[dict]
+    external_data: bool
+
+
+def graph_signature(path: Path) -> Signature:
+    """The inputs and outputs of an ONNX model (CPU fallback or EPContext wrapper), read without its weights."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as e:  # onnx raises DecodeError, ValueError, OSError... for a file that is not ONNX
+        raise QnnDeployError(f"{path} is not a readable ONNX model: {str(e).splitlines()[0]}") from None
+    if not model.graph.output:
+        raise QnnDeployError(f"{path} is not a readable ONNX model: it has no graph outputs (empty or damaged file)")
+    init = {t.name for t in model.graph.initializer}
+
+    def tensors(values) -> list[dict]:
+        out = []
+        for v in values:
+            if v.name in init:
+                continue
+            t = v.type.tensor_type
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name if t.elem_type else "unknown"
+            shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim]
+            out.append({"name": v.name, "dtype": dtype, "shape": shape})
+        return out
+
+    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    return Signature(tensors(model.graph.input), tensors(model.graph.output), external)

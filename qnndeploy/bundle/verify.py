@@ -14,6 +14,7 @@ from qnndeploy.bundle.manifest import (
     MANIFEST,
     MAVEN_RUNTIME,
     file_entries,
+    graph_signature,
     read_manifest,
     schema_errors,
 )
@@ -163,9 +164,12 @@ def check_manifest(manifest: dict, facts: dict[str, FileFacts], tree: set[str], 
     for g in graphs:
         if g not in cpu_graphs:
             add(MANIFEST, f"graph '{g}' has no CPU fallback model")
+    signatures = {g["name"]: (g["inputs"], g["outputs"]) for g in manifest["graphs"]}
     for a in manifest["cpu"]:
         if a["graph"] not in graphs:
             add(a["path"], f"belongs to graph '{a['graph']}', which the manifest does not declare")
+        elif a["path"] in facts:
+            problems += _signature_problems(root, a["path"], signatures[a["graph"]], a["graph"])
 
     qairt = manifest["qairt"]
     runtime = manifest["runtime"]
@@ -195,6 +199,8 @@ def check_manifest(manifest: dict, facts: dict[str, FileFacts], tree: set[str], 
                 add(a["path"], f"belongs to graph '{a['graph']}', which the manifest does not declare")
             if f is not None and a["format"] == "ort-epcontext":
                 problems += _epcontext_problems(root, a["path"], {x["path"] for x in t["artifacts"]})
+                if a["graph"] in signatures:
+                    problems += _signature_problems(root, a["path"], signatures[a["graph"]], a["graph"])
             if f is None or a["format"] != "qnn-context-binary":
                 continue
             wrong = sorted({f"{s} (v{x})" for s, x in f.context_targets if x != arch})
@@ -216,6 +222,20 @@ def check_manifest(manifest: dict, facts: dict[str, FileFacts], tree: set[str], 
         for lib in runtime["libs"]:
             problems += _library_problems(lib, facts.get(lib["path"]), root, qairt)
     return problems
+
+
+def _signature_problems(root: Path, path: str, expected: tuple[list, list], graph: str) -> list[Problem]:
+    """A model file must have its graph's inputs and outputs: another graph's binary would misbehave on the phone."""
+    try:
+        sig = graph_signature(root / path)
+    except QnnDeployError as e:
+        return [Problem(path, str(e).replace(str(root / path), "this file"))]
+    if (sig.inputs, sig.outputs) == expected:
+        return []
+    def show(tensors: list[dict]) -> str:
+        return ", ".join(f"{t['name']} {t['dtype']}{t['shape']}" for t in tensors)
+    return [Problem(path, f"has inputs ({show(sig.inputs)}) -> outputs ({show(sig.outputs)}), but graph '{graph}' "
+                          f"is ({show(expected[0])}) -> ({show(expected[1])}): is it another graph's file?")]
 
 
 def _family(version: str) -> str:
