@@ -817,7 +817,8 @@ def doctor(qnn_sdk_root: Path | None, as_json: bool) -> None:
 @click.option("--engine", type=click.Choice(["ort", "sherpa-onnx"]), default="ort", show_default=True,
               help="ONNX Runtime with the QNN EP (EPContext .onnx), or sherpa-onnx (QnnConfig, context binaries).")
 @click.option("--app", is_flag=True, help="Make a complete one-screen Android app around the glue (engine ort).")
-@click.option("--force", is_flag=True, help="Replace OUTPUT if it exists and is not empty.")
+@click.option("--force", is_flag=True,
+              help="Replace OUTPUT if it is an earlier scaffold output (it holds .qnndeploy-scaffold).")
 @json_option
 @handles_errors
 def scaffold_cmd(bundle: Path, package: str, out: Path, engine: str, app: bool, force: bool, as_json: bool) -> None:

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from qnndeploy import __version__
 from qnndeploy.decision import CONTEXT_BINARY, EPCONTEXT, VENDOR_DSP_FOLDERS, soc_tables
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import Progress, staging_dir
@@ -27,6 +28,7 @@ ENGINE_FILES = {"ort": "OrtModels.kt", "sherpa-onnx": "SherpaOnnxQnn.kt"}
 ORT_VERSION = "1.29.0"  # com.microsoft.onnxruntime:onnxruntime-android-qnn; the app may override it
 ASSETS = "qnndeploy"  # the bundle's folder in the APK's assets: QnnRuntime.ASSETS in the Kotlin
 APP_GLUE_DIR = "qnndeploy"  # where the glue goes inside the sample app's module
+MARKER = ".qnndeploy-scaffold"  # rendered into every output's top folder: what marks a folder --force may replace
 TEMPLATES = Path(importlib.util.find_spec("qnndeploy.templates").origin).parent  # templates/ of the source tree
 
 # Java keywords and literals, and Kotlin's hard keywords: none may be a package name segment.
@@ -74,8 +76,13 @@ def check_request(package: str, out: Path, *, engine: str, app: bool, force: boo
     if app and engine != "ort":
         raise QnnDeployError("--app makes the sample app, which runs any model with ONNX Runtime: use --engine ort")
     out = Path(out)
-    if out.exists() and not force and (not out.is_dir() or any(out.iterdir())):
-        raise QnnDeployError(f"{out} exists and is not empty; choose another folder or pass --force to replace it")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not force:
+            raise QnnDeployError(f"{out} exists and is not empty; choose another folder or pass --force to replace "
+                                 "an earlier scaffold output")
+        if not (out / MARKER).is_file():
+            raise QnnDeployError(f"{out} is not an earlier scaffold output (it has no {MARKER}): --force only "
+                                 "replaces one, never other files; choose another folder (or delete it yourself)")
     if not TEMPLATES.is_dir():
         raise QnnDeployError(f"the templates folder {TEMPLATES} is missing: install qnndeploy from its source tree")
 
@@ -183,6 +190,7 @@ def _context(manifest: dict, package: str, glue_name: str, engine: str) -> dict:
         "maven_version": version,
         "jni_libs": [lib["path"].rsplit("/", 1)[-1] for lib in rt.get("libs", [])],
         "ort_version": ORT_VERSION,
+        "qnndeploy_version": __version__,
     }
     return {"dir_name": glue_name, "package": package, "package_path": package.replace(".", "/"),
             "engine": engine, "data": data}

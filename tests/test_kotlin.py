@@ -26,7 +26,7 @@ from qnndeploy.scaffold import scaffold
 
 HERE = Path(__file__).parent / "kotlin"
 PACKAGE = "com.example.qnnsample"  # tests/kotlin/*.kt import the glue from this package
-UNIT_TESTS = 12  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
+UNIT_TESTS = 16  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
 
 
 def find_kotlinc() -> Path | None:

@@ -13,11 +13,11 @@ import pytest
 from click.testing import CliRunner
 from conftest import require
 
-from qnndeploy import htp, socs
+from qnndeploy import __version__, htp, socs
 from qnndeploy.cli import cli
 from qnndeploy.decision import VENDOR_DSP_FOLDERS, soc_tables
 from qnndeploy.errors import QnnDeployError
-from qnndeploy.scaffold import scaffold
+from qnndeploy.scaffold import MARKER, scaffold
 
 SAMPLE = Path(__file__).resolve().parent.parent / "android-sample"
 SAMPLE_PACKAGE = "com.example.qnnsample"
@@ -87,6 +87,9 @@ def test_ort_glue_gradle_and_manifest_snippets(external, tmp_path):
     readme = (out / "README.md").read_text()
     assert 'apply(from = "qnn/qnndeploy.gradle")' in readme and "libcdsprpc.so" in readme
     assert "com.example.foo.qnndeploy.OrtModels.open(context)" in readme
+    # the ABI filter's cost, and how to widen it, are in the README (one paragraph checked, not the prose)
+    assert "abiFilters 'arm64-v8a'" in readme and "INSTALL_FAILED_NO_MATCHING_ABIS" in readme
+    assert 'abiFilters += listOf("x86_64", "armeabi-v7a")' in readme and "32-bit" in readme
     assert r.lines[0].endswith('apply(from = "qnn/qnndeploy.gradle")') and len(r.lines) == 3
     assert "{{" not in "".join(p.read_text() for p in out.rglob("*") if p.suffix in (".kt", ".gradle", ".md", ".xml"))
 
@@ -167,14 +170,56 @@ def test_output_folder_must_be_new_or_empty_unless_forced(external, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     assert run(external, "--package", "com.example.foo", "-o", out).exit_code == 0  # empty: fine
+    assert (out / MARKER).read_text().startswith(f"qnndeploy scaffold {__version__}\n")
     (out / "mine.txt").write_text("keep")
     r = run(external, "--package", "com.example.foo", "-o", out)
     assert r.exit_code == 2 and "exists and is not empty" in r.stderr and "--force" in r.stderr
     assert (out / "mine.txt").read_text() == "keep"
-    r = run(external, "--package", "com.example.bar", "-o", out, "--force")
+    r = run(external, "--package", "com.example.bar", "-o", out, "--force")  # an earlier scaffold output: replaced
     assert r.exit_code == 0 and not (out / "mine.txt").exists()
     assert (out / "src/com/example/bar/qnndeploy/QnnSelector.kt").is_file()
     assert not (out / "src/com/example/foo").exists()
+
+
+def test_force_refuses_a_folder_that_is_not_scaffold_output(external, tmp_path):
+    """`-o app --force` on an app module (user code, the glue inside it) must not wipe the module."""
+    module = tmp_path / "app"
+    (module / "src/main/java/com/example/app").mkdir(parents=True)
+    (module / "src/main/java/com/example/app/MainActivity.kt").write_text("class MainActivity")
+    (module / "build.gradle.kts").write_text("plugins { }")
+    glue = module / "qnndeploy"
+    assert run(external, "--package", "com.example.app", "-o", glue).exit_code == 0
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+
+    def files() -> dict[Path, bytes]:
+        return {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+
+    before = files()
+    for target in (module, notes):
+        r = run(external, "--package", "com.example.app", "-o", target, "--force")
+        assert r.exit_code == 2 and "Traceback" not in r.output
+        assert r.stderr == (f"error: {target} is not an earlier scaffold output (it has no {MARKER}): --force only "
+                            "replaces one, never other files; choose another folder (or delete it yourself)\n")
+    with pytest.raises(QnnDeployError, match="not an earlier scaffold output"):  # the library refuses it too
+        scaffold(external, "com.example.app", module, force=True)
+    assert files() == before
+    # the glue folder inside the module is scaffold output: --force replaces it, and only it
+    r = run(external, "--package", "com.example.other", "-o", glue, "--force")
+    assert r.exit_code == 0, r.output
+    assert (glue / "src/com/example/other/qnndeploy/OrtModels.kt").is_file()
+    assert not (glue / "src/com/example/app").exists()
+    assert (module / "src/main/java/com/example/app/MainActivity.kt").read_text() == "class MainActivity"
+    assert notes.read_text() == "mine"
+
+
+def test_sample_app_output_is_marked_at_its_top_and_replaced_by_force(external, tmp_path):
+    app = scaffold(external, SAMPLE_PACKAGE, tmp_path / "a", app=True).path
+    assert (app / MARKER).is_file() and (app / "app/qnndeploy" / MARKER).is_file()
+    (app / "app/src/main/java/com/example/qnnsample/Extra.kt").write_text("class Extra")
+    again = scaffold(external, SAMPLE_PACKAGE, app, app=True, force=True).path
+    assert not (again / "app/src/main/java/com/example/qnnsample/Extra.kt").exists()
+    assert (again / "app/qnndeploy/qnndeploy.gradle").is_file()
 
 
 def test_ort_engine_needs_epcontext_wrappers(inputs, tmp_path):

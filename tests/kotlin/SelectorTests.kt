@@ -9,29 +9,40 @@ import android.content.Context
 import android.content.pm.ApplicationInfo
 import android.content.pm.PackageInfo
 import android.content.pm.PackageManager
+import ai.onnxruntime.OrtSession
 import android.content.res.AssetManager
 import android.os.Build
+import android.os.Process
 import android.system.Os
 import android.util.Log
+import com.example.qnnsample.SampleModels
 import com.example.qnnsample.qnndeploy.BundleFiles
 import com.example.qnnsample.qnndeploy.DeviceIdentity
 import com.example.qnnsample.qnndeploy.FailureMemory
 import com.example.qnnsample.qnndeploy.MiniJson
 import com.example.qnnsample.qnndeploy.NativeHost
+import com.example.qnnsample.qnndeploy.ProcessStamp
 import com.example.qnnsample.qnndeploy.QnnRuntime
 import com.example.qnnsample.qnndeploy.QnnSelector
 import com.example.qnnsample.qnndeploy.RememberedFailure
+import com.example.qnnsample.qnndeploy.Selection
 import java.io.File
 import java.io.FileInputStream
 import java.io.IOException
 import java.io.InputStream
+import java.lang.management.ManagementFactory
+import java.nio.file.Files
 import java.security.MessageDigest
+import kotlin.concurrent.thread
 import kotlin.system.exitProcess
 import kotlin.test.assertContains
 import kotlin.test.assertEquals
 import kotlin.test.assertFailsWith
 import kotlin.test.assertFalse
+import kotlin.test.assertNotNull
+import kotlin.test.assertNotSame
 import kotlin.test.assertNull
+import kotlin.test.assertSame
 import kotlin.test.assertTrue
 
 const val LIB_DIR = "/data/app/~~x/com.example.qnnsample-1/lib/arm64"
@@ -79,7 +90,26 @@ class FakeContext(private val assetsDir: File, private val filesDir: File, var u
     }
 
     override fun getPackageName(): String = "com.example.qnnsample"
+
+    override fun getApplicationContext(): Context = this
 }
+
+/**
+ * Returns once [thread] has ended or waits for a lock that [owner] holds: a thread that takes turns with [owner] is
+ * then known to be waiting for it, one that does not has run to its end. (No time limit: state, not timing.)
+ */
+fun waitUntilDoneOrBlockedBy(thread: Thread, owner: Thread) {
+    val threads = ManagementFactory.getThreadMXBean()
+    while (thread.isAlive) {
+        val info = threads.getThreadInfo(thread.id)
+        if (info != null && info.threadState == Thread.State.BLOCKED && info.lockOwnerId == owner.id) return
+        Thread.sleep(1)
+    }
+}
+
+/** Every file and link under root, relative, '/'-separated. */
+fun tree(root: File): Set<String> =
+    root.walk().filter { !it.isDirectory || Files.isSymbolicLink(it.toPath()) }.map { it.relativeTo(root).invariantSeparatorsPath }.toSet()
 
 class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
     val m = manifests["two_targets"] as Map<*, *>
@@ -171,17 +201,54 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             val newBundle = m + ("version" to "1.0.1")
             assertTrue(QnnSelector.decide(newBundle, sm8750, FakeHost(), LIB_DIR, appVersion = "1.0 (1) 1", remembered = failed).npu)
         },
-        "failure memory: a crash during NPU init counts as a failure, success clears it" to {
-            val memory = FailureMemory(File(scratch, "memory/npu-failure.json"))
+        "failure memory: a pending mark counts as a crash only when the process that wrote it has ended" to {
+            val file = File(scratch, "memory/npu-failure.json")
+            val self = ProcessStamp.of(Process.myPid())
+            assertTrue(self.start >= 0 && self.running(), "this process is found in /proc: $self")
+            val memory = FailureMemory(file, self)
             assertNull(memory.read())
             memory.begin("1.0 (1) 1", "demo 1.0.0")
-            val crashed = FailureMemory(File(scratch, "memory/npu-failure.json")).read()!!
+            assertNull(FailureMemory(file, self).read(), "this process's own mark is an init under way")
+            val child = ProcessBuilder("sleep", "600").start()
+            val other = ProcessStamp.of(child.pid().toInt())
+            try {
+                FailureMemory(file, other).begin("1.0 (1) 1", "demo 1.0.0")
+                assertNull(memory.read(), "so is the mark of another process that still runs")
+            } finally {
+                child.destroy()
+                child.waitFor()
+            }
+            val crashed = memory.read()!!
             assertEquals("1.0 (1) 1" to "demo 1.0.0", crashed.appVersion to crashed.bundleVersion)
             assertContains(crashed.message, "stopped during NPU init")
+            FailureMemory(file, self.copy(start = self.start + 1)).begin("1.0 (1) 1", "demo 1.0.0")
+            assertNotNull(memory.read(), "a process that had this pid before this one is not this one")
+            file.writeText("""{"app_version":"1.0 (1) 1","bundle_version":"demo 1.0.0","pending":true}""")
+            assertNotNull(memory.read(), "a mark that names no process (an older glue's) counts as a crash")
             memory.failed("1.0 (1) 1", "demo 1.0.0", "Failed to create context from binary")
             assertEquals("Failed to create context from binary", memory.read()!!.message)
             memory.succeeded()
             assertNull(memory.read())
+        },
+        "concurrent selects share one selection: one thread's NPU init is no crash for another" to {
+            QnnRuntime.forget()
+            Build.VERSION.SDK_INT = 35
+            Build.SOC_MODEL = "SM8750"
+            val context = FakeContext(assets, File(scratch, "app3"))
+            val first = QnnRuntime.select(context, QnnSelector.EPCONTEXT)
+            var second: Selection? = null
+            val other = first.guardNpuInit {
+                // a second screen (a rotation) selects while this thread's NPU init is under way
+                thread { second = QnnRuntime.select(context, QnnSelector.EPCONTEXT) }
+                    .also { waitUntilDoneOrBlockedBy(it, Thread.currentThread()) }
+            }
+            other.join()
+            val shared = second!!
+            assertSame(first, shared, "one selection per process")
+            assertFalse("failed before" in shared.decision.reason, shared.decision.reason)
+            val cpu = first.toCpu("NPU init failed: QNN error 1002")
+            assertSame(cpu, QnnRuntime.select(context, QnnSelector.EPCONTEXT), "after a fallback, select gives the CPU one")
+            assertSame(cpu, first.toCpu("again"), "one fallback")
         },
         "bundle files are copied from the assets only when their sha256 differs" to {
             val root = File(scratch, "files")
@@ -201,7 +268,73 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             assertContains(e.message!!, "the manifest says")
             assertFalse(damaged.file("cpu/det.onnx").exists(), "a damaged copy is not left behind")
         },
+        "bundle files: what the bundle does not list is deleted from their folder, and nothing outside it" to {
+            val base = File(scratch, "prune")
+            val root = File(base, "qnndeploy")
+            val outside = File(base, "outside.txt").apply { parentFile.mkdirs(); writeText("the app's") }
+            val outsideDir = File(base, "outside-dir").apply { mkdirs(); File(this, "keep.bin").writeText("the app's") }
+            val files = BundleFiles(root, setOf("npu-failure.json")) { FileInputStream(File(assets, "qnndeploy/$it")) }
+            val manifest = MiniJson.parse(File(assets, "qnndeploy/manifest.json").readText()) as Map<*, *>
+            files.materialize(manifest, listOf("cpu/det.onnx", "npu/SM8750/det_ctx.onnx"))
+            val old = listOf("npu/SM8450/det.bin", "npu/SM8450/det.bin.sha256", "cpu/encoder.onnx", "cpu/.det.onnx.1.partial")
+            for (path in old) files.file(path).apply { parentFile.mkdirs(); writeText("older bundle") }
+            File(root, "npu-failure.json").writeText("{}")
+            Files.createSymbolicLink(files.file("cpu/outside.txt").toPath(), outside.toPath())
+            Files.createSymbolicLink(files.file("outside-dir").toPath(), outsideDir.toPath())
+            assertEquals(emptyList(), files.materialize(manifest, listOf("cpu/det.onnx")))
+            val kept = setOf("cpu/det.onnx", "cpu/det.onnx.sha256", "npu/SM8750/det_ctx.onnx", "npu/SM8750/det_ctx.onnx.sha256",
+                "npu-failure.json", ".lock")
+            assertEquals(kept, tree(root), "the bundle's files (also those this start did not need) and the kept names")
+            assertFalse(File(root, "npu/SM8450").exists(), "a folder left empty goes too")
+            assertEquals("the app's", outside.readText())
+            assertEquals("the app's", File(outsideDir, "keep.bin").readText(), "links are not followed")
+            assertEquals(emptyList(), files.prune(manifest))
+        },
+        "bundle files: two threads copying the same file both get it" to {
+            val root = File(scratch, "race")
+            val manifest = MiniJson.parse(File(assets, "qnndeploy/manifest.json").readText()) as Map<*, *>
+            val path = listOf("cpu/det.onnx")
+            val main = Thread.currentThread()
+            var other: Thread? = null
+            var otherFailed: Throwable? = null
+            val slow = BundleFiles(root) {
+                // while this copy is under way, another thread (another screen) copies the same file
+                val copying = thread {
+                    try {
+                        BundleFiles(root) { FileInputStream(File(assets, "qnndeploy/$it")) }.materialize(manifest, path)
+                    } catch (e: Throwable) {
+                        otherFailed = e
+                    }
+                }
+                other = copying
+                waitUntilDoneOrBlockedBy(copying, main)
+                FileInputStream(File(assets, "qnndeploy/$it"))
+            }
+            slow.materialize(manifest, path)
+            other!!.join()
+            assertNull(otherFailed)
+            assertEquals(sha256(File(assets, "qnndeploy/cpu/det.onnx")), sha256(slow.file("cpu/det.onnx")))
+        },
+        "the sample app opens its models once per process, shared by every screen, closed on release" to {
+            QnnRuntime.forget()
+            SampleModels.release()
+            val context = FakeContext(assets, File(scratch, "app4"))
+            val opened = OrtSession.OPENED.get()
+            val closed = OrtSession.CLOSED.get()
+            val screens = List(3) { arrayOfNulls<Any>(1) }
+            screens.map { result -> thread { result[0] = SampleModels.get(context) } }.forEach { it.join() }
+            val models = SampleModels.get(context)
+            assertTrue(screens.all { it[0] === models }, "every screen (a rotation makes a new one) gets the same models")
+            val graphs = models.decision.paths.size
+            assertEquals(graphs, OrtSession.OPENED.get() - opened, "one session per graph, opened once")
+            assertEquals(graphs, SampleModels.use(context) { it.sessions.size })
+            SampleModels.release()
+            assertEquals(graphs, OrtSession.CLOSED.get() - closed, "closed when the app is done")
+            assertNotSame(models, SampleModels.get(context), "opened again after a release")
+            SampleModels.release()
+        },
         "select on the JVM: the real System.loadLibrary fails, so the CPU, with the loader's message" to {
+            QnnRuntime.forget()
             Build.VERSION.SDK_INT = 35
             Build.SOC_MODEL = "SM8750"
             Os.ENV.clear()
@@ -219,13 +352,19 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
         "a failed NPU init is remembered and the next start goes to the CPU" to {
             Build.VERSION.SDK_INT = 35
             Build.SOC_MODEL = "SM8750"
+            QnnRuntime.forget()
             val context = FakeContext(assets, File(scratch, "app2"))
             val first = QnnRuntime.select(context, QnnSelector.EPCONTEXT)
             assertFailsWith<IllegalStateException> { first.guardNpuInit { throw IllegalStateException("QNN error 5000") } }
+            var tried = false
+            assertFailsWith<IllegalStateException> { first.guardNpuInit { tried = true } }
+            assertFalse(tried, "a failed NPU init is not tried again in the same process")
             val cpu = first.toCpu("NPU init failed: QNN error 5000")
             assertEquals("cpu/det.onnx", cpu.decision.paths["det"])
+            QnnRuntime.forget() // the next start
             val again = QnnRuntime.select(context, QnnSelector.EPCONTEXT)
             assertContains(again.decision.reason, "NPU init failed before with this app and bundle version (QNN error 5000)")
+            QnnRuntime.forget()
             context.updated = 2L
             assertFalse("failed before" in QnnRuntime.select(context, QnnSelector.EPCONTEXT).decision.reason,
                 "an app update retries the NPU")

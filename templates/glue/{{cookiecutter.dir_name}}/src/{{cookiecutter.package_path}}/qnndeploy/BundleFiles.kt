@@ -4,23 +4,24 @@ import java.io.File
 import java.io.FileOutputStream
 import java.io.IOException
 import java.io.InputStream
+import java.io.RandomAccessFile
 import java.security.MessageDigest
 
 /**
  * The bundle's model files in app storage, copied from the APK's assets (engines need real file paths).
  * A file is copied only when the copy in storage does not have the manifest's sha256; the sha256 of a file already
  * checked is remembered next to it with its size and time, so a start with nothing to do reads no model bytes.
+ * root belongs to this class: whatever the bundle does not list is deleted from it, except the names in keep.
  */
-class BundleFiles(val root: File, private val openAsset: (String) -> InputStream) {
+class BundleFiles(val root: File, private val keep: Set<String> = emptySet(), private val openAsset: (String) -> InputStream) {
     fun file(path: String): File = File(root, path)
 
-    /** Makes every listed bundle path present with the manifest's sha256; returns the paths it had to copy. */
-    fun materialize(manifest: Map<*, *>, paths: Collection<String>): List<String> {
-        val expected = HashMap<String, String>()
-        val entries = list(manifest["cpu"]) + list(manifest["targets"]).flatMap { list((it as? Map<*, *>)?.get("artifacts")) }
-        for (entry in entries.filterIsInstance<Map<*, *>>()) {
-            expected[entry["path"] as? String ?: continue] = entry["sha256"] as? String ?: continue
-        }
+    /**
+     * Makes every listed bundle path present with the manifest's sha256, then prunes; returns the paths it had to
+     * copy. One call at a time, in this process and across the app's processes.
+     */
+    fun materialize(manifest: Map<*, *>, paths: Collection<String>): List<String> = exclusively {
+        val expected = modelFiles(manifest)
         val copied = ArrayList<String>()
         for (path in paths) {
             val sha256 = expected[path] ?: throw IOException("$path is not a model file of the bundle manifest")
@@ -30,7 +31,55 @@ class BundleFiles(val root: File, private val openAsset: (String) -> InputStream
                 copied.add(path)
             }
         }
-        return copied
+        prune(expected.keys)
+        copied
+    }
+
+    /**
+     * Deletes from root every file the bundle does not list (models of older bundle versions and of other graphs,
+     * copies left half-made) and the folders that become empty; returns what it deleted. It never leaves root:
+     * a symbolic link is deleted itself, never followed.
+     */
+    fun prune(manifest: Map<*, *>): List<String> = exclusively { prune(modelFiles(manifest).keys) }
+
+    private fun prune(listed: Set<String>): List<String> {
+        val wanted = listed + listed.map { "$it.sha256" } + keep + LOCK_FILE
+        val deleted = ArrayList<String>()
+        fun walk(dir: File, prefix: String) {
+            for (child in dir.listFiles().orEmpty()) {
+                val rel = prefix + child.name
+                val link = child.canonicalPath != child.path // dir is canonical: only a link resolves elsewhere
+                if (child.isDirectory && !link) {
+                    walk(child, "$rel/")
+                    if (child.list().isNullOrEmpty()) child.delete()
+                } else if (rel !in wanted && child.delete()) {
+                    deleted.add(rel)
+                }
+            }
+        }
+        walk(root.canonicalFile, "")
+        return deleted.sorted()
+    }
+
+    private fun <T> exclusively(block: () -> T): T = synchronized(LOCK) {
+        if (!root.isDirectory && !root.mkdirs()) throw IOException("cannot create $root")
+        RandomAccessFile(File(root, LOCK_FILE), "rw").use { lockFile ->
+            val lock = lockFile.channel.lock() // another process of the app waits here
+            try {
+                block()
+            } finally {
+                lock.release()
+            }
+        }
+    }
+
+    private fun modelFiles(manifest: Map<*, *>): Map<String, String> {
+        val expected = HashMap<String, String>()
+        val entries = list(manifest["cpu"]) + list(manifest["targets"]).flatMap { list((it as? Map<*, *>)?.get("artifacts")) }
+        for (entry in entries.filterIsInstance<Map<*, *>>()) {
+            expected[entry["path"] as? String ?: continue] = entry["sha256"] as? String ?: continue
+        }
+        return expected
     }
 
     private fun stamp(target: File): File = File(target.path + ".sha256")
@@ -49,7 +98,7 @@ class BundleFiles(val root: File, private val openAsset: (String) -> InputStream
     private fun copy(path: String, target: File, sha256: String) {
         val dir = target.parentFile ?: throw IOException("no folder for $target")
         if (!dir.isDirectory && !dir.mkdirs()) throw IOException("cannot create $dir")
-        val partial = File(dir, ".${target.name}.partial")
+        val partial = File.createTempFile(".${target.name}.", ".partial", dir) // a name of its own for each copy
         val got = try {
             FileOutputStream(partial).use { out ->
                 openAsset(path).use { hash(it, out) }.also { out.fd.sync() }
@@ -84,4 +133,12 @@ class BundleFiles(val root: File, private val openAsset: (String) -> InputStream
     }
 
     private fun list(value: Any?): List<*> = value as? List<*> ?: emptyList<Any?>()
+
+    private companion object {
+        /** In root: held (a file lock) while files are copied or deleted there. */
+        const val LOCK_FILE = ".lock"
+
+        /** Every BundleFiles of the process: a file lock is per process, so threads take turns before it. */
+        val LOCK = Any()
+    }
 }

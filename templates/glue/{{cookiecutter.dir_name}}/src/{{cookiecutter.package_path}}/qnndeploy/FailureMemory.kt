@@ -1,14 +1,17 @@
 package {{ cookiecutter.package }}.qnndeploy
 
 import java.io.File
+import java.io.IOException
 
 /**
  * Remembers a failed NPU init in a small file, so the next starts go straight to the CPU until the app or the
- * bundle version changes. NPU init is marked as begun before it starts: if the process dies inside it (a native
- * crash in a QNN library), the mark is still there at the next start and counts as a failure, so the app does not
- * crash again on every start.
+ * bundle version changes. NPU init is marked as begun before it starts, with the process that runs it: if that
+ * process dies inside it (a native crash in a QNN library), the mark is still there at the next start and counts as
+ * a failure, so the app does not crash again on every start. A mark of a process that still runs (this one, or
+ * another process of the app) is an init under way, not a failure.
+ * self: this process (ProcessStamp.of(android.os.Process.myPid()) on Android).
  */
-class FailureMemory(private val file: File) {
+class FailureMemory(private val file: File, private val self: ProcessStamp) {
     fun read(): RememberedFailure? {
         if (!file.isFile) return null
         val record = try {
@@ -17,6 +20,8 @@ class FailureMemory(private val file: File) {
             null
         } ?: return null
         val message = if (record["pending"] == true) {
+            val writer = ProcessStamp.from(record)
+            if (writer != null && (writer == self || writer.running())) return null
             "the app stopped during NPU init, e.g. a crash in a QNN library"
         } else {
             record["message"] as? String ?: "no message"
@@ -24,8 +29,9 @@ class FailureMemory(private val file: File) {
         return RememberedFailure(record["app_version"] as? String ?: "", record["bundle_version"] as? String ?: "", message)
     }
 
-    fun begin(appVersion: String, bundleVersion: String) =
-        write(linkedMapOf("app_version" to appVersion, "bundle_version" to bundleVersion, "pending" to true))
+    fun begin(appVersion: String, bundleVersion: String) = write(
+        linkedMapOf("app_version" to appVersion, "bundle_version" to bundleVersion, "pending" to true) + self.toMap(),
+    )
 
     fun failed(appVersion: String, bundleVersion: String, message: String) = write(
         linkedMapOf("app_version" to appVersion, "bundle_version" to bundleVersion, "pending" to false, "message" to message),
@@ -42,6 +48,44 @@ class FailureMemory(private val file: File) {
         if (!partial.renameTo(file)) {
             file.delete()
             partial.renameTo(file)
+        }
+    }
+}
+
+/**
+ * One process, told apart from a later one that reuses its pid: its start time (field 22 of /proc/PID/stat, clock
+ * ticks after boot) and the boot it ran in. Where /proc cannot be read, start is -1 and the process counts as ended.
+ */
+data class ProcessStamp(val pid: Int, val start: Long, val boot: String) {
+    /** Whether this very process still runs: not ended, not a zombie, not a later process with the same pid. */
+    fun running(): Boolean = start >= 0 && boot == bootId() && startTime(pid) == start
+
+    fun toMap(): Map<String, Any?> = linkedMapOf("pid" to pid.toLong(), "start" to start, "boot" to boot)
+
+    companion object {
+        fun of(pid: Int): ProcessStamp = ProcessStamp(pid, startTime(pid) ?: -1L, bootId())
+
+        /** The stamp in a record written by toMap, or null (a mark of an older glue, which named no process). */
+        fun from(record: Map<*, *>): ProcessStamp? {
+            val pid = record["pid"] as? Long ?: return null
+            val start = record["start"] as? Long ?: return null
+            return ProcessStamp(pid.toInt(), start, record["boot"] as? String ?: return null)
+        }
+
+        private fun startTime(pid: Int): Long? = try {
+            // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so count from its last ')'
+            val fields = File("/proc/$pid/stat").readText().substringAfterLast(") ").split(' ')
+            if (fields[0] == "Z" || fields[0] == "X") null else fields[19].toLong()
+        } catch (e: IOException) {
+            null
+        } catch (e: RuntimeException) { // a line of another shape: IndexOutOfBounds, NumberFormat
+            null
+        }
+
+        private fun bootId(): String = try {
+            File("/proc/sys/kernel/random/boot_id").readText().trim()
+        } catch (e: IOException) {
+            ""
         }
     }
 }

@@ -2,6 +2,7 @@ package {{ cookiecutter.package }}.qnndeploy
 
 import android.content.Context
 import android.os.Build
+import android.os.Process
 import android.system.Os
 import android.util.Log
 import java.io.File
@@ -16,7 +17,10 @@ object AndroidHost : NativeHost {
     override fun loadLibrary(fileName: String) = System.loadLibrary(fileName.removePrefix("lib").removeSuffix(".so"))
 }
 
-/** What the app runs with: the decision, the bundle's files in app storage, and how NPU init went. */
+/**
+ * What the app runs with: the decision, the bundle's files in app storage, and how NPU init went. There is one per
+ * process (QnnRuntime.select gives every caller the same), so its NPU init is tried once and its fallback shared.
+ */
 class Selection internal constructor(
     val decision: Decision,
     val manifest: Map<*, *>,
@@ -25,8 +29,12 @@ class Selection internal constructor(
     val appVersion: String,
     /** the app's native library folder, where the Skel is */
     val libDir: String,
+    internal val npuFormat: String,
 ) {
     val bundleVersion: String get() = QnnSelector.bundleVersion(manifest)
+
+    private var npuFailure: Throwable? = null
+    private var fallback: Selection? = null
 
     /** The absolute path of the model to load for a graph (a context binary, an EPContext .onnx or an .onnx). */
     fun path(graph: String): String {
@@ -34,25 +42,34 @@ class Selection internal constructor(
         return files.file(path).absolutePath
     }
 
-    /** Runs NPU init so that a failure, or a crash in the middle of it, sends the next starts to the CPU. */
-    fun <T> guardNpuInit(init: () -> T): T {
+    /**
+     * Runs NPU init so that a failure, or a crash in the middle of it, sends the next starts to the CPU. One init at
+     * a time in the process; once one failed, later calls get the same failure without trying again.
+     */
+    fun <T> guardNpuInit(init: () -> T): T = synchronized(QnnRuntime.lock) {
+        npuFailure?.let { throw it }
         memory.begin(appVersion, bundleVersion)
         val result = try {
             init()
         } catch (e: Throwable) {
+            npuFailure = e
             memory.failed(appVersion, bundleVersion, e.message ?: e.javaClass.name)
             throw e
         }
         memory.succeeded()
-        return result
+        result
     }
 
-    /** The CPU selection to use after the NPU failed to initialize. */
-    fun toCpu(reason: String): Selection {
+    /** The CPU selection to use after the NPU failed to initialize; from then on QnnRuntime.select returns it. */
+    fun toCpu(reason: String): Selection = synchronized(QnnRuntime.lock) {
+        fallback?.let { return it }
         val cpu = QnnSelector.cpu(manifest, decision.soc, decision.identifiedBy, reason, decision.adspLibraryPath)
         files.materialize(manifest, cpu.files)
         Log.i(QnnRuntime.TAG, "decision ${cpu.toJson()}")
-        return Selection(cpu, manifest, files, memory, appVersion, libDir)
+        val selection = Selection(cpu, manifest, files, memory, appVersion, libDir, npuFormat)
+        fallback = selection
+        QnnRuntime.replace(this, selection)
+        selection
     }
 }
 
@@ -62,20 +79,33 @@ object QnnRuntime {
     /** The bundle's folder inside the APK's assets (qnndeploy.gradle puts it there). */
     const val ASSETS = "qnndeploy"
 
+    /** The file of FailureMemory, in the storage folder of BundleFiles. */
+    private const val MEMORY = "npu-failure.json"
+
+    /** One selection, NPU init and file copy at a time in the process. */
+    internal val lock = Any()
+    private val selections = HashMap<String, Selection>() // npuFormat -> this process's selection
+
     /**
      * Decides NPU or CPU for this phone and puts the chosen model files in app storage. Call it before anything
      * loads a QNN library: it sets ADSP_LIBRARY_PATH first. It logs the decision as one JSON line (tag qnndeploy).
      * npuFormat: QnnSelector.EPCONTEXT for ONNX Runtime, QnnSelector.CONTEXT_BINARY for sherpa-onnx or QNN itself.
+     * It decides once per process: every later or concurrent call gets the same Selection (or its CPU fallback).
      */
-    fun select(context: Context, npuFormat: String): Selection {
+    fun select(context: Context, npuFormat: String): Selection = synchronized(lock) {
+        selections.getOrPut(npuFormat) { decide(context, npuFormat) }
+    }
+
+    private fun decide(context: Context, npuFormat: String): Selection {
+        val assets = context.assets // not the context: the selection outlives an Activity
         val manifest = try {
-            context.assets.open("$ASSETS/manifest.json").use { MiniJson.parse(it.readBytes().decodeToString()) }
+            assets.open("$ASSETS/manifest.json").use { MiniJson.parse(it.readBytes().decodeToString()) }
         } catch (e: IOException) {
             throw IllegalStateException("assets/$ASSETS/manifest.json is missing: apply qnndeploy.gradle in the app", e)
         } as? Map<*, *> ?: throw IllegalStateException("assets/$ASSETS/manifest.json is not a JSON object")
         val root = File(context.filesDir, "qnndeploy")
-        val files = BundleFiles(root) { context.assets.open("$ASSETS/$it") }
-        val memory = FailureMemory(File(root, "npu-failure.json"))
+        val files = BundleFiles(root, setOf(MEMORY, "$MEMORY.partial")) { assets.open("$ASSETS/$it") }
+        val memory = FailureMemory(File(root, MEMORY), ProcessStamp.of(Process.myPid()))
         val appVersion = appVersion(context)
         val libDir = context.applicationInfo.nativeLibraryDir
         var decision = QnnSelector.decide(manifest, deviceIdentity(), AndroidHost, libDir, npuFormat, appVersion,
@@ -89,8 +119,15 @@ object QnnRuntime {
             files.materialize(manifest, decision.files)
         }
         Log.i(TAG, "decision ${decision.toJson()}")
-        return Selection(decision, manifest, files, memory, appVersion, libDir)
+        return Selection(decision, manifest, files, memory, appVersion, libDir, npuFormat)
     }
+
+    internal fun replace(old: Selection, new: Selection) = synchronized(lock) {
+        if (selections[old.npuFormat] === old) selections[old.npuFormat] = new
+    }
+
+    /** Forgets the selections, as a new process would start: for tests; an app has no use for it. */
+    internal fun forget() = synchronized(lock) { selections.clear() }
 
     /** Sets ADSP_LIBRARY_PATH again (no-op when nothing changed it since select), for code that must be sure. */
     fun applyAdspLibraryPath(selection: Selection) {

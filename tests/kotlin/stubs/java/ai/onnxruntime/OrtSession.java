@@ -2,28 +2,32 @@ package ai.onnxruntime;
 
 import java.util.Iterator;
 import java.util.Map;
+import java.util.concurrent.atomic.AtomicInteger;
 
+/** Stand-in: sessions count themselves (OPENED, CLOSED) so JVM tests see how many the app opens and closes. */
 public class OrtSession implements AutoCloseable {
+    public static final AtomicInteger OPENED = new AtomicInteger();
+    public static final AtomicInteger CLOSED = new AtomicInteger();
+
+    OrtSession() { OPENED.incrementAndGet(); }
+
     public Result run(Map<String, ? extends OnnxTensorLike> inputs) throws OrtException {
         throw new RuntimeException("Stub!");
     }
 
     @Override
-    public void close() throws OrtException { throw new RuntimeException("Stub!"); }
+    public void close() throws OrtException { CLOSED.incrementAndGet(); }
 
+    /** Stand-in: options that accept everything. */
     public static class SessionOptions implements AutoCloseable {
-        public SessionOptions() { throw new RuntimeException("Stub!"); }
+        public SessionOptions() {}
 
-        public void addConfigEntry(String configKey, String configValue) throws OrtException {
-            throw new RuntimeException("Stub!");
-        }
+        public void addConfigEntry(String configKey, String configValue) throws OrtException {}
 
-        public void addQnn(Map<String, String> providerOptions) throws OrtException {
-            throw new RuntimeException("Stub!");
-        }
+        public void addQnn(Map<String, String> providerOptions) throws OrtException {}
 
         @Override
-        public void close() { throw new RuntimeException("Stub!"); }
+        public void close() {}
     }
 
     public static class Result implements AutoCloseable, Iterable<Map.Entry<String, OnnxValue>> {

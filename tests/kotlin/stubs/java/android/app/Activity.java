@@ -14,10 +14,12 @@ public class Activity extends Context {
     protected void onDestroy() { throw new RuntimeException("Stub!"); }
     public void setContentView(View view) { throw new RuntimeException("Stub!"); }
     public final void runOnUiThread(Runnable action) { throw new RuntimeException("Stub!"); }
+    public boolean isFinishing() { throw new RuntimeException("Stub!"); }
 
     @Override public File getFilesDir() { throw new RuntimeException("Stub!"); }
     @Override public AssetManager getAssets() { throw new RuntimeException("Stub!"); }
     @Override public ApplicationInfo getApplicationInfo() { throw new RuntimeException("Stub!"); }
     @Override public PackageManager getPackageManager() { throw new RuntimeException("Stub!"); }
     @Override public String getPackageName() { throw new RuntimeException("Stub!"); }
+    @Override public Context getApplicationContext() { throw new RuntimeException("Stub!"); }
 }

@@ -11,4 +11,5 @@ public abstract class Context {
     public abstract ApplicationInfo getApplicationInfo();
     public abstract PackageManager getPackageManager();
     public abstract String getPackageName();
+    public abstract Context getApplicationContext();
 }

@@ -3,6 +3,7 @@ package {{ cookiecutter.package }}
 import ai.onnxruntime.OnnxTensor
 import ai.onnxruntime.OrtEnvironment
 import android.app.Activity
+import android.content.Context
 import android.os.Bundle
 import android.widget.Button
 import android.widget.LinearLayout
@@ -12,6 +13,29 @@ import {{ cookiecutter.package }}.qnndeploy.OrtModels
 import java.nio.FloatBuffer
 import java.nio.IntBuffer
 import java.nio.LongBuffer
+
+/**
+ * The bundle's models, opened once per process. Android makes a new MainActivity on every rotation; they all share
+ * these, so a rotation neither opens a second set of NPU contexts nor races the first opening.
+ */
+object SampleModels {
+    private var models: OrtModels? = null
+
+    /** Opens the models on first use (slow: call it off the main thread); later callers wait for them, then share them. */
+    @Synchronized
+    fun get(context: Context): OrtModels = models ?: OrtModels.open(context.applicationContext).also { models = it }
+
+    /** Runs [block] with the models (opened again if they were released), while no one can close them. */
+    @Synchronized
+    fun <T> use(context: Context, block: (OrtModels) -> T): T = block(get(context))
+
+    /** Closes the models when the app is done with them: the screen finished, not a rotation. */
+    @Synchronized
+    fun release() {
+        models?.close()
+        models = null
+    }
+}
 
 /** One screen: the phone's SoC, the NPU-or-CPU decision with its reason, and a timed inference on the chosen one. */
 class MainActivity : Activity() {
@@ -40,7 +64,7 @@ class MainActivity : Activity() {
 
         Thread {
             val text = try {
-                val opened = OrtModels.open(this)
+                val opened = SampleModels.get(this)
                 models = opened
                 describe(opened)
             } catch (e: Exception) {
@@ -54,7 +78,9 @@ class MainActivity : Activity() {
     }
 
     override fun onDestroy() {
-        models?.close()
+        // A rotation destroys this screen too; only a real finish closes the models (off the main thread: it waits
+        // for an opening or a timed run under way).
+        if (isFinishing) Thread { SampleModels.release() }.start()
         super.onDestroy()
     }
 
@@ -74,7 +100,7 @@ class MainActivity : Activity() {
         runButton.isEnabled = false
         Thread {
             val text = try {
-                describe(opened) + "\n" + timedInference(opened)
+                SampleModels.use(this) { describe(it) + "\n" + timedInference(it) }
             } catch (e: Exception) {
                 describe(opened) + "\nInference failed: $e"
             }
