@@ -363,7 +363,7 @@ def prepare(model: Path, out: Path, shapes: tuple[str, ...], int32_inputs: bool,
                    f"{'ok' if d.ok else 'FAIL'}")
     for note in result.notes:
         click.echo(f"  note: {note}")
-    click.echo(f"next: qnndeploy check {result.output}")
+    click.echo(f"next: qnndeploy check {shlex.quote(result.output)}")
 
 
 # --- device (adb) -------------------------------------------------------------------------------------
@@ -716,7 +716,7 @@ def _render_compile(summary) -> None:
     if counts["failed"]:
         click.echo("failed: " + ", ".join(f"{j.graph} {j.soc}" for j in summary.failures))
     if counts["ok"] + counts["cached"]:
-        click.echo(f"next: qnndeploy validate {_shown(summary.out)}")
+        click.echo(f"next: qnndeploy validate {shlex.quote(_shown(summary.out))}")
 
 
 def _num(value: float | None, fmt: str) -> str:
@@ -731,8 +731,8 @@ def _num(value: float | None, fmt: str) -> str:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for --random.")
 @click.option("--min-cosine", type=float, help="Override the cosine similarity threshold (fp16 0.999, w8a16 0.99).")
 @click.option("--min-snr-db", type=float, help="Override the SNR threshold in dB (fp16 30, w8a16 20).")
-@click.option("--atol", type=float, help="Override the absolute tolerance (fp16 1e-3, w8a16 1e-2); a reference "
-              "quieter than this is judged on max abs diff.")
+@click.option("--atol", type=float, help="Override the near-zero level (fp16 1e-3, w8a16 1e-2): an output whose "
+              "CPU reference has an RMS below it is judged on max abs diff <= atol instead of cosine and SNR.")
 @json_option
 @handles_errors
 def validate(build: Path, inputs: Path | None, random_: int | None, seed: int, min_cosine: float | None,

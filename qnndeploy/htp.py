@@ -48,7 +48,7 @@ def _devices() -> tuple:
     import onnxruntime as ort
 
     qnn = _require()
-    with native_stdout_to_stderr():
+    with quiet_native_stdout():
         ort.register_execution_provider_library(EP_NAME, qnn.get_library_path())
         devices = tuple(d for d in ort.get_ep_devices() if d.ep_name == EP_NAME)
     if not devices:
@@ -82,15 +82,18 @@ def session_options(soc: Soc, *, fp16: bool = True, context_path: Path | None = 
 
 
 @contextmanager
-def native_stdout_to_stderr() -> Iterator[None]:
-    """The QNN libraries print a banner on the process's stdout when a session first loads them; send it to stderr
-    so that --json output stays parseable. The banner goes through C stdio's buffer, flushed before stdout returns.
+def quiet_native_stdout() -> Iterator[None]:
+    """The QNN libraries print a banner ("# LIBNATIVE: No alternate configuration…") on the process's stdout when a
+    session first loads them: drop it, so that --json output parses and errors stay one line. QNN's real messages go
+    through onnxruntime's logger on stderr. The banner goes through C stdio's buffer, flushed before stdout returns.
     """
     import ctypes
 
     sys.stdout.flush()
     saved = os.dup(1)
-    os.dup2(2, 1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
     try:
         yield
     finally:

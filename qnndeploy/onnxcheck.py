@@ -10,11 +10,13 @@ from __future__ import annotations
 import math
 import re
 import shlex
+import stat
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -120,8 +122,7 @@ def load_model(path: Path, with_data: bool = False) -> onnx.ModelProto:
     from google.protobuf.message import DecodeError
 
     path = Path(path)
-    if not path.is_file():
-        raise QnnDeployError(f"{path}: no such file")
+    require_model_file(path)
     try:
         model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, ValueError, RuntimeError) as e:
@@ -135,12 +136,67 @@ def load_model(path: Path, with_data: bool = False) -> onnx.ModelProto:
         if not (path.parent / location).is_file():
             raise QnnDeployError(f"{path} keeps its weights in {location}, which is missing next to it; "
                                  "copy the model together with its data file")
+    _check_external_sizes(path, model)
     if with_data and external_locations(model):
         try:
             onnx.load_external_data_for_model(model, str(path.parent))
         except (OSError, ValueError) as e:
             raise QnnDeployError(f"cannot read the external data of {path}: {e}") from None
     return model
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def require_model_file(path: Path) -> None:
+    """A one-line error unless `path` is a regular file; says what it is instead (a folder, a FIFO, /dev/null…).
+    Only stat()s: opening a FIFO would block."""
+    try:
+        mode = Path(path).stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        raise QnnDeployError(f"{path}: no such file") from None
+    except OSError as e:
+        raise QnnDeployError(f"cannot read {path}: {e.strerror or e}") from None
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+    raise QnnDeployError(f"{path} is {kind}, not an ONNX model file: give the path of the .onnx file")
+
+
+def _check_external_sizes(path: Path, model: onnx.ModelProto) -> None:
+    """Every external tensor must lie inside its data file: a truncated copy is named here, not deep in a loader."""
+    import onnx
+
+    sizes: dict[str, int] = {}
+    for t in _all_tensors(model.graph):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        location = info.get("location", "")
+        if location not in sizes:
+            sizes[location] = (path.parent / location).stat().st_size
+        try:
+            offset = int(info.get("offset") or 0)
+            length = int(info["length"]) if info.get("length") else _tensor_nbytes(t)
+        except ValueError:
+            raise QnnDeployError(f"{path}: tensor {t.name} has a damaged external data entry ({info}); "
+                                 "re-export the model") from None
+        if length is not None and offset + length > sizes[location]:
+            raise QnnDeployError(
+                f"the external data file {path.parent / location} is truncated or damaged: tensor {t.name} needs "
+                f"bytes {offset}-{offset + length}, the file has {sizes[location]}; copy the model together with "
+                "its complete data file, or re-export it")
+
+
+def _tensor_nbytes(t: onnx.TensorProto) -> int | None:
+    import numpy as np
+
+    try:
+        itemsize = np.dtype(dtype_name(t.data_type)).itemsize
+    except TypeError:
+        return None  # 4-bit and other packed types: leave the check to the loader
+    return math.prod(t.dims) * itemsize
 
 
 def external_locations(model: onnx.ModelProto) -> set[str]:
@@ -240,7 +296,13 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True) 
                                 "run prepare, then check the prepared model"))
     else:
         htp_result = measure_htp(path, target, graph)
-        findings += _htp_findings(htp_result)
+        if htp_result.measured and htp_result.cpu_nodes and not htp_result.qnn_partitions \
+                and htp_takes_nothing(target):
+            findings.append(Finding("htp", "blocker", soc_takes_nothing(target, htp_result.qairt),
+                                    f"target another SoC (qnndeploy socs lists them), or leave {target.model}'s "
+                                    "phones on the CPU fallback; a newer QAIRT may support it"))
+        else:
+            findings += _htp_findings(htp_result)
 
     nodes = sum(1 for n in graph.node if n.op_type != "Constant")
     severities = {f.severity for f in findings}
@@ -417,7 +479,8 @@ def _clip(names: list[str], keep: int = 6) -> str:
 
 # --- measured op support --------------------------------------------------------------------------
 
-def measure_htp(path: Path, soc: Soc, graph: onnx.GraphProto | None = None) -> HtpMeasurement:
+def measure_htp(path: Path, soc: Soc, graph: onnx.GraphProto | None = None,
+                fp16: bool | None = None) -> HtpMeasurement:
     """Partition the model for the HTP of `soc` on the host and list every node left on the CPU.
 
     onnxruntime-qnn compiles with CPU fallback allowed and writes an EPContext model: each EPContext node is
@@ -437,11 +500,12 @@ def measure_htp(path: Path, soc: Soc, graph: onnx.GraphProto | None = None) -> H
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="qnndeploy-check-") as tmp:
         ctx = Path(tmp) / "m_ctx.onnx"
-        options = htp.session_options(soc, fp16=soc.fp16, context_path=ctx, cpu_fallback=True)
+        options = htp.session_options(soc, fp16=soc.fp16 if fp16 is None else fp16, context_path=ctx,
+                                      cpu_fallback=True)
         # Basic optimizations run before partitioning anyway; the later ones would rename the CPU nodes.
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
         try:
-            with htp.native_stdout_to_stderr():
+            with htp.quiet_native_stdout():
                 ort.InferenceSession(str(path), options)
         except Exception as e:  # onnxruntime raises its own, unexported exception types
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -457,6 +521,35 @@ def measure_htp(path: Path, soc: Soc, graph: onnx.GraphProto | None = None) -> H
         soc.model, True, qairt=htp.qairt_version(), qnn_partitions=len(qnn), cpu_partitions=_components(cpu),
         cpu_nodes=[CpuNode(n.name, n.op_type) for n in cpu], total_nodes=total,
         seconds=round(time.monotonic() - start, 2))
+
+
+@cache
+def htp_takes_nothing(soc: Soc) -> bool:
+    """Whether this QAIRT's HTP compiler refuses even a lone Relu for `soc`. It lists some SoCs it compiles
+    nothing for; then every node of every model lands on the CPU and the model is not to blame. (A SoC without
+    fp16 refuses a float Relu anyway: the probe says nothing about it, and its own warning covers it.)"""
+    import onnx
+    from onnx import TensorProto
+    from onnx import helper as h
+
+    if not soc.fp16:
+        return False
+
+    graph = h.make_graph([h.make_node("Relu", ["x"], ["y"], name="probe")], "probe",
+                         [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    model.ir_version = 8
+    with tempfile.TemporaryDirectory(prefix="qnndeploy-probe-") as tmp:
+        probe = Path(tmp) / "relu.onnx"
+        onnx.save(model, probe)
+        m = measure_htp(probe, soc, model.graph)
+    return m.measured and m.qnn_partitions == 0
+
+
+def soc_takes_nothing(soc: Soc, qairt: str) -> str:
+    return (f"the HTP compiler of QAIRT {qairt} takes no node at all for {soc.model} (soc_model {soc.soc_id}, "
+            f"{soc.dsp_arch}), not even a lone Relu: no model runs on its NPU with this QAIRT, whatever the export")
 
 
 def _components(nodes: list) -> int:

@@ -291,7 +291,7 @@ def _simplify(src: Path, dst: Path) -> None:
                              EXIT_MISSING_TOOL) from None
 
     try:
-        with htp.native_stdout_to_stderr():
+        with htp.quiet_native_stdout():
             _, ok = onnxsim.simplify(str(src), output_path=str(dst))
     except Exception as e:  # onnxsim raises many types, from Python and from its C++ core
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -359,18 +359,17 @@ def _feeds(specs: list[TensorInfo], shapes: Mapping[str, list[int]], inputs_dir:
 
 
 def _read_input(folder: Path, spec: TensorInfo, dtype: np.dtype, shape: list[int]) -> np.ndarray:
-    import numpy as np
+    from qnndeploy.validate import read_arrays
 
     stem = spec.name.replace("/", "_").replace(":", "_")
     files = [folder / f"{stem}.npy", folder / f"{stem}.npz"]
     found = next((f for f in files if f.is_file()), None)
     if found is None:
         raise QnnDeployError(f"--inputs {folder}: no {files[0].name} or {files[1].name} for input {spec.name}")
-    try:
-        loaded = np.load(found, allow_pickle=False)
-        array = loaded[loaded.files[0]] if found.suffix == ".npz" else loaded
-    except (OSError, ValueError, IndexError) as e:
-        raise QnnDeployError(f"cannot read {found}: {e}") from None
+    arrays = read_arrays(found)
+    if not arrays:
+        raise QnnDeployError(f"{found} holds no array; input {spec.name} needs one")
+    array = next(iter(arrays.values()))
     if array.dtype != dtype:
         raise QnnDeployError(f"{found} holds {array.dtype}, input {spec.name} takes {dtype}")
     if list(array.shape) != list(shape):
@@ -442,12 +441,9 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
 
     start = time.monotonic()
     src, out = Path(src), Path(out)
-    if out.suffix != ".onnx":
-        raise QnnDeployError(f"-o {out}: the output name must end in .onnx")
-    if out.exists() and out.resolve() == src.resolve():
-        raise QnnDeployError(f"-o {out} is the source model; write the prepared model to a new file")
-    if out.exists() and not force:
-        raise QnnDeployError(f"{out} already exists; remove it or pass --force")
+    _check_output(src, out, force)
+    if not tolerance >= 0:  # NaN fails this test too
+        raise QnnDeployError(f"--tolerance {tolerance}: give a number of 0 or more, e.g. {DEFAULT_TOLERANCE:g}")
     if inputs_dir is not None and not Path(inputs_dir).is_dir():
         raise QnnDeployError(f"--inputs {inputs_dir}: no such folder")
 
@@ -456,11 +452,22 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
     specs = [tensor_info(v) for v in real_inputs(model.graph)]
     edits = _edit(model.graph, shapes or {}, freeze or {}, int32_inputs)
     if source_external:
-        onnx.load_external_data_for_model(model, str(src.parent))
+        try:
+            onnx.load_external_data_for_model(model, str(src.parent))
+        except (OSError, ValueError) as e:
+            raise QnnDeployError(f"cannot read the external data of {src}: {_first_line(e)}; copy the model "
+                                 "together with its complete data file, or re-export it") from None
     external = source_external or _tensor_bytes(model) > EXTERNAL_ABOVE
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    made = _first_missing(out.parent)  # folders -o creates are removed again when nothing is written
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        # A short name: OUT's own name may already be near the file system's limit.
+        work = Path(tempfile.mkdtemp(prefix=".prepare.partial-", dir=out.parent))
+    except OSError as e:
+        _remove_empty(out.parent, made)
+        raise QnnDeployError(f"cannot write in {out.parent}: {e.strerror or e}") from None
+    written = False
     try:
         stage = work / "edited.onnx"
         _save(model, stage, external)
@@ -493,17 +500,87 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
             nodes_after=nodes_after, inputs=p_inputs, outputs=p_outputs, notes=_notes(prepared, p_inputs, p_outputs),
             equivalence_inputs=str(inputs_dir) if inputs_dir else f"random (seed {seed})", tolerance=tolerance,
             equivalence=diffs, tools=_tool_versions(__version__), seconds=round(time.monotonic() - start, 2))
-        # The model file lands last: a present OUT.onnx always has its data and record.
+        write_json(work / "record.json", asdict(result))  # a short temporary name, renamed below
+        _publish(final, data, work / "record.json", out, force)
+        written = True
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if not written:
+            _remove_empty(out.parent, made)
+    return result
+
+
+def _first_missing(folder: Path) -> Path | None:
+    """The outermost ancestor of `folder` (or itself) that does not exist yet."""
+    missing = None
+    for p in (folder.absolute(), *folder.absolute().parents):
+        if p.exists():
+            break
+        missing = p
+    return missing
+
+
+def _remove_empty(folder: Path, top: Path | None) -> None:
+    """Remove `folder` and its parents up to `top`, as far as they are empty."""
+    if top is None:
+        return
+    for p in (folder.absolute(), *folder.absolute().parents):
+        try:
+            p.rmdir()
+        except OSError:
+            return
+        if p == top:
+            return
+
+
+def _check_output(src: Path, out: Path, force: bool) -> None:
+    """Refuse an OUT that cannot receive the model, its data file and its record, before any work."""
+    if out.suffix != ".onnx":
+        raise QnnDeployError(f"-o {out}: the output name must end in .onnx")
+    longest, limit = max(len(out.name) + len(".data"), len(record_path(out).name)), _name_max(out.parent)
+    if longest > limit:
+        raise QnnDeployError(f"-o {out.name}: with its .data and .prepare.json files the name is too long for the "
+                             f"file system ({longest} > {limit} characters); give a shorter name")
+    if out.exists() and out.resolve() == src.resolve():
+        raise QnnDeployError(f"-o {out} is the source model; write the prepared model to a new file")
+    for path in (out, out.with_name(out.name + ".data"), record_path(out)):
+        if path.exists() and not path.is_file():
+            raise QnnDeployError(f"{path} exists and is not a file (a folder?): give -o another name, e.g. "
+                                 f"{out.parent / 'model.npu.onnx'}")
+    if out.exists() and not force:
+        raise QnnDeployError(f"{out} already exists; remove it or pass --force")
+
+
+def _name_max(folder: Path) -> int:
+    """The longest file name the file system takes in `folder` (or its nearest existing parent)."""
+    folder = folder.absolute()
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def _publish(final: Path, data: Path, record: Path, out: Path, force: bool) -> None:
+    """Move the data file, the record, then the model into place: a present OUT.onnx always has its data and
+    record. If a move fails, the files this run already moved are taken back out."""
+    out_data = out.with_name(out.name + ".data")
+    moved: list[Path] = []
+    try:
         if data.is_file():
             data.chmod(final.stat().st_mode & 0o777)  # onnx creates external data files owner-only
             os.replace(data, out_data)
+            moved.append(out_data)
         elif force and out_data.is_file():
             out_data.unlink()  # left over from an earlier external-data output of the same name
-        write_json(record_path(out), asdict(result))
+        os.replace(record, record_path(out))
+        moved.append(record_path(out))
         os.replace(final, out)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return result
+    except OSError as e:
+        for path in moved:
+            path.unlink(missing_ok=True)
+        raise QnnDeployError(f"cannot write {out}: {e.strerror or e}; nothing written") from None
 
 
 @dataclass

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy import __version__
-from qnndeploy.errors import EXIT_BAD_INPUT, QnnDeployError
+from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import sha256_file, write_json
 
 if TYPE_CHECKING:
@@ -109,11 +109,15 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
         raise QnnDeployError("--random must be 1 or more")
     if inputs is not None and not Path(inputs).is_dir():
         raise QnnDeployError(f"--inputs {inputs}: no such folder")
-    unknown = set(thresholds or {}) - set(THRESHOLDS["fp16"])
-    if unknown:
-        raise QnnDeployError(f"unknown threshold(s) {', '.join(sorted(unknown))}")
+    check_thresholds(thresholds or {})
     jobs = read_build(build)
     htp._require()
+    # Samples that do not fit are bad input: refuse them before anything runs or is written.
+    given: dict[str, tuple[list, dict]] = {}
+    for _, record in jobs if inputs is not None else []:
+        source = Path(record["input"]["path"])
+        if _validatable(record) and record["graph"] not in given and source.is_file():
+            given[record["graph"]] = _given_samples(inputs, record["graph"], source)
     random = random if random is not None or inputs is not None else 1
     described = ({"kind": "files", "folder": str(Path(inputs).resolve())} if inputs is not None
                  else {"kind": "random", "samples": random, "seed": seed, "distribution": RANDOM_NOTE})
@@ -122,7 +126,7 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
     if progress:
         progress(0, len(jobs), None)
     for folder, record in jobs:
-        results.append(_validate_one(folder, record, inputs, random, seed, thresholds or {}, per_graph))
+        results.append(_validate_one(folder, record, inputs, random, seed, thresholds or {}, per_graph, given))
         if progress:
             progress(len(results), len(jobs), results[-1])
     validated = [t for t in results if t.status in ("passed", "failed")]
@@ -130,8 +134,36 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
     return ValidationSummary(Path(build), described, results, ok)
 
 
+def check_thresholds(thresholds: dict) -> None:
+    """Refuse names and values no output could be judged by: a cosine outside [-1, 1], a NaN or infinite SNR,
+    a negative atol."""
+    unknown = set(thresholds) - set(THRESHOLDS["fp16"])
+    if unknown:
+        raise QnnDeployError(f"unknown threshold(s) {', '.join(sorted(unknown))}")
+    cosine, snr, atol = (thresholds.get(k) for k in ("min_cosine", "min_snr_db", "atol"))
+    if cosine is not None and not -1 <= cosine <= 1:
+        raise QnnDeployError(f"--min-cosine {cosine:g}: a cosine similarity lies between -1 and 1 (1 = identical)")
+    if snr is not None and not math.isfinite(snr):
+        raise QnnDeployError(f"--min-snr-db {snr:g}: give a finite number of dB, e.g. 30")
+    if atol is not None and not (math.isfinite(atol) and atol >= 0):
+        raise QnnDeployError(f"--atol {atol:g}: give a finite absolute tolerance of 0 or more, e.g. 1e-3")
+
+
+def _validatable(record: dict) -> bool:
+    return record.get("status") == "ok" and any(o["format"] == "ort-epcontext" for o in record.get("outputs", []))
+
+
+def _given_samples(inputs: Path, graph: str, source: Path) -> tuple[list, dict]:
+    """The samples from --inputs for one graph (DIR/<graph>/ when it exists, else DIR), and how to record them."""
+    folder = Path(inputs) / graph if (Path(inputs) / graph).is_dir() else Path(inputs)
+    samples = load_samples(folder, model_inputs(source))
+    used = {"kind": "files", "folder": str(folder.resolve()), "samples": len(samples),
+            "files": sorted(p.name for p in folder.iterdir() if p.suffix in (".npy", ".npz"))}
+    return samples, used
+
+
 def _validate_one(folder: Path, record: dict, inputs: Path | None, random: int | None, seed: int,
-                  overrides: dict, per_graph: dict) -> TargetValidation:
+                  overrides: dict, per_graph: dict, given: dict) -> TargetValidation:
     graph, soc_name, precision = record["graph"], record["soc"], record.get("precision")
     result = TargetValidation(graph, soc_name, precision, "skipped")
     if record.get("status") != "ok":
@@ -151,7 +183,7 @@ def _validate_one(folder: Path, record: dict, inputs: Path | None, random: int |
                 raise QnnDeployError(f"{folder / o['path']} changed since it was compiled: compile again")
         if graph not in per_graph:
             try:
-                per_graph[graph] = _reference(record, inputs, random, seed)
+                per_graph[graph] = _reference(record, given.get(graph), random, seed)
             except QnnDeployError as e:
                 per_graph[graph] = e
         if isinstance(per_graph[graph], QnnDeployError):
@@ -185,8 +217,10 @@ def _validate_one(folder: Path, record: dict, inputs: Path | None, random: int |
     return result
 
 
-def _reference(record: dict, inputs: Path | None, random: int | None, seed: int) -> tuple[list, list, dict]:
-    """The graph's input samples and the CPU outputs for them (computed once per graph, shared by its SoCs)."""
+def _reference(record: dict, given: tuple[list, dict] | None, random: int | None, seed: int
+               ) -> tuple[list, list, dict]:
+    """The graph's input samples (`given` from --inputs, else random) and the CPU outputs for them (computed once
+    per graph, shared by its SoCs)."""
     import onnxruntime as ort
 
     source = Path(record["input"]["path"])
@@ -194,14 +228,10 @@ def _reference(record: dict, inputs: Path | None, random: int | None, seed: int)
         raise QnnDeployError(f"the source model {source} is gone: the CPU reference needs it")
     if sha256_file(source) != record["input"]["sha256"]:
         raise QnnDeployError(f"{source} changed since the compile: compile again, then validate")
-    specs = model_inputs(source)
-    if inputs is not None:
-        folder = Path(inputs) / record["graph"] if (Path(inputs) / record["graph"]).is_dir() else Path(inputs)
-        samples = load_samples(folder, specs)
-        used = {"kind": "files", "folder": str(folder.resolve()), "samples": len(samples),
-                "files": sorted(p.name for p in folder.iterdir() if p.suffix in (".npy", ".npz"))}
+    if given is not None:
+        samples, used = given
     else:
-        samples = random_samples(specs, random, seed)
+        samples = random_samples(model_inputs(source), random, seed)
         used = {"kind": "random", "samples": random, "seed": seed, "distribution": RANDOM_NOTE}
     session = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
@@ -215,7 +245,7 @@ def _run_htp(ctx: Path, soc_name: str, precision: str | None, samples: list) -> 
     from qnndeploy import htp, socs
 
     try:
-        with htp.native_stdout_to_stderr():
+        with htp.quiet_native_stdout():
             session = ort.InferenceSession(str(ctx), htp.session_options(socs.find(soc_name),
                                                                          fp16=precision == "fp16"))
         names = [o.name for o in session.get_outputs()]
@@ -279,13 +309,13 @@ def judge(name: str, expected: list, actual: list, limits: dict) -> OutputMetric
 # --- inputs (compile's --calib reads them the same way) --------------------------------------------
 
 def model_inputs(path: Path) -> list[InputSpec]:
-    """The graph inputs a caller feeds (initializers listed as inputs excluded)."""
+    """The graph inputs a caller feeds (initializers listed as inputs excluded). The model is read by check's
+    loader, so a folder, an empty or truncated file or a damaged external data file is a one-line error."""
     import onnx
 
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as e:  # protobuf's DecodeError and friends
-        raise QnnDeployError(f"{path}: not a readable ONNX model ({type(e).__name__})", EXIT_BAD_INPUT) from None
+    from qnndeploy.onnxcheck import load_model
+
+    model = load_model(Path(path))
     inits = {i.name for i in model.graph.initializer}
     specs = []
     for vi in model.graph.input:
@@ -301,13 +331,10 @@ def model_inputs(path: Path) -> list[InputSpec]:
 def load_samples(folder: Path, specs: list[InputSpec]) -> list[dict]:
     """Samples from `folder`: each *.npz is one sample (one array per input name; any single name for a
     one-input graph); <input>.npy holds one sample, or several stacked on a new first axis."""
-    import numpy as np
-
     folder = Path(folder)
     samples: list[dict] = []
     for path in sorted(folder.glob("*.npz")):
-        with np.load(path) as data:
-            arrays = {k: data[k] for k in data.files}
+        arrays = read_arrays(path)
         if len(specs) == 1 and len(arrays) == 1:
             arrays = {specs[0].name: next(iter(arrays.values()))}
         missing = [s.name for s in specs if s.name not in arrays]
@@ -321,7 +348,10 @@ def load_samples(folder: Path, specs: list[InputSpec]) -> list[dict]:
             raise QnnDeployError(f"{folder}: .npy files for some inputs but not for {', '.join(missing)}")
         stacks = {}
         for s in specs:
-            arr = np.load(npy[s.name])
+            arrays = read_arrays(npy[s.name])
+            if len(arrays) != 1:
+                raise QnnDeployError(f"{npy[s.name]}: an archive of {len(arrays)} arrays; a .npy holds one array")
+            (arr,) = arrays.values()
             stacks[s.name] = arr if arr.ndim == len(s.shape) + 1 else arr[None]
         counts = {len(a) for a in stacks.values()}
         if len(counts) != 1:
@@ -332,6 +362,27 @@ def load_samples(folder: Path, specs: list[InputSpec]) -> list[dict]:
         names = ", ".join(f"{s.name}.npy" for s in specs)
         raise QnnDeployError(f"{folder}: no input samples (*.npz, or {names})")
     return samples
+
+
+def read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """Every array of one .npz file, or {stem: array} for a .npy file; any damage is a one-line error.
+    The one reader of sample files: validate, compile --calib and prepare --inputs all use it."""
+    import numpy as np
+
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.lib.npyio.NpzFile):  # a lazy archive: read every member now, then close it
+            with loaded:
+                return {k: loaded[k] for k in loaded.files}
+        return {Path(path).stem: loaded}
+    except Exception as e:  # numpy raises ValueError, EOFError, OSError, BadZipFile, zlib.error… for bad files
+        raise QnnDeployError(f"cannot read {path} as a NumPy array file ({_first_line(e).rstrip('.')}); save "
+                             "samples with numpy.save or numpy.savez") from None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _fit(arr: np.ndarray, spec: InputSpec, path: Path) -> np.ndarray:

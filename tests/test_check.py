@@ -16,6 +16,7 @@ from conftest import require
 from ppocr import model_path
 
 from qnndeploy import htp, onnxcheck
+from qnndeploy import socs as catalog
 from qnndeploy.cli import cli
 from qnndeploy.errors import QnnDeployError
 
@@ -200,3 +201,45 @@ def test_without_onnxruntime_qnn_the_graph_is_still_checked(tmp_path, monkeypatc
     report = onnxcheck.check_model(save(tmp_path, sm.static_mlp()))
     assert not report.htp.measured and "not installed" in report.htp.reason
     assert codes(report, "warning") == {"htp"} and report.verdict == "ready"
+
+
+# --- what a reviewer broke it with -------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind, message", [("folder", "is a folder, not an ONNX model file"),
+                                           ("fifo", "is a FIFO (named pipe), not an ONNX model file"),
+                                           ("device", "is a character device, not an ONNX model file")])
+def test_a_path_that_is_no_regular_file_says_what_it_is(tmp_path, kind, message):
+    import os
+
+    path = {"folder": tmp_path / "m.onnx", "fifo": tmp_path / "m.onnx", "device": "/dev/null"}[kind]
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)  # opening it would block: check must only stat it
+    result = CliRunner().invoke(cli, ["check", str(path)])
+    assert result.exit_code == 2 and result.output == f"error: {path} {message}: give the path of the .onnx file\n"
+
+
+def test_truncated_external_data_is_named_before_any_measurement(tmp_path):
+    path = sm.save_with_external_data(sm.static_mlp(), tmp_path / "ext.onnx")
+    data = tmp_path / "ext.onnx.weights"
+    data.write_bytes(data.read_bytes()[:64])
+    with pytest.raises(QnnDeployError, match=r"the external data file .*ext.onnx.weights is truncated or damaged: "
+                                             r"tensor W needs bytes 0-512, the file has 64"):
+        onnxcheck.check_model(path)
+
+
+def test_a_soc_whose_htp_takes_nothing_is_blamed_not_the_model(tmp_path, qnn):
+    """QAIRT 2.51 lists SSG2115P but its HTP compiler refuses every node for it: the model is not the cause."""
+    path = save(tmp_path, sm.static_mlp())
+    assert onnxcheck.htp_takes_nothing(catalog.find("SSG2115P"))
+    assert not onnxcheck.htp_takes_nothing(catalog.find("SM8750"))
+    report = onnxcheck.check_model(path, soc="SSG2115P")
+    assert report.verdict == "not ready" and report.htp.qnn_partitions == 0
+    (finding,) = [f for f in report.findings if f.code == "htp"]
+    assert "takes no node at all for SSG2115P (soc_model 46, v73)" in finding.message
+    assert "re-export" not in finding.fix and "another SoC" in finding.fix
+    # a model the HTP really cannot run is still blamed on its ops
+    (op,) = [f for f in onnxcheck.check_model(save(tmp_path, sm.only_unsupported(), "d.onnx")).findings
+             if f.code == "htp"]
+    assert "Det ×1" in op.message and "re-export" in op.fix

@@ -10,12 +10,14 @@ import re
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jsonschema
 import numpy as np
 import onnx
 import pytest
+import synth_models as sm
 from click.testing import CliRunner
 from conftest import require
 from onnx import TensorProto as T
@@ -184,16 +186,35 @@ def test_bad_input_is_refused_before_anything_is_written(models, tmp_path):
     wrong = tmp_path / "wrong"
     wrong.mkdir()
     np.savez(wrong / "0.npz", x=np.zeros([1, 3, 8, 8], np.float32))
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / "x.npy").write_text("garbage\n")
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    folder = tmp_path / "folder.onnx"
+    folder.mkdir()
+    (tmp_path / "ext").mkdir()
+    truncated = sm.save_with_external_data(sm.static_mlp(), tmp_path / "ext" / "m.onnx")
+    data = truncated.with_name("m.onnx.weights")
+    data.write_bytes(data.read_bytes()[:100])
     cases = [
         (["compile", models["cls"], "--soc", "SM8750", "--precision", "w8a16", "--calib", wrong],
          "input 'x' has shape [1, 3, 8, 8], the model needs [1, 3, 48, 192]"),
         (["compile", models["cls"], "--soc", "SM8750", "--calib", wrong], "--calib applies to --precision w8a16"),
-        (["compile", tmp_path / "missing.onnx", "--soc", "SM8750"], "no such model file"),
+        (["compile", tmp_path / "missing.onnx", "--soc", "SM8750"], "missing.onnx: no such file"),
         (["compile", model_path("cls"), "--soc", "SM8750"], "dynamic size"),
         (["compile", models["cls"], "--soc", "SM9999"], "unknown SoC 'SM9999'"),
         (["compile", models["cls"], "--soc", "SM8750", "--precision", "w8a16"], "w8a16 needs --calib DIR"),
         (["compile", models["cls"], f"cls={models['rec']}", "--soc", "SM8750"], "would both be graph 'cls'"),
-        (["compile", f"bad/name={models['cls']}", "--soc", "SM8750"], "graph name 'bad/name'"),
+        (["compile", f"bad name={models['cls']}", "--soc", "SM8750"], "graph name 'bad name'"),
+        (["compile", f"bad/name={models['cls']}", "--soc", "SM8750"], f"bad/name={models['cls']}: no such file"),
+        (["compile", empty, "--soc", "SM8750"], "is not an ONNX model"),
+        (["compile", folder, "--soc", "SM8750"], "is a folder, not an ONNX model file"),
+        (["compile", "/dev/null", "--soc", "SM8750"], "/dev/null is a character device"),
+        (["compile", truncated, "--soc", "SM8750"], "is truncated or damaged"),
+        (["compile", models["cls"], "--soc", "SM8750", "--precision", "w8a16", "--calib", garbage],
+         "as a NumPy array file"),
+        (["compile", models["cls"], "--soc", "SM8750", "--cache-dir", empty], "is a file, not a folder"),
     ]
     for args, message in cases:
         result = run(*args, "-o", out)
@@ -308,7 +329,8 @@ def test_qairt_backend_runs_the_sdk_tools_as_documented(models, tmp_path, standi
     machine, = struct.unpack_from("<H", lib, 18)
     p_align, = struct.unpack_from("<Q", lib, 64 + 48)
     assert (machine, p_align) == (183, 16384)  # aarch64, 16 KB pages from LDFLAGS
-    assert not list((out / "cls").glob(".qairt-*"))  # the work folder is gone
+    assert [p.name for p in (out / "cls").iterdir()] == ["SM8750"]  # no work folder left beside the job
+    assert "/.SM8750.partial-" in str(work)  # the temporary files lived inside the job's staging folder
 
 
 def test_qairt_w8a16_passes_calibration_as_an_input_list(models, tmp_path, standin, monkeypatch):
@@ -348,3 +370,137 @@ def test_standin_tools_reject_flags_the_real_tools_reject(tmp_path):
     missing = subprocess.run([sys.executable, tool / "qnn-context-binary-generator", "--model", "x.so"],
                              capture_output=True, text=True)
     assert missing.returncode == 2 and "--backend" in missing.stderr
+
+
+# --- what a reviewer broke it with -------------------------------------------------------------------
+
+def relu_graph(path: Path) -> Path:
+    graph = h.make_graph([h.make_node("Relu", ["x"], ["y"], name="relu0")], "relu",
+                         [h.make_tensor_value_info("x", T.FLOAT, [1, 8])], [h.make_tensor_value_info("y", T.FLOAT, [1, 8])])
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_unsupported_nodes_are_named_when_onnxruntime_does_not_name_them(tmp_path):
+    """With every node unsupported, onnxruntime says only "nodes assigned to the default CPU EP"."""
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler)")
+    graph = h.make_graph([h.make_node("Sinh", ["x"], ["y"], name="bad0")], "sinh",
+                         [h.make_tensor_value_info("x", T.FLOAT, [1, 8])], [h.make_tensor_value_info("y", T.FLOAT, [1, 8])])
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), tmp_path / "sinh.onnx")
+    result = run("compile", tmp_path / "sinh.onnx", "--soc", "SM8750", "-o", tmp_path / "b", "--no-cache")
+    assert result.exit_code == 1
+    assert re.search(r"FAILED\s+sinh\s+SM8750\s+the HTP cannot run 1 node\(s\): bad0 \(Sinh\)", result.output)
+    assert "Unsupported nodes in QNN EP" not in (tmp_path / "b" / "logs" / "sinh-SM8750.log").read_text()
+
+
+def test_a_soc_whose_htp_takes_nothing_is_named_as_the_cause(tmp_path):
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler)")
+    result = run("compile", relu_graph(tmp_path / "relu.onnx"), "--soc", "SSG2115P", "-o", tmp_path / "b",
+                 "--no-cache")
+    assert result.exit_code == 1
+    rec = record(tmp_path / "b", "relu", "SSG2115P")
+    assert rec["error"].startswith("the HTP compiler of QAIRT 2.51.0 takes no node at all for SSG2115P")
+    assert "drop --soc SSG2115P" in rec["error"] and "change these ops" not in rec["error"]
+
+
+def test_name_is_path_only_for_graph_names(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a=b").mkdir()
+    relu_graph(tmp_path / "a=b" / "relu.onnx")
+    (tmp_path / "x=y.onnx").write_bytes(b"")
+    args = ["adv/a=b/relu.onnx", "a=b/relu.onnx", "x=y.onnx", "det=m/det.onnx", "z=x=y.onnx"]
+    assert list(stage.models_from_args(args[:1]).items()) == [("relu", Path("adv/a=b/relu.onnx"))]
+    assert stage.models_from_args(args[1:]) == {
+        "relu": Path("a=b/relu.onnx"), "x=y": Path("x=y.onnx"), "det": Path("m/det.onnx"), "z": Path("x=y.onnx")}
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler)")
+    result = run("compile", "a=b/relu.onnx", "--soc", "SM8750", "-o", "my build", "--no-cache")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "my build" / "relu" / "SM8750" / "relu.bin").is_file()
+    assert "next: qnndeploy validate 'my build'" in result.output  # shell-quoted
+
+
+def test_a_rerun_removes_what_a_killed_compile_left(tmp_path):
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler)")
+    out = tmp_path / "b"
+    graph = out / "relu"
+    stale = [graph / ".SM8750.partial-abc", graph / ".work-def", graph / ".SM8750.old-123"]
+    for p in [*stale, graph / ".SM8550.partial-ghi"]:
+        p.mkdir(parents=True)
+        (p / "job.json").write_text("{}")
+    summary = stage.compile_models({"relu": relu_graph(tmp_path / "relu.onnx")}, ["SM8750"], out, use_cache=False)
+    assert summary.ok
+    # this run's job is SM8750: its leftovers go; another SoC's staging folder may belong to a running compile
+    assert sorted(p.name for p in graph.iterdir()) == [".SM8550.partial-ghi", "SM8750"]
+
+
+def _pids_mentioning(text: str) -> list[int]:
+    """Processes whose command line contains `text` (a worker's names its job spec inside the build folder)."""
+    found = []
+    for p in Path("/proc").glob("[0-9]*"):
+        try:
+            if text in (p / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(p.name))
+        except OSError:
+            pass  # ended meanwhile
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_stopping_kills_each_tool_with_its_children_and_waits(tmp_path):
+    """What Ctrl-C or SIGTERM does to the running tools: their whole process group dies before compile returns."""
+    import threading
+
+    pids = tmp_path / "pids"
+    script = ("import os, subprocess, sys, time\n"
+              "child = subprocess.Popen(['sleep', '600'])\n"
+              f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
+              "time.sleep(600)\n")
+    tools, raised = stage.Tools(), []
+
+    def job() -> None:
+        try:
+            with open(tmp_path / "log", "w") as log:
+                tools.run([sys.executable, "-c", script], log)
+        except KeyboardInterrupt:
+            raised.append(True)
+
+    thread = threading.Thread(target=job)
+    thread.start()
+    for _ in range(600):  # the tool starts in well under a second; give a loaded machine 60 s
+        if pids.is_file() and len(pids.read_text().split()) == 2:
+            break
+        thread.join(0.1)
+    tool, child = map(int, pids.read_text().split())
+    tools.stop()
+    thread.join()
+    assert raised == [True] and not _alive(tool) and not _alive(child)
+    with pytest.raises(KeyboardInterrupt), open(tmp_path / "log", "a") as log:  # no new tool once stopping
+        tools.run([sys.executable, "-c", "pass"], log)
+
+
+def test_interrupted_compile_leaves_no_worker_and_no_partial_folder(models, tmp_path):
+    """SIGINT to the compile process alone (the worker gets none): the worker must be stopped, not finish."""
+    import signal
+
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler)")
+    out = tmp_path / "b"
+    proc = subprocess.Popen([sys.executable, "-m", "qnndeploy", "compile", str(models["rec"]), "--soc", "SM8750",
+                             "-o", str(out), "--no-cache"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for _ in range(600):  # the job spec appears just before its worker process starts
+        if list(out.glob("rec/.SM8750.partial-*/.tmp-*/job.json")) or proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, output
+    assert "interrupted" in output and "Traceback" not in output
+    assert [pid for pid in _pids_mentioning(str(out)) if _alive(pid)] == []
+    assert sorted(p.name for p in (out / "rec").iterdir()) == []  # no partial folder, no half-made job
+    assert "interrupted" in (out / "logs" / "rec-SM8750.log").read_text()

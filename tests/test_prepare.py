@@ -172,6 +172,8 @@ def test_cli_prepare_then_check_is_ready(tmp_path):
     (["--shape", "x=1,16", "--freeze", "x=1,2"], "2 value(s) given, input x [1, 16] holds 16"),
     (["--shape", "x=1,16", "--freeze", "rate=1"], "the model has no input rate"),
     (["--shape", "x=1,16", "--inputs", "nowhere"], "no such folder"),
+    (["--shape", "x=1,16", "--tolerance", "-1"], "--tolerance -1.0: give a number of 0 or more"),
+    (["--shape", "x=1,16", "--tolerance", "nan"], "--tolerance nan: give a number of 0 or more"),
 ])
 def test_bad_options_are_one_line_errors_and_write_nothing(tmp_path, args, message):
     src = save(tmp_path, sm.static_mlp("N"))
@@ -200,3 +202,76 @@ def test_non_onnx_and_truncated_sources(tmp_path):
         result = CliRunner().invoke(cli, ["prepare", str(src), "-o", str(tmp_path / "out.onnx")])
         assert result.exit_code == 2 and "is not an ONNX model" in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.onnx", "notes.onnx"]
+
+
+# --- what a reviewer broke it with -------------------------------------------------------------------
+
+def test_an_output_path_that_is_a_folder_is_refused_without_writing(tmp_path):
+    src = save(tmp_path, sm.static_mlp())
+    (tmp_path / "dir.onnx").mkdir()
+    result = CliRunner().invoke(cli, ["prepare", str(src), "-o", str(tmp_path / "dir.onnx"), "--force"])
+    assert result.exit_code == 2 and result.output.startswith("error: ") and result.output.count("\n") == 1
+    assert "is not a file (a folder?)" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.onnx", "m.onnx"]  # no dir.prepare.json
+    assert list((tmp_path / "dir.onnx").iterdir()) == []
+
+
+@pytest.mark.parametrize("kind, message", [("folder", "is a folder"), ("fifo", "is a FIFO"),
+                                           ("device", "is a character device")])
+def test_a_source_that_is_no_regular_file_says_what_it_is(tmp_path, kind, message):
+    import os
+
+    src = {"folder": tmp_path / "m.onnx", "fifo": tmp_path / "m.onnx", "device": "/dev/null"}[kind]
+    if kind == "folder":
+        src.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(src)
+    result = CliRunner().invoke(cli, ["prepare", str(src), "-o", str(tmp_path / "out.onnx")])
+    assert result.exit_code == 2 and message in result.output and "no such file" not in result.output
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_a_truncated_external_data_file_is_named_as_such(tmp_path):
+    src = sm.save_with_external_data(sm.static_mlp(), tmp_path / "ext.onnx")
+    data = tmp_path / "ext.onnx.weights"
+    data.write_bytes(data.read_bytes()[:100])
+    result = CliRunner().invoke(cli, ["prepare", str(src), "-o", str(tmp_path / "out" / "m.onnx")])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert f"the external data file {data} is truncated or damaged" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ext.onnx", "ext.onnx.weights"]
+
+
+def test_long_names_work_up_to_the_file_system_limit(tmp_path):
+    """A 245-character output name: the work folder must not be named after it (that exceeds 255)."""
+    src = save(tmp_path, sm.static_mlp())
+    out = tmp_path / ("a" * 240 + ".onnx")
+    result = prepare.prepare_model(src, out)
+    assert out.is_file() and prepare.record_path(out).is_file() and result.output == str(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["m.onnx", out.name, prepare.record_path(out).name])
+    too_long = tmp_path / ("b" * 245 + ".onnx")  # its .prepare.json would be 258 characters
+    result = CliRunner().invoke(cli, ["prepare", str(src), "-o", str(too_long)])
+    assert result.exit_code == 2 and "too long for the file system" in result.output
+    assert not too_long.exists()
+
+
+def test_damaged_input_samples_are_one_line_errors(tmp_path):
+    src = save(tmp_path, sm.static_mlp())
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    (inputs / "x.npy").write_text("garbage\n")
+    result = CliRunner().invoke(cli, ["prepare", str(src), "-o", str(tmp_path / "out" / "o.onnx"),
+                                      "--inputs", str(inputs)])
+    assert result.exit_code == 2 and result.output.count("\n") == 1
+    assert f"cannot read {inputs / 'x.npy'} as a NumPy array file" in result.output
+    assert not (tmp_path / "out").exists()  # the folder -o would have made is gone again
+
+
+def test_next_command_is_shell_quoted(tmp_path):
+    import shlex
+
+    src = save(tmp_path, sm.static_mlp())
+    out = tmp_path / "my out" / "it's.onnx"
+    result = CliRunner().invoke(cli, ["prepare", str(src), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    (line,) = [x for x in result.output.splitlines() if x.startswith("next: ")]
+    assert shlex.split(line.removeprefix("next: ")) == ["qnndeploy", "check", str(out)]

@@ -95,8 +95,10 @@ def test_inputs_folder_per_graph(cls_build, tmp_path):
     rec = json.loads((cls_build / "cls" / "SM8750" / "validation.json").read_text())
     assert rec["inputs"] == {"kind": "files", "folder": str(inputs), "samples": 2, "files": ["x.npy"]}
     np.save(inputs / "x.npy", np.zeros([1, 3, 48, 100], np.float32))
+    before = (cls_build / "cls" / "SM8750" / "validation.json").stat().st_mtime_ns
     result = run("validate", cls_build, "--inputs", tmp_path / "inputs")
-    assert result.exit_code == 1 and "ERROR cls" in result.output and "has shape [1, 3, 48, 100]" in result.output
+    assert result.exit_code == 2 and "has shape [1, 3, 48, 100]" in result.output  # bad input: nothing run
+    assert (cls_build / "cls" / "SM8750" / "validation.json").stat().st_mtime_ns == before
     both = run("validate", cls_build, "--inputs", tmp_path / "inputs", "--random", "2")
     assert both.exit_code == 2 and "not both" in both.output
 
@@ -175,3 +177,48 @@ def test_metrics_on_known_arrays():
     assert flat.passed and flat.judged_on == "max_abs_diff"
     off = stage.judge("y", [ref], [-ref], limits)
     assert not off.passed and off.cosine < 0
+
+
+# --- what a reviewer broke it with -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def relu_build(tmp_path_factory):
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
+    folder = tmp_path_factory.mktemp("relu")
+    out = folder / "build"
+    assert compile_stage.compile_models({"relu": _relu(folder)}, ["SM8750"], out, use_cache=False).ok
+    return out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--min-cosine", "2"], "--min-cosine 2: a cosine similarity lies between -1 and 1"),
+    (["--min-cosine", "nan"], "--min-cosine nan"),
+    (["--min-snr-db", "inf"], "--min-snr-db inf: give a finite number of dB"),
+    (["--atol", "-1"], "--atol -1: give a finite absolute tolerance of 0 or more"),
+    (["--atol", "nan"], "--atol nan"),
+])
+def test_thresholds_no_output_could_meet_are_refused(relu_build, args, message):
+    result = run("validate", relu_build, *args)
+    assert result.exit_code == 2 and result.output.startswith("error: ") and result.output.count("\n") == 1
+    assert message in result.output
+    assert not (relu_build / "relu" / "SM8750" / "validation.json").exists()
+
+
+def test_an_inputs_folder_without_usable_samples_is_bad_input(relu_build, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / "x.npy").write_text("garbage\n")
+    (tmp_path / "zip").mkdir()
+    (tmp_path / "zip" / "0.npz").write_bytes(b"PK\x03\x04 cut short")
+    for folder, message in ((empty, "no input samples (*.npz, or x.npy)"),
+                            (garbage, f"cannot read {garbage / 'x.npy'} as a NumPy array file"),
+                            (tmp_path / "zip", "0.npz as a NumPy array file")):
+        result = run("validate", relu_build, "--inputs", folder)
+        assert result.exit_code == 2 and result.output.startswith("error: ") and message in result.output, folder
+        assert result.output.count("\n") == 1
+    assert not (relu_build / "relu" / "SM8750" / "validation.json").exists()
+    np.save(garbage / "x.npy", np.ones([1, 4], np.float32))  # the same folder, fixed: validates
+    assert run("validate", relu_build, "--inputs", garbage).exit_code == 0
+    (relu_build / "relu" / "SM8750" / "validation.json").unlink()  # the module's other tests expect none

@@ -15,7 +15,10 @@ import json
 import os
 import re
 import shutil
+import signal
+import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -42,7 +45,73 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # the bundle manifes
 
 
 class CompileError(Exception):
-    """One job failed; the message is for the summary. Other jobs go on."""
+    """One job failed; the message is for the summary. Other jobs go on.
+
+    `final`: the message already names the cause; the summary must not replace it with the log's findings.
+    """
+
+    def __init__(self, message: str, final: bool = False) -> None:
+        super().__init__(message)
+        self.final = final
+
+
+class Tools:
+    """Runs the jobs' tool processes, each in its own process group, and stops them all on an interrupt.
+
+    A tool never gets the terminal's Ctrl-C itself: the runner stops it, waits for it, and only then do the job
+    threads remove their partial folders, so no tool writes into the build after compile returns.
+    """
+
+    GRACE_S = 5.0  # after SIGTERM, the time a tool gets before SIGKILL
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen] = set()
+        self._stopping = False
+
+    def run(self, cmd: list[str], log: IO[str], env: dict[str, str] | None = None) -> int:
+        """Run one tool to its end, its output appended to `log`; its exit code. Raises KeyboardInterrupt when
+        the compile is being stopped (before the start, or because the tool was stopped)."""
+        log.flush()
+        with self._lock:
+            if self._stopping:
+                raise KeyboardInterrupt
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+            self._running.add(proc)
+        try:
+            code = proc.wait()
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+        if self._stopping or code in (-signal.SIGINT, 130):
+            raise KeyboardInterrupt
+        return code
+
+    def stop(self) -> None:
+        """Stop every running tool and its children (SIGTERM, then SIGKILL after GRACE_S) and wait for them."""
+        with self._lock:
+            self._stopping = True
+            procs = list(self._running)
+        self._signal(procs, signal.SIGTERM)
+        deadline = time.monotonic() + self.GRACE_S
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        self._signal(procs, signal.SIGKILL)
+        for proc in procs:
+            proc.wait()
+
+    @staticmethod
+    def _signal(procs: list[subprocess.Popen], sig: int) -> None:
+        for proc in procs:
+            if proc.returncode is None:  # not reaped: its process group is still ours
+                try:
+                    os.killpg(proc.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
 
 @dataclass
@@ -78,8 +147,9 @@ class Backend(Protocol):
     def options(self, soc: Soc, precision: str) -> dict:
         """The backend settings a job uses, recorded in the compile record."""
 
-    def compile(self, job: Job, work: Path, log: IO[str]) -> Compiled:
-        """Write the job's outputs into `work` (empty); append every tool's output to `log`; raise CompileError."""
+    def compile(self, job: Job, work: Path, log: IO[str], tools: Tools) -> Compiled:
+        """Write the job's outputs into `work` (empty), running every tool through `tools` (its output goes to
+        `log`); temporary files go in `work` too, removed before returning. Raise CompileError."""
 
 
 @dataclass
@@ -116,11 +186,15 @@ Progress = Callable[[int, int, "JobResult | None"], None]  # (jobs done, jobs to
 
 
 def models_from_args(args: list[str]) -> dict[str, Path]:
-    """`path.onnx` (graph named after the file stem) or `name=path.onnx`, as the command line takes them."""
+    """`path.onnx` (graph named after the file stem) or `name=path.onnx`, as the command line takes them.
+
+    NAME=PATH only when NAME could be a graph name (no '/') and the whole argument is not itself a file:
+    `dir/a=b/m.onnx` and an existing `a=b.onnx` are paths.
+    """
     models: dict[str, Path] = {}
     for arg in args:
         name, sep, path = arg.partition("=")
-        if not sep:
+        if not sep or "/" in name or (Path(arg).is_file() and not Path(path).is_file()):
             name, path = Path(arg).stem, arg
         if name in models:
             raise QnnDeployError(f"two models would both be graph '{name}': name them, e.g. {name}2=PATH.onnx")
@@ -177,7 +251,10 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
         raise QnnDeployError(f"-o {out} is a file; give a folder for the build")
     calibs = {g: _calibration_dir(calib, g) for g in graphs} if calib is not None else {}
     be = get_backend(backend, qnn_sdk_root)
-    store = (cache_dir or default_cache_dir()) if use_cache else None
+    store = Path(cache_dir or default_cache_dir()).expanduser() if use_cache else None
+    if store is not None and store.exists() and not store.is_dir():
+        raise QnnDeployError(f"the compile cache {store} is a file, not a folder: give a folder with --cache-dir "
+                             "(or $QNNDEPLOY_CACHE_DIR), or pass --no-cache")
 
     plan = []
     for graph, model in graphs.items():
@@ -193,24 +270,52 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
         (out / "logs").mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise QnnDeployError(f"cannot create {out / 'logs'}: {e.strerror}") from None
+    for job in plan:
+        _remove_leftovers(job)
     results: list[JobResult] = []
     if progress:
         progress(0, len(plan), None)
+    tools = Tools()
     pool = ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1)
     try:
-        futures = [pool.submit(_run_job, job, be, store, out) for job in plan]
+        futures = [pool.submit(_run_job, job, be, store, out, tools) for job in plan]
         for fut in as_completed(futures):
             results.append(fut.result())
             if progress:
                 progress(len(results), len(plan), results[-1])
-    except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)
+    except BaseException:  # Ctrl-C, SIGTERM (the CLI turns it into KeyboardInterrupt), or a bug
+        _cancel(pool, tools)
         raise
     pool.shutdown()
     order = {(j.graph, j.soc.model): i for i, j in enumerate(plan)}
     results.sort(key=lambda r: order[(r.graph, r.soc)])
     return CompileSummary(out, be.name, precision, be.qairt_version, round(time.monotonic() - start, 3), results,
                           all(r.status != "failed" for r in results))
+
+
+def _cancel(pool: ThreadPoolExecutor, tools: Tools) -> None:
+    """Stop the running tools, drop the queued jobs and wait until every job thread has removed its partial
+    folder, even through more Ctrl-C presses: after this, nothing writes into the build."""
+    while True:
+        try:
+            tools.stop()
+            pool.shutdown(wait=True, cancel_futures=True)
+            return
+        except KeyboardInterrupt:
+            continue
+
+
+def _remove_leftovers(job: Job) -> None:
+    """Remove what an earlier compile of this job left when it was killed: its staging and replaced folders
+    (.<SoC>.partial-*, .<SoC>.old-*), and the .work-*/.qairt-* folders earlier builds of qnndeploy kept beside
+    them (a compile now keeps its temporary files inside its staging folder)."""
+    prefixes = (f".{job.soc.model}.partial-", f".{job.soc.model}.old-", ".work-", ".qairt-")
+    try:
+        stale = [p for p in job.folder.parent.iterdir() if p.name.startswith(prefixes)]
+    except OSError:
+        return
+    for p in stale:
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
 
 # --- planning --------------------------------------------------------------------------------------
@@ -229,6 +334,9 @@ def _targets(names: list[str], precision: str) -> list[Soc]:
 
 
 def _graphs(models: dict[str, Path]) -> dict[str, Path]:
+    """Every model must be a readable ONNX file with static inputs: an empty, damaged or wrong file is bad input,
+    refused before any job starts."""
+    from qnndeploy.onnxcheck import require_model_file
     from qnndeploy.validate import model_inputs
 
     graphs: dict[str, Path] = {}
@@ -237,8 +345,7 @@ def _graphs(models: dict[str, Path]) -> dict[str, Path]:
             raise QnnDeployError(f"graph name '{name}' must be letters, digits, '.', '_' or '-' (at most 64), "
                                  f"starting with a letter or digit: pass NAME=PATH.onnx")
         path = Path(path).expanduser().resolve()
-        if not path.is_file():
-            raise QnnDeployError(f"{path}: no such model file")
+        require_model_file(path)
         if path.suffix.lower() != ".onnx":
             raise QnnDeployError(f"{path}: expected an .onnx model")
         for spec in model_inputs(path):
@@ -280,7 +387,7 @@ def _cache_key(graph: str, model_sha256: str, soc: Soc, be: Backend, precision: 
 
 # --- one job ---------------------------------------------------------------------------------------
 
-def _run_job(job: Job, be: Backend, store: Path | None, out: Path) -> JobResult:
+def _run_job(job: Job, be: Backend, store: Path | None, out: Path, tools: Tools) -> JobResult:
     start = time.monotonic()
     if store is not None:
         hit = _from_cache(job, store)
@@ -294,7 +401,7 @@ def _run_job(job: Job, be: Backend, store: Path | None, out: Path) -> JobResult:
         log.flush()
         with staging_dir(job.folder, force=True) as work:
             try:
-                compiled = be.compile(job, work, log)
+                compiled = be.compile(job, work, log, tools)
                 log.flush()
                 record = _ok_record(job, be, work, compiled, time.monotonic() - start, out)
             except (CompileError, QnnDeployError, OSError) as e:  # this job failed; the others go on
@@ -302,7 +409,11 @@ def _run_job(job: Job, be: Backend, store: Path | None, out: Path) -> JobResult:
                 log.flush()
                 for p in work.iterdir():
                     shutil.rmtree(p) if p.is_dir() else p.unlink()
-                record = _failed_record(job, be, str(e), time.monotonic() - start, out)
+                record = _failed_record(job, be, str(e), time.monotonic() - start, out,
+                                        final=getattr(e, "final", False))
+            except BaseException:
+                log.write("\nqnndeploy: interrupted: this job's outputs were discarded\n")
+                raise
             write_json(work / RECORD_FILE, record)
     if record["status"] == "ok" and store is not None:
         _store(job, store)
@@ -348,10 +459,10 @@ def _ok_record(job: Job, be: Backend, work: Path, compiled: Compiled, seconds: f
             "cache_key": job.cache_key}
 
 
-def _failed_record(job: Job, be: Backend, error: str, seconds: float, out: Path) -> dict:
+def _failed_record(job: Job, be: Backend, error: str, seconds: float, out: Path, final: bool = False) -> dict:
     findings = logs.parse_file(job.log)
     unsupported = [f.message for f in logs.parse_file(job.log, limit=None) if f.kind == logs.UNSUPPORTED]
-    if unsupported:
+    if unsupported and not final:
         more = f"; and {len(unsupported) - 3} more" if len(unsupported) > 3 else ""
         error = (f"the HTP cannot run {len(unsupported)} node(s): {'; '.join(unsupported[:3])}{more}. CPU fallback "
                  f"is off, so the compile stops: change these ops in the export (qnndeploy check lists them)")

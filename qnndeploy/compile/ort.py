@@ -11,15 +11,13 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from qnndeploy import epcontext, htp
-from qnndeploy.compile import Compiled, CompileError, Job
+from qnndeploy.compile import Compiled, CompileError, Job, Tools, logs
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import write_json
 
@@ -52,26 +50,23 @@ class OrtBackend:
             options["quantization"] = QUANTIZATION
         return options
 
-    def compile(self, job: Job, work: Path, log: IO[str]) -> Compiled:
-        with tempfile.TemporaryDirectory(prefix=".work-", dir=job.folder.parent) as tmp:
+    def compile(self, job: Job, work: Path, log: IO[str], tools: Tools) -> Compiled:
+        # Temporary files live inside the staging folder: an interrupted job leaves one folder to remove.
+        with tempfile.TemporaryDirectory(prefix=".tmp-", dir=work) as tmp:
             spec = {"graph": job.graph, "model": str(job.model), "soc": job.soc.model, "precision": job.precision,
                     "calibration": str(job.calibration) if job.calibration else None, "work": str(work),
-                    "tmp": tmp, "result": str(Path(tmp) / "result.json")}
+                    "tmp": tmp, "result": str(Path(tmp) / "result.json"), "log": str(job.log)}
             spec_path = Path(tmp) / "job.json"
             spec_path.write_text(json.dumps(spec))
-            log.flush()
-            proc = subprocess.run([sys.executable, "-m", "qnndeploy.compile.ort", str(spec_path)],
-                                  stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            if proc.returncode in (-signal.SIGINT, 130):
-                raise KeyboardInterrupt
+            code = tools.run([sys.executable, "-m", "qnndeploy.compile.ort", str(spec_path)], log,
+                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
             try:
                 result = json.loads(Path(spec["result"]).read_text())
             except (OSError, ValueError):
-                raise CompileError(f"the compiler process died (exit {proc.returncode}) before finishing; "
+                raise CompileError(f"the compiler process died (exit {code}) before finishing; "
                                    f"see the log") from None
         if not result["ok"]:
-            raise CompileError(result["error"])
+            raise CompileError(result["error"], final=result.get("final", False))
         return Compiled([tuple(f) for f in result["files"]], result["warnings"])
 
 
@@ -99,7 +94,7 @@ def run(spec: dict) -> dict:
     try:
         ort.InferenceSession(str(model), htp.session_options(soc, fp16=fp16, context_path=ctx, log_level=1))
     except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph types
-        raise QnnDeployError(_ort_message(e)) from None
+        raise _explained(model, soc, fp16, _ort_message(e), spec.get("log")) from None
     written = work / f"{ctx.stem}_qnn.bin"
     if not written.is_file():
         raise QnnDeployError(f"onnxruntime-qnn wrote no context binary next to {ctx.name}")
@@ -114,6 +109,32 @@ def run(spec: dict) -> dict:
     except Exception as e:
         raise QnnDeployError(f"the renamed context does not load: {_ort_message(e)}") from None
     return {"files": [[binary.name, "qnn-context-binary"], [ctx.name, "ort-epcontext"]], "warnings": warnings}
+
+
+class SocTakesNothing(QnnDeployError):
+    """The compile failed because the HTP compiler takes no node for the SoC: the message says so, as is."""
+
+
+def _explained(model: Path, soc: Soc, fp16: bool, message: str, log: str | None) -> QnnDeployError:
+    """The error for a refused graph, with what onnxruntime's message leaves out. Partitioning the model again
+    with CPU fallback allowed (check's measurement) finds the nodes the HTP leaves to the CPU: when there are
+    none on the HTP and it takes not even a lone Relu for this SoC, the SoC is the cause, not the model; else,
+    when the log names no node, the nodes found go into it in the line the summary reads."""
+    from qnndeploy import onnxcheck
+
+    try:
+        measured = onnxcheck.measure_htp(model, soc, fp16=fp16)
+    except QnnDeployError:
+        return QnnDeployError(message)
+    if not (measured.measured and measured.cpu_nodes):
+        return QnnDeployError(message)
+    if not measured.qnn_partitions and onnxcheck.htp_takes_nothing(soc):
+        return SocTakesNothing(f"{onnxcheck.soc_takes_nothing(soc, measured.qairt)}; drop --soc {soc.model} "
+                               "(its phones keep the CPU fallback)")
+    named = log is not None and any(f.kind == logs.UNSUPPORTED for f in logs.parse_file(Path(log)))
+    if not named:
+        print(logs.cpu_nodes_line([(n.name, n.op_type) for n in measured.cpu_nodes]), flush=True)
+    return QnnDeployError(message)
 
 
 def quantize(model: Path, calibration: Path, out: Path) -> tuple[Path, int]:
@@ -160,7 +181,7 @@ def main(argv: list[str]) -> int:
         result = {"ok": True, **run(spec)}
     except QnnDeployError as e:
         print(f"qnndeploy: error: {e}", flush=True)
-        result = {"ok": False, "error": str(e)}
+        result = {"ok": False, "error": str(e), "final": isinstance(e, SocTakesNothing)}
     except Exception as e:  # a bug or an unexpected library error: keep the traceback in the log
         traceback.print_exc()
         result = {"ok": False, "error": f"{type(e).__name__}: {_ort_message(e)}"}

@@ -13,14 +13,12 @@ import os
 import re
 import shlex
 import shutil
-import signal
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from qnndeploy.compile import Compiled, CompileError, Job
+from qnndeploy.compile import Compiled, CompileError, Job, Tools
 from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError
 
 if TYPE_CHECKING:
@@ -142,26 +140,31 @@ class QairtBackend:
         return {"converter": flags, "htp_config": {"vtcm_mb": soc.vtcm_mb, "O": 3, "soc_id": soc.soc_id,
                                                    "dsp_arch": soc.dsp_arch}, "ldflags": LDFLAGS}
 
-    def compile(self, job: Job, work: Path, log: IO[str]) -> Compiled:
+    def compile(self, job: Job, work: Path, log: IO[str], tools: Tools) -> Compiled:
         g, env, warnings = job.graph, self.sdk.env(), []
-        with tempfile.TemporaryDirectory(prefix=".qairt-", dir=job.folder.parent) as tmp:
+
+        def run(cmd: list[str]) -> None:
+            _run(tools, cmd, log, env)
+
+        # Temporary files live inside the staging folder: an interrupted job leaves one folder to remove.
+        with tempfile.TemporaryDirectory(prefix=".tmp-", dir=work) as tmp:
             t = Path(tmp)
             cmd = [str(self.sdk.converter), "--input_network", str(job.model), "--output_path", str(t / f"{g}.cpp"),
                    *CONVERTER_FLAGS]
             if job.precision == "w8a16":
                 cmd += ["--input_list", str(input_list(job, t / "calibration")), "--use_native_input_files"]
-            _run(cmd, log, env)
+            run(cmd)
             config = htp_config(self.sdk, job.soc, g, t / f"config-{g}")
             targets = []
             if shutil.which("ndk-build", path=env["PATH"]) is None:
                 targets = ["-t", HOST]
                 warnings.append(f"ndk-build is not on PATH: built the {HOST} model library only (the context binary "
                                 f"needs no more); install the Android NDK for the {ANDROID} library")
-            _run([self.python, str(self.sdk.model_lib_generator), "-c", str(t / f"{g}.cpp"), "-b", str(t / f"{g}.bin"),
-                  "-o", str(t / "model_libs"), *targets], log, env)
-            _run([str(self.sdk.context_binary_generator), "--backend", str(self.sdk.htp_backend),
-                  "--model", str(t / "model_libs" / HOST / f"lib{g}.so"), "--output_dir", str(t / "binary"),
-                  "--binary_file", g, "--config_file", str(config)], log, env)
+            run([self.python, str(self.sdk.model_lib_generator), "-c", str(t / f"{g}.cpp"), "-b", str(t / f"{g}.bin"),
+                 "-o", str(t / "model_libs"), *targets])
+            run([str(self.sdk.context_binary_generator), "--backend", str(self.sdk.htp_backend),
+                 "--model", str(t / "model_libs" / HOST / f"lib{g}.so"), "--output_dir", str(t / "binary"),
+                 "--binary_file", g, "--config_file", str(config)])
             files = [(f"{g}.bin", "qnn-context-binary")]
             _take(t / "binary" / f"{g}.bin", work / f"{g}.bin")
             android = t / "model_libs" / ANDROID / f"lib{g}.so"
@@ -191,18 +194,15 @@ def input_list(job: Job, folder: Path) -> Path:
     return listing
 
 
-def _run(cmd: list[str], log: IO[str], env: dict[str, str]) -> None:
+def _run(tools: Tools, cmd: list[str], log: IO[str], env: dict[str, str]) -> None:
     tool = Path(cmd[1] if cmd[0].endswith(("python3", "python")) else cmd[0]).name
     log.write(f"\n$ {shlex.join(cmd)}\n")
-    log.flush()
     try:
-        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
+        code = tools.run(cmd, log, env)
     except OSError as e:
         raise CompileError(f"cannot run {tool}: {e.strerror}") from None
-    if proc.returncode in (-signal.SIGINT, 130):
-        raise KeyboardInterrupt
-    if proc.returncode != 0:
-        raise CompileError(f"{tool} failed (exit {proc.returncode}); see the log")
+    if code != 0:
+        raise CompileError(f"{tool} failed (exit {code}); see the log")
 
 
 def _take(src: Path, dst: Path) -> None:
