@@ -33,6 +33,13 @@ def emit_json(value: object) -> None:
     click.echo(json.dumps(_jsonable(value), indent=2))
 
 
+def report(result, as_json: bool, render: Callable) -> None:
+    """Print a result that has `ok` as JSON or text; exit 1 when it is not ok (the documented exit code)."""
+    emit_json(result) if as_json else render(result)
+    if not result.ok:
+        sys.exit(EXIT_CHECK_FAILED)
+
+
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
@@ -222,10 +229,8 @@ def bundle_verify(path: Path, as_json: bool) -> None:
     from qnndeploy.bundle.verify import verify_bundle
 
     with byte_progress("verifying", as_json) as progress:
-        report = verify_bundle(path, progress)
-    emit_json(report) if as_json else _render_verify(report)
-    if not report.ok:
-        sys.exit(EXIT_CHECK_FAILED)
+        result = verify_bundle(path, progress)
+    report(result, as_json, _render_verify)
 
 
 # --- check / prepare ----------------------------------------------------------------------------------
@@ -684,12 +689,7 @@ def compile_cmd(models: tuple[str, ...], socs: tuple[str, ...], backend: str | N
         summary = stage.compile_models(stage.models_from_args(list(models)), list(socs), out, backend=backend,
                                        precision=precision, calib=calib, jobs=jobs, progress=progress,
                                        use_cache=not no_cache, cache_dir=cache_dir, qnn_sdk_root=qnn_sdk_root)
-    if as_json:
-        emit_json(summary)
-    else:
-        _render_compile(summary)
-    if not summary.ok:
-        sys.exit(EXIT_CHECK_FAILED)
+    report(summary, as_json, _render_compile)
 
 
 def _render_compile(summary) -> None:
@@ -749,12 +749,7 @@ def validate(build: Path, inputs: Path | None, random_: int | None, seed: int, m
                  if v is not None}
     with _job_progress("validating on the HTP emulator") as progress:
         summary = stage.validate_build(build, inputs, random_, seed=seed, thresholds=overrides, progress=progress)
-    if as_json:
-        emit_json(summary)
-    else:
-        _render_validation(summary)
-    if not summary.ok:
-        sys.exit(EXIT_CHECK_FAILED)
+    report(summary, as_json, _render_validation)
 
 
 def _render_validation(summary) -> None:
