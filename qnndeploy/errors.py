@@ -15,3 +15,9 @@ class QnnDeployError(Exception):
     def __init__(self, message: str, exit_code: int = EXIT_BAD_INPUT) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (native libraries raise multi-line ones), or its type's name."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
