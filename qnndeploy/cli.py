@@ -823,9 +823,10 @@ def scaffold_cmd(bundle: Path, package: str, out: Path, engine: str, app: bool, 
     Gradle wants. The README.md written to OUTPUT lists the three lines to add to the app.
     """
     from qnndeploy import scaffold as stage
+    from qnndeploy.bundle.verify import opened
 
     stage.check_request(package, out, engine=engine, app=app, force=force)
-    with byte_progress("verifying", as_json) as progress, stage.opened(bundle, progress) as (root, report):
+    with byte_progress("verifying", as_json) as progress, opened(bundle, progress) as (root, report):
         if not report.ok:
             if as_json:
                 emit_json(report)

@@ -13,15 +13,13 @@ import keyword
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from qnndeploy import __version__
 from qnndeploy.decision import CONTEXT_BINARY, EPCONTEXT, VENDOR_DSP_FOLDERS, soc_tables
 from qnndeploy.errors import QnnDeployError
-from qnndeploy.fileio import Progress, staging_dir
+from qnndeploy.fileio import staging_dir
 
 ENGINES = {"ort": EPCONTEXT, "sherpa-onnx": CONTEXT_BINARY}  # engine -> the NPU file format it loads
 ENGINE_FILES = {"ort": "OrtModels.kt", "sherpa-onnx": "SherpaOnnxQnn.kt"}
@@ -87,34 +85,13 @@ def check_request(package: str, out: Path, *, engine: str, app: bool, force: boo
         raise QnnDeployError(f"the templates folder {TEMPLATES} is missing: install qnndeploy from its source tree")
 
 
-@contextmanager
-def opened(bundle: Path, progress: Progress | None = None) -> Iterator[tuple[Path, object]]:
-    """(bundle folder, its `bundle verify` report), for a folder or a .tar.gz/.zip archive of one."""
-    from qnndeploy.bundle import archive
-    from qnndeploy.bundle.verify import VerifyReport, verify_folder
-
-    bundle = Path(bundle)
-    if not bundle.exists():
-        raise QnnDeployError(f"{bundle} does not exist")
-    if bundle.is_dir():
-        yield bundle, verify_folder(bundle, progress)
-        return
-    with archive.extracted(bundle) as (root, refused):
-        if refused:
-            yield root, VerifyReport(str(bundle), problems=refused)
-        else:
-            report = verify_folder(root, progress)
-            report.bundle = str(bundle)
-            yield root, report
-
-
 def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app: bool = False, force: bool = False,
              report: object | None = None) -> ScaffoldResult:
     """Render the glue (or the sample app) for a bundle folder; refuses a bundle that fails `bundle verify`.
 
     report: the bundle's verify report when the caller already has it (the command line shows it in full).
     """
-    from qnndeploy.bundle.manifest import load_manifest
+    from qnndeploy.bundle.manifest import read_manifest
     from qnndeploy.bundle.verify import verify_folder
 
     bundle, out = Path(bundle), Path(out)
@@ -124,7 +101,7 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
         first = report.problems[0]
         raise QnnDeployError(f"{bundle} fails bundle verify ({len(report.problems)} problem(s), first: {first.path}: "
                              f"{first.message}); fix or rebuild it (qnndeploy bundle verify {bundle} lists them)")
-    manifest = load_manifest(bundle)
+    manifest = read_manifest(bundle)  # verify has checked it against the schema
     _check_engine(manifest, bundle, engine)
 
     glue_name = APP_GLUE_DIR if app else out.name

@@ -30,13 +30,12 @@ from qnndeploy.bundle.verify import (
     check_warnings,
     scan_file,
 )
+from qnndeploy.decision import qnn_libraries
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import Progress, staging_dir, staging_file, write_json
 from qnndeploy.markers import build_version
 
-STUB_RE = re.compile(r"^libQnnHtpV(\d{2,3})Stub\.so$")
-SKEL_RE = re.compile(r"^libQnnHtpV(\d{2,3})Skel\.so$")
-COMMON_LIBS = {"libQnnHtp.so": "htp", "libQnnSystem.so": "system", "libQnnHtpPrepare.so": "prepare"}
+PREPARE_LIB = "libQnnHtpPrepare.so"  # only for graphs prepared on the phone: shipped when the SDK has it
 
 
 @dataclass
@@ -182,15 +181,15 @@ def _runtime_libs(spec: BundleSpec, archs: set[str]) -> list[tuple[Path, dict]]:
     android = base / "lib" / "aarch64-android" if spec.sdk_root else base
     where = lambda arch: base / "lib" / f"hexagon-{arch}" / "unsigned" if spec.sdk_root else base  # noqa: E731
     out = []
-    for name, role in COMMON_LIBS.items():
+    backend, system, _, _ = qnn_libraries("v00")
+    for name, role in ((backend, "htp"), (system, "system"), (PREPARE_LIB, "prepare")):
         path = android / name
         if path.is_file():
             out.append((path, {"role": role, "abi": "arm64-v8a"}))
         elif role != "prepare":
             raise QnnDeployError(f"{name} not found in {android}; the HTP runtime needs it")
     for arch in sorted(archs):
-        n = arch[1:]
-        stub, skel = android / f"libQnnHtpV{n}Stub.so", where(arch) / f"libQnnHtpV{n}Skel.so"
+        stub, skel = (folder / name for folder, name in zip((android, where(arch)), qnn_libraries(arch)[2:]))
         for path in (stub, skel):
             if not path.is_file():
                 raise QnnDeployError(f"{path.name} not found in {path.parent}; targets with arch {arch} need it")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,11 +20,10 @@ from qnndeploy.bundle.manifest import (
     read_manifest,
     schema_errors,
 )
+from qnndeploy.decision import qnn_libraries
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import Progress, sha256_file
 from qnndeploy.markers import Scanner, build_version
-
-REQUIRED_ROLES = ("htp", "system")
 
 
 @dataclass
@@ -84,21 +85,29 @@ def _walk(root: Path) -> tuple[set[str], list[Problem]]:
     return files, problems
 
 
-def verify_bundle(path: Path, progress: Progress | None = None, jobs: int | None = None) -> VerifyReport:
-    """Verify a bundle folder or a .tar.gz/.zip of one. Raises QnnDeployError only for unusable input."""
+@contextmanager
+def opened(path: Path, progress: Progress | None = None, jobs: int | None = None
+           ) -> Iterator[tuple[Path, VerifyReport]]:
+    """(bundle root, its verify report) for a bundle folder or a .tar.gz/.zip of one; an archive stays extracted
+    while the caller uses it. Raises QnnDeployError only for unusable input."""
     from qnndeploy.bundle import archive
 
     path = Path(path)
     if not path.exists():
         raise QnnDeployError(f"{path} does not exist")
-    if path.is_file():
-        with archive.extracted(path) as (root, refused):
-            if refused:
-                return VerifyReport(str(path), problems=refused)
-            report = verify_folder(root, progress, jobs)
-            report.bundle = str(path)
-            return report
-    return verify_folder(path, progress, jobs)
+    if path.is_dir():
+        yield path, verify_folder(path, progress, jobs)
+        return
+    with archive.extracted(path) as (root, refused):
+        report = VerifyReport(str(path), problems=refused) if refused else verify_folder(root, progress, jobs)
+        report.bundle = str(path)
+        yield root, report
+
+
+def verify_bundle(path: Path, progress: Progress | None = None, jobs: int | None = None) -> VerifyReport:
+    """Verify a bundle folder or a .tar.gz/.zip of one."""
+    with opened(path, progress, jobs) as (_, report):
+        return report
 
 
 def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None = None) -> VerifyReport:
@@ -298,19 +307,16 @@ def _library_problems(lib: dict, f: FileFacts | None, root: Path, qairt: dict) -
             add(f"PT_LOAD alignment is {info.min_load_align}, Android 15+ needs >= {elf.MIN_ANDROID_ALIGN} "
                 "(link with -Wl,-z,max-page-size=16384)")
         arch = lib.get("dsp_arch")
-        if lib["role"] == "stub" and (arch is None or name != f"libQnnHtpV{arch[1:]}Stub.so"):
+        if lib["role"] == "stub" and (arch is None or name != qnn_libraries(arch)[2]):
             add(f"a Stub library's name must be libQnnHtpV<arch>Stub.so matching its dsp_arch ({arch})")
     return problems
 
 
 def _runtime_completeness(target: dict, libs: list[dict]) -> list[Problem]:
-    roles = {lib["role"] for lib in libs if lib["abi"] == "arm64-v8a"}
     arch = target["dsp_arch"]
-    missing = [f"lib{'QnnHtp' if r == 'htp' else 'QnnSystem'}.so" for r in REQUIRED_ROLES if r not in roles]
-    if not any(lib["role"] == "stub" and lib.get("dsp_arch") == arch for lib in libs):
-        missing.append(f"libQnnHtpV{arch[1:]}Stub.so")
-    if not any(lib["role"] == "skel" and lib.get("dsp_arch") == arch for lib in libs):
-        missing.append(f"libQnnHtpV{arch[1:]}Skel.so")
+    have = {(lib["role"], lib.get("dsp_arch", arch)) for lib in libs}
+    roles = ("htp", "system", "stub", "skel")
+    missing = [name for role, name in zip(roles, qnn_libraries(arch)) if (role, arch) not in have]
     if not missing:
         return []
     return [Problem(MANIFEST, f"target {target['soc']} ({arch}) needs {', '.join(missing)} in the bundle's runtime")]
