@@ -117,16 +117,22 @@ def socs(name: str | None, as_json: bool) -> None:
 
 # --- bundle -------------------------------------------------------------------------------------------
 
-def _pairs(values: tuple[str, ...], option: str, example: str) -> dict[str, str]:
-    out: dict[str, str] = {}
+def _assignments(values: tuple[str, ...], option: str, parse: Callable) -> dict:
+    """NAME=VALUE options into a dict, refusing a NAME given twice."""
+    out: dict = {}
     for v in values:
-        key, sep, path = v.partition("=")
-        if not sep or not key or not path:
-            raise QnnDeployError(f"{option} {v!r} is not of the form {example}")
-        if key in out:
-            raise QnnDeployError(f"{option} gives {key} twice")
-        out[key] = path
+        name, value = parse(v)
+        if name in out:
+            raise QnnDeployError(f"{option} gives {name} twice")
+        out[name] = value
     return out
+
+
+def _graph_file(value: str) -> tuple[str, Path]:
+    graph, sep, path = value.partition("=")
+    if not (sep and graph and path):
+        raise QnnDeployError(f"--cpu {value!r} is not of the form GRAPH=model.onnx")
+    return graph, Path(path)
 
 
 def _npu(values: tuple[str, ...]) -> dict[str, dict[str, list[Path]]]:
@@ -198,7 +204,7 @@ def bundle(ctx: click.Context, name, version_, cpu, npu, from_build, qnn_sdk_roo
     if not name or not version_:
         raise QnnDeployError("bundle needs --name and --version (see qnndeploy bundle --help)")
     spec = spec_from_build(from_build, name, version_) if from_build else BundleSpec(name, version_, {}, {})
-    spec.cpu.update({g: Path(p) for g, p in _pairs(cpu, "--cpu", "GRAPH=model.onnx").items()})
+    spec.cpu.update(_assignments(cpu, "--cpu", _graph_file))
     for soc, graphs in _npu(npu).items():
         spec.npu.setdefault(soc, {}).update(graphs)
     spec.sdk_root, spec.libs_dir, spec.qairt_version = qnn_sdk_root, runtime_libs, qairt_version
@@ -308,16 +314,6 @@ def check(models: tuple[Path, ...], soc: str | None, no_measure: bool, as_json: 
         if len(reports) > 1:
             click.echo(f"\noverall: {worst.verdict} (exit {worst.exit_code})")
     sys.exit(worst.exit_code)
-
-
-def _assignments(values: tuple[str, ...], option: str, parse: Callable) -> dict:
-    out: dict = {}
-    for v in values:
-        name, value = parse(v)
-        if name in out:
-            raise QnnDeployError(f"{option} gives {name} twice")
-        out[name] = value
-    return out
 
 
 @cli.command()
@@ -502,6 +498,15 @@ def device_profile(pid: int | None, package: str | None, serial: str | None, int
         click.echo(f"wrote {csv_path}")
 
 
+def _render_output(m) -> None:
+    """One output's comparison with the CPU, as validate and device verify show it."""
+    click.echo(f"        {'ok ' if m.passed else 'BAD'} {m.name}: max|d| {m.max_abs_diff:.2e}  "
+               f"rel L2 {_num(m.rel_l2, '.2e')}  cos {_num(m.cosine, '.6f')}  SNR {_num(m.snr_db, '.1f')} dB"
+               + (f"  argmax {m.argmax_agreement:.1%}" if m.argmax_agreement is not None else ""))
+    if m.note:
+        click.echo(f"            {m.note}")
+
+
 def _render_graph_run(g) -> None:
     label = {"passed": "PASS", "failed": "FAIL", "error": "ERROR"}[g.status]
     if g.status == "error":
@@ -512,10 +517,7 @@ def _render_graph_run(g) -> None:
         click.echo(f"  {label:<5} {g.graph:<14} first run {g.first_run_s * 1e3:.0f} ms, {per}, {g.clock} clock), "
                    f"{g.samples} sample(s)")
     for m in g.outputs:
-        click.echo(f"        {'ok ' if m.passed else 'BAD'} {m.name}: max|d| {m.max_abs_diff:.2e}  "
-                   f"rel L2 {_num(m.rel_l2, '.2e')}  cos {_num(m.cosine, '.6f')}  SNR {_num(m.snr_db, '.1f')} dB")
-        if m.note:
-            click.echo(f"            {m.note}")
+        _render_output(m)
     for a in g.advice:
         click.echo(f"        advice ({a.id}): {a.message}")
         click.echo(f"            seen: {a.line}")
@@ -764,11 +766,7 @@ def _render_validation(summary) -> None:
         click.echo(f"  {label:<5} {t.graph:<14} {t.soc:<9} {t.samples} sample(s), "
                    f"emulator {t.emulator_s_per_run:.2f} s/run")
         for m in t.outputs:
-            click.echo(f"        {'ok ' if m.passed else 'BAD'} {m.name}: max|d| {m.max_abs_diff:.2e}  "
-                       f"rel L2 {_num(m.rel_l2, '.2e')}  cos {_num(m.cosine, '.6f')}  SNR {_num(m.snr_db, '.1f')} dB"
-                       + (f"  argmax {m.argmax_agreement:.1%}" if m.argmax_agreement is not None else ""))
-            if m.note:
-                click.echo(f"            {m.note}")
+            _render_output(m)
     counts = {s: sum(t.status == s for t in summary.targets) for s in ("passed", "failed", "skipped", "error")}
     click.echo(", ".join(f"{n} {s}" for s, n in counts.items() if n) + f"; records: {_shown(summary.build)}"
                "/<graph>/<SoC>/validation.json")
