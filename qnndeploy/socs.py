@@ -53,11 +53,3 @@ def find(name: str | int) -> Soc:
     close = difflib.get_close_matches(key.upper(), [n.upper() for n in names], n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(s.model for s in catalog())}"
     raise QnnDeployError(f"unknown SoC '{key}'{hint} (qnndeploy socs lists them)")
-
-
-def by_codename(codename: str) -> Soc | None:
-    """The SoC an Android 11 device reports through ro.board.platform, if the catalog knows it."""
-    for soc in catalog():
-        if codename.strip().lower() in soc.codenames:
-            return soc
-    return None
