@@ -423,7 +423,7 @@ def test_a_rerun_removes_what_a_killed_compile_left(tmp_path):
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler)")
     out = tmp_path / "b"
     graph = out / "relu"
-    stale = [graph / ".SM8750.partial-abc", graph / ".work-def", graph / ".SM8750.old-123"]
+    stale = [graph / ".SM8750.partial-abc", graph / ".SM8750.old-123"]
     for p in [*stale, graph / ".SM8550.partial-ghi"]:
         p.mkdir(parents=True)
         (p / "job.json").write_text("{}")

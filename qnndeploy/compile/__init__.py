@@ -27,9 +27,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
-from qnndeploy import __version__, markers
+from qnndeploy import __version__
 from qnndeploy import socs as catalog
 from qnndeploy.compile import logs
+from qnndeploy.decision import CONTEXT_BINARY
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import sha256_file, staging_dir, write_json
 
@@ -45,14 +46,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # the bundle manifes
 
 
 class CompileError(Exception):
-    """One job failed; the message is for the summary. Other jobs go on.
-
-    `final`: the message already names the cause; the summary must not replace it with the log's findings.
-    """
-
-    def __init__(self, message: str, final: bool = False) -> None:
-        super().__init__(message)
-        self.final = final
+    """One job failed; the message, one line naming the cause, is for the summary. Other jobs go on."""
 
 
 class Tools:
@@ -307,9 +301,8 @@ def _cancel(pool: ThreadPoolExecutor, tools: Tools) -> None:
 
 def _remove_leftovers(job: Job) -> None:
     """Remove what an earlier compile of this job left when it was killed: its staging and replaced folders
-    (.<SoC>.partial-*, .<SoC>.old-*), and the .work-*/.qairt-* folders earlier builds of qnndeploy kept beside
-    them (a compile now keeps its temporary files inside its staging folder)."""
-    prefixes = (f".{job.soc.model}.partial-", f".{job.soc.model}.old-", ".work-", ".qairt-")
+    (.<SoC>.partial-*, .<SoC>.old-*)."""
+    prefixes = (f".{job.soc.model}.partial-", f".{job.soc.model}.old-")
     try:
         stale = [p for p in job.folder.parent.iterdir() if p.name.startswith(prefixes)]
     except OSError:
@@ -394,7 +387,7 @@ def _run_job(job: Job, be: Backend, store: Path | None, out: Path, tools: Tools)
         if hit is not None:
             record, note = hit
             _store(job, store)  # a folder made with --no-cache still fills the cache
-            return _result(job, record, "cached", time.monotonic() - start, note)
+            return _result(job, record, "cached", logs.parse_file(job.log), time.monotonic() - start, note)
     with open(job.log, "w") as log:
         log.write(f"qnndeploy {__version__}: compile {job.graph} for {job.soc.model} ({job.soc.dsp_arch}), "
                   f"backend {be.name}, QAIRT {be.qairt_version}, {job.precision}\n")
@@ -403,25 +396,26 @@ def _run_job(job: Job, be: Backend, store: Path | None, out: Path, tools: Tools)
             try:
                 compiled = be.compile(job, work, log, tools)
                 log.flush()
-                record = _ok_record(job, be, work, compiled, time.monotonic() - start, out)
+                findings = logs.parse_file(job.log)
+                record = _ok_record(job, be, work, compiled, findings, time.monotonic() - start, out)
             except (CompileError, QnnDeployError, OSError) as e:  # this job failed; the others go on
                 log.write(f"\nqnndeploy: FAILED: {e}\n")
                 log.flush()
                 for p in work.iterdir():
                     shutil.rmtree(p) if p.is_dir() else p.unlink()
-                record = _failed_record(job, be, str(e), time.monotonic() - start, out,
-                                        final=getattr(e, "final", False))
+                findings = logs.parse_file(job.log)
+                record = _failed_record(job, be, str(e), findings, time.monotonic() - start, out)
             except BaseException:
                 log.write("\nqnndeploy: interrupted: this job's outputs were discarded\n")
                 raise
             write_json(work / RECORD_FILE, record)
     if record["status"] == "ok" and store is not None:
         _store(job, store)
-    return _result(job, record, record["status"], time.monotonic() - start)
+    return _result(job, record, record["status"], findings, time.monotonic() - start)
 
 
-def _result(job: Job, record: dict, status: str, seconds: float, note: str | None = None) -> JobResult:
-    findings = logs.parse_file(job.log)
+def _result(job: Job, record: dict, status: str, findings: list[logs.Finding], seconds: float,
+            note: str | None = None) -> JobResult:
     return JobResult(job.graph, job.soc.model, status, job.folder, job.log,
                      round(seconds, 3), record.get("outputs", []), record.get("warnings", []), findings,
                      record.get("error"), note)
@@ -440,32 +434,29 @@ def _base_record(job: Job, be: Backend, out: Path) -> dict:
     }
 
 
-def _ok_record(job: Job, be: Backend, work: Path, compiled: Compiled, seconds: float, out: Path) -> dict:
+def _ok_record(job: Job, be: Backend, work: Path, compiled: Compiled, findings: list[logs.Finding], seconds: float,
+               out: Path) -> dict:
+    from qnndeploy.bundle.verify import scan_file
+
     record = _base_record(job, be, out)
-    warnings = [str(f) for f in logs.parse_file(job.log) if f.kind != logs.ERROR] + compiled.warnings
+    warnings = [str(f) for f in findings if f.kind != logs.ERROR] + compiled.warnings
     for name, fmt in compiled.files:
         path = work / name
         if not path.is_file():
             raise CompileError(f"the {be.name} backend did not write {name}")
-        found = markers.Scanner()
-        digest = sha256_file(path, scan=found if fmt == "qnn-context-binary" else None)
-        if fmt == "qnn-context-binary":
-            record["qairt_build"] = min(found.builds, default=None)
-            warnings += _target_warnings(job.soc, found.targets)
-        record["outputs"].append({"path": name, "sha256": digest, "size": path.stat().st_size, "format": fmt})
-    if not any(o["format"] == "qnn-context-binary" for o in record["outputs"]):
+        facts = scan_file(path, markers=fmt == CONTEXT_BINARY)  # hash, size and QNN markers in one read
+        if fmt == CONTEXT_BINARY:
+            record["qairt_build"] = min(facts.builds, default=None)
+            warnings += _target_warnings(job.soc, facts.context_targets)
+        record["outputs"].append({"path": name, "sha256": facts.sha256, "size": facts.size, "format": fmt})
+    if not any(o["format"] == CONTEXT_BINARY for o in record["outputs"]):
         raise CompileError(f"the {be.name} backend made no QNN context binary")
     return {**record, "duration_s": round(seconds, 3), "warnings": warnings, "status": "ok", "error": None,
             "cache_key": job.cache_key}
 
 
-def _failed_record(job: Job, be: Backend, error: str, seconds: float, out: Path, final: bool = False) -> dict:
-    findings = logs.parse_file(job.log)
-    unsupported = [f.message for f in logs.parse_file(job.log, limit=None) if f.kind == logs.UNSUPPORTED]
-    if unsupported and not final:
-        more = f"; and {len(unsupported) - 3} more" if len(unsupported) > 3 else ""
-        error = (f"the HTP cannot run {len(unsupported)} node(s): {'; '.join(unsupported[:3])}{more}. CPU fallback "
-                 f"is off, so the compile stops: change these ops in the export (qnndeploy check lists them)")
+def _failed_record(job: Job, be: Backend, error: str, findings: list[logs.Finding], seconds: float,
+                   out: Path) -> dict:
     return {**_base_record(job, be, out), "duration_s": round(seconds, 3),
             "warnings": [str(f) for f in findings if f.kind != logs.ERROR], "status": "failed", "error": error,
             "cache_key": job.cache_key}

@@ -17,9 +17,6 @@ ERROR = "error"
 # onnxruntime-qnn: "Unsupported nodes in QNN EP: { name: bad0, type: Sinh }, { name: ..., type: ... },"
 _ORT_UNSUPPORTED = re.compile(r"Unsupported nodes in QNN EP: (.*)")
 _ORT_NODE = re.compile(r"\{ name: (.*?), type: (\w+) \}")
-# qnndeploy's own line when onnxruntime's error names no node: the nodes a partition with CPU fallback allowed
-# left on the CPU (compile/ort.py writes it, in onnxruntime's node format).
-_CPU_NODES = "qnndeploy: measured with CPU fallback allowed, these nodes stay on the CPU: "
 # onnxruntime-qnn: the HTP backend refused one node ("QNN.backendValidateOpConfig() failed for node `x` of type `Relu`
 # with error code 3110"): seen for whole SoCs whose HTP lacks fp16.
 _ORT_REJECTED = re.compile(r"backendValidateOpConfig\(\) failed for node `(.*?)` of type `(\w+)` with error code (\d+)")
@@ -51,10 +48,8 @@ def parse(text: str, limit: int | None = MAX_PER_KIND) -> list[Finding]:
     found: list[Finding] = []
     for line in text.splitlines():
         line = re.sub(r"\x1b\[[0-9;]*m", "", line)
-        if (m := _ORT_UNSUPPORTED.search(line)) or line.startswith(_CPU_NODES):
-            nodes = m.group(1) if m else line[len(_CPU_NODES):]
-            found += [Finding(UNSUPPORTED, f"{n} ({op}) is not supported by the QNN HTP")
-                      for n, op in _ORT_NODE.findall(nodes)]
+        if m := _ORT_UNSUPPORTED.search(line):
+            found += [not_supported(n, op) for n, op in _ORT_NODE.findall(m.group(1))]
         elif m := _ORT_REJECTED.search(line):
             found.append(Finding(UNSUPPORTED, f"{m.group(1)} ({m.group(2)}) rejected by the HTP backend "
                                               f"(QNN error {m.group(3)})"))
@@ -75,9 +70,19 @@ def parse(text: str, limit: int | None = MAX_PER_KIND) -> list[Finding]:
     return _trim(found, limit)
 
 
-def cpu_nodes_line(nodes: list[tuple[str, str]]) -> str:
-    """The log line naming nodes left on the CPU, as (name, op type) pairs."""
-    return _CPU_NODES + ", ".join(f"{{ name: {name or '(unnamed)'}, type: {op} }}" for name, op in nodes)
+def not_supported(name: str, op_type: str) -> Finding:
+    return Finding(UNSUPPORTED, f"{name} ({op_type}) is not supported by the QNN HTP")
+
+
+def unsupported_error(findings: list[Finding]) -> str | None:
+    """The one-line error of a compile stopped by nodes the HTP cannot run (pass the findings of an unlimited
+    parse, to count them all), or None when the findings name no such node."""
+    nodes = list(dict.fromkeys(f.message for f in findings if f.kind == UNSUPPORTED))
+    if not nodes:
+        return None
+    more = f"; and {len(nodes) - 3} more" if len(nodes) > 3 else ""
+    return (f"the HTP cannot run {len(nodes)} node(s): {'; '.join(nodes[:3])}{more}. CPU fallback is off, so the "
+            f"compile stops: change these ops in the export (qnndeploy check lists them)")
 
 
 def parse_file(path: Path, limit: int | None = MAX_PER_KIND) -> list[Finding]:

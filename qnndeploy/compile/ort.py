@@ -18,7 +18,8 @@ from typing import IO, TYPE_CHECKING
 
 from qnndeploy import epcontext, htp
 from qnndeploy.compile import Compiled, CompileError, Job, Tools, logs
-from qnndeploy.errors import QnnDeployError
+from qnndeploy.decision import CONTEXT_BINARY, EPCONTEXT
+from qnndeploy.errors import QnnDeployError, first_line
 from qnndeploy.fileio import write_json
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ class OrtBackend:
                 raise CompileError(f"the compiler process died (exit {code}) before finishing; "
                                    f"see the log") from None
         if not result["ok"]:
-            raise CompileError(result["error"], final=result.get("final", False))
+            raise CompileError(result["error"])
         return Compiled([tuple(f) for f in result["files"]], result["warnings"])
 
 
@@ -94,7 +95,7 @@ def run(spec: dict) -> dict:
     try:
         ort.InferenceSession(str(model), htp.session_options(soc, fp16=fp16, context_path=ctx, log_level=1))
     except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph types
-        raise _explained(model, soc, fp16, _ort_message(e), spec.get("log")) from None
+        raise QnnDeployError(_refused(model, soc, fp16, _ort_message(e), Path(spec["log"]))) from None
     written = work / f"{ctx.stem}_qnn.bin"
     if not written.is_file():
         raise QnnDeployError(f"onnxruntime-qnn wrote no context binary next to {ctx.name}")
@@ -108,33 +109,27 @@ def run(spec: dict) -> dict:
         ort.InferenceSession(str(ctx), htp.session_options(soc, fp16=fp16, log_level=2))
     except Exception as e:
         raise QnnDeployError(f"the renamed context does not load: {_ort_message(e)}") from None
-    return {"files": [[binary.name, "qnn-context-binary"], [ctx.name, "ort-epcontext"]], "warnings": warnings}
+    return {"files": [[binary.name, CONTEXT_BINARY], [ctx.name, EPCONTEXT]], "warnings": warnings}
 
 
-class SocTakesNothing(QnnDeployError):
-    """The compile failed because the HTP compiler takes no node for the SoC: the message says so, as is."""
-
-
-def _explained(model: Path, soc: Soc, fp16: bool, message: str, log: str | None) -> QnnDeployError:
-    """The error for a refused graph, with what onnxruntime's message leaves out. Partitioning the model again
-    with CPU fallback allowed (check's measurement) finds the nodes the HTP leaves to the CPU: when there are
-    none on the HTP and it takes not even a lone Relu for this SoC, the SoC is the cause, not the model; else,
-    when the log names no node, the nodes found go into it in the line the summary reads."""
+def _refused(model: Path, soc: Soc, fp16: bool, message: str, log: Path) -> str:
+    """The one-line error for a graph the HTP compiler refused, with what onnxruntime's message leaves out.
+    Partitioning the model again with CPU fallback allowed (check's measurement) finds the nodes the HTP leaves to
+    the CPU: when none is on the HTP and it takes not even a lone Relu for this SoC, the SoC is the cause, not the
+    model; else the unsupported nodes are named, from the log or, when it names none, from the measurement."""
     from qnndeploy import onnxcheck
 
     try:
         measured = onnxcheck.measure_htp(model, soc, fp16=fp16)
     except QnnDeployError:
-        return QnnDeployError(message)
-    if not (measured.measured and measured.cpu_nodes):
-        return QnnDeployError(message)
-    if not measured.qnn_partitions and onnxcheck.htp_takes_nothing(soc):
-        return SocTakesNothing(f"{onnxcheck.soc_takes_nothing(soc, measured.qairt)}; drop --soc {soc.model} "
-                               "(its phones keep the CPU fallback)")
-    named = log is not None and any(f.kind == logs.UNSUPPORTED for f in logs.parse_file(Path(log)))
-    if not named:
-        print(logs.cpu_nodes_line([(n.name, n.op_type) for n in measured.cpu_nodes]), flush=True)
-    return QnnDeployError(message)
+        measured = None
+    cpu_nodes = measured.cpu_nodes if measured and measured.measured else []
+    if cpu_nodes and not measured.qnn_partitions and onnxcheck.htp_takes_nothing(soc):
+        return (f"{onnxcheck.soc_takes_nothing(soc, measured.qairt)}; drop --soc {soc.model} "
+                "(its phones keep the CPU fallback)")
+    found = [f for f in logs.parse_file(log, limit=None) if f.kind == logs.UNSUPPORTED] \
+        or [logs.not_supported(n.name or "(unnamed)", n.op_type) for n in cpu_nodes]
+    return logs.unsupported_error(found) or message
 
 
 def quantize(model: Path, calibration: Path, out: Path) -> tuple[Path, int]:
@@ -167,8 +162,7 @@ def quantize(model: Path, calibration: Path, out: Path) -> tuple[Path, int]:
 
 
 def _ort_message(e: Exception) -> str:
-    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
+    return re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", first_line(e))
 
 
 def main(argv: list[str]) -> int:
@@ -181,7 +175,7 @@ def main(argv: list[str]) -> int:
         result = {"ok": True, **run(spec)}
     except QnnDeployError as e:
         print(f"qnndeploy: error: {e}", flush=True)
-        result = {"ok": False, "error": str(e), "final": isinstance(e, SocTakesNothing)}
+        result = {"ok": False, "error": str(e)}
     except Exception as e:  # a bug or an unexpected library error: keep the traceback in the log
         traceback.print_exc()
         result = {"ok": False, "error": f"{type(e).__name__}: {_ort_message(e)}"}

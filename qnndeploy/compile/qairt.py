@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from qnndeploy.compile import Compiled, CompileError, Job, Tools
+from qnndeploy.compile import Compiled, CompileError, Job, Tools, logs
+from qnndeploy.decision import CONTEXT_BINARY
 from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ ANDROID = "aarch64-android"
 LDFLAGS = "-Wl,-z,max-page-size=16384"  # Android 15+ needs 16 KB-aligned segments
 # fp16 activations and 32-bit biases; w8a16 adds calibration (8-bit weights are the converter's default).
 CONVERTER_FLAGS = ["--act_bitwidth", "16", "--bias_bitwidth", "32"]
+CALIBRATION = "<calibration>"  # in the recorded converter flags: the input list made from the samples
 VERSION_RE = re.compile(r"^\s*version\s*:\s*['\"]?(\d+\.\d+\.\d+(?:\.\d+)?)", re.M)
 
 
@@ -61,8 +63,8 @@ class Sdk:
     def htp_extensions(self) -> Path:
         return self.root / "lib" / HOST / "libQnnHtpNetRunExtensions.so"
 
-    def env(self) -> dict[str, str]:
-        """What `source bin/envsetup.sh` sets up for the tools, plus the 16 KB page LDFLAGS."""
+    def env(self, ldflags: str) -> dict[str, str]:
+        """What `source bin/envsetup.sh` sets up for the tools, plus the LDFLAGS of the model libraries."""
         def prepend(var: str, path: Path) -> str:
             return os.pathsep.join([str(path)] + ([os.environ[var]] if os.environ.get(var) else []))
 
@@ -70,7 +72,7 @@ class Sdk:
                 "PATH": prepend("PATH", self.root / "bin" / HOST),
                 "LD_LIBRARY_PATH": prepend("LD_LIBRARY_PATH", self.root / "lib" / HOST),
                 "PYTHONPATH": prepend("PYTHONPATH", self.root / "lib" / "python"),
-                "LDFLAGS": LDFLAGS, "PYTHONUNBUFFERED": "1"}
+                "LDFLAGS": ldflags, "PYTHONUNBUFFERED": "1"}
 
 
 def find_sdk(root: Path | None = None) -> Sdk:
@@ -105,13 +107,14 @@ def sdk_version(root: Path) -> str | None:
     return m.group(1) if m else None
 
 
-def htp_config(sdk: Sdk, soc: Soc, graph: str, folder: Path) -> Path:
-    """The two HTP config files for one graph and SoC; returns the one qnn-context-binary-generator takes."""
+def htp_config(sdk: Sdk, options: dict, graph: str, folder: Path) -> Path:
+    """The two HTP config files for one graph, from the job's recorded `htp_config` options; returns the one
+    qnn-context-binary-generator takes."""
     folder.mkdir(parents=True, exist_ok=True)
     config = folder / "htp_config.json"
     config.write_text(json.dumps({
-        "graphs": [{"vtcm_mb": soc.vtcm_mb, "O": 3, "graph_names": [graph]}],
-        "devices": [{"device_id": 0, "soc_id": soc.soc_id, "dsp_arch": soc.dsp_arch,
+        "graphs": [{"vtcm_mb": options["vtcm_mb"], "O": options["O"], "graph_names": [graph]}],
+        "devices": [{"device_id": 0, "soc_id": options["soc_id"], "dsp_arch": options["dsp_arch"],
                      "cores": [{"core_id": 0, "perf_profile": "burst", "rpc_control_latency": 200}]}],
     }, indent=2))
     extensions = folder / "htp_backend_extensions.json"
@@ -135,26 +138,25 @@ class QairtBackend:
         return {"qairt": self.qairt_version, "qairt_sdk": self.sdk.version}
 
     def options(self, soc: Soc, precision: str) -> dict:
-        flags = CONVERTER_FLAGS + (["--input_list", "<calibration>", "--use_native_input_files"]
+        flags = CONVERTER_FLAGS + (["--input_list", CALIBRATION, "--use_native_input_files"]
                                    if precision == "w8a16" else [])
         return {"converter": flags, "htp_config": {"vtcm_mb": soc.vtcm_mb, "O": 3, "soc_id": soc.soc_id,
                                                    "dsp_arch": soc.dsp_arch}, "ldflags": LDFLAGS}
 
     def compile(self, job: Job, work: Path, log: IO[str], tools: Tools) -> Compiled:
-        g, env, warnings = job.graph, self.sdk.env(), []
+        g, env, warnings = job.graph, self.sdk.env(job.options["ldflags"]), []
 
         def run(cmd: list[str]) -> None:
-            _run(tools, cmd, log, env)
+            _run(tools, cmd, log, env, job.log)
 
         # Temporary files live inside the staging folder: an interrupted job leaves one folder to remove.
         with tempfile.TemporaryDirectory(prefix=".tmp-", dir=work) as tmp:
             t = Path(tmp)
-            cmd = [str(self.sdk.converter), "--input_network", str(job.model), "--output_path", str(t / f"{g}.cpp"),
-                   *CONVERTER_FLAGS]
-            if job.precision == "w8a16":
-                cmd += ["--input_list", str(input_list(job, t / "calibration")), "--use_native_input_files"]
-            run(cmd)
-            config = htp_config(self.sdk, job.soc, g, t / f"config-{g}")
+            flags = [str(input_list(job, t / "calibration")) if f == CALIBRATION else f
+                     for f in job.options["converter"]]
+            run([str(self.sdk.converter), "--input_network", str(job.model), "--output_path", str(t / f"{g}.cpp"),
+                 *flags])
+            config = htp_config(self.sdk, job.options["htp_config"], g, t / f"config-{g}")
             targets = []
             if shutil.which("ndk-build", path=env["PATH"]) is None:
                 targets = ["-t", HOST]
@@ -165,7 +167,7 @@ class QairtBackend:
             run([str(self.sdk.context_binary_generator), "--backend", str(self.sdk.htp_backend),
                  "--model", str(t / "model_libs" / HOST / f"lib{g}.so"), "--output_dir", str(t / "binary"),
                  "--binary_file", g, "--config_file", str(config)])
-            files = [(f"{g}.bin", "qnn-context-binary")]
+            files = [(f"{g}.bin", CONTEXT_BINARY)]
             _take(t / "binary" / f"{g}.bin", work / f"{g}.bin")
             android = t / "model_libs" / ANDROID / f"lib{g}.so"
             if android.is_file():
@@ -194,15 +196,16 @@ def input_list(job: Job, folder: Path) -> Path:
     return listing
 
 
-def _run(tools: Tools, cmd: list[str], log: IO[str], env: dict[str, str]) -> None:
+def _run(tools: Tools, cmd: list[str], log: IO[str], env: dict[str, str], log_path: Path) -> None:
     tool = Path(cmd[1] if cmd[0].endswith(("python3", "python")) else cmd[0]).name
     log.write(f"\n$ {shlex.join(cmd)}\n")
     try:
         code = tools.run(cmd, log, env)
     except OSError as e:
         raise CompileError(f"cannot run {tool}: {e.strerror}") from None
-    if code != 0:
-        raise CompileError(f"{tool} failed (exit {code}); see the log")
+    if code != 0:  # a converter that met ops without a QNN translation names them in the log
+        raise CompileError(logs.unsupported_error(logs.parse_file(log_path, limit=None))
+                           or f"{tool} failed (exit {code}); see the log")
 
 
 def _take(src: Path, dst: Path) -> None:
