@@ -33,6 +33,13 @@ class Device:
     board_platform: str | None
     sdk_int: int
 
+    @classmethod
+    def from_props(cls, props: Mapping[str, str]) -> Device:
+        """From a phone's `getprop` output; an empty prop counts as unset, an unreadable SDK level as 0."""
+        sdk = props.get("ro.build.version.sdk", "").strip()
+        return cls(props.get("ro.soc.model") or None, props.get("ro.board.platform") or None,
+                   int(sdk) if sdk.isdigit() else 0)
+
 
 @dataclass(frozen=True)
 class Remembered:

@@ -21,6 +21,7 @@ from qnndeploy.errors import (
     EXIT_CHECK_FAILED,
     EXIT_MISSING_TOOL,
     QnnDeployError,
+    first_line,
 )
 from qnndeploy.fileio import staging_file
 
@@ -132,8 +133,7 @@ class Device:
         self._dev = _client().device(serial)
 
     def _lost(self, doing: str, e: Exception) -> QnnDeployError:
-        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
-        return QnnDeployError(f"lost the connection to {self.serial} while {doing} ({detail}): reconnect the "
+        return QnnDeployError(f"lost the connection to {self.serial} while {doing} ({first_line(e)}): reconnect the "
                               "phone, check `adb devices` and run the command again", EXIT_CHECK_FAILED)
 
     # --- shell -----------------------------------------------------------------------------------------------
@@ -156,9 +156,6 @@ class Device:
                                  f"{head.strip()[-300:] or 'no output'}", EXIT_CHECK_FAILED)
         return result
 
-    def getprop(self, name: str) -> str:
-        return self.run(f"getprop {shlex.quote(name)}").output.strip()
-
     def getprops(self) -> dict[str, str]:
         """All properties in one round trip."""
         props = {}
@@ -173,32 +170,16 @@ class Device:
         return r.output if r.code == 0 else None
 
     # --- files -----------------------------------------------------------------------------------------------
-    def push(self, local: Path, remote: str, mode: int = 0o644, progress: Progress | None = None) -> int:
+    def push(self, local: Path, remote: str, mode: int = 0o644) -> int:
         """Send one file; adbd creates the remote parent folders and removes a half-received file."""
-        from adbutils.errors import AdbError, AdbSyncError
-
-        if not local.is_file():
-            raise QnnDeployError(f"{local} is not a file: nothing to push", EXIT_BAD_INPUT)
-        size = local.stat().st_size
-        counter = _CountingReader(local, progress)
-        try:
-            with counter:
-                self._dev.sync.push(counter, remote, mode=mode)
-        except (AdbError, OSError, EOFError) as e:
-            if isinstance(e, AdbSyncError):  # adbutils found a folder at `remote`
-                raise QnnDeployError(f"cannot push to {remote} on {self.serial}: it is a folder", EXIT_BAD_INPUT) \
-                    from None
-            if isinstance(e, AdbError) and str(e) == "FAIL":  # the device answered, and said no
-                raise QnnDeployError(f"{self.serial} refused to write {remote}: is the folder read-only or the "
-                                     "storage full?", EXIT_CHECK_FAILED) from None
-            raise self._lost(f"pushing {local.name} ({counter.sent} of {size} bytes sent)", e) from None
-        return counter.sent
+        return self.push_files([(local, remote)], mode)
 
     def push_files(self, items: list[tuple[Path, str]], mode: int = 0o644, progress: Progress | None = None) -> int:
         """Send several files over ONE sync session, as `adb push` of a folder does; the bytes sent.
 
         adbutils' push opens two connections per file (a STAT, then the SEND), each with a fixed 10 ms pause on
-        close: for a bundle of small files that set-up, not the data, was most of the time.
+        close, and sends 4 KiB blocks where adbd takes 64 KiB: for a bundle of small files that set-up, not the
+        data, was most of the time.
         """
         import socket
         import struct
@@ -212,7 +193,7 @@ class Device:
                 raise EOFError("the sync session ended early")
             return data
 
-        total, local, reader = 0, None, None
+        total, local, sent = 0, None, 0
         try:
             with self._dev.open_transport(timeout=None) as c:
                 # The small DONE after the data would otherwise wait for a delayed ACK (Nagle), ~40 ms a file.
@@ -220,27 +201,34 @@ class Device:
                 c.send_command("sync:")
                 c.check_okay()
                 for local, remote in items:
+                    sent = 0
                     if not local.is_file():
                         raise QnnDeployError(f"{local} is not a file: nothing to push", EXIT_BAD_INPUT)
                     spec = f"{remote},{0o100000 | mode}".encode()
                     c.conn.sendall(b"SEND" + struct.pack("<I", len(spec)) + spec)
-                    with _CountingReader(local, progress) as reader:
-                        while data := reader.read(SYNC_DATA_MAX):
+                    with open(local, "rb") as f:
+                        while data := f.read(SYNC_DATA_MAX):
                             c.conn.sendall(b"DATA" + struct.pack("<I", len(data)) + data)
+                            sent += len(data)
+                            if progress is not None:
+                                progress(len(data))
                     c.conn.sendall(b"DONE" + struct.pack("<I", int(time.time())))
                     reply, length = read(c, 4), struct.unpack("<I", read(c, 4))[0]
                     if reply == b"FAIL":
                         why = read(c, length).decode("utf-8", "replace")
+                        if "directory" in why.lower():  # adbd: "couldn't create file: Is a directory"
+                            raise QnnDeployError(f"{self.serial} refused to write {remote} ({why}): it is a folder, "
+                                                 "push to a file path", EXIT_BAD_INPUT)
                         raise QnnDeployError(f"{self.serial} refused to write {remote} ({why}): is the folder "
                                              "read-only or the storage full?", EXIT_CHECK_FAILED)
                     if reply != b"OKAY":
                         raise EOFError(f"unexpected sync reply {reply!r}")
-                    total += reader.sent
+                    total += sent
                 c.conn.sendall(b"QUIT" + struct.pack("<I", 0))
         except (AdbError, OSError, EOFError) as e:
             doing = "pushing"
             if local is not None:
-                sent, size = (reader.sent if reader and reader.path == local else 0), local.stat().st_size
+                size = local.stat().st_size
                 doing = f"pushing {local.name} ({sent} of {size} bytes sent{', not confirmed' if sent == size else ''})"
             raise self._lost(doing, e) from None
         return total
@@ -314,31 +302,3 @@ class Device:
                  f"&& rm -rf {q['o']}", check=True)
         return report
 
-
-class _CountingReader:
-    """A file object for adbutils' push that reports progress and remembers how far it got.
-
-    adbutils asks for 4 KiB at a time and sends each read as one sync DATA block; adbd accepts blocks of up to
-    64 KiB (SYNC_DATA_MAX), so reads return up to that: 16 times fewer messages, several times the throughput.
-    """
-
-    def __init__(self, path: Path, progress: Progress | None) -> None:
-        self.path, self.progress, self.sent = path, progress, 0
-        self._f = None
-
-    def __enter__(self) -> _CountingReader:
-        self._f = open(self.path, "rb")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._f.close()
-
-    def read(self, n: int = -1) -> bytes:
-        data = self._f.read(SYNC_DATA_MAX if 0 <= n < SYNC_DATA_MAX else n)
-        self.sent += len(data)
-        if self.progress is not None and data:
-            self.progress(len(data))
-        return data
-
-    def close(self) -> None:
-        pass  # adbutils closes its source; the with-block here does

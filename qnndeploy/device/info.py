@@ -53,10 +53,6 @@ class DeviceInfo:
     bundle: str | None = None  # "name version" of the bundle given with --bundle
     app_choice: decision.Decision | None = None  # what the app would choose with that bundle
 
-    def decision_device(self) -> decision.Device:
-        """What the on-device decision reads: Build.SOC_MODEL / ro.soc.model, ro.board.platform, the API level."""
-        return decision.Device(self.soc_model_prop, self.board_platform, self.sdk or 0)
-
 
 def devices() -> list[ListedDevice]:
     rows = []
@@ -67,10 +63,7 @@ def devices() -> list[ListedDevice]:
 
 def _soc_label(entry: DeviceEntry) -> str | None:
     """The SoC as the app identifies it (catalog name), else the raw ro.soc.model or ro.board.platform."""
-    dev = Device(entry.serial)
-    props = dev.getprops()
-    phone = decision.Device(props.get("ro.soc.model") or None, props.get("ro.board.platform") or None,
-                            _int(props.get("ro.build.version.sdk")) or 0)
+    phone = decision.Device.from_props(Device(entry.serial).getprops())
     name, _ = decision.identify(phone)
     return name or phone.soc_model or phone.board_platform
 
@@ -89,10 +82,8 @@ def device_info(serial: str | None = None, bundle: Path | None = None) -> Device
         manifest = load_manifest(bundle)  # a bad bundle fails before any adb traffic
     dev = connect(serial)
     props = dev.getprops()
-    soc_prop = props.get("ro.soc.model") or None
-    platform = props.get("ro.board.platform") or None
-    sdk = _int(props.get("ro.build.version.sdk"))
-    name, identified_by = decision.identify(decision.Device(soc_prop, platform, sdk or 0))
+    phone = decision.Device.from_props(props)
+    name, identified_by = decision.identify(phone)
     soc = next((s for s in socs.catalog() if s.model == name), None)
     kernel_id = _int(dev.read_text("/sys/devices/soc0/soc_id"))
     folders = " ".join(decision.VENDOR_DSP_FOLDERS)
@@ -101,9 +92,9 @@ def device_info(serial: str | None = None, bundle: Path | None = None) -> Device
     info = DeviceInfo(
         serial=dev.serial, model=props.get("ro.product.model", ""),
         manufacturer=props.get("ro.product.manufacturer", ""),
-        android_release=props.get("ro.build.version.release", ""), sdk=sdk,
-        abi=props.get("ro.product.cpu.abi", ""), soc_model_prop=soc_prop,
-        soc_manufacturer=props.get("ro.soc.manufacturer") or None, board_platform=platform,
+        android_release=props.get("ro.build.version.release", ""), sdk=phone.sdk_int or None,
+        abi=props.get("ro.product.cpu.abi", ""), soc_model_prop=phone.soc_model,
+        soc_manufacturer=props.get("ro.soc.manufacturer") or None, board_platform=phone.board_platform,
         kernel_soc_id=kernel_id, soc=soc.model if soc else None, identified_by=identified_by if soc else None,
         dsp_arch=soc.dsp_arch if soc else None, qnn_soc_id=soc.soc_id if soc else None,
         fp16=soc.fp16 if soc else None, page_size=_int(dev.run("getconf PAGE_SIZE").output),
@@ -113,8 +104,7 @@ def device_info(serial: str | None = None, bundle: Path | None = None) -> Device
     if manifest is not None:
         info.bundle = decision.bundle_version(manifest)
         # The libraries' loading can only be seen in the app (or by `device verify`); assume they load.
-        info.app_choice = decision.decide(manifest, info.decision_device(), load_errors={},
-                                          lib_dir="<app native library dir>")
+        info.app_choice = decision.decide(manifest, phone, load_errors={}, lib_dir="<app native library dir>")
     return info
 
 

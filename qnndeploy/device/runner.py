@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy.errors import EXIT_BAD_INPUT, QnnDeployError
-from qnndeploy.fileio import sha256_file
 
 if TYPE_CHECKING:
     import numpy as np
@@ -88,9 +87,8 @@ def _phone_executable(path: Path) -> Path:
     return path
 
 
-def install(dev: Device, local: Path) -> int:
-    """Put the runner at REMOTE_RUNNER with mode 0755, unless the same file is already there; bytes sent."""
-    digest = sha256_file(local)
+def install(dev: Device, local: Path, digest: str) -> int:
+    """Put the runner (sha256 `digest`) at REMOTE_RUNNER with mode 0755, unless it is already there; bytes sent."""
     r = dev.run(f"sha256sum {shlex.quote(REMOTE_RUNNER)} 2>/dev/null && test -x {shlex.quote(REMOTE_RUNNER)}")
     if r.code == 0 and r.output.split()[:1] == [digest]:
         return 0

@@ -109,9 +109,10 @@ class Job:
             sdk_root = Path(env_sdk)  # as compile does: the SDK set up with envsetup.sh
         self.bundle, self.manifest = Path(bundle), manifest
         self.runner = runner.find_runner(runner_path, sdk_root)
+        self.runner_sha256 = None
         if self.runner is not None:
             found = markers.Scanner()
-            sha256_file(self.runner, scan=found)
+            self.runner_sha256 = sha256_file(self.runner, scan=found)
             _same_qairt(manifest, self.runner, found.builds)
         self.sdk_root = Path(sdk_root) if sdk_root else None
         if self.runner and manifest["runtime"]["mode"] == "external" and self.sdk_root is None:
@@ -123,8 +124,17 @@ class Job:
         self.bundle_id = f"{manifest['name']}-{manifest['version']}"
         self.remote_dir = f"{REMOTE_ROOT}/{self.bundle_id}"
         self.sha256 = {e["path"]: e["sha256"] for e in _entries(manifest)}
+        self._libs: dict[str, dict[str, LocalFile]] = {}
+        self._libs_lock = threading.Lock()
         self._refs: dict[str, tuple[list, list, dict]] = {}
         self._lock = threading.Lock()
+
+    def runtime_libs(self, arch: str) -> dict[str, LocalFile]:
+        """The QNN libraries an NPU run on `arch` needs; SDK files are hashed and checked once, for every phone."""
+        with self._libs_lock:
+            if arch not in self._libs:
+                self._libs[arch] = _runtime_libs(self, arch)
+            return self._libs[arch]
 
     def reference(self, graph: str) -> tuple[list, list, dict]:
         """(input samples, CPU outputs, how the inputs were made) for a graph; computed once, shared by phones."""
@@ -179,12 +189,10 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
     cannot be used or the connection is lost (running again resumes the push)."""
     dev = connect(serial)
     props = dev.getprops()
-    sdk = props.get("ro.build.version.sdk", "")
+    phone = decision.Device.from_props(props)
     result = DeviceVerification(dev.serial, model=props.get("ro.product.model", ""),
                                 android_release=props.get("ro.build.version.release", ""),
-                                sdk=int(sdk) if sdk.isdigit() else None, remote_dir=job.remote_dir)
-    phone = decision.Device(props.get("ro.soc.model") or None, props.get("ro.board.platform") or None,
-                            result.sdk or 0)
+                                sdk=phone.sdk_int or None, remote_dir=job.remote_dir)
     # The library loads are what the runner proves on the phone; the decision assumes they succeed.
     choice = decision.decide(job.manifest, phone, load_errors={}, lib_dir="")
     result.soc, result.identified_by, result.reason = choice.soc, choice.identified_by, choice.reason
@@ -195,7 +203,7 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
     for rel in [*choice.files, *(a["path"] for a in job.manifest["cpu"])]:
         files[rel] = LocalFile(job.bundle / rel, job.sha256[rel])
     if choice.npu:
-        files.update(_runtime_libs(job, choice.dsp_arch))
+        files.update(job.runtime_libs(choice.dsp_arch))
         if job.runner is not None:
             for graph in choice.paths:
                 job.reference(graph)  # unusable --inputs fail here, before anything is pushed
@@ -213,7 +221,7 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
         result.environment = {"LD_LIBRARY_PATH": lib_dir,
                               decision.ADSP_VAR: decision.adsp_library_path(skel_dir, None)}
         result.runner = runner.REMOTE_RUNNER
-        runner.install(dev, job.runner)
+        runner.install(dev, job.runner, job.runner_sha256)
         for graph, context in choice.paths.items():
             result.graphs.append(_run_graph(dev, job, graph, f"{job.remote_dir}/{context}", result))
     elif choice.npu:
