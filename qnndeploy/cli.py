@@ -695,13 +695,15 @@ def compile_cmd(models: tuple[str, ...], socs: tuple[str, ...], backend: str | N
 
 
 def _render_compile(summary) -> None:
+    from qnndeploy.bundle.manifest import CONTEXT_BINARY
+
     click.echo(f"backend {summary.backend}, QAIRT {summary.qairt_version}, {summary.precision}")
     for j in summary.jobs:
         if j.status == "failed":
             click.echo(f"  FAILED  {j.graph:<14} {j.soc:<9} {j.error}")
             click.echo(f"  {'':<7} {'':<14} {'':<9} log: {_shown(j.log)}")
             continue
-        binary = next((o for o in j.outputs if o["format"] == "qnn-context-binary"), None)
+        binary = next((o for o in j.outputs if o["format"] == CONTEXT_BINARY), None)
         made = f"{_shown(j.folder / binary['path'])} ({binary['size'] / 1e6:.1f} MB)" if binary else ""
         when = j.note if j.status == "cached" else f"{j.duration_s:.1f} s"
         click.echo(f"  {j.status:<7} {j.graph:<14} {j.soc:<9} {made}  [{when}]")

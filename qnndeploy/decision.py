@@ -12,11 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from qnndeploy import socs
+from qnndeploy.bundle.manifest import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION  # noqa: F401 (re-exported)
 
-FORMAT = "qnndeploy-bundle"
-FORMAT_VERSION = 1
-CONTEXT_BINARY = "qnn-context-binary"  # what QNN itself and sherpa-onnx load
-EPCONTEXT = "ort-epcontext"  # what ONNX Runtime's QNN EP loads (an .onnx wrapping the context binary)
+BACKEND_LIB, SYSTEM_LIB = "libQnnHtp.so", "libQnnSystem.so"
 ADSP_VAR = "ADSP_LIBRARY_PATH"
 # Where the DSP loader looks when ADSP_LIBRARY_PATH is unset. Setting the variable replaces that default, so these
 # are kept after the app's own folder, or the device's own DSP libraries would no longer be found.
@@ -112,7 +110,7 @@ def adsp_library_path(skel_dir: str, current: str | None) -> str:
 def qnn_libraries(dsp_arch: str) -> tuple[str, str, str, str]:
     """(backend, system, stub, skel) file names. QNN loads the Stub and the Skel by these exact names."""
     n = dsp_arch[1:]
-    return "libQnnHtp.so", "libQnnSystem.so", f"libQnnHtpV{n}Stub.so", f"libQnnHtpV{n}Skel.so"
+    return BACKEND_LIB, SYSTEM_LIB, f"libQnnHtpV{n}Stub.so", f"libQnnHtpV{n}Skel.so"
 
 
 def _json(value: object) -> str:

@@ -10,15 +10,7 @@ import os
 from pathlib import Path
 
 from qnndeploy.errors import QnnDeployError
-
-
-def _load(path: Path):
-    import onnx
-
-    try:
-        return onnx.load(str(path), load_external_data=False)
-    except Exception as e:  # onnx raises DecodeError, ValueError, OSError... for a file that is not ONNX
-        raise QnnDeployError(f"{path} is not a readable ONNX model: {str(e).splitlines()[0]}") from None
+from qnndeploy.onnxio import load_model
 
 
 def _ref_attrs(model) -> list:
@@ -35,14 +27,14 @@ def _ref_attrs(model) -> list:
 
 def context_refs(path: Path) -> list[str]:
     """The context-binary file names an EPContext model loads (empty if it embeds them)."""
-    return [a.s.decode() for a in _ref_attrs(_load(path))]
+    return [a.s.decode() for a in _ref_attrs(load_model(path))]
 
 
 def retarget(src: Path, dst: Path, binary_name: str) -> int:
     """Write a copy of `src` to `dst` whose EPContext nodes load `binary_name`; returns how many were changed."""
     import onnx
 
-    model = _load(src)
+    model = load_model(src)
     attrs = _ref_attrs(model)
     if not attrs:
         raise QnnDeployError(f"{src} has no EPContext node that loads a separate context binary")

@@ -10,17 +10,16 @@ from __future__ import annotations
 import math
 import re
 import shlex
-import stat
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qnndeploy.errors import QnnDeployError
+from qnndeploy.errors import first_line
+from qnndeploy.onnxio import TensorInfo, all_nodes, all_tensors, dtype_name, load_model, real_inputs, tensor_info
 
 if TYPE_CHECKING:
     import onnx
@@ -46,20 +45,6 @@ DATA_SHAPED_OPS = {"NonZero", "Unique", "NonMaxSuppression", "Compress", "Sequen
                    "SequenceInsert", "SequenceErase", "SequenceEmpty", "SequenceLength", "SplitToSequence",
                    "ConcatFromSequence", "SequenceMap", "Optional", "OptionalGetElement", "OptionalHasElement"}
 PARAM_DTYPES = {"float32", "float16", "bfloat16", "float64", "int8", "uint8", "int4", "uint4"}
-
-
-@dataclass
-class TensorInfo:
-    name: str
-    dtype: str  # numpy name (float32, int64…), or "sequence"/"map"/"optional" for non-tensor values
-    shape: list[int | str] | None  # None: rank unknown; a str is a dynamic dim (its symbol, or "?")
-
-    @property
-    def dynamic(self) -> bool:
-        return self.shape is None or any(isinstance(d, str) for d in self.shape)
-
-    def shape_text(self) -> str:
-        return "[?]" if self.shape is None else "[" + ", ".join(str(d) for d in self.shape) + "]"
 
 
 @dataclass
@@ -111,154 +96,6 @@ class CheckReport:
         return VERDICT_EXIT[self.verdict]
 
 
-# --- loading --------------------------------------------------------------------------------------
-
-def load_model(path: Path, with_data: bool = False) -> onnx.ModelProto:
-    """Parse an ONNX file with a one-line error for anything that is not a whole model.
-
-    Without `with_data` the external-data weights are not read, only checked to exist.
-    """
-    import onnx
-    from google.protobuf.message import DecodeError
-
-    path = Path(path)
-    require_model_file(path)
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except (DecodeError, ValueError, RuntimeError) as e:
-        raise QnnDeployError(f"{path} is not an ONNX model or is truncated ({type(e).__name__}: "
-                             f"{str(e).splitlines()[0] if str(e) else 'parse failed'}); re-export or re-download it"
-                             ) from None
-    if model.ir_version <= 0 or not model.opset_import or not model.graph.node:
-        raise QnnDeployError(f"{path} is not an ONNX model (no graph, opset or IR version); "
-                             "re-export or re-download it")
-    for location in sorted(external_locations(model)):
-        if not (path.parent / location).is_file():
-            raise QnnDeployError(f"{path} keeps its weights in {location}, which is missing next to it; "
-                                 "copy the model together with its data file")
-    _check_external_sizes(path, model)
-    if with_data and external_locations(model):
-        try:
-            onnx.load_external_data_for_model(model, str(path.parent))
-        except (OSError, ValueError) as e:
-            raise QnnDeployError(f"cannot read the external data of {path}: {e}") from None
-    return model
-
-
-_FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
-def require_model_file(path: Path) -> None:
-    """A one-line error unless `path` is a regular file; says what it is instead (a folder, a FIFO, /dev/null…).
-    Only stat()s: opening a FIFO would block."""
-    try:
-        mode = Path(path).stat().st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        raise QnnDeployError(f"{path}: no such file") from None
-    except OSError as e:
-        raise QnnDeployError(f"cannot read {path}: {e.strerror or e}") from None
-    if stat.S_ISREG(mode):
-        return
-    kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
-    raise QnnDeployError(f"{path} is {kind}, not an ONNX model file: give the path of the .onnx file")
-
-
-def _check_external_sizes(path: Path, model: onnx.ModelProto) -> None:
-    """Every external tensor must lie inside its data file: a truncated copy is named here, not deep in a loader."""
-    import onnx
-
-    sizes: dict[str, int] = {}
-    for t in _all_tensors(model.graph):
-        if t.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        info = {e.key: e.value for e in t.external_data}
-        location = info.get("location", "")
-        if location not in sizes:
-            sizes[location] = (path.parent / location).stat().st_size
-        try:
-            offset = int(info.get("offset") or 0)
-            length = int(info["length"]) if info.get("length") else _tensor_nbytes(t)
-        except ValueError:
-            raise QnnDeployError(f"{path}: tensor {t.name} has a damaged external data entry ({info}); "
-                                 "re-export the model") from None
-        if length is not None and offset + length > sizes[location]:
-            raise QnnDeployError(
-                f"the external data file {path.parent / location} is truncated or damaged: tensor {t.name} needs "
-                f"bytes {offset}-{offset + length}, the file has {sizes[location]}; copy the model together with "
-                "its complete data file, or re-export it")
-
-
-def _tensor_nbytes(t: onnx.TensorProto) -> int | None:
-    import numpy as np
-
-    try:
-        itemsize = np.dtype(dtype_name(t.data_type)).itemsize
-    except TypeError:
-        return None  # 4-bit and other packed types: leave the check to the loader
-    return math.prod(t.dims) * itemsize
-
-
-def external_locations(model: onnx.ModelProto) -> set[str]:
-    import onnx
-
-    return {e.value for t in _all_tensors(model.graph) if t.data_location == onnx.TensorProto.EXTERNAL
-            for e in t.external_data if e.key == "location"}
-
-
-def _all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("g"):
-                yield from _all_graphs(attr.g)
-            for g in attr.graphs:
-                yield from _all_graphs(g)
-
-
-def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    for g in _all_graphs(graph):
-        yield from g.node
-
-
-def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    """Initializers and Constant values of every (sub)graph."""
-    for g in _all_graphs(graph):
-        yield from g.initializer
-        for node in g.node:
-            if node.op_type == "Constant":
-                for attr in node.attribute:
-                    if attr.HasField("t"):
-                        yield attr.t
-
-
-def dtype_name(elem_type: int) -> str:
-    import onnx
-
-    try:
-        return onnx.helper.tensor_dtype_to_np_dtype(elem_type).name
-    except (KeyError, TypeError, ValueError):
-        return onnx.TensorProto.DataType.Name(elem_type).lower()
-
-
-def tensor_info(value: onnx.ValueInfoProto) -> TensorInfo:
-    kind = value.type.WhichOneof("value")
-    if kind != "tensor_type":
-        return TensorInfo(value.name, (kind or "unknown").replace("_type", ""), None)
-    tt = value.type.tensor_type
-    if not tt.HasField("shape"):
-        return TensorInfo(value.name, dtype_name(tt.elem_type), None)
-    dims: list[int | str] = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?")
-                             for d in tt.shape.dim]
-    return TensorInfo(value.name, dtype_name(tt.elem_type), dims)
-
-
-def real_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
-    """Graph inputs the caller feeds (old exports also list every initializer as an input)."""
-    inits = {t.name for t in graph.initializer}
-    return [v for v in graph.input if v.name not in inits]
-
-
 # --- the check ------------------------------------------------------------------------------------
 
 def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True) -> CheckReport:
@@ -271,7 +108,7 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True) 
     target = soc if isinstance(soc, socs.Soc) else socs.find(soc or DEFAULT_SOC)
     inputs = [tensor_info(v) for v in real_inputs(graph)]
     outputs = [tensor_info(v) for v in graph.output]
-    params = sum(math.prod(t.dims) for t in _all_tensors(graph) if dtype_name(t.data_type) in PARAM_DTYPES)
+    params = sum(math.prod(t.dims) for t in all_tensors(graph) if dtype_name(t.data_type) in PARAM_DTYPES)
 
     opts = _PrepareOptions()
     op_findings = _op_findings(graph, opts)  # first: inputs it freezes need no int32 wrapper
@@ -393,7 +230,7 @@ def _dtype_findings(graph: onnx.GraphProto, inputs: list[TensorInfo], outputs: l
             "int64", "fixable", f"int64 inputs/outputs ({', '.join(int64)}): the HTP has no int64 tensors",
             "prepare --int32-inputs (wraps them as int32 with a Cast inside the graph, names unchanged)"))
     f64 = [t.name for t in inputs + outputs if t.dtype == "float64"]
-    f64 += [t.name for t in _all_tensors(graph) if dtype_name(t.data_type) == "float64"]
+    f64 += [t.name for t in all_tensors(graph) if dtype_name(t.data_type) == "float64"]
     f64 += [n.name or n.op_type for n in all_nodes(graph) if n.op_type == "Cast"
             and any(a.name == "to" and dtype_name(a.i) == "float64" for a in n.attribute)]
     if f64:
@@ -508,9 +345,9 @@ def measure_htp(path: Path, soc: Soc, graph: onnx.GraphProto | None = None,
             with htp.quiet_native_stdout():
                 ort.InferenceSession(str(path), options)
         except Exception as e:  # onnxruntime raises its own, unexported exception types
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            return HtpMeasurement(soc.model, False, f"the HTP compile failed: {first}", qairt=htp.qairt_version(),
-                                  total_nodes=total, seconds=round(time.monotonic() - start, 2))
+            return HtpMeasurement(soc.model, False, f"the HTP compile failed: {first_line(e)}",
+                                  qairt=htp.qairt_version(), total_nodes=total,
+                                  seconds=round(time.monotonic() - start, 2))
         if ctx.is_file():
             nodes = list(onnx.load(str(ctx), load_external_data=False).graph.node)
         else:

@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnndeploy import htp, onnxcheck
-from qnndeploy.errors import EXIT_CHECK_FAILED, EXIT_MISSING_TOOL, QnnDeployError
-from qnndeploy.onnxcheck import TensorInfo, real_inputs, tensor_info
+from qnndeploy import htp, onnxcheck, onnxio
+from qnndeploy.errors import EXIT_CHECK_FAILED, EXIT_MISSING_TOOL, QnnDeployError, first_line
+from qnndeploy.onnxio import TensorInfo, real_inputs, tensor_info
 
 if TYPE_CHECKING:
     import numpy as np
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 DEFAULT_TOLERANCE = 1e-4
 # Above this many bytes of weights the output keeps them in an external data file (protobuf stops at 2 GB).
 EXTERNAL_ABOVE = 1 << 30
-RANDOM_INT_HIGH = 16  # random integer inputs are drawn from [0, 16): small enough to be valid indices
 RECORD_FORMAT = 1
 
 
@@ -201,7 +200,7 @@ def _freeze(graph: onnx.GraphProto, values: Mapping[str, np.ndarray]) -> None:
 
 
 def _unique(graph: onnx.GraphProto, base: str) -> str:
-    used = {n for node in onnxcheck.all_nodes(graph) for n in (*node.input, *node.output)}
+    used = {n for node in onnxio.all_nodes(graph) for n in (*node.input, *node.output)}
     used |= {v.name for v in (*graph.input, *graph.output, *graph.initializer)}
     name, i = base, 1
     while name in used:
@@ -211,7 +210,7 @@ def _unique(graph: onnx.GraphProto, base: str) -> str:
 
 def _rename_uses(graph: onnx.GraphProto, old: str, new: str, outputs_too: bool = False) -> None:
     """Point every consumer (in subgraphs too) of tensor `old` at `new`; with outputs_too, its producer as well."""
-    for node in onnxcheck.all_nodes(graph):
+    for node in onnxio.all_nodes(graph):
         for i, name in enumerate(node.input):
             if name == old:
                 node.input[i] = new
@@ -267,7 +266,7 @@ def _tensor_bytes(model: onnx.ModelProto) -> int:
     total = 0
     for t in model.graph.initializer:
         try:
-            total += math.prod(t.dims) * np.dtype(onnxcheck.dtype_name(t.data_type)).itemsize
+            total += math.prod(t.dims) * np.dtype(onnxio.dtype_name(t.data_type)).itemsize
         except TypeError:
             pass
     return total
@@ -294,8 +293,7 @@ def _simplify(src: Path, dst: Path) -> None:
         with htp.quiet_native_stdout():
             _, ok = onnxsim.simplify(str(src), output_path=str(dst))
     except Exception as e:  # onnxsim raises many types, from Python and from its C++ core
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise QnnDeployError(f"simplification failed ({first}); retry with --no-simplify") from None
+        raise QnnDeployError(f"simplification failed ({first_line(e)}); retry with --no-simplify") from None
     if not ok or not dst.is_file():
         raise QnnDeployError("simplification failed its own check; retry with --no-simplify")
 
@@ -328,91 +326,52 @@ def _cpu_session(path: Path, what: str, hint: str = ""):
     try:
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime's exception types are not exported
-        raise QnnDeployError(f"{what} does not load in onnxruntime: {_first_line(e)}{hint}") from None
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
-def _feeds(specs: list[TensorInfo], shapes: Mapping[str, list[int]], inputs_dir: Path | None,
-           seed: int) -> dict[str, np.ndarray]:
-    """One value per original input: from --inputs DIR (NAME.npy or NAME.npz), else random in a safe range."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for spec in specs:
-        dtype, shape = np.dtype(spec.dtype), shapes[spec.name]
-        if inputs_dir is not None:
-            feeds[spec.name] = _read_input(inputs_dir, spec, dtype, shape)
-        elif dtype.kind == "f":
-            feeds[spec.name] = rng.uniform(-1, 1, shape).astype(dtype)
-        elif dtype.kind == "b":
-            feeds[spec.name] = rng.integers(0, 2, shape).astype(bool)
-        elif dtype.kind in "iu":
-            feeds[spec.name] = rng.integers(0, min(RANDOM_INT_HIGH, np.iinfo(dtype).max), shape).astype(dtype)
-        else:
-            raise QnnDeployError(f"input {spec.name} is {spec.dtype}: give real inputs with --inputs DIR")
-    return feeds
-
-
-def _read_input(folder: Path, spec: TensorInfo, dtype: np.dtype, shape: list[int]) -> np.ndarray:
-    from qnndeploy.validate import read_arrays
-
-    stem = spec.name.replace("/", "_").replace(":", "_")
-    files = [folder / f"{stem}.npy", folder / f"{stem}.npz"]
-    found = next((f for f in files if f.is_file()), None)
-    if found is None:
-        raise QnnDeployError(f"--inputs {folder}: no {files[0].name} or {files[1].name} for input {spec.name}")
-    arrays = read_arrays(found)
-    if not arrays:
-        raise QnnDeployError(f"{found} holds no array; input {spec.name} needs one")
-    array = next(iter(arrays.values()))
-    if array.dtype != dtype:
-        raise QnnDeployError(f"{found} holds {array.dtype}, input {spec.name} takes {dtype}")
-    if list(array.shape) != list(shape):
-        raise QnnDeployError(f"{found} has shape {list(array.shape)}, the prepared input {spec.name} is {shape}")
-    return array
+        raise QnnDeployError(f"{what} does not load in onnxruntime: {first_line(e)}{hint}") from None
 
 
 def _compare(name: str, want: np.ndarray, got: np.ndarray, tolerance: float) -> OutputDiff:
+    """Max abs diff and rel L2 by validate's metrics; NaNs in the same places of both outputs count as equal."""
     import numpy as np
+
+    from qnndeploy.validate import metrics
 
     if want.shape != got.shape:
         raise QnnDeployError(f"the prepared model's output {name} has shape {list(got.shape)}, the original's "
                              f"{list(want.shape)}; nothing written", EXIT_CHECK_FAILED)
     a, b = want.astype(np.float64), got.astype(np.float64)
-    same_nan = np.array_equal(np.isnan(a), np.isnan(b))
-    diff = np.abs(np.nan_to_num(a - b, nan=0.0)) if same_nan else np.full(a.shape, np.inf)
-    max_abs = float(diff.max()) if diff.size else 0.0
-    norm = float(np.linalg.norm(np.nan_to_num(a)))
-    err = float(np.linalg.norm(diff))
-    rel = err / norm if norm > 0 else (0.0 if err == 0 else math.inf)
+    if not np.array_equal(np.isnan(a), np.isnan(b)):
+        return OutputDiff(name, list(got.shape), math.inf, math.inf, False)
+    m = metrics(np.nan_to_num(a, nan=0.0), np.nan_to_num(b, nan=0.0))
+    max_abs, rel = m["max_abs_diff"], m["rel_l2"]
+    if rel is None:  # an all-zero reference
+        rel = 0.0 if max_abs == 0 else math.inf
     return OutputDiff(name, list(got.shape), max_abs, rel, max_abs <= tolerance or rel <= tolerance)
 
 
-def _equivalence(original: Path, prepared: Path, specs: list[TensorInfo], shapes: dict[str, list[int]],
-                 frozen: Mapping[str, np.ndarray], inputs_dir: Path | None, tolerance: float,
-                 seed: int) -> list[OutputDiff]:
+def _equivalence(original: Path, prepared: Path, live: list[TensorInfo], frozen: Mapping[str, np.ndarray],
+                 inputs_dir: Path | None, tolerance: float, seed: int) -> list[OutputDiff]:
+    """Run both models on the same inputs (--inputs DIR, else one random sample) and compare every output."""
     import numpy as np
 
-    live = [s for s in specs if s.name not in frozen]
-    feeds = _feeds(live, shapes, inputs_dir, seed)
+    from qnndeploy import samples
+
+    if inputs_dir is not None:
+        feeds = {spec.name: samples.read_one(Path(inputs_dir), spec) for spec in live}
+    else:
+        feeds = samples.random_samples(live, 1, seed)[0]
     hint = "" if inputs_dir else "; give real inputs with --inputs DIR"
     before = _cpu_session(original, f"the original model {original.name}")
     after = _cpu_session(prepared, "the prepared model")
     try:
         want = before.run(None, {**feeds, **frozen})
     except Exception as e:
-        raise QnnDeployError(f"the original model fails on these inputs: {_first_line(e)}{hint}") from None
+        raise QnnDeployError(f"the original model fails on these inputs: {first_line(e)}{hint}") from None
     prepared_types = {i.name: i.type for i in after.get_inputs()}
     cast = {"tensor(int32)": np.int32}
     try:
         got = after.run(None, {k: v.astype(cast.get(prepared_types[k], v.dtype)) for k, v in feeds.items()})
     except Exception as e:
-        raise QnnDeployError(f"the prepared model fails where the original ran: {_first_line(e)}") from None
+        raise QnnDeployError(f"the prepared model fails where the original ran: {first_line(e)}") from None
     names = [o.name for o in before.get_outputs()]
     result = dict(zip([o.name for o in after.get_outputs()], got))
     return [_compare(n, w, result[n], tolerance) for n, w in zip(names, want)]
@@ -447,15 +406,14 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
     if inputs_dir is not None and not Path(inputs_dir).is_dir():
         raise QnnDeployError(f"--inputs {inputs_dir}: no such folder")
 
-    model = onnxcheck.load_model(src)
-    source_external = bool(onnxcheck.external_locations(model))
-    specs = [tensor_info(v) for v in real_inputs(model.graph)]
+    model = onnxio.load_model(src)
+    source_external = bool(onnxio.external_locations(model))
     edits = _edit(model.graph, shapes or {}, freeze or {}, int32_inputs)
     if source_external:
         try:
             onnx.load_external_data_for_model(model, str(src.parent))
         except (OSError, ValueError) as e:
-            raise QnnDeployError(f"cannot read the external data of {src}: {_first_line(e)}; copy the model "
+            raise QnnDeployError(f"cannot read the external data of {src}: {first_line(e)}; copy the model "
                                  "together with its complete data file, or re-export it") from None
     external = source_external or _tensor_bytes(model) > EXTERNAL_ABOVE
 
@@ -477,11 +435,11 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
             stage = work / "simplified.onnx"
         final = work / out.name
         _infer_and_save(stage, final, work, external)
-        prepared = onnxcheck.load_model(final).graph
+        prepared = onnxio.load_model(final).graph
         nodes_after = sum(1 for n in prepared.node if n.op_type != "Constant")
         if simplify:
             edits.changes.append(f"simplified with onnxsim: {edits.nodes_before} -> {nodes_after} nodes")
-        diffs = _equivalence(src, final, specs, edits.feed_shapes, edits.frozen, inputs_dir, tolerance, seed)
+        diffs = _equivalence(src, final, edits.live, edits.frozen, inputs_dir, tolerance, seed)
         bad = [d for d in diffs if not d.ok]
         if bad:
             raise QnnDeployError(
@@ -589,7 +547,7 @@ class _Edits:
     shapes: dict[str, list[int]]
     frozen: dict[str, np.ndarray]
     wrapped: list[str]
-    feed_shapes: dict[str, list[int]]  # the static shape of every input still fed
+    live: list[TensorInfo]  # every input still fed, with its static shape and original dtype
     nodes_before: int
 
 
@@ -615,7 +573,7 @@ def _edit(graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]], freeze: M
     changes += [f"{'input' if n in inputs else 'output'} {n}: int64 -> int32 (Cast inside the graph)"
                 for n in wrapped]
     _clear_inferred(graph)
-    return _Edits(changes, shapes, frozen, wrapped, {i.name: list(i.shape) for i in live}, nodes_before)
+    return _Edits(changes, shapes, frozen, wrapped, live, nodes_before)
 
 
 def _notes(graph: onnx.GraphProto, inputs: list[TensorInfo], outputs: list[TensorInfo]) -> list[str]:

@@ -16,8 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qnndeploy import __version__
-from qnndeploy.errors import QnnDeployError
+from qnndeploy import __version__, samples
+from qnndeploy.errors import QnnDeployError, first_line
 from qnndeploy.fileio import sha256_file, write_json
 
 if TYPE_CHECKING:
@@ -34,22 +34,6 @@ THRESHOLDS = {
 }
 EMULATOR_NOTE = ("Outputs come from the host HTP emulator (x86-64): the HTP's arithmetic, not its speed. "
                  "Emulator timings say nothing about phone timings; measure on a phone (qnndeploy device profile).")
-RANDOM_NOTE = "uniform in [-1, 1) for float inputs, integers in [0, 10) for integer inputs, seeded"
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    name: str
-    dtype: str  # numpy dtype name
-    shape: tuple  # ints, or a str/None for a dynamic dim
-
-    @property
-    def static(self) -> bool:
-        return all(isinstance(d, int) and d > 0 for d in self.shape)
-
-    @property
-    def shape_text(self) -> str:
-        return "[" + ", ".join(str(d) if isinstance(d, int) and d > 0 else "?" for d in self.shape) + "]"
 
 
 @dataclass
@@ -117,16 +101,16 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
     for _, record in jobs if inputs is not None else []:
         source = Path(record["input"]["path"])
         if _validatable(record) and record["graph"] not in given and source.is_file():
-            given[record["graph"]] = _given_samples(inputs, record["graph"], source)
+            given[record["graph"]] = samples.for_graph(source, record["graph"], inputs)
     random = random if random is not None or inputs is not None else 1
     described = ({"kind": "files", "folder": str(Path(inputs).resolve())} if inputs is not None
-                 else {"kind": "random", "samples": random, "seed": seed, "distribution": RANDOM_NOTE})
+                 else {"kind": "random", "samples": random, "seed": seed, "distribution": samples.RANDOM_NOTE})
     per_graph: dict[str, tuple[list, list, dict] | QnnDeployError] = {}
     results: list[TargetValidation] = []
     if progress:
         progress(0, len(jobs), None)
     for folder, record in jobs:
-        results.append(_validate_one(folder, record, inputs, random, seed, thresholds or {}, per_graph, given))
+        results.append(_validate_one(folder, record, random, seed, thresholds or {}, per_graph, given))
         if progress:
             progress(len(results), len(jobs), results[-1])
     validated = [t for t in results if t.status in ("passed", "failed")]
@@ -153,17 +137,8 @@ def _validatable(record: dict) -> bool:
     return record.get("status") == "ok" and any(o["format"] == "ort-epcontext" for o in record.get("outputs", []))
 
 
-def _given_samples(inputs: Path, graph: str, source: Path) -> tuple[list, dict]:
-    """The samples from --inputs for one graph (DIR/<graph>/ when it exists, else DIR), and how to record them."""
-    folder = Path(inputs) / graph if (Path(inputs) / graph).is_dir() else Path(inputs)
-    samples = load_samples(folder, model_inputs(source))
-    used = {"kind": "files", "folder": str(folder.resolve()), "samples": len(samples),
-            "files": sorted(p.name for p in folder.iterdir() if p.suffix in (".npy", ".npz"))}
-    return samples, used
-
-
-def _validate_one(folder: Path, record: dict, inputs: Path | None, random: int | None, seed: int,
-                  overrides: dict, per_graph: dict, given: dict) -> TargetValidation:
+def _validate_one(folder: Path, record: dict, random: int | None, seed: int, overrides: dict, per_graph: dict,
+                  given: dict) -> TargetValidation:
     graph, soc_name, precision = record["graph"], record["soc"], record.get("precision")
     result = TargetValidation(graph, soc_name, precision, "skipped")
     if record.get("status") != "ok":
@@ -175,8 +150,7 @@ def _validate_one(folder: Path, record: dict, inputs: Path | None, random: int |
         result.reason = (f"no ORT EPContext wrapper ({record['backend']} backend): the host emulator cannot load "
                          f"this context; check it on a phone (qnndeploy device verify)")
         return result
-    limits = {**THRESHOLDS.get(precision, THRESHOLDS["w8a16"]), **overrides}
-    result.thresholds = limits
+    result.thresholds = limits = thresholds_for(precision, overrides)
     try:
         for o in (ctx, binary):
             if sha256_file(folder / o["path"]) != o["sha256"]:
@@ -188,15 +162,14 @@ def _validate_one(folder: Path, record: dict, inputs: Path | None, random: int |
                 per_graph[graph] = e
         if isinstance(per_graph[graph], QnnDeployError):
             raise per_graph[graph]
-        samples, expected, used = per_graph[graph]
-        outputs, seconds = _run_htp(folder / ctx["path"], soc_name, precision, samples)
+        feeds, expected, used = per_graph[graph]
+        outputs, seconds = _run_htp(folder / ctx["path"], soc_name, precision, feeds)
     except QnnDeployError as e:
         result.status, result.reason = "error", str(e)
         return result
-    result.samples = len(samples)
-    result.emulator_s_per_run = round(seconds / len(samples), 3)
-    result.outputs = [judge(name, [e[name] for e in expected], [o[name] for o in outputs], limits)
-                      for name in expected[0]]
+    result.samples = len(feeds)
+    result.emulator_s_per_run = round(seconds / len(feeds), 3)
+    result.outputs = judge_outputs(expected, outputs, limits)
     result.status = "passed" if all(m.passed for m in result.outputs) else "failed"
     result.record = folder / RECORD_FILE
     write_json(result.record, {
@@ -221,25 +194,16 @@ def _reference(record: dict, given: tuple[list, dict] | None, random: int | None
                ) -> tuple[list, list, dict]:
     """The graph's input samples (`given` from --inputs, else random) and the CPU outputs for them (computed once
     per graph, shared by its SoCs)."""
-    import onnxruntime as ort
-
     source = Path(record["input"]["path"])
     if not source.is_file():
         raise QnnDeployError(f"the source model {source} is gone: the CPU reference needs it")
     if sha256_file(source) != record["input"]["sha256"]:
         raise QnnDeployError(f"{source} changed since the compile: compile again, then validate")
-    if given is not None:
-        samples, used = given
-    else:
-        samples = random_samples(model_inputs(source), random, seed)
-        used = {"kind": "random", "samples": random, "seed": seed, "distribution": RANDOM_NOTE}
-    session = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    expected = [dict(zip(names, session.run(None, s))) for s in samples]
-    return samples, expected, used
+    feeds, used = given or samples.for_graph(source, record["graph"], count=random, seed=seed)
+    return feeds, samples.cpu_outputs(source, feeds), used
 
 
-def _run_htp(ctx: Path, soc_name: str, precision: str | None, samples: list) -> tuple[list, float]:
+def _run_htp(ctx: Path, soc_name: str, precision: str | None, feeds: list) -> tuple[list, float]:
     import onnxruntime as ort
 
     from qnndeploy import htp, socs
@@ -250,12 +214,10 @@ def _run_htp(ctx: Path, soc_name: str, precision: str | None, samples: list) -> 
                                                                          fp16=precision == "fp16"))
         names = [o.name for o in session.get_outputs()]
         start = time.monotonic()
-        outputs = [dict(zip(names, session.run(None, s))) for s in samples]
+        outputs = [dict(zip(names, session.run(None, s))) for s in feeds]
     except Exception as e:  # onnxruntime's own error types
-        raise QnnDeployError(f"the HTP emulator could not run {ctx.name}: {str(e).strip().splitlines()[0]}") from None
+        raise QnnDeployError(f"the HTP emulator could not run {ctx.name}: {first_line(e)}") from None
     return outputs, time.monotonic() - start
-
-
 
 
 # --- metrics ---------------------------------------------------------------------------------------
@@ -283,6 +245,16 @@ def metrics(reference: np.ndarray, actual: np.ndarray) -> dict:
     }
 
 
+def thresholds_for(precision: str | None, overrides: dict | None = None) -> dict:
+    """What outputs are judged by: the precision's defaults (w8a16's for any other), then the overrides."""
+    return {**THRESHOLDS.get(precision, THRESHOLDS["w8a16"]), **(overrides or {})}
+
+
+def judge_outputs(expected: list[dict], actual: list[dict], limits: dict) -> list[OutputMetrics]:
+    """Every output over all samples (one {name: array} per sample), against the CPU reference."""
+    return [judge(name, [e[name] for e in expected], [a[name] for a in actual], limits) for name in expected[0]]
+
+
 def judge(name: str, expected: list, actual: list, limits: dict) -> OutputMetrics:
     import numpy as np
 
@@ -304,118 +276,3 @@ def judge(name: str, expected: list, actual: list, limits: dict) -> OutputMetric
         judged = "cosine+snr"
     return OutputMetrics(name, list(out.shape[1:]), m["max_abs_diff"], m["mean_abs_diff"], m["rel_l2"], m["cosine"],
                          m["snr_db"], m["ref_rms"], m["ref_max_abs"], agree, bool(passed), judged, note)
-
-
-# --- inputs (compile's --calib reads them the same way) --------------------------------------------
-
-def model_inputs(path: Path) -> list[InputSpec]:
-    """The graph inputs a caller feeds (initializers listed as inputs excluded). The model is read by check's
-    loader, so a folder, an empty or truncated file or a damaged external data file is a one-line error."""
-    import onnx
-
-    from qnndeploy.onnxcheck import load_model
-
-    model = load_model(Path(path))
-    inits = {i.name for i in model.graph.initializer}
-    specs = []
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        t = vi.type.tensor_type
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name
-        shape = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim)
-        specs.append(InputSpec(vi.name, dtype, shape))
-    return specs
-
-
-def load_samples(folder: Path, specs: list[InputSpec]) -> list[dict]:
-    """Samples from `folder`: each *.npz is one sample (one array per input name; any single name for a
-    one-input graph); <input>.npy holds one sample, or several stacked on a new first axis."""
-    folder = Path(folder)
-    samples: list[dict] = []
-    for path in sorted(folder.glob("*.npz")):
-        arrays = read_arrays(path)
-        if len(specs) == 1 and len(arrays) == 1:
-            arrays = {specs[0].name: next(iter(arrays.values()))}
-        missing = [s.name for s in specs if s.name not in arrays]
-        if missing:
-            raise QnnDeployError(f"{path}: no array for input(s) {', '.join(missing)} (has {', '.join(arrays)})")
-        samples.append({s.name: _fit(arrays[s.name], s, path) for s in specs})
-    npy = {s.name: folder / f"{s.name}.npy" for s in specs}
-    if any(p.is_file() for p in npy.values()):
-        missing = [n for n, p in npy.items() if not p.is_file()]
-        if missing:
-            raise QnnDeployError(f"{folder}: .npy files for some inputs but not for {', '.join(missing)}")
-        stacks = {}
-        for s in specs:
-            arrays = read_arrays(npy[s.name])
-            if len(arrays) != 1:
-                raise QnnDeployError(f"{npy[s.name]}: an archive of {len(arrays)} arrays; a .npy holds one array")
-            (arr,) = arrays.values()
-            stacks[s.name] = arr if arr.ndim == len(s.shape) + 1 else arr[None]
-        counts = {len(a) for a in stacks.values()}
-        if len(counts) != 1:
-            raise QnnDeployError(f"{folder}: the .npy files hold different numbers of samples ({sorted(counts)})")
-        for i in range(counts.pop()):
-            samples.append({s.name: _fit(stacks[s.name][i], s, npy[s.name]) for s in specs})
-    if not samples:
-        names = ", ".join(f"{s.name}.npy" for s in specs)
-        raise QnnDeployError(f"{folder}: no input samples (*.npz, or {names})")
-    return samples
-
-
-def read_arrays(path: Path) -> dict[str, np.ndarray]:
-    """Every array of one .npz file, or {stem: array} for a .npy file; any damage is a one-line error.
-    The one reader of sample files: validate, compile --calib and prepare --inputs all use it."""
-    import numpy as np
-
-    try:
-        loaded = np.load(path, allow_pickle=False)
-        if isinstance(loaded, np.lib.npyio.NpzFile):  # a lazy archive: read every member now, then close it
-            with loaded:
-                return {k: loaded[k] for k in loaded.files}
-        return {Path(path).stem: loaded}
-    except Exception as e:  # numpy raises ValueError, EOFError, OSError, BadZipFile, zlib.error… for bad files
-        raise QnnDeployError(f"cannot read {path} as a NumPy array file ({_first_line(e).rstrip('.')}); save "
-                             "samples with numpy.save or numpy.savez") from None
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
-def _fit(arr: np.ndarray, spec: InputSpec, path: Path) -> np.ndarray:
-    import numpy as np
-
-    if tuple(arr.shape) != tuple(spec.shape):
-        raise QnnDeployError(f"{path}: input '{spec.name}' has shape {list(arr.shape)}, the model needs "
-                             f"{spec.shape_text}")
-    target = np.dtype(spec.dtype)
-    if arr.dtype != target:
-        if not np.can_cast(arr.dtype, target, "same_kind"):
-            raise QnnDeployError(f"{path}: input '{spec.name}' is {arr.dtype}, the model needs {target}")
-        arr = arr.astype(target)
-    return np.ascontiguousarray(arr)
-
-
-def random_samples(specs: list[InputSpec], count: int, seed: int) -> list[dict]:
-    import numpy as np
-
-    for s in specs:
-        if not s.static:
-            raise QnnDeployError(f"input '{s.name}' has dynamic size {s.shape_text}: random inputs need fixed sizes")
-    rng = np.random.default_rng(seed)
-    samples = []
-    for _ in range(count):
-        sample = {}
-        for s in specs:
-            dtype = np.dtype(s.dtype)
-            if dtype.kind == "f":
-                sample[s.name] = rng.uniform(-1, 1, s.shape).astype(dtype)
-            elif dtype.kind == "b":
-                sample[s.name] = rng.random(s.shape) < 0.5
-            else:
-                sample[s.name] = rng.integers(0, 10, s.shape).astype(dtype)
-        samples.append(sample)
-    return samples

@@ -16,6 +16,8 @@ from pathlib import Path
 from qnndeploy import __version__, epcontext, socs
 from qnndeploy.bundle import archive
 from qnndeploy.bundle.manifest import (
+    CONTEXT_BINARY,
+    EPCONTEXT,
     FORMAT,
     FORMAT_VERSION,
     MANIFEST,
@@ -30,7 +32,7 @@ from qnndeploy.bundle.verify import (
     check_warnings,
     scan_file,
 )
-from qnndeploy.decision import qnn_libraries
+from qnndeploy.decision import BACKEND_LIB, SYSTEM_LIB, qnn_libraries
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import Progress, staging_dir, staging_file, write_json
 from qnndeploy.markers import build_version
@@ -96,7 +98,7 @@ def spec_from_build(build: Path, name: str, version: str) -> BundleSpec:
         if spec.cpu.setdefault(graph, source) != source:
             raise QnnDeployError(f"graph {graph} was compiled from two models ({spec.cpu[graph]} and {source})")
         spec.expected_sha256[source] = rec["input"]["sha256"]
-        outputs = [o for o in rec["outputs"] if o["format"] in ("qnn-context-binary", "ort-epcontext")]
+        outputs = [o for o in rec["outputs"] if o["format"] in (CONTEXT_BINARY, EPCONTEXT)]
         spec.npu.setdefault(soc, {})[graph] = [job / o["path"] for o in outputs]
         spec.expected_sha256.update({job / o["path"]: o["sha256"] for o in outputs})
         precisions.add(rec["precision"])
@@ -106,7 +108,7 @@ def spec_from_build(build: Path, name: str, version: str) -> BundleSpec:
         vpath = job / "validation.json"
         if vpath.is_file():
             v = json.loads(vpath.read_text())
-            binary = next(o["sha256"] for o in outputs if o["format"] == "qnn-context-binary")
+            binary = next(o["sha256"] for o in outputs if o["format"] == CONTEXT_BINARY)
             if (v.get("binary") or {}).get("sha256") not in (None, binary):
                 summary["note"] = "not validated: validation.json is of an earlier compile; run qnndeploy validate"
             else:
@@ -181,8 +183,7 @@ def _runtime_libs(spec: BundleSpec, archs: set[str]) -> list[tuple[Path, dict]]:
     android = base / "lib" / "aarch64-android" if spec.sdk_root else base
     where = lambda arch: base / "lib" / f"hexagon-{arch}" / "unsigned" if spec.sdk_root else base  # noqa: E731
     out = []
-    backend, system, _, _ = qnn_libraries("v00")
-    for name, role in ((backend, "htp"), (system, "system"), (PREPARE_LIB, "prepare")):
+    for name, role in ((BACKEND_LIB, "htp"), (SYSTEM_LIB, "system"), (PREPARE_LIB, "prepare")):
         path = android / name
         if path.is_file():
             out.append((path, {"role": role, "abi": "arm64-v8a"}))
@@ -322,7 +323,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
                     "soc": model, "soc_id": soc.soc_id, "dsp_arch": soc.dsp_arch, "precision": spec.precision,
                     "artifacts": [
                         {**entry(rel), "graph": rel.split("/")[-1].removesuffix(".bin").removesuffix("_ctx.onnx"),
-                         "format": "qnn-context-binary" if rel.endswith(".bin") else "ort-epcontext"}
+                         "format": CONTEXT_BINARY if rel.endswith(".bin") else EPCONTEXT}
                         for _, rel, _ in plan if rel.startswith(f"npu/{model}/")
                     ],
                     "validation": spec.validation.get(model),

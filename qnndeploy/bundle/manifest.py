@@ -9,9 +9,12 @@ from importlib import resources
 from pathlib import Path
 
 from qnndeploy.errors import QnnDeployError
+from qnndeploy.onnxio import external_locations, load_model, tensor_info
 
 FORMAT = "qnndeploy-bundle"
 FORMAT_VERSION = 1
+CONTEXT_BINARY = "qnn-context-binary"  # artifact formats: what QNN itself and sherpa-onnx load,
+EPCONTEXT = "ort-epcontext"  # what ONNX Runtime's QNN EP loads (an .onnx wrapping a context binary)
 MANIFEST = "manifest.json"
 MAVEN_RUNTIME = "com.qualcomm.qti:qnn-runtime"
 
@@ -75,26 +78,11 @@ class Signature:
 
 def graph_signature(path: Path) -> Signature:
     """The inputs and outputs of an ONNX model (CPU fallback or EPContext wrapper), read without its weights."""
-    import onnx
+    model = load_model(path)
+    inits = {t.name for t in model.graph.initializer}
 
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as e:  # onnx raises DecodeError, ValueError, OSError... for a file that is not ONNX
-        raise QnnDeployError(f"{path} is not a readable ONNX model: {str(e).splitlines()[0]}") from None
-    if not model.graph.output:
-        raise QnnDeployError(f"{path} is not a readable ONNX model: it has no graph outputs (empty or damaged file)")
-    init = {t.name for t in model.graph.initializer}
+    def tensors(values) -> list[dict]:  # dims as the file writes them, a dynamic one as its symbol or "?"
+        return [{"name": t.name, "dtype": t.dtype, "shape": t.shape or []}
+                for t in (tensor_info(v, written=True) for v in values) if t.name not in inits]
 
-    def tensors(values) -> list[dict]:
-        out = []
-        for v in values:
-            if v.name in init:
-                continue
-            t = v.type.tensor_type
-            dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name if t.elem_type else "unknown"
-            shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim]
-            out.append({"name": v.name, "dtype": dtype, "shape": shape})
-        return out
-
-    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
-    return Signature(tensors(model.graph.input), tensors(model.graph.output), external)
+    return Signature(tensors(model.graph.input), tensors(model.graph.output), bool(external_locations(model)))

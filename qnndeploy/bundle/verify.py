@@ -13,6 +13,8 @@ from pathlib import Path
 from qnndeploy import socs
 from qnndeploy.bundle import elf
 from qnndeploy.bundle.manifest import (
+    CONTEXT_BINARY,
+    EPCONTEXT,
     MANIFEST,
     MAVEN_RUNTIME,
     file_entries,
@@ -197,7 +199,7 @@ def check_manifest(manifest: dict, facts: dict[str, FileFacts], tree: set[str], 
                 add(MANIFEST, f"target {soc_name} is fp16 but {soc_name} has no fp16 on its HTP")
         except QnnDeployError as e:
             add(MANIFEST, f"target {soc_name}: {e}")
-        bins = {a["graph"] for a in t["artifacts"] if a["format"] == "qnn-context-binary"}
+        bins = {a["graph"] for a in t["artifacts"] if a["format"] == CONTEXT_BINARY}
         for g in graphs:
             if g not in bins:
                 add(MANIFEST, f"target {soc_name} has no context binary for graph '{g}'")
@@ -206,11 +208,11 @@ def check_manifest(manifest: dict, facts: dict[str, FileFacts], tree: set[str], 
             f = facts.get(a["path"])
             if a["graph"] not in graphs:
                 add(a["path"], f"belongs to graph '{a['graph']}', which the manifest does not declare")
-            if f is not None and a["format"] == "ort-epcontext":
+            if f is not None and a["format"] == EPCONTEXT:
                 problems += _epcontext_problems(root, a["path"], {x["path"] for x in t["artifacts"]})
                 if a["graph"] in signatures:
                     problems += _signature_problems(root, a["path"], signatures[a["graph"]], a["graph"])
-            if f is None or a["format"] != "qnn-context-binary":
+            if f is None or a["format"] != CONTEXT_BINARY:
                 continue
             wrong = sorted({f"{s} (v{x})" for s, x in f.context_targets if x != arch})
             if wrong:
@@ -328,7 +330,7 @@ def check_warnings(manifest: dict, facts: dict[str, FileFacts]) -> list[Problem]
     for t in manifest["targets"]:
         for a in t["artifacts"]:
             f = facts.get(a["path"])
-            if f and a["format"] == "qnn-context-binary":
+            if f and a["format"] == CONTEXT_BINARY:
                 if not f.context_targets:
                     warnings.append(Problem(a["path"], "no SoC/arch marker found: its arch cannot be confirmed"))
                 if not f.builds:

@@ -329,8 +329,7 @@ def _targets(names: list[str], precision: str) -> list[Soc]:
 def _graphs(models: dict[str, Path]) -> dict[str, Path]:
     """Every model must be a readable ONNX file with static inputs: an empty, damaged or wrong file is bad input,
     refused before any job starts."""
-    from qnndeploy.onnxcheck import require_model_file
-    from qnndeploy.validate import model_inputs
+    from qnndeploy.onnxio import model_inputs, require_model_file
 
     graphs: dict[str, Path] = {}
     for name, path in models.items():
@@ -342,8 +341,8 @@ def _graphs(models: dict[str, Path]) -> dict[str, Path]:
         if path.suffix.lower() != ".onnx":
             raise QnnDeployError(f"{path}: expected an .onnx model")
         for spec in model_inputs(path):
-            if not spec.static:
-                raise QnnDeployError(f"{name}: input '{spec.name}' has dynamic size {spec.shape_text}; the NPU runs "
+            if spec.dynamic:
+                raise QnnDeployError(f"{name}: input '{spec.name}' has dynamic size {spec.shape_text()}; the NPU runs "
                                      f"fixed sizes only: fix it first (qnndeploy prepare)")
         graphs[name] = path
     return graphs
@@ -351,18 +350,21 @@ def _graphs(models: dict[str, Path]) -> dict[str, Path]:
 
 def _calibration_dir(calib: Path, graph: str) -> Path:
     """DIR/<graph>/ when it exists (one folder per graph), else DIR itself."""
+    from qnndeploy.samples import folder_for
+
     calib = Path(calib).expanduser().resolve()
     if not calib.is_dir():
         raise QnnDeployError(f"--calib {calib}: no such folder")
-    return calib / graph if (calib / graph).is_dir() else calib
+    return folder_for(calib, graph)
 
 
 def _calibration_record(folder: Path, model: Path) -> dict:
     """Check the samples fit the model now (bad input fails before any job starts) and fingerprint them."""
-    from qnndeploy.validate import load_samples, model_inputs
+    from qnndeploy.onnxio import model_inputs
+    from qnndeploy.samples import load_samples, sample_files
 
     samples = load_samples(folder, model_inputs(model))
-    files = sorted(p for p in folder.iterdir() if p.suffix in (".npy", ".npz") and p.is_file())
+    files = sample_files(folder)
     digest = hashlib.sha256()
     for p in files:
         digest.update(f"{p.name}\0{sha256_file(p)}\n".encode())

@@ -138,7 +138,8 @@ def quantize(model: Path, calibration: Path, out: Path) -> tuple[Path, int]:
     from onnxruntime.quantization import quantize as ort_quantize
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
 
-    from qnndeploy.validate import load_samples, model_inputs
+    from qnndeploy.onnxio import model_inputs
+    from qnndeploy.samples import load_samples
 
     samples = load_samples(calibration, model_inputs(model))
     # The quantizer writes helper files (<stem>-inferred.onnx) beside its input: give it a private copy.

@@ -178,7 +178,8 @@ class QairtBackend:
 
 def input_list(job: Job, folder: Path) -> Path:
     """Calibration samples as raw files in the model's dtypes, and the list file naming them per input."""
-    from qnndeploy.validate import load_samples, model_inputs
+    from qnndeploy.onnxio import model_inputs
+    from qnndeploy.samples import load_samples
 
     specs = model_inputs(job.model)
     samples = load_samples(job.calibration, specs)

@@ -21,8 +21,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from qnndeploy import __version__, decision
-from qnndeploy import markers
+from qnndeploy import __version__, decision, markers
 from qnndeploy.device import runner
 from qnndeploy.device.adb import LocalFile, Progress, connect, list_devices
 from qnndeploy.errors import EXIT_BAD_INPUT, QnnDeployError
@@ -138,30 +137,14 @@ class Job:
 
     def reference(self, graph: str) -> tuple[list, list, dict]:
         """(input samples, CPU outputs, how the inputs were made) for a graph; computed once, shared by phones."""
+        from qnndeploy import samples
+
         with self._lock:
             if graph not in self._refs:
-                self._refs[graph] = self._compute_reference(graph)
+                model = next(self.bundle / a["path"] for a in self.manifest["cpu"]
+                             if a["graph"] == graph and a["format"] == "onnx")
+                self._refs[graph] = samples.reference(model, graph, self.inputs, self.samples, self.seed)
             return self._refs[graph]
-
-    def _compute_reference(self, graph: str) -> tuple[list, list, dict]:
-        import onnxruntime as ort
-
-        from qnndeploy import validate
-
-        model = next(self.bundle / a["path"] for a in self.manifest["cpu"]
-                     if a["graph"] == graph and a["format"] == "onnx")
-        specs = validate.model_inputs(model)
-        if self.inputs is not None:
-            folder = Path(self.inputs) / graph if (Path(self.inputs) / graph).is_dir() else Path(self.inputs)
-            samples = validate.load_samples(folder, specs)
-            used = {"kind": "files", "folder": str(folder.resolve()), "samples": len(samples)}
-        else:
-            samples = validate.random_samples(specs, self.samples, self.seed)
-            used = {"kind": "random", "samples": self.samples, "seed": self.seed,
-                    "distribution": validate.RANDOM_NOTE}
-        session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-        names = [o.name for o in session.get_outputs()]
-        return samples, [dict(zip(names, session.run(None, s))) for s in samples], used
 
 
 def _entries(manifest: dict) -> list[dict]:
@@ -311,9 +294,8 @@ def _run_graph(dev, job: Job, graph: str, context: str, result: DeviceVerificati
                 outputs[name] = runner.read_output(target, name, ref.shape)
             actual.append(outputs)
     precision = next(t["precision"] for t in job.manifest["targets"] if t["soc"] == result.soc)
-    run.thresholds = limits = validate.THRESHOLDS.get(precision, validate.THRESHOLDS["w8a16"])
-    run.outputs = [validate.judge(name, [e[name] for e in expected], [a[name] for a in actual], limits)
-                   for name in expected[0]]
+    run.thresholds = limits = validate.thresholds_for(precision)
+    run.outputs = validate.judge_outputs(expected, actual, limits)
     run.status = "passed" if all(m.passed for m in run.outputs) else "failed"
     run.samples, run.inferences, run.clock = len(samples), lines, timed.clock
     run.first_run_s = round(first.seconds, 4)

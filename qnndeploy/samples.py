@@ -1,0 +1,183 @@
+"""Input samples for a graph and the CPU outputs for them: what validate, compile --calib, prepare --inputs and
+device verify feed a model, in one place.
+
+A samples folder holds *.npz files (one sample each, one array per input name) or <input>.npy files (one sample,
+or several stacked on a new first axis); DIR/<graph>/ is used when it exists, so one folder serves several graphs.
+Random samples are seeded, in ranges every model takes (integers small enough to be valid indices).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from qnndeploy.errors import QnnDeployError, first_line
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from qnndeploy.onnxio import TensorInfo
+
+RANDOM_NOTE = "uniform in [-1, 1) for float inputs, integers in [0, 10) for integer inputs, seeded"
+SUFFIXES = (".npy", ".npz")
+
+
+def folder_for(inputs: Path, graph: str) -> Path:
+    """DIR/<graph>/ when it exists (one folder per graph), else DIR itself."""
+    inputs = Path(inputs)
+    return inputs / graph if (inputs / graph).is_dir() else inputs
+
+
+def sample_files(folder: Path) -> list[Path]:
+    """The .npy/.npz files of a samples folder, sorted: what records list and fingerprint."""
+    return sorted(p for p in Path(folder).iterdir() if p.suffix in SUFFIXES and p.is_file())
+
+
+def for_graph(model: Path, graph: str, inputs: Path | None = None, count: int = 1, seed: int = 0
+              ) -> tuple[list[dict], dict]:
+    """The samples for one graph, from `inputs` (DIR/<graph>/ or DIR) or else `count` seeded random ones, and how
+    they were made, as the records store it."""
+    from qnndeploy.onnxio import model_inputs
+
+    specs = model_inputs(model)
+    if inputs is None:
+        return random_samples(specs, count, seed), {"kind": "random", "samples": count, "seed": seed,
+                                                     "distribution": RANDOM_NOTE}
+    folder = folder_for(inputs, graph)
+    samples = load_samples(folder, specs)
+    return samples, {"kind": "files", "folder": str(folder.resolve()), "samples": len(samples),
+                     "files": [p.name for p in sample_files(folder)]}
+
+
+def cpu_outputs(model: Path, samples: list[dict]) -> list[dict]:
+    """The reference: each sample's outputs from onnxruntime on the CPU, by output name."""
+    import onnxruntime as ort
+
+    try:
+        session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        return [dict(zip(names, session.run(None, s))) for s in samples]
+    except Exception as e:  # onnxruntime's exception types are not exported
+        raise QnnDeployError(f"onnxruntime could not run {model} on the CPU: {first_line(e)}") from None
+
+
+def reference(model: Path, graph: str, inputs: Path | None = None, count: int = 1, seed: int = 0
+              ) -> tuple[list[dict], list[dict], dict]:
+    """(samples, CPU outputs, how the samples were made) for one graph."""
+    samples, used = for_graph(model, graph, inputs, count, seed)
+    return samples, cpu_outputs(model, samples), used
+
+
+# --- reading and making samples --------------------------------------------------------------------
+
+def load_samples(folder: Path, specs: list[TensorInfo]) -> list[dict]:
+    """Samples from `folder`: each *.npz is one sample (one array per input name; any single name for a
+    one-input graph); <input>.npy holds one sample, or several stacked on a new first axis."""
+    folder = Path(folder)
+    samples: list[dict] = []
+    for path in sorted(folder.glob("*.npz")):
+        arrays = read_arrays(path)
+        if len(specs) == 1 and len(arrays) == 1:
+            arrays = {specs[0].name: next(iter(arrays.values()))}
+        missing = [s.name for s in specs if s.name not in arrays]
+        if missing:
+            raise QnnDeployError(f"{path}: no array for input(s) {', '.join(missing)} (has {', '.join(arrays)})")
+        samples.append({s.name: _fit(arrays[s.name], s, path) for s in specs})
+    npy = {s.name: folder / f"{s.name}.npy" for s in specs}
+    if any(p.is_file() for p in npy.values()):
+        missing = [n for n, p in npy.items() if not p.is_file()]
+        if missing:
+            raise QnnDeployError(f"{folder}: .npy files for some inputs but not for {', '.join(missing)}")
+        stacks = {}
+        for s in specs:
+            arrays = read_arrays(npy[s.name])
+            if len(arrays) != 1:
+                raise QnnDeployError(f"{npy[s.name]}: an archive of {len(arrays)} arrays; a .npy holds one array")
+            (arr,) = arrays.values()
+            stacks[s.name] = arr if s.shape is not None and arr.ndim == len(s.shape) + 1 else arr[None]
+        counts = {len(a) for a in stacks.values()}
+        if len(counts) != 1:
+            raise QnnDeployError(f"{folder}: the .npy files hold different numbers of samples ({sorted(counts)})")
+        for i in range(counts.pop()):
+            samples.append({s.name: _fit(stacks[s.name][i], s, npy[s.name]) for s in specs})
+    if not samples:
+        names = ", ".join(f"{s.name}.npy" for s in specs)
+        raise QnnDeployError(f"{folder}: no input samples (*.npz, or {names})")
+    return samples
+
+
+def read_one(folder: Path, spec: TensorInfo) -> np.ndarray:
+    """prepare --inputs: one sample, NAME.npy or NAME.npz per input ('/' and ':' in NAME as '_'), of exactly the
+    input's dtype and (prepared, static) shape."""
+    import numpy as np
+
+    stem = spec.name.replace("/", "_").replace(":", "_")
+    files = [folder / f"{stem}.npy", folder / f"{stem}.npz"]
+    found = next((f for f in files if f.is_file()), None)
+    if found is None:
+        raise QnnDeployError(f"--inputs {folder}: no {files[0].name} or {files[1].name} for input {spec.name}")
+    arrays = read_arrays(found)
+    if not arrays:
+        raise QnnDeployError(f"{found} holds no array; input {spec.name} needs one")
+    array = next(iter(arrays.values()))
+    if array.dtype != np.dtype(spec.dtype):
+        raise QnnDeployError(f"{found} holds {array.dtype}, input {spec.name} takes {np.dtype(spec.dtype)}")
+    if list(array.shape) != list(spec.shape):
+        raise QnnDeployError(f"{found} has shape {list(array.shape)}, the prepared input {spec.name} is {spec.shape}")
+    return array
+
+
+def read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """Every array of one .npz file, or {stem: array} for a .npy file; any damage is a one-line error.
+    The one reader of sample files."""
+    import numpy as np
+
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.lib.npyio.NpzFile):  # a lazy archive: read every member now, then close it
+            with loaded:
+                return {k: loaded[k] for k in loaded.files}
+        return {Path(path).stem: loaded}
+    except Exception as e:  # numpy raises ValueError, EOFError, OSError, BadZipFile, zlib.error… for bad files
+        raise QnnDeployError(f"cannot read {path} as a NumPy array file ({first_line(e).rstrip('.')}); save "
+                             "samples with numpy.save or numpy.savez") from None
+
+
+def _fit(arr: np.ndarray, spec: TensorInfo, path: Path) -> np.ndarray:
+    import numpy as np
+
+    if spec.dynamic or list(arr.shape) != spec.shape:
+        raise QnnDeployError(f"{path}: input '{spec.name}' has shape {list(arr.shape)}, the model needs "
+                             f"{spec.shape_text()}")
+    target = np.dtype(spec.dtype)
+    if arr.dtype != target:
+        if not np.can_cast(arr.dtype, target, "same_kind"):
+            raise QnnDeployError(f"{path}: input '{spec.name}' is {arr.dtype}, the model needs {target}")
+        arr = arr.astype(target)
+    return np.ascontiguousarray(arr)
+
+
+def random_samples(specs: list[TensorInfo], count: int, seed: int) -> list[dict]:
+    """`count` seeded samples (RANDOM_NOTE; booleans fair coin flips); other dtypes need real inputs."""
+    import numpy as np
+
+    for s in specs:
+        if s.dynamic:
+            raise QnnDeployError(f"input '{s.name}' has dynamic size {s.shape_text()}: random inputs need fixed "
+                                 "sizes")
+    rng = np.random.default_rng(seed)
+    samples = []
+    for _ in range(count):
+        sample = {}
+        for s in specs:
+            dtype = np.dtype(s.dtype)
+            if dtype.kind == "f":
+                sample[s.name] = rng.uniform(-1, 1, s.shape).astype(dtype)
+            elif dtype.kind == "b":
+                sample[s.name] = rng.random(s.shape) < 0.5
+            elif dtype.kind in "iu":
+                sample[s.name] = rng.integers(0, 10, s.shape).astype(dtype)
+            else:
+                raise QnnDeployError(f"input {s.name} is {s.dtype}: give real inputs with --inputs DIR")
+        samples.append(sample)
+    return samples
