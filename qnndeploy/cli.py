@@ -53,6 +53,8 @@ def handles_errors(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except QnnDeployError as e:
+            if kwargs.get("as_json"):  # a script reading stdout gets the failure too, not an empty stream
+                emit_json({"error": str(e), "exit_code": e.exit_code})
             fail(str(e), e.exit_code)
         except KeyboardInterrupt:
             fail("interrupted; nothing was left half-written", 130)
@@ -828,12 +830,9 @@ def scaffold_cmd(bundle: Path, package: str, out: Path, engine: str, app: bool, 
     stage.check_request(package, out, engine=engine, app=app, force=force)
     with byte_progress("verifying", as_json) as progress, opened(bundle, progress) as (root, report):
         if not report.ok:
-            if as_json:
-                emit_json(report)
-            else:
-                _render_verify(report)
-            raise QnnDeployError(f"{bundle} fails bundle verify ({len(report.problems)} problem(s)); "
-                                 "not scaffolding from it: fix or rebuild the bundle")
+            emit_json(report) if as_json else _render_verify(report)  # the report is the JSON output here
+            fail(f"{bundle} fails bundle verify ({len(report.problems)} problem(s)); not scaffolding from it: "
+                 "fix or rebuild the bundle")
         result = stage.scaffold(root, package, out, engine=engine, app=app, force=force, report=report)
     if as_json:
         emit_json(result)

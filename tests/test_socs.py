@@ -59,3 +59,9 @@ def test_cli_socs_json_and_error():
 def test_installed_executable_runs():
     out = subprocess.run(["qnndeploy", "socs", "SM8350", "--json"], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout)[0]["fp16"] is False
+
+
+def test_json_callers_get_the_error_on_stdout():
+    r = subprocess.run(["qnndeploy", "socs", "nosuch", "--json"], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert json.loads(r.stdout) == {"error": r.stderr.removeprefix("error: ").rstrip("\n"), "exit_code": 2}
