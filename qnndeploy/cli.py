@@ -291,10 +291,12 @@ def _render_check(report) -> None:
 @cli.command()
 @click.argument("models", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--soc", help="SoC whose HTP measures op support (default SM8750); also checks its fp16 support.")
+@click.option("--precision", type=click.Choice(["fp16", "w8a16"]), default="fp16", show_default=True,
+              help="Measure op support for this build: w8a16 measures the QDQ-quantized graph compile would make.")
 @click.option("--no-measure", is_flag=True, help="Skip the HTP partitioning (reads the graph only).")
 @json_option
 @handles_errors
-def check(models: tuple[Path, ...], soc: str | None, no_measure: bool, as_json: bool) -> None:
+def check(models: tuple[Path, ...], soc: str | None, precision: str, no_measure: bool, as_json: bool) -> None:
     """Is each ONNX model ready for the NPU? Findings, measured HTP op support, a verdict and the fix.
 
     \b
@@ -304,7 +306,7 @@ def check(models: tuple[Path, ...], soc: str | None, no_measure: bool, as_json: 
     """
     from qnndeploy import onnxcheck
 
-    reports = [onnxcheck.check_model(m, soc=soc, measure=not no_measure) for m in models]
+    reports = [onnxcheck.check_model(m, soc=soc, measure=not no_measure, precision=precision) for m in models]
     worst = max(reports, key=lambda r: r.exit_code)
     if as_json:
         emit_json({"verdict": worst.verdict, "exit_code": worst.exit_code, "models": reports})
@@ -327,7 +329,10 @@ def check(models: tuple[Path, ...], soc: str | None, no_measure: bool, as_json: 
               help="Wrap int64 inputs and outputs as int32 (a Cast inside the graph, names unchanged).")
 @click.option("--freeze", multiple=True, metavar="NAME=VALUE[,VALUE…]",
               help="Replace an input by a constant (e.g. sample_rate=16000) so what it drives folds away.")
-@click.option("--no-simplify", is_flag=True, help="Skip onnxsim; shapes are still fixed and re-inferred.")
+@click.option("--no-simplify", is_flag=True,
+              help="Skip the folding chain (onnxsim, onnxslim, onnxruntime); shapes are still fixed and re-inferred.")
+@click.option("--fuse", is_flag=True,
+              help="Fuse the unfused (Erf) GELU into one Gelu node, opset 20: what w8a16 on the HTP needs.")
 @click.option("--inputs", "inputs_dir", type=click.Path(path_type=Path),
               help="Folder with NAME.npy or NAME.npz per input for the equivalence run [default: random inputs].")
 @click.option("--tolerance", type=float, default=1e-4, show_default=True,
@@ -336,7 +341,8 @@ def check(models: tuple[Path, ...], soc: str | None, no_measure: bool, as_json: 
 @json_option
 @handles_errors
 def prepare(model: Path, out: Path, shapes: tuple[str, ...], int32_inputs: bool, freeze: tuple[str, ...],
-            no_simplify: bool, inputs_dir: Path | None, tolerance: float, force: bool, as_json: bool) -> None:
+            no_simplify: bool, fuse: bool, inputs_dir: Path | None, tolerance: float, force: bool,
+            as_json: bool) -> None:
     """Make MODEL NPU-ready: static shapes, int32 I/O, frozen settings, simplified; proven equivalent on CPU.
 
     \b
@@ -349,7 +355,7 @@ def prepare(model: Path, out: Path, shapes: tuple[str, ...], int32_inputs: bool,
         model, out, shapes=_assignments(shapes, "--shape", stage.parse_shape),
         freeze=_assignments(freeze, "--freeze", lambda v: stage.parse_assignment(v, "--freeze")),
         int32_inputs=int32_inputs, simplify=not no_simplify, inputs_dir=inputs_dir, tolerance=tolerance,
-        force=force)
+        force=force, fuse=fuse)
     if as_json:
         emit_json(result)
         return
@@ -357,6 +363,8 @@ def prepare(model: Path, out: Path, shapes: tuple[str, ...], int32_inputs: bool,
     click.echo(f"wrote {result.output}{extra} and {result.record}")
     for change in result.changes:
         click.echo(f"  {change}")
+    if len(result.folding) > 1:
+        click.echo("  folding: " + "; ".join(result.folding))
     for title, tensors in (("inputs", result.inputs), ("outputs", result.outputs)):
         click.echo(f"  {title}: " + ", ".join(f"{t.name} {t.dtype} {t.shape_text()}" for t in tensors))
     click.echo(f"  equivalence on onnxruntime CPU (inputs: {result.equivalence_inputs}; "

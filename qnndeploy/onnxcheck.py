@@ -53,6 +53,7 @@ class Finding:
     severity: str  # blocker (not ready), fixable (prepare fixes it), warning, info
     message: str
     fix: str
+    node: str = ""  # the node a control-flow finding is about
 
 
 @dataclass
@@ -98,8 +99,13 @@ class CheckReport:
 
 # --- the check ------------------------------------------------------------------------------------
 
-def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True) -> CheckReport:
-    """Read the graph, measure op support on the HTP when shapes allow, and give a verdict with fixes."""
+PRECISIONS = ("fp16", "w8a16")
+
+
+def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
+                precision: str = "fp16") -> CheckReport:
+    """Read the graph, measure op support on the HTP when shapes allow, and give a verdict with fixes.
+    With precision w8a16 the measured graph is the QDQ-quantized one compile would build."""
     from qnndeploy import socs
 
     path = Path(path)
@@ -112,14 +118,15 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True) 
 
     opts = _PrepareOptions()
     op_findings = _op_findings(graph, opts)  # first: inputs it freezes need no int32 wrapper
-    findings = _shape_findings(inputs, outputs, opts) + _dtype_findings(graph, inputs, outputs, opts) + op_findings
+    findings = (_shape_findings(inputs, outputs, opts) + _declared_output_findings(model, opts)
+                + _dtype_findings(graph, inputs, outputs, opts) + op_findings)
     if params >= CONTEXT_PARAMS_FP16:
         findings.append(Finding(
             "size", "warning",
             f"{params / 1e9:.2f} B parameters ({params * 2 / 1e9:.1f} GB at fp16): more than about 1 B parameters "
             "at fp16 may not fit one HTP context",
             "compile with 8-bit weights (w8a16), and/or split the model into several graphs"))
-    if soc is not None and not target.fp16:
+    if soc is not None and not target.fp16 and precision == "fp16":
         findings.append(Finding(
             "no-fp16", "warning",
             f"{target.model} ({target.dsp_arch}) has no fp16 on its HTP: an fp16 build cannot run there",
@@ -132,14 +139,23 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True) 
         findings.append(Finding("htp", "info", "op support on the HTP not measured: the inputs have dynamic dims",
                                 "run prepare, then check the prepared model"))
     else:
-        htp_result = measure_htp(path, target, graph)
+        htp_result = measure_htp(path, target, graph) if precision == "fp16" else _measure_quantized(path, target, graph)
         if htp_result.measured and htp_result.cpu_nodes and not htp_result.qnn_partitions \
                 and htp_takes_nothing(target):
             findings.append(Finding("htp", "blocker", soc_takes_nothing(target, htp_result.qairt),
                                     f"target another SoC (qnndeploy socs lists them), or leave {target.model}'s "
                                     "phones on the CPU fallback; a newer QAIRT may support it"))
+        elif precision != "fp16" and _fusing_fixes(graph, htp_result):
+            opts.fuse = True
+            findings.append(Finding(
+                "htp", "fixable",
+                f"the unfused GELU (Erf) has no {precision} form on the HTP: {len(htp_result.cpu_nodes)} Erf "
+                "node(s) would run on the CPU",
+                "prepare --fuse (one Gelu node per GELU, opset 20; re-exporting at opset 20 does the same)"))
         else:
             findings += _htp_findings(htp_result)
+        if htp_result.measured and htp_result.total_nodes and not htp_result.cpu_nodes:
+            findings = [_folded_by_ort(f, opts) if f.code == "control-flow" else f for f in findings]
 
     nodes = sum(1 for n in graph.node if n.op_type != "Constant")
     severities = {f.severity for f in findings}
@@ -162,11 +178,12 @@ class _PrepareOptions:
     shapes: dict[str, list[str]] = field(default_factory=dict)
     int32: bool = False
     freeze: list[str] = field(default_factory=list)
+    fuse: bool = False
     plain: bool = False  # a prepare without options fixes something (re-inferred outputs, a foldable If)
 
     @property
     def needed(self) -> bool:
-        return bool(self.shapes or self.int32 or self.freeze or self.plain)
+        return bool(self.shapes or self.int32 or self.freeze or self.fuse or self.plain)
 
     def placeholders(self) -> list[str]:
         holes = sorted({d for dims in self.shapes.values() for d in dims if not d.isdigit()})
@@ -175,7 +192,7 @@ class _PrepareOptions:
     def args(self) -> list[str]:
         out = [a for name, dims in self.shapes.items() for a in ("--shape", f"{name}={','.join(dims)}")]
         out += [a for name in self.freeze for a in ("--freeze", f"{name}=VALUE")]
-        return out + (["--int32-inputs"] if self.int32 else [])
+        return out + (["--int32-inputs"] if self.int32 else []) + (["--fuse"] if self.fuse else [])
 
     def command(self, path: Path) -> str:
         out = path.with_name(path.name.removesuffix(".onnx") + ".npu.onnx")
@@ -183,21 +200,96 @@ class _PrepareOptions:
 
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A symbol that names the batch, in any exporter's spelling.
+_BATCH = re.compile(r"(?i)n|b|bs|.*batch.*")
+# Symbols an exporter invents when the author named none: they say nothing about what the dim is.
+_GENERATED = re.compile(r"(?i)\?|unk__\d+|s\d+|.*dynamic_?ax.*|.*dynamicdimension.*|[^A-Za-z_].*|.*[^A-Za-z0-9_].*")
+
+
+def is_batch(dim: int | str) -> bool:
+    return isinstance(dim, str) and bool(_BATCH.fullmatch(dim))
+
+
+def batch_dim(info: TensorInfo) -> int | None:
+    """Which dim is the batch: the one whose symbol says so; else dim 0 of a 2-D or 4+-D input (a [N, C] or
+    [N, C, H, W] layout). Dim 0 of a 1-D or 3-D input (a length, an RNN state [layers, batch, hidden], a
+    [time, batch, feat] sequence) is not assumed to be the batch."""
+    if info.shape is None:
+        return None
+    named = [i for i, d in enumerate(info.shape) if is_batch(d)]
+    if named:
+        return named[0]
+    return 0 if len(info.shape) == 2 or len(info.shape) >= 4 else None
+
+
+def _declared_output_findings(model: onnx.ModelProto, opts: _PrepareOptions) -> list[Finding]:
+    """Outputs whose declared shape the graph does not compute (shape inference with the declarations dropped):
+    kept, they make the HTP compiler refuse a Reshape that is right. prepare writes the computed shapes."""
+    import onnx
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    for value in probe.graph.output:
+        value.type.tensor_type.ClearField("shape")
+    probe.graph.ClearField("value_info")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(probe, data_prop=True).graph.output
+    except Exception:  # custom ops, a model over 2 GB: nothing to compare with
+        return []
+    wrong = []
+    for declared, computed in zip(model.graph.output, inferred):
+        d, c = tensor_info(declared), tensor_info(computed)
+        if d.shape is None or c.shape is None or not c.shape:
+            continue
+        if len(d.shape) != len(c.shape) or any(isinstance(a, int) and isinstance(b, int) and a != b
+                                                for a, b in zip(d.shape, c.shape)):
+            wrong.append(f"{d.name} declares {d.shape_text()}, computes {c.shape_text()}")
+    if not wrong:
+        return []
+    opts.plain = True
+    return [Finding("output-shape", "fixable", "declared output shapes the graph does not compute: " + "; ".join(wrong),
+                    "prepare (it writes the shapes the graph computes, confirmed by a CPU run)")]
+
+
+def suggest_shapes(inputs: list[TensorInfo], known: dict[str, int] | None = None) -> dict[str, list[str]]:
+    """A --shape value for each dynamic input: static dims kept, the batch 1, a symbol fixed once the same value
+    everywhere (`known` holds the ones already fixed), and a placeholder for the sizes only the app knows: the
+    exporter's own symbol when it chose one (SEQ, TIME), else D1, D2…"""
+    values: dict[str, str] = {k: str(v) for k, v in (known or {}).items()}
+    fresh = (f"D{i}" for i in range(1, 1000))
+    out = {}
+    for info in inputs:
+        if not info.dynamic:
+            continue
+        if info.shape is None:
+            out[info.name] = [next(fresh)]
+            continue
+        batch = batch_dim(info)
+        dims = []
+        for i, d in enumerate(info.shape):
+            if isinstance(d, int):
+                dims.append(str(d))
+                continue
+            if d not in values or d == "?":
+                values[d] = ("1" if i == batch else next(fresh) if _GENERATED.fullmatch(d) else d.upper())
+            dims.append(values[d])
+        out[info.name] = dims
+    return out
 
 
 def _shape_findings(inputs: list[TensorInfo], outputs: list[TensorInfo], opts: _PrepareOptions) -> list[Finding]:
     findings = []
+    suggested = suggest_shapes(inputs)
     for info in inputs:
         if info.dynamic:
-            dims = suggest_shape(info)
-            opts.shapes[info.name] = dims
+            dims = opts.shapes[info.name] = suggested[info.name]
             holes = [d for d in dims if not d.isdigit()]
             findings.append(Finding(
                 "dynamic-dims", "fixable",
                 f"input {info.name} has dynamic dims {info.shape_text()}: the NPU runs fixed-size graphs",
                 f"prepare --shape {info.name}={','.join(dims)}"
                 + (f" ({', '.join(holes)}: the fixed size your app feeds)" if holes else "")))
-        elif len(info.shape) >= 2 and info.shape[0] > 1:
+        elif batch_dim(info) == 0 and info.shape[0] > 1:
             findings.append(Finding(
                 "batch", "warning", f"input {info.name} has batch {info.shape[0]}: the NPU graph is run at batch 1",
                 f"prepare --shape {info.name}={','.join(['1'] + [str(d) for d in info.shape[1:]])} if the graph "
@@ -210,14 +302,6 @@ def _shape_findings(inputs: list[TensorInfo], outputs: list[TensorInfo], opts: _
             "outputs with dynamic dims: " + ", ".join(f"{o.name} {o.shape_text()}" for o in dynamic_out),
             "prepare infers them from fixed input shapes"))
     return findings
-
-
-def suggest_shape(info: TensorInfo) -> list[str]:
-    """A --shape value for a dynamic input: batch 1 first, static dims kept, a named placeholder for the rest."""
-    if info.shape is None:
-        return ["D0"]
-    return [str(d) if isinstance(d, int) else "1" if i == 0 else (d.upper() if _IDENT.fullmatch(d) else f"D{i}")
-            for i, d in enumerate(info.shape)]
 
 
 def _dtype_findings(graph: onnx.GraphProto, inputs: list[TensorInfo], outputs: list[TensorInfo],
@@ -263,39 +347,44 @@ def _op_findings(graph: onnx.GraphProto, opts: _PrepareOptions) -> list[Finding]
         if node.op_type not in CONTROL_FLOW_OPS:
             continue
         label = f"{node.op_type} node {node.name or '(unnamed)'}"
-        drivers = _input_ancestors(node.input[0], producers, fed) if node.input else set()
-        if node.op_type == "If" and not drivers:
-            opts.plain = True
-            findings.append(Finding("control-flow", "fixable", f"{label} has a constant condition",
-                                    "prepare (simplification folds it away)"))
-        elif node.op_type == "If" and drivers <= small_inputs:
-            opts.freeze += [d for d in sorted(drivers) if d not in opts.freeze]
-            findings.append(Finding(
-                "control-flow", "fixable",
-                f"{label} is driven by the setting input(s) {', '.join(sorted(drivers))}: control flow breaks a "
-                "static compile",
-                " ".join(f"prepare --freeze {d}=VALUE" for d in sorted(drivers))
-                + " (the value your app always uses; the If folds away)"))
-        elif node.op_type == "If":
-            findings.append(Finding(
-                "control-flow", "blocker", f"{label} depends on the data: control flow breaks a static compile",
-                "re-export without it: compute both branches and select the result (torch.where)"))
-        else:
+        # What drives the node: the condition of an If, the trip count and condition of a Loop.
+        driving = [t for t in (node.input[:1] if node.op_type == "If" else node.input[:2]) if t]
+        values = set().union(*(value_drivers(t, producers, fed) for t in driving)) if driving else set()
+        if node.op_type != "If":
             findings.append(Finding(
                 "control-flow", "blocker", f"{label}: a loop breaks a static compile",
                 "re-export with the loop unrolled to a fixed count, or run the loop in app code and export "
-                "its body as the graph"))
+                "its body as the graph", label))
+        elif not values:
+            opts.plain = True
+            findings.append(Finding(
+                "control-flow", "fixable",
+                f"{label} depends only on constants and input shapes: once the shapes are fixed it is static",
+                "prepare (folding removes it)", label))
+        elif values <= small_inputs:
+            opts.freeze += [d for d in sorted(values) if d not in opts.freeze]
+            findings.append(Finding(
+                "control-flow", "fixable",
+                f"{label} is driven by the value of the setting input(s) {', '.join(sorted(values))} "
+                "(and at most input shapes): control flow breaks a static compile",
+                " ".join(f"prepare --freeze {d}=VALUE" for d in sorted(values))
+                + f" (the value your app always uses; the {node.op_type} folds away)", label))
+        else:
+            findings.append(Finding(
+                "control-flow", "blocker",
+                f"{label} depends on the values of {', '.join(sorted(values - small_inputs))}: control flow "
+                "breaks a static compile",
+                "re-export without it: compute both branches and select the result (torch.where)", label))
     return findings
 
 
-def _numel(info: TensorInfo) -> float:
-    if info.dynamic:
-        return math.inf
-    return math.prod(info.shape)
+# Ops whose output says only something about the shape of their input, never about its values.
+SHAPE_ONLY_OPS = {"Shape", "Size"}
 
 
-def _input_ancestors(tensor: str, producers: dict, graph_inputs: set[str]) -> set[str]:
-    """The graph inputs a tensor is computed from (initializers and constants do not count)."""
+def value_drivers(tensor: str, producers: dict, graph_inputs: set[str]) -> set[str]:
+    """The graph inputs whose values a tensor is computed from. A path through Shape or Size reads only the
+    input's shape, which `--shape` fixes, so it does not count; initializers and constants do not either."""
     found, seen, todo = set(), set(), [tensor]
     while todo:
         name = todo.pop()
@@ -304,9 +393,24 @@ def _input_ancestors(tensor: str, producers: dict, graph_inputs: set[str]) -> se
         seen.add(name)
         if name in graph_inputs:
             found.add(name)
-        elif name in producers:
+        elif name in producers and producers[name].op_type not in SHAPE_ONLY_OPS:
             todo.extend(producers[name].input)
     return found
+
+
+def _folded_by_ort(finding: Finding, opts: _PrepareOptions) -> Finding:
+    """The measurement outranks the reading: every node on the HTP means ONNX Runtime folded the control flow
+    for these shapes, so its own offline optimization (in prepare's folding chain) removes it from the file."""
+    opts.plain = True
+    return Finding("control-flow", "fixable",
+                   f"{finding.node}: ONNX Runtime folds it for these shapes (measured: every node on the HTP)",
+                   "prepare (its folding chain removes it from the file)", finding.node)
+
+
+def _numel(info: TensorInfo) -> float:
+    if info.dynamic:
+        return math.inf
+    return math.prod(info.shape)
 
 
 def _clip(names: list[str], keep: int = 6) -> str:
@@ -358,6 +462,40 @@ def measure_htp(path: Path, soc: Soc, graph: onnx.GraphProto | None = None,
         soc.model, True, qairt=htp.qairt_version(), qnn_partitions=len(qnn), cpu_partitions=_components(cpu),
         cpu_nodes=[CpuNode(n.name, n.op_type) for n in cpu], total_nodes=total,
         seconds=round(time.monotonic() - start, 2))
+
+
+def _measure_quantized(path: Path, soc: Soc, graph: onnx.GraphProto) -> HtpMeasurement:
+    """Op support of the QDQ graph compile's w8a16 builds, quantized here on a few random samples (ranges do not
+    matter for which ops the HTP takes)."""
+    from qnndeploy import htp, quantize, samples
+    from qnndeploy.onnxio import int_input_ranges
+
+    if not htp.available():
+        return HtpMeasurement(soc.model, False, "onnxruntime-qnn is not installed")
+    ranges = {k: (lo, hi) for k, (lo, hi, _) in int_input_ranges(graph).items()}
+    calibration = samples.random_samples([tensor_info(v) for v in real_inputs(graph)], 2, 0, ranges)
+    with tempfile.TemporaryDirectory(prefix="qnndeploy-check-qdq-") as tmp:
+        qdq = Path(tmp) / "model_qdq.onnx"
+        try:
+            with htp.quiet_native_stdout():
+                quantize.qdq(path, calibration, qdq)
+        except Exception as e:  # the quantizer raises whatever onnxruntime and onnx raise
+            return HtpMeasurement(soc.model, False, f"quantizing to w8a16 failed: {first_line(e)}")
+        measured = measure_htp(qdq, soc, fp16=False)
+    # The QDQ graph has a Quantize/Dequantize pair around every op: count the model's own nodes only.
+    measured.total_nodes = sum(1 for n in graph.node if n.op_type != "Constant")
+    measured.cpu_nodes = [n for n in measured.cpu_nodes if n.op_type not in ("QuantizeLinear", "DequantizeLinear")]
+    return measured
+
+
+def _fusing_fixes(graph: onnx.GraphProto, m: HtpMeasurement) -> bool:
+    """Whether every node the HTP refused is the Erf of a GELU that `prepare --fuse` rewrites."""
+    from qnndeploy.fuse import find_gelus
+
+    if not m.measured or not m.cpu_nodes or any(n.op_type != "Erf" for n in m.cpu_nodes):
+        return False
+    erfs = {n.name for _, _, nodes in find_gelus(graph) for n in nodes if n.op_type == "Erf"}
+    return all(n.name in erfs for n in m.cpu_nodes)
 
 
 @cache

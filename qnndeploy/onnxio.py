@@ -34,9 +34,10 @@ class TensorInfo:
 
 # --- loading --------------------------------------------------------------------------------------
 
-def load_model(path: Path) -> onnx.ModelProto:
+def load_model(path: Path, check_external: bool = True) -> onnx.ModelProto:
     """Parse an ONNX file with a one-line error for anything that is not a whole model. External-data weights
-    are not read, only checked to exist and to be long enough."""
+    are not read, only checked to exist and to be long enough (unless not `check_external`: `bundle verify` judges
+    the data files a model names itself, before anything is read from them)."""
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -56,6 +57,8 @@ def load_model(path: Path) -> onnx.ModelProto:
         listed = ", ".join(missing[:-1]) + " or " + missing[-1] if len(missing) > 1 else missing[0]
         raise QnnDeployError(f"{path} is not an ONNX model: it has no {listed} (an empty or damaged file); "
                              "re-export or re-download it")
+    if not check_external:
+        return model
     for location in sorted(external_locations(model)):
         if not (path.parent / location).is_file():
             raise QnnDeployError(f"{path} keeps its weights in {location}, which is missing next to it; "
@@ -189,3 +192,71 @@ def real_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
 def model_inputs(path: Path) -> list[TensorInfo]:
     """The inputs a caller feeds the model at `path` (read without its weights)."""
     return [tensor_info(v) for v in real_inputs(load_model(Path(path)).graph)]
+
+
+# Ops that pass integer values through unchanged (only moved, reshaped or re-typed): an index fed through them
+# still indexes the same table.
+_VALUE_PRESERVING = {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Transpose",
+                     "Slice", "Tile", "Concat"}
+_INDEXING = {"Gather": 1, "GatherElements": 1}  # op -> which input holds the indices
+
+
+def int_input_ranges(graph: onnx.GraphProto) -> dict[str, tuple[int, int, str]]:
+    """For each integer input that indexes a table (an embedding, a lookup), the range [lo, hi) its values must lie
+    in, and why: random samples drawn there run the model instead of failing in a Gather."""
+    import onnx
+
+    sizes = {t.name: list(t.dims) for t in graph.initializer}
+    sizes.update({v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in (*graph.value_info,
+                  *graph.input) if v.type.tensor_type.shape.dim and all(d.dim_value > 0 for d in
+                                                                         v.type.tensor_type.shape.dim)})
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    ints = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
+    ranges = {}
+    for value in real_inputs(graph):
+        if tensor_info(value).dtype not in ints:
+            continue
+        bound: tuple[int, str] | None = None
+        seen, todo = set(), [value.name]
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            for node in consumers.get(name, []):
+                index_slot = _INDEXING.get(node.op_type)
+                if index_slot is not None and len(node.input) > index_slot and node.input[index_slot] == name:
+                    table = sizes.get(node.input[0])
+                    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                    if table and -len(table) <= axis < len(table):
+                        rows = table[axis]
+                        if bound is None or rows < bound[0]:
+                            bound = (rows, f"it indexes {node.input[0]} ({rows} rows) in {node.op_type} "
+                                           f"{node.name or '(unnamed)'}")
+                elif node.op_type in _VALUE_PRESERVING:
+                    todo.extend(node.output)
+        if bound is not None:
+            ranges[value.name] = (0, bound[0], bound[1])
+    return ranges
+
+
+def class_axes(path: Path) -> dict[str, int]:
+    """The outputs that hold class scores, with their class axis: an output made by Softmax or LogSoftmax (its
+    axis), or a [batch, classes] output of rank 2. Argmax agreement means something only for these: over a feature
+    map, an embedding or a detector's boxes it compares arbitrary positions."""
+    model = load_model(Path(path))
+    graph = model.graph
+    producers = {o: n for n in graph.node for o in n.output}
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    axes = {}
+    for value in graph.output:
+        info = tensor_info(value)
+        node = producers.get(value.name)
+        if node is not None and node.op_type in ("Softmax", "LogSoftmax"):
+            axes[value.name] = next((a.i for a in node.attribute if a.name == "axis"), -1 if opset >= 13 else 1)
+        elif info.shape is not None and len(info.shape) == 2 and isinstance(info.shape[1], int) and info.shape[1] > 1:
+            axes[value.name] = 1
+    return axes

@@ -28,9 +28,10 @@ if TYPE_CHECKING:
     import onnx
 
 DEFAULT_TOLERANCE = 1e-4
-# Above this many bytes of weights the output keeps them in an external data file (protobuf stops at 2 GB).
-EXTERNAL_ABOVE = 1 << 30
-RECORD_FORMAT = 1
+# Above this many bytes of weights the output keeps them in an external data file (protobuf stops at 2 GB; the
+# margin is for the graph itself). Below it, external data is inlined: one file is what bundle and apps handle best.
+EXTERNAL_ABOVE = (1 << 31) - (1 << 26)
+RECORD_FORMAT = 2
 
 
 @dataclass
@@ -55,6 +56,8 @@ class PrepareResult:
     frozen: dict[str, Any]
     int32_wrapped: list[str]
     simplified: bool
+    folded_by: str | None  # the folding tool whose result was kept (onnxsim, onnxslim, onnxruntime), None: none
+    folding: list[str]  # each tool tried, and what became of it
     nodes_before: int
     nodes_after: int
     inputs: list[TensorInfo]
@@ -114,6 +117,35 @@ def _check_shapes(shapes: Mapping[str, Sequence[int]], inputs: Mapping[str, onnx
                                          f"not {dim} ({info.shape_text()})")
         checked[name] = dims
     return checked
+
+
+def _symbols(shapes: Mapping[str, list[int]], inputs: Mapping[str, onnx.ValueInfoProto]) -> dict[str, int]:
+    """The value --shape gives each of the exporter's dim symbols; one symbol must get one value everywhere."""
+    symbols: dict[str, int] = {}
+    where: dict[str, str] = {}
+    for name, dims in shapes.items():
+        declared = tensor_info(inputs[name]).shape or []
+        for symbol, dim in zip(declared, dims):
+            if not isinstance(symbol, str) or symbol == "?":
+                continue
+            if symbols.setdefault(symbol, dim) != dim:
+                raise QnnDeployError(f"--shape {name}: dim '{symbol}' is {dim} here but {symbols[symbol]} in "
+                                     f"--shape {where[symbol]}; one symbol is one size in the whole graph")
+            where.setdefault(symbol, name)
+    return symbols
+
+
+def _implied_shapes(symbols: Mapping[str, int], inputs: Mapping[str, onnx.ValueInfoProto],
+                    freeze: Mapping[str, Any]) -> dict[str, list[int]]:
+    """Inputs whose every dynamic dim is a symbol --shape already fixed on another input: no --shape needed."""
+    implied = {}
+    for name, value in inputs.items():
+        info = tensor_info(value)
+        if name in freeze or not info.dynamic or info.shape is None:
+            continue
+        if all(isinstance(d, int) or (d != "?" and d in symbols) for d in info.shape):
+            implied[name] = [d if isinstance(d, int) else symbols[d] for d in info.shape]
+    return implied
 
 
 def _freeze_values(freeze: Mapping[str, Any], inputs: Mapping[str, onnx.ValueInfoProto],
@@ -282,38 +314,39 @@ def _save(model: onnx.ModelProto, path: Path, external: bool) -> None:
         onnx.save(model, str(path))
 
 
-def _simplify(src: Path, dst: Path) -> None:
-    try:
-        import onnxsim
-    except ImportError:
-        raise QnnDeployError("onnxsim is not installed: pip install onnxsim, or pass --no-simplify",
-                             EXIT_MISSING_TOOL) from None
-
-    try:
-        with htp.quiet_native_stdout():
-            _, ok = onnxsim.simplify(str(src), output_path=str(dst))
-    except Exception as e:  # onnxsim raises many types, from Python and from its C++ core
-        raise QnnDeployError(f"simplification failed ({first_line(e)}); retry with --no-simplify") from None
-    if not ok or not dst.is_file():
-        raise QnnDeployError("simplification failed its own check; retry with --no-simplify")
-
-
-def _infer_and_save(src: Path, dst: Path, work: Path, external: bool) -> None:
-    """Re-infer every shape from the now static inputs, then write the final model."""
+def _infer_shapes(src: Path, dst: Path, external: bool) -> None:
+    """Re-infer every shape from the now static inputs, outputs included (their declared shapes are dropped: some
+    exporters declare wrong ones), then write the model."""
     import onnx
 
     model = onnx.load(str(src), load_external_data=False)
     _clear_inferred(model.graph)
-    shaped = work / "shaped.onnx"  # beside src, so its external data references still resolve
+    for value in model.graph.output:
+        value.type.tensor_type.ClearField("shape")
+    shaped = src.with_name(src.stem + ".shaped.onnx")  # beside src, so its external data references resolve
     onnx.save(model, str(shaped))
     for kwargs in ({"data_prop": True}, {}):
         try:
             onnx.shape_inference.infer_shapes_path(str(shaped), str(shaped), **kwargs)
             break
-        except Exception:  # custom-domain ops can stop onnx's inference; keep the shapes we have
+        except Exception:  # custom-domain ops can stop onnx's inference; the CPU run gives the outputs' shapes
             continue
     model = onnx.load(str(shaped))
     _save(model, dst, external)
+
+
+def _set_output_shapes(path: Path, actual: Mapping[str, tuple[int, ...]], external: bool) -> None:
+    """Write the shapes the CPU run produced as the outputs' shapes: what the graph computes, not what was declared."""
+    import onnx
+
+    model = onnx.load(str(path))
+    for value in model.graph.output:
+        _set_static(value, actual[value.name])
+    _save(model, path, external)
+
+
+def _control_flow(graph: onnx.GraphProto) -> list[str]:
+    return [f"{n.op_type} {n.name or '(unnamed)'}" for n in graph.node if n.op_type in onnxcheck.CONTROL_FLOW_OPS]
 
 
 # --- equivalence ----------------------------------------------------------------------------------
@@ -348,33 +381,44 @@ def _compare(name: str, want: np.ndarray, got: np.ndarray, tolerance: float) -> 
     return OutputDiff(name, list(got.shape), max_abs, rel, max_abs <= tolerance or rel <= tolerance)
 
 
-def _equivalence(original: Path, prepared: Path, live: list[TensorInfo], frozen: Mapping[str, np.ndarray],
-                 inputs_dir: Path | None, tolerance: float, seed: int) -> list[OutputDiff]:
-    """Run both models on the same inputs (--inputs DIR, else one random sample) and compare every output."""
-    import numpy as np
+Ranges = Mapping[str, tuple[int, int, str]]  # onnxio.int_input_ranges
 
+
+def _feeds(live: list[TensorInfo], inputs_dir: Path | None, seed: int, ranges: Ranges) -> dict[str, np.ndarray]:
+    """One sample for the equivalence run: --inputs DIR, else seeded random values that fit the graph."""
     from qnndeploy import samples
 
     if inputs_dir is not None:
-        feeds = {spec.name: samples.read_one(Path(inputs_dir), spec) for spec in live}
-    else:
-        feeds = samples.random_samples(live, 1, seed)[0]
-    hint = "" if inputs_dir else "; give real inputs with --inputs DIR"
-    before = _cpu_session(original, f"the original model {original.name}")
-    after = _cpu_session(prepared, "the prepared model")
+        return {spec.name: samples.read_one(Path(inputs_dir), spec) for spec in live}
+    return samples.random_samples(live, 1, seed, {k: (lo, hi) for k, (lo, hi, _) in ranges.items()})[0]
+
+
+def _reference(original: Path, feeds: Mapping[str, np.ndarray], frozen: Mapping[str, np.ndarray], ranges: Ranges,
+               random: bool) -> dict[str, np.ndarray]:
+    """The original model's outputs; when it fails on random inputs, say which integer inputs were drawn where."""
+    session = _cpu_session(original, f"the original model {original.name}")
     try:
-        want = before.run(None, {**feeds, **frozen})
+        got = session.run(None, {**feeds, **frozen})
     except Exception as e:
+        hint = ""
+        if random:
+            drawn = [f"{name} in [{ranges[name][0]}, {ranges[name][1]}) ({ranges[name][2]})" if name in ranges
+                     else f"{name} in [0, 10)" for name, v in feeds.items() if v.dtype.kind in "iu"]
+            hint = ("; integer inputs were drawn " + ", ".join(drawn) + ": if one needs other values, freeze it "
+                    "(--freeze NAME=VALUE) or give real inputs with --inputs DIR") if drawn \
+                else "; give real inputs with --inputs DIR"
         raise QnnDeployError(f"the original model fails on these inputs: {first_line(e)}{hint}") from None
-    prepared_types = {i.name: i.type for i in after.get_inputs()}
+    return dict(zip([o.name for o in session.get_outputs()], got))
+
+
+def _run_prepared(prepared: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    import numpy as np
+
+    session = _cpu_session(prepared, "the prepared model")
+    types = {i.name: i.type for i in session.get_inputs()}
     cast = {"tensor(int32)": np.int32}
-    try:
-        got = after.run(None, {k: v.astype(cast.get(prepared_types[k], v.dtype)) for k, v in feeds.items()})
-    except Exception as e:
-        raise QnnDeployError(f"the prepared model fails where the original ran: {first_line(e)}") from None
-    names = [o.name for o in before.get_outputs()]
-    result = dict(zip([o.name for o in after.get_outputs()], got))
-    return [_compare(n, w, result[n], tolerance) for n, w in zip(names, want)]
+    got = session.run(None, {k: v.astype(cast.get(types[k], v.dtype)) for k, v in feeds.items()})
+    return dict(zip([o.name for o in session.get_outputs()], got))
 
 
 # --- the stage ------------------------------------------------------------------------------------
@@ -387,7 +431,7 @@ def record_path(out: Path) -> Path:
 def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] | None = None,
                   int32_inputs: bool = False, freeze: Mapping[str, Any] | None = None, simplify: bool = True,
                   inputs_dir: Path | None = None, tolerance: float = DEFAULT_TOLERANCE, force: bool = False,
-                  seed: int = 0) -> PrepareResult:
+                  seed: int = 0, fuse: bool = False) -> PrepareResult:
     """Write OUT.onnx (+ OUT.prepare.json) from SRC with static shapes, int32 I/O and frozen settings.
 
     Raises QnnDeployError (nothing written) on bad options or when an output differs beyond `tolerance`
@@ -396,6 +440,7 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
     import onnx
 
     from qnndeploy import __version__
+    from qnndeploy import fuse as fusing
     from qnndeploy.fileio import sha256_file, write_json
 
     start = time.monotonic()
@@ -408,14 +453,24 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
 
     model = onnxio.load_model(src)
     source_external = bool(onnxio.external_locations(model))
+    ranges = onnxio.int_input_ranges(model.graph)
+    declared = {v.name: tensor_info(v) for v in model.graph.output}
     edits = _edit(model.graph, shapes or {}, freeze or {}, int32_inputs)
+    if fuse:
+        fused = fusing.fuse_gelu(model)
+        edits.changes.append(f"{fused} erf GELU pattern(s) fused into Gelu nodes (opset {fusing.GELU_OPSET})"
+                             if fused else "--fuse: no unfused GELU pattern found")
     if source_external:
         try:
             onnx.load_external_data_for_model(model, str(src.parent))
         except (OSError, ValueError) as e:
             raise QnnDeployError(f"cannot read the external data of {src}: {first_line(e)}; copy the model "
                                  "together with its complete data file, or re-export it") from None
-    external = source_external or _tensor_bytes(model) > EXTERNAL_ABOVE
+    weights = _tensor_bytes(model)
+    external = weights > EXTERNAL_ABOVE
+    if source_external and not external:
+        edits.changes.append(f"external data inlined ({weights / 1e6:.1f} MB of weights, under 2 GB): the output "
+                             "is one self-contained file")
 
     made = _first_missing(out.parent)  # folders -o creates are removed again when nothing is written
     try:
@@ -430,32 +485,28 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
         stage = work / "edited.onnx"
         _save(model, stage, external)
         del model
-        if simplify:
-            _simplify(stage, work / "simplified.onnx")
-            stage = work / "simplified.onnx"
-        final = work / out.name
-        _infer_and_save(stage, final, work, external)
+        feeds = _feeds(edits.live, inputs_dir, seed, ranges)
+        want = _reference(src, feeds, edits.frozen, ranges, random=inputs_dir is None)
+        final, folded_by, folding, diffs = _fold_chain(stage, work, out.name, simplify, external, feeds, want,
+                                                       tolerance)
         prepared = onnxio.load_model(final).graph
         nodes_after = sum(1 for n in prepared.node if n.op_type != "Constant")
-        if simplify:
-            edits.changes.append(f"simplified with onnxsim: {edits.nodes_before} -> {nodes_after} nodes")
-        diffs = _equivalence(src, final, edits.live, edits.frozen, inputs_dir, tolerance, seed)
-        bad = [d for d in diffs if not d.ok]
-        if bad:
-            raise QnnDeployError(
-                "the prepared model differs from the original: "
-                + "; ".join(f"{d.name} max abs diff {d.max_abs_diff:.3g}, rel L2 {d.rel_l2:.3g}" for d in bad)
-                + f" (tolerance {tolerance:g}); nothing written", EXIT_CHECK_FAILED)
-
-        data, out_data = final.with_name(final.name + ".data"), out.with_name(out.name + ".data")
+        if folded_by:
+            edits.changes.append(f"folded with {folded_by}: {edits.nodes_before} -> {nodes_after} nodes")
         p_inputs = [tensor_info(v) for v in real_inputs(prepared)]
         p_outputs = [tensor_info(v) for v in prepared.output]
+        edits.changes += [f"output {o.name}: declared {declared[o.name].shape_text()}, the graph computes "
+                          f"{o.shape_text()} (CPU run): declaration replaced" for o in p_outputs
+                          if _disagrees(declared[o.name], o)]
+
+        data, out_data = final.with_name(final.name + ".data"), out.with_name(out.name + ".data")
         result = PrepareResult(
             source=str(src), source_sha256=sha256_file(src), output=str(out), output_sha256=sha256_file(final),
             external_data=str(out_data) if data.is_file() else None, record=str(record_path(out)),
             changes=edits.changes, shapes=edits.shapes, frozen={k: v.tolist() for k, v in edits.frozen.items()},
-            int32_wrapped=edits.wrapped, simplified=simplify, nodes_before=edits.nodes_before,
-            nodes_after=nodes_after, inputs=p_inputs, outputs=p_outputs, notes=_notes(prepared, p_inputs, p_outputs),
+            int32_wrapped=edits.wrapped, simplified=folded_by is not None, folded_by=folded_by, folding=folding,
+            nodes_before=edits.nodes_before, nodes_after=nodes_after, inputs=p_inputs, outputs=p_outputs,
+            notes=_notes(prepared, p_inputs, p_outputs),
             equivalence_inputs=str(inputs_dir) if inputs_dir else f"random (seed {seed})", tolerance=tolerance,
             equivalence=diffs, tools=_tool_versions(__version__), seconds=round(time.monotonic() - start, 2))
         write_json(work / "record.json", asdict(result))  # a short temporary name, renamed below
@@ -466,6 +517,69 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
         if not written:
             _remove_empty(out.parent, made)
     return result
+
+
+def _disagrees(declared: TensorInfo, actual: TensorInfo) -> bool:
+    """A declared output shape the graph does not compute (a dynamic dim that got its size is no disagreement)."""
+    if declared.shape is None or actual.shape is None:
+        return False
+    return len(declared.shape) != len(actual.shape) or any(
+        isinstance(d, int) and d != a for d, a in zip(declared.shape, actual.shape))
+
+
+def _fold_chain(stage: Path, work: Path, name: str, simplify: bool, external: bool, feeds: Mapping[str, np.ndarray],
+                want: Mapping[str, np.ndarray], tolerance: float) -> tuple[Path, str | None, list[str], list[OutputDiff]]:
+    """Fold with each tool in turn (fold.TOOLS, then no folding at all) and keep the first result that computes the
+    same outputs and has no control flow left; else the first that computes the same outputs. Every result gets its
+    shapes re-inferred and its output shapes from a CPU run. Returns (model, tool or None, what each tool did,
+    its equivalence)."""
+    from qnndeploy import fold
+
+    tried: list[str] = []
+    kept: tuple[Path, str | None, list[OutputDiff]] | None = None
+    first_bad: list[OutputDiff] | None = None
+    for tool in [*fold.TOOLS, None] if simplify else [None]:
+        label = tool or "no folding"
+        folder = work / (tool or "unfolded")
+        folder.mkdir()
+        candidate = folder / name
+        try:
+            source = stage
+            if tool:
+                source = folder / "folded.onnx"
+                fold.fold(tool, stage, source, external)
+            _infer_shapes(source, candidate, external)
+            got = _run_prepared(candidate, feeds)
+        except fold.FoldError as e:
+            tried.append(f"{label}: failed ({e})")
+            continue
+        except QnnDeployError as e:
+            tried.append(f"{label}: its result does not load ({e})")
+            continue
+        except Exception as e:  # onnxruntime's and onnx's exception types are not exported
+            tried.append(f"{label}: its result does not run ({first_line(e)})")
+            continue
+        diffs = [_compare(n, w, got[n], tolerance) for n, w in want.items()]
+        if not all(d.ok for d in diffs):
+            first_bad = first_bad or diffs
+            tried.append(f"{label}: its result differs from the original")
+            continue
+        _set_output_shapes(candidate, {n: a.shape for n, a in got.items()}, external)
+        left = _control_flow(onnxio.load_model(candidate).graph)
+        tried.append(f"{label}: ok" + (f", but {', '.join(left)} left in the graph" if left else ""))
+        kept = kept or (candidate, tool, diffs)
+        if not left:
+            kept = (candidate, tool, diffs)
+            break
+    if kept is None and first_bad is not None:
+        bad = [d for d in first_bad if not d.ok]
+        raise QnnDeployError(
+            "the prepared model differs from the original: "
+            + "; ".join(f"{d.name} max abs diff {d.max_abs_diff:.3g}, rel L2 {d.rel_l2:.3g}" for d in bad)
+            + f" (tolerance {tolerance:g}); nothing written", EXIT_CHECK_FAILED)
+    if kept is None:
+        raise QnnDeployError("the prepared model fails where the original ran: " + "; ".join(tried))
+    return kept[0], kept[1], tried, kept[2]
 
 
 def _first_missing(folder: Path) -> Path | None:
@@ -556,19 +670,24 @@ def _edit(graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]], freeze: M
     """Validate the options against the graph, then fix shapes, freeze inputs and wrap int64, in place."""
     inputs = {v.name: v for v in real_inputs(graph)}
     shapes = _check_shapes(shapes, inputs)
+    symbols = _symbols(shapes, inputs)
+    implied = {name: dims for name, dims in _implied_shapes(symbols, inputs, freeze).items() if name not in shapes}
+    shapes = {**shapes, **implied}
     frozen = _freeze_values(freeze, inputs, shapes)
     nodes_before = sum(1 for n in graph.node if n.op_type != "Constant")
     changes = []
     for name, dims in shapes.items():
-        changes.append(f"input {name}: {tensor_info(inputs[name]).shape_text()} -> {dims}")
+        how = " (its symbols fixed by --shape)" if name in implied else ""
+        changes.append(f"input {name}: {tensor_info(inputs[name]).shape_text()} -> {dims}{how}")
         _set_static(inputs[name], dims)
     changes += [f"input {name} frozen to {value.tolist()} (now a constant)" for name, value in frozen.items()]
     _freeze(graph, frozen)
     live = [tensor_info(v) for v in real_inputs(graph)]
+    suggested = onnxcheck.suggest_shapes(live, symbols)
     for info in live:
         if info.dynamic:
             raise QnnDeployError(f"input {info.name} has dynamic dims {info.shape_text()}: give its fixed size, "
-                                 f"e.g. --shape {info.name}={','.join(onnxcheck.suggest_shape(info))}")
+                                 f"e.g. --shape {info.name}={','.join(suggested[info.name])}")
     wrapped = _wrap_int64(graph) if int32_inputs else []
     changes += [f"{'input' if n in inputs else 'output'} {n}: int64 -> int32 (Cast inside the graph)"
                 for n in wrapped]

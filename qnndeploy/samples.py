@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
     from qnndeploy.onnxio import TensorInfo
 
-RANDOM_NOTE = "uniform in [-1, 1) for float inputs, integers in [0, 10) for integer inputs, seeded"
+RANDOM_NOTE = ("uniform in [-1, 1) for float inputs; integers in [0, rows) for an input that indexes a table of that "
+               "many rows, else in [0, 10); seeded")
 SUFFIXES = (".npy", ".npz")
 
 
@@ -37,12 +38,14 @@ def for_graph(model: Path, graph: str, inputs: Path | None = None, count: int = 
               ) -> tuple[list[dict], dict]:
     """The samples for one graph, from `inputs` (DIR/<graph>/ or DIR) or else `count` seeded random ones, and how
     they were made, as the records store it."""
-    from qnndeploy.onnxio import model_inputs
+    from qnndeploy.onnxio import int_input_ranges, load_model, real_inputs, tensor_info
 
-    specs = model_inputs(model)
+    graph = load_model(Path(model)).graph
+    specs = [tensor_info(v) for v in real_inputs(graph)]
     if inputs is None:
-        return random_samples(specs, count, seed), {"kind": "random", "samples": count, "seed": seed,
-                                                     "distribution": RANDOM_NOTE}
+        ranges = {name: (lo, hi) for name, (lo, hi, _) in int_input_ranges(graph).items()}
+        return random_samples(specs, count, seed, ranges), {"kind": "random", "samples": count, "seed": seed,
+                                                            "distribution": RANDOM_NOTE}
     folder = folder_for(inputs, graph)
     samples = load_samples(folder, specs)
     return samples, {"kind": "files", "folder": str(folder.resolve()), "samples": len(samples),
@@ -157,8 +160,10 @@ def _fit(arr: np.ndarray, spec: TensorInfo, path: Path) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-def random_samples(specs: list[TensorInfo], count: int, seed: int) -> list[dict]:
-    """`count` seeded samples (RANDOM_NOTE; booleans fair coin flips); other dtypes need real inputs."""
+def random_samples(specs: list[TensorInfo], count: int, seed: int,
+                   int_ranges: dict[str, tuple[int, int]] | None = None) -> list[dict]:
+    """`count` seeded samples (RANDOM_NOTE; booleans fair coin flips); other dtypes need real inputs.
+    `int_ranges` gives an integer input its [lo, hi) (onnxio.int_input_ranges), else [0, 10)."""
     import numpy as np
 
     for s in specs:
@@ -176,7 +181,8 @@ def random_samples(specs: list[TensorInfo], count: int, seed: int) -> list[dict]
             elif dtype.kind == "b":
                 sample[s.name] = rng.random(s.shape) < 0.5
             elif dtype.kind in "iu":
-                sample[s.name] = rng.integers(0, 10, s.shape).astype(dtype)
+                lo, hi = (int_ranges or {}).get(s.name, (0, 10))
+                sample[s.name] = rng.integers(lo, hi, s.shape).astype(dtype)
             else:
                 raise QnnDeployError(f"input {s.name} is {s.dtype}: give real inputs with --inputs DIR")
         samples.append(sample)

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qnndeploy import __version__, samples
+from qnndeploy import __version__, onnxio, samples
 from qnndeploy.errors import QnnDeployError, first_line
 from qnndeploy.fileio import sha256_file, write_json
 
@@ -169,7 +169,7 @@ def _validate_one(folder: Path, record: dict, random: int | None, seed: int, ove
         return result
     result.samples = len(feeds)
     result.emulator_s_per_run = round(seconds / len(feeds), 3)
-    result.outputs = judge_outputs(expected, outputs, limits)
+    result.outputs = judge_outputs(expected, outputs, limits, onnxio.class_axes(Path(record["input"]["path"])))
     result.status = "passed" if all(m.passed for m in result.outputs) else "failed"
     result.record = folder / RECORD_FILE
     write_json(result.record, {
@@ -250,19 +250,23 @@ def thresholds_for(precision: str | None, overrides: dict | None = None) -> dict
     return {**THRESHOLDS.get(precision, THRESHOLDS["w8a16"]), **(overrides or {})}
 
 
-def judge_outputs(expected: list[dict], actual: list[dict], limits: dict) -> list[OutputMetrics]:
-    """Every output over all samples (one {name: array} per sample), against the CPU reference."""
-    return [judge(name, [e[name] for e in expected], [a[name] for a in actual], limits) for name in expected[0]]
+def judge_outputs(expected: list[dict], actual: list[dict], limits: dict,
+                  class_axes: dict[str, int] | None = None) -> list[OutputMetrics]:
+    """Every output over all samples (one {name: array} per sample), against the CPU reference. Outputs in
+    `class_axes` (onnxio.class_axes) also get their argmax agreement over that axis."""
+    return [judge(name, [e[name] for e in expected], [a[name] for a in actual], limits, (class_axes or {}).get(name))
+            for name in expected[0]]
 
 
-def judge(name: str, expected: list, actual: list, limits: dict) -> OutputMetrics:
+def judge(name: str, expected: list, actual: list, limits: dict, class_axis: int | None = None) -> OutputMetrics:
     import numpy as np
 
-    ref, out = np.stack(expected), np.stack(actual)
+    ref, out = np.stack(expected), np.stack(actual)  # a leading sample axis
     m = metrics(ref, out)
     agree = None
-    if ref.ndim >= 2 and ref.shape[-1] > 1 and np.issubdtype(ref.dtype, np.floating):
-        agree = float((ref.argmax(-1) == out.argmax(-1)).mean())
+    if class_axis is not None and -ref.ndim < class_axis < ref.ndim - 1 and np.issubdtype(ref.dtype, np.floating):
+        axis = class_axis + 1 if class_axis >= 0 else class_axis
+        agree = float((ref.argmax(axis) == out.argmax(axis)).mean())
     note = None
     if not m["finite"]:
         passed, judged, note = False, "finite", "the HTP output has NaN or Inf values"

