@@ -12,7 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from qnndeploy import socs
-from qnndeploy.bundle.manifest import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION  # noqa: F401 (re-exported)
+from qnndeploy.bundle.manifest import (  # noqa: F401 (re-exported)
+    CONTEXT_BINARY,
+    EPCONTEXT,
+    FORMAT,
+    FORMAT_VERSION,
+    ONNX,
+)
 
 BACKEND_LIB, SYSTEM_LIB = "libQnnHtp.so", "libQnnSystem.so"
 ADSP_VAR = "ADSP_LIBRARY_PATH"
@@ -118,8 +124,9 @@ def _json(value: object) -> str:
 
 
 def _cpu(manifest: Mapping, soc: str | None, via: str | None, reason: str, adsp: str | None = None) -> Decision:
+    """The CPU models to load, and every CPU file to put beside them: the models and their external data."""
     cpu = manifest.get("cpu") if isinstance(manifest.get("cpu"), list) else []
-    return Decision("cpu", soc, via, reason, paths={a["graph"]: a["path"] for a in cpu},
+    return Decision("cpu", soc, via, reason, paths={a["graph"]: a["path"] for a in cpu if a.get("format") == ONNX},
                     files=[a["path"] for a in cpu], adsp_library_path=adsp)
 
 
@@ -134,9 +141,9 @@ def decide(manifest: Mapping, device: Device, *, load_errors: Mapping[str, str],
     """
     soc, via = identify(device)
     fmt, version = manifest.get("format"), manifest.get("format_version")
-    if fmt != FORMAT or type(version) is not int or version != FORMAT_VERSION:
+    if fmt != FORMAT or type(version) is not int or not 1 <= version <= FORMAT_VERSION:
         return Decision("cpu", soc, via, f"bundle manifest format {_json(fmt)} version {_json(version)} is not "
-                        f"supported (this app reads \"{FORMAT}\" version {FORMAT_VERSION}): scaffold again")
+                        f"supported (this app reads \"{FORMAT}\" versions 1 to {FORMAT_VERSION}): scaffold again")
     if soc is None:
         if via is None:
             reason = "SoC unknown: the device reports no Build.SOC_MODEL / ro.soc.model and no ro.board.platform"

@@ -11,6 +11,7 @@ import hashlib
 from pathlib import Path
 
 from qnndeploy import socs
+from qnndeploy.bundle.manifest import EXTERNAL_DATA
 from qnndeploy.decision import CONTEXT_BINARY, EPCONTEXT
 
 QAIRT = "2.51.0"
@@ -21,8 +22,10 @@ def _file(path: str, seed: str) -> dict:
 
 
 def manifest(targets=("SM8550", "SM8750"), graphs=("det", "rec"), runtime: str = "external",
-             formats=(CONTEXT_BINARY, EPCONTEXT), name: str = "demo", version: str = "1.0.0") -> dict:
-    """A schema-valid manifest dict (checksums made up): for decisions, which never read the files."""
+             formats=(CONTEXT_BINARY, EPCONTEXT), name: str = "demo", version: str = "1.0.0", format_version: int = 2,
+             external=()) -> dict:
+    """A schema-valid manifest dict (checksums made up): for decisions, which never read the files. The CPU models
+    of the graphs in `external` keep their weights in cpu/<graph>.onnx.data."""
     archs = sorted({socs.find(s).dsp_arch for s in targets})
     libs = [{**_file(f"lib/arm64-v8a/{n}", n), "role": r, "abi": "arm64-v8a"}
             for n, r in (("libQnnHtp.so", "htp"), ("libQnnSystem.so", "system"), ("libQnnHtpPrepare.so", "prepare"))]
@@ -33,7 +36,7 @@ def manifest(targets=("SM8550", "SM8750"), graphs=("det", "rec"), runtime: str =
                      "abi": f"hexagon-{a}", "dsp_arch": a})
     suffix = {CONTEXT_BINARY: ".bin", EPCONTEXT: "_ctx.onnx"}
     return {
-        "format": "qnndeploy-bundle", "format_version": 1, "name": name, "version": version,
+        "format": "qnndeploy-bundle", "format_version": format_version, "name": name, "version": version,
         "created_by": "tests", "qairt": {"version": QAIRT, "build": "v2.51.0.260929181845"},
         "source": {"model": name, "sha256": None, "commit": None, "license": "Apache-2.0"},
         "graphs": [{"name": g, "inputs": [{"name": "x", "dtype": "float32", "shape": [1, 16]}],
@@ -42,7 +45,8 @@ def manifest(targets=("SM8550", "SM8750"), graphs=("det", "rec"), runtime: str =
                      "artifacts": [{**_file(f"npu/{s}/{g}{suffix[f]}", s + g + f), "graph": g, "format": f}
                                    for g in graphs for f in formats],
                      "validation": None} for s in targets],
-        "cpu": [{**_file(f"cpu/{g}.onnx", g), "graph": g, "format": "onnx"} for g in graphs],
+        "cpu": [{**_file(f"cpu/{g}.onnx", g), "graph": g, "format": "onnx"} for g in graphs]
+        + [{**_file(f"cpu/{g}.onnx.data", g), "graph": g, "format": EXTERNAL_DATA} for g in external],
         "runtime": {"mode": "bundled", "libs": libs} if runtime == "bundled"
         else {"mode": "external", "maven": f"com.qualcomm.qti:qnn-runtime:{QAIRT}"},
         "records": [],
@@ -64,9 +68,25 @@ def tiny_model(path: Path, width: int) -> Path:
     return path
 
 
-def compile_inputs(root: Path, targets=("SM8550", "SM8750"), graphs=("det", "rec"), ctx: bool = True) -> dict:
+def with_external_data(model: Path, dest: Path, location: str | None = None) -> Path:
+    """A copy of `model` at `dest` whose weights all live in one external data file (default: <dest name>.data)."""
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(str(model))
+    for t in m.graph.initializer:  # onnx moves only raw_data tensors out; make_tensor from a list writes float_data
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t), t.name))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(dest), save_as_external_data=True, all_tensors_to_one_file=True,
+              location=location or f"{dest.name}.data", size_threshold=0)
+    return dest
+
+
+def compile_inputs(root: Path, targets=("SM8550", "SM8750"), graphs=("det", "rec"), ctx: bool = True,
+                   external=()) -> dict:
     """CPU models and, per SoC and graph, a real context binary named <graph>.bin (the bundle's name for it) and,
-    with ctx, the EPContext wrapper made to refer to that name."""
+    with ctx, the EPContext wrapper made to refer to that name. The CPU models of the graphs in `external` keep
+    their weights in an external data file."""
     import onnx
     import onnxruntime as ort
 
@@ -90,6 +110,7 @@ def compile_inputs(root: Path, targets=("SM8550", "SM8750"), graphs=("det", "rec
                 onnx.save(wrapper, str(out / f"{g}_ctx.onnx"))
                 files.append(out / f"{g}_ctx.onnx")
             npu.setdefault(soc, {})[g] = files
+    cpu.update({g: with_external_data(cpu[g], root / "cpu-external" / f"{g}.onnx") for g in external})
     return {"cpu": cpu, "npu": npu, "root": root}
 
 

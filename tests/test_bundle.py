@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from bundles import with_external_data
 from click.testing import CliRunner
 from conftest import require
 from elfgen import BUILD, android_lib, elf_bytes, fake_sdk, skel_lib
@@ -97,7 +98,7 @@ def problems(b: Path) -> list[str]:
 def test_bundle_layout_and_manifest(bundle):
     m = manifest(bundle)
     assert bundle.name == "demo-1.0.0"
-    assert m["format"] == "qnndeploy-bundle" and m["format_version"] == 1
+    assert m["format"] == "qnndeploy-bundle" and m["format_version"] == 2
     assert m["qairt"] == {"version": "2.51.0", "build": BUILD}
     assert [t["soc"] for t in m["targets"]] == ["SM8550", "SM8750"]
     assert {(t["soc_id"], t["dsp_arch"]) for t in m["targets"]} == {(43, "v73"), (69, "v79")}
@@ -265,10 +266,20 @@ def test_schema_and_format_version(bundle):
     m["targets"][0]["artifacts"][0]["path"] = "../escape.bin"
     (bundle / "manifest.json").write_text(json.dumps(m))
     assert any("manifest.json: schema: targets/0/artifacts/0/path" in f for f in problems(bundle))
-    m["format_version"] = 2
+    m["format_version"] = 3
     (bundle / "manifest.json").write_text(json.dumps(m))
     assert problems(bundle) == ["manifest.json: " + str(bundle / "manifest.json") +
-                                " has format_version 2; this qnndeploy reads version 1; upgrade qnndeploy"]
+                                " has format_version 3; this qnndeploy reads versions 1 to 2; upgrade qnndeploy"]
+
+
+def test_a_v1_manifest_still_verifies(bundle):
+    m = manifest(bundle)
+    m["format_version"] = 1
+    (bundle / "manifest.json").write_text(json.dumps(m))
+    assert verify_bundle(bundle).ok
+    m["cpu"].append({**m["cpu"][0], "path": "cpu/enc.onnx.data", "format": "onnx-external-data"})
+    (bundle / "manifest.json").write_text(json.dumps(m))
+    assert "manifest.json: schema: cpu/2/format: 'onnx' was expected" in problems(bundle)
 
 
 def test_symlink_inside_a_folder(bundle):
@@ -302,6 +313,137 @@ def test_tar_with_symlink_and_device_is_refused(bundle, tmp_path):
         "demo-1.0.0/cpu/link.onnx: is a symlink or hard link: archive refused before extraction",
         "demo-1.0.0/dev0: is a device file or FIFO: archive refused before extraction",
         "/tmp/abs.txt: has an absolute path: archive refused before extraction"]
+
+
+# --- CPU models with external data (format version 2) ------------------------------------------------------------
+
+@pytest.fixture
+def ext(inputs, tmp_path) -> Path:
+    """A bundle whose enc CPU model keeps its weights in enc.onnx.data, the layout of models over 2 GB."""
+    cpu = {**inputs["cpu"], "enc": with_external_data(inputs["cpu"]["enc"], tmp_path / "src" / "enc.onnx")}
+    return build_bundle(spec(inputs, cpu=cpu), tmp_path / "out").path
+
+
+def test_external_data_is_bundled_beside_its_model_and_runs(ext, inputs):
+    import numpy as np
+    import onnxruntime as ort
+
+    cpu = {a["path"]: a for a in manifest(ext)["cpu"]}
+    assert [(p, a["graph"], a["format"]) for p, a in cpu.items()] == [
+        ("cpu/enc.onnx", "enc", "onnx"), ("cpu/enc.onnx.data", "enc", "onnx-external-data"),
+        ("cpu/dec.onnx", "dec", "onnx")]
+    data = (ext / "cpu/enc.onnx.data").read_bytes()
+    assert (cpu["cpu/enc.onnx.data"]["sha256"], cpu["cpu/enc.onnx.data"]["size"]) == (
+        hashlib.sha256(data).hexdigest(), len(data))
+    report = verify_bundle(ext)
+    assert report.ok, report.problems
+    assert report.files == 14
+    x = {"x": np.ones((1, 16), np.float32)}
+    got = ort.InferenceSession(str(ext / "cpu/enc.onnx")).run(None, x)[0]
+    assert np.array_equal(got, ort.InferenceSession(str(inputs["cpu"]["enc"])).run(None, x)[0])
+
+
+def relocate(path: Path, location: str) -> Path:
+    """Point a model at another data file location (onnx.save refuses to write '..' itself)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    for t in model.graph.initializer:
+        next(e for e in t.external_data if e.key == "location").value = location
+    onnx.save(model, str(path))
+    return path
+
+
+def relocate_enc(b: Path, location: str) -> None:
+    """The bundle's enc model pointed elsewhere, its manifest entry updated: only that check may fire."""
+    relocate(b / "cpu/enc.onnx", location)
+    rehash(b, "cpu/enc.onnx")
+
+
+def unlist(b: Path, rel: str) -> None:
+    m = manifest(b)
+    m["cpu"] = [a for a in m["cpu"] if a["path"] != rel]
+    (b / "manifest.json").write_text(json.dumps(m))
+
+
+ENC_DATA = "cpu/enc.onnx.data"
+CHANGED = f"{ENC_DATA}: sha256 differs from the manifest (the file changed after bundling)"
+MISSING = f"{ENC_DATA}: is listed in the manifest but missing from the bundle"
+NOT_NAMED = f"{ENC_DATA}: is listed as external data of graph 'enc', but its CPU model does not name it"
+
+
+def not_listed(rel: str) -> str:
+    return f"cpu/enc.onnx: keeps its weights in {rel}, which the manifest does not list as external data of graph 'enc'"
+
+
+def outside(location: str) -> str:
+    return (f"cpu/enc.onnx: keeps its weights in '{location}', which is not a plain relative path inside its folder "
+            "(absolute or '..'): ONNX Runtime would read it from outside the bundle's cpu/")
+
+
+def flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:-8])
+
+
+@pytest.mark.parametrize("tamper, expected", [
+    (lambda b: flip(b / ENC_DATA), [CHANGED]),
+    (lambda b: truncate(b / ENC_DATA), [f"{ENC_DATA}: has 1016 bytes, the manifest says 1024 (truncated or replaced)"]),
+    (lambda b: (truncate(b / ENC_DATA), rehash(b, ENC_DATA)),
+     ["cpu/enc.onnx: the external data file cpu/enc.onnx.data is truncated or damaged: tensor w needs bytes 0-1024, "
+      "the file has 1016; copy the model together with its complete data file, or re-export it"]),
+    (lambda b: (b / ENC_DATA).unlink(), [MISSING]),
+    (lambda b: unlist(b, ENC_DATA), [f"{ENC_DATA}: is not listed in the manifest", not_listed(ENC_DATA)]),
+    (lambda b: (b / "cpu/extra.data").write_bytes(b"x"), ["cpu/extra.data: is not listed in the manifest"]),
+    (lambda b: relocate_enc(b, "../enc.onnx.data"), [outside("../enc.onnx.data"), NOT_NAMED]),
+    (lambda b: relocate_enc(b, str(b / ENC_DATA)), [outside("{bundle}/cpu/enc.onnx.data"), NOT_NAMED]),
+    (lambda b: relocate_enc(b, "enc.weights"), [not_listed("cpu/enc.weights"), NOT_NAMED]),
+], ids=["flipped-byte", "truncated", "truncated-and-rehashed", "missing", "unlisted", "extra-file", "dotdot",
+        "absolute", "other-name"])
+def test_external_data_tampering_is_caught(ext, tamper, expected):
+    tamper(ext)
+    assert problems(ext) == [e.replace("{bundle}", str(ext)) for e in expected]
+
+
+def test_a_listed_data_file_that_no_model_names(ext):
+    (ext / "cpu/dec.onnx.data").write_bytes(b"weights of nothing")
+    m = manifest(ext)
+    m["cpu"].append({"path": "cpu/dec.onnx.data", "sha256": hashlib.sha256(b"weights of nothing").hexdigest(),
+                     "size": 18, "graph": "dec", "format": "onnx-external-data"})
+    (ext / "manifest.json").write_text(json.dumps(m))
+    assert problems(ext) == ["cpu/dec.onnx.data: is listed as external data of graph 'dec', but its CPU model does "
+                             "not name it"]
+
+
+@pytest.mark.parametrize("fmt", ["tar.gz", "zip"])
+def test_external_data_from_an_archive(ext, tmp_path, fmt):
+    from qnndeploy.bundle.archive import write_archive
+
+    packed = tmp_path / f"ext.{fmt}"
+    write_archive(ext, packed, fmt, top=ext.name)
+    assert verify_bundle(packed).ok
+    flip(ext / ENC_DATA)
+    write_archive(ext, packed, fmt, top=ext.name)
+    assert problems(packed) == [CHANGED]
+    (ext / ENC_DATA).unlink()
+    write_archive(ext, packed, fmt, top=ext.name)
+    assert problems(packed) == [MISSING]
+
+
+def test_external_data_that_cannot_be_bundled(inputs, tmp_path):
+    outside = relocate(with_external_data(inputs["cpu"]["enc"], tmp_path / "a" / "enc.onnx"), "../a/enc.onnx.data")
+    with pytest.raises(QnnDeployError, match=r"keeps its weights in '\.\./a/enc.onnx.data', which is not a plain"):
+        build_bundle(spec(inputs, cpu={**inputs["cpu"], "enc": outside}), tmp_path / "out")
+    enc = with_external_data(inputs["cpu"]["enc"], tmp_path / "b" / "enc.onnx", location="weights.data")
+    dec = with_external_data(inputs["cpu"]["dec"], tmp_path / "c" / "dec.onnx", location="weights.data")
+    with pytest.raises(QnnDeployError, match="two CPU model files would both be cpu/weights.data in the bundle"):
+        build_bundle(spec(inputs, cpu={"enc": enc, "dec": dec}), tmp_path / "out")
+    assert no_output(tmp_path / "out")
 
 
 # --- bad input: one-line error, nothing written -------------------------------------------------------------------

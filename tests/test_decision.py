@@ -29,6 +29,8 @@ def run(manifest=None, device=SM8750, load_errors=None, **kw):
 def test_fixture_manifests_follow_the_schema():
     for runtime in ("external", "bundled"):
         assert schema_errors(bundles.manifest(runtime=runtime)) == []
+    assert schema_errors(bundles.manifest(format_version=1)) == []
+    assert schema_errors(bundles.manifest(external=("rec",))) == []
 
 
 def test_matching_soc_and_libraries_load_gives_npu_with_the_targets_files():
@@ -97,15 +99,28 @@ def test_adsp_library_path_prepends_with_semicolons_and_keeps_what_was_there():
     assert run(adsp_before="/odm/dsp").adsp_library_path.split(";")[:2] == [LIB_DIR, "/odm/dsp"]
 
 
-@pytest.mark.parametrize("fmt, version", [("qnndeploy-bundle", 2), ("qnndeploy-bundle", 1.0), ("other", 1),
-                                          ("qnndeploy-bundle", None)])
+@pytest.mark.parametrize("fmt, version", [("qnndeploy-bundle", 3), ("qnndeploy-bundle", 0), ("qnndeploy-bundle", 1.0),
+                                          ("qnndeploy-bundle", True), ("other", 1), ("qnndeploy-bundle", None)])
 def test_unknown_manifest_format_or_version_goes_to_cpu(fmt, version):
     m = {**bundles.manifest(), "format": fmt, "format_version": version}
     d = run(m)
     assert not d.npu and d.paths == {} and d.soc == "SM8750"
-    assert "is not supported (this app reads \"qnndeploy-bundle\" version 1)" in d.reason
-    assert run({**bundles.manifest(), "format_version": 2}).reason.startswith(
-        'bundle manifest format "qnndeploy-bundle" version 2 is not supported')
+    assert "is not supported (this app reads \"qnndeploy-bundle\" versions 1 to 2)" in d.reason
+    assert run({**bundles.manifest(), "format_version": 3}).reason.startswith(
+        'bundle manifest format "qnndeploy-bundle" version 3 is not supported')
+
+
+def test_a_v1_manifest_is_still_read():
+    assert run(bundles.manifest(format_version=1)) == run(bundles.manifest(format_version=2))
+    assert run(bundles.manifest(format_version=1)).npu
+
+
+def test_the_cpu_fallback_brings_the_external_data_of_its_models():
+    m = bundles.manifest(external=("rec",))
+    d = run(m, device=Device("SM8650", "pineapple", 34))
+    assert not d.npu and d.paths == {"det": "cpu/det.onnx", "rec": "cpu/rec.onnx"}
+    assert d.files == ["cpu/det.onnx", "cpu/rec.onnx", "cpu/rec.onnx.data"]
+    assert run(m).files == run(bundles.manifest()).files  # the NPU needs none of them
 
 
 def test_remembered_failure_keeps_cpu_until_the_app_or_bundle_version_changes():

@@ -26,7 +26,7 @@ from qnndeploy.scaffold import scaffold
 
 HERE = Path(__file__).parent / "kotlin"
 PACKAGE = "com.example.qnnsample"  # tests/kotlin/*.kt import the glue from this package
-UNIT_TESTS = 16  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
+UNIT_TESTS = 17  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
 
 
 def find_kotlinc() -> Path | None:
@@ -45,10 +45,11 @@ def find_kotlinc() -> Path | None:
 
 @pytest.fixture(scope="session")
 def rendered(tmp_path_factory) -> dict:
-    """The sample app (ONNX Runtime) and the sherpa-onnx glue, scaffolded from real bundles."""
+    """The sample app (ONNX Runtime) and the sherpa-onnx glue, scaffolded from real bundles; the CPU model of rec
+    keeps its weights in an external data file."""
     require(htp.available(), "onnxruntime-qnn")
     root = tmp_path_factory.mktemp("kotlin-render")
-    inputs = bundles.compile_inputs(root / "inputs")
+    inputs = bundles.compile_inputs(root / "inputs", external=("rec",))
     app = scaffold(bundles.build(root / "b1", inputs), PACKAGE, root / "app", app=True)
     sherpa = scaffold(bundles.build(root / "b2", inputs, runtime="bundled"), "com.example.sherpa", root / "sherpa",
                       engine="sherpa-onnx")
@@ -114,7 +115,8 @@ def agreement_cases(real_manifest: dict) -> tuple[list[dict], list[dict]]:
     manifests = [
         real_manifest, two, bundled, no_v79, bundles.manifest(formats=(CONTEXT_BINARY,)),
         bundles.manifest(targets=()), bundles.manifest(targets=("SM8750", "SM8850", "QCS9100")),
-        {**two, "format_version": 2}, {**two, "format_version": 1.0}, {**two, "format": "something-else"},
+        {**two, "format_version": 1}, bundles.manifest(external=("det", "rec")),
+        {**two, "format_version": 3}, {**two, "format_version": 1.0}, {**two, "format": "something-else"},
     ]
     devices = [Device("SM8750", "sun", 35), Device("SM8750P", None, 34), Device(" sm8550 ", "kalama", 33),
                Device("SM8550", "kalama", 30), Device(None, "kalama", 30), Device("", "sun", 29),

@@ -18,10 +18,13 @@ from qnndeploy.bundle import archive
 from qnndeploy.bundle.manifest import (
     CONTEXT_BINARY,
     EPCONTEXT,
+    EXTERNAL_DATA,
     FORMAT,
     FORMAT_VERSION,
     MANIFEST,
     MAVEN_RUNTIME,
+    ONNX,
+    external_data_path,
     graph_signature,
     schema,
 )
@@ -136,12 +139,30 @@ def _need_file(path: Path, what: str) -> Path:
     return path
 
 
-def _signature(graph: str, path: Path) -> dict:
-    sig = graph_signature(path)
-    if sig.external_data:
-        raise QnnDeployError(f"CPU model {path} keeps its weights in external data files; bundle format v1 needs "
-                             "one self-contained .onnx per graph")
-    return {"name": graph, "inputs": sig.inputs, "outputs": sig.outputs}
+def _cpu_files(spec: BundleSpec) -> tuple[list[dict], dict[str, list[tuple[Path, str]]]]:
+    """The graphs' signatures, and per graph its CPU model's files: (source, path in the bundle), the model first.
+
+    External data files keep the location the model names, beside it in cpu/, so ONNX Runtime finds them.
+    """
+    graphs, files = [], {}
+    for g, p in spec.cpu.items():
+        path = _need_file(p, f"CPU model for graph {g}")
+        sig = graph_signature(path)
+        graphs.append({"name": g, "inputs": sig.inputs, "outputs": sig.outputs})
+        files[g] = [(path, f"cpu/{g}.onnx")]
+        for location in sig.external_data:
+            rel = external_data_path(files[g][0][1], location)
+            if rel is None:
+                raise QnnDeployError(f"CPU model {path} keeps its weights in '{location}', which is not a plain "
+                                     "relative path beside the model: save the model with its data file next to it "
+                                     "(onnx.save(..., location='NAME.data'))")
+            files[g].append((path.parent / location, rel))
+    rels = [rel for pairs in files.values() for _, rel in pairs]
+    clash = next((rel for rel in rels if rels.count(rel) > 1), None)
+    if clash is not None:
+        raise QnnDeployError(f"two CPU model files would both be {clash} in the bundle: give the models' external "
+                             "data files distinct names")
+    return graphs, files
 
 
 def _targets(spec: BundleSpec) -> dict[str, tuple[socs.Soc, dict[str, list[Path]]]]:
@@ -266,7 +287,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
     if archive_path is not None and archive_path.is_dir():
         raise QnnDeployError(f"{archive_path} is a folder: remove it or choose another -o")
 
-    graphs = [_signature(g, _need_file(p, f"CPU model for graph {g}")) for g, p in spec.cpu.items()]
+    graphs, cpu_files = _cpu_files(spec)
     targets = _targets(spec)
     libs = _runtime_libs(spec, {soc.dsp_arch for soc, _ in targets.values()})
     if spec.maven_version and libs:
@@ -275,7 +296,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
     records = {name: _need_file(p, "record") for name, p in spec.records.items()}
 
     # (source, path in bundle, read markers?) for every file, then one parallel pass that copies and hashes.
-    plan: list[tuple[Path, str, bool]] = [(p, f"cpu/{g}.onnx", False) for g, p in spec.cpu.items()]
+    plan: list[tuple[Path, str, bool]] = [(src, rel, False) for files in cpu_files.values() for src, rel in files]
     for model, (_, graph_files) in targets.items():
         for g, files in graph_files.items():
             for f in files:
@@ -330,7 +351,8 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
                 }
                 for model, (soc, _) in targets.items()
             ],
-            "cpu": [{**entry(f"cpu/{g}.onnx"), "graph": g, "format": "onnx"} for g in spec.cpu],
+            "cpu": [{**entry(rel), "graph": g, "format": EXTERNAL_DATA if i else ONNX}
+                    for g, files in cpu_files.items() for i, (_, rel) in enumerate(files)],
             "runtime": ({"mode": "bundled", "libs": [{**entry(rel), **meta} for rel, meta in lib_entries.items()]}
                         if libs else
                         {"mode": "external", "maven": f"{MAVEN_RUNTIME}:{spec.maven_version or qairt['version']}"}),

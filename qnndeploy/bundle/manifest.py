@@ -12,9 +12,11 @@ from qnndeploy.errors import QnnDeployError
 from qnndeploy.onnxio import external_locations, load_model, tensor_info
 
 FORMAT = "qnndeploy-bundle"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # what `bundle` writes; every version from 1 up to it is read (v2 added external data)
 CONTEXT_BINARY = "qnn-context-binary"  # artifact formats: what QNN itself and sherpa-onnx load,
 EPCONTEXT = "ort-epcontext"  # what ONNX Runtime's QNN EP loads (an .onnx wrapping a context binary)
+ONNX = "onnx"  # a CPU fallback model,
+EXTERNAL_DATA = "onnx-external-data"  # and a weights file it names (models over 2 GB must keep weights outside)
 MANIFEST = "manifest.json"
 MAVEN_RUNTIME = "com.qualcomm.qti:qnn-runtime"
 
@@ -43,9 +45,10 @@ def read_manifest(bundle: Path) -> dict:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise QnnDeployError(f"{path} is not a qnndeploy bundle manifest (format must be '{FORMAT}')")
     version = data.get("format_version")
-    if version != FORMAT_VERSION:
-        raise QnnDeployError(f"{path} has format_version {version!r}; this qnndeploy reads version {FORMAT_VERSION}"
-                             + ("; upgrade qnndeploy" if isinstance(version, int) and version > FORMAT_VERSION else ""))
+    if type(version) is not int or not 1 <= version <= FORMAT_VERSION:
+        raise QnnDeployError(f"{path} has format_version {version!r}; this qnndeploy reads versions 1 to "
+                             f"{FORMAT_VERSION}" + ("; upgrade qnndeploy" if type(version) is int
+                                                    and version > FORMAT_VERSION else ""))
     return data
 
 
@@ -69,11 +72,19 @@ def file_entries(manifest: dict) -> list[tuple[str, dict]]:
     return entries
 
 
+def external_data_path(model: str, location: str) -> str | None:
+    """The bundle path of the data file `location` named by the model at bundle path `model`, or None when the
+    location could leave the model's folder (absolute, '..', '.', empty segments, backslashes)."""
+    if "\\" in location or "\x00" in location or any(p in ("", ".", "..") for p in location.split("/")):
+        return None
+    return f"{model.rsplit('/', 1)[0]}/{location}"
+
+
 @dataclass
 class Signature:
     inputs: list[dict]  # {"name", "dtype", "shape"} as in the manifest's graphs
     outputs: list[dict]
-    external_data: bool
+    external_data: list[str]  # the data files it names, relative to its folder
 
 
 def graph_signature(path: Path) -> Signature:
@@ -85,4 +96,4 @@ def graph_signature(path: Path) -> Signature:
         return [{"name": t.name, "dtype": t.dtype, "shape": t.shape or []}
                 for t in (tensor_info(v, written=True) for v in values) if t.name not in inits]
 
-    return Signature(tensors(model.graph.input), tensors(model.graph.output), bool(external_locations(model)))
+    return Signature(tensors(model.graph.input), tensors(model.graph.output), sorted(external_locations(model)))

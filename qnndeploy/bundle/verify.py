@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -15,8 +16,11 @@ from qnndeploy.bundle import elf
 from qnndeploy.bundle.manifest import (
     CONTEXT_BINARY,
     EPCONTEXT,
+    EXTERNAL_DATA,
     MANIFEST,
     MAVEN_RUNTIME,
+    ONNX,
+    external_data_path,
     file_entries,
     graph_signature,
     read_manifest,
@@ -26,6 +30,7 @@ from qnndeploy.decision import qnn_libraries
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import Progress, sha256_file
 from qnndeploy.markers import Scanner, build_version
+from qnndeploy.onnxio import external_locations, load_model
 
 
 @dataclass
@@ -148,7 +153,7 @@ def _summarize(report: VerifyReport, manifest: dict, facts: dict[str, FileFacts]
 
 
 def check_manifest(manifest: dict, facts: dict[str, FileFacts], tree: set[str], root: Path) -> list[Problem]:
-    """Every rule of bundle format v1 that can fail. `facts` holds the files that were read (present ones)."""
+    """Every rule of the bundle format that can fail. `facts` holds the files that were read (present ones)."""
     problems: list[Problem] = []
     add = lambda path, msg: problems.append(Problem(path, msg))  # noqa: E731
     entries = file_entries(manifest)
@@ -171,16 +176,28 @@ def check_manifest(manifest: dict, facts: dict[str, FileFacts], tree: set[str], 
     graphs = [g["name"] for g in manifest["graphs"]]
     if len(set(graphs)) != len(graphs):
         add(MANIFEST, "graph names are not unique")
-    cpu_graphs = [a["graph"] for a in manifest["cpu"] if a["format"] == "onnx"]
+    cpu_graphs = [a["graph"] for a in manifest["cpu"] if a["format"] == ONNX]
     for g in graphs:
         if g not in cpu_graphs:
             add(MANIFEST, f"graph '{g}' has no CPU fallback model")
     signatures = {g["name"]: (g["inputs"], g["outputs"]) for g in manifest["graphs"]}
+    data = {a["path"]: a for a in manifest["cpu"] if a["format"] == EXTERNAL_DATA}
+    named: set[str] = set()  # listed data files that a CPU model names
+    read: set[str] = set()  # graphs whose CPU model told which data files it names
     for a in manifest["cpu"]:
         if a["graph"] not in graphs:
             add(a["path"], f"belongs to graph '{a['graph']}', which the manifest does not declare")
-        elif a["path"] in facts:
-            problems += _signature_problems(root, a["path"], signatures[a["graph"]], a["graph"])
+        elif a["format"] == ONNX and a["path"] in facts:
+            refs, found = _external_data_problems(root, a, data)
+            problems += found
+            if refs is not None:
+                read.add(a["graph"])
+                named |= refs
+            if not found and all(r in facts and facts[r].size == data[r]["size"] for r in refs):
+                problems += _signature_problems(root, a["path"], signatures[a["graph"]], a["graph"])
+    for p, a in data.items():
+        if p not in named and a["graph"] in read:
+            add(p, f"is listed as external data of graph '{a['graph']}', but its CPU model does not name it")
 
     qairt = manifest["qairt"]
     runtime = manifest["runtime"]
@@ -235,18 +252,47 @@ def check_manifest(manifest: dict, facts: dict[str, FileFacts], tree: set[str], 
     return problems
 
 
+def _in_bundle(e: QnnDeployError, root: Path, path: str) -> str:
+    """A model reader's message about `path`, with the file called "this file" and other files by bundle path."""
+    return re.sub(re.escape(str(root / path)) + r"(?![\w.-])", "this file", str(e)).replace(f"{root}/", "")
+
+
 def _signature_problems(root: Path, path: str, expected: tuple[list, list], graph: str) -> list[Problem]:
     """A model file must have its graph's inputs and outputs: another graph's binary would misbehave on the phone."""
     try:
         sig = graph_signature(root / path)
     except QnnDeployError as e:
-        return [Problem(path, str(e).replace(str(root / path), "this file"))]
+        return [Problem(path, _in_bundle(e, root, path))]
     if (sig.inputs, sig.outputs) == expected:
         return []
     def show(tensors: list[dict]) -> str:
         return ", ".join(f"{t['name']} {t['dtype']}{t['shape']}" for t in tensors)
     return [Problem(path, f"has inputs ({show(sig.inputs)}) -> outputs ({show(sig.outputs)}), but graph '{graph}' "
                           f"is ({show(expected[0])}) -> ({show(expected[1])}): is it another graph's file?")]
+
+
+def _external_data_problems(root: Path, model: dict, data: dict[str, dict]
+                            ) -> tuple[set[str] | None, list[Problem]]:
+    """(the listed data files a CPU model names, or None when it is unreadable; a problem per location that is not
+    a listed data file of its graph beside it). ONNX Runtime reads these files wherever the model points."""
+    path = model["path"]
+    try:
+        locations = external_locations(load_model(root / path, check_external=False))
+    except QnnDeployError as e:
+        return None, [Problem(path, _in_bundle(e, root, path))]
+    refs, problems = set(), []
+    for location in sorted(locations):
+        rel = external_data_path(path, location)
+        if rel is None:
+            problems.append(Problem(path, f"keeps its weights in '{location}', which is not a plain relative path "
+                                          "inside its folder (absolute or '..'): ONNX Runtime would read it from "
+                                          "outside the bundle's cpu/"))
+        elif data.get(rel, {}).get("graph") != model["graph"]:
+            problems.append(Problem(path, f"keeps its weights in {rel}, which the manifest does not list as "
+                                          f"external data of graph '{model['graph']}'"))
+        else:
+            refs.add(rel)
+    return refs, problems
 
 
 def _family(version: str) -> str:
@@ -259,7 +305,7 @@ def _epcontext_problems(root: Path, path: str, listed: set[str]) -> list[Problem
     try:
         refs = epcontext.context_refs(root / path)
     except QnnDeployError as e:
-        return [Problem(path, str(e).replace(str(root / path), "this file"))]
+        return [Problem(path, _in_bundle(e, root, path))]
     folder = path.rsplit("/", 1)[0]
     return [Problem(path, f"loads its context binary from '{ref}', which is not in the bundle beside it: "
                           "ONNX Runtime would fail on the phone")

@@ -181,16 +181,17 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             assertEquals(d.adspLibraryPath, host.env["ADSP_LIBRARY_PATH"])
             assertEquals(d.adspLibraryPath, QnnSelector.adspLibraryPath(LIB_DIR, d.adspLibraryPath), "idempotent")
         },
-        "a manifest of an unknown format version goes to the CPU with that reason" to {
+        "a manifest of an unknown format version goes to the CPU with that reason; version 1 is still read" to {
             val host = FakeHost()
-            val d = QnnSelector.decide(m + ("format_version" to 2L), sm8750, host, LIB_DIR)
+            val d = QnnSelector.decide(m + ("format_version" to 3L), sm8750, host, LIB_DIR)
             assertFalse(d.npu)
             assertEquals(
-                "bundle manifest format \"qnndeploy-bundle\" version 2 is not supported (this app reads " +
-                    "\"qnndeploy-bundle\" version 1): scaffold again",
+                "bundle manifest format \"qnndeploy-bundle\" version 3 is not supported (this app reads " +
+                    "\"qnndeploy-bundle\" versions 1 to 2): scaffold again",
                 d.reason,
             )
             assertEquals(emptyList(), host.calls)
+            assertTrue(QnnSelector.decide(m + ("format_version" to 1L), sm8750, FakeHost(), LIB_DIR).npu)
         },
         "a remembered failure gives the CPU until the app or bundle version changes" to {
             val failed = RememberedFailure("1.0 (1) 1", "demo 1.0.0", "QNN error 1008")
@@ -267,6 +268,23 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             val e = assertFailsWith<IOException> { damaged.materialize(manifest, listOf("cpu/det.onnx")) }
             assertContains(e.message!!, "the manifest says")
             assertFalse(damaged.file("cpu/det.onnx").exists(), "a damaged copy is not left behind")
+        },
+        "the CPU fallback copies each model's external data file beside it, checked like the others" to {
+            val manifest = MiniJson.parse(File(assets, "qnndeploy/manifest.json").readText()) as Map<*, *>
+            val cpu = QnnSelector.cpu(manifest, null, null, "no NPU")
+            assertEquals(mapOf("det" to "cpu/det.onnx", "rec" to "cpu/rec.onnx"), cpu.paths, "the models, not their data")
+            assertEquals(listOf("cpu/det.onnx", "cpu/rec.onnx", "cpu/rec.onnx.data"), cpu.files)
+            val files = BundleFiles(File(scratch, "external")) { FileInputStream(File(assets, "qnndeploy/$it")) }
+            assertEquals(cpu.files, files.materialize(manifest, cpu.files))
+            val model = files.file("cpu/rec.onnx")
+            assertEquals(File(model.parentFile, "rec.onnx.data"), files.file("cpu/rec.onnx.data"), "where the model names it")
+            assertEquals(sha256(File(assets, "qnndeploy/cpu/rec.onnx.data")), sha256(files.file("cpu/rec.onnx.data")))
+            val damaged = BundleFiles(File(scratch, "external-damaged")) {
+                if (it.endsWith(".data")) "not the weights".byteInputStream() else FileInputStream(File(assets, "qnndeploy/$it"))
+            }
+            val e = assertFailsWith<IOException> { damaged.materialize(manifest, cpu.files) }
+            assertContains(e.message!!, "cpu/rec.onnx.data in the app's assets has sha256")
+            assertFalse(damaged.file("cpu/rec.onnx.data").exists(), "a damaged copy is not left behind")
         },
         "bundle files: what the bundle does not list is deleted from their folder, and nothing outside it" to {
             val base = File(scratch, "prune")

@@ -8,7 +8,9 @@ import java.io.RandomAccessFile
 import java.security.MessageDigest
 
 /**
- * The bundle's model files in app storage, copied from the APK's assets (engines need real file paths).
+ * The bundle's model files in app storage, copied from the APK's assets (engines need real file paths). A CPU
+ * model's external data files are bundle files like the others, at the relative path the model names them by, so
+ * ONNX Runtime finds them beside the model.
  * A file is copied only when the copy in storage does not have the manifest's sha256; the sha256 of a file already
  * checked is remembered next to it with its size and time, so a start with nothing to do reads no model bytes.
  * root belongs to this class: whatever the bundle does not list is deleted from it, except the names in keep.

@@ -27,7 +27,7 @@ data class Decision(
     val dspArch: String? = null,
     /** graph -> bundle path of the model to load: a context binary or EPContext .onnx on the NPU, an .onnx on the CPU */
     val paths: Map<String, String> = emptyMap(),
-    /** every bundle file this decision needs in app storage */
+    /** every bundle file this decision needs in app storage (on the CPU: the models and their external data files) */
     val files: List<String> = emptyList(),
     val backendLib: String? = null,
     val systemLib: String? = null,
@@ -48,9 +48,11 @@ data class Decision(
 
 object QnnSelector {
     const val FORMAT = "qnndeploy-bundle"
-    const val FORMAT_VERSION = 1L
+    /** The manifest version qnndeploy writes; every version from 1 up to it is read. */
+    const val FORMAT_VERSION = 2L
     const val CONTEXT_BINARY = "qnn-context-binary"
     const val EPCONTEXT = "ort-epcontext"
+    const val ONNX = "onnx"
     const val ADSP_VAR = "ADSP_LIBRARY_PATH"
     private const val SOC_MODEL_SINCE_SDK = 31
 
@@ -72,11 +74,11 @@ object QnnSelector {
         val m = manifest as? Map<*, *> ?: emptyMap<String, Any?>()
         val format = m["format"]
         val version = m["format_version"]
-        if (format != FORMAT || version != FORMAT_VERSION) {
+        if (format != FORMAT || version !is Long || version !in 1L..FORMAT_VERSION) {
             return Decision(
                 "cpu", soc, via,
                 "bundle manifest format ${MiniJson.write(format)} version ${MiniJson.write(version)} is not " +
-                    "supported (this app reads \"$FORMAT\" version $FORMAT_VERSION): scaffold again",
+                    "supported (this app reads \"$FORMAT\" versions 1 to $FORMAT_VERSION): scaffold again",
             )
         }
         if (soc == null) {
@@ -147,12 +149,12 @@ object QnnSelector {
         )
     }
 
-    /** The CPU fallback of a bundle: its ONNX model per graph. */
+    /** The CPU fallback of a bundle: its ONNX model per graph, and every CPU file (external data too) beside them. */
     fun cpu(manifest: Map<*, *>, soc: String?, via: String?, reason: String, adsp: String? = null): Decision {
         val cpu = objects(manifest["cpu"])
         return Decision(
             "cpu", soc, via, reason,
-            paths = cpu.associate { text(it["graph"]) to text(it["path"]) },
+            paths = cpu.filter { it["format"] == ONNX }.associate { text(it["graph"]) to text(it["path"]) },
             files = cpu.map { text(it["path"]) },
             adspLibraryPath = adsp,
         )
