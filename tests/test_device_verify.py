@@ -206,6 +206,18 @@ def test_the_runner_runs_each_graph_on_the_phone_and_compares_with_the_cpu(devic
     assert "ok  y: max|d|" in text and "cos 1.000000" in text
 
 
+def test_a_cpu_model_with_external_data_goes_with_its_data_file(device, compiled, launcher, tmp_path):
+    rec = bundles.with_external_data(compiled["cpu"]["rec"], tmp_path / "ext" / "rec.onnx")
+    b = bundles.build(tmp_path / "b", {**compiled, "cpu": {**compiled["cpu"], "rec": rec}}, runtime="bundled")
+    code, out = verify(str(b), "--runner", str(launcher), "--json", records=tmp_path)
+    assert code == 0, out
+    d = out["devices"][0]
+    assert sorted(d["push"]["sent"]) == sorted([*SM8750_FILES, "cpu/rec.onnx.data"])
+    assert phone_files(device)["cpu/rec.onnx.data"] == bundle_hash(b, "cpu/rec.onnx.data")
+    # rec's CPU reference ran here from the bundle's cpu/rec.onnx, which found its weights beside it
+    assert [(g["graph"], g["status"]) for g in d["graphs"]] == [("det", "passed"), ("rec", "passed")]
+
+
 def test_a_context_binary_that_is_not_the_cpu_model_fails_the_comparison(device, compiled, tmp_path, launcher):
     import numpy as np
     import onnx
