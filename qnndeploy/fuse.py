@@ -10,27 +10,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from qnndeploy.onnxio import scalar_constant
+
 if TYPE_CHECKING:
     import onnx
 
 GELU_OPSET = 20
-
-
-def _constant(graph: onnx.GraphProto, name: str) -> float | None:
-    """The value of a one-element initializer or Constant output, else None."""
-    from onnx import numpy_helper
-
-    for t in graph.initializer:
-        if t.name == name and list(t.dims) in ([], [1]):
-            return float(numpy_helper.to_array(t).reshape(-1)[0])
-    for node in graph.node:
-        if node.op_type == "Constant" and node.output[0] == name:
-            for attr in node.attribute:
-                if attr.name == "value" and list(attr.t.dims) in ([], [1]):
-                    return float(numpy_helper.to_array(attr.t).reshape(-1)[0])
-                if attr.name == "value_float":
-                    return attr.f
-    return None
 
 
 def _other(node: onnx.NodeProto, name: str) -> str | None:
@@ -64,12 +49,12 @@ def find_gelus(graph: onnx.GraphProto) -> list[tuple[str, str, list[onnx.NodePro
         if scale is None or scale.op_type not in ("Div", "Mul") or len(scale.input) != 2:
             continue
         x, c = scale.input
-        if scale.op_type == "Mul" and _constant(graph, x) is not None:
+        if scale.op_type == "Mul" and scalar_constant(graph, x) is not None:
             x, c = c, x
-        if not _near(_constant(graph, c), math.sqrt(2) if scale.op_type == "Div" else 1 / math.sqrt(2)):
+        if not _near(scalar_constant(graph, c), math.sqrt(2) if scale.op_type == "Div" else 1 / math.sqrt(2)):
             continue
         add = only_consumer(erf.output[0])
-        if add is None or add.op_type != "Add" or not _near(_constant(graph, _other(add, erf.output[0]) or ""), 1.0):
+        if add is None or add.op_type != "Add" or not _near(scalar_constant(graph, _other(add, erf.output[0]) or ""), 1.0):
             continue
         first = only_consumer(add.output[0])
         if first is None or first.op_type != "Mul":
@@ -79,17 +64,17 @@ def find_gelus(graph: onnx.GraphProto) -> list[tuple[str, str, list[onnx.NodePro
         nodes = [scale, erf, add, first]
         if partner == x:  # Mul(x, 1 + erf) then Mul(., 0.5)
             last = only_consumer(first.output[0])
-            if last is None or last.op_type != "Mul" or not _near(_constant(graph, _other(last, first.output[0])
+            if last is None or last.op_type != "Mul" or not _near(scalar_constant(graph, _other(last, first.output[0])
                                                                               or ""), 0.5):
                 continue
             nodes.append(last)
-        elif _near(_constant(graph, partner or ""), 0.5):  # Mul(1 + erf, 0.5) then Mul(x, .)
+        elif _near(scalar_constant(graph, partner or ""), 0.5):  # Mul(1 + erf, 0.5) then Mul(x, .)
             last = only_consumer(first.output[0])
             if last is None or last.op_type != "Mul" or _other(last, first.output[0]) != x:
                 continue
             nodes.append(last)
         elif half is not None and half.op_type == "Mul" and x in half.input \
-                and _near(_constant(graph, _other(half, x) or ""), 0.5) and only_consumer(half.output[0]) is first:
+                and _near(scalar_constant(graph, _other(half, x) or ""), 0.5) and only_consumer(half.output[0]) is first:
             nodes.insert(0, half)  # Mul(Mul(x, 0.5), 1 + erf)
         else:
             continue

@@ -7,6 +7,7 @@ listed. The graph is read without its weights, so checking a model of many GB is
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import shlex
@@ -155,7 +156,8 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
         else:
             findings += _htp_findings(htp_result)
         if htp_result.measured and htp_result.total_nodes and not htp_result.cpu_nodes:
-            findings = [_folded_by_ort(f, opts) if f.code == "control-flow" else f for f in findings]
+            findings = [_taken_by_the_htp(f) if f.code == "control-flow" and f.severity == "blocker" else f
+                        for f in findings]
 
     nodes = sum(1 for n in graph.node if n.op_type != "Constant")
     severities = {f.severity for f in findings}
@@ -398,13 +400,13 @@ def value_drivers(tensor: str, producers: dict, graph_inputs: set[str]) -> set[s
     return found
 
 
-def _folded_by_ort(finding: Finding, opts: _PrepareOptions) -> Finding:
-    """The measurement outranks the reading: every node on the HTP means ONNX Runtime folded the control flow
-    for these shapes, so its own offline optimization (in prepare's folding chain) removes it from the file."""
-    opts.plain = True
-    return Finding("control-flow", "fixable",
-                   f"{finding.node}: ONNX Runtime folds it for these shapes (measured: every node on the HTP)",
-                   "prepare (its folding chain removes it from the file)", finding.node)
+def _taken_by_the_htp(finding: Finding) -> Finding:
+    """The measurement outranks the reading: with every node on the HTP, a control-flow node that looked
+    value-dependent was folded by ONNX Runtime for these shapes or taken whole by the QNN EP; nothing to re-export."""
+    return Finding("control-flow", "info",
+                   f"{finding.node}: runs on the HTP as measured (every node on the HTP: ONNX Runtime folds it for "
+                   "these shapes or the QNN EP takes it)",
+                   "none needed; validate compares its outputs with the CPU on the HTP emulator", finding.node)
 
 
 def _numel(info: TensorInfo) -> float:
@@ -476,11 +478,14 @@ def _measure_quantized(path: Path, soc: Soc, graph: onnx.GraphProto) -> HtpMeasu
     calibration = samples.random_samples([tensor_info(v) for v in real_inputs(graph)], 2, 0, ranges)
     with tempfile.TemporaryDirectory(prefix="qnndeploy-check-qdq-") as tmp:
         qdq = Path(tmp) / "model_qdq.onnx"
+        logging.disable(logging.WARNING)  # the quantizer's advice to its own users, on the root logger
         try:
             with htp.quiet_native_stdout():
                 quantize.qdq(path, calibration, qdq)
         except Exception as e:  # the quantizer raises whatever onnxruntime and onnx raise
             return HtpMeasurement(soc.model, False, f"quantizing to w8a16 failed: {first_line(e)}")
+        finally:
+            logging.disable(logging.NOTSET)
         measured = measure_htp(qdq, soc, fp16=False)
     # The QDQ graph has a Quantize/Dequantize pair around every op: count the model's own nodes only.
     measured.total_nodes = sum(1 for n in graph.node if n.op_type != "Constant")

@@ -201,9 +201,39 @@ _VALUE_PRESERVING = {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Fla
 _INDEXING = {"Gather": 1, "GatherElements": 1}  # op -> which input holds the indices
 
 
+def scalar_constant(graph: onnx.GraphProto, name: str) -> float | None:
+    """The value of a one-element initializer or Constant output, else None."""
+    from onnx import numpy_helper
+
+    for t in graph.initializer:
+        if t.name == name and list(t.dims) in ([], [1]):
+            return float(numpy_helper.to_array(t).reshape(-1)[0])
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output[0] == name:
+            for attr in node.attribute:
+                if attr.name == "value" and list(attr.t.dims) in ([], [1]):
+                    return float(numpy_helper.to_array(attr.t).reshape(-1)[0])
+                if attr.name == "value_float":
+                    return attr.f
+    return None
+
+
+def _mask_use(graph: onnx.GraphProto, node: onnx.NodeProto, name: str) -> str | None:
+    """Why `name` must be 0 or 1 where `node` uses it: cast to bool, or taken from 1 (an attention mask's
+    (1 - mask) * large_negative, where any other value overflows)."""
+    import onnx
+
+    if node.op_type == "Cast" and any(a.name == "to" and a.i == onnx.TensorProto.BOOL for a in node.attribute):
+        return f"it is cast to bool in {node.name or '(unnamed)'}"
+    if node.op_type == "Sub" and node.input[1:2] == [name] and scalar_constant(graph, node.input[0]) == 1.0:
+        return f"it is a 0/1 mask (1 - it, in {node.name or '(unnamed)'})"
+    return None
+
+
 def int_input_ranges(graph: onnx.GraphProto) -> dict[str, tuple[int, int, str]]:
-    """For each integer input that indexes a table (an embedding, a lookup), the range [lo, hi) its values must lie
-    in, and why: random samples drawn there run the model instead of failing in a Gather."""
+    """For each integer input that indexes a table (an embedding, a lookup) or serves as a 0/1 mask, the range
+    [lo, hi) its values must lie in, and why: random samples drawn there run the model as the app does, instead of
+    failing in a Gather or overflowing a mask's (1 - mask) * -3.4e38 into NaN."""
     import onnx
 
     sizes = {t.name: list(t.dims) for t in graph.initializer}
@@ -236,6 +266,9 @@ def int_input_ranges(graph: onnx.GraphProto) -> dict[str, tuple[int, int, str]]:
                         if bound is None or rows < bound[0]:
                             bound = (rows, f"it indexes {node.input[0]} ({rows} rows) in {node.op_type} "
                                            f"{node.name or '(unnamed)'}")
+                elif (why := _mask_use(graph, node, name)) is not None:
+                    if bound is None or 2 < bound[0]:
+                        bound = (2, why)
                 elif node.op_type in _VALUE_PRESERVING:
                     todo.extend(node.output)
         if bound is not None:

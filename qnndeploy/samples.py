@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from qnndeploy.onnxio import TensorInfo
 
 RANDOM_NOTE = ("uniform in [-1, 1) for float inputs; integers in [0, rows) for an input that indexes a table of that "
-               "many rows, else in [0, 10); seeded")
+               "many rows, 0 or 1 for a mask, else in [0, 10); seeded")
 SUFFIXES = (".npy", ".npz")
 
 

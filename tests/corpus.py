@@ -152,7 +152,8 @@ def options(command: list[str]) -> list[str]:
     return [a for i, a in enumerate(command[3:]) if a != "-o" and (i == 0 or command[3:][i - 1] != "-o")][1:]
 
 
-def follow_advice(model: Model, cache: Path, work: Path, soc: str = "SM8750", through: str = "bundle") -> Run:
+def follow_advice(model: Model, cache: Path, work: Path, soc: str = "SM8750", through: str = "bundle",
+                  precision: str = "fp16") -> Run:
     """check, then the printed fix (placeholders filled) and check again until ready or a blocker; then compile,
     validate, bundle and bundle verify, each as its CLI. Fails the run when a fix comes back (advice that loops)."""
     import shlex
@@ -168,7 +169,7 @@ def follow_advice(model: Model, cache: Path, work: Path, soc: str = "SM8750", th
     seen: list[list[str]] = []
     for _ in range(4):
         t = time.monotonic()
-        code, report, err = qnndeploy("check", str(current), "--soc", soc)
+        code, report, err = qnndeploy("check", str(current), "--soc", soc, "--precision", precision)
         if report is None:
             run.reached = "check crashed"
             run.add("check", False, time.monotonic() - t, err.splitlines()[-1] if err else f"exit {code}")

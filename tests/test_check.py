@@ -77,10 +77,15 @@ def test_if_driven_by_a_setting_input_is_fixed_by_freezing_it(tmp_path, qnn):
     assert "int64" not in codes(report)
 
 
-def test_if_driven_by_the_data_is_not_ready(tmp_path, qnn):
-    report = onnxcheck.check_model(save(tmp_path, sm.if_on_data()))
+def test_if_driven_by_the_data_is_not_ready_unless_the_htp_takes_it(tmp_path, qnn):
+    path = save(tmp_path, sm.if_on_data())
+    report = onnxcheck.check_model(path, measure=False)
     assert "control-flow" in codes(report, "blocker")
     assert report.verdict == "not ready" and report.exit_code == 11 and report.prepare_command is None
+    measured = onnxcheck.check_model(path)  # this QNN EP takes a simple If whole: the measurement outranks the reading
+    assert measured.htp.cpu_nodes == [] and measured.verdict == "ready"
+    (finding,) = [f for f in measured.findings if f.code == "control-flow"]
+    assert finding.severity == "info" and "runs on the HTP as measured" in finding.message
 
 
 def test_qdq_quantization_in_the_onnx_is_not_ready(tmp_path, qnn):
@@ -129,7 +134,7 @@ def test_check_reads_ppocr_models_and_flags_their_dynamic_dims():
         report = onnxcheck.check_model(model_path(name))
         assert report.inputs[0].dynamic and report.outputs[0].dynamic, name
         assert report.verdict == "fixable" and "dynamic-dims" in codes(report), name
-        assert "--shape x=1,3,D2,D3" in report.prepare_command and report.placeholders == ["D2", "D3"], name
+        assert "--shape x=1,3,D1,D2" in report.prepare_command and report.placeholders == ["D1", "D2"], name
         assert not report.htp.measured
 
 
@@ -243,3 +248,60 @@ def test_a_soc_whose_htp_takes_nothing_is_blamed_not_the_model(tmp_path, qnn):
     (op,) = [f for f in onnxcheck.check_model(save(tmp_path, sm.only_unsupported(), "d.onnx")).findings
              if f.code == "htp"]
     assert "Det ×1" in op.message and "re-export" in op.fix
+
+
+# --- control flow by what drives it, precision, dims ------------------------------------------------
+
+def test_an_if_driven_by_input_shapes_and_a_setting_asks_for_both_fixes(tmp_path):
+    report = onnxcheck.check_model(save(tmp_path, sm.if_on_shape_and_setting()), measure=False)
+    (finding,) = [f for f in report.findings if f.code == "control-flow"]
+    assert finding.severity == "fixable" and "setting input(s) sr" in finding.message and finding.node == \
+        "If node branch"
+    assert report.verdict == "fixable" and "--freeze sr=VALUE" in report.prepare_command
+
+
+def test_an_if_driven_by_input_shapes_only_is_static_once_they_are_fixed(tmp_path):
+    report = onnxcheck.check_model(save(tmp_path, sm.if_on_shape_and_setting(setting=False)), measure=False)
+    (finding,) = [f for f in report.findings if f.code == "control-flow"]
+    assert finding.severity == "fixable" and "only on constants and input shapes" in finding.message
+
+
+def test_a_static_if_is_folded_by_the_fix_and_not_flagged_again(tmp_path, qnn):
+    model = sm.if_on_shape_and_setting(setting=False)
+    for value in (*model.graph.input, *model.graph.output):
+        value.type.tensor_type.shape.dim[1].dim_value = 300
+    report = onnxcheck.check_model(save(tmp_path, model))
+    assert report.htp.measured and report.htp.cpu_nodes == []
+    (finding,) = [f for f in report.findings if f.code == "control-flow"]
+    assert finding.severity == "fixable" and report.prepare_command.endswith("m.npu.onnx")
+    from qnndeploy import prepare
+
+    prepare.prepare_model(report.path, tmp_path / "m.npu.onnx")
+    again = onnxcheck.check_model(tmp_path / "m.npu.onnx")
+    assert again.verdict == "ready" and again.findings == []
+
+
+def test_w8a16_measures_the_quantized_graph_and_names_the_fuse_fix(tmp_path, qnn):
+    path = save(tmp_path, sm.gelu_erf())
+    assert onnxcheck.check_model(path).verdict == "ready"  # at fp16 the HTP runs the Erf
+    report = onnxcheck.check_model(path, precision="w8a16")
+    assert [n.op_type for n in report.htp.cpu_nodes] == ["Erf"]
+    (finding,) = [f for f in report.findings if f.code == "htp"]
+    assert finding.severity == "fixable" and "prepare --fuse" in finding.fix
+    assert report.verdict == "fixable" and report.prepare_command.endswith("--fuse")
+    from qnndeploy import prepare
+
+    prepare.prepare_model(path, tmp_path / "m.npu.onnx", fuse=True)
+    fused = onnxcheck.check_model(tmp_path / "m.npu.onnx", precision="w8a16")
+    assert fused.verdict == "ready" and fused.htp.cpu_nodes == [], fused.findings
+
+
+def test_placeholders_use_the_exporters_symbols_and_the_batch_is_one():
+    from qnndeploy.onnxio import TensorInfo as T
+
+    assert onnxcheck.suggest_shapes([T("ids", "int64", ["batch", "seq"]), T("mask", "int64", ["batch", "seq"])]) \
+        == {"ids": ["1", "SEQ"], "mask": ["1", "SEQ"]}
+    assert onnxcheck.suggest_shapes([T("x", "float32", ["unk__7", 3, "?", "?"])]) == {"x": ["1", "3", "D1", "D2"]}
+    # dim 0 of a 3-D input (time-major sequence, RNN state) is no batch unless its symbol says so
+    assert onnxcheck.suggest_shapes([T("f", "float32", ["s0", "s1", 80])]) == {"f": ["D1", "D2", "80"]}
+    assert onnxcheck.suggest_shapes([T("h", "float32", [2, "?", 8])], {"batch": 1}) == {"h": ["2", "D1", "8"]}

