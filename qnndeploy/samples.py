@@ -40,10 +40,10 @@ def for_graph(model: Path, graph: str, inputs: Path | None = None, count: int = 
     they were made, as the records store it."""
     from qnndeploy.onnxio import int_input_ranges, load_model, real_inputs, tensor_info
 
-    graph = load_model(Path(model)).graph
-    specs = [tensor_info(v) for v in real_inputs(graph)]
+    proto = load_model(Path(model)).graph
+    specs = [tensor_info(v) for v in real_inputs(proto)]
     if inputs is None:
-        ranges = {name: (lo, hi) for name, (lo, hi, _) in int_input_ranges(graph).items()}
+        ranges = {name: (lo, hi) for name, (lo, hi, _) in int_input_ranges(proto).items()}
         return random_samples(specs, count, seed, ranges), {"kind": "random", "samples": count, "seed": seed,
                                                             "distribution": RANDOM_NOTE}
     folder = folder_for(inputs, graph)

@@ -222,3 +222,24 @@ def test_an_inputs_folder_without_usable_samples_is_bad_input(relu_build, tmp_pa
     np.save(garbage / "x.npy", np.ones([1, 4], np.float32))  # the same folder, fixed: validates
     assert run("validate", relu_build, "--inputs", garbage).exit_code == 0
     (relu_build / "relu" / "SM8750" / "validation.json").unlink()  # the module's other tests expect none
+
+
+def test_argmax_agreement_only_for_outputs_with_a_class_axis(tmp_path):
+    """Softmax outputs and [batch, classes] logits get argmax agreement; a feature map does not."""
+    import onnx
+    import synth_models as sm
+
+    from qnndeploy import onnxio, validate
+
+    onnx.save(sm.token_types(), tmp_path / "softmax.onnx")
+    onnx.save(sm.static_mlp(), tmp_path / "logits.onnx")
+    onnx.save(sm.wrong_output_shape(), tmp_path / "features.onnx")
+    assert onnxio.class_axes(tmp_path / "softmax.onnx") == {"probs": -1}
+    assert onnxio.class_axes(tmp_path / "logits.onnx") == {"y": 1}
+    assert onnxio.class_axes(tmp_path / "features.onnx") == {}
+    ref = np.array([[0.1, 0.9], [0.8, 0.2]], np.float32)
+    limits = validate.thresholds_for("fp16")
+    (scores,) = validate.judge_outputs([{"y": ref}], [{"y": ref[:, ::-1]}], limits, {"y": 1})
+    assert scores.argmax_agreement == 0.0
+    (plain,) = validate.judge_outputs([{"y": ref}], [{"y": ref}], limits)
+    assert plain.argmax_agreement is None

@@ -141,10 +141,19 @@ class Job:
 
         with self._lock:
             if graph not in self._refs:
-                model = next(self.bundle / a["path"] for a in self.manifest["cpu"]
-                             if a["graph"] == graph and a["format"] == "onnx")
-                self._refs[graph] = samples.reference(model, graph, self.inputs, self.samples, self.seed)
+                self._refs[graph] = samples.reference(self._cpu_model(graph), graph, self.inputs, self.samples,
+                                                      self.seed)
             return self._refs[graph]
+
+    def class_axes(self, graph: str) -> dict[str, int]:
+        """The graph's outputs that hold class scores (validate's argmax rule), read from its CPU model."""
+        from qnndeploy.onnxio import class_axes
+
+        return class_axes(self._cpu_model(graph))
+
+    def _cpu_model(self, graph: str) -> Path:
+        return next(self.bundle / a["path"] for a in self.manifest["cpu"] if a["graph"] == graph
+                    and a["format"] == "onnx")
 
 
 def _entries(manifest: dict) -> list[dict]:
@@ -295,7 +304,7 @@ def _run_graph(dev, job: Job, graph: str, context: str, result: DeviceVerificati
             actual.append(outputs)
     precision = next(t["precision"] for t in job.manifest["targets"] if t["soc"] == result.soc)
     run.thresholds = limits = validate.thresholds_for(precision)
-    run.outputs = validate.judge_outputs(expected, actual, limits)
+    run.outputs = validate.judge_outputs(expected, actual, limits, job.class_axes(graph))
     run.status = "passed" if all(m.passed for m in run.outputs) else "failed"
     run.samples, run.inferences, run.clock = len(samples), lines, timed.clock
     run.first_run_s = round(first.seconds, 4)
