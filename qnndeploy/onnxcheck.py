@@ -100,9 +100,6 @@ class CheckReport:
 
 # --- the check ------------------------------------------------------------------------------------
 
-PRECISIONS = ("fp16", "w8a16")
-
-
 def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
                 precision: str = "fp16") -> CheckReport:
     """Read the graph, measure op support on the HTP when shapes allow, and give a verdict with fixes.

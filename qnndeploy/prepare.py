@@ -707,7 +707,7 @@ def _tool_versions(own: str) -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     tools = {"qnndeploy": own}
-    for name in ("onnx", "onnxruntime", "onnxsim"):
+    for name in ("onnx", "onnxruntime", "onnxsim", "onnxslim"):
         try:
             tools[name] = version(name)
         except PackageNotFoundError:
