@@ -230,3 +230,21 @@ def token_types(rows: int = 2) -> onnx.ModelProto:
          h.make_node("Softmax", ["emb"], ["probs"], axis=-1, name="softmax")],
         [_vi("token_type_ids", T.INT64, [1, 6])], [_vi("probs", T.FLOAT, [1, 1, 6, 4])],
         [_weight("types", [rows, 4]), numpy_helper.from_array(np.array([0], np.int64), "axis0")], name="types")
+
+
+def reshape_from_shape(width: int = 64) -> onnx.ModelProto:
+    """An exporter's flatten: the target shape of a Reshape computed from the input's Shape (Gather, Mul,
+    Unsqueeze, Concat) after a MatMul whose weights (16 x `width` floats) make external data worth testing."""
+    return _model(
+        [h.make_node("MatMul", ["x", "W"], ["a"], name="fc"),
+         h.make_node("Shape", ["x"], ["shape"], name="shape"),
+         h.make_node("Gather", ["shape", "one"], ["length"], axis=0, name="length"),
+         h.make_node("Mul", ["length", "width"], ["flat"], name="flat"),
+         h.make_node("Unsqueeze", ["flat", "axis0"], ["flat1"], name="flat1"),
+         h.make_node("Concat", ["batch", "flat1"], ["target"], axis=0, name="target"),
+         h.make_node("Reshape", ["a", "target"], ["y"], name="flatten")],
+        [_vi("x", T.FLOAT, [1, "len", 16])], [_vi("y", T.FLOAT, [1, "flat"])],
+        [_weight("W", [16, width]), numpy_helper.from_array(np.array(1, np.int64), "one"),
+         numpy_helper.from_array(np.array(width, np.int64), "width"),
+         numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+         numpy_helper.from_array(np.array([1], np.int64), "batch")], name="flatten")

@@ -391,3 +391,67 @@ def test_fuse_turns_the_erf_gelu_into_one_gelu_node_at_opset_20(tmp_path):
         in result.changes
     assert next(o.version for o in model.opset_import if o.domain == "") == 20
     assert result.equivalence[0].max_abs_diff < 1e-5  # ReduceMean's axes moved to an input by the conversion
+
+
+# --- the fourth folding tool: our own constant folder, onnx alone -------------------------------------------
+
+def only_the_onnx_folder(monkeypatch):
+    from qnndeploy import fold
+
+    def off(src, dst, external):
+        raise fold.FoldError("off")
+
+    for tool in list(fold.TOOLS):
+        if tool != "onnx":
+            monkeypatch.setitem(fold.TOOLS, tool, off)
+    return ["onnxsim: failed (off)", "onnxslim: failed (off)", "onnxruntime: failed (off)", "onnx: ok"]
+
+
+def test_the_onnx_folder_alone_inlines_an_if_on_a_shape(tmp_path, monkeypatch):
+    folding = only_the_onnx_folder(monkeypatch)
+    src = save(tmp_path, sm.if_on_shape_and_setting(setting=False))
+    result = prepare.prepare_model(src, tmp_path / "o.onnx", shapes={"x": [1, 300]})
+    assert result.folded_by == "onnx" and result.folding == folding
+    model = onnx.load(tmp_path / "o.onnx")
+    assert [n.op_type for n in model.graph.node] == ["Relu"] and len(model.graph.initializer) == 0
+    assert result.equivalence[0].ok and result.equivalence[0].max_abs_diff == 0
+    x = np.linspace(-1, 1, 300, dtype=np.float32).reshape(1, 300)
+    assert np.array_equal(run(tmp_path / "o.onnx", {"x": x})[0], np.maximum(x, 0))
+
+
+def test_the_onnx_folder_turns_shape_arithmetic_into_a_constant_shape(tmp_path, monkeypatch):
+    only_the_onnx_folder(monkeypatch)
+    result = prepare.prepare_model(save(tmp_path, sm.reshape_from_shape()), tmp_path / "o.onnx",
+                                   shapes={"x": [1, 5, 16]})
+    model = onnx.load(tmp_path / "o.onnx")
+    assert [n.op_type for n in model.graph.node] == ["MatMul", "Reshape"] and result.folded_by == "onnx"
+    target = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}[model.graph.node[1].input[1]]
+    assert target.tolist() == [1, 5 * 64]
+    assert [t.shape for t in result.outputs] == [[1, 320]] and result.equivalence[0].max_abs_diff == 0
+
+
+def test_the_onnx_folder_keeps_external_data(tmp_path, monkeypatch):
+    only_the_onnx_folder(monkeypatch)
+    monkeypatch.setattr(prepare, "EXTERNAL_ABOVE", 1000)
+    (tmp_path / "src").mkdir()
+    src = tmp_path / "src" / "big.onnx"  # the weights in big.onnx.data, the small shape constants inline
+    onnx.save(sm.reshape_from_shape(), src, save_as_external_data=True, location="big.onnx.data", size_threshold=1024)
+    out = tmp_path / "out" / "big.npu.onnx"
+    result = prepare.prepare_model(src, out, shapes={"x": [1, 5, 16]})
+    assert result.folded_by == "onnx" and result.external_data == str(out.with_name("big.npu.onnx.data"))
+    model = onnx.load(out, load_external_data=False)
+    assert [n.op_type for n in model.graph.node] == ["MatMul", "Reshape"]
+    (weights,) = [t for t in model.graph.initializer if t.name == "W"]
+    assert weights.data_location == onnx.TensorProto.EXTERNAL and result.equivalence[0].max_abs_diff == 0
+
+
+def test_the_onnx_folder_names_the_node_it_cannot_evaluate(tmp_path):
+    from qnndeploy import fold
+
+    model = sm.reshape_from_shape()
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 5
+    model.graph.initializer[1].CopyFrom(onnx.numpy_helper.from_array(np.array(7, np.int64), "one"))  # past rank 3
+    src = save(tmp_path, model)
+    with pytest.raises(fold.FoldError, match=r"^Gather node length: .*index") as error:
+        fold.fold("onnx", src, tmp_path / "o.onnx", False)
+    assert "\n" not in str(error.value)
