@@ -705,7 +705,7 @@ def compile_cmd(models: tuple[str, ...], socs: tuple[str, ...], backend: str | N
 
 
 def _render_compile(summary) -> None:
-    from qnndeploy.bundle.manifest import CONTEXT_BINARY
+    from qnndeploy.formats import CONTEXT_BINARY
 
     click.echo(f"backend {summary.backend}, QAIRT {summary.qairt_version}, {summary.precision}")
     for j in summary.jobs:

@@ -12,13 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from qnndeploy import socs
-from qnndeploy.bundle.manifest import (  # noqa: F401 (re-exported)
-    CONTEXT_BINARY,
-    EPCONTEXT,
-    FORMAT,
-    FORMAT_VERSION,
-    ONNX,
-)
+from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION, ONNX  # noqa: F401 (EPCONTEXT: scaffold)
 
 BACKEND_LIB, SYSTEM_LIB = "libQnnHtp.so", "libQnnSystem.so"
 ADSP_VAR = "ADSP_LIBRARY_PATH"

@@ -14,7 +14,14 @@ from importlib import resources
 from pathlib import Path
 
 from qnndeploy import __version__
+from qnndeploy import socs as catalog
+from qnndeploy.bundle.build import build_bundle, spec_from_build
+from qnndeploy.bundle.verify import verify_bundle
+from qnndeploy.compile import compile_models
 from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError
+from qnndeploy.onnxcheck import check_model
+from qnndeploy.prepare import prepare_model
+from qnndeploy.validate import validate_build
 
 MODEL = "kws_demo"  # a keyword-spotting-shaped CNN made by data/make_demo_model.py (Apache-2.0, no training data)
 SHAPES = {"features": [1, 1, 49, 10]}  # 49 frames x 10 MFCC: the fixed size the NPU needs
@@ -48,7 +55,6 @@ class DemoResult:
 def run_demo(out: Path, socs: tuple[str, ...] = DEFAULT_SOCS, force: bool = False, step: Step | None = None,
              sdk_root: Path | None = None, libs_dir: Path | None = None) -> DemoResult:
     """Run every stage into `out`. Without `sdk_root`/`libs_dir` the bundle declares the external Maven runtime."""
-    from qnndeploy import socs as catalog
 
     for name in socs:
         if not catalog.find(name).fp16:
@@ -85,12 +91,6 @@ def run_demo(out: Path, socs: tuple[str, ...] = DEFAULT_SOCS, force: bool = Fals
 
 
 def _stages(out: Path, socs: tuple[str, ...], say: Step, sdk_root: Path | None, libs_dir: Path | None) -> DemoResult:
-    from qnndeploy.bundle.build import build_bundle, spec_from_build
-    from qnndeploy.bundle.verify import verify_bundle
-    from qnndeploy.compile import compile_models
-    from qnndeploy.onnxcheck import check_model
-    from qnndeploy.prepare import prepare_model
-    from qnndeploy.validate import validate_build
 
     model = out / "model" / f"{MODEL}.onnx"
     model.write_bytes(resources.files("qnndeploy").joinpath("data/demo.onnx").read_bytes())

@@ -13,6 +13,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from qnndeploy import htp
+from qnndeploy.compile.qairt import find_sdk
+from qnndeploy.errors import QnnDeployError
+
 MAC_ADVICE = ("the QNN compilers and the HTP emulator run on Linux x86-64 only: use a Linux VM or cloud machine, "
               "or Docker with --platform linux/amd64 (works on Apple silicon, slowly, emulated)")
 QAIRT_HOWTO = ("only for --backend qairt: download QAIRT from Qualcomm (softwarecenter.qualcomm.com, free account; "
@@ -66,8 +70,6 @@ def _python() -> Check:
 def _onnxruntime_qnn(system: str, machine: str) -> Check:
     from importlib.metadata import PackageNotFoundError, version
 
-    from qnndeploy import htp
-    from qnndeploy.errors import QnnDeployError
 
     try:
         ort_version = version("onnxruntime")
@@ -83,8 +85,6 @@ def _onnxruntime_qnn(system: str, machine: str) -> Check:
 
 
 def _sdk(root: Path | None) -> list[Check]:
-    from qnndeploy.compile.qairt import find_sdk
-    from qnndeploy.errors import QnnDeployError
 
     try:
         sdk = find_sdk(root)

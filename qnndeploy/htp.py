@@ -1,18 +1,24 @@
-"""The host QNN HTP backend from the onnxruntime-qnn wheel: compiler and emulator, shared by check, compile, validate."""
+"""The host QNN HTP backend from the onnxruntime-qnn wheel: compiler and emulator, and the op-support measurement
+built on it; shared by check, compile and validate."""
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError
+from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError, first_line
+from qnndeploy.onnxio import load_model
 
 if TYPE_CHECKING:
+    import onnx
     import onnxruntime as ort
 
     from qnndeploy.socs import Soc
@@ -100,3 +106,113 @@ def quiet_native_stdout() -> Iterator[None]:
         ctypes.CDLL(None).fflush(None)
         os.dup2(saved, 1)
         os.close(saved)
+
+
+# --- measured op support --------------------------------------------------------------------------
+
+@dataclass
+class CpuNode:
+    name: str
+    op_type: str
+
+
+@dataclass
+class HtpMeasurement:
+    soc: str
+    measured: bool
+    reason: str = ""  # why it was not measured, or how the compile failed
+    qairt: str = ""
+    qnn_partitions: int = 0
+    cpu_partitions: int = 0
+    cpu_nodes: list[CpuNode] = field(default_factory=list)
+    total_nodes: int = 0
+    seconds: float = 0.0
+
+
+def measure_htp(path: Path, soc: Soc, graph: onnx.GraphProto | None = None,
+                fp16: bool | None = None) -> HtpMeasurement:
+    """Partition the model for the HTP of `soc` on the host and list every node left on the CPU.
+
+    onnxruntime-qnn compiles with CPU fallback allowed and writes an EPContext model: each EPContext node is
+    one HTP partition, every other node in it runs on the CPU. When the HTP takes nothing, no EPContext model
+    is written and every node of the graph is a CPU node.
+    """
+    import onnx
+    import onnxruntime as ort
+
+    if graph is None:
+        graph = load_model(path).graph
+    total = sum(1 for n in graph.node if n.op_type != "Constant")
+    if not available():
+        return HtpMeasurement(soc.model, False, "onnxruntime-qnn is not installed", total_nodes=total)
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="qnndeploy-check-") as tmp:
+        ctx = Path(tmp) / "m_ctx.onnx"
+        options = session_options(soc, fp16=soc.fp16 if fp16 is None else fp16, context_path=ctx,
+                                      cpu_fallback=True)
+        # Basic optimizations run before partitioning anyway; the later ones would rename the CPU nodes.
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        try:
+            with quiet_native_stdout():
+                ort.InferenceSession(str(path), options)
+        except Exception as e:  # onnxruntime raises its own, unexported exception types
+            return HtpMeasurement(soc.model, False, f"the HTP compile failed: {first_line(e)}",
+                                  qairt=qairt_version(), total_nodes=total,
+                                  seconds=round(time.monotonic() - start, 2))
+        if ctx.is_file():
+            nodes = list(onnx.load(str(ctx), load_external_data=False).graph.node)
+        else:
+            nodes = [n for n in graph.node if n.op_type != "Constant"]
+    qnn = [n for n in nodes if n.op_type == "EPContext" and n.domain == "com.microsoft"]
+    cpu = [n for n in nodes if not (n.op_type == "EPContext" and n.domain == "com.microsoft")]
+    return HtpMeasurement(
+        soc.model, True, qairt=qairt_version(), qnn_partitions=len(qnn), cpu_partitions=_components(cpu),
+        cpu_nodes=[CpuNode(n.name, n.op_type) for n in cpu], total_nodes=total,
+        seconds=round(time.monotonic() - start, 2))
+
+
+@cache
+def htp_takes_nothing(soc: Soc) -> bool:
+    """Whether this QAIRT's HTP compiler refuses even a lone Relu for `soc`. It lists some SoCs it compiles
+    nothing for; then every node of every model lands on the CPU and the model is not to blame. (A SoC without
+    fp16 refuses a float Relu anyway: the probe says nothing about it, and its own warning covers it.)"""
+    import onnx
+    from onnx import TensorProto
+    from onnx import helper as h
+
+    if not soc.fp16:
+        return False
+
+    graph = h.make_graph([h.make_node("Relu", ["x"], ["y"], name="probe")], "probe",
+                         [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    model.ir_version = 8
+    with tempfile.TemporaryDirectory(prefix="qnndeploy-probe-") as tmp:
+        probe = Path(tmp) / "relu.onnx"
+        onnx.save(model, probe)
+        m = measure_htp(probe, soc, model.graph)
+    return m.measured and m.qnn_partitions == 0
+
+
+def soc_takes_nothing(soc: Soc, qairt: str) -> str:
+    return (f"the HTP compiler of QAIRT {qairt} takes no node at all for {soc.model} (soc_model {soc.soc_id}, "
+            f"{soc.dsp_arch}), not even a lone Relu: no model runs on its NPU with this QAIRT, whatever the export")
+
+
+def _components(nodes: list) -> int:
+    """Connected groups of CPU nodes (linked by the tensors between them): each is one CPU partition."""
+    parent = list(range(len(nodes)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output}
+    for i, n in enumerate(nodes):
+        for name in n.input:
+            if name in producer:
+                parent[root(i)] = root(producer[name])
+    return len({root(i) for i in range(len(nodes))})

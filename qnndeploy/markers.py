@@ -4,6 +4,10 @@ HTP arch they were compiled for ("soc_type=SM8750;arch=79"). Compile records the
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qnndeploy.fileio import Progress, sha256_file
 
 BUILD_RE = re.compile(rb"v(\d{1,2}\.\d{1,3}\.\d{1,3})\.(\d{6,14})")
 TARGET_RE = re.compile(rb"soc_type=([A-Za-z0-9]{2,16});arch=(\d{2,3})")
@@ -29,3 +33,23 @@ class Scanner:
         self.builds.update(f"v{m.group(1).decode()}.{m.group(2).decode()}" for m in BUILD_RE.finditer(data))
         self.targets.update((m.group(1).decode(), int(m.group(2))) for m in TARGET_RE.finditer(data))
         self.tail = data[-self.OVERLAP:]
+
+
+@dataclass
+class FileFacts:
+    """What one read of a file tells: its hash and size, and the QNN markers embedded in it."""
+
+    sha256: str
+    size: int
+    builds: set[str] = field(default_factory=set)
+    context_targets: set[tuple[str, int]] = field(default_factory=set)
+
+
+def scan_file(path: Path, markers: bool, progress: Progress | None = None, copy_to: Path | None = None) -> FileFacts:
+    """Hash a file (and copy it, for `bundle`) in one read, collecting QNN markers when `markers` is set."""
+    scanner = Scanner() if markers else None
+    digest = sha256_file(path, progress, scanner, copy_to)
+    facts = FileFacts(digest, path.stat().st_size)
+    if scanner:
+        facts.builds, facts.context_targets = scanner.builds, scanner.targets
+    return facts

@@ -9,18 +9,29 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import shlex
 import tempfile
-import time
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from qnndeploy import htp, quantize, samples, socs
 from qnndeploy.errors import first_line
-from qnndeploy.onnxio import TensorInfo, all_nodes, all_tensors, dtype_name, load_model, real_inputs, tensor_info
+from qnndeploy.fuse import find_gelus
+from qnndeploy.htp import HtpMeasurement, htp_takes_nothing, measure_htp, soc_takes_nothing
+from qnndeploy.onnxio import (
+    CONTROL_FLOW_OPS,
+    TensorInfo,
+    all_nodes,
+    all_tensors,
+    dtype_name,
+    int_input_ranges,
+    load_model,
+    real_inputs,
+    tensor_info,
+)
+from qnndeploy.shapes import batch_dim, suggest_shapes
 
 if TYPE_CHECKING:
     import onnx
@@ -40,7 +51,6 @@ FREEZABLE_NUMEL = 16
 QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
              "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QGemm", "QAttention", "MatMulNBits",
              "DynamicQuantizeLSTM", "QuantizeBFP", "DequantizeBFP"}
-CONTROL_FLOW_OPS = {"If", "Loop", "Scan"}
 # Ops whose output size depends on the data, which a fixed-size graph cannot express.
 DATA_SHAPED_OPS = {"NonZero", "Unique", "NonMaxSuppression", "Compress", "SequenceConstruct", "SequenceAt",
                    "SequenceInsert", "SequenceErase", "SequenceEmpty", "SequenceLength", "SplitToSequence",
@@ -55,25 +65,6 @@ class Finding:
     message: str
     fix: str
     node: str = ""  # the node a control-flow finding is about
-
-
-@dataclass
-class CpuNode:
-    name: str
-    op_type: str
-
-
-@dataclass
-class HtpMeasurement:
-    soc: str
-    measured: bool
-    reason: str = ""  # why it was not measured, or how the compile failed
-    qairt: str = ""
-    qnn_partitions: int = 0
-    cpu_partitions: int = 0
-    cpu_nodes: list[CpuNode] = field(default_factory=list)
-    total_nodes: int = 0
-    seconds: float = 0.0
 
 
 @dataclass
@@ -104,7 +95,6 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
                 precision: str = "fp16") -> CheckReport:
     """Read the graph, measure op support on the HTP when shapes allow, and give a verdict with fixes.
     With precision w8a16 the measured graph is the QDQ-quantized one compile would build."""
-    from qnndeploy import socs
 
     path = Path(path)
     model = load_model(path)
@@ -198,29 +188,6 @@ class _PrepareOptions:
         return shlex.join(["qnndeploy", "prepare", str(path), "-o", str(out), *self.args()])
 
 
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# A symbol that names the batch, in any exporter's spelling.
-_BATCH = re.compile(r"(?i)n|b|bs|.*batch.*")
-# Symbols an exporter invents when the author named none: they say nothing about what the dim is.
-_GENERATED = re.compile(r"(?i)\?|unk__\d+|s\d+|.*dynamic_?ax.*|.*dynamicdimension.*|[^A-Za-z_].*|.*[^A-Za-z0-9_].*")
-
-
-def is_batch(dim: int | str) -> bool:
-    return isinstance(dim, str) and bool(_BATCH.fullmatch(dim))
-
-
-def batch_dim(info: TensorInfo) -> int | None:
-    """Which dim is the batch: the one whose symbol says so; else dim 0 of a 2-D or 4+-D input (a [N, C] or
-    [N, C, H, W] layout). Dim 0 of a 1-D or 3-D input (a length, an RNN state [layers, batch, hidden], a
-    [time, batch, feat] sequence) is not assumed to be the batch."""
-    if info.shape is None:
-        return None
-    named = [i for i, d in enumerate(info.shape) if is_batch(d)]
-    if named:
-        return named[0]
-    return 0 if len(info.shape) == 2 or len(info.shape) >= 4 else None
-
-
 def _declared_output_findings(model: onnx.ModelProto, opts: _PrepareOptions) -> list[Finding]:
     """Outputs whose declared shape the graph does not compute (shape inference with the declarations dropped):
     kept, they make the HTP compiler refuse a Reshape that is right. prepare writes the computed shapes."""
@@ -248,32 +215,6 @@ def _declared_output_findings(model: onnx.ModelProto, opts: _PrepareOptions) -> 
     opts.plain = True
     return [Finding("output-shape", "fixable", "declared output shapes the graph does not compute: " + "; ".join(wrong),
                     "prepare (it writes the shapes the graph computes, confirmed by a CPU run)")]
-
-
-def suggest_shapes(inputs: list[TensorInfo], known: dict[str, int] | None = None) -> dict[str, list[str]]:
-    """A --shape value for each dynamic input: static dims kept, the batch 1, a symbol fixed once the same value
-    everywhere (`known` holds the ones already fixed), and a placeholder for the sizes only the app knows: the
-    exporter's own symbol when it chose one (SEQ, TIME), else D1, D2…"""
-    values: dict[str, str] = {k: str(v) for k, v in (known or {}).items()}
-    fresh = (f"D{i}" for i in range(1, 1000))
-    out = {}
-    for info in inputs:
-        if not info.dynamic:
-            continue
-        if info.shape is None:
-            out[info.name] = [next(fresh)]
-            continue
-        batch = batch_dim(info)
-        dims = []
-        for i, d in enumerate(info.shape):
-            if isinstance(d, int):
-                dims.append(str(d))
-                continue
-            if d not in values or d == "?":
-                values[d] = ("1" if i == batch else next(fresh) if _GENERATED.fullmatch(d) else d.upper())
-            dims.append(values[d])
-        out[info.name] = dims
-    return out
 
 
 def _shape_findings(inputs: list[TensorInfo], outputs: list[TensorInfo], opts: _PrepareOptions) -> list[Finding]:
@@ -419,55 +360,9 @@ def _clip(names: list[str], keep: int = 6) -> str:
 
 # --- measured op support --------------------------------------------------------------------------
 
-def measure_htp(path: Path, soc: Soc, graph: onnx.GraphProto | None = None,
-                fp16: bool | None = None) -> HtpMeasurement:
-    """Partition the model for the HTP of `soc` on the host and list every node left on the CPU.
-
-    onnxruntime-qnn compiles with CPU fallback allowed and writes an EPContext model: each EPContext node is
-    one HTP partition, every other node in it runs on the CPU. When the HTP takes nothing, no EPContext model
-    is written and every node of the graph is a CPU node.
-    """
-    import onnx
-    import onnxruntime as ort
-
-    from qnndeploy import htp
-
-    if graph is None:
-        graph = load_model(path).graph
-    total = sum(1 for n in graph.node if n.op_type != "Constant")
-    if not htp.available():
-        return HtpMeasurement(soc.model, False, "onnxruntime-qnn is not installed", total_nodes=total)
-    start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="qnndeploy-check-") as tmp:
-        ctx = Path(tmp) / "m_ctx.onnx"
-        options = htp.session_options(soc, fp16=soc.fp16 if fp16 is None else fp16, context_path=ctx,
-                                      cpu_fallback=True)
-        # Basic optimizations run before partitioning anyway; the later ones would rename the CPU nodes.
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        try:
-            with htp.quiet_native_stdout():
-                ort.InferenceSession(str(path), options)
-        except Exception as e:  # onnxruntime raises its own, unexported exception types
-            return HtpMeasurement(soc.model, False, f"the HTP compile failed: {first_line(e)}",
-                                  qairt=htp.qairt_version(), total_nodes=total,
-                                  seconds=round(time.monotonic() - start, 2))
-        if ctx.is_file():
-            nodes = list(onnx.load(str(ctx), load_external_data=False).graph.node)
-        else:
-            nodes = [n for n in graph.node if n.op_type != "Constant"]
-    qnn = [n for n in nodes if n.op_type == "EPContext" and n.domain == "com.microsoft"]
-    cpu = [n for n in nodes if not (n.op_type == "EPContext" and n.domain == "com.microsoft")]
-    return HtpMeasurement(
-        soc.model, True, qairt=htp.qairt_version(), qnn_partitions=len(qnn), cpu_partitions=_components(cpu),
-        cpu_nodes=[CpuNode(n.name, n.op_type) for n in cpu], total_nodes=total,
-        seconds=round(time.monotonic() - start, 2))
-
-
 def _measure_quantized(path: Path, soc: Soc, graph: onnx.GraphProto) -> HtpMeasurement:
     """Op support of the QDQ graph compile's w8a16 builds, quantized here on a few random samples (ranges do not
     matter for which ops the HTP takes)."""
-    from qnndeploy import htp, quantize, samples
-    from qnndeploy.onnxio import int_input_ranges
 
     if not htp.available():
         return HtpMeasurement(soc.model, False, "onnxruntime-qnn is not installed")
@@ -492,59 +387,11 @@ def _measure_quantized(path: Path, soc: Soc, graph: onnx.GraphProto) -> HtpMeasu
 
 def _fusing_fixes(graph: onnx.GraphProto, m: HtpMeasurement) -> bool:
     """Whether every node the HTP refused is the Erf of a GELU that `prepare --fuse` rewrites."""
-    from qnndeploy.fuse import find_gelus
 
     if not m.measured or not m.cpu_nodes or any(n.op_type != "Erf" for n in m.cpu_nodes):
         return False
     erfs = {n.name for _, _, nodes in find_gelus(graph) for n in nodes if n.op_type == "Erf"}
     return all(n.name in erfs for n in m.cpu_nodes)
-
-
-@cache
-def htp_takes_nothing(soc: Soc) -> bool:
-    """Whether this QAIRT's HTP compiler refuses even a lone Relu for `soc`. It lists some SoCs it compiles
-    nothing for; then every node of every model lands on the CPU and the model is not to blame. (A SoC without
-    fp16 refuses a float Relu anyway: the probe says nothing about it, and its own warning covers it.)"""
-    import onnx
-    from onnx import TensorProto
-    from onnx import helper as h
-
-    if not soc.fp16:
-        return False
-
-    graph = h.make_graph([h.make_node("Relu", ["x"], ["y"], name="probe")], "probe",
-                         [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-                         [h.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
-    model.ir_version = 8
-    with tempfile.TemporaryDirectory(prefix="qnndeploy-probe-") as tmp:
-        probe = Path(tmp) / "relu.onnx"
-        onnx.save(model, probe)
-        m = measure_htp(probe, soc, model.graph)
-    return m.measured and m.qnn_partitions == 0
-
-
-def soc_takes_nothing(soc: Soc, qairt: str) -> str:
-    return (f"the HTP compiler of QAIRT {qairt} takes no node at all for {soc.model} (soc_model {soc.soc_id}, "
-            f"{soc.dsp_arch}), not even a lone Relu: no model runs on its NPU with this QAIRT, whatever the export")
-
-
-def _components(nodes: list) -> int:
-    """Connected groups of CPU nodes (linked by the tensors between them): each is one CPU partition."""
-    parent = list(range(len(nodes)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    producer = {o: i for i, n in enumerate(nodes) for o in n.output}
-    for i, n in enumerate(nodes):
-        for name in n.input:
-            if name in producer:
-                parent[root(i)] = root(producer[name])
-    return len({root(i) for i in range(len(nodes))})
 
 
 def _htp_findings(m: HtpMeasurement) -> list[Finding]:

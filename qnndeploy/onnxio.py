@@ -17,6 +17,8 @@ from qnndeploy.errors import QnnDeployError, first_line
 if TYPE_CHECKING:
     import onnx
 
+CONTROL_FLOW_OPS = {"If", "Loop", "Scan"}
+
 
 @dataclass
 class TensorInfo:
@@ -234,7 +236,6 @@ def int_input_ranges(graph: onnx.GraphProto) -> dict[str, tuple[int, int, str]]:
     """For each integer input that indexes a table (an embedding, a lookup) or serves as a 0/1 mask, the range
     [lo, hi) its values must lie in, and why: random samples drawn there run the model as the app does, instead of
     failing in a Gather or overflowing a mask's (1 - mask) * -3.4e38 into NaN."""
-    import onnx
 
     sizes = {t.name: list(t.dims) for t in graph.initializer}
     sizes.update({v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in (*graph.value_info,

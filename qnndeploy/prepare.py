@@ -19,9 +19,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnndeploy import htp, onnxcheck, onnxio
-from qnndeploy.errors import EXIT_CHECK_FAILED, EXIT_MISSING_TOOL, QnnDeployError, first_line
+from qnndeploy import __version__, fold, metrics, onnxio, samples
+from qnndeploy import fuse as fusing
+from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError, first_line
+from qnndeploy.fileio import sha256_file, write_json
 from qnndeploy.onnxio import TensorInfo, real_inputs, tensor_info
+from qnndeploy.shapes import suggest_shapes
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,7 +59,7 @@ class PrepareResult:
     frozen: dict[str, Any]
     int32_wrapped: list[str]
     simplified: bool
-    folded_by: str | None  # the folding tool whose result was kept (onnxsim, onnxslim, onnxruntime), None: none
+    folded_by: str | None  # the folding tool whose result was kept (a name in fold.TOOLS), None: none
     folding: list[str]  # each tool tried, and what became of it
     nodes_before: int
     nodes_after: int
@@ -346,7 +349,7 @@ def _set_output_shapes(path: Path, actual: Mapping[str, tuple[int, ...]], extern
 
 
 def _control_flow(graph: onnx.GraphProto) -> list[str]:
-    return [f"{n.op_type} {n.name or '(unnamed)'}" for n in graph.node if n.op_type in onnxcheck.CONTROL_FLOW_OPS]
+    return [f"{n.op_type} {n.name or '(unnamed)'}" for n in graph.node if n.op_type in onnxio.CONTROL_FLOW_OPS]
 
 
 # --- equivalence ----------------------------------------------------------------------------------
@@ -366,15 +369,13 @@ def _compare(name: str, want: np.ndarray, got: np.ndarray, tolerance: float) -> 
     """Max abs diff and rel L2 by validate's metrics; NaNs in the same places of both outputs count as equal."""
     import numpy as np
 
-    from qnndeploy.validate import metrics
-
     if want.shape != got.shape:
         raise QnnDeployError(f"the prepared model's output {name} has shape {list(got.shape)}, the original's "
                              f"{list(want.shape)}; nothing written", EXIT_CHECK_FAILED)
     a, b = want.astype(np.float64), got.astype(np.float64)
     if not np.array_equal(np.isnan(a), np.isnan(b)):
         return OutputDiff(name, list(got.shape), math.inf, math.inf, False)
-    m = metrics(np.nan_to_num(a, nan=0.0), np.nan_to_num(b, nan=0.0))
+    m = metrics.metrics(np.nan_to_num(a, nan=0.0), np.nan_to_num(b, nan=0.0))
     max_abs, rel = m["max_abs_diff"], m["rel_l2"]
     if rel is None:  # an all-zero reference
         rel = 0.0 if max_abs == 0 else math.inf
@@ -386,7 +387,6 @@ Ranges = Mapping[str, tuple[int, int, str]]  # onnxio.int_input_ranges
 
 def _feeds(live: list[TensorInfo], inputs_dir: Path | None, seed: int, ranges: Ranges) -> dict[str, np.ndarray]:
     """One sample for the equivalence run: --inputs DIR, else seeded random values that fit the graph."""
-    from qnndeploy import samples
 
     if inputs_dir is not None:
         return {spec.name: samples.read_one(Path(inputs_dir), spec) for spec in live}
@@ -439,9 +439,6 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
     """
     import onnx
 
-    from qnndeploy import __version__
-    from qnndeploy import fuse as fusing
-    from qnndeploy.fileio import sha256_file, write_json
 
     start = time.monotonic()
     src, out = Path(src), Path(out)
@@ -533,7 +530,6 @@ def _fold_chain(stage: Path, work: Path, name: str, simplify: bool, external: bo
     same outputs and has no control flow left; else the first that computes the same outputs. Every result gets its
     shapes re-inferred and its output shapes from a CPU run. Returns (model, tool or None, what each tool did,
     its equivalence)."""
-    from qnndeploy import fold
 
     tried: list[str] = []
     kept: tuple[Path, str | None, list[OutputDiff]] | None = None
@@ -683,7 +679,7 @@ def _edit(graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]], freeze: M
     changes += [f"input {name} frozen to {value.tolist()} (now a constant)" for name, value in frozen.items()]
     _freeze(graph, frozen)
     live = [tensor_info(v) for v in real_inputs(graph)]
-    suggested = onnxcheck.suggest_shapes(live, symbols)
+    suggested = suggest_shapes(live, symbols)
     for info in live:
         if info.dynamic:
             raise QnnDeployError(f"input {info.name} has dynamic dims {info.shape_text()}: give its fixed size, "
@@ -700,7 +696,7 @@ def _notes(graph: onnx.GraphProto, inputs: list[TensorInfo], outputs: list[Tenso
     notes = [f"{t.name} is still int64: pass --int32-inputs" for t in inputs + outputs if t.dtype == "int64"]
     notes += [f"output {t.name} still has dynamic dims {t.shape_text()}" for t in outputs if t.dynamic]
     return notes + [f"{n.op_type} node {n.name} is still in the graph: run check" for n in graph.node
-                    if n.op_type in onnxcheck.CONTROL_FLOW_OPS]
+                    if n.op_type in onnxio.CONTROL_FLOW_OPS]
 
 
 def _tool_versions(own: str) -> dict[str, str]:

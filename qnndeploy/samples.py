@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy.errors import QnnDeployError, first_line
+from qnndeploy.onnxio import int_input_ranges, load_model, real_inputs, tensor_info
 
 if TYPE_CHECKING:
     import numpy as np
@@ -38,7 +39,6 @@ def for_graph(model: Path, graph: str, inputs: Path | None = None, count: int = 
               ) -> tuple[list[dict], dict]:
     """The samples for one graph, from `inputs` (DIR/<graph>/ or DIR) or else `count` seeded random ones, and how
     they were made, as the records store it."""
-    from qnndeploy.onnxio import int_input_ranges, load_model, real_inputs, tensor_info
 
     proto = load_model(Path(model)).graph
     specs = [tensor_info(v) for v in real_inputs(proto)]

@@ -1,9 +1,5 @@
 """Validate a build: run each compiled context on the host HTP emulator and the source ONNX on CPU with the same
-inputs, compare every output, and write validation.json next to compile.json.
-
-Several metrics, because one can mislead: rel L2, cosine and SNR are relative to the reference and mean nothing
-when the reference is near zero (a detector's map on random input); max abs diff is absolute and stays meaningful.
-A reference whose RMS is below the absolute tolerance is judged on max abs diff alone, and the record says so.
+inputs, compare every output by metrics.py's rules, and write validation.json next to compile.json.
 """
 
 from __future__ import annotations
@@ -16,41 +12,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qnndeploy import __version__, onnxio, samples
+from qnndeploy import __version__, htp, onnxio, samples, socs
 from qnndeploy.errors import QnnDeployError, first_line
 from qnndeploy.fileio import sha256_file, write_json
+from qnndeploy.metrics import THRESHOLDS, OutputMetrics, judge_outputs, thresholds_for
+from qnndeploy.records import read_build
 
 if TYPE_CHECKING:
-    import numpy as np
+    pass
 
 RECORD = "qnndeploy-validation"
 RECORD_VERSION = 1
 RECORD_FILE = "validation.json"
-# Defaults per precision. fp16 on the HTP is usually within 1e-2 rel L2 (PP-OCR rec: 4e-3 = 48 dB);
-# 8-bit weights lose more. atol is also the level below which a reference counts as near zero.
-THRESHOLDS = {
-    "fp16": {"min_cosine": 0.999, "min_snr_db": 30.0, "atol": 1e-3},
-    "w8a16": {"min_cosine": 0.99, "min_snr_db": 20.0, "atol": 1e-2},
-}
 EMULATOR_NOTE = ("Outputs come from the host HTP emulator (x86-64): the HTP's arithmetic, not its speed. "
                  "Emulator timings say nothing about phone timings; measure on a phone (qnndeploy device profile).")
-
-
-@dataclass
-class OutputMetrics:
-    name: str
-    shape: list[int]
-    max_abs_diff: float
-    mean_abs_diff: float
-    rel_l2: float | None  # None when the reference is all zeros
-    cosine: float | None
-    snr_db: float | None
-    ref_rms: float
-    ref_max_abs: float
-    argmax_agreement: float | None  # share of positions whose argmax over the last axis agrees
-    passed: bool
-    judged_on: str  # "cosine+snr" or "max_abs_diff"
-    note: str | None = None
 
 
 @dataclass
@@ -84,8 +59,6 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
     """Validate every compiled (graph, SoC) in `build`. `inputs` is a folder of samples (DIR/<graph>/ when it
     exists, else DIR: *.npz with one array per input name, or <input>.npy); otherwise `random` seeded samples
     (default 1). `thresholds` overrides min_cosine / min_snr_db / atol for every precision."""
-    from qnndeploy import htp
-    from qnndeploy.compile import read_build
 
     if inputs is not None and random is not None:
         raise QnnDeployError("pass --inputs DIR or --random N, not both")
@@ -206,7 +179,6 @@ def _reference(record: dict, given: tuple[list, dict] | None, random: int | None
 def _run_htp(ctx: Path, soc_name: str, precision: str | None, feeds: list) -> tuple[list, float]:
     import onnxruntime as ort
 
-    from qnndeploy import htp, socs
 
     try:
         with htp.quiet_native_stdout():
@@ -218,65 +190,3 @@ def _run_htp(ctx: Path, soc_name: str, precision: str | None, feeds: list) -> tu
     except Exception as e:  # onnxruntime's own error types
         raise QnnDeployError(f"the HTP emulator could not run {ctx.name}: {first_line(e)}") from None
     return outputs, time.monotonic() - start
-
-
-# --- metrics ---------------------------------------------------------------------------------------
-
-def metrics(reference: np.ndarray, actual: np.ndarray) -> dict:
-    """Max/mean abs diff, rel L2, cosine, SNR (dB) and reference scale, in float64."""
-    import numpy as np
-
-    ref = np.asarray(reference, dtype=np.float64).ravel()
-    out = np.asarray(actual, dtype=np.float64).ravel()
-    diff = out - ref
-    ref_energy, noise_energy, out_energy = float(ref @ ref), float(diff @ diff), float(out @ out)
-    finite = bool(np.isfinite(out).all())
-    return {
-        "max_abs_diff": float(np.abs(diff).max()) if diff.size else 0.0,
-        "mean_abs_diff": float(np.abs(diff).mean()) if diff.size else 0.0,
-        "rel_l2": math.sqrt(noise_energy / ref_energy) if ref_energy > 0 and finite else None,
-        "cosine": (float(ref @ out) / math.sqrt(ref_energy * out_energy)
-                   if ref_energy > 0 and out_energy > 0 and finite else None),
-        "snr_db": (min(10 * math.log10(ref_energy / noise_energy), 300.0) if noise_energy > 0 else 300.0)
-        if ref_energy > 0 and finite else None,
-        "ref_rms": math.sqrt(ref_energy / ref.size) if ref.size else 0.0,
-        "ref_max_abs": float(np.abs(ref).max()) if ref.size else 0.0,
-        "finite": finite,
-    }
-
-
-def thresholds_for(precision: str | None, overrides: dict | None = None) -> dict:
-    """What outputs are judged by: the precision's defaults (w8a16's for any other), then the overrides."""
-    return {**THRESHOLDS.get(precision, THRESHOLDS["w8a16"]), **(overrides or {})}
-
-
-def judge_outputs(expected: list[dict], actual: list[dict], limits: dict,
-                  class_axes: dict[str, int] | None = None) -> list[OutputMetrics]:
-    """Every output over all samples (one {name: array} per sample), against the CPU reference. Outputs in
-    `class_axes` (onnxio.class_axes) also get their argmax agreement over that axis."""
-    return [judge(name, [e[name] for e in expected], [a[name] for a in actual], limits, (class_axes or {}).get(name))
-            for name in expected[0]]
-
-
-def judge(name: str, expected: list, actual: list, limits: dict, class_axis: int | None = None) -> OutputMetrics:
-    import numpy as np
-
-    ref, out = np.stack(expected), np.stack(actual)  # a leading sample axis
-    m = metrics(ref, out)
-    agree = None
-    if class_axis is not None and -ref.ndim < class_axis < ref.ndim - 1 and np.issubdtype(ref.dtype, np.floating):
-        axis = class_axis + 1 if class_axis >= 0 else class_axis
-        agree = float((ref.argmax(axis) == out.argmax(axis)).mean())
-    note = None
-    if not m["finite"]:
-        passed, judged, note = False, "finite", "the HTP output has NaN or Inf values"
-    elif m["ref_rms"] < limits["atol"]:
-        passed, judged = m["max_abs_diff"] <= limits["atol"], "max_abs_diff"
-        note = (f"reference is near zero (RMS {m['ref_rms']:.2g} < atol {limits['atol']:g}): rel L2, cosine and "
-                f"SNR are not meaningful here, judged on max abs diff; validate with real inputs (--inputs DIR)")
-    else:
-        passed = (m["cosine"] is not None and m["cosine"] >= limits["min_cosine"]
-                  and m["snr_db"] >= limits["min_snr_db"])
-        judged = "cosine+snr"
-    return OutputMetrics(name, list(out.shape[1:]), m["max_abs_diff"], m["mean_abs_diff"], m["rel_l2"], m["cosine"],
-                         m["snr_db"], m["ref_rms"], m["ref_max_abs"], agree, bool(passed), judged, note)

@@ -11,8 +11,7 @@ import hashlib
 from pathlib import Path
 
 from qnndeploy import socs
-from qnndeploy.bundle.manifest import EXTERNAL_DATA
-from qnndeploy.decision import CONTEXT_BINARY, EPCONTEXT
+from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, EXTERNAL_DATA
 
 QAIRT = "2.51.0"
 

@@ -237,8 +237,8 @@ def test_truncated_external_data_is_named_before_any_measurement(tmp_path):
 def test_a_soc_whose_htp_takes_nothing_is_blamed_not_the_model(tmp_path, qnn):
     """QAIRT 2.51 lists SSG2115P but its HTP compiler refuses every node for it: the model is not the cause."""
     path = save(tmp_path, sm.static_mlp())
-    assert onnxcheck.htp_takes_nothing(catalog.find("SSG2115P"))
-    assert not onnxcheck.htp_takes_nothing(catalog.find("SM8750"))
+    assert htp.htp_takes_nothing(catalog.find("SSG2115P"))
+    assert not htp.htp_takes_nothing(catalog.find("SM8750"))
     report = onnxcheck.check_model(path, soc="SSG2115P")
     assert report.verdict == "not ready" and report.htp.qnn_partitions == 0
     (finding,) = [f for f in report.findings if f.code == "htp"]
@@ -298,10 +298,11 @@ def test_w8a16_measures_the_quantized_graph_and_names_the_fuse_fix(tmp_path, qnn
 
 def test_placeholders_use_the_exporters_symbols_and_the_batch_is_one():
     from qnndeploy.onnxio import TensorInfo as T
+    from qnndeploy.shapes import suggest_shapes
 
-    assert onnxcheck.suggest_shapes([T("ids", "int64", ["batch", "seq"]), T("mask", "int64", ["batch", "seq"])]) \
+    assert suggest_shapes([T("ids", "int64", ["batch", "seq"]), T("mask", "int64", ["batch", "seq"])]) \
         == {"ids": ["1", "SEQ"], "mask": ["1", "SEQ"]}
-    assert onnxcheck.suggest_shapes([T("x", "float32", ["unk__7", 3, "?", "?"])]) == {"x": ["1", "3", "D1", "D2"]}
+    assert suggest_shapes([T("x", "float32", ["unk__7", 3, "?", "?"])]) == {"x": ["1", "3", "D1", "D2"]}
     # dim 0 of a 3-D input (time-major sequence, RNN state) is no batch unless its symbol says so
-    assert onnxcheck.suggest_shapes([T("f", "float32", ["s0", "s1", 80])]) == {"f": ["D1", "D2", "80"]}
-    assert onnxcheck.suggest_shapes([T("h", "float32", [2, "?", 8])], {"batch": 1}) == {"h": ["2", "D1", "8"]}
+    assert suggest_shapes([T("f", "float32", ["s0", "s1", 80])]) == {"f": ["D1", "D2", "80"]}
+    assert suggest_shapes([T("h", "float32", [2, "?", 8])], {"batch": 1}) == {"h": ["2", "D1", "8"]}

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import bundles

@@ -16,7 +16,7 @@ from ppocr import STATIC_SHAPES
 from test_compile import STANDIN, sinh_graph, static_ppocr
 
 from qnndeploy import compile as compile_stage
-from qnndeploy import htp
+from qnndeploy import htp, metrics
 from qnndeploy import validate as stage
 from qnndeploy.cli import cli
 
@@ -55,7 +55,7 @@ def test_cls_and_rec_pass_on_the_emulator_for_two_socs(build):
         rec = json.loads(path.read_text())
         jsonschema.validate(rec, SCHEMA)
         compiled = json.loads((path.parent / "compile.json").read_text())
-        assert rec["passed"] and rec["thresholds"] == stage.THRESHOLDS["fp16"]
+        assert rec["passed"] and rec["thresholds"] == metrics.THRESHOLDS["fp16"]
         assert rec["context"]["sha256"] == next(o["sha256"] for o in compiled["outputs"]
                                                 if o["format"] == "ort-epcontext")
         assert rec["compile_cache_key"] == compiled["cache_key"]
@@ -114,7 +114,7 @@ def test_w8a16_build_is_judged_on_w8a16_thresholds(models, tmp_path):
                                         use_cache=False).ok
     summary = stage.validate_build(out, random=2)
     (target,) = summary.targets
-    assert target.thresholds == stage.THRESHOLDS["w8a16"]
+    assert target.thresholds == metrics.THRESHOLDS["w8a16"]
     assert target.status == "passed", target.outputs
     assert target.outputs[0].snr_db < 45  # 8-bit weights cost accuracy that fp16 does not
 
@@ -163,19 +163,19 @@ def test_det_near_zero_reference_is_judged_on_max_abs_diff(tmp_path):
 
 def test_metrics_on_known_arrays():
     ref = np.array([1.0, -2.0, 3.0, 0.5], np.float32)
-    m = stage.metrics(ref, ref + np.array([0.01, 0, 0, 0], np.float32))
+    m = metrics.metrics(ref, ref + np.array([0.01, 0, 0, 0], np.float32))
     assert math.isclose(m["max_abs_diff"], 0.01, rel_tol=1e-4)
     assert math.isclose(m["rel_l2"], 0.01 / math.sqrt(14.25), rel_tol=1e-4)
     assert math.isclose(m["snr_db"], 10 * math.log10(14.25 / 1e-4), rel_tol=1e-4)
     assert m["cosine"] > 0.99999
-    assert stage.metrics(ref, ref)["snr_db"] == 300.0  # exact agreement: capped, not infinite
-    zero = stage.metrics(np.zeros(4), np.full(4, 1e-5))
+    assert metrics.metrics(ref, ref)["snr_db"] == 300.0  # exact agreement: capped, not infinite
+    zero = metrics.metrics(np.zeros(4), np.full(4, 1e-5))
     assert zero["rel_l2"] is None and zero["cosine"] is None and zero["snr_db"] is None
-    limits = stage.THRESHOLDS["fp16"]
-    assert not stage.judge("y", [ref], [np.full(4, np.nan, np.float32)], limits).passed
-    flat = stage.judge("y", [np.full((2, 3), 1e-5)], [np.full((2, 3), 3e-4)], limits)
+    limits = metrics.THRESHOLDS["fp16"]
+    assert not metrics.judge("y", [ref], [np.full(4, np.nan, np.float32)], limits).passed
+    flat = metrics.judge("y", [np.full((2, 3), 1e-5)], [np.full((2, 3), 3e-4)], limits)
     assert flat.passed and flat.judged_on == "max_abs_diff"
-    off = stage.judge("y", [ref], [-ref], limits)
+    off = metrics.judge("y", [ref], [-ref], limits)
     assert not off.passed and off.cosine < 0
 
 
@@ -229,7 +229,7 @@ def test_argmax_agreement_only_for_outputs_with_a_class_axis(tmp_path):
     import onnx
     import synth_models as sm
 
-    from qnndeploy import onnxio, validate
+    from qnndeploy import onnxio
 
     onnx.save(sm.token_types(), tmp_path / "softmax.onnx")
     onnx.save(sm.static_mlp(), tmp_path / "logits.onnx")
@@ -238,8 +238,8 @@ def test_argmax_agreement_only_for_outputs_with_a_class_axis(tmp_path):
     assert onnxio.class_axes(tmp_path / "logits.onnx") == {"y": 1}
     assert onnxio.class_axes(tmp_path / "features.onnx") == {}
     ref = np.array([[0.1, 0.9], [0.8, 0.2]], np.float32)
-    limits = validate.thresholds_for("fp16")
-    (scores,) = validate.judge_outputs([{"y": ref}], [{"y": ref[:, ::-1]}], limits, {"y": 1})
+    limits = metrics.thresholds_for("fp16")
+    (scores,) = metrics.judge_outputs([{"y": ref}], [{"y": ref[:, ::-1]}], limits, {"y": 1})
     assert scores.argmax_agreement == 0.0
-    (plain,) = validate.judge_outputs([{"y": ref}], [{"y": ref}], limits)
+    (plain,) = metrics.judge_outputs([{"y": ref}], [{"y": ref}], limits)
     assert plain.argmax_agreement is None

@@ -75,9 +75,8 @@ def _check_intact(path: Path, fmt: str) -> None:
     raise QnnDeployError(f"{path} is a damaged archive ({why}): copy or download it again", EXIT_CHECK_FAILED)
 
 
-def _refusals(path: Path, fmt: str) -> list:
-    from qnndeploy.bundle.verify import Problem
-
+def _refusals(path: Path, fmt: str) -> list[tuple[str, str]]:
+    """(member, why) for every member that must not be extracted."""
     refused = []
     try:
         if fmt == "zip":
@@ -90,7 +89,7 @@ def _refusals(path: Path, fmt: str) -> list:
                     elif why is None and kind not in (0, stat.S_IFREG, stat.S_IFDIR):
                         why = "is a device file or FIFO"
                     if why:
-                        refused.append(Problem(info.filename, f"{why}: archive refused before extraction"))
+                        refused.append((info.filename, f"{why}: archive refused before extraction"))
         else:
             with tarfile.open(path, "r:*") as t:
                 for m in t.getmembers():
@@ -100,15 +99,16 @@ def _refusals(path: Path, fmt: str) -> list:
                     elif why is None and not (m.isfile() or m.isdir()):
                         why = "is a device file or FIFO"
                     if why:
-                        refused.append(Problem(m.name, f"{why}: archive refused before extraction"))
+                        refused.append((m.name, f"{why}: archive refused before extraction"))
     except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as e:
         raise QnnDeployError(f"{path} is not a readable {fmt} archive: {e}") from None
     return refused
 
 
 @contextmanager
-def extracted(path: Path) -> Iterator[tuple[Path, list]]:
-    """Yield (bundle root, refused members). With refusals nothing is extracted and root is a dummy."""
+def extracted(path: Path) -> Iterator[tuple[Path, list[tuple[str, str]]]]:
+    """Yield (bundle root, refused members as (name, why)). With refusals nothing is extracted and root is a
+    dummy."""
     fmt = archive_format(path)
     _check_intact(path, fmt)
     refused = _refusals(path, fmt)

@@ -15,7 +15,16 @@ from pathlib import Path
 
 from qnndeploy import __version__, epcontext, socs
 from qnndeploy.bundle import archive
-from qnndeploy.bundle.manifest import (
+from qnndeploy.bundle.manifest import external_data_path, graph_signature, schema
+from qnndeploy.bundle.verify import (
+    Problem,
+    check_manifest,
+    check_warnings,
+)
+from qnndeploy.decision import BACKEND_LIB, SYSTEM_LIB, qnn_libraries
+from qnndeploy.errors import QnnDeployError
+from qnndeploy.fileio import Progress, staging_dir, staging_file, write_json
+from qnndeploy.formats import (
     CONTEXT_BINARY,
     EPCONTEXT,
     EXTERNAL_DATA,
@@ -24,21 +33,9 @@ from qnndeploy.bundle.manifest import (
     MANIFEST,
     MAVEN_RUNTIME,
     ONNX,
-    external_data_path,
-    graph_signature,
-    schema,
 )
-from qnndeploy.bundle.verify import (
-    FileFacts,
-    Problem,
-    check_manifest,
-    check_warnings,
-    scan_file,
-)
-from qnndeploy.decision import BACKEND_LIB, SYSTEM_LIB, qnn_libraries
-from qnndeploy.errors import QnnDeployError
-from qnndeploy.fileio import Progress, staging_dir, staging_file, write_json
-from qnndeploy.markers import build_version
+from qnndeploy.markers import FileFacts, build_version, scan_file
+from qnndeploy.records import read_build
 
 PREPARE_LIB = "libQnnHtpPrepare.so"  # only for graphs prepared on the phone: shipped when the SDK has it
 
@@ -87,7 +84,6 @@ def spec_from_build(build: Path, name: str, version: str) -> BundleSpec:
     """
     import json
 
-    from qnndeploy.compile import read_build
 
     jobs = read_build(Path(build))
     failed = [f"{rec['graph']}/{rec['soc']}" for _, rec in jobs if rec["status"] != "ok"]

@@ -1,4 +1,4 @@
-"""The bundle manifest: format constants, reading, and schema validation (schemas/manifest.schema.json)."""
+"""The bundle manifest: reading it and validating it against schemas/manifest.schema.json."""
 
 from __future__ import annotations
 
@@ -9,16 +9,9 @@ from importlib import resources
 from pathlib import Path
 
 from qnndeploy.errors import QnnDeployError
+from qnndeploy.formats import FORMAT, FORMAT_VERSION, MANIFEST
 from qnndeploy.onnxio import external_locations, load_model, tensor_info
 
-FORMAT = "qnndeploy-bundle"
-FORMAT_VERSION = 2  # what `bundle` writes; every version from 1 up to it is read (v2 added external data)
-CONTEXT_BINARY = "qnn-context-binary"  # artifact formats: what QNN itself and sherpa-onnx load,
-EPCONTEXT = "ort-epcontext"  # what ONNX Runtime's QNN EP loads (an .onnx wrapping a context binary)
-ONNX = "onnx"  # a CPU fallback model,
-EXTERNAL_DATA = "onnx-external-data"  # and a weights file it names (models over 2 GB must keep weights outside)
-MANIFEST = "manifest.json"
-MAVEN_RUNTIME = "com.qualcomm.qti:qnn-runtime"
 
 @cache
 def schema() -> dict:

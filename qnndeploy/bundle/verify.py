@@ -11,25 +11,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qnndeploy import socs
-from qnndeploy.bundle import elf
-from qnndeploy.bundle.manifest import (
-    CONTEXT_BINARY,
-    EPCONTEXT,
-    EXTERNAL_DATA,
-    MANIFEST,
-    MAVEN_RUNTIME,
-    ONNX,
-    external_data_path,
-    file_entries,
-    graph_signature,
-    read_manifest,
-    schema_errors,
-)
+from qnndeploy import epcontext, socs
+from qnndeploy.bundle import archive, elf
+from qnndeploy.bundle.manifest import external_data_path, file_entries, graph_signature, read_manifest, schema_errors
 from qnndeploy.decision import qnn_libraries
 from qnndeploy.errors import QnnDeployError
-from qnndeploy.fileio import Progress, sha256_file
-from qnndeploy.markers import Scanner, build_version
+from qnndeploy.fileio import Progress
+from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, EXTERNAL_DATA, MANIFEST, MAVEN_RUNTIME, ONNX
+from qnndeploy.markers import FileFacts, build_version, scan_file
 from qnndeploy.onnxio import external_locations, load_model
 
 
@@ -52,26 +41,6 @@ class VerifyReport:
     qairt: str | None = None
     targets: list[str] = field(default_factory=list)
     runtime: str | None = None
-
-
-@dataclass
-class FileFacts:
-    """What one read of a file tells: its hash and size, and the QNN markers embedded in it."""
-
-    sha256: str
-    size: int
-    builds: set[str] = field(default_factory=set)
-    context_targets: set[tuple[str, int]] = field(default_factory=set)
-
-
-def scan_file(path: Path, markers: bool, progress: Progress | None = None, copy_to: Path | None = None) -> FileFacts:
-    """Hash a file (and copy it, for `bundle`) in one read, collecting QNN markers when `markers` is set."""
-    scanner = Scanner() if markers else None
-    digest = sha256_file(path, progress, scanner, copy_to)
-    facts = FileFacts(digest, path.stat().st_size)
-    if scanner:
-        facts.builds, facts.context_targets = scanner.builds, scanner.targets
-    return facts
 
 
 def _walk(root: Path) -> tuple[set[str], list[Problem]]:
@@ -97,8 +66,6 @@ def opened(path: Path, progress: Progress | None = None, jobs: int | None = None
            ) -> Iterator[tuple[Path, VerifyReport]]:
     """(bundle root, its verify report) for a bundle folder or a .tar.gz/.zip of one; an archive stays extracted
     while the caller uses it. Raises QnnDeployError only for unusable input."""
-    from qnndeploy.bundle import archive
-
     path = Path(path)
     if not path.exists():
         raise QnnDeployError(f"{path} does not exist")
@@ -106,7 +73,8 @@ def opened(path: Path, progress: Progress | None = None, jobs: int | None = None
         yield path, verify_folder(path, progress, jobs)
         return
     with archive.extracted(path) as (root, refused):
-        report = VerifyReport(str(path), problems=refused) if refused else verify_folder(root, progress, jobs)
+        report = (VerifyReport(str(path), problems=[Problem(name, why) for name, why in refused]) if refused
+                  else verify_folder(root, progress, jobs))
         report.bundle = str(path)
         yield root, report
 
@@ -300,7 +268,6 @@ def _family(version: str) -> str:
 
 
 def _epcontext_problems(root: Path, path: str, listed: set[str]) -> list[Problem]:
-    from qnndeploy import epcontext
 
     try:
         refs = epcontext.context_refs(root / path)

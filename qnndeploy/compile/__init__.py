@@ -15,135 +15,35 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from qnndeploy import __version__
+from qnndeploy import __version__, htp
 from qnndeploy import socs as catalog
 from qnndeploy.compile import logs
-from qnndeploy.decision import CONTEXT_BINARY
+from qnndeploy.compile.jobs import Backend, Compiled, CompileError, Job, Tools
+from qnndeploy.compile.ort import OrtBackend
+from qnndeploy.compile.qairt import QairtBackend
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import sha256_file, staging_dir, write_json
+from qnndeploy.formats import CONTEXT_BINARY
+from qnndeploy.markers import scan_file
+from qnndeploy.onnxio import model_inputs, require_model_file
+from qnndeploy.records import RECORD, RECORD_FILE, RECORD_VERSION, read_record
+from qnndeploy.samples import folder_for, load_samples, sample_files
 
 if TYPE_CHECKING:
     from qnndeploy.socs import Soc
 
-RECORD = "qnndeploy-compile"
-RECORD_VERSION = 1
-RECORD_FILE = "compile.json"
 PRECISIONS = ("fp16", "w8a16")
 BACKENDS = ("ort", "qairt")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # the bundle manifest's name rule
-
-
-class CompileError(Exception):
-    """One job failed; the message, one line naming the cause, is for the summary. Other jobs go on."""
-
-
-class Tools:
-    """Runs the jobs' tool processes, each in its own process group, and stops them all on an interrupt.
-
-    A tool never gets the terminal's Ctrl-C itself: the runner stops it, waits for it, and only then do the job
-    threads remove their partial folders, so no tool writes into the build after compile returns.
-    """
-
-    GRACE_S = 5.0  # after SIGTERM, the time a tool gets before SIGKILL
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._running: set[subprocess.Popen] = set()
-        self._stopping = False
-
-    def run(self, cmd: list[str], log: IO[str], env: dict[str, str] | None = None) -> int:
-        """Run one tool to its end, its output appended to `log`; its exit code. Raises KeyboardInterrupt when
-        the compile is being stopped (before the start, or because the tool was stopped)."""
-        log.flush()
-        with self._lock:
-            if self._stopping:
-                raise KeyboardInterrupt
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    start_new_session=True)
-            self._running.add(proc)
-        try:
-            code = proc.wait()
-        finally:
-            with self._lock:
-                self._running.discard(proc)
-        if self._stopping or code in (-signal.SIGINT, 130):
-            raise KeyboardInterrupt
-        return code
-
-    def stop(self) -> None:
-        """Stop every running tool and its children (SIGTERM, then SIGKILL after GRACE_S) and wait for them."""
-        with self._lock:
-            self._stopping = True
-            procs = list(self._running)
-        self._signal(procs, signal.SIGTERM)
-        deadline = time.monotonic() + self.GRACE_S
-        for proc in procs:
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        self._signal(procs, signal.SIGKILL)
-        for proc in procs:
-            proc.wait()
-
-    @staticmethod
-    def _signal(procs: list[subprocess.Popen], sig: int) -> None:
-        for proc in procs:
-            if proc.returncode is None:  # not reaped: its process group is still ours
-                try:
-                    os.killpg(proc.pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
-
-
-@dataclass
-class Compiled:
-    """What a backend made in the job folder: (file name, format) pairs, and warnings of its own."""
-    files: list[tuple[str, str]]
-    warnings: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Job:
-    graph: str
-    model: Path
-    model_sha256: str
-    soc: Soc
-    precision: str
-    calibration: Path | None  # folder of input samples for w8a16
-    options: dict  # what the backend will do, recorded and part of the cache key
-    cache_key: str
-    folder: Path  # <out>/<graph>/<SoC>
-    log: Path  # <out>/logs/<graph>-<SoC>.log
-
-
-class Backend(Protocol):
-    """A way to turn one ONNX graph into a QNN context binary for one SoC."""
-
-    name: str
-    qairt_version: str  # "2.51.0": the runtime libraries on the phone must match it
-
-    def identity(self) -> dict[str, str]:
-        """Tool versions that change the output: recorded, and part of the cache key."""
-
-    def options(self, soc: Soc, precision: str) -> dict:
-        """The backend settings a job uses, recorded in the compile record."""
-
-    def compile(self, job: Job, work: Path, log: IO[str], tools: Tools) -> Compiled:
-        """Write the job's outputs into `work` (empty), running every tool through `tools` (its output goes to
-        `log`); temporary files go in `work` too, removed before returning. Raise CompileError."""
 
 
 @dataclass
@@ -205,15 +105,12 @@ def default_cache_dir() -> Path:
 
 def get_backend(name: str | None, qnn_sdk_root: Path | None = None) -> Backend:
     """`ort` where onnxruntime-qnn is installed, else `qairt` when an SDK is given; None picks that way."""
-    from qnndeploy import htp
 
     if name is None:
         name = "ort" if htp.available() or not (qnn_sdk_root or os.environ.get("QNN_SDK_ROOT")) else "qairt"
     if name == "ort":
-        from qnndeploy.compile.ort import OrtBackend
         return OrtBackend()
     if name == "qairt":
-        from qnndeploy.compile.qairt import QairtBackend
         return QairtBackend(qnn_sdk_root)
     raise QnnDeployError(f"unknown backend '{name}': use one of {', '.join(BACKENDS)}")
 
@@ -329,7 +226,6 @@ def _targets(names: list[str], precision: str) -> list[Soc]:
 def _graphs(models: dict[str, Path]) -> dict[str, Path]:
     """Every model must be a readable ONNX file with static inputs: an empty, damaged or wrong file is bad input,
     refused before any job starts."""
-    from qnndeploy.onnxio import model_inputs, require_model_file
 
     graphs: dict[str, Path] = {}
     for name, path in models.items():
@@ -350,7 +246,6 @@ def _graphs(models: dict[str, Path]) -> dict[str, Path]:
 
 def _calibration_dir(calib: Path, graph: str) -> Path:
     """DIR/<graph>/ when it exists (one folder per graph), else DIR itself."""
-    from qnndeploy.samples import folder_for
 
     calib = Path(calib).expanduser().resolve()
     if not calib.is_dir():
@@ -360,8 +255,6 @@ def _calibration_dir(calib: Path, graph: str) -> Path:
 
 def _calibration_record(folder: Path, model: Path) -> dict:
     """Check the samples fit the model now (bad input fails before any job starts) and fingerprint them."""
-    from qnndeploy.onnxio import model_inputs
-    from qnndeploy.samples import load_samples, sample_files
 
     samples = load_samples(folder, model_inputs(model))
     files = sample_files(folder)
@@ -438,7 +331,6 @@ def _base_record(job: Job, be: Backend, out: Path) -> dict:
 
 def _ok_record(job: Job, be: Backend, work: Path, compiled: Compiled, findings: list[logs.Finding], seconds: float,
                out: Path) -> dict:
-    from qnndeploy.bundle.verify import scan_file
 
     record = _base_record(job, be, out)
     warnings = [str(f) for f in findings if f.kind != logs.ERROR] + compiled.warnings
@@ -481,7 +373,7 @@ def _target_warnings(soc: Soc, targets: set[tuple[str, int]]) -> list[str]:
 
 def _from_cache(job: Job, store: Path) -> tuple[dict, str] | None:
     """(record, note) when the job's outputs are already in its folder or in the cache; else None."""
-    current = _read_record(job.folder / RECORD_FILE)
+    current = read_record(job.folder / RECORD_FILE)
     if current and current.get("status") == "ok" and current.get("cache_key") == job.cache_key \
             and _outputs_intact(job.folder, current):
         if current["input"]["path"] != str(job.model):
@@ -490,7 +382,7 @@ def _from_cache(job: Job, store: Path) -> tuple[dict, str] | None:
         _note_log(job, None)
         return current, "up to date"
     entry = store / job.cache_key
-    record = _read_record(entry / RECORD_FILE)
+    record = read_record(entry / RECORD_FILE)
     if not record or record.get("cache_key") != job.cache_key:
         return None
     try:
@@ -541,14 +433,6 @@ def _store(job: Job, store: Path) -> None:
         pass
 
 
-def _read_record(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("record") == RECORD else None
-
-
 def _outputs_intact(folder: Path, record: dict) -> bool:
     try:
         return bool(record.get("outputs")) and all(
@@ -556,21 +440,3 @@ def _outputs_intact(folder: Path, record: dict) -> bool:
             for o in record["outputs"])
     except (OSError, KeyError, QnnDeployError):
         return False
-
-
-# --- reading a build folder (validate and bundle use this) ----------------------------------------
-
-def read_build(build: Path) -> list[tuple[Path, dict]]:
-    """(job folder, compile record) for every <graph>/<SoC>/compile.json under `build`, sorted."""
-    build = Path(build)
-    if not build.is_dir():
-        raise QnnDeployError(f"{build}: no such build folder (qnndeploy compile -o {build} makes one)")
-    found = []
-    for path in sorted(build.glob(f"*/*/{RECORD_FILE}")):
-        record = _read_record(path)
-        if record is None:
-            raise QnnDeployError(f"{path}: not a qnndeploy compile record")
-        found.append((path.parent, record))
-    if not found:
-        raise QnnDeployError(f"{build}: no compile records (<graph>/<SoC>/{RECORD_FILE}); run qnndeploy compile first")
-    return found

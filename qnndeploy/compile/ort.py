@@ -15,12 +15,15 @@ import tempfile
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from qnndeploy import epcontext, htp
-from qnndeploy.compile import Compiled, CompileError, Job, Tools, logs
-from qnndeploy.decision import CONTEXT_BINARY, EPCONTEXT
+from qnndeploy import epcontext, htp, socs
+from qnndeploy.compile import logs
+from qnndeploy.compile.jobs import Compiled, CompileError, Job, Tools
 from qnndeploy.errors import QnnDeployError, first_line
 from qnndeploy.fileio import write_json
+from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT
+from qnndeploy.onnxio import model_inputs
 from qnndeploy.quantize import SETTINGS, qdq
+from qnndeploy.samples import load_samples
 
 if TYPE_CHECKING:
     from qnndeploy.socs import Soc
@@ -75,7 +78,6 @@ def run(spec: dict) -> dict:
     """Compile one job; runs in the worker process, prints progress into the job log."""
     import onnxruntime as ort
 
-    from qnndeploy import socs
 
     soc = socs.find(spec["soc"])
     graph, work = spec["graph"], Path(spec["work"])
@@ -115,15 +117,13 @@ def _refused(model: Path, soc: Soc, fp16: bool, message: str, log: Path) -> str:
     Partitioning the model again with CPU fallback allowed (check's measurement) finds the nodes the HTP leaves to
     the CPU: when none is on the HTP and it takes not even a lone Relu for this SoC, the SoC is the cause, not the
     model; else the unsupported nodes are named, from the log or, when it names none, from the measurement."""
-    from qnndeploy import onnxcheck
-
     try:
-        measured = onnxcheck.measure_htp(model, soc, fp16=fp16)
+        measured = htp.measure_htp(model, soc, fp16=fp16)
     except QnnDeployError:
         measured = None
     cpu_nodes = measured.cpu_nodes if measured and measured.measured else []
-    if cpu_nodes and not measured.qnn_partitions and onnxcheck.htp_takes_nothing(soc):
-        return (f"{onnxcheck.soc_takes_nothing(soc, measured.qairt)}; drop --soc {soc.model} "
+    if cpu_nodes and not measured.qnn_partitions and htp.htp_takes_nothing(soc):
+        return (f"{htp.soc_takes_nothing(soc, measured.qairt)}; drop --soc {soc.model} "
                 "(its phones keep the CPU fallback)")
     found = [f for f in logs.parse_file(log, limit=None) if f.kind == logs.UNSUPPORTED] \
         or [logs.not_supported(n.name or "(unnamed)", n.op_type) for n in cpu_nodes]
@@ -132,8 +132,6 @@ def _refused(model: Path, soc: Soc, fp16: bool, message: str, log: Path) -> str:
 
 def quantize(model: Path, calibration: Path, out: Path) -> tuple[Path, int]:
     """Static QDQ quantization (16-bit activations, 8-bit weights) calibrated on real input samples."""
-    from qnndeploy.onnxio import model_inputs
-    from qnndeploy.samples import load_samples
 
     samples = load_samples(calibration, model_inputs(model))
     print(f"qnndeploy: quantizing to QDQ (activations uint16, weights uint8, MinMax) with {len(samples)} "

@@ -18,9 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from qnndeploy.compile import Compiled, CompileError, Job, Tools, logs
-from qnndeploy.decision import CONTEXT_BINARY
+from qnndeploy.compile import logs
+from qnndeploy.compile.jobs import Compiled, CompileError, Job, Tools
 from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError
+from qnndeploy.formats import CONTEXT_BINARY
+from qnndeploy.onnxio import model_inputs
+from qnndeploy.samples import load_samples
 
 if TYPE_CHECKING:
     from qnndeploy.socs import Soc
@@ -178,8 +181,6 @@ class QairtBackend:
 
 def input_list(job: Job, folder: Path) -> Path:
     """Calibration samples as raw files in the model's dtypes, and the list file naming them per input."""
-    from qnndeploy.onnxio import model_inputs
-    from qnndeploy.samples import load_samples
 
     specs = model_inputs(job.model)
     samples = load_samples(job.calibration, specs)

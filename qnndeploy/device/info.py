@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qnndeploy import decision, socs
+from qnndeploy.bundle.manifest import load_manifest
 from qnndeploy.device.adb import Device, DeviceEntry, connect, list_devices
 
 CDSPRPC = "/vendor/lib64/libcdsprpc.so"
@@ -77,7 +78,6 @@ def device_info(serial: str | None = None, bundle: Path | None = None) -> Device
     """Everything `device info` shows; with a bundle folder, also the target the app would choose there."""
     manifest = None
     if bundle is not None:
-        from qnndeploy.bundle.manifest import load_manifest
 
         manifest = load_manifest(bundle)  # a bad bundle fails before any adb traffic
     dev = connect(serial)

@@ -22,6 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from qnndeploy.bundle import elf
 from qnndeploy.errors import EXIT_BAD_INPUT, QnnDeployError
 
 if TYPE_CHECKING:
@@ -71,7 +72,6 @@ def find_runner(runner: Path | None, sdk_root: Path | None) -> Path | None:
 
 def _phone_executable(path: Path) -> Path:
     """An Android arm64 program (ELF64 AArch64) or a script; a host binary would only fail on the phone, obscurely."""
-    from qnndeploy.bundle import elf
 
     with open(path, "rb") as f:
         if f.read(2) == b"#!":

@@ -21,11 +21,14 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from qnndeploy import __version__, decision, markers
+from qnndeploy import __version__, decision, markers, metrics, samples
+from qnndeploy.bundle.manifest import file_entries, load_manifest
+from qnndeploy.bundle.verify import verify_bundle
 from qnndeploy.device import runner
 from qnndeploy.device.adb import LocalFile, Progress, connect, list_devices
 from qnndeploy.errors import EXIT_BAD_INPUT, QnnDeployError
 from qnndeploy.fileio import sha256_file, write_json
+from qnndeploy.onnxio import class_axes
 
 REMOTE_ROOT = "/data/local/tmp/qnndeploy"
 RECORD = "qnndeploy-device"
@@ -64,7 +67,7 @@ class GraphRun:
     first_run_s: float | None = None
     per_inference_s: float | None = None
     clock: str | None = None  # "device" or "host"
-    outputs: list = field(default_factory=list)  # validate.OutputMetrics
+    outputs: list = field(default_factory=list)  # metrics.OutputMetrics
     thresholds: dict | None = None  # validate's, for the target's precision
     advice: list[runner.Advice] = field(default_factory=list)
     log_tail: str | None = None
@@ -137,7 +140,6 @@ class Job:
 
     def reference(self, graph: str) -> tuple[list, list, dict]:
         """(input samples, CPU outputs, how the inputs were made) for a graph; computed once, shared by phones."""
-        from qnndeploy import samples
 
         with self._lock:
             if graph not in self._refs:
@@ -147,7 +149,6 @@ class Job:
 
     def class_axes(self, graph: str) -> dict[str, int]:
         """The graph's outputs that hold class scores (validate's argmax rule), read from its CPU model."""
-        from qnndeploy.onnxio import class_axes
 
         return class_axes(self._cpu_model(graph))
 
@@ -157,15 +158,12 @@ class Job:
 
 
 def _entries(manifest: dict) -> list[dict]:
-    from qnndeploy.bundle.manifest import file_entries
 
     return [e for _, e in file_entries(manifest)]
 
 
 def check_bundle(path: Path):
     """(bundle verify's report, the manifest when the bundle is sound): nothing is pushed from a bad bundle."""
-    from qnndeploy.bundle.manifest import load_manifest
-    from qnndeploy.bundle.verify import verify_bundle
 
     path = Path(path)
     if path.is_file():
@@ -270,8 +268,6 @@ def _same_qairt(manifest: dict, path: Path, builds: set[str]) -> None:
 
 def _run_graph(dev, job: Job, graph: str, context: str, result: DeviceVerification) -> GraphRun:
     """Run one context binary twice (one inference, then N) on the phone and compare with the CPU outputs."""
-    from qnndeploy import validate
-
     run = GraphRun(graph, context, "error")
     samples, expected, run.inputs = job.reference(graph)
     lines = max(job.runs, len(samples))
@@ -303,8 +299,8 @@ def _run_graph(dev, job: Job, graph: str, context: str, result: DeviceVerificati
                 outputs[name] = runner.read_output(target, name, ref.shape)
             actual.append(outputs)
     precision = next(t["precision"] for t in job.manifest["targets"] if t["soc"] == result.soc)
-    run.thresholds = limits = validate.thresholds_for(precision)
-    run.outputs = validate.judge_outputs(expected, actual, limits, job.class_axes(graph))
+    run.thresholds = limits = metrics.thresholds_for(precision)
+    run.outputs = metrics.judge_outputs(expected, actual, limits, job.class_axes(graph))
     run.status = "passed" if all(m.passed for m in run.outputs) else "failed"
     run.samples, run.inferences, run.clock = len(samples), lines, timed.clock
     run.first_run_s = round(first.seconds, 4)

@@ -1,0 +1,117 @@
+"""What a compile job is and what a backend does with it: the interface between the compile stage and its two
+backends (ort.py, qairt.py), kept apart so that the backends never import the stage that runs them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from qnndeploy.socs import Soc
+
+
+class CompileError(Exception):
+    """One job failed; the message, one line naming the cause, is for the summary. Other jobs go on."""
+
+
+class Tools:
+    """Runs the jobs' tool processes, each in its own process group, and stops them all on an interrupt.
+
+    A tool never gets the terminal's Ctrl-C itself: the runner stops it, waits for it, and only then do the job
+    threads remove their partial folders, so no tool writes into the build after compile returns.
+    """
+
+    GRACE_S = 5.0  # after SIGTERM, the time a tool gets before SIGKILL
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen] = set()
+        self._stopping = False
+
+    def run(self, cmd: list[str], log: IO[str], env: dict[str, str] | None = None) -> int:
+        """Run one tool to its end, its output appended to `log`; its exit code. Raises KeyboardInterrupt when
+        the compile is being stopped (before the start, or because the tool was stopped)."""
+        log.flush()
+        with self._lock:
+            if self._stopping:
+                raise KeyboardInterrupt
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+            self._running.add(proc)
+        try:
+            code = proc.wait()
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+        if self._stopping or code in (-signal.SIGINT, 130):
+            raise KeyboardInterrupt
+        return code
+
+    def stop(self) -> None:
+        """Stop every running tool and its children (SIGTERM, then SIGKILL after GRACE_S) and wait for them."""
+        with self._lock:
+            self._stopping = True
+            procs = list(self._running)
+        self._signal(procs, signal.SIGTERM)
+        deadline = time.monotonic() + self.GRACE_S
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        self._signal(procs, signal.SIGKILL)
+        for proc in procs:
+            proc.wait()
+
+    @staticmethod
+    def _signal(procs: list[subprocess.Popen], sig: int) -> None:
+        for proc in procs:
+            if proc.returncode is None:  # not reaped: its process group is still ours
+                try:
+                    os.killpg(proc.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+
+@dataclass
+class Compiled:
+    """What a backend made in the job folder: (file name, format) pairs, and warnings of its own."""
+    files: list[tuple[str, str]]
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Job:
+    graph: str
+    model: Path
+    model_sha256: str
+    soc: Soc
+    precision: str
+    calibration: Path | None  # folder of input samples for w8a16
+    options: dict  # what the backend will do, recorded and part of the cache key
+    cache_key: str
+    folder: Path  # <out>/<graph>/<SoC>
+    log: Path  # <out>/logs/<graph>-<SoC>.log
+
+
+class Backend(Protocol):
+    """A way to turn one ONNX graph into a QNN context binary for one SoC."""
+
+    name: str
+    qairt_version: str  # "2.51.0": the runtime libraries on the phone must match it
+
+    def identity(self) -> dict[str, str]:
+        """Tool versions that change the output: recorded, and part of the cache key."""
+
+    def options(self, soc: Soc, precision: str) -> dict:
+        """The backend settings a job uses, recorded in the compile record."""
+
+    def compile(self, job: Job, work: Path, log: IO[str], tools: Tools) -> Compiled:
+        """Write the job's outputs into `work` (empty), running every tool through `tools` (its output goes to
+        `log`); temporary files go in `work` too, removed before returning. Raise CompileError."""

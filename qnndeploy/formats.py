@@ -1,0 +1,11 @@
+"""The names of the formats qnndeploy writes and reads: the bundle and its artifact kinds. Shared by the stages
+that make them, the bundle reader and the on-device decision, so each lives in one place below them all."""
+
+FORMAT = "qnndeploy-bundle"
+FORMAT_VERSION = 2  # what `bundle` writes; every version from 1 up to it is read (v2 added external data)
+CONTEXT_BINARY = "qnn-context-binary"  # artifact formats: what QNN itself and sherpa-onnx load,
+EPCONTEXT = "ort-epcontext"  # what ONNX Runtime's QNN EP loads (an .onnx wrapping a context binary)
+ONNX = "onnx"  # a CPU fallback model,
+EXTERNAL_DATA = "onnx-external-data"  # and a weights file it names (models over 2 GB must keep weights outside)
+MANIFEST = "manifest.json"
+MAVEN_RUNTIME = "com.qualcomm.qti:qnn-runtime"
