@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from qnndeploy import __version__
+from qnndeploy import __version__, htp
 from qnndeploy import socs as catalog
 from qnndeploy.bundle.build import build_bundle, spec_from_build
 from qnndeploy.bundle.verify import verify_bundle
 from qnndeploy.compile import compile_models
 from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError
+from qnndeploy.metrics import OutputMetrics
 from qnndeploy.onnxcheck import check_model
 from qnndeploy.prepare import prepare_model
 from qnndeploy.validate import validate_build
@@ -56,9 +57,12 @@ def run_demo(out: Path, socs: tuple[str, ...] = DEFAULT_SOCS, force: bool = Fals
              sdk_root: Path | None = None, libs_dir: Path | None = None) -> DemoResult:
     """Run every stage into `out`. Without `sdk_root`/`libs_dir` the bundle declares the external Maven runtime."""
 
-    for name in socs:
-        if not catalog.find(name).fp16:
-            raise QnnDeployError(f"{name} has no fp16 on its HTP and the demo builds fp16: leave it out")
+    qairt = htp.qairt_version() if htp.available() else ""
+    for name in socs:  # the demo builds fp16 and verifies its bundle: what the catalog knows fails is refused now
+        soc = catalog.find(name)
+        why = catalog.refusal(soc, qairt, "fp16") or catalog.arch_mismatch(soc, qairt)
+        if why:
+            raise QnnDeployError(f"--soc {soc.model}: {why}; leave it out of the demo")
     for folder in (sdk_root, libs_dir):
         if folder is not None and not Path(folder).is_dir():
             raise QnnDeployError(f"{folder} is not a folder")
@@ -132,8 +136,7 @@ def _stages(out: Path, socs: tuple[str, ...], say: Step, sdk_root: Path | None, 
         max_abs_diff_cpu=max(d.max_abs_diff for d in prepared.equivalence), verdict_after=after.verdict,
         cpu_partitions=after.htp.cpu_partitions, compiled=[f"{j.graph}/{j.soc}" for j in compiled.jobs],
         cached=sum(j.status == "cached" for j in compiled.jobs), compile_s=compiled.duration_s,
-        validated=[f"{t.graph}/{t.soc}: " + ", ".join(f"{o.name} max|d| {o.max_abs_diff:.1e} SNR {o.snr_db:.1f} dB"
-                                                     for o in t.outputs) for t in validated.targets],
+        validated=[f"{t.graph}/{t.soc}: " + ", ".join(_figures(o) for o in t.outputs) for t in validated.targets],
         bundle=bundled.path, bundle_files=bundled.files, runtime=bundled.runtime, qairt=bundled.qairt,
         next_commands=[
             f"qnndeploy scaffold {b} --package com.example.kws -o app/qnndeploy",
@@ -141,3 +144,8 @@ def _stages(out: Path, socs: tuple[str, ...], say: Step, sdk_root: Path | None, 
             f"qnndeploy device verify {b}",
         ],
     )
+
+
+def _figures(o: OutputMetrics) -> str:
+    snr = f"SNR {o.snr_db:.1f} dB" if o.snr_db is not None else "no SNR (all-zero reference)"
+    return f"{o.name} max|d| {o.max_abs_diff:.1e} {snr}"

@@ -60,7 +60,7 @@ PARAM_DTYPES = {"float32", "float16", "bfloat16", "float64", "int8", "uint8", "i
 
 @dataclass
 class Finding:
-    code: str  # dynamic-dims, batch, int64, float64, quantized, control-flow, data-shaped, size, no-fp16, htp
+    code: str  # dynamic-dims, output-shape, batch, int64, float64, quantized, control-flow, data-shaped, size, soc, htp
     severity: str  # blocker (not ready), fixable (prepare fixes it), warning, info
     message: str
     fix: str
@@ -114,14 +114,24 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
             f"{params / 1e9:.2f} B parameters ({params * 2 / 1e9:.1f} GB at fp16): more than about 1 B parameters "
             "at fp16 may not fit one HTP context",
             "compile with 8-bit weights (w8a16), and/or split the model into several graphs"))
-    if soc is not None and not target.fp16 and precision == "fp16":
+    qairt = htp.qairt_version() if htp.available() else ""
+    refused = socs.refusal(target, qairt, precision)
+    if refused:
+        other = "w8a16" if precision == "fp16" else "fp16"
         findings.append(Finding(
-            "no-fp16", "warning",
-            f"{target.model} ({target.dsp_arch}) has no fp16 on its HTP: an fp16 build cannot run there",
-            "quantize for this SoC (8/16-bit) or leave it on the CPU path; build fp16 for v69 and newer"))
+            "soc", "blocker", f"{refused}: no {precision} build of any model runs there, whatever the export",
+            "target another SoC (qnndeploy socs lists them)"
+            + (f", or check --precision {other}" if not socs.refusal(target, qairt, other) else "")
+            + f", or leave {target.model}'s phones on the CPU fallback"))
+    mismatch = socs.arch_mismatch(target, qairt)
+    if mismatch:
+        findings.append(Finding("soc", "warning", mismatch,
+                                f"confirm on a {target.model} phone (qnndeploy device verify) before shipping it"))
 
     if not measure:
         htp_result = HtpMeasurement(target.model, False, "not requested (--no-measure)")
+    elif refused:
+        htp_result = HtpMeasurement(target.model, False, refused, qairt=qairt)
     elif any(i.dynamic for i in inputs):
         htp_result = HtpMeasurement(target.model, False, "the inputs have dynamic dims; prepare the model first")
         findings.append(Finding("htp", "info", "op support on the HTP not measured: the inputs have dynamic dims",

@@ -12,6 +12,16 @@ from qnndeploy.errors import QnnDeployError
 
 
 @dataclass(frozen=True)
+class QairtLimit:
+    """What one QAIRT release (major.minor) does for a SoC, against the catalog: precisions it refuses, and the arch it
+    writes into context binaries when that is not the catalog's."""
+
+    qairt: str
+    refuses: tuple[str, ...]
+    binary_arch: int | None
+
+
+@dataclass(frozen=True)
 class Soc:
     model: str
     soc_id: int
@@ -23,6 +33,7 @@ class Soc:
     kernel_soc_ids: tuple[int, ...]
     aliases: tuple[str, ...]
     note: str
+    qairt_limits: tuple[QairtLimit, ...] = ()
 
     @property
     def arch_number(self) -> int:
@@ -38,7 +49,9 @@ def catalog() -> tuple[Soc, ...]:
     raw = json.loads(resources.files("qnndeploy").joinpath("data/socs.json").read_text())
     return tuple(
         Soc(**{**s, "codenames": tuple(s["codenames"]), "kernel_soc_ids": tuple(s["kernel_soc_ids"]),
-               "aliases": tuple(s["aliases"])})
+               "aliases": tuple(s["aliases"]),
+               "qairt_limits": tuple(QairtLimit(q["qairt"], tuple(q["refuses"]), q["binary_arch"])
+                                     for q in s["qairt_limits"])})
         for s in raw["socs"]
     )
 
@@ -53,3 +66,30 @@ def find(name: str | int) -> Soc:
     close = difflib.get_close_matches(key.upper(), [n.upper() for n in names], n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(s.model for s in catalog())}"
     raise QnnDeployError(f"unknown SoC '{key}'{hint} (qnndeploy socs lists them)")
+
+
+def _limit(soc: Soc, qairt: str) -> QairtLimit | None:
+    family = ".".join(qairt.split(".")[:2])
+    return next((q for q in soc.qairt_limits if q.qairt == family), None)
+
+
+def refusal(soc: Soc, qairt: str, precision: str) -> str | None:
+    """Why `precision` cannot be built for `soc` with this QAIRT, from the catalog, or None. Known before any compile,
+    so check, compile and demo say it up front instead of blaming the model."""
+    if precision == "fp16" and not soc.fp16:
+        return f"{soc.model} ({soc.dsp_arch}) has no fp16 on its HTP"
+    limit = _limit(soc, qairt)
+    if limit and precision in limit.refuses:
+        return (f"QAIRT {qairt} compiles no {precision} for {soc.model} (soc_model {soc.soc_id}); catalog note: "
+                f"{soc.note}")
+    return None
+
+
+def arch_mismatch(soc: Soc, qairt: str) -> str | None:
+    """When this QAIRT writes another arch into the SoC's context binaries than the catalog's: bundle verify will flag
+    the bundle, so the binaries cannot be trusted for that SoC without a phone."""
+    limit = _limit(soc, qairt)
+    if limit and limit.binary_arch is not None and limit.binary_arch != soc.arch_number:
+        return (f"QAIRT {qairt} writes arch {limit.binary_arch} into {soc.model} context binaries, the catalog says "
+                f"{soc.dsp_arch}: bundle verify flags them; catalog note: {soc.note}")
+    return None

@@ -114,11 +114,21 @@ def test_a_model_the_htp_takes_nothing_of_is_all_cpu(tmp_path, qnn):
     assert [n.op_type for n in report.htp.cpu_nodes] == ["Det"]
 
 
-def test_sm8350_gets_the_no_fp16_warning(tmp_path, qnn):
+def test_sm8350_at_fp16_is_refused_up_front_not_blamed_on_the_model(tmp_path, qnn):
     path = save(tmp_path, sm.static_mlp())
     report = onnxcheck.check_model(path, soc="SM8350")
-    assert "no-fp16" in codes(report, "warning") and report.htp.soc == "SM8350"
-    assert "no-fp16" not in codes(onnxcheck.check_model(path, soc="SM8650"))
+    (finding,) = [f for f in report.findings if f.code == "soc"]
+    assert finding.severity == "blocker" and "SM8350 (v68) has no fp16 on its HTP" in finding.message
+    assert not report.htp.measured and "re-export" not in finding.fix and "CPU fallback" in finding.fix
+    assert "check --precision" not in finding.fix  # this QAIRT refuses w8a16 for it too (catalog)
+    assert "soc" not in codes(onnxcheck.check_model(path, soc="SM8650"))
+
+
+def test_a_binary_arch_the_catalog_contradicts_is_flagged_before_compiling(tmp_path, qnn):
+    report = onnxcheck.check_model(save(tmp_path, sm.static_mlp()), soc="SM8475")
+    (finding,) = [f for f in report.findings if f.code == "soc"]
+    assert finding.severity == "warning" and "writes arch 68 into SM8475 context binaries" in finding.message
+    assert report.verdict == "ready"
 
 
 def test_over_a_billion_parameters_warns_about_the_context_size(tmp_path):
@@ -235,74 +245,13 @@ def test_truncated_external_data_is_named_before_any_measurement(tmp_path):
 
 
 def test_a_soc_whose_htp_takes_nothing_is_blamed_not_the_model(tmp_path, qnn):
-    """QAIRT 2.51 lists SSG2115P but its HTP compiler refuses every node for it: the model is not the cause."""
+    """QAIRT 2.51 lists SSG2115P but its HTP compiler refuses every node for it: the catalog says so up front, and
+    the probe that found it still agrees."""
     path = save(tmp_path, sm.static_mlp())
     assert htp.htp_takes_nothing(catalog.find("SSG2115P"))
     assert not htp.htp_takes_nothing(catalog.find("SM8750"))
     report = onnxcheck.check_model(path, soc="SSG2115P")
-    assert report.verdict == "not ready" and report.htp.qnn_partitions == 0
-    (finding,) = [f for f in report.findings if f.code == "htp"]
-    assert "takes no node at all for SSG2115P (soc_model 46, v73)" in finding.message
-    assert "re-export" not in finding.fix and "another SoC" in finding.fix
-    # a model the HTP really cannot run is still blamed on its ops
-    (op,) = [f for f in onnxcheck.check_model(save(tmp_path, sm.only_unsupported(), "d.onnx")).findings
-             if f.code == "htp"]
-    assert "Det ×1" in op.message and "re-export" in op.fix
-
-
-# --- control flow by what drives it, precision, dims ------------------------------------------------
-
-def test_an_if_driven_by_input_shapes_and_a_setting_asks_for_both_fixes(tmp_path):
-    report = onnxcheck.check_model(save(tmp_path, sm.if_on_shape_and_setting()), measure=False)
-    (finding,) = [f for f in report.findings if f.code == "control-flow"]
-    assert finding.severity == "fixable" and "setting input(s) sr" in finding.message and finding.node == \
-        "If node branch"
-    assert report.verdict == "fixable" and "--freeze sr=VALUE" in report.prepare_command
-
-
-def test_an_if_driven_by_input_shapes_only_is_static_once_they_are_fixed(tmp_path):
-    report = onnxcheck.check_model(save(tmp_path, sm.if_on_shape_and_setting(setting=False)), measure=False)
-    (finding,) = [f for f in report.findings if f.code == "control-flow"]
-    assert finding.severity == "fixable" and "only on constants and input shapes" in finding.message
-
-
-def test_a_static_if_is_folded_by_the_fix_and_not_flagged_again(tmp_path, qnn):
-    model = sm.if_on_shape_and_setting(setting=False)
-    for value in (*model.graph.input, *model.graph.output):
-        value.type.tensor_type.shape.dim[1].dim_value = 300
-    report = onnxcheck.check_model(save(tmp_path, model))
-    assert report.htp.measured and report.htp.cpu_nodes == []
-    (finding,) = [f for f in report.findings if f.code == "control-flow"]
-    assert finding.severity == "fixable" and report.prepare_command.endswith("m.npu.onnx")
-    from qnndeploy import prepare
-
-    prepare.prepare_model(report.path, tmp_path / "m.npu.onnx")
-    again = onnxcheck.check_model(tmp_path / "m.npu.onnx")
-    assert again.verdict == "ready" and again.findings == []
-
-
-def test_w8a16_measures_the_quantized_graph_and_names_the_fuse_fix(tmp_path, qnn):
-    path = save(tmp_path, sm.gelu_erf())
-    assert onnxcheck.check_model(path).verdict == "ready"  # at fp16 the HTP runs the Erf
-    report = onnxcheck.check_model(path, precision="w8a16")
-    assert [n.op_type for n in report.htp.cpu_nodes] == ["Erf"]
-    (finding,) = [f for f in report.findings if f.code == "htp"]
-    assert finding.severity == "fixable" and "prepare --fuse" in finding.fix
-    assert report.verdict == "fixable" and report.prepare_command.endswith("--fuse")
-    from qnndeploy import prepare
-
-    prepare.prepare_model(path, tmp_path / "m.npu.onnx", fuse=True)
-    fused = onnxcheck.check_model(tmp_path / "m.npu.onnx", precision="w8a16")
-    assert fused.verdict == "ready" and fused.htp.cpu_nodes == [], fused.findings
-
-
-def test_placeholders_use_the_exporters_symbols_and_the_batch_is_one():
-    from qnndeploy.onnxio import TensorInfo as T
-    from qnndeploy.shapes import suggest_shapes
-
-    assert suggest_shapes([T("ids", "int64", ["batch", "seq"]), T("mask", "int64", ["batch", "seq"])]) \
-        == {"ids": ["1", "SEQ"], "mask": ["1", "SEQ"]}
-    assert suggest_shapes([T("x", "float32", ["unk__7", 3, "?", "?"])]) == {"x": ["1", "3", "D1", "D2"]}
-    # dim 0 of a 3-D input (time-major sequence, RNN state) is no batch unless its symbol says so
-    assert suggest_shapes([T("f", "float32", ["s0", "s1", 80])]) == {"f": ["D1", "D2", "80"]}
-    assert suggest_shapes([T("h", "float32", [2, "?", 8])], {"batch": 1}) == {"h": ["2", "D1", "8"]}
+    assert report.verdict == "not ready" and not report.htp.measured
+    (finding,) = [f for f in report.findings if f.code == "soc"]
+    assert "QAIRT 2.51.0 compiles no fp16 for SSG2115P (soc_model 46)" in finding.message
+    assert "whatever the export" in finding.message

@@ -393,14 +393,13 @@ def test_unsupported_nodes_are_named_when_onnxruntime_does_not_name_them(tmp_pat
     assert "Unsupported nodes in QNN EP" not in (tmp_path / "b" / "logs" / "sinh-SM8750.log").read_text()
 
 
-def test_a_soc_whose_htp_takes_nothing_is_named_as_the_cause(tmp_path):
+def test_a_soc_this_qairt_cannot_build_for_is_refused_before_any_job(tmp_path):
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler)")
-    result = run("compile", relu_graph(tmp_path / "relu.onnx"), "--soc", "SSG2115P", "-o", tmp_path / "b",
-                 "--no-cache")
-    assert result.exit_code == 1
-    rec = record(tmp_path / "b", "relu", "SSG2115P")
-    assert rec["error"].startswith("the HTP compiler of QAIRT 2.51.0 takes no node at all for SSG2115P")
-    assert "drop --soc SSG2115P" in rec["error"] and "change these ops" not in rec["error"]
+    result = run("compile", relu_graph(tmp_path / "relu.onnx"), "--soc", "SM8750", "--soc", "SSG2115P",
+                 "-o", tmp_path / "b", "--no-cache")
+    assert result.exit_code == 2 and not (tmp_path / "b").exists()
+    assert "QAIRT 2.51.0 compiles no fp16 for SSG2115P (soc_model 46); catalog note:" in result.output
+    assert "drop --soc SSG2115P" in result.output and "Relu" not in result.output
 
 
 def test_name_is_path_only_for_graph_names(tmp_path, monkeypatch):

@@ -106,7 +106,10 @@ def test_force_replaces_only_a_demo_output(tmp_path):
     assert done.returncode == 2 and done.stderr == f"error: -o {tmp_path / 'afile'} is a file, not a folder\n"
     done = subprocess.run(["qnndeploy", "demo", "-o", str(tmp_path / "x"), "--soc", "SM8350"], capture_output=True,
                           text=True)
-    assert done.returncode == 2 and "SM8350 has no fp16" in done.stderr and not (tmp_path / "x").exists()
+    assert done.returncode == 2 and "SM8350 (v68) has no fp16" in done.stderr and not (tmp_path / "x").exists()
+    done = subprocess.run(["qnndeploy", "demo", "-o", str(tmp_path / "x"), "--soc", "SM8475"], capture_output=True,
+                          text=True)  # its binaries would fail bundle verify at the last step: refused first
+    assert done.returncode == 2 and "writes arch 68 into SM8475" in done.stderr and not (tmp_path / "x").exists()
 
 
 def test_a_failed_forced_rerun_keeps_the_earlier_output(demo, tmp_path):

@@ -135,13 +135,17 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
         raise QnnDeployError("--calib applies to --precision w8a16 only; fp16 needs no calibration")
     if jobs is not None and jobs < 1:
         raise QnnDeployError("-j must be 1 or more")
-    targets = _targets(socs, precision)
+    targets = _targets(socs)
     graphs = _graphs(models)
     out = Path(out).expanduser().resolve()
     if out.exists() and not out.is_dir():
         raise QnnDeployError(f"-o {out} is a file; give a folder for the build")
     calibs = {g: _calibration_dir(calib, g) for g in graphs} if calib is not None else {}
     be = get_backend(backend, qnn_sdk_root)
+    for soc in targets:  # what the catalog knows this QAIRT cannot build, refused before any job runs
+        refused = catalog.refusal(soc, be.qairt_version, precision)
+        if refused:
+            raise QnnDeployError(f"{refused}: drop --soc {soc.model}; its phones keep the CPU fallback")
     store = Path(cache_dir or default_cache_dir()).expanduser() if use_cache else None
     if store is not None and store.exists() and not store.is_dir():
         raise QnnDeployError(f"the compile cache {store} is a file, not a folder: give a folder with --cache-dir "
@@ -210,16 +214,12 @@ def _remove_leftovers(job: Job) -> None:
 
 # --- planning --------------------------------------------------------------------------------------
 
-def _targets(names: list[str], precision: str) -> list[Soc]:
+def _targets(names: list[str]) -> list[Soc]:
     targets: list[Soc] = []
     for name in names:
         soc = catalog.find(name)
-        if soc in targets:
-            continue
-        if precision == "fp16" and not soc.fp16:
-            raise QnnDeployError(f"{soc.model} ({soc.dsp_arch}) has no fp16 on its HTP, so an fp16 build cannot run "
-                                 f"there: drop --soc {soc.model}; its phones keep the CPU fallback")
-        targets.append(soc)
+        if soc not in targets:
+            targets.append(soc)
     return targets
 
 
@@ -363,7 +363,8 @@ def _target_warnings(soc: Soc, targets: set[tuple[str, int]]) -> list[str]:
     for soc_type, arch in sorted(targets):
         if arch != soc.arch_number:
             warnings.append(f"the context binary targets arch {arch}, the catalog says {soc.dsp_arch} for "
-                            f"{soc.model}: check on a {soc.model} phone (qnndeploy device verify)")
+                            f"{soc.model}: check on a {soc.model} phone (qnndeploy device verify)"
+                            + (f"; catalog note: {soc.note}" if soc.note else ""))
         if soc_type != soc.model:
             warnings.append(f"the context binary names soc_type {soc_type}, not {soc.model}")
     return warnings
