@@ -11,7 +11,7 @@ FILES = {
     "rec": "ch_PP-OCRv4_rec_infer.onnx",
     "cls": "ch_ppocr_mobile_v2.0_cls_infer.onnx",
 }
-# The fixed shapes the NPU needs (../shared/facts/qnn-on-x86.md); the packaged models have dynamic dims.
+# The fixed shapes the NPU needs (the sizes RapidOCR feeds); the packaged models have dynamic dims.
 STATIC_SHAPES = {"det": [1, 3, 640, 640], "rec": [1, 3, 48, 320], "cls": [1, 3, 48, 192]}
 
 

@@ -1,0 +1,257 @@
+"""The readiness rules `check` applies to a graph, each returning its findings with the prepare options that fix
+them (a PrepareFix), so that one rule never edits what another decided; onnxcheck.py runs them and merges the fixes
+into one command line."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from qnndeploy.htp import HtpMeasurement
+from qnndeploy.onnxio import CONTROL_FLOW_OPS, TensorInfo, all_nodes, all_tensors, dtype_name, real_inputs, tensor_info
+from qnndeploy.shapes import batch_dim, suggest_shapes
+
+if TYPE_CHECKING:
+    import onnx
+
+# Above about 1 B parameters an fp16 model may not fit one HTP context (2 GB of fp16 weights).
+CONTEXT_PARAMS_FP16 = 1_000_000_000
+# A scalar-ish input (at most this many elements) that drives an If is a setting that can be frozen.
+FREEZABLE_NUMEL = 16
+
+QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
+             "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "QGemm", "QAttention", "MatMulNBits",
+             "DynamicQuantizeLSTM", "QuantizeBFP", "DequantizeBFP"}
+# Ops whose output size depends on the data, which a fixed-size graph cannot express.
+DATA_SHAPED_OPS = {"NonZero", "Unique", "NonMaxSuppression", "Compress", "SequenceConstruct", "SequenceAt",
+                   "SequenceInsert", "SequenceErase", "SequenceEmpty", "SequenceLength", "SplitToSequence",
+                   "ConcatFromSequence", "SequenceMap", "Optional", "OptionalGetElement", "OptionalHasElement"}
+PARAM_DTYPES = {"float32", "float16", "bfloat16", "float64", "int8", "uint8", "int4", "uint4"}
+
+
+@dataclass
+class Finding:
+    code: str  # dynamic-dims, output-shape, batch, int64, float64, quantized, control-flow, data-shaped, size, soc, htp
+    severity: str  # blocker (not ready), fixable (prepare fixes it), warning, info
+    message: str
+    fix: str
+    node: str = ""  # the node a control-flow finding is about
+    prepare: PrepareFix | None = None  # the prepare options that fix it (empty: a plain prepare); None: not prepare's
+
+
+@dataclass
+class PrepareFix:
+    """What prepare needs to fix one finding. The report merges them into one command line."""
+
+    shapes: dict[str, list[str]] = field(default_factory=dict)
+    freeze: list[str] = field(default_factory=list)
+    int32: bool = False
+    fuse: bool = False
+
+    def args(self) -> list[str]:
+        out = [a for name, dims in self.shapes.items() for a in ("--shape", f"{name}={','.join(dims)}")]
+        out += [a for name in self.freeze for a in ("--freeze", f"{name}=VALUE")]
+        return out + (["--int32-inputs"] if self.int32 else []) + (["--fuse"] if self.fuse else [])
+
+    def placeholders(self) -> list[str]:
+        holes = sorted({d for dims in self.shapes.values() for d in dims if not d.isdigit()})
+        return holes + (["VALUE"] if self.freeze else [])
+
+
+def merged(fixes: list[PrepareFix]) -> PrepareFix:
+    out = PrepareFix()
+    for f in fixes:
+        out.shapes.update(f.shapes)
+        out.freeze += [n for n in f.freeze if n not in out.freeze]
+        out.int32 |= f.int32
+        out.fuse |= f.fuse
+    return out
+
+
+def declared_outputs(model: onnx.ModelProto) -> list[Finding]:
+    """Outputs whose declared shape the graph does not compute (shape inference with the declarations dropped):
+    kept, they make the HTP compiler refuse a Reshape that is right. prepare writes the computed shapes."""
+    import onnx
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    for value in probe.graph.output:
+        value.type.tensor_type.ClearField("shape")
+    probe.graph.ClearField("value_info")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(probe, data_prop=True).graph.output
+    except Exception:  # custom ops, a model over 2 GB: nothing to compare with
+        return []
+    wrong = []
+    for declared, computed in zip(model.graph.output, inferred):
+        d, c = tensor_info(declared), tensor_info(computed)
+        if d.shape is None or c.shape is None or not c.shape:
+            continue
+        if len(d.shape) != len(c.shape) or any(isinstance(a, int) and isinstance(b, int) and a != b
+                                                for a, b in zip(d.shape, c.shape)):
+            wrong.append(f"{d.name} declares {d.shape_text()}, computes {c.shape_text()}")
+    if not wrong:
+        return []
+    return [Finding("output-shape", "fixable", "declared output shapes the graph does not compute: " + "; ".join(wrong),
+                    "prepare (it writes the shapes the graph computes, confirmed by a CPU run)", prepare=PrepareFix())]
+
+
+def shapes(inputs: list[TensorInfo], outputs: list[TensorInfo]) -> list[Finding]:
+    findings = []
+    suggested = suggest_shapes(inputs)
+    for info in inputs:
+        if info.dynamic:
+            dims = suggested[info.name]
+            holes = [d for d in dims if not d.isdigit()]
+            findings.append(Finding(
+                "dynamic-dims", "fixable",
+                f"input {info.name} has dynamic dims {info.shape_text()}: the NPU runs fixed-size graphs",
+                f"prepare --shape {info.name}={','.join(dims)}"
+                + (f" ({', '.join(holes)}: the fixed size your app feeds)" if holes else ""),
+                prepare=PrepareFix(shapes={info.name: dims})))
+        elif batch_dim(info) == 0 and info.shape[0] > 1:
+            findings.append(Finding(
+                "batch", "warning", f"input {info.name} has batch {info.shape[0]}: the NPU graph is run at batch 1",
+                f"prepare --shape {info.name}={','.join(['1'] + [str(d) for d in info.shape[1:]])} if the graph "
+                "allows it, else re-export with batch 1"))
+    dynamic_out = [o for o in outputs if o.dynamic]
+    if dynamic_out:
+        findings.append(Finding(
+            "dynamic-dims", "fixable",
+            "outputs with dynamic dims: " + ", ".join(f"{o.name} {o.shape_text()}" for o in dynamic_out),
+            "prepare infers them from fixed input shapes", prepare=PrepareFix()))
+    return findings
+
+
+def dtypes(graph: onnx.GraphProto, inputs: list[TensorInfo], outputs: list[TensorInfo],
+           frozen: set[str]) -> list[Finding]:
+    """int64 and float64; `frozen` inputs (constants after prepare) need no int32 wrapper."""
+    findings = []
+    int64 = [t.name for t in inputs + outputs if t.dtype == "int64" and t.name not in frozen]
+    if int64:
+        findings.append(Finding(
+            "int64", "fixable", f"int64 inputs/outputs ({', '.join(int64)}): the HTP has no int64 tensors",
+            "prepare --int32-inputs (wraps them as int32 with a Cast inside the graph, names unchanged)",
+            prepare=PrepareFix(int32=True)))
+    f64 = [t.name for t in inputs + outputs if t.dtype == "float64"]
+    f64 += [t.name for t in all_tensors(graph) if dtype_name(t.data_type) == "float64"]
+    f64 += [n.name or n.op_type for n in all_nodes(graph) if n.op_type == "Cast"
+            and any(a.name == "to" and dtype_name(a.i) == "float64" for a in n.attribute)]
+    if f64:
+        findings.append(Finding(
+            "float64", "blocker",
+            f"float64 tensors ({_clip(f64)}): the HTP has no float64, these parts would run on the CPU",
+            "re-export in float32 (e.g. model.float() before torch.onnx.export)"))
+    return findings
+
+
+def ops(graph: onnx.GraphProto) -> list[Finding]:
+    findings = []
+    quant = Counter(n.op_type for n in all_nodes(graph) if n.op_type in QUANT_OPS or n.op_type.startswith("QLinear"))
+    if quant:
+        findings.append(Finding(
+            "quantized", "blocker",
+            f"int8 quantization is already in the ONNX ({', '.join(f'{k} ×{v}' for k, v in quant.most_common())})",
+            "export the float model and quantize in QNN at compile time (fp16, or w8a16 for large models)"))
+    shaped = Counter(n.op_type for n in all_nodes(graph) if n.op_type in DATA_SHAPED_OPS)
+    if shaped:
+        findings.append(Finding(
+            "data-shaped", "blocker",
+            f"ops whose output size depends on the data ({', '.join(f'{k} ×{v}' for k, v in shaped.items())}): "
+            "a fixed-size graph cannot hold them",
+            "move them out of the graph (into app code, before or after the model) or re-export without them"))
+    producers = {o: n for n in graph.node for o in n.output}
+    fed = {v.name for v in real_inputs(graph)}
+    small_inputs = {v.name for v in real_inputs(graph) if _numel(tensor_info(v)) <= FREEZABLE_NUMEL}
+    for node in graph.node:
+        if node.op_type not in CONTROL_FLOW_OPS:
+            continue
+        label = f"{node.op_type} node {node.name or '(unnamed)'}"
+        # What drives the node: the condition of an If, the trip count and condition of a Loop.
+        driving = [t for t in (node.input[:1] if node.op_type == "If" else node.input[:2]) if t]
+        values = set().union(*(value_drivers(t, producers, fed) for t in driving)) if driving else set()
+        if node.op_type != "If":
+            findings.append(Finding(
+                "control-flow", "blocker", f"{label}: a loop breaks a static compile",
+                "re-export with the loop unrolled to a fixed count, or run the loop in app code and export "
+                "its body as the graph", node=label))
+        elif not values:
+            findings.append(Finding(
+                "control-flow", "fixable",
+                f"{label} depends only on constants and input shapes: once the shapes are fixed it is static",
+                "prepare (folding removes it)", node=label, prepare=PrepareFix()))
+        elif values <= small_inputs:
+            findings.append(Finding(
+                "control-flow", "fixable",
+                f"{label} is driven by the value of the setting input(s) {', '.join(sorted(values))} "
+                "(and at most input shapes): control flow breaks a static compile",
+                " ".join(f"prepare --freeze {d}=VALUE" for d in sorted(values))
+                + f" (the value your app always uses; the {node.op_type} folds away)", node=label,
+                prepare=PrepareFix(freeze=sorted(values))))
+        else:
+            findings.append(Finding(
+                "control-flow", "blocker",
+                f"{label} depends on the values of {', '.join(sorted(values - small_inputs))}: control flow "
+                "breaks a static compile",
+                "re-export without it: compute both branches and select the result (torch.where)", node=label))
+    return findings
+
+
+# Ops whose output says only something about the shape of their input, never about its values.
+SHAPE_ONLY_OPS = {"Shape", "Size"}
+
+
+def value_drivers(tensor: str, producers: dict, graph_inputs: set[str]) -> set[str]:
+    """The graph inputs whose values a tensor is computed from. A path through Shape or Size reads only the
+    input's shape, which `--shape` fixes, so it does not count; initializers and constants do not either."""
+    found, seen, todo = set(), set(), [tensor]
+    while todo:
+        name = todo.pop()
+        if name in seen or not name:
+            continue
+        seen.add(name)
+        if name in graph_inputs:
+            found.add(name)
+        elif name in producers and producers[name].op_type not in SHAPE_ONLY_OPS:
+            todo.extend(producers[name].input)
+    return found
+
+
+def taken_by_the_htp(finding: Finding) -> Finding:
+    """The measurement outranks the reading: with every node on the HTP, a control-flow node that looked
+    value-dependent was folded by ONNX Runtime for these shapes or taken whole by the QNN EP; nothing to re-export."""
+    return Finding("control-flow", "info",
+                   f"{finding.node}: runs on the HTP as measured (every node on the HTP: ONNX Runtime folds it for "
+                   "these shapes or the QNN EP takes it)",
+                   "none needed; validate compares its outputs with the CPU on the HTP emulator", node=finding.node)
+
+
+def _numel(info: TensorInfo) -> float:
+    if info.dynamic:
+        return math.inf
+    return math.prod(info.shape)
+
+
+def _clip(names: list[str], keep: int = 6) -> str:
+    names = list(dict.fromkeys(names))
+    return ", ".join(names[:keep]) + (f" and {len(names) - keep} more" if len(names) > keep else "")
+
+
+def measured(m: HtpMeasurement) -> list[Finding]:
+    if not m.measured and "not installed" in m.reason:
+        return [Finding("htp", "warning", "op support on the HTP not measured: onnxruntime-qnn is not installed",
+                        "pip install onnxruntime-qnn (Linux x86-64) and check again")]
+    if not m.measured:
+        return [Finding("htp", "blocker", f"{m.reason} ({m.soc})",
+                        "re-export avoiding the ops the message names, then check again")]
+    if not m.cpu_nodes:
+        return []
+    ops = Counter(n.op_type for n in m.cpu_nodes)
+    return [Finding(
+        "htp", "blocker",
+        f"{len(m.cpu_nodes)} of {m.total_nodes} nodes would run on the CPU in {m.cpu_partitions} partition(s) "
+        f"on {m.soc} ({', '.join(f'{k} ×{v}' for k, v in ops.most_common())}): each CPU partition costs a "
+        "round trip and most of the NPU's gain",
+        "re-export replacing these ops with ones the HTP runs, or move them into app code")]
