@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from elfgen import BUILD, fake_sdk  # noqa: E402
+from elfgen import BUILD, fake_sdk
 
 SOCS = {"SM8650": 75, "SM8750": 79}
 GRAPHS = ("encoder", "decoder")
@@ -37,8 +37,7 @@ def make_inputs(root: Path, total_bytes: int) -> list[Path]:
             p.parent.mkdir(parents=True, exist_ok=True)
             with open(p, "wb") as f:
                 f.write(f"{BUILD}\0soc_type={soc};arch={arch}\0".encode())
-                for i in range(0, per_file, len(block)):
-                    f.write(block[: min(len(block), per_file - i)])
+                f.writelines(block[: min(len(block), per_file - i)] for i in range(0, per_file, len(block)))
             files.append(p)
     for g in GRAPHS:
         x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])

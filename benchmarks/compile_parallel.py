@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from ppocr import STATIC_SHAPES, model_path  # noqa: E402
+from ppocr import STATIC_SHAPES, model_path
 
-from qnndeploy.compile import compile_models  # noqa: E402
-from qnndeploy.prepare import prepare_model  # noqa: E402
+from qnndeploy.compile import compile_models
+from qnndeploy.prepare import prepare_model
 
 SOCS = ["SM8550", "SM8650", "SM8750"]
 

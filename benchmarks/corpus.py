@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import corpus  # noqa: E402
+import corpus
 
 
 def main() -> int:
@@ -38,9 +38,9 @@ def main() -> int:
             print(f"{model.name:<18} {s.name:<9} {'ok ' if s.ok else 'NO '} {s.seconds:6.1f} s  {s.summary}",
                   flush=True)
     print(f"\n{'model':<18} {'family':<58} reached   expected")
-    for model, run in zip(models, runs):
+    for model, run in zip(models, runs, strict=True):
         print(f"{model.name:<18} {model.family[:58]:<58} {run.reached:<9} {model.expect}")
-    good = sum(r.reached == m.expect for m, r in zip(models, runs))
+    good = sum(r.reached == m.expect for m, r in zip(models, runs, strict=True))
     print(f"\n{good} of {len(models)} models got where expected, in {time.monotonic() - start:.0f} s (work: {work})")
     return 0 if good == len(models) else 1
 

@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from bundles import tiny_model  # noqa: E402
-from device_emulator import EmulatedDevice  # noqa: E402
-from elfgen import BUILD, fake_sdk  # noqa: E402
+from bundles import tiny_model
+from device_emulator import EmulatedDevice
+from elfgen import BUILD, fake_sdk
 
 GRAPHS = {"encoder": 0.75, "decoder": 0.25}  # share of the context-binary bytes
 
@@ -41,8 +41,7 @@ def make_bundle(root: Path, total_bytes: int) -> Path:
         p.parent.mkdir(parents=True, exist_ok=True)
         with open(p, "wb") as f:
             f.write(f"{BUILD}\0soc_type=SM8750;arch=79\0".encode())
-            for off in range(0, size, len(block)):
-                f.write(block[: min(len(block), size - off)])
+            f.writelines(block[: min(len(block), size - off)] for off in range(0, size, len(block)))
         npu["SM8750"][g] = [p]
         cpu[g] = tiny_model(root / "in" / f"{g}.onnx", 8 * (i + 1))
     spec = BundleSpec(name="bench", version="1.0.0", cpu=cpu, npu=npu, sdk_root=fake_sdk(root / "sdk", ["v79"]),

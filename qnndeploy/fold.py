@@ -40,7 +40,7 @@ def _onnxsim(src: Path, dst: Path, external: bool) -> None:
         raise FoldError("skipped: it cannot write models over 2 GB")
     try:
         _, ok = onnxsim.simplify(str(src), output_path=str(dst))
-    except Exception as e:  # onnxsim raises many types, from Python and from its C++ core
+    except Exception as e:  # noqa: BLE001 onnxsim raises many types, from Python and from its C++ core
         raise FoldError(first_line(e)) from None
     if not ok:
         raise FoldError("its own check of the result failed")
@@ -53,7 +53,7 @@ def _onnxslim(src: Path, dst: Path, external: bool) -> None:
         raise FoldError("not installed (pip install onnxslim)") from None
     try:
         onnxslim.slim(str(src), str(dst), save_as_external_data=external)
-    except Exception as e:  # onnxslim raises whatever its passes raise
+    except Exception as e:  # noqa: BLE001 onnxslim raises whatever its passes raise
         raise FoldError(first_line(e)) from None
 
 
@@ -70,7 +70,7 @@ def _onnxruntime(src: Path, dst: Path, external: bool) -> None:
         options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
     try:
         ort.InferenceSession(str(src), options, providers=["CPUExecutionProvider"])
-    except Exception as e:  # onnxruntime's exception types are not exported
+    except Exception as e:  # noqa: BLE001 onnxruntime's exception types are not exported
         raise FoldError(first_line(e)) from None
 
 
@@ -91,7 +91,7 @@ def _onnx(src: Path, dst: Path, external: bool) -> None:
             onnx.save(model, str(dst))
     except FoldError:
         raise
-    except Exception as e:  # onnx raises many types, from Python and from its C++ core
+    except Exception as e:  # noqa: BLE001 onnx raises many types, from Python and from its C++ core
         raise FoldError(first_line(e)) from None
 
 
@@ -115,7 +115,7 @@ def _fold_pass(model: onnx.ModelProto) -> bool:
         if values is None:
             kept.append(node)
             continue
-        for name, value in zip([o for o in node.output if o], values):
+        for name, value in zip([o for o in node.output if o], values, strict=True):
             consts[name] = numpy_helper.from_array(value, name)
             graph.initializer.append(consts[name])
         changed = True
@@ -130,7 +130,7 @@ def _static_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
 
     try:
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
-    except Exception:  # folding what is already constant still helps
+    except Exception:  # noqa: BLE001 folding what is already constant still helps
         return {}
     shapes = {}
     for value in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
@@ -161,7 +161,7 @@ def _values(node: onnx.NodeProto, shapes: dict[str, list[int]], consts: dict[str
                             initializer=[consts[name] for name in dict.fromkeys(node.input) if name])
     try:
         values = ReferenceEvaluator(helper.make_model(one, opset_imports=opsets)).run(None, {})
-    except Exception as e:  # the reference ops raise whatever numpy raises
+    except Exception as e:  # noqa: BLE001 the reference ops raise whatever numpy raises
         raise FoldError(f"{node.op_type} node {node.name or '(unnamed)'}: {first_line(e)}") from None
     if not all(isinstance(v, np.ndarray) for v in values) or sum(v.nbytes for v in values) > _MAX_FOLDED_BYTES:
         return None  # sequences, optionals and big tensors stay computed
@@ -179,7 +179,7 @@ def _inline(graph: onnx.GraphProto, index: int, cond: bool) -> list[onnx.NodePro
         *(_names(n) for i, n in enumerate(graph.node) if i != index), node.input, node.output)
     defined = {o for n in branch.node for o in n.output if o} | {t.name for t in branch.initializer}
     mapping: dict[str, str] = {}
-    for out, target in zip(branch.output, node.output):
+    for out, target in zip(branch.output, node.output, strict=True):
         if target and out.name in defined and out.name not in mapping:
             mapping[out.name] = target
     taken = parent | _names(node)
@@ -192,7 +192,8 @@ def _inline(graph: onnx.GraphProto, index: int, cond: bool) -> list[onnx.NodePro
             taken.add(new)
     # An output the branch does not compute itself (an outer name, or one output twice) gets an Identity.
     tail = [helper.make_node("Identity", [mapping.get(out.name, out.name)], [target])
-            for out, target in zip(branch.output, node.output) if target and mapping.get(out.name) != target]
+            for out, target in zip(branch.output, node.output, strict=True)
+            if target and mapping.get(out.name) != target]
     _rename(branch, mapping)
     graph.initializer.extend(branch.initializer)
     return [*branch.node, *tail]

@@ -54,7 +54,8 @@ def find_gelus(graph: onnx.GraphProto) -> list[tuple[str, str, list[onnx.NodePro
         if not _near(scalar_constant(graph, c), math.sqrt(2) if scale.op_type == "Div" else 1 / math.sqrt(2)):
             continue
         add = only_consumer(erf.output[0])
-        if add is None or add.op_type != "Add" or not _near(scalar_constant(graph, _other(add, erf.output[0]) or ""), 1.0):
+        if add is None or add.op_type != "Add" \
+                or not _near(scalar_constant(graph, _other(add, erf.output[0]) or ""), 1.0):
             continue
         first = only_consumer(add.output[0])
         if first is None or first.op_type != "Mul":
@@ -74,7 +75,8 @@ def find_gelus(graph: onnx.GraphProto) -> list[tuple[str, str, list[onnx.NodePro
                 continue
             nodes.append(last)
         elif half is not None and half.op_type == "Mul" and x in half.input \
-                and _near(scalar_constant(graph, _other(half, x) or ""), 0.5) and only_consumer(half.output[0]) is first:
+                and _near(scalar_constant(graph, _other(half, x) or ""), 0.5) \
+                and only_consumer(half.output[0]) is first:
             nodes.insert(0, half)  # Mul(Mul(x, 0.5), 1 + erf)
         else:
             continue

@@ -155,7 +155,7 @@ def measure_htp(path: Path, soc: Soc, graph: onnx.GraphProto | None = None,
         try:
             with quiet_native_stdout():
                 ort.InferenceSession(str(path), options)
-        except Exception as e:  # onnxruntime raises its own, unexported exception types
+        except Exception as e:  # noqa: BLE001 onnxruntime raises its own, unexported exception types
             return HtpMeasurement(soc.model, False, f"the HTP compile failed: {first_line(e)}",
                                   qairt=qairt_version(), total_nodes=total,
                                   seconds=round(time.monotonic() - start, 2))

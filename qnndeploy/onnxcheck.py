@@ -112,7 +112,10 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
         findings.append(Finding("htp", "info", "op support on the HTP not measured: the inputs have dynamic dims",
                                 "run prepare, then check the prepared model"))
     else:
-        htp_result = measure_htp(path, target, graph) if precision == "fp16" else _measure_quantized(path, target, graph)
+        if precision == "fp16":
+            htp_result = measure_htp(path, target, graph)
+        else:
+            htp_result = _measure_quantized(path, target, graph)
         if htp_result.measured and htp_result.cpu_nodes and not htp_result.qnn_partitions \
                 and htp_takes_nothing(target):
             findings.append(Finding("htp", "blocker", soc_takes_nothing(target, htp_result.qairt),
@@ -169,7 +172,7 @@ def _measure_quantized(path: Path, soc: Soc, graph: onnx.GraphProto) -> HtpMeasu
         try:
             with htp.quiet_native_stdout():
                 quantize.qdq(path, calibration, qdq)
-        except Exception as e:  # the quantizer raises whatever onnxruntime and onnx raise
+        except Exception as e:  # noqa: BLE001 the quantizer raises whatever onnxruntime and onnx raise
             return HtpMeasurement(soc.model, False, f"quantizing to w8a16 failed: {first_line(e)}")
         finally:
             logging.disable(logging.NOTSET)

@@ -268,7 +268,7 @@ def int_input_ranges(graph: onnx.GraphProto) -> dict[str, tuple[int, int, str]]:
                             bound = (rows, f"it indexes {node.input[0]} ({rows} rows) in {node.op_type} "
                                            f"{node.name or '(unnamed)'}")
                 elif (why := _mask_use(graph, node, name)) is not None:
-                    if bound is None or 2 < bound[0]:
+                    if bound is None or bound[0] > 2:
                         bound = (2, why)
                 elif node.op_type in _VALUE_PRESERVING:
                     todo.extend(node.output)

@@ -114,7 +114,7 @@ def _check_shapes(shapes: Mapping[str, Sequence[int]], inputs: Mapping[str, onnx
             if len(info.shape) != len(dims):
                 raise QnnDeployError(f"--shape {name}: {len(dims)} dims given, but input {name} has rank "
                                      f"{len(info.shape)} {info.shape_text()}")
-            for i, (model_dim, dim) in enumerate(zip(info.shape, dims)):
+            for i, (model_dim, dim) in enumerate(zip(info.shape, dims, strict=True)):
                 if isinstance(model_dim, int) and model_dim != dim:
                     raise QnnDeployError(f"--shape {name}: dim {i} is fixed at {model_dim} in the model, "
                                          f"not {dim} ({info.shape_text()})")
@@ -128,7 +128,7 @@ def _symbols(shapes: Mapping[str, list[int]], inputs: Mapping[str, onnx.ValueInf
     where: dict[str, str] = {}
     for name, dims in shapes.items():
         declared = tensor_info(inputs[name]).shape or []
-        for symbol, dim in zip(declared, dims):
+        for symbol, dim in zip(declared, dims, strict=False):  # declared is [] when the input has no shape
             if not isinstance(symbol, str) or symbol == "?":
                 continue
             if symbols.setdefault(symbol, dim) != dim:
@@ -332,7 +332,7 @@ def _infer_shapes(src: Path, dst: Path, external: bool) -> None:
         try:
             onnx.shape_inference.infer_shapes_path(str(shaped), str(shaped), **kwargs)
             break
-        except Exception:  # custom-domain ops can stop onnx's inference; the CPU run gives the outputs' shapes
+        except Exception:  # noqa: BLE001 custom-domain ops can stop onnx's inference; the CPU run gives the shapes
             continue
     model = onnx.load(str(shaped))
     _save(model, dst, external)
@@ -361,7 +361,7 @@ def _cpu_session(path: Path, what: str, hint: str = ""):
     options.log_severity_level = 3
     try:
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    except Exception as e:  # onnxruntime's exception types are not exported
+    except Exception as e:  # noqa: BLE001 onnxruntime's exception types are not exported
         raise QnnDeployError(f"{what} does not load in onnxruntime: {first_line(e)}{hint}") from None
 
 
@@ -399,7 +399,7 @@ def _reference(original: Path, feeds: Mapping[str, np.ndarray], frozen: Mapping[
     session = _cpu_session(original, f"the original model {original.name}")
     try:
         got = session.run(None, {**feeds, **frozen})
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 onnxruntime raises its own, unexported types
         hint = ""
         if random:
             drawn = [f"{name} in [{ranges[name][0]}, {ranges[name][1]}) ({ranges[name][2]})" if name in ranges
@@ -408,7 +408,7 @@ def _reference(original: Path, feeds: Mapping[str, np.ndarray], frozen: Mapping[
                     "(--freeze NAME=VALUE) or give real inputs with --inputs DIR") if drawn \
                 else "; give real inputs with --inputs DIR"
         raise QnnDeployError(f"the original model fails on these inputs: {first_line(e)}{hint}") from None
-    return dict(zip([o.name for o in session.get_outputs()], got))
+    return dict(zip([o.name for o in session.get_outputs()], got, strict=True))
 
 
 def _run_prepared(prepared: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -418,7 +418,7 @@ def _run_prepared(prepared: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, 
     types = {i.name: i.type for i in session.get_inputs()}
     cast = {"tensor(int32)": np.int32}
     got = session.run(None, {k: v.astype(cast.get(types[k], v.dtype)) for k, v in feeds.items()})
-    return dict(zip([o.name for o in session.get_outputs()], got))
+    return dict(zip([o.name for o in session.get_outputs()], got, strict=True))
 
 
 # --- the stage ------------------------------------------------------------------------------------
@@ -521,11 +521,12 @@ def _disagrees(declared: TensorInfo, actual: TensorInfo) -> bool:
     if declared.shape is None or actual.shape is None:
         return False
     return len(declared.shape) != len(actual.shape) or any(
-        isinstance(d, int) and d != a for d, a in zip(declared.shape, actual.shape))
+        isinstance(d, int) and d != a for d, a in zip(declared.shape, actual.shape, strict=True))
 
 
 def _fold_chain(stage: Path, work: Path, name: str, simplify: bool, external: bool, feeds: Mapping[str, np.ndarray],
-                want: Mapping[str, np.ndarray], tolerance: float) -> tuple[Path, str | None, list[str], list[OutputDiff]]:
+                want: Mapping[str, np.ndarray], tolerance: float
+                ) -> tuple[Path, str | None, list[str], list[OutputDiff]]:
     """Fold with each tool in turn (fold.TOOLS, then no folding at all) and keep the first result that computes the
     same outputs and has no control flow left; else the first that computes the same outputs. Every result gets its
     shapes re-inferred and its output shapes from a CPU run. Returns (model, tool or None, what each tool did,
@@ -552,7 +553,7 @@ def _fold_chain(stage: Path, work: Path, name: str, simplify: bool, external: bo
         except QnnDeployError as e:
             tried.append(f"{label}: its result does not load ({e})")
             continue
-        except Exception as e:  # onnxruntime's and onnx's exception types are not exported
+        except Exception as e:  # noqa: BLE001 onnxruntime's and onnx's exception types are not exported
             tried.append(f"{label}: its result does not run ({first_line(e)})")
             continue
         diffs = [_compare(n, w, got[n], tolerance) for n, w in want.items()]

@@ -82,15 +82,15 @@ def declared_outputs(model: onnx.ModelProto) -> list[Finding]:
     probe.graph.ClearField("value_info")
     try:
         inferred = onnx.shape_inference.infer_shapes(probe, data_prop=True).graph.output
-    except Exception:  # custom ops, a model over 2 GB: nothing to compare with
+    except Exception:  # noqa: BLE001 custom ops, a model over 2 GB: nothing to compare with
         return []
     wrong = []
-    for declared, computed in zip(model.graph.output, inferred):
+    for declared, computed in zip(model.graph.output, inferred, strict=True):
         d, c = tensor_info(declared), tensor_info(computed)
         if d.shape is None or c.shape is None or not c.shape:
             continue
         if len(d.shape) != len(c.shape) or any(isinstance(a, int) and isinstance(b, int) and a != b
-                                                for a, b in zip(d.shape, c.shape)):
+                                                for a, b in zip(d.shape, c.shape, strict=True)):
             wrong.append(f"{d.name} declares {d.shape_text()}, computes {c.shape_text()}")
     if not wrong:
         return []

@@ -59,8 +59,8 @@ def cpu_outputs(model: Path, samples: list[dict]) -> list[dict]:
     try:
         session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
         names = [o.name for o in session.get_outputs()]
-        return [dict(zip(names, session.run(None, s))) for s in samples]
-    except Exception as e:  # onnxruntime's exception types are not exported
+        return [dict(zip(names, session.run(None, s), strict=True)) for s in samples]
+    except Exception as e:  # noqa: BLE001 onnxruntime's exception types are not exported
         raise QnnDeployError(f"onnxruntime could not run {model} on the CPU: {first_line(e)}") from None
 
 
@@ -141,7 +141,7 @@ def read_arrays(path: Path) -> dict[str, np.ndarray]:
             with loaded:
                 return {k: loaded[k] for k in loaded.files}
         return {Path(path).stem: loaded}
-    except Exception as e:  # numpy raises ValueError, EOFError, OSError, BadZipFile, zlib.error… for bad files
+    except Exception as e:  # noqa: BLE001 numpy raises ValueError, EOFError, OSError, BadZipFile… for bad files
         raise QnnDeployError(f"cannot read {path} as a NumPy array file ({first_line(e).rstrip('.')}); save "
                              "samples with numpy.save or numpy.savez") from None
 

@@ -497,7 +497,7 @@ def test_existing_bundle_needs_force(inputs, tmp_path):
 
 
 def test_interrupted_build_leaves_nothing(inputs, tmp_path, monkeypatch):
-    import qnndeploy.bundle.build as build
+    from qnndeploy.bundle import build
 
     def boom(*a, **k):
         raise KeyboardInterrupt

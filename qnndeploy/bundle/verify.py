@@ -103,7 +103,7 @@ def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:  # hashlib releases the GIL
         scanned = pool.map(lambda ke: scan_file(root / ke[1]["path"], ke[0] != "cpu" and ke[0] != "record",
                                                 progress), present)
-        facts = {e["path"]: f for (_, e), f in zip(present, scanned)}
+        facts = {e["path"]: f for (_, e), f in zip(present, scanned, strict=True)}
     report.problems += check_manifest(manifest, facts, tree, root)
     report.warnings += check_warnings(manifest, facts)
     _summarize(report, manifest, facts)
@@ -331,7 +331,7 @@ def _runtime_completeness(target: dict, libs: list[dict]) -> list[Problem]:
     arch = target["dsp_arch"]
     have = {(lib["role"], lib.get("dsp_arch", arch)) for lib in libs}
     roles = ("htp", "system", "stub", "skel")
-    missing = [name for role, name in zip(roles, qnn_libraries(arch)) if (role, arch) not in have]
+    missing = [name for role, name in zip(roles, qnn_libraries(arch), strict=True) if (role, arch) not in have]
     if not missing:
         return []
     return [Problem(MANIFEST, f"target {target['soc']} ({arch}) needs {', '.join(missing)} in the bundle's runtime")]

@@ -29,7 +29,7 @@ _QAIRT_LEVEL = re.compile(r" - (WARNING|ERROR) - (.*)")
 _QNN_TOOL_ERROR = re.compile(r"\[ ERROR \] (.*)")
 # Python logging from onnxruntime.quantization ("WARNING:root:...") and converter quantizer warnings.
 _PY_WARNING = re.compile(r"^WARNING:[\w.]+:(.*)")
-_QUANT_WORDS = re.compile(r"quantiz|encoding|calibrat|bitwidth|bias", re.I)
+_QUANT_WORDS = re.compile(r"quantiz|encoding|calibrat|bitwidth|bias", re.IGNORECASE)
 
 MAX_PER_KIND = 8
 

@@ -94,7 +94,7 @@ def run(spec: dict) -> dict:
           f"{'fp16' if fp16 else 'quantized'}), CPU fallback off", flush=True)
     try:
         ort.InferenceSession(str(model), htp.session_options(soc, fp16=fp16, context_path=ctx, log_level=1))
-    except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph types
+    except Exception as e:  # noqa: BLE001 onnxruntime raises its own Fail/InvalidGraph types
         raise QnnDeployError(_refused(model, soc, fp16, _ort_message(e), Path(spec["log"]))) from None
     written = work / f"{ctx.stem}_qnn.bin"
     if not written.is_file():
@@ -107,7 +107,7 @@ def run(spec: dict) -> dict:
     print(f"qnndeploy: renamed {written.name} to {binary.name}; checking that {ctx.name} loads it", flush=True)
     try:
         ort.InferenceSession(str(ctx), htp.session_options(soc, fp16=fp16, log_level=2))
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 onnxruntime raises its own, unexported types
         raise QnnDeployError(f"the renamed context does not load: {_ort_message(e)}") from None
     return {"files": [[binary.name, CONTEXT_BINARY], [ctx.name, EPCONTEXT]], "warnings": warnings}
 
@@ -154,7 +154,7 @@ def main(argv: list[str]) -> int:
     except QnnDeployError as e:
         print(f"qnndeploy: error: {e}", flush=True)
         result = {"ok": False, "error": str(e)}
-    except Exception as e:  # a bug or an unexpected library error: keep the traceback in the log
+    except Exception as e:  # noqa: BLE001 a bug or an unexpected library error: keep the traceback in the log
         traceback.print_exc()
         result = {"ok": False, "error": f"{type(e).__name__}: {_ort_message(e)}"}
     write_json(Path(spec["result"]), result)

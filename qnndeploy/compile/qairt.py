@@ -34,7 +34,7 @@ LDFLAGS = "-Wl,-z,max-page-size=16384"  # Android 15+ needs 16 KB-aligned segmen
 # fp16 activations and 32-bit biases; w8a16 adds calibration (8-bit weights are the converter's default).
 CONVERTER_FLAGS = ["--act_bitwidth", "16", "--bias_bitwidth", "32"]
 CALIBRATION = "<calibration>"  # in the recorded converter flags: the input list made from the samples
-VERSION_RE = re.compile(r"^\s*version\s*:\s*['\"]?(\d+\.\d+\.\d+(?:\.\d+)?)", re.M)
+VERSION_RE = re.compile(r"^\s*version\s*:\s*['\"]?(\d+\.\d+\.\d+(?:\.\d+)?)", re.MULTILINE)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from qnndeploy import __version__, decision, markers, metrics, samples
@@ -311,7 +311,7 @@ def _run_graph(dev, job: Job, graph: str, context: str, result: DeviceVerificati
 
 def _write_record(job: Job, r: DeviceVerification) -> Path:
     """The device record, written atomically: what ran where, with which files, and how it went."""
-    stamp = datetime.now(timezone.utc)
+    stamp = datetime.now(UTC)
     name = f"{job.bundle_id}_{re.sub(r'[^A-Za-z0-9_.-]', '_', r.serial)}_{stamp:%Y%m%dT%H%M%SZ}.json"
     path = job.record_dir / name
     write_json(path, {

@@ -7,4 +7,4 @@ qnndeploy.device) is the real code. See device.py (the device), fixtures.py (pyt
 
 from device_emulator.device import PRESETS, EmulatedDevice
 
-__all__ = ["EmulatedDevice", "PRESETS"]
+__all__ = ["PRESETS", "EmulatedDevice"]
