@@ -15,15 +15,13 @@ from typing import TYPE_CHECKING
 from qnndeploy import __version__, htp, onnxio, samples, socs
 from qnndeploy.errors import QnnDeployError, first_line
 from qnndeploy.fileio import sha256_file, write_json
+from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.metrics import THRESHOLDS, OutputMetrics, judge_outputs, thresholds_for
-from qnndeploy.records import read_build
+from qnndeploy.records import VALIDATION_FILE, VALIDATION_RECORD, VALIDATION_VERSION, CompileRecord, read_build
 
 if TYPE_CHECKING:
     pass
 
-RECORD = "qnndeploy-validation"
-RECORD_VERSION = 1
-RECORD_FILE = "validation.json"
 EMULATOR_NOTE = ("Outputs come from the host HTP emulator (x86-64): the HTP's arithmetic, not its speed. "
                  "Emulator timings say nothing about phone timings; measure on a phone (qnndeploy device profile).")
 
@@ -71,10 +69,9 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
     htp._require()
     # Samples that do not fit are bad input: refuse them before anything runs or is written.
     given: dict[str, tuple[list, dict]] = {}
-    for _, record in jobs if inputs is not None else []:
-        source = Path(record["input"]["path"])
-        if _validatable(record) and record["graph"] not in given and source.is_file():
-            given[record["graph"]] = samples.for_graph(source, record["graph"], inputs)
+    for record in jobs if inputs is not None else []:
+        if _validatable(record) and record.graph not in given and record.source.is_file():
+            given[record.graph] = samples.for_graph(record.source, record.graph, inputs)
     random = random if random is not None or inputs is not None else 1
     described = ({"kind": "files", "folder": str(Path(inputs).resolve())} if inputs is not None
                  else {"kind": "random", "samples": random, "seed": seed, "distribution": samples.RANDOM_NOTE})
@@ -82,8 +79,8 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
     results: list[TargetValidation] = []
     if progress:
         progress(0, len(jobs), None)
-    for folder, record in jobs:
-        results.append(_validate_one(folder, record, random, seed, thresholds or {}, per_graph, given))
+    for record in jobs:
+        results.append(_validate_one(record, random, seed, thresholds or {}, per_graph, given))
         if progress:
             progress(len(results), len(jobs), results[-1])
     validated = [t for t in results if t.status in ("passed", "failed")]
@@ -106,28 +103,27 @@ def check_thresholds(thresholds: dict) -> None:
         raise QnnDeployError(f"--atol {atol:g}: give a finite absolute tolerance of 0 or more, e.g. 1e-3")
 
 
-def _validatable(record: dict) -> bool:
-    return record.get("status") == "ok" and any(o["format"] == "ort-epcontext" for o in record.get("outputs", []))
+def _validatable(record: CompileRecord) -> bool:
+    return record.status == "ok" and record.output(EPCONTEXT) is not None
 
 
-def _validate_one(folder: Path, record: dict, random: int | None, seed: int, overrides: dict, per_graph: dict,
+def _validate_one(record: CompileRecord, random: int | None, seed: int, overrides: dict, per_graph: dict,
                   given: dict) -> TargetValidation:
-    graph, soc_name, precision = record["graph"], record["soc"], record.get("precision")
+    folder, graph, soc_name, precision = record.folder, record.graph, record.soc, record.precision
     result = TargetValidation(graph, soc_name, precision, "skipped")
-    if record.get("status") != "ok":
+    if record.status != "ok":
         result.reason = "the compile failed: nothing to validate"
         return result
-    ctx = next((o for o in record["outputs"] if o["format"] == "ort-epcontext"), None)
-    binary = next((o for o in record["outputs"] if o["format"] == "qnn-context-binary"), None)
+    ctx, binary = record.output(EPCONTEXT), record.output(CONTEXT_BINARY)
     if ctx is None:
-        result.reason = (f"no ORT EPContext wrapper ({record['backend']} backend): the host emulator cannot load "
+        result.reason = (f"no ORT EPContext wrapper ({record.backend} backend): the host emulator cannot load "
                          f"this context; check it on a phone (qnndeploy device verify)")
         return result
     result.thresholds = limits = thresholds_for(precision, overrides)
     try:
         for o in (ctx, binary):
-            if sha256_file(folder / o["path"]) != o["sha256"]:
-                raise QnnDeployError(f"{folder / o['path']} changed since it was compiled: compile again")
+            if o is not None and sha256_file(folder / o.path) != o.sha256:
+                raise QnnDeployError(f"{folder / o.path} changed since it was compiled: compile again")
         if graph not in per_graph:
             try:
                 per_graph[graph] = _reference(record, given.get(graph), random, seed)
@@ -136,26 +132,26 @@ def _validate_one(folder: Path, record: dict, random: int | None, seed: int, ove
         if isinstance(per_graph[graph], QnnDeployError):
             raise per_graph[graph]
         feeds, expected, used = per_graph[graph]
-        outputs, seconds = _run_htp(folder / ctx["path"], soc_name, precision, feeds)
+        outputs, seconds = _run_htp(folder / ctx.path, soc_name, precision, feeds)
     except QnnDeployError as e:
         result.status, result.reason = "error", str(e)
         return result
     result.samples = len(feeds)
     result.emulator_s_per_run = round(seconds / len(feeds), 3)
-    result.outputs = judge_outputs(expected, outputs, limits, onnxio.class_axes(Path(record["input"]["path"])))
+    result.outputs = judge_outputs(expected, outputs, limits, onnxio.class_axes(record.source))
     result.status = "passed" if all(m.passed for m in result.outputs) else "failed"
-    result.record = folder / RECORD_FILE
+    result.record = folder / VALIDATION_FILE
     write_json(result.record, {
-        "record": RECORD, "version": RECORD_VERSION,
-        "graph": graph, "soc": soc_name, "soc_id": record["soc_id"], "dsp_arch": record["dsp_arch"],
-        "precision": precision, "backend": record["backend"], "qairt_version": record["qairt_version"],
+        "record": VALIDATION_RECORD, "version": VALIDATION_VERSION,
+        "graph": graph, "soc": soc_name, "soc_id": record.soc_id, "dsp_arch": record.dsp_arch,
+        "precision": precision, "backend": record.backend, "qairt_version": record.qairt_version,
         "passed": result.status == "passed",
         "thresholds": limits,
         "inputs": used,
         "outputs": [vars(m) for m in result.outputs],
-        "context": {"path": ctx["path"], "sha256": ctx["sha256"]},
-        "binary": {"path": binary["path"], "sha256": binary["sha256"]} if binary else None,
-        "compile_cache_key": record.get("cache_key"),
+        "context": {"path": ctx.path, "sha256": ctx.sha256},
+        "binary": {"path": binary.path, "sha256": binary.sha256} if binary else None,
+        "compile_cache_key": record.cache_key,
         "emulator": {"seconds_per_run": result.emulator_s_per_run, "note": EMULATOR_NOTE},
         "tools": {"qnndeploy": __version__},
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -163,16 +159,16 @@ def _validate_one(folder: Path, record: dict, random: int | None, seed: int, ove
     return result
 
 
-def _reference(record: dict, given: tuple[list, dict] | None, random: int | None, seed: int
+def _reference(record: CompileRecord, given: tuple[list, dict] | None, random: int | None, seed: int
                ) -> tuple[list, list, dict]:
     """The graph's input samples (`given` from --inputs, else random) and the CPU outputs for them (computed once
     per graph, shared by its SoCs)."""
-    source = Path(record["input"]["path"])
+    source = record.source
     if not source.is_file():
         raise QnnDeployError(f"the source model {source} is gone: the CPU reference needs it")
-    if sha256_file(source) != record["input"]["sha256"]:
+    if sha256_file(source) != record.source_sha256:
         raise QnnDeployError(f"{source} changed since the compile: compile again, then validate")
-    feeds, used = given or samples.for_graph(source, record["graph"], count=random, seed=seed)
+    feeds, used = given or samples.for_graph(source, record.graph, count=random, seed=seed)
     return feeds, samples.cpu_outputs(source, feeds), used
 
 

@@ -35,7 +35,7 @@ from qnndeploy.formats import (
     ONNX,
 )
 from qnndeploy.markers import FileFacts, build_version, scan_file
-from qnndeploy.records import read_build
+from qnndeploy.records import RECORD_FILE, VALIDATION_FILE, ValidationRecord, read_build
 
 PREPARE_LIB = "libQnnHtpPrepare.so"  # only for graphs prepared on the phone: shipped when the SDK has it
 
@@ -82,39 +82,34 @@ def spec_from_build(build: Path, name: str, version: str) -> BundleSpec:
     Every job must have succeeded, and every file must still be what its compile record hashed: a bundle says
     what was compiled and validated, so a model or binary changed since then is refused.
     """
-    import json
-
-
     jobs = read_build(Path(build))
-    failed = [f"{rec['graph']}/{rec['soc']}" for _, rec in jobs if rec["status"] != "ok"]
+    failed = [f"{rec.graph}/{rec.soc}" for rec in jobs if rec.status != "ok"]
     if failed:
         raise QnnDeployError(f"{build} has failed compile jobs ({', '.join(failed)}): fix them (the logs say why) "
                              "or compile again without them, then bundle")
     spec = BundleSpec(name=name, version=version, cpu={}, npu={})
     precisions = set()
-    for job, rec in jobs:
-        graph, soc, source = rec["graph"], rec["soc"], Path(rec["input"]["path"])
+    for rec in jobs:
+        graph, soc, source, job = rec.graph, rec.soc, rec.source, rec.folder
         if spec.cpu.setdefault(graph, source) != source:
             raise QnnDeployError(f"graph {graph} was compiled from two models ({spec.cpu[graph]} and {source})")
-        spec.expected_sha256[source] = rec["input"]["sha256"]
-        outputs = [o for o in rec["outputs"] if o["format"] in (CONTEXT_BINARY, EPCONTEXT)]
-        spec.npu.setdefault(soc, {})[graph] = [job / o["path"] for o in outputs]
-        spec.expected_sha256.update({job / o["path"]: o["sha256"] for o in outputs})
-        precisions.add(rec["precision"])
-        spec.records[f"{graph}-{soc}-compile.json"] = job / "compile.json"
+        spec.expected_sha256[source] = rec.source_sha256
+        outputs = [o for o in rec.outputs if o.format in (CONTEXT_BINARY, EPCONTEXT)]
+        spec.npu.setdefault(soc, {})[graph] = [job / o.path for o in outputs]
+        spec.expected_sha256.update({job / o.path: o.sha256 for o in outputs})
+        precisions.add(rec.precision)
+        spec.records[f"{graph}-{soc}-{RECORD_FILE}"] = job / RECORD_FILE
         target = spec.validation.setdefault(soc, {"passed": True, "graphs": {}})
-        summary = {"passed": None, "note": "not validated: run qnndeploy validate"}
-        vpath = job / "validation.json"
-        if vpath.is_file():
-            v = json.loads(vpath.read_text())
-            binary = next(o["sha256"] for o in outputs if o["format"] == CONTEXT_BINARY)
-            if (v.get("binary") or {}).get("sha256") not in (None, binary):
-                summary["note"] = "not validated: validation.json is of an earlier compile; run qnndeploy validate"
-            else:
-                spec.records[f"{graph}-{soc}-validation.json"] = vpath
-                summary = {"passed": v["passed"], "thresholds": v["thresholds"],
-                           "outputs": [{k: o[k] for k in ("name", "passed", "max_abs_diff", "rel_l2", "cosine",
-                                                          "snr_db", "judged_on")} for o in v["outputs"]]}
+        summary: dict = {"passed": None, "note": "not validated: run qnndeploy validate"}
+        v = ValidationRecord.read(job)
+        binary = rec.output(CONTEXT_BINARY)
+        if v is not None and v.binary_sha256 not in (None, binary.sha256 if binary else None):
+            summary["note"] = "not validated: validation.json is of an earlier compile; run qnndeploy validate"
+        elif v is not None:
+            spec.records[f"{graph}-{soc}-{VALIDATION_FILE}"] = job / VALIDATION_FILE
+            summary = {"passed": v.passed, "thresholds": v.thresholds,
+                       "outputs": [{k: o[k] for k in ("name", "passed", "max_abs_diff", "rel_l2", "cosine",
+                                                      "snr_db", "judged_on")} for o in v.outputs]}
         target["graphs"][graph] = summary
         verdicts = [g["passed"] for g in target["graphs"].values()]
         target["passed"] = False if False in verdicts else None if None in verdicts else True
