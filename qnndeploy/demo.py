@@ -77,7 +77,7 @@ def run_demo(out: Path, socs: tuple[str, ...] = DEFAULT_SOCS, force: bool = Fals
             raise QnnDeployError(f"{out} is not an earlier demo output (it has no {MARKER}): --force only replaces "
                                  "an earlier demo output; choose another -o")
         old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)  # kept until the new run succeeds, put back if it fails
+        out.replace(old)  # kept until the new run succeeds, put back if it fails
     (out / "model").mkdir(parents=True)
     (out / MARKER).write_text(f"written by qnndeploy {__version__}; `qnndeploy demo --force` may replace this folder\n")
     try:
@@ -85,7 +85,7 @@ def run_demo(out: Path, socs: tuple[str, ...] = DEFAULT_SOCS, force: bool = Fals
     except BaseException:  # a failed or interrupted demo leaves what was there before, and nothing half-made
         shutil.rmtree(out, ignore_errors=True)
         if old is not None:
-            os.replace(old, out)
+            old.replace(out)
         elif existed:
             out.mkdir()
         raise

@@ -11,6 +11,7 @@ import platform
 import shutil
 import subprocess
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from qnndeploy import htp
@@ -68,9 +69,6 @@ def _python() -> Check:
 
 
 def _onnxruntime_qnn(system: str, machine: str) -> Check:
-    from importlib.metadata import PackageNotFoundError, version
-
-
     try:
         ort_version = version("onnxruntime")
         qnn_version = version("onnxruntime-qnn")
@@ -143,23 +141,24 @@ def _adb() -> list[Check]:
     checks = [Check("adb", "ok", version)]
     listing = _output(["adb", "devices"], timeout=20)
     if listing is None:
-        return checks + [Check("devices", "warn", "`adb devices` failed or timed out", "adb kill-server; adb devices")]
+        return [*checks, Check("devices", "warn", "`adb devices` failed or timed out", "adb kill-server; adb devices")]
     rows = [line.split("\t") for line in listing.splitlines()[1:] if "\t" in line]
     ready = [serial for serial, state in rows if state == "device"]
     others = [f"{serial} ({state})" for serial, state in rows if state != "device"]
     if not rows:
-        return checks + [Check("devices", "warn", "no phone connected",
+        return [*checks, Check("devices", "warn", "no phone connected",
                                "plug in a phone with USB debugging on, or adb connect HOST:PORT")]
     described = [f"{serial}: {_output(['adb', '-s', serial, 'shell', 'getprop', 'ro.soc.model']) or '?'}"
                  for serial in ready]
     status = "ok" if ready and not others else "warn"
     fix = "accept the USB debugging prompt on the phone, or reconnect it" if others else None
-    return checks + [Check("devices", status, "; ".join(described + others), fix)]
+    return [*checks, Check("devices", status, "; ".join(described + others), fix)]
 
 
 def _output(cmd: list[str], timeout: float = 10) -> str | None:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                              check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout.strip() if proc.returncode == 0 else None

@@ -6,7 +6,6 @@ to <graph>.bin, so the name inside the wrapper must follow, or ONNX Runtime fail
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from qnndeploy.errors import QnnDeployError
@@ -42,5 +41,5 @@ def retarget(src: Path, dst: Path, binary_name: str) -> int:
         a.s = binary_name.encode()
     tmp = dst.with_name(dst.name + ".tmp")
     onnx.save(model, str(tmp))
-    os.replace(tmp, dst)
+    tmp.replace(dst)
     return len(attrs)

@@ -27,8 +27,8 @@ _UMASK = _read_umask()  # read once at import: os.umask can only be read by sett
 
 def publish(tmp: Path, final: Path, mode: int = 0o666) -> None:
     """Rename a finished temporary file into place with normal permissions (mkstemp makes it owner-only)."""
-    os.chmod(tmp, mode & ~_UMASK)
-    os.replace(tmp, final)
+    tmp.chmod(mode & ~_UMASK)
+    tmp.replace(final)
 
 Progress = Callable[[int], None]  # called with the number of bytes just processed
 
@@ -40,7 +40,7 @@ def sha256_file(path: Path, progress: Progress | None = None, scan: Callable[[by
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     try:
-        with open(path, "rb", buffering=0) as f, (open(copy_to, "wb") if copy_to else nullcontext()) as out:
+        with path.open("rb", buffering=0) as f, (copy_to.open("wb") if copy_to else nullcontext()) as out:
             while n := f.readinto(buf):
                 digest.update(view[:n])
                 if scan is not None:
@@ -78,7 +78,7 @@ def staging_dir(final: Path, force: bool = False) -> Iterator[Path]:
         raise QnnDeployError(f"{final} already exists; remove it or pass --force")
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.parent))
-    os.chmod(tmp, 0o777 & ~_UMASK)
+    tmp.chmod(0o777 & ~_UMASK)
     try:
         yield tmp
     except BaseException:
@@ -87,8 +87,8 @@ def staging_dir(final: Path, force: bool = False) -> Iterator[Path]:
     old = None
     if final.exists():
         old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.replace(final, old)
-    os.replace(tmp, final)
+        final.replace(old)
+    tmp.replace(final)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
 

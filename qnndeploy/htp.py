@@ -3,6 +3,7 @@ built on it; shared by check, compile and validate."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import tempfile
@@ -93,8 +94,6 @@ def quiet_native_stdout() -> Iterator[None]:
     session first loads them: drop it, so that --json output parses and errors stay one line. QNN's real messages go
     through onnxruntime's logger on stderr. The banner goes through C stdio's buffer, flushed before stdout returns.
     """
-    import ctypes
-
     sys.stdout.flush()
     saved = os.dup(1)
     devnull = os.open(os.devnull, os.O_WRONLY)

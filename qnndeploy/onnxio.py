@@ -265,8 +265,8 @@ def int_input_ranges(graph: onnx.GraphProto) -> dict[str, tuple[int, int, str]]:
                     if table and -len(table) <= axis < len(table):
                         rows = table[axis]
                         if bound is None or rows < bound[0]:
-                            bound = (rows, f"it indexes {node.input[0]} ({rows} rows) in {node.op_type} "
-                                           f"{node.name or '(unnamed)'}")
+                            bound = (rows, (f"it indexes {node.input[0]} ({rows} rows) in {node.op_type} "
+                                            f"{node.name or '(unnamed)'}"))
                 elif (why := _mask_use(graph, node, name)) is not None:
                     if bound is None or bound[0] > 2:
                         bound = (2, why)

@@ -9,6 +9,7 @@ OUT.prepare.json appear only when everything passed.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -16,6 +17,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -103,10 +105,10 @@ def _input_names(inputs: Mapping[str, onnx.ValueInfoProto]) -> str:
 def _check_shapes(shapes: Mapping[str, Sequence[int]], inputs: Mapping[str, onnx.ValueInfoProto]
                   ) -> dict[str, list[int]]:
     checked = {}
-    for name, dims in shapes.items():
+    for name, given in shapes.items():
         if name not in inputs:
             raise QnnDeployError(f"--shape {name}: the model has no input {name}; its inputs: {_input_names(inputs)}")
-        dims = [int(d) for d in dims]
+        dims = [int(d) for d in given]
         if any(d < 1 for d in dims):
             raise QnnDeployError(f"--shape {name}: every dim must be a positive size, got {dims}")
         info = tensor_info(inputs[name])
@@ -300,10 +302,8 @@ def _tensor_bytes(model: onnx.ModelProto) -> int:
 
     total = 0
     for t in model.graph.initializer:
-        try:
+        with contextlib.suppress(TypeError):
             total += math.prod(t.dims) * np.dtype(onnxio.dtype_name(t.data_type)).itemsize
-        except TypeError:
-            pass
     return total
 
 
@@ -639,13 +639,13 @@ def _publish(final: Path, data: Path, record: Path, out: Path, force: bool) -> N
     try:
         if data.is_file():
             data.chmod(final.stat().st_mode & 0o777)  # onnx creates external data files owner-only
-            os.replace(data, out_data)
+            data.replace(out_data)
             moved.append(out_data)
         elif force and out_data.is_file():
             out_data.unlink()  # left over from an earlier external-data output of the same name
-        os.replace(record, record_path(out))
+        record.replace(record_path(out))
         moved.append(record_path(out))
-        os.replace(final, out)
+        final.replace(out)
     except OSError as e:
         for path in moved:
             path.unlink(missing_ok=True)
@@ -701,12 +701,8 @@ def _notes(graph: onnx.GraphProto, inputs: list[TensorInfo], outputs: list[Tenso
 
 
 def _tool_versions(own: str) -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
     tools = {"qnndeploy": own}
     for name in ("onnx", "onnxruntime", "onnxsim", "onnxslim"):
-        try:
+        with contextlib.suppress(PackageNotFoundError):
             tools[name] = version(name)
-        except PackageNotFoundError:
-            pass
     return tools

@@ -101,8 +101,7 @@ def load_samples(folder: Path, specs: list[TensorInfo]) -> list[dict]:
         counts = {len(a) for a in stacks.values()}
         if len(counts) != 1:
             raise QnnDeployError(f"{folder}: the .npy files hold different numbers of samples ({sorted(counts)})")
-        for i in range(counts.pop()):
-            samples.append({s.name: _fit(stacks[s.name][i], s, npy[s.name]) for s in specs})
+        samples.extend({s.name: _fit(stacks[s.name][i], s, npy[s.name]) for s in specs} for i in range(counts.pop()))
     if not samples:
         names = ", ".join(f"{s.name}.npy" for s in specs)
         raise QnnDeployError(f"{folder}: no input samples (*.npz, or {names})")

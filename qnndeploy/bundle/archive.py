@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
 import shutil
 import stat
 import tarfile
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
@@ -40,7 +42,7 @@ def write_archive(folder: Path, dest: Path, fmt: str, top: str) -> None:
                 info.uid = info.gid = 0
                 info.uname = info.gname = ""
                 info.mtime = 0
-                with open(p, "rb") as f:
+                with p.open("rb") as f:
                     t.addfile(info, f)
 
 
@@ -55,9 +57,6 @@ def _unsafe(name: str) -> str | None:
 
 def _check_intact(path: Path, fmt: str) -> None:
     """Read the whole archive once so that a damaged one is called damaged, not reported as missing files."""
-    import gzip
-    import zlib
-
     try:
         if fmt == "zip":
             with zipfile.ZipFile(path) as z:

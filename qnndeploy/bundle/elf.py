@@ -34,7 +34,7 @@ class ElfInfo:
 
 
 def read_elf(path: Path) -> ElfInfo:
-    with open(path, "rb") as f:
+    with path.open("rb") as f:
         ident = f.read(16)
         if ident[:4] != b"\x7fELF":
             raise NotElf("not an ELF file")

@@ -3,6 +3,7 @@ backends (ort.py, qairt.py), kept apart so that the backends never import the st
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -61,10 +62,8 @@ class Tools:
         self._signal(procs, signal.SIGTERM)
         deadline = time.monotonic() + self.GRACE_S
         for proc in procs:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
         self._signal(procs, signal.SIGKILL)
         for proc in procs:
             proc.wait()
@@ -73,10 +72,8 @@ class Tools:
     def _signal(procs: list[subprocess.Popen], sig: int) -> None:
         for proc in procs:
             if proc.returncode is None:  # not reaped: its process group is still ours
-                try:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
 
 
 @dataclass

@@ -46,8 +46,8 @@ class Finding:
 def parse(text: str, limit: int | None = MAX_PER_KIND) -> list[Finding]:
     """Findings in log order, without duplicates, at most `limit` per kind (plus a line counting the rest)."""
     found: list[Finding] = []
-    for line in text.splitlines():
-        line = re.sub(r"\x1b\[[0-9;]*m", "", line)
+    for raw in text.splitlines():
+        line = re.sub(r"\x1b\[[0-9;]*m", "", raw)
         if m := _ORT_UNSUPPORTED.search(line):
             found += [not_supported(n, op) for n, op in _ORT_NODE.findall(m.group(1))]
         elif m := _ORT_REJECTED.search(line):

@@ -8,10 +8,13 @@ crash in the native compiler fails one job instead of the whole run. Starting on
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import sys
 import tempfile
+import traceback
+from importlib.metadata import version
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -39,8 +42,6 @@ class OrtBackend:
         self.qairt_version = htp.qairt_version()
 
     def identity(self) -> dict[str, str]:
-        from importlib.metadata import version
-
         return {"qairt": self.qairt_version, "onnxruntime": version("onnxruntime"),
                 "onnxruntime-qnn": version("onnxruntime-qnn")}
 
@@ -100,7 +101,7 @@ def run(spec: dict) -> dict:
     if not written.is_file():
         raise QnnDeployError(f"onnxruntime-qnn wrote no context binary next to {ctx.name}")
     binary = work / f"{graph}.bin"
-    os.replace(written, binary)
+    written.replace(binary)
     if epcontext.context_refs(ctx) != [written.name]:
         raise QnnDeployError(f"{ctx.name} does not load {written.name}: unexpected onnxruntime-qnn output")
     epcontext.retarget(ctx, ctx, binary.name)
@@ -144,9 +145,6 @@ def _ort_message(e: Exception) -> str:
 
 
 def main(argv: list[str]) -> int:
-    import logging
-    import traceback
-
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s:%(name)s:%(message)s")
     spec = json.loads(Path(argv[0]).read_text())
     try:

@@ -12,6 +12,9 @@ import posixpath
 import re
 import secrets
 import shlex
+import socket
+import struct
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,10 +184,6 @@ class Device:
         close, and sends 4 KiB blocks where adbd takes 64 KiB: for a bundle of small files that set-up, not the
         data, was most of the time.
         """
-        import socket
-        import struct
-        import time
-
         from adbutils.errors import AdbError
 
         def read(c, n: int) -> bytes:
@@ -206,7 +205,7 @@ class Device:
                         raise QnnDeployError(f"{local} is not a file: nothing to push", EXIT_BAD_INPUT)
                     spec = f"{remote},{0o100000 | mode}".encode()
                     c.conn.sendall(b"SEND" + struct.pack("<I", len(spec)) + spec)
-                    with open(local, "rb") as f:
+                    with local.open("rb") as f:
                         while data := f.read(SYNC_DATA_MAX):
                             c.conn.sendall(b"DATA" + struct.pack("<I", len(data)) + data)
                             sent += len(data)

@@ -56,10 +56,8 @@ class DeviceInfo:
 
 
 def devices() -> list[ListedDevice]:
-    rows = []
-    for e in list_devices():
-        rows.append(ListedDevice(e.serial, e.state, e.model, _soc_label(e) if e.state == "device" else None))
-    return rows
+    return [ListedDevice(e.serial, e.state, e.model, _soc_label(e) if e.state == "device" else None)
+            for e in list_devices()]
 
 
 def _soc_label(entry: DeviceEntry) -> str | None:

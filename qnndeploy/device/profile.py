@@ -175,7 +175,7 @@ def write_csv(profile: Profile, path: Path) -> None:
     threads = {t.tid: t.name for s in profile.samples for t in s.threads}
     columns = ["time_s", "cpu_percent", "battery_level", "battery_temp_c", "battery_voltage_mv",
                "battery_current_ma", *(f"{tid} {name}" for tid, name in sorted(threads.items()))]
-    with staging_file(path, force=True) as tmp, open(tmp, "w", newline="") as f:
+    with staging_file(path, force=True) as tmp, tmp.open("w", newline="") as f:
         out = csv.writer(f)
         out.writerow(columns)
         for s in profile.samples:

@@ -73,7 +73,7 @@ def find_runner(runner: Path | None, sdk_root: Path | None) -> Path | None:
 def _phone_executable(path: Path) -> Path:
     """An Android arm64 program (ELF64 AArch64) or a script; a host binary would only fail on the phone, obscurely."""
 
-    with open(path, "rb") as f:
+    with path.open("rb") as f:
         if f.read(2) == b"#!":
             return path
     try:
