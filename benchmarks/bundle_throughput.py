@@ -35,7 +35,7 @@ def make_inputs(root: Path, total_bytes: int) -> list[Path]:
         for g in GRAPHS:
             p = root / soc / f"{g}.bin"
             p.parent.mkdir(parents=True, exist_ok=True)
-            with open(p, "wb") as f:
+            with p.open("wb") as f:
                 f.write(f"{BUILD}\0soc_type={soc};arch={arch}\0".encode())
                 f.writelines(block[: min(len(block), per_file - i)] for i in range(0, per_file, len(block)))
             files.append(p)

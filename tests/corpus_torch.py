@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import struct
 import tempfile
 from collections.abc import Callable
@@ -384,6 +383,6 @@ def export(name: str, cache_dir: Path) -> Path:
         written = MODELS[name](Path(scratch))
         for extra in sorted(Path(scratch).iterdir()):  # external data (NAME.onnx.data) keeps its name
             if extra != written:
-                os.replace(extra, cache_dir / extra.name)
-        os.replace(written, path)
+                extra.replace(cache_dir / extra.name)
+        written.replace(path)
     return path

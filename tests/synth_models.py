@@ -148,7 +148,7 @@ def large_embedding(path: Path, rows: int = 1_100_000, dim: int = 1024) -> Path:
                          initializer=[table])
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", OPSET)])
     model.ir_version = 9
-    with open(data, "wb") as f:
+    with data.open("wb") as f:
         f.truncate(nbytes)
     onnx.save(model, path)
     return path

@@ -247,14 +247,14 @@ def test_w8a16_quantizes_with_calibration_samples(models, tmp_path):
 
 def test_log_parser_finds_what_the_summary_shows():
     text = "\n".join([
-        "2026 [E:onnxruntime:, qnn_execution_provider.cc:2453 GetCapabilityImpl] Unsupported nodes in QNN EP: "
-        "{ name: a/b, type: Sinh }, { name: c, type: Unique }, ",
-        "[W:onnxruntime:, qnn_model_wrapper.cc:565 CreateQnnNode] QNN.backendValidateOpConfig() failed for node "
-        "`relu0` of type `Relu` with error code 3110",
-        "[W:onnxruntime:, session_state.cc:1618 VerifyEachNodeIsAssignedToAnEp] Some nodes were not assigned to the "
-        "preferred execution providers which may or may not have an negative impact on performance.",
-        "2025-04-01 23:50:17,978 - 183 - ERROR - Node q0: 'No translation registered for op type "
-        "onnx_dynamicquantizelinear.'",
+        ("2026 [E:onnxruntime:, qnn_execution_provider.cc:2453 GetCapabilityImpl] Unsupported nodes in QNN EP: "
+         "{ name: a/b, type: Sinh }, { name: c, type: Unique }, "),
+        ("[W:onnxruntime:, qnn_model_wrapper.cc:565 CreateQnnNode] QNN.backendValidateOpConfig() failed for node "
+         "`relu0` of type `Relu` with error code 3110"),
+        ("[W:onnxruntime:, session_state.cc:1618 VerifyEachNodeIsAssignedToAnEp] Some nodes were not assigned to the "
+         "preferred execution providers which may or may not have an negative impact on performance."),
+        ("2025-04-01 23:50:17,978 - 183 - ERROR - Node q0: 'No translation registered for op type "
+         "onnx_dynamicquantizelinear.'"),
         "2025-04-01 23:50:17,979 - 250 - WARNING - WARNING_QUANTIZATION: bias encoding of conv1 was clamped",
         "WARNING:root:Please consider to run pre-processing before quantization.",
         "     0.4ms [ ERROR ] Failed to create context binary",
@@ -362,13 +362,13 @@ def test_standin_tools_reject_flags_the_real_tools_reject(tmp_path):
     tool = STANDIN / "bin" / "x86_64-linux-clang"
     env = {**os.environ, "PYTHONPATH": str(STANDIN / "lib" / "python")}
     bad = subprocess.run([sys.executable, tool / "qnn-onnx-converter", "--input_network", "m.onnx", "--bogus"],
-                         capture_output=True, text=True, env=env)
+                         capture_output=True, text=True, env=env, check=False)
     assert bad.returncode == 2 and "unrecognized arguments: --bogus" in bad.stderr
     no_env = subprocess.run([sys.executable, tool / "qnn-onnx-converter", "--input_network", "m.onnx"],
-                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
+                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""}, check=False)
     assert no_env.returncode == 1 and "envsetup.sh" in no_env.stderr
     missing = subprocess.run([sys.executable, tool / "qnn-context-binary-generator", "--model", "x.so"],
-                             capture_output=True, text=True)
+                             capture_output=True, text=True, check=False)
     assert missing.returncode == 2 and "--backend" in missing.stderr
 
 
@@ -376,7 +376,8 @@ def test_standin_tools_reject_flags_the_real_tools_reject(tmp_path):
 
 def relu_graph(path: Path) -> Path:
     graph = h.make_graph([h.make_node("Relu", ["x"], ["y"], name="relu0")], "relu",
-                         [h.make_tensor_value_info("x", T.FLOAT, [1, 8])], [h.make_tensor_value_info("y", T.FLOAT, [1, 8])])
+                         [h.make_tensor_value_info("x", T.FLOAT, [1, 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [1, 8])])
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), path)
     return path
 
@@ -385,7 +386,8 @@ def test_unsupported_nodes_are_named_when_onnxruntime_does_not_name_them(tmp_pat
     """With every node unsupported, onnxruntime says only "nodes assigned to the default CPU EP"."""
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler)")
     graph = h.make_graph([h.make_node("Sinh", ["x"], ["y"], name="bad0")], "sinh",
-                         [h.make_tensor_value_info("x", T.FLOAT, [1, 8])], [h.make_tensor_value_info("y", T.FLOAT, [1, 8])])
+                         [h.make_tensor_value_info("x", T.FLOAT, [1, 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [1, 8])])
     onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), tmp_path / "sinh.onnx")
     result = run("compile", tmp_path / "sinh.onnx", "--soc", "SM8750", "-o", tmp_path / "b", "--no-cache")
     assert result.exit_code == 1
@@ -465,7 +467,7 @@ def test_stopping_kills_each_tool_with_its_children_and_waits(tmp_path):
 
     def job() -> None:
         try:
-            with open(tmp_path / "log", "w") as log:
+            with (tmp_path / "log").open("w") as log:
                 tools.run([sys.executable, "-c", script], log)
         except KeyboardInterrupt:
             raised.append(True)
@@ -480,7 +482,7 @@ def test_stopping_kills_each_tool_with_its_children_and_waits(tmp_path):
     tools.stop()
     thread.join()
     assert raised == [True] and not _alive(tool) and not _alive(child)
-    with pytest.raises(KeyboardInterrupt), open(tmp_path / "log", "a") as log:  # no new tool once stopping
+    with pytest.raises(KeyboardInterrupt), (tmp_path / "log").open("a") as log:  # no new tool once stopping
         tools.run([sys.executable, "-c", "pass"], log)
 
 

@@ -108,7 +108,7 @@ def test_no_device_is_a_clear_error(adb_server, monkeypatch):
 
 
 def test_several_devices_need_a_serial(emulated_devices):
-    a, b = emulated_devices("sm8750", "android11")
+    _a, b = emulated_devices("sm8750", "android11")
     r = _run("device", "info")
     assert r.exit_code == 2 and "2 devices connected" in r.output and "-s SERIAL" in r.output
     r = _run("device", "info", "-s", "127.0.0.1:1")
@@ -200,7 +200,7 @@ def test_profile_shows_a_busy_thread_and_a_sleeping_one(device, tmp_path):
     assert out["samples"][0]["battery"] == {"level": 80, "temperature_c": 31.2, "voltage_mv": 4012,
                                             "current_ma": -350.0, "powered": False}
     assert out["powered"] is False
-    rows = list(csv.reader(open(tmp_path / "p.csv")))
+    rows = list(csv.reader((tmp_path / "p.csv").read_text().splitlines()))
     assert rows[0][:2] == ["time_s", "cpu_percent"] and f"{pid} com.example.app" in rows[0] and len(rows) == 4
 
 
@@ -226,7 +226,7 @@ def test_profile_stops_when_the_process_exits_and_keeps_the_samples(device, tmp_
     r = _run("device", "profile", "--pid", str(pid), "--interval", "0.3", "--csv", str(tmp_path / "p.csv"))
     assert r.exit_code == 0, r.output
     assert f"process {pid} ended" in r.output and "mean CPU" in r.output
-    assert len(list(csv.reader(open(tmp_path / "p.csv")))) >= 2
+    assert len(list(csv.reader((tmp_path / "p.csv").read_text().splitlines()))) >= 2
 
 
 def test_profile_errors(device):

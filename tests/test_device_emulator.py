@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from pathlib import Path
 
 import pytest
 from adbutils.errors import AdbError
@@ -125,6 +126,6 @@ def test_a_process_started_on_the_device_has_a_real_proc_entry(adb_server, devic
     finally:
         device.stop()
     deadline = time.monotonic() + 5
-    while os.path.exists(f"/proc/{pid}") and "Z" not in open(f"/proc/{pid}/stat").read().split()[2]:
+    while (proc := Path(f"/proc/{pid}")).exists() and "Z" not in (proc / "stat").read_text().split()[2]:
         assert time.monotonic() < deadline, "stopping the device did not end its processes"
         time.sleep(0.05)

@@ -62,6 +62,6 @@ def test_installed_executable_runs():
 
 
 def test_json_callers_get_the_error_on_stdout():
-    r = subprocess.run(["qnndeploy", "socs", "nosuch", "--json"], capture_output=True, text=True)
+    r = subprocess.run(["qnndeploy", "socs", "nosuch", "--json"], capture_output=True, text=True, check=False)
     assert r.returncode == 2
     assert json.loads(r.stdout) == {"error": r.stderr.removeprefix("error: ").rstrip("\n"), "exit_code": 2}

@@ -37,7 +37,7 @@ class AdbServer:
 
     def adb(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
         return subprocess.run(["adb", *args], env=self.env, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, check=False)
 
     def client(self):
         import adbutils

@@ -142,8 +142,8 @@ def run(wrapper: Path, soc_name: str, input_list: Path, out: Path, native_in: bo
         results = session.run(None, feed)
         folder = out / f"Result_{n}"
         folder.mkdir(parents=True, exist_ok=True)
-        for spec, value in zip(session.get_outputs(), results, strict=True):
-            value = value if native_out else value.astype(np.float32)
+        for spec, result in zip(session.get_outputs(), results, strict=True):
+            value = result if native_out else result.astype(np.float32)
             (folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", spec.name) + ".raw")).write_bytes(value.tobytes())
     print(f"STAND-IN qnn-net-run: {len(lines)} inference(s) of {wrapper.name} on the host HTP emulator ({soc_name})")
 

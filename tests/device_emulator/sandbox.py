@@ -9,6 +9,7 @@ $EMU_ROOT and the emulator's state (props, battery) through $EMU_STATE.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import re
@@ -20,7 +21,7 @@ DEVICE_DIRS = ("data", "sdcard", "storage", "system", "vendor", "odm", "product"
 REAL_DIRS = ("proc", "dev")
 
 # A device path starts after a separator that can precede a word in sh (or ':'/';' inside PATH-like values).
-_DEVICE_PATH = re.compile(r"(?:(?<=[\s=:;'\"(|&<>`])|^)(/(?:%s))(?=[/\s;:'\"|&)<>`]|$)" % "|".join(DEVICE_DIRS))
+_DEVICE_PATH = re.compile(r"(?:(?<=[\s=:;'\"(|&<>`])|^)(/(?:{}))(?=[/\s;:'\"|&)<>`]|$)".format("|".join(DEVICE_DIRS)))
 
 DEFAULT_BATTERY = {"level": 80, "temperature": 312, "voltage_mv": 4012, "current_ua": -350000, "charging": False}
 
@@ -134,7 +135,5 @@ class Sandbox:
 
 
 def kill_group(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

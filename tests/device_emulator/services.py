@@ -145,7 +145,7 @@ def _stat(sandbox: Sandbox, path: str, wr: _Writer) -> None:
 def _list(sandbox: Sandbox, path: str, wr: _Writer) -> None:
     folder = sandbox.host_path(path)
     try:
-        names = [".", "..", *sorted(os.listdir(folder))]
+        names = [".", "..", *sorted(p.name for p in folder.iterdir())]
     except OSError:
         names = []
     for name in names:
@@ -160,7 +160,7 @@ def _list(sandbox: Sandbox, path: str, wr: _Writer) -> None:
 
 def _recv(sandbox: Sandbox, path: str, wr: _Writer) -> None:
     try:
-        with open(sandbox.host_path(path), "rb") as f:
+        with sandbox.host_path(path).open("rb") as f:
             while chunk := f.read(SYNC_DATA_MAX):
                 wr.put(b"DATA", _u32(len(chunk)), chunk)
     except OSError as e:
@@ -182,7 +182,7 @@ def _send(sandbox: Sandbox, spec: str, rd: _Reader, wr: _Writer, drop_point: Cal
     received = 0
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        f = open(target, "wb")
+        f = target.open("wb")
     except OSError as e:
         _fail(wr, f"couldn't create file: {e.strerror}")
         return False
@@ -200,7 +200,7 @@ def _send(sandbox: Sandbox, spec: str, rd: _Reader, wr: _Writer, drop_point: Cal
                 if drop_point(received):
                     stream.conn.drop()
                     raise StreamClosed
-        os.chmod(target, stat.S_IMODE(mode))
+        target.chmod(stat.S_IMODE(mode))
         os.utime(target, (mtime, mtime))
     except (StreamClosed, ValueError, OSError) as e:
         Path(target).unlink(missing_ok=True)

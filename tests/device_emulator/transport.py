@@ -7,6 +7,7 @@ next WRTE on a stream only after the previous one was acknowledged. CLSE ends a 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import queue
@@ -105,10 +106,8 @@ class Connection:
 
     def drop(self) -> None:
         """Cut the TCP connection, as an unplugged cable does; the listener keeps accepting new ones."""
-        try:
+        with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
     def run(self) -> None:
         try:
@@ -181,7 +180,5 @@ def _run_service(handler: Service, stream: Stream, arg: str) -> None:
     except StreamClosed:
         pass
     finally:
-        try:
+        with contextlib.suppress(StreamClosed):
             stream.close()
-        except StreamClosed:
-            pass

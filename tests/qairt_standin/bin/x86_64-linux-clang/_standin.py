@@ -6,6 +6,7 @@ import json
 import os
 import struct
 import sys
+from pathlib import Path
 
 # soc_id (QNN soc_model) -> the name a context binary records, for the SoCs the tests use.
 SOC_NAMES = {35: "SM8350", 36: "SM8450", 42: "SM8475", 43: "SM8550", 57: "SM8650", 69: "SM8750", 87: "SM8850",
@@ -20,8 +21,8 @@ def record(tool: str) -> None:
     if not path:
         return
     env = {k: os.environ.get(k) for k in ("QNN_SDK_ROOT", "LDFLAGS", "PYTHONPATH", "LD_LIBRARY_PATH")}
-    with open(path, "a") as f:
-        f.write(json.dumps({"tool": tool, "argv": sys.argv[1:], "cwd": os.getcwd(), "env": env}) + "\n")
+    with Path(path).open("a") as f:
+        f.write(json.dumps({"tool": tool, "argv": sys.argv[1:], "cwd": str(Path.cwd()), "env": env}) + "\n")
 
 
 def fail(tool: str, message: str, code: int = 1) -> None:
@@ -35,12 +36,12 @@ def write_elf(path: str, machine: int, page_align: int, payload: bytes) -> None:
                        3, machine, 1, 0, 64, 0, 0, 64, 56, 1, 0, 0, 0)
     size = 64 + 56 + len(payload)
     phdr = struct.pack("<IIQQQQQQ", 1, 5, 0, 0, 0, size, size, page_align)
-    with open(path, "wb") as f:
+    with Path(path).open("wb") as f:
         f.write(ehdr + phdr + payload)
 
 
 def elf_machine(path: str) -> int | None:
-    with open(path, "rb") as f:
+    with Path(path).open("rb") as f:
         head = f.read(20)
     if len(head) < 20 or head[:4] != b"\x7fELF":
         return None
