@@ -11,11 +11,9 @@ A job folder is replaced whole (staged, then renamed), so it never mixes two com
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -26,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from qnndeploy import __version__, htp
 from qnndeploy import socs as catalog
-from qnndeploy.compile import logs
+from qnndeploy.compile import cache, logs
 from qnndeploy.compile.jobs import Backend, Compiled, CompileError, Job, Tools
 from qnndeploy.compile.ort import OrtBackend
 from qnndeploy.compile.qairt import QairtBackend
@@ -96,13 +94,6 @@ def models_from_args(args: list[str]) -> dict[str, Path]:
     return models
 
 
-def default_cache_dir() -> Path:
-    if env := os.environ.get("QNNDEPLOY_CACHE_DIR"):
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "qnndeploy" / "compile"
-
-
 def get_backend(name: str | None, qnn_sdk_root: Path | None = None) -> Backend:
     """`ort` where onnxruntime-qnn is installed, else `qairt` when an SDK is given; None picks that way."""
 
@@ -146,7 +137,7 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
         refused = catalog.refusal(soc, be.qairt_version, precision)
         if refused:
             raise QnnDeployError(f"{refused}: drop --soc {soc.model}; its phones keep the CPU fallback")
-    store = Path(cache_dir or default_cache_dir()).expanduser() if use_cache else None
+    store = Path(cache_dir or cache.default_cache_dir()).expanduser() if use_cache else None
     if store is not None and store.exists() and not store.is_dir():
         raise QnnDeployError(f"the compile cache {store} is a file, not a folder: give a folder with --cache-dir "
                              "(or $QNNDEPLOY_CACHE_DIR), or pass --no-cache")
@@ -157,7 +148,7 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
         cal = _calibration_record(calibs[graph], model) if graph in calibs else None
         for soc in targets:
             options = {**be.options(soc, precision), "calibration": cal}
-            key = _cache_key(graph, digest, soc, be, precision, options)
+            key = cache.cache_key(graph, digest, soc, be, precision, options)
             plan.append(Job(graph, model, digest, soc, precision, calibs.get(graph), options, key,
                             out / graph / soc.model, out / "logs" / f"{graph}-{soc.model}.log"))
 
@@ -264,25 +255,17 @@ def _calibration_record(folder: Path, model: Path) -> dict:
     return {"path": str(folder), "files": len(files), "samples": len(samples), "sha256": digest.hexdigest()}
 
 
-def _cache_key(graph: str, model_sha256: str, soc: Soc, be: Backend, precision: str, options: dict) -> str:
-    options = {**options, "calibration": options["calibration"] and
-               {k: v for k, v in options["calibration"].items() if k != "path"}}
-    data = {"record_version": RECORD_VERSION, "qnndeploy": __version__, "graph": graph, "model": model_sha256,
-            "soc": [soc.model, soc.soc_id, soc.dsp_arch, soc.vtcm_mb], "backend": be.name, "tools": be.identity(),
-            "precision": precision, "options": options}
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
-
-
 # --- one job ---------------------------------------------------------------------------------------
 
 def _run_job(job: Job, be: Backend, store: Path | None, out: Path, tools: Tools) -> JobResult:
     start = time.monotonic()
     if store is not None:
-        hit = _from_cache(job, store)
+        current = _up_to_date(job)
+        hit = current or cache.restore(job, store)
         if hit is not None:
-            record, note = hit
-            _store(job, store)  # a folder made with --no-cache still fills the cache
-            return _result(job, record, "cached", logs.parse_file(job.log), time.monotonic() - start, note)
+            cache.add(job, store)  # a folder made with --no-cache still fills the cache
+            note = "up to date" if current else "restored from the cache"
+            return _result(job, hit, "cached", logs.parse_file(job.log), time.monotonic() - start, note)
     with open(job.log, "w") as log:
         log.write(f"qnndeploy {__version__}: compile {job.graph} for {job.soc.model} ({job.soc.dsp_arch}), "
                   f"backend {be.name}, QAIRT {be.qairt_version}, {job.precision}\n")
@@ -305,8 +288,22 @@ def _run_job(job: Job, be: Backend, store: Path | None, out: Path, tools: Tools)
                 raise
             write_json(work / RECORD_FILE, record)
     if record["status"] == "ok" and store is not None:
-        _store(job, store)
+        cache.add(job, store)
     return _result(job, record, record["status"], findings, time.monotonic() - start)
+
+
+def _up_to_date(job: Job) -> dict | None:
+    """The job folder's record when its outputs are already those of this job (same cache key, files intact)."""
+    current = read_record(job.folder / RECORD_FILE)
+    if not (current and current.get("status") == "ok" and current.get("cache_key") == job.cache_key
+            and cache.outputs_intact(job.folder, current)):
+        return None
+    if current["input"]["path"] != str(job.model):
+        current["input"]["path"] = str(job.model)
+        write_json(job.folder / RECORD_FILE, current)
+    if not job.log.is_file():  # a hit still leaves a log
+        job.log.write_text(f"qnndeploy: cache hit {job.cache_key}: {job.folder} is up to date\n")
+    return current
 
 
 def _result(job: Job, record: dict, status: str, findings: list[logs.Finding], seconds: float,
@@ -368,76 +365,3 @@ def _target_warnings(soc: Soc, targets: set[tuple[str, int]]) -> list[str]:
         if soc_type != soc.model:
             warnings.append(f"the context binary names soc_type {soc_type}, not {soc.model}")
     return warnings
-
-
-# --- cache -----------------------------------------------------------------------------------------
-
-def _from_cache(job: Job, store: Path) -> tuple[dict, str] | None:
-    """(record, note) when the job's outputs are already in its folder or in the cache; else None."""
-    current = read_record(job.folder / RECORD_FILE)
-    if current and current.get("status") == "ok" and current.get("cache_key") == job.cache_key \
-            and _outputs_intact(job.folder, current):
-        if current["input"]["path"] != str(job.model):
-            current["input"]["path"] = str(job.model)
-            write_json(job.folder / RECORD_FILE, current)
-        _note_log(job, None)
-        return current, "up to date"
-    entry = store / job.cache_key
-    record = read_record(entry / RECORD_FILE)
-    if not record or record.get("cache_key") != job.cache_key:
-        return None
-    try:
-        with staging_dir(job.folder, force=True) as work:
-            for o in record["outputs"]:
-                shutil.copy2(entry / o["path"], work / o["path"])
-            if not _outputs_intact(work, record):
-                raise OSError("cache entry is damaged")
-            record["input"]["path"] = str(job.model)
-            write_json(work / RECORD_FILE, record)
-    except OSError:
-        return None  # a damaged or half-deleted entry: compile again
-    _note_log(job, entry)
-    return record, "restored from the cache"
-
-
-def _note_log(job: Job, entry: Path | None) -> None:
-    """A cache hit still leaves a log: the original compile's, under a line that says where it came from."""
-    if entry is None:
-        if job.log.is_file():
-            return
-        job.log.write_text(f"qnndeploy: cache hit {job.cache_key}: {job.folder} is up to date\n")
-        return
-    original = entry / "compile.log"
-    body = original.read_text(errors="replace") if original.is_file() else ""
-    job.log.write_text(f"qnndeploy: cache hit {job.cache_key}: outputs restored from {entry}; "
-                       f"the original compile log follows\n{body}")
-
-
-def _store(job: Job, store: Path) -> None:
-    """Keep a finished job in the content-addressed cache. Best effort: a full disk must not fail the build."""
-    entry = store / job.cache_key
-    if entry.exists():
-        return
-    try:
-        store.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{job.cache_key[:12]}.", dir=store))
-        try:
-            for p in job.folder.iterdir():
-                if p.is_file() and p.name != "validation.json":
-                    shutil.copy2(p, tmp / p.name)
-            shutil.copy2(job.log, tmp / "compile.log")
-            os.replace(tmp, entry)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    except OSError:
-        pass
-
-
-def _outputs_intact(folder: Path, record: dict) -> bool:
-    try:
-        return bool(record.get("outputs")) and all(
-            (folder / o["path"]).stat().st_size == o["size"] and sha256_file(folder / o["path"]) == o["sha256"]
-            for o in record["outputs"])
-    except (OSError, KeyError, QnnDeployError):
-        return False

@@ -1,0 +1,169 @@
+"""What every command module shares, defined once: the group class, error handling and exit codes, JSON output,
+the pass/fail report, shared options and parsers, progress bars on stderr, and the renderers two commands share."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from qnndeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
+
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM (README "Exit codes")
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class Group(click.Group):
+    """A command group that lists its commands in the order they were added and, run with no arguments, prints
+    its help on stdout and exits 0 (click itself treats a bare group as a usage error, exit 2)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)  # in the order they were added: the pipeline's, not the alphabet's
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args and not ctx.resilient_parsing:
+            click.echo(ctx.get_help(), color=ctx.color)
+            ctx.exit(0)
+        return super().parse_args(ctx, args)
+
+
+# --- output -------------------------------------------------------------------------------------------------------
+
+def jsonable(value: object) -> object:
+    """Dataclasses, dicts, lists and paths as plain JSON values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: jsonable(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def emit_json(value: object) -> None:
+    click.echo(json.dumps(jsonable(value), indent=2))
+
+
+def report(result: Any, as_json: bool, render: Callable[[Any], None]) -> None:
+    """Print a result that has `ok` as JSON or text; exit 1 when it is not ok (the documented exit code)."""
+    if as_json:
+        emit_json(result)
+    else:
+        render(result)
+    if not result.ok:
+        sys.exit(EXIT_CHECK_FAILED)
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    """The one way a command ends in error: `error: <one line>` on stderr and the exit code."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def handles_errors(fn: Callable[..., None]) -> Callable[..., None]:
+    """Turn the library's one error type into a one-line message and its exit code, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except QnnDeployError as e:
+            if kwargs.get("as_json"):  # a script reading stdout gets the failure too, not an empty stream
+                emit_json({"error": str(e), "exit_code": e.exit_code})
+            fail(str(e), e.exit_code)
+        except KeyboardInterrupt:
+            fail("interrupted; nothing was left half-written", EXIT_INTERRUPTED)
+
+    return wrapper
+
+
+def shown(path: Path | str) -> str:
+    """A path as short as it can be: relative to the current folder when it is inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+# --- options and parsers ------------------------------------------------------------------------------------------
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of text.")
+cache_dir_option = click.option(
+    "--cache-dir", type=click.Path(path_type=Path), metavar="DIR",
+    help="The compile cache [default: $QNNDEPLOY_CACHE_DIR, else $XDG_CACHE_HOME/qnndeploy/compile, "
+         "else ~/.cache/qnndeploy/compile].")
+
+
+def assignments(values: tuple[str, ...], option: str, parse: Callable[[str], tuple[str, Any]]) -> dict[str, Any]:
+    """NAME=VALUE options into a dict, refusing a NAME given twice."""
+    out: dict[str, Any] = {}
+    for v in values:
+        name, value = parse(v)
+        if name in out:
+            raise QnnDeployError(f"{option} gives {name} twice")
+        out[name] = value
+    return out
+
+
+# --- progress on stderr (none when stderr is not a terminal) -------------------------------------------------------
+
+@contextmanager
+def byte_progress(description: str, quiet: bool = False) -> Iterator[Callable[[int], None] | None]:
+    """A live byte counter on stderr for long reads; the library only calls back with byte counts."""
+    if quiet or not sys.stderr.isatty():
+        yield None
+        return
+    # rich.progress takes ~50 ms to import: only a terminal pays for it, never `--help` or a pipe.
+    from rich.console import Console
+    from rich.progress import DownloadColumn, Progress, SpinnerColumn, TextColumn, TransferSpeedColumn
+
+    with Progress(SpinnerColumn(), TextColumn(description), DownloadColumn(), TransferSpeedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(description, total=None)
+        yield lambda n: bar.advance(task, n)
+
+
+@contextmanager
+def job_progress(what: str) -> Iterator[Callable[[int, int, Any], None] | None]:
+    """A progress bar on stderr fed by the library's (done, total, result) callback, for compile and validate."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    # rich.progress takes ~50 ms to import: only a terminal pays for it, never `--help` or a pipe.
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[last]}"), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(what, total=None, last="")
+
+        def update(done: int, total: int, result: Any) -> None:
+            last = f"{result.graph} {result.soc} {result.status}" if result is not None else ""
+            bar.update(task, completed=done, total=total, last=last)
+
+        yield update
+
+
+# --- renderers shared by two commands -----------------------------------------------------------------------------
+
+def num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def render_output(m: Any) -> None:
+    """One output's comparison with the CPU, as validate and device verify show it."""
+    click.echo(f"        {'ok ' if m.passed else 'BAD'} {m.name}: max|d| {m.max_abs_diff:.2e}  "
+               f"rel L2 {num(m.rel_l2, '.2e')}  cos {num(m.cosine, '.6f')}  SNR {num(m.snr_db, '.1f')} dB"
+               + (f"  argmax {m.argmax_agreement:.1%}" if m.argmax_agreement is not None else ""))
+    if m.note:
+        click.echo(f"            {m.note}")

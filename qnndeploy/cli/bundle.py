@@ -1,0 +1,188 @@
+"""`qnndeploy bundle build` and `bundle verify`, the bundle report renderer, and the rule every command that takes
+a bundle follows: a path that is not a bundle at all is bad input (exit 2), a bundle with problems is exit 1."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import click
+
+from qnndeploy.bundle.build import BundleResult, BundleSpec, build_bundle, spec_from_build
+from qnndeploy.bundle.manifest import read_manifest
+from qnndeploy.bundle.verify import VerifyReport, opened
+from qnndeploy.cli._common import (
+    CONTEXT_SETTINGS,
+    Group,
+    assignments,
+    byte_progress,
+    emit_json,
+    handles_errors,
+    json_option,
+    report,
+)
+from qnndeploy.errors import QnnDeployError
+from qnndeploy.formats import MANIFEST
+
+
+def require_bundle(given: Path, root: Path, result: VerifyReport) -> None:
+    """The CLI's one rule for a bundle argument: a path that is not a bundle at all (no manifest.json, or one that is
+    not readable JSON, not a qnndeploy manifest, or of a format version this qnndeploy does not read) is bad input,
+    exit 2, in bundle verify, device verify, scaffold and device info --bundle alike; a bundle whose manifest reads
+    but whose contents fail verification keeps its report (exit 1).
+
+    given: the path the user gave; root: the bundle folder verified (inside the extracted archive for an archive).
+    """
+    if result.ok or result.name is not None or any(p.path != MANIFEST for p in result.problems):
+        return  # verification got past the manifest, or an archive's members were refused: a report to show
+    try:
+        read_manifest(root)
+    except QnnDeployError as e:  # not a bundle: the one-line error, naming what the user gave, not a temp folder
+        raise QnnDeployError(str(e) if root == given else str(e).replace(str(root), f"{given}:{root.name}"),
+                             e.exit_code) from None
+    # the manifest reads, so the report's problems are schema errors: a bundle with problems, shown as a report
+
+
+def render_verify(result: VerifyReport) -> None:
+    where = f"{result.name}-{result.version}" if result.name else result.bundle
+    if result.ok:
+        click.echo(f"OK  {result.bundle}: {where}, QAIRT {result.qairt}, {result.files} files, "
+                   f"{result.bytes / 1e6:.1f} MB")
+        click.echo(f"    targets: {', '.join(result.targets) or 'none (CPU only)'}; runtime: {result.runtime}")
+    else:
+        click.echo(f"FAIL {result.bundle}: {len(result.problems)} problem(s)")
+        for p in result.problems:
+            click.echo(f"  - {p.path}: {p.message}")
+    for w in result.warnings:
+        click.echo(f"  warning: {w.path}: {w.message}")
+
+
+def _render_build(result: BundleResult) -> None:
+    click.echo(f"bundle {result.path}  ({result.files} files, {result.bytes / 1e6:.1f} MB, QAIRT {result.qairt})")
+    click.echo(f"  targets: {', '.join(result.targets) or 'none (CPU only)'}")
+    click.echo(f"  runtime: {result.runtime}")
+    if result.archive:
+        click.echo(f"  archive: {result.archive}")
+    for w in result.warnings:
+        click.echo(f"  warning: {w.path}: {w.message}")
+    click.echo(f"next: qnndeploy bundle verify {shlex.quote(str(result.path))}")
+
+
+def _graph_file(value: str) -> tuple[str, Path]:
+    graph, sep, path = value.partition("=")
+    if not (sep and graph and path):
+        raise QnnDeployError(f"--cpu {value!r} is not of the form GRAPH=model.onnx")
+    return graph, Path(path)
+
+
+def _npu(values: tuple[str, ...]) -> dict[str, dict[str, list[Path]]]:
+    out: dict[str, dict[str, list[Path]]] = {}
+    for v in values:
+        soc, sep, rest = v.partition(":")
+        graph, sep2, path = rest.partition("=")
+        if not (sep and sep2 and soc and graph and path):
+            raise QnnDeployError(f"--npu {v!r} is not of the form SOC:GRAPH=path/graph.bin")
+        files = out.setdefault(soc, {}).setdefault(graph, [])
+        if any(Path(f).suffix == Path(path).suffix for f in files):
+            raise QnnDeployError(f"--npu gives {soc}:{graph} twice")
+        files.append(Path(path))
+    return out
+
+
+class _BundleGroup(Group):
+    """`bundle --name …` (options, no subcommand) is read as `bundle build --name …`, the form from before `build`
+    was a subcommand. It stays unambiguous: whatever follows is parsed by `build` alone, so `bundle --name x
+    verify P` is an error (build takes no arguments), never a verify that drops --name."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0].startswith("-") and args[0] not in ctx.help_option_names:
+            stray = self.commands["build"].make_context("build", list(args), parent=ctx, resilient_parsing=True).args
+            if stray and stray[0] in self.commands:
+                raise click.UsageError(f"options go after the subcommand (`qnndeploy bundle {stray[0]} …`); "
+                                       "`qnndeploy bundle --OPTION …` with no subcommand is `bundle build --OPTION …`",
+                                       ctx)
+            args = ["build", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_BundleGroup, context_settings=CONTEXT_SETTINGS)
+def bundle() -> None:
+    """Build a bundle, or verify one.
+
+    `qnndeploy bundle --name NAME --version VERSION …` (options, no subcommand) is short for
+    `qnndeploy bundle build --name NAME --version VERSION …`.
+    """
+
+
+@bundle.command("build")
+@click.option("--name", required=True, help="Bundle name (the folder is NAME-VERSION).")
+@click.option("--version", "version_", required=True, metavar="VERSION", help="Bundle version, e.g. 1.0.0.")
+@click.option("--cpu", "cpu", multiple=True, metavar="GRAPH=MODEL.onnx",
+              help="CPU fallback model of GRAPH (repeatable; every graph needs one, --from-build gives them).")
+@click.option("--npu", "npu", multiple=True, metavar="SOC:GRAPH=FILE",
+              help="QNN context binary (.bin) of GRAPH for SOC (repeatable); an EPContext _ctx.onnx may be given too.")
+@click.option("--from-build", type=click.Path(path_type=Path), metavar="DIR",
+              help="Take context binaries, CPU models and records from a `qnndeploy compile` output folder.")
+@click.option("--qnn-sdk-root", type=click.Path(path_type=Path), metavar="DIR",
+              help="Take runtime libraries from a QAIRT SDK.")
+@click.option("--runtime-libs", type=click.Path(path_type=Path), metavar="DIR",
+              help="Take runtime libraries from a flat folder.")
+@click.option("--qairt-version", metavar="X.Y.Z", help="QAIRT version when the binaries do not embed it.")
+@click.option("--maven-runtime-version", metavar="X.Y.Z",
+              help="External runtime: the qnn-runtime release to pin, of the QAIRT X.Y family [default: QAIRT's].")
+@click.option("--precision", type=click.Choice(["fp16", "w8a16", "w8a8"]),
+              help="Precision of the context binaries [default: the compile records', else fp16].")
+@click.option("--source-model", type=click.Path(path_type=Path), metavar="PATH",
+              help="The original model file (its sha256 goes in the manifest).")
+@click.option("--model-name", help="Name of the source model [default: the bundle name].")
+@click.option("--commit", help="Commit of the source model.")
+@click.option("--license", "license_", metavar="LICENSE", help="Licence of the model, e.g. Apache-2.0.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=Path(), show_default=True,
+              metavar="DIR", help="Folder that receives NAME-VERSION/.")
+@click.option("--archive", type=click.Choice(["tar.gz", "zip"]), help="Also write NAME-VERSION.tar.gz or .zip.")
+@click.option("--force", is_flag=True, help="Replace an existing NAME-VERSION/ (and its archive) in the output folder.")
+@json_option
+@handles_errors
+def build(name: str, version_: str, cpu: tuple[str, ...], npu: tuple[str, ...], from_build: Path | None,
+          qnn_sdk_root: Path | None, runtime_libs: Path | None, qairt_version: str | None,
+          maven_runtime_version: str | None, precision: str | None, source_model: Path | None,
+          model_name: str | None, commit: str | None, license_: str | None, output: Path, archive: str | None,
+          force: bool, as_json: bool) -> None:
+    """Assemble a bundle from context binaries and CPU models.
+
+    Per-SoC context binaries, CPU fallbacks, runtime libraries and records, listed in manifest.json.
+    Without --qnn-sdk-root or --runtime-libs the bundle declares the external runtime
+    com.qualcomm.qti:qnn-runtime pinned to its QAIRT version. The bundle is verified before it is
+    renamed into place: a failed run leaves nothing under OUTPUT/NAME-VERSION.
+    """
+    spec = spec_from_build(from_build, name, version_) if from_build else BundleSpec(name, version_, {}, {})
+    spec.cpu.update(assignments(cpu, "--cpu", _graph_file))
+    for soc, graphs in _npu(npu).items():
+        spec.npu.setdefault(soc, {}).update(graphs)
+    spec.sdk_root, spec.libs_dir, spec.qairt_version = qnn_sdk_root, runtime_libs, qairt_version
+    spec.maven_version = maven_runtime_version
+    spec.source_model, spec.source_path, spec.commit, spec.license = model_name, source_model, commit, license_
+    spec.precision = precision or spec.precision
+    with byte_progress("bundling", as_json) as progress:
+        result = build_bundle(spec, output, force=force, archive_fmt=archive, progress=progress)
+    if as_json:
+        emit_json(result)
+    else:
+        _render_build(result)
+
+
+@bundle.command("verify")
+@click.argument("path", type=click.Path(path_type=Path))
+@json_option
+@handles_errors
+def verify(path: Path, as_json: bool) -> None:
+    """Check a bundle folder or archive.
+
+    PATH is a bundle folder, .tar.gz or .zip; every problem is reported.
+
+    Exit 0 when clean, 1 with problems, 2 when PATH is not a bundle at all (no manifest.json, or one
+    that is not a readable qnndeploy manifest).
+    """
+    with byte_progress("verifying", as_json) as progress, opened(path, progress) as (root, result):
+        require_bundle(path, root, result)
+    report(result, as_json, render_verify)

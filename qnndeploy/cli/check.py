@@ -1,0 +1,90 @@
+"""`qnndeploy check`: is a model ready for the NPU, and what fixes it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from qnndeploy import onnxcheck
+from qnndeploy.cli._common import emit_json, handles_errors, json_option
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} bytes"
+
+
+def _render_check(report: onnxcheck.CheckReport) -> None:
+    htp = report.htp
+    click.echo(f"{report.path}: {report.verdict.upper()}")
+    n = report.parameters
+    count = f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n:,}"
+    click.echo(f"  graph {report.graph or '(unnamed)'}, opset {report.opset}, {report.nodes} nodes, "
+               f"{count} parameters ({_size(2 * n)} at fp16, {_size(n)} at 8-bit)")
+    for title, tensors in (("inputs", report.inputs), ("outputs", report.outputs)):
+        click.echo(f"  {title}:")
+        for t in tensors:
+            flags = [w for w, on in (("dynamic", t.dynamic), ("int64", t.dtype == "int64"),
+                                     ("float64", t.dtype == "float64")) if on]
+            click.echo(f"    {t.name:<28} {t.dtype:<8} {t.shape_text():<24} {' '.join(flags)}".rstrip())
+    where = f"HTP {htp.soc}" + (f" (QAIRT {htp.qairt})" if htp.qairt else "")
+    if not htp.measured:
+        click.echo(f"  {where}: not measured: {htp.reason}")
+    elif not htp.cpu_nodes:
+        click.echo(f"  {where}: all {htp.total_nodes} nodes on the HTP, {htp.qnn_partitions} HTP partition(s), "
+                   f"0 CPU partitions ({htp.seconds:.1f} s)")
+    else:
+        click.echo(f"  {where}: {len(htp.cpu_nodes)} of {htp.total_nodes} nodes on the CPU in "
+                   f"{htp.cpu_partitions} CPU partition(s), {htp.qnn_partitions} HTP partition(s)")
+        for node in htp.cpu_nodes[:20]:
+            click.echo(f"    cpu: {node.name or '(unnamed)'} ({node.op_type})")
+        if len(htp.cpu_nodes) > 20:
+            click.echo(f"    … and {len(htp.cpu_nodes) - 20} more (--json lists all)")
+    if report.findings:
+        click.echo("  findings:")
+    for f in report.findings:
+        click.echo(f"    [{f.severity}] {f.message}")
+        click.echo(f"      fix: {f.fix}")
+    if report.prepare_command:
+        click.echo(f"  fix all: {report.prepare_command}")
+        if report.placeholders:
+            click.echo(f"           (replace {', '.join(report.placeholders)} with the sizes and values your app uses)")
+    click.echo(f"  verdict: {report.verdict} (exit {report.exit_code})")
+
+
+@click.command()
+@click.argument("models", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="MODEL.onnx...")
+@click.option("--soc", help="SoC to check for (default SM8750): its HTP measures op support, and a build the "
+              "catalog says it cannot run (fp16 without fp16) is a blocker.")
+@click.option("--precision", type=click.Choice(["fp16", "w8a16"]), default="fp16", show_default=True,
+              help="Measure op support for this build: w8a16 measures the QDQ-quantized graph compile would make.")
+@click.option("--no-measure", is_flag=True, help="Skip the HTP partitioning (reads the graph only).")
+@json_option
+@handles_errors
+def check(models: tuple[Path, ...], soc: str | None, precision: str, no_measure: bool, as_json: bool) -> None:
+    """Is each model ready for the NPU, and what fixes it.
+
+    Per model: findings, op support measured on the HTP compiler, a verdict, and one `qnndeploy prepare`
+    command line that applies every fixable finding.
+
+    \b
+    Exit codes: 0 ready; 10 fixable (`qnndeploy prepare` fixes it: the report gives
+    the command line); 11 not ready (needs a re-export); 2 bad input; 3 missing tool.
+    With several models the worst verdict decides.
+    """
+    reports = [onnxcheck.check_model(m, soc=soc, measure=not no_measure, precision=precision) for m in models]
+    worst = max(reports, key=lambda r: r.exit_code)
+    if as_json:
+        emit_json({"verdict": worst.verdict, "exit_code": worst.exit_code, "models": reports})
+    else:
+        for i, one in enumerate(reports):
+            if i:
+                click.echo()
+            _render_check(one)
+        if len(reports) > 1:
+            click.echo(f"\noverall: {worst.verdict} (exit {worst.exit_code})")
+    sys.exit(worst.exit_code)

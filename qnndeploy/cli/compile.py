@@ -1,0 +1,79 @@
+"""`qnndeploy compile`: context binaries per graph × SoC."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import click
+
+from qnndeploy import compile as stage
+from qnndeploy.cli._common import cache_dir_option, handles_errors, job_progress, json_option, report, shown
+from qnndeploy.formats import CONTEXT_BINARY
+
+
+def _render_compile(summary: stage.CompileSummary) -> None:
+    click.echo(f"backend {summary.backend}, QAIRT {summary.qairt_version}, {summary.precision}")
+    for j in summary.jobs:
+        if j.status == "failed":
+            click.echo(f"  FAILED  {j.graph:<14} {j.soc:<9} {j.error}")
+            click.echo(f"  {'':<7} {'':<14} {'':<9} log: {shown(j.log)}")
+            continue
+        binary = next((o for o in j.outputs if o["format"] == CONTEXT_BINARY), None)
+        made = f"{shown(j.folder / binary['path'])} ({binary['size'] / 1e6:.1f} MB)" if binary else ""
+        when = j.note if j.status == "cached" else f"{j.duration_s:.1f} s"
+        click.echo(f"  {j.status:<7} {j.graph:<14} {j.soc:<9} {made}  [{when}]")
+    noted = [j for j in summary.jobs if j.warnings and j.status != "failed"]
+    if noted:
+        click.echo("warnings (each job's full log is in the folder shown):")
+        for j in noted:
+            for w in j.warnings:
+                click.echo(f"  {j.graph} {j.soc}: {w}")
+            click.echo(f"    log: {shown(j.log)}")
+    counts = {s: sum(j.status == s for j in summary.jobs) for s in ("ok", "cached", "failed")}
+    click.echo(f"{counts['ok']} compiled, {counts['cached']} cached, {counts['failed']} failed "
+               f"in {summary.duration_s:.1f} s -> {shown(summary.out)}")
+    if counts["failed"]:
+        click.echo("failed: " + ", ".join(f"{j.graph} {j.soc}" for j in summary.failures))
+    if counts["ok"] + counts["cached"]:
+        click.echo(f"next: qnndeploy validate {shlex.quote(shown(summary.out))}")
+
+
+@click.command("compile")
+@click.argument("models", nargs=-1, required=True, metavar="MODEL.onnx|NAME=MODEL.onnx...")
+@click.option("--soc", "socs", multiple=True, required=True, metavar="SOC",
+              help="Target SoC; repeat for several (qnndeploy socs lists them).")
+@click.option("--backend", type=click.Choice(["ort", "qairt"]),
+              help="ort: onnxruntime-qnn; qairt: the QAIRT SDK's tools [default: ort where onnxruntime-qnn is "
+                   "installed or no SDK is given, else qairt].")
+@click.option("--precision", type=click.Choice(["fp16", "w8a16"]), default="fp16", show_default=True,
+              help="fp16 activations, or 8-bit weights with 16-bit activations (needs --calib).")
+@click.option("--calib", type=click.Path(path_type=Path), metavar="DIR",
+              help="w8a16 calibration samples: *.npz (one per sample) or INPUT.npy; DIR/GRAPH/ per graph.")
+@click.option("-j", "--jobs", type=int, help="Jobs at once [default: the number of CPU cores].")
+@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), metavar="DIR",
+              help="Build folder.")
+@click.option("--qnn-sdk-root", type=click.Path(path_type=Path), metavar="DIR",
+              help="QAIRT SDK for --backend qairt [default: $QNN_SDK_ROOT].")
+@click.option("--no-cache", is_flag=True, help="Compile every job; neither read nor fill the cache.")
+@cache_dir_option
+@json_option
+@handles_errors
+def compile_cmd(models: tuple[str, ...], socs: tuple[str, ...], backend: str | None, precision: str,
+                calib: Path | None, jobs: int | None, out: Path, qnn_sdk_root: Path | None, no_cache: bool,
+                cache_dir: Path | None, as_json: bool) -> None:
+    """Compile each model for each SoC into a QNN context binary.
+
+    One job per (graph, SoC), in parallel, each with its compile record and full log.
+
+    \b
+    Writes DIR/<graph>/<SoC>/<graph>.bin (+ <graph>_ctx.onnx with the ort backend) and compile.json,
+    and DIR/logs/<graph>-<SoC>.log. Unchanged jobs come from the cache (`qnndeploy cache` shows it).
+    A failing job does not stop the others; the exit code is 1 when any job failed. CPU fallback is
+    off: a node the HTP cannot run fails the job and is named.
+    """
+    with job_progress("compiling") as progress:
+        summary = stage.compile_models(stage.models_from_args(list(models)), list(socs), out, backend=backend,
+                                       precision=precision, calib=calib, jobs=jobs, progress=progress,
+                                       use_cache=not no_cache, cache_dir=cache_dir, qnn_sdk_root=qnn_sdk_root)
+    report(summary, as_json, _render_compile)

@@ -1,0 +1,302 @@
+"""`qnndeploy device list | info | profile | verify`: phones over adb."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from qnndeploy.bundle.verify import VerifyReport
+from qnndeploy.cli._common import (
+    CONTEXT_SETTINGS,
+    Group,
+    byte_progress,
+    emit_json,
+    fail,
+    handles_errors,
+    json_option,
+    jsonable,
+    render_output,
+    shown,
+)
+from qnndeploy.cli.bundle import render_verify, require_bundle
+from qnndeploy.device import info as device_info_stage
+from qnndeploy.device import profile as prof
+from qnndeploy.device import verify as verify_stage
+from qnndeploy.device.adb import connect
+from qnndeploy.errors import EXIT_CHECK_FAILED
+
+serial_option = click.option("-s", "--serial", envvar="ANDROID_SERIAL", metavar="SERIAL",
+                             help="Device serial from `adb devices` [default: $ANDROID_SERIAL, else the only device "
+                                  "connected].")
+
+
+@click.group(cls=Group, context_settings=CONTEXT_SETTINGS)
+def device() -> None:
+    """Phones over adb: list, info, profile, verify.
+
+    Through the standard adb server, as the adb command uses it ($ANDROID_ADB_SERVER_PORT is honoured).
+    """
+
+
+# --- list ---------------------------------------------------------------------------------------------------------
+
+@device.command("list")
+@json_option
+@handles_errors
+def device_list(as_json: bool) -> None:
+    """List the devices the adb server knows, with their state and SoC."""
+    rows = device_info_stage.devices()
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        click.echo("no devices: plug in a phone with USB debugging on (or `adb connect HOST:PORT`)")
+    for r in rows:
+        click.echo(f"{r.serial:<24} {r.state:<13} {r.soc or '-':<10} {r.model}")
+
+
+# --- info ---------------------------------------------------------------------------------------------------------
+
+def _render_device_info(i: device_info_stage.DeviceInfo) -> None:
+    def yes(flag: bool | None) -> str:
+        return "-" if flag is None else "yes" if flag else "NO"
+
+    click.echo(f"{i.serial}: {i.manufacturer} {i.model}, Android {i.android_release} (API {i.sdk}), {i.abi}")
+    click.echo(f"  ro.soc.model {i.soc_model_prop or '-'}   ro.soc.manufacturer {i.soc_manufacturer or '-'}   "
+               f"ro.board.platform {i.board_platform or '-'}   soc0/soc_id {i.kernel_soc_id or '-'}")
+    if i.soc:
+        click.echo(f"  SoC {i.soc} (by {i.identified_by}): HTP {i.dsp_arch}, QNN soc_model {i.qnn_soc_id}, "
+                   f"fp16 {yes(i.fp16)}")
+    else:
+        click.echo("  SoC not in the catalog: CPU fallback")
+    click.echo(f"  page size {i.page_size or '-'}   libcdsprpc.so {yes(i.cdsprpc)}   "
+               f"DSP folders {', '.join(i.dsp_dirs) or 'none'}")
+    click.echo(f"  QNN libraries in /vendor, /odm: {', '.join(i.vendor_qnn_libs) or 'none'}")
+    for note in i.notes:
+        click.echo(f"  note: {note}")
+    c = i.app_choice
+    if c is not None and c.npu:
+        click.echo(f"  with bundle {i.bundle}: NPU, target {c.soc} ({c.dsp_arch}) by {c.identified_by}, if the QNN "
+                   f"libraries load (device verify runs them); files: {', '.join(c.files)}")
+    elif c is not None:
+        click.echo(f"  with bundle {i.bundle}: CPU fallback: {c.reason}")
+
+
+@device.command("info")
+@serial_option
+@click.option("--bundle", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="A bundle folder: also say which target the app would choose on this phone.")
+@json_option
+@handles_errors
+def device_info(serial: str | None, bundle: Path | None, as_json: bool) -> None:
+    """What a phone is, and what the app would choose on it.
+
+    SoC identity and catalog match, Android version, ABI, page size, DSP libraries, QNN libraries in /vendor
+    or /odm that can shadow the app's.
+
+    A --bundle that is not a bundle is bad input (exit 2), as in every command that takes one.
+    """
+    result = device_info_stage.device_info(serial, bundle)
+    if as_json:
+        emit_json(result)
+    else:
+        _render_device_info(result)
+
+
+# --- profile ------------------------------------------------------------------------------------------------------
+
+def _battery_text(b: prof.Battery) -> str:
+    parts = [f"{b.level}%" if b.level is not None else None,
+             f"{b.temperature_c:.1f}°C" if b.temperature_c is not None else None,
+             f"{b.current_ma:+.0f} mA" if b.current_ma is not None else None]
+    return " ".join(p for p in parts if p) or "-"
+
+
+def _render_profile_end(result: prof.Profile, pid: int, csv_path: Path | None) -> None:
+    if result.ended:
+        click.echo(f"process {pid} ended")
+    if not result.samples:
+        click.echo("no samples yet")
+        return
+    if result.powered:
+        click.echo("note: the phone was on external power (USB/AC): the battery current is charging, not the app's "
+                   "drain; for power, use adb over Wi-Fi (adb tcpip) unplugged, or `adb shell dumpsys battery unplug`")
+    click.echo(f"mean CPU {result.mean_cpu():.1f}% of one core over {result.samples[-1].time_s:g} s; per thread:")
+    for t in result.thread_means():
+        click.echo(f"  {t.tid:>7} {t.name:<16} {t.cpu_percent:6.1f}%")
+    if csv_path:
+        click.echo(f"wrote {csv_path}")
+
+
+@device.command("profile")
+@click.option("--pid", type=int, help="Process id on the device.")
+@click.option("--package", help="App package name (its process is found with pidof).")
+@serial_option
+@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
+              help="Seconds between samples (at least 0.2).")
+@click.option("--duration", type=click.FloatRange(min=0), metavar="S",
+              help="Stop after S seconds [default: at Ctrl-C].")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Also write the samples as CSV.")
+@json_option
+@handles_errors
+def device_profile(pid: int | None, package: str | None, serial: str | None, interval: float,
+                   duration: float | None, csv_path: Path | None, as_json: bool) -> None:
+    """CPU use of a process and its threads, and the battery.
+
+    Every interval: the process's CPU use (give --pid or --package) and each thread's (100% = one core), and
+    the battery's level, temperature and current.
+
+    Measure before moving a model to the NPU: the NPU pays off where the CPU is busy.
+    """
+    if (pid is None) == (package is None):
+        fail("give exactly one of --pid PID or --package NAME")
+    dev = connect(serial)
+    pid, name = prof.find_process(dev, pid, package)
+    result = prof.start(dev, pid, name, interval)
+    if not as_json:
+        click.echo(f"{dev.serial}: process {pid} ({name}), every {interval:g} s, CLK_TCK {result.clk_tck}"
+                   f"{'' if duration else ' - Ctrl-C to stop'}")
+        click.echo(f"{'time':>8} {'cpu':>7}  {'battery':<22} busiest threads")
+    try:
+        for s in prof.samples(dev, result):
+            if not as_json:
+                top = ", ".join(f"{t.name} {t.cpu_percent:.0f}%" for t in s.threads[:3])
+                click.echo(f"{s.time_s:>7.1f}s {s.cpu_percent:>6.1f}%  {_battery_text(s.battery):<22} {top}")
+            if duration is not None and s.time_s + 1e-3 >= duration:
+                break
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how an open-ended profile ends: keep what was measured
+    if csv_path:
+        prof.write_csv(result, csv_path)
+    if as_json:
+        emit_json({**jsonable(result), "mean_cpu_percent": result.mean_cpu(), "threads": result.thread_means(),
+                   "powered": result.powered})
+    else:
+        _render_profile_end(result, pid, csv_path)
+
+
+# --- verify -------------------------------------------------------------------------------------------------------
+
+def _render_graph_run(g: verify_stage.GraphRun) -> None:
+    label = {"passed": "PASS", "failed": "FAIL", "error": "ERROR"}[g.status]
+    if g.status == "error":
+        click.echo(f"  {label:<5} {g.graph:<14} {g.reason}")
+    else:
+        per = (f"{g.per_inference_s * 1e3:.2f} ms/inference ({g.inferences} runs" if g.per_inference_s is not None
+               else f"per inference lost in the start-up noise ({g.inferences} runs: raise --runs")
+        click.echo(f"  {label:<5} {g.graph:<14} first run {g.first_run_s * 1e3:.0f} ms, {per}, {g.clock} clock), "
+                   f"{g.samples} sample(s)")
+    for m in g.outputs:
+        render_output(m)
+    for a in g.advice:
+        click.echo(f"        advice ({a.id}): {a.message}")
+        click.echo(f"            seen: {a.line}")
+
+
+def _render_device_verification(r: verify_stage.DeviceVerification) -> None:
+    click.echo(f"{r.serial}: {r.model}, Android {r.android_release} (API {r.sdk})")
+    click.echo(f"  SoC {r.soc or 'unknown'}" + (f" (by {r.identified_by})" if r.identified_by else "")
+               + f": {r.expectation}" + (f": {r.reason}" if r.provider == "cpu" else ""))
+    p = r.push
+    speed = f", {p.mb_per_s:.1f} MB/s" if p.mb_per_s and p.bytes_sent >= 1e6 else ""
+    click.echo(f"  pushed to {r.remote_dir}: {len(p.sent)} of {p.files} files sent ({p.bytes_sent / 1e6:.2f} of "
+               f"{p.bytes_total / 1e6:.2f} MB) in {p.seconds:.2f} s{speed}; every sha256 checked on the phone")
+    if p.removed:
+        click.echo(f"  removed from the phone: {', '.join(p.removed)}")
+    if r.runner:
+        click.echo("  ran qnn-net-run with " + " ".join(f"{k}={v}" for k, v in r.environment.items()))
+    if r.runner_note:
+        click.echo(f"  note: {r.runner_note}")
+    for g in r.graphs:
+        _render_graph_run(g)
+
+
+def _render_verify_table(results: list[verify_stage.DeviceVerification]) -> None:
+    click.echo(f"{'serial':<22} {'model':<24} {'SoC':<8} {'choice':<6} {'sent':>9} {'MB sent':>8}  "
+               f"{'graphs':<24} status")
+    for r in results:
+        if r.error:
+            click.echo(f"{r.serial:<22} {'-':<24} {'-':<8} {'-':<6} {'-':>9} {'-':>8}  {'-':<24} ERROR: {r.error}")
+            continue
+        graphs = ", ".join(f"{g.graph} {g.status}" for g in r.graphs) or ("not run" if r.provider == "npu" else "-")
+        sent = f"{len(r.push.sent)}/{r.push.files}"
+        click.echo(f"{r.serial:<22} {r.model[:24]:<24} {r.soc or '?':<8} {r.provider.upper():<6} {sent:>9} "
+                   f"{r.push.bytes_sent / 1e6:>8.2f}  {graphs:<24} {'ok' if r.ok else 'FAILED'}")
+
+
+def _render_verifications(report: VerifyReport, results: list[verify_stage.DeviceVerification],
+                          all_devices: bool) -> None:
+    click.echo(f"bundle {report.name} {report.version} (QAIRT {report.qairt}): verified, {report.files} files")
+    for r in results:
+        if not r.error:
+            _render_device_verification(r)
+    if all_devices:
+        _render_verify_table(results)
+    for r in results:
+        if r.record:
+            click.echo(f"record: {shown(r.record)}")
+
+
+@device.command("verify")
+@click.argument("bundle_dir", metavar="BUNDLE", type=click.Path(path_type=Path))
+@serial_option
+@click.option("--all", "all_devices", is_flag=True, help="Every connected device, in parallel.")
+@click.option("--runner", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH",
+              help="A qnn-net-run built for aarch64-android, to run the context binaries on the phone.")
+@click.option("--qnn-sdk-root", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="QAIRT SDK: its bin/aarch64-android/qnn-net-run (default: $QNN_SDK_ROOT when it has one), and "
+                   "the QNN libraries for a bundle with an external runtime.")
+@click.option("--inputs", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Input samples as for validate: *.npz or INPUT.npy; DIR/GRAPH/ per graph.")
+@click.option("--samples", type=int, default=1, show_default=True, help="Seeded random samples without --inputs.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for the random samples.")
+@click.option("--runs", type=int, default=10, show_default=True,
+              help="Inferences in the timed run (the samples, repeated).")
+@click.option("-o", "--output", "record_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("device-records"), show_default=True, metavar="DIR",
+              help="Folder for the device records (JSON).")
+@json_option
+@handles_errors
+def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runner: Path | None,
+                  qnn_sdk_root: Path | None, inputs: Path | None, samples: int, seed: int, runs: int,
+                  record_dir: Path, as_json: bool) -> None:
+    """Push a bundle to a phone, run it there, record the result.
+
+    The bundle folder goes to the phone as the app would use it, is checked there, and runs with a runner.
+
+    \b
+    The bundle is verified first (exit 1 with its report when it fails, 2 when BUNDLE is not a bundle or is an
+    archive). The app's own decision picks the target for the phone's SoC; its files, the CPU fallback and the
+    runtime libraries for its arch go to /data/local/tmp/qnndeploy/NAME-VERSION/ (only files whose sha256
+    differs are sent; a staging folder is renamed at the end; an interrupted push resumes). With a runner, each
+    context binary runs on the phone (qnn-net-run, LD_LIBRARY_PATH and ADSP_LIBRARY_PATH set) and its outputs
+    are compared with the CPU model on this host, with validate's metrics; known QNN errors become advice.
+    A phone whose SoC is not in the bundle: CPU fallback expected. Exit 1 when a phone fails.
+    """
+    given = click.get_current_context().get_parameter_source("serial") == click.core.ParameterSource.COMMANDLINE
+    if all_devices and given:
+        fail("give -s SERIAL or --all, not both")
+    report, manifest = verify_stage.check_bundle(bundle_dir)
+    require_bundle(bundle_dir, bundle_dir, report)
+    if not report.ok:
+        if as_json:
+            emit_json({"bundle": report, "devices": []})
+        else:
+            render_verify(report)
+        fail(f"{bundle_dir} fails bundle verify: fix the bundle (or build it again) before pushing it",
+             EXIT_CHECK_FAILED)
+    job = verify_stage.Job(bundle_dir, manifest, runner, qnn_sdk_root, inputs, samples, seed, runs, record_dir)
+    if all_devices:
+        results = verify_stage.verify_all(job)
+    else:
+        with byte_progress("pushing", quiet=as_json) as progress:
+            results = [verify_stage.verify_device(job, serial, progress)]
+    if as_json:
+        emit_json({"bundle": report, "devices": results})
+    else:
+        _render_verifications(report, results, all_devices)
+    if not all(r.ok for r in results):
+        sys.exit(EXIT_CHECK_FAILED)

@@ -1,0 +1,75 @@
+"""`qnndeploy prepare`: make a model NPU-ready and prove it equivalent on CPU."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import click
+
+from qnndeploy import prepare as stage
+from qnndeploy.cli._common import assignments, emit_json, handles_errors, json_option
+
+
+def _render_prepare(result: stage.PrepareResult) -> None:
+    extra = f" + {Path(result.external_data).name}" if result.external_data else ""
+    click.echo(f"wrote {result.output}{extra} and {result.record}")
+    for change in result.changes:
+        click.echo(f"  {change}")
+    if len(result.folding) > 1:
+        click.echo("  folding: " + "; ".join(result.folding))
+    for title, tensors in (("inputs", result.inputs), ("outputs", result.outputs)):
+        click.echo(f"  {title}: " + ", ".join(f"{t.name} {t.dtype} {t.shape_text()}" for t in tensors))
+    click.echo(f"  equivalence on onnxruntime CPU (inputs: {result.equivalence_inputs}; "
+               f"tolerance {result.tolerance:g}):")
+    for d in result.equivalence:
+        click.echo(f"    {d.name:<28} max abs diff {d.max_abs_diff:.2g}  rel L2 {d.rel_l2:.2g}  "
+                   f"{'ok' if d.ok else 'FAIL'}")
+    for note in result.notes:
+        click.echo(f"  note: {note}")
+    click.echo(f"next: qnndeploy check {shlex.quote(result.output)}")
+
+
+@click.command()
+@click.argument("model", type=click.Path(path_type=Path), metavar="MODEL.onnx")
+@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), metavar="OUT.onnx",
+              help="The prepared model; OUT.prepare.json (and OUT.onnx.data for weights over 2 GB) beside it.")
+@click.option("--shape", "shapes", multiple=True, metavar="NAME=1,3,640,640",
+              help="Fix an input's dims (repeatable; 1x3x640x640 also accepted).")
+@click.option("--int32-inputs", is_flag=True,
+              help="Wrap int64 inputs and outputs as int32 (a Cast inside the graph, names unchanged).")
+@click.option("--freeze", multiple=True, metavar="NAME=VALUE[,VALUE…]",
+              help="Replace an input by a constant (e.g. sample_rate=16000) so what it drives folds away.")
+@click.option("--no-simplify", is_flag=True,
+              help="Skip the folding chain (onnxsim, onnxslim, onnxruntime, onnx); shapes are still fixed and "
+                   "re-inferred.")
+@click.option("--fuse", is_flag=True,
+              help="Fuse the unfused (Erf) GELU into one Gelu node, opset 20: what w8a16 on the HTP needs.")
+@click.option("--inputs", "inputs_dir", type=click.Path(path_type=Path), metavar="DIR",
+              help="NAME.npy or NAME.npz per input for the equivalence run [default: one seeded random sample].")
+@click.option("--tolerance", type=float, default=1e-4, show_default=True,
+              help="Fail when an output's max abs diff and its rel L2 error both exceed this.")
+@click.option("--force", is_flag=True, help="Replace an existing OUT.onnx (and its .prepare.json and .onnx.data).")
+@json_option
+@handles_errors
+def prepare(model: Path, out: Path, shapes: tuple[str, ...], int32_inputs: bool, freeze: tuple[str, ...],
+            no_simplify: bool, fuse: bool, inputs_dir: Path | None, tolerance: float, force: bool,
+            as_json: bool) -> None:
+    """Make a model NPU-ready, proven equivalent on CPU.
+
+    Static shapes, int32 I/O, frozen settings, folded and re-inferred; then the original and the prepared
+    model run on onnxruntime CPU with the same inputs, and OUT.onnx is written only when they agree.
+
+    \b
+    Exit codes: 0 written; 1 the prepared model differs from the original beyond
+    --tolerance (nothing written); 2 bad input (nothing written); 3 missing tool.
+    """
+    result = stage.prepare_model(
+        model, out, shapes=assignments(shapes, "--shape", stage.parse_shape),
+        freeze=assignments(freeze, "--freeze", lambda v: stage.parse_assignment(v, "--freeze")),
+        int32_inputs=int32_inputs, simplify=not no_simplify, inputs_dir=inputs_dir, tolerance=tolerance,
+        force=force, fuse=fuse)
+    if as_json:
+        emit_json(result)
+    else:
+        _render_prepare(result)

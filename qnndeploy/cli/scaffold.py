@@ -1,0 +1,69 @@
+"""`qnndeploy scaffold`: the app side of a verified bundle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from qnndeploy import scaffold as stage
+from qnndeploy.bundle.verify import opened
+from qnndeploy.cli._common import byte_progress, emit_json, fail, handles_errors, json_option
+from qnndeploy.cli.bundle import render_verify, require_bundle
+from qnndeploy.errors import EXIT_CHECK_FAILED
+
+
+def _render_scaffold(result: stage.ScaffoldResult) -> None:
+    kind = "sample app" if result.app else f"{result.engine} glue"
+    click.echo(f"{kind} for {result.package} in {result.path}: {len(result.kotlin)} Kotlin files, "
+               f"bundle copied ({result.bundle_files} files, {result.bundle_bytes / 1e6:.1f} MB)")
+    click.echo(f"  NPU targets: {', '.join(result.targets) or 'none (CPU only)'}; runtime: {result.runtime}")
+    if result.app:
+        click.echo(f"next: open {result.path} in Android Studio (or gradle wrapper && ./gradlew installDebug); "
+                   f"see {result.path / 'README.md'}")
+    else:
+        click.echo("add these three lines to the app (details in README.md there):")
+        for line in result.lines:
+            click.echo(f"  {line}")
+
+
+@click.command()
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option("--package", required=True, help="The app's Java/Kotlin package, e.g. com.example.foo "
+              "(the glue goes in PACKAGE.qnndeploy).")
+@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), metavar="DIR",
+              help="Folder to create, new or empty: the glue, best inside the app module (e.g. app/qnndeploy); "
+                   "with --app, the whole app.")
+@click.option("--engine", type=click.Choice(["ort", "sherpa-onnx"]), default="ort", show_default=True,
+              help="ONNX Runtime with the QNN EP (EPContext .onnx), or sherpa-onnx (QnnConfig, context binaries).")
+@click.option("--app", is_flag=True, help="Make a complete one-screen Android app around the glue (engine ort).")
+@click.option("--force", is_flag=True,
+              help="Replace DIR if it is an earlier scaffold output (it holds .qnndeploy-scaffold), never another "
+                   "folder.")
+@json_option
+@handles_errors
+def scaffold(bundle: Path, package: str, out: Path, engine: str, app: bool, force: bool, as_json: bool) -> None:
+    """Generate the app side of a bundle: Kotlin glue.
+
+    The Kotlin runtime selector (NPU or CPU on each phone) and engine glue, Gradle and manifest snippets.
+
+    The bundle (folder or archive) must pass `bundle verify` (exit 1 with its report when it does not, 2 when
+    BUNDLE is not a bundle); it is copied beside the glue (DIR/bundle/, or DIR/app/qnndeploy/bundle/ with --app)
+    in the layout Gradle wants. Without --app, the README.md written to DIR lists the three lines to add to
+    the app.
+    """
+    stage.check_request(package, out, engine=engine, app=app, force=force)
+    with byte_progress("verifying", as_json) as progress, opened(bundle, progress) as (root, report):
+        require_bundle(bundle, root, report)
+        if not report.ok:
+            if as_json:
+                emit_json(report)  # the verify report is the JSON output here
+            else:
+                render_verify(report)
+            fail(f"{bundle} fails bundle verify ({len(report.problems)} problem(s)); not scaffolding from it: "
+                 "fix or rebuild the bundle", EXIT_CHECK_FAILED)
+        result = stage.scaffold(root, package, out, engine=engine, app=app, force=force, report=report)
+    if as_json:
+        emit_json(result)
+    else:
+        _render_scaffold(result)

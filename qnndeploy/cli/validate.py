@@ -1,0 +1,57 @@
+"""`qnndeploy validate`: each context binary on the host HTP emulator against the CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from qnndeploy import validate as stage
+from qnndeploy.cli._common import handles_errors, job_progress, json_option, render_output, report, shown
+
+
+def _render_validation(summary: stage.ValidationSummary) -> None:
+    i = summary.inputs
+    source = i["folder"] if i["kind"] == "files" else f"{i['samples']} random sample(s), seed {i['seed']}"
+    click.echo(f"inputs: {source}")
+    for t in summary.targets:
+        label = {"passed": "PASS", "failed": "FAIL", "skipped": "skip", "error": "ERROR"}[t.status]
+        if t.status in ("skipped", "error"):
+            click.echo(f"  {label:<5} {t.graph:<14} {t.soc:<9} {t.reason}")
+            continue
+        click.echo(f"  {label:<5} {t.graph:<14} {t.soc:<9} {t.samples} sample(s), "
+                   f"emulator {t.emulator_s_per_run:.2f} s/run")
+        for m in t.outputs:
+            render_output(m)
+    counts = {s: sum(t.status == s for t in summary.targets) for s in ("passed", "failed", "skipped", "error")}
+    click.echo(", ".join(f"{n} {s}" for s, n in counts.items() if n) + f"; records: {shown(summary.build)}"
+               "/<graph>/<SoC>/validation.json")
+    click.echo(f"note: {summary.emulator_note}")
+
+
+@click.command()
+@click.argument("build", type=click.Path(path_type=Path))
+@click.option("--inputs", type=click.Path(path_type=Path), metavar="DIR",
+              help="Real input samples: *.npz (one per sample) or INPUT.npy; DIR/GRAPH/ per graph.")
+@click.option("--random", "random_", type=int, metavar="N", help="N seeded random samples [default: 1].")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for --random.")
+@click.option("--min-cosine", type=float, help="Override the cosine similarity threshold (fp16 0.999, w8a16 0.99).")
+@click.option("--min-snr-db", type=float, help="Override the SNR threshold in dB (fp16 30, w8a16 20).")
+@click.option("--atol", type=float, help="Override the near-zero level (fp16 1e-3, w8a16 1e-2): an output whose "
+              "CPU reference has an RMS below it is judged on max abs diff <= atol instead of cosine and SNR.")
+@json_option
+@handles_errors
+def validate(build: Path, inputs: Path | None, random_: int | None, seed: int, min_cosine: float | None,
+             min_snr_db: float | None, atol: float | None, as_json: bool) -> None:
+    """Compare each context binary on the HTP emulator with the CPU.
+
+    Runs each compiled context on the host HTP emulator and the source ONNX on onnxruntime CPU with the same
+    inputs. Reports max abs diff, rel L2, cosine, SNR and (for class outputs) argmax agreement per output, judges
+    them against per-precision thresholds and writes BUILD/<graph>/<SoC>/validation.json. Exit 1 when a
+    target fails or cannot run, or when nothing could be validated. Emulator timings are not phone timings.
+    """
+    overrides = {k: v for k, v in (("min_cosine", min_cosine), ("min_snr_db", min_snr_db), ("atol", atol))
+                 if v is not None}
+    with job_progress("validating on the HTP emulator") as progress:
+        summary = stage.validate_build(build, inputs, random_, seed=seed, thresholds=overrides, progress=progress)
+    report(summary, as_json, _render_validation)
