@@ -7,12 +7,16 @@ to <graph>.bin, so the name inside the wrapper must follow, or ONNX Runtime fail
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.onnxio import load_model
 
+if TYPE_CHECKING:
+    import onnx
 
-def _ref_attrs(model) -> list:
+
+def _ref_attrs(model: onnx.ModelProto) -> list[onnx.AttributeProto]:
     """The ep_cache_context attributes of EPContext nodes that keep their binary in a separate file."""
     refs = []
     for node in model.graph.node:

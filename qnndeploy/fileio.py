@@ -10,10 +10,14 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 from qnndeploy.errors import QnnDeployError
 
 CHUNK = 1 << 20
+# A JSON object as read from or written to a record, manifest or catalog file. Its fields are checked where it is
+# read (by the JSON Schemas or by the reader), not by the type checker.
+JSON = dict[str, Any]
 
 
 def _read_umask() -> int:

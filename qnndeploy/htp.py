@@ -4,6 +4,7 @@ built on it; shared by check, compile and validate."""
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import sys
 import tempfile
@@ -13,7 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError, first_line
 from qnndeploy.onnxio import load_model
@@ -35,23 +37,23 @@ def available() -> bool:
     return True
 
 
-def _require():
+def _require() -> ModuleType:
+    """The onnxruntime_qnn module (heavy: imported on first use)."""
     try:
-        import onnxruntime_qnn
+        return importlib.import_module("onnxruntime_qnn")
     except ImportError:
         raise QnnDeployError(
             "onnxruntime-qnn is not installed: pip install onnxruntime-qnn (Linux x86-64 only); "
             "it holds the QNN HTP compiler and emulator", EXIT_MISSING_TOOL) from None
-    return onnxruntime_qnn
 
 
 def qairt_version() -> str:
     """The QAIRT version the wheel's QNN libraries come from, e.g. '2.51.0'."""
-    return _require().build_and_package_info.qnn_version
+    return str(_require().build_and_package_info.qnn_version)
 
 
 @cache
-def _devices() -> tuple:
+def _devices() -> tuple[Any, ...]:  # onnxruntime's OrtEpDevice, untyped
     import onnxruntime as ort
 
     qnn = _require()
@@ -199,7 +201,7 @@ def soc_takes_nothing(soc: Soc, qairt: str) -> str:
             f"{soc.dsp_arch}), not even a lone Relu: no model runs on its NPU with this QAIRT, whatever the export")
 
 
-def _components(nodes: list) -> int:
+def _components(nodes: list[onnx.NodeProto]) -> int:
     """Connected groups of CPU nodes (linked by the tensors between them): each is one CPU partition."""
     parent = list(range(len(nodes)))
 

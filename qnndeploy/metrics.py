@@ -9,15 +9,18 @@ A reference whose RMS is below the absolute tolerance is judged on max abs diff 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     import numpy as np
 
+Thresholds = dict[str, float]  # min_cosine, min_snr_db, atol
+
 # Defaults per precision. fp16 on the HTP is usually within 1e-2 rel L2 (PP-OCR rec: 4e-3 = 48 dB);
 # 8-bit weights lose more. atol is also the level below which a reference counts as near zero.
-THRESHOLDS = {
+THRESHOLDS: dict[str, Thresholds] = {
     "fp16": {"min_cosine": 0.999, "min_snr_db": 30.0, "atol": 1e-3},
     "w8a16": {"min_cosine": 0.99, "min_snr_db": 20.0, "atol": 1e-2},
 }
@@ -40,7 +43,18 @@ class OutputMetrics:
 
 
 
-def metrics(reference: np.ndarray, actual: np.ndarray) -> dict:
+class Metrics(TypedDict):
+    max_abs_diff: float
+    mean_abs_diff: float
+    rel_l2: float | None  # None (and cosine, snr_db) when the reference is all zeros or the output not finite
+    cosine: float | None
+    snr_db: float | None
+    ref_rms: float
+    ref_max_abs: float
+    finite: bool
+
+
+def metrics(reference: np.ndarray, actual: np.ndarray) -> Metrics:
     """Max/mean abs diff, rel L2, cosine, SNR (dB) and reference scale, in float64."""
     import numpy as np
 
@@ -63,20 +77,21 @@ def metrics(reference: np.ndarray, actual: np.ndarray) -> dict:
     }
 
 
-def thresholds_for(precision: str | None, overrides: dict | None = None) -> dict:
+def thresholds_for(precision: str | None, overrides: Mapping[str, float] | None = None) -> Thresholds:
     """What outputs are judged by: the precision's defaults (w8a16's for any other), then the overrides."""
-    return {**THRESHOLDS.get(precision, THRESHOLDS["w8a16"]), **(overrides or {})}
+    return {**THRESHOLDS.get(precision or "w8a16", THRESHOLDS["w8a16"]), **(overrides or {})}
 
 
-def judge_outputs(expected: list[dict], actual: list[dict], limits: dict,
-                  class_axes: dict[str, int] | None = None) -> list[OutputMetrics]:
+def judge_outputs(expected: Sequence[Mapping[str, np.ndarray]], actual: Sequence[Mapping[str, np.ndarray]],
+                  limits: Thresholds, class_axes: Mapping[str, int] | None = None) -> list[OutputMetrics]:
     """Every output over all samples (one {name: array} per sample), against the CPU reference. Outputs in
     `class_axes` (onnxio.class_axes) also get their argmax agreement over that axis."""
     return [judge(name, [e[name] for e in expected], [a[name] for a in actual], limits, (class_axes or {}).get(name))
             for name in expected[0]]
 
 
-def judge(name: str, expected: list, actual: list, limits: dict, class_axis: int | None = None) -> OutputMetrics:
+def judge(name: str, expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], limits: Thresholds,
+          class_axis: int | None = None) -> OutputMetrics:
     import numpy as np
 
     ref, out = np.stack(expected), np.stack(actual)  # a leading sample axis
@@ -94,7 +109,7 @@ def judge(name: str, expected: list, actual: list, limits: dict, class_axis: int
                 f"SNR are not meaningful here, judged on max abs diff; validate with real inputs (--inputs DIR)")
     else:
         passed = (m["cosine"] is not None and m["cosine"] >= limits["min_cosine"]
-                  and m["snr_db"] >= limits["min_snr_db"])
+                  and m["snr_db"] is not None and m["snr_db"] >= limits["min_snr_db"])
         judged = "cosine+snr"
     return OutputMetrics(name, list(out.shape[1:]), m["max_abs_diff"], m["mean_abs_diff"], m["rel_l2"], m["cosine"],
                          m["snr_db"], m["ref_rms"], m["ref_max_abs"], agree, bool(passed), judged, note)

@@ -30,6 +30,13 @@ class TensorInfo:
     def dynamic(self) -> bool:
         return self.shape is None or any(isinstance(d, str) for d in self.shape)
 
+    @property
+    def static_shape(self) -> list[int]:
+        """The shape of a tensor known to be static (check `dynamic` first)."""
+        if self.shape is None or self.dynamic:
+            raise ValueError(f"{self.name} has dynamic size {self.shape_text()}")
+        return [d for d in self.shape if isinstance(d, int)]
+
     def shape_text(self) -> str:
         return "[?]" if self.shape is None else "[" + ", ".join(str(d) for d in self.shape) + "]"
 

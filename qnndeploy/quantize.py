@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ACTIVATIONS, WEIGHTS = "QUInt16", "QUInt8"
 SETTINGS = {"format": "QDQ", "activation_type": ACTIVATIONS, "weight_type": WEIGHTS, "calibrate_method": "MinMax"}
 
 
-def qdq(model: Path, samples: list[dict], out: Path) -> Path:
+def qdq(model: Path, samples: list[dict[str, np.ndarray]], out: Path) -> Path:
     """Write `model` quantized to QDQ at `out`, calibrated (MinMax) on `samples` ({input name: array} each)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantType
     from onnxruntime.quantization import quantize as ort_quantize
@@ -20,11 +24,11 @@ def qdq(model: Path, samples: list[dict], out: Path) -> Path:
     private = out.with_name(f"{out.stem}_src.onnx")
     shutil.copyfile(model, private)
 
-    class Reader(CalibrationDataReader):
+    class Reader(CalibrationDataReader):  # type: ignore[misc]  # onnxruntime ships no types: its base class is Any
         def __init__(self) -> None:
             self.it = iter(samples)
 
-        def get_next(self) -> dict | None:
+        def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self.it, None)
 
     config = get_qnn_qdq_config(str(private), Reader(), activation_type=getattr(QuantType, ACTIVATIONS),

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from qnndeploy.errors import QnnDeployError
+from qnndeploy.fileio import JSON
 
 RECORD = "qnndeploy-compile"
 RECORD_VERSION = 1
@@ -77,7 +78,7 @@ class ValidationRecord:
         return cls(data["passed"], data["thresholds"], tuple(data["outputs"]), (data.get("binary") or {}).get("sha256"))
 
 
-def read_record(path: Path) -> dict | None:
+def read_record(path: Path) -> JSON | None:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy.errors import QnnDeployError, first_line
+from qnndeploy.fileio import JSON
 from qnndeploy.onnxio import int_input_ranges, load_model, real_inputs, tensor_info
 
 if TYPE_CHECKING:
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 RANDOM_NOTE = ("uniform in [-1, 1) for float inputs; integers in [0, rows) for an input that indexes a table of that "
                "many rows, 0 or 1 for a mask, else in [0, 10); seeded")
 SUFFIXES = (".npy", ".npz")
+Sample = dict[str, "np.ndarray"]  # one array per input (or output) name
 
 
 def folder_for(inputs: Path, graph: str) -> Path:
@@ -36,7 +38,7 @@ def sample_files(folder: Path) -> list[Path]:
 
 
 def for_graph(model: Path, graph: str, inputs: Path | None = None, count: int = 1, seed: int = 0
-              ) -> tuple[list[dict], dict]:
+              ) -> tuple[list[Sample], JSON]:
     """The samples for one graph, from `inputs` (DIR/<graph>/ or DIR) or else `count` seeded random ones, and how
     they were made, as the records store it."""
 
@@ -52,7 +54,7 @@ def for_graph(model: Path, graph: str, inputs: Path | None = None, count: int = 
                      "files": [p.name for p in sample_files(folder)]}
 
 
-def cpu_outputs(model: Path, samples: list[dict]) -> list[dict]:
+def cpu_outputs(model: Path, samples: list[Sample]) -> list[Sample]:
     """The reference: each sample's outputs from onnxruntime on the CPU, by output name."""
     import onnxruntime as ort
 
@@ -65,7 +67,7 @@ def cpu_outputs(model: Path, samples: list[dict]) -> list[dict]:
 
 
 def reference(model: Path, graph: str, inputs: Path | None = None, count: int = 1, seed: int = 0
-              ) -> tuple[list[dict], list[dict], dict]:
+              ) -> tuple[list[Sample], list[Sample], JSON]:
     """(samples, CPU outputs, how the samples were made) for one graph."""
     samples, used = for_graph(model, graph, inputs, count, seed)
     return samples, cpu_outputs(model, samples), used
@@ -73,11 +75,11 @@ def reference(model: Path, graph: str, inputs: Path | None = None, count: int = 
 
 # --- reading and making samples --------------------------------------------------------------------
 
-def load_samples(folder: Path, specs: list[TensorInfo]) -> list[dict]:
+def load_samples(folder: Path, specs: list[TensorInfo]) -> list[Sample]:
     """Samples from `folder`: each *.npz is one sample (one array per input name; any single name for a
     one-input graph); <input>.npy holds one sample, or several stacked on a new first axis."""
     folder = Path(folder)
-    samples: list[dict] = []
+    samples: list[Sample] = []
     for path in sorted(folder.glob("*.npz")):
         arrays = read_arrays(path)
         if len(specs) == 1 and len(arrays) == 1:
@@ -124,7 +126,7 @@ def read_one(folder: Path, spec: TensorInfo) -> np.ndarray:
     array = next(iter(arrays.values()))
     if array.dtype != np.dtype(spec.dtype):
         raise QnnDeployError(f"{found} holds {array.dtype}, input {spec.name} takes {np.dtype(spec.dtype)}")
-    if list(array.shape) != list(spec.shape):
+    if list(array.shape) != spec.shape:
         raise QnnDeployError(f"{found} has shape {list(array.shape)}, the prepared input {spec.name} is {spec.shape}")
     return array
 
@@ -160,7 +162,7 @@ def _fit(arr: np.ndarray, spec: TensorInfo, path: Path) -> np.ndarray:
 
 
 def random_samples(specs: list[TensorInfo], count: int, seed: int,
-                   int_ranges: dict[str, tuple[int, int]] | None = None) -> list[dict]:
+                   int_ranges: dict[str, tuple[int, int]] | None = None) -> list[Sample]:
     """`count` seeded samples (RANDOM_NOTE; booleans fair coin flips); other dtypes need real inputs.
     `int_ranges` gives an integer input its [lo, hi) (onnxio.int_input_ranges), else [0, 10)."""
     import numpy as np
@@ -172,16 +174,16 @@ def random_samples(specs: list[TensorInfo], count: int, seed: int,
     rng = np.random.default_rng(seed)
     samples = []
     for _ in range(count):
-        sample = {}
+        sample: Sample = {}
         for s in specs:
-            dtype = np.dtype(s.dtype)
+            dtype, shape = np.dtype(s.dtype), s.static_shape
             if dtype.kind == "f":
-                sample[s.name] = rng.uniform(-1, 1, s.shape).astype(dtype)
+                sample[s.name] = rng.uniform(-1, 1, shape).astype(dtype)
             elif dtype.kind == "b":
-                sample[s.name] = rng.random(s.shape) < 0.5
+                sample[s.name] = rng.random(shape) < 0.5
             elif dtype.kind in "iu":
                 lo, hi = (int_ranges or {}).get(s.name, (0, 10))
-                sample[s.name] = rng.integers(lo, hi, s.shape).astype(dtype)
+                sample[s.name] = rng.integers(lo, hi, shape).astype(dtype)
             else:
                 raise QnnDeployError(f"input {s.name} is {s.dtype}: give real inputs with --inputs DIR")
         samples.append(sample)

@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict, dataclass
 from functools import cache
 from importlib import resources
+from typing import Any
 
 from qnndeploy.errors import QnnDeployError
 
@@ -40,7 +41,7 @@ class Soc:
         """73 for v73: the form QNN options and ELF headers use."""
         return int(self.dsp_arch[1:])
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 

@@ -30,15 +30,15 @@ def archive_format(path: Path) -> str:
 def write_archive(folder: Path, dest: Path, fmt: str, top: str) -> None:
     """Pack `folder` under one top folder `top`, members sorted so that archives are reproducible."""
     files = sorted(p for p in folder.rglob("*") if p.is_file())
-    top = PurePosixPath(top)
+    root = PurePosixPath(top)
     if fmt == "zip":
         with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as z:
             for p in files:
-                z.write(p, str(top / p.relative_to(folder).as_posix()))
+                z.write(p, str(root / p.relative_to(folder).as_posix()))
     else:
         with tarfile.open(dest, "w:gz", compresslevel=6) as t:
             for p in files:
-                info = t.gettarinfo(p, str(top / p.relative_to(folder).as_posix()))
+                info = t.gettarinfo(p, str(root / p.relative_to(folder).as_posix()))
                 info.uid = info.gid = 0
                 info.uname = info.gname = ""
                 info.mtime = 0

@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from qnndeploy.errors import QnnDeployError
+from qnndeploy.fileio import JSON
 from qnndeploy.formats import FORMAT, FORMAT_VERSION, MANIFEST
 from qnndeploy.onnxio import external_locations, load_model, tensor_info
 
+if TYPE_CHECKING:
+    import onnx
+
 
 @cache
-def schema() -> dict:
-    return json.loads(resources.files("qnndeploy").joinpath("schemas/manifest.schema.json").read_text())
+def schema() -> JSON:
+    data: JSON = json.loads(resources.files("qnndeploy").joinpath("schemas/manifest.schema.json").read_text())
+    return data
 
 
 def schema_errors(data: object) -> list[str]:
@@ -26,7 +33,7 @@ def schema_errors(data: object) -> list[str]:
     return [f"{'/'.join(str(p) for p in e.absolute_path) or '(top)'}: {e.message}" for e in errors]
 
 
-def read_manifest(bundle: Path) -> dict:
+def read_manifest(bundle: Path) -> JSON:
     """Parse manifest.json and check its format and version; schema validation is separate (see load_manifest)."""
     path = bundle / MANIFEST
     if not path.is_file():
@@ -45,7 +52,7 @@ def read_manifest(bundle: Path) -> dict:
     return data
 
 
-def load_manifest(bundle: Path) -> dict:
+def load_manifest(bundle: Path) -> JSON:
     """A manifest that is safe to use: right format, right version, valid against the schema."""
     data = read_manifest(bundle)
     errors = schema_errors(data)
@@ -55,7 +62,7 @@ def load_manifest(bundle: Path) -> dict:
     return data
 
 
-def file_entries(manifest: dict) -> list[tuple[str, dict]]:
+def file_entries(manifest: JSON) -> list[tuple[str, JSON]]:
     """Every file the manifest lists, with what it is: 'cpu', 'npu:<SoC>', 'lib' or 'record'."""
     entries = [("cpu", a) for a in manifest["cpu"]]
     entries += [(f"npu:{t['soc']}", a) for t in manifest["targets"] for a in t["artifacts"]]
@@ -75,8 +82,8 @@ def external_data_path(model: str, location: str) -> str | None:
 
 @dataclass
 class Signature:
-    inputs: list[dict]  # {"name", "dtype", "shape"} as in the manifest's graphs
-    outputs: list[dict]
+    inputs: list[JSON]  # {"name", "dtype", "shape"} as in the manifest's graphs
+    outputs: list[JSON]
     external_data: list[str]  # the data files it names, relative to its folder
 
 
@@ -85,7 +92,8 @@ def graph_signature(path: Path) -> Signature:
     model = load_model(path)
     inits = {t.name for t in model.graph.initializer}
 
-    def tensors(values) -> list[dict]:  # dims as the file writes them, a dynamic one as its symbol or "?"
+    def tensors(values: Iterable[onnx.ValueInfoProto]) -> list[JSON]:
+        # dims as the file writes them, a dynamic one as its symbol or "?"
         return [{"name": t.name, "dtype": t.dtype, "shape": t.shape or []}
                 for t in (tensor_info(v, written=True) for v in values) if t.name not in inits]
 

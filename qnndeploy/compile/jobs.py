@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
+from qnndeploy.fileio import JSON
+
 if TYPE_CHECKING:
     from qnndeploy.socs import Soc
 
@@ -32,15 +34,15 @@ class Tools:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._running: set[subprocess.Popen] = set()
-        self._stopping = False
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._stopping = threading.Event()  # set by stop(), from another thread
 
     def run(self, cmd: list[str], log: IO[str], env: dict[str, str] | None = None) -> int:
         """Run one tool to its end, its output appended to `log`; its exit code. Raises KeyboardInterrupt when
         the compile is being stopped (before the start, or because the tool was stopped)."""
         log.flush()
         with self._lock:
-            if self._stopping:
+            if self._stopping.is_set():
                 raise KeyboardInterrupt
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True)
@@ -50,14 +52,14 @@ class Tools:
         finally:
             with self._lock:
                 self._running.discard(proc)
-        if self._stopping or code in (-signal.SIGINT, 130):
+        if self._stopping.is_set() or code in (-signal.SIGINT, 130):
             raise KeyboardInterrupt
         return code
 
     def stop(self) -> None:
         """Stop every running tool and its children (SIGTERM, then SIGKILL after GRACE_S) and wait for them."""
         with self._lock:
-            self._stopping = True
+            self._stopping.set()
             procs = list(self._running)
         self._signal(procs, signal.SIGTERM)
         deadline = time.monotonic() + self.GRACE_S
@@ -69,7 +71,7 @@ class Tools:
             proc.wait()
 
     @staticmethod
-    def _signal(procs: list[subprocess.Popen], sig: int) -> None:
+    def _signal(procs: list[subprocess.Popen[bytes]], sig: int) -> None:
         for proc in procs:
             if proc.returncode is None:  # not reaped: its process group is still ours
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -91,7 +93,7 @@ class Job:
     soc: Soc
     precision: str
     calibration: Path | None  # folder of input samples for w8a16
-    options: dict  # what the backend will do, recorded and part of the cache key
+    options: JSON  # what the backend will do, recorded and part of the cache key
     cache_key: str
     folder: Path  # <out>/<graph>/<SoC>
     log: Path  # <out>/logs/<graph>-<SoC>.log
@@ -106,7 +108,7 @@ class Backend(Protocol):
     def identity(self) -> dict[str, str]:
         """Tool versions that change the output: recorded, and part of the cache key."""
 
-    def options(self, soc: Soc, precision: str) -> dict:
+    def options(self, soc: Soc, precision: str) -> JSON:
         """The backend settings a job uses, recorded in the compile record."""
 
     def compile(self, job: Job, work: Path, log: IO[str], tools: Tools) -> Compiled:

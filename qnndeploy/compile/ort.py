@@ -22,7 +22,7 @@ from qnndeploy import epcontext, htp, socs
 from qnndeploy.compile import logs
 from qnndeploy.compile.jobs import Compiled, CompileError, Job, Tools
 from qnndeploy.errors import QnnDeployError, first_line
-from qnndeploy.fileio import write_json
+from qnndeploy.fileio import JSON, write_json
 from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.onnxio import model_inputs
 from qnndeploy.quantize import SETTINGS, qdq
@@ -45,8 +45,8 @@ class OrtBackend:
         return {"qairt": self.qairt_version, "onnxruntime": version("onnxruntime"),
                 "onnxruntime-qnn": version("onnxruntime-qnn")}
 
-    def options(self, soc: Soc, precision: str) -> dict:
-        options = {"htp_arch": soc.arch_number, "soc_model": soc.soc_id,
+    def options(self, soc: Soc, precision: str) -> JSON:
+        options: JSON = {"htp_arch": soc.arch_number, "soc_model": soc.soc_id,
                    "enable_htp_fp16_precision": precision == "fp16", "cpu_fallback": False,
                    "ep_context_embed_mode": 0}
         if precision == "w8a16":
@@ -56,7 +56,7 @@ class OrtBackend:
     def compile(self, job: Job, work: Path, log: IO[str], tools: Tools) -> Compiled:
         # Temporary files live inside the staging folder: an interrupted job leaves one folder to remove.
         with tempfile.TemporaryDirectory(prefix=".tmp-", dir=work) as tmp:
-            spec = {"graph": job.graph, "model": str(job.model), "soc": job.soc.model, "precision": job.precision,
+            spec: JSON = {"graph": job.graph, "model": str(job.model), "soc": job.soc.model, "precision": job.precision,
                     "calibration": str(job.calibration) if job.calibration else None, "work": str(work),
                     "tmp": tmp, "result": str(Path(tmp) / "result.json"), "log": str(job.log)}
             spec_path = Path(tmp) / "job.json"
@@ -75,7 +75,7 @@ class OrtBackend:
 
 # --- the worker process ----------------------------------------------------------------------------
 
-def run(spec: dict) -> dict:
+def run(spec: JSON) -> JSON:
     """Compile one job; runs in the worker process, prints progress into the job log."""
     import onnxruntime as ort
 
@@ -123,7 +123,7 @@ def _refused(model: Path, soc: Soc, fp16: bool, message: str, log: Path) -> str:
     except QnnDeployError:
         measured = None
     cpu_nodes = measured.cpu_nodes if measured and measured.measured else []
-    if cpu_nodes and not measured.qnn_partitions and htp.htp_takes_nothing(soc):
+    if measured is not None and cpu_nodes and not measured.qnn_partitions and htp.htp_takes_nothing(soc):
         return (f"{htp.soc_takes_nothing(soc, measured.qairt)}; drop --soc {soc.model} "
                 "(its phones keep the CPU fallback)")
     found = [f for f in logs.parse_file(log, limit=None) if f.kind == logs.UNSUPPORTED] \

@@ -21,6 +21,7 @@ from typing import IO, TYPE_CHECKING
 from qnndeploy.compile import logs
 from qnndeploy.compile.jobs import Compiled, CompileError, Job, Tools
 from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError
+from qnndeploy.fileio import JSON
 from qnndeploy.formats import CONTEXT_BINARY
 from qnndeploy.onnxio import model_inputs
 from qnndeploy.samples import load_samples
@@ -110,7 +111,7 @@ def sdk_version(root: Path) -> str | None:
     return m.group(1) if m else None
 
 
-def htp_config(sdk: Sdk, options: dict, graph: str, folder: Path) -> Path:
+def htp_config(sdk: Sdk, options: JSON, graph: str, folder: Path) -> Path:
     """The two HTP config files for one graph, from the job's recorded `htp_config` options; returns the one
     qnn-context-binary-generator takes."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -132,15 +133,16 @@ class QairtBackend:
     def __init__(self, root: Path | None = None) -> None:
         self.sdk = find_sdk(root)
         self.qairt_version = self.sdk.qairt_version
-        self.python = shutil.which("python3")
-        if self.python is None:
+        python = shutil.which("python3")
+        if python is None:
             raise QnnDeployError("python3 is not on PATH: the SDK's model-lib generator runs with it "
                                  "(use the SDK's Python 3.10 venv)", EXIT_MISSING_TOOL)
+        self.python = python
 
     def identity(self) -> dict[str, str]:
         return {"qairt": self.qairt_version, "qairt_sdk": self.sdk.version}
 
-    def options(self, soc: Soc, precision: str) -> dict:
+    def options(self, soc: Soc, precision: str) -> JSON:
         flags = CONVERTER_FLAGS + (["--input_list", CALIBRATION, "--use_native_input_files"]
                                    if precision == "w8a16" else [])
         return {"converter": flags, "htp_config": {"vtcm_mb": soc.vtcm_mb, "O": 3, "soc_id": soc.soc_id,
@@ -182,6 +184,8 @@ class QairtBackend:
 def input_list(job: Job, folder: Path) -> Path:
     """Calibration samples as raw files in the model's dtypes, and the list file naming them per input."""
 
+    if job.calibration is None:
+        raise CompileError(f"{job.graph}: w8a16 needs calibration samples (--calib DIR)")
     specs = model_inputs(job.model)
     samples = load_samples(job.calibration, specs)
     folder.mkdir(parents=True)

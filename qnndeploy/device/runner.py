@@ -169,7 +169,7 @@ def run(dev: Device, workdir: str, context: str, lib_dir: str, adsp_library_path
 # --- known failures --------------------------------------------------------------------------------------------
 
 @cache
-def known_errors() -> tuple[tuple[str, tuple[re.Pattern, ...], str], ...]:
+def known_errors() -> tuple[tuple[str, tuple[re.Pattern[str], ...], str], ...]:
     raw = json.loads(resources.files("qnndeploy").joinpath("data/qnn_errors.json").read_text())
     return tuple((e["id"], tuple(re.compile(p, re.IGNORECASE) for p in e["patterns"]), e["advice"])
                  for e in raw["errors"])
