@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -141,7 +141,7 @@ def _static_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
 
 
 def _values(node: onnx.NodeProto, shapes: dict[str, list[int]], consts: dict[str, onnx.TensorProto],
-            opsets) -> list[np.ndarray] | None:
+            opsets: Sequence[onnx.OperatorSetIdProto]) -> list[np.ndarray] | None:
     """The node's outputs when they are known before any input is fed; None when not, or not worth storing."""
     import numpy as np
     from onnx import helper
@@ -163,9 +163,10 @@ def _values(node: onnx.NodeProto, shapes: dict[str, list[int]], consts: dict[str
         values = ReferenceEvaluator(helper.make_model(one, opset_imports=opsets)).run(None, {})
     except Exception as e:  # noqa: BLE001 the reference ops raise whatever numpy raises
         raise FoldError(f"{node.op_type} node {node.name or '(unnamed)'}: {first_line(e)}") from None
-    if not all(isinstance(v, np.ndarray) for v in values) or sum(v.nbytes for v in values) > _MAX_FOLDED_BYTES:
+    arrays = [v for v in values if isinstance(v, np.ndarray)]
+    if len(arrays) != len(values) or sum(a.nbytes for a in arrays) > _MAX_FOLDED_BYTES:
         return None  # sequences, optionals and big tensors stay computed
-    return values
+    return arrays
 
 
 def _inline(graph: onnx.GraphProto, index: int, cond: bool) -> list[onnx.NodeProto]:
@@ -175,7 +176,8 @@ def _inline(graph: onnx.GraphProto, index: int, cond: bool) -> list[onnx.NodePro
 
     node = graph.node[index]
     branch = next(a.g for a in node.attribute if a.name == ("then_branch" if cond else "else_branch"))
-    parent = {v.name for v in (*graph.input, *graph.output, *graph.initializer)}.union(
+    parent = {v.name for v in (*graph.input, *graph.output)} | {t.name for t in graph.initializer}
+    parent = parent.union(
         *(_names(n) for i, n in enumerate(graph.node) if i != index), node.input, node.output)
     defined = {o for n in branch.node for o in n.output if o} | {t.name for t in branch.initializer}
     mapping: dict[str, str] = {}
@@ -245,7 +247,8 @@ def _names(node: onnx.NodeProto) -> set[str]:
     """Every name a node and its subgraphs read or define."""
     names = {*node.input, *node.output}
     for g in _subgraphs(node):
-        names |= {v.name for v in (*g.input, *g.output, *g.initializer)}.union(*map(_names, g.node))
+        names |= {v.name for v in (*g.input, *g.output)} | {t.name for t in g.initializer}
+        names |= set().union(*map(_names, g.node))
     return names
 
 

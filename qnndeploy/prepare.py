@@ -31,6 +31,7 @@ from qnndeploy.shapes import suggest_shapes
 if TYPE_CHECKING:
     import numpy as np
     import onnx
+    import onnxruntime as ort
 
 DEFAULT_TOLERANCE = 1e-4
 # Above this many bytes of weights the output keeps them in an external data file (protobuf stops at 2 GB; the
@@ -172,7 +173,7 @@ def _freeze_values(freeze: Mapping[str, Any], inputs: Mapping[str, onnx.ValueInf
         shape = shapes.get(name)
         if shape is None and info.shape is not None:
             if not info.dynamic:
-                shape = info.shape
+                shape = info.static_shape
             elif len(info.shape) == 1:  # a list of any length
                 shape = [array.size]
         if shape is None:
@@ -194,7 +195,7 @@ def _parse_values(name: str, raw: Any, dtype: np.dtype, dtype_label: str) -> np.
         if not np.array_equal(cast.astype(array.dtype), array):
             raise QnnDeployError(f"--freeze {name}: the value does not fit input {name} ({dtype_label})")
         return cast
-    out = []
+    out: list[bool | int | float] = []
     for token in (t.strip() for t in raw.split(",")):
         try:
             if dtype.kind == "b":
@@ -238,7 +239,7 @@ def _freeze(graph: onnx.GraphProto, values: Mapping[str, np.ndarray]) -> None:
 
 def _unique(graph: onnx.GraphProto, base: str) -> str:
     used = {n for node in onnxio.all_nodes(graph) for n in (*node.input, *node.output)}
-    used |= {v.name for v in (*graph.input, *graph.output, *graph.initializer)}
+    used |= {v.name for v in (*graph.input, *graph.output)} | {t.name for t in graph.initializer}
     name, i = base, 1
     while name in used:
         name, i = f"{base}_{i}", i + 1
@@ -354,7 +355,7 @@ def _control_flow(graph: onnx.GraphProto) -> list[str]:
 
 # --- equivalence ----------------------------------------------------------------------------------
 
-def _cpu_session(path: Path, what: str, hint: str = ""):
+def _cpu_session(path: Path, what: str, hint: str = "") -> ort.InferenceSession:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -666,14 +667,14 @@ def _edit(graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]], freeze: M
           int32_inputs: bool) -> _Edits:
     """Validate the options against the graph, then fix shapes, freeze inputs and wrap int64, in place."""
     inputs = {v.name: v for v in real_inputs(graph)}
-    shapes = _check_shapes(shapes, inputs)
-    symbols = _symbols(shapes, inputs)
-    implied = {name: dims for name, dims in _implied_shapes(symbols, inputs, freeze).items() if name not in shapes}
-    shapes = {**shapes, **implied}
-    frozen = _freeze_values(freeze, inputs, shapes)
+    given = _check_shapes(shapes, inputs)
+    symbols = _symbols(given, inputs)
+    implied = {name: dims for name, dims in _implied_shapes(symbols, inputs, freeze).items() if name not in given}
+    fixed = {**given, **implied}
+    frozen = _freeze_values(freeze, inputs, fixed)
     nodes_before = sum(1 for n in graph.node if n.op_type != "Constant")
     changes = []
-    for name, dims in shapes.items():
+    for name, dims in fixed.items():
         how = " (its symbols fixed by --shape)" if name in implied else ""
         changes.append(f"input {name}: {tensor_info(inputs[name]).shape_text()} -> {dims}{how}")
         _set_static(inputs[name], dims)
@@ -689,7 +690,7 @@ def _edit(graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]], freeze: M
     changes += [f"{'input' if n in inputs else 'output'} {n}: int64 -> int32 (Cast inside the graph)"
                 for n in wrapped]
     _clear_inferred(graph)
-    return _Edits(changes, shapes, frozen, wrapped, live, nodes_before)
+    return _Edits(changes, fixed, frozen, wrapped, live, nodes_before)
 
 
 def _notes(graph: onnx.GraphProto, inputs: list[TensorInfo], outputs: list[TensorInfo]) -> list[str]:

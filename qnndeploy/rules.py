@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -111,10 +112,10 @@ def shapes(inputs: list[TensorInfo], outputs: list[TensorInfo]) -> list[Finding]
                 f"prepare --shape {info.name}={','.join(dims)}"
                 + (f" ({', '.join(holes)}: the fixed size your app feeds)" if holes else ""),
                 prepare=PrepareFix(shapes={info.name: dims})))
-        elif batch_dim(info) == 0 and info.shape[0] > 1:
+        elif batch_dim(info) == 0 and (shape := info.static_shape)[0] > 1:
             findings.append(Finding(
-                "batch", "warning", f"input {info.name} has batch {info.shape[0]}: the NPU graph is run at batch 1",
-                f"prepare --shape {info.name}={','.join(['1'] + [str(d) for d in info.shape[1:]])} if the graph "
+                "batch", "warning", f"input {info.name} has batch {shape[0]}: the NPU graph is run at batch 1",
+                f"prepare --shape {info.name}={','.join(['1'] + [str(d) for d in shape[1:]])} if the graph "
                 "allows it, else re-export with batch 1"))
     dynamic_out = [o for o in outputs if o.dynamic]
     if dynamic_out:
@@ -203,10 +204,12 @@ def ops(graph: onnx.GraphProto) -> list[Finding]:
 SHAPE_ONLY_OPS = {"Shape", "Size"}
 
 
-def value_drivers(tensor: str, producers: dict, graph_inputs: set[str]) -> set[str]:
+def value_drivers(tensor: str, producers: Mapping[str, onnx.NodeProto], graph_inputs: set[str]) -> set[str]:
     """The graph inputs whose values a tensor is computed from. A path through Shape or Size reads only the
     input's shape, which `--shape` fixes, so it does not count; initializers and constants do not either."""
-    found, seen, todo = set(), set(), [tensor]
+    found: set[str] = set()
+    seen: set[str] = set()
+    todo = [tensor]
     while todo:
         name = todo.pop()
         if name in seen or not name:
@@ -231,7 +234,7 @@ def taken_by_the_htp(finding: Finding) -> Finding:
 def _numel(info: TensorInfo) -> float:
     if info.dynamic:
         return math.inf
-    return math.prod(info.shape)
+    return math.prod(info.static_shape)
 
 
 def _clip(names: list[str], keep: int = 6) -> str:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from qnndeploy.errors import (
     EXIT_BAD_INPUT,
@@ -78,7 +79,7 @@ def _check_server_port() -> None:
                              "adb server's port (5037 by default)")
 
 
-def _client():
+def _client() -> Any:  # adbutils.AdbClient (adbutils ships no types)
     _check_server_port()
     import adbutils
 
@@ -87,7 +88,7 @@ def _client():
 
 def _server_error(e: Exception) -> QnnDeployError:
     port = os.environ.get("ANDROID_ADB_SERVER_PORT", "5037")
-    return QnnDeployError(f"cannot use the adb server on port {port} ({e or type(e).__name__}): install adb "
+    return QnnDeployError(f"cannot use the adb server on port {port} ({str(e) or type(e).__name__}): install adb "
                           "(Debian/Ubuntu: apt install adb) or start it with `adb start-server`", EXIT_MISSING_TOOL)
 
 
@@ -186,8 +187,8 @@ class Device:
         """
         from adbutils.errors import AdbError
 
-        def read(c, n: int) -> bytes:
-            data = c.read(n)
+        def read(c: Any, n: int) -> bytes:  # c: adbutils' connection (untyped)
+            data: bytes = c.read(n)
             if len(data) < n:
                 raise EOFError("the sync session ended early")
             return data
@@ -238,7 +239,7 @@ class Device:
 
         with staging_file(local, force=True) as tmp:
             try:
-                return self._dev.sync.pull_file(remote, tmp)
+                return int(self._dev.sync.pull_file(remote, tmp))
             except AdbError as e:
                 if len(e.args) == 2 and e.args[1] == remote:  # the device's FAIL message, e.g. no such file
                     raise QnnDeployError(f"cannot pull {remote} from {self.serial}: {e.args[0]}",

@@ -92,6 +92,8 @@ def find_process(dev: Device, pid: int | None = None, package: str | None = None
             raise QnnDeployError(f"{package} is not running on {dev.serial}: start the app, then run again "
                                  "(or give --pid)", EXIT_BAD_INPUT)
         pid = min(pids)
+    if pid is None:
+        raise QnnDeployError("give the process: --pid PID or --package NAME", EXIT_BAD_INPUT)
     stat = dev.read_text(f"/proc/{pid}/stat")
     if not stat:
         raise QnnDeployError(f"no process {pid} on {dev.serial} (`adb shell ps -A` lists them)", EXIT_BAD_INPUT)
@@ -149,9 +151,10 @@ def start(dev: Device, pid: int, name: str, interval: float) -> Profile:
 def samples(dev: Device, profile: Profile) -> Iterator[Sample]:
     """One Sample per interval until the caller stops or the process exits (profile.ended); each is also
     appended to profile.samples."""
-    first = prev = _read(dev, profile.pid)
+    first = _read(dev, profile.pid)
     if first is None:
         raise QnnDeployError(f"process {profile.pid} ended on {dev.serial}", EXIT_CHECK_FAILED)
+    prev = first
     next_at = time.monotonic()
     while True:
         next_at += profile.interval_s
