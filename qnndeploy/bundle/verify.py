@@ -16,7 +16,7 @@ from qnndeploy.bundle import archive, elf
 from qnndeploy.bundle.manifest import external_data_path, file_entries, graph_signature, read_manifest, schema_errors
 from qnndeploy.decision import qnn_libraries
 from qnndeploy.errors import QnnDeployError
-from qnndeploy.fileio import Progress
+from qnndeploy.fileio import JSON, Progress
 from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, EXTERNAL_DATA, MANIFEST, MAVEN_RUNTIME, ONNX
 from qnndeploy.markers import FileFacts, build_version, scan_file
 from qnndeploy.onnxio import external_locations, load_model
@@ -110,7 +110,7 @@ def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None
     return report
 
 
-def _summarize(report: VerifyReport, manifest: dict, facts: dict[str, FileFacts]) -> None:
+def _summarize(report: VerifyReport, manifest: JSON, facts: dict[str, FileFacts]) -> None:
     report.ok = not report.problems
     report.files, report.bytes = len(facts), sum(f.size for f in facts.values())
     report.name, report.version = manifest["name"], manifest["version"]
@@ -120,10 +120,13 @@ def _summarize(report: VerifyReport, manifest: dict, facts: dict[str, FileFacts]
     report.runtime = rt["maven"] + " (external)" if rt["mode"] == "external" else f"{len(rt['libs'])} libraries"
 
 
-def check_manifest(manifest: dict, facts: dict[str, FileFacts], tree: set[str], root: Path) -> list[Problem]:
+def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], root: Path) -> list[Problem]:
     """Every rule of the bundle format that can fail. `facts` holds the files that were read (present ones)."""
     problems: list[Problem] = []
-    add = lambda path, msg: problems.append(Problem(path, msg))  # noqa: E731
+
+    def add(path: str, msg: str) -> None:
+        problems.append(Problem(path, msg))
+
     entries = file_entries(manifest)
 
     seen: set[str] = set()
@@ -161,7 +164,8 @@ def check_manifest(manifest: dict, facts: dict[str, FileFacts], tree: set[str], 
             if refs is not None:
                 read.add(a["graph"])
                 named |= refs
-            if not found and all(r in facts and facts[r].size == data[r]["size"] for r in refs):
+            if refs is not None and not found and all(r in facts and facts[r].size == data[r]["size"]
+                                                      for r in refs):
                 problems += _signature_problems(root, a["path"], signatures[a["graph"]], a["graph"])
     for p, a in data.items():
         if p not in named and a["graph"] in read:
@@ -225,7 +229,7 @@ def _in_bundle(e: QnnDeployError, root: Path, path: str) -> str:
     return re.sub(re.escape(str(root / path)) + r"(?![\w.-])", "this file", str(e)).replace(f"{root}/", "")
 
 
-def _signature_problems(root: Path, path: str, expected: tuple[list, list], graph: str) -> list[Problem]:
+def _signature_problems(root: Path, path: str, expected: tuple[list[JSON], list[JSON]], graph: str) -> list[Problem]:
     """A model file must have its graph's inputs and outputs: another graph's binary would misbehave on the phone."""
     try:
         sig = graph_signature(root / path)
@@ -233,13 +237,13 @@ def _signature_problems(root: Path, path: str, expected: tuple[list, list], grap
         return [Problem(path, _in_bundle(e, root, path))]
     if (sig.inputs, sig.outputs) == expected:
         return []
-    def show(tensors: list[dict]) -> str:
+    def show(tensors: list[JSON]) -> str:
         return ", ".join(f"{t['name']} {t['dtype']}{t['shape']}" for t in tensors)
     return [Problem(path, f"has inputs ({show(sig.inputs)}) -> outputs ({show(sig.outputs)}), but graph '{graph}' "
                           f"is ({show(expected[0])}) -> ({show(expected[1])}): is it another graph's file?")]
 
 
-def _external_data_problems(root: Path, model: dict, data: dict[str, dict]
+def _external_data_problems(root: Path, model: JSON, data: dict[str, JSON]
                             ) -> tuple[set[str] | None, list[Problem]]:
     """(the listed data files a CPU model names, or None when it is unreadable; a problem per location that is not
     a listed data file of its graph beside it). ONNX Runtime reads these files wherever the model points."""
@@ -280,7 +284,7 @@ def _epcontext_problems(root: Path, path: str, listed: set[str]) -> list[Problem
         [] if refs else [Problem(path, "has no EPContext node that loads a context binary of the bundle")])
 
 
-def _version_problems(path: str, f: FileFacts, qairt: dict) -> list[Problem]:
+def _version_problems(path: str, f: FileFacts, qairt: JSON) -> list[Problem]:
     other = sorted(b for b in f.builds if build_version(b) != qairt["version"]
                    or (qairt["build"] is not None and b != qairt["build"]))
     if not other:
@@ -290,11 +294,14 @@ def _version_problems(path: str, f: FileFacts, qairt: dict) -> list[Problem]:
                           "compile and runtime libraries must come from one QAIRT version")]
 
 
-def _library_problems(lib: dict, f: FileFacts | None, root: Path, qairt: dict) -> list[Problem]:
+def _library_problems(lib: JSON, f: FileFacts | None, root: Path, qairt: JSON) -> list[Problem]:
     path = lib["path"]
     name = path.rsplit("/", 1)[-1]
-    problems = []
-    add = lambda msg: problems.append(Problem(path, msg))  # noqa: E731
+    problems: list[Problem] = []
+
+    def add(msg: str) -> None:
+        problems.append(Problem(path, msg))
+
     if not path.startswith(f"lib/{lib['abi']}/"):
         add(f"an {lib['abi']} library must live in lib/{lib['abi']}/")
     if f is None:
@@ -327,7 +334,7 @@ def _library_problems(lib: dict, f: FileFacts | None, root: Path, qairt: dict) -
     return problems
 
 
-def _runtime_completeness(target: dict, libs: list[dict]) -> list[Problem]:
+def _runtime_completeness(target: JSON, libs: list[JSON]) -> list[Problem]:
     arch = target["dsp_arch"]
     have = {(lib["role"], lib.get("dsp_arch", arch)) for lib in libs}
     roles = ("htp", "system", "stub", "skel")
@@ -337,7 +344,7 @@ def _runtime_completeness(target: dict, libs: list[dict]) -> list[Problem]:
     return [Problem(MANIFEST, f"target {target['soc']} ({arch}) needs {', '.join(missing)} in the bundle's runtime")]
 
 
-def check_warnings(manifest: dict, facts: dict[str, FileFacts]) -> list[Problem]:
+def check_warnings(manifest: JSON, facts: dict[str, FileFacts]) -> list[Problem]:
     """What cannot be confirmed, without being wrong: binaries whose markers were not found."""
     warnings = []
     for t in manifest["targets"]:
