@@ -1,0 +1,254 @@
+"""The command line as a whole: every command's --help, bare groups, `bundle build` and its alias, one exit code
+for a path that is not a bundle, and `qnndeploy cache` over a cache filled by real compiles."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import bundles
+import click
+import onnx
+import pytest
+from click.testing import CliRunner
+from conftest import require
+from onnx import TensorProto as T
+from onnx import helper as h
+
+from qnndeploy import htp
+from qnndeploy.cli import cli
+from qnndeploy.compile.cache import TAG_FILE
+from qnndeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED
+
+
+def run(*args: object) -> click.testing.Result:
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def command_paths(group: click.Group = cli, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command and group under `group`, as the words that call it."""
+    found = []
+    for name, command in group.commands.items():
+        found.append((*prefix, name))
+        if isinstance(command, click.Group):
+            found += command_paths(command, (*prefix, name))
+    return found
+
+
+# --- help ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", [(), *command_paths()], ids=lambda p: " ".join(p) or "qnndeploy")
+def test_every_command_has_help_and_every_option_says_what_it_does(path):
+    r = run(*path, "--help")
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith(f"Usage: {' '.join(('cli', *path))} ")  # CliRunner names the program after the group
+    command = cli
+    for word in path:
+        command = command.commands[word]
+    assert (command.help or "").strip(), f"{' '.join(path)} has no help text"
+    for param in command.params:
+        if isinstance(param, click.Option) and not param.hidden and param.name != "help":
+            assert (param.help or "").strip(), f"{' '.join(path)} {param.opts[0]} has no help text"
+
+
+def test_the_listing_follows_the_pipeline():
+    names = [line.split()[0] for line in run("--help").output.split("Commands:\n")[1].splitlines() if line.strip()]
+    assert names == ["demo", "socs", "check", "prepare", "compile", "validate", "bundle", "scaffold", "device",
+                     "doctor", "cache"]
+
+
+@pytest.mark.parametrize("group", [(), ("bundle",), ("device",), ("cache",)], ids=lambda g: " ".join(g) or "qnndeploy")
+def test_a_bare_group_prints_its_help_and_exits_0(group):
+    r = CliRunner().invoke(cli, list(group))
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith("Usage: ") and "Commands:" in r.stdout and r.stderr == ""
+    if group == ("bundle",):
+        assert "build " in r.stdout and "verify " in r.stdout
+
+
+def test_the_installed_command_prints_help_when_run_bare():
+    r = subprocess.run(["qnndeploy"], capture_output=True, text=True, check=False)
+    assert r.returncode == 0 and r.stdout.startswith("Usage: qnndeploy [OPTIONS] COMMAND") and r.stderr == ""
+    r = subprocess.run([sys.executable, "-m", "qnndeploy", "device"], capture_output=True, text=True, check=False)
+    assert r.returncode == 0 and r.stdout.startswith("Usage: qnndeploy device [OPTIONS] COMMAND") and r.stderr == ""
+
+
+# --- bundle build and its alias -----------------------------------------------------------------------------------
+
+def test_bundle_options_before_a_subcommand_are_an_error(tmp_path):
+    for args in (["bundle", "--name", "x", "verify", tmp_path], ["bundle", "--json", "verify", tmp_path],
+                 ["bundle", "--name", "x", "--version", "1", "build", "--name", "x"]):
+        r = run(*args)
+        assert r.exit_code == 2, r.output
+        assert "options go after the subcommand" in r.output
+    r = subprocess.run(["qnndeploy", "bundle", "--name", "x", "verify", str(tmp_path)], capture_output=True,
+                       text=True, check=False)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("error: options go after the subcommand (`qnndeploy bundle verify …`)")
+
+
+def test_bundle_with_options_and_no_subcommand_is_bundle_build(tmp_path):
+    """The alias runs build itself: same checks, same messages; an option value that reads like a subcommand is a
+    value ("--name verify")."""
+    for prefix in (["bundle"], ["bundle", "build"]):
+        r = run(*prefix, "--name", "verify", "--version", "1", "--cpu", "enc", "-o", tmp_path)
+        assert r.exit_code == 2 and "--cpu 'enc' is not of the form GRAPH=model.onnx" in r.output, r.output
+        r = run(*prefix, "--version", "1")
+        assert r.exit_code == 2 and "Missing option '--name'" in r.output, r.output
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- one exit code for "not a bundle" -----------------------------------------------------------------------------
+
+def not_bundles(root: Path) -> dict[str, Path]:
+    """Folders and an archive that are not bundles at all."""
+    empty = root / "empty"
+    empty.mkdir()
+    garbled = root / "garbled"
+    garbled.mkdir()
+    (garbled / "manifest.json").write_text("{ not json")
+    foreign = root / "foreign"
+    foreign.mkdir()
+    (foreign / "manifest.json").write_text(json.dumps({"format": "something-else", "name": "x"}))
+    future = root / "future"
+    future.mkdir()
+    (future / "manifest.json").write_text(json.dumps({**bundles.manifest(), "format_version": 99}))
+    archive = root / "nothing-1.0.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("nothing-1.0/readme.txt", "no manifest here")
+    return {"empty": empty, "garbled": garbled, "foreign": foreign, "future": future, "archive": archive}
+
+
+@pytest.mark.parametrize("kind", ["empty", "garbled", "foreign", "future", "archive"])
+def test_a_path_that_is_not_a_bundle_is_bad_input_in_every_command(tmp_path, kind):
+    path = not_bundles(tmp_path)[kind]
+    commands = {
+        "bundle verify": ["bundle", "verify", path],
+        "device verify": ["device", "verify", path, "-o", tmp_path / "records"],
+        "scaffold": ["scaffold", path, "--package", "com.example.foo", "-o", tmp_path / "glue"],
+        "device info --bundle": ["device", "info", "--bundle", path],
+    }
+    for name, args in commands.items():
+        r = run(*args)
+        assert r.exit_code == EXIT_BAD_INPUT, f"{name}: {r.output}"
+        if kind == "archive" and name == "device info --bundle":
+            continue  # --bundle takes a folder: click refuses a file as a usage error, before the command runs
+        assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, f"{name}: {r.stderr}"
+        assert r.stdout == "" and "Traceback" not in r.output, name
+        assert "qnndeploy-verify-" not in r.stderr, f"{name} names a temporary folder: {r.stderr}"
+        r = run(*args, "--json")
+        assert r.exit_code == EXIT_BAD_INPUT and json.loads(r.stdout)["exit_code"] == EXIT_BAD_INPUT, name
+    assert not (tmp_path / "glue").exists() and not (tmp_path / "records").exists()
+
+
+def test_a_manifest_that_fails_its_schema_is_a_bundle_with_problems(tmp_path):
+    """A qnndeploy manifest that reads but breaks the schema is a bundle with problems: exit 1 with every problem,
+    in the commands that verify a bundle."""
+    b = tmp_path / "demo-1.0.0"
+    b.mkdir()
+    m = bundles.manifest()
+    del m["graphs"]
+    (b / "manifest.json").write_text(json.dumps(m))
+    for args in (["bundle", "verify", b], ["scaffold", b, "--package", "com.example.foo", "-o", tmp_path / "glue"],
+                 ["device", "verify", b, "-o", tmp_path / "records"]):
+        r = run(*args)
+        assert r.exit_code == EXIT_CHECK_FAILED, r.output
+        assert "FAIL" in r.stdout and "schema: (top): 'graphs' is a required property" in r.stdout, r.stdout
+
+
+# --- qnndeploy cache ----------------------------------------------------------------------------------------------
+
+def relu(path: Path) -> Path:
+    graph = h.make_graph([h.make_node("Relu", ["x"], ["y"], name="relu0")], "relu",
+                         [h.make_tensor_value_info("x", T.FLOAT, [1, 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [1, 8])])
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch) -> Path:
+    """A private cache, found the default way ($QNNDEPLOY_CACHE_DIR), filled by two real compiles."""
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler)")
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("QNNDEPLOY_CACHE_DIR", str(cache))
+    r = run("compile", relu(tmp_path / "relu.onnx"), "--soc", "SM8550", "--soc", "SM8750", "-o", tmp_path / "b1")
+    assert r.exit_code == 0 and "2 compiled, 0 cached" in r.output, r.output
+    return cache
+
+
+def test_cache_list_and_size_show_the_compiles(cache_dir, tmp_path):
+    listing = json.loads(run("cache", "list", "--json").output)
+    assert listing["path"] == str(cache_dir) and listing["other"] == []
+    entries = listing["entries"]
+    assert sorted((e["graph"], e["soc"], e["status"], e["precision"]) for e in entries) == [
+        ("relu", "SM8550", "ok", "fp16"), ("relu", "SM8750", "ok", "fp16")]
+    for e in entries:
+        folder = cache_dir / e["key"]
+        assert e["backend"] == "ort" and e["model"] == str((tmp_path / "relu.onnx").resolve())
+        assert e["bytes"] == sum(p.stat().st_size for p in folder.iterdir()) > 0
+        assert e["files"] == len(list(folder.iterdir()))
+    size = json.loads(run("cache", "size", "--json").output)
+    assert size == {"path": str(cache_dir), "entries": 2, "bytes": sum(e["bytes"] for e in entries)}
+    text = run("cache", "list").output
+    assert "relu" in text and "SM8550" in text and "SM8750" in text and "2 entries" in text
+    assert run("cache", "size").output.startswith(f"2 entries, {size['bytes'] / 1e6:.1f} MB in {cache_dir}")
+    assert (cache_dir / TAG_FILE).read_text().startswith("Signature: 8a477f597d28d172789f06886806bc55")
+
+
+def test_cache_clear_removes_the_entries_and_nothing_else(cache_dir, tmp_path):
+    (cache_dir / "notes.txt").write_text("mine")
+    (cache_dir / ".0123456789ab.x1y2z3").mkdir()  # an entry a killed compile was writing
+    (cache_dir / ".0123456789ab.x1y2z3" / "relu.bin").write_bytes(b"half")
+    damaged = cache_dir / ("f" * 64)
+    damaged.mkdir()
+    (damaged / "relu.bin").write_bytes(b"no record")
+    statuses = sorted(e["status"] for e in json.loads(run("cache", "list", "--json").output)["entries"])
+    assert statuses == ["damaged", "ok", "ok", "partial"]
+    r = run("cache", "clear", "--json")
+    assert r.exit_code == 0, r.output
+    result = json.loads(r.output)
+    assert result["removed"] == 4 and result["kept"] == ["notes.txt"] and result["failed"] == []
+    assert sorted(p.name for p in cache_dir.iterdir()) == [TAG_FILE, "notes.txt"]
+    assert run("cache", "size").output.startswith("0 entries")
+    r = run("compile", tmp_path / "relu.onnx", "--soc", "SM8750", "-o", tmp_path / "b2")
+    assert "1 compiled, 0 cached" in r.output, r.output  # cleared: compiled again, and cached again
+    assert json.loads(run("cache", "size", "--json").output)["entries"] == 1
+
+
+def test_cache_commands_refuse_a_folder_that_is_not_a_cache(tmp_path):
+    mine = tmp_path / "projects"
+    (mine / "app").mkdir(parents=True)
+    (mine / "app" / "main.kt").write_text("fun main() {}")
+    (mine / "README.md").write_text("mine")
+    for command in ("list", "size", "clear"):
+        r = run("cache", command, "--cache-dir", mine)
+        assert r.exit_code == EXIT_BAD_INPUT, r.output
+        assert "does not look like a qnndeploy compile cache (it holds README.md, app/" in r.stderr
+    assert (mine / "app" / "main.kt").read_text() == "fun main() {}" and (mine / "README.md").is_file()
+    (tmp_path / "file").write_text("x")
+    r = run("cache", "clear", "--cache-dir", tmp_path / "file")
+    assert r.exit_code == EXIT_BAD_INPUT and "is a file, not a compile cache folder" in r.stderr
+    r = run("cache", "list", "--cache-dir", tmp_path / "new")  # no cache yet: empty, not an error
+    assert r.exit_code == 0 and r.output == f"{tmp_path / 'new'}: empty\n"
+
+
+def test_a_damaged_cache_entry_is_replaced_by_the_next_compile(cache_dir, tmp_path):
+    entry = next(p for p in cache_dir.iterdir() if p.is_dir())
+    record = json.loads((entry / "compile.json").read_text())
+    soc = record["soc"]
+    binary = entry / next(o["path"] for o in record["outputs"] if o["path"].endswith(".bin"))
+    data = bytearray(binary.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    binary.write_bytes(bytes(data))
+    r = run("compile", tmp_path / "relu.onnx", "--soc", soc, "-o", tmp_path / "b3", "--json")
+    assert [j["status"] for j in json.loads(r.output)["jobs"]] == ["ok"]  # compiled, not restored from damage
+    fresh = json.loads((entry / "compile.json").read_text())
+    sha = {o["path"]: o["sha256"] for o in fresh["outputs"]}
+    assert hashlib.sha256(binary.read_bytes()).hexdigest() == sha[binary.name]  # the entry was stored again
+    r = run("compile", tmp_path / "relu.onnx", "--soc", soc, "-o", tmp_path / "b4")
+    assert "0 compiled, 1 cached" in r.output and "restored from the cache" in r.output, r.output
