@@ -8,16 +8,17 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy import __version__, htp, onnxio, samples, socs
 from qnndeploy.errors import QnnDeployError, first_line
-from qnndeploy.fileio import sha256_file, write_json
+from qnndeploy.fileio import JSON, sha256_file, write_json
 from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT
-from qnndeploy.metrics import THRESHOLDS, OutputMetrics, judge_outputs, thresholds_for
+from qnndeploy.metrics import THRESHOLDS, OutputMetrics, Thresholds, judge_outputs, thresholds_for
 from qnndeploy.records import VALIDATION_FILE, VALIDATION_RECORD, VALIDATION_VERSION, CompileRecord, read_build
+from qnndeploy.samples import Sample
 
 if TYPE_CHECKING:
     pass
@@ -35,7 +36,7 @@ class TargetValidation:
     reason: str | None = None
     outputs: list[OutputMetrics] = field(default_factory=list)
     samples: int = 0
-    thresholds: dict | None = None
+    thresholds: Thresholds | None = None
     emulator_s_per_run: float | None = None
     record: Path | None = None
 
@@ -43,17 +44,19 @@ class TargetValidation:
 @dataclass
 class ValidationSummary:
     build: Path
-    inputs: dict
+    inputs: JSON  # how the samples were made
     targets: list[TargetValidation]
     ok: bool
     emulator_note: str = EMULATOR_NOTE
 
 
 Progress = Callable[[int, int, "TargetValidation | None"], None]
+Given = tuple[list[Sample], JSON]  # samples from --inputs, and how they were made
+Reference = tuple[list[Sample], list[Sample], JSON]  # samples, their CPU outputs, how the samples were made
 
 
 def validate_build(build: Path, inputs: Path | None = None, random: int | None = None, *, seed: int = 0,
-                   thresholds: dict | None = None, progress: Progress | None = None) -> ValidationSummary:
+                   thresholds: Thresholds | None = None, progress: Progress | None = None) -> ValidationSummary:
     """Validate every compiled (graph, SoC) in `build`. `inputs` is a folder of samples (DIR/<graph>/ when it
     exists, else DIR: *.npz with one array per input name, or <input>.npy); otherwise `random` seeded samples
     (default 1). `thresholds` overrides min_cosine / min_snr_db / atol for every precision."""
@@ -68,14 +71,14 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
     jobs = read_build(build)
     htp._require()
     # Samples that do not fit are bad input: refuse them before anything runs or is written.
-    given: dict[str, tuple[list, dict]] = {}
+    given: dict[str, Given] = {}
     for record in jobs if inputs is not None else []:
         if _validatable(record) and record.graph not in given and record.source.is_file():
             given[record.graph] = samples.for_graph(record.source, record.graph, inputs)
     random = random if random is not None or inputs is not None else 1
-    described = ({"kind": "files", "folder": str(Path(inputs).resolve())} if inputs is not None
+    described: JSON = ({"kind": "files", "folder": str(Path(inputs).resolve())} if inputs is not None
                  else {"kind": "random", "samples": random, "seed": seed, "distribution": samples.RANDOM_NOTE})
-    per_graph: dict[str, tuple[list, list, dict] | QnnDeployError] = {}
+    per_graph: dict[str, Reference | QnnDeployError] = {}
     results: list[TargetValidation] = []
     if progress:
         progress(0, len(jobs), None)
@@ -88,7 +91,7 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
     return ValidationSummary(Path(build), described, results, ok)
 
 
-def check_thresholds(thresholds: dict) -> None:
+def check_thresholds(thresholds: Thresholds) -> None:
     """Refuse names and values no output could be judged by: a cosine outside [-1, 1], a NaN or infinite SNR,
     a negative atol."""
     unknown = set(thresholds) - set(THRESHOLDS["fp16"])
@@ -107,8 +110,8 @@ def _validatable(record: CompileRecord) -> bool:
     return record.status == "ok" and record.output(EPCONTEXT) is not None
 
 
-def _validate_one(record: CompileRecord, random: int | None, seed: int, overrides: dict, per_graph: dict,
-                  given: dict) -> TargetValidation:
+def _validate_one(record: CompileRecord, random: int | None, seed: int, overrides: Thresholds,
+                  per_graph: dict[str, Reference | QnnDeployError], given: dict[str, Given]) -> TargetValidation:
     folder, graph, soc_name, precision = record.folder, record.graph, record.soc, record.precision
     result = TargetValidation(graph, soc_name, precision, "skipped")
     if record.status != "ok":
@@ -129,9 +132,10 @@ def _validate_one(record: CompileRecord, random: int | None, seed: int, override
                 per_graph[graph] = _reference(record, given.get(graph), random, seed)
             except QnnDeployError as e:
                 per_graph[graph] = e
-        if isinstance(per_graph[graph], QnnDeployError):
-            raise per_graph[graph]
-        feeds, expected, used = per_graph[graph]
+        reference = per_graph[graph]
+        if isinstance(reference, QnnDeployError):
+            raise reference
+        feeds, expected, used = reference
         outputs, seconds = _run_htp(folder / ctx.path, soc_name, precision, feeds)
     except QnnDeployError as e:
         result.status, result.reason = "error", str(e)
@@ -154,13 +158,12 @@ def _validate_one(record: CompileRecord, random: int | None, seed: int, override
         "compile_cache_key": record.cache_key,
         "emulator": {"seconds_per_run": result.emulator_s_per_run, "note": EMULATOR_NOTE},
         "tools": {"qnndeploy": __version__},
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
     })
     return result
 
 
-def _reference(record: CompileRecord, given: tuple[list, dict] | None, random: int | None, seed: int
-               ) -> tuple[list, list, dict]:
+def _reference(record: CompileRecord, given: Given | None, random: int | None, seed: int) -> Reference:
     """The graph's input samples (`given` from --inputs, else random) and the CPU outputs for them (computed once
     per graph, shared by its SoCs)."""
     source = record.source
@@ -168,11 +171,11 @@ def _reference(record: CompileRecord, given: tuple[list, dict] | None, random: i
         raise QnnDeployError(f"the source model {source} is gone: the CPU reference needs it")
     if sha256_file(source) != record.source_sha256:
         raise QnnDeployError(f"{source} changed since the compile: compile again, then validate")
-    feeds, used = given or samples.for_graph(source, record.graph, count=random, seed=seed)
+    feeds, used = given or samples.for_graph(source, record.graph, count=random or 1, seed=seed)
     return feeds, samples.cpu_outputs(source, feeds), used
 
 
-def _run_htp(ctx: Path, soc_name: str, precision: str | None, feeds: list) -> tuple[list, float]:
+def _run_htp(ctx: Path, soc_name: str, precision: str | None, feeds: list[Sample]) -> tuple[list[Sample], float]:
     import onnxruntime as ort
 
 
@@ -182,7 +185,7 @@ def _run_htp(ctx: Path, soc_name: str, precision: str | None, feeds: list) -> tu
                                                                          fp16=precision == "fp16"))
         names = [o.name for o in session.get_outputs()]
         start = time.monotonic()
-        outputs = [dict(zip(names, session.run(None, s))) for s in feeds]
-    except Exception as e:  # onnxruntime's own error types
+        outputs = [dict(zip(names, session.run(None, s), strict=True)) for s in feeds]
+    except Exception as e:  # noqa: BLE001 onnxruntime's own error types
         raise QnnDeployError(f"the HTP emulator could not run {ctx.name}: {first_line(e)}") from None
     return outputs, time.monotonic() - start
