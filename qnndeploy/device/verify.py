@@ -23,12 +23,13 @@ from pathlib import Path
 
 from qnndeploy import __version__, decision, markers, metrics, samples
 from qnndeploy.bundle.manifest import file_entries, load_manifest
-from qnndeploy.bundle.verify import verify_bundle
+from qnndeploy.bundle.verify import VerifyReport, verify_bundle
 from qnndeploy.device import runner
-from qnndeploy.device.adb import LocalFile, Progress, connect, list_devices
+from qnndeploy.device.adb import Device, LocalFile, Progress, connect, list_devices
 from qnndeploy.errors import EXIT_BAD_INPUT, QnnDeployError
-from qnndeploy.fileio import sha256_file, write_json
+from qnndeploy.fileio import JSON, sha256_file, write_json
 from qnndeploy.onnxio import class_axes
+from qnndeploy.samples import Sample
 
 REMOTE_ROOT = "/data/local/tmp/qnndeploy"
 RECORD = "qnndeploy-device"
@@ -62,13 +63,13 @@ class GraphRun:
     status: str  # "passed" | "failed" | "error"
     reason: str | None = None
     samples: int = 0
-    inputs: dict | None = None  # how the inputs were made (random, seeded; or the files of --inputs)
+    inputs: JSON | None = None  # how the inputs were made (random, seeded; or the files of --inputs)
     inferences: int = 0
     first_run_s: float | None = None
     per_inference_s: float | None = None
     clock: str | None = None  # "device" or "host"
-    outputs: list = field(default_factory=list)  # metrics.OutputMetrics
-    thresholds: dict | None = None  # validate's, for the target's precision
+    outputs: list[metrics.OutputMetrics] = field(default_factory=list)
+    thresholds: metrics.Thresholds | None = None  # validate's, for the target's precision
     advice: list[runner.Advice] = field(default_factory=list)
     log_tail: str | None = None
 
@@ -99,7 +100,7 @@ class DeviceVerification:
 class Job:
     """What every phone of one `device verify` shares: the checked bundle, the runner and the CPU references."""
 
-    def __init__(self, bundle: Path, manifest: dict, runner_path: Path | None = None, sdk_root: Path | None = None,
+    def __init__(self, bundle: Path, manifest: JSON, runner_path: Path | None = None, sdk_root: Path | None = None,
                  inputs: Path | None = None, samples: int = 1, seed: int = 0, runs: int = 10,
                  record_dir: Path = DEFAULT_RECORD_DIR) -> None:
         if inputs is not None and not Path(inputs).is_dir():
@@ -128,7 +129,7 @@ class Job:
         self.sha256 = {e["path"]: e["sha256"] for e in _entries(manifest)}
         self._libs: dict[str, dict[str, LocalFile]] = {}
         self._libs_lock = threading.Lock()
-        self._refs: dict[str, tuple[list, list, dict]] = {}
+        self._refs: dict[str, tuple[list[Sample], list[Sample], JSON]] = {}
         self._lock = threading.Lock()
 
     def runtime_libs(self, arch: str) -> dict[str, LocalFile]:
@@ -138,7 +139,7 @@ class Job:
                 self._libs[arch] = _runtime_libs(self, arch)
             return self._libs[arch]
 
-    def reference(self, graph: str) -> tuple[list, list, dict]:
+    def reference(self, graph: str) -> tuple[list[Sample], list[Sample], JSON]:
         """(input samples, CPU outputs, how the inputs were made) for a graph; computed once, shared by phones."""
 
         with self._lock:
@@ -153,16 +154,16 @@ class Job:
         return class_axes(self._cpu_model(graph))
 
     def _cpu_model(self, graph: str) -> Path:
-        return next(self.bundle / a["path"] for a in self.manifest["cpu"] if a["graph"] == graph
+        return next(self.bundle / str(a["path"]) for a in self.manifest["cpu"] if a["graph"] == graph
                     and a["format"] == "onnx")
 
 
-def _entries(manifest: dict) -> list[dict]:
+def _entries(manifest: JSON) -> list[JSON]:
 
     return [e for _, e in file_entries(manifest)]
 
 
-def check_bundle(path: Path):
+def check_bundle(path: Path) -> tuple[VerifyReport, JSON | None]:
     """(bundle verify's report, the manifest when the bundle is sound): nothing is pushed from a bad bundle."""
 
     path = Path(path)
@@ -193,6 +194,7 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
     for rel in [*choice.files, *(a["path"] for a in job.manifest["cpu"])]:
         files[rel] = LocalFile(job.bundle / rel, job.sha256[rel])
     if choice.npu:
+        assert choice.dsp_arch is not None  # an NPU decision names its target's arch
         files.update(job.runtime_libs(choice.dsp_arch))
         if job.runner is not None:
             for graph in choice.paths:
@@ -211,6 +213,7 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
         result.environment = {"LD_LIBRARY_PATH": lib_dir,
                               decision.ADSP_VAR: decision.adsp_library_path(skel_dir, None)}
         result.runner = runner.REMOTE_RUNNER
+        assert job.runner_sha256 is not None  # hashed with the runner, in Job()
         runner.install(dev, job.runner, job.runner_sha256)
         for graph, context in choice.paths.items():
             result.graphs.append(_run_graph(dev, job, graph, f"{job.remote_dir}/{context}", result))
@@ -255,7 +258,7 @@ def _runtime_libs(job: Job, arch: str) -> dict[str, LocalFile]:
     return files
 
 
-def _same_qairt(manifest: dict, path: Path, builds: set[str]) -> None:
+def _same_qairt(manifest: JSON, path: Path, builds: set[str]) -> None:
     """The phone must run the QAIRT the context binaries were compiled with (else error 5000, "Unsupported context
     binary version"): refuse SDK files that say they are another version."""
     want = manifest["qairt"]["version"]
@@ -266,7 +269,7 @@ def _same_qairt(manifest: dict, path: Path, builds: set[str]) -> None:
                              "'Unsupported context binary version')", EXIT_BAD_INPUT)
 
 
-def _run_graph(dev, job: Job, graph: str, context: str, result: DeviceVerification) -> GraphRun:
+def _run_graph(dev: Device, job: Job, graph: str, context: str, result: DeviceVerification) -> GraphRun:
     """Run one context binary twice (one inference, then N) on the phone and compare with the CPU outputs."""
     run = GraphRun(graph, context, "error")
     samples, expected, run.inputs = job.reference(graph)
@@ -322,7 +325,7 @@ def _write_record(job: Job, r: DeviceVerification) -> Path:
                    "qairt_version": job.manifest["qairt"]["version"], "qairt_build": job.manifest["qairt"]["build"],
                    "path": str(job.bundle.resolve())},
         "decision": {"provider": r.provider, "reason": r.reason, "expectation": r.expectation},
-        "push": {"remote_dir": r.remote_dir, **asdict(r.push)},
+        "push": {"remote_dir": r.remote_dir, **(asdict(r.push) if r.push else {})},
         "runner": {"path": r.runner, "local": str(job.runner) if job.runner else None, "note": r.runner_note,
                    "environment": r.environment, "timing": TIMING_NOTE if r.graphs else None},
         "graphs": [asdict(g) for g in r.graphs],
