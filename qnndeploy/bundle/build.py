@@ -23,7 +23,7 @@ from qnndeploy.bundle.verify import (
 )
 from qnndeploy.decision import BACKEND_LIB, SYSTEM_LIB, qnn_libraries
 from qnndeploy.errors import QnnDeployError
-from qnndeploy.fileio import Progress, staging_dir, staging_file, write_json
+from qnndeploy.fileio import JSON, Progress, staging_dir, staging_file, write_json
 from qnndeploy.formats import (
     CONTEXT_BINARY,
     EPCONTEXT,
@@ -58,7 +58,7 @@ class BundleSpec:
     commit: str | None = None
     license: str | None = None
     records: dict[str, Path] = field(default_factory=dict)  # name under records/ -> file
-    validation: dict[str, dict] = field(default_factory=dict)  # SoC model -> validation summary
+    validation: dict[str, JSON] = field(default_factory=dict)  # SoC model -> validation summary
     expected_sha256: dict[Path, str] = field(default_factory=dict)  # inputs whose hash a compile record holds
 
 
@@ -100,7 +100,7 @@ def spec_from_build(build: Path, name: str, version: str) -> BundleSpec:
         precisions.add(rec.precision)
         spec.records[f"{graph}-{soc}-{RECORD_FILE}"] = job / RECORD_FILE
         target = spec.validation.setdefault(soc, {"passed": True, "graphs": {}})
-        summary: dict = {"passed": None, "note": "not validated: run qnndeploy validate"}
+        summary: JSON = {"passed": None, "note": "not validated: run qnndeploy validate"}
         v = ValidationRecord.read(job)
         binary = rec.output(CONTEXT_BINARY)
         if v is not None and v.binary_sha256 not in (None, binary.sha256 if binary else None):
@@ -130,7 +130,7 @@ def _need_file(path: Path, what: str) -> Path:
     return path
 
 
-def _cpu_files(spec: BundleSpec) -> tuple[list[dict], dict[str, list[tuple[Path, str]]]]:
+def _cpu_files(spec: BundleSpec) -> tuple[list[JSON], dict[str, list[tuple[Path, str]]]]:
     """The graphs' signatures, and per graph its CPU model's files: (source, path in the bundle), the model first.
 
     External data files keep the location the model names, beside it in cpu/, so ONNX Runtime finds them.
@@ -183,18 +183,22 @@ def _targets(spec: BundleSpec) -> dict[str, tuple[socs.Soc, dict[str, list[Path]
     return targets
 
 
-def _runtime_libs(spec: BundleSpec, archs: set[str]) -> list[tuple[Path, dict]]:
+def _runtime_libs(spec: BundleSpec, archs: set[str]) -> list[tuple[Path, JSON]]:
     """The Android and Hexagon libraries to ship: the common ones and only the Stub/Skel of the targets' archs."""
-    if spec.sdk_root is None and spec.libs_dir is None:
-        return []
     if spec.sdk_root is not None and spec.libs_dir is not None:
         raise QnnDeployError("give either --qnn-sdk-root or --runtime-libs, not both")
-    base = Path(spec.sdk_root or spec.libs_dir)
+    given = spec.sdk_root or spec.libs_dir
+    if given is None:
+        return []
+    base = Path(given)
     if not base.is_dir():
         raise QnnDeployError(f"{base} is not a folder")
     android = base / "lib" / "aarch64-android" if spec.sdk_root else base
-    where = lambda arch: base / "lib" / f"hexagon-{arch}" / "unsigned" if spec.sdk_root else base  # noqa: E731
-    out = []
+
+    def where(arch: str) -> Path:  # the folder of an arch's Skel
+        return base / "lib" / f"hexagon-{arch}" / "unsigned" if spec.sdk_root else base
+
+    out: list[tuple[Path, JSON]] = []
     for name, role in ((BACKEND_LIB, "htp"), (SYSTEM_LIB, "system"), (PREPARE_LIB, "prepare")):
         path = android / name
         if path.is_file():
@@ -202,7 +206,8 @@ def _runtime_libs(spec: BundleSpec, archs: set[str]) -> list[tuple[Path, dict]]:
         elif role != "prepare":
             raise QnnDeployError(f"{name} not found in {android}; the HTP runtime needs it")
     for arch in sorted(archs):
-        stub, skel = (folder / name for folder, name in zip((android, where(arch)), qnn_libraries(arch)[2:]))
+        stub, skel = (folder / name
+                      for folder, name in zip((android, where(arch)), qnn_libraries(arch)[2:], strict=True))
         for path in (stub, skel):
             if not path.is_file():
                 raise QnnDeployError(f"{path.name} not found in {path.parent}; targets with arch {arch} need it")
@@ -232,7 +237,7 @@ def _check_name(value: str, what: str, key: str) -> None:
                              "(starting with a letter or digit, at most 64)") from None
 
 
-def _qairt(spec: BundleSpec, facts: dict[str, FileFacts], marked: list[str]) -> dict:
+def _qairt(spec: BundleSpec, facts: dict[str, FileFacts], marked: list[str]) -> JSON:
     """The bundle's one QAIRT version: given, or read from the build strings the binaries embed."""
     found: dict[str, list[str]] = {}
     for path in marked:
@@ -307,16 +312,18 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
                 for src, rel, m in plan]
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
             results = list(pool.map(lambda item: scan_file(item[0], item[2], progress, tmp / item[1]), plan))
-        facts = {rel: f for (_, rel, _), f in zip(plan, results)}
+        facts = {rel: f for (_, rel, _), f in zip(plan, results, strict=True)}
         for src, rel, _ in plan:
             if spec.expected_sha256.get(src, facts[rel].sha256) != facts[rel].sha256:
                 raise QnnDeployError(f"{src} changed since it was compiled (its sha256 is not the one in the compile "
                                      "record): compile again, then bundle")
-        entry = lambda rel: {"path": rel, "sha256": facts[rel].sha256, "size": facts[rel].size}  # noqa: E731
 
-        marked = [rel for _, rel, m in plan if m and (rel.endswith(".bin") or rel.endswith("Skel.so"))]
+        def entry(rel: str) -> JSON:
+            return {"path": rel, "sha256": facts[rel].sha256, "size": facts[rel].size}
+
+        marked = [rel for _, rel, m in plan if m and rel.endswith((".bin", "Skel.so"))]
         qairt = _qairt(spec, facts, marked)
-        manifest = {
+        manifest: JSON = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "name": spec.name,
@@ -354,7 +361,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise QnnDeployError(f"the bundle would not verify: {problems[0].path}: {problems[0].message}{more}")
-        if archive_path is not None:
+        if archive_path is not None and archive_fmt is not None:
             with staging_file(archive_path, force) as tmp_archive:
                 archive.write_archive(tmp, tmp_archive, archive_fmt, top=final.name)
 
