@@ -516,7 +516,8 @@ def test_interrupted_build_leaves_nothing(inputs, tmp_path, monkeypatch):
 # --- the command line ---------------------------------------------------------------------------------------------
 
 def cli_args(inputs, out: Path) -> list[str]:
-    args = ["bundle", "--name", "demo", "--version", "1.0.0", "-o", str(out), "--qnn-sdk-root", str(inputs["sdk"])]
+    args = ["bundle", "build", "--name", "demo", "--version", "1.0.0", "-o", str(out),
+            "--qnn-sdk-root", str(inputs["sdk"])]
     args += [x for g, p in inputs["cpu"].items() for x in ("--cpu", f"{g}={p}")]
     args += [x for soc, gs in inputs["npu"].items() for g, ps in gs.items() for x in ("--npu", f"{soc}:{g}={ps[0]}")]
     return args
@@ -544,7 +545,8 @@ def test_cli_errors_are_one_line(inputs, tmp_path):
 
 
 def test_real_executable(inputs, tmp_path):
-    subprocess.run(["qnndeploy", *cli_args(inputs, tmp_path)], check=True, capture_output=True)
+    alias = ["bundle", *cli_args(inputs, tmp_path)[2:]]  # `bundle --name …`, no subcommand: still `bundle build`
+    subprocess.run(["qnndeploy", *alias], check=True, capture_output=True)
     r = subprocess.run(["qnndeploy", "bundle", "verify", str(tmp_path / "demo-1.0.0")], capture_output=True, text=True,
                        check=False)
     assert r.returncode == 0 and r.stdout.startswith("OK")
