@@ -15,11 +15,15 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from qnndeploy import __version__
-from qnndeploy.decision import CONTEXT_BINARY, EPCONTEXT, VENDOR_DSP_FOLDERS, soc_tables
+from qnndeploy.bundle.manifest import read_manifest
+from qnndeploy.bundle.verify import VerifyReport, verify_folder
+from qnndeploy.decision import VENDOR_DSP_FOLDERS, soc_tables
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import staging_dir
+from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT
 
 ENGINES = {"ort": EPCONTEXT, "sherpa-onnx": CONTEXT_BINARY}  # engine -> the NPU file format it loads
 ENGINE_FILES = {"ort": "OrtModels.kt", "sherpa-onnx": "SherpaOnnxQnn.kt"}
@@ -86,14 +90,11 @@ def check_request(package: str, out: Path, *, engine: str, app: bool, force: boo
 
 
 def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app: bool = False, force: bool = False,
-             report: object | None = None) -> ScaffoldResult:
+             report: VerifyReport | None = None) -> ScaffoldResult:
     """Render the glue (or the sample app) for a bundle folder; refuses a bundle that fails `bundle verify`.
 
     report: the bundle's verify report when the caller already has it (the command line shows it in full).
     """
-    from qnndeploy.bundle.manifest import read_manifest
-    from qnndeploy.bundle.verify import verify_folder
-
     bundle, out = Path(bundle), Path(out)
     check_request(package, out, engine=engine, app=app, force=force)
     report = report if report is not None else verify_folder(bundle)
@@ -120,11 +121,11 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
     rt = manifest["runtime"]
     lines = [] if app else [
         f'app build.gradle.kts:  apply(from = "{out.name}/qnndeploy.gradle")',
-        'AndroidManifest.xml, in <application>:  <uses-native-library android:name="libcdsprpc.so" '
-        'android:required="false"/>',
+        ('AndroidManifest.xml, in <application>:  <uses-native-library android:name="libcdsprpc.so" '
+         'android:required="false"/>'),
         f"code:  val models = {package}.qnndeploy.OrtModels.open(context)" if engine == "ort" else
-        f"code:  val engine = {package}.qnndeploy.SherpaOnnxQnn.create(context) {{ s -> /* your config with "
-        "provider(s), model(s, graph), qnnConfig(s) */ }",
+        (f"code:  val engine = {package}.qnndeploy.SherpaOnnxQnn.create(context) {{ s -> /* your config with "
+         "provider(s), model(s, graph), qnnConfig(s) */ }"),
     ]
     return ScaffoldResult(
         path=out, package=package, engine=engine, app=app, glue=out / "app" / APP_GLUE_DIR if app else out,
@@ -140,7 +141,7 @@ def _other(engine: str) -> str:
     return next(e for e in ENGINES if e != engine)
 
 
-def _check_engine(manifest: dict, bundle: Path, engine: str) -> None:
+def _check_engine(manifest: dict[str, Any], bundle: Path, engine: str) -> None:
     """Every target must hold what the engine loads, or the app would silently never use the NPU there."""
     fmt = ENGINES[engine]
     hint = " or use --engine sherpa-onnx, which loads the context binaries" if engine == "ort" else ""
@@ -151,7 +152,7 @@ def _check_engine(manifest: dict, bundle: Path, engine: str) -> None:
                                      f"'{g['name']}': rebuild the bundle with them{hint}")
 
 
-def _context(manifest: dict, package: str, glue_name: str, engine: str) -> dict:
+def _context(manifest: dict[str, Any], package: str, glue_name: str, engine: str) -> dict[str, Any]:
     models, codenames = soc_tables()
     rt = manifest["runtime"]
     module, _, version = rt.get("maven", "").rpartition(":")
@@ -173,7 +174,7 @@ def _context(manifest: dict, package: str, glue_name: str, engine: str) -> dict:
             "engine": engine, "data": data}
 
 
-def _render(template: Path, values: dict, dest: Path, work: Path) -> None:
+def _render(template: Path, values: dict[str, Any], dest: Path, work: Path) -> None:
     """Render one cookiecutter template into dest (which may exist), without cookiecutter's prompts or replay files.
 
     cookiecutter writes a folder named after dir_name; it is rendered in a scratch folder under `work` (the
@@ -192,18 +193,18 @@ def _render(template: Path, values: dict, dest: Path, work: Path) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _copy_bundle(bundle: Path, manifest: dict, dest: Path) -> tuple[int, int]:
+def _copy_bundle(bundle: Path, manifest: dict[str, Any], dest: Path) -> tuple[int, int]:
     """The bundle in Gradle's layout: manifest and models as assets, runtime libraries flat in jniLibs/arm64-v8a.
 
     The Skel goes beside the Android libraries, as in every QNN app: installed in nativeLibraryDir, the folder that
     the selector puts first in ADSP_LIBRARY_PATH.
     """
     copies = [(bundle / "manifest.json", dest / "assets" / ASSETS / "manifest.json")]
-    for a in manifest["cpu"] + [a for t in manifest["targets"] for a in t["artifacts"]]:
-        copies.append((bundle / a["path"], dest / "assets" / ASSETS / a["path"]))
+    files = manifest["cpu"] + [a for t in manifest["targets"] for a in t["artifacts"]]
+    copies += [(bundle / a["path"], dest / "assets" / ASSETS / a["path"]) for a in files]
     if manifest["runtime"]["mode"] == "bundled":
-        for lib in manifest["runtime"]["libs"]:
-            copies.append((bundle / lib["path"], dest / "jniLibs" / "arm64-v8a" / lib["path"].rsplit("/", 1)[-1]))
+        copies += [(bundle / lib["path"], dest / "jniLibs" / "arm64-v8a" / lib["path"].rsplit("/", 1)[-1])
+                   for lib in manifest["runtime"]["libs"]]
     nbytes = 0
     for src, dst in copies:
         dst.parent.mkdir(parents=True, exist_ok=True)

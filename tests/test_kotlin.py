@@ -36,7 +36,7 @@ def find_kotlinc() -> Path | None:
     if shutil.which("kotlinc"):
         return Path(shutil.which("kotlinc"))
     if shutil.which("npm"):
-        root = subprocess.run(["npm", "root", "-g"], capture_output=True, text=True).stdout.strip()
+        root = subprocess.run(["npm", "root", "-g"], check=False, capture_output=True, text=True).stdout.strip()
         candidate = Path(root) / "kotlin-compiler" / "bin" / "kotlinc"
         if candidate.is_file():
             return candidate
@@ -74,14 +74,15 @@ def kotlin(rendered, tmp_path_factory) -> dict:
     classes = out / "classes"
     cp = os.pathsep.join([str(stubs), str(lib / "kotlin-test.jar")])
     done = subprocess.run([str(kotlinc), "-Werror", "-jvm-target", "17", "-cp", cp, "-d", str(classes),
-                           *map(str, sources)], capture_output=True, text=True)
+                           *map(str, sources)], check=False, capture_output=True, text=True)
     assert done.returncode == 0, f"kotlinc failed:\n{done.stdout}\n{done.stderr}"
     run_cp = os.pathsep.join([str(classes), str(stubs), str(lib / "kotlin-stdlib.jar"), str(lib / "kotlin-test.jar")])
     return {"classes": classes, "cp": run_cp, "generated": generated, "out": out}
 
 
 def run_jvm(kotlin: dict, main: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["java", "-cp", kotlin["cp"], main, *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(["java", "-cp", kotlin["cp"], main, *args], check=False, capture_output=True, text=True,
+                          timeout=120)
 
 
 def test_all_generated_kotlin_compiles(rendered, kotlin):
