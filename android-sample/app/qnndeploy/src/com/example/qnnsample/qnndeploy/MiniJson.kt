@@ -1,8 +1,11 @@
 package com.example.qnnsample.qnndeploy
 
+import java.math.BigInteger
+
 // The little JSON the glue needs (the bundle manifest, the failure record, the decision log line), without
 // org.json (Android only) or a dependency, so that the selector runs on any JVM.
-// Objects parse to Map<String, Any?>, arrays to List<Any?>, integers to Long, other numbers to Double.
+// Objects parse to Map<String, Any?>, arrays to List<Any?>, integers to Long (BigInteger beyond it), other numbers
+// to Double.
 
 object MiniJson {
     fun parse(text: String): Any? {
@@ -13,14 +16,17 @@ object MiniJson {
         return value
     }
 
-    /** Writes like Python's json.dumps(separators=(",", ":")): non-ASCII escaped, so both sides print alike. */
+    /**
+     * Writes like Python's json.dumps(separators=(",", ":")): non-ASCII escaped, so both sides print alike (except
+     * for non-integer numbers, which are written in Java's notation: 1.0E20 where Python writes 1e+20).
+     */
     fun write(value: Any?): String = StringBuilder().also { write(value, it) }.toString()
 
     private fun write(value: Any?, out: StringBuilder) {
         when (value) {
             null -> out.append("null")
             is String -> quote(value, out)
-            is Boolean, is Long, is Int, is Double -> out.append(value.toString())
+            is Boolean, is Long, is Int, is Double, is BigInteger -> out.append(value.toString())
             is Map<*, *> -> {
                 out.append('{')
                 value.entries.forEachIndexed { i, (k, v) ->
@@ -160,7 +166,7 @@ object MiniJson {
             val t = s.substring(start, pos)
             if (t.isEmpty()) fail("unexpected character '${s[start]}'")
             val isInteger = t.none { it in ".eE" }
-            return (if (isInteger) t.toLongOrNull() else t.toDoubleOrNull()) ?: fail("bad number $t")
+            return (if (isInteger) t.toLongOrNull() ?: t.toBigIntegerOrNull() else t.toDoubleOrNull()) ?: fail("bad number $t")
         }
     }
 }
