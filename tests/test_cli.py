@@ -3,8 +3,10 @@ for a path that is not a bundle, and `qnndeploy cache` over a cache filled by re
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -252,3 +254,38 @@ def test_a_damaged_cache_entry_is_replaced_by_the_next_compile(cache_dir, tmp_pa
     assert hashlib.sha256(binary.read_bytes()).hexdigest() == sha[binary.name]  # the entry was stored again
     r = run("compile", tmp_path / "relu.onnx", "--soc", soc, "-o", tmp_path / "b4")
     assert "0 compiled, 1 cached" in r.output and "restored from the cache" in r.output, r.output
+
+
+# --- the README's command reference -------------------------------------------------------------------------------
+
+def readme_sections() -> dict[str, str]:
+    """README's "## Commands" reference: each "### `qnndeploy …`" heading (without backticks) -> its text."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    commands = text.split("\n## Commands\n", 1)[1].split("\n## ", 1)[0]
+    sections = {}
+    for part in commands.split("\n### `")[1:]:
+        heading, _, body = part.partition("\n")
+        sections[heading.split("`")[0]] = heading + "\n" + body
+    return sections
+
+
+def section_of(path: tuple[str, ...], sections: dict[str, str]) -> str:
+    for heading, text in sections.items():
+        words = heading.split()
+        if words[1:1 + len(path)] == list(path):
+            return text
+        alternatives = [alt.split()[0] for alt in " ".join(words[2:]).split("|") if alt.split()]
+        if len(path) == 2 and words[1] == path[0] and path[1] in alternatives:  # `qnndeploy device list | info`
+            return text
+    raise AssertionError(f"README's command reference has no section for qnndeploy {' '.join(path)}")
+
+
+@pytest.mark.parametrize("path", [p for p in command_paths() if not isinstance(
+    functools.reduce(lambda c, w: c.commands[w], p, cli), click.Group)], ids=" ".join)
+def test_the_readme_documents_every_command_and_option(path):
+    text = section_of(path, readme_sections())
+    command = functools.reduce(lambda c, w: c.commands[w], path, cli)
+    for param in command.params:
+        if isinstance(param, click.Option) and param.name != "help":  # by any of its names, e.g. -o or --output
+            assert any(re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", text) for o in param.opts), \
+                f"README: qnndeploy {' '.join(path)} does not mention {' / '.join(param.opts)}"
