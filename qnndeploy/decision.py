@@ -2,14 +2,22 @@
 
 `device info/verify` use it to say what an app will do on a phone; tests/test_kotlin.py feeds the same inputs to
 this function and to the Kotlin selector and requires identical results, reason strings included. So every rule
-and every message here has a twin in templates/glue/.../QnnSelector.kt: change both or neither.
+here has a twin in templates/glue/.../QnnSelector.kt: change both or neither. The reason strings themselves have
+one source, data/reasons.json, which this module reads and `qnndeploy scaffold` renders into the Kotlin (Reasons.kt).
+
+Text is normalised with ASCII rules only (trim ASCII whitespace, upper/lower-case ASCII letters) on both sides:
+Python's and the JVM's Unicode tables differ (U+0085 is whitespace to Python, not to Java), so Unicode rules would
+let the twins disagree on odd device properties.
 """
 
 from __future__ import annotations
 
 import json
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Literal, NamedTuple
 
 from qnndeploy import socs
 from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION, ONNX  # noqa: F401 (EPCONTEXT: scaffold)
@@ -21,6 +29,59 @@ ADSP_VAR = "ADSP_LIBRARY_PATH"
 VENDOR_DSP_FOLDERS = ("/vendor/lib/rfsa/adsp", "/vendor/dsp/cdsp", "/system/lib/rfsa/adsp",
                       "/system/vendor/lib/rfsa/adsp", "/dsp")
 SOC_MODEL_SINCE_SDK = 31  # Build.SOC_MODEL exists from Android 12
+SPACE = " \t\n\r\x0b\x0c"  # what both twins trim: ASCII whitespace
+_UPPER = str.maketrans(string.ascii_lowercase, string.ascii_uppercase)
+_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def template_fields(template: str) -> list[str]:
+    """The {field} names of a reason template, in order of first appearance; only plain names are allowed."""
+    names: list[str] = []
+    for _, name, spec, conversion in string.Formatter().parse(template):
+        if name is None:
+            continue
+        if not name.isidentifier() or spec or conversion:
+            raise ValueError(f"reason template field {{{name}}} must be a plain name: {template!r}")
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def _load_reasons() -> dict[str, dict[str, str]]:
+    raw = json.loads(resources.files("qnndeploy").joinpath("data/reasons.json").read_text(encoding="utf-8"))
+    groups = {group: raw[group] for group in ("decide", "app")}
+    for templates in groups.values():
+        for template in templates.values():
+            template_fields(template)
+    return groups
+
+
+REASONS = _load_reasons()  # group ("decide" or "app") -> reason key -> template
+
+
+class Reason(NamedTuple):
+    key: str  # a key of data/reasons.json
+    text: str
+
+
+def reason(key: str, **fields: object) -> Reason:
+    """The decision's reason `key` of data/reasons.json, filled in; the fields must be exactly the template's."""
+    template = REASONS["decide"][key]
+    if sorted(fields) != sorted(template_fields(template)):
+        raise ValueError(f"reason {key} takes {template_fields(template)}, not {sorted(fields)}")
+    return Reason(key, template.format(**fields))
+
+
+def trim(text: str) -> str:
+    return text.strip(SPACE)
+
+
+def upper(text: str) -> str:
+    return text.translate(_UPPER)
+
+
+def lower(text: str) -> str:
+    return text.translate(_LOWER)
 
 
 @dataclass(frozen=True)
@@ -39,6 +100,22 @@ class Device:
                    int(sdk) if sdk.isdigit() else 0)
 
 
+class SocIdentity(NamedTuple):
+    """The phone's SoC (the catalog model, or what the phone reported) and the property that said so."""
+
+    soc: str | None  # None: unknown
+    identified_by: str | None  # Build.SOC_MODEL, ro.soc.model or ro.board.platform; None: the phone reports none
+
+
+class QnnLibraries(NamedTuple):
+    """The QNN library file names of one HTP arch; QNN loads the Stub and the Skel by these exact names."""
+
+    backend: str
+    system: str
+    stub: str
+    skel: str
+
+
 @dataclass(frozen=True)
 class Remembered:
     """A failed NPU init the app recorded; it counts only while the app and the bundle are the same versions."""
@@ -50,10 +127,11 @@ class Remembered:
 
 @dataclass(frozen=True)
 class Decision:
-    provider: str  # "npu" or "cpu"
+    provider: Literal["npu", "cpu"]
     soc: str | None  # the catalog model (SM8750 for an SM8750P), or what the device reported
     identified_by: str | None  # Build.SOC_MODEL, ro.soc.model or ro.board.platform
     reason: str
+    reason_key: str  # the reason's key in data/reasons.json
     dsp_arch: str | None = None  # of the chosen target (NPU only)
     paths: dict[str, str] = field(default_factory=dict)  # graph -> bundle path of the model to load
     files: list[str] = field(default_factory=list)  # every bundle file this decision needs on the phone
@@ -66,7 +144,7 @@ class Decision:
         return self.provider == "npu"
 
 
-def bundle_version(manifest: Mapping) -> str:
+def bundle_version(manifest: Mapping[str, Any]) -> str:
     return f"{manifest.get('name')} {manifest.get('version')}"
 
 
@@ -78,23 +156,23 @@ def soc_tables() -> tuple[dict[str, str], dict[str, str]]:
     models, codenames = {}, {}
     for soc in socs.catalog():
         for name in (soc.model, *soc.aliases):
-            models[name.upper()] = soc.model
+            models[upper(name)] = soc.model
         for c in soc.codenames:
-            codenames[c.lower()] = soc.model
+            codenames[lower(c)] = soc.model
     return models, codenames
 
 
-def identify(device: Device) -> tuple[str | None, str | None]:
-    """(SoC, how it was found): the SoC model first, else the board platform codename through the catalog."""
+def identify(device: Device) -> SocIdentity:
+    """The SoC model first, else the board platform codename through the catalog."""
     models, codenames = soc_tables()
-    raw = (device.soc_model or "").strip()
-    if raw and raw.lower() != "unknown":  # Build.SOC_MODEL is "unknown" when the vendor did not set it
+    raw = trim(device.soc_model or "")
+    if raw and lower(raw) != "unknown":  # Build.SOC_MODEL is "unknown" when the vendor did not set it
         via = "Build.SOC_MODEL" if device.sdk_int >= SOC_MODEL_SINCE_SDK else "ro.soc.model"
-        return models.get(raw.upper(), raw.upper()), via
-    platform = (device.board_platform or "").strip().lower()
+        return SocIdentity(models.get(upper(raw), upper(raw)), via)
+    platform = lower(trim(device.board_platform or ""))
     if platform:
-        return codenames.get(platform), "ro.board.platform"
-    return None, None
+        return SocIdentity(codenames.get(platform), "ro.board.platform")
+    return SocIdentity(None, None)
 
 
 def adsp_library_path(skel_dir: str, current: str | None) -> str:
@@ -102,78 +180,89 @@ def adsp_library_path(skel_dir: str, current: str | None) -> str:
     entries = [skel_dir, *(current or "").split(";"), *VENDOR_DSP_FOLDERS]
     out: list[str] = []
     for e in entries:
-        if e.strip() and e not in out:
+        if trim(e) and e not in out:
             out.append(e)
     return ";".join(out)
 
 
-def qnn_libraries(dsp_arch: str) -> tuple[str, str, str, str]:
-    """(backend, system, stub, skel) file names. QNN loads the Stub and the Skel by these exact names."""
-    n = dsp_arch[1:]
-    return BACKEND_LIB, SYSTEM_LIB, f"libQnnHtpV{n}Stub.so", f"libQnnHtpV{n}Skel.so"
+def qnn_libraries(dsp_arch: str) -> QnnLibraries:
+    """The library names for an HTP arch: v79 -> libQnnHtpV79Stub.so. One leading "v" is dropped if there is one
+    (as Kotlin's removePrefix("v")), so any string gives the same names on both sides."""
+    n = dsp_arch.removeprefix("v")
+    return QnnLibraries(BACKEND_LIB, SYSTEM_LIB, f"libQnnHtpV{n}Stub.so", f"libQnnHtpV{n}Skel.so")
 
 
 def _json(value: object) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def _cpu(manifest: Mapping, soc: str | None, via: str | None, reason: str, adsp: str | None = None) -> Decision:
+def _cpu(manifest: Mapping[str, Any], identity: SocIdentity, why: Reason, adsp: str | None = None) -> Decision:
     """The CPU models to load, and every CPU file to put beside them: the models and their external data."""
-    cpu = manifest.get("cpu") if isinstance(manifest.get("cpu"), list) else []
-    return Decision("cpu", soc, via, reason, paths={a["graph"]: a["path"] for a in cpu if a.get("format") == ONNX},
+    cpu = manifest.get("cpu")
+    cpu = cpu if isinstance(cpu, list) else []
+    return Decision(provider="cpu", soc=identity.soc, identified_by=identity.identified_by, reason=why.text,
+                    reason_key=why.key, paths={a["graph"]: a["path"] for a in cpu if a.get("format") == ONNX},
                     files=[a["path"] for a in cpu], adsp_library_path=adsp)
 
 
-def decide(manifest: Mapping, device: Device, *, load_errors: Mapping[str, str], lib_dir: str,
-           adsp_before: str | None = None, npu_format: str = CONTEXT_BINARY, app_version: str = "",
-           remembered: Remembered | None = None) -> Decision:
+def decide(manifest: Mapping[str, Any], device: Device, *, load_errors: Mapping[str, str], lib_dir: str,
+           adsp_before: str | None = None, adsp_error: str | None = None, npu_format: str = CONTEXT_BINARY,
+           app_version: str = "", remembered: Remembered | None = None) -> Decision:
     """NPU only when the SoC matches a bundle target AND the QNN libraries load; otherwise CPU, always with a reason.
 
     load_errors: library file name -> the loader's message, for each library that failed to load (on a phone:
     what System.loadLibrary threw); a library not in it loaded. lib_dir: the folder holding the app's native
-    libraries, where the Skel is. adsp_before: ADSP_LIBRARY_PATH before the app touched it.
+    libraries, where the Skel is. adsp_before: ADSP_LIBRARY_PATH before the app touched it. adsp_error: the message
+    of the failure to set ADSP_LIBRARY_PATH (on a phone: what Os.setenv threw), None when it was set.
+    The manifest is one that follows the schema (scaffold and `bundle verify` check it) or has a format or version
+    this reader does not know.
     """
-    soc, via = identify(device)
+    identity = identify(device)
     fmt, version = manifest.get("format"), manifest.get("format_version")
     if fmt != FORMAT or type(version) is not int or not 1 <= version <= FORMAT_VERSION:
-        return Decision("cpu", soc, via, f"bundle manifest format {_json(fmt)} version {_json(version)} is not "
-                        f"supported (this app reads \"{FORMAT}\" versions 1 to {FORMAT_VERSION}): scaffold again")
+        why = reason("format_unsupported", format=_json(fmt), version=_json(version), expected_format=FORMAT,
+                     max_version=str(FORMAT_VERSION))
+        return Decision(provider="cpu", soc=identity.soc, identified_by=identity.identified_by, reason=why.text,
+                        reason_key=why.key)
+    soc = identity.soc
     if soc is None:
-        if via is None:
-            reason = "SoC unknown: the device reports no Build.SOC_MODEL / ro.soc.model and no ro.board.platform"
-        else:
-            reason = f"SoC unknown: ro.board.platform \"{device.board_platform.strip()}\" is not in the SoC catalog"
-        return _cpu(manifest, None, via, reason)
+        if identity.identified_by is None:
+            return _cpu(manifest, identity, reason("soc_unreported"))
+        return _cpu(manifest, identity, reason("soc_not_in_catalog", platform=trim(device.board_platform or "")))
 
+    # Target names are not trimmed: the schema allows none with whitespace, and the reason lists them as written.
     models, _ = soc_tables()
     targets = manifest.get("targets") or []
-    target = next((t for t in targets if models.get(t["soc"].upper(), t["soc"].upper()) == soc), None)
+    target = next((t for t in targets if models.get(upper(t["soc"]), upper(t["soc"])) == soc), None)
     if target is None:
         listed = ", ".join(t["soc"] for t in targets) or "none"
-        return _cpu(manifest, soc, via, f"SoC {soc} is not in the bundle (targets: {listed})")
+        return _cpu(manifest, identity, reason("soc_not_in_bundle", soc=soc, targets=listed))
     paths: dict[str, str] = {}
     for g in manifest.get("graphs") or []:
         art = next((a for a in target["artifacts"] if a["graph"] == g["name"] and a["format"] == npu_format), None)
         if art is None:
-            return _cpu(manifest, soc, via, f"target {soc} has no {npu_format} file for graph \"{g['name']}\"")
+            return _cpu(manifest, identity, reason("graph_file_missing", soc=soc, format=npu_format, graph=g["name"]))
         paths[g["name"]] = art["path"]
     arch = target["dsp_arch"]
-    backend, system, stub, skel = qnn_libraries(arch)
+    libs = qnn_libraries(arch)
     runtime = manifest.get("runtime") or {}
     if runtime.get("mode") == "bundled":
         shipped = {lib["path"].rsplit("/", 1)[-1] for lib in runtime.get("libs") or []}
-        missing = [n for n in (backend, system, stub, skel) if n not in shipped]
+        missing = [n for n in libs if n not in shipped]
         if missing:
-            return _cpu(manifest, soc, via, f"the bundle has no {', '.join(missing)} for {soc} ({arch})")
+            return _cpu(manifest, identity, reason("runtime_libs_missing", libs=", ".join(missing), soc=soc, arch=arch))
     if remembered is not None and (remembered.app_version, remembered.bundle_version) == (
             app_version, bundle_version(manifest)):
-        return _cpu(manifest, soc, via, f"NPU init failed before with this app and bundle version "
-                                        f"({remembered.message}); using the CPU until either changes")
+        return _cpu(manifest, identity, reason("failed_before", message=remembered.message))
 
+    # The Skel runs on the DSP, which finds it through ADSP_LIBRARY_PATH: set it before any QNN library loads.
     adsp = adsp_library_path(lib_dir, adsp_before)
-    failed = [f"{name}: {load_errors[name]}" for name in (system, backend, stub) if name in load_errors]
+    if adsp_error is not None:
+        return _cpu(manifest, identity, reason("adsp_not_set", error=adsp_error))
+    failed = [f"{name}: {load_errors[name]}" for name in (libs.system, libs.backend, libs.stub) if name in load_errors]
     if failed:
-        return _cpu(manifest, soc, via, f"QNN libraries did not load: {'; '.join(failed)}", adsp)
-    return Decision("npu", soc, via, f"SoC {soc} ({arch}) is in the bundle and the QNN libraries loaded",
+        return _cpu(manifest, identity, reason("libs_not_loaded", failures="; ".join(failed)), adsp)
+    why = reason("npu", soc=soc, arch=arch)
+    return Decision(provider="npu", soc=soc, identified_by=identity.identified_by, reason=why.text, reason_key=why.key,
                     dsp_arch=arch, paths=paths, files=[a["path"] for a in target["artifacts"]],
-                    backend_lib=backend, system_lib=system, adsp_library_path=adsp)
+                    backend_lib=libs.backend, system_lib=libs.system, adsp_library_path=adsp)

@@ -12,18 +12,19 @@ import importlib.util
 import keyword
 import re
 import shutil
+import string
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from qnndeploy import __version__
-from qnndeploy.bundle.manifest import read_manifest
+from qnndeploy.bundle.manifest import read_manifest, schema
 from qnndeploy.bundle.verify import VerifyReport, verify_folder
-from qnndeploy.decision import VENDOR_DSP_FOLDERS, soc_tables
+from qnndeploy.decision import BACKEND_LIB, REASONS, SYSTEM_LIB, VENDOR_DSP_FOLDERS, soc_tables, template_fields
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import staging_dir
-from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT
+from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION
 
 ENGINES = {"ort": EPCONTEXT, "sherpa-onnx": CONTEXT_BINARY}  # engine -> the NPU file format it loads
 ENGINE_FILES = {"ort": "OrtModels.kt", "sherpa-onnx": "SherpaOnnxQnn.kt"}
@@ -160,6 +161,13 @@ def _context(manifest: dict[str, Any], package: str, glue_name: str, engine: str
         "soc_models": models,
         "codenames": codenames,
         "vendor_dsp_folders": list(VENDOR_DSP_FOLDERS),
+        "reasons": kotlin_reasons(),
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "file_formats": [{"name": f.upper().replace("-", "_"), "id": f}
+                         for f in schema()["$defs"]["artifact"]["properties"]["format"]["enum"]],
+        "backend_lib": BACKEND_LIB,
+        "system_lib": SYSTEM_LIB,
         "graphs": [g["name"] for g in manifest["graphs"]],
         "targets": [f"{t['soc']} ({t['dsp_arch']})" for t in manifest["targets"]] or ["none"],
         "qairt": manifest["qairt"]["version"],
@@ -172,6 +180,49 @@ def _context(manifest: dict[str, Any], package: str, glue_name: str, engine: str
     }
     return {"dir_name": glue_name, "package": package, "package_path": package.replace(".", "/"),
             "engine": engine, "data": data}
+
+
+_REASON_GROUPS = {
+    "decide": "The decision's reasons: QnnSelector.decide (and qnndeploy's decision.decide) give them.",
+    "app": "Reasons the glue gives after deciding, when the chosen NPU cannot be used.",
+}
+
+
+def kotlin_reasons() -> list[dict[str, Any]]:
+    """data/reasons.json as the generated Kotlin object Reasons has it: per group, one function per reason, named in
+    camel case after its key, whose String parameters are the template's fields and whose body is a Kotlin string
+    template of the same text."""
+    groups = []
+    for group, templates in REASONS.items():
+        reasons = [{"key": key, "function": _camel(key), "params": [_camel(f) for f in template_fields(template)],
+                    "text": _kotlin_string(template)} for key, template in templates.items()]
+        groups.append({"about": _REASON_GROUPS[group], "reasons": reasons})
+    return groups
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def _kotlin_string(template: str) -> str:
+    """The inside of a Kotlin string literal for a reason template: {field} becomes ${field} in camel case, and the
+    literal text is escaped (backslash, quote, dollar; anything but printable ASCII as \\uXXXX UTF-16 units)."""
+    out: list[str] = []
+    for literal, name, _, _ in string.Formatter().parse(template):
+        out.extend(_kotlin_char(ch) for ch in literal)
+        if name is not None:
+            out.append("${" + _camel(name) + "}")
+    return "".join(out)
+
+
+def _kotlin_char(ch: str) -> str:
+    if ch in '\\"$':
+        return "\\" + ch
+    if " " <= ch <= "~":
+        return ch
+    units = ch.encode("utf-16-be")
+    return "".join(f"\\u{units[i]:02x}{units[i + 1]:02x}" for i in range(0, len(units), 2))
 
 
 def _render(template: Path, values: dict[str, Any], dest: Path, work: Path) -> None:

@@ -10,12 +10,19 @@ from qnndeploy.bundle.manifest import schema_errors
 from qnndeploy.decision import (
     CONTEXT_BINARY,
     EPCONTEXT,
+    REASONS,
     VENDOR_DSP_FOLDERS,
     Device,
+    QnnLibraries,
     Remembered,
+    SocIdentity,
     adsp_library_path,
     decide,
+    identify,
+    qnn_libraries,
+    reason,
     soc_tables,
+    template_fields,
 )
 
 LIB_DIR = "/data/app/~~x/com.example-1/lib/arm64"
@@ -146,3 +153,63 @@ def test_catalog_tables_cover_every_model_alias_and_codename():
     for soc in socs.catalog():
         assert all(models[n] == soc.model for n in (soc.model, *soc.aliases))
         assert all(codenames[c] == soc.model for c in soc.codenames)
+
+
+def test_a_failure_to_set_adsp_library_path_goes_to_cpu_before_any_library_loads():
+    d = run(adsp_error="setenv failed: EINVAL (Invalid argument)", load_errors={"libQnnHtp.so": "never tried"})
+    assert not d.npu and d.reason_key == "adsp_not_set"
+    assert d.reason == "cannot set ADSP_LIBRARY_PATH: setenv failed: EINVAL (Invalid argument)"
+    assert d.adsp_library_path is None and d.paths == {"det": "cpu/det.onnx", "rec": "cpu/rec.onnx"}
+
+
+def test_qnn_libraries_drop_one_leading_v_of_any_arch_string():
+    assert qnn_libraries("v79") == QnnLibraries("libQnnHtp.so", "libQnnSystem.so", "libQnnHtpV79Stub.so",
+                                                 "libQnnHtpV79Skel.so")
+    _, _, stub, skel = qnn_libraries("v73")  # still a 4-tuple to unpack
+    assert (stub, skel) == ("libQnnHtpV73Stub.so", "libQnnHtpV73Skel.so")
+    # the same rule as Kotlin's removePrefix("v"), also where dsp_arch[1:] would differ
+    assert qnn_libraries("79").stub == "libQnnHtpV79Stub.so"
+    assert qnn_libraries("vv79").stub == "libQnnHtpVv79Stub.so"
+    assert qnn_libraries("").stub == "libQnnHtpVStub.so"
+
+
+def test_device_text_is_normalised_with_ascii_rules_only():
+    assert identify(Device(" \tsm8750p\r\n", None, 34)) == SocIdentity("SM8750", "Build.SOC_MODEL")
+    assert identify(Device(None, " KALAMA\x0b", 30)) == SocIdentity("SM8550", "ro.board.platform")
+    assert identify(Device(" UnKnown ", "sun", 30)) == SocIdentity("SM8750", "ro.board.platform")
+    # Unicode spaces and case mappings are the JVM's and Python's own, and differ: neither twin applies them
+    assert identify(Device("\u00a0SM8750", None, 34)).soc == "\u00a0SM8750"
+    assert identify(Device("\u017fm8750", None, 34)).soc == "\u017fM8750"  # the long s is not an s
+    kelvin = Device(None, "\u212aalama", 30)  # nor is the Kelvin sign a K
+    assert identify(kelvin) == SocIdentity(None, "ro.board.platform")
+    assert adsp_library_path("/app", "\u0085; ;/odm") == ";".join(["/app", "\u0085", "/odm", *VENDOR_DSP_FOLDERS])
+
+
+def test_target_names_are_matched_as_written():
+    """The schema allows no whitespace in a target's soc, so the decision does not trim it (neither twin does)."""
+    m = bundles.manifest(targets=("SM8750",))
+    m["targets"][0]["soc"] = " SM8750"
+    d = run(m)
+    assert not d.npu and d.reason == "SoC SM8750 is not in the bundle (targets:  SM8750)"
+    m["targets"][0]["soc"] = "SM8750P"  # an alias is the catalog model
+    assert run(m).npu
+
+
+def test_every_reason_comes_from_the_data_file_with_exactly_its_fields():
+    keys = [k for templates in REASONS.values() for k in templates]
+    assert len(keys) == len(set(keys)) and set(REASONS) == {"decide", "app"}
+    assert reason("soc_not_in_bundle", soc="SM8650", targets="none") == (
+        "soc_not_in_bundle", "SoC SM8650 is not in the bundle (targets: none)")
+    assert template_fields(REASONS["decide"]["format_unsupported"]) == ["format", "version", "expected_format",
+                                                                       "max_version"]
+    with pytest.raises(ValueError, match="takes"):
+        reason("soc_not_in_bundle", soc="SM8650")
+    with pytest.raises(ValueError, match="takes"):
+        reason("soc_unreported", soc="SM8650")
+    with pytest.raises(ValueError, match="plain name"):
+        template_fields("{soc!r}")
+    with pytest.raises(ValueError, match="plain name"):
+        template_fields("{soc:>8}")
+    assert template_fields("{{literal}} {a} {b} {a}") == ["a", "b"]
+    for d in (run(), run(device=Device("SM8650", None, 34)), run(bundles.manifest(format_version=3))):
+        assert d.reason.startswith(REASONS["decide"][d.reason_key].split("{")[0])

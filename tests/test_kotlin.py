@@ -21,12 +21,22 @@ import pytest
 from conftest import require
 
 from qnndeploy import htp, socs
-from qnndeploy.decision import CONTEXT_BINARY, EPCONTEXT, Device, Remembered, decide
+from qnndeploy.decision import (
+    CONTEXT_BINARY,
+    EPCONTEXT,
+    REASONS,
+    Device,
+    Remembered,
+    decide,
+    qnn_libraries,
+    soc_tables,
+    template_fields,
+)
 from qnndeploy.scaffold import scaffold
 
 HERE = Path(__file__).parent / "kotlin"
 PACKAGE = "com.example.qnnsample"  # tests/kotlin/*.kt import the glue from this package
-UNIT_TESTS = 17  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
+UNIT_TESTS = 21  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
 
 
 def find_kotlinc() -> Path | None:
@@ -87,8 +97,8 @@ def run_jvm(kotlin: dict, main: str, *args: str) -> subprocess.CompletedProcess:
 
 def test_all_generated_kotlin_compiles(rendered, kotlin):
     names = {p.name for p in kotlin["generated"]}
-    assert {"MainActivity.kt", "OrtModels.kt", "SherpaOnnxQnn.kt", "QnnSelector.kt", "QnnRuntime.kt",
-            "SocCatalog.kt", "BundleFiles.kt", "FailureMemory.kt", "MiniJson.kt"} <= names
+    assert {"MainActivity.kt", "OrtModels.kt", "SherpaOnnxQnn.kt", "QnnSelector.kt", "QnnRuntime.kt", "SocCatalog.kt",
+            "BundleFiles.kt", "FailureMemory.kt", "MiniJson.kt", "Reasons.kt", "BundleManifest.kt"} <= names
     assert len(kotlin["generated"]) == len(rendered["app"].kotlin) + len(rendered["sherpa"].kotlin)
     for cls in (f"{PACKAGE.replace('.', '/')}/MainActivity.class", "com/example/sherpa/qnndeploy/SherpaOnnxQnn.class",
                 f"{PACKAGE.replace('.', '/')}/qnndeploy/OrtModels.class"):
@@ -97,7 +107,8 @@ def test_all_generated_kotlin_compiles(rendered, kotlin):
 
 def test_selector_unit_tests_pass_on_the_jvm(rendered, kotlin):
     manifests = kotlin["out"] / "manifests.json"
-    manifests.write_text(json.dumps({"two_targets": bundles.manifest(), "bundled": bundles.manifest(runtime="bundled")}))
+    manifests.write_text(json.dumps({"two_targets": bundles.manifest(),
+                                     "bundled": bundles.manifest(runtime="bundled")}))
     scratch = kotlin["out"] / "scratch"
     done = run_jvm(kotlin, "qnndeploy.tests.SelectorTestsKt", str(manifests),
                    str(rendered["app"].glue / "bundle" / "assets"), str(scratch))
@@ -107,65 +118,112 @@ def test_selector_unit_tests_pass_on_the_jvm(rendered, kotlin):
     assert sum(line.startswith("ok ") for line in lines) == UNIT_TESTS, done.stdout
 
 
+# Device properties as odd as a vendor may set them: both twins trim ASCII whitespace only and change the case of
+# ASCII letters only, so Unicode spaces, the Kelvin sign, the long s or the sharp s are kept as they are on both sides.
+ODD_DEVICES = [Device("\u00a0SM8750", None, 34), Device("SM8750\u0085", None, 34), Device("\u017fm8750", None, 34),
+               Device("stra\u00dfe", None, 34), Device(" Unknown\t", "\u212aalama", 30),
+               Device("\x0bsm8750\x0c", None, 34), Device(None, " KALAMA\r\n", 30), Device(None, "\u00a0", 30),
+               Device(None, "\x1c", 30), Device("\U0001f600", None, 34)]
+ODD_ARCHS = ["v79", "79", "V79", "vv79", "v", "", " v79", "v\u00e9", "\U0001f600v79", "v\U0001f600"]
+ODD_VERSIONS = [3, 0, -1, 1.0, 2.5, True, None, "2", 10**20, [2], {"v": 2}]
+
+
 def agreement_cases(real_manifest: dict) -> tuple[list[dict], list[dict]]:
-    """Manifests × phones × library outcomes × environments × remembered failures × engines."""
+    """Manifests × phones × library outcomes × environments × remembered failures × engines, and the failure to set
+    ADSP_LIBRARY_PATH on a smaller product."""
     two = bundles.manifest()
     bundled = bundles.manifest(runtime="bundled")
     no_v79 = bundles.manifest(runtime="bundled")
     no_v79["runtime"]["libs"] = [lib for lib in no_v79["runtime"]["libs"] if "V79" not in lib["path"]]
-    manifests = [
+    core = [
         real_manifest, two, bundled, no_v79, bundles.manifest(formats=(CONTEXT_BINARY,)),
         bundles.manifest(targets=()), bundles.manifest(targets=("SM8750", "SM8850", "QCS9100")),
-        {**two, "format_version": 1}, bundles.manifest(external=("det", "rec")),
-        {**two, "format_version": 3}, {**two, "format_version": 1.0}, {**two, "format": "something-else"},
+        {**two, "format_version": 1}, bundles.manifest(external=("det", "rec")), {**two, "format": "something-else"},
     ]
+    versions = [{**two, "format_version": v} for v in ODD_VERSIONS]
+    archs = []  # a target arch the schema refuses still names the same libraries on both sides
+    for arch in ODD_ARCHS[1:]:
+        for m in (bundles.manifest(targets=("SM8750",)), bundles.manifest(targets=("SM8750",), runtime="bundled")):
+            m["targets"][0]["dsp_arch"] = arch
+            archs.append(m)
+    manifests = core + versions + archs
     devices = [Device("SM8750", "sun", 35), Device("SM8750P", None, 34), Device(" sm8550 ", "kalama", 33),
                Device("SM8550", "kalama", 30), Device(None, "kalama", 30), Device("", "sun", 29),
                Device(None, "lito", 30), Device(None, None, 28), Device("unknown", "pineapple", 31),
-               Device("s5e9945", "s5e9945", 34), Device("SM8650", "pineapple", 34)]
+               Device("s5e9945", "s5e9945", 34), Device("SM8650", "pineapple", 34), *ODD_DEVICES]
     for soc in socs.catalog():  # every model, alias and codename of the catalog
         devices += [Device(name, None, 33) for name in (soc.model, *soc.aliases)]
         devices += [Device(None, c, 30) for c in soc.codenames]
     loads = [{}, {"libQnnHtpV79Stub.so": 'dlopen failed: library "libcdsprpc.so" not found'},
              {"libQnnSystem.so": "a", "libQnnHtp.so": "b", "libQnnHtpV73Stub.so": "c", "libQnnHtpV79Stub.so": "d"}]
-    envs = [None, "/odm/lib/rfsa/adsp;/vendor/dsp/cdsp;;"]
+    envs = [None, "/odm/lib/rfsa/adsp;/vendor/dsp/cdsp;;", " ;\u0085;\u00a0;/odm/dsp; "]
     remembered = [None, Remembered("1.0 (1) 7", "demo 1.0.0", "QNN error 1008"),
                   Remembered("0.9 (0) 3", "demo 1.0.0", "old failure")]
+    engines = (CONTEXT_BINARY, EPCONTEXT)
+    sm8750 = [Device("SM8750", "sun", 35), Device(None, "sun", 30), Device(" sm8750p\n", None, 33)]
+    products = [
+        itertools.product(core, devices, loads, envs, remembered, [None], engines),
+        itertools.product(versions, devices[:11], [{}], [None], [None], [None], engines),
+        itertools.product(archs, sm8750, loads, envs[:1], remembered[:2], [None], engines),
+        itertools.product(core, devices, [{}], [None], remembered[:2], ["EINVAL (Invalid argument)"], engines),
+    ]
+    index = {id(m): i for i, m in enumerate(manifests)}
     cases = []
-    for (mi, _), device, load, env, rem, fmt in itertools.product(
-            enumerate(manifests), devices, loads, envs, remembered, (CONTEXT_BINARY, EPCONTEXT)):
-        cases.append({"manifest": mi, "device": asdict(device), "load_errors": load, "adsp_before": env,
-                      "lib_dir": "/data/app/x/lib/arm64", "npu_format": fmt, "app_version": "1.0 (1) 7",
-                      "remembered": asdict(rem) if rem else None})
+    for manifest, device, load, env, rem, adsp_error, fmt in itertools.chain(*products):
+        cases.append({"manifest": index[id(manifest)], "device": asdict(device), "load_errors": load,
+                      "adsp_before": env, "adsp_error": adsp_error, "lib_dir": "/data/app/x/lib/arm64",
+                      "npu_format": fmt, "app_version": "1.0 (1) 7", "remembered": asdict(rem) if rem else None})
     return manifests, cases
+
+
+def reason_calls() -> list[dict]:
+    """Every function of the generated Reasons object, with odd values for its fields (quotes, backslashes, dollars,
+    braces, non-ASCII), and the text Python makes of the same template."""
+    calls = []
+    for templates in REASONS.values():
+        for key, template in templates.items():
+            fields = {f: f'<{f}> "$x" \\ {{}} \u00e9\U0001f600' for f in template_fields(template)}
+            calls.append({"function": _camel(key), "args": list(fields.values()), "key": key,
+                          "text": template.format(**fields)})
+    return calls
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(p.capitalize() for p in rest)
 
 
 def test_python_and_kotlin_decide_alike(rendered, kotlin):
     manifests, cases = agreement_cases(rendered["manifest"])
+    reasons = reason_calls()
     path = kotlin["out"] / "agreement.json"
-    path.write_text(json.dumps({"manifests": manifests, "cases": cases}))
+    path.write_text(json.dumps({"manifests": manifests, "cases": cases, "archs": ODD_ARCHS,
+                                "reasons": [{"function": r["function"], "args": r["args"]} for r in reasons]}))
     done = run_jvm(kotlin, "qnndeploy.tests.Agreement", str(path))
     assert done.returncode == 0, done.stderr
-    kotlin_results = json.loads(done.stdout)
-    assert len(kotlin_results) == len(cases)
-    providers = set()
-    for case, got in zip(cases, kotlin_results):
+    out = json.loads(done.stdout)
+    assert len(out["cases"]) == len(cases) > 20_000
+    models, _ = soc_tables()
+    python_keys, kotlin_keys = set(), set()
+    for case, got in zip(cases, out["cases"], strict=True):
         rem = case["remembered"]
-        expected = decide(manifests[case["manifest"]], Device(**case["device"]), load_errors=case["load_errors"],
-                          lib_dir=case["lib_dir"], adsp_before=case["adsp_before"], npu_format=case["npu_format"],
-                          app_version=case["app_version"], remembered=Remembered(**rem) if rem else None)
+        manifest = manifests[case["manifest"]]
+        expected = decide(manifest, Device(**case["device"]), load_errors=case["load_errors"],
+                          lib_dir=case["lib_dir"], adsp_before=case["adsp_before"], adsp_error=case["adsp_error"],
+                          npu_format=case["npu_format"], app_version=case["app_version"],
+                          remembered=Remembered(**rem) if rem else None)
         assert got["decision"] == asdict(expected), case
-        calls = []
-        if expected.adsp_library_path is not None:  # the environment first, then the three libraries in order
-            arch = expected.dsp_arch or _arch(manifests[case["manifest"]], expected.soc)
-            calls = ["setenv ADSP_LIBRARY_PATH", "load libQnnSystem.so", "load libQnnHtp.so",
-                     f"load libQnnHtpV{arch[1:]}Stub.so"]
+        python_keys.add(expected.reason_key)
+        kotlin_keys.add(got["decision"]["reason_key"])
+        calls = []  # the environment first, then the three libraries in order
+        if expected.reason_key in ("adsp_not_set", "libs_not_loaded", "npu"):
+            calls = ["setenv ADSP_LIBRARY_PATH"]
+        if expected.reason_key in ("libs_not_loaded", "npu"):
+            target = next(t for t in manifest["targets"] if models.get(t["soc"], t["soc"]) == expected.soc)
+            libs = qnn_libraries(target["dsp_arch"])
+            calls += [f"load {libs.system}", f"load {libs.backend}", f"load {libs.stub}"]
         assert got["calls"] == calls, case
-        providers.add((expected.provider, expected.reason.split(" ")[0]))
-    # the cases reach every kind of outcome, so agreeing is not trivial
-    assert {p for p, _ in providers} == {"npu", "cpu"} and len(providers) >= 6
-
-
-def _arch(manifest: dict, soc: str) -> str:
-    target = next(t for t in manifest["targets"] if socs.find(t["soc"]).model == soc)
-    return target["dsp_arch"]
+    # every reason of the decision is reached by both twins, so agreeing is not trivial
+    assert python_keys == kotlin_keys == set(REASONS["decide"])
+    assert out["libraries"] == [list(qnn_libraries(a)) for a in ODD_ARCHS]
+    assert out["reasons"] == [[r["key"], r["text"]] for r in reasons]

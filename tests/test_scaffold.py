@@ -15,9 +15,9 @@ from conftest import require
 
 from qnndeploy import __version__, htp, socs
 from qnndeploy.cli import cli
-from qnndeploy.decision import VENDOR_DSP_FOLDERS, soc_tables
+from qnndeploy.decision import FORMAT, FORMAT_VERSION, REASONS, VENDOR_DSP_FOLDERS, soc_tables, template_fields
 from qnndeploy.errors import QnnDeployError
-from qnndeploy.scaffold import MARKER, scaffold
+from qnndeploy.scaffold import MARKER, kotlin_reasons, scaffold
 
 SAMPLE = Path(__file__).resolve().parent.parent / "android-sample"
 SAMPLE_PACKAGE = "com.example.qnnsample"
@@ -72,10 +72,11 @@ def test_ort_glue_gradle_and_manifest_snippets(external, tmp_path):
     out = r.path
     kotlin = {Path(p).name for p in r.kotlin}
     assert kotlin == {"QnnSelector.kt", "SocCatalog.kt", "MiniJson.kt", "BundleFiles.kt", "FailureMemory.kt",
-                      "QnnRuntime.kt", "OrtModels.kt"}
+                      "QnnRuntime.kt", "OrtModels.kt", "Reasons.kt", "BundleManifest.kt"}
     for p in r.kotlin:
         assert (out / p).read_text().startswith("package com.example.foo.qnndeploy\n"), p
-        if Path(p).name in ("QnnSelector.kt", "SocCatalog.kt", "MiniJson.kt", "BundleFiles.kt", "FailureMemory.kt"):
+        if Path(p).name in ("QnnSelector.kt", "SocCatalog.kt", "MiniJson.kt", "BundleFiles.kt", "FailureMemory.kt",
+                            "Reasons.kt", "BundleManifest.kt"):
             assert "import android." not in (out / p).read_text(), f"{p} must run on any JVM"
     gradle = (out / "qnndeploy.gradle").read_text()
     assert "abiFilters 'arm64-v8a'" in gradle and "useLegacyPackaging = true" in gradle
@@ -122,6 +123,39 @@ def test_kotlin_soc_tables_are_generated_from_the_catalog(external, tmp_path):
     assert dict(re.findall(r'"([^"]+)" to "([^"]+)"', blocks["CODENAMES"])) == codenames
     assert re.findall(r'"([^"]+)"', blocks["VENDOR_DSP_FOLDERS"]) == list(VENDOR_DSP_FOLDERS)
     assert models["SM8750P"] == "SM8750" and codenames["kalama"] == "SM8550"
+
+
+def test_kotlin_reasons_are_generated_from_the_data_file(external, tmp_path):
+    """One function per reason of data/reasons.json, its text the template's; tests/test_kotlin.py calls each."""
+    r = scaffold(external, "com.example.foo", tmp_path / "g")
+    text = (r.path / "src/com/example/foo/qnndeploy/Reasons.kt").read_text()
+    functions = re.findall(r'fun (\w+)\(([^)]*)\): Reason =\n        Reason\("(\w+)", "(.*)"\)\n', text)
+    assert [key for _, _, key, _ in functions] == [k for templates in REASONS.values() for k in templates]
+    for _, params, key, body in functions:
+        template = {**REASONS["decide"], **REASONS["app"]}[key]
+        fields = template_fields(template)
+        assert params == ", ".join(f"{re.sub('_(.)', lambda m: m[1].upper(), f)}: String" for f in fields)
+        assert re.sub(r"\$\{(\w+)\}", "{}", body).replace('\\"', '"') == re.sub(r"\{\w+\}", "{}", template)
+    assert "fun socNotInBundle(soc: String, targets: String): Reason" in text
+
+
+def test_kotlin_string_of_a_reason_escapes_what_kotlin_would_read():
+    from qnndeploy import scaffold as sc
+
+    template = 'a "{soc_name}" $x \\ {{braces}} \u00e9\U0001f600\n{soc_name}'
+    assert sc._kotlin_string(template) == (
+        'a \\"${socName}\\" \\$x \\\\ {braces} \\u00e9\\ud83d\\ude00\\u000a${socName}')
+
+
+def test_kotlin_manifest_constants_come_from_python_and_the_schema(external, tmp_path):
+    from qnndeploy.bundle.manifest import schema
+
+    r = scaffold(external, "com.example.foo", tmp_path / "g")
+    text = (r.path / "src/com/example/foo/qnndeploy/BundleManifest.kt").read_text()
+    assert f'const val FORMAT = "{FORMAT}"' in text and f"const val FORMAT_VERSION = {FORMAT_VERSION}L" in text
+    ids = re.findall(r'^    [A-Z_]+\("([^"]+)"\),$', text, re.MULTILINE)
+    assert ids == schema()["$defs"]["artifact"]["properties"]["format"]["enum"]
+    assert [g["about"] for g in kotlin_reasons()] and all(g["reasons"] for g in kotlin_reasons())
 
 
 def test_copied_epcontext_models_load_with_their_context_binaries(external, tmp_path):

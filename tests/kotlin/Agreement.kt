@@ -1,13 +1,19 @@
 package qnndeploy.tests
 
-// The Kotlin half of the Python-vs-Kotlin agreement test (tests/test_kotlin.py): reads {"manifests": [...],
-// "cases": [...]} (each case: a manifest index, device, library-load outcome, environment, remembered failure),
-// runs the generated QnnSelector on each and prints one JSON array: per case the decision (Decision.toJson) and
-// the calls the selector made on its host, in order.
+// The Kotlin half of the Python-vs-Kotlin agreement test (tests/test_kotlin.py). Reads
+//   {"manifests": [...], "cases": [...], "archs": [...], "reasons": [{"function": ..., "args": [...]}]}
+// (each case: a manifest index, device, library-load outcome, environment, setenv failure, remembered failure),
+// runs the generated QnnSelector on each case, qnnLibraries on each arch, and each Reasons function on its
+// arguments, and prints {"cases": [{"decision": Decision.toJson, "calls": the host calls in order}], "libraries":
+// [[backend, system, stub, skel]], "reasons": [[key, text]]}.
 
+import com.example.qnnsample.qnndeploy.BundleManifest
 import com.example.qnnsample.qnndeploy.DeviceIdentity
+import com.example.qnnsample.qnndeploy.FileFormat
 import com.example.qnnsample.qnndeploy.MiniJson
 import com.example.qnnsample.qnndeploy.QnnSelector
+import com.example.qnnsample.qnndeploy.Reason
+import com.example.qnnsample.qnndeploy.Reasons
 import com.example.qnnsample.qnndeploy.RememberedFailure
 import java.io.File
 
@@ -15,27 +21,46 @@ object Agreement {
     @JvmStatic
     fun main(args: Array<String>) {
         val input = MiniJson.parse(File(args[0]).readText()) as Map<*, *>
-        val manifests = input["manifests"] as List<*>
-        val out = (input["cases"] as List<*>).map { raw ->
+        val manifests = (input["manifests"] as List<*>).map { BundleManifest.from(it) }
+        val cases = (input["cases"] as List<*>).map { raw ->
             val case = raw as Map<*, *>
             val device = case["device"] as Map<*, *>
             val errors = (case["load_errors"] as Map<*, *>).entries.associate { (k, v) -> k as String to v as String }
             val env = (case["adsp_before"] as String?)?.let { mapOf("ADSP_LIBRARY_PATH" to it) } ?: emptyMap()
-            val host = FakeHost(errors, env)
+            val host = FakeHost(errors, env, setenvError = case["adsp_error"] as String?)
             val remembered = (case["remembered"] as Map<*, *>?)?.let {
                 RememberedFailure(it["app_version"] as String, it["bundle_version"] as String, it["message"] as String)
             }
             val decision = QnnSelector.decide(
-                manifests[(case["manifest"] as Long).toInt()],
-                DeviceIdentity(device["soc_model"] as String?, device["board_platform"] as String?, (device["sdk_int"] as Long).toInt()),
-                host,
-                case["lib_dir"] as String,
-                case["npu_format"] as String,
-                case["app_version"] as String,
-                remembered,
+                manifest = manifests[(case["manifest"] as Long).toInt()],
+                device = DeviceIdentity(
+                    socModel = device["soc_model"] as String?,
+                    boardPlatform = device["board_platform"] as String?,
+                    sdkInt = (device["sdk_int"] as Long).toInt(),
+                ),
+                host = host,
+                libDir = case["lib_dir"] as String,
+                npuFormat = FileFormat.entries.first { it.id == case["npu_format"] },
+                appVersion = case["app_version"] as String,
+                remembered = remembered,
             )
             "{\"decision\":${decision.toJson()},\"calls\":${MiniJson.write(host.calls)}}"
         }
-        println(out.joinToString(",", "[", "]"))
+        val libraries = (input["archs"] as List<*>).map {
+            val libs = QnnSelector.qnnLibraries(it as String)
+            listOf(libs.backend, libs.system, libs.stub, libs.skel)
+        }
+        // Every function of the generated Reasons object, called by its name with its arguments in order.
+        val reasons = (input["reasons"] as List<*>).map { raw ->
+            val call = raw as Map<*, *>
+            val args = (call["args"] as List<*>).toTypedArray()
+            val method = Reasons::class.java.methods.first { it.name == call["function"] && it.parameterCount == args.size }
+            val reason = method.invoke(Reasons, *args) as Reason
+            listOf(reason.key, reason.text)
+        }
+        println(
+            "{\"cases\":${cases.joinToString(",", "[", "]")},\"libraries\":${MiniJson.write(libraries)}," +
+                "\"reasons\":${MiniJson.write(reasons)}}",
+        )
     }
 }

@@ -16,16 +16,25 @@ import android.os.Process
 import android.system.Os
 import android.util.Log
 import com.example.qnnsample.SampleModels
+import com.example.qnnsample.qnndeploy.AndroidHost
 import com.example.qnnsample.qnndeploy.BundleFiles
+import com.example.qnnsample.qnndeploy.BundleManifest
 import com.example.qnnsample.qnndeploy.DeviceIdentity
 import com.example.qnnsample.qnndeploy.FailureMemory
+import com.example.qnnsample.qnndeploy.FileFormat
 import com.example.qnnsample.qnndeploy.MiniJson
 import com.example.qnnsample.qnndeploy.NativeHost
 import com.example.qnnsample.qnndeploy.ProcessStamp
+import com.example.qnnsample.qnndeploy.Provider
+import com.example.qnnsample.qnndeploy.QnnLibraries
 import com.example.qnnsample.qnndeploy.QnnRuntime
 import com.example.qnnsample.qnndeploy.QnnSelector
+import com.example.qnnsample.qnndeploy.Reasons
 import com.example.qnnsample.qnndeploy.RememberedFailure
+import com.example.qnnsample.qnndeploy.RuntimeMode
 import com.example.qnnsample.qnndeploy.Selection
+import com.example.qnnsample.qnndeploy.SocIdentity
+import com.example.qnnsample.qnndeploy.Tensor
 import java.io.File
 import java.io.FileInputStream
 import java.io.IOException
@@ -47,8 +56,15 @@ import kotlin.test.assertTrue
 
 const val LIB_DIR = "/data/app/~~x/com.example.qnnsample-1/lib/arm64"
 
-/** A process whose libraries fail to load with the given messages; it records every call in order. */
-class FakeHost(private val errors: Map<String, String> = emptyMap(), env: Map<String, String> = emptyMap()) : NativeHost {
+/**
+ * A process whose libraries fail to load with the given messages (and whose setenv fails with setenvError, if
+ * given); it records every call in order.
+ */
+class FakeHost(
+    private val errors: Map<String, String> = emptyMap(),
+    env: Map<String, String> = emptyMap(),
+    private val setenvError: String? = null,
+) : NativeHost {
     val env = HashMap(env)
     val calls = ArrayList<String>()
 
@@ -56,6 +72,7 @@ class FakeHost(private val errors: Map<String, String> = emptyMap(), env: Map<St
 
     override fun setenv(name: String, value: String) {
         calls.add("setenv $name")
+        setenvError?.let { throw IllegalArgumentException(it) } // what android.system.Os.setenv's ErrnoException does
         env[name] = value
     }
 
@@ -112,7 +129,8 @@ fun tree(root: File): Set<String> =
     root.walk().filter { !it.isDirectory || Files.isSymbolicLink(it.toPath()) }.map { it.relativeTo(root).invariantSeparatorsPath }.toSet()
 
 class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
-    val m = manifests["two_targets"] as Map<*, *>
+    val m = BundleManifest.from(manifests["two_targets"])
+    val bundled = BundleManifest.from(manifests["bundled"])
     val sm8750 = DeviceIdentity("SM8750", "sun", 35)
 
     fun tests(): List<Pair<String, () -> Unit>> = listOf(
@@ -129,14 +147,16 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
                 host.calls,
                 "ADSP_LIBRARY_PATH is set before any QNN library loads",
             )
-            val ort = QnnSelector.decide(m, sm8750, FakeHost(), LIB_DIR, QnnSelector.EPCONTEXT)
+            val ort = QnnSelector.decide(m, sm8750, FakeHost(), LIB_DIR, npuFormat = FileFormat.ORT_EPCONTEXT)
             assertEquals("npu/SM8750/det_ctx.onnx", ort.paths["det"])
+            assertEquals(Provider.NPU to "npu", d.provider to d.reasonKey)
         },
         "a SoC that is not in the bundle goes to the CPU and loads nothing" to {
             val host = FakeHost()
             val d = QnnSelector.decide(m, DeviceIdentity("SM8650", "pineapple", 34), host, LIB_DIR)
             assertFalse(d.npu)
             assertEquals("SoC SM8650 is not in the bundle (targets: SM8550, SM8750)", d.reason)
+            assertEquals(Provider.CPU to "soc_not_in_bundle", d.provider to d.reasonKey)
             assertEquals(mapOf("det" to "cpu/det.onnx", "rec" to "cpu/rec.onnx"), d.paths)
             assertEquals(emptyList(), host.calls)
         },
@@ -169,7 +189,7 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             Build.VERSION.SDK_INT = 35
             Build.SOC_MODEL = "SM8750P"
             val modern = QnnRuntime.deviceIdentity { check(it != "ro.soc.model") { "Build.SOC_MODEL is read on API 31+" }; null }
-            assertEquals("SM8750" to "Build.SOC_MODEL", QnnSelector.identify(modern))
+            assertEquals(SocIdentity(soc = "SM8750", identifiedBy = "Build.SOC_MODEL"), QnnSelector.identify(modern))
         },
         "ADSP_LIBRARY_PATH is prepended with ';' and keeps existing entries and the vendor DSP folders" to {
             val host = FakeHost(env = mapOf("ADSP_LIBRARY_PATH" to "/odm/lib/rfsa/adsp;/vendor/dsp/cdsp"))
@@ -183,7 +203,7 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
         },
         "a manifest of an unknown format version goes to the CPU with that reason; version 1 is still read" to {
             val host = FakeHost()
-            val d = QnnSelector.decide(m + ("format_version" to 3L), sm8750, host, LIB_DIR)
+            val d = QnnSelector.decide(m.copy(formatVersion = 3L), sm8750, host, LIB_DIR)
             assertFalse(d.npu)
             assertEquals(
                 "bundle manifest format \"qnndeploy-bundle\" version 3 is not supported (this app reads " +
@@ -191,7 +211,7 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
                 d.reason,
             )
             assertEquals(emptyList(), host.calls)
-            assertTrue(QnnSelector.decide(m + ("format_version" to 1L), sm8750, FakeHost(), LIB_DIR).npu)
+            assertTrue(QnnSelector.decide(m.copy(formatVersion = 1L), sm8750, FakeHost(), LIB_DIR).npu)
         },
         "a remembered failure gives the CPU until the app or bundle version changes" to {
             val failed = RememberedFailure("1.0 (1) 1", "demo 1.0.0", "QNN error 1008")
@@ -199,7 +219,7 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             assertFalse(same.npu)
             assertContains(same.reason, "NPU init failed before with this app and bundle version (QNN error 1008)")
             assertTrue(QnnSelector.decide(m, sm8750, FakeHost(), LIB_DIR, appVersion = "1.1 (2) 5", remembered = failed).npu)
-            val newBundle = m + ("version" to "1.0.1")
+            val newBundle = m.copy(version = "1.0.1")
             assertTrue(QnnSelector.decide(newBundle, sm8750, FakeHost(), LIB_DIR, appVersion = "1.0 (1) 1", remembered = failed).npu)
         },
         "failure memory: a pending mark counts as a crash only when the process that wrote it has ended" to {
@@ -236,26 +256,27 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             Build.VERSION.SDK_INT = 35
             Build.SOC_MODEL = "SM8750"
             val context = FakeContext(assets, File(scratch, "app3"))
-            val first = QnnRuntime.select(context, QnnSelector.EPCONTEXT)
+            val first = QnnRuntime.select(context, FileFormat.ORT_EPCONTEXT)
             var second: Selection? = null
             val other = first.guardNpuInit {
                 // a second screen (a rotation) selects while this thread's NPU init is under way
-                thread { second = QnnRuntime.select(context, QnnSelector.EPCONTEXT) }
+                thread { second = QnnRuntime.select(context, FileFormat.ORT_EPCONTEXT) }
                     .also { waitUntilDoneOrBlockedBy(it, Thread.currentThread()) }
             }
             other.join()
             val shared = second!!
             assertSame(first, shared, "one selection per process")
             assertFalse("failed before" in shared.decision.reason, shared.decision.reason)
-            val cpu = first.toCpu("NPU init failed: QNN error 1002")
-            assertSame(cpu, QnnRuntime.select(context, QnnSelector.EPCONTEXT), "after a fallback, select gives the CPU one")
-            assertSame(cpu, first.toCpu("again"), "one fallback")
+            val cpu = first.toCpu(Reasons.npuInitFailed(error = "QNN error 1002"))
+            assertEquals("npu_init_failed" to "NPU init failed: QNN error 1002", cpu.decision.reasonKey to cpu.decision.reason)
+            assertSame(cpu, QnnRuntime.select(context, FileFormat.ORT_EPCONTEXT), "after a fallback, select gives the CPU one")
+            assertSame(cpu, first.toCpu(Reasons.npuInitFailed(error = "again")), "one fallback")
         },
         "bundle files are copied from the assets only when their sha256 differs" to {
             val root = File(scratch, "files")
             var opened = 0
             val files = BundleFiles(root) { opened++; FileInputStream(File(assets, "qnndeploy/$it")) }
-            val manifest = MiniJson.parse(File(assets, "qnndeploy/manifest.json").readText()) as Map<*, *>
+            val manifest = BundleManifest.parse(File(assets, "qnndeploy/manifest.json").readText())
             val wanted = listOf("cpu/det.onnx", "npu/SM8750/det.bin", "npu/SM8750/det_ctx.onnx")
             assertEquals(wanted, files.materialize(manifest, wanted))
             for (p in wanted) assertEquals(sha256(File(assets, "qnndeploy/$p")), sha256(files.file(p)))
@@ -270,8 +291,8 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             assertFalse(damaged.file("cpu/det.onnx").exists(), "a damaged copy is not left behind")
         },
         "the CPU fallback copies each model's external data file beside it, checked like the others" to {
-            val manifest = MiniJson.parse(File(assets, "qnndeploy/manifest.json").readText()) as Map<*, *>
-            val cpu = QnnSelector.cpu(manifest, null, null, "no NPU")
+            val manifest = BundleManifest.parse(File(assets, "qnndeploy/manifest.json").readText())
+            val cpu = QnnSelector.cpu(manifest, SocIdentity(), Reasons.npuInitFailed(error = "no NPU"))
             assertEquals(mapOf("det" to "cpu/det.onnx", "rec" to "cpu/rec.onnx"), cpu.paths, "the models, not their data")
             assertEquals(listOf("cpu/det.onnx", "cpu/rec.onnx", "cpu/rec.onnx.data"), cpu.files)
             val files = BundleFiles(File(scratch, "external")) { FileInputStream(File(assets, "qnndeploy/$it")) }
@@ -292,7 +313,7 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             val outside = File(base, "outside.txt").apply { parentFile.mkdirs(); writeText("the app's") }
             val outsideDir = File(base, "outside-dir").apply { mkdirs(); File(this, "keep.bin").writeText("the app's") }
             val files = BundleFiles(root, setOf("npu-failure.json")) { FileInputStream(File(assets, "qnndeploy/$it")) }
-            val manifest = MiniJson.parse(File(assets, "qnndeploy/manifest.json").readText()) as Map<*, *>
+            val manifest = BundleManifest.parse(File(assets, "qnndeploy/manifest.json").readText())
             files.materialize(manifest, listOf("cpu/det.onnx", "npu/SM8750/det_ctx.onnx"))
             val old = listOf("npu/SM8450/det.bin", "npu/SM8450/det.bin.sha256", "cpu/encoder.onnx", "cpu/.det.onnx.1.partial")
             for (path in old) files.file(path).apply { parentFile.mkdirs(); writeText("older bundle") }
@@ -310,7 +331,7 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
         },
         "bundle files: two threads copying the same file both get it" to {
             val root = File(scratch, "race")
-            val manifest = MiniJson.parse(File(assets, "qnndeploy/manifest.json").readText()) as Map<*, *>
+            val manifest = BundleManifest.parse(File(assets, "qnndeploy/manifest.json").readText())
             val path = listOf("cpu/det.onnx")
             val main = Thread.currentThread()
             var other: Thread? = null
@@ -358,7 +379,7 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             Os.ENV.clear()
             Log.LINES.clear()
             val context = FakeContext(assets, File(scratch, "app"))
-            val selection = QnnRuntime.select(context, QnnSelector.EPCONTEXT)
+            val selection = QnnRuntime.select(context, FileFormat.ORT_EPCONTEXT)
             val d = selection.decision
             assertFalse(d.npu)
             assertContains(d.reason, "QNN libraries did not load: libQnnSystem.so: no QnnSystem in java.library.path")
@@ -372,20 +393,79 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             Build.SOC_MODEL = "SM8750"
             QnnRuntime.forget()
             val context = FakeContext(assets, File(scratch, "app2"))
-            val first = QnnRuntime.select(context, QnnSelector.EPCONTEXT)
+            val first = QnnRuntime.select(context, FileFormat.ORT_EPCONTEXT)
             assertFailsWith<IllegalStateException> { first.guardNpuInit { throw IllegalStateException("QNN error 5000") } }
             var tried = false
             assertFailsWith<IllegalStateException> { first.guardNpuInit { tried = true } }
             assertFalse(tried, "a failed NPU init is not tried again in the same process")
-            val cpu = first.toCpu("NPU init failed: QNN error 5000")
+            val cpu = first.toCpu(Reasons.npuInitFailed(error = "QNN error 5000"))
             assertEquals("cpu/det.onnx", cpu.decision.paths["det"])
             QnnRuntime.forget() // the next start
-            val again = QnnRuntime.select(context, QnnSelector.EPCONTEXT)
+            val again = QnnRuntime.select(context, FileFormat.ORT_EPCONTEXT)
             assertContains(again.decision.reason, "NPU init failed before with this app and bundle version (QNN error 5000)")
             QnnRuntime.forget()
             context.updated = 2L
-            assertFalse("failed before" in QnnRuntime.select(context, QnnSelector.EPCONTEXT).decision.reason,
+            assertFalse("failed before" in QnnRuntime.select(context, FileFormat.ORT_EPCONTEXT).decision.reason,
                 "an app update retries the NPU")
+        },
+        "qnnLibraries drops one leading v, whatever the arch string (as the Python twin does)" to {
+            assertEquals(
+                QnnLibraries("libQnnHtp.so", "libQnnSystem.so", "libQnnHtpV79Stub.so", "libQnnHtpV79Skel.so"),
+                QnnSelector.qnnLibraries("v79"),
+            )
+            assertEquals("libQnnHtpV79Stub.so", QnnSelector.qnnLibraries("79").stub)
+            assertEquals("libQnnHtpVv79Skel.so", QnnSelector.qnnLibraries("vv79").skel)
+            assertEquals("libQnnHtpVStub.so", QnnSelector.qnnLibraries("").stub)
+        },
+        "the manifest is parsed once into typed classes; a damaged one says what is wrong" to {
+            assertEquals(listOf("SM8550", "SM8750"), bundled.targets.map { it.soc })
+            val target = bundled.targets[1]
+            assertEquals("v79", target.dspArch)
+            val det = target.artifacts.first()
+            assertEquals(listOf("npu/SM8750/det.bin", "det"), listOf(det.path, det.graph))
+            assertEquals(FileFormat.QNN_CONTEXT_BINARY, det.format)
+            assertEquals(RuntimeMode.BUNDLED to RuntimeMode.EXTERNAL, bundled.runtime.mode to m.runtime.mode)
+            assertTrue(bundled.runtime.libs.any { it.path == "lib/hexagon-v79/libQnnHtpV79Skel.so" && it.format == null })
+            assertEquals(listOf(Tensor("x", "float32", listOf(1L, 16L))), m.graphs[0].inputs)
+            assertEquals(listOf(FileFormat.ONNX, FileFormat.ONNX), m.cpu.map { it.format })
+            assertEquals("demo 1.0.0", m.bundleVersion)
+            val raw = manifests["two_targets"] as Map<*, *>
+            val newer = BundleManifest.from(raw + ("format_version" to 3L))
+            assertFalse(newer.supported)
+            assertEquals(emptyList(), newer.targets, "a format this app does not read is not parsed further")
+            val damaged = raw + ("targets" to listOf(mapOf("soc" to "SM8750", "artifacts" to emptyList<Any>())))
+            assertContains(assertFailsWith<IllegalArgumentException> { BundleManifest.from(damaged) }.message!!, "\"dsp_arch\"")
+            assertFailsWith<IllegalArgumentException> { BundleManifest.parse("[]") }
+        },
+        "a failure to set ADSP_LIBRARY_PATH gives the CPU, and no QNN library is loaded" to {
+            val host = FakeHost(setenvError = "setenv failed: EINVAL (Invalid argument)")
+            val d = QnnSelector.decide(m, sm8750, host, LIB_DIR)
+            assertEquals(Provider.CPU to "adsp_not_set", d.provider to d.reasonKey)
+            assertEquals("cannot set ADSP_LIBRARY_PATH: setenv failed: EINVAL (Invalid argument)", d.reason)
+            assertEquals(listOf("setenv ADSP_LIBRARY_PATH"), host.calls)
+            assertNull(d.adspLibraryPath)
+        },
+        "select with loading libraries gives the NPU and copies its files; NPU files it cannot copy give the CPU" to {
+            Build.VERSION.SDK_INT = 35
+            Build.SOC_MODEL = "SM8750"
+            QnnRuntime.forget()
+            QnnRuntime.host = FakeHost()
+            try {
+                val npu = QnnRuntime.select(FakeContext(assets, File(scratch, "app5")), FileFormat.ORT_EPCONTEXT)
+                assertEquals(Provider.NPU, npu.decision.provider, npu.decision.reason)
+                assertEquals(sha256(File(assets, "qnndeploy/npu/SM8750/det_ctx.onnx")), sha256(File(npu.path("det"))))
+                QnnRuntime.forget()
+                val partial = File(scratch, "assets-without-an-npu-file")
+                assets.copyRecursively(partial)
+                File(partial, "qnndeploy/npu/SM8750/det_ctx.onnx").delete()
+                val d = QnnRuntime.select(FakeContext(partial, File(scratch, "app6")), FileFormat.ORT_EPCONTEXT).decision
+                assertEquals(Provider.CPU to "files_not_copied", d.provider to d.reasonKey)
+                assertContains(d.reason, "the NPU files could not be put in app storage: cannot copy npu/SM8750/det_ctx.onnx")
+                assertEquals("cpu/det.onnx", d.paths["det"])
+            } finally {
+                QnnRuntime.host = AndroidHost
+                QnnRuntime.forget()
+            }
         },
         "MiniJson reads the manifest and writes like Python's json.dumps" to {
             val value = MiniJson.parse("""{"a": [1, 2.5, true, null], "s": "\u00e9\n\"x\"", "n": -3e2}""") as Map<*, *>

@@ -22,8 +22,8 @@ class BundleFiles(val root: File, private val keep: Set<String> = emptySet(), pr
      * Makes every listed bundle path present with the manifest's sha256, then prunes; returns the paths it had to
      * copy. One call at a time, in this process and across the app's processes.
      */
-    fun materialize(manifest: Map<*, *>, paths: Collection<String>): List<String> = exclusively {
-        val expected = modelFiles(manifest)
+    fun materialize(manifest: BundleManifest, paths: Collection<String>): List<String> = exclusively {
+        val expected = manifest.modelFiles.associate { it.path to it.sha256 }
         val copied = ArrayList<String>()
         for (path in paths) {
             val sha256 = expected[path] ?: throw IOException("$path is not a model file of the bundle manifest")
@@ -42,7 +42,9 @@ class BundleFiles(val root: File, private val keep: Set<String> = emptySet(), pr
      * copies left half-made) and the folders that become empty; returns what it deleted. It never leaves root:
      * a symbolic link is deleted itself, never followed.
      */
-    fun prune(manifest: Map<*, *>): List<String> = exclusively { prune(modelFiles(manifest).keys) }
+    fun prune(manifest: BundleManifest): List<String> = exclusively {
+        prune(manifest.modelFiles.map { it.path }.toSet())
+    }
 
     private fun prune(listed: Set<String>): List<String> {
         val wanted = listed + listed.map { "$it.sha256" } + keep + LOCK_FILE
@@ -73,15 +75,6 @@ class BundleFiles(val root: File, private val keep: Set<String> = emptySet(), pr
                 lock.release()
             }
         }
-    }
-
-    private fun modelFiles(manifest: Map<*, *>): Map<String, String> {
-        val expected = HashMap<String, String>()
-        val entries = list(manifest["cpu"]) + list(manifest["targets"]).flatMap { list((it as? Map<*, *>)?.get("artifacts")) }
-        for (entry in entries.filterIsInstance<Map<*, *>>()) {
-            expected[entry["path"] as? String ?: continue] = entry["sha256"] as? String ?: continue
-        }
-        return expected
     }
 
     private fun stamp(target: File): File = File(target.path + ".sha256")
@@ -133,8 +126,6 @@ class BundleFiles(val root: File, private val keep: Set<String> = emptySet(), pr
         }
         return digest.digest().joinToString("") { "%02x".format(it) }
     }
-
-    private fun list(value: Any?): List<*> = value as? List<*> ?: emptyList<Any?>()
 
     private companion object {
         /** In root: held (a file lock) while files are copied or deleted there. */

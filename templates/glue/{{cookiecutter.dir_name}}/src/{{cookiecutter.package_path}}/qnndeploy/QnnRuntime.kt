@@ -23,15 +23,15 @@ object AndroidHost : NativeHost {
  */
 class Selection internal constructor(
     val decision: Decision,
-    val manifest: Map<*, *>,
+    val manifest: BundleManifest,
     val files: BundleFiles,
     private val memory: FailureMemory,
     val appVersion: String,
     /** the app's native library folder, where the Skel is */
     val libDir: String,
-    internal val npuFormat: String,
+    internal val npuFormat: FileFormat,
 ) {
-    val bundleVersion: String get() = QnnSelector.bundleVersion(manifest)
+    val bundleVersion: String get() = manifest.bundleVersion
 
     private var npuFailure: Throwable? = null
     private var fallback: Selection? = null
@@ -60,13 +60,20 @@ class Selection internal constructor(
         result
     }
 
-    /** The CPU selection to use after the NPU failed to initialize; from then on QnnRuntime.select returns it. */
-    fun toCpu(reason: String): Selection = synchronized(QnnRuntime.lock) {
+    /**
+     * The CPU selection to use after the NPU failed to initialize (reason: Reasons.npuInitFailed with the error);
+     * from then on QnnRuntime.select returns it.
+     */
+    fun toCpu(reason: Reason): Selection = synchronized(QnnRuntime.lock) {
         fallback?.let { return it }
-        val cpu = QnnSelector.cpu(manifest, decision.soc, decision.identifiedBy, reason, decision.adspLibraryPath)
+        val identity = SocIdentity(soc = decision.soc, identifiedBy = decision.identifiedBy)
+        val cpu = QnnSelector.cpu(manifest, identity, reason, adsp = decision.adspLibraryPath)
         files.materialize(manifest, cpu.files)
         Log.i(QnnRuntime.TAG, "decision ${cpu.toJson()}")
-        val selection = Selection(cpu, manifest, files, memory, appVersion, libDir, npuFormat)
+        val selection = Selection(
+            decision = cpu, manifest = manifest, files = files, memory = memory, appVersion = appVersion,
+            libDir = libDir, npuFormat = npuFormat,
+        )
         fallback = selection
         QnnRuntime.replace(this, selection)
         selection
@@ -84,42 +91,62 @@ object QnnRuntime {
 
     /** One selection, NPU init and file copy at a time in the process. */
     internal val lock = Any()
-    private val selections = HashMap<String, Selection>() // npuFormat -> this process's selection
+
+    /** The process the selector sets the environment of and loads libraries into: AndroidHost; tests replace it. */
+    internal var host: NativeHost = AndroidHost
+    private val selections = HashMap<FileFormat, Selection>() // npuFormat -> this process's selection
 
     /**
      * Decides NPU or CPU for this phone and puts the chosen model files in app storage. Call it before anything
      * loads a QNN library: it sets ADSP_LIBRARY_PATH first. It logs the decision as one JSON line (tag qnndeploy).
-     * npuFormat: QnnSelector.EPCONTEXT for ONNX Runtime, QnnSelector.CONTEXT_BINARY for sherpa-onnx or QNN itself.
-     * It decides once per process: every later or concurrent call gets the same Selection (or its CPU fallback).
+     * npuFormat: FileFormat.ORT_EPCONTEXT for ONNX Runtime, FileFormat.QNN_CONTEXT_BINARY for sherpa-onnx or QNN
+     * itself. It decides once per process: every later or concurrent call gets the same Selection (or its CPU
+     * fallback).
      */
-    fun select(context: Context, npuFormat: String): Selection = synchronized(lock) {
+    fun select(context: Context, npuFormat: FileFormat): Selection = synchronized(lock) {
         selections.getOrPut(npuFormat) { decide(context, npuFormat) }
     }
 
-    private fun decide(context: Context, npuFormat: String): Selection {
+    private fun decide(context: Context, npuFormat: FileFormat): Selection {
         val assets = context.assets // not the context: the selection outlives an Activity
-        val manifest = try {
-            assets.open("$ASSETS/manifest.json").use { MiniJson.parse(it.readBytes().decodeToString()) }
+        val text = try {
+            assets.open("$ASSETS/manifest.json").use { it.readBytes().decodeToString() }
         } catch (e: IOException) {
             throw IllegalStateException("assets/$ASSETS/manifest.json is missing: apply qnndeploy.gradle in the app", e)
-        } as? Map<*, *> ?: throw IllegalStateException("assets/$ASSETS/manifest.json is not a JSON object")
+        }
+        val manifest = try {
+            BundleManifest.parse(text)
+        } catch (e: IllegalArgumentException) {
+            throw IllegalStateException("assets/$ASSETS/manifest.json is damaged (${e.message}): scaffold again", e)
+        }
         val root = File(context.filesDir, "qnndeploy")
         val files = BundleFiles(root, setOf(MEMORY, "$MEMORY.partial")) { assets.open("$ASSETS/$it") }
         val memory = FailureMemory(File(root, MEMORY), ProcessStamp.of(Process.myPid()))
         val appVersion = appVersion(context)
         val libDir = context.applicationInfo.nativeLibraryDir
-        var decision = QnnSelector.decide(manifest, deviceIdentity(), AndroidHost, libDir, npuFormat, appVersion,
-            memory.read())
+        var decision = QnnSelector.decide(
+            manifest = manifest,
+            device = deviceIdentity(),
+            host = host,
+            libDir = libDir,
+            npuFormat = npuFormat,
+            appVersion = appVersion,
+            remembered = memory.read(),
+        )
         try {
             files.materialize(manifest, decision.files)
         } catch (e: IOException) {
             if (!decision.npu) throw e
-            decision = QnnSelector.cpu(manifest, decision.soc, decision.identifiedBy,
-                "the NPU files could not be put in app storage: ${e.message}", decision.adspLibraryPath)
+            val identity = SocIdentity(soc = decision.soc, identifiedBy = decision.identifiedBy)
+            val reason = Reasons.filesNotCopied(error = e.message ?: e.javaClass.name)
+            decision = QnnSelector.cpu(manifest, identity, reason, adsp = decision.adspLibraryPath)
             files.materialize(manifest, decision.files)
         }
         Log.i(TAG, "decision ${decision.toJson()}")
-        return Selection(decision, manifest, files, memory, appVersion, libDir, npuFormat)
+        return Selection(
+            decision = decision, manifest = manifest, files = files, memory = memory, appVersion = appVersion,
+            libDir = libDir, npuFormat = npuFormat,
+        )
     }
 
     internal fun replace(old: Selection, new: Selection) = synchronized(lock) {
@@ -131,8 +158,8 @@ object QnnRuntime {
 
     /** Sets ADSP_LIBRARY_PATH again (no-op when nothing changed it since select), for code that must be sure. */
     fun applyAdspLibraryPath(selection: Selection) {
-        val current = AndroidHost.getenv(QnnSelector.ADSP_VAR)
-        AndroidHost.setenv(QnnSelector.ADSP_VAR, QnnSelector.adspLibraryPath(selection.libDir, current))
+        val current = host.getenv(QnnSelector.ADSP_VAR)
+        host.setenv(QnnSelector.ADSP_VAR, QnnSelector.adspLibraryPath(selection.libDir, current))
     }
 
     /** Build.SOC_MODEL on Android 12+, else ro.soc.model; ro.board.platform for phones that have neither. */

@@ -36,7 +36,7 @@ object SherpaOnnxQnn {
      * engine is built again for the CPU.
      */
     fun <T> create(context: Context, build: (Selection) -> T): T {
-        val selection = QnnRuntime.select(context, QnnSelector.CONTEXT_BINARY)
+        val selection = QnnRuntime.select(context, FileFormat.QNN_CONTEXT_BINARY)
         if (!selection.decision.npu) return build(selection)
         return try {
             selection.guardNpuInit {
@@ -47,7 +47,7 @@ object SherpaOnnxQnn {
             }
         } catch (e: Exception) {
             Log.w(QnnRuntime.TAG, "NPU init failed, using the CPU", e)
-            build(selection.toCpu("NPU init failed: ${e.message}"))
+            build(selection.toCpu(Reasons.npuInitFailed(error = e.message ?: e.javaClass.name)))
         }
     }
 }

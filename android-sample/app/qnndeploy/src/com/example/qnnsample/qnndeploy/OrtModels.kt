@@ -26,13 +26,13 @@ class OrtModels private constructor(val selection: Selection, val sessions: Map<
          */
         fun open(context: Context, htpPerformanceMode: String = "burst"): OrtModels {
             val env = OrtEnvironment.getEnvironment()
-            val selection = QnnRuntime.select(context, QnnSelector.EPCONTEXT)
+            val selection = QnnRuntime.select(context, FileFormat.ORT_EPCONTEXT)
             if (!selection.decision.npu) return OrtModels(selection, openAll(env, selection, htpPerformanceMode))
             return try {
                 OrtModels(selection, selection.guardNpuInit { openAll(env, selection, htpPerformanceMode) })
             } catch (e: OrtException) {
                 Log.w(QnnRuntime.TAG, "NPU init failed, using the CPU", e)
-                val cpu = selection.toCpu("NPU init failed: ${e.message}")
+                val cpu = selection.toCpu(Reasons.npuInitFailed(error = e.message ?: e.javaClass.name))
                 OrtModels(cpu, openAll(env, cpu, htpPerformanceMode))
             }
         }

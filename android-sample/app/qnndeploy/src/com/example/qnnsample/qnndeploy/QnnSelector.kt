@@ -1,10 +1,35 @@
 package com.example.qnnsample.qnndeploy
 
 // NPU or CPU for this phone: the on-device decision of qnndeploy, in plain Kotlin (no Android imports), so it runs
-// and is tested on any JVM. Its twin is qnndeploy/decision.py; the two must agree, reason strings included.
+// and is tested on any JVM. Its twin is qnndeploy/decision.py; the two must agree, reason strings included (those
+// come from one source, Reasons.kt). Text is compared with ASCII rules only (trimAscii, uppercaseAscii), as the
+// twin does: Python's and the JVM's Unicode tables differ.
+
+enum class Provider {
+    NPU,
+    CPU,
+    ;
+
+    /** "npu" or "cpu", as in the decision's JSON line */
+    val id: String get() = name.lowercase()
+}
 
 /** What the phone says about its chip. socModel: Build.SOC_MODEL on Android 12+, else the ro.soc.model property. */
 data class DeviceIdentity(val socModel: String?, val boardPlatform: String?, val sdkInt: Int)
+
+/**
+ * The phone's SoC as the selector found it: the catalog model (SM8750 for an SM8750P) or what the phone reported,
+ * and the property that said so (Build.SOC_MODEL, ro.soc.model or ro.board.platform). Both null: it reports none.
+ */
+data class SocIdentity(val soc: String? = null, val identifiedBy: String? = null)
+
+/** The QNN library file names of one HTP arch: QNN loads the Stub and the Skel by exactly these names. */
+data class QnnLibraries(
+    val backend: String = "libQnnHtp.so",
+    val system: String = "libQnnSystem.so",
+    val stub: String,
+    val skel: String,
+)
 
 /** A failed NPU init; it sends the app to the CPU while the app and the bundle stay the same versions. */
 data class RememberedFailure(val appVersion: String, val bundleVersion: String, val message: String)
@@ -20,10 +45,13 @@ interface NativeHost {
 }
 
 data class Decision(
-    val provider: String,
-    val soc: String?,
-    val identifiedBy: String?,
+    val provider: Provider,
+    val soc: String? = null,
+    val identifiedBy: String? = null,
     val reason: String,
+    /** the reason's key in qnndeploy/data/reasons.json (Reasons.kt): the same on every phone, for logs and tests */
+    val reasonKey: String,
+    /** the chosen target's HTP arch (on the NPU) */
     val dspArch: String? = null,
     /** graph -> bundle path of the model to load: a context binary or EPContext .onnx on the NPU, an .onnx on the CPU */
     val paths: Map<String, String> = emptyMap(),
@@ -34,27 +62,24 @@ data class Decision(
     /** the ADSP_LIBRARY_PATH value set before the QNN libraries were loaded, if it was set */
     val adspLibraryPath: String? = null,
 ) {
-    val npu: Boolean get() = provider == "npu"
+    val npu: Boolean get() = provider == Provider.NPU
 
     /** The same keys as qnndeploy's Python Decision, so a log line can be compared with `qnndeploy device verify`. */
     fun toJson(): String = MiniJson.write(
         linkedMapOf(
-            "provider" to provider, "soc" to soc, "identified_by" to identifiedBy, "reason" to reason,
-            "dsp_arch" to dspArch, "paths" to paths, "files" to files, "backend_lib" to backendLib,
-            "system_lib" to systemLib, "adsp_library_path" to adspLibraryPath,
+            "provider" to provider.id, "soc" to soc, "identified_by" to identifiedBy, "reason" to reason,
+            "reason_key" to reasonKey, "dsp_arch" to dspArch, "paths" to paths, "files" to files,
+            "backend_lib" to backendLib, "system_lib" to systemLib, "adsp_library_path" to adspLibraryPath,
         ),
     )
 }
 
 object QnnSelector {
-    const val FORMAT = "qnndeploy-bundle"
-    /** The manifest version qnndeploy writes; every version from 1 up to it is read. */
-    const val FORMAT_VERSION = 2L
-    const val CONTEXT_BINARY = "qnn-context-binary"
-    const val EPCONTEXT = "ort-epcontext"
-    const val ONNX = "onnx"
     const val ADSP_VAR = "ADSP_LIBRARY_PATH"
     private const val SOC_MODEL_SINCE_SDK = 31
+
+    /** What both twins trim: ASCII whitespace. */
+    private const val SPACE = " \t\n\r\u000B\u000C"
 
     /**
      * NPU only when the SoC matches a bundle target AND the QNN libraries load; otherwise CPU. Always with a reason.
@@ -62,66 +87,69 @@ object QnnSelector {
      * target's Stub (every failure message kept). A remembered failed NPU init skips the last two steps.
      */
     fun decide(
-        manifest: Any?,
+        manifest: BundleManifest,
         device: DeviceIdentity,
         host: NativeHost,
         libDir: String,
-        npuFormat: String = CONTEXT_BINARY,
+        npuFormat: FileFormat = FileFormat.QNN_CONTEXT_BINARY,
         appVersion: String = "",
         remembered: RememberedFailure? = null,
     ): Decision {
-        val (soc, via) = identify(device)
-        val m = manifest as? Map<*, *> ?: emptyMap<String, Any?>()
-        val format = m["format"]
-        val version = m["format_version"]
-        if (format != FORMAT || version !is Long || version !in 1L..FORMAT_VERSION) {
+        val identity = identify(device)
+        if (!manifest.supported) {
+            val reason = Reasons.formatUnsupported(
+                format = MiniJson.write(manifest.format),
+                version = MiniJson.write(manifest.formatVersion),
+                expectedFormat = BundleManifest.FORMAT,
+                maxVersion = "${BundleManifest.FORMAT_VERSION}",
+            )
             return Decision(
-                "cpu", soc, via,
-                "bundle manifest format ${MiniJson.write(format)} version ${MiniJson.write(version)} is not " +
-                    "supported (this app reads \"$FORMAT\" versions 1 to $FORMAT_VERSION): scaffold again",
+                provider = Provider.CPU,
+                soc = identity.soc,
+                identifiedBy = identity.identifiedBy,
+                reason = reason.text,
+                reasonKey = reason.key,
             )
         }
+        val soc = identity.soc
         if (soc == null) {
-            val reason = if (via == null) {
-                "SoC unknown: the device reports no Build.SOC_MODEL / ro.soc.model and no ro.board.platform"
+            val reason = if (identity.identifiedBy == null) {
+                Reasons.socUnreported()
             } else {
-                "SoC unknown: ro.board.platform \"${device.boardPlatform?.trim()}\" is not in the SoC catalog"
+                Reasons.socNotInCatalog(platform = device.boardPlatform.orEmpty().trimAscii())
             }
-            return cpu(m, null, via, reason)
+            return cpu(manifest, identity, reason)
         }
 
-        val targets = objects(m["targets"])
-        val target = targets.firstOrNull { canonical(text(it["soc"])) == soc }
+        // Target names are not trimmed: the schema allows none with whitespace, and the reason lists them as written.
+        val target = manifest.targets.firstOrNull { canonical(it.soc) == soc }
         if (target == null) {
-            val listed = targets.joinToString(", ") { text(it["soc"]) }.ifEmpty { "none" }
-            return cpu(m, soc, via, "SoC $soc is not in the bundle (targets: $listed)")
+            val listed = manifest.targets.joinToString(", ") { it.soc }.ifEmpty { "none" }
+            return cpu(manifest, identity, Reasons.socNotInBundle(soc = soc, targets = listed))
         }
-        val artifacts = objects(target["artifacts"])
         val paths = LinkedHashMap<String, String>()
-        for (graph in objects(m["graphs"])) {
-            val name = text(graph["name"])
-            val artifact = artifacts.firstOrNull { it["graph"] == name && it["format"] == npuFormat }
-                ?: return cpu(m, soc, via, "target $soc has no $npuFormat file for graph \"$name\"")
-            paths[name] = text(artifact["path"])
+        for (graph in manifest.graphs) {
+            val artifact = target.artifacts.firstOrNull { it.graph == graph.name && it.format == npuFormat }
+            if (artifact == null) {
+                val reason = Reasons.graphFileMissing(soc = soc, format = npuFormat.id, graph = graph.name)
+                return cpu(manifest, identity, reason)
+            }
+            paths[graph.name] = artifact.path
         }
-        val arch = text(target["dsp_arch"])
-        val (backend, system, stub, skel) = qnnLibraries(arch)
-        val runtime = m["runtime"] as? Map<*, *> ?: emptyMap<String, Any?>()
-        if (runtime["mode"] == "bundled") {
-            val shipped = objects(runtime["libs"]).map { text(it["path"]).substringAfterLast('/') }.toSet()
-            val missing = listOf(backend, system, stub, skel).filter { it !in shipped }
+        val arch = target.dspArch
+        val libs = qnnLibraries(arch)
+        if (manifest.runtime.mode == RuntimeMode.BUNDLED) {
+            val shipped = manifest.runtime.libs.map { it.path.substringAfterLast('/') }.toSet()
+            val missing = listOf(libs.backend, libs.system, libs.stub, libs.skel).filter { it !in shipped }
             if (missing.isNotEmpty()) {
-                return cpu(m, soc, via, "the bundle has no ${missing.joinToString(", ")} for $soc ($arch)")
+                val reason = Reasons.runtimeLibsMissing(libs = missing.joinToString(", "), soc = soc, arch = arch)
+                return cpu(manifest, identity, reason)
             }
         }
         if (remembered != null && remembered.appVersion == appVersion &&
-            remembered.bundleVersion == bundleVersion(m)
+            remembered.bundleVersion == manifest.bundleVersion
         ) {
-            return cpu(
-                m, soc, via,
-                "NPU init failed before with this app and bundle version (${remembered.message}); " +
-                    "using the CPU until either changes",
-            )
+            return cpu(manifest, identity, Reasons.failedBefore(message = remembered.message))
         }
 
         // The Skel runs on the DSP, which finds it through ADSP_LIBRARY_PATH: set it before any QNN library loads.
@@ -129,10 +157,10 @@ object QnnSelector {
         try {
             host.setenv(ADSP_VAR, adsp)
         } catch (e: Exception) {
-            return cpu(m, soc, via, "cannot set $ADSP_VAR: ${e.message ?: e.javaClass.name}")
+            return cpu(manifest, identity, Reasons.adspNotSet(error = e.message ?: e.javaClass.name))
         }
         val failed = ArrayList<String>()
-        for (name in listOf(system, backend, stub)) {
+        for (name in listOf(libs.system, libs.backend, libs.stub)) {
             try {
                 host.loadLibrary(name)
             } catch (e: Throwable) {
@@ -141,57 +169,70 @@ object QnnSelector {
             }
         }
         if (failed.isNotEmpty()) {
-            return cpu(m, soc, via, "QNN libraries did not load: ${failed.joinToString("; ")}", adsp)
+            return cpu(manifest, identity, Reasons.libsNotLoaded(failures = failed.joinToString("; ")), adsp = adsp)
         }
+        val reason = Reasons.npu(soc = soc, arch = arch)
         return Decision(
-            "npu", soc, via, "SoC $soc ($arch) is in the bundle and the QNN libraries loaded", arch, paths,
-            artifacts.map { text(it["path"]) }, backend, system, adsp,
-        )
-    }
-
-    /** The CPU fallback of a bundle: its ONNX model per graph, and every CPU file (external data too) beside them. */
-    fun cpu(manifest: Map<*, *>, soc: String?, via: String?, reason: String, adsp: String? = null): Decision {
-        val cpu = objects(manifest["cpu"])
-        return Decision(
-            "cpu", soc, via, reason,
-            paths = cpu.filter { it["format"] == ONNX }.associate { text(it["graph"]) to text(it["path"]) },
-            files = cpu.map { text(it["path"]) },
+            provider = Provider.NPU,
+            soc = soc,
+            identifiedBy = identity.identifiedBy,
+            reason = reason.text,
+            reasonKey = reason.key,
+            dspArch = arch,
+            paths = paths,
+            files = target.artifacts.map { it.path },
+            backendLib = libs.backend,
+            systemLib = libs.system,
             adspLibraryPath = adsp,
         )
     }
 
-    /** (SoC, how it was found): the SoC model first, else the ro.board.platform codename through the catalog. */
-    fun identify(device: DeviceIdentity): Pair<String?, String?> {
-        val raw = device.socModel?.trim().orEmpty()
-        if (raw.isNotEmpty() && !raw.equals("unknown", ignoreCase = true)) {
+    /** The CPU fallback of a bundle: its ONNX model per graph, and every CPU file (external data too) beside them. */
+    fun cpu(manifest: BundleManifest, identity: SocIdentity, reason: Reason, adsp: String? = null): Decision = Decision(
+        provider = Provider.CPU,
+        soc = identity.soc,
+        identifiedBy = identity.identifiedBy,
+        reason = reason.text,
+        reasonKey = reason.key,
+        paths = manifest.cpu.filter { it.format == FileFormat.ONNX }.associate { it.graph to it.path },
+        files = manifest.cpu.map { it.path },
+        adspLibraryPath = adsp,
+    )
+
+    /** The SoC model first, else the ro.board.platform codename through the catalog. */
+    fun identify(device: DeviceIdentity): SocIdentity {
+        val raw = device.socModel.orEmpty().trimAscii()
+        if (raw.isNotEmpty() && raw.lowercaseAscii() != "unknown") { // Build.SOC_MODEL is "unknown" when unset
             val via = if (device.sdkInt >= SOC_MODEL_SINCE_SDK) "Build.SOC_MODEL" else "ro.soc.model"
-            return Pair(canonical(raw), via)
+            return SocIdentity(soc = canonical(raw), identifiedBy = via)
         }
-        val platform = device.boardPlatform?.trim()?.lowercase().orEmpty()
-        if (platform.isNotEmpty()) return Pair(SocCatalog.CODENAMES[platform], "ro.board.platform")
-        return Pair(null, null)
+        val platform = device.boardPlatform.orEmpty().trimAscii().lowercaseAscii()
+        if (platform.isEmpty()) return SocIdentity()
+        return SocIdentity(soc = SocCatalog.CODENAMES[platform], identifiedBy = "ro.board.platform")
     }
 
     /** The Skel folder first, then the existing entries, then the vendor DSP folders; ';'-separated, no repeats. */
     fun adspLibraryPath(skelDir: String, current: String?): String {
         val out = ArrayList<String>()
-        for (entry in listOf(skelDir) + (current ?: "").split(";") + SocCatalog.VENDOR_DSP_FOLDERS) {
-            if (entry.isNotBlank() && entry !in out) out.add(entry)
+        for (entry in listOf(skelDir) + current.orEmpty().split(";") + SocCatalog.VENDOR_DSP_FOLDERS) {
+            if (entry.trimAscii().isNotEmpty() && entry !in out) out.add(entry)
         }
         return out.joinToString(";")
     }
 
-    /** Backend, system, Stub and Skel file names: QNN loads the Stub and the Skel by exactly these names. */
-    fun qnnLibraries(dspArch: String): List<String> {
+    /** The library names for an HTP arch: v79 -> libQnnHtpV79Stub.so (one leading "v" dropped, as the twin does). */
+    fun qnnLibraries(dspArch: String): QnnLibraries {
         val n = dspArch.removePrefix("v")
-        return listOf("libQnnHtp.so", "libQnnSystem.so", "libQnnHtpV${n}Stub.so", "libQnnHtpV${n}Skel.so")
+        return QnnLibraries(stub = "libQnnHtpV${n}Stub.so", skel = "libQnnHtpV${n}Skel.so")
     }
 
-    fun bundleVersion(manifest: Map<*, *>): String = "${manifest["name"]} ${manifest["version"]}"
+    private fun canonical(soc: String): String = soc.uppercaseAscii().let { SocCatalog.MODELS[it] ?: it }
 
-    private fun canonical(soc: String): String = soc.trim().uppercase().let { SocCatalog.MODELS[it] ?: it }
+    private fun String.trimAscii(): String = trim { it in SPACE }
 
-    private fun objects(value: Any?): List<Map<*, *>> = (value as? List<*>).orEmpty().filterIsInstance<Map<*, *>>()
+    private fun String.uppercaseAscii(): String =
+        map { if (it in 'a'..'z') it.uppercaseChar() else it }.joinToString("")
 
-    private fun text(value: Any?): String = value as? String ?: ""
+    private fun String.lowercaseAscii(): String =
+        map { if (it in 'A'..'Z') it.lowercaseChar() else it }.joinToString("")
 }

@@ -9,6 +9,7 @@ import android.widget.Button
 import android.widget.LinearLayout
 import android.widget.ScrollView
 import android.widget.TextView
+import {{ cookiecutter.package }}.qnndeploy.Graph
 import {{ cookiecutter.package }}.qnndeploy.OrtModels
 import java.nio.FloatBuffer
 import java.nio.IntBuffer
@@ -88,7 +89,7 @@ class MainActivity : Activity() {
         val d = opened.decision
         return buildString {
             appendLine("SoC: ${d.soc ?: "unknown"} (from ${d.identifiedBy ?: "nothing the phone reports"})")
-            appendLine("Runs on: ${d.provider.uppercase()}")
+            appendLine("Runs on: ${d.provider}")
             appendLine("Why: ${d.reason}")
             appendLine()
             for ((graph, path) in d.paths) appendLine("$graph: $path")
@@ -114,19 +115,18 @@ class MainActivity : Activity() {
     /** Each graph once (the first run, with any warm-up), then RUNS times more, on inputs made from its signature. */
     private fun timedInference(opened: OrtModels): String {
         val env = OrtEnvironment.getEnvironment()
-        val out = StringBuilder("${opened.decision.provider.uppercase()} timings\n")
-        for (graph in (opened.selection.manifest["graphs"] as List<*>).filterIsInstance<Map<*, *>>()) {
-            val name = graph["name"] as String
+        val out = StringBuilder("${opened.decision.provider} timings\n")
+        for (graph in opened.selection.manifest.graphs) {
             val feeds = inputs(env, graph)
             try {
-                val session = opened.session(name)
+                val session = opened.session(graph.name)
                 var start = System.nanoTime()
                 session.run(feeds).close()
                 val first = (System.nanoTime() - start) / 1e6
                 start = System.nanoTime()
                 repeat(RUNS) { session.run(feeds).close() }
                 val mean = (System.nanoTime() - start) / 1e6 / RUNS
-                out.append("$name: first run %.1f ms, then %.2f ms per run (mean of $RUNS)\n".format(first, mean))
+                out.append("${graph.name}: first run %.1f ms, then %.2f ms per run (mean of $RUNS)\n".format(first, mean))
             } finally {
                 feeds.values.forEach { it.close() }
             }
@@ -135,19 +135,20 @@ class MainActivity : Activity() {
     }
 
     /** Inputs of the graph's static shapes (a symbolic dimension counts as 1), filled with a fixed pattern. */
-    private fun inputs(env: OrtEnvironment, graph: Map<*, *>): Map<String, OnnxTensor> {
+    private fun inputs(env: OrtEnvironment, graph: Graph): Map<String, OnnxTensor> {
         val tensors = LinkedHashMap<String, OnnxTensor>()
-        for (input in (graph["inputs"] as List<*>).filterIsInstance<Map<*, *>>()) {
-            val name = input["name"] as String
-            val shape = (input["shape"] as List<*>).map { it as? Long ?: 1L }.toLongArray()
+        for (input in graph.inputs) {
+            val shape = input.shape.map { it ?: 1L }.toLongArray()
             val count = shape.fold(1L) { a, b -> a * b }.toInt()
-            tensors[name] = when (val dtype = input["dtype"]) {
+            tensors[input.name] = when (input.dtype) {
                 "float32" -> OnnxTensor.createTensor(env, FloatBuffer.wrap(FloatArray(count) { (it % 17) / 17f }), shape)
                 "int32" -> OnnxTensor.createTensor(env, IntBuffer.wrap(IntArray(count) { it % 2 }), shape)
                 "int64" -> OnnxTensor.createTensor(env, LongBuffer.wrap(LongArray(count) { it % 2L }), shape)
                 else -> {
                     tensors.values.forEach { it.close() }
-                    throw IllegalArgumentException("input $name is $dtype; this sample makes float32, int32 and int64 inputs")
+                    throw IllegalArgumentException(
+                        "input ${input.name} is ${input.dtype}; this sample makes float32, int32 and int64 inputs",
+                    )
                 }
             }
         }

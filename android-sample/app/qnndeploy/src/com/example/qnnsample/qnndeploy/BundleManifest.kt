@@ -1,0 +1,121 @@
+package com.example.qnnsample.qnndeploy
+
+// The bundle manifest (assets/qnndeploy/manifest.json), the parts the app reads, parsed once into plain data
+// classes. The field names follow manifest.json (qnndeploy/schemas/manifest.schema.json) one for one, in camel case.
+
+/** What a bundle file is; id is its "format" in manifest.json. */
+enum class FileFormat(val id: String) {
+    QNN_CONTEXT_BINARY("qnn-context-binary"),
+    ORT_EPCONTEXT("ort-epcontext"),
+    ONNX("onnx"),
+    ONNX_EXTERNAL_DATA("onnx-external-data"),
+}
+
+/** Where the QNN runtime libraries come from: the bundle itself (jniLibs), or a Maven artifact (none in the bundle). */
+enum class RuntimeMode { BUNDLED, EXTERNAL }
+
+/** A file of the bundle: a model, a context binary, an external data file or a runtime library. */
+data class BundleFile(
+    val path: String,
+    val sha256: String,
+    /** the graph it belongs to; empty for a runtime library */
+    val graph: String = "",
+    /** null for a runtime library */
+    val format: FileFormat? = null,
+)
+
+/** An input or output of a graph; null in shape is a symbolic dimension. */
+data class Tensor(val name: String, val dtype: String, val shape: List<Long?> = emptyList())
+
+data class Graph(val name: String, val inputs: List<Tensor> = emptyList(), val outputs: List<Tensor> = emptyList())
+
+/** The files for one SoC: its context binaries and their EPContext wrappers. */
+data class Target(val soc: String, val dspArch: String, val artifacts: List<BundleFile> = emptyList())
+
+data class Runtime(val mode: RuntimeMode = RuntimeMode.EXTERNAL, val libs: List<BundleFile> = emptyList())
+
+data class BundleManifest(
+    /** format and formatVersion as written in the file (any JSON value), so that an unknown one can be named */
+    val format: Any? = FORMAT,
+    val formatVersion: Any? = FORMAT_VERSION,
+    val name: String = "",
+    val version: String = "",
+    val graphs: List<Graph> = emptyList(),
+    val targets: List<Target> = emptyList(),
+    /** the CPU fallback: one ONNX model per graph, and the external data files they name */
+    val cpu: List<BundleFile> = emptyList(),
+    val runtime: Runtime = Runtime(),
+) {
+    /** Whether this app reads the manifest's format; when it does not, only format and formatVersion are set. */
+    val supported: Boolean get() = format == FORMAT && formatVersion is Long && formatVersion in 1L..FORMAT_VERSION
+
+    /** Changes with every bundle release: a remembered NPU failure counts only for the same one. */
+    val bundleVersion: String get() = "$name $version"
+
+    /** Every bundle file the app may copy to its storage: the CPU files and every target's, by path. */
+    val modelFiles: List<BundleFile> get() = cpu + targets.flatMap { it.artifacts }
+
+    companion object {
+        const val FORMAT = "qnndeploy-bundle"
+
+        /** The manifest version qnndeploy writes; every version from 1 up to it is read. */
+        const val FORMAT_VERSION = 2L
+
+        fun parse(text: String): BundleManifest = from(MiniJson.parse(text))
+
+        /**
+         * From the value MiniJson parsed. The format and its version are read first, the rest only when this app
+         * reads that format. Throws IllegalArgumentException for a manifest that does not follow the schema, which
+         * qnndeploy checked at scaffold time: the app holds a damaged bundle.
+         */
+        fun from(json: Any?): BundleManifest {
+            val m = json as? Map<*, *> ?: throw IllegalArgumentException("the bundle manifest is not a JSON object")
+            val header = BundleManifest(format = m["format"], formatVersion = m["format_version"])
+            if (!header.supported) return header
+            val runtime = m["runtime"] as? Map<*, *> ?: emptyMap<String, Any?>()
+            return header.copy(
+                name = m.text("name"),
+                version = m.text("version"),
+                graphs = m.objects("graphs").map {
+                    Graph(it.text("name"), it.objects("inputs").map(::tensor), it.objects("outputs").map(::tensor))
+                },
+                targets = m.objects("targets").map {
+                    Target(it.text("soc"), it.text("dsp_arch"), it.objects("artifacts").map(::file))
+                },
+                cpu = m.objects("cpu").map(::file),
+                runtime = Runtime(
+                    mode = when (runtime["mode"]) {
+                        "bundled" -> RuntimeMode.BUNDLED
+                        "external", null -> RuntimeMode.EXTERNAL
+                        else -> bad("mode", runtime)
+                    },
+                    libs = runtime.objects("libs").map(::file),
+                ),
+            )
+        }
+
+        private fun file(m: Map<*, *>): BundleFile {
+            val format = m["format"]?.let { id -> FileFormat.entries.firstOrNull { it.id == id } ?: bad("format", m) }
+            return BundleFile(m.text("path"), m.text("sha256"), m["graph"] as? String ?: "", format)
+        }
+
+        private fun tensor(m: Map<*, *>): Tensor =
+            Tensor(m.text("name"), m.text("dtype"), m.list("shape").map { it as? Long })
+
+        private fun Map<*, *>.text(key: String): String = this[key] as? String ?: bad(key, this)
+
+        /** The list under key; empty when the key is absent. */
+        private fun Map<*, *>.list(key: String): List<*> = when (val value = this[key]) {
+            null -> emptyList<Any?>()
+            is List<*> -> value
+            else -> bad(key, this)
+        }
+
+        private fun Map<*, *>.objects(key: String): List<Map<*, *>> =
+            list(key).map { it as? Map<*, *> ?: bad(key, this) }
+
+        private fun bad(key: String, where: Map<*, *>): Nothing = throw IllegalArgumentException(
+            "the bundle manifest has no valid \"$key\" in ${MiniJson.write(where).take(200)}",
+        )
+    }
+}
