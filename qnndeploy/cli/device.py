@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 import click
 
@@ -172,7 +173,8 @@ def device_profile(pid: int | None, package: str | None, serial: str | None, int
     if csv_path:
         prof.write_csv(result, csv_path)
     if as_json:
-        emit_json({**jsonable(result), "mean_cpu_percent": result.mean_cpu(), "threads": result.thread_means(),
+        samples = cast(dict[str, Any], jsonable(result))  # a dataclass: a dict
+        emit_json({**samples, "mean_cpu_percent": result.mean_cpu(), "threads": result.thread_means(),
                    "powered": result.powered})
     else:
         _render_profile_end(result, pid, csv_path)
@@ -187,7 +189,8 @@ def _render_graph_run(g: verify_stage.GraphRun) -> None:
     else:
         per = (f"{g.per_inference_s * 1e3:.2f} ms/inference ({g.inferences} runs" if g.per_inference_s is not None
                else f"per inference lost in the start-up noise ({g.inferences} runs: raise --runs")
-        click.echo(f"  {label:<5} {g.graph:<14} first run {g.first_run_s * 1e3:.0f} ms, {per}, {g.clock} clock), "
+        first = "-" if g.first_run_s is None else f"{g.first_run_s * 1e3:.0f}"
+        click.echo(f"  {label:<5} {g.graph:<14} first run {first} ms, {per}, {g.clock} clock), "
                    f"{g.samples} sample(s)")
     for m in g.outputs:
         render_output(m)
@@ -201,11 +204,12 @@ def _render_device_verification(r: verify_stage.DeviceVerification) -> None:
     click.echo(f"  SoC {r.soc or 'unknown'}" + (f" (by {r.identified_by})" if r.identified_by else "")
                + f": {r.expectation}" + (f": {r.reason}" if r.provider == "cpu" else ""))
     p = r.push
-    speed = f", {p.mb_per_s:.1f} MB/s" if p.mb_per_s and p.bytes_sent >= 1e6 else ""
-    click.echo(f"  pushed to {r.remote_dir}: {len(p.sent)} of {p.files} files sent ({p.bytes_sent / 1e6:.2f} of "
-               f"{p.bytes_total / 1e6:.2f} MB) in {p.seconds:.2f} s{speed}; every sha256 checked on the phone")
-    if p.removed:
-        click.echo(f"  removed from the phone: {', '.join(p.removed)}")
+    if p is not None:
+        speed = f", {p.mb_per_s:.1f} MB/s" if p.mb_per_s and p.bytes_sent >= 1e6 else ""
+        click.echo(f"  pushed to {r.remote_dir}: {len(p.sent)} of {p.files} files sent ({p.bytes_sent / 1e6:.2f} of "
+                   f"{p.bytes_total / 1e6:.2f} MB) in {p.seconds:.2f} s{speed}; every sha256 checked on the phone")
+        if p.removed:
+            click.echo(f"  removed from the phone: {', '.join(p.removed)}")
     if r.runner:
         click.echo("  ran qnn-net-run with " + " ".join(f"{k}={v}" for k, v in r.environment.items()))
     if r.runner_note:
@@ -218,12 +222,12 @@ def _render_verify_table(results: list[verify_stage.DeviceVerification]) -> None
     click.echo(f"{'serial':<22} {'model':<24} {'SoC':<8} {'choice':<6} {'sent':>9} {'MB sent':>8}  "
                f"{'graphs':<24} status")
     for r in results:
-        if r.error:
+        if r.error or r.push is None:
             click.echo(f"{r.serial:<22} {'-':<24} {'-':<8} {'-':<6} {'-':>9} {'-':>8}  {'-':<24} ERROR: {r.error}")
             continue
         graphs = ", ".join(f"{g.graph} {g.status}" for g in r.graphs) or ("not run" if r.provider == "npu" else "-")
         sent = f"{len(r.push.sent)}/{r.push.files}"
-        click.echo(f"{r.serial:<22} {r.model[:24]:<24} {r.soc or '?':<8} {r.provider.upper():<6} {sent:>9} "
+        click.echo(f"{r.serial:<22} {r.model[:24]:<24} {r.soc or '?':<8} {(r.provider or '-').upper():<6} {sent:>9} "
                    f"{r.push.bytes_sent / 1e6:>8.2f}  {graphs:<24} {'ok' if r.ok else 'FAILED'}")
 
 
@@ -281,7 +285,7 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
         fail("give -s SERIAL or --all, not both")
     report, manifest = verify_stage.check_bundle(bundle_dir)
     require_bundle(bundle_dir, bundle_dir, report)
-    if not report.ok:
+    if not report.ok or manifest is None:
         if as_json:
             emit_json({"bundle": report, "devices": []})
         else:

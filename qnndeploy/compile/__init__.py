@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qnndeploy import __version__, htp
 from qnndeploy import socs as catalog
@@ -292,7 +292,7 @@ def _run_job(job: Job, be: Backend, store: Path | None, out: Path, tools: Tools)
     return _result(job, record, record["status"], findings, time.monotonic() - start)
 
 
-def _up_to_date(job: Job) -> dict | None:
+def _up_to_date(job: Job) -> dict[str, Any] | None:
     """The job folder's record when its outputs are already those of this job (same cache key, files intact)."""
     current = read_record(job.folder / RECORD_FILE)
     if not (current and current.get("status") == "ok" and current.get("cache_key") == job.cache_key

@@ -20,6 +20,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from qnndeploy import __version__
 from qnndeploy.compile.jobs import Backend, Job
@@ -44,7 +45,7 @@ def default_cache_dir() -> Path:
     return Path(base) / "qnndeploy" / "compile"
 
 
-def cache_key(graph: str, model_sha256: str, soc: Soc, be: Backend, precision: str, options: dict) -> str:
+def cache_key(graph: str, model_sha256: str, soc: Soc, be: Backend, precision: str, options: dict[str, Any]) -> str:
     """The sha256 of everything that decides a job's outputs (not where the model or the samples lie)."""
     options = {**options, "calibration": options["calibration"] and
                {k: v for k, v in options["calibration"].items() if k != "path"}}
@@ -56,7 +57,7 @@ def cache_key(graph: str, model_sha256: str, soc: Soc, be: Backend, precision: s
 
 # --- used by compile --------------------------------------------------------------------------------------------
 
-def restore(job: Job, cache: Path) -> dict | None:
+def restore(job: Job, cache: Path) -> dict[str, Any] | None:
     """Fill the job's folder from its cache entry and return the entry's record, or None on a miss. An entry that
     no longer matches its record is removed, so the compile that follows stores a good one in its place."""
     entry = cache / job.cache_key
@@ -109,7 +110,7 @@ def add(job: Job, cache: Path) -> None:
         pass
 
 
-def outputs_intact(folder: Path, record: dict) -> bool:
+def outputs_intact(folder: Path, record: dict[str, Any]) -> bool:
     """Every output the record lists is in `folder` with its size and sha256."""
     try:
         return bool(record.get("outputs")) and all(
