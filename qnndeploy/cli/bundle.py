@@ -153,7 +153,7 @@ def build(name: str, version_: str, cpu: tuple[str, ...], npu: tuple[str, ...], 
     Per-SoC context binaries, CPU fallbacks, runtime libraries and records, listed in manifest.json.
     Without --qnn-sdk-root or --runtime-libs the bundle declares the external runtime
     com.qualcomm.qti:qnn-runtime pinned to its QAIRT version. The bundle is verified before it is
-    renamed into place: a failed run leaves nothing under OUTPUT/NAME-VERSION.
+    renamed into place: a failed run leaves nothing under DIR/NAME-VERSION.
     """
     spec = spec_from_build(from_build, name, version_) if from_build else BundleSpec(name, version_, {}, {})
     spec.cpu.update(assignments(cpu, "--cpu", _graph_file))

@@ -58,8 +58,8 @@ def _render_check(report: onnxcheck.CheckReport) -> None:
 
 @click.command()
 @click.argument("models", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="MODEL.onnx...")
-@click.option("--soc", help="SoC to check for (default SM8750): its HTP measures op support, and a build the "
-              "catalog says it cannot run (fp16 without fp16) is a blocker.")
+@click.option("--soc", metavar="SOC", help="SoC to check for [default: SM8750]: its HTP measures op support, and "
+              "a build the catalog says it cannot run (e.g. fp16 on SM8350) is a blocker.")
 @click.option("--precision", type=click.Choice(["fp16", "w8a16"]), default="fp16", show_default=True,
               help="Measure op support for this build: w8a16 measures the QDQ-quantized graph compile would make.")
 @click.option("--no-measure", is_flag=True, help="Skip the HTP partitioning (reads the graph only).")

@@ -50,7 +50,7 @@ def _render_compile(summary: stage.CompileSummary) -> None:
               help="fp16 activations, or 8-bit weights with 16-bit activations (needs --calib).")
 @click.option("--calib", type=click.Path(path_type=Path), metavar="DIR",
               help="w8a16 calibration samples: *.npz (one per sample) or INPUT.npy; DIR/GRAPH/ per graph.")
-@click.option("-j", "--jobs", type=int, help="Jobs at once [default: the number of CPU cores].")
+@click.option("-j", "--jobs", type=int, metavar="N", help="Jobs at once [default: the number of CPU cores].")
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), metavar="DIR",
               help="Build folder.")
 @click.option("--qnn-sdk-root", type=click.Path(path_type=Path), metavar="DIR",

@@ -132,11 +132,11 @@ def _render_profile_end(result: prof.Profile, pid: int, csv_path: Path | None) -
 
 
 @device.command("profile")
-@click.option("--pid", type=int, help="Process id on the device.")
-@click.option("--package", help="App package name (its process is found with pidof).")
+@click.option("--pid", type=int, metavar="PID", help="Process id on the device.")
+@click.option("--package", metavar="NAME", help="App package name (its process is found with pidof).")
 @serial_option
-@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
-              help="Seconds between samples (at least 0.2).")
+@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True, metavar="S",
+              help="Seconds between samples.")
 @click.option("--duration", type=click.FloatRange(min=0), metavar="S",
               help="Stop after S seconds [default: at Ctrl-C].")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
@@ -255,9 +255,10 @@ def _render_verifications(report: VerifyReport, results: list[verify_stage.Devic
                    "the QNN libraries for a bundle with an external runtime.")
 @click.option("--inputs", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="Input samples as for validate: *.npz or INPUT.npy; DIR/GRAPH/ per graph.")
-@click.option("--samples", type=int, default=1, show_default=True, help="Seeded random samples without --inputs.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for the random samples.")
-@click.option("--runs", type=int, default=10, show_default=True,
+@click.option("--samples", type=int, default=1, show_default=True, metavar="N",
+              help="Seeded random samples without --inputs.")
+@click.option("--seed", type=int, default=0, show_default=True, metavar="N", help="Seed for the random samples.")
+@click.option("--runs", type=int, default=10, show_default=True, metavar="N",
               help="Inferences in the timed run (the samples, repeated).")
 @click.option("-o", "--output", "record_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("device-records"), show_default=True, metavar="DIR",
@@ -269,9 +270,9 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
                   record_dir: Path, as_json: bool) -> None:
     """Push a bundle to a phone, run it there, record the result.
 
-    The bundle folder goes to the phone as the app would use it, is checked there, and runs with a runner.
+    The bundle folder goes to the phone as the app would use it and is checked there; with a runner, it runs
+    there too.
 
-    \b
     The bundle is verified first (exit 1 with its report when it fails, 2 when BUNDLE is not a bundle or is an
     archive). The app's own decision picks the target for the phone's SoC; its files, the CPU fallback and the
     runtime libraries for its arch go to /data/local/tmp/qnndeploy/NAME-VERSION/ (only files whose sha256

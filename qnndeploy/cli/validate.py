@@ -34,7 +34,7 @@ def _render_validation(summary: stage.ValidationSummary) -> None:
 @click.option("--inputs", type=click.Path(path_type=Path), metavar="DIR",
               help="Real input samples: *.npz (one per sample) or INPUT.npy; DIR/GRAPH/ per graph.")
 @click.option("--random", "random_", type=int, metavar="N", help="N seeded random samples [default: 1].")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for --random.")
+@click.option("--seed", type=int, default=0, show_default=True, metavar="N", help="Seed for --random.")
 @click.option("--min-cosine", type=float, help="Override the cosine similarity threshold (fp16 0.999, w8a16 0.99).")
 @click.option("--min-snr-db", type=float, help="Override the SNR threshold in dB (fp16 30, w8a16 20).")
 @click.option("--atol", type=float, help="Override the near-zero level (fp16 1e-3, w8a16 1e-2): an output whose "
