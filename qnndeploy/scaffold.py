@@ -8,13 +8,13 @@ is a complete one-screen Android app with that glue in app/qnndeploy/ (android-s
 
 from __future__ import annotations
 
-import importlib.util
 import keyword
 import re
 import shutil
 import string
 import tempfile
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,6 @@ ORT_VERSION = "1.29.0"  # com.microsoft.onnxruntime:onnxruntime-android-qnn; the
 ASSETS = "qnndeploy"  # the bundle's folder in the APK's assets: QnnRuntime.ASSETS in the Kotlin
 APP_GLUE_DIR = "qnndeploy"  # where the glue goes inside the sample app's module
 MARKER = ".qnndeploy-scaffold"  # rendered into every output's top folder: what marks a folder --force may replace
-TEMPLATES = Path(importlib.util.find_spec("qnndeploy.templates").origin).parent  # templates/ of the source tree
 
 # Java keywords and literals, and Kotlin's hard keywords: none may be a package name segment.
 _RESERVED = set(keyword.kwlist) | {
@@ -44,6 +43,21 @@ _RESERVED = set(keyword.kwlist) | {
     "yield", "as", "fun", "in", "is", "object", "typealias", "typeof", "val", "when",
 }
 _SEGMENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+def templates_dir() -> Path:
+    """The cookiecutter templates: the installed package qnndeploy.templates (built from the top-level templates/ by
+    pyproject's package-dir, so git holds one copy), or, in a source checkout used without installing, templates/
+    beside the package."""
+    try:
+        installed = Path(str(resources.files("qnndeploy.templates")))
+    except ModuleNotFoundError:
+        installed = None
+    for folder in (installed, Path(__file__).resolve().parents[1] / "templates"):
+        if folder is not None and (folder / "glue").is_dir():
+            return folder
+    raise QnnDeployError("the scaffold templates are missing (neither the package qnndeploy.templates nor a "
+                         "templates/ folder beside qnndeploy/): reinstall qnndeploy")
 
 
 @dataclass
@@ -86,8 +100,7 @@ def check_request(package: str, out: Path, *, engine: str, app: bool, force: boo
         if not (out / MARKER).is_file():
             raise QnnDeployError(f"{out} is not an earlier scaffold output (it has no {MARKER}): --force only "
                                  "replaces one, never other files; choose another folder (or delete it yourself)")
-    if not TEMPLATES.is_dir():
-        raise QnnDeployError(f"the templates folder {TEMPLATES} is missing: install qnndeploy from its source tree")
+    templates_dir()  # missing templates are found before any work
 
 
 def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app: bool = False, force: bool = False,
@@ -106,6 +119,7 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
     manifest = read_manifest(bundle)  # verify has checked it against the schema
     _check_engine(manifest, bundle, engine)
 
+    templates = templates_dir()
     glue_name = APP_GLUE_DIR if app else out.name
     context = _context(manifest, package, glue_name, engine)
     if out.exists() and out.is_dir() and not any(out.iterdir()):
@@ -113,8 +127,8 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
     with staging_dir(out, force) as tmp:
         glue = tmp / "app" / APP_GLUE_DIR if app else tmp
         if app:
-            _render(TEMPLATES / "app", {**context, "glue_dir": APP_GLUE_DIR}, tmp, tmp)
-        _render(TEMPLATES / "glue", context, glue, tmp)
+            _render(templates / "app", {**context, "glue_dir": APP_GLUE_DIR}, tmp, tmp)
+        _render(templates / "glue", context, glue, tmp)
         (glue / "src" / context["package_path"] / "qnndeploy" / ENGINE_FILES[_other(engine)]).unlink()
         copied, nbytes = _copy_bundle(bundle, manifest, glue / "bundle")
         kotlin = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*.kt"))

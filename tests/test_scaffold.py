@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import bundles
@@ -307,3 +309,16 @@ def test_installed_executable(external, tmp_path):
                            str(tmp_path / "out")], check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "add these three lines" in done.stdout and "OrtModels.open(context)" in done.stdout
+
+
+def test_templates_are_found_from_a_source_checkout_that_was_not_installed(tmp_path):
+    """Importing qnndeploy.scaffold needs no installed qnndeploy.templates: the top-level templates/ serves."""
+    root = Path(__file__).resolve().parents[1]
+    for name in ("qnndeploy", "templates"):
+        shutil.copytree(root / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import qnndeploy.scaffold as s; "
+            "print(s.templates_dir())")
+    done = subprocess.run([sys.executable, "-S", "-c", code, str(tmp_path)], capture_output=True, text=True,
+                          check=False)  # -S: without site-packages, the editable install is not seen
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(tmp_path / "templates")
