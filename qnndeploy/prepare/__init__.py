@@ -1,0 +1,375 @@
+"""Make an ONNX model NPU-ready without re-exporting it, and prove the result computes the same thing.
+
+Fixes input dims to static sizes, wraps int64 inputs/outputs as int32 (a Cast inside the graph, names
+unchanged), freezes setting inputs to constants (edits.py), folds with the chain of fold.py and re-infers shapes.
+Then runs the original and the prepared model on onnxruntime CPU with the same inputs and compares every output
+(equivalence.py). The work
+happens in a temporary folder beside the output: OUT.onnx (and OUT.onnx.data for external-data models) and
+OUT.prepare.json appear only when everything passed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from qnndeploy import __version__, fold, onnxio
+from qnndeploy import fuse as fusing
+from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError, first_line
+from qnndeploy.fileio import sha256_file, write_json
+from qnndeploy.onnxio import TensorInfo, real_inputs, tensor_info
+from qnndeploy.prepare import edits, equivalence
+from qnndeploy.prepare.edits import parse_assignment, parse_shape
+from qnndeploy.prepare.equivalence import OutputDiff
+
+__all__ = ["DEFAULT_TOLERANCE", "OutputDiff", "PrepareResult", "parse_assignment", "parse_shape", "prepare_model",
+           "record_path"]
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+DEFAULT_TOLERANCE = 1e-4
+# Above this many bytes of weights the output keeps them in an external data file (protobuf stops at 2 GB; the
+# margin is for the graph itself). Below it, external data is inlined: one file is what bundle and apps handle best.
+EXTERNAL_ABOVE = (1 << 31) - (1 << 26)
+RECORD_FORMAT = 2
+
+
+@dataclass
+class PrepareResult:
+    source: str
+    source_sha256: str
+    output: str
+    output_sha256: str
+    external_data: str | None  # the weights file beside the output, for models kept in external data
+    record: str
+    changes: list[str]
+    shapes: dict[str, list[int]]
+    frozen: dict[str, Any]
+    int32_wrapped: list[str]
+    simplified: bool
+    folded_by: str | None  # the folding tool whose result was kept (a name in fold.TOOLS), None: none
+    folding: list[str]  # each tool tried, and what became of it
+    nodes_before: int
+    nodes_after: int
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    notes: list[str]  # what prepare left for `check` to flag (int64 kept, dims still dynamic, control flow)
+    equivalence_inputs: str  # "random (seed N)" or the --inputs folder
+    tolerance: float
+    equivalence: list[OutputDiff]
+    tools: dict[str, str]
+    seconds: float = 0.0
+    format: int = RECORD_FORMAT
+    kind: str = field(default="qnndeploy-prepare")
+
+
+def _tensor_bytes(model: onnx.ModelProto) -> int:
+    import numpy as np
+
+    total = 0
+    for t in model.graph.initializer:
+        with contextlib.suppress(TypeError):
+            total += math.prod(t.dims) * np.dtype(onnxio.dtype_name(t.data_type)).itemsize
+    return total
+
+
+def _save(model: onnx.ModelProto, path: Path, external: bool) -> None:
+    import onnx
+
+    if external:
+        onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=path.name + ".data", size_threshold=1024)
+    else:
+        onnx.save(model, str(path))
+
+
+def _infer_shapes(src: Path, dst: Path, external: bool) -> None:
+    """Re-infer every shape from the now static inputs, outputs included (their declared shapes are dropped: some
+    exporters declare wrong ones), then write the model."""
+    import onnx
+
+    model = onnx.load(str(src), load_external_data=False)
+    edits.clear_inferred(model.graph)
+    for value in model.graph.output:
+        value.type.tensor_type.ClearField("shape")
+    shaped = src.with_name(src.stem + ".shaped.onnx")  # beside src, so its external data references resolve
+    onnx.save(model, str(shaped))
+    for kwargs in ({"data_prop": True}, {}):
+        try:
+            onnx.shape_inference.infer_shapes_path(str(shaped), str(shaped), **kwargs)
+            break
+        except Exception:  # noqa: BLE001 custom-domain ops can stop onnx's inference; the CPU run gives the shapes
+            continue
+    model = onnx.load(str(shaped))
+    _save(model, dst, external)
+
+
+def _set_output_shapes(path: Path, actual: Mapping[str, tuple[int, ...]], external: bool) -> None:
+    """Write the shapes the CPU run produced as the outputs' shapes: what the graph computes, not what was declared."""
+    import onnx
+
+    model = onnx.load(str(path))
+    for value in model.graph.output:
+        edits.set_static(value, actual[value.name])
+    _save(model, path, external)
+
+
+def _control_flow(graph: onnx.GraphProto) -> list[str]:
+    return [f"{n.op_type} {n.name or '(unnamed)'}" for n in graph.node if n.op_type in onnxio.CONTROL_FLOW_OPS]
+
+
+# --- the stage ------------------------------------------------------------------------------------
+
+def record_path(out: Path) -> Path:
+    """OUT.onnx -> OUT.prepare.json"""
+    return out.with_name(out.name.removesuffix(".onnx") + ".prepare.json")
+
+
+def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] | None = None,
+                  int32_inputs: bool = False, freeze: Mapping[str, Any] | None = None, simplify: bool = True,
+                  inputs_dir: Path | None = None, tolerance: float = DEFAULT_TOLERANCE, force: bool = False,
+                  seed: int = 0, fuse: bool = False) -> PrepareResult:
+    """Write OUT.onnx (+ OUT.prepare.json) from SRC with static shapes, int32 I/O and frozen settings.
+
+    Raises QnnDeployError (nothing written) on bad options or when an output differs beyond `tolerance`
+    (max abs diff and rel L2 both above it).
+    """
+    import onnx
+
+
+    start = time.monotonic()
+    src, out = Path(src), Path(out)
+    _check_output(src, out, force)
+    if not tolerance >= 0:  # NaN fails this test too
+        raise QnnDeployError(f"--tolerance {tolerance}: give a number of 0 or more, e.g. {DEFAULT_TOLERANCE:g}")
+    if inputs_dir is not None and not Path(inputs_dir).is_dir():
+        raise QnnDeployError(f"--inputs {inputs_dir}: no such folder")
+
+    model = onnxio.load_model(src)
+    source_external = bool(onnxio.external_locations(model))
+    ranges = onnxio.int_input_ranges(model.graph)
+    declared = {v.name: tensor_info(v) for v in model.graph.output}
+    edited = edits.edit(model.graph, shapes or {}, freeze or {}, int32_inputs)
+    if fuse:
+        fused = fusing.fuse_gelu(model)
+        edited.changes.append(f"{fused} erf GELU pattern(s) fused into Gelu nodes (opset {fusing.GELU_OPSET})"
+                             if fused else "--fuse: no unfused GELU pattern found")
+    if source_external:
+        try:
+            onnx.load_external_data_for_model(model, str(src.parent))
+        except (OSError, ValueError) as e:
+            raise QnnDeployError(f"cannot read the external data of {src}: {first_line(e)}; copy the model "
+                                 "together with its complete data file, or re-export it") from None
+    weights = _tensor_bytes(model)
+    external = weights > EXTERNAL_ABOVE
+    if source_external and not external:
+        edited.changes.append(f"external data inlined ({weights / 1e6:.1f} MB of weights, under 2 GB): the output "
+                             "is one self-contained file")
+
+    made = _first_missing(out.parent)  # folders -o creates are removed again when nothing is written
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        # A short name: OUT's own name may already be near the file system's limit.
+        work = Path(tempfile.mkdtemp(prefix=".prepare.partial-", dir=out.parent))
+    except OSError as e:
+        _remove_empty(out.parent, made)
+        raise QnnDeployError(f"cannot write in {out.parent}: {e.strerror or e}") from None
+    written = False
+    try:
+        stage = work / "edited.onnx"
+        _save(model, stage, external)
+        del model
+        feeds = equivalence.feeds(edited.live, inputs_dir, seed, ranges)
+        want = equivalence.reference(src, feeds, edited.frozen, ranges, random=inputs_dir is None)
+        final, folded_by, folding, diffs = _fold_chain(stage, work, out.name, simplify, external, feeds, want,
+                                                       tolerance)
+        prepared = onnxio.load_model(final).graph
+        nodes_after = sum(1 for n in prepared.node if n.op_type != "Constant")
+        if folded_by:
+            edited.changes.append(f"folded with {folded_by}: {edited.nodes_before} -> {nodes_after} nodes")
+        p_inputs = [tensor_info(v) for v in real_inputs(prepared)]
+        p_outputs = [tensor_info(v) for v in prepared.output]
+        edited.changes += [f"output {o.name}: declared {declared[o.name].shape_text()}, the graph computes "
+                          f"{o.shape_text()} (CPU run): declaration replaced" for o in p_outputs
+                          if _disagrees(declared[o.name], o)]
+
+        data, out_data = final.with_name(final.name + ".data"), out.with_name(out.name + ".data")
+        result = PrepareResult(
+            source=str(src), source_sha256=sha256_file(src), output=str(out), output_sha256=sha256_file(final),
+            external_data=str(out_data) if data.is_file() else None, record=str(record_path(out)),
+            changes=edited.changes, shapes=edited.shapes, frozen={k: v.tolist() for k, v in edited.frozen.items()},
+            int32_wrapped=edited.wrapped, simplified=folded_by is not None, folded_by=folded_by, folding=folding,
+            nodes_before=edited.nodes_before, nodes_after=nodes_after, inputs=p_inputs, outputs=p_outputs,
+            notes=_notes(prepared, p_inputs, p_outputs),
+            equivalence_inputs=str(inputs_dir) if inputs_dir else f"random (seed {seed})", tolerance=tolerance,
+            equivalence=diffs, tools=_tool_versions(__version__), seconds=round(time.monotonic() - start, 2))
+        write_json(work / "record.json", asdict(result))  # a short temporary name, renamed below
+        _publish(final, data, work / "record.json", out, force)
+        written = True
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if not written:
+            _remove_empty(out.parent, made)
+    return result
+
+
+def _disagrees(declared: TensorInfo, actual: TensorInfo) -> bool:
+    """A declared output shape the graph does not compute (a dynamic dim that got its size is no disagreement)."""
+    if declared.shape is None or actual.shape is None:
+        return False
+    return len(declared.shape) != len(actual.shape) or any(
+        isinstance(d, int) and d != a for d, a in zip(declared.shape, actual.shape, strict=True))
+
+
+def _fold_chain(stage: Path, work: Path, name: str, simplify: bool, external: bool, feeds: Mapping[str, np.ndarray],
+                want: Mapping[str, np.ndarray], tolerance: float
+                ) -> tuple[Path, str | None, list[str], list[OutputDiff]]:
+    """Fold with each tool in turn (fold.TOOLS, then no folding at all) and keep the first result that computes the
+    same outputs and has no control flow left; else the first that computes the same outputs. Every result gets its
+    shapes re-inferred and its output shapes from a CPU run. Returns (model, tool or None, what each tool did,
+    its equivalence)."""
+
+    tried: list[str] = []
+    kept: tuple[Path, str | None, list[OutputDiff]] | None = None
+    first_bad: list[OutputDiff] | None = None
+    for tool in [*fold.TOOLS, None] if simplify else [None]:
+        label = tool or "no folding"
+        folder = work / (tool or "unfolded")
+        folder.mkdir()
+        candidate = folder / name
+        try:
+            source = stage
+            if tool:
+                source = folder / "folded.onnx"
+                fold.fold(tool, stage, source, external)
+            _infer_shapes(source, candidate, external)
+            got = equivalence.run_prepared(candidate, feeds)
+        except fold.FoldError as e:
+            tried.append(f"{label}: failed ({e})")
+            continue
+        except QnnDeployError as e:
+            tried.append(f"{label}: its result does not load ({e})")
+            continue
+        except Exception as e:  # noqa: BLE001 onnxruntime's and onnx's exception types are not exported
+            tried.append(f"{label}: its result does not run ({first_line(e)})")
+            continue
+        diffs = [equivalence.compare(n, w, got[n], tolerance) for n, w in want.items()]
+        if not all(d.ok for d in diffs):
+            first_bad = first_bad or diffs
+            tried.append(f"{label}: its result differs from the original")
+            continue
+        _set_output_shapes(candidate, {n: a.shape for n, a in got.items()}, external)
+        left = _control_flow(onnxio.load_model(candidate).graph)
+        tried.append(f"{label}: ok" + (f", but {', '.join(left)} left in the graph" if left else ""))
+        kept = kept or (candidate, tool, diffs)
+        if not left:
+            kept = (candidate, tool, diffs)
+            break
+    if kept is None and first_bad is not None:
+        bad = [d for d in first_bad if not d.ok]
+        raise QnnDeployError(
+            "the prepared model differs from the original: "
+            + "; ".join(f"{d.name} max abs diff {d.max_abs_diff:.3g}, rel L2 {d.rel_l2:.3g}" for d in bad)
+            + f" (tolerance {tolerance:g}); nothing written", EXIT_CHECK_FAILED)
+    if kept is None:
+        raise QnnDeployError("the prepared model fails where the original ran: " + "; ".join(tried))
+    return kept[0], kept[1], tried, kept[2]
+
+
+def _first_missing(folder: Path) -> Path | None:
+    """The outermost ancestor of `folder` (or itself) that does not exist yet."""
+    missing = None
+    for p in (folder.absolute(), *folder.absolute().parents):
+        if p.exists():
+            break
+        missing = p
+    return missing
+
+
+def _remove_empty(folder: Path, top: Path | None) -> None:
+    """Remove `folder` and its parents up to `top`, as far as they are empty."""
+    if top is None:
+        return
+    for p in (folder.absolute(), *folder.absolute().parents):
+        try:
+            p.rmdir()
+        except OSError:
+            return
+        if p == top:
+            return
+
+
+def _check_output(src: Path, out: Path, force: bool) -> None:
+    """Refuse an OUT that cannot receive the model, its data file and its record, before any work."""
+    if out.suffix != ".onnx":
+        raise QnnDeployError(f"-o {out}: the output name must end in .onnx")
+    longest, limit = max(len(out.name) + len(".data"), len(record_path(out).name)), _name_max(out.parent)
+    if longest > limit:
+        raise QnnDeployError(f"-o {out.name}: with its .data and .prepare.json files the name is too long for the "
+                             f"file system ({longest} > {limit} characters); give a shorter name")
+    if out.exists() and out.resolve() == src.resolve():
+        raise QnnDeployError(f"-o {out} is the source model; write the prepared model to a new file")
+    for path in (out, out.with_name(out.name + ".data"), record_path(out)):
+        if path.exists() and not path.is_file():
+            raise QnnDeployError(f"{path} exists and is not a file (a folder?): give -o another name, e.g. "
+                                 f"{out.parent / 'model.npu.onnx'}")
+    if out.exists() and not force:
+        raise QnnDeployError(f"{out} already exists; remove it or pass --force")
+
+
+def _name_max(folder: Path) -> int:
+    """The longest file name the file system takes in `folder` (or its nearest existing parent)."""
+    folder = folder.absolute()
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def _publish(final: Path, data: Path, record: Path, out: Path, force: bool) -> None:
+    """Move the data file, the record, then the model into place: a present OUT.onnx always has its data and
+    record. If a move fails, the files this run already moved are taken back out."""
+    out_data = out.with_name(out.name + ".data")
+    moved: list[Path] = []
+    try:
+        if data.is_file():
+            data.chmod(final.stat().st_mode & 0o777)  # onnx creates external data files owner-only
+            data.replace(out_data)
+            moved.append(out_data)
+        elif force and out_data.is_file():
+            out_data.unlink()  # left over from an earlier external-data output of the same name
+        record.replace(record_path(out))
+        moved.append(record_path(out))
+        final.replace(out)
+    except OSError as e:
+        for path in moved:
+            path.unlink(missing_ok=True)
+        raise QnnDeployError(f"cannot write {out}: {e.strerror or e}; nothing written") from None
+
+
+def _notes(graph: onnx.GraphProto, inputs: list[TensorInfo], outputs: list[TensorInfo]) -> list[str]:
+    """What prepare left for `check` to flag."""
+    notes = [f"{t.name} is still int64: pass --int32-inputs" for t in inputs + outputs if t.dtype == "int64"]
+    notes += [f"output {t.name} still has dynamic dims {t.shape_text()}" for t in outputs if t.dynamic]
+    return notes + [f"{n.op_type} node {n.name} is still in the graph: run check" for n in graph.node
+                    if n.op_type in onnxio.CONTROL_FLOW_OPS]
+
+
+def _tool_versions(own: str) -> dict[str, str]:
+    tools = {"qnndeploy": own}
+    for name in ("onnx", "onnxruntime", "onnxsim", "onnxslim"):
+        with contextlib.suppress(PackageNotFoundError):
+            tools[name] = version(name)
+    return tools
