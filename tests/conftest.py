@@ -1,8 +1,16 @@
-"""Shared test helpers. Under CI=true a missing tool fails the test; on a developer machine it skips."""
+"""Shared test helpers. Under CI=true a missing tool fails the test; on a developer machine it skips.
+
+Markers (pyproject.toml): slow (the fast tier is `pytest -m "not slow"`), needs_adb, needs_kotlin, needs_qnn; a
+test marked needs_X is skipped locally, and failed in CI, when X is missing.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +24,41 @@ def require(present: bool, what: str) -> None:
     if IN_CI:
         pytest.fail(f"{what} is missing in CI: .ci/run must install it")
     pytest.skip(f"{what} is not installed")
+
+
+@cache
+def find_kotlinc() -> Path | None:
+    """$KOTLINC, kotlinc on PATH, or the npm package kotlin-compiler."""
+    if os.environ.get("KOTLINC"):
+        return Path(os.environ["KOTLINC"])
+    found = shutil.which("kotlinc")
+    if found:
+        return Path(found)
+    if shutil.which("npm"):
+        root = subprocess.run(["npm", "root", "-g"], check=False, capture_output=True, text=True).stdout.strip()
+        candidate = Path(root) / "kotlin-compiler" / "bin" / "kotlinc"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _qnn() -> bool:
+    from qnndeploy import htp
+
+    return htp.available()
+
+
+NEEDS = {
+    "needs_adb": (lambda: shutil.which("adb") is not None, "adb (Debian package adb)"),
+    "needs_kotlin": (lambda: find_kotlinc() is not None, "kotlinc (npm package kotlin-compiler)"),
+    "needs_qnn": (_qnn, "onnxruntime-qnn (the QNN HTP backend)"),
+}
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for marker, (present, what) in NEEDS.items():
+        if item.get_closest_marker(marker):
+            require(present(), what)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -81,6 +81,7 @@ def record(out: Path, graph: str, soc: str) -> dict:
     return json.loads((out / graph / soc / "compile.json").read_text())
 
 
+@pytest.mark.slow
 def test_compiles_each_graph_for_each_soc_with_a_record(build, models):
     out = build["out"]
     for graph in ("cls", "rec"):
@@ -117,6 +118,7 @@ def test_compiles_each_graph_for_each_soc_with_a_record(build, models):
             assert f"compile {graph} for {other}" not in log
 
 
+@pytest.mark.slow
 def test_renamed_context_runs_on_the_htp_emulator(build, models):
     import onnxruntime as ort
 
@@ -129,6 +131,7 @@ def test_renamed_context_runs_on_the_htp_emulator(build, models):
     assert np.abs(got - want).max() < 1e-2
 
 
+@pytest.mark.slow
 def test_a_graph_the_htp_rejects_fails_alone_and_is_named(build):
     result, out = build["first"], build["out"]
     assert result.exit_code == 1, result.output
@@ -145,6 +148,7 @@ def test_a_graph_the_htp_rejects_fails_alone_and_is_named(build):
     assert "failed: bad SM8550, bad SM8750" in result.output
 
 
+@pytest.mark.slow
 def test_unchanged_jobs_are_cache_hits_and_say_so(build, models):
     out = build["out"]
     before = {p: p.stat().st_mtime_ns for p in out.glob("*/*/*.bin")}
@@ -223,6 +227,7 @@ def test_bad_input_is_refused_before_anything_is_written(models, tmp_path):
         assert not out.exists()
 
 
+@pytest.mark.slow
 def test_w8a16_quantizes_with_calibration_samples(models, tmp_path):
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler)")
     calib = tmp_path / "calib" / "cls"

@@ -10,7 +10,7 @@ from corpus import BY_NAME, MODELS, follow_advice
 
 from qnndeploy import htp
 
-pytestmark = pytest.mark.corpus
+pytestmark = [pytest.mark.slow, pytest.mark.needs_qnn]
 
 
 @pytest.fixture(scope="session")

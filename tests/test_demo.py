@@ -14,6 +14,8 @@ from qnndeploy import htp
 from qnndeploy.bundle.verify import verify_bundle
 from qnndeploy.scaffold import scaffold
 
+pytestmark = [pytest.mark.slow, pytest.mark.needs_qnn]
+
 SAMPLE = Path(__file__).resolve().parent.parent / "android-sample"
 SAMPLE_PACKAGE = "com.example.qnnsample"
 

@@ -17,6 +17,8 @@ from qnndeploy.cli import cli
 from qnndeploy.device import adb
 from qnndeploy.errors import QnnDeployError
 
+pytestmark = [pytest.mark.needs_adb]
+
 pytest_plugins = ["device_emulator.fixtures"]
 
 

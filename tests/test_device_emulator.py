@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from adbutils.errors import AdbError
 
+pytestmark = [pytest.mark.needs_adb]
+
 pytest_plugins = ["device_emulator.fixtures"]
 
 

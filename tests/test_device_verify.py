@@ -22,6 +22,8 @@ from qnndeploy import htp
 from qnndeploy.cli import cli
 from qnndeploy.device import runner
 
+pytestmark = [pytest.mark.needs_adb, pytest.mark.needs_qnn]
+
 pytest_plugins = ["device_emulator.fixtures"]
 
 REMOTE = "/data/local/tmp/qnndeploy/demo-1.0.0"
@@ -177,6 +179,7 @@ def test_a_bundle_that_fails_verify_is_refused(device, bundle, tmp_path):
 
 # --- running -----------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_runner_runs_each_graph_on_the_phone_and_compares_with_the_cpu(device, bundle, launcher, tmp_path):
     code, out = verify(str(bundle), "--runner", str(launcher), "--samples", "2", "--runs", "4", "--json",
                        records=tmp_path)
@@ -206,6 +209,7 @@ def test_the_runner_runs_each_graph_on_the_phone_and_compares_with_the_cpu(devic
     assert "ok  y: max|d|" in text and "cos 1.000000" in text
 
 
+@pytest.mark.slow
 def test_a_cpu_model_with_external_data_goes_with_its_data_file(device, compiled, launcher, tmp_path):
     rec = bundles.with_external_data(compiled["cpu"]["rec"], tmp_path / "ext" / "rec.onnx")
     b = bundles.build(tmp_path / "b", {**compiled, "cpu": {**compiled["cpu"], "rec": rec}}, runtime="bundled")
@@ -218,6 +222,7 @@ def test_a_cpu_model_with_external_data_goes_with_its_data_file(device, compiled
     assert [(g["graph"], g["status"]) for g in d["graphs"]] == [("det", "passed"), ("rec", "passed")]
 
 
+@pytest.mark.slow
 def test_a_context_binary_that_is_not_the_cpu_model_fails_the_comparison(device, compiled, tmp_path, launcher):
     import numpy as np
     import onnx
@@ -291,6 +296,7 @@ def test_the_stand_in_runner_speaks_the_qnn_net_run_command_line(bundle, launche
     assert r.returncode == 1 and "Unable to load backend" in r.stdout
 
 
+@pytest.mark.slow
 def test_an_external_runtime_takes_the_runner_and_libraries_from_the_sdk(device, compiled, tmp_path, monkeypatch):
     from elfgen import fake_sdk
 

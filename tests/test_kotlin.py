@@ -18,7 +18,7 @@ from pathlib import Path
 
 import bundles
 import pytest
-from conftest import require
+from conftest import find_kotlinc, require
 
 from qnndeploy import htp, socs
 from qnndeploy.decision import (
@@ -34,23 +34,11 @@ from qnndeploy.decision import (
 )
 from qnndeploy.scaffold import scaffold
 
+pytestmark = [pytest.mark.slow, pytest.mark.needs_kotlin]
+
 HERE = Path(__file__).parent / "kotlin"
 PACKAGE = "com.example.qnnsample"  # tests/kotlin/*.kt import the glue from this package
 UNIT_TESTS = 21  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
-
-
-def find_kotlinc() -> Path | None:
-    """$KOTLINC, kotlinc on PATH, or the npm package kotlin-compiler."""
-    if os.environ.get("KOTLINC"):
-        return Path(os.environ["KOTLINC"])
-    if shutil.which("kotlinc"):
-        return Path(shutil.which("kotlinc"))
-    if shutil.which("npm"):
-        root = subprocess.run(["npm", "root", "-g"], check=False, capture_output=True, text=True).stdout.strip()
-        candidate = Path(root) / "kotlin-compiler" / "bin" / "kotlinc"
-        if candidate.is_file():
-            return candidate
-    return None
 
 
 @pytest.fixture(scope="session")

@@ -51,7 +51,7 @@ def test_ppocr_prepared_is_static_and_equivalent(ppocr_prepared, name):
     assert diff.ok and diff.max_abs_diff < 1e-5 and diff.rel_l2 < 1e-3, diff
 
 
-@pytest.mark.parametrize("name", ["det", "rec", "cls"])
+@pytest.mark.parametrize("name", [pytest.param("det", marks=pytest.mark.slow), "rec", "cls"])
 def test_ppocr_prepared_checks_ready_with_zero_cpu_partitions(ppocr_prepared, name):
     require(htp.available(), "onnxruntime-qnn (the QNN HTP backend)")
     report = onnxcheck.check_model(ppocr_prepared[name].output)

@@ -20,6 +20,8 @@ from qnndeploy import htp, metrics
 from qnndeploy import validate as stage
 from qnndeploy.cli import cli
 
+pytestmark = [pytest.mark.needs_qnn]
+
 SCHEMA = json.loads((Path(stage.__file__).parent / "schemas" / "validation-record.schema.json").read_text())
 
 
@@ -42,6 +44,7 @@ def build(models, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_cls_and_rec_pass_on_the_emulator_for_two_socs(build):
     result = run("validate", build, "--json")
     assert result.exit_code == 0, result.output
@@ -84,6 +87,7 @@ def test_a_stricter_threshold_fails_with_exit_1(cls_build):
     assert rec["passed"] is False and rec["thresholds"]["min_snr_db"] == 200
 
 
+@pytest.mark.slow
 def test_inputs_folder_per_graph(cls_build, tmp_path):
     inputs = tmp_path / "inputs" / "cls"
     inputs.mkdir(parents=True)
@@ -103,6 +107,7 @@ def test_inputs_folder_per_graph(cls_build, tmp_path):
     assert both.exit_code == 2 and "not both" in both.output
 
 
+@pytest.mark.slow
 def test_w8a16_build_is_judged_on_w8a16_thresholds(models, tmp_path):
     calib = tmp_path / "calib"
     calib.mkdir()
@@ -146,6 +151,7 @@ def _relu(tmp_path: Path) -> Path:
     return tmp_path / "relu.onnx"
 
 
+@pytest.mark.slow
 def test_det_near_zero_reference_is_judged_on_max_abs_diff(tmp_path):
     """PP-OCR det on random input gives a map near zero: cosine/SNR mislead there, max abs diff does not."""
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
