@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,7 @@ from qnndeploy.compile.jobs import Backend, Compiled, CompileError, Job, Tools
 from qnndeploy.compile.ort import OrtBackend
 from qnndeploy.compile.qairt import QairtBackend
 from qnndeploy.errors import QnnDeployError
-from qnndeploy.fileio import sha256_file, staging_dir, write_json
+from qnndeploy.fileio import JSON, sha256_file, staging_dir, write_json
 from qnndeploy.formats import CONTEXT_BINARY
 from qnndeploy.markers import scan_file
 from qnndeploy.onnxio import model_inputs, require_model_file
@@ -52,7 +52,7 @@ class JobResult:
     folder: Path
     log: Path
     duration_s: float
-    outputs: list[dict]
+    outputs: list[JSON]
     warnings: list[str]
     findings: list[logs.Finding]
     error: str | None = None
@@ -219,11 +219,11 @@ def _graphs(models: dict[str, Path]) -> dict[str, Path]:
     refused before any job starts."""
 
     graphs: dict[str, Path] = {}
-    for name, path in models.items():
+    for name, given in models.items():
         if not NAME_RE.match(name):
             raise QnnDeployError(f"graph name '{name}' must be letters, digits, '.', '_' or '-' (at most 64), "
                                  f"starting with a letter or digit: pass NAME=PATH.onnx")
-        path = Path(path).expanduser().resolve()
+        path = Path(given).expanduser().resolve()
         require_model_file(path)
         if path.suffix.lower() != ".onnx":
             raise QnnDeployError(f"{path}: expected an .onnx model")
@@ -244,7 +244,7 @@ def _calibration_dir(calib: Path, graph: str) -> Path:
     return folder_for(calib, graph)
 
 
-def _calibration_record(folder: Path, model: Path) -> dict:
+def _calibration_record(folder: Path, model: Path) -> JSON:
     """Check the samples fit the model now (bad input fails before any job starts) and fingerprint them."""
 
     samples = load_samples(folder, model_inputs(model))
@@ -266,7 +266,7 @@ def _run_job(job: Job, be: Backend, store: Path | None, out: Path, tools: Tools)
             cache.add(job, store)  # a folder made with --no-cache still fills the cache
             note = "up to date" if current else "restored from the cache"
             return _result(job, hit, "cached", logs.parse_file(job.log), time.monotonic() - start, note)
-    with open(job.log, "w") as log:
+    with job.log.open("w") as log:
         log.write(f"qnndeploy {__version__}: compile {job.graph} for {job.soc.model} ({job.soc.dsp_arch}), "
                   f"backend {be.name}, QAIRT {be.qairt_version}, {job.precision}\n")
         log.flush()
@@ -306,14 +306,14 @@ def _up_to_date(job: Job) -> dict[str, Any] | None:
     return current
 
 
-def _result(job: Job, record: dict, status: str, findings: list[logs.Finding], seconds: float,
+def _result(job: Job, record: JSON, status: str, findings: list[logs.Finding], seconds: float,
             note: str | None = None) -> JobResult:
     return JobResult(job.graph, job.soc.model, status, job.folder, job.log,
                      round(seconds, 3), record.get("outputs", []), record.get("warnings", []), findings,
                      record.get("error"), note)
 
 
-def _base_record(job: Job, be: Backend, out: Path) -> dict:
+def _base_record(job: Job, be: Backend, out: Path) -> JSON:
     return {
         "record": RECORD, "version": RECORD_VERSION,
         "graph": job.graph, "soc": job.soc.model, "soc_id": job.soc.soc_id, "dsp_arch": job.soc.dsp_arch,
@@ -322,12 +322,12 @@ def _base_record(job: Job, be: Backend, out: Path) -> dict:
         "input": {"path": str(job.model), "sha256": job.model_sha256},
         "outputs": [],
         "log": job.log.relative_to(out).as_posix(),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
 
 def _ok_record(job: Job, be: Backend, work: Path, compiled: Compiled, findings: list[logs.Finding], seconds: float,
-               out: Path) -> dict:
+               out: Path) -> JSON:
 
     record = _base_record(job, be, out)
     warnings = [str(f) for f in findings if f.kind != logs.ERROR] + compiled.warnings
@@ -347,7 +347,7 @@ def _ok_record(job: Job, be: Backend, work: Path, compiled: Compiled, findings: 
 
 
 def _failed_record(job: Job, be: Backend, error: str, findings: list[logs.Finding], seconds: float,
-                   out: Path) -> dict:
+                   out: Path) -> JSON:
     return {**_base_record(job, be, out), "duration_s": round(seconds, 3),
             "warnings": [str(f) for f in findings if f.kind != logs.ERROR], "status": "failed", "error": error,
             "cache_key": job.cache_key}
