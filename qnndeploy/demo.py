@@ -105,16 +105,16 @@ def _stages(out: Path, socs: tuple[str, ...], say: Step, sdk_root: Path | None, 
     prepared = prepare_model(model, out / "model" / f"{MODEL}.npu.onnx", shapes=SHAPES)
     say("check the prepared model on the real HTP compiler")
     after = check_model(Path(prepared.output), soc=socs[-1])
-    if after.verdict != "ready":
-        raise QnnDeployError(f"the prepared demo model is '{after.verdict}' on the HTP; see qnndeploy check "
-                             f"{prepared.output}", EXIT_CHECK_FAILED)
+    if after.verdict != "ready":  # the output is rolled back on failure: say why here, not in a file
+        first = next((f.message for f in after.findings if f.severity in ("blocker", "fixable")), "")
+        raise QnnDeployError(f"the prepared demo model is '{after.verdict}' on the HTP: {first}", EXIT_CHECK_FAILED)
 
     say(f"compile for {', '.join(socs)} with onnxruntime-qnn (CPU fallback off)")
     build = out / "build"
     compiled = compile_models({MODEL: Path(prepared.output)}, list(socs), build)
     if not compiled.ok:
         first = compiled.failures[0]
-        raise QnnDeployError(f"compile failed for {first.soc}: {first.error} (log: {first.log})", EXIT_CHECK_FAILED)
+        raise QnnDeployError(f"compile failed for {first.soc}: {first.error}", EXIT_CHECK_FAILED)
     say("validate: each context binary on the host HTP emulator against onnxruntime CPU")
     validated = validate_build(build, random=4)
     if not validated.ok:

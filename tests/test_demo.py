@@ -12,6 +12,7 @@ from conftest import require
 
 from qnndeploy import htp
 from qnndeploy.bundle.verify import verify_bundle
+from qnndeploy.errors import QnnDeployError
 from qnndeploy.scaffold import scaffold
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_qnn]
@@ -143,3 +144,19 @@ def test_sigterm_mid_run_leaves_nothing(tmp_path):
     assert proc.returncode == 130, err
     assert "interrupted; nothing was left half-written" in err
     assert not out.exists()
+
+
+def test_a_failed_demo_names_the_cause_not_a_file_it_rolled_back(tmp_path, monkeypatch):
+    """The demo removes its half-made output on failure, so the error carries the cause, never a path inside it."""
+    from types import SimpleNamespace
+
+    from qnndeploy import demo as stage
+
+    out = tmp_path / "d"
+    failure = SimpleNamespace(soc="SM8750", error="the HTP cannot run 1 node(s): x (Det)",
+                              log=out / "build/logs/kws_demo-SM8750.log")
+    monkeypatch.setattr(stage, "compile_models", lambda *a, **k: SimpleNamespace(ok=False, failures=[failure]))
+    with pytest.raises(QnnDeployError) as e:
+        stage.run_demo(out, socs=("SM8750",))
+    assert str(e.value) == "compile failed for SM8750: the HTP cannot run 1 node(s): x (Det)"
+    assert str(out) not in str(e.value) and not out.exists()
