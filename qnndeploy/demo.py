@@ -106,8 +106,8 @@ def _stages(out: Path, socs: tuple[str, ...], say: Step, sdk_root: Path | None, 
     say("check the prepared model on the real HTP compiler")
     after = check_model(Path(prepared.output), soc=socs[-1])
     if after.verdict != "ready":  # the output is rolled back on failure: say why here, not in a file
-        first = next((f.message for f in after.findings if f.severity in ("blocker", "fixable")), "")
-        raise QnnDeployError(f"the prepared demo model is '{after.verdict}' on the HTP: {first}", EXIT_CHECK_FAILED)
+        why = next((f.message for f in after.findings if f.severity in ("blocker", "fixable")), "")
+        raise QnnDeployError(f"the prepared demo model is '{after.verdict}' on the HTP: {why}", EXIT_CHECK_FAILED)
 
     say(f"compile for {', '.join(socs)} with onnxruntime-qnn (CPU fallback off)")
     build = out / "build"
