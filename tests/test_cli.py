@@ -17,11 +17,9 @@ import click
 import onnx
 import pytest
 from click.testing import CliRunner
-from conftest import require
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from qnndeploy import htp
 from qnndeploy.cli import cli
 from qnndeploy.compile.cache import TAG_FILE
 from qnndeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED
@@ -175,7 +173,6 @@ def relu(path: Path) -> Path:
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch) -> Path:
     """A private cache, found the default way ($QNNDEPLOY_CACHE_DIR), filled by two real compiles."""
-    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler)")
     cache = tmp_path / "cache"
     monkeypatch.setenv("QNNDEPLOY_CACHE_DIR", str(cache))
     r = run("compile", relu(tmp_path / "relu.onnx"), "--soc", "SM8550", "--soc", "SM8750", "-o", tmp_path / "b1")
@@ -183,6 +180,7 @@ def cache_dir(tmp_path, monkeypatch) -> Path:
     return cache
 
 
+@pytest.mark.needs_qnn
 def test_cache_list_and_size_show_the_compiles(cache_dir, tmp_path):
     listing = json.loads(run("cache", "list", "--json").output)
     assert listing["path"] == str(cache_dir) and listing["other"] == []
@@ -202,6 +200,7 @@ def test_cache_list_and_size_show_the_compiles(cache_dir, tmp_path):
     assert (cache_dir / TAG_FILE).read_text().startswith("Signature: 8a477f597d28d172789f06886806bc55")
 
 
+@pytest.mark.needs_qnn
 def test_cache_clear_removes_the_entries_and_nothing_else(cache_dir, tmp_path):
     (cache_dir / "notes.txt").write_text("mine")
     (cache_dir / ".0123456789ab.x1y2z3").mkdir()  # an entry a killed compile was writing
@@ -239,6 +238,7 @@ def test_cache_commands_refuse_a_folder_that_is_not_a_cache(tmp_path):
     assert r.exit_code == 0 and r.output == f"{tmp_path / 'new'}: empty\n"
 
 
+@pytest.mark.needs_qnn
 def test_a_damaged_cache_entry_is_replaced_by_the_next_compile(cache_dir, tmp_path):
     entry = next(p for p in cache_dir.iterdir() if p.is_dir())
     record = json.loads((entry / "compile.json").read_text())
