@@ -230,7 +230,7 @@ def follow_advice(model: Model, cache: Path, work: Path, soc: str = "SM8750", th
     build, bundles = work / "build", work / "bundles"
     steps = [("compile", ["compile", f"{model.name}={current}", "--soc", soc, "-o", str(build)]),
              ("validate", ["validate", str(build)]),
-             ("bundle", ["bundle", "--from-build", str(build), "--name", model.name.replace("_", "-"),
+             ("bundle", ["bundle", "build", "--from-build", str(build), "--name", model.name.replace("_", "-"),
                          "--version", "1.0.0", "-o", str(bundles), "--source-model", str(source)])]
     for name, args in steps:
         t = time.monotonic()
