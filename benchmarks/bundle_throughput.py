@@ -81,8 +81,8 @@ def main() -> None:
     try:
         files = make_inputs(root, int(args.gb * (1 << 30)))
         size_mb = sum(p.stat().st_size for p in files) / 1e6
-        bundle_cmd = ["qnndeploy", "bundle", "build", "--name", "bench", "--version", "1", "-o", str(root / "out"), "--force",
-                      "--qnn-sdk-root", str(root / "sdk")]
+        bundle_cmd = ["qnndeploy", "bundle", "build", "--name", "bench", "--version", "1", "-o", str(root / "out"),
+                      "--force", "--qnn-sdk-root", str(root / "sdk")]
         bundle_cmd += [x for g in GRAPHS for x in ("--cpu", f"{g}={root / f'{g}.onnx'}")]
         bundle_cmd += [x for s in SOCS for g in GRAPHS for x in ("--npu", f"{s}:{g}={root / s / f'{g}.bin'}")]
         verify_cmd = ["qnndeploy", "bundle", "verify", str(root / "out" / "bench-1")]
