@@ -639,3 +639,229 @@ def test_an_empty_or_swapped_cpu_model(inputs, bundle, tmp_path):
     shutil.copy(bundle / "cpu/dec.onnx", bundle / "cpu/enc.onnx")
     rehash(bundle, "cpu/enc.onnx")
     assert [p.split(":")[0] for p in problems(bundle)] == ["cpu/enc.onnx"]
+
+
+# --- what the app relies on: broken bundles that must not verify (issue 11) -----------------------------------------
+
+def one_line_problems(b: Path) -> list[str]:
+    found = problems(b)
+    assert all("\n" not in p and "\r" not in p for p in found), found
+    return found
+
+
+@pytest.fixture(scope="module")
+def wrapped_inputs(tmp_path_factory) -> dict:
+    """Two graphs compiled for SM8750, each with its context binary and the EPContext wrapper that loads it."""
+    require(htp.available(), "onnxruntime-qnn")
+    from bundles import compile_inputs
+
+    return compile_inputs(tmp_path_factory.mktemp("wrapped"), targets=("SM8750",), graphs=("det", "rec"))
+
+
+@pytest.fixture
+def wrapped(wrapped_inputs, tmp_path) -> Path:
+    from bundles import build
+
+    b = build(tmp_path, wrapped_inputs)
+    report = verify_bundle(b)
+    assert report.ok and report.warnings == [], report.problems  # the correct bundle verifies clean
+    return b
+
+
+def external_tensor(location: str) -> onnx.TensorProto:  # noqa: F821 (onnx is imported where it is called)
+    from onnx import TensorProto, helper
+
+    t = helper.make_tensor("hidden", TensorProto.FLOAT, [4], [0.0] * 4)
+    t.ClearField("float_data")
+    t.data_location = TensorProto.EXTERNAL
+    t.external_data.add(key="location", value=location)
+    t.external_data.add(key="length", value="16")
+    return t
+
+
+def point_outside(model_path: Path, location: str, where: str) -> None:
+    """Make one tensor of the model at `model_path` keep its data at `location`, in an initializer, a Constant
+    inside a function, or a sparse initializer."""
+    import onnx
+    from onnx import helper
+
+    m = onnx.load(str(model_path))
+    if where == "initializer":
+        m.graph.initializer.append(external_tensor(location))
+    elif where == "function":
+        constant = helper.make_node("Constant", [], ["c"], value=external_tensor(location))
+        m.functions.append(helper.make_function("local", "hide", [], ["c"], [constant], [helper.make_opsetid("", 17)]))
+    else:
+        indices = helper.make_tensor("hidden_i", onnx.TensorProto.INT64, [1], [0])
+        m.graph.sparse_initializer.append(helper.make_sparse_tensor(external_tensor(location), indices, [4]))
+    onnx.save(m, str(model_path))
+
+
+@pytest.mark.parametrize("where", ["initializer", "function", "sparse"])
+@pytest.mark.parametrize("location", ["/etc/passwd", "../x", "sub/../../x"])
+def test_cpu_external_data_outside_the_bundle(bundle, location, where):
+    point_outside(bundle / "cpu/enc.onnx", location, where)
+    rehash(bundle, "cpu/enc.onnx")
+    assert one_line_problems(bundle) == [
+        (f"cpu/enc.onnx: keeps its weights in '{location}', which is not a plain relative path inside its folder "
+         "(absolute or '..'): ONNX Runtime would read it from outside the bundle's cpu/")]
+
+
+def seeded_bytes(n: int) -> bytes:
+    import random
+
+    return random.Random(n).randbytes(n)
+
+
+BINARY = "npu/SM8750/enc.bin"
+TOO_FEW = ("too few for a QNN context binary (at least 4096): it is empty, truncated or another file; recompile it or "
+           "copy it again")
+CUT = "it is truncated or padded; recompile it or copy it again"
+NOT_A_BINARY = "it is not a QNN context binary (damaged, truncated or another file); recompile it or copy it again"
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda d: b"", f"has 0 bytes, {TOO_FEW}"),
+    (lambda d: d[:100], f"has 100 bytes, {TOO_FEW}"),
+    (lambda d: d[:-4096], f"has 45056 bytes, but its QNN header says 49152: {CUT}"),
+    (lambda d: d + b"\0" * 10, f"has 49162 bytes, but its QNN header says 49152: {CUT}"),
+    (lambda d: d[:8192], f"has no soc_type/arch marker: {NOT_A_BINARY}"),
+    (lambda d: seeded_bytes(len(d)), f"has no QAIRT build string and no soc_type/arch marker: {NOT_A_BINARY}"),
+    (lambda d: d.replace(b"soc_type=SM8750;", b"soc_type=SM8650;"),
+     "was compiled for SM8650, but target SM8750 is SM8750: recompile it for this SoC"),
+], ids=["empty", "tiny", "truncated", "padded", "first-pages", "random", "other-soc-same-arch"])
+def test_a_context_binary_that_is_not_one(bundle, change, expected):
+    """Each rehashed into the manifest: the file itself must be judged, not only its checksum."""
+    p = bundle / BINARY
+    data = p.read_bytes()
+    assert len(data) == 49152  # the sizes above are this tiny graph's binary
+    p.write_bytes(change(data))
+    rehash(bundle, BINARY)
+    assert one_line_problems(bundle) == [f"{BINARY}: {expected}"]
+
+
+def test_ctx_onnx_listed_as_a_context_binary(wrapped):
+    m = manifest(wrapped)
+    for a in m["targets"][0]["artifacts"]:
+        if a["path"] == "npu/SM8750/det_ctx.onnx":
+            a["format"] = "qnn-context-binary"
+    (wrapped / "manifest.json").write_text(json.dumps(m))
+    assert one_line_problems(wrapped) == [
+        ("npu/SM8750/det_ctx.onnx: is an ONNX file (an EPContext wrapper?) listed as a qnn-context-binary: list it as "
+         "ort-epcontext and list its .bin as the context binary")]
+
+
+def test_epcontext_wrapper_copied_over_the_cpu_model(wrapped):
+    shutil.copy(wrapped / "npu/SM8750/det_ctx.onnx", wrapped / "cpu/det.onnx")
+    rehash(wrapped, "cpu/det.onnx")
+    assert one_line_problems(wrapped) == [
+        ("cpu/det.onnx: holds 1 EPContext node(s): it is an NPU wrapper, not a CPU model; on a phone without the NPU "
+         "the CPU fallback would fail too. Put the original model in cpu/")]
+
+
+def name_binary(wrapper: Path, name: bytes) -> None:
+    import onnx
+
+    m = onnx.load(str(wrapper))
+    for node in m.graph.node:
+        for a in node.attribute:
+            if a.name == "ep_cache_context":
+                a.s = name
+    onnx.save(m, str(wrapper))
+
+
+@pytest.mark.parametrize("name, expected", [
+    (b"\xffdet.bin", ("names its context binary in ep_cache_context with bytes that are not UTF-8: ONNX Runtime "
+                      "cannot open it on the phone; re-export the wrapper")),
+    (b"rec.bin", ("loads 'rec.bin', but its graph's context binary in this target is 'det.bin': ONNX Runtime would "
+                  "load the wrong file")),
+    (b"det_ctx.onnx", ("loads 'det_ctx.onnx', but its graph's context binary in this target is 'det.bin': ONNX "
+                       "Runtime would load the wrong file")),
+    (b"../SM8750/det.bin", ("loads its context binary from '../SM8750/det.bin', which is not in the bundle beside "
+                            "it: ONNX Runtime would fail on the phone")),
+], ids=["not-utf8", "other-graph", "itself", "dotdot"])
+def test_epcontext_wrapper_names_its_own_binary(wrapped, name, expected):
+    name_binary(wrapped / "npu/SM8750/det_ctx.onnx", name)
+    rehash(wrapped, "npu/SM8750/det_ctx.onnx")
+    assert one_line_problems(wrapped) == [f"npu/SM8750/det_ctx.onnx: {expected}"]
+
+
+def set_field(b: Path, path: tuple, value: object) -> None:
+    m = manifest(b)
+    node = m
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    (b / "manifest.json").write_text(json.dumps(m))
+
+
+@pytest.mark.parametrize("path, value", [
+    (("name",), "demo\n"), (("version",), "1.0.0\n"), (("targets", 1, "soc"), "SM8750\n"),
+    (("version",), "1.0.0\r"), (("name",), "demo\x00"), (("graphs", 0, "name"), "enc\n"),
+])
+def test_control_characters_in_names(bundle, path, value):
+    set_field(bundle, path, value)
+    field_name = "/".join(str(p) for p in path)
+    assert one_line_problems(bundle) == [
+        (f"manifest.json: {field_name}: {value!r} holds a control character (a newline, tab, NUL…); names, versions "
+         "and coordinates must be plain text")]
+
+
+def test_control_character_in_the_maven_coordinates(inputs, tmp_path):
+    b = build_bundle(spec(inputs, sdk_root=None), tmp_path).path
+    set_field(b, ("runtime", "maven"), "com.qualcomm.qti:qnn-runtime:2.51.0\n")
+    assert one_line_problems(b) == [
+        ("manifest.json: runtime/maven: 'com.qualcomm.qti:qnn-runtime:2.51.0\\n' holds a control character (a "
+         "newline, tab, NUL…); names, versions and coordinates must be plain text")]
+
+
+def test_trailing_newline_fails_the_schema_too():
+    from bundles import manifest as make_manifest
+
+    from qnndeploy.bundle.manifest import schema_errors
+
+    good = make_manifest(runtime="external")
+    assert schema_errors(good) == []
+    for key in ("name", "version"):
+        assert schema_errors({**good, key: good[key] + "\n"}), key
+    assert schema_errors({**good, "runtime": {"mode": "external", "maven": good["runtime"]["maven"] + "\n"}})
+
+
+@pytest.mark.parametrize("soc", ["43", "SM9999", "KALAMA"])
+def test_soc_must_be_a_catalog_model(bundle, soc):
+    set_field(bundle, ("targets", 0, "soc"), soc)
+    assert one_line_problems(bundle) == [
+        (f"manifest.json: target {soc}: '{soc}' is not a SoC model of the catalog (e.g. SM8750): the app matches "
+         "targets by model name, so no phone would ever use this one")]
+
+
+@pytest.mark.parametrize("text", ["1.0", "true", "2.0", "\"2\""])
+def test_format_version_must_be_an_integer(bundle, text):
+    from qnndeploy.decision import Device, decide
+
+    raw = (bundle / "manifest.json").read_text().replace('"format_version": 2', f'"format_version": {text}')
+    (bundle / "manifest.json").write_text(raw)
+    found = one_line_problems(bundle)
+    assert len(found) == 1 and found[0].startswith("manifest.json: ") and "format_version" in found[0], found
+    # the app's decision refuses the same manifest
+    d = decide(json.loads(raw), Device("SM8750", None, 34), load_errors={}, lib_dir="/x")
+    assert d.reason_key == "format_unsupported"
+
+
+def test_sizes_are_compared_before_any_hashing(bundle, monkeypatch):
+    """A sparse 1 TiB file listed with another size: found from its size, never read."""
+    from qnndeploy.bundle import verify
+
+    big = bundle / "records" / "big.bin"
+    big.parent.mkdir()
+    with big.open("wb") as f:
+        f.truncate(1 << 40)
+    m = manifest(bundle)
+    m["records"].append({"path": "records/big.bin", "sha256": "0" * 64, "size": 10})
+    (bundle / "manifest.json").write_text(json.dumps(m))
+    read: list[str] = []
+    real = verify.scan_file
+    monkeypatch.setattr(verify, "scan_file", lambda path, *a, **k: (read.append(path.name), real(path, *a, **k))[1])
+    assert one_line_problems(bundle) == [
+        f"records/big.bin: has {1 << 40} bytes, the manifest says 10 (truncated or replaced)"]
+    assert "big.bin" not in read and read  # the other files were read

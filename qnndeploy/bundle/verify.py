@@ -10,16 +10,20 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from qnndeploy import epcontext, socs
 from qnndeploy.bundle import archive, elf
 from qnndeploy.bundle.manifest import external_data_path, file_entries, graph_signature, read_manifest, schema_errors
-from qnndeploy.decision import qnn_libraries
+from qnndeploy.decision import qnn_libraries, soc_tables, upper
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import JSON, Progress
 from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, EXTERNAL_DATA, MANIFEST, MAVEN_RUNTIME, ONNX
 from qnndeploy.markers import FileFacts, build_version, scan_file
-from qnndeploy.onnxio import external_locations, load_model
+from qnndeploy.onnxio import load_model
+
+if TYPE_CHECKING:
+    import onnx
 
 
 @dataclass
@@ -94,20 +98,57 @@ def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None
         return report
     errors = schema_errors(manifest)
     if errors:
-        report.problems += [Problem(MANIFEST, f"schema: {e}") for e in errors]
+        # a control character is said once, plainly, not again as a schema mismatch of that field or its parent
+        texts = text_problems(manifest)
+        fields = [p.message.split(": ", 1)[0] + "/" for p in texts]
+        report.problems += texts + [Problem(MANIFEST, f"schema: {e}") for e in errors
+                                    if not any(f.startswith(e.split(": ", 1)[0] + "/") for f in fields)]
         return report
 
-    tree, report.problems = _walk(root)
+    report.problems += text_problems(manifest)
+    tree, walked = _walk(root)
+    report.problems += walked
     entries = file_entries(manifest)
-    present = [(kind, e) for kind, e in entries if e["path"] in tree]
+    # Sizes first, from the file system: a file whose size is not the listed one is a problem found without reading
+    # it (a sparse 1 TiB member would otherwise be hashed whole), and nothing else is read from it.
+    sizes = {x["path"]: (root / x["path"]).lstat().st_size for _, x in entries if x["path"] in tree}
+    listed: dict[str, set[int]] = {}
+    for _, entry in entries:
+        listed.setdefault(entry["path"], set()).add(entry["size"])
+    unread = {p: n for p, n in sizes.items() if n not in listed[p]}
+    present = [(kind, x) for kind, x in entries if x["path"] in sizes and x["path"] not in unread]
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:  # hashlib releases the GIL
         scanned = pool.map(lambda ke: scan_file(root / ke[1]["path"], ke[0] != "cpu" and ke[0] != "record",
                                                 progress), present)
         facts = {e["path"]: f for (_, e), f in zip(present, scanned, strict=True)}
-    report.problems += check_manifest(manifest, facts, tree, root)
+    report.problems += check_manifest(manifest, facts, tree, root, unread)
     report.warnings += check_warnings(manifest, facts)
     _summarize(report, manifest, facts)
+    report.files += len(unread)
+    report.bytes += sum(unread.values())
     return report
+
+
+# C0 and C1 control characters (a trailing newline included), which no name, version or coordinate may hold
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def text_problems(manifest: JSON) -> list[Problem]:
+    """Names the app shows, matches or logs must be plain text: a control character (a trailing newline too, which a
+    pattern ending in '$' lets through in Python) is a problem naming the manifest field."""
+    fields: list[tuple[str, object]] = [("name", manifest.get("name")), ("version", manifest.get("version"))]
+    targets = manifest.get("targets")
+    if isinstance(targets, list):
+        fields += [(f"targets/{i}/soc", t.get("soc")) for i, t in enumerate(targets) if isinstance(t, dict)]
+    graphs = manifest.get("graphs")
+    if isinstance(graphs, list):
+        fields += [(f"graphs/{i}/name", g.get("name")) for i, g in enumerate(graphs) if isinstance(g, dict)]
+    runtime = manifest.get("runtime")
+    if isinstance(runtime, dict):
+        fields.append(("runtime/maven", runtime.get("maven")))
+    return [Problem(MANIFEST, f"{where}: {value!r} holds a control character (a newline, tab, NUL…); names, "
+                              "versions and coordinates must be plain text")
+            for where, value in fields if isinstance(value, str) and _CONTROL.search(value)]
 
 
 def _summarize(report: VerifyReport, manifest: JSON, facts: dict[str, FileFacts]) -> None:
@@ -120,8 +161,11 @@ def _summarize(report: VerifyReport, manifest: JSON, facts: dict[str, FileFacts]
     report.runtime = rt["maven"] + " (external)" if rt["mode"] == "external" else f"{len(rt['libs'])} libraries"
 
 
-def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], root: Path) -> list[Problem]:
-    """Every rule of the bundle format that can fail. `facts` holds the files that were read (present ones)."""
+def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], root: Path,
+                   unread: dict[str, int] | None = None) -> list[Problem]:
+    """Every rule of the bundle format that can fail. `facts` holds the files that were read; `unread` the present
+    files left unread because their size is not the listed one (path -> size)."""
+    unread = unread or {}
     problems: list[Problem] = []
 
     def add(path: str, msg: str) -> None:
@@ -135,11 +179,12 @@ def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], 
         if p in seen or p == MANIFEST:
             add(p, "is listed twice in the manifest")
         seen.add(p)
+        size = unread[p] if p in unread else facts[p].size if p in facts else None
         if p not in tree:
             add(p, "is listed in the manifest but missing from the bundle")
-        elif facts[p].size != e["size"]:
-            add(p, f"has {facts[p].size} bytes, the manifest says {e['size']} (truncated or replaced)")
-        elif facts[p].sha256 != e["sha256"]:
+        elif size is not None and size != e["size"]:
+            add(p, f"has {size} bytes, the manifest says {e['size']} (truncated or replaced)")
+        elif p in facts and facts[p].sha256 != e["sha256"]:
             add(p, "sha256 differs from the manifest (the file changed after bundling)")
     for p in sorted(tree - seen - {MANIFEST}):
         add(p, "is not listed in the manifest")
@@ -174,13 +219,19 @@ def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], 
     qairt = manifest["qairt"]
     runtime = manifest["runtime"]
     targets_seen: set[str] = set()
+    models, _ = soc_tables()  # the decision's table: how the app matches a phone's SoC to a target
     for t in manifest["targets"]:
         soc_name = t["soc"]
-        if soc_name in targets_seen:
+        model = models.get(upper(soc_name))
+        if model is None:
+            add(MANIFEST, f"target {soc_name}: '{soc_name}' is not a SoC model of the catalog (e.g. SM8750): the app "
+                          "matches targets by model name, so no phone would ever use this one")
+            continue
+        if model in targets_seen:
             add(MANIFEST, f"SoC {soc_name} has two targets")
-        targets_seen.add(soc_name)
+        targets_seen.add(model)
         try:
-            soc = socs.find(soc_name)
+            soc = socs.find(model)
             if (soc.soc_id, soc.dsp_arch) != (t["soc_id"], t["dsp_arch"]):
                 add(MANIFEST, f"target {soc_name} says soc_id {t['soc_id']}/{t['dsp_arch']}, "
                               f"the catalog says {soc.soc_id}/{soc.dsp_arch}")
@@ -198,14 +249,24 @@ def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], 
             if a["graph"] not in graphs:
                 add(a["path"], f"belongs to graph '{a['graph']}', which the manifest does not declare")
             if f is not None and a["format"] == EPCONTEXT:
-                problems += _epcontext_problems(root, a["path"], {x["path"] for x in t["artifacts"]})
+                binary = next((x["path"] for x in t["artifacts"]
+                               if x["graph"] == a["graph"] and x["format"] == CONTEXT_BINARY), None)
+                problems += _epcontext_problems(root, a["path"], {x["path"] for x in t["artifacts"]}, binary)
                 if a["graph"] in signatures:
                     problems += _signature_problems(root, a["path"], signatures[a["graph"]], a["graph"])
             if f is None or a["format"] != CONTEXT_BINARY:
                 continue
+            not_binary = _not_a_context_binary(root, a["path"], f)
+            if not_binary:
+                add(a["path"], not_binary)
+                continue
             wrong = sorted({f"{s} (v{x})" for s, x in f.context_targets if x != arch})
             if wrong:
                 add(a["path"], f"was compiled for {', '.join(wrong)}, but target {soc_name} is {t['dsp_arch']}")
+            other = sorted({s for s, x in f.context_targets if models.get(upper(s), model) != model})
+            if other and not wrong:
+                add(a["path"], f"was compiled for {', '.join(other)}, but target {soc_name} is {model}: "
+                               "recompile it for this SoC")
             problems += _version_problems(a["path"], f, qairt)
         if runtime["mode"] == "bundled":
             problems += _runtime_completeness(t, runtime["libs"])
@@ -247,12 +308,19 @@ def _external_data_problems(root: Path, model: JSON, data: dict[str, JSON]
                             ) -> tuple[set[str] | None, list[Problem]]:
     """(the listed data files a CPU model names, or None when it is unreadable; a problem per location that is not
     a listed data file of its graph beside it). ONNX Runtime reads these files wherever the model points."""
+    import onnx
+
     path = model["path"]
     try:
-        locations = external_locations(load_model(root / path, check_external=False))
+        proto = load_model(root / path, check_external=False)
     except QnnDeployError as e:
         return None, [Problem(path, _in_bundle(e, root, path))]
-    refs, problems = set(), []
+    refs: set[str] = set()
+    problems = [Problem(path, f"holds {n} EPContext node(s): it is an NPU wrapper, not a CPU model; on a phone "
+                              "without the NPU the CPU fallback would fail too. Put the original model in cpu/")
+                for n in [sum(node.op_type == "EPContext" for node in _all_nodes(proto))] if n]
+    locations = {e.value for t in _all_tensors(proto) if t.data_location == onnx.TensorProto.EXTERNAL
+                 for e in t.external_data if e.key == "location"}
     for location in sorted(locations):
         rel = external_data_path(path, location)
         if rel is None:
@@ -267,21 +335,112 @@ def _external_data_problems(root: Path, model: JSON, data: dict[str, JSON]
     return refs, problems
 
 
+def _graphs(model: onnx.ModelProto) -> Iterator[onnx.GraphProto | onnx.FunctionProto]:
+    """The main graph, every subgraph and every function of a model (iteratively: depth is the file's to choose)."""
+    stack: list[onnx.GraphProto | onnx.FunctionProto] = [model.graph, *model.functions]
+    for info in model.training_info:
+        stack += [info.initialization, info.algorithm]
+    while stack:
+        graph = stack.pop()
+        yield graph
+        for node in graph.node:
+            for a in node.attribute:
+                if a.HasField("g"):
+                    stack.append(a.g)
+                stack.extend(a.graphs)
+
+
+def _all_nodes(model: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
+    for graph in _graphs(model):
+        yield from graph.node
+
+
+def _all_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor ONNX Runtime may read external data for: initializers (sparse ones too) and tensors held in node
+    attributes, in every graph, subgraph and function."""
+    import onnx
+
+    for graph in _graphs(model):
+        sparse: list[onnx.SparseTensorProto] = []
+        if isinstance(graph, onnx.GraphProto):
+            yield from graph.initializer
+            sparse += list(graph.sparse_initializer)
+        for node in graph.node:
+            for a in node.attribute:
+                if a.HasField("t"):
+                    yield a.t
+                yield from a.tensors
+                if a.HasField("sparse_tensor"):
+                    sparse.append(a.sparse_tensor)
+                sparse += list(a.sparse_tensors)
+        for st in sparse:
+            yield st.values
+            yield st.indices
+
+
+# Smallest plausible QNN context binary: its header and metadata alone fill the first 4 KiB page.
+MIN_CONTEXT_BINARY = 4096
+# The header QAIRT 2.x context binaries start with (seen in every binary onnxruntime-qnn writes): two big-endian
+# format numbers, then at byte 24 and 32 the little-endian lengths of the metadata page and of the graph blob, which
+# together are the file's size. A file with this start and another size is truncated or padded.
+_HEADER = b"\x00\x00\x00\x02\x00\x00\x00\x03"
+
+
+def _not_a_context_binary(root: Path, path: str, f: FileFacts) -> str | None:
+    """Why a file listed as a QNN context binary is not one, or None. Until binaries are read through libQnnSystem
+    (issue 12's inspect), this is the marker scan made strict: the QAIRT build string and the soc_type/arch marker
+    present, a plausible size, and when the known header is there, the size it declares."""
+    if path.endswith(".onnx"):
+        return ("is an ONNX file (an EPContext wrapper?) listed as a qnn-context-binary: list it as ort-epcontext "
+                "and list its .bin as the context binary")
+    if f.size < MIN_CONTEXT_BINARY:
+        return (f"has {f.size} bytes, too few for a QNN context binary (at least {MIN_CONTEXT_BINARY}): it is empty, "
+                "truncated or another file; recompile it or copy it again")
+    missing = [what for what, found in (("QAIRT build string", f.builds), ("soc_type/arch marker", f.context_targets))
+               if not found]
+    if missing:
+        return (f"has no {' and no '.join(missing)}: it is not a QNN context binary (damaged, truncated or another "
+                "file); recompile it or copy it again")
+    try:
+        with (root / path).open("rb") as fh:
+            head = fh.read(40)
+    except OSError as e:
+        return f"cannot be read: {e.strerror or e}"
+    if len(head) == 40 and head.startswith(_HEADER):
+        declared = int.from_bytes(head[24:32], "little") + int.from_bytes(head[32:40], "little")
+        if declared != f.size:
+            return (f"has {f.size} bytes, but its QNN header says {declared}: it is truncated or padded; recompile "
+                    "it or copy it again")
+    return None
+
+
 def _family(version: str) -> str:
     return ".".join(version.split(".")[:2]) + ".x"
 
 
-def _epcontext_problems(root: Path, path: str, listed: set[str]) -> list[Problem]:
-
+def _epcontext_problems(root: Path, path: str, listed: set[str], binary: str | None) -> list[Problem]:
+    """An EPContext wrapper must load, by a UTF-8 name relative to itself, the context binary listed for its graph
+    in its target (`binary`)."""
     try:
         refs = epcontext.context_refs(root / path)
     except QnnDeployError as e:
         return [Problem(path, _in_bundle(e, root, path))]
+    except UnicodeDecodeError:
+        return [Problem(path, "names its context binary in ep_cache_context with bytes that are not UTF-8: ONNX "
+                              "Runtime cannot open it on the phone; re-export the wrapper")]
+    if not refs:
+        return [Problem(path, "has no EPContext node that loads a context binary of the bundle")]
     folder = path.rsplit("/", 1)[0]
-    return [Problem(path, f"loads its context binary from '{ref}', which is not in the bundle beside it: "
-                          "ONNX Runtime would fail on the phone")
-            for ref in refs if f"{folder}/{ref}" not in listed] or (
-        [] if refs else [Problem(path, "has no EPContext node that loads a context binary of the bundle")])
+    problems = []
+    for ref in refs:
+        if f"{folder}/{ref}" not in listed:
+            problems.append(Problem(path, f"loads its context binary from {ref!r}, which is not in the bundle beside "
+                                          "it: ONNX Runtime would fail on the phone"))
+        elif f"{folder}/{ref}" != binary:
+            want = f"'{binary.rsplit('/', 1)[-1]}'" if binary else "none (its graph has no context binary here)"
+            problems.append(Problem(path, f"loads {ref!r}, but its graph's context binary in this target is {want}: "
+                                          "ONNX Runtime would load the wrong file"))
+    return problems
 
 
 def _version_problems(path: str, f: FileFacts, qairt: JSON) -> list[Problem]:
@@ -345,16 +504,9 @@ def _runtime_completeness(target: JSON, libs: list[JSON]) -> list[Problem]:
 
 
 def check_warnings(manifest: JSON, facts: dict[str, FileFacts]) -> list[Problem]:
-    """What cannot be confirmed, without being wrong: binaries whose markers were not found."""
+    """What cannot be confirmed, without being wrong: Skel libraries whose build string was not found (a context
+    binary without its markers is a problem: see _not_a_context_binary)."""
     warnings = []
-    for t in manifest["targets"]:
-        for a in t["artifacts"]:
-            f = facts.get(a["path"])
-            if f and a["format"] == CONTEXT_BINARY:
-                if not f.context_targets:
-                    warnings.append(Problem(a["path"], "no SoC/arch marker found: its arch cannot be confirmed"))
-                if not f.builds:
-                    warnings.append(Problem(a["path"], "no QAIRT build string found: its version cannot be confirmed"))
     if manifest["runtime"]["mode"] == "bundled":
         for lib in manifest["runtime"]["libs"]:
             f = facts.get(lib["path"])
