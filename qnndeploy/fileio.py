@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from qnndeploy.errors import QnnDeployError
 
@@ -35,6 +37,54 @@ def publish(tmp: Path, final: Path, mode: int = 0o666) -> None:
     tmp.replace(final)
 
 Progress = Callable[[int], None]  # called with the number of bytes just processed
+
+
+_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+          stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFLNK: "a symlink"}
+
+
+def open_regular(path: Path, limit: int | None = None, what: str = "file", follow: bool = False) -> BinaryIO:
+    """Open a regular file for reading, refusing at once anything else: a FIFO, device or socket (reading one would
+    hang or never end), a symlink (unless `follow`: then the link is resolved first and its target must be a regular
+    file, opened with O_NOFOLLOW so that it cannot be swapped in between), or a file over `limit` bytes."""
+    target = Path(os.path.realpath(path)) if follow else Path(path)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(target, flags)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise QnnDeployError(f"{path} is a symlink; a {what} must be a regular file") from None
+        try:  # a socket cannot be opened at all (ENXIO): name it as what it is
+            mode = os.lstat(target).st_mode
+        except OSError:
+            mode = stat.S_IFREG
+        _regular(path, mode, what)
+        raise QnnDeployError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        _regular(path, st.st_mode, what)
+        if limit is not None and st.st_size > limit:
+            raise QnnDeployError(f"{path} has {st.st_size:,} bytes, over the limit of {limit:,} for a {what}")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _regular(path: Path, mode: int, what: str) -> None:
+    if not stat.S_ISREG(mode):
+        kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        raise QnnDeployError(f"{path} is {kind}, not a regular file; a {what} must be a regular file")
+
+
+def read_limited(path: Path, limit: int, what: str = "file") -> bytes:
+    """The whole of a regular file of at most `limit` bytes (see open_regular), read in one go."""
+    with open_regular(path, limit, what) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:  # it grew after the fstat
+        raise QnnDeployError(f"{path} has more than {limit:,} bytes, over the limit for a {what}")
+    return data
 
 
 def sha256_file(path: Path, progress: Progress | None = None, scan: Callable[[bytes], None] | None = None,

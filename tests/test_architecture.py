@@ -14,8 +14,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "qnndeploy"
 LAYERS = [
     {"qnndeploy", "qnndeploy.bundle", "qnndeploy.device", "qnndeploy.errors"},
     {"qnndeploy.fileio", "qnndeploy.socs", "qnndeploy.onnxio", "qnndeploy.formats", "qnndeploy.bundle.elf",
-     "qnndeploy.bundle.archive", "qnndeploy.quantize"},
-    {"qnndeploy.records", "qnndeploy.markers", "qnndeploy.epcontext", "qnndeploy.samples", "qnndeploy.metrics",
+     "qnndeploy.quantize"},
+    {"qnndeploy.bundle.archive", "qnndeploy.records", "qnndeploy.markers", "qnndeploy.epcontext",
+     "qnndeploy.samples", "qnndeploy.metrics",
      "qnndeploy.htp", "qnndeploy.shapes", "qnndeploy.fuse", "qnndeploy.decision", "qnndeploy.bundle.manifest",
      "qnndeploy.device.adb", "qnndeploy.compile.logs", "qnndeploy.compile.jobs"},
     {"qnndeploy.fold", "qnndeploy.rules", "qnndeploy.bundle.verify", "qnndeploy.compile.cache",

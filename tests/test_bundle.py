@@ -641,6 +641,214 @@ def test_an_empty_or_swapped_cpu_model(inputs, bundle, tmp_path):
     assert [p.split(":")[0] for p in problems(bundle)] == ["cpu/enc.onnx"]
 
 
+# --- hostile inputs: bounded reading of manifests and archives (issue 11) ----------------------------------------
+
+TOP = "demo-1.0.0"
+
+
+@pytest.fixture
+def hostile(tmp_path, monkeypatch):
+    """Run `bundle verify` on a hostile input: (exit code, output lines). Each ends in under 10 s with no traceback
+    and leaves nothing in TMPDIR."""
+    import tempfile
+    import time
+
+    tmpdir = tmp_path / "TMPDIR"
+    tmpdir.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmpdir))
+
+    def run(path: Path) -> tuple[int, list[str]]:
+        start = time.monotonic()
+        r = CliRunner().invoke(cli, ["bundle", "verify", str(path)])
+        seconds = time.monotonic() - start
+        assert seconds < 10, f"{path.name} took {seconds:.1f} s"
+        assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+        assert "Traceback" not in r.output
+        assert list(tmpdir.iterdir()) == []
+        lines = [line for line in r.output.splitlines() if line.strip() and not line.startswith("verifying")]
+        return r.exit_code, lines
+
+    return run
+
+
+def zip_with(path: Path, change=None, members: dict[str, bytes] | None = None) -> Path:
+    """A zip of `members`; `change(info)` edits the last member's central directory header before it is written."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in (members or {f"{TOP}/manifest.json": b"{}"}).items():
+            z.writestr(name, data)
+        if change:
+            change(z.filelist[-1])
+    return path
+
+
+def refusal(hostile, path: Path) -> str:
+    """The one problem `bundle verify` reports for an archive refused before extraction (exit 1)."""
+    code, lines = hostile(path)
+    assert code == 1 and len(lines) == 2 and lines[0].startswith("FAIL"), lines
+    return lines[1]
+
+
+def test_zip_bomb_is_refused_from_its_header(hostile, tmp_path):
+    def ten_gib(info: zipfile.ZipInfo) -> None:
+        info.file_size = 10 << 30  # what the central directory of a real 10 GiB member says
+
+    line = refusal(hostile, zip_with(tmp_path / "bomb.zip", ten_gib))
+    assert re.fullmatch(rf"  - {TOP}/manifest.json: expands its [\d,]+ compressed bytes to 10,737,418,240, over the "
+                        r"limit of 200:1 \(a zip bomb\?\); archive refused before extraction", line)
+
+
+def test_a_real_zip_and_tar_bomb(hostile, tmp_path):
+    zeros = bytes(64 << 20)  # compresses about 1000:1
+    assert "over the limit of 200:1" in refusal(hostile, zip_with(tmp_path / "bomb.zip", None,
+                                                                  {f"{TOP}/zeros.bin": zeros}))
+    with tarfile.open(tmp_path / "bomb.tar.gz", "w:gz") as t:
+        info = tarfile.TarInfo(f"{TOP}/zeros.bin")
+        info.size = len(zeros)
+        t.addfile(info, io.BytesIO(zeros))
+    assert re.fullmatch(rf"  - {TOP}/zeros.bin: expands the archive's [\d,]+ compressed bytes to 67,108,864, over the "
+                        r"limit of 200:1 \(a zip bomb\?\); archive refused before extraction",
+                        refusal(hostile, tmp_path / "bomb.tar.gz"))
+
+
+def test_total_uncompressed_bytes_limit(hostile, tmp_path, monkeypatch):
+    from qnndeploy.bundle import archive
+
+    monkeypatch.setattr(archive, "MAX_TOTAL_BYTES", 1000)
+    line = refusal(hostile, zip_with(tmp_path / "big.zip", None, {f"{TOP}/a": b"a" * 600, f"{TOP}/b": b"b" * 600}))
+    assert line == (f"  - {TOP}/b: brings the archive to 1,200 uncompressed bytes, over the limit of 1,000 "
+                    "(qnndeploy.bundle.archive.MAX_TOTAL_BYTES); archive refused before extraction")
+
+
+def test_sparse_tar_member(hostile, tmp_path):
+    with tarfile.open(tmp_path / "sparse.tar.gz", "w:gz", format=tarfile.PAX_FORMAT) as t:
+        info = tarfile.TarInfo(f"{TOP}/cpu/enc.onnx")
+        info.size = 512  # stored; the pax headers make it a 1 TiB sparse file
+        info.pax_headers = {"GNU.sparse.size": str(1 << 40), "GNU.sparse.numblocks": "1",
+                            "GNU.sparse.offset": str((1 << 40) - 512), "GNU.sparse.numbytes": "512"}
+        t.addfile(info, io.BytesIO(b"x" * 512))
+    assert refusal(hostile, tmp_path / "sparse.tar.gz") == (
+        f"  - {TOP}/cpu/enc.onnx: is a sparse file: archive refused before extraction")
+
+
+def test_encrypted_and_unsupported_zip_members(hostile, tmp_path):
+    def encrypted(info: zipfile.ZipInfo) -> None:
+        info.flag_bits |= 0x1
+
+    def method_99(info: zipfile.ZipInfo) -> None:
+        info.compress_type = 99  # AES, or anything zipfile cannot read
+
+    assert refusal(hostile, zip_with(tmp_path / "enc.zip", encrypted)) == (
+        f"  - {TOP}/manifest.json: is encrypted: archive refused before extraction")
+    assert refusal(hostile, zip_with(tmp_path / "m99.zip", method_99)) == (
+        f"  - {TOP}/manifest.json: uses compression method 99, which qnndeploy does not read (it reads stored, "
+        "deflate, bzip2, lzma): archive refused before extraction")
+
+
+@pytest.mark.parametrize("fmt", ["zip", "tar.gz"])
+def test_too_many_members(hostile, tmp_path, fmt):
+    names = [f"{TOP}/r/{i}" for i in range(20_000)]
+    path = tmp_path / f"many.{fmt}"
+    if fmt == "zip":
+        zip_with(path, None, dict.fromkeys(names, b""))
+    else:
+        with tarfile.open(path, "w:gz") as t:
+            for name in names:
+                t.addfile(tarfile.TarInfo(name))
+    assert refusal(hostile, path) == (f"  - {TOP}/r/4096: is member 4,097: the archive has more than the limit "
+                                      "of 4,096 members; archive refused before extraction")
+
+
+@pytest.mark.parametrize("fmt", ["zip", "tar.gz"])
+def test_member_path_too_deep(hostile, tmp_path, fmt):
+    name = "d/" * 1_100 + "x"
+    path = tmp_path / f"deep.{fmt}"
+    if fmt == "zip":
+        zip_with(path, None, {name: b"x"})
+    else:
+        with tarfile.open(path, "w:gz") as t:
+            t.addfile(tarfile.TarInfo(name))
+    assert refusal(hostile, path) == (f"  - {name}: is 1,101 folders deep, over the limit of 64: archive refused "
+                                      "before extraction")
+
+
+@pytest.mark.parametrize("make", ["fifo", "urandom", "socket", "folder"])
+def test_archive_that_is_not_a_regular_file(hostile, tmp_path, make):
+    import os
+    import socket
+
+    path = tmp_path / "x.zip"
+    if make == "fifo":
+        os.mkfifo(path)
+    elif make == "urandom":
+        path.symlink_to("/dev/urandom")
+    elif make == "socket":
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(path))
+    else:
+        path.mkdir()
+        (path / "manifest.json").write_text("{")
+    code, lines = hostile(path)
+    kind = {"fifo": "a FIFO", "urandom": "a character device", "socket": "a socket"}.get(make)
+    if kind is None:  # a folder named x.zip is a bundle folder, whose manifest is not JSON
+        assert code == 2 and lines[0].startswith(f"error: {path}/manifest.json is not readable JSON")
+    else:
+        assert code == 2
+        assert lines == [f"error: {path} is {kind}, not a regular file; a zip archive must be a regular file"]
+
+
+def test_a_symlink_to_a_good_archive_is_followed(hostile, tmp_path):
+    real = zip_with(tmp_path / "real.zip")
+    (tmp_path / "link.zip").symlink_to(real)
+    code, lines = hostile(tmp_path / "link.zip")
+    assert code == 2 and "is not a qnndeploy bundle manifest" in lines[0]  # read: the manifest is only {}
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (b"[" * 100_000 + b"]" * 100_000, "nests arrays/objects 100,000 deep, over the limit of 64"),
+    (b'{"format": "qnndeploy-bundle", "size": ' + b"9" * 5_000 + b"}",
+     "has an integer of 5,000 digits, over the limit of 100"),
+    (b'{"name": "a\\ud800b"}', "has a string with a lone surrogate ('\\ud800'): strings must be valid Unicode"),
+    (b'{"name": "\xff"}', "is not valid UTF-8 (byte 10): a manifest is UTF-8 JSON"),
+    (b'{"name": "a[[[[", "x": ' + b"[" * 60 + b"]" * 60 + b"}", "is not a qnndeploy bundle manifest"),
+], ids=["100k-deep", "5000-digits", "lone-surrogate", "not-utf8", "brackets-in-strings"])
+def test_hostile_manifest(hostile, tmp_path, text, expected):
+    folder = tmp_path / TOP
+    folder.mkdir()
+    (folder / "manifest.json").write_bytes(text)
+    code, lines = hostile(folder)
+    assert code == 2 and lines[0].startswith(f"error: {folder}/manifest.json {expected}") and len(lines) == 1
+    packed = zip_with(tmp_path / "m.zip", None, {f"{TOP}/manifest.json": text})  # the same from an archive
+    code, lines = hostile(packed)
+    assert code == 2 and lines[0].startswith(f"error: {packed}:{TOP}/manifest.json {expected}") and len(lines) == 1
+
+
+def test_manifest_over_the_size_limit_is_not_read(tmp_path, monkeypatch):
+    from qnndeploy.bundle import manifest as manifest_module
+    from qnndeploy.bundle.manifest import read_manifest
+
+    monkeypatch.setattr(manifest_module, "MAX_MANIFEST_BYTES", 100)
+    (tmp_path / "manifest.json").write_text(" " * 101)
+    with pytest.raises(QnnDeployError, match=r"manifest.json has 101 bytes, over the limit of 100 for a bundle "
+                                             r"manifest$"):
+        read_manifest(tmp_path)
+    (tmp_path / "manifest.json").unlink()
+    (tmp_path / "manifest.json").symlink_to("/dev/zero")
+    with pytest.raises(QnnDeployError, match=r"manifest.json is a symlink; a bundle manifest must be a regular file$"):
+        read_manifest(tmp_path)
+
+
+def test_a_lying_zip_header_cannot_write_more_than_it_says(tmp_path):
+    from qnndeploy.bundle.archive import extracted
+
+    def one_byte(info: zipfile.ZipInfo) -> None:
+        info.file_size = 1  # the data holds 1 MiB
+
+    packed = zip_with(tmp_path / "lie.zip", one_byte, {f"{TOP}/manifest.json": bytes(1 << 20)})
+    with (pytest.raises(QnnDeployError, match=r"lie.zip is a damaged archive \(.*\): copy or download it again$"),
+          extracted(packed)):
+        pass
+
+
 # --- what the app relies on: broken bundles that must not verify (issue 11) -----------------------------------------
 
 def one_line_problems(b: Path) -> list[str]:

@@ -1,8 +1,11 @@
-"""Packing a bundle into .tar.gz/.zip, and unpacking one safely: unsafe members are refused before extraction."""
+"""Packing a bundle into .tar.gz/.zip, and unpacking one safely in one bounded pass: unsafe members and members
+over the limits are refused before they are extracted."""
 
 from __future__ import annotations
 
 import gzip
+import io
+import os
 import shutil
 import stat
 import tarfile
@@ -10,10 +13,12 @@ import tempfile
 import zipfile
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path, PurePosixPath
+from typing import IO, Any, BinaryIO
 
-from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError
+from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError, first_line
+from qnndeploy.fileio import CHUNK, open_regular
 
 FORMATS = ("tar.gz", "zip")
 
@@ -46,86 +51,204 @@ def write_archive(folder: Path, dest: Path, fmt: str, top: str) -> None:
                     t.addfile(info, f)
 
 
+# Limits of the archive reader, checked from the headers before a member is extracted (configurable constants).
+MAX_MEMBERS = 4_096  # a bundle of 20 SoCs x 10 graphs with runtime and records has about 600 files; a tar.gz is
+# counted while it is extracted, so this also bounds the files a refused tar.gz writes (seconds on a slow disk)
+MAX_TOTAL_BYTES = 64 << 30  # uncompressed bytes of all members together
+MAX_RATIO = 200  # uncompressed : compressed, per zip member (for a tar.gz: of the whole archive so far) ...
+RATIO_FLOOR = 1 << 20  # ... once the member (the archive so far) is over 1 MiB; ONNX weights compress about 1.1:1
+MAX_DEPTH = 64  # path segments of a member name; a bundle needs 4
+MAX_TRAILING = 1 << 20  # bytes after the tar end-of-archive marker (tar pads to 10 KiB)
+ZIP_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate", zipfile.ZIP_BZIP2: "bzip2",
+               zipfile.ZIP_LZMA: "lzma"}
+
+REFUSED = "archive refused before extraction"
+
+
+class _Stop(Exception):
+    """A limit that ends the one pass over an archive: (member, why)."""
+
+    def __init__(self, member: str, why: str) -> None:
+        super().__init__(why)
+        self.member, self.why = member, why
+
+
 def _unsafe(name: str) -> str | None:
     p = PurePosixPath(name.replace("\\", "/"))
     if p.is_absolute() or name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
         return "has an absolute path"
     if ".." in p.parts:
         return "has a '..' path segment"
+    if len(p.parts) > MAX_DEPTH:
+        return f"is {len(p.parts):,} folders deep, over the limit of {MAX_DEPTH}"
     return None
 
 
-def _check_intact(path: Path, fmt: str) -> None:
-    """Read the whole archive once so that a damaged one is called damaged, not reported as missing files."""
-    try:
-        if fmt == "zip":
-            with zipfile.ZipFile(path) as z:
-                bad = z.testzip()
-            if bad is None:
-                return
-            why = f"member {bad} fails its CRC check"
-        else:
-            with gzip.open(path, "rb") as g:
-                while g.read(1 << 20):
-                    pass
-            return
-    except (OSError, EOFError, zlib.error, zipfile.BadZipFile) as e:
-        why = str(e) or type(e).__name__
-    raise QnnDeployError(f"{path} is a damaged archive ({why}): copy or download it again", EXIT_CHECK_FAILED)
+class _Totals:
+    """Members and uncompressed bytes seen so far; each new member header is checked against the limits."""
+
+    def __init__(self, packed: int) -> None:
+        self.packed, self.members, self.bytes = packed, 0, 0  # packed: the archive's size
+
+    def add(self, name: str, size: int, packed: int | None) -> None:
+        """packed: the member's compressed size, or None for a tar.gz (then the archive's size so far counts)."""
+        self.members += 1
+        self.bytes += size
+        if self.members > MAX_MEMBERS:
+            raise _Stop(name, f"is member {self.members:,}: the archive has more than the limit of "
+                              f"{MAX_MEMBERS:,} members; {REFUSED}")
+        if self.bytes > MAX_TOTAL_BYTES:
+            raise _Stop(name, f"brings the archive to {self.bytes:,} uncompressed bytes, over the limit of "
+                              f"{MAX_TOTAL_BYTES:,} (qnndeploy.bundle.archive.MAX_TOTAL_BYTES); {REFUSED}")
+        ratio_of, whole = (size, packed) if packed is not None else (self.bytes, self.packed)
+        if ratio_of > RATIO_FLOOR and ratio_of > MAX_RATIO * max(whole, 1):
+            what = "its" if packed is not None else "the archive's"
+            raise _Stop(name, f"expands {what} {whole:,} compressed bytes to {ratio_of:,}, over the limit of "
+                              f"{MAX_RATIO}:1 (a zip bomb?); {REFUSED}")
 
 
-def _refusals(path: Path, fmt: str) -> list[tuple[str, str]]:
-    """(member, why) for every member that must not be extracted."""
-    refused = []
-    try:
-        if fmt == "zip":
-            with zipfile.ZipFile(path) as z:
-                for info in z.infolist():
-                    why = _unsafe(info.filename)
-                    kind = stat.S_IFMT(info.external_attr >> 16)  # 0: no Unix type recorded, a plain member
-                    if why is None and kind == stat.S_IFLNK:
-                        why = "is a symlink"
-                    elif why is None and kind not in (0, stat.S_IFREG, stat.S_IFDIR):
-                        why = "is a device file or FIFO"
+def _zip_refusal(info: zipfile.ZipInfo) -> str | None:
+    why = _unsafe(info.filename)
+    kind = stat.S_IFMT(info.external_attr >> 16)  # 0: no Unix type recorded, a plain member
+    if why is None and kind == stat.S_IFLNK:
+        why = "is a symlink"
+    elif why is None and kind not in (0, stat.S_IFREG, stat.S_IFDIR):
+        why = "is a device file or FIFO"
+    elif why is None and info.flag_bits & 0x1:
+        why = "is encrypted"
+    elif why is None and info.compress_type not in ZIP_METHODS:
+        why = (f"uses compression method {info.compress_type}, which qnndeploy does not read (it reads "
+               f"{', '.join(ZIP_METHODS.values())})")
+    return why and f"{why}: {REFUSED}"
+
+
+def _tar_refusal(m: tarfile.TarInfo) -> str | None:
+    why = _unsafe(m.name)
+    if why is None and (m.issym() or m.islnk()):
+        why = "is a symlink or hard link"
+    elif why is None and m.issparse():
+        why = "is a sparse file"
+    elif why is None and not (m.isfile() or m.isdir()):
+        why = "is a device file or FIFO"
+    return why and f"{why}: {REFUSED}"
+
+
+def _write(tmp: Path, name: str, is_dir: bool, src: IO[bytes] | None, made: set[Path]) -> None:
+    """Extract one checked member (a regular file or folder with a safe name) under tmp, with the permissions of a
+    new file; `made` holds the folders made so far."""
+    dest = tmp.joinpath(*PurePosixPath(name.replace("\\", "/")).parts)
+    folder = dest if is_dir else dest.parent
+    if folder not in made:
+        folder.mkdir(parents=True, exist_ok=True)
+        made.update(folder.parents)
+        made.add(folder)
+    if is_dir or src is None:
+        return
+    with dest.open("xb") as out:  # "x": a name twice in one archive is refused, not silently overwritten
+        while chunk := src.read(CHUNK):
+            out.write(chunk)
+
+
+def _extract_zip(f: BinaryIO, path: Path, tmp: Path) -> list[tuple[str, str]]:
+    """Check every header (the central directory) against the limits, then extract, CRCs checked on the way."""
+    with zipfile.ZipFile(f) as z:
+        infos = z.infolist()
+        totals = _Totals(os.fstat(f.fileno()).st_size)
+        refused: list[tuple[str, str]] = []
+        try:
+            for info in infos:
+                why = _zip_refusal(info)
+                if why:
+                    refused.append((info.filename, why))
+                else:
+                    totals.add(info.filename, info.file_size, info.compress_size)
+        except _Stop as stop:
+            return [*refused, (stop.member, stop.why)]
+        if refused:
+            return refused
+        made: set[Path] = {tmp}
+        for info in infos:
+            with nullcontext() if info.is_dir() else z.open(info) as src:  # at most file_size bytes, CRC checked
+                _write(tmp, info.filename, info.is_dir(), src, made)
+    return []
+
+
+class _Bounded(io.RawIOBase):
+    """A decompressed stream that stops with _Stop once it has given more bytes than the limits allow, whatever
+    the headers claim (tar extension headers are read into memory before anyone can look at them)."""
+
+    def __init__(self, raw: io.BufferedIOBase, path: Path, packed: int) -> None:
+        self.raw, self.path, self.given = raw, path, 0
+        self.limit = min(MAX_TOTAL_BYTES, MAX_RATIO * packed + RATIO_FLOOR) + MAX_TRAILING
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = self.raw.readinto(b)
+        self.given += n
+        if self.given > self.limit:
+            raise _Stop(self.path.name, f"decompresses to more than {self.limit:,} bytes, over the limits of "
+                                        f"{MAX_RATIO}:1 and {MAX_TOTAL_BYTES:,} bytes; {REFUSED}")
+        return int(n)
+
+
+def _extract_tar(f: BinaryIO, path: Path, tmp: Path) -> list[tuple[str, str]]:
+    """One streaming pass: each member's header is checked, then the member extracted, before the next is read.
+    The first member over a limit ends the pass; unsafe members are all listed, and nothing more is extracted."""
+    packed = os.fstat(f.fileno()).st_size
+    totals = _Totals(packed)
+    refused: list[tuple[str, str]] = []
+    made: set[Path] = {tmp}
+    with gzip.GzipFile(fileobj=f, mode="rb") as gz:
+        stream = _Bounded(gz, path, packed)
+        try:
+            with tarfile.open(fileobj=stream, mode="r|") as t:
+                for m in t:
+                    why = _tar_refusal(m)
+                    if why and m.issparse():
+                        return [*refused, (m.name, why)]  # its data size is not its size: stop reading here
                     if why:
-                        refused.append((info.filename, f"{why}: archive refused before extraction"))
-        else:
-            with tarfile.open(path, "r:*") as t:
-                for m in t.getmembers():
-                    why = _unsafe(m.name)
-                    if why is None and (m.issym() or m.islnk()):
-                        why = "is a symlink or hard link"
-                    elif why is None and not (m.isfile() or m.isdir()):
-                        why = "is a device file or FIFO"
-                    if why:
-                        refused.append((m.name, f"{why}: archive refused before extraction"))
-    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as e:
-        raise QnnDeployError(f"{path} is not a readable {fmt} archive: {e}") from None
+                        refused.append((m.name, why))
+                    totals.add(m.name, m.size, None)
+                    if not refused:
+                        _write(tmp, m.name, m.isdir(), t.extractfile(m), made)
+            while stream.read(CHUNK):  # to the gzip trailer, so that its CRC and length are checked
+                pass
+        except _Stop as stop:
+            return [*refused, (stop.member, stop.why)]
     return refused
 
 
 @contextmanager
 def extracted(path: Path) -> Iterator[tuple[Path, list[tuple[str, str]]]]:
-    """Yield (bundle root, refused members as (name, why)). With refusals nothing is extracted and root is a
-    dummy."""
+    """Yield (bundle root, refused members as (name, why)). With refusals the root is a dummy and nothing of the
+    archive may be used.
+
+    The archive must be a regular file (a symlink to one is followed; a FIFO, device or socket is refused at
+    once). It is read in one pass that checks each member against the limits above and extracts it: a damaged
+    archive (bad CRC, truncated) is a QnnDeployError with exit code 1."""
     fmt = archive_format(path)
-    _check_intact(path, fmt)
-    refused = _refusals(path, fmt)
-    tmp = Path(tempfile.mkdtemp(prefix="qnndeploy-verify-"))
-    try:
-        if not refused:
+    with open_regular(path, what=f"{fmt} archive", follow=True) as f:
+        tmp = Path(tempfile.mkdtemp(prefix="qnndeploy-verify-"))
+        try:
             try:
-                if fmt == "zip":
-                    with zipfile.ZipFile(path) as z:
-                        z.extractall(tmp)
-                else:
-                    with tarfile.open(path, "r:*") as t:
-                        t.extractall(tmp, filter="data")
-            except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as e:
-                raise QnnDeployError(f"{path} could not be extracted: {e}") from None
-        yield (_bundle_root(tmp, path) if not refused else tmp), refused
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+                refused = _extract_zip(f, path, tmp) if fmt == "zip" else _extract_tar(f, path, tmp)
+            except OSError as e:
+                if e.errno is None:  # gzip.BadGzipFile and the like: the archive, not the temp folder
+                    raise QnnDeployError(f"{path} is a damaged archive ({first_line(e)}): copy or download it "
+                                         "again", EXIT_CHECK_FAILED) from None
+                raise QnnDeployError(f"{path} could not be extracted to {tempfile.gettempdir()}: "
+                                     f"{e.strerror} (a member named twice, or as both file and folder, does this "
+                                     "too)", EXIT_CHECK_FAILED) from None
+            except (EOFError, zlib.error, zipfile.BadZipFile, tarfile.TarError, NotImplementedError,
+                    RuntimeError, ValueError) as e:
+                why = first_line(e)
+                raise QnnDeployError(f"{path} is a damaged archive ({why}): copy or download it again",
+                                     EXIT_CHECK_FAILED) from None
+            yield (_bundle_root(tmp, path) if not refused else tmp), refused
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _bundle_root(tmp: Path, archive: Path) -> Path:

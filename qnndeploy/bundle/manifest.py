@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from itertools import accumulate
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from qnndeploy.errors import QnnDeployError
-from qnndeploy.fileio import JSON
+from qnndeploy.errors import QnnDeployError, first_line
+from qnndeploy.fileio import JSON, read_limited
 from qnndeploy.formats import FORMAT, FORMAT_VERSION, MANIFEST
 from qnndeploy.onnxio import external_locations, load_model, tensor_info
 
@@ -33,15 +36,58 @@ def schema_errors(data: object) -> list[str]:
     return [f"{'/'.join(str(p) for p in e.absolute_path) or '(top)'}: {e.message}" for e in errors]
 
 
-def read_manifest(bundle: Path) -> JSON:
-    """Parse manifest.json and check its format and version; schema validation is separate (see load_manifest)."""
-    path = bundle / MANIFEST
-    if not path.is_file():
-        raise QnnDeployError(f"{bundle} is not a bundle: it has no {MANIFEST}")
+# Limits of the manifest reader: a hostile manifest is refused in one line, before it costs memory or recursion.
+MAX_MANIFEST_BYTES = 16 << 20  # a 200-target bundle's manifest is about 200 KB
+MAX_JSON_DEPTH = 64  # nested arrays and objects; a manifest needs 6
+MAX_INT_DIGITS = 100  # sizes of 64 GiB have 11 digits; Python refuses int() of over 4,300 digits with a ValueError
+
+_STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_DEPTH_STEP = [0] * 256
+_DEPTH_STEP[ord("[")] = _DEPTH_STEP[ord("{")] = 1
+_DEPTH_STEP[ord("]")] = _DEPTH_STEP[ord("}")] = -1
+
+
+def json_depth(data: bytes) -> int:
+    """The deepest nesting of arrays and objects in JSON text, counted without recursion (strings skipped)."""
+    brackets = _STRINGS.sub(b"", data).translate(None, _NOT_BRACKETS)
+    return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0)
+
+
+def parse_json(data: bytes, path: Path) -> Any:
+    """JSON text parsed within the limits above: each refusal is one QnnDeployError naming the file and the limit."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise QnnDeployError(f"{path} is not readable JSON: {e}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise QnnDeployError(f"{path} is not valid UTF-8 (byte {e.start}): a manifest is UTF-8 JSON") from None
+    depth = json_depth(data)
+    if depth > MAX_JSON_DEPTH:
+        raise QnnDeployError(f"{path} nests arrays/objects {depth:,} deep, over the limit of {MAX_JSON_DEPTH}")
+
+    def parse_int(digits: str) -> int:
+        if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+            raise QnnDeployError(f"{path} has an integer of {len(digits.lstrip('-')):,} digits, over the limit of "
+                                 f"{MAX_INT_DIGITS}")
+        return int(digits)
+
+    try:
+        value = json.loads(text, parse_int=parse_int)
+        json.dumps(value, ensure_ascii=False).encode("utf-8")  # lone surrogates from \ud800-style escapes
+    except UnicodeEncodeError as e:
+        raise QnnDeployError(f"{path} has a string with a lone surrogate ({e.object[e.start:e.end]!a}): "
+                             "strings must be valid Unicode") from None
+    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
+        raise QnnDeployError(f"{path} is not readable JSON: {first_line(e)}") from None
+    return value
+
+
+def read_manifest(bundle: Path) -> JSON:
+    """Parse manifest.json and check its format and version; schema validation is separate (see load_manifest).
+    The file must be a regular file within the limits above."""
+    path = bundle / MANIFEST
+    if not os.path.lexists(path):
+        raise QnnDeployError(f"{bundle} is not a bundle: it has no {MANIFEST}")
+    data = parse_json(read_limited(path, MAX_MANIFEST_BYTES, "bundle manifest"), path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise QnnDeployError(f"{path} is not a qnndeploy bundle manifest (format must be '{FORMAT}')")
     version = data.get("format_version")
