@@ -60,6 +60,8 @@ def catalog() -> tuple[Soc, ...]:
 def find(name: str | int) -> Soc:
     """Look up by model, alias, QNN soc_id or ro.board.platform codename, ignoring case."""
     key = str(name).strip()
+    if not key:
+        raise QnnDeployError("no SoC named: give a model such as SM8750 (qnndeploy socs lists them)")
     for soc in catalog():
         if key.upper() in (soc.model, *soc.aliases) or key == str(soc.soc_id) or key.lower() in soc.codenames:
             return soc

@@ -730,6 +730,16 @@ def test_sparse_tar_member(hostile, tmp_path):
         f"  - {TOP}/cpu/enc.onnx: is a sparse file: archive refused before extraction")
 
 
+def test_a_huge_tar_extension_header_is_not_read(hostile, tmp_path):
+    with tarfile.open(tmp_path / "pax.tar.gz", "w:gz") as t:
+        header = tarfile.TarInfo(f"{TOP}/PaxHeader")
+        header.type, header.size = tarfile.XHDTYPE, 2 << 20  # tarfile would read these 2 MiB into memory
+        t.addfile(header, io.BytesIO(bytes(header.size)))
+    assert refusal(hostile, tmp_path / "pax.tar.gz") == (
+        f"  - {TOP}/PaxHeader: is an extension header of 2,097,152 bytes, over the limit of 1,048,576; archive "
+        "refused before extraction")
+
+
 def test_encrypted_and_unsupported_zip_members(hostile, tmp_path):
     def encrypted(info: zipfile.ZipInfo) -> None:
         info.flag_bits |= 0x1

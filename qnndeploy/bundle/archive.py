@@ -59,6 +59,7 @@ MAX_RATIO = 200  # uncompressed : compressed, per zip member (for a tar.gz: of t
 RATIO_FLOOR = 1 << 20  # ... once the member (the archive so far) is over 1 MiB; ONNX weights compress about 1.1:1
 MAX_DEPTH = 64  # path segments of a member name; a bundle needs 4
 MAX_TRAILING = 1 << 20  # bytes after the tar end-of-archive marker (tar pads to 10 KiB)
+MAX_TAR_HEADER = 1 << 20  # a tar extension header (pax, GNU long name), which tarfile reads into memory whole
 ZIP_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate", zipfile.ZIP_BZIP2: "bzip2",
                zipfile.ZIP_LZMA: "lzma"}
 
@@ -193,6 +194,21 @@ class _Bounded(io.RawIOBase):
         return int(n)
 
 
+_EXTENSIONS = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME,
+               tarfile.GNUTYPE_LONGLINK)
+
+
+class _CheckedInfo(tarfile.TarInfo):
+    """A tar header that refuses an extension header over MAX_TAR_HEADER bytes before tarfile reads it."""
+
+    def _proc_member(self, tar: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type in _EXTENSIONS and self.size > MAX_TAR_HEADER:
+            raise _Stop(self.name, f"is an extension header of {self.size:,} bytes, over the limit of "
+                                   f"{MAX_TAR_HEADER:,}; {REFUSED}")
+        info: tarfile.TarInfo = super()._proc_member(tar)  # type: ignore[misc]
+        return info
+
+
 def _extract_tar(f: BinaryIO, path: Path, tmp: Path) -> list[tuple[str, str]]:
     """One streaming pass: each member's header is checked, then the member extracted, before the next is read.
     The first member over a limit ends the pass; unsafe members are all listed, and nothing more is extracted."""
@@ -203,7 +219,7 @@ def _extract_tar(f: BinaryIO, path: Path, tmp: Path) -> list[tuple[str, str]]:
     with gzip.GzipFile(fileobj=f, mode="rb") as gz:
         stream = _Bounded(gz, path, packed)
         try:
-            with tarfile.open(fileobj=stream, mode="r|") as t:
+            with tarfile.open(fileobj=stream, mode="r|", tarinfo=_CheckedInfo) as t:
                 for m in t:
                     why = _tar_refusal(m)
                     if why and m.issparse():
