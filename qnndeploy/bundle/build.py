@@ -1,7 +1,10 @@
 """`bundle`: assemble a bundle folder from context binaries, CPU fallbacks and runtime libraries.
 
-Everything is written into a staging folder, checked with the same rules as `bundle verify`, and only then renamed
-to its final name, so a failed or interrupted run never leaves a half bundle behind.
+Everything is written into a staging folder, checked with the same rules as `bundle verify`, and only then put in
+place in one step (fileio.replace: renameat2 RENAME_EXCHANGE onto an old bundle), so at every instant the final name
+holds the old or the new complete bundle. The archive (--archive) is written under a temporary name beside its final
+name and renamed into place right after the bundle, with no safe point in between. Leftovers of earlier killed runs
+(.NAME.partial-PID-*, .NAME.old-PID, of this bundle's and archive's names only) are removed first.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from qnndeploy.bundle.verify import (
 )
 from qnndeploy.decision import BACKEND_LIB, SYSTEM_LIB, qnn_libraries
 from qnndeploy.errors import QnnDeployError
-from qnndeploy.fileio import JSON, Progress, staging_dir, staging_file, write_json
+from qnndeploy.fileio import JSON, Progress, partial_file, remove_stale, replace, staging_dir, write_json
 from qnndeploy.formats import (
     CONTEXT_BINARY,
     EPCONTEXT,
@@ -305,65 +308,76 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
         lib_entries[rel] = meta
     plan += [(p, f"records/{name}", False) for name, p in records.items()]
 
-    with staging_dir(final, force) as tmp, tempfile.TemporaryDirectory() as scratch:
-        for _, rel, _ in plan:
-            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-        plan = [(_pointed_at_bin(src, Path(scratch), rel), rel, m) if rel.endswith("_ctx.onnx") else (src, rel, m)
-                for src, rel, m in plan]
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            results = list(pool.map(lambda item: scan_file(item[0], item[2], progress, tmp / item[1]), plan))
-        facts = {rel: f for (_, rel, _), f in zip(plan, results, strict=True)}
-        for src, rel, _ in plan:
-            if spec.expected_sha256.get(src, facts[rel].sha256) != facts[rel].sha256:
-                raise QnnDeployError(f"{src} changed since it was compiled (its sha256 is not the one in the compile "
-                                     "record): compile again, then bundle")
+    archive_tmp: Path | None = None
+    if archive_path is not None:
+        remove_stale(archive_path)
+    try:
+        with staging_dir(final, force) as tmp, tempfile.TemporaryDirectory() as scratch:
+            for _, rel, _ in plan:
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            plan = [(_pointed_at_bin(src, Path(scratch), rel), rel, m) if rel.endswith("_ctx.onnx") else (src, rel, m)
+                    for src, rel, m in plan]
+            with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+                results = list(pool.map(lambda item: scan_file(item[0], item[2], progress, tmp / item[1]), plan))
+            facts = {rel: f for (_, rel, _), f in zip(plan, results, strict=True)}
+            for src, rel, _ in plan:
+                if spec.expected_sha256.get(src, facts[rel].sha256) != facts[rel].sha256:
+                    raise QnnDeployError(f"{src} changed since it was compiled (its sha256 is not the one in the "
+                                         "compile record): compile again, then bundle")
 
-        def entry(rel: str) -> JSON:
-            return {"path": rel, "sha256": facts[rel].sha256, "size": facts[rel].size}
+            def entry(rel: str) -> JSON:
+                return {"path": rel, "sha256": facts[rel].sha256, "size": facts[rel].size}
 
-        marked = [rel for _, rel, m in plan if m and rel.endswith((".bin", "Skel.so"))]
-        qairt = _qairt(spec, facts, marked)
-        manifest: JSON = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "name": spec.name,
-            "version": spec.version,
-            "created_by": f"qnndeploy {__version__}",
-            "qairt": qairt,
-            "source": {
-                "model": spec.source_model or spec.name,
-                "sha256": scan_file(source_path, False).sha256 if source_path else None,
-                "commit": spec.commit,
-                "license": spec.license,
-            },
-            "graphs": graphs,
-            "targets": [
-                {
-                    "soc": model, "soc_id": soc.soc_id, "dsp_arch": soc.dsp_arch, "precision": spec.precision,
-                    "artifacts": [
-                        {**entry(rel), "graph": rel.split("/")[-1].removesuffix(".bin").removesuffix("_ctx.onnx"),
-                         "format": CONTEXT_BINARY if rel.endswith(".bin") else EPCONTEXT}
-                        for _, rel, _ in plan if rel.startswith(f"npu/{model}/")
-                    ],
-                    "validation": spec.validation.get(model),
-                }
-                for model, (soc, _) in targets.items()
-            ],
-            "cpu": [{**entry(rel), "graph": g, "format": EXTERNAL_DATA if i else ONNX}
-                    for g, files in cpu_files.items() for i, (_, rel) in enumerate(files)],
-            "runtime": ({"mode": "bundled", "libs": [{**entry(rel), **meta} for rel, meta in lib_entries.items()]}
-                        if libs else
-                        {"mode": "external", "maven": f"{MAVEN_RUNTIME}:{spec.maven_version or qairt['version']}"}),
-            "records": [entry(f"records/{name}") for name in records],
-        }
-        write_json(tmp / MANIFEST, manifest)
-        problems = check_manifest(manifest, facts, set(facts), tmp)
-        if problems:
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise QnnDeployError(f"the bundle would not verify: {problems[0].path}: {problems[0].message}{more}")
-        if archive_path is not None and archive_fmt is not None:
-            with staging_file(archive_path, force) as tmp_archive:
-                archive.write_archive(tmp, tmp_archive, archive_fmt, top=final.name)
+            marked = [rel for _, rel, m in plan if m and rel.endswith((".bin", "Skel.so"))]
+            qairt = _qairt(spec, facts, marked)
+            manifest: JSON = {
+                "format": FORMAT,
+                "format_version": FORMAT_VERSION,
+                "name": spec.name,
+                "version": spec.version,
+                "created_by": f"qnndeploy {__version__}",
+                "qairt": qairt,
+                "source": {
+                    "model": spec.source_model or spec.name,
+                    "sha256": scan_file(source_path, False).sha256 if source_path else None,
+                    "commit": spec.commit,
+                    "license": spec.license,
+                },
+                "graphs": graphs,
+                "targets": [
+                    {
+                        "soc": model, "soc_id": soc.soc_id, "dsp_arch": soc.dsp_arch, "precision": spec.precision,
+                        "artifacts": [
+                            {**entry(rel), "graph": rel.split("/")[-1].removesuffix(".bin").removesuffix("_ctx.onnx"),
+                             "format": CONTEXT_BINARY if rel.endswith(".bin") else EPCONTEXT}
+                            for _, rel, _ in plan if rel.startswith(f"npu/{model}/")
+                        ],
+                        "validation": spec.validation.get(model),
+                    }
+                    for model, (soc, _) in targets.items()
+                ],
+                "cpu": [{**entry(rel), "graph": g, "format": EXTERNAL_DATA if i else ONNX}
+                        for g, files in cpu_files.items() for i, (_, rel) in enumerate(files)],
+                "runtime": ({"mode": "bundled", "libs": [{**entry(rel), **meta} for rel, meta in lib_entries.items()]}
+                            if libs else
+                            {"mode": "external", "maven": f"{MAVEN_RUNTIME}:{spec.maven_version or qairt['version']}"}),
+                "records": [entry(f"records/{name}") for name in records],
+            }
+            write_json(tmp / MANIFEST, manifest)
+            problems = check_manifest(manifest, facts, set(facts), tmp)
+            if problems:
+                more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+                raise QnnDeployError(f"the bundle would not verify: {problems[0].path}: {problems[0].message}{more}")
+            if archive_path is not None and archive_fmt is not None:
+                archive_tmp = partial_file(archive_path)
+                archive.write_archive(tmp, archive_tmp, archive_fmt, top=final.name)
+        # The bundle is published (the commit point); its archive follows at once, with no safe point between.
+        if archive_tmp is not None and archive_path is not None:
+            replace(archive_tmp, archive_path, 0o666)
+    except BaseException:
+        if archive_tmp is not None:
+            archive_tmp.unlink(missing_ok=True)
+        raise
 
     rt = manifest["runtime"]
     warnings = check_warnings(manifest, facts)

@@ -7,16 +7,21 @@ they share (error handling, JSON output, options, progress bars) is in cli/_comm
 
 from __future__ import annotations
 
-import signal
 import sys
-from types import FrameType
 
 import click
 
 from qnndeploy import __version__
 from qnndeploy.cli import bundle, cache, check, demo, device, doctor, prepare, scaffold, socs, validate
 from qnndeploy.cli import compile as compile_  # the module; `compile` alone would hide the builtin here
-from qnndeploy.cli._common import CONTEXT_SETTINGS, EXIT_INTERRUPTED, Group, fail
+from qnndeploy.cli._common import (
+    CONTEXT_SETTINGS,
+    EXIT_INTERRUPTED,
+    Group,
+    fail,
+    install_signal_handlers,
+    interrupted_message,
+)
 
 
 @click.group(cls=Group, context_settings=CONTEXT_SETTINGS)
@@ -51,13 +56,9 @@ for command in (
     cli.add_command(command)
 
 
-def _terminated(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt  # SIGTERM (CI cancel, kill) cleans up like Ctrl-C: nothing half-written stays
-
-
 def main() -> None:
     """Run the CLI with one-line errors for usage mistakes too, and SIGTERM handled like Ctrl-C."""
-    signal.signal(signal.SIGTERM, _terminated)
+    install_signal_handlers()  # SIGTERM sets a flag; the work stops at a safe point and cleans up like Ctrl-C
     try:
         code = cli(prog_name="qnndeploy", standalone_mode=False)
     except click.UsageError as e:
@@ -66,5 +67,5 @@ def main() -> None:
     except click.ClickException as e:
         fail(e.format_message(), e.exit_code)
     except (click.Abort, KeyboardInterrupt):
-        fail("interrupted; nothing was left half-written", EXIT_INTERRUPTED)
+        fail(interrupted_message(), EXIT_INTERRUPTED)
     sys.exit(code if isinstance(code, int) else 0)

@@ -6,14 +6,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any, NoReturn
 
 import click
 
+from qnndeploy import fileio
 from qnndeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
 
 EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM (README "Exit codes")
@@ -70,11 +74,43 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     sys.exit(code)
 
 
+# --- interrupts ---------------------------------------------------------------------------------------------------
+
+def on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM (CI cancel, kill): only set the stop flag; the work stops at its next safe point (a hashed or copied
+    chunk, a compile poll) and unwinds through the usual cleanup. Raising here instead could land anywhere, e.g.
+    inside a native module's import, and crash the interpreter. A second SIGTERM ends the process at once (the
+    default action); what it leaves (a staging folder) is removed by the next run."""
+    if fileio.stop_requested():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    fileio.request_stop()
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM stops like Ctrl-C, at a safe point (on_sigterm). Ctrl-C keeps Python's own KeyboardInterrupt."""
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def interrupted_message(since: int = 0) -> str:
+    """The one line for an interrupted run, true to what was published: publication is the commit point, so what
+    was published before the interrupt (and is still there) is complete and is named."""
+    done = [p for p in dict.fromkeys(fileio.published()[since:]) if p.exists()]
+    if not done:
+        return "interrupted; nothing was left half-written"
+    names = ", ".join(shown(p) for p in done[:3]) + (f" and {len(done) - 3} more" if len(done) > 3 else "")
+    return (f"interrupted after {names} {'was' if len(done) == 1 else 'were'} published (complete); "
+            "nothing was left half-written")
+
+
 def handles_errors(fn: Callable[..., None]) -> Callable[..., None]:
-    """Turn the library's one error type into a one-line message and its exit code, never a traceback."""
+    """Turn the library's one error type into a one-line message and its exit code, never a traceback. A SIGTERM
+    that came too late to stop anything (after the output was published) still ends in exit 130, saying so."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> None:
+        since = len(fileio.published())  # this command's publications only (tests run many in one process)
         try:
             fn(*args, **kwargs)
         except QnnDeployError as e:
@@ -82,7 +118,9 @@ def handles_errors(fn: Callable[..., None]) -> Callable[..., None]:
                 emit_json({"error": str(e), "exit_code": e.exit_code})
             fail(str(e), e.exit_code)
         except KeyboardInterrupt:
-            fail("interrupted; nothing was left half-written", EXIT_INTERRUPTED)
+            fail(interrupted_message(since), EXIT_INTERRUPTED)
+        if fileio.stop_requested():
+            fail(interrupted_message(since), EXIT_INTERRUPTED)
 
     return wrapper
 

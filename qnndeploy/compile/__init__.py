@@ -5,24 +5,29 @@ The build folder is the contract `bundle` reads:
   <out>/<graph>/<SoC>/<graph>_ctx.onnx  ORT EPContext wrapper naming <graph>.bin (ort backend)
   <out>/<graph>/<SoC>/compile.json      compile record (schemas/compile-record.schema.json)
   <out>/logs/<graph>-<SoC>.log          the tools' full log
-A job folder is replaced whole (staged, then renamed), so it never mixes two compiles.
+A job folder is replaced whole (staged, then put in place in one step), so it never mixes two compiles; its log is
+written under a staging name beside logs/<graph>-<SoC>.log and renamed into place right after the job folder, so a
+log never describes another compile than its folder's. The tools die with the CLI (jobs.dies_with_cli), and a SIGTERM
+stops the compile at the main loop's next poll.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import os
 import re
 import shutil
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnndeploy import __version__, htp
+from qnndeploy import __version__, fileio, htp
 from qnndeploy import socs as catalog
 from qnndeploy.compile import cache, logs
 from qnndeploy.compile.jobs import Backend, Compiled, CompileError, Job, Tools
@@ -164,12 +169,15 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
     tools = Tools()
     pool = ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1)
     try:
-        futures = [pool.submit(_run_job, job, be, store, out, tools) for job in plan]
-        for fut in as_completed(futures):
-            results.append(fut.result())
-            if progress:
-                progress(len(results), len(plan), results[-1])
-    except BaseException:  # Ctrl-C, SIGTERM (the CLI turns it into KeyboardInterrupt), or a bug
+        pending = {pool.submit(_run_job, job, be, store, out, tools) for job in plan}
+        while pending:
+            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            for fut in done:
+                results.append(fut.result())
+                if progress:
+                    progress(len(results), len(plan), results[-1])
+            fileio.check_stop()  # a safe point: a SIGTERM (the handler only sets the flag) stops the compile here
+    except BaseException:  # Ctrl-C, SIGTERM (its flag, raised as KeyboardInterrupt at a safe point), or a bug
         _cancel(pool, tools)
         raise
     pool.shutdown()
@@ -192,15 +200,10 @@ def _cancel(pool: ThreadPoolExecutor, tools: Tools) -> None:
 
 
 def _remove_leftovers(job: Job) -> None:
-    """Remove what an earlier compile of this job left when it was killed: its staging and replaced folders
-    (.<SoC>.partial-*, .<SoC>.old-*)."""
-    prefixes = (f".{job.soc.model}.partial-", f".{job.soc.model}.old-")
-    try:
-        stale = [p for p in job.folder.parent.iterdir() if p.name.startswith(prefixes)]
-    except OSError:
-        return
-    for p in stale:
-        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    """Remove what an earlier, killed compile of this job left: its staging and replaced folders
+    (.<SoC>.partial-PID-*, .<SoC>.old-PID) and its staged log, those whose process is gone."""
+    fileio.remove_stale(job.folder)
+    fileio.remove_stale(job.log)
 
 
 # --- planning --------------------------------------------------------------------------------------
@@ -266,27 +269,37 @@ def _run_job(job: Job, be: Backend, store: Path | None, out: Path, tools: Tools)
             cache.add(job, store)  # a folder made with --no-cache still fills the cache
             note = "up to date" if current else "restored from the cache"
             return _result(job, hit, "cached", logs.parse_file(job.log), time.monotonic() - start, note)
-    with job.log.open("w") as log:
-        log.write(f"qnndeploy {__version__}: compile {job.graph} for {job.soc.model} ({job.soc.dsp_arch}), "
-                  f"backend {be.name}, QAIRT {be.qairt_version}, {job.precision}\n")
-        log.flush()
-        with staging_dir(job.folder, force=True) as work:
-            try:
-                compiled = be.compile(job, work, log, tools)
+    staged_log = fileio.partial_file(job.log)  # published right after the job folder: they always agree
+    try:
+        with staged_log.open("w") as log:
+            log.write(f"qnndeploy {__version__}: compile {job.graph} for {job.soc.model} ({job.soc.dsp_arch}), "
+                      f"backend {be.name}, QAIRT {be.qairt_version}, {job.precision}\n")
+            log.flush()
+            with staging_dir(job.folder, force=True) as work:
+                try:
+                    compiled = be.compile(dataclasses.replace(job, log=staged_log), work, log, tools)
+                    log.flush()
+                    findings = logs.parse_file(staged_log)
+                    record = _ok_record(job, be, work, compiled, findings, time.monotonic() - start, out)
+                except (CompileError, QnnDeployError, OSError) as e:  # this job failed; the others go on
+                    log.write(f"\nqnndeploy: FAILED: {e}\n")
+                    log.flush()
+                    for p in work.iterdir():
+                        shutil.rmtree(p) if p.is_dir() else p.unlink()
+                    findings = logs.parse_file(staged_log)
+                    record = _failed_record(job, be, str(e), findings, time.monotonic() - start, out)
+                except BaseException:
+                    log.write("\nqnndeploy: interrupted: this job's outputs were discarded\n")
+                    raise
+                write_json(work / RECORD_FILE, record)
                 log.flush()
-                findings = logs.parse_file(job.log)
-                record = _ok_record(job, be, work, compiled, findings, time.monotonic() - start, out)
-            except (CompileError, QnnDeployError, OSError) as e:  # this job failed; the others go on
-                log.write(f"\nqnndeploy: FAILED: {e}\n")
-                log.flush()
-                for p in work.iterdir():
-                    shutil.rmtree(p) if p.is_dir() else p.unlink()
-                findings = logs.parse_file(job.log)
-                record = _failed_record(job, be, str(e), findings, time.monotonic() - start, out)
-            except BaseException:
-                log.write("\nqnndeploy: interrupted: this job's outputs were discarded\n")
-                raise
-            write_json(work / RECORD_FILE, record)
+        fileio.replace(staged_log, job.log, 0o666)
+    except BaseException:
+        if not job.folder.exists():  # no earlier compile's folder it could contradict: keep the log saying why
+            with contextlib.suppress(OSError):
+                fileio.replace(staged_log, job.log, 0o666)
+        staged_log.unlink(missing_ok=True)
+        raise
     if record["status"] == "ok" and store is not None:
         cache.add(job, store)
     return _result(job, record, record["status"], findings, time.monotonic() - start)

@@ -7,13 +7,14 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
-from qnndeploy.fileio import JSON
+from qnndeploy.fileio import JSON, stop_requested
 
 if TYPE_CHECKING:
     from qnndeploy.socs import Soc
@@ -23,11 +24,28 @@ class CompileError(Exception):
     """One job failed; the message, one line naming the cause, is for the summary. Other jobs go on."""
 
 
+# Run before the tool's own exec: PR_SET_PDEATHSIG (1) = SIGKILL (9), so the tool dies with the CLI even when the CLI
+# is killed with SIGKILL; then the parent check covers a CLI that died before prctl took effect. A separate exec, not
+# a preexec_fn: code run between fork and exec in a threaded process can deadlock.
+_DIE_WITH_PARENT = ("import ctypes, os, sys\n"
+                    "ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)\n"
+                    "os.getppid() == int(sys.argv[1]) or os._exit(1)\n"
+                    "os.execvp(sys.argv[2], sys.argv[2:])\n")
+
+
+def dies_with_cli(cmd: list[str]) -> list[str]:
+    """`cmd` run so that it gets SIGKILL when the CLI process dies (Linux; elsewhere `cmd` as is)."""
+    if not sys.platform.startswith("linux"):
+        return cmd
+    return [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), *cmd]
+
+
 class Tools:
     """Runs the jobs' tool processes, each in its own process group, and stops them all on an interrupt.
 
     A tool never gets the terminal's Ctrl-C itself: the runner stops it, waits for it, and only then do the job
-    threads remove their partial folders, so no tool writes into the build after compile returns.
+    threads remove their partial folders, so no tool writes into the build after compile returns. A tool dies with
+    the CLI (PR_SET_PDEATHSIG): a killed CLI leaves no tool finishing into the build.
     """
 
     GRACE_S = 5.0  # after SIGTERM, the time a tool gets before SIGKILL
@@ -42,10 +60,10 @@ class Tools:
         the compile is being stopped (before the start, or because the tool was stopped)."""
         log.flush()
         with self._lock:
-            if self._stopping.is_set():
+            if self._stopping.is_set() or stop_requested():
                 raise KeyboardInterrupt
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    start_new_session=True)
+            proc = subprocess.Popen(dies_with_cli(cmd), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    env=env, start_new_session=True)
             self._running.add(proc)
         try:
             code = proc.wait()

@@ -22,7 +22,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnndeploy import __version__, fold, onnxio
+from qnndeploy import __version__, fileio, fold, onnxio
 from qnndeploy import fuse as fusing
 from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError, first_line
 from qnndeploy.fileio import sha256_file, write_json
@@ -180,7 +180,8 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         # A short name: OUT's own name may already be near the file system's limit.
-        work = Path(tempfile.mkdtemp(prefix=".prepare.partial-", dir=out.parent))
+        fileio.remove_stale(out, prefix=".prepare.")  # work folders of killed runs (their process is gone)
+        work = Path(tempfile.mkdtemp(prefix=fileio.partial_prefix(out, "prepare"), dir=out.parent))
     except OSError as e:
         _remove_empty(out.parent, made)
         raise QnnDeployError(f"cannot write in {out.parent}: {e.strerror or e}") from None
@@ -214,6 +215,7 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
             equivalence_inputs=str(inputs_dir) if inputs_dir else f"random (seed {seed})", tolerance=tolerance,
             equivalence=diffs, tools=_tool_versions(__version__), seconds=round(time.monotonic() - start, 2))
         write_json(work / "record.json", asdict(result))  # a short temporary name, renamed below
+        fileio.check_stop()  # the last safe point: after it the output is published, whatever signal comes
         _publish(final, data, work / "record.json", out, force)
         written = True
     finally:
@@ -243,6 +245,7 @@ def _fold_chain(stage: Path, work: Path, name: str, simplify: bool, external: bo
     kept: tuple[Path, str | None, list[OutputDiff]] | None = None
     first_bad: list[OutputDiff] | None = None
     for tool in [*fold.TOOLS, None] if simplify else [None]:
+        fileio.check_stop()  # a safe point between candidates (a SIGTERM only sets the flag)
         label = tool or "no folding"
         folder = work / (tool or "unfolded")
         folder.mkdir()
@@ -339,24 +342,36 @@ def _name_max(folder: Path) -> int:
 
 
 def _publish(final: Path, data: Path, record: Path, out: Path, force: bool) -> None:
-    """Move the data file, the record, then the model into place: a present OUT.onnx always has its data and
-    record. If a move fails, the files this run already moved are taken back out."""
+    """Put OUT.onnx, OUT.onnx.data and OUT.prepare.json in place so that a record never sits beside a model it does
+    not describe: the record is the commit marker, removed first and written last.
+
+    Three names cannot change in one atomic step (renameat2 exchanges two), so the choice is which states a kill
+    may leave, and the order below makes every one of them safe to read:
+      1. the old record is removed: from here until step 5 the output has no record, i.e. it is not a finished
+         prepare output (a re-run with --force replaces it);
+      2. the new data file, if any, is renamed in (before the model: an old model without external data never
+         reads it);
+      3. the new model is renamed over the old one (one rename(2): OUT.onnx is always a whole model);
+      4. an old data file the new model does not use is removed;
+      5. the record is renamed in: its output_sha256 is the sha256 of the OUT.onnx beside it.
+    So OUT.prepare.json, when present, always describes OUT.onnx (old trio or new trio). A SIGTERM only sets the
+    stop flag, so it never lands inside these steps; only SIGKILL or a power cut can stop them half-way.
+    """
     out_data = out.with_name(out.name + ".data")
-    moved: list[Path] = []
+    recorded = record_path(out)
+    has_data = data.is_file()
     try:
-        if data.is_file():
+        recorded.unlink(missing_ok=True)
+        if has_data:
             data.chmod(final.stat().st_mode & 0o777)  # onnx creates external data files owner-only
             data.replace(out_data)
-            moved.append(out_data)
-        elif force and out_data.is_file():
-            out_data.unlink()  # left over from an earlier external-data output of the same name
-        record.replace(record_path(out))
-        moved.append(record_path(out))
         final.replace(out)
+        if not has_data and force:
+            out_data.unlink(missing_ok=True)  # left over from an earlier external-data output of the same name
+        record.replace(recorded)
     except OSError as e:
-        for path in moved:
-            path.unlink(missing_ok=True)
-        raise QnnDeployError(f"cannot write {out}: {e.strerror or e}; nothing written") from None
+        raise QnnDeployError(f"cannot write {out}: {e.strerror or e}; the output is incomplete (it has no "
+                             f"{recorded.name}): run prepare again") from None
 
 
 def _notes(graph: onnx.GraphProto, inputs: list[TensorInfo], outputs: list[TensorInfo]) -> list[str]:
