@@ -369,3 +369,32 @@ def test_check_leaves_no_onnxruntime_files_in_home_or_tmpdir(tmp_path):
                           env={**env, "HOME": str(home), "TMPDIR": str(tmp)}, timeout=300, check=False)
     assert "Traceback" not in done.stderr, done.stderr
     assert sorted(str(p.relative_to(tmp_path)) for p in (*home.rglob("*"), *tmp.rglob("*"))) == []
+
+
+@pytest.mark.slow
+def test_sigterm_at_many_instants_of_bundle_force(bundle_inputs, tmp_path):
+    """Real SIGTERMs at spread instants of `bundle build --force`: never a native crash (the handler only sets a
+    flag), exit 0 or 130 with the matching message, and the final name always holds a complete bundle."""
+    out = tmp_path / "out"
+    assert CliRunner().invoke(cli, bundle_args(bundle_inputs, out, "OLD")).exit_code == 0
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "qnndeploy", *bundle_args(bundle_inputs, out, "T")],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    span = time.monotonic() - start
+    for i in range(12):
+        proc = subprocess.Popen([sys.executable, "-m", "qnndeploy", *bundle_args(bundle_inputs, out, f"T{i}")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(span * (i + 0.5) / 12)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=300)
+        # -SIGTERM: the signal came before the CLI installed its handler (start-up, imports) or after Python restored
+        # the default one (finalization, the work done): old or new, the bundle is complete (bundle_state checks)
+        assert proc.returncode in (0, 130, -signal.SIGTERM), (proc.returncode, err)
+        assert "Traceback" not in err, err
+        license_, _ = bundle_state(out)
+        if proc.returncode == 0 or "published" in err:
+            assert license_ == f"T{i}", err
+        elif proc.returncode == 130:
+            assert license_ != f"T{i}", err
+        assert sorted(p.name for p in out.iterdir()) == ["demo-1.0.0", "demo-1.0.0.zip"]
