@@ -111,6 +111,18 @@ def test_staging_dir_replaces_a_folder_without_a_moment_of_absence(tmp_path, mon
         assert [c for c in calls if c.startswith("exchange")], calls
 
 
+def test_without_rename_exchange_two_renames_still_end_in_the_new_folder(tmp_path, monkeypatch):
+    """The fallback (no renameat2, or a file system without RENAME_EXCHANGE): old aside, new in, old removed."""
+    monkeypatch.setattr(fileio, "exchange", lambda a, b: False)
+    final = tmp_path / "out"
+    final.mkdir()
+    (final / "v").write_text("old")
+    with fileio.staging_dir(final, force=True) as tmp:
+        (tmp / "v").write_text("new")
+    assert (final / "v").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
 def test_stale_leftovers_of_dead_runs_are_removed_only_for_the_same_name(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
                           check=True).stdout.strip()
