@@ -847,6 +847,13 @@ def test_manifest_over_the_size_limit_is_not_read(tmp_path, monkeypatch):
         read_manifest(tmp_path)
 
 
+def test_an_external_data_location_that_is_not_utf8():
+    from qnndeploy.bundle.manifest import external_data_path
+
+    assert external_data_path("cpu/det.onnx", b"det.onnx\xff.data") is None  # protobuf gives bytes for it
+    assert external_data_path("cpu/det.onnx", "det.onnx.data") == "cpu/det.onnx.data"
+
+
 def test_a_lying_zip_header_cannot_write_more_than_it_says(tmp_path):
     from qnndeploy.bundle.archive import extracted
 

@@ -118,9 +118,12 @@ def file_entries(manifest: JSON) -> list[tuple[str, JSON]]:
     return entries
 
 
-def external_data_path(model: str, location: str) -> str | None:
+def external_data_path(model: str, location: str | bytes) -> str | None:
     """The bundle path of the data file `location` named by the model at bundle path `model`, or None when the
-    location could leave the model's folder (absolute, '..', '.', empty segments, backslashes)."""
+    location could leave the model's folder (absolute, '..', '.', empty segments, backslashes) or is not text (protobuf
+    gives bytes for a location that is not valid UTF-8)."""
+    if not isinstance(location, str):
+        return None
     if "\\" in location or "\x00" in location or any(p in ("", ".", "..") for p in location.split("/")):
         return None
     return f"{model.rsplit('/', 1)[0]}/{location}"
