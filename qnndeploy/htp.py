@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError, first_line
-from qnndeploy.onnxio import load_model
+from qnndeploy.onnxio import MAX_FOLDED_BYTES, load_model, oversized_constants
 
 if TYPE_CHECKING:
     import onnx
@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from qnndeploy.socs import Soc
 
 EP_NAME = "QNNExecutionProvider"
+# The HTP compiler's time grows faster than linearly with a partition's node count (a chain of 8,000 Relu takes
+# about 18 s, of 100,000 hours, in one uninterruptible native call): above this the graph is read, not measured.
+MAX_MEASURED_NODES = 20_000
 
 
 def available() -> bool:
@@ -146,6 +149,9 @@ def measure_htp(path: Path, soc: Soc, graph: onnx.GraphProto | None = None,
     total = sum(1 for n in graph.node if n.op_type != "Constant")
     if not available():
         return HtpMeasurement(soc.model, False, "onnxruntime-qnn is not installed", total_nodes=total)
+    refused = measure_refusal(graph, total)
+    if refused:
+        return HtpMeasurement(soc.model, False, refused, total_nodes=total)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="qnndeploy-check-") as tmp:
         ctx = Path(tmp) / "m_ctx.onnx"
@@ -170,6 +176,19 @@ def measure_htp(path: Path, soc: Soc, graph: onnx.GraphProto | None = None,
         soc.model, True, qairt=qairt_version(), qnn_partitions=len(qnn), cpu_partitions=_components(cpu),
         cpu_nodes=[CpuNode(n.name, n.op_type) for n in cpu], total_nodes=total,
         seconds=round(time.monotonic() - start, 2))
+
+
+def measure_refusal(graph: onnx.GraphProto, total: int | None = None) -> str | None:
+    """Why the graph is not handed to an ONNX Runtime session for measuring, else None: too many nodes for the HTP
+    compiler to finish in reasonable time, or a constant result a session would fold into memory."""
+    total = sum(1 for n in graph.node if n.op_type != "Constant") if total is None else total
+    if total > MAX_MEASURED_NODES:
+        return (f"{total:,} nodes, over the {MAX_MEASURED_NODES:,} the HTP compiler partitions in "
+                "reasonable time (findings come from reading the graph)")
+    oversized = oversized_constants(graph)
+    if oversized:
+        return f"{oversized[0]}, over {MAX_FOLDED_BYTES >> 20} MiB"
+    return None
 
 
 @cache

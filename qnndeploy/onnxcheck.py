@@ -20,11 +20,13 @@ from qnndeploy.errors import first_line
 from qnndeploy.fuse import find_gelus
 from qnndeploy.htp import HtpMeasurement, htp_takes_nothing, measure_htp, soc_takes_nothing
 from qnndeploy.onnxio import (
+    MAX_FOLDED_BYTES,
     TensorInfo,
     all_tensors,
     dtype_name,
     int_input_ranges,
     load_model,
+    oversized_constants,
     real_inputs,
     tensor_info,
 )
@@ -74,7 +76,7 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
     path = Path(path)
     model = load_model(path)
     graph = model.graph
-    target = soc if isinstance(soc, socs.Soc) else socs.find(soc or DEFAULT_SOC)
+    target = soc if isinstance(soc, socs.Soc) else socs.find(DEFAULT_SOC if soc is None else soc)
     inputs = [tensor_info(v) for v in real_inputs(graph)]
     outputs = [tensor_info(v) for v in graph.output]
     params = sum(math.prod(t.dims) for t in all_tensors(graph) if dtype_name(t.data_type) in PARAM_DTYPES)
@@ -107,6 +109,16 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
         htp_result = HtpMeasurement(target.model, False, "not requested (--no-measure)")
     elif refused:
         htp_result = HtpMeasurement(target.model, False, refused, qairt=qairt)
+    elif (too_big := htp.measure_refusal(graph)) is not None:
+        htp_result = HtpMeasurement(target.model, False, too_big)
+        oversized = oversized_constants(graph)
+        findings.append(Finding(
+            "size", "blocker" if oversized else "warning",
+            f"op support on the HTP not measured: {too_big}" if not oversized else
+            f"{'; '.join(oversized[:3])}: over {MAX_FOLDED_BYTES >> 20} MiB built from constants alone (op support "
+            "on the HTP not measured: a session would fold it into memory)",
+            "re-export so that the graph does not build it from constants" if oversized else
+            "split the model into smaller graphs to measure each, or compile it directly"))
     elif any(i.dynamic for i in inputs):
         htp_result = HtpMeasurement(target.model, False, "the inputs have dynamic dims; prepare the model first")
         findings.append(Finding("htp", "info", "op support on the HTP not measured: the inputs have dynamic dims",

@@ -6,6 +6,7 @@ wrappers all read models through it, without their weights.
 from __future__ import annotations
 
 import math
+import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     import onnx
 
 CONTROL_FLOW_OPS = {"If", "Loop", "Scan"}
+_GRAPH, _GRAPHS = 5, 10  # onnx.AttributeProto.GRAPH and GRAPHS (onnx is imported only where needed)
 
 
 @dataclass
@@ -43,22 +45,38 @@ class TensorInfo:
 
 # --- loading --------------------------------------------------------------------------------------
 
+# Sanity limits: a dim or element count above them is damage or a hostile file, not a model. Checked before any
+# allocation or ONNX Runtime session (whose size arithmetic aborts the process on overflow).
+MAX_TENSOR_ELEMENTS = 2**31  # per tensor
+MAX_FOLDED_BYTES = 64 << 20  # a constant result folding may materialise (fold.py keeps bigger ones as nodes)
+_MAX_LOCATION = 4096  # characters in an external-data location (PATH_MAX); one name part at most 255
+_SHAPE_OPS = {"ConstantOfShape": 0, "Expand": 1}  # op -> the input holding the output's shape
+_CHECKED_OPS = {"Constant", "Tile", *_SHAPE_OPS}
+
+
 def load_model(path: Path, check_external: bool = True) -> onnx.ModelProto:
-    """Parse an ONNX file with a one-line error for anything that is not a whole model. External-data weights
-    are not read, only checked to exist and to be long enough (unless not `check_external`: `bundle verify` judges
-    the data files a model names itself, before anything is read from them)."""
+    """Parse an ONNX file with a one-line error for anything that is not a whole, sane model. External-data
+    weights are not read, only checked to lie inside the model's folder, to exist and to be long enough (unless not
+    `check_external`: `bundle verify` judges the data files a model names itself, before anything is read from
+    them). Names must be UTF-8, element types known, and dims and constant shapes within MAX_TENSOR_ELEMENTS."""
     import onnx
-    from google.protobuf.message import DecodeError
 
     path = Path(path)
     require_model_file(path)
     try:
-        model = onnx.load(str(path), load_external_data=False)
+        # Always binary protobuf: onnx.load would otherwise pick a JSON or text parser from the file's suffix.
+        model = onnx.load(str(path), format="protobuf", load_external_data=False)
     except OSError as e:
         raise QnnDeployError(f"cannot read {path}: {e.strerror or e}") from None
-    except (DecodeError, ValueError, RuntimeError) as e:
-        raise QnnDeployError(f"{path} is not a readable ONNX model ({type(e).__name__}: {first_line(e)}): the file "
-                             "is not an ONNX model or is truncated; re-export or re-download it") from None
+    except MemoryError:
+        raise QnnDeployError(f"{path} is too large to read into memory") from None
+    except Exception as e:  # noqa: BLE001 protobuf and onnx raise DecodeError, ValueError, RuntimeError…
+        kind = {".json": "JSON", ".txtpb": "text protobuf", ".pbtxt": "text protobuf", ".txt": "text"}.get(
+            path.suffix.lower())
+        hint = f" (a {kind} file is not read as a model: give the binary .onnx file)" if kind else ""
+        raise QnnDeployError(f"{path} is not a readable ONNX model ({type(e).__name__}: {first_line(e)[:200]}): "
+                             f"the file is not an ONNX model or is truncated{hint}; re-export or re-download it"
+                             ) from None
     missing = [part for part, gone in (("graph outputs", not model.graph.output), ("nodes", not model.graph.node),
                                        ("opset", not model.opset_import), ("IR version", model.ir_version <= 0))
                if gone]
@@ -66,14 +84,180 @@ def load_model(path: Path, check_external: bool = True) -> onnx.ModelProto:
         listed = ", ".join(missing[:-1]) + " or " + missing[-1] if len(missing) > 1 else missing[0]
         raise QnnDeployError(f"{path} is not an ONNX model: it has no {listed} (an empty or damaged file); "
                              "re-export or re-download it")
+    damage = model_damage(model)
+    if damage:
+        raise QnnDeployError(f"{path} is a damaged or hostile ONNX model: {damage}; re-export or re-download it")
     if not check_external:
         return model
     for location in sorted(external_locations(model)):
-        if not (path.parent / location).is_file():
-            raise QnnDeployError(f"{path} keeps its weights in {location}, which is missing next to it; "
+        bad = location_problem(location, path.parent)
+        if bad:
+            raise QnnDeployError(f"{path} names external data {_clip(location)}: {bad}; keep the data file in the "
+                                 "model's folder and re-export, or re-download the model")
+        try:
+            present = (path.parent / location).is_file()
+        except OSError as e:
+            raise QnnDeployError(f"cannot read the external data {_clip(location)} of {path}: "
+                                 f"{e.strerror or e}") from None
+        if not present:
+            raise QnnDeployError(f"{path} keeps its weights in {_clip(location)}, which is missing next to it; "
                                  "copy the model together with its data file")
     _check_external_sizes(path, model)
     return model
+
+
+def _clip(text: str, keep: int = 80) -> str:
+    """A name from the file, as it can be shown in a one-line message: quoted when not printable, cut when long."""
+    shown = text if text.isprintable() else repr(text)
+    return shown if len(shown) <= keep else shown[:keep] + f"… ({len(text)} characters)"
+
+
+def location_problem(location: str, folder: Path) -> str | None:
+    """Why an external-data location is refused (it must name a file inside the model's `folder`, compared by
+    name: symlinks inside the folder, as the Hugging Face cache makes, are kept), else None."""
+    if not location or "\0" in location:
+        return "an empty name or one with a NUL byte"
+    if len(location) > _MAX_LOCATION or any(len(part.encode("utf-8", "surrogatepass")) > 255
+                                             for part in location.split("/")):
+        return f"a name longer than any file system takes ({len(location)} characters)"
+    if location.startswith(("/", "\\")) or (len(location) > 1 and location[1] == ":"):
+        return "an absolute path, outside the model's folder"
+    base = os.path.normpath(Path(folder).absolute())
+    full = os.path.normpath(Path(base) / location.replace("\\", "/"))
+    if not full.startswith(base.rstrip(os.sep) + os.sep):
+        return "a path outside the model's folder ('..')"
+    return None
+
+
+def model_damage(model: onnx.ModelProto) -> str | None:
+    """What makes a parsed model unsafe to hand to onnx or ONNX Runtime, or None: a name that is not UTF-8 (protobuf
+    hands such strings over as bytes), an unknown element type, a negative or oversized dim, a constant shape or
+    repeat count whose product overflows. One pass over every (sub)graph. (An EPContext node's ep_cache_context
+    is bundle verify's to judge: it says what the phone would do with it.)"""
+    import onnx
+
+    known = set(onnx.TensorProto.DataType.values())
+    for g in _all_graphs(model.graph):
+        for v in (*g.input, *g.output, *g.value_info):
+            if not _text(v.name):
+                return f"a value name is not UTF-8 ({_clip(repr(v.name))})"
+            if v.type.WhichOneof("value") != "tensor_type":
+                continue
+            tt = v.type.tensor_type
+            if tt.elem_type and tt.elem_type not in known:
+                return f"{_clip(v.name)} has the unknown element type {tt.elem_type}"
+            dims = [d.dim_value for d in tt.shape.dim if d.HasField("dim_value")]
+            if (why := _dims_problem(dims, any_size_ok=True)) is not None:
+                return f"{_clip(v.name)} declares dims {_short(dims)}: {why}"
+        consts: dict[str, onnx.TensorProto] = {}
+        for t in g.initializer:
+            if (why := _tensor_problem(t, known)) is not None:
+                return why
+            consts[t.name] = t
+        for i, node in enumerate(g.node):
+            if not (_text(node.op_type) and _text(node.domain) and _text(node.name)
+                    and all(_text(x) for x in node.input) and all(_text(x) for x in node.output)):
+                return f"node {i} has an op type, domain or name that is not UTF-8"
+            op = node.op_type
+            if op not in _CHECKED_OPS:
+                continue
+            label = f"node {_clip(node.name)} ({op})" if node.name else f"node #{i} ({op})"
+            attrs = {a.name: a for a in node.attribute}
+            if op == "Constant" and "value" in attrs:
+                if (why := _tensor_problem(attrs["value"].t, known)) is not None:
+                    return why
+                consts[node.output[0] if node.output else ""] = attrs["value"].t
+            slot = _SHAPE_OPS.get(op, 1 if op == "Tile" else None)
+            if slot is not None and len(node.input) > slot and node.input[slot] in consts:
+                values = _small_ints(consts[node.input[slot]])
+                if values is not None and (why := _dims_problem(values, any_size_ok=True)) is not None:
+                    return f"{label} is given the constant shape {_short(values)}: {why}"
+    return None
+
+
+def oversized_constants(graph: onnx.GraphProto, limit: int = MAX_FOLDED_BYTES) -> list[str]:
+    """The ConstantOfShape, Expand and Tile nodes computed from constants alone whose result would exceed `limit`
+    bytes: folding (or an ONNX Runtime session, which folds too) would materialise them. One line per node."""
+    import numpy as np
+    import onnx
+
+    consts: dict[str, onnx.TensorProto] = {t.name: t for t in graph.initializer}
+    consts.update({n.output[0]: a.t for n in graph.node if n.op_type == "Constant" and n.output
+                   for a in n.attribute if a.name == "value"})
+    found = []
+    for i, node in enumerate(graph.node):
+        slot = _SHAPE_OPS.get(node.op_type, 1 if node.op_type == "Tile" else None)
+        if slot is None or len(node.input) <= slot or not all(x in consts for x in node.input if x):
+            continue
+        values = _small_ints(consts[node.input[slot]])
+        if values is None or any(v < 0 for v in values):
+            continue
+        if node.op_type == "ConstantOfShape":
+            value = next((a.t for a in node.attribute if a.name == "value"), None)
+            elem, numel = (value.data_type if value is not None else onnx.TensorProto.FLOAT), math.prod(values)
+        else:
+            data = consts[node.input[0]]
+            elem, dims = data.data_type, list(data.dims)
+            if node.op_type == "Tile":
+                numel = math.prod(dims) * math.prod(values)
+            else:  # Expand: the two shapes broadcast, right-aligned
+                width = max(len(dims), len(values))
+                a, b = [1] * (width - len(dims)) + dims, [1] * (width - len(values)) + values
+                numel = math.prod(max(x, y) for x, y in zip(a, b, strict=True))
+        try:
+            itemsize = np.dtype(dtype_name(elem)).itemsize
+        except TypeError:
+            itemsize = 1
+        if numel * itemsize > limit:
+            label = f"node {_clip(node.name)}" if node.name else f"node #{i}"
+            found.append(f"{label} ({node.op_type}) makes a constant of {numel * itemsize / 2**20:,.0f} MiB")
+    return found
+
+
+def _text(value: object) -> bool:
+    """Whether protobuf decoded a string field: it hands over bytes that are not UTF-8 as bytes."""
+    return isinstance(value, str)
+
+
+def _short(dims: list[int]) -> str:
+    return str(dims) if len(dims) <= 8 else str(dims[:8])[:-1] + f", … ({len(dims)} dims)]"
+
+
+def _dims_problem(dims: list[int], any_size_ok: bool = False) -> str | None:
+    """A negative dim (unless `any_size_ok`: declared dims and shape operands use 0 or -1 for "any"), or more than
+    MAX_TENSOR_ELEMENTS elements."""
+    if not any_size_ok and any(d < 0 for d in dims):
+        return "a negative size"
+    total = 1
+    for d in dims:
+        total *= max(d, 1)
+        if total > MAX_TENSOR_ELEMENTS:
+            return f"over {MAX_TENSOR_ELEMENTS:,} elements in one tensor"
+    return None
+
+
+def _tensor_problem(t: onnx.TensorProto, known: set[int]) -> str | None:
+    if not _text(t.name):
+        return "a tensor name is not UTF-8"
+    if t.data_type not in known:
+        return f"tensor {_clip(t.name)} has the unknown element type {t.data_type}"
+    if (why := _dims_problem(list(t.dims))) is not None:
+        return f"tensor {_clip(t.name)} has dims {_short(list(t.dims))}: {why}"
+    return None
+
+
+def _small_ints(t: onnx.TensorProto) -> list[int] | None:
+    """The values of a small integer constant (a shape or repeat count) held in the file, else None."""
+    import onnx
+    from onnx import numpy_helper
+
+    if t.data_type not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) or len(t.dims) > 1 or \
+            math.prod(t.dims) > 64 or t.data_location == onnx.TensorProto.EXTERNAL:
+        return None
+    try:
+        return [int(v) for v in numpy_helper.to_array(t).reshape(-1)]
+    except Exception:  # noqa: BLE001 a value that does not match its dims: the loader of the runtime says so
+        return None
 
 
 _FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
@@ -106,12 +290,19 @@ def _check_external_sizes(path: Path, model: onnx.ModelProto) -> None:
         info = {e.key: e.value for e in t.external_data}
         location = info.get("location", "")
         if location not in sizes:
-            sizes[location] = (path.parent / location).stat().st_size
+            try:
+                sizes[location] = (path.parent / location).stat().st_size
+            except OSError as e:
+                raise QnnDeployError(f"cannot read the external data {_clip(location)} of {path}: "
+                                     f"{e.strerror or e}") from None
         try:
             offset = int(info.get("offset") or 0)
             length = int(info["length"]) if info.get("length") else _tensor_nbytes(t)
+            if offset < 0 or (length is not None and length < 0):
+                raise ValueError
         except ValueError:
-            raise QnnDeployError(f"{path}: tensor {t.name} has a damaged external data entry ({info}); "
+            raise QnnDeployError(f"{path}: tensor {_clip(t.name)} has a damaged external data entry "
+                                 f"({_clip(str(info))}); "
                                  "re-export the model") from None
         if length is not None and offset + length > sizes[location]:
             raise QnnDeployError(
@@ -140,13 +331,21 @@ def external_locations(model: onnx.ModelProto) -> set[str]:
 # --- walking the graph ----------------------------------------------------------------------------
 
 def _all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("g"):
-                yield from _all_graphs(attr.g)
-            for g in attr.graphs:
-                yield from _all_graphs(g)
+    """The graph and every subgraph, depth first, without recursion."""
+    todo = [graph]
+    while todo:
+        g = todo.pop()
+        yield g
+        subgraphs = []
+        for node in g.node:
+            if not node.attribute:
+                continue
+            for attr in node.attribute:
+                if attr.type == _GRAPH:
+                    subgraphs.append(attr.g)
+                elif attr.type == _GRAPHS:
+                    subgraphs.extend(attr.graphs)
+        todo.extend(reversed(subgraphs))
 
 
 def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:

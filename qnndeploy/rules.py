@@ -166,13 +166,14 @@ def ops(graph: onnx.GraphProto) -> list[Finding]:
     producers = {o: n for n in graph.node for o in n.output}
     fed = {v.name for v in real_inputs(graph)}
     small_inputs = {v.name for v in real_inputs(graph) if _numel(tensor_info(v)) <= FREEZABLE_NUMEL}
+    memo: dict[str, frozenset[str]] = {}
     for node in graph.node:
         if node.op_type not in CONTROL_FLOW_OPS:
             continue
         label = f"{node.op_type} node {node.name or '(unnamed)'}"
         # What drives the node: the condition of an If, the trip count and condition of a Loop.
         driving = [t for t in (node.input[:1] if node.op_type == "If" else node.input[:2]) if t]
-        values = set().union(*(value_drivers(t, producers, fed) for t in driving)) if driving else set()
+        values = set().union(*(value_drivers(t, producers, fed, memo) for t in driving)) if driving else set()
         if node.op_type != "If":
             findings.append(Finding(
                 "control-flow", "blocker", f"{label}: a loop breaks a static compile",
@@ -204,22 +205,29 @@ def ops(graph: onnx.GraphProto) -> list[Finding]:
 SHAPE_ONLY_OPS = {"Shape", "Size"}
 
 
-def value_drivers(tensor: str, producers: Mapping[str, onnx.NodeProto], graph_inputs: set[str]) -> set[str]:
+def value_drivers(tensor: str, producers: Mapping[str, onnx.NodeProto], graph_inputs: set[str],
+                  memo: dict[str, frozenset[str]] | None = None) -> set[str]:
     """The graph inputs whose values a tensor is computed from. A path through Shape or Size reads only the
-    input's shape, which `--shape` fixes, so it does not count; initializers and constants do not either."""
-    found: set[str] = set()
-    seen: set[str] = set()
+    input's shape, which `--shape` fixes, so it does not count; initializers and constants do not either.
+    `memo` carries the answers over calls, so asking for every node of a graph stays linear (no recursion)."""
+    memo = {} if memo is None else memo
+    started: set[str] = set()
     todo = [tensor]
     while todo:
-        name = todo.pop()
-        if name in seen or not name:
-            continue
-        seen.add(name)
-        if name in graph_inputs:
-            found.add(name)
-        elif name in producers and producers[name].op_type not in SHAPE_ONLY_OPS:
-            todo.extend(producers[name].input)
-    return found
+        name = todo[-1]
+        node = producers.get(name)
+        if name in memo:
+            todo.pop()
+        elif not name or name in graph_inputs or node is None or node.op_type in SHAPE_ONLY_OPS:
+            memo[name] = frozenset({name}) if name and name in graph_inputs else frozenset()
+            todo.pop()
+        elif name not in started:  # first visit: its inputs first (a name met again on a cycle counts as none)
+            started.add(name)
+            todo.extend(t for t in node.input if t not in memo and t not in started)
+        else:
+            memo[name] = frozenset().union(*(memo.get(t, frozenset()) for t in node.input))
+            todo.pop()
+    return set(memo[tensor])
 
 
 def taken_by_the_htp(finding: Finding) -> Finding:

@@ -8,12 +8,13 @@ Random samples are seeded, in ranges every model takes (integers small enough to
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy.errors import QnnDeployError, first_line
 from qnndeploy.fileio import JSON
-from qnndeploy.onnxio import int_input_ranges, load_model, real_inputs, tensor_info
+from qnndeploy.onnxio import MAX_TENSOR_ELEMENTS, int_input_ranges, load_model, real_inputs, tensor_info
 
 if TYPE_CHECKING:
     import numpy as np
@@ -171,6 +172,9 @@ def random_samples(specs: list[TensorInfo], count: int, seed: int,
         if s.dynamic:
             raise QnnDeployError(f"input '{s.name}' has dynamic size {s.shape_text()}: random inputs need fixed "
                                  "sizes")
+        if math.prod(s.static_shape) > MAX_TENSOR_ELEMENTS:
+            raise QnnDeployError(f"input '{s.name}' {s.shape_text()} has {math.prod(s.static_shape):,} elements, "
+                                 f"over the limit of {MAX_TENSOR_ELEMENTS:,} per tensor: no random sample is made")
     rng = np.random.default_rng(seed)
     samples = []
     for _ in range(count):

@@ -256,3 +256,141 @@ def test_a_soc_whose_htp_takes_nothing_is_blamed_not_the_model(tmp_path, qnn):
     (finding,) = [f for f in report.findings if f.code == "soc"]
     assert "QAIRT 2.51.0 compiles no fp16 for SSG2115P (soc_model 46)" in finding.message
     assert "whatever the export" in finding.message
+
+
+# --- hostile inputs (issue 11): each a one-line error or a finding, before any ONNX Runtime session -----------
+
+def _relu(shape=(1, 4), elem=onnx.TensorProto.FLOAT):
+    from onnx import helper as h
+
+    graph = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", [h.make_tensor_value_info("x", elem, shape)],
+                         [h.make_tensor_value_info("y", elem, shape)])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def _constant_of_shape(count):
+    import numpy as np
+    from onnx import helper as h
+    from onnx import numpy_helper
+
+    graph = h.make_graph(
+        [h.make_node("ConstantOfShape", ["s"], ["c"], value=h.make_tensor("v", onnx.TensorProto.FLOAT, [1], [1.0])),
+         h.make_node("Add", ["x", "c"], ["y"])], "g",
+        [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([count], np.int64), "s")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def _external(location):
+    import numpy as np
+    from onnx import helper as h
+    from onnx import numpy_helper
+
+    w = numpy_helper.from_array(np.ones((1, 4), np.float32), "w")
+    w.ClearField("raw_data")
+    w.data_location = onnx.TensorProto.EXTERNAL
+    w.external_data.add(key="location", value=location)
+    w.external_data.add(key="length", value="16")
+    graph = h.make_graph([h.make_node("Add", ["x", "w"], ["y"])], "g",
+                         [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
+                         [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])], [w])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def _epcontext():
+    from onnx import helper as h
+
+    graph = h.make_graph([h.make_node("EPContext", ["x"], ["y"], domain="com.microsoft", embed_mode=0,
+                                      ep_cache_context="ZZZZ")], "g",
+                         [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
+                         [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13), h.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    return model
+
+
+def _elem72_initializer():
+    model = _relu()
+    model.graph.initializer.append(onnx.helper.make_tensor("w", onnx.TensorProto.FLOAT, [1], [1.0]))
+    model.graph.initializer[0].data_type = 72
+    return model
+
+
+def _elem72_input():
+    model = _relu()
+    model.graph.input[0].type.tensor_type.elem_type = 72
+    return model
+
+
+HOSTILE = {  # name -> (file bytes, the file name, what the one-line error says)
+    "non-UTF-8 op_type": (lambda: _relu().SerializeToString().replace(b"Relu", b"R\xffl\xfe"), "m.onnx",
+                          "not UTF-8"),
+    "elem_type 72 input": (lambda: _elem72_input().SerializeToString(), "m.onnx", "unknown element type 72"),
+    "elem_type 72 initializer": (lambda: _elem72_initializer().SerializeToString(), "m.onnx",
+                                 "unknown element type 72"),
+    "5,000-char location": (lambda: _external("a" * 5000).SerializeToString(), "m.onnx", "5000 characters"),
+    "location ../x": (lambda: _external("../x.bin").SerializeToString(), "m.onnx", "outside the model's folder"),
+    "absolute location": (lambda: _external("/etc/hostname").SerializeToString(), "m.onnx", "an absolute path"),
+    "a .json file": (lambda: b'{"irVersion": "8"}\n', "m.json", "a JSON file is not read as a model"),
+    "a .txtpb file": (lambda: b'ir_version: 8\ngraph { name: "g" }\n', "m.txtpb", "text protobuf"),
+    "input dims 2^40": (lambda: _relu((1, 2**40)).SerializeToString(), "m.onnx", "over 2,147,483,648 elements"),
+    "ConstantOfShape 2^62": (lambda: _constant_of_shape(2**62).SerializeToString(), "m.onnx",
+                             "(ConstantOfShape) is given the constant shape [4611686018427387904]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_models_are_one_line_errors_before_any_session(tmp_path, case):
+    make, name, message = HOSTILE[case]
+    path = tmp_path / name
+    path.write_bytes(make())
+    result = CliRunner().invoke(cli, ["check", str(path)])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: {path}") and message in result.output, result.output
+    assert result.output.count("\n") == 1 and isinstance(result.exception, SystemExit)
+
+
+def test_a_non_utf8_ep_cache_context_is_read_without_a_traceback(tmp_path):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_epcontext().SerializeToString().replace(b"ZZZZ", b"\xff\xfe\xfd\xfc"))
+    result = CliRunner().invoke(cli, ["check", "--no-measure", str(path)])
+    assert result.exit_code in (0, 10, 11), result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_a_huge_constant_built_from_constants_is_a_blocker_and_not_measured(tmp_path):
+    path = save(tmp_path, _constant_of_shape(2**30))  # 4 GiB of float32 from a 128-byte file
+    report = onnxcheck.check_model(path)
+    assert not report.htp.measured and "4,096 MiB" in report.htp.reason
+    assert report.verdict == "not ready" and "size" in codes(report, "blocker")
+
+
+def test_a_graph_over_the_measurement_limit_is_read_not_measured(tmp_path, monkeypatch):
+    from onnx import helper as h
+
+    n = 60
+    nodes = [h.make_node("Relu", [f"t{i}"], [f"t{i + 1}"], name=f"n{i}") for i in range(n)]
+    graph = h.make_graph(nodes, "chain", [h.make_tensor_value_info("t0", onnx.TensorProto.FLOAT, [1, 4])],
+                         [h.make_tensor_value_info(f"t{n}", onnx.TensorProto.FLOAT, [1, 4])])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    monkeypatch.setattr(htp, "MAX_MEASURED_NODES", 50)
+    report = onnxcheck.check_model(save(tmp_path, model))
+    assert not report.htp.measured and "60 nodes, over the 50" in report.htp.reason
+    assert report.verdict == "ready" and "size" in codes(report, "warning")
+
+
+def test_control_flow_drivers_stay_linear_on_a_long_chain_of_ifs():
+    from qnndeploy import rules
+
+    # value_drivers with one memo over every If: a chain of 50,000 producers is walked once, not once per If.
+    producers = {f"t{i + 1}": onnx.helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"]) for i in range(50_000)}
+    memo: dict[str, frozenset[str]] = {}
+    assert all(rules.value_drivers(f"t{i}", producers, {"t0"}, memo) == {"t0"} for i in range(0, 50_001, 10))
+    assert len(memo) == 50_001

@@ -457,3 +457,98 @@ def test_the_onnx_folder_names_the_node_it_cannot_evaluate(tmp_path):
     with pytest.raises(fold.FoldError, match=r"^Gather node length: .*index") as error:
         fold.fold("onnx", src, tmp_path / "o.onnx", False)
     assert "\n" not in str(error.value)
+
+
+# --- hostile inputs (issue 11): one-line errors, nothing allocated or folded first ----------------------------
+
+def _dynamic_features():
+    from onnx import helper as h
+
+    graph = h.make_graph([h.make_node("Relu", ["features"], ["y"])], "g",
+                         [h.make_tensor_value_info("features", onnx.TensorProto.FLOAT, ["N", "C"])],
+                         [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", "C"])])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def _prepare_error(tmp_path, model_path, *args):
+    result = CliRunner().invoke(cli, ["prepare", str(model_path), "-o", str(tmp_path / "out" / "p.onnx"), *args])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and result.output.count("\n") == 1, result.output
+    assert not (tmp_path / "out").exists()
+    return result.output
+
+
+@pytest.mark.parametrize("value, message", [
+    ("features=²,4", "'²' is not a size"),
+    ("features=1,٣", "'٣' is not a size"),
+    ("features=1,100000000000", "over the limit of 2,147,483,648 per tensor"),
+    ("features=100000x100000", "10,000,000,000 elements"),
+])
+def test_shape_takes_ascii_digits_and_sane_sizes_only(tmp_path, value, message):
+    path = save(tmp_path, _dynamic_features())
+    assert message in _prepare_error(tmp_path, path, "--shape", value)
+
+
+def test_freeze_takes_ascii_digits_only(tmp_path):
+    from onnx import helper as h
+
+    graph = h.make_graph([h.make_node("Cast", ["k"], ["y"], to=onnx.TensorProto.FLOAT)], "g",
+                         [h.make_tensor_value_info("k", onnx.TensorProto.INT64, [1])],
+                         [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    path = save(tmp_path, model)
+    assert "'٣' is not a valid int64 value" in _prepare_error(tmp_path, path, "--freeze", "k=٣")
+
+
+def test_random_samples_refuse_an_oversized_input_before_allocating():
+    from qnndeploy.onnxio import TensorInfo
+    from qnndeploy.samples import random_samples
+
+    with pytest.raises(QnnDeployError, match="over the limit of 2,147,483,648 per tensor"):
+        random_samples([TensorInfo("x", "float32", [1, 100_000_000_000])], 1, 0)
+
+
+def test_a_tiny_model_building_a_huge_constant_is_refused_before_folding(tmp_path):
+    from onnx import helper as h
+    from onnx import numpy_helper
+
+    graph = h.make_graph(
+        [h.make_node("ConstantOfShape", ["s"], ["c"], name="big",
+                     value=h.make_tensor("v", onnx.TensorProto.FLOAT, [1], [1.0])),
+         h.make_node("Add", ["x", "c"], ["y"])], "g",
+        [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([2**30], np.int64), "s")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = save(tmp_path, model)
+    assert path.stat().st_size < 200
+    assert "node big (ConstantOfShape) makes a constant of 4,096 MiB" in _prepare_error(tmp_path, path)
+
+
+@pytest.mark.parametrize("location, message", [
+    ("../x.bin", "a path outside the model's folder"),
+    ("/etc/hostname", "an absolute path"),
+    ("a" * 5000, "5000 characters"),
+])
+def test_external_data_outside_the_model_folder_is_refused(tmp_path, location, message):
+    from onnx import helper as h
+
+    w = onnx.numpy_helper.from_array(np.ones((1, 4), np.float32), "w")
+    w.ClearField("raw_data")
+    w.data_location = onnx.TensorProto.EXTERNAL
+    w.external_data.add(key="location", value=location)
+    w.external_data.add(key="length", value="16")
+    graph = h.make_graph([h.make_node("Add", ["x", "w"], ["y"])], "g",
+                         [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
+                         [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])], [w])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    model.ir_version = 8
+    (tmp_path / "x.bin").write_bytes(bytes(64))
+    folder = tmp_path / "sub"
+    folder.mkdir()
+    path = folder / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    assert message in _prepare_error(tmp_path, path)

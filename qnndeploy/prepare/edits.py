@@ -4,6 +4,7 @@ edits themselves, in place: static input dims, frozen inputs, int64 inputs and o
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,16 +26,24 @@ def parse_assignment(text: str, option: str) -> tuple[str, str]:
     return name, value
 
 
+_SIZE = re.compile(r"[0-9]{1,12}")  # ASCII digits only (str.isdigit takes '²' and other scripts' digits)
+_INT = re.compile(r"[+-]?[0-9]{1,20}")
+
+
 def parse_shape(text: str) -> tuple[str, list[int]]:
     """'x=1,3,640,640' or 'x=1x3x640x640' -> ('x', [1, 3, 640, 640])."""
     name, value = parse_assignment(text, "--shape")
     dims = []
     for token in value.replace("x", ",").split(","):
-        if not token.strip().isdigit() or int(token) < 1:
-            raise QnnDeployError(f"--shape {text}: '{token}' is not a size; give every dim as a positive number "
-                                 "(the fixed size your app feeds)")
+        if not _SIZE.fullmatch(token.strip()) or int(token) < 1:
+            raise QnnDeployError(f"--shape {_short(text)}: {_short(token)!r} is not a size; give every dim as a "
+                                 "positive number in ASCII digits (the fixed size your app feeds)")
         dims.append(int(token))
     return name, dims
+
+
+def _short(text: str, keep: int = 60) -> str:
+    return text if len(text) <= keep else text[:keep] + "…"
 
 
 def _input_names(inputs: Mapping[str, onnx.ValueInfoProto]) -> str:
@@ -50,6 +59,9 @@ def _check_shapes(shapes: Mapping[str, Sequence[int]], inputs: Mapping[str, onnx
         dims = [int(d) for d in given]
         if any(d < 1 for d in dims):
             raise QnnDeployError(f"--shape {name}: every dim must be a positive size, got {dims}")
+        if math.prod(dims) > onnxio.MAX_TENSOR_ELEMENTS:
+            raise QnnDeployError(f"--shape {name}: {dims} is {math.prod(dims):,} elements, over the limit of "
+                                 f"{onnxio.MAX_TENSOR_ELEMENTS:,} per tensor; give the size your app feeds")
         info = tensor_info(inputs[name])
         if info.shape is not None:
             if len(info.shape) != len(dims):
@@ -141,18 +153,22 @@ def _parse_values(name: str, raw: Any, dtype: np.dtype, dtype_label: str) -> np.
                     raise ValueError
                 out.append(token.lower() in ("true", "1"))
             elif dtype.kind in "iu":
+                if not _INT.fullmatch(token):
+                    raise ValueError
                 number = int(token)
                 info = np.iinfo(dtype)
                 if not info.min <= number <= info.max:
                     raise ValueError
                 out.append(number)
             elif dtype.kind == "f":
+                if not token.isascii() or "_" in token:
+                    raise ValueError
                 out.append(float(token))
             else:
                 raise ValueError
         except ValueError:
-            raise QnnDeployError(f"--freeze {name}={raw}: '{token}' is not a valid {dtype_label} value "
-                                 f"(input {name} is {dtype_label})") from None
+            raise QnnDeployError(f"--freeze {name}={_short(raw)}: {_short(token)!r} is not a valid {dtype_label} "
+                                 f"value (input {name} is {dtype_label})") from None
     return np.array(out, dtype=dtype)
 
 
@@ -247,6 +263,10 @@ class Edits:
 def edit(graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]], freeze: Mapping[str, Any],
           int32_inputs: bool) -> Edits:
     """Validate the options against the graph, then fix shapes, freeze inputs and wrap int64, in place."""
+    oversized = onnxio.oversized_constants(graph)
+    if oversized:
+        raise QnnDeployError(f"{oversized[0]} (over {onnxio.MAX_FOLDED_BYTES >> 20} MiB): folding or running it "
+                             "would materialise it; re-export so that the graph does not build it from constants")
     inputs = {v.name: v for v in real_inputs(graph)}
     given = _check_shapes(shapes, inputs)
     symbols = _symbols(given, inputs)
