@@ -544,6 +544,7 @@ def test_cli_errors_are_one_line(inputs, tmp_path):
         assert r.output.startswith("error: ") and r.output.count("\n") == 1, r.output
 
 
+@pytest.mark.slow
 def test_real_executable(inputs, tmp_path):
     alias = ["bundle", *cli_args(inputs, tmp_path)[2:]]  # `bundle --name …`, no subcommand: still `bundle build`
     subprocess.run(["qnndeploy", *alias], check=True, capture_output=True)
@@ -697,6 +698,7 @@ def test_zip_bomb_is_refused_from_its_header(hostile, tmp_path):
                         r"limit of 200:1 \(a zip bomb\?\); archive refused before extraction", line)
 
 
+@pytest.mark.slow
 def test_a_real_zip_and_tar_bomb(hostile, tmp_path):
     zeros = bytes(64 << 20)  # compresses about 1000:1
     assert "over the limit of 200:1" in refusal(hostile, zip_with(tmp_path / "bomb.zip", None,
@@ -754,6 +756,7 @@ def test_encrypted_and_unsupported_zip_members(hostile, tmp_path):
         "deflate, bzip2, lzma): archive refused before extraction")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["zip", "tar.gz"])
 def test_too_many_members(hostile, tmp_path, fmt):
     names = [f"{TOP}/r/{i}" for i in range(20_000)]

@@ -188,6 +188,7 @@ def _start_load(device, name="com.example.app") -> int:
     raise AssertionError("test-load did not start its second thread")
 
 
+@pytest.mark.slow
 def test_profile_shows_a_busy_thread_and_a_sleeping_one(device, tmp_path):
     pid = _start_load(device)
     r = _run("device", "profile", "--package", "com.example.app", "--interval", "0.5", "--duration", "1.5",
@@ -222,6 +223,7 @@ def test_profile_warns_that_current_on_usb_power_is_charging(device):
     assert "+120 mA" in r.output and "on external power (USB/AC): the battery current is charging" in r.output
 
 
+@pytest.mark.slow
 def test_profile_stops_when_the_process_exits_and_keeps_the_samples(device, tmp_path):
     pid = _start_load(device)
     threading.Timer(1.0, os.kill, (pid, signal.SIGKILL)).start()

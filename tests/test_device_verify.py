@@ -247,6 +247,7 @@ def test_a_context_binary_that_is_not_the_cpu_model_fails_the_comparison(device,
     assert rec["status"] == "passed" and rec["inputs"]["kind"] == "files"
 
 
+@pytest.mark.slow
 def test_skel_missing_from_adsp_library_path_becomes_advice(device, bundle, tmp_path):
     # A wrapper that drops the Skel folder from ADSP_LIBRARY_PATH, as a device setting can.
     wrapper = write_launcher(tmp_path / "qnn-net-run", adsp_library_path="/vendor/lib/rfsa/adsp")

@@ -71,6 +71,7 @@ def test_record_holds_changes_hashes_and_figures(ppocr_prepared):
     assert record["equivalence_inputs"] == "random (seed 0)" and record["kind"] == "qnndeploy-prepare"
 
 
+@pytest.mark.slow
 def test_difference_beyond_tolerance_fails_and_writes_nothing(tmp_path):
     """Folding cls's BatchNorms into its Convs moves the last float bits: a zero tolerance must catch that."""
     with pytest.raises(QnnDeployError, match="differs from the original") as error:

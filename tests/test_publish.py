@@ -297,6 +297,7 @@ def compile_state(job: Path) -> str | None:
     return str(record["cache_key"])
 
 
+@pytest.mark.slow
 def test_compile_kill_before_every_rename(tmp_path, monkeypatch):
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler)")
     from qnndeploy import compile as stage

@@ -78,6 +78,7 @@ def cls_build(models, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_a_stricter_threshold_fails_with_exit_1(cls_build):
     result = run("validate", cls_build, "--min-snr-db", "200")
     assert result.exit_code == 1
@@ -124,6 +125,7 @@ def test_w8a16_build_is_judged_on_w8a16_thresholds(models, tmp_path):
     assert target.outputs[0].snr_db < 45  # 8-bit weights cost accuracy that fp16 does not
 
 
+@pytest.mark.slow
 def test_failed_and_qairt_jobs_are_skipped_with_the_reason(tmp_path, monkeypatch):
     import os
     import sys
