@@ -248,3 +248,17 @@ def reshape_from_shape(width: int = 64) -> onnx.ModelProto:
          numpy_helper.from_array(np.array(width, np.int64), "width"),
          numpy_helper.from_array(np.array([0], np.int64), "axis0"),
          numpy_helper.from_array(np.array([1], np.int64), "batch")], name="flatten")
+
+
+def external_weights(location: str) -> onnx.ModelProto:
+    """x + w, with w's 16 bytes declared in the external data file `location` (which is not written)."""
+    w = numpy_helper.from_array(np.ones((1, 4), np.float32), "w")
+    w.ClearField("raw_data")
+    w.data_location = T.EXTERNAL
+    w.external_data.add(key="location", value=location)
+    w.external_data.add(key="length", value="16")
+    graph = h.make_graph([h.make_node("Add", ["x", "w"], ["y"])], "g", [_vi("x", T.FLOAT, [1, 4])],
+                         [_vi("y", T.FLOAT, [1, 4])], [w])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model

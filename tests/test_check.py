@@ -286,24 +286,6 @@ def _constant_of_shape(count):
     return model
 
 
-def _external(location):
-    import numpy as np
-    from onnx import helper as h
-    from onnx import numpy_helper
-
-    w = numpy_helper.from_array(np.ones((1, 4), np.float32), "w")
-    w.ClearField("raw_data")
-    w.data_location = onnx.TensorProto.EXTERNAL
-    w.external_data.add(key="location", value=location)
-    w.external_data.add(key="length", value="16")
-    graph = h.make_graph([h.make_node("Add", ["x", "w"], ["y"])], "g",
-                         [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
-                         [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])], [w])
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
-    model.ir_version = 8
-    return model
-
-
 def _epcontext():
     from onnx import helper as h
 
@@ -335,9 +317,11 @@ HOSTILE = {  # name -> (file bytes, the file name, what the one-line error says)
     "elem_type 72 input": (lambda: _elem72_input().SerializeToString(), "m.onnx", "unknown element type 72"),
     "elem_type 72 initializer": (lambda: _elem72_initializer().SerializeToString(), "m.onnx",
                                  "unknown element type 72"),
-    "5,000-char location": (lambda: _external("a" * 5000).SerializeToString(), "m.onnx", "5000 characters"),
-    "location ../x": (lambda: _external("../x.bin").SerializeToString(), "m.onnx", "outside the model's folder"),
-    "absolute location": (lambda: _external("/etc/hostname").SerializeToString(), "m.onnx", "an absolute path"),
+    "5,000-char location": (lambda: sm.external_weights("a" * 5000).SerializeToString(), "m.onnx", "5000 characters"),
+    "location ../x": (lambda: sm.external_weights("../x.bin").SerializeToString(), "m.onnx",
+                      "outside the model's folder"),
+    "absolute location": (lambda: sm.external_weights("/etc/hostname").SerializeToString(), "m.onnx",
+                          "an absolute path"),
     "a .json file": (lambda: b'{"irVersion": "8"}\n', "m.json", "a JSON file is not read as a model"),
     "a .txtpb file": (lambda: b'ir_version: 8\ngraph { name: "g" }\n', "m.txtpb", "text protobuf"),
     "input dims 2^40": (lambda: _relu((1, 2**40)).SerializeToString(), "m.onnx", "over 2,147,483,648 elements"),

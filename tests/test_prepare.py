@@ -535,18 +535,7 @@ def test_a_tiny_model_building_a_huge_constant_is_refused_before_folding(tmp_pat
     ("a" * 5000, "5000 characters"),
 ])
 def test_external_data_outside_the_model_folder_is_refused(tmp_path, location, message):
-    from onnx import helper as h
-
-    w = onnx.numpy_helper.from_array(np.ones((1, 4), np.float32), "w")
-    w.ClearField("raw_data")
-    w.data_location = onnx.TensorProto.EXTERNAL
-    w.external_data.add(key="location", value=location)
-    w.external_data.add(key="length", value="16")
-    graph = h.make_graph([h.make_node("Add", ["x", "w"], ["y"])], "g",
-                         [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
-                         [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])], [w])
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
-    model.ir_version = 8
+    model = sm.external_weights(location)
     (tmp_path / "x.bin").write_bytes(bytes(64))
     folder = tmp_path / "sub"
     folder.mkdir()

@@ -58,14 +58,14 @@ def emit_json(value: object) -> None:
     click.echo(json.dumps(jsonable(value), indent=2))
 
 
-def report(result: Any, as_json: bool, render: Callable[[Any], None]) -> None:
-    """Print a result that has `ok` as JSON or text; exit 1 when it is not ok (the documented exit code)."""
+def report(result: Any, as_json: bool, render: Callable[[Any], None], failed: int = EXIT_CHECK_FAILED) -> None:
+    """Print a result that has `ok` as JSON or text; exit `failed` when it is not ok (the documented exit code)."""
     if as_json:
         emit_json(result)
     else:
         render(result)
     if not result.ok:
-        sys.exit(EXIT_CHECK_FAILED)
+        sys.exit(failed)
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
 from qnndeploy import doctor as stage
-from qnndeploy.cli._common import emit_json, handles_errors, json_option
+from qnndeploy.cli._common import handles_errors, json_option, report
 from qnndeploy.errors import EXIT_MISSING_TOOL
 
 
@@ -34,10 +33,4 @@ def doctor(qnn_sdk_root: Path | None, as_json: bool) -> None:
 
     Exit 0 when what `compile` and `validate` need is there (optional parts may be missing), 3 when not.
     """
-    result = stage.doctor(qnn_sdk_root)
-    if as_json:
-        emit_json(result)
-    else:
-        _render_doctor(result)
-    if not result.ok:
-        sys.exit(EXIT_MISSING_TOOL)
+    report(stage.doctor(qnn_sdk_root), as_json, _render_doctor, failed=EXIT_MISSING_TOOL)
