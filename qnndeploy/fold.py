@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from qnndeploy import htp
 from qnndeploy.errors import first_line
+from qnndeploy.onnxio import MAX_FOLDED_BYTES
 
 if TYPE_CHECKING:
     import numpy as np
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
 
 # Ops whose outputs are not a function of their inputs: folding them would freeze one draw.
 _RANDOM_OPS = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
-_MAX_FOLDED_BYTES = 64 << 20  # a bigger constant result stays a node: it would only swell the file
 
 
 class FoldError(Exception):
@@ -164,7 +164,7 @@ def _values(node: onnx.NodeProto, shapes: dict[str, list[int]], consts: dict[str
     except Exception as e:  # noqa: BLE001 the reference ops raise whatever numpy raises
         raise FoldError(f"{node.op_type} node {node.name or '(unnamed)'}: {first_line(e)}") from None
     arrays = [v for v in values if isinstance(v, np.ndarray)]
-    if len(arrays) != len(values) or sum(a.nbytes for a in arrays) > _MAX_FOLDED_BYTES:
+    if len(arrays) != len(values) or sum(a.nbytes for a in arrays) > MAX_FOLDED_BYTES:
         return None  # sequences, optionals and big tensors stay computed
     return arrays
 
