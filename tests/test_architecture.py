@@ -18,13 +18,15 @@ LAYERS = [
     {"qnndeploy.bundle.archive", "qnndeploy.records", "qnndeploy.markers", "qnndeploy.epcontext",
      "qnndeploy.samples", "qnndeploy.metrics",
      "qnndeploy.htp", "qnndeploy.shapes", "qnndeploy.fuse", "qnndeploy.decision", "qnndeploy.bundle.manifest",
-     "qnndeploy.device.adb", "qnndeploy.compile.logs", "qnndeploy.compile.jobs"},
+     "qnndeploy.device.adb", "qnndeploy.compile.logs", "qnndeploy.compile.jobs",
+     "qnndeploy.qnnsystem"},
     {"qnndeploy.fold", "qnndeploy.rules", "qnndeploy.bundle.verify", "qnndeploy.compile.cache",
      "qnndeploy.prepare.edits", "qnndeploy.prepare.equivalence"},
     # the stages: each a command's library, none importing another
     {"qnndeploy.onnxcheck", "qnndeploy.prepare", "qnndeploy.compile", "qnndeploy.validate", "qnndeploy.bundle.build",
      "qnndeploy.scaffold", "qnndeploy.device.info", "qnndeploy.device.profile", "qnndeploy.device.verify",
-     "qnndeploy.device.runner", "qnndeploy.compile.ort", "qnndeploy.compile.qairt"},
+     "qnndeploy.device.runner", "qnndeploy.compile.ort", "qnndeploy.compile.qairt",
+     "qnndeploy.contextinfo"},
     # what runs stages: the demo and the environment report, then the command line
     {"qnndeploy.demo", "qnndeploy.doctor"},
     {"qnndeploy.cli"},

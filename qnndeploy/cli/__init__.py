@@ -14,6 +14,7 @@ import click
 from qnndeploy import __version__
 from qnndeploy.cli import bundle, cache, check, demo, device, doctor, prepare, scaffold, socs, validate
 from qnndeploy.cli import compile as compile_  # the module; `compile` alone would hide the builtin here
+from qnndeploy.cli import inspect as inspect_  # the module; `inspect` alone would hide the standard library's
 from qnndeploy.cli._common import (
     CONTEXT_SETTINGS,
     EXIT_INTERRUPTED,
@@ -48,6 +49,7 @@ for command in (
     compile_.compile_cmd,
     validate.validate,
     bundle.bundle,
+    inspect_.inspect_cmd,
     scaffold.scaffold,
     device.device,
     doctor.doctor,

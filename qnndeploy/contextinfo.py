@@ -1,0 +1,166 @@
+"""`inspect`: what QNN context binaries say about themselves — one .bin, or every context binary of a bundle with
+the target (SoC) it belongs to. Read by libQnnSystem (qnnsystem.py); where that library is missing or refuses a
+file, the QAIRT and SoC markers in its bytes (markers.py) are what is left, and the report says so."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from qnndeploy import qnnsystem, socs
+from qnndeploy.bundle import archive
+from qnndeploy.bundle.manifest import load_manifest
+from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError
+from qnndeploy.formats import CONTEXT_BINARY
+from qnndeploy.markers import scan_file
+from qnndeploy.qnnsystem import ContextInfo
+
+QNN_SYSTEM = "qnnsystem"  # the sources of a BinaryReport
+MARKERS = "markers"
+
+
+@dataclass(frozen=True)
+class Markers:
+    """What a byte scan finds: QAIRT build strings and (SoC, HTP arch) pairs."""
+
+    builds: tuple[str, ...]
+    targets: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class BinaryReport:
+    """One context binary: read by libQnnSystem (`context`), or by markers with the `reason`. `problem` is set when
+    libQnnSystem refused or crashed on the file: the binary is damaged, or not a context binary."""
+
+    path: str  # as given, or relative to the bundle root
+    size: int
+    source: str  # QNN_SYSTEM or MARKERS
+    context: ContextInfo | None
+    markers: Markers | None = None
+    reason: str = ""  # why markers were used
+    problem: str = ""
+    soc: str | None = None  # in a bundle: the target this artifact belongs to, as the manifest says
+    soc_id: int | None = None
+    target_arch: str | None = None
+    graphs: tuple[str, ...] = ()  # in a bundle: the graph names the manifest gives this artifact
+    binary_soc: str | None = None  # the catalog's name for the binary's own soc_model (SM8750 for 69)
+    warnings: tuple[str, ...] = ()  # in a bundle: where the binary disagrees with its target
+
+
+@dataclass(frozen=True)
+class InspectResult:
+    path: str
+    kind: str  # "binary" or "bundle"
+    binaries: tuple[BinaryReport, ...]
+    bundle: str | None = None  # "name version" of a bundle
+    qairt: str | None = None  # the bundle's declared QAIRT build
+    notes: tuple[str, ...] = ()
+    ok: bool = True  # False when libQnnSystem refused a file (see BinaryReport.problem)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _result(path: Path, kind: str, binaries: tuple[BinaryReport, ...], **more: Any) -> InspectResult:
+    return InspectResult(str(path), kind, binaries, **more, ok=not any(b.problem for b in binaries))
+
+
+def inspect(path: Path, library: Path | None = None) -> InspectResult:
+    """Inspect a context binary, or a bundle folder or .tar.gz/.zip archive. `library`: a libQnnSystem.so to use
+    (default: $QNNDEPLOY_QNN_SYSTEM_LIB, else the onnxruntime-qnn wheel's)."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        raise QnnDeployError(f"{path} does not exist")
+    lib, missing = _library(library)
+    if path.is_dir():
+        return _bundle(path, path, lib, missing)
+    if path.name.lower().endswith((".tar.gz", ".tgz", ".zip")):
+        with archive.extracted(path) as (root, refused):
+            if refused:
+                name, why = refused[0]
+                raise QnnDeployError(f"{path} is not a safe bundle archive: {name}: {why}")
+            return _bundle(path, root, lib, missing)
+    return _result(path, "binary", (_binary(path, str(path), lib, missing),))
+
+
+def _library(library: Path | None) -> tuple[Path | None, str]:
+    """(the library, "") or (None, why it is unavailable)."""
+    try:
+        found = library or qnnsystem.library_path()
+        qnnsystem.system_api_version(found)  # loads it: a library that does not load is as good as none
+    except QnnDeployError as e:
+        return None, str(e)
+    return found, ""
+
+
+def _binary(file: Path, shown: str, lib: Path | None, missing: str) -> BinaryReport:
+    size = file.stat().st_size
+    if lib is not None:
+        try:
+            context = qnnsystem.read_context(file, lib)
+            return BinaryReport(shown, size, QNN_SYSTEM, context, binary_soc=_soc_name(context.soc_model))
+        except QnnDeployError as e:
+            if e.exit_code == EXIT_MISSING_TOOL:
+                reason, problem = str(e), ""
+            else:
+                reason = problem = str(e)
+    else:
+        reason, problem = missing, ""
+    facts = scan_file(file, markers=True)
+    found = Markers(tuple(sorted(facts.builds)), tuple(sorted(facts.context_targets)))
+    if not problem and not found.builds and not found.targets:
+        problem = f"{shown} holds no QAIRT build or SoC marker: not a QNN context binary"
+    return BinaryReport(shown, size, MARKERS, None, found, reason, problem)
+
+
+def _soc_name(soc_model: int | None) -> str | None:
+    if soc_model is None:
+        return None
+    try:
+        return socs.find(soc_model).model
+    except QnnDeployError:
+        return None
+
+
+def _disagreements(report: BinaryReport, target: dict[str, Any]) -> tuple[str, ...]:
+    """Where a binary read by libQnnSystem says another SoC or arch than the manifest's target."""
+    found = []
+    c = report.context
+    if c is not None and c.soc_model is not None and target.get("soc_id") not in (None, c.soc_model):
+        found.append(f"compiled for soc_model {c.soc_model} ({report.binary_soc or 'not in the catalog'}), "
+                     f"but the target is {target['soc']} (soc_model {target['soc_id']})")
+    if c is not None and c.dsp_arch and target.get("dsp_arch") not in (None, c.dsp_arch):
+        found.append(f"compiled for HTP {c.dsp_arch}, but the target {target['soc']} is {target['dsp_arch']}")
+    return tuple(found)
+
+
+def _bundle(shown: Path, root: Path, lib: Path | None, missing: str) -> InspectResult:
+    manifest = load_manifest(root)
+    jobs: list[tuple[dict[str, Any], dict[str, Any], Path]] = []
+    top = root.resolve()
+    for target in manifest["targets"]:
+        for artifact in target["artifacts"]:
+            if artifact["format"] != CONTEXT_BINARY:
+                continue
+            file = root / artifact["path"]
+            if file.is_symlink() or not file.resolve().is_relative_to(top) or not file.is_file():
+                raise QnnDeployError(f"{shown}: {artifact['path']} is missing or not a regular file inside the "
+                                     "bundle (run `qnndeploy bundle verify`)")
+            jobs.append((target, artifact, file))
+
+    def one(job: tuple[dict[str, Any], dict[str, Any], Path]) -> BinaryReport:
+        target, artifact, file = job
+        report = _binary(file, artifact["path"], lib, missing)
+        graphs = tuple(artifact.get("graphs") or [artifact["graph"]])
+        return BinaryReport(**{**report.__dict__, "soc": target["soc"], "soc_id": target.get("soc_id"),
+                               "target_arch": target.get("dsp_arch"), "graphs": graphs,
+                               "warnings": _disagreements(report, target)})
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+        binaries = tuple(pool.map(one, jobs))
+    notes = () if binaries else ("the bundle holds no QNN context binary",)
+    return _result(shown, "bundle", binaries, bundle=f"{manifest['name']} {manifest['version']}",
+                   qairt=manifest["qairt"].get("build") or manifest["qairt"].get("version"), notes=notes)
