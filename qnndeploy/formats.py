@@ -2,7 +2,9 @@
 that make them, the bundle reader and the on-device decision, so each lives in one place below them all."""
 
 FORMAT = "qnndeploy-bundle"
-FORMAT_VERSION = 2  # what `bundle` writes; every version from 1 up to it is read (v2 added external data)
+FORMAT_VERSION = 3  # what `bundle` writes; every version from 1 up to it is read (v2 added external data,
+# v3 context binaries shared by several graphs: an artifact with "graphs" instead of "graph")
+SHARED_SINCE = 3  # the format version that added context binaries shared by several graphs
 CONTEXT_BINARY = "qnn-context-binary"  # artifact formats: what QNN itself and sherpa-onnx load,
 EPCONTEXT = "ort-epcontext"  # what ONNX Runtime's QNN EP loads (an .onnx wrapping a context binary)
 ONNX = "onnx"  # a CPU fallback model,

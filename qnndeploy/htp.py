@@ -69,12 +69,14 @@ def _devices() -> tuple[Any, ...]:  # onnxruntime's OrtEpDevice, untyped
 
 
 def session_options(soc: Soc, *, fp16: bool = True, context_path: Path | None = None,
-                    cpu_fallback: bool = False, log_level: int = 3) -> ort.SessionOptions:
+                    cpu_fallback: bool = False, log_level: int = 3,
+                    config: dict[str, str] | None = None) -> ort.SessionOptions:
     """Options for an HTP session for one SoC.
 
     With `context_path`, creating the session compiles the model and writes the EPContext model there
     (embed mode 0: a `<stem>_qnn.bin` context binary beside it). Without it, a session runs on the emulator.
     CPU fallback is off by default so that a node the HTP cannot run is an error, not a silent slowdown.
+    `config`: more session config entries (e.g. ep.share_ep_contexts).
     """
     import onnxruntime as ort
 
@@ -86,6 +88,8 @@ def session_options(soc: Soc, *, fp16: bool = True, context_path: Path | None = 
         so.add_session_config_entry("ep.context_enable", "1")
         so.add_session_config_entry("ep.context_embed_mode", "0")
         so.add_session_config_entry("ep.context_file_path", str(context_path))
+    for key, value in (config or {}).items():
+        so.add_session_config_entry(key, value)
     options = {"backend_type": "htp", "htp_arch": str(soc.arch_number), "soc_model": str(soc.soc_id)}
     if fp16:
         options["enable_htp_fp16_precision"] = "1"

@@ -28,6 +28,8 @@ class JobFile:
     sha256: str
     size: int
     format: str
+    graph: str | None = None  # in a shared context's folder: the member graph it is for
+    twin: bool = False  # a shared context's member compiled alone, run by the host emulator, never bundled
 
 
 @dataclass(frozen=True)
@@ -45,18 +47,35 @@ class CompileRecord:
     status: str  # "ok" | "failed"
     source: Path  # the .onnx it was compiled from
     source_sha256: str
-    outputs: tuple[JobFile, ...]
+    outputs: tuple[JobFile, ...]  # for a member of a shared context: the shared binary and its own wrapper
     cache_key: str | None
+    shared: str | None = None  # the shared context (compile --share) this graph was compiled into
+    twins: tuple[JobFile, ...] = ()  # for a member of a shared context: itself compiled alone, for the emulator
 
     @classmethod
-    def from_json(cls, folder: Path, data: dict[str, Any]) -> CompileRecord:
-        return cls(folder, data["graph"], data["soc"], data["soc_id"], data["dsp_arch"], data["backend"],
-                   data["qairt_version"], data["precision"], data["status"], Path(data["input"]["path"]),
-                   data["input"]["sha256"], tuple(JobFile(**o) for o in data.get("outputs", [])),
-                   data.get("cache_key"))
+    def from_json(cls, folder: Path, data: dict[str, Any]) -> list[CompileRecord]:
+        """The record's graphs: one, or each member of a shared context."""
+        files = tuple(JobFile(**o) for o in data.get("outputs", []))
+        common = (data["soc"], data["soc_id"], data["dsp_arch"], data["backend"], data["qairt_version"],
+                  data["precision"], data["status"])
+        if "members" not in data:
+            return [cls(folder, data["graph"], *common, Path(data["input"]["path"]), data["input"]["sha256"], files,
+                        data.get("cache_key"))]
+        return [cls(folder, m["graph"], *common, Path(m["input"]["path"]), m["input"]["sha256"],
+                    tuple(f for f in files if not f.twin and f.graph in (None, m["graph"])), data.get("cache_key"),
+                    data["graph"], tuple(f for f in files if f.twin and f.graph == m["graph"]))
+                for m in data["members"]]
 
     def output(self, fmt: str) -> JobFile | None:
         return next((o for o in self.outputs if o.format == fmt), None)
+
+    def twin(self, fmt: str) -> JobFile | None:
+        return next((o for o in self.twins if o.format == fmt), None)
+
+    @property
+    def validation_file(self) -> Path:
+        """validation.json, or validation-<graph>.json in a shared context's folder (one per member)."""
+        return self.folder / (f"validation-{self.graph}.json" if self.shared else VALIDATION_FILE)
 
 
 @dataclass(frozen=True)
@@ -69,9 +88,8 @@ class ValidationRecord:
     binary_sha256: str | None
 
     @classmethod
-    def read(cls, folder: Path) -> ValidationRecord | None:
-        """The job folder's validation record, or None when it was not validated."""
-        path = folder / VALIDATION_FILE
+    def read(cls, path: Path) -> ValidationRecord | None:
+        """A validation record (CompileRecord.validation_file), or None when it was not validated."""
         if not path.is_file():
             return None
         data = json.loads(path.read_text())
@@ -96,7 +114,7 @@ def read_build(build: Path) -> list[CompileRecord]:
         record = read_record(path)
         if record is None:
             raise QnnDeployError(f"{path}: not a qnndeploy compile record")
-        found.append(CompileRecord.from_json(path.parent, record))
+        found += CompileRecord.from_json(path.parent, record)
     if not found:
         raise QnnDeployError(f"{build}: no compile records (<graph>/<SoC>/{RECORD_FILE}); run qnndeploy compile first")
     return found

@@ -17,7 +17,7 @@ from qnndeploy.errors import QnnDeployError, first_line
 from qnndeploy.fileio import JSON, sha256_file, write_json
 from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.metrics import THRESHOLDS, OutputMetrics, Thresholds, judge_outputs, thresholds_for
-from qnndeploy.records import VALIDATION_FILE, VALIDATION_RECORD, VALIDATION_VERSION, CompileRecord, read_build
+from qnndeploy.records import VALIDATION_RECORD, VALIDATION_VERSION, CompileRecord, read_build
 from qnndeploy.samples import Sample
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ class TargetValidation:
     thresholds: Thresholds | None = None
     emulator_s_per_run: float | None = None
     record: Path | None = None
+    shared: str | None = None  # the shared context it belongs to: its twin ran (TWIN_NOTE)
 
 
 @dataclass
@@ -50,6 +51,8 @@ class ValidationSummary:
     emulator_note: str = EMULATOR_NOTE
 
 
+TWIN_NOTE = ("the shared context's graphs share weights, which the host emulator cannot load (QAIRT 2.51 crashes): "
+             "this graph compiled alone with the same options ran instead; check the shared binary on a phone")
 Progress = Callable[[int, int, "TargetValidation | None"], None]
 Given = tuple[list[Sample], JSON]  # samples from --inputs, and how they were made
 Reference = tuple[list[Sample], list[Sample], JSON]  # samples, their CPU outputs, how the samples were made
@@ -113,7 +116,7 @@ def _validatable(record: CompileRecord) -> bool:
 def _validate_one(record: CompileRecord, random: int | None, seed: int, overrides: Thresholds,
                   per_graph: dict[str, Reference | QnnDeployError], given: dict[str, Given]) -> TargetValidation:
     folder, graph, soc_name, precision = record.folder, record.graph, record.soc, record.precision
-    result = TargetValidation(graph, soc_name, precision, "skipped")
+    result = TargetValidation(graph, soc_name, precision, "skipped", shared=record.shared)
     if record.status != "ok":
         result.reason = "the compile failed: nothing to validate"
         return result
@@ -122,9 +125,15 @@ def _validate_one(record: CompileRecord, random: int | None, seed: int, override
         result.reason = (f"no ORT EPContext wrapper ({record.backend} backend): the host emulator cannot load "
                          f"this context; check it on a phone (qnndeploy device verify)")
         return result
+    # A shared context's graphs share weights, which the host emulator cannot load: its twin (the graph compiled
+    # alone with the same options) is what runs here.
+    run = record.twin(EPCONTEXT) if record.shared else ctx
+    if run is None:
+        result.status, result.reason = "error", f"{folder} has no twin of {graph} for the emulator: compile again"
+        return result
     result.thresholds = limits = thresholds_for(precision, overrides)
     try:
-        for o in (ctx, binary):
+        for o in (ctx, binary, *record.twins):
             if o is not None and sha256_file(folder / o.path) != o.sha256:
                 raise QnnDeployError(f"{folder / o.path} changed since it was compiled: compile again")
         if graph not in per_graph:
@@ -136,7 +145,7 @@ def _validate_one(record: CompileRecord, random: int | None, seed: int, override
         if isinstance(reference, QnnDeployError):
             raise reference
         feeds, expected, used = reference
-        outputs, seconds = _run_htp(folder / ctx.path, soc_name, precision, feeds)
+        outputs, seconds = _run_htp(folder / run.path, soc_name, precision, feeds)
     except QnnDeployError as e:
         result.status, result.reason = "error", str(e)
         return result
@@ -144,7 +153,7 @@ def _validate_one(record: CompileRecord, random: int | None, seed: int, override
     result.emulator_s_per_run = round(seconds / len(feeds), 3)
     result.outputs = judge_outputs(expected, outputs, limits, onnxio.class_axes(record.source))
     result.status = "passed" if all(m.passed for m in result.outputs) else "failed"
-    result.record = folder / VALIDATION_FILE
+    result.record = record.validation_file
     write_json(result.record, {
         "record": VALIDATION_RECORD, "version": VALIDATION_VERSION,
         "graph": graph, "soc": soc_name, "soc_id": record.soc_id, "dsp_arch": record.dsp_arch,
@@ -155,6 +164,7 @@ def _validate_one(record: CompileRecord, random: int | None, seed: int, override
         "outputs": [vars(m) for m in result.outputs],
         "context": {"path": ctx.path, "sha256": ctx.sha256},
         "binary": {"path": binary.path, "sha256": binary.sha256} if binary else None,
+        **({"emulated": {"path": run.path, "sha256": run.sha256, "note": TWIN_NOTE}} if record.shared else {}),
         "compile_cache_key": record.cache_key,
         "emulator": {"seconds_per_run": result.emulator_s_per_run, "note": EMULATOR_NOTE},
         "tools": {"qnndeploy": __version__},

@@ -276,6 +276,94 @@ def load_minilm() -> MiniLM:
     return model.eval()
 
 
+# --- a tiny decoder-only LM, as two graphs with the same weights: prefill (the prompt) and decode (one token) -----
+
+class DecoderBlock(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.out = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.mlp = FeedForward(dim, 4 * dim, nn.GELU())
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, past_k: torch.Tensor | None = None,
+                past_v: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        if past_k is not None and past_v is not None:
+            k, v = torch.cat([past_k, k], 2), torch.cat([past_v, v], 2)
+        attn = ((q @ k.transpose(-2, -1)) / self.head_dim**0.5 + mask).softmax(-1) @ v
+        x = x + self.out(attn.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.norm2(x)), k, v
+
+
+class TinyDecoder(nn.Module):
+    """GPT-style: token and position embeddings, pre-norm blocks, an untied LM head. The KV cache has a fixed
+    length (CONTEXT): the NPU runs static shapes, so decode attends to CONTEXT cached positions plus its own."""
+
+    VOCAB, DIM, HEADS, DEPTH, CONTEXT = 512, 128, 4, 2, 32
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.position = nn.Embedding(self.VOCAB, self.DIM), nn.Embedding(self.CONTEXT + 1, self.DIM)
+        self.blocks = nn.ModuleList(DecoderBlock(self.DIM, self.HEADS) for _ in range(self.DEPTH))
+        self.norm, self.head = nn.LayerNorm(self.DIM), nn.Linear(self.DIM, self.VOCAB, bias=False)
+
+
+class Prefill(nn.Module):
+    def __init__(self, lm: TinyDecoder) -> None:
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        lm, n = self.lm, TinyDecoder.CONTEXT
+        x = lm.embed(input_ids) + lm.position.weight[:n]
+        mask = torch.triu(torch.full((n, n), -1e4), 1)
+        keys, values = [], []
+        for block in lm.blocks:
+            x, k, v = block(x, mask)
+            keys.append(k)
+            values.append(v)
+        return lm.head(lm.norm(x)), torch.stack(keys), torch.stack(values)
+
+
+class Decode(nn.Module):
+    def __init__(self, lm: TinyDecoder) -> None:
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, input_ids: torch.Tensor, position: torch.Tensor, past_keys: torch.Tensor,
+                past_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        lm = self.lm
+        x = lm.embed(input_ids) + lm.position(position)
+        mask = torch.zeros(1, TinyDecoder.CONTEXT + 1)
+        keys, values = [], []
+        for i, block in enumerate(lm.blocks):
+            x, k, v = block(x, mask, past_keys[i], past_values[i])
+            keys.append(k[:, :, -1:])
+            values.append(v[:, :, -1:])
+        return lm.head(lm.norm(x)), torch.stack(keys), torch.stack(values)
+
+
+def export_tiny_lm(out_dir: Path) -> dict[str, Path]:
+    """The two steps of one TinyDecoder (random weights, seed 0) through the TorchScript exporter at opset 17, int32
+    ids: the exporter names the transposed Linear weights differently in each graph (onnx::MatMul_N)."""
+    torch.manual_seed(0)
+    lm = TinyDecoder().eval()
+    n, cache = TinyDecoder.CONTEXT, (TinyDecoder.DEPTH, 1, TinyDecoder.HEADS, TinyDecoder.CONTEXT,
+                                     TinyDecoder.DIM // TinyDecoder.HEADS)
+    out = {"prefill": Path(out_dir) / "prefill.onnx", "decode": Path(out_dir) / "decode.onnx"}
+    outputs = ["logits", "keys", "values"]
+    with torch.no_grad():
+        torch.onnx.export(Prefill(lm), (torch.zeros(1, n, dtype=torch.int32),), out["prefill"], dynamo=False,
+                          opset_version=17, input_names=["input_ids"], output_names=outputs)
+        torch.onnx.export(Decode(lm), (torch.zeros(1, 1, dtype=torch.int32), torch.full((1, 1), n, dtype=torch.int32),
+                                       torch.zeros(cache), torch.zeros(cache)), out["decode"], dynamo=False,
+                          opset_version=17, input_names=["input_ids", "position", "past_keys", "past_values"],
+                          output_names=outputs)
+    return out
+
+
 def _build(cls: type[nn.Module]) -> nn.Module:
     torch.manual_seed(0)
     return cls().eval()

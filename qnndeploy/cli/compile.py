@@ -19,10 +19,15 @@ def _render_compile(summary: stage.CompileSummary) -> None:
             click.echo(f"  FAILED  {j.graph:<14} {j.soc:<9} {j.error}")
             click.echo(f"  {'':<7} {'':<14} {'':<9} log: {shown(j.log)}")
             continue
-        binary = next((o for o in j.outputs if o["format"] == CONTEXT_BINARY), None)
+        binary = next((o for o in j.outputs if o["format"] == CONTEXT_BINARY and not o.get("twin")), None)
         made = f"{shown(j.folder / binary['path'])} ({binary['size'] / 1e6:.1f} MB)" if binary else ""
         when = j.note if j.status == "cached" else f"{j.duration_s:.1f} s"
         click.echo(f"  {j.status:<7} {j.graph:<14} {j.soc:<9} {made}  [{when}]")
+        if j.shared:
+            apart, one = j.shared["separate_bytes"], j.shared["shared_bytes"]
+            click.echo(f"  {'':<7} {'':<14} {'':<9} shared by {', '.join(j.members)}: {one / 1e6:.1f} MB against "
+                       f"{apart / 1e6:.1f} MB compiled apart (saves {(apart - one) / 1e6:.1f} MB, "
+                       f"{(apart - one) / apart:.0%})")
     noted = [j for j in summary.jobs if j.warnings and j.status != "failed"]
     if noted:
         click.echo("warnings (each job's full log is in the folder shown):")
@@ -55,16 +60,20 @@ def _render_compile(summary: stage.CompileSummary) -> None:
               help="Build folder.")
 @click.option("--qnn-sdk-root", type=click.Path(path_type=Path), metavar="DIR",
               help="QAIRT SDK for --backend qairt [default: $QNN_SDK_ROOT].")
+@click.option("--share", "shares", multiple=True, metavar="NAME=G1,G2",
+              help="Compile these graphs into one context binary NAME.bin that stores shared weights once "
+                   "(e.g. an LLM's prefill and decode); repeatable.")
 @click.option("--no-cache", is_flag=True, help="Compile every job; neither read nor fill the cache.")
 @cache_dir_option
 @json_option
 @handles_errors
 def compile_cmd(models: tuple[str, ...], socs: tuple[str, ...], backend: str | None, precision: str,
-                calib: Path | None, jobs: int | None, out: Path, qnn_sdk_root: Path | None, no_cache: bool,
-                cache_dir: Path | None, as_json: bool) -> None:
+                calib: Path | None, jobs: int | None, out: Path, qnn_sdk_root: Path | None, shares: tuple[str, ...],
+                no_cache: bool, cache_dir: Path | None, as_json: bool) -> None:
     """Compile each model for each SoC into a QNN context binary.
 
-    One job per (graph, SoC), in parallel, each with its compile record and full log.
+    One job per (graph, SoC), in parallel, each with its compile record and full log; with --share,
+    one job per (shared context, SoC) for its graphs.
 
     \b
     Writes DIR/<graph>/<SoC>/<graph>.bin (+ <graph>_ctx.onnx with the ort backend) and compile.json,
@@ -75,5 +84,6 @@ def compile_cmd(models: tuple[str, ...], socs: tuple[str, ...], backend: str | N
     with job_progress("compiling") as progress:
         summary = stage.compile_models(stage.models_from_args(list(models)), list(socs), out, backend=backend,
                                        precision=precision, calib=calib, jobs=jobs, progress=progress,
-                                       use_cache=not no_cache, cache_dir=cache_dir, qnn_sdk_root=qnn_sdk_root)
+                                       use_cache=not no_cache, cache_dir=cache_dir, qnn_sdk_root=qnn_sdk_root,
+                                       shares=stage.shares_from_args(list(shares)))
     report(summary, as_json, _render_compile)

@@ -19,14 +19,17 @@ def _render_validation(summary: stage.ValidationSummary) -> None:
         if t.status in ("skipped", "error"):
             click.echo(f"  {label:<5} {t.graph:<14} {t.soc:<9} {t.reason}")
             continue
+        twin = f" (its twin: {t.shared} shares weights)" if t.shared else ""
         click.echo(f"  {label:<5} {t.graph:<14} {t.soc:<9} {t.samples} sample(s), "
-                   f"emulator {t.emulator_s_per_run:.2f} s/run")
+                   f"emulator {t.emulator_s_per_run:.2f} s/run{twin}")
         for m in t.outputs:
             render_output(m)
     counts = {s: sum(t.status == s for t in summary.targets) for s in ("passed", "failed", "skipped", "error")}
     click.echo(", ".join(f"{n} {s}" for s, n in counts.items() if n) + f"; records: {shown(summary.build)}"
                "/<graph>/<SoC>/validation.json")
     click.echo(f"note: {summary.emulator_note}")
+    if any(t.shared for t in summary.targets):
+        click.echo(f"note: {stage.TWIN_NOTE}")
 
 
 @click.command()

@@ -22,7 +22,7 @@ import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from qnndeploy import __version__, fileio, htp
 from qnndeploy import socs as catalog
 from qnndeploy.compile import cache, logs
-from qnndeploy.compile.jobs import Backend, Compiled, CompileError, Job, Tools
+from qnndeploy.compile.jobs import Backend, Compiled, CompileError, Job, Member, Tools, set_input_paths
 from qnndeploy.compile.ort import OrtBackend
 from qnndeploy.compile.qairt import QairtBackend
 from qnndeploy.errors import QnnDeployError
@@ -62,6 +62,8 @@ class JobResult:
     findings: list[logs.Finding]
     error: str | None = None
     note: str | None = None  # for a cache hit: "up to date" or "restored from the cache"
+    members: list[str] = field(default_factory=list)  # the graphs of a shared context
+    shared: JSON | None = None  # {"shared_bytes", "separate_bytes"}: the shared binary against one per graph
 
 
 @dataclass
@@ -111,12 +113,27 @@ def get_backend(name: str | None, qnn_sdk_root: Path | None = None) -> Backend:
     raise QnnDeployError(f"unknown backend '{name}': use one of {', '.join(BACKENDS)}")
 
 
+def shares_from_args(args: list[str]) -> dict[str, list[str]]:
+    """`NAME=g1,g2,...` as --share takes it."""
+    shares: dict[str, list[str]] = {}
+    for arg in args:
+        name, sep, members = arg.partition("=")
+        graphs = [g.strip() for g in members.split(",") if g.strip()]
+        if not sep or not name:
+            raise QnnDeployError(f"--share {arg}: write NAME=GRAPH1,GRAPH2 (e.g. --share llm=prefill,decode)")
+        if name in shares:
+            raise QnnDeployError(f"--share {name} is given twice")
+        shares[name] = graphs
+    return shares
+
+
 def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backend: str | None = None,
                    precision: str = "fp16", calib: Path | None = None, jobs: int | None = None,
                    progress: Progress | None = None, use_cache: bool = True, cache_dir: Path | None = None,
-                   qnn_sdk_root: Path | None = None) -> CompileSummary:
-    """Compile every model for every SoC into `out`. Bad input raises before anything is written;
-    a failing job is reported in the summary and does not stop the others."""
+                   qnn_sdk_root: Path | None = None, shares: dict[str, list[str]] | None = None) -> CompileSummary:
+    """Compile every model for every SoC into `out`; the graphs of each share (name -> graphs) into one context
+    binary with shared weights. Bad input raises before anything is written; a failing job is reported in the
+    summary and does not stop the others."""
     start = time.monotonic()
     if not models:
         raise QnnDeployError("no model given: pass one or more MODEL.onnx files")
@@ -138,6 +155,7 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
         raise QnnDeployError(f"-o {out} is a file; give a folder for the build")
     calibs = {g: _calibration_dir(calib, g) for g in graphs} if calib is not None else {}
     be = get_backend(backend, qnn_sdk_root)
+    shares = _check_shares(shares or {}, graphs, targets, be.name)
     for soc in targets:  # what the catalog knows this QAIRT cannot build, refused before any job runs
         refused = catalog.refusal(soc, be.qairt_version, precision)
         if refused:
@@ -148,14 +166,22 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
                              "(or $QNNDEPLOY_CACHE_DIR), or pass --no-cache")
 
     plan = []
-    for graph, model in graphs.items():
-        digest = sha256_file(model)
-        cal = _calibration_record(calibs[graph], model) if graph in calibs else None
+    digests = {graph: sha256_file(model) for graph, model in graphs.items()}
+    cals = {graph: _calibration_record(calibs[graph], graphs[graph]) for graph in calibs}
+    shared = {g for members in shares.values() for g in members}
+    groups = {**shares, **{g: [g] for g in graphs if g not in shared}}
+    for name, group in groups.items():
+        members = tuple(Member(g, graphs[g], digests[g], calibs.get(g), cals.get(g))
+                        for g in group) if name in shares else ()
+        digest = hashlib.sha256("".join(f"{m.graph}\0{m.model_sha256}\0{(cals.get(m.graph) or {}).get('sha256')}\n"
+                                        for m in members).encode()).hexdigest() if members else digests[name]
         for soc in targets:
-            options = {**be.options(soc, precision), "calibration": cal}
-            key = cache.cache_key(graph, digest, soc, be, precision, options)
-            plan.append(Job(graph, model, digest, soc, precision, calibs.get(graph), options, key,
-                            out / graph / soc.model, out / "logs" / f"{graph}-{soc.model}.log"))
+            options = {**be.options(soc, precision), "calibration": None if members else cals.get(name)}
+            if members:
+                options["share_ep_contexts"] = True
+            key = cache.cache_key(name, digest, soc, be, precision, options)
+            plan.append(Job(name, graphs[group[0]], digest, soc, precision, calibs.get(group[0]), options, key,
+                            out / name / soc.model, out / "logs" / f"{name}-{soc.model}.log", members))
 
     try:
         (out / "logs").mkdir(parents=True, exist_ok=True)
@@ -215,6 +241,36 @@ def _targets(names: list[str]) -> list[Soc]:
         if soc not in targets:
             targets.append(soc)
     return targets
+
+
+SHARE_MIN_ARCH = 73  # ONNX Runtime's QNN EP shares weights across graphs on v73 and newer HTPs
+
+
+def _check_shares(shares: dict[str, list[str]], graphs: dict[str, Path], targets: list[Soc],
+                  backend: str) -> dict[str, list[str]]:
+    if not shares:
+        return shares
+    if backend != "ort":
+        raise QnnDeployError("--share needs the ort backend (onnxruntime-qnn's ep.share_ep_contexts)")
+    seen: dict[str, str] = {}
+    for name, members in shares.items():
+        if not NAME_RE.match(name):
+            raise QnnDeployError(f"--share name '{name}' must be letters, digits, '.', '_' or '-' (at most 64)")
+        if name in graphs:
+            raise QnnDeployError(f"--share name '{name}' is also a graph's name: give the shared context its own")
+        if len(set(members)) < 2:
+            raise QnnDeployError(f"--share {name} needs two or more different graphs, e.g. {name}=prefill,decode")
+        for g in members:
+            if g not in graphs:
+                raise QnnDeployError(f"--share {name}: no model is graph '{g}' (graphs: {', '.join(graphs)})")
+            if g in seen:
+                raise QnnDeployError(f"graph '{g}' is in --share {seen[g]} and --share {name}: one share per graph")
+            seen[g] = name
+    old = [soc.model for soc in targets if soc.arch_number < SHARE_MIN_ARCH]
+    if old:
+        raise QnnDeployError(f"--share needs an HTP of v{SHARE_MIN_ARCH} or newer; {', '.join(old)} is older: "
+                             "compile those SoCs without --share")
+    return {name: list(dict.fromkeys(members)) for name, members in shares.items()}
 
 
 def _graphs(models: dict[str, Path]) -> dict[str, Path]:
@@ -311,8 +367,7 @@ def _up_to_date(job: Job) -> dict[str, Any] | None:
     if not (current and current.get("status") == "ok" and current.get("cache_key") == job.cache_key
             and cache.outputs_intact(job.folder, current)):
         return None
-    if current["input"]["path"] != str(job.model):
-        current["input"]["path"] = str(job.model)
+    if set_input_paths(job, current):
         write_json(job.folder / RECORD_FILE, current)
     if not job.log.is_file():  # a hit still leaves a log
         job.log.write_text(f"qnndeploy: cache hit {job.cache_key}: {job.folder} is up to date\n")
@@ -323,16 +378,19 @@ def _result(job: Job, record: JSON, status: str, findings: list[logs.Finding], s
             note: str | None = None) -> JobResult:
     return JobResult(job.graph, job.soc.model, status, job.folder, job.log,
                      round(seconds, 3), record.get("outputs", []), record.get("warnings", []), findings,
-                     record.get("error"), note)
+                     record.get("error"), note, [m.graph for m in job.members], record.get("shared"))
 
 
 def _base_record(job: Job, be: Backend, out: Path) -> JSON:
+    inputs: JSON = {"members": [{"graph": m.graph, "input": {"path": str(m.model), "sha256": m.model_sha256},
+                                 "calibration": m.calibration_record} for m in job.members]} if job.members else {
+        "input": {"path": str(job.model), "sha256": job.model_sha256}}
     return {
         "record": RECORD, "version": RECORD_VERSION,
         "graph": job.graph, "soc": job.soc.model, "soc_id": job.soc.soc_id, "dsp_arch": job.soc.dsp_arch,
         "backend": be.name, "qairt_version": be.qairt_version, "qairt_build": None,
         "precision": job.precision, "options": job.options, "tools": {"qnndeploy": __version__, **be.identity()},
-        "input": {"path": str(job.model), "sha256": job.model_sha256},
+        **inputs,
         "outputs": [],
         "log": job.log.relative_to(out).as_posix(),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -348,13 +406,18 @@ def _ok_record(job: Job, be: Backend, work: Path, compiled: Compiled, findings: 
         path = work / name
         if not path.is_file():
             raise CompileError(f"the {be.name} backend did not write {name}")
+        twin = name in compiled.twins
         facts = scan_file(path, markers=fmt == CONTEXT_BINARY)  # hash, size and QNN markers in one read
-        if fmt == CONTEXT_BINARY:
+        if fmt == CONTEXT_BINARY and not twin:
             record["qairt_build"] = min(facts.builds, default=None)
             warnings += _target_warnings(job.soc, facts.context_targets)
-        record["outputs"].append({"path": name, "sha256": facts.sha256, "size": facts.size, "format": fmt})
+        record["outputs"].append({"path": name, "sha256": facts.sha256, "size": facts.size, "format": fmt,
+                                  **({"graph": compiled.graphs[name]} if name in compiled.graphs else {}),
+                                  **({"twin": True} if twin else {})})
     if not any(o["format"] == CONTEXT_BINARY for o in record["outputs"]):
         raise CompileError(f"the {be.name} backend made no QNN context binary")
+    if compiled.shared_saving is not None:
+        record["shared"] = compiled.shared_saving
     return {**record, "duration_s": round(seconds, 3), "warnings": warnings, "status": "ok", "error": None,
             "cache_key": job.cache_key}
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from qnndeploy import __version__
-from qnndeploy.compile.jobs import Backend, Job
+from qnndeploy.compile.jobs import Backend, Job, set_input_paths
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import sha256_file, staging_dir, write_json
 from qnndeploy.records import RECORD_FILE, RECORD_VERSION, read_record
@@ -75,7 +75,7 @@ def restore(job: Job, cache: Path) -> dict[str, Any] | None:
             if not outputs_intact(work, record):
                 shutil.rmtree(entry, ignore_errors=True)
                 raise OSError("the cache entry's files differ from its record")
-            record["input"]["path"] = str(job.model)
+            set_input_paths(job, record)
             write_json(work / RECORD_FILE, record)
     except OSError:
         return None  # a damaged or half-deleted entry, or a build folder that cannot be written: compile again
@@ -99,7 +99,7 @@ def add(job: Job, cache: Path) -> None:
         tmp = Path(tempfile.mkdtemp(prefix=f".{job.cache_key[:12]}.", dir=cache))
         try:
             for p in job.folder.iterdir():
-                if p.is_file() and p.name != "validation.json":
+                if p.is_file() and not p.name.startswith("validation"):
                     shutil.copy2(p, tmp / p.name)
             shutil.copy2(job.log, tmp / LOG_FILE)
             tmp.replace(entry)

@@ -98,16 +98,31 @@ class Tools:
 
 @dataclass
 class Compiled:
-    """What a backend made in the job folder: (file name, format) pairs, and warnings of its own."""
+    """What a backend made in the job folder: (file name, format) pairs, and warnings of its own. For a shared
+    context, `graphs` names the member graph of each per-graph file, and `twins` the files made only for the host
+    emulator (each member compiled alone: the emulator cannot load a context whose graphs share weights)."""
     files: list[tuple[str, str]]
     warnings: list[str] = field(default_factory=list)
+    graphs: dict[str, str] = field(default_factory=dict)  # file name -> member graph
+    twins: list[str] = field(default_factory=list)  # file names
+    shared_saving: JSON | None = None  # {"shared_bytes", "separate_bytes"}
+
+
+@dataclass(frozen=True)
+class Member:
+    """One graph of a shared context."""
+    graph: str
+    model: Path
+    model_sha256: str
+    calibration: Path | None
+    calibration_record: JSON | None = None  # {path, files, samples, sha256} for w8a16
 
 
 @dataclass(frozen=True)
 class Job:
-    graph: str
-    model: Path
-    model_sha256: str
+    graph: str  # for a shared context: its name
+    model: Path  # for a shared context: the first member's model
+    model_sha256: str  # for a shared context: over its members' names and hashes
     soc: Soc
     precision: str
     calibration: Path | None  # folder of input samples for w8a16
@@ -115,6 +130,20 @@ class Job:
     cache_key: str
     folder: Path  # <out>/<graph>/<SoC>
     log: Path  # <out>/logs/<graph>-<SoC>.log
+    members: tuple[Member, ...] = ()  # the graphs of a shared context (one binary, shared weights); () otherwise
+
+
+def set_input_paths(job: Job, record: JSON) -> bool:
+    """Point a record (from the cache or an earlier compile) at this job's model paths; True when one changed."""
+    if job.members:
+        inputs = [(entry["input"], m.model) for entry, m in zip(record["members"], job.members, strict=True)]
+    else:
+        inputs = [(record["input"], job.model)]
+    changed = False
+    for entry, path in inputs:
+        if entry["path"] != str(path):
+            entry["path"], changed = str(path), True
+    return changed
 
 
 class Backend(Protocol):

@@ -20,7 +20,7 @@ from typing import IO, TYPE_CHECKING
 
 from qnndeploy import epcontext, htp, socs
 from qnndeploy.compile import logs
-from qnndeploy.compile.jobs import Compiled, CompileError, Job, Tools
+from qnndeploy.compile.jobs import Compiled, CompileError, Job, Member, Tools
 from qnndeploy.errors import QnnDeployError, first_line
 from qnndeploy.fileio import JSON, write_json
 from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT
@@ -56,9 +56,12 @@ class OrtBackend:
     def compile(self, job: Job, work: Path, log: IO[str], tools: Tools) -> Compiled:
         # Temporary files live inside the staging folder: an interrupted job leaves one folder to remove.
         with tempfile.TemporaryDirectory(prefix=".tmp-", dir=work) as tmp:
-            spec: JSON = {"graph": job.graph, "model": str(job.model), "soc": job.soc.model, "precision": job.precision,
-                    "calibration": str(job.calibration) if job.calibration else None, "work": str(work),
-                    "tmp": tmp, "result": str(Path(tmp) / "result.json"), "log": str(job.log)}
+            members = job.members or (Member(job.graph, job.model, job.model_sha256, job.calibration),)
+            spec: JSON = {"graph": job.graph, "shared": bool(job.members), "soc": job.soc.model,
+                    "precision": job.precision, "work": str(work), "tmp": tmp,
+                    "members": [{"graph": m.graph, "model": str(m.model),
+                                 "calibration": str(m.calibration) if m.calibration else None} for m in members],
+                    "result": str(Path(tmp) / "result.json"), "log": str(job.log)}
             spec_path = Path(tmp) / "job.json"
             spec_path.write_text(json.dumps(spec))
             code = tools.run([sys.executable, "-m", "qnndeploy.compile.ort", str(spec_path)], log,
@@ -70,47 +73,117 @@ class OrtBackend:
                                    f"see the log") from None
         if not result["ok"]:
             raise CompileError(result["error"])
-        return Compiled([tuple(f) for f in result["files"]], result["warnings"])
+        return Compiled([tuple(f) for f in result["files"]], result["warnings"], result.get("graphs", {}),
+                        result.get("twins", []), result.get("shared_saving"))
 
 
 # --- the worker process ----------------------------------------------------------------------------
 
 def run(spec: JSON) -> JSON:
     """Compile one job; runs in the worker process, prints progress into the job log."""
+    soc = socs.find(spec["soc"])
+    fp16 = spec["precision"] == "fp16"
+    work, tmp = Path(spec["work"]), Path(spec["tmp"])
+    warnings: list[str] = []
+    models: dict[str, Path] = {}
+    for m in spec["members"]:
+        models[m["graph"]] = Path(m["model"])
+        if not fp16:
+            models[m["graph"]], n = quantize(models[m["graph"]], Path(m["calibration"]), tmp / f"{m['graph']}_qdq.onnx")
+            if n < FEW_CALIBRATION_SAMPLES:
+                warnings.append(f"{m['graph']}: calibrated on {n} sample(s) only: use {FEW_CALIBRATION_SAMPLES} or "
+                                f"more real inputs for stable 16-bit activation ranges")
+    if not spec["shared"]:
+        (graph, model), = models.items()
+        _compile(model, soc, fp16, work, graph, Path(spec["log"]))
+        _check_loads(work / f"{graph}_ctx.onnx", soc, fp16)
+        return {"files": [[f"{graph}.bin", CONTEXT_BINARY], [f"{graph}_ctx.onnx", EPCONTEXT]], "warnings": warnings}
+
+    # A shared context: every member compiled into one QNN context (ep.share_ep_contexts), where a weight of equal
+    # values, dtype and shape is stored once (measured: exporters' differing weight names do not matter); then each
+    # member alone, the twin the host emulator runs for validate and the size the report compares against.
+    name = spec["graph"]
+    print(f"qnndeploy: compiling {', '.join(models)} into one context {name}.bin with shared weights", flush=True)
+    _compile_shared(models, soc, fp16, work, name, Path(spec["log"]))
+    files = [[f"{name}.bin", CONTEXT_BINARY]] + [[f"{g}_ctx.onnx", EPCONTEXT] for g in models]
+    graphs = {f"{g}_ctx.onnx": g for g in models}
+    twins: list[str] = []
+    for g, model in models.items():
+        print(f"qnndeploy: compiling {g} alone, the twin the host emulator runs in validate", flush=True)
+        alone = tmp / f"twin-{g}"
+        alone.mkdir()
+        _compile(model, soc, fp16, alone, g, Path(spec["log"]))
+        (alone / f"{g}.bin").replace(work / f"twin-{g}.bin")
+        epcontext.retarget(alone / f"{g}_ctx.onnx", work / f"twin-{g}_ctx.onnx", f"twin-{g}.bin")
+        _check_loads(work / f"twin-{g}_ctx.onnx", soc, fp16)
+        files += [[f"twin-{g}.bin", CONTEXT_BINARY], [f"twin-{g}_ctx.onnx", EPCONTEXT]]
+        graphs.update({f"twin-{g}.bin": g, f"twin-{g}_ctx.onnx": g})
+        twins += [f"twin-{g}.bin", f"twin-{g}_ctx.onnx"]
+    separate = sum((work / f"twin-{g}.bin").stat().st_size for g in models)
+    shared = (work / f"{name}.bin").stat().st_size
+    print(f"qnndeploy: {name}.bin is {shared:,} bytes; the graphs compiled apart take {separate:,}", flush=True)
+    if shared > separate * 0.95:
+        warnings.append(f"{name}.bin is {shared:,} bytes, the graphs apart {separate:,}: they have (almost) no weights "
+                        "in common (same values, dtype and shape), so sharing saves nothing")
+    return {"files": files, "warnings": warnings, "graphs": graphs, "twins": twins,
+            "shared_saving": {"shared_bytes": shared, "separate_bytes": separate}}
+
+
+def _compile(model: Path, soc: Soc, fp16: bool, work: Path, graph: str, log: Path) -> None:
+    """One graph into work/<graph>.bin and work/<graph>_ctx.onnx (which loads <graph>.bin)."""
     import onnxruntime as ort
 
-
-    soc = socs.find(spec["soc"])
-    graph, work = spec["graph"], Path(spec["work"])
-    fp16 = spec["precision"] == "fp16"
-    model = Path(spec["model"])
-    warnings: list[str] = []
-    if not fp16:
-        model, n = quantize(model, Path(spec["calibration"]), Path(spec["tmp"]) / f"{graph}_qdq.onnx")
-        if n < FEW_CALIBRATION_SAMPLES:
-            warnings.append(f"calibrated on {n} sample(s) only: use {FEW_CALIBRATION_SAMPLES} or more real inputs "
-                            f"for stable 16-bit activation ranges")
     ctx = work / f"{graph}_ctx.onnx"
     print(f"qnndeploy: compiling {model} for {soc.model} (htp_arch {soc.arch_number}, soc_model {soc.soc_id}, "
           f"{'fp16' if fp16 else 'quantized'}), CPU fallback off", flush=True)
     try:
         ort.InferenceSession(str(model), htp.session_options(soc, fp16=fp16, context_path=ctx, log_level=1))
     except Exception as e:  # noqa: BLE001 onnxruntime raises its own Fail/InvalidGraph types
-        raise QnnDeployError(_refused(model, soc, fp16, _ort_message(e), Path(spec["log"]))) from None
-    written = work / f"{ctx.stem}_qnn.bin"
+        raise QnnDeployError(_refused(model, soc, fp16, _ort_message(e), log)) from None
+    _name_binary(work, [ctx], graph)
+
+
+def _compile_shared(models: dict[str, Path], soc: Soc, fp16: bool, work: Path, name: str, log: Path) -> None:
+    """All graphs into one context, work/<name>.bin, loaded by each work/<graph>_ctx.onnx."""
+    import onnxruntime as ort
+
+    ctxs = [work / f"{g}_ctx.onnx" for g in models]
+    for i, (g, model) in enumerate(models.items()):
+        print(f"qnndeploy: adding {g} ({model}) to the shared context", flush=True)
+        share = {"ep.share_ep_contexts": "1", **({"ep.stop_share_ep_contexts": "1"} if i == len(models) - 1 else {})}
+        try:
+            ort.InferenceSession(str(model), htp.session_options(soc, fp16=fp16, context_path=ctxs[i], log_level=1,
+                                                                 config=share))
+        except Exception as e:  # noqa: BLE001 onnxruntime raises its own Fail/InvalidGraph types
+            raise QnnDeployError(f"{g}: {_refused(model, soc, fp16, _ort_message(e), log)}") from None
+    _name_binary(work, ctxs, name)
+    print("qnndeploy: the shared context is not loaded here: the host emulator cannot load a context whose graphs "
+          "share weights (QAIRT 2.51 crashes); each graph's twin is loaded instead", flush=True)
+
+
+def _name_binary(work: Path, ctxs: list[Path], name: str) -> None:
+    """Rename the one context binary onnxruntime-qnn wrote (named after the first wrapper) to <name>.bin and point
+    every wrapper at it."""
+    written = work / f"{ctxs[0].stem}_qnn.bin"
     if not written.is_file():
-        raise QnnDeployError(f"onnxruntime-qnn wrote no context binary next to {ctx.name}")
-    binary = work / f"{graph}.bin"
+        raise QnnDeployError(f"onnxruntime-qnn wrote no context binary next to {ctxs[0].name}")
+    binary = work / f"{name}.bin"
     written.replace(binary)
-    if epcontext.context_refs(ctx) != [written.name]:
-        raise QnnDeployError(f"{ctx.name} does not load {written.name}: unexpected onnxruntime-qnn output")
-    epcontext.retarget(ctx, ctx, binary.name)
-    print(f"qnndeploy: renamed {written.name} to {binary.name}; checking that {ctx.name} loads it", flush=True)
+    for ctx in ctxs:
+        if epcontext.context_refs(ctx) != [written.name]:
+            raise QnnDeployError(f"{ctx.name} does not load {written.name}: unexpected onnxruntime-qnn output")
+        epcontext.retarget(ctx, ctx, binary.name)
+    print(f"qnndeploy: renamed {written.name} to {binary.name}", flush=True)
+
+
+def _check_loads(ctx: Path, soc: Soc, fp16: bool) -> None:
+    import onnxruntime as ort
+
+    print(f"qnndeploy: checking that {ctx.name} loads", flush=True)
     try:
         ort.InferenceSession(str(ctx), htp.session_options(soc, fp16=fp16, log_level=2))
     except Exception as e:  # noqa: BLE001 onnxruntime raises its own, unexported types
-        raise QnnDeployError(f"the renamed context does not load: {_ort_message(e)}") from None
-    return {"files": [[binary.name, CONTEXT_BINARY], [ctx.name, EPCONTEXT]], "warnings": warnings}
+        raise QnnDeployError(f"{ctx.name} does not load: {_ort_message(e)}") from None
 
 
 def _refused(model: Path, soc: Soc, fp16: bool, message: str, log: Path) -> str:
