@@ -70,7 +70,8 @@ def _binary(b: BinaryReport) -> None:
     where = f"  [{b.soc}, target {b.target_arch}]" if b.soc else ""
     click.echo(f"{b.path}  ({b.size:,} bytes){where}")
     if b.source == MARKERS:
-        click.echo(f"  source: markers ({b.reason})")
+        why = "libQnnSystem could not read it" if b.reason == b.problem else b.reason
+        click.echo(f"  source: markers ({why})")
         m = b.markers
         if m is not None:
             click.echo(f"  QAIRT build     {', '.join(m.builds) or '-'}")

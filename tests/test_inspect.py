@@ -1,0 +1,285 @@
+"""`qnndeploy inspect`: context binaries really compiled by onnxruntime-qnn, read back by the wheel's own
+libQnnSystem, must say what the compiler was asked for (graph, I/O names, dims, dtypes, SoC, arch); the marker
+fallback without the library; damaged binaries (one crashes libQnnSystem) end in a one-line problem, exit 1."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import require
+
+from qnndeploy import contextinfo, htp, qnnsystem
+from qnndeploy import socs as catalog
+from qnndeploy.cli import cli
+from qnndeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
+
+SOCS = ("SM8750", "SM8550")
+
+
+def run(*args: object):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def partition_name(ctx: Path) -> str:
+    """The QNN graph name onnxruntime-qnn gives a compiled partition, as its EPContext wrapper records it."""
+    import onnx
+
+    (node,) = onnx.load(str(ctx)).graph.node
+    return next(a.s.decode() for a in node.attribute if a.name == "partition_name")
+
+
+def tiny(path: Path) -> Path:
+    """Relu and Add on two float inputs, and an ArgMax with an int64 output: three dtypes, two inputs."""
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    nodes = [h.make_node("Relu", ["x"], ["r"]), h.make_node("Add", ["r", "b"], ["y"]),
+             h.make_node("ArgMax", ["y"], ["idx"], axis=1, keepdims=1)]
+    graph = h.make_graph(nodes, "tiny", [h.make_tensor_value_info("x", T.FLOAT, [1, 8]),
+                                         h.make_tensor_value_info("b", T.FLOAT, [1, 8])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [1, 8]),
+                          h.make_tensor_value_info("idx", T.INT64, [1, 1])])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def compiled(models: dict[str, Path], out: Path, socs=SOCS) -> Path:
+    from qnndeploy import compile as stage
+
+    summary = stage.compile_models(models, list(socs), out, use_cache=False)
+    assert all(j.status == "ok" for j in summary.jobs), [j.error for j in summary.jobs]
+    return out
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory) -> Path:
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and libQnnSystem)")
+    root = tmp_path_factory.mktemp("inspect")
+    return compiled({"tiny": tiny(root / "tiny.onnx")}, root / "build")
+
+
+def record(build: Path, graph: str, soc: str) -> dict:
+    return json.loads((build / graph / soc / "compile.json").read_text())
+
+
+def assert_agrees(info: qnnsystem.ContextInfo, build: Path, graph: str, soc: str, model: Path) -> None:
+    """The binary says what the compile was asked for: the SoC's arch and soc_model, the QAIRT build, one graph
+    named as the EPContext wrapper says, and the model's inputs and outputs with their dims. An fp16 compile keeps
+    float32 I/O: the HTP converts at the graph's edges, and the binary says float32."""
+    import onnx
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    target = catalog.find(soc)
+    assert (info.dsp_arch, info.soc_model) == (target.dsp_arch, target.soc_id)
+    assert info.build_id == record(build, graph, soc)["qairt_build"]
+    assert info.binary_info_version in (1, 2, 3) and info.context_blob_version.count(".") == 1
+    assert 0 < info.context_blob_size <= (build / graph / soc / f"{graph}.bin").stat().st_size
+    (g,) = info.graphs
+    assert g.name == partition_name(build / graph / soc / f"{graph}_ctx.onnx")
+    onnx_graph = onnx.load(str(model)).graph
+
+    def expected(values) -> list[tuple[str, tuple[int, ...], str]]:
+        return [(v.name, tuple(d.dim_value for d in v.type.tensor_type.shape.dim),
+                 tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).name) for v in values]
+
+    assert [(t.name, t.dims, t.dtype) for t in g.inputs] == expected(onnx_graph.input)
+    assert [(t.name, t.dims, t.dtype) for t in g.outputs] == expected(onnx_graph.output)
+    assert all(t.quantization is None for t in (*g.inputs, *g.outputs))
+    assert g.vtcm_bytes and g.spill_fill_bytes is not None and g.optimization_level is not None
+
+
+# --- fast: one tiny model, two SoCs -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("soc", SOCS)
+def test_a_binary_says_what_the_compiler_was_asked_for(build, soc):
+    info = qnnsystem.read_context(build / "tiny" / soc / "tiny.bin")
+    assert_agrees(info, build, "tiny", soc, build.parent / "tiny.onnx")
+    assert [t.dtype for t in info.graphs[0].outputs] == ["float32", "int64"]
+
+
+def test_in_process_and_child_process_readers_agree(build):
+    path = build / "tiny" / "SM8750" / "tiny.bin"
+    assert qnnsystem.read_context_here(path) == qnnsystem.read_context(path)
+
+
+def test_the_command_prints_the_metadata_and_a_table_per_graph(build):
+    path = build / "tiny" / "SM8550" / "tiny.bin"
+    r = run("inspect", path)
+    assert r.exit_code == 0, r.output
+    assert "SoC, arch       SM8550 (soc_model 43), HTP v73" in r.output
+    assert f"QAIRT build     {record(build, 'tiny', 'SM8550')['qairt_build']}" in r.output
+    assert "out idx  1x1  int64" in r.output and "in  x    1x8  float32" in r.output
+    assert "spill-fill" in r.output and "VTCM" in r.output and "optimization level" in r.output
+    r = run("inspect", path, "--json")
+    data = json.loads(r.stdout)
+    assert r.exit_code == 0 and data["ok"] and data["kind"] == "binary"
+    (binary,) = data["binaries"]
+    assert binary["source"] == "qnnsystem" and binary["binary_soc"] == "SM8550"
+    assert binary["context"]["dsp_arch"] == "v73"
+    assert [t["name"] for t in binary["context"]["graphs"][0]["inputs"]] == ["x", "b"]
+
+
+def test_without_the_library_the_markers_are_shown_and_say_so(build, tmp_path, monkeypatch):
+    monkeypatch.setenv(qnnsystem.LIBRARY_ENV, str(tmp_path / "missing" / "libQnnSystem.so"))
+    result = contextinfo.inspect(build / "tiny" / "SM8750" / "tiny.bin")
+    (b,) = result.binaries
+    assert result.ok and b.source == contextinfo.MARKERS and b.context is None
+    assert qnnsystem.LIBRARY_ENV in b.reason and "is not a file" in b.reason
+    assert b.markers is not None and b.markers.targets == (("SM8750", 79),)
+    assert b.markers.builds == (record(build, "tiny", "SM8750")["qairt_build"],)
+    r = run("inspect", build / "tiny" / "SM8750" / "tiny.bin")
+    assert r.exit_code == 0 and "source: markers (" in r.output and "SM8750 v79" in r.output
+    # the library API says the same in one line, for callers that fall back themselves
+    with pytest.raises(QnnDeployError, match="is not a file") as e:
+        qnnsystem.library_path()
+    assert "\n" not in str(e.value)
+
+
+def damaged(build: Path, tmp_path: Path) -> dict[str, Path]:
+    good = (build / "tiny" / "SM8750" / "tiny.bin").read_bytes()
+    cases = {"empty": b"", "truncated": good[: len(good) * 2 // 3], "not-qnn": bytes(range(256)) * 64}
+    paths = {}
+    for name, data in cases.items():
+        paths[name] = tmp_path / f"{name}.bin"
+        paths[name].write_bytes(data)
+    return paths
+
+
+@pytest.mark.parametrize("case", ["empty", "truncated", "not-qnn"])
+def test_a_damaged_binary_is_one_problem_line_and_exit_1(build, tmp_path, case):
+    path = damaged(build, tmp_path)[case]
+    r = run("inspect", path)
+    assert r.exit_code == EXIT_CHECK_FAILED and "Traceback" not in r.output
+    problems = [line for line in r.output.splitlines() if "PROBLEM" in line]
+    assert len(problems) == 1 and str(path) in problems[0]
+    if case == "truncated":  # libQnnSystem refuses it; its markers are still there and are shown
+        assert "malformed binary" in problems[0] and "SM8750 v79" in r.output
+    r = run("inspect", path, "--json")
+    assert r.exit_code == EXIT_CHECK_FAILED and not json.loads(r.stdout)["ok"]
+
+
+def test_a_binary_that_crashes_libqnnsystem_costs_only_its_child(build, tmp_path):
+    """Measured: one zeroed byte of the context binary's header (a FlatBuffers vtable entry) makes libQnnSystem
+    of QAIRT 2.51 segfault; in-process, that would kill qnndeploy."""
+    data = bytearray((build / "tiny" / "SM8750" / "tiny.bin").read_bytes())
+    if data[70] != 0x26:
+        pytest.skip("this QAIRT lays the header out otherwise: the known crashing byte is not there")
+    data[70] = 0
+    path = tmp_path / "crash.bin"
+    path.write_bytes(data)
+    with pytest.raises(QnnDeployError, match=r"crashed reading .*crash\.bin \(signal 11\)") as e:
+        qnnsystem.read_context(path)
+    assert e.value.exit_code == EXIT_CHECK_FAILED
+    r = run("inspect", path)
+    assert r.exit_code == EXIT_CHECK_FAILED and "PROBLEM libQnnSystem crashed" in r.output
+
+
+def test_a_reader_that_does_not_finish_is_stopped(build):
+    with pytest.raises(QnnDeployError, match="did not finish reading"):
+        qnnsystem.read_context(build / "tiny" / "SM8750" / "tiny.bin", timeout=0.001)
+
+
+def test_quantization_parameters_are_read_per_encoding():
+    """The decoding of Qnn_QuantizeParams_t for the encodings a binary's I/O can carry (the compiles above keep
+    float I/O, so the structs are filled here as libQnnSystem fills them)."""
+    q = qnnsystem._QuantizeParams(encodingDefinition=1, quantizationEncoding=0)
+    q.u.scaleOffset = qnnsystem._ScaleOffset(0.5, -128)
+    assert qnnsystem._quantization(q, 0x0416) == qnnsystem.Quantization("scale_offset", 0.5, -128)
+    assert qnnsystem._quantization(q, 0x0232) is None  # a float tensor has no quantization
+    pairs = (qnnsystem._ScaleOffset * 2)(qnnsystem._ScaleOffset(0.25, 0), qnnsystem._ScaleOffset(2.0, -3))
+    q = qnnsystem._QuantizeParams(encodingDefinition=1, quantizationEncoding=1)
+    q.u.axisScaleOffset = qnnsystem._AxisScaleOffset(3, 2, ctypes.cast(pairs, ctypes.POINTER(qnnsystem._ScaleOffset)))
+    assert qnnsystem._quantization(q, 0x0308) == qnnsystem.Quantization(
+        "axis_scale_offset", axis=3, scales=(0.25, 2.0), offsets=(0, -3))
+    assert ctypes.sizeof(qnnsystem._QuantizeParams) == 40 and ctypes.sizeof(qnnsystem._Tensor) == 144
+
+
+# --- bundles ------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and libQnnSystem)")
+    from bundles import build as build_bundle
+    from bundles import compile_inputs
+
+    root = tmp_path_factory.mktemp("inspect-bundle")
+    return build_bundle(root / "bundles", compile_inputs(root / "in", graphs=("det",)), name="tiny")
+
+
+def test_a_bundle_shows_every_context_binary_with_its_target(bundle, tmp_path):
+    result = contextinfo.inspect(bundle)
+    assert result.ok and result.kind == "bundle" and result.bundle == "tiny 1.0.0"
+    assert sorted((b.soc, b.path) for b in result.binaries) == [("SM8550", "npu/SM8550/det.bin"),
+                                                                 ("SM8750", "npu/SM8750/det.bin")]
+    for b in result.binaries:
+        assert b.context is not None and b.source == contextinfo.QNN_SYSTEM and b.graphs == ("det",)
+        assert (b.context.dsp_arch, b.context.soc_model) == (b.target_arch, b.soc_id) and not b.warnings
+        assert b.binary_soc == b.soc
+    archive = tmp_path / "tiny-1.0.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as t:
+        t.add(bundle, arcname=bundle.name)
+    r = run("inspect", archive)
+    assert r.exit_code == 0, r.output
+    assert "bundle tiny 1.0.0" in r.output and "npu/SM8550/det.bin" in r.output and "[SM8750, target v79]" in r.output
+
+
+def test_a_binary_under_the_wrong_target_is_a_warning(bundle, tmp_path):
+    import shutil
+
+    copy = tmp_path / "swapped"
+    shutil.copytree(bundle, copy)
+    a, b = copy / "npu" / "SM8550" / "det.bin", copy / "npu" / "SM8750" / "det.bin"
+    a.write_bytes(b.read_bytes())  # the SM8750 binary where the SM8550 target expects its own
+    report = next(x for x in contextinfo.inspect(copy).binaries if x.soc == "SM8550")
+    assert report.warnings == ("compiled for soc_model 69 (SM8750), but the target is SM8550 (soc_model 43)",
+                               "compiled for HTP v79, but the target SM8550 is v73")
+
+
+def test_a_folder_that_is_not_a_bundle_is_bad_input(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for path in (tmp_path / "empty", tmp_path / "nothing-here"):
+        r = run("inspect", path)
+        assert r.exit_code == EXIT_BAD_INPUT and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1
+
+
+# --- slow: the demo model and PP-OCR, as compile builds them -------------------------------------------------------
+
+@pytest.mark.slow
+def test_the_demo_compiled_for_two_socs_reads_back(tmp_path):
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and libQnnSystem)")
+    from qnndeploy.prepare import prepare_model
+
+    model = tmp_path / "kws_demo.onnx"
+    prepare_model(Path(qnnsystem.__file__).parent / "data" / "demo.onnx", model, shapes={"features": [1, 1, 49, 10]})
+    build = compiled({"kws_demo": model}, tmp_path / "build")
+    for soc in SOCS:
+        info = qnnsystem.read_context(build / "kws_demo" / soc / "kws_demo.bin")
+        assert_agrees(info, build, "kws_demo", soc, model)
+        assert [(t.name, t.dims, t.dtype) for t in info.graphs[0].inputs] == [("features", (1, 1, 49, 10), "float32")]
+
+
+@pytest.mark.slow
+def test_ppocr_compiled_for_two_socs_reads_back(tmp_path):
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and libQnnSystem)")
+    from ppocr import STATIC_SHAPES, model_path
+
+    from qnndeploy.prepare import prepare_model
+
+    models = {}
+    for name in ("cls", "rec"):
+        models[name] = tmp_path / f"{name}.onnx"
+        prepare_model(model_path(name), models[name], shapes={"x": STATIC_SHAPES[name]})
+    build = compiled(models, tmp_path / "build")
+    for name, model in models.items():
+        for soc in SOCS:
+            info = qnnsystem.read_context(build / name / soc / f"{name}.bin")
+            assert_agrees(info, build, name, soc, model)
+            assert info.graphs[0].inputs[0].dims == tuple(STATIC_SHAPES[name])
