@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "qnndeploy"
 LAYERS = [
     {"qnndeploy", "qnndeploy.bundle", "qnndeploy.device", "qnndeploy.errors"},
     {"qnndeploy.fileio", "qnndeploy.socs", "qnndeploy.onnxio", "qnndeploy.formats", "qnndeploy.bundle.elf",
-     "qnndeploy.quantize"},
+     "qnndeploy.quantize", "qnndeploy.compat"},
     {"qnndeploy.bundle.archive", "qnndeploy.records", "qnndeploy.markers", "qnndeploy.epcontext",
      "qnndeploy.samples", "qnndeploy.metrics",
      "qnndeploy.htp", "qnndeploy.shapes", "qnndeploy.fuse", "qnndeploy.decision", "qnndeploy.bundle.manifest",

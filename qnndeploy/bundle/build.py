@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qnndeploy import __version__, epcontext, socs
+from qnndeploy import __version__, compat, epcontext, socs
 from qnndeploy.bundle import archive
 from qnndeploy.bundle.manifest import external_data_path, graph_signature, schema
 from qnndeploy.bundle.verify import (
@@ -262,6 +262,16 @@ def _qairt(spec: BundleSpec, facts: dict[str, FileFacts], marked: list[str]) -> 
     return {"version": version, "build": builds[0] if len(builds) == 1 else None}
 
 
+def _runtime_floor(spec: BundleSpec, qairt: JSON, bundled: bool) -> str:
+    """The oldest runtime that loads the binaries (the manifest's qairt.min_runtime); an external runtime pinned
+    older than it is refused here, in one line, rather than as a verify problem of the finished bundle."""
+    need = compat.min_runtime_for_qairt(qairt["version"])
+    why = None if bundled else compat.pin_problem(spec.maven_version or qairt["version"], need, qairt["version"])
+    if why is not None:
+        raise QnnDeployError(f"--maven-runtime-version {spec.maven_version}: {why}")
+    return need
+
+
 def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archive_fmt: str | None = None,
                  progress: Progress | None = None) -> BundleResult:
     _check_name(spec.name, "bundle name", "name")
@@ -330,6 +340,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
 
             marked = [rel for _, rel, m in plan if m and rel.endswith((".bin", "Skel.so"))]
             qairt = _qairt(spec, facts, marked)
+            qairt["min_runtime"] = _runtime_floor(spec, qairt, bool(libs))
             manifest: JSON = {
                 "format": FORMAT,
                 "format_version": FORMAT_VERSION,

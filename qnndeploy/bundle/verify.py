@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qnndeploy import epcontext, socs
+from qnndeploy import compat, epcontext, socs
 from qnndeploy.bundle import archive, elf
 from qnndeploy.bundle.manifest import external_data_path, file_entries, graph_signature, read_manifest, schema_errors
 from qnndeploy.decision import qnn_libraries, soc_tables, upper
@@ -271,15 +271,20 @@ def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], 
         if runtime["mode"] == "bundled":
             problems += _runtime_completeness(t, runtime["libs"])
 
+    need, stated_problems = _min_runtime(qairt)
+    problems += stated_problems
     if runtime["mode"] == "external":
         pinned = runtime["maven"].rsplit(":", 1)[1]
         if not runtime["maven"].startswith(MAVEN_RUNTIME + ":"):
             add(MANIFEST, f"external runtime must be {MAVEN_RUNTIME}:<version>, not {runtime['maven']}")
-        elif pinned.split(".")[:2] != qairt["version"].split(".")[:2]:
-            add(MANIFEST, f"external runtime {runtime['maven']} is not a QAIRT {_family(qairt['version'])} release, "
-                          f"the bundle's QAIRT is {qairt['version']}: the phone's QNN runtime must be the release "
-                          "family the binaries were compiled with")
+        elif not compat.is_release(pinned):
+            add(MANIFEST, f"external runtime {runtime['maven']}: '{pinned}' is not a release version X.Y.Z")
+        elif (why := compat.pin_problem(pinned, need, qairt["version"])) is not None:
+            add(MANIFEST, f"external runtime {runtime['maven']}: {why}")
     else:
+        if not compat.satisfies(qairt["version"], need):
+            add(MANIFEST, f"the bundled runtime libraries are QAIRT {qairt['version']}, older than qairt/min_runtime "
+                          f"{need}: they cannot load the bundle's context binaries")
         for lib in runtime["libs"]:
             problems += _library_problems(lib, facts.get(lib["path"]), root, qairt)
     return problems
@@ -414,8 +419,16 @@ def _not_a_context_binary(root: Path, path: str, f: FileFacts) -> str | None:
     return None
 
 
-def _family(version: str) -> str:
-    return ".".join(version.split(".")[:2]) + ".x"
+def _min_runtime(qairt: JSON) -> tuple[str, list[Problem]]:
+    """The oldest runtime the bundle's binaries need: what their QAIRT needs, or the manifest's min_runtime when it
+    is later. A min_runtime below what the QAIRT needs is a problem: the app trusts it to choose the NPU."""
+    need = compat.min_runtime_for_qairt(qairt["version"])
+    stated = qairt.get("min_runtime")
+    if stated is None or compat.satisfies(stated, need):
+        return stated or need, []
+    return need, [Problem(MANIFEST, f"qairt/min_runtime {stated} is older than {need}, the oldest runtime that loads "
+                                    f"QAIRT {qairt['version']} context binaries: the app would trust a runtime that "
+                                    "cannot load them; rebuild the bundle")]
 
 
 def _epcontext_problems(root: Path, path: str, listed: set[str], binary: str | None) -> list[Problem]:
@@ -505,11 +518,15 @@ def _runtime_completeness(target: JSON, libs: list[JSON]) -> list[Problem]:
 
 def check_warnings(manifest: JSON, facts: dict[str, FileFacts]) -> list[Problem]:
     """What cannot be confirmed, without being wrong: Skel libraries whose build string was not found (a context
-    binary without its markers is a problem: see _not_a_context_binary)."""
+    binary without its markers is a problem: see _not_a_context_binary), an external runtime in no validated set."""
     warnings = []
     if manifest["runtime"]["mode"] == "bundled":
         for lib in manifest["runtime"]["libs"]:
             f = facts.get(lib["path"])
             if f and lib["role"] == "skel" and not f.builds:
                 warnings.append(Problem(lib["path"], "no QAIRT build string found: its version cannot be confirmed"))
+    rt = manifest["runtime"]
+    pin = rt["maven"].rsplit(":", 1)[1] if rt["mode"] == "external" else ""
+    if rt["mode"] == "external" and rt["maven"].startswith(MAVEN_RUNTIME + ":") and compat.is_release(pin):
+        warnings += [Problem(MANIFEST, w) for w in compat.pin_warnings(pin, manifest["qairt"]["version"])]
     return warnings
