@@ -14,6 +14,7 @@ from qnndeploy import qnnsystem, socs
 from qnndeploy.bundle import archive
 from qnndeploy.bundle.manifest import load_manifest
 from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError
+from qnndeploy.fileio import open_regular
 from qnndeploy.formats import CONTEXT_BINARY
 from qnndeploy.markers import scan_file
 from qnndeploy.qnnsystem import ContextInfo
@@ -96,8 +97,10 @@ def _library(library: Path | None) -> tuple[Path | None, str]:
     return found, ""
 
 
-def _binary(file: Path, shown: str, lib: Path | None, missing: str) -> BinaryReport:
-    size = file.stat().st_size
+def _binary(file: Path, shown: str, lib: Path | None, missing: str, follow: bool = True) -> BinaryReport:
+    # a regular file, or a one-line error now: reading a FIFO or device would hang (a bundle's may not be a symlink)
+    with open_regular(file, what="context binary", follow=follow) as f:
+        size = os.fstat(f.fileno()).st_size
     if lib is not None:
         try:
             context = qnnsystem.read_context(file, lib)
@@ -146,14 +149,14 @@ def _bundle(shown: Path, root: Path, lib: Path | None, missing: str) -> InspectR
             if artifact["format"] != CONTEXT_BINARY:
                 continue
             file = root / artifact["path"]
-            if file.is_symlink() or not file.resolve().is_relative_to(top) or not file.is_file():
-                raise QnnDeployError(f"{shown}: {artifact['path']} is missing or not a regular file inside the "
-                                     "bundle (run `qnndeploy bundle verify`)")
+            if not file.resolve().is_relative_to(top) or not os.path.lexists(file):
+                raise QnnDeployError(f"{shown}: {artifact['path']} is missing or outside the bundle "
+                                     "(run `qnndeploy bundle verify`)")
             jobs.append((target, artifact, file))
 
     def one(job: tuple[dict[str, Any], dict[str, Any], Path]) -> BinaryReport:
         target, artifact, file = job
-        report = _binary(file, artifact["path"], lib, missing)
+        report = _binary(file, artifact["path"], lib, missing, follow=False)
         graphs = tuple(artifact.get("graphs") or [artifact["graph"]])
         return BinaryReport(**{**report.__dict__, "soc": target["soc"], "soc_id": target.get("soc_id"),
                                "target_arch": target.get("dsp_arch"), "graphs": graphs,

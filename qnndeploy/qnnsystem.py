@@ -550,7 +550,9 @@ def _read(path: Path, impl: _Implementation, address: int, size: int) -> Context
                                  EXIT_CHECK_FAILED)
         context, spill = _context(info.contents)
     finally:
-        _FreeFn(impl.systemContextFree)(handle)  # frees the binary info too
+        # frees the binary info too; its error code is not acted on: the data was copied out before, and the
+        # reader runs in a child process that exits next
+        _FreeFn(impl.systemContextFree)(handle)
     if spill:
         graphs = tuple(g if g.spill_fill_bytes is not None or i not in spill
                        else GraphInfo(**{**g.__dict__, "spill_fill_bytes": spill[i]})
@@ -560,19 +562,27 @@ def _read(path: Path, impl: _Implementation, address: int, size: int) -> Context
 
 
 def _error(code: int) -> str:
-    names = {30002: "operation failed", 30010: "malformed binary", 30000: "invalid handle",
-             30001: "invalid argument", 1000 + 2: "unsupported feature"}
+    names = {30000: "invalid handle", 30001: "invalid argument", 30002: "operation failed",
+             30010: "malformed binary", 1000: "unsupported feature", 1002: "out of memory"}
     return f"error {code}: {names[code]}" if code in names else f"error {code}"
 
 
 # --- in a child process ---------------------------------------------------------------------------------------
+
+def _timeout() -> float:
+    value = os.environ.get(ENV_TIMEOUT, "")
+    try:
+        return float(value) if value else TIMEOUT_S
+    except ValueError:
+        raise QnnDeployError(f"{ENV_TIMEOUT}={value} is not a number of seconds") from None
+
 
 def read_context(path: Path, library: Path | None = None, timeout: float | None = None) -> ContextInfo:
     """Read a context binary's metadata in a child process, so that a binary that crashes or hangs libQnnSystem
     costs a one-line error, not the caller's process. Raises QnnDeployError (EXIT_MISSING_TOOL when the library
     is missing, EXIT_CHECK_FAILED when it refuses the file or crashes on it)."""
     lib = library or library_path()
-    limit = timeout if timeout is not None else float(os.environ.get(ENV_TIMEOUT, TIMEOUT_S))
+    limit = timeout if timeout is not None else _timeout()
     # this qnndeploy, whatever the current folder holds (PYTHONSAFEPATH: not the current folder's modules)
     here = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONSAFEPATH": "1",

@@ -244,9 +244,12 @@ def test_a_binary_under_the_wrong_target_is_a_warning(bundle, tmp_path):
                                "compiled for HTP v79, but the target SM8550 is v73")
 
 
-def test_a_folder_that_is_not_a_bundle_is_bad_input(tmp_path):
+def test_a_folder_that_is_not_a_bundle_or_a_fifo_is_bad_input(tmp_path):
+    import os
+
     (tmp_path / "empty").mkdir()
-    for path in (tmp_path / "empty", tmp_path / "nothing-here"):
+    os.mkfifo(tmp_path / "fifo.bin")  # read, it would hang
+    for path in (tmp_path / "empty", tmp_path / "nothing-here", tmp_path / "fifo.bin"):
         r = run("inspect", path)
         assert r.exit_code == EXIT_BAD_INPUT and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1
 
