@@ -69,14 +69,14 @@ def _devices() -> tuple[Any, ...]:  # onnxruntime's OrtEpDevice, untyped
 
 
 def session_options(soc: Soc, *, fp16: bool = True, context_path: Path | None = None,
-                    cpu_fallback: bool = False, log_level: int = 3,
-                    config: dict[str, str] | None = None) -> ort.SessionOptions:
+                    cpu_fallback: bool = False, log_level: int = 3, config: dict[str, str] | None = None,
+                    provider: dict[str, str] | None = None) -> ort.SessionOptions:
     """Options for an HTP session for one SoC.
 
     With `context_path`, creating the session compiles the model and writes the EPContext model there
     (embed mode 0: a `<stem>_qnn.bin` context binary beside it). Without it, a session runs on the emulator.
     CPU fallback is off by default so that a node the HTP cannot run is an error, not a silent slowdown.
-    `config`: more session config entries (e.g. ep.share_ep_contexts).
+    `config`: more session config entries (e.g. ep.share_ep_contexts); `provider`: more QNN EP options.
     """
     import onnxruntime as ort
 
@@ -93,6 +93,7 @@ def session_options(soc: Soc, *, fp16: bool = True, context_path: Path | None = 
     options = {"backend_type": "htp", "htp_arch": str(soc.arch_number), "soc_model": str(soc.soc_id)}
     if fp16:
         options["enable_htp_fp16_precision"] = "1"
+    options.update(provider or {})
     so.add_provider_for_devices(list(_devices()), options)
     return so
 

@@ -510,3 +510,26 @@ def test_interrupted_compile_leaves_no_worker_and_no_partial_folder(models, tmp_
     assert [pid for pid in _pids_mentioning(str(out)) if _alive(pid)] == []
     assert sorted(p.name for p in (out / "rec").iterdir()) == []  # no partial folder, no half-made job
     assert "interrupted" in (out / "logs" / "rec-SM8750.log").read_text()
+
+
+@pytest.mark.slow
+def test_htp_settings_reach_the_binary_and_the_record(models, tmp_path):
+    """--vtcm-mb and --optimization-mode are what the compiled graph says (read back with inspect); they are recorded
+    and part of the cache key; more VTCM than a target has is refused."""
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler)")
+    out = tmp_path / "b"
+    r = run("compile", models["cls"], "--soc", "SM8750", "-o", out, "--vtcm-mb", "2", "--optimization-mode", "3",
+            "--spill-fill", "--cache-dir", tmp_path / "cache")
+    assert r.exit_code == 0, r.output
+    options = record(out, "cls", "SM8750")["options"]
+    assert (options["vtcm_mb"], options["htp_graph_finalization_optimization_mode"],
+            options["enable_htp_spill_fill_buffer"]) == (2, 3, True)
+    r = run("inspect", out / "cls" / "SM8750" / "cls.bin", "--json")
+    assert r.exit_code == 0, r.output
+    graph, = json.loads(r.output)["binaries"][0]["context"]["graphs"]
+    assert (graph["vtcm_bytes"], graph["optimization_level"]) == (2 << 20, 3)
+    key = record(out, "cls", "SM8750")["cache_key"]
+    r = run("compile", models["cls"], "--soc", "SM8750", "-o", out, "--vtcm-mb", "4", "--cache-dir", tmp_path / "cache")
+    assert r.exit_code == 0 and record(out, "cls", "SM8750")["cache_key"] != key
+    r = run("compile", models["cls"], "--soc", "SM8750", "--soc", "SM8550", "-o", out, "--vtcm-mb", "16")
+    assert r.exit_code == 2 and "more VTCM than SM8750 (8 MB), SM8550 (8 MB)" in r.output

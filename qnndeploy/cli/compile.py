@@ -9,6 +9,7 @@ import click
 
 from qnndeploy import compile as stage
 from qnndeploy.cli._common import cache_dir_option, handles_errors, job_progress, json_option, report, shown
+from qnndeploy.compile.jobs import HtpSettings
 from qnndeploy.formats import CONTEXT_BINARY
 
 
@@ -63,13 +64,21 @@ def _render_compile(summary: stage.CompileSummary) -> None:
 @click.option("--share", "shares", multiple=True, metavar="NAME=G1,G2",
               help="Compile these graphs into one context binary NAME.bin that stores shared weights once "
                    "(e.g. an LLM's prefill and decode); repeatable.")
+@click.option("--vtcm-mb", type=int, metavar="MB",
+              help="VTCM the graphs may use [default: all of each SoC's, from the catalog].")
+@click.option("--optimization-mode", type=click.IntRange(1, 3), metavar="1-3",
+              help="HTP graph finalization optimization: 3 compiles slowest and runs fastest [default: the "
+                   "compiler's].")
+@click.option("--spill-fill", is_flag=True,
+              help="One spill-fill buffer for the graphs of a context (ort backend).")
 @click.option("--no-cache", is_flag=True, help="Compile every job; neither read nor fill the cache.")
 @cache_dir_option
 @json_option
 @handles_errors
 def compile_cmd(models: tuple[str, ...], socs: tuple[str, ...], backend: str | None, precision: str,
                 calib: Path | None, jobs: int | None, out: Path, qnn_sdk_root: Path | None, shares: tuple[str, ...],
-                no_cache: bool, cache_dir: Path | None, as_json: bool) -> None:
+                vtcm_mb: int | None, optimization_mode: int | None, spill_fill: bool, no_cache: bool,
+                cache_dir: Path | None, as_json: bool) -> None:
     """Compile each model for each SoC into a QNN context binary.
 
     One job per (graph, SoC), in parallel, each with its compile record and full log; with --share,
@@ -85,5 +94,6 @@ def compile_cmd(models: tuple[str, ...], socs: tuple[str, ...], backend: str | N
         summary = stage.compile_models(stage.models_from_args(list(models)), list(socs), out, backend=backend,
                                        precision=precision, calib=calib, jobs=jobs, progress=progress,
                                        use_cache=not no_cache, cache_dir=cache_dir, qnn_sdk_root=qnn_sdk_root,
-                                       shares=stage.shares_from_args(list(shares)))
+                                       shares=stage.shares_from_args(list(shares)),
+                                       htp=HtpSettings(vtcm_mb, optimization_mode, spill_fill))
     report(summary, as_json, _render_compile)

@@ -30,7 +30,16 @@ from typing import TYPE_CHECKING, Any
 from qnndeploy import __version__, fileio, htp
 from qnndeploy import socs as catalog
 from qnndeploy.compile import cache, logs
-from qnndeploy.compile.jobs import Backend, Compiled, CompileError, Job, Member, Tools, set_input_paths
+from qnndeploy.compile.jobs import (
+    Backend,
+    Compiled,
+    CompileError,
+    HtpSettings,
+    Job,
+    Member,
+    Tools,
+    set_input_paths,
+)
 from qnndeploy.compile.ort import OrtBackend
 from qnndeploy.compile.qairt import QairtBackend
 from qnndeploy.errors import QnnDeployError
@@ -130,7 +139,8 @@ def shares_from_args(args: list[str]) -> dict[str, list[str]]:
 def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backend: str | None = None,
                    precision: str = "fp16", calib: Path | None = None, jobs: int | None = None,
                    progress: Progress | None = None, use_cache: bool = True, cache_dir: Path | None = None,
-                   qnn_sdk_root: Path | None = None, shares: dict[str, list[str]] | None = None) -> CompileSummary:
+                   qnn_sdk_root: Path | None = None, shares: dict[str, list[str]] | None = None,
+                   htp: HtpSettings | None = None) -> CompileSummary:
     """Compile every model for every SoC into `out`; the graphs of each share (name -> graphs) into one context
     binary with shared weights. Bad input raises before anything is written; a failing job is reported in the
     summary and does not stop the others."""
@@ -156,6 +166,7 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
     calibs = {g: _calibration_dir(calib, g) for g in graphs} if calib is not None else {}
     be = get_backend(backend, qnn_sdk_root)
     shares = _check_shares(shares or {}, graphs, targets, be.name)
+    htp = _check_htp(htp or HtpSettings(), targets)
     for soc in targets:  # what the catalog knows this QAIRT cannot build, refused before any job runs
         refused = catalog.refusal(soc, be.qairt_version, precision)
         if refused:
@@ -176,7 +187,7 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
         digest = hashlib.sha256("".join(f"{m.graph}\0{m.model_sha256}\0{(cals.get(m.graph) or {}).get('sha256')}\n"
                                         for m in members).encode()).hexdigest() if members else digests[name]
         for soc in targets:
-            options = {**be.options(soc, precision), "calibration": None if members else cals.get(name)}
+            options = {**be.options(soc, precision, htp), "calibration": None if members else cals.get(name)}
             if members:
                 options["share_ep_contexts"] = True
             key = cache.cache_key(name, digest, soc, be, precision, options)
@@ -241,6 +252,20 @@ def _targets(names: list[str]) -> list[Soc]:
         if soc not in targets:
             targets.append(soc)
     return targets
+
+
+def _check_htp(htp: HtpSettings, targets: list[Soc]) -> HtpSettings:
+    if htp.optimization_mode is not None and htp.optimization_mode not in (1, 2, 3):
+        raise QnnDeployError(f"--optimization-mode {htp.optimization_mode}: use 1, 2 or 3 (3: slowest compile, "
+                             "fastest graph)")
+    if htp.vtcm_mb is not None:
+        if htp.vtcm_mb < 1:
+            raise QnnDeployError(f"--vtcm-mb {htp.vtcm_mb}: give 1 or more MB")
+        small = [f"{soc.model} ({soc.vtcm_mb} MB)" for soc in targets if htp.vtcm_mb > soc.vtcm_mb]
+        if small:
+            raise QnnDeployError(f"--vtcm-mb {htp.vtcm_mb} is more VTCM than {', '.join(small)} has: a graph that "
+                                 "needs it cannot run there; give at most the smallest target's")
+    return htp
 
 
 SHARE_MIN_ARCH = 73  # ONNX Runtime's QNN EP shares weights across graphs on v73 and newer HTPs

@@ -109,6 +109,14 @@ class Compiled:
 
 
 @dataclass(frozen=True)
+class HtpSettings:
+    """HTP compile settings the user chose; None/False leaves the compiler's default."""
+    vtcm_mb: int | None = None  # VTCM the graphs may use (default: all of the SoC's)
+    optimization_mode: int | None = None  # graph finalization optimization, 1-3: 3 compiles slowest, runs fastest
+    spill_fill: bool = False  # a spill-fill buffer shared by the graphs of a context (ORT enable_htp_spill_fill_buffer)
+
+
+@dataclass(frozen=True)
 class Member:
     """One graph of a shared context."""
     graph: str
@@ -155,7 +163,7 @@ class Backend(Protocol):
     def identity(self) -> dict[str, str]:
         """Tool versions that change the output: recorded, and part of the cache key."""
 
-    def options(self, soc: Soc, precision: str) -> JSON:
+    def options(self, soc: Soc, precision: str, htp: HtpSettings) -> JSON:
         """The backend settings a job uses, recorded in the compile record."""
 
     def compile(self, job: Job, work: Path, log: IO[str], tools: Tools) -> Compiled:

@@ -20,7 +20,7 @@ from typing import IO, TYPE_CHECKING
 
 from qnndeploy import epcontext, htp, socs
 from qnndeploy.compile import logs
-from qnndeploy.compile.jobs import Compiled, CompileError, Job, Member, Tools
+from qnndeploy.compile.jobs import Compiled, CompileError, HtpSettings, Job, Member, Tools
 from qnndeploy.errors import QnnDeployError, first_line
 from qnndeploy.fileio import JSON, write_json
 from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from qnndeploy.socs import Soc
 
 FEW_CALIBRATION_SAMPLES = 20
+PROVIDER_OPTIONS = ("vtcm_mb", "htp_graph_finalization_optimization_mode", "enable_htp_spill_fill_buffer")
 
 
 class OrtBackend:
@@ -45,10 +46,12 @@ class OrtBackend:
         return {"qairt": self.qairt_version, "onnxruntime": version("onnxruntime"),
                 "onnxruntime-qnn": version("onnxruntime-qnn")}
 
-    def options(self, soc: Soc, precision: str) -> JSON:
+    def options(self, soc: Soc, precision: str, htp: HtpSettings) -> JSON:
         options: JSON = {"htp_arch": soc.arch_number, "soc_model": soc.soc_id,
                    "enable_htp_fp16_precision": precision == "fp16", "cpu_fallback": False,
-                   "ep_context_embed_mode": 0}
+                   "ep_context_embed_mode": 0, "vtcm_mb": htp.vtcm_mb,
+                   "htp_graph_finalization_optimization_mode": htp.optimization_mode,
+                   "enable_htp_spill_fill_buffer": htp.spill_fill}
         if precision == "w8a16":
             options["quantization"] = SETTINGS
         return options
@@ -57,7 +60,8 @@ class OrtBackend:
         # Temporary files live inside the staging folder: an interrupted job leaves one folder to remove.
         with tempfile.TemporaryDirectory(prefix=".tmp-", dir=work) as tmp:
             members = job.members or (Member(job.graph, job.model, job.model_sha256, job.calibration),)
-            spec: JSON = {"graph": job.graph, "shared": bool(job.members), "soc": job.soc.model,
+            provider = {k: str(int(v)) for k in PROVIDER_OPTIONS if (v := job.options.get(k)) not in (None, False)}
+            spec: JSON = {"graph": job.graph, "shared": bool(job.members), "soc": job.soc.model, "provider": provider,
                     "precision": job.precision, "work": str(work), "tmp": tmp,
                     "members": [{"graph": m.graph, "model": str(m.model),
                                  "calibration": str(m.calibration) if m.calibration else None} for m in members],
@@ -95,7 +99,7 @@ def run(spec: JSON) -> JSON:
                                 f"more real inputs for stable 16-bit activation ranges")
     if not spec["shared"]:
         (graph, model), = models.items()
-        _compile(model, soc, fp16, work, graph, Path(spec["log"]))
+        _compile(model, soc, fp16, work, graph, Path(spec["log"]), spec["provider"])
         _check_loads(work / f"{graph}_ctx.onnx", soc, fp16)
         return {"files": [[f"{graph}.bin", CONTEXT_BINARY], [f"{graph}_ctx.onnx", EPCONTEXT]], "warnings": warnings}
 
@@ -104,7 +108,7 @@ def run(spec: JSON) -> JSON:
     # member alone, the twin the host emulator runs for validate and the size the report compares against.
     name = spec["graph"]
     print(f"qnndeploy: compiling {', '.join(models)} into one context {name}.bin with shared weights", flush=True)
-    _compile_shared(models, soc, fp16, work, name, Path(spec["log"]))
+    _compile_shared(models, soc, fp16, work, name, Path(spec["log"]), spec["provider"])
     files = [[f"{name}.bin", CONTEXT_BINARY]] + [[f"{g}_ctx.onnx", EPCONTEXT] for g in models]
     graphs = {f"{g}_ctx.onnx": g for g in models}
     twins: list[str] = []
@@ -112,7 +116,7 @@ def run(spec: JSON) -> JSON:
         print(f"qnndeploy: compiling {g} alone, the twin the host emulator runs in validate", flush=True)
         alone = tmp / f"twin-{g}"
         alone.mkdir()
-        _compile(model, soc, fp16, alone, g, Path(spec["log"]))
+        _compile(model, soc, fp16, alone, g, Path(spec["log"]), spec["provider"])
         (alone / f"{g}.bin").replace(work / f"twin-{g}.bin")
         epcontext.retarget(alone / f"{g}_ctx.onnx", work / f"twin-{g}_ctx.onnx", f"twin-{g}.bin")
         _check_loads(work / f"twin-{g}_ctx.onnx", soc, fp16)
@@ -129,7 +133,7 @@ def run(spec: JSON) -> JSON:
             "shared_saving": {"shared_bytes": shared, "separate_bytes": separate}}
 
 
-def _compile(model: Path, soc: Soc, fp16: bool, work: Path, graph: str, log: Path) -> None:
+def _compile(model: Path, soc: Soc, fp16: bool, work: Path, graph: str, log: Path, provider: dict[str, str]) -> None:
     """One graph into work/<graph>.bin and work/<graph>_ctx.onnx (which loads <graph>.bin)."""
     import onnxruntime as ort
 
@@ -137,13 +141,15 @@ def _compile(model: Path, soc: Soc, fp16: bool, work: Path, graph: str, log: Pat
     print(f"qnndeploy: compiling {model} for {soc.model} (htp_arch {soc.arch_number}, soc_model {soc.soc_id}, "
           f"{'fp16' if fp16 else 'quantized'}), CPU fallback off", flush=True)
     try:
-        ort.InferenceSession(str(model), htp.session_options(soc, fp16=fp16, context_path=ctx, log_level=1))
+        ort.InferenceSession(str(model), htp.session_options(soc, fp16=fp16, context_path=ctx, log_level=1,
+                                                             provider=provider))
     except Exception as e:  # noqa: BLE001 onnxruntime raises its own Fail/InvalidGraph types
         raise QnnDeployError(_refused(model, soc, fp16, _ort_message(e), log)) from None
     _name_binary(work, [ctx], graph)
 
 
-def _compile_shared(models: dict[str, Path], soc: Soc, fp16: bool, work: Path, name: str, log: Path) -> None:
+def _compile_shared(models: dict[str, Path], soc: Soc, fp16: bool, work: Path, name: str, log: Path,
+                    provider: dict[str, str]) -> None:
     """All graphs into one context, work/<name>.bin, loaded by each work/<graph>_ctx.onnx."""
     import onnxruntime as ort
 
@@ -153,7 +159,7 @@ def _compile_shared(models: dict[str, Path], soc: Soc, fp16: bool, work: Path, n
         share = {"ep.share_ep_contexts": "1", **({"ep.stop_share_ep_contexts": "1"} if i == len(models) - 1 else {})}
         try:
             ort.InferenceSession(str(model), htp.session_options(soc, fp16=fp16, context_path=ctxs[i], log_level=1,
-                                                                 config=share))
+                                                                 config=share, provider=provider))
         except Exception as e:  # noqa: BLE001 onnxruntime raises its own Fail/InvalidGraph types
             raise QnnDeployError(f"{g}: {_refused(model, soc, fp16, _ort_message(e), log)}") from None
     _name_binary(work, ctxs, name)

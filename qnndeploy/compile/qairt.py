@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from qnndeploy.compile import logs
-from qnndeploy.compile.jobs import Compiled, CompileError, Job, Tools
+from qnndeploy.compile.jobs import Compiled, CompileError, HtpSettings, Job, Tools
 from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError
 from qnndeploy.fileio import JSON
 from qnndeploy.formats import CONTEXT_BINARY
@@ -142,10 +142,14 @@ class QairtBackend:
     def identity(self) -> dict[str, str]:
         return {"qairt": self.qairt_version, "qairt_sdk": self.sdk.version}
 
-    def options(self, soc: Soc, precision: str) -> JSON:
+    def options(self, soc: Soc, precision: str, htp: HtpSettings) -> JSON:
+        if htp.spill_fill:
+            raise QnnDeployError("--spill-fill is an option of the ort backend; the qairt backend's HTP config "
+                                 "does not set it")
         flags = CONVERTER_FLAGS + (["--input_list", CALIBRATION, "--use_native_input_files"]
                                    if precision == "w8a16" else [])
-        return {"converter": flags, "htp_config": {"vtcm_mb": soc.vtcm_mb, "O": 3, "soc_id": soc.soc_id,
+        return {"converter": flags, "htp_config": {"vtcm_mb": htp.vtcm_mb or soc.vtcm_mb,
+                                                   "O": htp.optimization_mode or 3, "soc_id": soc.soc_id,
                                                    "dsp_arch": soc.dsp_arch}, "ldflags": LDFLAGS}
 
     def compile(self, job: Job, work: Path, log: IO[str], tools: Tools) -> Compiled:
