@@ -13,6 +13,7 @@ let the twins disagree on odd device properties.
 from __future__ import annotations
 
 import json
+import re
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,6 +33,9 @@ SOC_MODEL_SINCE_SDK = 31  # Build.SOC_MODEL exists from Android 12
 SPACE = " \t\n\r\x0b\x0c"  # what both twins trim: ASCII whitespace
 _UPPER = str.maketrans(string.ascii_lowercase, string.ascii_uppercase)
 _LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+# A QAIRT version as the decision compares it: X.Y.Z, ASCII digits only, at most 9 per part (an Int in Kotlin).
+# Anything else (no trimming, no fourth part, no sign) is not a version: the twin's Regex is the same.
+_VERSION = re.compile(r"[0-9]{1,9}\.[0-9]{1,9}\.[0-9]{1,9}")
 
 
 def template_fields(template: str) -> list[str]:
@@ -138,6 +142,7 @@ class Decision:
     backend_lib: str | None = None
     system_lib: str | None = None
     adsp_library_path: str | None = None  # the value set before loading the QNN libraries, if it was set
+    runtime_version: str | None = None  # the QAIRT version of the loaded libQnnHtp.so, once the libraries loaded
 
     @property
     def npu(self) -> bool:
@@ -192,28 +197,65 @@ def qnn_libraries(dsp_arch: str) -> QnnLibraries:
     return QnnLibraries(BACKEND_LIB, SYSTEM_LIB, f"libQnnHtpV{n}Stub.so", f"libQnnHtpV{n}Skel.so")
 
 
+def bundled_backend(manifest: Mapping[str, Any]) -> str | None:
+    """The bundle path of the libQnnHtp.so a bundle ships (runtime mode "bundled"); None for an external runtime."""
+    runtime = manifest.get("runtime") or {}
+    if runtime.get("mode") != "bundled":
+        return None
+    return next((lib["path"] for lib in runtime.get("libs") or [] if lib["path"].rsplit("/", 1)[-1] == BACKEND_LIB),
+                None)
+
+
+def version_key(text: object) -> tuple[int, int, int] | None:
+    """(X, Y, Z) of a well-formed "X.Y.Z" version, compared as numbers (2.9.0 < 2.49.0); None for anything else."""
+    if not isinstance(text, str) or _VERSION.fullmatch(text) is None:
+        return None
+    x, y, z = (int(part) for part in text.split("."))
+    return x, y, z
+
+
+def min_runtime(manifest: Mapping[str, Any]) -> str | None:
+    """manifest["qairt"]["min_runtime"]: the oldest QAIRT runtime that loads the bundle's context binaries (older
+    bundles have none). Only a string counts; whether it is a version is for version_key to say."""
+    qairt = manifest.get("qairt")
+    value = qairt.get("min_runtime") if isinstance(qairt, Mapping) else None
+    return value if isinstance(value, str) else None
+
+
+def runtime_too_old(runtime: str, required: str) -> bool:
+    """Refuse the NPU only when both versions are known and well-formed and the runtime is older: an unknown or
+    malformed version on either side refuses nothing (a failing NPU init still falls back, and is remembered)."""
+    have, need = version_key(runtime), version_key(required)
+    return have is not None and need is not None and have < need
+
+
 def _json(value: object) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def _cpu(manifest: Mapping[str, Any], identity: SocIdentity, why: Reason, adsp: str | None = None) -> Decision:
+def _cpu(manifest: Mapping[str, Any], identity: SocIdentity, why: Reason, adsp: str | None = None,
+         runtime_version: str | None = None) -> Decision:
     """The CPU models to load, and every CPU file to put beside them: the models and their external data."""
     cpu = manifest.get("cpu")
     cpu = cpu if isinstance(cpu, list) else []
     return Decision(provider="cpu", soc=identity.soc, identified_by=identity.identified_by, reason=why.text,
                     reason_key=why.key, paths={a["graph"]: a["path"] for a in cpu if a.get("format") == ONNX},
-                    files=[a["path"] for a in cpu], adsp_library_path=adsp)
+                    files=[a["path"] for a in cpu], adsp_library_path=adsp, runtime_version=runtime_version)
 
 
 def decide(manifest: Mapping[str, Any], device: Device, *, load_errors: Mapping[str, str], lib_dir: str,
            adsp_before: str | None = None, adsp_error: str | None = None, npu_format: str = CONTEXT_BINARY,
-           app_version: str = "", remembered: Remembered | None = None) -> Decision:
+           app_version: str = "", remembered: Remembered | None = None,
+           runtime_version: str | None = None) -> Decision:
     """NPU only when the SoC matches a bundle target AND the QNN libraries load; otherwise CPU, always with a reason.
 
     load_errors: library file name -> the loader's message, for each library that failed to load (on a phone:
     what System.loadLibrary threw); a library not in it loaded. lib_dir: the folder holding the app's native
     libraries, where the Skel is. adsp_before: ADSP_LIBRARY_PATH before the app touched it. adsp_error: the message
     of the failure to set ADSP_LIBRARY_PATH (on a phone: what Os.setenv threw), None when it was set.
+    runtime_version: the QAIRT version ("2.51.0") of the libQnnHtp.so that loaded, None when unknown; it matters,
+    and is recorded, only once the libraries loaded. A runtime older than the manifest's qairt.min_runtime cannot
+    load the context binaries ("Could not create context from binary"): CPU.
     The manifest is one that follows the schema (scaffold and `bundle verify` check it) or has a format or version
     this reader does not know.
     """
@@ -262,7 +304,12 @@ def decide(manifest: Mapping[str, Any], device: Device, *, load_errors: Mapping[
     failed = [f"{name}: {load_errors[name]}" for name in (libs.system, libs.backend, libs.stub) if name in load_errors]
     if failed:
         return _cpu(manifest, identity, reason("libs_not_loaded", failures="; ".join(failed)), adsp)
+    required = min_runtime(manifest)
+    if runtime_version is not None and required is not None and runtime_too_old(runtime_version, required):
+        return _cpu(manifest, identity, reason("runtime_too_old", runtime=runtime_version, required=required), adsp,
+                    runtime_version)
     why = reason("npu", soc=soc, arch=arch)
     return Decision(provider="npu", soc=soc, identified_by=identity.identified_by, reason=why.text, reason_key=why.key,
                     dsp_arch=arch, paths=paths, files=[a["path"] for a in target["artifacts"]],
-                    backend_lib=libs.backend, system_lib=libs.system, adsp_library_path=adsp)
+                    backend_lib=libs.backend, system_lib=libs.system, adsp_library_path=adsp,
+                    runtime_version=runtime_version)

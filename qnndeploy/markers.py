@@ -53,3 +53,12 @@ def scan_file(path: Path, markers: bool, progress: Progress | None = None, copy_
     if scanner:
         facts.builds, facts.context_targets = scanner.builds, scanner.targets
     return facts
+
+
+def library_version(path: Path) -> str | None:
+    """The QAIRT version ("2.51.0") a QNN library's build markers name; None when it has none, names several, or is
+    not there: what the app's glue reads from the libQnnHtp.so it loaded (RuntimeVersion.kt), read on the host."""
+    if not path.is_file():
+        return None
+    versions = {build_version(b) for b in scan_file(path, markers=True).builds}
+    return versions.pop() if len(versions) == 1 else None

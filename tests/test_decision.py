@@ -213,3 +213,53 @@ def test_every_reason_comes_from_the_data_file_with_exactly_its_fields():
     assert template_fields("{{literal}} {a} {b} {a}") == ["a", "b"]
     for d in (run(), run(device=Device("SM8650", None, 34)), run(bundles.manifest(format_version=3))):
         assert d.reason.startswith(REASONS["decide"][d.reason_key].split("{")[0])
+
+
+def with_min_runtime(value: object, manifest: dict | None = None) -> dict:
+    """A manifest whose qairt names the oldest runtime that loads its context binaries (built here: the schema and
+    tests/bundles.py may not have the field yet)."""
+    m = manifest or bundles.manifest()
+    return {**m, "qairt": {**m["qairt"], "min_runtime": value}}
+
+
+def test_a_runtime_older_than_the_bundle_needs_goes_to_cpu_with_the_versions():
+    d = run(with_min_runtime("2.49.0"), runtime_version="2.48.9")
+    assert not d.npu and d.reason_key == "runtime_too_old" and d.runtime_version == "2.48.9"
+    assert d.reason == ("the QNN runtime that loaded is QAIRT 2.48.9, older than QAIRT 2.49.0 that this bundle's "
+                        "context binaries need")
+    assert d.paths == {"det": "cpu/det.onnx", "rec": "cpu/rec.onnx"}
+    assert d.adsp_library_path is not None  # the libraries loaded (with it set) before the version was known
+    assert not run(with_min_runtime("2.49.0"), runtime_version="2.9.0").npu  # numbers, not text: 9 < 49
+
+
+@pytest.mark.parametrize("runtime", ["2.49.0", "2.49.1", "2.50.0", "3.0.0", "10.0.0", "02.049.000"])
+def test_a_runtime_as_new_as_the_bundle_needs_or_newer_keeps_the_npu(runtime):
+    d = run(with_min_runtime("2.49.0"), runtime_version=runtime)
+    assert d.npu and d.runtime_version == runtime
+
+
+def test_an_unknown_runtime_version_or_a_bundle_without_min_runtime_keeps_the_npu():
+    d = run(with_min_runtime("2.49.0"), runtime_version=None)
+    assert d.npu and d.runtime_version is None
+    d = run(runtime_version="1.0.0")  # a bundle from before min_runtime: nothing to compare with
+    assert d.npu and d.runtime_version == "1.0.0"
+
+
+@pytest.mark.parametrize("runtime, required", [
+    ("2.51", "2.49.0"), ("v2.48.0", "2.49.0"), ("2.48.0.260929181845", "2.49.0"), (" 2.48.0", "2.49.0"),
+    ("2.48.0\n", "2.49.0"), ("\u0662.48.0", "2.49.0"), ("1234567890.0.0", "2.49.0"), ("", "2.49.0"),
+    ("2.48.0", "2.49"), ("2.48.0", "v2.49.0"), ("2.48.0", ""), ("2.48.0", 2.49), ("2.48.0", None),
+    ("2.48.0", "9999999999.0.0"), ("2.48.0", "2.49.0 "),
+])
+def test_a_malformed_version_on_either_side_refuses_nothing(runtime, required):
+    """Only X.Y.Z with 1 to 9 ASCII digits a part is a version; anything else is unknown, and unknown keeps the NPU
+    (the Kotlin twin has the same rule; tests/test_kotlin.py feeds both these cases)."""
+    d = run(with_min_runtime(required), runtime_version=runtime)
+    assert d.npu and d.runtime_version == runtime
+
+
+def test_the_runtime_version_is_recorded_only_once_the_libraries_loaded():
+    m = with_min_runtime("2.49.0")
+    assert run(m, load_errors={"libQnnHtp.so": "dlopen failed"}, runtime_version="2.48.0").runtime_version is None
+    assert run(m, device=Device("SM8650", None, 34), runtime_version="2.48.0").runtime_version is None
+    assert run({**m, "qairt": "not an object"}, runtime_version="2.48.0").npu

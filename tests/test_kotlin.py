@@ -12,7 +12,10 @@ import itertools
 import json
 import os
 import shutil
+import struct
 import subprocess
+import sys
+import zipfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -20,7 +23,7 @@ import bundles
 import pytest
 from conftest import find_kotlinc, require
 
-from qnndeploy import htp, socs
+from qnndeploy import htp, markers, socs
 from qnndeploy.decision import (
     CONTEXT_BINARY,
     EPCONTEXT,
@@ -38,7 +41,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.needs_kotlin]
 
 HERE = Path(__file__).parent / "kotlin"
 PACKAGE = "com.example.qnnsample"  # tests/kotlin/*.kt import the glue from this package
-UNIT_TESTS = 21  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
+UNIT_TESTS = 22  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
 
 
 @pytest.fixture(scope="session")
@@ -114,11 +117,18 @@ ODD_DEVICES = [Device("\u00a0SM8750", None, 34), Device("SM8750\u0085", None, 34
                Device(None, "\x1c", 30), Device("\U0001f600", None, 34)]
 ODD_ARCHS = ["v79", "79", "V79", "vv79", "v", "", " v79", "v\u00e9", "\U0001f600v79", "v\U0001f600"]
 ODD_VERSIONS = [3, 0, -1, 1.0, 2.5, True, None, "2", 10**20, [2], {"v": 2}]
+# QAIRT versions of the loaded runtime and of the bundle's qairt.min_runtime: well-formed ones compared as numbers,
+# and malformed ones (which refuse nothing, on both sides).
+RUNTIMES = [None, "2.49.0", "2.48.9", "2.9.0", "2.50.10", "10.0.0", "02.049.000", "999999999.999999999.999999999",
+            "2.51", "v2.48.0", "2.48.0.260929181845", " 2.48.0", "2.48.0\n", "\u0662.48.0", "1234567890.0.0", "",
+            "2.-1.0", "+2.48.0", "2.48.0\u0085"]
+MIN_RUNTIMES = ["2.49.0", "2.10.0", "0.0.0", "2.49", "v2.49.0", " 2.49.0", "", "9999999999.0.0", 2.49, None,
+                "\uff12.49.0"]
 
 
 def agreement_cases(real_manifest: dict) -> tuple[list[dict], list[dict]]:
     """Manifests × phones × library outcomes × environments × remembered failures × engines, and the failure to set
-    ADSP_LIBRARY_PATH on a smaller product."""
+    ADSP_LIBRARY_PATH on a smaller product; the loaded runtime's version × the bundle's min_runtime on another."""
     two = bundles.manifest()
     bundled = bundles.manifest(runtime="bundled")
     no_v79 = bundles.manifest(runtime="bundled")
@@ -129,12 +139,14 @@ def agreement_cases(real_manifest: dict) -> tuple[list[dict], list[dict]]:
         {**two, "format_version": 1}, bundles.manifest(external=("det", "rec")), {**two, "format": "something-else"},
     ]
     versions = [{**two, "format_version": v} for v in ODD_VERSIONS]
+    runtimes = [{**m, "qairt": {**m["qairt"], "min_runtime": r}} for m in (two, bundled) for r in MIN_RUNTIMES]
+    runtimes += [{**two, "qairt": "not an object"}, {k: v for k, v in two.items() if k != "qairt"}]
     archs = []  # a target arch the schema refuses still names the same libraries on both sides
     for arch in ODD_ARCHS[1:]:
         for m in (bundles.manifest(targets=("SM8750",)), bundles.manifest(targets=("SM8750",), runtime="bundled")):
             m["targets"][0]["dsp_arch"] = arch
             archs.append(m)
-    manifests = core + versions + archs
+    manifests = core + versions + archs + runtimes
     devices = [Device("SM8750", "sun", 35), Device("SM8750P", None, 34), Device(" sm8550 ", "kalama", 33),
                Device("SM8550", "kalama", 30), Device(None, "kalama", 30), Device("", "sun", 29),
                Device(None, "lito", 30), Device(None, None, 28), Device("unknown", "pineapple", 31),
@@ -150,17 +162,21 @@ def agreement_cases(real_manifest: dict) -> tuple[list[dict], list[dict]]:
     engines = (CONTEXT_BINARY, EPCONTEXT)
     sm8750 = [Device("SM8750", "sun", 35), Device(None, "sun", 30), Device(" sm8750p\n", None, 33)]
     products = [
-        itertools.product(core, devices, loads, envs, remembered, [None], engines),
-        itertools.product(versions, devices[:11], [{}], [None], [None], [None], engines),
-        itertools.product(archs, sm8750, loads, envs[:1], remembered[:2], [None], engines),
-        itertools.product(core, devices, [{}], [None], remembered[:2], ["EINVAL (Invalid argument)"], engines),
+        itertools.product(core, devices, loads, envs, remembered, [None], engines, [None]),
+        itertools.product(versions, devices[:11], [{}], [None], [None], [None], engines, [None]),
+        itertools.product(archs, sm8750, loads, envs[:1], remembered[:2], [None], engines, [None]),
+        itertools.product(core, devices, [{}], [None], remembered[:2], ["EINVAL (Invalid argument)"], engines,
+                          [None]),
+        itertools.product(core[:4] + runtimes, sm8750 + devices[2:3], loads[:2], [None], remembered[:2], [None],
+                          engines, RUNTIMES),
     ]
     index = {id(m): i for i, m in enumerate(manifests)}
     cases = []
-    for manifest, device, load, env, rem, adsp_error, fmt in itertools.chain(*products):
+    for manifest, device, load, env, rem, adsp_error, fmt, runtime in itertools.chain(*products):
         cases.append({"manifest": index[id(manifest)], "device": asdict(device), "load_errors": load,
                       "adsp_before": env, "adsp_error": adsp_error, "lib_dir": "/data/app/x/lib/arm64",
-                      "npu_format": fmt, "app_version": "1.0 (1) 7", "remembered": asdict(rem) if rem else None})
+                      "npu_format": fmt, "app_version": "1.0 (1) 7", "remembered": asdict(rem) if rem else None,
+                      "runtime_version": runtime})
     return manifests, cases
 
 
@@ -199,19 +215,131 @@ def test_python_and_kotlin_decide_alike(rendered, kotlin):
         expected = decide(manifest, Device(**case["device"]), load_errors=case["load_errors"],
                           lib_dir=case["lib_dir"], adsp_before=case["adsp_before"], adsp_error=case["adsp_error"],
                           npu_format=case["npu_format"], app_version=case["app_version"],
-                          remembered=Remembered(**rem) if rem else None)
+                          remembered=Remembered(**rem) if rem else None, runtime_version=case["runtime_version"])
         assert got["decision"] == asdict(expected), case
         python_keys.add(expected.reason_key)
         kotlin_keys.add(got["decision"]["reason_key"])
         calls = []  # the environment first, then the three libraries in order
-        if expected.reason_key in ("adsp_not_set", "libs_not_loaded", "npu"):
+        if expected.reason_key in ("adsp_not_set", "libs_not_loaded", "runtime_too_old", "npu"):
             calls = ["setenv ADSP_LIBRARY_PATH"]
-        if expected.reason_key in ("libs_not_loaded", "npu"):
+        if expected.reason_key in ("libs_not_loaded", "runtime_too_old", "npu"):
             target = next(t for t in manifest["targets"] if models.get(t["soc"], t["soc"]) == expected.soc)
             libs = qnn_libraries(target["dsp_arch"])
             calls += [f"load {libs.system}", f"load {libs.backend}", f"load {libs.stub}"]
+        if expected.reason_key in ("runtime_too_old", "npu"):
+            calls.append("runtime version")  # asked once the libraries loaded, not before
         assert got["calls"] == calls, case
     # every reason of the decision is reached by both twins, so agreeing is not trivial
     assert python_keys == kotlin_keys == set(REASONS["decide"])
     assert out["libraries"] == [list(qnn_libraries(a)) for a in ODD_ARCHS]
     assert out["reasons"] == [[r["key"], r["text"]] for r in reasons]
+
+
+# --- the version of the loaded QNN runtime, read by the glue from /proc/self/maps and the library's build marker ---
+
+CHUNK = 256 * 1024  # RuntimeVersion.CHUNK: what the reader reads at most at a time
+
+
+def wheel_library() -> Path:
+    """The real x86-64 libQnnHtp.so of the onnxruntime-qnn wheel: a QNN library with its build marker."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("onnxruntime_qnn")
+    require(spec is not None and spec.origin is not None, "onnxruntime-qnn")
+    assert spec is not None and spec.origin is not None
+    return Path(spec.origin).parent / "libQnnHtp.so"
+
+
+def first_marker(path: Path) -> int:
+    """The offset of the first QNN build marker in a file, read in chunks as markers.Scanner does."""
+    with path.open("rb") as f:
+        offset, tail = 0, b""
+        while chunk := f.read(4 << 20):
+            data = tail + chunk
+            found = markers.BUILD_RE.search(data)
+            if found:
+                return offset - len(tail) + found.start()
+            offset += len(chunk)
+            tail = data[-64:]
+    raise AssertionError(f"{path} has no build marker")
+
+
+def process_maps(library: Path, out: Path) -> str:
+    """The real /proc/self/maps of a process that loaded the library (a Python child, with dlopen)."""
+    code = "import ctypes, sys; ctypes.CDLL(sys.argv[1]); open(sys.argv[2], 'w').write(open('/proc/self/maps').read())"
+    subprocess.run([sys.executable, "-c", code, str(library), str(out)], check=True, capture_output=True, timeout=60)
+    return out.read_text()
+
+
+def apk(path: Path, library: Path) -> dict[str, tuple[int, int]]:
+    """A small APK-like zip, libraries stored as Android maps them: lib/x86_64/libQnnHtp.so (another version), then
+    lib/arm64-v8a/libQnnHtp.so, a copy of the real library's bytes around its marker, which straddles the reader's
+    first chunk border. Returns entry name -> (data offset, size)."""
+    at = first_marker(library)
+    with library.open("rb") as f:
+        f.seek(at - (CHUNK - 7))
+        arm64 = f.read(CHUNK + 65536)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("AndroidManifest.xml", b"<manifest/>" * 100, compress_type=zipfile.ZIP_DEFLATED)
+        z.writestr("lib/x86_64/libQnnHtp.so", b"\0" * 5000 + b"v2.40.0.250101000000" + b"\0" * 100)
+        z.writestr("lib/arm64-v8a/libQnnHtp.so", arm64)
+        z.writestr("resources.arsc", b"\0" * 4096)
+    entries = {}
+    with zipfile.ZipFile(path) as z, path.open("rb") as f:
+        for info in z.infolist():
+            f.seek(info.header_offset + 26)
+            name_len, extra_len = struct.unpack("<HH", f.read(4))
+            entries[info.filename] = (info.header_offset + 30 + name_len + extra_len, info.file_size)
+    return entries
+
+
+def test_the_glue_reads_the_loaded_runtimes_version_from_proc_self_maps(kotlin, tmp_path):
+    library = wheel_library()
+    want = htp.qairt_version()
+    real = process_maps(library, tmp_path / "maps")
+    base = tmp_path / "data app" / "com.example.qnnsample-1" / "base.apk"  # a path with a space
+    entries = apk(base, library)
+    lib_at, lib_size = entries["lib/arm64-v8a/libQnnHtp.so"]
+    x86_at, _ = entries["lib/x86_64/libQnnHtp.so"]
+
+    def line(start: int, perms: str, offset: int, path: Path | str) -> str:
+        return f"{start:x}-{start + 0x1000:x} {perms} {offset:08x} fd:05 4242                       {path}"
+
+    anon = "12c00000-2ac00000 rw-p 00000000 00:00 0                                  [anon:dalvik-main space]"
+    libc = line(0x7A10000000, "r-xp", 0, "/apex/com.android.runtime/lib64/bionic/libc.so")
+    in_apk = [anon, line(0x7A20000000, "r--p", 0, base), line(0x7A30000000, "r--p", lib_at, base),
+              line(0x7A30001000, "r-xp", lib_at + 0x1000, base), libc]
+    silent = tmp_path / "silent" / "libQnnHtp.so"
+    silent.parent.mkdir()
+    silent.write_bytes(b"v2.51.0." + b"\0" * (CHUNK * 2 + 5))  # no marker: too few digits after the last dot
+    cases = {
+        "extracted": real,
+        "apk": "\n".join(in_apk),
+        "apk, another entry mapped": "\n".join([anon, line(0x7A30000000, "r--p", x86_at, base)]),
+        "apk, the library not mapped from it": "\n".join([anon, line(0x7A20000000, "r--p", 0, base), libc]),
+        "not loaded": "\n".join([anon, libc]),
+        "a file that is gone": line(0x7A30000000, "r--p", 0, "/data/app/gone/lib/arm64/libQnnHtp.so"),
+        "no marker": line(0x7A30000000, "r--p", 0, silent),
+    }
+    path = kotlin["out"] / "runtime-version.json"
+    path.write_text(json.dumps({"library": str(library),
+                                "cases": [{"name": n, "maps": m} for n, m in cases.items()]}))
+    done = run_jvm(kotlin, "qnndeploy.tests.RuntimeVersionTests", str(path))
+    assert done.returncode == 0, done.stderr
+    # the library itself prints a line to stdout when it loads
+    out = json.loads(next(x for x in done.stdout.splitlines() if x.startswith('{"cases":')))
+    got = {c["name"]: c for c in out["cases"]}
+    assert want == "2.51.0" and markers.library_version(library) == want  # what device info/verify pass
+    assert got["extracted"]["version"] == want
+    assert got["apk"]["version"] == want
+    assert got["apk, another entry mapped"]["version"] == "2.40.0"  # the entry the mapped offset is in
+    for name in ("apk, the library not mapped from it", "not loaded", "a file that is gone", "no marker"):
+        assert got[name]["version"] is None, name
+    # bounded: no read over one chunk; the real library is read up to its first marker (~67 MB of 106), not whole
+    assert all(c["max_read"] <= CHUNK for c in out["cases"])
+    assert first_marker(library) < got["extracted"]["bytes_read"] < library.stat().st_size
+    assert got["apk"]["bytes_read"] < base.stat().st_size + lib_size
+    assert got["no marker"]["bytes_read"] == silent.stat().st_size
+    # and the glue's own call: this JVM loads the real library, AndroidHost reads the JVM's /proc/self/maps
+    assert out["loaded"] == want

@@ -2,7 +2,8 @@ package qnndeploy.tests
 
 // The Kotlin half of the Python-vs-Kotlin agreement test (tests/test_kotlin.py). Reads
 //   {"manifests": [...], "cases": [...], "archs": [...], "reasons": [{"function": ..., "args": [...]}]}
-// (each case: a manifest index, device, library-load outcome, environment, setenv failure, remembered failure),
+// (each case: a manifest index, device, library-load outcome, environment, setenv failure, remembered failure,
+// the loaded runtime's QAIRT version),
 // runs the generated QnnSelector on each case, qnnLibraries on each arch, and each Reasons function on its
 // arguments, and prints {"cases": [{"decision": Decision.toJson, "calls": the host calls in order}], "libraries":
 // [[backend, system, stub, skel]], "reasons": [[key, text]]}.
@@ -27,7 +28,7 @@ object Agreement {
             val device = case["device"] as Map<*, *>
             val errors = (case["load_errors"] as Map<*, *>).entries.associate { (k, v) -> k as String to v as String }
             val env = (case["adsp_before"] as String?)?.let { mapOf("ADSP_LIBRARY_PATH" to it) } ?: emptyMap()
-            val host = FakeHost(errors, env, setenvError = case["adsp_error"] as String?)
+            val host = FakeHost(errors, env, case["adsp_error"] as String?, case["runtime_version"] as String?)
             val remembered = (case["remembered"] as Map<*, *>?)?.let {
                 RememberedFailure(it["app_version"] as String, it["bundle_version"] as String, it["message"] as String)
             }

@@ -58,12 +58,13 @@ const val LIB_DIR = "/data/app/~~x/com.example.qnnsample-1/lib/arm64"
 
 /**
  * A process whose libraries fail to load with the given messages (and whose setenv fails with setenvError, if
- * given); it records every call in order.
+ * given) and whose loaded libQnnHtp.so is of QAIRT runtimeVersion; it records every call in order.
  */
 class FakeHost(
     private val errors: Map<String, String> = emptyMap(),
     env: Map<String, String> = emptyMap(),
     private val setenvError: String? = null,
+    private val runtimeVersion: String? = null,
 ) : NativeHost {
     val env = HashMap(env)
     val calls = ArrayList<String>()
@@ -79,6 +80,11 @@ class FakeHost(
     override fun loadLibrary(fileName: String) {
         calls.add("load $fileName")
         errors[fileName]?.let { throw UnsatisfiedLinkError(it) }
+    }
+
+    override fun qnnRuntimeVersion(): String? {
+        calls.add("runtime version")
+        return runtimeVersion
     }
 }
 
@@ -143,9 +149,12 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             assertEquals("libQnnHtp.so" to "libQnnSystem.so", d.backendLib to d.systemLib)
             assertEquals("v79", d.dspArch)
             assertEquals(
-                listOf("setenv ADSP_LIBRARY_PATH", "load libQnnSystem.so", "load libQnnHtp.so", "load libQnnHtpV79Stub.so"),
+                listOf(
+                    "setenv ADSP_LIBRARY_PATH", "load libQnnSystem.so", "load libQnnHtp.so", "load libQnnHtpV79Stub.so",
+                    "runtime version",
+                ),
                 host.calls,
-                "ADSP_LIBRARY_PATH is set before any QNN library loads",
+                "ADSP_LIBRARY_PATH is set before any QNN library loads; the runtime's version is read after",
             )
             val ort = QnnSelector.decide(m, sm8750, FakeHost(), LIB_DIR, npuFormat = FileFormat.ORT_EPCONTEXT)
             assertEquals("npu/SM8750/det_ctx.onnx", ort.paths["det"])
@@ -466,6 +475,29 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
                 QnnRuntime.host = AndroidHost
                 QnnRuntime.forget()
             }
+        },
+        "a runtime older than the bundle's qairt.min_runtime gives the CPU; the version is in the JSON log line" to {
+            val raw = manifests["two_targets"] as Map<*, *>
+            val qairt = (raw["qairt"] as Map<*, *>) + ("min_runtime" to "2.49.0")
+            val needs249 = BundleManifest.from(raw + ("qairt" to qairt))
+            assertEquals("2.49.0", needs249.qairt.minRuntime)
+            assertNull(m.qairt.minRuntime, "a bundle from before min_runtime")
+            val old = QnnSelector.decide(needs249, sm8750, FakeHost(runtimeVersion = "2.48.9"), LIB_DIR)
+            assertEquals(Provider.CPU to "runtime_too_old", old.provider to old.reasonKey)
+            assertEquals(
+                "the QNN runtime that loaded is QAIRT 2.48.9, older than QAIRT 2.49.0 that this bundle's context " +
+                    "binaries need",
+                old.reason,
+            )
+            assertContains(old.toJson(), "\"runtime_version\":\"2.48.9\"")
+            assertTrue(QnnSelector.decide(needs249, sm8750, FakeHost(runtimeVersion = "2.51.0"), LIB_DIR).npu)
+            assertTrue(QnnSelector.decide(needs249, sm8750, FakeHost(), LIB_DIR).npu, "unknown: the NPU")
+            assertTrue(QnnSelector.runtimeTooOld("2.9.0", "2.10.0"), "numbers, not text")
+            assertFalse(QnnSelector.runtimeTooOld("2.48", "2.49.0"), "a malformed version refuses nothing")
+            val throwing = object : NativeHost by FakeHost() {
+                override fun qnnRuntimeVersion(): String? = throw SecurityException("no /proc")
+            }
+            assertEquals(null to true, QnnSelector.decide(needs249, sm8750, throwing, LIB_DIR).let { it.runtimeVersion to it.npu })
         },
         "MiniJson reads the manifest and writes like Python's json.dumps" to {
             val value = MiniJson.parse("""{"a": [1, 2.5, true, null], "s": "\u00e9\n\"x\"", "n": -3e2}""") as Map<*, *>

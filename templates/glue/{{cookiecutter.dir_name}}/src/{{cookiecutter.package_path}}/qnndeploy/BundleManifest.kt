@@ -31,6 +31,12 @@ data class Graph(val name: String, val inputs: List<Tensor> = emptyList(), val o
 /** The files for one SoC: its context binaries and their EPContext wrappers. */
 data class Target(val soc: String, val dspArch: String, val artifacts: List<BundleFile> = emptyList())
 
+/**
+ * The QAIRT of the bundle, the part the app reads. minRuntime: the oldest QNN runtime ("X.Y.Z") that loads the
+ * bundle's context binaries; null when the manifest has none (older bundles) or it is not a string.
+ */
+data class Qairt(val minRuntime: String? = null)
+
 data class Runtime(val mode: RuntimeMode = RuntimeMode.EXTERNAL, val libs: List<BundleFile> = emptyList())
 
 data class BundleManifest(
@@ -44,6 +50,7 @@ data class BundleManifest(
     /** the CPU fallback: one ONNX model per graph, and the external data files they name */
     val cpu: List<BundleFile> = emptyList(),
     val runtime: Runtime = Runtime(),
+    val qairt: Qairt = Qairt(),
 ) {
     /** Whether this app reads the manifest's format; when it does not, only format and formatVersion are set. */
     val supported: Boolean get() = format == FORMAT && formatVersion is Long && formatVersion in 1L..FORMAT_VERSION
@@ -90,6 +97,7 @@ data class BundleManifest(
                     },
                     libs = runtime.objects("libs").map(::file),
                 ),
+                qairt = Qairt(minRuntime = (m["qairt"] as? Map<*, *>)?.get("min_runtime") as? String),
             )
         }
 
