@@ -93,6 +93,27 @@ def test_info_with_a_bundle_names_the_target_the_app_would_choose(emulated_devic
     assert r.exit_code == 2 and "is not a bundle" in r.output
 
 
+def test_info_with_a_bundled_runtime_older_than_min_runtime_says_the_app_takes_the_cpu(emulated_devices, tmp_path):
+    """The version is the one the bundle's own libQnnHtp.so's build marker names, as the app's glue reads it."""
+    from qnndeploy.fileio import write_json
+
+    m = bundles.manifest(targets=("SM8750",), runtime="bundled")
+    m["qairt"]["min_runtime"] = "2.52.0"
+    lib = tmp_path / "demo-1.0.0" / "lib/arm64-v8a/libQnnHtp.so"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"\0" * 100 + b"v2.51.0.260929181845" + b"\0" * 100)
+    write_json(tmp_path / "demo-1.0.0" / "manifest.json", m)
+    (phone,) = emulated_devices("sm8750")
+    r = _run("device", "info", "-s", phone.serial, "--bundle", str(tmp_path / "demo-1.0.0"), "--json")
+    assert r.exit_code == 0, r.output
+    choice = json.loads(r.output)["app_choice"]
+    assert (choice["provider"], choice["reason_key"], choice["runtime_version"]) == ("cpu", "runtime_too_old", "2.51.0")
+    m["qairt"]["min_runtime"] = "2.51.0"
+    write_json(tmp_path / "demo-1.0.0" / "manifest.json", m)
+    r = _run("device", "info", "-s", phone.serial, "--bundle", str(tmp_path / "demo-1.0.0"), "--json")
+    assert json.loads(r.output)["app_choice"]["provider"] == "npu"
+
+
 def test_list_shows_every_device_with_its_soc(emulated_devices):
     a, b = emulated_devices("sm8750", "android11")
     rows = {r["serial"]: r for r in json.loads(_run("device", "list", "--json").output)}

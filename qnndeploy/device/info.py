@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qnndeploy import decision, socs
+from qnndeploy import decision, markers, socs
 from qnndeploy.bundle.manifest import load_manifest
 from qnndeploy.device.adb import Device, DeviceEntry, connect, list_devices
 
@@ -101,8 +101,12 @@ def device_info(serial: str | None = None, bundle: Path | None = None) -> Device
     info.notes = _notes(info)
     if manifest is not None:
         info.bundle = decision.bundle_version(manifest)
-        # The libraries' loading can only be seen in the app (or by `device verify`); assume they load.
-        info.app_choice = decision.decide(manifest, phone, load_errors={}, lib_dir="<app native library dir>")
+        # The libraries' loading can only be seen in the app (or by `device verify`); assume they load. The runtime's
+        # version is the bundle's own libQnnHtp.so's; an external runtime's is known only in the app.
+        backend = decision.bundled_backend(manifest)
+        info.app_choice = decision.decide(
+            manifest, phone, load_errors={}, lib_dir="<app native library dir>",
+            runtime_version=markers.library_version(bundle / backend) if bundle and backend else None)
     return info
 
 

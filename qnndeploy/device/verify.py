@@ -127,6 +127,8 @@ class Job:
         self.bundle_id = f"{manifest['name']}-{manifest['version']}"
         self.remote_dir = f"{REMOTE_ROOT}/{self.bundle_id}"
         self.sha256 = {e["path"]: e["sha256"] for e in _entries(manifest)}
+        backend = decision.bundled_backend(manifest)  # its version, as the app's glue reads it; external: unknown
+        self.runtime_version = markers.library_version(self.bundle / backend) if backend else None
         self._libs: dict[str, dict[str, LocalFile]] = {}
         self._libs_lock = threading.Lock()
         self._refs: dict[str, tuple[list[Sample], list[Sample], JSON]] = {}
@@ -185,7 +187,7 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
                                 android_release=props.get("ro.build.version.release", ""),
                                 sdk=phone.sdk_int or None, remote_dir=job.remote_dir)
     # The library loads are what the runner proves on the phone; the decision assumes they succeed.
-    choice = decision.decide(job.manifest, phone, load_errors={}, lib_dir="")
+    choice = decision.decide(job.manifest, phone, load_errors={}, lib_dir="", runtime_version=job.runtime_version)
     result.soc, result.identified_by, result.reason = choice.soc, choice.identified_by, choice.reason
     result.provider, result.dsp_arch = choice.provider, choice.dsp_arch
     result.expectation = NPU_EXPECTED if choice.npu else CPU_EXPECTED
