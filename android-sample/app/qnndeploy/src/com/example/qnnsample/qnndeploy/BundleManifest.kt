@@ -32,6 +32,12 @@ data class Graph(val name: String, val inputs: List<Tensor> = emptyList(), val o
 /** The files for one SoC: its context binaries and their EPContext wrappers. */
 data class Target(val soc: String, val dspArch: String, val artifacts: List<BundleFile> = emptyList())
 
+/**
+ * The QAIRT of the bundle, the part the app reads. minRuntime: the oldest QNN runtime ("X.Y.Z") that loads the
+ * bundle's context binaries; null when the manifest has none (older bundles) or it is not a string.
+ */
+data class Qairt(val minRuntime: String? = null)
+
 data class Runtime(val mode: RuntimeMode = RuntimeMode.EXTERNAL, val libs: List<BundleFile> = emptyList())
 
 data class BundleManifest(
@@ -45,6 +51,7 @@ data class BundleManifest(
     /** the CPU fallback: one ONNX model per graph, and the external data files they name */
     val cpu: List<BundleFile> = emptyList(),
     val runtime: Runtime = Runtime(),
+    val qairt: Qairt = Qairt(),
 ) {
     /** Whether this app reads the manifest's format; when it does not, only format and formatVersion are set. */
     val supported: Boolean get() = format == FORMAT && formatVersion is Long && formatVersion in 1L..FORMAT_VERSION
@@ -59,7 +66,7 @@ data class BundleManifest(
         const val FORMAT = "qnndeploy-bundle"
 
         /** The manifest version qnndeploy writes; every version from 1 up to it is read. */
-        const val FORMAT_VERSION = 2L
+        const val FORMAT_VERSION = 3L
 
         fun parse(text: String): BundleManifest = from(MiniJson.parse(text))
 
@@ -91,6 +98,7 @@ data class BundleManifest(
                     },
                     libs = runtime.objects("libs").map(::file),
                 ),
+                qairt = Qairt(minRuntime = (m["qairt"] as? Map<*, *>)?.get("min_runtime") as? String),
             )
         }
 

@@ -15,6 +15,13 @@ object AndroidHost : NativeHost {
     override fun setenv(name: String, value: String) = Os.setenv(name, value, true)
 
     override fun loadLibrary(fileName: String) = System.loadLibrary(fileName.removePrefix("lib").removeSuffix(".so"))
+
+    /** From the build marker in the file /proc/self/maps shows behind libQnnHtp.so (RuntimeVersion); null if none. */
+    override fun qnnRuntimeVersion(): String? = try {
+        RuntimeVersion.fromMaps(File("/proc/self/maps").readText())
+    } catch (e: IOException) {
+        null
+    }
 }
 
 /**
@@ -67,7 +74,9 @@ class Selection internal constructor(
     fun toCpu(reason: Reason): Selection = synchronized(QnnRuntime.lock) {
         fallback?.let { return it }
         val identity = SocIdentity(soc = decision.soc, identifiedBy = decision.identifiedBy)
-        val cpu = QnnSelector.cpu(manifest, identity, reason, adsp = decision.adspLibraryPath)
+        val cpu = QnnSelector.cpu(
+            manifest, identity, reason, adsp = decision.adspLibraryPath, runtimeVersion = decision.runtimeVersion,
+        )
         files.materialize(manifest, cpu.files)
         Log.i(QnnRuntime.TAG, "decision ${cpu.toJson()}")
         val selection = Selection(
@@ -139,7 +148,9 @@ object QnnRuntime {
             if (!decision.npu) throw e
             val identity = SocIdentity(soc = decision.soc, identifiedBy = decision.identifiedBy)
             val reason = Reasons.filesNotCopied(error = e.message ?: e.javaClass.name)
-            decision = QnnSelector.cpu(manifest, identity, reason, adsp = decision.adspLibraryPath)
+            decision = QnnSelector.cpu(
+                manifest, identity, reason, adsp = decision.adspLibraryPath, runtimeVersion = decision.runtimeVersion,
+            )
             files.materialize(manifest, decision.files)
         }
         Log.i(TAG, "decision ${decision.toJson()}")

@@ -42,6 +42,9 @@ interface NativeHost {
 
     /** Loads a library by file name (libQnnHtp.so); throws, with the loader's message, when it cannot. */
     fun loadLibrary(fileName: String)
+
+    /** The QAIRT version ("2.51.0") of the libQnnHtp.so that loaded; null when unknown. Asked after the loads. */
+    fun qnnRuntimeVersion(): String? = null
 }
 
 data class Decision(
@@ -61,6 +64,8 @@ data class Decision(
     val systemLib: String? = null,
     /** the ADSP_LIBRARY_PATH value set before the QNN libraries were loaded, if it was set */
     val adspLibraryPath: String? = null,
+    /** the QAIRT version of the libQnnHtp.so that loaded (null: unknown, or the libraries were not loaded) */
+    val runtimeVersion: String? = null,
 ) {
     val npu: Boolean get() = provider == Provider.NPU
 
@@ -70,6 +75,7 @@ data class Decision(
             "provider" to provider.id, "soc" to soc, "identified_by" to identifiedBy, "reason" to reason,
             "reason_key" to reasonKey, "dsp_arch" to dspArch, "paths" to paths, "files" to files,
             "backend_lib" to backendLib, "system_lib" to systemLib, "adsp_library_path" to adspLibraryPath,
+            "runtime_version" to runtimeVersion,
         ),
     )
 }
@@ -81,10 +87,14 @@ object QnnSelector {
     /** What both twins trim: ASCII whitespace. */
     private const val SPACE = " \t\n\r\u000B\u000C"
 
+    /** A version as both twins compare it: X.Y.Z, ASCII digits, 1 to 9 per part; anything else is no version. */
+    private val VERSION = Regex("[0-9]{1,9}\\.[0-9]{1,9}\\.[0-9]{1,9}")
+
     /**
      * NPU only when the SoC matches a bundle target AND the QNN libraries load; otherwise CPU. Always with a reason.
      * The steps, in order: SoC identity; a target for it; ADSP_LIBRARY_PATH; load libQnnSystem, libQnnHtp and the
-     * target's Stub (every failure message kept). A remembered failed NPU init skips the last two steps.
+     * target's Stub (every failure message kept); the loaded runtime not older than the bundle's qairt.minRuntime.
+     * A remembered failed NPU init skips the last three steps.
      */
     fun decide(
         manifest: BundleManifest,
@@ -171,6 +181,17 @@ object QnnSelector {
         if (failed.isNotEmpty()) {
             return cpu(manifest, identity, Reasons.libsNotLoaded(failures = failed.joinToString("; ")), adsp = adsp)
         }
+        // A context binary of a newer QAIRT does not load on an older runtime ("Could not create context from binary").
+        val runtimeVersion = try {
+            host.qnnRuntimeVersion()
+        } catch (e: Exception) {
+            null
+        }
+        val required = manifest.qairt.minRuntime
+        if (runtimeVersion != null && required != null && runtimeTooOld(runtimeVersion, required)) {
+            val reason = Reasons.runtimeTooOld(runtime = runtimeVersion, required = required)
+            return cpu(manifest, identity, reason, adsp = adsp, runtimeVersion = runtimeVersion)
+        }
         val reason = Reasons.npu(soc = soc, arch = arch)
         return Decision(
             provider = Provider.NPU,
@@ -184,11 +205,18 @@ object QnnSelector {
             backendLib = libs.backend,
             systemLib = libs.system,
             adspLibraryPath = adsp,
+            runtimeVersion = runtimeVersion,
         )
     }
 
     /** The CPU fallback of a bundle: its ONNX model per graph, and every CPU file (external data too) beside them. */
-    fun cpu(manifest: BundleManifest, identity: SocIdentity, reason: Reason, adsp: String? = null): Decision = Decision(
+    fun cpu(
+        manifest: BundleManifest,
+        identity: SocIdentity,
+        reason: Reason,
+        adsp: String? = null,
+        runtimeVersion: String? = null,
+    ): Decision = Decision(
         provider = Provider.CPU,
         soc = identity.soc,
         identifiedBy = identity.identifiedBy,
@@ -197,6 +225,7 @@ object QnnSelector {
         paths = manifest.cpu.filter { it.format == FileFormat.ONNX }.associate { it.graph to it.path },
         files = manifest.cpu.map { it.path },
         adspLibraryPath = adsp,
+        runtimeVersion = runtimeVersion,
     )
 
     /** The SoC model first, else the ro.board.platform codename through the catalog. */
@@ -224,6 +253,21 @@ object QnnSelector {
     fun qnnLibraries(dspArch: String): QnnLibraries {
         val n = dspArch.removePrefix("v")
         return QnnLibraries(stub = "libQnnHtpV${n}Stub.so", skel = "libQnnHtpV${n}Skel.so")
+    }
+
+    /** (X, Y, Z) of a well-formed "X.Y.Z", compared as numbers (2.9.0 < 2.49.0); null for anything else. */
+    fun versionKey(text: String): List<Int>? =
+        if (VERSION.matches(text)) text.split('.').map { it.toInt() } else null
+
+    /**
+     * Whether the runtime is older than required; an unknown or malformed version on either side refuses nothing
+     * (a failing NPU init still falls back to the CPU, and is remembered).
+     */
+    fun runtimeTooOld(runtime: String, required: String): Boolean {
+        val have = versionKey(runtime) ?: return false
+        val need = versionKey(required) ?: return false
+        val differ = have.indices.firstOrNull { have[it] != need[it] } ?: return false
+        return have[differ] < need[differ]
     }
 
     private fun canonical(soc: String): String = soc.uppercaseAscii().let { SocCatalog.MODELS[it] ?: it }

@@ -35,6 +35,9 @@ object Reasons {
     fun libsNotLoaded(failures: String): Reason =
         Reason("libs_not_loaded", "QNN libraries did not load: ${failures}")
 
+    fun runtimeTooOld(runtime: String, required: String): Reason =
+        Reason("runtime_too_old", "the QNN runtime that loaded is QAIRT ${runtime}, older than QAIRT ${required} that this bundle's context binaries need")
+
     fun npu(soc: String, arch: String): Reason =
         Reason("npu", "SoC ${soc} (${arch}) is in the bundle and the QNN libraries loaded")
 
