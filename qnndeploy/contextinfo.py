@@ -88,13 +88,12 @@ def inspect(path: Path, library: Path | None = None) -> InspectResult:
 
 
 def _library(library: Path | None) -> tuple[Path | None, str]:
-    """(the library, "") or (None, why it is unavailable)."""
+    """(the library, "") or (None, why it is unavailable). It is loaded only in the child that reads a binary: one
+    that does not load is reported there, per binary, as a reason to fall back."""
     try:
-        found = library or qnnsystem.library_path()
-        qnnsystem.system_api_version(found)  # loads it: a library that does not load is as good as none
+        return library or qnnsystem.library_path(), ""
     except QnnDeployError as e:
         return None, str(e)
-    return found, ""
 
 
 def _binary(file: Path, shown: str, lib: Path | None, missing: str, follow: bool = True) -> BinaryReport:

@@ -137,6 +137,12 @@ def test_without_the_library_the_markers_are_shown_and_say_so(build, tmp_path, m
     assert b.markers.builds == (record(build, "tiny", "SM8750")["qairt_build"],)
     r = run("inspect", build / "tiny" / "SM8750" / "tiny.bin")
     assert r.exit_code == 0 and "source: markers (" in r.output and "SM8750 v79" in r.output
+    broken = tmp_path / "libQnnSystem.so"
+    broken.write_text("not a shared library")
+    monkeypatch.setenv(qnnsystem.LIBRARY_ENV, str(broken))
+    r = run("inspect", build / "tiny" / "SM8750" / "tiny.bin")
+    assert r.exit_code == 0 and f"source: markers (cannot load {broken}" in r.output
+    monkeypatch.setenv(qnnsystem.LIBRARY_ENV, str(tmp_path / "missing" / "libQnnSystem.so"))
     # the library API says the same in one line, for callers that fall back themselves
     with pytest.raises(QnnDeployError, match="is not a file") as e:
         qnnsystem.library_path()
