@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from qnndeploy import __version__
+from qnndeploy import __version__, compat
 from qnndeploy.bundle.manifest import read_manifest, schema
 from qnndeploy.bundle.verify import VerifyReport, verify_folder
 from qnndeploy.decision import BACKEND_LIB, REASONS, SYSTEM_LIB, VENDOR_DSP_FOLDERS, soc_tables, template_fields
@@ -28,7 +28,7 @@ from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION
 
 ENGINES = {"ort": EPCONTEXT, "sherpa-onnx": CONTEXT_BINARY}  # engine -> the NPU file format it loads
 ENGINE_FILES = {"ort": "OrtModels.kt", "sherpa-onnx": "SherpaOnnxQnn.kt"}
-ORT_VERSION = "1.29.0"  # com.microsoft.onnxruntime:onnxruntime-android-qnn; the app may override it
+ORT_VERSION = "1.29.0"  # newest com.microsoft.onnxruntime:onnxruntime-android-qnn: pinned when no validated set fits
 ASSETS = "qnndeploy"  # the bundle's folder in the APK's assets: QnnRuntime.ASSETS in the Kotlin
 APP_GLUE_DIR = "qnndeploy"  # where the glue goes inside the sample app's module
 MARKER = ".qnndeploy-scaffold"  # rendered into every output's top folder: what marks a folder --force may replace
@@ -73,6 +73,8 @@ class ScaffoldResult:
     targets: list[str] = field(default_factory=list)
     runtime: str = ""
     lines: list[str] = field(default_factory=list)  # what to add to the app (empty for an app: it has them)
+    ort_aar: str | None = None  # engine ort: the ONNX Runtime AAR pinned, with its versions
+    warnings: list[str] = field(default_factory=list)  # what the pinned versions cannot promise
 
 
 def check_package(name: str) -> None:
@@ -85,11 +87,13 @@ def check_package(name: str) -> None:
                              "com.example.app (each starts with a letter; no Java or Kotlin keywords)")
 
 
-def check_request(package: str, out: Path, *, engine: str, app: bool, force: bool) -> None:
+def check_request(package: str, out: Path, *, engine: str, app: bool, force: bool, ort_aar: str = "microsoft") -> None:
     """The checks that need no bundle, done before the bundle is hashed."""
     check_package(package)
     if engine not in ENGINES:
         raise QnnDeployError(f"unknown engine '{engine}'; use one of {', '.join(ENGINES)}")
+    if ort_aar not in compat.AARS:
+        raise QnnDeployError(f"unknown ONNX Runtime AAR '{ort_aar}'; use one of {', '.join(compat.AARS)}")
     if app and engine != "ort":
         raise QnnDeployError("--app makes the sample app, which runs any model with ONNX Runtime: use --engine ort")
     out = Path(out)
@@ -104,13 +108,14 @@ def check_request(package: str, out: Path, *, engine: str, app: bool, force: boo
 
 
 def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app: bool = False, force: bool = False,
-             report: VerifyReport | None = None) -> ScaffoldResult:
+             report: VerifyReport | None = None, ort_aar: str = "microsoft") -> ScaffoldResult:
     """Render the glue (or the sample app) for a bundle folder; refuses a bundle that fails `bundle verify`.
 
     report: the bundle's verify report when the caller already has it (the command line shows it in full).
+    ort_aar: engine ort's ONNX Runtime, Microsoft's onnxruntime-android-qnn or Qualcomm's plugin AAR (compat.AARS).
     """
     bundle, out = Path(bundle), Path(out)
-    check_request(package, out, engine=engine, app=app, force=force)
+    check_request(package, out, engine=engine, app=app, force=force, ort_aar=ort_aar)
     report = report if report is not None else verify_folder(bundle)
     if not report.ok:
         first = report.problems[0]
@@ -121,7 +126,8 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
 
     templates = templates_dir()
     glue_name = APP_GLUE_DIR if app else out.name
-    context = _context(manifest, package, glue_name, engine)
+    pins = _ort_pins(manifest, ort_aar) if engine == "ort" else None
+    context = _context(manifest, package, glue_name, engine, pins)
     if out.exists() and out.is_dir() and not any(out.iterdir()):
         out.rmdir()  # an empty folder is as good as none: staging_dir renames the result into its place
     with staging_dir(out, force) as tmp:
@@ -134,6 +140,7 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
         kotlin = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*.kt"))
 
     rt = manifest["runtime"]
+    pinned = f"{rt['maven'].rpartition(':')[0]}:{pins.qnn_runtime}" if pins and rt["mode"] == "external" else None
     lines = [] if app else [
         f'app build.gradle.kts:  apply(from = "{out.name}/qnndeploy.gradle")',
         ('AndroidManifest.xml, in <application>:  <uses-native-library android:name="libcdsprpc.so" '
@@ -146,10 +153,56 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
         path=out, package=package, engine=engine, app=app, glue=out / "app" / APP_GLUE_DIR if app else out,
         kotlin=kotlin, bundle_files=copied, bundle_bytes=nbytes,
         targets=[f"{t['soc']} ({t['dsp_arch']})" for t in manifest["targets"]],
-        runtime=f"external: {rt['maven']} (Maven, pinned)" if rt["mode"] == "external"
+        runtime=f"external: {pinned or rt['maven']} (Maven, pinned)" if rt["mode"] == "external"
         else f"bundled: {len(rt['libs'])} libraries in jniLibs/arm64-v8a",
         lines=lines,
+        ort_aar=pins.describe if pins else None,
+        warnings=pins.warnings if pins else [],
     )
+
+
+@dataclass
+class OrtPins:
+    """engine ort's Gradle pins: the ONNX Runtime AAR and the qnn-runtime, a validated set when one fits."""
+
+    aar: str  # compat.AARS
+    aar_version: str
+    ort_android: str | None  # Qualcomm's plugin goes beside this stock onnxruntime-android
+    qnn_runtime: str
+    validated: compat.ValidatedSet | None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def describe(self) -> str:
+        ort = f" + {compat.ORT_ANDROID}:{self.ort_android}" if self.ort_android else ""
+        what = "a validated set" if self.validated else "not a validated set"
+        return f"{compat.aar_maven(self.aar)}:{self.aar_version}{ort} + qnn-runtime {self.qnn_runtime} ({what})"
+
+
+def _ort_pins(manifest: dict[str, Any], aar: str) -> OrtPins:
+    """The newest validated set of `aar` whose qnn-runtime loads the bundle's binaries (qairt.min_runtime); when none
+    does, the AAR's newest known release with the qnn-runtime the bundle requires, and a warning that says so."""
+    qairt = manifest["qairt"]
+    need = qairt.get("min_runtime") or compat.min_runtime_for_qairt(qairt["version"])
+    rt = manifest["runtime"]
+    bundle_runtime = rt["maven"].rpartition(":")[2] if rt["mode"] == "external" else qairt["version"]
+    warnings = []
+    if aar == "qualcomm":
+        warnings.append("Qualcomm's plugin AAR registers the QNN execution provider as a plugin library; the "
+                        "generated OrtModels adds QNN with SessionOptions.addQnn, Microsoft's built-in provider, so "
+                        "until the glue registers the plugin the NPU sessions fail and the app runs on the CPU")
+    sets = compat.validated_sets(need, aar)
+    if sets:
+        s = sets[0]
+        return OrtPins(aar, s.aar_version, s.ort_android, s.qnn_runtime, s, warnings)
+    newest = compat.validated_sets("0.0.0", aar)[0]
+    version = ORT_VERSION if aar == "microsoft" else newest.aar_version
+    warnings.append(f"no validated {compat.aar_maven(aar)} set has a qnn-runtime that loads these QAIRT "
+                    f"{qairt['version']} binaries (they need {need}; the newest validated is {newest.describe()}): "
+                    f"pinned {compat.aar_maven(aar)}:{version} with qnn-runtime {bundle_runtime}, an unvalidated "
+                    "combination; test it on phones (qnndeploy device verify), or compile with the QAIRT of a "
+                    "validated set")
+    return OrtPins(aar, version, newest.ort_android, bundle_runtime, None, warnings)
 
 
 def _other(engine: str) -> str:
@@ -167,10 +220,13 @@ def _check_engine(manifest: dict[str, Any], bundle: Path, engine: str) -> None:
                                      f"'{g['name']}': rebuild the bundle with them{hint}")
 
 
-def _context(manifest: dict[str, Any], package: str, glue_name: str, engine: str) -> dict[str, Any]:
+def _context(manifest: dict[str, Any], package: str, glue_name: str, engine: str, pins: OrtPins | None
+             ) -> dict[str, Any]:
     models, codenames = soc_tables()
     rt = manifest["runtime"]
     module, _, version = rt.get("maven", "").rpartition(":")
+    if pins is not None and rt["mode"] == "external":
+        version = pins.qnn_runtime  # the validated set's qnn-runtime (at least min_runtime), else the bundle's
     data = {
         "soc_models": models,
         "codenames": codenames,
@@ -189,7 +245,13 @@ def _context(manifest: dict[str, Any], package: str, glue_name: str, engine: str
         "maven_module": module,
         "maven_version": version,
         "jni_libs": [lib["path"].rsplit("/", 1)[-1] for lib in rt.get("libs", [])],
-        "ort_version": ORT_VERSION,
+        "ort_version": pins.aar_version if pins else ORT_VERSION,
+        "ort_aar": pins.aar if pins else "",
+        "ort_maven": compat.aar_maven(pins.aar) if pins else "",
+        "ort_android_module": compat.ORT_ANDROID,
+        "ort_android_version": (pins.ort_android or "") if pins else "",
+        "ort_pins": pins.describe if pins else "",
+        "ort_source": pins.validated.source.url if pins and pins.validated else "",
         "qnndeploy_version": __version__,
     }
     return {"dir_name": glue_name, "package": package, "package_path": package.replace(".", "/"),

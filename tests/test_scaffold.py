@@ -74,11 +74,11 @@ def test_ort_glue_gradle_and_manifest_snippets(external, tmp_path):
     out = r.path
     kotlin = {Path(p).name for p in r.kotlin}
     assert kotlin == {"QnnSelector.kt", "SocCatalog.kt", "MiniJson.kt", "BundleFiles.kt", "FailureMemory.kt",
-                      "QnnRuntime.kt", "OrtModels.kt", "Reasons.kt", "BundleManifest.kt"}
+                      "QnnRuntime.kt", "OrtModels.kt", "Reasons.kt", "BundleManifest.kt", "RuntimeVersion.kt"}
     for p in r.kotlin:
         assert (out / p).read_text().startswith("package com.example.foo.qnndeploy\n"), p
         if Path(p).name in ("QnnSelector.kt", "SocCatalog.kt", "MiniJson.kt", "BundleFiles.kt", "FailureMemory.kt",
-                            "Reasons.kt", "BundleManifest.kt"):
+                            "Reasons.kt", "BundleManifest.kt", "RuntimeVersion.kt"):
             assert "import android." not in (out / p).read_text(), f"{p} must run on any JVM"
     gradle = (out / "qnndeploy.gradle").read_text()
     assert "abiFilters 'arm64-v8a'" in gradle and "useLegacyPackaging = true" in gradle
@@ -322,3 +322,57 @@ def test_templates_are_found_from_a_source_checkout_that_was_not_installed(tmp_p
                           check=False)  # -S: without site-packages, the editable install is not seen
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(tmp_path / "templates")
+
+
+# --- runtime compatibility: the ONNX Runtime AAR and qnn-runtime pins ----------------------------------------------
+
+def test_scaffold_pins_a_validated_set_that_loads_the_bundle():
+    from qnndeploy.scaffold import _ort_pins
+
+    m = bundles.manifest()
+    m["qairt"] = {"version": "2.49.40", "build": None, "min_runtime": "2.49.0"}
+    m["runtime"]["maven"] = "com.qualcomm.qti:qnn-runtime:2.49.40"
+    pins = _ort_pins(m, "qualcomm")
+    assert (pins.aar_version, pins.ort_android, pins.qnn_runtime) == ("2.5.0", "1.26.0", "2.49.0")
+    assert pins.validated is not None and "onnxruntime-qnn/pull/783" in pins.validated.source.url
+    assert not any("no validated" in w for w in pins.warnings)
+    m["qairt"] = {"version": "2.40.0", "build": None, "min_runtime": "2.40.0"}
+    m["runtime"]["maven"] = "com.qualcomm.qti:qnn-runtime:2.40.0"
+    pins = _ort_pins(m, "microsoft")
+    assert (pins.aar_version, pins.ort_android, pins.qnn_runtime, pins.warnings) == ("1.26.0", None, "2.42.0", [])
+    m["qairt"] = {"version": "2.45.0", "build": None, "min_runtime": "2.45.0"}  # newer than Microsoft's QNN 2.42
+    m["runtime"]["maven"] = "com.qualcomm.qti:qnn-runtime:2.45.0"
+    pins = _ort_pins(m, "microsoft")
+    assert pins.validated is None and (pins.aar_version, pins.qnn_runtime) == ("1.29.0", "2.45.0")
+
+
+def test_no_validated_set_is_said_and_the_bundle_runtime_pinned(external, tmp_path):
+    r = scaffold(external, "com.example.foo", tmp_path / "qnn")
+    assert r.ort_aar == ("com.microsoft.onnxruntime:onnxruntime-android-qnn:1.29.0 + qnn-runtime 2.51.0 "
+                         "(not a validated set)")
+    [w] = r.warnings
+    assert w.startswith("no validated com.microsoft.onnxruntime:onnxruntime-android-qnn set has a qnn-runtime that "
+                        "loads these QAIRT 2.51.0 binaries (they need 2.51.0")
+    gradle = (r.path / "qnndeploy.gradle").read_text()
+    assert "version { strictly '2.51.0' }" in gradle
+    assert ("implementation(\"com.microsoft.onnxruntime:onnxruntime-android-qnn:${findProperty('qnndeploy.ortVersion')"
+            " ?: '1.29.0'}\")") in gradle
+
+
+def test_ort_aar_qualcomm_in_the_gradle_file_and_json(external, tmp_path):
+    r = run(external, "--package", "com.example.foo", "-o", tmp_path / "q", "--ort-aar", "qualcomm", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["ort_aar"].startswith("com.qualcomm.qti:onnxruntime-android-qnn:2.5.0 + "
+                                     "com.microsoft.onnxruntime:onnxruntime-android:1.26.0 + qnn-runtime 2.51.0")
+    assert any("no validated com.qualcomm.qti:onnxruntime-android-qnn set" in w for w in out["warnings"])
+    assert any("SessionOptions.addQnn" in w for w in out["warnings"])
+    gradle = (tmp_path / "q" / "qnndeploy.gradle").read_text()
+    assert ("implementation(\"com.microsoft.onnxruntime:onnxruntime-android:${findProperty('qnndeploy.ortVersion') "
+            "?: '1.26.0'}\")") in gradle
+    assert ("implementation(\"com.qualcomm.qti:onnxruntime-android-qnn:${findProperty('qnndeploy.qnnEpVersion') "
+            "?: '2.5.0'}\")") in gradle
+    assert "onnxruntime-android-qnn:${findProperty('qnndeploy.ortVersion')" not in gradle
+    text = run(external, "--package", "com.example.foo", "-o", tmp_path / "t", "--ort-aar", "qualcomm")
+    assert "  warning: no validated" in text.output and "ONNX Runtime: com.qualcomm.qti" in text.output
+    assert run(external, "--package", "com.example.foo", "-o", tmp_path / "x", "--ort-aar", "google").exit_code == 2

@@ -129,7 +129,8 @@ def bundle() -> None:
               help="Take runtime libraries from a flat folder.")
 @click.option("--qairt-version", metavar="X.Y.Z", help="QAIRT version when the binaries do not embed it.")
 @click.option("--maven-runtime-version", metavar="X.Y.Z",
-              help="External runtime: the qnn-runtime release to pin, of the QAIRT X.Y family [default: QAIRT's].")
+              help="External runtime: the qnn-runtime release to pin, no older than the oldest that loads the binaries "
+                   "[default: QAIRT's].")
 @click.option("--precision", type=click.Choice(["fp16", "w8a16", "w8a8"]),
               help="Precision of the context binaries [default: the compile records', else fp16].")
 @click.option("--source-model", type=click.Path(path_type=Path), metavar="PATH",

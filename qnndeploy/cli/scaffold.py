@@ -18,6 +18,10 @@ def _render_scaffold(result: stage.ScaffoldResult) -> None:
     click.echo(f"{kind} for {result.package} in {result.path}: {len(result.kotlin)} Kotlin files, "
                f"bundle copied ({result.bundle_files} files, {result.bundle_bytes / 1e6:.1f} MB)")
     click.echo(f"  NPU targets: {', '.join(result.targets) or 'none (CPU only)'}; runtime: {result.runtime}")
+    if result.ort_aar:
+        click.echo(f"  ONNX Runtime: {result.ort_aar}")
+    for w in result.warnings:
+        click.echo(f"  warning: {w}")
     if result.app:
         click.echo(f"next: open {result.path} in Android Studio (or gradle wrapper && ./gradlew installDebug); "
                    f"see {result.path / 'README.md'}")
@@ -36,13 +40,17 @@ def _render_scaffold(result: stage.ScaffoldResult) -> None:
                    "with --app, the whole app.")
 @click.option("--engine", type=click.Choice(["ort", "sherpa-onnx"]), default="ort", show_default=True,
               help="ONNX Runtime with the QNN EP (EPContext .onnx), or sherpa-onnx (QnnConfig, context binaries).")
+@click.option("--ort-aar", type=click.Choice(["microsoft", "qualcomm"]), default="microsoft", show_default=True,
+              help="Engine ort's ONNX Runtime: Microsoft's onnxruntime-android-qnn, or Qualcomm's QNN plugin AAR with "
+                   "onnxruntime-android; pinned to a validated set that loads the bundle.")
 @click.option("--app", is_flag=True, help="Make a complete one-screen Android app around the glue (engine ort).")
 @click.option("--force", is_flag=True,
               help="Replace DIR if it is an earlier scaffold output (it holds .qnndeploy-scaffold), never another "
                    "folder.")
 @json_option
 @handles_errors
-def scaffold(bundle: Path, package: str, out: Path, engine: str, app: bool, force: bool, as_json: bool) -> None:
+def scaffold(bundle: Path, package: str, out: Path, engine: str, ort_aar: str, app: bool, force: bool,
+             as_json: bool) -> None:
     """Generate the app side of a bundle: Kotlin glue.
 
     The Kotlin runtime selector (NPU or CPU on each phone) and engine glue, Gradle and manifest snippets.
@@ -52,7 +60,7 @@ def scaffold(bundle: Path, package: str, out: Path, engine: str, app: bool, forc
     in the layout Gradle wants. Without --app, the README.md written to DIR lists the three lines to add to
     the app.
     """
-    stage.check_request(package, out, engine=engine, app=app, force=force)
+    stage.check_request(package, out, engine=engine, app=app, force=force, ort_aar=ort_aar)
     with byte_progress("verifying", as_json) as progress, opened(bundle, progress) as (root, report):
         require_bundle(bundle, root, report)
         if not report.ok:
@@ -62,7 +70,8 @@ def scaffold(bundle: Path, package: str, out: Path, engine: str, app: bool, forc
                 render_verify(report)
             fail(f"{bundle} fails bundle verify ({len(report.problems)} problem(s)); not scaffolding from it: "
                  "fix or rebuild the bundle", EXIT_CHECK_FAILED)
-        result = stage.scaffold(root, package, out, engine=engine, app=app, force=force, report=report)
+        result = stage.scaffold(root, package, out, engine=engine, app=app, force=force, report=report,
+                                ort_aar=ort_aar)
     if as_json:
         emit_json(result)
     else:

@@ -31,5 +31,7 @@ android {
     }
 }
 
-// The qnndeploy glue: ABI filter, jniLibs packaging, the bundle's assets, the QNN runtime and ONNX Runtime.
+// The qnndeploy glue: ABI filter, jniLibs packaging, the bundle's assets, the QNN runtime and ONNX Runtime, all
+// from the repositories of settings.gradle.kts (mavenCentral). ONNX Runtime (scaffold --ort-aar chooses the AAR):
+// {{ cookiecutter.data.ort_pins }}
 apply(from = "{{ cookiecutter.glue_dir }}/qnndeploy.gradle")
