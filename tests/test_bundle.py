@@ -99,7 +99,7 @@ def problems(b: Path) -> list[str]:
 def test_bundle_layout_and_manifest(bundle):
     m = manifest(bundle)
     assert bundle.name == "demo-1.0.0"
-    assert m["format"] == "qnndeploy-bundle" and m["format_version"] == 2
+    assert m["format"] == "qnndeploy-bundle" and m["format_version"] == 3
     assert m["qairt"] == {"version": "2.51.0", "build": BUILD, "min_runtime": "2.51.0"}
     assert [t["soc"] for t in m["targets"]] == ["SM8550", "SM8750"]
     assert {(t["soc_id"], t["dsp_arch"]) for t in m["targets"]} == {(43, "v73"), (69, "v79")}
@@ -317,10 +317,10 @@ def test_schema_and_format_version(bundle):
     m["targets"][0]["artifacts"][0]["path"] = "../escape.bin"
     (bundle / "manifest.json").write_text(json.dumps(m))
     assert any("manifest.json: schema: targets/0/artifacts/0/path" in f for f in problems(bundle))
-    m["format_version"] = 3
+    m["format_version"] = 4
     (bundle / "manifest.json").write_text(json.dumps(m))
     assert problems(bundle) == ["manifest.json: " + str(bundle / "manifest.json") +
-                                " has format_version 3; this qnndeploy reads versions 1 to 2; upgrade qnndeploy"]
+                                " has format_version 4; this qnndeploy reads versions 1 to 3; upgrade qnndeploy"]
 
 
 def test_a_v1_manifest_still_verifies(bundle):
@@ -1113,11 +1113,11 @@ def test_soc_must_be_a_catalog_model(bundle, soc):
          "targets by model name, so no phone would ever use this one")]
 
 
-@pytest.mark.parametrize("text", ["1.0", "true", "2.0", "\"2\""])
+@pytest.mark.parametrize("text", ["1.0", "true", "3.0", "\"3\""])
 def test_format_version_must_be_an_integer(bundle, text):
     from qnndeploy.decision import Device, decide
 
-    raw = (bundle / "manifest.json").read_text().replace('"format_version": 2', f'"format_version": {text}')
+    raw = (bundle / "manifest.json").read_text().replace('"format_version": 3', f'"format_version": {text}')
     (bundle / "manifest.json").write_text(raw)
     found = one_line_problems(bundle)
     assert len(found) == 1 and found[0].startswith("manifest.json: ") and "format_version" in found[0], found

@@ -101,15 +101,16 @@ def spec_from_build(build: Path, name: str, version: str) -> BundleSpec:
         spec.npu.setdefault(soc, {})[graph] = [job / o.path for o in outputs]
         spec.expected_sha256.update({job / o.path: o.sha256 for o in outputs})
         precisions.add(rec.precision)
-        spec.records[f"{graph}-{soc}-{RECORD_FILE}"] = job / RECORD_FILE
+        spec.records[f"{rec.shared or graph}-{soc}-{RECORD_FILE}"] = job / RECORD_FILE
         target = spec.validation.setdefault(soc, {"passed": True, "graphs": {}})
         summary: JSON = {"passed": None, "note": "not validated: run qnndeploy validate"}
-        v = ValidationRecord.read(job)
+        v = ValidationRecord.read(rec.validation_file)
         binary = rec.output(CONTEXT_BINARY)
         if v is not None and v.binary_sha256 not in (None, binary.sha256 if binary else None):
-            summary["note"] = "not validated: validation.json is of an earlier compile; run qnndeploy validate"
+            summary["note"] = (f"not validated: {rec.validation_file.name} is of an earlier compile; "
+                               "run qnndeploy validate")
         elif v is not None:
-            spec.records[f"{graph}-{soc}-{VALIDATION_FILE}"] = job / VALIDATION_FILE
+            spec.records[f"{graph}-{soc}-{VALIDATION_FILE}"] = rec.validation_file
             summary = {"passed": v.passed, "thresholds": v.thresholds,
                        "outputs": [{k: o[k] for k in ("name", "passed", "max_abs_diff", "rel_l2", "cosine",
                                                       "snr_db", "judged_on")} for o in v.outputs]}
@@ -219,14 +220,44 @@ def _runtime_libs(spec: BundleSpec, archs: set[str]) -> list[tuple[Path, JSON]]:
     return out
 
 
-def _pointed_at_bin(ctx: Path, scratch: Path, rel: str) -> Path:
-    """The EPContext wrapper to copy: as given if it loads <graph>.bin, else a re-pointed copy in `scratch`."""
-    binary = rel.rsplit("/", 1)[-1].removesuffix("_ctx.onnx") + ".bin"
+def _npu_plan(model: str, graph_files: dict[str, list[Path]], graphs: list[str]
+              ) -> tuple[list[tuple[Path, str, bool]], dict[str, list[str]], dict[str, str]]:
+    """One target's NPU files: (source, path in the bundle, read markers) for each; the graphs of each binary; the
+    binary each EPContext wrapper loads. A binary given for several graphs is a shared context: it keeps its own
+    name (compile --share names it after the share); any other is renamed <graph>.bin."""
+    users: dict[Path, list[str]] = {}
+    for g, files in graph_files.items():
+        for f in files:
+            if Path(f).suffix == ".bin":
+                users.setdefault(Path(f), []).append(g)
+    plan, bin_graphs, loads = [], {}, {}
+    for f, gs in users.items():
+        dest = f"{gs[0]}.bin" if len(gs) == 1 else f.name
+        if len(gs) > 1 and f.stem in graphs:
+            raise QnnDeployError(f"{f} holds graphs {', '.join(gs)} but is named after graph {f.stem}: name a shared "
+                                 "context binary after its share (compile --share NAME=...)")
+        plan.append((f, f"npu/{model}/{dest}", True))
+        bin_graphs[f"npu/{model}/{dest}"] = gs
+        for g in gs:
+            loads[g] = dest
+    for g, files in graph_files.items():
+        plan += [(Path(f), f"npu/{model}/{g}_ctx.onnx", True) for f in files if Path(f).suffix != ".bin"]
+    return plan, bin_graphs, loads
+
+
+def _pointed_at_bin(ctx: Path, scratch: Path, rel: str, binary: str) -> Path:
+    """The EPContext wrapper to copy: as given if it loads `binary`, else a re-pointed copy in `scratch`."""
     if epcontext.context_refs(ctx) == [binary]:
         return ctx
     fixed = scratch / rel.replace("/", "_")
     epcontext.retarget(ctx, fixed, binary)
     return fixed
+
+
+def _graph_of(rel: str, bin_graphs: dict[str, list[str]]) -> JSON:
+    """An NPU artifact's "graph", or "graphs" for a shared context binary."""
+    gs = bin_graphs.get(rel) or [rel.rsplit("/", 1)[-1].removesuffix("_ctx.onnx")]
+    return {"graph": gs[0]} if len(gs) == 1 else {"graphs": gs}
 
 
 def _check_name(value: str, what: str, key: str) -> None:
@@ -306,11 +337,13 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
 
     # (source, path in bundle, read markers?) for every file, then one parallel pass that copies and hashes.
     plan: list[tuple[Path, str, bool]] = [(src, rel, False) for files in cpu_files.values() for src, rel in files]
+    bin_graphs: dict[str, list[str]] = {}  # bundle path of each context binary -> its graphs
+    loads: dict[str, str] = {}  # bundle path of each EPContext wrapper -> the binary's name it loads
     for model, (_, graph_files) in targets.items():
-        for g, files in graph_files.items():
-            for f in files:
-                dest = f"{g}.bin" if Path(f).suffix == ".bin" else f"{g}_ctx.onnx"
-                plan.append((Path(f), f"npu/{model}/{dest}", True))
+        npu, graphs_of, binary_of = _npu_plan(model, graph_files, list(spec.cpu))
+        plan += npu
+        bin_graphs.update(graphs_of)
+        loads.update({f"npu/{model}/{g}_ctx.onnx": b for g, b in binary_of.items()})
     lib_entries = {}
     for path, meta in libs:
         rel = f"lib/{meta['abi']}/{path.name}"
@@ -325,7 +358,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
         with staging_dir(final, force) as tmp, tempfile.TemporaryDirectory() as scratch:
             for _, rel, _ in plan:
                 (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            plan = [(_pointed_at_bin(src, Path(scratch), rel), rel, m) if rel.endswith("_ctx.onnx") else (src, rel, m)
+            plan = [(_pointed_at_bin(src, Path(scratch), rel, loads[rel]), rel, m) if rel in loads else (src, rel, m)
                     for src, rel, m in plan]
             with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
                 results = list(pool.map(lambda item: scan_file(item[0], item[2], progress, tmp / item[1]), plan))
@@ -359,7 +392,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
                     {
                         "soc": model, "soc_id": soc.soc_id, "dsp_arch": soc.dsp_arch, "precision": spec.precision,
                         "artifacts": [
-                            {**entry(rel), "graph": rel.split("/")[-1].removesuffix(".bin").removesuffix("_ctx.onnx"),
+                            {**entry(rel), **_graph_of(rel, bin_graphs),
                              "format": CONTEXT_BINARY if rel.endswith(".bin") else EPCONTEXT}
                             for _, rel, _ in plan if rel.startswith(f"npu/{model}/")
                         ],

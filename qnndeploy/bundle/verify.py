@@ -14,11 +14,18 @@ from typing import TYPE_CHECKING
 
 from qnndeploy import compat, epcontext, socs
 from qnndeploy.bundle import archive, elf
-from qnndeploy.bundle.manifest import external_data_path, file_entries, graph_signature, read_manifest, schema_errors
+from qnndeploy.bundle.manifest import (
+    artifact_graphs,
+    external_data_path,
+    file_entries,
+    graph_signature,
+    read_manifest,
+    schema_errors,
+)
 from qnndeploy.decision import qnn_libraries, soc_tables, upper
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import JSON, Progress
-from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, EXTERNAL_DATA, MANIFEST, MAVEN_RUNTIME, ONNX
+from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, EXTERNAL_DATA, MANIFEST, MAVEN_RUNTIME, ONNX, SHARED_SINCE
 from qnndeploy.markers import FileFacts, build_version, scan_file
 from qnndeploy.onnxio import load_model
 
@@ -239,18 +246,22 @@ def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], 
                 add(MANIFEST, f"target {soc_name} is fp16 but {soc_name} has no fp16 on its HTP")
         except QnnDeployError as e:
             add(MANIFEST, f"target {soc_name}: {e}")
-        bins = {a["graph"] for a in t["artifacts"] if a["format"] == CONTEXT_BINARY}
+        binary_of = {g: x["path"] for x in t["artifacts"] if x["format"] == CONTEXT_BINARY
+                     for g in artifact_graphs(x)}
         for g in graphs:
-            if g not in bins:
+            if g not in binary_of:
                 add(MANIFEST, f"target {soc_name} has no context binary for graph '{g}'")
         arch = int(t["dsp_arch"][1:])
         for a in t["artifacts"]:
             f = facts.get(a["path"])
-            if a["graph"] not in graphs:
-                add(a["path"], f"belongs to graph '{a['graph']}', which the manifest does not declare")
+            for g in artifact_graphs(a):
+                if g not in graphs:
+                    add(a["path"], f"belongs to graph '{g}', which the manifest does not declare")
+            if "graphs" in a and manifest["format_version"] < SHARED_SINCE:
+                add(a["path"], f"is shared by several graphs, which bundle format {SHARED_SINCE} introduced, but the "
+                               f"manifest says format {manifest['format_version']}")
             if f is not None and a["format"] == EPCONTEXT:
-                binary = next((x["path"] for x in t["artifacts"]
-                               if x["graph"] == a["graph"] and x["format"] == CONTEXT_BINARY), None)
+                binary = binary_of.get(a["graph"])
                 problems += _epcontext_problems(root, a["path"], {x["path"] for x in t["artifacts"]}, binary)
                 if a["graph"] in signatures:
                     problems += _signature_problems(root, a["path"], signatures[a["graph"]], a["graph"])
