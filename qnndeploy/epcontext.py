@@ -33,6 +33,16 @@ def context_refs(path: Path) -> list[str]:
     return [a.s.decode() for a in _ref_attrs(load_model(path))]
 
 
+def graph_names(path: Path) -> list[str]:
+    """The QNN graph each EPContext node runs: its partition_name, which names the graph in the context binary."""
+    names = []
+    for node in load_model(path).graph.node:
+        if node.op_type == "EPContext":
+            attrs = {a.name: a for a in node.attribute}
+            names.append(attrs["partition_name"].s.decode() if "partition_name" in attrs else node.name)
+    return names
+
+
 def retarget(src: Path, dst: Path, binary_name: str) -> int:
     """Write a copy of `src` to `dst` whose EPContext nodes load `binary_name`; returns how many were changed."""
     import onnx

@@ -20,8 +20,9 @@ LAYERS = [
      "qnndeploy.htp", "qnndeploy.shapes", "qnndeploy.fuse", "qnndeploy.decision", "qnndeploy.bundle.manifest",
      "qnndeploy.device.adb", "qnndeploy.compile.logs", "qnndeploy.compile.jobs",
      "qnndeploy.qnnsystem"},
-    {"qnndeploy.fold", "qnndeploy.rules", "qnndeploy.bundle.verify", "qnndeploy.compile.cache",
+    {"qnndeploy.fold", "qnndeploy.rules", "qnndeploy.contextcheck", "qnndeploy.compile.cache",
      "qnndeploy.prepare.edits", "qnndeploy.prepare.equivalence"},
+    {"qnndeploy.bundle.verify"},  # the bundle format's rules, which bundle build and every reader of bundles apply
     # the stages: each a command's library, none importing another
     {"qnndeploy.onnxcheck", "qnndeploy.prepare", "qnndeploy.compile", "qnndeploy.validate", "qnndeploy.bundle.build",
      "qnndeploy.scaffold", "qnndeploy.device.info", "qnndeploy.device.profile", "qnndeploy.device.verify",

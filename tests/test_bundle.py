@@ -1008,8 +1008,10 @@ NOT_A_BINARY = "it is not a QNN context binary (damaged, truncated or another fi
     (lambda d: d.replace(b"soc_type=SM8750;", b"soc_type=SM8650;"),
      "was compiled for SM8650, but target SM8750 is SM8750: recompile it for this SoC"),
 ], ids=["empty", "tiny", "truncated", "padded", "first-pages", "random", "other-soc-same-arch"])
-def test_a_context_binary_that_is_not_one(bundle, change, expected):
-    """Each rehashed into the manifest: the file itself must be judged, not only its checksum."""
+def test_a_context_binary_that_is_not_one(bundle, change, expected, monkeypatch, tmp_path):
+    """Each rehashed into the manifest: the file itself must be judged, not only its checksum. Without libQnnSystem
+    (the markers then decide: see test_contextcheck.py for what the library's reading adds)."""
+    monkeypatch.setenv("QNNDEPLOY_QNN_SYSTEM_LIB", str(tmp_path / "no" / "libQnnSystem.so"))
     p = bundle / BINARY
     data = p.read_bytes()
     assert len(data) == 49152  # the sizes above are this tiny graph's binary

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -12,10 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qnndeploy import compat, epcontext, socs
+from qnndeploy import compat, contextcheck, epcontext, qnnsystem, socs
 from qnndeploy.bundle import archive, elf
 from qnndeploy.bundle.manifest import (
-    artifact_graphs,
     external_data_path,
     file_entries,
     graph_signature,
@@ -23,11 +23,21 @@ from qnndeploy.bundle.manifest import (
     schema_errors,
 )
 from qnndeploy.decision import qnn_libraries, soc_tables, upper
-from qnndeploy.errors import QnnDeployError
+from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError
 from qnndeploy.fileio import JSON, Progress
-from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, EXTERNAL_DATA, MANIFEST, MAVEN_RUNTIME, ONNX, SHARED_SINCE
+from qnndeploy.formats import (
+    CONTEXT_BINARY,
+    EPCONTEXT,
+    EXTERNAL_DATA,
+    MANIFEST,
+    MAVEN_RUNTIME,
+    ONNX,
+    SHARED_SINCE,
+    artifact_graphs,
+)
 from qnndeploy.markers import FileFacts, build_version, scan_file
 from qnndeploy.onnxio import load_model
+from qnndeploy.qnnsystem import ContextInfo
 
 if TYPE_CHECKING:
     import onnx
@@ -128,8 +138,14 @@ def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None
         scanned = pool.map(lambda ke: scan_file(root / ke[1]["path"], ke[0] != "cpu" and ke[0] != "record",
                                                 progress), present)
         facts = {e["path"]: f for (_, e), f in zip(present, scanned, strict=True)}
-    report.problems += check_manifest(manifest, facts, tree, root, unread)
-    report.warnings += check_warnings(manifest, facts)
+    # the binaries that are what the manifest says (another is already a problem): read by their own metadata
+    binaries = [x["path"] for kind, x in present if kind.startswith("npu:") and x.get("format") == CONTEXT_BINARY
+                and facts[x["path"]].sha256 == x["sha256"]]
+    contexts, missing = read_contexts(root, binaries, jobs)
+    report.problems += check_manifest(manifest, facts, tree, root, unread, contexts)
+    report.warnings += check_warnings(manifest, facts, contexts)
+    if missing and binaries:
+        report.warnings.append(Problem(MANIFEST, f"context binaries checked by their markers only: {missing}"))
     _summarize(report, manifest, facts)
     report.files += len(unread)
     report.bytes += sum(unread.values())
@@ -168,11 +184,35 @@ def _summarize(report: VerifyReport, manifest: JSON, facts: dict[str, FileFacts]
     report.runtime = rt["maven"] + " (external)" if rt["mode"] == "external" else f"{len(rt['libs'])} libraries"
 
 
+Contexts = dict[str, "ContextInfo | str"]  # context binary path -> what libQnnSystem read, or why it could not
+
+
+def read_contexts(root: Path, paths: list[str], jobs: int | None = None) -> tuple[Contexts, str | None]:
+    """Each context binary's metadata, read by libQnnSystem in a child process each (a damaged binary crashes
+    it); a binary it refuses maps to the reason. Also the reason when the library is missing (then: no entries)."""
+    try:
+        library = qnnsystem.library_path()
+    except QnnDeployError as e:
+        return {}, str(e)
+
+    def read(path: str) -> ContextInfo | str:
+        try:
+            return qnnsystem.read_context(root / path, library)
+        except QnnDeployError as e:
+            return str(e) if e.exit_code != EXIT_MISSING_TOOL else ""
+
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        found = dict(zip(paths, pool.map(read, paths), strict=True))
+    missing = next((why for why in found.values() if why == ""), None)
+    return {p: c for p, c in found.items() if c != ""}, missing
+
+
 def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], root: Path,
-                   unread: dict[str, int] | None = None) -> list[Problem]:
+                   unread: dict[str, int] | None = None, contexts: Contexts | None = None) -> list[Problem]:
     """Every rule of the bundle format that can fail. `facts` holds the files that were read; `unread` the present
-    files left unread because their size is not the listed one (path -> size)."""
-    unread = unread or {}
+    files left unread because their size is not the listed one (path -> size); `contexts` what libQnnSystem read
+    of the context binaries (a binary not in it is judged by its markers)."""
+    unread, contexts = unread or {}, contexts or {}
     problems: list[Problem] = []
 
     def add(path: str, msg: str) -> None:
@@ -225,6 +265,7 @@ def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], 
 
     qairt = manifest["qairt"]
     runtime = manifest["runtime"]
+    need, stated_problems = _min_runtime(qairt)
     targets_seen: set[str] = set()
     models, _ = soc_tables()  # the decision's table: how the app matches a phone's SoC to a target
     for t in manifest["targets"]:
@@ -271,6 +312,15 @@ def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], 
             if not_binary:
                 add(a["path"], not_binary)
                 continue
+            info = contexts.get(a["path"])
+            if isinstance(info, str):
+                add(a["path"], f"libQnnSystem cannot read it: {info}")
+                continue
+            if info is not None:  # its own metadata: what the phone's QNN will read
+                for message in _context_problems(root, info, a, t, signatures, need):
+                    add(a["path"], message)
+                problems += _version_problems(a["path"], f, qairt)
+                continue
             wrong = sorted({f"{s} (v{x})" for s, x in f.context_targets if x != arch})
             if wrong:
                 add(a["path"], f"was compiled for {', '.join(wrong)}, but target {soc_name} is {t['dsp_arch']}")
@@ -282,7 +332,6 @@ def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], 
         if runtime["mode"] == "bundled":
             problems += _runtime_completeness(t, runtime["libs"])
 
-    need, stated_problems = _min_runtime(qairt)
     problems += stated_problems
     if runtime["mode"] == "external":
         pinned = runtime["maven"].rsplit(":", 1)[1]
@@ -442,6 +491,28 @@ def _min_runtime(qairt: JSON) -> tuple[str, list[Problem]]:
                                     "cannot load them; rebuild the bundle")]
 
 
+def _context_problems(root: Path, info: ContextInfo, artifact: JSON, target: JSON,
+                      signatures: dict[str, tuple[list[JSON], list[JSON]]], min_runtime: str) -> list[str]:
+    """A binary read by libQnnSystem: its SoC and arch, its graphs (found by the QNN graph name each graph's
+    EPContext wrapper runs), their signatures, and the runtime its blob needs."""
+    soc = socs.find(target["soc"])
+    wanted: dict[str, str | None] = {}
+    for g in artifact_graphs(artifact):
+        wrapper = next((x["path"] for x in target["artifacts"] if x["format"] == EPCONTEXT and x["graph"] == g), None)
+        try:
+            names = epcontext.graph_names(root / wrapper) if wrapper else []
+        except QnnDeployError:
+            names = []  # the wrapper's own problem is reported with the wrapper
+        wanted[g] = names[0] if len(names) == 1 else None
+    found, problems = contextcheck.match_graphs(info, wanted)
+    problems += contextcheck.target_problems(info, soc)
+    problems += [m for g, qnn in found.items() if g in signatures
+                 and (m := contextcheck.signature_problem(qnn, g, signatures[g])) is not None]
+    if (why := contextcheck.runtime_problem(info, min_runtime)) is not None:
+        problems.append(why)
+    return problems
+
+
 def _epcontext_problems(root: Path, path: str, listed: set[str], binary: str | None) -> list[Problem]:
     """An EPContext wrapper must load, by a UTF-8 name relative to itself, the context binary listed for its graph
     in its target (`binary`)."""
@@ -527,10 +598,18 @@ def _runtime_completeness(target: JSON, libs: list[JSON]) -> list[Problem]:
     return [Problem(MANIFEST, f"target {target['soc']} ({arch}) needs {', '.join(missing)} in the bundle's runtime")]
 
 
-def check_warnings(manifest: JSON, facts: dict[str, FileFacts]) -> list[Problem]:
+def check_warnings(manifest: JSON, facts: dict[str, FileFacts], contexts: Contexts | None = None) -> list[Problem]:
     """What cannot be confirmed, without being wrong: Skel libraries whose build string was not found (a context
-    binary without its markers is a problem: see _not_a_context_binary), an external runtime in no validated set."""
+    binary without its markers is a problem: see _not_a_context_binary), an external runtime in no validated set;
+    and what will cost on the phone: a graph that needs a spill-fill buffer or more VTCM than its SoC has."""
     warnings = []
+    for t in manifest["targets"]:
+        for a in t["artifacts"]:
+            info = (contexts or {}).get(a["path"])
+            if info is not None and not isinstance(info, str):
+                with contextlib.suppress(QnnDeployError):  # an unknown SoC is a problem of its own
+                    soc = socs.find(t["soc"])
+                    warnings += [Problem(a["path"], w) for w in contextcheck.resource_warnings(info, soc)]
     if manifest["runtime"]["mode"] == "bundled":
         for lib in manifest["runtime"]["libs"]:
             f = facts.get(lib["path"])

@@ -1,0 +1,86 @@
+"""bundle verify reads every context binary with libQnnSystem: a binary of another graph is caught by its own
+metadata even where its QAIRT and SoC markers are right, which the marker scan alone could not do."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from qnndeploy.bundle.verify import verify_bundle
+from qnndeploy.cli import cli
+
+pytestmark = [pytest.mark.needs_qnn, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny LM's prefill and decode graphs, each compiled alone for SM8750, bundled."""
+    import corpus_torch
+
+    root = tmp_path_factory.mktemp("swap")
+    lm = corpus_torch.export_tiny_lm(root)
+    r = CliRunner().invoke(cli, ["compile", *(f"{g}={p}" for g, p in lm.items()), "--soc", "SM8750",
+                                 "-o", str(root / "build"), "--no-cache"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(cli, ["bundle", "--from-build", str(root / "build"), "--name", "lm", "--version", "1",
+                                 "-o", str(root)])
+    assert r.exit_code == 0, r.output
+    return root / "lm-1"
+
+
+def _swap(bundle: Path, tmp_path: Path, drop_wrapper: bool) -> tuple[Path, str]:
+    """A copy whose prefill.bin is decode's binary, listed with its real hash and size: every marker is right."""
+    copy = tmp_path / "lm-1"
+    shutil.copytree(bundle, copy)
+    npu = copy / "npu" / "SM8750"
+    shutil.copyfile(npu / "decode.bin", npu / "prefill.bin")
+    m = json.loads((copy / "manifest.json").read_text())
+    arts = m["targets"][0]["artifacts"]
+    for a in arts:
+        if a["path"] == "npu/SM8750/prefill.bin":
+            a["sha256"] = hashlib.sha256((npu / "prefill.bin").read_bytes()).hexdigest()
+            a["size"] = (npu / "prefill.bin").stat().st_size
+    if drop_wrapper:
+        m["targets"][0]["artifacts"] = [a for a in arts if a["format"] != "ort-epcontext"]
+        for ctx in npu.glob("*_ctx.onnx"):
+            ctx.unlink()
+    (copy / "manifest.json").write_text(json.dumps(m))
+    return copy, "npu/SM8750/prefill.bin"
+
+
+def test_the_real_bundle_verifies_by_its_binaries_metadata(bundle: Path) -> None:
+    report = verify_bundle(bundle)
+    assert report.ok, report.problems
+    assert not any("markers only" in w.message for w in report.warnings)
+
+
+def test_another_graphs_binary_is_caught_by_its_signature(bundle: Path, tmp_path: Path) -> None:
+    copy, path = _swap(bundle, tmp_path, drop_wrapper=True)
+    problems = [p.message for p in verify_bundle(copy).problems if p.path == path]
+    assert problems == [(
+        "its graph for 'prefill' is (input_ids 1x1 int32, position 1x1 int32, past_keys 2x1x4x32x32 float32, "
+        "past_values 2x1x4x32x32 float32) -> (logits 1x1x512 float32, keys 2x1x4x1x32 float32, values 2x1x4x1x32 "
+        "float32), but graph 'prefill' is (input_ids 1x32 int32) -> (logits 1x32x512 float32, keys 2x1x4x32x32 "
+        "float32, values 2x1x4x32x32 float32): is it another graph's binary?")], problems
+
+
+def test_another_graphs_binary_is_caught_by_the_graph_its_wrapper_runs(bundle: Path, tmp_path: Path) -> None:
+    copy, path = _swap(bundle, tmp_path, drop_wrapper=False)
+    problems = [p.message for p in verify_bundle(copy).problems if p.path == path]
+    assert len(problems) == 1 and problems[0].startswith("holds no graph 'QNNExecutionProvider_"), problems
+    assert "for graph 'prefill'" in problems[0]
+
+
+def test_without_libqnnsystem_the_markers_decide_and_the_report_says_so(bundle: Path, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QNNDEPLOY_QNN_SYSTEM_LIB", str(tmp_path / "missing" / "libQnnSystem.so"))
+    report = verify_bundle(bundle)
+    assert report.ok
+    assert any(w.path == "manifest.json" and "checked by their markers only" in w.message for w in report.warnings)
+    copy, _ = _swap(bundle, tmp_path, drop_wrapper=True)
+    assert verify_bundle(copy).ok, "the markers alone cannot tell the two graphs' binaries apart"
