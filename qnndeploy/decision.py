@@ -21,7 +21,14 @@ from importlib import resources
 from typing import Any, Literal, NamedTuple
 
 from qnndeploy import socs
-from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION, ONNX  # noqa: F401 (EPCONTEXT: scaffold)
+from qnndeploy.formats import (  # noqa: F401 (EPCONTEXT: scaffold)
+    CONTEXT_BINARY,
+    EPCONTEXT,
+    FORMAT,
+    FORMAT_VERSION,
+    ONNX,
+    artifact_graphs,
+)
 
 BACKEND_LIB, SYSTEM_LIB = "libQnnHtp.so", "libQnnSystem.so"
 ADSP_VAR = "ADSP_LIBRARY_PATH"
@@ -281,7 +288,8 @@ def decide(manifest: Mapping[str, Any], device: Device, *, load_errors: Mapping[
         return _cpu(manifest, identity, reason("soc_not_in_bundle", soc=soc, targets=listed))
     paths: dict[str, str] = {}
     for g in manifest.get("graphs") or []:
-        art = next((a for a in target["artifacts"] if a["graph"] == g["name"] and a["format"] == npu_format), None)
+        art = next((a for a in target["artifacts"] if g["name"] in artifact_graphs(a) and a["format"] == npu_format),
+                   None)
         if art is None:
             return _cpu(manifest, identity, reason("graph_file_missing", soc=soc, format=npu_format, graph=g["name"]))
         paths[g["name"]] = art["path"]

@@ -1,6 +1,9 @@
 """The names of the formats qnndeploy writes and reads: the bundle and its artifact kinds. Shared by the stages
 that make them, the bundle reader and the on-device decision, so each lives in one place below them all."""
 
+from collections.abc import Mapping
+from typing import Any
+
 FORMAT = "qnndeploy-bundle"
 FORMAT_VERSION = 3  # what `bundle` writes; every version from 1 up to it is read (v2 added external data,
 # v3 context binaries shared by several graphs: an artifact with "graphs" instead of "graph")
@@ -11,3 +14,8 @@ ONNX = "onnx"  # a CPU fallback model,
 EXTERNAL_DATA = "onnx-external-data"  # and a weights file it names (models over 2 GB must keep weights outside)
 MANIFEST = "manifest.json"
 MAVEN_RUNTIME = "com.qualcomm.qti:qnn-runtime"
+
+
+def artifact_graphs(artifact: Mapping[str, Any]) -> list[str]:
+    """The graphs a manifest artifact serves: its "graph", or the "graphs" of a shared context binary (format 3)."""
+    return list(artifact.get("graphs") or [artifact.get("graph")])

@@ -24,7 +24,7 @@ from qnndeploy.bundle.verify import VerifyReport, verify_folder
 from qnndeploy.decision import BACKEND_LIB, REASONS, SYSTEM_LIB, VENDOR_DSP_FOLDERS, soc_tables, template_fields
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import staging_dir
-from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION
+from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION, artifact_graphs
 
 ENGINES = {"ort": EPCONTEXT, "sherpa-onnx": CONTEXT_BINARY}  # engine -> the NPU file format it loads
 ENGINE_FILES = {"ort": "OrtModels.kt", "sherpa-onnx": "SherpaOnnxQnn.kt"}
@@ -215,9 +215,14 @@ def _check_engine(manifest: dict[str, Any], bundle: Path, engine: str) -> None:
     hint = " or use --engine sherpa-onnx, which loads the context binaries" if engine == "ort" else ""
     for t in manifest["targets"]:
         for g in manifest["graphs"]:
-            if not any(a["graph"] == g["name"] and a["format"] == fmt for a in t["artifacts"]):
+            if not any(g["name"] in artifact_graphs(a) and a["format"] == fmt for a in t["artifacts"]):
                 raise QnnDeployError(f"engine {engine} loads {fmt} files, but target {t['soc']} has none for graph "
                                      f"'{g['name']}': rebuild the bundle with them{hint}")
+        shared = next((a for a in t["artifacts"] if len(artifact_graphs(a)) > 1), None)
+        if shared is not None and engine != "ort":
+            raise QnnDeployError(f"{shared['path']} is one context binary for graphs {', '.join(shared['graphs'])} "
+                                 f"(compile --share), but engine {engine} runs the first graph of a context binary "
+                                 "only: use --engine ort, whose sessions share it (ep.share_ep_contexts)")
 
 
 def _context(manifest: dict[str, Any], package: str, glue_name: str, engine: str, pins: OrtPins | None

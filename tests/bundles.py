@@ -52,6 +52,18 @@ def manifest(targets=("SM8550", "SM8750"), graphs=("det", "rec"), runtime: str =
     }
 
 
+def shared(m: dict, name: str = "pair", graphs: tuple[str, ...] | None = None) -> dict:
+    """`m` (format 3) with each target's context binaries replaced by one binary NAME.bin shared by `graphs` (default:
+    all of them), as `compile --share` makes it."""
+    gs = list(graphs or [g["name"] for g in m["graphs"]])
+    targets = []
+    for t in m["targets"]:
+        arts = [a for a in t["artifacts"] if a["format"] != CONTEXT_BINARY]
+        binary = {**_file(f"npu/{t['soc']}/{name}.bin", t["soc"] + name), "graphs": gs, "format": CONTEXT_BINARY}
+        targets.append({**t, "artifacts": [binary, *arts]})
+    return {**m, "format_version": 3, "targets": targets}
+
+
 def tiny_model(path: Path, width: int) -> Path:
     import numpy as np
     import onnx

@@ -106,15 +106,15 @@ def test_adsp_library_path_prepends_with_semicolons_and_keeps_what_was_there():
     assert run(adsp_before="/odm/dsp").adsp_library_path.split(";")[:2] == [LIB_DIR, "/odm/dsp"]
 
 
-@pytest.mark.parametrize("fmt, version", [("qnndeploy-bundle", 3), ("qnndeploy-bundle", 0), ("qnndeploy-bundle", 1.0),
+@pytest.mark.parametrize("fmt, version", [("qnndeploy-bundle", 4), ("qnndeploy-bundle", 0), ("qnndeploy-bundle", 1.0),
                                           ("qnndeploy-bundle", True), ("other", 1), ("qnndeploy-bundle", None)])
 def test_unknown_manifest_format_or_version_goes_to_cpu(fmt, version):
     m = {**bundles.manifest(), "format": fmt, "format_version": version}
     d = run(m)
     assert not d.npu and d.paths == {} and d.soc == "SM8750"
-    assert "is not supported (this app reads \"qnndeploy-bundle\" versions 1 to 2)" in d.reason
-    assert run({**bundles.manifest(), "format_version": 3}).reason.startswith(
-        'bundle manifest format "qnndeploy-bundle" version 3 is not supported')
+    assert "is not supported (this app reads \"qnndeploy-bundle\" versions 1 to 3)" in d.reason
+    assert run({**bundles.manifest(), "format_version": 4}).reason.startswith(
+        'bundle manifest format "qnndeploy-bundle" version 4 is not supported')
 
 
 def test_a_v1_manifest_is_still_read():
@@ -263,3 +263,16 @@ def test_the_runtime_version_is_recorded_only_once_the_libraries_loaded():
     assert run(m, load_errors={"libQnnHtp.so": "dlopen failed"}, runtime_version="2.48.0").runtime_version is None
     assert run(m, device=Device("SM8650", None, 34), runtime_version="2.48.0").runtime_version is None
     assert run({**m, "qairt": "not an object"}, runtime_version="2.48.0").npu
+
+
+def test_a_shared_context_binary_serves_each_of_its_graphs():
+    m = bundles.shared(bundles.manifest())
+    assert schema_errors(m) == []
+    binary = run(m, npu_format=CONTEXT_BINARY)
+    assert binary.npu and binary.paths == {"det": "npu/SM8750/pair.bin", "rec": "npu/SM8750/pair.bin"}
+    assert binary.files.count("npu/SM8750/pair.bin") == 1  # pushed and copied once, loaded once
+    wrapped = run(m, npu_format=EPCONTEXT)
+    assert wrapped.npu and wrapped.paths == {"det": "npu/SM8750/det_ctx.onnx", "rec": "npu/SM8750/rec_ctx.onnx"}
+    assert "npu/SM8750/pair.bin" in wrapped.files
+    lacking = run(bundles.shared(bundles.manifest(), graphs=("det", "x")), npu_format=CONTEXT_BINARY)
+    assert not lacking.npu and lacking.reason_key == "graph_file_missing" and '"rec"' in lacking.reason

@@ -348,3 +348,29 @@ def test_a_refused_write_is_a_clear_error(device, tmp_path):
     (tmp_path / "f").write_bytes(b"x")
     with pytest.raises(QnnDeployError, match=r"refused to write /data/local/tmp \(couldn't create file: Is a dir"):
         adb.connect().push_files([(tmp_path / "f", "/data/local/tmp")])
+
+
+def test_a_shared_context_goes_once_and_each_graph_is_named_in_its_input_lists(device, compiled, launcher, tmp_path):
+    """det and rec compiled into one context binary (compile --share): the phone gets it once, and qnn-net-run gets
+    one input list per graph of the context, "__" for the one not run. The stand-in checks that form and then
+    says why it cannot run the graph (the host emulator crashes on shared-weight contexts)."""
+    from elfgen import fake_sdk
+
+    from qnndeploy.bundle.build import build_bundle, spec_from_build
+    from qnndeploy.compile import compile_models
+
+    assert compile_models(dict(compiled["cpu"]), ["SM8750"], tmp_path / "build", shares={"pair": ["det", "rec"]},
+                          use_cache=False).ok
+    spec = spec_from_build(tmp_path / "build", "demo", "1.0.0")
+    spec.sdk_root, spec.license = fake_sdk(tmp_path / "sdk", ["v79"]), "Apache-2.0"
+    shared = build_bundle(spec, tmp_path / "bundle").path
+    code, out = verify(str(shared), "--runner", str(launcher), "--json", records=tmp_path / "records")
+    assert code == 1, out
+    on = phone_files(device)
+    assert "npu/SM8750/pair.bin" in on and not [p for p in on if p.endswith(("det.bin", "rec.bin"))]
+    graphs = out["devices"][0]["graphs"]
+    assert [(g["graph"], g["context"], g["status"]) for g in graphs] == [
+        ("det", f"{REMOTE}/npu/SM8750/pair.bin", "error"), ("rec", f"{REMOTE}/npu/SM8750/pair.bin", "error")]
+    assert "graph 1 of 2 of pair.bin (input lists first_input.txt,__)" in graphs[0]["reason"]
+    assert "graph 2 of 2 of pair.bin (input lists __,first_input.txt)" in graphs[1]["reason"]
+    assert "cannot run a context whose graphs share weights" in graphs[1]["reason"]

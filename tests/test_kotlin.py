@@ -41,7 +41,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.needs_kotlin]
 
 HERE = Path(__file__).parent / "kotlin"
 PACKAGE = "com.example.qnnsample"  # tests/kotlin/*.kt import the glue from this package
-UNIT_TESTS = 22  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
+UNIT_TESTS = 23  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
 
 
 @pytest.fixture(scope="session")
@@ -99,7 +99,8 @@ def test_all_generated_kotlin_compiles(rendered, kotlin):
 def test_selector_unit_tests_pass_on_the_jvm(rendered, kotlin):
     manifests = kotlin["out"] / "manifests.json"
     manifests.write_text(json.dumps({"two_targets": bundles.manifest(),
-                                     "bundled": bundles.manifest(runtime="bundled")}))
+                                     "bundled": bundles.manifest(runtime="bundled"),
+                                     "shared": bundles.shared(bundles.manifest())}))
     scratch = kotlin["out"] / "scratch"
     done = run_jvm(kotlin, "qnndeploy.tests.SelectorTestsKt", str(manifests),
                    str(rendered["app"].glue / "bundle" / "assets"), str(scratch))
@@ -137,6 +138,8 @@ def agreement_cases(real_manifest: dict) -> tuple[list[dict], list[dict]]:
         real_manifest, two, bundled, no_v79, bundles.manifest(formats=(CONTEXT_BINARY,)),
         bundles.manifest(targets=()), bundles.manifest(targets=("SM8750", "SM8850", "QCS9100")),
         {**two, "format_version": 1}, bundles.manifest(external=("det", "rec")), {**two, "format": "something-else"},
+        bundles.shared(two), bundles.shared(bundles.manifest(formats=(CONTEXT_BINARY,))),
+        bundles.shared(two, graphs=("det", "other")),
     ]
     versions = [{**two, "format_version": v} for v in ODD_VERSIONS]
     runtimes = [{**m, "qairt": {**m["qairt"], "min_runtime": r}} for m in (two, bundled) for r in MIN_RUNTIMES]

@@ -15,6 +15,7 @@ from qnndeploy.bundle.verify import verify_bundle
 from qnndeploy.cli import cli
 from qnndeploy.compile import compile_models, shares_from_args
 from qnndeploy.errors import QnnDeployError
+from qnndeploy.scaffold import scaffold
 
 pytestmark = pytest.mark.needs_qnn
 
@@ -84,6 +85,10 @@ def test_validate_runs_each_graphs_twin_and_bundle_verify_accepts_the_shared_bin
         for g in ("prefill", "decode"):
             assert epcontext.context_refs(bundle / "npu" / soc / f"{g}_ctx.onnx") == ["lm.bin"]
     assert verify_bundle(bundle).ok
+    glue = scaffold(bundle, "com.example.lm", tmp_path / "glue")
+    assert (glue.path / "bundle" / "assets" / "qnndeploy" / "npu" / "SM8750" / "lm.bin").is_file()
+    with pytest.raises(QnnDeployError, match="runs the first graph of a context binary only: use --engine ort"):
+        scaffold(bundle, "com.example.lm", tmp_path / "sherpa", engine="sherpa-onnx")
 
     # a shared binary needs format 3: an older manifest cannot say that one binary serves two graphs
     manifest["format_version"] = 2

@@ -118,11 +118,6 @@ def file_entries(manifest: JSON) -> list[tuple[str, JSON]]:
     return entries
 
 
-def artifact_graphs(artifact: JSON) -> list[str]:
-    """The graphs an artifact serves: its "graph", or the "graphs" of a shared context binary (format 3)."""
-    return list(artifact.get("graphs") or [artifact["graph"]])
-
-
 def external_data_path(model: str, location: str | bytes) -> str | None:
     """The bundle path of the data file `location` named by the model at bundle path `model`, or None when the
     location could leave the model's folder (absolute, '..', '.', empty segments, backslashes) or is not text (protobuf

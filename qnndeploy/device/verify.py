@@ -28,6 +28,7 @@ from qnndeploy.device import runner
 from qnndeploy.device.adb import Device, LocalFile, Progress, connect, list_devices
 from qnndeploy.errors import EXIT_BAD_INPUT, QnnDeployError
 from qnndeploy.fileio import JSON, sha256_file, write_json
+from qnndeploy.formats import artifact_graphs
 from qnndeploy.onnxio import class_axes
 from qnndeploy.samples import Sample
 
@@ -217,8 +218,10 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
         result.runner = runner.REMOTE_RUNNER
         assert job.runner_sha256 is not None  # hashed with the runner, in Job()
         runner.install(dev, job.runner, job.runner_sha256)
+        graphs_of = {a["path"]: artifact_graphs(a) for t in job.manifest["targets"] for a in t["artifacts"]}
         for graph, context in choice.paths.items():
-            result.graphs.append(_run_graph(dev, job, graph, f"{job.remote_dir}/{context}", result))
+            result.graphs.append(_run_graph(dev, job, graph, f"{job.remote_dir}/{context}", result,
+                                            graphs_of.get(context, [graph])))
     elif choice.npu:
         result.runner_note = ("no runner: pass --runner PATH or --qnn-sdk-root DIR to run the context binaries on "
                               "the phone and compare them with the CPU model")
@@ -271,8 +274,16 @@ def _same_qairt(manifest: JSON, path: Path, builds: set[str]) -> None:
                              "'Unsupported context binary version')", EXIT_BAD_INPUT)
 
 
-def _run_graph(dev: Device, job: Job, graph: str, context: str, result: DeviceVerification) -> GraphRun:
-    """Run one context binary twice (one inference, then N) on the phone and compare with the CPU outputs."""
+def _lists(graph: str, graphs: list[str], input_list: str) -> str:
+    """qnn-net-run's --input_list for one graph of a context: one list per graph of the context, in its order,
+    "__" for a graph not to run."""
+    return ",".join(input_list if g == graph else "__" for g in graphs)
+
+
+def _run_graph(dev: Device, job: Job, graph: str, context: str, result: DeviceVerification,
+               graphs: list[str]) -> GraphRun:
+    """Run one graph of a context binary twice (one inference, then N) on the phone and compare with the CPU
+    outputs. `graphs`: the context's graphs, in order (one unless it is shared)."""
     run = GraphRun(graph, context, "error")
     samples, expected, run.inputs = job.reference(graph)
     lines = max(job.runs, len(samples))
@@ -286,8 +297,9 @@ def _run_graph(dev: Device, job: Job, graph: str, context: str, result: DeviceVe
         dev.run(f"rm -rf {shlex.quote(workdir)} && mkdir -p {shlex.quote(workdir)}", check=True)
         dev.push_files([(p, f"{workdir}/{p.relative_to(local / 'up').as_posix()}")
                         for p in sorted((local / "up").rglob("*")) if p.is_file()])
-        first = runner.run(dev, workdir, context, *env, native, runner.FIRST_INPUT, "out_first")
-        timed = first if first.code != 0 else runner.run(dev, workdir, context, *env, native)
+        first = runner.run(dev, workdir, context, *env, native, _lists(graph, graphs, runner.FIRST_INPUT), "out_first")
+        timed = first if first.code != 0 else runner.run(dev, workdir, context, *env, native,
+                                                         _lists(graph, graphs, runner.INPUT_LIST))
         failed = first if first.code != 0 else timed if timed.code != 0 else None
         if failed is not None:
             last = next((ln.strip() for ln in reversed(failed.output.splitlines()) if ln.strip()), "no output")

@@ -13,7 +13,9 @@ What it checks, in the order the real HTP backend loads things:
 - the context binary: the HTP arch it was compiled for is read from it (QNN embeds "soc_type=SM8750;arch=79");
 - the Skel: libQnnHtpV<arch>Skel.so must be in a folder of ADSP_LIBRARY_PATH (';'-separated), else it prints
   errors like the DSP loader's ("Failed to load skel, error: 4000", device creation 1008) and exits 1.
-Then it runs the context on the host HTP emulator of onnxruntime-qnn. ONNX Runtime loads a context binary
+A context of several graphs (compile --share) is checked for one input list per graph ("__" for a graph not to run)
+and then refused (exit 2): the host emulator crashes on contexts whose graphs share weights. Otherwise it runs
+the context on the host HTP emulator of onnxruntime-qnn. ONNX Runtime loads a context binary
 through its EPContext wrapper, so it REQUIRES <graph>_ctx.onnx beside <graph>.bin (bundles carry it as the
 ort-epcontext artifact). Inputs are read from the raw files of the input list, outputs written to
 DIR/Result_<line>/<name>.raw: the numbers are the HTP emulator's, really computed.
@@ -111,6 +113,19 @@ def main(argv: list[str]) -> None:
               "     0.5ms [ ERROR ] <E> Failed to create device: 1008",
               "Device Creation failure")
 
+    # A context of several graphs (compile --share) takes one input list per graph, in the context's order, "__"
+    # for a graph not to run (qnn-net-run's documented --input_list form for several graphs).
+    from qnndeploy import qnnsystem
+
+    graphs = [g.name for g in qnnsystem.read_context(binary).graphs]
+    lists = args["--input_list"].split(",")
+    if len(lists) != len(graphs):
+        _fail(f"ERROR: --input_list gives {len(lists)} list(s) for a context of {len(graphs)} graph(s)")
+    chosen = [i for i, name in enumerate(lists) if name != "__"]
+    if len(graphs) > 1:
+        _fail(f"STAND-IN qnn-net-run: graph {chosen[0] + 1 if chosen else '?'} of {len(graphs)} of {binary.name} "
+              f"(input lists {args['--input_list']}): the host HTP emulator cannot run a context whose graphs share "
+              "weights; run it on a phone", code=2)
     wrapper = binary.with_name(binary.stem + "_ctx.onnx")
     if not wrapper.is_file():
         _fail(f"STAND-IN: {wrapper.name} must sit beside {binary.name}: the host HTP emulator loads a context "

@@ -212,11 +212,11 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
         },
         "a manifest of an unknown format version goes to the CPU with that reason; version 1 is still read" to {
             val host = FakeHost()
-            val d = QnnSelector.decide(m.copy(formatVersion = 3L), sm8750, host, LIB_DIR)
+            val d = QnnSelector.decide(m.copy(formatVersion = 4L), sm8750, host, LIB_DIR)
             assertFalse(d.npu)
             assertEquals(
-                "bundle manifest format \"qnndeploy-bundle\" version 3 is not supported (this app reads " +
-                    "\"qnndeploy-bundle\" versions 1 to 2): scaffold again",
+                "bundle manifest format \"qnndeploy-bundle\" version 4 is not supported (this app reads " +
+                    "\"qnndeploy-bundle\" versions 1 to 3): scaffold again",
                 d.reason,
             )
             assertEquals(emptyList(), host.calls)
@@ -426,6 +426,15 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             assertEquals("libQnnHtpVv79Skel.so", QnnSelector.qnnLibraries("vv79").skel)
             assertEquals("libQnnHtpVStub.so", QnnSelector.qnnLibraries("").stub)
         },
+        "a context binary shared by several graphs (format 3) serves each of them" to {
+            val shared = BundleManifest.from(manifests["shared"])
+            val binary = shared.targets[1].artifacts.first()
+            assertEquals(listOf("npu/SM8750/pair.bin", "", "det,rec"), listOf(binary.path, binary.graph, binary.graphs.joinToString(",")))
+            assertTrue(binary.serves("det") && binary.serves("rec") && !binary.serves("pair"))
+            val d = QnnSelector.decide(shared, sm8750, FakeHost(), LIB_DIR, FileFormat.QNN_CONTEXT_BINARY)
+            assertEquals(mapOf("det" to "npu/SM8750/pair.bin", "rec" to "npu/SM8750/pair.bin"), d.paths)
+            assertEquals(1, d.files.count { it == "npu/SM8750/pair.bin" })
+        },
         "the manifest is parsed once into typed classes; a damaged one says what is wrong" to {
             assertEquals(listOf("SM8550", "SM8750"), bundled.targets.map { it.soc })
             val target = bundled.targets[1]
@@ -439,7 +448,7 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             assertEquals(listOf(FileFormat.ONNX, FileFormat.ONNX), m.cpu.map { it.format })
             assertEquals("demo 1.0.0", m.bundleVersion)
             val raw = manifests["two_targets"] as Map<*, *>
-            val newer = BundleManifest.from(raw + ("format_version" to 3L))
+            val newer = BundleManifest.from(raw + ("format_version" to 4L))
             assertFalse(newer.supported)
             assertEquals(emptyList(), newer.targets, "a format this app does not read is not parsed further")
             val damaged = raw + ("targets" to listOf(mapOf("soc" to "SM8750", "artifacts" to emptyList<Any>())))

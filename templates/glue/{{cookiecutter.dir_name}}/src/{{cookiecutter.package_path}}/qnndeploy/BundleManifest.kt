@@ -17,11 +17,16 @@ enum class RuntimeMode { BUNDLED, EXTERNAL }
 data class BundleFile(
     val path: String,
     val sha256: String,
-    /** the graph it belongs to; empty for a runtime library */
+    /** the graph it belongs to; empty for a runtime library and for a shared context binary */
     val graph: String = "",
     /** null for a runtime library */
     val format: FileFormat? = null,
-)
+    /** a context binary shared by several graphs (format 3): their names */
+    val graphs: List<String> = emptyList(),
+) {
+    /** Whether this file is (or holds) the graph's. */
+    fun serves(graph: String): Boolean = this.graph == graph || graph in graphs
+}
 
 /** An input or output of a graph; null in shape is a symbolic dimension. */
 data class Tensor(val name: String, val dtype: String, val shape: List<Long?> = emptyList())
@@ -103,7 +108,8 @@ data class BundleManifest(
 
         private fun file(m: Map<*, *>): BundleFile {
             val format = m["format"]?.let { id -> FileFormat.entries.firstOrNull { it.id == id } ?: bad("format", m) }
-            return BundleFile(m.text("path"), m.text("sha256"), m["graph"] as? String ?: "", format)
+            val graphs = m.list("graphs").map { it as? String ?: bad("graphs", m) }
+            return BundleFile(m.text("path"), m.text("sha256"), m["graph"] as? String ?: "", format, graphs)
         }
 
         private fun tensor(m: Map<*, *>): Tensor =

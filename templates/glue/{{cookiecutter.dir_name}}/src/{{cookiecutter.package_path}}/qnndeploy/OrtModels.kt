@@ -37,12 +37,20 @@ class OrtModels private constructor(val selection: Selection, val sessions: Map<
             }
         }
 
-        /** Session options for a decision: the QNN EP with the HTP backend on the NPU, plain options on the CPU. */
-        fun sessionOptions(decision: Decision, htpPerformanceMode: String): OrtSession.SessionOptions {
+        /**
+         * Session options for a decision: the QNN EP with the HTP backend on the NPU, plain options on the CPU.
+         * shareContext: the graphs' sessions load one shared context binary once (ep.share_ep_contexts).
+         */
+        fun sessionOptions(
+            decision: Decision,
+            htpPerformanceMode: String,
+            shareContext: Boolean = false,
+        ): OrtSession.SessionOptions {
             val options = OrtSession.SessionOptions()
             if (decision.npu) {
                 // The whole graph must run on the HTP: a node left on the CPU would be a silent slowdown.
                 options.addConfigEntry("session.disable_cpu_ep_fallback", "1")
+                if (shareContext) options.addConfigEntry("ep.share_ep_contexts", "1")
                 options.addQnn(
                     mapOf(
                         "backend_path" to (decision.backendLib ?: "libQnnHtp.so"),
@@ -57,7 +65,9 @@ class OrtModels private constructor(val selection: Selection, val sessions: Map<
             val opened = LinkedHashMap<String, OrtSession>()
             try {
                 for (graph in selection.decision.paths.keys) {
-                    sessionOptions(selection.decision, mode).use { opened[graph] = env.createSession(selection.path(graph), it) }
+                    sessionOptions(selection.decision, mode, selection.sharesContext).use {
+                        opened[graph] = env.createSession(selection.path(graph), it)
+                    }
                 }
             } catch (e: Exception) {
                 opened.values.forEach { it.close() }

@@ -139,7 +139,7 @@ object QnnSelector {
         }
         val paths = LinkedHashMap<String, String>()
         for (graph in manifest.graphs) {
-            val artifact = target.artifacts.firstOrNull { it.graph == graph.name && it.format == npuFormat }
+            val artifact = target.artifacts.firstOrNull { it.serves(graph.name) && it.format == npuFormat }
             if (artifact == null) {
                 val reason = Reasons.graphFileMissing(soc = soc, format = npuFormat.id, graph = graph.name)
                 return cpu(manifest, identity, reason)

@@ -43,6 +43,13 @@ class Selection internal constructor(
     private var npuFailure: Throwable? = null
     private var fallback: Selection? = null
 
+    /**
+     * Whether graphs of the chosen target share one context binary (compile --share): their sessions must then
+     * share the loaded context (ONNX Runtime's ep.share_ep_contexts), or each would load the whole binary again.
+     */
+    val sharesContext: Boolean
+        get() = decision.npu && manifest.targets.any { t -> t.artifacts.any { it.graphs.size > 1 && it.path in decision.files } }
+
     /** The absolute path of the model to load for a graph (a context binary, an EPContext .onnx or an .onnx). */
     fun path(graph: String): String {
         val path = decision.paths[graph] ?: throw IllegalArgumentException("graph '$graph' is not in this decision")
