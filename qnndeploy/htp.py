@@ -94,6 +94,8 @@ def session_options(soc: Soc, *, fp16: bool = True, context_path: Path | None = 
     if fp16:
         options["enable_htp_fp16_precision"] = "1"
     options.update(provider or {})
+    if "backend_path" in options:  # the QNN EP takes one of the two
+        del options["backend_type"]
     so.add_provider_for_devices(list(_devices()), options)
     return so
 

@@ -673,11 +673,18 @@ def test_from_build_refuses_failed_jobs(inputs, tmp_path):
 
 
 def test_another_graphs_file_is_caught(inputs, tmp_path):
-    """The dec binary and wrapper filed as enc's: the wrapper's signature gives it away."""
+    """The dec binary and wrapper filed as enc's: one binary given for two graphs is taken for a shared context,
+    and its own metadata gives it away (one graph in it); dec's wrapper beside enc's binary runs a graph that
+    binary does not hold."""
     npu = {"SM8750": {"enc": [inputs["npu"]["SM8750"]["dec"][0], inputs["root"] / "SM8750/dec_ctx.onnx"],
                       "dec": [inputs["npu"]["SM8750"]["dec"][0], inputs["root"] / "SM8750/dec_ctx.onnx"]}}
-    with pytest.raises(QnnDeployError, match=r"npu/SM8750/enc_ctx.onnx: has inputs \(x float32\[1, 32\]\).*"
-                                             r"graph 'enc' is \(x float32\[1, 16\]\)"):
+    with pytest.raises(QnnDeployError, match=r"npu/SM8750/dec_ctx_qnn.bin: holds 1 graph\(s\) \(QNNExecutionProvider_"
+                                             r".*\), but the manifest gives it 2 \(enc, dec\)"):
+        build_bundle(spec(inputs, npu=npu, sdk_root=None), tmp_path / "out")
+    npu["SM8750"]["dec"] = inputs["npu"]["SM8750"]["dec"]
+    npu["SM8750"]["enc"] = [inputs["npu"]["SM8750"]["enc"][0], inputs["root"] / "SM8750/dec_ctx.onnx"]
+    with pytest.raises(QnnDeployError, match=r"npu/SM8750/enc.bin: holds no graph 'QNNExecutionProvider_.*', the "
+                                             r"one graph 'enc''s EPContext wrapper runs .*\(and 1 more\)"):
         build_bundle(spec(inputs, npu=npu, sdk_root=None), tmp_path / "out")
 
 

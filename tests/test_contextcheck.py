@@ -73,7 +73,7 @@ def test_another_graphs_binary_is_caught_by_the_graph_its_wrapper_runs(bundle: P
     copy, path = _swap(bundle, tmp_path, drop_wrapper=False)
     problems = [p.message for p in verify_bundle(copy).problems if p.path == path]
     assert len(problems) == 1 and problems[0].startswith("holds no graph 'QNNExecutionProvider_"), problems
-    assert "for graph 'prefill'" in problems[0]
+    assert "the one graph 'prefill''s EPContext wrapper runs" in problems[0]
 
 
 def test_without_libqnnsystem_the_markers_decide_and_the_report_says_so(bundle: Path, tmp_path: Path,

@@ -51,6 +51,13 @@ def test_one_binary_per_soc_holds_both_graphs_and_saves_the_shared_weights(build
         for g in ("prefill", "decode"):
             assert epcontext.context_refs(folder / f"{g}_ctx.onnx") == ["lm.bin"]
             assert epcontext.context_refs(folder / f"twin-{g}_ctx.onnx") == [f"twin-{g}.bin"]
+        # read back from the binary by libQnnSystem: both graphs, in compile order, with the models' tensors
+        context = record["context"]
+        assert context["dsp_arch"] == {"SM8750": "v79", "SM8650": "v75"}[soc] and context["blob_version"] == "4.0"
+        assert [[(t["name"], t["dims"], t["dtype"]) for t in g["inputs"]] for g in context["graphs"]] == [
+            [("input_ids", [1, 32], "int32")],
+            [("input_ids", [1, 1], "int32"), ("position", [1, 1], "int32"),
+             ("past_keys", [2, 1, 4, 32, 32], "float32"), ("past_values", [2, 1, 4, 32, 32], "float32")]]
         shared, apart = record["shared"]["shared_bytes"], record["shared"]["separate_bytes"]
         assert shared == (folder / "lm.bin").stat().st_size
         assert apart == sum((folder / f"twin-{g}.bin").stat().st_size for g in ("prefill", "decode"))

@@ -23,6 +23,7 @@ from qnndeploy.bundle.verify import (
     Problem,
     check_manifest,
     check_warnings,
+    read_contexts,
 )
 from qnndeploy.decision import BACKEND_LIB, SYSTEM_LIB, qnn_libraries
 from qnndeploy.errors import QnnDeployError
@@ -408,7 +409,8 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
                 "records": [entry(f"records/{name}") for name in records],
             }
             write_json(tmp / MANIFEST, manifest)
-            problems = check_manifest(manifest, facts, set(facts), tmp)
+            contexts, missing = read_contexts(tmp, [rel for rel in bin_graphs if rel in facts])
+            problems = check_manifest(manifest, facts, set(facts), tmp, contexts=contexts)
             if problems:
                 more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
                 raise QnnDeployError(f"the bundle would not verify: {problems[0].path}: {problems[0].message}{more}")
@@ -424,7 +426,9 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
         raise
 
     rt = manifest["runtime"]
-    warnings = check_warnings(manifest, facts)
+    warnings = check_warnings(manifest, facts, contexts)
+    if missing:
+        warnings.append(Problem(MANIFEST, f"context binaries checked by their markers only: {missing}"))
     for soc, v in spec.validation.items():
         for graph, g in v.get("graphs", {}).items():
             if g["passed"] is not True:

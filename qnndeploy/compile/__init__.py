@@ -27,8 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnndeploy import __version__, fileio, htp
+from qnndeploy import __version__, contextcheck, epcontext, fileio, htp, qnnsystem
 from qnndeploy import socs as catalog
+from qnndeploy.bundle.manifest import graph_signature
 from qnndeploy.compile import cache, logs
 from qnndeploy.compile.jobs import (
     Backend,
@@ -42,11 +43,12 @@ from qnndeploy.compile.jobs import (
 )
 from qnndeploy.compile.ort import OrtBackend
 from qnndeploy.compile.qairt import QairtBackend
-from qnndeploy.errors import QnnDeployError
+from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError
 from qnndeploy.fileio import JSON, sha256_file, staging_dir, write_json
-from qnndeploy.formats import CONTEXT_BINARY
+from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.markers import scan_file
 from qnndeploy.onnxio import model_inputs, require_model_file
+from qnndeploy.qnnsystem import ContextInfo
 from qnndeploy.records import RECORD, RECORD_FILE, RECORD_VERSION, read_record
 from qnndeploy.samples import folder_for, load_samples, sample_files
 
@@ -427,6 +429,7 @@ def _ok_record(job: Job, be: Backend, work: Path, compiled: Compiled, findings: 
 
     record = _base_record(job, be, out)
     warnings = [str(f) for f in findings if f.kind != logs.ERROR] + compiled.warnings
+    targets: set[tuple[str, int]] = set()  # the (SoC, arch) markers of the binary
     for name, fmt in compiled.files:
         path = work / name
         if not path.is_file():
@@ -435,16 +438,47 @@ def _ok_record(job: Job, be: Backend, work: Path, compiled: Compiled, findings: 
         facts = scan_file(path, markers=fmt == CONTEXT_BINARY)  # hash, size and QNN markers in one read
         if fmt == CONTEXT_BINARY and not twin:
             record["qairt_build"] = min(facts.builds, default=None)
-            warnings += _target_warnings(job.soc, facts.context_targets)
+            targets = facts.context_targets
         record["outputs"].append({"path": name, "sha256": facts.sha256, "size": facts.size, "format": fmt,
                                   **({"graph": compiled.graphs[name]} if name in compiled.graphs else {}),
                                   **({"twin": True} if twin else {})})
-    if not any(o["format"] == CONTEXT_BINARY for o in record["outputs"]):
+    binary = next((o["path"] for o in record["outputs"] if o["format"] == CONTEXT_BINARY and not o.get("twin")), None)
+    if binary is None:
         raise CompileError(f"the {be.name} backend made no QNN context binary")
+    try:
+        context = qnnsystem.read_context(work / binary)
+    except QnnDeployError as e:
+        if e.exit_code != EXIT_MISSING_TOOL:
+            raise CompileError(f"libQnnSystem cannot read the compiled {binary}: {e}") from None
+        warnings += _target_warnings(job.soc, targets)  # no library: the markers say what they can
+    else:
+        record["context"] = contextcheck.summary(context)
+        warnings += _context_findings(job, work, context, record["outputs"])
     if compiled.shared_saving is not None:
         record["shared"] = compiled.shared_saving
     return {**record, "duration_s": round(seconds, 3), "warnings": warnings, "status": "ok", "error": None,
             "cache_key": job.cache_key}
+
+
+def _context_findings(job: Job, work: Path, context: ContextInfo, outputs: list[JSON]) -> list[str]:
+    """The compiled binary read back: each graph must have its model's signature (else the job fails); its SoC,
+    arch, spill-fill and VTCM give warnings."""
+    members = job.members or (Member(job.graph, job.model, job.model_sha256, job.calibration),)
+    wrappers = {o.get("graph") or job.graph: o["path"] for o in outputs if o["format"] == EPCONTEXT
+                and not o.get("twin")}
+    wanted: dict[str, str | None] = {}
+    for m in members:
+        names = epcontext.graph_names(work / wrappers[m.graph]) if m.graph in wrappers else []
+        wanted[m.graph] = names[0] if len(names) == 1 else None
+    found, problems = contextcheck.match_graphs(context, wanted)
+    for m in members:
+        sig = graph_signature(m.model)
+        if m.graph in found and (why := contextcheck.signature_problem(found[m.graph], m.graph,
+                                                                      (sig.inputs, sig.outputs))) is not None:
+            problems.append(why)
+    if problems:
+        raise CompileError(f"the compiled binary does not hold what was compiled: {problems[0]}")
+    return contextcheck.target_problems(context, job.soc) + contextcheck.resource_warnings(context, job.soc)
 
 
 def _failed_record(job: Job, be: Backend, error: str, findings: list[logs.Finding], seconds: float,

@@ -46,3 +46,29 @@ def elf_machine(path: str) -> int | None:
     if len(head) < 20 or head[:4] != b"\x7fELF":
         return None
     return struct.unpack_from("<H", head, 18)[0]
+
+
+def library_source(path: str) -> str:
+    """The ONNX model a stand-in model library was made from (the converter names it in the .cpp)."""
+    data = Path(path).read_bytes()
+    start = data.find(b"source=")
+    return data[start + 7:data.index(b"\0", start)].decode() if start >= 0 else ""
+
+
+def compile_context(model: str, out: str, soc_id: int, dsp_arch: str, vtcm_mb: int, level: int) -> None:
+    """A real context binary of `model` at `out`, from onnxruntime-qnn's HTP compiler."""
+    import tempfile
+
+    import onnxruntime as ort
+
+    from qnndeploy import htp, qnnsystem, socs
+
+    # the wheel's HTP library by its path: LD_LIBRARY_PATH names this stand-in SDK's, which loads nowhere
+    backend = str(qnnsystem.library_path().with_name("libQnnHtp.so"))
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = Path(tmp) / "model_ctx.onnx"
+        options = htp.session_options(socs.find(soc_id), fp16=True, context_path=ctx,
+                                      provider={"backend_path": backend, "vtcm_mb": str(vtcm_mb),
+                                                "htp_graph_finalization_optimization_mode": str(level)})
+        ort.InferenceSession(model, options)
+        (Path(tmp) / "model_ctx_qnn.bin").replace(out)
