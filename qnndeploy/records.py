@@ -51,6 +51,7 @@ class CompileRecord:
     cache_key: str | None
     shared: str | None = None  # the shared context (compile --share) this graph was compiled into
     twins: tuple[JobFile, ...] = ()  # for a member of a shared context: itself compiled alone, for the emulator
+    htp: JSON | None = None  # {"vtcm_mb", "optimization_mode", "spill_fill"} it was compiled with
 
     @classmethod
     def from_json(cls, folder: Path, data: dict[str, Any]) -> list[CompileRecord]:
@@ -58,12 +59,13 @@ class CompileRecord:
         files = tuple(JobFile(**o) for o in data.get("outputs", []))
         common = (data["soc"], data["soc_id"], data["dsp_arch"], data["backend"], data["qairt_version"],
                   data["precision"], data["status"])
+        htp = htp_settings(data["options"])
         if "members" not in data:
             return [cls(folder, data["graph"], *common, Path(data["input"]["path"]), data["input"]["sha256"], files,
-                        data.get("cache_key"))]
+                        data.get("cache_key"), htp=htp)]
         return [cls(folder, m["graph"], *common, Path(m["input"]["path"]), m["input"]["sha256"],
                     tuple(f for f in files if not f.twin and f.graph in (None, m["graph"])), data.get("cache_key"),
-                    data["graph"], tuple(f for f in files if f.twin and f.graph == m["graph"]))
+                    data["graph"], tuple(f for f in files if f.twin and f.graph == m["graph"]), htp)
                 for m in data["members"]]
 
     def output(self, fmt: str) -> JobFile | None:
@@ -94,6 +96,15 @@ class ValidationRecord:
             return None
         data = json.loads(path.read_text())
         return cls(data["passed"], data["thresholds"], tuple(data["outputs"]), (data.get("binary") or {}).get("sha256"))
+
+
+def htp_settings(options: dict[str, Any]) -> JSON:
+    """The HTP settings a compile record's backend options hold (ort: the QNN EP's options; qairt: its HTP
+    config), in the manifest's terms."""
+    config = options.get("htp_config") or {}
+    return {"vtcm_mb": options.get("vtcm_mb", config.get("vtcm_mb")),
+            "optimization_mode": options.get("htp_graph_finalization_optimization_mode", config.get("O")),
+            "spill_fill": bool(options.get("enable_htp_spill_fill_buffer"))}
 
 
 def read_record(path: Path) -> JSON | None:

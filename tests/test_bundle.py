@@ -1152,3 +1152,10 @@ def test_sizes_are_compared_before_any_hashing(bundle, monkeypatch):
     assert one_line_problems(bundle) == [
         f"records/big.bin: has {1 << 40} bytes, the manifest says 10 (truncated or replaced)"]
     assert "big.bin" not in read and read  # the other files were read
+
+
+def test_the_schema_knows_the_performance_modes_the_cli_takes():
+    from qnndeploy.bundle.manifest import schema
+    from qnndeploy.formats import PERFORMANCE_MODES
+
+    assert schema()["properties"]["htp"]["properties"]["performance_mode"]["enum"] == list(PERFORMANCE_MODES)

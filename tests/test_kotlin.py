@@ -100,7 +100,8 @@ def test_selector_unit_tests_pass_on_the_jvm(rendered, kotlin):
     manifests = kotlin["out"] / "manifests.json"
     manifests.write_text(json.dumps({"two_targets": bundles.manifest(),
                                      "bundled": bundles.manifest(runtime="bundled"),
-                                     "shared": bundles.shared(bundles.manifest())}))
+                                     "shared": {**bundles.shared(bundles.manifest()),
+                                                "htp": {"performance_mode": "sustained_high_performance"}}}))
     scratch = kotlin["out"] / "scratch"
     done = run_jvm(kotlin, "qnndeploy.tests.SelectorTestsKt", str(manifests),
                    str(rendered["app"].glue / "bundle" / "assets"), str(scratch))

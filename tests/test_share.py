@@ -78,11 +78,14 @@ def test_validate_runs_each_graphs_twin_and_bundle_verify_accepts_the_shared_bin
     assert record["binary"]["path"] == "lm.bin" and record["emulated"]["path"] == "twin-decode_ctx.onnx"
 
     r = CliRunner().invoke(cli, ["bundle", "--from-build", str(build), "--name", "lm", "--version", "1.0",
-                                 "-o", str(tmp_path), "--json"])
+                                 "-o", str(tmp_path), "--performance-mode", "sustained_high_performance", "--json"])
     assert r.exit_code == 0, r.output
     bundle = tmp_path / "lm-1.0"
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert manifest["format_version"] == 3
+    assert manifest["htp"] == {"performance_mode": "sustained_high_performance"}
+    assert {t["soc"]: t["compile"] for t in manifest["targets"]} == {
+        s: {"vtcm_mb": None, "optimization_mode": None, "spill_fill": False} for s in SOCS}
     for t in manifest["targets"]:
         bins = [a for a in t["artifacts"] if a["format"] == "qnn-context-binary"]
         assert [(a["path"], a["graphs"]) for a in bins] == [(f"npu/{t['soc']}/lm.bin", ["prefill", "decode"])]

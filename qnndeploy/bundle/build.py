@@ -37,6 +37,7 @@ from qnndeploy.formats import (
     MANIFEST,
     MAVEN_RUNTIME,
     ONNX,
+    PERFORMANCE_MODES,
 )
 from qnndeploy.markers import FileFacts, build_version, scan_file
 from qnndeploy.records import RECORD_FILE, VALIDATION_FILE, ValidationRecord, read_build
@@ -63,6 +64,8 @@ class BundleSpec:
     license: str | None = None
     records: dict[str, Path] = field(default_factory=dict)  # name under records/ -> file
     validation: dict[str, JSON] = field(default_factory=dict)  # SoC model -> validation summary
+    htp: dict[str, JSON] = field(default_factory=dict)  # SoC model -> the HTP settings it was compiled with
+    performance_mode: str | None = None  # the HTP performance mode the glue sets (None: the glue's default)
     expected_sha256: dict[Path, str] = field(default_factory=dict)  # inputs whose hash a compile record holds
 
 
@@ -102,6 +105,10 @@ def spec_from_build(build: Path, name: str, version: str) -> BundleSpec:
         spec.npu.setdefault(soc, {})[graph] = [job / o.path for o in outputs]
         spec.expected_sha256.update({job / o.path: o.sha256 for o in outputs})
         precisions.add(rec.precision)
+        if rec.htp is not None and spec.htp.setdefault(soc, rec.htp) != rec.htp:
+            raise QnnDeployError(f"{build} has {soc} graphs compiled with different HTP settings ({spec.htp[soc]} "
+                                 f"and {rec.htp} for {graph}): compile them with the same --vtcm-mb, "
+                                 "--optimization-mode and --spill-fill")
         spec.records[f"{rec.shared or graph}-{soc}-{RECORD_FILE}"] = job / RECORD_FILE
         target = spec.validation.setdefault(soc, {"passed": True, "graphs": {}})
         summary: JSON = {"passed": None, "note": "not validated: run qnndeploy validate"}
@@ -314,6 +321,8 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
         raise QnnDeployError("a bundle needs context binaries: --npu SOC:GRAPH=graph.bin, or --from-build build/")
     if spec.qairt_version and not re.fullmatch(r"\d+\.\d+\.\d+", spec.qairt_version):
         raise QnnDeployError(f"--qairt-version {spec.qairt_version!r} is not a version X.Y.Z (e.g. 2.51.0)")
+    if spec.performance_mode is not None and spec.performance_mode not in PERFORMANCE_MODES:
+        raise QnnDeployError(f"--performance-mode {spec.performance_mode!r}: use one of {', '.join(PERFORMANCE_MODES)}")
     if spec.maven_version and not re.fullmatch(r"\d+\.\d+\.\d+", spec.maven_version):
         raise QnnDeployError(f"--maven-runtime-version {spec.maven_version!r} is not a version X.Y.Z (e.g. 2.51.0)")
     if Path(out_dir).exists() and not Path(out_dir).is_dir():
@@ -389,6 +398,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
                     "license": spec.license,
                 },
                 "graphs": graphs,
+                **({"htp": {"performance_mode": spec.performance_mode}} if spec.performance_mode else {}),
                 "targets": [
                     {
                         "soc": model, "soc_id": soc.soc_id, "dsp_arch": soc.dsp_arch, "precision": spec.precision,
@@ -398,6 +408,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
                             for _, rel, _ in plan if rel.startswith(f"npu/{model}/")
                         ],
                         "validation": spec.validation.get(model),
+                        **({"compile": spec.htp[model]} if model in spec.htp else {}),
                     }
                     for model, (soc, _) in targets.items()
                 ],

@@ -22,7 +22,7 @@ from qnndeploy.cli._common import (
     report,
 )
 from qnndeploy.errors import QnnDeployError
-from qnndeploy.formats import MANIFEST
+from qnndeploy.formats import MANIFEST, PERFORMANCE_MODES
 
 
 def require_bundle(given: Path, root: Path, result: VerifyReport) -> None:
@@ -138,6 +138,9 @@ def bundle() -> None:
 @click.option("--model-name", help="Name of the source model [default: the bundle name].")
 @click.option("--commit", help="Commit of the source model.")
 @click.option("--license", "license_", metavar="LICENSE", help="Licence of the model, e.g. Apache-2.0.")
+@click.option("--performance-mode", type=click.Choice(PERFORMANCE_MODES), metavar="MODE",
+              help="HTP performance mode the generated glue sets: " + ", ".join(PERFORMANCE_MODES)
+              + " [default: the glue's, burst].")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path(), show_default=True,
               metavar="DIR", help="Folder that receives NAME-VERSION/.")
 @click.option("--archive", type=click.Choice(["tar.gz", "zip"]), help="Also write NAME-VERSION.tar.gz or .zip.")
@@ -147,8 +150,8 @@ def bundle() -> None:
 def build(name: str, version_: str, cpu: tuple[str, ...], npu: tuple[str, ...], from_build: Path | None,
           qnn_sdk_root: Path | None, runtime_libs: Path | None, qairt_version: str | None,
           maven_runtime_version: str | None, precision: str | None, source_model: Path | None,
-          model_name: str | None, commit: str | None, license_: str | None, output: Path, archive: str | None,
-          force: bool, as_json: bool) -> None:
+          model_name: str | None, commit: str | None, license_: str | None, performance_mode: str | None,
+          output: Path, archive: str | None, force: bool, as_json: bool) -> None:
     """Assemble a bundle from context binaries and CPU models.
 
     Per-SoC context binaries, CPU fallbacks, runtime libraries and records, listed in manifest.json.
@@ -164,6 +167,7 @@ def build(name: str, version_: str, cpu: tuple[str, ...], npu: tuple[str, ...], 
     spec.maven_version = maven_runtime_version
     spec.source_model, spec.source_path, spec.commit, spec.license = model_name, source_model, commit, license_
     spec.precision = precision or spec.precision
+    spec.performance_mode = performance_mode
     with byte_progress("bundling", as_json) as progress:
         result = build_bundle(spec, output, force=force, archive_fmt=archive, progress=progress)
     if as_json:

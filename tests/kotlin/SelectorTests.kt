@@ -431,6 +431,7 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             val binary = shared.targets[1].artifacts.first()
             assertEquals(listOf("npu/SM8750/pair.bin", "", "det,rec"), listOf(binary.path, binary.graph, binary.graphs.joinToString(",")))
             assertTrue(binary.serves("det") && binary.serves("rec") && !binary.serves("pair"))
+            assertEquals("sustained_high_performance" to null, shared.htpPerformanceMode to m.htpPerformanceMode)
             val d = QnnSelector.decide(shared, sm8750, FakeHost(), LIB_DIR, FileFormat.QNN_CONTEXT_BINARY)
             assertEquals(mapOf("det" to "npu/SM8750/pair.bin", "rec" to "npu/SM8750/pair.bin"), d.paths)
             assertEquals(1, d.files.count { it == "npu/SM8750/pair.bin" })

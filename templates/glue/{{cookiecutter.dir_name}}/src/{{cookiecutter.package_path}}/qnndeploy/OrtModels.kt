@@ -19,21 +19,25 @@ class OrtModels private constructor(val selection: Selection, val sessions: Map<
     override fun close() = sessions.values.forEach { it.close() }
 
     companion object {
+        const val DEFAULT_PERFORMANCE_MODE = "burst"
+
         /**
          * Selects NPU or CPU, then opens every graph. If the NPU sessions fail to open, the failure is remembered
          * (the next starts use the CPU until the app or bundle version changes) and the CPU models are opened.
-         * htpPerformanceMode: burst, sustained_high_performance, high_performance, balanced, power_saver, ...
+         * htpPerformanceMode: burst, sustained_high_performance, high_performance, balanced, power_saver, ...;
+         * null: the bundle's (`bundle --performance-mode`), else burst.
          */
-        fun open(context: Context, htpPerformanceMode: String = "burst"): OrtModels {
+        fun open(context: Context, htpPerformanceMode: String? = null): OrtModels {
             val env = OrtEnvironment.getEnvironment()
             val selection = QnnRuntime.select(context, FileFormat.ORT_EPCONTEXT)
-            if (!selection.decision.npu) return OrtModels(selection, openAll(env, selection, htpPerformanceMode))
+            val mode = htpPerformanceMode ?: selection.manifest.htpPerformanceMode ?: DEFAULT_PERFORMANCE_MODE
+            if (!selection.decision.npu) return OrtModels(selection, openAll(env, selection, mode))
             return try {
-                OrtModels(selection, selection.guardNpuInit { openAll(env, selection, htpPerformanceMode) })
+                OrtModels(selection, selection.guardNpuInit { openAll(env, selection, mode) })
             } catch (e: OrtException) {
                 Log.w(QnnRuntime.TAG, "NPU init failed, using the CPU", e)
                 val cpu = selection.toCpu(Reasons.npuInitFailed(error = e.message ?: e.javaClass.name))
-                OrtModels(cpu, openAll(env, cpu, htpPerformanceMode))
+                OrtModels(cpu, openAll(env, cpu, mode))
             }
         }
 

@@ -57,6 +57,8 @@ data class BundleManifest(
     val cpu: List<BundleFile> = emptyList(),
     val runtime: Runtime = Runtime(),
     val qairt: Qairt = Qairt(),
+    /** the HTP performance mode the bundle asks for (`bundle --performance-mode`); null: the glue's default */
+    val htpPerformanceMode: String? = null,
 ) {
     /** Whether this app reads the manifest's format; when it does not, only format and formatVersion are set. */
     val supported: Boolean get() = format == FORMAT && formatVersion is Long && formatVersion in 1L..FORMAT_VERSION
@@ -104,6 +106,7 @@ data class BundleManifest(
                     libs = runtime.objects("libs").map(::file),
                 ),
                 qairt = Qairt(minRuntime = (m["qairt"] as? Map<*, *>)?.get("min_runtime") as? String),
+                htpPerformanceMode = (m["htp"] as? Map<*, *>)?.get("performance_mode") as? String,
             )
         }
 
