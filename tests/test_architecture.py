@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "qnndeploy"
 LAYERS = [
     {"qnndeploy", "qnndeploy.bundle", "qnndeploy.device", "qnndeploy.errors"},
     {"qnndeploy.fileio", "qnndeploy.socs", "qnndeploy.onnxio", "qnndeploy.formats", "qnndeploy.bundle.elf",
-     "qnndeploy.quantize", "qnndeploy.compat"},
+     "qnndeploy.quantize", "qnndeploy.compat", "qnndeploy.plot"},
     {"qnndeploy.bundle.archive", "qnndeploy.records", "qnndeploy.markers", "qnndeploy.epcontext",
      "qnndeploy.samples", "qnndeploy.metrics",
      "qnndeploy.htp", "qnndeploy.shapes", "qnndeploy.fuse", "qnndeploy.decision", "qnndeploy.bundle.manifest",
@@ -27,7 +27,7 @@ LAYERS = [
     {"qnndeploy.onnxcheck", "qnndeploy.prepare", "qnndeploy.compile", "qnndeploy.validate", "qnndeploy.bundle.build",
      "qnndeploy.scaffold", "qnndeploy.device.info", "qnndeploy.device.profile", "qnndeploy.device.verify",
      "qnndeploy.device.runner", "qnndeploy.compile.ort", "qnndeploy.compile.qairt",
-     "qnndeploy.contextinfo"},
+     "qnndeploy.contextinfo", "qnndeploy.prepare.split"},
     # what runs stages: the demo and the environment report, then the command line
     {"qnndeploy.demo", "qnndeploy.doctor"},
     {"qnndeploy.cli"},

@@ -533,3 +533,50 @@ def test_htp_settings_reach_the_binary_and_the_record(models, tmp_path):
     assert r.exit_code == 0 and record(out, "cls", "SM8750")["cache_key"] != key
     r = run("compile", models["cls"], "--soc", "SM8750", "--soc", "SM8550", "-o", out, "--vtcm-mb", "16")
     assert r.exit_code == 2 and "more VTCM than SM8750 (8 MB), SM8550 (8 MB)" in r.output
+
+
+def _exp_log(folder: Path) -> tuple[Path, Path]:
+    """MatMul -> Exp -> Log -> Relu: Exp spans ~e^-6..e^6, more than 16-bit activations hold finely; and 20
+    calibration samples."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((32, 32)) * 0.2).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"), helper.make_node("Exp", ["m"], ["e"], name="exp"),
+             helper.make_node("Log", ["e"], ["l"], name="log"), helper.make_node("Relu", ["l"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "explog", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, folder / "explog.onnx")
+    (folder / "calib").mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(20):
+        np.savez(folder / "calib" / f"s{i}.npz", x=(rng.standard_normal((1, 32)) * 2.5).astype(np.float32))
+    return folder / "explog.onnx", folder / "calib"
+
+
+@pytest.mark.slow
+def test_keep_fp16_leaves_the_named_nodes_unquantized(tmp_path):
+    """w8a16 with every node kept in fp16 is far closer to the CPU than plain w8a16: the option reaches the
+    quantizer and the compile (recorded, in the cache key); misuse is refused before any job."""
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler)")
+    model, calib = _exp_log(tmp_path)
+    snr = {}
+    for keep in ("", "mm,exp,log,relu"):
+        out = tmp_path / f"b{len(keep)}"
+        r = run("compile", model, "--soc", "SM8750", "--precision", "w8a16", "--calib", calib, "-o", out,
+                "--no-cache", *(["--keep-fp16", keep] if keep else []))
+        assert r.exit_code == 0, r.output
+        options = record(out, "explog", "SM8750")["options"]
+        assert options["quantization"].get("nodes_to_exclude", []) == [n for n in keep.split(",") if n]
+        assert options["enable_htp_fp16_precision"] is bool(keep)
+        r = run("validate", out, "--inputs", calib, "--json")
+        snr[keep] = json.loads(r.output)["targets"][0]["outputs"][0]["snr_db"]
+    assert snr["mm,exp,log,relu"] > snr[""] + 20, snr
+    for args, message in ((["--keep-fp16", "exp"], "applies to --precision w8a16"),
+                          (["--precision", "w8a16", "--calib", str(calib), "--keep-fp16", "nope"],
+                           "--keep-fp16 nope: no node of that name")):
+        r = run("compile", model, "--soc", "SM8750", "-o", tmp_path / "x", *args)
+        assert r.exit_code == 2 and message in r.output, r.output

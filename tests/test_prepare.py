@@ -542,3 +542,58 @@ def test_external_data_outside_the_model_folder_is_refused(tmp_path, location, m
     path = folder / "m.onnx"
     path.write_bytes(model.SerializeToString())
     assert message in _prepare_error(tmp_path, path)
+
+
+def _log_front(path: Path) -> Path:
+    """x -> Log -> MatMul -> Relu -> Add(skip from the Log) -> MatMul -> y: a log front end with a skip past it."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array((rng.standard_normal((64, 64)) * 0.1).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array((rng.standard_normal((64, 16)) * 0.1).astype(np.float32), "w2")
+    nodes = [helper.make_node("Log", ["x"], ["logx"], name="log"),
+             helper.make_node("MatMul", ["logx", "w1"], ["m1"], name="mm1"),
+             helper.make_node("Relu", ["m1"], ["r1"], name="relu"),
+             helper.make_node("Add", ["r1", "logx"], ["skip"], name="skip"),
+             helper.make_node("MatMul", ["skip", "w2"], ["y"], name="mm2")]
+    graph = helper.make_graph(nodes, "front", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], [w1, w2])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_split_at_a_tensor_chains_back_to_the_original(tmp_path):
+    """The head is what the cut needs; a tensor the tail also reads from the head (the skip) joins the cut; the
+    two parts chained by name compute the original exactly, and the record says which runs where."""
+    src = _log_front(tmp_path / "front.onnx")
+    r = CliRunner().invoke(cli, ["prepare", str(src), "--split-at", "m1", "-o", str(tmp_path / "parts.onnx"),
+                                 "--json"])
+    assert r.exit_code == 0, r.output
+    result = json.loads(r.output)
+    assert sorted(result["cut"]) == ["logx", "m1"]
+    head, tail = (onnx.load(tmp_path / f"parts-{p}.onnx") for p in ("head", "tail"))
+    assert [n.op_type for n in head.graph.node] == ["Log", "MatMul"]
+    assert [n.op_type for n in tail.graph.node] == ["Relu", "Add", "MatMul"]
+    assert {i.name for i in tail.graph.input} == {"m1", "logx"} and [o.name for o in tail.graph.output] == ["y"]
+    x = np.random.default_rng(3).uniform(1e-3, 1, (1, 64)).astype(np.float32)
+    mid = {o.name: v for o, v in zip(head.graph.output, run(tmp_path / "parts-head.onnx", {"x": x}), strict=True)}
+    (y,) = run(tmp_path / "parts-tail.onnx", {i.name: mid[i.name] for i in tail.graph.input})
+    np.testing.assert_array_equal(y, run(src, {"x": x})[0])
+    record = json.loads((tmp_path / "parts.split.json").read_text())
+    assert record["order"] == ["head", "tail"]
+    assert [(p["name"], p["runs_on"]) for p in record["parts"]] == [("head", "cpu"), ("tail", "npu")]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--split-at", "nope"], "no node of the main graph makes a tensor of that name"),
+    (["--split-at", "x"], "it is a graph input"),
+    (["--split-at", "y"], "the tail would be empty"),
+    (["--split-at", "m1", "--shape", "x=1,64"], "cuts a model that is already prepared"),
+])
+def test_a_bad_split_is_one_line_and_writes_nothing(tmp_path, args, message):
+    src = _log_front(tmp_path / "front.onnx")
+    r = CliRunner().invoke(cli, ["prepare", str(src), "-o", str(tmp_path / "parts.onnx"), *args])
+    assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["front.onnx"]

@@ -69,6 +69,9 @@ def _render_compile(summary: stage.CompileSummary) -> None:
 @click.option("--optimization-mode", type=click.IntRange(1, 3), metavar="1-3",
               help="HTP graph finalization optimization: 3 compiles slowest and runs fastest [default: the "
                    "compiler's].")
+@click.option("--keep-fp16", metavar="NODE[,NODE]",
+              help="With --precision w8a16: leave these nodes unquantized, run in fp16 (what qnndeploy diagnose "
+                   "suggests for a layer 16-bit activations cannot hold).")
 @click.option("--spill-fill", is_flag=True,
               help="One spill-fill buffer for the graphs of a context (ort backend).")
 @click.option("--no-cache", is_flag=True, help="Compile every job; neither read nor fill the cache.")
@@ -77,7 +80,8 @@ def _render_compile(summary: stage.CompileSummary) -> None:
 @handles_errors
 def compile_cmd(models: tuple[str, ...], socs: tuple[str, ...], backend: str | None, precision: str,
                 calib: Path | None, jobs: int | None, out: Path, qnn_sdk_root: Path | None, shares: tuple[str, ...],
-                vtcm_mb: int | None, optimization_mode: int | None, spill_fill: bool, no_cache: bool,
+                vtcm_mb: int | None, optimization_mode: int | None, keep_fp16: str | None, spill_fill: bool,
+                no_cache: bool,
                 cache_dir: Path | None, as_json: bool) -> None:
     """Compile each model for each SoC into a QNN context binary.
 
@@ -95,5 +99,6 @@ def compile_cmd(models: tuple[str, ...], socs: tuple[str, ...], backend: str | N
                                        precision=precision, calib=calib, jobs=jobs, progress=progress,
                                        use_cache=not no_cache, cache_dir=cache_dir, qnn_sdk_root=qnn_sdk_root,
                                        shares=stage.shares_from_args(list(shares)),
-                                       htp=HtpSettings(vtcm_mb, optimization_mode, spill_fill))
+                                       htp=HtpSettings(vtcm_mb, optimization_mode, spill_fill, tuple(
+                                           n.strip() for n in (keep_fp16 or "").split(",") if n.strip())))
     report(summary, as_json, _render_compile)

@@ -9,6 +9,8 @@ import click
 
 from qnndeploy import prepare as stage
 from qnndeploy.cli._common import assignments, emit_json, handles_errors, json_option
+from qnndeploy.errors import QnnDeployError
+from qnndeploy.prepare import split
 
 
 def _render_prepare(result: stage.PrepareResult) -> None:
@@ -30,6 +32,20 @@ def _render_prepare(result: stage.PrepareResult) -> None:
     click.echo(f"next: qnndeploy check {shlex.quote(result.output)}")
 
 
+def _render_split(result: split.SplitResult) -> None:
+    click.echo(f"split {result.source} at {', '.join(result.cut)} -> {result.record}")
+    for p in result.parts:
+        click.echo(f"  {p.name} ({p.runs_on.upper()}, {p.nodes} nodes): {p.path}")
+        click.echo(f"    in: {', '.join(f'{t.name} {t.dtype} {t.shape_text()}' for t in p.inputs)}")
+        click.echo(f"    out: {', '.join(f'{t.name} {t.dtype} {t.shape_text()}' for t in p.outputs)}")
+    click.echo(f"  head then tail on onnxruntime CPU against the original ({result.equivalence_inputs}):")
+    for d in result.equivalence:
+        click.echo(f"    {d.name:<28} max abs diff {d.max_abs_diff:.2g}  {'ok' if d.ok else 'FAIL'}")
+    npu = next(p for p in result.parts if p.runs_on == "npu")
+    click.echo(f"next: qnndeploy compile {shlex.quote(npu.path)} --soc SOC -o build, then "
+               f"qnndeploy bundle --from-build build --split {shlex.quote(result.record)} ...")
+
+
 @click.command()
 @click.argument("model", type=click.Path(path_type=Path), metavar="MODEL.onnx")
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), metavar="OUT.onnx",
@@ -45,6 +61,11 @@ def _render_prepare(result: stage.PrepareResult) -> None:
                    "re-inferred.")
 @click.option("--fuse", is_flag=True,
               help="Fuse the unfused (Erf) GELU into one Gelu node, opset 20: what w8a16 on the HTP needs.")
+@click.option("--split-at", metavar="TENSOR[,TENSOR]",
+              help="Instead: cut the model in two at these tensors into OUT-head.onnx and OUT-tail.onnx (+ "
+                   "OUT.split.json), one part for the CPU, the other for the NPU.")
+@click.option("--cpu", "cpu_part", type=click.Choice(["head", "tail"]), default="head", show_default=True,
+              help="With --split-at: the part that runs on the CPU.")
 @click.option("--inputs", "inputs_dir", type=click.Path(path_type=Path), metavar="DIR",
               help="NAME.npy or NAME.npz per input for the equivalence run [default: one seeded random sample].")
 @click.option("--tolerance", type=float, default=1e-4, show_default=True,
@@ -53,17 +74,30 @@ def _render_prepare(result: stage.PrepareResult) -> None:
 @json_option
 @handles_errors
 def prepare(model: Path, out: Path, shapes: tuple[str, ...], int32_inputs: bool, freeze: tuple[str, ...],
-            no_simplify: bool, fuse: bool, inputs_dir: Path | None, tolerance: float, force: bool,
-            as_json: bool) -> None:
+            no_simplify: bool, fuse: bool, split_at: str | None, cpu_part: str, inputs_dir: Path | None,
+            tolerance: float, force: bool, as_json: bool) -> None:
     """Make a model NPU-ready, proven equivalent on CPU.
 
     Static shapes, int32 I/O, frozen settings, folded and re-inferred; then the original and the prepared
     model run on onnxruntime CPU with the same inputs, and OUT.onnx is written only when they agree.
+    With --split-at, the model is cut in two instead (a part the NPU computes badly stays on the CPU),
+    written only when head and tail chained agree with it.
 
     \b
     Exit codes: 0 written; 1 the prepared model differs from the original beyond
     --tolerance (nothing written); 2 bad input (nothing written); 3 missing tool.
     """
+    if split_at is not None:
+        if shapes or freeze or int32_inputs or no_simplify or fuse:
+            raise QnnDeployError("--split-at cuts a model that is already prepared: run prepare with the other "
+                                 "options first, then prepare --split-at on its output")
+        parts = split.split_model(model, out, [t.strip() for t in split_at.split(",") if t.strip()], cpu=cpu_part,
+                                  inputs_dir=inputs_dir, tolerance=tolerance, force=force)
+        if as_json:
+            emit_json(parts)
+        else:
+            _render_split(parts)
+        return
     result = stage.prepare_model(
         model, out, shapes=assignments(shapes, "--shape", stage.parse_shape),
         freeze=assignments(freeze, "--freeze", lambda v: stage.parse_assignment(v, "--freeze")),

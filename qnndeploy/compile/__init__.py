@@ -47,7 +47,7 @@ from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError
 from qnndeploy.fileio import JSON, sha256_file, staging_dir, write_json
 from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.markers import scan_file
-from qnndeploy.onnxio import model_inputs, require_model_file
+from qnndeploy.onnxio import load_model, model_inputs, require_model_file
 from qnndeploy.qnnsystem import ContextInfo
 from qnndeploy.records import RECORD, RECORD_FILE, RECORD_VERSION, read_record
 from qnndeploy.samples import folder_for, load_samples, sample_files
@@ -169,6 +169,7 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
     be = get_backend(backend, qnn_sdk_root)
     shares = _check_shares(shares or {}, graphs, targets, be.name)
     htp = _check_htp(htp or HtpSettings(), targets)
+    _check_keep(htp, precision, be.name, graphs)
     for soc in targets:  # what the catalog knows this QAIRT cannot build, refused before any job runs
         refused = catalog.refusal(soc, be.qairt_version, precision)
         if refused:
@@ -254,6 +255,21 @@ def _targets(names: list[str]) -> list[Soc]:
         if soc not in targets:
             targets.append(soc)
     return targets
+
+
+def _check_keep(htp: HtpSettings, precision: str, backend: str, graphs: dict[str, Path]) -> None:
+    if not htp.keep_fp16:
+        return
+    if precision != "w8a16":
+        raise QnnDeployError("--keep-fp16 applies to --precision w8a16 (fp16 already runs every node in fp16)")
+    if backend != "ort":
+        raise QnnDeployError("--keep-fp16 needs the ort backend; with qairt, give qnn-onnx-converter a "
+                             "--quantization_overrides file with float encodings for those tensors")
+    names = {n.name for path in graphs.values() for n in load_model(path).graph.node}
+    unknown = [n for n in htp.keep_fp16 if n not in names]
+    if unknown:
+        raise QnnDeployError(f"--keep-fp16 {', '.join(unknown)}: no node of that name in the models (node names, "
+                             "as qnndeploy diagnose prints them)")
 
 
 def _check_htp(htp: HtpSettings, targets: list[Soc]) -> HtpSettings:

@@ -114,6 +114,7 @@ class HtpSettings:
     vtcm_mb: int | None = None  # VTCM the graphs may use (default: all of the SoC's)
     optimization_mode: int | None = None  # graph finalization optimization, 1-3: 3 compiles slowest, runs fastest
     spill_fill: bool = False  # a spill-fill buffer shared by the graphs of a context (ORT enable_htp_spill_fill_buffer)
+    keep_fp16: tuple[str, ...] = ()  # w8a16: nodes left unquantized, which the HTP then runs in fp16
 
 
 @dataclass(frozen=True)

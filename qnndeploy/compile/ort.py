@@ -24,7 +24,7 @@ from qnndeploy.compile.jobs import Compiled, CompileError, HtpSettings, Job, Mem
 from qnndeploy.errors import QnnDeployError, first_line
 from qnndeploy.fileio import JSON, write_json
 from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT
-from qnndeploy.onnxio import model_inputs
+from qnndeploy.onnxio import load_model, model_inputs
 from qnndeploy.quantize import SETTINGS, qdq
 from qnndeploy.samples import load_samples
 
@@ -48,12 +48,13 @@ class OrtBackend:
 
     def options(self, soc: Soc, precision: str, htp: HtpSettings) -> JSON:
         options: JSON = {"htp_arch": soc.arch_number, "soc_model": soc.soc_id,
-                   "enable_htp_fp16_precision": precision == "fp16", "cpu_fallback": False,
+                   "enable_htp_fp16_precision": precision == "fp16" or bool(htp.keep_fp16), "cpu_fallback": False,
                    "ep_context_embed_mode": 0, "vtcm_mb": htp.vtcm_mb,
                    "htp_graph_finalization_optimization_mode": htp.optimization_mode,
                    "enable_htp_spill_fill_buffer": htp.spill_fill}
         if precision == "w8a16":
-            options["quantization"] = SETTINGS
+            options["quantization"] = {**SETTINGS, **({"nodes_to_exclude": list(htp.keep_fp16)}
+                                                      if htp.keep_fp16 else {})}
         return options
 
     def compile(self, job: Job, work: Path, log: IO[str], tools: Tools) -> Compiled:
@@ -62,6 +63,8 @@ class OrtBackend:
             members = job.members or (Member(job.graph, job.model, job.model_sha256, job.calibration),)
             provider = {k: str(int(v)) for k in PROVIDER_OPTIONS if (v := job.options.get(k)) not in (None, False)}
             spec: JSON = {"graph": job.graph, "shared": bool(job.members), "soc": job.soc.model, "provider": provider,
+                    "fp16": job.options["enable_htp_fp16_precision"],
+                    "keep_fp16": (job.options.get("quantization") or {}).get("nodes_to_exclude", []),
                     "precision": job.precision, "work": str(work), "tmp": tmp,
                     "members": [{"graph": m.graph, "model": str(m.model),
                                  "calibration": str(m.calibration) if m.calibration else None} for m in members],
@@ -86,14 +89,15 @@ class OrtBackend:
 def run(spec: JSON) -> JSON:
     """Compile one job; runs in the worker process, prints progress into the job log."""
     soc = socs.find(spec["soc"])
-    fp16 = spec["precision"] == "fp16"
+    fp16 = spec["fp16"]  # fp16, or w8a16 with nodes kept unquantized (run in fp16)
     work, tmp = Path(spec["work"]), Path(spec["tmp"])
     warnings: list[str] = []
     models: dict[str, Path] = {}
     for m in spec["members"]:
         models[m["graph"]] = Path(m["model"])
-        if not fp16:
-            models[m["graph"]], n = quantize(models[m["graph"]], Path(m["calibration"]), tmp / f"{m['graph']}_qdq.onnx")
+        if spec["precision"] != "fp16":
+            models[m["graph"]], n = quantize(models[m["graph"]], Path(m["calibration"]), tmp / f"{m['graph']}_qdq.onnx",
+                                             spec["keep_fp16"])
             if n < FEW_CALIBRATION_SAMPLES:
                 warnings.append(f"{m['graph']}: calibrated on {n} sample(s) only: use {FEW_CALIBRATION_SAMPLES} or "
                                 f"more real inputs for stable 16-bit activation ranges")
@@ -210,13 +214,19 @@ def _refused(model: Path, soc: Soc, fp16: bool, message: str, log: Path) -> str:
     return logs.unsupported_error(found) or message
 
 
-def quantize(model: Path, calibration: Path, out: Path) -> tuple[Path, int]:
-    """Static QDQ quantization (16-bit activations, 8-bit weights) calibrated on real input samples."""
+def quantize(model: Path, calibration: Path, out: Path, keep: list[str]) -> tuple[Path, int]:
+    """Static QDQ quantization (16-bit activations, 8-bit weights) calibrated on real input samples; the `keep`
+    nodes stay in float."""
 
     samples = load_samples(calibration, model_inputs(model))
+    kept = f"; {', '.join(keep)} kept in fp16" if keep else ""
     print(f"qnndeploy: quantizing to QDQ (activations uint16, weights uint8, MinMax) with {len(samples)} "
-          f"calibration sample(s) from {calibration}", flush=True)
-    return qdq(model, samples, out), len(samples)
+          f"calibration sample(s) from {calibration}{kept}", flush=True)
+    return qdq(model, samples, out, [n for n in keep if n in _node_names(model)]), len(samples)
+
+
+def _node_names(model: Path) -> set[str]:
+    return {n.name for n in load_model(model).graph.node}
 
 
 def _ort_message(e: Exception) -> str:
