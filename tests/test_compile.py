@@ -543,8 +543,10 @@ def _exp_log(folder: Path) -> tuple[Path, Path]:
 
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array((rng.standard_normal((32, 32)) * 0.2).astype(np.float32), "w")
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"), helper.make_node("Exp", ["m"], ["e"], name="exp"),
-             helper.make_node("Log", ["e"], ["l"], name="log"), helper.make_node("Relu", ["l"], ["y"], name="relu")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+             helper.make_node("Exp", ["m"], ["e"], name="exp"),
+             helper.make_node("Log", ["e"], ["l"], name="log"),
+             helper.make_node("Relu", ["l"], ["y"], name="relu")]
     graph = helper.make_graph(nodes, "explog", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32])], [w])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
