@@ -236,6 +236,25 @@ def runtime_too_old(runtime: str, required: str) -> bool:
     return have is not None and need is not None and have < need
 
 
+def cpu_asked(manifest: Mapping[str, Any], target: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(graph, reason) when the bundle asks for the CPU on this target: its accepted_on is "cpu" (bundle --accept-on
+    cpu) and a graph's failed validation was accepted with a reason, the first such graph in the manifest's order.
+    None otherwise: accepted_on alone, or any other value, asks nothing."""
+    if target.get("accepted_on") != "cpu":
+        return None
+    validation = target.get("validation")
+    summaries = validation.get("graphs") if isinstance(validation, Mapping) else None
+    if not isinstance(summaries, Mapping):
+        return None
+    for g in manifest.get("graphs") or []:
+        summary = summaries.get(g["name"])
+        accepted = summary.get("accepted") if isinstance(summary, Mapping) else None
+        why = accepted.get("reason") if isinstance(accepted, Mapping) else None
+        if isinstance(why, str):
+            return g["name"], why
+    return None
+
+
 def _json(value: object) -> str:
     return json.dumps(value, separators=(",", ":"))
 
@@ -254,7 +273,8 @@ def decide(manifest: Mapping[str, Any], device: Device, *, load_errors: Mapping[
            adsp_before: str | None = None, adsp_error: str | None = None, npu_format: str = CONTEXT_BINARY,
            app_version: str = "", remembered: Remembered | None = None,
            runtime_version: str | None = None) -> Decision:
-    """NPU only when the SoC matches a bundle target AND the QNN libraries load; otherwise CPU, always with a reason.
+    """NPU only when the SoC matches a bundle target that does not ask for the CPU (cpu_asked) AND the QNN libraries
+    load; otherwise CPU, always with a reason.
 
     load_errors: library file name -> the loader's message, for each library that failed to load (on a phone:
     what System.loadLibrary threw); a library not in it loaded. lib_dir: the folder holding the app's native
@@ -286,6 +306,10 @@ def decide(manifest: Mapping[str, Any], device: Device, *, load_errors: Mapping[
     if target is None:
         listed = ", ".join(t["soc"] for t in targets) or "none"
         return _cpu(manifest, identity, reason("soc_not_in_bundle", soc=soc, targets=listed))
+    # A graph that failed validation, shipped for the CPU on this SoC: decided before any library is touched.
+    asked = cpu_asked(manifest, target)
+    if asked is not None:
+        return _cpu(manifest, identity, reason("validation_failed", graph=asked[0], soc=soc, reason=asked[1]))
     paths: dict[str, str] = {}
     for g in manifest.get("graphs") or []:
         art = next((a for a in target["artifacts"] if g["name"] in artifact_graphs(a) and a["format"] == npu_format),

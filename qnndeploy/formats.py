@@ -17,6 +17,8 @@ MANIFEST = "manifest.json"
 PERFORMANCE_MODES = ("burst", "balanced", "default", "high_performance", "high_power_saver", "low_balanced",
                      "low_power_saver", "power_saver", "extreme_power_saver", "sustained_high_performance")
 MAVEN_RUNTIME = "com.qualcomm.qti:qnn-runtime"
+# a target's "accepted_on": where the app runs a target whose failed validation the bundle accepted (bundle --accept)
+ACCEPT_ON = ("npu", "cpu")
 
 
 def artifact_graphs(artifact: Mapping[str, Any]) -> list[str]:

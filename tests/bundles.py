@@ -64,6 +64,17 @@ def shared(m: dict, name: str = "pair", graphs: tuple[str, ...] | None = None) -
     return {**m, "format_version": 3, "targets": targets}
 
 
+def accepted(m: dict, soc: str = "SM8750", graphs: tuple[str, ...] = ("rec",), on: object = "cpu",
+             reasons: dict | None = None) -> dict:
+    """`m` with `graphs` failed on SOC's target and shipped with a reason (bundle --accept), its accepted_on `on`
+    (None: absent). `reasons`: graph -> the "accepted" value to write instead of {"reason": "r-GRAPH", ...}."""
+    summaries = {g["name"]: {"passed": g["name"] not in graphs} for g in m["graphs"]}
+    for g in graphs:
+        summaries[g]["accepted"] = (reasons or {}).get(g, {"reason": f"r-{g}", "by": "bundle --accept"})
+    flagged = {"validation": {"passed": not graphs, "graphs": summaries}, **({} if on is None else {"accepted_on": on})}
+    return {**m, "targets": [{**t, **flagged} if t["soc"] == soc else t for t in m["targets"]]}
+
+
 def tiny_model(path: Path, width: int) -> Path:
     import numpy as np
     import onnx

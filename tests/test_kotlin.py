@@ -41,7 +41,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.needs_kotlin]
 
 HERE = Path(__file__).parent / "kotlin"
 PACKAGE = "com.example.qnnsample"  # tests/kotlin/*.kt import the glue from this package
-UNIT_TESTS = 23  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
+UNIT_TESTS = 24  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
 
 
 @pytest.fixture(scope="session")
@@ -100,6 +100,7 @@ def test_selector_unit_tests_pass_on_the_jvm(rendered, kotlin):
     manifests = kotlin["out"] / "manifests.json"
     manifests.write_text(json.dumps({"two_targets": bundles.manifest(),
                                      "bundled": bundles.manifest(runtime="bundled"),
+                                     "accepted_cpu": bundles.accepted(bundles.manifest()),
                                      "shared": {**bundles.shared(bundles.manifest()),
                                                 "htp": {"performance_mode": "sustained_high_performance"}}}))
     scratch = kotlin["out"] / "scratch"
@@ -150,7 +151,8 @@ def agreement_cases(real_manifest: dict) -> tuple[list[dict], list[dict]]:
         for m in (bundles.manifest(targets=("SM8750",)), bundles.manifest(targets=("SM8750",), runtime="bundled")):
             m["targets"][0]["dsp_arch"] = arch
             archs.append(m)
-    manifests = core + versions + archs + runtimes
+    accepts = accepted_manifests(two, bundled)
+    manifests = core + versions + archs + runtimes + accepts
     devices = [Device("SM8750", "sun", 35), Device("SM8750P", None, 34), Device(" sm8550 ", "kalama", 33),
                Device("SM8550", "kalama", 30), Device(None, "kalama", 30), Device("", "sun", 29),
                Device(None, "lito", 30), Device(None, None, 28), Device("unknown", "pineapple", 31),
@@ -173,6 +175,8 @@ def agreement_cases(real_manifest: dict) -> tuple[list[dict], list[dict]]:
                           [None]),
         itertools.product(core[:4] + runtimes, sm8750 + devices[2:3], loads[:2], [None], remembered[:2], [None],
                           engines, RUNTIMES),
+        itertools.product(accepts, sm8750 + devices[2:3] + devices[10:11], loads[:2], envs[:1], remembered[:2],
+                          [None, "EINVAL (Invalid argument)"], engines, [None, "2.48.0"]),
     ]
     index = {id(m): i for i, m in enumerate(manifests)}
     cases = []
@@ -182,6 +186,28 @@ def agreement_cases(real_manifest: dict) -> tuple[list[dict], list[dict]]:
                       "npu_format": fmt, "app_version": "1.0 (1) 7", "remembered": asdict(rem) if rem else None,
                       "runtime_version": runtime})
     return manifests, cases
+
+
+def accepted_manifests(two: dict, bundled: dict) -> list[dict]:
+    """Targets with accepted validation failures (bundle --accept): for the CPU or not, and every odd shape a
+    hand-edited manifest may give them, which both twins must read alike."""
+    def summaries(m: dict, graphs: object, on: object = "cpu") -> dict:
+        t = m["targets"][1]  # SM8750
+        return {**m, "targets": [m["targets"][0], {**t, "validation": {"passed": False, "graphs": graphs},
+                                                   "accepted_on": on}]}
+
+    odd = '<r> "$x" \\ {} \u00e9\U0001f600'
+    return [
+        bundles.accepted(two), bundles.accepted(two, graphs=("det", "rec")), bundles.accepted(bundled),
+        bundles.accepted(two, soc="SM8550"), bundles.accepted(bundles.shared(two), graphs=("det",)),
+        *(bundles.accepted(two, on=on) for on in ("npu", None, "CPU", " cpu", 1, True, ["cpu"])),
+        *(bundles.accepted(two, reasons={"rec": r}) for r in ({"reason": ""}, {"reason": odd}, {"reason": 5},
+                                                             {"reason": None}, "r-rec", {"why": "x"}, [])),
+        summaries(two, {"rec": {"accepted": {"reason": "second"}}, "det": {"accepted": {"reason": "first"}}}),
+        summaries(two, {"other": {"accepted": {"reason": "x"}}}), summaries(two, []), summaries(two, None),
+        summaries(two, {"rec": None, "det": 3}),
+        {**two, "targets": [two["targets"][0], {**two["targets"][1], "validation": "x", "accepted_on": "cpu"}]},
+    ]
 
 
 def reason_calls() -> list[dict]:

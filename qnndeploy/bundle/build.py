@@ -12,14 +12,23 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from qnndeploy import __version__, compat, epcontext, socs
 from qnndeploy.bundle import archive
-from qnndeploy.bundle.manifest import external_data_path, graph_signature, schema
+from qnndeploy.bundle.manifest import (
+    ACCEPTED_BY,
+    accepted_reason,
+    external_data_path,
+    graph_signature,
+    schema,
+    worst_metric,
+)
 from qnndeploy.bundle.verify import (
+    CONTROL,
     Problem,
     check_manifest,
     check_warnings,
@@ -29,6 +38,7 @@ from qnndeploy.decision import BACKEND_LIB, SYSTEM_LIB, qnn_libraries
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import JSON, Progress, partial_file, remove_stale, replace, staging_dir, write_json
 from qnndeploy.formats import (
+    ACCEPT_ON,
     CONTEXT_BINARY,
     EPCONTEXT,
     EXTERNAL_DATA,
@@ -65,6 +75,7 @@ class BundleSpec:
     records: dict[str, Path] = field(default_factory=dict)  # name under records/ -> file
     validation: dict[str, JSON] = field(default_factory=dict)  # SoC model -> validation summary
     htp: dict[str, JSON] = field(default_factory=dict)  # SoC model -> the HTP settings it was compiled with
+    accepted_on: dict[str, str] = field(default_factory=dict)  # SoC model -> where the app runs its accepted failures
     performance_mode: str | None = None  # the HTP performance mode the glue sets (None: the glue's default)
     expected_sha256: dict[Path, str] = field(default_factory=dict)  # inputs whose hash a compile record holds
 
@@ -83,11 +94,14 @@ class BundleResult:
     warnings: list[Problem]
 
 
-def spec_from_build(build: Path, name: str, version: str) -> BundleSpec:
+def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[str, str], str] | None = None,
+                    accept_on: str | None = None) -> BundleSpec:
     """A BundleSpec from a `compile` output folder: its jobs' outputs, records, logs and validation results.
 
     Every job must have succeeded, and every file must still be what its compile record hashed: a bundle says
-    what was compiled and validated, so a model or binary changed since then is refused.
+    what was compiled and validated, so a model or binary changed since then is refused. A graph that failed
+    validation is refused too, unless `accept` gives a reason for it: (graph, SoC or "*") -> reason; `accept_on`
+    ("npu", the default, or "cpu") says where the app runs the targets with accepted failures.
     """
     jobs = read_build(Path(build))
     failed = [f"{rec.graph}/{rec.soc}" for rec in jobs if rec.status != "ok"]
@@ -130,7 +144,54 @@ def spec_from_build(build: Path, name: str, version: str) -> BundleSpec:
     spec.precision = precisions.pop()
     for log in sorted((Path(build) / "logs").glob("*.log")):
         spec.records[f"logs/{log.name}"] = log
+    _accept(spec, Path(build), accept or {}, accept_on)
     return spec
+
+
+ANY_SOC = "*"  # --accept GRAPH@*: every SoC on which GRAPH failed
+MAX_REASON = 500
+
+
+def _accept(spec: BundleSpec, build: Path, accept: Mapping[tuple[str, str], str], accept_on: str | None) -> None:
+    """Record each accepted failure in its validation summary, and refuse a failure without a reason or a reason
+    without a failure (it would record a false one): a failed graph is never shipped silently."""
+    if accept_on is not None and accept_on not in ACCEPT_ON:
+        raise QnnDeployError(f"--accept-on {accept_on!r}: use one of {', '.join(ACCEPT_ON)}")
+    if accept_on is not None and not accept:
+        raise QnnDeployError("--accept-on says where the app runs accepted failures: give them with "
+                             "--accept GRAPH@SOC=REASON")
+    summaries = {(g, socs.find(soc).model): s for soc, v in spec.validation.items() for g, s in v["graphs"].items()}
+    failed = [pair for pair, s in summaries.items() if s["passed"] is False]
+    reasons: dict[tuple[str, str], str] = {}
+    for (graph, soc), reason in sorted(accept.items(), key=lambda kv: kv[0][1] != ANY_SOC):  # GRAPH@* first
+        form = f"--accept {graph}@{soc}"
+        text = reason.strip()
+        if not text or len(text) > MAX_REASON or CONTROL.search(text):
+            raise QnnDeployError(f"{form}: give a reason of one line, 1 to {MAX_REASON} characters "
+                                 f"({form}=\"cosine 0.998 is fine for this feature\")")
+        if soc == ANY_SOC:
+            pairs = [p for p in failed if p[0] == graph]
+            if not pairs:
+                raise QnnDeployError(f"{form}: graph {graph} failed validation on no SoC of {build}; drop it")
+        else:
+            pair = (graph, socs.find(soc).model)
+            if pair not in failed:
+                state = ("is not in the build" if pair not in summaries else
+                         "passed validation" if summaries[pair]["passed"] else "was not validated")
+                raise QnnDeployError(f"{form}: {graph}@{pair[1]} {state}, so there is no failure to accept (the "
+                                     "reason would be recorded as one): drop it")
+            pairs = [pair]
+        reasons.update(dict.fromkeys(pairs, text))
+    silent = [p for p in failed if p not in reasons]
+    if silent:
+        listed = ", ".join(f"{g}@{soc} ({worst_metric(summaries[(g, soc)])})" for g, soc in silent)
+        graph, soc = silent[0]
+        raise QnnDeployError(f"validation failed for {listed}: fix the graph (qnndeploy validate {build} shows every "
+                             f"output), or ship it with a reason: --accept {graph}@{soc}=\"REASON\" for each "
+                             "(GRAPH@* for all its SoCs; add --accept-on cpu to make the app use the CPU there)")
+    for (graph, soc), text in reasons.items():
+        summaries[(graph, soc)]["accepted"] = {"reason": text, "by": ACCEPTED_BY}
+        spec.accepted_on[soc] = accept_on or "npu"
 
 
 def _need_file(path: Path, what: str) -> Path:
@@ -408,6 +469,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
                             for _, rel, _ in plan if rel.startswith(f"npu/{model}/")
                         ],
                         "validation": spec.validation.get(model),
+                        **({"accepted_on": spec.accepted_on[model]} if model in spec.accepted_on else {}),
                         **({"compile": spec.htp[model]} if model in spec.htp else {}),
                     }
                     for model, (soc, _) in targets.items()
@@ -442,7 +504,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
         warnings.append(Problem(MANIFEST, f"context binaries checked by their markers only: {missing}"))
     for soc, v in spec.validation.items():
         for graph, g in v.get("graphs", {}).items():
-            if g["passed"] is not True:
+            if g["passed"] is not True and accepted_reason(g) is None:  # an accepted one: check_warnings says it
                 warnings.append(Problem(f"records/{graph}-{soc}-validation.json", g.get("note") or
                                         "FAILED validation on the host HTP emulator: the NPU output differs from "
                                         "the CPU model's beyond the thresholds"))

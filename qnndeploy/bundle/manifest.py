@@ -11,7 +11,7 @@ from functools import cache
 from importlib import resources
 from itertools import accumulate
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from qnndeploy.errors import QnnDeployError, first_line
 from qnndeploy.fileio import JSON, read_limited
@@ -147,3 +147,51 @@ def graph_signature(path: Path) -> Signature:
                 for t in (tensor_info(v, written=True) for v in values) if t.name not in inits]
 
     return Signature(tensors(model.graph.input), tensors(model.graph.output), sorted(external_locations(model)))
+
+
+# --- validation summaries: what failed, and why it was shipped anyway (bundle --accept) ----------------------------
+
+ACCEPTED_BY = "bundle --accept"  # the "by" of an accepted failure that `bundle --accept` recorded
+
+
+def graph_validations(target: JSON) -> dict[str, JSON]:
+    """A target's per-graph validation summaries (graph -> summary); empty when it was not validated."""
+    validation = target.get("validation")
+    graphs = validation.get("graphs") if isinstance(validation, dict) else None
+    return {g: s for g, s in graphs.items() if isinstance(s, dict)} if isinstance(graphs, dict) else {}
+
+
+def accepted_reason(summary: JSON) -> str | None:
+    """The reason a graph's failed validation was shipped with (its summary's accepted.reason), or None."""
+    accepted = summary.get("accepted")
+    reason = accepted.get("reason") if isinstance(accepted, dict) else None
+    return reason if isinstance(reason, str) else None
+
+
+def _number(value: object) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def worst_metric(summary: JSON) -> str:
+    """How a failed graph missed its thresholds, from its validation summary: its lowest-SNR failed output's first
+    missed test, e.g. "snr 12.4 dB < 30" (the output named when the graph has several)."""
+    given = summary.get("thresholds")
+    limits: JSON = given if isinstance(given, dict) else {}
+    outputs = [o for o in summary.get("outputs") or [] if isinstance(o, dict)]
+    failed = [o for o in outputs if o.get("passed") is False]
+    if not failed:
+        return "failed"
+    worst = min(failed, key=lambda o: o["snr_db"] if _number(o.get("snr_db")) else float("inf"))
+    snr, cosine, diff = worst.get("snr_db"), worst.get("cosine"), worst.get("max_abs_diff")
+    min_snr, min_cosine, atol = limits.get("min_snr_db"), limits.get("min_cosine"), limits.get("atol")
+    if worst.get("judged_on") == "finite":
+        text = "NaN or Inf in the NPU output"
+    elif worst.get("judged_on") == "max_abs_diff" and _number(diff) and _number(atol):
+        text = f"max abs diff {diff:.3g} > atol {atol:g}"
+    elif _number(snr) and _number(min_snr) and snr < min_snr:
+        text = f"snr {snr:.1f} dB < {min_snr:g}"
+    elif _number(cosine) and _number(min_cosine) and cosine < min_cosine:
+        text = f"cosine {cosine:.4g} < {min_cosine:g}"
+    else:
+        text = f"failed, judged on {worst.get('judged_on') or 'its metrics'}"
+    return f"{worst.get('name')}: {text}" if len(outputs) > 1 else text

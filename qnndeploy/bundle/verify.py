@@ -16,11 +16,14 @@ from typing import TYPE_CHECKING
 from qnndeploy import compat, contextcheck, epcontext, qnnsystem, socs
 from qnndeploy.bundle import archive, elf
 from qnndeploy.bundle.manifest import (
+    accepted_reason,
     external_data_path,
     file_entries,
     graph_signature,
+    graph_validations,
     read_manifest,
     schema_errors,
+    worst_metric,
 )
 from qnndeploy.decision import qnn_libraries, soc_tables, upper
 from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError
@@ -62,6 +65,7 @@ class VerifyReport:
     qairt: str | None = None
     targets: list[str] = field(default_factory=list)
     runtime: str | None = None
+    accepted: list[JSON] = field(default_factory=list)  # failed graphs shipped with a reason (accepted_failures)
 
 
 def _walk(root: Path) -> tuple[set[str], list[Problem]]:
@@ -153,7 +157,7 @@ def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None
 
 
 # C0 and C1 control characters (a trailing newline included), which no name, version or coordinate may hold
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def text_problems(manifest: JSON) -> list[Problem]:
@@ -163,6 +167,8 @@ def text_problems(manifest: JSON) -> list[Problem]:
     targets = manifest.get("targets")
     if isinstance(targets, list):
         fields += [(f"targets/{i}/soc", t.get("soc")) for i, t in enumerate(targets) if isinstance(t, dict)]
+        fields += [(f"targets/{i}/validation/graphs/{g}/accepted/reason", accepted_reason(s))
+                   for i, t in enumerate(targets) if isinstance(t, dict) for g, s in graph_validations(t).items()]
     graphs = manifest.get("graphs")
     if isinstance(graphs, list):
         fields += [(f"graphs/{i}/name", g.get("name")) for i, g in enumerate(graphs) if isinstance(g, dict)]
@@ -171,7 +177,7 @@ def text_problems(manifest: JSON) -> list[Problem]:
         fields.append(("runtime/maven", runtime.get("maven")))
     return [Problem(MANIFEST, f"{where}: {value!r} holds a control character (a newline, tab, NUL…); names, "
                               "versions and coordinates must be plain text")
-            for where, value in fields if isinstance(value, str) and _CONTROL.search(value)]
+            for where, value in fields if isinstance(value, str) and CONTROL.search(value)]
 
 
 def _summarize(report: VerifyReport, manifest: JSON, facts: dict[str, FileFacts]) -> None:
@@ -182,6 +188,37 @@ def _summarize(report: VerifyReport, manifest: JSON, facts: dict[str, FileFacts]
     report.targets = [f"{t['soc']} ({t['dsp_arch']})" for t in manifest["targets"]]
     rt = manifest["runtime"]
     report.runtime = rt["maven"] + " (external)" if rt["mode"] == "external" else f"{len(rt['libs'])} libraries"
+    report.accepted = accepted_failures(manifest)
+
+
+def accepted_failures(manifest: JSON) -> list[JSON]:
+    """Every graph that failed validation and was shipped with a reason: SoC, graph, how it failed, the reason, who
+    accepted it, and where the app runs that target (its accepted_on; "npu" when absent)."""
+    return [{"soc": t["soc"], "graph": g, "failure": worst_metric(s), "reason": reason,
+             "by": s["accepted"].get("by"), "runs_on": "cpu" if t.get("accepted_on") == "cpu" else "npu"}
+            for t in manifest["targets"] for g, s in graph_validations(t).items()
+            if s.get("passed") is False and (reason := accepted_reason(s)) is not None]
+
+
+def _validation_problems(target: JSON) -> list[Problem]:
+    """A graph that failed validation needs an accepted reason (bundle --accept writes it; a hand-edited manifest
+    may lack it), a reason needs a failure, and accepted_on needs an accepted failure to apply to."""
+    soc, problems, accepted = target["soc"], [], False
+    for g, s in graph_validations(target).items():
+        reason, passed = accepted_reason(s), s.get("passed")
+        if passed is False and reason is None:
+            problems.append(Problem(MANIFEST, f"target {soc}: graph '{g}' failed validation ({worst_metric(s)}) and "
+                                              "no reason accepts it: fix the graph, or bundle again with --accept "
+                                              f"{g}@{soc}=\"REASON\""))
+        elif reason is not None and passed is not False:
+            problems.append(Problem(MANIFEST, f"target {soc}: graph '{g}' has an accepted failure, but its "
+                                              f"validation did not fail (passed: {passed!r}): the reason is false; "
+                                              "bundle again"))
+        accepted |= passed is False and reason is not None
+    if "accepted_on" in target and not accepted:
+        problems.append(Problem(MANIFEST, f"target {soc}: accepted_on {target['accepted_on']!r} but no graph of it "
+                                          "has an accepted validation failure; bundle again"))
+    return problems
 
 
 Contexts = dict[str, "ContextInfo | str"]  # context binary path -> what libQnnSystem read, or why it could not
@@ -287,6 +324,7 @@ def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], 
                 add(MANIFEST, f"target {soc_name} is fp16 but {soc_name} has no fp16 on its HTP")
         except QnnDeployError as e:
             add(MANIFEST, f"target {soc_name}: {e}")
+        problems += _validation_problems(t)
         binary_of = {g: x["path"] for x in t["artifacts"] if x["format"] == CONTEXT_BINARY
                      for g in artifact_graphs(x)}
         for g in graphs:
@@ -599,10 +637,13 @@ def _runtime_completeness(target: JSON, libs: list[JSON]) -> list[Problem]:
 
 
 def check_warnings(manifest: JSON, facts: dict[str, FileFacts], contexts: Contexts | None = None) -> list[Problem]:
-    """What cannot be confirmed, without being wrong: Skel libraries whose build string was not found (a context
-    binary without its markers is a problem: see _not_a_context_binary), an external runtime in no validated set;
-    and what will cost on the phone: a graph that needs a spill-fill buffer or more VTCM than its SoC has."""
-    warnings = []
+    """What cannot be confirmed, without being wrong: failed graphs shipped with a reason (bundle --accept), Skel
+    libraries whose build string was not found (a context binary without its markers is a problem: see
+    _not_a_context_binary), an external runtime in no validated set; and what will cost on the phone: a graph that
+    needs a spill-fill buffer or more VTCM than its SoC has."""
+    warnings = [Problem(MANIFEST, f"target {a['soc']}: graph '{a['graph']}' FAILED validation ({a['failure']}), "
+                                  f"accepted: {a['reason']}; the app uses the {a['runs_on'].upper()} on {a['soc']}")
+                for a in accepted_failures(manifest)]
     for t in manifest["targets"]:
         for a in t["artifacts"]:
             info = (contexts or {}).get(a["path"])

@@ -22,7 +22,7 @@ from qnndeploy.cli._common import (
     report,
 )
 from qnndeploy.errors import QnnDeployError
-from qnndeploy.formats import MANIFEST, PERFORMANCE_MODES
+from qnndeploy.formats import ACCEPT_ON, MANIFEST, PERFORMANCE_MODES
 
 
 def require_bundle(given: Path, root: Path, result: VerifyReport) -> None:
@@ -75,6 +75,20 @@ def _graph_file(value: str) -> tuple[str, Path]:
     return graph, Path(path)
 
 
+def _accepts(values: tuple[str, ...]) -> dict[tuple[str, str], str]:
+    """--accept GRAPH@SOC=REASON (SOC may be *) into (graph, SoC) -> reason, refusing a pair given twice."""
+    out: dict[tuple[str, str], str] = {}
+    for v in values:
+        pair, sep, reason = v.partition("=")
+        graph, at, soc = pair.partition("@")
+        if not (sep and at and graph and soc):
+            raise QnnDeployError(f"--accept {v!r} is not of the form GRAPH@SOC=\"REASON\" (SOC may be *)")
+        if (graph, soc) in out:
+            raise QnnDeployError(f"--accept gives {graph}@{soc} twice")
+        out[(graph, soc)] = reason
+    return out
+
+
 def _npu(values: tuple[str, ...]) -> dict[str, dict[str, list[Path]]]:
     out: dict[str, dict[str, list[Path]]] = {}
     for v in values:
@@ -123,6 +137,12 @@ def bundle() -> None:
               help="QNN context binary (.bin) of GRAPH for SOC (repeatable); an EPContext _ctx.onnx may be given too.")
 @click.option("--from-build", type=click.Path(path_type=Path), metavar="DIR",
               help="Take context binaries, CPU models and records from a `qnndeploy compile` output folder.")
+@click.option("--accept", "accept", multiple=True, metavar="GRAPH@SOC=REASON",
+              help="With --from-build: ship GRAPH for SOC (* for every SoC it failed on) although it failed "
+                   "validation, recording REASON in the manifest (repeatable; every failed pair needs one).")
+@click.option("--accept-on", type=click.Choice(ACCEPT_ON), metavar="npu|cpu",
+              help="Where the app runs a SoC with an accepted failure: npu (the reason says its results are good "
+                   "enough) or cpu (the CPU fallback on that SoC) [default: npu].")
 @click.option("--qnn-sdk-root", type=click.Path(path_type=Path), metavar="DIR",
               help="Take runtime libraries from a QAIRT SDK.")
 @click.option("--runtime-libs", type=click.Path(path_type=Path), metavar="DIR",
@@ -148,7 +168,8 @@ def bundle() -> None:
 @json_option
 @handles_errors
 def build(name: str, version_: str, cpu: tuple[str, ...], npu: tuple[str, ...], from_build: Path | None,
-          qnn_sdk_root: Path | None, runtime_libs: Path | None, qairt_version: str | None,
+          accept: tuple[str, ...], accept_on: str | None, qnn_sdk_root: Path | None,
+          runtime_libs: Path | None, qairt_version: str | None,
           maven_runtime_version: str | None, precision: str | None, source_model: Path | None,
           model_name: str | None, commit: str | None, license_: str | None, performance_mode: str | None,
           output: Path, archive: str | None, force: bool, as_json: bool) -> None:
@@ -157,9 +178,14 @@ def build(name: str, version_: str, cpu: tuple[str, ...], npu: tuple[str, ...], 
     Per-SoC context binaries, CPU fallbacks, runtime libraries and records, listed in manifest.json.
     Without --qnn-sdk-root or --runtime-libs the bundle declares the external runtime
     com.qualcomm.qti:qnn-runtime pinned to its QAIRT version. The bundle is verified before it is
-    renamed into place: a failed run leaves nothing under DIR/NAME-VERSION.
+    renamed into place: a failed run leaves nothing under DIR/NAME-VERSION. With --from-build, a graph
+    that failed validation is refused unless --accept gives the reason it ships anyway.
     """
-    spec = spec_from_build(from_build, name, version_) if from_build else BundleSpec(name, version_, {}, {})
+    if (accept or accept_on) and not from_build:
+        raise QnnDeployError("--accept and --accept-on need --from-build: only a compile folder's validation records "
+                             "say which graphs failed")
+    spec = (spec_from_build(from_build, name, version_, _accepts(accept), accept_on) if from_build
+            else BundleSpec(name, version_, {}, {}))
     spec.cpu.update(assignments(cpu, "--cpu", _graph_file))
     for soc, graphs in _npu(npu).items():
         spec.npu.setdefault(soc, {}).update(graphs)

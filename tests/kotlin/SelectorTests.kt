@@ -160,6 +160,22 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             assertEquals("npu/SM8750/det_ctx.onnx", ort.paths["det"])
             assertEquals(Provider.NPU to "npu", d.provider to d.reasonKey)
         },
+        "a target whose failed graph was accepted for the CPU goes to the CPU and loads nothing" to {
+            val accepted = BundleManifest.from(manifests["accepted_cpu"])
+            assertEquals(mapOf("rec" to "r-rec"), accepted.targets.first { it.soc == "SM8750" }.accepted)
+            assertEquals("cpu", accepted.targets.first { it.soc == "SM8750" }.acceptedOn)
+            val host = FakeHost()
+            val d = QnnSelector.decide(accepted, sm8750, host, LIB_DIR)
+            assertEquals(Provider.CPU to "validation_failed", d.provider to d.reasonKey)
+            assertEquals(
+                "graph \"rec\" failed validation on SM8750 and the bundle asks for the CPU there (accepted: r-rec)",
+                d.reason,
+            )
+            assertEquals(mapOf("det" to "cpu/det.onnx", "rec" to "cpu/rec.onnx"), d.paths)
+            assertEquals(emptyList(), host.calls, "decided before ADSP_LIBRARY_PATH and the QNN libraries")
+            val other = QnnSelector.decide(accepted, DeviceIdentity("SM8550", "kalama", 34), FakeHost(), LIB_DIR)
+            assertTrue(other.npu, "another SoC's target keeps the NPU: ${other.reason}")
+        },
         "a SoC that is not in the bundle goes to the CPU and loads nothing" to {
             val host = FakeHost()
             val d = QnnSelector.decide(m, DeviceIdentity("SM8650", "pineapple", 34), host, LIB_DIR)

@@ -92,7 +92,8 @@ object QnnSelector {
 
     /**
      * NPU only when the SoC matches a bundle target AND the QNN libraries load; otherwise CPU. Always with a reason.
-     * The steps, in order: SoC identity; a target for it; ADSP_LIBRARY_PATH; load libQnnSystem, libQnnHtp and the
+     * The steps, in order: SoC identity; a target for it, unless it asks for the CPU (acceptedOn "cpu" and a graph
+     * whose failed validation was accepted: the first in the manifest's order); ADSP_LIBRARY_PATH; load libQnnSystem, libQnnHtp and the
      * target's Stub (every failure message kept); the loaded runtime not older than the bundle's qairt.minRuntime.
      * A remembered failed NPU init skips the last three steps.
      */
@@ -136,6 +137,18 @@ object QnnSelector {
         if (target == null) {
             val listed = manifest.targets.joinToString(", ") { it.soc }.ifEmpty { "none" }
             return cpu(manifest, identity, Reasons.socNotInBundle(soc = soc, targets = listed))
+        }
+        // A graph that failed validation, shipped for the CPU on this SoC: decided before any library is touched.
+        if (target.acceptedOn == "cpu") {
+            val graph = manifest.graphs.firstOrNull { it.name in target.accepted }
+            if (graph != null) {
+                val reason = Reasons.validationFailed(
+                    graph = graph.name,
+                    soc = soc,
+                    reason = target.accepted.getValue(graph.name),
+                )
+                return cpu(manifest, identity, reason)
+            }
         }
         val paths = LinkedHashMap<String, String>()
         for (graph in manifest.graphs) {

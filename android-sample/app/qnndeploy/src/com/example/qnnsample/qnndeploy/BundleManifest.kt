@@ -34,8 +34,18 @@ data class Tensor(val name: String, val dtype: String, val shape: List<Long?> = 
 
 data class Graph(val name: String, val inputs: List<Tensor> = emptyList(), val outputs: List<Tensor> = emptyList())
 
-/** The files for one SoC: its context binaries and their EPContext wrappers. */
-data class Target(val soc: String, val dspArch: String, val artifacts: List<BundleFile> = emptyList())
+/**
+ * The files for one SoC: its context binaries and their EPContext wrappers. accepted: graph -> the reason its failed
+ * validation was shipped with (validation.graphs.GRAPH.accepted.reason, `bundle --accept`); acceptedOn: where the
+ * app runs such a target ("cpu": the CPU fallback; null or "npu": the NPU).
+ */
+data class Target(
+    val soc: String,
+    val dspArch: String,
+    val artifacts: List<BundleFile> = emptyList(),
+    val accepted: Map<String, String> = emptyMap(),
+    val acceptedOn: String? = null,
+)
 
 /**
  * The QAIRT of the bundle, the part the app reads. minRuntime: the oldest QNN runtime ("X.Y.Z") that loads the
@@ -94,7 +104,10 @@ data class BundleManifest(
                     Graph(it.text("name"), it.objects("inputs").map(::tensor), it.objects("outputs").map(::tensor))
                 },
                 targets = m.objects("targets").map {
-                    Target(it.text("soc"), it.text("dsp_arch"), it.objects("artifacts").map(::file))
+                    Target(
+                        it.text("soc"), it.text("dsp_arch"), it.objects("artifacts").map(::file),
+                        accepted = accepted(it["validation"]), acceptedOn = it["accepted_on"] as? String,
+                    )
                 },
                 cpu = m.objects("cpu").map(::file),
                 runtime = Runtime(
@@ -114,6 +127,17 @@ data class BundleManifest(
             val format = m["format"]?.let { id -> FileFormat.entries.firstOrNull { it.id == id } ?: bad("format", m) }
             val graphs = m.list("graphs").map { it as? String ?: bad("graphs", m) }
             return BundleFile(m.text("path"), m.text("sha256"), m["graph"] as? String ?: "", format, graphs)
+        }
+
+        /** graph -> accepted reason, for each graph whose validation summary holds one (anything else: none). */
+        private fun accepted(validation: Any?): Map<String, String> {
+            val graphs = (validation as? Map<*, *>)?.get("graphs") as? Map<*, *> ?: return emptyMap()
+            val out = LinkedHashMap<String, String>()
+            for ((graph, summary) in graphs) {
+                val reason = ((summary as? Map<*, *>)?.get("accepted") as? Map<*, *>)?.get("reason") as? String
+                if (graph is String && reason != null) out[graph] = reason
+            }
+            return out
         }
 
         private fun tensor(m: Map<*, *>): Tensor =

@@ -20,6 +20,9 @@ object Reasons {
     fun socNotInBundle(soc: String, targets: String): Reason =
         Reason("soc_not_in_bundle", "SoC ${soc} is not in the bundle (targets: ${targets})")
 
+    fun validationFailed(graph: String, soc: String, reason: String): Reason =
+        Reason("validation_failed", "graph \"${graph}\" failed validation on ${soc} and the bundle asks for the CPU there (accepted: ${reason})")
+
     fun graphFileMissing(soc: String, format: String, graph: String): Reason =
         Reason("graph_file_missing", "target ${soc} has no ${format} file for graph \"${graph}\"")
 
