@@ -27,7 +27,7 @@ LAYERS = [
     {"qnndeploy.onnxcheck", "qnndeploy.prepare", "qnndeploy.compile", "qnndeploy.validate", "qnndeploy.bundle.build",
      "qnndeploy.scaffold", "qnndeploy.device.info", "qnndeploy.device.profile", "qnndeploy.device.verify",
      "qnndeploy.device.runner", "qnndeploy.compile.ort", "qnndeploy.compile.qairt",
-     "qnndeploy.contextinfo", "qnndeploy.prepare.split"},
+     "qnndeploy.contextinfo", "qnndeploy.prepare.split", "qnndeploy.diagnose"},
     # what runs stages: the demo and the environment report, then the command line
     {"qnndeploy.demo", "qnndeploy.doctor"},
     {"qnndeploy.cli"},

@@ -12,7 +12,7 @@ import sys
 import click
 
 from qnndeploy import __version__
-from qnndeploy.cli import bundle, cache, check, demo, device, doctor, prepare, scaffold, socs, validate
+from qnndeploy.cli import bundle, cache, check, demo, device, diagnose, doctor, prepare, scaffold, socs, validate
 from qnndeploy.cli import compile as compile_  # the module; `compile` alone would hide the builtin here
 from qnndeploy.cli import inspect as inspect_  # the module; `inspect` alone would hide the standard library's
 from qnndeploy.cli._common import (
@@ -31,7 +31,7 @@ def cli() -> None:
     """Ship ONNX models on the Qualcomm NPU (QNN HTP), with a CPU fallback on every phone.
 
     \b
-    model.onnx -> check, prepare -> compile -> validate -> bundle build, bundle verify
+    model.onnx -> check, prepare -> compile -> validate (diagnose) -> bundle build, bundle verify
                -> scaffold (the app's Kotlin glue) -> device verify (on phones)
 
     \b
@@ -48,6 +48,7 @@ for command in (
     prepare.prepare,
     compile_.compile_cmd,
     validate.validate,
+    diagnose.diagnose,
     bundle.bundle,
     inspect_.inspect_cmd,
     scaffold.scaffold,

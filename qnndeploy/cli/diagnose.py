@@ -1,0 +1,74 @@
+"""`qnndeploy diagnose`: the tensor where the HTP emulator's numbers part from the CPU's, why, and what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from qnndeploy import diagnose as stage
+from qnndeploy import plot
+from qnndeploy.cli._common import handles_errors, json_option, num, report, shown
+
+
+def _render(result: stage.DiagnoseResult) -> None:
+    i = result.inputs
+    source = i["folder"] if i["kind"] == "files" else f"{i['samples']} random sample(s), seed {i['seed']}"
+    click.echo(f"{result.graph} on {result.soc} ({result.precision}), inputs: {source}")
+    click.echo(f"{len(result.probes)} of {result.candidates} tensors probed in {result.compiles} compile(s), "
+               f"{result.seconds:.1f} s; threshold SNR {result.min_snr_db:g} dB")
+    click.echo(f"  {'pos':>5}  {'SNR dB':>7}  {'cosine':>9}  {'max|d|':>8}  {'CPU max|x|':>10}  op / tensor")
+    for p in result.probes:
+        mark = "BAD" if p.bad else "   "
+        flag = " <- first bad" if result.first_bad is not None and p.tensor == result.first_bad.tensor else ""
+        click.echo(f"  {p.position:>5}  {num(p.snr_db, '7.1f')}  {num(p.cosine, '9.6f')}  {p.max_abs_diff:8.2e}  "
+                   f"{p.ranges.max_abs:10.3g}  {mark} {p.op_type} {p.tensor}{flag}")
+    bad = result.first_bad
+    if bad is None:
+        click.echo(f"every probed tensor is above {result.min_snr_db:g} dB: nothing to diagnose")
+        return
+    click.echo(f"first bad tensor: {bad.tensor}, made by {bad.op_type} {bad.node} (position {bad.position} of "
+               f"{result.nodes}), SNR {num(bad.snr_db, '.1f')} dB"
+               + (f"; last good: {result.last_good.tensor}" if result.last_good else ""))
+    if result.note:
+        click.echo(f"note: {result.note}")
+    click.echo("why:")
+    for e in result.explanations:
+        click.echo(f"  - {e.text}")
+    click.echo("remedies:")
+    for r in result.remedies:
+        click.echo(f"  - {r.kind}: {r.text}")
+        if r.command:
+            click.echo(f"      {r.command}")
+
+
+@click.command()
+@click.argument("target", metavar="BUILD/GRAPH/SOC", type=click.Path(path_type=Path))
+@click.option("--inputs", type=click.Path(path_type=Path), metavar="DIR",
+              help="Real input samples: *.npz (one per sample) or INPUT.npy; DIR/GRAPH/ per graph.")
+@click.option("--random", "random_", type=int, metavar="N", help="N seeded random samples [default: 1].")
+@click.option("--seed", type=int, default=0, show_default=True, metavar="N", help="Seed for --random.")
+@click.option("--min-snr-db", type=float,
+              help="The SNR in dB below which a tensor is bad [default: validate's, fp16 30].")
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path), metavar="FILE.png",
+              help="Write the error curve (SNR against position in the graph) as a PNG.")
+@json_option
+@handles_errors
+def diagnose(target: Path, inputs: Path | None, random_: int | None, seed: int, min_snr_db: float | None,
+             plot_path: Path | None, as_json: bool) -> None:
+    """Find the tensor where the NPU's numbers go wrong, and why.
+
+    Compares CPU fp32 and the host HTP emulator tensor by tensor along one compiled job's graph: copies of the
+    source model expose intermediate tensors as outputs, compiled for the job's SoC and precision; each compile
+    probes a few tensors, the next narrows between the last good and the first bad one. Prints the error curve,
+    the first tensor below the threshold and its node, the value ranges that explain it (fp16 overflow above 65504,
+    subnormals below 6.1e-5, dynamic range) and remedies as commands. Exit 1 when the graph's outputs fail.
+    """
+    result = stage.diagnose(target, inputs, random_, seed=seed, min_snr_db=min_snr_db)
+    if plot_path is not None:
+        shown_probes = [p for p in result.probes if p.snr_db is not None]
+        plot.line_chart([p.position for p in shown_probes], [min(p.snr_db or 0.0, 150.0) for p in shown_probes],
+                        plot_path, threshold=result.min_snr_db, marked=[p.bad for p in shown_probes])
+        if not as_json:
+            click.echo(f"plot: {shown(plot_path)}")
+    report(result, as_json, _render)

@@ -1,0 +1,498 @@
+"""Diagnose a compiled graph that validates badly: find the first tensor along the graph where the host HTP
+emulator's numbers part from the CPU's, the node that made it, and the value ranges that explain it (fp16 overflow,
+underflow into fp16's subnormals, huge dynamic range, cancellation), with remedies as commands.
+
+How: a copy of the source model exposes some intermediate tensors as extra outputs; it is compiled for the job's
+SoC and precision (CPU fallback off) and run on the emulator and on the CPU with the same samples, and each exposed
+tensor gets validate's metrics. One compile probes several tensors spread over the topological order; the next
+narrows between the last good and the first bad probe (plus the first bad node's own inputs, so that a branch
+joining there is not missed), until they are adjacent. A graph of N tensors takes about log_(K+1)(N) compiles
+for K probes per compile, instead of N.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from qnndeploy import htp, samples, socs
+from qnndeploy.errors import QnnDeployError, first_line
+from qnndeploy.fileio import JSON, sha256_file
+from qnndeploy.formats import EPCONTEXT
+from qnndeploy.metrics import metrics, thresholds_for
+from qnndeploy.onnxio import load_model
+from qnndeploy.records import CompileRecord, read_build
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
+    from qnndeploy.samples import Sample
+
+FP16_MAX = 65504.0  # fp16's largest finite value
+FP16_MIN_NORMAL = 6.103515625e-05  # below it fp16 is subnormal: fewer significant bits
+FP16_FLUSH = 2.98e-08  # half the smallest fp16 subnormal (5.96e-8): below it a value rounds to 0
+PROBES_PER_COMPILE = 8
+_TINY_SHARE = 0.01  # a tensor with at least this share of nonzero values below FP16_MIN_NORMAL underflows
+_SPREAD = 2048.0  # max magnitude over the median one beyond fp16's 11 significant bits
+_CANCELLATION = 100.0  # an Add/Sub whose inputs are this many times larger (RMS) than its result
+_TINY_OPS = {"Log": "the log", "Div": "the division", "Reciprocal": "the reciprocal", "Sqrt": "the square root",
+             "Pow": "the power", "Exp": "the exp"}
+_SUMS = {"Add", "Sub", "Sum", "ReduceSum", "ReduceMean"}
+_FLOATS = {1, 10, 11, 16}  # onnx TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
+_MOVES = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Expand", "Slice", "Gather",
+          "Concat", "Split", "Pad", "DepthToSpace", "SpaceToDepth"}  # copy values, compute nothing
+
+
+@dataclass
+class Ranges:
+    """The CPU values of one tensor, as far as fp16 cares."""
+
+    tensor: str
+    min: float
+    max: float
+    max_abs: float
+    min_nonzero_abs: float | None  # None when all zero
+    over_fp16_max: float  # share of values whose magnitude is above 65504
+    subnormal_share: float  # share of nonzero values below 6.1e-5 in magnitude
+    flushed_share: float  # share of nonzero values that fp16 rounds to 0
+    dynamic_range: float | None  # max / min nonzero magnitude
+    spread: float | None  # max / median nonzero magnitude
+
+
+@dataclass
+class Probe:
+    tensor: str
+    op_type: str  # of the node that produced it
+    node: str
+    position: int  # the producing node's index in topological order
+    snr_db: float | None
+    cosine: float | None
+    max_abs_diff: float
+    bad: bool
+    compile_round: int  # which compile probed it (1-based)
+    ranges: Ranges
+
+
+@dataclass
+class Explanation:
+    kind: str  # "overflow" | "underflow" | "dynamic-range" | "cancellation" | "rounding"
+    tensor: str
+    text: str
+
+
+@dataclass
+class Remedy:
+    kind: str  # "split" | "clamp" | "rescale" | "keep-fp16" | "threshold"
+    text: str
+    command: str | None = None  # one copy-pasteable line, when the remedy is a command
+
+
+@dataclass
+class DiagnoseResult:
+    target: Path  # BUILD/<graph>/<SoC>
+    graph: str
+    soc: str
+    precision: str
+    source: Path
+    inputs: JSON  # how the samples were made
+    min_snr_db: float
+    nodes: int  # nodes in the graph (Constant nodes aside)
+    candidates: int  # float tensors that could be probed
+    probes: list[Probe]  # by position
+    first_bad: Probe | None  # the first probed tensor below the threshold, its node's inputs all good
+    last_good: Probe | None  # the probe just before first_bad in topological order
+    input_ranges: list[Ranges]  # first_bad's node's inputs (graph inputs, weights, tensors)
+    explanations: list[Explanation]
+    remedies: list[Remedy]
+    outputs_snr_db: float | None  # the worst graph output's SNR
+    ok: bool  # every graph output is above the threshold
+    compiles: int
+    seconds: float
+    note: str = ""
+
+
+@dataclass
+class _Tensor:
+    name: str
+    position: int
+    op_type: str
+    node: str
+    inputs: list[str] = field(default_factory=list)
+
+
+def diagnose(target: Path, inputs: Path | None = None, random: int | None = None, *, seed: int = 0,
+             min_snr_db: float | None = None, probes_per_compile: int = PROBES_PER_COMPILE) -> DiagnoseResult:
+    """Diagnose one compiled job, BUILD/<graph>/<SoC>, with samples from `inputs` or `random` seeded ones."""
+    start = time.monotonic()
+    if inputs is not None and random is not None:
+        raise QnnDeployError("pass --inputs DIR or --random N, not both")
+    if random is not None and random < 1:
+        raise QnnDeployError("--random must be 1 or more")
+    if inputs is not None and not Path(inputs).is_dir():
+        raise QnnDeployError(f"--inputs {inputs}: no such folder")
+    if min_snr_db is not None and not math.isfinite(min_snr_db):
+        raise QnnDeployError(f"--min-snr-db {min_snr_db:g}: give a finite number of dB, e.g. 30")
+    if probes_per_compile < 1:
+        raise QnnDeployError("probes per compile must be 1 or more")
+    record = job_record(Path(target))
+    if record.precision != "fp16":
+        raise QnnDeployError(f"{target} was compiled at {record.precision}: diagnose supports fp16 jobs only so far "
+                             "(compile the graph at --precision fp16 to find where fp16 goes wrong)")
+    source = record.source
+    if not source.is_file():
+        raise QnnDeployError(f"the source model {source} is gone: diagnose runs it on the CPU and the emulator")
+    if sha256_file(source) != record.source_sha256:
+        raise QnnDeployError(f"{source} changed since the compile: compile again, then diagnose")
+    htp._require()
+    feeds, used = samples.for_graph(source, record.graph, inputs, count=random or 1, seed=seed)
+    limit = thresholds_for(record.precision, {} if min_snr_db is None else {"min_snr_db": min_snr_db})
+    model = _load_full(source)
+    tensors, outputs = _candidates(model)
+    if not tensors:
+        raise QnnDeployError(f"{source} has no float tensors to compare")
+    session = _Session(model, record, feeds, limit["min_snr_db"], limit["atol"])
+    try:
+        first_bad, last_good = _bisect(session, tensors, outputs, probes_per_compile)
+        ranges = _input_ranges(session, model, tensors, feeds, first_bad)
+    finally:
+        session.close()
+    probes = sorted(session.probes.values(), key=lambda p: (p.position, p.tensor))
+    out_snrs = [session.probes[o].snr_db for o in outputs if o in session.probes]
+    worst = min((s for s in out_snrs if s is not None), default=None)
+    ok = all(not session.probes[o].bad for o in outputs if o in session.probes)
+    explanations = explain(first_bad, ranges) if first_bad else []
+    result = DiagnoseResult(Path(target), record.graph, record.soc, record.precision, source, used,
+                            limit["min_snr_db"], len(tensors), len(tensors), probes, first_bad, last_good, ranges,
+                            explanations, [], worst, ok, session.compiles, 0.0)
+    result.nodes = sum(1 for n in model.graph.node if n.op_type != "Constant")
+    if first_bad is not None:
+        result.remedies = remedies(result, tensors)
+        if first_bad.op_type in _MOVES and last_good is not None:
+            result.note = (f"{first_bad.op_type} only moves values: the error is made before it, in the HTP's fused "
+                           f"ops ending at {last_good.op_type} {last_good.node}; exposing a tensor splits its node's "
+                           f"fusion with the next one and changes the HTP's numbers (here {last_good.tensor} measured "
+                           f"{last_good.snr_db or 0:.1f} dB so exposed)")
+        elif ok:
+            result.note = ("the graph's outputs pass: this tensor's error does not reach them (fp16 error that a "
+                           "later node absorbs)")
+    result.seconds = round(time.monotonic() - start, 2)
+    return result
+
+
+def job_record(target: Path) -> CompileRecord:
+    """The compile record of BUILD/<graph>/<SoC> (for a shared context's folder: the graph alone, else refused)."""
+    if not (target / "compile.json").is_file():
+        raise QnnDeployError(f"{target}: no compile record (compile.json); pass a job folder, BUILD/<graph>/<SoC>")
+    records = [r for r in read_build(target.parent.parent) if r.folder.resolve() == target.resolve()]
+    if not records:
+        raise QnnDeployError(f"{target}: no compile record found under {target.parent.parent}")
+    if len(records) > 1:
+        raise QnnDeployError(f"{target} is a shared context of graphs {', '.join(r.graph for r in records)}: "
+                             "diagnose each graph's own job (compile it alone)")
+    record = records[0]
+    if record.status != "ok" or record.output(EPCONTEXT) is None:
+        raise QnnDeployError(f"{target}: the compile failed or made no EPContext model: nothing to diagnose")
+    return record
+
+
+# --- the probe runs -------------------------------------------------------------------------------------------------
+
+class _Session:
+    """Compiles and runs probe models: each run exposes some tensors and records their Probes."""
+
+    def __init__(self, model: onnx.ModelProto, record: CompileRecord, feeds: list[Sample], min_snr_db: float,
+                 atol: float) -> None:
+        self.model, self.record, self.feeds = model, record, feeds
+        self.min_snr_db, self.atol = min_snr_db, atol
+        self.tmp = tempfile.TemporaryDirectory(prefix="qnndeploy-diagnose-")
+        self.probes: dict[str, Probe] = {}
+        self.compiles = 0
+
+    def close(self) -> None:
+        self.tmp.cleanup()
+
+    def run(self, names: list[str], tensors: dict[str, _Tensor], again: bool = False) -> None:
+        """One compile exposing `names` (the graph outputs come along); a tensor probed before is measured again
+        only when it is in `names` and `again` is set."""
+        import numpy as np
+        import onnxruntime as ort
+
+        self.compiles += 1
+        path = Path(self.tmp.name) / f"probe{self.compiles}.onnx"
+        _write_probe_model(self.model, names, path)
+        try:
+            cpu = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            names_out = [o.name for o in cpu.get_outputs()]
+            expected = [dict(zip(names_out, cpu.run(None, s), strict=True)) for s in self.feeds]
+        except Exception as e:  # noqa: BLE001 onnxruntime's own error types
+            raise QnnDeployError(f"onnxruntime could not run the probe model on the CPU: {first_line(e)}") from None
+        try:
+            soc = socs.find(self.record.soc)
+            with htp.quiet_native_stdout():
+                session = ort.InferenceSession(str(path), htp.session_options(soc, fp16=True,
+                                                                              provider=_provider(self.record)))
+            actual = [dict(zip(names_out, session.run(None, s), strict=True)) for s in self.feeds]
+        except Exception as e:  # noqa: BLE001
+            raise QnnDeployError(f"the HTP emulator could not compile or run the probe model exposing "
+                                 f"{len(names)} tensor(s) for {self.record.soc}: {first_line(e)}") from None
+        for name in names_out:
+            t = tensors.get(name)
+            if t is None or (name in self.probes and not (again and name in names)):
+                continue
+            ref = np.stack([e[name] for e in expected])
+            out = np.stack([a[name] for a in actual])
+            m = metrics(ref, out)
+            if not m["finite"]:
+                bad = True
+            elif m["snr_db"] is None:  # an all-zero reference: only the absolute difference means anything
+                bad = m["max_abs_diff"] > self.atol
+            else:
+                bad = m["snr_db"] < self.min_snr_db
+            self.probes[name] = Probe(name, t.op_type, t.node, t.position, m["snr_db"], m["cosine"],
+                                      m["max_abs_diff"], bad, self.compiles, ranges(name, ref))
+
+
+def _provider(record: CompileRecord) -> dict[str, str]:
+    """The QNN EP options the job was compiled with that change how the HTP computes (VTCM, optimization mode)."""
+    settings = record.htp or {}
+    found = {"vtcm_mb": settings.get("vtcm_mb"),
+             "htp_graph_finalization_optimization_mode": settings.get("optimization_mode")}
+    return {k: str(v) for k, v in found.items() if v not in (None, False)}
+
+
+def _bisect(session: _Session, tensors: dict[str, _Tensor], outputs: list[str], k: int
+            ) -> tuple[Probe | None, Probe | None]:
+    """Narrow to the first bad probe whose earlier neighbour in topological order and whose node's inputs are all
+    good. Returns (first bad, last good before it).
+
+    Exposing a tensor can change the HTP's numbers (it breaks the fusion of its node with the next), so the verdict
+    is confirmed by one more compile that exposes the candidate, its neighbour and its node's inputs together; when
+    that moves the first bad tensor, narrowing goes on (each candidate is confirmed once)."""
+    order = sorted(tensors.values(), key=lambda t: t.position)
+    index = {t.name: i for i, t in enumerate(order)}
+    session.run([order[i].name for i in _spread(list(range(len(order))), k, ends=True)], tensors)
+    confirmed: set[int] = set()
+    while True:
+        bad = [index[p.tensor] for p in session.probes.values() if p.bad]
+        if not bad:
+            return None, None
+        b = min(bad)
+        a = max((index[n] for n in session.probes if index[n] < b), default=-1)
+        gap = [i for i in range(a + 1, b) if order[i].name not in session.probes]
+        own = [n for n in order[b].inputs if n in tensors and n not in session.probes]
+        if gap or own:
+            session.run(list(dict.fromkeys([order[i].name for i in _spread(gap, k)] + own)), tensors)
+            continue
+        inputs = [n for n in order[b].inputs if n in tensors]
+        if b in confirmed or (a < 0 and not inputs):  # confirmed, or nothing before it to measure it with
+            return session.probes[order[b].name], session.probes[order[a].name] if a >= 0 else None
+        confirmed.add(b)
+        together = ([order[a].name] if a >= 0 else []) + [order[b].name] + inputs
+        session.run(list(dict.fromkeys(together)), tensors, again=True)
+
+
+def _spread(items: list[int], k: int, ends: bool = False) -> list[int]:
+    """k items evenly spread: with `ends`, the first and last among them; else cutting the list into k+1 parts."""
+    if len(items) <= k:
+        return items
+    if ends:
+        return sorted({items[round(j * (len(items) - 1) / max(k - 1, 1))] for j in range(k)})
+    return sorted({items[(j + 1) * len(items) // (k + 1)] for j in range(k)})
+
+
+def _input_ranges(session: _Session, model: onnx.ModelProto, tensors: dict[str, _Tensor], feeds: list[Sample],
+                  first_bad: Probe | None) -> list[Ranges]:
+    """Ranges of what first_bad's node reads: graph inputs from the samples, weights, tensors as probed."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    if first_bad is None:
+        return []
+    inits = {t.name: t for t in model.graph.initializer}
+    found = []
+    for name in dict.fromkeys(tensors[first_bad.tensor].inputs):
+        if name in session.probes:
+            found.append(session.probes[name].ranges)
+        elif name in feeds[0] and np.issubdtype(feeds[0][name].dtype, np.floating):
+            found.append(ranges(name, np.stack([s[name] for s in feeds])))
+        elif name in inits and inits[name].data_type in _FLOATS:
+            found.append(ranges(name, numpy_helper.to_array(inits[name])))
+    return found
+
+
+# --- the model's tensors and probe copies ---------------------------------------------------------------------------
+
+def _load_full(source: Path) -> onnx.ModelProto:
+    """The source model with its weights (external data too), checked by onnxio's loader first."""
+    import onnx
+
+    load_model(source)
+    try:
+        return onnx.load(str(source))
+    except Exception as e:  # noqa: BLE001 onnx raises several types for unreadable external data
+        raise QnnDeployError(f"cannot read {source} with its weights: {first_line(e)}") from None
+
+
+def _candidates(model: onnx.ModelProto) -> tuple[dict[str, _Tensor], list[str]]:
+    """Every float tensor a node makes (Constant nodes aside), with a known type: name -> _Tensor; and the graph's
+    float outputs."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 a model shape inference cannot follow: use the declared types only
+        inferred = model
+    g = inferred.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in (*g.value_info, *g.output, *g.input)
+             if v.type.WhichOneof("value") == "tensor_type"}
+    found: dict[str, _Tensor] = {}
+    position = 0
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            continue
+        for out in node.output:
+            if out and types.get(out) in _FLOATS:
+                found[out] = _Tensor(out, position, node.op_type, node.name or f"{node.op_type}_{position}",
+                                     [i for i in node.input if i])
+        position += 1
+    outputs = [o.name for o in model.graph.output if o.name in found]
+    return found, outputs
+
+
+def _write_probe_model(model: onnx.ModelProto, names: list[str], path: Path) -> None:
+    """A copy of `model` whose outputs are its own plus `names`, typed by shape inference."""
+    import onnx
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    inferred = onnx.shape_inference.infer_shapes(probe)
+    typed = {v.name: v for v in inferred.graph.value_info}
+    have = {o.name for o in probe.graph.output}
+    for name in names:
+        if name in have:
+            continue
+        value = typed.get(name)
+        if value is None:
+            raise QnnDeployError(f"shape inference gives no type for tensor {name}: it cannot be exposed as an "
+                                 "output")
+        probe.graph.output.append(value)
+    large = probe.ByteSize() > 1_800_000_000
+    onnx.save(probe, str(path), save_as_external_data=large, location=f"{path.stem}.data" if large else None)
+
+
+# --- what the numbers say ---------------------------------------------------------------------------------------
+
+def ranges(name: str, values: np.ndarray) -> Ranges:
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.float64).ravel()
+    v = v[np.isfinite(v)]
+    if not v.size:
+        return Ranges(name, math.nan, math.nan, math.nan, None, 0.0, 0.0, 0.0, None, None)
+    mag = np.abs(v)
+    nonzero = mag[mag > 0]
+    low = float(nonzero.min()) if nonzero.size else None
+    return Ranges(name, float(v.min()), float(v.max()), float(mag.max()), low,
+                  float((mag > FP16_MAX).mean()),
+                  float((nonzero < FP16_MIN_NORMAL).mean()) if nonzero.size else 0.0,
+                  float((nonzero < FP16_FLUSH).mean()) if nonzero.size else 0.0,
+                  float(mag.max()) / low if low else None,
+                  float(mag.max() / np.median(nonzero)) if nonzero.size else None)
+
+
+def explain(bad: Probe, inputs: list[Ranges]) -> list[Explanation]:
+    """Why fp16 cannot hold the guilty tensor or what its node reads, from the CPU values; each reason once."""
+    seen = [bad.ranges, *inputs]
+    found = [Explanation("overflow", r.tensor, (
+        f"fp16 overflow: {r.tensor} reaches {r.max_abs:.3g} on the CPU ({r.over_fp16_max:.1%} of its values above "
+        f"65504, fp16's largest value)")) for r in seen if r.over_fp16_max > 0]
+    found += [Explanation("underflow", r.tensor, (
+        f"fp16 underflow: {r.subnormal_share:.0%} of {r.tensor}'s nonzero values are below 6.1e-5, fp16's subnormal "
+        f"range (down to {r.min_nonzero_abs:.2g}; {r.flushed_share:.0%} are below 3e-8 and become 0)"))
+        for r in seen if r.subnormal_share >= _TINY_SHARE]
+    found += [Explanation("dynamic-range", r.tensor, (
+        f"huge dynamic range in {r.tensor}: magnitudes from {r.min_nonzero_abs:.2g} to {r.max_abs:.3g} (max/min "
+        f"nonzero {r.dynamic_range:.2g}; max/median {r.spread:.2g}, beyond fp16's 11 significant bits)"))
+        for r in seen if r.spread is not None and r.spread > _SPREAD and r.dynamic_range is not None]
+    if bad.op_type in _SUMS and inputs:
+        big = max(inputs, key=lambda r: r.max_abs)
+        out = max(abs(bad.ranges.min), abs(bad.ranges.max))
+        if out > 0 and big.max_abs / out > _CANCELLATION:
+            found.append(Explanation("cancellation", bad.tensor, (
+                f"cancellation in {bad.op_type} {bad.node}: it reads values up to {big.max_abs:.3g} ({big.tensor}), "
+                f"where fp16's step is {_ulp(big.max_abs):.2g}, and returns values up to {out:.3g}")))
+    if not found:
+        found.append(Explanation("rounding", bad.tensor, (
+            f"no value out of fp16's range: {bad.op_type} {bad.node} loses precision to fp16 rounding (values "
+            f"{bad.ranges.min:.3g} to {bad.ranges.max:.3g})")))
+    return found
+
+
+def _ulp(x: float) -> float:
+    """fp16's spacing at magnitude x (normal range)."""
+    return 2.0 ** (math.floor(math.log2(max(x, FP16_MIN_NORMAL))) - 10)
+
+
+def remedies(result: DiagnoseResult, tensors: dict[str, _Tensor]) -> list[Remedy]:
+    """What to do about first_bad, as commands where one exists: a split keeping the guilty part on the CPU,
+    clamping or rescaling advice by the explanation, and a looser threshold only with a reason."""
+    bad, good = result.first_bad, result.last_good
+    assert bad is not None
+    build = result.target.parent.parent
+    source = result.source
+    out = source.with_name(f"{source.stem}-split.onnx")
+    kinds = {e.kind for e in result.explanations}
+    found: list[Remedy] = []
+    if good is None or bad.position < result.nodes / 2:  # the front end goes wrong: keep it on the CPU
+        found.append(Remedy("split", (
+            f"keep the front end up to {bad.tensor} ({bad.op_type} {bad.node}) on the CPU, the rest on the NPU "
+            f"({out.stem}-head.onnx on the CPU, {out.stem}-tail.onnx compiled for the NPU)"),
+            f"qnndeploy prepare {_q(source)} --split-at {_q(bad.tensor)} --cpu head -o {_q(out)}"))
+    else:  # the tail goes wrong: cut after the last good tensor, keep the rest on the CPU
+        found.append(Remedy("split", (
+            f"keep the tail after {good.tensor} (the last good tensor) on the CPU, the front on the NPU "
+            f"({out.stem}-head.onnx compiled for the NPU, {out.stem}-tail.onnx on the CPU)"),
+            f"qnndeploy prepare {_q(source)} --split-at {_q(good.tensor)} --cpu tail -o {_q(out)}"))
+    low = [r for r in result.input_ranges if r.subnormal_share >= _TINY_SHARE and r.min_nonzero_abs is not None]
+    if bad.op_type in _TINY_OPS and low and bad.op_type != "Exp":
+        r = min(low, key=lambda r: r.min_nonzero_abs or 0.0)
+        what = "denominator" if bad.op_type in ("Div", "Reciprocal") else "input"
+        found.append(Remedy("clamp", (
+            f"{bad.op_type} of values down to {r.min_nonzero_abs:.2g}: add Max({r.tensor}, 1e-4) before it (a "
+            f"floor on its {what} that fp16 holds), or compute {_TINY_OPS[bad.op_type]} on the CPU (split)")))
+    elif bad.op_type == "Exp" and "overflow" in kinds:
+        found.append(Remedy("clamp", (
+            f"Exp overflows fp16 above 11.09: subtract the max first (as Softmax does) or add Min(x, 11) before "
+            f"{bad.node}")))
+    elif "overflow" in kinds:
+        over = bad.ranges if bad.ranges.over_fp16_max > 0 else max(
+            (r for r in result.input_ranges if r.over_fp16_max > 0), key=lambda r: r.max_abs)
+        scale = 10 ** math.ceil(math.log10(over.max_abs / 8192))
+        found.append(Remedy("rescale", (
+            f"{over.tensor} reaches {over.max_abs:.3g}: scale it down by {scale:g} where it is made (e.g. in the "
+            f"weights or constants before it) and undo the scale later, or compute it on the CPU (split)")))
+    elif "cancellation" in kinds or "underflow" in kinds:
+        found.append(Remedy("rescale", (
+            f"rescale before {bad.node} so that its inputs and result lie between 1e-3 and 1e3 (subtract a large "
+            f"offset or normalize first, in the CPU part if needed)")))
+    if result.precision == "w8a16":
+        found.append(Remedy("keep-fp16", f"keep {bad.node} in fp16, the rest in w8a16",
+                            f"qnndeploy compile {_q(source)} --soc {result.soc} --precision w8a16 "
+                            f"--keep-fp16 {_q(bad.node)} -o {_q(build)}"))
+    if result.outputs_snr_db is not None and not result.ok:
+        reach = math.floor(result.outputs_snr_db)
+        weak = " (under 20 dB the outputs barely resemble the CPU's: not advised)" if reach < 20 else ""
+        found.append(Remedy("threshold", (
+            f"only with a recorded reason why it is enough: the outputs reach {result.outputs_snr_db:.1f} dB{weak}"),
+            f"qnndeploy validate {_q(build)} --min-snr-db {reach}"))
+    return found
+
+
+def _q(value: object) -> str:
+    return shlex.quote(str(value))
