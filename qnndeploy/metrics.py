@@ -4,6 +4,8 @@ prepare, validate and device verify judge outputs the same way, so it lives belo
 Several metrics, because one can mislead: rel L2, cosine and SNR are relative to the reference and mean nothing
 when the reference is near zero (a detector's map on random input); max abs diff is absolute and stays meaningful.
 A reference whose RMS is below the absolute tolerance is judged on max abs diff alone, and the verdict says so.
+TopK outputs are judged as sets: fp16 reorders near-tied scores, and the same top-k items in another order is the
+same answer (topk_outputs, judge).
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
+
+from qnndeploy.onnxio import load_model, tensor_info
 
 if TYPE_CHECKING:
     import numpy as np
@@ -24,6 +29,20 @@ THRESHOLDS: dict[str, Thresholds] = {
     "fp16": {"min_cosine": 0.999, "min_snr_db": 30.0, "atol": 1e-3},
     "w8a16": {"min_cosine": 0.99, "min_snr_db": 20.0, "atol": 1e-2},
 }
+# Thresholds that only an override sets (a record without one used the default). min_topk_jaccard: the lowest
+# |A and B| / |A or B| allowed between a row's CPU and HTP top-k index sets; 1 = the same set in every row.
+OPTIONAL_THRESHOLDS = {"min_topk_jaccard": 1.0}
+TOPK_MARK = "qnndeploy.topk"  # model metadata: comma-separated output names to judge as top-k (NAME or NAME:AXIS)
+_SHAPE_KEEPING = ("Cast", "Identity")  # between a TopK and a graph output: still its values or indices
+
+
+@dataclass(frozen=True)
+class TopK:
+    """An output judged as a top-k set: its k axis, and whether it holds the values or the indices."""
+
+    axis: int
+    role: str  # "values" | "indices"
+    why: str  # "TopK node NAME" or "marked in the model (qnndeploy.topk)"
 
 @dataclass
 class OutputMetrics:
@@ -38,8 +57,9 @@ class OutputMetrics:
     ref_max_abs: float
     argmax_agreement: float | None  # share of positions whose argmax over the last axis agrees
     passed: bool
-    judged_on: str  # "cosine+snr" or "max_abs_diff"
+    judged_on: str  # "cosine+snr", "max_abs_diff", "finite", "topk_set", "sorted:cosine+snr", "sorted:max_abs_diff"
     note: str | None = None
+    topk_jaccard: float | None = None  # top-k indices: the lowest per-row Jaccard of the CPU and HTP index sets
 
 
 
@@ -82,34 +102,110 @@ def thresholds_for(precision: str | None, overrides: Mapping[str, float] | None 
     return {**THRESHOLDS.get(precision or "w8a16", THRESHOLDS["w8a16"]), **(overrides or {})}
 
 
+def topk_outputs(path: Path) -> dict[str, TopK]:
+    """The outputs to judge as top-k sets: a TopK node's values (output 0) or indices (output 1), reached through
+    Cast/Identity only, and the outputs the model's metadata_props names under TOPK_MARK (NAME or NAME:AXIS,
+    axis -1 by default; integer outputs are indices, others values)."""
+    model = load_model(Path(path))
+    graph = model.graph
+    producers = {o: n for n in graph.node for o in n.output}
+    found: dict[str, TopK] = {}
+    for value in graph.output:
+        name = value.name
+        node = producers.get(name)
+        while node is not None and node.op_type in _SHAPE_KEEPING and node.input:
+            name = node.input[0]
+            node = producers.get(name)
+        if node is not None and node.op_type == "TopK" and node.domain in ("", "ai.onnx"):
+            axis = next((a.i for a in node.attribute if a.name == "axis"), -1)
+            role = "values" if list(node.output).index(name) == 0 else "indices"
+            found[value.name] = TopK(axis, role, f"TopK node {node.name or '(unnamed)'}")
+    marked = next((p.value for p in model.metadata_props if p.key == TOPK_MARK), "")
+    dtypes = {v.name: tensor_info(v).dtype for v in graph.output}
+    for entry in filter(None, (e.strip() for e in marked.split(","))):
+        name, _, axis_text = entry.partition(":")
+        if name in dtypes and name not in found:
+            role = "indices" if dtypes[name].startswith(("int", "uint")) else "values"
+            found[name] = TopK(int(axis_text) if axis_text.lstrip("-").isdigit() else -1, role,
+                               f"marked in the model ({TOPK_MARK})")
+    return found
+
+
 def judge_outputs(expected: Sequence[Mapping[str, np.ndarray]], actual: Sequence[Mapping[str, np.ndarray]],
-                  limits: Thresholds, class_axes: Mapping[str, int] | None = None) -> list[OutputMetrics]:
+                  limits: Thresholds, class_axes: Mapping[str, int] | None = None,
+                  topk: Mapping[str, TopK] | None = None) -> list[OutputMetrics]:
     """Every output over all samples (one {name: array} per sample), against the CPU reference. Outputs in
-    `class_axes` (onnxio.class_axes) also get their argmax agreement over that axis."""
-    return [judge(name, [e[name] for e in expected], [a[name] for a in actual], limits, (class_axes or {}).get(name))
+    `class_axes` (onnxio.class_axes) also get their argmax agreement over that axis; outputs in `topk`
+    (topk_outputs) are judged as top-k sets."""
+    return [judge(name, [e[name] for e in expected], [a[name] for a in actual], limits, (class_axes or {}).get(name),
+                  (topk or {}).get(name))
             for name in expected[0]]
 
 
 def judge(name: str, expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], limits: Thresholds,
-          class_axis: int | None = None) -> OutputMetrics:
+          class_axis: int | None = None, topk: TopK | None = None) -> OutputMetrics:
+    """One output's verdict. A top-k output is compared sorted along its k axis, so order does not count: its
+    indices pass when every row holds the same set (Jaccard >= min_topk_jaccard), its values by the rules below
+    on the sorted values. Others: not finite fails; a near-zero reference is judged on max abs diff; else cosine
+    and SNR."""
     import numpy as np
 
     ref, out = np.stack(expected), np.stack(actual)  # a leading sample axis
+    axis = None
+    if topk is not None and ref.shape == out.shape and -ref.ndim < topk.axis < ref.ndim - 1:
+        axis = topk.axis + 1 if topk.axis >= 0 else topk.axis
+    if axis is not None and topk is not None:
+        return _judge_topk(name, ref, out, limits, axis, topk)
     m = metrics(ref, out)
     agree = None
     if class_axis is not None and -ref.ndim < class_axis < ref.ndim - 1 and np.issubdtype(ref.dtype, np.floating):
-        axis = class_axis + 1 if class_axis >= 0 else class_axis
-        agree = float((ref.argmax(axis) == out.argmax(axis)).mean())
-    note = None
+        class_axis = class_axis + 1 if class_axis >= 0 else class_axis
+        agree = float((ref.argmax(class_axis) == out.argmax(class_axis)).mean())
+    passed, judged, note = _verdict(m, limits)
+    return OutputMetrics(name, list(out.shape[1:]), m["max_abs_diff"], m["mean_abs_diff"], m["rel_l2"], m["cosine"],
+                         m["snr_db"], m["ref_rms"], m["ref_max_abs"], agree, passed, judged, note)
+
+
+def _verdict(m: Metrics, limits: Thresholds) -> tuple[bool, str, str | None]:
+    """(passed, judged_on, note) by the value rules: finite, then near-zero max abs diff, else cosine and SNR."""
     if not m["finite"]:
-        passed, judged, note = False, "finite", "the HTP output has NaN or Inf values"
-    elif m["ref_rms"] < limits["atol"]:
-        passed, judged = m["max_abs_diff"] <= limits["atol"], "max_abs_diff"
+        return False, "finite", "the HTP output has NaN or Inf values"
+    if m["ref_rms"] < limits["atol"]:
         note = (f"reference is near zero (RMS {m['ref_rms']:.2g} < atol {limits['atol']:g}): rel L2, cosine and "
                 f"SNR are not meaningful here, judged on max abs diff; validate with real inputs (--inputs DIR)")
+        return m["max_abs_diff"] <= limits["atol"], "max_abs_diff", note
+    passed = (m["cosine"] is not None and m["cosine"] >= limits["min_cosine"]
+              and m["snr_db"] is not None and m["snr_db"] >= limits["min_snr_db"])
+    return passed, "cosine+snr", None
+
+
+def _judge_topk(name: str, ref: np.ndarray, out: np.ndarray, limits: Thresholds, axis: int, topk: TopK
+                ) -> OutputMetrics:
+    import numpy as np
+
+    ref_rows = np.moveaxis(ref, axis, -1).reshape(-1, ref.shape[axis])
+    out_rows = np.moveaxis(out, axis, -1).reshape(-1, out.shape[axis])
+    m = metrics(np.sort(ref_rows, axis=1), np.sort(out_rows, axis=1))
+    rows = len(ref_rows)
+    jaccard = None
+    if topk.role == "indices":
+        reordered = int(((ref_rows != out_rows).any(axis=1)
+                         & (np.sort(ref_rows, axis=1) == np.sort(out_rows, axis=1)).all(axis=1)).sum())
+        order = f"order differs in {reordered} of {rows} row(s), which does not count" if reordered else "same order"
+        shared = (ref_rows[:, :, None] == out_rows[:, None, :]).any(axis=2).sum(axis=1)
+        union = ref_rows.shape[1] + out_rows.shape[1] - shared
+        per_row = np.where(union > 0, shared / np.maximum(union, 1), 1.0)
+        jaccard = float(per_row.min()) if rows else 1.0
+        least = limits.get("min_topk_jaccard", OPTIONAL_THRESHOLDS["min_topk_jaccard"])
+        differ = int((per_row < 1).sum())
+        passed, judged = jaccard >= least, "topk_set"
+        note = (f"top-k indices ({topk.why}) judged as sets along axis {topk.axis}: "
+                + (f"sets differ in {differ} of {rows} row(s), lowest Jaccard {jaccard:.2f} (needs >= {least:g})"
+                   if differ else "the same set in every row") + f"; {order}")
     else:
-        passed = (m["cosine"] is not None and m["cosine"] >= limits["min_cosine"]
-                  and m["snr_db"] is not None and m["snr_db"] >= limits["min_snr_db"])
-        judged = "cosine+snr"
+        passed, base, why = _verdict(m, limits)
+        judged = base if base == "finite" else f"sorted:{base}"
+        note = (f"top-k values ({topk.why}) compared sorted along axis {topk.axis}, so their order does not count"
+                + (f"; {why}" if why else ""))
     return OutputMetrics(name, list(out.shape[1:]), m["max_abs_diff"], m["mean_abs_diff"], m["rel_l2"], m["cosine"],
-                         m["snr_db"], m["ref_rms"], m["ref_max_abs"], agree, bool(passed), judged, note)
+                         m["snr_db"], m["ref_rms"], m["ref_max_abs"], None, bool(passed), judged, note, jaccard)

@@ -16,7 +16,15 @@ from qnndeploy import __version__, htp, onnxio, samples, socs
 from qnndeploy.errors import QnnDeployError, first_line
 from qnndeploy.fileio import JSON, sha256_file, write_json
 from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT
-from qnndeploy.metrics import THRESHOLDS, OutputMetrics, Thresholds, judge_outputs, thresholds_for
+from qnndeploy.metrics import (
+    OPTIONAL_THRESHOLDS,
+    THRESHOLDS,
+    OutputMetrics,
+    Thresholds,
+    judge_outputs,
+    thresholds_for,
+    topk_outputs,
+)
 from qnndeploy.records import VALIDATION_RECORD, VALIDATION_VERSION, CompileRecord, read_build
 from qnndeploy.samples import Sample
 
@@ -59,10 +67,12 @@ Reference = tuple[list[Sample], list[Sample], JSON]  # samples, their CPU output
 
 
 def validate_build(build: Path, inputs: Path | None = None, random: int | None = None, *, seed: int = 0,
-                   thresholds: Thresholds | None = None, progress: Progress | None = None) -> ValidationSummary:
+                   thresholds: Thresholds | None = None, progress: Progress | None = None,
+                   preprocess: str | Path | None = None) -> ValidationSummary:
     """Validate every compiled (graph, SoC) in `build`. `inputs` is a folder of samples (DIR/<graph>/ when it
-    exists, else DIR: *.npz with one array per input name, or <input>.npy); otherwise `random` seeded samples
-    (default 1). `thresholds` overrides min_cosine / min_snr_db / atol for every precision."""
+    exists, else DIR: *.npz with one array per input name, or <input>.npy; for a one-input graph .wav or
+    .png/.jpg files through `preprocess`, samples.parse_preprocess); otherwise `random` seeded samples
+    (default 1). `thresholds` overrides min_cosine / min_snr_db / atol / min_topk_jaccard for every precision."""
 
     if inputs is not None and random is not None:
         raise QnnDeployError("pass --inputs DIR or --random N, not both")
@@ -70,6 +80,9 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
         raise QnnDeployError("--random must be 1 or more")
     if inputs is not None and not Path(inputs).is_dir():
         raise QnnDeployError(f"--inputs {inputs}: no such folder")
+    prep = samples.parse_preprocess(preprocess) if preprocess is not None else None
+    if prep is not None and inputs is None:
+        raise QnnDeployError(f"--preprocess {prep.given} applies to audio or image files: give them with --inputs DIR")
     check_thresholds(thresholds or {})
     jobs = read_build(build)
     htp._require()
@@ -77,10 +90,11 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
     given: dict[str, Given] = {}
     for record in jobs if inputs is not None else []:
         if _validatable(record) and record.graph not in given and record.source.is_file():
-            given[record.graph] = samples.for_graph(record.source, record.graph, inputs)
+            given[record.graph] = samples.for_graph(record.source, record.graph, inputs, preprocess=prep)
     random = random if random is not None or inputs is not None else 1
-    described: JSON = ({"kind": "files", "folder": str(Path(inputs).resolve())} if inputs is not None
-                 else {"kind": "random", "samples": random, "seed": seed, "distribution": samples.RANDOM_NOTE})
+    described: JSON = ({"kind": "files", "folder": str(Path(inputs).resolve()),
+                        **({"preprocess": prep.given} if prep is not None else {})} if inputs is not None
+                       else {"kind": "random", "samples": random, "seed": seed, "distribution": samples.RANDOM_NOTE})
     per_graph: dict[str, Reference | QnnDeployError] = {}
     results: list[TargetValidation] = []
     if progress:
@@ -96,8 +110,8 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
 
 def check_thresholds(thresholds: Thresholds) -> None:
     """Refuse names and values no output could be judged by: a cosine outside [-1, 1], a NaN or infinite SNR,
-    a negative atol."""
-    unknown = set(thresholds) - set(THRESHOLDS["fp16"])
+    a negative atol, a top-k Jaccard outside [0, 1]."""
+    unknown = set(thresholds) - set(THRESHOLDS["fp16"]) - set(OPTIONAL_THRESHOLDS)
     if unknown:
         raise QnnDeployError(f"unknown threshold(s) {', '.join(sorted(unknown))}")
     cosine, snr, atol = (thresholds.get(k) for k in ("min_cosine", "min_snr_db", "atol"))
@@ -107,6 +121,9 @@ def check_thresholds(thresholds: Thresholds) -> None:
         raise QnnDeployError(f"--min-snr-db {snr:g}: give a finite number of dB, e.g. 30")
     if atol is not None and not (math.isfinite(atol) and atol >= 0):
         raise QnnDeployError(f"--atol {atol:g}: give a finite absolute tolerance of 0 or more, e.g. 1e-3")
+    jaccard = thresholds.get("min_topk_jaccard")
+    if jaccard is not None and not 0 <= jaccard <= 1:
+        raise QnnDeployError(f"--min-topk-jaccard {jaccard:g}: a Jaccard index lies between 0 and 1 (1 = same set)")
 
 
 def _validatable(record: CompileRecord) -> bool:
@@ -151,7 +168,8 @@ def _validate_one(record: CompileRecord, random: int | None, seed: int, override
         return result
     result.samples = len(feeds)
     result.emulator_s_per_run = round(seconds / len(feeds), 3)
-    result.outputs = judge_outputs(expected, outputs, limits, onnxio.class_axes(record.source))
+    result.outputs = judge_outputs(expected, outputs, limits, onnxio.class_axes(record.source),
+                                   topk_outputs(record.source))
     result.status = "passed" if all(m.passed for m in result.outputs) else "failed"
     result.record = record.validation_file
     write_json(result.record, {

@@ -13,7 +13,7 @@ from qnndeploy.cli._common import handles_errors, job_progress, json_option, ren
 def _render_validation(summary: stage.ValidationSummary) -> None:
     i = summary.inputs
     source = i["folder"] if i["kind"] == "files" else f"{i['samples']} random sample(s), seed {i['seed']}"
-    click.echo(f"inputs: {source}")
+    click.echo(f"inputs: {source}" + (f" (preprocess {i['preprocess']})" if i.get("preprocess") else ""))
     for t in summary.targets:
         label = {"passed": "PASS", "failed": "FAIL", "skipped": "skip", "error": "ERROR"}[t.status]
         if t.status in ("skipped", "error"):
@@ -35,26 +35,36 @@ def _render_validation(summary: stage.ValidationSummary) -> None:
 @click.command()
 @click.argument("build", type=click.Path(path_type=Path))
 @click.option("--inputs", type=click.Path(path_type=Path), metavar="DIR",
-              help="Real input samples: *.npz (one per sample) or INPUT.npy; DIR/GRAPH/ per graph.")
+              help="Real input samples: *.npz (one per sample) or INPUT.npy; for a one-input graph .wav or "
+              ".png/.jpg files (one per sample, see --preprocess); DIR/GRAPH/ per graph.")
+@click.option("--preprocess", metavar="SPEC|FILE.json",
+              help="How audio/image files become the input, e.g. image:resize=224x224,scale=1/255,"
+              "mean=0.485/0.456/0.406,std=0.229/0.224/0.225 or audio:logmel,n_mels=80,rate=16000 or audio:raw "
+              "[default: from the input's shape: image scale=1/255, audio raw].")
 @click.option("--random", "random_", type=int, metavar="N", help="N seeded random samples [default: 1].")
 @click.option("--seed", type=int, default=0, show_default=True, metavar="N", help="Seed for --random.")
 @click.option("--min-cosine", type=float, help="Override the cosine similarity threshold (fp16 0.999, w8a16 0.99).")
 @click.option("--min-snr-db", type=float, help="Override the SNR threshold in dB (fp16 30, w8a16 20).")
 @click.option("--atol", type=float, help="Override the near-zero level (fp16 1e-3, w8a16 1e-2): an output whose "
               "CPU reference has an RMS below it is judged on max abs diff <= atol instead of cosine and SNR.")
+@click.option("--min-topk-jaccard", type=float, help="Top-k indices outputs: the lowest Jaccard index of the CPU "
+              "and HTP sets allowed per row [default: 1, the same set; order never counts].")
 @json_option
 @handles_errors
-def validate(build: Path, inputs: Path | None, random_: int | None, seed: int, min_cosine: float | None,
-             min_snr_db: float | None, atol: float | None, as_json: bool) -> None:
+def validate(build: Path, inputs: Path | None, preprocess: str | None, random_: int | None, seed: int,
+             min_cosine: float | None, min_snr_db: float | None, atol: float | None,
+             min_topk_jaccard: float | None, as_json: bool) -> None:
     """Compare each context binary on the HTP emulator with the CPU.
 
     Runs each compiled context on the host HTP emulator and the source ONNX on onnxruntime CPU with the same
-    inputs. Reports max abs diff, rel L2, cosine, SNR and (for class outputs) argmax agreement per output, judges
-    them against per-precision thresholds and writes BUILD/<graph>/<SoC>/validation.json. Exit 1 when a
-    target fails or cannot run, or when nothing could be validated. Emulator timings are not phone timings.
+    inputs. Reports max abs diff, rel L2, cosine, SNR and (for class outputs) argmax agreement per output; TopK
+    outputs are judged as sets (order does not count). Judges them against per-precision thresholds and writes
+    BUILD/<graph>/<SoC>/validation.json. Exit 1 when a target fails or cannot run, or when nothing could be
+    validated. Emulator timings are not phone timings.
     """
-    overrides = {k: v for k, v in (("min_cosine", min_cosine), ("min_snr_db", min_snr_db), ("atol", atol))
-                 if v is not None}
+    overrides = {k: v for k, v in (("min_cosine", min_cosine), ("min_snr_db", min_snr_db), ("atol", atol),
+                                   ("min_topk_jaccard", min_topk_jaccard)) if v is not None}
     with job_progress("validating on the HTP emulator") as progress:
-        summary = stage.validate_build(build, inputs, random_, seed=seed, thresholds=overrides, progress=progress)
+        summary = stage.validate_build(build, inputs, random_, seed=seed, thresholds=overrides, progress=progress,
+                                       preprocess=preprocess)
     report(summary, as_json, _render_validation)

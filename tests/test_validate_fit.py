@@ -1,0 +1,164 @@
+"""validate on the real host HTP emulator (onnxruntime-qnn) with metrics that fit the output and real samples:
+a TopK over near-tied scores that fp16 reorders (same set: passes; another set: fails), and a log of tiny values
+that passes on random input and fails on the shipped speech, which is the point of feeding real audio."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from conftest import require
+from onnx import TensorProto as T
+from onnx import helper as h
+
+from qnndeploy import compile as compile_stage
+from qnndeploy import htp, metrics, samples
+from qnndeploy import validate as stage
+from qnndeploy.cli import cli
+
+pytestmark = [pytest.mark.needs_qnn]
+
+SCHEMA = json.loads((Path(stage.__file__).parent / "schemas" / "validation-record.schema.json").read_text())
+SPEECH = Path(samples.__file__).parent / "data" / "samples" / "speech.wav"
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(map(str, args)))
+
+
+def save(graph, path: Path, metadata: dict[str, str] | None = None) -> Path:
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    for key, value in (metadata or {}).items():
+        model.metadata_props.add(key=key, value=value)
+    onnx.save(model, path)
+    return path
+
+
+def topk_graph() -> onnx.GraphProto:
+    """scores = x * 1 (so the graph computes something before TopK), then the top 4 of 16; indices cast to int32
+    as prepare's int32 wrappers leave them."""
+    return h.make_graph(
+        [h.make_node("Mul", ["x", "one"], ["scores"]), h.make_node("TopK", ["scores", "k"], ["values", "idx64"]),
+         h.make_node("Cast", ["idx64"], ["indices"], to=T.INT32)], "topk",
+        [h.make_tensor_value_info("x", T.FLOAT, [1, 16])],
+        [h.make_tensor_value_info("values", T.FLOAT, [1, 4]), h.make_tensor_value_info("indices", T.INT32, [1, 4])],
+        [h.make_tensor("one", T.FLOAT, [], [1.0]), h.make_tensor("k", T.INT64, [1], [4])])
+
+
+def near_ties(group: int) -> np.ndarray:
+    """Scores with `group` near-tied values (0.5 + 1e-5·j, largest first), all equal once rounded to fp16, among
+    smaller ones. 4 tied: the top 4 is that group in another order on the HTP; 5: one of them is left out."""
+    x = np.linspace(0, 0.3, 16).astype(np.float32)
+    x[2:2 + group] = 0.5 + 1e-5 * np.arange(group)[::-1]
+    return x[None]
+
+
+@pytest.fixture(scope="module")
+def topk_build(tmp_path_factory):
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
+    folder = tmp_path_factory.mktemp("topk")
+    model = save(topk_graph(), folder / "topk.onnx")
+    assert compile_stage.compile_models({"topk": model}, ["SM8750"], folder / "build", use_cache=False).ok
+    return folder / "build"
+
+
+def test_topk_outputs_are_found_through_casts_and_marks(tmp_path):
+    found = metrics.topk_outputs(save(topk_graph(), tmp_path / "t.onnx"))
+    assert {k: (v.role, v.axis) for k, v in found.items()} == {"values": ("values", -1), "indices": ("indices", -1)}
+    plain = h.make_graph([h.make_node("Identity", ["x"], ["boxes"]), h.make_node("Identity", ["x"], ["ids"])], "m",
+                         [h.make_tensor_value_info("x", T.FLOAT, [2, 8])],
+                         [h.make_tensor_value_info("boxes", T.FLOAT, [2, 8]),
+                          h.make_tensor_value_info("ids", T.FLOAT, [2, 8])])
+    marked = metrics.topk_outputs(save(plain, tmp_path / "m.onnx", {metrics.TOPK_MARK: "boxes:0, nothing"}))
+    assert {k: (v.role, v.axis, v.why) for k, v in marked.items()} == {
+        "boxes": ("values", 0, "marked in the model (qnndeploy.topk)")}
+
+
+def test_topk_judged_as_sets_on_arrays():
+    limits = metrics.thresholds_for("fp16")
+    idx = metrics.TopK(-1, "indices", "TopK node t")
+    ref, reordered, other = np.array([[3, 4, 5, 6]]), np.array([[6, 5, 4, 3]]), np.array([[6, 5, 4, 2]])
+    same = metrics.judge("i", [ref], [reordered], limits, 1, idx)
+    assert same.passed and same.judged_on == "topk_set" and same.topk_jaccard == 1.0 and same.argmax_agreement is None
+    assert "the same set in every row; order differs in 1 of 1 row(s)" in same.note
+    assert not metrics.judge("i", [ref], [reordered], limits).passed  # position by position it would fail
+    diff = metrics.judge("i", [ref], [other], limits, None, idx)
+    assert not diff.passed and diff.topk_jaccard == pytest.approx(3 / 5) and "lowest Jaccard 0.60" in diff.note
+    assert metrics.judge("i", [ref], [other], {**limits, "min_topk_jaccard": 0.6}, None, idx).passed
+    vals = metrics.judge("v", [np.array([[0.9, 0.5, 0.5001]])], [np.array([[0.9, 0.5001, 0.5]])], limits, None,
+                         metrics.TopK(-1, "values", "TopK node t"))
+    assert vals.passed and vals.judged_on == "sorted:cosine+snr" and vals.snr_db == 300.0
+
+
+def test_topk_reordered_by_fp16_passes_and_another_set_fails(topk_build, tmp_path):
+    same, other = tmp_path / "same", tmp_path / "other"
+    same.mkdir()
+    other.mkdir()
+    np.savez(same / "0.npz", x=near_ties(4))
+    np.savez(other / "0.npz", x=near_ties(5))
+    result = run("validate", topk_build, "--inputs", same, "--json")
+    assert result.exit_code == 0, result.output
+    rec = json.loads((topk_build / "topk" / "SM8750" / "validation.json").read_text())
+    jsonschema.validate(rec, SCHEMA)
+    values, indices = (next(o for o in rec["outputs"] if o["name"] == n) for n in ("values", "indices"))
+    assert indices["judged_on"] == "topk_set" and indices["topk_jaccard"] == 1.0 and indices["passed"]
+    assert "order differs in 1 of 1 row(s)" in indices["note"]  # measured: the HTP lists the fp16 ties 5, 4, 3, 2
+    assert values["judged_on"] == "sorted:cosine+snr" and values["passed"]
+    result = run("validate", topk_build, "--inputs", other)
+    assert result.exit_code == 1 and "FAIL  topk" in result.output and "BAD indices" in result.output
+    assert "sets differ in 1 of 1 row(s), lowest Jaccard 0.60 (needs >= 1)" in result.output
+    loose = run("validate", topk_build, "--inputs", other, "--min-topk-jaccard", "0.6", "--json")
+    assert loose.exit_code == 0, loose.output
+    rec = json.loads((topk_build / "topk" / "SM8750" / "validation.json").read_text())
+    assert rec["thresholds"]["min_topk_jaccard"] == 0.6
+    jsonschema.validate(rec, SCHEMA)
+    bad = run("validate", topk_build, "--min-topk-jaccard", "1.5")
+    assert bad.exit_code == 2 and "a Jaccard index lies between 0 and 1" in bad.output
+
+
+# --- real speech against random input -------------------------------------------------------------
+
+FRAME, LENGTH = 400, 48000  # 25 ms frames of 3 s of 16 kHz audio
+
+
+def log_energy_graph() -> onnx.GraphProto:
+    """A log-energy front end computed in the graph from raw audio: frames, mean square, times 1e-3, plus 1e-10,
+    log. Speech has pauses whose energy times 1e-3 falls below fp16's subnormal range; random input never does."""
+    return h.make_graph(
+        [h.make_node("Reshape", ["audio", "shape"], ["frames"]), h.make_node("Mul", ["frames", "frames"], ["sq"]),
+         h.make_node("ReduceMean", ["sq"], ["energy"], axes=[2], keepdims=0),
+         h.make_node("Mul", ["energy", "gain"], ["small"]), h.make_node("Add", ["small", "eps"], ["floored"]),
+         h.make_node("Log", ["floored"], ["log_energy"])], "logenergy",
+        [h.make_tensor_value_info("audio", T.FLOAT, [1, LENGTH])],
+        [h.make_tensor_value_info("log_energy", T.FLOAT, [1, LENGTH // FRAME])],
+        [h.make_tensor("shape", T.INT64, [3], [1, LENGTH // FRAME, FRAME]), h.make_tensor("gain", T.FLOAT, [], [1e-3]),
+         h.make_tensor("eps", T.FLOAT, [], [1e-10])])
+
+
+def test_real_speech_shows_the_fp16_underflow_random_input_hides(tmp_path):
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
+    model = save(log_energy_graph(), tmp_path / "logenergy.onnx")
+    build = tmp_path / "build"
+    assert compile_stage.compile_models({"logenergy": model}, ["SM8750"], build, use_cache=False).ok
+    random = run("validate", build, "--json")
+    assert random.exit_code == 0, random.output
+    (out,) = json.loads(random.stdout)["targets"][0]["outputs"]
+    assert out["snr_db"] > 60  # measured: 72 dB on uniform noise
+    speech = tmp_path / "speech"
+    speech.mkdir()
+    shutil.copy(SPEECH, speech)
+    real = run("validate", build, "--inputs", speech, "--preprocess", "audio:raw,rate=16000")
+    assert real.exit_code == 1, real.output
+    assert "(preprocess audio:raw,rate=16000)" in real.output and "FAIL  logenergy" in real.output
+    rec = json.loads((build / "logenergy" / "SM8750" / "validation.json").read_text())
+    jsonschema.validate(rec, SCHEMA)
+    (out,) = rec["outputs"]
+    assert out["judged_on"] == "cosine+snr" and out["snr_db"] < 20 and out["cosine"] < 0.99  # measured: 11.5, 0.965
+    assert rec["inputs"]["files"] == ["speech.wav"] and rec["inputs"]["preprocess"]["rate"] == 16000
+    assert rec["inputs"]["notes"] == ["speech.wav: 55016 samples, cropped to the first 48000"]
