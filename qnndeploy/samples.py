@@ -109,10 +109,10 @@ def cpu_outputs(model: Path, samples: list[Sample]) -> list[Sample]:
         raise QnnDeployError(f"onnxruntime could not run {model} on the CPU: {first_line(e)}") from None
 
 
-def reference(model: Path, graph: str, inputs: Path | None = None, count: int = 1, seed: int = 0
-              ) -> tuple[list[Sample], list[Sample], JSON]:
+def reference(model: Path, graph: str, inputs: Path | None = None, count: int = 1, seed: int = 0,
+              preprocess: str | Path | Preprocess | None = None) -> tuple[list[Sample], list[Sample], JSON]:
     """(samples, CPU outputs, how the samples were made) for one graph."""
-    samples, used = for_graph(model, graph, inputs, count, seed)
+    samples, used = for_graph(model, graph, inputs, count, seed, preprocess)
     return samples, cpu_outputs(model, samples), used
 
 
