@@ -150,6 +150,7 @@ class Decision:
     system_lib: str | None = None
     adsp_library_path: str | None = None  # the value set before loading the QNN libraries, if it was set
     runtime_version: str | None = None  # the QAIRT version of the loaded libQnnHtp.so, once the libraries loaded
+    cpu_graphs: list[str] = field(default_factory=list)  # on the NPU: the graphs that run on the CPU all the same
 
     @property
     def npu(self) -> bool:
@@ -311,7 +312,15 @@ def decide(manifest: Mapping[str, Any], device: Device, *, load_errors: Mapping[
     if asked is not None:
         return _cpu(manifest, identity, reason("validation_failed", graph=asked[0], soc=soc, reason=asked[1]))
     paths: dict[str, str] = {}
+    cpu_graphs = [g["name"] for g in manifest.get("graphs") or [] if g.get("cpu_only") is True]
+    cpu = [a for a in manifest.get("cpu") or [] if a.get("graph") in cpu_graphs]
     for g in manifest.get("graphs") or []:
+        if g["name"] in cpu_graphs:  # a split model's part that always runs on the CPU
+            art = next((a for a in cpu if a["graph"] == g["name"] and a.get("format") == ONNX), None)
+            if art is None:
+                return _cpu(manifest, identity, reason("graph_file_missing", soc=soc, format=ONNX, graph=g["name"]))
+            paths[g["name"]] = art["path"]
+            continue
         art = next((a for a in target["artifacts"] if g["name"] in artifact_graphs(a) and a["format"] == npu_format),
                    None)
         if art is None:
@@ -342,6 +351,6 @@ def decide(manifest: Mapping[str, Any], device: Device, *, load_errors: Mapping[
                     runtime_version)
     why = reason("npu", soc=soc, arch=arch)
     return Decision(provider="npu", soc=soc, identified_by=identity.identified_by, reason=why.text, reason_key=why.key,
-                    dsp_arch=arch, paths=paths, files=[a["path"] for a in target["artifacts"]],
+                    dsp_arch=arch, paths=paths, files=[a["path"] for a in [*target["artifacts"], *cpu]],
                     backend_lib=libs.backend, system_lib=libs.system, adsp_library_path=adsp,
-                    runtime_version=runtime_version)
+                    runtime_version=runtime_version, cpu_graphs=cpu_graphs)

@@ -13,6 +13,7 @@ EPCONTEXT = "ort-epcontext"  # what ONNX Runtime's QNN EP loads (an .onnx wrappi
 ONNX = "onnx"  # a CPU fallback model,
 EXTERNAL_DATA = "onnx-external-data"  # and a weights file it names (models over 2 GB must keep weights outside)
 MANIFEST = "manifest.json"
+SPLIT_RECORD = "qnndeploy-split"  # OUT.split.json of `prepare --split-at`, which `bundle --split` reads
 # the QNN EP's htp_performance_mode values (onnxruntime-qnn docs): what a bundle may ask the glue to set
 PERFORMANCE_MODES = ("burst", "balanced", "default", "high_performance", "high_power_saver", "low_balanced",
                      "low_power_saver", "power_saver", "extreme_power_saver", "sustained_high_performance")

@@ -213,8 +213,14 @@ def _check_engine(manifest: dict[str, Any], bundle: Path, engine: str) -> None:
     """Every target must hold what the engine loads, or the app would silently never use the NPU there."""
     fmt = ENGINES[engine]
     hint = " or use --engine sherpa-onnx, which loads the context binaries" if engine == "ort" else ""
+    cpu_only = [g["name"] for g in manifest["graphs"] if g.get("cpu_only")]
+    if cpu_only and engine != "ort":
+        raise QnnDeployError(f"graph(s) {', '.join(cpu_only)} of this split model run on the CPU, which engine "
+                             f"{engine} (context binaries only) cannot: use --engine ort")
     for t in manifest["targets"]:
         for g in manifest["graphs"]:
+            if g["name"] in cpu_only:
+                continue
             if not any(g["name"] in artifact_graphs(a) and a["format"] == fmt for a in t["artifacts"]):
                 raise QnnDeployError(f"engine {engine} loads {fmt} files, but target {t['soc']} has none for graph "
                                      f"'{g['name']}': rebuild the bundle with them{hint}")

@@ -75,6 +75,14 @@ def accepted(m: dict, soc: str = "SM8750", graphs: tuple[str, ...] = ("rec",), o
     return {**m, "targets": [{**t, **flagged} if t["soc"] == soc else t for t in m["targets"]]}
 
 
+def split(m: dict, cpu_graph: str = "det") -> dict:
+    """`m` (format 3) as a split model: `cpu_graph` runs on the CPU only (no target files), then the others."""
+    graphs = [{**g, "cpu_only": True} if g["name"] == cpu_graph else g for g in m["graphs"]]
+    targets = [{**t, "artifacts": [a for a in t["artifacts"] if a.get("graph") != cpu_graph]} for t in m["targets"]]
+    order = [cpu_graph] + [g["name"] for g in m["graphs"] if g["name"] != cpu_graph]
+    return {**m, "format_version": 3, "graphs": graphs, "targets": targets, "pipeline": order}
+
+
 def tiny_model(path: Path, width: int) -> Path:
     import numpy as np
     import onnx

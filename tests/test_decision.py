@@ -276,3 +276,14 @@ def test_a_shared_context_binary_serves_each_of_its_graphs():
     assert "npu/SM8750/pair.bin" in wrapped.files
     lacking = run(bundles.shared(bundles.manifest(), graphs=("det", "x")), npu_format=CONTEXT_BINARY)
     assert not lacking.npu and lacking.reason_key == "graph_file_missing" and '"rec"' in lacking.reason
+
+
+def test_a_split_models_cpu_part_runs_on_the_cpu_in_an_npu_decision():
+    m = bundles.split(bundles.manifest())
+    assert schema_errors(m) == []
+    d = run(m, npu_format=EPCONTEXT)
+    assert d.npu and d.cpu_graphs == ["det"]
+    assert d.paths == {"det": "cpu/det.onnx", "rec": "npu/SM8750/rec_ctx.onnx"}
+    assert "cpu/det.onnx" in d.files and "npu/SM8750/det.bin" not in d.files
+    cpu = run(m, device=Device("SM8350", None, 34))  # no target: everything on the CPU, nothing singled out
+    assert not cpu.npu and cpu.cpu_graphs == [] and cpu.paths == {"det": "cpu/det.onnx", "rec": "cpu/rec.onnx"}

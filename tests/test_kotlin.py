@@ -142,6 +142,7 @@ def agreement_cases(real_manifest: dict) -> tuple[list[dict], list[dict]]:
         {**two, "format_version": 1}, bundles.manifest(external=("det", "rec")), {**two, "format": "something-else"},
         bundles.shared(two), bundles.shared(bundles.manifest(formats=(CONTEXT_BINARY,))),
         bundles.shared(two, graphs=("det", "other")),
+        bundles.split(two), bundles.split(bundled, cpu_graph="rec"),
     ]
     versions = [{**two, "format_version": v} for v in ODD_VERSIONS]
     runtimes = [{**m, "qairt": {**m["qairt"], "min_runtime": r}} for m in (two, bundled) for r in MIN_RUNTIMES]

@@ -9,6 +9,7 @@ name and renamed into place right after the bundle, with no safe point in betwee
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
@@ -36,7 +37,16 @@ from qnndeploy.bundle.verify import (
 )
 from qnndeploy.decision import BACKEND_LIB, SYSTEM_LIB, qnn_libraries
 from qnndeploy.errors import QnnDeployError
-from qnndeploy.fileio import JSON, Progress, partial_file, remove_stale, replace, staging_dir, write_json
+from qnndeploy.fileio import (
+    JSON,
+    Progress,
+    partial_file,
+    remove_stale,
+    replace,
+    sha256_file,
+    staging_dir,
+    write_json,
+)
 from qnndeploy.formats import (
     ACCEPT_ON,
     CONTEXT_BINARY,
@@ -48,6 +58,7 @@ from qnndeploy.formats import (
     MAVEN_RUNTIME,
     ONNX,
     PERFORMANCE_MODES,
+    SPLIT_RECORD,
 )
 from qnndeploy.markers import FileFacts, build_version, scan_file
 from qnndeploy.records import RECORD_FILE, VALIDATION_FILE, ValidationRecord, read_build
@@ -78,6 +89,8 @@ class BundleSpec:
     accepted_on: dict[str, str] = field(default_factory=dict)  # SoC model -> where the app runs its accepted failures
     performance_mode: str | None = None  # the HTP performance mode the glue sets (None: the glue's default)
     expected_sha256: dict[Path, str] = field(default_factory=dict)  # inputs whose hash a compile record holds
+    cpu_only: list[str] = field(default_factory=list)  # graphs that always run on the CPU (a split model's part)
+    pipeline: list[str] = field(default_factory=list)  # the order the app runs the graphs in ([]: none given)
 
 
 @dataclass
@@ -194,6 +207,35 @@ def _accept(spec: BundleSpec, build: Path, accept: Mapping[tuple[str, str], str]
         spec.accepted_on[soc] = accept_on or "npu"
 
 
+def add_split(spec: BundleSpec, record: Path) -> None:
+    """A split model (`prepare --split-at`): its CPU part joins as a CPU-only graph named after its file, its NPU
+    part must be a graph of the build, and the record's order becomes the pipeline the app runs."""
+    record = Path(record)
+    try:
+        data = json.loads(record.read_text())
+    except (OSError, ValueError) as e:
+        raise QnnDeployError(f"--split {record}: not readable JSON ({e})") from None
+    if not isinstance(data, dict) or data.get("record") != SPLIT_RECORD:
+        raise QnnDeployError(f"--split {record}: not a split record (qnndeploy prepare --split-at writes one)")
+    names: dict[str, str] = {}
+    for part in data["parts"]:
+        path = (record.parent / part["path"]).resolve()
+        if sha256_file(_need_file(path, f"{part['name']} part")) != part["sha256"]:
+            raise QnnDeployError(f"{path} changed since it was split: split again")
+        if part["runs_on"] == "cpu":
+            names[part["name"]] = path.stem
+            if spec.cpu.setdefault(path.stem, path) != path:
+                raise QnnDeployError(f"--split: graph {path.stem} is already another model ({spec.cpu[path.stem]})")
+            spec.cpu_only.append(path.stem)
+        else:
+            graph = next((g for g, p in spec.cpu.items() if Path(p).resolve() == path), None)
+            if graph is None:
+                raise QnnDeployError(f"--split: the NPU part {path} is in no compiled graph: compile it (qnndeploy "
+                                     "compile), then bundle --from-build that build")
+            names[part["name"]] = graph
+    spec.pipeline = [names[p] for p in data["order"]]
+
+
 def _need_file(path: Path, what: str) -> Path:
     path = Path(path)
     if not path.is_file():
@@ -212,7 +254,8 @@ def _cpu_files(spec: BundleSpec) -> tuple[list[JSON], dict[str, list[tuple[Path,
     for g, p in spec.cpu.items():
         path = _need_file(p, f"CPU model for graph {g}")
         sig = graph_signature(path)
-        graphs.append({"name": g, "inputs": sig.inputs, "outputs": sig.outputs})
+        graphs.append({"name": g, "inputs": sig.inputs, "outputs": sig.outputs,
+                       **({"cpu_only": True} if g in spec.cpu_only else {})})
         files[g] = [(path, f"cpu/{g}.onnx")]
         for location in sig.external_data:
             rel = external_data_path(files[g][0][1], location)
@@ -241,7 +284,7 @@ def _targets(spec: BundleSpec) -> dict[str, tuple[socs.Soc, dict[str, list[Path]
         if spec.precision == "fp16" and not soc.fp16:
             raise QnnDeployError(f"{soc.model} ({soc.marketing_name or soc.dsp_arch}) has no fp16 on its HTP; "
                                  "build it as w8a16 or leave it to the CPU fallback")
-        missing = sorted(set(spec.cpu) - set(graphs))
+        missing = sorted(set(spec.cpu) - set(graphs) - set(spec.cpu_only))
         extra = sorted(set(graphs) - set(spec.cpu))
         if missing:
             raise QnnDeployError(f"{soc.model} has no context binary for graph(s) {', '.join(missing)}")
@@ -460,6 +503,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
                 },
                 "graphs": graphs,
                 **({"htp": {"performance_mode": spec.performance_mode}} if spec.performance_mode else {}),
+                **({"pipeline": spec.pipeline} if spec.pipeline else {}),
                 "targets": [
                     {
                         "soc": model, "soc_id": soc.soc_id, "dsp_arch": soc.dsp_arch, "precision": spec.precision,

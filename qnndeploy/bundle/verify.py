@@ -280,6 +280,13 @@ def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], 
     for g in graphs:
         if g not in cpu_graphs:
             add(MANIFEST, f"graph '{g}' has no CPU fallback model")
+    cpu_only = {g["name"] for g in manifest["graphs"] if g.get("cpu_only")}
+    pipeline = manifest.get("pipeline")
+    if pipeline is not None and sorted(pipeline) != sorted(graphs):
+        add(MANIFEST, f"pipeline {pipeline} must name every graph once ({', '.join(graphs)}): the app runs them in "
+                      "that order")
+    elif pipeline is None and cpu_only:
+        add(MANIFEST, "a CPU-only graph (a split model's part) needs the pipeline the app runs the graphs in")
     signatures = {g["name"]: (g["inputs"], g["outputs"]) for g in manifest["graphs"]}
     data = {a["path"]: a for a in manifest["cpu"] if a["format"] == EXTERNAL_DATA}
     named: set[str] = set()  # listed data files that a CPU model names
@@ -328,8 +335,10 @@ def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], 
         binary_of = {g: x["path"] for x in t["artifacts"] if x["format"] == CONTEXT_BINARY
                      for g in artifact_graphs(x)}
         for g in graphs:
-            if g not in binary_of:
+            if g not in binary_of and g not in cpu_only:
                 add(MANIFEST, f"target {soc_name} has no context binary for graph '{g}'")
+            if g in cpu_only and any(g in artifact_graphs(x) for x in t["artifacts"]):
+                add(MANIFEST, f"target {soc_name} has files for graph '{g}', which runs on the CPU only")
         arch = int(t["dsp_arch"][1:])
         for a in t["artifacts"]:
             f = facts.get(a["path"])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from qnndeploy.bundle.build import BundleResult, BundleSpec, build_bundle, spec_from_build
+from qnndeploy.bundle.build import BundleResult, BundleSpec, add_split, build_bundle, spec_from_build
 from qnndeploy.bundle.manifest import read_manifest
 from qnndeploy.bundle.verify import VerifyReport, opened
 from qnndeploy.cli._common import (
@@ -158,6 +158,9 @@ def bundle() -> None:
 @click.option("--model-name", help="Name of the source model [default: the bundle name].")
 @click.option("--commit", help="Commit of the source model.")
 @click.option("--license", "license_", metavar="LICENSE", help="Licence of the model, e.g. Apache-2.0.")
+@click.option("--split", "split_record", type=click.Path(path_type=Path), metavar="OUT.split.json",
+              help="A model split by prepare --split-at: its CPU part goes in as a CPU-only graph, its NPU part must "
+                   "be in the build, and the app runs them in order.")
 @click.option("--performance-mode", type=click.Choice(PERFORMANCE_MODES), metavar="MODE",
               help="HTP performance mode the generated glue sets: " + ", ".join(PERFORMANCE_MODES)
               + " [default: the glue's, burst].")
@@ -171,8 +174,8 @@ def build(name: str, version_: str, cpu: tuple[str, ...], npu: tuple[str, ...], 
           accept: tuple[str, ...], accept_on: str | None, qnn_sdk_root: Path | None,
           runtime_libs: Path | None, qairt_version: str | None,
           maven_runtime_version: str | None, precision: str | None, source_model: Path | None,
-          model_name: str | None, commit: str | None, license_: str | None, performance_mode: str | None,
-          output: Path, archive: str | None, force: bool, as_json: bool) -> None:
+          model_name: str | None, commit: str | None, license_: str | None, split_record: Path | None,
+          performance_mode: str | None, output: Path, archive: str | None, force: bool, as_json: bool) -> None:
     """Assemble a bundle from context binaries and CPU models.
 
     Per-SoC context binaries, CPU fallbacks, runtime libraries and records, listed in manifest.json.
@@ -194,6 +197,8 @@ def build(name: str, version_: str, cpu: tuple[str, ...], npu: tuple[str, ...], 
     spec.source_model, spec.source_path, spec.commit, spec.license = model_name, source_model, commit, license_
     spec.precision = precision or spec.precision
     spec.performance_mode = performance_mode
+    if split_record is not None:
+        add_split(spec, split_record)
     with byte_progress("bundling", as_json) as progress:
         result = build_bundle(spec, output, force=force, archive_fmt=archive, progress=progress)
     if as_json:

@@ -201,7 +201,8 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
         files.update(job.runtime_libs(choice.dsp_arch))
         if job.runner is not None:
             for graph in choice.paths:
-                job.reference(graph)  # unusable --inputs fail here, before anything is pushed
+                if graph not in choice.cpu_graphs:
+                    job.reference(graph)  # unusable --inputs fail here, before anything is pushed
     start = time.perf_counter()
     pushed = dev.push_folder(files, job.remote_dir, progress=progress)
     seconds = time.perf_counter() - start
@@ -220,6 +221,8 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
         runner.install(dev, job.runner, job.runner_sha256)
         graphs_of = {a["path"]: artifact_graphs(a) for t in job.manifest["targets"] for a in t["artifacts"]}
         for graph, context in choice.paths.items():
+            if graph in choice.cpu_graphs:  # a split model's CPU part: no context binary to run
+                continue
             result.graphs.append(_run_graph(dev, job, graph, f"{job.remote_dir}/{context}", result,
                                             graphs_of.get(context, [graph])))
     elif choice.npu:

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 from qnndeploy import __version__
 from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError
 from qnndeploy.fileio import sha256_file, write_json
+from qnndeploy.formats import SPLIT_RECORD
 from qnndeploy.onnxio import TensorInfo, all_nodes, int_input_ranges, load_model, real_inputs, tensor_info
 from qnndeploy.prepare.equivalence import OutputDiff, compare, cpu_session, feeds, reference
 
 if TYPE_CHECKING:
     import onnx
 
-SPLIT_RECORD = "qnndeploy-split"
 PARTS = ("head", "tail")
 BIG = 1_900_000_000  # bytes of weights a part may hold inline (protobuf's limit is 2 GB)
 

@@ -31,7 +31,13 @@ data class BundleFile(
 /** An input or output of a graph; null in shape is a symbolic dimension. */
 data class Tensor(val name: String, val dtype: String, val shape: List<Long?> = emptyList())
 
-data class Graph(val name: String, val inputs: List<Tensor> = emptyList(), val outputs: List<Tensor> = emptyList())
+/** cpuOnly: a split model's part that always runs on the CPU (`prepare --split-at`, `bundle --split`). */
+data class Graph(
+    val name: String,
+    val inputs: List<Tensor> = emptyList(),
+    val outputs: List<Tensor> = emptyList(),
+    val cpuOnly: Boolean = false,
+)
 
 /**
  * The files for one SoC: its context binaries and their EPContext wrappers. accepted: graph -> the reason its failed
@@ -68,7 +74,11 @@ data class BundleManifest(
     val qairt: Qairt = Qairt(),
     /** the HTP performance mode the bundle asks for (`bundle --performance-mode`); null: the glue's default */
     val htpPerformanceMode: String? = null,
+    /** the order the app runs the graphs in (a split model's parts); the graphs' order when the bundle gives none */
+    val pipelineOrder: List<String> = emptyList(),
 ) {
+    val pipeline: List<String> get() = pipelineOrder.ifEmpty { graphs.map { it.name } }
+
     /** Whether this app reads the manifest's format; when it does not, only format and formatVersion are set. */
     val supported: Boolean get() = format == FORMAT && formatVersion is Long && formatVersion in 1L..FORMAT_VERSION
 
@@ -100,7 +110,10 @@ data class BundleManifest(
                 name = m.text("name"),
                 version = m.text("version"),
                 graphs = m.objects("graphs").map {
-                    Graph(it.text("name"), it.objects("inputs").map(::tensor), it.objects("outputs").map(::tensor))
+                    Graph(
+                        it.text("name"), it.objects("inputs").map(::tensor), it.objects("outputs").map(::tensor),
+                        cpuOnly = it["cpu_only"] == true,
+                    )
                 },
                 targets = m.objects("targets").map {
                     Target(
@@ -119,6 +132,7 @@ data class BundleManifest(
                 ),
                 qairt = Qairt(minRuntime = (m["qairt"] as? Map<*, *>)?.get("min_runtime") as? String),
                 htpPerformanceMode = (m["htp"] as? Map<*, *>)?.get("performance_mode") as? String,
+                pipelineOrder = m.list("pipeline").map { it as? String ?: bad("pipeline", m) },
             )
         }
 

@@ -1,5 +1,7 @@
 package {{ cookiecutter.package }}.qnndeploy
 
+import ai.onnxruntime.OnnxTensorLike
+import ai.onnxruntime.OnnxValue
 import ai.onnxruntime.OrtEnvironment
 import ai.onnxruntime.OrtException
 import ai.onnxruntime.OrtSession
@@ -15,6 +17,39 @@ class OrtModels private constructor(val selection: Selection, val sessions: Map<
 
     fun session(graph: String): OrtSession =
         sessions[graph] ?: throw IllegalArgumentException("graph '$graph' is not in the bundle")
+
+    /**
+     * Runs the graphs in the bundle's pipeline order (a split model: the CPU part, then the NPU part), each fed by
+     * input name from `inputs` and the outputs of the graphs before it. The caller closes what it returns.
+     */
+    fun run(inputs: Map<String, OnnxTensorLike>): PipelineResult {
+        val results = ArrayList<OrtSession.Result>()
+        val values = LinkedHashMap<String, OnnxValue>()
+        try {
+            for (graph in selection.manifest.pipeline) {
+                val session = session(graph)
+                val feed = session.inputNames.associateWith { name ->
+                    inputs[name] ?: values[name] as? OnnxTensorLike
+                        ?: throw IllegalArgumentException("graph '$graph' needs input '$name', which no input or earlier graph gives")
+                }
+                val result = session.run(feed)
+                results.add(result)
+                for ((name, value) in result) values[name] = value
+            }
+        } catch (e: Exception) {
+            results.forEach { it.close() }
+            throw e
+        }
+        return PipelineResult(results, values)
+    }
+
+    /** Every output of a pipeline run by name; closing it closes the runs' results. */
+    class PipelineResult internal constructor(
+        private val results: List<OrtSession.Result>,
+        val values: Map<String, OnnxValue>,
+    ) : AutoCloseable {
+        override fun close() = results.forEach { it.close() }
+    }
 
     override fun close() = sessions.values.forEach { it.close() }
 
@@ -69,7 +104,10 @@ class OrtModels private constructor(val selection: Selection, val sessions: Map<
             val opened = LinkedHashMap<String, OrtSession>()
             try {
                 for (graph in selection.decision.paths.keys) {
-                    sessionOptions(selection.decision, mode, selection.sharesContext).use {
+                    // a split model's CPU part gets plain CPU options even when the decision is the NPU
+                    val onCpu = graph in selection.decision.cpuGraphs
+                    val decision = if (onCpu) selection.decision.copy(provider = Provider.CPU) else selection.decision
+                    sessionOptions(decision, mode, selection.sharesContext && !onCpu).use {
                         opened[graph] = env.createSession(selection.path(graph), it)
                     }
                 }

@@ -66,6 +66,8 @@ data class Decision(
     val adspLibraryPath: String? = null,
     /** the QAIRT version of the libQnnHtp.so that loaded (null: unknown, or the libraries were not loaded) */
     val runtimeVersion: String? = null,
+    /** on the NPU: the graphs that run on the CPU all the same (the CPU part of a split model) */
+    val cpuGraphs: List<String> = emptyList(),
 ) {
     val npu: Boolean get() = provider == Provider.NPU
 
@@ -75,7 +77,7 @@ data class Decision(
             "provider" to provider.id, "soc" to soc, "identified_by" to identifiedBy, "reason" to reason,
             "reason_key" to reasonKey, "dsp_arch" to dspArch, "paths" to paths, "files" to files,
             "backend_lib" to backendLib, "system_lib" to systemLib, "adsp_library_path" to adspLibraryPath,
-            "runtime_version" to runtimeVersion,
+            "runtime_version" to runtimeVersion, "cpu_graphs" to cpuGraphs,
         ),
     )
 }
@@ -151,7 +153,15 @@ object QnnSelector {
             }
         }
         val paths = LinkedHashMap<String, String>()
+        val cpuGraphs = manifest.graphs.filter { it.cpuOnly }.map { it.name }
+        val cpuFiles = manifest.cpu.filter { it.graph in cpuGraphs }
         for (graph in manifest.graphs) {
+            if (graph.cpuOnly) { // a split model's part that always runs on the CPU
+                val model = cpuFiles.firstOrNull { it.graph == graph.name && it.format == FileFormat.ONNX }
+                    ?: return cpu(manifest, identity, Reasons.graphFileMissing(soc = soc, format = FileFormat.ONNX.id, graph = graph.name))
+                paths[graph.name] = model.path
+                continue
+            }
             val artifact = target.artifacts.firstOrNull { it.serves(graph.name) && it.format == npuFormat }
             if (artifact == null) {
                 val reason = Reasons.graphFileMissing(soc = soc, format = npuFormat.id, graph = graph.name)
@@ -214,7 +224,8 @@ object QnnSelector {
             reasonKey = reason.key,
             dspArch = arch,
             paths = paths,
-            files = target.artifacts.map { it.path },
+            files = (target.artifacts + cpuFiles).map { it.path },
+            cpuGraphs = cpuGraphs,
             backendLib = libs.backend,
             systemLib = libs.system,
             adspLibraryPath = adsp,

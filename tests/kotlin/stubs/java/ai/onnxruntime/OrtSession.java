@@ -15,6 +15,8 @@ public class OrtSession implements AutoCloseable {
         throw new RuntimeException("Stub!");
     }
 
+    public java.util.Set<String> getInputNames() throws OrtException { throw new RuntimeException("Stub!"); }
+
     @Override
     public void close() throws OrtException { CLOSED.incrementAndGet(); }
 

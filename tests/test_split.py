@@ -1,0 +1,93 @@
+"""The split remedy end to end, on the real onnxruntime-qnn: a log front end that fails validation in fp16 on inputs
+with tiny values is cut (prepare --split-at), its tail compiled and validated alone (it passes), and the two parts
+bundled with their order; verify, the decision and scaffold take the CPU-only part."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from qnndeploy.bundle.verify import verify_bundle
+from qnndeploy.cli import cli
+from qnndeploy.decision import Device, decide
+from qnndeploy.formats import EPCONTEXT
+from qnndeploy.scaffold import scaffold
+
+pytestmark = [pytest.mark.needs_qnn, pytest.mark.slow]
+
+
+def run(*args: object) -> dict:
+    r = CliRunner().invoke(cli, [*map(str, args), "--json"])
+    assert r.exit_code in (0, 1), r.output
+    return {"code": r.exit_code, **json.loads(r.output)}
+
+
+def front(path: Path) -> Path:
+    """x -> Log -> MatMul -> Relu -> MatMul -> y: a log-mel style front end of a small classifier."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array((rng.standard_normal((64, 64)) * 0.1).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array((rng.standard_normal((64, 16)) * 0.1).astype(np.float32), "w2")
+    nodes = [helper.make_node("Log", ["x"], ["logx"], name="log"),
+             helper.make_node("MatMul", ["logx", "w1"], ["m1"], name="mm1"),
+             helper.make_node("Relu", ["m1"], ["r1"], name="relu"),
+             helper.make_node("MatMul", ["r1", "w2"], ["y"], name="mm2")]
+    graph = helper.make_graph(nodes, "front", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], [w1, w2])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_split_at_the_log_makes_the_npu_part_pass_and_the_bundle_runs_both_in_order(tmp_path: Path) -> None:
+    model = front(tmp_path / "front.onnx")
+    # power-spectrum-like values over nine decades: most below fp16's smallest normal (6.1e-5)
+    x = (10 ** np.random.default_rng(1).uniform(-12, -3, (1, 64))).astype(np.float32)
+    (tmp_path / "in").mkdir()
+    np.save(tmp_path / "in" / "x.npy", x)
+
+    # whole on the NPU: fp16 cannot hold the tiny values the Log reads
+    run("compile", model, "--soc", "SM8750", "-o", tmp_path / "whole", "--no-cache")
+    whole = run("validate", tmp_path / "whole", "--inputs", tmp_path / "in")
+    assert whole["code"] == 1 and whole["targets"][0]["status"] == "failed"
+
+    # the remedy: the Log on the CPU, the rest on the NPU
+    split = run("prepare", model, "--split-at", "logx", "-o", tmp_path / "front.onnx.parts")
+    assert split["cut"] == ["logx"]
+    head, tail = (Path(p["path"]) for p in split["parts"])
+    run("compile", tail, "--soc", "SM8750", "-o", tmp_path / "build", "--no-cache")
+    (tmp_path / "mid").mkdir()
+    np.save(tmp_path / "mid" / "logx.npy", np.log(x))
+    passed = run("validate", tmp_path / "build", "--inputs", tmp_path / "mid")
+    assert passed["code"] == 0 and passed["targets"][0]["status"] == "passed"
+
+    record = tmp_path / "front.onnx.parts.split.json"
+    bundled = run("bundle", "--from-build", tmp_path / "build", "--split", record, "--name", "front", "--version",
+                  "1", "-o", tmp_path)
+    assert bundled["code"] == 0
+    bundle = tmp_path / "front-1"
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["pipeline"] == [head.stem, tail.stem]
+    assert [(g["name"], g.get("cpu_only", False)) for g in manifest["graphs"]] == [(tail.stem, False),
+                                                                                 (head.stem, True)]
+    assert not any(head.stem in a.get("graph", "") for t in manifest["targets"] for a in t["artifacts"])
+    assert verify_bundle(bundle).ok
+
+    d = decide(manifest, Device("SM8750", None, 34), load_errors={}, lib_dir="/lib", npu_format=EPCONTEXT)
+    assert d.npu and d.cpu_graphs == [head.stem]
+    assert d.paths == {head.stem: f"cpu/{head.stem}.onnx", tail.stem: f"npu/SM8750/{tail.stem}_ctx.onnx"}
+    assert f"cpu/{head.stem}.onnx" in d.files
+    glue = scaffold(bundle, "com.example.front", tmp_path / "glue")
+    assert (glue.path / "bundle" / "assets" / "qnndeploy" / "cpu" / f"{head.stem}.onnx").is_file()
+
+    # a manifest that lost its pipeline is refused: the app would not know the order
+    broken = {k: v for k, v in manifest.items() if k != "pipeline"}
+    (bundle / "manifest.json").write_text(json.dumps(broken))
+    assert any("needs the pipeline" in p.message for p in verify_bundle(bundle).problems)
