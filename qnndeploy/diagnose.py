@@ -127,8 +127,11 @@ class _Tensor:
 
 
 def diagnose(target: Path, inputs: Path | None = None, random: int | None = None, *, seed: int = 0,
-             min_snr_db: float | None = None, probes_per_compile: int = PROBES_PER_COMPILE) -> DiagnoseResult:
-    """Diagnose one compiled job, BUILD/<graph>/<SoC>, with samples from `inputs` or `random` seeded ones."""
+             min_snr_db: float | None = None, graph: str | None = None,
+             probes_per_compile: int = PROBES_PER_COMPILE) -> DiagnoseResult:
+    """Diagnose one compiled job, BUILD/<graph>/<SoC> (`graph`: which member of a shared context's job), with
+    samples from `inputs` or `random` seeded ones. The probe copies are compiled from the source ONNX alone, as a
+    shared context's twin is: the emulator cannot load shared weights."""
     start = time.monotonic()
     if inputs is not None and random is not None:
         raise QnnDeployError("pass --inputs DIR or --random N, not both")
@@ -140,10 +143,11 @@ def diagnose(target: Path, inputs: Path | None = None, random: int | None = None
         raise QnnDeployError(f"--min-snr-db {min_snr_db:g}: give a finite number of dB, e.g. 30")
     if probes_per_compile < 1:
         raise QnnDeployError("probes per compile must be 1 or more")
-    record = job_record(Path(target))
+    record = job_record(Path(target), graph)
     if record.precision != "fp16":
         raise QnnDeployError(f"{target} was compiled at {record.precision}: diagnose supports fp16 jobs only so far "
-                             "(compile the graph at --precision fp16 to find where fp16 goes wrong)")
+                             "(a quantized copy that exposes a tensor quantizes it differently, e.g. a MatMul output "
+                             "with its Relu's range); compile the graph at --precision fp16 and diagnose that")
     source = record.source
     if not source.is_file():
         raise QnnDeployError(f"the source model {source} is gone: diagnose runs it on the CPU and the emulator")
@@ -167,10 +171,10 @@ def diagnose(target: Path, inputs: Path | None = None, random: int | None = None
     worst = min((s for s in out_snrs if s is not None), default=None)
     ok = all(not session.probes[o].bad for o in outputs if o in session.probes)
     explanations = explain(first_bad, ranges) if first_bad else []
+    nodes = sum(1 for n in model.graph.node if n.op_type != "Constant")
     result = DiagnoseResult(Path(target), record.graph, record.soc, record.precision, source, used,
-                            limit["min_snr_db"], len(tensors), len(tensors), probes, first_bad, last_good, ranges,
+                            limit["min_snr_db"], nodes, len(tensors), probes, first_bad, last_good, ranges,
                             explanations, [], worst, ok, session.compiles, 0.0)
-    result.nodes = sum(1 for n in model.graph.node if n.op_type != "Constant")
     if first_bad is not None:
         result.remedies = remedies(result, tensors)
         if first_bad.op_type in _MOVES and last_good is not None:
@@ -185,17 +189,19 @@ def diagnose(target: Path, inputs: Path | None = None, random: int | None = None
     return result
 
 
-def job_record(target: Path) -> CompileRecord:
-    """The compile record of BUILD/<graph>/<SoC> (for a shared context's folder: the graph alone, else refused)."""
+def job_record(target: Path, graph: str | None = None) -> CompileRecord:
+    """The compile record of BUILD/<graph>/<SoC>; in a shared context's folder, the member `graph`."""
     if not (target / "compile.json").is_file():
         raise QnnDeployError(f"{target}: no compile record (compile.json); pass a job folder, BUILD/<graph>/<SoC>")
     records = [r for r in read_build(target.parent.parent) if r.folder.resolve() == target.resolve()]
     if not records:
         raise QnnDeployError(f"{target}: no compile record found under {target.parent.parent}")
-    if len(records) > 1:
-        raise QnnDeployError(f"{target} is a shared context of graphs {', '.join(r.graph for r in records)}: "
-                             "diagnose each graph's own job (compile it alone)")
-    record = records[0]
+    names = [r.graph for r in records]
+    if graph is not None and graph not in names:
+        raise QnnDeployError(f"{target} holds graph(s) {', '.join(names)}, not {graph}")
+    if graph is None and len(records) > 1:
+        raise QnnDeployError(f"{target} is a shared context of graphs {', '.join(names)}: pass --graph GRAPH")
+    record = next(r for r in records if graph in (None, r.graph))
     if record.status != "ok" or record.output(EPCONTEXT) is None:
         raise QnnDeployError(f"{target}: the compile failed or made no EPContext model: nothing to diagnose")
     return record
@@ -455,10 +461,14 @@ def remedies(result: DiagnoseResult, tensors: dict[str, _Tensor]) -> list[Remedy
             f"({out.stem}-head.onnx on the CPU, {out.stem}-tail.onnx compiled for the NPU)"),
             f"qnndeploy prepare {_q(source)} --split-at {_q(bad.tensor)} --cpu head -o {_q(out)}"))
     else:  # the tail goes wrong: cut after the last good tensor, keep the rest on the CPU
+        cut, why = good.tensor, "the last good tensor"
+        before = [n for n in tensors[good.tensor].inputs if n in tensors]
+        if bad.op_type in _MOVES and before:  # the error is made in the node before it: that node goes too
+            cut, why = before[0], f"the input of {good.op_type} {good.node}, whose fused output goes wrong"
         found.append(Remedy("split", (
-            f"keep the tail after {good.tensor} (the last good tensor) on the CPU, the front on the NPU "
+            f"keep the tail after {cut} ({why}) on the CPU, the front on the NPU "
             f"({out.stem}-head.onnx compiled for the NPU, {out.stem}-tail.onnx on the CPU)"),
-            f"qnndeploy prepare {_q(source)} --split-at {_q(good.tensor)} --cpu tail -o {_q(out)}"))
+            f"qnndeploy prepare {_q(source)} --split-at {_q(cut)} --cpu tail -o {_q(out)}"))
     low = [r for r in result.input_ranges if r.subnormal_share >= _TINY_SHARE and r.min_nonzero_abs is not None]
     if bad.op_type in _TINY_OPS and low and bad.op_type != "Exp":
         r = min(low, key=lambda r: r.min_nonzero_abs or 0.0)
@@ -481,10 +491,6 @@ def remedies(result: DiagnoseResult, tensors: dict[str, _Tensor]) -> list[Remedy
         found.append(Remedy("rescale", (
             f"rescale before {bad.node} so that its inputs and result lie between 1e-3 and 1e3 (subtract a large "
             f"offset or normalize first, in the CPU part if needed)")))
-    if result.precision == "w8a16":
-        found.append(Remedy("keep-fp16", f"keep {bad.node} in fp16, the rest in w8a16",
-                            f"qnndeploy compile {_q(source)} --soc {result.soc} --precision w8a16 "
-                            f"--keep-fp16 {_q(bad.node)} -o {_q(build)}"))
     if result.outputs_snr_db is not None and not result.ok:
         reach = math.floor(result.outputs_snr_db)
         weak = " (under 20 dB the outputs barely resemble the CPU's: not advised)" if reach < 20 else ""

@@ -281,3 +281,21 @@ def test_the_chart_is_a_png_of_the_asked_size(tmp_path):
     pixels = raw[:, 1:].reshape(200, 320, 3)
     assert (raw[:, 0] == 0).all()
     assert (pixels == plot.RED).all(axis=2).any() and (pixels == plot.BLUE).all(axis=2).any()
+
+
+@pytest.mark.needs_qnn
+def test_a_shared_context_is_diagnosed_per_graph_and_w8a16_is_refused(builds, tmp_path):
+    models = {"logmel": builds["logmel"], "norm": builds["norm"]}
+    shared = tmp_path / "shared"
+    assert compile_stage.compile_models(models, ["SM8750"], shared, shares={"both": ["logmel", "norm"]},
+                                        use_cache=False).ok
+    target = shared / "both" / "SM8750"
+    bare = run("diagnose", target, "--inputs", builds["inputs"])
+    assert bare.exit_code == 2 and "shared context of graphs logmel, norm: pass --graph GRAPH" in bare.output
+    named = run("diagnose", target, "--graph", "logmel", "--inputs", builds["inputs"], "--json")
+    assert named.exit_code == 1 and json.loads(named.stdout)["first_bad"]["tensor"] == "logx"
+    quantized = tmp_path / "w8a16"
+    assert compile_stage.compile_models({"logmel": builds["logmel"]}, ["SM8750"], quantized, precision="w8a16",
+                                        calib=builds["inputs"], use_cache=False).ok
+    refused = run("diagnose", quantized / "logmel" / "SM8750", "--inputs", builds["inputs"])
+    assert refused.exit_code == 2 and "diagnose supports fp16 jobs only so far" in refused.output

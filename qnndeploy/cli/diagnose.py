@@ -50,12 +50,13 @@ def _render(result: stage.DiagnoseResult) -> None:
 @click.option("--seed", type=int, default=0, show_default=True, metavar="N", help="Seed for --random.")
 @click.option("--min-snr-db", type=float,
               help="The SNR in dB below which a tensor is bad [default: validate's, fp16 30].")
+@click.option("--graph", metavar="GRAPH", help="In a shared context's job folder (compile --share): the graph.")
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path), metavar="FILE.png",
               help="Write the error curve (SNR against position in the graph) as a PNG.")
 @json_option
 @handles_errors
 def diagnose(target: Path, inputs: Path | None, random_: int | None, seed: int, min_snr_db: float | None,
-             plot_path: Path | None, as_json: bool) -> None:
+             graph: str | None, plot_path: Path | None, as_json: bool) -> None:
     """Find the tensor where the NPU's numbers go wrong, and why.
 
     Compares CPU fp32 and the host HTP emulator tensor by tensor along one compiled job's graph: copies of the
@@ -64,7 +65,7 @@ def diagnose(target: Path, inputs: Path | None, random_: int | None, seed: int, 
     the first tensor below the threshold and its node, the value ranges that explain it (fp16 overflow above 65504,
     subnormals below 6.1e-5, dynamic range) and remedies as commands. Exit 1 when the graph's outputs fail.
     """
-    result = stage.diagnose(target, inputs, random_, seed=seed, min_snr_db=min_snr_db)
+    result = stage.diagnose(target, inputs, random_, seed=seed, min_snr_db=min_snr_db, graph=graph)
     if plot_path is not None:
         shown_probes = [p for p in result.probes if p.snr_db is not None]
         plot.line_chart([p.position for p in shown_probes], [min(p.snr_db or 0.0, 150.0) for p in shown_probes],
