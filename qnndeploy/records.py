@@ -88,6 +88,7 @@ class ValidationRecord:
     thresholds: dict[str, float]
     outputs: tuple[dict[str, Any], ...]
     binary_sha256: str | None
+    threshold_reason: str | None = None  # why a looser threshold judged it (validate --reason)
 
     @classmethod
     def read(cls, path: Path) -> ValidationRecord | None:
@@ -95,7 +96,8 @@ class ValidationRecord:
         if not path.is_file():
             return None
         data = json.loads(path.read_text())
-        return cls(data["passed"], data["thresholds"], tuple(data["outputs"]), (data.get("binary") or {}).get("sha256"))
+        return cls(data["passed"], data["thresholds"], tuple(data["outputs"]), (data.get("binary") or {}).get("sha256"),
+                   data.get("threshold_reason"))
 
 
 def htp_settings(options: dict[str, Any]) -> JSON:

@@ -68,11 +68,12 @@ Reference = tuple[list[Sample], list[Sample], JSON]  # samples, their CPU output
 
 def validate_build(build: Path, inputs: Path | None = None, random: int | None = None, *, seed: int = 0,
                    thresholds: Thresholds | None = None, progress: Progress | None = None,
-                   preprocess: str | Path | None = None) -> ValidationSummary:
+                   preprocess: str | Path | None = None, reason: str | None = None) -> ValidationSummary:
     """Validate every compiled (graph, SoC) in `build`. `inputs` is a folder of samples (DIR/<graph>/ when it
     exists, else DIR: *.npz with one array per input name, or <input>.npy; for a one-input graph .wav or
     .png/.jpg files through `preprocess`, samples.parse_preprocess); otherwise `random` seeded samples
-    (default 1). `thresholds` overrides min_cosine / min_snr_db / atol / min_topk_jaccard for every precision."""
+    (default 1). `thresholds` overrides min_cosine / min_snr_db / atol / min_topk_jaccard for every precision; one
+    looser than a default needs `reason`, which the records keep (a pass is then a pass by that reason)."""
 
     if inputs is not None and random is not None:
         raise QnnDeployError("pass --inputs DIR or --random N, not both")
@@ -84,7 +85,13 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
     if prep is not None and inputs is None:
         raise QnnDeployError(f"--preprocess {prep.given} applies to audio or image files: give them with --inputs DIR")
     check_thresholds(thresholds or {})
+    if reason is not None and ("\n" in reason or len(reason) > 500):
+        raise QnnDeployError("--reason must be one line of at most 500 characters")
     jobs = read_build(build)
+    loosened = looser_thresholds(thresholds or {}, {r.precision for r in jobs})
+    if loosened and not (reason or "").strip():
+        raise QnnDeployError(f"--{', --'.join(loosened)} is looser than the default: say why with --reason \"...\" "
+                             "(it is recorded in every validation record and the bundle)")
     htp._require()
     # Samples that do not fit are bad input: refuse them before anything runs or is written.
     given: dict[str, Given] = {}
@@ -100,12 +107,24 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
     if progress:
         progress(0, len(jobs), None)
     for record in jobs:
-        results.append(_validate_one(record, random, seed, thresholds or {}, per_graph, given))
+        results.append(_validate_one(record, random, seed, thresholds or {}, per_graph, given,
+                                     reason.strip() if loosened and reason else None))
         if progress:
             progress(len(results), len(jobs), results[-1])
     validated = [t for t in results if t.status in ("passed", "failed")]
     ok = bool(validated) and all(t.status in ("passed", "skipped") for t in results)
     return ValidationSummary(Path(build), described, results, ok)
+
+
+def looser_thresholds(thresholds: Thresholds, precisions: set[str]) -> list[str]:
+    """The overrides that would pass what a default of these precisions refuses: a lower cosine, SNR or Jaccard,
+    a higher atol."""
+    found = []
+    for name, value in thresholds.items():
+        defaults = [{**THRESHOLDS.get(p, THRESHOLDS["fp16"]), **OPTIONAL_THRESHOLDS}[name] for p in precisions]
+        if any(value > d if name == "atol" else value < d for d in defaults):
+            found.append(f"{name.replace('_', '-')} {value:g}")
+    return found
 
 
 def check_thresholds(thresholds: Thresholds) -> None:
@@ -131,7 +150,8 @@ def _validatable(record: CompileRecord) -> bool:
 
 
 def _validate_one(record: CompileRecord, random: int | None, seed: int, overrides: Thresholds,
-                  per_graph: dict[str, Reference | QnnDeployError], given: dict[str, Given]) -> TargetValidation:
+                  per_graph: dict[str, Reference | QnnDeployError], given: dict[str, Given],
+                  reason: str | None) -> TargetValidation:
     folder, graph, soc_name, precision = record.folder, record.graph, record.soc, record.precision
     result = TargetValidation(graph, soc_name, precision, "skipped", shared=record.shared)
     if record.status != "ok":
@@ -178,6 +198,7 @@ def _validate_one(record: CompileRecord, random: int | None, seed: int, override
         "precision": precision, "backend": record.backend, "qairt_version": record.qairt_version,
         "passed": result.status == "passed",
         "thresholds": limits,
+        **({"threshold_reason": reason} if reason else {}),
         "inputs": used,
         "outputs": [vars(m) for m in result.outputs],
         "context": {"path": ctx.path, "sha256": ctx.sha256},

@@ -251,3 +251,26 @@ def test_argmax_agreement_only_for_outputs_with_a_class_axis(tmp_path):
     assert scores.argmax_agreement == 0.0
     (plain,) = metrics.judge_outputs([{"y": ref}], [{"y": ref}], limits)
     assert plain.argmax_agreement is None
+
+
+def test_a_looser_threshold_needs_a_reason_which_is_recorded_and_bundled(relu_build, tmp_path):
+    import shutil
+
+    relu_build = shutil.copytree(relu_build, tmp_path / "build")  # the module's build stays unvalidated
+    r = CliRunner().invoke(cli, ["validate", str(relu_build), "--min-snr-db", "10"])
+    assert r.exit_code == 2 and "--min-snr-db 10 is looser than the default: say why with --reason" in r.output
+    stricter = CliRunner().invoke(cli, ["validate", str(relu_build), "--min-snr-db", "40"])
+    assert stricter.exit_code == 0, stricter.output  # a stricter threshold needs no reason
+    why = "speech-only model: 10 dB keeps every keyword (device-checked)"
+    r = CliRunner().invoke(cli, ["validate", str(relu_build), "--min-snr-db", "10", "--reason", why])
+    assert r.exit_code == 0, r.output
+    record = json.loads((relu_build / "relu" / "SM8750" / "validation.json").read_text())
+    assert record["threshold_reason"] == why and record["thresholds"]["min_snr_db"] == 10
+    jsonschema.validate(record, SCHEMA)
+    r = CliRunner().invoke(cli, ["bundle", "--from-build", str(relu_build), "--name", "relu", "--version", "1",
+                                 "-o", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    manifest = json.loads((tmp_path / "relu-1" / "manifest.json").read_text())
+    assert manifest["targets"][0]["validation"]["graphs"]["relu"]["threshold_reason"] == why
+    r = CliRunner().invoke(cli, ["bundle", "verify", str(tmp_path / "relu-1")])
+    assert "graph 'relu' was judged with a looser threshold" in r.output and why in r.output

@@ -147,6 +147,7 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
         elif v is not None:
             spec.records[f"{graph}-{soc}-{VALIDATION_FILE}"] = rec.validation_file
             summary = {"passed": v.passed, "thresholds": v.thresholds,
+                       **({"threshold_reason": v.threshold_reason} if v.threshold_reason else {}),
                        "outputs": [{k: o[k] for k in ("name", "passed", "max_abs_diff", "rel_l2", "cosine",
                                                       "snr_db", "judged_on")} for o in v.outputs]}
         target["graphs"][graph] = summary

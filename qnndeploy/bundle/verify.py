@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import stat
@@ -653,6 +654,10 @@ def check_warnings(manifest: JSON, facts: dict[str, FileFacts], contexts: Contex
     warnings = [Problem(MANIFEST, f"target {a['soc']}: graph '{a['graph']}' FAILED validation ({a['failure']}), "
                                   f"accepted: {a['reason']}; the app uses the {a['runs_on'].upper()} on {a['soc']}")
                 for a in accepted_failures(manifest)]
+    warnings += [Problem(MANIFEST, f"target {t['soc']}: graph '{g}' was judged with a looser threshold "
+                                   f"({json.dumps(s.get('thresholds'))}): {s['threshold_reason']}")
+                 for t in manifest["targets"] for g, s in graph_validations(t).items()
+                 if isinstance(s.get("threshold_reason"), str)]
     for t in manifest["targets"]:
         for a in t["artifacts"]:
             info = (contexts or {}).get(a["path"])

@@ -49,11 +49,13 @@ def _render_validation(summary: stage.ValidationSummary) -> None:
               "CPU reference has an RMS below it is judged on max abs diff <= atol instead of cosine and SNR.")
 @click.option("--min-topk-jaccard", type=float, help="Top-k indices outputs: the lowest Jaccard index of the CPU "
               "and HTP sets allowed per row [default: 1, the same set; order never counts].")
+@click.option("--reason", metavar="TEXT", help="Why a threshold looser than the default is right here: required "
+              "with one, recorded in the validation records and the bundle.")
 @json_option
 @handles_errors
 def validate(build: Path, inputs: Path | None, preprocess: str | None, random_: int | None, seed: int,
              min_cosine: float | None, min_snr_db: float | None, atol: float | None,
-             min_topk_jaccard: float | None, as_json: bool) -> None:
+             min_topk_jaccard: float | None, reason: str | None, as_json: bool) -> None:
     """Compare each context binary on the HTP emulator with the CPU.
 
     Runs each compiled context on the host HTP emulator and the source ONNX on onnxruntime CPU with the same
@@ -66,5 +68,5 @@ def validate(build: Path, inputs: Path | None, preprocess: str | None, random_: 
                                    ("min_topk_jaccard", min_topk_jaccard)) if v is not None}
     with job_progress("validating on the HTP emulator") as progress:
         summary = stage.validate_build(build, inputs, random_, seed=seed, thresholds=overrides, progress=progress,
-                                       preprocess=preprocess)
+                                       preprocess=preprocess, reason=reason)
     report(summary, as_json, _render_validation)

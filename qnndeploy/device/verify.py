@@ -147,16 +147,11 @@ class Job:
 
         with self._lock:
             if graph not in self._refs:
-                self._refs[graph] = samples.reference(self._cpu_model(graph), graph, self.inputs, self.samples,
+                self._refs[graph] = samples.reference(self.cpu_model(graph), graph, self.inputs, self.samples,
                                                       self.seed)
             return self._refs[graph]
 
-    def class_axes(self, graph: str) -> dict[str, int]:
-        """The graph's outputs that hold class scores (validate's argmax rule), read from its CPU model."""
-
-        return class_axes(self._cpu_model(graph))
-
-    def _cpu_model(self, graph: str) -> Path:
+    def cpu_model(self, graph: str) -> Path:
         return next(self.bundle / str(a["path"]) for a in self.manifest["cpu"] if a["graph"] == graph
                     and a["format"] == "onnx")
 
@@ -320,7 +315,9 @@ def _run_graph(dev: Device, job: Job, graph: str, context: str, result: DeviceVe
             actual.append(outputs)
     precision = next(t["precision"] for t in job.manifest["targets"] if t["soc"] == result.soc)
     run.thresholds = limits = metrics.thresholds_for(precision)
-    run.outputs = metrics.judge_outputs(expected, actual, limits, job.class_axes(graph))
+    cpu_model = job.cpu_model(graph)
+    run.outputs = metrics.judge_outputs(expected, actual, limits, class_axes(cpu_model),
+                                        metrics.topk_outputs(cpu_model))  # validate's rules, TopK sets included
     run.status = "passed" if all(m.passed for m in run.outputs) else "failed"
     run.samples, run.inferences, run.clock = len(samples), lines, timed.clock
     run.first_run_s = round(first.seconds, 4)
