@@ -115,6 +115,9 @@ class DiagnoseResult:
     compiles: int
     seconds: float
     note: str = ""
+    split_at: list[str] = field(default_factory=list)  # where the split remedy cuts; empty: no cut helps
+    cpu_part: str | None = None  # "head" | "tail": the part the split keeps on the CPU
+    split_reason: str = ""
 
 
 @dataclass
@@ -127,10 +130,11 @@ class _Tensor:
 
 
 def diagnose(target: Path, inputs: Path | None = None, random: int | None = None, *, seed: int = 0,
-             min_snr_db: float | None = None, graph: str | None = None,
+             min_snr_db: float | None = None, graph: str | None = None, preprocess: str | Path | None = None,
              probes_per_compile: int = PROBES_PER_COMPILE) -> DiagnoseResult:
     """Diagnose one compiled job, BUILD/<graph>/<SoC> (`graph`: which member of a shared context's job), with
-    samples from `inputs` or `random` seeded ones. The probe copies are compiled from the source ONNX alone, as a
+    samples from `inputs` (audio and image files through `preprocess`, as validate takes them) or `random` seeded
+    ones. The probe copies are compiled from the source ONNX alone, as a
     shared context's twin is: the emulator cannot load shared weights."""
     start = time.monotonic()
     if inputs is not None and random is not None:
@@ -139,6 +143,9 @@ def diagnose(target: Path, inputs: Path | None = None, random: int | None = None
         raise QnnDeployError("--random must be 1 or more")
     if inputs is not None and not Path(inputs).is_dir():
         raise QnnDeployError(f"--inputs {inputs}: no such folder")
+    prep = samples.parse_preprocess(preprocess) if preprocess is not None else None
+    if prep is not None and inputs is None:
+        raise QnnDeployError(f"--preprocess {prep.given} applies to audio or image files: give them with --inputs DIR")
     if min_snr_db is not None and not math.isfinite(min_snr_db):
         raise QnnDeployError(f"--min-snr-db {min_snr_db:g}: give a finite number of dB, e.g. 30")
     if probes_per_compile < 1:
@@ -154,7 +161,7 @@ def diagnose(target: Path, inputs: Path | None = None, random: int | None = None
     if sha256_file(source) != record.source_sha256:
         raise QnnDeployError(f"{source} changed since the compile: compile again, then diagnose")
     htp._require()
-    feeds, used = samples.for_graph(source, record.graph, inputs, count=random or 1, seed=seed)
+    feeds, used = samples.for_graph(source, record.graph, inputs, count=random or 1, seed=seed, preprocess=prep)
     limit = thresholds_for(record.precision, {} if min_snr_db is None else {"min_snr_db": min_snr_db})
     model = _load_full(source)
     tensors, outputs = _candidates(model)
@@ -164,6 +171,8 @@ def diagnose(target: Path, inputs: Path | None = None, random: int | None = None
     try:
         first_bad, last_good = _bisect(session, tensors, outputs, probes_per_compile)
         ranges = _input_ranges(session, model, tensors, feeds, first_bad)
+        nodes = sum(1 for n in model.graph.node if n.op_type != "Constant")
+        split = _split_point(session, tensors, first_bad, last_good, ranges, nodes) if first_bad else None
     finally:
         session.close()
     probes = sorted(session.probes.values(), key=lambda p: (p.position, p.tensor))
@@ -171,12 +180,13 @@ def diagnose(target: Path, inputs: Path | None = None, random: int | None = None
     worst = min((s for s in out_snrs if s is not None), default=None)
     ok = all(not session.probes[o].bad for o in outputs if o in session.probes)
     explanations = explain(first_bad, ranges) if first_bad else []
-    nodes = sum(1 for n in model.graph.node if n.op_type != "Constant")
     result = DiagnoseResult(Path(target), record.graph, record.soc, record.precision, source, used,
                             limit["min_snr_db"], nodes, len(tensors), probes, first_bad, last_good, ranges,
                             explanations, [], worst, ok, session.compiles, 0.0)
+    if split is not None:
+        result.split_at, result.cpu_part, result.split_reason = split
     if first_bad is not None:
-        result.remedies = remedies(result, tensors)
+        result.remedies = remedies(result)
         if first_bad.op_type in _MOVES and last_good is not None:
             result.note = (f"{first_bad.op_type} only moves values: the error is made before it, in the HTP's fused "
                            f"ops ending at {last_good.op_type} {last_good.node}; exposing a tensor splits its node's "
@@ -262,6 +272,22 @@ class _Session:
                 bad = m["snr_db"] < self.min_snr_db
             self.probes[name] = Probe(name, t.op_type, t.node, t.position, m["snr_db"], m["cosine"],
                                       m["max_abs_diff"], bad, self.compiles, ranges(name, ref))
+
+
+    def cpu_ranges(self, names: list[str]) -> dict[str, Ranges]:
+        """The ranges of `names` on the CPU alone: no compile."""
+        import numpy as np
+        import onnxruntime as ort
+
+        path = Path(self.tmp.name) / "ranges.onnx"
+        _write_probe_model(self.model, names, path)
+        try:
+            cpu = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            got = [o.name for o in cpu.get_outputs()]
+            runs = [dict(zip(got, cpu.run(None, s), strict=True)) for s in self.feeds]
+        except Exception as e:  # noqa: BLE001 onnxruntime's own error types
+            raise QnnDeployError(f"onnxruntime could not run the probe model on the CPU: {first_line(e)}") from None
+        return {n: ranges(n, np.stack([r[n] for r in runs])) for n in names}
 
 
 def _provider(record: CompileRecord) -> dict[str, str]:
@@ -445,30 +471,65 @@ def _ulp(x: float) -> float:
     return 2.0 ** (math.floor(math.log2(max(x, FP16_MIN_NORMAL))) - 10)
 
 
-def remedies(result: DiagnoseResult, tensors: dict[str, _Tensor]) -> list[Remedy]:
+def _unsafe(r: Ranges) -> bool:
+    """Values fp16 cannot hand over: over 65504, or a share of them in its subnormal range."""
+    return r.over_fp16_max > 0 or r.subnormal_share >= _TINY_SHARE
+
+
+def _split_point(session: _Session, tensors: dict[str, _Tensor], bad: Probe, good: Probe | None,
+                 inputs: list[Ranges], nodes: int) -> tuple[list[str], str, str]:
+    """Where to cut so that the guilty part runs on the CPU: (tensors, the CPU part, why). In the first half of the
+    graph, the front end up to the bad tensor goes to the CPU. Else the tail after the last good tensor, moved back
+    while the tensor the NPU would hand over cannot be held in fp16 (values the NPU has already flushed to 0 or
+    made infinite, which the CPU tail cannot recover; such a tensor may still show a good SNR). An empty cut:
+    no split helps, the values are out of fp16's range from the graph's inputs on."""
+    if good is None or bad.position < nodes / 2:
+        return [bad.tensor], "head", f"the front end up to {bad.tensor} ({bad.op_type} {bad.node})"
+    cut, why = [good.tensor], "the last good tensor"
+    before = [n for n in tensors[good.tensor].inputs if n in tensors]
+    if bad.op_type in _MOVES and before:  # the error is made in the node before it: that node goes too
+        cut, why = before, f"the input of {good.op_type} {good.node}, whose fused output goes wrong"
+    frontier = next((r.tensor for r in inputs if _unsafe(r) and r.tensor in tensors), None)
+    for _ in range(64):  # along the chain of tensors fp16 cannot hold, towards the inputs
+        if frontier is None:
+            break
+        feeding = list(dict.fromkeys(n for n in tensors[frontier].inputs if n in tensors))
+        if not feeding:
+            return [], "", (f"{frontier} is already out of fp16's range, and so is what makes it, from the graph's "
+                            f"inputs on")
+        found = session.cpu_ranges(feeding)
+        worse = [n for n in feeding if _unsafe(found[n])]
+        cut, why = feeding, (f"{frontier} is out of fp16's range: the NPU would hand it over flushed to 0 or "
+                             "infinite")
+        frontier = worse[0] if worse else None
+    return cut, "tail", why
+
+
+def remedies(result: DiagnoseResult) -> list[Remedy]:
     """What to do about first_bad, as commands where one exists: a split keeping the guilty part on the CPU,
     clamping or rescaling advice by the explanation, and a looser threshold only with a reason."""
-    bad, good = result.first_bad, result.last_good
+    bad = result.first_bad
     assert bad is not None
     build = result.target.parent.parent
     source = result.source
     out = source.with_name(f"{source.stem}-split.onnx")
     kinds = {e.kind for e in result.explanations}
     found: list[Remedy] = []
-    if good is None or bad.position < result.nodes / 2:  # the front end goes wrong: keep it on the CPU
+    if result.cpu_part == "head":
         found.append(Remedy("split", (
-            f"keep the front end up to {bad.tensor} ({bad.op_type} {bad.node}) on the CPU, the rest on the NPU "
-            f"({out.stem}-head.onnx on the CPU, {out.stem}-tail.onnx compiled for the NPU)"),
-            f"qnndeploy prepare {_q(source)} --split-at {_q(bad.tensor)} --cpu head -o {_q(out)}"))
-    else:  # the tail goes wrong: cut after the last good tensor, keep the rest on the CPU
-        cut, why = good.tensor, "the last good tensor"
-        before = [n for n in tensors[good.tensor].inputs if n in tensors]
-        if bad.op_type in _MOVES and before:  # the error is made in the node before it: that node goes too
-            cut, why = before[0], f"the input of {good.op_type} {good.node}, whose fused output goes wrong"
+            f"keep {result.split_reason} on the CPU, the rest on the NPU ({out.stem}-head.onnx on the CPU, "
+            f"{out.stem}-tail.onnx compiled for the NPU)"),
+            f"qnndeploy prepare {_q(source)} --split-at {_q(','.join(result.split_at))} --cpu head -o {_q(out)}"))
+    elif result.cpu_part == "tail":
         found.append(Remedy("split", (
-            f"keep the tail after {cut} ({why}) on the CPU, the front on the NPU "
-            f"({out.stem}-head.onnx compiled for the NPU, {out.stem}-tail.onnx on the CPU)"),
-            f"qnndeploy prepare {_q(source)} --split-at {_q(cut)} --cpu tail -o {_q(out)}"))
+            f"keep the tail after {', '.join(result.split_at)} on the CPU, the front on the NPU "
+            f"({out.stem}-head.onnx compiled for the NPU, {out.stem}-tail.onnx on the CPU; cut there: "
+            f"{result.split_reason})"),
+            f"qnndeploy prepare {_q(source)} --split-at {_q(','.join(result.split_at))} --cpu tail -o {_q(out)}"))
+    else:
+        found.append(Remedy("cpu", (
+            f"no split helps: {result.split_reason}; run {result.graph} on the CPU on {result.soc} (bundle "
+            f"--accept {result.graph}@{result.soc}=REASON --accept-on cpu), or rescale the model")))
     low = [r for r in result.input_ranges if r.subnormal_share >= _TINY_SHARE and r.min_nonzero_abs is not None]
     if bad.op_type in _TINY_OPS and low and bad.op_type != "Exp":
         r = min(low, key=lambda r: r.min_nonzero_abs or 0.0)

@@ -20,6 +20,8 @@ from conftest import require
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
+from test_validate_fit import SPEECH, log_energy_graph
+from test_validate_fit import save as save_fit
 
 from qnndeploy import compile as compile_stage
 from qnndeploy import diagnose as stage
@@ -299,3 +301,32 @@ def test_a_shared_context_is_diagnosed_per_graph_and_w8a16_is_refused(builds, tm
                                         calib=builds["inputs"], use_cache=False).ok
     refused = run("diagnose", quantized / "logmel" / "SM8750", "--inputs", builds["inputs"])
     assert refused.exit_code == 2 and "diagnose supports fp16 jobs only so far" in refused.output
+
+
+@pytest.mark.needs_qnn
+def test_real_speech_names_the_log_and_cuts_before_the_values_fp16_cannot_hold(tmp_path):
+    """validate's log-energy front end on the shipped sentence: the Log's input has good SNR (57 dB: the SNR weighs
+    the large values) but every value in fp16's subnormal range, so a cut there would hand the CPU values the NPU
+    already flushed; the cut moves back to the last tensor fp16 holds."""
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
+    model = save_fit(log_energy_graph(), tmp_path / "logenergy.onnx")
+    build = tmp_path / "build"
+    assert compile_stage.compile_models({"logenergy": model}, ["SM8750"], build, use_cache=False).ok
+    speech = tmp_path / "speech"
+    speech.mkdir()
+    shutil.copy(SPEECH, speech)
+    target = build / "logenergy" / "SM8750"
+    text = run("diagnose", target, "--inputs", speech, "--preprocess", "audio:raw,rate=16000")
+    assert text.exit_code == 1 and "(preprocess audio:raw,rate=16000)" in text.output, text.output
+    as_json = run("diagnose", target, "--inputs", speech, "--preprocess", "audio:raw,rate=16000", "--json")
+    result = json.loads(as_json.stdout)
+    assert result["inputs"]["preprocess"]["given"] == "audio:raw,rate=16000"
+    assert result["first_bad"]["tensor"] == "log_energy" and result["first_bad"]["op_type"] == "Log"
+    assert result["last_good"]["tensor"] == "floored" and result["last_good"]["snr_db"] > 40
+    under = next(e for e in result["explanations"] if e["kind"] == "underflow")
+    assert under["tensor"] == "floored" and "100% of floored's nonzero values are below 6.1e-5" in under["text"]
+    assert (result["split_at"], result["cpu_part"]) == (["frames"], "tail")  # the squares of quiet audio underflow
+    split = next(r for r in result["remedies"] if r["kind"] == "split")
+    assert "--split-at frames --cpu tail" in split["command"] and "sq is out of fp16's range" in split["text"]
+    random = stage.diagnose(target)  # random input hides it
+    assert random.ok and random.first_bad is None

@@ -14,7 +14,10 @@ from qnndeploy.cli._common import handles_errors, json_option, num, report, show
 def _render(result: stage.DiagnoseResult) -> None:
     i = result.inputs
     source = i["folder"] if i["kind"] == "files" else f"{i['samples']} random sample(s), seed {i['seed']}"
-    click.echo(f"{result.graph} on {result.soc} ({result.precision}), inputs: {source}")
+    given = i.get("preprocess")
+    given = given.get("given") if isinstance(given, dict) else given
+    prep = f" (preprocess {given})" if given else ""
+    click.echo(f"{result.graph} on {result.soc} ({result.precision}), inputs: {source}{prep}")
     click.echo(f"{len(result.probes)} of {result.candidates} tensors probed in {result.compiles} compile(s), "
                f"{result.seconds:.1f} s; threshold SNR {result.min_snr_db:g} dB")
     click.echo(f"  {'pos':>5}  {'SNR dB':>7}  {'cosine':>9}  {'max|d|':>8}  {'CPU max|x|':>10}  op / tensor")
@@ -45,7 +48,11 @@ def _render(result: stage.DiagnoseResult) -> None:
 @click.command()
 @click.argument("target", metavar="BUILD/GRAPH/SOC", type=click.Path(path_type=Path))
 @click.option("--inputs", type=click.Path(path_type=Path), metavar="DIR",
-              help="Real input samples: *.npz (one per sample) or INPUT.npy; DIR/GRAPH/ per graph.")
+              help="Real input samples: *.npz (one per sample) or INPUT.npy; for a one-input graph .wav or "
+              ".png/.jpg files (one per sample, see --preprocess); DIR/GRAPH/ per graph.")
+@click.option("--preprocess", metavar="SPEC|FILE.json",
+              help="How audio/image files become the input, as for validate, e.g. audio:raw,rate=16000 or "
+              "image:resize=224x224,scale=1/255 [default: from the input's shape].")
 @click.option("--random", "random_", type=int, metavar="N", help="N seeded random samples [default: 1].")
 @click.option("--seed", type=int, default=0, show_default=True, metavar="N", help="Seed for --random.")
 @click.option("--min-snr-db", type=float,
@@ -55,8 +62,8 @@ def _render(result: stage.DiagnoseResult) -> None:
               help="Write the error curve (SNR against position in the graph) as a PNG.")
 @json_option
 @handles_errors
-def diagnose(target: Path, inputs: Path | None, random_: int | None, seed: int, min_snr_db: float | None,
-             graph: str | None, plot_path: Path | None, as_json: bool) -> None:
+def diagnose(target: Path, inputs: Path | None, preprocess: str | None, random_: int | None, seed: int,
+             min_snr_db: float | None, graph: str | None, plot_path: Path | None, as_json: bool) -> None:
     """Find the tensor where the NPU's numbers go wrong, and why.
 
     Compares CPU fp32 and the host HTP emulator tensor by tensor along one compiled job's graph: copies of the
@@ -65,7 +72,8 @@ def diagnose(target: Path, inputs: Path | None, random_: int | None, seed: int, 
     the first tensor below the threshold and its node, the value ranges that explain it (fp16 overflow above 65504,
     subnormals below 6.1e-5, dynamic range) and remedies as commands. Exit 1 when the graph's outputs fail.
     """
-    result = stage.diagnose(target, inputs, random_, seed=seed, min_snr_db=min_snr_db, graph=graph)
+    result = stage.diagnose(target, inputs, random_, seed=seed, min_snr_db=min_snr_db, graph=graph,
+                            preprocess=preprocess)
     if plot_path is not None:
         shown_probes = [p for p in result.probes if p.snr_db is not None]
         plot.line_chart([p.position for p in shown_probes], [min(p.snr_db or 0.0, 150.0) for p in shown_probes],
