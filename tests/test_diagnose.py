@@ -116,6 +116,7 @@ def test_a_log_of_tiny_values_fails_validation_and_diagnose_names_the_log(builds
     threshold = next(r for r in result.remedies if r.kind == "threshold")
     assert threshold.command is not None and threshold.command.startswith(f"qnndeploy validate {builds['build']} "
                                                                           "--min-snr-db ")
+    assert threshold.command.endswith(' --reason "REASON"') and "--min-cosine 0." in threshold.command
 
 
 @pytest.mark.needs_qnn
