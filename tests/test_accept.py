@@ -64,6 +64,7 @@ def edit(bundle: Path, change) -> None:
     (bundle / "manifest.json").write_text(json.dumps(m))
 
 
+@pytest.mark.slow
 def test_a_failed_graph_is_refused_with_its_worst_metric_and_the_accept_form(build, tmp_path):
     code, out, err = run("bundle", "--name", "x", "--version", "1.0.0", "--from-build", str(build),
                          "-o", str(tmp_path))
@@ -76,6 +77,7 @@ def test_a_failed_graph_is_refused_with_its_worst_metric_and_the_accept_form(bui
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("accept", "message"), [
     ({("enc", "SM8550"): "fine"}, r"validation failed for enc@SM8750 \(snr"),  # one pair of two
     ({("enc", "*"): "fine", ("dec", "SM8750"): "fine"},
@@ -92,6 +94,7 @@ def test_accepts_that_would_record_a_false_or_empty_reason_are_refused(build, ac
         spec_from_build(build, "x", "1.0.0", accept)
 
 
+@pytest.mark.slow
 def test_accepted_failures_ship_with_their_reason_and_verify_prints_them(build, tmp_path):
     code, out, err = run("bundle", "--name", "x", "--version", "1.0.0", "--from-build", str(build),
                          "--accept", "enc@*=cosine 0.9999 is enough for wake words",
@@ -121,6 +124,7 @@ def test_accepted_failures_ship_with_their_reason_and_verify_prints_them(build, 
     assert decide(m, PHONE, load_errors={}, lib_dir="/lib").reason_key == "npu"
 
 
+@pytest.mark.slow
 def test_accept_on_cpu_makes_the_app_take_the_cpu_on_that_soc(build, tmp_path):
     spec = spec_from_build(build, "x", "1.0.0", {("enc", "*"): "too far off on the NPU"}, "cpu")
     bundle = build_bundle(spec, tmp_path).path
@@ -134,6 +138,7 @@ def test_accept_on_cpu_makes_the_app_take_the_cpu_on_that_soc(build, tmp_path):
     assert d.paths == {"enc": "cpu/enc.onnx", "dec": "cpu/dec.onnx"} and d.adsp_library_path is None
 
 
+@pytest.mark.slow
 def test_accept_options_need_a_compile_folder_and_each_other(build, tmp_path):
     code, _, err = run("bundle", "--name", "x", "--version", "1.0.0", "--cpu", "enc=e.onnx",
                        "--accept", "enc@SM8750=ok", "-o", str(tmp_path))
@@ -155,6 +160,7 @@ def accepted(build, tmp_path_factory) -> Path:
     return build_bundle(spec, tmp_path_factory.mktemp("accepted")).path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("change", "message"), [
     (lambda m: m["targets"][1]["validation"]["graphs"]["enc"].pop("accepted"),
      (r"target SM8750: graph 'enc' failed validation \(snr \d+\.\d dB < 200\) and no reason accepts it: fix the "

@@ -178,6 +178,7 @@ def test_unchanged_jobs_are_cache_hits_and_say_so(build, models):
     assert [j.status for j in summary.jobs] == ["ok"]
 
 
+@pytest.mark.slow
 def test_fp16_is_refused_for_a_soc_without_fp16(models, tmp_path):
     result = run("compile", models["cls"], "--soc", "SM8750", "--soc", "SM8350", "-o", tmp_path / "b")
     assert result.exit_code == 2
@@ -185,6 +186,7 @@ def test_fp16_is_refused_for_a_soc_without_fp16(models, tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.slow
 def test_bad_input_is_refused_before_anything_is_written(models, tmp_path):
     out = tmp_path / "b"
     wrong = tmp_path / "wrong"
@@ -302,6 +304,7 @@ def standin(tmp_path, monkeypatch):
     return read
 
 
+@pytest.mark.slow
 def test_qairt_backend_runs_the_sdk_tools_as_documented(models, tmp_path, standin):
     out = tmp_path / "b"
     result = run("compile", models["cls"], "--soc", "SM8750", "--backend", "qairt", "--qnn-sdk-root", STANDIN,
@@ -338,6 +341,7 @@ def test_qairt_backend_runs_the_sdk_tools_as_documented(models, tmp_path, standi
     assert "/.SM8750.partial-" in str(work)  # the temporary files lived inside the job's staging folder
 
 
+@pytest.mark.slow
 def test_qairt_w8a16_passes_calibration_as_an_input_list(models, tmp_path, standin, monkeypatch):
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + "/usr/bin:/bin")  # no ndk-build
     calib = tmp_path / "calib"
@@ -353,6 +357,7 @@ def test_qairt_w8a16_passes_calibration_as_an_input_list(models, tmp_path, stand
     assert any(f.kind == logs.QUANTIZATION for f in summary.jobs[0].findings)
 
 
+@pytest.mark.slow
 def test_qairt_unsupported_op_and_missing_sdk(models, tmp_path, standin):
     summary = stage.compile_models({"bad": models["bad"]}, ["SM8750"], tmp_path / "b", backend="qairt",
                                    use_cache=False, qnn_sdk_root=STANDIN)
@@ -491,6 +496,7 @@ def test_stopping_kills_each_tool_with_its_children_and_waits(tmp_path):
         tools.run([sys.executable, "-c", "pass"], log)
 
 
+@pytest.mark.slow
 def test_interrupted_compile_leaves_no_worker_and_no_partial_folder(models, tmp_path):
     """SIGINT to the compile process alone (the worker gets none): the worker must be stopped, not finish."""
     import signal

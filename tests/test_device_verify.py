@@ -350,6 +350,7 @@ def test_a_refused_write_is_a_clear_error(device, tmp_path):
         adb.connect().push_files([(tmp_path / "f", "/data/local/tmp")])
 
 
+@pytest.mark.slow
 def test_a_shared_context_goes_once_and_each_graph_is_named_in_its_input_lists(device, compiled, launcher, tmp_path):
     """det and rec compiled into one context binary (compile --share): the phone gets it once, and qnn-net-run gets
     one input list per graph of the context, "__" for the one not run. The stand-in checks that form and then

@@ -94,6 +94,7 @@ def builds(tmp_path_factory):
     return {"build": out, "inputs": tiny_inputs(folder / "inputs" / "logmel"), "folder": folder, **models}
 
 
+@pytest.mark.slow
 @pytest.mark.needs_qnn
 def test_a_log_of_tiny_values_fails_validation_and_diagnose_names_the_log(builds):
     summary = validate_stage.validate_build(builds["build"], builds["inputs"].parent)
@@ -131,6 +132,7 @@ def test_the_same_graph_passes_on_random_input(builds):
     assert all(p.snr_db is not None and p.snr_db > 30 for p in result.probes)
 
 
+@pytest.mark.slow
 @pytest.mark.needs_qnn
 def test_the_split_remedy_makes_the_npu_part_pass(builds, tmp_path):
     """The tail after the printed split point, on the NPU, with the log on the CPU, passes validate. The tail is cut
@@ -150,6 +152,7 @@ def test_the_split_remedy_makes_the_npu_part_pass(builds, tmp_path):
     assert summary.ok, [(m.name, m.snr_db) for t in summary.targets for m in t.outputs]
 
 
+@pytest.mark.slow
 @pytest.mark.needs_qnn
 def test_the_split_remedy_run_as_printed_makes_validate_pass(builds, tmp_path):
     """The done-when: run the printed prepare --split-at, compile the NPU part, validate it with what the CPU part
@@ -286,6 +289,7 @@ def test_the_chart_is_a_png_of_the_asked_size(tmp_path):
     assert (pixels == plot.RED).all(axis=2).any() and (pixels == plot.BLUE).all(axis=2).any()
 
 
+@pytest.mark.slow
 @pytest.mark.needs_qnn
 def test_a_shared_context_is_diagnosed_per_graph_and_w8a16_is_refused(builds, tmp_path):
     models = {"logmel": builds["logmel"], "norm": builds["norm"]}
@@ -304,6 +308,7 @@ def test_a_shared_context_is_diagnosed_per_graph_and_w8a16_is_refused(builds, tm
     assert refused.exit_code == 2 and "diagnose supports fp16 jobs only so far" in refused.output
 
 
+@pytest.mark.slow
 @pytest.mark.needs_qnn
 def test_real_speech_names_the_log_and_cuts_before_the_values_fp16_cannot_hold(tmp_path):
     """validate's log-energy front end on the shipped sentence: the Log's input has good SNR (57 dB: the SNR weighs

@@ -96,6 +96,7 @@ def test_topk_judged_as_sets_on_arrays():
     assert vals.passed and vals.judged_on == "sorted:cosine+snr" and vals.snr_db == 300.0
 
 
+@pytest.mark.slow
 def test_topk_reordered_by_fp16_passes_and_another_set_fails(topk_build, tmp_path):
     same, other = tmp_path / "same", tmp_path / "other"
     same.mkdir()
@@ -142,6 +143,7 @@ def log_energy_graph() -> onnx.GraphProto:
          h.make_tensor("eps", T.FLOAT, [], [1e-10])])
 
 
+@pytest.mark.slow
 def test_real_speech_shows_the_fp16_underflow_random_input_hides(tmp_path):
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
     model = save(log_energy_graph(), tmp_path / "logenergy.onnx")

@@ -527,7 +527,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
                 "records": [entry(f"records/{name}") for name in records],
             }
             write_json(tmp / MANIFEST, manifest)
-            contexts, missing = read_contexts(tmp, [rel for rel in bin_graphs if rel in facts])
+            contexts, missing = read_contexts(tmp, {rel: facts[rel].sha256 for rel in bin_graphs if rel in facts})
             problems = check_manifest(manifest, facts, set(facts), tmp, contexts=contexts)
             if problems:
                 more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""

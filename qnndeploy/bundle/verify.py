@@ -144,8 +144,8 @@ def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None
                                                 progress), present)
         facts = {e["path"]: f for (_, e), f in zip(present, scanned, strict=True)}
     # the binaries that are what the manifest says (another is already a problem): read by their own metadata
-    binaries = [x["path"] for kind, x in present if kind.startswith("npu:") and x.get("format") == CONTEXT_BINARY
-                and facts[x["path"]].sha256 == x["sha256"]]
+    binaries = {x["path"]: x["sha256"] for kind, x in present if kind.startswith("npu:")
+                and x.get("format") == CONTEXT_BINARY and facts[x["path"]].sha256 == x["sha256"]}
     contexts, missing = read_contexts(root, binaries, jobs)
     report.problems += check_manifest(manifest, facts, tree, root, unread, contexts)
     report.warnings += check_warnings(manifest, facts, contexts)
@@ -225,24 +225,36 @@ def _validation_problems(target: JSON) -> list[Problem]:
 Contexts = dict[str, "ContextInfo | str"]  # context binary path -> what libQnnSystem read, or why it could not
 
 
-def read_contexts(root: Path, paths: list[str], jobs: int | None = None) -> tuple[Contexts, str | None]:
-    """Each context binary's metadata, read by libQnnSystem in a child process each (a damaged binary crashes
-    it); a binary it refuses maps to the reason. Also the reason when the library is missing (then: no entries)."""
+# What libQnnSystem read of a binary, by (library, sha256): the same bytes read again (a bundle verified after it
+# was built, scaffold's verify, the same binaries in several targets or bundles) cost nothing.
+_READ: dict[tuple[str, str], ContextInfo | str] = {}
+
+
+def read_contexts(root: Path, binaries: dict[str, str], jobs: int | None = None) -> tuple[Contexts, str | None]:
+    """Each context binary's metadata (bundle path -> its sha256 in, path -> ContextInfo out), read by libQnnSystem
+    in a child process each (a damaged binary crashes it); a binary it refuses maps to the reason. Also the reason
+    when the library is missing or does not load (then: no entries)."""
     try:
         library = qnnsystem.library_path()
     except QnnDeployError as e:
         return {}, str(e)
+    missing: list[str] = []
 
-    def read(path: str) -> ContextInfo | str:
-        try:
-            return qnnsystem.read_context(root / path, library)
-        except QnnDeployError as e:
-            return str(e) if e.exit_code != EXIT_MISSING_TOOL else ""
+    def read(path: str) -> ContextInfo | str | None:
+        key = (str(library), binaries[path])
+        if key not in _READ:
+            try:
+                _READ[key] = qnnsystem.read_context(root / path, library)
+            except QnnDeployError as e:
+                if e.exit_code == EXIT_MISSING_TOOL:
+                    missing.append(str(e))
+                    return None
+                _READ[key] = str(e)
+        return _READ[key]
 
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        found = dict(zip(paths, pool.map(read, paths), strict=True))
-    missing = next((why for why in found.values() if why == ""), None)
-    return {p: c for p, c in found.items() if c != ""}, missing
+        found = dict(zip(binaries, pool.map(read, binaries), strict=True))
+    return {p: c for p, c in found.items() if c is not None}, missing[0] if missing else None
 
 
 def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], root: Path,
