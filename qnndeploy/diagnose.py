@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qnndeploy import htp, samples, socs
 from qnndeploy.errors import QnnDeployError, first_line
@@ -140,15 +140,7 @@ def diagnose(target: Path, inputs: Path | None = None, random: int | None = None
     ones. The probe copies are compiled from the source ONNX alone, as a
     shared context's twin is: the emulator cannot load shared weights."""
     start = time.monotonic()
-    if inputs is not None and random is not None:
-        raise QnnDeployError("pass --inputs DIR or --random N, not both")
-    if random is not None and random < 1:
-        raise QnnDeployError("--random must be 1 or more")
-    if inputs is not None and not Path(inputs).is_dir():
-        raise QnnDeployError(f"--inputs {inputs}: no such folder")
-    prep = samples.parse_preprocess(preprocess) if preprocess is not None else None
-    if prep is not None and inputs is None:
-        raise QnnDeployError(f"--preprocess {prep.given} applies to audio or image files: give them with --inputs DIR")
+    prep = samples.sample_source(inputs, random, preprocess)
     if min_snr_db is not None and not math.isfinite(min_snr_db):
         raise QnnDeployError(f"--min-snr-db {min_snr_db:g}: give a finite number of dB, e.g. 30")
     if probes_per_compile < 1:
@@ -248,13 +240,7 @@ class _Session:
 
         self.compiles += 1
         path = Path(self.tmp.name) / f"probe{self.compiles}.onnx"
-        _write_probe_model(self.model, names, path)
-        try:
-            cpu = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-            names_out = [o.name for o in cpu.get_outputs()]
-            expected = [dict(zip(names_out, cpu.run(None, s), strict=True)) for s in self.feeds]
-        except Exception as e:  # noqa: BLE001 onnxruntime's own error types
-            raise QnnDeployError(f"onnxruntime could not run the probe model on the CPU: {first_line(e)}") from None
+        names_out, expected = self._on_cpu(names, path)
         try:
             soc = socs.find(self.record.soc)
             with htp.quiet_native_stdout():
@@ -283,17 +269,21 @@ class _Session:
     def cpu_ranges(self, names: list[str]) -> dict[str, Ranges]:
         """The ranges of `names` on the CPU alone: no compile."""
         import numpy as np
+
+        _, runs = self._on_cpu(names, Path(self.tmp.name) / "ranges.onnx")
+        return {n: ranges(n, np.stack([r[n] for r in runs])) for n in names}
+
+    def _on_cpu(self, names: list[str], path: Path) -> tuple[list[str], list[dict[str, Any]]]:
+        """Write the model exposing `names` at `path` and run it on the CPU: its output names, one run per sample."""
         import onnxruntime as ort
 
-        path = Path(self.tmp.name) / "ranges.onnx"
         _write_probe_model(self.model, names, path)
         try:
             cpu = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
             got = [o.name for o in cpu.get_outputs()]
-            runs = [dict(zip(got, cpu.run(None, s), strict=True)) for s in self.feeds]
+            return got, [dict(zip(got, cpu.run(None, s), strict=True)) for s in self.feeds]
         except Exception as e:  # noqa: BLE001 onnxruntime's own error types
             raise QnnDeployError(f"onnxruntime could not run the probe model on the CPU: {first_line(e)}") from None
-        return {n: ranges(n, np.stack([r[n] for r in runs])) for n in names}
 
 
 def _provider(record: CompileRecord) -> dict[str, str]:

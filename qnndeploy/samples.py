@@ -63,6 +63,21 @@ def media_files(folder: Path) -> list[Path]:
     return sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in MEDIA_SUFFIXES and p.is_file())
 
 
+def sample_source(inputs: Path | None, random: int | None, preprocess: str | Path | None) -> Preprocess | None:
+    """The rules of --inputs DIR | --random N [--preprocess SPEC] that validate and diagnose share: one source at
+    a time, a real folder, a preprocessing only for files. Returns the parsed preprocessing."""
+    if inputs is not None and random is not None:
+        raise QnnDeployError("pass --inputs DIR or --random N, not both")
+    if random is not None and random < 1:
+        raise QnnDeployError("--random must be 1 or more")
+    if inputs is not None and not Path(inputs).is_dir():
+        raise QnnDeployError(f"--inputs {inputs}: no such folder")
+    prep = parse_preprocess(preprocess) if preprocess is not None else None
+    if prep is not None and inputs is None:
+        raise QnnDeployError(f"--preprocess {prep.given} applies to audio or image files: give them with --inputs DIR")
+    return prep
+
+
 def for_graph(model: Path, graph: str, inputs: Path | None = None, count: int = 1, seed: int = 0,
               preprocess: str | Path | Preprocess | None = None) -> tuple[list[Sample], JSON]:
     """The samples for one graph, from `inputs` (DIR/<graph>/ or DIR) or else `count` seeded random ones, and how

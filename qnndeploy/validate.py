@@ -75,15 +75,7 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
     (default 1). `thresholds` overrides min_cosine / min_snr_db / atol / min_topk_jaccard for every precision; one
     looser than a default needs `reason`, which the records keep (a pass is then a pass by that reason)."""
 
-    if inputs is not None and random is not None:
-        raise QnnDeployError("pass --inputs DIR or --random N, not both")
-    if random is not None and random < 1:
-        raise QnnDeployError("--random must be 1 or more")
-    if inputs is not None and not Path(inputs).is_dir():
-        raise QnnDeployError(f"--inputs {inputs}: no such folder")
-    prep = samples.parse_preprocess(preprocess) if preprocess is not None else None
-    if prep is not None and inputs is None:
-        raise QnnDeployError(f"--preprocess {prep.given} applies to audio or image files: give them with --inputs DIR")
+    prep = samples.sample_source(inputs, random, preprocess)
     check_thresholds(thresholds or {})
     if reason is not None and ("\n" in reason or len(reason) > 500):
         raise QnnDeployError("--reason must be one line of at most 500 characters")

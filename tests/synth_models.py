@@ -262,3 +262,18 @@ def external_weights(location: str) -> onnx.ModelProto:
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
     model.ir_version = 8
     return model
+
+
+def log_front(skip: bool = False) -> onnx.ModelProto:
+    """x [1, 64] -> Log -> MatMul -> Relu [-> Add(the Log again): a skip past the Relu] -> MatMul -> y [1, 16]: a
+    log-mel style front end, which fp16 cannot feed tiny values (below 6.1e-5); the part `prepare --split-at`
+    leaves on the CPU."""
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array((rng.standard_normal((64, 64)) * 0.1).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array((rng.standard_normal((64, 16)) * 0.1).astype(np.float32), "w2")
+    nodes = [h.make_node("Log", ["x"], ["logx"], name="log"), h.make_node("MatMul", ["logx", "w1"], ["m1"], name="mm1"),
+             h.make_node("Relu", ["m1"], ["r1"], name="relu")]
+    if skip:
+        nodes.append(h.make_node("Add", ["r1", "logx"], ["skip"], name="skip"))
+    nodes.append(h.make_node("MatMul", ["skip" if skip else "r1", "w2"], ["y"], name="mm2"))
+    return _model(nodes, [_vi("x", T.FLOAT, [1, 64])], [_vi("y", T.FLOAT, [1, 16])], [w1, w2], name="front")

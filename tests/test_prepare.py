@@ -545,22 +545,7 @@ def test_external_data_outside_the_model_folder_is_refused(tmp_path, location, m
 
 
 def _log_front(path: Path) -> Path:
-    """x -> Log -> MatMul -> Relu -> Add(skip from the Log) -> MatMul -> y: a log front end with a skip past it."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(0)
-    w1 = numpy_helper.from_array((rng.standard_normal((64, 64)) * 0.1).astype(np.float32), "w1")
-    w2 = numpy_helper.from_array((rng.standard_normal((64, 16)) * 0.1).astype(np.float32), "w2")
-    nodes = [helper.make_node("Log", ["x"], ["logx"], name="log"),
-             helper.make_node("MatMul", ["logx", "w1"], ["m1"], name="mm1"),
-             helper.make_node("Relu", ["m1"], ["r1"], name="relu"),
-             helper.make_node("Add", ["r1", "logx"], ["skip"], name="skip"),
-             helper.make_node("MatMul", ["skip", "w2"], ["y"], name="mm2")]
-    graph = helper.make_graph(nodes, "front", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], [w1, w2])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
+    onnx.save(sm.log_front(skip=True), path)
     return path
 
 

@@ -27,22 +27,10 @@ def run(*args: object) -> dict:
 
 
 def front(path: Path) -> Path:
-    """x -> Log -> MatMul -> Relu -> MatMul -> y: a log-mel style front end of a small classifier."""
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    import synth_models
 
-    rng = np.random.default_rng(0)
-    w1 = numpy_helper.from_array((rng.standard_normal((64, 64)) * 0.1).astype(np.float32), "w1")
-    w2 = numpy_helper.from_array((rng.standard_normal((64, 16)) * 0.1).astype(np.float32), "w2")
-    nodes = [helper.make_node("Log", ["x"], ["logx"], name="log"),
-             helper.make_node("MatMul", ["logx", "w1"], ["m1"], name="mm1"),
-             helper.make_node("Relu", ["m1"], ["r1"], name="relu"),
-             helper.make_node("MatMul", ["r1", "w2"], ["y"], name="mm2")]
-    graph = helper.make_graph(nodes, "front", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], [w1, w2])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
+    onnx.save(synth_models.log_front(), path)
     return path
 
 
