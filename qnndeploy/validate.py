@@ -71,7 +71,7 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
                    preprocess: str | Path | None = None, reason: str | None = None) -> ValidationSummary:
     """Validate every compiled (graph, SoC) in `build`. `inputs` is a folder of samples (DIR/<graph>/ when it
     exists, else DIR: *.npz with one array per input name, or <input>.npy; for a one-input graph .wav or
-    .png/.jpg files through `preprocess`, samples.parse_preprocess); otherwise `random` seeded samples
+    .png/.jpg files through `preprocess`, media.parse_preprocess); otherwise `random` seeded samples
     (default 1). `thresholds` overrides min_cosine / min_snr_db / atol / min_topk_jaccard for every precision; one
     looser than a default needs `reason`, which the records keep (a pass is then a pass by that reason)."""
 

@@ -16,10 +16,11 @@ LAYERS = [
     {"qnndeploy.fileio", "qnndeploy.socs", "qnndeploy.onnxio", "qnndeploy.formats", "qnndeploy.bundle.elf",
      "qnndeploy.quantize", "qnndeploy.compat", "qnndeploy.plot"},
     {"qnndeploy.bundle.archive", "qnndeploy.records", "qnndeploy.markers", "qnndeploy.epcontext",
-     "qnndeploy.samples", "qnndeploy.metrics",
+     "qnndeploy.media", "qnndeploy.metrics",
      "qnndeploy.htp", "qnndeploy.shapes", "qnndeploy.fuse", "qnndeploy.decision", "qnndeploy.bundle.manifest",
      "qnndeploy.device.adb", "qnndeploy.compile.logs", "qnndeploy.compile.jobs",
      "qnndeploy.qnnsystem"},
+    {"qnndeploy.samples"},  # a graph's input samples: NumPy files, random ones, or media files through media.py
     {"qnndeploy.fold", "qnndeploy.rules", "qnndeploy.contextcheck", "qnndeploy.compile.cache",
      "qnndeploy.prepare.edits", "qnndeploy.prepare.equivalence"},
     {"qnndeploy.bundle.verify"},  # the bundle format's rules, which bundle build and every reader of bundles apply

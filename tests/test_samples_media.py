@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from qnndeploy import samples
+from qnndeploy import media, samples
 from qnndeploy.errors import QnnDeployError
 
 SHIPPED = Path(samples.__file__).parent / "data" / "samples"
@@ -58,21 +58,21 @@ def write_float_wav(path: Path, data: np.ndarray, rate: int = 16000) -> Path:
 @pytest.mark.parametrize("width", [1, 2, 3, 4])
 def test_pcm_wav_of_every_width_reads_as_float_in_minus_one_to_one(tmp_path, width):
     data = np.sin(np.linspace(0, 20, 500)) * 0.5
-    audio, rate, what = samples.read_wav(write_wav(tmp_path / "a.wav", data, 8000, width))
+    audio, rate, what = media.read_wav(write_wav(tmp_path / "a.wav", data, 8000, width))
     assert rate == 8000 and audio.dtype == np.float32 and what == f"{8 * width}-bit PCM, 8000 Hz, mono"
     assert np.abs(audio - data).max() <= max(1.0 / (1 << (8 * width - 1)), 6e-8)  # float32 holds 24 bits
 
 
 def test_float_and_stereo_wavs(tmp_path):
     data = np.linspace(-0.9, 0.9, 300)
-    audio, rate, what = samples.read_wav(write_float_wav(tmp_path / "f.wav", data, 22050))
+    audio, rate, what = media.read_wav(write_float_wav(tmp_path / "f.wav", data, 22050))
     assert rate == 22050 and what.startswith("32-bit float") and np.allclose(audio, data, atol=1e-7)
     stereo = np.stack([data, -data * 0.5], -1).ravel()
-    audio, _, what = samples.read_wav(write_wav(tmp_path / "s.wav", stereo, channels=2))
+    audio, _, what = media.read_wav(write_wav(tmp_path / "s.wav", stereo, channels=2))
     assert "2 channels mixed to mono" in what and np.allclose(audio, data * 0.25, atol=1e-4)
     (tmp_path / "bad.wav").write_bytes(b"RIFF....WAVEjunk")
     with pytest.raises(QnnDeployError, match=r"cannot read .*bad.wav as a .wav file"):
-        samples.read_wav(tmp_path / "bad.wav")
+        media.read_wav(tmp_path / "bad.wav")
 
 
 def test_raw_audio_feeds_a_one_input_model_padded_or_cropped(tmp_path):
@@ -126,8 +126,8 @@ def reference_log_mel(audio: np.ndarray, rate: int, n_mels: int, win: int, hop: 
 
 
 def test_log_mel_matches_a_frame_by_frame_reference_on_the_shipped_speech(tmp_path):
-    audio, rate, _ = samples.read_wav(SHIPPED / "speech.wav")
-    feats = samples.log_mel(audio, rate, 40, 400, 160, 512, 0.0, None, "slaney", "ln", 1e-10)
+    audio, rate, _ = media.read_wav(SHIPPED / "speech.wav")
+    feats = media.log_mel(audio, rate, 40, 400, 160, 512, 0.0, None, "slaney", "ln", 1e-10)
     expected = reference_log_mel(audio.astype(np.float64), rate, 40, 400, 160, 512)
     assert feats.shape == expected.shape == (1 + (len(audio) - 400) // 160, 40)
     assert np.abs(feats - expected).max() < 1e-6
@@ -137,7 +137,7 @@ def test_log_mel_matches_a_frame_by_frame_reference_on_the_shipped_speech(tmp_pa
     folder.mkdir()
     (folder / "speech.wav").write_bytes((SHIPPED / "speech.wav").read_bytes())
     feeds, used = samples.for_graph(model, "lm", folder, preprocess="audio:logmel,n_mels=80,rate=16000")
-    full = samples.log_mel(audio, 16000, 80, 400, 160, 400, 0.0, None, "slaney", "ln", 1e-10)
+    full = media.log_mel(audio, 16000, 80, 400, 160, 400, 0.0, None, "slaney", "ln", 1e-10)
     assert feeds[0]["x"].shape == (1, 80, 300) and np.allclose(feeds[0]["x"][0], full[:300].T, atol=1e-5)
     assert used["preprocess"]["axes"] == "n_mels, frames" and used["preprocess"]["win"] == 400
     assert used["notes"] == [f"speech.wav: {len(full)} frames, cropped to the first 300"]
@@ -152,11 +152,11 @@ def test_log_mel_matches_a_frame_by_frame_reference_on_the_shipped_speech(tmp_pa
 @pytest.mark.parametrize("scale", ["slaney", "htk"])
 def test_mel_filterbank_is_triangles_at_mel_spaced_centres(scale):
     rate, n_fft, n_mels = 16000, 2048, 40
-    bank = samples.mel_filterbank(n_mels, n_fft, rate, scale=scale)
+    bank = media.mel_filterbank(n_mels, n_fft, rate, scale=scale)
     freqs = np.linspace(0, rate / 2, n_fft // 2 + 1)
     assert bank.shape == (n_mels, n_fft // 2 + 1) and (bank >= 0).all()
-    edges = samples.mel_to_hz(np.linspace(0, samples.hz_to_mel(np.array(8000.0), scale), n_mels + 2), scale)
-    mels = samples.hz_to_mel(edges, scale)
+    edges = media.mel_to_hz(np.linspace(0, media.hz_to_mel(np.array(8000.0), scale), n_mels + 2), scale)
+    mels = media.hz_to_mel(edges, scale)
     assert np.allclose(np.diff(mels), np.diff(mels)[0])  # centres equally spaced in mel
     for m, row in enumerate(bank):
         support = np.flatnonzero(row)
@@ -166,15 +166,15 @@ def test_mel_filterbank_is_triangles_at_mel_spaced_centres(scale):
         assert abs(freqs[peak] - edges[m + 1]) <= rate / n_fft  # peaks at its centre frequency
         assert edges[m] <= freqs[support[0]] and freqs[support[-1]] <= edges[m + 2]
     if scale == "htk":
-        assert math.isclose(float(samples.hz_to_mel(np.array(1000.0), "htk")), 1000.0, rel_tol=1e-3)
+        assert math.isclose(float(media.hz_to_mel(np.array(1000.0), "htk")), 1000.0, rel_tol=1e-3)
         assert bank.max() <= 1.0
         between = (freqs >= edges[1]) & (freqs <= edges[-2])
         assert np.allclose(bank[:, between].sum(axis=0), 1.0)  # overlapping triangles sum to 1
     else:
-        assert math.isclose(float(samples.hz_to_mel(np.array(1000.0), "slaney")), 15.0)
+        assert math.isclose(float(media.hz_to_mel(np.array(1000.0), "slaney")), 15.0)
         area = bank.sum(axis=1) * (rate / n_fft)
         assert np.allclose(area[10:], 1.0, atol=0.02)  # unit area in Hz (wide enough filters)
-    assert np.allclose(samples.mel_to_hz(samples.hz_to_mel(freqs, scale), scale), freqs)
+    assert np.allclose(media.mel_to_hz(media.hz_to_mel(freqs, scale), scale), freqs)
 
 
 # --- images ----------------------------------------------------------------------------------------
@@ -293,7 +293,7 @@ def test_folders_and_inputs_that_cannot_take_media(tmp_path, monkeypatch):
 
 
 def test_shipped_samples_are_what_their_readme_says():
-    audio, rate, what = samples.read_wav(SHIPPED / "speech.wav")
+    audio, rate, what = media.read_wav(SHIPPED / "speech.wav")
     assert what == "16-bit PCM, 16000 Hz, mono" and 2 < len(audio) / rate < 5
     assert (np.abs(audio) < 1e-3).mean() > 0.1  # pauses: the near-silence random input never has
     from PIL import Image
