@@ -22,6 +22,8 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
+from qnndeploy.formats import FORMAT_VERSION
+
 Setup = Callable[[Path], None]
 
 
@@ -90,6 +92,8 @@ def manifest_cases(good: Path) -> Iterator[Case]:
 def raw_manifest_cases(good: Path) -> Iterator[Case]:
     """Manifests that are not JSON a tool would write: deep, huge, binary, empty."""
     copy_to = _copy_bundle(good)
+    manifest, version = (good / "manifest.json").read_text(), f'"format_version": {FORMAT_VERSION}'
+    assert version in manifest  # the cases below change it: a manifest without it would test nothing
     texts = {
         "deep": "[" * 100_000 + "]" * 100_000,
         "huge-int": (good / "manifest.json").read_text().replace('"size": ', '"size": 1' + "0" * 5000, 1),
@@ -97,8 +101,8 @@ def raw_manifest_cases(good: Path) -> Iterator[Case]:
         "binary": "\x00\xff\xfe" * 100,
         "whitespace": " " * 5_000_000,
         "array": "[]",
-        "format-1.0": (good / "manifest.json").read_text().replace('"format_version": 2', '"format_version": 1.0'),
-        "format-true": (good / "manifest.json").read_text().replace('"format_version": 2', '"format_version": true'),
+        "format-1.0": manifest.replace(version, '"format_version": 1.0'),
+        "format-true": manifest.replace(version, '"format_version": true'),
     }
     for label, text in texts.items():
         def setup(folder: Path, text: str = text) -> None:
