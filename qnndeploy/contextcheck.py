@@ -35,8 +35,9 @@ def _same(found: Sequence[TensorInfo], expected: Sequence[JSON]) -> bool:
     for t in found:
         w = want[_key(t.name)]
         static = [d for d in w["shape"] if isinstance(d, int)] == list(w["shape"])
+        shape = list(w["shape"]) or [1]  # QNN has no rank-0 tensors: an ONNX scalar is a [1] in the binary
         # a quantized tensor (QAIRT's converter makes fixed-point graph I/O) takes integers the app quantizes
-        if (t.dtype != w["dtype"] and t.quantization is None) or (static and list(t.dims) != list(w["shape"])):
+        if (t.dtype != w["dtype"] and t.quantization is None) or (static and list(t.dims) != shape):
             return False
     return True
 

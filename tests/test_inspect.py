@@ -308,3 +308,21 @@ def test_a_shared_context_binary_lists_each_graph(tmp_path):
     info = qnnsystem.read_context(folder / "pair.bin")
     assert sorted(g.name for g in info.graphs) == sorted(partition_name(folder / f"{g}_ctx.onnx") for g in models)
     assert all([t.name for t in g.inputs] == ["x", "b"] for g in info.graphs)
+
+
+def test_a_signature_matches_what_qnn_makes_of_it():
+    """The rules compile and verify judge a binary's graph by: an ONNX scalar is a [1] in QNN (silero VAD's `sr`),
+    names match after QNN's identifier rule, and dims and dtypes must agree."""
+    from qnndeploy.contextcheck import signature_problem
+    from qnndeploy.qnnsystem import GraphInfo, TensorInfo
+
+    def graph(*inputs: TensorInfo) -> GraphInfo:
+        y = TensorInfo("y", (1, 1), "float32", 0, None)
+        return GraphInfo("g", inputs, (y,), 0, 0, 0, 0, 0, None, None, None, 3)
+
+    want = ([{"name": "sr", "dtype": "int32", "shape": []}, {"name": "x:0", "dtype": "float32", "shape": [1, 512]}],
+            [{"name": "y", "dtype": "float32", "shape": [1, 1]}])
+    ok = graph(TensorInfo("sr", (1,), "int32", 0, None), TensorInfo("x_0", (1, 512), "float32", 0, None))
+    assert signature_problem(ok, "vad", want) is None
+    wrong = graph(TensorInfo("sr", (1,), "int32", 0, None), TensorInfo("x_0", (1, 256), "float32", 0, None))
+    assert "is it another graph's binary?" in (signature_problem(wrong, "vad", want) or "")
