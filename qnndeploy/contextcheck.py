@@ -6,9 +6,11 @@ caught even when its QAIRT and SoC markers look right."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
-from qnndeploy import compat, socs
+from qnndeploy import compat, epcontext, socs
+from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import JSON
 from qnndeploy.qnnsystem import ContextInfo, GraphInfo, TensorInfo
 
@@ -40,6 +42,23 @@ def _same(found: Sequence[TensorInfo], expected: Sequence[JSON]) -> bool:
         if (t.dtype != w["dtype"] and t.quantization is None) or (static and list(t.dims) != shape):
             return False
     return True
+
+
+def graph_problems(info: ContextInfo, wrappers: Mapping[str, Path | None],
+                   signatures: Mapping[str, tuple[Sequence[JSON], Sequence[JSON]]]) -> list[str]:
+    """Our graphs (-> the EPContext wrapper that runs each, or None) found in the binary by the QNN graph their
+    wrapper names, each with its CPU model's signature. A wrapper that cannot be read counts as none: its own
+    problem is reported with the wrapper."""
+    wanted: dict[str, str | None] = {}
+    for graph, wrapper in wrappers.items():
+        try:
+            names = epcontext.graph_names(wrapper) if wrapper is not None else []
+        except QnnDeployError:
+            names = []
+        wanted[graph] = names[0] if len(names) == 1 else None
+    found, problems = match_graphs(info, wanted)
+    return problems + [m for g, qnn in found.items() if g in signatures
+                       and (m := signature_problem(qnn, g, signatures[g])) is not None]
 
 
 def match_graphs(info: ContextInfo, wanted: dict[str, str | None]) -> tuple[dict[str, GraphInfo], list[str]]:

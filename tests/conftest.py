@@ -67,3 +67,24 @@ def private_compile_cache(tmp_path_factory):
     os.environ["QNNDEPLOY_CACHE_DIR"] = str(tmp_path_factory.mktemp("compile-cache"))
     yield
     os.environ.pop("QNNDEPLOY_CACHE_DIR", None)
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def pids_mentioning(text: str) -> list[int]:
+    """Processes whose command line contains `text` (a compile worker names its job spec inside the build folder)."""
+    found = []
+    for p in Path("/proc").glob("[0-9]*"):
+        try:
+            if text in (p / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(p.name))
+        except OSError:
+            pass  # ended meanwhile
+    return found

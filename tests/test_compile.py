@@ -19,7 +19,7 @@ import onnx
 import pytest
 import synth_models as sm
 from click.testing import CliRunner
-from conftest import require
+from conftest import alive, pids_mentioning, require
 from onnx import TensorProto as T
 from onnx import helper as h
 from ppocr import STATIC_SHAPES, model_path
@@ -444,26 +444,6 @@ def test_a_rerun_removes_what_a_killed_compile_left(tmp_path):
     assert sorted(p.name for p in graph.iterdir()) == [".SM8550.partial-ghi", "SM8750"]
 
 
-def _pids_mentioning(text: str) -> list[int]:
-    """Processes whose command line contains `text` (a worker's names its job spec inside the build folder)."""
-    found = []
-    for p in Path("/proc").glob("[0-9]*"):
-        try:
-            if text in (p / "cmdline").read_bytes().decode(errors="replace"):
-                found.append(int(p.name))
-        except OSError:
-            pass  # ended meanwhile
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
 def test_stopping_kills_each_tool_with_its_children_and_waits(tmp_path):
     """What Ctrl-C or SIGTERM does to the running tools: their whole process group dies before compile returns."""
     import threading
@@ -491,7 +471,7 @@ def test_stopping_kills_each_tool_with_its_children_and_waits(tmp_path):
     tool, child = map(int, pids.read_text().split())
     tools.stop()
     thread.join()
-    assert raised == [True] and not _alive(tool) and not _alive(child)
+    assert raised == [True] and not alive(tool) and not alive(child)
     with pytest.raises(KeyboardInterrupt), (tmp_path / "log").open("a") as log:  # no new tool once stopping
         tools.run([sys.executable, "-c", "pass"], log)
 
@@ -513,7 +493,7 @@ def test_interrupted_compile_leaves_no_worker_and_no_partial_folder(models, tmp_
     output, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, output
     assert "interrupted" in output and "Traceback" not in output
-    assert [pid for pid in _pids_mentioning(str(out)) if _alive(pid)] == []
+    assert [pid for pid in pids_mentioning(str(out)) if alive(pid)] == []
     assert sorted(p.name for p in (out / "rec").iterdir()) == []  # no partial folder, no half-made job
     assert "interrupted" in (out / "logs" / "rec-SM8750.log").read_text()
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import require
+from conftest import alive, pids_mentioning, require
 from elfgen import fake_sdk
 from onnx import TensorProto
 from onnx import helper as h
@@ -327,25 +327,6 @@ def test_compile_kill_before_every_rename(tmp_path, monkeypatch):
         assert sorted(p.name for p in (out / "logs").iterdir()) == ["m-SM8750.log"]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-def _pids_mentioning(text: str) -> list[int]:
-    found = []
-    for p in Path("/proc").glob("[0-9]*"):
-        try:
-            if text in (p / "cmdline").read_bytes().decode(errors="replace"):
-                found.append(int(p.name))
-        except OSError:
-            pass
-    return found
-
-
 def test_a_killed_cli_leaves_no_compile_worker(tmp_path):
     """SIGKILL to the CLI: no cleanup runs, yet its tool dies with it (PR_SET_PDEATHSIG)."""
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler)")
@@ -355,7 +336,7 @@ def test_a_killed_cli_leaves_no_compile_worker(tmp_path):
                              str(out), "--no-cache"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     workers: list[int] = []
     for _ in range(600):
-        workers = [p for p in _pids_mentioning(str(out)) if p != proc.pid]
+        workers = [p for p in pids_mentioning(str(out)) if p != proc.pid]
         if workers or proc.poll() is not None:
             break
         time.sleep(0.05)
@@ -364,10 +345,10 @@ def test_a_killed_cli_leaves_no_compile_worker(tmp_path):
     proc.kill()
     proc.wait()
     for _ in range(100):
-        if not [p for p in workers if _alive(p)]:
+        if not [p for p in workers if alive(p)]:
             break
         time.sleep(0.05)
-    assert [p for p in workers if _alive(p)] == []
+    assert [p for p in workers if alive(p)] == []
 
 
 # --- ONNX Runtime's telemetry ----------------------------------------------------------------------------------

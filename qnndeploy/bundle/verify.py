@@ -556,18 +556,10 @@ def _context_problems(root: Path, info: ContextInfo, artifact: JSON, target: JSO
     """A binary read by libQnnSystem: its SoC and arch, its graphs (found by the QNN graph name each graph's
     EPContext wrapper runs), their signatures, and the runtime its blob needs."""
     soc = socs.find(target["soc"])
-    wanted: dict[str, str | None] = {}
-    for g in artifact_graphs(artifact):
-        wrapper = next((x["path"] for x in target["artifacts"] if x["format"] == EPCONTEXT and x["graph"] == g), None)
-        try:
-            names = epcontext.graph_names(root / wrapper) if wrapper else []
-        except QnnDeployError:
-            names = []  # the wrapper's own problem is reported with the wrapper
-        wanted[g] = names[0] if len(names) == 1 else None
-    found, problems = contextcheck.match_graphs(info, wanted)
+    wrappers = {g: next((root / x["path"] for x in target["artifacts"] if x["format"] == EPCONTEXT and x["graph"] == g),
+                        None) for g in artifact_graphs(artifact)}
+    problems = contextcheck.graph_problems(info, wrappers, signatures)
     problems += contextcheck.target_problems(info, soc)
-    problems += [m for g, qnn in found.items() if g in signatures
-                 and (m := contextcheck.signature_problem(qnn, g, signatures[g])) is not None]
     if (why := contextcheck.runtime_problem(info, min_runtime)) is not None:
         problems.append(why)
     return problems

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnndeploy import __version__, contextcheck, epcontext, fileio, htp, qnnsystem
+from qnndeploy import __version__, contextcheck, fileio, htp, qnnsystem
 from qnndeploy import socs as catalog
 from qnndeploy.bundle.manifest import graph_signature
 from qnndeploy.compile import cache, logs
@@ -485,18 +485,13 @@ def _context_findings(job: Job, work: Path, context: ContextInfo, outputs: list[
     """The compiled binary read back: each graph must have its model's signature (else the job fails); its SoC,
     arch, spill-fill and VTCM give warnings."""
     members = job.members or (Member(job.graph, job.model, job.model_sha256, job.calibration),)
-    wrappers = {o.get("graph") or job.graph: o["path"] for o in outputs if o["format"] == EPCONTEXT
+    wrappers = {o.get("graph") or job.graph: work / o["path"] for o in outputs if o["format"] == EPCONTEXT
                 and not o.get("twin")}
-    wanted: dict[str, str | None] = {}
-    for m in members:
-        names = epcontext.graph_names(work / wrappers[m.graph]) if m.graph in wrappers else []
-        wanted[m.graph] = names[0] if len(names) == 1 else None
-    found, problems = contextcheck.match_graphs(context, wanted)
+    signatures = {}
     for m in members:
         sig = graph_signature(m.model)
-        if m.graph in found and (why := contextcheck.signature_problem(found[m.graph], m.graph,
-                                                                      (sig.inputs, sig.outputs))) is not None:
-            problems.append(why)
+        signatures[m.graph] = (sig.inputs, sig.outputs)
+    problems = contextcheck.graph_problems(context, {m.graph: wrappers.get(m.graph) for m in members}, signatures)
     if problems:
         raise CompileError(f"the compiled binary does not hold what was compiled: {problems[0]}")
     return contextcheck.target_problems(context, job.soc) + contextcheck.resource_warnings(context, job.soc)
