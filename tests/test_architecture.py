@@ -19,7 +19,7 @@ LAYERS = [
      "qnndeploy.media", "qnndeploy.metrics",
      "qnndeploy.htp", "qnndeploy.shapes", "qnndeploy.fuse", "qnndeploy.decision", "qnndeploy.bundle.manifest",
      "qnndeploy.device.adb", "qnndeploy.compile.logs", "qnndeploy.compile.jobs",
-     "qnndeploy.qnnsystem"},
+     "qnndeploy.qnnsystem", "qnndeploy.playplan"},
     {"qnndeploy.samples"},  # a graph's input samples: NumPy files, random ones, or media files through media.py
     {"qnndeploy.fold", "qnndeploy.rules", "qnndeploy.contextcheck", "qnndeploy.compile.cache",
      "qnndeploy.prepare.edits", "qnndeploy.prepare.equivalence"},
@@ -28,7 +28,7 @@ LAYERS = [
     {"qnndeploy.onnxcheck", "qnndeploy.prepare", "qnndeploy.compile", "qnndeploy.validate", "qnndeploy.bundle.build",
      "qnndeploy.scaffold", "qnndeploy.device.info", "qnndeploy.device.profile", "qnndeploy.device.verify",
      "qnndeploy.device.runner", "qnndeploy.compile.ort", "qnndeploy.compile.qairt",
-     "qnndeploy.contextinfo", "qnndeploy.prepare.split", "qnndeploy.diagnose"},
+     "qnndeploy.contextinfo", "qnndeploy.prepare.split", "qnndeploy.diagnose", "qnndeploy.play"},
     # what runs stages: the demo and the environment report, then the command line
     {"qnndeploy.demo", "qnndeploy.doctor"},
     {"qnndeploy.cli"},

@@ -12,7 +12,20 @@ import sys
 import click
 
 from qnndeploy import __version__
-from qnndeploy.cli import bundle, cache, check, demo, device, diagnose, doctor, prepare, scaffold, socs, validate
+from qnndeploy.cli import (
+    bundle,
+    cache,
+    check,
+    demo,
+    device,
+    diagnose,
+    doctor,
+    package,
+    prepare,
+    scaffold,
+    socs,
+    validate,
+)
 from qnndeploy.cli import compile as compile_  # the module; `compile` alone would hide the builtin here
 from qnndeploy.cli import inspect as inspect_  # the module; `inspect` alone would hide the standard library's
 from qnndeploy.cli._common import (
@@ -32,7 +45,8 @@ def cli() -> None:
 
     \b
     model.onnx -> check, prepare -> compile -> validate (diagnose) -> bundle build, bundle verify
-               -> scaffold (the app's Kotlin glue) -> device verify (on phones)
+               -> scaffold (the app's Kotlin glue), package play (Play AI packs)
+               -> device verify (on phones)
 
     \b
     Exit codes: 0 ok; 1 the thing checked has problems; 2 bad input or usage (nothing written;
@@ -52,6 +66,7 @@ for command in (
     bundle.bundle,
     inspect_.inspect_cmd,
     scaffold.scaffold,
+    package.package,
     device.device,
     doctor.doctor,
     cache.cache,

@@ -1,0 +1,88 @@
+"""`qnndeploy package`: a verified bundle in the form an app store delivers (today: Google Play AI packs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from qnndeploy import play as stage
+from qnndeploy.bundle.verify import opened
+from qnndeploy.cli._common import Group, byte_progress, emit_json, fail, handles_errors, json_option
+from qnndeploy.cli.bundle import render_verify, require_bundle
+from qnndeploy.errors import EXIT_CHECK_FAILED
+
+
+@click.group(cls=Group)
+def package() -> None:
+    """Package a bundle for an app store's delivery."""
+
+
+def _render(result: stage.PlayPackage) -> None:
+    groups = result.plan["groups"]
+    click.echo(f"AI pack {result.pack} ({result.delivery}) in {result.path}: {len(groups)} device group(s) + "
+               f"'{result.plan['default_group']}', {sum(len(g['files']) for g in groups)} NPU files")
+    for g in groups:
+        models = sorted({s["model"] for s in g["selectors"]})
+        click.echo(f"  group {g['name']}: {', '.join(g['socs'])} ({g['dsp_arch']}); selectors: "
+                   f"{len(g['selectors'])} system-on-chip (QTI and Qualcomm x {', '.join(models)})")
+    external = result.plan["base"]["external_runtime"]
+    click.echo("what one phone downloads (deflated, as in the APKs), against one APK with every SoC's files:")
+    width = max(len(r.group) for r in result.rows)
+    click.echo(f"  {'group':<{width}}  {'files':>5}  {'bytes':>12}  {'deflated':>12}  {'of one APK':>10}")
+    size = stage.size_text
+    for r in result.rows:
+        share = r.deflated / result.one_apk_deflated if result.one_apk_deflated else 0.0
+        click.echo(f"  {r.group:<{width}}  {r.files:>5}  {size(r.bytes):>12}  {size(r.deflated):>12}  {share:>10.0%}")
+    click.echo(f"  {'one APK':<{width}}  {'':>5}  {size(result.one_apk_bytes):>12}  "
+               f"{size(result.one_apk_deflated):>12}  {'100%':>10}")
+    if external:
+        click.echo(f"  (plus the QNN runtime {external} from Maven, the same for every phone)")
+    click.echo(f"add to the app project ({result.path / 'README.md'} has the details and the commands to check it):")
+    for line in result.lines:
+        click.echo(f"  {line}")
+
+
+@package.command()
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), metavar="DIR",
+              help="Folder to create, new or empty: the AI pack module, the device targeting config, play.gradle "
+                   "and play.json (best at the app project's top level).")
+@click.option("--delivery", type=click.Choice(stage.DELIVERIES), default="fast-follow", show_default=True,
+              help="When Play delivers the pack: with the app (install-time), right after install (fast-follow), "
+                   "or when the app asks (on-demand). Until a pack is there the app runs the CPU model.")
+@click.option("--pack", default=stage.DEFAULT_PACK, show_default=True,
+              help="The AI pack's name (and Gradle module): a letter, then letters, digits or underscores.")
+@click.option("--force", is_flag=True,
+              help="Replace DIR if it is an earlier package play output (it holds .qnndeploy-play), never another "
+                   "folder.")
+@json_option
+@handles_errors
+def play(bundle: Path, out: Path, delivery: str, pack: str, force: bool, as_json: bool) -> None:
+    """Write a Google Play AI pack of BUNDLE, one device group per SoC.
+
+    Each group holds its targets' NPU files and is selected by Build.SOC_MANUFACTURER (QTI or Qualcomm) and
+    Build.SOC_MODEL (the SoC and its catalog aliases); phones of no group get the default group "other" and the
+    CPU model, which stays in the app's base module with the QNN runtime libraries. Prints, per group, what a
+    phone downloads against one APK holding every SoC's files. Then scaffold the glue with `scaffold --play DIR`.
+
+    The bundle (folder or archive) must pass `bundle verify` (exit 1 with its report when it does not, 2 when
+    BUNDLE is not a bundle).
+    """
+    stage.check_request(out, pack=pack, delivery=delivery, force=force)
+    with byte_progress("verifying", as_json) as progress, opened(bundle, progress) as (root, report):
+        require_bundle(bundle, root, report)
+        if not report.ok:
+            if as_json:
+                emit_json(report)
+            else:
+                render_verify(report)
+            fail(f"{bundle} fails bundle verify ({len(report.problems)} problem(s)); not packaging it: fix or "
+                 "rebuild the bundle", EXIT_CHECK_FAILED)
+        with byte_progress("hashing and deflating", as_json) as sizes:
+            result = stage.package_play(root, out, pack=pack, delivery=delivery, force=force, report=report,
+                                        progress=sizes)
+    if as_json:
+        emit_json(result)
+    else:
+        _render(result)

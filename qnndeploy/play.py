@@ -1,0 +1,290 @@
+"""`package play`: a verified bundle as a Google Play AI pack whose device groups follow the bundle's SoCs.
+
+One APK with every SoC's context binaries sends each phone every other SoC's files. An AI pack split by device group
+sends each phone one group's: Play matches Build.SOC_MANUFACTURER / Build.SOC_MODEL against the group's
+system-on-chip selectors (bundletool's device_targeting_config.proto; Play for On-device AI documentation).
+
+What goes where:
+- the pack (assets qnndeploy_npu#group_<g>/): the NPU files of the group's targets, and group.json naming the group
+  (Play strips the #group_ suffix, so a phone could not tell otherwise);
+- the base module: manifest.json, the CPU models, and the QNN runtime libraries. The CPU model is every phone's
+  fallback and must be there while a fast-follow or on-demand pack downloads; the runtime libraries are native
+  libraries, which AI packs may not carry (the app loads libQnnHtp, libQnnSystem and the Stub with the system
+  loader, and the Skel travels with them in nativeLibraryDir, the folder ADSP_LIBRARY_PATH starts with);
+- the default group ("other"): group.json only. Phones no group selects (other SoCs, Android 11 and older, where
+  Play sees no SoC) download no NPU file and run the CPU model from the base.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import string
+import zlib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from xml.sax.saxutils import quoteattr
+
+from qnndeploy.bundle.manifest import read_manifest
+from qnndeploy.bundle.verify import VerifyReport, verify_folder
+from qnndeploy.decision import upper
+from qnndeploy.errors import QnnDeployError
+from qnndeploy.fileio import CHUNK, JSON, Progress, sha256_file, staging_dir, write_json
+from qnndeploy.formats import MANIFEST
+from qnndeploy.playplan import (
+    CONFIG,
+    CONFIG_NS,
+    DEFAULT_GROUP,
+    FOLDER,
+    GROUP_FILE,
+    MANUFACTURERS,
+    NAME,
+    PLAN,
+    PLAN_FORMAT,
+    PLAN_VERSION,
+)
+from qnndeploy.socs import find
+
+DELIVERIES = ("install-time", "fast-follow", "on-demand")
+DEFAULT_PACK = "qnndeploy_models"
+MARKER = ".qnndeploy-play"  # in every output folder: what --force may replace
+# Play's limits (Play for On-device AI, device targeting documentation)
+PACK_LIMIT = 1_500_000_000  # an AI pack's compressed download
+APP_LIMIT = 4_000_000_000  # everything one phone gets of an app version
+# A device group may have 5 selectors; qnndeploy writes one per group, listing every SoC of the group (the
+# system-on-chip elements of one selector are alternatives), so that limit is never reached.
+MIN_AGP = "8.10.0"  # device targeting config (AI packs alone need 8.8)
+AI_DELIVERY = "com.google.android.play:ai-delivery:0.1.1-alpha01"  # AiPackManager, for fast-follow and on-demand
+DEFLATE_LEVEL = 6  # zlib's default, the level of APK and AAB entries: the estimate of what a phone downloads
+
+
+@dataclass
+class SizeRow:
+    group: str
+    socs: list[str]
+    files: int
+    bytes: int  # base + this group's pack files: what a phone of the group gets
+    deflated: int
+
+
+@dataclass
+class PlayPackage:
+    path: Path
+    pack: str
+    delivery: str
+    plan: JSON
+    rows: list[SizeRow]  # one per group, then the default group
+    one_apk_bytes: int
+    one_apk_deflated: int
+    lines: list[str] = field(default_factory=list)  # what to add to the app project
+
+
+
+def check_request(out: Path, *, pack: str, delivery: str, force: bool) -> None:
+    """The checks that need no bundle."""
+    if not NAME.fullmatch(pack):
+        raise QnnDeployError(f"invalid AI pack name '{pack}': Play wants a letter first, then letters, digits or "
+                             "underscores (e.g. qnndeploy_models)")
+    if delivery not in DELIVERIES:
+        raise QnnDeployError(f"unknown delivery '{delivery}'; use one of {', '.join(DELIVERIES)}")
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not force:
+            raise QnnDeployError(f"{out} exists and is not empty; choose another folder or pass --force to replace "
+                                 "an earlier package play output")
+        if not (out / MARKER).is_file():
+            raise QnnDeployError(f"{out} is not an earlier package play output (it has no {MARKER}): --force only "
+                                 "replaces one, never other files; choose another folder")
+
+
+def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery: str = "fast-follow",
+                 force: bool = False, report: VerifyReport | None = None,
+                 progress: Progress | None = None) -> PlayPackage:
+    """Write the AI pack module, the device targeting config, the app's Gradle snippet and play.json for a bundle
+    that passes `bundle verify`. progress: called with byte counts while files are hashed and deflated."""
+    bundle, out = Path(bundle), Path(out)
+    check_request(out, pack=pack, delivery=delivery, force=force)
+    report = report if report is not None else verify_folder(bundle)
+    if not report.ok:
+        first = report.problems[0]
+        raise QnnDeployError(f"{bundle} fails bundle verify ({len(report.problems)} problem(s), first: {first.path}: "
+                             f"{first.message}); fix or rebuild it (qnndeploy bundle verify {bundle} lists them)")
+    manifest = read_manifest(bundle)
+    if not manifest["targets"]:
+        raise QnnDeployError(f"{bundle} has no NPU target: an AI pack split by SoC needs at least one")
+    sizes = _Sizes(bundle, progress)
+    plan = _plan(bundle, manifest, pack, delivery, sizes)
+    _check_limits(plan)
+    groups = plan["groups"]
+    rows = [SizeRow(g["name"], g["socs"], len(plan["base"]["files"]) + len(g["files"]),
+                    plan["base"]["bytes"] + g["bytes"], plan["base"]["deflated"] + g["deflated"]) for g in groups]
+    rows.append(SizeRow(plan["default_group"], [], len(plan["base"]["files"]), plan["base"]["bytes"],
+                        plan["base"]["deflated"]))
+    fields = {"pack": pack, "delivery": delivery, "bundle": f"{manifest['name']} {manifest['version']}",
+              "folder": FOLDER, "config": CONFIG, "default_group": plan["default_group"], "min_agp": MIN_AGP,
+              "ai_delivery": AI_DELIVERY, "table": _readme_table(rows, plan["one_apk"]["deflated"])}
+    if out.exists() and out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
+    with staging_dir(out, force) as tmp:
+        (tmp / MARKER).write_text("written by qnndeploy package play; --force replaces this folder\n")
+        assets = tmp / pack / "src" / "main" / "assets"
+        for g in [*groups, {"name": plan["default_group"], "files": []}]:
+            folder = assets / f"{FOLDER}#group_{g['name']}"
+            folder.mkdir(parents=True)
+            (folder / GROUP_FILE).write_text(json.dumps({"group": g["name"]}) + "\n")
+            for f in g["files"]:
+                dest = folder / f["path"]
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(bundle / f["path"], dest)
+        for name, dest in (("build.gradle", tmp / pack / "build.gradle"), ("play.gradle", tmp / "play.gradle"),
+                           ("README.md", tmp / "README.md")):
+            dest.write_text(_render(name, **fields))
+        (tmp / CONFIG).write_text(config_xml(plan))
+        write_json(tmp / PLAN, plan)
+
+    lines = [
+        f'settings.gradle(.kts): include(":{pack}") and project(":{pack}").projectDir = file("{out / pack}")',
+        f'app build.gradle(.kts): apply(from = "{out / "play.gradle"}")',
+        "gradle.properties: android.experimental.enableDeviceTargetingConfigApi=true",
+        f"glue: qnndeploy scaffold BUNDLE --play {out} --package <your.app> -o app/qnndeploy",
+    ]
+    return PlayPackage(path=out, pack=pack, delivery=delivery, plan=plan, rows=rows,
+                       one_apk_bytes=plan["one_apk"]["bytes"], one_apk_deflated=plan["one_apk"]["deflated"],
+                       lines=lines)
+
+
+class _Sizes:
+    """sha256, size and deflated size of bundle files, each read once."""
+
+    def __init__(self, bundle: Path, progress: Progress | None) -> None:
+        self.bundle = bundle
+        self.progress = progress
+        self._seen: dict[str, tuple[str, int, int]] = {}
+
+    def entry(self, path: str) -> JSON:
+        sha, size, _ = self._read(path)
+        return {"path": path, "size": size, "sha256": sha}
+
+    def deflated(self, path: str) -> int:
+        return self._read(path)[2]
+
+    def _read(self, path: str) -> tuple[str, int, int]:
+        if path not in self._seen:
+            digest, packer, size, packed = hashlib.sha256(), zlib.compressobj(DEFLATE_LEVEL), 0, 0
+            with (self.bundle / path).open("rb") as f:
+                while chunk := f.read(CHUNK):
+                    digest.update(chunk)
+                    size += len(chunk)
+                    packed += len(packer.compress(chunk))
+                    if self.progress is not None:
+                        self.progress(len(chunk))
+            packed += len(packer.flush())
+            self._seen[path] = (digest.hexdigest(), size, packed)
+        return self._seen[path]
+
+
+def _plan(bundle: Path, manifest: JSON, pack: str, delivery: str, sizes: _Sizes) -> JSON:
+    """Targets with the same NPU files (one binary several SoCs load) form one group named after their HTP arch;
+    every other target is a group of its own, named after its SoC."""
+    by_files: dict[tuple[str, ...], list[JSON]] = {}
+    for t in manifest["targets"]:
+        by_files.setdefault(tuple(sorted({a["path"] for a in t["artifacts"]})), []).append(t)
+    groups: list[JSON] = []
+    for paths, targets in by_files.items():
+        socs = [t["soc"] for t in targets]
+        arch = targets[0]["dsp_arch"]
+        name = _group_name(socs, arch, [g["name"] for g in groups])
+        files = [sizes.entry(p) for p in paths]
+        groups.append({
+            "name": name, "socs": socs, "dsp_arch": arch, "selectors": selectors(socs),
+            "files": files, "bytes": sum(f["size"] for f in files), "deflated": sum(sizes.deflated(p) for p in paths),
+        })
+    runtime = manifest["runtime"]
+    base_paths = [MANIFEST, *(a["path"] for a in manifest["cpu"]), *(lib["path"] for lib in runtime.get("libs", []))]
+    base = [sizes.entry(p) for p in base_paths]
+    npu = sorted({p for g in groups for p in (f["path"] for f in g["files"])})
+    every = base_paths + npu
+    return {
+        "format": PLAN_FORMAT, "format_version": PLAN_VERSION,
+        "bundle": {"name": manifest["name"], "version": manifest["version"],
+                   "manifest_sha256": sha256_file(bundle / MANIFEST)},
+        "pack": pack, "delivery": delivery, "folder": FOLDER, "default_group": DEFAULT_GROUP,
+        "groups": groups,
+        "base": {"files": base, "bytes": sum(f["size"] for f in base),
+                 "deflated": sum(sizes.deflated(p) for p in base_paths),
+                 "external_runtime": runtime.get("maven") if runtime["mode"] == "external" else None},
+        "one_apk": {"bytes": sum(sizes.entry(p)["size"] for p in every),
+                    "deflated": sum(sizes.deflated(p) for p in every)},
+    }
+
+
+def _group_name(socs: list[str], arch: str, taken: list[str]) -> str:
+    """sm8750 for one SoC, htp_v73 for SoCs sharing files; never the default group's name or a taken one."""
+    base = "".join(c if c.isalnum() else "_" for c in (socs[0].lower() if len(socs) == 1 else f"htp_{arch}"))
+    base = base if base[:1].isalpha() else f"soc_{base}"
+    name, n = base, 2
+    while name in taken or name == DEFAULT_GROUP:
+        name, n = f"{base}_{n}", n + 1
+    return name
+
+
+def selectors(socs: list[str]) -> list[JSON]:
+    """Every (manufacturer, model) Play may see on a phone with one of these SoCs: both manufacturer spellings
+    (Play cannot tell which a phone reports) times the catalog model and its aliases, upper-case as phones report
+    them (Play compares exactly)."""
+    models: list[str] = []
+    for soc in socs:
+        entry = find(soc)
+        for m in (entry.model, *entry.aliases):
+            if upper(m) not in models:
+                models.append(upper(m))
+    return [{"manufacturer": man, "model": m} for man in MANUFACTURERS for m in models]
+
+
+def _check_limits(plan: JSON) -> None:
+    base = plan["base"]["deflated"]
+    for g in plan["groups"]:
+        if g["deflated"] > PACK_LIMIT:
+            raise QnnDeployError(f"device group {g['name']} would download {g['deflated'] / 1e9:.2f} GB of AI pack "
+                                 f"(deflated); Play allows {PACK_LIMIT / 1e9} GB per pack: split the model's graphs "
+                                 "into several bundles (packs) or quantize it")
+        if base + g["deflated"] > APP_LIMIT:
+            total = base + g["deflated"]
+            raise QnnDeployError(f"a phone of device group {g['name']} would download {total / 1e9:.2f} GB (base "
+                                 f"{base / 1e9:.2f} GB + pack); Play allows {APP_LIMIT / 1e9} GB per app")
+
+
+def config_xml(plan: JSON) -> str:
+    """The device targeting config: one device-group per plan group, in the plan's order (Play's priority order),
+    with one device-selector listing every SoC (system-on-chip elements of one selector are alternatives)."""
+    out = ['<?xml version="1.0" encoding="utf-8"?>',
+           (f"<!-- Written by qnndeploy package play from bundle {plan['bundle']['name']} "
+            f"{plan['bundle']['version']}: one device group per SoC target. -->"),
+           f'<config:device-targeting-config xmlns:config="{CONFIG_NS}">']
+    for g in plan["groups"]:
+        out.append(f'    <config:device-group name={quoteattr(g["name"])}>')
+        out.append("        <config:device-selector>")
+        out += [f"            <config:system-on-chip manufacturer={quoteattr(s['manufacturer'])} "
+                f"model={quoteattr(s['model'])}/>" for s in g["selectors"]]
+        out.append("        </config:device-selector>")
+        out.append("    </config:device-group>")
+    out.append("</config:device-targeting-config>")
+    return "\n".join(out) + "\n"
+
+
+def _render(name: str, **fields: str) -> str:
+    """One of data/play/'s files with its $fields filled in (string.Template: Gradle and Markdown keep braces)."""
+    text = resources.files("qnndeploy").joinpath(f"data/play/{name}").read_text(encoding="utf-8")
+    return string.Template(text).substitute(fields)
+
+
+def size_text(n: int) -> str:
+    return next(f"{n / scale:,.1f} {unit}" for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "KB"), (1, "B"))
+                if n >= scale or unit == "B")
+
+
+def _readme_table(rows: list[SizeRow], one_apk_deflated: int) -> str:
+    return "\n".join(f"| {r.group} | {', '.join(r.socs) or '(none: the CPU)'} | {r.files} | {size_text(r.deflated)} | "
+                     f"{r.deflated / one_apk_deflated:.0%} |" for r in rows)
