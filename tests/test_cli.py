@@ -58,7 +58,7 @@ def test_every_command_has_help_and_every_option_says_what_it_does(path):
 def test_the_listing_follows_the_pipeline():
     names = [line.split()[0] for line in run("--help").output.split("Commands:\n")[1].splitlines() if line.strip()]
     assert names == ["demo", "socs", "check", "prepare", "compile", "validate", "diagnose", "bundle", "inspect",
-                     "scaffold", "device", "doctor", "cache"]
+                     "scaffold", "package", "device", "doctor", "cache"]
 
 
 @pytest.mark.parametrize("group", [(), ("bundle",), ("device",), ("cache",)], ids=lambda g: " ".join(g) or "qnndeploy")

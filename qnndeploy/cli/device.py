@@ -210,6 +210,8 @@ def _render_device_verification(r: verify_stage.DeviceVerification) -> None:
                    f"{p.bytes_total / 1e6:.2f} MB) in {p.seconds:.2f} s{speed}; every sha256 checked on the phone")
         if p.removed:
             click.echo(f"  removed from the phone: {', '.join(p.removed)}")
+    if r.play is not None:
+        click.echo(f"  Play: {'' if r.play.ok else 'MISMATCH: '}{r.play.reason}")
     if r.runner:
         click.echo("  ran qnn-net-run with " + " ".join(f"{k}={v}" for k, v in r.environment.items()))
     if r.runner_note:
@@ -226,6 +228,8 @@ def _render_verify_table(results: list[verify_stage.DeviceVerification]) -> None
             click.echo(f"{r.serial:<22} {'-':<24} {'-':<8} {'-':<6} {'-':>9} {'-':>8}  {'-':<24} ERROR: {r.error}")
             continue
         graphs = ", ".join(f"{g.graph} {g.status}" for g in r.graphs) or ("not run" if r.provider == "npu" else "-")
+        if r.play is not None:
+            graphs += f"; Play {r.play.delivered}" + ("" if r.play.ok else f" (expected {r.play.expected})")
         sent = f"{len(r.push.sent)}/{r.push.files}"
         click.echo(f"{r.serial:<22} {r.model[:24]:<24} {r.soc or '?':<8} {(r.provider or '-').upper():<6} {sent:>9} "
                    f"{r.push.bytes_sent / 1e6:>8.2f}  {graphs:<24} {'ok' if r.ok else 'FAILED'}")
@@ -263,11 +267,14 @@ def _render_verifications(report: VerifyReport, results: list[verify_stage.Devic
 @click.option("-o", "--output", "record_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("device-records"), show_default=True, metavar="DIR",
               help="Folder for the device records (JSON).")
+@click.option("--play", "play_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="A `package play` output of BUNDLE: also say which device group Play delivers to the phone (by "
+                   "its ro.soc.manufacturer and ro.soc.model), and fail when it is not the decision's.")
 @json_option
 @handles_errors
 def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runner: Path | None,
                   qnn_sdk_root: Path | None, inputs: Path | None, samples: int, seed: int, runs: int,
-                  record_dir: Path, as_json: bool) -> None:
+                  record_dir: Path, play_dir: Path | None, as_json: bool) -> None:
     """Push a bundle to a phone, run it there, record the result.
 
     The bundle folder goes to the phone as the app would use it and is checked there; with a runner, it runs
@@ -279,7 +286,9 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
     differs are sent; a staging folder is renamed at the end; an interrupted push resumes). With a runner, each
     context binary runs on the phone (qnn-net-run, LD_LIBRARY_PATH and ADSP_LIBRARY_PATH set) and its outputs
     are compared with the CPU model on this host, with validate's metrics; known QNN errors become advice.
-    A phone whose SoC is not in the bundle: CPU fallback expected. Exit 1 when a phone fails.
+    A phone whose SoC is not in the bundle: CPU fallback expected. With --play, Play's device group for the phone
+    is checked against the decision's (a phone Play sends another group, or none, runs on the CPU). Exit 1 when a
+    phone fails.
     """
     given = click.get_current_context().get_parameter_source("serial") == click.core.ParameterSource.COMMANDLINE
     if all_devices and given:
@@ -293,7 +302,8 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
             render_verify(report)
         fail(f"{bundle_dir} fails bundle verify: fix the bundle (or build it again) before pushing it",
              EXIT_CHECK_FAILED)
-    job = verify_stage.Job(bundle_dir, manifest, runner, qnn_sdk_root, inputs, samples, seed, runs, record_dir)
+    job = verify_stage.Job(bundle_dir, manifest, runner, qnn_sdk_root, inputs, samples, seed, runs, record_dir,
+                           play_dir)
     if all_devices:
         results = verify_stage.verify_all(job)
     else:

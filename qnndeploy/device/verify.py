@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from qnndeploy import __version__, decision, markers, metrics, samples
+from qnndeploy import __version__, decision, markers, metrics, playplan, samples
 from qnndeploy.bundle.manifest import file_entries, load_manifest
 from qnndeploy.bundle.verify import VerifyReport, verify_bundle
 from qnndeploy.device import runner
@@ -76,6 +76,18 @@ class GraphRun:
 
 
 @dataclass
+class PlayCheck:
+    """Which device group of a `package play` output Play gives this phone, against the one the decision needs."""
+
+    manufacturer: str | None  # ro.soc.manufacturer = Build.SOC_MANUFACTURER, as Play matches it
+    model: str | None  # ro.soc.model = Build.SOC_MODEL
+    delivered: str  # the group Play delivers, by the device targeting config in the output folder
+    expected: str  # the group holding the bundle target the decision picks for this SoC
+    ok: bool
+    reason: str
+
+
+@dataclass
 class DeviceVerification:
     serial: str
     ok: bool = False
@@ -95,6 +107,7 @@ class DeviceVerification:
     runner_note: str | None = None
     environment: dict[str, str] = field(default_factory=dict)
     graphs: list[GraphRun] = field(default_factory=list)
+    play: PlayCheck | None = None
     record: Path | None = None
 
 
@@ -103,7 +116,7 @@ class Job:
 
     def __init__(self, bundle: Path, manifest: JSON, runner_path: Path | None = None, sdk_root: Path | None = None,
                  inputs: Path | None = None, samples: int = 1, seed: int = 0, runs: int = 10,
-                 record_dir: Path = DEFAULT_RECORD_DIR) -> None:
+                 record_dir: Path = DEFAULT_RECORD_DIR, play: Path | None = None) -> None:
         if inputs is not None and not Path(inputs).is_dir():
             raise QnnDeployError(f"--inputs {inputs}: no such folder", EXIT_BAD_INPUT)
         if samples < 1 or runs < 1:
@@ -128,6 +141,10 @@ class Job:
         self.bundle_id = f"{manifest['name']}-{manifest['version']}"
         self.remote_dir = f"{REMOTE_ROOT}/{self.bundle_id}"
         self.sha256 = {e["path"]: e["sha256"] for e in _entries(manifest)}
+        self.play_plan: JSON | None = None
+        self.play_groups: list[playplan.Group] = []
+        if play is not None:
+            self.play_plan, self.play_groups = _play(self.bundle, play)
         backend = decision.bundled_backend(manifest)  # its version, as the app's glue reads it; external: unknown
         self.runtime_version = markers.library_version(self.bundle / backend) if backend else None
         self._libs: dict[str, dict[str, LocalFile]] = {}
@@ -154,6 +171,42 @@ class Job:
     def cpu_model(self, graph: str) -> Path:
         return next(self.bundle / str(a["path"]) for a in self.manifest["cpu"] if a["graph"] == graph
                     and a["format"] == "onnx")
+
+
+def _play(bundle: Path, folder: Path) -> tuple[JSON, list[playplan.Group]]:
+    """A `package play` output of this bundle: its plan and the device groups of its targeting config, the file
+    Play reads (so a hand edit of it counts)."""
+    plan = playplan.read_plan(folder)
+    if plan["bundle"]["manifest_sha256"] != sha256_file(bundle / "manifest.json"):
+        raise QnnDeployError(f"--play {folder} was packaged from another bundle ({plan['bundle']['name']} "
+                             f"{plan['bundle']['version']}, another manifest): run qnndeploy package play on "
+                             f"{bundle} again", EXIT_BAD_INPUT)
+    return plan, playplan.read_config(folder)
+
+
+def play_check(plan: JSON, groups: list[playplan.Group], props: dict[str, str], soc: str | None) -> PlayCheck:
+    """Play's group for a phone from its SoC props, against the decision's; when they differ, why."""
+    phone = decision.Device.from_props(props)
+    manufacturer, model = props.get("ro.soc.manufacturer") or None, props.get("ro.soc.model") or None
+    delivered = playplan.play_group(groups, manufacturer, model, phone.sdk_int, plan["default_group"])
+    expected = playplan.expected_group(plan, soc)
+    said = f"ro.soc.manufacturer {manufacturer!r}, ro.soc.model {model!r}"
+    if delivered == expected:
+        return PlayCheck(manufacturer, model, delivered, expected, True,
+                         f"Play delivers group {delivered} ({said}), the group the decision expects")
+    if phone.sdk_int < playplan.SOC_TARGETING_SINCE_SDK:
+        why = f"Play targets SoCs only from Android 12 (API 31) and this phone is API {phone.sdk_int}"
+    elif manufacturer is None or model is None:
+        why = "the phone reports no ro.soc.manufacturer or ro.soc.model, so no system-on-chip selector matches it"
+    elif expected == plan["default_group"]:
+        why = f"a selector of group {delivered} matches this phone, but its SoC is in no bundle target"
+    else:
+        listed = sorted({f"{c.manufacturer}/{c.model}" for g in groups if g.name == expected
+                         for sel in g.selectors for c in sel})
+        why = f"Play compares exactly, and group {expected} lists {', '.join(listed) or 'no SoC'}"
+    return PlayCheck(manufacturer, model, delivered, expected, False,
+                     f"Play would deliver group {delivered} ({said}) but the decision expects group {expected} for "
+                     f"SoC {soc or 'unknown'}: {why}; the app would run on the CPU")
 
 
 def _entries(manifest: JSON) -> list[JSON]:
@@ -187,6 +240,8 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
     result.soc, result.identified_by, result.reason = choice.soc, choice.identified_by, choice.reason
     result.provider, result.dsp_arch = choice.provider, choice.dsp_arch
     result.expectation = NPU_EXPECTED if choice.npu else CPU_EXPECTED
+    if job.play_plan is not None:
+        result.play = play_check(job.play_plan, job.play_groups, props, choice.soc)
 
     files = {"manifest.json": LocalFile(job.bundle / "manifest.json", sha256_file(job.bundle / "manifest.json"))}
     for rel in [*choice.files, *(a["path"] for a in job.manifest["cpu"])]:
@@ -225,7 +280,7 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
                               "the phone and compare them with the CPU model")
     elif job.runner is not None:
         result.runner_note = "CPU fallback on this phone: no context binary to run"
-    result.ok = all(g.status == "passed" for g in result.graphs)
+    result.ok = all(g.status == "passed" for g in result.graphs) and (result.play is None or result.play.ok)
     if result.graphs:
         statuses = {g.status for g in result.graphs}
         result.expectation = NPU_FAILED if "error" in statuses else NPU_WRONG if "failed" in statuses else NPU_RAN
@@ -343,6 +398,7 @@ def _write_record(job: Job, r: DeviceVerification) -> Path:
         "runner": {"path": r.runner, "local": str(job.runner) if job.runner else None, "note": r.runner_note,
                    "environment": r.environment, "timing": TIMING_NOTE if r.graphs else None},
         "graphs": [asdict(g) for g in r.graphs],
+        "play": asdict(r.play) if r.play else None,
         "tools": {"qnndeploy": __version__},
         "created": stamp.isoformat(timespec="seconds"),
     })
