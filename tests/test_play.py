@@ -99,7 +99,8 @@ def test_each_phone_downloads_one_socs_files(demo_bundle, packed):
     assert 'deliveryType = "fast-follow"' in pack
     app = (out / "play.gradle").read_text()
     for line in ("assetPacks += [':qnndeploy_models']",
-                 "deviceTargetingConfig = file(new File(playDir, 'device_targeting_config.xml'))", "enableSplit = true", "defaultGroup = 'other'",
+                 "deviceTargetingConfig = file(new File(playDir, 'device_targeting_config.xml'))",
+                 "enableSplit = true", "defaultGroup = 'other'",
                  "implementation 'com.google.android.play:ai-delivery:"):
         assert line in app
     readme = (out / "README.md").read_text()
