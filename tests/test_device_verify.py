@@ -375,3 +375,40 @@ def test_a_shared_context_goes_once_and_each_graph_is_named_in_its_input_lists(d
     assert "graph 1 of 2 of pair.bin (input lists first_input.txt,__)" in graphs[0]["reason"]
     assert "graph 2 of 2 of pair.bin (input lists __,first_input.txt)" in graphs[1]["reason"]
     assert "cannot run a context whose graphs share weights" in graphs[1]["reason"]
+
+
+@pytest.mark.slow
+def test_play_tells_each_phone_its_device_group_and_fails_a_mismatch(emulated_devices, bundle, tmp_path):
+    """The done-when of issue 14: `device verify --play` on emulated phones reports the group Play gives each, and
+    fails the phone whose ro.soc.model Play would not match although the decision finds its SoC."""
+    play_dir = tmp_path / "play"
+    packed = CliRunner().invoke(cli, ["package", "play", str(bundle), "-o", str(play_dir)])
+    assert packed.exit_code == 0, packed.output
+    ok, old, other = emulated_devices("sm8750", "android11", "exynos")
+    alias = emulated_devices("sm8750", props={"ro.soc.model": "SM8750P", "ro.soc.manufacturer": "Qualcomm"})[0]
+    lower = emulated_devices("sm8750", props={"ro.soc.model": "sm8750"})[0]  # upper-cased by the decision, not Play
+    code, out = verify(str(bundle), "--all", "--play", str(play_dir), "--json", records=tmp_path / "records")
+    assert code == 1, out  # the lower-case phone fails; the others pass
+    play = {d["serial"]: d["play"] for d in out["devices"]}
+    assert (play[ok.serial]["delivered"], play[ok.serial]["ok"]) == ("sm8750", True)
+    assert (play[alias.serial]["delivered"], play[alias.serial]["ok"]) == ("sm8750", True)
+    assert play[lower.serial] == {
+        "manufacturer": "QTI", "model": "sm8750", "delivered": "other", "expected": "sm8750", "ok": False,
+        "reason": "Play would deliver group other (ro.soc.manufacturer 'QTI', ro.soc.model 'sm8750') but the decision "
+                  "expects group sm8750 for SoC SM8750: Play compares exactly, and group sm8750 lists QTI/SM8750, "
+                  "QTI/SM8750P, Qualcomm/SM8750, Qualcomm/SM8750P; the app would run on the CPU"}
+    assert (play[old.serial]["delivered"], play[old.serial]["expected"], play[old.serial]["ok"]) == (
+        "other", "other", True)  # Android 11, SM8350: in no group and no target, the CPU either way
+    assert (play[other.serial]["delivered"], play[other.serial]["ok"]) == ("other", True)
+    records = [json.loads(p.read_text()) for p in (tmp_path / "records").glob("*.json")]
+    assert sorted(r["play"]["delivered"] for r in records) == ["other", "other", "other", "sm8750", "sm8750"]
+    text = verify(str(bundle), "-s", lower.serial, "--play", str(play_dir), records=tmp_path / "records")[1]
+    assert "Play: MISMATCH: Play would deliver group other" in text
+    # a plan of another bundle is refused, in one line
+    other_bundle = tmp_path / "copy"
+    shutil.copytree(bundle, other_bundle)
+    manifest = json.loads((other_bundle / "manifest.json").read_text())
+    manifest["version"] = "1.0.1"
+    (other_bundle / "manifest.json").write_text(json.dumps(manifest))
+    code, text = verify(str(other_bundle), "-s", ok.serial, "--play", str(play_dir), records=tmp_path / "records")
+    assert code == 2 and "was packaged from another bundle" in text
