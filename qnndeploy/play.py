@@ -186,20 +186,16 @@ class _Sizes:
 
 
 def _plan(bundle: Path, manifest: JSON, pack: str, delivery: str, sizes: _Sizes) -> JSON:
-    """Targets with the same NPU files (one binary several SoCs load) form one group named after their HTP arch;
-    every other target is a group of its own, named after its SoC."""
-    by_files: dict[tuple[str, ...], list[JSON]] = {}
-    for t in manifest["targets"]:
-        by_files.setdefault(tuple(sorted({a["path"] for a in t["artifacts"]})), []).append(t)
+    """One device group per target, named after its SoC (a bundle lists each file once, so no two targets share
+    files that one group could carry for both)."""
     groups: list[JSON] = []
-    for paths, targets in by_files.items():
-        socs = [t["soc"] for t in targets]
-        arch = targets[0]["dsp_arch"]
-        name = _group_name(socs, arch, [g["name"] for g in groups])
+    for t in manifest["targets"]:
+        paths = [a["path"] for a in t["artifacts"]]
         files = [sizes.entry(p) for p in paths]
         groups.append({
-            "name": name, "socs": socs, "dsp_arch": arch, "selectors": selectors(socs),
-            "files": files, "bytes": sum(f["size"] for f in files), "deflated": sum(sizes.deflated(p) for p in paths),
+            "name": _group_name(t["soc"]), "socs": [t["soc"]], "dsp_arch": t["dsp_arch"],
+            "selectors": selectors([t["soc"]]), "files": files, "bytes": sum(f["size"] for f in files),
+            "deflated": sum(sizes.deflated(p) for p in paths),
         })
     runtime = manifest["runtime"]
     base_paths = [MANIFEST, *(a["path"] for a in manifest["cpu"]), *(lib["path"] for lib in runtime.get("libs", []))]
@@ -220,14 +216,10 @@ def _plan(bundle: Path, manifest: JSON, pack: str, delivery: str, sizes: _Sizes)
     }
 
 
-def _group_name(socs: list[str], arch: str, taken: list[str]) -> str:
-    """sm8750 for one SoC, htp_v73 for SoCs sharing files; never the default group's name or a taken one."""
-    base = "".join(c if c.isalnum() else "_" for c in (socs[0].lower() if len(socs) == 1 else f"htp_{arch}"))
-    base = base if base[:1].isalpha() else f"soc_{base}"
-    name, n = base, 2
-    while name in taken or name == DEFAULT_GROUP:
-        name, n = f"{base}_{n}", n + 1
-    return name
+def _group_name(soc: str) -> str:
+    """sm8750: a device group name (letters, digits, underscores, a letter first) that is not the default's."""
+    name = "".join(c if c.isalnum() else "_" for c in soc.lower())
+    return name if name[:1].isalpha() and name != DEFAULT_GROUP else f"soc_{name}"
 
 
 def selectors(socs: list[str]) -> list[JSON]:
@@ -260,8 +252,7 @@ def config_xml(plan: JSON) -> str:
     """The device targeting config: one device-group per plan group, in the plan's order (Play's priority order),
     with one device-selector listing every SoC (system-on-chip elements of one selector are alternatives)."""
     out = ['<?xml version="1.0" encoding="utf-8"?>',
-           (f"<!-- Written by qnndeploy package play from bundle {plan['bundle']['name']} "
-            f"{plan['bundle']['version']}: one device group per SoC target. -->"),
+           "<!-- Written by qnndeploy package play: one device group per SoC target of the bundle. -->",
            f'<config:device-targeting-config xmlns:config="{CONFIG_NS}">']
     for g in plan["groups"]:
         out.append(f'    <config:device-group name={quoteattr(g["name"])}>')
