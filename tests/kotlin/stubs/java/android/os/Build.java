@@ -2,6 +2,7 @@ package android.os;
 
 /** Stand-in for android.os.Build: the fields are settable so JVM tests can play a given phone. */
 public class Build {
+    public static String SOC_MANUFACTURER = "unknown";
     public static String SOC_MODEL = "unknown";
 
     public static class VERSION {
