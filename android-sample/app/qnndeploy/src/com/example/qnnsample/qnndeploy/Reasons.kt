@@ -50,4 +50,10 @@ object Reasons {
 
     fun npuInitFailed(error: String): Reason =
         Reason("npu_init_failed", "NPU init failed: ${error}")
+
+    fun packNotReady(pack: String, delivery: String, detail: String): Reason =
+        Reason("pack_not_ready", "the NPU files of AI pack ${pack} (${delivery}) are not on this phone yet: ${detail}; using the CPU until they are")
+
+    fun packGroupMismatch(delivered: String, pack: String, soc: String, expected: String): Reason =
+        Reason("pack_group_mismatch", "Play delivered device group ${delivered} of AI pack ${pack}, but SoC ${soc} needs group ${expected}: Play's device targeting and the SoC catalog disagree (qnndeploy device verify --play shows it)")
 }
