@@ -4,10 +4,14 @@ Output (DIR, meant to live inside the app module): Kotlin glue in src/ (the runt
 one engine: ONNX Runtime or sherpa-onnx), qnndeploy.gradle, AndroidManifest-snippet.xml, README.md, and the bundle
 itself in the layout Gradle wants (bundle/assets/qnndeploy/..., bundle/jniLibs/arm64-v8a/*.so). With app=True, DIR
 is a complete one-screen Android app with that glue in app/qnndeploy/ (android-sample/ is made this way).
+
+With play (a `package play` output folder), the NPU files travel in a Google Play AI pack instead: the base assets
+keep manifest.json, play.json and the CPU models, and the glue gains PlayPack.kt (locating and fetching the pack).
 """
 
 from __future__ import annotations
 
+import hashlib
 import keyword
 import re
 import shutil
@@ -18,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from qnndeploy import __version__, compat
+from qnndeploy import __version__, compat, playplan
 from qnndeploy.bundle.manifest import read_manifest, schema
 from qnndeploy.bundle.verify import VerifyReport, verify_folder
 from qnndeploy.decision import BACKEND_LIB, REASONS, SYSTEM_LIB, VENDOR_DSP_FOLDERS, soc_tables, template_fields
@@ -28,6 +32,7 @@ from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION,
 
 ENGINES = {"ort": EPCONTEXT, "sherpa-onnx": CONTEXT_BINARY}  # engine -> the NPU file format it loads
 ENGINE_FILES = {"ort": "OrtModels.kt", "sherpa-onnx": "SherpaOnnxQnn.kt"}
+PLAY_FILE = "PlayPack.kt"  # rendered only with play: the AI pack's plan, rules and access
 ORT_VERSION = "1.29.0"  # newest com.microsoft.onnxruntime:onnxruntime-android-qnn: pinned when no validated set fits
 ASSETS = "qnndeploy"  # the bundle's folder in the APK's assets: QnnRuntime.ASSETS in the Kotlin
 APP_GLUE_DIR = "qnndeploy"  # where the glue goes inside the sample app's module
@@ -75,6 +80,7 @@ class ScaffoldResult:
     lines: list[str] = field(default_factory=list)  # what to add to the app (empty for an app: it has them)
     ort_aar: str | None = None  # engine ort: the ONNX Runtime AAR pinned, with its versions
     warnings: list[str] = field(default_factory=list)  # what the pinned versions cannot promise
+    play: str | None = None  # with play: the AI pack and its delivery, e.g. "qnndeploy_npu (fast-follow)"
 
 
 def check_package(name: str) -> None:
@@ -87,7 +93,8 @@ def check_package(name: str) -> None:
                              "com.example.app (each starts with a letter; no Java or Kotlin keywords)")
 
 
-def check_request(package: str, out: Path, *, engine: str, app: bool, force: bool, ort_aar: str = "microsoft") -> None:
+def check_request(package: str, out: Path, *, engine: str, app: bool, force: bool, ort_aar: str = "microsoft",
+                  play: bool = False) -> None:
     """The checks that need no bundle, done before the bundle is hashed."""
     check_package(package)
     if engine not in ENGINES:
@@ -96,6 +103,9 @@ def check_request(package: str, out: Path, *, engine: str, app: bool, force: boo
         raise QnnDeployError(f"unknown ONNX Runtime AAR '{ort_aar}'; use one of {', '.join(compat.AARS)}")
     if app and engine != "ort":
         raise QnnDeployError("--app makes the sample app, which runs any model with ONNX Runtime: use --engine ort")
+    if app and play:
+        raise QnnDeployError("--app does not take --play yet: scaffold the glue with --play into your app module "
+                             "(its README lists the lines to add)")
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if not force:
@@ -108,14 +118,16 @@ def check_request(package: str, out: Path, *, engine: str, app: bool, force: boo
 
 
 def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app: bool = False, force: bool = False,
-             report: VerifyReport | None = None, ort_aar: str = "microsoft") -> ScaffoldResult:
+             report: VerifyReport | None = None, ort_aar: str = "microsoft", play: Path | None = None
+             ) -> ScaffoldResult:
     """Render the glue (or the sample app) for a bundle folder; refuses a bundle that fails `bundle verify`.
 
     report: the bundle's verify report when the caller already has it (the command line shows it in full).
     ort_aar: engine ort's ONNX Runtime, Microsoft's onnxruntime-android-qnn or Qualcomm's plugin AAR (compat.AARS).
+    play: a `qnndeploy package play` output folder made from this bundle: its AI pack carries the NPU files.
     """
     bundle, out = Path(bundle), Path(out)
-    check_request(package, out, engine=engine, app=app, force=force, ort_aar=ort_aar)
+    check_request(package, out, engine=engine, app=app, force=force, ort_aar=ort_aar, play=play is not None)
     report = report if report is not None else verify_folder(bundle)
     if not report.ok:
         first = report.problems[0]
@@ -123,11 +135,15 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
                              f"{first.message}); fix or rebuild it (qnndeploy bundle verify {bundle} lists them)")
     manifest = read_manifest(bundle)  # verify has checked it against the schema
     _check_engine(manifest, bundle, engine)
+    plan = _read_play(play, bundle) if play is not None else None
 
     templates = templates_dir()
     glue_name = APP_GLUE_DIR if app else out.name
     pins = _ort_pins(manifest, ort_aar) if engine == "ort" else None
     context = _context(manifest, package, glue_name, engine, pins)
+    if plan is not None and play is not None:
+        context["data"]["play"].update(enabled=True, pack=plan["pack"], delivery=plan["delivery"],
+                                       dir=Path(play).as_posix())
     if out.exists() and out.is_dir() and not any(out.iterdir()):
         out.rmdir()  # an empty folder is as good as none: staging_dir renames the result into its place
     with staging_dir(out, force) as tmp:
@@ -136,7 +152,9 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
             _render(templates / "app", {**context, "glue_dir": APP_GLUE_DIR}, tmp, tmp)
         _render(templates / "glue", context, glue, tmp)
         (glue / "src" / context["package_path"] / "qnndeploy" / ENGINE_FILES[_other(engine)]).unlink()
-        copied, nbytes = _copy_bundle(bundle, manifest, glue / "bundle")
+        if plan is None:
+            (glue / "src" / context["package_path"] / "qnndeploy" / PLAY_FILE).unlink(missing_ok=True)
+        copied, nbytes = _copy_bundle(bundle, manifest, glue / "bundle", play)
         kotlin = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*.kt"))
 
     rt = manifest["runtime"]
@@ -149,6 +167,8 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
         (f"code:  val engine = {package}.qnndeploy.SherpaOnnxQnn.create(context) {{ s -> /* your config with "
          "provider(s), model(s, graph), qnnConfig(s) */ }"),
     ]
+    if plan is not None and play is not None:
+        lines += _play_lines(play, plan)
     return ScaffoldResult(
         path=out, package=package, engine=engine, app=app, glue=out / "app" / APP_GLUE_DIR if app else out,
         kotlin=kotlin, bundle_files=copied, bundle_bytes=nbytes,
@@ -158,7 +178,28 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
         lines=lines,
         ort_aar=pins.describe if pins else None,
         warnings=pins.warnings if pins else [],
+        play=f"{plan['pack']} ({plan['delivery']})" if plan is not None else None,
     )
+
+
+def _read_play(play: Path, bundle: Path) -> dict[str, Any]:
+    """The plan of a `package play` output, refused unless it was made from this very bundle (its manifest)."""
+    plan: dict[str, Any] = playplan.read_plan(Path(play))
+    digest = hashlib.sha256((bundle / "manifest.json").read_bytes()).hexdigest()
+    if plan["bundle"]["manifest_sha256"] != digest:
+        raise QnnDeployError(f"{play} was packaged from another bundle (its manifest.json differs from {bundle}'s); "
+                             f"run qnndeploy package play {bundle} -o {play} again")
+    return plan
+
+
+def _play_lines(play: Path, plan: dict[str, Any]) -> list[str]:
+    """What the app's build needs for the AI pack: package play's Gradle snippet, the pack module, the API flag."""
+    pack = plan["pack"]
+    return [
+        f'app build.gradle.kts, after the line above:  apply(from = "{(play / "play.gradle").as_posix()}")',
+        f'settings.gradle.kts:  include(":{pack}"); project(":{pack}").projectDir = file("{(play / pack).as_posix()}")',
+        "gradle.properties:  android.experimental.enableDeviceTargetingConfigApi=true",
+    ]
 
 
 @dataclass
@@ -264,6 +305,10 @@ def _context(manifest: dict[str, Any], package: str, glue_name: str, engine: str
         "ort_pins": pins.describe if pins else "",
         "ort_source": pins.validated.source.url if pins and pins.validated else "",
         "qnndeploy_version": __version__,
+        # PlayPack.kt's constants come from playplan; scaffold() fills pack, delivery and dir with --play
+        "play": {"enabled": False, "pack": "", "delivery": "", "dir": "", "format": playplan.PLAN_FORMAT,
+                 "plan": playplan.PLAN, "folder": playplan.FOLDER, "group_file": playplan.GROUP_FILE,
+                 "default_group": playplan.DEFAULT_GROUP, "since_sdk": playplan.SOC_TARGETING_SINCE_SDK},
     }
     return {"dir_name": glue_name, "package": package, "package_path": package.replace(".", "/"),
             "engine": engine, "data": data}
@@ -331,14 +376,17 @@ def _render(template: Path, values: dict[str, Any], dest: Path, work: Path) -> N
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _copy_bundle(bundle: Path, manifest: dict[str, Any], dest: Path) -> tuple[int, int]:
+def _copy_bundle(bundle: Path, manifest: dict[str, Any], dest: Path, play: Path | None = None) -> tuple[int, int]:
     """The bundle in Gradle's layout: manifest and models as assets, runtime libraries flat in jniLibs/arm64-v8a.
 
     The Skel goes beside the Android libraries, as in every QNN app: installed in nativeLibraryDir, the folder that
-    the selector puts first in ADSP_LIBRARY_PATH.
+    the selector puts first in ADSP_LIBRARY_PATH. With play, the NPU files are in the AI pack, not here: the assets
+    hold manifest.json, play.json and the CPU models (every phone needs them, also while the pack downloads).
     """
     copies = [(bundle / "manifest.json", dest / "assets" / ASSETS / "manifest.json")]
-    files = manifest["cpu"] + [a for t in manifest["targets"] for a in t["artifacts"]]
+    files = manifest["cpu"] + ([] if play is not None else [a for t in manifest["targets"] for a in t["artifacts"]])
+    if play is not None:
+        copies.append((Path(play) / playplan.PLAN, dest / "assets" / ASSETS / playplan.PLAN))
     copies += [(bundle / a["path"], dest / "assets" / ASSETS / a["path"]) for a in files]
     if manifest["runtime"]["mode"] == "bundled":
         copies += [(bundle / lib["path"], dest / "jniLibs" / "arm64-v8a" / lib["path"].rsplit("/", 1)[-1])

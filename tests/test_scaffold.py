@@ -376,3 +376,61 @@ def test_ort_aar_qualcomm_in_the_gradle_file_and_json(external, tmp_path):
     text = run(external, "--package", "com.example.foo", "-o", tmp_path / "t", "--ort-aar", "qualcomm")
     assert "  warning: no validated" in text.output and "ONNX Runtime: com.qualcomm.qti" in text.output
     assert run(external, "--package", "com.example.foo", "-o", tmp_path / "x", "--ort-aar", "google").exit_code == 2
+
+
+# --- scaffold --play: the NPU files in a Google Play AI pack (qnndeploy package play), not in the app's assets ---
+
+def test_play_keeps_every_npu_file_out_of_the_base_assets(external, tmp_path):
+    from qnndeploy import playplan
+    from qnndeploy.play import package_play
+
+    play = package_play(external, tmp_path / "play", delivery="on-demand", pack="models").path
+    r = scaffold(external, "com.example.foo", tmp_path / "g", play=play)
+    m = json.loads((external / "manifest.json").read_text())
+    assets = r.path / "bundle/assets"
+    assert tree(assets) == {f"qnndeploy/{p}" for p in ("manifest.json", "play.json", *(a["path"] for a in m["cpu"]))}
+    assert (assets / "qnndeploy/play.json").read_bytes() == (play / "play.json").read_bytes()
+    assert r.bundle_files == 2 + len(m["cpu"]) and r.play == "models (on-demand)"
+    assert {Path(p).name for p in r.kotlin} >= {"PlayPack.kt", "QnnRuntime.kt", "OrtModels.kt"}
+    glue = r.path / "src/com/example/foo/qnndeploy"
+    runtime, pack = (glue / "QnnRuntime.kt").read_text(), (glue / "PlayPack.kt").read_text()
+    assert "PlayPack.locate(context, plan)" in runtime and "Reasons.packNotReady(" in runtime
+    for name, value in (("FOLDER", playplan.FOLDER), ("GROUP_FILE", playplan.GROUP_FILE),
+                        ("DEFAULT_GROUP", playplan.DEFAULT_GROUP)):
+        assert f'const val {name} = "{value}"' in pack  # one source: qnndeploy/playplan.py
+    assert f"const val SOC_TARGETING_SINCE_SDK = {playplan.SOC_TARGETING_SINCE_SDK}" in pack
+    assert "{{" not in runtime + pack and "{%" not in runtime + pack
+    assert len(r.lines) == 6 and r.lines[:3] == scaffold(external, "com.example.foo", tmp_path / "g",
+                                                         force=True).lines
+    assert r.lines[3].endswith(f'apply(from = "{(play / "play.gradle").as_posix()}")')
+    assert 'include(":models")' in r.lines[4]
+    assert r.lines[5].endswith("android.experimental.enableDeviceTargetingConfigApi=true")
+    # without --play the glue has no PlayPack.kt (scaffold deletes it, as the other engine's file)
+    assert not (glue / "PlayPack.kt").exists() and "PlayPack" not in (glue / "QnnRuntime.kt").read_text()
+
+
+def test_play_of_another_bundle_is_refused(external, bundled, tmp_path):
+    from qnndeploy.play import package_play
+
+    other = package_play(bundled, tmp_path / "play").path
+    with pytest.raises(QnnDeployError, match=r"was packaged from another bundle .*run qnndeploy package play") as e:
+        scaffold(external, "com.example.foo", tmp_path / "g", play=other)
+    assert "\n" not in str(e.value) and not (tmp_path / "g").exists()
+    with pytest.raises(QnnDeployError, match="not a `qnndeploy package play` output"):
+        scaffold(external, "com.example.foo", tmp_path / "g", play=tmp_path)
+    with pytest.raises(QnnDeployError, match="--app does not take --play"):
+        scaffold(external, "com.example.foo", tmp_path / "g", app=True, play=other)
+    result = run(external, "--package", "com.example.foo", "-o", tmp_path / "g", "--play", other)
+    assert result.exit_code != 0 and "packaged from another bundle" in result.output
+
+
+def test_play_from_the_command_line(external, tmp_path):
+    from qnndeploy.play import package_play
+
+    play = package_play(external, tmp_path / "play").path
+    result = run(external, "--package", "com.example.foo", "-o", tmp_path / "g", "--play", play, "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["play"].endswith("(fast-follow)") and len(out["lines"]) == 6
+    text = run(external, "--package", "com.example.foo", "-o", tmp_path / "h", "--play", play)
+    assert "AI pack" in text.output and "add these six lines" in text.output

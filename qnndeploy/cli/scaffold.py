@@ -20,13 +20,16 @@ def _render_scaffold(result: stage.ScaffoldResult) -> None:
     click.echo(f"  NPU targets: {', '.join(result.targets) or 'none (CPU only)'}; runtime: {result.runtime}")
     if result.ort_aar:
         click.echo(f"  ONNX Runtime: {result.ort_aar}")
+    if result.play:
+        click.echo(f"  NPU files: in the Google Play AI pack {result.play}; the app has the CPU models")
     for w in result.warnings:
         click.echo(f"  warning: {w}")
     if result.app:
         click.echo(f"next: open {result.path} in Android Studio (or gradle wrapper && ./gradlew installDebug); "
                    f"see {result.path / 'README.md'}")
     else:
-        click.echo("add these three lines to the app (details in README.md there):")
+        count = {3: "three", 6: "six"}.get(len(result.lines), str(len(result.lines)))
+        click.echo(f"add these {count} lines to the app (details in README.md there):")
         for line in result.lines:
             click.echo(f"  {line}")
 
@@ -44,13 +47,16 @@ def _render_scaffold(result: stage.ScaffoldResult) -> None:
               help="Engine ort's ONNX Runtime: Microsoft's onnxruntime-android-qnn, or Qualcomm's QNN plugin AAR with "
                    "onnxruntime-android; pinned to a validated set that loads the bundle.")
 @click.option("--app", is_flag=True, help="Make a complete one-screen Android app around the glue (engine ort).")
+@click.option("--play", "play", type=click.Path(path_type=Path), metavar="PLAYDIR",
+              help="A `qnndeploy package play BUNDLE -o PLAYDIR` output: the NPU files come from its Google Play AI "
+                   "pack (the app keeps the CPU models and fetches the pack), not from the app's assets.")
 @click.option("--force", is_flag=True,
               help="Replace DIR if it is an earlier scaffold output (it holds .qnndeploy-scaffold), never another "
                    "folder.")
 @json_option
 @handles_errors
-def scaffold(bundle: Path, package: str, out: Path, engine: str, ort_aar: str, app: bool, force: bool,
-             as_json: bool) -> None:
+def scaffold(bundle: Path, package: str, out: Path, engine: str, ort_aar: str, app: bool, play: Path | None,
+             force: bool, as_json: bool) -> None:
     """Generate the app side of a bundle: Kotlin glue.
 
     The Kotlin runtime selector (NPU or CPU on each phone) and engine glue, Gradle and manifest snippets.
@@ -58,9 +64,9 @@ def scaffold(bundle: Path, package: str, out: Path, engine: str, ort_aar: str, a
     The bundle (folder or archive) must pass `bundle verify` (exit 1 with its report when it does not, 2 when
     BUNDLE is not a bundle); it is copied beside the glue (DIR/bundle/, or DIR/app/qnndeploy/bundle/ with --app)
     in the layout Gradle wants. Without --app, the README.md written to DIR lists the three lines to add to
-    the app.
+    the app (with --play, three more: the pack's Gradle files).
     """
-    stage.check_request(package, out, engine=engine, app=app, force=force, ort_aar=ort_aar)
+    stage.check_request(package, out, engine=engine, app=app, force=force, ort_aar=ort_aar, play=play is not None)
     with byte_progress("verifying", as_json) as progress, opened(bundle, progress) as (root, report):
         require_bundle(bundle, root, report)
         if not report.ok:
@@ -71,7 +77,7 @@ def scaffold(bundle: Path, package: str, out: Path, engine: str, ort_aar: str, a
             fail(f"{bundle} fails bundle verify ({len(report.problems)} problem(s)); not scaffolding from it: "
                  "fix or rebuild the bundle", EXIT_CHECK_FAILED)
         result = stage.scaffold(root, package, out, engine=engine, app=app, force=force, report=report,
-                                ort_aar=ort_aar)
+                                ort_aar=ort_aar, play=play)
     if as_json:
         emit_json(result)
     else:
