@@ -1,0 +1,313 @@
+package qnndeploy.playtests
+
+// Unit tests of the Play glue (scaffold --play) on the JVM, against the stand-ins of the Android and AI delivery
+// APIs. tests/test_play_kotlin.py renders the glue for com.example.qnnplay, prepares the folders, and runs
+//   PlayTestsKt SETUP.json
+// SETUP.json: {"install_assets", "fast_follow_assets": app assets folders (base module, and for install-time the
+// pack's qnndeploy_npu/ too), "pack": the pack's folder for this SoC (its assetsPath), "other_pack": another SoC's,
+// "scratch": a folder for app storage, "pack_name", "group": the SM8750 group, "other_group", "sha256": {path: sha}}.
+// These files live in tests/kotlin/play/, not tests/kotlin/, because tests/test_kotlin.py compiles every
+// tests/kotlin/*.kt against the glue without --play.
+
+import android.content.Context
+import android.content.pm.ApplicationInfo
+import android.content.pm.PackageInfo
+import android.content.pm.PackageManager
+import android.content.res.AssetManager
+import android.os.Build
+import android.util.Log
+import com.example.qnnplay.qnndeploy.Delivery
+import com.example.qnnplay.qnndeploy.FileFormat
+import com.example.qnnplay.qnndeploy.MiniJson
+import com.example.qnnplay.qnndeploy.NativeHost
+import com.example.qnnplay.qnndeploy.PackListener
+import com.example.qnnplay.qnndeploy.PackProgress
+import com.example.qnnplay.qnndeploy.PlayPack
+import com.example.qnnplay.qnndeploy.PlayPlan
+import com.example.qnnplay.qnndeploy.Provider
+import com.example.qnnplay.qnndeploy.QnnRuntime
+import com.example.qnnplay.qnndeploy.Reasons
+import com.example.qnnplay.qnndeploy.Selection
+import com.google.android.gms.tasks.Task
+import com.google.android.gms.tasks.Tasks
+import com.google.android.play.core.aipacks.AiPackLocation
+import com.google.android.play.core.aipacks.AiPackManager
+import com.google.android.play.core.aipacks.AiPackManagerFactory
+import com.google.android.play.core.aipacks.AiPackState
+import com.google.android.play.core.aipacks.AiPackStateUpdateListener
+import com.google.android.play.core.aipacks.AiPackStates
+import com.google.android.play.core.aipacks.model.AiPackStatus
+import java.io.File
+import java.io.FileInputStream
+import java.io.InputStream
+import java.security.MessageDigest
+import kotlin.system.exitProcess
+import kotlin.test.assertContains
+import kotlin.test.assertEquals
+import kotlin.test.assertFailsWith
+import kotlin.test.assertFalse
+import kotlin.test.assertNotSame
+import kotlin.test.assertSame
+import kotlin.test.assertTrue
+
+const val LIB_DIR = "/data/app/~~x/com.example.qnnplay-1/lib/arm64"
+
+/** A process whose QNN libraries all load. */
+class LoadingHost : NativeHost {
+    private val env = HashMap<String, String>()
+
+    override fun getenv(name: String): String? = env[name]
+
+    override fun setenv(name: String, value: String) {
+        env[name] = value
+    }
+
+    override fun loadLibrary(fileName: String) {}
+}
+
+/** An app whose assets come from a folder; it records every asset it opens. */
+class FakeContext(private val assetsDir: File, private val filesDir: File) : Context() {
+    val opened = ArrayList<String>()
+
+    override fun getFilesDir(): File = filesDir
+
+    override fun getAssets(): AssetManager = object : AssetManager() {
+        override fun open(fileName: String): InputStream {
+            opened.add(fileName)
+            return FileInputStream(File(assetsDir, fileName))
+        }
+    }
+
+    override fun getApplicationInfo(): ApplicationInfo = ApplicationInfo().apply { nativeLibraryDir = LIB_DIR }
+
+    override fun getPackageManager(): PackageManager = object : PackageManager() {
+        @Suppress("OVERRIDE_DEPRECATION")
+        override fun getPackageInfo(packageName: String, flags: Int): PackageInfo = PackageInfo().apply {
+            versionName = "1.0"
+            setLongVersionCode(1)
+            lastUpdateTime = 1L
+        }
+    }
+
+    override fun getPackageName(): String = "com.example.qnnplay"
+
+    override fun getApplicationContext(): Context = this
+}
+
+/** Play as a test plays it: where the pack is, what fetch did, and the state updates it sends. */
+class FakeManager(var location: AiPackLocation? = null, var fetchError: Exception? = null) : AiPackManager {
+    val fetched = ArrayList<List<String>>()
+    val listeners = ArrayList<AiPackStateUpdateListener>()
+
+    override fun fetch(packNames: List<String>): Task<AiPackStates> {
+        fetched.add(packNames.toList())
+        return fetchError?.let { Tasks.forException(it) } ?: Tasks.forResult(null)
+    }
+
+    override fun getPackLocation(packName: String): AiPackLocation? = location
+
+    override fun registerListener(listener: AiPackStateUpdateListener) {
+        listeners.add(listener)
+    }
+
+    fun send(name: String, status: Int, downloaded: Long = 0, total: Long = 0) {
+        val state = object : AiPackState() {
+            override fun bytesDownloaded(): Long = downloaded
+            override fun errorCode(): Int = 0
+            override fun name(): String = name
+            override fun status(): Int = status
+            override fun totalBytesToDownload(): Long = total
+            override fun transferProgressPercentage(): Int = 0
+        }
+        listeners.forEach { it.onStateUpdate(state) }
+    }
+}
+
+/** A pack extracted into a folder, as fast-follow and on-demand packs are. */
+fun folder(assets: File): AiPackLocation = object : AiPackLocation() {
+    override fun assetsPath(): String = assets.path
+    override fun packStorageMethod(): Int = 0
+    override fun path(): String = assets.parent
+}
+
+fun sha256(file: File): String =
+    MessageDigest.getInstance("SHA-256").digest(file.readBytes()).joinToString("") { "%02x".format(it) }
+
+/** Every file under root, relative. */
+fun tree(root: File): Set<String> =
+    root.walk().filter { it.isFile }.map { it.relativeTo(root).invariantSeparatorsPath }.toSet()
+
+class Suite(setup: Map<*, *>) {
+    private val installAssets = File(setup["install_assets"] as String)
+    private val fastFollowAssets = File(setup["fast_follow_assets"] as String)
+    private val pack = File(setup["pack"] as String)
+    private val otherPack = File(setup["other_pack"] as String)
+    private val scratch = File(setup["scratch"] as String)
+    private val packName = setup["pack_name"] as String
+    private val group = setup["group"] as String
+    private val otherGroup = setup["other_group"] as String
+    private val sha = (setup["sha256"] as Map<*, *>).entries.associate { (k, v) -> k as String to v as String }
+    private val npuDet = "npu/SM8750/det_ctx.onnx"
+
+    /** A new process on an SM8750 phone (Android 15, QTI), with this Play. */
+    private fun start(name: String, assets: File, manager: AiPackManager?): FakeContext {
+        QnnRuntime.forget()
+        PlayPack.forget()
+        QnnRuntime.host = LoadingHost()
+        Log.LINES.clear()
+        Build.SOC_MANUFACTURER = "QTI"
+        Build.SOC_MODEL = "SM8750"
+        Build.VERSION.SDK_INT = 35
+        AiPackManagerFactory.MANAGER = manager
+        return FakeContext(assets, File(scratch, name).apply { deleteRecursively() })
+    }
+
+    private fun select(context: Context): Selection = QnnRuntime.select(context, FileFormat.ORT_EPCONTEXT)
+
+    /** The "play" object of the last decision line logged. */
+    private fun loggedPlay(): Map<*, *> {
+        val line = Log.LINES.last { it.startsWith("qnndeploy: decision ") }
+        return (MiniJson.parse(line.removePrefix("qnndeploy: decision ")) as Map<*, *>)["play"] as Map<*, *>
+    }
+
+    fun tests(): List<Pair<String, () -> Unit>> = listOf(
+        "install-time: the NPU files are copied from the pack's assets, and Play's API is not used" to {
+            val context = start("install", installAssets, manager = null) // getInstance would throw
+            val s = select(context)
+            assertEquals(Provider.NPU to "npu", s.decision.provider to s.decision.reasonKey, s.decision.reason)
+            val det = File(context.filesDir, "qnndeploy/$npuDet")
+            assertEquals(det.absolutePath, s.path("det"))
+            assertEquals(sha.getValue(npuDet), sha256(det), "copied whole")
+            assertContains(context.opened, "qnndeploy_npu/$npuDet")
+            assertContains(context.opened, "qnndeploy_npu/group.json")
+            assertFalse(context.opened.any { it.startsWith("qnndeploy/npu/") }, "no NPU file in the base assets")
+            assertEquals(group, s.play?.deliveredGroup)
+            assertEquals(group, s.play?.expectedGroup)
+        },
+        "fast-follow, pack not there yet: the CPU, reason pack_not_ready, and the pack is fetched" to {
+            val manager = FakeManager()
+            val context = start("absent", fastFollowAssets, manager)
+            val s = select(context)
+            assertEquals(Provider.CPU to "pack_not_ready", s.decision.provider to s.decision.reasonKey)
+            assertEquals(
+                Reasons.packNotReady(pack = packName, delivery = "fast-follow", detail = "not downloaded yet").text,
+                s.decision.reason,
+            )
+            assertEquals(listOf(listOf(packName)), manager.fetched)
+            assertEquals(1, manager.listeners.size)
+            assertEquals(File(context.filesDir, "qnndeploy/cpu/det.onnx").absolutePath, s.path("det"))
+            assertEquals(null, s.play?.deliveredGroup)
+            assertEquals(group, s.play?.expectedGroup)
+        },
+        "download progress reaches the app; COMPLETED makes the next select use the pack's files where they are" to {
+            val manager = FakeManager()
+            val context = start("arrives", fastFollowAssets, manager)
+            val heard = ArrayList<PackProgress>()
+            PlayPack.addListener { heard.add(it) }
+            val cpu = select(context)
+            assertEquals("pack_not_ready", cpu.decision.reasonKey)
+            manager.send(packName, AiPackStatus.DOWNLOADING, downloaded = 50, total = 200)
+            manager.send("another_pack", AiPackStatus.COMPLETED)
+            assertSame(cpu, select(context), "decided once per process until the pack arrives")
+            manager.send(packName, AiPackStatus.WAITING_FOR_WIFI, downloaded = 50, total = 200)
+            manager.location = folder(pack)
+            manager.send(packName, AiPackStatus.COMPLETED, downloaded = 200, total = 200)
+            assertEquals(listOf(25, 25, 100), heard.map { it.percent })
+            assertEquals(listOf(false, true, false), heard.map { it.needsUser })
+            assertTrue(heard.last().completed)
+            val npu = select(context)
+            assertNotSame(cpu, npu)
+            assertEquals(Provider.CPU, cpu.decision.provider, "a selection in use stays as it was")
+            assertEquals(Provider.NPU to "npu", npu.decision.provider to npu.decision.reasonKey, npu.decision.reason)
+            assertEquals(File(pack, "qnndeploy_npu/$npuDet").absolutePath, npu.path("det"))
+            assertTrue(npu.path("rec").startsWith(pack.absolutePath), npu.path("rec"))
+            assertFalse(tree(context.filesDir).any { "npu/" in it }, "no second copy: ${tree(context.filesDir)}")
+            assertFalse(context.opened.any { it.startsWith("qnndeploy_npu/") })
+            assertEquals(1, manager.fetched.size, "fetched once, while the pack was missing")
+            assertSame(npu, select(context))
+        },
+        "a pack of another SoC's group: the CPU, reason pack_group_mismatch" to {
+            val manager = FakeManager(location = folder(otherPack))
+            val s = select(start("mismatch", fastFollowAssets, manager))
+            assertEquals(Provider.CPU to "pack_group_mismatch", s.decision.provider to s.decision.reasonKey)
+            val want = Reasons.packGroupMismatch(delivered = otherGroup, pack = packName, soc = "SM8750", expected = group)
+            assertEquals(want.text, s.decision.reason)
+            assertEquals(otherGroup to group, s.play?.deliveredGroup to s.play?.expectedGroup)
+            assertEquals(emptyList(), manager.fetched, "a pack is there: nothing to fetch")
+        },
+        "a pack file whose size is not the plan's: the CPU, reason pack_not_ready naming it" to {
+            val damaged = File(scratch, "damaged-pack").apply { deleteRecursively() }
+            pack.copyRecursively(damaged)
+            File(damaged, "qnndeploy_npu/$npuDet").appendBytes(byteArrayOf(0))
+            val s = select(start("damaged", fastFollowAssets, FakeManager(location = folder(damaged))))
+            assertEquals("pack_not_ready", s.decision.reasonKey)
+            assertContains(s.decision.reason, npuDet)
+        },
+        "the decision's log line has the play object, the group Play's rule gives this phone among it" to {
+            val context = start("log", fastFollowAssets, FakeManager(location = folder(pack)))
+            select(context)
+            assertEquals(
+                mapOf(
+                    "pack" to packName, "delivery" to "fast-follow", "delivered_group" to group,
+                    "expected_group" to group, "play_group" to group,
+                ),
+                loggedPlay(),
+            )
+            val line = Log.LINES.last { it.startsWith("qnndeploy: decision ") }
+            val keys = (MiniJson.parse(line.removePrefix("qnndeploy: decision ")) as Map<*, *>).keys.toList()
+            assertEquals(listOf("provider", "soc", "identified_by", "reason", "reason_key"), keys.take(5))
+            assertEquals("play", keys.last())
+            // Play compares exactly, the selector does not: lower case reaches the same target, not the same group
+            val lower = start("log-lower", fastFollowAssets, FakeManager(location = folder(pack)))
+            Build.SOC_MODEL = "sm8750"
+            assertEquals(Provider.NPU, select(lower).decision.provider)
+            assertEquals("other" to group, loggedPlay()["play_group"] to loggedPlay()["expected_group"])
+        },
+        "an NPU init failure's CPU fallback logs the play object too" to {
+            val s = select(start("init", fastFollowAssets, FakeManager(location = folder(pack))))
+            val cpu = s.toCpu(Reasons.npuInitFailed(error = "QNN error 1008"))
+            assertEquals("npu_init_failed", cpu.decision.reasonKey)
+            assertEquals(group, loggedPlay()["delivered_group"])
+            assertEquals(cpu.play, s.play)
+        },
+        "a failed fetch request is told to the app" to {
+            val manager = FakeManager(fetchError = IllegalStateException("the app was not installed by Play"))
+            val context = start("fetch-fails", fastFollowAssets, manager)
+            val failures = ArrayList<String>()
+            PlayPack.addListener(object : PackListener {
+                override fun onPackUpdate(progress: PackProgress) {}
+                override fun onFetchFailed(error: Exception) {
+                    failures.add(error.message.orEmpty())
+                }
+            })
+            assertEquals("pack_not_ready", select(context).decision.reasonKey)
+            assertEquals(listOf("the app was not installed by Play"), failures)
+        },
+        "PlayPlan reads play.json and refuses what is not a plan" to {
+            val plan = PlayPlan.parse(File(fastFollowAssets, "qnndeploy/play.json").readText())
+            assertEquals(packName to Delivery.FAST_FOLLOW, plan.pack to plan.delivery)
+            assertTrue(plan.groups.any { it.name == group && "SM8750" in it.socs })
+            assertEquals("other", plan.defaultGroup)
+            assertFailsWith<IllegalArgumentException> { PlayPlan.parse("{}") }
+            assertFailsWith<IllegalArgumentException> { PlayPlan.parse("[1]") }
+            val text = File(installAssets, "qnndeploy/play.json").readText()
+            assertEquals(Delivery.INSTALL_TIME, PlayPlan.parse(text).delivery)
+            assertFailsWith<IllegalArgumentException> { PlayPlan.parse(text.replace("install-time", "sometime")) }
+        },
+    )
+}
+
+fun main(args: Array<String>) {
+    val suite = Suite(MiniJson.parse(File(args[0]).readText()) as Map<*, *>)
+    var failed = 0
+    for ((name, test) in suite.tests()) {
+        try {
+            test()
+            println("ok $name")
+        } catch (e: Throwable) {
+            failed++
+            println("FAIL $name: $e")
+        }
+    }
+    exitProcess(if (failed == 0) 0 else 1)
+}

@@ -1,0 +1,177 @@
+"""The Play glue (`scaffold --play`), for real: compiled by kotlinc against the stand-ins of the Android and AI
+delivery APIs, its pack handling unit-tested on the JVM, and its two rules (PlayRules.playGroup, expectedGroup) in
+agreement with qnndeploy/playplan.py over thousands of phones and plans.
+
+The bundle and its `package play` outputs are real (onnxruntime-qnn compiles, qnndeploy.play writes the packs);
+Play itself cannot run here, so the JVM tests lay the pack's folders out as Play does on a phone: an install-time
+pack's qnndeploy_npu/ among the app's assets, a fast-follow pack's in a folder of its own (AiPackLocation).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import bundles
+import pytest
+from conftest import find_kotlinc, require
+
+from qnndeploy import htp, socs
+from qnndeploy.play import package_play
+from qnndeploy.playplan import FOLDER, expected_group, plan_groups, play_group, read_plan
+from qnndeploy.scaffold import scaffold
+
+pytestmark = [pytest.mark.slow, pytest.mark.needs_kotlin]
+
+HERE = Path(__file__).parent / "kotlin"
+PACKAGE = "com.example.qnnplay"  # tests/kotlin/play/*.kt import the glue from this package
+PLAY_TESTS = 9  # the number of tests in tests/kotlin/play/PlayTests.kt: none may silently disappear
+TARGETS = ("SM8550", "SM8650", "SM8750")
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> dict:
+    """A real bundle, its fast-follow and install-time packs, and the play glue scaffolded from the fast-follow one."""
+    require(htp.available(), "onnxruntime-qnn")
+    root = tmp_path_factory.mktemp("play-render")
+    bundle = bundles.build(root / "b", bundles.compile_inputs(root / "inputs", TARGETS))
+    fast = package_play(bundle, root / "fast", delivery="fast-follow").path
+    install = package_play(bundle, root / "install", delivery="install-time").path
+    glue = scaffold(bundle, PACKAGE, root / "glue", play=fast)
+    return {"bundle": bundle, "fast": fast, "install": install, "glue": glue, "root": root}
+
+
+@pytest.fixture(scope="module")
+def kotlin(rendered, tmp_path_factory) -> dict:
+    """One javac run for the Java stand-ins, one kotlinc run (-Werror) for the play glue and tests/kotlin/play."""
+    kotlinc = find_kotlinc()
+    require(kotlinc is not None, "kotlinc (npm install -g kotlin-compiler)")
+    require(shutil.which("javac") is not None, "javac (Java 17)")
+    assert kotlinc is not None
+    lib = kotlinc.resolve().parent.parent / "lib"
+    out = tmp_path_factory.mktemp("play-kotlin")
+    stubs = out / "stubs"
+    java = sorted(str(p) for p in (HERE / "stubs" / "java").rglob("*.java"))
+    subprocess.run(["javac", "-nowarn", "-d", str(stubs), *java], check=True, capture_output=True, text=True)
+    generated = sorted(rendered["glue"].path.rglob("*.kt"))
+    sources = generated + sorted((HERE / "stubs" / "kotlin").rglob("*.kt")) + sorted((HERE / "play").glob("*.kt"))
+    classes = out / "classes"
+    cp = os.pathsep.join([str(stubs), str(lib / "kotlin-test.jar")])
+    done = subprocess.run([str(kotlinc), "-Werror", "-jvm-target", "17", "-cp", cp, "-d", str(classes),
+                           *map(str, sources)], check=False, capture_output=True, text=True)
+    assert done.returncode == 0, f"kotlinc failed:\n{done.stdout}\n{done.stderr}"
+    run_cp = os.pathsep.join([str(classes), str(stubs), str(lib / "kotlin-stdlib.jar"), str(lib / "kotlin-test.jar")])
+    return {"classes": classes, "cp": run_cp, "generated": generated, "out": out}
+
+
+def run_jvm(kotlin: dict, main: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["java", "-cp", kotlin["cp"], main, *args], check=False, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_play_glue_compiles(rendered, kotlin):
+    names = {p.name for p in kotlin["generated"]}
+    assert {"PlayPack.kt", "QnnRuntime.kt", "OrtModels.kt", "Reasons.kt"} <= names
+    assert len(kotlin["generated"]) == len(rendered["glue"].kotlin)
+    for cls in ("PlayPack", "PlayRules", "PlayPlan", "QnnRuntime"):
+        assert (kotlin["classes"] / PACKAGE.replace(".", "/") / "qnndeploy" / f"{cls}.class").is_file(), cls
+
+
+def group_of(plan: dict, soc: str) -> str:
+    name: str = next(g["name"] for g in plan["groups"] if soc in g["socs"])
+    return name
+
+
+def pack_folder(play: Path, plan: dict, soc: str) -> Path:
+    return play / plan["pack"] / "src" / "main" / "assets" / f"{FOLDER}#group_{group_of(plan, soc)}"
+
+
+def test_play_unit_tests_pass_on_the_jvm(rendered, kotlin):
+    """The pack's folders as Play lays them out on a phone (the #group_ suffix stripped)."""
+    work = kotlin["out"] / "phone"
+    fast, install = read_plan(rendered["fast"]), read_plan(rendered["install"])
+    base = rendered["glue"].path / "bundle" / "assets"
+    fast_assets = work / "fast-follow-assets"
+    shutil.copytree(base, fast_assets)
+    install_assets = work / "install-time-assets"
+    shutil.copytree(base, install_assets)
+    shutil.copyfile(rendered["install"] / "play.json", install_assets / "qnndeploy" / "play.json")
+    shutil.copytree(pack_folder(rendered["install"], install, "SM8750"), install_assets / FOLDER)
+    pack, other = work / "pack" / "assets", work / "other-pack" / "assets"
+    shutil.copytree(pack_folder(rendered["fast"], fast, "SM8750"), pack / FOLDER)
+    shutil.copytree(pack_folder(rendered["fast"], fast, "SM8550"), other / FOLDER)
+    manifest = json.loads((rendered["bundle"] / "manifest.json").read_text())
+    setup = {"install_assets": str(install_assets), "fast_follow_assets": str(fast_assets), "pack": str(pack),
+             "other_pack": str(other), "scratch": str(work / "scratch"), "pack_name": fast["pack"],
+             "group": group_of(fast, "SM8750"), "other_group": group_of(fast, "SM8550"),
+             "sha256": {a["path"]: a["sha256"] for t in manifest["targets"] for a in t["artifacts"]}}
+    path = work / "setup.json"
+    path.write_text(json.dumps(setup))
+    done = run_jvm(kotlin, "qnndeploy.playtests.PlayTestsKt", str(path))
+    lines = done.stdout.splitlines()
+    failures = [line for line in lines if line.startswith("FAIL")]
+    assert not failures and done.returncode == 0, "\n".join(failures) or done.stderr
+    assert sum(line.startswith("ok ") for line in lines) == PLAY_TESTS, done.stdout
+
+
+# --- Python and Kotlin give the same groups ---
+
+MANUFACTURERS = ["QTI", "Qualcomm", "qti", "QUALCOMM", " QTI", "QTI ", "Samsung", "", None, "\u212aTI", "Q\u0131TI"]
+SDKS = [30, 31, 35]
+
+
+def odd_plans(real: dict) -> list[dict]:
+    """The real plan and variations both twins must read alike: other orders, a SoC in two groups (the first in the
+    file wins), selectors in odd case and spacing, a selector with no SoC (Play: every phone), another default."""
+    groups = real["groups"]
+    first = {**groups[-1], "name": "first", "selectors": groups[-1]["selectors"][:1]}
+    odd = {**groups[0], "name": "odd", "socs": ["sm8650", "SM8650 "],
+           "selectors": [{"manufacturer": "qti", "model": "sm8650"}, {"manufacturer": " QTI", "model": "SM8650 "},
+                         {"manufacturer": "QTI", "model": "SM8750\u00a0"},
+                         {"manufacturer": "QTI", "model": "\u017fm8750"}]}
+    everyone = {**groups[0], "name": "everyone", "selectors": []}
+    return [
+        real,
+        {**real, "groups": groups[::-1]},
+        {**real, "groups": [first, *groups]},
+        {**real, "groups": [odd, *groups[1:]]},
+        {**real, "groups": [groups[0], everyone, *groups[1:]]},
+        {**real, "groups": groups[1:], "default_group": "fallback"},
+        {**real, "groups": [groups[2], groups[0]]},
+    ]
+
+
+def phone_models() -> list[str | None]:
+    names: list[str | None] = []
+    for soc in socs.catalog():
+        for name in (soc.model, *soc.aliases):
+            names += [name, name.lower(), f" {name}", f"{name}\n"]
+    return [*names, "SM8750P", "sm8750p", "unknown", "", None, "\u017fm8750", "SM8750\u00a0", "\U0001f600"]
+
+
+def test_python_and_kotlin_choose_the_same_groups(rendered, kotlin):
+    plans = odd_plans(read_plan(rendered["fast"]))
+    models = phone_models()
+    play_cases = list(itertools.product(range(len(plans)), MANUFACTURERS, models, SDKS))
+    soc_values = [*(m for m in models if m is None or m.strip() == m), "SM8650 "]
+    expected_cases = list(itertools.product(range(len(plans)), soc_values))
+    path = kotlin["out"] / "play-agreement.json"
+    path.write_text(json.dumps({"plans": plans, "play": play_cases, "expected": expected_cases}))
+    done = run_jvm(kotlin, "qnndeploy.playtests.PlayAgreement", str(path))
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert len(out["play"]) == len(play_cases) > 20_000
+    groups = [plan_groups(p) for p in plans]
+    want = [play_group(groups[i], man, model, sdk, plans[i]["default_group"]) for i, man, model, sdk in play_cases]
+    mismatches = [(c, w, g) for c, w, g in zip(play_cases, want, out["play"], strict=True) if w != g]
+    assert not mismatches, mismatches[:5]
+    assert out["expected"] == [expected_group(plans[i], soc) for i, soc in expected_cases]
+    # not trivially equal: each plan sends phones to several groups, and every odd group and default is reached
+    for i in range(len(plans)):
+        assert len({w for (j, *_), w in zip(play_cases, want, strict=True) if j == i}) >= 2, i
+    assert {"first", "odd", "everyone", "fallback", "other"} <= set(want)
+    assert len(set(out["expected"])) > 3
