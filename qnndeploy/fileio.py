@@ -265,6 +265,18 @@ def partial_file(final: Path) -> Path:
     return Path(name)
 
 
+def check_replaceable(out: Path, force: bool, marker: str, what: str) -> None:
+    """An output folder a command may write: new, empty, or (with force) an earlier output of that command, which
+    holds `marker`; never someone else's folder."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not force:
+            raise QnnDeployError(f"{out} exists and is not empty; choose another folder or pass --force to replace "
+                                 f"an earlier {what} output")
+        if not (out / marker).is_file():
+            raise QnnDeployError(f"{out} is not an earlier {what} output (it has no {marker}): --force only "
+                                 "replaces one, never other files; choose another folder (or delete it yourself)")
+
+
 @contextmanager
 def staging_dir(final: Path, force: bool = False) -> Iterator[Path]:
     """Yield an empty sibling folder of `final`; on success it replaces `final` in one step (see `replace`), on

@@ -28,10 +28,10 @@ from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
 from qnndeploy.bundle.manifest import read_manifest
-from qnndeploy.bundle.verify import VerifyReport, verify_folder
+from qnndeploy.bundle.verify import VerifyReport, require_ok, verify_folder
 from qnndeploy.decision import upper
 from qnndeploy.errors import QnnDeployError
-from qnndeploy.fileio import CHUNK, JSON, Progress, sha256_file, staging_dir, write_json
+from qnndeploy.fileio import CHUNK, JSON, Progress, check_replaceable, sha256_file, staging_dir, write_json
 from qnndeploy.formats import MANIFEST
 from qnndeploy.playplan import (
     CONFIG,
@@ -89,14 +89,7 @@ def check_request(out: Path, *, pack: str, delivery: str, force: bool) -> None:
                              "underscores (e.g. qnndeploy_models)")
     if delivery not in DELIVERIES:
         raise QnnDeployError(f"unknown delivery '{delivery}'; use one of {', '.join(DELIVERIES)}")
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        if not force:
-            raise QnnDeployError(f"{out} exists and is not empty; choose another folder or pass --force to replace "
-                                 "an earlier package play output")
-        if not (out / MARKER).is_file():
-            raise QnnDeployError(f"{out} is not an earlier package play output (it has no {MARKER}): --force only "
-                                 "replaces one, never other files; choose another folder")
+    check_replaceable(Path(out), force, MARKER, "package play")
 
 
 def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery: str = "fast-follow",
@@ -107,10 +100,7 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
     bundle, out = Path(bundle), Path(out)
     check_request(out, pack=pack, delivery=delivery, force=force)
     report = report if report is not None else verify_folder(bundle)
-    if not report.ok:
-        first = report.problems[0]
-        raise QnnDeployError(f"{bundle} fails bundle verify ({len(report.problems)} problem(s), first: {first.path}: "
-                             f"{first.message}); fix or rebuild it (qnndeploy bundle verify {bundle} lists them)")
+    require_ok(bundle, report)
     manifest = read_manifest(bundle)
     if not manifest["targets"]:
         raise QnnDeployError(f"{bundle} has no NPU target: an AI pack split by SoC needs at least one")

@@ -24,10 +24,10 @@ from typing import Any
 
 from qnndeploy import __version__, compat, playplan
 from qnndeploy.bundle.manifest import read_manifest, schema
-from qnndeploy.bundle.verify import VerifyReport, verify_folder
+from qnndeploy.bundle.verify import VerifyReport, require_ok, verify_folder
 from qnndeploy.decision import BACKEND_LIB, REASONS, SYSTEM_LIB, VENDOR_DSP_FOLDERS, soc_tables, template_fields
 from qnndeploy.errors import QnnDeployError
-from qnndeploy.fileio import staging_dir
+from qnndeploy.fileio import check_replaceable, staging_dir
 from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION, artifact_graphs
 
 ENGINES = {"ort": EPCONTEXT, "sherpa-onnx": CONTEXT_BINARY}  # engine -> the NPU file format it loads
@@ -106,14 +106,7 @@ def check_request(package: str, out: Path, *, engine: str, app: bool, force: boo
     if app and play:
         raise QnnDeployError("--app does not take --play yet: scaffold the glue with --play into your app module "
                              "(its README lists the lines to add)")
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        if not force:
-            raise QnnDeployError(f"{out} exists and is not empty; choose another folder or pass --force to replace "
-                                 "an earlier scaffold output")
-        if not (out / MARKER).is_file():
-            raise QnnDeployError(f"{out} is not an earlier scaffold output (it has no {MARKER}): --force only "
-                                 "replaces one, never other files; choose another folder (or delete it yourself)")
+    check_replaceable(Path(out), force, MARKER, "scaffold")
     templates_dir()  # missing templates are found before any work
 
 
@@ -129,10 +122,7 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
     bundle, out = Path(bundle), Path(out)
     check_request(package, out, engine=engine, app=app, force=force, ort_aar=ort_aar, play=play is not None)
     report = report if report is not None else verify_folder(bundle)
-    if not report.ok:
-        first = report.problems[0]
-        raise QnnDeployError(f"{bundle} fails bundle verify ({len(report.problems)} problem(s), first: {first.path}: "
-                             f"{first.message}); fix or rebuild it (qnndeploy bundle verify {bundle} lists them)")
+    require_ok(bundle, report)
     manifest = read_manifest(bundle)  # verify has checked it against the schema
     _check_engine(manifest, bundle, engine)
     plan = _read_play(play, bundle) if play is not None else None

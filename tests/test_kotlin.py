@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import shutil
 import struct
 import subprocess
 import sys
@@ -20,8 +18,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 import bundles
+import kotlin_build
 import pytest
-from conftest import find_kotlinc, require
+from conftest import require
 
 from qnndeploy import htp, markers, socs
 from qnndeploy.decision import (
@@ -61,29 +60,8 @@ def rendered(tmp_path_factory) -> dict:
 @pytest.fixture(scope="session")
 def kotlin(rendered, tmp_path_factory) -> dict:
     """One javac run for the Java stand-ins, one kotlinc run for all Kotlin; returns the classpath to run with."""
-    kotlinc = find_kotlinc()
-    require(kotlinc is not None, "kotlinc (npm install -g kotlin-compiler)")
-    require(shutil.which("javac") is not None, "javac (Java 17)")
-    lib = kotlinc.resolve().parent.parent / "lib"
-    out = tmp_path_factory.mktemp("kotlin-build")
-    stubs = out / "stubs"
-    java = sorted(str(p) for p in (HERE / "stubs" / "java").rglob("*.java"))
-    subprocess.run(["javac", "-nowarn", "-d", str(stubs), *java], check=True, capture_output=True, text=True)
-
     generated = [p for r in (rendered["app"], rendered["sherpa"]) for p in sorted(r.path.rglob("*.kt"))]
-    sources = generated + sorted((HERE / "stubs" / "kotlin").rglob("*.kt")) + sorted(HERE.glob("*.kt"))
-    classes = out / "classes"
-    cp = os.pathsep.join([str(stubs), str(lib / "kotlin-test.jar")])
-    done = subprocess.run([str(kotlinc), "-Werror", "-jvm-target", "17", "-cp", cp, "-d", str(classes),
-                           *map(str, sources)], check=False, capture_output=True, text=True)
-    assert done.returncode == 0, f"kotlinc failed:\n{done.stdout}\n{done.stderr}"
-    run_cp = os.pathsep.join([str(classes), str(stubs), str(lib / "kotlin-stdlib.jar"), str(lib / "kotlin-test.jar")])
-    return {"classes": classes, "cp": run_cp, "generated": generated, "out": out}
-
-
-def run_jvm(kotlin: dict, main: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["java", "-cp", kotlin["cp"], main, *args], check=False, capture_output=True, text=True,
-                          timeout=120)
+    return kotlin_build.build(generated, sorted(HERE.glob("*.kt")), tmp_path_factory.mktemp("kotlin-build"))
 
 
 def test_all_generated_kotlin_compiles(rendered, kotlin):
@@ -104,7 +82,7 @@ def test_selector_unit_tests_pass_on_the_jvm(rendered, kotlin):
                                      "shared": {**bundles.shared(bundles.manifest()),
                                                 "htp": {"performance_mode": "sustained_high_performance"}}}))
     scratch = kotlin["out"] / "scratch"
-    done = run_jvm(kotlin, "qnndeploy.tests.SelectorTestsKt", str(manifests),
+    done = kotlin_build.run_jvm(kotlin, "qnndeploy.tests.SelectorTestsKt", str(manifests),
                    str(rendered["app"].glue / "bundle" / "assets"), str(scratch))
     lines = done.stdout.splitlines()
     failures = [line for line in lines if line.startswith("FAIL")]
@@ -234,7 +212,7 @@ def test_python_and_kotlin_decide_alike(rendered, kotlin):
     path = kotlin["out"] / "agreement.json"
     path.write_text(json.dumps({"manifests": manifests, "cases": cases, "archs": ODD_ARCHS,
                                 "reasons": [{"function": r["function"], "args": r["args"]} for r in reasons]}))
-    done = run_jvm(kotlin, "qnndeploy.tests.Agreement", str(path))
+    done = kotlin_build.run_jvm(kotlin, "qnndeploy.tests.Agreement", str(path))
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert len(out["cases"]) == len(cases) > 20_000
@@ -356,7 +334,7 @@ def test_the_glue_reads_the_loaded_runtimes_version_from_proc_self_maps(kotlin, 
     path = kotlin["out"] / "runtime-version.json"
     path.write_text(json.dumps({"library": str(library),
                                 "cases": [{"name": n, "maps": m} for n, m in cases.items()]}))
-    done = run_jvm(kotlin, "qnndeploy.tests.RuntimeVersionTests", str(path))
+    done = kotlin_build.run_jvm(kotlin, "qnndeploy.tests.RuntimeVersionTests", str(path))
     assert done.returncode == 0, done.stderr
     # the library itself prints a line to stdout when it loads
     out = json.loads(next(x for x in done.stdout.splitlines() if x.startswith('{"cases":')))

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import bundles
+import kotlin_build
 import pytest
-from conftest import find_kotlinc, require
+from conftest import require
 
 from qnndeploy import htp, socs
 from qnndeploy.play import package_play
@@ -48,29 +47,8 @@ def rendered(tmp_path_factory) -> dict:
 @pytest.fixture(scope="module")
 def kotlin(rendered, tmp_path_factory) -> dict:
     """One javac run for the Java stand-ins, one kotlinc run (-Werror) for the play glue and tests/kotlin/play."""
-    kotlinc = find_kotlinc()
-    require(kotlinc is not None, "kotlinc (npm install -g kotlin-compiler)")
-    require(shutil.which("javac") is not None, "javac (Java 17)")
-    assert kotlinc is not None
-    lib = kotlinc.resolve().parent.parent / "lib"
-    out = tmp_path_factory.mktemp("play-kotlin")
-    stubs = out / "stubs"
-    java = sorted(str(p) for p in (HERE / "stubs" / "java").rglob("*.java"))
-    subprocess.run(["javac", "-nowarn", "-d", str(stubs), *java], check=True, capture_output=True, text=True)
     generated = sorted(rendered["glue"].path.rglob("*.kt"))
-    sources = generated + sorted((HERE / "stubs" / "kotlin").rglob("*.kt")) + sorted((HERE / "play").glob("*.kt"))
-    classes = out / "classes"
-    cp = os.pathsep.join([str(stubs), str(lib / "kotlin-test.jar")])
-    done = subprocess.run([str(kotlinc), "-Werror", "-jvm-target", "17", "-cp", cp, "-d", str(classes),
-                           *map(str, sources)], check=False, capture_output=True, text=True)
-    assert done.returncode == 0, f"kotlinc failed:\n{done.stdout}\n{done.stderr}"
-    run_cp = os.pathsep.join([str(classes), str(stubs), str(lib / "kotlin-stdlib.jar"), str(lib / "kotlin-test.jar")])
-    return {"classes": classes, "cp": run_cp, "generated": generated, "out": out}
-
-
-def run_jvm(kotlin: dict, main: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["java", "-cp", kotlin["cp"], main, *args], check=False, capture_output=True, text=True,
-                          timeout=300)
+    return kotlin_build.build(generated, sorted((HERE / "play").glob("*.kt")), tmp_path_factory.mktemp("play-kotlin"))
 
 
 def test_play_glue_compiles(rendered, kotlin):
@@ -111,7 +89,7 @@ def test_play_unit_tests_pass_on_the_jvm(rendered, kotlin):
              "sha256": {a["path"]: a["sha256"] for t in manifest["targets"] for a in t["artifacts"]}}
     path = work / "setup.json"
     path.write_text(json.dumps(setup))
-    done = run_jvm(kotlin, "qnndeploy.playtests.PlayTestsKt", str(path))
+    done = kotlin_build.run_jvm(kotlin, "qnndeploy.playtests.PlayTestsKt", str(path))
     lines = done.stdout.splitlines()
     failures = [line for line in lines if line.startswith("FAIL")]
     assert not failures and done.returncode == 0, "\n".join(failures) or done.stderr
@@ -161,7 +139,7 @@ def test_python_and_kotlin_choose_the_same_groups(rendered, kotlin):
     expected_cases = list(itertools.product(range(len(plans)), soc_values))
     path = kotlin["out"] / "play-agreement.json"
     path.write_text(json.dumps({"plans": plans, "play": play_cases, "expected": expected_cases}))
-    done = run_jvm(kotlin, "qnndeploy.playtests.PlayAgreement", str(path))
+    done = kotlin_build.run_jvm(kotlin, "qnndeploy.playtests.PlayAgreement", str(path))
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert len(out["play"]) == len(play_cases) > 20_000

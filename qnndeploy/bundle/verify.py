@@ -161,6 +161,14 @@ def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
+def require_ok(bundle: Path, report: VerifyReport) -> None:
+    """Refuse to build anything on a bundle that fails `bundle verify`, naming its first problem."""
+    if not report.ok:
+        first = report.problems[0]
+        raise QnnDeployError(f"{bundle} fails bundle verify ({len(report.problems)} problem(s), first: {first.path}: "
+                             f"{first.message}); fix or rebuild it (qnndeploy bundle verify {bundle} lists them)")
+
+
 def text_problems(manifest: JSON) -> list[Problem]:
     """Names the app shows, matches or logs must be plain text: a control character (a trailing newline too, which a
     pattern ending in '$' lets through in Python) is a problem naming the manifest field."""
