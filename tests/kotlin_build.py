@@ -23,7 +23,8 @@ def build(generated: list[Path], tests: list[Path], out: Path) -> dict:
     stubs = out / "stubs"
     java = sorted(str(p) for p in (STUBS / "java").rglob("*.java"))
     subprocess.run(["javac", "-nowarn", "-d", str(stubs), *java], check=True, capture_output=True, text=True)
-    sources = generated + sorted((STUBS / "kotlin").rglob("*.kt")) + tests
+    support = sorted((STUBS.parent / "support").glob("*.kt"))  # test helpers every JVM test build shares
+    sources = generated + sorted((STUBS / "kotlin").rglob("*.kt")) + support + tests
     classes = out / "classes"
     cp = os.pathsep.join([str(stubs), str(lib / "kotlin-test.jar")])
     done = subprocess.run([str(kotlinc), "-Werror", "-jvm-target", "17", "-cp", cp, "-d", str(classes),

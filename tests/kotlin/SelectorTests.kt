@@ -5,12 +5,7 @@ package qnndeploy.tests
 //   SelectorTestsKt MANIFESTS.json ASSETS_DIR SCRATCH_DIR
 // MANIFESTS.json holds the manifests of tests/bundles.py; ASSETS_DIR is a scaffolded app's bundle/assets folder.
 
-import android.content.Context
-import android.content.pm.ApplicationInfo
-import android.content.pm.PackageInfo
-import android.content.pm.PackageManager
 import ai.onnxruntime.OrtSession
-import android.content.res.AssetManager
 import android.os.Build
 import android.os.Process
 import android.system.Os
@@ -36,9 +31,9 @@ import com.example.qnnsample.qnndeploy.Selection
 import com.example.qnnsample.qnndeploy.SocIdentity
 import com.example.qnnsample.qnndeploy.Tensor
 import java.io.File
+import qnndeploy.testsupport.FakeContext
 import java.io.FileInputStream
 import java.io.IOException
-import java.io.InputStream
 import java.lang.management.ManagementFactory
 import java.nio.file.Files
 import java.security.MessageDigest
@@ -86,35 +81,6 @@ class FakeHost(
         calls.add("runtime version")
         return runtimeVersion
     }
-}
-
-/** An app as Android would give it to the glue: assets from a folder, files in a scratch folder, version 1.0 (1). */
-class FakeContext(private val assetsDir: File, private val filesDir: File, var updated: Long = 1L) : Context() {
-    var opened = 0
-
-    override fun getFilesDir(): File = filesDir
-
-    override fun getAssets(): AssetManager = object : AssetManager() {
-        override fun open(fileName: String): InputStream {
-            opened++
-            return FileInputStream(File(assetsDir, fileName))
-        }
-    }
-
-    override fun getApplicationInfo(): ApplicationInfo = ApplicationInfo().apply { nativeLibraryDir = LIB_DIR }
-
-    override fun getPackageManager(): PackageManager = object : PackageManager() {
-        @Suppress("OVERRIDE_DEPRECATION")
-        override fun getPackageInfo(packageName: String, flags: Int): PackageInfo = PackageInfo().apply {
-            versionName = "1.0"
-            setLongVersionCode(1)
-            lastUpdateTime = updated
-        }
-    }
-
-    override fun getPackageName(): String = "com.example.qnnsample"
-
-    override fun getApplicationContext(): Context = this
 }
 
 /**
@@ -280,7 +246,7 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             QnnRuntime.forget()
             Build.VERSION.SDK_INT = 35
             Build.SOC_MODEL = "SM8750"
-            val context = FakeContext(assets, File(scratch, "app3"))
+            val context = FakeContext(assets, File(scratch, "app3"), LIB_DIR, "com.example.qnnsample")
             val first = QnnRuntime.select(context, FileFormat.ORT_EPCONTEXT)
             var second: Selection? = null
             val other = first.guardNpuInit {
@@ -382,7 +348,7 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
         "the sample app opens its models once per process, shared by every screen, closed on release" to {
             QnnRuntime.forget()
             SampleModels.release()
-            val context = FakeContext(assets, File(scratch, "app4"))
+            val context = FakeContext(assets, File(scratch, "app4"), LIB_DIR, "com.example.qnnsample")
             val opened = OrtSession.OPENED.get()
             val closed = OrtSession.CLOSED.get()
             val screens = List(3) { arrayOfNulls<Any>(1) }
@@ -403,7 +369,7 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             Build.SOC_MODEL = "SM8750"
             Os.ENV.clear()
             Log.LINES.clear()
-            val context = FakeContext(assets, File(scratch, "app"))
+            val context = FakeContext(assets, File(scratch, "app"), LIB_DIR, "com.example.qnnsample")
             val selection = QnnRuntime.select(context, FileFormat.ORT_EPCONTEXT)
             val d = selection.decision
             assertFalse(d.npu)
@@ -417,7 +383,7 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             Build.VERSION.SDK_INT = 35
             Build.SOC_MODEL = "SM8750"
             QnnRuntime.forget()
-            val context = FakeContext(assets, File(scratch, "app2"))
+            val context = FakeContext(assets, File(scratch, "app2"), LIB_DIR, "com.example.qnnsample")
             val first = QnnRuntime.select(context, FileFormat.ORT_EPCONTEXT)
             assertFailsWith<IllegalStateException> { first.guardNpuInit { throw IllegalStateException("QNN error 5000") } }
             var tried = false
@@ -486,14 +452,18 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             QnnRuntime.forget()
             QnnRuntime.host = FakeHost()
             try {
-                val npu = QnnRuntime.select(FakeContext(assets, File(scratch, "app5")), FileFormat.ORT_EPCONTEXT)
+                val npu = QnnRuntime.select(
+                    FakeContext(assets, File(scratch, "app5"), LIB_DIR, "com.example.qnnsample"), FileFormat.ORT_EPCONTEXT,
+                )
                 assertEquals(Provider.NPU, npu.decision.provider, npu.decision.reason)
                 assertEquals(sha256(File(assets, "qnndeploy/npu/SM8750/det_ctx.onnx")), sha256(File(npu.path("det"))))
                 QnnRuntime.forget()
                 val partial = File(scratch, "assets-without-an-npu-file")
                 assets.copyRecursively(partial)
                 File(partial, "qnndeploy/npu/SM8750/det_ctx.onnx").delete()
-                val d = QnnRuntime.select(FakeContext(partial, File(scratch, "app6")), FileFormat.ORT_EPCONTEXT).decision
+                val d = QnnRuntime.select(
+                    FakeContext(partial, File(scratch, "app6"), LIB_DIR, "com.example.qnnsample"), FileFormat.ORT_EPCONTEXT,
+                ).decision
                 assertEquals(Provider.CPU to "files_not_copied", d.provider to d.reasonKey)
                 assertContains(d.reason, "the NPU files could not be put in app storage: cannot copy npu/SM8750/det_ctx.onnx")
                 assertEquals("cpu/det.onnx", d.paths["det"])

@@ -10,10 +10,6 @@ package qnndeploy.playtests
 // tests/kotlin/*.kt against the glue without --play.
 
 import android.content.Context
-import android.content.pm.ApplicationInfo
-import android.content.pm.PackageInfo
-import android.content.pm.PackageManager
-import android.content.res.AssetManager
 import android.os.Build
 import android.util.Log
 import com.example.qnnplay.qnndeploy.Delivery
@@ -38,8 +34,7 @@ import com.google.android.play.core.aipacks.AiPackStateUpdateListener
 import com.google.android.play.core.aipacks.AiPackStates
 import com.google.android.play.core.aipacks.model.AiPackStatus
 import java.io.File
-import java.io.FileInputStream
-import java.io.InputStream
+import qnndeploy.testsupport.FakeContext
 import java.security.MessageDigest
 import kotlin.system.exitProcess
 import kotlin.test.assertContains
@@ -63,35 +58,6 @@ class LoadingHost : NativeHost {
     }
 
     override fun loadLibrary(fileName: String) {}
-}
-
-/** An app whose assets come from a folder; it records every asset it opens. */
-class FakeContext(private val assetsDir: File, private val filesDir: File) : Context() {
-    val opened = ArrayList<String>()
-
-    override fun getFilesDir(): File = filesDir
-
-    override fun getAssets(): AssetManager = object : AssetManager() {
-        override fun open(fileName: String): InputStream {
-            opened.add(fileName)
-            return FileInputStream(File(assetsDir, fileName))
-        }
-    }
-
-    override fun getApplicationInfo(): ApplicationInfo = ApplicationInfo().apply { nativeLibraryDir = LIB_DIR }
-
-    override fun getPackageManager(): PackageManager = object : PackageManager() {
-        @Suppress("OVERRIDE_DEPRECATION")
-        override fun getPackageInfo(packageName: String, flags: Int): PackageInfo = PackageInfo().apply {
-            versionName = "1.0"
-            setLongVersionCode(1)
-            lastUpdateTime = 1L
-        }
-    }
-
-    override fun getPackageName(): String = "com.example.qnnplay"
-
-    override fun getApplicationContext(): Context = this
 }
 
 /** Play as a test plays it: where the pack is, what fetch did, and the state updates it sends. */
@@ -159,7 +125,7 @@ class Suite(setup: Map<*, *>) {
         Build.SOC_MODEL = "SM8750"
         Build.VERSION.SDK_INT = 35
         AiPackManagerFactory.MANAGER = manager
-        return FakeContext(assets, File(scratch, name).apply { deleteRecursively() })
+        return FakeContext(assets, File(scratch, name).apply { deleteRecursively() }, LIB_DIR, "com.example.qnnplay")
     }
 
     private fun select(context: Context): Selection = QnnRuntime.select(context, FileFormat.ORT_EPCONTEXT)
