@@ -32,13 +32,13 @@ import com.example.qnnsample.qnndeploy.SocIdentity
 import com.example.qnnsample.qnndeploy.Tensor
 import java.io.File
 import qnndeploy.testsupport.FakeContext
+import qnndeploy.testsupport.runTests
 import java.io.FileInputStream
 import java.io.IOException
 import java.lang.management.ManagementFactory
 import java.nio.file.Files
 import java.security.MessageDigest
 import kotlin.concurrent.thread
-import kotlin.system.exitProcess
 import kotlin.test.assertContains
 import kotlin.test.assertEquals
 import kotlin.test.assertFailsWith
@@ -512,15 +512,5 @@ fun sha256(file: File): String =
 
 fun main(args: Array<String>) {
     val suite = Suite(MiniJson.parse(File(args[0]).readText()) as Map<*, *>, File(args[1]), File(args[2]))
-    var failed = 0
-    for ((name, test) in suite.tests()) {
-        try {
-            test()
-            println("ok $name")
-        } catch (e: Throwable) {
-            failed++
-            println("FAIL $name: $e")
-        }
-    }
-    exitProcess(if (failed == 0) 0 else 1)
+    runTests(suite.tests())
 }

@@ -35,8 +35,8 @@ import com.google.android.play.core.aipacks.AiPackStates
 import com.google.android.play.core.aipacks.model.AiPackStatus
 import java.io.File
 import qnndeploy.testsupport.FakeContext
+import qnndeploy.testsupport.runTests
 import java.security.MessageDigest
-import kotlin.system.exitProcess
 import kotlin.test.assertContains
 import kotlin.test.assertEquals
 import kotlin.test.assertFailsWith
@@ -265,15 +265,5 @@ class Suite(setup: Map<*, *>) {
 
 fun main(args: Array<String>) {
     val suite = Suite(MiniJson.parse(File(args[0]).readText()) as Map<*, *>)
-    var failed = 0
-    for ((name, test) in suite.tests()) {
-        try {
-            test()
-            println("ok $name")
-        } catch (e: Throwable) {
-            failed++
-            println("FAIL $name: $e")
-        }
-    }
-    exitProcess(if (failed == 0) 0 else 1)
+    runTests(suite.tests())
 }
