@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from qnndeploy import htp
+from qnndeploy import aihub, htp
 from qnndeploy.compile.qairt import find_sdk
 from qnndeploy.errors import QnnDeployError
 
@@ -50,6 +50,7 @@ def doctor(qnn_sdk_root: Path | None = None) -> DoctorReport:
     checks.append(_tool("ndk-build", "only for aarch64-android model libraries (--backend qairt): install the "
                         "Android NDK and put its folder on PATH"))
     checks += _adb()
+    checks.append(_aihub())
     return DoctorReport(all(c.status == "ok" for c in checks if c.required), checks)
 
 
@@ -153,6 +154,19 @@ def _adb() -> list[Check]:
     status = "ok" if ready and not others else "warn"
     fix = "accept the USB debugging prompt on the phone, or reconnect it" if others else None
     return [*checks, Check("devices", status, "; ".join(described + others), fix)]
+
+
+def _aihub() -> Check:
+    """The qai-hub client and its configuration (whether a token is set, never the token)."""
+    hub = aihub.status()
+    if not hub.installed:
+        return Check("qai-hub", "missing", "the AI Hub client is not installed",
+                     f"only for --backend aihub and device verify --aihub: {aihub.INSTALL}")
+    if not hub.configured:
+        return Check("qai-hub", "missing", f"qai-hub {hub.version}, not configured (no API token in {hub.config})",
+                     f"only for --backend aihub and device verify --aihub: {aihub.CONFIGURE}")
+    return Check("qai-hub", "ok", f"qai-hub {hub.version}, configured for {hub.api_url or 'the default server'} "
+                 f"({hub.config})")
 
 
 def _output(cmd: list[str], timeout: float = 10) -> str | None:

@@ -57,3 +57,26 @@ def retarget(src: Path, dst: Path, binary_name: str) -> int:
     onnx.save(model, str(tmp))
     tmp.replace(dst)
     return len(attrs)
+
+
+def wrap(binary_name: str, graph_name: str, source: Path, dst: Path, sdk_build: str | None = None) -> None:
+    """Write an EPContext wrapper for a context binary made elsewhere (AI Hub): one EPContext node, the QNN EP's
+    attributes, loading `binary_name` beside it and running its graph `graph_name`, with the inputs and outputs of
+    the ONNX model it was compiled from (the graph keeps their names), so ONNX Runtime can run it on the host HTP
+    emulator and on phones like the wrappers the ort backend writes."""
+    import onnx
+
+    model = load_model(source, check_external=False)
+    graph = model.graph
+    initializers = {t.name for t in graph.initializer}
+    inputs = [v for v in graph.input if v.name not in initializers]
+    node = onnx.helper.make_node(
+        "EPContext", [v.name for v in inputs], [v.name for v in graph.output], name=graph_name, domain="com.microsoft",
+        main_context=1, ep_cache_context=binary_name, embed_mode=0, source="QNNExecutionProvider",
+        partition_name=graph_name, **({"ep_sdk_version": sdk_build} if sdk_build else {}))
+    wrapper = onnx.helper.make_model(
+        onnx.helper.make_graph([node], graph.name or graph_name, inputs, list(graph.output)),
+        opset_imports=[onnx.helper.make_opsetid("", 17), onnx.helper.make_opsetid("com.microsoft", 1)])
+    tmp = dst.with_name(dst.name + ".tmp")
+    onnx.save(wrapper, str(tmp))
+    tmp.replace(dst)

@@ -35,6 +35,7 @@ class Soc:
     aliases: tuple[str, ...]
     note: str
     qairt_limits: tuple[QairtLimit, ...] = ()
+    aihub_chipset: str | None = None  # the "chipset:" attribute of AI Hub's hosted devices with this SoC
 
     @property
     def arch_number(self) -> int:

@@ -19,7 +19,7 @@ LAYERS = [
      "qnndeploy.media", "qnndeploy.metrics",
      "qnndeploy.htp", "qnndeploy.shapes", "qnndeploy.fuse", "qnndeploy.decision", "qnndeploy.bundle.manifest",
      "qnndeploy.device.adb", "qnndeploy.compile.logs", "qnndeploy.compile.jobs",
-     "qnndeploy.qnnsystem", "qnndeploy.playplan"},
+     "qnndeploy.qnnsystem", "qnndeploy.playplan", "qnndeploy.aihub"},
     {"qnndeploy.samples"},  # a graph's input samples: NumPy files, random ones, or media files through media.py
     {"qnndeploy.fold", "qnndeploy.rules", "qnndeploy.contextcheck", "qnndeploy.compile.cache",
      "qnndeploy.prepare.edits", "qnndeploy.prepare.equivalence"},
@@ -28,15 +28,17 @@ LAYERS = [
     {"qnndeploy.onnxcheck", "qnndeploy.prepare", "qnndeploy.compile", "qnndeploy.validate", "qnndeploy.bundle.build",
      "qnndeploy.scaffold", "qnndeploy.device.info", "qnndeploy.device.profile", "qnndeploy.device.verify",
      "qnndeploy.device.runner", "qnndeploy.compile.ort", "qnndeploy.compile.qairt",
-     "qnndeploy.contextinfo", "qnndeploy.prepare.split", "qnndeploy.diagnose", "qnndeploy.play"},
+     "qnndeploy.contextinfo", "qnndeploy.prepare.split", "qnndeploy.diagnose", "qnndeploy.play",
+     "qnndeploy.compile.aihub", "qnndeploy.device.hosted"},
     # what runs stages: the demo and the environment report, then the command line
     {"qnndeploy.demo", "qnndeploy.doctor"},
     {"qnndeploy.cli"},
     {"qnndeploy.__main__", "qnndeploy.data.make_demo_model"},  # entry points: `python -m qnndeploy`, a generator
 ]
 # Within the stage layer, a package's modules may use each other downward (the compile stage runs its backends).
-INSIDE_STAGES = {("qnndeploy.compile", "qnndeploy.compile.ort"), ("qnndeploy.compile", "qnndeploy.compile.qairt"),
+INSIDE_STAGES = {("qnndeploy.compile", "qnndeploy.compile.ort"), ("qnndeploy.compile", "qnndeploy.compile.aihub"), ("qnndeploy.compile", "qnndeploy.compile.qairt"),
                  ("qnndeploy.device.verify", "qnndeploy.device.runner"),
+                 ("qnndeploy.device.hosted", "qnndeploy.device.verify"),
                  ("qnndeploy.doctor", "qnndeploy.compile.qairt")}
 
 

@@ -49,14 +49,16 @@ def _render_compile(summary: stage.CompileSummary) -> None:
 @click.argument("models", nargs=-1, required=True, metavar="MODEL.onnx|NAME=MODEL.onnx...")
 @click.option("--soc", "socs", multiple=True, required=True, metavar="SOC",
               help="Target SoC; repeat for several (qnndeploy socs lists them).")
-@click.option("--backend", type=click.Choice(["ort", "qairt"]),
-              help="ort: onnxruntime-qnn; qairt: the QAIRT SDK's tools [default: ort where onnxruntime-qnn is "
+@click.option("--backend", type=click.Choice(["ort", "qairt", "aihub"]),
+              help="ort: onnxruntime-qnn; qairt: the QAIRT SDK's tools; aihub: Qualcomm AI Hub's compile jobs "
+                   "(qai-hub client, configured with `qai-hub configure`) [default: ort where onnxruntime-qnn is "
                    "installed or no SDK is given, else qairt].")
 @click.option("--precision", type=click.Choice(["fp16", "w8a16"]), default="fp16", show_default=True,
               help="fp16 activations, or 8-bit weights with 16-bit activations (needs --calib).")
 @click.option("--calib", type=click.Path(path_type=Path), metavar="DIR",
               help="w8a16 calibration samples: *.npz (one per sample) or INPUT.npy; DIR/GRAPH/ per graph.")
-@click.option("-j", "--jobs", type=int, metavar="N", help="Jobs at once [default: the number of CPU cores].")
+@click.option("-j", "--jobs", type=int, metavar="N",
+              help="Jobs at once [default: the number of CPU cores; aihub: all of them].")
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), metavar="DIR",
               help="Build folder.")
 @click.option("--qnn-sdk-root", type=click.Path(path_type=Path), metavar="DIR",
@@ -89,7 +91,7 @@ def compile_cmd(models: tuple[str, ...], socs: tuple[str, ...], backend: str | N
     one job per (shared context, SoC) for its graphs.
 
     \b
-    Writes DIR/<graph>/<SoC>/<graph>.bin (+ <graph>_ctx.onnx with the ort backend) and compile.json,
+    Writes DIR/<graph>/<SoC>/<graph>.bin (+ <graph>_ctx.onnx with the ort and aihub backends) and compile.json,
     and DIR/logs/<graph>-<SoC>.log. Unchanged jobs come from the cache (`qnndeploy cache` shows it).
     A failing job does not stop the others; the exit code is 1 when any job failed. CPU fallback is
     off: a node the HTP cannot run fails the job and is named.

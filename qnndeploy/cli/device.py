@@ -18,10 +18,12 @@ from qnndeploy.cli._common import (
     handles_errors,
     json_option,
     jsonable,
+    num,
     render_output,
     shown,
 )
 from qnndeploy.cli.bundle import render_verify, require_bundle
+from qnndeploy.device import hosted
 from qnndeploy.device import info as device_info_stage
 from qnndeploy.device import profile as prof
 from qnndeploy.device import verify as verify_stage
@@ -44,10 +46,19 @@ def device() -> None:
 # --- list ---------------------------------------------------------------------------------------------------------
 
 @device.command("list")
+@click.option("--aihub", is_flag=True, help="The phones Qualcomm AI Hub hosts (qai-hub client), with their chipset "
+              "mapped to the catalog, instead of the adb server's.")
+@click.option("--bundle", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="With --aihub: also the bundle target the app would choose on each hosted phone.")
 @json_option
 @handles_errors
-def device_list(as_json: bool) -> None:
-    """List the devices the adb server knows, with their state and SoC."""
+def device_list(aihub: bool, bundle: Path | None, as_json: bool) -> None:
+    """List the devices the adb server knows, with their state and SoC (--aihub: AI Hub's hosted phones)."""
+    if bundle is not None and not aihub:
+        fail("--bundle goes with --aihub (for a phone over adb: qnndeploy device info --bundle)")
+    if aihub:
+        _list_hosted(bundle, as_json)
+        return
     rows = device_info_stage.devices()
     if as_json:
         emit_json(rows)
@@ -56,6 +67,26 @@ def device_list(as_json: bool) -> None:
         click.echo("no devices: plug in a phone with USB debugging on (or `adb connect HOST:PORT`)")
     for r in rows:
         click.echo(f"{r.serial:<24} {r.state:<13} {r.soc or '-':<10} {r.model}")
+
+
+def _list_hosted(bundle: Path | None, as_json: bool) -> None:
+    manifest = None
+    if bundle is not None:
+        report, manifest = verify_stage.check_bundle(bundle)
+        require_bundle(bundle, bundle, report)
+        if manifest is None:
+            fail(f"{bundle} fails bundle verify: fix the bundle (qnndeploy bundle verify {bundle})", EXIT_CHECK_FAILED)
+    rows = hosted.list_hosted(manifest)
+    if as_json:
+        emit_json(rows)
+        return
+    for r in rows:
+        d = r.device
+        soc = f"{d.soc} ({d.dsp_arch})" if d.soc else "not in the catalog"
+        line = f"{d.name:<36} Android {d.os:<6} {d.chipset or '-':<34} {soc}"
+        if r.choice is not None:
+            line += f"  -> {'NPU ' + (r.choice.soc or '') if r.choice.npu else 'CPU: ' + r.choice.reason}"
+        click.echo(line)
 
 
 # --- info ---------------------------------------------------------------------------------------------------------
@@ -220,6 +251,37 @@ def _render_device_verification(r: verify_stage.DeviceVerification) -> None:
         _render_graph_run(g)
 
 
+def _ms(value: object) -> str:
+    return f"{value:.2f}" if isinstance(value, float) else "-"
+
+
+def _render_hosted_table(results: list[verify_stage.DeviceVerification]) -> None:
+    """One row per (hosted phone, graph): the comparison with the CPU and AI Hub's profile."""
+    click.echo(f"{'device':<30} {'SoC':<7} {'graph':<14} {'status':<7} {'worst':<22} {'infer ms':>8} "
+               f"{'load ms':>8} {'warm ms':>8}  job")
+    for r in results:
+        if r.error:
+            click.echo(f"{r.serial:<30} {'-':<7} {'-':<14} {'ERROR':<7} {r.error}")
+            continue
+        if not r.graphs:
+            click.echo(f"{r.serial:<30} {r.soc or '?':<7} {'-':<14} {'CPU':<7} {r.reason}")
+        for g in r.graphs:
+            h = g.hosted or {}
+            worst = min(g.outputs, key=lambda m: (m.passed, m.snr_db if m.snr_db is not None else float("inf")),
+                        default=None)
+            text = (f"{worst.name} SNR {num(worst.snr_db, '.1f')} dB" if worst is not None
+                    else (g.reason or "-")[:22])
+            click.echo(f"{r.serial:<30} {r.soc or '?':<7} {g.graph:<14} {g.status:<7} {text:<22} "
+                       f"{_ms(h.get('inference_ms')):>8} {_ms(h.get('first_load_ms')):>8} "
+                       f"{_ms(h.get('warm_load_ms')):>8}  {h.get('url', '-')}")
+    for r in results:
+        for g in r.graphs:
+            if g.status == "error":
+                click.echo(f"error: {r.serial}, {g.graph}: {g.reason}")
+        if r.record:
+            click.echo(f"record: {shown(r.record)}")
+
+
 def _render_verify_table(results: list[verify_stage.DeviceVerification]) -> None:
     click.echo(f"{'serial':<22} {'model':<24} {'SoC':<8} {'choice':<6} {'sent':>9} {'MB sent':>8}  "
                f"{'graphs':<24} status")
@@ -267,6 +329,13 @@ def _render_verifications(report: VerifyReport, results: list[verify_stage.Devic
 @click.option("-o", "--output", "record_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("device-records"), show_default=True, metavar="DIR",
               help="Folder for the device records (JSON).")
+@click.option("--aihub", is_flag=True,
+              help="Run on phones Qualcomm AI Hub hosts instead of over adb: each graph's context binary in an AI Hub "
+                   "inference job with profiling (choose the phones with --device or --soc).")
+@click.option("--device", "hosted_names", multiple=True, metavar="NAME",
+              help="With --aihub: a hosted device by its AI Hub name (repeatable; device list --aihub lists them).")
+@click.option("--soc", "hosted_socs", multiple=True, metavar="SOC",
+              help="With --aihub: any hosted Android phone with this SoC, by its catalog chipset (repeatable).")
 @click.option("--play", "play_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="A `package play` output of BUNDLE: also say which device group Play delivers to the phone (by "
                    "its ro.soc.manufacturer and ro.soc.model), and fail when it is not the decision's.")
@@ -274,7 +343,8 @@ def _render_verifications(report: VerifyReport, results: list[verify_stage.Devic
 @handles_errors
 def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runner: Path | None,
                   qnn_sdk_root: Path | None, inputs: Path | None, samples: int, seed: int, runs: int,
-                  record_dir: Path, play_dir: Path | None, as_json: bool) -> None:
+                  record_dir: Path, aihub: bool, hosted_names: tuple[str, ...], hosted_socs: tuple[str, ...],
+                  play_dir: Path | None, as_json: bool) -> None:
     """Push a bundle to a phone, run it there, record the result.
 
     The bundle folder goes to the phone as the app would use it and is checked there; with a runner, it runs
@@ -289,8 +359,16 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
     A phone whose SoC is not in the bundle: CPU fallback expected. With --play, Play's device group for the phone
     is checked against the decision's (a phone Play sends another group, or none, runs on the CPU). Exit 1 when a
     phone fails.
+
+    With --aihub, the phones are Qualcomm AI Hub's (qai-hub's own configuration holds the token): per phone and
+    graph one inference job with profiling; outputs compared with the CPU model as above, and AI Hub's inference
+    time, first and warm load time, peak memory and compute units recorded, with the job's id and URL.
     """
     given = click.get_current_context().get_parameter_source("serial") == click.core.ParameterSource.COMMANDLINE
+    if (hosted_names or hosted_socs) and not aihub:
+        fail("--device and --soc choose AI Hub's phones: add --aihub (over adb, use -s SERIAL)")
+    if aihub and (given or all_devices or runner or qnn_sdk_root or play_dir):
+        fail("--aihub runs on AI Hub's phones: -s, --all, --runner, --qnn-sdk-root and --play are for phones over adb")
     if all_devices and given:
         fail("give -s SERIAL or --all, not both")
     report, manifest = verify_stage.check_bundle(bundle_dir)
@@ -304,6 +382,16 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
              EXIT_CHECK_FAILED)
     job = verify_stage.Job(bundle_dir, manifest, runner, qnn_sdk_root, inputs, samples, seed, runs, record_dir,
                            play_dir)
+    if aihub:
+        results = hosted.verify_hosted(job, list(hosted_names), list(hosted_socs))
+        if as_json:
+            emit_json({"bundle": report, "devices": results})
+        else:
+            click.echo(f"bundle {report.name} {report.version} (QAIRT {report.qairt}): verified; on AI Hub:")
+            _render_hosted_table(results)
+        if not all(r.ok for r in results):
+            sys.exit(EXIT_CHECK_FAILED)
+        return
     if all_devices:
         results = verify_stage.verify_all(job)
     else:

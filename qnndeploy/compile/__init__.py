@@ -32,6 +32,7 @@ from qnndeploy import __version__, contextcheck, fileio, htp, qnnsystem
 from qnndeploy import socs as catalog
 from qnndeploy.bundle.manifest import graph_signature
 from qnndeploy.compile import cache, logs
+from qnndeploy.compile.aihub import AihubBackend
 from qnndeploy.compile.jobs import (
     Backend,
     Compiled,
@@ -47,7 +48,7 @@ from qnndeploy.compile.qairt import QairtBackend
 from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError
 from qnndeploy.fileio import JSON, sha256_file, staging_dir, write_json
 from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT
-from qnndeploy.markers import scan_file
+from qnndeploy.markers import build_version, scan_file
 from qnndeploy.onnxio import load_model, model_inputs, require_model_file
 from qnndeploy.qnnsystem import ContextInfo
 from qnndeploy.records import RECORD, RECORD_FILE, RECORD_VERSION, read_record
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
     from qnndeploy.socs import Soc
 
 PRECISIONS = ("fp16", "w8a16")
-BACKENDS = ("ort", "qairt")
+BACKENDS = ("ort", "qairt", "aihub")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # the bundle manifest's name rule
 
 
@@ -122,6 +123,8 @@ def get_backend(name: str | None, qnn_sdk_root: Path | None = None) -> Backend:
         return OrtBackend()
     if name == "qairt":
         return QairtBackend(qnn_sdk_root)
+    if name == "aihub":
+        return AihubBackend()
     raise QnnDeployError(f"unknown backend '{name}': use one of {', '.join(BACKENDS)}")
 
 
@@ -208,7 +211,9 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
     if progress:
         progress(0, len(plan), None)
     tools = Tools()
-    pool = ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1)
+    # Remote jobs wait on AI Hub, not on this machine's cores: all of them are submitted at once.
+    workers = jobs or (len(plan) if be.name == "aihub" else os.cpu_count() or 1)
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
     try:
         pending = {pool.submit(_run_job, job, be, store, out, tools) for job in plan}
         while pending:
@@ -455,6 +460,8 @@ def _ok_record(job: Job, be: Backend, work: Path, compiled: Compiled, findings: 
         facts = scan_file(path, markers=fmt == CONTEXT_BINARY)  # hash, size and QNN markers in one read
         if fmt == CONTEXT_BINARY and not twin:
             record["qairt_build"] = min(facts.builds, default=None)
+            if compiled.aihub is not None and record["qairt_build"]:  # AI Hub chose the QAIRT: the binary says which
+                record["qairt_version"] = build_version(record["qairt_build"])
             targets = facts.context_targets
         record["outputs"].append({"path": name, "sha256": facts.sha256, "size": facts.size, "format": fmt,
                                   **({"graph": compiled.graphs[name]} if name in compiled.graphs else {}),
@@ -474,6 +481,8 @@ def _ok_record(job: Job, be: Backend, work: Path, compiled: Compiled, findings: 
         warnings += _context_findings(job, work, context, record["outputs"])
     if compiled.shared_saving is not None:
         record["shared"] = compiled.shared_saving
+    if compiled.aihub is not None:
+        record["aihub"] = compiled.aihub
     return {**record, "duration_s": round(seconds, 3), "warnings": warnings, "status": "ok", "error": None,
             "cache_key": job.cache_key}
 

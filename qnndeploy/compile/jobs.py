@@ -74,6 +74,10 @@ class Tools:
             raise KeyboardInterrupt
         return code
 
+    def stopping(self) -> bool:
+        """Whether the compile is being stopped: work that runs no tool (a remote job) checks this while it waits."""
+        return self._stopping.is_set() or stop_requested()
+
     def stop(self) -> None:
         """Stop every running tool and its children (SIGTERM, then SIGKILL after GRACE_S) and wait for them."""
         with self._lock:
@@ -106,6 +110,7 @@ class Compiled:
     graphs: dict[str, str] = field(default_factory=dict)  # file name -> member graph
     twins: list[str] = field(default_factory=list)  # file names
     shared_saving: JSON | None = None  # {"shared_bytes", "separate_bytes"}
+    aihub: JSON | None = None  # backend aihub: the remote job (compile record "aihub")
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,7 @@ class GraphRun:
     thresholds: metrics.Thresholds | None = None  # validate's, for the target's precision
     advice: list[runner.Advice] = field(default_factory=list)
     log_tail: str | None = None
+    hosted: JSON | None = None  # device verify --aihub: the AI Hub job (id, url) and its profile figures
 
 
 @dataclass
@@ -289,7 +290,7 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
             "the QNN libraries were not loaded here (no runner)" if not result.graphs else
             "qnn-net-run could not run on the phone (see the graphs' advice)" if "error" in statuses else
             "qnn-net-run loaded the QNN libraries and ran every graph")
-    result.record = _write_record(job, result)
+    result.record = write_record(job, result)
     return result
 
 
@@ -381,7 +382,7 @@ def _run_graph(dev: Device, job: Job, graph: str, context: str, result: DeviceVe
     return run
 
 
-def _write_record(job: Job, r: DeviceVerification) -> Path:
+def write_record(job: Job, r: DeviceVerification) -> Path:
     """The device record, written atomically: what ran where, with which files, and how it went."""
     stamp = datetime.now(UTC)
     name = f"{job.bundle_id}_{re.sub(r'[^A-Za-z0-9_.-]', '_', r.serial)}_{stamp:%Y%m%dT%H%M%SZ}.json"
