@@ -235,10 +235,14 @@ def main(argv: list[str]) -> int:
         if spec["task"] == "compile":
             result = compile_job(spec)
         else:
+            info = None
             if not Path(spec["wrapper"]).is_file():
-                spec["binary_info"] = make_wrapper(Path(spec["binary"]), Path(spec["wrapper"]))
-            result = run_job(spec)
-            result["binary_info"] = spec.get("binary_info")
+                info = make_wrapper(Path(spec["binary"]), Path(spec["wrapper"]))
+            if info and info["dsp_arch"] and info["dsp_arch"] != f"v{spec['htp_arch']}":
+                result = {"ok": False, "error": f"the binary is for Hexagon {info['dsp_arch']}"}  # a phone refuses it
+            else:
+                result = run_job(spec)
+            result["binary_info"] = info
     except Exception as e:  # noqa: BLE001 onnxruntime and QNN raise their own, unexported exception types
         lines = [line for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
         result = {"ok": False, "error": lines[0][:2000], "traceback": traceback.format_exc()}
