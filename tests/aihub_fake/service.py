@@ -218,7 +218,7 @@ class FakeAiHub:
 
     @property
     def web_url(self) -> str:
-        return self.base_url + "/web/"  # only used by the client to print job and model URLs
+        return self.base_url  # only used by the client to print job and model URLs (<web_url>/jobs/<id>/)
 
     def write_client_ini(self, path: Path, *, token: str | None = None, verbose: bool = False) -> Path:
         """A qai-hub client.ini for this fake, as `qai-hub configure` writes it (section [api]); point the client
