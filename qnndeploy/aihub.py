@@ -117,8 +117,10 @@ def _chipsets() -> dict[str, socs.Soc]:
 def hosted(device: Any) -> HostedDevice:
     """A qai_hub.Device as qnndeploy sees it."""
     attrs = list(device.attributes)
-    chipset = next((a.split(":", 1)[1] for a in attrs if a.startswith("chipset:")), None)
-    soc = _chipsets().get(chipset or "")
+    chipsets = [a.split(":", 1)[1] for a in attrs if a.startswith("chipset:")]  # a device may list aliases
+    known = _chipsets()
+    soc = next((known[c] for c in chipsets if c in known), None)
+    chipset = soc.aihub_chipset if soc else next(iter(chipsets), None)
     return HostedDevice(device.name, device.os, chipset, soc.model if soc else None, soc.dsp_arch if soc else None,
                         attrs)
 
@@ -143,7 +145,7 @@ def device_named(name: str) -> Any:
 
 
 def job_ref(job: Any) -> dict[str, str]:
-    return {"id": str(job.job_id), "url": str(job.url)}
+    return {"job_id": str(job.job_id), "url": str(job.url)}
 
 
 def wait(job: Any, what: str, timeout_s: float, *, should_stop: Callable[[], bool] | None = None,

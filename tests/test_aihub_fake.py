@@ -27,6 +27,8 @@ from aihub_fake import DEVICES_FILE, FakeAiHub
 from aihub_fake.service import REPO_ROOT, WORKER
 
 pytest_plugins = ["aihub_fake.fixtures"]
+# The stand-in's own tests: slow tier (tests/test_aihub.py exercises it through the product in the fast tier).
+pytestmark = [pytest.mark.slow]
 
 SM8650 = "chipset:qualcomm-snapdragon-8gen3"
 

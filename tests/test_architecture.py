@@ -36,7 +36,8 @@ LAYERS = [
     {"qnndeploy.__main__", "qnndeploy.data.make_demo_model"},  # entry points: `python -m qnndeploy`, a generator
 ]
 # Within the stage layer, a package's modules may use each other downward (the compile stage runs its backends).
-INSIDE_STAGES = {("qnndeploy.compile", "qnndeploy.compile.ort"), ("qnndeploy.compile", "qnndeploy.compile.aihub"), ("qnndeploy.compile", "qnndeploy.compile.qairt"),
+INSIDE_STAGES = {("qnndeploy.compile", "qnndeploy.compile.ort"),
+                 ("qnndeploy.compile", "qnndeploy.compile.aihub"), ("qnndeploy.compile", "qnndeploy.compile.qairt"),
                  ("qnndeploy.device.verify", "qnndeploy.device.runner"),
                  ("qnndeploy.device.hosted", "qnndeploy.device.verify"),
                  ("qnndeploy.doctor", "qnndeploy.compile.qairt")}

@@ -64,7 +64,7 @@ class AihubBackend:
                                             name=f"{g}-{job.soc.model}", options=job.options["compile_options"],
                                             calibration_data=calibration, retry=False)
         ref = aihub.job_ref(remote)
-        log.write(f"AI Hub compile job {ref['id']}: {ref['url']}\n  options: {job.options['compile_options']}\n")
+        log.write(f"AI Hub compile job {ref['job_id']}: {ref['url']}\n  options: {job.options['compile_options']}\n")
         log.flush()
 
         def state(code: str) -> None:
@@ -76,7 +76,7 @@ class AihubBackend:
         with aihub.errors(f"downloading {g} for {job.soc.model} from AI Hub"):
             written = remote.download_target_model(str(binary))
         if written is None or Path(written) != binary or not binary.is_file():
-            raise CompileError(f"AI Hub job {ref['id']} gave no QNN context binary ({written}): check "
+            raise CompileError(f"AI Hub job {ref['job_id']} gave no QNN context binary ({written}): check "
                                f"--target_runtime on {ref['url']}")
         context = qnnsystem.read_context_here(binary)
         if len(context.graphs) != 1:
@@ -87,7 +87,7 @@ class AihubBackend:
         log.write(f"  downloaded {binary.name} ({binary.stat().st_size:,} bytes), QAIRT {build or 'unknown'}, built "
                   f"for {device.name}\n")
         return Compiled([(binary.name, CONTEXT_BINARY), (f"{g}_ctx.onnx", EPCONTEXT)],
-                        aihub={"job_id": ref["id"], "url": ref["url"], "device": str(device.name),
+                        aihub={"job_id": ref["job_id"], "url": ref["url"], "device": str(device.name),
                                "chipset": str(job.options["chipset"]),
                                "qairt": markers.build_version(build) if build else None})
 
