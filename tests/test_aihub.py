@@ -86,9 +86,12 @@ def test_a_build_from_ai_hub_is_accepted_by_validate_bundle_verify_and_scaffold(
         assert h["warm_load_ms"] > 0 and h["compute_units"] == {"NPU": 1}
     saved = sorted(json.loads(p.read_text())["device"]["serial"] for p in records.glob("*.json"))
     assert saved == sorted(HOSTED)
-    table = run("device", "verify", str(bundle), "--aihub", "--soc", "SM8550", "-o", str(records))
+    table = run("device", "verify", str(bundle), "--aihub", "--device", HOSTED[1], "--soc", "SM8550", "-o",
+                str(records))
     assert table.exit_code == 0, table.output
-    assert "infer ms" in table.output and "Samsung Galaxy S23" in table.output and "passed" in table.output
+    rows = [line for line in table.output.splitlines() if "/jobs/" in line]
+    assert len(rows) == 2 and all(" passed " in r and "/jobs/" in r for r in rows), table.output
+    assert "infer ms" in table.output and "load ms" in table.output and "warm ms" in table.output
 
     listed = run("device", "list", "--aihub", "--bundle", str(bundle), "--json")
     assert listed.exit_code == 0, listed.output
