@@ -27,8 +27,8 @@ from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
 
-from qnndeploy.errors import QnnDeployError
-from qnndeploy.fileio import JSON, read_limited
+from qnndeploy.errors import EXIT_BAD_INPUT, QnnDeployError
+from qnndeploy.fileio import JSON, read_limited, sha256_file
 
 PLAN = "play.json"
 PLAN_FORMAT = "qnndeploy-play"
@@ -85,6 +85,16 @@ def read_plan(path: Path) -> JSON:
                              "again with qnndeploy package play")
     result: JSON = data
     return result
+
+
+def read_plan_of(folder: Path, bundle: Path) -> JSON:
+    """The plan of a `package play` output, refused unless it was made from this very bundle (its manifest)."""
+    plan = read_plan(folder)
+    if plan["bundle"]["manifest_sha256"] != sha256_file(Path(bundle) / "manifest.json"):
+        raise QnnDeployError(f"{folder} was packaged from another bundle ({plan['bundle']['name']} "
+                             f"{plan['bundle']['version']}, another manifest): run qnndeploy package play {bundle} -o "
+                             f"{folder} again", EXIT_BAD_INPUT)
+    return plan
 
 
 def plan_groups(plan: JSON) -> list[Group]:

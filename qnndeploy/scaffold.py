@@ -11,7 +11,6 @@ keep manifest.json, play.json and the CPU models, and the glue gains PlayPack.kt
 
 from __future__ import annotations
 
-import hashlib
 import keyword
 import re
 import shutil
@@ -125,7 +124,7 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
     require_ok(bundle, report)
     manifest = read_manifest(bundle)  # verify has checked it against the schema
     _check_engine(manifest, bundle, engine)
-    plan = _read_play(play, bundle) if play is not None else None
+    plan = playplan.read_plan_of(play, bundle) if play is not None else None
 
     templates = templates_dir()
     glue_name = APP_GLUE_DIR if app else out.name
@@ -170,16 +169,6 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
         warnings=pins.warnings if pins else [],
         play=f"{plan['pack']} ({plan['delivery']})" if plan is not None else None,
     )
-
-
-def _read_play(play: Path, bundle: Path) -> dict[str, Any]:
-    """The plan of a `package play` output, refused unless it was made from this very bundle (its manifest)."""
-    plan: dict[str, Any] = playplan.read_plan(Path(play))
-    digest = hashlib.sha256((bundle / "manifest.json").read_bytes()).hexdigest()
-    if plan["bundle"]["manifest_sha256"] != digest:
-        raise QnnDeployError(f"{play} was packaged from another bundle (its manifest.json differs from {bundle}'s); "
-                             f"run qnndeploy package play {bundle} -o {play} again")
-    return plan
 
 
 def _play_lines(play: Path, plan: dict[str, Any]) -> list[str]:

@@ -15,6 +15,7 @@ from conftest import require
 
 from qnndeploy import aihub, htp
 from qnndeploy.cli import cli
+from qnndeploy.compile import aihub as backend
 from qnndeploy.records import read_record
 
 pytest_plugins = ["aihub_fake.fixtures"]
@@ -178,8 +179,6 @@ def test_unknown_device_and_wrong_combinations_are_one_line_errors(aihub, tmp_pa
 
 
 def test_a_slow_job_times_out_with_its_url_and_a_stop_ends_the_wait(aihub, tmp_path, monkeypatch):
-    from qnndeploy.compile import aihub as backend
-
     aihub.slow_jobs(30)
     monkeypatch.setattr(backend, "TIMEOUT_S", 0.3)
     build = tmp_path / "b"

@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 import pytest
 import synth_models
+from conftest import require
 
 try:
     import qai_hub
@@ -25,6 +26,9 @@ except ImportError:
 
 from aihub_fake import DEVICES_FILE, FakeAiHub
 from aihub_fake.service import REPO_ROOT, WORKER
+
+from qnndeploy import htp
+from qnndeploy.qnnsystem import read_context
 
 pytest_plugins = ["aihub_fake.fixtures"]
 # The stand-in's own tests: slow tier (tests/test_aihub.py exercises it through the product in the fast tier).
@@ -43,10 +47,6 @@ def mlp(tmp_path: Path) -> Path:
 @pytest.fixture(scope="module")
 def foreign_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A context binary for SM8650 (v75) that no FakeAiHub compiled: made by the fake's worker directly."""
-    from conftest import require
-
-    from qnndeploy import htp
-
     require(htp.available(), "onnxruntime-qnn (the QNN HTP backend)")
     folder = tmp_path_factory.mktemp("foreign")
     model = folder / "mlp.onnx"
@@ -126,8 +126,6 @@ def test_an_unknown_or_vanished_device_is_not_available(aihub: FakeAiHub, mlp: P
 
 @pytest.mark.needs_qnn
 def test_compile_by_chipset_then_inference_matches_the_cpu(aihub: FakeAiHub, mlp: Path, tmp_path: Path):
-    from qnndeploy.qnnsystem import read_context
-
     job = qai_hub.submit_compile_job(str(mlp), device=qai_hub.Device(attributes=SM8650),
                                      options="--target_runtime qnn_context_binary",
                                      input_specs={"x": ((1, 16), "float32")})

@@ -81,7 +81,7 @@ class AihubBackend:
         context = qnnsystem.read_context_here(binary)
         if len(context.graphs) != 1:
             raise CompileError(f"AI Hub's {binary.name} holds {len(context.graphs)} graphs, not 1")
-        build = min(markers.scan_file(binary, markers=True).builds, default=None)
+        build = context.build_id or None
         epcontext.wrap(binary.name, context.graphs[0].name, job.model, work / f"{g}_ctx.onnx", build)
         device = remote.device
         log.write(f"  downloaded {binary.name} ({binary.stat().st_size:,} bytes), QAIRT {build or 'unknown'}, built "

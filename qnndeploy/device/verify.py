@@ -145,7 +145,8 @@ class Job:
         self.play_plan: JSON | None = None
         self.play_groups: list[playplan.Group] = []
         if play is not None:
-            self.play_plan, self.play_groups = _play(self.bundle, play)
+            # the targeting config Play reads is evaluated, not the plan's copy of it: a hand edit counts
+            self.play_plan, self.play_groups = playplan.read_plan_of(play, self.bundle), playplan.read_config(play)
         backend = decision.bundled_backend(manifest)  # its version, as the app's glue reads it; external: unknown
         self.runtime_version = markers.library_version(self.bundle / backend) if backend else None
         self._libs: dict[str, dict[str, LocalFile]] = {}
@@ -172,17 +173,6 @@ class Job:
     def cpu_model(self, graph: str) -> Path:
         return next(self.bundle / str(a["path"]) for a in self.manifest["cpu"] if a["graph"] == graph
                     and a["format"] == "onnx")
-
-
-def _play(bundle: Path, folder: Path) -> tuple[JSON, list[playplan.Group]]:
-    """A `package play` output of this bundle: its plan and the device groups of its targeting config, the file
-    Play reads (so a hand edit of it counts)."""
-    plan = playplan.read_plan(folder)
-    if plan["bundle"]["manifest_sha256"] != sha256_file(bundle / "manifest.json"):
-        raise QnnDeployError(f"--play {folder} was packaged from another bundle ({plan['bundle']['name']} "
-                             f"{plan['bundle']['version']}, another manifest): run qnndeploy package play on "
-                             f"{bundle} again", EXIT_BAD_INPUT)
-    return plan, playplan.read_config(folder)
 
 
 def play_check(plan: JSON, groups: list[playplan.Group], props: dict[str, str], soc: str | None) -> PlayCheck:
