@@ -144,6 +144,9 @@ class Decision:
     reason: str
     reason_key: str  # the reason's key in data/reasons.json
     dsp_arch: str | None = None  # of the chosen target (NPU only)
+    # the chosen target's QNN soc_model number (its manifest "soc_id"; NPU only): the glue passes it, and the arch,
+    # to the QNN EP, whose own SoC detection fails on some phones (QNN_DEVICE_ERROR_INVALID_CONFIG on SM8750-AC)
+    soc_id: int | None = None
     paths: dict[str, str] = field(default_factory=dict)  # graph -> bundle path of the model to load
     files: list[str] = field(default_factory=list)  # every bundle file this decision needs on the phone
     backend_lib: str | None = None
@@ -351,6 +354,7 @@ def decide(manifest: Mapping[str, Any], device: Device, *, load_errors: Mapping[
                     runtime_version)
     why = reason("npu", soc=soc, arch=arch)
     return Decision(provider="npu", soc=soc, identified_by=identity.identified_by, reason=why.text, reason_key=why.key,
-                    dsp_arch=arch, paths=paths, files=[a["path"] for a in [*target["artifacts"], *cpu]],
+                    dsp_arch=arch, soc_id=target["soc_id"], paths=paths,
+                    files=[a["path"] for a in [*target["artifacts"], *cpu]],
                     backend_lib=libs.backend, system_lib=libs.system, adsp_library_path=adsp,
                     runtime_version=runtime_version, cpu_graphs=cpu_graphs)

@@ -23,8 +23,10 @@ import shutil
 import string
 import zlib
 from dataclasses import dataclass, field
+from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import NamedTuple
 from xml.sax.saxutils import quoteattr
 
 from qnndeploy.bundle.manifest import read_manifest
@@ -56,8 +58,30 @@ APP_LIMIT = 4_000_000_000  # everything one phone gets of an app version
 # A device group may have 5 selectors; qnndeploy writes one per group, listing every SoC of the group (the
 # system-on-chip elements of one selector are alternatives), so that limit is never reached.
 MIN_AGP = "8.10.0"  # device targeting config (AI packs alone need 8.8)
-AI_DELIVERY = "com.google.android.play:ai-delivery:0.1.1-alpha01"  # AiPackManager, for fast-follow and on-demand
+MAVEN = "data/play/maven.json"  # the Maven libraries the Gradle files declare, with their sources
 DEFLATE_LEVEL = 6  # zlib's default, the level of APK and AAB entries: the estimate of what a phone downloads
+
+
+class MavenLibrary(NamedTuple):
+    """A Maven dependency of the written Gradle files, and where its version was seen (data/play/maven.json)."""
+
+    coordinate: str  # group:artifact:version
+    source: str  # the URL where the version was seen
+    read: str  # when (YYYY-MM-DD)
+
+
+@cache
+def ai_delivery() -> MavenLibrary:
+    """com.google.android.play:ai-delivery (AiPackManager), the version data/play/maven.json gives, with its source."""
+    try:
+        entry = json.loads(resources.files("qnndeploy").joinpath(MAVEN).read_text(encoding="utf-8"))["ai_delivery"]
+        library = MavenLibrary(entry["coordinate"], entry["source"]["url"], entry["source"]["read"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise QnnDeployError(f"qnndeploy's {MAVEN} is missing or damaged ({e!r}): reinstall qnndeploy") from None
+    if len(library.coordinate.split(":")) != 3 or not all(library.coordinate.split(":")):
+        raise QnnDeployError(f"qnndeploy's {MAVEN} has no group:artifact:version for ai_delivery "
+                             f"('{library.coordinate}'): reinstall qnndeploy")
+    return library
 
 
 @dataclass
@@ -99,6 +123,7 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
     that passes `bundle verify`. progress: called with byte counts while files are hashed and deflated."""
     bundle, out = Path(bundle), Path(out)
     check_request(out, pack=pack, delivery=delivery, force=force)
+    library = ai_delivery()
     report = report if report is not None else verify_folder(bundle)
     require_ok(bundle, report)
     manifest = read_manifest(bundle)
@@ -114,7 +139,8 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
                         plan["base"]["deflated"]))
     fields = {"pack": pack, "delivery": delivery, "bundle": f"{manifest['name']} {manifest['version']}",
               "folder": FOLDER, "config": CONFIG, "default_group": plan["default_group"], "min_agp": MIN_AGP,
-              "ai_delivery": AI_DELIVERY, "table": _readme_table(rows, plan["one_apk"]["deflated"])}
+              "ai_delivery": library.coordinate, "ai_delivery_source": library.source,
+              "ai_delivery_read": library.read, "table": _readme_table(rows, plan["one_apk"]["deflated"])}
     if out.exists() and out.is_dir() and not any(out.iterdir()):
         out.rmdir()
     with staging_dir(out, force) as tmp:
@@ -177,14 +203,16 @@ class _Sizes:
 
 def _plan(bundle: Path, manifest: JSON, pack: str, delivery: str, sizes: _Sizes) -> JSON:
     """One device group per target, named after its SoC (a bundle lists each file once, so no two targets share
-    files that one group could carry for both)."""
+    files that one group could carry for both). A group's SoC is the catalog model, as the decision identifies a
+    phone's SoC and matches a target named by an alias (SM8750P)."""
     groups: list[JSON] = []
     for t in manifest["targets"]:
         paths = [a["path"] for a in t["artifacts"]]
         files = [sizes.entry(p) for p in paths]
+        soc = find(t["soc"]).model
         groups.append({
-            "name": _group_name(t["soc"]), "socs": [t["soc"]], "dsp_arch": t["dsp_arch"],
-            "selectors": selectors([t["soc"]]), "files": files, "bytes": sum(f["size"] for f in files),
+            "name": _group_name(t["soc"]), "socs": [soc], "dsp_arch": t["dsp_arch"],
+            "selectors": selectors([soc]), "files": files, "bytes": sum(f["size"] for f in files),
             "deflated": sum(sizes.deflated(p) for p in paths),
         })
     runtime = manifest["runtime"]
@@ -214,12 +242,11 @@ def _group_name(soc: str) -> str:
 
 def selectors(socs: list[str]) -> list[JSON]:
     """Every (manufacturer, model) Play may see on a phone with one of these SoCs: both manufacturer spellings
-    (Play cannot tell which a phone reports) times the catalog model and its aliases, upper-case as phones report
-    them (Play compares exactly)."""
+    (Play cannot tell which a phone reports) times every name of the SoC, the catalog model and its aliases
+    (SM8750, SM8750P, SM8750-AC), upper-case as phones report them (Play compares exactly)."""
     models: list[str] = []
     for soc in socs:
-        entry = find(soc)
-        for m in (entry.model, *entry.aliases):
+        for m in find(soc).names:
             if upper(m) not in models:
                 models.append(upper(m))
     return [{"manufacturer": man, "model": m} for man in MANUFACTURERS for m in models]

@@ -74,6 +74,37 @@ def test_alias_reported_by_the_phone_matches_the_catalog_model():
     assert d.npu and d.soc == "SM8750"
 
 
+def spellings(name: str) -> list[str]:
+    """A name as a phone may report it: as written, lower case, mixed case, with ASCII whitespace around it."""
+    mixed = "".join(c.lower() if i % 2 else c.upper() for i, c in enumerate(name))
+    return [name, name.lower(), mixed, f" \t{name}\r\n", f"\x0b{name.lower()}\x0c", f"\n{mixed} "]
+
+
+def test_every_name_a_phone_reports_for_a_soc_decides_its_target_with_its_soc_model():
+    """Galaxy phones report suffixed names (SM8750-AC on an S25): each catalog alias, in any ASCII case and with
+    whitespace around it, is its SoC, whose target the decision picks and whose QNN soc_model it names."""
+    aliased = [s for s in socs.catalog() if s.aliases]
+    assert {"SM8750-AC", "SM8850-AD", "SM8650-AC", "SM8550-AC", "SM8750P"} <= {a for s in aliased for a in s.aliases}
+    m = bundles.manifest(targets=tuple(s.model for s in aliased))
+    for soc in aliased:
+        for name in soc.names:
+            for spelled in spellings(name):
+                for sdk in (30, 35):  # ro.soc.model before Build.SOC_MODEL exists, then Build.SOC_MODEL
+                    d = run(m, device=Device(spelled, None, sdk))
+                    assert (d.provider, d.soc, d.dsp_arch, d.soc_id) == ("npu", soc.model, soc.dsp_arch,
+                                                                         soc.soc_id), (spelled, d.reason)
+                    assert d.identified_by == ("Build.SOC_MODEL" if sdk >= 31 else "ro.soc.model")
+
+
+def test_the_soc_model_named_is_the_targets_own_and_only_on_the_npu():
+    m = bundles.manifest(targets=("SM8550", "SM8750"))
+    assert (run(m).soc_id, run(m, device=Device("SM8550-AC", None, 34)).soc_id) == (69, 43)
+    m["targets"][1]["soc_id"] = 12345  # what the manifest says, as the app passes it on (bundle verify checks it)
+    assert run(m).soc_id == 12345
+    assert run(m, load_errors={"libQnnHtp.so": "x"}).soc_id is None
+    assert run(m, device=Device("SM8650", None, 34)).soc_id is None
+
+
 def test_library_failures_give_cpu_with_every_loader_message():
     errors = {"libQnnHtpV79Stub.so": 'dlopen failed: library "libcdsprpc.so" not found',
               "libQnnSystem.so": "dlopen failed: cannot locate symbol"}

@@ -93,6 +93,38 @@ def test_info_with_a_bundle_names_the_target_the_app_would_choose(emulated_devic
     assert r.exit_code == 2 and "is not a bundle" in r.output
 
 
+def test_info_with_a_bundle_on_phones_reporting_every_alias_picks_the_catalog_socs_target(emulated_devices, tmp_path):
+    """Galaxy S25 phones report ro.soc.model SM8750-AC, S26 SM8850-AD, S24 SM8650-AC, S23 SM8550-AC; others SM8750P,
+    SM8350P, SM8845P, QCS9075: each is its catalog SoC, whose target the app would choose, with its soc_model."""
+    from qnndeploy import socs
+    from qnndeploy.fileio import write_json
+
+    aliased = [s for s in socs.catalog() if s.aliases]
+    write_json(tmp_path / "demo-1.0.0" / "manifest.json", bundles.manifest(targets=tuple(s.model for s in aliased)))
+    (phone,) = emulated_devices("sm8750")
+    seen = set()
+    for soc in aliased:
+        for alias in soc.aliases:
+            for reported in (alias, alias.lower()):
+                phone.set_prop("ro.soc.model", reported)
+                r = _run("device", "info", "-s", phone.serial, "--bundle", str(tmp_path / "demo-1.0.0"), "--json")
+                assert r.exit_code == 0, r.output
+                info = json.loads(r.output)
+                assert info["soc_model_prop"] == reported
+                assert (info["soc"], info["identified_by"], info["qnn_soc_id"]) == (soc.model, "Build.SOC_MODEL",
+                                                                                    soc.soc_id), reported
+                choice = info["app_choice"]
+                assert (choice["provider"], choice["soc"], choice["dsp_arch"], choice["soc_id"]) == (
+                    "npu", soc.model, soc.dsp_arch, soc.soc_id), (reported, choice["reason"])
+                assert f"npu/{soc.model}/det.bin" in choice["files"]
+                seen.add(alias)
+    assert {"SM8750-AC", "SM8850-AD", "SM8650-AC", "SM8550-AC", "SM8750P", "SM8350P", "SM8845P", "QCS9075"} <= seen
+    phone.set_prop("ro.soc.model", "SM8750-AC")
+    text = _run("device", "info", "-s", phone.serial, "--bundle", str(tmp_path / "demo-1.0.0")).output
+    assert "ro.soc.model SM8750-AC" in text and "SoC SM8750 (by Build.SOC_MODEL): HTP v79, QNN soc_model 69" in text
+    assert "with bundle demo 1.0.0: NPU, target SM8750 (v79) by Build.SOC_MODEL" in text
+
+
 def test_info_with_a_bundled_runtime_older_than_min_runtime_says_the_app_takes_the_cpu(emulated_devices, tmp_path):
     """The version is the one the bundle's own libQnnHtp.so's build marker names, as the app's glue reads it."""
     from qnndeploy.fileio import write_json

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from conftest import require
 from device_emulator.qnn_net_run import write_launcher
 
-from qnndeploy import htp
+from qnndeploy import htp, socs
 from qnndeploy.cli import cli
 from qnndeploy.device import runner
 
@@ -105,8 +105,29 @@ def test_verify_pushes_the_chosen_target_then_nothing(device, bundle, tmp_path):
     assert record["device"] == {"serial": device.serial, "model": "Emulated SM8750 Phone", "android_release": "15",
                                 "sdk": 35}
     assert record["soc"] == {"model": "SM8750", "identified_by": "Build.SOC_MODEL", "dsp_arch": "v79"}
-    assert record["bundle"]["name"] == "demo" and record["bundle"]["qairt_version"] == "2.51.0"
+    assert record["bundle"]["name"] == "demo" and record["bundle"]["qairt_version"] == "2.49.40"
     assert record["decision"]["provider"] == "npu" and record["push"]["remote_dir"] == REMOTE
+
+
+def test_phones_reporting_an_alias_get_their_catalog_socs_target(device, bundle, tmp_path):
+    """A Galaxy S25 reports ro.soc.model SM8750-AC, an S23 SM8550-AC: verify picks the SM8750 (SM8550) target, as
+    for every other name of those SoCs in the catalog, and pushes its files."""
+    seen = set()
+    for model in ("SM8750", "SM8550"):
+        soc = socs.find(model)
+        for reported in soc.aliases:
+            device.set_prop("ro.soc.model", reported)
+            code, out = verify(str(bundle), "--json", records=tmp_path / "rec")
+            assert code == 0, out
+            d = out["devices"][0]
+            assert (d["provider"], d["soc"], d["identified_by"], d["dsp_arch"]) == (
+                "npu", model, "Build.SOC_MODEL", soc.dsp_arch), (reported, d["reason"])
+            assert {f.removeprefix("npu/").split("/")[0] for f in phone_files(device) if f.startswith("npu/")} == \
+                {model}
+            record = json.loads(Path(d["record"]).read_text())
+            assert record["soc"] == {"model": model, "identified_by": "Build.SOC_MODEL", "dsp_arch": soc.dsp_arch}
+            seen.add(reported)
+    assert {"SM8750-AC", "SM8750P", "SM8550-AC"} <= seen
 
 
 def test_a_file_altered_on_the_phone_is_found_and_resent(device, bundle, tmp_path):
@@ -332,7 +353,7 @@ def test_an_sdk_of_another_qairt_version_is_refused(device, compiled, tmp_path):
     write_launcher(sdk / "bin/aarch64-android/qnn-net-run")
     r = CliRunner().invoke(cli, ["device", "verify", str(external), "--qnn-sdk-root", str(sdk)])
     assert r.exit_code == 2, r.output
-    assert "is QAIRT v2.45.0.250101120000 but the bundle was compiled with QAIRT 2.51.0" in r.output
+    assert "is QAIRT v2.45.0.250101120000 but the bundle was compiled with QAIRT 2.49.40" in r.output
     assert "error 5000" in r.output and not on_phone(device).exists()
 
 
@@ -386,22 +407,27 @@ def test_play_tells_each_phone_its_device_group_and_fails_a_mismatch(emulated_de
     assert packed.exit_code == 0, packed.output
     ok, old, other = emulated_devices("sm8750", "android11", "exynos")
     alias = emulated_devices("sm8750", props={"ro.soc.model": "SM8750P", "ro.soc.manufacturer": "Qualcomm"})[0]
+    galaxy = emulated_devices("sm8750", props={"ro.soc.model": "SM8750-AC"})[0]  # a Galaxy S25
     lower = emulated_devices("sm8750", props={"ro.soc.model": "sm8750"})[0]  # upper-cased by the decision, not Play
     code, out = verify(str(bundle), "--all", "--play", str(play_dir), "--json", records=tmp_path / "records")
     assert code == 1, out  # the lower-case phone fails; the others pass
     play = {d["serial"]: d["play"] for d in out["devices"]}
     assert (play[ok.serial]["delivered"], play[ok.serial]["ok"]) == ("sm8750", True)
     assert (play[alias.serial]["delivered"], play[alias.serial]["ok"]) == ("sm8750", True)
+    assert (play[galaxy.serial]["delivered"], play[galaxy.serial]["ok"]) == ("sm8750", True)
+    listed = ", ".join(sorted(f"{m}/{n}" for m in ("QTI", "Qualcomm") for n in socs.find("SM8750").names))
+    assert "QTI/SM8750-AC" in listed and "Qualcomm/SM8750P" in listed
     assert play[lower.serial] == {
         "manufacturer": "QTI", "model": "sm8750", "delivered": "other", "expected": "sm8750", "ok": False,
         "reason": "Play would deliver group other (ro.soc.manufacturer 'QTI', ro.soc.model 'sm8750') but the decision "
-                  "expects group sm8750 for SoC SM8750: Play compares exactly, and group sm8750 lists QTI/SM8750, "
-                  "QTI/SM8750P, Qualcomm/SM8750, Qualcomm/SM8750P; the app would run on the CPU"}
+                  f"expects group sm8750 for SoC SM8750: Play compares exactly, and group sm8750 lists {listed}; "
+                  "the app would run on the CPU"}
     assert (play[old.serial]["delivered"], play[old.serial]["expected"], play[old.serial]["ok"]) == (
         "other", "other", True)  # Android 11, SM8350: in no group and no target, the CPU either way
     assert (play[other.serial]["delivered"], play[other.serial]["ok"]) == ("other", True)
     records = [json.loads(p.read_text()) for p in (tmp_path / "records").glob("*.json")]
-    assert sorted(r["play"]["delivered"] for r in records) == ["other", "other", "other", "sm8750", "sm8750"]
+    assert sorted(r["play"]["delivered"] for r in records) == ["other", "other", "other", "sm8750", "sm8750",
+                                                               "sm8750"]
     text = verify(str(bundle), "-s", lower.serial, "--play", str(play_dir), records=tmp_path / "records")[1]
     assert "Play: MISMATCH: Play would deliver group other" in text
     # a plan of another bundle is refused, in one line

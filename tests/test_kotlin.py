@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.needs_kotlin]
 
 HERE = Path(__file__).parent / "kotlin"
 PACKAGE = "com.example.qnnsample"  # tests/kotlin/*.kt import the glue from this package
-UNIT_TESTS = 24  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
+UNIT_TESTS = 25  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
 
 
 @pytest.fixture(scope="session")
@@ -107,9 +107,27 @@ MIN_RUNTIMES = ["2.49.0", "2.10.0", "0.0.0", "2.49", "v2.49.0", " 2.49.0", "", "
                 "\uff12.49.0"]
 
 
+def spellings(name: str) -> list[str]:
+    """A name as a phone may report it: as written, lower case, mixed case, with ASCII whitespace around it."""
+    mixed = "".join(c.lower() if i % 2 else c.upper() for i, c in enumerate(name))
+    return [name, name.lower(), mixed, f" \t{name}\r\n", f"\x0b{name.lower()}\x0c", f"\n{mixed} "]
+
+
+def spelled_devices() -> list[Device]:
+    """Every model and alias of the catalog in every spelling of spellings(), as Build.SOC_MODEL and ro.soc.model."""
+    return [Device(spelled, None, sdk) for soc in socs.catalog() for name in soc.names
+            for spelled in spellings(name) for sdk in (30, 35)]
+
+
+def aliased_manifest(**kw) -> dict:
+    """A bundle with a target for every SoC of the catalog that phones also report by another name."""
+    return bundles.manifest(targets=tuple(s.model for s in socs.catalog() if s.aliases), **kw)
+
+
 def agreement_cases(real_manifest: dict) -> tuple[list[dict], list[dict]]:
     """Manifests × phones × library outcomes × environments × remembered failures × engines, and the failure to set
-    ADSP_LIBRARY_PATH on a smaller product; the loaded runtime's version × the bundle's min_runtime on another."""
+    ADSP_LIBRARY_PATH on a smaller product; the loaded runtime's version × the bundle's min_runtime on another;
+    every catalog name in every spelling × bundles with targets for them (and soc_ids the catalog does not have)."""
     two = bundles.manifest()
     bundled = bundles.manifest(runtime="bundled")
     no_v79 = bundles.manifest(runtime="bundled")
@@ -131,7 +149,10 @@ def agreement_cases(real_manifest: dict) -> tuple[list[dict], list[dict]]:
             m["targets"][0]["dsp_arch"] = arch
             archs.append(m)
     accepts = accepted_manifests(two, bundled)
-    manifests = core + versions + archs + runtimes + accepts
+    # the target's soc_id is the manifest's, whatever the catalog says (bundle verify compares the two)
+    ids = [{**two, "targets": [{**t, "soc_id": v} for t in two["targets"]]} for v in (0, 12345, 2**40)]
+    named = [aliased_manifest(), aliased_manifest(runtime="bundled"), *ids]
+    manifests = core + versions + archs + runtimes + accepts + named
     devices = [Device("SM8750", "sun", 35), Device("SM8750P", None, 34), Device(" sm8550 ", "kalama", 33),
                Device("SM8550", "kalama", 30), Device(None, "kalama", 30), Device("", "sun", 29),
                Device(None, "lito", 30), Device(None, None, 28), Device("unknown", "pineapple", 31),
@@ -156,6 +177,8 @@ def agreement_cases(real_manifest: dict) -> tuple[list[dict], list[dict]]:
                           engines, RUNTIMES),
         itertools.product(accepts, sm8750 + devices[2:3] + devices[10:11], loads[:2], envs[:1], remembered[:2],
                           [None, "EINVAL (Invalid argument)"], engines, [None, "2.48.0"]),
+        itertools.product([real_manifest, two, *named], spelled_devices(), loads[:2], envs[:1], remembered[:1],
+                          [None], engines, [None]),
     ]
     index = {id(m): i for i, m in enumerate(manifests)}
     cases = []
@@ -217,7 +240,10 @@ def test_python_and_kotlin_decide_alike(rendered, kotlin):
     out = json.loads(done.stdout)
     assert len(out["cases"]) == len(cases) > 20_000
     models, _ = soc_tables()
+    named = manifests[-5:]  # agreement_cases' last manifests: the aliased bundles, then the odd soc_ids
+    assert [m["targets"][0]["soc_id"] for m in named[2:]] == [0, 12345, 2**40]
     python_keys, kotlin_keys = set(), set()
+    npu_names = set()  # (the SoC, the name as the phone reported it) decided on the NPU by both twins
     for case, got in zip(cases, out["cases"], strict=True):
         rem = case["remembered"]
         manifest = manifests[case["manifest"]]
@@ -235,11 +261,27 @@ def test_python_and_kotlin_decide_alike(rendered, kotlin):
             target = next(t for t in manifest["targets"] if models.get(t["soc"], t["soc"]) == expected.soc)
             libs = qnn_libraries(target["dsp_arch"])
             calls += [f"load {libs.system}", f"load {libs.backend}", f"load {libs.stub}"]
+            # the QNN soc_model the glue passes to the QNN EP: the chosen target's, on the NPU only
+            assert expected.soc_id == (target["soc_id"] if expected.npu else None), case
+        elif expected.soc_id is not None:
+            raise AssertionError(f"a {expected.reason_key} decision names a soc_model: {case}")
+        if expected.npu:  # the QNN EP options of the generated OrtModels: soc_model and htp_arch always given
+            assert expected.soc_id is not None and expected.dsp_arch is not None
+            assert got["qnn_options"] == {"backend_path": expected.backend_lib, "htp_performance_mode": "burst",
+                                          "soc_model": str(expected.soc_id),
+                                          "htp_arch": expected.dsp_arch.removeprefix("v")}, case
+        else:
+            assert got["qnn_options"] is None, case
+        if manifest is named[0] and case["device"]["soc_model"] is not None and expected.npu:
+            npu_names.add((expected.soc, case["device"]["soc_model"]))
         if expected.reason_key in ("runtime_too_old", "npu"):
             calls.append("runtime version")  # asked once the libraries loaded, not before
         assert got["calls"] == calls, case
     # every reason of the decision is reached by both twins, so agreeing is not trivial
     assert python_keys == kotlin_keys == set(REASONS["decide"])
+    # every name of every aliased SoC, in every spelling, reached its SoC's target on the NPU in both twins
+    assert npu_names == {(soc.model, spelled) for soc in socs.catalog() if soc.aliases for name in soc.names
+                         for spelled in spellings(name)}
     assert out["libraries"] == [list(qnn_libraries(a)) for a in ODD_ARCHS]
     assert out["reasons"] == [[r["key"], r["text"]] for r in reasons]
 

@@ -8,17 +8,20 @@ import json
 import random
 from pathlib import Path
 
+import bundles
 import play_format
 import pytest
 from click.testing import CliRunner
 from conftest import require
 
-from qnndeploy import htp, play, playplan, socs
+from qnndeploy import decision, htp, play, playplan, socs
 from qnndeploy.cli import cli
 from qnndeploy.demo import run_demo
 from qnndeploy.errors import QnnDeployError
 
 DEMO_SOCS = ("SM8550", "SM8650", "SM8750")
+SCANCARD = ("https://github.com/yoshixmk/scancard/blob/07bd1695bb1faf571d21fa34171c3082e44f4f69/app/"
+            "build.gradle.kts")
 
 
 def run(*args: str):
@@ -75,7 +78,8 @@ def test_the_config_is_a_valid_device_group_config_covering_every_alias_and_both
         entry = socs.find(name)
         want[name.lower()] = {(m, model) for m in ("QTI", "Qualcomm") for model in (entry.model, *entry.aliases)}
     assert got == want
-    assert ("QTI", "SM8750P") in got["sm8750"]  # the catalog's alias of SM8750
+    assert {("QTI", "SM8750P"), ("Qualcomm", "SM8750-AC")} <= got["sm8750"]  # the catalog's aliases of SM8750
+    assert ("QTI", "SM8650-AC") in got["sm8650"] and ("Qualcomm", "SM8550-AC") in got["sm8550"]  # Galaxy S24, S23
     assert "other" not in got  # Play makes the default group; defining it is not allowed
 
 
@@ -101,7 +105,8 @@ def test_each_phone_downloads_one_socs_files(demo_bundle, packed):
     for line in ("assetPacks += [':qnndeploy_models']",
                  "deviceTargetingConfig = file(new File(playDir, 'device_targeting_config.xml'))",
                  "enableSplit = true", "defaultGroup = 'other'",
-                 "implementation 'com.google.android.play:ai-delivery:"):
+                 "implementation 'com.google.android.play:ai-delivery:0.2.0-beta01'",
+                 f"// This version as a public build file uses it: {SCANCARD} (read 2026-12-01)"):
         assert line in app
     readme = (out / "README.md").read_text()
     assert "build-apks --bundle" in readme and "--local-testing" in readme and "--device-groups" in readme
@@ -113,7 +118,8 @@ def test_text_report_and_options(demo_bundle, tmp_path):
             "--pack", "kws_models")
     assert r.exit_code == 0, r.output
     assert "AI pack kws_models (install-time)" in r.output
-    assert "group sm8750: SM8750 (v79); selectors: 4 system-on-chip" in r.output
+    names = socs.find("SM8750").names  # SM8750, SM8750P, SM8750-AC
+    assert f"group sm8750: SM8750 (v79); selectors: {2 * len(names)} system-on-chip" in r.output
     assert "one APK" in r.output and "of one APK" in r.output
     assert 'deliveryType = "install-time"' in (tmp_path / "p" / "kws_models" / "build.gradle").read_text()
     # a second run needs --force, and --force replaces only an earlier output
@@ -187,3 +193,75 @@ def test_play_group_agrees_with_the_proto_reading_of_the_config():
         man, model, sdk = rng.choice(spellings), rng.choice(models), rng.choice([29, 30, 31, 33, 35])
         assert playplan.play_group(groups, man, model, sdk) == play_format.matching_group(config, man, model, sdk,
                                                                                           "other"), (man, model, sdk)
+
+
+def test_every_name_phones_report_lands_in_its_socs_group_by_bundletools_exact_rule():
+    """A group per catalog SoC, read as bundletool reads the XML: a phone reporting any name of a SoC (the model or
+    an alias: a Galaxy S25's SM8750-AC, an S26's SM8850-AD) with either manufacturer spelling is delivered that
+    SoC's group, which is the group the decision expects; the same name in another case or with spaces is not
+    (bundletool's SystemOnChip list.contains), although the decision still finds the SoC."""
+    plan = plan_of({s.model.lower(): [s.model] for s in socs.catalog()})
+    xml = play.config_xml(plan)
+    config = play_format.parse(xml)
+    play_format.validate(config)
+    groups = playplan.parse_config(xml)
+    every = [(s, name) for s in socs.catalog() for name in s.names]
+    assert len({name for _, name in every}) == len(every)  # no name is two SoCs': the groups' selectors are disjoint
+    assert {"SM8750-AC", "SM8850-AD", "SM8650-AC", "SM8550-AC", "SM8750P", "SM8350P", "SM8845P", "QCS9075"} <= {
+        name for _, name in every}
+    for soc, name in every:
+        phone = decision.identify(decision.Device(name, None, 34))
+        assert phone.soc == soc.model, name
+        want = playplan.expected_group(plan, phone.soc)
+        assert want == soc.model.lower()
+        for manufacturer in playplan.MANUFACTURERS:
+            assert play_format.matching_group(config, manufacturer, name, 34, "other") == want, (manufacturer, name)
+            assert playplan.play_group(groups, manufacturer, name, 34) == want, (manufacturer, name)
+            for near in (name.lower(), f" {name}", f"{name}\n"):
+                assert decision.identify(decision.Device(near, None, 34)).soc == soc.model
+                assert play_format.matching_group(config, manufacturer, near, 34, "other") == "other", near
+                assert playplan.play_group(groups, manufacturer, near, 34) == "other", near
+            assert play_format.matching_group(config, manufacturer, name, 30, "other") == "other"  # Android 11
+
+
+def test_the_proto_model_matches_as_bundletools_list_contains():
+    """play_format.matching_group is bundletool's systemOnChipIncluded: an empty list matches every phone, else the
+    list must contain a SystemOnChip equal in both fields (protobuf equals), nothing looser."""
+    xml = play.config_xml(plan_of({"sm8750": ["SM8750"]}))
+    config = play_format.parse(xml)
+    chips = list(config.device_groups[0].device_selectors[0].system_on_chips)
+    assert play_format.CLASSES["SystemOnChip"](manufacturer="QTI", model="SM8750-AC") in chips
+    assert play_format.matching_group(config, "QTI", "SM8750-AC", 31, "other") == "sm8750"
+    for manufacturer, model in (("QTI", "SM8750-ac"), ("qti", "SM8750-AC"), ("QTI", "SM8750-AC "), ("QTI", "SM8750-"),
+                                ("QTI", "SM8750-ACX"), ("Samsung", "SM8750-AC"), ("", "SM8750-AC"), ("QTI", "")):
+        assert play_format.matching_group(config, manufacturer, model, 35, "other") == "other", (manufacturer, model)
+    empty = play_format.CLASSES["DeviceGroupConfig"]()
+    empty.device_groups.add(name="all").device_selectors.add()  # a selector without system-on-chip elements
+    assert play_format.matching_group(empty, "Samsung", "s5e9945", 29, "other") == "all"
+
+
+def test_a_target_named_by_an_alias_gets_the_catalog_socs_group(tmp_path):
+    """The decision matches a target named SM8750P to an SM8750 phone, so the plan's group is for SM8750, with every
+    name of it in the selector, and is the group the decision expects."""
+    manifest = bundles.manifest(targets=("SM8750P", "SM8550"))
+    for rel in [a["path"] for t in manifest["targets"] for a in t["artifacts"]] + [a["path"] for a in manifest["cpu"]]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(rel.encode())
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    plan = play._plan(tmp_path, manifest, "qnndeploy_models", "fast-follow", play._Sizes(tmp_path, None))
+    group = plan["groups"][0]
+    assert group["socs"] == ["SM8750"]
+    assert {s["model"] for s in group["selectors"]} == set(socs.find("SM8750").names)
+    assert playplan.expected_group(plan, decision.identify(decision.Device("SM8750-AC", None, 35)).soc) == \
+        group["name"]
+
+
+def test_the_ai_delivery_version_comes_from_the_data_file_with_its_source():
+    library = play.ai_delivery()
+    assert library == play.MavenLibrary("com.google.android.play:ai-delivery:0.2.0-beta01", SCANCARD, "2026-12-01")
+    data = json.loads((Path(play.__file__).parent / "data/play/maven.json").read_text())
+    assert data["ai_delivery"]["coordinate"] == library.coordinate
+    assert "0.2.0-beta01" in data["ai_delivery"]["source"]["says"]
+    # no version of the library is written in code any more: the data file is the one place to change it
+    code = "\n".join(p.read_text() for p in Path(play.__file__).parent.rglob("*.py"))
+    assert "ai-delivery:" not in code

@@ -127,7 +127,8 @@ def phone_models() -> list[str | None]:
     names: list[str | None] = []
     for soc in socs.catalog():
         for name in (soc.model, *soc.aliases):
-            names += [name, name.lower(), f" {name}", f"{name}\n"]
+            mixed = "".join(c.lower() if i % 2 else c for i, c in enumerate(name))
+            names += [name, name.lower(), mixed, f" {name}", f"{name}\n"]
     return [*names, "SM8750P", "sm8750p", "unknown", "", None, "\u017fm8750", "SM8750\u00a0", "\U0001f600"]
 
 
@@ -147,6 +148,12 @@ def test_python_and_kotlin_choose_the_same_groups(rendered, kotlin):
     want = [play_group(groups[i], man, model, sdk, plans[i]["default_group"]) for i, man, model, sdk in play_cases]
     mismatches = [(c, w, g) for c, w, g in zip(play_cases, want, out["play"], strict=True) if w != g]
     assert not mismatches, mismatches[:5]
+    # every name phones of a bundle SoC report (the model and each alias, e.g. SM8750-AC) lands in that SoC's group
+    for group in plans[0]["groups"]:
+        for name in socs.find(group["socs"][0]).names:
+            for manufacturer in ("QTI", "Qualcomm"):
+                i = play_cases.index((0, manufacturer, name, 35))
+                assert want[i] == out["play"][i] == group["name"], (manufacturer, name)
     assert out["expected"] == [expected_group(plans[i], soc) for i, soc in expected_cases]
     # not trivially equal: each plan sends phones to several groups, and every odd group and default is reached
     for i in range(len(plans)):

@@ -33,5 +33,5 @@ android {
 
 // The qnndeploy glue: ABI filter, jniLibs packaging, the bundle's assets, the QNN runtime and ONNX Runtime, all
 // from the repositories of settings.gradle.kts (mavenCentral). ONNX Runtime (scaffold --ort-aar chooses the AAR):
-// com.microsoft.onnxruntime:onnxruntime-android-qnn:1.29.0 + qnn-runtime 2.51.0 (not a validated set)
+// com.microsoft.onnxruntime:onnxruntime-android-qnn:1.26.0 + qnn-runtime 2.49.0 (not a validated set)
 apply(from = "qnndeploy/qnndeploy.gradle")

@@ -5,13 +5,15 @@ package qnndeploy.tests
 // (each case: a manifest index, device, library-load outcome, environment, setenv failure, remembered failure,
 // the loaded runtime's QAIRT version),
 // runs the generated QnnSelector on each case, qnnLibraries on each arch, and each Reasons function on its
-// arguments, and prints {"cases": [{"decision": Decision.toJson, "calls": the host calls in order}], "libraries":
-// [[backend, system, stub, skel]], "reasons": [[key, text]]}.
+// arguments, and prints {"cases": [{"decision": Decision.toJson, "calls": the host calls in order, "qnn_options":
+// the QNN EP options OrtModels gives an NPU decision (null on the CPU)}], "libraries": [[backend, system, stub,
+// skel]], "reasons": [[key, text]]}.
 
 import com.example.qnnsample.qnndeploy.BundleManifest
 import com.example.qnnsample.qnndeploy.DeviceIdentity
 import com.example.qnnsample.qnndeploy.FileFormat
 import com.example.qnnsample.qnndeploy.MiniJson
+import com.example.qnnsample.qnndeploy.OrtModels
 import com.example.qnnsample.qnndeploy.QnnSelector
 import com.example.qnnsample.qnndeploy.Reason
 import com.example.qnnsample.qnndeploy.Reasons
@@ -45,7 +47,9 @@ object Agreement {
                 appVersion = case["app_version"] as String,
                 remembered = remembered,
             )
-            "{\"decision\":${decision.toJson()},\"calls\":${MiniJson.write(host.calls)}}"
+            val qnnOptions = if (decision.npu) OrtModels.qnnOptions(decision, "burst") else null
+            "{\"decision\":${decision.toJson()},\"calls\":${MiniJson.write(host.calls)}," +
+                "\"qnn_options\":${MiniJson.write(qnnOptions)}}"
         }
         val libraries = (input["archs"] as List<*>).map {
             val libs = QnnSelector.qnnLibraries(it as String)

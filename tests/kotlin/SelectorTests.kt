@@ -19,6 +19,7 @@ import com.example.qnnsample.qnndeploy.FailureMemory
 import com.example.qnnsample.qnndeploy.FileFormat
 import com.example.qnnsample.qnndeploy.MiniJson
 import com.example.qnnsample.qnndeploy.NativeHost
+import com.example.qnnsample.qnndeploy.OrtModels
 import com.example.qnnsample.qnndeploy.ProcessStamp
 import com.example.qnnsample.qnndeploy.Provider
 import com.example.qnnsample.qnndeploy.QnnLibraries
@@ -113,7 +114,7 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             assertEquals("SM8750", d.soc)
             assertEquals(mapOf("det" to "npu/SM8750/det.bin", "rec" to "npu/SM8750/rec.bin"), d.paths)
             assertEquals("libQnnHtp.so" to "libQnnSystem.so", d.backendLib to d.systemLib)
-            assertEquals("v79", d.dspArch)
+            assertEquals("v79" to 69L, d.dspArch to d.socId, "the target's HTP arch and QNN soc_model")
             assertEquals(
                 listOf(
                     "setenv ADSP_LIBRARY_PATH", "load libQnnSystem.so", "load libQnnHtp.so", "load libQnnHtpV79Stub.so",
@@ -399,6 +400,27 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             assertFalse("failed before" in QnnRuntime.select(context, FileFormat.ORT_EPCONTEXT).decision.reason,
                 "an app update retries the NPU")
         },
+        "the QNN EP is given the target's soc_model and htp_arch on the NPU, never left to detect them" to {
+            for ((phone, want) in listOf("SM8750-AC" to ("69" to "79"), "sm8750p" to ("69" to "79"), "SM8550-AC" to ("43" to "73"))) {
+                val d = QnnSelector.decide(m, DeviceIdentity(phone, null, 35), FakeHost(), LIB_DIR, FileFormat.ORT_EPCONTEXT)
+                assertTrue(d.npu, d.reason)
+                OrtModels.sessionOptions(d, "burst").use { options ->
+                    assertEquals(
+                        mapOf(
+                            "backend_path" to "libQnnHtp.so", "htp_performance_mode" to "burst",
+                            "soc_model" to want.first, "htp_arch" to want.second,
+                        ),
+                        options.standInQnnOptions,
+                        phone,
+                    )
+                }
+            }
+            val cpu = QnnSelector.decide(m, DeviceIdentity("SM8650", null, 35), FakeHost(), LIB_DIR)
+            assertEquals(null to null, cpu.socId to cpu.dspArch)
+            OrtModels.sessionOptions(cpu, "burst").use { assertNull(it.standInQnnOptions, "no QNN EP on the CPU") }
+            val unnamed = QnnSelector.decide(m, sm8750, FakeHost(), LIB_DIR).copy(socId = null)
+            assertFailsWith<IllegalStateException> { OrtModels.qnnOptions(unnamed, "burst") }
+        },
         "qnnLibraries drops one leading v, whatever the arch string (as the Python twin does)" to {
             assertEquals(
                 QnnLibraries("libQnnHtp.so", "libQnnSystem.so", "libQnnHtpV79Stub.so", "libQnnHtpV79Skel.so"),
@@ -434,8 +456,11 @@ class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
             val newer = BundleManifest.from(raw + ("format_version" to 4L))
             assertFalse(newer.supported)
             assertEquals(emptyList(), newer.targets, "a format this app does not read is not parsed further")
-            val damaged = raw + ("targets" to listOf(mapOf("soc" to "SM8750", "artifacts" to emptyList<Any>())))
+            val damaged = raw + ("targets" to listOf(mapOf("soc" to "SM8750", "soc_id" to 69L, "artifacts" to emptyList<Any>())))
             assertContains(assertFailsWith<IllegalArgumentException> { BundleManifest.from(damaged) }.message!!, "\"dsp_arch\"")
+            val noSocId = raw + ("targets" to listOf(mapOf("soc" to "SM8750", "soc_id" to "69", "dsp_arch" to "v79")))
+            assertContains(assertFailsWith<IllegalArgumentException> { BundleManifest.from(noSocId) }.message!!, "\"soc_id\"")
+            assertEquals(listOf(43L, 69L), bundled.targets.map { it.socId })
             assertFailsWith<IllegalArgumentException> { BundleManifest.parse("[]") }
         },
         "a failure to set ADSP_LIBRARY_PATH gives the CPU, and no QNN library is loaded" to {

@@ -40,12 +40,14 @@ data class Graph(
 )
 
 /**
- * The files for one SoC: its context binaries and their EPContext wrappers. accepted: graph -> the reason its failed
- * validation was shipped with (validation.graphs.GRAPH.accepted.reason, `bundle --accept`); acceptedOn: where the
- * app runs such a target ("cpu": the CPU fallback; null or "npu": the NPU).
+ * The files for one SoC: its context binaries and their EPContext wrappers. socId: QNN's soc_model number of the SoC
+ * (manifest "soc_id"). accepted: graph -> the reason its failed validation was shipped with
+ * (validation.graphs.GRAPH.accepted.reason, `bundle --accept`); acceptedOn: where the app runs such a target ("cpu":
+ * the CPU fallback; null or "npu": the NPU).
  */
 data class Target(
     val soc: String,
+    val socId: Long,
     val dspArch: String,
     val artifacts: List<BundleFile> = emptyList(),
     val accepted: Map<String, String> = emptyMap(),
@@ -117,7 +119,8 @@ data class BundleManifest(
                 },
                 targets = m.objects("targets").map {
                     Target(
-                        it.text("soc"), it.text("dsp_arch"), it.objects("artifacts").map(::file),
+                        it.text("soc"), it["soc_id"] as? Long ?: bad("soc_id", it), it.text("dsp_arch"),
+                        it.objects("artifacts").map(::file),
                         accepted = accepted(it["validation"]), acceptedOn = it["accepted_on"] as? String,
                     )
                 },

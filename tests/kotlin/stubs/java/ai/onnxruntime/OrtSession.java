@@ -20,13 +20,18 @@ public class OrtSession implements AutoCloseable {
     @Override
     public void close() throws OrtException { CLOSED.incrementAndGet(); }
 
-    /** Stand-in: options that accept everything. */
+    /** Stand-in: options that accept everything, and keep what addQnn was given for the JVM tests. */
     public static class SessionOptions implements AutoCloseable {
+        /** Stand-in only (not in ONNX Runtime's API): the provider options of the last addQnn call, or null. */
+        public Map<String, String> standInQnnOptions;
+
         public SessionOptions() {}
 
         public void addConfigEntry(String configKey, String configValue) throws OrtException {}
 
-        public void addQnn(Map<String, String> providerOptions) throws OrtException {}
+        public void addQnn(Map<String, String> providerOptions) throws OrtException {
+            standInQnnOptions = new java.util.LinkedHashMap<>(providerOptions);
+        }
 
         @Override
         public void close() {}

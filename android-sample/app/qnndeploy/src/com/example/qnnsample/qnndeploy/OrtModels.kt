@@ -77,7 +77,23 @@ class OrtModels private constructor(val selection: Selection, val sessions: Map<
         }
 
         /**
-         * Session options for a decision: the QNN EP with the HTP backend on the NPU, plain options on the CPU.
+         * The QNN execution provider's options on the NPU: the HTP backend, the performance mode, and the target's
+         * soc_model and htp_arch (79 for v79), always given: the provider's own SoC detection fails on some phones
+         * (QNN_DEVICE_ERROR_INVALID_CONFIG on a Galaxy S25's SM8750-AC), so it is never relied on.
+         */
+        fun qnnOptions(decision: Decision, htpPerformanceMode: String): Map<String, String> {
+            val socId = checkNotNull(decision.socId) { "an NPU decision names its target's soc_model" }
+            val arch = checkNotNull(decision.dspArch) { "an NPU decision names its target's HTP arch" }
+            return linkedMapOf(
+                "backend_path" to (decision.backendLib ?: "libQnnHtp.so"),
+                "htp_performance_mode" to htpPerformanceMode,
+                "soc_model" to socId.toString(),
+                "htp_arch" to arch.removePrefix("v"),
+            )
+        }
+
+        /**
+         * Session options for a decision: the QNN EP (qnnOptions) on the NPU, plain options on the CPU.
          * shareContext: the graphs' sessions load one shared context binary once (ep.share_ep_contexts).
          */
         fun sessionOptions(
@@ -85,17 +101,13 @@ class OrtModels private constructor(val selection: Selection, val sessions: Map<
             htpPerformanceMode: String,
             shareContext: Boolean = false,
         ): OrtSession.SessionOptions {
+            val qnn = if (decision.npu) qnnOptions(decision, htpPerformanceMode) else null
             val options = OrtSession.SessionOptions()
-            if (decision.npu) {
+            if (qnn != null) {
                 // The whole graph must run on the HTP: a node left on the CPU would be a silent slowdown.
                 options.addConfigEntry("session.disable_cpu_ep_fallback", "1")
                 if (shareContext) options.addConfigEntry("ep.share_ep_contexts", "1")
-                options.addQnn(
-                    mapOf(
-                        "backend_path" to (decision.backendLib ?: "libQnnHtp.so"),
-                        "htp_performance_mode" to htpPerformanceMode,
-                    ),
-                )
+                options.addQnn(qnn)
             }
             return options
         }

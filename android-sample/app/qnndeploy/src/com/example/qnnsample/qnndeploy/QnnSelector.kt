@@ -56,6 +56,11 @@ data class Decision(
     val reasonKey: String,
     /** the chosen target's HTP arch (on the NPU) */
     val dspArch: String? = null,
+    /**
+     * the chosen target's QNN soc_model number (on the NPU): passed to the QNN execution provider with the arch,
+     * since its own SoC detection fails on some phones (QNN_DEVICE_ERROR_INVALID_CONFIG on an SM8750-AC)
+     */
+    val socId: Long? = null,
     /** graph -> bundle path of the model to load: a context binary or EPContext .onnx on the NPU, an .onnx on the CPU */
     val paths: Map<String, String> = emptyMap(),
     /** every bundle file this decision needs in app storage (on the CPU: the models and their external data files) */
@@ -75,9 +80,9 @@ data class Decision(
     fun toJson(): String = MiniJson.write(
         linkedMapOf(
             "provider" to provider.id, "soc" to soc, "identified_by" to identifiedBy, "reason" to reason,
-            "reason_key" to reasonKey, "dsp_arch" to dspArch, "paths" to paths, "files" to files,
-            "backend_lib" to backendLib, "system_lib" to systemLib, "adsp_library_path" to adspLibraryPath,
-            "runtime_version" to runtimeVersion, "cpu_graphs" to cpuGraphs,
+            "reason_key" to reasonKey, "dsp_arch" to dspArch, "soc_id" to socId, "paths" to paths,
+            "files" to files, "backend_lib" to backendLib, "system_lib" to systemLib,
+            "adsp_library_path" to adspLibraryPath, "runtime_version" to runtimeVersion, "cpu_graphs" to cpuGraphs,
         ),
     )
 }
@@ -223,6 +228,7 @@ object QnnSelector {
             reason = reason.text,
             reasonKey = reason.key,
             dspArch = arch,
+            socId = target.socId,
             paths = paths,
             files = (target.artifacts + cpuFiles).map { it.path },
             cpuGraphs = cpuGraphs,
