@@ -100,18 +100,34 @@ def errors(what: str) -> Iterator[None]:
 
 @dataclass
 class HostedDevice:
-    """A phone AI Hub hosts, with its chipset mapped to the catalog."""
+    """A device AI Hub hosts, with its chipset mapped to the catalog."""
 
     name: str
     os: str
-    chipset: str | None  # the "chipset:" attribute
-    soc: str | None  # the catalog model with that aihub_chipset, None when the catalog has none
+    chipset: str | None  # its "chipset:" attribute in the spelling it carries (the catalog's, when one matches)
+    soc: str | None  # the catalog model with that chipset among its aihub_chipsets, None when the catalog has none
     dsp_arch: str | None
     attributes: list[str] = field(default_factory=list)
 
 
+@dataclass
+class Target:
+    """Where AI Hub runs a SoC's jobs: the hub.Device to submit to, the chipset spelling AI Hub listed it under, and
+    the first hosted device it lists for it."""
+
+    device: Any  # hub.Device(attributes=["chipset:<chipset>", "framework:qnn"])
+    chipset: str
+    hosted: HostedDevice
+
+
+# What a device needs for compile -> link -> inference of a context binary: qai-hub refuses a link or a .bin on a
+# device without it. No OS: the chipset decides the binary, and some hosted boards run Linux (IQ-9075 EVK).
+REQUIRED = ("framework:qnn",)
+
+
 def _chipsets() -> dict[str, socs.Soc]:
-    return {s.aihub_chipset: s for s in socs.catalog() if s.aihub_chipset}
+    """Every AI Hub spelling of a catalog SoC's chipset (current and older releases'), to the SoC."""
+    return {name: s for s in socs.catalog() for name in s.aihub_chipsets}
 
 
 def hosted(device: Any) -> HostedDevice:
@@ -119,10 +135,10 @@ def hosted(device: Any) -> HostedDevice:
     attrs = list(device.attributes)
     chipsets = [a.split(":", 1)[1] for a in attrs if a.startswith("chipset:")]  # a device may list aliases
     known = _chipsets()
-    soc = next((known[c] for c in chipsets if c in known), None)
-    chipset = soc.aihub_chipset if soc else next(iter(chipsets), None)
-    return HostedDevice(device.name, device.os, chipset, soc.model if soc else None, soc.dsp_arch if soc else None,
-                        attrs)
+    chipset = next((c for c in chipsets if c in known), None)
+    soc = known[chipset] if chipset else None
+    return HostedDevice(device.name, device.os, chipset or next(iter(chipsets), None), soc.model if soc else None,
+                        soc.dsp_arch if soc else None, attrs)
 
 
 def hosted_devices() -> list[HostedDevice]:
@@ -131,13 +147,32 @@ def hosted_devices() -> list[HostedDevice]:
         return [hosted(d) for d in hub.get_devices()]
 
 
-def device_for(soc: socs.Soc) -> Any:
-    """The hub.Device that asks AI Hub for any hosted Android phone with this SoC, by its chipset attribute."""
-    if not soc.aihub_chipset:
-        known = ", ".join(s.model for s in socs.catalog() if s.aihub_chipset)
-        raise QnnDeployError(f"AI Hub has no chipset name for {soc.model} in the catalog (socs.json aihub_chipset); "
+def refuse_unhosted(soc: socs.Soc) -> None:
+    """A one-line error, before anything reaches AI Hub, for a SoC whose jobs AI Hub cannot run: no chipset name in
+    the catalog (exit 2), or a chipset AI Hub lists as not available for jobs (exit 3)."""
+    if not soc.aihub_chipsets:
+        known = ", ".join(s.model for s in socs.catalog() if s.aihub_chipsets and s.aihub_hosted)
+        raise QnnDeployError(f"AI Hub has no chipset name for {soc.model} in the catalog (socs.json aihub_chipsets); "
                              f"AI Hub targets: {known}", EXIT_BAD_INPUT)
-    return client().Device(attributes=[f"chipset:{soc.aihub_chipset}", "os:android"])
+    if soc.aihub_hosted is False:
+        raise QnnDeployError(f"AI Hub lists chipset {soc.aihub_chipset} ({soc.model}) as not available for jobs: "
+                             f"drop --soc {soc.model} (socs.json aihub_hosted)", EXIT_MISSING_TOOL)
+
+
+def device_for(soc: socs.Soc) -> Target:
+    """Any hosted device with this SoC: asked for by the chipset name current AI Hub uses, then by each older
+    release's name, so a service that still lists the old spelling is used too."""
+    refuse_unhosted(soc)
+    hub = client()
+    for chipset in soc.aihub_chipsets:
+        attributes = [f"chipset:{chipset}", *REQUIRED]
+        with errors(f"a hosted {soc.model} device"):
+            found = hub.get_devices(attributes=attributes)
+        if found:
+            return Target(hub.Device(attributes=attributes), chipset, hosted(found[0]))
+    raise QnnDeployError(f"AI Hub hosts no device with chipset {' or '.join(soc.aihub_chipsets)} and "
+                         f"{', '.join(REQUIRED)} ({soc.model}): `qnndeploy device list --aihub` lists them",
+                         EXIT_MISSING_TOOL)
 
 
 def device_named(name: str) -> Any:

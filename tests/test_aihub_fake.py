@@ -1,4 +1,4 @@
-"""The AI Hub stand-in (tests/aihub_fake) driven by the real, unmodified qai-hub client: devices, compile,
+"""The AI Hub stand-in (tests/aihub_fake) driven by the real, unmodified qai-hub client: devices, compile, link,
 inference and profile jobs with real work on the host HTP, and each injected failure as the client reports it."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ except ImportError:
     pytest.skip("qai-hub is not installed (pip install qai-hub==0.56.0)", allow_module_level=True)
 
 from aihub_fake import DEVICES_FILE, FakeAiHub
-from aihub_fake.service import REPO_ROOT, WORKER
+from aihub_fake.service import QAIRT_VERSION, REPO_ROOT, WORKER
 
 from qnndeploy import htp
 from qnndeploy.qnnsystem import read_context
@@ -35,6 +36,8 @@ pytest_plugins = ["aihub_fake.fixtures"]
 pytestmark = [pytest.mark.slow]
 
 SM8650 = "chipset:qualcomm-snapdragon-8gen3"
+FAMILY = ".".join(QAIRT_VERSION.split(".")[:2])  # the release the stand-in's jobs compile with
+QUALCOMM_BOARDS = {"Snapdragon 8 Elite QRD", "Snapdragon 8 Elite Gen 5 QRD", "Dragonwing IQ-9075 EVK", "SA8255P ADP"}
 
 
 @pytest.fixture
@@ -77,17 +80,27 @@ def test_fleet_file_attributes_are_key_value_with_a_source():
     for device in fleet:
         assert device["source"]
         assert all(a.count(":") == 1 for a in device["attributes"]), device["name"]  # qai-hub list-devices splits
+    chipsets = {a for d in fleet for a in d["attributes"] if a.startswith("chipset:qualcomm-")}
+    # SM8750 and SM8850 under both spellings: qai-hub-models 0.65.0's -for-galaxy names and 0.46.1's plain ones
+    assert {"chipset:qualcomm-snapdragon-8-elite-for-galaxy", "chipset:qualcomm-snapdragon-8-elite",
+            "chipset:qualcomm-snapdragon-8-elite-gen5-for-galaxy", "chipset:qualcomm-snapdragon-8-elite-gen5",
+            "chipset:qualcomm-qcs9075", "chipset:qualcomm-sa8255p"} <= chipsets
+    assert [d["name"] for d in fleet if d.get("available_in_workbench") is False] == ["SA8255P ADP"]
 
 
 def test_get_devices_filters_by_attribute_name_and_os(aihub: FakeAiHub):
     names = {d.name for d in qai_hub.get_devices(attributes="chipset:qualcomm-snapdragon-8gen2")}
     assert names == {"Samsung Galaxy S23", "Samsung Galaxy S23 Ultra"}
-    elite = qai_hub.get_devices(attributes=["framework:qnn", "vendor:qualcomm"])
+    boards = qai_hub.get_devices(attributes=["framework:qnn", "vendor:qualcomm"])
+    assert {d.name for d in boards} == QUALCOMM_BOARDS
+    elite = qai_hub.get_devices(attributes="chipset:qualcomm-snapdragon-8-elite")
     assert [d.name for d in elite] == ["Snapdragon 8 Elite QRD"]
     assert {"hexagon:v79", "soc-model:69", "chipset:sm8750"} <= set(elite[0].attributes)
+    galaxy = qai_hub.get_devices(attributes="chipset:qualcomm-snapdragon-8-elite-for-galaxy")
+    assert [d.name for d in galaxy] == ["Samsung Galaxy S25"] and "chipset:sm8750-ac" in galaxy[0].attributes
     assert [d.os for d in qai_hub.get_devices(name="Samsung Galaxy S23 Ultra")] == ["13"]
     assert {d.name for d in qai_hub.get_devices(os="[14,15)", attributes="os:android")} == {
-        "Samsung Galaxy S23", "Samsung Galaxy S24", "Google Pixel 8"}
+        "Samsung Galaxy S23", "Samsung Galaxy S24", "Google Pixel 8", "SA8255P ADP"}
     every = qai_hub.get_devices()
     assert {"Google Pixel 8", "Samsung Galaxy A73 5G"} <= {d.name for d in every}
     assert "framework:qnn" not in next(d for d in every if d.name == "Google Pixel 8").attributes
@@ -122,6 +135,15 @@ def test_an_unknown_or_vanished_device_is_not_available(aihub: FakeAiHub, mlp: P
     assert aihub.jobs == {}  # the client resolves the device first: no job was created
 
 
+def test_a_device_not_available_for_jobs_is_listed_but_refuses_jobs(aihub: FakeAiHub, mlp: Path):
+    (board,) = qai_hub.get_devices(attributes="chipset:qualcomm-sa8255p")
+    assert board.name == "SA8255P ADP"
+    with pytest.raises(qai_hub.client.UserError, match="not available for jobs"):
+        qai_hub.submit_compile_job(str(mlp), device=qai_hub.Device("SA8255P ADP"),
+                                   options="--target_runtime qnn_dlc")
+    assert aihub.jobs == {}
+
+
 # --- real work ---------------------------------------------------------------------------------------
 
 @pytest.mark.needs_qnn
@@ -134,10 +156,10 @@ def test_compile_by_chipset_then_inference_matches_the_cpu(aihub: FakeAiHub, mlp
     binary = Path(job.download_target_model(str(tmp_path)))
     assert binary.name == "mlp.bin"
     info = read_context(binary)  # QAIRT's own reader: a real context binary for the S24's SoC
-    assert (info.soc_model, info.dsp_arch, info.build_id.startswith("v2.51.0")) == (57, "v75", True)
+    assert (info.soc_model, info.dsp_arch, info.build_id.startswith(f"v{QAIRT_VERSION}.")) == (57, "v75", True)
     assert [tuple(g.inputs[0].dims) for g in info.graphs] == [(1, 16)]
     metadata = job.get_target_model().metadata
-    assert metadata[qai_hub.ModelMetadataKey.QAIRT_SDK_VERSION] == "2.51.0"
+    assert metadata[qai_hub.ModelMetadataKey.QAIRT_SDK_VERSION] == QAIRT_VERSION
 
     x = np.random.default_rng(1).standard_normal((1, 16)).astype(np.float32)
     x2 = np.random.default_rng(2).standard_normal((1, 16)).astype(np.float32)
@@ -151,6 +173,66 @@ def test_compile_by_chipset_then_inference_matches_the_cpu(aihub: FakeAiHub, mlp
         assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2  # fp16 on the HTP emulator
     states = [line.split("state ")[1] for line in aihub.jobs[inference.job_id].log if " state " in line]
     assert states == ["JOB_STATE_PROVISIONING_DEVICE", "JOB_STATE_RUNNING_INFERENCE", "JOB_STATE_DONE"]
+
+
+@pytest.mark.needs_qnn
+def test_compile_to_qnn_dlc_then_link_makes_the_context_binary(aihub: FakeAiHub, mlp: Path, tmp_path: Path):
+    """The flow of qai-hub-models 0.65 for context binaries: compile to qnn_dlc, link the DLC, as the client sends
+    it (submit_link_job: a LinkJob with the DLC's model id and the resolved device, seed_target_model=true)."""
+    compiled = qai_hub.submit_compile_job(str(mlp), device=qai_hub.Device(attributes=SM8650),
+                                          options="--target_runtime qnn_dlc --compute_unit npu",
+                                          input_specs={"x": ((1, 16), "float32")})
+    assert compiled.wait().success, aihub.jobs[compiled.job_id].log
+    dlc = compiled.get_target_model()
+    assert dlc is not None and dlc.model_type == qai_hub.SourceModelType.QNN_DLC
+    stand_in = Path(compiled.download_target_model(str(tmp_path)))
+    assert stand_in.name == "mlp.dlc"
+    with zipfile.ZipFile(stand_in) as archive:  # the fake's DLC stand-in, not a QNN DLC
+        assert "not a QNN DLC" in json.loads(archive.read("aihub_fake_dlc.json"))["format"]
+
+    linked = qai_hub.submit_link_job([dlc], device=qai_hub.Device(attributes=SM8650), name="mlp-link",
+                                     options=f"--qairt_version {FAMILY}")
+    assert isinstance(linked, qai_hub.client.LinkJob) and linked.device.name == "Samsung Galaxy S24"
+    assert linked.wait().success, aihub.jobs[linked.job_id].log
+    sent = aihub.jobs[linked.job_id].job.link_job
+    assert [m.model_id for m in sent.models.models] == [dlc.model_id] and sent.options == f"--qairt_version {FAMILY}"
+    assert [r[2] for r in aihub.requests if r[:2] == ("POST", "/api/v1/jobs/")][-1] == {"seed_target_model": ["true"]}
+    again = qai_hub.get_job(linked.job_id)
+    assert isinstance(again, qai_hub.client.LinkJob) and [m.model_id for m in again.models] == [dlc.model_id]
+    binary = Path(linked.download_target_model(str(tmp_path)))
+    assert binary.name == "mlp.bin"
+    info = read_context(binary)  # QAIRT's own reader: a real context binary, made by the link
+    assert (info.soc_model, info.dsp_arch, [tuple(g.inputs[0].dims) for g in info.graphs]) == (57, "v75", [(1, 16)])
+    assert linked.get_target_model().metadata[qai_hub.ModelMetadataKey.QNN_CONTEXT_BIN_SOC_MODEL] == "57"
+    states = [line.split("state ")[1] for line in aihub.jobs[linked.job_id].log if " state " in line]
+    assert states == ["JOB_STATE_LINKING_MODELS", "JOB_STATE_DONE"]
+
+    x = np.random.default_rng(3).standard_normal((1, 16)).astype(np.float32)
+    run = qai_hub.submit_inference_job(str(binary), device=qai_hub.Device("Samsung Galaxy S24"), inputs={"x": [x]})
+    assert run.wait().success, aihub.jobs[run.job_id].log
+    want = _cpu(synth_models.static_mlp(batch=1), {"x": x})[0]
+    got = run.download_output_data()["y"][0]
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
+
+
+def test_a_link_takes_only_the_fakes_own_dlc_stand_ins(aihub: FakeAiHub, tmp_path: Path):
+    junk = tmp_path / "real.dlc"
+    junk.write_bytes(b"a file with a .dlc name: the fake cannot read real QNN DLCs")
+    linked = qai_hub.submit_link_job(str(junk), device=qai_hub.Device("Samsung Galaxy S24"))
+    status = linked.wait()
+    assert status.failure and "not a DLC this fake's compile jobs made" in status.message
+    with pytest.raises(qai_hub.client.UserError, match="has no file"):
+        linked.download_target_model(str(tmp_path))
+
+    other = tmp_path / "other.dlc"
+    other.write_bytes(b"another")
+    two = qai_hub.submit_link_job([str(junk), str(other)], device=qai_hub.Device("Samsung Galaxy S24"))
+    assert "links one DLC per job" in two.wait().message
+    refused = qai_hub.submit_link_job(str(junk), device=qai_hub.Device("Samsung Galaxy S24"),
+                                      options="--qnn_options default_graph_htp_optimizations=O=3")
+    assert "--qnn_options is not supported by the fake" in refused.wait().message
+    with pytest.raises(qai_hub.client.UserError, match="does not support QNN model input"):  # the client's check
+        qai_hub.submit_link_job(str(junk), device=qai_hub.Device("Samsung Galaxy A73 5G"))
 
 
 @pytest.mark.needs_qnn
@@ -189,6 +271,13 @@ def test_a_graph_the_htp_cannot_take_fails_the_compile(aihub: FakeAiHub, tmp_pat
     assert status.failure and status.message.startswith("Failed to compile the model for Samsung Galaxy S23")
     with pytest.raises(qai_hub.client.UserError, match="has no file"):
         job.download_target_model(str(tmp_path))
+    # compile -> link: the DLC step only loads the model; the link is where the HTP compiler rejects the graph
+    dlc = qai_hub.submit_compile_job(str(path), device=qai_hub.Device("Samsung Galaxy S23"),
+                                     options="--target_runtime qnn_dlc")
+    assert dlc.wait().success, aihub.jobs[dlc.job_id].log
+    link = qai_hub.submit_link_job(dlc.get_target_model(), device=qai_hub.Device("Samsung Galaxy S23"))
+    status = link.wait()
+    assert status.failure and status.message.startswith("Failed to link the model for Samsung Galaxy S23")
 
 
 # --- refused options and injected failures (no HTP work) -------------------------------------------------
@@ -214,6 +303,11 @@ def test_injected_job_failures_carry_their_reason(aihub: FakeAiHub, mlp: Path, t
     job = qai_hub.submit_compile_job(str(mlp), device=qai_hub.Device("Samsung Galaxy S23"),
                                      options="--target_runtime qnn_context_binary")
     assert job.wait().message == "Out of memory while compiling (injected)"
+    aihub.fail_jobs("link", "Linker ran out of memory (injected)")
+    dlc = tmp_path / "any.dlc"
+    dlc.write_bytes(b"never read: the injected failure comes first")
+    link = qai_hub.submit_link_job(str(dlc), device=qai_hub.Device("Samsung Galaxy S23"))
+    assert link.wait().message == "Linker ran out of memory (injected)"
     aihub.fail_jobs("inference", "Device lost during the run (injected)")
     binary = tmp_path / "any.bin"
     binary.write_bytes(b"not a context binary: the injected failure comes first")
@@ -248,7 +342,15 @@ def test_a_500_on_a_get_is_retried_by_the_client(aihub: FakeAiHub, aihub_fast_re
         qai_hub.get_devices()
 
 
-def test_a_slow_job_times_out_on_the_client_and_a_vanished_device_fails_it(aihub: FakeAiHub, mlp: Path):
+def test_a_slow_job_times_out_on_the_client_and_a_vanished_device_fails_it(aihub: FakeAiHub, mlp: Path,
+                                                                          tmp_path: Path):
+    aihub.slow_jobs(5, "link")  # a kind's own delay
+    dlc = tmp_path / "any.dlc"
+    dlc.write_bytes(b"never read")
+    link = qai_hub.submit_link_job(str(dlc), device=qai_hub.Device("Samsung Galaxy S23"))
+    with pytest.raises(TimeoutError, match="timed out"):
+        link.wait(timeout=0.5)
+    assert link.get_status().code == "LINKING_MODELS"
     aihub.slow_jobs(1.5)
     job = qai_hub.submit_compile_job(str(mlp), device=qai_hub.Device("Samsung Galaxy S23"),
                                      options="--target_runtime qnn_context_binary")

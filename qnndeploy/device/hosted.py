@@ -1,10 +1,11 @@
 """`device verify --aihub` and `device list --aihub`: a bundle on phones Qualcomm AI Hub hosts.
 
-For each requested phone (a hosted device name, or a SoC: any hosted phone with its chipset), the same decision as
-the app's picks the bundle target; each graph's context binary from the bundle runs there in one AI Hub inference job
-with profiling on, fed the inputs `device verify` and `validate` use. Its outputs are compared with the CPU model on
-this host with validate's metrics, and the profile (inference time, first and warm load time, peak memory, the
-compute unit of each layer) goes into the same device record as an adb verify, with the job ids and URLs.
+For each requested phone (a hosted device name, or a SoC: any hosted device with its chipset, asked for by the
+chipset name current AI Hub uses, then by older releases' names), the same decision as the app's picks the bundle
+target; each graph's context binary from the bundle runs there in one AI Hub inference job with profiling on, fed
+the inputs `device verify` and `validate` use. Its outputs are compared with the CPU model on this host with
+validate's metrics, and the profile (inference time, first and warm load time, peak memory, the compute unit of
+each layer) goes into the same device record as an adb verify, with the job ids and URLs.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def _decide(manifest: JSON, device: aihub.HostedDevice) -> decision.Decision:
 
 
 def resolve(names: list[str], soc_names: list[str]) -> list[tuple[str, Any, aihub.HostedDevice]]:
-    """(label, hub.Device to submit to, what it is) for each --device NAME and --soc SOC."""
+    """(label, hub.Device to submit to, what it is) for each --device NAME and --soc SOC. A device or SoC whose
+    chipset AI Hub lists as not available for jobs is refused here, before any upload."""
     hub = aihub.client()
     found = []
     for name in names:
@@ -52,16 +54,14 @@ def resolve(names: list[str], soc_names: list[str]) -> list[tuple[str, Any, aihu
         if not matches:
             raise QnnDeployError(f"AI Hub has no device named {name!r}: `qnndeploy device list --aihub` lists them",
                                  EXIT_BAD_INPUT)
-        found.append((name, aihub.device_named(name), aihub.hosted(matches[0])))
+        device = aihub.hosted(matches[0])
+        if device.soc is not None:
+            aihub.refuse_unhosted(socs.find(device.soc))
+        found.append((name, aihub.device_named(name), device))
     for soc_name in soc_names:
         soc = socs.find(soc_name)
-        device = aihub.device_for(soc)
-        with aihub.errors(f"a hosted {soc.model} phone"):
-            matches = hub.get_devices(attributes=list(device.attributes))
-        if not matches:
-            raise QnnDeployError(f"AI Hub hosts no phone with chipset {soc.aihub_chipset} ({soc.model})",
-                                 EXIT_BAD_INPUT)
-        found.append((soc.model, device, aihub.hosted(matches[0])))
+        target = aihub.device_for(soc)
+        found.append((soc.model, target.device, target.hosted))
     if not found:
         raise QnnDeployError("give the hosted phones: --device NAME or --soc SOC (repeatable)", EXIT_BAD_INPUT)
     return found

@@ -7,10 +7,10 @@ run, and gives each job its own process whose memory can be measured.
 
     python tests/aihub_fake/htp_worker.py SPEC.json RESULT.json   (PYTHONPATH: the repository, for qnndeploy)
 
-SPEC.json: {"task": "compile" | "run", ...} (see compile_job and run_job). RESULT.json: {"ok": bool, "error": str,
-...}. Everything here is written against onnxruntime directly; it does not use qnndeploy's compile code. The one
-product import is qnndeploy.qnnsystem.read_context, used only to read the graph I/O of an uploaded context binary
-this fake did not compile itself (QAIRT's own QnnSystem library does the reading).
+SPEC.json: {"task": "compile" | "dlc" | "link" | "run", ...} (see compile_job, dlc_job, link_job and run_job).
+RESULT.json: {"ok": bool, "error": str, ...}. Everything here is written against onnxruntime directly; it does not
+use qnndeploy's compile code. The one product import is qnndeploy.qnnsystem.read_context, used only to read the graph
+I/O of an uploaded context binary this fake did not compile itself (QAIRT's own QnnSystem library does the reading).
 """
 
 from __future__ import annotations
@@ -75,6 +75,29 @@ def _io(values: Any) -> list[dict[str, Any]]:
     return [{"name": v.name, "shape": list(v.shape), "dtype": ORT_TYPES.get(v.type, v.type)} for v in values]
 
 
+def _shaped(spec: dict[str, Any], out: Path) -> tuple[str, str | None]:
+    """(the model to compile, an error): spec["model"] with the job's input specs applied to its input shapes, as
+    the service does, written to out/source.onnx when there are any."""
+    import onnx
+
+    source = spec["model"]
+    if not spec.get("input_shapes"):
+        return source, None
+    model = onnx.load(source)
+    inputs = {i.name: i for i in model.graph.input}
+    unknown = sorted(set(spec["input_shapes"]) - set(inputs))
+    if unknown:
+        return source, f"input specs name {unknown}, not inputs of the model {sorted(inputs)}"
+    for name, shape in spec["input_shapes"].items():
+        dims = inputs[name].type.tensor_type.shape.dim
+        del dims[:]
+        for size in shape:
+            dims.add().dim_value = size
+    source = str(out / "source.onnx")
+    onnx.save(model, source)
+    return source, None
+
+
 def compile_job(spec: dict[str, Any]) -> dict[str, Any]:
     """Compile spec["model"] (ONNX) for soc_model/htp_arch into spec["out_dir"]: model_ctx.onnx, the EPContext
     wrapper, and model_ctx_qnn.bin, the QNN context binary (embed mode 0)."""
@@ -84,20 +107,9 @@ def compile_job(spec: dict[str, Any]) -> dict[str, Any]:
     out = Path(spec["out_dir"])
     out.mkdir(parents=True, exist_ok=True)
     ctx = out / "model_ctx.onnx"
-    source = spec["model"]
-    if spec.get("input_shapes"):  # the job's input specs fix the model's input shapes, as the service does
-        model = onnx.load(source)
-        inputs = {i.name: i for i in model.graph.input}
-        unknown = sorted(set(spec["input_shapes"]) - set(inputs))
-        if unknown:
-            return {"ok": False, "error": f"input specs name {unknown}, not inputs of the model {sorted(inputs)}"}
-        for name, shape in spec["input_shapes"].items():
-            dims = inputs[name].type.tensor_type.shape.dim
-            del dims[:]
-            for size in shape:
-                dims.add().dim_value = size
-        source = str(out / "source.onnx")
-        onnx.save(model, source)
+    source, error = _shaped(spec, out)
+    if error:
+        return {"ok": False, "error": error}
     start = time.perf_counter()
     before = _memory()
     session = ort.InferenceSession(source, _options(spec, ctx))
@@ -116,6 +128,56 @@ def compile_job(spec: dict[str, Any]) -> dict[str, Any]:
             "sdk_version": attrs.get("ep_sdk_version", b"").decode(),
             "inputs": _io(session.get_inputs()), "outputs": _io(session.get_outputs()),
             "compile_time_us": round(seconds * 1e6), "before_memory": before, "after_memory": after}
+
+
+# The DLC stand-in: a zip holding DLC_MEMBER (this JSON header) and DLC_MODEL (the ONNX model, input shapes fixed).
+DLC_FORMAT = "aihub_fake DLC stand-in, version 1: not a QNN DLC"
+DLC_MEMBER = "aihub_fake_dlc.json"
+DLC_MODEL = "model.onnx"
+
+
+def dlc_job(spec: dict[str, Any]) -> dict[str, Any]:
+    """A compile to --target_runtime qnn_dlc: the fake has no QNN converter, so it writes spec["out_dir"]/spec["name"],
+    a DLC STAND-IN that only its own link jobs read (a zip of the model with the job's input shapes applied, and a
+    header naming the format and the graph's I/O). The model must load in onnxruntime's CPU session, the one check
+    of this step; whether the HTP can take the graph is the link job's to find out."""
+    import zipfile
+
+    import onnxruntime as ort
+
+    out = Path(spec["out_dir"])
+    out.mkdir(parents=True, exist_ok=True)
+    source, error = _shaped(spec, out)
+    if error:
+        return {"ok": False, "error": error}
+    session = ort.InferenceSession(source, providers=["CPUExecutionProvider"])
+    inputs, outputs = _io(session.get_inputs()), _io(session.get_outputs())
+    dlc = out / spec["name"]
+    with zipfile.ZipFile(dlc, "w") as archive:
+        archive.writestr(DLC_MEMBER, json.dumps({"format": DLC_FORMAT, "inputs": inputs, "outputs": outputs}))
+        archive.write(source, DLC_MODEL)
+    return {"ok": True, "dlc": str(dlc), "inputs": inputs, "outputs": outputs}
+
+
+def link_job(spec: dict[str, Any]) -> dict[str, Any]:
+    """Link spec["dlc"], one of this fake's DLC stand-ins, into a QNN context binary for soc_model/htp_arch: the host
+    HTP compiler compiles the model it holds (compile_job). Any other file is refused ({"refused": True})."""
+    import zipfile
+
+    path = Path(spec["dlc"])
+    header = None
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            if DLC_MEMBER in archive.namelist() and DLC_MODEL in archive.namelist():
+                header = json.loads(archive.read(DLC_MEMBER))
+                out = Path(spec["out_dir"])
+                out.mkdir(parents=True, exist_ok=True)
+                (out / "dlc_model.onnx").write_bytes(archive.read(DLC_MODEL))
+    if not header or header.get("format") != DLC_FORMAT:
+        return {"ok": False, "refused": True,
+                "error": "the input is not a DLC this fake's compile jobs made: the fake cannot read real QNN DLCs, "
+                         "it links only its own DLC stand-ins"}
+    return compile_job({**spec, "model": str(Path(spec["out_dir"]) / "dlc_model.onnx"), "input_shapes": None})
 
 
 def make_wrapper(binary: Path, wrapper: Path) -> dict[str, Any]:
@@ -229,11 +291,14 @@ def run_job(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+TASKS = {"compile": compile_job, "dlc": dlc_job, "link": link_job}  # "run": an inference or profile job
+
+
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[1]).read_text())
     try:
-        if spec["task"] == "compile":
-            result = compile_job(spec)
+        if spec["task"] in TASKS:
+            result = TASKS[spec["task"]](spec)
         else:
             info = None
             if not Path(spec["wrapper"]).is_file():

@@ -3,9 +3,11 @@
 
 Messages are the client's own protobuf definitions (qai_hub.public_api_pb2: the wire protocol's definition). The
 endpoints, their order and their quirks are those recorded in /work/shared/facts/qai-hub-protocol.md. Uploads and
-downloads go to the fake's own URLs (never S3). Jobs do real work in a child process (htp_worker.py): compile jobs
-build a QNN context binary with the host HTP compiler, inference and profile jobs run a context binary on the host
-HTP emulator and measure it.
+downloads go to the fake's own URLs (never S3). Jobs do real work in a child process (htp_worker.py): a compile job
+to qnn_context_binary builds a QNN context binary with the host HTP compiler; a compile job to qnn_dlc writes the
+fake's DLC STAND-IN (not a real DLC: see htp_worker.dlc_job), which only the fake's link jobs accept, and a link job
+builds the context binary from it with the host HTP compiler; inference and profile jobs run a context binary on the
+host HTP emulator and measure it.
 
     fake = FakeAiHub().start()
     ... client.ini with api_token=fake.token, api_url=fake.api_url, web_url=fake.web_url ...
@@ -16,8 +18,8 @@ Failure injection (each lasts until changed; `times` limits an injected error to
     fake.refuse_job_creation(429 | 403, detail, times=None)   POST jobs/ answers status + {"detail": detail}
     fake.inject_error(method, pattern, status, detail, times=None)   any API path (re.search on "jobs/j…/")
     fake.fail_get(pattern, status=500, times=1)   a GET whose API path matches answers 500
-    fake.fail_jobs("compile" | "inference", reason, failure_type=…)   later jobs of that kind end FAILED
-    fake.slow_jobs(seconds)                       jobs wait this long in their running state before working
+    fake.fail_jobs("compile" | "link" | "inference", reason, failure_type=…)   later jobs of that kind end FAILED
+    fake.slow_jobs(seconds, kind=None)            jobs (of that kind) wait this long in their running state
     fake.remove_device(name) / fake.restore_device(name)   the device disappears from devices/ and its jobs fail
 """
 
@@ -44,12 +46,14 @@ from urllib.parse import parse_qs, urlparse
 
 from qai_hub import public_api_pb2 as pb
 
+from qnndeploy import toolchain
+
 DEVICES_FILE = Path(__file__).with_name("devices.json")
 WORKER = Path(__file__).with_name("htp_worker.py")  # run as a script: it needs neither qai_hub nor this package
 TESTS_DIR = Path(__file__).resolve().parents[1]
 REPO_ROOT = TESTS_DIR.parent
-QAIRT_VERSION = "2.51.0"  # of the onnxruntime-qnn wheel the jobs run on
-ACCEPTED_QAIRT = {"2.51", QAIRT_VERSION, "latest", "default"}
+QAIRT_VERSION = _installed.qairt if (_installed := toolchain.current()) else "unknown"  # what the jobs run on
+ACCEPTED_QAIRT = {".".join(QAIRT_VERSION.split(".")[:2]), QAIRT_VERSION, "latest", "default"}
 JSON = "application/json"
 PROTOBUF = "application/x-protobuf"
 
@@ -60,6 +64,11 @@ _DTYPES = {"float32": pb.TENSOR_DTYPE_FLOAT32, "int32": pb.TENSOR_DTYPE_INT32, "
 _COMPILE_OPTIONS = {"target_runtime", "compute_unit", "qairt_version", "truncate_64bit_io", "truncate_64bit_tensors"}
 _QUANTIZE_OPTIONS = {"quantize_full_type", "quantize_io", "quantize_io_type", "quantize_weight_type"}
 _INFERENCE_OPTIONS = {"compute_unit", "qairt_version", "max_profiler_iterations", "max_profiler_time"}
+_LINK_OPTIONS = {"qairt_version"}  # what qai-hub-models 0.65 passes to its link jobs
+_LINK_REFUSED = {"qnn_options"}  # a real link option (qai-hub's submit_link_job docstring) the fake cannot honour
+KINDS = ("compile", "link", "inference")
+_RUNNING = {"compile": pb.JOB_STATE_OPTIMIZING_MODEL, "link": pb.JOB_STATE_LINKING_MODELS,
+            "inference": pb.JOB_STATE_PROVISIONING_DEVICE}  # the first state after CREATED, from the client's lists
 
 
 class JobRefused(Exception):
@@ -94,7 +103,7 @@ class _Compiled:
 @dataclass
 class _JobRecord:
     job: Any  # pb.Job
-    kind: str  # "compile" | "inference"
+    kind: str  # "compile" | "link" | "inference"
     result: Any = None  # pb.JobResult once DONE
     log: list[str] = field(default_factory=list)
 
@@ -154,6 +163,8 @@ class FakeAiHub:
         fleet = json.loads(devices_file.read_text())["devices"]
         self.devices = [pb.Device(name=d["name"], os=d["os"], attributes=d["attributes"],
                                   soc_description=d["soc_description"]) for d in fleet]
+        # listed by devices/, but a job for them is refused (qai-hub-models' available_in_workbench: false)
+        self.unavailable = {d["name"] for d in fleet if d.get("available_in_workbench") is False}
         self.step_seconds = step_seconds  # pause between two visible job states
         self.profiler_iterations = profiler_iterations  # executions timed per profile (the real default is 100)
         self.worker_python = worker_python  # the interpreter of the jobs' worker: it needs onnxruntime-qnn and h5py
@@ -176,7 +187,7 @@ class FakeAiHub:
         self._tokens_rejected = False
         self._errors: list[InjectedError] = []
         self._failures: dict[str, tuple[str, int]] = {}
-        self._delay = 0.0
+        self._delays: dict[str | None, float] = {}  # kind (None: every kind) -> seconds
         self._procs: set[subprocess.Popen] = set()
         self._stopping = False
         self._server: ThreadingHTTPServer | None = None
@@ -257,17 +268,19 @@ class FakeAiHub:
 
     def fail_jobs(self, kind: str, reason: str | None,
                   failure_type: int = pb.JOB_FAILURE_TYPE_MODEL_INVALID) -> None:
-        """Jobs of `kind` ("compile" or "inference", which includes profiling) created from now on end FAILED with
-        `reason` after their running state, without doing the work; reason=None stops it."""
-        assert kind in ("compile", "inference"), kind
+        """Jobs of `kind` ("compile", "link" or "inference", which includes profiling) created from now on end
+        FAILED with `reason` after their running state, without doing the work; reason=None stops it."""
+        assert kind in KINDS, kind
         if reason is None:
             self._failures.pop(kind, None)
         else:
             self._failures[kind] = (reason, failure_type)
 
-    def slow_jobs(self, seconds: float) -> None:
-        """Jobs stay this long in their running state (OPTIMIZING_MODEL, PROVISIONING_DEVICE) before working."""
-        self._delay = seconds
+    def slow_jobs(self, seconds: float, kind: str | None = None) -> None:
+        """Jobs created from now on (of `kind`, or all) stay this long in their running state (OPTIMIZING_MODEL,
+        LINKING_MODELS, PROVISIONING_DEVICE) before working."""
+        assert kind is None or kind in KINDS, kind
+        self._delays[kind] = seconds
 
     def remove_device(self, name: str) -> None:
         """The device leaves the fleet: devices/ no longer lists it and its queued or running jobs fail."""
@@ -321,16 +334,29 @@ class FakeAiHub:
                 self._fill_model(sub.model)
                 if sub.devices.devices:
                     sub.device.CopyFrom(sub.devices.devices[0])
+                self._check_available(sub.device)
                 if seed_target:
-                    target = pb.Model(model_id=self._new_id("m"), name=Path(sub.model.name).stem + ".bin",
-                                      model_type=pb.MODEL_TYPE_QNN_CONTEXT_BINARY, producer_id=jid)
-                    target.creation_time.GetCurrentTime()
-                    self._models[target.model_id] = target
-                    sub.target_model.CopyFrom(target)
+                    dlc = _target_runtime(sub.options) == "qnn_dlc"
+                    sub.target_model.CopyFrom(self._new_target(
+                        jid, Path(sub.model.name).stem + (".dlc" if dlc else ".bin"),
+                        pb.MODEL_TYPE_QNN_DLC if dlc else pb.MODEL_TYPE_QNN_CONTEXT_BINARY))
                 record = _JobRecord(job, "compile")
+            elif kind == "link_job":
+                sub = job.link_job
+                sub.link_job_id = jid
+                self._check_available(sub.device)
+                if not sub.models.models:
+                    raise JobRefused("A link job takes at least one input model.")
+                for model in sub.models.models:
+                    self._fill_model(model)
+                if seed_target:
+                    sub.target_model.CopyFrom(self._new_target(jid, Path(sub.models.models[0].name).stem + ".bin",
+                                                               pb.MODEL_TYPE_QNN_CONTEXT_BINARY))
+                record = _JobRecord(job, "link")
             elif kind == "inference_job":
                 sub = job.inference_job
                 sub.inference_job_id = jid
+                self._check_available(sub.device)
                 self._fill_model(sub.model)
                 if sub.dataset.dataset_id in self._datasets:
                     sub.dataset.CopyFrom(self._datasets[sub.dataset.dataset_id])
@@ -343,9 +369,21 @@ class FakeAiHub:
             self.jobs[jid] = record
             self._log(record, f"job {jid} created ({kind}) on {sub.device.name!r}, options {sub.options!r}")
         failure = self._failures.get(record.kind)
-        threading.Thread(target=self._run, args=(jid, failure, self._delay), name=f"aihub-fake-{jid}",
+        delay = self._delays.get(record.kind, self._delays.get(None, 0.0))
+        threading.Thread(target=self._run, args=(jid, failure, delay), name=f"aihub-fake-{jid}",
                          daemon=True).start()
         return jid
+
+    def _check_available(self, device: Any) -> None:
+        if device.name in self.unavailable:
+            raise JobRefused(f"Device '{device.name}' is not available for jobs.")
+
+    def _new_target(self, jid: str, name: str, model_type: int) -> Any:
+        """A job's target model, without a file until the job has made it."""
+        target = pb.Model(model_id=self._new_id("m"), name=name, model_type=model_type, producer_id=jid)
+        target.creation_time.GetCurrentTime()
+        self._models[target.model_id] = target
+        return target
 
     def _fill_model(self, model: Any) -> None:
         known = self._models.get(model.model_id)
@@ -362,7 +400,7 @@ class FakeAiHub:
             sub = getattr(record.job, record.job.WhichOneof("job"))
             sub.job_state = state
             sub.last_updated_time.GetCurrentTime()
-            if state in (pb.JOB_STATE_PROVISIONING_DEVICE, pb.JOB_STATE_OPTIMIZING_MODEL):
+            if state in _RUNNING.values():
                 sub.start_time.GetCurrentTime()
             self._log(record, f"state {pb.JobState.Name(state)}")
         time.sleep(self.step_seconds)
@@ -372,10 +410,7 @@ class FakeAiHub:
         sub = getattr(record.job, record.job.WhichOneof("job"))
         time.sleep(self.step_seconds)
         try:
-            if record.kind == "compile":
-                self._set_state(jid, pb.JOB_STATE_OPTIMIZING_MODEL)
-            else:
-                self._set_state(jid, pb.JOB_STATE_PROVISIONING_DEVICE)
+            self._set_state(jid, _RUNNING[record.kind])
             time.sleep(delay)
             if sub.device.name in self._removed:
                 raise JobRefused(f"Device '{sub.device.name}' is no longer available.",
@@ -384,6 +419,8 @@ class FakeAiHub:
                 raise JobRefused(*failure)
             if record.kind == "compile":
                 self._compile(jid, record, sub)
+            elif record.kind == "link":
+                self._link(jid, record, sub)
             else:
                 self._set_state(jid, pb.JOB_STATE_MEASURING_PERFORMANCE if sub.is_profiling_on
                                 else pb.JOB_STATE_RUNNING_INFERENCE)
@@ -455,10 +492,10 @@ class FakeAiHub:
         runtime = options.get("target_runtime")
         if runtime is None:
             raise JobRefused("Invalid options: --target_runtime is required by the fake (it compiles only to "
-                             "--target_runtime qnn_context_binary)")
-        if runtime != "qnn_context_binary":
+                             "--target_runtime qnn_context_binary or qnn_dlc)")
+        if runtime not in ("qnn_context_binary", "qnn_dlc"):
             raise JobRefused(f"Invalid options: --target_runtime {runtime} is not supported by the fake "
-                             "(only qnn_context_binary)", pb.JOB_FAILURE_TYPE_UNSUPPORTED)
+                             "(only qnn_context_binary and qnn_dlc)", pb.JOB_FAILURE_TYPE_UNSUPPORTED)
         quantize = sorted(set(options) & _QUANTIZE_OPTIONS)
         if quantize:
             raise JobRefused(f"Invalid options: --{quantize[0]} is not supported by the fake: it compiles float "
@@ -479,11 +516,89 @@ class FakeAiHub:
             raise JobRefused("the model's upload is not complete", pb.JOB_FAILURE_TYPE_MODEL_CORRUPT)
         shapes = {t.name: list(t.tensor_type.shape) for t in sub.tensor_type_list.types if t.tensor_type.shape}
         out = self.root / "jobs" / jid / "out"
+        if runtime == "qnn_dlc":
+            self._compile_dlc(jid, record, sub, {"task": "dlc", "model": str(source), "out_dir": str(out),
+                                                 "name": Path(sub.model.name).stem + ".dlc", "input_shapes": shapes})
+            return
         result = self._work(jid, record, {"task": "compile", "model": str(source), "out_dir": str(out),
                                           "soc_model": soc_model, "htp_arch": htp_arch, "input_shapes": shapes})
         if not result["ok"]:
             raise JobRefused(f"Failed to compile the model for {sub.device.name}: {result['error']}",
                              pb.JOB_FAILURE_TYPE_QNN_TOOL_ERROR)
+        inputs = self._publish_binary(jid, record, sub, result, htp_arch, soc_model, Path(sub.model.name).stem)
+        with self._lock:
+            sub.target_tensor_type_list.CopyFrom(inputs)
+            record.result = pb.JobResult(compile_job_result=pb.CompileJobResult(
+                compile_job_id=jid, compile_detail=pb.CompileDetail(tool_versions=_tools())))
+
+    def _compile_dlc(self, jid: str, record: _JobRecord, sub: Any, spec: dict[str, Any]) -> None:
+        """--target_runtime qnn_dlc: the target model is the fake's DLC stand-in (htp_worker.dlc_job)."""
+        result = self._work(jid, record, spec)
+        if not result["ok"]:
+            raise JobRefused(f"Failed to compile the model for {sub.device.name}: {result['error']}",
+                             pb.JOB_FAILURE_TYPE_QNN_TOOL_ERROR)
+        dlc = Path(result["dlc"])
+        inputs = pb.NamedTensorTypeList(types=[_named(t) for t in result["inputs"]])
+        with self._lock:
+            target = self._target(jid, sub, spec["name"], pb.MODEL_TYPE_QNN_DLC)
+            target.input_spec.CopyFrom(inputs)
+            target.output_spec.CopyFrom(pb.NamedTensorTypeList(types=[_named(t) for t in result["outputs"]]))
+            target.metadata.entries[pb.MODEL_METADATA_KEY_QAIRT_SDK_VERSION] = QAIRT_VERSION
+            self._model_files[target.model_id] = dlc
+            sub.target_model.CopyFrom(target)
+            sub.target_tensor_type_list.CopyFrom(inputs)
+            record.result = pb.JobResult(compile_job_result=pb.CompileJobResult(
+                compile_job_id=jid, compile_detail=pb.CompileDetail(tool_versions=_tools())))
+        self._log(record, f"wrote {dlc.name}, the fake's DLC stand-in ({dlc.stat().st_size} bytes; not a QNN DLC: "
+                  "only this fake's link jobs read it)")
+
+    def _link(self, jid: str, record: _JobRecord, sub: Any) -> None:
+        """A link job: the fake's own DLC stand-in -> a real QNN context binary for the job's device."""
+        options = parse_options(sub.options)
+        unknown = sorted(set(options) - _LINK_OPTIONS - _LINK_REFUSED)
+        if unknown:
+            raise JobRefused(f"Invalid options: unknown option --{unknown[0]}")
+        refused = sorted(set(options) & _LINK_REFUSED)
+        if refused:
+            raise JobRefused(f"Invalid options: --{refused[0]} is not supported by the fake: it links with the host "
+                             "HTP compiler's defaults", pb.JOB_FAILURE_TYPE_UNSUPPORTED)
+        self._check_qairt(options)
+        models = list(sub.models.models)
+        if len(models) != 1:
+            raise JobRefused(f"the fake links one DLC per job, not {len(models)}: a context of several graphs with "
+                             "shared weights is not emulated", pb.JOB_FAILURE_TYPE_UNSUPPORTED)
+        if models[0].model_type != pb.MODEL_TYPE_QNN_DLC:
+            raise JobRefused(f"Input model must be a QNN DLC model, not {pb.ModelType.Name(models[0].model_type)}.")
+        htp_arch, soc_model = self._device_target(sub.device)
+        source = self._model_files.get(models[0].model_id)
+        if source is None:
+            raise JobRefused(f"Model '{models[0].model_id}' has no file (not uploaded, or its job has not made it)",
+                             pb.JOB_FAILURE_TYPE_MODEL_CORRUPT)
+        out = self.root / "jobs" / jid / "out"
+        result = self._work(jid, record, {"task": "link", "dlc": str(source), "out_dir": str(out),
+                                          "soc_model": soc_model, "htp_arch": htp_arch})
+        if not result["ok"]:
+            if result.get("refused"):
+                raise JobRefused(f"Failed to link {models[0].name}: {result['error']}",
+                                 pb.JOB_FAILURE_TYPE_UNSUPPORTED)
+            raise JobRefused(f"Failed to link the model for {sub.device.name}: {result['error']}",
+                             pb.JOB_FAILURE_TYPE_QNN_TOOL_ERROR)
+        self._publish_binary(jid, record, sub, result, htp_arch, soc_model, Path(models[0].name).stem)
+        with self._lock:
+            record.result = pb.JobResult(link_job_result=pb.LinkJobResult(
+                link_job_id=jid, link_detail=pb.LinkDetail(tool_versions=_tools())))
+
+    def _target(self, jid: str, sub: Any, name: str, model_type: int) -> Any:
+        """The job's seeded target model, or a new one; marked complete (the caller stores its file)."""
+        target = self._models[sub.target_model.model_id] if sub.HasField("target_model") else \
+            self._new_target(jid, name, model_type)
+        target.file_upload_complete = True
+        return target
+
+    def _publish_binary(self, jid: str, record: _JobRecord, sub: Any, result: dict[str, Any], htp_arch: str,
+                        soc_model: int, stem: str) -> Any:
+        """A compile or link job's context binary as its target model (with AI Hub's QNN metadata keys), kept with
+        its EPContext wrapper for later inference jobs; the binary's inputs."""
         binary = Path(result["binary"])
         digest = hashlib.sha256(binary.read_bytes()).hexdigest()
         inputs = pb.NamedTensorTypeList(types=[_named(t) for t in result["inputs"]])
@@ -491,15 +606,7 @@ class FakeAiHub:
         with self._lock:
             self._compiled[digest] = _Compiled(Path(result["wrapper"]), binary.name, result["graph"], htp_arch,
                                                soc_model)
-            sub.target_tensor_type_list.CopyFrom(inputs)
-            if sub.HasField("target_model"):
-                target = self._models[sub.target_model.model_id]
-            else:
-                target = pb.Model(model_id=self._new_id("m"), name=Path(sub.model.name).stem + ".bin",
-                                  model_type=pb.MODEL_TYPE_QNN_CONTEXT_BINARY, producer_id=jid)
-                target.creation_time.GetCurrentTime()
-                self._models[target.model_id] = target
-            target.file_upload_complete = True
+            target = self._target(jid, sub, stem + ".bin", pb.MODEL_TYPE_QNN_CONTEXT_BINARY)
             target.input_spec.CopyFrom(inputs)
             target.output_spec.CopyFrom(outputs)
             metadata = target.metadata.entries
@@ -511,11 +618,9 @@ class FakeAiHub:
             metadata[pb.MODEL_METADATA_KEY_QNN_CONTEXT_BIN_BACKEND] = "HTP"
             self._model_files[target.model_id] = binary
             sub.target_model.CopyFrom(target)
-            record.result = pb.JobResult(compile_job_result=pb.CompileJobResult(
-                compile_job_id=jid, compile_detail=pb.CompileDetail(
-                    tool_versions=[pb.ToolVersion(name="QAIRT", version=QAIRT_VERSION)])))
         self._log(record, f"compiled {binary.name} ({binary.stat().st_size} bytes, sha256 {digest}) "
                   f"for soc_model {soc_model}, v{htp_arch} in {result['compile_time_us']} µs")
+        return inputs
 
     def _check_qairt(self, options: dict[str, str | bool]) -> None:
         wanted = options.get("qairt_version")
@@ -587,6 +692,18 @@ class FakeAiHub:
         self._log(record, f"ran on the HTP emulator for soc_model {soc_model}, v{htp_arch}: cold load "
                   f"{result['cold_load_time_us']} µs, warm load {result['warm_load_time_us']} µs, execution "
                   f"{result['execution_times_us']} µs")
+
+
+def _tools() -> list[Any]:
+    return [pb.ToolVersion(name="QAIRT", version=QAIRT_VERSION)]
+
+
+def _target_runtime(options: str) -> str | bool | None:
+    """The --target_runtime of an options string, None when absent or unreadable (the job then fails on it)."""
+    try:
+        return parse_options(options).get("target_runtime")
+    except (JobRefused, ValueError):
+        return None
 
 
 def _named(t: dict[str, Any]) -> Any:
