@@ -1,9 +1,10 @@
-"""Runtime compatibility: the oldest QNN runtime that loads a bundle's context binaries, and the app dependency sets
-(ONNX Runtime AAR + qnn-runtime) that Microsoft or Qualcomm validated.
+"""Runtime compatibility: which Maven qnn-runtime release an app can get for a bundle's context binaries, the oldest
+runtime that loads them, and the app dependency sets (ONNX Runtime AAR + qnn-runtime) Microsoft or Qualcomm validated.
 
-Pure functions over data/runtime.json, where every fact carries its source; version mismatches are the failures
-users hit most after packaging ("Could not create context from binary", a newer context binary on an old SDK), so
-`bundle`, `bundle verify` and `scaffold` all decide from this one table.
+Pure functions over data/runtime.json, where every fact carries its source: the Maven releases public pages show,
+and the load table measured on the host HTP emulator (which runtime release loads which release's binaries). Version
+mismatches are the failures users hit most after packaging ("Could not create context from binary"), so `bundle`,
+`bundle verify` and `scaffold` all decide from this one table.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from itertools import pairwise
 from typing import Any
 
 from qnndeploy.errors import QnnDeployError
@@ -59,6 +59,15 @@ class ValidatedSet:
         return f"{self.maven}{ort} + qnn-runtime {self.qnn_runtime}"
 
 
+@dataclass(frozen=True)
+class LoadRow:
+    """One measurement: whether the runtime of QAIRT `runtime` loaded a context binary of QAIRT `binary`."""
+
+    binary: str  # "X.Y.Z" of the compiler
+    runtime: str  # "X.Y.Z" of the libQnnHtp that loaded it
+    loads: bool
+
+
 @cache
 def _data() -> dict[str, Any]:
     text = resources.files("qnndeploy").joinpath("data/runtime.json").read_text(encoding="utf-8")
@@ -66,10 +75,10 @@ def _data() -> dict[str, Any]:
     return data
 
 
-def rows() -> dict[str, list[dict[str, Any]]]:
-    """The table's sourced rows by kind (rules, context_blobs, validated_sets): for the README and the tests."""
+def rows() -> dict[str, Any]:
+    """The table's sourced rows by kind: for the README and the tests."""
     d = _data()
-    return {k: d[k] for k in ("rules", "context_blobs", "validated_sets")}
+    return {k: d[k] for k in ("maven", "compilers", "loads", "onnx_ir", "rules", "context_blobs", "validated_sets")}
 
 
 def _source(row: dict[str, Any]) -> Source:
@@ -87,6 +96,38 @@ def blob_rows() -> list[BlobRow]:
 def all_sets() -> list[ValidatedSet]:
     return [ValidatedSet(r["aar"], r["aar_version"], r["ort_android"], r["qnn_runtime"], _source(r))
             for r in _data()["validated_sets"]]
+
+
+def published() -> dict[str, Source]:
+    """The com.qualcomm.qti:qnn-runtime releases a public source shows on Maven, oldest first, with that source: the
+    only versions qnndeploy writes into an app's Gradle files by itself."""
+    return {r["version"]: _source(r) for r in _data()["maven"]["published"]}
+
+
+def not_published(version: str) -> Source | None:
+    """The source saying `version` was never on Maven (a QAIRT build number such as 2.49.40), or None."""
+    return next((_source(r) for r in _data()["maven"]["not_published"] if r["version"] == version), None)
+
+
+def load_rows() -> list[LoadRow]:
+    return [LoadRow(r["binary"], r["runtime"], r["loads"]) for r in _data()["loads"]["rows"]]
+
+
+def max_ir(onnxruntime: str) -> int | None:
+    """The newest ONNX IR version ONNX Runtime `onnxruntime` reads (measured), None when not measured."""
+    return next((r["max_ir"] for r in _data()["onnx_ir"]["rows"] if r["onnxruntime"] == onnxruntime), None)
+
+
+def portable_ir() -> int:
+    """The newest IR version every measured ONNX Runtime reads: what EPContext wrappers are written at, so that the
+    app's ONNX Runtime (1.22 reads IR 10 at most; the host's 1.32 writes 14) can load them."""
+    return min(int(r["max_ir"]) for r in _data()["onnx_ir"]["rows"])
+
+
+def loads_measured() -> str | None:
+    """The date the load table was measured, None before it was."""
+    date: str | None = _data()["loads"]["measured"]
+    return date
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -138,60 +179,74 @@ def min_runtime_for_blob(blob: str) -> str | None:
     return next((r.min_runtime for r in blob_rows() if version_key(r.blob) == key), None)
 
 
-def _why(runtime: str, qairt: str) -> tuple[str, str]:
-    """(why `runtime` cannot load QAIRT `qairt` binaries, the source): the blob move when it is what `runtime`
-    misses, else the rule that an older runtime refuses a newer context binary."""
-    blob = next((r for r in sorted(blob_rows(), key=lambda r: version_key(r.qairt), reverse=True)
-                 if version_key(r.qairt) <= _family(qairt) and not satisfies(runtime, r.min_runtime)), None)
-    if blob is not None:
-        why = (f"QAIRT {blob.qairt} moved the HTP context blob to {blob.blob}, which no runtime before "
-               f"{blob.min_runtime} reads")
-        return why, blob.source.url
-    why = ("a runtime older than the binaries' QAIRT release refuses their context blob "
-           "('Unsupported context binary version')")
-    return why, _rule("older-runtime-refuses-newer-binary").url
+def loads(binary: str, runtime: str) -> bool | None:
+    """Whether a runtime release loads context binaries of QAIRT `binary`, by the measured table: compared by release
+    family (X.Y), since Maven publishes a QAIRT X.Y release's runtime as X.Y.0 or X.Y.1 (maven.family in the data).
+    None when no row was measured for the two families."""
+    found = {r.loads for r in load_rows()
+             if _family(r.binary) == _family(binary) and _family(r.runtime) == _family(runtime)}
+    return found.pop() if len(found) == 1 else None
 
 
-def pin_problem(pin: str, min_runtime: str, qairt: str) -> str | None:
-    """Why qnn-runtime `pin` cannot run a bundle of QAIRT `qairt` whose binaries need `min_runtime`, in one line, or
-    None when it can."""
-    if satisfies(pin, min_runtime):
-        return None
-    why, url = _why(pin, qairt)
-    return (f"qnn-runtime {pin} is older than {min_runtime}, the oldest runtime that loads these QAIRT {qairt} context "
-            f"binaries: {why} ({url}); pin {min_runtime} or newer, or compile with the QAIRT of the runtime you ship")
+def maven_for(qairt: str) -> list[str]:
+    """The published qnn-runtime releases that load QAIRT `qairt` binaries by the measured table, newest first."""
+    return sorted((v for v in published() if loads(qairt, v)), key=version_key, reverse=True)
 
 
-def _major_starts() -> list[BlobRow]:
-    """The rows where a new HTP blob major version begins (its family's blob major differs from the row before)."""
-    ordered = sorted(blob_rows(), key=lambda r: version_key(r.qairt))
-    return [r for prev, r in pairwise(ordered) if r.blob.split(".")[0] != prev.blob.split(".")[0]]
+def no_maven_runtime(qairt: str) -> str:
+    """The one-line message for binaries no published runtime is known to load, with the two ways out."""
+    loadable = sorted({r.binary for r in load_rows() if r.loads and maven_for(r.binary)}, key=version_key)
+    newest = published()
+    top = max(newest, key=version_key) if newest else None
+    way = (f"or compile with --qairt {'.'.join(loadable[-1].split('.')[:2])}, whose runtime "
+           f"com.qualcomm.qti:qnn-runtime:{maven_for(loadable[-1])[0]} is published") if loadable else \
+        "or compile with an older QAIRT"
+    return (f"no published com.qualcomm.qti:qnn-runtime is known to load QAIRT {qairt} context binaries (the newest on "
+            f"Maven that a public source shows is {top}; README, Runtime compatibility): bundle the QAIRT SDK's own "
+            f"runtime libraries (bundle build --runtime-libs DIR or --qnn-sdk-root DIR), {way}")
+
+
+def pin_problem(pin: str, qairt: str) -> str | None:
+    """Why qnn-runtime `pin` cannot run QAIRT `qairt` binaries, in one line, or None when nothing says it cannot: a
+    version Maven never had, a measured refusal, or a runtime of an older release family (which refuses a newer
+    context blob)."""
+    gone = not_published(pin)
+    if gone is not None:
+        return f"qnn-runtime {pin} is not on Maven ({gone.url}: {gone.says})"
+    measured = loads(qairt, pin)
+    if measured is False:
+        return (f"the QAIRT {'.'.join(pin.split('.')[:2])} runtime refuses QAIRT {qairt} context binaries (measured on "
+                f"the host HTP emulator, {loads_measured()}: README, Runtime compatibility)")
+    if measured is None and _family(pin) < _family(qairt):
+        return (f"qnn-runtime {pin} is older than QAIRT {qairt}: an older runtime refuses a newer context binary "
+                f"('Unsupported context binary version', {_rule('older-runtime-refuses-newer-binary').url})")
+    return None
 
 
 def pin_warnings(pin: str, qairt: str) -> list[str]:
-    """What cannot be confirmed about a loadable qnn-runtime pin: a release in no validated set, or a runtime past a
-    blob major change the binaries predate (newer runtimes load older binaries of the same blob major; no source
-    says a runtime reads the previous major)."""
+    """What cannot be confirmed about a qnn-runtime pin that pin_problem lets through: a release no source shows on
+    Maven, a pair the load table has not measured, a release in no validated set."""
     warnings = []
+    if pin not in published():
+        warnings.append(f"no public source shows qnn-runtime {pin} on Maven (known: {', '.join(published())}): if it "
+                        "is not there the app's Gradle build fails to resolve it")
+    if loads(qairt, pin) is None:
+        warnings.append(f"no measurement says whether a qnn-runtime {pin} loads QAIRT {qairt} context binaries: "
+                        "test on phones (qnndeploy device verify)")
     if not any(s.qnn_runtime == pin for s in all_sets()):
         known = ", ".join(sorted({s.qnn_runtime for s in all_sets()}, key=version_key))
         warnings.append(f"qnn-runtime {pin} is in no validated ONNX Runtime set (validated: {known}; README, "
                         "Runtime compatibility): Qualcomm and Microsoft validate exact sets only")
-    crossed = [r for r in _major_starts() if _family(qairt) < version_key(r.qairt) <= _family(pin)]
-    if crossed:
-        r = crossed[-1]
-        warnings.append(f"qnn-runtime {pin} reads HTP context blob {r.blob} (QAIRT {r.qairt} and later) and these "
-                        f"QAIRT {qairt} binaries predate it: no source confirms that it loads the older blob "
-                        f"({r.source.url})")
     return warnings
 
 
 def validated_sets(min_runtime: str, aar: str | None = None) -> list[ValidatedSet]:
-    """The validated sets whose qnn-runtime loads binaries that need `min_runtime`, newest first (of one AAR kind
-    when `aar` is given)."""
+    """The validated sets whose qnn-runtime is published and loads binaries that need `min_runtime`, newest first (of
+    one AAR kind when `aar` is given)."""
     if aar is not None and aar not in AARS:
         raise QnnDeployError(f"unknown ONNX Runtime AAR '{aar}'; use one of {', '.join(AARS)}")
-    found = [s for s in all_sets() if (aar is None or s.aar == aar) and satisfies(s.qnn_runtime, min_runtime)]
+    found = [s for s in all_sets() if (aar is None or s.aar == aar) and satisfies(s.qnn_runtime, min_runtime)
+             and s.qnn_runtime in published()]
     return sorted(found, key=lambda s: (version_key(s.qnn_runtime), version_key(s.aar_version)), reverse=True)
 
 

@@ -117,7 +117,7 @@ def resource_warnings(info: ContextInfo, soc: socs.Soc) -> list[str]:
             warnings.append(f"graph {g.name} needs a {g.spill_fill_bytes / 2**20:.1f} MiB spill-fill buffer: its "
                             "activations do not fit in VTCM and go through DDR (slower); a smaller input or "
                             "compile --spill-fill (one buffer for a context's graphs) helps")
-        if g.vtcm_bytes and g.vtcm_bytes > soc.vtcm_mb << 20:
+        if g.vtcm_bytes and soc.vtcm_mb is not None and g.vtcm_bytes > soc.vtcm_mb << 20:
             warnings.append(f"graph {g.name} was compiled for {g.vtcm_bytes / 2**20:g} MiB of VTCM, more than the "
                             f"{soc.vtcm_mb} MiB of {soc.model}: it will not load there (compile --vtcm-mb)")
     return warnings

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from qnndeploy import aihub, htp
+from qnndeploy import aihub, htp, toolchain
 from qnndeploy.compile.qairt import find_sdk
 from qnndeploy.errors import QnnDeployError
 
@@ -44,7 +44,7 @@ def doctor(qnn_sdk_root: Path | None = None) -> DoctorReport:
     if system == "Darwin":
         return DoctorReport(False, [Check("os", "refused", f"macOS {platform.mac_ver()[0]} ({machine})", MAC_ADVICE,
                                           True)])
-    checks = [_os(system, machine), _python(), _onnxruntime_qnn(system, machine)]
+    checks = [_os(system, machine), _python(), _onnxruntime_qnn(system, machine), _toolchains()]
     checks += _sdk(qnn_sdk_root)
     checks += _sdk_python()
     checks.append(_tool("ndk-build", "only for aarch64-android model libraries (--backend qairt): install the "
@@ -81,6 +81,16 @@ def _onnxruntime_qnn(system: str, machine: str) -> Check:
         return Check("onnxruntime-qnn", "missing", str(e) or type(e).__name__, fix, True)
     return Check("onnxruntime-qnn", "ok", f"onnxruntime-qnn {qnn_version} (QAIRT {qairt}) on onnxruntime "
                  f"{ort_version}: compiles context binaries and emulates the HTP", required=True)
+
+
+def _toolchains() -> Check:
+    """The other QAIRT releases compile --qairt can use, and which are installed already."""
+    others = [t for t in toolchain.known() if not toolchain.is_current(t)]
+    have = [t.qairt for t in others if toolchain.installed(t)]
+    rest = [t.qairt for t in others if t.qairt not in have]
+    detail = (f"compile --qairt: {', '.join(have) or 'none'} installed in {toolchain.root()}"
+              + (f"; {', '.join(rest)} install on first use (pip, about 100 MB each)" if rest else ""))
+    return Check("qairt-toolchains", "ok", detail)
 
 
 def _sdk(root: Path | None) -> list[Check]:

@@ -1,7 +1,9 @@
 """ONNX Runtime EPContext wrappers (<graph>_ctx.onnx): which context binary they load, and re-pointing them.
 
 With embed mode 0 the wrapper names its context binary by a path relative to itself. A bundle renames binaries
-to <graph>.bin, so the name inside the wrapper must follow, or ONNX Runtime fails on the phone.
+to <graph>.bin, so the name inside the wrapper must follow, or ONNX Runtime fails on the phone. Every wrapper
+qnndeploy writes is at compat.portable_ir(): the host's onnxruntime writes IR version 14, which the ONNX Runtime
+of an app (1.30 and older, measured) refuses to load, and the one EPContext node needs nothing newer.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from qnndeploy import compat
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.onnxio import load_model
 
@@ -26,6 +29,10 @@ def _ref_attrs(model: onnx.ModelProto) -> list[onnx.AttributeProto]:
         if "embed_mode" in attrs and attrs["embed_mode"].i == 0 and "ep_cache_context" in attrs:
             refs.append(attrs["ep_cache_context"])
     return refs
+
+
+def ir_version(path: Path) -> int:
+    return int(load_model(path).ir_version)
 
 
 def context_refs(path: Path) -> list[str]:
@@ -53,6 +60,7 @@ def retarget(src: Path, dst: Path, binary_name: str) -> int:
         raise QnnDeployError(f"{src} has no EPContext node that loads a separate context binary")
     for a in attrs:
         a.s = binary_name.encode()
+    model.ir_version = min(model.ir_version, compat.portable_ir())
     tmp = dst.with_name(dst.name + ".tmp")
     onnx.save(model, str(tmp))
     tmp.replace(dst)
@@ -77,6 +85,7 @@ def wrap(binary_name: str, graph_name: str, source: Path, dst: Path, sdk_build: 
     wrapper = onnx.helper.make_model(
         onnx.helper.make_graph([node], graph.name or graph_name, inputs, list(graph.output)),
         opset_imports=[onnx.helper.make_opsetid("", 17), onnx.helper.make_opsetid("com.microsoft", 1)])
+    wrapper.ir_version = compat.portable_ir()
     tmp = dst.with_name(dst.name + ".tmp")
     onnx.save(wrapper, str(tmp))
     tmp.replace(dst)

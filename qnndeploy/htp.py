@@ -162,7 +162,7 @@ def measure_htp(path: Path, soc: Soc, graph: onnx.GraphProto | None = None,
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="qnndeploy-check-") as tmp:
         ctx = Path(tmp) / "m_ctx.onnx"
-        options = session_options(soc, fp16=soc.fp16 if fp16 is None else fp16, context_path=ctx,
+        options = session_options(soc, fp16=soc.fp16 is not False if fp16 is None else fp16, context_path=ctx,
                                       cpu_fallback=True)
         # Basic optimizations run before partitioning anyway; the later ones would rename the CPU nodes.
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
@@ -207,7 +207,7 @@ def htp_takes_nothing(soc: Soc) -> bool:
     from onnx import TensorProto
     from onnx import helper as h
 
-    if not soc.fp16:
+    if soc.fp16 is False:
         return False
 
     graph = h.make_graph([h.make_node("Relu", ["x"], ["y"], name="probe")], "probe",

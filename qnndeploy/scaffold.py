@@ -21,18 +21,17 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from qnndeploy import __version__, compat, playplan
+from qnndeploy import __version__, compat, epcontext, playplan
 from qnndeploy.bundle.manifest import read_manifest, schema
 from qnndeploy.bundle.verify import VerifyReport, require_ok, verify_folder
 from qnndeploy.decision import BACKEND_LIB, REASONS, SYSTEM_LIB, VENDOR_DSP_FOLDERS, soc_tables, template_fields
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import check_replaceable, staging_dir
-from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION, artifact_graphs
+from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION, ONNX, artifact_graphs
 
 ENGINES = {"ort": EPCONTEXT, "sherpa-onnx": CONTEXT_BINARY}  # engine -> the NPU file format it loads
 ENGINE_FILES = {"ort": "OrtModels.kt", "sherpa-onnx": "SherpaOnnxQnn.kt"}
 PLAY_FILE = "PlayPack.kt"  # rendered only with play: the AI pack's plan, rules and access
-ORT_VERSION = "1.29.0"  # newest com.microsoft.onnxruntime:onnxruntime-android-qnn: pinned when no validated set fits
 ASSETS = "qnndeploy"  # the bundle's folder in the APK's assets: QnnRuntime.ASSETS in the Kotlin
 APP_GLUE_DIR = "qnndeploy"  # where the glue goes inside the sample app's module
 MARKER = ".qnndeploy-scaffold"  # rendered into every output's top folder: what marks a folder --force may replace
@@ -166,9 +165,28 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
         else f"bundled: {len(rt['libs'])} libraries in jniLibs/arm64-v8a",
         lines=lines,
         ort_aar=pins.describe if pins else None,
-        warnings=pins.warnings if pins else [],
+        warnings=[*pins.warnings, *_ir_warnings(manifest, bundle, pins)] if pins else [],
         play=f"{plan['pack']} ({plan['delivery']})" if plan is not None else None,
     )
+
+
+def _ir_warnings(manifest: dict[str, Any], bundle: Path, pins: OrtPins) -> list[str]:
+    """Models of an ONNX IR version newer than the pinned ONNX Runtime reads (measured, runtime.json onnx_ir) fail
+    to load on the phone: an EPContext wrapper made by an older qnndeploy (IR 14), or a CPU model exported so."""
+    ort = pins.ort_android or pins.aar_version
+    limit = compat.max_ir(ort)
+    if limit is None:
+        return [f"no measurement says which ONNX IR versions ONNX Runtime {ort} reads (README, Runtime compatibility)"]
+    files = [a["path"] for t in manifest["targets"] for a in t["artifacts"] if a["format"] == EPCONTEXT]
+    files += [a["path"] for a in manifest["cpu"] if a["format"] == ONNX]
+    newer = [f"{p} (IR {v})" for p in files if (v := epcontext.ir_version(bundle / p)) > limit]
+    if not newer:
+        return []
+    shown = ", ".join(newer[:3]) + (" …" if len(newer) > 3 else "")
+    why = (f"ONNX Runtime {ort} reads ONNX IR version {limit} at most (measured) and these are newer, so they fail "
+           f"to load on the phone: {shown}; rebuild the bundle with this qnndeploy (it writes EPContext wrappers at "
+           f"IR {compat.portable_ir()}), or re-export the CPU model at a lower IR version")
+    return [why]
 
 
 def _play_lines(play: Path, plan: dict[str, Any]) -> list[str]:
@@ -216,7 +234,7 @@ def _ort_pins(manifest: dict[str, Any], aar: str) -> OrtPins:
         s = sets[0]
         return OrtPins(aar, s.aar_version, s.ort_android, s.qnn_runtime, s, warnings)
     newest = compat.validated_sets("0.0.0", aar)[0]
-    version = ORT_VERSION if aar == "microsoft" else newest.aar_version
+    version = newest.aar_version  # a release a source shows: no AAR version without one is written
     warnings.append(f"no validated {compat.aar_maven(aar)} set has a qnn-runtime that loads these QAIRT "
                     f"{qairt['version']} binaries (they need {need}; the newest validated is {newest.describe()}): "
                     f"pinned {compat.aar_maven(aar)}:{version} with qnn-runtime {bundle_runtime}, an unvalidated "
@@ -276,7 +294,7 @@ def _context(manifest: dict[str, Any], package: str, glue_name: str, engine: str
         "maven_module": module,
         "maven_version": version,
         "jni_libs": [lib["path"].rsplit("/", 1)[-1] for lib in rt.get("libs", [])],
-        "ort_version": pins.aar_version if pins else ORT_VERSION,
+        "ort_version": pins.aar_version if pins else "",
         "ort_aar": pins.aar if pins else "",
         "ort_maven": compat.aar_maven(pins.aar) if pins else "",
         "ort_android_module": compat.ORT_ANDROID,

@@ -13,13 +13,16 @@ from qnndeploy.errors import QnnDeployError
 
 
 @dataclass(frozen=True)
-class QairtLimit:
-    """What one QAIRT release (major.minor) does for a SoC, against the catalog: precisions it refuses, and the arch it
-    writes into context binaries when that is not the catalog's."""
+class Measured:
+    """What one QAIRT release's compiler did for a SoC's soc_model on the host: the soc_model and arch it wrote into
+    the context binary (read back with the same release's libQnnSystem; None when it compiled nothing) and the
+    precisions it refused."""
 
-    qairt: str
+    qairt: str  # "2.51.0"
+    soc_model: int | None
+    arch: int | None
+    marker_arch: int | None  # the arch of the "soc_type=...;arch=..." text inside the binary, which can differ
     refuses: tuple[str, ...]
-    binary_arch: int | None
 
 
 @dataclass(frozen=True)
@@ -27,34 +30,58 @@ class Soc:
     model: str
     soc_id: int
     dsp_arch: str
-    vtcm_mb: int
-    fp16: bool
+    vtcm_mb: int | None  # None: no source says
+    fp16: bool | None  # None: no source says whether the HTP runs fp16
     marketing_name: str | None
     codenames: tuple[str, ...]
     kernel_soc_ids: tuple[int, ...]
-    aliases: tuple[str, ...]
+    aliases: tuple[str, ...]  # other ro.soc.model spellings of this chip (SM8750P, SM8750-AC)
+    aihub_chipsets: tuple[str, ...]  # AI Hub's chipset names for it, current first (older releases' names after)
+    aihub_hosted: bool | None  # whether AI Hub runs jobs on a device with it; None: AI Hub lists no such chipset
+    confirmed_by: tuple[str, ...]  # keys of socs.json "sources" that agree on soc_id and dsp_arch
     note: str
-    qairt_limits: tuple[QairtLimit, ...] = ()
-    aihub_chipset: str | None = None  # the "chipset:" attribute of AI Hub's hosted devices with this SoC
+    measured: tuple[Measured, ...] = ()
 
     @property
     def arch_number(self) -> int:
         """73 for v73: the form QNN options and ELF headers use."""
         return int(self.dsp_arch[1:])
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every ro.soc.model spelling of this chip, the model first."""
+        return (self.model, *self.aliases)
+
+    @property
+    def aihub_chipset(self) -> str | None:
+        """The chipset name current AI Hub releases use, None when AI Hub lists none."""
+        return self.aihub_chipsets[0] if self.aihub_chipsets else None
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
 @cache
+def sources() -> dict[str, dict[str, Any]]:
+    """socs.json's sources by key: what each says, where it was read, and when."""
+    found: dict[str, dict[str, Any]] = _raw()["sources"]
+    return found
+
+
+@cache
+def _raw() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(resources.files("qnndeploy").joinpath("data/socs.json").read_text())
+    return data
+
+
+@cache
 def catalog() -> tuple[Soc, ...]:
-    raw = json.loads(resources.files("qnndeploy").joinpath("data/socs.json").read_text())
+    tuples = ("codenames", "kernel_soc_ids", "aliases", "aihub_chipsets", "confirmed_by")
     return tuple(
-        Soc(**{**s, "codenames": tuple(s["codenames"]), "kernel_soc_ids": tuple(s["kernel_soc_ids"]),
-               "aliases": tuple(s["aliases"]),
-               "qairt_limits": tuple(QairtLimit(q["qairt"], tuple(q["refuses"]), q["binary_arch"])
-                                     for q in s["qairt_limits"])})
-        for s in raw["socs"]
+        Soc(**{**s, **{k: tuple(s[k]) for k in tuples},
+               "measured": tuple(Measured(m["qairt"], m["soc_model"], m["arch"], m["marker_arch"], tuple(m["refuses"]))
+                                 for m in s["measured"])})
+        for s in _raw()["socs"]
     )
 
 
@@ -72,28 +99,34 @@ def find(name: str | int) -> Soc:
     raise QnnDeployError(f"unknown SoC '{key}'{hint} (qnndeploy socs lists them)")
 
 
-def _limit(soc: Soc, qairt: str) -> QairtLimit | None:
-    family = ".".join(qairt.split(".")[:2])
-    return next((q for q in soc.qairt_limits if q.qairt == family), None)
+def _family(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def measured(soc: Soc, qairt: str) -> Measured | None:
+    """The measurement of the release family of `qairt` (2.49.40 -> the 2.49 row), None when not measured."""
+    return next((m for m in soc.measured if _family(m.qairt) == _family(qairt)), None)
 
 
 def refusal(soc: Soc, qairt: str, precision: str) -> str | None:
     """Why `precision` cannot be built for `soc` with this QAIRT, from the catalog, or None. Known before any compile,
     so check, compile and demo say it up front instead of blaming the model."""
-    if precision == "fp16" and not soc.fp16:
+    if precision == "fp16" and soc.fp16 is False:
         return f"{soc.model} ({soc.dsp_arch}) has no fp16 on its HTP"
-    limit = _limit(soc, qairt)
-    if limit and precision in limit.refuses:
-        return (f"QAIRT {qairt} compiles no {precision} for {soc.model} (soc_model {soc.soc_id}); catalog note: "
-                f"{soc.note}")
+    seen = measured(soc, qairt)
+    if seen and seen.soc_model is None:
+        return (f"QAIRT {seen.qairt} compiles nothing for {soc.model} (soc_model {soc.soc_id}) on the host, neither "
+                "fp16 nor w8a16 (measured: qnndeploy socs shows it)")
+    if seen and precision in seen.refuses:
+        return f"QAIRT {seen.qairt} compiles no {precision} for {soc.model} (soc_model {soc.soc_id}; measured)"
     return None
 
 
 def arch_mismatch(soc: Soc, qairt: str) -> str | None:
     """When this QAIRT writes another arch into the SoC's context binaries than the catalog's: bundle verify will flag
     the bundle, so the binaries cannot be trusted for that SoC without a phone."""
-    limit = _limit(soc, qairt)
-    if limit and limit.binary_arch is not None and limit.binary_arch != soc.arch_number:
-        return (f"QAIRT {qairt} writes arch {limit.binary_arch} into {soc.model} context binaries, the catalog says "
-                f"{soc.dsp_arch}: bundle verify flags them; catalog note: {soc.note}")
+    seen = measured(soc, qairt)
+    if seen and seen.arch is not None and seen.arch != soc.arch_number:
+        return (f"QAIRT {seen.qairt} writes arch {seen.arch} into {soc.model} context binaries (measured), the "
+                f"catalog's sources say {soc.dsp_arch}: bundle verify flags them")
     return None

@@ -10,10 +10,13 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from elfgen import BUILD
+
 from qnndeploy import socs
 from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, EXTERNAL_DATA
+from qnndeploy.markers import build_version
 
-QAIRT = "2.51.0"
+QAIRT = build_version(BUILD)
 
 
 def _file(path: str, seed: str) -> dict:
@@ -36,7 +39,7 @@ def manifest(targets=("SM8550", "SM8750"), graphs=("det", "rec"), runtime: str =
     suffix = {CONTEXT_BINARY: ".bin", EPCONTEXT: "_ctx.onnx"}
     return {
         "format": "qnndeploy-bundle", "format_version": format_version, "name": name, "version": version,
-        "created_by": "tests", "qairt": {"version": QAIRT, "build": "v2.51.0.260929181845"},
+        "created_by": "tests", "qairt": {"version": QAIRT, "build": BUILD},
         "source": {"model": name, "sha256": None, "commit": None, "license": "Apache-2.0"},
         "graphs": [{"name": g, "inputs": [{"name": "x", "dtype": "float32", "shape": [1, 16]}],
                     "outputs": [{"name": "y", "dtype": "float32", "shape": [1, 16]}]} for g in graphs],
@@ -83,7 +86,9 @@ def split(m: dict, cpu_graph: str = "det") -> dict:
     return {**m, "format_version": 3, "graphs": graphs, "targets": targets, "pipeline": order}
 
 
-def tiny_model(path: Path, width: int) -> Path:
+def tiny_model(path: Path, width: int, ir_version: int = 10) -> Path:
+    """MatMul + Relu on [1, width], at an IR version every ONNX Runtime an app may use reads (onnx's helper would
+    write its newest, 14, which ONNX Runtime 1.30 and older refuse)."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper
@@ -94,7 +99,9 @@ def tiny_model(path: Path, width: int) -> Path:
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
                               "g", [x], [y], [w])
     path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = ir_version
+    onnx.save(model, path)
     return path
 
 

@@ -88,3 +88,37 @@ def pids_mentioning(text: str) -> list[int]:
         except OSError:
             pass  # ended meanwhile
     return found
+
+
+WHEELHOUSE_ENV = "QNNDEPLOY_TEST_WHEELS"  # .ci/run downloads every toolchain's wheels there (tests/qnn_facts.py)
+
+
+def wheelhouse() -> Path:
+    return Path(os.environ.get(WHEELHOUSE_ENV) or Path.home() / ".cache" / "qnndeploy-tests" / "wheels")
+
+
+@pytest.fixture(scope="session")
+def toolchains():
+    """Every toolchain of runtime.json installed by qnndeploy's own installer (pip --target) from the local
+    wheelhouse, never from the network (PIP_NO_INDEX): compile --qairt's real install path. The toolchains folder
+    is kept between runs on a developer machine; CI starts without it."""
+    from qnndeploy import toolchain
+
+    house = wheelhouse()
+    missing = [w for tc in toolchain.known() if not toolchain.is_current(tc)
+               if not any(house.glob(f"onnxruntime_qnn-{tc.onnxruntime_qnn}-*.whl"))
+               for w in [tc.onnxruntime_qnn]]
+    require(not missing, f"the wheels of onnxruntime-qnn {', '.join(missing)} in {house} "
+                         "(pip download --no-deps -d DIR $(python -m tests.qnn_facts --wheels))")
+    saved = {k: os.environ.get(k) for k in (toolchain.ENV_DIR, "PIP_NO_INDEX", "PIP_FIND_LINKS")}
+    os.environ[toolchain.ENV_DIR] = str(house.parent / "toolchains")
+    os.environ["PIP_NO_INDEX"], os.environ["PIP_FIND_LINKS"] = "1", str(house)
+    for tc in toolchain.known():
+        if not toolchain.is_current(tc):
+            toolchain.install(tc)
+    yield toolchain.known()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

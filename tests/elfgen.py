@@ -5,7 +5,21 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-BUILD = "v2.51.0.260929181845"  # the build string onnxruntime-qnn 2.7.0's QNN libraries embed
+
+def _installed_build() -> str:
+    """The build string the installed onnxruntime-qnn's QNN libraries embed, so that stand-in runtime libraries are
+    of the QAIRT the tests compile with (one QAIRT per bundle)."""
+    from qnndeploy import markers, qnnsystem
+    from qnndeploy.errors import QnnDeployError
+
+    try:
+        builds = markers.scan_file(qnnsystem.library_path().with_name("libQnnSaver.so"), markers=True).builds
+    except QnnDeployError:
+        builds = set()
+    return min(builds) if len(builds) == 1 else "v2.49.40.260810104044"  # onnxruntime-qnn 2.5.0's, without it
+
+
+BUILD = _installed_build()
 AARCH64, QDSP6 = 183, 164
 
 

@@ -19,7 +19,7 @@ LAYERS = [
      "qnndeploy.media", "qnndeploy.metrics",
      "qnndeploy.htp", "qnndeploy.shapes", "qnndeploy.fuse", "qnndeploy.decision", "qnndeploy.bundle.manifest",
      "qnndeploy.device.adb", "qnndeploy.compile.logs", "qnndeploy.compile.jobs",
-     "qnndeploy.qnnsystem", "qnndeploy.playplan", "qnndeploy.aihub"},
+     "qnndeploy.qnnsystem", "qnndeploy.playplan", "qnndeploy.aihub", "qnndeploy.toolchain"},
     {"qnndeploy.samples"},  # a graph's input samples: NumPy files, random ones, or media files through media.py
     {"qnndeploy.fold", "qnndeploy.rules", "qnndeploy.contextcheck", "qnndeploy.compile.cache",
      "qnndeploy.prepare.edits", "qnndeploy.prepare.equivalence"},

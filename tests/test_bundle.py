@@ -100,7 +100,7 @@ def test_bundle_layout_and_manifest(bundle):
     m = manifest(bundle)
     assert bundle.name == "demo-1.0.0"
     assert m["format"] == "qnndeploy-bundle" and m["format_version"] == 3
-    assert m["qairt"] == {"version": "2.51.0", "build": BUILD, "min_runtime": "2.51.0"}
+    assert m["qairt"] == {"version": "2.49.40", "build": BUILD, "min_runtime": "2.49.0"}
     assert [t["soc"] for t in m["targets"]] == ["SM8550", "SM8750"]
     assert {(t["soc_id"], t["dsp_arch"]) for t in m["targets"]} == {(43, "v73"), (69, "v79")}
     for t in m["targets"]:
@@ -127,43 +127,44 @@ def test_fresh_bundle_verifies_clean(bundle):
     assert report.files == 4 + 2 + 7
 
 
-def test_external_runtime_is_pinned_to_the_qairt_version(inputs, tmp_path):
+def test_the_external_runtime_is_the_newest_published_one_that_loads_the_binaries(inputs, tmp_path):
+    """The pinned compiler is QAIRT 2.49.40: Maven has no 2.49.40 (onnxruntime-qnn#783) and 2.49.0 loads it."""
+    assert BUILD.startswith("v2.49.40.")
     b = build_bundle(spec(inputs, sdk_root=None), tmp_path).path
-    assert manifest(b)["runtime"] == {"mode": "external", "maven": "com.qualcomm.qti:qnn-runtime:2.51.0"}
+    assert manifest(b)["runtime"] == {"mode": "external", "maven": "com.qualcomm.qti:qnn-runtime:2.49.0"}
     assert not (b / "lib").exists()
-    assert verify_bundle(b).ok
+    report = verify_bundle(b)
+    assert report.ok and report.warnings == []  # published, measured, and Qualcomm's validated 2.5.0 set
 
 
-def test_external_runtime_pin_of_the_same_family(inputs, tmp_path):
-    """QAIRT patch releases reach Maven as X.Y.0 (2.49.40 -> 2.49.0): another X.Y release may be pinned."""
-    result = build_bundle(spec(inputs, sdk_root=None, maven_version="2.51.1"), tmp_path)
-    assert manifest(result.path)["runtime"]["maven"] == "com.qualcomm.qti:qnn-runtime:2.51.1"
-    assert any("cannot check that Maven Central has this release" in w.message for w in result.warnings)
+def test_a_pin_no_source_shows_on_maven_is_accepted_with_warnings(inputs, tmp_path):
+    result = build_bundle(spec(inputs, sdk_root=None, maven_version="2.49.1"), tmp_path)
+    assert manifest(result.path)["runtime"]["maven"] == "com.qualcomm.qti:qnn-runtime:2.49.1"
+    assert any("no public source shows qnn-runtime 2.49.1 on Maven" in w.message for w in result.warnings)
     assert verify_bundle(result.path).ok
     with pytest.raises(QnnDeployError, match="cannot go with bundled libraries"):
-        build_bundle(spec(inputs, maven_version="2.51.0"), tmp_path / "b")
+        build_bundle(spec(inputs, maven_version="2.49.0"), tmp_path / "b")
 
 
-def test_an_external_runtime_older_than_the_binaries_is_refused(inputs, tmp_path):
-    """QAIRT 2.51 binaries on qnn-runtime 2.48: the blob moved to 4.0 in 2.49, so build refuses, naming both
-    versions, the reason and its source."""
+def test_a_pin_that_cannot_load_the_binaries_is_refused(inputs, tmp_path):
+    """2.48 refuses 2.49 binaries (measured); 2.36.1 is older (the sourced rule); 2.49.40 was never on Maven."""
     with pytest.raises(QnnDeployError) as e:
         build_bundle(spec(inputs, sdk_root=None, maven_version="2.48.0"), tmp_path)
-    assert str(e.value).startswith("--maven-runtime-version 2.48.0: qnn-runtime 2.48.0 is older than 2.51.0, the "
-                                   "oldest runtime that loads these QAIRT 2.51.0 context binaries: QAIRT 2.49 moved "
-                                   "the HTP context blob to 4.0")
-    assert "htp_api_version_history" in str(e.value) and "\n" not in str(e.value)
+    assert str(e.value) == ("--maven-runtime-version 2.48.0: the QAIRT 2.48 runtime refuses QAIRT 2.49.40 context "
+                            "binaries (measured on the host HTP emulator, 2026-12-01: README, Runtime compatibility)")
     assert not (tmp_path / "demo-1.0.0").exists()
-    with pytest.raises(QnnDeployError, match=r"older than 2\.51\.0.*refuses their context blob.*LiteRT/issues/6889"):
-        build_bundle(spec(inputs, sdk_root=None, maven_version="2.50.0"), tmp_path)
+    with pytest.raises(QnnDeployError, match=r"2\.36\.1 is older than QAIRT 2\.49\.40.*LiteRT/issues/6889"):
+        build_bundle(spec(inputs, sdk_root=None, maven_version="2.36.1"), tmp_path)
+    with pytest.raises(QnnDeployError, match=r"qnn-runtime 2\.49\.40 is not on Maven.*onnxruntime-qnn/pull/783"):
+        build_bundle(spec(inputs, sdk_root=None, maven_version="2.49.40"), tmp_path)
 
 
 def test_external_runtime_newer_than_the_binaries_is_accepted_with_warnings(inputs, tmp_path):
     result = build_bundle(spec(inputs, sdk_root=None, maven_version="2.52.0"), tmp_path)
-    assert manifest(result.path)["qairt"]["min_runtime"] == "2.51.0"
+    assert manifest(result.path)["qairt"]["min_runtime"] == "2.49.0"
     assert any("qnn-runtime 2.52.0 is in no validated ONNX Runtime set" in w.message for w in result.warnings)
     report = verify_bundle(result.path)
-    assert report.ok and any("no validated ONNX Runtime set" in w.message for w in report.warnings)
+    assert report.ok and any("no measurement says whether a qnn-runtime 2.52.0" in w.message for w in report.warnings)
 
 
 def test_verify_catches_an_old_pin_written_into_a_manifest(inputs, tmp_path):
@@ -172,30 +173,31 @@ def test_verify_catches_an_old_pin_written_into_a_manifest(inputs, tmp_path):
     m["runtime"]["maven"] = "com.qualcomm.qti:qnn-runtime:2.48.0"
     (b / "manifest.json").write_text(json.dumps(m))
     [p] = problems(b)
-    assert p.startswith("manifest.json: external runtime com.qualcomm.qti:qnn-runtime:2.48.0: qnn-runtime 2.48.0 is "
-                        "older than 2.51.0")
+    assert p.startswith("manifest.json: external runtime com.qualcomm.qti:qnn-runtime:2.48.0: the QAIRT 2.48 "
+                        "runtime refuses QAIRT 2.49.40 context binaries")
     # without min_runtime (a bundle written before it existed) the rule is what its QAIRT needs
     del m["qairt"]["min_runtime"]
     (b / "manifest.json").write_text(json.dumps(m))
     assert [p] == problems(b)
     # a min_runtime understating what the QAIRT needs is itself a problem: the app trusts it
-    m["runtime"]["maven"] = "com.qualcomm.qti:qnn-runtime:2.51.0"
+    m["runtime"]["maven"] = "com.qualcomm.qti:qnn-runtime:2.49.0"
     m["qairt"]["min_runtime"] = "2.40.0"
     (b / "manifest.json").write_text(json.dumps(m))
-    assert problems(b) == [("manifest.json: qairt/min_runtime 2.40.0 is older than 2.51.0, the oldest runtime that "
-                            "loads QAIRT 2.51.0 context binaries: the app would trust a runtime that cannot load them; "
-                            "rebuild the bundle")]
+    assert problems(b) == [("manifest.json: qairt/min_runtime 2.40.0 is older than 2.49.0, the oldest runtime that "
+                            "loads QAIRT 2.49.40 context binaries: the app would trust a runtime that cannot load "
+                            "them; rebuild the bundle")]
     m["qairt"]["min_runtime"] = "2.53.0"  # later than the pin: the pin is refused against it
     (b / "manifest.json").write_text(json.dumps(m))
-    assert problems(b)[0].startswith("manifest.json: external runtime com.qualcomm.qti:qnn-runtime:2.51.0: "
-                                     "qnn-runtime 2.51.0 is older than 2.53.0")
+    assert problems(b)[0] == ("manifest.json: external runtime com.qualcomm.qti:qnn-runtime:2.49.0: qnn-runtime "
+                              "2.49.0 is older than qairt/min_runtime 2.53.0, the oldest runtime the manifest says "
+                              "loads its context binaries")
 
 
 def test_bundled_libraries_older_than_min_runtime_are_a_problem(bundle):
     m = manifest(bundle)
     m["qairt"]["min_runtime"] = "2.52.0"
     (bundle / "manifest.json").write_text(json.dumps(m))
-    assert problems(bundle) == [("manifest.json: the bundled runtime libraries are QAIRT 2.51.0, older than "
+    assert problems(bundle) == [("manifest.json: the bundled runtime libraries are QAIRT 2.49.40, older than "
                                  "qairt/min_runtime 2.52.0: they cannot load the bundle's context binaries")]
 
 
@@ -510,7 +512,7 @@ def no_output(out: Path) -> bool:
     (dict(cpu={"enc": Path("/nonexistent/enc.onnx"), "dec": None}),
      "CPU model for graph enc /nonexistent/enc.onnx does not exist"),
     (dict(name="bad name"), "bundle name 'bad name' is not valid"),
-    (dict(qairt_version="2.48.0"), "--qairt-version 2.48.0 contradicts the binaries, which say QAIRT v2.51.0"),
+    (dict(qairt_version="2.48.0"), "--qairt-version 2.48.0 contradicts the binaries, which say QAIRT v2.49.40"),
     (dict(qairt_version="banana"), "--qairt-version .banana. is not a version X.Y.Z"),
     (dict(npu={}), "a bundle needs context binaries"),
     (dict(npu={"SM8350": {}}), "SM8350 (Snapdragon 888) has no fp16 on its HTP"),
@@ -948,7 +950,7 @@ def wrapped(wrapped_inputs, tmp_path) -> Path:
 
     b = build(tmp_path, wrapped_inputs)
     report = verify_bundle(b)
-    # the correct bundle verifies clean (but for QAIRT 2.51's runtime, which is in no validated ONNX Runtime set)
+    # the correct bundle verifies clean (but for warnings of a runtime in no validated ONNX Runtime set)
     assert report.ok and [w for w in report.warnings if "no validated" not in w.message] == [], report.problems
     return b
 
@@ -1006,14 +1008,15 @@ NOT_A_BINARY = "it is not a QNN context binary (damaged, truncated or another fi
 
 
 @pytest.mark.parametrize("change, expected", [
-    (lambda d: b"", f"has 0 bytes, {TOO_FEW}"),
-    (lambda d: d[:100], f"has 100 bytes, {TOO_FEW}"),
-    (lambda d: d[:-4096], f"has 45056 bytes, but its QNN header says 49152: {CUT}"),
-    (lambda d: d + b"\0" * 10, f"has 49162 bytes, but its QNN header says 49152: {CUT}"),
-    (lambda d: d[:8192], f"has no soc_type/arch marker: {NOT_A_BINARY}"),
-    (lambda d: seeded_bytes(len(d)), f"has no QAIRT build string and no soc_type/arch marker: {NOT_A_BINARY}"),
+    (lambda d: b"", lambda n: f"has 0 bytes, {TOO_FEW}"),
+    (lambda d: d[:100], lambda n: f"has 100 bytes, {TOO_FEW}"),
+    (lambda d: d[:-4096], lambda n: f"has {n - 4096} bytes, but its QNN header says {n}: {CUT}"),
+    (lambda d: d + b"\0" * 10, lambda n: f"has {n + 10} bytes, but its QNN header says {n}: {CUT}"),
+    (lambda d: d[:8192], lambda n: f"has no soc_type/arch marker: {NOT_A_BINARY}"),
+    (lambda d: seeded_bytes(len(d)),
+     lambda n: f"has no QAIRT build string and no soc_type/arch marker: {NOT_A_BINARY}"),
     (lambda d: d.replace(b"soc_type=SM8750;", b"soc_type=SM8650;"),
-     "was compiled for SM8650, but target SM8750 is SM8750: recompile it for this SoC"),
+     lambda n: "was compiled for SM8650, but target SM8750 is SM8750: recompile it for this SoC"),
 ], ids=["empty", "tiny", "truncated", "padded", "first-pages", "random", "other-soc-same-arch"])
 def test_a_context_binary_that_is_not_one(bundle, change, expected, monkeypatch, tmp_path):
     """Each rehashed into the manifest: the file itself must be judged, not only its checksum. Without libQnnSystem
@@ -1021,10 +1024,10 @@ def test_a_context_binary_that_is_not_one(bundle, change, expected, monkeypatch,
     monkeypatch.setenv("QNNDEPLOY_QNN_SYSTEM_LIB", str(tmp_path / "no" / "libQnnSystem.so"))
     p = bundle / BINARY
     data = p.read_bytes()
-    assert len(data) == 49152  # the sizes above are this tiny graph's binary
+    assert len(data) > 8192 + 4096  # the cuts above fall inside this tiny graph's binary
     p.write_bytes(change(data))
     rehash(bundle, BINARY)
-    assert one_line_problems(bundle) == [f"{BINARY}: {expected}"]
+    assert one_line_problems(bundle) == [f"{BINARY}: {expected(len(data))}"]
 
 
 def test_ctx_onnx_listed_as_a_context_binary(wrapped):
@@ -1096,9 +1099,9 @@ def test_control_characters_in_names(bundle, path, value):
 
 def test_control_character_in_the_maven_coordinates(inputs, tmp_path):
     b = build_bundle(spec(inputs, sdk_root=None), tmp_path).path
-    set_field(b, ("runtime", "maven"), "com.qualcomm.qti:qnn-runtime:2.51.0\n")
+    set_field(b, ("runtime", "maven"), "com.qualcomm.qti:qnn-runtime:2.49.0\n")
     assert one_line_problems(b) == [
-        ("manifest.json: runtime/maven: 'com.qualcomm.qti:qnn-runtime:2.51.0\\n' holds a control character (a "
+        ("manifest.json: runtime/maven: 'com.qualcomm.qti:qnn-runtime:2.49.0\\n' holds a control character (a "
          "newline, tab, NUL…); names, versions and coordinates must be plain text")]
 
 

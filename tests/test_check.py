@@ -121,15 +121,24 @@ def test_sm8350_at_fp16_is_refused_up_front_not_blamed_on_the_model(tmp_path, qn
     (finding,) = [f for f in report.findings if f.code == "soc"]
     assert finding.severity == "blocker" and "SM8350 (v68) has no fp16 on its HTP" in finding.message
     assert not report.htp.measured and "re-export" not in finding.fix and "CPU fallback" in finding.fix
-    assert "check --precision" not in finding.fix  # this QAIRT refuses w8a16 for it too (catalog)
+    # w8a16 compiles for soc_model 30 (measured): the way to its NPU is offered
+    assert "check --precision w8a16" in finding.fix
+    assert "soc" not in codes(onnxcheck.check_model(path, soc="SM8350", precision="w8a16"))
     assert "soc" not in codes(onnxcheck.check_model(path, soc="SM8650"))
 
 
-def test_a_binary_arch_the_catalog_contradicts_is_flagged_before_compiling(tmp_path, qnn):
+def test_a_binary_arch_the_measurement_contradicts_is_flagged_before_compiling(tmp_path, qnn, monkeypatch):
+    """No SoC has one with the releases measured so far (SM8475's metadata says v69, like the catalog): a measured
+    row saying another arch is flagged as a warning."""
+    real = catalog.measured
+    monkeypatch.setattr(catalog, "measured", lambda soc, qairt: catalog.Measured(qairt, 42, 68, 68, ())
+                        if soc.model == "SM8475" else real(soc, qairt))
     report = onnxcheck.check_model(save(tmp_path, sm.static_mlp()), soc="SM8475")
     (finding,) = [f for f in report.findings if f.code == "soc"]
     assert finding.severity == "warning" and "writes arch 68 into SM8475 context binaries" in finding.message
     assert report.verdict == "ready"
+    monkeypatch.undo()
+    assert "soc" not in codes(onnxcheck.check_model(save(tmp_path, sm.static_mlp()), soc="SM8475"))
 
 
 def test_over_a_billion_parameters_warns_about_the_context_size(tmp_path):
@@ -246,15 +255,15 @@ def test_truncated_external_data_is_named_before_any_measurement(tmp_path):
 
 
 def test_a_soc_whose_htp_takes_nothing_is_blamed_not_the_model(tmp_path, qnn):
-    """QAIRT 2.51 lists SSG2115P but its HTP compiler refuses every node for it: the catalog says so up front, and
-    the probe that found it still agrees."""
+    """QAIRT lists SSG2115P but its HTP compiler refuses every node for it: the catalog says so up front (measured),
+    and the probe that found it still agrees."""
     path = save(tmp_path, sm.static_mlp())
     assert htp.htp_takes_nothing(catalog.find("SSG2115P"))
     assert not htp.htp_takes_nothing(catalog.find("SM8750"))
     report = onnxcheck.check_model(path, soc="SSG2115P")
     assert report.verdict == "not ready" and not report.htp.measured
     (finding,) = [f for f in report.findings if f.code == "soc"]
-    assert "QAIRT 2.51.0 compiles no fp16 for SSG2115P (soc_model 46)" in finding.message
+    assert "QAIRT 2.49.40 compiles nothing for SSG2115P (soc_model 46) on the host" in finding.message
     assert "whatever the export" in finding.message
 
 

@@ -14,7 +14,8 @@ from qnndeploy.errors import QnnDeployError
 def test_every_row_of_the_data_file_has_a_source():
     data = json.loads(resources.files("qnndeploy").joinpath("data/runtime.json").read_text())
     sourced = [row for kind in ("rules", "context_blobs", "validated_sets") for row in data[kind]]
-    sourced += list(data["aars"].values())
+    sourced += list(data["aars"].values()) + data["maven"]["published"] + data["maven"]["not_published"]
+    sourced += data["compilers"]["wheels"]
     assert len(sourced) >= 10
     for row in sourced:
         assert row["source"]["url"].startswith("https://"), row
@@ -37,31 +38,52 @@ def test_min_runtime_for_a_context_blob_version():
         compat.min_runtime_for_blob("four")
 
 
-def test_an_old_pin_is_refused_with_both_versions_the_reason_and_its_source():
-    why = compat.pin_problem("2.48.0", "2.51.0", "2.51.0")
-    assert why is not None and why.startswith("qnn-runtime 2.48.0 is older than 2.51.0")
-    assert "QAIRT 2.49 moved the HTP context blob to 4.0" in why and "docs.qualcomm.com" in why
-    assert compat.pin_problem("2.51.0", "2.51.0", "2.51.0") is None
-    assert compat.pin_problem("2.52.0", "2.51.0", "2.51.0") is None
+def test_the_load_table_decides_which_published_runtime_a_bundle_pins():
+    """Measured on the host emulator: a runtime loads binaries of its own and older releases, never newer ones."""
+    assert compat.loads("2.49.40", "2.49.0") is True  # compared by release family: Maven's 2.49.0 is QAIRT 2.49
+    assert compat.loads("2.48.40", "2.49.0") is True and compat.loads("2.47.0", "2.51.0") is True
+    assert compat.loads("2.50.40", "2.49.0") is False and compat.loads("2.51.0", "2.50.40") is False
+    assert compat.loads("2.49.40", "2.36.1") is None  # no row: that runtime was never measured here
+    assert compat.maven_for("2.49.40") == ["2.49.0"]
+    assert compat.maven_for("2.47.0") == ["2.49.0", "2.48.0"]  # newest first
+    assert compat.maven_for("2.51.0") == [] and compat.maven_for("2.50.40") == []
+
+
+def test_binaries_no_published_runtime_loads_get_the_two_ways_out():
+    why = compat.no_maven_runtime("2.51.0")
+    assert "QAIRT 2.51.0" in why and "newest on Maven that a public source shows is 2.49.0" in why
+    assert "--runtime-libs" in why and "--qairt 2.49" in why and "qnn-runtime:2.49.0 is published" in why
+
+
+def test_a_pin_that_cannot_load_the_binaries_is_refused_with_its_reason():
+    measured = compat.pin_problem("2.48.0", "2.49.40")
+    assert measured is not None and "QAIRT 2.48 runtime refuses QAIRT 2.49.40 context binaries" in measured
+    older = compat.pin_problem("2.36.1", "2.49.40")  # not measured: the sourced rule says an older runtime refuses
+    assert older is not None and "older than QAIRT 2.49.40" in older and "LiteRT/issues/6889" in older
+    gone = compat.pin_problem("2.49.40", "2.49.40")
+    assert gone is not None and "not on Maven" in gone and "onnxruntime-qnn/pull/783" in gone
+    assert compat.pin_problem("2.49.0", "2.49.40") is None
     assert compat.satisfies("2.49.40", "2.49.0") and not compat.satisfies("2.49.0", "2.49.40")
     assert compat.satisfies("2.10.0", "2.9.0")  # numeric, not string order
 
 
 def test_pin_warnings():
-    assert any("no validated ONNX Runtime set" in w for w in compat.pin_warnings("2.51.0", "2.51.0"))
-    assert compat.pin_warnings("2.49.0", "2.49.40") == []  # Qualcomm's 2.5.0 set
-    crossing = compat.pin_warnings("2.49.0", "2.45.0")
-    assert len(crossing) == 1 and "reads HTP context blob 4.0" in crossing[0]
+    assert compat.pin_warnings("2.49.0", "2.49.40") == []  # published, measured, Qualcomm's 2.5.0 set
+    unknown = compat.pin_warnings("2.52.0", "2.49.40")
+    assert any("no public source shows qnn-runtime 2.52.0 on Maven" in w for w in unknown)
+    assert any("no measurement says" in w for w in unknown)
+    assert any("no validated ONNX Runtime set" in w for w in compat.pin_warnings("2.48.0", "2.47.0"))
 
 
 def test_validated_sets_that_satisfy_a_minimum():
+    """Only sets whose qnn-runtime a public source shows on Maven: the docs' 2.45.0 set is not offered."""
     assert [(s.aar, s.aar_version) for s in compat.validated_sets("2.49.0")] == [("qualcomm", "2.5.0")]
     assert compat.validated_sets("2.51.0") == []
     assert compat.validated_sets("2.49.0", "microsoft") == []
     newest_first = compat.validated_sets("2.40.0", "microsoft")
     assert [s.aar_version for s in newest_first] == ["1.26.0"]
     q = compat.validated_sets("2.45.0", "qualcomm")
-    assert [s.aar_version for s in q] == ["2.5.0", "2.4.0", "2.3.0"]
+    assert [s.aar_version for s in q] == ["2.5.0"]
     assert q[0].describe() == ("com.qualcomm.qti:onnxruntime-android-qnn:2.5.0 + "
                                "com.microsoft.onnxruntime:onnxruntime-android:1.26.0 + qnn-runtime 2.49.0")
     with pytest.raises(QnnDeployError, match="unknown ONNX Runtime AAR"):
@@ -69,7 +91,7 @@ def test_validated_sets_that_satisfy_a_minimum():
 
 
 def test_whether_a_set_is_validated():
-    assert compat.is_validated("qualcomm", "2.4.0", "1.24.3", "2.48.40")
-    assert not compat.is_validated("qualcomm", "2.4.0", "1.24.3", "2.48.0")  # Maven's 2.48.0 is not the listed one
+    assert compat.is_validated("qualcomm", "2.5.0", "1.26.0", "2.49.0")
+    assert not compat.is_validated("qualcomm", "2.4.0", "1.24.3", "2.48.40")  # a QAIRT number, never on Maven
     assert compat.is_validated("microsoft", "1.26.0", None, "2.42.0")
     assert not compat.is_validated("microsoft", "1.29.0", None, "2.51.0")

@@ -82,7 +82,7 @@ def test_ort_glue_gradle_and_manifest_snippets(external, tmp_path):
             assert "import android." not in (out / p).read_text(), f"{p} must run on any JVM"
     gradle = (out / "qnndeploy.gradle").read_text()
     assert "abiFilters 'arm64-v8a'" in gradle and "useLegacyPackaging = true" in gradle
-    assert "implementation('com.qualcomm.qti:qnn-runtime') {\n        version { strictly '2.51.0' }" in gradle
+    assert "implementation('com.qualcomm.qti:qnn-runtime') {\n        version { strictly '2.49.0' }" in gradle
     assert "onnxruntime-android-qnn" in gradle and "jniLibs.srcDir" not in gradle
     assert not (out / "bundle/jniLibs").exists()
     snippet = (out / "AndroidManifest-snippet.xml").read_text()
@@ -125,6 +125,9 @@ def test_kotlin_soc_tables_are_generated_from_the_catalog(external, tmp_path):
     assert dict(re.findall(r'"([^"]+)" to "([^"]+)"', blocks["CODENAMES"])) == codenames
     assert re.findall(r'"([^"]+)"', blocks["VENDOR_DSP_FOLDERS"]) == list(VENDOR_DSP_FOLDERS)
     assert models["SM8750P"] == "SM8750" and codenames["kalama"] == "SM8550"
+    # every name phones report for a SoC, aliases included (a Galaxy S25's SM8750-AC), is in the Kotlin table
+    assert all(models[name] == s.model for s in socs.catalog() for name in s.names)
+    assert models["SM8750-AC"] == "SM8750" and models["SM8850-AD"] == "SM8850" and models["QCS9075"] == "QCS9100"
 
 
 def test_kotlin_reasons_are_generated_from_the_data_file(external, tmp_path):
@@ -343,29 +346,32 @@ def test_scaffold_pins_a_validated_set_that_loads_the_bundle():
     m["qairt"] = {"version": "2.45.0", "build": None, "min_runtime": "2.45.0"}  # newer than Microsoft's QNN 2.42
     m["runtime"]["maven"] = "com.qualcomm.qti:qnn-runtime:2.45.0"
     pins = _ort_pins(m, "microsoft")
-    assert pins.validated is None and (pins.aar_version, pins.qnn_runtime) == ("1.29.0", "2.45.0")
+    assert pins.validated is None and (pins.aar_version, pins.qnn_runtime) == ("1.26.0", "2.45.0")
 
 
 def test_no_validated_set_is_said_and_the_bundle_runtime_pinned(external, tmp_path):
+    """Microsoft's validated AARs go with qnn-runtime 2.42 at most: for QAIRT 2.49 binaries the newest of them is
+    pinned with the bundle's published qnn-runtime 2.49.0, an unvalidated combination, and said so."""
     r = scaffold(external, "com.example.foo", tmp_path / "qnn")
-    assert r.ort_aar == ("com.microsoft.onnxruntime:onnxruntime-android-qnn:1.29.0 + qnn-runtime 2.51.0 "
+    assert r.ort_aar == ("com.microsoft.onnxruntime:onnxruntime-android-qnn:1.26.0 + qnn-runtime 2.49.0 "
                          "(not a validated set)")
     [w] = r.warnings
     assert w.startswith("no validated com.microsoft.onnxruntime:onnxruntime-android-qnn set has a qnn-runtime that "
-                        "loads these QAIRT 2.51.0 binaries (they need 2.51.0")
+                        "loads these QAIRT 2.49.40 binaries (they need 2.49.0")
     gradle = (r.path / "qnndeploy.gradle").read_text()
-    assert "version { strictly '2.51.0' }" in gradle
+    assert "version { strictly '2.49.0' }" in gradle
     assert ("implementation(\"com.microsoft.onnxruntime:onnxruntime-android-qnn:${findProperty('qnndeploy.ortVersion')"
-            " ?: '1.29.0'}\")") in gradle
+            " ?: '1.26.0'}\")") in gradle
 
 
 def test_ort_aar_qualcomm_in_the_gradle_file_and_json(external, tmp_path):
     r = run(external, "--package", "com.example.foo", "-o", tmp_path / "q", "--ort-aar", "qualcomm", "--json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
-    assert out["ort_aar"].startswith("com.qualcomm.qti:onnxruntime-android-qnn:2.5.0 + "
-                                     "com.microsoft.onnxruntime:onnxruntime-android:1.26.0 + qnn-runtime 2.51.0")
-    assert any("no validated com.qualcomm.qti:onnxruntime-android-qnn set" in w for w in out["warnings"])
+    assert out["ort_aar"] == ("com.qualcomm.qti:onnxruntime-android-qnn:2.5.0 + "
+                              "com.microsoft.onnxruntime:onnxruntime-android:1.26.0 + qnn-runtime 2.49.0 "
+                              "(a validated set)")
+    assert not any("no validated" in w for w in out["warnings"])
     assert any("SessionOptions.addQnn" in w for w in out["warnings"])
     gradle = (tmp_path / "q" / "qnndeploy.gradle").read_text()
     assert ("implementation(\"com.microsoft.onnxruntime:onnxruntime-android:${findProperty('qnndeploy.ortVersion') "
@@ -374,9 +380,24 @@ def test_ort_aar_qualcomm_in_the_gradle_file_and_json(external, tmp_path):
             "?: '2.5.0'}\")") in gradle
     assert "onnxruntime-android-qnn:${findProperty('qnndeploy.ortVersion')" not in gradle
     text = run(external, "--package", "com.example.foo", "-o", tmp_path / "t", "--ort-aar", "qualcomm")
-    assert "  warning: no validated" in text.output and "ONNX Runtime: com.qualcomm.qti" in text.output
+    assert "  warning: Qualcomm's plugin AAR" in text.output and "ONNX Runtime: com.qualcomm.qti" in text.output
     assert run(external, "--package", "com.example.foo", "-o", tmp_path / "x", "--ort-aar", "google").exit_code == 2
 
+
+
+def test_models_the_pinned_onnx_runtime_cannot_read_are_a_warning(inputs, tmp_path):
+    """ONNX Runtime 1.26 reads IR version 13 at most (measured): a CPU model saved at IR 14 would not load on the
+    phone, and the EPContext wrappers qnndeploy writes are IR 10 even when onnxruntime wrote them at 14."""
+    import onnx
+
+    newer = {**inputs, "cpu": dict(inputs["cpu"])}
+    newer["cpu"]["det"] = bundles.tiny_model(tmp_path / "ir14" / "det.onnx", 8, ir_version=14)
+    b = bundles.build(tmp_path / "b", newer)
+    assert {onnx.load(p).ir_version for p in b.glob("npu/*/*_ctx.onnx")} == {10}
+    r = scaffold(b, "com.example.foo", tmp_path / "q", ort_aar="qualcomm")
+    [w] = [w for w in r.warnings if "IR version" in w]
+    assert w.startswith("ONNX Runtime 1.26.0 reads ONNX IR version 13 at most (measured) and these are newer, so "
+                        "they fail to load on the phone: cpu/det.onnx (IR 14)")
 
 # --- scaffold --play: the NPU files in a Google Play AI pack (qnndeploy package play), not in the app's assets ---
 

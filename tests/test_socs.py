@@ -8,24 +8,17 @@ from qnndeploy import socs
 from qnndeploy.cli import cli
 from qnndeploy.errors import QnnDeployError
 
-SHERPA_ROWS = {  # scripts/qnn/device_info.py in k2-fsa/sherpa-onnx, active and commented-out rows
-    "SA8255": (52, "v73", 8), "SA8295": (39, "v68", 8), "SM8350": (35, "v68", 4), "SM8450": (36, "v69", 8),
-    "SM8475": (42, "v69", 8), "SM8550": (43, "v73", 8), "SM8650": (57, "v75", 8), "SM8750": (69, "v79", 8),
-    "SM8850": (87, "v81", 8), "QCS9100": (77, "v73", 8), "SSG2115P": (46, "v73", 2), "SSG2125P": (58, "v73", 2),
-    "SXR1230P": (45, "v73", 2), "SXR2230P": (53, "v69", 8), "SXR2330P": (75, "v79", 8), "SAR2230P": (95, "v81", 4),
-    "SW6100": (96, "v81", 4),
-}
+
+def test_no_fp16_where_qualcomm_says_so():
+    assert {s.model for s in socs.catalog() if s.fp16 is False} == {"SM8350", "SM7325", "SM7750"}
+    assert {s.model for s in socs.catalog() if s.fp16 is None} == {"SM8635", "SM8735", "SM8845"}  # no source says
 
 
-def test_catalog_has_every_sherpa_row():
-    for model, (soc_id, arch, vtcm) in SHERPA_ROWS.items():
-        s = socs.find(model)
-        assert (s.soc_id, s.dsp_arch, s.vtcm_mb) == (soc_id, arch, vtcm), model
-
-
-def test_sm8350_has_no_fp16_and_the_rest_do():
-    assert not socs.find("SM8350").fp16
-    assert all(s.fp16 for s in socs.catalog() if s.model != "SM8350")
+@pytest.mark.parametrize(("name", "model"), [("SM8750-AC", "SM8750"), ("sm8850-ad", "SM8850"), ("SM8650-AC", "SM8650"),
+                                             ("SM8550-ac", "SM8550"), (" SM8750P ", "SM8750"), ("QCS9075", "QCS9100"),
+                                             ("SM8845P", "SM8845"), ("SM8350P", "SM8350")])
+def test_names_phones_report_resolve_to_their_soc(name, model):
+    assert socs.find(name).model == model
 
 
 def test_catalog_entries_are_unique():
@@ -49,7 +42,7 @@ def test_cli_socs_json_and_error():
     r = CliRunner().invoke(cli, ["socs", "--json"])
     assert r.exit_code == 0
     rows = json.loads(r.output)
-    assert {row["model"] for row in rows} >= set(SHERPA_ROWS)
+    assert len(rows) == len(socs.catalog()) and {"SM8350", "SM8950", "SM7325"} <= {row["model"] for row in rows}
     r = CliRunner().invoke(cli, ["socs", "kalama"])
     assert r.exit_code == 0 and "SM8550" in r.output and "Snapdragon 8 Gen 2" in r.output
     r = CliRunner().invoke(cli, ["socs", "nosuch"])
@@ -65,3 +58,15 @@ def test_json_callers_get_the_error_on_stdout():
     r = subprocess.run(["qnndeploy", "socs", "nosuch", "--json"], capture_output=True, text=True, check=False)
     assert r.returncode == 2
     assert json.loads(r.stdout) == {"error": r.stderr.removeprefix("error: ").rstrip("\n"), "exit_code": 2}
+
+
+def test_socs_shows_a_socs_sources_and_what_qnn_wrote():
+    r = CliRunner().invoke(cli, ["socs", "SM8350"])
+    assert r.exit_code == 0
+    assert r.output.startswith("SM8350  soc_model 30, HTP v68, VTCM 4 MB, fp16 no  Snapdragon 888")
+    assert "source aihub: qai-hub-models 0.65.0 wheel" in r.output and "source litert: https://" in r.output
+    assert "QAIRT 2.51.0 writes soc_model 30, arch v68 (measured)" in r.output
+    table = CliRunner().invoke(cli, ["socs"]).output.splitlines()
+    assert any(line.startswith("SM8750 ") and "SM8750P,SM8750-AC" in line and "2.47.0-2.51.0" in line
+               for line in table)
+    assert any(line.startswith("SM7325 ") and "none (2.47.0-2.51.0 refuse it)" in line for line in table)

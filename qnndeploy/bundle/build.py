@@ -282,7 +282,7 @@ def _targets(spec: BundleSpec) -> dict[str, tuple[socs.Soc, dict[str, list[Path]
             raise QnnDeployError(f"SoC {soc.model} is given twice (as {given[soc.model]} and {name}); "
                                  "a bundle has one target per SoC")
         given[soc.model] = name
-        if spec.precision == "fp16" and not soc.fp16:
+        if spec.precision == "fp16" and soc.fp16 is False:
             raise QnnDeployError(f"{soc.model} ({soc.marketing_name or soc.dsp_arch}) has no fp16 on its HTP; "
                                  "build it as w8a16 or leave it to the CPU fallback")
         missing = sorted(set(spec.cpu) - set(graphs) - set(spec.cpu_only))
@@ -359,8 +359,9 @@ def _npu_plan(model: str, graph_files: dict[str, list[Path]], graphs: list[str]
 
 
 def _pointed_at_bin(ctx: Path, scratch: Path, rel: str, binary: str) -> Path:
-    """The EPContext wrapper to copy: as given if it loads `binary`, else a re-pointed copy in `scratch`."""
-    if epcontext.context_refs(ctx) == [binary]:
+    """The EPContext wrapper to copy: as given if it loads `binary` and phones' ONNX Runtime reads it, else a
+    re-pointed copy in `scratch` (at the portable IR version: wrappers of earlier compiles are IR 14)."""
+    if epcontext.context_refs(ctx) == [binary] and epcontext.ir_version(ctx) <= compat.portable_ir():
         return ctx
     fixed = scratch / rel.replace("/", "_")
     epcontext.retarget(ctx, fixed, binary)
@@ -406,14 +407,23 @@ def _qairt(spec: BundleSpec, facts: dict[str, FileFacts], marked: list[str]) -> 
     return {"version": version, "build": builds[0] if len(builds) == 1 else None}
 
 
-def _runtime_floor(spec: BundleSpec, qairt: JSON, bundled: bool) -> str:
-    """The oldest runtime that loads the binaries (the manifest's qairt.min_runtime); an external runtime pinned
-    older than it is refused here, in one line, rather than as a verify problem of the finished bundle."""
+def _runtime_pin(spec: BundleSpec, qairt: JSON, bundled: bool) -> tuple[str, str | None]:
+    """(qairt.min_runtime: the oldest runtime that loads the binaries, the qnn-runtime release to pin: the one given,
+    else the newest published release the load table says loads them; None with bundled libraries). A pin that
+    cannot load them, or binaries no published runtime loads, are refused here in one line rather than as a verify
+    problem of the finished bundle."""
     need = compat.min_runtime_for_qairt(qairt["version"])
-    why = None if bundled else compat.pin_problem(spec.maven_version or qairt["version"], need, qairt["version"])
-    if why is not None:
-        raise QnnDeployError(f"--maven-runtime-version {spec.maven_version}: {why}")
-    return need
+    if bundled:
+        return need, None
+    if spec.maven_version:
+        why = compat.pin_problem(spec.maven_version, qairt["version"])
+        if why is not None:
+            raise QnnDeployError(f"--maven-runtime-version {spec.maven_version}: {why}")
+        return need, spec.maven_version
+    found = compat.maven_for(qairt["version"])
+    if not found:
+        raise QnnDeployError(compat.no_maven_runtime(qairt["version"]))
+    return need, found[0]
 
 
 def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archive_fmt: str | None = None,
@@ -488,7 +498,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
 
             marked = [rel for _, rel, m in plan if m and rel.endswith((".bin", "Skel.so"))]
             qairt = _qairt(spec, facts, marked)
-            qairt["min_runtime"] = _runtime_floor(spec, qairt, bool(libs))
+            qairt["min_runtime"], pin = _runtime_pin(spec, qairt, bool(libs))
             manifest: JSON = {
                 "format": FORMAT,
                 "format_version": FORMAT_VERSION,
@@ -523,7 +533,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
                         for g, files in cpu_files.items() for i, (_, rel) in enumerate(files)],
                 "runtime": ({"mode": "bundled", "libs": [{**entry(rel), **meta} for rel, meta in lib_entries.items()]}
                             if libs else
-                            {"mode": "external", "maven": f"{MAVEN_RUNTIME}:{spec.maven_version or qairt['version']}"}),
+                            {"mode": "external", "maven": f"{MAVEN_RUNTIME}:{pin}"}),
                 "records": [entry(f"records/{name}") for name in records],
             }
             write_json(tmp / MANIFEST, manifest)
@@ -553,11 +563,6 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
                 warnings.append(Problem(f"records/{graph}-{soc}-validation.json", g.get("note") or
                                         "FAILED validation on the host HTP emulator: the NPU output differs from "
                                         "the CPU model's beyond the thresholds"))
-    if rt["mode"] == "external":
-        warnings.append(Problem(MANIFEST, f"the app must depend on {rt['maven']}: qnndeploy cannot check that Maven "
-                                          "Central has this release (QAIRT patch releases such as 2.49.40 were "
-                                          "published as 2.49.0); pin another release of the same X.Y with "
-                                          "--maven-runtime-version"))
     return BundleResult(
         path=final, archive=archive_path, name=spec.name, version=spec.version,
         qairt=qairt["build"] or qairt["version"],

@@ -346,9 +346,10 @@ def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], 
         try:
             soc = socs.find(model)
             if (soc.soc_id, soc.dsp_arch) != (t["soc_id"], t["dsp_arch"]):
-                add(MANIFEST, f"target {soc_name} says soc_id {t['soc_id']}/{t['dsp_arch']}, "
-                              f"the catalog says {soc.soc_id}/{soc.dsp_arch}")
-            if t["precision"] == "fp16" and not soc.fp16:
+                add(MANIFEST, f"target {soc_name} says soc_id {t['soc_id']}/{t['dsp_arch']}, the catalog says "
+                              f"{soc.soc_id}/{soc.dsp_arch}: its binaries were compiled for another chip; compile "
+                              f"them again for {soc_name} and rebuild the bundle")
+            if t["precision"] == "fp16" and soc.fp16 is False:
                 add(MANIFEST, f"target {soc_name} is fp16 but {soc_name} has no fp16 on its HTP")
         except QnnDeployError as e:
             add(MANIFEST, f"target {soc_name}: {e}")
@@ -407,8 +408,11 @@ def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], 
             add(MANIFEST, f"external runtime must be {MAVEN_RUNTIME}:<version>, not {runtime['maven']}")
         elif not compat.is_release(pinned):
             add(MANIFEST, f"external runtime {runtime['maven']}: '{pinned}' is not a release version X.Y.Z")
-        elif (why := compat.pin_problem(pinned, need, qairt["version"])) is not None:
+        elif (why := compat.pin_problem(pinned, qairt["version"])) is not None:
             add(MANIFEST, f"external runtime {runtime['maven']}: {why}")
+        elif not compat.satisfies(pinned, need):
+            add(MANIFEST, f"external runtime {runtime['maven']}: qnn-runtime {pinned} is older than qairt/min_runtime "
+                          f"{need}, the oldest runtime the manifest says loads its context binaries")
     else:
         if not compat.satisfies(qairt["version"], need):
             add(MANIFEST, f"the bundled runtime libraries are QAIRT {qairt['version']}, older than qairt/min_runtime "

@@ -8,16 +8,17 @@ import functools
 import json
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import click
 
-from qnndeploy import fileio
+from qnndeploy import fileio, toolchain
 from qnndeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
 
 EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM (README "Exit codes")
@@ -27,7 +28,14 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 
 class Group(click.Group):
     """A command group that lists its commands in the order they were added and, run with no arguments, prints
-    its help on stdout and exits 0 (click itself treats a bare group as a usage error, exit 2)."""
+    its help on stdout and exits 0 (click itself treats a bare group as a usage error, exit 2). It keeps the
+    arguments it ran with, so that a command can run again under another QAIRT toolchain (under_toolchain)."""
+
+    args: ClassVar[list[str]] = []
+
+    def main(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        Group.args = list(sys.argv[1:] if args is None else args)
+        return super().main(args, *rest, **kwargs)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)  # in the order they were added: the pipeline's, not the alphabet's
@@ -131,6 +139,29 @@ def shown(path: Path | str) -> str:
         return str(Path(path).resolve().relative_to(Path.cwd()))
     except ValueError:
         return str(path)
+
+
+# --- QAIRT toolchains --------------------------------------------------------------------------------------------
+
+def under_toolchain(tc: toolchain.Toolchain) -> None:
+    """Return at once when this process imports `tc`; otherwise install it if it is not yet (saying so on stderr),
+    run this same command again in a child process under it, and exit with the child's exit code."""
+    if toolchain.is_current(tc):
+        return
+    if os.environ.get(toolchain.ENV_ACTIVE) == tc.onnxruntime_qnn:
+        raise QnnDeployError(f"running under {tc.name}, this process still imports another onnxruntime-qnn "
+                             f"({toolchain.current()}): remove {toolchain.folder(tc)} and run again")
+    toolchain.install(tc, say=lambda line: click.echo(f"qnndeploy: {line}", err=True))
+    click.echo(f"qnndeploy: running under {tc.name}", err=True)
+    sys.stdout.flush()
+    sys.exit(subprocess.run(toolchain.command(Group.args), env=toolchain.environ(tc), check=False).returncode)
+
+
+qairt_option = click.option(
+    "--qairt", metavar="X.Y",
+    help="Use this QAIRT release's compiler: the onnxruntime-qnn wheel that carries it, installed on demand into "
+         "$QNNDEPLOY_TOOLCHAINS_DIR (default ~/.cache/qnndeploy/toolchains) [default: the installed "
+         "onnxruntime-qnn's]. Pick the QAIRT of the runtime the app ships (README, Runtime compatibility).")
 
 
 # --- options and parsers ------------------------------------------------------------------------------------------

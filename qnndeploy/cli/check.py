@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from qnndeploy import onnxcheck
-from qnndeploy.cli._common import emit_json, handles_errors, json_option
+from qnndeploy import onnxcheck, toolchain
+from qnndeploy.cli._common import emit_json, handles_errors, json_option, qairt_option, under_toolchain
 
 
 def _size(nbytes: int) -> str:
@@ -63,9 +63,11 @@ def _render_check(report: onnxcheck.CheckReport) -> None:
 @click.option("--precision", type=click.Choice(["fp16", "w8a16"]), default="fp16", show_default=True,
               help="Measure op support for this build: w8a16 measures the QDQ-quantized graph compile would make.")
 @click.option("--no-measure", is_flag=True, help="Skip the HTP partitioning (reads the graph only).")
+@qairt_option
 @json_option
 @handles_errors
-def check(models: tuple[Path, ...], soc: str | None, precision: str, no_measure: bool, as_json: bool) -> None:
+def check(models: tuple[Path, ...], soc: str | None, precision: str, no_measure: bool, qairt: str | None,
+          as_json: bool) -> None:
     """Is each model ready for the NPU, and what fixes it.
 
     Per model: findings, op support measured on the HTP compiler, a verdict, and one `qnndeploy prepare`
@@ -76,6 +78,8 @@ def check(models: tuple[Path, ...], soc: str | None, precision: str, no_measure:
     the command line); 11 not ready (needs a re-export); 2 bad input; 3 missing tool.
     With several models the worst verdict decides.
     """
+    if qairt is not None:
+        under_toolchain(toolchain.resolve(qairt))
     reports = [onnxcheck.check_model(m, soc=soc, measure=not no_measure, precision=precision) for m in models]
     worst = max(reports, key=lambda r: r.exit_code)
     if as_json:

@@ -8,8 +8,19 @@ from pathlib import Path
 import click
 
 from qnndeploy import compile as stage
-from qnndeploy.cli._common import cache_dir_option, handles_errors, job_progress, json_option, report, shown
+from qnndeploy import toolchain
+from qnndeploy.cli._common import (
+    cache_dir_option,
+    handles_errors,
+    job_progress,
+    json_option,
+    qairt_option,
+    report,
+    shown,
+    under_toolchain,
+)
 from qnndeploy.compile.jobs import HtpSettings
+from qnndeploy.errors import QnnDeployError
 from qnndeploy.formats import CONTEXT_BINARY
 
 
@@ -77,14 +88,14 @@ def _render_compile(summary: stage.CompileSummary) -> None:
 @click.option("--spill-fill", is_flag=True,
               help="One spill-fill buffer for the graphs of a context (ort backend).")
 @click.option("--no-cache", is_flag=True, help="Compile every job; neither read nor fill the cache.")
+@qairt_option
 @cache_dir_option
 @json_option
 @handles_errors
 def compile_cmd(models: tuple[str, ...], socs: tuple[str, ...], backend: str | None, precision: str,
                 calib: Path | None, jobs: int | None, out: Path, qnn_sdk_root: Path | None, shares: tuple[str, ...],
                 vtcm_mb: int | None, optimization_mode: int | None, keep_fp16: str | None, spill_fill: bool,
-                no_cache: bool,
-                cache_dir: Path | None, as_json: bool) -> None:
+                no_cache: bool, qairt: str | None, cache_dir: Path | None, as_json: bool) -> None:
     """Compile each model for each SoC into a QNN context binary.
 
     One job per (graph, SoC), in parallel, each with its compile record and full log; with --share,
@@ -96,6 +107,11 @@ def compile_cmd(models: tuple[str, ...], socs: tuple[str, ...], backend: str | N
     A failing job does not stop the others; the exit code is 1 when any job failed. CPU fallback is
     off: a node the HTP cannot run fails the job and is named.
     """
+    if qairt is not None:
+        if backend == "qairt":
+            raise QnnDeployError("--qairt picks an onnxruntime-qnn wheel (ort backend, and the QAIRT AI Hub is asked "
+                                 "for); with --backend qairt the SDK of --qnn-sdk-root decides")
+        under_toolchain(toolchain.resolve(qairt))
     with job_progress("compiling") as progress:
         summary = stage.compile_models(stage.models_from_args(list(models)), list(socs), out, backend=backend,
                                        precision=precision, calib=calib, jobs=jobs, progress=progress,

@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from qnndeploy import diagnose as stage
-from qnndeploy import plot
-from qnndeploy.cli._common import handles_errors, json_option, num, report, shown
+from qnndeploy import plot, toolchain
+from qnndeploy.cli._common import handles_errors, json_option, num, report, shown, under_toolchain
 
 
 def _render(result: stage.DiagnoseResult) -> None:
@@ -72,6 +72,9 @@ def diagnose(target: Path, inputs: Path | None, preprocess: str | None, random_:
     the first tensor below the threshold and its node, the value ranges that explain it (fp16 overflow above 65504,
     subnormals below 6.1e-5, dynamic range) and remedies as commands. Exit 1 when the graph's outputs fail.
     """
+    tc = toolchain.needed([stage.job_record(target, graph).qairt_version])
+    if tc is not None:  # compiled with compile --qairt: probe with that QAIRT's compiler and emulator
+        under_toolchain(tc)
     result = stage.diagnose(target, inputs, random_, seed=seed, min_snr_db=min_snr_db, graph=graph,
                             preprocess=preprocess)
     if plot_path is not None:

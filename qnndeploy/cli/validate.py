@@ -6,8 +6,18 @@ from pathlib import Path
 
 import click
 
+from qnndeploy import toolchain
 from qnndeploy import validate as stage
-from qnndeploy.cli._common import handles_errors, job_progress, json_option, render_output, report, shown
+from qnndeploy.cli._common import (
+    handles_errors,
+    job_progress,
+    json_option,
+    render_output,
+    report,
+    shown,
+    under_toolchain,
+)
+from qnndeploy.records import read_build
 
 
 def _render_validation(summary: stage.ValidationSummary) -> None:
@@ -64,6 +74,9 @@ def validate(build: Path, inputs: Path | None, preprocess: str | None, random_: 
     BUILD/<graph>/<SoC>/validation.json. Exit 1 when a target fails or cannot run, or when nothing could be
     validated. Emulator timings are not phone timings.
     """
+    tc = toolchain.needed(r.qairt_version for r in read_build(build))
+    if tc is not None:  # compiled with compile --qairt: the emulator of that QAIRT runs them
+        under_toolchain(tc)
     overrides = {k: v for k, v in (("min_cosine", min_cosine), ("min_snr_db", min_snr_db), ("atol", atol),
                                    ("min_topk_jaccard", min_topk_jaccard)) if v is not None}
     with job_progress("validating on the HTP emulator") as progress:

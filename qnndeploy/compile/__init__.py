@@ -285,7 +285,8 @@ def _check_htp(htp: HtpSettings, targets: list[Soc]) -> HtpSettings:
     if htp.vtcm_mb is not None:
         if htp.vtcm_mb < 1:
             raise QnnDeployError(f"--vtcm-mb {htp.vtcm_mb}: give 1 or more MB")
-        small = [f"{soc.model} ({soc.vtcm_mb} MB)" for soc in targets if htp.vtcm_mb > soc.vtcm_mb]
+        small = [f"{soc.model} ({soc.vtcm_mb} MB)" for soc in targets
+                 if soc.vtcm_mb is not None and htp.vtcm_mb > soc.vtcm_mb]
         if small:
             raise QnnDeployError(f"--vtcm-mb {htp.vtcm_mb} is more VTCM than {', '.join(small)} has: a graph that "
                                  "needs it cannot run there; give at most the smallest target's")

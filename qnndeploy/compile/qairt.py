@@ -117,7 +117,9 @@ def htp_config(sdk: Sdk, options: JSON, graph: str, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     config = folder / "htp_config.json"
     config.write_text(json.dumps({
-        "graphs": [{"vtcm_mb": options["vtcm_mb"], "O": options["O"], "graph_names": [graph]}],
+        # no vtcm_mb where the catalog has no source for the SoC's VTCM: the SDK then uses the device's
+        "graphs": [{**({"vtcm_mb": options["vtcm_mb"]} if options["vtcm_mb"] is not None else {}), "O": options["O"],
+                    "graph_names": [graph]}],
         "devices": [{"device_id": 0, "soc_id": options["soc_id"], "dsp_arch": options["dsp_arch"],
                      "cores": [{"core_id": 0, "perf_profile": "burst", "rpc_control_latency": 200}]}],
     }, indent=2))
