@@ -31,11 +31,11 @@ class Source:
 
 @dataclass(frozen=True)
 class BlobRow:
-    """The HTP context blob version a QAIRT release family writes, and the oldest runtime that reads it."""
+    """The HTP context blob version a QAIRT release writes, and the oldest runtime known to read it."""
 
-    qairt: str  # "X.Y"
+    qairt: str  # "X.Y.Z": the release the row is about (later releases write this blob or a newer one)
     blob: str  # "X.Y"
-    min_runtime: str  # "X.Y.Z"
+    min_runtime: str  # "X.Y.Z": the oldest runtime known to read the blob
     source: Source
 
 
@@ -66,6 +66,21 @@ class LoadRow:
     binary: str  # "X.Y.Z" of the compiler
     runtime: str  # "X.Y.Z" of the libQnnHtp that loaded it
     loads: bool
+
+
+@dataclass(frozen=True)
+class GradleLibrary:
+    """A Maven library or Gradle plugin qnndeploy writes into an app's Gradle files (data/maven.json)."""
+
+    version: str  # group:artifact:version, or a bare version (a minimum the files state)
+    source: str  # the URL where it was seen
+    read: str  # when (YYYY-MM-DD)
+
+
+@cache
+def gradle_library(key: str) -> GradleLibrary:
+    raw = json.loads(resources.files("qnndeploy").joinpath("data/maven.json").read_text(encoding="utf-8"))[key]
+    return GradleLibrary(raw.get("coordinate") or raw["version"], raw["source"]["url"], raw["source"]["read"])
 
 
 @cache
@@ -153,30 +168,35 @@ def _family(version: str) -> tuple[int, ...]:
 
 
 def _blob_row_for(qairt: str) -> BlobRow | None:
-    """The blob row of the newest release family at or before `qairt` (its blob version, or a later one, is what
-    these binaries hold: blob versions only grow)."""
-    older = [r for r in blob_rows() if version_key(r.qairt) <= _family(qairt)]
+    """The row of the newest release at or before `qairt`: its blob version (or a later one: blob versions only
+    grow) is what these binaries hold."""
+    older = [r for r in blob_rows() if version_key(r.qairt) <= version_key(qairt)]
     return max(older, key=lambda r: version_key(r.qairt), default=None)
 
 
 def min_runtime_for_qairt(qairt: str) -> str:
-    """The oldest runtime release ("X.Y.Z") that loads context binaries of QAIRT `qairt` ("X.Y.Z").
+    """The oldest runtime release ("X.Y.Z") known to load context binaries of QAIRT `qairt` ("X.Y.Z").
 
-    A runtime refuses a context blob newer than its own release writes, so no runtime older than the binaries' own
-    release family is known to load them; a patch release's binaries load on X.Y.0 (Maven publishes patch releases
-    as X.Y.0). A sourced blob row (QAIRT 2.49 moved the HTP blob to 4.0) can only raise that floor.
+    No runtime older than the binaries' own release family loads them (measured: every older release refuses), and
+    Maven publishes a release's runtime as X.Y.0, so X.Y.0 is the floor, raised to the oldest reader of their
+    context blob (2.48.40 already writes blob 4.0, which no earlier runtime is known to read), but never above the
+    binaries' own release, whose runtime always loads them (measured).
     """
     major, minor = _family(qairt)
     floor = f"{major}.{minor}.0"
     row = _blob_row_for(qairt)
-    return row.min_runtime if row is not None and not satisfies(floor, row.min_runtime) else floor
+    reader = min_runtime_for_blob(row.blob) if row is not None else None
+    if reader is not None and not satisfies(floor, reader):
+        floor = reader
+    return qairt if is_release(qairt) and satisfies(floor, qairt) else floor
 
 
 def min_runtime_for_blob(blob: str) -> str | None:
-    """The oldest runtime release that reads HTP context blob version `blob` ("X.Y", as libQnnSystem reports it for
-    a binary), or None when no sourced row says."""
+    """The oldest runtime release known to read HTP context blob version `blob` ("X.Y", as libQnnSystem reports it
+    for a binary), or None when no row says."""
     key = version_key(blob)[:2]
-    return next((r.min_runtime for r in blob_rows() if version_key(r.blob) == key), None)
+    readers = [r.min_runtime for r in blob_rows() if version_key(r.blob) == key]
+    return min(readers, key=version_key) if readers else None
 
 
 def loads(binary: str, runtime: str) -> bool | None:
@@ -189,8 +209,10 @@ def loads(binary: str, runtime: str) -> bool | None:
 
 
 def maven_for(qairt: str) -> list[str]:
-    """The published qnn-runtime releases that load QAIRT `qairt` binaries by the measured table, newest first."""
-    return sorted((v for v in published() if loads(qairt, v)), key=version_key, reverse=True)
+    """The published qnn-runtime releases that load QAIRT `qairt` binaries by the measured table and are not older
+    than min_runtime_for_qairt, newest first."""
+    need = min_runtime_for_qairt(qairt)
+    return sorted((v for v in published() if loads(qairt, v) and satisfies(v, need)), key=version_key, reverse=True)
 
 
 def no_maven_runtime(qairt: str) -> str:

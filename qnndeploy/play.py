@@ -23,12 +23,11 @@ import shutil
 import string
 import zlib
 from dataclasses import dataclass, field
-from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import NamedTuple
 from xml.sax.saxutils import quoteattr
 
+from qnndeploy import compat
 from qnndeploy.bundle.manifest import read_manifest
 from qnndeploy.bundle.verify import VerifyReport, require_ok, verify_folder
 from qnndeploy.decision import upper
@@ -57,31 +56,7 @@ PACK_LIMIT = 1_500_000_000  # an AI pack's compressed download
 APP_LIMIT = 4_000_000_000  # everything one phone gets of an app version
 # A device group may have 5 selectors; qnndeploy writes one per group, listing every SoC of the group (the
 # system-on-chip elements of one selector are alternatives), so that limit is never reached.
-MIN_AGP = "8.10.0"  # device targeting config (AI packs alone need 8.8)
-MAVEN = "data/play/maven.json"  # the Maven libraries the Gradle files declare, with their sources
 DEFLATE_LEVEL = 6  # zlib's default, the level of APK and AAB entries: the estimate of what a phone downloads
-
-
-class MavenLibrary(NamedTuple):
-    """A Maven dependency of the written Gradle files, and where its version was seen (data/play/maven.json)."""
-
-    coordinate: str  # group:artifact:version
-    source: str  # the URL where the version was seen
-    read: str  # when (YYYY-MM-DD)
-
-
-@cache
-def ai_delivery() -> MavenLibrary:
-    """com.google.android.play:ai-delivery (AiPackManager), the version data/play/maven.json gives, with its source."""
-    try:
-        entry = json.loads(resources.files("qnndeploy").joinpath(MAVEN).read_text(encoding="utf-8"))["ai_delivery"]
-        library = MavenLibrary(entry["coordinate"], entry["source"]["url"], entry["source"]["read"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise QnnDeployError(f"qnndeploy's {MAVEN} is missing or damaged ({e!r}): reinstall qnndeploy") from None
-    if len(library.coordinate.split(":")) != 3 or not all(library.coordinate.split(":")):
-        raise QnnDeployError(f"qnndeploy's {MAVEN} has no group:artifact:version for ai_delivery "
-                             f"('{library.coordinate}'): reinstall qnndeploy")
-    return library
 
 
 @dataclass
@@ -123,7 +98,7 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
     that passes `bundle verify`. progress: called with byte counts while files are hashed and deflated."""
     bundle, out = Path(bundle), Path(out)
     check_request(out, pack=pack, delivery=delivery, force=force)
-    library = ai_delivery()
+    library = compat.gradle_library("ai_delivery")
     report = report if report is not None else verify_folder(bundle)
     require_ok(bundle, report)
     manifest = read_manifest(bundle)
@@ -138,8 +113,9 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
     rows.append(SizeRow(plan["default_group"], [], len(plan["base"]["files"]), plan["base"]["bytes"],
                         plan["base"]["deflated"]))
     fields = {"pack": pack, "delivery": delivery, "bundle": f"{manifest['name']} {manifest['version']}",
-              "folder": FOLDER, "config": CONFIG, "default_group": plan["default_group"], "min_agp": MIN_AGP,
-              "ai_delivery": library.coordinate, "ai_delivery_source": library.source,
+              "folder": FOLDER, "config": CONFIG, "default_group": plan["default_group"],
+              "min_agp": compat.gradle_library("device_targeting_min_agp").version,
+              "ai_delivery": library.version, "ai_delivery_source": library.source,
               "ai_delivery_read": library.read, "table": _readme_table(rows, plan["one_apk"]["deflated"])}
     if out.exists() and out.is_dir() and not any(out.iterdir()):
         out.rmdir()

@@ -302,6 +302,9 @@ def _context(manifest: dict[str, Any], package: str, glue_name: str, engine: str
         "ort_pins": pins.describe if pins else "",
         "ort_source": pins.validated.source.url if pins and pins.validated else "",
         "qnndeploy_version": __version__,
+        # the sample app's plugins (data/maven.json, each with its source)
+        "agp_version": compat.gradle_library("android_gradle_plugin").version.rpartition(":")[2],
+        "kotlin_plugin_version": compat.gradle_library("kotlin_android_plugin").version.rpartition(":")[2],
         # PlayPack.kt's constants come from playplan; scaffold() fills pack, delivery and dir with --play
         "play": {"enabled": False, "pack": "", "delivery": "", "dir": "", "format": playplan.PLAN_FORMAT,
                  "plan": playplan.PLAN, "folder": playplan.FOLDER, "group_file": playplan.GROUP_FILE,

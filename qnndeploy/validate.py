@@ -137,6 +137,12 @@ def check_thresholds(thresholds: Thresholds) -> None:
         raise QnnDeployError(f"--min-topk-jaccard {jaccard:g}: a Jaccard index lies between 0 and 1 (1 = same set)")
 
 
+def emulated_qairts(build: Path) -> set[str]:
+    """The QAIRT releases of the binaries validate would run on the host emulator (not the failed jobs, not the
+    qairt backend's, which have no EPContext wrapper): the toolchain validate must run under."""
+    return {r.qairt_version for r in read_build(build) if _validatable(r)}
+
+
 def _validatable(record: CompileRecord) -> bool:
     return record.status == "ok" and record.output(EPCONTEXT) is not None
 

@@ -92,7 +92,8 @@ def compile_all(out: Path) -> dict[str, object]:
             marked = marked or (min(arch for _, arch in targets) if len(targets) == 1 else None)
         found[soc.model] = {"soc_model": written[0] if written else None, "arch": written[1] if written else None,
                             "marker_arch": marked, "refuses": refuses}
-    return {"qairt": htp.qairt_version(), "socs": found}
+    blob = qnnsystem.read_context_here(out / f"{LOAD_SOC}-fp16_ctx_qnn.bin").context_blob_version
+    return {"qairt": htp.qairt_version(), "blob": blob, "socs": found}
 
 
 def load_all(source: Path, binaries: list[Path]) -> dict[str, object]:
@@ -216,7 +217,7 @@ def main(argv: list[str]) -> int:
         compilers = measure_compilers(tcs, Path(tmp))
         loads = measure_loads(tcs, Path(tmp))
     for q, answer in compilers.items():
-        print(f"QAIRT {q}:")
+        print(f"QAIRT {q}: context blob {answer['blob']}")
         for model, seen in answer["socs"].items():  # type: ignore[attr-defined]
             print(f"  {model:<9} soc_model {seen['soc_model']}  arch {seen['arch']}  refuses {seen['refuses']}")
     for row in loads:

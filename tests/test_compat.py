@@ -24,15 +24,16 @@ def test_every_row_of_the_data_file_has_a_source():
 
 
 @pytest.mark.parametrize(("qairt", "floor"), [("2.51.0", "2.51.0"), ("2.49.40", "2.49.0"), ("2.49.0", "2.49.0"),
-                                              ("2.48.40", "2.48.0"), ("2.45.1", "2.45.0")])
+                                              ("2.48.40", "2.48.40"), ("2.47.0", "2.47.0"), ("2.45.1", "2.45.0")])
 def test_min_runtime_for_a_qairt_build(qairt, floor):
     assert compat.min_runtime_for_qairt(qairt) == floor
 
 
 def test_min_runtime_for_a_context_blob_version():
-    """For the reader of context binaries (libQnnSystem reports the blob version): 4.0 came with QAIRT 2.49."""
-    assert compat.min_runtime_for_blob("4.0") == "2.49.0"
-    assert compat.min_runtime_for_blob("3.3") == "2.48.0"
+    """For the reader of context binaries (libQnnSystem reports the blob version): Qualcomm dates 4.0 from QAIRT 2.49,
+    but the 2.48.40 patch release already writes and reads it (measured)."""
+    assert compat.min_runtime_for_blob("4.0") == "2.48.40"
+    assert compat.min_runtime_for_blob("3.3") == "2.47.0"
     assert compat.min_runtime_for_blob("4.1") is None  # no source says: the caller falls back on the QAIRT version
     with pytest.raises(QnnDeployError):
         compat.min_runtime_for_blob("four")
@@ -46,6 +47,7 @@ def test_the_load_table_decides_which_published_runtime_a_bundle_pins():
     assert compat.loads("2.49.40", "2.36.1") is None  # no row: that runtime was never measured here
     assert compat.maven_for("2.49.40") == ["2.49.0"]
     assert compat.maven_for("2.47.0") == ["2.49.0", "2.48.0"]  # newest first
+    assert compat.maven_for("2.48.40") == ["2.49.0"]  # 2.48.0 predates the blob 4.0 that 2.48.40 writes
     assert compat.maven_for("2.51.0") == [] and compat.maven_for("2.50.40") == []
 
 

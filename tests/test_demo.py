@@ -36,7 +36,7 @@ def test_demo_runs_every_stage(demo):
     for stage in ("check", "prepare", "compile", "validate", "bundle"):
         assert stage in done.stdout
     assert "check before: fixable" in done.stdout and "check after: ready, 0 CPU partition(s)" in done.stdout
-    assert "external: com.qualcomm.qti:qnn-runtime:2.51.0" in done.stdout
+    assert "external: com.qualcomm.qti:qnn-runtime:2.49.0" in done.stdout
     assert "qnndeploy scaffold" in done.stdout and "qnndeploy device verify" in done.stdout
     assert "Traceback" not in done.stderr
 
@@ -112,10 +112,14 @@ def test_force_replaces_only_a_demo_output(tmp_path):
     done = subprocess.run(["qnndeploy", "demo", "-o", str(tmp_path / "x"), "--soc", "SM8350"], capture_output=True,
                           text=True, check=False)
     assert done.returncode == 2 and "SM8350 (v68) has no fp16" in done.stderr and not (tmp_path / "x").exists()
-    # SM8475's binaries would fail bundle verify at the last step: refused first
-    done = subprocess.run(["qnndeploy", "demo", "-o", str(tmp_path / "x"), "--soc", "SM8475"], capture_output=True,
+    # SM7325: no QAIRT release here compiles anything for it (measured): refused before any stage runs
+    done = subprocess.run(["qnndeploy", "demo", "-o", str(tmp_path / "x"), "--soc", "SM7325"], capture_output=True,
                           text=True, check=False)
-    assert done.returncode == 2 and "writes arch 68 into SM8475" in done.stderr and not (tmp_path / "x").exists()
+    assert done.returncode == 2 and "has no fp16 on its HTP" in done.stderr and not (tmp_path / "x").exists()
+    done = subprocess.run(["qnndeploy", "demo", "-o", str(tmp_path / "x"), "--soc", "SM8635"], capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 2 and "compiles nothing for SM8635 (soc_model 68) on the host" in done.stderr
+    assert not (tmp_path / "x").exists()
 
 
 def test_a_failed_forced_rerun_keeps_the_earlier_output(demo, tmp_path):

@@ -328,7 +328,7 @@ def test_an_external_runtime_takes_the_runner_and_libraries_from_the_sdk(device,
     write_launcher(sdk / "bin/aarch64-android/qnn-net-run")
     r = CliRunner().invoke(cli, ["device", "verify", str(external), "--runner", str(sdk / "bin/aarch64-android/"
                                                                                   "qnn-net-run")])
-    assert r.exit_code == 2 and "external runtime (com.qualcomm.qti:qnn-runtime:2.51.0)" in r.output
+    assert r.exit_code == 2 and "external runtime (com.qualcomm.qti:qnn-runtime:2.49.0)" in r.output
     assert "--qnn-sdk-root" in r.output and not on_phone(device).exists()
 
     monkeypatch.setenv("QNN_SDK_ROOT", str(sdk))  # as after envsetup.sh: the runner and libraries come from it

@@ -134,6 +134,9 @@ def test_every_compiler_writes_what_the_catalog_recorded_and_every_runtime_loads
                               "refuses": list(m.refuses)}
                     for m in soc.measured}
         assert recorded == {q: a["socs"][soc.model] for q, a in compilers.items()}, soc.model
+    for q, answer in compilers.items():  # the blob each release writes is the one the runtime table implies
+        row = compat._blob_row_for(q)
+        assert row is not None and row.blob == answer["blob"], q
     loads = measure_loads(toolchains, tmp_path)
     assert loads == compat.rows()["loads"]["rows"]
 

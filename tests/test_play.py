@@ -256,12 +256,18 @@ def test_a_target_named_by_an_alias_gets_the_catalog_socs_group(tmp_path):
         group["name"]
 
 
-def test_the_ai_delivery_version_comes_from_the_data_file_with_its_source():
-    library = play.ai_delivery()
-    assert library == play.MavenLibrary("com.google.android.play:ai-delivery:0.2.0-beta01", SCANCARD, "2026-12-01")
-    data = json.loads((Path(play.__file__).parent / "data/play/maven.json").read_text())
-    assert data["ai_delivery"]["coordinate"] == library.coordinate
+def test_the_gradle_versions_come_from_the_data_file_with_their_sources():
+    from qnndeploy import compat
+
+    library = compat.gradle_library("ai_delivery")
+    assert library == compat.GradleLibrary("com.google.android.play:ai-delivery:0.2.0-beta01", SCANCARD, "2026-12-01")
+    data = json.loads((Path(play.__file__).parent / "data/maven.json").read_text())
     assert "0.2.0-beta01" in data["ai_delivery"]["source"]["says"]
-    # no version of the library is written in code any more: the data file is the one place to change it
-    code = "\n".join(p.read_text() for p in Path(play.__file__).parent.rglob("*.py"))
-    assert "ai-delivery:" not in code
+    assert compat.gradle_library("device_targeting_min_agp").version == "8.10.0"
+    for key in ("android_gradle_plugin", "kotlin_android_plugin"):
+        assert data[key]["source"]["url"].startswith("https://developer.android.com/"), key
+    # no version of these is written in code or templates: the data file is the one place to change them
+    package = Path(play.__file__).parent
+    code = "\n".join(p.read_text() for p in [*package.rglob("*.py"), *package.parent.joinpath("templates").rglob("*")]
+                     if p.is_file())
+    assert "ai-delivery:" not in code and '"8.7.3"' not in code and '"8.10.0"' not in code

@@ -48,7 +48,7 @@ def test_compile_with_another_qairt_then_validate_inspect_and_bundle(toolchains,
     assert record["qairt_version"] == tc.qairt and record["tools"]["onnxruntime-qnn"] == tc.onnxruntime_qnn
 
     shown = run("inspect", str(build / "mlp" / "SM8750" / "mlp.bin"), "--json")
-    assert json.loads(shown.stdout)["binaries"][0]["info"]["build_id"].startswith(f"v{tc.qairt}.")
+    assert json.loads(shown.stdout)["binaries"][0]["context"]["build_id"].startswith(f"v{tc.qairt}.")
 
     checked = run("validate", str(build))  # the binaries' own QAIRT runs them: the child says so
     assert checked.returncode == 0, checked.stderr

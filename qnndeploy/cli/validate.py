@@ -17,7 +17,6 @@ from qnndeploy.cli._common import (
     shown,
     under_toolchain,
 )
-from qnndeploy.records import read_build
 
 
 def _render_validation(summary: stage.ValidationSummary) -> None:
@@ -74,7 +73,7 @@ def validate(build: Path, inputs: Path | None, preprocess: str | None, random_: 
     BUILD/<graph>/<SoC>/validation.json. Exit 1 when a target fails or cannot run, or when nothing could be
     validated. Emulator timings are not phone timings.
     """
-    tc = toolchain.needed(r.qairt_version for r in read_build(build))
+    tc = toolchain.needed(stage.emulated_qairts(build))
     if tc is not None:  # compiled with compile --qairt: the emulator of that QAIRT runs them
         under_toolchain(tc)
     overrides = {k: v for k, v in (("min_cosine", min_cosine), ("min_snr_db", min_snr_db), ("atol", atol),
