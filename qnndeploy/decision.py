@@ -105,10 +105,11 @@ class Device:
 
     @classmethod
     def from_props(cls, props: Mapping[str, str]) -> Device:
-        """From a phone's `getprop` output; an empty prop counts as unset, an unreadable SDK level as 0."""
+        """From a phone's `getprop` output; an empty prop counts as unset, an SDK level that is not 1-4 ASCII digits
+        as 0 (unknown)."""
         sdk = props.get("ro.build.version.sdk", "").strip()
         return cls(props.get("ro.soc.model") or None, props.get("ro.board.platform") or None,
-                   int(sdk) if sdk.isdigit() else 0)
+                   int(sdk) if re.fullmatch(r"[0-9]{1,4}", sdk) else 0)  # ASCII digits: int() takes '²' and 5,000
 
 
 class SocIdentity(NamedTuple):

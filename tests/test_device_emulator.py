@@ -131,3 +131,43 @@ def test_a_process_started_on_the_device_has_a_real_proc_entry(adb_server, devic
     while (proc := Path(f"/proc/{pid}")).exists() and "Z" not in (proc / "stat").read_text().split()[2]:
         assert time.monotonic() < deadline, "stopping the device did not end its processes"
         time.sleep(0.05)
+
+
+def test_the_hostile_preset_reports_escape_sequences_and_a_5000_digit_api_level(adb_server, emulated_devices):
+    (phone,) = emulated_devices("hostile")
+    d = _adb(adb_server, phone)
+    assert d.shell(["getprop", "ro.product.model"]) == "Emulated \x1b]0;title\x07Phone\x1b[2J"
+    assert d.shell(["getprop", "ro.build.version.sdk"]) == "9" * 5000
+    assert "[ro.soc.manufacturer]: [QTI\x1b]0;pwned\x07]" in d.shell("getprop")
+    assert d.shell("ls /vendor/lib64").split() == ["libQnn\x1b[2J\x1b]0;x\x07.so", "libcdsprpc.so"]
+
+
+@pytest.mark.slow
+def test_misbehaving_tools_sleep_flood_and_trickle_until_told_to_behave(adb_server, device):
+    import socket
+
+    d = _adb(adb_server, device)
+    device.misbehave("getprop", "sleep")
+    c = d.open_shell("getprop ro.soc.model")
+    c.conn.settimeout(1)
+    with pytest.raises(socket.timeout):  # no answer at all
+        c.conn.recv(1)
+    c.close()
+    device.misbehave("sha256sum", "flood")
+    c = d.open_shell("sha256sum /data/local/tmp")
+    got = b""
+    while len(got) < 2 * 1024 * 1024:  # far more than any sha256sum line, and it goes on (100 MB)
+        got += c.conn.recv(65536)
+    assert got.startswith(b"[sha256sum]: [flood flood")
+    c.close()
+    device.misbehave("getprop", "trickle")
+    c = d.open_shell("getprop")
+    start, got = time.monotonic(), b""
+    while len(got) < 2:
+        got += c.conn.recv(1)
+    assert got == b"[[" and time.monotonic() - start >= 0.9  # one byte, then one more a second later
+    c.close()
+    device.misbehave("getprop", None)
+    device.misbehave("sha256sum", None)
+    assert d.getprop("ro.soc.model") == "SM8750"
+    assert d.shell("sha256sum /system/../system/nothing 2>&1; echo $?").split()[-1] == "1"  # the host's tool again

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import bundles
@@ -158,7 +159,8 @@ def test_disconnect_mid_push_then_resume(adb_server, device, bundle, tmp_path):
     device.drop_during_send(after_bytes=20_000)  # cut inside the first context binary (49 kB)
     code, text = verify(str(bundle), records=tmp_path)
     assert code == 1
-    assert f"lost the connection to {device.serial} while pushing det.bin" in text and "run the command again" in text
+    assert f"lost the connection to {device.serial} while pushing npu/SM8750/det.bin" in text
+    assert "run the command again" in text and f"{REMOTE} was not changed" in text
     assert not on_phone(device).exists()  # nothing half-done in place: the files wait in the staging folder
     staged = device.host_path(REMOTE + ".staging")
     assert (staged / "cpu/det.onnx").is_file() and not (staged / "npu/SM8750/det.bin").exists()
@@ -368,7 +370,7 @@ def test_a_refused_write_is_a_clear_error(device, tmp_path):
 
     (tmp_path / "f").write_bytes(b"x")
     with pytest.raises(QnnDeployError, match=r"refused to write /data/local/tmp \(couldn't create file: Is a dir"):
-        adb.connect().push_files([(tmp_path / "f", "/data/local/tmp")])
+        adb.connect().push_files([adb.Upload(tmp_path / "f", "/data/local/tmp")])
 
 
 @pytest.mark.slow
@@ -438,3 +440,98 @@ def test_play_tells_each_phone_its_device_group_and_fails_a_mismatch(emulated_de
     (other_bundle / "manifest.json").write_text(json.dumps(manifest))
     code, text = verify(str(other_bundle), "-s", ok.serial, "--play", str(play_dir), records=tmp_path / "records")
     assert code == 2 and "was packaged from another bundle" in text
+
+
+# --- a hostile phone (more cases, without a bundle, in test_device_hostile.py) -------------------------------------
+
+MARGIN_S = 15  # on top of the configured deadline: start-up, the adb server, a loaded machine
+
+
+def _timed_verify(*args: str) -> tuple[object, float]:
+    start = time.monotonic()
+    r = CliRunner().invoke(cli, ["device", "verify", *args], color=True)  # color: as on a terminal, nothing stripped
+    return r, time.monotonic() - start
+
+
+def _one_line_error(r) -> str:
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit), r.output
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in r.output, r.stderr
+    return lines[0]
+
+
+@pytest.mark.slow
+def test_a_push_the_phone_stops_reading_ends_at_the_stall_deadline_and_the_next_run_resumes(adb_server, device,
+                                                                                             bundle, tmp_path):
+    device.stall_during_send(after_bytes=20_000)  # inside the first context binary: adbd stops reading
+    r, elapsed = _timed_verify(str(bundle), "--timeout", "3", "-o", str(tmp_path))
+    line = _one_line_error(r)
+    assert line.startswith(f"error: {device.serial}: pushing npu/SM8750/det.bin: no progress in 3 s (")
+    assert line.endswith(f"{REMOTE} was not changed (the next run resumes from {REMOTE}.staging)")
+    assert elapsed < 3 + MARGIN_S
+    assert not on_phone(device).exists() and not list(tmp_path.glob("*.json"))  # nothing in place, no record
+    partial = device.host_path(f"{REMOTE}.staging/npu/SM8750/det.bin")
+    assert partial.stat().st_size == 20_000 < (bundle / "npu/SM8750/det.bin").stat().st_size  # left by the phone
+    code, out = verify(str(bundle), "--json", records=tmp_path)  # the phone reads again
+    assert code == 0, out
+    assert "npu/SM8750/det.bin" in out["devices"][0]["push"]["sent"]
+    assert phone_files(device) == {f: bundle_hash(bundle, f) for f in SM8750_FILES}
+
+
+@pytest.mark.slow
+def test_a_sha256sum_that_never_answers_ends_at_the_deadline(device, bundle, tmp_path):
+    device.misbehave("sha256sum", "sleep")
+    r, elapsed = _timed_verify(str(bundle), "--timeout", "3", "--json", "-o", str(tmp_path))
+    line = _one_line_error(r)
+    assert line.startswith(f"error: {device.serial}: hashing files on the phone (sha256sum in {REMOTE}.staging): "
+                           "no answer in 3 s")
+    assert json.loads(r.stdout)["exit_code"] == 1
+    assert elapsed < 3 + MARGIN_S
+    assert not on_phone(device).exists()
+
+
+@pytest.mark.slow
+def test_a_runner_that_never_ends_is_stopped_at_the_deadline(device, bundle, tmp_path):
+    hung = tmp_path / "qnn-net-run"
+    hung.write_text("#!/bin/sh\nexec sleep 86400\n")
+    hung.chmod(0o755)
+    r, elapsed = _timed_verify(str(bundle), "--runner", str(hung), "--timeout", "5", "-o", str(tmp_path / "rec"))
+    line = _one_line_error(r)
+    assert line.startswith(f"error: {device.serial}: running qnn-net-run on det.bin (first_input.txt): no answer "
+                           "in 5 s")
+    assert elapsed < 5 + MARGIN_S
+
+
+def test_escape_sequences_from_the_phone_never_reach_the_terminal(emulated_devices, bundle, tmp_path):
+    emulated_devices("hostile")  # escape sequences in its props, a 5,000-digit API level
+    r, _ = _timed_verify(str(bundle), "-o", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    assert not any(c in r.output for c in ("\x1b", "\x07", "\x9b")), repr(r.output)
+    assert "Emulated \\x1b]0;title\\x07Phone\\x1b[2J" in r.output
+    assert "SoC SM8750\\x1b[2J is not in the bundle" in r.output  # the decision's reason quotes the phone
+    r, _ = _timed_verify(str(bundle), "--json", "-o", str(tmp_path))
+    d = json.loads(r.stdout)["devices"][0]
+    assert d["model"] == "Emulated \x1b]0;title\x07Phone\x1b[2J" and d["sdk"] is None
+    record = Path(d["record"]).read_text()
+    assert "\x1b" not in record and json.loads(record)["device"]["model"] == d["model"]
+
+
+def test_a_bundle_file_changed_after_it_was_verified_is_not_left_on_the_phone(device, bundle, tmp_path):
+    from qnndeploy.device import verify as verify_stage
+    from qnndeploy.errors import QnnDeployError
+
+    changed = tmp_path / "demo-1.0.0"
+    shutil.copytree(bundle, changed)
+    report, manifest = verify_stage.check_bundle(changed)
+    assert report.ok
+    job = verify_stage.Job(changed, manifest, record_dir=tmp_path / "records")
+    binary = changed / "npu/SM8750/det.bin"
+    binary.write_bytes(bytes(b ^ 1 for b in binary.read_bytes()))  # after bundle verify, before the push
+    with pytest.raises(QnnDeployError) as e:
+        verify_stage.verify_device(job)
+    assert e.value.exit_code == 1
+    assert str(e.value).startswith(f"npu/SM8750/det.bin changed while it was being pushed to {device.serial}: ")
+    assert f"{REMOTE} was not changed" in str(e.value)
+    assert not on_phone(device).exists()
+    assert not device.host_path(f"{REMOTE}.staging/npu/SM8750/det.bin").exists()
+    assert device.host_path(f"{REMOTE}.staging/cpu/det.onnx").is_file()  # what was right waits for the next run

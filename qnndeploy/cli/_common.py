@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -64,6 +65,20 @@ def jsonable(value: object) -> object:
 
 def emit_json(value: object) -> None:
     click.echo(json.dumps(jsonable(value), indent=2))
+
+
+# C0 and C1 controls with DEL (ESC starts every terminal escape sequence, CSI is also \x9b), and the invisible
+# marks that reorder or hide text on screen: zero-width characters, bidi embeddings, overrides and isolates, line
+# and paragraph separators, the byte-order mark.
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+
+
+def escaped(text: object) -> str:
+    """Untrusted text (a phone's properties, shell output, file names from elsewhere) made safe for a terminal:
+    control characters and terminal escape sequences shown as visible escapes (\\x1b[2J, \\u202e), never
+    emitted raw; a newline becomes \\x0a too, so one value stays on one line. For text output only: JSON output needs
+    nothing (json.dumps escapes every control character)."""
+    return _UNSAFE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", str(text))
 
 
 def report(result: Any, as_json: bool, render: Callable[[Any], None], failed: int = EXIT_CHECK_FAILED) -> None:

@@ -1,8 +1,14 @@
-"""`qnndeploy device list | info | profile | verify`: phones over adb."""
+"""`qnndeploy device list | info | profile | verify`: phones over adb.
+
+Everything a phone says is untrusted: every line of text output, and every error message, goes through escaped()
+(control characters and escape sequences shown, never emitted); JSON output is escaped by json.dumps.
+"""
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -14,6 +20,7 @@ from qnndeploy.cli._common import (
     Group,
     byte_progress,
     emit_json,
+    escaped,
     fail,
     handles_errors,
     json_option,
@@ -28,11 +35,34 @@ from qnndeploy.device import info as device_info_stage
 from qnndeploy.device import profile as prof
 from qnndeploy.device import verify as verify_stage
 from qnndeploy.device.adb import connect
-from qnndeploy.errors import EXIT_CHECK_FAILED
+from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError
 
 serial_option = click.option("-s", "--serial", envvar="ANDROID_SERIAL", metavar="SERIAL",
                              help="Device serial from `adb devices` [default: $ANDROID_SERIAL, else the only device "
                                   "connected].")
+timeout_option = click.option(
+    "--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+    help="Replace the deadline of every adb step with SECONDS: each shell command and pull must end within it, a "
+         "push must make progress at least every SECONDS, each qnn-net-run run must end within it [default: per "
+         "step, 30 s for a command to 30 min for a run; README, Deadlines and caps].")
+
+
+def _say(line: object = "", err: bool = False) -> None:
+    """One line of text output, phone text in it escaped."""
+    click.echo(escaped(line), err=err)
+
+
+def escapes_errors(fn: Callable[..., None]) -> Callable[..., None]:
+    """Errors carry phone text too (a serial, a command's output): escape it before handles_errors prints it."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except QnnDeployError as e:
+            raise QnnDeployError(escaped(e), e.exit_code) from None
+
+    return wrapper
 
 
 @click.group(cls=Group, context_settings=CONTEXT_SETTINGS)
@@ -50,23 +80,36 @@ def device() -> None:
               "mapped to the catalog, instead of the adb server's.")
 @click.option("--bundle", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="With --aihub: also the bundle target the app would choose on each hosted phone.")
+@timeout_option
 @json_option
 @handles_errors
-def device_list(aihub: bool, bundle: Path | None, as_json: bool) -> None:
-    """List the devices the adb server knows, with their state and SoC (--aihub: AI Hub's hosted phones)."""
+@escapes_errors
+def device_list(aihub: bool, bundle: Path | None, timeout: float | None, as_json: bool) -> None:
+    """List the devices the adb server knows, with their state and SoC (--aihub: AI Hub's hosted phones).
+
+    A phone whose properties cannot be read (it misses a deadline) keeps its row, with '?' for its SoC and the
+    error on stderr; then exit 1.
+    """
     if bundle is not None and not aihub:
         fail("--bundle goes with --aihub (for a phone over adb: qnndeploy device info --bundle)")
+    if aihub and timeout is not None:
+        fail("--timeout is for phones over adb, not with --aihub")
     if aihub:
         _list_hosted(bundle, as_json)
         return
-    rows = device_info_stage.devices()
+    rows = device_info_stage.devices(timeout)
     if as_json:
         emit_json(rows)
-        return
-    if not rows:
-        click.echo("no devices: plug in a phone with USB debugging on (or `adb connect HOST:PORT`)")
-    for r in rows:
-        click.echo(f"{r.serial:<24} {r.state:<13} {r.soc or '-':<10} {r.model}")
+    else:
+        if not rows:
+            _say("no devices: plug in a phone with USB debugging on (or `adb connect HOST:PORT`)")
+        for r in rows:
+            _say(f"{r.serial:<24} {r.state:<13} {r.soc or ('?' if r.error else '-'):<10} {r.model}")
+        for r in rows:
+            if r.error:
+                _say(f"error: {r.error}", err=True)
+    if any(r.error for r in rows):
+        sys.exit(EXIT_CHECK_FAILED)
 
 
 def _list_hosted(bundle: Path | None, as_json: bool) -> None:
@@ -86,7 +129,7 @@ def _list_hosted(bundle: Path | None, as_json: bool) -> None:
         line = f"{d.name:<36} Android {d.os:<6} {d.chipset or '-':<34} {soc}"
         if r.choice is not None:
             line += f"  -> {'NPU ' + (r.choice.soc or '') if r.choice.npu else 'CPU: ' + r.choice.reason}"
-        click.echo(line)
+        _say(line)
 
 
 # --- info ---------------------------------------------------------------------------------------------------------
@@ -95,34 +138,36 @@ def _render_device_info(i: device_info_stage.DeviceInfo) -> None:
     def yes(flag: bool | None) -> str:
         return "-" if flag is None else "yes" if flag else "NO"
 
-    click.echo(f"{i.serial}: {i.manufacturer} {i.model}, Android {i.android_release} (API {i.sdk}), {i.abi}")
-    click.echo(f"  ro.soc.model {i.soc_model_prop or '-'}   ro.soc.manufacturer {i.soc_manufacturer or '-'}   "
+    _say(f"{i.serial}: {i.manufacturer} {i.model}, Android {i.android_release} (API {i.sdk}), {i.abi}")
+    _say(f"  ro.soc.model {i.soc_model_prop or '-'}   ro.soc.manufacturer {i.soc_manufacturer or '-'}   "
                f"ro.board.platform {i.board_platform or '-'}   soc0/soc_id {i.kernel_soc_id or '-'}")
     if i.soc:
-        click.echo(f"  SoC {i.soc} (by {i.identified_by}): HTP {i.dsp_arch}, QNN soc_model {i.qnn_soc_id}, "
+        _say(f"  SoC {i.soc} (by {i.identified_by}): HTP {i.dsp_arch}, QNN soc_model {i.qnn_soc_id}, "
                    f"fp16 {yes(i.fp16)}")
     else:
-        click.echo("  SoC not in the catalog: CPU fallback")
-    click.echo(f"  page size {i.page_size or '-'}   libcdsprpc.so {yes(i.cdsprpc)}   "
+        _say("  SoC not in the catalog: CPU fallback")
+    _say(f"  page size {i.page_size or '-'}   libcdsprpc.so {yes(i.cdsprpc)}   "
                f"DSP folders {', '.join(i.dsp_dirs) or 'none'}")
-    click.echo(f"  QNN libraries in /vendor, /odm: {', '.join(i.vendor_qnn_libs) or 'none'}")
+    _say(f"  QNN libraries in /vendor, /odm: {', '.join(i.vendor_qnn_libs) or 'none'}")
     for note in i.notes:
-        click.echo(f"  note: {note}")
+        _say(f"  note: {note}")
     c = i.app_choice
     if c is not None and c.npu:
-        click.echo(f"  with bundle {i.bundle}: NPU, target {c.soc} ({c.dsp_arch}) by {c.identified_by}, if the QNN "
+        _say(f"  with bundle {i.bundle}: NPU, target {c.soc} ({c.dsp_arch}) by {c.identified_by}, if the QNN "
                    f"libraries load (device verify runs them); files: {', '.join(c.files)}")
     elif c is not None:
-        click.echo(f"  with bundle {i.bundle}: CPU fallback: {c.reason}")
+        _say(f"  with bundle {i.bundle}: CPU fallback: {c.reason}")
 
 
 @device.command("info")
 @serial_option
 @click.option("--bundle", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="A bundle folder: also say which target the app would choose on this phone.")
+@timeout_option
 @json_option
 @handles_errors
-def device_info(serial: str | None, bundle: Path | None, as_json: bool) -> None:
+@escapes_errors
+def device_info(serial: str | None, bundle: Path | None, timeout: float | None, as_json: bool) -> None:
     """What a phone is, and what the app would choose on it.
 
     SoC identity and catalog match, Android version, ABI, page size, DSP libraries, QNN libraries in /vendor
@@ -130,7 +175,7 @@ def device_info(serial: str | None, bundle: Path | None, as_json: bool) -> None:
 
     A --bundle that is not a bundle is bad input (exit 2), as in every command that takes one.
     """
-    result = device_info_stage.device_info(serial, bundle)
+    result = device_info_stage.device_info(serial, bundle, timeout)
     if as_json:
         emit_json(result)
     else:
@@ -148,18 +193,18 @@ def _battery_text(b: prof.Battery) -> str:
 
 def _render_profile_end(result: prof.Profile, pid: int, csv_path: Path | None) -> None:
     if result.ended:
-        click.echo(f"process {pid} ended")
+        _say(f"process {pid} ended")
     if not result.samples:
-        click.echo("no samples yet")
+        _say("no samples yet")
         return
     if result.powered:
-        click.echo("note: the phone was on external power (USB/AC): the battery current is charging, not the app's "
+        _say("note: the phone was on external power (USB/AC): the battery current is charging, not the app's "
                    "drain; for power, use adb over Wi-Fi (adb tcpip) unplugged, or `adb shell dumpsys battery unplug`")
-    click.echo(f"mean CPU {result.mean_cpu():.1f}% of one core over {result.samples[-1].time_s:g} s; per thread:")
+    _say(f"mean CPU {result.mean_cpu():.1f}% of one core over {result.samples[-1].time_s:g} s; per thread:")
     for t in result.thread_means():
-        click.echo(f"  {t.tid:>7} {t.name:<16} {t.cpu_percent:6.1f}%")
+        _say(f"  {t.tid:>7} {t.name:<16} {t.cpu_percent:6.1f}%")
     if csv_path:
-        click.echo(f"wrote {csv_path}")
+        _say(f"wrote {csv_path}")
 
 
 @device.command("profile")
@@ -172,10 +217,12 @@ def _render_profile_end(result: prof.Profile, pid: int, csv_path: Path | None) -
               help="Stop after S seconds [default: at Ctrl-C].")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Also write the samples as CSV.")
+@timeout_option
 @json_option
 @handles_errors
+@escapes_errors
 def device_profile(pid: int | None, package: str | None, serial: str | None, interval: float,
-                   duration: float | None, csv_path: Path | None, as_json: bool) -> None:
+                   duration: float | None, csv_path: Path | None, timeout: float | None, as_json: bool) -> None:
     """CPU use of a process and its threads, and the battery.
 
     Every interval: the process's CPU use (give --pid or --package) and each thread's (100% = one core), and
@@ -185,18 +232,18 @@ def device_profile(pid: int | None, package: str | None, serial: str | None, int
     """
     if (pid is None) == (package is None):
         fail("give exactly one of --pid PID or --package NAME")
-    dev = connect(serial)
+    dev = connect(serial, timeout)
     pid, name = prof.find_process(dev, pid, package)
     result = prof.start(dev, pid, name, interval)
     if not as_json:
-        click.echo(f"{dev.serial}: process {pid} ({name}), every {interval:g} s, CLK_TCK {result.clk_tck}"
+        _say(f"{dev.serial}: process {pid} ({name}), every {interval:g} s, CLK_TCK {result.clk_tck}"
                    f"{'' if duration else ' - Ctrl-C to stop'}")
-        click.echo(f"{'time':>8} {'cpu':>7}  {'battery':<22} busiest threads")
+        _say(f"{'time':>8} {'cpu':>7}  {'battery':<22} busiest threads")
     try:
         for s in prof.samples(dev, result):
             if not as_json:
                 top = ", ".join(f"{t.name} {t.cpu_percent:.0f}%" for t in s.threads[:3])
-                click.echo(f"{s.time_s:>7.1f}s {s.cpu_percent:>6.1f}%  {_battery_text(s.battery):<22} {top}")
+                _say(f"{s.time_s:>7.1f}s {s.cpu_percent:>6.1f}%  {_battery_text(s.battery):<22} {top}")
             if duration is not None and s.time_s + 1e-3 >= duration:
                 break
     except KeyboardInterrupt:
@@ -216,37 +263,37 @@ def device_profile(pid: int | None, package: str | None, serial: str | None, int
 def _render_graph_run(g: verify_stage.GraphRun) -> None:
     label = {"passed": "PASS", "failed": "FAIL", "error": "ERROR"}[g.status]
     if g.status == "error":
-        click.echo(f"  {label:<5} {g.graph:<14} {g.reason}")
+        _say(f"  {label:<5} {g.graph:<14} {g.reason}")
     else:
         per = (f"{g.per_inference_s * 1e3:.2f} ms/inference ({g.inferences} runs" if g.per_inference_s is not None
                else f"per inference lost in the start-up noise ({g.inferences} runs: raise --runs")
         first = "-" if g.first_run_s is None else f"{g.first_run_s * 1e3:.0f}"
-        click.echo(f"  {label:<5} {g.graph:<14} first run {first} ms, {per}, {g.clock} clock), "
+        _say(f"  {label:<5} {g.graph:<14} first run {first} ms, {per}, {g.clock} clock), "
                    f"{g.samples} sample(s)")
     for m in g.outputs:
         render_output(m)
     for a in g.advice:
-        click.echo(f"        advice ({a.id}): {a.message}")
-        click.echo(f"            seen: {a.line}")
+        _say(f"        advice ({a.id}): {a.message}")
+        _say(f"            seen: {a.line}")
 
 
 def _render_device_verification(r: verify_stage.DeviceVerification) -> None:
-    click.echo(f"{r.serial}: {r.model}, Android {r.android_release} (API {r.sdk})")
-    click.echo(f"  SoC {r.soc or 'unknown'}" + (f" (by {r.identified_by})" if r.identified_by else "")
+    _say(f"{r.serial}: {r.model}, Android {r.android_release} (API {r.sdk})")
+    _say(f"  SoC {r.soc or 'unknown'}" + (f" (by {r.identified_by})" if r.identified_by else "")
                + f": {r.expectation}" + (f": {r.reason}" if r.provider == "cpu" else ""))
     p = r.push
     if p is not None:
         speed = f", {p.mb_per_s:.1f} MB/s" if p.mb_per_s and p.bytes_sent >= 1e6 else ""
-        click.echo(f"  pushed to {r.remote_dir}: {len(p.sent)} of {p.files} files sent ({p.bytes_sent / 1e6:.2f} of "
+        _say(f"  pushed to {r.remote_dir}: {len(p.sent)} of {p.files} files sent ({p.bytes_sent / 1e6:.2f} of "
                    f"{p.bytes_total / 1e6:.2f} MB) in {p.seconds:.2f} s{speed}; every sha256 checked on the phone")
         if p.removed:
-            click.echo(f"  removed from the phone: {', '.join(p.removed)}")
+            _say(f"  removed from the phone: {', '.join(p.removed)}")
     if r.play is not None:
-        click.echo(f"  Play: {'' if r.play.ok else 'MISMATCH: '}{r.play.reason}")
+        _say(f"  Play: {'' if r.play.ok else 'MISMATCH: '}{r.play.reason}")
     if r.runner:
-        click.echo("  ran qnn-net-run with " + " ".join(f"{k}={v}" for k, v in r.environment.items()))
+        _say("  ran qnn-net-run with " + " ".join(f"{k}={v}" for k, v in r.environment.items()))
     if r.runner_note:
-        click.echo(f"  note: {r.runner_note}")
+        _say(f"  note: {r.runner_note}")
     for g in r.graphs:
         _render_graph_run(g)
 
@@ -257,49 +304,49 @@ def _ms(value: object) -> str:
 
 def _render_hosted_table(results: list[verify_stage.DeviceVerification]) -> None:
     """One row per (hosted phone, graph): the comparison with the CPU and AI Hub's profile."""
-    click.echo(f"{'device':<30} {'SoC':<7} {'graph':<14} {'status':<7} {'worst':<22} {'infer ms':>8} "
+    _say(f"{'device':<30} {'SoC':<7} {'graph':<14} {'status':<7} {'worst':<22} {'infer ms':>8} "
                f"{'load ms':>8} {'warm ms':>8}  job")
     for r in results:
         if r.error:
-            click.echo(f"{r.serial:<30} {'-':<7} {'-':<14} {'ERROR':<7} {r.error}")
+            _say(f"{r.serial:<30} {'-':<7} {'-':<14} {'ERROR':<7} {r.error}")
             continue
         if not r.graphs:
-            click.echo(f"{r.serial:<30} {r.soc or '?':<7} {'-':<14} {'CPU':<7} {r.reason}")
+            _say(f"{r.serial:<30} {r.soc or '?':<7} {'-':<14} {'CPU':<7} {r.reason}")
         for g in r.graphs:
             h = g.hosted or {}
             worst = min(g.outputs, key=lambda m: (m.passed, m.snr_db if m.snr_db is not None else float("inf")),
                         default=None)
             text = (f"{worst.name} SNR {num(worst.snr_db, '.1f')} dB" if worst is not None
                     else (g.reason or "-")[:22])
-            click.echo(f"{r.serial:<30} {r.soc or '?':<7} {g.graph:<14} {g.status:<7} {text:<22} "
+            _say(f"{r.serial:<30} {r.soc or '?':<7} {g.graph:<14} {g.status:<7} {text:<22} "
                        f"{_ms(h.get('inference_ms')):>8} {_ms(h.get('first_load_ms')):>8} "
                        f"{_ms(h.get('warm_load_ms')):>8}  {h.get('url', '-')}")
     for r in results:
         for g in r.graphs:
             if g.status == "error":
-                click.echo(f"error: {r.serial}, {g.graph}: {g.reason}")
+                _say(f"error: {r.serial}, {g.graph}: {g.reason}")
         if r.record:
-            click.echo(f"record: {shown(r.record)}")
+            _say(f"record: {shown(r.record)}")
 
 
 def _render_verify_table(results: list[verify_stage.DeviceVerification]) -> None:
-    click.echo(f"{'serial':<22} {'model':<24} {'SoC':<8} {'choice':<6} {'sent':>9} {'MB sent':>8}  "
+    _say(f"{'serial':<22} {'model':<24} {'SoC':<8} {'choice':<6} {'sent':>9} {'MB sent':>8}  "
                f"{'graphs':<24} status")
     for r in results:
         if r.error or r.push is None:
-            click.echo(f"{r.serial:<22} {'-':<24} {'-':<8} {'-':<6} {'-':>9} {'-':>8}  {'-':<24} ERROR: {r.error}")
+            _say(f"{r.serial:<22} {'-':<24} {'-':<8} {'-':<6} {'-':>9} {'-':>8}  {'-':<24} ERROR: {r.error}")
             continue
         graphs = ", ".join(f"{g.graph} {g.status}" for g in r.graphs) or ("not run" if r.provider == "npu" else "-")
         if r.play is not None:
             graphs += f"; Play {r.play.delivered}" + ("" if r.play.ok else f" (expected {r.play.expected})")
         sent = f"{len(r.push.sent)}/{r.push.files}"
-        click.echo(f"{r.serial:<22} {r.model[:24]:<24} {r.soc or '?':<8} {(r.provider or '-').upper():<6} {sent:>9} "
+        _say(f"{r.serial:<22} {r.model[:24]:<24} {r.soc or '?':<8} {(r.provider or '-').upper():<6} {sent:>9} "
                    f"{r.push.bytes_sent / 1e6:>8.2f}  {graphs:<24} {'ok' if r.ok else 'FAILED'}")
 
 
 def _render_verifications(report: VerifyReport, results: list[verify_stage.DeviceVerification],
                           all_devices: bool) -> None:
-    click.echo(f"bundle {report.name} {report.version} (QAIRT {report.qairt}): verified, {report.files} files")
+    _say(f"bundle {report.name} {report.version} (QAIRT {report.qairt}): verified, {report.files} files")
     for r in results:
         if not r.error:
             _render_device_verification(r)
@@ -307,7 +354,7 @@ def _render_verifications(report: VerifyReport, results: list[verify_stage.Devic
         _render_verify_table(results)
     for r in results:
         if r.record:
-            click.echo(f"record: {shown(r.record)}")
+            _say(f"record: {shown(r.record)}")
 
 
 @device.command("verify")
@@ -339,12 +386,14 @@ def _render_verifications(report: VerifyReport, results: list[verify_stage.Devic
 @click.option("--play", "play_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="A `package play` output of BUNDLE: also say which device group Play delivers to the phone (by "
                    "its ro.soc.manufacturer and ro.soc.model), and fail when it is not the decision's.")
+@timeout_option
 @json_option
 @handles_errors
+@escapes_errors
 def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runner: Path | None,
                   qnn_sdk_root: Path | None, inputs: Path | None, samples: int, seed: int, runs: int,
                   record_dir: Path, aihub: bool, hosted_names: tuple[str, ...], hosted_socs: tuple[str, ...],
-                  play_dir: Path | None, as_json: bool) -> None:
+                  play_dir: Path | None, timeout: float | None, as_json: bool) -> None:
     """Push a bundle to a phone, run it there, record the result.
 
     The bundle folder goes to the phone as the app would use it and is checked there; with a runner, it runs
@@ -367,8 +416,9 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
     given = click.get_current_context().get_parameter_source("serial") == click.core.ParameterSource.COMMANDLINE
     if (hosted_names or hosted_socs) and not aihub:
         fail("--device and --soc choose AI Hub's phones: add --aihub (over adb, use -s SERIAL)")
-    if aihub and (given or all_devices or runner or qnn_sdk_root or play_dir):
-        fail("--aihub runs on AI Hub's phones: -s, --all, --runner, --qnn-sdk-root and --play are for phones over adb")
+    if aihub and (given or all_devices or runner or qnn_sdk_root or play_dir or timeout is not None):
+        fail("--aihub runs on AI Hub's phones: -s, --all, --runner, --qnn-sdk-root, --play and --timeout are for "
+             "phones over adb")
     if all_devices and given:
         fail("give -s SERIAL or --all, not both")
     report, manifest = verify_stage.check_bundle(bundle_dir)
@@ -381,13 +431,13 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
         fail(f"{bundle_dir} fails bundle verify: fix the bundle (or build it again) before pushing it",
              EXIT_CHECK_FAILED)
     job = verify_stage.Job(bundle_dir, manifest, runner, qnn_sdk_root, inputs, samples, seed, runs, record_dir,
-                           play_dir)
+                           play_dir, timeout)
     if aihub:
         results = hosted.verify_hosted(job, list(hosted_names), list(hosted_socs))
         if as_json:
             emit_json({"bundle": report, "devices": results})
         else:
-            click.echo(f"bundle {report.name} {report.version} (QAIRT {report.qairt}): verified; on AI Hub:")
+            _say(f"bundle {report.name} {report.version} (QAIRT {report.qairt}): verified; on AI Hub:")
             _render_hosted_table(results)
         if not all(r.ok for r in results):
             sys.exit(EXIT_CHECK_FAILED)

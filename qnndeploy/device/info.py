@@ -9,12 +9,14 @@ function names the target the app would choose.
 from __future__ import annotations
 
 import shlex
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from qnndeploy import decision, markers, socs
 from qnndeploy.bundle.manifest import load_manifest
-from qnndeploy.device.adb import Device, DeviceEntry, connect, list_devices
+from qnndeploy.device.adb import Device, DeviceEntry, connect, list_devices, parse_int
+from qnndeploy.errors import QnnDeployError
 
 CDSPRPC = "/vendor/lib64/libcdsprpc.so"
 # Where a phone's own QNN libraries can shadow the app's ("Stub lib id mismatch").
@@ -27,6 +29,7 @@ class ListedDevice:
     state: str
     model: str
     soc: str | None  # ro.soc.model or ro.board.platform, for ready devices
+    error: str | None = None  # why a ready device's properties could not be read (it missed a deadline...)
 
 
 @dataclass
@@ -55,38 +58,49 @@ class DeviceInfo:
     app_choice: decision.Decision | None = None  # what the app would choose with that bundle
 
 
-def devices() -> list[ListedDevice]:
-    return [ListedDevice(e.serial, e.state, e.model, _soc_label(e) if e.state == "device" else None)
-            for e in list_devices()]
+def devices(timeout: float | None = None) -> list[ListedDevice]:
+    """Every device the adb server knows; the ready ones' SoC read from their properties, all at once, each within
+    its deadline (`timeout` replaces it). A phone that cannot be read keeps its row, with the error."""
+    entries = list_devices(timeout)
+
+    def one(e: DeviceEntry) -> ListedDevice:
+        row = ListedDevice(e.serial, e.state, e.model, None)
+        if e.state == "device":
+            try:
+                row.soc = _soc_label(e, timeout)
+            except QnnDeployError as err:
+                row.error = str(err)
+        return row
+
+    with ThreadPoolExecutor(max_workers=max(1, len(entries))) as pool:
+        return list(pool.map(one, entries))
 
 
-def _soc_label(entry: DeviceEntry) -> str | None:
+def _soc_label(entry: DeviceEntry, timeout: float | None) -> str | None:
     """The SoC as the app identifies it (catalog name), else the raw ro.soc.model or ro.board.platform."""
-    phone = decision.Device.from_props(Device(entry.serial).getprops())
+    phone = decision.Device.from_props(Device(entry.serial, timeout).getprops())
     name, _ = decision.identify(phone)
     return name or phone.soc_model or phone.board_platform
 
 
-def _int(text: str | None) -> int | None:
-    text = (text or "").strip()
-    return int(text) if text.lstrip("-").isdigit() else None
-
-
-def device_info(serial: str | None = None, bundle: Path | None = None) -> DeviceInfo:
-    """Everything `device info` shows; with a bundle folder, also the target the app would choose there."""
+def device_info(serial: str | None = None, bundle: Path | None = None, timeout: float | None = None) -> DeviceInfo:
+    """Everything `device info` shows; with a bundle folder, also the target the app would choose there.
+    `timeout` replaces the deadline of every adb step (None: each step's default)."""
     manifest = None
     if bundle is not None:
 
         manifest = load_manifest(bundle)  # a bad bundle fails before any adb traffic
-    dev = connect(serial)
+    dev = connect(serial, timeout)
     props = dev.getprops()
     phone = decision.Device.from_props(props)
     name, identified_by = decision.identify(phone)
     soc = next((s for s in socs.catalog() if s.model == name), None)
-    kernel_id = _int(dev.read_text("/sys/devices/soc0/soc_id"))
+    kernel_id = parse_int(dev.read_text("/sys/devices/soc0/soc_id"))
     folders = " ".join(decision.VENDOR_DSP_FOLDERS)
-    dsp_dirs = dev.run(f"for d in {folders}; do test -d $d && echo $d; done").output.split()
-    libs = dev.run(f"find {' '.join(VENDOR_DIRS)} -name 'libQnn*.so' 2>/dev/null").output.split()
+    dsp_dirs = dev.run(f"for d in {folders}; do test -d $d && echo $d; done",
+                       doing="looking for the DSP library folders").output.split()
+    libs = dev.run(f"find {' '.join(VENDOR_DIRS)} -name 'libQnn*.so' 2>/dev/null",
+                   doing="looking for QNN libraries in /vendor and /odm").output.splitlines()
     info = DeviceInfo(
         serial=dev.serial, model=props.get("ro.product.model", ""),
         manufacturer=props.get("ro.product.manufacturer", ""),
@@ -95,9 +109,10 @@ def device_info(serial: str | None = None, bundle: Path | None = None) -> Device
         soc_manufacturer=props.get("ro.soc.manufacturer") or None, board_platform=phone.board_platform,
         kernel_soc_id=kernel_id, soc=soc.model if soc else None, identified_by=identified_by if soc else None,
         dsp_arch=soc.dsp_arch if soc else None, qnn_soc_id=soc.soc_id if soc else None,
-        fp16=soc.fp16 if soc else None, page_size=_int(dev.run("getconf PAGE_SIZE").output),
-        cdsprpc=dev.run(f"test -f {shlex.quote(CDSPRPC)}").code == 0, dsp_dirs=dsp_dirs,
-        vendor_qnn_libs=sorted(libs))
+        fp16=soc.fp16 if soc else None,
+        page_size=parse_int(dev.run("getconf PAGE_SIZE", doing="reading the page size (getconf)").output),
+        cdsprpc=dev.run(f"test -f {shlex.quote(CDSPRPC)}", doing=f"looking for {CDSPRPC}").code == 0,
+        dsp_dirs=dsp_dirs, vendor_qnn_libs=sorted(lib for lib in libs if lib.strip()))
     info.notes = _notes(info)
     if manifest is not None:
         info.bundle = decision.bundle_version(manifest)
@@ -119,6 +134,9 @@ def _notes(i: DeviceInfo) -> list[str]:
     elif i.identified_by == "ro.board.platform":
         notes.append(f"no ro.soc.model (Android {i.android_release}, API {i.sdk}): identified by ro.board.platform "
                      f"'{i.board_platform}', as the app's glue does")
+    if i.sdk is None:
+        notes.append("no readable API level (ro.build.version.sdk is missing or not a number): read as 0 (older "
+                     "than Android 12), as the decision does for a phone that reports none")
     if i.soc and i.kernel_soc_id is not None:
         by_id = next((s for s in socs.catalog() if i.kernel_soc_id in s.kernel_soc_ids), None)
         if by_id is not None and by_id.model != i.soc:

@@ -9,18 +9,21 @@ skew the figures. 100% = one core fully busy. Battery: dumpsys battery (level, t
 from __future__ import annotations
 
 import csv
+import re
 import shlex
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qnndeploy.device.adb import Device
+from qnndeploy.device.adb import Device, Limit, MiB, parse_int
 from qnndeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
 from qnndeploy.fileio import staging_file
 
 _SEP = "@@qnndeploy@@"
 CURRENT_NOW = "/sys/class/power_supply/battery/current_now"
+SAMPLE = Limit(30, 4 * MiB)  # one sample's reads: /proc/PID/task/*/stat of a few thousand threads fits
+_SECONDS = re.compile(r"[0-9]{1,12}(\.[0-9]{1,9})?")  # /proc/uptime
 
 
 @dataclass
@@ -86,8 +89,8 @@ class _Reading:
 def find_process(dev: Device, pid: int | None = None, package: str | None = None) -> tuple[int, str]:
     """(pid, process name) for --pid or --package (an app's process is named after its package)."""
     if package:
-        r = dev.run(f"pidof {shlex.quote(package)}")
-        pids = [int(p) for p in r.output.split() if p.isdigit()]
+        r = dev.run(f"pidof {shlex.quote(package)}", doing=f"looking for {package} (pidof)")
+        pids = [p for p in map(parse_int, r.output.split()) if p is not None and p > 0]
         if not pids:
             raise QnnDeployError(f"{package} is not running on {dev.serial}: start the app, then run again "
                                  "(or give --pid)", EXIT_BAD_INPUT)
@@ -97,55 +100,73 @@ def find_process(dev: Device, pid: int | None = None, package: str | None = None
     stat = dev.read_text(f"/proc/{pid}/stat")
     if not stat:
         raise QnnDeployError(f"no process {pid} on {dev.serial} (`adb shell ps -A` lists them)", EXIT_BAD_INPUT)
-    return pid, _parse_stat(stat)[1]
+    return pid, _stat_of(dev, pid, stat)[1]
 
 
-def _parse_stat(line: str) -> tuple[int, str, int]:
-    """(id, name, utime+stime) from a /proc stat line; the name may hold spaces and ')'."""
+def _parse_stat(line: str) -> tuple[int, str, int] | None:
+    """(id, name, utime+stime) from a /proc stat line, None when it is not one; the name may hold spaces and ')'."""
     head, _, rest = line.strip().rpartition(")")
     ident, _, name = head.partition(" (")
     fields = rest.split()
-    return int(ident), name, int(fields[11]) + int(fields[12])  # fields 14 and 15 of the line
+    numbers = [parse_int(ident), *map(parse_int, fields[11:13])]  # fields 14 and 15 of the line: utime, stime
+    if len(numbers) != 3 or None in numbers:
+        return None
+    tid, utime, stime = (n or 0 for n in numbers)
+    return tid, name, utime + stime
+
+
+def _stat_of(dev: Device, pid: int, line: str) -> tuple[int, str, int]:
+    parsed = _parse_stat(line)
+    if parsed is None:
+        raise QnnDeployError(f"{dev.serial}: /proc/{pid}/stat does not read as a /proc stat line "
+                             f"({line.strip()[:60]!r})", EXIT_CHECK_FAILED)
+    return parsed
 
 
 def _parse_battery(dumpsys: str, current_now: str) -> Battery:
     values, flags = {}, {}
     for line in dumpsys.splitlines():
         key, sep, value = line.strip().partition(":")
-        if sep and value.strip().lstrip("-").isdigit():
-            values[key.strip()] = int(value)
+        if sep and (number := parse_int(value)) is not None:
+            values[key.strip()] = number
         elif sep and value.strip() in ("true", "false"):
             flags[key.strip()] = value.strip() == "true"
-    current = current_now.strip()
+    current = parse_int(current_now)
     sources = [flags[k] for k in ("AC powered", "USB powered", "Wireless powered", "Dock powered") if k in flags]
     return Battery(level=values.get("level"),
                    temperature_c=values["temperature"] / 10 if "temperature" in values else None,
                    voltage_mv=values.get("voltage"),
-                   current_ma=int(current) / 1000 if current.lstrip("-").isdigit() else None,
+                   current_ma=current / 1000 if current is not None else None,
                    powered=any(sources) if sources else None)
 
 
 def _read(dev: Device, pid: int) -> _Reading | None:
     """One sample's raw figures in one round trip; None once the process is gone."""
     r = dev.run(f"cat /proc/uptime; echo {_SEP}; cat /proc/{pid}/stat; echo {_SEP}; cat /proc/{pid}/task/*/stat; "
-                f"echo {_SEP}; dumpsys battery; echo {_SEP}; cat {CURRENT_NOW} 2>/dev/null")
+                f"echo {_SEP}; dumpsys battery; echo {_SEP}; cat {CURRENT_NOW} 2>/dev/null",
+                doing=f"reading /proc/{pid} and the battery", limit=SAMPLE)
     parts = r.output.split(_SEP + "\n")
-    if len(parts) != 5 or not parts[1].startswith(f"{pid} (") or parts[1].rpartition(")")[2].split()[0] in "ZX":
+    state = parts[1].rpartition(")")[2].split()[:1] if len(parts) == 5 else []
+    if len(parts) != 5 or not parts[1].startswith(f"{pid} (") or state in (["Z"], ["X"]):
         return None  # gone, or a zombie waiting for its parent
     threads = {}
     for line in parts[2].splitlines():
-        if line[:1].isdigit():  # a thread that ended between the glob and cat leaves an error line instead
-            tid, name, ticks = _parse_stat(line)
-            threads[tid] = (name, ticks)
-    return _Reading(float(parts[0].split()[0]), _parse_stat(parts[1])[2], threads,
-                    _parse_battery(parts[3], parts[4]))
+        # a thread that ended between the glob and cat leaves an error line instead
+        if (parsed := _parse_stat(line)) is not None:
+            threads[parsed[0]] = parsed[1:]
+    uptime = parts[0].split()[:1]
+    if not uptime or not _SECONDS.fullmatch(uptime[0]):
+        raise QnnDeployError(f"{dev.serial}: /proc/uptime does not read as one ({parts[0].strip()[:60]!r})",
+                             EXIT_CHECK_FAILED)
+    return _Reading(float(uptime[0]), _stat_of(dev, pid, parts[1])[2], threads, _parse_battery(parts[3], parts[4]))
 
 
 def start(dev: Device, pid: int, name: str, interval: float) -> Profile:
-    clk = dev.run("getconf CLK_TCK").output.strip()
-    if not clk.isdigit():
-        raise QnnDeployError(f"getconf CLK_TCK failed on {dev.serial}: {clk[:100]}", EXIT_CHECK_FAILED)
-    return Profile(dev.serial, pid, name, int(clk), interval)
+    out = dev.run("getconf CLK_TCK", doing="reading the clock rate (getconf CLK_TCK)").output
+    clk = parse_int(out)
+    if clk is None or clk <= 0:
+        raise QnnDeployError(f"getconf CLK_TCK failed on {dev.serial}: {out.strip()[:100]}", EXIT_CHECK_FAILED)
+    return Profile(dev.serial, pid, name, clk, interval)
 
 
 def samples(dev: Device, profile: Profile) -> Iterator[Sample]:

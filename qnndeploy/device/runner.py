@@ -12,6 +12,7 @@ float32 (qnn-net-run's default without --use_native_output_files).
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 import shlex
 import time
@@ -23,12 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy.bundle import elf
-from qnndeploy.errors import EXIT_BAD_INPUT, QnnDeployError
+from qnndeploy.device.adb import FILES, HASHING, RUN, Device, parse_int
+from qnndeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from qnndeploy.device.adb import Device
 
 SDK_RUNNER = "bin/aarch64-android/qnn-net-run"
 REMOTE_RUNNER = "/data/local/tmp/qnndeploy/bin/qnn-net-run"
@@ -88,14 +88,19 @@ def _phone_executable(path: Path) -> Path:
 
 
 def install(dev: Device, local: Path, digest: str) -> int:
-    """Put the runner (sha256 `digest`) at REMOTE_RUNNER with mode 0755, unless it is already there; bytes sent."""
-    r = dev.run(f"sha256sum {shlex.quote(REMOTE_RUNNER)} 2>/dev/null && test -x {shlex.quote(REMOTE_RUNNER)}")
+    """Put the runner (sha256 `digest`) at REMOTE_RUNNER with mode 0755, unless it is already there; bytes sent.
+    It goes to a staging name, is checked there and renamed: REMOTE_RUNNER is never a half-sent file."""
+    q_runner, q_staged = shlex.quote(REMOTE_RUNNER), shlex.quote(REMOTE_RUNNER + ".staging")
+    r = dev.run(f"sha256sum {q_runner} 2>/dev/null && test -x {q_runner}", doing="hashing the runner on the phone",
+                limit=HASHING)
     if r.code == 0 and r.output.split()[:1] == [digest]:
         return 0
-    sent = dev.push(local, REMOTE_RUNNER, mode=0o755)
-    check = dev.run(f"sha256sum {shlex.quote(REMOTE_RUNNER)}").output.split()[:1]
-    if check != [digest]:
-        raise QnnDeployError(f"the runner on {dev.serial} differs from {local} after the push: run again")
+    sent = dev.push(local, REMOTE_RUNNER + ".staging", mode=0o755, sha256=digest, name=f"the runner {local.name}")
+    check = dev.run(f"sha256sum {q_staged}", doing="hashing the runner on the phone", limit=HASHING).output.split()
+    if check[:1] != [digest]:
+        raise QnnDeployError(f"the runner on {dev.serial} differs from {local} after the push: run again",
+                             EXIT_CHECK_FAILED)
+    dev.run(f"mv -f {q_staged} {q_runner}", check=True, doing="putting the runner in place", limit=FILES)
     return sent
 
 
@@ -149,7 +154,8 @@ def _safe(name: str) -> str:
 
 def run(dev: Device, workdir: str, context: str, lib_dir: str, adsp_library_path: str, native_inputs: bool,
         input_list: str = INPUT_LIST, output_dir: str = "out") -> Invocation:
-    """Run qnn-net-run once in workdir, timed on the phone (date +%s%N) when its date can, else from the host."""
+    """Run qnn-net-run once in workdir, timed on the phone (date +%s%N) when its date can, else from the host.
+    Within RUN's deadline (30 min, or --timeout) and output cap."""
     env = f"LD_LIBRARY_PATH={shlex.quote(lib_dir)} ADSP_LIBRARY_PATH={shlex.quote(adsp_library_path)}"
     args = [REMOTE_RUNNER, "--backend", BACKEND, "--retrieve_context", context, "--input_list", input_list,
             "--output_dir", output_dir] + (["--use_native_input_files"] if native_inputs else [])
@@ -157,12 +163,13 @@ def run(dev: Device, workdir: str, context: str, lib_dir: str, adsp_library_path
     line = (f"cd {shlex.quote(workdir)} && rm -rf {shlex.quote(output_dir)} && s=$(date +%s%N) && "
             f"{command} 2>&1; rc=$?; e=$(date +%s%N); echo {_TIME} $s $e; exit $rc")
     start = time.perf_counter()
-    r = dev.run(line)
+    r = dev.run(line, doing=f"running qnn-net-run on {posixpath.basename(context)} ({input_list})", limit=RUN)
     host = time.perf_counter() - start
     head, _, tail = r.output.rpartition(_TIME)
-    stamps = tail.split()
-    if len(stamps) == 2 and all(s.isdigit() for s in stamps) and int(stamps[1]) >= int(stamps[0]):
-        return Invocation(r.code, head, (int(stamps[1]) - int(stamps[0])) / 1e9, "device", command)
+    stamps = [parse_int(s) for s in tail.split()]
+    s0, s1 = stamps if len(stamps) == 2 else (None, None)
+    if s0 is not None and s1 is not None and s1 >= s0:
+        return Invocation(r.code, head, (s1 - s0) / 1e9, "device", command)
     return Invocation(r.code, head if _TIME in r.output else r.output, host, "host", command)
 
 

@@ -25,7 +25,7 @@ from qnndeploy import __version__, decision, markers, metrics, playplan, samples
 from qnndeploy.bundle.manifest import file_entries, load_manifest
 from qnndeploy.bundle.verify import VerifyReport, verify_bundle
 from qnndeploy.device import runner
-from qnndeploy.device.adb import Device, LocalFile, Progress, connect, list_devices
+from qnndeploy.device.adb import FILES, Device, LocalFile, MiB, Progress, Upload, connect, list_devices
 from qnndeploy.errors import EXIT_BAD_INPUT, QnnDeployError
 from qnndeploy.fileio import JSON, sha256_file, write_json
 from qnndeploy.formats import artifact_graphs
@@ -117,7 +117,7 @@ class Job:
 
     def __init__(self, bundle: Path, manifest: JSON, runner_path: Path | None = None, sdk_root: Path | None = None,
                  inputs: Path | None = None, samples: int = 1, seed: int = 0, runs: int = 10,
-                 record_dir: Path = DEFAULT_RECORD_DIR, play: Path | None = None) -> None:
+                 record_dir: Path = DEFAULT_RECORD_DIR, play: Path | None = None, timeout: float | None = None) -> None:
         if inputs is not None and not Path(inputs).is_dir():
             raise QnnDeployError(f"--inputs {inputs}: no such folder", EXIT_BAD_INPUT)
         if samples < 1 or runs < 1:
@@ -138,10 +138,12 @@ class Job:
                                  "needs the QNN libraries, pass --qnn-sdk-root DIR of that QAIRT version",
                                  EXIT_BAD_INPUT)
         self.inputs, self.samples, self.seed, self.runs = inputs, samples, seed, runs
+        self.timeout = timeout  # --timeout: replaces every adb step's deadline (None: each step's default)
         self.record_dir = Path(record_dir)
         self.bundle_id = f"{manifest['name']}-{manifest['version']}"
         self.remote_dir = f"{REMOTE_ROOT}/{self.bundle_id}"
         self.sha256 = {e["path"]: e["sha256"] for e in _entries(manifest)}
+        self.manifest_sha256 = sha256_file(self.bundle / "manifest.json")  # every phone gets these very bytes
         self.play_plan: JSON | None = None
         self.play_groups: list[playplan.Group] = []
         if play is not None:
@@ -220,7 +222,7 @@ def check_bundle(path: Path) -> tuple[VerifyReport, JSON | None]:
 def verify_device(job: Job, serial: str | None = None, progress: Progress | None = None) -> DeviceVerification:
     """Decide, push, check, run (with a runner) and record, on one phone. Raises QnnDeployError when the phone
     cannot be used or the connection is lost (running again resumes the push)."""
-    dev = connect(serial)
+    dev = connect(serial, job.timeout)
     props = dev.getprops()
     phone = decision.Device.from_props(props)
     result = DeviceVerification(dev.serial, model=props.get("ro.product.model", ""),
@@ -234,7 +236,7 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
     if job.play_plan is not None:
         result.play = play_check(job.play_plan, job.play_groups, props, choice.soc)
 
-    files = {"manifest.json": LocalFile(job.bundle / "manifest.json", sha256_file(job.bundle / "manifest.json"))}
+    files = {"manifest.json": LocalFile(job.bundle / "manifest.json", job.manifest_sha256)}
     for rel in [*choice.files, *(a["path"] for a in job.manifest["cpu"])]:
         files[rel] = LocalFile(job.bundle / rel, job.sha256[rel])
     if choice.npu:
@@ -338,9 +340,10 @@ def _run_graph(dev: Device, job: Job, graph: str, context: str, result: DeviceVe
     with tempfile.TemporaryDirectory(prefix="qnndeploy-run-") as tmp:
         local = Path(tmp)
         native = runner.write_inputs(local / "up", samples, lines)
-        dev.run(f"rm -rf {shlex.quote(workdir)} && mkdir -p {shlex.quote(workdir)}", check=True)
-        dev.push_files([(p, f"{workdir}/{p.relative_to(local / 'up').as_posix()}")
-                        for p in sorted((local / "up").rglob("*")) if p.is_file()])
+        dev.run(f"rm -rf {shlex.quote(workdir)} && mkdir -p {shlex.quote(workdir)}", check=True,
+                doing=f"preparing {workdir}", limit=FILES)
+        ups = [(p, p.relative_to(local / "up").as_posix()) for p in sorted((local / "up").rglob("*")) if p.is_file()]
+        dev.push_files([Upload(p, f"{workdir}/{rel}", name=rel) for p, rel in ups])
         first = runner.run(dev, workdir, context, *env, native, _lists(graph, graphs, runner.FIRST_INPUT), "out_first")
         timed = first if first.code != 0 else runner.run(dev, workdir, context, *env, native,
                                                          _lists(graph, graphs, runner.INPUT_LIST))
@@ -356,7 +359,8 @@ def _run_graph(dev: Device, job: Job, graph: str, context: str, result: DeviceVe
             outputs = {}
             for name, ref in expected[i].items():
                 target = local / "down" / runner.output_file(i, name)
-                dev.pull(f"{workdir}/out/{runner.output_file(i, name)}", target)
+                # float32 outputs: more than a few times the model's size is no output of it (read_output says why)
+                dev.pull(f"{workdir}/out/{runner.output_file(i, name)}", target, max_bytes=4 * ref.size * 4 + MiB)
                 outputs[name] = runner.read_output(target, name, ref.shape)
             actual.append(outputs)
     precision = next(t["precision"] for t in job.manifest["targets"] if t["soc"] == result.soc)
@@ -400,7 +404,7 @@ def write_record(job: Job, r: DeviceVerification) -> Path:
 
 def verify_all(job: Job) -> list[DeviceVerification]:
     """Every device the adb server knows, in parallel; a phone that fails does not stop the others."""
-    entries = list_devices()
+    entries = list_devices(job.timeout)
     if not entries:
         raise QnnDeployError("no device connected: plug in a phone with USB debugging on (or `adb connect "
                              "HOST:PORT`) and check `adb devices`", EXIT_BAD_INPUT)

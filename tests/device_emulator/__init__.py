@@ -3,6 +3,11 @@
 
 There is no phone on the machines that run the tests; everything above the device (adb server, adbutils,
 qnndeploy.device) is the real code. See device.py (the device), fixtures.py (pytest fixtures).
+
+It can also play a broken or hostile phone, for the tests of qnndeploy's deadlines, caps and escaping
+(EmulatedDevice's docstring lists them): tools that sleep, flood or trickle, a sync receiver that stops reading
+mid-push, a cut connection, escape sequences in properties and file names, a 5,000-digit API level. These are
+failure injections at the device's end of the real protocol, not models of a particular phone's bugs.
 """
 
 from device_emulator.device import PRESETS, EmulatedDevice

@@ -6,6 +6,7 @@ import signal
 import socket
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from device_emulator.sandbox import Sandbox, kill_group
@@ -38,6 +39,19 @@ PRESETS: dict[str, dict] = {
         "files": {"/sys/devices/soc0/soc_id": "439\n", "/vendor/lib64/libcdsprpc.so": _ELF_STUB},
         "dirs": _DSP_DIRS,
     },
+    # A hostile phone: terminal escape sequences in its properties and in a library's file name, and an API
+    # level of 5,000 digits (Python's int() refuses more than 4,300). What a buggy or malicious device can send.
+    "hostile": {
+        "props": {"ro.soc.model": "SM8750\x1b[2J", "ro.soc.manufacturer": "QTI\x1b]0;pwned\x07",
+                  "ro.board.platform": "sun", "ro.build.version.release": "15\x1b[31mred",
+                  "ro.build.version.sdk": "9" * 5000, "ro.product.cpu.abi": "arm64-v8a",
+                  "ro.product.model": "Emulated \x1b]0;title\x07Phone\x1b[2J",
+                  "ro.product.manufacturer": "qnndeploy\x9b31m", "ro.product.name": "emu_hostile",
+                  "ro.product.device": "emu_hostile"},
+        "files": {"/sys/devices/soc0/soc_id": "618\n", "/vendor/lib64/libcdsprpc.so": _ELF_STUB,
+                  "/vendor/lib64/libQnn\x1b[2J\x1b]0;x\x07.so": b"vendor copy"},
+        "dirs": _DSP_DIRS,
+    },
     # A phone whose SoC is in no bundle (Exynos): the app must take the CPU path.
     "exynos": {
         "props": {"ro.soc.model": "s5e9945", "ro.soc.manufacturer": "Samsung", "ro.board.platform": "s5e9945",
@@ -52,10 +66,20 @@ PRESETS: dict[str, dict] = {
 
 
 class EmulatedDevice:
-    """A device with a sandboxed file system, configurable props and battery, and one failure injection.
+    """A device with a sandboxed file system, configurable props and battery, and failure injections.
 
     state: "device" (answers CNXN), "unauthorized" (asks for an RSA key it never accepts) or "offline" (never
     answers), as `adb devices` then shows them.
+
+    Hostile behaviours, for the tests of qnndeploy's deadlines and caps (each a stand-in for what a broken or
+    malicious phone can do; the transport and adb server in between stay real):
+    - misbehave(tool, how): getprop, sha256sum, getconf or dumpsys sleeps for ever, floods (100 MB) or trickles
+      (a byte a second); adbd's hang-up on a closed stream ends it.
+    - stall_during_send(after_bytes): the sync receiver stops reading mid-push and never answers again; the
+      partial file stays where it was being written.
+    - drop_during_send(after_bytes): the connection is cut mid-push.
+    - throttle_send(bytes_per_second): a slow phone, which still makes progress.
+    - preset "hostile": escape sequences in property values and a file name, a 5,000-digit API level.
     """
 
     def __init__(self, preset: str = "sm8750", props: dict[str, str] | None = None,
@@ -74,6 +98,8 @@ class EmulatedDevice:
         self.state = state
         self.port = 0
         self._drop_after: int | None = None
+        self._stall_after: int | None = None
+        self._bytes_per_second: float | None = None
         self._groups: set[int] = set()
         self._connections: list[Connection] = []
         self._lock = threading.Lock()
@@ -110,6 +136,19 @@ class EmulatedDevice:
         connection (the adb server then reconnects by itself, as it does for `adb connect` devices)."""
         self._drop_after = after_bytes
 
+    def stall_during_send(self, after_bytes: int) -> None:
+        """Failure injection, once: the first sync SEND that has received after_bytes of file data writes them and
+        stops reading (a hung adbd): the host's writes back up until it gives up and closes the stream."""
+        self._stall_after = after_bytes
+
+    def throttle_send(self, bytes_per_second: float | None) -> None:
+        """A slow phone: the sync receiver takes at most bytes_per_second of file data (None: as fast as it can)."""
+        self._bytes_per_second = bytes_per_second
+
+    def misbehave(self, tool: str, how: str | None) -> None:
+        """Make `tool` (getprop, sha256sum, getconf, dumpsys) "sleep", "flood" or "trickle"; None: behave again."""
+        self.sandbox.set_misbehaviour(tool, how)
+
     def drop_connections(self) -> None:
         for conn in list(self._connections):
             conn.drop()
@@ -135,7 +174,7 @@ class EmulatedDevice:
     def _accept(self) -> None:
         services = {"shell:": shell_service(self.sandbox, self._groups.add),
                     "exec:": shell_service(self.sandbox, self._groups.add),
-                    "sync:": sync_service(self.sandbox, self._drop_point)}
+                    "sync:": sync_service(self.sandbox, self._drop_point, self._stall_point, self._pace)}
         while (listener := self._listener) is not None:
             try:
                 sock, _ = listener.accept()
@@ -156,6 +195,18 @@ class EmulatedDevice:
                 return False
             self._drop_after = None
             return True
+
+    def _stall_point(self, received: int, length: int) -> int | None:
+        """How much of the DATA block at `received` is written before the receiver stops; None: it goes on."""
+        with self._lock:
+            if self._stall_after is None or received + length < self._stall_after:
+                return None
+            kept, self._stall_after = self._stall_after - received, None
+            return kept
+
+    def _pace(self, length: int) -> None:
+        if self._bytes_per_second:
+            time.sleep(length / self._bytes_per_second)
 
     def _banner(self) -> str:
         p = self.sandbox.props

@@ -1,10 +1,16 @@
 """The emulated device's file system and commands: a host folder stands for the device's /, the host's /bin/sh
 runs the commands, and small shims on PATH stand for the Android-only tools (getprop, dumpsys, getconf).
+sha256sum is the host's, behind a shim too, so that it can be made to misbehave.
 
 Device paths under the folders of DEVICE_DIRS (/data, /vendor, /odm, /sys, /system, …) are rewritten into the
 sandbox, in shell command lines on the way in and back in the output. /proc and /dev are the host's real ones, so
 a process started on the device has a real /proc/<pid>. Shims and stand-in tools find the sandbox through
 $EMU_ROOT and the emulator's state (props, battery) through $EMU_STATE.
+
+Misbehaviour (set_misbehaviour, for the hostile-phone tests): each shim of MISBEHAVING_TOOLS first reads
+$EMU_STATE/misbehave-<tool>; "sleep" never answers, "flood" writes 100 MB of output, "trickle" writes one byte a
+second for ever. A misbehaving tool ignores its arguments; it ends when adbd hangs it up (the host closed the
+stream) or the device stops.
 """
 
 from __future__ import annotations
@@ -25,10 +31,27 @@ _DEVICE_PATH = re.compile(r"(?:(?<=[\s=:;'\"(|&<>`])|^)(/(?:{}))(?=[/\s;:'\"|&)<
 
 DEFAULT_BATTERY = {"level": 80, "temperature": 312, "voltage_mv": 4012, "current_ua": -350000, "charging": False}
 
+MISBEHAVIOURS = ("sleep", "flood", "trickle")
+MISBEHAVING_TOOLS = ("getprop", "sha256sum", "getconf", "dumpsys")
+FLOOD_BYTES = 100 * 1024 * 1024
+
+
+def _misbehaving(tool: str) -> str:
+    """The first lines of a shim: the misbehaviour set for `tool`, if any, instead of its work."""
+    state = f'"$EMU_STATE/misbehave-{tool}"'
+    return f"""how=; if [ -r {state} ]; then read -r how < {state}; fi
+case "$how" in
+  sleep) exec sleep 86400 ;;
+  flood) yes '[{tool}]: [flood flood flood flood flood flood flood flood flood]' | head -c {FLOOD_BYTES}; exit 0 ;;
+  trickle) while :; do printf '['; sleep 1; done ;;
+esac
+"""
+
+
 _SHIMS = {
     "getprop": r"""#!/bin/sh
 # Stand-in for Android's getprop: reads the emulated device's properties ($EMU_STATE/props, key=value lines).
-if [ $# -eq 0 ]; then
+""" + _misbehaving("getprop") + r"""if [ $# -eq 0 ]; then
   exec awk '{ i = index($0, "="); printf "[%s]: [%s]\n", substr($0, 1, i - 1), substr($0, i + 1) }' "$EMU_STATE/props"
 fi
 exec awk -v k="$1" -v d="$2" '
@@ -37,17 +60,21 @@ exec awk -v k="$1" -v d="$2" '
 """,
     "dumpsys": r"""#!/bin/sh
 # Stand-in for Android's dumpsys: only the battery service, from the emulated device's battery values.
-if [ "$1" = battery ]; then exec cat "$EMU_STATE/dumpsys-battery"; fi
+""" + _misbehaving("dumpsys") + r"""if [ "$1" = battery ]; then exec cat "$EMU_STATE/dumpsys-battery"; fi
 echo "Can't find service: $1" >&2
 exit 1
 """,
     "getconf": r"""#!/bin/sh
 # Stand-in for Android's getconf: PAGE_SIZE is the emulated device's; anything else (CLK_TCK…) the host's,
 # which is right for /proc, since /proc is the host's.
-case "$1" in
+""" + _misbehaving("getconf") + r"""case "$1" in
   PAGE_SIZE|PAGESIZE) exec cat "$EMU_STATE/page_size" ;;
   *) exec /usr/bin/getconf "$@" ;;
 esac
+""",
+    "sha256sum": r"""#!/bin/sh
+# The host's sha256sum (toybox's on a phone prints the same lines), unless it is set to misbehave.
+""" + _misbehaving("sha256sum") + r"""exec /usr/bin/sha256sum "$@"
 """,
     "test-load": f"""#!/bin/sh
 # Test process for `device profile`: one thread spins, one sleeps (see device_emulator/load.py).
@@ -75,6 +102,16 @@ class Sandbox:
     def set_props(self, props: dict[str, str]) -> None:
         self.props = dict(props)
         (self.state / "props").write_text("".join(f"{k}={v}\n" for k, v in self.props.items()))
+
+    def set_misbehaviour(self, tool: str, how: str | None) -> None:
+        """Make a shim of MISBEHAVING_TOOLS sleep, flood or trickle (see the module docstring); None: behave."""
+        if tool not in MISBEHAVING_TOOLS or (how is not None and how not in MISBEHAVIOURS):
+            raise ValueError(f"cannot make {tool} {how}: tools {MISBEHAVING_TOOLS}, behaviours {MISBEHAVIOURS}")
+        state = self.state / f"misbehave-{tool}"
+        if how is None:
+            state.unlink(missing_ok=True)
+        else:
+            state.write_text(how + "\n")
 
     def set_page_size(self, size: int) -> None:
         (self.state / "page_size").write_text(f"{size}\n")

@@ -7,6 +7,11 @@ sync (adbd's file_sync_service, the v1 requests only, since the device advertise
 each request is id(4) + length(le32) + path; STAT -> "STAT" mode size mtime; LIST -> "DENT" mode size mtime
 namelen name ... "DONE"; SEND "path,mode" then DATA len bytes ... DONE mtime -> "OKAY" 0 or "FAIL" len msg;
 RECV -> DATA len bytes ... DONE 0, or FAIL; QUIT ends the session. A failed SEND removes the partial file.
+
+Failure injection (EmulatedDevice): the connection cut mid-SEND (drop_point), a receiver that stops reading
+mid-SEND (stall_point) the way an adbd stuck on a storage write does: it takes no more data, never answers, and
+keeps the partial file (a stuck adbd never gets to clean up; the worst case for the host), and a slow receiver
+(pace: it sleeps after each block, as a phone writing to slow storage takes its time).
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ def shell_service(sandbox: Sandbox, started: Callable[[int], None]) -> Callable[
             proc.stdin.close()
             if not stream.closed_by_host:
                 proc.wait()
+            else:  # hung up (or left running if it ignores SIGHUP): reaped whenever it ends, as adbd does
+                threading.Thread(target=proc.wait, daemon=True).start()
 
     return run
 
@@ -101,8 +108,12 @@ def _u32(*values: int) -> bytes:
     return struct.pack(f"<{len(values)}I", *(v & 0xFFFFFFFF for v in values))
 
 
-def sync_service(sandbox: Sandbox, drop_point: Callable[[int], bool]) -> Callable[[Stream, str], None]:
-    """drop_point(bytes_received_in_this_send) returns True when the failure injection cuts the connection."""
+def sync_service(sandbox: Sandbox, drop_point: Callable[[int], bool],
+                 stall_point: Callable[[int, int], int | None],
+                 pace: Callable[[int], None] = lambda _n: None) -> Callable[[Stream, str], None]:
+    """drop_point(bytes_received_in_this_send) returns True when the failure injection cuts the connection;
+    stall_point(bytes_received_before, block_length) the number of bytes of this block the receiver writes before
+    it stops reading, or None; pace(block_length) is called after each block written (a slow phone sleeps there)."""
 
     def run(stream: Stream, _arg: str) -> None:
         rd, wr = _Reader(stream), _Writer(stream)
@@ -118,7 +129,7 @@ def sync_service(sandbox: Sandbox, drop_point: Callable[[int], bool]) -> Callabl
             elif cmd == b"RECV":
                 _recv(sandbox, path, wr)
             elif cmd == b"SEND":
-                if not _send(sandbox, path, rd, wr, drop_point, stream):
+                if not _send(sandbox, path, rd, wr, drop_point, stall_point, pace, stream):
                     return
             else:
                 _fail(wr, f"unknown sync command {cmd!r}")
@@ -170,9 +181,9 @@ def _recv(sandbox: Sandbox, path: str, wr: _Writer) -> None:
 
 
 def _send(sandbox: Sandbox, spec: str, rd: _Reader, wr: _Writer, drop_point: Callable[[int], bool],
-          stream: Stream) -> bool:
+          stall_point: Callable[[int, int], int | None], pace: Callable[[int], None], stream: Stream) -> bool:
     """Receive one file; False when the stream is gone. Like adbd: parents are created, and a transfer that
-    fails part-way leaves no file behind."""
+    fails part-way leaves no file behind (except a stalled one, see the module docstring)."""
     device_path, _, mode_text = spec.rpartition(",")
     mode = int(mode_text) if mode_text.isdigit() else 0o644
     target = sandbox.host_path(device_path or spec)
@@ -195,7 +206,14 @@ def _send(sandbox: Sandbox, spec: str, rd: _Reader, wr: _Writer, drop_point: Cal
                     break
                 if cmd != b"DATA" or length > SYNC_DATA_MAX:
                     raise ValueError(f"unexpected {cmd!r} in SEND")
-                f.write(rd.exact(length))
+                data = rd.exact(length)
+                if (kept := stall_point(received, length)) is not None:
+                    f.write(data[:kept])
+                    f.flush()
+                    stream.wait_closed()  # reads nothing more: the host's sends back up, then it gives up
+                    return False  # the partial file stays
+                f.write(data)
+                pace(length)
                 received += length
                 if drop_point(received):
                     stream.conn.drop()

@@ -30,6 +30,7 @@ class Stream:
         self._inbox: queue.Queue[bytes | None] = queue.Queue()
         self._acked = threading.Event()
         self._acked.set()
+        self._gone = threading.Event()
         self.closed = False
         self.closed_by_host = False
 
@@ -45,6 +46,7 @@ class Stream:
         self.closed_by_host = by_host
         self._inbox.put(None)
         self._acked.set()
+        self._gone.set()
 
     # called by the service
     def read(self) -> bytes | None:
@@ -56,6 +58,10 @@ class Stream:
         if not self.closed:
             self.conn.send(P.Packet(P.A_OKAY, self.local_id, self.remote_id))
         return data
+
+    def wait_closed(self) -> None:
+        """Block until the stream is closed, reading nothing: what a service that stopped reading does."""
+        self._gone.wait()
 
     def write(self, data: bytes) -> None:
         """Send data in WRTE packets of at most the negotiated size, each after the previous one's OKAY."""
