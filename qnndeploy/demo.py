@@ -19,6 +19,15 @@ from qnndeploy.bundle.build import build_bundle, spec_from_build
 from qnndeploy.bundle.verify import verify_bundle
 from qnndeploy.compile import compile_models
 from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError
+from qnndeploy.fileio import (
+    check_apart,
+    check_writable,
+    first_missing,
+    no_room,
+    remove_made,
+    write_error,
+    writing,
+)
 from qnndeploy.metrics import OutputMetrics
 from qnndeploy.onnxcheck import check_model
 from qnndeploy.prepare import prepare_model
@@ -67,8 +76,10 @@ def run_demo(out: Path, socs: tuple[str, ...] = DEFAULT_SOCS, force: bool = Fals
         if folder is not None and not Path(folder).is_dir():
             raise QnnDeployError(f"{folder} is not a folder")
     out = Path(out)
+    check_writable(out)  # a symlink, a name too long, a read-only or unwritable place: refused before any stage
     if out.exists() and not out.is_dir():
         raise QnnDeployError(f"-o {out} is a file, not a folder")
+    check_apart(out, [("QAIRT SDK folder", sdk_root), ("runtime-libs folder", libs_dir)])
     existed, old = out.exists(), None
     if existed and any(out.iterdir()):
         if not force:
@@ -77,17 +88,25 @@ def run_demo(out: Path, socs: tuple[str, ...] = DEFAULT_SOCS, force: bool = Fals
             raise QnnDeployError(f"{out} is not an earlier demo output (it has no {MARKER}): --force only replaces "
                                  "an earlier demo output; choose another -o")
         old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        out.replace(old)  # kept until the new run succeeds, put back if it fails
-    (out / "model").mkdir(parents=True)
-    (out / MARKER).write_text(f"written by qnndeploy {__version__}; `qnndeploy demo --force` may replace this folder\n")
+    made = first_missing(out.parent)
     try:
-        result = _stages(out, socs, step or (lambda _: None), sdk_root, libs_dir)
-    except BaseException:  # a failed or interrupted demo leaves what was there before, and nothing half-made
-        shutil.rmtree(out, ignore_errors=True)
-        if old is not None:
-            old.replace(out)
-        elif existed:
-            out.mkdir()
+        with writing(out):
+            if old is not None:
+                out.replace(old)  # kept until the new run succeeds, put back if it fails
+            try:
+                (out / "model").mkdir(parents=True)
+                (out / MARKER).write_text(f"written by qnndeploy {__version__}; `qnndeploy demo --force` may "
+                                          "replace this folder\n")
+                result = _stages(out, socs, step or (lambda _: None), sdk_root, libs_dir)
+            except BaseException:  # a failed or interrupted demo leaves what was there before, and nothing half-made
+                shutil.rmtree(out, ignore_errors=True)
+                if old is not None:
+                    old.replace(out)
+                elif existed:
+                    out.mkdir()
+                raise
+    except BaseException:
+        remove_made(out.parent, made)  # the folders above -o this run created
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
@@ -113,11 +132,13 @@ def _stages(out: Path, socs: tuple[str, ...], say: Step, sdk_root: Path | None, 
     build = out / "build"
     compiled = compile_models({MODEL: Path(prepared.output)}, list(socs), build)
     if not compiled.ok:
+        _no_room(out, Path(prepared.output))
         first = compiled.failures[0]
         raise QnnDeployError(f"compile failed for {first.soc}: {first.error}", EXIT_CHECK_FAILED)
     say("validate: each context binary on the host HTP emulator against onnxruntime CPU")
     validated = validate_build(build, random=4)
     if not validated.ok:
+        _no_room(out, Path(prepared.output))
         bad = next(t for t in validated.targets if t.status != "passed")
         raise QnnDeployError(f"validation failed for {bad.soc}: {bad.reason or 'outputs differ'}", EXIT_CHECK_FAILED)
 
@@ -144,6 +165,14 @@ def _stages(out: Path, socs: tuple[str, ...], say: Step, sdk_root: Path | None, 
             f"qnndeploy device verify {b}",
         ],
     )
+
+
+def _no_room(out: Path, model: Path) -> None:
+    """After a failed stage: when DIR cannot take two more copies of the model, the disk (not the model) made the
+    stage fail, whatever its tool said (a compiler that died writing its binary): raise that write error."""
+    full = no_room(out, 2 * model.stat().st_size)
+    if full is not None:
+        raise write_error(full, out)
 
 
 def _figures(o: OutputMetrics) -> str:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from qnndeploy import htp, samples, socs
 from qnndeploy.errors import QnnDeployError, first_line
-from qnndeploy.fileio import JSON, sha256_file
+from qnndeploy.fileio import FULL, JSON, check_writable, sha256_file, write_error
 from qnndeploy.formats import EPCONTEXT
 from qnndeploy.metrics import metrics, thresholds_for
 from qnndeploy.onnxio import load_model
@@ -168,6 +168,10 @@ def diagnose(target: Path, inputs: Path | None = None, random: int | None = None
         ranges = _input_ranges(session, model, tensors, feeds, first_bad)
         nodes = sum(1 for n in model.graph.node if n.op_type != "Constant")
         split = _split_point(session, tensors, first_bad, last_good, ranges, nodes) if first_bad else None
+    except OSError as e:  # the probe models in TMPDIR: a full disk or a file size limit, said in one line
+        if e.errno not in FULL:
+            raise
+        raise write_error(e, Path(tempfile.gettempdir())) from None
     finally:
         session.close()
     probes = sorted(session.probes.values(), key=lambda p: (p.position, p.tensor))
@@ -196,6 +200,18 @@ def diagnose(target: Path, inputs: Path | None = None, random: int | None = None
                            "later node absorbs)")
     result.seconds = round(time.monotonic() - start, 2)
     return result
+
+
+def check_plot(path: Path) -> None:
+    """Refuse a --plot FILE.png that could not be written, before the run (which compiles several times): a missing
+    or read-only folder, a folder or symlink in its place, a name too long (fileio.check_writable)."""
+    path = Path(path)
+    check_writable(path, "--plot")
+    if not path.parent.is_dir():
+        raise QnnDeployError(f"--plot {path}: the folder {path.parent} does not exist; create it or choose another "
+                             "place")
+    if path.is_dir():
+        raise QnnDeployError(f"--plot {path} is a folder; give a file name, e.g. {path / 'curve.png'}")
 
 
 def job_record(target: Path, graph: str | None = None) -> CompileRecord:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import string
 import zlib
 from dataclasses import dataclass, field
@@ -28,11 +27,24 @@ from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
 from qnndeploy import compat
-from qnndeploy.bundle.manifest import read_manifest
+from qnndeploy.bundle.manifest import file_entries, read_manifest, verified_bytes
 from qnndeploy.bundle.verify import VerifyReport, require_ok, verify_folder
 from qnndeploy.decision import upper
 from qnndeploy.errors import QnnDeployError
-from qnndeploy.fileio import CHUNK, JSON, Progress, check_replaceable, sha256_file, staging_dir, write_json
+from qnndeploy.fileio import (
+    CHUNK,
+    JSON,
+    Progress,
+    check_apart,
+    check_replaceable,
+    check_writable,
+    copy_verified,
+    name_max,
+    open_regular,
+    staging_dir,
+    write_json,
+    writing,
+)
 from qnndeploy.formats import MANIFEST
 from qnndeploy.playplan import (
     CONFIG,
@@ -81,13 +93,20 @@ class PlayPackage:
 
 
 
-def check_request(out: Path, *, pack: str, delivery: str, force: bool) -> None:
-    """The checks that need no bundle."""
+def check_request(out: Path, *, pack: str, delivery: str, force: bool, bundle: Path | None = None) -> None:
+    """The checks that need no bundle's contents, before anything is read or written: the options, and an output
+    that can be written (fileio.check_writable), may be replaced and is apart from the bundle (not in it, not
+    holding it)."""
     if not NAME.fullmatch(pack):
         raise QnnDeployError(f"invalid AI pack name '{pack}': Play wants a letter first, then letters, digits or "
                              "underscores (e.g. qnndeploy_models)")
+    if len(pack) > name_max(Path(out).parent):
+        raise QnnDeployError(f"the AI pack name has {len(pack)} characters, over the file system's limit of "
+                             f"{name_max(Path(out).parent)} for a folder name: give a shorter --pack")
     if delivery not in DELIVERIES:
         raise QnnDeployError(f"unknown delivery '{delivery}'; use one of {', '.join(DELIVERIES)}")
+    check_writable(Path(out))
+    check_apart(Path(out), [("bundle", bundle)])
     check_replaceable(Path(out), force, MARKER, "package play")
 
 
@@ -95,16 +114,20 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
                  force: bool = False, report: VerifyReport | None = None,
                  progress: Progress | None = None) -> PlayPackage:
     """Write the AI pack module, the device targeting config, the app's Gradle snippet and play.json for a bundle
-    that passes `bundle verify`. progress: called with byte counts while files are hashed and deflated."""
+    that passes `bundle verify`. progress: called with byte counts while files are hashed and deflated.
+
+    What is published is what was verified: every bundle file is read (for the plan's sizes) and copied (into
+    the pack) through O_NOFOLLOW opens below the bundle folder, and must have the sha256 and size the verified
+    manifest lists, else the run stops ("changed since it was verified") and nothing is published."""
     bundle, out = Path(bundle), Path(out)
-    check_request(out, pack=pack, delivery=delivery, force=force)
+    check_request(out, pack=pack, delivery=delivery, force=force, bundle=bundle)
     library = compat.gradle_library("ai_delivery")
     report = report if report is not None else verify_folder(bundle)
     require_ok(bundle, report)
     manifest = read_manifest(bundle)
     if not manifest["targets"]:
         raise QnnDeployError(f"{bundle} has no NPU target: an AI pack split by SoC needs at least one")
-    sizes = _Sizes(bundle, progress)
+    sizes = _Sizes(bundle, manifest, progress)
     plan = _plan(bundle, manifest, pack, delivery, sizes)
     _check_limits(plan)
     groups = plan["groups"]
@@ -117,9 +140,8 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
               "min_agp": compat.gradle_library("device_targeting_min_agp").version,
               "ai_delivery": library.version, "ai_delivery_source": library.source,
               "ai_delivery_read": library.read, "table": _readme_table(rows, plan["one_apk"]["deflated"])}
-    if out.exists() and out.is_dir() and not any(out.iterdir()):
-        out.rmdir()
-    with staging_dir(out, force) as tmp:
+    empty = out.is_dir() and not any(out.iterdir())  # as good as none: exchanged for the output, kept on failure
+    with writing(out), staging_dir(out, force or empty, tidy=True) as tmp:
         (tmp / MARKER).write_text("written by qnndeploy package play; --force replaces this folder\n")
         assets = tmp / pack / "src" / "main" / "assets"
         for g in [*groups, {"name": plan["default_group"], "files": []}]:
@@ -129,7 +151,8 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
             for f in g["files"]:
                 dest = folder / f["path"]
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(bundle / f["path"], dest)
+                copy_verified(bundle / f["path"], dest, sha256=f["sha256"], size=f["size"], beneath=bundle,
+                              what="bundle file")
         for name, dest in (("build.gradle", tmp / pack / "build.gradle"), ("play.gradle", tmp / "play.gradle"),
                            ("README.md", tmp / "README.md")):
             dest.write_text(_render(name, **fields))
@@ -148,12 +171,17 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
 
 
 class _Sizes:
-    """sha256, size and deflated size of bundle files, each read once."""
+    """sha256, size and deflated size of bundle files, each read once, through O_NOFOLLOW opens below the bundle
+    folder; each must be what the verified manifest lists. The manifest itself is read once, as bytes, and must
+    parse to the manifest the plan is made from: the plan's manifest_sha256 is that of those bytes."""
 
-    def __init__(self, bundle: Path, progress: Progress | None) -> None:
+    def __init__(self, bundle: Path, manifest: JSON, progress: Progress | None) -> None:
         self.bundle = bundle
         self.progress = progress
+        self.listed = {e["path"]: (e["sha256"], e["size"]) for _, e in file_entries(manifest)}
         self._seen: dict[str, tuple[str, int, int]] = {}
+        raw = verified_bytes(bundle, manifest)
+        self._seen[MANIFEST] = (hashlib.sha256(raw).hexdigest(), len(raw), len(zlib.compress(raw, DEFLATE_LEVEL)))
 
     def entry(self, path: str) -> JSON:
         sha, size, _ = self._read(path)
@@ -165,7 +193,7 @@ class _Sizes:
     def _read(self, path: str) -> tuple[str, int, int]:
         if path not in self._seen:
             digest, packer, size, packed = hashlib.sha256(), zlib.compressobj(DEFLATE_LEVEL), 0, 0
-            with (self.bundle / path).open("rb") as f:
+            with open_regular(self.bundle / path, what="bundle file", beneath=self.bundle) as f:
                 while chunk := f.read(CHUNK):
                     digest.update(chunk)
                     size += len(chunk)
@@ -173,6 +201,9 @@ class _Sizes:
                     if self.progress is not None:
                         self.progress(len(chunk))
             packed += len(packer.flush())
+            if (digest.hexdigest(), size) != self.listed.get(path):
+                raise QnnDeployError(f"{self.bundle / path} changed since it was verified (its sha256 or size is "
+                                     "not the one the manifest lists); nothing was published from it")
             self._seen[path] = (digest.hexdigest(), size, packed)
         return self._seen[path]
 
@@ -199,7 +230,7 @@ def _plan(bundle: Path, manifest: JSON, pack: str, delivery: str, sizes: _Sizes)
     return {
         "format": PLAN_FORMAT, "format_version": PLAN_VERSION,
         "bundle": {"name": manifest["name"], "version": manifest["version"],
-                   "manifest_sha256": sha256_file(bundle / MANIFEST)},
+                   "manifest_sha256": sizes.entry(MANIFEST)["sha256"]},
         "pack": pack, "delivery": delivery, "folder": FOLDER, "default_group": DEFAULT_GROUP,
         "groups": groups,
         "base": {"files": base, "bytes": sum(f["size"] for f in base),

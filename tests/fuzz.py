@@ -33,6 +33,7 @@ class Case:
     args: tuple[str, ...]  # the qnndeploy command line, run in the case's folder
     setup: Setup
     broken: bool = True  # exit 0 would be wrong
+    unchanged: bool = False  # the command must leave the case's folder exactly as setup made it (nothing written)
 
 
 # --- bundles ------------------------------------------------------------------------------------------
@@ -310,6 +311,159 @@ def option_cases() -> Iterator[Case]:
         yield Case(f"check --soc {soc!r}", ("check", "m.onnx", "--soc", soc), _writes(lambda: _relu([1, 16])))
 
 
+# --- outputs ------------------------------------------------------------------------------------------
+
+def output_cases(good: Path) -> Iterator[Case]:
+    """package play, bundle build and demo told to write where they must not or cannot: into or over the bundle they
+    read, through a symlink, under a file, with names over the file system's limits. Each works on its own copy of
+    the bundle (b/NAME) and must refuse in one line, leaving the case's folder as it was."""
+    copy_to = _copy_bundle(good)
+    name = good.name
+    bundle = f"b/{name}"
+    manifest = json.loads((good / "manifest.json").read_text())
+
+    def with_bundle(*extras: Callable[[Path], None] | None) -> Setup:
+        def setup(folder: Path) -> None:
+            (folder / "b").mkdir()
+            copy_to(folder / "b")
+            for extra in extras:
+                if extra is not None:
+                    extra(folder)
+        return setup
+
+    def link(name: str, target: str, make: str | None = None) -> Callable[[Path], None]:
+        def extra(folder: Path) -> None:
+            if make:
+                (folder / make).mkdir(parents=True, exist_ok=True)
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).symlink_to(target)
+        return extra
+
+    def marker(folder: Path) -> None:  # b/ looks like an earlier play output: --force may replace it
+        (folder / "b" / ".qnndeploy-play").write_text("x\n")
+
+    def file_at(name: str) -> Callable[[Path], None]:
+        def extra(folder: Path) -> None:
+            (folder / name).write_text("a file, not a folder\n")
+        return extra
+
+    long_paths = {"name-256": "n" * 256, "name-over-staging-room": "n" * 240,
+                  "segment-300": "s" * 300 + "/out", "path-5000": "/".join(["p" * 200] * 25),
+                  "under-a-file": f"{bundle}/manifest.json/out", "proc": "/proc/self/out", "dev-null": "/dev/null"}
+    play = {
+        "inside the bundle": (f"{bundle}/play", None), "the bundle itself": (bundle, None),
+        "holding the bundle --force": ("b", marker),
+        "symlink to an empty folder": ("link", link("link", "empty", "empty")),
+        "symlink to nothing": ("link", link("link", "nowhere")),
+        "through a link into the bundle": ("into/play", link("into", f"{bundle}/npu")),
+        **{k: (v, None) for k, v in long_paths.items()},
+    }
+    for label, (out, extra) in play.items():
+        yield Case(f"play -o {label}", ("package", "play", bundle, "-o", out, "--force"), with_bundle(extra),
+                   unchanged=True)
+    yield Case("play --pack of 300 characters", ("package", "play", bundle, "-o", "out", "--pack", "p" * 300),
+               with_bundle(), unchanged=True)
+
+    cpu = [f"--cpu={a['graph']}={bundle}/{a['path']}" for a in manifest["cpu"] if a["format"] == "onnx"]
+    npu = [f"--npu={t['soc']}:{a['graph']}={bundle}/{a['path']}" for t in manifest["targets"] for a in t["artifacts"]]
+    base = ("bundle", "build", "--name", manifest["name"], "--version", manifest["version"], *cpu, *npu)
+    build = {
+        "holding its inputs --force": (("-o", "b", "--force"), None),
+        "its name a symlink --force": (("-o", "out", "--force"), link(f"out/{name}", "../empty", "empty")),
+        "archive name a symlink --force": (("-o", "out", "--archive", "zip", "--force"),
+                                           (link(f"out/{name}.zip", "../victim", "out"), file_at("victim"))),
+        **{k: (("-o", v), None) for k, v in long_paths.items() if k not in ("name-256", "name-over-staging-room")},
+    }
+    for label, (opts, extra) in build.items():
+        extras = extra if isinstance(extra, tuple) else (extra,)
+        yield Case(f"bundle build -o {label}", (*base, *opts), with_bundle(*extras), unchanged=True)
+
+    for label, out in {"symlink to an empty folder": "link", **long_paths}.items():
+        extra = link("link", "empty", "empty") if out == "link" else None
+        yield Case(f"demo -o {label}", ("demo", "-o", out), with_bundle(extra), unchanged=True)
+
+
 def all_cases(good_bundle: Path) -> list[Case]:
     return [*manifest_cases(good_bundle), *raw_manifest_cases(good_bundle), *file_cases(good_bundle),
-            *archive_cases(good_bundle), *model_cases(), *option_cases()]
+            *archive_cases(good_bundle), *model_cases(), *option_cases(), *output_cases(good_bundle)]
+
+
+# --- write failures (tests/test_write_failures.py runs them, each in a process of its own) -------------------------
+
+# The one-line error of each technique names the cause in these words (fileio.CAUSES, fileio.check_writable).
+CAUSE_WORDS = {"full": "no space left on the device", "read-only": "read-only file system",
+               "fsize": "file size limit", "denied": "permission denied"}
+
+
+@dataclass(frozen=True)
+class WriteCase:
+    """One command whose output place cannot take its output. `args` runs in the case's folder, MNT standing for
+    the place: a tmpfs of its own (`mount`) for "full" and "read-only". `fill`: what is in the place first, "earlier"
+    (what a successful run of the same command left there: --force must keep it when it fails) or "zeros" (a file
+    filling the place up). Unless the command succeeds, which only a case that `fits` may (and then `complete`, a
+    path under MNT, must exist), it must leave the place as it found it."""
+
+    name: str
+    technique: str  # full (ENOSPC), read-only (EROFS), fsize (EFBIG), denied (EACCES)
+    command: str  # play, bundle, demo, diagnose
+    args: tuple[str, ...]
+    mount: str | None = None  # tmpfs options, e.g. size=64k
+    fill: str | None = None
+    remount_ro: bool = False  # read-only after the fill
+    fsize: int | None = None  # RLIMIT_FSIZE of the command
+    fits: bool = False
+    complete: str = ""
+
+
+def _kib(n: int) -> int:
+    return max(4, -(-n // 4096) * 4)  # whole pages, at least one
+
+
+def write_commands(demo: Path) -> dict[str, tuple[tuple[str, ...], str]]:
+    """command -> (its command line writing under MNT, a path a complete output has), reading the `qnndeploy demo`
+    output `demo` (its bundle, build folder and job folder)."""
+    bundle = next((demo / "bundle").iterdir())
+    return {
+        "play": (("package", "play", str(bundle), "-o", "MNT/a/b/play", "--force"), "MNT/a/b/play/play.json"),
+        "bundle": (("bundle", "build", "--name", "kws", "--version", "1.0.0", "--from-build", str(demo / "build"),
+                    "-o", "MNT/a/out", "--archive", "zip", "--force"), "MNT/a/out/kws-1.0.0.zip"),
+        "demo": (("demo", "-o", "MNT/a/demo", "--force"), "MNT/a/demo/bundle/kws-demo-1.0.0/manifest.json"),
+        "diagnose": (("diagnose", str(demo / "build" / "kws_demo" / "SM8750"), "--plot", "MNT/curve.png"),
+                     "MNT/curve.png"),
+    }
+
+
+def write_cases(demo: Path, measured: dict[str, tuple[int, int]]) -> Iterator[WriteCase]:
+    """Each command's output place made unwritable each way: a full tmpfs swept from one page to just under what the
+    output needs (measured: command -> (its bytes in whole pages, its largest file)) and one with room; the same
+    over an earlier output (--force); read-only, new and over an earlier output; a file size limit of 1 byte and
+    of half the largest file; a folder the command may not write in. A run never needs less than its finished
+    output, so every share under 1 must fail."""
+    # demo (seconds per run): 0.1 fills up in prepare, 0.45 in compile (whose worker dies: demo tells the disk);
+    # its bundle stage is bundle build's code, swept above
+    sweeps = {"play": (0.0, 0.5, 0.9), "bundle": (0.0, 0.5, 0.9), "demo": (0.1, 0.45)}
+    for command, (args, complete) in write_commands(demo).items():
+        need, largest = measured.get(command, (0, 0))
+        cases: list[tuple[str, str, dict[str, object]]] = []  # (label, technique, options)
+        if command == "diagnose":  # the plot is written after the run: a full place, and the checks before it
+            cases.append(("full", "full", {"mount": "size=4k", "fill": "zeros"}))
+        for share in sweeps.get(command, ()):
+            size = _kib(int(need * share))
+            cases.append((f"full at {size} KiB", "full", {"mount": f"size={size}k"}))
+        if command in ("play", "bundle"):  # the sweep is not empty: with room, the same run succeeds
+            cases.append(("with room", "full", {"mount": f"size={_kib(2 * need)}k", "fits": True}))
+        if command in ("play", "bundle"):
+            size = _kib(need + int(need * 0.7))  # the earlier output takes `need` of the place
+            cases.append((f"--force over an earlier output, full at {size} KiB", "full",
+                          {"mount": f"size={size}k", "fill": "earlier"}))
+            cases.append(("--force over an earlier output, read-only", "read-only",
+                          {"mount": f"size={_kib(3 * need)}k", "fill": "earlier", "remount_ro": True}))
+        cases.append(("read-only", "read-only", {"mount": "size=64k", "remount_ro": True}))
+        # 1 byte: the first write fails; then half the largest file. demo and diagnose: 1 byte only (diagnose
+        # writes its probe models before the plot; demo's first file is bigger than any limit that lets it start)
+        limits = [1] if command in ("demo", "diagnose") else [1, max(largest // 2, 1)]
+        cases += [(f"file size limit {limit}", "fsize", {"fsize": limit}) for limit in limits]
+        cases.append(("in a folder it may not write", "denied", {}))
+        for label, technique, options in cases:
+            yield WriteCase(f"{command} {label}", technique, command, args, complete=complete,
+                            **options)  # type: ignore[arg-type]

@@ -3,6 +3,7 @@ fuzz.py states. Run alone with `pytest -m fuzz`; it is part of the slow tier."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -45,6 +46,7 @@ def run_case(case: fuzz.Case, folder: Path) -> str | None:
     for d in (home, tmp):
         d.mkdir(parents=True)
     case.setup(folder)
+    before = snapshot(folder) if case.unchanged else None
     env = {**os.environ, "HOME": str(home), "TMPDIR": str(tmp), "XDG_CACHE_HOME": str(home / ".cache")}
     with (folder / "stdout").open("w") as out, (folder / "stderr").open("w") as err:
         proc = subprocess.Popen([sys.executable, "-c", MEASURE, str(folder / "rss"), sys.executable, "-m", "qnndeploy",
@@ -74,7 +76,24 @@ def run_case(case: fuzz.Case, folder: Path) -> str | None:
     if done.returncode == 2 and len(done.stderr.strip().splitlines()) != 1:
         return f"bad input but not a one-line error: {done.stderr[:300]!r}"
     left = [p.relative_to(folder).as_posix() for d in (home, tmp) for p in d.rglob("*")]
-    return f"left files behind: {left[:5]}" if left else None
+    if left:
+        return f"left files behind: {left[:5]}"
+    if before is not None and snapshot(folder) != before:
+        after = snapshot(folder)
+        changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+        return f"wrote or changed files: {changed[:5]}"
+    return None
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every entry under a case's folder: a file's sha256, 'dir', or a symlink's target (never followed)."""
+    out = {}
+    for top, dirs, files in os.walk(folder):  # not into symlinked folders
+        for name in dirs + files:
+            p = Path(top, name)
+            out[p.relative_to(folder).as_posix()] = (f"-> {p.readlink()}" if p.is_symlink() else "dir" if p.is_dir()
+                                                     else hashlib.sha256(p.read_bytes()).hexdigest())
+    return out
 
 
 def test_every_hostile_input_is_refused_cleanly(good_bundle, tmp_path):

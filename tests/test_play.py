@@ -244,11 +244,12 @@ def test_a_target_named_by_an_alias_gets_the_catalog_socs_group(tmp_path):
     """The decision matches a target named SM8750P to an SM8750 phone, so the plan's group is for SM8750, with every
     name of it in the selector, and is the group the decision expects."""
     manifest = bundles.manifest(targets=("SM8750P", "SM8550"))
-    for rel in [a["path"] for t in manifest["targets"] for a in t["artifacts"]] + [a["path"] for a in manifest["cpu"]]:
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_bytes(rel.encode())
+    for entry in [a for t in manifest["targets"] for a in t["artifacts"]] + manifest["cpu"]:
+        (tmp_path / entry["path"]).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / entry["path"]).write_bytes(entry["path"].encode())
+        entry.update(sha256=sha(tmp_path / entry["path"]), size=len(entry["path"]))  # what _Sizes checks
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    plan = play._plan(tmp_path, manifest, "qnndeploy_models", "fast-follow", play._Sizes(tmp_path, None))
+    plan = play._plan(tmp_path, manifest, "qnndeploy_models", "fast-follow", play._Sizes(tmp_path, manifest, None))
     group = plan["groups"][0]
     assert group["socs"] == ["SM8750"]
     assert {s["model"] for s in group["selectors"]} == set(socs.find("SM8750").names)

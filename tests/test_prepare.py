@@ -258,6 +258,19 @@ def test_a_truncated_external_data_file_is_named_as_such(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ext.onnx", "ext.onnx.weights"]
 
 
+def test_an_external_data_file_that_is_a_symlink_is_one_line_with_the_way_out(tmp_path):
+    """onnx reads no weights through a link (a Hugging Face cache's layout): said in one line, with `cp -L`."""
+    src = sm.save_with_external_data(sm.static_mlp(), tmp_path / "ext.onnx")
+    data = tmp_path / "ext.onnx.weights"
+    data.rename(tmp_path / "blob")
+    data.symlink_to("blob")
+    result = CliRunner().invoke(cli, ["prepare", str(src), "-o", str(tmp_path / "out" / "m.onnx")])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert "is a symbolic link; onnx does not follow links to weights: copy the model" in result.output
+    assert "resolved (cp -L)" in result.output
+    assert not (tmp_path / "out").exists()
+
+
 def test_long_names_work_up_to_the_file_system_limit(tmp_path):
     """A 245-character output name: the work folder must not be named after it (that exceeds 255)."""
     src = save(tmp_path, sm.static_mlp())

@@ -229,14 +229,19 @@ def test_sigterm_at_the_last_rename_says_the_bundle_was_published(bundle_inputs,
 def test_sigterm_before_publication_leaves_the_old_bundle(bundle_inputs, tmp_path, monkeypatch):
     out = tmp_path / "out"
     assert CliRunner().invoke(cli, bundle_args(bundle_inputs, out, "OLD")).exit_code == 0
-    real = fileio.sha256_file
+    real, real_copy = fileio.sha256_file, fileio.copy_verified
 
     def hashing(*a, **k):
         fileio.request_stop()  # as the SIGTERM handler does
         return real(*a, **k)
 
+    def copying(*a, **k):  # bundle copies and hashes in one read (fileio.copy_verified)
+        fileio.request_stop()
+        return real_copy(*a, **k)
+
     monkeypatch.setattr(fileio, "sha256_file", hashing)
     monkeypatch.setattr("qnndeploy.markers.sha256_file", hashing)
+    monkeypatch.setattr("qnndeploy.bundle.build.copy_verified", copying)
     r = CliRunner().invoke(cli, bundle_args(bundle_inputs, out, "NEW"))
     assert r.exit_code == 130 and "interrupted; nothing was left half-written" in r.output, r.output
     monkeypatch.undo()

@@ -40,12 +40,19 @@ from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import (
     JSON,
     Progress,
+    check_apart,
+    check_writable,
+    copy_verified,
+    first_missing,
     partial_file,
+    remove_made,
     remove_stale,
     replace,
+    resolve_named,
     sha256_file,
     staging_dir,
     write_json,
+    writing,
 )
 from qnndeploy.formats import (
     ACCEPT_ON,
@@ -59,8 +66,9 @@ from qnndeploy.formats import (
     ONNX,
     PERFORMANCE_MODES,
     SPLIT_RECORD,
+    path_problem,
 )
-from qnndeploy.markers import FileFacts, build_version, scan_file
+from qnndeploy.markers import FileFacts, Scanner, build_version, scan_file
 from qnndeploy.records import RECORD_FILE, VALIDATION_FILE, ValidationRecord, read_build
 
 PREPARE_LIB = "libQnnHtpPrepare.so"  # only for graphs prepared on the phone: shipped when the SDK has it
@@ -91,6 +99,7 @@ class BundleSpec:
     expected_sha256: dict[Path, str] = field(default_factory=dict)  # inputs whose hash a compile record holds
     cpu_only: list[str] = field(default_factory=list)  # graphs that always run on the CPU (a split model's part)
     pipeline: list[str] = field(default_factory=list)  # the order the app runs the graphs in ([]: none given)
+    build: Path | None = None  # the `compile` output folder it comes from (--from-build): an input folder
 
 
 @dataclass
@@ -121,10 +130,11 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
     if failed:
         raise QnnDeployError(f"{build} has failed compile jobs ({', '.join(failed)}): fix them (the logs say why) "
                              "or compile again without them, then bundle")
-    spec = BundleSpec(name=name, version=version, cpu={}, npu={})
+    spec = BundleSpec(name=name, version=version, cpu={}, npu={}, build=Path(build))
     precisions = set()
     for rec in jobs:
-        graph, soc, source, job = rec.graph, rec.soc, rec.source, rec.folder
+        # the model the record names (a link the user compiled through is followed once: its hash is checked)
+        graph, soc, source, job = rec.graph, rec.soc, resolve_named(rec.source), rec.folder
         if spec.cpu.setdefault(graph, source) != source:
             raise QnnDeployError(f"graph {graph} was compiled from two models ({spec.cpu[graph]} and {source})")
         spec.expected_sha256[source] = rec.source_sha256
@@ -426,6 +436,35 @@ def _runtime_pin(spec: BundleSpec, qairt: JSON, bundled: bool) -> tuple[str, str
     return need, found[0]
 
 
+def _copy(src: Path, dest: Path, markers: bool, expected: str | None, progress: Progress | None,
+          build: Path | None) -> FileFacts:
+    """Copy one input into the staging folder (fileio.copy_verified: O_NOFOLLOW, a symlink or special file refused;
+    inside the build folder, a symlinked folder on the way too) and return the facts of the bytes written: their
+    sha256 and size, and the QNN markers read from them. A file with a compile record's sha256 must still have it."""
+    scanner = Scanner() if markers else None
+    beneath = build if build is not None and Path(src).is_relative_to(build) else None
+    copied = copy_verified(src, dest, sha256=expected, beneath=beneath, what="bundle input", progress=progress,
+                           scan=scanner, since="it was compiled", advice="compile again, then bundle")
+    facts = FileFacts(copied.sha256, copied.size)
+    if scanner is not None:
+        facts.builds, facts.context_targets = scanner.builds, scanner.targets
+    return facts
+
+
+def _check_apart(spec: BundleSpec, out_dir: Path, final: Path, archive_path: Path | None, sources: list[Path]
+                 ) -> None:
+    """-o must not be inside an input folder (the build folder, the SDK or runtime-libs folder: it would write
+    into what it reads), and the bundle and archive names it replaces must hold no input (replacing would delete
+    it): refused before anything is written."""
+    folders = [("build folder", spec.build), ("QAIRT SDK folder", spec.sdk_root),
+               ("runtime-libs folder", spec.libs_dir)]
+    check_apart(out_dir, folders, holding=False)
+    inputs = [*folders, *(("input", p) for p in sources), ("source model", spec.source_path)]
+    for path in (final, archive_path):
+        if path is not None:
+            check_apart(path, inputs, option="the bundle" if path == final else "the archive")
+
+
 def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archive_fmt: str | None = None,
                  progress: Progress | None = None) -> BundleResult:
     _check_name(spec.name, "bundle name", "name")
@@ -440,6 +479,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
         raise QnnDeployError(f"--performance-mode {spec.performance_mode!r}: use one of {', '.join(PERFORMANCE_MODES)}")
     if spec.maven_version and not re.fullmatch(r"\d+\.\d+\.\d+", spec.maven_version):
         raise QnnDeployError(f"--maven-runtime-version {spec.maven_version!r} is not a version X.Y.Z (e.g. 2.51.0)")
+    check_writable(Path(out_dir) / f"{spec.name}-{spec.version}")  # names, links, place: before any stat of -o
     if Path(out_dir).exists() and not Path(out_dir).is_dir():
         raise QnnDeployError(f"-o {out_dir} is a file, not a folder")
     if archive_fmt is not None and archive_fmt not in archive.FORMATS:
@@ -451,6 +491,8 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
             raise QnnDeployError(f"{p} already exists; remove it or pass --force")
     if archive_path is not None and archive_path.is_dir():
         raise QnnDeployError(f"{archive_path} is a folder: remove it or choose another -o")
+    if archive_path is not None:
+        check_writable(archive_path, "--archive")
 
     graphs, cpu_files = _cpu_files(spec)
     targets = _targets(spec)
@@ -475,23 +517,28 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
         plan.append((path, rel, True))
         lib_entries[rel] = meta
     plan += [(p, f"records/{name}", False) for name, p in records.items()]
+    for src, rel, _ in plan:
+        why = path_problem(rel)
+        if why is not None:  # verify would refuse the bundle: refused before anything is written
+            raise QnnDeployError(f"{src} would be bundled as {rel}: {why}; rename it")
+    _check_apart(spec, Path(out_dir), final, archive_path, [src for src, _, _ in plan])
 
     archive_tmp: Path | None = None
     if archive_path is not None:
         remove_stale(archive_path)
+    made = first_missing(Path(out_dir))  # the folders -o makes: removed again when nothing is published
     try:
-        with staging_dir(final, force) as tmp, tempfile.TemporaryDirectory() as scratch:
+        with (writing(final), staging_dir(final, force) as tmp,
+              tempfile.TemporaryDirectory() as scratch):
             for _, rel, _ in plan:
                 (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             plan = [(_pointed_at_bin(src, Path(scratch), rel, loads[rel]), rel, m) if rel in loads else (src, rel, m)
                     for src, rel, m in plan]
             with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-                results = list(pool.map(lambda item: scan_file(item[0], item[2], progress, tmp / item[1]), plan))
+                results = list(pool.map(lambda item: _copy(item[0], tmp / item[1], item[2],
+                                                           spec.expected_sha256.get(item[0]), progress, spec.build),
+                                        plan))
             facts = {rel: f for (_, rel, _), f in zip(plan, results, strict=True)}
-            for src, rel, _ in plan:
-                if spec.expected_sha256.get(src, facts[rel].sha256) != facts[rel].sha256:
-                    raise QnnDeployError(f"{src} changed since it was compiled (its sha256 is not the one in the "
-                                         "compile record): compile again, then bundle")
 
             def entry(rel: str) -> JSON:
                 return {"path": rel, "sha256": facts[rel].sha256, "size": facts[rel].size}
@@ -547,10 +594,13 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
                 archive.write_archive(tmp, archive_tmp, archive_fmt, top=final.name)
         # The bundle is published (the commit point); its archive follows at once, with no safe point between.
         if archive_tmp is not None and archive_path is not None:
-            replace(archive_tmp, archive_path, 0o666)
+            with writing(archive_path):
+                replace(archive_tmp, archive_path, 0o666)
     except BaseException:
         if archive_tmp is not None:
             archive_tmp.unlink(missing_ok=True)
+        if not final.exists():
+            remove_made(Path(out_dir), made)
         raise
 
     rt = manifest["runtime"]

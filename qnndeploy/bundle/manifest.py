@@ -81,6 +81,20 @@ def parse_json(data: bytes, path: Path) -> Any:
     return value
 
 
+def verified_bytes(bundle: Path, manifest: JSON) -> bytes:
+    """manifest.json's bytes, read once, when they still parse to `manifest` (the one verify checked): what a
+    command publishes as the manifest, and hashes for a plan, is then the verified manifest."""
+    path = bundle / MANIFEST
+    raw = read_limited(path, MAX_MANIFEST_BYTES, "bundle manifest")
+    try:
+        same = parse_json(raw, path) == manifest
+    except QnnDeployError:  # not JSON any more
+        same = False
+    if not same:
+        raise QnnDeployError(f"{path} changed since it was verified; nothing was published from it")
+    return raw
+
+
 def read_manifest(bundle: Path) -> JSON:
     """Parse manifest.json and check its format and version; schema validation is separate (see load_manifest).
     The file must be a regular file within the limits above."""

@@ -9,6 +9,7 @@ import click
 from qnndeploy import diagnose as stage
 from qnndeploy import plot, toolchain
 from qnndeploy.cli._common import handles_errors, json_option, num, report, shown, under_toolchain
+from qnndeploy.fileio import staging_file, writing
 
 
 def _render(result: stage.DiagnoseResult) -> None:
@@ -72,6 +73,8 @@ def diagnose(target: Path, inputs: Path | None, preprocess: str | None, random_:
     the first tensor below the threshold and its node, the value ranges that explain it (fp16 overflow above 65504,
     subnormals below 6.1e-5, dynamic range) and remedies as commands. Exit 1 when the graph's outputs fail.
     """
+    if plot_path is not None:
+        stage.check_plot(plot_path)  # before the run: a plot that cannot be written would fail after it
     tc = toolchain.needed([stage.job_record(target, graph).qairt_version])
     if tc is not None:  # compiled with compile --qairt: probe with that QAIRT's compiler and emulator
         under_toolchain(tc)
@@ -79,8 +82,10 @@ def diagnose(target: Path, inputs: Path | None, preprocess: str | None, random_:
                             preprocess=preprocess)
     if plot_path is not None:
         shown_probes = [p for p in result.probes if p.snr_db is not None]
-        plot.line_chart([p.position for p in shown_probes], [min(p.snr_db or 0.0, 150.0) for p in shown_probes],
-                        plot_path, threshold=result.min_snr_db, marked=[p.bad for p in shown_probes])
+        with writing(plot_path), staging_file(plot_path, force=True) as tmp:  # whole or not at all
+            plot.line_chart([p.position for p in shown_probes],
+                            [min(p.snr_db or 0.0, 150.0) for p in shown_probes], tmp, threshold=result.min_snr_db,
+                            marked=[p.bad for p in shown_probes])
         if not as_json:
             click.echo(f"plot: {shown(plot_path)}")
     report(result, as_json, _render)

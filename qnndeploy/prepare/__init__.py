@@ -167,6 +167,11 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
     if source_external:
         try:
             onnx.load_external_data_for_model(model, str(src.parent))
+        except onnx.checker.ValidationError as e:  # onnx reads no data file through a symlink
+            why = first_line(e).rstrip(".")
+            raise QnnDeployError(f"cannot read the external data of {src}: {why}; onnx does not follow links to "
+                                 "weights: copy the model with its data file resolved (cp -L) and prepare the copy"
+                                 ) from None
         except (OSError, ValueError) as e:
             raise QnnDeployError(f"cannot read the external data of {src}: {first_line(e)}; copy the model "
                                  "together with its complete data file, or re-export it") from None
@@ -176,14 +181,14 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
         edited.changes.append(f"external data inlined ({weights / 1e6:.1f} MB of weights, under 2 GB): the output "
                              "is one self-contained file")
 
-    made = _first_missing(out.parent)  # folders -o creates are removed again when nothing is written
+    made = fileio.first_missing(out.parent)  # folders -o creates are removed again when nothing is written
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         # A short name: OUT's own name may already be near the file system's limit.
         fileio.remove_stale(out, prefix=".prepare.")  # work folders of killed runs (their process is gone)
         work = Path(tempfile.mkdtemp(prefix=fileio.partial_prefix(out, "prepare"), dir=out.parent))
     except OSError as e:
-        _remove_empty(out.parent, made)
+        fileio.remove_made(out.parent, made)
         raise QnnDeployError(f"cannot write in {out.parent}: {e.strerror or e}") from None
     written = False
     try:
@@ -192,8 +197,16 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
         del model
         feeds = equivalence.feeds(edited.live, inputs_dir, seed, ranges)
         want = equivalence.reference(src, feeds, edited.frozen, ranges, random=inputs_dir is None)
-        final, folded_by, folding, diffs = _fold_chain(stage, work, out.name, simplify, external, feeds, want,
-                                                       tolerance)
+        try:
+            final, folded_by, folding, diffs = _fold_chain(stage, work, out.name, simplify, external, feeds, want,
+                                                           tolerance)
+        except QnnDeployError:
+            # Every candidate failed: when the folder cannot even take two more copies of the model, a full disk
+            # (not the model) made the tools fail, whatever they said (onnxruntime: "Protobuf serialization failed")
+            full = fileio.no_room(work, 2 * _size(stage))
+            if full is not None:
+                raise fileio.write_error(full, out) from None
+            raise
         prepared = onnxio.load_model(final).graph
         nodes_after = sum(1 for n in prepared.node if n.op_type != "Constant")
         if folded_by:
@@ -218,10 +231,15 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
         fileio.check_stop()  # the last safe point: after it the output is published, whatever signal comes
         _publish(final, data, work / "record.json", out, force)
         written = True
+    except OSError as e:
+        if e.errno not in fileio.FULL:
+            raise
+        # the work folder beside OUT is full or read-only: say so, never that the model is bad
+        raise fileio.write_error(e, out) from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if not written:
-            _remove_empty(out.parent, made)
+            fileio.remove_made(out.parent, made)
     return result
 
 
@@ -263,6 +281,11 @@ def _fold_chain(stage: Path, work: Path, name: str, simplify: bool, external: bo
         except QnnDeployError as e:
             tried.append(f"{label}: its result does not load ({e})")
             continue
+        except OSError as e:
+            if e.errno in fileio.FULL:
+                raise  # the work folder is full or read-only: no other candidate could be written either
+            tried.append(f"{label}: its result does not run ({first_line(e)})")
+            continue
         except Exception as e:  # noqa: BLE001 onnxruntime's and onnx's exception types are not exported
             tried.append(f"{label}: its result does not run ({first_line(e)})")
             continue
@@ -289,27 +312,9 @@ def _fold_chain(stage: Path, work: Path, name: str, simplify: bool, external: bo
     return kept[0], kept[1], tried, kept[2]
 
 
-def _first_missing(folder: Path) -> Path | None:
-    """The outermost ancestor of `folder` (or itself) that does not exist yet."""
-    missing = None
-    for p in (folder.absolute(), *folder.absolute().parents):
-        if p.exists():
-            break
-        missing = p
-    return missing
-
-
-def _remove_empty(folder: Path, top: Path | None) -> None:
-    """Remove `folder` and its parents up to `top`, as far as they are empty."""
-    if top is None:
-        return
-    for p in (folder.absolute(), *folder.absolute().parents):
-        try:
-            p.rmdir()
-        except OSError:
-            return
-        if p == top:
-            return
+def _size(model: Path) -> int:
+    """The bytes of a model and its external data file, if any."""
+    return sum(p.stat().st_size for p in (model, model.with_name(model.name + ".data")) if p.is_file())
 
 
 def _check_output(src: Path, out: Path, force: bool) -> None:
