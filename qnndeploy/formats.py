@@ -1,6 +1,7 @@
 """The names of the formats qnndeploy writes and reads: the bundle and its artifact kinds. Shared by the stages
 that make them, the bundle reader and the on-device decision, so each lives in one place below them all."""
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,3 +26,21 @@ ACCEPT_ON = ("npu", "cpu")
 def artifact_graphs(artifact: Mapping[str, Any]) -> list[str]:
     """The graphs a manifest artifact serves: its "graph", or the "graphs" of a shared context binary (format 3)."""
     return list(artifact.get("graphs") or [artifact.get("graph")])
+
+
+# A bundle's file names become asset names, jniLibs entries and text in generated Gradle and Kotlin: each path
+# segment is a portable file name (POSIX's portable character set), starting with a letter, digit or '_'.
+_PORTABLE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+NAME_MAX_BYTES = 255  # the file-system limit of one name
+
+
+def path_problem(path: str) -> str | None:
+    """Why a bundle file path is not portable, or None (the schema checks the rest: relative, no '..')."""
+    for segment in path.split("/"):
+        if not _PORTABLE.fullmatch(segment):
+            shown = segment.encode("unicode_escape").decode("ascii")
+            return (f"'{shown}' is not a portable file name: bundle files are named with letters, digits, '.', '_' "
+                    "and '-' (starting with a letter, digit or '_'), as asset and library names must be")
+        if len(segment.encode()) > NAME_MAX_BYTES:
+            return f"a path segment is {len(segment.encode())} bytes, more than the {NAME_MAX_BYTES} of a file name"
+    return None

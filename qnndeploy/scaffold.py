@@ -1,4 +1,4 @@
-"""`scaffold`: the app side of a verified bundle, rendered from templates/ with cookiecutter.
+"""`scaffold`: the app side of a verified bundle, rendered from templates/ (cookiecutter's layout) in Jinja's sandbox.
 
 Output (DIR, meant to live inside the app module): Kotlin glue in src/ (the runtime selector, the Android adapter,
 one engine: ONNX Runtime or sherpa-onnx), qnndeploy.gradle, AndroidManifest-snippet.xml, README.md, and the bundle
@@ -11,23 +11,20 @@ keep manifest.json, play.json and the CPU models, and the glue gains PlayPack.kt
 
 from __future__ import annotations
 
-import keyword
-import re
-import shutil
+import json
 import string
-import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from qnndeploy import __version__, compat, epcontext, playplan
-from qnndeploy.bundle.manifest import read_manifest, schema
+from qnndeploy import __version__, codegen, compat, epcontext, playplan
+from qnndeploy.bundle.manifest import read_manifest, schema, verified_bytes
 from qnndeploy.bundle.verify import VerifyReport, require_ok, verify_folder
 from qnndeploy.decision import BACKEND_LIB, REASONS, SYSTEM_LIB, VENDOR_DSP_FOLDERS, soc_tables, template_fields
 from qnndeploy.errors import QnnDeployError
-from qnndeploy.fileio import check_replaceable, staging_dir
-from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION, ONNX, artifact_graphs
+from qnndeploy.fileio import check_replaceable, check_writable, copy_verified, staging_dir
+from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION, MANIFEST, ONNX, artifact_graphs
 
 ENGINES = {"ort": EPCONTEXT, "sherpa-onnx": CONTEXT_BINARY}  # engine -> the NPU file format it loads
 ENGINE_FILES = {"ort": "OrtModels.kt", "sherpa-onnx": "SherpaOnnxQnn.kt"}
@@ -36,20 +33,8 @@ ASSETS = "qnndeploy"  # the bundle's folder in the APK's assets: QnnRuntime.ASSE
 APP_GLUE_DIR = "qnndeploy"  # where the glue goes inside the sample app's module
 MARKER = ".qnndeploy-scaffold"  # rendered into every output's top folder: what marks a folder --force may replace
 
-# Java keywords and literals, and Kotlin's hard keywords: none may be a package name segment.
-_RESERVED = set(keyword.kwlist) | {
-    "abstract", "assert", "boolean", "break", "byte", "case", "catch", "char", "class", "const", "continue",
-    "default", "do", "double", "else", "enum", "extends", "final", "finally", "float", "for", "goto", "if",
-    "implements", "import", "instanceof", "int", "interface", "long", "native", "new", "package", "private",
-    "protected", "public", "return", "short", "static", "strictfp", "super", "switch", "synchronized", "this",
-    "throw", "throws", "transient", "try", "void", "volatile", "while", "true", "false", "null", "var", "record",
-    "yield", "as", "fun", "in", "is", "object", "typealias", "typeof", "val", "when",
-}
-_SEGMENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
-
-
 def templates_dir() -> Path:
-    """The cookiecutter templates: the installed package qnndeploy.templates (built from the top-level templates/ by
+    """The templates: the installed package qnndeploy.templates (built from the top-level templates/ by
     pyproject's package-dir, so git holds one copy), or, in a source checkout used without installing, templates/
     beside the package."""
     try:
@@ -81,20 +66,10 @@ class ScaffoldResult:
     play: str | None = None  # with play: the AI pack and its delivery, e.g. "qnndeploy_npu (fast-follow)"
 
 
-def check_package(name: str) -> None:
-    """A Java/Kotlin package an Android app can use: dot-separated identifiers, at least two, no keywords."""
-    parts = name.split(".")
-    bad = next((p for p in parts if not _SEGMENT.match(p) or p in _RESERVED), None)
-    if len(parts) < 2 or bad is not None:
-        why = f"'{bad}' is not allowed" if bad is not None else "it needs at least two parts"
-        raise QnnDeployError(f"invalid package name '{name}': {why}; use dot-separated identifiers such as "
-                             "com.example.app (each starts with a letter; no Java or Kotlin keywords)")
-
-
 def check_request(package: str, out: Path, *, engine: str, app: bool, force: bool, ort_aar: str = "microsoft",
                   play: bool = False) -> None:
     """The checks that need no bundle, done before the bundle is hashed."""
-    check_package(package)
+    codegen.check_package(package)
     if engine not in ENGINES:
         raise QnnDeployError(f"unknown engine '{engine}'; use one of {', '.join(ENGINES)}")
     if ort_aar not in compat.AARS:
@@ -104,6 +79,7 @@ def check_request(package: str, out: Path, *, engine: str, app: bool, force: boo
     if app and play:
         raise QnnDeployError("--app does not take --play yet: scaffold the glue with --play into your app module "
                              "(its README lists the lines to add)")
+    check_writable(Path(out))  # a name too long, a symlink, a read-only place: refused before anything is read
     check_replaceable(Path(out), force, MARKER, "scaffold")
     templates_dir()  # missing templates are found before any work
 
@@ -119,7 +95,7 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
     """
     bundle, out = Path(bundle), Path(out)
     check_request(package, out, engine=engine, app=app, force=force, ort_aar=ort_aar, play=play is not None)
-    report = report if report is not None else verify_folder(bundle)
+    report = report if report is not None else verify_folder(bundle, deep=True)
     require_ok(bundle, report)
     manifest = read_manifest(bundle)  # verify has checked it against the schema
     _check_engine(manifest, bundle, engine)
@@ -137,8 +113,8 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
     with staging_dir(out, force) as tmp:
         glue = tmp / "app" / APP_GLUE_DIR if app else tmp
         if app:
-            _render(templates / "app", {**context, "glue_dir": APP_GLUE_DIR}, tmp, tmp)
-        _render(templates / "glue", context, glue, tmp)
+            _render(templates / "app", {**context, "glue_dir": APP_GLUE_DIR}, tmp)
+        _render(templates / "glue", context, glue)
         (glue / "src" / context["package_path"] / "qnndeploy" / ENGINE_FILES[_other(engine)]).unlink()
         if plan is None:
             (glue / "src" / context["package_path"] / "qnndeploy" / PLAY_FILE).unlink(missing_ok=True)
@@ -342,38 +318,41 @@ def _kotlin_string(template: str) -> str:
     literal text is escaped (backslash, quote, dollar; anything but printable ASCII as \\uXXXX UTF-16 units)."""
     out: list[str] = []
     for literal, name, _, _ in string.Formatter().parse(template):
-        out.extend(_kotlin_char(ch) for ch in literal)
+        out.append(codegen.kotlin_string(literal))
         if name is not None:
             out.append("${" + _camel(name) + "}")
     return "".join(out)
 
 
-def _kotlin_char(ch: str) -> str:
-    if ch in '\\"$':
-        return "\\" + ch
-    if " " <= ch <= "~":
-        return ch
-    units = ch.encode("utf-16-be")
-    return "".join(f"\\u{units[i]:02x}{units[i + 1]:02x}" for i in range(0, len(units), 2))
+def _render(template: Path, values: dict[str, Any], dest: Path) -> None:
+    """Render one template (cookiecutter's layout: cookiecutter.json and one top folder) into dest, in Jinja's
+    sandbox: a value is data, never template code (the sandbox refuses attribute walks such as
+    cycler.__init__.__globals__), each path segment and each file is rendered once, and a value reaches a file only
+    through the escaping filter of its place (kt, groovy, comment; codegen.plain refuses one that is not). The top
+    folder's own name is never rendered: the output folder is whatever the caller made `dest`."""
+    from jinja2 import StrictUndefined
+    from jinja2.sandbox import SandboxedEnvironment
 
-
-def _render(template: Path, values: dict[str, Any], dest: Path, work: Path) -> None:
-    """Render one cookiecutter template into dest (which may exist), without cookiecutter's prompts or replay files.
-
-    cookiecutter writes a folder named after dir_name; it is rendered in a scratch folder under `work` (the
-    staging folder) and its content moved to dest.
-    """
-    from cookiecutter.generate import generate_context, generate_files
-
-    context = generate_context(str(template / "cookiecutter.json"), extra_context=values)
-    scratch = Path(tempfile.mkdtemp(prefix=".render-", dir=work))
-    try:
-        top = Path(generate_files(str(template), context, output_dir=str(scratch), overwrite_if_exists=True))
-        dest.mkdir(parents=True, exist_ok=True)
-        for item in top.iterdir():
-            shutil.move(str(item), str(dest / item.name))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    env = SandboxedEnvironment(keep_trailing_newline=True, undefined=StrictUndefined, autoescape=False,
+                               finalize=codegen.plain)
+    env.filters.update(kt=codegen.kotlin_string, groovy=codegen.groovy_string, comment=codegen.line_comment,
+                       ident=codegen.identifier)
+    defaults = json.loads((template / "cookiecutter.json").read_text(encoding="utf-8"))
+    context = {"cookiecutter": {**defaults, **values}}
+    (top,) = [p for p in template.iterdir() if p.is_dir() and p.name.startswith("{{")]
+    for src in sorted(top.rglob("*")):
+        parts: list[str] = []
+        for segment in src.relative_to(top).parts:
+            rendered = env.from_string(segment).render(context) if "{" in segment else segment
+            parts += rendered.split("/")  # package_path: com/example/app
+        if any(not p or p in (".", "..") or p.startswith("{") for p in parts):
+            raise QnnDeployError(f"template path {src.relative_to(top)} renders to {'/'.join(parts)!r}")
+        target = dest.joinpath(*parts)
+        if src.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(env.from_string(src.read_text(encoding="utf-8")).render(context), encoding="utf-8")
 
 
 def _copy_bundle(bundle: Path, manifest: dict[str, Any], dest: Path, play: Path | None = None) -> tuple[int, int]:
@@ -382,18 +361,26 @@ def _copy_bundle(bundle: Path, manifest: dict[str, Any], dest: Path, play: Path 
     The Skel goes beside the Android libraries, as in every QNN app: installed in nativeLibraryDir, the folder that
     the selector puts first in ADSP_LIBRARY_PATH. With play, the NPU files are in the AI pack, not here: the assets
     hold manifest.json, play.json and the CPU models (every phone needs them, also while the pack downloads).
+
+    The bytes written are the ones verified: each file is copied through fileio.copy_verified (O_NOFOLLOW, below the
+    bundle folder, with the manifest's sha256 and size); manifest.json is written from the bytes that parse to the
+    verified manifest.
     """
-    copies = [(bundle / "manifest.json", dest / "assets" / ASSETS / "manifest.json")]
+    assets = dest / "assets" / ASSETS
+    assets.mkdir(parents=True)
+    raw = verified_bytes(bundle, manifest)
+    (assets / MANIFEST).write_bytes(raw)
     files = manifest["cpu"] + ([] if play is not None else [a for t in manifest["targets"] for a in t["artifacts"]])
-    if play is not None:
-        copies.append((Path(play) / playplan.PLAN, dest / "assets" / ASSETS / playplan.PLAN))
-    copies += [(bundle / a["path"], dest / "assets" / ASSETS / a["path"]) for a in files]
+    copies = [(bundle / a["path"], assets / a["path"], a) for a in files]
     if manifest["runtime"]["mode"] == "bundled":
-        copies += [(bundle / lib["path"], dest / "jniLibs" / "arm64-v8a" / lib["path"].rsplit("/", 1)[-1])
+        copies += [(bundle / lib["path"], dest / "jniLibs" / "arm64-v8a" / lib["path"].rsplit("/", 1)[-1], lib)
                    for lib in manifest["runtime"]["libs"]]
-    nbytes = 0
-    for src, dst in copies:
+    nbytes = len(raw)
+    for src, dst, entry in copies:
         dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst)
-        nbytes += dst.stat().st_size
-    return len(copies), nbytes
+        nbytes += copy_verified(src, dst, sha256=entry["sha256"], size=entry["size"], beneath=bundle,
+                                what="bundle file").size
+    if play is not None:  # the plan read_plan_of checked against this bundle
+        nbytes += copy_verified(Path(play) / playplan.PLAN, assets / playplan.PLAN, beneath=Path(play),
+                                what="Play plan").size
+    return len(copies) + 1 + (play is not None), nbytes

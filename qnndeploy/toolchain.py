@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from qnndeploy import compat
+from qnndeploy import child, compat
 from qnndeploy.errors import EXIT_BAD_INPUT, EXIT_MISSING_TOOL, QnnDeployError, first_line
 
 ENV_DIR = "QNNDEPLOY_TOOLCHAINS_DIR"
@@ -116,20 +116,16 @@ def installed(tc: Toolchain) -> bool:
 
 def environ(tc: Toolchain) -> dict[str, str]:
     """The environment of a process that runs under `tc`: its folder first on the import path, then this
-    qnndeploy, and never the current folder (PYTHONSAFEPATH)."""
-    here = str(Path(__file__).resolve().parents[1])
-    paths = [str(folder(tc)), here, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), "PYTHONSAFEPATH": "1",
-            ENV_ACTIVE: tc.onnxruntime_qnn}
+    qnndeploy, and never the current folder."""
+    return {**child.environ([str(folder(tc))]), ENV_ACTIVE: tc.onnxruntime_qnn}
 
 
 def _probe(tc: Toolchain, path: Path) -> str:
     """The QAIRT version the wheel in `path` reports, read in a child process that imports it from there."""
     code = ("import json, onnxruntime, onnxruntime_qnn as q; "
             "print(json.dumps([q.build_and_package_info.qnn_version, onnxruntime.__version__, q.__file__]))")
-    env = {**environ(tc), "PYTHONPATH": os.pathsep.join([str(path), environ(tc)["PYTHONPATH"]])}
-    done = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, env=env, timeout=120,
-                          check=False)
+    env = {**child.environ([str(path)]), ENV_ACTIVE: tc.onnxruntime_qnn}
+    done = subprocess.run(child.python("-c", code), capture_output=True, text=True, env=env, timeout=120, check=False)
     try:
         qairt, _ort, where = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -182,4 +178,4 @@ def install(tc: Toolchain, say: Callable[[str], None] | None = None) -> Path:
 
 def command(args: list[str]) -> list[str]:
     """The command line that runs `qnndeploy ARGS` in a child under a toolchain (environ gives its environment)."""
-    return [sys.executable, "-P", "-m", "qnndeploy", *args]
+    return child.module("", *args)

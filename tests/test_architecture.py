@@ -14,14 +14,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "qnndeploy"
 LAYERS = [
     {"qnndeploy", "qnndeploy.bundle", "qnndeploy.device", "qnndeploy.errors"},
     {"qnndeploy.fileio", "qnndeploy.socs", "qnndeploy.onnxio", "qnndeploy.formats", "qnndeploy.bundle.elf",
-     "qnndeploy.quantize", "qnndeploy.compat", "qnndeploy.plot"},
+     "qnndeploy.quantize", "qnndeploy.compat", "qnndeploy.plot", "qnndeploy.child", "qnndeploy.codegen"},
     {"qnndeploy.bundle.archive", "qnndeploy.records", "qnndeploy.markers", "qnndeploy.epcontext",
      "qnndeploy.media", "qnndeploy.metrics",
      "qnndeploy.htp", "qnndeploy.shapes", "qnndeploy.fuse", "qnndeploy.decision", "qnndeploy.bundle.manifest",
      "qnndeploy.device.adb", "qnndeploy.compile.logs", "qnndeploy.compile.jobs",
      "qnndeploy.qnnsystem", "qnndeploy.playplan", "qnndeploy.aihub", "qnndeploy.toolchain"},
     {"qnndeploy.samples"},  # a graph's input samples: NumPy files, random ones, or media files through media.py
-    {"qnndeploy.fold", "qnndeploy.rules", "qnndeploy.contextcheck", "qnndeploy.compile.cache",
+    {"qnndeploy.fold", "qnndeploy.rules", "qnndeploy.contextcheck", "qnndeploy.compile.cache", "qnndeploy.emulator",
      "qnndeploy.prepare.edits", "qnndeploy.prepare.equivalence"},
     {"qnndeploy.bundle.verify"},  # the bundle format's rules, which bundle build and every reader of bundles apply
     # the stages: each a command's library, none importing another

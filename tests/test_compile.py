@@ -568,3 +568,23 @@ def test_keep_fp16_leaves_the_named_nodes_unquantized(tmp_path):
                            "--keep-fp16 nope: no node of that name")):
         r = run("compile", model, "--soc", "SM8750", "-o", tmp_path / "x", *args)
         assert r.exit_code == 2 and message in r.output, r.output
+
+
+def test_workers_never_import_the_current_folder(tmp_path):
+    """A `qnndeploy/` folder where the user runs compile is neither imported by the worker processes nor does it
+    break them: they start as `python -P -m qnndeploy.compile.ort` with this qnndeploy first on the path."""
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler)")
+    import subprocess
+
+    marker = tmp_path / "ran"
+    hostile = tmp_path / "cwd" / "qnndeploy"
+    (hostile / "compile").mkdir(parents=True)
+    for name in ("__init__.py", "compile/__init__.py", "compile/ort.py", "qnnsystem.py"):
+        (hostile / name).write_text(f"open({str(marker)!r}, 'a').write({name!r})\n")
+    model = relu_graph(tmp_path / "relu.onnx")
+    done = subprocess.run(["qnndeploy", "compile", str(model), "--soc", "SM8750", "-o", str(tmp_path / "b"),
+                           "--no-cache"], cwd=tmp_path / "cwd", capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()
+    record = (tmp_path / "b" / "relu" / "SM8750" / "compile.json")
+    assert record.is_file()

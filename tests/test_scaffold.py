@@ -198,11 +198,54 @@ def test_a_bundle_that_fails_verify_is_refused_with_the_report(external, tmp_pat
 
 
 @pytest.mark.parametrize("package", ["foo", "com.example.new", "com.1example.app", "com..app", "com.example.fun",
-                                     "com.example-app.x", "com.example.app."])
+                                     "com.example-app.x", "com.example.app.", "com.example.kws\n", "kotlin.foo",
+                                     "java.util.app", "android.app.x", "com.\u0435xample.app", "com." + "a" * 256])
 def test_invalid_package_names_are_refused(external, tmp_path, package):
+    """Java's and Kotlin's rules: identifiers only (no trailing newline), no keyword, no reserved root, each part a
+    file name; one line, the name shown escaped."""
     r = run(external, "--package", package, "-o", tmp_path / "out")
-    assert r.exit_code == 2 and r.stderr.startswith(f"error: invalid package name '{package}'")
+    assert r.exit_code == 2 and r.stderr.startswith("error: invalid package name '")
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+HOSTILE_NAMES = ["glue{{7*7}}", "glue{% raw %}", "{{ cycler.__init__.__globals__.os.popen('touch PWNED').read() }}",
+                 "x\n}\nthrow GradleException(\"injected\")\n//", "it's \"quoted\" $HOME \\ `tick`", "\u202etxt.kt"]
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES, ids=range(len(HOSTILE_NAMES)))
+def test_an_output_folder_name_is_data_never_template_code(external, tmp_path, name, monkeypatch):
+    """The -o folder's name reaches no template: it is the folder's name, and inside the files it is text, escaped
+    for its place; every generated line comes from a template line (the same count as for a plain name)."""
+    monkeypatch.chdir(tmp_path)
+    plain = scaffold(external, "com.example.foo", tmp_path / "plain").path
+    r = run(external, "--package", "com.example.foo", "-o", tmp_path / name)
+    assert r.exit_code == 0, r.output
+    out = tmp_path / name
+    assert out.is_dir() and not (tmp_path / "PWNED").exists() and not any(tmp_path.glob("glue49*"))
+    for f in (p for p in plain.rglob("*") if p.is_file() and "bundle" not in p.parts):
+        rendered = out / f.relative_to(plain)
+        assert rendered.is_file(), f
+        assert len(rendered.read_text().splitlines()) == len(f.read_text().splitlines()), rendered
+    gradle = (out / "qnndeploy.gradle").read_text()
+    assert "injected" not in gradle or '\\u000athrow GradleException' in gradle
+    assert "\u202e" not in "".join(p.read_text() for p in out.rglob("*") if p.is_file() and "bundle" not in p.parts)
+
+
+def test_the_templates_render_in_a_sandbox(tmp_path):
+    """Even a template (not a value) that walks to Python's internals is refused by Jinja's sandbox."""
+    from jinja2.exceptions import SecurityError
+
+    from qnndeploy.scaffold import _render
+
+    template = tmp_path / "t"
+    (template / "{{cookiecutter.dir_name}}").mkdir(parents=True)
+    (template / "cookiecutter.json").write_text('{"dir_name": "x"}')
+    (template / "{{cookiecutter.dir_name}}" / "f.txt").write_text(
+        "{{ cycler.__init__.__globals__.os.popen('touch " + str(tmp_path / "PWNED") + "').read() }}")
+    with pytest.raises(SecurityError):
+        _render(template, {}, tmp_path / "out")
+    assert not (tmp_path / "PWNED").exists()
 
 
 def test_output_folder_must_be_new_or_empty_unless_forced(external, tmp_path):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import onnx
@@ -111,6 +110,6 @@ def test_an_install_that_fails_says_how_and_leaves_nothing(model, tmp_path):
     assert done.returncode == 3, done.stderr
     error = done.stderr.strip().splitlines()[-1]
     assert error.startswith("error: pip could not install onnxruntime-qnn 2.7.0 (QAIRT 2.51.0)")
-    assert f"{sys.executable} -m pip install --no-deps --target" in error
+    assert " -m pip install --no-deps --target " in error  # with the Python qnndeploy runs on
     assert list((tmp_path / "toolchains").iterdir()) == []
     assert not (tmp_path / "b").exists()

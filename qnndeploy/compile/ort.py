@@ -18,7 +18,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from qnndeploy import epcontext, htp, socs
+from qnndeploy import child, epcontext, htp, socs
 from qnndeploy.compile import logs
 from qnndeploy.compile.jobs import Compiled, CompileError, HtpSettings, Job, Member, Tools
 from qnndeploy.errors import QnnDeployError, first_line
@@ -71,8 +71,8 @@ class OrtBackend:
                     "result": str(Path(tmp) / "result.json"), "log": str(job.log)}
             spec_path = Path(tmp) / "job.json"
             spec_path.write_text(json.dumps(spec))
-            code = tools.run([sys.executable, "-m", "qnndeploy.compile.ort", str(spec_path)], log,
-                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            code = tools.run(child.module("compile.ort", str(spec_path)), log,
+                             env=child.environ(base={**os.environ, "PYTHONUNBUFFERED": "1"}))
             try:
                 result = json.loads(Path(spec["result"]).read_text())
             except (OSError, ValueError):

@@ -4,11 +4,11 @@ plugins {
 }
 
 android {
-    namespace = "{{ cookiecutter.package }}"
+    namespace = "{{ cookiecutter.package | kt }}"
     compileSdk = 35
 
     defaultConfig {
-        applicationId = "{{ cookiecutter.package }}"
+        applicationId = "{{ cookiecutter.package | kt }}"
         minSdk = 24
         targetSdk = 35
         versionCode = 1
@@ -33,5 +33,5 @@ android {
 
 // The qnndeploy glue: ABI filter, jniLibs packaging, the bundle's assets, the QNN runtime and ONNX Runtime, all
 // from the repositories of settings.gradle.kts (mavenCentral). ONNX Runtime (scaffold --ort-aar chooses the AAR):
-// {{ cookiecutter.data.ort_pins }}
-apply(from = "{{ cookiecutter.glue_dir }}/qnndeploy.gradle")
+// {{ cookiecutter.data.ort_pins | comment }}
+apply(from = "{{ cookiecutter.glue_dir | kt }}/qnndeploy.gradle")

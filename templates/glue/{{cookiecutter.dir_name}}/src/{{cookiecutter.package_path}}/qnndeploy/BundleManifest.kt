@@ -6,7 +6,7 @@ package {{ cookiecutter.package }}.qnndeploy
 /** What a bundle file is; id is its "format" in manifest.json. */
 enum class FileFormat(val id: String) {
 {%- for f in cookiecutter.data.file_formats %}
-    {{ f.name }}("{{ f.id }}"),
+    {{ f.name | ident }}("{{ f.id | kt }}"),
 {%- endfor %}
 }
 
@@ -91,7 +91,7 @@ data class BundleManifest(
     val modelFiles: List<BundleFile> get() = cpu + targets.flatMap { it.artifacts }
 
     companion object {
-        const val FORMAT = "{{ cookiecutter.data.format }}"
+        const val FORMAT = "{{ cookiecutter.data.format | kt }}"
 
         /** The manifest version qnndeploy writes; every version from 1 up to it is read. */
         const val FORMAT_VERSION = {{ cookiecutter.data.format_version }}L

@@ -49,7 +49,7 @@ data class PlayPlan(
     val groups: List<PlayGroup> = emptyList(),
 ) {
     companion object {
-        const val FORMAT = "{{ cookiecutter.data.play.format }}"
+        const val FORMAT = "{{ cookiecutter.data.play.format | kt }}"
 
         /** Throws IllegalArgumentException, saying what is wrong, for text that is not a Play plan. */
         fun parse(text: String): PlayPlan = from(MiniJson.parse(text))
@@ -94,13 +94,13 @@ data class PlayPlan(
 /** The two questions both twins ask of a plan: which group Play gives a phone, and which one its SoC needs. */
 object PlayRules {
     /** The pack's assets folder: qnndeploy_npu#group_<g>/ in the module, qnndeploy_npu/ on the phone. */
-    const val FOLDER = "{{ cookiecutter.data.play.folder }}"
+    const val FOLDER = "{{ cookiecutter.data.play.folder | kt }}"
 
     /** In every group's folder: which group the phone got, since Play strips the #group_ suffix. */
-    const val GROUP_FILE = "{{ cookiecutter.data.play.group_file }}"
+    const val GROUP_FILE = "{{ cookiecutter.data.play.group_file | kt }}"
 
     /** What Play gives a phone that matches no group. */
-    const val DEFAULT_GROUP = "{{ cookiecutter.data.play.default_group }}"
+    const val DEFAULT_GROUP = "{{ cookiecutter.data.play.default_group | kt }}"
 
     /** Play targets system-on-chip only from Android 12 (API 31) on. */
     const val SOC_TARGETING_SINCE_SDK = {{ cookiecutter.data.play.since_sdk }}
@@ -186,7 +186,7 @@ data class PlayReport(
 
 object PlayPack {
     /** play.json, beside manifest.json in the base module's assets. */
-    const val PLAN = "{{ cookiecutter.data.play.plan }}"
+    const val PLAN = "{{ cookiecutter.data.play.plan | kt }}"
 
     private val listeners = CopyOnWriteArrayList<PackListener>()
     private val lock = Any()

@@ -25,8 +25,8 @@ data class SocIdentity(val soc: String? = null, val identifiedBy: String? = null
 
 /** The QNN library file names of one HTP arch: QNN loads the Stub and the Skel by exactly these names. */
 data class QnnLibraries(
-    val backend: String = "{{ cookiecutter.data.backend_lib }}",
-    val system: String = "{{ cookiecutter.data.system_lib }}",
+    val backend: String = "{{ cookiecutter.data.backend_lib | kt }}",
+    val system: String = "{{ cookiecutter.data.system_lib | kt }}",
     val stub: String,
     val skel: String,
 )

@@ -10,12 +10,12 @@ object Reasons {
 {%- for group in cookiecutter.data.reasons %}
 {%- if not loop.first %}
 {% endif %}
-    // {{ group.about }}
+    // {{ group.about | comment }}
 {%- for r in group.reasons %}
 {%- if not loop.first %}
 {% endif %}
-    fun {{ r.function }}({% for p in r.params %}{{ p }}: String{% if not loop.last %}, {% endif %}{% endfor %}): Reason =
-        Reason("{{ r.key }}", "{{ r.text }}")
+    fun {{ r.function | ident }}({% for p in r.params %}{{ p | ident }}: String{% if not loop.last %}, {% endif %}{% endfor %}): Reason =
+        Reason("{{ r.key | kt }}", "{{ r.text }}")
 {%- endfor %}
 {%- endfor %}
 }

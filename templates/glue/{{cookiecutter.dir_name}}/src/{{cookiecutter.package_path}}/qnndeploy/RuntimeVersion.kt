@@ -37,7 +37,7 @@ fun openReadAt(path: String): ReadAt? = try {
 }
 
 object RuntimeVersion {
-    const val LIBRARY = "{{ cookiecutter.data.backend_lib }}"
+    const val LIBRARY = "{{ cookiecutter.data.backend_lib | kt }}"
 
     /** Bytes read at a time: the library is ~100 MB and is never read whole. */
     const val CHUNK = 256 * 1024

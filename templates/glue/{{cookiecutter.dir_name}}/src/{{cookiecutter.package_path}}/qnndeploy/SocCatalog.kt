@@ -7,21 +7,21 @@ internal object SocCatalog {
     /** Build.SOC_MODEL / ro.soc.model values, models and aliases, upper case -> the catalog model. */
     val MODELS: Map<String, String> = mapOf(
 {%- for name, model in cookiecutter.data.soc_models.items() %}
-        "{{ name }}" to "{{ model }}",
+        "{{ name | kt }}" to "{{ model | kt }}",
 {%- endfor %}
     )
 
     /** ro.board.platform codenames (Android 11 and older have no ro.soc.model), lower case -> the catalog model. */
     val CODENAMES: Map<String, String> = mapOf(
 {%- for name, model in cookiecutter.data.codenames.items() %}
-        "{{ name }}" to "{{ model }}",
+        "{{ name | kt }}" to "{{ model | kt }}",
 {%- endfor %}
     )
 
     /** Where the DSP looks when ADSP_LIBRARY_PATH is unset: kept after the app's folder once it is set. */
     val VENDOR_DSP_FOLDERS: List<String> = listOf(
 {%- for folder in cookiecutter.data.vendor_dsp_folders %}
-        "{{ folder }}",
+        "{{ folder | kt }}",
 {%- endfor %}
     )
 }
