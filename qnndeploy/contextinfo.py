@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from qnndeploy import qnnsystem, socs
+from qnndeploy import emulator, qnnsystem, socs
 from qnndeploy.bundle import archive
 from qnndeploy.bundle.manifest import load_manifest
 from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError
@@ -49,6 +49,7 @@ class BinaryReport:
     graphs: tuple[str, ...] = ()  # in a bundle: the graph names the manifest gives this artifact
     binary_soc: str | None = None  # the catalog's name for the binary's own soc_model (SM8750 for 69)
     warnings: tuple[str, ...] = ()  # in a bundle: where the binary disagrees with its target
+    emulated: str | None = None  # in a bundle: what loading it on the host HTP emulator found (None: not loaded)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class InspectResult:
     qairt: str | None = None  # the bundle's declared QAIRT build
     notes: tuple[str, ...] = ()
     ok: bool = True  # False when libQnnSystem refused a file (see BinaryReport.problem)
+    deep: str | None = None  # in a bundle: what loading the binaries on the host emulator did (None: --shallow)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,21 +71,22 @@ def _result(path: Path, kind: str, binaries: tuple[BinaryReport, ...], **more: A
     return InspectResult(str(path), kind, binaries, **more, ok=not any(b.problem for b in binaries))
 
 
-def inspect(path: Path, library: Path | None = None) -> InspectResult:
+def inspect(path: Path, library: Path | None = None, deep: bool = True) -> InspectResult:
     """Inspect a context binary, or a bundle folder or .tar.gz/.zip archive. `library`: a libQnnSystem.so to use
-    (default: $QNNDEPLOY_QNN_SYSTEM_LIB, else the onnxruntime-qnn wheel's)."""
+    (default: $QNNDEPLOY_QNN_SYSTEM_LIB, else the onnxruntime-qnn wheel's). With `deep`, a bundle's binaries are
+    also loaded and run on the host emulator against their CPU models (emulator.check_bundle)."""
     path = Path(path)
     if not os.path.lexists(path):
         raise QnnDeployError(f"{path} does not exist")
     lib, missing = _library(library)
     if path.is_dir():
-        return _bundle(path, path, lib, missing)
+        return _bundle(path, path, lib, missing, deep)
     if path.name.lower().endswith((".tar.gz", ".tgz", ".zip")):
         with archive.extracted(path) as (root, refused):
             if refused:
                 name, why = refused[0]
                 raise QnnDeployError(f"{path} is not a safe bundle archive: {name}: {why}")
-            return _bundle(path, root, lib, missing)
+            return _bundle(path, root, lib, missing, deep)
     return _result(path, "binary", (_binary(path, str(path), lib, missing),))
 
 
@@ -139,9 +142,9 @@ def _disagreements(report: BinaryReport, target: dict[str, Any]) -> tuple[str, .
     return tuple(found)
 
 
-def _bundle(shown: Path, root: Path, lib: Path | None, missing: str) -> InspectResult:
+def _bundle(shown: Path, root: Path, lib: Path | None, missing: str, deep: bool) -> InspectResult:
     manifest = load_manifest(root)
-    jobs: list[tuple[dict[str, Any], dict[str, Any], Path]] = []
+    jobs: list[tuple[dict[str, Any], dict[str, Any]]] = []
     top = root.resolve()
     for target in manifest["targets"]:
         for artifact in target["artifacts"]:
@@ -151,18 +154,46 @@ def _bundle(shown: Path, root: Path, lib: Path | None, missing: str) -> InspectR
             if not file.resolve().is_relative_to(top) or not os.path.lexists(file):
                 raise QnnDeployError(f"{shown}: {artifact['path']} is missing or outside the bundle "
                                      "(run `qnndeploy bundle verify`)")
-            jobs.append((target, artifact, file))
+            jobs.append((target, artifact))
+    paths = list(dict.fromkeys(a["path"] for _, a in jobs))  # each file read once, however often it is listed
+    with ThreadPoolExecutor(max_workers=max(1, min(len(paths), os.cpu_count() or 1))) as pool:
+        read = dict(zip(paths, pool.map(lambda p: _binary(root / p, p, lib, missing, follow=False), paths),
+                        strict=True))
+    emulated, done = _emulated(root, manifest, read) if deep and read else ({}, None)
 
-    def one(job: tuple[dict[str, Any], dict[str, Any], Path]) -> BinaryReport:
-        target, artifact, file = job
-        report = _binary(file, artifact["path"], lib, missing, follow=False)
+    def one(job: tuple[dict[str, Any], dict[str, Any]]) -> BinaryReport:
+        target, artifact = job
+        report = read[artifact["path"]]
         graphs = tuple(artifact.get("graphs") or [artifact["graph"]])
         return BinaryReport(**{**report.__dict__, "soc": target["soc"], "soc_id": target.get("soc_id"),
                                "target_arch": target.get("dsp_arch"), "graphs": graphs,
-                               "warnings": _disagreements(report, target)})
+                               "warnings": _disagreements(report, target),
+                               "emulated": emulated.get(artifact["path"])})
 
-    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
-        binaries = tuple(pool.map(one, jobs))
+    binaries = tuple(map(one, jobs))
     notes = () if binaries else ("the bundle holds no QNN context binary",)
-    return _result(shown, "bundle", binaries, bundle=f"{manifest['name']} {manifest['version']}",
-                   qairt=manifest["qairt"].get("build") or manifest["qairt"].get("version"), notes=notes)
+    result = _result(shown, "bundle", binaries, bundle=f"{manifest['name']} {manifest['version']}",
+                     qairt=manifest["qairt"].get("build") or manifest["qairt"].get("version"), notes=notes, deep=done)
+    problems = any(e and not e.startswith(MATCHES) for e in emulated.values())
+    return InspectResult(**{**result.__dict__, "ok": result.ok and not problems})
+
+
+MATCHES = "loads and computes what its CPU model does"
+
+
+def _emulated(root: Path, manifest: dict[str, Any], read: dict[str, BinaryReport]) -> tuple[dict[str, str], str]:
+    """(bundle path -> what the host emulator made of it, what was done): the binaries libQnnSystem read."""
+    names = {p: [g.name for g in r.context.graphs] for p, r in read.items() if r.context is not None}
+    try:
+        found = emulator.check_bundle(root, manifest, names)
+    except QnnDeployError as e:
+        return {}, f"not loaded on the host emulator: {e}"
+    if not found.done.startswith(tuple("0123456789")):  # "not loaded (why)": nothing was run
+        return {}, found.done
+    told = dict([*found.problems, *found.warnings])
+    return {p: told.get(p, MATCHES) for p in names if p in _single_graph_binaries(manifest)}, found.done
+
+
+def _single_graph_binaries(manifest: dict[str, Any]) -> set[str]:
+    return {a["path"] for t in manifest["targets"] for a in t["artifacts"]
+            if a["format"] == CONTEXT_BINARY and len(a.get("graphs") or [a.get("graph")]) == 1}

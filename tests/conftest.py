@@ -65,8 +65,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def private_compile_cache(tmp_path_factory):
     """Every compile in the suite really compiles: no hits from the user's ~/.cache/qnndeploy or an earlier run."""
     os.environ["QNNDEPLOY_CACHE_DIR"] = str(tmp_path_factory.mktemp("compile-cache"))
+    os.environ["QNNDEPLOY_EMULATED_DIR"] = str(tmp_path_factory.mktemp("emulated"))  # what deep verify loaded
     yield
     os.environ.pop("QNNDEPLOY_CACHE_DIR", None)
+    os.environ.pop("QNNDEPLOY_EMULATED_DIR", None)
 
 
 def alive(pid: int) -> bool:

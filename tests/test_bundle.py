@@ -82,14 +82,15 @@ def rehash(b: Path, rel: str) -> None:
     """Update the manifest for a file changed on purpose, so that only the check under test can fire."""
     m = manifest(b)
     data = (b / rel).read_bytes()
-    for entry in [a for t in m["targets"] for a in t["artifacts"]] + m["runtime"].get("libs", []) + m["cpu"]:
+    for entry in ([a for t in m["targets"] for a in t["artifacts"]] + m["runtime"].get("libs", []) + m["cpu"]
+                  + m.get("records", [])):
         if entry["path"] == rel:
             entry["sha256"], entry["size"] = hashlib.sha256(data).hexdigest(), len(data)
     (b / "manifest.json").write_text(json.dumps(m))
 
 
-def problems(b: Path) -> list[str]:
-    report = verify_bundle(b)
+def problems(b: Path, allow_unchecked: bool = False) -> list[str]:
+    report = verify_bundle(b, allow_unchecked=allow_unchecked)
     assert not report.ok
     return [f"{p.path}: {p.message}" for p in report.problems]
 
@@ -396,6 +397,17 @@ def test_external_data_is_bundled_beside_its_model_and_runs(ext, inputs):
     assert np.array_equal(got, ort.InferenceSession(str(inputs["cpu"]["enc"])).run(None, x)[0])
 
 
+@pytest.mark.parametrize("location", ["w\nthrow.data", "w x.data", "-w.data", "w\u202e.data"])
+def test_a_file_name_that_is_not_portable_is_refused_before_anything_is_written(inputs, tmp_path, location):
+    """The one bundle file name a user's files choose: an external data file's, which the model names. A name with
+    a newline would reach generated Gradle text, one with a space or a leading '-' a shell line."""
+    cpu = {**inputs["cpu"], "enc": with_external_data(inputs["cpu"]["enc"], tmp_path / "src" / "enc.onnx", location)}
+    with pytest.raises(QnnDeployError) as e:
+        build_bundle(spec(inputs, cpu=cpu), tmp_path / "out")
+    assert f"would be bundled as cpu/{location}: " in str(e.value) and "is not a portable file name" in str(e.value)
+    assert not (tmp_path / "out").exists()
+
+
 def relocate(path: Path, location: str) -> Path:
     """Point a model at another data file location (onnx.save refuses to write '..' itself)."""
     import onnx
@@ -637,6 +649,25 @@ def test_from_build_carries_records_and_validation(build_dir, tmp_path):
     assert {a["format"] for a in m["targets"][0]["artifacts"]} == {"qnn-context-binary", "ort-epcontext"}
     assert "records/enc-SM8750-compile.json" in {r["path"] for r in m["records"]}
     assert verify_bundle(result.path).ok
+
+
+@pytest.mark.parametrize("record", ["compile", "validation"])
+def test_a_binary_that_is_not_the_one_its_records_name_is_a_problem(build_dir, tmp_path, record):
+    """A bundle whose enc binary (or, here, whose record of it) comes from another build: the record vouches for
+    numbers measured on other bytes."""
+    from qnndeploy.bundle.build import spec_from_build
+
+    b = build_bundle(spec_from_build(build_dir, "fb", "1.0.0"), tmp_path / "out").path
+    rel = f"records/enc-SM8750-{record}.json"
+    data = json.loads((b / rel).read_text())
+    for named in (data["outputs"] if record == "compile" else [data["binary"]]):
+        if named.get("format", "qnn-context-binary") == "qnn-context-binary":
+            named["sha256"] = "ab" * 32
+    (b / rel).write_text(json.dumps(data))
+    rehash(b, rel)
+    [found] = problems(b)
+    assert found.startswith(f"npu/SM8750/enc.bin: is not the binary its record {rel} names (sha256 ")
+    assert found.endswith("the record's abababababab…): the bundle mixes builds; bundle it again from one build")
 
 
 def test_from_build_refuses_what_changed_since_the_compile(build_dir, tmp_path):
@@ -929,8 +960,8 @@ def test_a_lying_zip_header_cannot_write_more_than_it_says(tmp_path):
 
 # --- what the app relies on: broken bundles that must not verify (issue 11) -----------------------------------------
 
-def one_line_problems(b: Path) -> list[str]:
-    found = problems(b)
+def one_line_problems(b: Path, allow_unchecked: bool = False) -> list[str]:
+    found = problems(b, allow_unchecked)
     assert all("\n" not in p and "\r" not in p for p in found), found
     return found
 
@@ -1027,7 +1058,8 @@ def test_a_context_binary_that_is_not_one(bundle, change, expected, monkeypatch,
     assert len(data) > 8192 + 4096  # the cuts above fall inside this tiny graph's binary
     p.write_bytes(change(data))
     rehash(bundle, BINARY)
-    assert one_line_problems(bundle) == [f"{BINARY}: {expected(len(data))}"]
+    assert one_line_problems(bundle, allow_unchecked=True) == [f"{BINARY}: {expected(len(data))}"]
+    assert one_line_problems(bundle)[-1].startswith("manifest.json: no libQnnSystem here")  # refused without it
 
 
 def test_ctx_onnx_listed_as_a_context_binary(wrapped):

@@ -33,10 +33,17 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "lm-1"
 
 
-def _swap(bundle: Path, tmp_path: Path, drop_wrapper: bool) -> tuple[Path, str]:
-    """A copy whose prefill.bin is decode's binary, listed with its real hash and size: every marker is right."""
+def _swap(bundle: Path, tmp_path: Path, drop_wrapper: bool, records: bool = False) -> tuple[Path, str]:
+    """A copy whose prefill.bin is decode's binary, listed with its real hash and size: every marker is right.
+    Without its compile and validation records (which name the real binary's sha256: a check of its own) unless
+    `records`."""
     copy = tmp_path / "lm-1"
     shutil.copytree(bundle, copy)
+    if not records:
+        m = json.loads((copy / "manifest.json").read_text())
+        m["records"] = []
+        shutil.rmtree(copy / "records")
+        (copy / "manifest.json").write_text(json.dumps(m))
     npu = copy / "npu" / "SM8750"
     shutil.copyfile(npu / "decode.bin", npu / "prefill.bin")
     m = json.loads((copy / "manifest.json").read_text())
@@ -79,8 +86,11 @@ def test_another_graphs_binary_is_caught_by_the_graph_its_wrapper_runs(bundle: P
 def test_without_libqnnsystem_the_markers_decide_and_the_report_says_so(bundle: Path, tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("QNNDEPLOY_QNN_SYSTEM_LIB", str(tmp_path / "missing" / "libQnnSystem.so"))
-    report = verify_bundle(bundle)
+    report = verify_bundle(bundle, allow_unchecked=True)
     assert report.ok
-    assert any(w.path == "manifest.json" and "checked by their markers only" in w.message for w in report.warnings)
+    assert any(w.path == "manifest.json" and "their markers only were read" in w.message for w in report.warnings)
     copy, _ = _swap(bundle, tmp_path, drop_wrapper=True)
-    assert verify_bundle(copy).ok, "the markers alone cannot tell the two graphs' binaries apart"
+    assert verify_bundle(copy, allow_unchecked=True).ok, "the markers alone cannot tell the two binaries apart"
+    copy, path = _swap(bundle, tmp_path / "with-records", drop_wrapper=True, records=True)
+    [problem] = verify_bundle(copy, allow_unchecked=True).problems  # the records can
+    assert problem.path == path and "is not the binary its record records/prefill-SM8750-" in problem.message

@@ -189,6 +189,18 @@ def test_a_binary_that_crashes_libqnnsystem_costs_only_its_child(build, tmp_path
     assert r.exit_code == EXIT_CHECK_FAILED and "PROBLEM libQnnSystem crashed" in r.output
 
 
+def test_one_child_reads_many_binaries_and_a_crash_costs_only_the_binary_that_caused_it(build, tmp_path):
+    good = build / "tiny" / "SM8750" / "tiny.bin"
+    data = bytearray(good.read_bytes())
+    data[70] = 0  # the crashing byte of the test above
+    crash = tmp_path / "crash.bin"
+    crash.write_bytes(data)
+    answers = qnnsystem.read_contexts([good, crash, good, good])
+    assert [type(a).__name__ for a in answers] == ["ContextInfo", "QnnDeployError", "ContextInfo", "ContextInfo"]
+    assert "crashed reading" in str(answers[1]) and str(crash) in str(answers[1])
+    assert answers[0] == answers[2] == answers[3]
+
+
 def test_a_reader_that_does_not_finish_is_stopped(build):
     with pytest.raises(QnnDeployError, match="did not finish reading"):
         qnnsystem.read_context(build / "tiny" / "SM8750" / "tiny.bin", timeout=0.001)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qnndeploy import compat, contextcheck, epcontext, qnnsystem, socs
+from qnndeploy import compat, contextcheck, emulator, epcontext, qnnsystem, socs
 from qnndeploy.bundle import archive, elf
 from qnndeploy.bundle.manifest import (
     accepted_reason,
@@ -22,13 +22,14 @@ from qnndeploy.bundle.manifest import (
     file_entries,
     graph_signature,
     graph_validations,
+    parse_json,
     read_manifest,
     schema_errors,
     worst_metric,
 )
 from qnndeploy.decision import qnn_libraries, soc_tables, upper
 from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError
-from qnndeploy.fileio import JSON, Progress
+from qnndeploy.fileio import JSON, Progress, read_limited
 from qnndeploy.formats import (
     CONTEXT_BINARY,
     EPCONTEXT,
@@ -38,6 +39,7 @@ from qnndeploy.formats import (
     ONNX,
     SHARED_SINCE,
     artifact_graphs,
+    path_problem,
 )
 from qnndeploy.markers import FileFacts, build_version, scan_file
 from qnndeploy.onnxio import load_model
@@ -67,51 +69,67 @@ class VerifyReport:
     targets: list[str] = field(default_factory=list)
     runtime: str | None = None
     accepted: list[JSON] = field(default_factory=list)  # failed graphs shipped with a reason (accepted_failures)
+    deep: str | None = None  # what loading the binaries on the host emulator did; None: not asked (--shallow)
+    unchecked: list[str] = field(default_factory=list)  # context binaries no libQnnSystem could read here
 
 
 def _walk(root: Path) -> tuple[set[str], list[Problem]]:
-    """Regular files under root as POSIX paths, and a problem for every symlink or special file."""
+    """Regular files under root as POSIX paths, and a problem for every symlink, special file or folder nested
+    deeper than archives may be (archive.MAX_DEPTH), walked with a stack of its own: os.walk recurses, and a tree a
+    thousand folders deep would end in a RecursionError."""
     files, problems = set(), []
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            full = Path(dirpath, name)
-            rel = full.relative_to(root).as_posix()
-            mode = full.lstat().st_mode
-            if stat.S_ISLNK(mode):
-                problems.append(Problem(rel, "is a symlink; bundles hold regular files only"))
-            elif stat.S_ISREG(mode):
-                files.add(rel)
-            elif not stat.S_ISDIR(mode):
-                problems.append(Problem(rel, "is a device file, FIFO or socket; bundles hold regular files only"))
-        dirnames[:] = [d for d in dirnames if not Path(dirpath, d).is_symlink()]
+    stack = [(root, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                full = Path(entry.path)
+                rel = full.relative_to(root).as_posix()
+                mode = entry.stat(follow_symlinks=False).st_mode
+                if stat.S_ISLNK(mode):
+                    problems.append(Problem(rel, "is a symlink; bundles hold regular files only"))
+                elif stat.S_ISREG(mode):
+                    files.add(rel)
+                elif not stat.S_ISDIR(mode):
+                    problems.append(Problem(rel, "is a device file, FIFO or socket; bundles hold regular files only"))
+                elif depth + 1 >= archive.MAX_DEPTH:
+                    problems.append(Problem(rel[:200] + "…", f"is nested {depth + 1} folders deep; a bundle's "
+                                                             f"folders are at most {archive.MAX_DEPTH} deep"))
+                else:
+                    stack.append((full, depth + 1))
     return files, problems
 
 
 @contextmanager
-def opened(path: Path, progress: Progress | None = None, jobs: int | None = None
-           ) -> Iterator[tuple[Path, VerifyReport]]:
+def opened(path: Path, progress: Progress | None = None, jobs: int | None = None, *, deep: bool = False,
+           allow_unchecked: bool = False) -> Iterator[tuple[Path, VerifyReport]]:
     """(bundle root, its verify report) for a bundle folder or a .tar.gz/.zip of one; an archive stays extracted
     while the caller uses it. Raises QnnDeployError only for unusable input."""
     path = Path(path)
     if not path.exists():
         raise QnnDeployError(f"{path} does not exist")
     if path.is_dir():
-        yield path, verify_folder(path, progress, jobs)
+        yield path, verify_folder(path, progress, jobs, deep=deep, allow_unchecked=allow_unchecked)
         return
     with archive.extracted(path) as (root, refused):
         report = (VerifyReport(str(path), problems=[Problem(name, why) for name, why in refused]) if refused
-                  else verify_folder(root, progress, jobs))
+                  else verify_folder(root, progress, jobs, deep=deep, allow_unchecked=allow_unchecked))
         report.bundle = str(path)
         yield root, report
 
 
-def verify_bundle(path: Path, progress: Progress | None = None, jobs: int | None = None) -> VerifyReport:
+def verify_bundle(path: Path, progress: Progress | None = None, jobs: int | None = None, *, deep: bool = False,
+                  allow_unchecked: bool = False) -> VerifyReport:
     """Verify a bundle folder or a .tar.gz/.zip of one."""
-    with opened(path, progress, jobs) as (_, report):
+    with opened(path, progress, jobs, deep=deep, allow_unchecked=allow_unchecked) as (_, report):
         return report
 
 
-def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None = None) -> VerifyReport:
+def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None = None, *, deep: bool = False,
+                  allow_unchecked: bool = False) -> VerifyReport:
+    """Every rule of the bundle format, and with `deep` each context binary loaded and run on the host emulator
+    against its CPU model (emulator.check_bundle). Binaries no libQnnSystem can read are a problem unless
+    `allow_unchecked`."""
     report = VerifyReport(str(root))
     try:
         manifest = read_manifest(root)
@@ -146,11 +164,27 @@ def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None
     # the binaries that are what the manifest says (another is already a problem): read by their own metadata
     binaries = {x["path"]: x["sha256"] for kind, x in present if kind.startswith("npu:")
                 and x.get("format") == CONTEXT_BINARY and facts[x["path"]].sha256 == x["sha256"]}
-    contexts, missing = read_contexts(root, binaries, jobs)
+    contexts, missing = read_contexts(root, binaries)
     report.problems += check_manifest(manifest, facts, tree, root, unread, contexts)
+    report.problems += _record_problems(root, manifest, facts)
     report.warnings += check_warnings(manifest, facts, contexts)
     if missing and binaries:
-        report.warnings.append(Problem(MANIFEST, f"context binaries checked by their markers only: {missing}"))
+        report.unchecked = sorted(binaries)
+        if allow_unchecked:
+            report.warnings.append(Problem(MANIFEST, f"{len(binaries)} context binaries unchecked (--allow-unchecked):"
+                                                     f" their markers only were read, {missing}"))
+        else:
+            report.problems.append(Problem(MANIFEST, f"no libQnnSystem here to read the context binaries ({missing}):"
+                                                     " install onnxruntime-qnn, or pass --allow-unchecked to accept "
+                                                     "them unchecked (the report lists them)"))
+    if deep and not report.problems and not report.unchecked:
+        found = emulator.check_bundle(root, manifest, {p: [g.name for g in c.graphs] for p, c in contexts.items()
+                                                       if isinstance(c, ContextInfo)})
+        report.problems += [Problem(path, why) for path, why in found.problems]
+        report.warnings += [Problem(path, why) for path, why in found.warnings]
+        report.deep = found.done
+    elif deep:
+        report.deep = "not done: the bundle has problems" if report.problems else "not done: binaries unchecked"
     _summarize(report, manifest, facts)
     report.files += len(unread)
     report.bytes += sum(unread.values())
@@ -238,31 +272,69 @@ Contexts = dict[str, "ContextInfo | str"]  # context binary path -> what libQnnS
 _READ: dict[tuple[str, str], ContextInfo | str] = {}
 
 
-def read_contexts(root: Path, binaries: dict[str, str], jobs: int | None = None) -> tuple[Contexts, str | None]:
+MAX_RECORD_BYTES = 4 << 20  # a compile record with its log paths and graph I/O is a few KB
+
+
+def _record_problems(root: Path, manifest: JSON, facts: dict[str, FileFacts]) -> list[Problem]:
+    """Each context binary must be the one its compile and validation records name (their outputs' and binary's
+    sha256), when the bundle holds them: a bundle that mixes the binary of one build with the records of another
+    vouches for numbers that were measured on other bytes."""
+    claims: list[tuple[str, set[str], set[str], str]] = []  # (soc, graphs, binaries' sha256, record path)
+    for e in manifest.get("records") or []:
+        if e["path"] not in facts or facts[e["path"]].sha256 != e["sha256"]:
+            continue  # missing or changed: already a problem
+        try:
+            data = parse_json(read_limited(root / e["path"], MAX_RECORD_BYTES, "record"), root / e["path"])
+        except QnnDeployError:
+            continue  # a record is kept as it was written; only what it says of the binaries is checked
+        if not isinstance(data, dict) or not isinstance(data.get("soc"), str):
+            continue
+        if data.get("record") == "qnndeploy-compile" and data.get("status", "ok") == "ok":
+            members = [m for m in data.get("members") or [] if isinstance(m, dict)]
+            graphs = [data.get("graph"), *(m.get("graph") for m in members)]
+            named = [o for o in data.get("outputs") or [] if isinstance(o, dict)
+                     and o.get("format") == CONTEXT_BINARY and not o.get("twin")]
+        elif data.get("record") == "qnndeploy-validation" and isinstance(data.get("binary"), dict):
+            graphs, named = [data.get("graph")], [data["binary"]]
+        else:
+            continue
+        shas = {o["sha256"] for o in named if isinstance(o.get("sha256"), str)}
+        if shas:
+            claims.append((data["soc"], {g for g in graphs if isinstance(g, str)}, shas, e["path"]))
+    problems = []
+    for t in manifest["targets"]:
+        for a in t["artifacts"]:
+            if a.get("format") != CONTEXT_BINARY:
+                continue
+            wrong = next((c for c in claims if c[0] == t["soc"] and c[1] & set(artifact_graphs(a))
+                          and a["sha256"] not in c[2]), None)
+            if wrong is not None:
+                problems.append(Problem(a["path"], f"is not the binary its record {wrong[3]} names (sha256 "
+                                                   f"{a['sha256'][:12]}…, the record's "
+                                                   f"{', '.join(sorted(w[:12] + '…' for w in wrong[2]))}): the "
+                                                   "bundle mixes builds; bundle it again from one build"))
+    return problems
+
+
+def read_contexts(root: Path, binaries: dict[str, str]) -> tuple[Contexts, str | None]:
     """Each context binary's metadata (bundle path -> its sha256 in, path -> ContextInfo out), read by libQnnSystem
-    in a child process each (a damaged binary crashes it); a binary it refuses maps to the reason. Also the reason
-    when the library is missing or does not load (then: no entries)."""
+    in a child process (qnnsystem.read_contexts: a damaged binary crashes that child, not this process); a binary
+    it refuses maps to the reason. Also the reason when the library is missing or does not load (then: no
+    entries). Binaries read before, by their sha256, are not read again."""
     try:
         library = qnnsystem.library_path()
     except QnnDeployError as e:
         return {}, str(e)
-    missing: list[str] = []
-
-    def read(path: str) -> ContextInfo | str | None:
-        key = (str(library), binaries[path])
-        if key not in _READ:
-            try:
-                _READ[key] = qnnsystem.read_context(root / path, library)
-            except QnnDeployError as e:
-                if e.exit_code == EXIT_MISSING_TOOL:
-                    missing.append(str(e))
-                    return None
-                _READ[key] = str(e)
-        return _READ[key]
-
-    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        found = dict(zip(binaries, pool.map(read, binaries), strict=True))
-    return {p: c for p, c in found.items() if c is not None}, missing[0] if missing else None
+    todo = list(dict.fromkeys(p for p, sha in binaries.items() if (str(library), sha) not in _READ))
+    missing = None
+    for path, answer in zip(todo, qnnsystem.read_contexts([root / p for p in todo], library), strict=True):
+        if isinstance(answer, QnnDeployError) and answer.exit_code == EXIT_MISSING_TOOL:
+            missing = missing or str(answer)
+        else:
+            _READ[(str(library), binaries[path])] = answer if isinstance(answer, ContextInfo) else str(answer)
+    if missing is not None:
+        return {}, missing
+    return {p: _READ[(str(library), sha)] for p, sha in binaries.items()}, None
 
 
 def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], root: Path,
@@ -284,6 +356,8 @@ def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], 
         if p in seen or p == MANIFEST:
             add(p, "is listed twice in the manifest")
         seen.add(p)
+        if (why := path_problem(p)) is not None:
+            add(p.encode("unicode_escape").decode("ascii"), why)
         size = unread[p] if p in unread else facts[p].size if p in facts else None
         if p not in tree:
             add(p, "is listed in the manifest but missing from the bundle")

@@ -92,8 +92,9 @@ def report(result: Any, as_json: bool, render: Callable[[Any], None], failed: in
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    """The one way a command ends in error: `error: <one line>` on stderr and the exit code."""
-    click.echo(f"error: {message}", err=True)
+    """The one way a command ends in error: `error: <one line>` on stderr and the exit code. Messages quote paths
+    and names from the user, bundles and phones: escaped, so that one stays one line and no escape sequence runs."""
+    click.echo(f"error: {escaped(message)}", err=True)
     sys.exit(code)
 
 
@@ -182,6 +183,13 @@ qairt_option = click.option(
 # --- options and parsers ------------------------------------------------------------------------------------------
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of text.")
+# How a bundle is verified, the same two options on every command that verifies one before using it.
+shallow_option = click.option("--shallow", is_flag=True,
+                              help="Do not load the context binaries on the host HTP emulator (the metadata, "
+                                   "checksums and rules are still checked).")
+unchecked_option = click.option("--allow-unchecked", is_flag=True,
+                                help="Accept context binaries that no libQnnSystem here can read (no onnxruntime-qnn "
+                                     "on this machine); the report lists them.")
 cache_dir_option = click.option(
     "--cache-dir", type=click.Path(path_type=Path), metavar="DIR",
     help="The compile cache [default: $QNNDEPLOY_CACHE_DIR, else $XDG_CACHE_HOME/qnndeploy/compile, "

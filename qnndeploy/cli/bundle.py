@@ -17,11 +17,15 @@ from qnndeploy.cli._common import (
     assignments,
     byte_progress,
     emit_json,
+    escaped,
     handles_errors,
     json_option,
     report,
+    shallow_option,
+    unchecked_option,
 )
 from qnndeploy.errors import QnnDeployError
+from qnndeploy.fileio import resolve_named
 from qnndeploy.formats import ACCEPT_ON, MANIFEST, PERFORMANCE_MODES
 
 
@@ -43,18 +47,25 @@ def require_bundle(given: Path, root: Path, result: VerifyReport) -> None:
     # the manifest reads, so the report's problems are schema errors: a bundle with problems, shown as a report
 
 
-def render_verify(result: VerifyReport) -> None:
-    where = f"{result.name}-{result.version}" if result.name else result.bundle
+def render_verify(result: VerifyReport, shallow: bool = False) -> None:
+    """Paths and messages come from the bundle (file names, manifest text): printed escaped."""
+    where = escaped(f"{result.name}-{result.version}" if result.name else result.bundle)
     if result.ok:
-        click.echo(f"OK  {result.bundle}: {where}, QAIRT {result.qairt}, {result.files} files, "
+        click.echo(f"OK  {escaped(result.bundle)}: {where}, QAIRT {escaped(result.qairt)}, {result.files} files, "
                    f"{result.bytes / 1e6:.1f} MB")
-        click.echo(f"    targets: {', '.join(result.targets) or 'none (CPU only)'}; runtime: {result.runtime}")
+        click.echo(f"    targets: {escaped(', '.join(result.targets)) or 'none (CPU only)'}; "
+                   f"runtime: {escaped(result.runtime)}")
     else:
-        click.echo(f"FAIL {result.bundle}: {len(result.problems)} problem(s)")
+        click.echo(f"FAIL {escaped(result.bundle)}: {len(result.problems)} problem(s)")
         for p in result.problems:
-            click.echo(f"  - {p.path}: {p.message}")
+            click.echo(f"  - {escaped(p.path)}: {escaped(p.message)}")
+    if result.deep or shallow:
+        deep = escaped(result.deep) if result.deep else "not loaded on the host emulator (--shallow)"
+        click.echo(f"    binaries: {deep}")
+    if result.unchecked:
+        click.echo(f"    unchecked (no libQnnSystem here): {escaped(', '.join(result.unchecked))}")
     for w in result.warnings:
-        click.echo(f"  warning: {w.path}: {w.message}")
+        click.echo(f"  warning: {escaped(w.path)}: {escaped(w.message)}")
 
 
 def _render_build(result: BundleResult) -> None:
@@ -72,7 +83,7 @@ def _graph_file(value: str) -> tuple[str, Path]:
     graph, sep, path = value.partition("=")
     if not (sep and graph and path):
         raise QnnDeployError(f"--cpu {value!r} is not of the form GRAPH=model.onnx")
-    return graph, Path(path)
+    return graph, resolve_named(Path(path))  # a link named here is followed once; bundle opens with O_NOFOLLOW
 
 
 def _accepts(values: tuple[str, ...]) -> dict[tuple[str, str], str]:
@@ -99,7 +110,7 @@ def _npu(values: tuple[str, ...]) -> dict[str, dict[str, list[Path]]]:
         files = out.setdefault(soc, {}).setdefault(graph, [])
         if any(Path(f).suffix == Path(path).suffix for f in files):
             raise QnnDeployError(f"--npu gives {soc}:{graph} twice")
-        files.append(Path(path))
+        files.append(resolve_named(Path(path)))
     return out
 
 
@@ -209,16 +220,20 @@ def build(name: str, version_: str, cpu: tuple[str, ...], npu: tuple[str, ...], 
 
 @bundle.command("verify")
 @click.argument("path", type=click.Path(path_type=Path))
+@shallow_option
+@unchecked_option
 @json_option
 @handles_errors
-def verify(path: Path, as_json: bool) -> None:
+def verify(path: Path, shallow: bool, allow_unchecked: bool, as_json: bool) -> None:
     """Check a bundle folder or archive.
 
-    PATH is a bundle folder, .tar.gz or .zip; every problem is reported.
+    PATH is a bundle folder, .tar.gz or .zip; every problem is reported. Each context binary is read with
+    libQnnSystem and (unless --shallow) loaded on the host HTP emulator and compared with its CPU model.
 
     Exit 0 when clean, 1 with problems, 2 when PATH is not a bundle at all (no manifest.json, or one
     that is not a readable qnndeploy manifest).
     """
-    with byte_progress("verifying", as_json) as progress, opened(path, progress) as (root, result):
+    with (byte_progress("verifying", as_json) as progress,
+          opened(path, progress, deep=not shallow, allow_unchecked=allow_unchecked) as (root, result)):
         require_bundle(path, root, result)
-    report(result, as_json, render_verify)
+    report(result, as_json, lambda r: render_verify(r, shallow))

@@ -28,6 +28,7 @@ from qnndeploy.cli._common import (
     num,
     render_output,
     shown,
+    unchecked_option,
 )
 from qnndeploy.cli.bundle import render_verify, require_bundle
 from qnndeploy.device import hosted
@@ -387,13 +388,14 @@ def _render_verifications(report: VerifyReport, results: list[verify_stage.Devic
               help="A `package play` output of BUNDLE: also say which device group Play delivers to the phone (by "
                    "its ro.soc.manufacturer and ro.soc.model), and fail when it is not the decision's.")
 @timeout_option
+@unchecked_option
 @json_option
 @handles_errors
 @escapes_errors
 def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runner: Path | None,
                   qnn_sdk_root: Path | None, inputs: Path | None, samples: int, seed: int, runs: int,
                   record_dir: Path, aihub: bool, hosted_names: tuple[str, ...], hosted_socs: tuple[str, ...],
-                  play_dir: Path | None, timeout: float | None, as_json: bool) -> None:
+                  play_dir: Path | None, timeout: float | None, allow_unchecked: bool, as_json: bool) -> None:
     """Push a bundle to a phone, run it there, record the result.
 
     The bundle folder goes to the phone as the app would use it and is checked there; with a runner, it runs
@@ -421,7 +423,7 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
              "phones over adb")
     if all_devices and given:
         fail("give -s SERIAL or --all, not both")
-    report, manifest = verify_stage.check_bundle(bundle_dir)
+    report, manifest = verify_stage.check_bundle(bundle_dir, allow_unchecked)
     require_bundle(bundle_dir, bundle_dir, report)
     if not report.ok or manifest is None:
         if as_json:

@@ -8,7 +8,16 @@ import click
 
 from qnndeploy import play as stage
 from qnndeploy.bundle.verify import opened
-from qnndeploy.cli._common import Group, byte_progress, emit_json, fail, handles_errors, json_option
+from qnndeploy.cli._common import (
+    Group,
+    byte_progress,
+    emit_json,
+    fail,
+    handles_errors,
+    json_option,
+    shallow_option,
+    unchecked_option,
+)
 from qnndeploy.cli.bundle import render_verify, require_bundle
 from qnndeploy.errors import EXIT_CHECK_FAILED
 
@@ -56,9 +65,12 @@ def _render(result: stage.PlayPackage) -> None:
 @click.option("--force", is_flag=True,
               help="Replace DIR if it is an earlier package play output (it holds .qnndeploy-play), never another "
                    "folder.")
+@shallow_option
+@unchecked_option
 @json_option
 @handles_errors
-def play(bundle: Path, out: Path, delivery: str, pack: str, force: bool, as_json: bool) -> None:
+def play(bundle: Path, out: Path, delivery: str, pack: str, force: bool, shallow: bool, allow_unchecked: bool,
+         as_json: bool) -> None:
     """Write a Google Play AI pack of BUNDLE, one device group per SoC.
 
     Each group holds its targets' NPU files and is selected by Build.SOC_MANUFACTURER (QTI or Qualcomm) and
@@ -69,8 +81,9 @@ def play(bundle: Path, out: Path, delivery: str, pack: str, force: bool, as_json
     The bundle (folder or archive) must pass `bundle verify` (exit 1 with its report when it does not, 2 when
     BUNDLE is not a bundle).
     """
-    stage.check_request(out, pack=pack, delivery=delivery, force=force)
-    with byte_progress("verifying", as_json) as progress, opened(bundle, progress) as (root, report):
+    stage.check_request(out, pack=pack, delivery=delivery, force=force, bundle=bundle)
+    with (byte_progress("verifying", as_json) as progress,
+          opened(bundle, progress, deep=not shallow, allow_unchecked=allow_unchecked) as (root, report)):
         require_bundle(bundle, root, report)
         if not report.ok:
             if as_json:

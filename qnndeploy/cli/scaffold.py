@@ -8,7 +8,15 @@ import click
 
 from qnndeploy import scaffold as stage
 from qnndeploy.bundle.verify import opened
-from qnndeploy.cli._common import byte_progress, emit_json, fail, handles_errors, json_option
+from qnndeploy.cli._common import (
+    byte_progress,
+    emit_json,
+    fail,
+    handles_errors,
+    json_option,
+    shallow_option,
+    unchecked_option,
+)
 from qnndeploy.cli.bundle import render_verify, require_bundle
 from qnndeploy.errors import EXIT_CHECK_FAILED
 
@@ -53,10 +61,12 @@ def _render_scaffold(result: stage.ScaffoldResult) -> None:
 @click.option("--force", is_flag=True,
               help="Replace DIR if it is an earlier scaffold output (it holds .qnndeploy-scaffold), never another "
                    "folder.")
+@shallow_option
+@unchecked_option
 @json_option
 @handles_errors
 def scaffold(bundle: Path, package: str, out: Path, engine: str, ort_aar: str, app: bool, play: Path | None,
-             force: bool, as_json: bool) -> None:
+             force: bool, shallow: bool, allow_unchecked: bool, as_json: bool) -> None:
     """Generate the app side of a bundle: Kotlin glue.
 
     The Kotlin runtime selector (NPU or CPU on each phone) and engine glue, Gradle and manifest snippets.
@@ -67,7 +77,8 @@ def scaffold(bundle: Path, package: str, out: Path, engine: str, ort_aar: str, a
     the app (with --play, three more: the pack's Gradle files).
     """
     stage.check_request(package, out, engine=engine, app=app, force=force, ort_aar=ort_aar, play=play is not None)
-    with byte_progress("verifying", as_json) as progress, opened(bundle, progress) as (root, report):
+    with (byte_progress("verifying", as_json) as progress,
+          opened(bundle, progress, deep=not shallow, allow_unchecked=allow_unchecked) as (root, report)):
         require_bundle(bundle, root, report)
         if not report.ok:
             if as_json:

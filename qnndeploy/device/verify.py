@@ -207,13 +207,14 @@ def _entries(manifest: JSON) -> list[JSON]:
     return [e for _, e in file_entries(manifest)]
 
 
-def check_bundle(path: Path) -> tuple[VerifyReport, JSON | None]:
-    """(bundle verify's report, the manifest when the bundle is sound): nothing is pushed from a bad bundle."""
+def check_bundle(path: Path, allow_unchecked: bool = False) -> tuple[VerifyReport, JSON | None]:
+    """(bundle verify's report, the manifest when the bundle is sound): nothing is pushed from a bad bundle. Not
+    loaded on the host emulator: the phone runs the binaries itself."""
 
     path = Path(path)
     if path.is_file():
         raise QnnDeployError(f"{path} is an archive: extract it and pass the bundle folder", EXIT_BAD_INPUT)
-    report = verify_bundle(path)
+    report = verify_bundle(path, allow_unchecked=allow_unchecked)
     return report, load_manifest(path) if report.ok else None
 
 
