@@ -29,10 +29,19 @@ def run(*args: object) -> click.testing.Result:
     return CliRunner().invoke(cli, [str(a) for a in args])
 
 
+def sub(group: click.Command, word: str) -> click.Command:
+    """A group's command by name, as click finds it (the top level loads its commands on demand)."""
+    assert isinstance(group, click.Group)
+    command = group.get_command(click.Context(group), word)
+    assert command is not None, word
+    return command
+
+
 def command_paths(group: click.Group = cli, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     """Every command and group under `group`, as the words that call it."""
     found = []
-    for name, command in group.commands.items():
+    for name in group.list_commands(click.Context(group)):
+        command = sub(group, name)
         found.append((*prefix, name))
         if isinstance(command, click.Group):
             found += command_paths(command, (*prefix, name))
@@ -46,13 +55,35 @@ def test_every_command_has_help_and_every_option_says_what_it_does(path):
     r = run(*path, "--help")
     assert r.exit_code == 0, r.output
     assert r.output.startswith(f"Usage: {' '.join(('cli', *path))} ")  # CliRunner names the program after the group
-    command = cli
-    for word in path:
-        command = command.commands[word]
+    command = functools.reduce(sub, path, cli)
     assert (command.help or "").strip(), f"{' '.join(path)} has no help text"
     for param in command.params:
         if isinstance(param, click.Option) and not param.hidden and param.name != "help":
             assert (param.help or "").strip(), f"{' '.join(path)} {param.opts[0]} has no help text"
+
+
+def test_the_listing_is_each_commands_own_first_help_line():
+    from qnndeploy.cli import COMMANDS
+
+    for name, (_, _, line) in COMMANDS.items():
+        assert sub(cli, name).get_short_help_str(limit=1000) == line, name
+
+
+def test_help_imports_no_command_module():
+    """`qnndeploy --help` and a command's parsing load only the modules that command needs: the CLI starts fast."""
+    code = ("import json, sys\nfrom qnndeploy.cli import main\nsys.argv = ['qnndeploy', *sys.argv[1:]]\ntry:\n"
+            "    main()\nexcept SystemExit:\n    pass\nprint(json.dumps(sorted(sys.modules)))")
+
+    def loaded(*args: str) -> list[str]:
+        done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
+        return [m for m in json.loads(done.stdout.splitlines()[-1]) if m.split(".")[0] in ("qnndeploy", "onnx")]
+
+    # the group, what every command shares (errors, files, re-running under another QAIRT toolchain), no command
+    assert loaded("--help") == ["qnndeploy", "qnndeploy.child", "qnndeploy.cli", "qnndeploy.cli._common",
+                                "qnndeploy.compat", "qnndeploy.errors", "qnndeploy.fileio", "qnndeploy.toolchain"]
+    assert not any(m.startswith(("qnndeploy.cli.compile", "qnndeploy.compile", "qnndeploy.device"))
+                   for m in loaded("socs", "--help"))
+    assert "onnx" not in loaded("socs", "SM8750")
 
 
 def test_the_listing_follows_the_pipeline():
@@ -281,10 +312,10 @@ def section_of(path: tuple[str, ...], sections: dict[str, str]) -> str:
 
 
 @pytest.mark.parametrize("path", [p for p in command_paths() if not isinstance(
-    functools.reduce(lambda c, w: c.commands[w], p, cli), click.Group)], ids=" ".join)
+    functools.reduce(sub, p, cli), click.Group)], ids=" ".join)
 def test_the_readme_documents_every_command_and_option(path):
     text = section_of(path, readme_sections())
-    command = functools.reduce(lambda c, w: c.commands[w], path, cli)
+    command = functools.reduce(sub, path, cli)
     for param in command.params:
         if isinstance(param, click.Option) and param.name != "help":  # by any of its names, e.g. -o or --output
             assert any(re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", text) for o in param.opts), \

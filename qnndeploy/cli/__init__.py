@@ -7,27 +7,12 @@ they share (error handling, JSON output, options, progress bars) is in cli/_comm
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
 from qnndeploy import __version__
-from qnndeploy.cli import (
-    bundle,
-    cache,
-    check,
-    demo,
-    device,
-    diagnose,
-    doctor,
-    package,
-    prepare,
-    scaffold,
-    socs,
-    validate,
-)
-from qnndeploy.cli import compile as compile_  # the module; `compile` alone would hide the builtin here
-from qnndeploy.cli import inspect as inspect_  # the module; `inspect` alone would hide the standard library's
 from qnndeploy.cli._common import (
     CONTEXT_SETTINGS,
     EXIT_INTERRUPTED,
@@ -37,8 +22,50 @@ from qnndeploy.cli._common import (
     interrupted_message,
 )
 
+# name: (module in qnndeploy.cli, its click command, the first line of the command's help), in the pipeline's
+# order, as `qnndeploy --help` lists them. A command's module is imported only when that command runs (or its help
+# is asked for), so `--help` and every command start without importing the others; tests/test_cli.py checks that
+# each line here is the command's own.
+COMMANDS = {
+    "demo": ("demo", "demo", "The whole procedure on the embedded demo model."),
+    "socs": ("socs", "socs", "The SoC catalog, or one SoC with its sources and what QNN's compiler wrote for it."),
+    "check": ("check", "check", "Is each model ready for the NPU, and what fixes it."),
+    "prepare": ("prepare", "prepare", "Make a model NPU-ready, proven equivalent on CPU."),
+    "compile": ("compile", "compile_cmd", "Compile each model for each SoC into a QNN context binary."),
+    "validate": ("validate", "validate", "Compare each context binary on the HTP emulator with the CPU."),
+    "diagnose": ("diagnose", "diagnose", "Find the tensor where the NPU's numbers go wrong, and why."),
+    "bundle": ("bundle", "bundle", "Build a bundle, or verify one."),
+    "inspect": ("inspect", "inspect_cmd", "What a QNN context binary holds, as QNN reads it."),
+    "scaffold": ("scaffold", "scaffold", "Generate the app side of a bundle: Kotlin glue."),
+    "package": ("package", "package", "Package a bundle for an app store's delivery."),
+    "device": ("device", "device", "Phones over adb: list, info, profile, verify."),
+    "doctor": ("doctor", "doctor", "What this machine can do, and what to install."),
+    "cache": ("cache", "cache", "The compile cache: list, size, clear."),
+}
 
-@click.group(cls=Group, context_settings=CONTEXT_SETTINGS)
+
+class _Lazy(Group):
+    """The top-level group: commands are loaded by name from COMMANDS, and the listing uses COMMANDS' help lines."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, name, _ = COMMANDS[cmd_name]
+        command = getattr(importlib.import_module(f"qnndeploy.cli.{module}"), name)
+        assert isinstance(command, click.Command)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        limit = formatter.width - 6 - max(map(len, COMMANDS))
+        rows = [(name, click.utils.make_default_short_help(help_, limit)) for name, (_, _, help_) in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=_Lazy, context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, prog_name="qnndeploy")
 def cli() -> None:
     """Ship ONNX models on the Qualcomm NPU (QNN HTP), with a CPU fallback on every phone.
@@ -53,25 +80,6 @@ def cli() -> None:
     a path that is not a bundle is bad input everywhere); 3 a required tool is missing;
     130 interrupted. `check` adds 10 (fixable) and 11 (not ready).
     """
-
-
-for command in (
-    demo.demo,
-    socs.socs,
-    check.check,
-    prepare.prepare,
-    compile_.compile_cmd,
-    validate.validate,
-    diagnose.diagnose,
-    bundle.bundle,
-    inspect_.inspect_cmd,
-    scaffold.scaffold,
-    package.package,
-    device.device,
-    doctor.doctor,
-    cache.cache,
-):  # in the pipeline's order, as `qnndeploy --help` lists them
-    cli.add_command(command)
 
 
 def main() -> None:
