@@ -9,6 +9,7 @@ process whose import path starts with that folder: every onnxruntime_qnn import 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -139,10 +140,24 @@ def _probe(tc: Toolchain, path: Path) -> str:
 
 def install(tc: Toolchain, say: Callable[[str], None] | None = None) -> Path:
     """Install `tc` into its folder once (pip, into a staging folder renamed when it imports and names the expected
-    QAIRT), and return the folder."""
+    QAIRT), and return the folder. Two processes installing the same toolchain take turns (a lock file beside it):
+    the second finds it installed."""
     target = folder(tc)
     if installed(tc):
         return target
+    try:
+        root().mkdir(parents=True, exist_ok=True)
+        lock = os.open(root() / f".{target.name}.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError as e:
+        raise QnnDeployError(f"cannot create {root()}: {e.strerror} (set {ENV_DIR} to a writable folder)") from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return target if installed(tc) else _install(tc, target, say)
+    finally:
+        os.close(lock)
+
+
+def _install(tc: Toolchain, target: Path, say: Callable[[str], None] | None) -> Path:
     wheels = [f"onnxruntime-qnn=={tc.onnxruntime_qnn}"] + ([f"onnxruntime=={tc.onnxruntime}"] if tc.onnxruntime else [])
     if say:
         say(f"installing {' and '.join(wheels)} into {target} (once; about 100 MB)")

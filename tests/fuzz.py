@@ -66,17 +66,26 @@ def _copy_bundle(good: Path) -> Callable[[Path], Path]:
     return copy_to
 
 
+PER_LEAF = 2  # bad values tried on each manifest leaf, in rotation: every bad value still reaches many leaves
+
+
 def manifest_cases(good: Path) -> Iterator[Case]:
-    """Every leaf of a valid manifest set to values of the wrong kind; the manifest is rewritten as it is."""
+    """Every leaf of a valid manifest set to values of the wrong kind; the manifest is rewritten as it is. Each
+    leaf gets PER_LEAF of the bad values of its kind, the next ones in turn (leaf i: values i*PER_LEAF, ...), so
+    every bad value is tried on about PER_LEAF/len(values) of the leaves: all values on all leaves would be some
+    500 processes that take the same refusal path (the schema) again and again."""
     manifest = json.loads((good / "manifest.json").read_text())
     copy_to = _copy_bundle(good)
+    turn = {id(BAD_NUMBERS): 0, id(BAD_STRINGS): 0}
     for path, value in _walk(manifest):
         if not path or isinstance(value, (dict, list)) or path[-1] in ("created_by", "license", "commit", "model"):
             continue  # free text and containers: mutations of those are not errors
         if path[0] == "graphs" or (path[0] == "targets" and "validation" in path):
             continue  # signatures are checked against the files; validation summaries are informative
         candidates = BAD_NUMBERS if isinstance(value, (int, float)) and not isinstance(value, bool) else BAD_STRINGS
-        for bad in candidates:
+        start = turn[id(candidates)]
+        turn[id(candidates)] += PER_LEAF
+        for bad in (candidates[(start + k) % len(candidates)] for k in range(PER_LEAF)):
             if bad == value:
                 continue
 

@@ -36,12 +36,12 @@ STANDIN = Path(__file__).parent / "qairt_standin"
 SCHEMA = json.loads((Path(stage.__file__).parent.parent / "schemas" / "compile-record.schema.json").read_text())
 
 
-def static_ppocr(name: str, folder: Path) -> Path:
-    """The PP-OCR model with its input fixed to tests/ppocr.STATIC_SHAPES, made by `prepare`."""
+def static_ppocr(name: str, folder: Path, shape: list[int] | None = None) -> Path:
+    """The PP-OCR model with its input fixed to `shape` (default: tests/ppocr.STATIC_SHAPES), made by `prepare`."""
     from qnndeploy.prepare import prepare_model
 
     out = folder / f"{name}.onnx"
-    prepare_model(model_path(name), out, shapes={"x": STATIC_SHAPES[name]})
+    prepare_model(model_path(name), out, shapes={"x": shape or STATIC_SHAPES[name]})
     return out
 
 

@@ -111,5 +111,19 @@ def test_an_install_that_fails_says_how_and_leaves_nothing(model, tmp_path):
     error = done.stderr.strip().splitlines()[-1]
     assert error.startswith("error: pip could not install onnxruntime-qnn 2.7.0 (QAIRT 2.51.0)")
     assert " -m pip install --no-deps --target " in error  # with the Python qnndeploy runs on
-    assert list((tmp_path / "toolchains").iterdir()) == []
+    assert [p.name for p in (tmp_path / "toolchains").iterdir()] == [".onnxruntime-qnn-2.7.0.lock"]  # its lock only
     assert not (tmp_path / "b").exists()
+
+
+def test_two_installs_of_one_toolchain_take_turns(toolchains, tmp_path, monkeypatch):
+    """Two processes (here: threads, each with its own lock file description) install the same release into an
+    empty folder at once: one installs, the other waits and finds it installed; nothing is left half-made."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setenv(toolchain.ENV_DIR, str(tmp_path / "toolchains"))
+    tc = next(t for t in toolchains if not toolchain.is_current(t))
+    with ThreadPoolExecutor(2) as pool:
+        folders = list(pool.map(lambda _: toolchain.install(tc), range(2)))
+    assert folders == [toolchain.folder(tc)] * 2 and toolchain.installed(tc)
+    assert sorted(p.name for p in (tmp_path / "toolchains").iterdir()) == [f".{folders[0].name}.lock",
+                                                                           folders[0].name]
