@@ -87,7 +87,15 @@ def inspect(path: Path, library: Path | None = None, deep: bool = True) -> Inspe
                 name, why = refused[0]
                 raise QnnDeployError(f"{path} is not a safe bundle archive: {name}: {why}")
             return _bundle(path, root, lib, missing, deep)
+    if path.suffix.lower() in NOT_BINARIES:
+        raise QnnDeployError(f"{path} is {NOT_BINARIES[path.suffix.lower()]}, not a QNN context binary: inspect takes "
+                             "a .bin or a bundle (folder, .tar.gz, .zip)")
     return _result(path, "binary", (_binary(path, str(path), lib, missing),))
+
+
+# files users pass to inspect by mistake, by suffix: a wrong file type is bad input (exit 2), not a damaged binary
+NOT_BINARIES = {".onnx": "an ONNX model (qnndeploy check reads models)", ".json": "a JSON file",
+                ".data": "an ONNX external data file", ".so": "a shared library"}
 
 
 def _library(library: Path | None) -> tuple[Path | None, str]:

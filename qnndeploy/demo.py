@@ -60,6 +60,8 @@ class DemoResult:
     runtime: str
     qairt: str
     next_commands: list[str]
+    verified: str  # what bundle verify did with the binaries (loaded on the host emulator, or why not)
+    warnings: list[str]  # bundle build's and bundle verify's, each once: the happy path hides none
 
 
 def run_demo(out: Path, socs: tuple[str, ...] = DEFAULT_SOCS, force: bool = False, step: Step | None = None,
@@ -147,7 +149,7 @@ def _stages(out: Path, socs: tuple[str, ...], say: Step, sdk_root: Path | None, 
     spec.source_model, spec.source_path, spec.license = MODEL, model, "Apache-2.0"
     spec.sdk_root, spec.libs_dir = sdk_root, libs_dir
     bundled = build_bundle(spec, out / "bundle")
-    report = verify_bundle(bundled.path)
+    report = verify_bundle(bundled.path, deep=True)
     if not report.ok:
         raise QnnDeployError(f"the demo bundle does not verify: {report.problems[0].path}: "
                              f"{report.problems[0].message}", EXIT_CHECK_FAILED)
@@ -159,6 +161,8 @@ def _stages(out: Path, socs: tuple[str, ...], say: Step, sdk_root: Path | None, 
         cached=sum(j.status == "cached" for j in compiled.jobs), compile_s=compiled.duration_s,
         validated=[f"{t.graph}/{t.soc}: " + ", ".join(_figures(o) for o in t.outputs) for t in validated.targets],
         bundle=bundled.path, bundle_files=bundled.files, runtime=bundled.runtime, qairt=bundled.qairt,
+        verified=report.deep or "", warnings=list(dict.fromkeys(f"{w.path}: {w.message}"
+                                                                 for w in [*bundled.warnings, *report.warnings])),
         next_commands=[
             f"qnndeploy scaffold {b} --package com.example.kws -o app/qnndeploy",
             f"qnndeploy device info --bundle {b}",

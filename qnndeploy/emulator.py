@@ -139,7 +139,7 @@ def _worse(outputs: list[JSON], recorded: list[JSON]) -> str | None:
 
 
 def _validation(root: Path, manifest: JSON, graph: str, soc: str) -> JSON | None:
-    """The bundle's validation record of (graph, SoC), when it holds one (bundle --from-build copies them)."""
+    """The bundle's validation record of (graph, SoC), when it holds one (bundle build --from-build copies them)."""
     name = f"records/{graph}-{soc}-validation.json"
     if not any(r["path"] == name for r in manifest.get("records") or []):
         return None

@@ -82,6 +82,16 @@ def record(out: Path, graph: str, soc: str) -> dict:
 
 
 @pytest.mark.slow
+def test_without_vtcm_mb_the_compiler_gives_the_graphs_4_mib(build):
+    """What compile --help and the README say of the default, measured: not all of the SoC's 8 MB."""
+    for graph in ("cls", "rec"):
+        for soc_name in SOCS:
+            rec = record(build["out"], graph, soc_name)
+            assert rec["options"]["vtcm_mb"] is None and catalog.find(soc_name).vtcm_mb == 8
+            assert [g["vtcm_bytes"] for g in rec["context"]["graphs"]] == [4 << 20], (graph, soc_name)
+
+
+@pytest.mark.slow
 def test_compiles_each_graph_for_each_soc_with_a_record(build, models):
     out = build["out"]
     for graph in ("cls", "rec"):

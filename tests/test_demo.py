@@ -37,6 +37,7 @@ def test_demo_runs_every_stage(demo):
         assert stage in done.stdout
     assert "check before: fixable" in done.stdout and "check after: ready, 0 CPU partition(s)" in done.stdout
     assert "external: com.qualcomm.qti:qnn-runtime:2.49.0" in done.stdout
+    assert "verifies clean; 3 context binaries loaded and run on the host HTP emulator" in done.stdout
     assert "qnndeploy scaffold" in done.stdout and "qnndeploy device verify" in done.stdout
     assert "Traceback" not in done.stderr
 
@@ -62,7 +63,12 @@ def test_demo_refuses_a_used_folder_and_json_parses(demo):
     forced = subprocess.run(["qnndeploy", "demo", "-o", str(out), "--force", "--json"], capture_output=True,
                             text=True, timeout=600, check=False)
     assert forced.returncode == 0, forced.stderr
-    assert json.loads(forced.stdout)["verdict_after"] == "ready"
+    result = json.loads(forced.stdout)
+    assert result["verdict_after"] == "ready"
+    # what bundle verify says of the same bundle, warnings and the deep check included: the demo hides nothing
+    report = verify_bundle(out / "bundle" / "kws-demo-1.0.0", deep=True)
+    assert result["warnings"] == [f"{w.path}: {w.message}" for w in report.warnings]
+    assert result["verified"] == report.deep and result["verified"].startswith("3 context binaries loaded and run")
 
 
 def test_android_sample_is_the_demo_bundle_rendered(demo, tmp_path):

@@ -338,3 +338,11 @@ def test_a_signature_matches_what_qnn_makes_of_it():
     assert signature_problem(ok, "vad", want) is None
     wrong = graph(TensorInfo("sr", (1,), "int32", 0, None), TensorInfo("x_0", (1, 256), "float32", 0, None))
     assert "is it another graph's binary?" in (signature_problem(wrong, "vad", want) or "")
+
+
+@pytest.mark.parametrize("name", ["model.onnx", "manifest.json", "libQnnHtp.so"])
+def test_a_file_that_is_not_a_binary_is_bad_input(tmp_path, name):
+    path = tmp_path / name
+    path.write_bytes(b"\x08\x07")
+    r = run("inspect", path)
+    assert r.exit_code == 2 and r.output.startswith(f"error: {path} is ") and "not a QNN context binary" in r.output

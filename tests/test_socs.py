@@ -70,3 +70,12 @@ def test_socs_shows_a_socs_sources_and_what_qnn_wrote():
     assert any(line.startswith("SM8750 ") and "SM8750P,SM8750-AC" in line and "2.47.0-2.51.0" in line
                for line in table)
     assert any(line.startswith("SM7325 ") and "none (2.47.0-2.51.0 refuse it)" in line for line in table)
+
+
+def test_the_arch_text_inside_a_binary_is_shown_where_it_differs_from_its_metadata():
+    """SM8475: every QAIRT here writes v69 into the metadata (what libQnnSystem and bundle verify read) and
+    `arch=68` into the prepare string the binary embeds; `socs` says both, so nobody takes the 68 for the arch."""
+    out = CliRunner().invoke(cli, ["socs", "SM8475"]).output
+    assert ("writes soc_model 42, arch v69 (measured); its embedded prepare string says arch=68, libQnnSystem and "
+            "bundle verify read v69") in out
+    assert socs.arch_mismatch(socs.find("SM8475"), "2.51.0") is None  # the metadata agrees with the catalog

@@ -79,3 +79,17 @@ def test_split_at_the_log_makes_the_npu_part_pass_and_the_bundle_runs_both_in_or
     broken = {k: v for k, v in manifest.items() if k != "pipeline"}
     (bundle / "manifest.json").write_text(json.dumps(broken))
     assert any("needs the pipeline" in p.message for p in verify_bundle(bundle).problems)
+
+
+def test_a_split_into_a_new_folder_makes_it_and_a_failed_one_leaves_none(tmp_path: Path) -> None:
+    """-o NEWDIR/x.onnx: plain prepare creates NEWDIR, so the split does too; when the split fails (a cut tensor
+    that does not exist), the folders it would have made are not left behind. The printed next step is runnable."""
+    model = front(tmp_path / "front.onnx")
+    out = tmp_path / "a" / "b" / "x.onnx"
+    r = CliRunner().invoke(cli, ["prepare", str(model), "--split-at", "logx", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in (tmp_path / "a" / "b").iterdir()) == ["x-head.onnx", "x-tail.onnx", "x.split.json"]
+    assert "next: qnndeploy compile " in r.output
+    assert " then qnndeploy bundle build --from-build build --split " in r.output
+    r = CliRunner().invoke(cli, ["prepare", str(model), "--split-at", "nosuch", "-o", str(tmp_path / "c" / "x.onnx")])
+    assert r.exit_code == 2 and "Traceback" not in r.output and not (tmp_path / "c").exists()

@@ -242,7 +242,7 @@ def add_split(spec: BundleSpec, record: Path) -> None:
             graph = next((g for g, p in spec.cpu.items() if Path(p).resolve() == path), None)
             if graph is None:
                 raise QnnDeployError(f"--split: the NPU part {path} is in no compiled graph: compile it (qnndeploy "
-                                     "compile), then bundle --from-build that build")
+                                     "compile), then bundle build --from-build that build")
             names[part["name"]] = graph
     spec.pipeline = [names[p] for p in data["order"]]
 

@@ -19,7 +19,10 @@ def _render_demo(r: stage.DemoResult) -> None:
     click.echo(f"compiled {len(r.compiled)} context binaries{cached} in {r.compile_s:.1f} s: {', '.join(r.compiled)}")
     for line in r.validated:
         click.echo(f"validated {line}")
-    click.echo(f"bundle {r.bundle} ({r.bundle_files} files, QAIRT {r.qairt}) verifies clean")
+    how = "verifies clean" if not r.warnings else f"verifies with {len(r.warnings)} warning(s)"
+    click.echo(f"bundle {r.bundle} ({r.bundle_files} files, QAIRT {r.qairt}) {how}; {r.verified}")
+    for w in r.warnings:
+        click.echo(f"  warning: {w}")
     click.echo(f"runtime: {r.runtime}")
     click.echo("emulator results show the HTP's arithmetic, not phone speed: measure that on a phone.")
     click.echo("next:")

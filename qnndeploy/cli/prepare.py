@@ -43,7 +43,7 @@ def _render_split(result: split.SplitResult) -> None:
         click.echo(f"    {d.name:<28} max abs diff {d.max_abs_diff:.2g}  {'ok' if d.ok else 'FAIL'}")
     npu = next(p for p in result.parts if p.runs_on == "npu")
     click.echo(f"next: qnndeploy compile {shlex.quote(npu.path)} --soc SOC -o build, then "
-               f"qnndeploy bundle --from-build build --split {shlex.quote(result.record)} ...")
+               f"qnndeploy bundle build --from-build build --split {shlex.quote(result.record)} ...")
 
 
 @click.command()

@@ -39,7 +39,9 @@ def _detail(s: catalog.Soc) -> None:
             click.echo(f"  QAIRT {m.qairt} compiles nothing for it on the host (measured)")
             continue
         refuses = f", refuses {', '.join(m.refuses)}" if m.refuses else ""
-        click.echo(f"  QAIRT {m.qairt} writes soc_model {m.soc_model}, arch v{m.arch}{refuses} (measured)")
+        marker = (f"; its embedded prepare string says arch={m.marker_arch}, libQnnSystem and bundle verify read "
+                  f"v{m.arch}" if m.marker_arch is not None and m.marker_arch != m.arch else "")
+        click.echo(f"  QAIRT {m.qairt} writes soc_model {m.soc_model}, arch v{m.arch}{refuses} (measured){marker}")
     if s.note:
         click.echo(f"  note: {s.note}")
     for key in s.confirmed_by:

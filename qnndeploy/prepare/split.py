@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from qnndeploy import __version__
 from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError
-from qnndeploy.fileio import sha256_file, write_json
+from qnndeploy.fileio import first_missing, remove_made, sha256_file, write_json, writing
 from qnndeploy.formats import SPLIT_RECORD
 from qnndeploy.onnxio import TensorInfo, all_nodes, int_input_ranges, load_model, real_inputs, tensor_info
 from qnndeploy.prepare.equivalence import OutputDiff, compare, cpu_session, feeds, reference
@@ -168,6 +168,21 @@ def split_model(src: Path, out: Path, at: list[str], *, cpu: str = "head", input
     live = [tensor_info(v) for v in real_inputs(graph)]
     sample = feeds(live, inputs_dir, 0, int_input_ranges(graph))
     want = reference(Path(src), sample, {}, int_input_ranges(graph), inputs_dir is None)
+    made = first_missing(paths[0].parent)  # folders -o names that do not exist yet: made, removed on failure
+    try:
+        with writing(out):
+            paths[0].parent.mkdir(parents=True, exist_ok=True)
+            return _write(src, paths, (head, tail), cpu, sample, want, outputs, tolerance, inputs_dir, cut)
+    except BaseException:
+        remove_made(paths[0].parent, made)
+        raise
+
+
+def _write(src: Path, paths: tuple[Path, Path, Path], models: tuple[onnx.ModelProto, onnx.ModelProto], cpu: str,
+           sample: dict[str, Any], want: dict[str, Any], outputs: list[str], tolerance: float,
+           inputs_dir: Path | None, cut: list[str]) -> SplitResult:
+    """The two parts, proven to chain to the original on `sample`, then the split record."""
+    head, tail = models
     got: dict[str, Any] = {}
     with _written(paths[:2], (head, tail)) as (head_path, tail_path):
         for part in (head_path, tail_path):
