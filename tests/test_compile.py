@@ -454,13 +454,16 @@ def test_a_rerun_removes_what_a_killed_compile_left(tmp_path):
     assert sorted(p.name for p in graph.iterdir()) == [".SM8550.partial-ghi", "SM8750"]
 
 
-def test_stopping_kills_each_tool_with_its_children_and_waits(tmp_path):
-    """What Ctrl-C or SIGTERM does to the running tools: their whole process group dies before compile returns."""
+@pytest.mark.parametrize("child", [["sleep", "600"], ["sh", "-c", "trap '' TERM; sleep 600"]],
+                         ids=["child", "child-ignoring-sigterm"])
+def test_stopping_kills_each_tool_with_its_children_and_waits(tmp_path, child):
+    """What Ctrl-C or SIGTERM does to the running tools: their whole process group dies before compile returns, a
+    child that ignores SIGTERM and outlives the tool too (SIGKILL goes to the group, not only to a living tool)."""
     import threading
 
     pids = tmp_path / "pids"
     script = ("import os, subprocess, sys, time\n"
-              "child = subprocess.Popen(['sleep', '600'])\n"
+              f"child = subprocess.Popen({child!r})\n"
               f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
               "time.sleep(600)\n")
     tools, raised = stage.Tools(), []

@@ -40,6 +40,19 @@ def dies_with_cli(cmd: list[str]) -> list[str]:
     return [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), *cmd]
 
 
+def _group_running(pgid: int) -> bool:
+    """Whether a process of the group `pgid` is still running: one that has exited but is not yet reaped (a zombie,
+    state Z in /proc/PID/stat) is not."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if (entry.name.isdigit() and os.getpgid(int(entry.name)) == pgid
+                    and (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z"):
+                return True
+        except (OSError, IndexError):  # gone since the listing
+            continue
+    return False
+
+
 class Tools:
     """Runs the jobs' tool processes, each in its own process group, and stops them all on an interrupt.
 
@@ -88,16 +101,21 @@ class Tools:
         for proc in procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        self._signal(procs, signal.SIGKILL)
+        self._signal(procs, signal.SIGKILL)  # also a tool's child that outlived SIGTERM (or ignores it)
         for proc in procs:
             proc.wait()
+        gone = time.monotonic() + self.GRACE_S  # SIGKILL is delivered when the process next runs: wait for that
+        while any(_group_running(proc.pid) for proc in procs) and time.monotonic() < gone:
+            time.sleep(0.01)
 
     @staticmethod
     def _signal(procs: list[subprocess.Popen[bytes]], sig: int) -> None:
+        """Signal each tool's process group: it outlives its leader while a member is left (its number cannot be
+        given to another group then); with none left, killpg fails with ESRCH."""
         for proc in procs:
-            if proc.returncode is None:  # not reaped: its process group is still ours
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, sig)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, sig)
+
 
 
 @dataclass
