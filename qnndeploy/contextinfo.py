@@ -5,7 +5,6 @@ file, the QAIRT and SoC markers in its bytes (markers.py) are what is left, and 
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -108,20 +107,27 @@ def _library(library: Path | None) -> tuple[Path | None, str]:
 
 
 def _binary(file: Path, shown: str, lib: Path | None, missing: str, follow: bool = True) -> BinaryReport:
+    size = _size(file, follow)
+    return _report(file, shown, size, qnnsystem.read_contexts([file], lib)[0] if lib is not None else None, missing)
+
+
+def _size(file: Path, follow: bool) -> int:
     # a regular file, or a one-line error now: reading a FIFO or device would hang (a bundle's may not be a symlink)
     with open_regular(file, what="context binary", follow=follow) as f:
-        size = os.fstat(f.fileno()).st_size
-    if lib is not None:
-        try:
-            context = qnnsystem.read_context(file, lib)
-            return BinaryReport(shown, size, QNN_SYSTEM, context, binary_soc=_soc_name(context.soc_model))
-        except QnnDeployError as e:
-            if e.exit_code == EXIT_MISSING_TOOL:
-                reason, problem = str(e), ""
-            else:
-                reason = problem = str(e)
-    else:
+        return os.fstat(f.fileno()).st_size
+
+
+def _report(file: Path, shown: str, size: int, answer: ContextInfo | QnnDeployError | None,
+            missing: str) -> BinaryReport:
+    """What libQnnSystem's `answer` says of the file, or (refused, or no library: None) what its markers say."""
+    if isinstance(answer, ContextInfo):
+        return BinaryReport(shown, size, QNN_SYSTEM, answer, binary_soc=_soc_name(answer.soc_model))
+    if answer is None:
         reason, problem = missing, ""
+    elif answer.exit_code == EXIT_MISSING_TOOL:
+        reason, problem = str(answer), ""
+    else:
+        reason = problem = str(answer)
     facts = scan_file(file, markers=True)
     found = Markers(tuple(sorted(facts.builds)), tuple(sorted(facts.context_targets)))
     if not problem and not found.builds and not found.targets:
@@ -164,9 +170,10 @@ def _bundle(shown: Path, root: Path, lib: Path | None, missing: str, deep: bool)
                                      "(run `qnndeploy bundle verify`)")
             jobs.append((target, artifact))
     paths = list(dict.fromkeys(a["path"] for _, a in jobs))  # each file read once, however often it is listed
-    with ThreadPoolExecutor(max_workers=max(1, min(len(paths), os.cpu_count() or 1))) as pool:
-        read = dict(zip(paths, pool.map(lambda p: _binary(root / p, p, lib, missing, follow=False), paths),
-                        strict=True))
+    sizes = [_size(root / p, follow=False) for p in paths]
+    # one libQnnSystem child for all of them (qnnsystem.read_contexts), as bundle verify reads them
+    answers = qnnsystem.read_contexts([root / p for p in paths], lib) if lib is not None else [None] * len(paths)
+    read = {p: _report(root / p, p, n, a, missing) for p, n, a in zip(paths, sizes, answers, strict=True)}
     emulated, done = _emulated(root, manifest, read) if deep and read else ({}, None)
 
     def one(job: tuple[dict[str, Any], dict[str, Any]]) -> BinaryReport:

@@ -100,9 +100,10 @@ def check_request(out: Path, *, pack: str, delivery: str, force: bool, bundle: P
     if not NAME.fullmatch(pack):
         raise QnnDeployError(f"invalid AI pack name '{pack}': Play wants a letter first, then letters, digits or "
                              "underscores (e.g. qnndeploy_models)")
-    if len(pack) > name_max(Path(out).parent):
+    limit = name_max(Path(out).parent)
+    if len(pack) > limit:
         raise QnnDeployError(f"the AI pack name has {len(pack)} characters, over the file system's limit of "
-                             f"{name_max(Path(out).parent)} for a folder name: give a shorter --pack")
+                             f"{limit} for a folder name: give a shorter --pack")
     if delivery not in DELIVERIES:
         raise QnnDeployError(f"unknown delivery '{delivery}'; use one of {', '.join(DELIVERIES)}")
     check_writable(Path(out))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import shutil
 import tempfile
 import time
@@ -321,7 +320,7 @@ def _check_output(src: Path, out: Path, force: bool) -> None:
     """Refuse an OUT that cannot receive the model, its data file and its record, before any work."""
     if out.suffix != ".onnx":
         raise QnnDeployError(f"-o {out}: the output name must end in .onnx")
-    longest, limit = max(len(out.name) + len(".data"), len(record_path(out).name)), _name_max(out.parent)
+    longest, limit = max(len(out.name) + len(".data"), len(record_path(out).name)), fileio.name_max(out.parent)
     if longest > limit:
         raise QnnDeployError(f"-o {out.name}: with its .data and .prepare.json files the name is too long for the "
                              f"file system ({longest} > {limit} characters); give a shorter name")
@@ -333,17 +332,6 @@ def _check_output(src: Path, out: Path, force: bool) -> None:
                                  f"{out.parent / 'model.npu.onnx'}")
     if out.exists() and not force:
         raise QnnDeployError(f"{out} already exists; remove it or pass --force")
-
-
-def _name_max(folder: Path) -> int:
-    """The longest file name the file system takes in `folder` (or its nearest existing parent)."""
-    folder = folder.absolute()
-    while not folder.is_dir() and folder != folder.parent:
-        folder = folder.parent
-    try:
-        return os.pathconf(folder, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        return 255
 
 
 def _publish(final: Path, data: Path, record: Path, out: Path, force: bool) -> None:
