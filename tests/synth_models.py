@@ -277,3 +277,20 @@ def log_front(skip: bool = False) -> onnx.ModelProto:
         nodes.append(h.make_node("Add", ["r1", "logx"], ["skip"], name="skip"))
     nodes.append(h.make_node("MatMul", ["skip" if skip else "r1", "w2"], ["y"], name="mm2"))
     return _model(nodes, [_vi("x", T.FLOAT, [1, 64])], [_vi("y", T.FLOAT, [1, 16])], [w1, w2], name="front")
+
+
+def long_lstm(steps: int = 1000, hidden: int = 128) -> onnx.ModelProto:
+    """Two bidirectional LSTM layers over `steps` time steps: the HTP compiler unrolls every step of both
+    directions (4 * steps cell steps), so partitioning it takes minutes on a 2-core host."""
+    nodes, width = [], 16
+    inits = []
+    x = "x"
+    for layer in range(2):
+        inits += [_weight(f"W{layer}", [2, 4 * hidden, width], layer), _weight(f"R{layer}", [2, 4 * hidden, hidden], 9)]
+        nodes += [h.make_node("LSTM", [x, f"W{layer}", f"R{layer}"], [f"y{layer}"], hidden_size=hidden,
+                              direction="bidirectional", name=f"lstm{layer}"),
+                  h.make_node("Reshape", [f"y{layer}", "flat"], [f"h{layer}"], name=f"merge{layer}")]
+        x, width = f"h{layer}", 2 * hidden
+    inits.append(numpy_helper.from_array(np.array([steps, 1, 2 * hidden], np.int64), "flat"))
+    return _model(nodes, [_vi("x", T.FLOAT, [steps, 1, 16])], [_vi("h1", T.FLOAT, [steps, 1, 2 * hidden])], inits,
+                  name="long_lstm")

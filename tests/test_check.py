@@ -5,9 +5,12 @@ test_prepare.py, where they are made."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import onnx
 import pytest
@@ -226,6 +229,61 @@ def test_without_onnxruntime_qnn_the_graph_is_still_checked(tmp_path, monkeypatc
     report = onnxcheck.check_model(save(tmp_path, sm.static_mlp()))
     assert not report.htp.measured and "not installed" in report.htp.reason
     assert codes(report, "warning") == {"htp"} and report.verdict == "ready"
+
+
+# --- the HTP measurement: a budget, and a stop that stops it -----------------------------------------------------
+
+def test_recurrent_steps_count_what_the_htp_compiler_unrolls():
+    layers, steps = htp.recurrent_steps(sm.long_lstm(steps=50).graph)
+    assert (layers, steps) == (2, 2 * 2 * 50)  # two layers, both directions, 50 steps each
+    assert htp.recurrent_steps(sm.rnn_state(static=True).graph) == (1, 5)  # a GRU over 5 steps, one direction
+    assert htp.recurrent_steps(sm.static_mlp().graph) == (0, 0)
+
+
+def _measuring_children(model: str) -> list[int]:
+    """Pids of running `python -m qnndeploy.htp` children partitioning `model`."""
+    found = []
+    for proc in os.listdir("/proc"):
+        try:
+            argv = open(f"/proc/{proc}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"qnndeploy.htp" in argv and model.encode() in argv:
+            found.append(int(proc))
+    return found
+
+
+def test_the_measurement_ends_at_its_timeout_and_says_so(tmp_path, qnn):
+    """A recurrent model whose partitioning takes minutes: --timeout ends it (no compile left running), the report
+    says op support was not measured and why, and stderr said beforehand what to expect."""
+    model = save(tmp_path, sm.long_lstm())
+    done = subprocess.run(["qnndeploy", "check", str(model), "--timeout", "1", "--json"], capture_output=True,
+                          text=True, timeout=120, check=False, env={**os.environ, "TMPDIR": str(tmp_path)})
+    report = json.loads(done.stdout)["models"][0]
+    assert done.returncode == 0 and report["verdict"] == "ready", done.stderr  # nothing found that blocks it
+    assert not report["htp"]["measured"] and report["htp"]["timed_out"]
+    assert report["htp"]["reason"] == "the HTP compiler did not finish within 1 s"
+    (finding,) = report["findings"]
+    assert finding["severity"] == "warning" and "4,000 unrolled cell steps" in finding["message"]
+    assert "--timeout" in finding["fix"]
+    assert "unrolls 2 recurrent layer(s) into 4,000 cell steps: measuring op support may take" in done.stderr
+    assert not _measuring_children(str(model)) and not list(tmp_path.glob("qnndeploy-check-*"))
+
+
+def test_sigterm_stops_the_measurement_at_once(tmp_path, qnn):
+    """CI cancels with SIGTERM: check stops while the HTP compiler runs (it would run for minutes), exit 130,
+    with no compile left behind and no temporary folder."""
+    model = save(tmp_path, sm.long_lstm())
+    proc = subprocess.Popen(["qnndeploy", "check", str(model), "--timeout", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    while not _measuring_children(str(model)):
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)  # the partitioning alone takes minutes
+    assert proc.returncode == 130, err
+    assert "interrupted; nothing was left half-written" in err
+    assert not _measuring_children(str(model)) and not list(tmp_path.glob("qnndeploy-check-*"))
 
 
 # --- what a reviewer broke it with -------------------------------------------------------------------

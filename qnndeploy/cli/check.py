@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from qnndeploy import onnxcheck, toolchain
+from qnndeploy import htp, onnxcheck, toolchain
 from qnndeploy.cli._common import emit_json, handles_errors, json_option, qairt_option, under_toolchain
 
 
@@ -63,11 +63,15 @@ def _render_check(report: onnxcheck.CheckReport) -> None:
 @click.option("--precision", type=click.Choice(["fp16", "w8a16"]), default="fp16", show_default=True,
               help="Measure op support for this build: w8a16 measures the QDQ-quantized graph compile would make.")
 @click.option("--no-measure", is_flag=True, help="Skip the HTP partitioning (reads the graph only).")
+@click.option("--timeout", type=click.FloatRange(min=0), default=htp.DEFAULT_TIMEOUT_S, show_default=True,
+              metavar="S", help="Seconds the HTP partitioning may take per model (0: no limit). Recurrent layers "
+              "are unrolled over their time steps, which can take minutes; past the limit, op support is reported "
+              "as not measured.")
 @qairt_option
 @json_option
 @handles_errors
-def check(models: tuple[Path, ...], soc: str | None, precision: str, no_measure: bool, qairt: str | None,
-          as_json: bool) -> None:
+def check(models: tuple[Path, ...], soc: str | None, precision: str, no_measure: bool, timeout: float,
+          qairt: str | None, as_json: bool) -> None:
     """Is each model ready for the NPU, and what fixes it.
 
     Per model: findings, op support measured on the HTP compiler, a verdict, and one `qnndeploy prepare`
@@ -80,7 +84,8 @@ def check(models: tuple[Path, ...], soc: str | None, precision: str, no_measure:
     """
     if qairt is not None:
         under_toolchain(toolchain.resolve(qairt))
-    reports = [onnxcheck.check_model(m, soc=soc, measure=not no_measure, precision=precision) for m in models]
+    reports = [onnxcheck.check_model(m, soc=soc, measure=not no_measure, precision=precision, timeout=timeout or None,
+                                     say=lambda line: click.echo(f"qnndeploy: {line}", err=True)) for m in models]
     worst = max(reports, key=lambda r: r.exit_code)
     if as_json:
         emit_json({"verdict": worst.verdict, "exit_code": worst.exit_code, "models": reports})
