@@ -376,7 +376,7 @@ def _load_full(source: Path) -> onnx.ModelProto:
     """The source model with its weights (external data too), checked by onnxio's loader first."""
     import onnx
 
-    load_model(source)
+    load_model(source, weights=False)
     try:
         return onnx.load(str(source))
     except Exception as e:  # noqa: BLE001 onnx raises several types for unreadable external data

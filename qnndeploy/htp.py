@@ -163,7 +163,7 @@ def measure_htp(path: Path, soc: socs.Soc, graph: onnx.GraphProto | None = None,
     import onnx
 
     if graph is None:
-        graph = load_model(path).graph
+        graph = load_model(path, weights=False).graph
     total = sum(1 for n in graph.node if n.op_type != "Constant")
     if not available():
         return HtpMeasurement(soc.model, False, "onnxruntime-qnn is not installed", total_nodes=total)

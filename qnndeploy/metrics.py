@@ -106,7 +106,7 @@ def topk_outputs(path: Path) -> dict[str, TopK]:
     """The outputs to judge as top-k sets: a TopK node's values (output 0) or indices (output 1), reached through
     Cast/Identity only, and the outputs the model's metadata_props names under TOPK_MARK (NAME or NAME:AXIS,
     axis -1 by default; integer outputs are indices, others values)."""
-    model = load_model(Path(path))
+    model = load_model(Path(path), weights=False)
     graph = model.graph
     producers = {o: n for n in graph.node for o in n.output}
     found: dict[str, TopK] = {}

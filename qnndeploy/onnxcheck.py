@@ -78,7 +78,7 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, 
     `timeout` seconds; `say` hears what to expect before a measurement that may take long."""
 
     path = Path(path)
-    model = load_model(path)
+    model = load_model(path, weights=False)
     graph = model.graph
     target = soc if isinstance(soc, socs.Soc) else socs.find(DEFAULT_SOC if soc is None else soc)
     inputs = [tensor_info(v) for v in real_inputs(graph)]

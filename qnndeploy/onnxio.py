@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy.errors import QnnDeployError, first_line
+from qnndeploy.onnxwire import without_weights
 
 if TYPE_CHECKING:
     import onnx
@@ -54,18 +55,24 @@ _SHAPE_OPS = {"ConstantOfShape": 0, "Expand": 1}  # op -> the input holding the 
 _CHECKED_OPS = {"Constant", "Tile", *_SHAPE_OPS}
 
 
-def load_model(path: Path, check_external: bool = True) -> onnx.ModelProto:
+def load_model(path: Path, check_external: bool = True, weights: bool = True) -> onnx.ModelProto:
     """Parse an ONNX file with a one-line error for anything that is not a whole, sane model. External-data
     weights are not read, only checked to lie inside the model's folder, to exist and to be long enough (unless not
     `check_external`: `bundle verify` judges the data files a model names itself, before anything is read from
-    them). Names must be UTF-8, element types known, and dims and constant shapes within MAX_TENSOR_ELEMENTS."""
+    them). Names must be UTF-8, element types known, and dims and constant shapes within MAX_TENSOR_ELEMENTS.
+    Without `weights`, big initializers inside the file come without their data (onnxwire): for the stages that
+    read the graph and never run or write the model, whose memory then follows the graph."""
     import onnx
 
     path = Path(path)
     require_model_file(path)
     try:
-        # Always binary protobuf: onnx.load would otherwise pick a JSON or text parser from the file's suffix.
-        model = onnx.load(str(path), format="protobuf", load_external_data=False)
+        if weights:
+            # Always binary protobuf: onnx.load would otherwise pick a JSON or text parser from the file's suffix.
+            model = onnx.load(str(path), format="protobuf", load_external_data=False)
+        else:
+            model = onnx.ModelProto()
+            model.ParseFromString(without_weights(path))
     except OSError as e:
         raise QnnDeployError(f"cannot read {path}: {e.strerror or e}") from None
     except MemoryError:
@@ -399,7 +406,7 @@ def real_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
 
 def model_inputs(path: Path) -> list[TensorInfo]:
     """The inputs a caller feeds the model at `path` (read without its weights)."""
-    return [tensor_info(v) for v in real_inputs(load_model(Path(path)).graph)]
+    return [tensor_info(v) for v in real_inputs(load_model(Path(path), weights=False).graph)]
 
 
 # Ops that pass integer values through unchanged (only moved, reshaped or re-typed): an index fed through them
@@ -487,7 +494,7 @@ def class_axes(path: Path) -> dict[str, int]:
     """The outputs that hold class scores, with their class axis: an output made by Softmax or LogSoftmax (its
     axis), or a [batch, classes] output of rank 2. Argmax agreement means something only for these: over a feature
     map, an embedding or a detector's boxes it compares arbitrary positions."""
-    model = load_model(Path(path))
+    model = load_model(Path(path), weights=False)
     graph = model.graph
     producers = {o: n for n in graph.node for o in n.output}
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)

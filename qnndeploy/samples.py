@@ -68,7 +68,7 @@ def for_graph(model: Path, graph: str, inputs: Path | None = None, count: int = 
     text or JSON file; defaults from the input's shape when None)."""
 
     prep = preprocess if isinstance(preprocess, Preprocess) or preprocess is None else parse_preprocess(preprocess)
-    proto = load_model(Path(model)).graph
+    proto = load_model(Path(model), weights=False).graph
     specs = [tensor_info(v) for v in real_inputs(proto)]
     if inputs is None:
         if prep is not None:

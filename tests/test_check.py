@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import onnx
 import pytest
@@ -243,13 +244,13 @@ def test_recurrent_steps_count_what_the_htp_compiler_unrolls():
 def _measuring_children(model: str) -> list[int]:
     """Pids of running `python -m qnndeploy.htp` children partitioning `model`."""
     found = []
-    for proc in os.listdir("/proc"):
+    for proc in Path("/proc").iterdir():
         try:
-            argv = open(f"/proc/{proc}/cmdline", "rb").read().split(b"\0")
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
         if b"qnndeploy.htp" in argv and model.encode() in argv:
-            found.append(int(proc))
+            found.append(int(proc.name))
     return found
 
 

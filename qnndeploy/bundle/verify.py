@@ -523,7 +523,7 @@ def _external_data_problems(root: Path, model: JSON, data: dict[str, JSON]
 
     path = model["path"]
     try:
-        proto = load_model(root / path, check_external=False)
+        proto = load_model(root / path, check_external=False, weights=False)
     except QnnDeployError as e:
         return None, [Problem(path, _in_bundle(e, root, path))]
     refs: set[str] = set()

@@ -271,7 +271,7 @@ def _check_keep(htp: HtpSettings, precision: str, backend: str, graphs: dict[str
     if backend != "ort":
         raise QnnDeployError("--keep-fp16 needs the ort backend; with qairt, give qnn-onnx-converter a "
                              "--quantization_overrides file with float encodings for those tensors")
-    names = {n.name for path in graphs.values() for n in load_model(path).graph.node}
+    names = {n.name for path in graphs.values() for n in load_model(path, weights=False).graph.node}
     unknown = [n for n in htp.keep_fp16 if n not in names]
     if unknown:
         raise QnnDeployError(f"--keep-fp16 {', '.join(unknown)}: no node of that name in the models (node names, "

@@ -206,7 +206,7 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
             if full is not None:
                 raise fileio.write_error(full, out) from None
             raise
-        prepared = onnxio.load_model(final).graph
+        prepared = onnxio.load_model(final, weights=False).graph
         nodes_after = sum(1 for n in prepared.node if n.op_type != "Constant")
         if folded_by:
             edited.changes.append(f"folded with {folded_by}: {edited.nodes_before} -> {nodes_after} nodes")
@@ -294,7 +294,7 @@ def _fold_chain(stage: Path, work: Path, name: str, simplify: bool, external: bo
             tried.append(f"{label}: its result differs from the original")
             continue
         _set_output_shapes(candidate, {n: a.shape for n, a in got.items()}, external)
-        left = _control_flow(onnxio.load_model(candidate).graph)
+        left = _control_flow(onnxio.load_model(candidate, weights=False).graph)
         tried.append(f"{label}: ok" + (f", but {', '.join(left)} left in the graph" if left else ""))
         kept = kept or (candidate, tool, diffs)
         if not left:
