@@ -5,7 +5,8 @@ Several metrics, because one can mislead: rel L2, cosine and SNR are relative to
 when the reference is near zero (a detector's map on random input); max abs diff is absolute and stays meaningful.
 A reference whose RMS is below the absolute tolerance is judged on max abs diff alone, and the verdict says so.
 TopK outputs are judged as sets: fp16 reorders near-tied scores, and the same top-k items in another order is the
-same answer (topk_outputs, judge).
+same answer (topk_outputs, judge). Outputs gathered with a TopK's indices (a detector's boxes and classes) follow
+that order: their rows are aligned to the CPU's before they are compared (judge_outputs).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
+from qnndeploy import onnxio
 from qnndeploy.onnxio import load_model, tensor_info
 
 if TYPE_CHECKING:
     import numpy as np
+    import onnx
 
 Thresholds = dict[str, float]  # min_cosine, min_snr_db, atol
 
@@ -34,6 +37,9 @@ THRESHOLDS: dict[str, Thresholds] = {
 OPTIONAL_THRESHOLDS = {"min_topk_jaccard": 1.0}
 TOPK_MARK = "qnndeploy.topk"  # model metadata: comma-separated output names to judge as top-k (NAME or NAME:AXIS)
 _SHAPE_KEEPING = ("Cast", "Identity")  # between a TopK and a graph output: still its values or indices
+# Between a TopK's indices and the Gather that uses them: still the same indices, in the same order.
+_INDEX_KEEPING = (*_SHAPE_KEEPING, "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Tile")
+_GATHERS = ("Gather", "GatherElements")
 
 
 @dataclass(frozen=True)
@@ -41,8 +47,9 @@ class TopK:
     """An output judged as a top-k set: its k axis, and whether it holds the values or the indices."""
 
     axis: int
-    role: str  # "values" | "indices"
+    role: str  # "values" | "indices" | "gathered" (rows picked by a TopK's indices, in their order)
     why: str  # "TopK node NAME" or "marked in the model (qnndeploy.topk)"
+    group: str = ""  # the TopK node whose order it follows, by its values output (a group is aligned together)
 
 @dataclass
 class OutputMetrics:
@@ -104,22 +111,29 @@ def thresholds_for(precision: str | None, overrides: Mapping[str, float] | None 
 
 def topk_outputs(path: Path) -> dict[str, TopK]:
     """The outputs to judge as top-k sets: a TopK node's values (output 0) or indices (output 1), reached through
-    Cast/Identity only, and the outputs the model's metadata_props names under TOPK_MARK (NAME or NAME:AXIS,
-    axis -1 by default; integer outputs are indices, others values)."""
+    Cast/Identity only; the outputs the model's metadata_props names under TOPK_MARK (NAME or NAME:AXIS, axis -1 by
+    default; integer outputs are indices, others values); and the outputs a Gather or GatherElements makes with a
+    TopK's indices (through Cast, Identity, Unsqueeze, Squeeze, Reshape, Flatten, Expand, Tile), whose rows follow
+    the TopK's order along the gather's k axis."""
     model = load_model(Path(path))
     graph = model.graph
     producers = {o: n for n in graph.node for o in n.output}
     found: dict[str, TopK] = {}
     for value in graph.output:
-        name = value.name
-        node = producers.get(name)
-        while node is not None and node.op_type in _SHAPE_KEEPING and node.input:
-            name = node.input[0]
-            node = producers.get(name)
-        if node is not None and node.op_type == "TopK" and node.domain in ("", "ai.onnx"):
-            axis = next((a.i for a in node.attribute if a.name == "axis"), -1)
+        name, node = _through(value.name, producers, _SHAPE_KEEPING)
+        if _is_topk(node):
+            assert node is not None
+            label = node.name or "(unnamed)"
             role = "values" if list(node.output).index(name) == 0 else "indices"
-            found[value.name] = TopK(axis, role, f"TopK node {node.name or '(unnamed)'}")
+            found[value.name] = TopK(_axis(node, -1), role, f"TopK node {label}", node.output[0])
+        elif node is not None and node.op_type in _GATHERS and node.domain in ("", "ai.onnx") and len(node.input) > 1:
+            index, source = _through(node.input[1], producers, _INDEX_KEEPING)
+            if _is_topk(source) and source is not None and list(source.output).index(index) == 1:
+                axis = _gathered_axis(model, node, source)
+                if axis is not None:
+                    label = source.name or "(unnamed)"
+                    found[value.name] = TopK(axis, "gathered", f"{node.op_type} {node.name or '(unnamed)'} with the "
+                                             f"indices of TopK node {label}", source.output[0])
     marked = next((p.value for p in model.metadata_props if p.key == TOPK_MARK), "")
     dtypes = {v.name: tensor_info(v).dtype for v in graph.output}
     for entry in filter(None, (e.strip() for e in marked.split(","))):
@@ -131,15 +145,165 @@ def topk_outputs(path: Path) -> dict[str, TopK]:
     return found
 
 
+def _through(name: str, producers: Mapping[str, onnx.NodeProto], ops: tuple[str, ...]
+             ) -> tuple[str, onnx.NodeProto | None]:
+    """Follow `name` back through nodes of `ops` (their first input): the tensor reached and the node making it."""
+    node = producers.get(name)
+    while node is not None and node.op_type in ops and node.input:
+        name = node.input[0]
+        node = producers.get(name)
+    return name, node
+
+
+def _is_topk(node: onnx.NodeProto | None) -> bool:
+    return node is not None and node.op_type == "TopK" and node.domain in ("", "ai.onnx")
+
+
+def _axis(node: onnx.NodeProto, default: int) -> int:
+    return next((a.i for a in node.attribute if a.name == "axis"), default)
+
+
+def _gathered_axis(model: onnx.ModelProto, gather: onnx.NodeProto, topk: onnx.NodeProto) -> int | None:
+    """The axis of a gather's output along which its rows follow the TopK's k items: GatherElements' axis; for
+    Gather, its axis plus the k dim's place among the indices' dims (the last dim of size k, by shape inference).
+    None when the shapes do not say."""
+    import onnx
+
+    axis = _axis(gather, 0)
+    if gather.op_type == "GatherElements":
+        return axis
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # noqa: BLE001 a model shape inference cannot follow: the rows are not aligned
+        return None
+    dims: dict[str, list[int | None]] = {i.name: list(i.dims) for i in inferred.initializer}
+    dims.update({v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
+                 for v in (*inferred.value_info, *inferred.input, *inferred.output)
+                 if v.type.tensor_type.HasField("shape")})
+    data, index, picked = dims.get(gather.input[0]), dims.get(gather.input[1]), dims.get(topk.output[1])
+    if data is None or index is None or picked is None or not picked:
+        return None
+    k = picked[_axis(topk, -1)]
+    places = [i for i, d in enumerate(index) if d == k]
+    if k is None or not places:
+        return None
+    return (axis + len(data) if axis < 0 else axis) + places[-1]
+
+
+def judge_model(model: Path, expected: Sequence[Mapping[str, np.ndarray]],
+                actual: Sequence[Mapping[str, np.ndarray]], limits: Thresholds) -> list[OutputMetrics]:
+    """judge_outputs with what the model says about its outputs: their class axes and top-k roles. The one way
+    validate, diagnose, bundle verify and device verify judge a graph."""
+    return judge_outputs(expected, actual, limits, onnxio.class_axes(model), topk_outputs(model))
+
+
 def judge_outputs(expected: Sequence[Mapping[str, np.ndarray]], actual: Sequence[Mapping[str, np.ndarray]],
                   limits: Thresholds, class_axes: Mapping[str, int] | None = None,
                   topk: Mapping[str, TopK] | None = None) -> list[OutputMetrics]:
     """Every output over all samples (one {name: array} per sample), against the CPU reference. Outputs in
     `class_axes` (onnxio.class_axes) also get their argmax agreement over that axis; outputs in `topk`
-    (topk_outputs) are judged as top-k sets."""
-    return [judge(name, [e[name] for e in expected], [a[name] for a in actual], limits, (class_axes or {}).get(name),
-                  (topk or {}).get(name))
-            for name in expected[0]]
+    (topk_outputs) are judged as top-k sets, and the rows gathered with a TopK's indices are first put in the
+    CPU's order."""
+    topk = topk or {}
+    aligned, notes = _align(expected, actual, topk)
+    found = []
+    for name in expected[0]:
+        role = topk.get(name)
+        if name in notes:
+            m = judge(name, [e[name] for e in expected], [a[name] for a in aligned], limits,
+                      (class_axes or {}).get(name))
+            m.judged_on = m.judged_on if m.judged_on == "finite" else f"aligned:{m.judged_on}"
+            m.note = notes[name] + (f"; {m.note}" if m.note else "")
+        else:
+            m = judge(name, [e[name] for e in expected], [a[name] for a in actual], limits,
+                      (class_axes or {}).get(name), role if role is None or role.role != "gathered" else None)
+        found.append(m)
+    return found
+
+
+def _align(expected: Sequence[Mapping[str, np.ndarray]], actual: Sequence[Mapping[str, np.ndarray]],
+           topk: Mapping[str, TopK]) -> tuple[list[dict[str, np.ndarray]], dict[str, str]]:
+    """The HTP's outputs with the rows of each gathered output moved to the CPU's order of its TopK's items, and a
+    note per aligned output. The order comes from the TopK's indices when they are an output (an item in only one
+    top-k stays where it is, and counts as error); else rows are paired nearest first over every output of the
+    group (each scaled by its CPU RMS): compared as row sets."""
+    import numpy as np
+
+    aligned = [dict(a) for a in actual]
+    notes: dict[str, str] = {}
+    groups: dict[str, list[str]] = {}
+    for name, t in topk.items():
+        if t.group and name in expected[0]:
+            groups.setdefault(t.group, []).append(name)
+    for names in groups.values():
+        gathered = [n for n in names if topk[n].role == "gathered"]
+        index = next((n for n in names if topk[n].role == "indices"), None)
+        rows = [{n: (_rows(e[n], topk[n].axis), _rows(a[n], topk[n].axis)) for n in names}
+                for e, a in zip(expected, actual, strict=True)]
+        if not gathered or len({r.shape[:2] for sample in rows for pair in sample.values() for r in pair}) != 1:
+            continue  # no gathered output, or outputs that do not share the TopK's rows: nothing to align by
+        features = [n for n in names if topk[n].role != "indices"]
+        moved = total = 0
+        for s, sample in enumerate(rows):
+            for i in range(len(sample[gathered[0]][0])):
+                if index is not None:
+                    perm = _by_index(sample[index][0][i, :, 0], sample[index][1][i, :, 0])
+                else:
+                    scale = [max(float(np.sqrt(np.mean(np.square(sample[n][0][i])))), 1e-12) for n in features]
+                    cpu, htp = (np.concatenate([sample[n][side][i] / c for n, c in zip(features, scale, strict=True)],
+                                               axis=1) for side in (0, 1))
+                    perm = _nearest(cpu, htp)
+                moved += int((perm != np.arange(len(perm))).sum())
+                total += len(perm)
+                for n in gathered:
+                    sample[n][1][i] = sample[n][1][i][perm]
+            for n in gathered:
+                aligned[s][n] = sample[n][1].reshape(actual[s][n].shape).astype(actual[s][n].dtype)
+        how = f"by the indices output {index}" if index is not None else "as row sets (nearest rows paired)"
+        for n in gathered:
+            notes[n] = (f"rows in a TopK's order ({topk[n].why}): aligned to the CPU's order along axis "
+                        f"{topk[n].axis} {how}, " + (f"{moved} of {total} row(s) moved" if moved else "no row moved"))
+    return aligned, notes
+
+
+def _rows(array: np.ndarray, axis: int) -> np.ndarray:
+    """One sample's output as (leading, k, rest) float64 rows along its k axis (a copy)."""
+    import numpy as np
+
+    a = np.asarray(array)
+    axis = axis + a.ndim if axis < 0 else axis
+    lead = math.prod(a.shape[:axis])
+    return a.astype(np.float64).reshape(lead, a.shape[axis], -1).copy()
+
+
+def _by_index(cpu: np.ndarray, htp: np.ndarray) -> np.ndarray:
+    """perm[j] = the HTP position holding the CPU's j-th item; items in one top-k only take the positions left."""
+    import numpy as np
+
+    where = {float(v): i for i, v in reversed(list(enumerate(htp)))}
+    perm = np.full(len(cpu), -1)
+    used = set()
+    for j, v in enumerate(cpu):
+        i = where.get(float(v))
+        if i is not None and i not in used:
+            perm[j] = i
+            used.add(i)
+    left = iter(i for i in range(len(htp)) if i not in used)
+    return np.array([p if p >= 0 else next(left) for p in perm])
+
+
+def _nearest(cpu: np.ndarray, htp: np.ndarray) -> np.ndarray:
+    """perm[j] = the HTP row paired with the CPU's row j: the closest pairs first (greedy assignment)."""
+    import numpy as np
+
+    distance = ((cpu[:, None, :] - htp[None, :, :]) ** 2).sum(axis=2)
+    perm = np.full(len(cpu), -1)
+    taken = np.zeros(len(htp), bool)
+    for flat in np.argsort(distance, axis=None, kind="stable"):
+        j, i = divmod(int(flat), len(htp))
+        if perm[j] < 0 and not taken[i]:
+            perm[j], taken[i] = i, True
+    return perm
 
 
 def judge(name: str, expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], limits: Thresholds,

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qnndeploy import __version__, htp, onnxio, samples, socs
+from qnndeploy import __version__, htp, samples, socs
 from qnndeploy.errors import QnnDeployError, first_line
 from qnndeploy.fileio import JSON, sha256_file, write_json
 from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT
@@ -21,9 +21,8 @@ from qnndeploy.metrics import (
     THRESHOLDS,
     OutputMetrics,
     Thresholds,
-    judge_outputs,
+    judge_model,
     thresholds_for,
-    topk_outputs,
 )
 from qnndeploy.records import VALIDATION_RECORD, VALIDATION_VERSION, CompileRecord, read_build
 from qnndeploy.samples import Sample
@@ -186,8 +185,7 @@ def _validate_one(record: CompileRecord, random: int | None, seed: int, override
         return result
     result.samples = len(feeds)
     result.emulator_s_per_run = round(seconds / len(feeds), 3)
-    result.outputs = judge_outputs(expected, outputs, limits, onnxio.class_axes(record.source),
-                                   topk_outputs(record.source))
+    result.outputs = judge_model(record.source, expected, outputs, limits)
     result.status = "passed" if all(m.passed for m in result.outputs) else "failed"
     result.record = record.validation_file
     write_json(result.record, {
