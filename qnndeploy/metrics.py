@@ -325,12 +325,12 @@ def judge(name: str, expected: Sequence[np.ndarray], actual: Sequence[np.ndarray
     if class_axis is not None and -ref.ndim < class_axis < ref.ndim - 1 and np.issubdtype(ref.dtype, np.floating):
         class_axis = class_axis + 1 if class_axis >= 0 else class_axis
         agree = float((ref.argmax(class_axis) == out.argmax(class_axis)).mean())
-    passed, judged, note = _verdict(m, limits)
+    passed, judged, note = verdict(m, limits)
     return OutputMetrics(name, list(out.shape[1:]), m["max_abs_diff"], m["mean_abs_diff"], m["rel_l2"], m["cosine"],
                          m["snr_db"], m["ref_rms"], m["ref_max_abs"], agree, passed, judged, note)
 
 
-def _verdict(m: Metrics, limits: Thresholds) -> tuple[bool, str, str | None]:
+def verdict(m: Metrics, limits: Thresholds) -> tuple[bool, str, str | None]:
     """(passed, judged_on, note) by the value rules: finite, then near-zero max abs diff, else cosine and SNR."""
     if not m["finite"]:
         return False, "finite", "the HTP output has NaN or Inf values"
@@ -367,9 +367,131 @@ def _judge_topk(name: str, ref: np.ndarray, out: np.ndarray, limits: Thresholds,
                 + (f"sets differ in {differ} of {rows} row(s), lowest Jaccard {jaccard:.2f} (needs >= {least:g})"
                    if differ else "the same set in every row") + f"; {order}")
     else:
-        passed, base, why = _verdict(m, limits)
+        passed, base, why = verdict(m, limits)
         judged = base if base == "finite" else f"sorted:{base}"
         note = (f"top-k values ({topk.why}) compared sorted along axis {topk.axis}, so their order does not count"
                 + (f"; {why}" if why else ""))
     return OutputMetrics(name, list(out.shape[1:]), m["max_abs_diff"], m["mean_abs_diff"], m["rel_l2"], m["cosine"],
                          m["snr_db"], m["ref_rms"], m["ref_max_abs"], None, bool(passed), judged, note, jaccard)
+
+
+# --- what a failing output's error is made of ----------------------------------------------------------------------
+
+SMALL = 0.01  # a value below this share of an output's peak magnitude is one of its small values
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What the metric an output failed measures on it, and the metric that judges it by what it is: for diagnose
+    to say, when no tensor is to blame, which validate thresholds fit (a looser one needs a reason)."""
+
+    output: str
+    kind: str  # "gain" | "small-values" | "spread" | "topk-set" | "near-zero" | "finite"
+    measures: str  # what the failing metric measures on this output
+    fits: str  # which metric fits it, and where
+    options: dict[str, float]  # validate's thresholds this output passes with (min_snr_db, min_cosine, atol, ...)
+
+
+def fits(model: Path, expected: Sequence[Mapping[str, np.ndarray]], actual: Sequence[Mapping[str, np.ndarray]],
+         limits: Thresholds) -> list[Fit]:
+    """A Fit for each output of `model` that fails validate's rules (judge_model) on these samples."""
+    import numpy as np
+
+    topk = topk_outputs(model)
+    aligned, _ = _align(expected, actual, topk)
+    found = []
+    for m in judge_model(model, expected, actual, limits):
+        if m.passed:
+            continue
+        ref = np.stack([e[m.name] for e in expected]).astype(np.float64)
+        out = np.stack([a[m.name] for a in aligned]).astype(np.float64)
+        role = topk.get(m.name)
+        if m.judged_on.startswith("sorted:") and role is not None:
+            axis = role.axis + 1 if role.axis >= 0 else role.axis
+            ref, out = np.sort(ref, axis=axis), np.sort(out, axis=axis)
+        found.append(fit(m, ref, out, limits))
+    return found
+
+
+def fit(m: OutputMetrics, ref: np.ndarray, out: np.ndarray, limits: Thresholds) -> Fit:
+    """Why output `m` failed, from its CPU and HTP values as judged: a scale error (gain), an error made in its
+    small values (below 1% of its peak), or one spread over its values; or its top-k set, near-zero or NaN rule."""
+    import numpy as np
+
+    name = m.name
+    if m.judged_on == "finite":
+        return Fit(name, "finite", "the HTP output has NaN or Inf values", "no threshold passes it: find where they "
+                   "are made (the probes) or keep the graph on the CPU", {})
+    if m.judged_on == "topk_set":
+        jaccard = m.topk_jaccard or 0.0
+        return Fit(name, "topk-set", f"the top-k sets differ (lowest Jaccard {jaccard:.2f} in a row)",
+                   "the Jaccard index of the sets fits a top-k whose last places are near-tied", {
+                       "min_topk_jaccard": math.floor(jaccard * 100) / 100})
+    if m.judged_on.endswith("max_abs_diff"):
+        return Fit(name, "near-zero", (
+            f"its CPU values are near zero on these samples (RMS {m.ref_rms:.2g} < atol {limits['atol']:g}), so it "
+            f"is judged on max abs diff ({m.max_abs_diff:.3g})"), "real inputs (--inputs DIR) make it judged on cosine "
+            "and SNR", {"atol": float(f"{m.max_abs_diff * 1.01:.2g}")})
+    r, o = ref.ravel(), out.ravel()
+    noise = o - r
+    ref_energy, noise_energy = float(r @ r), float(noise @ noise)
+    gain = float(r @ o) / ref_energy
+    shape = o - gain * r
+    shape_snr = _db(gain * gain * ref_energy, float(shape @ shape))
+    snr, cosine = m.snr_db or 0.0, m.cosine or 0.0
+    small = np.abs(r) < SMALL * m.ref_max_abs
+    small_err = float(noise[small] @ noise[small]) / noise_energy if noise_energy else 0.0
+    large_snr = _db(float(r[~small] @ r[~small]), float(noise[~small] @ noise[~small]))
+    options: dict[str, float] = {}
+    if snr < limits["min_snr_db"]:
+        options["min_snr_db"] = float(math.floor(snr))
+    if cosine < limits["min_cosine"]:
+        options["min_cosine"] = math.floor(cosine * 1000) / 1000
+    elif cosine < 1:
+        # The cosine passes: hold it to what it reaches (1 - cosine to one digit, rounded up), so that loosening the
+        # SNR leaves a check with teeth.
+        decade = 10.0 ** max(math.floor(math.log10(1 - cosine)), -9)
+        options["min_cosine"] = max(limits["min_cosine"], 1 - math.ceil((1 - cosine) / decade) * decade)
+    if snr < limits["min_snr_db"] and shape_snr >= limits["min_snr_db"]:
+        return Fit(name, "gain", (
+            f"{name} comes out {gain:.4g} times the CPU's ({gain - 1:+.2%}): the SNR counts that scale as error "
+            f"({snr:.1f} dB), while its shape matches at {shape_snr:.1f} dB once the scale is taken out"), (
+            f"the cosine ({cosine:.7f}) ignores the scale and measures the shape: it fits where what reads {name} "
+            "does not depend on its scale (a normalized embedding, an argmax, audio at another loudness)"), options)
+    if small_err >= 0.5 and large_snr >= limits["min_snr_db"]:
+        zeroed = small & (o == 0) & (r != 0)
+        flushed = (f"; the HTP returns {zeroed.sum() / max(small.sum(), 1):.0%} of them as 0 (CPU values up to "
+                   f"{float(np.abs(r[zeroed]).max()):.2g})" if zeroed.any() else "")
+        fitting = (f"the cosine ({cosine:.6f}) weighs each value by its size, as the output's energy does: it fits "
+                   f"where {name}'s small values do not matter (scores far below the peak, near-silence)"
+                   if cosine >= limits["min_cosine"] else
+                   "the cosine weighs the small values' error as the SNR does: no metric of validate's judges it "
+                   "better; accept what it reaches only with a reason")
+        return Fit(name, "small-values", (
+            f"the SNR is made by {name}'s small values: {small_err:.0%} of the error's energy is in the "
+            f"{small.mean():.0%} of values below 1% of its peak ({SMALL * m.ref_max_abs:.3g}), which carry "
+            f"{float(r[small] @ r[small]) / ref_energy:.1%} of its energy{flushed}; over the values above 1% of "
+            f"its peak the SNR is {large_snr:.1f} dB"), fitting, options)
+    return Fit(name, "spread", (
+        f"the error is spread over {name}'s values: {snr:.1f} dB overall, {large_snr:.1f} dB over the values "
+        f"above 1% of its peak, {shape_snr:.1f} dB once its scale is taken out"), (
+        "no metric of validate's judges it better: fp16 loses this much here; accept it only with a reason, or run "
+        "the graph (or the part the probes name) on the CPU"), options)
+
+
+def _db(signal: float, noise: float) -> float:
+    return min(10 * math.log10(signal / noise), 300.0) if noise > 0 and signal > 0 else (300.0 if signal else 0.0)
+
+
+def fitting_thresholds(found: Sequence[Fit], judged: Sequence[OutputMetrics], limits: Thresholds
+                       ) -> dict[str, float]:
+    """One set of validate thresholds under which every output of the graph passes: the loosest each failing
+    output needs; a cosine held above the default only when every output judged on it reaches that."""
+    merged: dict[str, float] = {}
+    for f in found:
+        for key, value in f.options.items():
+            merged[key] = max(merged.get(key, value), value) if key == "atol" else min(merged.get(key, value), value)
+    cosines = [m.cosine for m in judged if m.judged_on.endswith("cosine+snr") and m.cosine is not None]
+    if merged.get("min_cosine", 0.0) > limits["min_cosine"] and min(cosines, default=1.0) < merged["min_cosine"]:
+        merged["min_cosine"] = limits["min_cosine"]
+    return merged
