@@ -129,6 +129,24 @@ def quiet_native_stdout() -> Iterator[None]:
         os.close(saved)
 
 
+def run_model(path: Path, soc: socs.Soc, feeds: list[dict[str, Any]], *, fp16: bool = True,
+              provider: dict[str, str] | None = None) -> tuple[list[dict[str, Any]], float]:
+    """Each sample through `path` on the host HTP emulator (an EPContext model loads its binary; a plain model is
+    compiled first): one {output: array} per sample, and the seconds the runs took. validate and diagnose run
+    binaries this one way."""
+    import onnxruntime as ort
+
+    try:
+        with quiet_native_stdout():
+            session = ort.InferenceSession(str(path), session_options(soc, fp16=fp16, provider=provider))
+        names = [o.name for o in session.get_outputs()]
+        start = time.monotonic()
+        outputs = [dict(zip(names, session.run(None, s), strict=True)) for s in feeds]
+    except Exception as e:  # noqa: BLE001 onnxruntime's own error types
+        raise QnnDeployError(first_line(e)) from None
+    return outputs, time.monotonic() - start
+
+
 # --- measured op support --------------------------------------------------------------------------
 
 @dataclass

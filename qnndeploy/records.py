@@ -21,6 +21,15 @@ VALIDATION_FILE = "validation.json"
 
 
 @dataclass(frozen=True)
+class JobStarted:
+    """A job of a build (graph, SoC) has started: what compile's and validate's progress callbacks get before the
+    job's result, so that a log can say what runs and for how long."""
+
+    graph: str
+    soc: str
+
+
+@dataclass(frozen=True)
 class JobFile:
     """One file a compile job made, in its job folder."""
 
@@ -89,6 +98,7 @@ class ValidationRecord:
     outputs: tuple[dict[str, Any], ...]
     binary_sha256: str | None
     threshold_reason: str | None = None  # why a looser threshold judged it (validate --reason)
+    inputs: JSON | None = None  # how its samples were made (samples.for_graph's record of them)
 
     @classmethod
     def read(cls, path: Path) -> ValidationRecord | None:
@@ -97,7 +107,7 @@ class ValidationRecord:
             return None
         data = json.loads(path.read_text())
         return cls(data["passed"], data["thresholds"], tuple(data["outputs"]), (data.get("binary") or {}).get("sha256"),
-                   data.get("threshold_reason"))
+                   data.get("threshold_reason"), data.get("inputs"))
 
 
 def htp_settings(options: dict[str, Any]) -> JSON:

@@ -279,7 +279,7 @@ def test_a_damaged_cache_entry_is_replaced_by_the_next_compile(cache_dir, tmp_pa
     data[len(data) // 2] ^= 0xFF
     binary.write_bytes(bytes(data))
     r = run("compile", tmp_path / "relu.onnx", "--soc", soc, "-o", tmp_path / "b3", "--json")
-    assert [j["status"] for j in json.loads(r.output)["jobs"]] == ["ok"]  # compiled, not restored from damage
+    assert [j["status"] for j in json.loads(r.stdout)["jobs"]] == ["ok"]  # compiled, not restored from damage
     fresh = json.loads((entry / "compile.json").read_text())
     sha = {o["path"]: o["sha256"] for o in fresh["outputs"]}
     assert hashlib.sha256(binary.read_bytes()).hexdigest() == sha[binary.name]  # the entry was stored again

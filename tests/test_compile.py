@@ -30,6 +30,7 @@ from qnndeploy import socs as catalog
 from qnndeploy.cli import cli
 from qnndeploy.compile import logs
 from qnndeploy.fileio import sha256_file
+from qnndeploy.records import JobStarted
 
 SOCS = ("SM8550", "SM8750")
 STANDIN = Path(__file__).parent / "qairt_standin"
@@ -174,7 +175,10 @@ def test_unchanged_jobs_are_cache_hits_and_say_so(build, models):
                                    jobs=2, cache_dir=build["cache"], progress=lambda *a: calls.append(a))
     assert summary.ok and [j.status for j in summary.jobs] == ["cached"] * 4
     assert {j.note for j in summary.jobs} == {"restored from the cache"}
-    assert calls[0] == (0, 4, None) and calls[-1][:2] == (4, 4) and len(calls) == 5
+    ends = [c for c in calls if not isinstance(c[2], JobStarted)]
+    assert ends[0] == (0, 4, None) and ends[-1][:2] == (4, 4) and len(ends) == 5
+    assert sorted((c[2].graph, c[2].soc) for c in calls if isinstance(c[2], JobStarted)) == sorted(
+        (j.graph, j.soc) for j in summary.jobs)  # and each job said when it started
     for j in summary.jobs:
         assert record(out.parent / "b2", j.graph, j.soc)["cache_key"] == record(out, j.graph, j.soc)["cache_key"]
         assert "cache hit" in j.log.read_text().splitlines()[0]
@@ -574,7 +578,7 @@ def test_keep_fp16_leaves_the_named_nodes_unquantized(tmp_path):
         assert options["quantization"].get("nodes_to_exclude", []) == [n for n in keep.split(",") if n]
         assert options["enable_htp_fp16_precision"] is bool(keep)
         r = run("validate", out, "--inputs", calib, "--json")
-        snr[keep] = json.loads(r.output)["targets"][0]["outputs"][0]["snr_db"]
+        snr[keep] = json.loads(r.stdout)["targets"][0]["outputs"][0]["snr_db"]
     assert snr["mm,exp,log,relu"] > snr[""] + 20, snr
     for args, message in ((["--keep-fp16", "exp"], "applies to --precision w8a16"),
                           (["--precision", "w8a16", "--calib", str(calib), "--keep-fp16", "nope"],

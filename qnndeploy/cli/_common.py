@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -207,7 +208,7 @@ def assignments(values: tuple[str, ...], option: str, parse: Callable[[str], tup
     return out
 
 
-# --- progress on stderr (none when stderr is not a terminal) -------------------------------------------------------
+# --- progress on stderr ---------------------------------------------------------------------------------------------
 
 @contextmanager
 def byte_progress(description: str, quiet: bool = False) -> Iterator[Callable[[int], None] | None]:
@@ -227,9 +228,26 @@ def byte_progress(description: str, quiet: bool = False) -> Iterator[Callable[[i
 
 @contextmanager
 def job_progress(what: str) -> Iterator[Callable[[int, int, Any], None] | None]:
-    """A progress bar on stderr fed by the library's (done, total, result) callback, for compile and validate."""
+    """Progress on stderr fed by the library's (done, total, JobStarted | result) callback, for compile and
+    validate: a bar on a terminal; elsewhere (a CI log, a pipe) one plain line when a job starts and one when it
+    ends, with its elapsed seconds. stdout (and so --json) carries none of it. A start (records.JobStarted) is told
+    from a result by having no status: importing records here would load it for every command's --help."""
     if not sys.stderr.isatty():
-        yield None
+        started: dict[tuple[str, str], float] = {}
+
+        def line(done: int, total: int, event: Any) -> None:
+            if event is None:
+                return
+            key = (event.graph, event.soc)
+            if not hasattr(event, "status"):
+                started[key] = time.monotonic()
+                click.echo(f"{what}: {event.graph} {event.soc} started ({done} of {total} done)", err=True)
+                return
+            seconds = time.monotonic() - started.pop(key, time.monotonic())
+            click.echo(f"{what}: {event.graph} {event.soc} {event.status} in {seconds:.1f} s ({done} of {total} "
+                       "done)", err=True)
+
+        yield line
         return
     # rich.progress takes ~50 ms to import: only a terminal pays for it, never `--help` or a pipe.
     from rich.console import Console
@@ -240,6 +258,9 @@ def job_progress(what: str) -> Iterator[Callable[[int, int, Any], None] | None]:
         task = bar.add_task(what, total=None, last="")
 
         def update(done: int, total: int, result: Any) -> None:
+            if result is not None and not hasattr(result, "status"):
+                bar.update(task, total=total, last=f"{result.graph} {result.soc} running")
+                return
             last = f"{result.graph} {result.soc} {result.status}" if result is not None else ""
             bar.update(task, completed=done, total=total, last=last)
 

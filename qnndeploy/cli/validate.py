@@ -60,11 +60,18 @@ def _render_validation(summary: stage.ValidationSummary) -> None:
               "and HTP sets allowed per row [default: 1, the same set; order never counts].")
 @click.option("--reason", metavar="TEXT", help="Why a threshold looser than the default is right here: required "
               "with one, recorded in the validation records and the bundle.")
+@click.option("--graph", "graphs", multiple=True, metavar="GRAPH",
+              help="Validate only this graph's jobs; repeat for several [default: every graph of the build].")
+@click.option("--soc", "socs", multiple=True, metavar="SOC",
+              help="Validate only the jobs for this SoC; repeat for several [default: every SoC of the build].")
+@click.option("-j", "--jobs", type=int, metavar="N",
+              help="Jobs at once, results in the build's order [default: half the CPU cores, at least 1].")
 @json_option
 @handles_errors
 def validate(build: Path, inputs: Path | None, preprocess: str | None, random_: int | None, seed: int,
              min_cosine: float | None, min_snr_db: float | None, atol: float | None,
-             min_topk_jaccard: float | None, reason: str | None, as_json: bool) -> None:
+             min_topk_jaccard: float | None, reason: str | None, graphs: tuple[str, ...], socs: tuple[str, ...],
+             jobs: int | None, as_json: bool) -> None:
     """Compare each context binary on the HTP emulator with the CPU.
 
     Runs each compiled context on the host HTP emulator and the source ONNX on onnxruntime CPU with the same
@@ -80,5 +87,6 @@ def validate(build: Path, inputs: Path | None, preprocess: str | None, random_: 
                                    ("min_topk_jaccard", min_topk_jaccard)) if v is not None}
     with job_progress("validating on the HTP emulator") as progress:
         summary = stage.validate_build(build, inputs, random_, seed=seed, thresholds=overrides, progress=progress,
-                                       preprocess=preprocess, reason=reason)
+                                       preprocess=preprocess, reason=reason, graphs=list(graphs),
+                                       soc_names=list(socs), jobs=jobs)
     report(summary, as_json, _render_validation)

@@ -51,7 +51,7 @@ from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.markers import build_version, scan_file
 from qnndeploy.onnxio import load_model, model_inputs, require_model_file
 from qnndeploy.qnnsystem import ContextInfo
-from qnndeploy.records import RECORD, RECORD_FILE, RECORD_VERSION, read_record
+from qnndeploy.records import RECORD, RECORD_FILE, RECORD_VERSION, JobStarted, read_record
 from qnndeploy.samples import folder_for, load_samples, sample_files
 
 if TYPE_CHECKING:
@@ -94,7 +94,8 @@ class CompileSummary:
         return [j for j in self.jobs if j.status == "failed"]
 
 
-Progress = Callable[[int, int, "JobResult | None"], None]  # (jobs done, jobs total, the job just finished)
+# (jobs done, jobs total, the job just finished, or JobStarted when one starts)
+Progress = Callable[[int, int, "JobResult | JobStarted | None"], None]
 
 
 def models_from_args(args: list[str]) -> dict[str, Path]:
@@ -215,7 +216,12 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
     workers = jobs or (len(plan) if be.name == "aihub" else os.cpu_count() or 1)
     pool = ThreadPoolExecutor(max_workers=max(1, workers))
     try:
-        pending = {pool.submit(_run_job, job, be, store, out, tools) for job in plan}
+        def run(job: Job) -> JobResult:
+            if progress:
+                progress(len(results), len(plan), JobStarted(job.graph, job.soc.model))
+            return _run_job(job, be, store, out, tools)
+
+        pending = {pool.submit(run, job) for job in plan}
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
             for fut in done:

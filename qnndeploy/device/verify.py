@@ -29,7 +29,6 @@ from qnndeploy.device.adb import FILES, Device, LocalFile, MiB, Progress, Upload
 from qnndeploy.errors import EXIT_BAD_INPUT, QnnDeployError
 from qnndeploy.fileio import JSON, sha256_file, write_json
 from qnndeploy.formats import artifact_graphs
-from qnndeploy.onnxio import class_axes
 from qnndeploy.samples import Sample
 
 REMOTE_ROOT = "/data/local/tmp/qnndeploy"
@@ -366,9 +365,7 @@ def _run_graph(dev: Device, job: Job, graph: str, context: str, result: DeviceVe
             actual.append(outputs)
     precision = next(t["precision"] for t in job.manifest["targets"] if t["soc"] == result.soc)
     run.thresholds = limits = metrics.thresholds_for(precision)
-    cpu_model = job.cpu_model(graph)
-    run.outputs = metrics.judge_outputs(expected, actual, limits, class_axes(cpu_model),
-                                        metrics.topk_outputs(cpu_model))  # validate's rules, TopK sets included
+    run.outputs = metrics.judge_model(job.cpu_model(graph), expected, actual, limits)  # validate's rules
     run.status = "passed" if all(m.passed for m in run.outputs) else "failed"
     run.samples, run.inferences, run.clock = len(samples), lines, timed.clock
     run.first_run_s = round(first.seconds, 4)
