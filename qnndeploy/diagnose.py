@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from qnndeploy import htp, samples, socs
 from qnndeploy.errors import QnnDeployError, first_line
 from qnndeploy.fileio import FULL, JSON, check_writable, sha256_file, write_error
-from qnndeploy.formats import EPCONTEXT
+from qnndeploy.formats import EPCONTEXT, file_kind, graph_name
 from qnndeploy.metrics import (
     Fit,
     OutputMetrics,
@@ -329,6 +329,8 @@ def check_plot(path: Path) -> None:
 
 def job_record(target: Path, graph: str | None = None) -> CompileRecord:
     """The compile record of BUILD/<graph>/<SoC>; in a shared context's folder, the member `graph`."""
+    if target.is_file():
+        raise QnnDeployError(f"{target} is {file_kind(target.name)}, not a job folder: pass BUILD/<graph>/<SoC>")
     if not (target / "compile.json").is_file():
         raise QnnDeployError(f"{target}: no compile record (compile.json); pass a job folder, BUILD/<graph>/<SoC>")
     records = [r for r in read_build(target.parent.parent) if r.folder.resolve() == target.resolve()]
@@ -636,7 +638,7 @@ def remedies(result: DiagnoseResult) -> list[Remedy]:
     bad = result.first_bad
     assert bad is not None
     source = result.source
-    out = source.with_name(f"{source.stem}-split.onnx")
+    out = source.with_name(f"{graph_name(source.name)}-split.onnx")  # det.npu.onnx: det-split, graphs det-split-*
     kinds = {e.kind for e in result.explanations}
     found: list[Remedy] = []
     if result.cpu_part == "head":

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from qnndeploy import htp, quantize, rules, samples, socs
 from qnndeploy.errors import first_line
+from qnndeploy.formats import PREPARED_SUFFIX
 from qnndeploy.fuse import find_gelus
 from qnndeploy.htp import HtpMeasurement, htp_takes_nothing, measure_htp, soc_takes_nothing
 from qnndeploy.onnxio import (
@@ -176,7 +177,7 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, 
 
 
 def _command(path: Path, fix: PrepareFix) -> str:
-    out = path.with_name(path.name.removesuffix(".onnx") + ".npu.onnx")
+    out = path.with_name(path.name.removesuffix(".onnx") + f"{PREPARED_SUFFIX}.onnx")  # still graph_name's graph
     return shlex.join(["qnndeploy", "prepare", str(path), "-o", str(out), *fix.args()])
 
 

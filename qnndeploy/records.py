@@ -11,6 +11,7 @@ from typing import Any
 
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import JSON
+from qnndeploy.formats import file_kind
 
 RECORD = "qnndeploy-compile"
 RECORD_VERSION = 1
@@ -130,6 +131,9 @@ def read_record(path: Path) -> JSON | None:
 def read_build(build: Path) -> list[CompileRecord]:
     """The compile record of every <graph>/<SoC>/compile.json under `build`, sorted."""
     build = Path(build)
+    if build.is_file():
+        raise QnnDeployError(f"{build} is {file_kind(build.name)}, not a build folder: give the folder that qnndeploy "
+                             "compile -o wrote")
     if not build.is_dir():
         raise QnnDeployError(f"{build}: no such build folder (qnndeploy compile -o {build} makes one)")
     found = []

@@ -70,6 +70,9 @@ def test_cls_and_rec_pass_on_the_emulator_for_two_socs(build):
         assert rec["emulator"]["seconds_per_run"] > 0 and "not" in rec["emulator"]["note"]
     text = run("validate", build / "..", "--random", "1")  # no compile records in the parent folder
     assert text.exit_code == 2 and "no compile records" in text.output
+    text = run("validate", build, "--random", "1")
+    assert text.exit_code == 0 and text.output.splitlines()[-1] == (  # the next stage, ready to paste
+        f"next: qnndeploy bundle build --from-build {build} --name NAME --version VERSION"), text.output
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +87,7 @@ def test_a_stricter_threshold_fails_with_exit_1(cls_build):
     result = run("validate", cls_build, "--min-snr-db", "200")
     assert result.exit_code == 1
     assert "FAIL  cls" in result.output and "BAD save_infer_model/scale_0.tmp_1" in result.output
+    assert "next: qnndeploy bundle build" not in result.output  # only a passed validation goes on
     assert "emulator timings say nothing about phone timings" in result.output.lower()
     rec = json.loads((cls_build / "cls" / "SM8750" / "validation.json").read_text())
     assert rec["passed"] is False and rec["thresholds"]["min_snr_db"] == 200

@@ -118,6 +118,25 @@ def opened(path: Path, progress: Progress | None = None, jobs: int | None = None
         yield root, report
 
 
+@contextmanager
+def bundle_folder(path: Path) -> Iterator[Path]:
+    """A bundle folder as it is, or a .tar.gz/.zip of one extracted while the caller reads it, its files not
+    verified: for the commands that only read what a bundle declares (device info --bundle). An error about a file
+    of the extraction names the archive the user gave, not the temporary folder."""
+    path = Path(path)
+    if path.is_dir() or not path.exists():
+        yield path
+        return
+    with archive.extracted(path) as (root, refused):
+        if refused:
+            name, why = refused[0]
+            raise QnnDeployError(f"{path} is not a safe bundle archive: {name}: {why}")
+        try:
+            yield root
+        except QnnDeployError as e:
+            raise QnnDeployError(str(e).replace(str(root), f"{path}:{root.name}"), e.exit_code) from None
+
+
 def verify_bundle(path: Path, progress: Progress | None = None, jobs: int | None = None, *, deep: bool = False,
                   allow_unchecked: bool = False) -> VerifyReport:
     """Verify a bundle folder or a .tar.gz/.zip of one."""

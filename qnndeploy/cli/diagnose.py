@@ -8,7 +8,16 @@ import click
 
 from qnndeploy import diagnose as stage
 from qnndeploy import plot, toolchain
-from qnndeploy.cli._common import handles_errors, json_option, num, render_output, report, shown, under_toolchain
+from qnndeploy.cli._common import (
+    handles_errors,
+    json_option,
+    num,
+    render_output,
+    report,
+    sample_options,
+    shown,
+    under_toolchain,
+)
 from qnndeploy.fileio import staging_file, writing
 
 
@@ -57,15 +66,7 @@ def _render(result: stage.DiagnoseResult) -> None:
 
 @click.command()
 @click.argument("target", metavar="BUILD/GRAPH/SOC", type=click.Path(path_type=Path))
-@click.option("--inputs", type=click.Path(path_type=Path), metavar="DIR",
-              help="Real input samples: *.npz (one per sample) or INPUT.npy; for a one-input graph .wav or "
-              ".png/.jpg files (one per sample, see --preprocess); DIR/GRAPH/ per graph.")
-@click.option("--preprocess", metavar="SPEC|FILE.json",
-              help="How audio/image files become the input, as for validate, e.g. audio:raw,rate=16000 or "
-              "image:resize=224x224,scale=1/255 [default: from the input's shape].")
-@click.option("--random", "random_", type=int, metavar="N",
-              help="N seeded random samples [default: validate's samples, from its record; else 1].")
-@click.option("--seed", type=int, default=0, show_default=True, metavar="N", help="Seed for --random.")
+@sample_options(random_default="validate's samples, from its record; else 1")
 @click.option("--min-snr-db", type=float,
               help="The SNR in dB below which a tensor is bad [default: validate's record's, else fp16 30].")
 @click.option("--graph", metavar="GRAPH", help="In a shared context's job folder (compile --share): the graph.")
