@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     import onnx
 
 CONTROL_FLOW_OPS = {"If", "Loop", "Scan"}
+# Ops whose outputs are not a function of their inputs: folding or copying them would change the draws.
+RANDOM_OPS = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
 _GRAPH, _GRAPHS = 5, 10  # onnx.AttributeProto.GRAPH and GRAPHS (onnx is imported only where needed)
 
 

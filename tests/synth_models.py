@@ -277,3 +277,13 @@ def log_front(skip: bool = False) -> onnx.ModelProto:
         nodes.append(h.make_node("Add", ["r1", "logx"], ["skip"], name="skip"))
     nodes.append(h.make_node("MatMul", ["skip" if skip else "r1", "w2"], ["y"], name="mm2"))
     return _model(nodes, [_vi("x", T.FLOAT, [1, 64])], [_vi("y", T.FLOAT, [1, 16])], [w1, w2], name="front")
+
+
+def shared_constant() -> onnx.ModelProto:
+    """x [1, 8] -> Add(c) -> Relu -> Mul(c) -> y, with c one scalar Constant node read on both sides of a cut at the
+    Relu's output, as PP-OCR's cls model reads its `Constant@1` after onnxsim."""
+    return _model(
+        [h.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.array(3, np.float32)), name="c"),
+         h.make_node("Add", ["x", "c"], ["a"], name="add"), h.make_node("Relu", ["a"], ["r"], name="relu"),
+         h.make_node("Mul", ["r", "c"], ["y"], name="mul")],
+        [_vi("x", T.FLOAT, [1, 8])], [_vi("y", T.FLOAT, [1, 8])], name="shared")

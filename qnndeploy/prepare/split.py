@@ -21,7 +21,7 @@ from qnndeploy import __version__
 from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError
 from qnndeploy.fileio import first_missing, remove_made, sha256_file, write_json, writing
 from qnndeploy.formats import SPLIT_RECORD
-from qnndeploy.onnxio import TensorInfo, all_nodes, int_input_ranges, load_model, real_inputs, tensor_info
+from qnndeploy.onnxio import RANDOM_OPS, TensorInfo, all_nodes, int_input_ranges, load_model, real_inputs, tensor_info
 from qnndeploy.prepare.equivalence import OutputDiff, compare, cpu_session, feeds, reference
 
 if TYPE_CHECKING:
@@ -90,13 +90,28 @@ def _cut(graph: onnx.GraphProto, at: list[str]) -> tuple[set[int], list[str]]:
     if len(head) == len(graph.node):
         raise QnnDeployError(f"--split-at {','.join(at)}: every node is needed to compute it, so the tail would be "
                              "empty: cut at an earlier tensor")
-    made = {o for i in head for o in graph.node[i].output if o}
+    # A tensor made from constants alone (a Constant node, a Cast of one) is no cut: each part computes its own
+    # copy (the extraction takes its nodes), so both sides may read it without its crossing over.
+    made = {o for i in head for o in graph.node[i].output if o} - _constant_tensors(graph)
     cut: list[str] = []
     for i, node in enumerate(graph.node):
         if i not in head:
             cut += [u for u in _uses(node) if u in made and u not in cut]
     cut += [t for t in at if t not in cut]
     return head, cut
+
+
+def _constant_tensors(graph: onnx.GraphProto) -> set[str]:
+    """The tensors of the main graph computed from no graph input and no random draw (nodes in topological
+    order)."""
+    fed = {i.name for i in graph.input} - {t.name for t in graph.initializer}
+    constant: set[str] = set()
+    for node in graph.node:
+        if node.op_type not in RANDOM_OPS and not any(u in fed for u in _uses(node)):
+            constant.update(o for o in node.output if o)
+        else:
+            fed.update(o for o in node.output if o)
+    return constant
 
 
 def _part(model: onnx.ModelProto, inputs: list[str], outputs: list[str]) -> onnx.ModelProto:
@@ -151,7 +166,7 @@ def split_model(src: Path, out: Path, at: list[str], *, cpu: str = "head", input
     known = {v.name: v for v in [*graph.value_info, *graph.input, *graph.output]}
     for t in cut:
         info = tensor_info(known[t]) if t in known else None
-        if info is None or info.dynamic or not info.shape:
+        if info is None or info.dynamic:  # a scalar's shape [] is static
             raise QnnDeployError(f"the cut tensor {t} has no static shape after shape inference: fix the model's "
                                  "shapes first (qnndeploy prepare), then split it")
     outputs = [o.name for o in graph.output]
