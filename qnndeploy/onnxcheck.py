@@ -41,8 +41,6 @@ if TYPE_CHECKING:
 EXIT_READY, EXIT_FIXABLE, EXIT_NOT_READY = 0, 10, 11
 VERDICT_EXIT = {"ready": EXIT_READY, "fixable": EXIT_FIXABLE, "not ready": EXIT_NOT_READY}
 
-DEFAULT_SOC = "SM8750"
-
 
 @dataclass
 class CheckReport:
@@ -76,7 +74,7 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
     path = Path(path)
     model = load_model(path)
     graph = model.graph
-    target = soc if isinstance(soc, socs.Soc) else socs.find(DEFAULT_SOC if soc is None else soc)
+    target = soc if isinstance(soc, socs.Soc) else socs.find(socs.DEFAULT_SOC if soc is None else soc)
     inputs = [tensor_info(v) for v in real_inputs(graph)]
     outputs = [tensor_info(v) for v in graph.output]
     params = sum(math.prod(t.dims) for t in all_tensors(graph) if dtype_name(t.data_type) in PARAM_DTYPES)

@@ -287,3 +287,22 @@ def shared_constant() -> onnx.ModelProto:
          h.make_node("Add", ["x", "c"], ["a"], name="add"), h.make_node("Relu", ["a"], ["r"], name="relu"),
          h.make_node("Mul", ["r", "c"], ["y"], name="mul")],
         [_vi("x", T.FLOAT, [1, 8])], [_vi("y", T.FLOAT, [1, 8])], name="shared")
+
+
+def gelu_conv(length: int | str = 50) -> onnx.ModelProto:
+    """Conv1d -> erf GELU -> Conv1d as torch's opset-17 export writes it (Div, Erf, Add, Mul, then Mul by 0.5): the
+    QNN EP fuses the five into a GELU; onnxsim folds the 0.5 into the second Conv's weights, and the bare Erf left
+    runs on the CPU."""
+    return _model(
+        [h.make_node("Conv", ["x", "w1", "b1"], ["a"], pads=[1, 1], name="conv1"),
+         h.make_node("Div", ["a", "sqrt2"], ["d"], name="gelu_div"),
+         h.make_node("Erf", ["d"], ["e"], name="gelu_erf"),
+         h.make_node("Add", ["e", "one"], ["p"], name="gelu_add"),
+         h.make_node("Mul", ["a", "p"], ["m"], name="gelu_mul"),
+         h.make_node("Mul", ["m", "half"], ["g"], name="gelu_half"),
+         h.make_node("Conv", ["g", "w2", "b2"], ["y"], pads=[1, 1], name="conv2")],
+        [_vi("x", T.FLOAT, [1, 16, length])], [_vi("y", T.FLOAT, [1, 16, length])],
+        [_weight("w1", [32, 16, 3]), _weight("b1", [32], 1), _weight("w2", [16, 32, 3], 2), _weight("b2", [16], 3),
+         numpy_helper.from_array(np.array(np.sqrt(2), np.float32), "sqrt2"),
+         numpy_helper.from_array(np.array(1, np.float32), "one"),
+         numpy_helper.from_array(np.array(0.5, np.float32), "half")], name="gelu_conv")
