@@ -131,15 +131,17 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
             findings.append(Finding("htp", "blocker", soc_takes_nothing(target, htp_result.qairt),
                                     f"target another SoC (qnndeploy socs lists them), or leave {target.model}'s "
                                     "phones on the CPU fallback; a newer QAIRT may support it"))
-        elif precision != "fp16" and _fusing_fixes(graph, htp_result):
+        elif _fusing_fixes(graph, htp_result):
             findings.append(Finding(
                 "htp", "fixable",
                 f"the unfused GELU (Erf) has no {precision} form on the HTP: {len(htp_result.cpu_nodes)} Erf "
                 "node(s) would run on the CPU",
                 "prepare --fuse (one Gelu node per GELU, opset 20; re-exporting at opset 20 does the same)",
                 prepare=PrepareFix(fuse=True)))
+        elif htp_result.measured and htp_result.cpu_nodes and (split := rules.edge_split(graph, htp_result)):
+            findings.append(split)
         else:
-            findings += rules.measured(htp_result)
+            findings += rules.measured(htp_result, graph)
         if htp_result.measured and htp_result.total_nodes and not htp_result.cpu_nodes:
             findings = [rules.taken_by_the_htp(f) if f.code == "control-flow" and f.severity == "blocker" else f
                         for f in findings]
@@ -158,7 +160,7 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
 
 
 def _command(path: Path, fix: PrepareFix) -> str:
-    out = path.with_name(path.name.removesuffix(".onnx") + ".npu.onnx")
+    out = path.with_name(path.name.removesuffix(".onnx") + ("-split.onnx" if fix.split_at else ".npu.onnx"))
     return shlex.join(["qnndeploy", "prepare", str(path), "-o", str(out), *fix.args()])
 
 

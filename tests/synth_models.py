@@ -306,3 +306,36 @@ def gelu_conv(length: int | str = 50) -> onnx.ModelProto:
          numpy_helper.from_array(np.array(np.sqrt(2), np.float32), "sqrt2"),
          numpy_helper.from_array(np.array(1, np.float32), "one"),
          numpy_helper.from_array(np.array(0.5, np.float32), "half")], name="gelu_conv")
+
+
+def computed_floor() -> onnx.ModelProto:
+    """A mel front end's dB floor: Clip(x, min=max(x) - 80), whose min is computed (the HTP runs a Clip with constant
+    bounds only), then three MatMul/Relu layers the HTP runs."""
+    nodes = [h.make_node("ReduceMax", ["x"], ["peak"], keepdims=0, name="peak"),
+             h.make_node("Sub", ["peak", "range"], ["floor"], name="floor"),
+             h.make_node("Clip", ["x", "floor"], ["clipped"], name="clip")]
+    last = "clipped"
+    for i in range(3):
+        nodes += [h.make_node("MatMul", [last, f"w{i}"], [f"m{i}"], name=f"mm{i}"),
+                  h.make_node("Relu", [f"m{i}"], [f"r{i}"], name=f"relu{i}")]
+        last = f"r{i}"
+    return _model(nodes, [_vi("x", T.FLOAT, [1, 16, 64])], [_vi("r2", T.FLOAT, [1, 16, 64])],
+                  [*(_weight(f"w{i}", [64, 64], i) for i in range(3)),
+                   numpy_helper.from_array(np.array(80, np.float32), "range")], name="floor")
+
+
+def if_reading_outer() -> onnx.ModelProto:
+    """An If on the data whose then-branch reads an initializer of the outer graph: ONNX Runtime's partitioning for
+    the QNN EP fails on it with INVALID_GRAPH ("Nodes in a graph must be topologically sorted")."""
+    then_branch = h.make_graph([h.make_node("MatMul", ["a", "w2"], ["t"], name="then_mm")], "then", [],
+                               [_vi("t", T.FLOAT, [1, 64])])
+    else_branch = h.make_graph([h.make_node("Neg", ["a"], ["e"], name="else_neg")], "else", [],
+                               [_vi("e", T.FLOAT, [1, 64])])
+    return _model(
+        [h.make_node("MatMul", ["x", "w1"], ["a"], name="mm"),
+         h.make_node("ReduceSum", ["a"], ["s"], keepdims=0, name="sum"),
+         h.make_node("Greater", ["s", "zero"], ["pos"], name="gt"),
+         h.make_node("If", ["pos"], ["y"], then_branch=then_branch, else_branch=else_branch, name="branch")],
+        [_vi("x", T.FLOAT, [1, 64])], [_vi("y", T.FLOAT, [1, 64])],
+        [_weight("w1", [64, 64]), _weight("w2", [64, 64], 1), numpy_helper.from_array(np.array(0, np.float32), "zero")],
+        name="if_outer")
