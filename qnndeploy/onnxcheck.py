@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 EXIT_READY, EXIT_FIXABLE, EXIT_NOT_READY = 0, 10, 11
 VERDICT_EXIT = {"ready": EXIT_READY, "fixable": EXIT_FIXABLE, "not ready": EXIT_NOT_READY}
 
-DEFAULT_SOC = "SM8750"
 LONG_MEASUREMENT_S = 30  # a measurement expected to take up to this long gets no notice
 
 
@@ -81,7 +80,7 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, 
     path = Path(path)
     model = load_model(path, weights=False)
     graph = model.graph
-    target = soc if isinstance(soc, socs.Soc) else socs.find(DEFAULT_SOC if soc is None else soc)
+    target = soc if isinstance(soc, socs.Soc) else socs.find(socs.DEFAULT_SOC if soc is None else soc)
     inputs = [tensor_info(v) for v in real_inputs(graph)]
     outputs = [tensor_info(v) for v in graph.output]
     params = sum(math.prod(t.dims) for t in all_tensors(graph) if dtype_name(t.data_type) in PARAM_DTYPES)
@@ -150,15 +149,17 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, 
             findings.append(Finding("htp", "blocker", soc_takes_nothing(target, htp_result.qairt),
                                     f"target another SoC (qnndeploy socs lists them), or leave {target.model}'s "
                                     "phones on the CPU fallback; a newer QAIRT may support it"))
-        elif precision != "fp16" and _fusing_fixes(graph, htp_result):
+        elif _fusing_fixes(graph, htp_result):
             findings.append(Finding(
                 "htp", "fixable",
                 f"the unfused GELU (Erf) has no {precision} form on the HTP: {len(htp_result.cpu_nodes)} Erf "
                 "node(s) would run on the CPU",
                 "prepare --fuse (one Gelu node per GELU, opset 20; re-exporting at opset 20 does the same)",
                 prepare=PrepareFix(fuse=True)))
+        elif htp_result.measured and htp_result.cpu_nodes and (split := rules.edge_split(graph, htp_result)):
+            findings.append(split)
         else:
-            findings += rules.measured(htp_result)
+            findings += rules.measured(htp_result, graph)
         if htp_result.measured and htp_result.total_nodes and not htp_result.cpu_nodes:
             findings = [rules.taken_by_the_htp(f) if f.code == "control-flow" and f.severity == "blocker" else f
                         for f in findings]
@@ -177,7 +178,8 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, 
 
 
 def _command(path: Path, fix: PrepareFix) -> str:
-    out = path.with_name(path.name.removesuffix(".onnx") + f"{PREPARED_SUFFIX}.onnx")  # still graph_name's graph
+    suffix = "-split" if fix.split_at else PREPARED_SUFFIX  # either way graph_name gives the model's own graph name
+    out = path.with_name(path.name.removesuffix(".onnx") + f"{suffix}.onnx")
     return shlex.join(["qnndeploy", "prepare", str(path), "-o", str(out), *fix.args()])
 
 

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     import onnx
 
 CONTROL_FLOW_OPS = {"If", "Loop", "Scan"}
+# Ops whose outputs are not a function of their inputs: folding or copying them would change the draws.
+RANDOM_OPS = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
 _GRAPH, _GRAPHS = 5, 10  # onnx.AttributeProto.GRAPH and GRAPHS (onnx is imported only where needed)
 
 
@@ -358,6 +360,29 @@ def _all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
 def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
     for g in _all_graphs(graph):
         yield from g.node
+
+
+def outer_reads(node: onnx.NodeProto) -> Iterator[str]:
+    """Every tensor a node reads, those its subgraphs read from the outer graph included."""
+    yield from (i for i in node.input if i)
+    for attr in node.attribute:
+        for g in ([attr.g] if attr.type == _GRAPH else list(attr.graphs)):
+            inner = {o for n in all_nodes(g) for o in n.output} | {i.name for i in g.input} \
+                | {t.name for t in g.initializer}
+            yield from (i for n in all_nodes(g) for i in n.input if i and i not in inner)
+
+
+def constant_tensors(graph: onnx.GraphProto) -> set[str]:
+    """The tensors of the main graph computed from no graph input and no random draw (nodes in topological
+    order): a Constant node's, a Cast of one. A split copies them into each part rather than cutting there."""
+    fed = {i.name for i in graph.input} - {t.name for t in graph.initializer}
+    constant: set[str] = set()
+    for node in graph.node:
+        if node.op_type not in RANDOM_OPS and not any(u in fed for u in outer_reads(node)):
+            constant.update(o for o in node.output if o)
+        else:
+            fed.update(o for o in node.output if o)
+    return constant
 
 
 def all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:

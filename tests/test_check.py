@@ -93,6 +93,36 @@ def test_if_driven_by_the_data_is_not_ready_unless_the_htp_takes_it(tmp_path, qn
     assert finding.severity == "info" and "runs on the HTP as measured" in finding.message
 
 
+def test_a_data_driven_if_the_qnn_partitioner_fails_on_is_one_blocker_not_two(tmp_path, qnn):
+    """ONNX Runtime's partitioning for the QNN EP fails on an If whose branch reads the outer graph ("INVALID_GRAPH ...
+    topologically sorted"): the If's control-flow finding is the blocker, the failed measurement one info line
+    saying what it means, without ONNX Runtime's raw message."""
+    r = CliRunner().invoke(cli, ["check", str(save(tmp_path, sm.if_reading_outer()))])
+    assert r.exit_code == 11
+    assert r.output.count("[blocker]") == 1 and "[blocker] If node branch depends on the values of x" in r.output
+    assert "INVALID_GRAPH" not in r.output.split("findings:")[1]
+    assert ("[info] op support on the HTP not measured: ONNX Runtime cannot partition the graph for the QNN EP "
+            "around If node branch") in r.output
+
+
+def test_a_cpu_op_at_the_head_gets_the_split_that_keeps_the_rest_on_the_npu(tmp_path, qnn):
+    """A Clip whose floor is computed (max - 80 dB) runs on the CPU; it sits at the graph's head, so check prints the
+    split that runs the head on the CPU, and the NPU part of that split checks ready with every node on the HTP."""
+    import shlex
+
+    r = CliRunner().invoke(cli, ["check", str(save(tmp_path, sm.computed_floor()))])
+    assert r.exit_code == 10, r.output
+    (line,) = [ln for ln in r.output.splitlines() if ln.startswith("  fix all: ")]
+    command = shlex.split(line.removeprefix("  fix all: "))
+    assert command[command.index("--split-at"):] == ["--split-at", "clipped", "--cpu", "head"]
+    assert "the head (3 nodes) runs on the CPU, the other 6 on the NPU" in r.output
+    split = CliRunner().invoke(cli, [*command[1:], "--json"])
+    assert split.exit_code == 0, split.output
+    (npu,) = [p["path"] for p in json.loads(split.output)["parts"] if p["runs_on"] == "npu"]
+    checked = CliRunner().invoke(cli, ["check", npu])
+    assert checked.exit_code == 0 and "all 6 nodes on the HTP" in checked.output, checked.output
+
+
 def test_qdq_quantization_in_the_onnx_is_not_ready(tmp_path, qnn):
     report = onnxcheck.check_model(save(tmp_path, sm.qdq()))
     (finding,) = [f for f in report.findings if f.code == "quantized"]

@@ -758,8 +758,8 @@ def _runtime_completeness(target: JSON, libs: list[JSON]) -> list[Problem]:
 def check_warnings(manifest: JSON, facts: dict[str, FileFacts], contexts: Contexts | None = None) -> list[Problem]:
     """What cannot be confirmed, without being wrong: failed graphs shipped with a reason (bundle --accept), Skel
     libraries whose build string was not found (a context binary without its markers is a problem: see
-    _not_a_context_binary), an external runtime in no validated set; and what will cost on the phone: a graph that
-    needs a spill-fill buffer or more VTCM than its SoC has."""
+    _not_a_context_binary), an external runtime in no validated set; and what will cost on the phone: a graph compiled
+    for more VTCM than its SoC has."""
     warnings = [Problem(MANIFEST, f"target {a['soc']}: graph '{a['graph']}' FAILED validation ({a['failure']}), "
                                   f"accepted: {a['reason']}; the app uses the {a['runs_on'].upper()} on {a['soc']}")
                 for a in accepted_failures(manifest)]
@@ -773,7 +773,8 @@ def check_warnings(manifest: JSON, facts: dict[str, FileFacts], contexts: Contex
             if info is not None and not isinstance(info, str):
                 with contextlib.suppress(QnnDeployError):  # an unknown SoC is a problem of its own
                     soc = socs.find(t["soc"])
-                    warnings += [Problem(a["path"], w) for w in contextcheck.resource_warnings(info, soc)]
+                    warnings += [Problem(a["path"], w) for w in contextcheck.resource_warnings(
+                        info, soc, a.get("graph") or ",".join(a.get("graphs", [])))]
     if manifest["runtime"]["mode"] == "bundled":
         for lib in manifest["runtime"]["libs"]:
             f = facts.get(lib["path"])

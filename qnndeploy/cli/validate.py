@@ -17,8 +17,8 @@ from qnndeploy.cli._common import (
     render_output,
     report,
     sample_options,
-    soc_option,
     shown,
+    soc_option,
     under_toolchain,
 )
 

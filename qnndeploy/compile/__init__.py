@@ -517,7 +517,7 @@ _READING = threading.Lock()  # libQnnSystem is not documented as thread-safe; th
 
 def _context_findings(job: Job, work: Path, context: ContextInfo, outputs: list[JSON]) -> list[str]:
     """The compiled binary read back: each graph must have its model's signature (else the job fails); its SoC,
-    arch, spill-fill and VTCM give warnings."""
+    arch and VTCM give warnings."""
     members = job.members or (Member(job.graph, job.model, job.model_sha256, job.calibration),)
     wrappers = {o.get("graph") or job.graph: work / o["path"] for o in outputs if o["format"] == EPCONTEXT
                 and not o.get("twin")}
@@ -528,7 +528,7 @@ def _context_findings(job: Job, work: Path, context: ContextInfo, outputs: list[
     problems = contextcheck.graph_problems(context, {m.graph: wrappers.get(m.graph) for m in members}, signatures)
     if problems:
         raise CompileError(f"the compiled binary does not hold what was compiled: {problems[0]}")
-    return contextcheck.target_problems(context, job.soc) + contextcheck.resource_warnings(context, job.soc)
+    return contextcheck.target_problems(context, job.soc) + contextcheck.resource_warnings(context, job.soc, job.graph)
 
 
 def _failed_record(job: Job, be: Backend, error: str, findings: list[logs.Finding], seconds: float,
