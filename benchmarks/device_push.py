@@ -79,8 +79,8 @@ def main() -> None:
             while f"{phone.serial}\tdevice" not in adb("devices").stdout:
                 time.sleep(0.1)
             bundle = make_bundle(tmp, int(args.mb * 1e6))
-            report, manifest = verify.check_bundle(bundle)
-            assert report.ok, report.problems
+            with verify.checked_bundle(bundle) as (_, report, manifest):
+                assert report.ok and manifest is not None, report.problems
             job = verify.Job(bundle, manifest, record_dir=tmp / "records")
             dev = connect(phone.serial)
 

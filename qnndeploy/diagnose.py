@@ -25,8 +25,21 @@ from typing import TYPE_CHECKING, Any
 from qnndeploy import htp, samples, socs
 from qnndeploy.errors import QnnDeployError, first_line
 from qnndeploy.fileio import FULL, JSON, check_writable, sha256_file, write_error
-from qnndeploy.formats import EPCONTEXT
-from qnndeploy.metrics import metrics, thresholds_for
+from qnndeploy.formats import EPCONTEXT, file_kind, graph_name
+from qnndeploy.metrics import (
+    Fit,
+    OutputMetrics,
+    Thresholds,
+    TopK,
+    fits,
+    fitting_thresholds,
+    judge_model,
+    judge_outputs,
+    metrics,
+    thresholds_for,
+    topk_outputs,
+    verdict,
+)
 from qnndeploy.onnxio import load_model
 from qnndeploy.records import CompileRecord, ValidationRecord, read_build
 
@@ -121,6 +134,12 @@ class DiagnoseResult:
     cpu_part: str | None = None  # "head" | "tail": the part the split keeps on the CPU
     split_reason: str = ""
     outputs_cosine: float | None = None  # the worst graph output's cosine, here or in validate's record
+    # The build's own binary (what validate runs, no tensor exposed) on the same samples, by validate's rules: the
+    # figures the probes must explain; `ok` is its verdict.
+    reference: list[OutputMetrics] = field(default_factory=list)
+    samples_from: str = ""  # "validate's record" or "the options given"
+    fits: list[Fit] = field(default_factory=list)  # what each failing output's error is made of
+    answer: str = ""  # when no probed tensor is to blame: what was measured, and why the probes cannot tell
 
 
 @dataclass
@@ -156,13 +175,26 @@ def diagnose(target: Path, inputs: Path | None = None, random: int | None = None
     if sha256_file(source) != record.source_sha256:
         raise QnnDeployError(f"{source} changed since the compile: compile again, then diagnose")
     htp._require()
-    feeds, used = samples.for_graph(source, record.graph, inputs, count=random or 1, seed=seed, preprocess=prep)
-    limit = thresholds_for(record.precision, {} if min_snr_db is None else {"min_snr_db": min_snr_db})
+    # validate's failure first: its samples and thresholds (unless others are given), the build's own binary.
+    validated = ValidationRecord.read(record.validation_file)
+    if inputs is None and random is None and validated is not None and validated.inputs:
+        feeds, used = _validated_samples(record, validated.inputs)
+        samples_from = "validate's record"
+    else:
+        feeds, used = samples.for_graph(source, record.graph, inputs, count=random or 1, seed=seed,
+                                        preprocess=prep)
+        samples_from = "the options given" if inputs is not None or random is not None else "diagnose's default"
+    limit = thresholds_for(record.precision, {**(validated.thresholds if validated else {}),
+                                              **({} if min_snr_db is None else {"min_snr_db": min_snr_db})})
+    expected = samples.cpu_outputs(source, feeds)
+    actual = _run_binary(record, feeds)
+    reference = judge_model(source, expected, actual, limit)
+    ok = all(m.passed for m in reference)
     model = _load_full(source)
     tensors, outputs = _candidates(model)
     if not tensors:
         raise QnnDeployError(f"{source} has no float tensors to compare")
-    session = _Session(model, record, feeds, limit["min_snr_db"], limit["atol"])
+    session = _Session(model, record, feeds, limit, topk_outputs(source))
     try:
         first_bad, last_good = _bisect(session, tensors, outputs, probes_per_compile)
         ranges = _input_ranges(session, model, tensors, feeds, first_bad)
@@ -175,17 +207,13 @@ def diagnose(target: Path, inputs: Path | None = None, random: int | None = None
     finally:
         session.close()
     probes = sorted(session.probes.values(), key=lambda p: (p.position, p.tensor))
-    ok = all(not session.probes[o].bad for o in outputs if o in session.probes)
     explanations = explain(first_bad, ranges) if first_bad else []
     result = DiagnoseResult(Path(target), record.graph, record.soc, record.precision, source, used,
                             limit["min_snr_db"], nodes, len(tensors), probes, first_bad, last_good, ranges,
-                            explanations, [], None, ok, session.compiles, 0.0)
-    # The threshold remedy must hold for validate's own run of the compiled context too: the worse of both.
-    validated = ValidationRecord.read(record.validation_file)
-    seen = [(p.snr_db, p.cosine) for o in outputs if (p := session.probes.get(o)) is not None]
-    seen += [(o.get("snr_db"), o.get("cosine")) for o in (validated.outputs if validated else ())]
-    result.outputs_snr_db = min((v for v, _ in seen if v is not None), default=None)
-    result.outputs_cosine = min((c for _, c in seen if c is not None), default=None)
+                            explanations, [], None, ok, session.compiles, 0.0, reference=reference,
+                            samples_from=samples_from, fits=[] if ok else fits(source, expected, actual, limit))
+    result.outputs_snr_db = min((m.snr_db for m in reference if m.snr_db is not None), default=None)
+    result.outputs_cosine = min((m.cosine for m in reference if m.cosine is not None), default=None)
     if split is not None:
         result.split_at, result.cpu_part, result.split_reason = split
     if first_bad is not None:
@@ -198,8 +226,93 @@ def diagnose(target: Path, inputs: Path | None = None, random: int | None = None
         elif ok:
             result.note = ("the graph's outputs pass: this tensor's error does not reach them (fp16 error that a "
                            "later node absorbs)")
+    elif not ok:
+        result.answer = unblamed(result, session.probes)
+        result.remedies = [Remedy("cpu", (
+            f"or run {result.graph} on the CPU on {result.soc} (bundle --accept {result.graph}@{result.soc}=REASON "
+            "--accept-on cpu)"))]
+    if not ok:
+        threshold = _threshold_remedy(result, limit)
+        if threshold is not None:
+            result.remedies.insert(0 if first_bad is None else len(result.remedies), threshold)
     result.seconds = round(time.monotonic() - start, 2)
     return result
+
+
+def _validated_samples(record: CompileRecord, given: JSON) -> tuple[list[Sample], JSON]:
+    """The samples validate's record says it used: its folder (and preprocessing) or its random count and seed."""
+    if given.get("kind") != "files":
+        return samples.for_graph(record.source, record.graph, count=int(given.get("samples") or 1),
+                                 seed=int(given.get("seed") or 0))
+    folder = Path(str(given.get("folder")))
+    if not folder.is_dir():
+        raise QnnDeployError(f"validate's samples {folder} are gone: pass them again with --inputs DIR (or --random "
+                             "N)")
+    described = given.get("preprocess")
+    spec = described.get("given") if isinstance(described, dict) else described
+    return samples.for_graph(record.source, record.graph, folder,
+                             preprocess=None if spec in (None, "(defaults)") else str(spec))
+
+
+def _run_binary(record: CompileRecord, feeds: list[Sample]) -> list[Sample]:
+    """The job's own EPContext model (a shared context's twin, as validate runs it) on the emulator."""
+    run = record.twin(EPCONTEXT) if record.shared else record.output(EPCONTEXT)
+    if run is None:
+        raise QnnDeployError(f"{record.folder} has no EPContext model of {record.graph} for the emulator: compile "
+                             "again")
+    path = record.folder / run.path
+    if not path.is_file() or sha256_file(path) != run.sha256:
+        raise QnnDeployError(f"{path} changed since it was compiled: compile again, then diagnose")
+    try:
+        return htp.run_model(path, socs.find(record.soc), feeds, fp16=True)[0]
+    except QnnDeployError as e:
+        raise QnnDeployError(f"the HTP emulator could not run {path.name}: {e}") from None
+
+
+def unblamed(result: DiagnoseResult, probes: dict[str, Probe]) -> str:
+    """What was measured when the build's binary fails and no probed tensor does: each failing output's figure in
+    the binary against its figure with tensors exposed."""
+    parts = []
+    for m in result.reference:
+        if m.passed:
+            continue
+        p = probes.get(m.name)
+        probed = (f"{_figure(p.snr_db, p.cosine)} with tensors exposed" if p is not None else
+                  "not probed (not a float tensor the probes expose)")
+        parts.append(f"{m.name} {_figure(m.snr_db, m.cosine)} in the build's binary, {probed}")
+    return ("no probed tensor is to blame: " + "; ".join(parts) + ". Exposing a tensor splits the HTP's fusion of its "
+            "node with the next one, which changes its numbers: the probes measure another computation than the "
+            "binary's, so they cannot say where its error is made. What the failing metric measures on the output "
+            "says whether another metric fits it:")
+
+
+def _figure(snr: float | None, cosine: float | None) -> str:
+    return f"{'-' if snr is None else f'{snr:.1f}'} dB (cosine {'-' if cosine is None else f'{cosine:.7f}'})"
+
+
+def _threshold_remedy(result: DiagnoseResult, limits: Thresholds) -> Remedy | None:
+    """validate run as diagnose measured, with thresholds every output passes (fitting_thresholds), as a command."""
+    options = fitting_thresholds(result.fits, result.reference, limits)
+    if not options:
+        return None
+    build = result.target.parent.parent
+    i = result.inputs
+    if i.get("kind") == "files":
+        described = i.get("preprocess")
+        spec = described.get("given") if isinstance(described, dict) else described
+        given = f" --inputs {_q(i['folder'])}" + ("" if spec in (None, "(defaults)") else f" --preprocess {_q(spec)}")
+    else:
+        given = f" --random {i.get('samples', 1)} --seed {i.get('seed', 0)}"
+    looser = [k for k, v in options.items() if (v > limits[k] if k == "atol" else v < limits.get(k, 1.0))]
+    flags = "".join(f" --{k.replace('_', '-')} {v:.10g}" for k, v in options.items())
+    reach = result.outputs_snr_db
+    weak = (" (under 20 dB the outputs barely resemble the CPU's: not advised)"
+            if reach is not None and reach < 20 else "")
+    return Remedy("threshold", (
+        "validate with the thresholds that fit, only with a reason why they are enough, which validate records"
+        + (f": the outputs reach {reach:.1f} dB{weak}" if reach is not None else "")),
+        f"qnndeploy validate {_q(build)} --graph {_q(result.graph)} --soc {result.soc}{given}{flags}"
+        + (' --reason "REASON"' if looser else ""))
 
 
 def check_plot(path: Path) -> None:
@@ -216,6 +329,8 @@ def check_plot(path: Path) -> None:
 
 def job_record(target: Path, graph: str | None = None) -> CompileRecord:
     """The compile record of BUILD/<graph>/<SoC>; in a shared context's folder, the member `graph`."""
+    if target.is_file():
+        raise QnnDeployError(f"{target} is {file_kind(target.name)}, not a job folder: pass BUILD/<graph>/<SoC>")
     if not (target / "compile.json").is_file():
         raise QnnDeployError(f"{target}: no compile record (compile.json); pass a job folder, BUILD/<graph>/<SoC>")
     records = [r for r in read_build(target.parent.parent) if r.folder.resolve() == target.resolve()]
@@ -237,10 +352,10 @@ def job_record(target: Path, graph: str | None = None) -> CompileRecord:
 class _Session:
     """Compiles and runs probe models: each run exposes some tensors and records their Probes."""
 
-    def __init__(self, model: onnx.ModelProto, record: CompileRecord, feeds: list[Sample], min_snr_db: float,
-                 atol: float) -> None:
+    def __init__(self, model: onnx.ModelProto, record: CompileRecord, feeds: list[Sample], limits: Thresholds,
+                 topk: dict[str, TopK]) -> None:
         self.model, self.record, self.feeds = model, record, feeds
-        self.min_snr_db, self.atol = min_snr_db, atol
+        self.limits, self.topk = limits, topk
         self.tmp = tempfile.TemporaryDirectory(prefix="qnndeploy-diagnose-")
         self.probes: dict[str, Probe] = {}
         self.compiles = 0
@@ -252,20 +367,21 @@ class _Session:
         """One compile exposing `names` (the graph outputs come along); a tensor probed before is measured again
         only when it is in `names` and `again` is set."""
         import numpy as np
-        import onnxruntime as ort
 
         self.compiles += 1
         path = Path(self.tmp.name) / f"probe{self.compiles}.onnx"
         names_out, expected = self._on_cpu(names, path)
         try:
-            soc = socs.find(self.record.soc)
-            with htp.quiet_native_stdout():
-                session = ort.InferenceSession(str(path), htp.session_options(soc, fp16=True,
-                                                                              provider=_provider(self.record)))
-            actual = [dict(zip(names_out, session.run(None, s), strict=True)) for s in self.feeds]
-        except Exception as e:  # noqa: BLE001
+            actual = htp.run_model(path, socs.find(self.record.soc), self.feeds, fp16=True,
+                                   provider=_provider(self.record))[0]
+        except QnnDeployError as e:
             raise QnnDeployError(f"the HTP emulator could not compile or run the probe model exposing "
-                                 f"{len(names)} tensor(s) for {self.record.soc}: {first_line(e)}") from None
+                                 f"{len(names)} tensor(s) for {self.record.soc}: {e}") from None
+        # The graph's outputs by validate's rules (top-k sets, gathered rows aligned), the other tensors by its verdict.
+        own = [o.name for o in self.model.graph.output]
+        judged = {m.name: m for m in judge_outputs([{n: e[n] for n in own} for e in expected],
+                                                   [{n: a[n] for n in own} for a in actual], self.limits,
+                                                   topk=self.topk)}
         for name in names_out:
             t = tensors.get(name)
             if t is None or (name in self.probes and not (again and name in names)):
@@ -273,14 +389,13 @@ class _Session:
             ref = np.stack([e[name] for e in expected])
             out = np.stack([a[name] for a in actual])
             m = metrics(ref, out)
-            if not m["finite"]:
-                bad = True
-            elif m["snr_db"] is None:  # an all-zero reference: only the absolute difference means anything
-                bad = m["max_abs_diff"] > self.atol
+            if name in judged:
+                o = judged[name]
+                snr, cosine, diff, bad = o.snr_db, o.cosine, o.max_abs_diff, not o.passed
             else:
-                bad = m["snr_db"] < self.min_snr_db
-            self.probes[name] = Probe(name, t.op_type, t.node, t.position, m["snr_db"], m["cosine"],
-                                      m["max_abs_diff"], bad, self.compiles, ranges(name, ref))
+                snr, cosine, diff, bad = m["snr_db"], m["cosine"], m["max_abs_diff"], not verdict(m, self.limits)[0]
+            self.probes[name] = Probe(name, t.op_type, t.node, t.position, snr, cosine, diff, bad, self.compiles,
+                                      ranges(name, ref))
 
     def cpu_ranges(self, names: list[str]) -> dict[str, Ranges]:
         """The ranges of `names` on the CPU alone: no compile."""
@@ -376,7 +491,7 @@ def _load_full(source: Path) -> onnx.ModelProto:
     """The source model with its weights (external data too), checked by onnxio's loader first."""
     import onnx
 
-    load_model(source)
+    load_model(source, weights=False)
     try:
         return onnx.load(str(source))
     except Exception as e:  # noqa: BLE001 onnx raises several types for unreadable external data
@@ -519,12 +634,11 @@ def _split_point(session: _Session, tensors: dict[str, _Tensor], bad: Probe, goo
 
 def remedies(result: DiagnoseResult) -> list[Remedy]:
     """What to do about first_bad, as commands where one exists: a split keeping the guilty part on the CPU,
-    clamping or rescaling advice by the explanation, and a looser threshold only with a reason."""
+    clamping or rescaling advice by the explanation (the threshold remedy is _threshold_remedy's)."""
     bad = result.first_bad
     assert bad is not None
-    build = result.target.parent.parent
     source = result.source
-    out = source.with_name(f"{source.stem}-split.onnx")
+    out = source.with_name(f"{graph_name(source.name)}-split.onnx")  # det.npu.onnx: det-split, graphs det-split-*
     kinds = {e.kind for e in result.explanations}
     found: list[Remedy] = []
     if result.cpu_part == "head":
@@ -564,16 +678,6 @@ def remedies(result: DiagnoseResult) -> list[Remedy]:
         found.append(Remedy("rescale", (
             f"rescale before {bad.node} so that its inputs and result lie between 1e-3 and 1e3 (subtract a large "
             f"offset or normalize first, in the CPU part if needed)")))
-    if result.outputs_snr_db is not None and not result.ok:
-        reach = math.floor(result.outputs_snr_db)
-        weak = " (under 20 dB the outputs barely resemble the CPU's: not advised)" if reach < 20 else ""
-        worst = result.outputs_cosine
-        cosine = (f" --min-cosine {math.floor(worst * 1000) / 1000:g}"
-                  if worst is not None and worst < thresholds_for(result.precision)["min_cosine"] else "")
-        found.append(Remedy("threshold", (
-            f"only with a reason why it is enough, which validate records: the outputs reach "
-            f"{result.outputs_snr_db:.1f} dB{weak}"),
-            f"qnndeploy validate {_q(build)} --min-snr-db {reach}{cosine} --reason \"REASON\""))
     return found
 
 

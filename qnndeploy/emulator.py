@@ -252,7 +252,7 @@ def _one(job: JSON, work: Path) -> Outcome:
     except Exception as e:  # noqa: BLE001 onnxruntime's own error types: the binary does not load or run
         return Outcome(False, False, first_line(e))
     limits = job["thresholds"] or metrics.thresholds_for(job["precision"])
-    judged = metrics.judge_outputs(expected, actual, limits)
+    judged = metrics.judge_model(model, expected, actual, limits)
     return Outcome(True, all(m.passed for m in judged), None, [asdict(m) for m in judged])
 
 

@@ -32,18 +32,18 @@ def _ref_attrs(model: onnx.ModelProto) -> list[onnx.AttributeProto]:
 
 
 def ir_version(path: Path) -> int:
-    return int(load_model(path).ir_version)
+    return int(load_model(path, weights=False).ir_version)
 
 
 def context_refs(path: Path) -> list[str]:
     """The context-binary file names an EPContext model loads (empty if it embeds them)."""
-    return [a.s.decode() for a in _ref_attrs(load_model(path))]
+    return [a.s.decode() for a in _ref_attrs(load_model(path, weights=False))]
 
 
 def graph_names(path: Path) -> list[str]:
     """The QNN graph each EPContext node runs: its partition_name, which names the graph in the context binary."""
     names = []
-    for node in load_model(path).graph.node:
+    for node in load_model(path, weights=False).graph.node:
         if node.op_type == "EPContext":
             attrs = {a.name: a for a in node.attribute}
             names.append(attrs["partition_name"].s.decode() if "partition_name" in attrs else node.name)

@@ -17,14 +17,11 @@ from typing import TYPE_CHECKING
 
 from qnndeploy import htp
 from qnndeploy.errors import first_line
-from qnndeploy.onnxio import MAX_FOLDED_BYTES
+from qnndeploy.onnxio import MAX_FOLDED_BYTES, RANDOM_OPS
 
 if TYPE_CHECKING:
     import numpy as np
     import onnx
-
-# Ops whose outputs are not a function of their inputs: folding them would freeze one draw.
-_RANDOM_OPS = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
 
 
 class FoldError(Exception):
@@ -147,7 +144,7 @@ def _values(node: onnx.NodeProto, shapes: dict[str, list[int]], consts: dict[str
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
 
-    if node.domain not in ("", "ai.onnx") or node.op_type in _RANDOM_OPS or any(_subgraphs(node)):
+    if node.domain not in ("", "ai.onnx") or node.op_type in RANDOM_OPS or any(_subgraphs(node)):
         return None
     if node.op_type in ("Shape", "Size") and node.input[0] in shapes:
         dims = shapes[node.input[0]]

@@ -3,6 +3,7 @@ that make them, the bundle reader and the on-device decision, so each lives in o
 
 import re
 from collections.abc import Mapping
+from pathlib import PurePath
 from typing import Any
 
 FORMAT = "qnndeploy-bundle"
@@ -21,6 +22,33 @@ PERFORMANCE_MODES = ("burst", "balanced", "default", "high_performance", "high_p
 MAVEN_RUNTIME = "com.qualcomm.qti:qnn-runtime"
 # a target's "accepted_on": where the app runs a target whose failed validation the bundle accepted (bundle --accept)
 ACCEPT_ON = ("npu", "cpu")
+
+
+# check's advice names a prepared model X.npu.onnx beside X.onnx; the graph it compiles to is still X
+PREPARED_SUFFIX = ".npu"
+
+
+def graph_name(model: str) -> str:
+    """The graph a model file compiles to, when no NAME= gives it: the file's stem without the PREPARED_SUFFIX
+    that check's advice adds (det.npu.onnx is graph det), so that the name which reaches build folders, bundle files
+    and the app's Kotlin is the model's own."""
+    stem = PurePath(model).stem
+    while stem.endswith(PREPARED_SUFFIX) and len(stem) > len(PREPARED_SUFFIX):
+        stem = stem.removesuffix(PREPARED_SUFFIX)
+    return stem
+
+
+# What a file given where a folder or another kind of file belongs most likely is, by its suffix: the one-line
+# error of a wrong file type names it (exit 2).
+_KINDS = {".onnx": "an ONNX model", ".bin": "a QNN context binary", ".json": "a JSON file",
+          ".data": "an ONNX external data file", ".so": "a shared library", ".zip": "a .zip archive",
+          ".gz": "a .tar.gz archive", ".tgz": "a .tar.gz archive", ".npz": "NumPy samples", ".npy": "NumPy samples",
+          ".wav": "an audio file", ".png": "an image", ".jpg": "an image", ".jpeg": "an image"}
+
+
+def file_kind(path: str) -> str:
+    """'an ONNX model', 'a QNN context binary'..., or 'a file'."""
+    return _KINDS.get(PurePath(path).suffix.lower(), "a file")
 
 
 def artifact_graphs(artifact: Mapping[str, Any]) -> list[str]:

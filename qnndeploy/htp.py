@@ -6,6 +6,8 @@ from __future__ import annotations
 import ctypes
 import importlib
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -17,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from qnndeploy import child, fileio, socs
 from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError, first_line
 from qnndeploy.onnxio import MAX_FOLDED_BYTES, load_model, oversized_constants
 
@@ -24,12 +27,19 @@ if TYPE_CHECKING:
     import onnx
     import onnxruntime as ort
 
-    from qnndeploy.socs import Soc
-
 EP_NAME = "QNNExecutionProvider"
 # The HTP compiler's time grows faster than linearly with a partition's node count (a chain of 8,000 Relu takes
 # about 18 s, of 100,000 hours, in one uninterruptible native call): above this the graph is read, not measured.
 MAX_MEASURED_NODES = 20_000
+# It also unrolls recurrent layers over their time steps: a 3-layer LSTM over 40 steps took 13 s here, a 2-layer
+# bidirectional one over hundreds of steps many minutes. So the partitioning runs in a child process that a stop
+# request or this budget (check --timeout) ends, where an in-process native call would run to its end.
+DEFAULT_TIMEOUT_S = 300.0
+# Seconds per unrolled cell step (one layer, one direction, one time step): the range check's own timings gave
+# for LSTM and GRU layers of hidden size 64-256 on a 2-core x86-64 host; only for telling the user what to expect.
+SECONDS_PER_CELL_STEP = (0.05, 0.3)
+RECURRENT_OPS = ("LSTM", "GRU", "RNN")
+TIMED_OUT = "the HTP compiler did not finish within"
 
 
 def available() -> bool:
@@ -68,7 +78,7 @@ def _devices() -> tuple[Any, ...]:  # onnxruntime's OrtEpDevice, untyped
     return devices
 
 
-def session_options(soc: Soc, *, fp16: bool = True, context_path: Path | None = None,
+def session_options(soc: socs.Soc, *, fp16: bool = True, context_path: Path | None = None,
                     cpu_fallback: bool = False, log_level: int = 3, config: dict[str, str] | None = None,
                     provider: dict[str, str] | None = None) -> ort.SessionOptions:
     """Options for an HTP session for one SoC.
@@ -119,6 +129,24 @@ def quiet_native_stdout() -> Iterator[None]:
         os.close(saved)
 
 
+def run_model(path: Path, soc: socs.Soc, feeds: list[dict[str, Any]], *, fp16: bool = True,
+              provider: dict[str, str] | None = None) -> tuple[list[dict[str, Any]], float]:
+    """Each sample through `path` on the host HTP emulator (an EPContext model loads its binary; a plain model is
+    compiled first): one {output: array} per sample, and the seconds the runs took. validate and diagnose run
+    binaries this one way."""
+    import onnxruntime as ort
+
+    try:
+        with quiet_native_stdout():
+            session = ort.InferenceSession(str(path), session_options(soc, fp16=fp16, provider=provider))
+        names = [o.name for o in session.get_outputs()]
+        start = time.monotonic()
+        outputs = [dict(zip(names, session.run(None, s), strict=True)) for s in feeds]
+    except Exception as e:  # noqa: BLE001 onnxruntime's own error types
+        raise QnnDeployError(first_line(e)) from None
+    return outputs, time.monotonic() - start
+
+
 # --- measured op support --------------------------------------------------------------------------
 
 @dataclass
@@ -138,21 +166,22 @@ class HtpMeasurement:
     cpu_nodes: list[CpuNode] = field(default_factory=list)
     total_nodes: int = 0
     seconds: float = 0.0
+    timed_out: bool = False  # the compile was ended at the time budget
 
 
-def measure_htp(path: Path, soc: Soc, graph: onnx.GraphProto | None = None,
-                fp16: bool | None = None) -> HtpMeasurement:
+def measure_htp(path: Path, soc: socs.Soc, graph: onnx.GraphProto | None = None, fp16: bool | None = None,
+                timeout: float | None = DEFAULT_TIMEOUT_S) -> HtpMeasurement:
     """Partition the model for the HTP of `soc` on the host and list every node left on the CPU.
 
     onnxruntime-qnn compiles with CPU fallback allowed and writes an EPContext model: each EPContext node is
     one HTP partition, every other node in it runs on the CPU. When the HTP takes nothing, no EPContext model
-    is written and every node of the graph is a CPU node.
+    is written and every node of the graph is a CPU node. The compile runs in a child process (_partition): past
+    `timeout` seconds it is ended and the result says so; a stop request (SIGTERM) ends it at once.
     """
     import onnx
-    import onnxruntime as ort
 
     if graph is None:
-        graph = load_model(path).graph
+        graph = load_model(path, weights=False).graph
     total = sum(1 for n in graph.node if n.op_type != "Constant")
     if not available():
         return HtpMeasurement(soc.model, False, "onnxruntime-qnn is not installed", total_nodes=total)
@@ -162,17 +191,11 @@ def measure_htp(path: Path, soc: Soc, graph: onnx.GraphProto | None = None,
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="qnndeploy-check-") as tmp:
         ctx = Path(tmp) / "m_ctx.onnx"
-        options = session_options(soc, fp16=soc.fp16 is not False if fp16 is None else fp16, context_path=ctx,
-                                      cpu_fallback=True)
-        # Basic optimizations run before partitioning anyway; the later ones would rename the CPU nodes.
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        try:
-            with quiet_native_stdout():
-                ort.InferenceSession(str(path), options)
-        except Exception as e:  # noqa: BLE001 onnxruntime raises its own, unexported exception types
-            return HtpMeasurement(soc.model, False, f"the HTP compile failed: {first_line(e)}",
-                                  qairt=qairt_version(), total_nodes=total,
-                                  seconds=round(time.monotonic() - start, 2))
+        failure = _partition(path, soc, soc.fp16 is not False if fp16 is None else fp16, ctx, timeout)
+        seconds = round(time.monotonic() - start, 2)
+        if failure:
+            return HtpMeasurement(soc.model, False, failure, qairt=qairt_version(), total_nodes=total, seconds=seconds,
+                                  timed_out=failure.startswith(TIMED_OUT))
         if ctx.is_file():
             nodes = list(onnx.load(str(ctx), load_external_data=False).graph.node)
         else:
@@ -181,8 +204,77 @@ def measure_htp(path: Path, soc: Soc, graph: onnx.GraphProto | None = None,
     cpu = [n for n in nodes if not (n.op_type == "EPContext" and n.domain == "com.microsoft")]
     return HtpMeasurement(
         soc.model, True, qairt=qairt_version(), qnn_partitions=len(qnn), cpu_partitions=_components(cpu),
-        cpu_nodes=[CpuNode(n.name, n.op_type) for n in cpu], total_nodes=total,
-        seconds=round(time.monotonic() - start, 2))
+        cpu_nodes=[CpuNode(n.name, n.op_type) for n in cpu], total_nodes=total, seconds=seconds)
+
+
+def _partition(path: Path, soc: socs.Soc, fp16: bool, ctx: Path, timeout: float | None) -> str | None:
+    """Run the partitioning compile in a child (`python -m qnndeploy.htp`, main below) and wait for it, checking for
+    a stop request and the time budget every 0.1 s. Returns None when it wrote its result, else why not."""
+    log = ctx.with_name("partition.log")
+    with log.open("wb") as err:
+        proc = subprocess.Popen(child.module("htp", str(path), soc.model, "fp16" if fp16 else "int", str(ctx)),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                env=child.environ(), start_new_session=True)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                code = proc.wait(timeout=0.1)
+                break
+            except subprocess.TimeoutExpired:
+                fileio.check_stop()
+                if deadline is not None and time.monotonic() > deadline:
+                    return f"{TIMED_OUT} {timeout:g} s"
+    finally:
+        if proc.poll() is None:  # stopped, over budget, or Ctrl-C: the compile must not outlive the wait
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if code == 0:
+        return None
+    if code < 0:
+        return f"the HTP compiler crashed ({signal.Signals(-code).name})"
+    said = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    return f"the HTP compile failed: {said[-1] if said else f'exit {code}'}"
+
+
+def recurrent_steps(graph: onnx.GraphProto) -> tuple[int, int]:
+    """(recurrent layers, unrolled cell steps) of the graph's LSTM/GRU/RNN nodes whose time dim is known: what the
+    HTP compiler's time grows with. A layer's steps are its sequence length times its directions."""
+    import onnx
+
+    nodes = [n for n in graph.node if n.op_type in RECURRENT_OPS]
+    if not nodes:
+        return 0, 0
+    known = {v.name: v for v in [*graph.input, *graph.value_info]}
+    if any(n.input[0] not in known for n in nodes):
+        model = onnx.helper.make_model(graph)
+        inferred = onnx.shape_inference.infer_shapes(model).graph
+        known.update({v.name: v for v in inferred.value_info})
+    steps = 0
+    for n in nodes:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+        dims = known[n.input[0]].type.tensor_type.shape.dim if n.input[0] in known else []
+        time_dim = dims[1 if attrs.get("layout", 0) else 0] if len(dims) == 3 else None
+        if time_dim is not None and time_dim.HasField("dim_value"):
+            steps += time_dim.dim_value * (2 if attrs.get("direction") == b"bidirectional" else 1)
+    return len(nodes), steps
+
+
+def main(argv: list[str]) -> int:
+    """The child of _partition: MODEL SOC fp16|int CTX. Compiles with CPU fallback allowed, which writes the
+    EPContext model CTX (nothing when the HTP takes no node); a failure is its one line on stderr, exit 1."""
+    import onnxruntime as ort
+
+    path, soc_name, precision, ctx = argv
+    options = session_options(socs.find(soc_name), fp16=precision == "fp16", context_path=Path(ctx), cpu_fallback=True)
+    # Basic optimizations run before partitioning anyway; the later ones would rename the CPU nodes.
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    try:
+        ort.InferenceSession(path, options)
+    except Exception as e:  # noqa: BLE001 onnxruntime raises its own, unexported exception types
+        print(first_line(e), file=sys.stderr)
+        return 1
+    return 0
 
 
 def measure_refusal(graph: onnx.GraphProto, total: int | None = None) -> str | None:
@@ -199,7 +291,7 @@ def measure_refusal(graph: onnx.GraphProto, total: int | None = None) -> str | N
 
 
 @cache
-def htp_takes_nothing(soc: Soc) -> bool:
+def htp_takes_nothing(soc: socs.Soc) -> bool:
     """Whether this QAIRT's HTP compiler refuses even a lone Relu for `soc`. It lists some SoCs it compiles
     nothing for; then every node of every model lands on the CPU and the model is not to blame. (A SoC without
     fp16 refuses a float Relu anyway: the probe says nothing about it, and its own warning covers it.)"""
@@ -222,7 +314,7 @@ def htp_takes_nothing(soc: Soc) -> bool:
     return m.measured and m.qnn_partitions == 0
 
 
-def soc_takes_nothing(soc: Soc, qairt: str) -> str:
+def soc_takes_nothing(soc: socs.Soc, qairt: str) -> str:
     return (f"the HTP compiler of QAIRT {qairt} takes no node at all for {soc.model} (soc_model {soc.soc_id}, "
             f"{soc.dsp_arch}), not even a lone Relu: no model runs on its NPU with this QAIRT, whatever the export")
 
@@ -243,3 +335,7 @@ def _components(nodes: list[onnx.NodeProto]) -> int:
             if name in producer:
                 parent[root(i)] = root(producer[name])
     return len({root(i) for i in range(len(nodes))})
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

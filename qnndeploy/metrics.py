@@ -5,7 +5,8 @@ Several metrics, because one can mislead: rel L2, cosine and SNR are relative to
 when the reference is near zero (a detector's map on random input); max abs diff is absolute and stays meaningful.
 A reference whose RMS is below the absolute tolerance is judged on max abs diff alone, and the verdict says so.
 TopK outputs are judged as sets: fp16 reorders near-tied scores, and the same top-k items in another order is the
-same answer (topk_outputs, judge).
+same answer (topk_outputs, judge). Outputs gathered with a TopK's indices (a detector's boxes and classes) follow
+that order: their rows are aligned to the CPU's before they are compared (judge_outputs).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
+from qnndeploy import onnxio
 from qnndeploy.onnxio import load_model, tensor_info
 
 if TYPE_CHECKING:
     import numpy as np
+    import onnx
 
 Thresholds = dict[str, float]  # min_cosine, min_snr_db, atol
 
@@ -34,6 +37,9 @@ THRESHOLDS: dict[str, Thresholds] = {
 OPTIONAL_THRESHOLDS = {"min_topk_jaccard": 1.0}
 TOPK_MARK = "qnndeploy.topk"  # model metadata: comma-separated output names to judge as top-k (NAME or NAME:AXIS)
 _SHAPE_KEEPING = ("Cast", "Identity")  # between a TopK and a graph output: still its values or indices
+# Between a TopK's indices and the Gather that uses them: still the same indices, in the same order.
+_INDEX_KEEPING = (*_SHAPE_KEEPING, "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Tile")
+_GATHERS = ("Gather", "GatherElements")
 
 
 @dataclass(frozen=True)
@@ -41,8 +47,9 @@ class TopK:
     """An output judged as a top-k set: its k axis, and whether it holds the values or the indices."""
 
     axis: int
-    role: str  # "values" | "indices"
+    role: str  # "values" | "indices" | "gathered" (rows picked by a TopK's indices, in their order)
     why: str  # "TopK node NAME" or "marked in the model (qnndeploy.topk)"
+    group: str = ""  # the TopK node whose order it follows, by its values output (a group is aligned together)
 
 @dataclass
 class OutputMetrics:
@@ -104,22 +111,29 @@ def thresholds_for(precision: str | None, overrides: Mapping[str, float] | None 
 
 def topk_outputs(path: Path) -> dict[str, TopK]:
     """The outputs to judge as top-k sets: a TopK node's values (output 0) or indices (output 1), reached through
-    Cast/Identity only, and the outputs the model's metadata_props names under TOPK_MARK (NAME or NAME:AXIS,
-    axis -1 by default; integer outputs are indices, others values)."""
-    model = load_model(Path(path))
+    Cast/Identity only; the outputs the model's metadata_props names under TOPK_MARK (NAME or NAME:AXIS, axis -1 by
+    default; integer outputs are indices, others values); and the outputs a Gather or GatherElements makes with a
+    TopK's indices (through Cast, Identity, Unsqueeze, Squeeze, Reshape, Flatten, Expand, Tile), whose rows follow
+    the TopK's order along the gather's k axis."""
+    model = load_model(Path(path), weights=False)
     graph = model.graph
     producers = {o: n for n in graph.node for o in n.output}
     found: dict[str, TopK] = {}
     for value in graph.output:
-        name = value.name
-        node = producers.get(name)
-        while node is not None and node.op_type in _SHAPE_KEEPING and node.input:
-            name = node.input[0]
-            node = producers.get(name)
-        if node is not None and node.op_type == "TopK" and node.domain in ("", "ai.onnx"):
-            axis = next((a.i for a in node.attribute if a.name == "axis"), -1)
+        name, node = _through(value.name, producers, _SHAPE_KEEPING)
+        if _is_topk(node):
+            assert node is not None
+            label = node.name or "(unnamed)"
             role = "values" if list(node.output).index(name) == 0 else "indices"
-            found[value.name] = TopK(axis, role, f"TopK node {node.name or '(unnamed)'}")
+            found[value.name] = TopK(_axis(node, -1), role, f"TopK node {label}", node.output[0])
+        elif node is not None and node.op_type in _GATHERS and node.domain in ("", "ai.onnx") and len(node.input) > 1:
+            index, source = _through(node.input[1], producers, _INDEX_KEEPING)
+            if _is_topk(source) and source is not None and list(source.output).index(index) == 1:
+                axis = _gathered_axis(model, node, source)
+                if axis is not None:
+                    label = source.name or "(unnamed)"
+                    found[value.name] = TopK(axis, "gathered", f"{node.op_type} {node.name or '(unnamed)'} with the "
+                                             f"indices of TopK node {label}", source.output[0])
     marked = next((p.value for p in model.metadata_props if p.key == TOPK_MARK), "")
     dtypes = {v.name: tensor_info(v).dtype for v in graph.output}
     for entry in filter(None, (e.strip() for e in marked.split(","))):
@@ -131,15 +145,165 @@ def topk_outputs(path: Path) -> dict[str, TopK]:
     return found
 
 
+def _through(name: str, producers: Mapping[str, onnx.NodeProto], ops: tuple[str, ...]
+             ) -> tuple[str, onnx.NodeProto | None]:
+    """Follow `name` back through nodes of `ops` (their first input): the tensor reached and the node making it."""
+    node = producers.get(name)
+    while node is not None and node.op_type in ops and node.input:
+        name = node.input[0]
+        node = producers.get(name)
+    return name, node
+
+
+def _is_topk(node: onnx.NodeProto | None) -> bool:
+    return node is not None and node.op_type == "TopK" and node.domain in ("", "ai.onnx")
+
+
+def _axis(node: onnx.NodeProto, default: int) -> int:
+    return next((a.i for a in node.attribute if a.name == "axis"), default)
+
+
+def _gathered_axis(model: onnx.ModelProto, gather: onnx.NodeProto, topk: onnx.NodeProto) -> int | None:
+    """The axis of a gather's output along which its rows follow the TopK's k items: GatherElements' axis; for
+    Gather, its axis plus the k dim's place among the indices' dims (the last dim of size k, by shape inference).
+    None when the shapes do not say."""
+    import onnx
+
+    axis = _axis(gather, 0)
+    if gather.op_type == "GatherElements":
+        return axis
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # noqa: BLE001 a model shape inference cannot follow: the rows are not aligned
+        return None
+    dims: dict[str, list[int | None]] = {i.name: list(i.dims) for i in inferred.initializer}
+    dims.update({v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
+                 for v in (*inferred.value_info, *inferred.input, *inferred.output)
+                 if v.type.tensor_type.HasField("shape")})
+    data, index, picked = dims.get(gather.input[0]), dims.get(gather.input[1]), dims.get(topk.output[1])
+    if data is None or index is None or picked is None or not picked:
+        return None
+    k = picked[_axis(topk, -1)]
+    places = [i for i, d in enumerate(index) if d == k]
+    if k is None or not places:
+        return None
+    return (axis + len(data) if axis < 0 else axis) + places[-1]
+
+
+def judge_model(model: Path, expected: Sequence[Mapping[str, np.ndarray]],
+                actual: Sequence[Mapping[str, np.ndarray]], limits: Thresholds) -> list[OutputMetrics]:
+    """judge_outputs with what the model says about its outputs: their class axes and top-k roles. The one way
+    validate, diagnose, bundle verify and device verify judge a graph."""
+    return judge_outputs(expected, actual, limits, onnxio.class_axes(model), topk_outputs(model))
+
+
 def judge_outputs(expected: Sequence[Mapping[str, np.ndarray]], actual: Sequence[Mapping[str, np.ndarray]],
                   limits: Thresholds, class_axes: Mapping[str, int] | None = None,
                   topk: Mapping[str, TopK] | None = None) -> list[OutputMetrics]:
     """Every output over all samples (one {name: array} per sample), against the CPU reference. Outputs in
     `class_axes` (onnxio.class_axes) also get their argmax agreement over that axis; outputs in `topk`
-    (topk_outputs) are judged as top-k sets."""
-    return [judge(name, [e[name] for e in expected], [a[name] for a in actual], limits, (class_axes or {}).get(name),
-                  (topk or {}).get(name))
-            for name in expected[0]]
+    (topk_outputs) are judged as top-k sets, and the rows gathered with a TopK's indices are first put in the
+    CPU's order."""
+    topk = topk or {}
+    aligned, notes = _align(expected, actual, topk)
+    found = []
+    for name in expected[0]:
+        role = topk.get(name)
+        if name in notes:
+            m = judge(name, [e[name] for e in expected], [a[name] for a in aligned], limits,
+                      (class_axes or {}).get(name))
+            m.judged_on = m.judged_on if m.judged_on == "finite" else f"aligned:{m.judged_on}"
+            m.note = notes[name] + (f"; {m.note}" if m.note else "")
+        else:
+            m = judge(name, [e[name] for e in expected], [a[name] for a in actual], limits,
+                      (class_axes or {}).get(name), role if role is None or role.role != "gathered" else None)
+        found.append(m)
+    return found
+
+
+def _align(expected: Sequence[Mapping[str, np.ndarray]], actual: Sequence[Mapping[str, np.ndarray]],
+           topk: Mapping[str, TopK]) -> tuple[list[dict[str, np.ndarray]], dict[str, str]]:
+    """The HTP's outputs with the rows of each gathered output moved to the CPU's order of its TopK's items, and a
+    note per aligned output. The order comes from the TopK's indices when they are an output (an item in only one
+    top-k stays where it is, and counts as error); else rows are paired nearest first over every output of the
+    group (each scaled by its CPU RMS): compared as row sets."""
+    import numpy as np
+
+    aligned = [dict(a) for a in actual]
+    notes: dict[str, str] = {}
+    groups: dict[str, list[str]] = {}
+    for name, t in topk.items():
+        if t.group and name in expected[0]:
+            groups.setdefault(t.group, []).append(name)
+    for names in groups.values():
+        gathered = [n for n in names if topk[n].role == "gathered"]
+        index = next((n for n in names if topk[n].role == "indices"), None)
+        rows = [{n: (_rows(e[n], topk[n].axis), _rows(a[n], topk[n].axis)) for n in names}
+                for e, a in zip(expected, actual, strict=True)]
+        if not gathered or len({r.shape[:2] for sample in rows for pair in sample.values() for r in pair}) != 1:
+            continue  # no gathered output, or outputs that do not share the TopK's rows: nothing to align by
+        features = [n for n in names if topk[n].role != "indices"]
+        moved = total = 0
+        for s, sample in enumerate(rows):
+            for i in range(len(sample[gathered[0]][0])):
+                if index is not None:
+                    perm = _by_index(sample[index][0][i, :, 0], sample[index][1][i, :, 0])
+                else:
+                    scale = [max(float(np.sqrt(np.mean(np.square(sample[n][0][i])))), 1e-12) for n in features]
+                    cpu, htp = (np.concatenate([sample[n][side][i] / c for n, c in zip(features, scale, strict=True)],
+                                               axis=1) for side in (0, 1))
+                    perm = _nearest(cpu, htp)
+                moved += int((perm != np.arange(len(perm))).sum())
+                total += len(perm)
+                for n in gathered:
+                    sample[n][1][i] = sample[n][1][i][perm]
+            for n in gathered:
+                aligned[s][n] = sample[n][1].reshape(actual[s][n].shape).astype(actual[s][n].dtype)
+        how = f"by the indices output {index}" if index is not None else "as row sets (nearest rows paired)"
+        for n in gathered:
+            notes[n] = (f"rows in a TopK's order ({topk[n].why}): aligned to the CPU's order along axis "
+                        f"{topk[n].axis} {how}, " + (f"{moved} of {total} row(s) moved" if moved else "no row moved"))
+    return aligned, notes
+
+
+def _rows(array: np.ndarray, axis: int) -> np.ndarray:
+    """One sample's output as (leading, k, rest) float64 rows along its k axis (a copy)."""
+    import numpy as np
+
+    a = np.asarray(array)
+    axis = axis + a.ndim if axis < 0 else axis
+    lead = math.prod(a.shape[:axis])
+    return a.astype(np.float64).reshape(lead, a.shape[axis], -1).copy()
+
+
+def _by_index(cpu: np.ndarray, htp: np.ndarray) -> np.ndarray:
+    """perm[j] = the HTP position holding the CPU's j-th item; items in one top-k only take the positions left."""
+    import numpy as np
+
+    where = {float(v): i for i, v in reversed(list(enumerate(htp)))}
+    perm = np.full(len(cpu), -1)
+    used = set()
+    for j, v in enumerate(cpu):
+        i = where.get(float(v))
+        if i is not None and i not in used:
+            perm[j] = i
+            used.add(i)
+    left = iter(i for i in range(len(htp)) if i not in used)
+    return np.array([p if p >= 0 else next(left) for p in perm])
+
+
+def _nearest(cpu: np.ndarray, htp: np.ndarray) -> np.ndarray:
+    """perm[j] = the HTP row paired with the CPU's row j: the closest pairs first (greedy assignment)."""
+    import numpy as np
+
+    distance = ((cpu[:, None, :] - htp[None, :, :]) ** 2).sum(axis=2)
+    perm = np.full(len(cpu), -1)
+    taken = np.zeros(len(htp), bool)
+    for flat in np.argsort(distance, axis=None, kind="stable"):
+        j, i = divmod(int(flat), len(htp))
+        if perm[j] < 0 and not taken[i]:
+            perm[j], taken[i] = i, True
+    return perm
 
 
 def judge(name: str, expected: Sequence[np.ndarray], actual: Sequence[np.ndarray], limits: Thresholds,
@@ -161,12 +325,12 @@ def judge(name: str, expected: Sequence[np.ndarray], actual: Sequence[np.ndarray
     if class_axis is not None and -ref.ndim < class_axis < ref.ndim - 1 and np.issubdtype(ref.dtype, np.floating):
         class_axis = class_axis + 1 if class_axis >= 0 else class_axis
         agree = float((ref.argmax(class_axis) == out.argmax(class_axis)).mean())
-    passed, judged, note = _verdict(m, limits)
+    passed, judged, note = verdict(m, limits)
     return OutputMetrics(name, list(out.shape[1:]), m["max_abs_diff"], m["mean_abs_diff"], m["rel_l2"], m["cosine"],
                          m["snr_db"], m["ref_rms"], m["ref_max_abs"], agree, passed, judged, note)
 
 
-def _verdict(m: Metrics, limits: Thresholds) -> tuple[bool, str, str | None]:
+def verdict(m: Metrics, limits: Thresholds) -> tuple[bool, str, str | None]:
     """(passed, judged_on, note) by the value rules: finite, then near-zero max abs diff, else cosine and SNR."""
     if not m["finite"]:
         return False, "finite", "the HTP output has NaN or Inf values"
@@ -203,9 +367,131 @@ def _judge_topk(name: str, ref: np.ndarray, out: np.ndarray, limits: Thresholds,
                 + (f"sets differ in {differ} of {rows} row(s), lowest Jaccard {jaccard:.2f} (needs >= {least:g})"
                    if differ else "the same set in every row") + f"; {order}")
     else:
-        passed, base, why = _verdict(m, limits)
+        passed, base, why = verdict(m, limits)
         judged = base if base == "finite" else f"sorted:{base}"
         note = (f"top-k values ({topk.why}) compared sorted along axis {topk.axis}, so their order does not count"
                 + (f"; {why}" if why else ""))
     return OutputMetrics(name, list(out.shape[1:]), m["max_abs_diff"], m["mean_abs_diff"], m["rel_l2"], m["cosine"],
                          m["snr_db"], m["ref_rms"], m["ref_max_abs"], None, bool(passed), judged, note, jaccard)
+
+
+# --- what a failing output's error is made of ----------------------------------------------------------------------
+
+SMALL = 0.01  # a value below this share of an output's peak magnitude is one of its small values
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What the metric an output failed measures on it, and the metric that judges it by what it is: for diagnose
+    to say, when no tensor is to blame, which validate thresholds fit (a looser one needs a reason)."""
+
+    output: str
+    kind: str  # "gain" | "small-values" | "spread" | "topk-set" | "near-zero" | "finite"
+    measures: str  # what the failing metric measures on this output
+    fits: str  # which metric fits it, and where
+    options: dict[str, float]  # validate's thresholds this output passes with (min_snr_db, min_cosine, atol, ...)
+
+
+def fits(model: Path, expected: Sequence[Mapping[str, np.ndarray]], actual: Sequence[Mapping[str, np.ndarray]],
+         limits: Thresholds) -> list[Fit]:
+    """A Fit for each output of `model` that fails validate's rules (judge_model) on these samples."""
+    import numpy as np
+
+    topk = topk_outputs(model)
+    aligned, _ = _align(expected, actual, topk)
+    found = []
+    for m in judge_model(model, expected, actual, limits):
+        if m.passed:
+            continue
+        ref = np.stack([e[m.name] for e in expected]).astype(np.float64)
+        out = np.stack([a[m.name] for a in aligned]).astype(np.float64)
+        role = topk.get(m.name)
+        if m.judged_on.startswith("sorted:") and role is not None:
+            axis = role.axis + 1 if role.axis >= 0 else role.axis
+            ref, out = np.sort(ref, axis=axis), np.sort(out, axis=axis)
+        found.append(fit(m, ref, out, limits))
+    return found
+
+
+def fit(m: OutputMetrics, ref: np.ndarray, out: np.ndarray, limits: Thresholds) -> Fit:
+    """Why output `m` failed, from its CPU and HTP values as judged: a scale error (gain), an error made in its
+    small values (below 1% of its peak), or one spread over its values; or its top-k set, near-zero or NaN rule."""
+    import numpy as np
+
+    name = m.name
+    if m.judged_on == "finite":
+        return Fit(name, "finite", "the HTP output has NaN or Inf values", "no threshold passes it: find where they "
+                   "are made (the probes) or keep the graph on the CPU", {})
+    if m.judged_on == "topk_set":
+        jaccard = m.topk_jaccard or 0.0
+        return Fit(name, "topk-set", f"the top-k sets differ (lowest Jaccard {jaccard:.2f} in a row)",
+                   "the Jaccard index of the sets fits a top-k whose last places are near-tied", {
+                       "min_topk_jaccard": math.floor(jaccard * 100) / 100})
+    if m.judged_on.endswith("max_abs_diff"):
+        return Fit(name, "near-zero", (
+            f"its CPU values are near zero on these samples (RMS {m.ref_rms:.2g} < atol {limits['atol']:g}), so it "
+            f"is judged on max abs diff ({m.max_abs_diff:.3g})"), "real inputs (--inputs DIR) make it judged on cosine "
+            "and SNR", {"atol": float(f"{m.max_abs_diff * 1.01:.2g}")})
+    r, o = ref.ravel(), out.ravel()
+    noise = o - r
+    ref_energy, noise_energy = float(r @ r), float(noise @ noise)
+    gain = float(r @ o) / ref_energy
+    shape = o - gain * r
+    shape_snr = _db(gain * gain * ref_energy, float(shape @ shape))
+    snr, cosine = m.snr_db or 0.0, m.cosine or 0.0
+    small = np.abs(r) < SMALL * m.ref_max_abs
+    small_err = float(noise[small] @ noise[small]) / noise_energy if noise_energy else 0.0
+    large_snr = _db(float(r[~small] @ r[~small]), float(noise[~small] @ noise[~small]))
+    options: dict[str, float] = {}
+    if snr < limits["min_snr_db"]:
+        options["min_snr_db"] = float(math.floor(snr))
+    if cosine < limits["min_cosine"]:
+        options["min_cosine"] = math.floor(cosine * 1000) / 1000
+    elif cosine < 1:
+        # The cosine passes: hold it to what it reaches (1 - cosine to one digit, rounded up), so that loosening the
+        # SNR leaves a check with teeth.
+        decade = 10.0 ** max(math.floor(math.log10(1 - cosine)), -9)
+        options["min_cosine"] = max(limits["min_cosine"], 1 - math.ceil((1 - cosine) / decade) * decade)
+    if snr < limits["min_snr_db"] and shape_snr >= limits["min_snr_db"]:
+        return Fit(name, "gain", (
+            f"{name} comes out {gain:.4g} times the CPU's ({gain - 1:+.2%}): the SNR counts that scale as error "
+            f"({snr:.1f} dB), while its shape matches at {shape_snr:.1f} dB once the scale is taken out"), (
+            f"the cosine ({cosine:.7f}) ignores the scale and measures the shape: it fits where what reads {name} "
+            "does not depend on its scale (a normalized embedding, an argmax, audio at another loudness)"), options)
+    if small_err >= 0.5 and large_snr >= limits["min_snr_db"]:
+        zeroed = small & (o == 0) & (r != 0)
+        flushed = (f"; the HTP returns {zeroed.sum() / max(small.sum(), 1):.0%} of them as 0 (CPU values up to "
+                   f"{float(np.abs(r[zeroed]).max()):.2g})" if zeroed.any() else "")
+        fitting = (f"the cosine ({cosine:.6f}) weighs each value by its size, as the output's energy does: it fits "
+                   f"where {name}'s small values do not matter (scores far below the peak, near-silence)"
+                   if cosine >= limits["min_cosine"] else
+                   "the cosine weighs the small values' error as the SNR does: no metric of validate's judges it "
+                   "better; accept what it reaches only with a reason")
+        return Fit(name, "small-values", (
+            f"the SNR is made by {name}'s small values: {small_err:.0%} of the error's energy is in the "
+            f"{small.mean():.0%} of values below 1% of its peak ({SMALL * m.ref_max_abs:.3g}), which carry "
+            f"{float(r[small] @ r[small]) / ref_energy:.1%} of its energy{flushed}; over the values above 1% of "
+            f"its peak the SNR is {large_snr:.1f} dB"), fitting, options)
+    return Fit(name, "spread", (
+        f"the error is spread over {name}'s values: {snr:.1f} dB overall, {large_snr:.1f} dB over the values "
+        f"above 1% of its peak, {shape_snr:.1f} dB once its scale is taken out"), (
+        "no metric of validate's judges it better: fp16 loses this much here; accept it only with a reason, or run "
+        "the graph (or the part the probes name) on the CPU"), options)
+
+
+def _db(signal: float, noise: float) -> float:
+    return min(10 * math.log10(signal / noise), 300.0) if noise > 0 and signal > 0 else (300.0 if signal else 0.0)
+
+
+def fitting_thresholds(found: Sequence[Fit], judged: Sequence[OutputMetrics], limits: Thresholds
+                       ) -> dict[str, float]:
+    """One set of validate thresholds under which every output of the graph passes: the loosest each failing
+    output needs; a cosine held above the default only when every output judged on it reaches that."""
+    merged: dict[str, float] = {}
+    for f in found:
+        for key, value in f.options.items():
+            merged[key] = max(merged.get(key, value), value) if key == "atol" else min(merged.get(key, value), value)
+    cosines = [m.cosine for m in judged if m.judged_on.endswith("cosine+snr") and m.cosine is not None]
+    if merged.get("min_cosine", 0.0) > limits["min_cosine"] and min(cosines, default=1.0) < merged["min_cosine"]:
+        merged["min_cosine"] = limits["min_cosine"]
+    return merged

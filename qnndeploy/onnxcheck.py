@@ -11,12 +11,14 @@ import logging
 import math
 import shlex
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy import htp, quantize, rules, samples, socs
 from qnndeploy.errors import first_line
+from qnndeploy.formats import PREPARED_SUFFIX
 from qnndeploy.fuse import find_gelus
 from qnndeploy.htp import HtpMeasurement, htp_takes_nothing, measure_htp, soc_takes_nothing
 from qnndeploy.onnxio import (
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
 EXIT_READY, EXIT_FIXABLE, EXIT_NOT_READY = 0, 10, 11
 VERDICT_EXIT = {"ready": EXIT_READY, "fixable": EXIT_FIXABLE, "not ready": EXIT_NOT_READY}
 
-DEFAULT_SOC = "SM8750"
+LONG_MEASUREMENT_S = 30  # a measurement expected to take up to this long gets no notice
 
 
 @dataclass
@@ -68,15 +70,17 @@ class CheckReport:
 
 # --- the check ------------------------------------------------------------------------------------
 
-def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
-                precision: str = "fp16") -> CheckReport:
+def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, precision: str = "fp16",
+                timeout: float | None = htp.DEFAULT_TIMEOUT_S, say: Callable[[str], None] | None = None
+                ) -> CheckReport:
     """Read the graph, measure op support on the HTP when shapes allow, and give a verdict with fixes.
-    With precision w8a16 the measured graph is the QDQ-quantized one compile would build."""
+    With precision w8a16 the measured graph is the QDQ-quantized one compile would build. The measurement gets
+    `timeout` seconds; `say` hears what to expect before a measurement that may take long."""
 
     path = Path(path)
-    model = load_model(path)
+    model = load_model(path, weights=False)
     graph = model.graph
-    target = soc if isinstance(soc, socs.Soc) else socs.find(DEFAULT_SOC if soc is None else soc)
+    target = soc if isinstance(soc, socs.Soc) else socs.find(socs.DEFAULT_SOC if soc is None else soc)
     inputs = [tensor_info(v) for v in real_inputs(graph)]
     outputs = [tensor_info(v) for v in graph.output]
     params = sum(math.prod(t.dims) for t in all_tensors(graph) if dtype_name(t.data_type) in PARAM_DTYPES)
@@ -124,24 +128,38 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
         findings.append(Finding("htp", "info", "op support on the HTP not measured: the inputs have dynamic dims",
                                 "run prepare, then check the prepared model"))
     else:
+        layers, steps = htp.recurrent_steps(graph)
+        expected = [round(steps * rate) for rate in htp.SECONDS_PER_CELL_STEP]
+        if say and expected[1] >= LONG_MEASUREMENT_S:
+            say(f"{path.name}: the HTP compiler unrolls {layers} recurrent layer(s) into {steps:,} cell steps: "
+                f"measuring op support may take {expected[0]:,}-{expected[1]:,} s (the budget is "
+                f"{'none' if timeout is None else f'{timeout:g} s'}: --timeout; --no-measure skips it)")
         if precision == "fp16":
-            htp_result = measure_htp(path, target, graph)
+            htp_result = measure_htp(path, target, graph, timeout=timeout)
         else:
-            htp_result = _measure_quantized(path, target, graph)
-        if htp_result.measured and htp_result.cpu_nodes and not htp_result.qnn_partitions \
+            htp_result = _measure_quantized(path, target, graph, timeout)
+        if htp_result.timed_out:
+            findings.append(Finding(
+                "htp", "warning", f"op support on the HTP not measured: {htp_result.reason}"
+                + (f" ({layers} recurrent layer(s), {steps:,} unrolled cell steps)" if steps else ""),
+                "check again with a larger --timeout (or none: --timeout 0), or compile it directly: compile "
+                "refuses any node the HTP does not take"))
+        elif htp_result.measured and htp_result.cpu_nodes and not htp_result.qnn_partitions \
                 and htp_takes_nothing(target):
             findings.append(Finding("htp", "blocker", soc_takes_nothing(target, htp_result.qairt),
                                     f"target another SoC (qnndeploy socs lists them), or leave {target.model}'s "
                                     "phones on the CPU fallback; a newer QAIRT may support it"))
-        elif precision != "fp16" and _fusing_fixes(graph, htp_result):
+        elif _fusing_fixes(graph, htp_result):
             findings.append(Finding(
                 "htp", "fixable",
                 f"the unfused GELU (Erf) has no {precision} form on the HTP: {len(htp_result.cpu_nodes)} Erf "
                 "node(s) would run on the CPU",
                 "prepare --fuse (one Gelu node per GELU, opset 20; re-exporting at opset 20 does the same)",
                 prepare=PrepareFix(fuse=True)))
+        elif htp_result.measured and htp_result.cpu_nodes and (split := rules.edge_split(graph, htp_result)):
+            findings.append(split)
         else:
-            findings += rules.measured(htp_result)
+            findings += rules.measured(htp_result, graph)
         if htp_result.measured and htp_result.total_nodes and not htp_result.cpu_nodes:
             findings = [rules.taken_by_the_htp(f) if f.code == "control-flow" and f.severity == "blocker" else f
                         for f in findings]
@@ -160,7 +178,8 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
 
 
 def _command(path: Path, fix: PrepareFix) -> str:
-    out = path.with_name(path.name.removesuffix(".onnx") + ".npu.onnx")
+    suffix = "-split" if fix.split_at else PREPARED_SUFFIX  # either way graph_name gives the model's own graph name
+    out = path.with_name(path.name.removesuffix(".onnx") + f"{suffix}.onnx")
     return shlex.join(["qnndeploy", "prepare", str(path), "-o", str(out), *fix.args()])
 
 
@@ -170,7 +189,7 @@ def _default_opset(model: onnx.ModelProto) -> int:
 
 # --- measured op support --------------------------------------------------------------------------
 
-def _measure_quantized(path: Path, soc: Soc, graph: onnx.GraphProto) -> HtpMeasurement:
+def _measure_quantized(path: Path, soc: Soc, graph: onnx.GraphProto, timeout: float | None) -> HtpMeasurement:
     """Op support of the QDQ graph compile's w8a16 builds, quantized here on a few random samples (ranges do not
     matter for which ops the HTP takes)."""
 
@@ -188,7 +207,7 @@ def _measure_quantized(path: Path, soc: Soc, graph: onnx.GraphProto) -> HtpMeasu
             return HtpMeasurement(soc.model, False, f"quantizing to w8a16 failed: {first_line(e)}")
         finally:
             logging.disable(logging.NOTSET)
-        measured = measure_htp(qdq, soc, fp16=False)
+        measured = measure_htp(qdq, soc, fp16=False, timeout=timeout)
     # The QDQ graph has a Quantize/Dequantize pair around every op: count the model's own nodes only.
     measured.total_nodes = sum(1 for n in graph.node if n.op_type != "Constant")
     measured.cpu_nodes = [n for n in measured.cpu_nodes if n.op_type not in ("QuantizeLinear", "DequantizeLinear")]

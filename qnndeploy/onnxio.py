@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy.errors import QnnDeployError, first_line
+from qnndeploy.onnxwire import without_weights
 
 if TYPE_CHECKING:
     import onnx
 
 CONTROL_FLOW_OPS = {"If", "Loop", "Scan"}
+# Ops whose outputs are not a function of their inputs: folding or copying them would change the draws.
+RANDOM_OPS = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
 _GRAPH, _GRAPHS = 5, 10  # onnx.AttributeProto.GRAPH and GRAPHS (onnx is imported only where needed)
 
 
@@ -54,18 +57,24 @@ _SHAPE_OPS = {"ConstantOfShape": 0, "Expand": 1}  # op -> the input holding the 
 _CHECKED_OPS = {"Constant", "Tile", *_SHAPE_OPS}
 
 
-def load_model(path: Path, check_external: bool = True) -> onnx.ModelProto:
+def load_model(path: Path, check_external: bool = True, weights: bool = True) -> onnx.ModelProto:
     """Parse an ONNX file with a one-line error for anything that is not a whole, sane model. External-data
     weights are not read, only checked to lie inside the model's folder, to exist and to be long enough (unless not
     `check_external`: `bundle verify` judges the data files a model names itself, before anything is read from
-    them). Names must be UTF-8, element types known, and dims and constant shapes within MAX_TENSOR_ELEMENTS."""
+    them). Names must be UTF-8, element types known, and dims and constant shapes within MAX_TENSOR_ELEMENTS.
+    Without `weights`, big initializers inside the file come without their data (onnxwire): for the stages that
+    read the graph and never run or write the model, whose memory then follows the graph."""
     import onnx
 
     path = Path(path)
     require_model_file(path)
     try:
-        # Always binary protobuf: onnx.load would otherwise pick a JSON or text parser from the file's suffix.
-        model = onnx.load(str(path), format="protobuf", load_external_data=False)
+        if weights:
+            # Always binary protobuf: onnx.load would otherwise pick a JSON or text parser from the file's suffix.
+            model = onnx.load(str(path), format="protobuf", load_external_data=False)
+        else:
+            model = onnx.ModelProto()
+            model.ParseFromString(without_weights(path))
     except OSError as e:
         raise QnnDeployError(f"cannot read {path}: {e.strerror or e}") from None
     except MemoryError:
@@ -353,6 +362,29 @@ def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
         yield from g.node
 
 
+def outer_reads(node: onnx.NodeProto) -> Iterator[str]:
+    """Every tensor a node reads, those its subgraphs read from the outer graph included."""
+    yield from (i for i in node.input if i)
+    for attr in node.attribute:
+        for g in ([attr.g] if attr.type == _GRAPH else list(attr.graphs)):
+            inner = {o for n in all_nodes(g) for o in n.output} | {i.name for i in g.input} \
+                | {t.name for t in g.initializer}
+            yield from (i for n in all_nodes(g) for i in n.input if i and i not in inner)
+
+
+def constant_tensors(graph: onnx.GraphProto) -> set[str]:
+    """The tensors of the main graph computed from no graph input and no random draw (nodes in topological
+    order): a Constant node's, a Cast of one. A split copies them into each part rather than cutting there."""
+    fed = {i.name for i in graph.input} - {t.name for t in graph.initializer}
+    constant: set[str] = set()
+    for node in graph.node:
+        if node.op_type not in RANDOM_OPS and not any(u in fed for u in outer_reads(node)):
+            constant.update(o for o in node.output if o)
+        else:
+            fed.update(o for o in node.output if o)
+    return constant
+
+
 def all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
     """Initializers and Constant values of every (sub)graph."""
     for g in _all_graphs(graph):
@@ -399,7 +431,7 @@ def real_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
 
 def model_inputs(path: Path) -> list[TensorInfo]:
     """The inputs a caller feeds the model at `path` (read without its weights)."""
-    return [tensor_info(v) for v in real_inputs(load_model(Path(path)).graph)]
+    return [tensor_info(v) for v in real_inputs(load_model(Path(path), weights=False).graph)]
 
 
 # Ops that pass integer values through unchanged (only moved, reshaped or re-typed): an index fed through them
@@ -487,7 +519,7 @@ def class_axes(path: Path) -> dict[str, int]:
     """The outputs that hold class scores, with their class axis: an output made by Softmax or LogSoftmax (its
     axis), or a [batch, classes] output of rank 2. Argmax agreement means something only for these: over a feature
     map, an embedding or a detector's boxes it compares arbitrary positions."""
-    model = load_model(Path(path))
+    model = load_model(Path(path), weights=False)
     graph = model.graph
     producers = {o: n for n in graph.node for o in n.output}
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)

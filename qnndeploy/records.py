@@ -11,6 +11,7 @@ from typing import Any
 
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import JSON
+from qnndeploy.formats import file_kind
 
 RECORD = "qnndeploy-compile"
 RECORD_VERSION = 1
@@ -18,6 +19,15 @@ RECORD_FILE = "compile.json"
 VALIDATION_RECORD = "qnndeploy-validation"
 VALIDATION_VERSION = 1
 VALIDATION_FILE = "validation.json"
+
+
+@dataclass(frozen=True)
+class JobStarted:
+    """A job of a build (graph, SoC) has started: what compile's and validate's progress callbacks get before the
+    job's result, so that a log can say what runs and for how long."""
+
+    graph: str
+    soc: str
 
 
 @dataclass(frozen=True)
@@ -89,6 +99,7 @@ class ValidationRecord:
     outputs: tuple[dict[str, Any], ...]
     binary_sha256: str | None
     threshold_reason: str | None = None  # why a looser threshold judged it (validate --reason)
+    inputs: JSON | None = None  # how its samples were made (samples.for_graph's record of them)
 
     @classmethod
     def read(cls, path: Path) -> ValidationRecord | None:
@@ -97,7 +108,7 @@ class ValidationRecord:
             return None
         data = json.loads(path.read_text())
         return cls(data["passed"], data["thresholds"], tuple(data["outputs"]), (data.get("binary") or {}).get("sha256"),
-                   data.get("threshold_reason"))
+                   data.get("threshold_reason"), data.get("inputs"))
 
 
 def htp_settings(options: dict[str, Any]) -> JSON:
@@ -120,6 +131,9 @@ def read_record(path: Path) -> JSON | None:
 def read_build(build: Path) -> list[CompileRecord]:
     """The compile record of every <graph>/<SoC>/compile.json under `build`, sorted."""
     build = Path(build)
+    if build.is_file():
+        raise QnnDeployError(f"{build} is {file_kind(build.name)}, not a build folder: give the folder that qnndeploy "
+                             "compile -o wrote")
     if not build.is_dir():
         raise QnnDeployError(f"{build}: no such build folder (qnndeploy compile -o {build} makes one)")
     found = []

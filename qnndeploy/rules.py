@@ -11,7 +11,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from qnndeploy.htp import HtpMeasurement
-from qnndeploy.onnxio import CONTROL_FLOW_OPS, TensorInfo, all_nodes, all_tensors, dtype_name, real_inputs, tensor_info
+from qnndeploy.onnxio import (
+    CONTROL_FLOW_OPS,
+    TensorInfo,
+    all_nodes,
+    all_tensors,
+    constant_tensors,
+    dtype_name,
+    outer_reads,
+    real_inputs,
+    tensor_info,
+)
 from qnndeploy.shapes import batch_dim, suggest_shapes
 
 if TYPE_CHECKING:
@@ -50,8 +60,12 @@ class PrepareFix:
     freeze: list[str] = field(default_factory=list)
     int32: bool = False
     fuse: bool = False
+    split_at: list[str] = field(default_factory=list)  # --split-at: a cut, which takes no other option
+    cpu: str = "head"  # --cpu, with split_at
 
     def args(self) -> list[str]:
+        if self.split_at:
+            return ["--split-at", ",".join(self.split_at), "--cpu", self.cpu]
         out = [a for name, dims in self.shapes.items() for a in ("--shape", f"{name}={','.join(dims)}")]
         out += [a for name in self.freeze for a in ("--freeze", f"{name}=VALUE")]
         return out + (["--int32-inputs"] if self.int32 else []) + (["--fuse"] if self.fuse else [])
@@ -62,8 +76,12 @@ class PrepareFix:
 
 
 def merged(fixes: list[PrepareFix]) -> PrepareFix:
+    """One fix doing them all; a split only when nothing else is left to fix (it takes the prepared model)."""
     out = PrepareFix()
-    for f in fixes:
+    plain = [f for f in fixes if not f.split_at]
+    if not plain:
+        return fixes[0]
+    for f in plain:
         out.shapes.update(f.shapes)
         out.freeze += [n for n in f.freeze if n not in out.freeze]
         out.int32 |= f.int32
@@ -250,10 +268,19 @@ def _clip(names: list[str], keep: int = 6) -> str:
     return ", ".join(names[:keep]) + (f" and {len(names) - keep} more" if len(names) > keep else "")
 
 
-def measured(m: HtpMeasurement) -> list[Finding]:
+def measured(m: HtpMeasurement, graph: onnx.GraphProto) -> list[Finding]:
     if not m.measured and "not installed" in m.reason:
         return [Finding("htp", "warning", "op support on the HTP not measured: onnxruntime-qnn is not installed",
                         "pip install onnxruntime-qnn (Linux x86-64) and check again")]
+    flow = [f"{n.op_type} node {n.name or '(unnamed)'}" for n in graph.node if n.op_type in CONTROL_FLOW_OPS]
+    if not m.measured and flow and "INVALID_GRAPH" in m.reason:
+        # ONNX Runtime cuts the graph for the QNN EP around the control flow and fails on its own result (e.g. "Nodes
+        # in a graph must be topologically sorted" when a branch reads the outer graph): the control flow's finding
+        # is the one to act on, not a second blocker.
+        return [Finding("htp", "info",
+                        f"op support on the HTP not measured: ONNX Runtime cannot partition the graph for the QNN EP "
+                        f"around {_clip(flow, 2)} (it reports the result as an invalid graph); on the phone the model "
+                        "would run on the CPU", "fix the control-flow finding, then check again")]
     if not m.measured:
         return [Finding("htp", "blocker", f"{m.reason} ({m.soc})",
                         "re-export avoiding the ops the message names, then check again")]
@@ -266,3 +293,59 @@ def measured(m: HtpMeasurement) -> list[Finding]:
         f"on {m.soc} ({', '.join(f'{k} ×{v}' for k, v in ops.most_common())}): each CPU partition costs a "
         "round trip and most of the NPU's gain",
         "re-export replacing these ops with ones the HTP runs, or move them into app code")]
+
+
+def edge_split(graph: onnx.GraphProto, m: HtpMeasurement) -> Finding | None:
+    """When every node the HTP leaves on the CPU sits at one edge of the graph (a mel front end's computed Clip
+    floor, a post-processing tail), the `prepare --split-at` that runs that edge on the CPU and the rest, at least
+    as many nodes, on the NPU; None when the CPU nodes are not at an edge or are not found by name."""
+    index = {n.name: i for i, n in enumerate(graph.node) if n.name}
+    cpu = [index.get(n.name) for n in m.cpu_nodes]
+    if not cpu or any(i is None for i in cpu):
+        return None
+    constant = constant_tensors(graph)
+    producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o and o not in constant}
+    reads = [[producer[u] for u in outer_reads(n) if u in producer] for n in graph.node]
+    readers: list[list[int]] = [[] for _ in graph.node]
+    for i, before in enumerate(reads):
+        for j in before:
+            readers[j].append(i)
+    start = {i for i in cpu if i is not None}
+    counted = [i for i, n in enumerate(graph.node) if n.op_type != "Constant" and not set(n.output) <= constant]
+    options = []
+    for part, edges in (("head", reads), ("tail", readers)):
+        side = _closure(start, edges)  # the CPU nodes and all they need (head) or all that needs them (tail)
+        if part == "head":
+            cut = [u for i, n in enumerate(graph.node) if i not in side for u in outer_reads(n)
+                   if producer.get(u) in side]
+            if any(producer.get(o.name) in side for o in graph.output):
+                continue  # the head would also make a graph output: not one cut
+        else:
+            cut = [u for i in sorted(side) for u in outer_reads(graph.node[i])
+                   if u in producer and producer[u] not in side]
+            # as prepare splits: the head is what the cut needs, everything else (side branches too) the tail
+            side = set(range(len(graph.node))) - _closure({producer[u] for u in cut}, reads)
+        size = sum(1 for i in counted if i in side)
+        if cut and 2 * size <= len(counted):
+            options.append((size, part, list(dict.fromkeys(cut))))
+    if not options:
+        return None
+    size, part, cut = min(options, key=lambda o: o[0])
+    ops = Counter(n.op_type for n in m.cpu_nodes)
+    return Finding(
+        "htp", "fixable",
+        f"{len(m.cpu_nodes)} of {m.total_nodes} nodes would run on the CPU on {m.soc} "
+        f"({', '.join(f'{k} ×{v}' for k, v in ops.most_common())}), all in the graph's {part}",
+        f"prepare --split-at {','.join(cut)} --cpu {part}: the {part} ({size} nodes) runs on the CPU, the other "
+        f"{len(counted) - size} on the NPU (or re-export replacing these ops with ones the HTP runs)",
+        prepare=PrepareFix(split_at=cut, cpu=part))
+
+
+def _closure(start: set[int], edges: list[list[int]]) -> set[int]:
+    seen, todo = set(start), list(start)
+    while todo:
+        for j in edges[todo.pop()]:
+            if j not in seen:
+                seen.add(j)
+                todo.append(j)
+    return seen

@@ -11,6 +11,7 @@ Random samples are seeded, in ranges every model takes (integers small enough to
 from __future__ import annotations
 
 import math
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,18 +47,22 @@ def media_files(folder: Path) -> list[Path]:
     return sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in MEDIA_SUFFIXES and p.is_file())
 
 
-def sample_source(inputs: Path | None, random: int | None, preprocess: str | Path | None) -> Preprocess | None:
-    """The rules of --inputs DIR | --random N [--preprocess SPEC] that validate and diagnose share: one source at
-    a time, a real folder, a preprocessing only for files. Returns the parsed preprocessing."""
+def sample_source(inputs: Path | None, random: int | None, preprocess: str | Path | None,
+                  folder_option: str = "--inputs") -> Preprocess | None:
+    """The rules of --inputs DIR [--preprocess SPEC] | --random N that every command feeding samples shares
+    (validate, diagnose, device verify, and compile's calibration folder, `folder_option` --calib): one source at a
+    time, a real folder, a preprocessing only for files. Returns the parsed preprocessing."""
     if inputs is not None and random is not None:
-        raise QnnDeployError("pass --inputs DIR or --random N, not both")
+        raise QnnDeployError(f"pass {folder_option} DIR or --random N, not both")
     if random is not None and random < 1:
         raise QnnDeployError("--random must be 1 or more")
     if inputs is not None and not Path(inputs).is_dir():
-        raise QnnDeployError(f"--inputs {inputs}: no such folder")
+        what = "is a file, not a folder" if Path(inputs).is_file() else "no such folder"
+        raise QnnDeployError(f"{folder_option} {inputs}: {what}; give the folder that holds the samples")
     prep = parse_preprocess(preprocess) if preprocess is not None else None
     if prep is not None and inputs is None:
-        raise QnnDeployError(f"--preprocess {prep.given} applies to audio or image files: give them with --inputs DIR")
+        raise QnnDeployError(f"--preprocess {prep.given} applies to audio or image files: give them with "
+                             f"{folder_option} DIR")
     return prep
 
 
@@ -68,7 +73,7 @@ def for_graph(model: Path, graph: str, inputs: Path | None = None, count: int = 
     text or JSON file; defaults from the input's shape when None)."""
 
     prep = preprocess if isinstance(preprocess, Preprocess) or preprocess is None else parse_preprocess(preprocess)
-    proto = load_model(Path(model)).graph
+    proto = load_model(Path(model), weights=False).graph
     specs = [tensor_info(v) for v in real_inputs(proto)]
     if inputs is None:
         if prep is not None:
@@ -186,6 +191,19 @@ def read_arrays(path: Path) -> dict[str, np.ndarray]:
     except Exception as e:  # noqa: BLE001 numpy raises ValueError, EOFError, OSError, BadZipFile… for bad files
         raise QnnDeployError(f"cannot read {path} as a NumPy array file ({first_line(e).rstrip('.')}); save "
                              "samples with numpy.save or numpy.savez") from None
+
+
+def write_samples(folder: Path, samples: list[Sample]) -> None:
+    """Samples as .npz files in `folder`, one per sample, that load_samples reads back: how samples made here (audio
+    and image files preprocessed) reach a process that reads a folder. Written member by member, so an input may be
+    named anything (numpy.savez reserves some names)."""
+    import numpy as np
+
+    for i, sample in enumerate(samples):
+        with zipfile.ZipFile(Path(folder) / f"{i:05d}.npz", "w") as z:
+            for name, array in sample.items():
+                with z.open(f"{name}.npy", "w") as f:
+                    np.lib.format.write_array(f, np.ascontiguousarray(array), allow_pickle=False)
 
 
 def _fit(arr: np.ndarray, spec: TensorInfo, path: Path) -> np.ndarray:

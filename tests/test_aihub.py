@@ -102,7 +102,7 @@ def test_a_build_from_ai_hub_is_accepted_by_validate_bundle_verify_and_scaffold(
     assert (sm8750["chipset"], sm8750["device"]) == ("qualcomm-snapdragon-8-elite-for-galaxy", CURRENT)
     validated = run("validate", str(build), "--json")
     assert validated.exit_code == 0, validated.output
-    assert {t["status"] for t in json.loads(validated.output)["targets"]} == {"passed"}
+    assert {t["status"] for t in json.loads(validated.stdout)["targets"]} == {"passed"}
     assert run("bundle", "build", "--name", "mlp", "--version", "1.0.0", "--from-build", str(build), "-o",
                str(tmp_path / "bundle")).exit_code == 0
     bundle = tmp_path / "bundle" / "mlp-1.0.0"

@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "qnndeploy"
 
 # Lowest first. A module may import only from layers below its own, and from its own package's lower modules.
 LAYERS = [
-    {"qnndeploy", "qnndeploy.bundle", "qnndeploy.device", "qnndeploy.errors"},
+    {"qnndeploy", "qnndeploy.bundle", "qnndeploy.device", "qnndeploy.errors", "qnndeploy.onnxwire"},
     {"qnndeploy.fileio", "qnndeploy.socs", "qnndeploy.onnxio", "qnndeploy.formats", "qnndeploy.bundle.elf",
      "qnndeploy.quantize", "qnndeploy.compat", "qnndeploy.plot", "qnndeploy.child", "qnndeploy.codegen"},
     {"qnndeploy.bundle.archive", "qnndeploy.records", "qnndeploy.markers", "qnndeploy.epcontext",

@@ -592,10 +592,15 @@ def test_cli_bundle_then_verify(inputs, tmp_path):
     assert "targets: SM8550 (v73), SM8750 (v79)" in r.output
     r = CliRunner().invoke(cli, ["bundle", "verify", str(tmp_path / "demo-1.0.0.zip"), "--json"])
     assert r.exit_code == 0 and json.loads(r.output)["ok"] is True
+    zipped = tmp_path / "demo-1.0.0.zip"
+    r = CliRunner().invoke(cli, ["bundle", "verify", str(zipped), "--shallow"])
+    assert r.exit_code == 0 and r.output.splitlines()[-1] == (  # the next stages, ready to paste
+        f"next: qnndeploy scaffold {zipped} --package com.example.app -o app/qnndeploy, then "
+        f"qnndeploy device verify {zipped}"), r.output
     (tmp_path / "demo-1.0.0/cpu/enc.onnx").write_bytes(b"changed")
     r = CliRunner().invoke(cli, ["bundle", "verify", str(tmp_path / "demo-1.0.0")])
     assert r.exit_code == 1
-    assert "FAIL" in r.output and "cpu/enc.onnx: has 7 bytes" in r.output
+    assert "FAIL" in r.output and "cpu/enc.onnx: has 7 bytes" in r.output and "next:" not in r.output
 
 
 def test_cli_errors_are_one_line(inputs, tmp_path):

@@ -5,9 +5,13 @@ test_prepare.py, where they are made."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import onnx
 import pytest
@@ -87,6 +91,36 @@ def test_if_driven_by_the_data_is_not_ready_unless_the_htp_takes_it(tmp_path, qn
     assert measured.htp.cpu_nodes == [] and measured.verdict == "ready"
     (finding,) = [f for f in measured.findings if f.code == "control-flow"]
     assert finding.severity == "info" and "runs on the HTP as measured" in finding.message
+
+
+def test_a_data_driven_if_the_qnn_partitioner_fails_on_is_one_blocker_not_two(tmp_path, qnn):
+    """ONNX Runtime's partitioning for the QNN EP fails on an If whose branch reads the outer graph ("INVALID_GRAPH ...
+    topologically sorted"): the If's control-flow finding is the blocker, the failed measurement one info line
+    saying what it means, without ONNX Runtime's raw message."""
+    r = CliRunner().invoke(cli, ["check", str(save(tmp_path, sm.if_reading_outer()))])
+    assert r.exit_code == 11
+    assert r.output.count("[blocker]") == 1 and "[blocker] If node branch depends on the values of x" in r.output
+    assert "INVALID_GRAPH" not in r.output.split("findings:")[1]
+    assert ("[info] op support on the HTP not measured: ONNX Runtime cannot partition the graph for the QNN EP "
+            "around If node branch") in r.output
+
+
+def test_a_cpu_op_at_the_head_gets_the_split_that_keeps_the_rest_on_the_npu(tmp_path, qnn):
+    """A Clip whose floor is computed (max - 80 dB) runs on the CPU; it sits at the graph's head, so check prints the
+    split that runs the head on the CPU, and the NPU part of that split checks ready with every node on the HTP."""
+    import shlex
+
+    r = CliRunner().invoke(cli, ["check", str(save(tmp_path, sm.computed_floor()))])
+    assert r.exit_code == 10, r.output
+    (line,) = [ln for ln in r.output.splitlines() if ln.startswith("  fix all: ")]
+    command = shlex.split(line.removeprefix("  fix all: "))
+    assert command[command.index("--split-at"):] == ["--split-at", "clipped", "--cpu", "head"]
+    assert "the head (3 nodes) runs on the CPU, the other 6 on the NPU" in r.output
+    split = CliRunner().invoke(cli, [*command[1:], "--json"])
+    assert split.exit_code == 0, split.output
+    (npu,) = [p["path"] for p in json.loads(split.output)["parts"] if p["runs_on"] == "npu"]
+    checked = CliRunner().invoke(cli, ["check", npu])
+    assert checked.exit_code == 0 and "all 6 nodes on the HTP" in checked.output, checked.output
 
 
 def test_qdq_quantization_in_the_onnx_is_not_ready(tmp_path, qnn):
@@ -226,6 +260,61 @@ def test_without_onnxruntime_qnn_the_graph_is_still_checked(tmp_path, monkeypatc
     report = onnxcheck.check_model(save(tmp_path, sm.static_mlp()))
     assert not report.htp.measured and "not installed" in report.htp.reason
     assert codes(report, "warning") == {"htp"} and report.verdict == "ready"
+
+
+# --- the HTP measurement: a budget, and a stop that stops it -----------------------------------------------------
+
+def test_recurrent_steps_count_what_the_htp_compiler_unrolls():
+    layers, steps = htp.recurrent_steps(sm.long_lstm(steps=50).graph)
+    assert (layers, steps) == (2, 2 * 2 * 50)  # two layers, both directions, 50 steps each
+    assert htp.recurrent_steps(sm.rnn_state(static=True).graph) == (1, 5)  # a GRU over 5 steps, one direction
+    assert htp.recurrent_steps(sm.static_mlp().graph) == (0, 0)
+
+
+def _measuring_children(model: str) -> list[int]:
+    """Pids of running `python -m qnndeploy.htp` children partitioning `model`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"qnndeploy.htp" in argv and model.encode() in argv:
+            found.append(int(proc.name))
+    return found
+
+
+def test_the_measurement_ends_at_its_timeout_and_says_so(tmp_path, qnn):
+    """A recurrent model whose partitioning takes minutes: --timeout ends it (no compile left running), the report
+    says op support was not measured and why, and stderr said beforehand what to expect."""
+    model = save(tmp_path, sm.long_lstm())
+    done = subprocess.run(["qnndeploy", "check", str(model), "--timeout", "1", "--json"], capture_output=True,
+                          text=True, timeout=120, check=False, env={**os.environ, "TMPDIR": str(tmp_path)})
+    report = json.loads(done.stdout)["models"][0]
+    assert done.returncode == 0 and report["verdict"] == "ready", done.stderr  # nothing found that blocks it
+    assert not report["htp"]["measured"] and report["htp"]["timed_out"]
+    assert report["htp"]["reason"] == "the HTP compiler did not finish within 1 s"
+    (finding,) = report["findings"]
+    assert finding["severity"] == "warning" and "4,000 unrolled cell steps" in finding["message"]
+    assert "--timeout" in finding["fix"]
+    assert "unrolls 2 recurrent layer(s) into 4,000 cell steps: measuring op support may take" in done.stderr
+    assert not _measuring_children(str(model)) and not list(tmp_path.glob("qnndeploy-check-*"))
+
+
+def test_sigterm_stops_the_measurement_at_once(tmp_path, qnn):
+    """CI cancels with SIGTERM: check stops while the HTP compiler runs (it would run for minutes), exit 130,
+    with no compile left behind and no temporary folder."""
+    model = save(tmp_path, sm.long_lstm())
+    proc = subprocess.Popen(["qnndeploy", "check", str(model), "--timeout", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    while not _measuring_children(str(model)):
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)  # the partitioning alone takes minutes
+    assert proc.returncode == 130, err
+    assert "interrupted; nothing was left half-written" in err
+    assert not _measuring_children(str(model)) and not list(tmp_path.glob("qnndeploy-check-*"))
 
 
 # --- what a reviewer broke it with -------------------------------------------------------------------

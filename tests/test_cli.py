@@ -166,8 +166,6 @@ def test_a_path_that_is_not_a_bundle_is_bad_input_in_every_command(tmp_path, kin
     for name, args in commands.items():
         r = run(*args)
         assert r.exit_code == EXIT_BAD_INPUT, f"{name}: {r.output}"
-        if kind == "archive" and name == "device info --bundle":
-            continue  # --bundle takes a folder: click refuses a file as a usage error, before the command runs
         assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, f"{name}: {r.stderr}"
         assert r.stdout == "" and "Traceback" not in r.output, name
         assert "qnndeploy-verify-" not in r.stderr, f"{name} names a temporary folder: {r.stderr}"
@@ -279,7 +277,7 @@ def test_a_damaged_cache_entry_is_replaced_by_the_next_compile(cache_dir, tmp_pa
     data[len(data) // 2] ^= 0xFF
     binary.write_bytes(bytes(data))
     r = run("compile", tmp_path / "relu.onnx", "--soc", soc, "-o", tmp_path / "b3", "--json")
-    assert [j["status"] for j in json.loads(r.output)["jobs"]] == ["ok"]  # compiled, not restored from damage
+    assert [j["status"] for j in json.loads(r.stdout)["jobs"]] == ["ok"]  # compiled, not restored from damage
     fresh = json.loads((entry / "compile.json").read_text())
     sha = {o["path"]: o["sha256"] for o in fresh["outputs"]}
     assert hashlib.sha256(binary.read_bytes()).hexdigest() == sha[binary.name]  # the entry was stored again
@@ -320,3 +318,82 @@ def test_the_readme_documents_every_command_and_option(path):
         if isinstance(param, click.Option) and param.name != "help":  # by any of its names, e.g. -o or --output
             assert any(re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", text) for o in param.opts), \
                 f"README: qnndeploy {' '.join(path)} does not mention {' / '.join(param.opts)}"
+
+
+# --- one dialect: the same option for the same thing in every command -------------------------------------------
+
+SAMPLE_COMMANDS = [("validate",), ("diagnose",), ("device", "verify")]
+SOC_COMMANDS = [("check",), ("compile",), ("demo",), ("device", "verify")]
+# each concept's option: its metavar, wherever a command takes it
+CONCEPTS = {"--inputs": "DIR", "--calib": "DIR", "--preprocess": "SPEC|FILE.json", "--random": "N", "--seed": "S",
+            "--soc": "SOC[,SOC]"}
+
+
+def options_of(path: tuple[str, ...]) -> dict[str, click.Option]:
+    command = functools.reduce(sub, path, cli)
+    return {o: p for p in command.params if isinstance(p, click.Option) for o in p.opts}
+
+
+def test_the_same_concept_is_the_same_option_with_the_same_metavar_and_help_in_every_command():
+    every = {p: options_of(p) for p in command_paths() if not isinstance(functools.reduce(sub, p, cli), click.Group)}
+    for path in SAMPLE_COMMANDS:
+        assert {"--inputs", "--preprocess", "--random", "--seed"} <= set(every[path]), path
+    assert {"--calib", "--preprocess"} <= set(every[("compile",)])  # compile's samples are its calibration data
+    for path in SOC_COMMANDS:
+        assert every[path]["--soc"].multiple, path
+    helps: dict[str, set[str]] = {}
+    for path, options in every.items():
+        for name, metavar in CONCEPTS.items():
+            if name in options:
+                assert options[name].metavar == metavar, f"{' '.join(path)} {name}: {options[name].metavar}"
+                helps.setdefault(name, set()).add(options[name].help or "")
+    assert len(helps["--preprocess"]) == 1 and len(helps["--seed"]) == 1  # written once
+    assert options_of(("device", "verify"))["--samples"].hidden  # the old name of --random, still accepted
+
+
+def test_soc_is_repeatable_and_comma_separated_alike(tmp_path):
+    model = tmp_path / "m.onnx"
+    g = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 4])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, 4])])
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), model)
+    r = run("check", model, "--no-measure", "--soc", "SM8650,sm8750-ac", "--soc", "SM8650", "--json")
+    assert r.exit_code == 0, r.output
+    assert [m["htp"]["soc"] for m in json.loads(r.stdout)["models"]] == ["SM8650", "SM8750"]  # each SoC once
+    r = run("check", model, "--no-measure", "--soc", "SM8650", "--soc", "SM8750")
+    assert r.exit_code == 0 and r.output.count(": READY") == 2
+    assert r.output.splitlines()[-1] == f"next: qnndeploy compile {model} --soc SM8650,SM8750 -o build"
+    for args in (["check", model, "--no-measure"], ["compile", model, "-o", tmp_path / "b"],
+                 ["demo", "-o", tmp_path / "d"]):
+        r = run(*args, "--soc", "SM8750,SM9999")
+        assert r.exit_code == EXIT_BAD_INPUT, (args, r.output)
+        assert r.stderr.startswith("error: unknown SoC 'SM9999'") and r.stderr.count("\n") == 1, (args, r.stderr)
+    assert not (tmp_path / "b").exists() and not (tmp_path / "d").exists()
+
+
+def test_a_wrong_file_type_is_one_line_and_exit_2_in_every_command(tmp_path):
+    model, binary = tmp_path / "m.onnx", tmp_path / "x.bin"
+    g = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 4])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, 4])])
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), model)
+    binary.write_bytes(b"\0" * 64)
+    cases = {
+        ("validate", binary): "x.bin is a QNN context binary, not a build folder",
+        ("validate", model): "m.onnx is an ONNX model, not a build folder",
+        ("diagnose", binary): "x.bin is a QNN context binary, not a job folder",
+        ("bundle", "build", "--name", "a", "--version", "1", "--from-build", model): "is an ONNX model, not a build",
+        ("bundle", "verify", model): "m.onnx is an ONNX model, not a bundle",
+        ("inspect", model): "m.onnx is an ONNX model",
+        ("scaffold", binary, "--package", "a.b", "-o", tmp_path / "s"): "x.bin is a QNN context binary, not a bundle",
+        ("package", "play", model, "-o", tmp_path / "p"): "m.onnx is an ONNX model, not a bundle",
+        ("device", "verify", model): "m.onnx is an ONNX model, not a bundle",
+        ("device", "info", "--bundle", binary): "x.bin is a QNN context binary, not a bundle",
+        ("check", binary): "is not a readable ONNX model",
+        ("prepare", binary, "-o", tmp_path / "o.onnx"): "is not a readable ONNX model",
+        ("compile", binary, "--soc", "SM8750", "-o", tmp_path / "b"): "expected an .onnx model",
+    }
+    for args, message in cases.items():
+        r = run(*args)
+        assert r.exit_code == EXIT_BAD_INPUT, (args, r.output)
+        assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1 and message in r.stderr, (args, r.stderr)
+        assert r.stdout == "", (args, r.stdout)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "x.bin"]  # nothing written

@@ -25,11 +25,12 @@ from onnx import helper as h
 from ppocr import STATIC_SHAPES, model_path
 
 from qnndeploy import compile as stage
-from qnndeploy import htp
+from qnndeploy import htp, media
 from qnndeploy import socs as catalog
 from qnndeploy.cli import cli
 from qnndeploy.compile import logs
 from qnndeploy.fileio import sha256_file
+from qnndeploy.records import JobStarted
 
 SOCS = ("SM8550", "SM8750")
 STANDIN = Path(__file__).parent / "qairt_standin"
@@ -174,7 +175,10 @@ def test_unchanged_jobs_are_cache_hits_and_say_so(build, models):
                                    jobs=2, cache_dir=build["cache"], progress=lambda *a: calls.append(a))
     assert summary.ok and [j.status for j in summary.jobs] == ["cached"] * 4
     assert {j.note for j in summary.jobs} == {"restored from the cache"}
-    assert calls[0] == (0, 4, None) and calls[-1][:2] == (4, 4) and len(calls) == 5
+    ends = [c for c in calls if not isinstance(c[2], JobStarted)]
+    assert ends[0] == (0, 4, None) and ends[-1][:2] == (4, 4) and len(ends) == 5
+    assert sorted((c[2].graph, c[2].soc) for c in calls if isinstance(c[2], JobStarted)) == sorted(
+        (j.graph, j.soc) for j in summary.jobs)  # and each job said when it started
     for j in summary.jobs:
         assert record(out.parent / "b2", j.graph, j.soc)["cache_key"] == record(out, j.graph, j.soc)["cache_key"]
         assert "cache hit" in j.log.read_text().splitlines()[0]
@@ -260,6 +264,45 @@ def test_w8a16_quantizes_with_calibration_samples(models, tmp_path):
     assert any("calibrated on 3 sample(s)" in w for w in rec["warnings"])
     assert any(f.kind == logs.QUANTIZATION for f in job.findings)  # the quantizer's own warnings, from the log
     assert not list(models["cls"].parent.glob("*inferred*"))  # the quantizer wrote nothing beside the model
+
+
+def test_w8a16_calibrates_on_image_files_through_preprocess_as_validate_takes_them(models, tmp_path):
+    """--calib takes what validate's --inputs takes: .png files through --preprocess, fitted to the input; the
+    preprocessing is recorded and is part of the fingerprint (other preprocessing, other samples)."""
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler)")
+    from PIL import Image
+
+    calib = tmp_path / "photos"
+    calib.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(2):
+        Image.fromarray(rng.integers(0, 256, (60, 200, 3), dtype=np.uint8)).save(calib / f"{i}.png")
+    spec = "image:scale=1/255,mean=0.5,std=0.5"
+    r = run("compile", models["cls"], "--soc", "SM8750", "--precision", "w8a16", "--calib", calib, "--preprocess",
+            spec, "-o", tmp_path / "b", "--no-cache")
+    assert r.exit_code == 0, r.output
+    cal = record(tmp_path / "b", "cls", "SM8750")["options"]["calibration"]
+    assert cal["path"] == str(calib) and cal["files"] == cal["samples"] == 2
+    assert cal["preprocess"]["resize"] == [48, 192] and cal["preprocess"]["mean"] == [0.5, 0.5, 0.5]
+    other = stage._calibration(calib, "cls", models["cls"], media.parse_preprocess("image:scale=1/255"), tmp_path)
+    assert other[1]["sha256"] != cal["sha256"]
+    r = run("compile", models["cls"], "--soc", "SM8750", "--preprocess", spec, "-o", tmp_path / "c")
+    assert r.exit_code == 2 and "give them with --calib DIR" in r.output, r.output
+
+
+def test_a_prepared_model_named_as_check_advises_keeps_the_models_graph_name(models, tmp_path):
+    """check's advice writes det.onnx's prepared model to det.npu.onnx: its graph is still det, in the build folder,
+    the binary's name and what the bundle and the app's Kotlin get; NAME= still names a graph anything valid."""
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler)")
+    assert stage.models_from_args(["a/det.npu.onnx", "b/rec.onnx", "c/.npu.onnx", "x.npu=d/e.onnx"]) == {
+        "det": Path("a/det.npu.onnx"), "rec": Path("b/rec.onnx"), ".npu": Path("c/.npu.onnx"),
+        "x.npu": Path("d/e.onnx")}
+    prepared = tmp_path / "cls.npu.onnx"
+    prepared.write_bytes(models["cls"].read_bytes())
+    r = run("compile", prepared, "--soc", "SM8750", "-o", tmp_path / "b")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "b" / "cls" / "SM8750" / "cls.bin").is_file() and not list(tmp_path.glob("b/*.npu"))
+    assert r.output.splitlines()[-1] == f"next: qnndeploy validate {tmp_path / 'b'}"
 
 
 def test_log_parser_finds_what_the_summary_shows():
@@ -574,7 +617,7 @@ def test_keep_fp16_leaves_the_named_nodes_unquantized(tmp_path):
         assert options["quantization"].get("nodes_to_exclude", []) == [n for n in keep.split(",") if n]
         assert options["enable_htp_fp16_precision"] is bool(keep)
         r = run("validate", out, "--inputs", calib, "--json")
-        snr[keep] = json.loads(r.output)["targets"][0]["outputs"][0]["snr_db"]
+        snr[keep] = json.loads(r.stdout)["targets"][0]["outputs"][0]["snr_db"]
     assert snr["mm,exp,log,relu"] > snr[""] + 20, snr
     for args, message in ((["--keep-fp16", "exp"], "applies to --precision w8a16"),
                           (["--precision", "w8a16", "--calib", str(calib), "--keep-fp16", "nope"],

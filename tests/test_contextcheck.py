@@ -94,3 +94,24 @@ def test_without_libqnnsystem_the_markers_decide_and_the_report_says_so(bundle: 
     copy, path = _swap(bundle, tmp_path / "with-records", drop_wrapper=True, records=True)
     [problem] = verify_bundle(copy, allow_unchecked=True).problems  # the records can
     assert problem.path == path and "is not the binary its record records/prefill-SM8750-" in problem.message
+
+
+def test_resource_warnings_name_the_users_graph_and_leave_spill_fill_alone() -> None:
+    """A spill-fill buffer is the DDR scratch the compiler planned (no compile option shrinks it: 4.75 MiB for
+    ppocr_det at 4 and 8 MiB of VTCM and with --spill-fill): no warning. A binary compiled for more VTCM than its SoC
+    has is one, named by the user's graph, not the EP's internal QNNExecutionProvider_..._1_0."""
+    from qnndeploy import contextcheck, socs
+    from qnndeploy.qnnsystem import ContextInfo, GraphInfo
+
+    def context(vtcm_mb: int) -> ContextInfo:
+        graph = GraphInfo("QNNExecutionProvider_QNNExecutionProvider_926283722540520043_1_0", (), (),
+                          spill_fill_bytes=4_980_736, vtcm_bytes=vtcm_mb << 20, optimization_level=0, htp_dlbc=None,
+                          num_hvx_threads=None, io_tensor_bytes=None, op_data_bytes=None, const_bytes=None,
+                          graph_info_version=3)
+        return ContextInfo("v2.49.40", "2.0", "5.0", "", "3.4", 1, None, "v79", 69, 8, 2, (graph,))
+
+    soc = socs.find("SM8750")
+    assert contextcheck.resource_warnings(context(4), soc, "det") == []
+    assert contextcheck.resource_warnings(context(16), soc, "det") == [
+        (f"det was compiled for 16 MiB of VTCM, more than the {soc.vtcm_mb} MiB of SM8750: it will not load "
+         "there (compile --vtcm-mb)")]

@@ -20,6 +20,7 @@ from conftest import require
 from device_emulator.qnn_net_run import write_launcher
 
 from qnndeploy import htp, socs
+from qnndeploy.bundle import archive
 from qnndeploy.cli import cli
 from qnndeploy.device import runner
 
@@ -108,6 +109,18 @@ def test_verify_pushes_the_chosen_target_then_nothing(device, bundle, tmp_path):
     assert record["soc"] == {"model": "SM8750", "identified_by": "Build.SOC_MODEL", "dsp_arch": "v79"}
     assert record["bundle"]["name"] == "demo" and record["bundle"]["qairt_version"] == "2.49.40"
     assert record["decision"]["provider"] == "npu" and record["push"]["remote_dir"] == REMOTE
+
+
+def test_an_archive_is_verified_and_pushed_as_its_folder_would_be(device, bundle, tmp_path):
+    """device verify takes the .zip or .tar.gz the other commands take: extracted, verified, pushed, recorded under
+    the archive's name."""
+    zipped = tmp_path / "demo-1.0.0.zip"
+    archive.write_archive(bundle, zipped, "zip", "demo-1.0.0")
+    code, out = verify(str(zipped), "--json", records=tmp_path / "rec")
+    assert code == 0, out
+    assert sorted(out["devices"][0]["push"]["sent"]) == SM8750_FILES
+    assert phone_files(device) == {f: bundle_hash(bundle, f) for f in SM8750_FILES}
+    assert json.loads(Path(out["devices"][0]["record"]).read_text())["bundle"]["path"] == str(zipped.resolve())
 
 
 def test_phones_reporting_an_alias_get_their_catalog_socs_target(device, bundle, tmp_path):
@@ -204,7 +217,7 @@ def test_a_bundle_that_fails_verify_is_refused(device, bundle, tmp_path):
 
 @pytest.mark.slow
 def test_the_runner_runs_each_graph_on_the_phone_and_compares_with_the_cpu(device, bundle, launcher, tmp_path):
-    code, out = verify(str(bundle), "--runner", str(launcher), "--samples", "2", "--runs", "4", "--json",
+    code, out = verify(str(bundle), "--runner", str(launcher), "--random", "2", "--runs", "4", "--json",
                        records=tmp_path)
     assert code == 0, out
     d = out["devices"][0]
@@ -225,7 +238,8 @@ def test_the_runner_runs_each_graph_on_the_phone_and_compares_with_the_cpu(devic
     assert record["runner"]["environment"]["ADSP_LIBRARY_PATH"].startswith(f"{REMOTE}/lib/hexagon-v79;")
     for g in d["graphs"]:  # None when N - 1 inferences hide in the noise of starting the runner
         assert g["per_inference_s"] is None or g["per_inference_s"] > 0
-    text = verify(str(bundle), "--runner", str(launcher), "--runs", "50", records=tmp_path)[1]
+    text = verify(str(bundle), "--runner", str(launcher), "--runs", "50", "--samples", "3", records=tmp_path)[1]
+    assert "warning: --samples N is deprecated, use --random N" in text and "3 sample(s)" in text  # the old name
     assert "NPU: the QNN libraries loaded and every context binary ran on the phone" in text
     assert re.search(r"PASS  det +first run \d+ ms, (\d+\.\d\d ms/inference|per inference lost in the start-up "
                      r"noise) \(50 runs.*, device clock\)", text), text
@@ -522,8 +536,8 @@ def test_a_bundle_file_changed_after_it_was_verified_is_not_left_on_the_phone(de
 
     changed = tmp_path / "demo-1.0.0"
     shutil.copytree(bundle, changed)
-    report, manifest = verify_stage.check_bundle(changed)
-    assert report.ok
+    with verify_stage.checked_bundle(changed) as (root, report, manifest):
+        assert report.ok and root == changed
     job = verify_stage.Job(changed, manifest, record_dir=tmp_path / "records")
     binary = changed / "npu/SM8750/det.bin"
     binary.write_bytes(bytes(b ^ 1 for b in binary.read_bytes()))  # after bundle verify, before the push

@@ -25,7 +25,7 @@ from test_validate_fit import save as save_fit
 
 from qnndeploy import compile as compile_stage
 from qnndeploy import diagnose as stage
-from qnndeploy import htp, plot
+from qnndeploy import htp, metrics, plot
 from qnndeploy import validate as validate_stage
 from qnndeploy.cli import cli
 
@@ -115,8 +115,8 @@ def test_a_log_of_tiny_values_fails_validation_and_diagnose_names_the_log(builds
     clamp = next(r for r in result.remedies if r.kind == "clamp")
     assert "Log of values down to 1e-10: add Max(x, 1e-4) before it" in clamp.text
     threshold = next(r for r in result.remedies if r.kind == "threshold")
-    assert threshold.command is not None and threshold.command.startswith(f"qnndeploy validate {builds['build']} "
-                                                                          "--min-snr-db ")
+    assert threshold.command is not None and threshold.command.startswith(
+        f"qnndeploy validate {builds['build']} --graph logmel --soc SM8750 --inputs {builds['inputs']} --min-snr-db ")
     assert threshold.command.endswith(' --reason "REASON"') and "--min-cosine 0." in threshold.command
 
 
@@ -221,6 +221,87 @@ def test_the_command_line(builds, tmp_path):
     assert bad.exit_code == 2 and bad.output.count("\n") == 1 and "no compile record" in bad.output
     both = run("diagnose", target, "--inputs", builds["inputs"], "--random", "2")
     assert both.exit_code == 2 and "not both" in both.output
+
+
+def fused_sigmoid(path: Path) -> Path:
+    """A pitch-salience head: a Conv whose logits sit near -7, a Sigmoid, a Reshape. The HTP fuses the Conv with the
+    Sigmoid and returns most of the small probabilities (below 0.0035) as 0; exposing the logits splits that fusion,
+    and the probes then measure better numbers than the build's binary (measured: 28.9 dB against 46.0 dB)."""
+    rng = np.random.default_rng(0)
+    weights = rng.normal(0, 4 / np.sqrt(64 * 3), (32, 64, 3)).astype(np.float32)
+    bias = (rng.normal(0, 1, 32) - 7).astype(np.float32)
+    graph = h.make_graph(
+        [h.make_node("Conv", ["x", "W", "B"], ["logits"], name="conv", pads=[1, 1]),
+         h.make_node("Sigmoid", ["logits"], ["probs"], name="sigmoid"),
+         h.make_node("Reshape", ["probs", "shape"], ["y"], name="flat")], "pitch",
+        [h.make_tensor_value_info("x", T.FLOAT, [1, 64, 256])],
+        [h.make_tensor_value_info("y", T.FLOAT, [1, 32 * 256])],
+        [nh.from_array(weights, "W"), nh.from_array(bias, "B"),
+         nh.from_array(np.array([1, 32 * 256], np.int64), "shape")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.needs_qnn
+def test_a_failure_the_probes_do_not_see_is_answered_with_what_was_measured_and_the_metric_that_fits(tmp_path):
+    """validate fails; exposing tensors changes the HTP's fusion and every probe passes. diagnose reproduces the
+    failure on validate's own samples with the build's binary, says both figures, what the SNR measures on this
+    output, and prints a validate command with the metric that fits, which passes as printed."""
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
+    build = tmp_path / "build"
+    assert compile_stage.compile_models({"pitch": fused_sigmoid(tmp_path / "pitch.onnx")}, ["SM8750"], build,
+                                        use_cache=False).ok
+    assert run("validate", build, "--random", "2", "--seed", "4").exit_code == 1
+    target = build / "pitch" / "SM8750"
+    text = run("diagnose", target)
+    assert text.exit_code == 1, text.output  # not "nothing to diagnose", exit 0
+    assert "inputs: 2 random sample(s), seed 4, from validate's record" in text.output
+    assert "no probed tensor is to blame: y " in text.output and " in the build's binary, " in text.output
+    result = json.loads(run("diagnose", target, "--json").stdout)
+    assert not result["ok"] and result["first_bad"] is None and result["inputs"]["seed"] == 4
+    (y,) = result["reference"]
+    probed = next(p for p in result["probes"] if p["tensor"] == "y")
+    assert not y["passed"] and y["snr_db"] < 30 < probed["snr_db"]  # measured: 28.9 dB in the binary, 46.0 probed
+    (fit,) = result["fits"]
+    assert fit["kind"] == "small-values" and "of values below 1% of its peak" in fit["measures"]
+    assert "the HTP returns" in fit["measures"] and "the cosine" in fit["fits"]
+    threshold = result["remedies"][0]
+    assert threshold["kind"] == "threshold"
+    command = shlex.split(threshold["command"].replace("REASON", "salience below 1% of the peak is not read"))
+    assert command[:7] == ["qnndeploy", "validate", str(build), "--graph", "pitch", "--soc", "SM8750"]
+    assert "--min-cosine" in command and "--min-snr-db" in command
+    assert run(*command[1:]).exit_code == 0
+
+
+def test_what_a_failing_metric_measures_on_an_output():
+    """A scale error fits the cosine; an error made in the small values is said with its share; a spread one is
+    said as such. The options are thresholds the output passes."""
+    limits = metrics.thresholds_for("fp16")
+    rng = np.random.default_rng(0)
+    ref = rng.normal(0, 1, 4096)
+
+    def fit_of(out):
+        m = metrics.judge("y", [ref], [out], limits)
+        assert not m.passed
+        found = metrics.fit(m, ref[None], out[None], limits)
+        passes = {**limits, **found.options}
+        assert metrics.judge("y", [ref], [out], passes).passed
+        return found
+
+    gain = fit_of(ref * 1.05)
+    assert gain.kind == "gain" and "1.05 times the CPU's (+5.00%)" in gain.measures and "cosine" in gain.fits
+    assert gain.options["min_cosine"] > limits["min_cosine"]  # held to what it reaches, as the SNR is loosened
+    peaks = rng.random(4096) < 0.03  # a salience map: a few peaks, the rest just below 1% of the highest
+    salience = np.where(peaks, rng.uniform(0.2, 1, 4096), 0.008)
+    ref = salience
+    small = fit_of(np.where(peaks, salience * (1 + 1e-3 * rng.normal(size=4096)), 0.0))  # the small ones flushed
+    assert small.kind == "small-values" and "the HTP returns 100% of them as 0 (CPU values up to 0.008)" in \
+        small.measures
+    ref = rng.normal(0, 1, 4096)
+    spread = fit_of(ref + rng.normal(0, 0.05, 4096))
+    assert spread.kind == "spread" and "no metric of validate's judges it better" in spread.fits
 
 
 # --- without the HTP --------------------------------------------------------------------------------------------

@@ -1,15 +1,21 @@
 """The generated Kotlin, for real: compiled by kotlinc, its selector unit-tested on the JVM, and in agreement with
-qnndeploy/decision.py on the same manifests and phones.
+qnndeploy/decision.py on the same manifests and phones; the Play glue (`scaffold --play`) likewise, its pack handling
+unit-tested and its two rules (PlayRules.playGroup, expectedGroup) in agreement with qnndeploy/playplan.py over
+thousands of phones and plans.
 
 There is no android.jar here, so the glue and the sample app compile against stand-ins of the Android, ONNX Runtime
 and sherpa-onnx classes they use (tests/kotlin/stubs, real signatures). kotlinc is slow to start, so everything —
-the ONNX Runtime sample app, the sherpa-onnx glue, the stand-ins and the JVM tests — compiles in one invocation.
+the ONNX Runtime sample app, the sherpa-onnx glue, the Play glue, the stand-ins and the JVM tests — compiles in one
+invocation. The Play packs are real (qnndeploy.play writes them); Play itself cannot run here, so the JVM tests lay
+the pack's folders out as Play does on a phone: an install-time pack's qnndeploy_npu/ among the app's assets, a
+fast-follow pack's in a folder of its own (AiPackLocation).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import shutil
 import struct
 import subprocess
 import sys
@@ -34,6 +40,8 @@ from qnndeploy.decision import (
     soc_tables,
     template_fields,
 )
+from qnndeploy.play import package_play
+from qnndeploy.playplan import FOLDER, expected_group, plan_groups, play_group, read_plan
 from qnndeploy.scaffold import scaffold
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_kotlin]
@@ -41,6 +49,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.needs_kotlin]
 HERE = Path(__file__).parent / "kotlin"
 PACKAGE = "com.example.qnnsample"  # tests/kotlin/*.kt import the glue from this package
 UNIT_TESTS = 25  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
+PLAY_PACKAGE = "com.example.qnnplay"  # tests/kotlin/play/*.kt import the play glue from this package
+PLAY_TESTS = 9  # the number of tests in tests/kotlin/play/PlayTests.kt: none may silently disappear
+PLAY_TARGETS = ("SM8550", "SM8650", "SM8750")
 
 
 @pytest.fixture(scope="session")
@@ -58,17 +69,31 @@ def rendered(tmp_path_factory) -> dict:
 
 
 @pytest.fixture(scope="session")
-def kotlin(rendered, tmp_path_factory) -> dict:
-    """One javac run for the Java stand-ins, one kotlinc run for all Kotlin; returns the classpath to run with."""
-    generated = [p for r in (rendered["app"], rendered["sherpa"]) for p in sorted(r.path.rglob("*.kt"))]
-    return kotlin_build.build(generated, sorted(HERE.glob("*.kt")), tmp_path_factory.mktemp("kotlin-build"))
+def play(tmp_path_factory) -> dict:
+    """A real bundle, its fast-follow and install-time packs, and the play glue scaffolded from the fast-follow one."""
+    require(htp.available(), "onnxruntime-qnn")
+    root = tmp_path_factory.mktemp("play-render")
+    bundle = bundles.build(root / "b", bundles.compile_inputs(root / "inputs", PLAY_TARGETS))
+    fast = package_play(bundle, root / "fast", delivery="fast-follow").path
+    install = package_play(bundle, root / "install", delivery="install-time").path
+    glue = scaffold(bundle, PLAY_PACKAGE, root / "glue", play=fast)
+    return {"bundle": bundle, "fast": fast, "install": install, "glue": glue, "root": root}
 
 
-def test_all_generated_kotlin_compiles(rendered, kotlin):
+@pytest.fixture(scope="session")
+def kotlin(rendered, play, tmp_path_factory) -> dict:
+    """One javac run for the Java stand-ins, one kotlinc run for all Kotlin (the app, the sherpa-onnx glue, the Play
+    glue and every JVM test); returns the classpath to run with."""
+    generated = [p for r in (rendered["app"], rendered["sherpa"], play["glue"]) for p in sorted(r.path.rglob("*.kt"))]
+    tests = sorted(HERE.glob("*.kt")) + sorted((HERE / "play").glob("*.kt"))
+    return kotlin_build.build(generated, tests, tmp_path_factory.mktemp("kotlin-build"))
+
+
+def test_all_generated_kotlin_compiles(rendered, play, kotlin):
     names = {p.name for p in kotlin["generated"]}
     assert {"MainActivity.kt", "OrtModels.kt", "SherpaOnnxQnn.kt", "QnnSelector.kt", "QnnRuntime.kt", "SocCatalog.kt",
             "BundleFiles.kt", "FailureMemory.kt", "MiniJson.kt", "Reasons.kt", "BundleManifest.kt"} <= names
-    assert len(kotlin["generated"]) == len(rendered["app"].kotlin) + len(rendered["sherpa"].kotlin)
+    assert len(kotlin["generated"]) == sum(len(r.kotlin) for r in (rendered["app"], rendered["sherpa"], play["glue"]))
     for cls in (f"{PACKAGE.replace('.', '/')}/MainActivity.class", "com/example/sherpa/qnndeploy/SherpaOnnxQnn.class",
                 f"{PACKAGE.replace('.', '/')}/qnndeploy/OrtModels.class"):
         assert (kotlin["classes"] / cls).is_file(), cls
@@ -394,3 +419,115 @@ def test_the_glue_reads_the_loaded_runtimes_version_from_proc_self_maps(kotlin, 
     assert got["no marker"]["bytes_read"] == silent.stat().st_size
     # and the glue's own call: this JVM loads the real library, AndroidHost reads the JVM's /proc/self/maps
     assert out["loaded"] == want
+
+
+# --- the Play glue (scaffold --play) -------------------------------------------------------------------
+
+def test_play_glue_compiles(play, kotlin):
+    names = {Path(p).name for p in play["glue"].kotlin}
+    assert {"PlayPack.kt", "QnnRuntime.kt", "OrtModels.kt", "Reasons.kt"} <= names
+    for cls in ("PlayPack", "PlayRules", "PlayPlan", "QnnRuntime"):
+        assert (kotlin["classes"] / PLAY_PACKAGE.replace(".", "/") / "qnndeploy" / f"{cls}.class").is_file(), cls
+
+
+def group_of(plan: dict, soc: str) -> str:
+    name: str = next(g["name"] for g in plan["groups"] if soc in g["socs"])
+    return name
+
+
+def pack_folder(play: Path, plan: dict, soc: str) -> Path:
+    return play / plan["pack"] / "src" / "main" / "assets" / f"{FOLDER}#group_{group_of(plan, soc)}"
+
+
+def test_play_unit_tests_pass_on_the_jvm(play, kotlin):
+    """The pack's folders as Play lays them out on a phone (the #group_ suffix stripped)."""
+    work = kotlin["out"] / "phone"
+    fast, install = read_plan(play["fast"]), read_plan(play["install"])
+    base = play["glue"].path / "bundle" / "assets"
+    fast_assets = work / "fast-follow-assets"
+    shutil.copytree(base, fast_assets)
+    install_assets = work / "install-time-assets"
+    shutil.copytree(base, install_assets)
+    shutil.copyfile(play["install"] / "play.json", install_assets / "qnndeploy" / "play.json")
+    shutil.copytree(pack_folder(play["install"], install, "SM8750"), install_assets / FOLDER)
+    pack, other = work / "pack" / "assets", work / "other-pack" / "assets"
+    shutil.copytree(pack_folder(play["fast"], fast, "SM8750"), pack / FOLDER)
+    shutil.copytree(pack_folder(play["fast"], fast, "SM8550"), other / FOLDER)
+    manifest = json.loads((play["bundle"] / "manifest.json").read_text())
+    setup = {"install_assets": str(install_assets), "fast_follow_assets": str(fast_assets), "pack": str(pack),
+             "other_pack": str(other), "scratch": str(work / "scratch"), "pack_name": fast["pack"],
+             "group": group_of(fast, "SM8750"), "other_group": group_of(fast, "SM8550"),
+             "sha256": {a["path"]: a["sha256"] for t in manifest["targets"] for a in t["artifacts"]}}
+    path = work / "setup.json"
+    path.write_text(json.dumps(setup))
+    done = kotlin_build.run_jvm(kotlin, "qnndeploy.playtests.PlayTestsKt", str(path))
+    lines = done.stdout.splitlines()
+    failures = [line for line in lines if line.startswith("FAIL")]
+    assert not failures and done.returncode == 0, "\n".join(failures) or done.stderr
+    assert sum(line.startswith("ok ") for line in lines) == PLAY_TESTS, done.stdout
+
+
+# --- Python and Kotlin give the same groups ---
+
+MANUFACTURERS = ["QTI", "Qualcomm", "qti", "QUALCOMM", " QTI", "QTI ", "Samsung", "", None, "\u212aTI", "Q\u0131TI"]
+SDKS = [30, 31, 35]
+
+
+def odd_plans(real: dict) -> list[dict]:
+    """The real plan and variations both twins must read alike: other orders, a SoC in two groups (the first in the
+    file wins), selectors in odd case and spacing, a selector with no SoC (Play: every phone), another default."""
+    groups = real["groups"]
+    first = {**groups[-1], "name": "first", "selectors": groups[-1]["selectors"][:1]}
+    odd = {**groups[0], "name": "odd", "socs": ["sm8650", "SM8650 "],
+           "selectors": [{"manufacturer": "qti", "model": "sm8650"}, {"manufacturer": " QTI", "model": "SM8650 "},
+                         {"manufacturer": "QTI", "model": "SM8750\u00a0"},
+                         {"manufacturer": "QTI", "model": "\u017fm8750"}]}
+    everyone = {**groups[0], "name": "everyone", "selectors": []}
+    return [
+        real,
+        {**real, "groups": groups[::-1]},
+        {**real, "groups": [first, *groups]},
+        {**real, "groups": [odd, *groups[1:]]},
+        {**real, "groups": [groups[0], everyone, *groups[1:]]},
+        {**real, "groups": groups[1:], "default_group": "fallback"},
+        {**real, "groups": [groups[2], groups[0]]},
+    ]
+
+
+def phone_models() -> list[str | None]:
+    names: list[str | None] = []
+    for soc in socs.catalog():
+        for name in (soc.model, *soc.aliases):
+            mixed = "".join(c.lower() if i % 2 else c for i, c in enumerate(name))
+            names += [name, name.lower(), mixed, f" {name}", f"{name}\n"]
+    return [*names, "SM8750P", "sm8750p", "unknown", "", None, "\u017fm8750", "SM8750\u00a0", "\U0001f600"]
+
+
+def test_python_and_kotlin_choose_the_same_groups(play, kotlin):
+    plans = odd_plans(read_plan(play["fast"]))
+    models = phone_models()
+    play_cases = list(itertools.product(range(len(plans)), MANUFACTURERS, models, SDKS))
+    soc_values = [*(m for m in models if m is None or m.strip() == m), "SM8650 "]
+    expected_cases = list(itertools.product(range(len(plans)), soc_values))
+    path = kotlin["out"] / "play-agreement.json"
+    path.write_text(json.dumps({"plans": plans, "play": play_cases, "expected": expected_cases}))
+    done = kotlin_build.run_jvm(kotlin, "qnndeploy.playtests.PlayAgreement", str(path))
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert len(out["play"]) == len(play_cases) > 20_000
+    groups = [plan_groups(p) for p in plans]
+    want = [play_group(groups[i], man, model, sdk, plans[i]["default_group"]) for i, man, model, sdk in play_cases]
+    mismatches = [(c, w, g) for c, w, g in zip(play_cases, want, out["play"], strict=True) if w != g]
+    assert not mismatches, mismatches[:5]
+    # every name phones of a bundle SoC report (the model and each alias, e.g. SM8750-AC) lands in that SoC's group
+    for group in plans[0]["groups"]:
+        for name in socs.find(group["socs"][0]).names:
+            for manufacturer in ("QTI", "Qualcomm"):
+                i = play_cases.index((0, manufacturer, name, 35))
+                assert want[i] == out["play"][i] == group["name"], (manufacturer, name)
+    assert out["expected"] == [expected_group(plans[i], soc) for i, soc in expected_cases]
+    # not trivially equal: each plan sends phones to several groups, and every odd group and default is reached
+    for i in range(len(plans)):
+        assert len({w for (j, *_), w in zip(play_cases, want, strict=True) if j == i}) >= 2, i
+    assert {"first", "odd", "everyone", "fallback", "other"} <= set(want)
+    assert len(set(out["expected"])) > 3

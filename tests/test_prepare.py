@@ -409,6 +409,21 @@ def test_fuse_turns_the_erf_gelu_into_one_gelu_node_at_opset_20(tmp_path):
     assert result.equivalence[0].max_abs_diff < 1e-5  # ReduceMean's axes moved to an input by the conversion
 
 
+@pytest.mark.needs_qnn
+def test_folding_that_breaks_a_gelu_the_htp_runs_is_not_kept(tmp_path):
+    """onnxsim folds the GELU's `* 0.5` into the next Conv, and the HTP no longer runs the bare Erf; measured on the
+    HTP, that result is not kept, the next tool's is, and the prepared model checks ready with every node on the
+    HTP, as the source was."""
+    require(htp.available(), "onnxruntime-qnn")
+    path = save(tmp_path, sm.gelu_conv("T"))
+    r = CliRunner().invoke(cli, ["prepare", str(path), "-o", str(tmp_path / "m.npu.onnx"), "--shape", "x=1,16,50"])
+    assert r.exit_code == 0, r.output
+    checked = CliRunner().invoke(cli, ["check", str(tmp_path / "m.npu.onnx")])
+    assert checked.exit_code == 0 and "all 7 nodes on the HTP" in checked.output, checked.output
+    assert ("onnxsim: ok, but not kept: 1 node(s) on the CPU (Erf) as measured on the HTP (SM8750), the unfolded "
+            "model none on the CPU (the fold broke a pattern the HTP runs); onnxslim: ok, none on the CPU") in r.output
+
+
 # --- the fourth folding tool: our own constant folder, onnx alone -------------------------------------------
 
 def only_the_onnx_folder(monkeypatch):

@@ -71,7 +71,7 @@ def test_validate_runs_each_graphs_twin_and_bundle_verify_accepts_the_shared_bin
                                                                                     tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["validate", str(build), "--json"])
     assert r.exit_code == 0, r.output
-    summary = json.loads(r.output)
+    summary = json.loads(r.stdout)
     assert sorted((t["graph"], t["soc"], t["status"], t["shared"]) for t in summary["targets"]) == sorted(
         (g, s, "passed", "lm") for g in ("prefill", "decode") for s in SOCS)
     record = json.loads((build / "lm" / "SM8750" / "validation-decode.json").read_text())

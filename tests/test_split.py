@@ -93,3 +93,20 @@ def test_a_split_into_a_new_folder_makes_it_and_a_failed_one_leaves_none(tmp_pat
     assert " then qnndeploy bundle build --from-build build --split " in r.output
     r = CliRunner().invoke(cli, ["prepare", str(model), "--split-at", "nosuch", "-o", str(tmp_path / "c" / "x.onnx")])
     assert r.exit_code == 2 and "Traceback" not in r.output and not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("cpu", ["head", "tail"])
+def test_a_constant_read_on_both_sides_is_copied_not_cut(tmp_path: Path, cpu: str) -> None:
+    """A scalar Constant node read before and after the cut is no cut tensor: each part gets its own copy, and the
+    tail reads only the cut tensor from the head."""
+    import onnx
+    import synth_models
+
+    onnx.save(synth_models.shared_constant(), tmp_path / "m.onnx")
+    r = CliRunner().invoke(cli, ["prepare", str(tmp_path / "m.onnx"), "--split-at", "r", "--cpu", cpu,
+                                 "-o", str(tmp_path / "parts.onnx"), "--json"])
+    assert r.exit_code == 0, r.output
+    split = json.loads(r.output)
+    assert split["cut"] == ["r"]
+    assert [(p["name"], [i["name"] for i in p["inputs"]], p["runs_on"]) for p in split["parts"]] == [
+        ("head", ["x"], "cpu" if cpu == "head" else "npu"), ("tail", ["r"], "cpu" if cpu == "tail" else "npu")]

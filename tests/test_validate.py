@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import jsonschema
@@ -69,6 +70,9 @@ def test_cls_and_rec_pass_on_the_emulator_for_two_socs(build):
         assert rec["emulator"]["seconds_per_run"] > 0 and "not" in rec["emulator"]["note"]
     text = run("validate", build / "..", "--random", "1")  # no compile records in the parent folder
     assert text.exit_code == 2 and "no compile records" in text.output
+    text = run("validate", build, "--random", "1")
+    assert text.exit_code == 0 and text.output.splitlines()[-1] == (  # the next stage, ready to paste
+        f"next: qnndeploy bundle build --from-build {build} --name NAME --version VERSION"), text.output
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +87,7 @@ def test_a_stricter_threshold_fails_with_exit_1(cls_build):
     result = run("validate", cls_build, "--min-snr-db", "200")
     assert result.exit_code == 1
     assert "FAIL  cls" in result.output and "BAD save_infer_model/scale_0.tmp_1" in result.output
+    assert "next: qnndeploy bundle build" not in result.output  # only a passed validation goes on
     assert "emulator timings say nothing about phone timings" in result.output.lower()
     rec = json.loads((cls_build / "cls" / "SM8750" / "validation.json").read_text())
     assert rec["passed"] is False and rec["thresholds"]["min_snr_db"] == 200
@@ -274,3 +279,34 @@ def test_a_looser_threshold_needs_a_reason_which_is_recorded_and_bundled(relu_bu
     assert manifest["targets"][0]["validation"]["graphs"]["relu"]["threshold_reason"] == why
     r = CliRunner().invoke(cli, ["bundle", "verify", str(tmp_path / "relu-1")])
     assert "graph 'relu' was judged with a looser threshold" in r.output and why in r.output
+
+
+def test_selected_jobs_in_parallel_in_the_builds_order_with_a_line_per_job_in_logs(tmp_path):
+    """--graph and --soc pick jobs; -j 2 gives the results a serial run gives, in the same order; where stderr is no
+    terminal (CI), each job says when it starts and ends, with its seconds, and --json stays parseable."""
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
+    one = _relu(tmp_path)
+    two = tmp_path / "two.onnx"
+    two.write_bytes(one.read_bytes())
+    build = tmp_path / "build"
+    compiled = run("compile", one, two, "--soc", "SM8650", "--soc", "SM8750", "-o", build, "--no-cache")
+    assert compiled.exit_code == 0, compiled.output
+    assert re.search(r"^compiling: two SM8650 started \(\d of 4 done\)$", compiled.stderr, re.MULTILINE)
+    assert re.search(r"^compiling: two SM8650 ok in \d+\.\d s \(\d of 4 done\)$", compiled.stderr, re.MULTILINE)
+    picked = run("validate", build, "--graph", "relu", "--soc", "sm8750", "--json")
+    assert picked.exit_code == 0, picked.output
+    assert [(t["graph"], t["soc"]) for t in json.loads(picked.stdout)["targets"]] == [("relu", "SM8750")]
+    assert picked.stderr.splitlines()[0] == "validating on the HTP emulator: relu SM8750 started (0 of 1 done)"
+    assert re.fullmatch(r"validating on the HTP emulator: relu SM8750 passed in \d+\.\d s \(1 of 1 done\)",
+                        picked.stderr.splitlines()[1])
+    assert not (build / "relu" / "SM8650" / "validation.json").exists()
+    serial, parallel = (json.loads(run("validate", build, "-j", j, "--json").stdout)["targets"] for j in (1, 2))
+    assert [(t["graph"], t["soc"]) for t in parallel] == [(t["graph"], t["soc"]) for t in serial] == [
+        ("relu", "SM8650"), ("relu", "SM8750"), ("two", "SM8650"), ("two", "SM8750")]
+    assert [t["outputs"] for t in parallel] == [t["outputs"] for t in serial]
+    unknown = run("validate", build, "--graph", "three")
+    assert unknown.exit_code == 2
+    assert unknown.output == "error: --graph three: not in the build, which holds relu, two\n"
+    absent = run("validate", build, "--soc", "SM8550")
+    assert absent.exit_code == 2 and "--soc SM8550: the build has no job for it (its jobs are for SM8650, SM8750)" \
+        in absent.output

@@ -19,6 +19,7 @@ from typing import IO, Any, BinaryIO
 
 from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError, first_line
 from qnndeploy.fileio import CHUNK, open_regular
+from qnndeploy.formats import file_kind
 
 FORMATS = ("tar.gz", "zip")
 
@@ -29,7 +30,7 @@ def archive_format(path: Path) -> str:
         return "tar.gz"
     if name.endswith(".zip"):
         return "zip"
-    raise QnnDeployError(f"{path} is neither a bundle folder nor a .tar.gz/.zip archive")
+    raise QnnDeployError(f"{path} is {file_kind(path.name)}, not a bundle: give a bundle folder or its .tar.gz/.zip")
 
 
 def write_archive(folder: Path, dest: Path, fmt: str, top: str) -> None:

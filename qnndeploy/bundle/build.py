@@ -66,6 +66,7 @@ from qnndeploy.formats import (
     ONNX,
     PERFORMANCE_MODES,
     SPLIT_RECORD,
+    graph_name,
     path_problem,
 )
 from qnndeploy.markers import FileFacts, Scanner, build_version, scan_file
@@ -234,10 +235,10 @@ def add_split(spec: BundleSpec, record: Path) -> None:
         if sha256_file(_need_file(path, f"{part['name']} part")) != part["sha256"]:
             raise QnnDeployError(f"{path} changed since it was split: split again")
         if part["runs_on"] == "cpu":
-            names[part["name"]] = path.stem
-            if spec.cpu.setdefault(path.stem, path) != path:
-                raise QnnDeployError(f"--split: graph {path.stem} is already another model ({spec.cpu[path.stem]})")
-            spec.cpu_only.append(path.stem)
+            cpu = names[part["name"]] = graph_name(path.name)  # named as compile names the NPU part
+            if spec.cpu.setdefault(cpu, path) != path:
+                raise QnnDeployError(f"--split: graph {cpu} is already another model ({spec.cpu[cpu]})")
+            spec.cpu_only.append(cpu)
         else:
             graph = next((g for g, p in spec.cpu.items() if Path(p).resolve() == path), None)
             if graph is None:

@@ -152,7 +152,7 @@ class Signature:
 
 def graph_signature(path: Path) -> Signature:
     """The inputs and outputs of an ONNX model (CPU fallback or EPContext wrapper), read without its weights."""
-    model = load_model(path)
+    model = load_model(path, weights=False)
     inits = {t.name for t in model.graph.initializer}
 
     def tensors(values: Iterable[onnx.ValueInfoProto]) -> list[JSON]:

@@ -118,6 +118,25 @@ def opened(path: Path, progress: Progress | None = None, jobs: int | None = None
         yield root, report
 
 
+@contextmanager
+def bundle_folder(path: Path) -> Iterator[Path]:
+    """A bundle folder as it is, or a .tar.gz/.zip of one extracted while the caller reads it, its files not
+    verified: for the commands that only read what a bundle declares (device info --bundle). An error about a file
+    of the extraction names the archive the user gave, not the temporary folder."""
+    path = Path(path)
+    if path.is_dir() or not path.exists():
+        yield path
+        return
+    with archive.extracted(path) as (root, refused):
+        if refused:
+            name, why = refused[0]
+            raise QnnDeployError(f"{path} is not a safe bundle archive: {name}: {why}")
+        try:
+            yield root
+        except QnnDeployError as e:
+            raise QnnDeployError(str(e).replace(str(root), f"{path}:{root.name}"), e.exit_code) from None
+
+
 def verify_bundle(path: Path, progress: Progress | None = None, jobs: int | None = None, *, deep: bool = False,
                   allow_unchecked: bool = False) -> VerifyReport:
     """Verify a bundle folder or a .tar.gz/.zip of one."""
@@ -523,7 +542,7 @@ def _external_data_problems(root: Path, model: JSON, data: dict[str, JSON]
 
     path = model["path"]
     try:
-        proto = load_model(root / path, check_external=False)
+        proto = load_model(root / path, check_external=False, weights=False)
     except QnnDeployError as e:
         return None, [Problem(path, _in_bundle(e, root, path))]
     refs: set[str] = set()
@@ -739,8 +758,8 @@ def _runtime_completeness(target: JSON, libs: list[JSON]) -> list[Problem]:
 def check_warnings(manifest: JSON, facts: dict[str, FileFacts], contexts: Contexts | None = None) -> list[Problem]:
     """What cannot be confirmed, without being wrong: failed graphs shipped with a reason (bundle --accept), Skel
     libraries whose build string was not found (a context binary without its markers is a problem: see
-    _not_a_context_binary), an external runtime in no validated set; and what will cost on the phone: a graph that
-    needs a spill-fill buffer or more VTCM than its SoC has."""
+    _not_a_context_binary), an external runtime in no validated set; and what will cost on the phone: a graph compiled
+    for more VTCM than its SoC has."""
     warnings = [Problem(MANIFEST, f"target {a['soc']}: graph '{a['graph']}' FAILED validation ({a['failure']}), "
                                   f"accepted: {a['reason']}; the app uses the {a['runs_on'].upper()} on {a['soc']}")
                 for a in accepted_failures(manifest)]
@@ -754,7 +773,8 @@ def check_warnings(manifest: JSON, facts: dict[str, FileFacts], contexts: Contex
             if info is not None and not isinstance(info, str):
                 with contextlib.suppress(QnnDeployError):  # an unknown SoC is a problem of its own
                     soc = socs.find(t["soc"])
-                    warnings += [Problem(a["path"], w) for w in contextcheck.resource_warnings(info, soc)]
+                    warnings += [Problem(a["path"], w) for w in contextcheck.resource_warnings(
+                        info, soc, a.get("graph") or ",".join(a.get("graphs", [])))]
     if manifest["runtime"]["mode"] == "bundled":
         for lib in manifest["runtime"]["libs"]:
             f = facts.get(lib["path"])

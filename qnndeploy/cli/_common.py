@@ -8,9 +8,11 @@ import functools
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -196,6 +198,71 @@ cache_dir_option = click.option(
          "else ~/.cache/qnndeploy/compile].")
 
 
+def soc_option(help_: str, *, dest: str = "socs", required: bool = False) -> Callable[[Any], Any]:
+    """--soc, the same in every command that takes SoCs: repeatable and comma-separated alike (`--soc SM8650,SM8750`
+    is `--soc SM8650 --soc SM8750`), each name once, in the order given. The command gets the names as a tuple;
+    the catalog resolves each where it is used (an alias to its SoC, counted once there), so an unknown one is the
+    catalog's one-line error (exit 2). No catalog here: `--help` stays fast."""
+
+    def split(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+        names: dict[str, str] = {}  # upper-cased -> as first given
+        for value in values:
+            for name in filter(None, (part.strip() for part in value.split(","))):
+                names.setdefault(name.upper(), name)
+        return tuple(names.values())
+
+    return click.option("--soc", dest, multiple=True, required=required, metavar="SOC[,SOC]", callback=split,
+                        help=f"{help_} Repeatable, or comma-separated: --soc SM8650,SM8750 (qnndeploy socs lists "
+                             "them).")
+
+
+# The sample option set of every command that feeds a model samples (validate, diagnose, device verify; compile's
+# calibration takes the folder as --calib): what each option means is written once, here.
+SAMPLES_HELP = ("*.npz (one per sample) or INPUT.npy; for a one-input graph .wav or .png/.jpg files (one per sample, "
+                "through --preprocess); DIR/GRAPH/ per graph.")
+PREPROCESS_HELP = ("How audio and image files become the input, e.g. image:resize=224x224,scale=1/255,"
+                   "mean=0.485/0.456/0.406,std=0.229/0.224/0.225 or audio:logmel,n_mels=80,rate=16000 or audio:raw "
+                   "[default: from the input's shape: image scale=1/255, audio raw].")
+
+
+def sample_options(folder: str = "--inputs", purpose: str = "Real input samples:", random: bool = True,
+                   random_default: str = "1") -> Callable[[Any], Any]:
+    """`--inputs DIR [--preprocess SPEC|FILE.json] | --random N [--seed S]`, defined once; the command passes
+    them to samples.sample_source, the one function that resolves them. `folder` names the folder option
+    (compile's is --calib, its calibration data) and `random` says whether random samples are allowed. The command
+    receives the folder as `inputs` (`calib` for --calib), `preprocess`, `random_` and `seed`."""
+
+    options = [
+        click.option(folder, folder.lstrip("-"), type=click.Path(path_type=Path), metavar="DIR",
+                     help=f"{purpose} {SAMPLES_HELP}"),
+        click.option("--preprocess", metavar="SPEC|FILE.json", help=PREPROCESS_HELP),
+    ]
+    if random:
+        options += [
+            click.option("--random", "random_", type=int, metavar="N",
+                         help=f"N seeded random samples, instead of {folder} [default: {random_default}]."),
+            click.option("--seed", type=int, default=0, show_default=True, metavar="S",
+                         help="Seed of the random samples."),
+        ]
+
+    def decorate(fn: Any) -> Any:
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+
+    return decorate
+
+
+def next_step(*commands: str) -> None:
+    """The `next:` line every stage prints when it succeeds: the command(s) to run next, ready to paste."""
+    click.echo("next: " + ", then ".join(commands))
+
+
+def command_line(*words: object) -> str:
+    """A command line with each word quoted for a POSIX shell (paths as shown())."""
+    return shlex.join(shown(w) if isinstance(w, Path) else str(w) for w in words)
+
+
 def assignments(values: tuple[str, ...], option: str, parse: Callable[[str], tuple[str, Any]]) -> dict[str, Any]:
     """NAME=VALUE options into a dict, refusing a NAME given twice."""
     out: dict[str, Any] = {}
@@ -207,7 +274,7 @@ def assignments(values: tuple[str, ...], option: str, parse: Callable[[str], tup
     return out
 
 
-# --- progress on stderr (none when stderr is not a terminal) -------------------------------------------------------
+# --- progress on stderr ---------------------------------------------------------------------------------------------
 
 @contextmanager
 def byte_progress(description: str, quiet: bool = False) -> Iterator[Callable[[int], None] | None]:
@@ -227,9 +294,26 @@ def byte_progress(description: str, quiet: bool = False) -> Iterator[Callable[[i
 
 @contextmanager
 def job_progress(what: str) -> Iterator[Callable[[int, int, Any], None] | None]:
-    """A progress bar on stderr fed by the library's (done, total, result) callback, for compile and validate."""
+    """Progress on stderr fed by the library's (done, total, JobStarted | result) callback, for compile and
+    validate: a bar on a terminal; elsewhere (a CI log, a pipe) one plain line when a job starts and one when it
+    ends, with its elapsed seconds. stdout (and so --json) carries none of it. A start (records.JobStarted) is told
+    from a result by having no status: importing records here would load it for every command's --help."""
     if not sys.stderr.isatty():
-        yield None
+        started: dict[tuple[str, str], float] = {}
+
+        def line(done: int, total: int, event: Any) -> None:
+            if event is None:
+                return
+            key = (event.graph, event.soc)
+            if not hasattr(event, "status"):
+                started[key] = time.monotonic()
+                click.echo(f"{what}: {event.graph} {event.soc} started ({done} of {total} done)", err=True)
+                return
+            seconds = time.monotonic() - started.pop(key, time.monotonic())
+            click.echo(f"{what}: {event.graph} {event.soc} {event.status} in {seconds:.1f} s ({done} of {total} "
+                       "done)", err=True)
+
+        yield line
         return
     # rich.progress takes ~50 ms to import: only a terminal pays for it, never `--help` or a pipe.
     from rich.console import Console
@@ -240,6 +324,9 @@ def job_progress(what: str) -> Iterator[Callable[[int, int, Any], None] | None]:
         task = bar.add_task(what, total=None, last="")
 
         def update(done: int, total: int, result: Any) -> None:
+            if result is not None and not hasattr(result, "status"):
+                bar.update(task, total=total, last=f"{result.graph} {result.soc} running")
+                return
             last = f"{result.graph} {result.soc} {result.status}" if result is not None else ""
             bar.update(task, completed=done, total=total, last=last)
 

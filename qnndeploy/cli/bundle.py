@@ -3,7 +3,6 @@ a bundle follows: a path that is not a bundle at all is bad input (exit 2), a bu
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 import click
@@ -16,10 +15,12 @@ from qnndeploy.cli._common import (
     Group,
     assignments,
     byte_progress,
+    command_line,
     emit_json,
     escaped,
     handles_errors,
     json_option,
+    next_step,
     report,
     shallow_option,
     unchecked_option,
@@ -76,7 +77,7 @@ def _render_build(result: BundleResult) -> None:
         click.echo(f"  archive: {result.archive}")
     for w in result.warnings:
         click.echo(f"  warning: {w.path}: {w.message}")
-    click.echo(f"next: qnndeploy bundle verify {shlex.quote(str(result.path))}")
+    next_step(command_line("qnndeploy", "bundle", "verify", Path(result.path)))
 
 
 def _graph_file(value: str) -> tuple[str, Path]:
@@ -236,4 +237,11 @@ def verify(path: Path, shallow: bool, allow_unchecked: bool, as_json: bool) -> N
     with (byte_progress("verifying", as_json) as progress,
           opened(path, progress, deep=not shallow, allow_unchecked=allow_unchecked) as (root, result)):
         require_bundle(path, root, result)
-    report(result, as_json, lambda r: render_verify(r, shallow))
+    report(result, as_json, lambda r: _render_verified(r, path, shallow))
+
+
+def _render_verified(result: VerifyReport, path: Path, shallow: bool) -> None:
+    render_verify(result, shallow)
+    if result.ok:  # the two ways on from a sound bundle: the app's glue, and a phone
+        next_step(command_line("qnndeploy", "scaffold", path, "--package", "com.example.app", "-o", "app/qnndeploy"),
+                  command_line("qnndeploy", "device", "verify", path))

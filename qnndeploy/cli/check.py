@@ -7,8 +7,18 @@ from pathlib import Path
 
 import click
 
-from qnndeploy import onnxcheck, toolchain
-from qnndeploy.cli._common import emit_json, handles_errors, json_option, qairt_option, under_toolchain
+from qnndeploy import htp, onnxcheck, toolchain
+from qnndeploy import socs as catalog
+from qnndeploy.cli._common import (
+    command_line,
+    emit_json,
+    handles_errors,
+    json_option,
+    next_step,
+    qairt_option,
+    soc_option,
+    under_toolchain,
+)
 
 
 def _size(nbytes: int) -> str:
@@ -58,20 +68,24 @@ def _render_check(report: onnxcheck.CheckReport) -> None:
 
 @click.command()
 @click.argument("models", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="MODEL.onnx...")
-@click.option("--soc", metavar="SOC", help="SoC to check for [default: SM8750]: its HTP measures op support, and "
-              "a build the catalog says it cannot run (e.g. fp16 on SM8350) is a blocker.")
+@soc_option("SoC to check for, each in turn [default: SM8750]: its HTP measures op support, and a build the "
+            "catalog says it cannot run (e.g. fp16 on SM8350) is a blocker.")
 @click.option("--precision", type=click.Choice(["fp16", "w8a16"]), default="fp16", show_default=True,
               help="Measure op support for this build: w8a16 measures the QDQ-quantized graph compile would make.")
 @click.option("--no-measure", is_flag=True, help="Skip the HTP partitioning (reads the graph only).")
+@click.option("--timeout", type=click.FloatRange(min=0), default=htp.DEFAULT_TIMEOUT_S, show_default=True,
+              metavar="S", help="Seconds the HTP partitioning may take per model (0: no limit). Recurrent layers "
+              "are unrolled over their time steps, which can take minutes; past the limit, op support is reported "
+              "as not measured.")
 @qairt_option
 @json_option
 @handles_errors
-def check(models: tuple[Path, ...], soc: str | None, precision: str, no_measure: bool, qairt: str | None,
-          as_json: bool) -> None:
+def check(models: tuple[Path, ...], socs: tuple[str, ...], precision: str, no_measure: bool, timeout: float,
+          qairt: str | None, as_json: bool) -> None:
     """Is each model ready for the NPU, and what fixes it.
 
-    Per model: findings, op support measured on the HTP compiler, a verdict, and one `qnndeploy prepare`
-    command line that applies every fixable finding.
+    Per model and SoC: findings, op support measured on that SoC's HTP compiler, a verdict, and one
+    `qnndeploy prepare` command line that applies every fixable finding.
 
     \b
     Exit codes: 0 ready; 10 fixable (`qnndeploy prepare` fixes it: the report gives
@@ -80,7 +94,11 @@ def check(models: tuple[Path, ...], soc: str | None, precision: str, no_measure:
     """
     if qairt is not None:
         under_toolchain(toolchain.resolve(qairt))
-    reports = [onnxcheck.check_model(m, soc=soc, measure=not no_measure, precision=precision) for m in models]
+    # each SoC once (an alias is its SoC); none given: check's default
+    targets: list[catalog.Soc | None] = list(dict.fromkeys(catalog.find(soc) for soc in socs)) or [None]
+    reports = [onnxcheck.check_model(m, soc=soc, measure=not no_measure, precision=precision, timeout=timeout or None,
+                                     say=lambda line: click.echo(f"qnndeploy: {line}", err=True))
+               for m in models for soc in targets]
     worst = max(reports, key=lambda r: r.exit_code)
     if as_json:
         emit_json({"verdict": worst.verdict, "exit_code": worst.exit_code, "models": reports})
@@ -91,4 +109,8 @@ def check(models: tuple[Path, ...], soc: str | None, precision: str, no_measure:
             _render_check(one)
         if len(reports) > 1:
             click.echo(f"\noverall: {worst.verdict} (exit {worst.exit_code})")
+        if worst.verdict == "ready":
+            paths = [Path(p) for p in dict.fromkeys(r.path for r in reports)]
+            soc_args = ",".join(dict.fromkeys(r.htp.soc for r in reports))
+            next_step(command_line("qnndeploy", "compile", *paths, "--soc", soc_args, "-o", "build"))
     sys.exit(worst.exit_code)

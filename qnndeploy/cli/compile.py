@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 import click
@@ -11,12 +10,16 @@ from qnndeploy import compile as stage
 from qnndeploy import toolchain
 from qnndeploy.cli._common import (
     cache_dir_option,
+    command_line,
     handles_errors,
     job_progress,
     json_option,
+    next_step,
     qairt_option,
     report,
+    sample_options,
     shown,
+    soc_option,
     under_toolchain,
 )
 from qnndeploy.compile.jobs import HtpSettings
@@ -53,21 +56,19 @@ def _render_compile(summary: stage.CompileSummary) -> None:
     if counts["failed"]:
         click.echo("failed: " + ", ".join(f"{j.graph} {j.soc}" for j in summary.failures))
     if counts["ok"] + counts["cached"]:
-        click.echo(f"next: qnndeploy validate {shlex.quote(shown(summary.out))}")
+        next_step(command_line("qnndeploy", "validate", summary.out))
 
 
 @click.command("compile")
 @click.argument("models", nargs=-1, required=True, metavar="MODEL.onnx|NAME=MODEL.onnx...")
-@click.option("--soc", "socs", multiple=True, required=True, metavar="SOC",
-              help="Target SoC; repeat for several (qnndeploy socs lists them).")
+@soc_option("Target SoC.", required=True)
 @click.option("--backend", type=click.Choice(["ort", "qairt", "aihub"]),
               help="ort: onnxruntime-qnn; qairt: the QAIRT SDK's tools; aihub: Qualcomm AI Hub's compile jobs "
                    "(qai-hub client, configured with `qai-hub configure`) [default: ort where onnxruntime-qnn is "
                    "installed or no SDK is given, else qairt].")
 @click.option("--precision", type=click.Choice(["fp16", "w8a16"]), default="fp16", show_default=True,
-              help="fp16 activations, or 8-bit weights with 16-bit activations (needs --calib).")
-@click.option("--calib", type=click.Path(path_type=Path), metavar="DIR",
-              help="w8a16 calibration samples: *.npz (one per sample) or INPUT.npy; DIR/GRAPH/ per graph.")
+              help="fp16 activations, or 8-bit weights with 16-bit activations (needs --calib DIR).")
+@sample_options("--calib", "With --precision w8a16, the calibration samples:", random=False)
 @click.option("-j", "--jobs", type=int, metavar="N",
               help="Jobs at once [default: the number of CPU cores; aihub: all of them].")
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), metavar="DIR",
@@ -94,7 +95,8 @@ def _render_compile(summary: stage.CompileSummary) -> None:
 @json_option
 @handles_errors
 def compile_cmd(models: tuple[str, ...], socs: tuple[str, ...], backend: str | None, precision: str,
-                calib: Path | None, jobs: int | None, out: Path, qnn_sdk_root: Path | None, shares: tuple[str, ...],
+                calib: Path | None, preprocess: str | None, jobs: int | None, out: Path, qnn_sdk_root: Path | None,
+                shares: tuple[str, ...],
                 vtcm_mb: int | None, optimization_mode: int | None, keep_fp16: str | None, spill_fill: bool,
                 no_cache: bool, qairt: str | None, cache_dir: Path | None, as_json: bool) -> None:
     """Compile each model for each SoC into a QNN context binary.
@@ -115,7 +117,8 @@ def compile_cmd(models: tuple[str, ...], socs: tuple[str, ...], backend: str | N
         under_toolchain(toolchain.resolve(qairt))
     with job_progress("compiling") as progress:
         summary = stage.compile_models(stage.models_from_args(list(models)), list(socs), out, backend=backend,
-                                       precision=precision, calib=calib, jobs=jobs, progress=progress,
+                                       precision=precision, calib=calib, preprocess=preprocess,
+                                       jobs=jobs, progress=progress,
                                        use_cache=not no_cache, cache_dir=cache_dir, qnn_sdk_root=qnn_sdk_root,
                                        shares=stage.shares_from_args(list(shares)),
                                        htp=HtpSettings(vtcm_mb, optimization_mode, spill_fill, tuple(

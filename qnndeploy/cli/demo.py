@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from qnndeploy import demo as stage
-from qnndeploy.cli._common import emit_json, handles_errors, json_option
+from qnndeploy.cli._common import emit_json, handles_errors, json_option, soc_option
 
 
 def _render_demo(r: stage.DemoResult) -> None:
@@ -33,8 +33,7 @@ def _render_demo(r: stage.DemoResult) -> None:
 @click.command()
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("qnndeploy-demo"), show_default=True,
               metavar="DIR", help="Folder for the model, build, records and bundle; new or empty unless --force.")
-@click.option("--soc", "soc_names", multiple=True, metavar="SOC",
-              help=f"SoC to compile for (repeatable) [default: {' '.join(stage.DEFAULT_SOCS)}].")
+@soc_option(f"SoC to compile for [default: {','.join(stage.DEFAULT_SOCS)}].", dest="soc_names")
 @click.option("--qnn-sdk-root", type=click.Path(path_type=Path), metavar="DIR",
               help="Bundle the runtime libraries of a QAIRT SDK [default: the external Maven runtime].")
 @click.option("--runtime-libs", type=click.Path(path_type=Path), metavar="DIR",

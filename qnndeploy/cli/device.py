@@ -27,7 +27,9 @@ from qnndeploy.cli._common import (
     jsonable,
     num,
     render_output,
+    sample_options,
     shown,
+    soc_option,
     unchecked_option,
 )
 from qnndeploy.cli.bundle import render_verify, require_bundle
@@ -79,8 +81,9 @@ def device() -> None:
 @device.command("list")
 @click.option("--aihub", is_flag=True, help="The phones Qualcomm AI Hub hosts (qai-hub client), with their chipset "
               "mapped to the catalog, instead of the adb server's.")
-@click.option("--bundle", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
-              help="With --aihub: also the bundle target the app would choose on each hosted phone.")
+@click.option("--bundle", type=click.Path(path_type=Path), metavar="BUNDLE",
+              help="With --aihub: also the bundle target the app would choose on each hosted phone (a bundle folder or "
+                   "archive).")
 @timeout_option
 @json_option
 @handles_errors
@@ -116,8 +119,8 @@ def device_list(aihub: bool, bundle: Path | None, timeout: float | None, as_json
 def _list_hosted(bundle: Path | None, as_json: bool) -> None:
     manifest = None
     if bundle is not None:
-        report, manifest = verify_stage.check_bundle(bundle)
-        require_bundle(bundle, bundle, report)
+        with verify_stage.checked_bundle(bundle) as (root, report, manifest):
+            require_bundle(bundle, root, report)
         if manifest is None:
             fail(f"{bundle} fails bundle verify: fix the bundle (qnndeploy bundle verify {bundle})", EXIT_CHECK_FAILED)
     rows = hosted.list_hosted(manifest)
@@ -162,8 +165,8 @@ def _render_device_info(i: device_info_stage.DeviceInfo) -> None:
 
 @device.command("info")
 @serial_option
-@click.option("--bundle", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
-              help="A bundle folder: also say which target the app would choose on this phone.")
+@click.option("--bundle", type=click.Path(path_type=Path), metavar="BUNDLE",
+              help="A bundle folder or archive: also say which target the app would choose on this phone.")
 @timeout_option
 @json_option
 @handles_errors
@@ -367,11 +370,8 @@ def _render_verifications(report: VerifyReport, results: list[verify_stage.Devic
 @click.option("--qnn-sdk-root", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="QAIRT SDK: its bin/aarch64-android/qnn-net-run (default: $QNN_SDK_ROOT when it has one), and "
                    "the QNN libraries for a bundle with an external runtime.")
-@click.option("--inputs", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
-              help="Input samples as for validate: *.npz or INPUT.npy; DIR/GRAPH/ per graph.")
-@click.option("--samples", type=int, default=1, show_default=True, metavar="N",
-              help="Seeded random samples without --inputs.")
-@click.option("--seed", type=int, default=0, show_default=True, metavar="N", help="Seed for the random samples.")
+@sample_options("--inputs", "Input samples, as validate takes them:")
+@click.option("--samples", "old_samples", type=int, hidden=True, help="The old name of --random N (deprecated).")
 @click.option("--runs", type=int, default=10, show_default=True, metavar="N",
               help="Inferences in the timed run (the samples, repeated).")
 @click.option("-o", "--output", "record_dir", type=click.Path(file_okay=False, path_type=Path),
@@ -382,8 +382,7 @@ def _render_verifications(report: VerifyReport, results: list[verify_stage.Devic
                    "inference job with profiling (choose the phones with --device or --soc).")
 @click.option("--device", "hosted_names", multiple=True, metavar="NAME",
               help="With --aihub: a hosted device by its AI Hub name (repeatable; device list --aihub lists them).")
-@click.option("--soc", "hosted_socs", multiple=True, metavar="SOC",
-              help="With --aihub: any hosted Android phone with this SoC, by its catalog chipset (repeatable).")
+@soc_option("With --aihub: any hosted Android phone with this SoC, by its catalog chipset.", dest="hosted_socs")
 @click.option("--play", "play_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="A `package play` output of BUNDLE: also say which device group Play delivers to the phone (by "
                    "its ro.soc.manufacturer and ro.soc.model), and fail when it is not the decision's.")
@@ -393,7 +392,8 @@ def _render_verifications(report: VerifyReport, results: list[verify_stage.Devic
 @handles_errors
 @escapes_errors
 def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runner: Path | None,
-                  qnn_sdk_root: Path | None, inputs: Path | None, samples: int, seed: int, runs: int,
+                  qnn_sdk_root: Path | None, inputs: Path | None, preprocess: str | None, random_: int | None,
+                  seed: int, old_samples: int | None, runs: int,
                   record_dir: Path, aihub: bool, hosted_names: tuple[str, ...], hosted_socs: tuple[str, ...],
                   play_dir: Path | None, timeout: float | None, allow_unchecked: bool, as_json: bool) -> None:
     """Push a bundle to a phone, run it there, record the result.
@@ -401,15 +401,14 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
     The bundle folder goes to the phone as the app would use it and is checked there; with a runner, it runs
     there too.
 
-    The bundle is verified first (exit 1 with its report when it fails, 2 when BUNDLE is not a bundle or is an
-    archive). The app's own decision picks the target for the phone's SoC; its files, the CPU fallback and the
-    runtime libraries for its arch go to /data/local/tmp/qnndeploy/NAME-VERSION/ (only files whose sha256
-    differs are sent; a staging folder is renamed at the end; an interrupted push resumes). With a runner, each
-    context binary runs on the phone (qnn-net-run, LD_LIBRARY_PATH and ADSP_LIBRARY_PATH set) and its outputs
-    are compared with the CPU model on this host, with validate's metrics; known QNN errors become advice.
-    A phone whose SoC is not in the bundle: CPU fallback expected. With --play, Play's device group for the phone
-    is checked against the decision's (a phone Play sends another group, or none, runs on the CPU). Exit 1 when a
-    phone fails.
+    BUNDLE is a bundle folder, .tar.gz or .zip. It is verified first (exit 1 with its report when it fails, 2 when
+    BUNDLE is not a bundle). The app's own decision picks the target for the phone's SoC; its files, the CPU
+    fallback and the runtime libraries for its arch go to /data/local/tmp/qnndeploy/NAME-VERSION/ (only files whose
+    sha256 differs are sent; a staging folder is renamed at the end; an interrupted push resumes). With a runner,
+    each context binary runs on the phone (qnn-net-run, LD_LIBRARY_PATH and ADSP_LIBRARY_PATH set) and its outputs
+    are compared with the CPU model on this host, with validate's metrics; known QNN errors become advice. A phone
+    whose SoC is not in the bundle: CPU fallback expected. With --play, Play's device group for the phone is checked
+    against the decision's (a phone Play sends another group, or none, runs on the CPU). Exit 1 when a phone fails.
 
     With --aihub, the phones are Qualcomm AI Hub's (qai-hub's own configuration holds the token): per phone and
     graph one inference job with profiling; outputs compared with the CPU model as above, and AI Hub's inference
@@ -423,35 +422,41 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
              "phones over adb")
     if all_devices and given:
         fail("give -s SERIAL or --all, not both")
-    report, manifest = verify_stage.check_bundle(bundle_dir, allow_unchecked)
-    require_bundle(bundle_dir, bundle_dir, report)
-    if not report.ok or manifest is None:
-        if as_json:
-            emit_json({"bundle": report, "devices": []})
-        else:
-            render_verify(report)
-        fail(f"{bundle_dir} fails bundle verify: fix the bundle (or build it again) before pushing it",
-             EXIT_CHECK_FAILED)
-    job = verify_stage.Job(bundle_dir, manifest, runner, qnn_sdk_root, inputs, samples, seed, runs, record_dir,
-                           play_dir, timeout)
-    if aihub:
-        results = hosted.verify_hosted(job, list(hosted_names), list(hosted_socs))
-        if as_json:
-            emit_json({"bundle": report, "devices": results})
-        else:
-            _say(f"bundle {report.name} {report.version} (QAIRT {report.qairt}): verified; on AI Hub:")
-            _render_hosted_table(results)
-        if not all(r.ok for r in results):
-            sys.exit(EXIT_CHECK_FAILED)
-        return
-    if all_devices:
-        results = verify_stage.verify_all(job)
-    else:
-        with byte_progress("pushing", quiet=as_json) as progress:
-            results = [verify_stage.verify_device(job, serial, progress)]
+    if old_samples is not None:
+        if random_ is not None:
+            fail("--samples is the old name of --random: give --random N alone")
+        click.echo("warning: --samples N is deprecated, use --random N (as validate and diagnose do)", err=True)
+        random_ = old_samples
+    with verify_stage.checked_bundle(bundle_dir, allow_unchecked) as (root, report, manifest):
+        require_bundle(bundle_dir, root, report)
+        if not report.ok or manifest is None:
+            if as_json:
+                emit_json({"bundle": report, "devices": []})
+            else:
+                render_verify(report)
+            fail(f"{bundle_dir} fails bundle verify: fix the bundle (or build it again) before pushing it",
+                 EXIT_CHECK_FAILED)
+        job = verify_stage.Job(root, manifest, runner, qnn_sdk_root, inputs, random_, seed, runs, record_dir,
+                               play_dir, timeout, preprocess, given=bundle_dir)
+        results = _verify(job, serial, all_devices, aihub, hosted_names, hosted_socs, as_json)
     if as_json:
         emit_json({"bundle": report, "devices": results})
+    elif aihub:
+        _say(f"bundle {report.name} {report.version} (QAIRT {report.qairt}): verified; on AI Hub:")
+        _render_hosted_table(results)
     else:
         _render_verifications(report, results, all_devices)
     if not all(r.ok for r in results):
         sys.exit(EXIT_CHECK_FAILED)
+
+
+def _verify(job: verify_stage.Job, serial: str | None, all_devices: bool, aihub: bool,
+            hosted_names: tuple[str, ...], hosted_socs: tuple[str, ...],
+            as_json: bool) -> list[verify_stage.DeviceVerification]:
+    """One phone, every phone over adb, or AI Hub's phones."""
+    if aihub:
+        return hosted.verify_hosted(job, list(hosted_names), list(hosted_socs))
+    if all_devices:
+        return verify_stage.verify_all(job)
+    with byte_progress("pushing", quiet=as_json) as progress:
+        return [verify_stage.verify_device(job, serial, progress)]

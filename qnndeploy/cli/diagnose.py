@@ -8,7 +8,16 @@ import click
 
 from qnndeploy import diagnose as stage
 from qnndeploy import plot, toolchain
-from qnndeploy.cli._common import handles_errors, json_option, num, report, shown, under_toolchain
+from qnndeploy.cli._common import (
+    handles_errors,
+    json_option,
+    num,
+    render_output,
+    report,
+    sample_options,
+    shown,
+    under_toolchain,
+)
 from qnndeploy.fileio import staging_file, writing
 
 
@@ -18,7 +27,11 @@ def _render(result: stage.DiagnoseResult) -> None:
     given = i.get("preprocess")
     given = given.get("given") if isinstance(given, dict) else given
     prep = f" (preprocess {given})" if given else ""
-    click.echo(f"{result.graph} on {result.soc} ({result.precision}), inputs: {source}{prep}")
+    click.echo(f"{result.graph} on {result.soc} ({result.precision}), inputs: {source}{prep}, from "
+               f"{result.samples_from}")
+    click.echo(f"the build's binary (what validate runs), by validate's rules: {'PASS' if result.ok else 'FAIL'}")
+    for m in result.reference:
+        render_output(m)
     click.echo(f"{len(result.probes)} of {result.candidates} tensors probed in {result.compiles} compile(s), "
                f"{result.seconds:.1f} s; threshold SNR {result.min_snr_db:g} dB")
     click.echo(f"  {'pos':>5}  {'SNR dB':>7}  {'cosine':>9}  {'max|d|':>8}  {'CPU max|x|':>10}  op / tensor")
@@ -28,17 +41,22 @@ def _render(result: stage.DiagnoseResult) -> None:
         click.echo(f"  {p.position:>5}  {num(p.snr_db, '7.1f')}  {num(p.cosine, '9.6f')}  {p.max_abs_diff:8.2e}  "
                    f"{p.ranges.max_abs:10.3g}  {mark} {p.op_type} {p.tensor}{flag}")
     bad = result.first_bad
-    if bad is None:
-        click.echo(f"every probed tensor is above {result.min_snr_db:g} dB: nothing to diagnose")
+    if bad is None and result.ok:
+        click.echo("every probed tensor passes, and so does the build's binary: nothing to diagnose")
         return
-    click.echo(f"first bad tensor: {bad.tensor}, made by {bad.op_type} {bad.node} (position {bad.position} of "
-               f"{result.nodes}), SNR {num(bad.snr_db, '.1f')} dB"
-               + (f"; last good: {result.last_good.tensor}" if result.last_good else ""))
-    if result.note:
-        click.echo(f"note: {result.note}")
-    click.echo("why:")
-    for e in result.explanations:
-        click.echo(f"  - {e.text}")
+    if bad is None:
+        click.echo(result.answer)
+        for f in result.fits:
+            click.echo(f"  - {f.output}: {f.measures}; {f.fits}")
+    else:
+        click.echo(f"first bad tensor: {bad.tensor}, made by {bad.op_type} {bad.node} (position {bad.position} of "
+                   f"{result.nodes}), SNR {num(bad.snr_db, '.1f')} dB"
+                   + (f"; last good: {result.last_good.tensor}" if result.last_good else ""))
+        if result.note:
+            click.echo(f"note: {result.note}")
+        click.echo("why:")
+        for e in result.explanations:
+            click.echo(f"  - {e.text}")
     click.echo("remedies:")
     for r in result.remedies:
         click.echo(f"  - {r.kind}: {r.text}")
@@ -48,16 +66,9 @@ def _render(result: stage.DiagnoseResult) -> None:
 
 @click.command()
 @click.argument("target", metavar="BUILD/GRAPH/SOC", type=click.Path(path_type=Path))
-@click.option("--inputs", type=click.Path(path_type=Path), metavar="DIR",
-              help="Real input samples: *.npz (one per sample) or INPUT.npy; for a one-input graph .wav or "
-              ".png/.jpg files (one per sample, see --preprocess); DIR/GRAPH/ per graph.")
-@click.option("--preprocess", metavar="SPEC|FILE.json",
-              help="How audio/image files become the input, as for validate, e.g. audio:raw,rate=16000 or "
-              "image:resize=224x224,scale=1/255 [default: from the input's shape].")
-@click.option("--random", "random_", type=int, metavar="N", help="N seeded random samples [default: 1].")
-@click.option("--seed", type=int, default=0, show_default=True, metavar="N", help="Seed for --random.")
+@sample_options(random_default="validate's samples, from its record; else 1")
 @click.option("--min-snr-db", type=float,
-              help="The SNR in dB below which a tensor is bad [default: validate's, fp16 30].")
+              help="The SNR in dB below which a tensor is bad [default: validate's record's, else fp16 30].")
 @click.option("--graph", metavar="GRAPH", help="In a shared context's job folder (compile --share): the graph.")
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path), metavar="FILE.png",
               help="Write the error curve (SNR against position in the graph) as a PNG.")
@@ -71,7 +82,9 @@ def diagnose(target: Path, inputs: Path | None, preprocess: str | None, random_:
     source model expose intermediate tensors as outputs, compiled for the job's SoC and precision; each compile
     probes a few tensors, the next narrows between the last good and the first bad one. Prints the error curve,
     the first tensor below the threshold and its node, the value ranges that explain it (fp16 overflow above 65504,
-    subnormals below 6.1e-5, dynamic range) and remedies as commands. Exit 1 when the graph's outputs fail.
+    subnormals below 6.1e-5, dynamic range) and remedies as commands. First it runs the build's own binary on
+    validate's samples (those of its record, unless given) by validate's rules: exit 1 when that fails, and when no
+    probed tensor is to blame it says what the failing metric measures and which validate thresholds fit.
     """
     if plot_path is not None:
         stage.check_plot(plot_path)  # before the run: a plot that cannot be written would fail after it

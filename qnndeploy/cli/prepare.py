@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 import click
 
 from qnndeploy import prepare as stage
-from qnndeploy.cli._common import assignments, emit_json, handles_errors, json_option
+from qnndeploy.cli._common import assignments, command_line, emit_json, handles_errors, json_option, next_step
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.prepare import split
 
@@ -29,7 +28,7 @@ def _render_prepare(result: stage.PrepareResult) -> None:
                    f"{'ok' if d.ok else 'FAIL'}")
     for note in result.notes:
         click.echo(f"  note: {note}")
-    click.echo(f"next: qnndeploy check {shlex.quote(result.output)}")
+    next_step(command_line("qnndeploy", "check", Path(result.output)))
 
 
 def _render_split(result: split.SplitResult) -> None:
@@ -42,8 +41,9 @@ def _render_split(result: split.SplitResult) -> None:
     for d in result.equivalence:
         click.echo(f"    {d.name:<28} max abs diff {d.max_abs_diff:.2g}  {'ok' if d.ok else 'FAIL'}")
     npu = next(p for p in result.parts if p.runs_on == "npu")
-    click.echo(f"next: qnndeploy compile {shlex.quote(npu.path)} --soc SOC -o build, then "
-               f"qnndeploy bundle build --from-build build --split {shlex.quote(result.record)} ...")
+    next_step(command_line("qnndeploy", "compile", Path(npu.path), "--soc", "SOC", "-o", "build"),
+              command_line("qnndeploy", "bundle", "build", "--from-build", "build", "--split", Path(result.record))
+              + " ...")
 
 
 @click.command()

@@ -9,12 +9,16 @@ import click
 from qnndeploy import toolchain
 from qnndeploy import validate as stage
 from qnndeploy.cli._common import (
+    command_line,
     handles_errors,
     job_progress,
     json_option,
+    next_step,
     render_output,
     report,
+    sample_options,
     shown,
+    soc_option,
     under_toolchain,
 )
 
@@ -39,19 +43,14 @@ def _render_validation(summary: stage.ValidationSummary) -> None:
     click.echo(f"note: {summary.emulator_note}")
     if any(t.shared for t in summary.targets):
         click.echo(f"note: {stage.TWIN_NOTE}")
+    if summary.ok:
+        next_step(command_line("qnndeploy", "bundle", "build", "--from-build", summary.build, "--name", "NAME",
+                               "--version", "VERSION"))
 
 
 @click.command()
 @click.argument("build", type=click.Path(path_type=Path))
-@click.option("--inputs", type=click.Path(path_type=Path), metavar="DIR",
-              help="Real input samples: *.npz (one per sample) or INPUT.npy; for a one-input graph .wav or "
-              ".png/.jpg files (one per sample, see --preprocess); DIR/GRAPH/ per graph.")
-@click.option("--preprocess", metavar="SPEC|FILE.json",
-              help="How audio/image files become the input, e.g. image:resize=224x224,scale=1/255,"
-              "mean=0.485/0.456/0.406,std=0.229/0.224/0.225 or audio:logmel,n_mels=80,rate=16000 or audio:raw "
-              "[default: from the input's shape: image scale=1/255, audio raw].")
-@click.option("--random", "random_", type=int, metavar="N", help="N seeded random samples [default: 1].")
-@click.option("--seed", type=int, default=0, show_default=True, metavar="N", help="Seed for --random.")
+@sample_options()
 @click.option("--min-cosine", type=float, help="Override the cosine similarity threshold (fp16 0.999, w8a16 0.99).")
 @click.option("--min-snr-db", type=float, help="Override the SNR threshold in dB (fp16 30, w8a16 20).")
 @click.option("--atol", type=float, help="Override the near-zero level (fp16 1e-3, w8a16 1e-2): an output whose "
@@ -60,11 +59,17 @@ def _render_validation(summary: stage.ValidationSummary) -> None:
               "and HTP sets allowed per row [default: 1, the same set; order never counts].")
 @click.option("--reason", metavar="TEXT", help="Why a threshold looser than the default is right here: required "
               "with one, recorded in the validation records and the bundle.")
+@click.option("--graph", "graphs", multiple=True, metavar="GRAPH",
+              help="Validate only this graph's jobs; repeat for several [default: every graph of the build].")
+@soc_option("Validate only the jobs for these SoCs [default: every SoC of the build].")
+@click.option("-j", "--jobs", type=int, metavar="N",
+              help="Jobs at once, results in the build's order [default: half the CPU cores, at least 1].")
 @json_option
 @handles_errors
 def validate(build: Path, inputs: Path | None, preprocess: str | None, random_: int | None, seed: int,
              min_cosine: float | None, min_snr_db: float | None, atol: float | None,
-             min_topk_jaccard: float | None, reason: str | None, as_json: bool) -> None:
+             min_topk_jaccard: float | None, reason: str | None, graphs: tuple[str, ...], socs: tuple[str, ...],
+             jobs: int | None, as_json: bool) -> None:
     """Compare each context binary on the HTP emulator with the CPU.
 
     Runs each compiled context on the host HTP emulator and the source ONNX on onnxruntime CPU with the same
@@ -80,5 +85,6 @@ def validate(build: Path, inputs: Path | None, preprocess: str | None, random_: 
                                    ("min_topk_jaccard", min_topk_jaccard)) if v is not None}
     with job_progress("validating on the HTP emulator") as progress:
         summary = stage.validate_build(build, inputs, random_, seed=seed, thresholds=overrides, progress=progress,
-                                       preprocess=preprocess, reason=reason)
+                                       preprocess=preprocess, reason=reason, graphs=list(graphs),
+                                       soc_names=list(socs), jobs=jobs)
     report(summary, as_json, _render_validation)

@@ -16,9 +16,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import json
 import os
 import re
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -47,14 +49,15 @@ from qnndeploy.compile.ort import OrtBackend
 from qnndeploy.compile.qairt import QairtBackend
 from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError
 from qnndeploy.fileio import JSON, sha256_file, staging_dir, write_json
-from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT
+from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, graph_name
 from qnndeploy.markers import build_version, scan_file
 from qnndeploy.onnxio import load_model, model_inputs, require_model_file
 from qnndeploy.qnnsystem import ContextInfo
-from qnndeploy.records import RECORD, RECORD_FILE, RECORD_VERSION, read_record
-from qnndeploy.samples import folder_for, load_samples, sample_files
+from qnndeploy.records import RECORD, RECORD_FILE, RECORD_VERSION, JobStarted, read_record
+from qnndeploy.samples import for_graph, sample_source, write_samples
 
 if TYPE_CHECKING:
+    from qnndeploy.media import Preprocess
     from qnndeploy.socs import Soc
 
 PRECISIONS = ("fp16", "w8a16")
@@ -94,11 +97,13 @@ class CompileSummary:
         return [j for j in self.jobs if j.status == "failed"]
 
 
-Progress = Callable[[int, int, "JobResult | None"], None]  # (jobs done, jobs total, the job just finished)
+# (jobs done, jobs total, the job just finished, or JobStarted when one starts)
+Progress = Callable[[int, int, "JobResult | JobStarted | None"], None]
 
 
 def models_from_args(args: list[str]) -> dict[str, Path]:
-    """`path.onnx` (graph named after the file stem) or `name=path.onnx`, as the command line takes them.
+    """`path.onnx` (graph named after the file, formats.graph_name: det.npu.onnx is det) or `name=path.onnx`, as
+    the command line takes them.
 
     NAME=PATH only when NAME could be a graph name (no '/') and the whole argument is not itself a file:
     `dir/a=b/m.onnx` and an existing `a=b.onnx` are paths.
@@ -107,7 +112,7 @@ def models_from_args(args: list[str]) -> dict[str, Path]:
     for arg in args:
         name, sep, path = arg.partition("=")
         if not sep or "/" in name or (Path(arg).is_file() and not Path(path).is_file()):
-            name, path = Path(arg).stem, arg
+            name, path = graph_name(arg), arg
         if name in models:
             raise QnnDeployError(f"two models would both be graph '{name}': name them, e.g. {name}2=PATH.onnx")
         models[name] = Path(path)
@@ -143,12 +148,14 @@ def shares_from_args(args: list[str]) -> dict[str, list[str]]:
 
 
 def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backend: str | None = None,
-                   precision: str = "fp16", calib: Path | None = None, jobs: int | None = None,
+                   precision: str = "fp16", calib: Path | None = None, preprocess: str | Path | None = None,
+                   jobs: int | None = None,
                    progress: Progress | None = None, use_cache: bool = True, cache_dir: Path | None = None,
                    qnn_sdk_root: Path | None = None, shares: dict[str, list[str]] | None = None,
                    htp: HtpSettings | None = None) -> CompileSummary:
     """Compile every model for every SoC into `out`; the graphs of each share (name -> graphs) into one context
-    binary with shared weights. Bad input raises before anything is written; a failing job is reported in the
+    binary with shared weights. `calib` (w8a16) is a samples folder as validate's --inputs, its audio or image
+    files through `preprocess`. Bad input raises before anything is written; a failing job is reported in the
     summary and does not stop the others."""
     start = time.monotonic()
     if not models:
@@ -158,10 +165,11 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
     if precision not in PRECISIONS:
         raise QnnDeployError(f"unknown precision '{precision}': use one of {', '.join(PRECISIONS)}")
     if precision == "w8a16" and calib is None:
-        raise QnnDeployError("w8a16 needs --calib DIR with real input samples (.npz or .npy) to calibrate "
-                             "the 16-bit activations; random data would give wrong ranges")
+        raise QnnDeployError("w8a16 needs --calib DIR with real input samples (.npz, .npy, or .wav/.png/.jpg with "
+                             "--preprocess) to calibrate the 16-bit activations; random data would give wrong ranges")
     if precision == "fp16" and calib is not None:
         raise QnnDeployError("--calib applies to --precision w8a16 only; fp16 needs no calibration")
+    prep = sample_source(calib, None, preprocess, "--calib")
     if jobs is not None and jobs < 1:
         raise QnnDeployError("-j must be 1 or more")
     targets = _targets(socs)
@@ -169,7 +177,6 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
     out = Path(out).expanduser().resolve()
     if out.exists() and not out.is_dir():
         raise QnnDeployError(f"-o {out} is a file; give a folder for the build")
-    calibs = {g: _calibration_dir(calib, g) for g in graphs} if calib is not None else {}
     be = get_backend(backend, qnn_sdk_root)
     shares = _check_shares(shares or {}, graphs, targets, be.name)
     htp = _check_htp(htp or HtpSettings(), targets)
@@ -183,9 +190,21 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
         raise QnnDeployError(f"the compile cache {store} is a file, not a folder: give a folder with --cache-dir "
                              "(or $QNNDEPLOY_CACHE_DIR), or pass --no-cache")
 
+    if calib is None:
+        return _compile(graphs, targets, out, be, precision, shares, htp, store, jobs, progress, start, {})
+    with tempfile.TemporaryDirectory(prefix="qnndeploy-calib-") as made:  # preprocessed samples, while jobs run
+        calibration = {g: _calibration(calib, g, model, prep, Path(made)) for g, model in graphs.items()}
+        return _compile(graphs, targets, out, be, precision, shares, htp, store, jobs, progress, start, calibration)
+
+
+def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend, precision: str,
+             shares: dict[str, list[str]], htp: HtpSettings, store: Path | None, jobs: int | None,
+             progress: Progress | None, start: float, calibration: dict[str, tuple[Path, JSON]]) -> CompileSummary:
+    """Plan the jobs and run them; `calibration`: per graph, the folder the backends read and its record."""
     plan = []
     digests = {graph: sha256_file(model) for graph, model in graphs.items()}
-    cals = {graph: _calibration_record(calibs[graph], graphs[graph]) for graph in calibs}
+    calibs = {graph: folder for graph, (folder, _) in calibration.items()}
+    cals = {graph: record for graph, (_, record) in calibration.items()}
     shared = {g for members in shares.values() for g in members}
     groups = {**shares, **{g: [g] for g in graphs if g not in shared}}
     for name, group in groups.items():
@@ -215,7 +234,12 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
     workers = jobs or (len(plan) if be.name == "aihub" else os.cpu_count() or 1)
     pool = ThreadPoolExecutor(max_workers=max(1, workers))
     try:
-        pending = {pool.submit(_run_job, job, be, store, out, tools) for job in plan}
+        def run(job: Job) -> JobResult:
+            if progress:
+                progress(len(results), len(plan), JobStarted(job.graph, job.soc.model))
+            return _run_job(job, be, store, out, tools)
+
+        pending = {pool.submit(run, job) for job in plan}
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
             for fut in done:
@@ -271,7 +295,7 @@ def _check_keep(htp: HtpSettings, precision: str, backend: str, graphs: dict[str
     if backend != "ort":
         raise QnnDeployError("--keep-fp16 needs the ort backend; with qairt, give qnn-onnx-converter a "
                              "--quantization_overrides file with float encodings for those tensors")
-    names = {n.name for path in graphs.values() for n in load_model(path).graph.node}
+    names = {n.name for path in graphs.values() for n in load_model(path, weights=False).graph.node}
     unknown = [n for n in htp.keep_fp16 if n not in names]
     if unknown:
         raise QnnDeployError(f"--keep-fp16 {', '.join(unknown)}: no node of that name in the models (node names, "
@@ -344,24 +368,24 @@ def _graphs(models: dict[str, Path]) -> dict[str, Path]:
     return graphs
 
 
-def _calibration_dir(calib: Path, graph: str) -> Path:
-    """DIR/<graph>/ when it exists (one folder per graph), else DIR itself."""
+def _calibration(calib: Path, graph: str, model: Path, prep: Preprocess | None, made: Path) -> tuple[Path, JSON]:
+    """One graph's calibration samples, read now as validate reads --inputs (bad input fails before any job starts)
+    and fingerprinted: (the folder the backends read, the record's entry). NumPy samples are read where they are;
+    audio and image files are preprocessed once, here, into .npz files under `made`."""
 
-    calib = Path(calib).expanduser().resolve()
-    if not calib.is_dir():
-        raise QnnDeployError(f"--calib {calib}: no such folder")
-    return folder_for(calib, graph)
-
-
-def _calibration_record(folder: Path, model: Path) -> JSON:
-    """Check the samples fit the model now (bad input fails before any job starts) and fingerprint them."""
-
-    samples = load_samples(folder, model_inputs(model))
-    files = sample_files(folder)
+    feeds, used = for_graph(model, graph, Path(calib).expanduser().resolve(), preprocess=prep)
+    folder = Path(used["folder"])
     digest = hashlib.sha256()
-    for p in files:
-        digest.update(f"{p.name}\0{sha256_file(p)}\n".encode())
-    return {"path": str(folder), "files": len(files), "samples": len(samples), "sha256": digest.hexdigest()}
+    for name in used["files"]:
+        digest.update(f"{name}\0{sha256_file(folder / name)}\n".encode())
+    record: JSON = {"path": str(folder), "files": len(used["files"]), "samples": len(feeds)}
+    if "preprocess" in used:  # the same files through another preprocessing are other samples
+        digest.update(json.dumps(used["preprocess"], sort_keys=True).encode())
+        record["preprocess"] = used["preprocess"]
+        folder = made / graph
+        folder.mkdir()
+        write_samples(folder, feeds)
+    return folder, {**record, "sha256": digest.hexdigest()}
 
 
 # --- one job ---------------------------------------------------------------------------------------
@@ -493,7 +517,7 @@ _READING = threading.Lock()  # libQnnSystem is not documented as thread-safe; th
 
 def _context_findings(job: Job, work: Path, context: ContextInfo, outputs: list[JSON]) -> list[str]:
     """The compiled binary read back: each graph must have its model's signature (else the job fails); its SoC,
-    arch, spill-fill and VTCM give warnings."""
+    arch and VTCM give warnings."""
     members = job.members or (Member(job.graph, job.model, job.model_sha256, job.calibration),)
     wrappers = {o.get("graph") or job.graph: work / o["path"] for o in outputs if o["format"] == EPCONTEXT
                 and not o.get("twin")}
@@ -504,7 +528,7 @@ def _context_findings(job: Job, work: Path, context: ContextInfo, outputs: list[
     problems = contextcheck.graph_problems(context, {m.graph: wrappers.get(m.graph) for m in members}, signatures)
     if problems:
         raise CompileError(f"the compiled binary does not hold what was compiled: {problems[0]}")
-    return contextcheck.target_problems(context, job.soc) + contextcheck.resource_warnings(context, job.soc)
+    return contextcheck.target_problems(context, job.soc) + contextcheck.resource_warnings(context, job.soc, job.graph)
 
 
 def _failed_record(job: Job, be: Backend, error: str, findings: list[logs.Finding], seconds: float,

@@ -226,7 +226,7 @@ def quantize(model: Path, calibration: Path, out: Path, keep: list[str]) -> tupl
 
 
 def _node_names(model: Path) -> set[str]:
-    return {n.name for n in load_model(model).graph.node}
+    return {n.name for n in load_model(model, weights=False).graph.node}
 
 
 def _ort_message(e: Exception) -> str:

@@ -19,7 +19,6 @@ from qnndeploy.device.verify import DeviceVerification, GraphRun, Job, write_rec
 from qnndeploy.errors import EXIT_BAD_INPUT, QnnDeployError
 from qnndeploy.fileio import JSON
 from qnndeploy.formats import CONTEXT_BINARY, artifact_graphs
-from qnndeploy.onnxio import class_axes
 
 TIMEOUT_S = 3600.0  # one inference job, queueing for a hosted phone included
 ANDROID_SDK = 35  # what the decision is told of a hosted phone: Build.SOC_MODEL exists there (API 31+)
@@ -130,9 +129,7 @@ def _run_graph(job: Job, device: Any, hosted: aihub.HostedDevice, graph: str, bi
     actual = _per_sample(outputs or {}, list(expected[0]), len(samples))
     precision = next(t["precision"] for t in job.manifest["targets"] if t["soc"] == choice.soc)
     run.thresholds = limits = metrics.thresholds_for(precision)
-    cpu_model = job.cpu_model(graph)
-    run.outputs = metrics.judge_outputs(expected, actual, limits, class_axes(cpu_model),
-                                        metrics.topk_outputs(cpu_model))
+    run.outputs = metrics.judge_model(job.cpu_model(graph), expected, actual, limits)
     run.status = "passed" if all(m.passed for m in run.outputs) else "failed"
     run.samples, run.inferences, run.clock = len(samples), len(samples), "aihub"
     run.hosted = {**run.hosted, **profile_figures(profile)}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from qnndeploy import decision, markers, socs
 from qnndeploy.bundle.manifest import load_manifest
+from qnndeploy.bundle.verify import bundle_folder
 from qnndeploy.device.adb import Device, DeviceEntry, connect, list_devices, parse_int
 from qnndeploy.errors import QnnDeployError
 
@@ -84,12 +85,15 @@ def _soc_label(entry: DeviceEntry, timeout: float | None) -> str | None:
 
 
 def device_info(serial: str | None = None, bundle: Path | None = None, timeout: float | None = None) -> DeviceInfo:
-    """Everything `device info` shows; with a bundle folder, also the target the app would choose there.
+    """Everything `device info` shows; with a bundle (folder or archive), also the target the app would choose there.
     `timeout` replaces the deadline of every adb step (None: each step's default)."""
-    manifest = None
-    if bundle is not None:
-
-        manifest = load_manifest(bundle)  # a bad bundle fails before any adb traffic
+    manifest, runtime_version = None, None
+    if bundle is not None:  # a bad bundle fails before any adb traffic
+        with bundle_folder(bundle) as root:
+            manifest = load_manifest(root)
+            # The runtime's version is the bundle's own libQnnHtp.so's; an external runtime's is known only in the app.
+            backend = decision.bundled_backend(manifest)
+            runtime_version = markers.library_version(root / backend) if backend else None
     dev = connect(serial, timeout)
     props = dev.getprops()
     phone = decision.Device.from_props(props)
@@ -116,12 +120,9 @@ def device_info(serial: str | None = None, bundle: Path | None = None, timeout: 
     info.notes = _notes(info)
     if manifest is not None:
         info.bundle = decision.bundle_version(manifest)
-        # The libraries' loading can only be seen in the app (or by `device verify`); assume they load. The runtime's
-        # version is the bundle's own libQnnHtp.so's; an external runtime's is known only in the app.
-        backend = decision.bundled_backend(manifest)
-        info.app_choice = decision.decide(
-            manifest, phone, load_errors={}, lib_dir="<app native library dir>",
-            runtime_version=markers.library_version(bundle / backend) if bundle and backend else None)
+        # The libraries' loading can only be seen in the app (or by `device verify`); assume they load.
+        info.app_choice = decision.decide(manifest, phone, load_errors={}, lib_dir="<app native library dir>",
+                                          runtime_version=runtime_version)
     return info
 
 

@@ -16,20 +16,21 @@ import shlex
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from qnndeploy import __version__, decision, markers, metrics, playplan, samples
 from qnndeploy.bundle.manifest import file_entries, load_manifest
-from qnndeploy.bundle.verify import VerifyReport, verify_bundle
+from qnndeploy.bundle.verify import VerifyReport, opened
 from qnndeploy.device import runner
 from qnndeploy.device.adb import FILES, Device, LocalFile, MiB, Progress, Upload, connect, list_devices
 from qnndeploy.errors import EXIT_BAD_INPUT, QnnDeployError
 from qnndeploy.fileio import JSON, sha256_file, write_json
 from qnndeploy.formats import artifact_graphs
-from qnndeploy.onnxio import class_axes
 from qnndeploy.samples import Sample
 
 REMOTE_ROOT = "/data/local/tmp/qnndeploy"
@@ -116,16 +117,17 @@ class Job:
     """What every phone of one `device verify` shares: the checked bundle, the runner and the CPU references."""
 
     def __init__(self, bundle: Path, manifest: JSON, runner_path: Path | None = None, sdk_root: Path | None = None,
-                 inputs: Path | None = None, samples: int = 1, seed: int = 0, runs: int = 10,
-                 record_dir: Path = DEFAULT_RECORD_DIR, play: Path | None = None, timeout: float | None = None) -> None:
-        if inputs is not None and not Path(inputs).is_dir():
-            raise QnnDeployError(f"--inputs {inputs}: no such folder", EXIT_BAD_INPUT)
-        if samples < 1 or runs < 1:
-            raise QnnDeployError("--samples and --runs must be 1 or more", EXIT_BAD_INPUT)
+                 inputs: Path | None = None, random: int | None = None, seed: int = 0, runs: int = 10,
+                 record_dir: Path = DEFAULT_RECORD_DIR, play: Path | None = None, timeout: float | None = None,
+                 preprocess: str | Path | None = None, given: Path | None = None) -> None:
+        self.preprocess = samples.sample_source(inputs, random, preprocess)  # the samples validate would take
+        if runs < 1:
+            raise QnnDeployError("--runs must be 1 or more", EXIT_BAD_INPUT)
         env_sdk = os.environ.get("QNN_SDK_ROOT")
         if runner_path is None and sdk_root is None and env_sdk and (Path(env_sdk) / runner.SDK_RUNNER).is_file():
             sdk_root = Path(env_sdk)  # as compile does: the SDK set up with envsetup.sh
         self.bundle, self.manifest = Path(bundle), manifest
+        self.given = Path(given or bundle)  # what the user named: the archive, when `bundle` is its extraction
         self.runner = runner.find_runner(runner_path, sdk_root)
         self.runner_sha256 = None
         if self.runner is not None:
@@ -137,7 +139,7 @@ class Job:
             raise QnnDeployError(f"the bundle uses an external runtime ({manifest['runtime']['maven']}): the runner "
                                  "needs the QNN libraries, pass --qnn-sdk-root DIR of that QAIRT version",
                                  EXIT_BAD_INPUT)
-        self.inputs, self.samples, self.seed, self.runs = inputs, samples, seed, runs
+        self.inputs, self.samples, self.seed, self.runs = inputs, random or 1, seed, runs
         self.timeout = timeout  # --timeout: replaces every adb step's deadline (None: each step's default)
         self.record_dir = Path(record_dir)
         self.bundle_id = f"{manifest['name']}-{manifest['version']}"
@@ -169,7 +171,7 @@ class Job:
         with self._lock:
             if graph not in self._refs:
                 self._refs[graph] = samples.reference(self.cpu_model(graph), graph, self.inputs, self.samples,
-                                                      self.seed)
+                                                      self.seed, self.preprocess)
             return self._refs[graph]
 
     def cpu_model(self, graph: str) -> Path:
@@ -207,15 +209,14 @@ def _entries(manifest: JSON) -> list[JSON]:
     return [e for _, e in file_entries(manifest)]
 
 
-def check_bundle(path: Path, allow_unchecked: bool = False) -> tuple[VerifyReport, JSON | None]:
-    """(bundle verify's report, the manifest when the bundle is sound): nothing is pushed from a bad bundle. Not
-    loaded on the host emulator: the phone runs the binaries itself."""
+@contextmanager
+def checked_bundle(path: Path, allow_unchecked: bool = False) -> Iterator[tuple[Path, VerifyReport, JSON | None]]:
+    """(the bundle folder, bundle verify's report, the manifest when the bundle is sound) for a bundle folder or a
+    .tar.gz/.zip of one, which stays extracted while the caller pushes from it: nothing is pushed from a bad bundle.
+    Not loaded on the host emulator: the phone runs the binaries itself."""
 
-    path = Path(path)
-    if path.is_file():
-        raise QnnDeployError(f"{path} is an archive: extract it and pass the bundle folder", EXIT_BAD_INPUT)
-    report = verify_bundle(path, allow_unchecked=allow_unchecked)
-    return report, load_manifest(path) if report.ok else None
+    with opened(Path(path), allow_unchecked=allow_unchecked) as (root, report):
+        yield root, report, load_manifest(root) if report.ok else None
 
 
 # --- one phone -------------------------------------------------------------------------------------------------
@@ -366,9 +367,7 @@ def _run_graph(dev: Device, job: Job, graph: str, context: str, result: DeviceVe
             actual.append(outputs)
     precision = next(t["precision"] for t in job.manifest["targets"] if t["soc"] == result.soc)
     run.thresholds = limits = metrics.thresholds_for(precision)
-    cpu_model = job.cpu_model(graph)
-    run.outputs = metrics.judge_outputs(expected, actual, limits, class_axes(cpu_model),
-                                        metrics.topk_outputs(cpu_model))  # validate's rules, TopK sets included
+    run.outputs = metrics.judge_model(job.cpu_model(graph), expected, actual, limits)  # validate's rules
     run.status = "passed" if all(m.passed for m in run.outputs) else "failed"
     run.samples, run.inferences, run.clock = len(samples), lines, timed.clock
     run.first_run_s = round(first.seconds, 4)
@@ -388,7 +387,7 @@ def write_record(job: Job, r: DeviceVerification) -> Path:
         "soc": {"model": r.soc, "identified_by": r.identified_by, "dsp_arch": r.dsp_arch},
         "bundle": {"name": job.manifest["name"], "version": job.manifest["version"],
                    "qairt_version": job.manifest["qairt"]["version"], "qairt_build": job.manifest["qairt"]["build"],
-                   "path": str(job.bundle.resolve())},
+                   "path": str(job.given.resolve())},
         "decision": {"provider": r.provider, "reason": r.reason, "expectation": r.expectation},
         "push": {"remote_dir": r.remote_dir, **(asdict(r.push) if r.push else {})},
         "runner": {"path": r.runner, "local": str(job.runner) if job.runner else None, "note": r.runner_note,

@@ -21,7 +21,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnndeploy import __version__, fileio, fold, onnxio
+from qnndeploy import __version__, fileio, fold, htp, onnxio, socs
 from qnndeploy import fuse as fusing
 from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError, first_line
 from qnndeploy.fileio import sha256_file, write_json
@@ -206,7 +206,7 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
             if full is not None:
                 raise fileio.write_error(full, out) from None
             raise
-        prepared = onnxio.load_model(final).graph
+        prepared = onnxio.load_model(final, weights=False).graph
         nodes_after = sum(1 for n in prepared.node if n.op_type != "Constant")
         if folded_by:
             edited.changes.append(f"folded with {folded_by}: {edited.nodes_before} -> {nodes_after} nodes")
@@ -250,56 +250,44 @@ def _disagrees(declared: TensorInfo, actual: TensorInfo) -> bool:
         isinstance(d, int) and d != a for d, a in zip(declared.shape, actual.shape, strict=True))
 
 
+@dataclass
+class _Candidate:
+    path: Path
+    tool: str | None  # None: not folded
+    diffs: list[OutputDiff]
+    control_flow: list[str]  # If/Loop/Scan nodes left in the graph
+
+
 def _fold_chain(stage: Path, work: Path, name: str, simplify: bool, external: bool, feeds: Mapping[str, np.ndarray],
                 want: Mapping[str, np.ndarray], tolerance: float
                 ) -> tuple[Path, str | None, list[str], list[OutputDiff]]:
     """Fold with each tool in turn (fold.TOOLS, then no folding at all) and keep the first result that computes the
     same outputs and has no control flow left; else the first that computes the same outputs. Every result gets its
-    shapes re-inferred and its output shapes from a CPU run. Returns (model, tool or None, what each tool did,
-    its equivalence)."""
+    shapes re-inferred and its output shapes from a CPU run.
 
+    A fold can break a pattern the QNN EP fuses (onnxsim folds the `* 0.5` of an erf GELU into the next Conv, and the
+    bare Erf falls back to the CPU), so when the kept result leaves nodes on the CPU as measured on the HTP, the
+    unfolded model is measured too; when it has fewer, the later tools are tried for one as good, else the model is
+    kept unfolded. Measuring rather than guarding known patterns covers every fusion the EP makes, and costs one
+    measurement when the folded model runs wholly on the HTP. Returns (model, tool or None, what each tool did, its
+    equivalence)."""
     tried: list[str] = []
-    kept: tuple[Path, str | None, list[OutputDiff]] | None = None
     first_bad: list[OutputDiff] | None = None
-    for tool in [*fold.TOOLS, None] if simplify else [None]:
-        fileio.check_stop()  # a safe point between candidates (a SIGTERM only sets the flag)
-        label = tool or "no folding"
-        folder = work / (tool or "unfolded")
-        folder.mkdir()
-        candidate = folder / name
-        try:
-            source = stage
-            if tool:
-                source = folder / "folded.onnx"
-                fold.fold(tool, stage, source, external)
-            _infer_shapes(source, candidate, external)
-            got = equivalence.run_prepared(candidate, feeds)
-        except fold.FoldError as e:
-            tried.append(f"{label}: failed ({e})")
+    tools = [*fold.TOOLS, None] if simplify else [None]
+    kept: _Candidate | None = None
+    while tools and (kept is None or kept.control_flow):
+        outcome = _candidate(tools.pop(0), stage, work, name, external, feeds, want, tolerance)
+        if isinstance(outcome, str):
+            tried.append(outcome)
             continue
-        except QnnDeployError as e:
-            tried.append(f"{label}: its result does not load ({e})")
+        if not all(d.ok for d in outcome.diffs):
+            first_bad = first_bad or outcome.diffs
+            tried.append(f"{outcome.tool or 'no folding'}: its result differs from the original")
             continue
-        except OSError as e:
-            if e.errno in fileio.FULL:
-                raise  # the work folder is full or read-only: no other candidate could be written either
-            tried.append(f"{label}: its result does not run ({first_line(e)})")
-            continue
-        except Exception as e:  # noqa: BLE001 onnxruntime's and onnx's exception types are not exported
-            tried.append(f"{label}: its result does not run ({first_line(e)})")
-            continue
-        diffs = [equivalence.compare(n, w, got[n], tolerance) for n, w in want.items()]
-        if not all(d.ok for d in diffs):
-            first_bad = first_bad or diffs
-            tried.append(f"{label}: its result differs from the original")
-            continue
-        _set_output_shapes(candidate, {n: a.shape for n, a in got.items()}, external)
-        left = _control_flow(onnxio.load_model(candidate).graph)
-        tried.append(f"{label}: ok" + (f", but {', '.join(left)} left in the graph" if left else ""))
-        kept = kept or (candidate, tool, diffs)
-        if not left:
-            kept = (candidate, tool, diffs)
-            break
+        tried.append(f"{outcome.tool or 'no folding'}: ok"
+                     + (f", but {', '.join(outcome.control_flow)} left in the graph" if outcome.control_flow else ""))
+        if kept is None or not outcome.control_flow:
+            kept = outcome
     if kept is None and first_bad is not None:
         bad = [d for d in first_bad if not d.ok]
         raise QnnDeployError(
@@ -308,7 +296,87 @@ def _fold_chain(stage: Path, work: Path, name: str, simplify: bool, external: bo
             + f" (tolerance {tolerance:g}); nothing written", EXIT_CHECK_FAILED)
     if kept is None:
         raise QnnDeployError("the prepared model fails where the original ran: " + "; ".join(tried))
-    return kept[0], kept[1], tried, kept[2]
+    if kept.tool is not None and not kept.control_flow:
+        kept = _htp_best(kept, [t for t in tools if t], stage, work, name, external, feeds, want, tolerance, tried)
+    return kept.path, kept.tool, tried, kept.diffs
+
+
+def _candidate(tool: str | None, stage: Path, work: Path, name: str, external: bool,
+               feeds: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray],
+               tolerance: float) -> _Candidate | str:
+    """The model folded by `tool` (None: as it is), shapes re-inferred and run on the CPU against the original;
+    a string saying why when it fails or does not run."""
+    fileio.check_stop()  # a safe point between candidates (a SIGTERM only sets the flag)
+    label = tool or "no folding"
+    folder = work / (tool or "unfolded")
+    folder.mkdir()
+    candidate = folder / name
+    try:
+        source = stage
+        if tool:
+            source = folder / "folded.onnx"
+            fold.fold(tool, stage, source, external)
+        _infer_shapes(source, candidate, external)
+        got = equivalence.run_prepared(candidate, feeds)
+    except fold.FoldError as e:
+        return f"{label}: failed ({e})"
+    except QnnDeployError as e:
+        return f"{label}: its result does not load ({e})"
+    except OSError as e:
+        if e.errno in fileio.FULL:
+            raise  # the work folder is full or read-only: no other candidate could be written either
+        return f"{label}: its result does not run ({first_line(e)})"
+    except Exception as e:  # noqa: BLE001 onnxruntime's and onnx's exception types are not exported
+        return f"{label}: its result does not run ({first_line(e)})"
+    diffs = [equivalence.compare(n, w, got[n], tolerance) for n, w in want.items()]
+    if all(d.ok for d in diffs):
+        _set_output_shapes(candidate, {n: a.shape for n, a in got.items()}, external)
+    return _Candidate(candidate, tool, diffs, _control_flow(onnxio.load_model(candidate, weights=False).graph))
+
+
+def _htp_best(kept: _Candidate, later: list[str], stage: Path, work: Path, name: str, external: bool,
+              feeds: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], tolerance: float,
+              tried: list[str]) -> _Candidate:
+    """`kept`, unless the unfolded model leaves fewer nodes on the CPU of the HTP: then the first of the `later`
+    tools whose result is as good, else the unfolded model. Notes what was measured in `tried`."""
+    folded = _cpu_nodes(kept.path)
+    if not folded:
+        return kept
+    unfolded = _candidate(None, stage, work, name, external, feeds, want, tolerance)
+    if isinstance(unfolded, str) or not all(d.ok for d in unfolded.diffs) or unfolded.control_flow:
+        return kept
+    best = _cpu_nodes(unfolded.path)
+    if best is None or len(best) >= len(folded):
+        return kept
+    tried[tried.index(f"{kept.tool}: ok")] = (
+        f"{kept.tool}: ok, but not kept: {_on_cpu(folded)} as measured on the HTP ({socs.DEFAULT_SOC}), the "
+        f"unfolded model {_on_cpu(best)} (the fold broke a pattern the HTP runs)")
+    for tool in later:
+        outcome = _candidate(tool, stage, work, name, external, feeds, want, tolerance)
+        if isinstance(outcome, str) or not all(d.ok for d in outcome.diffs) or outcome.control_flow:
+            tried.append(outcome if isinstance(outcome, str) else f"{tool}: its result differs or keeps control flow")
+            continue
+        cpu = _cpu_nodes(outcome.path)
+        if cpu is not None and len(cpu) <= len(best):
+            tried.append(f"{tool}: ok, {_on_cpu(cpu)} as measured on the HTP: kept")
+            return outcome
+        tried.append(f"{tool}: ok, but {_on_cpu(cpu or [])} as measured on the HTP: not kept")
+    tried.append("no folding: kept")
+    return unfolded
+
+
+def _cpu_nodes(model: Path) -> list[str] | None:
+    """The op types of the nodes the HTP of the default SoC leaves to the CPU; None when not measured (no
+    onnxruntime-qnn, dynamic inputs, a graph too big to measure)."""
+    graph = onnxio.load_model(model).graph
+    if any(tensor_info(v).dynamic for v in real_inputs(graph)):
+        return None
+    measured = htp.measure_htp(model, socs.find(socs.DEFAULT_SOC), graph)
+    return [n.op_type for n in measured.cpu_nodes] if measured.measured else None
+
+
+def _on_cpu(op_types: list[str]) -> str:
+    return f"{len(op_types)} node(s) on the CPU ({', '.join(sorted(set(op_types)))})" if op_types else "none on the CPU"
 
 
 def _size(model: Path) -> int:

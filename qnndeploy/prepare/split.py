@@ -21,7 +21,15 @@ from qnndeploy import __version__
 from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError
 from qnndeploy.fileio import first_missing, remove_made, sha256_file, write_json, writing
 from qnndeploy.formats import SPLIT_RECORD
-from qnndeploy.onnxio import TensorInfo, all_nodes, int_input_ranges, load_model, real_inputs, tensor_info
+from qnndeploy.onnxio import (
+    TensorInfo,
+    constant_tensors,
+    int_input_ranges,
+    load_model,
+    outer_reads,
+    real_inputs,
+    tensor_info,
+)
 from qnndeploy.prepare.equivalence import OutputDiff, compare, cpu_session, feeds, reference
 
 if TYPE_CHECKING:
@@ -58,18 +66,6 @@ def split_paths(out: Path) -> tuple[Path, Path, Path]:
             stem.with_name(f"{stem.name}.split.json"))
 
 
-def _uses(node: onnx.NodeProto) -> Iterator[str]:
-    """Every tensor a node reads, those its subgraphs read from outside included."""
-    yield from (i for i in node.input if i)
-    import onnx
-
-    for attr in node.attribute:
-        for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-            inner = {o for n in all_nodes(g) for o in n.output} | {i.name for i in g.input} \
-                | {t.name for t in g.initializer}
-            yield from (i for n in all_nodes(g) for i in n.input if i and i not in inner)
-
-
 def _cut(graph: onnx.GraphProto, at: list[str]) -> tuple[set[int], list[str]]:
     """(the head's node indices, the tensors the tail reads from the head, in graph order)."""
     producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
@@ -86,15 +82,17 @@ def _cut(graph: onnx.GraphProto, at: list[str]) -> tuple[set[int], list[str]]:
         i = stack.pop()
         if i not in head:
             head.add(i)
-            stack += [producer[u] for u in _uses(graph.node[i]) if u in producer]
+            stack += [producer[u] for u in outer_reads(graph.node[i]) if u in producer]
     if len(head) == len(graph.node):
         raise QnnDeployError(f"--split-at {','.join(at)}: every node is needed to compute it, so the tail would be "
                              "empty: cut at an earlier tensor")
-    made = {o for i in head for o in graph.node[i].output if o}
+    # A tensor made from constants alone (a Constant node, a Cast of one) is no cut: each part computes its own
+    # copy (the extraction takes its nodes), so both sides may read it without its crossing over.
+    made = {o for i in head for o in graph.node[i].output if o} - constant_tensors(graph)
     cut: list[str] = []
     for i, node in enumerate(graph.node):
         if i not in head:
-            cut += [u for u in _uses(node) if u in made and u not in cut]
+            cut += [u for u in outer_reads(node) if u in made and u not in cut]
     cut += [t for t in at if t not in cut]
     return head, cut
 
@@ -151,14 +149,14 @@ def split_model(src: Path, out: Path, at: list[str], *, cpu: str = "head", input
     known = {v.name: v for v in [*graph.value_info, *graph.input, *graph.output]}
     for t in cut:
         info = tensor_info(known[t]) if t in known else None
-        if info is None or info.dynamic or not info.shape:
+        if info is None or info.dynamic:  # a scalar's shape [] is static
             raise QnnDeployError(f"the cut tensor {t} has no static shape after shape inference: fix the model's "
                                  "shapes first (qnndeploy prepare), then split it")
     outputs = [o.name for o in graph.output]
     made_by_head = {o for i in head_nodes for o in graph.node[i].output}
     graph_inputs = [v.name for v in real_inputs(graph)]
-    head_reads = {u for i in head_nodes for u in _uses(graph.node[i])}
-    tail_reads = {u for i, n in enumerate(graph.node) if i not in head_nodes for u in _uses(n)}
+    head_reads = {u for i in head_nodes for u in outer_reads(graph.node[i])}
+    tail_reads = {u for i, n in enumerate(graph.node) if i not in head_nodes for u in outer_reads(n)}
     head = _part(model, [i for i in graph_inputs if i in head_reads],
                  cut + [o for o in outputs if o in made_by_head and o not in cut])
     tail = _part(model, cut + [i for i in graph_inputs if i in tail_reads and i not in cut],

@@ -1,7 +1,7 @@
 package qnndeploy.playtests
 
 // Unit tests of the Play glue (scaffold --play) on the JVM, against the stand-ins of the Android and AI delivery
-// APIs. tests/test_play_kotlin.py renders the glue for com.example.qnnplay, prepares the folders, and runs
+// APIs. tests/test_kotlin.py renders the glue for com.example.qnnplay, prepares the folders, and runs
 //   PlayTestsKt SETUP.json
 // SETUP.json: {"install_assets", "fast_follow_assets": app assets folders (base module, and for install-time the
 // pack's qnndeploy_npu/ too), "pack": the pack's folder for this SoC (its assetsPath), "other_pack": another SoC's,
