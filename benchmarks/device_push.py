@@ -5,45 +5,38 @@ no phone here), in one run: the figures compare the two, not a USB cable. Each r
 on the phone; the contenders alternate. verify's push includes what plain adb push does not do: reading the
 sha256 of every file on the phone before and after, and the staging rename. Then a second verify, with nothing
 changed, must send 0 bytes. Prints medians of --repeat runs.
-Usage: python benchmarks/device_push.py [--mb 64] [--repeat 3]
+
+The bundle holds real context binaries for SM8750 (benchlib.real_inputs: MatMul graphs compiled by onnxruntime-qnn,
+cached in ~/.cache/qnndeploy-bench) and runtime libraries that are tests/elfgen.py's stand-ins (there is no QAIRT
+SDK here; nothing runs them: the benchmark measures the push, with no runner).
+
+    python benchmarks/device_push.py [--mb 64] [--repeat 3] [--cache-dir DIR] [--smoke]
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import socket
-import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from bundles import tiny_model
+from benchlib import CACHE, Target, fail, median, parse, parser, real_inputs, table
 from device_emulator import EmulatedDevice
-from elfgen import BUILD, fake_sdk
+from elfgen import fake_sdk
 
 GRAPHS = {"encoder": 0.75, "decoder": 0.25}  # share of the context-binary bytes
+SOC = "SM8750"
 
 
-def make_bundle(root: Path, total_bytes: int) -> Path:
-    """A bundle for SM8750: context-binary-like files (QNN markers, random bytes), CPU models, runtime libs."""
+def make_bundle(root: Path, cache: Path, binary_bytes: int) -> Path:
+    """A bundle for SM8750: real context binaries of about `binary_bytes` in all, CPU models, runtime libs."""
     from qnndeploy.bundle.build import BundleSpec, build_bundle
 
-    block = os.urandom(16 << 20)
-    npu, cpu = {"SM8750": {}}, {}
-    for i, (g, share) in enumerate(GRAPHS.items()):
-        size = int(total_bytes * share)
-        p = root / "in" / f"{g}.bin"
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with p.open("wb") as f:
-            f.write(f"{BUILD}\0soc_type=SM8750;arch=79\0".encode())
-            f.writelines(block[: min(len(block), size - off)] for off in range(0, size, len(block)))
-        npu["SM8750"][g] = [p]
-        cpu[g] = tiny_model(root / "in" / f"{g}.onnx", 8 * (i + 1))
+    # a binary holds the weights at fp16: half their fp32 bytes
+    cpu, npu = real_inputs(cache, {g: int(2 * binary_bytes * share) for g, share in GRAPHS.items()}, [SOC])
     spec = BundleSpec(name="bench", version="1.0.0", cpu=cpu, npu=npu, sdk_root=fake_sdk(root / "sdk", ["v79"]),
                       license="Apache-2.0")
     return build_bundle(spec, root / "out").path
@@ -54,12 +47,12 @@ def adb(*args: str) -> subprocess.CompletedProcess:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mb", type=float, default=64, help="context-binary bytes in the bundle, MB")
-    ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
+    ap = parser(__doc__)
+    ap.add_argument("--mb", type=float, default=64, help="context-binary bytes in the bundle, MB [64]")
+    ap.add_argument("--cache-dir", type=Path, default=CACHE, help=f"compiled inputs are kept here [{CACHE}]")
+    args = parse(ap)
     if shutil.which("adb") is None:
-        sys.exit("adb is not installed (Debian/Ubuntu: apt install adb)")
+        fail("adb is not installed (Debian/Ubuntu: apt install adb)")
 
     from qnndeploy.device import verify
     from qnndeploy.device.adb import connect
@@ -78,9 +71,10 @@ def main() -> None:
             adb("connect", phone.serial)
             while f"{phone.serial}\tdevice" not in adb("devices").stdout:
                 time.sleep(0.1)
-            bundle = make_bundle(tmp, int(args.mb * 1e6))
+            bundle = make_bundle(tmp, args.cache_dir, int((1 if args.smoke else args.mb) * 1e6))
             with verify.checked_bundle(bundle) as (_, report, manifest):
-                assert report.ok and manifest is not None, report.problems
+                if not report.ok or manifest is None:
+                    fail(f"the bundle does not verify: {report.problems}")
             job = verify.Job(bundle, manifest, record_dir=tmp / "records")
             dev = connect(phone.serial)
 
@@ -104,7 +98,8 @@ def main() -> None:
                 r = verify.verify_device(job, phone.serial)
                 verify_all_s.append(time.perf_counter() - start)
                 verify_push_s.append(r.push.seconds)
-                assert r.push.bytes_sent == total and r.ok
+                if r.push.bytes_sent != total or not r.ok:
+                    fail(f"device verify sent {r.push.bytes_sent} of {total} bytes, ok={r.ok}")
 
             start = time.perf_counter()
             second = verify.verify_device(job, phone.serial)
@@ -118,20 +113,20 @@ def main() -> None:
             phone.stop()
             subprocess.run(["adb", "kill-server"], capture_output=True, check=False)
 
-    mb = total / 1e6
-    med = {k: statistics.median(v) for k, v in
-           (("plain", plain_s), ("push", verify_push_s), ("verify", verify_all_s))}
-    print(f"bundle: {len(files)} files pushed to the SM8750 phone, {mb:.1f} MB; median of {args.repeat} runs")
-    print(f"  plain adb push (same files)      {med['plain']:7.2f} s  {mb / med['plain']:7.1f} MB/s")
-    print(f"  device verify, push_folder       {med['push']:7.2f} s  {mb / med['push']:7.1f} MB/s  "
-          f"({med['plain'] / med['push']:.0%} of adb push)")
-    print(f"  device verify, one phone         {med['verify']:7.2f} s  {mb / med['verify']:7.1f} MB/s  "
-          "(props, decision, push_folder)")
-    print(f"  of which sha256sum of every file on the phone, one pass: {statistics.median(hash_s):.2f} s "
-          "(push_folder's check after sending; the rest is the transfer and shell round trips)")
-    print(f"  second verify, nothing changed   {second_s:7.2f} s  bytes sent: {second.push.bytes_sent}")
     if second.push.bytes_sent != 0:
-        sys.exit("FAIL: the second verify sent bytes")
+        fail(f"the second verify, with nothing changed, sent {second.push.bytes_sent} bytes")
+    mb = total / 1e6
+    plain, push, whole = median(plain_s), median(verify_push_s), median(verify_all_s)
+    print(f"bundle: {len(files)} files pushed to the {SOC} phone, {mb:.1f} MB; median of {args.repeat} runs")
+    table(["", "seconds", "MB/s", "ratio"], [
+        ["plain adb push (same files)", f"{plain:.2f}", f"{mb / plain:.1f}", "reference"],
+        ["device verify, push_folder", f"{push:.2f}", f"{mb / push:.1f}", f"{plain / push:.2f}x the throughput"],
+        ["device verify, one phone", f"{whole:.2f}", f"{mb / whole:.1f}", f"{plain / whole:.2f}x the throughput"],
+        ["sha256sum on the phone", f"{median(hash_s):.2f}", "", "one pass over every file"],
+        ["second verify, unchanged", f"{second_s:.2f}", "", f"{second.push.bytes_sent} bytes sent"],
+    ], [[], [Target("throughput vs plain adb push", plain / push, ">=", 0.9)], [], [], []])
+    print("device verify, one phone: props, decision and push_folder; push_folder reads the sha256 of every file on "
+          "the phone before and after sending (the sha256sum row is one such pass)")
 
 
 if __name__ == "__main__":

@@ -1,18 +1,19 @@
 """How libQnnSystem takes damaged context binaries: why `inspect` reads each binary in a child process.
 
-Run: python benchmarks/qnnsystem_robustness.py [--cases 400] [--seed 1] [BINARY]
-(needs onnxruntime-qnn; without BINARY it compiles a tiny model for SM8750; about 30 s for 400 cases on 2 cores)
+Run: python benchmarks/qnnsystem_robustness.py [--cases 400] [--seed 1] [--repeat 5] [--smoke] [BINARY]
+(needs onnxruntime-qnn; without BINARY it compiles a tiny model for SM8750; about 30 s for 400 cases on 2 cores;
+--smoke: 10 cases)
 Each case is the binary truncated, with bits flipped, with 4-byte words overwritten (0, 0xffffffff, random…) in
 its header or anywhere, or random bytes, read in-process by `python -m qnndeploy.qnnsystem` in its own process;
 prints how many were read, refused (a QNN error code), crashed (signal) or hung (over 20 s), and the median time
-of one child-process read of the intact binary. Not a test: the counts depend on the seed and the QAIRT."""
+of --repeat child-process reads of the intact binary. Not a test: the counts depend on the seed and the QAIRT; it
+fails only when the intact binary does not read, or the empty file does.
+"""
 
 from __future__ import annotations
 
-import argparse
 import collections
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -20,7 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from benchlib import fail, median, parse, parser, table
 
 from qnndeploy import qnnsystem
 
@@ -65,34 +66,40 @@ def read(path: Path) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("binary", nargs="?", type=Path)
-    parser.add_argument("--cases", type=int, default=400)
-    parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
+    ap = parser(__doc__, repeat=5)
+    ap.add_argument("binary", nargs="?", type=Path)
+    ap.add_argument("--cases", type=int, default=400, help="damaged copies, besides the fixed ones [400]")
+    ap.add_argument("--seed", type=int, default=1)
+    args = parse(ap)
+    cases = 10 if args.smoke else args.cases
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         binary = args.binary or tiny_binary(tmp)
         print(f"{binary} ({binary.stat().st_size:,} bytes), libQnnSystem API {qnnsystem.system_api_version()}")
+        if read(binary) != "read":
+            fail(f"libQnnSystem does not read the intact binary {binary}")
         times = []
-        for _ in range(5):
+        for _ in range(args.repeat):
             start = time.monotonic()
             qnnsystem.read_context(binary)
             times.append(time.monotonic() - start)
-        print(f"one read in a child process: {statistics.median(times) * 1000:.0f} ms (median of 5)")
         paths = []
-        for name, data in mutations(binary.read_bytes(), args.cases, random.Random(args.seed)):
+        for name, data in mutations(binary.read_bytes(), cases, random.Random(args.seed)):
             paths.append(tmp / f"{name}.bin")
             paths[-1].write_bytes(data)
         start = time.monotonic()
         with ThreadPoolExecutor(4) as pool:
             outcomes = list(pool.map(read, paths))
+        seconds = time.monotonic() - start
         counts = collections.Counter(outcomes)
-        print(f"{len(paths)} damaged binaries in {time.monotonic() - start:.0f} s:",
-              ", ".join(f"{k} {v}" for k, v in counts.most_common()))
+        table(["outcome", "count"], [[k, str(v)] for k, v in sorted(counts.items())])
+        print(f"{len(paths)} damaged binaries in {seconds:.0f} s; one read of the intact binary in a child process: "
+              f"{median(times) * 1000:.0f} ms (median of {args.repeat})")
         for path, outcome in zip(paths, outcomes, strict=True):
             if outcome.startswith(("crashed", "hung")):
                 print(f"  {path.stem}: {outcome}")
+        if outcomes[0] == "read":
+            fail("libQnnSystem read the empty file as a context binary")
 
 
 if __name__ == "__main__":
