@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from qnndeploy import htp, quantize, rules, samples, socs
 from qnndeploy.errors import first_line
-from qnndeploy.formats import PREPARED_SUFFIX
+from qnndeploy.formats import PREPARED_SUFFIX, graph_name
 from qnndeploy.fuse import find_gelus
 from qnndeploy.htp import HtpMeasurement, htp_takes_nothing, measure_htp, soc_takes_nothing
 from qnndeploy.onnxio import (
@@ -164,6 +164,14 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, 
             findings = [rules.taken_by_the_htp(f) if f.code == "control-flow" and f.severity == "blocker" else f
                         for f in findings]
 
+    if any(f.code == "float64" and f.severity == "blocker" for f in findings) and \
+            (split := rules.float64_split(graph)) is not None:
+        findings = [split if f.code == "float64" else f for f in findings]
+        if not htp_result.measured and htp_result.reason.startswith("the HTP compile failed"):
+            # the whole graph failed to compile, its float64 part included: the NPU part is measured after the split
+            findings = [Finding("htp", "info", f"op support on the HTP not measured: {htp_result.reason}",
+                                "check the NPU part after the split") if f.code == "htp" and f.severity == "blocker"
+                        else f for f in findings]
     fixes = [f.prepare for f in findings if f.severity == "fixable" and f.prepare is not None]
     fix = merged(fixes) if fixes else None
     nodes = sum(1 for n in graph.node if n.op_type != "Constant")
@@ -178,8 +186,9 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, 
 
 
 def _command(path: Path, fix: PrepareFix) -> str:
-    suffix = "-split" if fix.split_at else PREPARED_SUFFIX  # either way graph_name gives the model's own graph name
-    out = path.with_name(path.name.removesuffix(".onnx") + f"{suffix}.onnx")
+    # X.onnx -> X.npu.onnx, whose graph is still X; a split of X (or of X.npu.onnx) -> X-split.onnx, graphs X-split-*
+    suffix = "-split" if fix.split_at else PREPARED_SUFFIX
+    out = path.with_name(graph_name(path.name) + f"{suffix}.onnx")
     return shlex.join(["qnndeploy", "prepare", str(path), "-o", str(out), *fix.args()])
 
 

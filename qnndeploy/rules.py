@@ -132,9 +132,11 @@ def shapes(inputs: list[TensorInfo], outputs: list[TensorInfo]) -> list[Finding]
                 prepare=PrepareFix(shapes={info.name: dims})))
         elif batch_dim(info) == 0 and (shape := info.static_shape)[0] > 1:
             findings.append(Finding(
-                "batch", "warning", f"input {info.name} has batch {shape[0]}: the NPU graph is run at batch 1",
-                f"prepare --shape {info.name}={','.join(['1'] + [str(d) for d in shape[1:]])} if the graph "
-                "allows it, else re-export with batch 1"))
+                "batch", "warning", f"input {info.name} has a static batch of {shape[0]}: every run computes "
+                f"{shape[0]} at once, on the NPU too",
+                f"if the app feeds one at a time, re-export with batch 1 (or a dynamic batch, then prepare --shape "
+                f"{info.name}={','.join(['1'] + [str(d) for d in shape[1:]])}): prepare cannot change a dim the "
+                "model fixes"))
     dynamic_out = [o for o in outputs if o.dynamic]
     if dynamic_out:
         findings.append(Finding(
@@ -295,12 +297,27 @@ def measured(m: HtpMeasurement, graph: onnx.GraphProto) -> list[Finding]:
         "re-export replacing these ops with ones the HTP runs, or move them into app code")]
 
 
-def edge_split(graph: onnx.GraphProto, m: HtpMeasurement) -> Finding | None:
-    """When every node the HTP leaves on the CPU sits at one edge of the graph (a mel front end's computed Clip
-    floor, a post-processing tail), the `prepare --split-at` that runs that edge on the CPU and the rest, at least
-    as many nodes, on the NPU; None when the CPU nodes are not at an edge or are not found by name."""
+@dataclass(frozen=True)
+class EdgeCut:
+    """A `prepare --split-at` cut that puts some nodes, and what must go with them, on the CPU at one edge."""
+
+    part: str  # "head" | "tail": the side that runs on the CPU
+    cut: list[str]  # the tensors to cut at
+    size: int  # nodes on the CPU side
+    total: int  # nodes in the graph
+
+    @property
+    def fix(self) -> str:
+        return (f"prepare --split-at {','.join(self.cut)} --cpu {self.part}: the {self.part} ({self.size} nodes) runs "
+                f"on the CPU, the other {self.total - self.size} on the NPU")
+
+
+def edge_cut(graph: onnx.GraphProto, names: list[str]) -> EdgeCut | None:
+    """When every named node sits at one edge of the graph (a mel front end's computed Clip floor, a post-processing
+    tail, a float64 decoding), the cut that runs that edge on the CPU and the rest, at least as many nodes, on the
+    NPU; None when the nodes are not at an edge or are not found by name."""
     index = {n.name: i for i, n in enumerate(graph.node) if n.name}
-    cpu = [index.get(n.name) for n in m.cpu_nodes]
+    cpu = [index.get(name) for name in names]
     if not cpu or any(i is None for i in cpu):
         return None
     constant = constant_tensors(graph)
@@ -310,35 +327,80 @@ def edge_split(graph: onnx.GraphProto, m: HtpMeasurement) -> Finding | None:
     for i, before in enumerate(reads):
         for j in before:
             readers[j].append(i)
-    start = {i for i in cpu if i is not None}
     counted = [i for i, n in enumerate(graph.node) if n.op_type != "Constant" and not set(n.output) <= constant]
+    int64 = _int64_tensors(graph)
     options = []
     for part, edges in (("head", reads), ("tail", readers)):
-        side = _closure(start, edges)  # the CPU nodes and all they need (head) or all that needs them (tail)
-        if part == "head":
-            cut = [u for i, n in enumerate(graph.node) if i not in side for u in outer_reads(n)
-                   if producer.get(u) in side]
-            if any(producer.get(o.name) in side for o in graph.output):
-                continue  # the head would also make a graph output: not one cut
-        else:
-            cut = [u for i in sorted(side) for u in outer_reads(graph.node[i])
-                   if u in producer and producer[u] not in side]
-            # as prepare splits: the head is what the cut needs, everything else (side branches too) the tail
+        start = {i for i in cpu if i is not None}
+        while True:
+            side = _closure(start, edges)  # the CPU nodes and all they need (head) or all that needs them (tail)
+            if part == "head":
+                cut = [u for i, n in enumerate(graph.node) if i not in side for u in outer_reads(n)
+                       if producer.get(u) in side]
+            else:
+                cut = [u for i in sorted(side) for u in outer_reads(graph.node[i])
+                       if u in producer and producer[u] not in side]
+            # an int64 tensor at the cut would be an int64 input or output of the NPU part: its other end (the node
+            # reading it after a head, the one making it before a tail) joins the CPU side too
+            wide = [u for u in cut if u in int64]
+            if not wide:
+                break
+            start |= ({i for i, n in enumerate(graph.node) if i not in side and set(outer_reads(n)) & set(wide)}
+                      if part == "head" else {producer[u] for u in wide})
+        if part == "head" and any(producer.get(o.name) in side for o in graph.output):
+            continue  # the head would also make a graph output: not one cut
+        if part == "tail":  # as prepare splits: the head is what the cut needs, all else (side branches too) the tail
             side = set(range(len(graph.node))) - _closure({producer[u] for u in cut}, reads)
         size = sum(1 for i in counted if i in side)
         if cut and 2 * size <= len(counted):
-            options.append((size, part, list(dict.fromkeys(cut))))
-    if not options:
+            options.append(EdgeCut(part, list(dict.fromkeys(cut)), size, len(counted)))
+    return min(options, key=lambda o: o.size) if options else None
+
+
+def _int64_tensors(graph: onnx.GraphProto) -> set[str]:
+    """The graph's int64 tensors, by shape inference (none when it cannot follow the graph)."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(onnx.helper.make_model(graph)).graph
+    except Exception:  # noqa: BLE001 a graph shape inference cannot follow
+        return set()
+    return {v.name for v in (*inferred.value_info, *inferred.input, *inferred.output)
+            if dtype_name(v.type.tensor_type.elem_type) == "int64"}
+
+
+def edge_split(graph: onnx.GraphProto, m: HtpMeasurement) -> Finding | None:
+    """The measured CPU nodes' edge_cut as a fixable finding, else None."""
+    found = edge_cut(graph, [n.name for n in m.cpu_nodes])
+    if found is None:
         return None
-    size, part, cut = min(options, key=lambda o: o[0])
     ops = Counter(n.op_type for n in m.cpu_nodes)
     return Finding(
         "htp", "fixable",
         f"{len(m.cpu_nodes)} of {m.total_nodes} nodes would run on the CPU on {m.soc} "
-        f"({', '.join(f'{k} ×{v}' for k, v in ops.most_common())}), all in the graph's {part}",
-        f"prepare --split-at {','.join(cut)} --cpu {part}: the {part} ({size} nodes) runs on the CPU, the other "
-        f"{len(counted) - size} on the NPU (or re-export replacing these ops with ones the HTP runs)",
-        prepare=PrepareFix(split_at=cut, cpu=part))
+        f"({', '.join(f'{k} ×{v}' for k, v in ops.most_common())}), all in the graph's {found.part}",
+        f"{found.fix} (or re-export replacing these ops with ones the HTP runs)",
+        prepare=PrepareFix(split_at=found.cut, cpu=found.part))
+
+
+def float64_split(graph: onnx.GraphProto) -> Finding | None:
+    """float64 kept to one edge (a pitch or box decoding after the network): the split that runs it on the CPU,
+    as a fixable finding, else None. The float64 nodes are those with a float64 output, by shape inference."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(onnx.helper.make_model(graph)).graph
+    except Exception:  # noqa: BLE001 a graph shape inference cannot follow: no split offered
+        return None
+    f64 = {v.name for v in (*inferred.value_info, *inferred.output)
+           if dtype_name(v.type.tensor_type.elem_type) == "float64"}
+    nodes = [n.name for n in graph.node if set(n.output) & f64]
+    found = edge_cut(graph, nodes) if nodes else None
+    if found is None:
+        return None
+    return Finding("float64", "fixable",
+                   f"float64 in the graph's {found.part} only ({_clip(nodes)}): the HTP has no float64",
+                   f"{found.fix} (or re-export in float32)", prepare=PrepareFix(split_at=found.cut, cpu=found.part))
 
 
 def _closure(start: set[int], edges: list[list[int]]) -> set[int]:

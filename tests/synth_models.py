@@ -356,3 +356,20 @@ def if_reading_outer() -> onnx.ModelProto:
         [_vi("x", T.FLOAT, [1, 64])], [_vi("y", T.FLOAT, [1, 64])],
         [_weight("w1", [64, 64]), _weight("w2", [64, 64], 1), numpy_helper.from_array(np.array(0, np.float32), "zero")],
         name="if_outer")
+
+
+def float64_tail() -> onnx.ModelProto:
+    """A network in float32, then a float64 decoding at its end (as SwiftF0's pitch): (MatMul -> Relu) x 2 -> ArgMax
+    (an int64 index) -> Cast to float64 -> Mul by a float64 step -> pitch; the last Relu's output is a second
+    output."""
+    step = numpy_helper.from_array(np.array([2.5], np.float64), "step")
+    return _model(
+        [h.make_node("MatMul", ["x", "W0"], ["a0"], name="mm0"),
+         h.make_node("Relu", ["a0"], ["h0"], name="relu0"),
+         h.make_node("MatMul", ["h0", "W"], ["a"], name="mm"),
+         h.make_node("Relu", ["a"], ["act"], name="relu"),
+         h.make_node("ArgMax", ["act"], ["bin"], axis=1, keepdims=0, name="argmax"),
+         h.make_node("Cast", ["bin"], ["bin64"], to=T.DOUBLE, name="to_double"),
+         h.make_node("Mul", ["bin64", "step"], ["pitch"], name="scale")],
+        [_vi("x", T.FLOAT, [1, 16])], [_vi("pitch", T.DOUBLE, [1]), _vi("act", T.FLOAT, [1, 32])],
+        [_weight("W0", [16, 16], 1), _weight("W", [16, 32]), step], name="f64")

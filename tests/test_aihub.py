@@ -113,7 +113,7 @@ def test_a_build_from_ai_hub_is_accepted_by_validate_bundle_verify_and_scaffold(
     verified = run("device", "verify", str(bundle), "--aihub", "--device", "Samsung Galaxy S23", "--soc", "SM8750",
                    "-o", str(records), "--json")
     assert verified.exit_code == 0, verified.output
-    devices = json.loads(verified.output)["devices"]
+    devices = json.loads(verified.stdout)["devices"]
     assert [d["serial"] for d in devices] == ["Samsung Galaxy S23", CURRENT]
     for d in devices:
         assert d["ok"] and d["provider"] == "npu" and d["runner"] == "aihub"
@@ -133,7 +133,7 @@ def test_a_build_from_ai_hub_is_accepted_by_validate_bundle_verify_and_scaffold(
 
     listed = run("device", "list", "--aihub", "--bundle", str(bundle), "--json")
     assert listed.exit_code == 0, listed.output
-    rows = {r["device"]["name"]: r for r in json.loads(listed.output)}
+    rows = {r["device"]["name"]: r for r in json.loads(listed.stdout)}
     for name in (CURRENT, OLDER):
         assert rows[name]["device"]["soc"] == "SM8750" and rows[name]["choice"]["provider"] == "npu"
     assert rows["Samsung Galaxy S22 5G"]["choice"]["provider"] == "cpu"  # SM8450: not in this bundle
@@ -146,7 +146,7 @@ def test_device_list_maps_chipsets_to_the_catalog(aihub):
     lines = {line.split("  ")[0].strip(): line for line in listed.output.splitlines()}
     assert "SM8650 (v75)" in lines["Samsung Galaxy S24"]
     assert "not in the catalog" in lines["Google Pixel 8"]
-    rows = {r["device"]["name"]: r["device"] for r in json.loads(run("device", "list", "--aihub", "--json").output)}
+    rows = {r["device"]["name"]: r["device"] for r in json.loads(run("device", "list", "--aihub", "--json").stdout)}
     # each chipset spelling, the current AI Hub's and the older releases', maps to its catalog SoC
     for name, chipset, soc in [(CURRENT, "qualcomm-snapdragon-8-elite-for-galaxy", "SM8750"),
                                (OLDER, "qualcomm-snapdragon-8-elite", "SM8750"),
@@ -367,5 +367,5 @@ def aihub_module_wait(job) -> None:
 
 def test_doctor_reports_the_client_and_its_configuration_not_the_token(aihub):
     done = run("doctor", "--json")
-    line = next(c for c in json.loads(done.output)["checks"] if c["name"] == "qai-hub")
+    line = next(c for c in json.loads(done.stdout)["checks"] if c["name"] == "qai-hub")
     assert line["status"] == "ok" and aihub.api_url in line["detail"] and aihub.token not in done.output

@@ -32,6 +32,8 @@ SMOKE = {
     "play_sizes.py": ([QNN], ["--work", "{tmp}/work"], ["group", "SoCs", "MB deflated", "of one APK"],
                       ["sm8650", "sm8750", "other"]),
     "qnnsystem_robustness.py": ([QNN], [], ["outcome", "count"], ["read", "refused"]),
+    "model_memory.py": ([], [], ["seconds", "peak RSS MB", "x model size", "vs onnx.load"],
+                        ["onnx.load", "check --no-measure"]),
 }
 
 

@@ -591,7 +591,7 @@ def test_cli_bundle_then_verify(inputs, tmp_path):
     assert r.exit_code == 0, r.output
     assert "targets: SM8550 (v73), SM8750 (v79)" in r.output
     r = CliRunner().invoke(cli, ["bundle", "verify", str(tmp_path / "demo-1.0.0.zip"), "--json"])
-    assert r.exit_code == 0 and json.loads(r.output)["ok"] is True
+    assert r.exit_code == 0 and json.loads(r.stdout)["ok"] is True
     zipped = tmp_path / "demo-1.0.0.zip"
     r = CliRunner().invoke(cli, ["bundle", "verify", str(zipped), "--shallow"])
     assert r.exit_code == 0 and r.output.splitlines()[-1] == (  # the next stages, ready to paste

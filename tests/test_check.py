@@ -61,9 +61,32 @@ def test_dynamic_batch_is_fixable_and_measurement_waits_for_prepare(tmp_path):
 
 
 def test_static_batch_above_one_is_a_warning_only(tmp_path, qnn):
+    """The advice is what the user can do: prepare cannot change a dim the model fixes, so it says re-export (it
+    printed `prepare --shape x=1,16`, which prepare refuses)."""
     report = onnxcheck.check_model(save(tmp_path, sm.static_mlp(4)))
-    assert codes(report) == {"batch"} and report.verdict == "ready"
-    assert "--shape x=1,16" in report.findings[0].fix
+    assert codes(report) == {"batch"} and report.verdict == "ready" and report.prepare_command is None
+    (finding,) = report.findings
+    assert "static batch of 4" in finding.message
+    assert finding.fix.startswith("if the app feeds one at a time, re-export")
+    assert "prepare cannot change a dim the model fixes" in finding.fix
+
+
+def test_float64_at_the_end_gets_the_split_that_leaves_the_rest_on_the_npu(tmp_path, qnn):
+    """A float64 decoding after the network (SwiftF0's pitch) is not a re-export: check prints the split that runs it
+    on the CPU, cut before the int64 argmax that feeds it (an int64 tensor at the cut would be an NPU int64 output),
+    and the NPU part it leaves checks ready."""
+    model = save(tmp_path, sm.float64_tail())
+    report = onnxcheck.check_model(model)
+    (finding,) = [f for f in report.findings if f.code == "float64"]
+    assert finding.severity == "fixable" and report.verdict == "fixable"
+    assert finding.prepare is not None and finding.prepare.split_at == ["act"] and finding.prepare.cpu == "tail"
+    assert report.prepare_command is not None and "-o" in report.prepare_command
+    out = tmp_path / "m-split.onnx"
+    assert f"-o {out} --split-at act --cpu tail" in report.prepare_command
+    done = CliRunner().invoke(cli, ["prepare", str(model), "-o", str(out), "--split-at", "act", "--cpu", "tail"])
+    assert done.exit_code == 0, done.output
+    head = onnxcheck.check_model(tmp_path / "m-split-head.onnx")
+    assert head.verdict == "ready" and head.htp.measured and not head.htp.cpu_nodes
 
 
 def test_int64_inputs_and_outputs_ask_for_int32_wrappers(tmp_path, qnn):
@@ -118,7 +141,7 @@ def test_a_cpu_op_at_the_head_gets_the_split_that_keeps_the_rest_on_the_npu(tmp_
     assert "the head (3 nodes) runs on the CPU, the other 6 on the NPU" in r.output
     split = CliRunner().invoke(cli, [*command[1:], "--json"])
     assert split.exit_code == 0, split.output
-    (npu,) = [p["path"] for p in json.loads(split.output)["parts"] if p["runs_on"] == "npu"]
+    (npu,) = [p["path"] for p in json.loads(split.stdout)["parts"] if p["runs_on"] == "npu"]
     checked = CliRunner().invoke(cli, ["check", npu])
     assert checked.exit_code == 0 and "all 6 nodes on the HTP" in checked.output, checked.output
 
@@ -206,7 +229,7 @@ def test_cli_json_and_worst_verdict_over_several_models(tmp_path, qnn):
     ready, not_ready = save(tmp_path, sm.static_mlp(), "a.onnx"), save(tmp_path, sm.unsupported_op(), "b.onnx")
     result = CliRunner().invoke(cli, ["check", str(ready), str(not_ready), "--json"])
     assert result.exit_code == 11
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["verdict"] == "not ready" and [m["verdict"] for m in data["models"]] == ["ready", "not ready"]
     assert data["models"][1]["htp"]["cpu_nodes"] == [{"name": "determinant", "op_type": "Det"}]
 

@@ -211,7 +211,7 @@ def cache_dir(tmp_path, monkeypatch) -> Path:
 
 @pytest.mark.needs_qnn
 def test_cache_list_and_size_show_the_compiles(cache_dir, tmp_path):
-    listing = json.loads(run("cache", "list", "--json").output)
+    listing = json.loads(run("cache", "list", "--json").stdout)
     assert listing["path"] == str(cache_dir) and listing["other"] == []
     entries = listing["entries"]
     assert sorted((e["graph"], e["soc"], e["status"], e["precision"]) for e in entries) == [
@@ -221,7 +221,7 @@ def test_cache_list_and_size_show_the_compiles(cache_dir, tmp_path):
         assert e["backend"] == "ort" and e["model"] == str((tmp_path / "relu.onnx").resolve())
         assert e["bytes"] == sum(p.stat().st_size for p in folder.iterdir()) > 0
         assert e["files"] == len(list(folder.iterdir()))
-    size = json.loads(run("cache", "size", "--json").output)
+    size = json.loads(run("cache", "size", "--json").stdout)
     assert size == {"path": str(cache_dir), "entries": 2, "bytes": sum(e["bytes"] for e in entries)}
     text = run("cache", "list").output
     assert "relu" in text and "SM8550" in text and "SM8750" in text and "2 entries" in text
@@ -237,17 +237,17 @@ def test_cache_clear_removes_the_entries_and_nothing_else(cache_dir, tmp_path):
     damaged = cache_dir / ("f" * 64)
     damaged.mkdir()
     (damaged / "relu.bin").write_bytes(b"no record")
-    statuses = sorted(e["status"] for e in json.loads(run("cache", "list", "--json").output)["entries"])
+    statuses = sorted(e["status"] for e in json.loads(run("cache", "list", "--json").stdout)["entries"])
     assert statuses == ["damaged", "ok", "ok", "partial"]
     r = run("cache", "clear", "--json")
     assert r.exit_code == 0, r.output
-    result = json.loads(r.output)
+    result = json.loads(r.stdout)
     assert result["removed"] == 4 and result["kept"] == ["notes.txt"] and result["failed"] == []
     assert sorted(p.name for p in cache_dir.iterdir()) == [TAG_FILE, "notes.txt"]
     assert run("cache", "size").output.startswith("0 entries")
     r = run("compile", tmp_path / "relu.onnx", "--soc", "SM8750", "-o", tmp_path / "b2")
     assert "1 compiled, 0 cached" in r.output, r.output  # cleared: compiled again, and cached again
-    assert json.loads(run("cache", "size", "--json").output)["entries"] == 1
+    assert json.loads(run("cache", "size", "--json").stdout)["entries"] == 1
 
 
 def test_cache_commands_refuse_a_folder_that_is_not_a_cache(tmp_path):

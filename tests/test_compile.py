@@ -568,7 +568,7 @@ def test_htp_settings_reach_the_binary_and_the_record(models, tmp_path):
             options["enable_htp_spill_fill_buffer"]) == (2, 3, True)
     r = run("inspect", out / "cls" / "SM8750" / "cls.bin", "--json")
     assert r.exit_code == 0, r.output
-    graph, = json.loads(r.output)["binaries"][0]["context"]["graphs"]
+    graph, = json.loads(r.stdout)["binaries"][0]["context"]["graphs"]
     assert (graph["vtcm_bytes"], graph["optimization_level"]) == (2 << 20, 3)
     key = record(out, "cls", "SM8750")["cache_key"]
     r = run("compile", models["cls"], "--soc", "SM8750", "-o", out, "--vtcm-mb", "4", "--cache-dir", tmp_path / "cache")

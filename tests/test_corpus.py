@@ -46,7 +46,7 @@ TO_BUNDLE = ("silero_vad", "ddddocr_rec", "gru_state", "bert_gelu_op20", "mel_fl
 # 18-47 s for check, prepare and check again on 2 shared cores (speaker_lstm 316-329 s: check's HTP measurement
 # of its LSTMs alone 286-298 s); those left in the suite are the families nothing else in it has.
 BENCHMARK_ONLY = frozenset({"speaker_lstm", "word_seg", "vocoder_classic", "vocoder_dynamo", "transducer_decoder",
-                            "transducer_joiner", "deeplab_dynamo", "oww_embedding", "mtcnn_pnet"})
+                            "transducer_joiner", "deeplab_dynamo", "oww_embedding", "mtcnn_pnet", "swift_f0"})
 IN_SUITE = [m for m in MODELS if m.name not in BENCHMARK_ONLY]
 
 

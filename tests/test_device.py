@@ -41,7 +41,7 @@ def _local_files(tmp_path, contents: dict[str, bytes]) -> dict[str, adb.LocalFil
 def test_info_on_an_sm8750_phone(device):
     r = _run("device", "info", "--json")
     assert r.exit_code == 0, r.output
-    info = json.loads(r.output)
+    info = json.loads(r.stdout)
     assert (info["soc"], info["identified_by"], info["dsp_arch"], info["qnn_soc_id"]) == \
         ("SM8750", "Build.SOC_MODEL", "v79", 69)
     assert info["fp16"] is True and info["kernel_soc_id"] == 618
@@ -57,7 +57,7 @@ def test_info_on_android_11_identifies_the_soc_by_board_platform(emulated_device
                              page_size=16384)[0]
     r = _run("device", "info", "-s", phone.serial, "--json")
     assert r.exit_code == 0, r.output
-    info = json.loads(r.output)
+    info = json.loads(r.stdout)
     assert info["soc_model_prop"] is None and info["board_platform"] == "lahaina"
     assert (info["soc"], info["identified_by"], info["dsp_arch"]) == ("SM8350", "ro.board.platform", "v68")
     assert info["vendor_qnn_libs"] == ["/vendor/lib64/libQnnHtp.so"]
@@ -68,7 +68,7 @@ def test_info_on_android_11_identifies_the_soc_by_board_platform(emulated_device
 
 def test_info_on_a_phone_outside_the_catalog(emulated_devices):
     emulated_devices("exynos")
-    info = json.loads(_run("device", "info", "--json").output)
+    info = json.loads(_run("device", "info", "--json").stdout)
     assert info["soc"] is None and info["cdsprpc"] is False
     assert any("s5e9945 is not in the catalog" in n for n in info["notes"])
 
@@ -82,7 +82,7 @@ def test_info_with_a_bundle_names_the_target_the_app_would_choose(emulated_devic
     for d in (phone, old, other):
         r = _run("device", "info", "-s", d.serial, "--bundle", str(tmp_path / "demo-1.0.0"), "--json")
         assert r.exit_code == 0, r.output
-        choice[d] = json.loads(r.output)["app_choice"]
+        choice[d] = json.loads(r.stdout)["app_choice"]
     assert choice[phone]["provider"] == "npu" and choice[phone]["soc"] == "SM8750"
     assert "npu/SM8750/det.bin" in choice[phone]["files"]
     assert choice[old]["provider"] == "cpu" and choice[old]["reason"].startswith("SoC SM8350 is not in the bundle")
@@ -109,7 +109,7 @@ def test_info_with_a_bundle_on_phones_reporting_every_alias_picks_the_catalog_so
                 phone.set_prop("ro.soc.model", reported)
                 r = _run("device", "info", "-s", phone.serial, "--bundle", str(tmp_path / "demo-1.0.0"), "--json")
                 assert r.exit_code == 0, r.output
-                info = json.loads(r.output)
+                info = json.loads(r.stdout)
                 assert info["soc_model_prop"] == reported
                 assert (info["soc"], info["identified_by"], info["qnn_soc_id"]) == (soc.model, "Build.SOC_MODEL",
                                                                                     soc.soc_id), reported
@@ -138,17 +138,17 @@ def test_info_with_a_bundled_runtime_older_than_min_runtime_says_the_app_takes_t
     (phone,) = emulated_devices("sm8750")
     r = _run("device", "info", "-s", phone.serial, "--bundle", str(tmp_path / "demo-1.0.0"), "--json")
     assert r.exit_code == 0, r.output
-    choice = json.loads(r.output)["app_choice"]
+    choice = json.loads(r.stdout)["app_choice"]
     assert (choice["provider"], choice["reason_key"], choice["runtime_version"]) == ("cpu", "runtime_too_old", "2.51.0")
     m["qairt"]["min_runtime"] = "2.51.0"
     write_json(tmp_path / "demo-1.0.0" / "manifest.json", m)
     r = _run("device", "info", "-s", phone.serial, "--bundle", str(tmp_path / "demo-1.0.0"), "--json")
-    assert json.loads(r.output)["app_choice"]["provider"] == "npu"
+    assert json.loads(r.stdout)["app_choice"]["provider"] == "npu"
 
 
 def test_list_shows_every_device_with_its_soc(emulated_devices):
     a, b = emulated_devices("sm8750", "android11")
-    rows = {r["serial"]: r for r in json.loads(_run("device", "list", "--json").output)}
+    rows = {r["serial"]: r for r in json.loads(_run("device", "list", "--json").stdout)}
     assert rows[a.serial]["soc"] == "SM8750" and rows[b.serial]["soc"] == "SM8350"  # by its ro.board.platform
     assert rows[a.serial]["state"] == rows[b.serial]["state"] == "device"
 
@@ -168,7 +168,7 @@ def test_several_devices_need_a_serial(emulated_devices):
     assert r.exit_code == 2 and "2 devices connected" in r.output and "-s SERIAL" in r.output
     r = _run("device", "info", "-s", "127.0.0.1:1")
     assert r.exit_code == 2 and "no device 127.0.0.1:1" in r.output
-    assert json.loads(_run("device", "info", "-s", b.serial, "--json").output)["soc"] == "SM8350"
+    assert json.loads(_run("device", "info", "-s", b.serial, "--json").stdout)["soc"] == "SM8350"
 
 
 @pytest.mark.parametrize("state, advice", [("unauthorized", "accept the 'Allow USB debugging' prompt"),
@@ -247,7 +247,7 @@ def test_profile_shows_a_busy_thread_and_a_sleeping_one(device, tmp_path):
     r = _run("device", "profile", "--package", "com.example.app", "--interval", "0.5", "--duration", "1.5",
              "--csv", str(tmp_path / "p.csv"), "--json")
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     assert out["pid"] == pid and out["name"] == "com.example.app" and len(out["samples"]) == 3
     threads = {t["name"]: t["cpu_percent"] for t in out["threads"]}
     # about one core: the machine is shared, so allow a loaded host to take some of it

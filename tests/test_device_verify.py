@@ -64,7 +64,7 @@ def verify(*args: str, records: Path) -> tuple[int, dict | str]:
     if "--json" not in args:
         return r.exit_code, r.output
     try:
-        return r.exit_code, json.loads(r.output)
+        return r.exit_code, json.loads(r.stdout)
     except json.JSONDecodeError:
         raise AssertionError(r.output) from None
 

@@ -41,7 +41,7 @@ def packed(demo_bundle, tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("play") / "play"
     r = run("package", "play", str(demo_bundle), "-o", str(out), "--json")
     assert r.exit_code == 0, r.output
-    return out, json.loads(r.output)
+    return out, json.loads(r.stdout)
 
 
 def sha(path: Path) -> str:

@@ -175,7 +175,7 @@ def test_cli_prepare_then_check_is_ready(tmp_path):
     again = CliRunner().invoke(cli, ["prepare", str(src), "-o", str(out), "--int32-inputs", "--json"])
     assert again.exit_code == 2 and "already exists" in again.output
     forced = CliRunner().invoke(cli, ["prepare", str(src), "-o", str(out), "--int32-inputs", "--json", "--force"])
-    assert forced.exit_code == 0 and json.loads(forced.output)["int32_wrapped"] == ["ids", "best"]
+    assert forced.exit_code == 0 and json.loads(forced.stdout)["int32_wrapped"] == ["ids", "best"]
     assert CliRunner().invoke(cli, ["check", str(out), "--no-measure"]).exit_code == 0
 
 
@@ -584,7 +584,7 @@ def test_split_at_a_tensor_chains_back_to_the_original(tmp_path):
     r = CliRunner().invoke(cli, ["prepare", str(src), "--split-at", "m1", "-o", str(tmp_path / "parts.onnx"),
                                  "--json"])
     assert r.exit_code == 0, r.output
-    result = json.loads(r.output)
+    result = json.loads(r.stdout)
     assert sorted(result["cut"]) == ["logx", "m1"]
     head, tail = (onnx.load(tmp_path / f"parts-{p}.onnx") for p in ("head", "tail"))
     assert [n.op_type for n in head.graph.node] == ["Log", "MatMul"]

@@ -410,7 +410,7 @@ def test_no_validated_set_is_said_and_the_bundle_runtime_pinned(external, tmp_pa
 def test_ort_aar_qualcomm_in_the_gradle_file_and_json(external, tmp_path):
     r = run(external, "--package", "com.example.foo", "-o", tmp_path / "q", "--ort-aar", "qualcomm", "--json")
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     assert out["ort_aar"] == ("com.qualcomm.qti:onnxruntime-android-qnn:2.5.0 + "
                               "com.microsoft.onnxruntime:onnxruntime-android:1.26.0 + qnn-runtime 2.49.0 "
                               "(a validated set)")
@@ -494,7 +494,7 @@ def test_play_from_the_command_line(external, tmp_path):
     play = package_play(external, tmp_path / "play").path
     result = run(external, "--package", "com.example.foo", "-o", tmp_path / "g", "--play", play, "--json")
     assert result.exit_code == 0, result.output
-    out = json.loads(result.output)
+    out = json.loads(result.stdout)
     assert out["play"].endswith("(fast-follow)") and len(out["lines"]) == 6
     text = run(external, "--package", "com.example.foo", "-o", tmp_path / "h", "--play", play)
     assert "AI pack" in text.output and "add these six lines" in text.output

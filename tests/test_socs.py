@@ -41,7 +41,7 @@ def test_unknown_soc_lists_close_matches():
 def test_cli_socs_json_and_error():
     r = CliRunner().invoke(cli, ["socs", "--json"])
     assert r.exit_code == 0
-    rows = json.loads(r.output)
+    rows = json.loads(r.stdout)
     assert len(rows) == len(socs.catalog()) and {"SM8350", "SM8950", "SM7325"} <= {row["model"] for row in rows}
     r = CliRunner().invoke(cli, ["socs", "kalama"])
     assert r.exit_code == 0 and "SM8550" in r.output and "Snapdragon 8 Gen 2" in r.output

@@ -207,7 +207,7 @@ def soc_option(help_: str, *, dest: str = "socs", required: bool = False) -> Cal
     def split(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
         names: dict[str, str] = {}  # upper-cased -> as first given
         for value in values:
-            for name in filter(None, (part.strip() for part in value.split(","))):
+            for name in (part.strip() for part in value.split(",")):  # an empty one is the catalog's to refuse
                 names.setdefault(name.upper(), name)
         return tuple(names.values())
 
