@@ -11,7 +11,7 @@ needs; a stripped tensor keeps its name, dims and element type, and has no data.
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 SMALL_BYTES = 64 << 10  # initializer data up to this size is kept
@@ -77,19 +77,22 @@ def _stripped_tensor(buf: mmap.mmap, start: int, end: int) -> bytes:
     return b"".join(buf[s:nxt] for field, s, nxt in spans if field not in _TENSOR_DATA)
 
 
-def _graph(buf: mmap.mmap, start: int, end: int) -> bytes:
+def _rewritten(buf: mmap.mmap, start: int, end: int, field_number: int,
+               rewrite: Callable[[mmap.mmap, int, int], bytes]) -> bytes:
+    """The message in buf[start:end] with the payload of each length-delimited `field_number` field replaced by
+    rewrite(buf, payload start, payload end); every other field copied as it is."""
     out = bytearray()
     for field, delimited, s, payload, nxt in _fields(buf, start, end):
-        if field == _GRAPH_INITIALIZER and delimited:
-            tensor = _stripped_tensor(buf, payload, nxt)
-            out += _key(field) + _encode_varint(len(tensor)) + tensor
+        if field == field_number and delimited:
+            new = rewrite(buf, payload, nxt)
+            out += _encode_varint(field << 3 | _LEN) + _encode_varint(len(new)) + new
         else:
             out += buf[s:nxt]
     return bytes(out)
 
 
-def _key(field: int) -> bytes:
-    return _encode_varint(field << 3 | _LEN)
+def _graph(buf: mmap.mmap, start: int, end: int) -> bytes:
+    return _rewritten(buf, start, end, _GRAPH_INITIALIZER, _stripped_tensor)
 
 
 def without_weights(path: Path) -> bytes:
@@ -98,11 +101,4 @@ def without_weights(path: Path) -> bytes:
         if path.stat().st_size == 0:
             return b""
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            out = bytearray()
-            for field, delimited, s, payload, nxt in _fields(buf, 0, len(buf)):
-                if field == _MODEL_GRAPH and delimited:
-                    graph = _graph(buf, payload, nxt)
-                    out += _key(field) + _encode_varint(len(graph)) + graph
-                else:
-                    out += buf[s:nxt]
-            return bytes(out)
+            return _rewritten(buf, 0, len(buf), _MODEL_GRAPH, _graph)
