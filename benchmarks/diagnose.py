@@ -23,7 +23,7 @@ from pathlib import Path
 from benchlib import fail, median, parse, parser, table
 from corpus import BY_NAME, follow_advice
 
-from qnndeploy import diagnose, samples
+from qnndeploy import diagnose, metrics, samples
 
 
 def main() -> None:
@@ -80,7 +80,8 @@ def main() -> None:
 
 def sweep_seconds(model, record, feeds, min_snr_db: float, names: list[str], tensors) -> tuple[float, int]:
     """One compile exposing `names` (as a per-layer script does), its seconds and how many tensors it finds bad."""
-    session = diagnose._Session(model, record, feeds, min_snr_db, 1e-3)
+    limits = metrics.thresholds_for(record.precision, {"min_snr_db": min_snr_db})
+    session = diagnose._Session(model, record, feeds, limits, metrics.topk_outputs(record.source))
     start = time.monotonic()
     session.run(names, tensors)
     seconds = time.monotonic() - start

@@ -186,9 +186,10 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, 
 
 
 def _command(path: Path, fix: PrepareFix) -> str:
-    # X.onnx -> X.npu.onnx, whose graph is still X; a split of X (or of X.npu.onnx) -> X-split.onnx, graphs X-split-*
-    suffix = "-split" if fix.split_at else PREPARED_SUFFIX
-    out = path.with_name(graph_name(path.name) + f"{suffix}.onnx")
+    # X.onnx -> X.npu.onnx (X.npu.onnx -> X.npu.npu.onnx), whose graph is still X; a split of X or of X.npu.onnx ->
+    # X-split.onnx, graphs X-split-head and X-split-tail
+    name = f"{graph_name(path.name)}-split" if fix.split_at else path.name.removesuffix(".onnx") + PREPARED_SUFFIX
+    out = path.with_name(f"{name}.onnx")
     return shlex.join(["qnndeploy", "prepare", str(path), "-o", str(out), *fix.args()])
 
 

@@ -66,7 +66,7 @@ def _copy_bundle(good: Path) -> Callable[[Path], Path]:
     return copy_to
 
 
-PER_LEAF = 2  # bad values tried on each manifest leaf, in rotation: every bad value still reaches many leaves
+PER_LEAF = 1  # bad values tried on each manifest leaf, in rotation: every bad value still reaches many leaves
 
 
 def manifest_cases(good: Path) -> Iterator[Case]:

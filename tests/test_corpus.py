@@ -40,13 +40,14 @@ def _installed(name: str) -> bool:
 
 
 # These go on from ready to a verified bundle (compile, validate, bundle build, bundle verify), each as its CLI.
-TO_BUNDLE = ("silero_vad", "ddddocr_rec", "gru_state", "bert_gelu_op20", "mel_floor")
+TO_BUNDLE = ("silero_vad", "gru_state", "bert_gelu_op20", "mel_floor")
 
 # Corpus models only benchmarks/corpus.py runs: the suite (15 minutes on 2 cores) has no room for them. Each takes
 # 18-47 s for check, prepare and check again on 2 shared cores (speaker_lstm 316-329 s: check's HTP measurement
 # of its LSTMs alone 286-298 s); those left in the suite are the families nothing else in it has.
 BENCHMARK_ONLY = frozenset({"speaker_lstm", "word_seg", "vocoder_classic", "vocoder_dynamo", "transducer_decoder",
-                            "transducer_joiner", "deeplab_dynamo", "oww_embedding", "mtcnn_pnet", "swift_f0"})
+                            "transducer_joiner", "deeplab_dynamo", "oww_embedding", "mtcnn_pnet", "swift_f0",
+                            "vit_dynamo"})
 IN_SUITE = [m for m in MODELS if m.name not in BENCHMARK_ONLY]
 
 

@@ -98,7 +98,7 @@ def snapshot(folder: Path) -> dict[str, str]:
 
 def test_every_hostile_input_is_refused_cleanly(good_bundle, tmp_path):
     cases = fuzz.all_cases(good_bundle)
-    assert len(cases) >= 300
+    assert len(cases) >= 280, len(cases)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         results = list(pool.map(lambda ic: run_case(ic[1], tmp_path / str(ic[0])), enumerate(cases)))
     broken = [f"{case.name}: {why}" for case, why in zip(cases, results, strict=True) if why]
