@@ -312,13 +312,11 @@ class EdgeCut:
                 f"on the CPU, the other {self.total - self.size} on the NPU")
 
 
-def edge_cut(graph: onnx.GraphProto, names: list[str]) -> EdgeCut | None:
-    """When every named node sits at one edge of the graph (a mel front end's computed Clip floor, a post-processing
-    tail, a float64 decoding), the cut that runs that edge on the CPU and the rest, at least as many nodes, on the
-    NPU; None when the nodes are not at an edge or are not found by name."""
-    index = {n.name: i for i, n in enumerate(graph.node) if n.name}
-    cpu = [index.get(name) for name in names]
-    if not cpu or any(i is None for i in cpu):
+def edge_cut(graph: onnx.GraphProto, cpu: set[int]) -> EdgeCut | None:
+    """When every node in `cpu` (indices into graph.node) sits at one edge of the graph (a mel front end's computed
+    Clip floor, a post-processing tail, a float64 decoding), the cut that runs that edge on the CPU and the rest, at
+    least as many nodes, on the NPU; None when the nodes are not at an edge."""
+    if not cpu:
         return None
     constant = constant_tensors(graph)
     producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o and o not in constant}
@@ -331,7 +329,7 @@ def edge_cut(graph: onnx.GraphProto, names: list[str]) -> EdgeCut | None:
     int64 = _int64_tensors(graph)
     options = []
     for part, edges in (("head", reads), ("tail", readers)):
-        start = {i for i in cpu if i is not None}
+        start = set(cpu)
         while True:
             side = _closure(start, edges)  # the CPU nodes and all they need (head) or all that needs them (tail)
             if part == "head":
@@ -371,7 +369,10 @@ def _int64_tensors(graph: onnx.GraphProto) -> set[str]:
 
 def edge_split(graph: onnx.GraphProto, m: HtpMeasurement) -> Finding | None:
     """The measured CPU nodes' edge_cut as a fixable finding, else None."""
-    found = edge_cut(graph, [n.name for n in m.cpu_nodes])
+    index = {n.name: i for i, n in enumerate(graph.node) if n.name}
+    if any(n.name not in index for n in m.cpu_nodes):
+        return None  # a node the measurement names that the graph does not: no cut can be trusted
+    found = edge_cut(graph, {index[n.name] for n in m.cpu_nodes})
     if found is None:
         return None
     ops = Counter(n.op_type for n in m.cpu_nodes)
@@ -394,12 +395,13 @@ def float64_split(graph: onnx.GraphProto) -> Finding | None:
         return None
     f64 = {v.name for v in (*inferred.value_info, *inferred.output)
            if dtype_name(v.type.tensor_type.elem_type) == "float64"}
-    nodes = [n.name for n in graph.node if set(n.output) & f64]
-    found = edge_cut(graph, nodes) if nodes else None
+    nodes = {i for i, n in enumerate(graph.node) if set(n.output) & f64}
+    found = edge_cut(graph, nodes)
     if found is None:
         return None
+    names = [graph.node[i].name or graph.node[i].op_type for i in sorted(nodes)]
     return Finding("float64", "fixable",
-                   f"float64 in the graph's {found.part} only ({_clip(nodes)}): the HTP has no float64",
+                   f"float64 in the graph's {found.part} only ({_clip(names)}): the HTP has no float64",
                    f"{found.fix} (or re-export in float32)", prepare=PrepareFix(split_at=found.cut, cpu=found.part))
 
 
