@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from qnndeploy import child, fileio, socs
 from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError, first_line
-from qnndeploy.onnxio import MAX_FOLDED_BYTES, load_model, oversized_constants
+from qnndeploy.onnxio import MAX_FOLDED_BYTES, inferred_values, load_model, oversized_constants
 
 if TYPE_CHECKING:
     import onnx
@@ -39,7 +39,6 @@ DEFAULT_TIMEOUT_S = 300.0
 # for LSTM and GRU layers of hidden size 64-256 on a 2-core x86-64 host; only for telling the user what to expect.
 SECONDS_PER_CELL_STEP = (0.05, 0.3)
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")
-TIMED_OUT = "the HTP compiler did not finish within"
 
 
 def available() -> bool:
@@ -194,8 +193,9 @@ def measure_htp(path: Path, soc: socs.Soc, graph: onnx.GraphProto | None = None,
         failure = _partition(path, soc, soc.fp16 is not False if fp16 is None else fp16, ctx, timeout)
         seconds = round(time.monotonic() - start, 2)
         if failure:
-            return HtpMeasurement(soc.model, False, failure, qairt=qairt_version(), total_nodes=total, seconds=seconds,
-                                  timed_out=failure.startswith(TIMED_OUT))
+            why, timed_out = failure
+            return HtpMeasurement(soc.model, False, why, qairt=qairt_version(), total_nodes=total, seconds=seconds,
+                                  timed_out=timed_out)
         if ctx.is_file():
             nodes = list(onnx.load(str(ctx), load_external_data=False).graph.node)
         else:
@@ -207,9 +207,10 @@ def measure_htp(path: Path, soc: socs.Soc, graph: onnx.GraphProto | None = None,
         cpu_nodes=[CpuNode(n.name, n.op_type) for n in cpu], total_nodes=total, seconds=seconds)
 
 
-def _partition(path: Path, soc: socs.Soc, fp16: bool, ctx: Path, timeout: float | None) -> str | None:
+def _partition(path: Path, soc: socs.Soc, fp16: bool, ctx: Path, timeout: float | None) -> tuple[str, bool] | None:
     """Run the partitioning compile in a child (`python -m qnndeploy.htp`, main below) and wait for it, checking for
-    a stop request and the time budget every 0.1 s. Returns None when it wrote its result, else why not."""
+    a stop request and the time budget every 0.1 s. Returns None when it wrote its result, else (why not, whether
+    the budget ended it)."""
     log = ctx.with_name("partition.log")
     with log.open("wb") as err:
         proc = subprocess.Popen(child.module("htp", str(path), soc.model, "fp16" if fp16 else "int", str(ctx)),
@@ -224,7 +225,7 @@ def _partition(path: Path, soc: socs.Soc, fp16: bool, ctx: Path, timeout: float 
             except subprocess.TimeoutExpired:
                 fileio.check_stop()
                 if deadline is not None and time.monotonic() > deadline:
-                    return f"{TIMED_OUT} {timeout:g} s"
+                    return f"the HTP compiler did not finish within {timeout:g} s", True
     finally:
         if proc.poll() is None:  # stopped, over budget, or Ctrl-C: the compile must not outlive the wait
             os.killpg(proc.pid, signal.SIGKILL)
@@ -232,24 +233,20 @@ def _partition(path: Path, soc: socs.Soc, fp16: bool, ctx: Path, timeout: float 
     if code == 0:
         return None
     if code < 0:
-        return f"the HTP compiler crashed ({signal.Signals(-code).name})"
+        return f"the HTP compiler crashed ({signal.Signals(-code).name})", False
     said = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
-    return f"the HTP compile failed: {said[-1] if said else f'exit {code}'}"
+    return f"the HTP compile failed: {said[-1] if said else f'exit {code}'}", False
 
 
-def recurrent_steps(graph: onnx.GraphProto) -> tuple[int, int]:
+def recurrent_steps(model: onnx.ModelProto) -> tuple[int, int]:
     """(recurrent layers, unrolled cell steps) of the graph's LSTM/GRU/RNN nodes whose time dim is known: what the
     HTP compiler's time grows with. A layer's steps are its sequence length times its directions."""
     import onnx
 
-    nodes = [n for n in graph.node if n.op_type in RECURRENT_OPS]
+    nodes = [n for n in model.graph.node if n.op_type in RECURRENT_OPS]
     if not nodes:
         return 0, 0
-    known = {v.name: v for v in [*graph.input, *graph.value_info]}
-    if any(n.input[0] not in known for n in nodes):
-        model = onnx.helper.make_model(graph)
-        inferred = onnx.shape_inference.infer_shapes(model).graph
-        known.update({v.name: v for v in inferred.value_info})
+    known = inferred_values(model)
     steps = 0
     for n in nodes:
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}

@@ -11,8 +11,9 @@ that order: their rows are aligned to the CPU's before they are compared (judge_
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
@@ -118,6 +119,7 @@ def topk_outputs(path: Path) -> dict[str, TopK]:
     model = load_model(Path(path), weights=False)
     graph = model.graph
     producers = {o: n for n in graph.node for o in n.output}
+    inferred = functools.cache(lambda: onnxio.inferred_values(model))  # shape inference once, and only if needed
     found: dict[str, TopK] = {}
     for value in graph.output:
         name, node = _through(value.name, producers, _SHAPE_KEEPING)
@@ -129,7 +131,7 @@ def topk_outputs(path: Path) -> dict[str, TopK]:
         elif node is not None and node.op_type in _GATHERS and node.domain in ("", "ai.onnx") and len(node.input) > 1:
             index, source = _through(node.input[1], producers, _INDEX_KEEPING)
             if _is_topk(source) and source is not None and list(source.output).index(index) == 1:
-                axis = _gathered_axis(model, node, source)
+                axis = _gathered_axis(model, node, source, inferred)
                 if axis is not None:
                     label = source.name or "(unnamed)"
                     found[value.name] = TopK(axis, "gathered", f"{node.op_type} {node.name or '(unnamed)'} with the "
@@ -163,23 +165,17 @@ def _axis(node: onnx.NodeProto, default: int) -> int:
     return next((a.i for a in node.attribute if a.name == "axis"), default)
 
 
-def _gathered_axis(model: onnx.ModelProto, gather: onnx.NodeProto, topk: onnx.NodeProto) -> int | None:
+def _gathered_axis(model: onnx.ModelProto, gather: onnx.NodeProto, topk: onnx.NodeProto,
+                   values: Callable[[], Mapping[str, onnx.ValueInfoProto]]) -> int | None:
     """The axis of a gather's output along which its rows follow the TopK's k items: GatherElements' axis; for
     Gather, its axis plus the k dim's place among the indices' dims (the last dim of size k, by shape inference).
     None when the shapes do not say."""
-    import onnx
-
     axis = _axis(gather, 0)
     if gather.op_type == "GatherElements":
         return axis
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model).graph
-    except Exception:  # noqa: BLE001 a model shape inference cannot follow: the rows are not aligned
-        return None
-    dims: dict[str, list[int | None]] = {i.name: list(i.dims) for i in inferred.initializer}
-    dims.update({v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
-                 for v in (*inferred.value_info, *inferred.input, *inferred.output)
-                 if v.type.tensor_type.HasField("shape")})
+    dims: dict[str, list[int | None]] = {i.name: list(i.dims) for i in model.graph.initializer}
+    dims.update({name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
+                 for name, v in values().items() if v.type.tensor_type.HasField("shape")})
     data, index, picked = dims.get(gather.input[0]), dims.get(gather.input[1]), dims.get(topk.output[1])
     if data is None or index is None or picked is None or not picked:
         return None

@@ -128,7 +128,7 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, 
         findings.append(Finding("htp", "info", "op support on the HTP not measured: the inputs have dynamic dims",
                                 "run prepare, then check the prepared model"))
     else:
-        layers, steps = htp.recurrent_steps(graph)
+        layers, steps = htp.recurrent_steps(model)
         expected = [round(steps * rate) for rate in htp.SECONDS_PER_CELL_STEP]
         if say and expected[1] >= LONG_MEASUREMENT_S:
             say(f"{path.name}: the HTP compiler unrolls {layers} recurrent layer(s) into {steps:,} cell steps: "
@@ -156,7 +156,7 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, 
                 "node(s) would run on the CPU",
                 "prepare --fuse (one Gelu node per GELU, opset 20; re-exporting at opset 20 does the same)",
                 prepare=PrepareFix(fuse=True)))
-        elif htp_result.measured and htp_result.cpu_nodes and (split := rules.edge_split(graph, htp_result)):
+        elif htp_result.measured and htp_result.cpu_nodes and (split := rules.edge_split(model, htp_result)):
             findings.append(split)
         else:
             findings += rules.measured(htp_result, graph)
@@ -165,7 +165,7 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, 
                         for f in findings]
 
     if any(f.code == "float64" and f.severity == "blocker" for f in findings) and \
-            (split := rules.float64_split(graph)) is not None:
+            (split := rules.float64_split(model)) is not None:
         findings = [split if f.code == "float64" else f for f in findings]
         if not htp_result.measured and htp_result.reason.startswith("the HTP compile failed"):
             # the whole graph failed to compile, its float64 part included: the NPU part is measured after the split

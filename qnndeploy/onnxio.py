@@ -423,6 +423,22 @@ def tensor_info(value: onnx.ValueInfoProto, written: bool = False) -> TensorInfo
     return TensorInfo(value.name, dtype, dims)
 
 
+def inferred_values(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
+    """Every value of the main graph with its type as shape inference gives it under the model's own opsets (inputs,
+    intermediates, outputs); the declared ones alone where inference cannot follow the graph. One pass, for the
+    readers that need the types or shapes of intermediate tensors."""
+    import onnx
+
+    graph = model.graph
+    values = {v.name: v for v in (*graph.input, *graph.value_info, *graph.output)}
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # noqa: BLE001 onnx raises InferenceError, ValueError… for graphs it cannot follow
+        return values
+    values.update({v.name: v for v in (*inferred.input, *inferred.value_info, *inferred.output)})
+    return values
+
+
 def real_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
     """Graph inputs the caller feeds (old exports also list every initializer as an input)."""
     inits = {t.name for t in graph.initializer}

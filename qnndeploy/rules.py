@@ -18,6 +18,7 @@ from qnndeploy.onnxio import (
     all_tensors,
     constant_tensors,
     dtype_name,
+    inferred_values,
     outer_reads,
     real_inputs,
     tensor_info,
@@ -312,10 +313,10 @@ class EdgeCut:
                 f"on the CPU, the other {self.total - self.size} on the NPU")
 
 
-def edge_cut(graph: onnx.GraphProto, cpu: set[int]) -> EdgeCut | None:
+def edge_cut(graph: onnx.GraphProto, cpu: set[int], int64: set[str]) -> EdgeCut | None:
     """When every node in `cpu` (indices into graph.node) sits at one edge of the graph (a mel front end's computed
     Clip floor, a post-processing tail, a float64 decoding), the cut that runs that edge on the CPU and the rest, at
-    least as many nodes, on the NPU; None when the nodes are not at an edge."""
+    least as many nodes, on the NPU; None when the nodes are not at an edge. `int64`: the graph's int64 tensors."""
     if not cpu:
         return None
     constant = constant_tensors(graph)
@@ -326,7 +327,6 @@ def edge_cut(graph: onnx.GraphProto, cpu: set[int]) -> EdgeCut | None:
         for j in before:
             readers[j].append(i)
     counted = [i for i, n in enumerate(graph.node) if n.op_type != "Constant" and not set(n.output) <= constant]
-    int64 = _int64_tensors(graph)
     options = []
     for part, edges in (("head", reads), ("tail", readers)):
         start = set(cpu)
@@ -355,24 +355,17 @@ def edge_cut(graph: onnx.GraphProto, cpu: set[int]) -> EdgeCut | None:
     return min(options, key=lambda o: o.size) if options else None
 
 
-def _int64_tensors(graph: onnx.GraphProto) -> set[str]:
-    """The graph's int64 tensors, by shape inference (none when it cannot follow the graph)."""
-    import onnx
-
-    try:
-        inferred = onnx.shape_inference.infer_shapes(onnx.helper.make_model(graph)).graph
-    except Exception:  # noqa: BLE001 a graph shape inference cannot follow
-        return set()
-    return {v.name for v in (*inferred.value_info, *inferred.input, *inferred.output)
-            if dtype_name(v.type.tensor_type.elem_type) == "int64"}
+def _typed(values: Mapping[str, onnx.ValueInfoProto], dtype: str) -> set[str]:
+    return {name for name, v in values.items() if dtype_name(v.type.tensor_type.elem_type) == dtype}
 
 
-def edge_split(graph: onnx.GraphProto, m: HtpMeasurement) -> Finding | None:
+def edge_split(model: onnx.ModelProto, m: HtpMeasurement) -> Finding | None:
     """The measured CPU nodes' edge_cut as a fixable finding, else None."""
+    graph = model.graph
     index = {n.name: i for i, n in enumerate(graph.node) if n.name}
     if any(n.name not in index for n in m.cpu_nodes):
         return None  # a node the measurement names that the graph does not: no cut can be trusted
-    found = edge_cut(graph, {index[n.name] for n in m.cpu_nodes})
+    found = edge_cut(graph, {index[n.name] for n in m.cpu_nodes}, _typed(inferred_values(model), "int64"))
     if found is None:
         return None
     ops = Counter(n.op_type for n in m.cpu_nodes)
@@ -384,19 +377,14 @@ def edge_split(graph: onnx.GraphProto, m: HtpMeasurement) -> Finding | None:
         prepare=PrepareFix(split_at=found.cut, cpu=found.part))
 
 
-def float64_split(graph: onnx.GraphProto) -> Finding | None:
+def float64_split(model: onnx.ModelProto) -> Finding | None:
     """float64 kept to one edge (a pitch or box decoding after the network): the split that runs it on the CPU,
     as a fixable finding, else None. The float64 nodes are those with a float64 output, by shape inference."""
-    import onnx
-
-    try:
-        inferred = onnx.shape_inference.infer_shapes(onnx.helper.make_model(graph)).graph
-    except Exception:  # noqa: BLE001 a graph shape inference cannot follow: no split offered
-        return None
-    f64 = {v.name for v in (*inferred.value_info, *inferred.output)
-           if dtype_name(v.type.tensor_type.elem_type) == "float64"}
+    graph = model.graph
+    values = inferred_values(model)
+    f64 = _typed(values, "float64")
     nodes = {i for i, n in enumerate(graph.node) if set(n.output) & f64}
-    found = edge_cut(graph, nodes)
+    found = edge_cut(graph, nodes, _typed(values, "int64"))
     if found is None:
         return None
     names = [graph.node[i].name or graph.node[i].op_type for i in sorted(nodes)]

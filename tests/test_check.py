@@ -288,10 +288,10 @@ def test_without_onnxruntime_qnn_the_graph_is_still_checked(tmp_path, monkeypatc
 # --- the HTP measurement: a budget, and a stop that stops it -----------------------------------------------------
 
 def test_recurrent_steps_count_what_the_htp_compiler_unrolls():
-    layers, steps = htp.recurrent_steps(sm.long_lstm(steps=50).graph)
+    layers, steps = htp.recurrent_steps(sm.long_lstm(steps=50))
     assert (layers, steps) == (2, 2 * 2 * 50)  # two layers, both directions, 50 steps each
-    assert htp.recurrent_steps(sm.rnn_state(static=True).graph) == (1, 5)  # a GRU over 5 steps, one direction
-    assert htp.recurrent_steps(sm.static_mlp().graph) == (0, 0)
+    assert htp.recurrent_steps(sm.rnn_state(static=True)) == (1, 5)  # a GRU over 5 steps, one direction
+    assert htp.recurrent_steps(sm.static_mlp()) == (0, 0)
 
 
 def _measuring_children(model: str) -> list[int]:
