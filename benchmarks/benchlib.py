@@ -63,11 +63,27 @@ class Measure:
     peak_mb: float
 
 
-def run(cmd: list[str], **kwargs: object) -> Measure:
-    """Wall seconds and peak RSS (MB) of one command; a command that fails fails the benchmark.
+def _tree_rss_kb(pid: int) -> int:
+    """VmRSS of a process and all its descendants (compile and verify do their work in child processes)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+            total += int(status.split("VmRSS:")[1].split()[0]) if "VmRSS:" in status else 0
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
 
-    Peak RSS is VmHWM from /proc, polled while the command runs: rusage's ru_maxrss would also count the
-    benchmark's own memory, which the forked child carries until exec.
+
+def run(cmd: list[str], ok: tuple[int, ...] = (0,), **kwargs: object) -> Measure:
+    """Wall seconds and peak RSS (MB) of one command; a command that exits other than `ok` fails the benchmark.
+
+    Peak RSS is the larger of the command's VmHWM and the highest sum of VmRSS over it and its child processes,
+    both from /proc, polled while it runs: rusage's ru_maxrss would also count the benchmark's own memory, which
+    the forked child carries until exec, and no child's.
     """
     start = time.perf_counter()
     with tempfile.TemporaryFile() as err:
@@ -76,12 +92,12 @@ def run(cmd: list[str], **kwargs: object) -> Measure:
         while proc.poll() is None:
             try:
                 status = Path(f"/proc/{proc.pid}/status").read_text()
-                peak_kb = max(peak_kb, int(status.split("VmHWM:")[1].split()[0]))
+                peak_kb = max(peak_kb, int(status.split("VmHWM:")[1].split()[0]), _tree_rss_kb(proc.pid))
             except (OSError, IndexError):
                 pass
             time.sleep(0.02)
         elapsed = time.perf_counter() - start
-        if proc.returncode != 0:
+        if proc.returncode not in ok:
             err.seek(0)
             fail(f"{' '.join(cmd[:3])} exited {proc.returncode}: {err.read().decode(errors='replace').strip()}")
     return Measure(elapsed, peak_kb / 1024)

@@ -32,7 +32,7 @@ from qnndeploy.onnxio import (
     real_inputs,
     tensor_info,
 )
-from qnndeploy.rules import CONTEXT_PARAMS_FP16, PARAM_DTYPES, Finding, PrepareFix, merged
+from qnndeploy.rules import PARAM_DTYPES, Finding, PrepareFix, merged
 
 if TYPE_CHECKING:
     import onnx
@@ -71,11 +71,12 @@ class CheckReport:
 # --- the check ------------------------------------------------------------------------------------
 
 def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, precision: str = "fp16",
-                timeout: float | None = htp.DEFAULT_TIMEOUT_S, say: Callable[[str], None] | None = None
-                ) -> CheckReport:
+                timeout: float | None = htp.DEFAULT_TIMEOUT_S, say: Callable[[str], None] | None = None,
+                context_bytes: int | None = None) -> CheckReport:
     """Read the graph, measure op support on the HTP when shapes allow, and give a verdict with fixes.
     With precision w8a16 the measured graph is the QDQ-quantized one compile would build. The measurement gets
-    `timeout` seconds; `say` hears what to expect before a measurement that may take long."""
+    `timeout` seconds; `say` hears what to expect before a measurement that may take long. A model whose weights
+    exceed `context_bytes` (default: what data/context.json says one context holds) is told to split."""
 
     path = Path(path)
     model = load_model(path, weights=False)
@@ -89,12 +90,10 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, 
     frozen = {name for f in op_findings if f.prepare for name in f.prepare.freeze}  # no int32 wrapper for those
     findings = (rules.shapes(inputs, outputs) + rules.declared_outputs(model)
                 + rules.dtypes(graph, inputs, outputs, frozen) + op_findings)
-    if params >= CONTEXT_PARAMS_FP16:
-        findings.append(Finding(
-            "size", "warning",
-            f"{params / 1e9:.2f} B parameters ({params * 2 / 1e9:.1f} GB at fp16): more than about 1 B parameters "
-            "at fp16 may not fit one HTP context",
-            "compile with 8-bit weights (w8a16), and/or split the model into several graphs"))
+    too_large = rules.context_size(graph, params, precision,
+                                   rules.context_bytes() if context_bytes is None else context_bytes)
+    if too_large:
+        findings.append(too_large)
     qairt = htp.qairt_version() if htp.available() else ""
     refused = socs.refusal(target, qairt, precision)
     if refused:
@@ -113,6 +112,9 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, 
         htp_result = HtpMeasurement(target.model, False, "not requested (--no-measure)")
     elif refused:
         htp_result = HtpMeasurement(target.model, False, refused, qairt=qairt)
+    elif too_large:
+        htp_result = HtpMeasurement(target.model, False, "more weights than one context holds: check each part of "
+                                    "the split")
     elif (too_big := htp.measure_refusal(graph)) is not None:
         htp_result = HtpMeasurement(target.model, False, too_big)
         oversized = oversized_constants(graph)
@@ -187,8 +189,9 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, 
 
 def _command(path: Path, fix: PrepareFix) -> str:
     # X.onnx -> X.npu.onnx (X.npu.onnx -> X.npu.npu.onnx), whose graph is still X; a split of X or of X.npu.onnx ->
-    # X-split.onnx, graphs X-split-head and X-split-tail
-    name = f"{graph_name(path.name)}-split" if fix.split_at else path.name.removesuffix(".onnx") + PREPARED_SUFFIX
+    # X-split.onnx, graphs X-split-head and X-split-tail (X-split-1, X-split-2… by size)
+    split = fix.split_at or fix.split_size
+    name = f"{graph_name(path.name)}-split" if split else path.name.removesuffix(".onnx") + PREPARED_SUFFIX
     out = path.with_name(f"{name}.onnx")
     return shlex.join(["qnndeploy", "prepare", str(path), "-o", str(out), *fix.args()])
 

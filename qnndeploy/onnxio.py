@@ -306,7 +306,7 @@ def _check_external_sizes(path: Path, model: onnx.ModelProto) -> None:
                                      f"{e.strerror or e}") from None
         try:
             offset = int(info.get("offset") or 0)
-            length = int(info["length"]) if info.get("length") else _tensor_nbytes(t)
+            length = int(info["length"]) if info.get("length") else tensor_nbytes(t)
             if offset < 0 or (length is not None and length < 0):
                 raise ValueError
         except ValueError:
@@ -320,7 +320,8 @@ def _check_external_sizes(path: Path, model: onnx.ModelProto) -> None:
                 "its complete data file, or re-export it")
 
 
-def _tensor_nbytes(t: onnx.TensorProto) -> int | None:
+def tensor_nbytes(t: onnx.TensorProto) -> int | None:
+    """The bytes a tensor's data takes as the model stores it (None: a packed type such as int4)."""
     import numpy as np
 
     try:
@@ -423,16 +424,16 @@ def tensor_info(value: onnx.ValueInfoProto, written: bool = False) -> TensorInfo
     return TensorInfo(value.name, dtype, dims)
 
 
-def inferred_values(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
+def inferred_values(model: onnx.ModelProto, data_prop: bool = False) -> dict[str, onnx.ValueInfoProto]:
     """Every value of the main graph with its type as shape inference gives it under the model's own opsets (inputs,
     intermediates, outputs); the declared ones alone where inference cannot follow the graph. One pass, for the
-    readers that need the types or shapes of intermediate tensors."""
+    readers that need the types or shapes of intermediate tensors (`data_prop`: also shapes computed by Shape ops)."""
     import onnx
 
     graph = model.graph
     values = {v.name: v for v in (*graph.input, *graph.value_info, *graph.output)}
     try:
-        inferred = onnx.shape_inference.infer_shapes(model).graph
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=data_prop).graph
     except Exception:  # noqa: BLE001 onnx raises InferenceError, ValueError… for graphs it cannot follow
         return values
     values.update({v.name: v for v in (*inferred.input, *inferred.value_info, *inferred.output)})

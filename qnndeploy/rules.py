@@ -4,10 +4,12 @@ into one command line."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import TYPE_CHECKING
 
 from qnndeploy.htp import HtpMeasurement
@@ -22,14 +24,13 @@ from qnndeploy.onnxio import (
     outer_reads,
     real_inputs,
     tensor_info,
+    tensor_nbytes,
 )
 from qnndeploy.shapes import batch_dim, suggest_shapes
 
 if TYPE_CHECKING:
     import onnx
 
-# Above about 1 B parameters an fp16 model may not fit one HTP context (2 GB of fp16 weights).
-CONTEXT_PARAMS_FP16 = 1_000_000_000
 # A scalar-ish input (at most this many elements) that drives an If is a setting that can be frozen.
 FREEZABLE_NUMEL = 16
 
@@ -63,10 +64,13 @@ class PrepareFix:
     fuse: bool = False
     split_at: list[str] = field(default_factory=list)  # --split-at: a cut, which takes no other option
     cpu: str = "head"  # --cpu, with split_at
+    split_size: str = ""  # --split-size GB, as printed: N NPU graphs, which takes no other option either
 
     def args(self) -> list[str]:
         if self.split_at:
             return ["--split-at", ",".join(self.split_at), "--cpu", self.cpu]
+        if self.split_size:
+            return ["--split-size", self.split_size]
         out = [a for name, dims in self.shapes.items() for a in ("--shape", f"{name}={','.join(dims)}")]
         out += [a for name in self.freeze for a in ("--freeze", f"{name}=VALUE")]
         return out + (["--int32-inputs"] if self.int32 else []) + (["--fuse"] if self.fuse else [])
@@ -79,7 +83,7 @@ class PrepareFix:
 def merged(fixes: list[PrepareFix]) -> PrepareFix:
     """One fix doing them all; a split only when nothing else is left to fix (it takes the prepared model)."""
     out = PrepareFix()
-    plain = [f for f in fixes if not f.split_at]
+    plain = [f for f in fixes if not f.split_at and not f.split_size]
     if not plain:
         return fixes[0]
     for f in plain:
@@ -88,6 +92,36 @@ def merged(fixes: list[PrepareFix]) -> PrepareFix:
         out.int32 |= f.int32
         out.fuse |= f.fuse
     return out
+
+
+def context_bytes() -> int:
+    """Bytes of weights one HTP context binary is planned to hold (data/context.json says why, with its sources)."""
+    text = resources.files("qnndeploy").joinpath("data/context.json").read_text(encoding="utf-8")
+    return int(json.loads(text)["weight_bytes"])
+
+
+def context_size(graph: onnx.GraphProto, params: int, precision: str, limit: int) -> Finding | None:
+    """A model whose weights at `precision` exceed what one context holds: split into NPU graphs of at most the
+    limit each, counted in the bytes the model stores them in (what `prepare --split-size` counts: an fp32 model's
+    parts may hold twice the limit when compiled at fp16)."""
+    held = params * (2 if precision == "fp16" else 1)
+    if held <= limit:
+        return None
+    stored = sum(tensor_nbytes(t) or 0 for t in all_tensors(graph) if dtype_name(t.data_type) in PARAM_DTYPES) or held
+    parts = math.ceil(held / limit)
+    most = limit * stored / held / 1e9  # the limit in the bytes the model stores its weights in
+    digit = 10.0 ** (math.floor(math.log10(most)) - 2)
+    size = round(math.floor(most / digit) * digit, 12)  # cut down to three digits
+    w8 = precision == "fp16" and params <= limit
+    return Finding(
+        "size", "fixable",
+        f"{held / 1e9:.3g} GB of weights at {precision}: over the {limit / 1e9:g} GB one HTP context is planned to "
+        "hold (the Hexagon's address space; README, Large models)",
+        f"split it into {parts} or more NPU graphs of at most {size:g} GB of weights each"
+        + (f" as the model stores them ({limit / 1e9:g} GB at {precision})" if stored != held else "")
+        + f" (prepare --split-size {size:g}), compiled and bundled as a pipeline"
+        + (", or compile with 8-bit weights (check --precision w8a16)" if w8 else ""),
+        prepare=PrepareFix(split_size=f"{size:g}"))
 
 
 def declared_outputs(model: onnx.ModelProto) -> list[Finding]:

@@ -373,3 +373,24 @@ def float64_tail() -> onnx.ModelProto:
          h.make_node("Mul", ["bin64", "step"], ["pitch"], name="scale")],
         [_vi("x", T.FLOAT, [1, 16])], [_vi("pitch", T.DOUBLE, [1]), _vi("act", T.FLOAT, [1, 32])],
         [_weight("W0", [16, 16], 1), _weight("W", [16, 32]), step], name="f64")
+
+
+def residual_stack(layers: int = 6, width: int = 64, dtype=np.float16) -> onnx.ModelProto:
+    """x [1, width] float32 -> Cast -> `layers` x (MatMul by a [width, width] weight, Relu), the input of every
+    second layer added back after it (a skip connection) -> Cast -> y float32: an fp16 model with float32 I/O, as
+    converters that keep I/O types write it; weights scaled so values stay near 1. Its weights grow with
+    layers x width² and split anywhere."""
+    elem = T.FLOAT16 if dtype == np.float16 else T.FLOAT
+    nodes = [h.make_node("Cast", ["x"], ["h0"], to=elem, name="cast_in")]
+    inits = []
+    for i in range(layers):
+        w = (np.random.default_rng(i).standard_normal((width, width)) / np.sqrt(width)).astype(dtype)
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes += [h.make_node("MatMul", [f"h{i}", f"w{i}"], [f"m{i}"], name=f"mm{i}"),
+                  h.make_node("Relu", [f"m{i}"], [f"r{i}"], name=f"relu{i}")]
+        if i % 2:
+            nodes.append(h.make_node("Add", [f"r{i}", f"h{i - 1}"], [f"h{i + 1}"], name=f"skip{i}"))
+        else:
+            nodes.append(h.make_node("Identity", [f"r{i}"], [f"h{i + 1}"], name=f"id{i}"))
+    nodes.append(h.make_node("Cast", [f"h{layers}"], ["y"], to=T.FLOAT, name="cast_out"))
+    return _model(nodes, [_vi("x", T.FLOAT, [1, width])], [_vi("y", T.FLOAT, [1, width])], inits, name="stack")

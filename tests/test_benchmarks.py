@@ -34,6 +34,9 @@ SMOKE = {
     "qnnsystem_robustness.py": ([QNN], [], ["outcome", "count"], ["read", "refused"]),
     "model_memory.py": ([], [], ["seconds", "peak RSS MB", "x model size", "vs onnx.load"],
                         ["onnx.load", "check --no-measure"]),
+    "large_model.py": ([QNN], [], ["stage", "seconds", "peak RSS MB", "target"],
+                       ["check ", "prepare --split-size", "compile 3 parts", "validate", "bundle build --split",
+                        "bundle verify"]),
 }
 
 

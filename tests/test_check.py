@@ -198,12 +198,16 @@ def test_a_binary_arch_the_measurement_contradicts_is_flagged_before_compiling(t
     assert "soc" not in codes(onnxcheck.check_model(save(tmp_path, sm.static_mlp()), soc="SM8475"))
 
 
-def test_over_a_billion_parameters_warns_about_the_context_size(tmp_path):
+def test_weights_over_one_context_are_told_to_split_or_go_8_bit(tmp_path):
     path = sm.large_embedding(tmp_path / "big.onnx")  # 4.5 GB of sparse external data, never read
     report = onnxcheck.check_model(path)
     (finding,) = [f for f in report.findings if f.code == "size"]
     assert report.parameters == 1_100_000 * 1024 and report.weight_mb_fp16 > 2000
-    assert "w8a16" in finding.fix and "split" in finding.fix
+    assert finding.severity == "fixable" and "w8a16" in finding.fix
+    assert "at most 4 GB of weights each as the model stores them (2 GB at fp16) (prepare --split-size 4)" \
+        in finding.fix
+    assert not [f for f in onnxcheck.check_model(path, precision="w8a16", measure=False).findings
+                if f.code == "size"]  # 1.1 GB at 8-bit: one context holds it
 
 
 def test_check_reads_ppocr_models_and_flags_their_dynamic_dims():

@@ -52,6 +52,14 @@ class Group(click.Group):
 
 # --- output -------------------------------------------------------------------------------------------------------
 
+def size_text(nbytes: int) -> str:
+    """Bytes in decimal units, as a person reads them (1.2 GB, 49.2 kB)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} bytes"
+
+
 def jsonable(value: object) -> object:
     """Dataclasses, dicts, lists and paths as plain JSON values."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -16,16 +16,10 @@ from qnndeploy.cli._common import (
     json_option,
     next_step,
     qairt_option,
+    size_text,
     soc_option,
     under_toolchain,
 )
-
-
-def _size(nbytes: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes} bytes"
 
 
 def _render_check(report: onnxcheck.CheckReport) -> None:
@@ -34,7 +28,7 @@ def _render_check(report: onnxcheck.CheckReport) -> None:
     n = report.parameters
     count = f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n:,}"
     click.echo(f"  graph {report.graph or '(unnamed)'}, opset {report.opset}, {report.nodes} nodes, "
-               f"{count} parameters ({_size(2 * n)} at fp16, {_size(n)} at 8-bit)")
+               f"{count} parameters ({size_text(2 * n)} at fp16, {size_text(n)} at 8-bit)")
     for title, tensors in (("inputs", report.inputs), ("outputs", report.outputs)):
         click.echo(f"  {title}:")
         for t in tensors:
@@ -77,11 +71,14 @@ def _render_check(report: onnxcheck.CheckReport) -> None:
               metavar="S", help="Seconds the HTP partitioning may take per model (0: no limit). Recurrent layers "
               "are unrolled over their time steps, which can take minutes; past the limit, op support is reported "
               "as not measured.")
+@click.option("--context-gb", type=click.FloatRange(min=0, min_open=True), metavar="GB",
+              help="The most weights (GB, at --precision) one HTP context may hold; a model above it is told to split "
+                   "[default: 2, README Large models].")
 @qairt_option
 @json_option
 @handles_errors
 def check(models: tuple[Path, ...], socs: tuple[str, ...], precision: str, no_measure: bool, timeout: float,
-          qairt: str | None, as_json: bool) -> None:
+          context_gb: float | None, qairt: str | None, as_json: bool) -> None:
     """Is each model ready for the NPU, and what fixes it.
 
     Per model and SoC: findings, op support measured on that SoC's HTP compiler, a verdict, and one
@@ -97,7 +94,8 @@ def check(models: tuple[Path, ...], socs: tuple[str, ...], precision: str, no_me
     # each SoC once (an alias is its SoC); none given: check's default
     targets: list[catalog.Soc | None] = list(dict.fromkeys(catalog.find(soc) for soc in socs)) or [None]
     reports = [onnxcheck.check_model(m, soc=soc, measure=not no_measure, precision=precision, timeout=timeout or None,
-                                     say=lambda line: click.echo(f"qnndeploy: {line}", err=True))
+                                     say=lambda line: click.echo(f"qnndeploy: {line}", err=True),
+                                     context_bytes=None if context_gb is None else round(context_gb * 1e9))
                for m in models for soc in targets]
     worst = max(reports, key=lambda r: r.exit_code)
     if as_json:

@@ -7,7 +7,15 @@ from pathlib import Path
 import click
 
 from qnndeploy import prepare as stage
-from qnndeploy.cli._common import assignments, command_line, emit_json, handles_errors, json_option, next_step
+from qnndeploy.cli._common import (
+    assignments,
+    command_line,
+    emit_json,
+    handles_errors,
+    json_option,
+    next_step,
+    size_text,
+)
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.prepare import split
 
@@ -32,16 +40,19 @@ def _render_prepare(result: stage.PrepareResult) -> None:
 
 
 def _render_split(result: split.SplitResult) -> None:
-    click.echo(f"split {result.source} at {', '.join(result.cut)} -> {result.record}")
+    click.echo(f"split {result.source} into {len(result.parts)} parts at {', '.join(result.cut)} -> {result.record}")
     for p in result.parts:
-        click.echo(f"  {p.name} ({p.runs_on.upper()}, {p.nodes} nodes): {p.path}")
+        click.echo(f"  {p.name} ({p.runs_on.upper()}, {p.nodes} nodes, {size_text(p.weight_bytes)} of weights): "
+                   f"{p.path}")
         click.echo(f"    in: {', '.join(f'{t.name} {t.dtype} {t.shape_text()}' for t in p.inputs)}")
         click.echo(f"    out: {', '.join(f'{t.name} {t.dtype} {t.shape_text()}' for t in p.outputs)}")
-    click.echo(f"  head then tail on onnxruntime CPU against the original ({result.equivalence_inputs}):")
+    click.echo(f"  the parts chained on onnxruntime CPU against the original (inputs: {result.equivalence_inputs}; "
+               f"tolerance {result.tolerance:.2g}):")
     for d in result.equivalence:
-        click.echo(f"    {d.name:<28} max abs diff {d.max_abs_diff:.2g}  {'ok' if d.ok else 'FAIL'}")
-    npu = next(p for p in result.parts if p.runs_on == "npu")
-    next_step(command_line("qnndeploy", "compile", Path(npu.path), "--soc", "SOC", "-o", "build"),
+        click.echo(f"    {d.name:<28} max abs diff {d.max_abs_diff:.2g}  rel L2 {d.rel_l2:.2g}  "
+                   f"{'ok' if d.ok else 'FAIL'}")
+    npu = [Path(p.path) for p in result.parts if p.runs_on == "npu"]
+    next_step(command_line("qnndeploy", "compile", *npu, "--soc", "SOC", "-o", "build"),
               command_line("qnndeploy", "bundle", "build", "--from-build", "build", "--split", Path(result.record))
               + " ...")
 
@@ -64,6 +75,9 @@ def _render_split(result: split.SplitResult) -> None:
 @click.option("--split-at", metavar="TENSOR[,TENSOR]",
               help="Instead: cut the model in two at these tensors into OUT-head.onnx and OUT-tail.onnx (+ "
                    "OUT.split.json), one part for the CPU, the other for the NPU.")
+@click.option("--split-size", type=click.FloatRange(min=0, min_open=True), metavar="GB",
+              help="Instead: cut the model into NPU graphs OUT-1.onnx, OUT-2.onnx… (+ OUT.split.json) of at most GB "
+                   "of weights each (as the model stores them), for a model one HTP context cannot hold.")
 @click.option("--cpu", "cpu_part", type=click.Choice(["head", "tail"]), default="head", show_default=True,
               help="With --split-at: the part that runs on the CPU.")
 @click.option("--inputs", "inputs_dir", type=click.Path(path_type=Path), metavar="DIR",
@@ -74,25 +88,31 @@ def _render_split(result: split.SplitResult) -> None:
 @json_option
 @handles_errors
 def prepare(model: Path, out: Path, shapes: tuple[str, ...], int32_inputs: bool, freeze: tuple[str, ...],
-            no_simplify: bool, fuse: bool, split_at: str | None, cpu_part: str, inputs_dir: Path | None,
-            tolerance: float, force: bool, as_json: bool) -> None:
+            no_simplify: bool, fuse: bool, split_at: str | None, split_size: float | None, cpu_part: str,
+            inputs_dir: Path | None, tolerance: float, force: bool, as_json: bool) -> None:
     """Make a model NPU-ready, proven equivalent on CPU.
 
     Static shapes, int32 I/O, frozen settings, folded and re-inferred; then the original and the prepared
     model run on onnxruntime CPU with the same inputs, and OUT.onnx is written only when they agree.
-    With --split-at, the model is cut in two instead (a part the NPU computes badly stays on the CPU),
-    written only when head and tail chained agree with it.
+    With --split-at, the model is cut in two instead (a part the NPU computes badly stays on the CPU);
+    with --split-size, into NPU graphs small enough for one HTP context each; the parts are written
+    only when, chained, they agree with it.
 
     \b
     Exit codes: 0 written; 1 the prepared model differs from the original beyond
     --tolerance (nothing written); 2 bad input (nothing written); 3 missing tool.
     """
-    if split_at is not None:
+    if split_at is not None or split_size is not None:
+        option = "--split-at" if split_at is not None else "--split-size"
+        if split_at is not None and split_size is not None:
+            raise QnnDeployError("--split-at and --split-size are two ways to split: give one")
         if shapes or freeze or int32_inputs or no_simplify or fuse:
-            raise QnnDeployError("--split-at cuts a model that is already prepared: run prepare with the other "
-                                 "options first, then prepare --split-at on its output")
+            raise QnnDeployError(f"{option} cuts a model that is already prepared: run prepare with the other "
+                                 f"options first, then prepare {option} on its output")
         parts = split.split_model(model, out, [t.strip() for t in split_at.split(",") if t.strip()], cpu=cpu_part,
-                                  inputs_dir=inputs_dir, tolerance=tolerance, force=force)
+                                  inputs_dir=inputs_dir, tolerance=tolerance, force=force) if split_at is not None \
+            else split.split_by_size(model, out, split_size or 0.0, inputs_dir=inputs_dir, tolerance=tolerance,
+                                     force=force)
         if as_json:
             emit_json(parts)
         else:

@@ -11,7 +11,6 @@ OUT.prepare.json appear only when everything passed.
 from __future__ import annotations
 
 import contextlib
-import math
 import shutil
 import tempfile
 import time
@@ -70,16 +69,6 @@ class PrepareResult:
     seconds: float = 0.0
     format: int = RECORD_FORMAT
     kind: str = field(default="qnndeploy-prepare")
-
-
-def _tensor_bytes(model: onnx.ModelProto) -> int:
-    import numpy as np
-
-    total = 0
-    for t in model.graph.initializer:
-        with contextlib.suppress(TypeError):
-            total += math.prod(t.dims) * np.dtype(onnxio.dtype_name(t.data_type)).itemsize
-    return total
 
 
 def _save(model: onnx.ModelProto, path: Path, external: bool) -> None:
@@ -174,7 +163,7 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
         except (OSError, ValueError) as e:
             raise QnnDeployError(f"cannot read the external data of {src}: {first_line(e)}; copy the model "
                                  "together with its complete data file, or re-export it") from None
-    weights = _tensor_bytes(model)
+    weights = sum(onnxio.tensor_nbytes(t) or 0 for t in model.graph.initializer)
     external = weights > EXTERNAL_ABOVE
     if source_external and not external:
         edited.changes.append(f"external data inlined ({weights / 1e6:.1f} MB of weights, under 2 GB): the output "
