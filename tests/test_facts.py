@@ -15,7 +15,7 @@ import pytest
 import yaml
 from conftest import require
 
-from qnndeploy import compat, socs, toolchain
+from qnndeploy import compat, rules, socs, toolchain
 
 DATA = Path(__file__).resolve().parents[1] / "qnndeploy" / "data"
 
@@ -169,3 +169,8 @@ def test_the_data_files_are_valid_json_with_a_source_per_row():
         assert row["source"]["url"].startswith("https://") and row["source"]["says"]
     for wheel in runtime["compilers"]["wheels"]:
         assert wheel["source"]["url"].startswith("https://")
+    context = json.loads((DATA / "context.json").read_text())
+    assert context["weight_bytes"] == rules.context_bytes() and context["weight_bytes_says"]
+    for source in context["sources"]:
+        assert (source.get("url", "").startswith("https://") or source["where"]) and source["says"]
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", source["read"])
