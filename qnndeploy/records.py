@@ -11,7 +11,7 @@ from typing import Any
 
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.fileio import JSON
-from qnndeploy.formats import file_kind
+from qnndeploy.formats import SPLIT_RECORD, file_kind
 
 RECORD = "qnndeploy-compile"
 RECORD_VERSION = 1
@@ -118,6 +118,24 @@ def htp_settings(options: dict[str, Any]) -> JSON:
     return {"vtcm_mb": options.get("vtcm_mb", config.get("vtcm_mb")),
             "optimization_mode": options.get("htp_graph_finalization_optimization_mode", config.get("O")),
             "spill_fill": bool(options.get("enable_htp_spill_fill_buffer"))}
+
+
+def split_records(models: dict[Path, str]) -> list[Path]:
+    """The split records (`prepare --split-at/--split-size`) beside these models (path -> sha256) that name one of
+    them, unchanged, as a part: a build compiled from parts is bundled with its record (`bundle build --split`), or
+    the app would not know the other parts and their order."""
+    found: list[Path] = []
+    for folder in dict.fromkeys(p.parent for p in models):
+        for record in sorted(folder.glob("*.split.json")):
+            try:
+                data = json.loads(record.read_text())
+                parts = {(folder / p["path"], p["sha256"]) for p in data["parts"]} if data["record"] == SPLIT_RECORD \
+                    else set()
+            except (OSError, ValueError, TypeError, KeyError):
+                continue  # not a split record, or not ours to judge here: bundle --split reads it for real
+            if any((path, sha) in parts for path, sha in models.items()):
+                found.append(record)
+    return found
 
 
 def read_record(path: Path) -> JSON | None:

@@ -26,7 +26,14 @@ from qnndeploy.metrics import (
     judge_model,
     thresholds_for,
 )
-from qnndeploy.records import VALIDATION_RECORD, VALIDATION_VERSION, CompileRecord, JobStarted, read_build
+from qnndeploy.records import (
+    VALIDATION_RECORD,
+    VALIDATION_VERSION,
+    CompileRecord,
+    JobStarted,
+    read_build,
+    split_records,
+)
 from qnndeploy.samples import Sample
 
 if TYPE_CHECKING:
@@ -58,6 +65,7 @@ class ValidationSummary:
     targets: list[TargetValidation]
     ok: bool
     emulator_note: str = EMULATOR_NOTE
+    splits: list[Path] = field(default_factory=list)  # split records naming the build's models: bundle --split each
 
 
 TWIN_NOTE = ("the shared context's graphs share weights, which the host emulator cannot load (QAIRT 2.51 crashes): "
@@ -86,7 +94,8 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
         raise QnnDeployError("--reason must be one line of at most 500 characters")
     if jobs is not None and jobs < 1:
         raise QnnDeployError("-j must be 1 or more")
-    plan = select(read_build(build), graphs, soc_names)
+    compiled = read_build(build)
+    plan = select(compiled, graphs, soc_names)
     loosened = looser_thresholds(thresholds or {}, {r.precision for r in plan})
     if loosened and not (reason or "").strip():
         raise QnnDeployError(f"--{', --'.join(loosened)} is looser than the default: say why with --reason \"...\" "
@@ -131,7 +140,8 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
     ordered = [results[i] for i in range(len(plan))]
     validated = [t for t in ordered if t.status in ("passed", "failed")]
     ok = bool(validated) and all(t.status in ("passed", "skipped") for t in ordered)
-    return ValidationSummary(Path(build), described, ordered, ok)
+    return ValidationSummary(Path(build), described, ordered, ok,
+                             splits=split_records({r.source: r.source_sha256 for r in compiled}))
 
 
 def default_jobs() -> int:

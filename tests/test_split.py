@@ -144,9 +144,16 @@ def test_a_model_over_one_context_is_split_by_size_into_npu_graphs_bundled_as_a_
     assert [i.name for i in onnx.load(str(paths[1])).graph.input] == ["h2"]
 
     run("compile", *paths, "--soc", "SM8750", "-o", tmp_path / "build", "--no-cache")
-    assert run("validate", tmp_path / "build")["code"] == 0
-    assert run("bundle", "--from-build", tmp_path / "build", "--split", tmp_path / "stack-split.split.json",
-               "--name", "stack", "--version", "1", "-o", tmp_path)["code"] == 0
+    validated = CliRunner().invoke(cli, ["validate", str(tmp_path / "build")])
+    assert validated.exit_code == 0, validated.output
+    record = tmp_path / "stack-split.split.json"
+    assert f"next: qnndeploy bundle build --from-build {tmp_path / 'build'} --split {record} " in validated.output
+    unsplit = CliRunner().invoke(cli, ["bundle", "--from-build", str(tmp_path / "build"), "--name", "stack",
+                                       "--version", "1", "-o", str(tmp_path)])
+    assert unsplit.exit_code == 2 and f"parts of a split: bundle them with its record, --split {record}" \
+        in unsplit.output
+    assert run("bundle", "--from-build", tmp_path / "build", "--split", record, "--name", "stack", "--version", "1",
+               "-o", tmp_path)["code"] == 0
     bundle = tmp_path / "stack-1"
     manifest = json.loads((bundle / "manifest.json").read_text())
     names = [p.stem for p in paths]

@@ -70,7 +70,7 @@ from qnndeploy.formats import (
     path_problem,
 )
 from qnndeploy.markers import FileFacts, Scanner, build_version, scan_file
-from qnndeploy.records import RECORD_FILE, VALIDATION_FILE, ValidationRecord, read_build
+from qnndeploy.records import RECORD_FILE, VALIDATION_FILE, ValidationRecord, read_build, split_records
 
 PREPARE_LIB = "libQnnHtpPrepare.so"  # only for graphs prepared on the phone: shipped when the SDK has it
 
@@ -118,13 +118,14 @@ class BundleResult:
 
 
 def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[str, str], str] | None = None,
-                    accept_on: str | None = None) -> BundleSpec:
+                    accept_on: str | None = None, split: Path | None = None) -> BundleSpec:
     """A BundleSpec from a `compile` output folder: its jobs' outputs, records, logs and validation results.
 
     Every job must have succeeded, and every file must still be what its compile record hashed: a bundle says
     what was compiled and validated, so a model or binary changed since then is refused. A graph that failed
     validation is refused too, unless `accept` gives a reason for it: (graph, SoC or "*") -> reason; `accept_on`
-    ("npu", the default, or "cpu") says where the app runs the targets with accepted failures.
+    ("npu", the default, or "cpu") says where the app runs the targets with accepted failures. `split` is the
+    record of the split the build's models are parts of (add_split); a build of parts without it is refused.
     """
     jobs = read_build(Path(build))
     failed = [f"{rec.graph}/{rec.soc}" for rec in jobs if rec.status != "ok"]
@@ -170,6 +171,11 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
     for log in sorted((Path(build) / "logs").glob("*.log")):
         spec.records[f"logs/{log.name}"] = log
     _accept(spec, Path(build), accept or {}, accept_on)
+    if split is not None:
+        add_split(spec, split)
+    elif named := split_records({p: spec.expected_sha256[p] for p in spec.cpu.values()}):
+        raise QnnDeployError(f"the models of {build} are parts of a split: bundle them with its record, --split "
+                             f"{named[0]}, or the app gets neither the other parts nor their order")
     return spec
 
 

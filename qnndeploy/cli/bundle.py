@@ -171,8 +171,8 @@ def bundle() -> None:
 @click.option("--commit", help="Commit of the source model.")
 @click.option("--license", "license_", metavar="LICENSE", help="Licence of the model, e.g. Apache-2.0.")
 @click.option("--split", "split_record", type=click.Path(path_type=Path), metavar="OUT.split.json",
-              help="A model split by prepare --split-at: its CPU part goes in as a CPU-only graph, its NPU part must "
-                   "be in the build, and the app runs them in order.")
+              help="A model split by prepare --split-at or --split-size: a CPU part goes in as a CPU-only graph, "
+                   "every NPU part must be in the build, and the app runs them in order.")
 @click.option("--performance-mode", type=click.Choice(PERFORMANCE_MODES), metavar="MODE",
               help="HTP performance mode the generated glue sets: " + ", ".join(PERFORMANCE_MODES)
               + " [default: the glue's, burst].")
@@ -199,7 +199,7 @@ def build(name: str, version_: str, cpu: tuple[str, ...], npu: tuple[str, ...], 
     if (accept or accept_on) and not from_build:
         raise QnnDeployError("--accept and --accept-on need --from-build: only a compile folder's validation records "
                              "say which graphs failed")
-    spec = (spec_from_build(from_build, name, version_, _accepts(accept), accept_on) if from_build
+    spec = (spec_from_build(from_build, name, version_, _accepts(accept), accept_on, split_record) if from_build
             else BundleSpec(name, version_, {}, {}))
     spec.cpu.update(assignments(cpu, "--cpu", _graph_file))
     for soc, graphs in _npu(npu).items():
@@ -209,7 +209,7 @@ def build(name: str, version_: str, cpu: tuple[str, ...], npu: tuple[str, ...], 
     spec.source_model, spec.source_path, spec.commit, spec.license = model_name, source_model, commit, license_
     spec.precision = precision or spec.precision
     spec.performance_mode = performance_mode
-    if split_record is not None:
+    if split_record is not None and not from_build:
         add_split(spec, split_record)
     with byte_progress("bundling", as_json) as progress:
         result = build_bundle(spec, output, force=force, archive_fmt=archive, progress=progress)

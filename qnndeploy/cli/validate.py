@@ -44,7 +44,8 @@ def _render_validation(summary: stage.ValidationSummary) -> None:
     if any(t.shared for t in summary.targets):
         click.echo(f"note: {stage.TWIN_NOTE}")
     if summary.ok:
-        next_step(command_line("qnndeploy", "bundle", "build", "--from-build", summary.build, "--name", "NAME",
+        next_step(command_line("qnndeploy", "bundle", "build", "--from-build", summary.build,
+                               *(("--split", summary.splits[0]) if len(summary.splits) == 1 else ()), "--name", "NAME",
                                "--version", "VERSION"))
 
 

@@ -278,10 +278,15 @@ def split_model(src: Path, out: Path, at: list[str], *, cpu: str = "head", input
     return _split(Path(src), [head, tail], record, plan, inputs_dir, tolerance, force)
 
 
-def size_paths(out: Path, n: int) -> tuple[list[Path], Path]:
+def size_names(n: int) -> list[str]:
+    """1 … n, zero-padded to one width (01 … 12), so that sorting the parts by name keeps their order."""
+    return [f"{k:0{len(str(n))}d}" for k in range(1, n + 1)]
+
+
+def size_paths(out: Path, names: list[str]) -> tuple[list[Path], Path]:
     """OUT.onnx -> ([OUT-1.onnx … OUT-n.onnx], OUT.split.json)."""
     stem = _stem(out)
-    return [stem.with_name(f"{stem.name}-{k}.onnx") for k in range(1, n + 1)], stem.with_name(f"{stem.name}.split.json")
+    return [stem.with_name(f"{stem.name}-{k}.onnx") for k in names], stem.with_name(f"{stem.name}.split.json")
 
 
 def split_by_size(src: Path, out: Path, size_gb: float, *, inputs_dir: Path | None = None, tolerance: float = 1e-4,
@@ -294,8 +299,8 @@ def split_by_size(src: Path, out: Path, size_gb: float, *, inputs_dir: Path | No
     if len(groups) < 2:
         raise QnnDeployError(f"{src} holds no more than {size_gb:g} GB of weights: it needs no split (qnndeploy "
                              "check says when one is needed)")
-    names = [str(k) for k in range(1, len(groups) + 1)]
-    paths, record = size_paths(Path(out), len(groups))
+    names = size_names(len(groups))
+    paths, record = size_paths(Path(out), names)
     return _split(Path(src), paths, record, lambda graph: _plans(graph, groups, names, ["npu"] * len(groups)),
                   inputs_dir, tolerance, force)
 
