@@ -1,7 +1,9 @@
 """A model too big for one HTP context, from check to a verified bundle by the printed advice (issue 23): a generated
 fp16 residual stack of `--gb` GB of weights in external data (float32 I/O), then `check` (which must print a
 `prepare --split-size` fix), that prepare, `compile` of the parts, `validate`, `bundle build --split` and
-`bundle verify`; each stage's seconds and peak RSS, with the issue's memory target on check and verify.
+`bundle verify` (--shallow: hashes and formats; deep: also each binary run on the host HTP emulator, whose child
+process holds the binary and the CPU model); each stage's seconds and peak RSS (child processes included), with
+the issue's memory target on check and the shallow verify.
 The smoke run scales the context down (`check --context-gb`) so that a small model takes the same path.
 
     python benchmarks/large_model.py [--gb 2.4] [--width 4096] [--soc SM8750] [--context-gb GB] [--work DIR] [--smoke]
@@ -90,6 +92,7 @@ def main() -> None:
         stages["bundle build --split"] = run([*QNNDEPLOY, "bundle", "build", "--from-build", "build", "--split",
                                               str(work / "stack-split.split.json"), "--name", "stack", "--version", "1",
                                               "-o", "."], cwd=work)
+        stages["bundle verify --shallow"] = run([*QNNDEPLOY, "bundle", "verify", "stack-1", "--shallow"], cwd=work)
         stages["bundle verify"] = run([*QNNDEPLOY, "bundle", "verify", "stack-1"], cwd=work)
         bundle = sum(p.stat().st_size for p in (work / "stack-1").rglob("*") if p.is_file())
         print(f"parts: {len(parts)}, {', '.join(f'{Path(p).stat().st_size / 1e6:.0f} MB' for p in parts)} (.onnx) "
@@ -97,7 +100,7 @@ def main() -> None:
     rows, targets = [], []
     for name, m in stages.items():
         rows.append([name, f"{m.seconds:.1f}", f"{m.peak_mb:.0f}"])
-        targets.append([Target("peak RSS", m.peak_mb, "<=", 300, " MB")] if name in ("check", "bundle verify")
+        targets.append([Target("peak RSS", m.peak_mb, "<=", 300, " MB")] if name in ("check", "bundle verify --shallow")
                        else [])
     table(["stage", "seconds", "peak RSS MB"], rows, targets)
 
