@@ -15,6 +15,7 @@ without its weights, and each part reads only its own weights.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable
@@ -150,10 +151,11 @@ def _by_size(graph: onnx.GraphProto, size: int) -> list[set[int]]:
     last: dict[str, int] = {}  # tensor -> the last position reading it
     for k, i in enumerate(order):
         last.update((u, k) for u in outer_reads(graph.node[i]) if u in made)
-    crossing = [0] * (len(order) + 1)  # at boundary b (before position b): the tensors made before, read after
+    starts = [0] * (len(order) + 2)  # a tensor crosses every boundary from after its node to its last reader
     for t, end in last.items():
-        for b in range(made[t] + 1, end + 1):
-            crossing[b] += 1
+        starts[made[t] + 1] += 1
+        starts[end + 1] -= 1
+    crossing = list(itertools.accumulate(starts))  # at boundary b (before position b): made before, read after
     full = _groups(reads, weight, crossing, size)
     total = sum(weight[u] for u in set().union(*reads))
     even = _groups(reads, weight, crossing, min(size, total // len(full) + max(
@@ -199,14 +201,12 @@ def _plans(graph: onnx.GraphProto, groups: list[set[int]], names: list[str], run
     plans = []
     for k, group in enumerate(groups):
         made = {o for i in group for o in graph.node[i].output if o}
-        needs = [*reads[k], *(o for o in outputs if o in constant and k == len(groups) - 1)]
-        copied = _constant_nodes(graph, [u for u in needs if u in constant and u not in made], producer)
+        last = k == len(groups) - 1
+        own = [o for o in outputs if o in made or (last and o in constant)]
+        copied = _constant_nodes(graph, [u for u in [*reads[k], *own] if u in constant and u not in made], producer)
         given = [t for later in crossing[k + 1:] for t in later if t in made]
-        plans.append(_Plan(
-            names[k], runs_on[k], sorted(group | copied),
-            crossing[k] + [i for i in graph_inputs if i in reads[k]],
-            list(dict.fromkeys([*given, *(o for o in outputs if o in made or (o in constant and o not in made
-                                                                              and k == len(groups) - 1))]))))
+        plans.append(_Plan(names[k], runs_on[k], sorted(group | copied),
+                           crossing[k] + [i for i in graph_inputs if i in reads[k]], list(dict.fromkeys(given + own))))
     return plans
 
 
