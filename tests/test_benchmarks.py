@@ -34,6 +34,9 @@ SMOKE = {
     "qnnsystem_robustness.py": ([QNN], [], ["outcome", "count"], ["read", "refused"]),
     "model_memory.py": ([], [], ["seconds", "peak RSS MB", "x model size", "vs onnx.load"],
                         ["onnx.load", "check --no-measure"]),
+    "startup.py": ([], [], ["ms", "difference ms", "ratio", "target"],
+                   ["python -c 'import click'", "qnndeploy --help", "qnndeploy check --help",
+                    "qnndeploy bundle verify --help"]),
 }
 
 

@@ -15,10 +15,9 @@ from qnndeploy.cli._common import (
     handles_errors,
     json_option,
     next_step,
-    qairt_option,
     soc_option,
-    under_toolchain,
 )
+from qnndeploy.cli._toolchain import qairt_option, under_toolchain
 
 
 def _size(nbytes: int) -> str:
