@@ -21,7 +21,7 @@ SMOKE = {
                               "bundle verify"]),
     "device_push.py": ([QNN, ADB], ["--cache-dir", "{tmp}/bench-cache"], ["seconds", "MB/s", "ratio", "target"],
                        ["plain adb push (same files)", "device verify, push_folder", "device verify, one phone",
-                        "sha256sum on the phone", "second verify, unchanged"]),
+                        "sha256sum on the phone", "plain adb push + one sha256sum pass", "second verify, unchanged"]),
     "compile_parallel.py": ([QNN], [], ["seconds", "ratio", "target"],
                             ["-j 1", "-j 2", "-j 2, cold cache", "-j 2, cache hit"]),
     "corpus.py": ([QNN], ["--work", "{tmp}/work"], ["model", "family", "reached", "expected"],
