@@ -11,6 +11,7 @@ onnxruntime-qnn (about half their fp32 size at fp16) and caches them, keyed by Q
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import subprocess
 import sys
@@ -63,38 +64,40 @@ class Measure:
     peak_mb: float
 
 
-def _tree_rss_kb(pid: int) -> int:
-    """VmRSS of a process and all its descendants (compile and verify do their work in child processes)."""
-    total, todo = 0, [pid]
+def _tree(pid: int) -> list[int]:
+    """The process and all its descendants, from /proc's children lists."""
+    found, todo = [], [pid]
     while todo:
         p = todo.pop()
-        try:
-            status = Path(f"/proc/{p}/status").read_text()
-            total += int(status.split("VmRSS:")[1].split()[0]) if "VmRSS:" in status else 0
-            for task in Path(f"/proc/{p}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
+        found.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                todo.extend(int(c) for c in task.read_text().split())
+    return found
+
+
+def _status_kb(pid: int, field: str) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/status").read_text().split(f"{field}:")[1].split()[0])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def run(cmd: list[str], ok: tuple[int, ...] = (0,), **kwargs: object) -> Measure:
-    """Wall seconds and peak RSS (MB) of one command; a command that exits other than `ok` fails the benchmark.
+    """Wall seconds and peak RSS (MB) of one command with its child processes (e.g. verify's emulator child); a
+    command that exits other than `ok` fails the benchmark.
 
-    Peak RSS is the larger of the command's VmHWM and the highest sum of VmRSS over it and its child processes,
-    both from /proc, polled while it runs: rusage's ru_maxrss would also count the benchmark's own memory, which
-    the forked child carries until exec, and no child's.
+    Peak RSS, polled every 20 ms while the command runs: the command's own VmHWM, or the sum of the VmRSS of it and
+    its descendants where that is more. rusage's ru_maxrss would count the benchmark's own memory, which the forked
+    child carries until exec.
     """
     start = time.perf_counter()
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, **kwargs)
         peak_kb = 0
         while proc.poll() is None:
-            try:
-                status = Path(f"/proc/{proc.pid}/status").read_text()
-                peak_kb = max(peak_kb, int(status.split("VmHWM:")[1].split()[0]), _tree_rss_kb(proc.pid))
-            except (OSError, IndexError):
-                pass
+            together = sum(_status_kb(p, "VmRSS") for p in _tree(proc.pid))
+            peak_kb = max(peak_kb, _status_kb(proc.pid, "VmHWM"), together)
             time.sleep(0.02)
         elapsed = time.perf_counter() - start
         if proc.returncode not in ok:

@@ -7,7 +7,8 @@ the stand-ins carry). --gb is the size of all inputs. References, measured in th
 inputs once (`cp` then `sha256sum`) for bundle build, and `sha256sum` of the bundle's files for bundle verify, both
 `--shallow` (hashes, headers, libQnnSystem reads) and deep (also loads and runs each binary on the host HTP
 emulator against its CPU model, with an empty outcome store every run). Every file sits in the page cache after the
-first pass, for every contender. Prints medians of --repeat runs.
+first pass, for every contender. Prints medians of --repeat runs. Peak RSS counts a command's child processes
+(deep verify runs the binaries and the CPU models in an emulator child: running a model holds its weights).
 
     python benchmarks/bundle_throughput.py [--gb 4] [--repeat 3] [--cache-dir DIR] [--smoke]
 """

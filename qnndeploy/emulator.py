@@ -233,7 +233,12 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
 
 # --- the child ------------------------------------------------------------------------------------------------------
 
-def _one(job: JSON, work: Path) -> Outcome:
+References = dict[tuple[str, str, int, int], tuple[list[samples.Sample], list[samples.Sample]]]
+
+
+def _one(job: JSON, work: Path, references: References) -> Outcome:
+    """Load and run one binary; `references` keeps each graph's CPU inputs and outputs by (model, graph, samples,
+    seed), so that the binaries of one graph for several SoCs run its CPU model once."""
     import onnxruntime as ort
 
     binary, model = Path(job["binary"]), Path(job["cpu_model"])
@@ -241,8 +246,11 @@ def _one(job: JSON, work: Path) -> Outcome:
     (folder / "ctx.bin").symlink_to(binary.resolve())
     wrapper = folder / "ctx.onnx"
     epcontext.wrap("ctx.bin", job["qnn_graph"], model, wrapper)
-    feeds, _ = samples.for_graph(model, job["graph"], count=job["samples"], seed=job["seed"])
-    expected = samples.cpu_outputs(model, feeds)
+    key = (str(model), job["graph"], job["samples"], job["seed"])
+    if key not in references:
+        feeds, _ = samples.for_graph(model, job["graph"], count=job["samples"], seed=job["seed"])
+        references[key] = feeds, samples.cpu_outputs(model, feeds)
+    feeds, expected = references[key]
     try:
         with htp.quiet_native_stdout():
             session = ort.InferenceSession(str(wrapper), htp.session_options(socs.find(job["soc"]),
@@ -258,10 +266,10 @@ def _one(job: JSON, work: Path) -> Outcome:
 
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
-    outcomes = []
+    outcomes, references = [], References()
     for job in spec["jobs"]:
         try:
-            outcomes.append(_one(job, Path(spec["work"])))
+            outcomes.append(_one(job, Path(spec["work"]), references))
         except QnnDeployError as e:
             outcomes.append(Outcome(False, False, str(e)))
     write_json(Path(spec["result"]), [asdict(o) for o in outcomes])

@@ -74,7 +74,7 @@ def wrap(binary_name: str, graph_name: str, source: Path, dst: Path, sdk_build: 
     emulator and on phones like the wrappers the ort backend writes."""
     import onnx
 
-    model = load_model(source, check_external=False)
+    model = load_model(source, check_external=False, weights=False)  # the signature only: no weight bytes
     graph = model.graph
     initializers = {t.name for t in graph.initializer}
     inputs = [v for v in graph.input if v.name not in initializers]

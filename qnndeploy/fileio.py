@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import ctypes
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -493,7 +493,11 @@ AT_FDCWD = -100
 RENAME_EXCHANGE = 2
 
 
-def _load_renameat2() -> Callable[..., int] | None:
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    """libc's renameat2, loaded on first use (ctypes is not needed at start-up)."""
+    import ctypes  # noqa: PLC0415 only for renameat2: not at start-up
+
     try:
         fn = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError):  # not Linux, or a libc older than glibc 2.28
@@ -503,16 +507,16 @@ def _load_renameat2() -> Callable[..., int] | None:
     return fn
 
 
-_renameat2 = _load_renameat2()
-
-
 def exchange(a: Path, b: Path) -> bool:
     """Swap the names `a` and `b` in one atomic step (renameat2 RENAME_EXCHANGE). False, with nothing changed,
     where the platform or the file system cannot (no renameat2, ENOSYS, EINVAL): the caller falls back."""
-    if _renameat2 is None:
+    fn = _renameat2()
+    if fn is None:
         return False
-    if _renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+    if fn(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
         return True
+    import ctypes  # noqa: PLC0415 loaded by _renameat2 already
+
     err = ctypes.get_errno()
     if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
         return False

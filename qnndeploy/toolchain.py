@@ -18,7 +18,6 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from qnndeploy import child, compat
@@ -54,6 +53,8 @@ def known() -> list[Toolchain]:
 def current() -> Toolchain | None:
     """The toolchain this process imports (read from package metadata, without importing it); None when
     onnxruntime-qnn is not installed."""
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415 10 ms at start-up (email.*)
+
     try:
         installed = version("onnxruntime-qnn")
     except PackageNotFoundError:

@@ -21,7 +21,7 @@ SMOKE = {
                               "bundle verify"]),
     "device_push.py": ([QNN, ADB], ["--cache-dir", "{tmp}/bench-cache"], ["seconds", "MB/s", "ratio", "target"],
                        ["plain adb push (same files)", "device verify, push_folder", "device verify, one phone",
-                        "sha256sum on the phone", "second verify, unchanged"]),
+                        "sha256sum on the phone", "plain adb push + one sha256sum pass", "second verify, unchanged"]),
     "compile_parallel.py": ([QNN], [], ["seconds", "ratio", "target"],
                             ["-j 1", "-j 2", "-j 2, cold cache", "-j 2, cache hit"]),
     "corpus.py": ([QNN], ["--work", "{tmp}/work"], ["model", "family", "reached", "expected"],
@@ -37,6 +37,9 @@ SMOKE = {
     "large_model.py": ([QNN], [], ["stage", "seconds", "peak RSS MB", "target"],
                        ["check ", "prepare --split-size", "compile 3 parts", "validate", "bundle build --split",
                         "bundle verify --shallow", "bundle verify "]),
+    "startup.py": ([], [], ["ms", "difference ms", "ratio", "target"],
+                   ["python -c 'import click'", "qnndeploy --help", "qnndeploy check --help",
+                    "qnndeploy bundle verify --help"]),
 }
 
 

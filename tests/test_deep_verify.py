@@ -86,6 +86,30 @@ def _own_cache(tmp_path, monkeypatch):
     monkeypatch.setenv(emulator.CACHE_ENV, str(tmp_path / "emulated"))
 
 
+def test_each_graphs_cpu_model_runs_once_for_all_its_socs(bundle, monkeypatch):
+    """The CPU reference of a graph is the same for its binaries of every SoC (same model, inputs and seed): the
+    emulator child runs it once, not once per SoC, since a CPU model can be gigabytes of fp32."""
+    from qnndeploy import samples
+
+    ran: list[str] = []
+    cpu_outputs = samples.cpu_outputs
+    monkeypatch.setattr(samples, "cpu_outputs", lambda model, feeds: ran.append(Path(model).name) or
+                        cpu_outputs(model, feeds))
+
+    def in_process(jobs, tc, timeout):  # the child's loop, here, so that the CPU runs can be counted
+        spec = Path(emulator.tempfile.mkdtemp()) / "jobs.json"
+        spec.write_text(json.dumps({"work": str(spec.parent), "result": str(spec.parent / "result.json"),
+                                    "jobs": [{**emulator.asdict(j), "binary": str(j.binary),
+                                              "cpu_model": str(j.cpu_model)} for j in jobs]}))
+        emulator.main([str(spec)])
+        return [emulator.Outcome(**o) for o in json.loads((spec.parent / "result.json").read_text())]
+
+    monkeypatch.setattr(emulator, "_run", in_process)
+    report = verify_bundle(bundle, deep=True)
+    assert report.ok and report.deep.startswith("4 context binaries loaded and run"), report.problems
+    assert sorted(ran) == ["a.onnx", "b.onnx"]
+
+
 def test_a_sound_bundle_loads_and_matches_and_the_report_says_so(bundle):
     report = verify_bundle(bundle, deep=True)
     assert report.ok and report.problems == [], report.problems

@@ -3,6 +3,9 @@ and on hand-made protobuf edge cases; and a one-line error, never a crash, for b
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import onnx
 import pytest
@@ -104,3 +107,29 @@ def test_truncated_and_foreign_bytes_are_one_line_errors(tmp_path):
         cut.write_bytes(junk)
         with pytest.raises(QnnDeployError, match=r"not a readable ONNX model|is not an ONNX model"):
             load_model(cut, weights=False)
+
+
+# Runs the command as its child and prints the child's peak RSS (kB): the test process's own memory is not counted.
+PEAK = ("import resource, subprocess, sys\nsubprocess.run(sys.argv[1:], check=True)\n"
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+
+
+def test_an_epcontext_wrapper_is_written_from_the_graph_not_the_weights(tmp_path):
+    """Deep `bundle verify` and AI Hub compiles wrap each context binary with the signature of its CPU model: that
+    must not read the model's weights, whose size can be gigabytes."""
+    weights = numpy_helper.from_array(np.zeros((8192, 8192), np.float32), "w")  # 268 MB
+    graph = h.make_graph([h.make_node("MatMul", ["x", "w"], ["y"])], "big",
+                         [h.make_tensor_value_info("x", T.FLOAT, [1, 8192])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [1, 8192])], [weights])
+    model = tmp_path / "big.onnx"
+    model.write_bytes(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]).SerializeToString())
+    del weights, graph
+    wrap = (f"from pathlib import Path\nfrom qnndeploy import epcontext\n"
+            f"epcontext.wrap('ctx.bin', 'big', Path({str(model)!r}), Path({str(tmp_path / 'ctx.onnx')!r}))")
+    done = subprocess.run([sys.executable, "-c", PEAK, sys.executable, "-c", wrap], capture_output=True, text=True,
+                          check=True)
+    peak_mb = int(done.stdout.split()[-1]) / 1024
+    wrapper = onnx.load(str(tmp_path / "ctx.onnx"))
+    assert [n.op_type for n in wrapper.graph.node] == ["EPContext"]
+    assert [i.name for i in wrapper.graph.input] == ["x"] and [o.name for o in wrapper.graph.output] == ["y"]
+    assert peak_mb < 150, f"wrapping a {model.stat().st_size / 1e6:.0f} MB model peaked at {peak_mb:.0f} MB"

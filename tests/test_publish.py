@@ -107,7 +107,7 @@ def test_staging_dir_replaces_a_folder_without_a_moment_of_absence(tmp_path, mon
         (tmp / "v").write_text("new")
     assert (final / "v").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
-    if fileio._renameat2 is not None:
+    if fileio._renameat2() is not None:
         assert [c for c in calls if c.startswith("exchange")], calls
 
 

@@ -10,7 +10,6 @@ import os
 import re
 import shlex
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -21,7 +20,7 @@ from typing import Any, ClassVar, NoReturn
 
 import click
 
-from qnndeploy import fileio, toolchain
+from qnndeploy import fileio
 from qnndeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
 
 EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM (README "Exit codes")
@@ -32,7 +31,7 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 class Group(click.Group):
     """A command group that lists its commands in the order they were added and, run with no arguments, prints
     its help on stdout and exits 0 (click itself treats a bare group as a usage error, exit 2). It keeps the
-    arguments it ran with, so that a command can run again under another QAIRT toolchain (under_toolchain)."""
+    arguments it ran with, so that a command can run again under another QAIRT toolchain (cli/_toolchain.py)."""
 
     args: ClassVar[list[str]] = []
 
@@ -165,29 +164,6 @@ def shown(path: Path | str) -> str:
         return str(Path(path).resolve().relative_to(Path.cwd()))
     except ValueError:
         return str(path)
-
-
-# --- QAIRT toolchains --------------------------------------------------------------------------------------------
-
-def under_toolchain(tc: toolchain.Toolchain) -> None:
-    """Return at once when this process imports `tc`; otherwise install it if it is not yet (saying so on stderr),
-    run this same command again in a child process under it, and exit with the child's exit code."""
-    if toolchain.is_current(tc):
-        return
-    if os.environ.get(toolchain.ENV_ACTIVE) == tc.onnxruntime_qnn:
-        raise QnnDeployError(f"running under {tc.name}, this process still imports another onnxruntime-qnn "
-                             f"({toolchain.current()}): remove {toolchain.folder(tc)} and run again")
-    toolchain.install(tc, say=lambda line: click.echo(f"qnndeploy: {line}", err=True))
-    click.echo(f"qnndeploy: running under {tc.name}", err=True)
-    sys.stdout.flush()
-    sys.exit(subprocess.run(toolchain.command(Group.args), env=toolchain.environ(tc), check=False).returncode)
-
-
-qairt_option = click.option(
-    "--qairt", metavar="X.Y",
-    help="Use this QAIRT release's compiler: the onnxruntime-qnn wheel that carries it, installed on demand into "
-         "$QNNDEPLOY_TOOLCHAINS_DIR (default ~/.cache/qnndeploy/toolchains) [default: the installed "
-         "onnxruntime-qnn's]. Pick the QAIRT of the runtime the app ships (README, Runtime compatibility).")
 
 
 # --- options and parsers ------------------------------------------------------------------------------------------

@@ -15,11 +15,10 @@ from qnndeploy.cli._common import (
     handles_errors,
     json_option,
     next_step,
-    qairt_option,
     size_text,
     soc_option,
-    under_toolchain,
 )
+from qnndeploy.cli._toolchain import qairt_option, under_toolchain
 
 
 def _render_check(report: onnxcheck.CheckReport) -> None:

@@ -15,13 +15,12 @@ from qnndeploy.cli._common import (
     job_progress,
     json_option,
     next_step,
-    qairt_option,
     report,
     sample_options,
     shown,
     soc_option,
-    under_toolchain,
 )
+from qnndeploy.cli._toolchain import qairt_option, under_toolchain
 from qnndeploy.compile.jobs import HtpSettings
 from qnndeploy.errors import QnnDeployError
 from qnndeploy.formats import CONTEXT_BINARY

@@ -16,8 +16,8 @@ from qnndeploy.cli._common import (
     report,
     sample_options,
     shown,
-    under_toolchain,
 )
+from qnndeploy.cli._toolchain import under_toolchain
 from qnndeploy.fileio import staging_file, writing
 
 

@@ -19,8 +19,8 @@ from qnndeploy.cli._common import (
     sample_options,
     shown,
     soc_option,
-    under_toolchain,
 )
+from qnndeploy.cli._toolchain import under_toolchain
 
 
 def _render_validation(summary: stage.ValidationSummary) -> None:
