@@ -181,24 +181,18 @@ class Run:
 
 def qnndeploy(*args: str, cwd: Path | None = None) -> tuple[int, dict | None, str]:
     """Run the CLI as a user does: (exit code, its --json output or None, stderr)."""
-    import json
     import subprocess
     import sys
 
     proc = subprocess.run([sys.executable, "-m", "qnndeploy", *args, "--json"], capture_output=True, text=True,
                           cwd=cwd, check=False)
-    try:
-        data = json.loads(proc.stdout) if proc.stdout.strip() else None
-    except ValueError:
-        data = None
-    return proc.returncode, data, proc.stderr.strip()
+    return proc.returncode, _parsed(proc.stdout), proc.stderr.strip()
 
 
 def qnndeploy_in_process(*args: str) -> tuple[int, dict | None, str]:
     """qnndeploy() through click's test runner in this process: the same command, output and exit code, without a
     new interpreter per step (each prepare process spends seconds importing onnxsim, and torch through it where
     torch is installed). tests/test_corpus.py runs the corpus this way; benchmarks/corpus.py times the real CLI."""
-    import json
     import traceback
 
     from click.testing import CliRunner
@@ -209,11 +203,17 @@ def qnndeploy_in_process(*args: str) -> tuple[int, dict | None, str]:
     err = result.stderr.strip()
     if result.exception is not None and not isinstance(result.exception, SystemExit):  # a traceback, as a process
         err = "".join(traceback.format_exception(result.exception)).strip()  # would have printed it
+    return result.exit_code, _parsed(result.stdout), err
+
+
+def _parsed(stdout: str) -> dict | None:
+    """A command's --json output, or None when it printed none (or something else)."""
+    import json
+
     try:
-        data = json.loads(result.stdout) if result.stdout.strip() else None
+        return json.loads(stdout) if stdout.strip() else None
     except ValueError:
-        data = None
-    return result.exit_code, data, err
+        return None
 
 
 def fill(command: list[str], placeholders: list[str], model: Model) -> list[str]:
