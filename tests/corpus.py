@@ -10,6 +10,7 @@ check's placeholders) and the settings it freezes. Everything else comes from th
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -180,17 +181,39 @@ class Run:
 
 def qnndeploy(*args: str, cwd: Path | None = None) -> tuple[int, dict | None, str]:
     """Run the CLI as a user does: (exit code, its --json output or None, stderr)."""
-    import json
     import subprocess
     import sys
 
     proc = subprocess.run([sys.executable, "-m", "qnndeploy", *args, "--json"], capture_output=True, text=True,
                           cwd=cwd, check=False)
+    return proc.returncode, _parsed(proc.stdout), proc.stderr.strip()
+
+
+def qnndeploy_in_process(*args: str) -> tuple[int, dict | None, str]:
+    """qnndeploy() through click's test runner in this process: the same command, output and exit code, without a
+    new interpreter per step (each prepare process spends seconds importing onnxsim, and torch through it where
+    torch is installed). tests/test_corpus.py runs the corpus this way; benchmarks/corpus.py times the real CLI."""
+    import traceback
+
+    from click.testing import CliRunner
+
+    from qnndeploy.cli import cli
+
+    result = CliRunner().invoke(cli, [*args, "--json"])
+    err = result.stderr.strip()
+    if result.exception is not None and not isinstance(result.exception, SystemExit):  # a traceback, as a process
+        err = "".join(traceback.format_exception(result.exception)).strip()  # would have printed it
+    return result.exit_code, _parsed(result.stdout), err
+
+
+def _parsed(stdout: str) -> dict | None:
+    """A command's --json output, or None when it printed none (or something else)."""
+    import json
+
     try:
-        data = json.loads(proc.stdout) if proc.stdout.strip() else None
+        return json.loads(stdout) if stdout.strip() else None
     except ValueError:
-        data = None
-    return proc.returncode, data, proc.stderr.strip()
+        return None
 
 
 def fill(command: list[str], placeholders: list[str], model: Model) -> list[str]:
@@ -218,9 +241,10 @@ def options(command: list[str]) -> list[str]:
 
 
 def follow_advice(model: Model, cache: Path, work: Path, soc: str = "SM8750", through: str = "bundle",
-                  precision: str = "fp16") -> Run:
+                  precision: str = "fp16", qnndeploy: Callable[..., tuple[int, dict | None, str]] = qnndeploy) -> Run:
     """check, then the printed fix (placeholders filled) and check again until ready or a blocker; then compile,
-    validate, bundle and bundle verify, each as its CLI. Fails the run when a fix comes back (advice that loops)."""
+    validate, bundle and bundle verify, each as its CLI (run by `qnndeploy`: a process each, or
+    qnndeploy_in_process). Fails the run when a fix comes back (advice that loops)."""
     import shlex
     import shutil
     import time

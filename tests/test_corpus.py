@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import require
-from corpus import BY_NAME, MODELS, follow_advice
+from corpus import BY_NAME, MODELS, follow_advice, qnndeploy_in_process
 
 from qnndeploy import htp
 
@@ -56,7 +56,8 @@ def test_the_advice_converges_to_ready_or_names_the_limit(model, torch_cache, tm
     require(htp.available(), "onnxruntime-qnn (the QNN HTP backend)")
     model_file(model, torch_cache)
     whole = model.name in TO_BUNDLE
-    run = follow_advice(model, torch_cache, tmp_path, through="bundle" if whole else "check")
+    run = follow_advice(model, torch_cache, tmp_path, through="bundle" if whole else "check",
+                        qnndeploy=qnndeploy_in_process)
     stages = "; ".join(f"{s.name}: {s.summary}" for s in run.stages)
     prepared = [s for s in run.stages if s.name == "prepare" and not s.summary.startswith("split at ")]
     assert len(prepared) <= 1, f"more than one round of fixes: {stages}"
@@ -75,7 +76,8 @@ def test_w8a16_advice_on_an_unfused_gelu_encoder_ends_in_fuse_and_ready(torch_ca
     require(htp.available(), "onnxruntime-qnn (the QNN HTP backend)")
     model = BY_NAME["bert_gelu_erf"]
     model_file(model, torch_cache)
-    run = follow_advice(model, torch_cache, tmp_path, through="check", precision="w8a16")
+    run = follow_advice(model, torch_cache, tmp_path, through="check", precision="w8a16",
+                        qnndeploy=qnndeploy_in_process)
     stages = "; ".join(f"{s.name}: {s.summary}" for s in run.stages)
     assert run.reached == "ready", stages
     assert [s.name for s in run.stages] == ["check", "prepare", "check", "prepare", "check"], stages
