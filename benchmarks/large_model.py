@@ -21,34 +21,27 @@ from benchlib import QNNDEPLOY, Measure, Target, fail, parse, parser, run, table
 
 
 def stack_model(path: Path, gb: float, width: int) -> int:
-    """The residual stack of tests/synth_models.py at `gb` GB of fp16 weights, written layer by layer into
-    PATH.data (never all in memory); returns the layer count."""
-    import numpy as np
+    """tests/synth_models.residual_stack at `gb` GB of fp16 weights, each written into PATH.data as it is made
+    (never all in memory); returns the layer count."""
     import onnx
-    from onnx import TensorProto as T
-    from onnx import helper as h
+    import synth_models
 
     layers = max(2, round(gb * 1e9 / (width * width * 2)))
-    nodes = [h.make_node("Cast", ["x"], ["h0"], to=T.FLOAT16, name="cast_in")]
-    inits = []
     data = path.with_name(path.name + ".data")
     with data.open("wb") as f:
-        for i in range(layers):
-            w = np.random.default_rng(i).standard_normal((width, width), dtype=np.float32) / np.float32(np.sqrt(width))
-            tensor = onnx.TensorProto(name=f"w{i}", data_type=T.FLOAT16, dims=[width, width], data_location=T.EXTERNAL)
-            for key, value in (("location", data.name), ("offset", str(f.tell())), ("length", str(w.size * 2))):
+
+        def store(array: object, name: str) -> onnx.TensorProto:
+            import numpy as np
+
+            w = np.ascontiguousarray(array)
+            tensor = onnx.TensorProto(name=name, data_type=onnx.TensorProto.FLOAT16, dims=list(w.shape),
+                                      data_location=onnx.TensorProto.EXTERNAL)
+            for key, value in (("location", data.name), ("offset", str(f.tell())), ("length", str(w.nbytes))):
                 tensor.external_data.add(key=key, value=value)
-            f.write(w.astype(np.float16).tobytes())
-            inits.append(tensor)
-            nodes += [h.make_node("MatMul", [f"h{i}", f"w{i}"], [f"m{i}"], name=f"mm{i}"),
-                      h.make_node("Relu", [f"m{i}"], [f"r{i}"], name=f"relu{i}"),
-                      h.make_node("Add", [f"r{i}", f"h{i - 1}"], [f"h{i + 1}"], name=f"skip{i}") if i % 2 else
-                      h.make_node("Identity", [f"r{i}"], [f"h{i + 1}"], name=f"id{i}")]
-    nodes.append(h.make_node("Cast", [f"h{layers}"], ["y"], to=T.FLOAT, name="cast_out"))
-    graph = h.make_graph(nodes, "stack", [h.make_tensor_value_info("x", T.FLOAT, [1, width])],
-                         [h.make_tensor_value_info("y", T.FLOAT, [1, width])], inits)
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
-    model.ir_version = 10
+            f.write(w.tobytes())
+            return tensor
+
+        model = synth_models.residual_stack(layers, width, store=store)
     onnx.save(model, str(path))
     return layers
 

@@ -16,11 +16,12 @@ from onnx import numpy_helper
 OPSET = 17
 
 
-def _model(nodes, inputs, outputs, inits=(), name="g") -> onnx.ModelProto:
+def _model(nodes, inputs, outputs, inits=(), name="g", check=True) -> onnx.ModelProto:
     graph = h.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", OPSET)], producer_name="synth_models")
     model.ir_version = 9
-    onnx.checker.check_model(model)
+    if check:  # onnx's checker looks for external data relative to the working folder
+        onnx.checker.check_model(model)
     return model
 
 
@@ -375,17 +376,18 @@ def float64_tail() -> onnx.ModelProto:
         [_weight("W0", [16, 16], 1), _weight("W", [16, 32]), step], name="f64")
 
 
-def residual_stack(layers: int = 6, width: int = 64, dtype=np.float16) -> onnx.ModelProto:
+def residual_stack(layers: int = 6, width: int = 64, dtype=np.float16, store=None) -> onnx.ModelProto:
     """x [1, width] float32 -> Cast -> `layers` x (MatMul by a [width, width] weight, Relu), the input of every
     second layer added back after it (a skip connection) -> Cast -> y float32: an fp16 model with float32 I/O, as
     converters that keep I/O types write it; weights scaled so values stay near 1. Its weights grow with
-    layers x width² and split anywhere."""
+    layers x width² and split anywhere. `store(array, name)` makes each weight's TensorProto (default: inside the
+    model; benchmarks/large_model.py writes them to a data file one at a time)."""
     elem = T.FLOAT16 if dtype == np.float16 else T.FLOAT
     nodes = [h.make_node("Cast", ["x"], ["h0"], to=elem, name="cast_in")]
     inits = []
     for i in range(layers):
         w = (np.random.default_rng(i).standard_normal((width, width)) / np.sqrt(width)).astype(dtype)
-        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        inits.append((store or numpy_helper.from_array)(w, f"w{i}"))
         nodes += [h.make_node("MatMul", [f"h{i}", f"w{i}"], [f"m{i}"], name=f"mm{i}"),
                   h.make_node("Relu", [f"m{i}"], [f"r{i}"], name=f"relu{i}")]
         if i % 2:
@@ -393,4 +395,5 @@ def residual_stack(layers: int = 6, width: int = 64, dtype=np.float16) -> onnx.M
         else:
             nodes.append(h.make_node("Identity", [f"r{i}"], [f"h{i + 1}"], name=f"id{i}"))
     nodes.append(h.make_node("Cast", [f"h{layers}"], ["y"], to=T.FLOAT, name="cast_out"))
-    return _model(nodes, [_vi("x", T.FLOAT, [1, width])], [_vi("y", T.FLOAT, [1, width])], inits, name="stack")
+    return _model(nodes, [_vi("x", T.FLOAT, [1, width])], [_vi("y", T.FLOAT, [1, width])], inits, name="stack",
+                  check=store is None)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -269,13 +269,11 @@ def split_model(src: Path, out: Path, at: list[str], *, cpu: str = "head", input
     if not at:
         raise QnnDeployError("--split-at needs a tensor name (qnndeploy diagnose names the one to cut at)")
     head, tail, record = split_paths(Path(out))
-
-    def plan(graph: onnx.GraphProto) -> list[_Plan]:
-        first = _cut(graph, at)
-        return _plans(graph, [first, set(range(len(graph.node))) - first], list(PARTS),
-                      ["cpu" if p == cpu else "npu" for p in PARTS])
-
-    return _split(Path(src), [head, tail], record, plan, inputs_dir, tolerance, force)
+    slim = load_model(Path(src), weights=False)
+    first = _cut(slim.graph, at)
+    plans = _plans(slim.graph, [first, set(range(len(slim.graph.node))) - first], list(PARTS),
+                   ["cpu" if p == cpu else "npu" for p in PARTS])
+    return _split(Path(src), slim, plans, [head, tail], record, inputs_dir, tolerance, force)
 
 
 def size_names(n: int) -> list[str]:
@@ -295,29 +293,29 @@ def split_by_size(src: Path, out: Path, size_gb: float, *, inputs_dir: Path | No
     the NPU in that order, and OUT.split.json, when the parts chained compute what `src` computes."""
     if not size_gb > 0:
         raise QnnDeployError(f"--split-size {size_gb:g}: give the most GB of weights a part may hold, e.g. 1.5")
-    groups = _by_size(load_model(Path(src), weights=False).graph, round(size_gb * 1e9))
+    slim = load_model(Path(src), weights=False)
+    groups = _by_size(slim.graph, round(size_gb * 1e9))
     if len(groups) < 2:
         raise QnnDeployError(f"{src} holds no more than {size_gb:g} GB of weights: it needs no split (qnndeploy "
                              "check says when one is needed)")
     names = size_names(len(groups))
     paths, record = size_paths(Path(out), names)
-    return _split(Path(src), paths, record, lambda graph: _plans(graph, groups, names, ["npu"] * len(groups)),
+    return _split(Path(src), slim, _plans(slim.graph, groups, names, ["npu"] * len(groups)), paths, record,
                   inputs_dir, tolerance, force)
 
 
-def _split(src: Path, paths: list[Path], record: Path, plan: Callable[[onnx.GraphProto], list[_Plan]],
+def _split(src: Path, slim: onnx.ModelProto, plans: list[_Plan], paths: list[Path], record: Path,
            inputs_dir: Path | None, tolerance: float, force: bool) -> SplitResult:
-    """Cut `src` by `plan` (graph -> the parts), prove the parts chained equal to it, then publish them and the
-    record. Everything is written in a staging folder beside the output first: a failed or interrupted split
-    leaves nothing under the final names (nor the folders -o named that did not exist)."""
+    """Cut `src` (`slim`: its graph without the weights) into `plans`, prove the parts chained equal to it, then
+    publish them and the record. Everything is written in a staging folder beside the output first: a failed or
+    interrupted split leaves nothing under the final names (nor the folders -o named that did not exist)."""
     for p in [*paths, record]:
         if p.exists() and not force:
             raise QnnDeployError(f"{p} already exists; pass --force to replace it")
-    slim = load_model(src, weights=False)
     graph = slim.graph
-    plans = plan(graph)
     values = inferred_values(slim, data_prop=True)
-    cut = list(dict.fromkeys(t for p in plans for t in p.inputs if t not in {v.name for v in graph.input}))
+    fed = {v.name for v in graph.input}
+    cut = list(dict.fromkeys(t for p in plans for t in p.inputs if t not in fed))
     for t in cut:
         info = tensor_info(values[t]) if t in values else None
         if info is None or info.dynamic:  # a scalar's shape [] is static
