@@ -176,8 +176,8 @@ def real_inputs(cache: Path, graphs: dict[str, int], socs: list[str]) -> tuple[d
     runs do not recompile; each file appears there only once complete."""
     import onnxruntime as ort
 
-    from qnndeploy import htp
-    from qnndeploy import socs as catalog
+    from qnndeploy.base import socs as catalog
+    from qnndeploy.qnn import htp
 
     cpu, npu = {}, {}
     for i, (graph, size) in enumerate(graphs.items()):

@@ -23,7 +23,8 @@ from pathlib import Path
 from benchlib import fail, median, parse, parser, table
 from corpus import BY_NAME, follow_advice
 
-from qnndeploy import diagnose, metrics, samples
+from qnndeploy import diagnose
+from qnndeploy.model import metrics, samples
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ Run: python benchmarks/qnnsystem_robustness.py [--cases 400] [--seed 1] [--repea
 (needs onnxruntime-qnn; without BINARY it compiles a tiny model for SM8750; about 30 s for 400 cases on 2 cores;
 --smoke: 10 cases)
 Each case is the binary truncated, with bits flipped, with 4-byte words overwritten (0, 0xffffffff, random…) in
-its header or anywhere, or random bytes, read in-process by `python -m qnndeploy.qnnsystem` in its own process;
+its header or anywhere, or random bytes, read in-process by `python -m qnndeploy.qnn.qnnsystem` in its own process;
 prints how many were read, refused (a QNN error code), crashed (signal) or hung (over 20 s), and the median time
 of --repeat child-process reads of the intact binary. Not a test: the counts depend on the seed and the QAIRT; it
 fails only when the intact binary does not read, or the empty file does.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from benchlib import fail, median, parse, parser, table
 
-from qnndeploy import qnnsystem
+from qnndeploy.qnn import qnnsystem
 
 
 def tiny_binary(tmp: Path) -> Path:
@@ -56,7 +56,7 @@ def mutations(src: bytes, n: int, rng: random.Random) -> list[tuple[str, bytes]]
 
 def read(path: Path) -> str:
     try:
-        done = subprocess.run([sys.executable, "-m", "qnndeploy.qnnsystem", str(path)], capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "qnndeploy.qnn.qnnsystem", str(path)], capture_output=True,
                               text=True, timeout=20, check=False)
     except subprocess.TimeoutExpired:
         return "hung"

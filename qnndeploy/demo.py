@@ -13,24 +13,17 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from qnndeploy import __version__, htp
-from qnndeploy import socs as catalog
+from qnndeploy import __version__
+from qnndeploy.base import socs as catalog
+from qnndeploy.base.errors import EXIT_CHECK_FAILED, QnnDeployError
+from qnndeploy.base.fileio import check_apart, check_writable, first_missing, no_room, remove_made, write_error, writing
 from qnndeploy.bundle.build import build_bundle, spec_from_build
-from qnndeploy.bundle.verify import verify_bundle
+from qnndeploy.check import check_model
 from qnndeploy.compile import compile_models
-from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError
-from qnndeploy.fileio import (
-    check_apart,
-    check_writable,
-    first_missing,
-    no_room,
-    remove_made,
-    write_error,
-    writing,
-)
-from qnndeploy.metrics import OutputMetrics
-from qnndeploy.onnxcheck import check_model
+from qnndeploy.formats.verify import verify_bundle
+from qnndeploy.model.metrics import OutputMetrics
 from qnndeploy.prepare import prepare_model
+from qnndeploy.qnn import htp
 from qnndeploy.validate import validate_build
 
 MODEL = "kws_demo"  # a keyword-spotting-shaped CNN made by data/make_demo_model.py (Apache-2.0, no training data)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from qnndeploy import aihub, htp, toolchain
+from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.compile.qairt import find_sdk
-from qnndeploy.errors import QnnDeployError
+from qnndeploy.qnn import aihub, htp, toolchain
 
 MAC_ADVICE = ("the QNN compilers and the HTP emulator run on Linux x86-64 only: use a Linux VM or cloud machine, "
               "or Docker with --platform linux/amd64 (works on Apple silicon, slowly, emulated)")

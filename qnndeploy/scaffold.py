@@ -18,13 +18,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from qnndeploy import __version__, codegen, compat, epcontext, playplan
-from qnndeploy.bundle.manifest import read_manifest, schema, verified_bytes
-from qnndeploy.bundle.verify import VerifyReport, require_ok, verify_folder
-from qnndeploy.decision import BACKEND_LIB, REASONS, SYSTEM_LIB, VENDOR_DSP_FOLDERS, soc_tables, template_fields
-from qnndeploy.errors import QnnDeployError
-from qnndeploy.fileio import check_replaceable, check_writable, copy_verified, staging_dir
-from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION, MANIFEST, ONNX, artifact_graphs
+from qnndeploy import __version__
+from qnndeploy.base import codegen, compat
+from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.fileio import check_replaceable, check_writable, copy_verified, staging_dir
+from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION, MANIFEST, ONNX, artifact_graphs
+from qnndeploy.formats import playplan
+from qnndeploy.formats.decision import BACKEND_LIB, REASONS, SYSTEM_LIB, VENDOR_DSP_FOLDERS, soc_tables, template_fields
+from qnndeploy.formats.manifest import read_manifest, schema, verified_bytes
+from qnndeploy.formats.verify import VerifyReport, require_ok, verify_folder
+from qnndeploy.qnn import epcontext
 
 ENGINES = {"ort": EPCONTEXT, "sherpa-onnx": CONTEXT_BINARY}  # engine -> the NPU file format it loads
 ENGINE_FILES = {"ort": "OrtModels.kt", "sherpa-onnx": "SherpaOnnxQnn.kt"}

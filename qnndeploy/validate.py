@@ -14,19 +14,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qnndeploy import __version__, fileio, htp, samples, socs
-from qnndeploy.errors import QnnDeployError
-from qnndeploy.fileio import JSON, sha256_file, write_json
-from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT
-from qnndeploy.metrics import (
-    OPTIONAL_THRESHOLDS,
-    THRESHOLDS,
-    OutputMetrics,
-    Thresholds,
-    judge_model,
-    thresholds_for,
-)
-from qnndeploy.records import (
+from qnndeploy import __version__
+from qnndeploy.base import fileio, socs
+from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.fileio import JSON, sha256_file, write_json
+from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
+from qnndeploy.formats.records import (
     VALIDATION_RECORD,
     VALIDATION_VERSION,
     CompileRecord,
@@ -34,7 +27,17 @@ from qnndeploy.records import (
     read_build,
     split_records,
 )
-from qnndeploy.samples import Sample
+from qnndeploy.model import samples
+from qnndeploy.model.metrics import (
+    OPTIONAL_THRESHOLDS,
+    THRESHOLDS,
+    OutputMetrics,
+    Thresholds,
+    judge_model,
+    thresholds_for,
+)
+from qnndeploy.model.samples import Sample
+from qnndeploy.qnn import htp
 
 if TYPE_CHECKING:
     pass

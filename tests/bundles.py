@@ -12,9 +12,9 @@ from pathlib import Path
 
 from elfgen import BUILD
 
-from qnndeploy import socs
-from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, EXTERNAL_DATA
-from qnndeploy.markers import build_version
+from qnndeploy.base import socs
+from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, EXTERNAL_DATA
+from qnndeploy.qnn.markers import build_version
 
 QAIRT = build_version(BUILD)
 
@@ -127,7 +127,7 @@ def compile_inputs(root: Path, targets=("SM8550", "SM8750"), graphs=("det", "rec
     import onnx
     import onnxruntime as ort
 
-    from qnndeploy import htp
+    from qnndeploy.qnn import htp
 
     cpu = {g: tiny_model(root / "cpu" / f"{g}.onnx", 8 * (i + 1)) for i, g in enumerate(graphs)}
     npu: dict = {}

@@ -43,7 +43,7 @@ def find_kotlinc() -> Path | None:
 
 
 def _qnn() -> bool:
-    from qnndeploy import htp
+    from qnndeploy.qnn import htp
 
     return htp.available()
 
@@ -104,7 +104,7 @@ def toolchains():
     """Every toolchain of runtime.json installed by qnndeploy's own installer (pip --target) from the local
     wheelhouse, never from the network (PIP_NO_INDEX): compile --qairt's real install path. The toolchains folder
     is kept between runs on a developer machine; CI starts without it."""
-    from qnndeploy import toolchain
+    from qnndeploy.qnn import toolchain
 
     house = wheelhouse()
     missing = [w for tc in toolchain.known() if not toolchain.is_current(tc)

@@ -9,8 +9,8 @@ from pathlib import Path
 def _installed_build() -> str:
     """The build string the installed onnxruntime-qnn's QNN libraries embed, so that stand-in runtime libraries are
     of the QAIRT the tests compile with (one QAIRT per bundle)."""
-    from qnndeploy import markers, qnnsystem
-    from qnndeploy.errors import QnnDeployError
+    from qnndeploy.base.errors import QnnDeployError
+    from qnndeploy.qnn import markers, qnnsystem
 
     try:
         builds = markers.scan_file(qnnsystem.library_path().with_name("libQnnSaver.so"), markers=True).builds

@@ -22,7 +22,7 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
-from qnndeploy.formats import FORMAT_VERSION
+from qnndeploy.base.names import FORMAT_VERSION
 
 Setup = Callable[[Path], None]
 

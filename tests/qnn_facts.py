@@ -6,7 +6,7 @@ the host HTP emulator (runtime.json "loads").
     python -m tests.qnn_facts --write      ... and write them into qnndeploy/data (dated today)
     python -m tests.qnn_facts --wheels     the pip requirements of the toolchains (for .ci/run's wheelhouse)
 
-Each measurement runs in a child process under its toolchain (qnndeploy.toolchain.environ), as compile --qairt
+Each measurement runs in a child process under its toolchain (qnndeploy.qnn.toolchain.environ), as compile --qairt
 does: `python -m tests.qnn_facts compile OUT` and `python -m tests.qnn_facts load SOURCE BIN...` are those
 children. tests/test_facts.py re-measures the pinned toolchain's rows and the load table in CI.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qnndeploy import toolchain
+from qnndeploy.qnn import toolchain
 
 DATA = Path(__file__).resolve().parents[1] / "qnndeploy" / "data"
 LOAD_SOC = "SM8550"  # the load table's binaries: a SoC every release compiles for
@@ -70,7 +70,8 @@ def compile_all(out: Path) -> dict[str, object]:
     libQnnSystem. Catalog refusals are not consulted: this is what the compiler itself does."""
     import onnxruntime as ort
 
-    from qnndeploy import htp, markers, qnnsystem, socs
+    from qnndeploy.base import socs
+    from qnndeploy.qnn import htp, markers, qnnsystem
 
     models = dict(zip(("fp16", "w8a16"), _models(out), strict=True))
     found: dict[str, object] = {}
@@ -104,7 +105,8 @@ def load_all(source: Path, binaries: list[Path]) -> dict[str, object]:
     import onnxruntime as ort
     from onnx import helper as h
 
-    from qnndeploy import htp, socs
+    from qnndeploy.base import socs
+    from qnndeploy.qnn import htp
 
     feed = {"x": np.linspace(-2, 2, WIDTH, dtype=np.float32)[None]}
     want = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"]).run(None, feed)[0]

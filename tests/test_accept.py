@@ -18,13 +18,13 @@ import pytest
 from click.testing import CliRunner
 from conftest import require
 
-from qnndeploy import htp
+from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.bundle.build import build_bundle, spec_from_build
-from qnndeploy.bundle.manifest import schema_errors, worst_metric
-from qnndeploy.bundle.verify import verify_bundle
 from qnndeploy.cli import cli
-from qnndeploy.decision import Device, decide
-from qnndeploy.errors import QnnDeployError
+from qnndeploy.formats.decision import Device, decide
+from qnndeploy.formats.manifest import schema_errors, worst_metric
+from qnndeploy.formats.verify import verify_bundle
+from qnndeploy.qnn import htp
 
 SOCS = ["SM8550", "SM8750"]
 PHONE = Device("SM8750", "sun", 35)

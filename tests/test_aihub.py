@@ -13,14 +13,15 @@ import pytest
 from click.testing import CliRunner
 from conftest import require
 
-from qnndeploy import aihub, htp, socs
+from qnndeploy.base import socs
+from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.fileio import sha256_file
 from qnndeploy.cli import cli
 from qnndeploy.compile import aihub as backend
 from qnndeploy.compile.jobs import HtpSettings, Job, Tools
 from qnndeploy.device import hosted
-from qnndeploy.errors import QnnDeployError
-from qnndeploy.fileio import sha256_file
-from qnndeploy.records import read_record
+from qnndeploy.formats.records import read_record
+from qnndeploy.qnn import aihub, htp
 
 pytest_plugins = ["aihub_fake.fixtures"]
 pytestmark = [pytest.mark.needs_qnn]
@@ -172,7 +173,7 @@ def test_a_soc_is_asked_for_by_its_current_chipset_name_then_by_older_ones(aihub
 
 
 def device_for(soc):
-    """qnndeploy.aihub.device_for (inside a test, `aihub` is the stand-in fixture)."""
+    """qnndeploy.qnn.aihub.device_for (inside a test, `aihub` is the stand-in fixture)."""
     return aihub.device_for(soc)
 
 

@@ -28,8 +28,8 @@ except ImportError:
 from aihub_fake import DEVICES_FILE, FakeAiHub
 from aihub_fake.service import QAIRT_VERSION, REPO_ROOT, WORKER
 
-from qnndeploy import htp
-from qnndeploy.qnnsystem import read_context
+from qnndeploy.qnn import htp
+from qnndeploy.qnn.qnnsystem import read_context
 
 pytest_plugins = ["aihub_fake.fixtures"]
 # The stand-in's own tests: slow tier (tests/test_aihub.py exercises it through the product in the fast tier).

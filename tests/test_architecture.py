@@ -1,5 +1,7 @@
-"""The module graph is one-way: read from the code's own imports, it has no cycle, every import goes to a lower
-layer (a stage never imports another stage), and qnndeploy's own modules are imported at module top."""
+"""The package's folders are its floors: read from the code's own imports, a module imports only from floors below
+its own and from its own folder, a command's room never imports another room, nothing forms a cycle, and qnndeploy's
+own modules are imported at module top. The rule is FLOORS below, folder by folder, not a list of modules: a new
+module is placed by the folder it is put in."""
 
 from __future__ import annotations
 
@@ -8,39 +10,28 @@ from pathlib import Path
 
 import pytest
 
+from qnndeploy.cli import COMMANDS
+
 PACKAGE = Path(__file__).resolve().parents[1] / "qnndeploy"
 
-# Lowest first. A module may import only from layers below its own, and from its own package's lower modules.
-LAYERS = [
-    {"qnndeploy", "qnndeploy.bundle", "qnndeploy.device", "qnndeploy.errors", "qnndeploy.onnxwire"},
-    {"qnndeploy.fileio", "qnndeploy.socs", "qnndeploy.onnxio", "qnndeploy.formats", "qnndeploy.bundle.elf",
-     "qnndeploy.quantize", "qnndeploy.compat", "qnndeploy.plot", "qnndeploy.child", "qnndeploy.codegen"},
-    {"qnndeploy.bundle.archive", "qnndeploy.records", "qnndeploy.markers", "qnndeploy.epcontext",
-     "qnndeploy.media", "qnndeploy.metrics",
-     "qnndeploy.htp", "qnndeploy.shapes", "qnndeploy.fuse", "qnndeploy.decision", "qnndeploy.bundle.manifest",
-     "qnndeploy.device.adb", "qnndeploy.compile.logs", "qnndeploy.compile.jobs",
-     "qnndeploy.qnnsystem", "qnndeploy.playplan", "qnndeploy.aihub", "qnndeploy.toolchain"},
-    {"qnndeploy.samples"},  # a graph's input samples: NumPy files, random ones, or media files through media.py
-    {"qnndeploy.fold", "qnndeploy.rules", "qnndeploy.contextcheck", "qnndeploy.compile.cache", "qnndeploy.emulator",
-     "qnndeploy.prepare.edits", "qnndeploy.prepare.equivalence"},
-    {"qnndeploy.bundle.verify"},  # the bundle format's rules, which bundle build and every reader of bundles apply
-    # the stages: each a command's library, none importing another
-    {"qnndeploy.onnxcheck", "qnndeploy.prepare", "qnndeploy.compile", "qnndeploy.validate", "qnndeploy.bundle.build",
-     "qnndeploy.scaffold", "qnndeploy.device.info", "qnndeploy.device.profile", "qnndeploy.device.verify",
-     "qnndeploy.device.runner", "qnndeploy.compile.ort", "qnndeploy.compile.qairt",
-     "qnndeploy.contextinfo", "qnndeploy.prepare.split", "qnndeploy.diagnose", "qnndeploy.play",
-     "qnndeploy.compile.aihub", "qnndeploy.device.hosted"},
-    # what runs stages: the demo and the environment report, then the command line
-    {"qnndeploy.demo", "qnndeploy.doctor"},
-    {"qnndeploy.cli"},
-    {"qnndeploy.__main__", "qnndeploy.data.make_demo_model"},  # entry points: `python -m qnndeploy`, a generator
+# Lowest first: each entry is a floor, the folders (or top-level modules) on it, and what they are for.
+FLOORS: list[tuple[str, tuple[str, ...], str]] = [
+    ("base", ("base",), ("what every floor uses: errors, safe file writing, the SoC catalog, the format names, "
+                         "child processes, text escaped for generated code, runtime compatibility facts")),
+    ("model", ("model",), ("ONNX models as data: the graph read without its weights, shapes, fusions, "
+                           "quantization, input samples and media files, comparison metrics")),
+    ("qnn", ("qnn",), ("the QNN stack on the host: HTP op support, libQnnSystem's reader, the HTP emulator, "
+                       "EPContext wrappers, toolchains, the AI Hub client")),
+    ("formats", ("formats",), ("the files qnndeploy writes and the rules that read them: the bundle manifest and "
+                               "its verification, compile and validation records, archives, ELF reading, the Play "
+                               "plan, the on-device decision")),
+    ("rooms", ("check", "prepare", "compile", "validate", "diagnose", "bundle", "inspect", "scaffold", "package",
+               "device"), "one room per command, each the library its command calls; no room imports another"),
+    ("runners", ("demo", "doctor"), "what runs several rooms: the demo, the environment report"),
+    ("cli", ("cli",), "the command line: parses options, calls one library function, renders its result"),
+    ("entry points", ("__main__", "data"), "`python -m qnndeploy` and the demo model's generator"),
 ]
-# Within the stage layer, a package's modules may use each other downward (the compile stage runs its backends).
-INSIDE_STAGES = {("qnndeploy.compile", "qnndeploy.compile.ort"),
-                 ("qnndeploy.compile", "qnndeploy.compile.aihub"), ("qnndeploy.compile", "qnndeploy.compile.qairt"),
-                 ("qnndeploy.device.verify", "qnndeploy.device.runner"),
-                 ("qnndeploy.device.hosted", "qnndeploy.device.verify"),
-                 ("qnndeploy.doctor", "qnndeploy.compile.qairt")}
+ROOMS = next(units for name, units, _ in FLOORS if name == "rooms")
 
 
 def module_name(path: Path) -> str:
@@ -72,11 +63,19 @@ def imports(path: Path, known: set[str]) -> list[tuple[str, bool]]:
     return found
 
 
-def layer_of(name: str) -> int:
-    for i, layer in enumerate(LAYERS):
-        if name in layer or (name.startswith("qnndeploy.cli.") and "qnndeploy.cli" in layer):
+def unit(name: str) -> str:
+    """The folder (or top-level module) a module belongs to: qnndeploy.formats.manifest -> formats."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def floor_of(name: str) -> int:
+    if name == "qnndeploy":
+        return -1  # the package itself (its version) is below everything
+    for i, (_, units, _) in enumerate(FLOORS):
+        if unit(name) in units:
             return i
-    raise AssertionError(f"{name} is in no layer: add it to LAYERS in {Path(__file__).name}")
+    raise AssertionError(f"{name} is on no floor: put it in a folder of FLOORS in {Path(__file__).name}")
 
 
 def graph() -> dict[str, set[str]]:
@@ -85,22 +84,28 @@ def graph() -> dict[str, set[str]]:
     return {name: {target for target, _ in imports(path, known) if target != name} for name, path in mods.items()}
 
 
-def test_every_module_has_a_layer():
+def test_every_module_is_on_a_floor():
     for name in modules():
-        layer_of(name)
+        floor_of(name)
 
 
 def test_imports_go_only_down():
-    upward = []
-    for source, targets in graph().items():
-        for target in targets:
-            if target == "qnndeploy" or (source, target) in INSIDE_STAGES:
-                continue
-            if source.startswith("qnndeploy.cli") and target.startswith("qnndeploy.cli."):
-                continue  # the command line's own modules
-            if layer_of(target) >= layer_of(source):
-                upward.append(f"{source} -> {target}")
-    assert upward == []
+    """Down a floor, or within the module's own folder; never sideways into another room."""
+    wrong = [f"{source} -> {target}" for source, targets in graph().items() for target in targets
+             if unit(target) != unit(source) and floor_of(target) >= floor_of(source)]
+    assert wrong == []
+
+
+def test_each_room_is_a_command():
+    """A reader finds a command's library from its name: the room is named as the command."""
+    assert set(ROOMS) <= set(COMMANDS)
+    assert all((PACKAGE / room).is_dir() or (PACKAGE / f"{room}.py").is_file() for room in ROOMS)
+
+
+def test_no_loose_modules():
+    """Every module is in a floor's folder, or is a room or runner of its own: the tree shows the floors."""
+    loose = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__"}
+    assert loose <= {u for _, units, _ in FLOORS for u in units}
 
 
 def test_no_cycles():

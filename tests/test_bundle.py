@@ -18,11 +18,11 @@ from click.testing import CliRunner
 from conftest import require
 from elfgen import BUILD, android_lib, elf_bytes, fake_sdk, skel_lib
 
-from qnndeploy import htp
+from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.bundle.build import BundleSpec, build_bundle
-from qnndeploy.bundle.verify import verify_bundle
 from qnndeploy.cli import cli
-from qnndeploy.errors import QnnDeployError
+from qnndeploy.formats.verify import verify_bundle
+from qnndeploy.qnn import htp
 
 GRAPHS = ("enc", "dec")
 SOCS = ("SM8550", "SM8750")
@@ -48,7 +48,7 @@ def inputs(tmp_path_factory) -> dict:
     require(htp.available(), "onnxruntime-qnn")
     import onnxruntime as ort
 
-    from qnndeploy import socs
+    from qnndeploy.base import socs
 
     root = tmp_path_factory.mktemp("inputs")
     cpu = {g: tiny_model(root / f"{g}.onnx", 16 * (i + 1)) for i, g in enumerate(GRAPHS)}
@@ -226,14 +226,14 @@ def test_ort_context_wrappers_are_repointed_and_still_run(inputs, tmp_path):
     import numpy as np
     import onnxruntime as ort
 
-    from qnndeploy import socs
+    from qnndeploy.base import socs
 
     npu = {soc: {g: [p[0], p[0].with_name(f"{g}_ctx.onnx")] for g, p in gs.items()}
            for soc, gs in inputs["npu"].items()}
     b = build_bundle(spec(inputs, npu=npu), tmp_path).path
     assert verify_bundle(b).ok
     ctx = b / "npu/SM8750/enc_ctx.onnx"
-    from qnndeploy.epcontext import context_refs
+    from qnndeploy.qnn.epcontext import context_refs
 
     assert context_refs(ctx) == ["enc.bin"]
     x = {"x": np.ones((1, 16), np.float32)}
@@ -241,7 +241,7 @@ def test_ort_context_wrappers_are_repointed_and_still_run(inputs, tmp_path):
     want = ort.InferenceSession(str(b / "cpu/enc.onnx")).run(None, x)[0]
     assert np.abs(got - want).max() < 1e-2 * np.abs(want).max()
     # a wrapper that names a binary which is not beside it is caught by verify
-    from qnndeploy.epcontext import retarget
+    from qnndeploy.qnn.epcontext import retarget
 
     retarget(ctx, ctx, "enc_ctx_qnn.bin")
     rehash(b, "npu/SM8750/enc_ctx.onnx")
@@ -487,7 +487,7 @@ def test_a_listed_data_file_that_no_model_names(ext):
 
 @pytest.mark.parametrize("fmt", ["tar.gz", "zip"])
 def test_external_data_from_an_archive(ext, tmp_path, fmt):
-    from qnndeploy.bundle.archive import write_archive
+    from qnndeploy.formats.archive import write_archive
 
     packed = tmp_path / f"ext.{fmt}"
     write_archive(ext, packed, fmt, top=ext.name)
@@ -807,12 +807,12 @@ def test_a_real_zip_and_tar_bomb(hostile, tmp_path):
 
 
 def test_total_uncompressed_bytes_limit(hostile, tmp_path, monkeypatch):
-    from qnndeploy.bundle import archive
+    from qnndeploy.formats import archive
 
     monkeypatch.setattr(archive, "MAX_TOTAL_BYTES", 1000)
     line = refusal(hostile, zip_with(tmp_path / "big.zip", None, {f"{TOP}/a": b"a" * 600, f"{TOP}/b": b"b" * 600}))
     assert line == (f"  - {TOP}/b: brings the archive to 1,200 uncompressed bytes, over the limit of 1,000 "
-                    "(qnndeploy.bundle.archive.MAX_TOTAL_BYTES); archive refused before extraction")
+                    "(qnndeploy.formats.archive.MAX_TOTAL_BYTES); archive refused before extraction")
 
 
 def test_sparse_tar_member(hostile, tmp_path):
@@ -930,8 +930,8 @@ def test_hostile_manifest(hostile, tmp_path, text, expected):
 
 
 def test_manifest_over_the_size_limit_is_not_read(tmp_path, monkeypatch):
-    from qnndeploy.bundle import manifest as manifest_module
-    from qnndeploy.bundle.manifest import read_manifest
+    from qnndeploy.formats import manifest as manifest_module
+    from qnndeploy.formats.manifest import read_manifest
 
     monkeypatch.setattr(manifest_module, "MAX_MANIFEST_BYTES", 100)
     (tmp_path / "manifest.json").write_text(" " * 101)
@@ -945,14 +945,14 @@ def test_manifest_over_the_size_limit_is_not_read(tmp_path, monkeypatch):
 
 
 def test_an_external_data_location_that_is_not_utf8():
-    from qnndeploy.bundle.manifest import external_data_path
+    from qnndeploy.formats.manifest import external_data_path
 
     assert external_data_path("cpu/det.onnx", b"det.onnx\xff.data") is None  # protobuf gives bytes for it
     assert external_data_path("cpu/det.onnx", "det.onnx.data") == "cpu/det.onnx.data"
 
 
 def test_a_lying_zip_header_cannot_write_more_than_it_says(tmp_path):
-    from qnndeploy.bundle.archive import extracted
+    from qnndeploy.formats.archive import extracted
 
     def one_byte(info: zipfile.ZipInfo) -> None:
         info.file_size = 1  # the data holds 1 MiB
@@ -1145,7 +1145,7 @@ def test_control_character_in_the_maven_coordinates(inputs, tmp_path):
 def test_trailing_newline_fails_the_schema_too():
     from bundles import manifest as make_manifest
 
-    from qnndeploy.bundle.manifest import schema_errors
+    from qnndeploy.formats.manifest import schema_errors
 
     good = make_manifest(runtime="external")
     assert schema_errors(good) == []
@@ -1164,7 +1164,7 @@ def test_soc_must_be_a_catalog_model(bundle, soc):
 
 @pytest.mark.parametrize("text", ["1.0", "true", "3.0", "\"3\""])
 def test_format_version_must_be_an_integer(bundle, text):
-    from qnndeploy.decision import Device, decide
+    from qnndeploy.formats.decision import Device, decide
 
     raw = (bundle / "manifest.json").read_text().replace('"format_version": 3', f'"format_version": {text}')
     (bundle / "manifest.json").write_text(raw)
@@ -1177,7 +1177,7 @@ def test_format_version_must_be_an_integer(bundle, text):
 
 def test_sizes_are_compared_before_any_hashing(bundle, monkeypatch):
     """A sparse 1 TiB file listed with another size: found from its size, never read."""
-    from qnndeploy.bundle import verify
+    from qnndeploy.formats import verify
 
     big = bundle / "records" / "big.bin"
     big.parent.mkdir()
@@ -1195,7 +1195,7 @@ def test_sizes_are_compared_before_any_hashing(bundle, monkeypatch):
 
 
 def test_the_schema_knows_the_performance_modes_the_cli_takes():
-    from qnndeploy.bundle.manifest import schema
-    from qnndeploy.formats import PERFORMANCE_MODES
+    from qnndeploy.base.names import PERFORMANCE_MODES
+    from qnndeploy.formats.manifest import schema
 
     assert schema()["properties"]["htp"]["properties"]["performance_mode"]["enum"] == list(PERFORMANCE_MODES)

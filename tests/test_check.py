@@ -20,10 +20,11 @@ from click.testing import CliRunner
 from conftest import require
 from ppocr import model_path
 
-from qnndeploy import htp, onnxcheck
-from qnndeploy import socs as catalog
+from qnndeploy import check
+from qnndeploy.base import socs as catalog
+from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.cli import cli
-from qnndeploy.errors import QnnDeployError
+from qnndeploy.qnn import htp
 
 
 def save(tmp_path, model, name="m.onnx"):
@@ -42,7 +43,7 @@ def qnn():
 
 
 def test_static_float_model_is_ready_and_fully_on_the_htp(tmp_path, qnn):
-    report = onnxcheck.check_model(save(tmp_path, sm.static_mlp()))
+    report = check.check_model(save(tmp_path, sm.static_mlp()))
     assert report.verdict == "ready" and report.exit_code == 0
     assert report.findings == []
     assert report.htp.measured and report.htp.soc == "SM8750" and report.htp.qairt == htp.qairt_version()
@@ -52,7 +53,7 @@ def test_static_float_model_is_ready_and_fully_on_the_htp(tmp_path, qnn):
 
 def test_dynamic_batch_is_fixable_and_measurement_waits_for_prepare(tmp_path):
     path = save(tmp_path, sm.static_mlp("N"))
-    report = onnxcheck.check_model(path)
+    report = check.check_model(path)
     assert report.verdict == "fixable" and report.exit_code == 10
     assert report.inputs[0].dynamic and report.inputs[0].shape == ["N", 16]
     assert "dynamic-dims" in codes(report, "fixable")
@@ -63,7 +64,7 @@ def test_dynamic_batch_is_fixable_and_measurement_waits_for_prepare(tmp_path):
 def test_static_batch_above_one_is_a_warning_only(tmp_path, qnn):
     """The advice is what the user can do: prepare cannot change a dim the model fixes, so it says re-export (it
     printed `prepare --shape x=1,16`, which prepare refuses)."""
-    report = onnxcheck.check_model(save(tmp_path, sm.static_mlp(4)))
+    report = check.check_model(save(tmp_path, sm.static_mlp(4)))
     assert codes(report) == {"batch"} and report.verdict == "ready" and report.prepare_command is None
     (finding,) = report.findings
     assert "static batch of 4" in finding.message
@@ -76,7 +77,7 @@ def test_float64_at_the_end_gets_the_split_that_leaves_the_rest_on_the_npu(tmp_p
     on the CPU, cut before the int64 argmax that feeds it (an int64 tensor at the cut would be an NPU int64 output),
     and the NPU part it leaves checks ready."""
     model = save(tmp_path, sm.float64_tail())
-    report = onnxcheck.check_model(model)
+    report = check.check_model(model)
     (finding,) = [f for f in report.findings if f.code == "float64"]
     assert finding.severity == "fixable" and report.verdict == "fixable"
     assert finding.prepare is not None and finding.prepare.split_at == ["act"] and finding.prepare.cpu == "tail"
@@ -85,19 +86,19 @@ def test_float64_at_the_end_gets_the_split_that_leaves_the_rest_on_the_npu(tmp_p
     assert f"-o {out} --split-at act --cpu tail" in report.prepare_command
     done = CliRunner().invoke(cli, ["prepare", str(model), "-o", str(out), "--split-at", "act", "--cpu", "tail"])
     assert done.exit_code == 0, done.output
-    head = onnxcheck.check_model(tmp_path / "m-split-head.onnx")
+    head = check.check_model(tmp_path / "m-split-head.onnx")
     assert head.verdict == "ready" and head.htp.measured and not head.htp.cpu_nodes
 
 
 def test_int64_inputs_and_outputs_ask_for_int32_wrappers(tmp_path, qnn):
-    report = onnxcheck.check_model(save(tmp_path, sm.int64_io()))
+    report = check.check_model(save(tmp_path, sm.int64_io()))
     (finding,) = [f for f in report.findings if f.code == "int64"]
     assert finding.severity == "fixable" and "ids" in finding.message and "best" in finding.message
     assert report.verdict == "fixable" and report.prepare_command.endswith("--int32-inputs")
 
 
 def test_if_driven_by_a_setting_input_is_fixed_by_freezing_it(tmp_path, qnn):
-    report = onnxcheck.check_model(save(tmp_path, sm.if_on_scalar_input()))
+    report = check.check_model(save(tmp_path, sm.if_on_scalar_input()))
     (finding,) = [f for f in report.findings if f.code == "control-flow"]
     assert finding.severity == "fixable" and "sample_rate" in finding.message
     assert report.prepare_command.endswith("--freeze sample_rate=VALUE")  # frozen: no int32 wrapper needed
@@ -107,10 +108,10 @@ def test_if_driven_by_a_setting_input_is_fixed_by_freezing_it(tmp_path, qnn):
 
 def test_if_driven_by_the_data_is_not_ready_unless_the_htp_takes_it(tmp_path, qnn):
     path = save(tmp_path, sm.if_on_data())
-    report = onnxcheck.check_model(path, measure=False)
+    report = check.check_model(path, measure=False)
     assert "control-flow" in codes(report, "blocker")
     assert report.verdict == "not ready" and report.exit_code == 11 and report.prepare_command is None
-    measured = onnxcheck.check_model(path)  # this QNN EP takes a simple If whole: the measurement outranks the reading
+    measured = check.check_model(path)  # this QNN EP takes a simple If whole: the measurement outranks the reading
     assert measured.htp.cpu_nodes == [] and measured.verdict == "ready"
     (finding,) = [f for f in measured.findings if f.code == "control-flow"]
     assert finding.severity == "info" and "runs on the HTP as measured" in finding.message
@@ -147,41 +148,41 @@ def test_a_cpu_op_at_the_head_gets_the_split_that_keeps_the_rest_on_the_npu(tmp_
 
 
 def test_qdq_quantization_in_the_onnx_is_not_ready(tmp_path, qnn):
-    report = onnxcheck.check_model(save(tmp_path, sm.qdq()))
+    report = check.check_model(save(tmp_path, sm.qdq()))
     (finding,) = [f for f in report.findings if f.code == "quantized"]
     assert "DequantizeLinear ×2" in finding.message and "QuantizeLinear ×1" in finding.message
     assert "quantize in QNN" in finding.fix and report.verdict == "not ready"
 
 
 def test_float64_is_flagged_and_measured_on_the_cpu(tmp_path, qnn):
-    report = onnxcheck.check_model(save(tmp_path, sm.float64()))
+    report = check.check_model(save(tmp_path, sm.float64()))
     assert "float64" in codes(report, "blocker")
     assert [(n.name, n.op_type) for n in report.htp.cpu_nodes] == [("mm", "MatMul")]
 
 
 def test_measured_cpu_nodes_are_listed_with_their_partitions(tmp_path, qnn):
-    report = onnxcheck.check_model(save(tmp_path, sm.unsupported_op()))
+    report = check.check_model(save(tmp_path, sm.unsupported_op()))
     assert [(n.name, n.op_type) for n in report.htp.cpu_nodes] == [("determinant", "Det")]
     assert report.htp.qnn_partitions == 1 and report.htp.cpu_partitions == 1 and report.htp.total_nodes == 3
     assert codes(report) == {"htp"} and report.verdict == "not ready"
 
 
 def test_a_model_the_htp_takes_nothing_of_is_all_cpu(tmp_path, qnn):
-    report = onnxcheck.check_model(save(tmp_path, sm.only_unsupported()))
+    report = check.check_model(save(tmp_path, sm.only_unsupported()))
     assert report.htp.measured and report.htp.qnn_partitions == 0 and report.htp.cpu_partitions == 1
     assert [n.op_type for n in report.htp.cpu_nodes] == ["Det"]
 
 
 def test_sm8350_at_fp16_is_refused_up_front_not_blamed_on_the_model(tmp_path, qnn):
     path = save(tmp_path, sm.static_mlp())
-    report = onnxcheck.check_model(path, soc="SM8350")
+    report = check.check_model(path, soc="SM8350")
     (finding,) = [f for f in report.findings if f.code == "soc"]
     assert finding.severity == "blocker" and "SM8350 (v68) has no fp16 on its HTP" in finding.message
     assert not report.htp.measured and "re-export" not in finding.fix and "CPU fallback" in finding.fix
     # w8a16 compiles for soc_model 30 (measured): the way to its NPU is offered
     assert "check --precision w8a16" in finding.fix
-    assert "soc" not in codes(onnxcheck.check_model(path, soc="SM8350", precision="w8a16"))
-    assert "soc" not in codes(onnxcheck.check_model(path, soc="SM8650"))
+    assert "soc" not in codes(check.check_model(path, soc="SM8350", precision="w8a16"))
+    assert "soc" not in codes(check.check_model(path, soc="SM8650"))
 
 
 def test_a_binary_arch_the_measurement_contradicts_is_flagged_before_compiling(tmp_path, qnn, monkeypatch):
@@ -190,29 +191,29 @@ def test_a_binary_arch_the_measurement_contradicts_is_flagged_before_compiling(t
     real = catalog.measured
     monkeypatch.setattr(catalog, "measured", lambda soc, qairt: catalog.Measured(qairt, 42, 68, 68, ())
                         if soc.model == "SM8475" else real(soc, qairt))
-    report = onnxcheck.check_model(save(tmp_path, sm.static_mlp()), soc="SM8475")
+    report = check.check_model(save(tmp_path, sm.static_mlp()), soc="SM8475")
     (finding,) = [f for f in report.findings if f.code == "soc"]
     assert finding.severity == "warning" and "writes arch 68 into SM8475 context binaries" in finding.message
     assert report.verdict == "ready"
     monkeypatch.undo()
-    assert "soc" not in codes(onnxcheck.check_model(save(tmp_path, sm.static_mlp()), soc="SM8475"))
+    assert "soc" not in codes(check.check_model(save(tmp_path, sm.static_mlp()), soc="SM8475"))
 
 
 def test_weights_over_one_context_are_told_to_split_or_go_8_bit(tmp_path):
     path = sm.large_embedding(tmp_path / "big.onnx")  # 4.5 GB of sparse external data, never read
-    report = onnxcheck.check_model(path)
+    report = check.check_model(path)
     (finding,) = [f for f in report.findings if f.code == "size"]
     assert report.parameters == 1_100_000 * 1024 and report.weight_mb_fp16 > 2000
     assert finding.severity == "fixable" and "w8a16" in finding.fix
     assert "at most 4 GB of weights each as the model stores them (2 GB at fp16) (prepare --split-size 4)" \
         in finding.fix
-    assert not [f for f in onnxcheck.check_model(path, precision="w8a16", measure=False).findings
+    assert not [f for f in check.check_model(path, precision="w8a16", measure=False).findings
                 if f.code == "size"]  # 1.1 GB at 8-bit: one context holds it
 
 
 def test_check_reads_ppocr_models_and_flags_their_dynamic_dims():
     for name in ("det", "rec", "cls"):
-        report = onnxcheck.check_model(model_path(name))
+        report = check.check_model(model_path(name))
         assert report.inputs[0].dynamic and report.outputs[0].dynamic, name
         assert report.verdict == "fixable" and "dynamic-dims" in codes(report), name
         assert "--shape x=1,3,D1,D2" in report.prepare_command and report.placeholders == ["D1", "D2"], name
@@ -264,14 +265,14 @@ def test_truncated_model_is_a_one_line_error(tmp_path):
     path = tmp_path / "cut.onnx"
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(QnnDeployError, match="not an ONNX model or is truncated"):
-        onnxcheck.check_model(path)
+        check.check_model(path)
 
 
 def test_missing_external_data_and_missing_file(tmp_path):
     path = sm.save_with_external_data(sm.static_mlp(), tmp_path / "ext.onnx")
     (tmp_path / "ext.onnx.weights").unlink()
     with pytest.raises(QnnDeployError, match=re.escape("ext.onnx.weights, which is missing")):
-        onnxcheck.check_model(path)
+        check.check_model(path)
     result = CliRunner().invoke(cli, ["check", str(tmp_path / "nope.onnx")])
     assert result.exit_code == 2 and "no such file" in result.output
 
@@ -284,7 +285,7 @@ def test_unknown_soc_is_bad_input(tmp_path):
 def test_without_onnxruntime_qnn_the_graph_is_still_checked(tmp_path, monkeypatch):
     """macOS or Windows users have no host HTP: check says so instead of failing."""
     monkeypatch.setattr(htp, "available", lambda: False)
-    report = onnxcheck.check_model(save(tmp_path, sm.static_mlp()))
+    report = check.check_model(save(tmp_path, sm.static_mlp()))
     assert not report.htp.measured and "not installed" in report.htp.reason
     assert codes(report, "warning") == {"htp"} and report.verdict == "ready"
 
@@ -299,14 +300,14 @@ def test_recurrent_steps_count_what_the_htp_compiler_unrolls():
 
 
 def _measuring_children(model: str) -> list[int]:
-    """Pids of running `python -m qnndeploy.htp` children partitioning `model`."""
+    """Pids of running `python -m qnndeploy.qnn.htp` children partitioning `model`."""
     found = []
     for proc in Path("/proc").iterdir():
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"qnndeploy.htp" in argv and model.encode() in argv:
+        if b"qnndeploy.qnn.htp" in argv and model.encode() in argv:
             found.append(int(proc.name))
     return found
 
@@ -367,7 +368,7 @@ def test_truncated_external_data_is_named_before_any_measurement(tmp_path):
     data.write_bytes(data.read_bytes()[:64])
     with pytest.raises(QnnDeployError, match=r"the external data file .*ext.onnx.weights is truncated or damaged: "
                                              r"tensor W needs bytes 0-512, the file has 64"):
-        onnxcheck.check_model(path)
+        check.check_model(path)
 
 
 def test_a_soc_whose_htp_takes_nothing_is_blamed_not_the_model(tmp_path, qnn):
@@ -376,7 +377,7 @@ def test_a_soc_whose_htp_takes_nothing_is_blamed_not_the_model(tmp_path, qnn):
     path = save(tmp_path, sm.static_mlp())
     assert htp.htp_takes_nothing(catalog.find("SSG2115P"))
     assert not htp.htp_takes_nothing(catalog.find("SM8750"))
-    report = onnxcheck.check_model(path, soc="SSG2115P")
+    report = check.check_model(path, soc="SSG2115P")
     assert report.verdict == "not ready" and not report.htp.measured
     (finding,) = [f for f in report.findings if f.code == "soc"]
     assert "QAIRT 2.49.40 compiles nothing for SSG2115P (soc_model 46) on the host" in finding.message
@@ -476,7 +477,7 @@ def test_a_non_utf8_ep_cache_context_is_read_without_a_traceback(tmp_path):
 
 def test_a_huge_constant_built_from_constants_is_a_blocker_and_not_measured(tmp_path):
     path = save(tmp_path, _constant_of_shape(2**30))  # 4 GiB of float32 from a 128-byte file
-    report = onnxcheck.check_model(path)
+    report = check.check_model(path)
     assert not report.htp.measured and "4,096 MiB" in report.htp.reason
     assert report.verdict == "not ready" and "size" in codes(report, "blocker")
 
@@ -490,13 +491,13 @@ def test_a_graph_over_the_measurement_limit_is_read_not_measured(tmp_path, monke
                          [h.make_tensor_value_info(f"t{n}", onnx.TensorProto.FLOAT, [1, 4])])
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
     monkeypatch.setattr(htp, "MAX_MEASURED_NODES", 50)
-    report = onnxcheck.check_model(save(tmp_path, model))
+    report = check.check_model(save(tmp_path, model))
     assert not report.htp.measured and "60 nodes, over the 50" in report.htp.reason
     assert report.verdict == "ready" and "size" in codes(report, "warning")
 
 
 def test_control_flow_drivers_stay_linear_on_a_long_chain_of_ifs():
-    from qnndeploy import rules
+    from qnndeploy.check import rules
 
     # value_drivers with one memo over every If: a chain of 50,000 producers is walked once, not once per If.
     producers = {f"t{i + 1}": onnx.helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"]) for i in range(50_000)}

@@ -20,9 +20,9 @@ from click.testing import CliRunner
 from onnx import TensorProto as T
 from onnx import helper as h
 
+from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED
 from qnndeploy.cli import cli
 from qnndeploy.compile.cache import TAG_FILE
-from qnndeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED
 
 
 def run(*args: object) -> click.testing.Result:
@@ -79,8 +79,8 @@ def test_help_imports_no_command_module():
         return [m for m in json.loads(done.stdout.splitlines()[-1]) if m.split(".")[0] in of or m in of]
 
     # the group and what every command shares (errors, files), no command and no QAIRT toolchain machinery
-    assert loaded("--help") == ["qnndeploy", "qnndeploy.cli", "qnndeploy.cli._common", "qnndeploy.errors",
-                                "qnndeploy.fileio"]
+    assert loaded("--help") == ["qnndeploy", "qnndeploy.base", "qnndeploy.base.errors", "qnndeploy.base.fileio",
+                                "qnndeploy.cli", "qnndeploy.cli._common"]
     # nor the standard library's slow imports that only some commands need (package metadata parses email headers)
     assert loaded("--help", of=("importlib.metadata", "ctypes", "email")) == []
     assert not any(m.startswith(("qnndeploy.cli.compile", "qnndeploy.compile", "qnndeploy.device"))

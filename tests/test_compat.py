@@ -1,4 +1,5 @@
-"""qnndeploy.compat over data/runtime.json: the oldest runtime that loads a bundle's binaries, pins, validated sets."""
+"""qnndeploy.base.compat over data/runtime.json: the oldest runtime that loads a bundle's binaries, pins, validated
+sets."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from importlib import resources
 
 import pytest
 
-from qnndeploy import compat
-from qnndeploy.errors import QnnDeployError
+from qnndeploy.base import compat
+from qnndeploy.base.errors import QnnDeployError
 
 
 def test_every_row_of_the_data_file_has_a_source():

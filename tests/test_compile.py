@@ -25,12 +25,13 @@ from onnx import helper as h
 from ppocr import STATIC_SHAPES, model_path
 
 from qnndeploy import compile as stage
-from qnndeploy import htp, media
-from qnndeploy import socs as catalog
+from qnndeploy.base import socs as catalog
+from qnndeploy.base.fileio import sha256_file
 from qnndeploy.cli import cli
 from qnndeploy.compile import logs
-from qnndeploy.fileio import sha256_file
-from qnndeploy.records import JobStarted
+from qnndeploy.formats.records import JobStarted
+from qnndeploy.model import media
+from qnndeploy.qnn import htp
 
 SOCS = ("SM8550", "SM8750")
 STANDIN = Path(__file__).parent / "qairt_standin"
@@ -133,7 +134,7 @@ def test_compiles_each_graph_for_each_soc_with_a_record(build, models):
 def test_renamed_context_runs_on_the_htp_emulator(build, models):
     import onnxruntime as ort
 
-    from qnndeploy import socs
+    from qnndeploy.base import socs
 
     x = np.random.default_rng(1).uniform(-1, 1, STATIC_SHAPES["cls"]).astype(np.float32)
     want = ort.InferenceSession(str(models["cls"]), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]

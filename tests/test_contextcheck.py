@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from qnndeploy.bundle.verify import verify_bundle
 from qnndeploy.cli import cli
+from qnndeploy.formats.verify import verify_bundle
 
 pytestmark = [pytest.mark.needs_qnn, pytest.mark.slow]
 
@@ -100,8 +100,9 @@ def test_resource_warnings_name_the_users_graph_and_leave_spill_fill_alone() -> 
     """A spill-fill buffer is the DDR scratch the compiler planned (no compile option shrinks it: 4.75 MiB for
     ppocr_det at 4 and 8 MiB of VTCM and with --spill-fill): no warning. A binary compiled for more VTCM than its SoC
     has is one, named by the user's graph, not the EP's internal QNNExecutionProvider_..._1_0."""
-    from qnndeploy import contextcheck, socs
-    from qnndeploy.qnnsystem import ContextInfo, GraphInfo
+    from qnndeploy.base import socs
+    from qnndeploy.qnn import contextcheck
+    from qnndeploy.qnn.qnnsystem import ContextInfo, GraphInfo
 
     def context(vtcm_mb: int) -> ContextInfo:
         graph = GraphInfo("QNNExecutionProvider_QNNExecutionProvider_926283722540520043_1_0", (), (),

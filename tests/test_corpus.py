@@ -9,7 +9,7 @@ import pytest
 from conftest import require
 from corpus import BY_NAME, MODELS, follow_advice, qnndeploy_in_process
 
-from qnndeploy import htp
+from qnndeploy.qnn import htp
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_qnn]
 

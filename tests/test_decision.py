@@ -1,15 +1,14 @@
-"""The Python twin of the on-device decision (qnndeploy/decision.py); test_kotlin.py checks the Kotlin side agrees."""
+"""The Python twin of the on-device decision (qnndeploy/formats/decision.py); test_kotlin.py checks the Kotlin
+side agrees."""
 
 from __future__ import annotations
 
 import bundles
 import pytest
 
-from qnndeploy import socs
-from qnndeploy.bundle.manifest import schema_errors
-from qnndeploy.decision import (
-    CONTEXT_BINARY,
-    EPCONTEXT,
+from qnndeploy.base import socs
+from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
+from qnndeploy.formats.decision import (
     REASONS,
     VENDOR_DSP_FOLDERS,
     Device,
@@ -24,6 +23,7 @@ from qnndeploy.decision import (
     soc_tables,
     template_fields,
 )
+from qnndeploy.formats.manifest import schema_errors
 
 LIB_DIR = "/data/app/~~x/com.example-1/lib/arm64"
 SM8750 = Device("SM8750", "sun", 35)

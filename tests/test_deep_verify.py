@@ -15,8 +15,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from qnndeploy import emulator
-from qnndeploy.bundle.verify import verify_bundle
+from qnndeploy.formats.verify import verify_bundle
+from qnndeploy.qnn import emulator
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_qnn]
 
@@ -89,7 +89,7 @@ def _own_cache(tmp_path, monkeypatch):
 def test_each_graphs_cpu_model_runs_once_for_all_its_socs(bundle, monkeypatch):
     """The CPU reference of a graph is the same for its binaries of every SoC (same model, inputs and seed): the
     emulator child runs it once, not once per SoC, since a CPU model can be gigabytes of fp32."""
-    from qnndeploy import samples
+    from qnndeploy.model import samples
 
     ran: list[str] = []
     cpu_outputs = samples.cpu_outputs

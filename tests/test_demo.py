@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from conftest import require
 
-from qnndeploy import htp
-from qnndeploy.bundle.verify import verify_bundle
-from qnndeploy.errors import QnnDeployError
+from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.formats.verify import verify_bundle
+from qnndeploy.qnn import htp
 from qnndeploy.scaffold import scaffold
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_qnn]

@@ -13,9 +13,9 @@ import bundles
 import pytest
 from click.testing import CliRunner
 
+from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.cli import cli
 from qnndeploy.device import adb
-from qnndeploy.errors import QnnDeployError
 
 pytestmark = [pytest.mark.needs_adb]
 
@@ -74,7 +74,7 @@ def test_info_on_a_phone_outside_the_catalog(emulated_devices):
 
 
 def test_info_with_a_bundle_names_the_target_the_app_would_choose(emulated_devices, tmp_path):
-    from qnndeploy.fileio import write_json
+    from qnndeploy.base.fileio import write_json
 
     write_json(tmp_path / "demo-1.0.0" / "manifest.json", bundles.manifest(targets=("SM8550", "SM8750")))
     phone, old, other = emulated_devices("sm8750", "android11", "exynos")
@@ -96,8 +96,8 @@ def test_info_with_a_bundle_names_the_target_the_app_would_choose(emulated_devic
 def test_info_with_a_bundle_on_phones_reporting_every_alias_picks_the_catalog_socs_target(emulated_devices, tmp_path):
     """Galaxy S25 phones report ro.soc.model SM8750-AC, S26 SM8850-AD, S24 SM8650-AC, S23 SM8550-AC; others SM8750P,
     SM8350P, SM8845P, QCS9075: each is its catalog SoC, whose target the app would choose, with its soc_model."""
-    from qnndeploy import socs
-    from qnndeploy.fileio import write_json
+    from qnndeploy.base import socs
+    from qnndeploy.base.fileio import write_json
 
     aliased = [s for s in socs.catalog() if s.aliases]
     write_json(tmp_path / "demo-1.0.0" / "manifest.json", bundles.manifest(targets=tuple(s.model for s in aliased)))
@@ -127,7 +127,7 @@ def test_info_with_a_bundle_on_phones_reporting_every_alias_picks_the_catalog_so
 
 def test_info_with_a_bundled_runtime_older_than_min_runtime_says_the_app_takes_the_cpu(emulated_devices, tmp_path):
     """The version is the one the bundle's own libQnnHtp.so's build marker names, as the app's glue reads it."""
-    from qnndeploy.fileio import write_json
+    from qnndeploy.base.fileio import write_json
 
     m = bundles.manifest(targets=("SM8750",), runtime="bundled")
     m["qairt"]["min_runtime"] = "2.52.0"

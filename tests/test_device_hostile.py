@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.cli import cli
 from qnndeploy.cli._common import escaped
 from qnndeploy.device import adb
 from qnndeploy.device import info as device_info
-from qnndeploy.errors import QnnDeployError
 
 pytest_plugins = ["device_emulator.fixtures"]
 

@@ -19,10 +19,11 @@ from click.testing import CliRunner
 from conftest import require
 from device_emulator.qnn_net_run import write_launcher
 
-from qnndeploy import htp, socs
-from qnndeploy.bundle import archive
+from qnndeploy.base import socs
 from qnndeploy.cli import cli
 from qnndeploy.device import runner
+from qnndeploy.formats import archive
+from qnndeploy.qnn import htp
 
 pytestmark = [pytest.mark.needs_adb, pytest.mark.needs_qnn]
 
@@ -379,8 +380,8 @@ def test_a_host_program_is_refused_as_runner(bundle, tmp_path):
 
 
 def test_a_refused_write_is_a_clear_error(device, tmp_path):
+    from qnndeploy.base.errors import QnnDeployError
     from qnndeploy.device import adb
-    from qnndeploy.errors import QnnDeployError
 
     (tmp_path / "f").write_bytes(b"x")
     with pytest.raises(QnnDeployError, match=r"refused to write /data/local/tmp \(couldn't create file: Is a dir"):
@@ -531,8 +532,8 @@ def test_escape_sequences_from_the_phone_never_reach_the_terminal(emulated_devic
 
 
 def test_a_bundle_file_changed_after_it_was_verified_is_not_left_on_the_phone(device, bundle, tmp_path):
+    from qnndeploy.base.errors import QnnDeployError
     from qnndeploy.device import verify as verify_stage
-    from qnndeploy.errors import QnnDeployError
 
     changed = tmp_path / "demo-1.0.0"
     shutil.copytree(bundle, changed)

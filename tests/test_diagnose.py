@@ -25,9 +25,11 @@ from test_validate_fit import save as save_fit
 
 from qnndeploy import compile as compile_stage
 from qnndeploy import diagnose as stage
-from qnndeploy import htp, metrics, plot
 from qnndeploy import validate as validate_stage
 from qnndeploy.cli import cli
+from qnndeploy.diagnose import plot
+from qnndeploy.model import metrics
+from qnndeploy.qnn import htp
 
 
 def run(*args: object):

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 from conftest import require
 
 from qnndeploy import doctor as stage
-from qnndeploy import htp
+from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.cli import cli
-from qnndeploy.errors import QnnDeployError
+from qnndeploy.qnn import htp
 
 STANDIN = Path(__file__).parent / "qairt_standin"
 

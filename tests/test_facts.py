@@ -15,7 +15,9 @@ import pytest
 import yaml
 from conftest import require
 
-from qnndeploy import compat, rules, socs, toolchain
+from qnndeploy.base import compat, socs
+from qnndeploy.check import rules
+from qnndeploy.qnn import toolchain
 
 DATA = Path(__file__).resolve().parents[1] / "qnndeploy" / "data"
 

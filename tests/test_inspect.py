@@ -13,10 +13,12 @@ import pytest
 from click.testing import CliRunner
 from conftest import require
 
-from qnndeploy import contextinfo, htp, qnnsystem
-from qnndeploy import socs as catalog
+import qnndeploy
+from qnndeploy import inspect
+from qnndeploy.base import socs as catalog
+from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
 from qnndeploy.cli import cli
-from qnndeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
+from qnndeploy.qnn import htp, qnnsystem
 
 SOCS = ("SM8750", "SM8550")
 
@@ -129,9 +131,9 @@ def test_the_command_prints_the_metadata_and_a_table_per_graph(build):
 
 def test_without_the_library_the_markers_are_shown_and_say_so(build, tmp_path, monkeypatch):
     monkeypatch.setenv(qnnsystem.LIBRARY_ENV, str(tmp_path / "missing" / "libQnnSystem.so"))
-    result = contextinfo.inspect(build / "tiny" / "SM8750" / "tiny.bin")
+    result = inspect.inspect(build / "tiny" / "SM8750" / "tiny.bin")
     (b,) = result.binaries
-    assert result.ok and b.source == contextinfo.MARKERS and b.context is None
+    assert result.ok and b.source == inspect.MARKERS and b.context is None
     assert qnnsystem.LIBRARY_ENV in b.reason and "is not a file" in b.reason
     assert b.markers is not None and b.markers.targets == (("SM8750", 79),)
     assert b.markers.builds == (record(build, "tiny", "SM8750")["qairt_build"],)
@@ -234,12 +236,12 @@ def bundle(build, tmp_path_factory) -> Path:
 
 
 def test_a_bundle_shows_every_context_binary_with_its_target(bundle, tmp_path):
-    result = contextinfo.inspect(bundle)
+    result = inspect.inspect(bundle)
     assert result.ok and result.kind == "bundle" and result.bundle == "tiny 1.0.0"
     assert sorted((b.soc, b.path) for b in result.binaries) == [("SM8550", "npu/SM8550/det.bin"),
                                                                  ("SM8750", "npu/SM8750/det.bin")]
     for b in result.binaries:
-        assert b.context is not None and b.source == contextinfo.QNN_SYSTEM and b.graphs == ("det",)
+        assert b.context is not None and b.source == inspect.QNN_SYSTEM and b.graphs == ("det",)
         assert (b.context.dsp_arch, b.context.soc_model) == (b.target_arch, b.soc_id) and not b.warnings
         assert b.binary_soc == b.soc
     archive = tmp_path / "tiny-1.0.0.tar.gz"
@@ -257,7 +259,7 @@ def test_a_binary_under_the_wrong_target_is_a_warning(bundle, tmp_path):
     shutil.copytree(bundle, copy)
     a, b = copy / "npu" / "SM8550" / "det.bin", copy / "npu" / "SM8750" / "det.bin"
     a.write_bytes(b.read_bytes())  # the SM8750 binary where the SM8550 target expects its own
-    report = next(x for x in contextinfo.inspect(copy).binaries if x.soc == "SM8550")
+    report = next(x for x in inspect.inspect(copy).binaries if x.soc == "SM8550")
     assert report.warnings == ("compiled for soc_model 69 (SM8750), but the target is SM8550 (soc_model 43)",
                                "compiled for HTP v79, but the target SM8550 is v73")
 
@@ -280,7 +282,7 @@ def test_the_demo_compiled_for_two_socs_reads_back(tmp_path):
     from qnndeploy.prepare import prepare_model
 
     model = tmp_path / "kws_demo.onnx"
-    prepare_model(Path(qnnsystem.__file__).parent / "data" / "demo.onnx", model, shapes={"features": [1, 1, 49, 10]})
+    prepare_model(Path(qnndeploy.__file__).parent / "data" / "demo.onnx", model, shapes={"features": [1, 1, 49, 10]})
     build = compiled({"kws_demo": model}, tmp_path / "build")
     for soc in SOCS:
         info = qnnsystem.read_context(build / "kws_demo" / soc / "kws_demo.bin")
@@ -325,8 +327,8 @@ def test_a_shared_context_binary_lists_each_graph(tmp_path):
 def test_a_signature_matches_what_qnn_makes_of_it():
     """The rules compile and verify judge a binary's graph by: an ONNX scalar is a [1] in QNN (silero VAD's `sr`),
     names match after QNN's identifier rule, and dims and dtypes must agree."""
-    from qnndeploy.contextcheck import signature_problem
-    from qnndeploy.qnnsystem import GraphInfo, TensorInfo
+    from qnndeploy.qnn.contextcheck import signature_problem
+    from qnndeploy.qnn.qnnsystem import GraphInfo, TensorInfo
 
     def graph(*inputs: TensorInfo) -> GraphInfo:
         y = TensorInfo("y", (1, 1), "float32", 0, None)

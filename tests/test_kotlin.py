@@ -1,13 +1,13 @@
 """The generated Kotlin, for real: compiled by kotlinc, its selector unit-tested on the JVM, and in agreement with
-qnndeploy/decision.py on the same manifests and phones; the Play glue (`scaffold --play`) likewise, its pack handling
-unit-tested and its two rules (PlayRules.playGroup, expectedGroup) in agreement with qnndeploy/playplan.py over
-thousands of phones and plans.
+qnndeploy/formats/decision.py on the same manifests and phones; the Play glue (`scaffold --play`) likewise, its pack
+handling unit-tested and its two rules (PlayRules.playGroup, expectedGroup) in agreement with
+qnndeploy/formats/playplan.py over thousands of phones and plans.
 
 There is no android.jar here, so the glue and the sample app compile against stand-ins of the Android, ONNX Runtime
 and sherpa-onnx classes they use (tests/kotlin/stubs, real signatures). kotlinc is slow to start, so everything —
 the ONNX Runtime sample app, the sherpa-onnx glue, the Play glue, the stand-ins and the JVM tests — compiles in one
-invocation. The Play packs are real (qnndeploy.play writes them); Play itself cannot run here, so the JVM tests lay
-the pack's folders out as Play does on a phone: an install-time pack's qnndeploy_npu/ among the app's assets, a
+invocation. The Play packs are real (qnndeploy.package.play writes them); Play itself cannot run here, so the JVM tests
+lay the pack's folders out as Play does on a phone: an install-time pack's qnndeploy_npu/ among the app's assets, a
 fast-follow pack's in a folder of its own (AiPackLocation).
 """
 
@@ -28,8 +28,8 @@ import kotlin_build
 import pytest
 from conftest import require
 
-from qnndeploy import htp, markers, socs
-from qnndeploy.decision import (
+from qnndeploy.base import socs
+from qnndeploy.formats.decision import (
     CONTEXT_BINARY,
     EPCONTEXT,
     REASONS,
@@ -40,8 +40,9 @@ from qnndeploy.decision import (
     soc_tables,
     template_fields,
 )
-from qnndeploy.play import package_play
-from qnndeploy.playplan import FOLDER, expected_group, plan_groups, play_group, read_plan
+from qnndeploy.formats.playplan import FOLDER, expected_group, plan_groups, play_group, read_plan
+from qnndeploy.package.play import package_play
+from qnndeploy.qnn import htp, markers
 from qnndeploy.scaffold import scaffold
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_kotlin]

@@ -14,9 +14,9 @@ from onnx import helper as h
 from onnx import numpy_helper
 from ppocr import model_path
 
-from qnndeploy import onnxwire
-from qnndeploy.errors import QnnDeployError
-from qnndeploy.onnxio import load_model
+from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.model import onnxwire
+from qnndeploy.model.onnxio import load_model
 
 
 def _mixed(tmp_path):
@@ -124,7 +124,7 @@ def test_an_epcontext_wrapper_is_written_from_the_graph_not_the_weights(tmp_path
     model = tmp_path / "big.onnx"
     model.write_bytes(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]).SerializeToString())
     del weights, graph
-    wrap = (f"from pathlib import Path\nfrom qnndeploy import epcontext\n"
+    wrap = (f"from pathlib import Path\nfrom qnndeploy.qnn import epcontext\n"
             f"epcontext.wrap('ctx.bin', 'big', Path({str(model)!r}), Path({str(tmp_path / 'ctx.onnx')!r}))")
     done = subprocess.run([sys.executable, "-c", PEAK, sys.executable, "-c", wrap], capture_output=True, text=True,
                           check=True)

@@ -14,10 +14,14 @@ import pytest
 from click.testing import CliRunner
 from conftest import require
 
-from qnndeploy import decision, htp, play, playplan, socs
+import qnndeploy
+from qnndeploy.base import socs
+from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.cli import cli
 from qnndeploy.demo import run_demo
-from qnndeploy.errors import QnnDeployError
+from qnndeploy.formats import decision, playplan
+from qnndeploy.package import play
+from qnndeploy.qnn import htp
 
 DEMO_SOCS = ("SM8550", "SM8650", "SM8750")
 SCANCARD = ("https://github.com/yoshixmk/scancard/blob/07bd1695bb1faf571d21fa34171c3082e44f4f69/app/"
@@ -258,17 +262,17 @@ def test_a_target_named_by_an_alias_gets_the_catalog_socs_group(tmp_path):
 
 
 def test_the_gradle_versions_come_from_the_data_file_with_their_sources():
-    from qnndeploy import compat
+    from qnndeploy.base import compat
 
     library = compat.gradle_library("ai_delivery")
     assert library == compat.GradleLibrary("com.google.android.play:ai-delivery:0.2.0-beta01", SCANCARD, "2026-12-01")
-    data = json.loads((Path(play.__file__).parent / "data/maven.json").read_text())
+    data = json.loads((Path(qnndeploy.__file__).parent / "data/maven.json").read_text())
     assert "0.2.0-beta01" in data["ai_delivery"]["source"]["says"]
     assert compat.gradle_library("device_targeting_min_agp").version == "8.10.0"
     for key in ("android_gradle_plugin", "kotlin_android_plugin"):
         assert data[key]["source"]["url"].startswith("https://developer.android.com/"), key
     # no version of these is written in code or templates: the data file is the one place to change them
-    package = Path(play.__file__).parent
+    package = Path(qnndeploy.__file__).parent
     code = "\n".join(p.read_text() for p in [*package.rglob("*.py"), *package.parent.joinpath("templates").rglob("*")]
                      if p.is_file())
     assert "ai-delivery:" not in code and '"8.7.3"' not in code and '"8.10.0"' not in code

@@ -17,9 +17,10 @@ from click.testing import CliRunner
 from conftest import require
 from ppocr import STATIC_SHAPES, model_path
 
-from qnndeploy import htp, onnxcheck, prepare
+from qnndeploy import check, prepare
+from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.cli import cli
-from qnndeploy.errors import QnnDeployError
+from qnndeploy.qnn import htp
 
 
 def run(path, feeds):
@@ -54,7 +55,7 @@ def test_ppocr_prepared_is_static_and_equivalent(ppocr_prepared, name):
 @pytest.mark.parametrize("name", [pytest.param("det", marks=pytest.mark.slow), "rec", "cls"])
 def test_ppocr_prepared_checks_ready_with_zero_cpu_partitions(ppocr_prepared, name):
     require(htp.available(), "onnxruntime-qnn (the QNN HTP backend)")
-    report = onnxcheck.check_model(ppocr_prepared[name].output)
+    report = check.check_model(ppocr_prepared[name].output)
     assert report.verdict == "ready" and report.findings == []
     assert report.htp.measured and report.htp.cpu_nodes == [] and report.htp.cpu_partitions == 0
     assert report.htp.qnn_partitions >= 1
@@ -91,7 +92,7 @@ def test_int64_inputs_and_outputs_become_int32_with_names_unchanged(tmp_path):
     want = run(src, {"ids": ids})
     got = run(tmp_path / "out.onnx", {"ids": ids.astype(np.int32)})
     assert got[1].dtype == np.int32 and np.array_equal(got[1], want[1]) and np.array_equal(got[0], want[0])
-    assert "int64" not in {f.code for f in onnxcheck.check_model(tmp_path / "out.onnx", measure=False).findings}
+    assert "int64" not in {f.code for f in check.check_model(tmp_path / "out.onnx", measure=False).findings}
 
 
 @pytest.mark.parametrize("rate, branch", [("16000", "relu"), ("8000", "neg")])
@@ -104,7 +105,7 @@ def test_freezing_the_setting_input_folds_the_if_away(tmp_path, rate, branch):
     x = np.array([[1.0, -2.0, 3.0, -4.0]], np.float32)
     (y,) = run(tmp_path / "out.onnx", {"x": x})
     assert np.array_equal(y, np.maximum(x, 0) if branch == "relu" else -x)
-    assert onnxcheck.check_model(tmp_path / "out.onnx", measure=False).verdict == "ready"
+    assert check.check_model(tmp_path / "out.onnx", measure=False).verdict == "ready"
 
 
 def test_external_data_under_2_gb_is_inlined_into_one_file(tmp_path):
@@ -134,7 +135,7 @@ def test_external_data_model_in_and_out(tmp_path, monkeypatch):
     assert out.with_name("big.npu.onnx.data").stat().st_mode & 0o777 == out.stat().st_mode & 0o777
     assert onnx.load(out, load_external_data=False).graph.initializer[0].data_location == onnx.TensorProto.EXTERNAL
     if htp.available():
-        report = onnxcheck.check_model(out)
+        report = check.check_model(out)
         assert report.verdict == "ready" and report.htp.cpu_nodes == []
 
 
@@ -311,17 +312,17 @@ def test_next_command_is_shell_quoted(tmp_path):
 
 def test_an_if_on_input_shapes_and_a_setting_folds_after_the_fix_all_command(tmp_path):
     path = save(tmp_path, sm.if_on_shape_and_setting())
-    report = onnxcheck.check_model(path, measure=False)
+    report = check.check_model(path, measure=False)
     assert report.placeholders == ["LEN", "VALUE"]
     assert report.prepare_command.endswith("--shape x=1,LEN --freeze sr=VALUE")
     result = prepare.prepare_model(path, tmp_path / "m.npu.onnx", shapes={"x": [1, 300]}, freeze={"sr": 16000})
     model = onnx.load(tmp_path / "m.npu.onnx")
     assert [n.op_type for n in model.graph.node] == ["Relu"] and result.folded_by == "onnxsim"
-    assert onnxcheck.check_model(tmp_path / "m.npu.onnx", measure=False).verdict == "ready"
+    assert check.check_model(tmp_path / "m.npu.onnx", measure=False).verdict == "ready"
 
 
 def test_the_folding_chain_goes_on_when_a_tool_fails(tmp_path, monkeypatch):
-    from qnndeploy import fold
+    from qnndeploy.prepare import fold
 
     def broken(src, dst, external):
         raise fold.FoldError("Nodes in a graph must be topologically sorted")
@@ -335,7 +336,7 @@ def test_the_folding_chain_goes_on_when_a_tool_fails(tmp_path, monkeypatch):
 
 
 def test_with_every_folding_tool_failing_the_unfolded_model_is_kept_and_said(tmp_path, monkeypatch):
-    from qnndeploy import fold
+    from qnndeploy.prepare import fold
 
     def broken(src, dst, external):
         raise fold.FoldError("no")
@@ -351,20 +352,20 @@ def test_with_every_folding_tool_failing_the_unfolded_model_is_kept_and_said(tmp
 
 def test_a_wrong_declared_output_shape_is_replaced_by_what_the_graph_computes(tmp_path):
     path = save(tmp_path, sm.wrong_output_shape())
-    report = onnxcheck.check_model(path, measure=False)
+    report = check.check_model(path, measure=False)
     (finding,) = [f for f in report.findings if f.code == "output-shape"]
     assert "y declares [1, seqlen], computes [4, 1, 8]" in finding.message and report.verdict == "fixable"
     result = prepare.prepare_model(path, tmp_path / "m.npu.onnx")
     assert [t.shape for t in result.outputs] == [[4, 1, 8]]
     assert "output y: declared [1, seqlen], the graph computes [4, 1, 8] (CPU run): declaration replaced" \
         in result.changes
-    again = onnxcheck.check_model(tmp_path / "m.npu.onnx", measure=False)
+    again = check.check_model(tmp_path / "m.npu.onnx", measure=False)
     assert again.verdict == "ready" and again.prepare_command is None
 
 
 def test_a_symbol_fixed_on_one_input_fixes_it_on_the_others(tmp_path):
     path = save(tmp_path, sm.rnn_state())
-    report = onnxcheck.check_model(path, measure=False)
+    report = check.check_model(path, measure=False)
     assert report.prepare_command.endswith("--shape x=5,1,4 --shape h0=2,1,8") and report.placeholders == []
     result = prepare.prepare_model(path, tmp_path / "m.npu.onnx", shapes={"x": [5, 1, 4]})
     assert {t.name: t.shape for t in result.inputs} == {"x": [5, 1, 4], "h0": [2, 1, 8]}
@@ -374,13 +375,13 @@ def test_a_symbol_fixed_on_one_input_fixes_it_on_the_others(tmp_path):
 
 
 def test_dim_0_of_a_state_input_is_not_called_a_batch(tmp_path):
-    report = onnxcheck.check_model(save(tmp_path, sm.rnn_state(static=True)), measure=False)
+    report = check.check_model(save(tmp_path, sm.rnn_state(static=True)), measure=False)
     assert "batch" not in {f.code for f in report.findings} and report.verdict == "ready"
 
 
 def test_integer_samples_stay_inside_the_table_they_index(tmp_path):
     path = save(tmp_path, sm.token_types(rows=2))
-    from qnndeploy import onnxio
+    from qnndeploy.model import onnxio
 
     assert onnxio.int_input_ranges(onnx.load(path).graph) == {
         "token_type_ids": (0, 2, "it indexes types (2 rows) in Gather token_type_embedding")}
@@ -427,7 +428,7 @@ def test_folding_that_breaks_a_gelu_the_htp_runs_is_not_kept(tmp_path):
 # --- the fourth folding tool: our own constant folder, onnx alone -------------------------------------------
 
 def only_the_onnx_folder(monkeypatch):
-    from qnndeploy import fold
+    from qnndeploy.prepare import fold
 
     def off(src, dst, external):
         raise fold.FoldError("off")
@@ -477,7 +478,7 @@ def test_the_onnx_folder_keeps_external_data(tmp_path, monkeypatch):
 
 
 def test_the_onnx_folder_names_the_node_it_cannot_evaluate(tmp_path):
-    from qnndeploy import fold
+    from qnndeploy.prepare import fold
 
     model = sm.reshape_from_shape()
     model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 5
@@ -532,8 +533,8 @@ def test_freeze_takes_ascii_digits_only(tmp_path):
 
 
 def test_random_samples_refuse_an_oversized_input_before_allocating():
-    from qnndeploy.onnxio import TensorInfo
-    from qnndeploy.samples import random_samples
+    from qnndeploy.model.onnxio import TensorInfo
+    from qnndeploy.model.samples import random_samples
 
     with pytest.raises(QnnDeployError, match="over the limit of 2,147,483,648 per tensor"):
         random_samples([TensorInfo("x", "float32", [1, 100_000_000_000])], 1, 0)

@@ -25,8 +25,9 @@ from elfgen import fake_sdk
 from onnx import TensorProto
 from onnx import helper as h
 
-from qnndeploy import fileio, htp
+from qnndeploy.base import fileio
 from qnndeploy.cli import _common, cli
+from qnndeploy.qnn import htp
 
 
 class Killed(BaseException):
@@ -158,7 +159,7 @@ def bundle_inputs(tmp_path_factory) -> dict:
     require(htp.available(), "onnxruntime-qnn")
     import onnxruntime as ort
 
-    from qnndeploy import socs
+    from qnndeploy.base import socs
 
     root = tmp_path_factory.mktemp("inputs")
     model = matmul_model(root / "enc.onnx", 16, 0)
@@ -175,7 +176,7 @@ def bundle_args(inputs: dict, out: Path, license_: str) -> list[str]:
 
 def bundle_state(out: Path) -> tuple[str, str]:
     """(license of the bundle under the final name, of the archive); each must be complete and verify."""
-    from qnndeploy.bundle.verify import verify_bundle
+    from qnndeploy.formats.verify import verify_bundle
 
     final, archive = out / "demo-1.0.0", out / "demo-1.0.0.zip"
     assert final.is_dir(), "no bundle under the final name"
@@ -240,7 +241,7 @@ def test_sigterm_before_publication_leaves_the_old_bundle(bundle_inputs, tmp_pat
         return real_copy(*a, **k)
 
     monkeypatch.setattr(fileio, "sha256_file", hashing)
-    monkeypatch.setattr("qnndeploy.markers.sha256_file", hashing)
+    monkeypatch.setattr("qnndeploy.qnn.markers.sha256_file", hashing)
     monkeypatch.setattr("qnndeploy.bundle.build.copy_verified", copying)
     r = CliRunner().invoke(cli, bundle_args(bundle_inputs, out, "NEW"))
     assert r.exit_code == 130 and "interrupted; nothing was left half-written" in r.output, r.output
@@ -293,7 +294,7 @@ def test_prepare_force_kill_before_every_rename(tmp_path, monkeypatch):
 def compile_state(job: Path) -> str | None:
     """The cache key of the job folder's record; the folder must always be complete (record and its outputs)."""
     from qnndeploy.compile import cache
-    from qnndeploy.records import RECORD_FILE
+    from qnndeploy.formats.records import RECORD_FILE
 
     if not job.exists():
         return None

@@ -17,10 +17,11 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from qnndeploy import media, samples
-from qnndeploy.errors import QnnDeployError
+import qnndeploy
+from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.model import media, samples
 
-SHIPPED = Path(samples.__file__).parent / "data" / "samples"
+SHIPPED = Path(qnndeploy.__file__).parent / "data" / "samples"
 
 
 def identity_model(path: Path, shape: list[int], dtype: int = T.FLOAT) -> Path:

@@ -15,10 +15,12 @@ import pytest
 from click.testing import CliRunner
 from conftest import require
 
-from qnndeploy import __version__, htp, socs
+from qnndeploy import __version__
+from qnndeploy.base import socs
+from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.cli import cli
-from qnndeploy.decision import FORMAT, FORMAT_VERSION, REASONS, VENDOR_DSP_FOLDERS, soc_tables, template_fields
-from qnndeploy.errors import QnnDeployError
+from qnndeploy.formats.decision import FORMAT, FORMAT_VERSION, REASONS, VENDOR_DSP_FOLDERS, soc_tables, template_fields
+from qnndeploy.qnn import htp
 from qnndeploy.scaffold import MARKER, kotlin_reasons, scaffold
 
 SAMPLE = Path(__file__).resolve().parent.parent / "android-sample"
@@ -153,7 +155,7 @@ def test_kotlin_string_of_a_reason_escapes_what_kotlin_would_read():
 
 
 def test_kotlin_manifest_constants_come_from_python_and_the_schema(external, tmp_path):
-    from qnndeploy.bundle.manifest import schema
+    from qnndeploy.formats.manifest import schema
 
     r = scaffold(external, "com.example.foo", tmp_path / "g")
     text = (r.path / "src/com/example/foo/qnndeploy/BundleManifest.kt").read_text()
@@ -320,7 +322,7 @@ def test_epcontext_naming_the_compile_output_is_repointed(inputs, tmp_path):
     so the app's copy loads <graph>.bin (bundle verify refuses a wrapper naming a missing binary)."""
     import onnx
 
-    from qnndeploy.epcontext import context_refs
+    from qnndeploy.qnn.epcontext import context_refs
 
     wrapper = tmp_path / "det_ctx.onnx"
     model = onnx.load(str(inputs["npu"]["SM8750"]["det"][1]))
@@ -445,8 +447,8 @@ def test_models_the_pinned_onnx_runtime_cannot_read_are_a_warning(inputs, tmp_pa
 # --- scaffold --play: the NPU files in a Google Play AI pack (qnndeploy package play), not in the app's assets ---
 
 def test_play_keeps_every_npu_file_out_of_the_base_assets(external, tmp_path):
-    from qnndeploy import playplan
-    from qnndeploy.play import package_play
+    from qnndeploy.formats import playplan
+    from qnndeploy.package.play import package_play
 
     play = package_play(external, tmp_path / "play", delivery="on-demand", pack="models").path
     r = scaffold(external, "com.example.foo", tmp_path / "g", play=play)
@@ -461,7 +463,7 @@ def test_play_keeps_every_npu_file_out_of_the_base_assets(external, tmp_path):
     assert "PlayPack.locate(context, plan)" in runtime and "Reasons.packNotReady(" in runtime
     for name, value in (("FOLDER", playplan.FOLDER), ("GROUP_FILE", playplan.GROUP_FILE),
                         ("DEFAULT_GROUP", playplan.DEFAULT_GROUP)):
-        assert f'const val {name} = "{value}"' in pack  # one source: qnndeploy/playplan.py
+        assert f'const val {name} = "{value}"' in pack  # one source: qnndeploy/formats/playplan.py
     assert f"const val SOC_TARGETING_SINCE_SDK = {playplan.SOC_TARGETING_SINCE_SDK}" in pack
     assert "{{" not in runtime + pack and "{%" not in runtime + pack
     assert len(r.lines) == 6 and r.lines[:3] == scaffold(external, "com.example.foo", tmp_path / "g",
@@ -474,7 +476,7 @@ def test_play_keeps_every_npu_file_out_of_the_base_assets(external, tmp_path):
 
 
 def test_play_of_another_bundle_is_refused(external, bundled, tmp_path):
-    from qnndeploy.play import package_play
+    from qnndeploy.package.play import package_play
 
     other = package_play(bundled, tmp_path / "play").path
     with pytest.raises(QnnDeployError, match=r"was packaged from another bundle .*run qnndeploy package play") as e:
@@ -489,7 +491,7 @@ def test_play_of_another_bundle_is_refused(external, bundled, tmp_path):
 
 
 def test_play_from_the_command_line(external, tmp_path):
-    from qnndeploy.play import package_play
+    from qnndeploy.package.play import package_play
 
     play = package_play(external, tmp_path / "play").path
     result = run(external, "--package", "com.example.foo", "-o", tmp_path / "g", "--play", play, "--json")

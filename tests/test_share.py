@@ -10,11 +10,11 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
-from qnndeploy import epcontext
-from qnndeploy.bundle.verify import verify_bundle
+from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.cli import cli
 from qnndeploy.compile import compile_models, shares_from_args
-from qnndeploy.errors import QnnDeployError
+from qnndeploy.formats.verify import verify_bundle
+from qnndeploy.qnn import epcontext
 from qnndeploy.scaffold import scaffold
 
 pytestmark = pytest.mark.needs_qnn

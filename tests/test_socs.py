@@ -4,9 +4,9 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
-from qnndeploy import socs
+from qnndeploy.base import socs
+from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.cli import cli
-from qnndeploy.errors import QnnDeployError
 
 
 def test_no_fp16_where_qualcomm_says_so():

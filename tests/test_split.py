@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from qnndeploy.bundle.verify import verify_bundle
+from qnndeploy.base.names import EPCONTEXT
 from qnndeploy.cli import cli
-from qnndeploy.decision import Device, decide
-from qnndeploy.formats import EPCONTEXT
+from qnndeploy.formats.decision import Device, decide
+from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.scaffold import scaffold
 
 pytestmark = [pytest.mark.needs_qnn, pytest.mark.slow]

@@ -13,7 +13,8 @@ import onnx
 import pytest
 from synth_models import static_mlp
 
-from qnndeploy import compat, toolchain
+from qnndeploy.base import compat
+from qnndeploy.qnn import toolchain
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_qnn]
 

@@ -17,9 +17,10 @@ from ppocr import STATIC_SHAPES
 from test_compile import STANDIN, sinh_graph, static_ppocr
 
 from qnndeploy import compile as compile_stage
-from qnndeploy import htp, metrics
 from qnndeploy import validate as stage
 from qnndeploy.cli import cli
+from qnndeploy.model import metrics
+from qnndeploy.qnn import htp
 
 pytestmark = [pytest.mark.needs_qnn]
 
@@ -246,7 +247,7 @@ def test_argmax_agreement_only_for_outputs_with_a_class_axis(tmp_path):
     import onnx
     import synth_models as sm
 
-    from qnndeploy import onnxio
+    from qnndeploy.model import onnxio
 
     onnx.save(sm.token_types(), tmp_path / "softmax.onnx")
     onnx.save(sm.static_mlp(), tmp_path / "logits.onnx")

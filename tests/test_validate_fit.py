@@ -17,15 +17,17 @@ from conftest import require
 from onnx import TensorProto as T
 from onnx import helper as h
 
+import qnndeploy
 from qnndeploy import compile as compile_stage
-from qnndeploy import htp, metrics, samples
 from qnndeploy import validate as stage
 from qnndeploy.cli import cli
+from qnndeploy.model import metrics
+from qnndeploy.qnn import htp
 
 pytestmark = [pytest.mark.needs_qnn]
 
 SCHEMA = json.loads((Path(stage.__file__).parent / "schemas" / "validation-record.schema.json").read_text())
-SPEECH = Path(samples.__file__).parent / "data" / "samples" / "speech.wav"
+SPEECH = Path(qnndeploy.__file__).parent / "data" / "samples" / "speech.wav"
 
 
 def run(*args):

@@ -38,9 +38,10 @@ import pytest
 from click.testing import CliRunner
 from conftest import require
 
-from qnndeploy import fileio, htp
+from qnndeploy.base import fileio
+from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.cli import cli
-from qnndeploy.errors import QnnDeployError
+from qnndeploy.qnn import htp
 
 
 @pytest.fixture(autouse=True)
@@ -155,7 +156,7 @@ def test_copy_verified_leaves_no_destination_when_the_write_fails(tmp_path):
     """A real EFBIG (RLIMIT_FSIZE in a child process) in the middle of the copy: the OSError reaches the caller
     with its errno, and the half-written destination is gone."""
     (tmp_path / "a").write_bytes(os.urandom(3 * fileio.CHUNK))
-    code = ("import errno, resource, sys\nfrom pathlib import Path\nfrom qnndeploy import fileio\n"
+    code = ("import errno, resource, sys\nfrom pathlib import Path\nfrom qnndeploy.base import fileio\n"
             f"resource.setrlimit(resource.RLIMIT_FSIZE, ({fileio.CHUNK + 1}, {fileio.CHUNK + 1}))\n"
             "try:\n    fileio.copy_verified(Path(sys.argv[1]), Path(sys.argv[2]))\n"
             "except OSError as e:\n    print(errno.errorcode[e.errno])\n")
@@ -332,7 +333,7 @@ def test_play_publishes_nothing_when_a_bundle_file_changes_after_verification(bu
                                                                               moment, kind):
     """Verified, then changed before play reads it for the plan (a CPU model: in the plan only) or before its copy
     into the pack (an NPU file): one line, exit 2, nothing published, nothing from outside the bundle read in."""
-    from qnndeploy import play
+    from qnndeploy.package import play
 
     out, outside = tmp_path / "play", tmp_path / "outside"
     manifest = json.loads((bundle / "manifest.json").read_text())

@@ -18,26 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qnndeploy import __version__, compat, epcontext, socs
-from qnndeploy.bundle import archive
-from qnndeploy.bundle.manifest import (
-    ACCEPTED_BY,
-    accepted_reason,
-    external_data_path,
-    graph_signature,
-    schema,
-    worst_metric,
-)
-from qnndeploy.bundle.verify import (
-    CONTROL,
-    Problem,
-    check_manifest,
-    check_warnings,
-    read_contexts,
-)
-from qnndeploy.decision import BACKEND_LIB, SYSTEM_LIB, qnn_libraries
-from qnndeploy.errors import QnnDeployError
-from qnndeploy.fileio import (
+from qnndeploy import __version__
+from qnndeploy.base import compat, socs
+from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.fileio import (
     JSON,
     Progress,
     check_apart,
@@ -54,7 +38,7 @@ from qnndeploy.fileio import (
     write_json,
     writing,
 )
-from qnndeploy.formats import (
+from qnndeploy.base.names import (
     ACCEPT_ON,
     CONTEXT_BINARY,
     EPCONTEXT,
@@ -69,8 +53,20 @@ from qnndeploy.formats import (
     graph_name,
     path_problem,
 )
-from qnndeploy.markers import FileFacts, Scanner, build_version, scan_file
-from qnndeploy.records import RECORD_FILE, VALIDATION_FILE, ValidationRecord, read_build, split_records
+from qnndeploy.formats import archive
+from qnndeploy.formats.decision import BACKEND_LIB, SYSTEM_LIB, qnn_libraries
+from qnndeploy.formats.manifest import (
+    ACCEPTED_BY,
+    accepted_reason,
+    external_data_path,
+    graph_signature,
+    schema,
+    worst_metric,
+)
+from qnndeploy.formats.records import RECORD_FILE, VALIDATION_FILE, ValidationRecord, read_build, split_records
+from qnndeploy.formats.verify import CONTROL, Problem, check_manifest, check_warnings, read_contexts
+from qnndeploy.qnn import epcontext
+from qnndeploy.qnn.markers import FileFacts, Scanner, build_version, scan_file
 
 PREPARE_LIB = "libQnnHtpPrepare.so"  # only for graphs prepared on the phone: shipped when the SDK has it
 

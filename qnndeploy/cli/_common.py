@@ -20,8 +20,8 @@ from typing import Any, ClassVar, NoReturn
 
 import click
 
-from qnndeploy import fileio
-from qnndeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
+from qnndeploy.base import fileio
+from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
 
 EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM (README "Exit codes")
 

@@ -10,9 +10,9 @@ import sys
 
 import click
 
-from qnndeploy import toolchain
+from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.cli._common import Group
-from qnndeploy.errors import QnnDeployError
+from qnndeploy.qnn import toolchain
 
 
 def under_toolchain(tc: toolchain.Toolchain) -> None:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import click
 
+from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.fileio import resolve_named
+from qnndeploy.base.names import ACCEPT_ON, MANIFEST, PERFORMANCE_MODES
 from qnndeploy.bundle.build import BundleResult, BundleSpec, add_split, build_bundle, spec_from_build
-from qnndeploy.bundle.manifest import read_manifest
-from qnndeploy.bundle.verify import VerifyReport, opened
 from qnndeploy.cli._common import (
     CONTEXT_SETTINGS,
     Group,
@@ -25,9 +26,8 @@ from qnndeploy.cli._common import (
     shallow_option,
     unchecked_option,
 )
-from qnndeploy.errors import QnnDeployError
-from qnndeploy.fileio import resolve_named
-from qnndeploy.formats import ACCEPT_ON, MANIFEST, PERFORMANCE_MODES
+from qnndeploy.formats.manifest import read_manifest
+from qnndeploy.formats.verify import VerifyReport, opened
 
 
 def require_bundle(given: Path, root: Path, result: VerifyReport) -> None:

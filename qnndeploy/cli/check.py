@@ -7,21 +7,14 @@ from pathlib import Path
 
 import click
 
-from qnndeploy import htp, onnxcheck, toolchain
-from qnndeploy import socs as catalog
-from qnndeploy.cli._common import (
-    command_line,
-    emit_json,
-    handles_errors,
-    json_option,
-    next_step,
-    size_text,
-    soc_option,
-)
+from qnndeploy import check as stage
+from qnndeploy.base import socs as catalog
+from qnndeploy.cli._common import command_line, emit_json, handles_errors, json_option, next_step, size_text, soc_option
 from qnndeploy.cli._toolchain import qairt_option, under_toolchain
+from qnndeploy.qnn import htp, toolchain
 
 
-def _render_check(report: onnxcheck.CheckReport) -> None:
+def _render_check(report: stage.CheckReport) -> None:
     htp = report.htp
     click.echo(f"{report.path}: {report.verdict.upper()}")
     n = report.parameters
@@ -92,7 +85,7 @@ def check(models: tuple[Path, ...], socs: tuple[str, ...], precision: str, no_me
         under_toolchain(toolchain.resolve(qairt))
     # each SoC once (an alias is its SoC); none given: check's default
     targets: list[catalog.Soc | None] = list(dict.fromkeys(catalog.find(soc) for soc in socs)) or [None]
-    reports = [onnxcheck.check_model(m, soc=soc, measure=not no_measure, precision=precision, timeout=timeout or None,
+    reports = [stage.check_model(m, soc=soc, measure=not no_measure, precision=precision, timeout=timeout or None,
                                      say=lambda line: click.echo(f"qnndeploy: {line}", err=True),
                                      context_bytes=None if context_gb is None else round(context_gb * 1e9))
                for m in models for soc in targets]

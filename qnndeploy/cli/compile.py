@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from qnndeploy import compile as stage
-from qnndeploy import toolchain
+from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.names import CONTEXT_BINARY
 from qnndeploy.cli._common import (
     cache_dir_option,
     command_line,
@@ -22,8 +23,7 @@ from qnndeploy.cli._common import (
 )
 from qnndeploy.cli._toolchain import qairt_option, under_toolchain
 from qnndeploy.compile.jobs import HtpSettings
-from qnndeploy.errors import QnnDeployError
-from qnndeploy.formats import CONTEXT_BINARY
+from qnndeploy.qnn import toolchain
 
 
 def _render_compile(summary: stage.CompileSummary) -> None:

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import click
 
-from qnndeploy.bundle.verify import VerifyReport
+from qnndeploy.base.errors import EXIT_CHECK_FAILED, QnnDeployError
 from qnndeploy.cli._common import (
     CONTEXT_SETTINGS,
     Group,
@@ -38,7 +38,7 @@ from qnndeploy.device import info as device_info_stage
 from qnndeploy.device import profile as prof
 from qnndeploy.device import verify as verify_stage
 from qnndeploy.device.adb import connect
-from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError
+from qnndeploy.formats.verify import VerifyReport
 
 serial_option = click.option("-s", "--serial", envvar="ANDROID_SERIAL", metavar="SERIAL",
                              help="Device serial from `adb devices` [default: $ANDROID_SERIAL, else the only device "

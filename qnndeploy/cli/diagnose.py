@@ -7,18 +7,11 @@ from pathlib import Path
 import click
 
 from qnndeploy import diagnose as stage
-from qnndeploy import plot, toolchain
-from qnndeploy.cli._common import (
-    handles_errors,
-    json_option,
-    num,
-    render_output,
-    report,
-    sample_options,
-    shown,
-)
+from qnndeploy.base.fileio import staging_file, writing
+from qnndeploy.cli._common import handles_errors, json_option, num, render_output, report, sample_options, shown
 from qnndeploy.cli._toolchain import under_toolchain
-from qnndeploy.fileio import staging_file, writing
+from qnndeploy.diagnose import plot
+from qnndeploy.qnn import toolchain
 
 
 def _render(result: stage.DiagnoseResult) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from qnndeploy import doctor as stage
+from qnndeploy.base.errors import EXIT_MISSING_TOOL
 from qnndeploy.cli._common import handles_errors, json_option, report
-from qnndeploy.errors import EXIT_MISSING_TOOL
 
 
 def _render_doctor(result: stage.DoctorReport) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from qnndeploy.cli._common import escaped, handles_errors, json_option, report
-from qnndeploy.contextinfo import MARKERS, BinaryReport, InspectResult, inspect
-from qnndeploy.qnnsystem import GraphInfo, TensorInfo
+from qnndeploy.inspect import MARKERS, BinaryReport, InspectResult, inspect
+from qnndeploy.qnn.qnnsystem import GraphInfo, TensorInfo
 
 
 @click.command("inspect")

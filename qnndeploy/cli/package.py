@@ -6,8 +6,7 @@ from pathlib import Path
 
 import click
 
-from qnndeploy import play as stage
-from qnndeploy.bundle.verify import opened
+from qnndeploy.base.errors import EXIT_CHECK_FAILED
 from qnndeploy.cli._common import (
     Group,
     byte_progress,
@@ -19,7 +18,8 @@ from qnndeploy.cli._common import (
     unchecked_option,
 )
 from qnndeploy.cli.bundle import render_verify, require_bundle
-from qnndeploy.errors import EXIT_CHECK_FAILED
+from qnndeploy.formats.verify import opened
+from qnndeploy.package import play as stage
 
 
 @click.group(cls=Group)

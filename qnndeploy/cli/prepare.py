@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from qnndeploy import prepare as stage
+from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.cli._common import (
     assignments,
     command_line,
@@ -16,7 +17,6 @@ from qnndeploy.cli._common import (
     next_step,
     size_text,
 )
-from qnndeploy.errors import QnnDeployError
 from qnndeploy.prepare import split
 
 

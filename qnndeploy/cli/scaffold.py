@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from qnndeploy import scaffold as stage
-from qnndeploy.bundle.verify import opened
+from qnndeploy.base.errors import EXIT_CHECK_FAILED
 from qnndeploy.cli._common import (
     byte_progress,
     emit_json,
@@ -18,7 +18,7 @@ from qnndeploy.cli._common import (
     unchecked_option,
 )
 from qnndeploy.cli.bundle import render_verify, require_bundle
-from qnndeploy.errors import EXIT_CHECK_FAILED
+from qnndeploy.formats.verify import opened
 
 
 def _render_scaffold(result: stage.ScaffoldResult) -> None:

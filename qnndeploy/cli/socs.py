@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from qnndeploy import socs as catalog
+from qnndeploy.base import socs as catalog
 from qnndeploy.cli._common import emit_json, handles_errors, json_option
 
 

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import click
 
-from qnndeploy import toolchain
 from qnndeploy import validate as stage
 from qnndeploy.cli._common import (
     command_line,
@@ -21,6 +20,7 @@ from qnndeploy.cli._common import (
     soc_option,
 )
 from qnndeploy.cli._toolchain import under_toolchain
+from qnndeploy.qnn import toolchain
 
 
 def _render_validation(summary: stage.ValidationSummary) -> None:

@@ -30,35 +30,28 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnndeploy import __version__, contextcheck, fileio, htp, qnnsystem
-from qnndeploy import socs as catalog
-from qnndeploy.bundle.manifest import graph_signature
+from qnndeploy import __version__
+from qnndeploy.base import fileio
+from qnndeploy.base import socs as catalog
+from qnndeploy.base.errors import EXIT_MISSING_TOOL, QnnDeployError
+from qnndeploy.base.fileio import JSON, sha256_file, staging_dir, write_json
+from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, graph_name
 from qnndeploy.compile import cache, logs
 from qnndeploy.compile.aihub import AihubBackend
-from qnndeploy.compile.jobs import (
-    Backend,
-    Compiled,
-    CompileError,
-    HtpSettings,
-    Job,
-    Member,
-    Tools,
-    set_input_paths,
-)
+from qnndeploy.compile.jobs import Backend, Compiled, CompileError, HtpSettings, Job, Member, Tools, set_input_paths
 from qnndeploy.compile.ort import OrtBackend
 from qnndeploy.compile.qairt import QairtBackend
-from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError
-from qnndeploy.fileio import JSON, sha256_file, staging_dir, write_json
-from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT, graph_name
-from qnndeploy.markers import build_version, scan_file
-from qnndeploy.onnxio import load_model, model_inputs, require_model_file
-from qnndeploy.qnnsystem import ContextInfo
-from qnndeploy.records import RECORD, RECORD_FILE, RECORD_VERSION, JobStarted, read_record
-from qnndeploy.samples import for_graph, sample_source, write_samples
+from qnndeploy.formats.manifest import graph_signature
+from qnndeploy.formats.records import RECORD, RECORD_FILE, RECORD_VERSION, JobStarted, read_record
+from qnndeploy.model.onnxio import load_model, model_inputs, require_model_file
+from qnndeploy.model.samples import for_graph, sample_source, write_samples
+from qnndeploy.qnn import contextcheck, htp, qnnsystem
+from qnndeploy.qnn.markers import build_version, scan_file
+from qnndeploy.qnn.qnnsystem import ContextInfo
 
 if TYPE_CHECKING:
-    from qnndeploy.media import Preprocess
-    from qnndeploy.socs import Soc
+    from qnndeploy.base.socs import Soc
+    from qnndeploy.model.media import Preprocess
 
 PRECISIONS = ("fp16", "w8a16")
 BACKENDS = ("ort", "qairt", "aihub")

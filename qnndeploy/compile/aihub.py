@@ -16,16 +16,16 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from qnndeploy import aihub, epcontext, htp, markers, qnnsystem
+from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.fileio import JSON
+from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.compile.jobs import Compiled, CompileError, HtpSettings, Job, Tools
-from qnndeploy.errors import QnnDeployError
-from qnndeploy.fileio import JSON
-from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT
-from qnndeploy.onnxio import model_inputs
-from qnndeploy.samples import load_samples
+from qnndeploy.model.onnxio import model_inputs
+from qnndeploy.model.samples import load_samples
+from qnndeploy.qnn import aihub, epcontext, htp, markers, qnnsystem
 
 if TYPE_CHECKING:
-    from qnndeploy.socs import Soc
+    from qnndeploy.base.socs import Soc
 
 TIMEOUT_S = 3 * 3600.0  # one compile job on AI Hub: large graphs take hours
 LINK_TIMEOUT_S = 3 * 3600.0  # one link job: it runs the context-binary generation, the long part for large graphs

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from qnndeploy import __version__
+from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.fileio import sha256_file, staging_dir, write_json
+from qnndeploy.base.socs import Soc
 from qnndeploy.compile.jobs import Backend, Job, set_input_paths
-from qnndeploy.errors import QnnDeployError
-from qnndeploy.fileio import sha256_file, staging_dir, write_json
-from qnndeploy.records import RECORD_FILE, RECORD_VERSION, read_record
-from qnndeploy.socs import Soc
+from qnndeploy.formats.records import RECORD_FILE, RECORD_VERSION, read_record
 
 LOG_FILE = "compile.log"
 TAG_FILE = "CACHEDIR.TAG"

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
-from qnndeploy.fileio import JSON, stop_requested
+from qnndeploy.base.fileio import JSON, stop_requested
 
 if TYPE_CHECKING:
-    from qnndeploy.socs import Soc
+    from qnndeploy.base.socs import Soc
 
 
 class CompileError(Exception):

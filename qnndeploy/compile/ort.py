@@ -18,18 +18,19 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from qnndeploy import child, epcontext, htp, socs
+from qnndeploy.base import child, socs
+from qnndeploy.base.errors import QnnDeployError, first_line
+from qnndeploy.base.fileio import JSON, write_json
+from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.compile import logs
 from qnndeploy.compile.jobs import Compiled, CompileError, HtpSettings, Job, Member, Tools
-from qnndeploy.errors import QnnDeployError, first_line
-from qnndeploy.fileio import JSON, write_json
-from qnndeploy.formats import CONTEXT_BINARY, EPCONTEXT
-from qnndeploy.onnxio import load_model, model_inputs
-from qnndeploy.quantize import SETTINGS, qdq
-from qnndeploy.samples import load_samples
+from qnndeploy.model.onnxio import load_model, model_inputs
+from qnndeploy.model.quantize import SETTINGS, qdq
+from qnndeploy.model.samples import load_samples
+from qnndeploy.qnn import epcontext, htp
 
 if TYPE_CHECKING:
-    from qnndeploy.socs import Soc
+    from qnndeploy.base.socs import Soc
 
 FEW_CALIBRATION_SAMPLES = 20
 PROVIDER_OPTIONS = ("vtcm_mb", "htp_graph_finalization_optimization_mode", "enable_htp_spill_fill_buffer")

@@ -18,16 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from qnndeploy.base.errors import EXIT_MISSING_TOOL, QnnDeployError
+from qnndeploy.base.fileio import JSON
+from qnndeploy.base.names import CONTEXT_BINARY
 from qnndeploy.compile import logs
 from qnndeploy.compile.jobs import Compiled, CompileError, HtpSettings, Job, Tools
-from qnndeploy.errors import EXIT_MISSING_TOOL, QnnDeployError
-from qnndeploy.fileio import JSON
-from qnndeploy.formats import CONTEXT_BINARY
-from qnndeploy.onnxio import model_inputs
-from qnndeploy.samples import load_samples
+from qnndeploy.model.onnxio import model_inputs
+from qnndeploy.model.samples import load_samples
 
 if TYPE_CHECKING:
-    from qnndeploy.socs import Soc
+    from qnndeploy.base.socs import Soc
 
 HOST = "x86_64-linux-clang"
 ANDROID = "aarch64-android"

@@ -28,14 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qnndeploy.errors import (
-    EXIT_BAD_INPUT,
-    EXIT_CHECK_FAILED,
-    EXIT_MISSING_TOOL,
-    QnnDeployError,
-    first_line,
-)
-from qnndeploy.fileio import open_regular, staging_file
+from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_MISSING_TOOL, QnnDeployError, first_line
+from qnndeploy.base.fileio import open_regular, staging_file
 
 Progress = Callable[[int], None]
 

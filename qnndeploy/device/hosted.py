@@ -14,11 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from qnndeploy import aihub, decision, metrics, socs
+from qnndeploy.base import socs
+from qnndeploy.base.errors import EXIT_BAD_INPUT, QnnDeployError
+from qnndeploy.base.fileio import JSON
+from qnndeploy.base.names import CONTEXT_BINARY, artifact_graphs
 from qnndeploy.device.verify import DeviceVerification, GraphRun, Job, write_record
-from qnndeploy.errors import EXIT_BAD_INPUT, QnnDeployError
-from qnndeploy.fileio import JSON
-from qnndeploy.formats import CONTEXT_BINARY, artifact_graphs
+from qnndeploy.formats import decision
+from qnndeploy.model import metrics
+from qnndeploy.qnn import aihub
 
 TIMEOUT_S = 3600.0  # one inference job, queueing for a hosted phone included
 ANDROID_SDK = 35  # what the decision is told of a hosted phone: Build.SOC_MODEL exists there (API 31+)

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
+from qnndeploy.base.fileio import staging_file
 from qnndeploy.device.adb import Device, Limit, MiB, parse_int
-from qnndeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
-from qnndeploy.fileio import staging_file
 
 _SEP = "@@qnndeploy@@"
 CURRENT_NOW = "/sys/class/power_supply/battery/current_now"

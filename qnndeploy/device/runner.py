@@ -23,9 +23,9 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qnndeploy.bundle import elf
+from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
 from qnndeploy.device.adb import FILES, HASHING, RUN, Device, parse_int
-from qnndeploy.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
+from qnndeploy.formats import elf
 
 if TYPE_CHECKING:
     import numpy as np

@@ -1,6 +1,6 @@
 """`device verify`: put a bundle on a phone the way the app would use it, prove it there, and record the result.
 
-For each phone: the same decision as the app's Kotlin selector (qnndeploy.decision) picks the target; its files,
+For each phone: the same decision as the app's Kotlin selector (qnndeploy.formats.decision) picks the target; its files,
 the CPU fallback and the runtime libraries for its arch go to /data/local/tmp/qnndeploy/<name>-<version>/ with
 Device.push_folder (only what differs is sent, through a staging folder, every sha256 checked on the phone).
 With a runner (qnn-net-run), each graph's context binary runs there on generated or given inputs, and its outputs
@@ -23,15 +23,18 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from qnndeploy import __version__, decision, markers, metrics, playplan, samples
-from qnndeploy.bundle.manifest import file_entries, load_manifest
-from qnndeploy.bundle.verify import VerifyReport, opened
+from qnndeploy import __version__
+from qnndeploy.base.errors import EXIT_BAD_INPUT, QnnDeployError
+from qnndeploy.base.fileio import JSON, sha256_file, write_json
+from qnndeploy.base.names import artifact_graphs
 from qnndeploy.device import runner
 from qnndeploy.device.adb import FILES, Device, LocalFile, MiB, Progress, Upload, connect, list_devices
-from qnndeploy.errors import EXIT_BAD_INPUT, QnnDeployError
-from qnndeploy.fileio import JSON, sha256_file, write_json
-from qnndeploy.formats import artifact_graphs
-from qnndeploy.samples import Sample
+from qnndeploy.formats import decision, playplan
+from qnndeploy.formats.manifest import file_entries, load_manifest
+from qnndeploy.formats.verify import VerifyReport, opened
+from qnndeploy.model import metrics, samples
+from qnndeploy.model.samples import Sample
+from qnndeploy.qnn import markers
 
 REMOTE_ROOT = "/data/local/tmp/qnndeploy"
 RECORD = "qnndeploy-device"

@@ -20,14 +20,17 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnndeploy import __version__, fileio, fold, htp, onnxio, socs
-from qnndeploy import fuse as fusing
-from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError, first_line
-from qnndeploy.fileio import sha256_file, write_json
-from qnndeploy.onnxio import TensorInfo, real_inputs, tensor_info
-from qnndeploy.prepare import edits, equivalence
+from qnndeploy import __version__
+from qnndeploy.base import fileio, socs
+from qnndeploy.base.errors import EXIT_CHECK_FAILED, QnnDeployError, first_line
+from qnndeploy.base.fileio import sha256_file, write_json
+from qnndeploy.model import fuse as fusing
+from qnndeploy.model import onnxio
+from qnndeploy.model.onnxio import TensorInfo, real_inputs, tensor_info
+from qnndeploy.prepare import edits, equivalence, fold
 from qnndeploy.prepare.edits import parse_assignment, parse_shape
 from qnndeploy.prepare.equivalence import OutputDiff
+from qnndeploy.qnn import htp
 
 __all__ = ["DEFAULT_TOLERANCE", "OutputDiff", "PrepareResult", "parse_assignment", "parse_shape", "prepare_model",
            "record_path"]

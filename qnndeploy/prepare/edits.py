@@ -9,10 +9,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from qnndeploy import onnxio
-from qnndeploy.errors import QnnDeployError
-from qnndeploy.onnxio import TensorInfo, real_inputs, tensor_info
-from qnndeploy.shapes import suggest_shapes
+from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.model import onnxio
+from qnndeploy.model.onnxio import TensorInfo, real_inputs, tensor_info
+from qnndeploy.model.shapes import suggest_shapes
 
 if TYPE_CHECKING:
     import numpy as np

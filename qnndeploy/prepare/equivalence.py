@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qnndeploy import metrics, samples
-from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError, first_line
-from qnndeploy.onnxio import TensorInfo
+from qnndeploy.base.errors import EXIT_CHECK_FAILED, QnnDeployError, first_line
+from qnndeploy.model import metrics, samples
+from qnndeploy.model.onnxio import TensorInfo
 
 if TYPE_CHECKING:
     import numpy as np

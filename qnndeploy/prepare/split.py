@@ -25,10 +25,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnndeploy import __version__
-from qnndeploy.errors import EXIT_CHECK_FAILED, QnnDeployError
-from qnndeploy.fileio import first_missing, partial_prefix, remove_made, remove_stale, sha256_file, write_json, writing
-from qnndeploy.formats import SPLIT_RECORD
-from qnndeploy.onnxio import (
+from qnndeploy.base.errors import EXIT_CHECK_FAILED, QnnDeployError
+from qnndeploy.base.fileio import (
+    first_missing,
+    partial_prefix,
+    remove_made,
+    remove_stale,
+    sha256_file,
+    write_json,
+    writing,
+)
+from qnndeploy.base.names import SPLIT_RECORD
+from qnndeploy.model.onnxio import (
     TensorInfo,
     all_tensors,
     constant_tensors,

@@ -9,8 +9,9 @@ run, and gives each job its own process whose memory can be measured.
 
 SPEC.json: {"task": "compile" | "dlc" | "link" | "run", ...} (see compile_job, dlc_job, link_job and run_job).
 RESULT.json: {"ok": bool, "error": str, ...}. Everything here is written against onnxruntime directly; it does not
-use qnndeploy's compile code. The one product import is qnndeploy.qnnsystem.read_context, used only to read the graph
-I/O of an uploaded context binary this fake did not compile itself (QAIRT's own QnnSystem library does the reading).
+use qnndeploy's compile code. The one product import is qnndeploy.qnn.qnnsystem.read_context, used only to read the
+graph I/O of an uploaded context binary this fake did not compile itself (QAIRT's own QnnSystem library does the
+reading).
 """
 
 from __future__ import annotations
@@ -182,11 +183,11 @@ def link_job(spec: dict[str, Any]) -> dict[str, Any]:
 
 def make_wrapper(binary: Path, wrapper: Path) -> dict[str, Any]:
     """An EPContext ONNX model around a context binary the fake did not compile, with the graph's I/O read from
-    the binary by QAIRT's QnnSystem library (through qnndeploy.qnnsystem.read_context)."""
+    the binary by QAIRT's QnnSystem library (through qnndeploy.qnn.qnnsystem.read_context)."""
     import onnx
     from onnx import helper
 
-    from qnndeploy.qnnsystem import read_context
+    from qnndeploy.qnn.qnnsystem import read_context
 
     info = read_context(binary)
     if len(info.graphs) != 1:

@@ -46,7 +46,7 @@ from urllib.parse import parse_qs, urlparse
 
 from qai_hub import public_api_pb2 as pb
 
-from qnndeploy import toolchain
+from qnndeploy.qnn import toolchain
 
 DEVICES_FILE = Path(__file__).with_name("devices.json")
 WORKER = Path(__file__).with_name("htp_worker.py")  # run as a script: it needs neither qai_hub nor this package

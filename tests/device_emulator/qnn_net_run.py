@@ -115,7 +115,7 @@ def main(argv: list[str]) -> None:
 
     # A context of several graphs (compile --share) takes one input list per graph, in the context's order, "__"
     # for a graph not to run (qnn-net-run's documented --input_list form for several graphs).
-    from qnndeploy import qnnsystem
+    from qnndeploy.qnn import qnnsystem
 
     graphs = [g.name for g in qnnsystem.read_context(binary).graphs]
     lists = args["--input_list"].split(",")
@@ -138,7 +138,8 @@ def run(wrapper: Path, soc_name: str, input_list: Path, out: Path, native_in: bo
     import numpy as np
     import onnxruntime as ort
 
-    from qnndeploy import htp, socs
+    from qnndeploy.base import socs
+    from qnndeploy.qnn import htp
 
     session = ort.InferenceSession(str(wrapper), htp.session_options(socs.find(soc_name)))
     inputs = session.get_inputs()

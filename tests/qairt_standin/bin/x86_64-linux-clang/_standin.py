@@ -61,7 +61,8 @@ def compile_context(model: str, out: str, soc_id: int, dsp_arch: str, vtcm_mb: i
 
     import onnxruntime as ort
 
-    from qnndeploy import htp, qnnsystem, socs
+    from qnndeploy.base import socs
+    from qnndeploy.qnn import htp, qnnsystem
 
     # the wheel's HTP library by its path: LD_LIBRARY_PATH names this stand-in SDK's, which loads nowhere
     backend = str(qnnsystem.library_path().with_name("libQnnHtp.so"))

@@ -1,0 +1,1 @@
+"""Floor 0: what every floor uses: errors, files, the SoC catalog, names, child processes, text escaping."""

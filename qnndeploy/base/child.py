@@ -1,0 +1,31 @@
+"""How qnndeploy starts its Python children (compile workers, the libQnnSystem reader, a command under another QAIRT
+toolchain): this qnndeploy, by module name, with the current folder never on the import path, so that a
+`qnndeploy/` (or `onnx/`, `numpy/`…) folder where the user runs a command is never imported and run."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import qnndeploy
+
+HERE = str(Path(qnndeploy.__file__).resolve().parents[1])  # the folder this qnndeploy package is in
+
+
+def python(*args: str) -> list[str]:
+    """`python -P ARGS`: -P (safe path) keeps the current folder and the script's folder off sys.path."""
+    return [sys.executable, "-P", *args]
+
+
+def module(name: str, *args: str) -> list[str]:
+    """`python -P -m qnndeploy.NAME ARGS` (NAME may be empty for `python -m qnndeploy`)."""
+    return python("-m", f"qnndeploy.{name}" if name else "qnndeploy", *args)
+
+
+def environ(first: list[str] | None = None, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The child's environment: the import path starts with `first`, then this qnndeploy's folder, then what
+    PYTHONPATH held; PYTHONSAFEPATH for any Python the child starts in turn."""
+    env = dict(os.environ if base is None else base)
+    paths = [*(first or []), HERE, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**env, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), "PYTHONSAFEPATH": "1"}

@@ -1,0 +1,241 @@
+"""NPU readiness of an ONNX model: what would stop a static HTP compile, measured where it can be.
+
+Findings come from reading the graph (shapes, dtypes, quantization, control flow, size) and from partitioning
+the model for the real QNN HTP backend on the host (onnxruntime-qnn): every node the HTP does not take is
+listed. The graph is read without its weights, so checking a model of many GB is quick.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shlex
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from qnndeploy.base import socs
+from qnndeploy.base.errors import first_line
+from qnndeploy.base.names import PREPARED_SUFFIX, graph_name
+from qnndeploy.check import rules
+from qnndeploy.check.rules import PARAM_DTYPES, Finding, PrepareFix, merged
+from qnndeploy.model import quantize, samples
+from qnndeploy.model.fuse import find_gelus
+from qnndeploy.model.onnxio import (
+    MAX_FOLDED_BYTES,
+    TensorInfo,
+    all_tensors,
+    dtype_name,
+    int_input_ranges,
+    load_model,
+    oversized_constants,
+    real_inputs,
+    tensor_info,
+)
+from qnndeploy.qnn import htp
+from qnndeploy.qnn.htp import HtpMeasurement, htp_takes_nothing, measure_htp, soc_takes_nothing
+
+if TYPE_CHECKING:
+    import onnx
+
+    from qnndeploy.base.socs import Soc
+
+# Exit codes of `qnndeploy check` (README "Exit codes").
+EXIT_READY, EXIT_FIXABLE, EXIT_NOT_READY = 0, 10, 11
+VERDICT_EXIT = {"ready": EXIT_READY, "fixable": EXIT_FIXABLE, "not ready": EXIT_NOT_READY}
+
+LONG_MEASUREMENT_S = 30  # a measurement expected to take up to this long gets no notice
+
+
+@dataclass
+class CheckReport:
+    path: str
+    graph: str
+    opset: int
+    nodes: int
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    parameters: int
+    weight_mb_fp16: float
+    weight_mb_8bit: float
+    htp: HtpMeasurement
+    findings: list[Finding]
+    prepare_command: str | None  # one line fixing every fixable finding, when there are any
+    placeholders: list[str]  # words in prepare_command to replace with the app's sizes or values (D2, VALUE…)
+    verdict: str  # ready | fixable | not ready
+
+    @property
+    def exit_code(self) -> int:
+        return VERDICT_EXIT[self.verdict]
+
+
+# --- the check ------------------------------------------------------------------------------------
+
+def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, precision: str = "fp16",
+                timeout: float | None = htp.DEFAULT_TIMEOUT_S, say: Callable[[str], None] | None = None,
+                context_bytes: int | None = None) -> CheckReport:
+    """Read the graph, measure op support on the HTP when shapes allow, and give a verdict with fixes.
+    With precision w8a16 the measured graph is the QDQ-quantized one compile would build. The measurement gets
+    `timeout` seconds; `say` hears what to expect before a measurement that may take long. A model whose weights
+    exceed `context_bytes` (default: what data/context.json says one context holds) is told to split."""
+
+    path = Path(path)
+    model = load_model(path, weights=False)
+    graph = model.graph
+    target = soc if isinstance(soc, socs.Soc) else socs.find(socs.DEFAULT_SOC if soc is None else soc)
+    inputs = [tensor_info(v) for v in real_inputs(graph)]
+    outputs = [tensor_info(v) for v in graph.output]
+    params = sum(math.prod(t.dims) for t in all_tensors(graph) if dtype_name(t.data_type) in PARAM_DTYPES)
+
+    op_findings = rules.ops(graph)
+    frozen = {name for f in op_findings if f.prepare for name in f.prepare.freeze}  # no int32 wrapper for those
+    findings = (rules.shapes(inputs, outputs) + rules.declared_outputs(model)
+                + rules.dtypes(graph, inputs, outputs, frozen) + op_findings)
+    too_large = rules.context_size(graph, params, precision,
+                                   rules.context_bytes() if context_bytes is None else context_bytes)
+    if too_large:
+        findings.append(too_large)
+    qairt = htp.qairt_version() if htp.available() else ""
+    refused = socs.refusal(target, qairt, precision)
+    if refused:
+        other = "w8a16" if precision == "fp16" else "fp16"
+        findings.append(Finding(
+            "soc", "blocker", f"{refused}: no {precision} build of any model runs there, whatever the export",
+            "target another SoC (qnndeploy socs lists them)"
+            + (f", or check --precision {other}" if not socs.refusal(target, qairt, other) else "")
+            + f", or leave {target.model}'s phones on the CPU fallback"))
+    mismatch = socs.arch_mismatch(target, qairt)
+    if mismatch:
+        findings.append(Finding("soc", "warning", mismatch,
+                                f"confirm on a {target.model} phone (qnndeploy device verify) before shipping it"))
+
+    if not measure:
+        htp_result = HtpMeasurement(target.model, False, "not requested (--no-measure)")
+    elif refused:
+        htp_result = HtpMeasurement(target.model, False, refused, qairt=qairt)
+    elif too_large:
+        htp_result = HtpMeasurement(target.model, False, "more weights than one context holds: check each part of "
+                                    "the split")
+    elif (too_big := htp.measure_refusal(graph)) is not None:
+        htp_result = HtpMeasurement(target.model, False, too_big)
+        oversized = oversized_constants(graph)
+        findings.append(Finding(
+            "size", "blocker" if oversized else "warning",
+            f"op support on the HTP not measured: {too_big}" if not oversized else
+            f"{'; '.join(oversized[:3])}: over {MAX_FOLDED_BYTES >> 20} MiB built from constants alone (op support "
+            "on the HTP not measured: a session would fold it into memory)",
+            "re-export so that the graph does not build it from constants" if oversized else
+            "split the model into smaller graphs to measure each, or compile it directly"))
+    elif any(i.dynamic for i in inputs):
+        htp_result = HtpMeasurement(target.model, False, "the inputs have dynamic dims; prepare the model first")
+        findings.append(Finding("htp", "info", "op support on the HTP not measured: the inputs have dynamic dims",
+                                "run prepare, then check the prepared model"))
+    else:
+        layers, steps = htp.recurrent_steps(model)
+        expected = [round(steps * rate) for rate in htp.SECONDS_PER_CELL_STEP]
+        if say and expected[1] >= LONG_MEASUREMENT_S:
+            say(f"{path.name}: the HTP compiler unrolls {layers} recurrent layer(s) into {steps:,} cell steps: "
+                f"measuring op support may take {expected[0]:,}-{expected[1]:,} s (the budget is "
+                f"{'none' if timeout is None else f'{timeout:g} s'}: --timeout; --no-measure skips it)")
+        if precision == "fp16":
+            htp_result = measure_htp(path, target, graph, timeout=timeout)
+        else:
+            htp_result = _measure_quantized(path, target, graph, timeout)
+        if htp_result.timed_out:
+            findings.append(Finding(
+                "htp", "warning", f"op support on the HTP not measured: {htp_result.reason}"
+                + (f" ({layers} recurrent layer(s), {steps:,} unrolled cell steps)" if steps else ""),
+                "check again with a larger --timeout (or none: --timeout 0), or compile it directly: compile "
+                "refuses any node the HTP does not take"))
+        elif htp_result.measured and htp_result.cpu_nodes and not htp_result.qnn_partitions \
+                and htp_takes_nothing(target):
+            findings.append(Finding("htp", "blocker", soc_takes_nothing(target, htp_result.qairt),
+                                    f"target another SoC (qnndeploy socs lists them), or leave {target.model}'s "
+                                    "phones on the CPU fallback; a newer QAIRT may support it"))
+        elif _fusing_fixes(graph, htp_result):
+            findings.append(Finding(
+                "htp", "fixable",
+                f"the unfused GELU (Erf) has no {precision} form on the HTP: {len(htp_result.cpu_nodes)} Erf "
+                "node(s) would run on the CPU",
+                "prepare --fuse (one Gelu node per GELU, opset 20; re-exporting at opset 20 does the same)",
+                prepare=PrepareFix(fuse=True)))
+        elif htp_result.measured and htp_result.cpu_nodes and (split := rules.edge_split(model, htp_result)):
+            findings.append(split)
+        else:
+            findings += rules.measured(htp_result, graph)
+        if htp_result.measured and htp_result.total_nodes and not htp_result.cpu_nodes:
+            findings = [rules.taken_by_the_htp(f) if f.code == "control-flow" and f.severity == "blocker" else f
+                        for f in findings]
+
+    if any(f.code == "float64" and f.severity == "blocker" for f in findings) and \
+            (split := rules.float64_split(model)) is not None:
+        findings = [split if f.code == "float64" else f for f in findings]
+        if not htp_result.measured and htp_result.reason.startswith("the HTP compile failed"):
+            # the whole graph failed to compile, its float64 part included: the NPU part is measured after the split
+            findings = [Finding("htp", "info", f"op support on the HTP not measured: {htp_result.reason}",
+                                "check the NPU part after the split") if f.code == "htp" and f.severity == "blocker"
+                        else f for f in findings]
+    fixes = [f.prepare for f in findings if f.severity == "fixable" and f.prepare is not None]
+    fix = merged(fixes) if fixes else None
+    nodes = sum(1 for n in graph.node if n.op_type != "Constant")
+    severities = {f.severity for f in findings}
+    verdict = "not ready" if "blocker" in severities else "fixable" if "fixable" in severities else "ready"
+    return CheckReport(
+        path=str(path), graph=graph.name, opset=_default_opset(model), nodes=nodes, inputs=inputs,
+        outputs=outputs, parameters=params, weight_mb_fp16=round(params * 2 / 1e6, 1),
+        weight_mb_8bit=round(params / 1e6, 1), htp=htp_result, findings=findings,
+        prepare_command=_command(path, fix) if fix else None, placeholders=fix.placeholders() if fix else [],
+        verdict=verdict)
+
+
+def _command(path: Path, fix: PrepareFix) -> str:
+    # X.onnx -> X.npu.onnx (X.npu.onnx -> X.npu.npu.onnx), whose graph is still X; a split of X or of X.npu.onnx ->
+    # X-split.onnx, graphs X-split-head and X-split-tail (X-split-1, X-split-2… by size)
+    split = fix.split_at or fix.split_size
+    name = f"{graph_name(path.name)}-split" if split else path.name.removesuffix(".onnx") + PREPARED_SUFFIX
+    out = path.with_name(f"{name}.onnx")
+    return shlex.join(["qnndeploy", "prepare", str(path), "-o", str(out), *fix.args()])
+
+
+def _default_opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+# --- measured op support --------------------------------------------------------------------------
+
+def _measure_quantized(path: Path, soc: Soc, graph: onnx.GraphProto, timeout: float | None) -> HtpMeasurement:
+    """Op support of the QDQ graph compile's w8a16 builds, quantized here on a few random samples (ranges do not
+    matter for which ops the HTP takes)."""
+
+    if not htp.available():
+        return HtpMeasurement(soc.model, False, "onnxruntime-qnn is not installed")
+    ranges = {k: (lo, hi) for k, (lo, hi, _) in int_input_ranges(graph).items()}
+    calibration = samples.random_samples([tensor_info(v) for v in real_inputs(graph)], 2, 0, ranges)
+    with tempfile.TemporaryDirectory(prefix="qnndeploy-check-qdq-") as tmp:
+        qdq = Path(tmp) / "model_qdq.onnx"
+        logging.disable(logging.WARNING)  # the quantizer's advice to its own users, on the root logger
+        try:
+            with htp.quiet_native_stdout():
+                quantize.qdq(path, calibration, qdq)
+        except Exception as e:  # noqa: BLE001 the quantizer raises whatever onnxruntime and onnx raise
+            return HtpMeasurement(soc.model, False, f"quantizing to w8a16 failed: {first_line(e)}")
+        finally:
+            logging.disable(logging.NOTSET)
+        measured = measure_htp(qdq, soc, fp16=False, timeout=timeout)
+    # The QDQ graph has a Quantize/Dequantize pair around every op: count the model's own nodes only.
+    measured.total_nodes = sum(1 for n in graph.node if n.op_type != "Constant")
+    measured.cpu_nodes = [n for n in measured.cpu_nodes if n.op_type not in ("QuantizeLinear", "DequantizeLinear")]
+    return measured
+
+
+def _fusing_fixes(graph: onnx.GraphProto, m: HtpMeasurement) -> bool:
+    """Whether every node the HTP refused is the Erf of a GELU that `prepare --fuse` rewrites."""
+
+    if not m.measured or not m.cpu_nodes or any(n.op_type != "Erf" for n in m.cpu_nodes):
+        return False
+    erfs = {n.name for _, _, nodes in find_gelus(graph) for n in nodes if n.op_type == "Erf"}
+    return all(n.name in erfs for n in m.cpu_nodes)
+
+

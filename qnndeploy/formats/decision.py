@@ -1,0 +1,354 @@
+"""The on-device decision, NPU or CPU, as a pure function: the same steps the generated Kotlin selector runs.
+
+`device info/verify` use it to say what an app will do on a phone; tests/test_kotlin.py feeds the same inputs to
+this function and to the Kotlin selector and requires identical results, reason strings included. So every rule
+here has a twin in templates/glue/.../QnnSelector.kt: change both or neither. The reason strings themselves have
+one source, data/reasons.json, which this module reads and `qnndeploy scaffold` renders into the Kotlin (Reasons.kt).
+
+Text is normalised with ASCII rules only (trim ASCII whitespace, upper/lower-case ASCII letters) on both sides:
+Python's and the JVM's Unicode tables differ (U+0085 is whitespace to Python, not to Java), so Unicode rules would
+let the twins disagree on odd device properties.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Literal, NamedTuple
+
+from qnndeploy.base import socs
+from qnndeploy.base.names import CONTEXT_BINARY, FORMAT, FORMAT_VERSION, ONNX, artifact_graphs
+
+BACKEND_LIB, SYSTEM_LIB = "libQnnHtp.so", "libQnnSystem.so"
+ADSP_VAR = "ADSP_LIBRARY_PATH"
+# Where the DSP loader looks when ADSP_LIBRARY_PATH is unset. Setting the variable replaces that default, so these
+# are kept after the app's own folder, or the device's own DSP libraries would no longer be found.
+VENDOR_DSP_FOLDERS = ("/vendor/lib/rfsa/adsp", "/vendor/dsp/cdsp", "/system/lib/rfsa/adsp",
+                      "/system/vendor/lib/rfsa/adsp", "/dsp")
+SOC_MODEL_SINCE_SDK = 31  # Build.SOC_MODEL exists from Android 12
+SPACE = " \t\n\r\x0b\x0c"  # what both twins trim: ASCII whitespace
+_UPPER = str.maketrans(string.ascii_lowercase, string.ascii_uppercase)
+_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+# A QAIRT version as the decision compares it: X.Y.Z, ASCII digits only, at most 9 per part (an Int in Kotlin).
+# Anything else (no trimming, no fourth part, no sign) is not a version: the twin's Regex is the same.
+_VERSION = re.compile(r"[0-9]{1,9}\.[0-9]{1,9}\.[0-9]{1,9}")
+
+
+def template_fields(template: str) -> list[str]:
+    """The {field} names of a reason template, in order of first appearance; only plain names are allowed."""
+    names: list[str] = []
+    for _, name, spec, conversion in string.Formatter().parse(template):
+        if name is None:
+            continue
+        if not name.isidentifier() or spec or conversion:
+            raise ValueError(f"reason template field {{{name}}} must be a plain name: {template!r}")
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def _load_reasons() -> dict[str, dict[str, str]]:
+    raw = json.loads(resources.files("qnndeploy").joinpath("data/reasons.json").read_text(encoding="utf-8"))
+    groups = {group: raw[group] for group in ("decide", "app")}
+    for templates in groups.values():
+        for template in templates.values():
+            template_fields(template)
+    return groups
+
+
+REASONS = _load_reasons()  # group ("decide" or "app") -> reason key -> template
+
+
+class Reason(NamedTuple):
+    key: str  # a key of data/reasons.json
+    text: str
+
+
+def reason(key: str, **fields: object) -> Reason:
+    """The decision's reason `key` of data/reasons.json, filled in; the fields must be exactly the template's."""
+    template = REASONS["decide"][key]
+    if sorted(fields) != sorted(template_fields(template)):
+        raise ValueError(f"reason {key} takes {template_fields(template)}, not {sorted(fields)}")
+    return Reason(key, template.format(**fields))
+
+
+def trim(text: str) -> str:
+    return text.strip(SPACE)
+
+
+def upper(text: str) -> str:
+    return text.translate(_UPPER)
+
+
+def lower(text: str) -> str:
+    return text.translate(_LOWER)
+
+
+@dataclass(frozen=True)
+class Device:
+    """What a phone says about its chip: ro.soc.model (Build.SOC_MODEL), ro.board.platform, the SDK level."""
+
+    soc_model: str | None
+    board_platform: str | None
+    sdk_int: int
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, str]) -> Device:
+        """From a phone's `getprop` output; an empty prop counts as unset, an SDK level that is not 1-4 ASCII digits
+        as 0 (unknown)."""
+        sdk = props.get("ro.build.version.sdk", "").strip()
+        return cls(props.get("ro.soc.model") or None, props.get("ro.board.platform") or None,
+                   int(sdk) if re.fullmatch(r"[0-9]{1,4}", sdk) else 0)  # ASCII digits: int() takes '²' and 5,000
+
+
+class SocIdentity(NamedTuple):
+    """The phone's SoC (the catalog model, or what the phone reported) and the property that said so."""
+
+    soc: str | None  # None: unknown
+    identified_by: str | None  # Build.SOC_MODEL, ro.soc.model or ro.board.platform; None: the phone reports none
+
+
+class QnnLibraries(NamedTuple):
+    """The QNN library file names of one HTP arch; QNN loads the Stub and the Skel by these exact names."""
+
+    backend: str
+    system: str
+    stub: str
+    skel: str
+
+
+@dataclass(frozen=True)
+class Remembered:
+    """A failed NPU init the app recorded; it counts only while the app and the bundle are the same versions."""
+
+    app_version: str
+    bundle_version: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    provider: Literal["npu", "cpu"]
+    soc: str | None  # the catalog model (SM8750 for an SM8750P), or what the device reported
+    identified_by: str | None  # Build.SOC_MODEL, ro.soc.model or ro.board.platform
+    reason: str
+    reason_key: str  # the reason's key in data/reasons.json
+    dsp_arch: str | None = None  # of the chosen target (NPU only)
+    # the chosen target's QNN soc_model number (its manifest "soc_id"; NPU only): the glue passes it, and the arch,
+    # to the QNN EP, whose own SoC detection fails on some phones (QNN_DEVICE_ERROR_INVALID_CONFIG on SM8750-AC)
+    soc_id: int | None = None
+    paths: dict[str, str] = field(default_factory=dict)  # graph -> bundle path of the model to load
+    files: list[str] = field(default_factory=list)  # every bundle file this decision needs on the phone
+    backend_lib: str | None = None
+    system_lib: str | None = None
+    adsp_library_path: str | None = None  # the value set before loading the QNN libraries, if it was set
+    runtime_version: str | None = None  # the QAIRT version of the loaded libQnnHtp.so, once the libraries loaded
+    cpu_graphs: list[str] = field(default_factory=list)  # on the NPU: the graphs that run on the CPU all the same
+
+    @property
+    def npu(self) -> bool:
+        return self.provider == "npu"
+
+
+def bundle_version(manifest: Mapping[str, Any]) -> str:
+    return f"{manifest.get('name')} {manifest.get('version')}"
+
+
+def soc_tables() -> tuple[dict[str, str], dict[str, str]]:
+    """(SOC_MODEL value -> catalog model, ro.board.platform codename -> catalog model), from the one catalog.
+
+    The Kotlin selector gets the same two tables, generated from these by `qnndeploy scaffold`.
+    """
+    models, codenames = {}, {}
+    for soc in socs.catalog():
+        for name in (soc.model, *soc.aliases):
+            models[upper(name)] = soc.model
+        for c in soc.codenames:
+            codenames[lower(c)] = soc.model
+    return models, codenames
+
+
+def identify(device: Device) -> SocIdentity:
+    """The SoC model first, else the board platform codename through the catalog."""
+    models, codenames = soc_tables()
+    raw = trim(device.soc_model or "")
+    if raw and lower(raw) != "unknown":  # Build.SOC_MODEL is "unknown" when the vendor did not set it
+        via = "Build.SOC_MODEL" if device.sdk_int >= SOC_MODEL_SINCE_SDK else "ro.soc.model"
+        return SocIdentity(models.get(upper(raw), upper(raw)), via)
+    platform = lower(trim(device.board_platform or ""))
+    if platform:
+        return SocIdentity(codenames.get(platform), "ro.board.platform")
+    return SocIdentity(None, None)
+
+
+def adsp_library_path(skel_dir: str, current: str | None) -> str:
+    """The Skel folder first, then the existing entries, then the vendor DSP folders; ';'-separated, no repeats."""
+    entries = [skel_dir, *(current or "").split(";"), *VENDOR_DSP_FOLDERS]
+    out: list[str] = []
+    for e in entries:
+        if trim(e) and e not in out:
+            out.append(e)
+    return ";".join(out)
+
+
+def qnn_libraries(dsp_arch: str) -> QnnLibraries:
+    """The library names for an HTP arch: v79 -> libQnnHtpV79Stub.so. One leading "v" is dropped if there is one
+    (as Kotlin's removePrefix("v")), so any string gives the same names on both sides."""
+    n = dsp_arch.removeprefix("v")
+    return QnnLibraries(BACKEND_LIB, SYSTEM_LIB, f"libQnnHtpV{n}Stub.so", f"libQnnHtpV{n}Skel.so")
+
+
+def bundled_backend(manifest: Mapping[str, Any]) -> str | None:
+    """The bundle path of the libQnnHtp.so a bundle ships (runtime mode "bundled"); None for an external runtime."""
+    runtime = manifest.get("runtime") or {}
+    if runtime.get("mode") != "bundled":
+        return None
+    return next((lib["path"] for lib in runtime.get("libs") or [] if lib["path"].rsplit("/", 1)[-1] == BACKEND_LIB),
+                None)
+
+
+def version_key(text: object) -> tuple[int, int, int] | None:
+    """(X, Y, Z) of a well-formed "X.Y.Z" version, compared as numbers (2.9.0 < 2.49.0); None for anything else."""
+    if not isinstance(text, str) or _VERSION.fullmatch(text) is None:
+        return None
+    x, y, z = (int(part) for part in text.split("."))
+    return x, y, z
+
+
+def min_runtime(manifest: Mapping[str, Any]) -> str | None:
+    """manifest["qairt"]["min_runtime"]: the oldest QAIRT runtime that loads the bundle's context binaries (older
+    bundles have none). Only a string counts; whether it is a version is for version_key to say."""
+    qairt = manifest.get("qairt")
+    value = qairt.get("min_runtime") if isinstance(qairt, Mapping) else None
+    return value if isinstance(value, str) else None
+
+
+def runtime_too_old(runtime: str, required: str) -> bool:
+    """Refuse the NPU only when both versions are known and well-formed and the runtime is older: an unknown or
+    malformed version on either side refuses nothing (a failing NPU init still falls back, and is remembered)."""
+    have, need = version_key(runtime), version_key(required)
+    return have is not None and need is not None and have < need
+
+
+def cpu_asked(manifest: Mapping[str, Any], target: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(graph, reason) when the bundle asks for the CPU on this target: its accepted_on is "cpu" (bundle --accept-on
+    cpu) and a graph's failed validation was accepted with a reason, the first such graph in the manifest's order.
+    None otherwise: accepted_on alone, or any other value, asks nothing."""
+    if target.get("accepted_on") != "cpu":
+        return None
+    validation = target.get("validation")
+    summaries = validation.get("graphs") if isinstance(validation, Mapping) else None
+    if not isinstance(summaries, Mapping):
+        return None
+    for g in manifest.get("graphs") or []:
+        summary = summaries.get(g["name"])
+        accepted = summary.get("accepted") if isinstance(summary, Mapping) else None
+        why = accepted.get("reason") if isinstance(accepted, Mapping) else None
+        if isinstance(why, str):
+            return g["name"], why
+    return None
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _cpu(manifest: Mapping[str, Any], identity: SocIdentity, why: Reason, adsp: str | None = None,
+         runtime_version: str | None = None) -> Decision:
+    """The CPU models to load, and every CPU file to put beside them: the models and their external data."""
+    cpu = manifest.get("cpu")
+    cpu = cpu if isinstance(cpu, list) else []
+    return Decision(provider="cpu", soc=identity.soc, identified_by=identity.identified_by, reason=why.text,
+                    reason_key=why.key, paths={a["graph"]: a["path"] for a in cpu if a.get("format") == ONNX},
+                    files=[a["path"] for a in cpu], adsp_library_path=adsp, runtime_version=runtime_version)
+
+
+def decide(manifest: Mapping[str, Any], device: Device, *, load_errors: Mapping[str, str], lib_dir: str,
+           adsp_before: str | None = None, adsp_error: str | None = None, npu_format: str = CONTEXT_BINARY,
+           app_version: str = "", remembered: Remembered | None = None,
+           runtime_version: str | None = None) -> Decision:
+    """NPU only when the SoC matches a bundle target that does not ask for the CPU (cpu_asked) AND the QNN libraries
+    load; otherwise CPU, always with a reason.
+
+    load_errors: library file name -> the loader's message, for each library that failed to load (on a phone:
+    what System.loadLibrary threw); a library not in it loaded. lib_dir: the folder holding the app's native
+    libraries, where the Skel is. adsp_before: ADSP_LIBRARY_PATH before the app touched it. adsp_error: the message
+    of the failure to set ADSP_LIBRARY_PATH (on a phone: what Os.setenv threw), None when it was set.
+    runtime_version: the QAIRT version ("2.51.0") of the libQnnHtp.so that loaded, None when unknown; it matters,
+    and is recorded, only once the libraries loaded. A runtime older than the manifest's qairt.min_runtime cannot
+    load the context binaries ("Could not create context from binary"): CPU.
+    The manifest is one that follows the schema (scaffold and `bundle verify` check it) or has a format or version
+    this reader does not know.
+    """
+    identity = identify(device)
+    fmt, version = manifest.get("format"), manifest.get("format_version")
+    if fmt != FORMAT or type(version) is not int or not 1 <= version <= FORMAT_VERSION:
+        why = reason("format_unsupported", format=_json(fmt), version=_json(version), expected_format=FORMAT,
+                     max_version=str(FORMAT_VERSION))
+        return Decision(provider="cpu", soc=identity.soc, identified_by=identity.identified_by, reason=why.text,
+                        reason_key=why.key)
+    soc = identity.soc
+    if soc is None:
+        if identity.identified_by is None:
+            return _cpu(manifest, identity, reason("soc_unreported"))
+        return _cpu(manifest, identity, reason("soc_not_in_catalog", platform=trim(device.board_platform or "")))
+
+    # Target names are not trimmed: the schema allows none with whitespace, and the reason lists them as written.
+    models, _ = soc_tables()
+    targets = manifest.get("targets") or []
+    target = next((t for t in targets if models.get(upper(t["soc"]), upper(t["soc"])) == soc), None)
+    if target is None:
+        listed = ", ".join(t["soc"] for t in targets) or "none"
+        return _cpu(manifest, identity, reason("soc_not_in_bundle", soc=soc, targets=listed))
+    # A graph that failed validation, shipped for the CPU on this SoC: decided before any library is touched.
+    asked = cpu_asked(manifest, target)
+    if asked is not None:
+        return _cpu(manifest, identity, reason("validation_failed", graph=asked[0], soc=soc, reason=asked[1]))
+    paths: dict[str, str] = {}
+    cpu_graphs = [g["name"] for g in manifest.get("graphs") or [] if g.get("cpu_only") is True]
+    cpu = [a for a in manifest.get("cpu") or [] if a.get("graph") in cpu_graphs]
+    for g in manifest.get("graphs") or []:
+        if g["name"] in cpu_graphs:  # a split model's part that always runs on the CPU
+            art = next((a for a in cpu if a["graph"] == g["name"] and a.get("format") == ONNX), None)
+            if art is None:
+                return _cpu(manifest, identity, reason("graph_file_missing", soc=soc, format=ONNX, graph=g["name"]))
+            paths[g["name"]] = art["path"]
+            continue
+        art = next((a for a in target["artifacts"] if g["name"] in artifact_graphs(a) and a["format"] == npu_format),
+                   None)
+        if art is None:
+            return _cpu(manifest, identity, reason("graph_file_missing", soc=soc, format=npu_format, graph=g["name"]))
+        paths[g["name"]] = art["path"]
+    arch = target["dsp_arch"]
+    libs = qnn_libraries(arch)
+    runtime = manifest.get("runtime") or {}
+    if runtime.get("mode") == "bundled":
+        shipped = {lib["path"].rsplit("/", 1)[-1] for lib in runtime.get("libs") or []}
+        missing = [n for n in libs if n not in shipped]
+        if missing:
+            return _cpu(manifest, identity, reason("runtime_libs_missing", libs=", ".join(missing), soc=soc, arch=arch))
+    if remembered is not None and (remembered.app_version, remembered.bundle_version) == (
+            app_version, bundle_version(manifest)):
+        return _cpu(manifest, identity, reason("failed_before", message=remembered.message))
+
+    # The Skel runs on the DSP, which finds it through ADSP_LIBRARY_PATH: set it before any QNN library loads.
+    adsp = adsp_library_path(lib_dir, adsp_before)
+    if adsp_error is not None:
+        return _cpu(manifest, identity, reason("adsp_not_set", error=adsp_error))
+    failed = [f"{name}: {load_errors[name]}" for name in (libs.system, libs.backend, libs.stub) if name in load_errors]
+    if failed:
+        return _cpu(manifest, identity, reason("libs_not_loaded", failures="; ".join(failed)), adsp)
+    required = min_runtime(manifest)
+    if runtime_version is not None and required is not None and runtime_too_old(runtime_version, required):
+        return _cpu(manifest, identity, reason("runtime_too_old", runtime=runtime_version, required=required), adsp,
+                    runtime_version)
+    why = reason("npu", soc=soc, arch=arch)
+    return Decision(provider="npu", soc=soc, identified_by=identity.identified_by, reason=why.text, reason_key=why.key,
+                    dsp_arch=arch, soc_id=target["soc_id"], paths=paths,
+                    files=[a["path"] for a in [*target["artifacts"], *cpu]],
+                    backend_lib=libs.backend, system_lib=libs.system, adsp_library_path=adsp,
+                    runtime_version=runtime_version, cpu_graphs=cpu_graphs)

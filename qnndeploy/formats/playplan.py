@@ -1,0 +1,153 @@
+"""The Play delivery plan (play.json) that `package play` writes, and the two rules that read it on a phone.
+
+play.json says which device group holds which bundle files and which SoCs each group is for. Two readers use it:
+`qnndeploy scaffold --play` (the Kotlin glue gets it as an asset) and `device verify --play` (Python). Both ask the
+same two questions, so each rule here has a twin in templates/glue/.../PlayPack.kt (tests/test_kotlin.py
+requires them to agree):
+
+- play_group: the group Google Play delivers to a phone. Play compares Build.SOC_MANUFACTURER and Build.SOC_MODEL
+  with each selector exactly (bundletool's DeviceTargetingConfigEvaluator: protobuf equality, so case and spaces
+  count); the first group in the file's order that matches wins; a phone below API 31 has no SoC for Play, and a
+  phone matching nothing gets the default group.
+- expected_group: the group the on-device decision needs: the one holding the bundle target of the phone's SoC as
+  the decision identified it (decision.identify: trimmed, upper-cased, aliases and codenames resolved).
+
+When the two differ, the phone gets another SoC's files or none, and runs on the CPU although the bundle has its
+NPU binaries: the mismatch `device verify --play` reports.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import NamedTuple
+
+from qnndeploy.base.errors import EXIT_BAD_INPUT, QnnDeployError
+from qnndeploy.base.fileio import JSON, read_limited, sha256_file
+
+PLAN = "play.json"
+PLAN_FORMAT = "qnndeploy-play"
+PLAN_VERSION = 1
+CONFIG = "device_targeting_config.xml"
+CONFIG_NS = "http://schemas.android.com/apk/config"  # the XML's namespace (AGP's DeviceTargetingConfigParser)
+FOLDER = "qnndeploy_npu"  # the pack's assets folder: qnndeploy_npu#group_<g>/ in the module, qnndeploy_npu/ on phones
+GROUP_FILE = "group.json"  # in every group's folder: which group a phone got, since Play strips the #group_ suffix
+DEFAULT_GROUP = "other"  # what Play gives a phone that matches no group (bundle { deviceGroup { defaultGroup } })
+SOC_TARGETING_SINCE_SDK = 31  # Play targets system-on-chip only on Android 12 (API 31) and newer
+MANUFACTURERS = ("QTI", "Qualcomm")  # Build.SOC_MANUFACTURER spellings of Qualcomm phones; Play cannot tell which
+NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")  # AI pack and device group names (bundletool's GROUP_NAME_REGEX)
+MAX_PLAN_BYTES = 16 << 20
+
+
+class Soc(NamedTuple):
+    """A system-on-chip selector: Build.SOC_MANUFACTURER and Build.SOC_MODEL as Play compares them."""
+
+    manufacturer: str
+    model: str
+
+
+class Group(NamedTuple):
+    """A device group of the targeting config: its name and, per selector, the SoCs any of which selects a phone."""
+
+    name: str
+    selectors: list[list[Soc]]
+
+
+@cache
+def schema() -> JSON:
+    data: JSON = json.loads(resources.files("qnndeploy").joinpath("schemas/play.schema.json").read_text())
+    return data
+
+
+def read_plan(path: Path) -> JSON:
+    """play.json of a `package play` output folder (or the file itself), checked against its schema."""
+    import jsonschema
+
+    path = Path(path)
+    file = path / PLAN if path.is_dir() else path
+    if not file.is_file():
+        raise QnnDeployError(f"{path} is not a `qnndeploy package play` output (no {PLAN}): run qnndeploy package "
+                             "play BUNDLE -o DIR first")
+    try:
+        data = json.loads(read_limited(file, MAX_PLAN_BYTES, "Play plan"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise QnnDeployError(f"{file} is not valid JSON ({e}): write it again with qnndeploy package play") from None
+    errors = sorted(jsonschema.Draft202012Validator(schema()).iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        first = errors[0]
+        where = "/".join(str(p) for p in first.absolute_path) or "(top)"
+        raise QnnDeployError(f"{file} does not follow the Play plan format ({where}: {first.message}): write it "
+                             "again with qnndeploy package play")
+    result: JSON = data
+    return result
+
+
+def read_plan_of(folder: Path, bundle: Path) -> JSON:
+    """The plan of a `package play` output, refused unless it was made from this very bundle (its manifest)."""
+    plan = read_plan(folder)
+    if plan["bundle"]["manifest_sha256"] != sha256_file(Path(bundle) / "manifest.json"):
+        raise QnnDeployError(f"{folder} was packaged from another bundle ({plan['bundle']['name']} "
+                             f"{plan['bundle']['version']}, another manifest): run qnndeploy package play {bundle} -o "
+                             f"{folder} again", EXIT_BAD_INPUT)
+    return plan
+
+
+def plan_groups(plan: JSON) -> list[Group]:
+    """The plan's groups in the config's order, each with its one selector."""
+    return [Group(g["name"], [[Soc(s["manufacturer"], s["model"]) for s in g["selectors"]]]) for g in plan["groups"]]
+
+
+def play_group(groups: Sequence[Group], manufacturer: str | None, model: str | None, sdk_int: int,
+               default: str = DEFAULT_GROUP) -> str:
+    """The group Play delivers to a phone reporting these Build.SOC_MANUFACTURER / Build.SOC_MODEL values.
+
+    Exact comparison, no trimming or case folding, as bundletool does. A selector without system-on-chip elements
+    selects every phone (its other properties, which qnndeploy never writes, are not evaluated here); one with them
+    selects no phone below API 31 and none with an unset value."""
+    known = sdk_int >= SOC_TARGETING_SINCE_SDK and manufacturer is not None and model is not None
+    phone = Soc(manufacturer or "", model or "")
+    for group in groups:
+        if any(not selector or (known and phone in selector) for selector in group.selectors):
+            return group.name
+    return default
+
+
+def expected_group(plan: JSON, soc: str | None) -> str:
+    """The group holding the bundle target of `soc` (a catalog model, as decision.identify gives it); the default
+    group when the bundle has no target for it, since such a phone runs on the CPU whatever Play delivers."""
+    name: str = next((g["name"] for g in plan["groups"] if soc is not None and soc in g["socs"]),
+                     plan["default_group"])
+    return name
+
+
+def parse_config(text: str) -> list[Group]:
+    """A device targeting config XML as the Android Gradle Plugin reads it: device-group elements in order, their
+    device-selector elements, and each selector's system-on-chip elements (other properties are not read here)."""
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as e:
+        raise QnnDeployError(f"the device targeting config is not well-formed XML ({e})") from None
+    if root.tag != f"{{{CONFIG_NS}}}device-targeting-config":
+        raise QnnDeployError(f"the device targeting config's root is {root.tag}, not device-targeting-config in "
+                             f"the namespace {CONFIG_NS}")
+    groups = []
+    for group in root.iter(f"{{{CONFIG_NS}}}device-group"):
+        selectors = [[Soc(chip.get("manufacturer", ""), chip.get("model", ""))
+                      for chip in selector.iter(f"{{{CONFIG_NS}}}system-on-chip")]
+                     for selector in group.iter(f"{{{CONFIG_NS}}}device-selector")]
+        groups.append(Group(group.get("name", ""), selectors))
+    return groups
+
+
+def read_config(folder: Path) -> list[Group]:
+    path = Path(folder) / CONFIG
+    try:
+        return parse_config(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise QnnDeployError(f"cannot read {path} ({e.strerror or e}): write it again with qnndeploy package "
+                             "play") from None

@@ -1,0 +1,165 @@
+"""The build folder compile writes and validate and bundle read: <graph>/<SoC>/compile.json beside each job's
+outputs, and validation.json once validated. The record names and the typed readers live here, below the three
+stages; the files' full form is in schemas/compile-record.schema.json and validation-record.schema.json."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.fileio import JSON
+from qnndeploy.base.names import SPLIT_RECORD, file_kind
+
+RECORD = "qnndeploy-compile"
+RECORD_VERSION = 1
+RECORD_FILE = "compile.json"
+VALIDATION_RECORD = "qnndeploy-validation"
+VALIDATION_VERSION = 1
+VALIDATION_FILE = "validation.json"
+
+
+@dataclass(frozen=True)
+class JobStarted:
+    """A job of a build (graph, SoC) has started: what compile's and validate's progress callbacks get before the
+    job's result, so that a log can say what runs and for how long."""
+
+    graph: str
+    soc: str
+
+
+@dataclass(frozen=True)
+class JobFile:
+    """One file a compile job made, in its job folder."""
+
+    path: str
+    sha256: str
+    size: int
+    format: str
+    graph: str | None = None  # in a shared context's folder: the member graph it is for
+    twin: bool = False  # a shared context's member compiled alone, run by the host emulator, never bundled
+
+
+@dataclass(frozen=True)
+class CompileRecord:
+    """What validate and bundle use of a compile record (the file keeps more: tools, options, log, timings)."""
+
+    folder: Path  # <build>/<graph>/<SoC>
+    graph: str
+    soc: str
+    soc_id: int
+    dsp_arch: str
+    backend: str
+    qairt_version: str
+    precision: str
+    status: str  # "ok" | "failed"
+    source: Path  # the .onnx it was compiled from
+    source_sha256: str
+    outputs: tuple[JobFile, ...]  # for a member of a shared context: the shared binary and its own wrapper
+    cache_key: str | None
+    shared: str | None = None  # the shared context (compile --share) this graph was compiled into
+    twins: tuple[JobFile, ...] = ()  # for a member of a shared context: itself compiled alone, for the emulator
+    htp: JSON | None = None  # {"vtcm_mb", "optimization_mode", "spill_fill"} it was compiled with
+
+    @classmethod
+    def from_json(cls, folder: Path, data: dict[str, Any]) -> list[CompileRecord]:
+        """The record's graphs: one, or each member of a shared context."""
+        files = tuple(JobFile(**o) for o in data.get("outputs", []))
+        common = (data["soc"], data["soc_id"], data["dsp_arch"], data["backend"], data["qairt_version"],
+                  data["precision"], data["status"])
+        htp = htp_settings(data["options"])
+        if "members" not in data:
+            return [cls(folder, data["graph"], *common, Path(data["input"]["path"]), data["input"]["sha256"], files,
+                        data.get("cache_key"), htp=htp)]
+        return [cls(folder, m["graph"], *common, Path(m["input"]["path"]), m["input"]["sha256"],
+                    tuple(f for f in files if not f.twin and f.graph in (None, m["graph"])), data.get("cache_key"),
+                    data["graph"], tuple(f for f in files if f.twin and f.graph == m["graph"]), htp)
+                for m in data["members"]]
+
+    def output(self, fmt: str) -> JobFile | None:
+        return next((o for o in self.outputs if o.format == fmt), None)
+
+    def twin(self, fmt: str) -> JobFile | None:
+        return next((o for o in self.twins if o.format == fmt), None)
+
+    @property
+    def validation_file(self) -> Path:
+        """validation.json, or validation-<graph>.json in a shared context's folder (one per member)."""
+        return self.folder / (f"validation-{self.graph}.json" if self.shared else VALIDATION_FILE)
+
+
+@dataclass(frozen=True)
+class ValidationRecord:
+    """What bundle uses of a validation record: the verdict, per output, and which binary it was made for."""
+
+    passed: bool
+    thresholds: dict[str, float]
+    outputs: tuple[dict[str, Any], ...]
+    binary_sha256: str | None
+    threshold_reason: str | None = None  # why a looser threshold judged it (validate --reason)
+    inputs: JSON | None = None  # how its samples were made (samples.for_graph's record of them)
+
+    @classmethod
+    def read(cls, path: Path) -> ValidationRecord | None:
+        """A validation record (CompileRecord.validation_file), or None when it was not validated."""
+        if not path.is_file():
+            return None
+        data = json.loads(path.read_text())
+        return cls(data["passed"], data["thresholds"], tuple(data["outputs"]), (data.get("binary") or {}).get("sha256"),
+                   data.get("threshold_reason"), data.get("inputs"))
+
+
+def htp_settings(options: dict[str, Any]) -> JSON:
+    """The HTP settings a compile record's backend options hold (ort: the QNN EP's options; qairt: its HTP
+    config), in the manifest's terms."""
+    config = options.get("htp_config") or {}
+    return {"vtcm_mb": options.get("vtcm_mb", config.get("vtcm_mb")),
+            "optimization_mode": options.get("htp_graph_finalization_optimization_mode", config.get("O")),
+            "spill_fill": bool(options.get("enable_htp_spill_fill_buffer"))}
+
+
+def split_records(models: dict[Path, str]) -> list[Path]:
+    """The split records (`prepare --split-at/--split-size`) beside these models (path -> sha256) that name one of
+    them, unchanged, as a part: a build compiled from parts is bundled with its record (`bundle build --split`), or
+    the app would not know the other parts and their order."""
+    found: list[Path] = []
+    for folder in dict.fromkeys(p.parent for p in models):
+        for record in sorted(folder.glob("*.split.json")):
+            try:
+                data = json.loads(record.read_text())
+                parts = {(folder / p["path"], p["sha256"]) for p in data["parts"]} if data["record"] == SPLIT_RECORD \
+                    else set()
+            except (OSError, ValueError, TypeError, KeyError):
+                continue  # not a split record, or not ours to judge here: bundle --split reads it for real
+            if any((path, sha) in parts for path, sha in models.items()):
+                found.append(record)
+    return found
+
+
+def read_record(path: Path) -> JSON | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("record") == RECORD else None
+
+
+def read_build(build: Path) -> list[CompileRecord]:
+    """The compile record of every <graph>/<SoC>/compile.json under `build`, sorted."""
+    build = Path(build)
+    if build.is_file():
+        raise QnnDeployError(f"{build} is {file_kind(build.name)}, not a build folder: give the folder that qnndeploy "
+                             "compile -o wrote")
+    if not build.is_dir():
+        raise QnnDeployError(f"{build}: no such build folder (qnndeploy compile -o {build} makes one)")
+    found = []
+    for path in sorted(build.glob(f"*/*/{RECORD_FILE}")):
+        record = read_record(path)
+        if record is None:
+            raise QnnDeployError(f"{path}: not a qnndeploy compile record")
+        found += CompileRecord.from_json(path.parent, record)
+    if not found:
+        raise QnnDeployError(f"{build}: no compile records (<graph>/<SoC>/{RECORD_FILE}); run qnndeploy compile first")
+    return found

@@ -1,0 +1,788 @@
+"""`bundle verify`: every check on a bundle folder or archive, all problems reported at once."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import stat
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from qnndeploy.base import compat, socs
+from qnndeploy.base.errors import EXIT_MISSING_TOOL, QnnDeployError
+from qnndeploy.base.fileio import JSON, Progress, read_limited
+from qnndeploy.base.names import (
+    CONTEXT_BINARY,
+    EPCONTEXT,
+    EXTERNAL_DATA,
+    MANIFEST,
+    MAVEN_RUNTIME,
+    ONNX,
+    SHARED_SINCE,
+    artifact_graphs,
+    path_problem,
+)
+from qnndeploy.formats import archive, elf
+from qnndeploy.formats.decision import qnn_libraries, soc_tables, upper
+from qnndeploy.formats.manifest import (
+    accepted_reason,
+    external_data_path,
+    file_entries,
+    graph_signature,
+    graph_validations,
+    parse_json,
+    read_manifest,
+    schema_errors,
+    worst_metric,
+)
+from qnndeploy.model.onnxio import load_model
+from qnndeploy.qnn import contextcheck, emulator, epcontext, qnnsystem
+from qnndeploy.qnn.markers import FileFacts, build_version, scan_file
+from qnndeploy.qnn.qnnsystem import ContextInfo
+
+if TYPE_CHECKING:
+    import onnx
+
+
+@dataclass
+class Problem:
+    path: str  # the file (or manifest field) the problem is about
+    message: str
+
+
+@dataclass
+class VerifyReport:
+    bundle: str
+    ok: bool = False
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+    files: int = 0
+    bytes: int = 0
+    name: str | None = None
+    version: str | None = None
+    qairt: str | None = None
+    targets: list[str] = field(default_factory=list)
+    runtime: str | None = None
+    accepted: list[JSON] = field(default_factory=list)  # failed graphs shipped with a reason (accepted_failures)
+    deep: str | None = None  # what loading the binaries on the host emulator did; None: not asked (--shallow)
+    unchecked: list[str] = field(default_factory=list)  # context binaries no libQnnSystem could read here
+
+
+def _walk(root: Path) -> tuple[set[str], list[Problem]]:
+    """Regular files under root as POSIX paths, and a problem for every symlink, special file or folder nested
+    deeper than archives may be (archive.MAX_DEPTH), walked with a stack of its own: os.walk recurses, and a tree a
+    thousand folders deep would end in a RecursionError."""
+    files, problems = set(), []
+    stack = [(root, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                full = Path(entry.path)
+                rel = full.relative_to(root).as_posix()
+                mode = entry.stat(follow_symlinks=False).st_mode
+                if stat.S_ISLNK(mode):
+                    problems.append(Problem(rel, "is a symlink; bundles hold regular files only"))
+                elif stat.S_ISREG(mode):
+                    files.add(rel)
+                elif not stat.S_ISDIR(mode):
+                    problems.append(Problem(rel, "is a device file, FIFO or socket; bundles hold regular files only"))
+                elif depth + 1 >= archive.MAX_DEPTH:
+                    problems.append(Problem(rel[:200] + "…", f"is nested {depth + 1} folders deep; a bundle's "
+                                                             f"folders are at most {archive.MAX_DEPTH} deep"))
+                else:
+                    stack.append((full, depth + 1))
+    return files, problems
+
+
+@contextmanager
+def opened(path: Path, progress: Progress | None = None, jobs: int | None = None, *, deep: bool = False,
+           allow_unchecked: bool = False) -> Iterator[tuple[Path, VerifyReport]]:
+    """(bundle root, its verify report) for a bundle folder or a .tar.gz/.zip of one; an archive stays extracted
+    while the caller uses it. Raises QnnDeployError only for unusable input."""
+    path = Path(path)
+    if not path.exists():
+        raise QnnDeployError(f"{path} does not exist")
+    if path.is_dir():
+        yield path, verify_folder(path, progress, jobs, deep=deep, allow_unchecked=allow_unchecked)
+        return
+    with archive.extracted(path) as (root, refused):
+        report = (VerifyReport(str(path), problems=[Problem(name, why) for name, why in refused]) if refused
+                  else verify_folder(root, progress, jobs, deep=deep, allow_unchecked=allow_unchecked))
+        report.bundle = str(path)
+        yield root, report
+
+
+@contextmanager
+def bundle_folder(path: Path) -> Iterator[Path]:
+    """A bundle folder as it is, or a .tar.gz/.zip of one extracted while the caller reads it, its files not
+    verified: for the commands that only read what a bundle declares (device info --bundle). An error about a file
+    of the extraction names the archive the user gave, not the temporary folder."""
+    path = Path(path)
+    if path.is_dir() or not path.exists():
+        yield path
+        return
+    with archive.extracted(path) as (root, refused):
+        if refused:
+            name, why = refused[0]
+            raise QnnDeployError(f"{path} is not a safe bundle archive: {name}: {why}")
+        try:
+            yield root
+        except QnnDeployError as e:
+            raise QnnDeployError(str(e).replace(str(root), f"{path}:{root.name}"), e.exit_code) from None
+
+
+def verify_bundle(path: Path, progress: Progress | None = None, jobs: int | None = None, *, deep: bool = False,
+                  allow_unchecked: bool = False) -> VerifyReport:
+    """Verify a bundle folder or a .tar.gz/.zip of one."""
+    with opened(path, progress, jobs, deep=deep, allow_unchecked=allow_unchecked) as (_, report):
+        return report
+
+
+def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None = None, *, deep: bool = False,
+                  allow_unchecked: bool = False) -> VerifyReport:
+    """Every rule of the bundle format, and with `deep` each context binary loaded and run on the host emulator
+    against its CPU model (emulator.check_bundle). Binaries no libQnnSystem can read are a problem unless
+    `allow_unchecked`."""
+    report = VerifyReport(str(root))
+    try:
+        manifest = read_manifest(root)
+    except QnnDeployError as e:
+        report.problems.append(Problem(MANIFEST, str(e)))
+        return report
+    errors = schema_errors(manifest)
+    if errors:
+        # a control character is said once, plainly, not again as a schema mismatch of that field or its parent
+        texts = text_problems(manifest)
+        fields = [p.message.split(": ", 1)[0] + "/" for p in texts]
+        report.problems += texts + [Problem(MANIFEST, f"schema: {e}") for e in errors
+                                    if not any(f.startswith(e.split(": ", 1)[0] + "/") for f in fields)]
+        return report
+
+    report.problems += text_problems(manifest)
+    tree, walked = _walk(root)
+    report.problems += walked
+    entries = file_entries(manifest)
+    # Sizes first, from the file system: a file whose size is not the listed one is a problem found without reading
+    # it (a sparse 1 TiB member would otherwise be hashed whole), and nothing else is read from it.
+    sizes = {x["path"]: (root / x["path"]).lstat().st_size for _, x in entries if x["path"] in tree}
+    listed: dict[str, set[int]] = {}
+    for _, entry in entries:
+        listed.setdefault(entry["path"], set()).add(entry["size"])
+    unread = {p: n for p, n in sizes.items() if n not in listed[p]}
+    present = [(kind, x) for kind, x in entries if x["path"] in sizes and x["path"] not in unread]
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:  # hashlib releases the GIL
+        scanned = pool.map(lambda ke: scan_file(root / ke[1]["path"], ke[0] != "cpu" and ke[0] != "record",
+                                                progress), present)
+        facts = {e["path"]: f for (_, e), f in zip(present, scanned, strict=True)}
+    # the binaries that are what the manifest says (another is already a problem): read by their own metadata
+    binaries = {x["path"]: x["sha256"] for kind, x in present if kind.startswith("npu:")
+                and x.get("format") == CONTEXT_BINARY and facts[x["path"]].sha256 == x["sha256"]}
+    contexts, missing = read_contexts(root, binaries)
+    report.problems += check_manifest(manifest, facts, tree, root, unread, contexts)
+    report.problems += _record_problems(root, manifest, facts)
+    report.warnings += check_warnings(manifest, facts, contexts)
+    if missing and binaries:
+        report.unchecked = sorted(binaries)
+        if allow_unchecked:
+            report.warnings.append(Problem(MANIFEST, f"{len(binaries)} context binaries unchecked (--allow-unchecked):"
+                                                     f" their markers only were read, {missing}"))
+        else:
+            report.problems.append(Problem(MANIFEST, f"no libQnnSystem here to read the context binaries ({missing}):"
+                                                     " install onnxruntime-qnn, or pass --allow-unchecked to accept "
+                                                     "them unchecked (the report lists them)"))
+    if deep and not report.problems and not report.unchecked:
+        found = emulator.check_bundle(root, manifest, {p: [g.name for g in c.graphs] for p, c in contexts.items()
+                                                       if isinstance(c, ContextInfo)})
+        report.problems += [Problem(path, why) for path, why in found.problems]
+        report.warnings += [Problem(path, why) for path, why in found.warnings]
+        report.deep = found.done
+    elif deep:
+        report.deep = "not done: the bundle has problems" if report.problems else "not done: binaries unchecked"
+    _summarize(report, manifest, facts)
+    report.files += len(unread)
+    report.bytes += sum(unread.values())
+    return report
+
+
+# C0 and C1 control characters (a trailing newline included), which no name, version or coordinate may hold
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def require_ok(bundle: Path, report: VerifyReport) -> None:
+    """Refuse to build anything on a bundle that fails `bundle verify`, naming its first problem."""
+    if not report.ok:
+        first = report.problems[0]
+        raise QnnDeployError(f"{bundle} fails bundle verify ({len(report.problems)} problem(s), first: {first.path}: "
+                             f"{first.message}); fix or rebuild it (qnndeploy bundle verify {bundle} lists them)")
+
+
+def text_problems(manifest: JSON) -> list[Problem]:
+    """Names the app shows, matches or logs must be plain text: a control character (a trailing newline too, which a
+    pattern ending in '$' lets through in Python) is a problem naming the manifest field."""
+    fields: list[tuple[str, object]] = [("name", manifest.get("name")), ("version", manifest.get("version"))]
+    targets = manifest.get("targets")
+    if isinstance(targets, list):
+        fields += [(f"targets/{i}/soc", t.get("soc")) for i, t in enumerate(targets) if isinstance(t, dict)]
+        fields += [(f"targets/{i}/validation/graphs/{g}/accepted/reason", accepted_reason(s))
+                   for i, t in enumerate(targets) if isinstance(t, dict) for g, s in graph_validations(t).items()]
+    graphs = manifest.get("graphs")
+    if isinstance(graphs, list):
+        fields += [(f"graphs/{i}/name", g.get("name")) for i, g in enumerate(graphs) if isinstance(g, dict)]
+    runtime = manifest.get("runtime")
+    if isinstance(runtime, dict):
+        fields.append(("runtime/maven", runtime.get("maven")))
+    return [Problem(MANIFEST, f"{where}: {value!r} holds a control character (a newline, tab, NUL…); names, "
+                              "versions and coordinates must be plain text")
+            for where, value in fields if isinstance(value, str) and CONTROL.search(value)]
+
+
+def _summarize(report: VerifyReport, manifest: JSON, facts: dict[str, FileFacts]) -> None:
+    report.ok = not report.problems
+    report.files, report.bytes = len(facts), sum(f.size for f in facts.values())
+    report.name, report.version = manifest["name"], manifest["version"]
+    report.qairt = manifest["qairt"]["build"] or manifest["qairt"]["version"]
+    report.targets = [f"{t['soc']} ({t['dsp_arch']})" for t in manifest["targets"]]
+    rt = manifest["runtime"]
+    report.runtime = rt["maven"] + " (external)" if rt["mode"] == "external" else f"{len(rt['libs'])} libraries"
+    report.accepted = accepted_failures(manifest)
+
+
+def accepted_failures(manifest: JSON) -> list[JSON]:
+    """Every graph that failed validation and was shipped with a reason: SoC, graph, how it failed, the reason, who
+    accepted it, and where the app runs that target (its accepted_on; "npu" when absent)."""
+    return [{"soc": t["soc"], "graph": g, "failure": worst_metric(s), "reason": reason,
+             "by": s["accepted"].get("by"), "runs_on": "cpu" if t.get("accepted_on") == "cpu" else "npu"}
+            for t in manifest["targets"] for g, s in graph_validations(t).items()
+            if s.get("passed") is False and (reason := accepted_reason(s)) is not None]
+
+
+def _validation_problems(target: JSON) -> list[Problem]:
+    """A graph that failed validation needs an accepted reason (bundle --accept writes it; a hand-edited manifest
+    may lack it), a reason needs a failure, and accepted_on needs an accepted failure to apply to."""
+    soc, problems, accepted = target["soc"], [], False
+    for g, s in graph_validations(target).items():
+        reason, passed = accepted_reason(s), s.get("passed")
+        if passed is False and reason is None:
+            problems.append(Problem(MANIFEST, f"target {soc}: graph '{g}' failed validation ({worst_metric(s)}) and "
+                                              "no reason accepts it: fix the graph, or bundle again with --accept "
+                                              f"{g}@{soc}=\"REASON\""))
+        elif reason is not None and passed is not False:
+            problems.append(Problem(MANIFEST, f"target {soc}: graph '{g}' has an accepted failure, but its "
+                                              f"validation did not fail (passed: {passed!r}): the reason is false; "
+                                              "bundle again"))
+        accepted |= passed is False and reason is not None
+    if "accepted_on" in target and not accepted:
+        problems.append(Problem(MANIFEST, f"target {soc}: accepted_on {target['accepted_on']!r} but no graph of it "
+                                          "has an accepted validation failure; bundle again"))
+    return problems
+
+
+Contexts = dict[str, "ContextInfo | str"]  # context binary path -> what libQnnSystem read, or why it could not
+
+
+# What libQnnSystem read of a binary, by (library, sha256): the same bytes read again (a bundle verified after it
+# was built, scaffold's verify, the same binaries in several targets or bundles) cost nothing.
+_READ: dict[tuple[str, str], ContextInfo | str] = {}
+
+
+MAX_RECORD_BYTES = 4 << 20  # a compile record with its log paths and graph I/O is a few KB
+
+
+def _record_problems(root: Path, manifest: JSON, facts: dict[str, FileFacts]) -> list[Problem]:
+    """Each context binary must be the one its compile and validation records name (their outputs' and binary's
+    sha256), when the bundle holds them: a bundle that mixes the binary of one build with the records of another
+    vouches for numbers that were measured on other bytes."""
+    claims: list[tuple[str, set[str], set[str], str]] = []  # (soc, graphs, binaries' sha256, record path)
+    for e in manifest.get("records") or []:
+        if e["path"] not in facts or facts[e["path"]].sha256 != e["sha256"]:
+            continue  # missing or changed: already a problem
+        try:
+            data = parse_json(read_limited(root / e["path"], MAX_RECORD_BYTES, "record"), root / e["path"])
+        except QnnDeployError:
+            continue  # a record is kept as it was written; only what it says of the binaries is checked
+        if not isinstance(data, dict) or not isinstance(data.get("soc"), str):
+            continue
+        if data.get("record") == "qnndeploy-compile" and data.get("status", "ok") == "ok":
+            members = [m for m in data.get("members") or [] if isinstance(m, dict)]
+            graphs = [data.get("graph"), *(m.get("graph") for m in members)]
+            named = [o for o in data.get("outputs") or [] if isinstance(o, dict)
+                     and o.get("format") == CONTEXT_BINARY and not o.get("twin")]
+        elif data.get("record") == "qnndeploy-validation" and isinstance(data.get("binary"), dict):
+            graphs, named = [data.get("graph")], [data["binary"]]
+        else:
+            continue
+        shas = {o["sha256"] for o in named if isinstance(o.get("sha256"), str)}
+        if shas:
+            claims.append((data["soc"], {g for g in graphs if isinstance(g, str)}, shas, e["path"]))
+    problems = []
+    for t in manifest["targets"]:
+        for a in t["artifacts"]:
+            if a.get("format") != CONTEXT_BINARY:
+                continue
+            wrong = next((c for c in claims if c[0] == t["soc"] and c[1] & set(artifact_graphs(a))
+                          and a["sha256"] not in c[2]), None)
+            if wrong is not None:
+                problems.append(Problem(a["path"], f"is not the binary its record {wrong[3]} names (sha256 "
+                                                   f"{a['sha256'][:12]}…, the record's "
+                                                   f"{', '.join(sorted(w[:12] + '…' for w in wrong[2]))}): the "
+                                                   "bundle mixes builds; bundle it again from one build"))
+    return problems
+
+
+def read_contexts(root: Path, binaries: dict[str, str]) -> tuple[Contexts, str | None]:
+    """Each context binary's metadata (bundle path -> its sha256 in, path -> ContextInfo out), read by libQnnSystem
+    in a child process (qnnsystem.read_contexts: a damaged binary crashes that child, not this process); a binary
+    it refuses maps to the reason. Also the reason when the library is missing or does not load (then: no
+    entries). Binaries read before, by their sha256, are not read again."""
+    try:
+        library = qnnsystem.library_path()
+    except QnnDeployError as e:
+        return {}, str(e)
+    todo = list(dict.fromkeys(p for p, sha in binaries.items() if (str(library), sha) not in _READ))
+    missing = None
+    for path, answer in zip(todo, qnnsystem.read_contexts([root / p for p in todo], library), strict=True):
+        if isinstance(answer, QnnDeployError) and answer.exit_code == EXIT_MISSING_TOOL:
+            missing = missing or str(answer)
+        else:
+            _READ[(str(library), binaries[path])] = answer if isinstance(answer, ContextInfo) else str(answer)
+    if missing is not None:
+        return {}, missing
+    return {p: _READ[(str(library), sha)] for p, sha in binaries.items()}, None
+
+
+def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], root: Path,
+                   unread: dict[str, int] | None = None, contexts: Contexts | None = None) -> list[Problem]:
+    """Every rule of the bundle format that can fail. `facts` holds the files that were read; `unread` the present
+    files left unread because their size is not the listed one (path -> size); `contexts` what libQnnSystem read
+    of the context binaries (a binary not in it is judged by its markers)."""
+    unread, contexts = unread or {}, contexts or {}
+    problems: list[Problem] = []
+
+    def add(path: str, msg: str) -> None:
+        problems.append(Problem(path, msg))
+
+    entries = file_entries(manifest)
+
+    seen: set[str] = set()
+    for _, e in entries:
+        p = e["path"]
+        if p in seen or p == MANIFEST:
+            add(p, "is listed twice in the manifest")
+        seen.add(p)
+        if (why := path_problem(p)) is not None:
+            add(p.encode("unicode_escape").decode("ascii"), why)
+        size = unread[p] if p in unread else facts[p].size if p in facts else None
+        if p not in tree:
+            add(p, "is listed in the manifest but missing from the bundle")
+        elif size is not None and size != e["size"]:
+            add(p, f"has {size} bytes, the manifest says {e['size']} (truncated or replaced)")
+        elif p in facts and facts[p].sha256 != e["sha256"]:
+            add(p, "sha256 differs from the manifest (the file changed after bundling)")
+    for p in sorted(tree - seen - {MANIFEST}):
+        add(p, "is not listed in the manifest")
+
+    graphs = [g["name"] for g in manifest["graphs"]]
+    if len(set(graphs)) != len(graphs):
+        add(MANIFEST, "graph names are not unique")
+    cpu_graphs = [a["graph"] for a in manifest["cpu"] if a["format"] == ONNX]
+    for g in graphs:
+        if g not in cpu_graphs:
+            add(MANIFEST, f"graph '{g}' has no CPU fallback model")
+    cpu_only = {g["name"] for g in manifest["graphs"] if g.get("cpu_only")}
+    pipeline = manifest.get("pipeline")
+    if pipeline is not None and sorted(pipeline) != sorted(graphs):
+        add(MANIFEST, f"pipeline {pipeline} must name every graph once ({', '.join(graphs)}): the app runs them in "
+                      "that order")
+    elif pipeline is None and cpu_only:
+        add(MANIFEST, "a CPU-only graph (a split model's part) needs the pipeline the app runs the graphs in")
+    signatures = {g["name"]: (g["inputs"], g["outputs"]) for g in manifest["graphs"]}
+    data = {a["path"]: a for a in manifest["cpu"] if a["format"] == EXTERNAL_DATA}
+    named: set[str] = set()  # listed data files that a CPU model names
+    read: set[str] = set()  # graphs whose CPU model told which data files it names
+    for a in manifest["cpu"]:
+        if a["graph"] not in graphs:
+            add(a["path"], f"belongs to graph '{a['graph']}', which the manifest does not declare")
+        elif a["format"] == ONNX and a["path"] in facts:
+            refs, found = _external_data_problems(root, a, data)
+            problems += found
+            if refs is not None:
+                read.add(a["graph"])
+                named |= refs
+            if refs is not None and not found and all(r in facts and facts[r].size == data[r]["size"]
+                                                      for r in refs):
+                problems += _signature_problems(root, a["path"], signatures[a["graph"]], a["graph"])
+    for p, a in data.items():
+        if p not in named and a["graph"] in read:
+            add(p, f"is listed as external data of graph '{a['graph']}', but its CPU model does not name it")
+
+    qairt = manifest["qairt"]
+    runtime = manifest["runtime"]
+    need, stated_problems = _min_runtime(qairt)
+    targets_seen: set[str] = set()
+    models, _ = soc_tables()  # the decision's table: how the app matches a phone's SoC to a target
+    for t in manifest["targets"]:
+        soc_name = t["soc"]
+        model = models.get(upper(soc_name))
+        if model is None:
+            add(MANIFEST, f"target {soc_name}: '{soc_name}' is not a SoC model of the catalog (e.g. SM8750): the app "
+                          "matches targets by model name, so no phone would ever use this one")
+            continue
+        if model in targets_seen:
+            add(MANIFEST, f"SoC {soc_name} has two targets")
+        targets_seen.add(model)
+        try:
+            soc = socs.find(model)
+            if (soc.soc_id, soc.dsp_arch) != (t["soc_id"], t["dsp_arch"]):
+                add(MANIFEST, f"target {soc_name} says soc_id {t['soc_id']}/{t['dsp_arch']}, the catalog says "
+                              f"{soc.soc_id}/{soc.dsp_arch}: its binaries were compiled for another chip; compile "
+                              f"them again for {soc_name} and rebuild the bundle")
+            if t["precision"] == "fp16" and soc.fp16 is False:
+                add(MANIFEST, f"target {soc_name} is fp16 but {soc_name} has no fp16 on its HTP")
+        except QnnDeployError as e:
+            add(MANIFEST, f"target {soc_name}: {e}")
+        problems += _validation_problems(t)
+        binary_of = {g: x["path"] for x in t["artifacts"] if x["format"] == CONTEXT_BINARY
+                     for g in artifact_graphs(x)}
+        for g in graphs:
+            if g not in binary_of and g not in cpu_only:
+                add(MANIFEST, f"target {soc_name} has no context binary for graph '{g}'")
+            if g in cpu_only and any(g in artifact_graphs(x) for x in t["artifacts"]):
+                add(MANIFEST, f"target {soc_name} has files for graph '{g}', which runs on the CPU only")
+        arch = int(t["dsp_arch"][1:])
+        for a in t["artifacts"]:
+            f = facts.get(a["path"])
+            for g in artifact_graphs(a):
+                if g not in graphs:
+                    add(a["path"], f"belongs to graph '{g}', which the manifest does not declare")
+            if "graphs" in a and manifest["format_version"] < SHARED_SINCE:
+                add(a["path"], f"is shared by several graphs, which bundle format {SHARED_SINCE} introduced, but the "
+                               f"manifest says format {manifest['format_version']}")
+            if f is not None and a["format"] == EPCONTEXT:
+                binary = binary_of.get(a["graph"])
+                problems += _epcontext_problems(root, a["path"], {x["path"] for x in t["artifacts"]}, binary)
+                if a["graph"] in signatures:
+                    problems += _signature_problems(root, a["path"], signatures[a["graph"]], a["graph"])
+            if f is None or a["format"] != CONTEXT_BINARY:
+                continue
+            not_binary = _not_a_context_binary(root, a["path"], f)
+            if not_binary:
+                add(a["path"], not_binary)
+                continue
+            info = contexts.get(a["path"])
+            if isinstance(info, str):
+                add(a["path"], f"libQnnSystem cannot read it: {info}")
+                continue
+            if info is not None:  # its own metadata: what the phone's QNN will read
+                for message in _context_problems(root, info, a, t, signatures, need):
+                    add(a["path"], message)
+                problems += _version_problems(a["path"], f, qairt)
+                continue
+            wrong = sorted({f"{s} (v{x})" for s, x in f.context_targets if x != arch})
+            if wrong:
+                add(a["path"], f"was compiled for {', '.join(wrong)}, but target {soc_name} is {t['dsp_arch']}")
+            other = sorted({s for s, x in f.context_targets if models.get(upper(s), model) != model})
+            if other and not wrong:
+                add(a["path"], f"was compiled for {', '.join(other)}, but target {soc_name} is {model}: "
+                               "recompile it for this SoC")
+            problems += _version_problems(a["path"], f, qairt)
+        if runtime["mode"] == "bundled":
+            problems += _runtime_completeness(t, runtime["libs"])
+
+    problems += stated_problems
+    if runtime["mode"] == "external":
+        pinned = runtime["maven"].rsplit(":", 1)[1]
+        if not runtime["maven"].startswith(MAVEN_RUNTIME + ":"):
+            add(MANIFEST, f"external runtime must be {MAVEN_RUNTIME}:<version>, not {runtime['maven']}")
+        elif not compat.is_release(pinned):
+            add(MANIFEST, f"external runtime {runtime['maven']}: '{pinned}' is not a release version X.Y.Z")
+        elif (why := compat.pin_problem(pinned, qairt["version"])) is not None:
+            add(MANIFEST, f"external runtime {runtime['maven']}: {why}")
+        elif not compat.satisfies(pinned, need):
+            add(MANIFEST, f"external runtime {runtime['maven']}: qnn-runtime {pinned} is older than qairt/min_runtime "
+                          f"{need}, the oldest runtime the manifest says loads its context binaries")
+    else:
+        if not compat.satisfies(qairt["version"], need):
+            add(MANIFEST, f"the bundled runtime libraries are QAIRT {qairt['version']}, older than qairt/min_runtime "
+                          f"{need}: they cannot load the bundle's context binaries")
+        for lib in runtime["libs"]:
+            problems += _library_problems(lib, facts.get(lib["path"]), root, qairt)
+    return problems
+
+
+def _in_bundle(e: QnnDeployError, root: Path, path: str) -> str:
+    """A model reader's message about `path`, with the file called "this file" and other files by bundle path."""
+    return re.sub(re.escape(str(root / path)) + r"(?![\w.-])", "this file", str(e)).replace(f"{root}/", "")
+
+
+def _signature_problems(root: Path, path: str, expected: tuple[list[JSON], list[JSON]], graph: str) -> list[Problem]:
+    """A model file must have its graph's inputs and outputs: another graph's binary would misbehave on the phone."""
+    try:
+        sig = graph_signature(root / path)
+    except QnnDeployError as e:
+        return [Problem(path, _in_bundle(e, root, path))]
+    if (sig.inputs, sig.outputs) == expected:
+        return []
+    def show(tensors: list[JSON]) -> str:
+        return ", ".join(f"{t['name']} {t['dtype']}{t['shape']}" for t in tensors)
+    return [Problem(path, f"has inputs ({show(sig.inputs)}) -> outputs ({show(sig.outputs)}), but graph '{graph}' "
+                          f"is ({show(expected[0])}) -> ({show(expected[1])}): is it another graph's file?")]
+
+
+def _external_data_problems(root: Path, model: JSON, data: dict[str, JSON]
+                            ) -> tuple[set[str] | None, list[Problem]]:
+    """(the listed data files a CPU model names, or None when it is unreadable; a problem per location that is not
+    a listed data file of its graph beside it). ONNX Runtime reads these files wherever the model points."""
+    import onnx
+
+    path = model["path"]
+    try:
+        proto = load_model(root / path, check_external=False, weights=False)
+    except QnnDeployError as e:
+        return None, [Problem(path, _in_bundle(e, root, path))]
+    refs: set[str] = set()
+    problems = [Problem(path, f"holds {n} EPContext node(s): it is an NPU wrapper, not a CPU model; on a phone "
+                              "without the NPU the CPU fallback would fail too. Put the original model in cpu/")
+                for n in [sum(node.op_type == "EPContext" for node in _all_nodes(proto))] if n]
+    locations = {e.value for t in _all_tensors(proto) if t.data_location == onnx.TensorProto.EXTERNAL
+                 for e in t.external_data if e.key == "location"}
+    for location in sorted(locations):
+        rel = external_data_path(path, location)
+        if rel is None:
+            problems.append(Problem(path, f"keeps its weights in '{location}', which is not a plain relative path "
+                                          "inside its folder (absolute or '..'): ONNX Runtime would read it from "
+                                          "outside the bundle's cpu/"))
+        elif data.get(rel, {}).get("graph") != model["graph"]:
+            problems.append(Problem(path, f"keeps its weights in {rel}, which the manifest does not list as "
+                                          f"external data of graph '{model['graph']}'"))
+        else:
+            refs.add(rel)
+    return refs, problems
+
+
+def _graphs(model: onnx.ModelProto) -> Iterator[onnx.GraphProto | onnx.FunctionProto]:
+    """The main graph, every subgraph and every function of a model (iteratively: depth is the file's to choose)."""
+    stack: list[onnx.GraphProto | onnx.FunctionProto] = [model.graph, *model.functions]
+    for info in model.training_info:
+        stack += [info.initialization, info.algorithm]
+    while stack:
+        graph = stack.pop()
+        yield graph
+        for node in graph.node:
+            for a in node.attribute:
+                if a.HasField("g"):
+                    stack.append(a.g)
+                stack.extend(a.graphs)
+
+
+def _all_nodes(model: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
+    for graph in _graphs(model):
+        yield from graph.node
+
+
+def _all_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor ONNX Runtime may read external data for: initializers (sparse ones too) and tensors held in node
+    attributes, in every graph, subgraph and function."""
+    import onnx
+
+    for graph in _graphs(model):
+        sparse: list[onnx.SparseTensorProto] = []
+        if isinstance(graph, onnx.GraphProto):
+            yield from graph.initializer
+            sparse += list(graph.sparse_initializer)
+        for node in graph.node:
+            for a in node.attribute:
+                if a.HasField("t"):
+                    yield a.t
+                yield from a.tensors
+                if a.HasField("sparse_tensor"):
+                    sparse.append(a.sparse_tensor)
+                sparse += list(a.sparse_tensors)
+        for st in sparse:
+            yield st.values
+            yield st.indices
+
+
+# Smallest plausible QNN context binary: its header and metadata alone fill the first 4 KiB page.
+MIN_CONTEXT_BINARY = 4096
+# The header QAIRT 2.x context binaries start with (seen in every binary onnxruntime-qnn writes): two big-endian
+# format numbers, then at byte 24 and 32 the little-endian lengths of the metadata page and of the graph blob, which
+# together are the file's size. A file with this start and another size is truncated or padded.
+_HEADER = b"\x00\x00\x00\x02\x00\x00\x00\x03"
+
+
+def _not_a_context_binary(root: Path, path: str, f: FileFacts) -> str | None:
+    """Why a file listed as a QNN context binary is not one, or None. Until binaries are read through libQnnSystem
+    (issue 12's inspect), this is the marker scan made strict: the QAIRT build string and the soc_type/arch marker
+    present, a plausible size, and when the known header is there, the size it declares."""
+    if path.endswith(".onnx"):
+        return ("is an ONNX file (an EPContext wrapper?) listed as a qnn-context-binary: list it as ort-epcontext "
+                "and list its .bin as the context binary")
+    if f.size < MIN_CONTEXT_BINARY:
+        return (f"has {f.size} bytes, too few for a QNN context binary (at least {MIN_CONTEXT_BINARY}): it is empty, "
+                "truncated or another file; recompile it or copy it again")
+    missing = [what for what, found in (("QAIRT build string", f.builds), ("soc_type/arch marker", f.context_targets))
+               if not found]
+    if missing:
+        return (f"has no {' and no '.join(missing)}: it is not a QNN context binary (damaged, truncated or another "
+                "file); recompile it or copy it again")
+    try:
+        with (root / path).open("rb") as fh:
+            head = fh.read(40)
+    except OSError as e:
+        return f"cannot be read: {e.strerror or e}"
+    if len(head) == 40 and head.startswith(_HEADER):
+        declared = int.from_bytes(head[24:32], "little") + int.from_bytes(head[32:40], "little")
+        if declared != f.size:
+            return (f"has {f.size} bytes, but its QNN header says {declared}: it is truncated or padded; recompile "
+                    "it or copy it again")
+    return None
+
+
+def _min_runtime(qairt: JSON) -> tuple[str, list[Problem]]:
+    """The oldest runtime the bundle's binaries need: what their QAIRT needs, or the manifest's min_runtime when it
+    is later. A min_runtime below what the QAIRT needs is a problem: the app trusts it to choose the NPU."""
+    need = compat.min_runtime_for_qairt(qairt["version"])
+    stated = qairt.get("min_runtime")
+    if stated is None or compat.satisfies(stated, need):
+        return stated or need, []
+    return need, [Problem(MANIFEST, f"qairt/min_runtime {stated} is older than {need}, the oldest runtime that loads "
+                                    f"QAIRT {qairt['version']} context binaries: the app would trust a runtime that "
+                                    "cannot load them; rebuild the bundle")]
+
+
+def _context_problems(root: Path, info: ContextInfo, artifact: JSON, target: JSON,
+                      signatures: dict[str, tuple[list[JSON], list[JSON]]], min_runtime: str) -> list[str]:
+    """A binary read by libQnnSystem: its SoC and arch, its graphs (found by the QNN graph name each graph's
+    EPContext wrapper runs), their signatures, and the runtime its blob needs."""
+    soc = socs.find(target["soc"])
+    wrappers = {g: next((root / x["path"] for x in target["artifacts"] if x["format"] == EPCONTEXT and x["graph"] == g),
+                        None) for g in artifact_graphs(artifact)}
+    problems = contextcheck.graph_problems(info, wrappers, signatures)
+    problems += contextcheck.target_problems(info, soc)
+    if (why := contextcheck.runtime_problem(info, min_runtime)) is not None:
+        problems.append(why)
+    return problems
+
+
+def _epcontext_problems(root: Path, path: str, listed: set[str], binary: str | None) -> list[Problem]:
+    """An EPContext wrapper must load, by a UTF-8 name relative to itself, the context binary listed for its graph
+    in its target (`binary`)."""
+    try:
+        refs = epcontext.context_refs(root / path)
+    except QnnDeployError as e:
+        return [Problem(path, _in_bundle(e, root, path))]
+    except UnicodeDecodeError:
+        return [Problem(path, "names its context binary in ep_cache_context with bytes that are not UTF-8: ONNX "
+                              "Runtime cannot open it on the phone; re-export the wrapper")]
+    if not refs:
+        return [Problem(path, "has no EPContext node that loads a context binary of the bundle")]
+    folder = path.rsplit("/", 1)[0]
+    problems = []
+    for ref in refs:
+        if f"{folder}/{ref}" not in listed:
+            problems.append(Problem(path, f"loads its context binary from {ref!r}, which is not in the bundle beside "
+                                          "it: ONNX Runtime would fail on the phone"))
+        elif f"{folder}/{ref}" != binary:
+            want = f"'{binary.rsplit('/', 1)[-1]}'" if binary else "none (its graph has no context binary here)"
+            problems.append(Problem(path, f"loads {ref!r}, but its graph's context binary in this target is {want}: "
+                                          "ONNX Runtime would load the wrong file"))
+    return problems
+
+
+def _version_problems(path: str, f: FileFacts, qairt: JSON) -> list[Problem]:
+    other = sorted(b for b in f.builds if build_version(b) != qairt["version"]
+                   or (qairt["build"] is not None and b != qairt["build"]))
+    if not other:
+        return []
+    want = qairt["build"] or qairt["version"]
+    return [Problem(path, f"was built with QAIRT {', '.join(other)}, the bundle is QAIRT {want}: "
+                          "compile and runtime libraries must come from one QAIRT version")]
+
+
+def _library_problems(lib: JSON, f: FileFacts | None, root: Path, qairt: JSON) -> list[Problem]:
+    path = lib["path"]
+    name = path.rsplit("/", 1)[-1]
+    problems: list[Problem] = []
+
+    def add(msg: str) -> None:
+        problems.append(Problem(path, msg))
+
+    if not path.startswith(f"lib/{lib['abi']}/"):
+        add(f"an {lib['abi']} library must live in lib/{lib['abi']}/")
+    if f is None:
+        return problems
+    try:
+        info = elf.read_elf(root / path)
+    except (elf.NotElf, OSError) as e:
+        add(f"is not a usable library: {e}")
+        return problems
+    if lib["role"] == "skel":
+        if (info.bits, info.machine) != (32, elf.EM_QDSP6):
+            add(f"a Skel library must be ELF32 Hexagon (e_machine {elf.EM_QDSP6}), "
+                f"this is ELF{info.bits} e_machine {info.machine}")
+        else:
+            if info.hexagon_arch != lib.get("dsp_arch"):
+                add(f"is a Hexagon {info.hexagon_arch} library, the manifest says {lib.get('dsp_arch')}")
+            if lib["abi"] != f"hexagon-{info.hexagon_arch}":
+                add(f"is a Hexagon {info.hexagon_arch} library in the {lib['abi']} folder")
+        problems += _version_problems(path, f, qairt)
+    else:
+        if (info.bits, info.machine) != (64, elf.EM_AARCH64):
+            add(f"an Android library must be ELF64 AArch64 (e_machine {elf.EM_AARCH64}), "
+                f"this is ELF{info.bits} e_machine {info.machine}")
+        elif (info.min_load_align or 0) < elf.MIN_ANDROID_ALIGN:
+            add(f"PT_LOAD alignment is {info.min_load_align}, Android 15+ needs >= {elf.MIN_ANDROID_ALIGN} "
+                "(link with -Wl,-z,max-page-size=16384)")
+        arch = lib.get("dsp_arch")
+        if lib["role"] == "stub" and (arch is None or name != qnn_libraries(arch)[2]):
+            add(f"a Stub library's name must be libQnnHtpV<arch>Stub.so matching its dsp_arch ({arch})")
+    return problems
+
+
+def _runtime_completeness(target: JSON, libs: list[JSON]) -> list[Problem]:
+    arch = target["dsp_arch"]
+    have = {(lib["role"], lib.get("dsp_arch", arch)) for lib in libs}
+    roles = ("htp", "system", "stub", "skel")
+    missing = [name for role, name in zip(roles, qnn_libraries(arch), strict=True) if (role, arch) not in have]
+    if not missing:
+        return []
+    return [Problem(MANIFEST, f"target {target['soc']} ({arch}) needs {', '.join(missing)} in the bundle's runtime")]
+
+
+def check_warnings(manifest: JSON, facts: dict[str, FileFacts], contexts: Contexts | None = None) -> list[Problem]:
+    """What cannot be confirmed, without being wrong: failed graphs shipped with a reason (bundle --accept), Skel
+    libraries whose build string was not found (a context binary without its markers is a problem: see
+    _not_a_context_binary), an external runtime in no validated set; and what will cost on the phone: a graph compiled
+    for more VTCM than its SoC has."""
+    warnings = [Problem(MANIFEST, f"target {a['soc']}: graph '{a['graph']}' FAILED validation ({a['failure']}), "
+                                  f"accepted: {a['reason']}; the app uses the {a['runs_on'].upper()} on {a['soc']}")
+                for a in accepted_failures(manifest)]
+    warnings += [Problem(MANIFEST, f"target {t['soc']}: graph '{g}' was judged with a looser threshold "
+                                   f"({json.dumps(s.get('thresholds'))}): {s['threshold_reason']}")
+                 for t in manifest["targets"] for g, s in graph_validations(t).items()
+                 if isinstance(s.get("threshold_reason"), str)]
+    for t in manifest["targets"]:
+        for a in t["artifacts"]:
+            info = (contexts or {}).get(a["path"])
+            if info is not None and not isinstance(info, str):
+                with contextlib.suppress(QnnDeployError):  # an unknown SoC is a problem of its own
+                    soc = socs.find(t["soc"])
+                    warnings += [Problem(a["path"], w) for w in contextcheck.resource_warnings(
+                        info, soc, a.get("graph") or ",".join(a.get("graphs", [])))]
+    if manifest["runtime"]["mode"] == "bundled":
+        for lib in manifest["runtime"]["libs"]:
+            f = facts.get(lib["path"])
+            if f and lib["role"] == "skel" and not f.builds:
+                warnings.append(Problem(lib["path"], "no QAIRT build string found: its version cannot be confirmed"))
+    rt = manifest["runtime"]
+    pin = rt["maven"].rsplit(":", 1)[1] if rt["mode"] == "external" else ""
+    if rt["mode"] == "external" and rt["maven"].startswith(MAVEN_RUNTIME + ":") and compat.is_release(pin):
+        warnings += [Problem(MANIFEST, w) for w in compat.pin_warnings(pin, manifest["qairt"]["version"])]
+    return warnings

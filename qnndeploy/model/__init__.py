@@ -1,0 +1,1 @@
+"""Floor 1: ONNX models as data: reading graphs without weights, shapes, samples, metrics."""

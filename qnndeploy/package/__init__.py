@@ -1,0 +1,1 @@
+"""`package`: distribution packages made from a verified bundle (Play AI packs)."""

@@ -1,0 +1,306 @@
+"""`package play`: a verified bundle as a Google Play AI pack whose device groups follow the bundle's SoCs.
+
+One APK with every SoC's context binaries sends each phone every other SoC's files. An AI pack split by device group
+sends each phone one group's: Play matches Build.SOC_MANUFACTURER / Build.SOC_MODEL against the group's
+system-on-chip selectors (bundletool's device_targeting_config.proto; Play for On-device AI documentation).
+
+What goes where:
+- the pack (assets qnndeploy_npu#group_<g>/): the NPU files of the group's targets, and group.json naming the group
+  (Play strips the #group_ suffix, so a phone could not tell otherwise);
+- the base module: manifest.json, the CPU models, and the QNN runtime libraries. The CPU model is every phone's
+  fallback and must be there while a fast-follow or on-demand pack downloads; the runtime libraries are native
+  libraries, which AI packs may not carry (the app loads libQnnHtp, libQnnSystem and the Stub with the system
+  loader, and the Skel travels with them in nativeLibraryDir, the folder ADSP_LIBRARY_PATH starts with);
+- the default group ("other"): group.json only. Phones no group selects (other SoCs, Android 11 and older, where
+  Play sees no SoC) download no NPU file and run the CPU model from the base.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import string
+import zlib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from xml.sax.saxutils import quoteattr
+
+from qnndeploy.base import compat
+from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.fileio import (
+    CHUNK,
+    JSON,
+    Progress,
+    check_apart,
+    check_replaceable,
+    check_writable,
+    copy_verified,
+    name_max,
+    open_regular,
+    staging_dir,
+    write_json,
+    writing,
+)
+from qnndeploy.base.names import MANIFEST
+from qnndeploy.base.socs import find
+from qnndeploy.formats.decision import upper
+from qnndeploy.formats.manifest import file_entries, read_manifest, verified_bytes
+from qnndeploy.formats.playplan import (
+    CONFIG,
+    CONFIG_NS,
+    DEFAULT_GROUP,
+    FOLDER,
+    GROUP_FILE,
+    MANUFACTURERS,
+    NAME,
+    PLAN,
+    PLAN_FORMAT,
+    PLAN_VERSION,
+)
+from qnndeploy.formats.verify import VerifyReport, require_ok, verify_folder
+
+DELIVERIES = ("install-time", "fast-follow", "on-demand")
+DEFAULT_PACK = "qnndeploy_models"
+MARKER = ".qnndeploy-play"  # in every output folder: what --force may replace
+# Play's limits (Play for On-device AI, device targeting documentation)
+PACK_LIMIT = 1_500_000_000  # an AI pack's compressed download
+APP_LIMIT = 4_000_000_000  # everything one phone gets of an app version
+# A device group may have 5 selectors; qnndeploy writes one per group, listing every SoC of the group (the
+# system-on-chip elements of one selector are alternatives), so that limit is never reached.
+DEFLATE_LEVEL = 6  # zlib's default, the level of APK and AAB entries: the estimate of what a phone downloads
+
+
+@dataclass
+class SizeRow:
+    group: str
+    socs: list[str]
+    files: int
+    bytes: int  # base + this group's pack files: what a phone of the group gets
+    deflated: int
+
+
+@dataclass
+class PlayPackage:
+    path: Path
+    pack: str
+    delivery: str
+    plan: JSON
+    rows: list[SizeRow]  # one per group, then the default group
+    one_apk_bytes: int
+    one_apk_deflated: int
+    lines: list[str] = field(default_factory=list)  # what to add to the app project
+
+
+
+def check_request(out: Path, *, pack: str, delivery: str, force: bool, bundle: Path | None = None) -> None:
+    """The checks that need no bundle's contents, before anything is read or written: the options, and an output
+    that can be written (fileio.check_writable), may be replaced and is apart from the bundle (not in it, not
+    holding it)."""
+    if not NAME.fullmatch(pack):
+        raise QnnDeployError(f"invalid AI pack name '{pack}': Play wants a letter first, then letters, digits or "
+                             "underscores (e.g. qnndeploy_models)")
+    limit = name_max(Path(out).parent)
+    if len(pack) > limit:
+        raise QnnDeployError(f"the AI pack name has {len(pack)} characters, over the file system's limit of "
+                             f"{limit} for a folder name: give a shorter --pack")
+    if delivery not in DELIVERIES:
+        raise QnnDeployError(f"unknown delivery '{delivery}'; use one of {', '.join(DELIVERIES)}")
+    check_writable(Path(out))
+    check_apart(Path(out), [("bundle", bundle)])
+    check_replaceable(Path(out), force, MARKER, "package play")
+
+
+def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery: str = "fast-follow",
+                 force: bool = False, report: VerifyReport | None = None,
+                 progress: Progress | None = None) -> PlayPackage:
+    """Write the AI pack module, the device targeting config, the app's Gradle snippet and play.json for a bundle
+    that passes `bundle verify`. progress: called with byte counts while files are hashed and deflated.
+
+    What is published is what was verified: every bundle file is read (for the plan's sizes) and copied (into
+    the pack) through O_NOFOLLOW opens below the bundle folder, and must have the sha256 and size the verified
+    manifest lists, else the run stops ("changed since it was verified") and nothing is published."""
+    bundle, out = Path(bundle), Path(out)
+    check_request(out, pack=pack, delivery=delivery, force=force, bundle=bundle)
+    library = compat.gradle_library("ai_delivery")
+    report = report if report is not None else verify_folder(bundle)
+    require_ok(bundle, report)
+    manifest = read_manifest(bundle)
+    if not manifest["targets"]:
+        raise QnnDeployError(f"{bundle} has no NPU target: an AI pack split by SoC needs at least one")
+    sizes = _Sizes(bundle, manifest, progress)
+    plan = _plan(bundle, manifest, pack, delivery, sizes)
+    _check_limits(plan)
+    groups = plan["groups"]
+    rows = [SizeRow(g["name"], g["socs"], len(plan["base"]["files"]) + len(g["files"]),
+                    plan["base"]["bytes"] + g["bytes"], plan["base"]["deflated"] + g["deflated"]) for g in groups]
+    rows.append(SizeRow(plan["default_group"], [], len(plan["base"]["files"]), plan["base"]["bytes"],
+                        plan["base"]["deflated"]))
+    fields = {"pack": pack, "delivery": delivery, "bundle": f"{manifest['name']} {manifest['version']}",
+              "folder": FOLDER, "config": CONFIG, "default_group": plan["default_group"],
+              "min_agp": compat.gradle_library("device_targeting_min_agp").version,
+              "ai_delivery": library.version, "ai_delivery_source": library.source,
+              "ai_delivery_read": library.read, "table": _readme_table(rows, plan["one_apk"]["deflated"])}
+    empty = out.is_dir() and not any(out.iterdir())  # as good as none: exchanged for the output, kept on failure
+    with writing(out), staging_dir(out, force or empty, tidy=True) as tmp:
+        (tmp / MARKER).write_text("written by qnndeploy package play; --force replaces this folder\n")
+        assets = tmp / pack / "src" / "main" / "assets"
+        for g in [*groups, {"name": plan["default_group"], "files": []}]:
+            folder = assets / f"{FOLDER}#group_{g['name']}"
+            folder.mkdir(parents=True)
+            (folder / GROUP_FILE).write_text(json.dumps({"group": g["name"]}) + "\n")
+            for f in g["files"]:
+                dest = folder / f["path"]
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                copy_verified(bundle / f["path"], dest, sha256=f["sha256"], size=f["size"], beneath=bundle,
+                              what="bundle file")
+        for name, dest in (("build.gradle", tmp / pack / "build.gradle"), ("play.gradle", tmp / "play.gradle"),
+                           ("README.md", tmp / "README.md")):
+            dest.write_text(_render(name, **fields))
+        (tmp / CONFIG).write_text(config_xml(plan))
+        write_json(tmp / PLAN, plan)
+
+    lines = [
+        f'settings.gradle(.kts): include(":{pack}") and project(":{pack}").projectDir = file("{out / pack}")',
+        f'app build.gradle(.kts): apply(from = "{out / "play.gradle"}")',
+        "gradle.properties: android.experimental.enableDeviceTargetingConfigApi=true",
+        f"glue: qnndeploy scaffold BUNDLE --play {out} --package <your.app> -o app/qnndeploy",
+    ]
+    return PlayPackage(path=out, pack=pack, delivery=delivery, plan=plan, rows=rows,
+                       one_apk_bytes=plan["one_apk"]["bytes"], one_apk_deflated=plan["one_apk"]["deflated"],
+                       lines=lines)
+
+
+class _Sizes:
+    """sha256, size and deflated size of bundle files, each read once, through O_NOFOLLOW opens below the bundle
+    folder; each must be what the verified manifest lists. The manifest itself is read once, as bytes, and must
+    parse to the manifest the plan is made from: the plan's manifest_sha256 is that of those bytes."""
+
+    def __init__(self, bundle: Path, manifest: JSON, progress: Progress | None) -> None:
+        self.bundle = bundle
+        self.progress = progress
+        self.listed = {e["path"]: (e["sha256"], e["size"]) for _, e in file_entries(manifest)}
+        self._seen: dict[str, tuple[str, int, int]] = {}
+        raw = verified_bytes(bundle, manifest)
+        self._seen[MANIFEST] = (hashlib.sha256(raw).hexdigest(), len(raw), len(zlib.compress(raw, DEFLATE_LEVEL)))
+
+    def entry(self, path: str) -> JSON:
+        sha, size, _ = self._read(path)
+        return {"path": path, "size": size, "sha256": sha}
+
+    def deflated(self, path: str) -> int:
+        return self._read(path)[2]
+
+    def _read(self, path: str) -> tuple[str, int, int]:
+        if path not in self._seen:
+            digest, packer, size, packed = hashlib.sha256(), zlib.compressobj(DEFLATE_LEVEL), 0, 0
+            with open_regular(self.bundle / path, what="bundle file", beneath=self.bundle) as f:
+                while chunk := f.read(CHUNK):
+                    digest.update(chunk)
+                    size += len(chunk)
+                    packed += len(packer.compress(chunk))
+                    if self.progress is not None:
+                        self.progress(len(chunk))
+            packed += len(packer.flush())
+            if (digest.hexdigest(), size) != self.listed.get(path):
+                raise QnnDeployError(f"{self.bundle / path} changed since it was verified (its sha256 or size is "
+                                     "not the one the manifest lists); nothing was published from it")
+            self._seen[path] = (digest.hexdigest(), size, packed)
+        return self._seen[path]
+
+
+def _plan(bundle: Path, manifest: JSON, pack: str, delivery: str, sizes: _Sizes) -> JSON:
+    """One device group per target, named after its SoC (a bundle lists each file once, so no two targets share
+    files that one group could carry for both). A group's SoC is the catalog model, as the decision identifies a
+    phone's SoC and matches a target named by an alias (SM8750P)."""
+    groups: list[JSON] = []
+    for t in manifest["targets"]:
+        paths = [a["path"] for a in t["artifacts"]]
+        files = [sizes.entry(p) for p in paths]
+        soc = find(t["soc"]).model
+        groups.append({
+            "name": _group_name(t["soc"]), "socs": [soc], "dsp_arch": t["dsp_arch"],
+            "selectors": selectors([soc]), "files": files, "bytes": sum(f["size"] for f in files),
+            "deflated": sum(sizes.deflated(p) for p in paths),
+        })
+    runtime = manifest["runtime"]
+    base_paths = [MANIFEST, *(a["path"] for a in manifest["cpu"]), *(lib["path"] for lib in runtime.get("libs", []))]
+    base = [sizes.entry(p) for p in base_paths]
+    npu = sorted({p for g in groups for p in (f["path"] for f in g["files"])})
+    every = base_paths + npu
+    return {
+        "format": PLAN_FORMAT, "format_version": PLAN_VERSION,
+        "bundle": {"name": manifest["name"], "version": manifest["version"],
+                   "manifest_sha256": sizes.entry(MANIFEST)["sha256"]},
+        "pack": pack, "delivery": delivery, "folder": FOLDER, "default_group": DEFAULT_GROUP,
+        "groups": groups,
+        "base": {"files": base, "bytes": sum(f["size"] for f in base),
+                 "deflated": sum(sizes.deflated(p) for p in base_paths),
+                 "external_runtime": runtime.get("maven") if runtime["mode"] == "external" else None},
+        "one_apk": {"bytes": sum(sizes.entry(p)["size"] for p in every),
+                    "deflated": sum(sizes.deflated(p) for p in every)},
+    }
+
+
+def _group_name(soc: str) -> str:
+    """sm8750: a device group name (letters, digits, underscores, a letter first) that is not the default's."""
+    name = "".join(c if c.isalnum() else "_" for c in soc.lower())
+    return name if name[:1].isalpha() and name != DEFAULT_GROUP else f"soc_{name}"
+
+
+def selectors(socs: list[str]) -> list[JSON]:
+    """Every (manufacturer, model) Play may see on a phone with one of these SoCs: both manufacturer spellings
+    (Play cannot tell which a phone reports) times every name of the SoC, the catalog model and its aliases
+    (SM8750, SM8750P, SM8750-AC), upper-case as phones report them (Play compares exactly)."""
+    models: list[str] = []
+    for soc in socs:
+        for m in find(soc).names:
+            if upper(m) not in models:
+                models.append(upper(m))
+    return [{"manufacturer": man, "model": m} for man in MANUFACTURERS for m in models]
+
+
+def _check_limits(plan: JSON) -> None:
+    base = plan["base"]["deflated"]
+    for g in plan["groups"]:
+        if g["deflated"] > PACK_LIMIT:
+            raise QnnDeployError(f"device group {g['name']} would download {g['deflated'] / 1e9:.2f} GB of AI pack "
+                                 f"(deflated); Play allows {PACK_LIMIT / 1e9} GB per pack: split the model's graphs "
+                                 "into several bundles (packs) or quantize it")
+        if base + g["deflated"] > APP_LIMIT:
+            total = base + g["deflated"]
+            raise QnnDeployError(f"a phone of device group {g['name']} would download {total / 1e9:.2f} GB (base "
+                                 f"{base / 1e9:.2f} GB + pack); Play allows {APP_LIMIT / 1e9} GB per app")
+
+
+def config_xml(plan: JSON) -> str:
+    """The device targeting config: one device-group per plan group, in the plan's order (Play's priority order),
+    with one device-selector listing every SoC (system-on-chip elements of one selector are alternatives)."""
+    out = ['<?xml version="1.0" encoding="utf-8"?>',
+           "<!-- Written by qnndeploy package play: one device group per SoC target of the bundle. -->",
+           f'<config:device-targeting-config xmlns:config="{CONFIG_NS}">']
+    for g in plan["groups"]:
+        out.append(f'    <config:device-group name={quoteattr(g["name"])}>')
+        out.append("        <config:device-selector>")
+        out += [f"            <config:system-on-chip manufacturer={quoteattr(s['manufacturer'])} "
+                f"model={quoteattr(s['model'])}/>" for s in g["selectors"]]
+        out.append("        </config:device-selector>")
+        out.append("    </config:device-group>")
+    out.append("</config:device-targeting-config>")
+    return "\n".join(out) + "\n"
+
+
+def _render(name: str, **fields: str) -> str:
+    """One of data/play/'s files with its $fields filled in (string.Template: Gradle and Markdown keep braces)."""
+    text = resources.files("qnndeploy").joinpath(f"data/play/{name}").read_text(encoding="utf-8")
+    return string.Template(text).substitute(fields)
+
+
+def size_text(n: int) -> str:
+    return next(f"{n / scale:,.1f} {unit}" for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "KB"), (1, "B"))
+                if n >= scale or unit == "B")
+
+
+def _readme_table(rows: list[SizeRow], one_apk_deflated: int) -> str:
+    return "\n".join(f"| {r.group} | {', '.join(r.socs) or '(none: the CPU)'} | {r.files} | {size_text(r.deflated)} | "
+                     f"{r.deflated / one_apk_deflated:.0%} |" for r in rows)
