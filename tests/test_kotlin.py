@@ -29,9 +29,8 @@ import pytest
 from conftest import require
 
 from qnndeploy.base import socs
+from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.formats.decision import (
-    CONTEXT_BINARY,
-    EPCONTEXT,
     REASONS,
     Device,
     Remembered,
