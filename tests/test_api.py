@@ -22,6 +22,8 @@ from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED
 from qnndeploy.cli import cli
 from qnndeploy.qnn import htp
 
+pytest_plugins = ["device_emulator.fixtures"]  # emulated phones behind the real adb server
+
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 SOC = "SM8750"
 MODEL = "kws_demo"
@@ -112,6 +114,26 @@ def test_the_bundle_verifies_inspects_and_scaffolds(demo):
     assert (g.glue / "qnndeploy.gradle").is_file() and any("qnndeploy.gradle" in line for line in g.lines)
 
 
+@pytest.mark.slow
+@pytest.mark.needs_qnn
+@pytest.mark.needs_adb
+def test_the_demo_bundle_on_an_emulated_phone(demo, device, tmp_path, monkeypatch):
+    """device list, info and verify (no runner: pushed and checked) on an emulated SM8750 phone, the bundle given as
+    its archive, as a script reads them."""
+    monkeypatch.delenv("QNN_SDK_ROOT", raising=False)  # an SDK set up here would give verify a runner
+    assert [(d.serial, d.state, d.soc) for d in api.devices()] == [(device.serial, "device", SOC)]
+    info = api.device_info(bundle=demo.bundled.archive)
+    assert (info.serial, info.soc, info.bundle) == (device.serial, SOC, "kws-demo 1.0.0")
+    assert info.app_choice is not None and (info.app_choice.provider, info.app_choice.soc) == ("npu", SOC)
+    (result,) = api.device_verify(demo.bundled.archive, record_dir=tmp_path / "records")
+    assert result.ok and (result.serial, result.provider, result.soc) == (device.serial, "npu", SOC)
+    assert result.push is not None and "manifest.json" in result.push.sent and result.graphs == []
+    assert result.record is not None and json.loads(result.record.read_text())["ok"] is True
+    with pytest.raises(api.QnnDeployError) as raised:
+        api.device_verify(demo.bundled.archive, device.serial, all_devices=True)
+    assert raised.value.exit_code == EXIT_BAD_INPUT
+
+
 def cli_error(*args: object) -> tuple[int, str]:
     """The exit code and the one-line error of a command run in-process."""
     r = CliRunner().invoke(cli, [str(a) for a in args])
@@ -166,6 +188,17 @@ def documented() -> list[str]:
 def test_all_is_what_docs_api_documents():
     assert len(api.__all__) == len(set(api.__all__))
     assert sorted(documented()) == sorted(api.__all__)
+
+
+def test_every_function_in_docs_api_has_an_example_that_uses_only_the_api():
+    parts = re.split(r"^### `([A-Za-z_]+)`\n", DOCS.read_text(), flags=re.MULTILINE)
+    for name, text in zip(parts[1::2], parts[2::2], strict=True):
+        examples = re.findall(r"^```python\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL)
+        if not inspect.isclass(getattr(api, name)):
+            assert examples, f"docs/api.md shows no example of {name}"
+        for code in examples:
+            compile(code, f"docs/api.md, {name}", "exec")
+            assert set(re.findall(r"\bapi\.([A-Za-z_]+)", code)) <= set(api.__all__), code
 
 
 @pytest.mark.parametrize("name", api.__all__)
