@@ -201,6 +201,29 @@ def test_every_function_in_docs_api_has_an_example_that_uses_only_the_api():
             assert set(re.findall(r"\bapi\.([A-Za-z_]+)", code)) <= set(api.__all__), code
 
 
+def documented_signatures() -> dict[str, list[str]]:
+    """name -> its parameters as docs/api.md writes them (`name(a, b=1, *, c=None) -> R`), "*" included."""
+    found = {}
+    for name, params in re.findall(r"^### `(\w+)`\n`\1\((.*?)\)(?: -> [^`]+)?`", DOCS.read_text(),
+                                   flags=re.MULTILINE | re.DOTALL):
+        found[name] = [p.split("=")[0].strip() for p in " ".join(params.split()).split(", ") if p]
+    return found
+
+
+def test_docs_api_gives_each_signature_as_it_is():
+    """The parameters, their order and where the keyword-only ones start: a signature changed in the code and not
+    on the page fails here."""
+    signatures = documented_signatures()
+    assert {n for n in api.__all__ if not inspect.isclass(getattr(api, n))} <= set(signatures)
+    for name, written in signatures.items():
+        actual = []
+        for p in inspect.signature(getattr(api, name)).parameters.values():
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and "*" not in actual:
+                actual.append("*")
+            actual.append(p.name)
+        assert written == actual, name
+
+
 @pytest.mark.parametrize("name", api.__all__)
 def test_every_public_name_is_importable_and_typed(name):
     """A script's type checker sees every parameter and result: a function's, and a class's constructor's."""
