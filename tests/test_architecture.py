@@ -27,7 +27,8 @@ FLOORS: list[tuple[str, tuple[str, ...], str]] = [
                                "plan, the on-device decision")),
     ("rooms", ("check", "prepare", "compile", "validate", "diagnose", "bundle", "inspect", "scaffold", "package",
                "device"), "one room per command, each the library its command calls; no room imports another"),
-    ("runners", ("demo", "doctor"), "what runs several rooms: the demo, the environment report"),
+    ("runners", ("demo", "doctor", "api"), ("what runs several rooms: the demo, the environment report, the public "
+                                            "Python API")),
     ("cli", ("cli",), "the command line: parses options, calls one library function, renders its result"),
     ("entry points", ("__main__", "data"), "`python -m qnndeploy` and the demo model's generator"),
 ]

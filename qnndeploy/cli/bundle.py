@@ -1,5 +1,6 @@
-"""`qnndeploy bundle build` and `bundle verify`, the bundle report renderer, and the rule every command that takes
-a bundle follows: a path that is not a bundle at all is bad input (exit 2), a bundle with problems is exit 1."""
+"""`qnndeploy bundle build` and `bundle verify`, and the bundle report renderer every command that takes a bundle
+uses. The rule they follow (a path that is not a bundle at all is bad input, exit 2; a bundle with problems is exit
+1) is formats/verify.require_bundle, which the Python API (qnndeploy/api.py) applies too."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import click
 
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.base.fileio import resolve_named
-from qnndeploy.base.names import ACCEPT_ON, MANIFEST, PERFORMANCE_MODES
+from qnndeploy.base.names import ACCEPT_ON, PERFORMANCE_MODES
 from qnndeploy.bundle.build import BundleResult, BundleSpec, add_split, build_bundle, spec_from_build
 from qnndeploy.cli._common import (
     CONTEXT_SETTINGS,
@@ -26,26 +27,7 @@ from qnndeploy.cli._common import (
     shallow_option,
     unchecked_option,
 )
-from qnndeploy.formats.manifest import read_manifest
-from qnndeploy.formats.verify import VerifyReport, opened
-
-
-def require_bundle(given: Path, root: Path, result: VerifyReport) -> None:
-    """The CLI's one rule for a bundle argument: a path that is not a bundle at all (no manifest.json, or one that is
-    not readable JSON, not a qnndeploy manifest, or of a format version this qnndeploy does not read) is bad input,
-    exit 2, in bundle verify, device verify, scaffold and device info --bundle alike; a bundle whose manifest reads
-    but whose contents fail verification keeps its report (exit 1).
-
-    given: the path the user gave; root: the bundle folder verified (inside the extracted archive for an archive).
-    """
-    if result.ok or result.name is not None or any(p.path != MANIFEST for p in result.problems):
-        return  # verification got past the manifest, or an archive's members were refused: a report to show
-    try:
-        read_manifest(root)
-    except QnnDeployError as e:  # not a bundle: the one-line error, naming what the user gave, not a temp folder
-        raise QnnDeployError(str(e) if root == given else str(e).replace(str(root), f"{given}:{root.name}"),
-                             e.exit_code) from None
-    # the manifest reads, so the report's problems are schema errors: a bundle with problems, shown as a report
+from qnndeploy.formats.verify import VerifyReport, opened, require_bundle
 
 
 def render_verify(result: VerifyReport, shallow: bool = False) -> None:

@@ -32,13 +32,13 @@ from qnndeploy.cli._common import (
     soc_option,
     unchecked_option,
 )
-from qnndeploy.cli.bundle import render_verify, require_bundle
+from qnndeploy.cli.bundle import render_verify
 from qnndeploy.device import hosted
 from qnndeploy.device import info as device_info_stage
 from qnndeploy.device import profile as prof
 from qnndeploy.device import verify as verify_stage
 from qnndeploy.device.adb import connect
-from qnndeploy.formats.verify import VerifyReport
+from qnndeploy.formats.verify import VerifyReport, require_bundle
 
 serial_option = click.option("-s", "--serial", envvar="ANDROID_SERIAL", metavar="SERIAL",
                              help="Device serial from `adb devices` [default: $ANDROID_SERIAL, else the only device "

@@ -17,8 +17,8 @@ from qnndeploy.cli._common import (
     shallow_option,
     unchecked_option,
 )
-from qnndeploy.cli.bundle import render_verify, require_bundle
-from qnndeploy.formats.verify import opened
+from qnndeploy.cli.bundle import render_verify
+from qnndeploy.formats.verify import opened, require_bundle
 
 
 def _render_scaffold(result: stage.ScaffoldResult) -> None:

@@ -223,6 +223,24 @@ def require_ok(bundle: Path, report: VerifyReport) -> None:
                              f"{first.message}); fix or rebuild it (qnndeploy bundle verify {bundle} lists them)")
 
 
+def require_bundle(given: Path, root: Path, result: VerifyReport) -> None:
+    """The one rule for a bundle argument: a path that is not a bundle at all (no manifest.json, or one that is
+    not readable JSON, not a qnndeploy manifest, or of a format version this qnndeploy does not read) is bad input,
+    exit 2, in bundle verify, device verify, scaffold and device info --bundle alike; a bundle whose manifest reads
+    but whose contents fail verification keeps its report (exit 1).
+
+    given: the path the user gave; root: the bundle folder verified (inside the extracted archive for an archive).
+    """
+    if result.ok or result.name is not None or any(p.path != MANIFEST for p in result.problems):
+        return  # verification got past the manifest, or an archive's members were refused: a report to show
+    try:
+        read_manifest(root)
+    except QnnDeployError as e:  # not a bundle: the one-line error, naming what the user gave, not a temp folder
+        raise QnnDeployError(str(e) if root == given else str(e).replace(str(root), f"{given}:{root.name}"),
+                             e.exit_code) from None
+    # the manifest reads, so the report's problems are schema errors: a bundle with problems, shown as a report
+
+
 def text_problems(manifest: JSON) -> list[Problem]:
     """Names the app shows, matches or logs must be plain text: a control character (a trailing newline too, which a
     pattern ending in '$' lets through in Python) is a problem naming the manifest field."""

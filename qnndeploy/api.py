@@ -1,0 +1,189 @@
+"""The public Python API: what the commands call, for scripts and notebooks that would otherwise run the CLI.
+
+The API is what `__all__` lists (docs/api.md documents each name); everything else in qnndeploy is internal and may
+change. Most names are the rooms' own entry points and result types, re-exported. The few functions defined here
+do what the command line does around a room's function and a script needs too: a bundle argument may be a folder
+or an archive, is refused as bad input (exit code 2) when it is not a bundle at all, and with the CLI's message
+(exit code 1) when it fails `bundle verify`. Errors are QnnDeployError, with the message and exit code the CLI
+prints. It is not in `qnndeploy/__init__`: `qnndeploy --help` imports no room, and the rooms `qnndeploy.check`
+and `qnndeploy.compile` are packages, so they cannot also be functions of `qnndeploy`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from qnndeploy.base.errors import EXIT_CHECK_FAILED, QnnDeployError
+from qnndeploy.base.fileio import JSON, Progress
+from qnndeploy.base.socs import Soc
+from qnndeploy.base.socs import catalog as socs
+from qnndeploy.base.socs import find as find_soc
+from qnndeploy.bundle.build import BundleResult, BundleSpec, add_split, build_bundle, spec_from_build
+from qnndeploy.check import CheckReport, check_model
+from qnndeploy.compile import CompileSummary, JobResult, compile_models
+from qnndeploy.compile.jobs import HtpSettings
+from qnndeploy.device import hosted
+from qnndeploy.device import verify as on_device
+from qnndeploy.device.hosted import HostedChoice
+from qnndeploy.device.info import DeviceInfo, ListedDevice, device_info, devices
+from qnndeploy.device.verify import DeviceVerification
+from qnndeploy.diagnose import DiagnoseResult, diagnose
+from qnndeploy.formats.verify import Problem, VerifyReport, opened, require_bundle
+from qnndeploy.inspect import BinaryReport, InspectResult, inspect
+from qnndeploy.package import play as playroom
+from qnndeploy.package.play import PlayPackage
+from qnndeploy.prepare import PrepareResult, prepare_model
+from qnndeploy.prepare.split import SplitResult, split_by_size, split_model
+from qnndeploy.scaffold import ScaffoldResult
+from qnndeploy.scaffold import check_request as _check_scaffold
+from qnndeploy.scaffold import scaffold as _scaffold
+from qnndeploy.validate import TargetValidation, ValidationSummary, validate_build
+
+__all__ = [
+    "BinaryReport",
+    "BundleResult",
+    "BundleSpec",
+    "CheckReport",
+    "CompileSummary",
+    "DeviceInfo",
+    "DeviceVerification",
+    "DiagnoseResult",
+    "HostedChoice",
+    "HtpSettings",
+    "InspectResult",
+    "JobResult",
+    "ListedDevice",
+    "PlayPackage",
+    "PrepareResult",
+    "Problem",
+    "QnnDeployError",
+    "ScaffoldResult",
+    "Soc",
+    "SplitResult",
+    "TargetValidation",
+    "ValidationSummary",
+    "VerifyReport",
+    "add_split",
+    "build_bundle",
+    "check_model",
+    "compile_models",
+    "device_info",
+    "device_verify",
+    "device_verify_hosted",
+    "devices",
+    "diagnose",
+    "find_soc",
+    "hosted_devices",
+    "inspect",
+    "package_play",
+    "prepare_model",
+    "scaffold",
+    "socs",
+    "spec_from_build",
+    "split_by_size",
+    "split_model",
+    "validate_build",
+    "verify_bundle",
+]
+
+
+def verify_bundle(bundle: Path, *, deep: bool = True, allow_unchecked: bool = False,
+                  progress: Progress | None = None) -> VerifyReport:
+    """`qnndeploy bundle verify`: the report of a bundle folder or archive (`ok` False is the CLI's exit 1); a path
+    that is not a bundle at all raises (exit code 2). `deep=False` is --shallow."""
+    with opened(Path(bundle), progress, deep=deep, allow_unchecked=allow_unchecked) as (root, report):
+        require_bundle(Path(bundle), root, report)
+    return report
+
+
+def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", ort_aar: str = "microsoft",
+             app: bool = False, play: Path | None = None, force: bool = False, deep: bool = True,
+             allow_unchecked: bool = False, progress: Progress | None = None) -> ScaffoldResult:
+    """`qnndeploy scaffold`: the Kotlin glue (with `app`, the sample app) for a bundle folder or archive that passes
+    `bundle verify`; `play` is a package play output. The request is checked before the bundle is hashed."""
+    _check_scaffold(package, Path(out), engine=engine, app=app, force=force, ort_aar=ort_aar, play=play is not None)
+    refusal = "not scaffolding from it: fix or rebuild the bundle"
+    with _sound(bundle, refusal, deep, allow_unchecked, progress) as (root, report):
+        return _scaffold(root, package, Path(out), engine=engine, app=app, force=force, report=report,
+                         ort_aar=ort_aar, play=play)
+
+
+def package_play(bundle: Path, out: Path, *, pack: str = playroom.DEFAULT_PACK, delivery: str = "fast-follow",
+                 force: bool = False, deep: bool = True, allow_unchecked: bool = False,
+                 progress: Progress | None = None) -> PlayPackage:
+    """`qnndeploy package play`: a Google Play AI pack of a bundle folder or archive that passes `bundle verify`,
+    one device group per SoC; `delivery` is install-time, fast-follow or on-demand."""
+    playroom.check_request(Path(out), pack=pack, delivery=delivery, force=force, bundle=Path(bundle))
+    with _sound(bundle, "not packaging it: fix or rebuild the bundle", deep, allow_unchecked, progress) as (root, r):
+        return playroom.package_play(root, Path(out), pack=pack, delivery=delivery, force=force, report=r,
+                                     progress=progress)
+
+
+@contextmanager
+def _sound(bundle: Path, refusal: str, deep: bool, allow_unchecked: bool,
+           progress: Progress | None) -> Iterator[tuple[Path, VerifyReport]]:
+    """(bundle folder, report) of a bundle that passes `bundle verify`, an archive staying extracted while the
+    caller uses it; one that fails is refused (exit code 1) with the CLI's message, ending in `refusal`."""
+    with opened(Path(bundle), progress, deep=deep, allow_unchecked=allow_unchecked) as (root, report):
+        require_bundle(Path(bundle), root, report)
+        if not report.ok:
+            raise QnnDeployError(f"{bundle} fails bundle verify ({len(report.problems)} problem(s)); {refusal}",
+                                 EXIT_CHECK_FAILED)
+        yield root, report
+
+
+@contextmanager
+def _pushable(bundle: Path, refusal: Callable[[Path], str], allow_unchecked: bool = False
+              ) -> Iterator[tuple[Path, JSON]]:
+    """(bundle folder, manifest) of a bundle that passes `bundle verify` without the host emulator (the phone runs
+    the binaries), as the device commands take it; one that fails is refused (exit code 1) with `refusal(bundle)`."""
+    with on_device.checked_bundle(Path(bundle), allow_unchecked) as (root, report, manifest):
+        require_bundle(Path(bundle), root, report)
+        if manifest is None:
+            raise QnnDeployError(refusal(Path(bundle)), EXIT_CHECK_FAILED)
+        yield root, manifest
+
+
+def hosted_devices(bundle: Path | None = None) -> list[HostedChoice]:
+    """`qnndeploy device list --aihub [--bundle BUNDLE]`: the phones Qualcomm AI Hub hosts, and with a bundle the
+    target the app would choose on each."""
+    if bundle is None:
+        return hosted.list_hosted(None)
+    with _pushable(bundle, lambda b: f"{b} fails bundle verify: fix the bundle (qnndeploy bundle verify {b})") as (
+            _, manifest):
+        return hosted.list_hosted(manifest)
+
+
+def _push_refusal(bundle: Path) -> str:
+    return f"{bundle} fails bundle verify: fix the bundle (or build it again) before pushing it"
+
+
+def device_verify(bundle: Path, serial: str | None = None, *, all_devices: bool = False, runner: Path | None = None,
+                  qnn_sdk_root: Path | None = None, inputs: Path | None = None, preprocess: str | Path | None = None,
+                  random: int | None = None, seed: int = 0, runs: int = 10,
+                  record_dir: Path = on_device.DEFAULT_RECORD_DIR, play: Path | None = None,
+                  timeout: float | None = None, allow_unchecked: bool = False,
+                  progress: Progress | None = None) -> list[DeviceVerification]:
+    """`qnndeploy device verify` over adb: push a bundle folder or archive that passes `bundle verify` to one phone
+    (`serial`, else $ANDROID_SERIAL, else the only one connected) or to every connected one (`all_devices`), run it
+    there with a `runner` (qnn-net-run) and record each phone's result in `record_dir`."""
+    if all_devices and serial:
+        raise QnnDeployError("give a serial or all_devices, not both")
+    with _pushable(bundle, _push_refusal, allow_unchecked) as (root, manifest):
+        job = on_device.Job(root, manifest, runner, qnn_sdk_root, inputs, random, seed, runs, record_dir, play, timeout,
+                         preprocess, given=Path(bundle))
+        return on_device.verify_all(job) if all_devices else [on_device.verify_device(job, serial, progress)]
+
+
+def device_verify_hosted(bundle: Path, names: Sequence[str] = (), soc_names: Sequence[str] = (), *,
+                         inputs: Path | None = None, preprocess: str | Path | None = None, random: int | None = None,
+                         seed: int = 0, runs: int = 10, record_dir: Path = on_device.DEFAULT_RECORD_DIR,
+                         allow_unchecked: bool = False) -> list[DeviceVerification]:
+    """`qnndeploy device verify --aihub`: the bundle on phones Qualcomm AI Hub hosts, chosen by AI Hub device name
+    (`names`) or by SoC (`soc_names`), one inference job with profiling per phone and graph."""
+    with _pushable(bundle, _push_refusal, allow_unchecked) as (root, manifest):
+        job = on_device.Job(root, manifest, None, None, inputs, random, seed, runs, record_dir, None, None, preprocess,
+                         given=Path(bundle))
+        return hosted.verify_hosted(job, list(names), list(soc_names))
