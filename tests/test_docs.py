@@ -83,3 +83,28 @@ def test_the_readme_set_up_commands_are_the_ones_ci_runs():
     assert first.stdout == "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/qnndeploy demo\n"
     setup = (ROOT / "README.md").read_text().split("\n## Set up", 1)[1].split("\n## ", 1)[0]
     assert re.findall(r"```\n(.*?)\n```", setup, flags=re.DOTALL)[1] == "bash .ci/run"
+
+
+def test_every_option_a_synopsis_of_the_details_names_is_the_command_s():
+    """command-details.md is hand-written: the synopsis under each command's heading must not name an option the
+    command does not have (a renamed or removed option), which the generated reference would no longer show."""
+    lines = (docgen.DOCS / docgen.DETAILS).read_text().splitlines()
+    checked = 0
+    for i, line in enumerate(lines[:-2]):
+        heading = re.fullmatch(r"#+ qnndeploy ([a-z ]+)", line)
+        if not heading or not lines[i + 2].startswith("`qnndeploy "):
+            continue
+        command = docgen.cli
+        for name in heading.group(1).split():
+            assert isinstance(command, docgen.click.Group), line
+            sub = command.get_command(docgen.click.Context(command), name)
+            assert sub is not None, f"{line}: no such command"
+            command = sub
+        ctx = docgen.click.Context(command)
+        members = ([c for n in command.list_commands(ctx) if (c := command.get_command(ctx, n))]
+                   if isinstance(command, docgen.click.Group) else [command])  # `qnndeploy cache`: its subcommands'
+        options = {o for c in members for p in c.params for o in (*p.opts, *p.secondary_opts)}
+        named = set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", lines[i + 2]))
+        assert named <= options, f"{line}: the synopsis names {sorted(named - options)}, which the command lacks"
+        checked += 1
+    assert checked >= 15
