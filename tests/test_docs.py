@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from qnndeploy.base import socs
+from qnndeploy.base.names import FORMAT_VERSION
 from tests import docgen
+from tests.corpus import MODELS
 
 ROOT = docgen.ROOT
 PAGES = [ROOT / "README.md", *sorted(docgen.DOCS.glob("*.md"))]
@@ -108,3 +111,11 @@ def test_every_option_a_synopsis_of_the_details_names_is_the_command_s():
         assert named <= options, f"{line}: the synopsis names {sorted(named - options)}, which the command lacks"
         checked += 1
     assert checked >= 15
+
+
+def test_the_counts_the_docs_state_are_the_code_s():
+    """The figures a code change would silently falsify: the bundle format version, the catalog's size, the corpus."""
+    assert f"[format v{FORMAT_VERSION}](docs/bundle-format.md)" in (ROOT / "README.md").read_text()
+    assert (docgen.DOCS / "bundle-format.md").read_text().startswith(f"# Bundle format v{FORMAT_VERSION}\n")
+    assert f"(`qnndeploy/data/socs.json`, {len(socs.catalog())} SoCs)" in (docgen.DOCS / docgen.DETAILS).read_text()
+    assert f"`tests/corpus.py` names {len(MODELS)} real models" in (docgen.DOCS / "testing.md").read_text()
