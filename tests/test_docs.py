@@ -119,3 +119,21 @@ def test_the_counts_the_docs_state_are_the_code_s():
     assert (docgen.DOCS / "bundle-format.md").read_text().startswith(f"# Bundle format v{FORMAT_VERSION}\n")
     assert f"(`qnndeploy/data/socs.json`, {len(socs.catalog())} SoCs)" in (docgen.DOCS / docgen.DETAILS).read_text()
     assert f"`tests/corpus.py` names {len(MODELS)} real models" in (docgen.DOCS / "testing.md").read_text()
+
+
+def test_every_file_the_hand_written_pages_name_exists():
+    """A path in backticks (`qnndeploy/base/compat.py`, `tests/elfgen.py`) is a promise that the file is there: a
+    module moved or renamed must take the docs with it. Placeholders (`qnndeploy/cli/COMMAND.py`, `<graph>`) are
+    not paths."""
+    named = re.compile(r"`((?:qnndeploy|tests|benchmarks|templates|android-sample|\.ci|docs)/[^`\s]*)`")
+    missing = []
+    for page in PAGES:
+        if page.name in docgen.PAGES:
+            continue
+        for found in named.findall(page.read_text()):
+            path = found.rstrip(".,;:")
+            if re.search(r"[<>*{}…]|/[A-Z]+\.", path):
+                continue
+            if not (ROOT / path).exists():
+                missing.append(f"{page.name}: {path}")
+    assert not missing, missing
