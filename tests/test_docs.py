@@ -8,10 +8,12 @@ import re
 import subprocess
 from pathlib import Path
 
+import click
 import pytest
 
 from qnndeploy.base import socs
 from qnndeploy.base.names import FORMAT_VERSION
+from qnndeploy.cli import cli
 from tests import docgen
 from tests.corpus import MODELS
 
@@ -40,12 +42,12 @@ def links(page: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("name", sorted(docgen.PAGES))
-def test_the_generated_page_is_what_the_code_makes(name):
+def test_the_generated_page_is_what_the_code_makes(name: str) -> None:
     assert name not in docgen.stale(), f"docs/{name} is out of date: run python -m tests.docgen --write"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
-def test_every_relative_link_resolves(page):
+def test_every_relative_link_resolves(page: Path) -> None:
     checked = 0
     for target in links(page):
         if re.match(r"[a-z]+:", target):  # https:, mailto:
@@ -61,23 +63,23 @@ def test_every_relative_link_resolves(page):
     assert checked, f"{page.name} links nowhere"
 
 
-def test_every_command_has_its_details_and_every_page_is_linked():
+def test_every_command_has_its_details_and_every_page_is_linked() -> None:
     details = headings(docgen.DOCS / docgen.DETAILS)
-    for command, ctx in docgen.commands(docgen.cli, docgen.click.Context(docgen.cli, info_name="qnndeploy")):
-        if not isinstance(command, docgen.click.Group):
+    for command, ctx in docgen.commands(cli, click.Context(cli, info_name="qnndeploy")):
+        if not isinstance(command, click.Group):
             assert docgen.details_anchor(ctx.command_path, details), ctx.command_path
     linked = {(ROOT / t.partition("#")[0]).resolve() for t in links(ROOT / "README.md")}
     assert set(PAGES[1:]) <= linked, "a page of docs/ the README does not link"
 
 
-def test_the_readme_is_short_and_points_onward():
+def test_the_readme_is_short_and_points_onward() -> None:
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) < 250
     for section in ("## Set up", "## Commands", "## Exit codes", "## Limitations", "## Documentation"):
         assert f"\n{section}" in text, section
 
 
-def test_the_readme_set_up_commands_are_the_ones_ci_runs():
+def test_the_readme_set_up_commands_are_the_ones_ci_runs() -> None:
     """.ci/readme-demo takes the first code block under "## Set up" and runs it as written; .ci/run is the second."""
     script = (ROOT / ".ci" / "readme-demo").read_text()
     awk = re.search(r"awk '([^']*)' README.md", script)
@@ -88,7 +90,7 @@ def test_the_readme_set_up_commands_are_the_ones_ci_runs():
     assert re.findall(r"```\n(.*?)\n```", setup, flags=re.DOTALL)[1] == "bash .ci/run"
 
 
-def test_every_option_a_synopsis_of_the_details_names_is_the_command_s():
+def test_every_option_a_synopsis_of_the_details_names_is_the_command_s() -> None:
     """command-details.md is hand-written: the synopsis under each command's heading must not name an option the
     command does not have (a renamed or removed option), which the generated reference would no longer show."""
     lines = (docgen.DOCS / docgen.DETAILS).read_text().splitlines()
@@ -97,15 +99,15 @@ def test_every_option_a_synopsis_of_the_details_names_is_the_command_s():
         heading = re.fullmatch(r"#+ qnndeploy ([a-z ]+)", line)
         if not heading or not lines[i + 2].startswith("`qnndeploy "):
             continue
-        command = docgen.cli
+        command: click.Command = cli
         for name in heading.group(1).split():
-            assert isinstance(command, docgen.click.Group), line
-            sub = command.get_command(docgen.click.Context(command), name)
+            assert isinstance(command, click.Group), line
+            sub = command.get_command(click.Context(command), name)
             assert sub is not None, f"{line}: no such command"
             command = sub
-        ctx = docgen.click.Context(command)
+        ctx = click.Context(command)
         members = ([c for n in command.list_commands(ctx) if (c := command.get_command(ctx, n))]
-                   if isinstance(command, docgen.click.Group) else [command])  # `qnndeploy cache`: its subcommands'
+                   if isinstance(command, click.Group) else [command])  # `qnndeploy cache`: its subcommands'
         options = {o for c in members for p in c.params for o in (*p.opts, *p.secondary_opts)}
         named = set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", lines[i + 2]))
         assert named <= options, f"{line}: the synopsis names {sorted(named - options)}, which the command lacks"
@@ -113,7 +115,7 @@ def test_every_option_a_synopsis_of_the_details_names_is_the_command_s():
     assert checked >= 15
 
 
-def test_the_counts_the_docs_state_are_the_code_s():
+def test_the_counts_the_docs_state_are_the_code_s() -> None:
     """The figures a code change would silently falsify: the bundle format version, the catalog's size, the corpus."""
     assert f"[format v{FORMAT_VERSION}](docs/bundle-format.md)" in (ROOT / "README.md").read_text()
     assert (docgen.DOCS / "bundle-format.md").read_text().startswith(f"# Bundle format v{FORMAT_VERSION}\n")
@@ -121,7 +123,7 @@ def test_the_counts_the_docs_state_are_the_code_s():
     assert f"`tests/corpus.py` names {len(MODELS)} real models" in (docgen.DOCS / "testing.md").read_text()
 
 
-def test_every_file_the_hand_written_pages_name_exists():
+def test_every_file_the_hand_written_pages_name_exists() -> None:
     """A path in backticks (`qnndeploy/base/compat.py`, `tests/elfgen.py`) is a promise that the file is there: a
     module moved or renamed must take the docs with it. Placeholders (`qnndeploy/cli/COMMAND.py`, `<graph>`) are
     not paths."""
