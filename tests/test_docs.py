@@ -4,6 +4,7 @@ that .ci/readme-demo and CI run as written."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -18,6 +19,7 @@ from tests import docgen
 from tests.corpus import MODELS
 
 ROOT = docgen.ROOT
+PACKAGE_DATA = docgen.PACKAGE / "data"
 PAGES = [ROOT / "README.md", *sorted(docgen.DOCS.glob("*.md"))]
 # written on another branch of the same round (the public API's page): may be missing until that branch is merged
 WRITTEN_ELSEWHERE = {docgen.DOCS / "api.md"}
@@ -139,3 +141,30 @@ def test_every_file_the_hand_written_pages_name_exists() -> None:
             if not (ROOT / path).exists():
                 missing.append(f"{page.name}: {path}")
     assert not missing, missing
+
+
+def table(text: str, header: str) -> list[list[str]]:
+    """The body rows of the Markdown table whose header line starts with `header`, cells stripped."""
+    lines = text.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_the_runtime_tables_are_the_measured_data() -> None:
+    """decision-and-runtime.md quotes two measured tables of qnndeploy/data/runtime.json: which runtime loads which
+    release's binaries, and which onnxruntime-qnn wheel carries which QAIRT. A re-measurement
+    (python -m tests.qnn_facts --write) that changes a cell must change the page too."""
+    data = json.loads((PACKAGE_DATA / "runtime.json").read_text())
+    text = (docgen.DOCS / "decision-and-runtime.md").read_text()
+    header = next(line for line in text.split("\n") if line.startswith("| binary \\ runtime |"))
+    runtimes = [cell.strip() for cell in header.strip("|").split("|")][1:]
+    shown = {(row[0], runtime): cell == "loads"
+             for row in table(text, "| binary \\ runtime |") for runtime, cell in zip(runtimes, row[1:], strict=True)}
+    assert shown == {(r["binary"], r["runtime"]): r["loads"] for r in data["loads"]["rows"]}
+    wheels = {(row[1], row[2]) for row in table(text, "| `--qairt` |")}
+    assert wheels == {(w["onnxruntime_qnn"], w["qairt"]) for w in data["compilers"]["wheels"]}
