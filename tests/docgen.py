@@ -70,8 +70,10 @@ def commands_page() -> str:
              (f"Every command's `--help`, as `qnndeploy COMMAND --help` prints it. How each command works, beyond its "
               f"options, is in [{DETAILS}]({DETAILS}); the exit codes are in the [README](../README.md#exit-codes)."),
              ""]
+    every = list(commands(cli, root))
+    lines += ["Commands: " + " · ".join(f"[{ctx.command_path}](#{anchor(ctx.command_path)})" for _, ctx in every), ""]
     anchors = detail_headings()
-    for command, ctx in commands(cli, root):
+    for command, ctx in every:
         path = ctx.command_path
         lines += [f"## `{path}`", "", "```text", command.get_help(ctx), "```", ""]
         hidden = hidden_options(command)
