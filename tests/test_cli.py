@@ -287,39 +287,29 @@ def test_a_damaged_cache_entry_is_replaced_by_the_next_compile(cache_dir, tmp_pa
     assert "0 compiled, 1 cached" in r.output and "restored from the cache" in r.output, r.output
 
 
-# --- the README's command reference -------------------------------------------------------------------------------
+# --- the command reference (docs/commands.md, generated from --help by tests/docgen.py) --------------------------
 
-def readme_sections() -> dict[str, str]:
-    """README's "## Commands" reference: each "### `qnndeploy …`" heading (without backticks) -> its text."""
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    commands = text.split("\n## Commands\n", 1)[1].split("\n## ", 1)[0]
+def reference_sections() -> dict[str, str]:
+    """docs/commands.md: each "## `qnndeploy …`" heading's command path -> its text."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "commands.md").read_text()
     sections = {}
-    for part in commands.split("\n### `")[1:]:
+    for part in text.split("\n## `")[1:]:
         heading, _, body = part.partition("\n")
         sections[heading.split("`")[0]] = heading + "\n" + body
     return sections
 
 
-def section_of(path: tuple[str, ...], sections: dict[str, str]) -> str:
-    for heading, text in sections.items():
-        words = heading.split()
-        if words[1:1 + len(path)] == list(path):
-            return text
-        alternatives = [alt.split()[0] for alt in " ".join(words[2:]).split("|") if alt.split()]
-        if len(path) == 2 and words[1] == path[0] and path[1] in alternatives:  # `qnndeploy device list | info`
-            return text
-    raise AssertionError(f"README's command reference has no section for qnndeploy {' '.join(path)}")
-
-
 @pytest.mark.parametrize("path", [p for p in command_paths() if not isinstance(
     functools.reduce(sub, p, cli), click.Group)], ids=" ".join)
-def test_the_readme_documents_every_command_and_option(path):
-    text = section_of(path, readme_sections())
+def test_the_command_reference_documents_every_command_and_option(path):
+    text = reference_sections().get(" ".join(("qnndeploy", *path)))
+    assert text, f"docs/commands.md has no section for qnndeploy {' '.join(path)}"
     command = functools.reduce(sub, path, cli)
     for param in command.params:
         if isinstance(param, click.Option) and param.name != "help":  # by any of its names, e.g. -o or --output
+            assert param.help, f"qnndeploy {' '.join(path)} {'/'.join(param.opts)} has no help"
             assert any(re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", text) for o in param.opts), \
-                f"README: qnndeploy {' '.join(path)} does not mention {' / '.join(param.opts)}"
+                f"docs/commands.md: qnndeploy {' '.join(path)} does not mention {' / '.join(param.opts)}"
 
 
 # --- one dialect: the same option for the same thing in every command -------------------------------------------

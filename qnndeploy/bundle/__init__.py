@@ -1,1 +1,2 @@
-"""The bundle format (v2; v1 is still read): assemble (build.py), check (verify.py), pack and unpack (archive.py)."""
+"""The bundle format (v3; v1 and v2 are still read): assemble it (build.py); formats/verify.py checks one and
+formats/archive.py packs and unpacks it."""

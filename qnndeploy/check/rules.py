@@ -1,5 +1,5 @@
 """The readiness rules `check` applies to a graph, each returning its findings with the prepare options that fix
-them (a PrepareFix), so that one rule never edits what another decided; onnxcheck.py runs them and merges the fixes
+them (a PrepareFix), so that one rule never edits what another decided; check/__init__.py runs them and merges the fixes
 into one command line."""
 
 from __future__ import annotations

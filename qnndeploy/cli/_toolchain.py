@@ -33,4 +33,5 @@ qairt_option = click.option(
     "--qairt", metavar="X.Y",
     help="Use this QAIRT release's compiler: the onnxruntime-qnn wheel that carries it, installed on demand into "
          "$QNNDEPLOY_TOOLCHAINS_DIR (default ~/.cache/qnndeploy/toolchains) [default: the installed "
-         "onnxruntime-qnn's]. Pick the QAIRT of the runtime the app ships (README, Runtime compatibility).")
+         "onnxruntime-qnn's]. Pick the QAIRT of the runtime the app ships (docs/decision-and-runtime.md, Runtime "
+         "compatibility).")

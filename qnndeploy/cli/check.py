@@ -65,7 +65,7 @@ def _render_check(report: stage.CheckReport) -> None:
               "as not measured.")
 @click.option("--context-gb", type=click.FloatRange(min=0, min_open=True), metavar="GB",
               help="The most weights (GB, at --precision) one HTP context may hold; a model above it is told to split "
-                   "[default: 2, README Large models].")
+                   "[default: 2; docs/command-details.md, Large models].")
 @qairt_option
 @json_option
 @handles_errors

@@ -47,7 +47,7 @@ timeout_option = click.option(
     "--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
     help="Replace the deadline of every adb step with SECONDS: each shell command and pull must end within it, a "
          "push must make progress at least every SECONDS, each qnn-net-run run must end within it [default: per "
-         "step, 30 s for a command to 30 min for a run; README, Deadlines and caps].")
+         "step, 30 s for a command to 30 min for a run; docs/command-details.md, Deadlines and caps].")
 
 
 def _say(line: object = "", err: bool = False) -> None:

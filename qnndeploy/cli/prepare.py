@@ -62,7 +62,8 @@ def _render_split(result: split.SplitResult) -> None:
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), metavar="OUT.onnx",
               help="The prepared model; OUT.prepare.json (and OUT.onnx.data for weights over 2 GB) beside it.")
 @click.option("--shape", "shapes", multiple=True, metavar="NAME=1,3,640,640",
-              help="Fix an input's dims (repeatable; 1x3x640x640 also accepted).")
+              help="Fix an input's dims (repeatable; 1x3x640x640 also accepted). An input whose every dynamic dim "
+                   "is a symbol already fixed on another input needs none.")
 @click.option("--int32-inputs", is_flag=True,
               help="Wrap int64 inputs and outputs as int32 (a Cast inside the graph, names unchanged).")
 @click.option("--freeze", multiple=True, metavar="NAME=VALUE[,VALUE…]",
@@ -81,7 +82,7 @@ def _render_split(result: split.SplitResult) -> None:
 @click.option("--cpu", "cpu_part", type=click.Choice(["head", "tail"]), default="head", show_default=True,
               help="With --split-at: the part that runs on the CPU.")
 @click.option("--inputs", "inputs_dir", type=click.Path(path_type=Path), metavar="DIR",
-              help="NAME.npy or NAME.npz per input for the equivalence run [default: one seeded random sample].")
+              help="NAME.npy or NAME.npz per input for the equivalence run [default: one random sample, seed 0].")
 @click.option("--tolerance", type=float, default=1e-4, show_default=True,
               help="Fail when an output's max abs diff and its rel L2 error both exceed this.")
 @click.option("--force", is_flag=True, help="Replace an existing OUT.onnx (and its .prepare.json and .onnx.data).")

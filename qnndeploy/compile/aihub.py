@@ -32,7 +32,7 @@ LINK_TIMEOUT_S = 3 * 3600.0  # one link job: it runs the context-binary generati
 BASE_OPTIONS = "--target_runtime qnn_dlc --compute_unit npu"
 # Both jobs ask for the QAIRT release of the toolchain in use (the pinned one, or compile --qairt): AI Hub's own
 # default moves, and binaries of a newer release than the emulator here cannot be validated, nor loaded by the
-# runtime the bundle pins (README, Runtime compatibility).
+# runtime the bundle pins (docs/decision-and-runtime.md, Runtime compatibility).
 
 
 class AihubBackend:

@@ -4,11 +4,11 @@ exit status, move files, and push a folder incrementally and atomically (what `d
 Every adb failure becomes a QnnDeployError that says what to do: no device, several devices without -s,
 unauthorized, offline, or a connection lost in the middle of a transfer.
 
-Nothing a phone sends is trusted to end: every call has a deadline and a byte cap (Limit; README "Deadlines and
-caps"). A shell command must end within its deadline and send at most its cap; a push or pull must move data at
-least every STALL_S seconds (a 1 GB binary takes as long as it takes, a phone that stops reading is abandoned);
-past either, a one-line error names the phone, the step and what happened. `timeout` (the commands' --timeout)
-replaces every deadline; the caps stay.
+Nothing a phone sends is trusted to end: every call has a deadline and a byte cap (Limit; docs/command-details.md,
+"Deadlines and caps"). A shell command must end within its deadline and send at most its cap; a push or pull must
+move data at least every STALL_S seconds (a 1 GB binary takes as long as it takes, a phone that stops reading is
+abandoned); past either, a one-line error names the phone, the step and what happened. `timeout` (the commands'
+--timeout) replaces every deadline; the caps stay.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class Limit:
     max_bytes: int
 
 
-# The defaults (README "Deadlines and caps"); --timeout replaces every deadline, never a cap.
+# The defaults (docs/command-details.md, "Deadlines and caps"); --timeout replaces every deadline, never a cap.
 SERVER_S = 30.0  # one request to the adb server on this machine (the device list, opening a transport)
 COMMAND = Limit(30, MiB)  # a short shell command: getprop, getconf, test, find in /vendor, a /sys or /proc read
 HASHING = Limit(300, 4 * MiB)  # sha256sum of every file of a bundle folder on the phone

@@ -6,7 +6,7 @@ The structures below mirror the public QNN headers (QnnTypes.h, QnnDevice.h, HTP
 System/QnnSystemContext.h, System/QnnSystemInterface.h, HTP/QnnHtpSystemContext.h) field for field; ctypes lays
 them out as the C compiler does. Each versioned struct is read only for the versions those headers define.
 
-libQnnSystem does not validate a hostile file before parsing it (README "Hostile inputs"): a damaged binary can
+libQnnSystem does not validate a hostile file before parsing it (docs/limits-and-guarantees.md): a damaged binary can
 crash the process that reads it. So callers use `read_context`, which reads the file in a child process
 (`python -m qnndeploy.qnn.qnnsystem FILE` prints JSON) under a timeout; `read_context_here` reads in this process.
 """
