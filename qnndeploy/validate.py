@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from qnndeploy import __version__
 from qnndeploy.base import fileio, socs
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON, sha256_file, write_json
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.formats.records import (
@@ -94,15 +94,15 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
     prep = samples.sample_source(inputs, random, preprocess)
     check_thresholds(thresholds or {})
     if reason is not None and ("\n" in reason or len(reason) > 500):
-        raise QnnDeployError("--reason must be one line of at most 500 characters")
+        raise BadInput("--reason must be one line of at most 500 characters")
     if jobs is not None and jobs < 1:
-        raise QnnDeployError("-j must be 1 or more")
+        raise BadInput("-j must be 1 or more")
     compiled = read_build(build)
     plan = select(compiled, graphs, soc_names)
     loosened = looser_thresholds(thresholds or {}, {r.precision for r in plan})
     if loosened and not (reason or "").strip():
-        raise QnnDeployError(f"--{', --'.join(loosened)} is looser than the default: say why with --reason \"...\" "
-                             "(it is recorded in every validation record and the bundle)")
+        raise BadInput(f"--{', --'.join(loosened)} is looser than the default: say why with --reason \"...\" "
+                       "(it is recorded in every validation record and the bundle)")
     htp._require()
     # Samples that do not fit are bad input: refuse them before anything runs or is written.
     given: dict[str, Given] = {}
@@ -161,15 +161,15 @@ def select(records: list[CompileRecord], graphs: list[str] | None, soc_names: li
         known = sorted({r.graph for r in records})
         missing = [g for g in graphs if g not in known]
         if missing:
-            raise QnnDeployError(f"--graph {', '.join(missing)}: not in the build, which holds {', '.join(known)}")
+            raise BadInput(f"--graph {', '.join(missing)}: not in the build, which holds {', '.join(known)}")
         records = [r for r in records if r.graph in graphs]
     if soc_names:
         known = sorted({r.soc for r in records})
         wanted = {socs.find(n).model for n in soc_names}
         missing = sorted(wanted - set(known))
         if missing:
-            raise QnnDeployError(f"--soc {', '.join(missing)}: the build has no job for it"
-                                 + (f" (its jobs are for {', '.join(known)})" if known else ""))
+            raise BadInput(f"--soc {', '.join(missing)}: the build has no job for it"
+                           + (f" (its jobs are for {', '.join(known)})" if known else ""))
         records = [r for r in records if r.soc in wanted]
     return records
 
@@ -190,17 +190,17 @@ def check_thresholds(thresholds: Thresholds) -> None:
     a negative atol, a top-k Jaccard outside [0, 1]."""
     unknown = set(thresholds) - set(THRESHOLDS["fp16"]) - set(OPTIONAL_THRESHOLDS)
     if unknown:
-        raise QnnDeployError(f"unknown threshold(s) {', '.join(sorted(unknown))}")
+        raise BadInput(f"unknown threshold(s) {', '.join(sorted(unknown))}")
     cosine, snr, atol = (thresholds.get(k) for k in ("min_cosine", "min_snr_db", "atol"))
     if cosine is not None and not -1 <= cosine <= 1:
-        raise QnnDeployError(f"--min-cosine {cosine:g}: a cosine similarity lies between -1 and 1 (1 = identical)")
+        raise BadInput(f"--min-cosine {cosine:g}: a cosine similarity lies between -1 and 1 (1 = identical)")
     if snr is not None and not math.isfinite(snr):
-        raise QnnDeployError(f"--min-snr-db {snr:g}: give a finite number of dB, e.g. 30")
+        raise BadInput(f"--min-snr-db {snr:g}: give a finite number of dB, e.g. 30")
     if atol is not None and not (math.isfinite(atol) and atol >= 0):
-        raise QnnDeployError(f"--atol {atol:g}: give a finite absolute tolerance of 0 or more, e.g. 1e-3")
+        raise BadInput(f"--atol {atol:g}: give a finite absolute tolerance of 0 or more, e.g. 1e-3")
     jaccard = thresholds.get("min_topk_jaccard")
     if jaccard is not None and not 0 <= jaccard <= 1:
-        raise QnnDeployError(f"--min-topk-jaccard {jaccard:g}: a Jaccard index lies between 0 and 1 (1 = same set)")
+        raise BadInput(f"--min-topk-jaccard {jaccard:g}: a Jaccard index lies between 0 and 1 (1 = same set)")
 
 
 def emulated_qairts(build: Path) -> set[str]:
@@ -236,7 +236,7 @@ def _validate_one(record: CompileRecord, random: int | None, seed: int, override
     try:
         for o in (ctx, binary, *record.twins):
             if o is not None and sha256_file(folder / o.path) != o.sha256:
-                raise QnnDeployError(f"{folder / o.path} changed since it was compiled: compile again")
+                raise BadInput(f"{folder / o.path} changed since it was compiled: compile again")
         with lock:
             if graph not in per_graph:
                 try:
@@ -281,9 +281,9 @@ def _reference(record: CompileRecord, given: Given | None, random: int | None, s
     per graph, shared by its SoCs)."""
     source = record.source
     if not source.is_file():
-        raise QnnDeployError(f"the source model {source} is gone: the CPU reference needs it")
+        raise BadInput(f"the source model {source} is gone: the CPU reference needs it")
     if sha256_file(source) != record.source_sha256:
-        raise QnnDeployError(f"{source} changed since the compile: compile again, then validate")
+        raise BadInput(f"{source} changed since the compile: compile again, then validate")
     feeds, used = given or samples.for_graph(source, record.graph, count=random or 1, seed=seed)
     return feeds, samples.cpu_outputs(source, feeds), used
 
@@ -292,4 +292,4 @@ def _run_htp(ctx: Path, soc_name: str, precision: str | None, feeds: list[Sample
     try:
         return htp.run_model(ctx, socs.find(soc_name), feeds, fp16=precision == "fp16")
     except QnnDeployError as e:
-        raise QnnDeployError(f"the HTP emulator could not run {ctx.name}: {e}") from None
+        raise BadInput(f"the HTP emulator could not run {ctx.name}: {e}") from None

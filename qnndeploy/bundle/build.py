@@ -20,7 +20,7 @@ from pathlib import Path
 
 from qnndeploy import __version__
 from qnndeploy.base import compat, socs
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import (
     JSON,
     Progress,
@@ -126,24 +126,24 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
     jobs = read_build(Path(build))
     failed = [f"{rec.graph}/{rec.soc}" for rec in jobs if rec.status != "ok"]
     if failed:
-        raise QnnDeployError(f"{build} has failed compile jobs ({', '.join(failed)}): fix them (the logs say why) "
-                             "or compile again without them, then bundle")
+        raise BadInput(f"{build} has failed compile jobs ({', '.join(failed)}): fix them (the logs say why) "
+                       "or compile again without them, then bundle")
     spec = BundleSpec(name=name, version=version, cpu={}, npu={}, build=Path(build))
     precisions = set()
     for rec in jobs:
         # the model the record names (a link the user compiled through is followed once: its hash is checked)
         graph, soc, source, job = rec.graph, rec.soc, resolve_named(rec.source), rec.folder
         if spec.cpu.setdefault(graph, source) != source:
-            raise QnnDeployError(f"graph {graph} was compiled from two models ({spec.cpu[graph]} and {source})")
+            raise BadInput(f"graph {graph} was compiled from two models ({spec.cpu[graph]} and {source})")
         spec.expected_sha256[source] = rec.source_sha256
         outputs = [o for o in rec.outputs if o.format in (CONTEXT_BINARY, EPCONTEXT)]
         spec.npu.setdefault(soc, {})[graph] = [job / o.path for o in outputs]
         spec.expected_sha256.update({job / o.path: o.sha256 for o in outputs})
         precisions.add(rec.precision)
         if rec.htp is not None and spec.htp.setdefault(soc, rec.htp) != rec.htp:
-            raise QnnDeployError(f"{build} has {soc} graphs compiled with different HTP settings ({spec.htp[soc]} "
-                                 f"and {rec.htp} for {graph}): compile them with the same --vtcm-mb, "
-                                 "--optimization-mode and --spill-fill")
+            raise BadInput(f"{build} has {soc} graphs compiled with different HTP settings ({spec.htp[soc]} "
+                           f"and {rec.htp} for {graph}): compile them with the same --vtcm-mb, "
+                           "--optimization-mode and --spill-fill")
         spec.records[f"{rec.shared or graph}-{soc}-{RECORD_FILE}"] = job / RECORD_FILE
         target = spec.validation.setdefault(soc, {"passed": True, "graphs": {}})
         summary: JSON = {"passed": None, "note": "not validated: run qnndeploy validate"}
@@ -162,7 +162,7 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
         verdicts = [g["passed"] for g in target["graphs"].values()]
         target["passed"] = False if False in verdicts else None if None in verdicts else True
     if len(precisions) > 1:
-        raise QnnDeployError(f"{build} mixes precisions {sorted(precisions)}; bundle one precision at a time")
+        raise BadInput(f"{build} mixes precisions {sorted(precisions)}; bundle one precision at a time")
     spec.precision = precisions.pop()
     for log in sorted((Path(build) / "logs").glob("*.log")):
         spec.records[f"logs/{log.name}"] = log
@@ -170,8 +170,8 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
     if split is not None:
         add_split(spec, split)
     elif named := split_records({p: spec.expected_sha256[p] for p in spec.cpu.values()}):
-        raise QnnDeployError(f"the models of {build} are parts of a split: bundle them with its record, --split "
-                             f"{named[0]}, or the app gets neither the other parts nor their order")
+        raise BadInput(f"the models of {build} are parts of a split: bundle them with its record, --split "
+                       f"{named[0]}, or the app gets neither the other parts nor their order")
     return spec
 
 
@@ -183,10 +183,10 @@ def _accept(spec: BundleSpec, build: Path, accept: Mapping[tuple[str, str], str]
     """Record each accepted failure in its validation summary, and refuse a failure without a reason or a reason
     without a failure (it would record a false one): a failed graph is never shipped silently."""
     if accept_on is not None and accept_on not in ACCEPT_ON:
-        raise QnnDeployError(f"--accept-on {accept_on!r}: use one of {', '.join(ACCEPT_ON)}")
+        raise BadInput(f"--accept-on {accept_on!r}: use one of {', '.join(ACCEPT_ON)}")
     if accept_on is not None and not accept:
-        raise QnnDeployError("--accept-on says where the app runs accepted failures: give them with "
-                             "--accept GRAPH@SOC=REASON")
+        raise BadInput("--accept-on says where the app runs accepted failures: give them with "
+                       "--accept GRAPH@SOC=REASON")
     summaries = {(g, socs.find(soc).model): s for soc, v in spec.validation.items() for g, s in v["graphs"].items()}
     failed = [pair for pair, s in summaries.items() if s["passed"] is False]
     reasons: dict[tuple[str, str], str] = {}
@@ -194,28 +194,28 @@ def _accept(spec: BundleSpec, build: Path, accept: Mapping[tuple[str, str], str]
         form = f"--accept {graph}@{soc}"
         text = reason.strip()
         if not text or len(text) > MAX_REASON or CONTROL.search(text):
-            raise QnnDeployError(f"{form}: give a reason of one line, 1 to {MAX_REASON} characters "
-                                 f"({form}=\"cosine 0.998 is fine for this feature\")")
+            raise BadInput(f"{form}: give a reason of one line, 1 to {MAX_REASON} characters "
+                           f"({form}=\"cosine 0.998 is fine for this feature\")")
         if soc == ANY_SOC:
             pairs = [p for p in failed if p[0] == graph]
             if not pairs:
-                raise QnnDeployError(f"{form}: graph {graph} failed validation on no SoC of {build}; drop it")
+                raise BadInput(f"{form}: graph {graph} failed validation on no SoC of {build}; drop it")
         else:
             pair = (graph, socs.find(soc).model)
             if pair not in failed:
                 state = ("is not in the build" if pair not in summaries else
                          "passed validation" if summaries[pair]["passed"] else "was not validated")
-                raise QnnDeployError(f"{form}: {graph}@{pair[1]} {state}, so there is no failure to accept (the "
-                                     "reason would be recorded as one): drop it")
+                raise BadInput(f"{form}: {graph}@{pair[1]} {state}, so there is no failure to accept (the "
+                               "reason would be recorded as one): drop it")
             pairs = [pair]
         reasons.update(dict.fromkeys(pairs, text))
     silent = [p for p in failed if p not in reasons]
     if silent:
         listed = ", ".join(f"{g}@{soc} ({worst_metric(summaries[(g, soc)])})" for g, soc in silent)
         graph, soc = silent[0]
-        raise QnnDeployError(f"validation failed for {listed}: fix the graph (qnndeploy validate {build} shows every "
-                             f"output), or ship it with a reason: --accept {graph}@{soc}=\"REASON\" for each "
-                             "(GRAPH@* for all its SoCs; add --accept-on cpu to make the app use the CPU there)")
+        raise BadInput(f"validation failed for {listed}: fix the graph (qnndeploy validate {build} shows every "
+                       f"output), or ship it with a reason: --accept {graph}@{soc}=\"REASON\" for each "
+                       "(GRAPH@* for all its SoCs; add --accept-on cpu to make the app use the CPU there)")
     for (graph, soc), text in reasons.items():
         summaries[(graph, soc)]["accepted"] = {"reason": text, "by": ACCEPTED_BY}
         spec.accepted_on[soc] = accept_on or "npu"
@@ -228,24 +228,24 @@ def add_split(spec: BundleSpec, record: Path) -> None:
     try:
         data = json.loads(record.read_text())
     except (OSError, ValueError) as e:
-        raise QnnDeployError(f"--split {record}: not readable JSON ({e})") from None
+        raise BadInput(f"--split {record}: not readable JSON ({e})") from None
     if not isinstance(data, dict) or data.get("record") != SPLIT_RECORD:
-        raise QnnDeployError(f"--split {record}: not a split record (qnndeploy prepare --split-at writes one)")
+        raise BadInput(f"--split {record}: not a split record (qnndeploy prepare --split-at writes one)")
     names: dict[str, str] = {}
     for part in data["parts"]:
         path = (record.parent / part["path"]).resolve()
         if sha256_file(_need_file(path, f"{part['name']} part")) != part["sha256"]:
-            raise QnnDeployError(f"{path} changed since it was split: split again")
+            raise BadInput(f"{path} changed since it was split: split again")
         if part["runs_on"] == "cpu":
             cpu = names[part["name"]] = graph_name(path.name)  # named as compile names the NPU part
             if spec.cpu.setdefault(cpu, path) != path:
-                raise QnnDeployError(f"--split: graph {cpu} is already another model ({spec.cpu[cpu]})")
+                raise BadInput(f"--split: graph {cpu} is already another model ({spec.cpu[cpu]})")
             spec.cpu_only.append(cpu)
         else:
             graph = next((g for g, p in spec.cpu.items() if Path(p).resolve() == path), None)
             if graph is None:
-                raise QnnDeployError(f"--split: the NPU part {path} is in no compiled graph: compile it (qnndeploy "
-                                     "compile), then bundle build --from-build that build")
+                raise BadInput(f"--split: the NPU part {path} is in no compiled graph: compile it (qnndeploy "
+                               "compile), then bundle build --from-build that build")
             names[part["name"]] = graph
     spec.pipeline = [names[p] for p in data["order"]]
 
@@ -253,9 +253,9 @@ def add_split(spec: BundleSpec, record: Path) -> None:
 def _need_file(path: Path, what: str) -> Path:
     path = Path(path)
     if not path.is_file():
-        raise QnnDeployError(f"{what} {path} does not exist or is not a file")
+        raise BadInput(f"{what} {path} does not exist or is not a file")
     if not os.access(path, os.R_OK):
-        raise QnnDeployError(f"{what} {path} is not readable")
+        raise BadInput(f"{what} {path} is not readable")
     return path
 
 
@@ -274,15 +274,15 @@ def _cpu_files(spec: BundleSpec) -> tuple[list[JSON], dict[str, list[tuple[Path,
         for location in sig.external_data:
             rel = external_data_path(files[g][0][1], location)
             if rel is None:
-                raise QnnDeployError(f"CPU model {path} keeps its weights in '{location}', which is not a plain "
-                                     "relative path beside the model: save the model with its data file next to it "
-                                     "(onnx.save(..., location='NAME.data'))")
+                raise BadInput(f"CPU model {path} keeps its weights in '{location}', which is not a plain "
+                               "relative path beside the model: save the model with its data file next to it "
+                               "(onnx.save(..., location='NAME.data'))")
             files[g].append((path.parent / location, rel))
     rels = [rel for pairs in files.values() for _, rel in pairs]
     clash = next((rel for rel in rels if rels.count(rel) > 1), None)
     if clash is not None:
-        raise QnnDeployError(f"two CPU model files would both be {clash} in the bundle: give the models' external "
-                             "data files distinct names")
+        raise BadInput(f"two CPU model files would both be {clash} in the bundle: give the models' external "
+                       "data files distinct names")
     return graphs, files
 
 
@@ -292,23 +292,23 @@ def _targets(spec: BundleSpec) -> dict[str, tuple[socs.Soc, dict[str, list[Path]
     for name, graphs in spec.npu.items():
         soc = socs.find(name)
         if soc.model in targets:
-            raise QnnDeployError(f"SoC {soc.model} is given twice (as {given[soc.model]} and {name}); "
-                                 "a bundle has one target per SoC")
+            raise BadInput(f"SoC {soc.model} is given twice (as {given[soc.model]} and {name}); "
+                           "a bundle has one target per SoC")
         given[soc.model] = name
         if spec.precision == "fp16" and soc.fp16 is False:
-            raise QnnDeployError(f"{soc.model} ({soc.marketing_name or soc.dsp_arch}) has no fp16 on its HTP; "
-                                 "build it as w8a16 or leave it to the CPU fallback")
+            raise BadInput(f"{soc.model} ({soc.marketing_name or soc.dsp_arch}) has no fp16 on its HTP; "
+                           "build it as w8a16 or leave it to the CPU fallback")
         missing = sorted(set(spec.cpu) - set(graphs) - set(spec.cpu_only))
         extra = sorted(set(graphs) - set(spec.cpu))
         if missing:
-            raise QnnDeployError(f"{soc.model} has no context binary for graph(s) {', '.join(missing)}")
+            raise BadInput(f"{soc.model} has no context binary for graph(s) {', '.join(missing)}")
         if extra:
-            raise QnnDeployError(f"{soc.model} has graph(s) {', '.join(extra)} with no CPU fallback model (--cpu)")
+            raise BadInput(f"{soc.model} has graph(s) {', '.join(extra)} with no CPU fallback model (--cpu)")
         for graph, files in graphs.items():
             for f in files:
                 _need_file(f, f"context binary for {soc.model}:{graph}")
             if not any(Path(f).suffix == ".bin" for f in files):
-                raise QnnDeployError(f"{soc.model}:{graph} needs a QNN context binary (.bin)")
+                raise BadInput(f"{soc.model}:{graph} needs a QNN context binary (.bin)")
         targets[soc.model] = (soc, graphs)
     return targets
 
@@ -316,13 +316,13 @@ def _targets(spec: BundleSpec) -> dict[str, tuple[socs.Soc, dict[str, list[Path]
 def _runtime_libs(spec: BundleSpec, archs: set[str]) -> list[tuple[Path, JSON]]:
     """The Android and Hexagon libraries to ship: the common ones and only the Stub/Skel of the targets' archs."""
     if spec.sdk_root is not None and spec.libs_dir is not None:
-        raise QnnDeployError("give either --qnn-sdk-root or --runtime-libs, not both")
+        raise BadInput("give either --qnn-sdk-root or --runtime-libs, not both")
     given = spec.sdk_root or spec.libs_dir
     if given is None:
         return []
     base = Path(given)
     if not base.is_dir():
-        raise QnnDeployError(f"{base} is not a folder")
+        raise BadInput(f"{base} is not a folder")
     android = base / "lib" / "aarch64-android" if spec.sdk_root else base
 
     def where(arch: str) -> Path:  # the folder of an arch's Skel
@@ -334,13 +334,13 @@ def _runtime_libs(spec: BundleSpec, archs: set[str]) -> list[tuple[Path, JSON]]:
         if path.is_file():
             out.append((path, {"role": role, "abi": "arm64-v8a"}))
         elif role != "prepare":
-            raise QnnDeployError(f"{name} not found in {android}; the HTP runtime needs it")
+            raise BadInput(f"{name} not found in {android}; the HTP runtime needs it")
     for arch in sorted(archs):
         stub, skel = (folder / name
                       for folder, name in zip((android, where(arch)), qnn_libraries(arch)[2:], strict=True))
         for path in (stub, skel):
             if not path.is_file():
-                raise QnnDeployError(f"{path.name} not found in {path.parent}; targets with arch {arch} need it")
+                raise BadInput(f"{path.name} not found in {path.parent}; targets with arch {arch} need it")
         out.append((stub, {"role": "stub", "abi": "arm64-v8a", "dsp_arch": arch}))
         out.append((skel, {"role": "skel", "abi": f"hexagon-{arch}", "dsp_arch": arch}))
     return out
@@ -360,8 +360,8 @@ def _npu_plan(model: str, graph_files: dict[str, list[Path]], graphs: list[str]
     for f, gs in users.items():
         dest = f"{gs[0]}.bin" if len(gs) == 1 else f.name
         if len(gs) > 1 and f.stem in graphs:
-            raise QnnDeployError(f"{f} holds graphs {', '.join(gs)} but is named after graph {f.stem}: name a shared "
-                                 "context binary after its share (compile --share NAME=...)")
+            raise BadInput(f"{f} holds graphs {', '.join(gs)} but is named after graph {f.stem}: name a shared "
+                           "context binary after its share (compile --share NAME=...)")
         plan.append((f, f"npu/{model}/{dest}", True))
         bin_graphs[f"npu/{model}/{dest}"] = gs
         for g in gs:
@@ -394,8 +394,8 @@ def _check_name(value: str, what: str, key: str) -> None:
     try:
         jsonschema.validate(value, sub)
     except jsonschema.ValidationError:
-        raise QnnDeployError(f"{what} '{value}' is not valid: use letters, digits, '.', '_' or '-' "
-                             "(starting with a letter or digit, at most 64)") from None
+        raise BadInput(f"{what} '{value}' is not valid: use letters, digits, '.', '_' or '-' "
+                       "(starting with a letter or digit, at most 64)") from None
 
 
 def _qairt(spec: BundleSpec, facts: dict[str, FileFacts], marked: list[str]) -> JSON:
@@ -407,15 +407,15 @@ def _qairt(spec: BundleSpec, facts: dict[str, FileFacts], marked: list[str]) -> 
     versions = {build_version(b) for b in found}
     if len(versions) > 1:
         detail = "; ".join(f"{b} in {', '.join(ps[:2])}" for b, ps in sorted(found.items()))
-        raise QnnDeployError(f"the inputs come from several QAIRT versions ({detail}); "
-                             "compile and runtime libraries must come from one QAIRT version")
+        raise BadInput(f"the inputs come from several QAIRT versions ({detail}); "
+                       "compile and runtime libraries must come from one QAIRT version")
     if spec.qairt_version and versions and versions != {spec.qairt_version}:
-        raise QnnDeployError(f"--qairt-version {spec.qairt_version} contradicts the binaries, which say QAIRT "
-                             f"{', '.join(sorted(found))}: drop --qairt-version")
+        raise BadInput(f"--qairt-version {spec.qairt_version} contradicts the binaries, which say QAIRT "
+                       f"{', '.join(sorted(found))}: drop --qairt-version")
     version = spec.qairt_version or (versions.pop() if versions else None)
     if version is None:
-        raise QnnDeployError("cannot tell the QAIRT version: no build string found in the context binaries or "
-                             "libraries; pass --qairt-version")
+        raise BadInput("cannot tell the QAIRT version: no build string found in the context binaries or "
+                       "libraries; pass --qairt-version")
     builds = sorted(found)
     return {"version": version, "build": builds[0] if len(builds) == 1 else None}
 
@@ -431,11 +431,11 @@ def _runtime_pin(spec: BundleSpec, qairt: JSON, bundled: bool) -> tuple[str, str
     if spec.maven_version:
         why = compat.pin_problem(spec.maven_version, qairt["version"])
         if why is not None:
-            raise QnnDeployError(f"--maven-runtime-version {spec.maven_version}: {why}")
+            raise BadInput(f"--maven-runtime-version {spec.maven_version}: {why}")
         return need, spec.maven_version
     found = compat.maven_for(qairt["version"])
     if not found:
-        raise QnnDeployError(compat.no_maven_runtime(qairt["version"]))
+        raise BadInput(compat.no_maven_runtime(qairt["version"]))
     return need, found[0]
 
 
@@ -473,27 +473,27 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
     _check_name(spec.name, "bundle name", "name")
     _check_name(spec.version, "bundle version", "version")
     if not spec.cpu:
-        raise QnnDeployError("a bundle needs a CPU fallback model for every graph (--cpu GRAPH=model.onnx)")
+        raise BadInput("a bundle needs a CPU fallback model for every graph (--cpu GRAPH=model.onnx)")
     if not spec.npu:
-        raise QnnDeployError("a bundle needs context binaries: --npu SOC:GRAPH=graph.bin, or --from-build build/")
+        raise BadInput("a bundle needs context binaries: --npu SOC:GRAPH=graph.bin, or --from-build build/")
     if spec.qairt_version and not re.fullmatch(r"\d+\.\d+\.\d+", spec.qairt_version):
-        raise QnnDeployError(f"--qairt-version {spec.qairt_version!r} is not a version X.Y.Z (e.g. 2.51.0)")
+        raise BadInput(f"--qairt-version {spec.qairt_version!r} is not a version X.Y.Z (e.g. 2.51.0)")
     if spec.performance_mode is not None and spec.performance_mode not in PERFORMANCE_MODES:
-        raise QnnDeployError(f"--performance-mode {spec.performance_mode!r}: use one of {', '.join(PERFORMANCE_MODES)}")
+        raise BadInput(f"--performance-mode {spec.performance_mode!r}: use one of {', '.join(PERFORMANCE_MODES)}")
     if spec.maven_version and not re.fullmatch(r"\d+\.\d+\.\d+", spec.maven_version):
-        raise QnnDeployError(f"--maven-runtime-version {spec.maven_version!r} is not a version X.Y.Z (e.g. 2.51.0)")
+        raise BadInput(f"--maven-runtime-version {spec.maven_version!r} is not a version X.Y.Z (e.g. 2.51.0)")
     check_writable(Path(out_dir) / f"{spec.name}-{spec.version}")  # names, links, place: before any stat of -o
     if Path(out_dir).exists() and not Path(out_dir).is_dir():
-        raise QnnDeployError(f"-o {out_dir} is a file, not a folder")
+        raise BadInput(f"-o {out_dir} is a file, not a folder")
     if archive_fmt is not None and archive_fmt not in archive.FORMATS:
-        raise QnnDeployError(f"unknown archive format '{archive_fmt}'; use one of {', '.join(archive.FORMATS)}")
+        raise BadInput(f"unknown archive format '{archive_fmt}'; use one of {', '.join(archive.FORMATS)}")
     final = Path(out_dir) / f"{spec.name}-{spec.version}"
     archive_path = final.with_name(f"{final.name}.{archive_fmt}") if archive_fmt else None
     for p in (final, archive_path):
         if p is not None and p.exists() and not force:
-            raise QnnDeployError(f"{p} already exists; remove it or pass --force")
+            raise BadInput(f"{p} already exists; remove it or pass --force")
     if archive_path is not None and archive_path.is_dir():
-        raise QnnDeployError(f"{archive_path} is a folder: remove it or choose another -o")
+        raise BadInput(f"{archive_path} is a folder: remove it or choose another -o")
     if archive_path is not None:
         check_writable(archive_path, "--archive")
 
@@ -501,7 +501,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
     targets = _targets(spec)
     libs = _runtime_libs(spec, {soc.dsp_arch for soc, _ in targets.values()})
     if spec.maven_version and libs:
-        raise QnnDeployError("--maven-runtime-version pins the external runtime: it cannot go with bundled libraries")
+        raise BadInput("--maven-runtime-version pins the external runtime: it cannot go with bundled libraries")
     source_path = _need_file(spec.source_path, "source model") if spec.source_path else None
     records = {name: _need_file(p, "record") for name, p in spec.records.items()}
 
@@ -523,7 +523,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
     for src, rel, _ in plan:
         why = path_problem(rel)
         if why is not None:  # verify would refuse the bundle: refused before anything is written
-            raise QnnDeployError(f"{src} would be bundled as {rel}: {why}; rename it")
+            raise BadInput(f"{src} would be bundled as {rel}: {why}; rename it")
     _check_apart(spec, Path(out_dir), final, archive_path, [src for src, _, _ in plan])
 
     archive_tmp: Path | None = None
@@ -591,7 +591,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
             problems = check_manifest(manifest, facts, set(facts), tmp, contexts=contexts)
             if problems:
                 more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-                raise QnnDeployError(f"the bundle would not verify: {problems[0].path}: {problems[0].message}{more}")
+                raise BadInput(f"the bundle would not verify: {problems[0].path}: {problems[0].message}{more}")
             if archive_path is not None and archive_fmt is not None:
                 archive_tmp = partial_file(archive_path)
                 archive.write_archive(tmp, archive_tmp, archive_fmt, top=final.name)

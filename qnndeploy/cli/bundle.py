@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import resolve_named
 from qnndeploy.base.names import ACCEPT_ON, MANIFEST, PERFORMANCE_MODES
 from qnndeploy.bundle.build import BundleResult, BundleSpec, add_split, build_bundle, spec_from_build
@@ -43,8 +43,7 @@ def require_bundle(given: Path, root: Path, result: VerifyReport) -> None:
     try:
         read_manifest(root)
     except QnnDeployError as e:  # not a bundle: the one-line error, naming what the user gave, not a temp folder
-        raise QnnDeployError(str(e) if root == given else str(e).replace(str(root), f"{given}:{root.name}"),
-                             e.exit_code) from None
+        raise e.reworded(str(e) if root == given else str(e).replace(str(root), f"{given}:{root.name}")) from None
     # the manifest reads, so the report's problems are schema errors: a bundle with problems, shown as a report
 
 
@@ -83,7 +82,7 @@ def _render_build(result: BundleResult) -> None:
 def _graph_file(value: str) -> tuple[str, Path]:
     graph, sep, path = value.partition("=")
     if not (sep and graph and path):
-        raise QnnDeployError(f"--cpu {value!r} is not of the form GRAPH=model.onnx")
+        raise BadInput(f"--cpu {value!r} is not of the form GRAPH=model.onnx")
     return graph, resolve_named(Path(path))  # a link named here is followed once; bundle opens with O_NOFOLLOW
 
 
@@ -94,9 +93,9 @@ def _accepts(values: tuple[str, ...]) -> dict[tuple[str, str], str]:
         pair, sep, reason = v.partition("=")
         graph, at, soc = pair.partition("@")
         if not (sep and at and graph and soc):
-            raise QnnDeployError(f"--accept {v!r} is not of the form GRAPH@SOC=\"REASON\" (SOC may be *)")
+            raise BadInput(f"--accept {v!r} is not of the form GRAPH@SOC=\"REASON\" (SOC may be *)")
         if (graph, soc) in out:
-            raise QnnDeployError(f"--accept gives {graph}@{soc} twice")
+            raise BadInput(f"--accept gives {graph}@{soc} twice")
         out[(graph, soc)] = reason
     return out
 
@@ -107,10 +106,10 @@ def _npu(values: tuple[str, ...]) -> dict[str, dict[str, list[Path]]]:
         soc, sep, rest = v.partition(":")
         graph, sep2, path = rest.partition("=")
         if not (sep and sep2 and soc and graph and path):
-            raise QnnDeployError(f"--npu {v!r} is not of the form SOC:GRAPH=path/graph.bin")
+            raise BadInput(f"--npu {v!r} is not of the form SOC:GRAPH=path/graph.bin")
         files = out.setdefault(soc, {}).setdefault(graph, [])
         if any(Path(f).suffix == Path(path).suffix for f in files):
-            raise QnnDeployError(f"--npu gives {soc}:{graph} twice")
+            raise BadInput(f"--npu gives {soc}:{graph} twice")
         files.append(resolve_named(Path(path)))
     return out
 
@@ -197,8 +196,8 @@ def build(name: str, version_: str, cpu: tuple[str, ...], npu: tuple[str, ...], 
     that failed validation is refused unless --accept gives the reason it ships anyway.
     """
     if (accept or accept_on) and not from_build:
-        raise QnnDeployError("--accept and --accept-on need --from-build: only a compile folder's validation records "
-                             "say which graphs failed")
+        raise BadInput("--accept and --accept-on need --from-build: only a compile folder's validation records "
+                       "say which graphs failed")
     spec = (spec_from_build(from_build, name, version_, _accepts(accept), accept_on, split_record) if from_build
             else BundleSpec(name, version_, {}, {}))
     spec.cpu.update(assignments(cpu, "--cpu", _graph_file))

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from qnndeploy import compile as stage
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput
 from qnndeploy.base.names import CONTEXT_BINARY
 from qnndeploy.cli._common import (
     cache_dir_option,
@@ -111,8 +111,8 @@ def compile_cmd(models: tuple[str, ...], socs: tuple[str, ...], backend: str | N
     """
     if qairt is not None:
         if backend == "qairt":
-            raise QnnDeployError("--qairt picks an onnxruntime-qnn wheel (ort backend, and the QAIRT AI Hub is asked "
-                                 "for); with --backend qairt the SDK of --qnn-sdk-root decides")
+            raise BadInput("--qairt picks an onnxruntime-qnn wheel (ort backend, and the QAIRT AI Hub is asked "
+                           "for); with --backend qairt the SDK of --qnn-sdk-root decides")
         under_toolchain(toolchain.resolve(qairt))
     with job_progress("compiling") as progress:
         summary = stage.compile_models(stage.models_from_args(list(models)), list(socs), out, backend=backend,

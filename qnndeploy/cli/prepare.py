@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from qnndeploy import prepare as stage
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput
 from qnndeploy.cli._common import (
     assignments,
     command_line,
@@ -105,10 +105,10 @@ def prepare(model: Path, out: Path, shapes: tuple[str, ...], int32_inputs: bool,
     if split_at is not None or split_size is not None:
         option = "--split-at" if split_at is not None else "--split-size"
         if split_at is not None and split_size is not None:
-            raise QnnDeployError("--split-at and --split-size are two ways to split: give one")
+            raise BadInput("--split-at and --split-size are two ways to split: give one")
         if shapes or freeze or int32_inputs or no_simplify or fuse:
-            raise QnnDeployError(f"{option} cuts a model that is already prepared: run prepare with the other "
-                                 f"options first, then prepare {option} on its output")
+            raise BadInput(f"{option} cuts a model that is already prepared: run prepare with the other "
+                           f"options first, then prepare {option} on its output")
         parts = split.split_model(model, out, [t.strip() for t in split_at.split(",") if t.strip()], cpu=cpu_part,
                                   inputs_dir=inputs_dir, tolerance=tolerance, force=force) if split_at is not None \
             else split.split_by_size(model, out, split_size or 0.0, inputs_dir=inputs_dir, tolerance=tolerance,

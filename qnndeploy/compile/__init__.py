@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from qnndeploy import __version__
 from qnndeploy.base import fileio
 from qnndeploy.base import socs as catalog
-from qnndeploy.base.errors import EXIT_MISSING_TOOL, QnnDeployError
+from qnndeploy.base.errors import BadInput, MissingTool, QnnDeployError
 from qnndeploy.base.fileio import JSON, sha256_file, staging_dir, write_json
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, graph_name
 from qnndeploy.compile import cache, logs
@@ -107,7 +107,7 @@ def models_from_args(args: list[str]) -> dict[str, Path]:
         if not sep or "/" in name or (Path(arg).is_file() and not Path(path).is_file()):
             name, path = graph_name(arg), arg
         if name in models:
-            raise QnnDeployError(f"two models would both be graph '{name}': name them, e.g. {name}2=PATH.onnx")
+            raise BadInput(f"two models would both be graph '{name}': name them, e.g. {name}2=PATH.onnx")
         models[name] = Path(path)
     return models
 
@@ -123,7 +123,7 @@ def get_backend(name: str | None, qnn_sdk_root: Path | None = None) -> Backend:
         return QairtBackend(qnn_sdk_root)
     if name == "aihub":
         return AihubBackend()
-    raise QnnDeployError(f"unknown backend '{name}': use one of {', '.join(BACKENDS)}")
+    raise BadInput(f"unknown backend '{name}': use one of {', '.join(BACKENDS)}")
 
 
 def shares_from_args(args: list[str]) -> dict[str, list[str]]:
@@ -133,9 +133,9 @@ def shares_from_args(args: list[str]) -> dict[str, list[str]]:
         name, sep, members = arg.partition("=")
         graphs = [g.strip() for g in members.split(",") if g.strip()]
         if not sep or not name:
-            raise QnnDeployError(f"--share {arg}: write NAME=GRAPH1,GRAPH2 (e.g. --share llm=prefill,decode)")
+            raise BadInput(f"--share {arg}: write NAME=GRAPH1,GRAPH2 (e.g. --share llm=prefill,decode)")
         if name in shares:
-            raise QnnDeployError(f"--share {name} is given twice")
+            raise BadInput(f"--share {name} is given twice")
         shares[name] = graphs
     return shares
 
@@ -152,24 +152,24 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
     summary and does not stop the others."""
     start = time.monotonic()
     if not models:
-        raise QnnDeployError("no model given: pass one or more MODEL.onnx files")
+        raise BadInput("no model given: pass one or more MODEL.onnx files")
     if not socs:
-        raise QnnDeployError("no SoC given: pass --soc, e.g. --soc SM8750 (qnndeploy socs lists them)")
+        raise BadInput("no SoC given: pass --soc, e.g. --soc SM8750 (qnndeploy socs lists them)")
     if precision not in PRECISIONS:
-        raise QnnDeployError(f"unknown precision '{precision}': use one of {', '.join(PRECISIONS)}")
+        raise BadInput(f"unknown precision '{precision}': use one of {', '.join(PRECISIONS)}")
     if precision == "w8a16" and calib is None:
-        raise QnnDeployError("w8a16 needs --calib DIR with real input samples (.npz, .npy, or .wav/.png/.jpg with "
-                             "--preprocess) to calibrate the 16-bit activations; random data would give wrong ranges")
+        raise BadInput("w8a16 needs --calib DIR with real input samples (.npz, .npy, or .wav/.png/.jpg with "
+                       "--preprocess) to calibrate the 16-bit activations; random data would give wrong ranges")
     if precision == "fp16" and calib is not None:
-        raise QnnDeployError("--calib applies to --precision w8a16 only; fp16 needs no calibration")
+        raise BadInput("--calib applies to --precision w8a16 only; fp16 needs no calibration")
     prep = sample_source(calib, None, preprocess, "--calib")
     if jobs is not None and jobs < 1:
-        raise QnnDeployError("-j must be 1 or more")
+        raise BadInput("-j must be 1 or more")
     targets = _targets(socs)
     graphs = _graphs(models)
     out = Path(out).expanduser().resolve()
     if out.exists() and not out.is_dir():
-        raise QnnDeployError(f"-o {out} is a file; give a folder for the build")
+        raise BadInput(f"-o {out} is a file; give a folder for the build")
     be = get_backend(backend, qnn_sdk_root)
     shares = _check_shares(shares or {}, graphs, targets, be.name)
     htp = _check_htp(htp or HtpSettings(), targets)
@@ -177,11 +177,11 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
     for soc in targets:  # what the catalog knows this QAIRT cannot build, refused before any job runs
         refused = catalog.refusal(soc, be.qairt_version, precision)
         if refused:
-            raise QnnDeployError(f"{refused}: drop --soc {soc.model}; its phones keep the CPU fallback")
+            raise BadInput(f"{refused}: drop --soc {soc.model}; its phones keep the CPU fallback")
     store = Path(cache_dir or cache.default_cache_dir()).expanduser() if use_cache else None
     if store is not None and store.exists() and not store.is_dir():
-        raise QnnDeployError(f"the compile cache {store} is a file, not a folder: give a folder with --cache-dir "
-                             "(or $QNNDEPLOY_CACHE_DIR), or pass --no-cache")
+        raise BadInput(f"the compile cache {store} is a file, not a folder: give a folder with --cache-dir "
+                       "(or $QNNDEPLOY_CACHE_DIR), or pass --no-cache")
 
     if calib is None:
         return _compile(graphs, targets, out, be, precision, shares, htp, store, jobs, progress, start, {})
@@ -216,7 +216,7 @@ def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend
     try:
         (out / "logs").mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise QnnDeployError(f"cannot create {out / 'logs'}: {e.strerror}") from None
+        raise BadInput(f"cannot create {out / 'logs'}: {e.strerror}") from None
     for job in plan:
         _remove_leftovers(job)
     results: list[JobResult] = []
@@ -284,29 +284,29 @@ def _check_keep(htp: HtpSettings, precision: str, backend: str, graphs: dict[str
     if not htp.keep_fp16:
         return
     if precision != "w8a16":
-        raise QnnDeployError("--keep-fp16 applies to --precision w8a16 (fp16 already runs every node in fp16)")
+        raise BadInput("--keep-fp16 applies to --precision w8a16 (fp16 already runs every node in fp16)")
     if backend != "ort":
-        raise QnnDeployError("--keep-fp16 needs the ort backend; with qairt, give qnn-onnx-converter a "
-                             "--quantization_overrides file with float encodings for those tensors")
+        raise BadInput("--keep-fp16 needs the ort backend; with qairt, give qnn-onnx-converter a "
+                       "--quantization_overrides file with float encodings for those tensors")
     names = {n.name for path in graphs.values() for n in load_model(path, weights=False).graph.node}
     unknown = [n for n in htp.keep_fp16 if n not in names]
     if unknown:
-        raise QnnDeployError(f"--keep-fp16 {', '.join(unknown)}: no node of that name in the models (node names, "
-                             "as qnndeploy diagnose prints them)")
+        raise BadInput(f"--keep-fp16 {', '.join(unknown)}: no node of that name in the models (node names, "
+                       "as qnndeploy diagnose prints them)")
 
 
 def _check_htp(htp: HtpSettings, targets: list[Soc]) -> HtpSettings:
     if htp.optimization_mode is not None and htp.optimization_mode not in (1, 2, 3):
-        raise QnnDeployError(f"--optimization-mode {htp.optimization_mode}: use 1, 2 or 3 (3: slowest compile, "
-                             "fastest graph)")
+        raise BadInput(f"--optimization-mode {htp.optimization_mode}: use 1, 2 or 3 (3: slowest compile, "
+                       "fastest graph)")
     if htp.vtcm_mb is not None:
         if htp.vtcm_mb < 1:
-            raise QnnDeployError(f"--vtcm-mb {htp.vtcm_mb}: give 1 or more MB")
+            raise BadInput(f"--vtcm-mb {htp.vtcm_mb}: give 1 or more MB")
         small = [f"{soc.model} ({soc.vtcm_mb} MB)" for soc in targets
                  if soc.vtcm_mb is not None and htp.vtcm_mb > soc.vtcm_mb]
         if small:
-            raise QnnDeployError(f"--vtcm-mb {htp.vtcm_mb} is more VTCM than {', '.join(small)} has: a graph that "
-                                 "needs it cannot run there; give at most the smallest target's")
+            raise BadInput(f"--vtcm-mb {htp.vtcm_mb} is more VTCM than {', '.join(small)} has: a graph that "
+                           "needs it cannot run there; give at most the smallest target's")
     return htp
 
 
@@ -318,25 +318,25 @@ def _check_shares(shares: dict[str, list[str]], graphs: dict[str, Path], targets
     if not shares:
         return shares
     if backend != "ort":
-        raise QnnDeployError("--share needs the ort backend (onnxruntime-qnn's ep.share_ep_contexts)")
+        raise BadInput("--share needs the ort backend (onnxruntime-qnn's ep.share_ep_contexts)")
     seen: dict[str, str] = {}
     for name, members in shares.items():
         if not NAME_RE.match(name):
-            raise QnnDeployError(f"--share name '{name}' must be letters, digits, '.', '_' or '-' (at most 64)")
+            raise BadInput(f"--share name '{name}' must be letters, digits, '.', '_' or '-' (at most 64)")
         if name in graphs:
-            raise QnnDeployError(f"--share name '{name}' is also a graph's name: give the shared context its own")
+            raise BadInput(f"--share name '{name}' is also a graph's name: give the shared context its own")
         if len(set(members)) < 2:
-            raise QnnDeployError(f"--share {name} needs two or more different graphs, e.g. {name}=prefill,decode")
+            raise BadInput(f"--share {name} needs two or more different graphs, e.g. {name}=prefill,decode")
         for g in members:
             if g not in graphs:
-                raise QnnDeployError(f"--share {name}: no model is graph '{g}' (graphs: {', '.join(graphs)})")
+                raise BadInput(f"--share {name}: no model is graph '{g}' (graphs: {', '.join(graphs)})")
             if g in seen:
-                raise QnnDeployError(f"graph '{g}' is in --share {seen[g]} and --share {name}: one share per graph")
+                raise BadInput(f"graph '{g}' is in --share {seen[g]} and --share {name}: one share per graph")
             seen[g] = name
     old = [soc.model for soc in targets if soc.arch_number < SHARE_MIN_ARCH]
     if old:
-        raise QnnDeployError(f"--share needs an HTP of v{SHARE_MIN_ARCH} or newer; {', '.join(old)} is older: "
-                             "compile those SoCs without --share")
+        raise BadInput(f"--share needs an HTP of v{SHARE_MIN_ARCH} or newer; {', '.join(old)} is older: "
+                       "compile those SoCs without --share")
     return {name: list(dict.fromkeys(members)) for name, members in shares.items()}
 
 
@@ -347,16 +347,16 @@ def _graphs(models: dict[str, Path]) -> dict[str, Path]:
     graphs: dict[str, Path] = {}
     for name, given in models.items():
         if not NAME_RE.match(name):
-            raise QnnDeployError(f"graph name '{name}' must be letters, digits, '.', '_' or '-' (at most 64), "
-                                 f"starting with a letter or digit: pass NAME=PATH.onnx")
+            raise BadInput(f"graph name '{name}' must be letters, digits, '.', '_' or '-' (at most 64), "
+                           f"starting with a letter or digit: pass NAME=PATH.onnx")
         path = Path(given).expanduser().resolve()
         require_model_file(path)
         if path.suffix.lower() != ".onnx":
-            raise QnnDeployError(f"{path}: expected an .onnx model")
+            raise BadInput(f"{path}: expected an .onnx model")
         for spec in model_inputs(path):
             if spec.dynamic:
-                raise QnnDeployError(f"{name}: input '{spec.name}' has dynamic size {spec.shape_text()}; the NPU runs "
-                                     f"fixed sizes only: fix it first (qnndeploy prepare)")
+                raise BadInput(f"{name}: input '{spec.name}' has dynamic size {spec.shape_text()}; the NPU runs "
+                               f"fixed sizes only: fix it first (qnndeploy prepare)")
         graphs[name] = path
     return graphs
 
@@ -490,10 +490,10 @@ def _ok_record(job: Job, be: Backend, work: Path, compiled: Compiled, findings: 
     try:
         with _READING:  # a fresh binary of our own compile: read in this process (0.3 ms, not a 0.2 s child)
             context = qnnsystem.read_context_here(work / binary)
-    except QnnDeployError as e:
-        if e.exit_code != EXIT_MISSING_TOOL:
-            raise CompileError(f"libQnnSystem cannot read the compiled {binary}: {e}") from None
+    except MissingTool:
         warnings += _target_warnings(job.soc, targets)  # no library: the markers say what they can
+    except QnnDeployError as e:
+        raise CompileError(f"libQnnSystem cannot read the compiled {binary}: {e}") from None
     else:
         record["context"] = contextcheck.summary(context)
         warnings += _context_findings(job, work, context, record["outputs"])

@@ -16,7 +16,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.compile.jobs import Compiled, CompileError, HtpSettings, Job, Tools
@@ -52,8 +52,8 @@ class AihubBackend:
 
     def options(self, soc: Soc, precision: str, settings: HtpSettings) -> JSON:
         if settings != HtpSettings():
-            raise QnnDeployError("--vtcm-mb, --optimization-mode, --spill-fill and --keep-fp16 are options of the ort "
-                                 "and qairt backends; the aihub backend uses AI Hub's defaults")
+            raise BadInput("--vtcm-mb, --optimization-mode, --spill-fill and --keep-fp16 are options of the ort "
+                           "and qairt backends; the aihub backend uses AI Hub's defaults")
         aihub.refuse_unhosted(soc)  # no chipset, or one AI Hub runs no jobs on: refused before any upload
         quantize = " --quantize_full_type w8a16" if precision == "w8a16" else ""
         family = ".".join(self.qairt_version.split(".")[:2])

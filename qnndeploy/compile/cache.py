@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from qnndeploy import __version__
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import sha256_file, staging_dir, write_json
 from qnndeploy.base.socs import Soc
 from qnndeploy.compile.jobs import Backend, Job, set_input_paths
@@ -168,11 +168,11 @@ def scan(cache_dir: Path | None = None) -> CacheListing:
     if not path.exists():
         return listing
     if not path.is_dir():
-        raise QnnDeployError(f"{path} is a file, not a compile cache folder")
+        raise BadInput(f"{path} is a file, not a compile cache folder")
     try:
         children = sorted(path.iterdir(), key=lambda p: p.name)
     except OSError as e:
-        raise QnnDeployError(f"cannot read {path}: {e.strerror or e}") from None
+        raise BadInput(f"cannot read {path}: {e.strerror or e}") from None
     tagged = False
     for child in children:
         is_dir = child.is_dir() and not child.is_symlink()
@@ -187,8 +187,8 @@ def scan(cache_dir: Path | None = None) -> CacheListing:
             listing.other.append(child.name + ("/" if child.is_dir() else ""))
     if listing.other and not tagged and not any(e.status == "ok" for e in listing.entries):
         shown = ", ".join(listing.other[:4]) + (f" and {len(listing.other) - 4} more" if len(listing.other) > 4 else "")
-        raise QnnDeployError(f"{path} does not look like a qnndeploy compile cache (it holds {shown}, and no cache "
-                             f"entry): give the cache folder with --cache-dir (default {default_cache_dir()})")
+        raise BadInput(f"{path} does not look like a qnndeploy compile cache (it holds {shown}, and no cache "
+                       f"entry): give the cache folder with --cache-dir (default {default_cache_dir()})")
     listing.bytes = sum(e.bytes for e in listing.entries)
     return listing
 

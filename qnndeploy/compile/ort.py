@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from qnndeploy.base import child, socs
-from qnndeploy.base.errors import QnnDeployError, first_line
+from qnndeploy.base.errors import BadInput, QnnDeployError, first_line
 from qnndeploy.base.fileio import JSON, write_json
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.compile import logs
@@ -149,7 +149,7 @@ def _compile(model: Path, soc: Soc, fp16: bool, work: Path, graph: str, log: Pat
         ort.InferenceSession(str(model), htp.session_options(soc, fp16=fp16, context_path=ctx, log_level=1,
                                                              provider=provider))
     except Exception as e:  # noqa: BLE001 onnxruntime raises its own Fail/InvalidGraph types
-        raise QnnDeployError(_refused(model, soc, fp16, _ort_message(e), log)) from None
+        raise BadInput(_refused(model, soc, fp16, _ort_message(e), log)) from None
     _name_binary(work, [ctx], graph)
 
 
@@ -166,7 +166,7 @@ def _compile_shared(models: dict[str, Path], soc: Soc, fp16: bool, work: Path, n
             ort.InferenceSession(str(model), htp.session_options(soc, fp16=fp16, context_path=ctxs[i], log_level=1,
                                                                  config=share, provider=provider))
         except Exception as e:  # noqa: BLE001 onnxruntime raises its own Fail/InvalidGraph types
-            raise QnnDeployError(f"{g}: {_refused(model, soc, fp16, _ort_message(e), log)}") from None
+            raise BadInput(f"{g}: {_refused(model, soc, fp16, _ort_message(e), log)}") from None
     _name_binary(work, ctxs, name)
     print("qnndeploy: the shared context is not loaded here: the host emulator cannot load a context whose graphs "
           "share weights (QAIRT 2.51 crashes); each graph's twin is loaded instead", flush=True)
@@ -177,12 +177,12 @@ def _name_binary(work: Path, ctxs: list[Path], name: str) -> None:
     every wrapper at it."""
     written = work / f"{ctxs[0].stem}_qnn.bin"
     if not written.is_file():
-        raise QnnDeployError(f"onnxruntime-qnn wrote no context binary next to {ctxs[0].name}")
+        raise BadInput(f"onnxruntime-qnn wrote no context binary next to {ctxs[0].name}")
     binary = work / f"{name}.bin"
     written.replace(binary)
     for ctx in ctxs:
         if epcontext.context_refs(ctx) != [written.name]:
-            raise QnnDeployError(f"{ctx.name} does not load {written.name}: unexpected onnxruntime-qnn output")
+            raise BadInput(f"{ctx.name} does not load {written.name}: unexpected onnxruntime-qnn output")
         epcontext.retarget(ctx, ctx, binary.name)
     print(f"qnndeploy: renamed {written.name} to {binary.name}", flush=True)
 
@@ -194,7 +194,7 @@ def _check_loads(ctx: Path, soc: Soc, fp16: bool) -> None:
     try:
         ort.InferenceSession(str(ctx), htp.session_options(soc, fp16=fp16, log_level=2))
     except Exception as e:  # noqa: BLE001 onnxruntime raises its own, unexported types
-        raise QnnDeployError(f"{ctx.name} does not load: {_ort_message(e)}") from None
+        raise BadInput(f"{ctx.name} does not load: {_ort_message(e)}") from None
 
 
 def _refused(model: Path, soc: Soc, fp16: bool, message: str, log: Path) -> str:

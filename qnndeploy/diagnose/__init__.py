@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnndeploy.base import socs
-from qnndeploy.base.errors import QnnDeployError, first_line
+from qnndeploy.base.errors import BadInput, QnnDeployError, first_line
 from qnndeploy.base.fileio import FULL, JSON, check_writable, sha256_file, write_error
 from qnndeploy.base.names import EPCONTEXT, file_kind, graph_name
 from qnndeploy.formats.records import CompileRecord, ValidationRecord, read_build
@@ -163,19 +163,19 @@ def diagnose(target: Path, inputs: Path | None = None, random: int | None = None
     start = time.monotonic()
     prep = samples.sample_source(inputs, random, preprocess)
     if min_snr_db is not None and not math.isfinite(min_snr_db):
-        raise QnnDeployError(f"--min-snr-db {min_snr_db:g}: give a finite number of dB, e.g. 30")
+        raise BadInput(f"--min-snr-db {min_snr_db:g}: give a finite number of dB, e.g. 30")
     if probes_per_compile < 1:
-        raise QnnDeployError("probes per compile must be 1 or more")
+        raise BadInput("probes per compile must be 1 or more")
     record = job_record(Path(target), graph)
     if record.precision != "fp16":
-        raise QnnDeployError(f"{target} was compiled at {record.precision}: diagnose supports fp16 jobs only so far "
-                             "(a quantized copy that exposes a tensor quantizes it differently, e.g. a MatMul output "
-                             "with its Relu's range); compile the graph at --precision fp16 and diagnose that")
+        raise BadInput(f"{target} was compiled at {record.precision}: diagnose supports fp16 jobs only so far "
+                       "(a quantized copy that exposes a tensor quantizes it differently, e.g. a MatMul output "
+                       "with its Relu's range); compile the graph at --precision fp16 and diagnose that")
     source = record.source
     if not source.is_file():
-        raise QnnDeployError(f"the source model {source} is gone: diagnose runs it on the CPU and the emulator")
+        raise BadInput(f"the source model {source} is gone: diagnose runs it on the CPU and the emulator")
     if sha256_file(source) != record.source_sha256:
-        raise QnnDeployError(f"{source} changed since the compile: compile again, then diagnose")
+        raise BadInput(f"{source} changed since the compile: compile again, then diagnose")
     htp._require()
     # validate's failure first: its samples and thresholds (unless others are given), the build's own binary.
     validated = ValidationRecord.read(record.validation_file)
@@ -195,7 +195,7 @@ def diagnose(target: Path, inputs: Path | None = None, random: int | None = None
     model = _load_full(source)
     tensors, outputs = _candidates(model)
     if not tensors:
-        raise QnnDeployError(f"{source} has no float tensors to compare")
+        raise BadInput(f"{source} has no float tensors to compare")
     session = _Session(model, record, feeds, limit, topk_outputs(source))
     try:
         first_bad, last_good = _bisect(session, tensors, outputs, probes_per_compile)
@@ -248,8 +248,8 @@ def _validated_samples(record: CompileRecord, given: JSON) -> tuple[list[Sample]
                                  seed=int(given.get("seed") or 0))
     folder = Path(str(given.get("folder")))
     if not folder.is_dir():
-        raise QnnDeployError(f"validate's samples {folder} are gone: pass them again with --inputs DIR (or --random "
-                             "N)")
+        raise BadInput(f"validate's samples {folder} are gone: pass them again with --inputs DIR (or --random "
+                       "N)")
     described = given.get("preprocess")
     spec = described.get("given") if isinstance(described, dict) else described
     return samples.for_graph(record.source, record.graph, folder,
@@ -260,15 +260,15 @@ def _run_binary(record: CompileRecord, feeds: list[Sample]) -> list[Sample]:
     """The job's own EPContext model (a shared context's twin, as validate runs it) on the emulator."""
     run = record.twin(EPCONTEXT) if record.shared else record.output(EPCONTEXT)
     if run is None:
-        raise QnnDeployError(f"{record.folder} has no EPContext model of {record.graph} for the emulator: compile "
-                             "again")
+        raise BadInput(f"{record.folder} has no EPContext model of {record.graph} for the emulator: compile "
+                       "again")
     path = record.folder / run.path
     if not path.is_file() or sha256_file(path) != run.sha256:
-        raise QnnDeployError(f"{path} changed since it was compiled: compile again, then diagnose")
+        raise BadInput(f"{path} changed since it was compiled: compile again, then diagnose")
     try:
         return htp.run_model(path, socs.find(record.soc), feeds, fp16=True)[0]
     except QnnDeployError as e:
-        raise QnnDeployError(f"the HTP emulator could not run {path.name}: {e}") from None
+        raise BadInput(f"the HTP emulator could not run {path.name}: {e}") from None
 
 
 def unblamed(result: DiagnoseResult, probes: dict[str, Probe]) -> str:
@@ -323,29 +323,29 @@ def check_plot(path: Path) -> None:
     path = Path(path)
     check_writable(path, "--plot")
     if not path.parent.is_dir():
-        raise QnnDeployError(f"--plot {path}: the folder {path.parent} does not exist; create it or choose another "
-                             "place")
+        raise BadInput(f"--plot {path}: the folder {path.parent} does not exist; create it or choose another "
+                       "place")
     if path.is_dir():
-        raise QnnDeployError(f"--plot {path} is a folder; give a file name, e.g. {path / 'curve.png'}")
+        raise BadInput(f"--plot {path} is a folder; give a file name, e.g. {path / 'curve.png'}")
 
 
 def job_record(target: Path, graph: str | None = None) -> CompileRecord:
     """The compile record of BUILD/<graph>/<SoC>; in a shared context's folder, the member `graph`."""
     if target.is_file():
-        raise QnnDeployError(f"{target} is {file_kind(target.name)}, not a job folder: pass BUILD/<graph>/<SoC>")
+        raise BadInput(f"{target} is {file_kind(target.name)}, not a job folder: pass BUILD/<graph>/<SoC>")
     if not (target / "compile.json").is_file():
-        raise QnnDeployError(f"{target}: no compile record (compile.json); pass a job folder, BUILD/<graph>/<SoC>")
+        raise BadInput(f"{target}: no compile record (compile.json); pass a job folder, BUILD/<graph>/<SoC>")
     records = [r for r in read_build(target.parent.parent) if r.folder.resolve() == target.resolve()]
     if not records:
-        raise QnnDeployError(f"{target}: no compile record found under {target.parent.parent}")
+        raise BadInput(f"{target}: no compile record found under {target.parent.parent}")
     names = [r.graph for r in records]
     if graph is not None and graph not in names:
-        raise QnnDeployError(f"{target} holds graph(s) {', '.join(names)}, not {graph}")
+        raise BadInput(f"{target} holds graph(s) {', '.join(names)}, not {graph}")
     if graph is None and len(records) > 1:
-        raise QnnDeployError(f"{target} is a shared context of graphs {', '.join(names)}: pass --graph GRAPH")
+        raise BadInput(f"{target} is a shared context of graphs {', '.join(names)}: pass --graph GRAPH")
     record = next(r for r in records if graph in (None, r.graph))
     if record.status != "ok" or record.output(EPCONTEXT) is None:
-        raise QnnDeployError(f"{target}: the compile failed or made no EPContext model: nothing to diagnose")
+        raise BadInput(f"{target}: the compile failed or made no EPContext model: nothing to diagnose")
     return record
 
 
@@ -377,8 +377,8 @@ class _Session:
             actual = htp.run_model(path, socs.find(self.record.soc), self.feeds, fp16=True,
                                    provider=_provider(self.record))[0]
         except QnnDeployError as e:
-            raise QnnDeployError(f"the HTP emulator could not compile or run the probe model exposing "
-                                 f"{len(names)} tensor(s) for {self.record.soc}: {e}") from None
+            raise BadInput(f"the HTP emulator could not compile or run the probe model exposing "
+                           f"{len(names)} tensor(s) for {self.record.soc}: {e}") from None
         # The graph's outputs by validate's rules (top-k sets, gathered rows aligned), the other tensors by its verdict.
         own = [o.name for o in self.model.graph.output]
         judged = {m.name: m for m in judge_outputs([{n: e[n] for n in own} for e in expected],
@@ -416,7 +416,7 @@ class _Session:
             got = [o.name for o in cpu.get_outputs()]
             return got, [dict(zip(got, cpu.run(None, s), strict=True)) for s in self.feeds]
         except Exception as e:  # noqa: BLE001 onnxruntime's own error types
-            raise QnnDeployError(f"onnxruntime could not run the probe model on the CPU: {first_line(e)}") from None
+            raise BadInput(f"onnxruntime could not run the probe model on the CPU: {first_line(e)}") from None
 
 
 def _provider(record: CompileRecord) -> dict[str, str]:
@@ -497,7 +497,7 @@ def _load_full(source: Path) -> onnx.ModelProto:
     try:
         return onnx.load(str(source))
     except Exception as e:  # noqa: BLE001 onnx raises several types for unreadable external data
-        raise QnnDeployError(f"cannot read {source} with its weights: {first_line(e)}") from None
+        raise BadInput(f"cannot read {source} with its weights: {first_line(e)}") from None
 
 
 def _candidates(model: onnx.ModelProto) -> tuple[dict[str, _Tensor], list[str]]:
@@ -540,8 +540,8 @@ def _write_probe_model(model: onnx.ModelProto, names: list[str], path: Path) -> 
             continue
         value = typed.get(name)
         if value is None:
-            raise QnnDeployError(f"shape inference gives no type for tensor {name}: it cannot be exposed as an "
-                                 "output")
+            raise BadInput(f"shape inference gives no type for tensor {name}: it cannot be exposed as an "
+                           "output")
         probe.graph.output.append(value)
     large = probe.ByteSize() > 1_800_000_000
     onnx.save(probe, str(path), save_as_external_data=large, location=f"{path.stem}.data" if large else None)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.names import SPLIT_RECORD, file_kind
 
@@ -150,16 +150,16 @@ def read_build(build: Path) -> list[CompileRecord]:
     """The compile record of every <graph>/<SoC>/compile.json under `build`, sorted."""
     build = Path(build)
     if build.is_file():
-        raise QnnDeployError(f"{build} is {file_kind(build.name)}, not a build folder: give the folder that qnndeploy "
-                             "compile -o wrote")
+        raise BadInput(f"{build} is {file_kind(build.name)}, not a build folder: give the folder that qnndeploy "
+                       "compile -o wrote")
     if not build.is_dir():
-        raise QnnDeployError(f"{build}: no such build folder (qnndeploy compile -o {build} makes one)")
+        raise BadInput(f"{build}: no such build folder (qnndeploy compile -o {build} makes one)")
     found = []
     for path in sorted(build.glob(f"*/*/{RECORD_FILE}")):
         record = read_record(path)
         if record is None:
-            raise QnnDeployError(f"{path}: not a qnndeploy compile record")
+            raise BadInput(f"{path}: not a qnndeploy compile record")
         found += CompileRecord.from_json(path.parent, record)
     if not found:
-        raise QnnDeployError(f"{build}: no compile records (<graph>/<SoC>/{RECORD_FILE}); run qnndeploy compile first")
+        raise BadInput(f"{build}: no compile records (<graph>/<SoC>/{RECORD_FILE}); run qnndeploy compile first")
     return found

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from qnndeploy import __version__
 from qnndeploy.base import fileio, socs
-from qnndeploy.base.errors import EXIT_CHECK_FAILED, QnnDeployError, first_line
+from qnndeploy.base.errors import BadInput, CheckFailed, QnnDeployError, first_line
 from qnndeploy.base.fileio import sha256_file, write_json
 from qnndeploy.model import fuse as fusing
 from qnndeploy.model import onnxio
@@ -142,9 +142,9 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
     src, out = Path(src), Path(out)
     _check_output(src, out, force)
     if not tolerance >= 0:  # NaN fails this test too
-        raise QnnDeployError(f"--tolerance {tolerance}: give a number of 0 or more, e.g. {DEFAULT_TOLERANCE:g}")
+        raise BadInput(f"--tolerance {tolerance}: give a number of 0 or more, e.g. {DEFAULT_TOLERANCE:g}")
     if inputs_dir is not None and not Path(inputs_dir).is_dir():
-        raise QnnDeployError(f"--inputs {inputs_dir}: no such folder")
+        raise BadInput(f"--inputs {inputs_dir}: no such folder")
 
     model = onnxio.load_model(src)
     source_external = bool(onnxio.external_locations(model))
@@ -160,12 +160,12 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
             onnx.load_external_data_for_model(model, str(src.parent))
         except onnx.checker.ValidationError as e:  # onnx reads no data file through a symlink
             why = first_line(e).rstrip(".")
-            raise QnnDeployError(f"cannot read the external data of {src}: {why}; onnx does not follow links to "
-                                 "weights: copy the model with its data file resolved (cp -L) and prepare the copy"
-                                 ) from None
+            raise BadInput(f"cannot read the external data of {src}: {why}; onnx does not follow links to "
+                           "weights: copy the model with its data file resolved (cp -L) and prepare the copy"
+                           ) from None
         except (OSError, ValueError) as e:
-            raise QnnDeployError(f"cannot read the external data of {src}: {first_line(e)}; copy the model "
-                                 "together with its complete data file, or re-export it") from None
+            raise BadInput(f"cannot read the external data of {src}: {first_line(e)}; copy the model "
+                           "together with its complete data file, or re-export it") from None
     weights = sum(onnxio.tensor_nbytes(t) or 0 for t in model.graph.initializer)
     external = weights > EXTERNAL_ABOVE
     if source_external and not external:
@@ -180,7 +180,7 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
         work = Path(tempfile.mkdtemp(prefix=fileio.partial_prefix(out, "prepare"), dir=out.parent))
     except OSError as e:
         fileio.remove_made(out.parent, made)
-        raise QnnDeployError(f"cannot write in {out.parent}: {e.strerror or e}") from None
+        raise BadInput(f"cannot write in {out.parent}: {e.strerror or e}") from None
     written = False
     try:
         stage = work / "edited.onnx"
@@ -282,12 +282,12 @@ def _fold_chain(stage: Path, work: Path, name: str, simplify: bool, external: bo
             kept = outcome
     if kept is None and first_bad is not None:
         bad = [d for d in first_bad if not d.ok]
-        raise QnnDeployError(
+        raise CheckFailed(
             "the prepared model differs from the original: "
             + "; ".join(f"{d.name} max abs diff {d.max_abs_diff:.3g}, rel L2 {d.rel_l2:.3g}" for d in bad)
-            + f" (tolerance {tolerance:g}); nothing written", EXIT_CHECK_FAILED)
+            + f" (tolerance {tolerance:g}); nothing written")
     if kept is None:
-        raise QnnDeployError("the prepared model fails where the original ran: " + "; ".join(tried))
+        raise BadInput("the prepared model fails where the original ran: " + "; ".join(tried))
     if kept.tool is not None and not kept.control_flow:
         kept = _htp_best(kept, [t for t in tools if t], stage, work, name, external, feeds, want, tolerance, tried)
     return kept.path, kept.tool, tried, kept.diffs
@@ -379,19 +379,19 @@ def _size(model: Path) -> int:
 def _check_output(src: Path, out: Path, force: bool) -> None:
     """Refuse an OUT that cannot receive the model, its data file and its record, before any work."""
     if out.suffix != ".onnx":
-        raise QnnDeployError(f"-o {out}: the output name must end in .onnx")
+        raise BadInput(f"-o {out}: the output name must end in .onnx")
     longest, limit = max(len(out.name) + len(".data"), len(record_path(out).name)), fileio.name_max(out.parent)
     if longest > limit:
-        raise QnnDeployError(f"-o {out.name}: with its .data and .prepare.json files the name is too long for the "
-                             f"file system ({longest} > {limit} characters); give a shorter name")
+        raise BadInput(f"-o {out.name}: with its .data and .prepare.json files the name is too long for the "
+                       f"file system ({longest} > {limit} characters); give a shorter name")
     if out.exists() and out.resolve() == src.resolve():
-        raise QnnDeployError(f"-o {out} is the source model; write the prepared model to a new file")
+        raise BadInput(f"-o {out} is the source model; write the prepared model to a new file")
     for path in (out, out.with_name(out.name + ".data"), record_path(out)):
         if path.exists() and not path.is_file():
-            raise QnnDeployError(f"{path} exists and is not a file (a folder?): give -o another name, e.g. "
-                                 f"{out.parent / 'model.npu.onnx'}")
+            raise BadInput(f"{path} exists and is not a file (a folder?): give -o another name, e.g. "
+                           f"{out.parent / 'model.npu.onnx'}")
     if out.exists() and not force:
-        raise QnnDeployError(f"{out} already exists; remove it or pass --force")
+        raise BadInput(f"{out} already exists; remove it or pass --force")
 
 
 def _publish(final: Path, data: Path, record: Path, out: Path, force: bool) -> None:
@@ -423,8 +423,8 @@ def _publish(final: Path, data: Path, record: Path, out: Path, force: bool) -> N
             out_data.unlink(missing_ok=True)  # left over from an earlier external-data output of the same name
         record.replace(recorded)
     except OSError as e:
-        raise QnnDeployError(f"cannot write {out}: {e.strerror or e}; the output is incomplete (it has no "
-                             f"{recorded.name}): run prepare again") from None
+        raise BadInput(f"cannot write {out}: {e.strerror or e}; the output is incomplete (it has no "
+                       f"{recorded.name}): run prepare again") from None
 
 
 def _notes(graph: onnx.GraphProto, inputs: list[TensorInfo], outputs: list[TensorInfo]) -> list[str]:
