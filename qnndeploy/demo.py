@@ -5,6 +5,7 @@ check -> prepare -> check -> compile (3 SoCs) -> validate on the host HTP emulat
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import shutil
@@ -22,9 +23,9 @@ from qnndeploy.check import check_model
 from qnndeploy.compile import compile_models
 from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.model.metrics import OutputMetrics
-from qnndeploy.prepare import prepare_model
+from qnndeploy.prepare import PrepareOptions, prepare_model
 from qnndeploy.qnn import htp
-from qnndeploy.validate import validate_build
+from qnndeploy.validate import TargetStatus, ValidateOptions, validate_build
 
 MODEL = "kws_demo"  # a keyword-spotting-shaped CNN made by data/make_demo_model.py (Apache-2.0, no training data)
 SHAPES = {"features": [1, 1, 49, 10]}  # 49 frames x 10 MFCC: the fixed size the NPU needs
@@ -116,7 +117,7 @@ def _stages(out: Path, socs: tuple[str, ...], say: Step, sdk_root: Path | None, 
     say(f"check {model.name}: is it ready for the NPU?")
     before = check_model(model, soc=socs[-1])
     say("prepare: fix the dynamic batch to 1, simplify, prove it equivalent on CPU")
-    prepared = prepare_model(model, out / "model" / f"{MODEL}.npu.onnx", shapes=SHAPES)
+    prepared = prepare_model(model, out / "model" / f"{MODEL}.npu.onnx", PrepareOptions(shapes=SHAPES))
     say("check the prepared model on the real HTP compiler")
     after = check_model(Path(prepared.output), soc=socs[-1])
     if after.verdict != "ready":  # the output is rolled back on failure: say why here, not in a file
@@ -131,16 +132,15 @@ def _stages(out: Path, socs: tuple[str, ...], say: Step, sdk_root: Path | None, 
         first = compiled.failures[0]
         raise CheckFailed(f"compile failed for {first.soc}: {first.error}")
     say("validate: each context binary on the host HTP emulator against onnxruntime CPU")
-    validated = validate_build(build, random=4)
+    validated = validate_build(build, ValidateOptions(random=4))
     if not validated.ok:
         _no_room(out, Path(prepared.output))
-        bad = next(t for t in validated.targets if t.status != "passed")
+        bad = next(t for t in validated.targets if t.status != TargetStatus.PASSED)
         raise CheckFailed(f"validation failed for {bad.soc}: {bad.reason or 'outputs differ'}")
 
     say("bundle: context binaries per SoC, CPU fallback, records, manifest; then bundle verify")
-    spec = spec_from_build(build, BUNDLE_NAME, BUNDLE_VERSION)
-    spec.source_model, spec.source_path, spec.license = MODEL, model, "Apache-2.0"
-    spec.sdk_root, spec.libs_dir = sdk_root, libs_dir
+    spec = dataclasses.replace(spec_from_build(build, BUNDLE_NAME, BUNDLE_VERSION), source_model=MODEL,
+                               source_path=model, license="Apache-2.0", sdk_root=sdk_root, libs_dir=libs_dir)
     bundled = build_bundle(spec, out / "bundle")
     report = verify_bundle(bundled.path, deep=True)
     if not report.ok:

@@ -3,6 +3,7 @@ a bundle follows: a path that is not a bundle at all is bad input (exit 2), a bu
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
@@ -10,7 +11,7 @@ import click
 from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import resolve_named
 from qnndeploy.base.names import ACCEPT_ON, MANIFEST, PERFORMANCE_MODES
-from qnndeploy.bundle.build import BundleResult, BundleSpec, add_split, build_bundle, spec_from_build
+from qnndeploy.bundle.build import BundleResult, BundleSpec, build_bundle, spec_from_build, with_split
 from qnndeploy.cli._common import (
     CONTEXT_SETTINGS,
     Group,
@@ -198,18 +199,17 @@ def build(name: str, version_: str, cpu: tuple[str, ...], npu: tuple[str, ...], 
     if (accept or accept_on) and not from_build:
         raise BadInput("--accept and --accept-on need --from-build: only a compile folder's validation records "
                        "say which graphs failed")
-    spec = (spec_from_build(from_build, name, version_, _accepts(accept), accept_on, split_record) if from_build
+    base = (spec_from_build(from_build, name, version_, _accepts(accept), accept_on, split_record) if from_build
             else BundleSpec(name, version_, {}, {}))
-    spec.cpu.update(assignments(cpu, "--cpu", _graph_file))
-    for soc, graphs in _npu(npu).items():
-        spec.npu.setdefault(soc, {}).update(graphs)
-    spec.sdk_root, spec.libs_dir, spec.qairt_version = qnn_sdk_root, runtime_libs, qairt_version
-    spec.maven_version = maven_runtime_version
-    spec.source_model, spec.source_path, spec.commit, spec.license = model_name, source_model, commit, license_
-    spec.precision = precision or spec.precision
-    spec.performance_mode = performance_mode
+    given = _npu(npu)
+    spec = dataclasses.replace(
+        base, cpu={**base.cpu, **assignments(cpu, "--cpu", _graph_file)},
+        npu={soc: {**base.npu.get(soc, {}), **given.get(soc, {})} for soc in {**base.npu, **given}},
+        sdk_root=qnn_sdk_root, libs_dir=runtime_libs, qairt_version=qairt_version,
+        maven_version=maven_runtime_version, source_model=model_name, source_path=source_model, commit=commit,
+        license=license_, precision=precision or base.precision, performance_mode=performance_mode)
     if split_record is not None and not from_build:
-        add_split(spec, split_record)
+        spec = with_split(spec, split_record)
     with byte_progress("bundling", as_json) as progress:
         result = build_bundle(spec, output, force=force, archive_fmt=archive, progress=progress)
     if as_json:

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,7 @@ from qnndeploy.base import fileio
 from qnndeploy.base import socs as catalog
 from qnndeploy.base.errors import BadInput, MissingTool, QnnDeployError
 from qnndeploy.base.fileio import JSON, sha256_file, staging_dir, write_json
+from qnndeploy.base.kinds import BackendName, Precision, choices
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, graph_name
 from qnndeploy.compile import cache, logs
 from qnndeploy.compile.aihub import AihubBackend
@@ -42,7 +44,7 @@ from qnndeploy.compile.jobs import Backend, Compiled, CompileError, HtpSettings,
 from qnndeploy.compile.ort import OrtBackend
 from qnndeploy.compile.qairt import QairtBackend
 from qnndeploy.formats.manifest import graph_signature
-from qnndeploy.formats.records import RECORD, RECORD_FILE, RECORD_VERSION, JobStarted, read_record
+from qnndeploy.formats.records import RECORD, RECORD_FILE, RECORD_VERSION, JobStarted, RecordStatus, read_record
 from qnndeploy.model.onnxio import load_model, model_inputs, require_model_file
 from qnndeploy.model.samples import for_graph, sample_source, write_samples
 from qnndeploy.qnn import contextcheck, htp, qnnsystem
@@ -53,16 +55,38 @@ if TYPE_CHECKING:
     from qnndeploy.base.socs import Soc
     from qnndeploy.model.media import Preprocess
 
-PRECISIONS = ("fp16", "w8a16")
-BACKENDS = ("ort", "qairt", "aihub")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # the bundle manifest's name rule
+
+
+class JobStatus(StrEnum):
+    """A job's outcome: compiled now, its outputs already there or restored from the cache, or failed."""
+
+    OK = "ok"
+    CACHED = "cached"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """How compile_models compiles, as the command line's options say (same defaults)."""
+
+    backend: BackendName | None = None  # None: ort where onnxruntime-qnn is installed or no SDK is given, else qairt
+    precision: Precision = Precision.FP16
+    calib: Path | None = None  # w8a16: a samples folder as validate's --inputs
+    preprocess: str | Path | None = None  # how calib's audio or image files become inputs
+    jobs: int | None = None  # at once; None: one per CPU core (aihub: all)
+    use_cache: bool = True
+    cache_dir: Path | None = None  # None: cache.default_cache_dir()
+    qnn_sdk_root: Path | None = None  # the QAIRT SDK for the qairt backend; None: $QNN_SDK_ROOT
+    shares: dict[str, list[str]] = field(default_factory=dict)  # shared context name -> its graphs
+    htp: HtpSettings = field(default_factory=HtpSettings)
 
 
 @dataclass
 class JobResult:
     graph: str
     soc: str
-    status: str  # "ok" | "cached" | "failed"
+    status: JobStatus
     folder: Path
     log: Path
     duration_s: float
@@ -78,8 +102,8 @@ class JobResult:
 @dataclass
 class CompileSummary:
     out: Path
-    backend: str
-    precision: str
+    backend: BackendName
+    precision: Precision
     qairt_version: str
     duration_s: float
     jobs: list[JobResult]
@@ -87,7 +111,7 @@ class CompileSummary:
 
     @property
     def failures(self) -> list[JobResult]:
-        return [j for j in self.jobs if j.status == "failed"]
+        return [j for j in self.jobs if j.status == JobStatus.FAILED]
 
 
 # (jobs done, jobs total, the job just finished, or JobStarted when one starts)
@@ -116,14 +140,15 @@ def get_backend(name: str | None, qnn_sdk_root: Path | None = None) -> Backend:
     """`ort` where onnxruntime-qnn is installed, else `qairt` when an SDK is given; None picks that way."""
 
     if name is None:
-        name = "ort" if htp.available() or not (qnn_sdk_root or os.environ.get("QNN_SDK_ROOT")) else "qairt"
-    if name == "ort":
+        name = BackendName.ORT if htp.available() or not (qnn_sdk_root or os.environ.get("QNN_SDK_ROOT")) \
+            else BackendName.QAIRT
+    if name == BackendName.ORT:
         return OrtBackend()
-    if name == "qairt":
+    if name == BackendName.QAIRT:
         return QairtBackend(qnn_sdk_root)
-    if name == "aihub":
+    if name == BackendName.AIHUB:
         return AihubBackend()
-    raise BadInput(f"unknown backend '{name}': use one of {', '.join(BACKENDS)}")
+    raise BadInput(f"unknown backend '{name}': use one of {', '.join(choices(BackendName))}")
 
 
 def shares_from_args(args: list[str]) -> dict[str, list[str]]:
@@ -140,29 +165,26 @@ def shares_from_args(args: list[str]) -> dict[str, list[str]]:
     return shares
 
 
-def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backend: str | None = None,
-                   precision: str = "fp16", calib: Path | None = None, preprocess: str | Path | None = None,
-                   jobs: int | None = None,
-                   progress: Progress | None = None, use_cache: bool = True, cache_dir: Path | None = None,
-                   qnn_sdk_root: Path | None = None, shares: dict[str, list[str]] | None = None,
-                   htp: HtpSettings | None = None) -> CompileSummary:
+def compile_models(models: dict[str, Path], socs: list[str], out: Path, options: CompileOptions = CompileOptions(),
+                   progress: Progress | None = None) -> CompileSummary:
     """Compile every model for every SoC into `out`; the graphs of each share (name -> graphs) into one context
-    binary with shared weights. `calib` (w8a16) is a samples folder as validate's --inputs, its audio or image
-    files through `preprocess`. Bad input raises before anything is written; a failing job is reported in the
+    binary with shared weights. Bad input raises before anything is written; a failing job is reported in the
     summary and does not stop the others."""
     start = time.monotonic()
+    o = options
     if not models:
         raise BadInput("no model given: pass one or more MODEL.onnx files")
     if not socs:
         raise BadInput("no SoC given: pass --soc, e.g. --soc SM8750 (qnndeploy socs lists them)")
-    if precision not in PRECISIONS:
-        raise BadInput(f"unknown precision '{precision}': use one of {', '.join(PRECISIONS)}")
-    if precision == "w8a16" and calib is None:
+    if o.precision not in choices(Precision):
+        raise BadInput(f"unknown precision '{o.precision}': use one of {', '.join(choices(Precision))}")
+    precision, calib, jobs = Precision(o.precision), o.calib, o.jobs
+    if precision == Precision.W8A16 and calib is None:
         raise BadInput("w8a16 needs --calib DIR with real input samples (.npz, .npy, or .wav/.png/.jpg with "
                        "--preprocess) to calibrate the 16-bit activations; random data would give wrong ranges")
-    if precision == "fp16" and calib is not None:
+    if precision == Precision.FP16 and calib is not None:
         raise BadInput("--calib applies to --precision w8a16 only; fp16 needs no calibration")
-    prep = sample_source(calib, None, preprocess, "--calib")
+    prep = sample_source(calib, None, o.preprocess, "--calib")
     if jobs is not None and jobs < 1:
         raise BadInput("-j must be 1 or more")
     targets = _targets(socs)
@@ -170,15 +192,15 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
     out = Path(out).expanduser().resolve()
     if out.exists() and not out.is_dir():
         raise BadInput(f"-o {out} is a file; give a folder for the build")
-    be = get_backend(backend, qnn_sdk_root)
-    shares = _check_shares(shares or {}, graphs, targets, be.name)
-    htp = _check_htp(htp or HtpSettings(), targets)
+    be = get_backend(o.backend, o.qnn_sdk_root)
+    shares = _check_shares(o.shares, graphs, targets, be.name)
+    htp = _check_htp(o.htp, targets)
     _check_keep(htp, precision, be.name, graphs)
     for soc in targets:  # what the catalog knows this QAIRT cannot build, refused before any job runs
         refused = catalog.refusal(soc, be.qairt_version, precision)
         if refused:
             raise BadInput(f"{refused}: drop --soc {soc.model}; its phones keep the CPU fallback")
-    store = Path(cache_dir or cache.default_cache_dir()).expanduser() if use_cache else None
+    store = Path(o.cache_dir or cache.default_cache_dir()).expanduser() if o.use_cache else None
     if store is not None and store.exists() and not store.is_dir():
         raise BadInput(f"the compile cache {store} is a file, not a folder: give a folder with --cache-dir "
                        "(or $QNNDEPLOY_CACHE_DIR), or pass --no-cache")
@@ -190,7 +212,7 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
         return _compile(graphs, targets, out, be, precision, shares, htp, store, jobs, progress, start, calibration)
 
 
-def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend, precision: str,
+def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend, precision: Precision,
              shares: dict[str, list[str]], htp: HtpSettings, store: Path | None, jobs: int | None,
              progress: Progress | None, start: float, calibration: dict[str, tuple[Path, JSON]]) -> CompileSummary:
     """Plan the jobs and run them; `calibration`: per graph, the folder the backends read and its record."""
@@ -224,7 +246,7 @@ def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend
         progress(0, len(plan), None)
     tools = Tools()
     # Remote jobs wait on AI Hub, not on this machine's cores: all of them are submitted at once.
-    workers = jobs or (len(plan) if be.name == "aihub" else os.cpu_count() or 1)
+    workers = jobs or (len(plan) if be.name == BackendName.AIHUB else os.cpu_count() or 1)
     pool = ThreadPoolExecutor(max_workers=max(1, workers))
     try:
         def run(job: Job) -> JobResult:
@@ -247,7 +269,7 @@ def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend
     order = {(j.graph, j.soc.model): i for i, j in enumerate(plan)}
     results.sort(key=lambda r: order[(r.graph, r.soc)])
     return CompileSummary(out, be.name, precision, be.qairt_version, round(time.monotonic() - start, 3), results,
-                          all(r.status != "failed" for r in results))
+                          all(r.status != JobStatus.FAILED for r in results))
 
 
 def _cancel(pool: ThreadPoolExecutor, tools: Tools) -> None:
@@ -280,12 +302,12 @@ def _targets(names: list[str]) -> list[Soc]:
     return targets
 
 
-def _check_keep(htp: HtpSettings, precision: str, backend: str, graphs: dict[str, Path]) -> None:
+def _check_keep(htp: HtpSettings, precision: Precision, backend: BackendName, graphs: dict[str, Path]) -> None:
     if not htp.keep_fp16:
         return
-    if precision != "w8a16":
+    if precision != Precision.W8A16:
         raise BadInput("--keep-fp16 applies to --precision w8a16 (fp16 already runs every node in fp16)")
-    if backend != "ort":
+    if backend != BackendName.ORT:
         raise BadInput("--keep-fp16 needs the ort backend; with qairt, give qnn-onnx-converter a "
                        "--quantization_overrides file with float encodings for those tensors")
     names = {n.name for path in graphs.values() for n in load_model(path, weights=False).graph.node}
@@ -314,10 +336,10 @@ SHARE_MIN_ARCH = 73  # ONNX Runtime's QNN EP shares weights across graphs on v73
 
 
 def _check_shares(shares: dict[str, list[str]], graphs: dict[str, Path], targets: list[Soc],
-                  backend: str) -> dict[str, list[str]]:
+                  backend: BackendName) -> dict[str, list[str]]:
     if not shares:
         return shares
-    if backend != "ort":
+    if backend != BackendName.ORT:
         raise BadInput("--share needs the ort backend (onnxruntime-qnn's ep.share_ep_contexts)")
     seen: dict[str, str] = {}
     for name, members in shares.items():
@@ -391,7 +413,7 @@ def _run_job(job: Job, be: Backend, store: Path | None, out: Path, tools: Tools)
         if hit is not None:
             cache.add(job, store)  # a folder made with --no-cache still fills the cache
             note = "up to date" if current else "restored from the cache"
-            return _result(job, hit, "cached", logs.parse_file(job.log), time.monotonic() - start, note)
+            return _result(job, hit, JobStatus.CACHED, logs.parse_file(job.log), time.monotonic() - start, note)
     staged_log = fileio.partial_file(job.log)  # published right after the job folder: they always agree
     try:
         with staged_log.open("w") as log:
@@ -423,15 +445,15 @@ def _run_job(job: Job, be: Backend, store: Path | None, out: Path, tools: Tools)
                 fileio.replace(staged_log, job.log, 0o666)
         staged_log.unlink(missing_ok=True)
         raise
-    if record["status"] == "ok" and store is not None:
+    if record["status"] == RecordStatus.OK and store is not None:
         cache.add(job, store)
-    return _result(job, record, record["status"], findings, time.monotonic() - start)
+    return _result(job, record, JobStatus(record["status"]), findings, time.monotonic() - start)
 
 
 def _up_to_date(job: Job) -> dict[str, Any] | None:
     """The job folder's record when its outputs are already those of this job (same cache key, files intact)."""
     current = read_record(job.folder / RECORD_FILE)
-    if not (current and current.get("status") == "ok" and current.get("cache_key") == job.cache_key
+    if not (current and current.get("status") == RecordStatus.OK and current.get("cache_key") == job.cache_key
             and cache.outputs_intact(job.folder, current)):
         return None
     if set_input_paths(job, current):
@@ -441,7 +463,7 @@ def _up_to_date(job: Job) -> dict[str, Any] | None:
     return current
 
 
-def _result(job: Job, record: JSON, status: str, findings: list[logs.Finding], seconds: float,
+def _result(job: Job, record: JSON, status: JobStatus, findings: list[logs.Finding], seconds: float,
             note: str | None = None) -> JobResult:
     return JobResult(job.graph, job.soc.model, status, job.folder, job.log,
                      round(seconds, 3), record.get("outputs", []), record.get("warnings", []), findings,
@@ -501,7 +523,7 @@ def _ok_record(job: Job, be: Backend, work: Path, compiled: Compiled, findings: 
         record["shared"] = compiled.shared_saving
     if compiled.aihub is not None:
         record["aihub"] = compiled.aihub
-    return {**record, "duration_s": round(seconds, 3), "warnings": warnings, "status": "ok", "error": None,
+    return {**record, "duration_s": round(seconds, 3), "warnings": warnings, "status": RecordStatus.OK, "error": None,
             "cache_key": job.cache_key}
 
 
@@ -527,8 +549,8 @@ def _context_findings(job: Job, work: Path, context: ContextInfo, outputs: list[
 def _failed_record(job: Job, be: Backend, error: str, findings: list[logs.Finding], seconds: float,
                    out: Path) -> JSON:
     return {**_base_record(job, be, out), "duration_s": round(seconds, 3),
-            "warnings": [str(f) for f in findings if f.kind != logs.ERROR], "status": "failed", "error": error,
-            "cache_key": job.cache_key}
+            "warnings": [str(f) for f in findings if f.kind != logs.ERROR], "status": RecordStatus.FAILED,
+            "error": error, "cache_key": job.cache_key}
 
 
 def _target_warnings(soc: Soc, targets: set[tuple[str, int]]) -> list[str]:

@@ -21,6 +21,7 @@ from typing import IO, TYPE_CHECKING
 from qnndeploy.base import child, socs
 from qnndeploy.base.errors import BadInput, QnnDeployError, first_line
 from qnndeploy.base.fileio import JSON, write_json
+from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.compile import logs
 from qnndeploy.compile.jobs import Compiled, CompileError, HtpSettings, Job, Member, Tools
@@ -37,7 +38,7 @@ PROVIDER_OPTIONS = ("vtcm_mb", "htp_graph_finalization_optimization_mode", "enab
 
 
 class OrtBackend:
-    name = "ort"
+    name = BackendName.ORT
 
     def __init__(self) -> None:
         htp._require()
@@ -47,13 +48,14 @@ class OrtBackend:
         return {"qairt": self.qairt_version, "onnxruntime": version("onnxruntime"),
                 "onnxruntime-qnn": version("onnxruntime-qnn")}
 
-    def options(self, soc: Soc, precision: str, htp: HtpSettings) -> JSON:
+    def options(self, soc: Soc, precision: Precision, htp: HtpSettings) -> JSON:
         options: JSON = {"htp_arch": soc.arch_number, "soc_model": soc.soc_id,
-                   "enable_htp_fp16_precision": precision == "fp16" or bool(htp.keep_fp16), "cpu_fallback": False,
+                   "enable_htp_fp16_precision": precision == Precision.FP16 or bool(htp.keep_fp16),
+                   "cpu_fallback": False,
                    "ep_context_embed_mode": 0, "vtcm_mb": htp.vtcm_mb,
                    "htp_graph_finalization_optimization_mode": htp.optimization_mode,
                    "enable_htp_spill_fill_buffer": htp.spill_fill}
-        if precision == "w8a16":
+        if precision == Precision.W8A16:
             options["quantization"] = {**SETTINGS, **({"nodes_to_exclude": list(htp.keep_fp16)}
                                                       if htp.keep_fp16 else {})}
         return options
@@ -96,7 +98,7 @@ def run(spec: JSON) -> JSON:
     models: dict[str, Path] = {}
     for m in spec["members"]:
         models[m["graph"]] = Path(m["model"])
-        if spec["precision"] != "fp16":
+        if spec["precision"] != Precision.FP16:
             models[m["graph"]], n = quantize(models[m["graph"]], Path(m["calibration"]), tmp / f"{m['graph']}_qdq.onnx",
                                              spec["keep_fp16"])
             if n < FEW_CALIBRATION_SAMPLES:

@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING
 
 from qnndeploy.base.errors import BadInput, MissingTool
 from qnndeploy.base.fileio import JSON
+from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.base.names import CONTEXT_BINARY
 from qnndeploy.compile import logs
 from qnndeploy.compile.jobs import Compiled, CompileError, HtpSettings, Job, Tools
@@ -129,7 +130,7 @@ def htp_config(sdk: Sdk, options: JSON, graph: str, folder: Path) -> Path:
 
 
 class QairtBackend:
-    name = "qairt"
+    name = BackendName.QAIRT
 
     def __init__(self, root: Path | None = None) -> None:
         self.sdk = find_sdk(root)
@@ -143,12 +144,12 @@ class QairtBackend:
     def identity(self) -> dict[str, str]:
         return {"qairt": self.qairt_version, "qairt_sdk": self.sdk.version}
 
-    def options(self, soc: Soc, precision: str, htp: HtpSettings) -> JSON:
+    def options(self, soc: Soc, precision: Precision, htp: HtpSettings) -> JSON:
         if htp.spill_fill:
             raise BadInput("--spill-fill is an option of the ort backend; the qairt backend's HTP config "
                            "does not set it")
         flags = CONVERTER_FLAGS + (["--input_list", CALIBRATION, "--use_native_input_files"]
-                                   if precision == "w8a16" else [])
+                                   if precision == Precision.W8A16 else [])
         return {"converter": flags, "htp_config": {"vtcm_mb": htp.vtcm_mb or soc.vtcm_mb,
                                                    "O": htp.optimization_mode or 3, "soc_id": soc.soc_id,
                                                    "dsp_arch": soc.dsp_arch}, "ldflags": LDFLAGS}

@@ -126,10 +126,22 @@ def record_path(out: Path) -> Path:
     return out.with_name(out.name.removesuffix(".onnx") + ".prepare.json")
 
 
-def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] | None = None,
-                  int32_inputs: bool = False, freeze: Mapping[str, Any] | None = None, simplify: bool = True,
-                  inputs_dir: Path | None = None, tolerance: float = DEFAULT_TOLERANCE, force: bool = False,
-                  seed: int = 0, fuse: bool = False) -> PrepareResult:
+@dataclass(frozen=True)
+class PrepareOptions:
+    """What prepare changes and how it proves the result equivalent: the command line's options (same defaults)."""
+
+    shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)  # input name -> its static dims
+    int32_inputs: bool = False  # wrap int64 inputs and outputs as int32
+    freeze: Mapping[str, Any] = field(default_factory=dict)  # input name -> the constant that replaces it
+    simplify: bool = True  # run the folding chain
+    inputs_dir: Path | None = None  # NAME.npy or NAME.npz per input for the equivalence run; None: random
+    tolerance: float = DEFAULT_TOLERANCE  # max abs diff and rel L2 both above it: not equivalent
+    force: bool = False  # replace an existing OUT.onnx
+    seed: int = 0  # of the random equivalence sample
+    fuse: bool = False  # fuse the unfused (Erf) GELU into Gelu
+
+
+def prepare_model(src: Path, out: Path, options: PrepareOptions = PrepareOptions()) -> PrepareResult:
     """Write OUT.onnx (+ OUT.prepare.json) from SRC with static shapes, int32 I/O and frozen settings.
 
     Raises QnnDeployError (nothing written) on bad options or when an output differs beyond `tolerance`
@@ -137,7 +149,8 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
     """
     import onnx
 
-
+    o = options
+    inputs_dir, tolerance, force = o.inputs_dir, o.tolerance, o.force
     start = time.monotonic()
     src, out = Path(src), Path(out)
     _check_output(src, out, force)
@@ -150,8 +163,8 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
     source_external = bool(onnxio.external_locations(model))
     ranges = onnxio.int_input_ranges(model.graph)
     declared = {v.name: tensor_info(v) for v in model.graph.output}
-    edited = edits.edit(model.graph, shapes or {}, freeze or {}, int32_inputs)
-    if fuse:
+    edited = edits.edit(model.graph, o.shapes, o.freeze, o.int32_inputs)
+    if o.fuse:
         fused = fusing.fuse_gelu(model)
         edited.changes.append(f"{fused} erf GELU pattern(s) fused into Gelu nodes (opset {fusing.GELU_OPSET})"
                              if fused else "--fuse: no unfused GELU pattern found")
@@ -186,10 +199,10 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
         stage = work / "edited.onnx"
         _save(model, stage, external)
         del model
-        feeds = equivalence.feeds(edited.live, inputs_dir, seed, ranges)
+        feeds = equivalence.feeds(edited.live, inputs_dir, o.seed, ranges)
         want = equivalence.reference(src, feeds, edited.frozen, ranges, random=inputs_dir is None)
         try:
-            final, folded_by, folding, diffs = _fold_chain(stage, work, out.name, simplify, external, feeds, want,
+            final, folded_by, folding, diffs = _fold_chain(stage, work, out.name, o.simplify, external, feeds, want,
                                                            tolerance)
         except QnnDeployError:
             # Every candidate failed: when the folder cannot even take two more copies of the model, a full disk
@@ -216,7 +229,7 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
             int32_wrapped=edited.wrapped, simplified=folded_by is not None, folded_by=folded_by, folding=folding,
             nodes_before=edited.nodes_before, nodes_after=nodes_after, inputs=p_inputs, outputs=p_outputs,
             notes=_notes(prepared, p_inputs, p_outputs),
-            equivalence_inputs=str(inputs_dir) if inputs_dir else f"random (seed {seed})", tolerance=tolerance,
+            equivalence_inputs=str(inputs_dir) if inputs_dir else f"random (seed {o.seed})", tolerance=tolerance,
             equivalence=diffs, tools=_tool_versions(__version__), seconds=round(time.monotonic() - start, 2))
         write_json(work / "record.json", asdict(result))  # a short temporary name, renamed below
         fileio.check_stop()  # the last safe point: after it the output is published, whatever signal comes

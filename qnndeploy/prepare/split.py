@@ -35,6 +35,7 @@ from qnndeploy.base.fileio import (
     write_json,
     writing,
 )
+from qnndeploy.base.kinds import Side, choices
 from qnndeploy.base.names import SPLIT_RECORD
 from qnndeploy.model.onnxio import (
     TensorInfo,
@@ -53,7 +54,7 @@ from qnndeploy.prepare.equivalence import OutputDiff, compare, cpu_session, feed
 if TYPE_CHECKING:
     import onnx
 
-PARTS = ("head", "tail")
+PARTS = (Side.HEAD, Side.TAIL)
 # Relative precision of a cut tensor's type: it is rounded to it between the parts, while onnxruntime's CPU computes
 # the unsplit model's float16 chain in float32 (measured: it casts the weights and drops the Casts), so the chained
 # parts are compared at the cut's precision at least.
@@ -268,18 +269,18 @@ def _save(model: onnx.ModelProto, path: Path) -> int:
     return held
 
 
-def split_model(src: Path, out: Path, at: list[str], *, cpu: str = "head", inputs_dir: Path | None = None,
+def split_model(src: Path, out: Path, at: list[str], *, cpu: Side = Side.HEAD, inputs_dir: Path | None = None,
                 tolerance: float = 1e-4, force: bool = False) -> SplitResult:
     """Write OUT-head.onnx and OUT-tail.onnx (the `cpu` part runs on the CPU, the other on the NPU) and
     OUT.split.json, when the two chained compute what `src` computes on onnxruntime's CPU."""
-    if cpu not in PARTS:
+    if cpu not in choices(Side):
         raise BadInput(f"--cpu {cpu}: use head or tail")
     if not at:
         raise BadInput("--split-at needs a tensor name (qnndeploy diagnose names the one to cut at)")
     head, tail, record = split_paths(Path(out))
     slim = load_model(Path(src), weights=False)
     first = _cut(slim.graph, at)
-    plans = _plans(slim.graph, [first, set(range(len(slim.graph.node))) - first], list(PARTS),
+    plans = _plans(slim.graph, [first, set(range(len(slim.graph.node))) - first], [p.value for p in PARTS],
                    ["cpu" if p == cpu else "npu" for p in PARTS])
     return _split(Path(src), slim, plans, [head, tail], record, inputs_dir, tolerance, force)
 
