@@ -20,12 +20,12 @@ from benchlib import Target, fail, median, parse, parser, table
 SOCS = ["SM8550", "SM8650", "SM8750"]
 
 
-def timed(statuses: set[str], **kwargs: Any) -> float:
+def timed(statuses: set[str], models: dict[str, Path], socs: list[str], out: Path, **options: Any) -> float:
     """Seconds of one compile_models call; a failed job, or one whose status is not in `statuses`, fails."""
-    from qnndeploy.compile import compile_models
+    from qnndeploy.compile import CompileOptions, compile_models
 
     start = time.monotonic()
-    summary = compile_models(**kwargs)
+    summary = compile_models(models, socs, out, CompileOptions(**options))
     seconds = time.monotonic() - start
     wrong = [f"{j.graph}/{j.soc}: {j.error or j.status}" for j in summary.jobs if j.status not in statuses]
     if not summary.ok or wrong:
@@ -41,12 +41,12 @@ def models(tmp: Path, smoke: bool) -> tuple[dict[str, Path], list[str]]:
         return {g: tiny_model(tmp / f"{g}.onnx", 8 * (i + 1)) for i, g in enumerate(("det", "rec"))}, SOCS[-1:]
     from ppocr import STATIC_SHAPES, model_path
 
-    from qnndeploy.prepare import prepare_model
+    from qnndeploy.prepare import PrepareOptions, prepare_model
 
     out = {}
     for name in ("det", "rec", "cls"):
         out[name] = tmp / f"{name}.onnx"
-        prepare_model(model_path(name), out[name], shapes={"x": STATIC_SHAPES[name]})
+        prepare_model(model_path(name), out[name], PrepareOptions(shapes={"x": STATIC_SHAPES[name]}))
     return out, SOCS
 
 

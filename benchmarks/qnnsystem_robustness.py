@@ -29,9 +29,10 @@ from qnndeploy.qnn import qnnsystem
 def tiny_binary(tmp: Path) -> Path:
     from test_inspect import tiny
 
-    from qnndeploy.compile import compile_models
+    from qnndeploy.compile import CompileOptions, compile_models
 
-    summary = compile_models({"tiny": tiny(tmp / "tiny.onnx")}, ["SM8750"], tmp / "build", use_cache=False)
+    summary = compile_models({"tiny": tiny(tmp / "tiny.onnx")}, ["SM8750"], tmp / "build",
+                             CompileOptions(use_cache=False))
     assert summary.ok, [j.error for j in summary.failures]
     return tmp / "build" / "tiny" / "SM8750" / "tiny.bin"
 

@@ -15,47 +15,53 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from qnndeploy.base.errors import EXIT_CHECK_FAILED, QnnDeployError
+from qnndeploy.base.errors import BadInput, CheckFailed, MissingTool, QnnDeployError
 from qnndeploy.base.fileio import JSON, Progress
 from qnndeploy.base.socs import Soc
 from qnndeploy.base.socs import catalog as socs
 from qnndeploy.base.socs import find as find_soc
-from qnndeploy.bundle.build import BundleResult, BundleSpec, add_split, build_bundle, spec_from_build
+from qnndeploy.bundle.build import BundleResult, BundleSpec, build_bundle, spec_from_build, with_split
 from qnndeploy.check import CheckReport, check_model
-from qnndeploy.compile import CompileSummary, JobResult, compile_models
+from qnndeploy.compile import CompileOptions, CompileSummary, JobResult, compile_models
 from qnndeploy.compile.jobs import HtpSettings
 from qnndeploy.device import hosted
 from qnndeploy.device import verify as on_device
 from qnndeploy.device.hosted import HostedChoice
 from qnndeploy.device.info import DeviceInfo, ListedDevice, device_info, devices
 from qnndeploy.device.verify import DeviceVerification
-from qnndeploy.diagnose import DiagnoseResult, diagnose
+from qnndeploy.diagnose import DiagnoseOptions, DiagnoseResult, diagnose
 from qnndeploy.formats.verify import Problem, VerifyReport, opened, require_bundle
 from qnndeploy.inspect import BinaryReport, InspectResult, inspect
 from qnndeploy.package import play as playroom
 from qnndeploy.package.play import PlayPackage
-from qnndeploy.prepare import PrepareResult, prepare_model
+from qnndeploy.prepare import PrepareOptions, PrepareResult, prepare_model
 from qnndeploy.prepare.split import SplitResult, split_by_size, split_model
 from qnndeploy.scaffold import ScaffoldResult
 from qnndeploy.scaffold import check_request as _check_scaffold
 from qnndeploy.scaffold import scaffold as _scaffold
-from qnndeploy.validate import TargetValidation, ValidationSummary, validate_build
+from qnndeploy.validate import TargetValidation, ValidateOptions, ValidationSummary, validate_build
 
 __all__ = [
+    "BadInput",
     "BinaryReport",
     "BundleResult",
     "BundleSpec",
+    "CheckFailed",
     "CheckReport",
+    "CompileOptions",
     "CompileSummary",
     "DeviceInfo",
     "DeviceVerification",
+    "DiagnoseOptions",
     "DiagnoseResult",
     "HostedChoice",
     "HtpSettings",
     "InspectResult",
     "JobResult",
     "ListedDevice",
+    "MissingTool",
     "PlayPackage",
+    "PrepareOptions",
     "PrepareResult",
     "Problem",
     "QnnDeployError",
@@ -63,9 +69,9 @@ __all__ = [
     "Soc",
     "SplitResult",
     "TargetValidation",
+    "ValidateOptions",
     "ValidationSummary",
     "VerifyReport",
-    "add_split",
     "build_bundle",
     "check_model",
     "compile_models",
@@ -86,6 +92,7 @@ __all__ = [
     "split_model",
     "validate_build",
     "verify_bundle",
+    "with_split",
 ]
 
 
@@ -129,8 +136,7 @@ def _sound(bundle: Path, refusal: str, deep: bool, allow_unchecked: bool,
     with opened(Path(bundle), progress, deep=deep, allow_unchecked=allow_unchecked) as (root, report):
         require_bundle(Path(bundle), root, report)
         if not report.ok:
-            raise QnnDeployError(f"{bundle} fails bundle verify ({len(report.problems)} problem(s)); {refusal}",
-                                 EXIT_CHECK_FAILED)
+            raise CheckFailed(f"{bundle} fails bundle verify ({len(report.problems)} problem(s)); {refusal}")
         yield root, report
 
 
@@ -142,7 +148,7 @@ def _pushable(bundle: Path, refusal: Callable[[Path], str], allow_unchecked: boo
     with on_device.checked_bundle(Path(bundle), allow_unchecked) as (root, report, manifest):
         require_bundle(Path(bundle), root, report)
         if manifest is None:
-            raise QnnDeployError(refusal(Path(bundle)), EXIT_CHECK_FAILED)
+            raise CheckFailed(refusal(Path(bundle)))
         yield root, manifest
 
 

@@ -5,6 +5,7 @@ check -> prepare -> check -> compile (3 SoCs) -> validate on the host HTP emulat
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import shutil
@@ -15,16 +16,16 @@ from pathlib import Path
 
 from qnndeploy import __version__
 from qnndeploy.base import socs as catalog
-from qnndeploy.base.errors import EXIT_CHECK_FAILED, QnnDeployError
+from qnndeploy.base.errors import BadInput, CheckFailed
 from qnndeploy.base.fileio import check_apart, check_writable, first_missing, no_room, remove_made, write_error, writing
 from qnndeploy.bundle.build import build_bundle, spec_from_build
 from qnndeploy.check import check_model
 from qnndeploy.compile import compile_models
 from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.model.metrics import OutputMetrics
-from qnndeploy.prepare import prepare_model
+from qnndeploy.prepare import PrepareOptions, prepare_model
 from qnndeploy.qnn import htp
-from qnndeploy.validate import validate_build
+from qnndeploy.validate import TargetStatus, ValidateOptions, validate_build
 
 MODEL = "kws_demo"  # a keyword-spotting-shaped CNN made by data/make_demo_model.py (Apache-2.0, no training data)
 SHAPES = {"features": [1, 1, 49, 10]}  # 49 frames x 10 MFCC: the fixed size the NPU needs
@@ -66,22 +67,22 @@ def run_demo(out: Path, socs: tuple[str, ...] = DEFAULT_SOCS, force: bool = Fals
         soc = catalog.find(name)
         why = catalog.refusal(soc, qairt, "fp16") or catalog.arch_mismatch(soc, qairt)
         if why:
-            raise QnnDeployError(f"--soc {soc.model}: {why}; leave it out of the demo")
+            raise BadInput(f"--soc {soc.model}: {why}; leave it out of the demo")
     for folder in (sdk_root, libs_dir):
         if folder is not None and not Path(folder).is_dir():
-            raise QnnDeployError(f"{folder} is not a folder")
+            raise BadInput(f"{folder} is not a folder")
     out = Path(out)
     check_writable(out)  # a symlink, a name too long, a read-only or unwritable place: refused before any stage
     if out.exists() and not out.is_dir():
-        raise QnnDeployError(f"-o {out} is a file, not a folder")
+        raise BadInput(f"-o {out} is a file, not a folder")
     check_apart(out, [("QAIRT SDK folder", sdk_root), ("runtime-libs folder", libs_dir)])
     existed, old = out.exists(), None
     if existed and any(out.iterdir()):
         if not force:
-            raise QnnDeployError(f"{out} exists and is not empty; choose another -o or pass --force")
+            raise BadInput(f"{out} exists and is not empty; choose another -o or pass --force")
         if not (out / MARKER).is_file():
-            raise QnnDeployError(f"{out} is not an earlier demo output (it has no {MARKER}): --force only replaces "
-                                 "an earlier demo output; choose another -o")
+            raise BadInput(f"{out} is not an earlier demo output (it has no {MARKER}): --force only replaces "
+                           "an earlier demo output; choose another -o")
         old = out.with_name(f".{out.name}.old-{os.getpid()}")
     made = first_missing(out.parent)
     try:
@@ -116,12 +117,12 @@ def _stages(out: Path, socs: tuple[str, ...], say: Step, sdk_root: Path | None, 
     say(f"check {model.name}: is it ready for the NPU?")
     before = check_model(model, soc=socs[-1])
     say("prepare: fix the dynamic batch to 1, simplify, prove it equivalent on CPU")
-    prepared = prepare_model(model, out / "model" / f"{MODEL}.npu.onnx", shapes=SHAPES)
+    prepared = prepare_model(model, out / "model" / f"{MODEL}.npu.onnx", PrepareOptions(shapes=SHAPES))
     say("check the prepared model on the real HTP compiler")
     after = check_model(Path(prepared.output), soc=socs[-1])
     if after.verdict != "ready":  # the output is rolled back on failure: say why here, not in a file
         why = next((f.message for f in after.findings if f.severity in ("blocker", "fixable")), "")
-        raise QnnDeployError(f"the prepared demo model is '{after.verdict}' on the HTP: {why}", EXIT_CHECK_FAILED)
+        raise CheckFailed(f"the prepared demo model is '{after.verdict}' on the HTP: {why}")
 
     say(f"compile for {', '.join(socs)} with onnxruntime-qnn (CPU fallback off)")
     build = out / "build"
@@ -129,23 +130,22 @@ def _stages(out: Path, socs: tuple[str, ...], say: Step, sdk_root: Path | None, 
     if not compiled.ok:
         _no_room(out, Path(prepared.output))
         first = compiled.failures[0]
-        raise QnnDeployError(f"compile failed for {first.soc}: {first.error}", EXIT_CHECK_FAILED)
+        raise CheckFailed(f"compile failed for {first.soc}: {first.error}")
     say("validate: each context binary on the host HTP emulator against onnxruntime CPU")
-    validated = validate_build(build, random=4)
+    validated = validate_build(build, ValidateOptions(random=4))
     if not validated.ok:
         _no_room(out, Path(prepared.output))
-        bad = next(t for t in validated.targets if t.status != "passed")
-        raise QnnDeployError(f"validation failed for {bad.soc}: {bad.reason or 'outputs differ'}", EXIT_CHECK_FAILED)
+        bad = next(t for t in validated.targets if t.status != TargetStatus.PASSED)
+        raise CheckFailed(f"validation failed for {bad.soc}: {bad.reason or 'outputs differ'}")
 
     say("bundle: context binaries per SoC, CPU fallback, records, manifest; then bundle verify")
-    spec = spec_from_build(build, BUNDLE_NAME, BUNDLE_VERSION)
-    spec.source_model, spec.source_path, spec.license = MODEL, model, "Apache-2.0"
-    spec.sdk_root, spec.libs_dir = sdk_root, libs_dir
+    spec = dataclasses.replace(spec_from_build(build, BUNDLE_NAME, BUNDLE_VERSION), source_model=MODEL,
+                               source_path=model, license="Apache-2.0", sdk_root=sdk_root, libs_dir=libs_dir)
     bundled = build_bundle(spec, out / "bundle")
     report = verify_bundle(bundled.path, deep=True)
     if not report.ok:
-        raise QnnDeployError(f"the demo bundle does not verify: {report.problems[0].path}: "
-                             f"{report.problems[0].message}", EXIT_CHECK_FAILED)
+        raise CheckFailed(f"the demo bundle does not verify: {report.problems[0].path}: "
+                          f"{report.problems[0].message}")
     b = shlex.quote(str(bundled.path))
     return DemoResult(
         out=out, verdict_before=before.verdict, prepare_changes=prepared.changes,

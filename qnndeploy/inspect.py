@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from qnndeploy.base import socs
-from qnndeploy.base.errors import EXIT_MISSING_TOOL, QnnDeployError
+from qnndeploy.base.errors import MissingTool, QnnDeployError
 from qnndeploy.base.fileio import open_regular
 from qnndeploy.base.names import CONTEXT_BINARY
 from qnndeploy.formats import archive
@@ -125,7 +125,7 @@ def _report(file: Path, shown: str, size: int, answer: ContextInfo | QnnDeployEr
         return BinaryReport(shown, size, QNN_SYSTEM, answer, binary_soc=_soc_name(answer.soc_model))
     if answer is None:
         reason, problem = missing, ""
-    elif answer.exit_code == EXIT_MISSING_TOOL:
+    elif isinstance(answer, MissingTool):
         reason, problem = str(answer), ""
     else:
         reason = problem = str(answer)

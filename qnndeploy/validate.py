@@ -11,19 +11,21 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from qnndeploy import __version__
 from qnndeploy.base import fileio, socs
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON, sha256_file, write_json
+from qnndeploy.base.kinds import Precision
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.formats.records import (
     VALIDATION_RECORD,
     VALIDATION_VERSION,
     CompileRecord,
     JobStarted,
+    RecordStatus,
     read_build,
     split_records,
 )
@@ -39,19 +41,40 @@ from qnndeploy.model.metrics import (
 from qnndeploy.model.samples import Sample
 from qnndeploy.qnn import htp
 
-if TYPE_CHECKING:
-    pass
-
 EMULATOR_NOTE = ("Outputs come from the host HTP emulator (x86-64): the HTP's arithmetic, not its speed. "
                  "Emulator timings say nothing about phone timings; measure on a phone (qnndeploy device profile).")
+
+
+class TargetStatus(StrEnum):
+    """A job's validation: judged and passed or failed, not run (the reason says why), or it could not run."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    """Which jobs validate runs, on what samples, judged how: the command line's options (same defaults)."""
+
+    inputs: Path | None = None  # a samples folder (DIR/<graph>/ when it exists, else DIR); None: random samples
+    random: int | None = None  # random seeded samples per graph (default 1 without inputs)
+    seed: int = 0
+    preprocess: str | Path | None = None  # how a one-input graph's .wav or .png/.jpg files become inputs
+    thresholds: Thresholds = field(default_factory=dict)  # overrides, for every precision
+    reason: str | None = None  # why a looser threshold is right: required with one, recorded
+    graphs: list[str] | None = None  # None: every graph of the build
+    soc_names: list[str] | None = None  # None: every SoC of the build
+    jobs: int | None = None  # at once; None: default_jobs()
 
 
 @dataclass
 class TargetValidation:
     graph: str
     soc: str
-    precision: str | None
-    status: str  # "passed" | "failed" | "skipped" | "error"
+    precision: Precision | None
+    status: TargetStatus
     reason: str | None = None
     outputs: list[OutputMetrics] = field(default_factory=list)
     samples: int = 0
@@ -78,31 +101,27 @@ Given = tuple[list[Sample], JSON]  # samples from --inputs, and how they were ma
 Reference = tuple[list[Sample], list[Sample], JSON]  # samples, their CPU outputs, how the samples were made
 
 
-def validate_build(build: Path, inputs: Path | None = None, random: int | None = None, *, seed: int = 0,
-                   thresholds: Thresholds | None = None, progress: Progress | None = None,
-                   preprocess: str | Path | None = None, reason: str | None = None,
-                   graphs: list[str] | None = None, soc_names: list[str] | None = None,
-                   jobs: int | None = None) -> ValidationSummary:
-    """Validate every compiled (graph, SoC) in `build`. `inputs` is a folder of samples (DIR/<graph>/ when it
-    exists, else DIR: *.npz with one array per input name, or <input>.npy; for a one-input graph .wav or
-    .png/.jpg files through `preprocess`, media.parse_preprocess); otherwise `random` seeded samples
-    (default 1). `thresholds` overrides min_cosine / min_snr_db / atol / min_topk_jaccard for every precision; one
-    looser than a default needs `reason`, which the records keep (a pass is then a pass by that reason).
-    `graphs` and `soc_names` select the jobs (default: all); `jobs` of them run at once (default_jobs()), their
-    results in the build's order."""
-
-    prep = samples.sample_source(inputs, random, preprocess)
-    check_thresholds(thresholds or {})
+def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
+                   progress: Progress | None = None) -> ValidationSummary:
+    """Validate every compiled (graph, SoC) in `build`, the selected ones (options) `jobs` at once, the results in
+    the build's order. The samples: `inputs` (*.npz with one array per input name, or <input>.npy; for a one-input
+    graph .wav or .png/.jpg files through `preprocess`, media.parse_preprocess), otherwise `random` seeded ones.
+    `thresholds` overrides min_cosine / min_snr_db / atol / min_topk_jaccard; one looser than a default needs
+    `reason`, which the records keep (a pass is then a pass by that reason)."""
+    o = options
+    inputs, random, seed, thresholds, reason, jobs = o.inputs, o.random, o.seed, o.thresholds, o.reason, o.jobs
+    prep = samples.sample_source(inputs, random, o.preprocess)
+    check_thresholds(thresholds)
     if reason is not None and ("\n" in reason or len(reason) > 500):
-        raise QnnDeployError("--reason must be one line of at most 500 characters")
+        raise BadInput("--reason must be one line of at most 500 characters")
     if jobs is not None and jobs < 1:
-        raise QnnDeployError("-j must be 1 or more")
+        raise BadInput("-j must be 1 or more")
     compiled = read_build(build)
-    plan = select(compiled, graphs, soc_names)
-    loosened = looser_thresholds(thresholds or {}, {r.precision for r in plan})
+    plan = select(compiled, o.graphs, o.soc_names)
+    loosened = looser_thresholds(thresholds, {r.precision for r in plan})
     if loosened and not (reason or "").strip():
-        raise QnnDeployError(f"--{', --'.join(loosened)} is looser than the default: say why with --reason \"...\" "
-                             "(it is recorded in every validation record and the bundle)")
+        raise BadInput(f"--{', --'.join(loosened)} is looser than the default: say why with --reason \"...\" "
+                       "(it is recorded in every validation record and the bundle)")
     htp._require()
     # Samples that do not fit are bad input: refuse them before anything runs or is written.
     given: dict[str, Given] = {}
@@ -122,7 +141,7 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
     def run(i: int, record: CompileRecord) -> tuple[int, TargetValidation]:
         if progress:
             progress(len(results), len(plan), JobStarted(record.graph, record.soc))
-        return i, _validate_one(record, random, seed, thresholds or {}, per_graph, locks[record.graph], given,
+        return i, _validate_one(record, random, seed, thresholds, per_graph, locks[record.graph], given,
                                 reason.strip() if loosened and reason else None)
 
     pool = ThreadPoolExecutor(max_workers=jobs or default_jobs())
@@ -141,8 +160,8 @@ def validate_build(build: Path, inputs: Path | None = None, random: int | None =
         raise
     pool.shutdown()
     ordered = [results[i] for i in range(len(plan))]
-    validated = [t for t in ordered if t.status in ("passed", "failed")]
-    ok = bool(validated) and all(t.status in ("passed", "skipped") for t in ordered)
+    validated = [t for t in ordered if t.status in (TargetStatus.PASSED, TargetStatus.FAILED)]
+    ok = bool(validated) and all(t.status in (TargetStatus.PASSED, TargetStatus.SKIPPED) for t in ordered)
     return ValidationSummary(Path(build), described, ordered, ok,
                              splits=split_records({r.source: r.source_sha256 for r in compiled}))
 
@@ -161,15 +180,15 @@ def select(records: list[CompileRecord], graphs: list[str] | None, soc_names: li
         known = sorted({r.graph for r in records})
         missing = [g for g in graphs if g not in known]
         if missing:
-            raise QnnDeployError(f"--graph {', '.join(missing)}: not in the build, which holds {', '.join(known)}")
+            raise BadInput(f"--graph {', '.join(missing)}: not in the build, which holds {', '.join(known)}")
         records = [r for r in records if r.graph in graphs]
     if soc_names:
         known = sorted({r.soc for r in records})
         wanted = {socs.find(n).model for n in soc_names}
         missing = sorted(wanted - set(known))
         if missing:
-            raise QnnDeployError(f"--soc {', '.join(missing)}: the build has no job for it"
-                                 + (f" (its jobs are for {', '.join(known)})" if known else ""))
+            raise BadInput(f"--soc {', '.join(missing)}: the build has no job for it"
+                           + (f" (its jobs are for {', '.join(known)})" if known else ""))
         records = [r for r in records if r.soc in wanted]
     return records
 
@@ -190,17 +209,17 @@ def check_thresholds(thresholds: Thresholds) -> None:
     a negative atol, a top-k Jaccard outside [0, 1]."""
     unknown = set(thresholds) - set(THRESHOLDS["fp16"]) - set(OPTIONAL_THRESHOLDS)
     if unknown:
-        raise QnnDeployError(f"unknown threshold(s) {', '.join(sorted(unknown))}")
+        raise BadInput(f"unknown threshold(s) {', '.join(sorted(unknown))}")
     cosine, snr, atol = (thresholds.get(k) for k in ("min_cosine", "min_snr_db", "atol"))
     if cosine is not None and not -1 <= cosine <= 1:
-        raise QnnDeployError(f"--min-cosine {cosine:g}: a cosine similarity lies between -1 and 1 (1 = identical)")
+        raise BadInput(f"--min-cosine {cosine:g}: a cosine similarity lies between -1 and 1 (1 = identical)")
     if snr is not None and not math.isfinite(snr):
-        raise QnnDeployError(f"--min-snr-db {snr:g}: give a finite number of dB, e.g. 30")
+        raise BadInput(f"--min-snr-db {snr:g}: give a finite number of dB, e.g. 30")
     if atol is not None and not (math.isfinite(atol) and atol >= 0):
-        raise QnnDeployError(f"--atol {atol:g}: give a finite absolute tolerance of 0 or more, e.g. 1e-3")
+        raise BadInput(f"--atol {atol:g}: give a finite absolute tolerance of 0 or more, e.g. 1e-3")
     jaccard = thresholds.get("min_topk_jaccard")
     if jaccard is not None and not 0 <= jaccard <= 1:
-        raise QnnDeployError(f"--min-topk-jaccard {jaccard:g}: a Jaccard index lies between 0 and 1 (1 = same set)")
+        raise BadInput(f"--min-topk-jaccard {jaccard:g}: a Jaccard index lies between 0 and 1 (1 = same set)")
 
 
 def emulated_qairts(build: Path) -> set[str]:
@@ -210,15 +229,15 @@ def emulated_qairts(build: Path) -> set[str]:
 
 
 def _validatable(record: CompileRecord) -> bool:
-    return record.status == "ok" and record.output(EPCONTEXT) is not None
+    return record.status == RecordStatus.OK and record.output(EPCONTEXT) is not None
 
 
 def _validate_one(record: CompileRecord, random: int | None, seed: int, overrides: Thresholds,
                   per_graph: dict[str, Reference | QnnDeployError], lock: threading.Lock, given: dict[str, Given],
                   reason: str | None) -> TargetValidation:
     folder, graph, soc_name, precision = record.folder, record.graph, record.soc, record.precision
-    result = TargetValidation(graph, soc_name, precision, "skipped", shared=record.shared)
-    if record.status != "ok":
+    result = TargetValidation(graph, soc_name, precision, TargetStatus.SKIPPED, shared=record.shared)
+    if record.status != RecordStatus.OK:
         result.reason = "the compile failed: nothing to validate"
         return result
     ctx, binary = record.output(EPCONTEXT), record.output(CONTEXT_BINARY)
@@ -230,13 +249,14 @@ def _validate_one(record: CompileRecord, random: int | None, seed: int, override
     # alone with the same options) is what runs here.
     run = record.twin(EPCONTEXT) if record.shared else ctx
     if run is None:
-        result.status, result.reason = "error", f"{folder} has no twin of {graph} for the emulator: compile again"
+        result.status = TargetStatus.ERROR
+        result.reason = f"{folder} has no twin of {graph} for the emulator: compile again"
         return result
     result.thresholds = limits = thresholds_for(precision, overrides)
     try:
         for o in (ctx, binary, *record.twins):
             if o is not None and sha256_file(folder / o.path) != o.sha256:
-                raise QnnDeployError(f"{folder / o.path} changed since it was compiled: compile again")
+                raise BadInput(f"{folder / o.path} changed since it was compiled: compile again")
         with lock:
             if graph not in per_graph:
                 try:
@@ -249,18 +269,18 @@ def _validate_one(record: CompileRecord, random: int | None, seed: int, override
         feeds, expected, used = reference
         outputs, seconds = _run_htp(folder / run.path, soc_name, precision, feeds)
     except QnnDeployError as e:
-        result.status, result.reason = "error", str(e)
+        result.status, result.reason = TargetStatus.ERROR, str(e)
         return result
     result.samples = len(feeds)
     result.emulator_s_per_run = round(seconds / len(feeds), 3)
     result.outputs = judge_model(record.source, expected, outputs, limits)
-    result.status = "passed" if all(m.passed for m in result.outputs) else "failed"
+    result.status = TargetStatus.PASSED if all(m.passed for m in result.outputs) else TargetStatus.FAILED
     result.record = record.validation_file
     write_json(result.record, {
         "record": VALIDATION_RECORD, "version": VALIDATION_VERSION,
         "graph": graph, "soc": soc_name, "soc_id": record.soc_id, "dsp_arch": record.dsp_arch,
         "precision": precision, "backend": record.backend, "qairt_version": record.qairt_version,
-        "passed": result.status == "passed",
+        "passed": result.status == TargetStatus.PASSED,
         "thresholds": limits,
         **({"threshold_reason": reason} if reason else {}),
         "inputs": used,
@@ -281,15 +301,15 @@ def _reference(record: CompileRecord, given: Given | None, random: int | None, s
     per graph, shared by its SoCs)."""
     source = record.source
     if not source.is_file():
-        raise QnnDeployError(f"the source model {source} is gone: the CPU reference needs it")
+        raise BadInput(f"the source model {source} is gone: the CPU reference needs it")
     if sha256_file(source) != record.source_sha256:
-        raise QnnDeployError(f"{source} changed since the compile: compile again, then validate")
+        raise BadInput(f"{source} changed since the compile: compile again, then validate")
     feeds, used = given or samples.for_graph(source, record.graph, count=random or 1, seed=seed)
     return feeds, samples.cpu_outputs(source, feeds), used
 
 
-def _run_htp(ctx: Path, soc_name: str, precision: str | None, feeds: list[Sample]) -> tuple[list[Sample], float]:
+def _run_htp(ctx: Path, soc_name: str, precision: Precision | None, feeds: list[Sample]) -> tuple[list[Sample], float]:
     try:
-        return htp.run_model(ctx, socs.find(soc_name), feeds, fp16=precision == "fp16")
+        return htp.run_model(ctx, socs.find(soc_name), feeds, fp16=precision == Precision.FP16)
     except QnnDeployError as e:
-        raise QnnDeployError(f"the HTP emulator could not run {ctx.name}: {e}") from None
+        raise BadInput(f"the HTP emulator could not run {ctx.name}: {e}") from None

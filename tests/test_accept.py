@@ -35,7 +35,7 @@ def build(tmp_path_factory) -> Path:
     """enc failed validation on both SoCs (snr < 200 dB); dec passed on both."""
     require(htp.available(), "onnxruntime-qnn")
     from qnndeploy.compile import compile_models
-    from qnndeploy.validate import validate_build
+    from qnndeploy.validate import ValidateOptions, validate_build
 
     root = tmp_path_factory.mktemp("accept")
     models = {g: bundles.tiny_model(root / f"{g}.onnx", 8 * (i + 1)) for i, g in enumerate(("enc", "dec"))}
@@ -43,7 +43,7 @@ def build(tmp_path_factory) -> Path:
     assert compile_models(models, SOCS, out).ok
     assert validate_build(out).ok
     passed = {soc: (out / "dec" / soc / "validation.json").read_bytes() for soc in SOCS}
-    assert not validate_build(out, thresholds={"min_snr_db": 200.0}).ok
+    assert not validate_build(out, ValidateOptions(thresholds={"min_snr_db": 200.0})).ok
     for soc, record in passed.items():
         (out / "dec" / soc / "validation.json").write_bytes(record)
     return out

@@ -40,10 +40,10 @@ SCHEMA = json.loads((Path(stage.__file__).parent.parent / "schemas" / "compile-r
 
 def static_ppocr(name: str, folder: Path, shape: list[int] | None = None) -> Path:
     """The PP-OCR model with its input fixed to `shape` (default: tests/ppocr.STATIC_SHAPES), made by `prepare`."""
-    from qnndeploy.prepare import prepare_model
+    from qnndeploy.prepare import PrepareOptions, prepare_model
 
     out = folder / f"{name}.onnx"
-    prepare_model(model_path(name), out, shapes={"x": shape or STATIC_SHAPES[name]})
+    prepare_model(model_path(name), out, PrepareOptions(shapes={"x": shape or STATIC_SHAPES[name]}))
     return out
 
 
@@ -173,7 +173,8 @@ def test_unchanged_jobs_are_cache_hits_and_say_so(build, models):
     # a new build folder fills from the content-addressed cache, through the library API
     calls = []
     summary = stage.compile_models({"cls": models["cls"], "rec": models["rec"]}, list(SOCS), out.parent / "b2",
-                                   jobs=2, cache_dir=build["cache"], progress=lambda *a: calls.append(a))
+                                   stage.CompileOptions(jobs=2,
+                                                        cache_dir=build["cache"]), progress=lambda *a: calls.append(a))
     assert summary.ok and [j.status for j in summary.jobs] == ["cached"] * 4
     assert {j.note for j in summary.jobs} == {"restored from the cache"}
     ends = [c for c in calls if not isinstance(c[2], JobStarted)]
@@ -189,7 +190,8 @@ def test_unchanged_jobs_are_cache_hits_and_say_so(build, models):
     m = onnx.load(str(models["cls"]))
     m.doc_string = "changed"
     onnx.save(m, changed)
-    summary = stage.compile_models({"cls": changed}, ["SM8750"], out.parent / "b3", cache_dir=build["cache"])
+    summary = stage.compile_models({"cls": changed}, ["SM8750"], out.parent / "b3",
+                                   stage.CompileOptions(cache_dir=build["cache"]))
     assert [j.status for j in summary.jobs] == ["ok"]
 
 
@@ -252,8 +254,8 @@ def test_w8a16_quantizes_with_calibration_samples(models, tmp_path):
     rng = np.random.default_rng(0)
     for i in range(3):
         np.savez(calib / f"{i}.npz", x=rng.uniform(-1, 1, STATIC_SHAPES["cls"]).astype(np.float32))
-    summary = stage.compile_models({"cls": models["cls"]}, ["SM8750"], tmp_path / "b", precision="w8a16",
-                                   calib=tmp_path / "calib", use_cache=False)
+    summary = stage.compile_models({"cls": models["cls"]}, ["SM8750"], tmp_path / "b",
+                                   stage.CompileOptions(precision="w8a16", calib=tmp_path / "calib", use_cache=False))
     job = summary.jobs[0]
     assert job.status == "ok", job.error
     rec = record(tmp_path / "b", "cls", "SM8750")
@@ -401,8 +403,9 @@ def test_qairt_w8a16_passes_calibration_as_an_input_list(models, tmp_path, stand
     calib = tmp_path / "calib"
     calib.mkdir()
     np.save(calib / "x.npy", np.zeros([2, *STATIC_SHAPES["cls"]], np.float32))  # two samples stacked
-    summary = stage.compile_models({"cls": models["cls"]}, ["SM8650"], tmp_path / "b", backend="qairt",
-                                   precision="w8a16", calib=calib, use_cache=False, qnn_sdk_root=STANDIN)
+    summary = stage.compile_models({"cls": models["cls"]}, ["SM8650"], tmp_path / "b",
+                                   stage.CompileOptions(backend="qairt", precision="w8a16", calib=calib,
+                                                        use_cache=False, qnn_sdk_root=STANDIN))
     assert summary.ok, summary.jobs[0].error
     conv = standin()[0]["argv"]
     assert conv[-3] == "--input_list" and conv[-1] == "--use_native_input_files"
@@ -413,8 +416,8 @@ def test_qairt_w8a16_passes_calibration_as_an_input_list(models, tmp_path, stand
 
 @pytest.mark.slow
 def test_qairt_unsupported_op_and_missing_sdk(models, tmp_path, standin):
-    summary = stage.compile_models({"bad": models["bad"]}, ["SM8750"], tmp_path / "b", backend="qairt",
-                                   use_cache=False, qnn_sdk_root=STANDIN)
+    summary = stage.compile_models({"bad": models["bad"]}, ["SM8750"], tmp_path / "b",
+                                   stage.CompileOptions(backend="qairt", use_cache=False, qnn_sdk_root=STANDIN))
     job = summary.jobs[0]
     assert not summary.ok and job.status == "failed"
     assert "bad0 (sinh) has no QNN translation" in job.error
@@ -492,7 +495,8 @@ def test_a_rerun_removes_what_a_killed_compile_left(tmp_path):
     for p in [*stale, graph / ".SM8550.partial-ghi"]:
         p.mkdir(parents=True)
         (p / "job.json").write_text("{}")
-    summary = stage.compile_models({"relu": relu_graph(tmp_path / "relu.onnx")}, ["SM8750"], out, use_cache=False)
+    summary = stage.compile_models({"relu": relu_graph(tmp_path / "relu.onnx")}, ["SM8750"], out,
+                                   stage.CompileOptions(use_cache=False))
     assert summary.ok
     # this run's job is SM8750: its leftovers go; another SoC's staging folder may belong to a running compile
     assert sorted(p.name for p in graph.iterdir()) == [".SM8550.partial-ghi", "SM8750"]

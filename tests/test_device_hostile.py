@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import CheckFailed, QnnDeployError
 from qnndeploy.cli import cli
 from qnndeploy.cli._common import escaped
 from qnndeploy.device import adb
@@ -90,7 +90,7 @@ def test_escaped_shows_control_characters_and_keeps_printable_text():
 
 def test_error_messages_are_escaped_too(monkeypatch):
     def hostile(*_args):
-        raise QnnDeployError("`getconf PAGE_SIZE` failed on 1234 (exit 1): \x1b[2J\x1b]0;pwned\x07", 1)
+        raise CheckFailed("`getconf PAGE_SIZE` failed on 1234 (exit 1): \x1b[2J\x1b]0;pwned\x07")
 
     monkeypatch.setattr(device_info, "device_info", hostile)
     r, _ = _run("device", "info")

@@ -4,6 +4,7 @@ pushed context on the host HTP emulator so that the compared outputs are real.""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -396,12 +397,12 @@ def test_a_shared_context_goes_once_and_each_graph_is_named_in_its_input_lists(d
     from elfgen import fake_sdk
 
     from qnndeploy.bundle.build import build_bundle, spec_from_build
-    from qnndeploy.compile import compile_models
+    from qnndeploy.compile import CompileOptions, compile_models
 
-    assert compile_models(dict(compiled["cpu"]), ["SM8750"], tmp_path / "build", shares={"pair": ["det", "rec"]},
-                          use_cache=False).ok
-    spec = spec_from_build(tmp_path / "build", "demo", "1.0.0")
-    spec.sdk_root, spec.license = fake_sdk(tmp_path / "sdk", ["v79"]), "Apache-2.0"
+    assert compile_models(dict(compiled["cpu"]), ["SM8750"], tmp_path / "build",
+                          CompileOptions(shares={"pair": ["det", "rec"]}, use_cache=False)).ok
+    spec = dataclasses.replace(spec_from_build(tmp_path / "build", "demo", "1.0.0"),
+                               sdk_root=fake_sdk(tmp_path / "sdk", ["v79"]), license="Apache-2.0")
     shared = build_bundle(spec, tmp_path / "bundle").path
     code, out = verify(str(shared), "--runner", str(launcher), "--json", records=tmp_path / "records")
     assert code == 1, out

@@ -90,7 +90,7 @@ def builds(tmp_path_factory):
     folder = tmp_path_factory.mktemp("diag")
     models = {"logmel": log_frontend(folder / "logmel.onnx"), "norm": scaled_norm(folder / "norm.onnx")}
     out = folder / "build"
-    assert compile_stage.compile_models(models, ["SM8750"], out, use_cache=False).ok
+    assert compile_stage.compile_models(models, ["SM8750"], out, compile_stage.CompileOptions(use_cache=False)).ok
     (folder / "inputs" / "norm").mkdir(parents=True)
     np.save(folder / "inputs" / "norm" / "x.npy", np.random.default_rng(0).uniform(-1, 1, (1, 16, 64)).astype("f4"))
     return {"build": out, "inputs": tiny_inputs(folder / "inputs" / "logmel"), "folder": folder, **models}
@@ -99,10 +99,10 @@ def builds(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.needs_qnn
 def test_a_log_of_tiny_values_fails_validation_and_diagnose_names_the_log(builds):
-    summary = validate_stage.validate_build(builds["build"], builds["inputs"].parent)
+    summary = validate_stage.validate_build(builds["build"], validate_stage.ValidateOptions(builds["inputs"].parent))
     status = {t.graph: t.status for t in summary.targets}
     assert status == {"logmel": "failed", "norm": "failed"}  # measured: logmel 7 dB
-    result = stage.diagnose(builds["build"] / "logmel" / "SM8750", builds["inputs"])
+    result = stage.diagnose(builds["build"] / "logmel" / "SM8750", stage.DiagnoseOptions(builds["inputs"]))
     bad = result.first_bad
     assert bad is not None and (bad.tensor, bad.op_type, bad.node, bad.position) == ("logx", "Log", "log", 0)
     assert result.last_good is None and not result.ok and result.compiles == 1
@@ -129,7 +129,7 @@ def test_the_same_graph_passes_on_random_input(builds):
     folder = builds["folder"] / "uniform"
     folder.mkdir()
     np.save(folder / "x.npy", np.random.default_rng(3).uniform(0.05, 1, (1, 32, 64)).astype(np.float32))
-    result = stage.diagnose(builds["build"] / "logmel" / "SM8750", folder)
+    result = stage.diagnose(builds["build"] / "logmel" / "SM8750", stage.DiagnoseOptions(folder))
     assert result.ok and result.first_bad is None and result.remedies == []
     assert all(p.snr_db is not None and p.snr_db > 30 for p in result.probes)
 
@@ -139,18 +139,19 @@ def test_the_same_graph_passes_on_random_input(builds):
 def test_the_split_remedy_makes_the_npu_part_pass(builds, tmp_path):
     """The tail after the printed split point, on the NPU, with the log on the CPU, passes validate. The tail is cut
     with onnx.utils.extract_model here, standing in for prepare --split-at until it exists."""
-    result = stage.diagnose(builds["build"] / "logmel" / "SM8750", builds["inputs"])
+    result = stage.diagnose(builds["build"] / "logmel" / "SM8750", stage.DiagnoseOptions(builds["inputs"]))
     split = next(r for r in result.remedies if r.kind == "split")
     point = split.command.split("--split-at ")[1].split()[0]
     tail = tmp_path / "tail.onnx"
     onnx.utils.extract_model(str(builds["logmel"]), str(tail), [point], ["y"])
     out = tmp_path / "build"
-    assert compile_stage.compile_models({"tail": tail}, ["SM8750"], out, use_cache=False).ok
+    assert compile_stage.compile_models({"tail": tail}, ["SM8750"], out,
+                                        compile_stage.CompileOptions(use_cache=False)).ok
     x = np.load(builds["inputs"] / "x.npy")
     samples = tmp_path / "samples"
     samples.mkdir()
     np.savez(samples / "s.npz", **{point: np.log(x)})  # what the CPU head hands the NPU
-    summary = validate_stage.validate_build(out, samples)
+    summary = validate_stage.validate_build(out, validate_stage.ValidateOptions(samples))
     assert summary.ok, [(m.name, m.snr_db) for t in summary.targets for m in t.outputs]
 
 
@@ -159,7 +160,7 @@ def test_the_split_remedy_makes_the_npu_part_pass(builds, tmp_path):
 def test_the_split_remedy_run_as_printed_makes_validate_pass(builds, tmp_path):
     """The done-when: run the printed prepare --split-at, compile the NPU part, validate it with what the CPU part
     hands it: it passes where the whole graph failed."""
-    result = stage.diagnose(builds["build"] / "logmel" / "SM8750", builds["inputs"])
+    result = stage.diagnose(builds["build"] / "logmel" / "SM8750", stage.DiagnoseOptions(builds["inputs"]))
     split = next(r for r in result.remedies if r.kind == "split")
     assert split.command is not None
     args = shlex.split(split.command)[1:]
@@ -174,21 +175,22 @@ def test_the_split_remedy_run_as_printed_makes_validate_pass(builds, tmp_path):
     cpu = next(p for p in record["parts"] if p["runs_on"] == "cpu")
     assert (cpu["name"], npu["name"]) == ("head", "tail")
     build = tmp_path / "build"
-    assert compile_stage.compile_models({"tail": tmp_path / npu["path"]}, ["SM8750"], build, use_cache=False).ok
+    assert compile_stage.compile_models({"tail": tmp_path / npu["path"]}, ["SM8750"], build,
+                                        compile_stage.CompileOptions(use_cache=False)).ok
     head = ort.InferenceSession(str(tmp_path / cpu["path"]), providers=["CPUExecutionProvider"])
     x = np.load(builds["inputs"] / "x.npy")
     handed = dict(zip([o.name for o in head.get_outputs()], head.run(None, {"x": x}), strict=True))
     samples = tmp_path / "samples"
     samples.mkdir()
     np.savez(samples / "s.npz", **handed)
-    summary = validate_stage.validate_build(build, samples)
+    summary = validate_stage.validate_build(build, validate_stage.ValidateOptions(samples))
     assert summary.ok, [(m.name, m.snr_db) for t in summary.targets for m in t.outputs]
     assert all(m.snr_db is not None and m.snr_db > 40 for t in summary.targets for m in t.outputs)
 
 
 @pytest.mark.needs_qnn
 def test_values_over_65504_late_in_the_graph_are_an_overflow_with_the_tail_split(builds):
-    result = stage.diagnose(builds["build"] / "norm" / "SM8750", random=1)
+    result = stage.diagnose(builds["build"] / "norm" / "SM8750", stage.DiagnoseOptions(random=1))
     bad, good = result.first_bad, result.last_good
     assert bad is not None and good is not None
     assert (bad.tensor, bad.op_type, bad.node) == ("scaled", "Mul", "scale") and good.tensor == "x_relu5"
@@ -254,7 +256,7 @@ def test_a_failure_the_probes_do_not_see_is_answered_with_what_was_measured_and_
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
     build = tmp_path / "build"
     assert compile_stage.compile_models({"pitch": fused_sigmoid(tmp_path / "pitch.onnx")}, ["SM8750"], build,
-                                        use_cache=False).ok
+                                        compile_stage.CompileOptions(use_cache=False)).ok
     assert run("validate", build, "--random", "2", "--seed", "4").exit_code == 1
     target = build / "pitch" / "SM8750"
     text = run("diagnose", target)
@@ -377,16 +379,18 @@ def test_the_chart_is_a_png_of_the_asked_size(tmp_path):
 def test_a_shared_context_is_diagnosed_per_graph_and_w8a16_is_refused(builds, tmp_path):
     models = {"logmel": builds["logmel"], "norm": builds["norm"]}
     shared = tmp_path / "shared"
-    assert compile_stage.compile_models(models, ["SM8750"], shared, shares={"both": ["logmel", "norm"]},
-                                        use_cache=False).ok
+    assert compile_stage.compile_models(models, ["SM8750"], shared,
+                                        compile_stage.CompileOptions(shares={"both": ["logmel", "norm"]},
+                                                                     use_cache=False)).ok
     target = shared / "both" / "SM8750"
     bare = run("diagnose", target, "--inputs", builds["inputs"])
     assert bare.exit_code == 2 and "shared context of graphs logmel, norm: pass --graph GRAPH" in bare.output
     named = run("diagnose", target, "--graph", "logmel", "--inputs", builds["inputs"], "--json")
     assert named.exit_code == 1 and json.loads(named.stdout)["first_bad"]["tensor"] == "logx"
     quantized = tmp_path / "w8a16"
-    assert compile_stage.compile_models({"logmel": builds["logmel"]}, ["SM8750"], quantized, precision="w8a16",
-                                        calib=builds["inputs"], use_cache=False).ok
+    assert compile_stage.compile_models({"logmel": builds["logmel"]}, ["SM8750"], quantized,
+                                        compile_stage.CompileOptions(precision="w8a16", calib=builds["inputs"],
+                                                                     use_cache=False)).ok
     refused = run("diagnose", quantized / "logmel" / "SM8750", "--inputs", builds["inputs"])
     assert refused.exit_code == 2 and "diagnose supports fp16 jobs only so far" in refused.output
 
@@ -400,7 +404,8 @@ def test_real_speech_names_the_log_and_cuts_before_the_values_fp16_cannot_hold(t
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
     model = save_fit(log_energy_graph(), tmp_path / "logenergy.onnx")
     build = tmp_path / "build"
-    assert compile_stage.compile_models({"logenergy": model}, ["SM8750"], build, use_cache=False).ok
+    assert compile_stage.compile_models({"logenergy": model}, ["SM8750"], build,
+                                        compile_stage.CompileOptions(use_cache=False)).ok
     speech = tmp_path / "speech"
     speech.mkdir()
     shutil.copy(SPEECH, speech)

@@ -56,7 +56,7 @@ def tiny(path: Path) -> Path:
 def compiled(models: dict[str, Path], out: Path, socs=SOCS) -> Path:
     from qnndeploy import compile as stage
 
-    summary = stage.compile_models(models, list(socs), out, use_cache=False)
+    summary = stage.compile_models(models, list(socs), out, stage.CompileOptions(use_cache=False))
     assert all(j.status == "ok" for j in summary.jobs), [j.error for j in summary.jobs]
     return out
 
@@ -198,7 +198,7 @@ def test_one_child_reads_many_binaries_and_a_crash_costs_only_the_binary_that_ca
     crash = tmp_path / "crash.bin"
     crash.write_bytes(data)
     answers = qnnsystem.read_contexts([good, crash, good, good])
-    assert [type(a).__name__ for a in answers] == ["ContextInfo", "QnnDeployError", "ContextInfo", "ContextInfo"]
+    assert [type(a).__name__ for a in answers] == ["ContextInfo", "CheckFailed", "ContextInfo", "ContextInfo"]
     assert "crashed reading" in str(answers[1]) and str(crash) in str(answers[1])
     assert answers[0] == answers[2] == answers[3]
 
@@ -279,10 +279,11 @@ def test_a_folder_that_is_not_a_bundle_or_a_fifo_is_bad_input(tmp_path):
 @pytest.mark.slow
 def test_the_demo_compiled_for_two_socs_reads_back(tmp_path):
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and libQnnSystem)")
-    from qnndeploy.prepare import prepare_model
+    from qnndeploy.prepare import PrepareOptions, prepare_model
 
     model = tmp_path / "kws_demo.onnx"
-    prepare_model(Path(qnndeploy.__file__).parent / "data" / "demo.onnx", model, shapes={"features": [1, 1, 49, 10]})
+    prepare_model(Path(qnndeploy.__file__).parent / "data" / "demo.onnx", model,
+                  PrepareOptions(shapes={"features": [1, 1, 49, 10]}))
     build = compiled({"kws_demo": model}, tmp_path / "build")
     for soc in SOCS:
         info = qnnsystem.read_context(build / "kws_demo" / soc / "kws_demo.bin")
@@ -295,12 +296,12 @@ def test_ppocr_compiled_for_two_socs_reads_back(tmp_path):
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and libQnnSystem)")
     from ppocr import STATIC_SHAPES, model_path
 
-    from qnndeploy.prepare import prepare_model
+    from qnndeploy.prepare import PrepareOptions, prepare_model
 
     models = {}
     for name in ("cls", "rec"):
         models[name] = tmp_path / f"{name}.onnx"
-        prepare_model(model_path(name), models[name], shapes={"x": STATIC_SHAPES[name]})
+        prepare_model(model_path(name), models[name], PrepareOptions(shapes={"x": STATIC_SHAPES[name]}))
     build = compiled(models, tmp_path / "build")
     for name, model in models.items():
         for soc in SOCS:
@@ -316,7 +317,9 @@ def test_a_shared_context_binary_lists_each_graph(tmp_path):
     from qnndeploy import compile as stage
 
     models = {"a": tiny(tmp_path / "a.onnx"), "b": tiny(tmp_path / "b.onnx")}
-    summary = stage.compile_models(models, ["SM8750"], tmp_path / "build", use_cache=False, shares={"pair": ["a", "b"]})
+    summary = stage.compile_models(models, ["SM8750"], tmp_path / "build", stage.CompileOptions(use_cache=False,
+                                                                                                shares={"pair": ["a",
+                                                                                                                 "b"]}))
     assert all(j.status == "ok" for j in summary.jobs), [j.error for j in summary.jobs]
     folder = tmp_path / "build" / "pair" / "SM8750"
     info = qnnsystem.read_context(folder / "pair.bin")

@@ -38,7 +38,8 @@ def save(folder, model, name="m.onnx"):
 def ppocr_prepared(tmp_path_factory):
     """The three PP-OCR models prepared once for the whole session (each later check compiles once)."""
     folder = tmp_path_factory.mktemp("ppocr")
-    return {name: prepare.prepare_model(model_path(name), folder / f"{name}.npu.onnx", shapes={"x": shape})
+    return {name: prepare.prepare_model(model_path(name), folder / f"{name}.npu.onnx",
+                                        prepare.PrepareOptions(shapes={"x": shape}))
             for name, shape in STATIC_SHAPES.items()}
 
 
@@ -76,15 +77,15 @@ def test_record_holds_changes_hashes_and_figures(ppocr_prepared):
 def test_difference_beyond_tolerance_fails_and_writes_nothing(tmp_path):
     """Folding cls's BatchNorms into its Convs moves the last float bits: a zero tolerance must catch that."""
     with pytest.raises(QnnDeployError, match="differs from the original") as error:
-        prepare.prepare_model(model_path("cls"), tmp_path / "cls.onnx", shapes={"x": STATIC_SHAPES["cls"]},
-                              tolerance=0.0)
+        prepare.prepare_model(model_path("cls"), tmp_path / "cls.onnx",
+                              prepare.PrepareOptions(shapes={"x": STATIC_SHAPES["cls"]}, tolerance=0.0))
     assert error.value.exit_code == 1
     assert list(tmp_path.iterdir()) == []
 
 
 def test_int64_inputs_and_outputs_become_int32_with_names_unchanged(tmp_path):
     src = save(tmp_path, sm.int64_io())
-    result = prepare.prepare_model(src, tmp_path / "out.onnx", int32_inputs=True)
+    result = prepare.prepare_model(src, tmp_path / "out.onnx", prepare.PrepareOptions(int32_inputs=True))
     assert sorted(result.int32_wrapped) == ["best", "ids"]
     assert [(t.name, t.dtype) for t in result.inputs] == [("ids", "int32")]
     assert [(t.name, t.dtype) for t in result.outputs] == [("emb", "float32"), ("best", "int32")]
@@ -98,7 +99,7 @@ def test_int64_inputs_and_outputs_become_int32_with_names_unchanged(tmp_path):
 @pytest.mark.parametrize("rate, branch", [("16000", "relu"), ("8000", "neg")])
 def test_freezing_the_setting_input_folds_the_if_away(tmp_path, rate, branch):
     result = prepare.prepare_model(save(tmp_path, sm.if_on_scalar_input()), tmp_path / "out.onnx",
-                                   freeze={"sample_rate": rate})
+                                   prepare.PrepareOptions(freeze={"sample_rate": rate}))
     model = onnx.load(tmp_path / "out.onnx")
     assert [n.op_type for n in model.graph.node] == ["Relu" if branch == "relu" else "Neg"]
     assert [i.name for i in model.graph.input] == ["x"] and result.frozen == {"sample_rate": int(rate)}
@@ -113,7 +114,7 @@ def test_external_data_under_2_gb_is_inlined_into_one_file(tmp_path):
     (tmp_path / "src").mkdir()
     src = sm.save_with_external_data(sm.static_mlp("N", width=256), tmp_path / "src" / "m.onnx")
     out = tmp_path / "out" / "m.npu.onnx"
-    result = prepare.prepare_model(src, out, shapes={"x": [1, 16]})
+    result = prepare.prepare_model(src, out, prepare.PrepareOptions(shapes={"x": [1, 16]}))
     assert result.external_data is None
     assert sorted(p.name for p in out.parent.iterdir()) == ["m.npu.onnx", "m.npu.prepare.json"]
     assert any("external data inlined" in c for c in result.changes)
@@ -127,7 +128,7 @@ def test_external_data_model_in_and_out(tmp_path, monkeypatch):
     (tmp_path / "src").mkdir()
     src = sm.save_with_external_data(sm.static_mlp("N", width=256), tmp_path / "src" / "big.onnx")
     out = tmp_path / "out" / "big.npu.onnx"
-    result = prepare.prepare_model(src, out, shapes={"x": [1, 16]})
+    result = prepare.prepare_model(src, out, prepare.PrepareOptions(shapes={"x": [1, 16]}))
     assert result.external_data == str(out.with_name("big.npu.onnx.data"))
     assert sorted(p.name for p in out.parent.iterdir()) == ["big.npu.onnx", "big.npu.onnx.data",
                                                              "big.npu.prepare.json"]
@@ -141,7 +142,7 @@ def test_external_data_model_in_and_out(tmp_path, monkeypatch):
 
 def test_no_simplify_still_fixes_and_infers_shapes(tmp_path):
     result = prepare.prepare_model(save(tmp_path, sm.static_mlp("N")), tmp_path / "out.onnx",
-                                   shapes={"x": [1, 16]}, simplify=False)
+                                   prepare.PrepareOptions(shapes={"x": [1, 16]}, simplify=False))
     assert not result.simplified and result.nodes_after == result.nodes_before == 3
     assert [t.shape for t in result.outputs] == [[1, 8]]
 
@@ -151,17 +152,21 @@ def test_real_inputs_from_a_folder(tmp_path):
     inputs = tmp_path / "inputs"
     inputs.mkdir()
     np.save(inputs / "x.npy", np.linspace(-1, 1, 16, dtype=np.float32).reshape(1, 16))
-    result = prepare.prepare_model(src, tmp_path / "out.onnx", shapes={"x": [1, 16]}, inputs_dir=inputs)
+    result = prepare.prepare_model(src, tmp_path / "out.onnx", prepare.PrepareOptions(shapes={"x": [1, 16]},
+                                                                                      inputs_dir=inputs))
     assert result.equivalence_inputs == str(inputs) and result.equivalence[0].ok
     np.save(inputs / "x.npy", np.zeros((1, 16), np.float64))
     with pytest.raises(QnnDeployError, match="holds float64, input x takes float32"):
-        prepare.prepare_model(src, tmp_path / "out2.onnx", shapes={"x": [1, 16]}, inputs_dir=inputs)
+        prepare.prepare_model(src, tmp_path / "out2.onnx", prepare.PrepareOptions(shapes={"x": [1, 16]},
+                                                                                  inputs_dir=inputs))
     np.save(inputs / "x.npy", np.zeros((2, 16), np.float32))
     with pytest.raises(QnnDeployError, match=r"shape \[2, 16\], the prepared input x is \[1, 16\]"):
-        prepare.prepare_model(src, tmp_path / "out2.onnx", shapes={"x": [1, 16]}, inputs_dir=inputs)
+        prepare.prepare_model(src, tmp_path / "out2.onnx", prepare.PrepareOptions(shapes={"x": [1, 16]},
+                                                                                  inputs_dir=inputs))
     (inputs / "x.npy").unlink()
     with pytest.raises(QnnDeployError, match=re.escape("no x.npy or x.npz for input x")):
-        prepare.prepare_model(src, tmp_path / "out2.onnx", shapes={"x": [1, 16]}, inputs_dir=inputs)
+        prepare.prepare_model(src, tmp_path / "out2.onnx", prepare.PrepareOptions(shapes={"x": [1, 16]},
+                                                                                  inputs_dir=inputs))
     assert not (tmp_path / "out2.onnx").exists()
 
 
@@ -315,7 +320,8 @@ def test_an_if_on_input_shapes_and_a_setting_folds_after_the_fix_all_command(tmp
     report = check.check_model(path, measure=False)
     assert report.placeholders == ["LEN", "VALUE"]
     assert report.prepare_command.endswith("--shape x=1,LEN --freeze sr=VALUE")
-    result = prepare.prepare_model(path, tmp_path / "m.npu.onnx", shapes={"x": [1, 300]}, freeze={"sr": 16000})
+    result = prepare.prepare_model(path, tmp_path / "m.npu.onnx", prepare.PrepareOptions(shapes={"x": [1, 300]},
+                                                                                         freeze={"sr": 16000}))
     model = onnx.load(tmp_path / "m.npu.onnx")
     assert [n.op_type for n in model.graph.node] == ["Relu"] and result.folded_by == "onnxsim"
     assert check.check_model(tmp_path / "m.npu.onnx", measure=False).verdict == "ready"
@@ -329,7 +335,7 @@ def test_the_folding_chain_goes_on_when_a_tool_fails(tmp_path, monkeypatch):
 
     monkeypatch.setitem(fold.TOOLS, "onnxsim", broken)
     result = prepare.prepare_model(save(tmp_path, sm.if_on_shape_and_setting(setting=False)), tmp_path / "o.onnx",
-                                   shapes={"x": [1, 300]})
+                                   prepare.PrepareOptions(shapes={"x": [1, 300]}))
     assert result.folded_by == "onnxslim"
     assert result.folding == ["onnxsim: failed (Nodes in a graph must be topologically sorted)", "onnxslim: ok"]
     assert [n.op_type for n in onnx.load(tmp_path / "o.onnx").graph.node] == ["Relu"]
@@ -344,7 +350,7 @@ def test_with_every_folding_tool_failing_the_unfolded_model_is_kept_and_said(tmp
     for tool in list(fold.TOOLS):
         monkeypatch.setitem(fold.TOOLS, tool, broken)
     result = prepare.prepare_model(save(tmp_path, sm.if_on_shape_and_setting(setting=False)), tmp_path / "o.onnx",
-                                   shapes={"x": [1, 300]})
+                                   prepare.PrepareOptions(shapes={"x": [1, 300]}))
     assert result.folded_by is None and result.folding[-1] == "no folding: ok, but If branch left in the graph"
     assert result.notes == ["If node branch is still in the graph: run check"]
     assert [t.shape for t in result.outputs] == [[1, 300]]
@@ -367,11 +373,12 @@ def test_a_symbol_fixed_on_one_input_fixes_it_on_the_others(tmp_path):
     path = save(tmp_path, sm.rnn_state())
     report = check.check_model(path, measure=False)
     assert report.prepare_command.endswith("--shape x=5,1,4 --shape h0=2,1,8") and report.placeholders == []
-    result = prepare.prepare_model(path, tmp_path / "m.npu.onnx", shapes={"x": [5, 1, 4]})
+    result = prepare.prepare_model(path, tmp_path / "m.npu.onnx", prepare.PrepareOptions(shapes={"x": [5, 1, 4]}))
     assert {t.name: t.shape for t in result.inputs} == {"x": [5, 1, 4], "h0": [2, 1, 8]}
     assert "input h0: [2, batch, 8] -> [2, 1, 8] (its symbols fixed by --shape)" in result.changes
     with pytest.raises(QnnDeployError, match="dim 'batch' is 2 here but 1 in --shape x"):
-        prepare.prepare_model(path, tmp_path / "n.onnx", shapes={"x": [5, 1, 4], "h0": [2, 2, 8]})
+        prepare.prepare_model(path, tmp_path / "n.onnx", prepare.PrepareOptions(shapes={"x": [5, 1, 4], "h0": [2, 2,
+                                                                                                               8]}))
 
 
 def test_dim_0_of_a_state_input_is_not_called_a_batch(tmp_path):
@@ -385,7 +392,7 @@ def test_integer_samples_stay_inside_the_table_they_index(tmp_path):
 
     assert onnxio.int_input_ranges(onnx.load(path).graph) == {
         "token_type_ids": (0, 2, "it indexes types (2 rows) in Gather token_type_embedding")}
-    result = prepare.prepare_model(path, tmp_path / "m.npu.onnx", int32_inputs=True)
+    result = prepare.prepare_model(path, tmp_path / "m.npu.onnx", prepare.PrepareOptions(int32_inputs=True))
     assert result.equivalence[0].ok  # [0, 10) would have failed the original model in its Gather
 
 
@@ -401,7 +408,7 @@ def test_a_model_that_fails_on_random_integers_names_them(tmp_path):
 
 def test_fuse_turns_the_erf_gelu_into_one_gelu_node_at_opset_20(tmp_path):
     path = save(tmp_path, sm.gelu_erf())
-    result = prepare.prepare_model(path, tmp_path / "m.npu.onnx", fuse=True)
+    result = prepare.prepare_model(path, tmp_path / "m.npu.onnx", prepare.PrepareOptions(fuse=True))
     model = onnx.load(tmp_path / "m.npu.onnx")
     ops = [n.op_type for n in model.graph.node]
     assert "Gelu" in ops and "Erf" not in ops and "1 erf GELU pattern(s) fused into Gelu nodes (opset 20)" \
@@ -442,7 +449,7 @@ def only_the_onnx_folder(monkeypatch):
 def test_the_onnx_folder_alone_inlines_an_if_on_a_shape(tmp_path, monkeypatch):
     folding = only_the_onnx_folder(monkeypatch)
     src = save(tmp_path, sm.if_on_shape_and_setting(setting=False))
-    result = prepare.prepare_model(src, tmp_path / "o.onnx", shapes={"x": [1, 300]})
+    result = prepare.prepare_model(src, tmp_path / "o.onnx", prepare.PrepareOptions(shapes={"x": [1, 300]}))
     assert result.folded_by == "onnx" and result.folding == folding
     model = onnx.load(tmp_path / "o.onnx")
     assert [n.op_type for n in model.graph.node] == ["Relu"] and len(model.graph.initializer) == 0
@@ -454,7 +461,7 @@ def test_the_onnx_folder_alone_inlines_an_if_on_a_shape(tmp_path, monkeypatch):
 def test_the_onnx_folder_turns_shape_arithmetic_into_a_constant_shape(tmp_path, monkeypatch):
     only_the_onnx_folder(monkeypatch)
     result = prepare.prepare_model(save(tmp_path, sm.reshape_from_shape()), tmp_path / "o.onnx",
-                                   shapes={"x": [1, 5, 16]})
+                                   prepare.PrepareOptions(shapes={"x": [1, 5, 16]}))
     model = onnx.load(tmp_path / "o.onnx")
     assert [n.op_type for n in model.graph.node] == ["MatMul", "Reshape"] and result.folded_by == "onnx"
     target = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}[model.graph.node[1].input[1]]
@@ -469,7 +476,7 @@ def test_the_onnx_folder_keeps_external_data(tmp_path, monkeypatch):
     src = tmp_path / "src" / "big.onnx"  # the weights in big.onnx.data, the small shape constants inline
     onnx.save(sm.reshape_from_shape(), src, save_as_external_data=True, location="big.onnx.data", size_threshold=1024)
     out = tmp_path / "out" / "big.npu.onnx"
-    result = prepare.prepare_model(src, out, shapes={"x": [1, 5, 16]})
+    result = prepare.prepare_model(src, out, prepare.PrepareOptions(shapes={"x": [1, 5, 16]}))
     assert result.folded_by == "onnx" and result.external_data == str(out.with_name("big.npu.onnx.data"))
     model = onnx.load(out, load_external_data=False)
     assert [n.op_type for n in model.graph.node] == ["MatMul", "Reshape"]

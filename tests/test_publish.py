@@ -265,7 +265,7 @@ def prepare_state(out: Path) -> str | None:
 
 
 def test_prepare_force_kill_before_every_rename(tmp_path, monkeypatch):
-    from qnndeploy.prepare import prepare_model
+    from qnndeploy.prepare import PrepareOptions, prepare_model
 
     old_src, new_src = matmul_model(tmp_path / "a.onnx", 8, 1), matmul_model(tmp_path / "b.onnx", 8, 2)
     out = tmp_path / "out" / "m.onnx"
@@ -273,7 +273,7 @@ def test_prepare_force_kill_before_every_rename(tmp_path, monkeypatch):
     (out.parent / "m.onnx.data").write_bytes(b"an old external-data file")  # as an earlier big model left it
     seen: list[str | None] = []
     calls = watch_renames(monkeypatch, lambda _: seen.append(prepare_state(out)))
-    prepare_model(new_src, out, force=True)
+    prepare_model(new_src, out, PrepareOptions(force=True))
     assert prepare_state(out) == sha256(new_src)
     assert set(seen) <= {sha256(old_src), sha256(new_src), None}, seen
     assert not (out.parent / "m.onnx.data").exists()
@@ -281,10 +281,10 @@ def test_prepare_force_kill_before_every_rename(tmp_path, monkeypatch):
         monkeypatch.undo()
         watch_renames(monkeypatch, lambda _: prepare_state(out), kill_at=n)
         with pytest.raises(Killed):
-            prepare_model(old_src if n % 2 else new_src, out, force=True)
+            prepare_model(old_src if n % 2 else new_src, out, PrepareOptions(force=True))
         prepare_state(out)
         monkeypatch.undo()
-        prepare_model(new_src, out, force=True)
+        prepare_model(new_src, out, PrepareOptions(force=True))
         assert prepare_state(out) == sha256(new_src)
         assert sorted(p.name for p in out.parent.iterdir()) == ["m.onnx", "m.prepare.json"]
 
@@ -311,11 +311,11 @@ def test_compile_kill_before_every_rename(tmp_path, monkeypatch):
     a, b = matmul_model(tmp_path / "a.onnx", 16, 1), matmul_model(tmp_path / "b.onnx", 16, 2)
     out = tmp_path / "build"
     job = out / "m" / "SM8750"
-    first = stage.compile_models({"m": a}, ["SM8750"], out, use_cache=False)
+    first = stage.compile_models({"m": a}, ["SM8750"], out, stage.CompileOptions(use_cache=False))
     old_key = compile_state(job)
     seen: list[str | None] = []
     calls = watch_renames(monkeypatch, lambda _: seen.append(compile_state(job)))
-    second = stage.compile_models({"m": b}, ["SM8750"], out, use_cache=False)
+    second = stage.compile_models({"m": b}, ["SM8750"], out, stage.CompileOptions(use_cache=False))
     assert first.ok and second.ok
     new_key = compile_state(job)
     assert new_key != old_key and set(seen) <= {old_key, new_key}, seen
@@ -324,10 +324,10 @@ def test_compile_kill_before_every_rename(tmp_path, monkeypatch):
         monkeypatch.undo()
         watch_renames(monkeypatch, lambda _: compile_state(job), kill_at=n)
         with pytest.raises(Killed):
-            stage.compile_models({"m": a}, ["SM8750"], out, use_cache=False)
+            stage.compile_models({"m": a}, ["SM8750"], out, stage.CompileOptions(use_cache=False))
         assert compile_state(job) in (old_key, new_key)
         monkeypatch.undo()
-        assert stage.compile_models({"m": b}, ["SM8750"], out, use_cache=False).ok
+        assert stage.compile_models({"m": b}, ["SM8750"], out, stage.CompileOptions(use_cache=False)).ok
         assert compile_state(job) == new_key
         assert sorted(p.name for p in job.parent.iterdir()) == ["SM8750"]
         assert sorted(p.name for p in (out / "logs").iterdir()) == ["m-SM8750.log"]

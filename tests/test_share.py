@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.cli import cli
-from qnndeploy.compile import compile_models, shares_from_args
+from qnndeploy.compile import CompileOptions, compile_models, shares_from_args
 from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.qnn import epcontext
 from qnndeploy.scaffold import scaffold
@@ -119,7 +119,7 @@ def test_validate_runs_each_graphs_twin_and_bundle_verify_accepts_the_shared_bin
 
 @pytest.mark.slow
 def test_a_second_compile_is_up_to_date(build: Path, lm: dict[str, Path]) -> None:
-    summary = compile_models(dict(lm), list(SOCS), build, shares={"lm": ["prefill", "decode"]})
+    summary = compile_models(dict(lm), list(SOCS), build, CompileOptions(shares={"lm": ["prefill", "decode"]}))
     assert [(j.graph, j.status, j.note) for j in summary.jobs] == [("lm", "cached", "up to date")] * 2
     assert summary.jobs[0].members == ["prefill", "decode"]
 
@@ -138,5 +138,5 @@ def test_bad_shares_are_refused_before_anything_is_written(tmp_path: Path, share
 
     models = {g: bundles.tiny_model(tmp_path / f"{g}.onnx", 8) for g in ("prefill", "decode")}
     with pytest.raises(QnnDeployError, match=message):
-        compile_models(models, socs, tmp_path / "b", shares=shares_from_args(shares))
+        compile_models(models, socs, tmp_path / "b", CompileOptions(shares=shares_from_args(shares)))
     assert not (tmp_path / "b").exists()

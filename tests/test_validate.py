@@ -43,7 +43,7 @@ def build(models, tmp_path_factory):
     """cls for two SoCs, rec for one (rec takes 20 s an emulator run): two graphs and two SoCs in one build. Into
     the session's compile cache, which cls_build restores from."""
     out = tmp_path_factory.mktemp("vbuild") / "build"
-    assert compile_stage.compile_models(models, ["SM8750"], out, jobs=2).ok
+    assert compile_stage.compile_models(models, ["SM8750"], out, compile_stage.CompileOptions(jobs=2)).ok
     assert compile_stage.compile_models({"cls": models["cls"]}, ["SM8550"], out).ok
     return out
 
@@ -104,7 +104,7 @@ def test_inputs_folder_per_graph(cls_build, tmp_path):
     inputs.mkdir(parents=True)
     rng = np.random.default_rng(3)
     np.save(inputs / "x.npy", rng.uniform(-1, 1, [2, *STATIC_SHAPES["cls"]]))  # float64: cast to the model's float32
-    summary = stage.validate_build(cls_build, inputs=tmp_path / "inputs")
+    summary = stage.validate_build(cls_build, stage.ValidateOptions(inputs=tmp_path / "inputs"))
     (target,) = summary.targets
     assert summary.ok and target.samples == 2
     rec = json.loads((cls_build / "cls" / "SM8750" / "validation.json").read_text())
@@ -126,9 +126,10 @@ def test_w8a16_build_is_judged_on_w8a16_thresholds(models, tmp_path):
     for i in range(4):
         np.savez(calib / f"{i}.npz", x=rng.uniform(-1, 1, STATIC_SHAPES["cls"]).astype(np.float32))
     out = tmp_path / "build"
-    assert compile_stage.compile_models({"cls": models["cls"]}, ["SM8750"], out, precision="w8a16", calib=calib,
-                                        use_cache=False).ok
-    summary = stage.validate_build(out, random=2)
+    assert compile_stage.compile_models({"cls": models["cls"]}, ["SM8750"], out,
+                                        compile_stage.CompileOptions(precision="w8a16", calib=calib,
+                                                                     use_cache=False)).ok
+    summary = stage.validate_build(out, stage.ValidateOptions(random=2))
     (target,) = summary.targets
     assert target.thresholds == metrics.THRESHOLDS["w8a16"]
     assert target.status == "passed", target.outputs
@@ -143,9 +144,9 @@ def test_failed_and_qairt_jobs_are_skipped_with_the_reason(tmp_path, monkeypatch
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
     bad = sinh_graph(tmp_path / "bad.onnx")
     out = tmp_path / "build"
-    compile_stage.compile_models({"bad": bad}, ["SM8750"], out, use_cache=False)
-    compile_stage.compile_models({"qbad": bad, "relu": _relu(tmp_path)}, ["SM8750"], out, backend="qairt",
-                                 use_cache=False, qnn_sdk_root=STANDIN)
+    compile_stage.compile_models({"bad": bad}, ["SM8750"], out, compile_stage.CompileOptions(use_cache=False))
+    compile_stage.compile_models({"qbad": bad, "relu": _relu(tmp_path)}, ["SM8750"], out,
+                                 compile_stage.CompileOptions(backend="qairt", use_cache=False, qnn_sdk_root=STANDIN))
     result = run("validate", out)
     assert result.exit_code == 1  # nothing could be validated
     assert "skip  bad" in result.output and "the compile failed" in result.output
@@ -169,7 +170,7 @@ def test_det_near_zero_reference_is_judged_on_max_abs_diff(tmp_path):
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
     det = static_ppocr("det", tmp_path, [1, 3, 320, 320])  # a quarter of the app's 640x640: 4x faster on the emulator
     out = tmp_path / "build"
-    assert compile_stage.compile_models({"det": det}, ["SM8750"], out, use_cache=False).ok
+    assert compile_stage.compile_models({"det": det}, ["SM8750"], out, compile_stage.CompileOptions(use_cache=False)).ok
     summary = stage.validate_build(out)
     (target,) = summary.targets
     (m,) = target.outputs
@@ -204,7 +205,8 @@ def relu_build(tmp_path_factory):
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
     folder = tmp_path_factory.mktemp("relu")
     out = folder / "build"
-    assert compile_stage.compile_models({"relu": _relu(folder)}, ["SM8750"], out, use_cache=False).ok
+    assert compile_stage.compile_models({"relu": _relu(folder)}, ["SM8750"], out,
+                                        compile_stage.CompileOptions(use_cache=False)).ok
     return out
 
 

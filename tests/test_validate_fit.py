@@ -66,7 +66,8 @@ def topk_build(tmp_path_factory):
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
     folder = tmp_path_factory.mktemp("topk")
     model = save(topk_graph(), folder / "topk.onnx")
-    assert compile_stage.compile_models({"topk": model}, ["SM8750"], folder / "build", use_cache=False).ok
+    assert compile_stage.compile_models({"topk": model}, ["SM8750"], folder / "build",
+                                        compile_stage.CompileOptions(use_cache=False)).ok
     return folder / "build"
 
 
@@ -216,7 +217,8 @@ def test_a_detectors_boxes_and_classes_reordered_by_fp16_pass(tmp_path):
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
     build = tmp_path / "build"
     model = Detector.export(tmp_path / "detector.onnx")
-    assert compile_stage.compile_models({"detector": model}, ["SM8750"], build, use_cache=False).ok
+    assert compile_stage.compile_models({"detector": model}, ["SM8750"], build,
+                                        compile_stage.CompileOptions(use_cache=False)).ok
     result = run("validate", build, "--random", "3", "--json")
     assert result.exit_code == 0, result.output
     rec = json.loads((build / "detector" / "SM8750" / "validation.json").read_text())
@@ -253,7 +255,8 @@ def test_real_speech_shows_the_fp16_underflow_random_input_hides(tmp_path):
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
     model = save(log_energy_graph(), tmp_path / "logenergy.onnx")
     build = tmp_path / "build"
-    assert compile_stage.compile_models({"logenergy": model}, ["SM8750"], build, use_cache=False).ok
+    assert compile_stage.compile_models({"logenergy": model}, ["SM8750"], build,
+                                        compile_stage.CompileOptions(use_cache=False)).ok
     random = run("validate", build, "--json")
     assert random.exit_code == 0, random.output
     (out,) = json.loads(random.stdout)["targets"][0]["outputs"]

@@ -405,12 +405,12 @@ def small_build(tmp_path_factory) -> Path:
     """A `qnndeploy compile` folder: one graph for SM8750, validated."""
     require(htp.available(), "onnxruntime-qnn")
     from qnndeploy.compile import compile_models
-    from qnndeploy.validate import validate_build
+    from qnndeploy.validate import ValidateOptions, validate_build
 
     root = tmp_path_factory.mktemp("build")
     model = bundles.tiny_model(root / "enc.onnx", 16)
     assert compile_models({"enc": model}, ["SM8750"], root / "build").ok
-    assert validate_build(root / "build", random=1).ok
+    assert validate_build(root / "build", ValidateOptions(random=1)).ok
     return root / "build"
 
 

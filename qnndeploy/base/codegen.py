@@ -9,7 +9,7 @@ import keyword
 import re
 import unicodedata
 
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput
 
 # Java's and Kotlin's keywords (hard and the modifiers that break a package clause), and Python's, which the
 # sherpa-onnx engine's users may script against: none may be a package segment or a generated identifier.
@@ -75,8 +75,8 @@ def plain(value: object) -> object:
     """Jinja's finalize for generated files: a value that still holds an unprintable character was put in a template
     without its escaping filter; refuse it rather than write a line that did not come from the template."""
     if isinstance(value, str) and any(_unprintable(ch) for ch in value):
-        raise QnnDeployError(f"{value!r} holds a control character and reached a generated file unescaped: "
-                             "please report this qnndeploy bug")
+        raise BadInput(f"{value!r} holds a control character and reached a generated file unescaped: "
+                       "please report this qnndeploy bug")
     return value
 
 
@@ -101,5 +101,5 @@ def package_problem(name: str) -> str | None:
 def check_package(name: str) -> None:
     why = package_problem(name)
     if why is not None:
-        raise QnnDeployError(f"invalid package name '{line_comment(name)}': {why}; use dot-separated identifiers "
-                             "such as com.example.app")
+        raise BadInput(f"invalid package name '{line_comment(name)}': {why}; use dot-separated identifiers "
+                       "such as com.example.app")

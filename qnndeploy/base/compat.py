@@ -16,7 +16,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput
 
 AARS = ("microsoft", "qualcomm")  # --ort-aar: Microsoft's onnxruntime-android-qnn, or Qualcomm's plugin AAR
 ORT_ANDROID = "com.microsoft.onnxruntime:onnxruntime-android"  # the stock ORT that Qualcomm's plugin AAR goes with
@@ -148,7 +148,7 @@ def loads_measured() -> str | None:
 def version_key(version: str) -> tuple[int, ...]:
     """(2, 49, 40) for "2.49.40": versions compare numerically, part by part ("2.49.0" < "2.49.40" < "2.50.0")."""
     if not _VERSION.fullmatch(version):
-        raise QnnDeployError(f"{version!r} is not a version such as 2.51.0")
+        raise BadInput(f"{version!r} is not a version such as 2.51.0")
     return tuple(int(p) for p in version.split("."))
 
 
@@ -266,7 +266,7 @@ def validated_sets(min_runtime: str, aar: str | None = None) -> list[ValidatedSe
     """The validated sets whose qnn-runtime is published and loads binaries that need `min_runtime`, newest first (of
     one AAR kind when `aar` is given)."""
     if aar is not None and aar not in AARS:
-        raise QnnDeployError(f"unknown ONNX Runtime AAR '{aar}'; use one of {', '.join(AARS)}")
+        raise BadInput(f"unknown ONNX Runtime AAR '{aar}'; use one of {', '.join(AARS)}")
     found = [s for s in all_sets() if (aar is None or s.aar == aar) and satisfies(s.qnn_runtime, min_runtime)
              and s.qnn_runtime in published()]
     return sorted(found, key=lambda s: (version_key(s.qnn_runtime), version_key(s.aar_version)), reverse=True)
@@ -282,5 +282,5 @@ def is_validated(aar: str, aar_version: str, ort_android: str | None, qnn_runtim
 def aar_maven(aar: str) -> str:
     """group:artifact of an ONNX Runtime AAR kind."""
     if aar not in AARS:
-        raise QnnDeployError(f"unknown ONNX Runtime AAR '{aar}'; use one of {', '.join(AARS)}")
+        raise BadInput(f"unknown ONNX Runtime AAR '{aar}'; use one of {', '.join(AARS)}")
     return str(_data()["aars"][aar]["maven"])

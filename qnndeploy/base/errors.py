@@ -1,4 +1,4 @@
-"""The one exception type of the library: it carries the one-line message a user sees."""
+"""The library's exceptions: one per exit code, each carrying the one-line message a user sees."""
 
 from __future__ import annotations
 
@@ -10,11 +10,43 @@ EXIT_MISSING_TOOL = 3  # a tool or package the command needs is not installed
 
 
 class QnnDeployError(Exception):
-    """A failure the user can fix; str() is the whole message, one line."""
+    """A failure the user can fix; str() is the whole message, one line. The subclass says which exit code it
+    ends in, so callers tell failures apart with `except MissingTool`, not by comparing numbers."""
 
-    def __init__(self, message: str, exit_code: int = EXIT_BAD_INPUT) -> None:
+    exit_code: int = EXIT_BAD_INPUT
+
+    def __init__(self, message: str) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+
+    def reworded(self, message: str) -> QnnDeployError:
+        """The same kind of failure (and exit code) with another message, e.g. naming the file it came from."""
+        return type(self)(message)
+
+
+class CheckFailed(QnnDeployError):
+    """The thing checked has problems: a failed verify, validation or compile job, a phone that failed (exit 1)."""
+
+    exit_code = EXIT_CHECK_FAILED
+
+
+class BadInput(QnnDeployError):
+    """Bad input or usage; nothing was written (exit 2)."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class MissingTool(QnnDeployError):
+    """A tool or package the command needs is not installed (exit 3)."""
+
+    exit_code = EXIT_MISSING_TOOL
+
+
+BY_EXIT_CODE: dict[int, type[QnnDeployError]] = {e.exit_code: e for e in (CheckFailed, BadInput, MissingTool)}
+
+
+def error_for(exit_code: int, message: str) -> QnnDeployError:
+    """The exception for an exit code read back from a child process's answer (an unknown code is a failed check)."""
+    return BY_EXIT_CODE.get(exit_code, CheckFailed)(message)
 
 
 def first_line(e: BaseException) -> str:

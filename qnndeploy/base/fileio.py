@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput, QnnDeployError
 
 CHUNK = 1 << 20
 # A JSON object as read from or written to a record, manifest or catalog file. Its fields are checked where it is
@@ -59,22 +59,22 @@ def open_regular(path: Path, limit: int | None = None, what: str = "file", follo
     try:
         fd = _open_beneath(target, beneath, flags) if beneath is not None else os.open(target, flags)
     except _LinkOnTheWay as e:
-        raise QnnDeployError(f"{path}: {e.folder} is a symlink; a {what} must be a regular file inside "
-                             f"{beneath}, reached through no symlink") from None
+        raise BadInput(f"{path}: {e.folder} is a symlink; a {what} must be a regular file inside "
+                       f"{beneath}, reached through no symlink") from None
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise QnnDeployError(f"{path} is a symlink; a {what} must be a regular file") from None
+            raise BadInput(f"{path} is a symlink; a {what} must be a regular file") from None
         try:  # a socket cannot be opened at all (ENXIO): name it as what it is
             mode = os.lstat(target).st_mode
         except OSError:
             mode = stat.S_IFREG
         _regular(path, mode, what)
-        raise QnnDeployError(f"cannot read {path}: {cause(e)}") from None
+        raise BadInput(f"cannot read {path}: {cause(e)}") from None
     try:
         st = os.fstat(fd)
         _regular(path, st.st_mode, what)
         if limit is not None and st.st_size > limit:
-            raise QnnDeployError(f"{path} has {st.st_size:,} bytes, over the limit of {limit:,} for a {what}")
+            raise BadInput(f"{path} has {st.st_size:,} bytes, over the limit of {limit:,} for a {what}")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -93,9 +93,9 @@ def _open_beneath(path: Path, root: Path, flags: int) -> int:
     try:
         parts = Path(path).relative_to(root).parts
     except ValueError:
-        raise QnnDeployError(f"{path} is not inside {root}") from None
+        raise BadInput(f"{path} is not inside {root}") from None
     if not parts or ".." in parts:
-        raise QnnDeployError(f"{path} is not a file inside {root}")
+        raise BadInput(f"{path} is not a file inside {root}")
     folder_flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))  # root itself: as named
     try:
@@ -116,7 +116,7 @@ def _open_beneath(path: Path, root: Path, flags: int) -> int:
 def _regular(path: Path, mode: int, what: str) -> None:
     if not stat.S_ISREG(mode):
         kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
-        raise QnnDeployError(f"{path} is {kind}, not a regular file; a {what} must be a regular file")
+        raise BadInput(f"{path} is {kind}, not a regular file; a {what} must be a regular file")
 
 
 def read_limited(path: Path, limit: int, what: str = "file") -> bytes:
@@ -124,7 +124,7 @@ def read_limited(path: Path, limit: int, what: str = "file") -> bytes:
     with open_regular(path, limit, what) as f:
         data = f.read(limit + 1)
     if len(data) > limit:  # it grew after the fstat
-        raise QnnDeployError(f"{path} has more than {limit:,} bytes, over the limit for a {what}")
+        raise BadInput(f"{path} has more than {limit:,} bytes, over the limit for a {what}")
     return data
 
 
@@ -200,7 +200,7 @@ def write_error(e: OSError, target: Path | str) -> QnnDeployError:
         stem = Path(target).name
         if stem not in name and not Path(name).name.startswith(f".{stem}."):
             where = f" ({name})"
-    return QnnDeployError(f"cannot write {shortened(target)}: {cause(e)}{shortened(where)}")
+    return BadInput(f"cannot write {shortened(target)}: {cause(e)}{shortened(where)}")
 
 
 @contextmanager
@@ -264,32 +264,32 @@ def check_writable(final: Path, option: str = "-o") -> None:
     for part in final.absolute().parts[1:]:
         size = len(os.fsencode(part))
         if size > limit:
-            raise QnnDeployError(f"{option} {shown}: the name '{part[:24]}…' has {size} bytes, over the file "
-                                 f"system's limit of {limit}; give a shorter name")
+            raise BadInput(f"{option} {shown}: the name '{part[:24]}…' has {size} bytes, over the file "
+                           f"system's limit of {limit}; give a shorter name")
     size = len(os.fsencode(final.name))
     if size + STAGING_OVERHEAD > limit:
-        raise QnnDeployError(f"{option} {shown}: the name has {size} bytes; an output's name may have at most "
-                             f"{limit - STAGING_OVERHEAD} (it is written under .NAME.partial-PID-XXXXXXXX first, "
-                             f"and a name may have {limit}); give a shorter name")
+        raise BadInput(f"{option} {shown}: the name has {size} bytes; an output's name may have at most "
+                       f"{limit - STAGING_OVERHEAD} (it is written under .NAME.partial-PID-XXXXXXXX first, "
+                       f"and a name may have {limit}); give a shorter name")
     total = len(os.fsencode(str(final.absolute())))
     if total + STAGING_OVERHEAD > PATH_MAX:
-        raise QnnDeployError(f"{option} {shown}: the path has {total} bytes, over the limit of {PATH_MAX} for a "
-                             "whole path (less its staging name's); give a shorter path")
+        raise BadInput(f"{option} {shown}: the path has {total} bytes, over the limit of {PATH_MAX} for a "
+                       "whole path (less its staging name's); give a shorter path")
     if _is_link(final):
-        raise QnnDeployError(f"{option} {shown} is a symlink (to {final.readlink()}): an output is put in place "
-                             "by a rename, which would replace the link, not what it points to; give the target "
-                             "itself or a new name")
+        raise BadInput(f"{option} {shown} is a symlink (to {final.readlink()}): an output is put in place "
+                       "by a rename, which would replace the link, not what it points to; give the target "
+                       "itself or a new name")
     existing = _nearest(final.parent)
     if not _is_dir(existing):
-        raise QnnDeployError(f"cannot write {option} {shown}: {existing} is not a folder")
+        raise BadInput(f"cannot write {option} {shown}: {existing} is not a folder")
     try:
         read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
     except OSError:
         read_only = False
     if read_only:
-        raise QnnDeployError(f"cannot write {option} {shown}: {existing} is on a read-only file system")
+        raise BadInput(f"cannot write {option} {shown}: {existing} is on a read-only file system")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise QnnDeployError(f"cannot write {option} {shown}: permission denied in {existing}")
+        raise BadInput(f"cannot write {option} {shown}: permission denied in {existing}")
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -309,10 +309,10 @@ def check_apart(output: Path, inputs: Iterable[tuple[str, Path | None]], option:
         path = Path(os.path.realpath(given))
         if _inside(out, path):
             where = "is" if out == path else "is inside"
-            raise QnnDeployError(f"{option} {output} {where} the {what} {given}: write the output outside it")
+            raise BadInput(f"{option} {output} {where} the {what} {given}: write the output outside it")
         if holding and _inside(path, out):
-            raise QnnDeployError(f"{option} {output} holds the {what} {given}, which replacing it would delete: "
-                                 "write the output elsewhere")
+            raise BadInput(f"{option} {output} holds the {what} {given}, which replacing it would delete: "
+                           "write the output elsewhere")
 
 
 def resolve_named(path: Path) -> Path:
@@ -355,7 +355,7 @@ def copy_verified(src: Path, dest: Path, *, sha256: str | None = None, size: int
     view = memoryview(buf)
 
     def changed(detail: str) -> QnnDeployError:
-        return QnnDeployError(f"{src} changed since {since} ({detail}); {advice}")
+        return BadInput(f"{src} changed since {since} ({detail}); {advice}")
 
     with open_regular(src, what=what, beneath=beneath) as f:
         out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
@@ -367,7 +367,7 @@ def copy_verified(src: Path, dest: Path, *, sha256: str | None = None, size: int
                     try:
                         n = os.readv(f.fileno(), [buf])  # straight from the fd: no second buffer
                     except OSError as e:
-                        raise QnnDeployError(f"cannot read {src}: {cause(e)}") from None
+                        raise BadInput(f"cannot read {src}: {cause(e)}") from None
                     if not n:
                         break
                     total += n
@@ -437,7 +437,7 @@ def sha256_file(path: Path, progress: Progress | None = None, scan: Callable[[by
                 if progress is not None:
                     progress(n)
     except OSError as e:
-        raise QnnDeployError(f"cannot {'copy' if copy_to else 'read'} {path}: {cause(e)}") from None
+        raise BadInput(f"cannot {'copy' if copy_to else 'read'} {path}: {cause(e)}") from None
     return digest.hexdigest()
 
 
@@ -603,16 +603,16 @@ def check_replaceable(out: Path, force: bool, marker: str, what: str) -> None:
     holds `marker`; never someone else's folder. A symlink is refused, even to an empty folder: the output is
     put in place by a rename, which would replace the link, not the folder it points to."""
     if out.is_symlink():
-        raise QnnDeployError(f"{out} is a symlink (to {out.readlink()}): the output is put in place by a rename, "
-                             "which would replace the link, not the folder it points to; give the folder itself or "
-                             "a new name")
+        raise BadInput(f"{out} is a symlink (to {out.readlink()}): the output is put in place by a rename, "
+                       "which would replace the link, not the folder it points to; give the folder itself or "
+                       "a new name")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         if not force:
-            raise QnnDeployError(f"{out} exists and is not empty; choose another folder or pass --force to replace "
-                                 f"an earlier {what} output")
+            raise BadInput(f"{out} exists and is not empty; choose another folder or pass --force to replace "
+                           f"an earlier {what} output")
         if not (out / marker).is_file():
-            raise QnnDeployError(f"{out} is not an earlier {what} output (it has no {marker}): --force only "
-                                 "replaces one, never other files; choose another folder (or delete it yourself)")
+            raise BadInput(f"{out} is not an earlier {what} output (it has no {marker}): --force only "
+                           "replaces one, never other files; choose another folder (or delete it yourself)")
 
 
 @contextmanager
@@ -622,7 +622,7 @@ def staging_dir(final: Path, force: bool = False, tidy: bool = False) -> Iterato
     `tidy`: on failure, also remove the parent folders this call had to create (a failed run leaves no empty
     folder behind); off where concurrent jobs share a parent (compile)."""
     if final.exists() and not force:
-        raise QnnDeployError(f"{final} already exists; remove it or pass --force")
+        raise BadInput(f"{final} already exists; remove it or pass --force")
     made = first_missing(final.parent) if tidy else None
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -645,7 +645,7 @@ def staging_dir(final: Path, force: bool = False, tidy: bool = False) -> Iterato
 def staging_file(final: Path, force: bool = False, tidy: bool = False) -> Iterator[Path]:
     """Like staging_dir, for one file: written under a temporary name beside `final`, then one rename."""
     if final.exists() and not force:
-        raise QnnDeployError(f"{final} already exists; remove it or pass --force")
+        raise BadInput(f"{final} already exists; remove it or pass --force")
     made = first_missing(final.parent) if tidy else None
     try:
         final.parent.mkdir(parents=True, exist_ok=True)

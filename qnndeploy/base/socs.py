@@ -9,7 +9,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput
 
 
 @dataclass(frozen=True)
@@ -93,14 +93,14 @@ def find(name: str | int) -> Soc:
     """Look up by model, alias, QNN soc_id or ro.board.platform codename, ignoring case."""
     key = str(name).strip()
     if not key:
-        raise QnnDeployError("no SoC named: give a model such as SM8750 (qnndeploy socs lists them)")
+        raise BadInput("no SoC named: give a model such as SM8750 (qnndeploy socs lists them)")
     for soc in catalog():
         if key.upper() in (soc.model, *soc.aliases) or key == str(soc.soc_id) or key.lower() in soc.codenames:
             return soc
     names = [s.model for s in catalog()] + [c for s in catalog() for c in s.codenames]
     close = difflib.get_close_matches(key.upper(), [n.upper() for n in names], n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(s.model for s in catalog())}"
-    raise QnnDeployError(f"unknown SoC '{key}'{hint} (qnndeploy socs lists them)")
+    raise BadInput(f"unknown SoC '{key}'{hint} (qnndeploy socs lists them)")
 
 
 def _family(version: str) -> str:

@@ -13,14 +13,15 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from dataclasses import replace as replace_spec
 from pathlib import Path
 
 from qnndeploy import __version__
 from qnndeploy.base import compat, socs
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import (
     JSON,
     Progress,
@@ -38,6 +39,7 @@ from qnndeploy.base.fileio import (
     write_json,
     writing,
 )
+from qnndeploy.base.kinds import Precision
 from qnndeploy.base.names import (
     ACCEPT_ON,
     CONTEXT_BINARY,
@@ -63,39 +65,48 @@ from qnndeploy.formats.manifest import (
     schema,
     worst_metric,
 )
-from qnndeploy.formats.records import RECORD_FILE, VALIDATION_FILE, ValidationRecord, read_build, split_records
-from qnndeploy.formats.verify import CONTROL, Problem, check_manifest, check_warnings, read_contexts
+from qnndeploy.formats.records import (
+    RECORD_FILE,
+    VALIDATION_FILE,
+    CompileRecord,
+    RecordStatus,
+    ValidationRecord,
+    read_build,
+    split_records,
+)
+from qnndeploy.formats.verify import CONTROL, Contexts, Problem, check_manifest, check_warnings, read_contexts
 from qnndeploy.qnn import epcontext
 from qnndeploy.qnn.markers import FileFacts, Scanner, build_version, scan_file
 
 PREPARE_LIB = "libQnnHtpPrepare.so"  # only for graphs prepared on the phone: shipped when the SDK has it
 
 
-@dataclass
+@dataclass(frozen=True)
 class BundleSpec:
-    """What goes into a bundle. npu maps a SoC name (as the user wrote it) to graph -> files."""
+    """What goes into a bundle, built in one call (or from a build, spec_from_build, then changed with
+    dataclasses.replace). npu maps a SoC name (as the user wrote it) to graph -> files."""
 
     name: str
     version: str
-    cpu: dict[str, Path]
-    npu: dict[str, dict[str, list[Path]]]
+    cpu: Mapping[str, Path]
+    npu: Mapping[str, Mapping[str, Sequence[Path]]]
     sdk_root: Path | None = None  # QAIRT layout: lib/aarch64-android, lib/hexagon-vXX/unsigned
     libs_dir: Path | None = None  # a flat folder of the same libraries; neither: external runtime
-    precision: str = "fp16"
+    precision: str = Precision.FP16  # a Precision, or another the binaries were built with (bundle --precision)
     qairt_version: str | None = None
     maven_version: str | None = None  # external runtime: the qnn-runtime release to pin (default: the QAIRT version)
     source_model: str | None = None
     source_path: Path | None = None
     commit: str | None = None
     license: str | None = None
-    records: dict[str, Path] = field(default_factory=dict)  # name under records/ -> file
-    validation: dict[str, JSON] = field(default_factory=dict)  # SoC model -> validation summary
-    htp: dict[str, JSON] = field(default_factory=dict)  # SoC model -> the HTP settings it was compiled with
-    accepted_on: dict[str, str] = field(default_factory=dict)  # SoC model -> where the app runs its accepted failures
+    records: Mapping[str, Path] = field(default_factory=dict)  # name under records/ -> file
+    validation: Mapping[str, JSON] = field(default_factory=dict)  # SoC model -> validation summary
+    htp: Mapping[str, JSON] = field(default_factory=dict)  # SoC model -> the HTP settings it was compiled with
+    accepted_on: Mapping[str, str] = field(default_factory=dict)  # SoC model -> where the app runs accepted failures
     performance_mode: str | None = None  # the HTP performance mode the glue sets (None: the glue's default)
-    expected_sha256: dict[Path, str] = field(default_factory=dict)  # inputs whose hash a compile record holds
-    cpu_only: list[str] = field(default_factory=list)  # graphs that always run on the CPU (a split model's part)
-    pipeline: list[str] = field(default_factory=list)  # the order the app runs the graphs in ([]: none given)
+    expected_sha256: Mapping[Path, str] = field(default_factory=dict)  # inputs whose hash a compile record holds
+    cpu_only: Sequence[str] = ()  # graphs that always run on the CPU (a split model's part)
+    pipeline: Sequence[str] = ()  # the order the app runs the graphs in (empty: none given)
     build: Path | None = None  # the `compile` output folder it comes from (--from-build): an input folder
 
 
@@ -124,138 +135,152 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
     record of the split the build's models are parts of (add_split); a build of parts without it is refused.
     """
     jobs = read_build(Path(build))
-    failed = [f"{rec.graph}/{rec.soc}" for rec in jobs if rec.status != "ok"]
+    failed = [f"{rec.graph}/{rec.soc}" for rec in jobs if rec.status != RecordStatus.OK]
     if failed:
-        raise QnnDeployError(f"{build} has failed compile jobs ({', '.join(failed)}): fix them (the logs say why) "
-                             "or compile again without them, then bundle")
-    spec = BundleSpec(name=name, version=version, cpu={}, npu={}, build=Path(build))
-    precisions = set()
+        raise BadInput(f"{build} has failed compile jobs ({', '.join(failed)}): fix them (the logs say why) "
+                       "or compile again without them, then bundle")
+    cpu: dict[str, Path] = {}
+    npu: dict[str, dict[str, list[Path]]] = {}
+    expected: dict[Path, str] = {}
+    htp: dict[str, JSON] = {}
+    records: dict[str, Path] = {}
+    validation: dict[str, JSON] = {}
     for rec in jobs:
         # the model the record names (a link the user compiled through is followed once: its hash is checked)
         graph, soc, source, job = rec.graph, rec.soc, resolve_named(rec.source), rec.folder
-        if spec.cpu.setdefault(graph, source) != source:
-            raise QnnDeployError(f"graph {graph} was compiled from two models ({spec.cpu[graph]} and {source})")
-        spec.expected_sha256[source] = rec.source_sha256
+        if cpu.setdefault(graph, source) != source:
+            raise BadInput(f"graph {graph} was compiled from two models ({cpu[graph]} and {source})")
+        expected[source] = rec.source_sha256
         outputs = [o for o in rec.outputs if o.format in (CONTEXT_BINARY, EPCONTEXT)]
-        spec.npu.setdefault(soc, {})[graph] = [job / o.path for o in outputs]
-        spec.expected_sha256.update({job / o.path: o.sha256 for o in outputs})
-        precisions.add(rec.precision)
-        if rec.htp is not None and spec.htp.setdefault(soc, rec.htp) != rec.htp:
-            raise QnnDeployError(f"{build} has {soc} graphs compiled with different HTP settings ({spec.htp[soc]} "
-                                 f"and {rec.htp} for {graph}): compile them with the same --vtcm-mb, "
-                                 "--optimization-mode and --spill-fill")
-        spec.records[f"{rec.shared or graph}-{soc}-{RECORD_FILE}"] = job / RECORD_FILE
-        target = spec.validation.setdefault(soc, {"passed": True, "graphs": {}})
-        summary: JSON = {"passed": None, "note": "not validated: run qnndeploy validate"}
-        v = ValidationRecord.read(rec.validation_file)
-        binary = rec.output(CONTEXT_BINARY)
-        if v is not None and v.binary_sha256 not in (None, binary.sha256 if binary else None):
-            summary["note"] = (f"not validated: {rec.validation_file.name} is of an earlier compile; "
-                               "run qnndeploy validate")
-        elif v is not None:
-            spec.records[f"{graph}-{soc}-{VALIDATION_FILE}"] = rec.validation_file
-            summary = {"passed": v.passed, "thresholds": v.thresholds,
-                       **({"threshold_reason": v.threshold_reason} if v.threshold_reason else {}),
-                       "outputs": [{k: o[k] for k in ("name", "passed", "max_abs_diff", "rel_l2", "cosine",
-                                                      "snr_db", "judged_on")} for o in v.outputs]}
+        npu.setdefault(soc, {})[graph] = [job / o.path for o in outputs]
+        expected.update({job / o.path: o.sha256 for o in outputs})
+        if rec.htp is not None and htp.setdefault(soc, rec.htp) != rec.htp:
+            raise BadInput(f"{build} has {soc} graphs compiled with different HTP settings ({htp[soc]} "
+                           f"and {rec.htp} for {graph}): compile them with the same --vtcm-mb, "
+                           "--optimization-mode and --spill-fill")
+        records[f"{rec.shared or graph}-{soc}-{RECORD_FILE}"] = job / RECORD_FILE
+        target = validation.setdefault(soc, {"passed": True, "graphs": {}})
+        summary, validated = _validation_summary(rec)
+        if validated:
+            records[f"{graph}-{soc}-{VALIDATION_FILE}"] = rec.validation_file
         target["graphs"][graph] = summary
         verdicts = [g["passed"] for g in target["graphs"].values()]
         target["passed"] = False if False in verdicts else None if None in verdicts else True
+    precisions = {rec.precision for rec in jobs}
     if len(precisions) > 1:
-        raise QnnDeployError(f"{build} mixes precisions {sorted(precisions)}; bundle one precision at a time")
-    spec.precision = precisions.pop()
+        raise BadInput(f"{build} mixes precisions {sorted(precisions)}; bundle one precision at a time")
     for log in sorted((Path(build) / "logs").glob("*.log")):
-        spec.records[f"logs/{log.name}"] = log
-    _accept(spec, Path(build), accept or {}, accept_on)
+        records[f"logs/{log.name}"] = log
+    spec = BundleSpec(name, version, cpu, npu, precision=precisions.pop(), records=records, validation=validation,
+                      htp=htp, accepted_on=_accept(validation, Path(build), accept or {}, accept_on),
+                      expected_sha256=expected, build=Path(build))
     if split is not None:
-        add_split(spec, split)
-    elif named := split_records({p: spec.expected_sha256[p] for p in spec.cpu.values()}):
-        raise QnnDeployError(f"the models of {build} are parts of a split: bundle them with its record, --split "
-                             f"{named[0]}, or the app gets neither the other parts nor their order")
+        return with_split(spec, split)
+    if named := split_records({p: expected[p] for p in cpu.values()}):
+        raise BadInput(f"the models of {build} are parts of a split: bundle them with its record, --split "
+                       f"{named[0]}, or the app gets neither the other parts nor their order")
     return spec
+
+
+def _validation_summary(rec: CompileRecord) -> tuple[JSON, bool]:
+    """A job's validation summary for the manifest, and whether a validation record of this binary made it."""
+    v = ValidationRecord.read(rec.validation_file)
+    binary = rec.output(CONTEXT_BINARY)
+    if v is None:
+        return {"passed": None, "note": "not validated: run qnndeploy validate"}, False
+    if v.binary_sha256 not in (None, binary.sha256 if binary else None):
+        return {"passed": None, "note": f"not validated: {rec.validation_file.name} is of an earlier compile; "
+                                        "run qnndeploy validate"}, False
+    return {"passed": v.passed, "thresholds": v.thresholds,
+            **({"threshold_reason": v.threshold_reason} if v.threshold_reason else {}),
+            "outputs": [{k: o[k] for k in ("name", "passed", "max_abs_diff", "rel_l2", "cosine", "snr_db",
+                                           "judged_on")} for o in v.outputs]}, True
 
 
 ANY_SOC = "*"  # --accept GRAPH@*: every SoC on which GRAPH failed
 MAX_REASON = 500
 
 
-def _accept(spec: BundleSpec, build: Path, accept: Mapping[tuple[str, str], str], accept_on: str | None) -> None:
+def _accept(validation: Mapping[str, JSON], build: Path, accept: Mapping[tuple[str, str], str],
+            accept_on: str | None) -> dict[str, str]:
     """Record each accepted failure in its validation summary, and refuse a failure without a reason or a reason
-    without a failure (it would record a false one): a failed graph is never shipped silently."""
+    without a failure (it would record a false one): a failed graph is never shipped silently. Returns where the
+    app runs each SoC with an accepted failure (SoC model -> npu or cpu)."""
     if accept_on is not None and accept_on not in ACCEPT_ON:
-        raise QnnDeployError(f"--accept-on {accept_on!r}: use one of {', '.join(ACCEPT_ON)}")
+        raise BadInput(f"--accept-on {accept_on!r}: use one of {', '.join(ACCEPT_ON)}")
     if accept_on is not None and not accept:
-        raise QnnDeployError("--accept-on says where the app runs accepted failures: give them with "
-                             "--accept GRAPH@SOC=REASON")
-    summaries = {(g, socs.find(soc).model): s for soc, v in spec.validation.items() for g, s in v["graphs"].items()}
+        raise BadInput("--accept-on says where the app runs accepted failures: give them with "
+                       "--accept GRAPH@SOC=REASON")
+    summaries = {(g, socs.find(soc).model): s for soc, v in validation.items() for g, s in v["graphs"].items()}
     failed = [pair for pair, s in summaries.items() if s["passed"] is False]
     reasons: dict[tuple[str, str], str] = {}
     for (graph, soc), reason in sorted(accept.items(), key=lambda kv: kv[0][1] != ANY_SOC):  # GRAPH@* first
         form = f"--accept {graph}@{soc}"
         text = reason.strip()
         if not text or len(text) > MAX_REASON or CONTROL.search(text):
-            raise QnnDeployError(f"{form}: give a reason of one line, 1 to {MAX_REASON} characters "
-                                 f"({form}=\"cosine 0.998 is fine for this feature\")")
+            raise BadInput(f"{form}: give a reason of one line, 1 to {MAX_REASON} characters "
+                           f"({form}=\"cosine 0.998 is fine for this feature\")")
         if soc == ANY_SOC:
             pairs = [p for p in failed if p[0] == graph]
             if not pairs:
-                raise QnnDeployError(f"{form}: graph {graph} failed validation on no SoC of {build}; drop it")
+                raise BadInput(f"{form}: graph {graph} failed validation on no SoC of {build}; drop it")
         else:
             pair = (graph, socs.find(soc).model)
             if pair not in failed:
                 state = ("is not in the build" if pair not in summaries else
                          "passed validation" if summaries[pair]["passed"] else "was not validated")
-                raise QnnDeployError(f"{form}: {graph}@{pair[1]} {state}, so there is no failure to accept (the "
-                                     "reason would be recorded as one): drop it")
+                raise BadInput(f"{form}: {graph}@{pair[1]} {state}, so there is no failure to accept (the "
+                               "reason would be recorded as one): drop it")
             pairs = [pair]
         reasons.update(dict.fromkeys(pairs, text))
     silent = [p for p in failed if p not in reasons]
     if silent:
         listed = ", ".join(f"{g}@{soc} ({worst_metric(summaries[(g, soc)])})" for g, soc in silent)
         graph, soc = silent[0]
-        raise QnnDeployError(f"validation failed for {listed}: fix the graph (qnndeploy validate {build} shows every "
-                             f"output), or ship it with a reason: --accept {graph}@{soc}=\"REASON\" for each "
-                             "(GRAPH@* for all its SoCs; add --accept-on cpu to make the app use the CPU there)")
+        raise BadInput(f"validation failed for {listed}: fix the graph (qnndeploy validate {build} shows every "
+                       f"output), or ship it with a reason: --accept {graph}@{soc}=\"REASON\" for each "
+                       "(GRAPH@* for all its SoCs; add --accept-on cpu to make the app use the CPU there)")
     for (graph, soc), text in reasons.items():
         summaries[(graph, soc)]["accepted"] = {"reason": text, "by": ACCEPTED_BY}
-        spec.accepted_on[soc] = accept_on or "npu"
+    return {soc: accept_on or "npu" for _, soc in reasons}
 
 
-def add_split(spec: BundleSpec, record: Path) -> None:
-    """A split model (`prepare --split-at`): its CPU part joins as a CPU-only graph named after its file, its NPU
-    part must be a graph of the build, and the record's order becomes the pipeline the app runs."""
+def with_split(spec: BundleSpec, record: Path) -> BundleSpec:
+    """The spec with a split model (`prepare --split-at`): its CPU part joins as a CPU-only graph named after its
+    file, its NPU part must be a graph of the build, and the record's order becomes the pipeline the app runs."""
     record = Path(record)
     try:
         data = json.loads(record.read_text())
     except (OSError, ValueError) as e:
-        raise QnnDeployError(f"--split {record}: not readable JSON ({e})") from None
+        raise BadInput(f"--split {record}: not readable JSON ({e})") from None
     if not isinstance(data, dict) or data.get("record") != SPLIT_RECORD:
-        raise QnnDeployError(f"--split {record}: not a split record (qnndeploy prepare --split-at writes one)")
+        raise BadInput(f"--split {record}: not a split record (qnndeploy prepare --split-at writes one)")
     names: dict[str, str] = {}
+    models, cpu_only = dict(spec.cpu), list(spec.cpu_only)
     for part in data["parts"]:
         path = (record.parent / part["path"]).resolve()
         if sha256_file(_need_file(path, f"{part['name']} part")) != part["sha256"]:
-            raise QnnDeployError(f"{path} changed since it was split: split again")
+            raise BadInput(f"{path} changed since it was split: split again")
         if part["runs_on"] == "cpu":
             cpu = names[part["name"]] = graph_name(path.name)  # named as compile names the NPU part
-            if spec.cpu.setdefault(cpu, path) != path:
-                raise QnnDeployError(f"--split: graph {cpu} is already another model ({spec.cpu[cpu]})")
-            spec.cpu_only.append(cpu)
+            if models.setdefault(cpu, path) != path:
+                raise BadInput(f"--split: graph {cpu} is already another model ({models[cpu]})")
+            cpu_only.append(cpu)
         else:
-            graph = next((g for g, p in spec.cpu.items() if Path(p).resolve() == path), None)
+            graph = next((g for g, p in models.items() if Path(p).resolve() == path), None)
             if graph is None:
-                raise QnnDeployError(f"--split: the NPU part {path} is in no compiled graph: compile it (qnndeploy "
-                                     "compile), then bundle build --from-build that build")
+                raise BadInput(f"--split: the NPU part {path} is in no compiled graph: compile it (qnndeploy "
+                               "compile), then bundle build --from-build that build")
             names[part["name"]] = graph
-    spec.pipeline = [names[p] for p in data["order"]]
+    return replace_spec(spec, cpu=models, cpu_only=cpu_only, pipeline=[names[p] for p in data["order"]])
 
 
 def _need_file(path: Path, what: str) -> Path:
     path = Path(path)
     if not path.is_file():
-        raise QnnDeployError(f"{what} {path} does not exist or is not a file")
+        raise BadInput(f"{what} {path} does not exist or is not a file")
     if not os.access(path, os.R_OK):
-        raise QnnDeployError(f"{what} {path} is not readable")
+        raise BadInput(f"{what} {path} is not readable")
     return path
 
 
@@ -274,41 +299,41 @@ def _cpu_files(spec: BundleSpec) -> tuple[list[JSON], dict[str, list[tuple[Path,
         for location in sig.external_data:
             rel = external_data_path(files[g][0][1], location)
             if rel is None:
-                raise QnnDeployError(f"CPU model {path} keeps its weights in '{location}', which is not a plain "
-                                     "relative path beside the model: save the model with its data file next to it "
-                                     "(onnx.save(..., location='NAME.data'))")
+                raise BadInput(f"CPU model {path} keeps its weights in '{location}', which is not a plain "
+                               "relative path beside the model: save the model with its data file next to it "
+                               "(onnx.save(..., location='NAME.data'))")
             files[g].append((path.parent / location, rel))
     rels = [rel for pairs in files.values() for _, rel in pairs]
     clash = next((rel for rel in rels if rels.count(rel) > 1), None)
     if clash is not None:
-        raise QnnDeployError(f"two CPU model files would both be {clash} in the bundle: give the models' external "
-                             "data files distinct names")
+        raise BadInput(f"two CPU model files would both be {clash} in the bundle: give the models' external "
+                       "data files distinct names")
     return graphs, files
 
 
-def _targets(spec: BundleSpec) -> dict[str, tuple[socs.Soc, dict[str, list[Path]]]]:
-    targets: dict[str, tuple[socs.Soc, dict[str, list[Path]]]] = {}
+def _targets(spec: BundleSpec) -> dict[str, tuple[socs.Soc, Mapping[str, Sequence[Path]]]]:
+    targets: dict[str, tuple[socs.Soc, Mapping[str, Sequence[Path]]]] = {}
     given: dict[str, str] = {}
     for name, graphs in spec.npu.items():
         soc = socs.find(name)
         if soc.model in targets:
-            raise QnnDeployError(f"SoC {soc.model} is given twice (as {given[soc.model]} and {name}); "
-                                 "a bundle has one target per SoC")
+            raise BadInput(f"SoC {soc.model} is given twice (as {given[soc.model]} and {name}); "
+                           "a bundle has one target per SoC")
         given[soc.model] = name
-        if spec.precision == "fp16" and soc.fp16 is False:
-            raise QnnDeployError(f"{soc.model} ({soc.marketing_name or soc.dsp_arch}) has no fp16 on its HTP; "
-                                 "build it as w8a16 or leave it to the CPU fallback")
+        if spec.precision == Precision.FP16 and soc.fp16 is False:
+            raise BadInput(f"{soc.model} ({soc.marketing_name or soc.dsp_arch}) has no fp16 on its HTP; "
+                           "build it as w8a16 or leave it to the CPU fallback")
         missing = sorted(set(spec.cpu) - set(graphs) - set(spec.cpu_only))
         extra = sorted(set(graphs) - set(spec.cpu))
         if missing:
-            raise QnnDeployError(f"{soc.model} has no context binary for graph(s) {', '.join(missing)}")
+            raise BadInput(f"{soc.model} has no context binary for graph(s) {', '.join(missing)}")
         if extra:
-            raise QnnDeployError(f"{soc.model} has graph(s) {', '.join(extra)} with no CPU fallback model (--cpu)")
+            raise BadInput(f"{soc.model} has graph(s) {', '.join(extra)} with no CPU fallback model (--cpu)")
         for graph, files in graphs.items():
             for f in files:
                 _need_file(f, f"context binary for {soc.model}:{graph}")
             if not any(Path(f).suffix == ".bin" for f in files):
-                raise QnnDeployError(f"{soc.model}:{graph} needs a QNN context binary (.bin)")
+                raise BadInput(f"{soc.model}:{graph} needs a QNN context binary (.bin)")
         targets[soc.model] = (soc, graphs)
     return targets
 
@@ -316,13 +341,13 @@ def _targets(spec: BundleSpec) -> dict[str, tuple[socs.Soc, dict[str, list[Path]
 def _runtime_libs(spec: BundleSpec, archs: set[str]) -> list[tuple[Path, JSON]]:
     """The Android and Hexagon libraries to ship: the common ones and only the Stub/Skel of the targets' archs."""
     if spec.sdk_root is not None and spec.libs_dir is not None:
-        raise QnnDeployError("give either --qnn-sdk-root or --runtime-libs, not both")
+        raise BadInput("give either --qnn-sdk-root or --runtime-libs, not both")
     given = spec.sdk_root or spec.libs_dir
     if given is None:
         return []
     base = Path(given)
     if not base.is_dir():
-        raise QnnDeployError(f"{base} is not a folder")
+        raise BadInput(f"{base} is not a folder")
     android = base / "lib" / "aarch64-android" if spec.sdk_root else base
 
     def where(arch: str) -> Path:  # the folder of an arch's Skel
@@ -334,19 +359,19 @@ def _runtime_libs(spec: BundleSpec, archs: set[str]) -> list[tuple[Path, JSON]]:
         if path.is_file():
             out.append((path, {"role": role, "abi": "arm64-v8a"}))
         elif role != "prepare":
-            raise QnnDeployError(f"{name} not found in {android}; the HTP runtime needs it")
+            raise BadInput(f"{name} not found in {android}; the HTP runtime needs it")
     for arch in sorted(archs):
         stub, skel = (folder / name
                       for folder, name in zip((android, where(arch)), qnn_libraries(arch)[2:], strict=True))
         for path in (stub, skel):
             if not path.is_file():
-                raise QnnDeployError(f"{path.name} not found in {path.parent}; targets with arch {arch} need it")
+                raise BadInput(f"{path.name} not found in {path.parent}; targets with arch {arch} need it")
         out.append((stub, {"role": "stub", "abi": "arm64-v8a", "dsp_arch": arch}))
         out.append((skel, {"role": "skel", "abi": f"hexagon-{arch}", "dsp_arch": arch}))
     return out
 
 
-def _npu_plan(model: str, graph_files: dict[str, list[Path]], graphs: list[str]
+def _npu_plan(model: str, graph_files: Mapping[str, Sequence[Path]], graphs: list[str]
               ) -> tuple[list[tuple[Path, str, bool]], dict[str, list[str]], dict[str, str]]:
     """One target's NPU files: (source, path in the bundle, read markers) for each; the graphs of each binary; the
     binary each EPContext wrapper loads. A binary given for several graphs is a shared context: it keeps its own
@@ -360,8 +385,8 @@ def _npu_plan(model: str, graph_files: dict[str, list[Path]], graphs: list[str]
     for f, gs in users.items():
         dest = f"{gs[0]}.bin" if len(gs) == 1 else f.name
         if len(gs) > 1 and f.stem in graphs:
-            raise QnnDeployError(f"{f} holds graphs {', '.join(gs)} but is named after graph {f.stem}: name a shared "
-                                 "context binary after its share (compile --share NAME=...)")
+            raise BadInput(f"{f} holds graphs {', '.join(gs)} but is named after graph {f.stem}: name a shared "
+                           "context binary after its share (compile --share NAME=...)")
         plan.append((f, f"npu/{model}/{dest}", True))
         bin_graphs[f"npu/{model}/{dest}"] = gs
         for g in gs:
@@ -394,8 +419,8 @@ def _check_name(value: str, what: str, key: str) -> None:
     try:
         jsonschema.validate(value, sub)
     except jsonschema.ValidationError:
-        raise QnnDeployError(f"{what} '{value}' is not valid: use letters, digits, '.', '_' or '-' "
-                             "(starting with a letter or digit, at most 64)") from None
+        raise BadInput(f"{what} '{value}' is not valid: use letters, digits, '.', '_' or '-' "
+                       "(starting with a letter or digit, at most 64)") from None
 
 
 def _qairt(spec: BundleSpec, facts: dict[str, FileFacts], marked: list[str]) -> JSON:
@@ -407,15 +432,15 @@ def _qairt(spec: BundleSpec, facts: dict[str, FileFacts], marked: list[str]) -> 
     versions = {build_version(b) for b in found}
     if len(versions) > 1:
         detail = "; ".join(f"{b} in {', '.join(ps[:2])}" for b, ps in sorted(found.items()))
-        raise QnnDeployError(f"the inputs come from several QAIRT versions ({detail}); "
-                             "compile and runtime libraries must come from one QAIRT version")
+        raise BadInput(f"the inputs come from several QAIRT versions ({detail}); "
+                       "compile and runtime libraries must come from one QAIRT version")
     if spec.qairt_version and versions and versions != {spec.qairt_version}:
-        raise QnnDeployError(f"--qairt-version {spec.qairt_version} contradicts the binaries, which say QAIRT "
-                             f"{', '.join(sorted(found))}: drop --qairt-version")
+        raise BadInput(f"--qairt-version {spec.qairt_version} contradicts the binaries, which say QAIRT "
+                       f"{', '.join(sorted(found))}: drop --qairt-version")
     version = spec.qairt_version or (versions.pop() if versions else None)
     if version is None:
-        raise QnnDeployError("cannot tell the QAIRT version: no build string found in the context binaries or "
-                             "libraries; pass --qairt-version")
+        raise BadInput("cannot tell the QAIRT version: no build string found in the context binaries or "
+                       "libraries; pass --qairt-version")
     builds = sorted(found)
     return {"version": version, "build": builds[0] if len(builds) == 1 else None}
 
@@ -431,11 +456,11 @@ def _runtime_pin(spec: BundleSpec, qairt: JSON, bundled: bool) -> tuple[str, str
     if spec.maven_version:
         why = compat.pin_problem(spec.maven_version, qairt["version"])
         if why is not None:
-            raise QnnDeployError(f"--maven-runtime-version {spec.maven_version}: {why}")
+            raise BadInput(f"--maven-runtime-version {spec.maven_version}: {why}")
         return need, spec.maven_version
     found = compat.maven_for(qairt["version"])
     if not found:
-        raise QnnDeployError(compat.no_maven_runtime(qairt["version"]))
+        raise BadInput(compat.no_maven_runtime(qairt["version"]))
     return need, found[0]
 
 
@@ -468,130 +493,41 @@ def _check_apart(spec: BundleSpec, out_dir: Path, final: Path, archive_path: Pat
             check_apart(path, inputs, option="the bundle" if path == final else "the archive")
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """Every file of the bundle and where it comes from, decided (and refused when wrong) before anything is
+    written."""
+
+    graphs: list[JSON]  # the graphs' signatures
+    cpu_files: dict[str, list[tuple[Path, str]]]  # graph -> (source, path in the bundle), the model first
+    targets: dict[str, tuple[socs.Soc, Mapping[str, Sequence[Path]]]]  # SoC model -> its graphs' files
+    files: list[tuple[Path, str, bool]]  # (source, path in the bundle, read QNN markers?) of every file
+    bin_graphs: dict[str, list[str]]  # bundle path of each context binary -> its graphs
+    loads: dict[str, str]  # bundle path of each EPContext wrapper -> the binary's name it loads
+    libs: dict[str, JSON]  # bundle path of each runtime library -> its role, ABI and arch
+    records: dict[str, Path]  # name under records/ -> file
+    source_path: Path | None
+
+
 def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archive_fmt: str | None = None,
                  progress: Progress | None = None) -> BundleResult:
-    _check_name(spec.name, "bundle name", "name")
-    _check_name(spec.version, "bundle version", "version")
-    if not spec.cpu:
-        raise QnnDeployError("a bundle needs a CPU fallback model for every graph (--cpu GRAPH=model.onnx)")
-    if not spec.npu:
-        raise QnnDeployError("a bundle needs context binaries: --npu SOC:GRAPH=graph.bin, or --from-build build/")
-    if spec.qairt_version and not re.fullmatch(r"\d+\.\d+\.\d+", spec.qairt_version):
-        raise QnnDeployError(f"--qairt-version {spec.qairt_version!r} is not a version X.Y.Z (e.g. 2.51.0)")
-    if spec.performance_mode is not None and spec.performance_mode not in PERFORMANCE_MODES:
-        raise QnnDeployError(f"--performance-mode {spec.performance_mode!r}: use one of {', '.join(PERFORMANCE_MODES)}")
-    if spec.maven_version and not re.fullmatch(r"\d+\.\d+\.\d+", spec.maven_version):
-        raise QnnDeployError(f"--maven-runtime-version {spec.maven_version!r} is not a version X.Y.Z (e.g. 2.51.0)")
-    check_writable(Path(out_dir) / f"{spec.name}-{spec.version}")  # names, links, place: before any stat of -o
-    if Path(out_dir).exists() and not Path(out_dir).is_dir():
-        raise QnnDeployError(f"-o {out_dir} is a file, not a folder")
-    if archive_fmt is not None and archive_fmt not in archive.FORMATS:
-        raise QnnDeployError(f"unknown archive format '{archive_fmt}'; use one of {', '.join(archive.FORMATS)}")
-    final = Path(out_dir) / f"{spec.name}-{spec.version}"
-    archive_path = final.with_name(f"{final.name}.{archive_fmt}") if archive_fmt else None
-    for p in (final, archive_path):
-        if p is not None and p.exists() and not force:
-            raise QnnDeployError(f"{p} already exists; remove it or pass --force")
-    if archive_path is not None and archive_path.is_dir():
-        raise QnnDeployError(f"{archive_path} is a folder: remove it or choose another -o")
-    if archive_path is not None:
-        check_writable(archive_path, "--archive")
-
-    graphs, cpu_files = _cpu_files(spec)
-    targets = _targets(spec)
-    libs = _runtime_libs(spec, {soc.dsp_arch for soc, _ in targets.values()})
-    if spec.maven_version and libs:
-        raise QnnDeployError("--maven-runtime-version pins the external runtime: it cannot go with bundled libraries")
-    source_path = _need_file(spec.source_path, "source model") if spec.source_path else None
-    records = {name: _need_file(p, "record") for name, p in spec.records.items()}
-
-    # (source, path in bundle, read markers?) for every file, then one parallel pass that copies and hashes.
-    plan: list[tuple[Path, str, bool]] = [(src, rel, False) for files in cpu_files.values() for src, rel in files]
-    bin_graphs: dict[str, list[str]] = {}  # bundle path of each context binary -> its graphs
-    loads: dict[str, str] = {}  # bundle path of each EPContext wrapper -> the binary's name it loads
-    for model, (_, graph_files) in targets.items():
-        npu, graphs_of, binary_of = _npu_plan(model, graph_files, list(spec.cpu))
-        plan += npu
-        bin_graphs.update(graphs_of)
-        loads.update({f"npu/{model}/{g}_ctx.onnx": b for g, b in binary_of.items()})
-    lib_entries = {}
-    for path, meta in libs:
-        rel = f"lib/{meta['abi']}/{path.name}"
-        plan.append((path, rel, True))
-        lib_entries[rel] = meta
-    plan += [(p, f"records/{name}", False) for name, p in records.items()]
-    for src, rel, _ in plan:
-        why = path_problem(rel)
-        if why is not None:  # verify would refuse the bundle: refused before anything is written
-            raise QnnDeployError(f"{src} would be bundled as {rel}: {why}; rename it")
-    _check_apart(spec, Path(out_dir), final, archive_path, [src for src, _, _ in plan])
+    """Write the bundle `spec` describes to OUT_DIR/NAME-VERSION (and its archive), verified before it is put in
+    place; bad input is refused before anything is written."""
+    out_dir = Path(out_dir)
+    final, archive_path = _check_request(spec, out_dir, force, archive_fmt)
+    plan = _plan(spec)
+    _check_apart(spec, out_dir, final, archive_path, [src for src, _, _ in plan.files])
 
     archive_tmp: Path | None = None
     if archive_path is not None:
         remove_stale(archive_path)
-    made = first_missing(Path(out_dir))  # the folders -o makes: removed again when nothing is published
+    made = first_missing(out_dir)  # the folders -o makes: removed again when nothing is published
     try:
-        with (writing(final), staging_dir(final, force) as tmp,
-              tempfile.TemporaryDirectory() as scratch):
-            for _, rel, _ in plan:
-                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            plan = [(_pointed_at_bin(src, Path(scratch), rel, loads[rel]), rel, m) if rel in loads else (src, rel, m)
-                    for src, rel, m in plan]
-            with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-                results = list(pool.map(lambda item: _copy(item[0], tmp / item[1], item[2],
-                                                           spec.expected_sha256.get(item[0]), progress, spec.build),
-                                        plan))
-            facts = {rel: f for (_, rel, _), f in zip(plan, results, strict=True)}
-
-            def entry(rel: str) -> JSON:
-                return {"path": rel, "sha256": facts[rel].sha256, "size": facts[rel].size}
-
-            marked = [rel for _, rel, m in plan if m and rel.endswith((".bin", "Skel.so"))]
-            qairt = _qairt(spec, facts, marked)
-            qairt["min_runtime"], pin = _runtime_pin(spec, qairt, bool(libs))
-            manifest: JSON = {
-                "format": FORMAT,
-                "format_version": FORMAT_VERSION,
-                "name": spec.name,
-                "version": spec.version,
-                "created_by": f"qnndeploy {__version__}",
-                "qairt": qairt,
-                "source": {
-                    "model": spec.source_model or spec.name,
-                    "sha256": scan_file(source_path, False).sha256 if source_path else None,
-                    "commit": spec.commit,
-                    "license": spec.license,
-                },
-                "graphs": graphs,
-                **({"htp": {"performance_mode": spec.performance_mode}} if spec.performance_mode else {}),
-                **({"pipeline": spec.pipeline} if spec.pipeline else {}),
-                "targets": [
-                    {
-                        "soc": model, "soc_id": soc.soc_id, "dsp_arch": soc.dsp_arch, "precision": spec.precision,
-                        "artifacts": [
-                            {**entry(rel), **_graph_of(rel, bin_graphs),
-                             "format": CONTEXT_BINARY if rel.endswith(".bin") else EPCONTEXT}
-                            for _, rel, _ in plan if rel.startswith(f"npu/{model}/")
-                        ],
-                        "validation": spec.validation.get(model),
-                        **({"accepted_on": spec.accepted_on[model]} if model in spec.accepted_on else {}),
-                        **({"compile": spec.htp[model]} if model in spec.htp else {}),
-                    }
-                    for model, (soc, _) in targets.items()
-                ],
-                "cpu": [{**entry(rel), "graph": g, "format": EXTERNAL_DATA if i else ONNX}
-                        for g, files in cpu_files.items() for i, (_, rel) in enumerate(files)],
-                "runtime": ({"mode": "bundled", "libs": [{**entry(rel), **meta} for rel, meta in lib_entries.items()]}
-                            if libs else
-                            {"mode": "external", "maven": f"{MAVEN_RUNTIME}:{pin}"}),
-                "records": [entry(f"records/{name}") for name in records],
-            }
+        with writing(final), staging_dir(final, force) as tmp:
+            facts = _stage(spec, plan, tmp, progress)
+            manifest = _manifest(spec, plan, facts)
             write_json(tmp / MANIFEST, manifest)
-            contexts, missing = read_contexts(tmp, {rel: facts[rel].sha256 for rel in bin_graphs if rel in facts})
-            problems = check_manifest(manifest, facts, set(facts), tmp, contexts=contexts)
-            if problems:
-                more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-                raise QnnDeployError(f"the bundle would not verify: {problems[0].path}: {problems[0].message}{more}")
+            contexts, missing = _verify_staged(manifest, plan, facts, tmp)
             if archive_path is not None and archive_fmt is not None:
                 archive_tmp = partial_file(archive_path)
                 archive.write_archive(tmp, archive_tmp, archive_fmt, top=final.name)
@@ -603,10 +539,160 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
         if archive_tmp is not None:
             archive_tmp.unlink(missing_ok=True)
         if not final.exists():
-            remove_made(Path(out_dir), made)
+            remove_made(out_dir, made)
         raise
+    rt, qairt = manifest["runtime"], manifest["qairt"]
+    return BundleResult(
+        path=final, archive=archive_path, name=spec.name, version=spec.version,
+        qairt=qairt["build"] or qairt["version"],
+        targets=[f"{t['soc']} ({t['dsp_arch']})" for t in manifest["targets"]],
+        runtime=f"external: {rt['maven']} (the app must bring it)" if rt["mode"] == "external"
+        else f"bundled: {len(rt['libs'])} libraries",
+        files=len(facts), bytes=sum(f.size for f in facts.values()),
+        warnings=_warnings(spec, manifest, facts, contexts, missing),
+    )
 
-    rt = manifest["runtime"]
+
+def _check_request(spec: BundleSpec, out_dir: Path, force: bool, archive_fmt: str | None) -> tuple[Path, Path | None]:
+    """The names and options checked, and the bundle's and archive's final paths."""
+    _check_name(spec.name, "bundle name", "name")
+    _check_name(spec.version, "bundle version", "version")
+    if not spec.cpu:
+        raise BadInput("a bundle needs a CPU fallback model for every graph (--cpu GRAPH=model.onnx)")
+    if not spec.npu:
+        raise BadInput("a bundle needs context binaries: --npu SOC:GRAPH=graph.bin, or --from-build build/")
+    if spec.qairt_version and not re.fullmatch(r"\d+\.\d+\.\d+", spec.qairt_version):
+        raise BadInput(f"--qairt-version {spec.qairt_version!r} is not a version X.Y.Z (e.g. 2.51.0)")
+    if spec.performance_mode is not None and spec.performance_mode not in PERFORMANCE_MODES:
+        raise BadInput(f"--performance-mode {spec.performance_mode!r}: use one of {', '.join(PERFORMANCE_MODES)}")
+    if spec.maven_version and not re.fullmatch(r"\d+\.\d+\.\d+", spec.maven_version):
+        raise BadInput(f"--maven-runtime-version {spec.maven_version!r} is not a version X.Y.Z (e.g. 2.51.0)")
+    check_writable(out_dir / f"{spec.name}-{spec.version}")  # names, links, place: before any stat of -o
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BadInput(f"-o {out_dir} is a file, not a folder")
+    if archive_fmt is not None and archive_fmt not in archive.FORMATS:
+        raise BadInput(f"unknown archive format '{archive_fmt}'; use one of {', '.join(archive.FORMATS)}")
+    final = out_dir / f"{spec.name}-{spec.version}"
+    archive_path = final.with_name(f"{final.name}.{archive_fmt}") if archive_fmt else None
+    for p in (final, archive_path):
+        if p is not None and p.exists() and not force:
+            raise BadInput(f"{p} already exists; remove it or pass --force")
+    if archive_path is not None and archive_path.is_dir():
+        raise BadInput(f"{archive_path} is a folder: remove it or choose another -o")
+    if archive_path is not None:
+        check_writable(archive_path, "--archive")
+    return final, archive_path
+
+
+def _plan(spec: BundleSpec) -> _Plan:
+    """Every input checked (files there and readable, graphs and targets consistent, bundle paths valid) and
+    placed: (source, path in bundle, read markers?) for every file, which one parallel pass then copies and hashes."""
+    graphs, cpu_files = _cpu_files(spec)
+    targets = _targets(spec)
+    libs = _runtime_libs(spec, {soc.dsp_arch for soc, _ in targets.values()})
+    if spec.maven_version and libs:
+        raise BadInput("--maven-runtime-version pins the external runtime: it cannot go with bundled libraries")
+    source_path = _need_file(spec.source_path, "source model") if spec.source_path else None
+    records = {name: _need_file(p, "record") for name, p in spec.records.items()}
+    files: list[tuple[Path, str, bool]] = [(src, rel, False) for pairs in cpu_files.values() for src, rel in pairs]
+    bin_graphs: dict[str, list[str]] = {}
+    loads: dict[str, str] = {}
+    for model, (_, graph_files) in targets.items():
+        npu, graphs_of, binary_of = _npu_plan(model, graph_files, list(spec.cpu))
+        files += npu
+        bin_graphs.update(graphs_of)
+        loads.update({f"npu/{model}/{g}_ctx.onnx": b for g, b in binary_of.items()})
+    lib_entries = {}
+    for path, meta in libs:
+        rel = f"lib/{meta['abi']}/{path.name}"
+        files.append((path, rel, True))
+        lib_entries[rel] = meta
+    files += [(p, f"records/{name}", False) for name, p in records.items()]
+    for src, rel, _ in files:
+        why = path_problem(rel)
+        if why is not None:  # verify would refuse the bundle: refused before anything is written
+            raise BadInput(f"{src} would be bundled as {rel}: {why}; rename it")
+    return _Plan(graphs, cpu_files, targets, files, bin_graphs, loads, lib_entries, records, source_path)
+
+
+def _stage(spec: BundleSpec, plan: _Plan, tmp: Path, progress: Progress | None) -> dict[str, FileFacts]:
+    """Copy every file into the staging folder `tmp` in parallel (EPContext wrappers re-pointed at their binary's
+    bundle name where needed); the facts of each file written, by its path in the bundle."""
+    with tempfile.TemporaryDirectory() as scratch:
+        for _, rel, _ in plan.files:
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        files = [(_pointed_at_bin(src, Path(scratch), rel, plan.loads[rel]), rel, m) if rel in plan.loads
+                 else (src, rel, m) for src, rel, m in plan.files]
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            results = list(pool.map(lambda item: _copy(item[0], tmp / item[1], item[2],
+                                                       spec.expected_sha256.get(item[0]), progress, spec.build),
+                                    files))
+    return {rel: f for (_, rel, _), f in zip(files, results, strict=True)}
+
+
+def _manifest(spec: BundleSpec, plan: _Plan, facts: dict[str, FileFacts]) -> JSON:
+    """manifest.json of the staged files."""
+
+    def entry(rel: str) -> JSON:
+        return {"path": rel, "sha256": facts[rel].sha256, "size": facts[rel].size}
+
+    marked = [rel for _, rel, m in plan.files if m and rel.endswith((".bin", "Skel.so"))]
+    qairt = _qairt(spec, facts, marked)
+    qairt["min_runtime"], pin = _runtime_pin(spec, qairt, bool(plan.libs))
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "name": spec.name,
+        "version": spec.version,
+        "created_by": f"qnndeploy {__version__}",
+        "qairt": qairt,
+        "source": {
+            "model": spec.source_model or spec.name,
+            "sha256": scan_file(plan.source_path, False).sha256 if plan.source_path else None,
+            "commit": spec.commit,
+            "license": spec.license,
+        },
+        "graphs": plan.graphs,
+        **({"htp": {"performance_mode": spec.performance_mode}} if spec.performance_mode else {}),
+        **({"pipeline": list(spec.pipeline)} if spec.pipeline else {}),
+        "targets": [
+            {
+                "soc": model, "soc_id": soc.soc_id, "dsp_arch": soc.dsp_arch, "precision": spec.precision,
+                "artifacts": [
+                    {**entry(rel), **_graph_of(rel, plan.bin_graphs),
+                     "format": CONTEXT_BINARY if rel.endswith(".bin") else EPCONTEXT}
+                    for _, rel, _ in plan.files if rel.startswith(f"npu/{model}/")
+                ],
+                "validation": spec.validation.get(model),
+                **({"accepted_on": spec.accepted_on[model]} if model in spec.accepted_on else {}),
+                **({"compile": spec.htp[model]} if model in spec.htp else {}),
+            }
+            for model, (soc, _) in plan.targets.items()
+        ],
+        "cpu": [{**entry(rel), "graph": g, "format": EXTERNAL_DATA if i else ONNX}
+                for g, files in plan.cpu_files.items() for i, (_, rel) in enumerate(files)],
+        "runtime": ({"mode": "bundled", "libs": [{**entry(rel), **meta} for rel, meta in plan.libs.items()]}
+                    if plan.libs else
+                    {"mode": "external", "maven": f"{MAVEN_RUNTIME}:{pin}"}),
+        "records": [entry(f"records/{name}") for name in plan.records],
+    }
+
+
+def _verify_staged(manifest: JSON, plan: _Plan, facts: dict[str, FileFacts], tmp: Path
+                   ) -> tuple[Contexts, str | None]:
+    """Check the staged bundle by bundle verify's rules (its binaries read by libQnnSystem when it is here), and
+    refuse it in one line when it would not verify; the binaries' metadata and why some were not read."""
+    contexts, missing = read_contexts(tmp, {rel: facts[rel].sha256 for rel in plan.bin_graphs if rel in facts})
+    problems = check_manifest(manifest, facts, set(facts), tmp, contexts=contexts)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise BadInput(f"the bundle would not verify: {problems[0].path}: {problems[0].message}{more}")
+    return contexts, missing
+
+
+def _warnings(spec: BundleSpec, manifest: JSON, facts: dict[str, FileFacts], contexts: Contexts,
+              missing: str | None) -> list[Problem]:
+    """What verify warns of in the written bundle, and each graph shipped without a passed validation."""
     warnings = check_warnings(manifest, facts, contexts)
     if missing:
         warnings.append(Problem(MANIFEST, f"context binaries checked by their markers only: {missing}"))
@@ -616,12 +702,4 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
                 warnings.append(Problem(f"records/{graph}-{soc}-validation.json", g.get("note") or
                                         "FAILED validation on the host HTP emulator: the NPU output differs from "
                                         "the CPU model's beyond the thresholds"))
-    return BundleResult(
-        path=final, archive=archive_path, name=spec.name, version=spec.version,
-        qairt=qairt["build"] or qairt["version"],
-        targets=[f"{t['soc']} ({t['dsp_arch']})" for t in manifest["targets"]],
-        runtime=f"external: {rt['maven']} (the app must bring it)" if rt["mode"] == "external"
-        else f"bundled: {len(rt['libs'])} libraries",
-        files=len(facts), bytes=sum(f.size for f in facts.values()),
-        warnings=warnings,
-    )
+    return warnings

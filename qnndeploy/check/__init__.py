@@ -13,14 +13,16 @@ import shlex
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy.base import socs
 from qnndeploy.base.errors import first_line
+from qnndeploy.base.kinds import Precision
 from qnndeploy.base.names import PREPARED_SUFFIX, graph_name
 from qnndeploy.check import rules
-from qnndeploy.check.rules import PARAM_DTYPES, Finding, PrepareFix, merged
+from qnndeploy.check.rules import PARAM_DTYPES, Finding, PrepareFix, Severity, merged
 from qnndeploy.model import quantize, samples
 from qnndeploy.model.fuse import find_gelus
 from qnndeploy.model.onnxio import (
@@ -44,7 +46,15 @@ if TYPE_CHECKING:
 
 # Exit codes of `qnndeploy check` (README "Exit codes").
 EXIT_READY, EXIT_FIXABLE, EXIT_NOT_READY = 0, 10, 11
-VERDICT_EXIT = {"ready": EXIT_READY, "fixable": EXIT_FIXABLE, "not ready": EXIT_NOT_READY}
+
+
+class Verdict(StrEnum):
+    READY = "ready"
+    FIXABLE = "fixable"  # prepare fixes it
+    NOT_READY = "not ready"  # needs a re-export
+
+
+VERDICT_EXIT = {Verdict.READY: EXIT_READY, Verdict.FIXABLE: EXIT_FIXABLE, Verdict.NOT_READY: EXIT_NOT_READY}
 
 LONG_MEASUREMENT_S = 30  # a measurement expected to take up to this long gets no notice
 
@@ -64,7 +74,7 @@ class CheckReport:
     findings: list[Finding]
     prepare_command: str | None  # one line fixing every fixable finding, when there are any
     placeholders: list[str]  # words in prepare_command to replace with the app's sizes or values (D2, VALUE…)
-    verdict: str  # ready | fixable | not ready
+    verdict: Verdict
 
     @property
     def exit_code(self) -> int:
@@ -73,7 +83,8 @@ class CheckReport:
 
 # --- the check ------------------------------------------------------------------------------------
 
-def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, precision: str = "fp16",
+def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
+                precision: Precision = Precision.FP16,
                 timeout: float | None = htp.DEFAULT_TIMEOUT_S, say: Callable[[str], None] | None = None,
                 context_bytes: int | None = None) -> CheckReport:
     """Read the graph, measure op support on the HTP when shapes allow, and give a verdict with fixes.
@@ -100,15 +111,15 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, 
     qairt = htp.qairt_version() if htp.available() else ""
     refused = socs.refusal(target, qairt, precision)
     if refused:
-        other = "w8a16" if precision == "fp16" else "fp16"
+        other = Precision.W8A16 if precision == Precision.FP16 else Precision.FP16
         findings.append(Finding(
-            "soc", "blocker", f"{refused}: no {precision} build of any model runs there, whatever the export",
+            "soc", Severity.BLOCKER, f"{refused}: no {precision} build of any model runs there, whatever the export",
             "target another SoC (qnndeploy socs lists them)"
             + (f", or check --precision {other}" if not socs.refusal(target, qairt, other) else "")
             + f", or leave {target.model}'s phones on the CPU fallback"))
     mismatch = socs.arch_mismatch(target, qairt)
     if mismatch:
-        findings.append(Finding("soc", "warning", mismatch,
+        findings.append(Finding("soc", Severity.WARNING, mismatch,
                                 f"confirm on a {target.model} phone (qnndeploy device verify) before shipping it"))
 
     if not measure:
@@ -122,7 +133,7 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, 
         htp_result = HtpMeasurement(target.model, False, too_big)
         oversized = oversized_constants(graph)
         findings.append(Finding(
-            "size", "blocker" if oversized else "warning",
+            "size", Severity.BLOCKER if oversized else Severity.WARNING,
             f"op support on the HTP not measured: {too_big}" if not oversized else
             f"{'; '.join(oversized[:3])}: over {MAX_FOLDED_BYTES >> 20} MiB built from constants alone (op support "
             "on the HTP not measured: a session would fold it into memory)",
@@ -130,7 +141,8 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, 
             "split the model into smaller graphs to measure each, or compile it directly"))
     elif any(i.dynamic for i in inputs):
         htp_result = HtpMeasurement(target.model, False, "the inputs have dynamic dims; prepare the model first")
-        findings.append(Finding("htp", "info", "op support on the HTP not measured: the inputs have dynamic dims",
+        findings.append(Finding("htp", Severity.INFO,
+                                "op support on the HTP not measured: the inputs have dynamic dims",
                                 "run prepare, then check the prepared model"))
     else:
         layers, steps = htp.recurrent_steps(model)
@@ -139,24 +151,24 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, 
             say(f"{path.name}: the HTP compiler unrolls {layers} recurrent layer(s) into {steps:,} cell steps: "
                 f"measuring op support may take {expected[0]:,}-{expected[1]:,} s (the budget is "
                 f"{'none' if timeout is None else f'{timeout:g} s'}: --timeout; --no-measure skips it)")
-        if precision == "fp16":
+        if precision == Precision.FP16:
             htp_result = measure_htp(path, target, graph, timeout=timeout)
         else:
             htp_result = _measure_quantized(path, target, graph, timeout)
         if htp_result.timed_out:
             findings.append(Finding(
-                "htp", "warning", f"op support on the HTP not measured: {htp_result.reason}"
+                "htp", Severity.WARNING, f"op support on the HTP not measured: {htp_result.reason}"
                 + (f" ({layers} recurrent layer(s), {steps:,} unrolled cell steps)" if steps else ""),
                 "check again with a larger --timeout (or none: --timeout 0), or compile it directly: compile "
                 "refuses any node the HTP does not take"))
         elif htp_result.measured and htp_result.cpu_nodes and not htp_result.qnn_partitions \
                 and htp_takes_nothing(target):
-            findings.append(Finding("htp", "blocker", soc_takes_nothing(target, htp_result.qairt),
+            findings.append(Finding("htp", Severity.BLOCKER, soc_takes_nothing(target, htp_result.qairt),
                                     f"target another SoC (qnndeploy socs lists them), or leave {target.model}'s "
                                     "phones on the CPU fallback; a newer QAIRT may support it"))
         elif _fusing_fixes(graph, htp_result):
             findings.append(Finding(
-                "htp", "fixable",
+                "htp", Severity.FIXABLE,
                 f"the unfused GELU (Erf) has no {precision} form on the HTP: {len(htp_result.cpu_nodes)} Erf "
                 "node(s) would run on the CPU",
                 "prepare --fuse (one Gelu node per GELU, opset 20; re-exporting at opset 20 does the same)",
@@ -166,22 +178,23 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True, 
         else:
             findings += rules.measured(htp_result, graph)
         if htp_result.measured and htp_result.total_nodes and not htp_result.cpu_nodes:
-            findings = [rules.taken_by_the_htp(f) if f.code == "control-flow" and f.severity == "blocker" else f
+            findings = [rules.taken_by_the_htp(f) if f.code == "control-flow" and f.severity == Severity.BLOCKER else f
                         for f in findings]
 
-    if any(f.code == "float64" and f.severity == "blocker" for f in findings) and \
+    if any(f.code == "float64" and f.severity == Severity.BLOCKER for f in findings) and \
             (split := rules.float64_split(model)) is not None:
         findings = [split if f.code == "float64" else f for f in findings]
         if not htp_result.measured and htp_result.reason.startswith("the HTP compile failed"):
             # the whole graph failed to compile, its float64 part included: the NPU part is measured after the split
-            findings = [Finding("htp", "info", f"op support on the HTP not measured: {htp_result.reason}",
-                                "check the NPU part after the split") if f.code == "htp" and f.severity == "blocker"
-                        else f for f in findings]
-    fixes = [f.prepare for f in findings if f.severity == "fixable" and f.prepare is not None]
+            findings = [Finding("htp", Severity.INFO, f"op support on the HTP not measured: {htp_result.reason}",
+                                "check the NPU part after the split")
+                        if f.code == "htp" and f.severity == Severity.BLOCKER else f for f in findings]
+    fixes = [f.prepare for f in findings if f.severity == Severity.FIXABLE and f.prepare is not None]
     fix = merged(fixes) if fixes else None
     nodes = sum(1 for n in graph.node if n.op_type != "Constant")
     severities = {f.severity for f in findings}
-    verdict = "not ready" if "blocker" in severities else "fixable" if "fixable" in severities else "ready"
+    verdict = Verdict.NOT_READY if Severity.BLOCKER in severities else Verdict.FIXABLE \
+        if Severity.FIXABLE in severities else Verdict.READY
     return CheckReport(
         path=str(path), graph=graph.name, opset=_default_opset(model), nodes=nodes, inputs=inputs,
         outputs=outputs, parameters=params, weight_mb_fp16=round(params * 2 / 1e6, 1),

@@ -9,9 +9,11 @@ import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from importlib import resources
 from typing import TYPE_CHECKING
 
+from qnndeploy.base.kinds import Precision, Side
 from qnndeploy.model.onnxio import (
     CONTROL_FLOW_OPS,
     TensorInfo,
@@ -44,10 +46,17 @@ DATA_SHAPED_OPS = {"NonZero", "Unique", "NonMaxSuppression", "Compress", "Sequen
 PARAM_DTYPES = {"float32", "float16", "bfloat16", "float64", "int8", "uint8", "int4", "uint4"}
 
 
+class Severity(StrEnum):
+    BLOCKER = "blocker"  # not ready: needs a re-export
+    FIXABLE = "fixable"  # prepare fixes it
+    WARNING = "warning"
+    INFO = "info"
+
+
 @dataclass
 class Finding:
     code: str  # dynamic-dims, output-shape, batch, int64, float64, quantized, control-flow, data-shaped, size, soc, htp
-    severity: str  # blocker (not ready), fixable (prepare fixes it), warning, info
+    severity: Severity
     message: str
     fix: str
     node: str = ""  # the node a control-flow finding is about
@@ -63,7 +72,7 @@ class PrepareFix:
     int32: bool = False
     fuse: bool = False
     split_at: list[str] = field(default_factory=list)  # --split-at: a cut, which takes no other option
-    cpu: str = "head"  # --cpu, with split_at
+    cpu: Side = Side.HEAD  # --cpu, with split_at
     split_size: str = ""  # --split-size GB, as printed: N NPU graphs, which takes no other option either
 
     def args(self) -> list[str]:
@@ -100,11 +109,11 @@ def context_bytes() -> int:
     return int(json.loads(text)["weight_bytes"])
 
 
-def context_size(graph: onnx.GraphProto, params: int, precision: str, limit: int) -> Finding | None:
+def context_size(graph: onnx.GraphProto, params: int, precision: Precision, limit: int) -> Finding | None:
     """A model whose weights at `precision` exceed what one context holds: split into NPU graphs of at most the
     limit each, counted in the bytes the model stores them in (what `prepare --split-size` counts: an fp32 model's
     parts may hold twice the limit when compiled at fp16)."""
-    held = params * (2 if precision == "fp16" else 1)
+    held = params * (2 if precision == Precision.FP16 else 1)
     if held <= limit:
         return None
     stored = sum(tensor_nbytes(t) or 0 for t in all_tensors(graph) if dtype_name(t.data_type) in PARAM_DTYPES) or held
@@ -112,9 +121,9 @@ def context_size(graph: onnx.GraphProto, params: int, precision: str, limit: int
     most = limit * stored / held / 1e9  # the limit in the bytes the model stores its weights in
     digit = 10.0 ** (math.floor(math.log10(most)) - 2)
     size = round(math.floor(most / digit) * digit, 12)  # cut down to three digits
-    w8 = precision == "fp16" and params <= limit
+    w8 = precision == Precision.FP16 and params <= limit
     return Finding(
-        "size", "fixable",
+        "size", Severity.FIXABLE,
         f"{held / 1e9:.3g} GB of weights at {precision}: over the {limit / 1e9:g} GB one HTP context is planned to "
         "hold (the Hexagon's address space; README, Large models)",
         f"split it into {parts} or more NPU graphs of at most {size:g} GB of weights each"
@@ -148,7 +157,8 @@ def declared_outputs(model: onnx.ModelProto) -> list[Finding]:
             wrong.append(f"{d.name} declares {d.shape_text()}, computes {c.shape_text()}")
     if not wrong:
         return []
-    return [Finding("output-shape", "fixable", "declared output shapes the graph does not compute: " + "; ".join(wrong),
+    return [Finding("output-shape", Severity.FIXABLE,
+                    "declared output shapes the graph does not compute: " + "; ".join(wrong),
                     "prepare (it writes the shapes the graph computes, confirmed by a CPU run)", prepare=PrepareFix())]
 
 
@@ -160,14 +170,14 @@ def shapes(inputs: list[TensorInfo], outputs: list[TensorInfo]) -> list[Finding]
             dims = suggested[info.name]
             holes = [d for d in dims if not d.isdigit()]
             findings.append(Finding(
-                "dynamic-dims", "fixable",
+                "dynamic-dims", Severity.FIXABLE,
                 f"input {info.name} has dynamic dims {info.shape_text()}: the NPU runs fixed-size graphs",
                 f"prepare --shape {info.name}={','.join(dims)}"
                 + (f" ({', '.join(holes)}: the fixed size your app feeds)" if holes else ""),
                 prepare=PrepareFix(shapes={info.name: dims})))
         elif batch_dim(info) == 0 and (shape := info.static_shape)[0] > 1:
             findings.append(Finding(
-                "batch", "warning", f"input {info.name} has a static batch of {shape[0]}: every run computes "
+                "batch", Severity.WARNING, f"input {info.name} has a static batch of {shape[0]}: every run computes "
                 f"{shape[0]} at once, on the NPU too",
                 f"if the app feeds one at a time, re-export with batch 1 (or a dynamic batch, then prepare --shape "
                 f"{info.name}={','.join(['1'] + [str(d) for d in shape[1:]])}): prepare cannot change a dim the "
@@ -175,7 +185,7 @@ def shapes(inputs: list[TensorInfo], outputs: list[TensorInfo]) -> list[Finding]
     dynamic_out = [o for o in outputs if o.dynamic]
     if dynamic_out:
         findings.append(Finding(
-            "dynamic-dims", "fixable",
+            "dynamic-dims", Severity.FIXABLE,
             "outputs with dynamic dims: " + ", ".join(f"{o.name} {o.shape_text()}" for o in dynamic_out),
             "prepare infers them from fixed input shapes", prepare=PrepareFix()))
     return findings
@@ -188,7 +198,7 @@ def dtypes(graph: onnx.GraphProto, inputs: list[TensorInfo], outputs: list[Tenso
     int64 = [t.name for t in inputs + outputs if t.dtype == "int64" and t.name not in frozen]
     if int64:
         findings.append(Finding(
-            "int64", "fixable", f"int64 inputs/outputs ({', '.join(int64)}): the HTP has no int64 tensors",
+            "int64", Severity.FIXABLE, f"int64 inputs/outputs ({', '.join(int64)}): the HTP has no int64 tensors",
             "prepare --int32-inputs (wraps them as int32 with a Cast inside the graph, names unchanged)",
             prepare=PrepareFix(int32=True)))
     f64 = [t.name for t in inputs + outputs if t.dtype == "float64"]
@@ -197,7 +207,7 @@ def dtypes(graph: onnx.GraphProto, inputs: list[TensorInfo], outputs: list[Tenso
             and any(a.name == "to" and dtype_name(a.i) == "float64" for a in n.attribute)]
     if f64:
         findings.append(Finding(
-            "float64", "blocker",
+            "float64", Severity.BLOCKER,
             f"float64 tensors ({_clip(f64)}): the HTP has no float64, these parts would run on the CPU",
             "re-export in float32 (e.g. model.float() before torch.onnx.export)"))
     return findings
@@ -208,13 +218,13 @@ def ops(graph: onnx.GraphProto) -> list[Finding]:
     quant = Counter(n.op_type for n in all_nodes(graph) if n.op_type in QUANT_OPS or n.op_type.startswith("QLinear"))
     if quant:
         findings.append(Finding(
-            "quantized", "blocker",
+            "quantized", Severity.BLOCKER,
             f"int8 quantization is already in the ONNX ({', '.join(f'{k} ×{v}' for k, v in quant.most_common())})",
             "export the float model and quantize in QNN at compile time (fp16, or w8a16 for large models)"))
     shaped = Counter(n.op_type for n in all_nodes(graph) if n.op_type in DATA_SHAPED_OPS)
     if shaped:
         findings.append(Finding(
-            "data-shaped", "blocker",
+            "data-shaped", Severity.BLOCKER,
             f"ops whose output size depends on the data ({', '.join(f'{k} ×{v}' for k, v in shaped.items())}): "
             "a fixed-size graph cannot hold them",
             "move them out of the graph (into app code, before or after the model) or re-export without them"))
@@ -231,17 +241,17 @@ def ops(graph: onnx.GraphProto) -> list[Finding]:
         values = set().union(*(value_drivers(t, producers, fed, memo) for t in driving)) if driving else set()
         if node.op_type != "If":
             findings.append(Finding(
-                "control-flow", "blocker", f"{label}: a loop breaks a static compile",
+                "control-flow", Severity.BLOCKER, f"{label}: a loop breaks a static compile",
                 "re-export with the loop unrolled to a fixed count, or run the loop in app code and export "
                 "its body as the graph", node=label))
         elif not values:
             findings.append(Finding(
-                "control-flow", "fixable",
+                "control-flow", Severity.FIXABLE,
                 f"{label} depends only on constants and input shapes: once the shapes are fixed it is static",
                 "prepare (folding removes it)", node=label, prepare=PrepareFix()))
         elif values <= small_inputs:
             findings.append(Finding(
-                "control-flow", "fixable",
+                "control-flow", Severity.FIXABLE,
                 f"{label} is driven by the value of the setting input(s) {', '.join(sorted(values))} "
                 "(and at most input shapes): control flow breaks a static compile",
                 " ".join(f"prepare --freeze {d}=VALUE" for d in sorted(values))
@@ -249,7 +259,7 @@ def ops(graph: onnx.GraphProto) -> list[Finding]:
                 prepare=PrepareFix(freeze=sorted(values))))
         else:
             findings.append(Finding(
-                "control-flow", "blocker",
+                "control-flow", Severity.BLOCKER,
                 f"{label} depends on the values of {', '.join(sorted(values - small_inputs))}: control flow "
                 "breaks a static compile",
                 "re-export without it: compute both branches and select the result (torch.where)", node=label))
@@ -288,7 +298,7 @@ def value_drivers(tensor: str, producers: Mapping[str, onnx.NodeProto], graph_in
 def taken_by_the_htp(finding: Finding) -> Finding:
     """The measurement outranks the reading: with every node on the HTP, a control-flow node that looked
     value-dependent was folded by ONNX Runtime for these shapes or taken whole by the QNN EP; nothing to re-export."""
-    return Finding("control-flow", "info",
+    return Finding("control-flow", Severity.INFO,
                    f"{finding.node}: runs on the HTP as measured (every node on the HTP: ONNX Runtime folds it for "
                    "these shapes or the QNN EP takes it)",
                    "none needed; validate compares its outputs with the CPU on the HTP emulator", node=finding.node)
@@ -307,25 +317,25 @@ def _clip(names: list[str], keep: int = 6) -> str:
 
 def measured(m: HtpMeasurement, graph: onnx.GraphProto) -> list[Finding]:
     if not m.measured and "not installed" in m.reason:
-        return [Finding("htp", "warning", "op support on the HTP not measured: onnxruntime-qnn is not installed",
+        return [Finding("htp", Severity.WARNING, "op support on the HTP not measured: onnxruntime-qnn is not installed",
                         "pip install onnxruntime-qnn (Linux x86-64) and check again")]
     flow = [f"{n.op_type} node {n.name or '(unnamed)'}" for n in graph.node if n.op_type in CONTROL_FLOW_OPS]
     if not m.measured and flow and "INVALID_GRAPH" in m.reason:
         # ONNX Runtime cuts the graph for the QNN EP around the control flow and fails on its own result (e.g. "Nodes
         # in a graph must be topologically sorted" when a branch reads the outer graph): the control flow's finding
         # is the one to act on, not a second blocker.
-        return [Finding("htp", "info",
+        return [Finding("htp", Severity.INFO,
                         f"op support on the HTP not measured: ONNX Runtime cannot partition the graph for the QNN EP "
                         f"around {_clip(flow, 2)} (it reports the result as an invalid graph); on the phone the model "
                         "would run on the CPU", "fix the control-flow finding, then check again")]
     if not m.measured:
-        return [Finding("htp", "blocker", f"{m.reason} ({m.soc})",
+        return [Finding("htp", Severity.BLOCKER, f"{m.reason} ({m.soc})",
                         "re-export avoiding the ops the message names, then check again")]
     if not m.cpu_nodes:
         return []
     ops = Counter(n.op_type for n in m.cpu_nodes)
     return [Finding(
-        "htp", "blocker",
+        "htp", Severity.BLOCKER,
         f"{len(m.cpu_nodes)} of {m.total_nodes} nodes would run on the CPU in {m.cpu_partitions} partition(s) "
         f"on {m.soc} ({', '.join(f'{k} ×{v}' for k, v in ops.most_common())}): each CPU partition costs a "
         "round trip and most of the NPU's gain",
@@ -336,7 +346,7 @@ def measured(m: HtpMeasurement, graph: onnx.GraphProto) -> list[Finding]:
 class EdgeCut:
     """A `prepare --split-at` cut that puts some nodes, and what must go with them, on the CPU at one edge."""
 
-    part: str  # "head" | "tail": the side that runs on the CPU
+    part: Side  # the side that runs on the CPU
     cut: list[str]  # the tensors to cut at
     size: int  # nodes on the CPU side
     total: int  # nodes in the graph
@@ -362,11 +372,11 @@ def edge_cut(graph: onnx.GraphProto, cpu: set[int], int64: set[str]) -> EdgeCut 
             readers[j].append(i)
     counted = [i for i, n in enumerate(graph.node) if n.op_type != "Constant" and not set(n.output) <= constant]
     options = []
-    for part, edges in (("head", reads), ("tail", readers)):
+    for part, edges in ((Side.HEAD, reads), (Side.TAIL, readers)):
         start = set(cpu)
         while True:
             side = _closure(start, edges)  # the CPU nodes and all they need (head) or all that needs them (tail)
-            if part == "head":
+            if part == Side.HEAD:
                 cut = [u for i, n in enumerate(graph.node) if i not in side for u in outer_reads(n)
                        if producer.get(u) in side]
             else:
@@ -378,10 +388,11 @@ def edge_cut(graph: onnx.GraphProto, cpu: set[int], int64: set[str]) -> EdgeCut 
             if not wide:
                 break
             start |= ({i for i, n in enumerate(graph.node) if i not in side and set(outer_reads(n)) & set(wide)}
-                      if part == "head" else {producer[u] for u in wide})
-        if part == "head" and any(producer.get(o.name) in side for o in graph.output):
+                      if part == Side.HEAD else {producer[u] for u in wide})
+        if part == Side.HEAD and any(producer.get(o.name) in side for o in graph.output):
             continue  # the head would also make a graph output: not one cut
-        if part == "tail":  # as prepare splits: the head is what the cut needs, all else (side branches too) the tail
+        if part == Side.TAIL:  # as prepare splits: the head is what the cut needs, all else (side branches too) the
+            # tail
             side = set(range(len(graph.node))) - _closure({producer[u] for u in cut}, reads)
         size = sum(1 for i in counted if i in side)
         if cut and 2 * size <= len(counted):
@@ -404,7 +415,7 @@ def edge_split(model: onnx.ModelProto, m: HtpMeasurement) -> Finding | None:
         return None
     ops = Counter(n.op_type for n in m.cpu_nodes)
     return Finding(
-        "htp", "fixable",
+        "htp", Severity.FIXABLE,
         f"{len(m.cpu_nodes)} of {m.total_nodes} nodes would run on the CPU on {m.soc} "
         f"({', '.join(f'{k} ×{v}' for k, v in ops.most_common())}), all in the graph's {found.part}",
         f"{found.fix} (or re-export replacing these ops with ones the HTP runs)",
@@ -422,7 +433,7 @@ def float64_split(model: onnx.ModelProto) -> Finding | None:
     if found is None:
         return None
     names = [graph.node[i].name or graph.node[i].op_type for i in sorted(nodes)]
-    return Finding("float64", "fixable",
+    return Finding("float64", Severity.FIXABLE,
                    f"float64 in the graph's {found.part} only ({_clip(names)}): the HTP has no float64",
                    f"{found.fix} (or re-export in float32)", prepare=PrepareFix(split_at=found.cut, cpu=found.part))
 

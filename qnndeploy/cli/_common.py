@@ -21,7 +21,7 @@ from typing import Any, ClassVar, NoReturn
 import click
 
 from qnndeploy.base import fileio
-from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
+from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, BadInput, QnnDeployError
 
 EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM (README "Exit codes")
 
@@ -253,7 +253,7 @@ def assignments(values: tuple[str, ...], option: str, parse: Callable[[str], tup
     for v in values:
         name, value = parse(v)
         if name in out:
-            raise QnnDeployError(f"{option} gives {name} twice")
+            raise BadInput(f"{option} gives {name} twice")
         out[name] = value
     return out
 

@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput
 from qnndeploy.cli._common import Group
 from qnndeploy.qnn import toolchain
 
@@ -21,8 +21,8 @@ def under_toolchain(tc: toolchain.Toolchain) -> None:
     if toolchain.is_current(tc):
         return
     if os.environ.get(toolchain.ENV_ACTIVE) == tc.onnxruntime_qnn:
-        raise QnnDeployError(f"running under {tc.name}, this process still imports another onnxruntime-qnn "
-                             f"({toolchain.current()}): remove {toolchain.folder(tc)} and run again")
+        raise BadInput(f"running under {tc.name}, this process still imports another onnxruntime-qnn "
+                       f"({toolchain.current()}): remove {toolchain.folder(tc)} and run again")
     toolchain.install(tc, say=lambda line: click.echo(f"qnndeploy: {line}", err=True))
     click.echo(f"qnndeploy: running under {tc.name}", err=True)
     sys.stdout.flush()

@@ -4,14 +4,15 @@ uses. The rule they follow (a path that is not a bundle at all is bad input, exi
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
 
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import resolve_named
 from qnndeploy.base.names import ACCEPT_ON, PERFORMANCE_MODES
-from qnndeploy.bundle.build import BundleResult, BundleSpec, add_split, build_bundle, spec_from_build
+from qnndeploy.bundle.build import BundleResult, BundleSpec, build_bundle, spec_from_build, with_split
 from qnndeploy.cli._common import (
     CONTEXT_SETTINGS,
     Group,
@@ -65,7 +66,7 @@ def _render_build(result: BundleResult) -> None:
 def _graph_file(value: str) -> tuple[str, Path]:
     graph, sep, path = value.partition("=")
     if not (sep and graph and path):
-        raise QnnDeployError(f"--cpu {value!r} is not of the form GRAPH=model.onnx")
+        raise BadInput(f"--cpu {value!r} is not of the form GRAPH=model.onnx")
     return graph, resolve_named(Path(path))  # a link named here is followed once; bundle opens with O_NOFOLLOW
 
 
@@ -76,9 +77,9 @@ def _accepts(values: tuple[str, ...]) -> dict[tuple[str, str], str]:
         pair, sep, reason = v.partition("=")
         graph, at, soc = pair.partition("@")
         if not (sep and at and graph and soc):
-            raise QnnDeployError(f"--accept {v!r} is not of the form GRAPH@SOC=\"REASON\" (SOC may be *)")
+            raise BadInput(f"--accept {v!r} is not of the form GRAPH@SOC=\"REASON\" (SOC may be *)")
         if (graph, soc) in out:
-            raise QnnDeployError(f"--accept gives {graph}@{soc} twice")
+            raise BadInput(f"--accept gives {graph}@{soc} twice")
         out[(graph, soc)] = reason
     return out
 
@@ -89,10 +90,10 @@ def _npu(values: tuple[str, ...]) -> dict[str, dict[str, list[Path]]]:
         soc, sep, rest = v.partition(":")
         graph, sep2, path = rest.partition("=")
         if not (sep and sep2 and soc and graph and path):
-            raise QnnDeployError(f"--npu {v!r} is not of the form SOC:GRAPH=path/graph.bin")
+            raise BadInput(f"--npu {v!r} is not of the form SOC:GRAPH=path/graph.bin")
         files = out.setdefault(soc, {}).setdefault(graph, [])
         if any(Path(f).suffix == Path(path).suffix for f in files):
-            raise QnnDeployError(f"--npu gives {soc}:{graph} twice")
+            raise BadInput(f"--npu gives {soc}:{graph} twice")
         files.append(resolve_named(Path(path)))
     return out
 
@@ -179,20 +180,19 @@ def build(name: str, version_: str, cpu: tuple[str, ...], npu: tuple[str, ...], 
     that failed validation is refused unless --accept gives the reason it ships anyway.
     """
     if (accept or accept_on) and not from_build:
-        raise QnnDeployError("--accept and --accept-on need --from-build: only a compile folder's validation records "
-                             "say which graphs failed")
-    spec = (spec_from_build(from_build, name, version_, _accepts(accept), accept_on, split_record) if from_build
+        raise BadInput("--accept and --accept-on need --from-build: only a compile folder's validation records "
+                       "say which graphs failed")
+    base = (spec_from_build(from_build, name, version_, _accepts(accept), accept_on, split_record) if from_build
             else BundleSpec(name, version_, {}, {}))
-    spec.cpu.update(assignments(cpu, "--cpu", _graph_file))
-    for soc, graphs in _npu(npu).items():
-        spec.npu.setdefault(soc, {}).update(graphs)
-    spec.sdk_root, spec.libs_dir, spec.qairt_version = qnn_sdk_root, runtime_libs, qairt_version
-    spec.maven_version = maven_runtime_version
-    spec.source_model, spec.source_path, spec.commit, spec.license = model_name, source_model, commit, license_
-    spec.precision = precision or spec.precision
-    spec.performance_mode = performance_mode
+    given = _npu(npu)
+    spec = dataclasses.replace(
+        base, cpu={**base.cpu, **assignments(cpu, "--cpu", _graph_file)},
+        npu={soc: {**base.npu.get(soc, {}), **given.get(soc, {})} for soc in {**base.npu, **given}},
+        sdk_root=qnn_sdk_root, libs_dir=runtime_libs, qairt_version=qairt_version,
+        maven_version=maven_runtime_version, source_model=model_name, source_path=source_model, commit=commit,
+        license=license_, precision=precision or base.precision, performance_mode=performance_mode)
     if split_record is not None and not from_build:
-        add_split(spec, split_record)
+        spec = with_split(spec, split_record)
     with byte_progress("bundling", as_json) as progress:
         result = build_bundle(spec, output, force=force, archive_fmt=archive, progress=progress)
     if as_json:

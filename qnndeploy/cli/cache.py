@@ -29,7 +29,7 @@ def _render_list(listing: stage.CacheListing) -> None:
         click.echo(f"{'key':<12}  {'graph':<16} {'SoC':<9} {'backend':<7} {'precision':<9} {'QAIRT':<8} "
                    f"{'size':>10}  created                    model")
     for e in listing.entries:
-        if e.status != "ok":
+        if e.status != stage.EntryState.OK:
             click.echo(f"{e.key[:12]:<12}  {e.status} ({e.files} files, {_mb(e.bytes)}): `qnndeploy cache clear` "
                        "removes it")
             continue

@@ -9,6 +9,7 @@ import click
 
 from qnndeploy import check as stage
 from qnndeploy.base import socs as catalog
+from qnndeploy.base.kinds import Precision, choices
 from qnndeploy.cli._common import command_line, emit_json, handles_errors, json_option, next_step, size_text, soc_option
 from qnndeploy.cli._toolchain import qairt_option, under_toolchain
 from qnndeploy.qnn import htp, toolchain
@@ -56,7 +57,7 @@ def _render_check(report: stage.CheckReport) -> None:
 @click.argument("models", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="MODEL.onnx...")
 @soc_option("SoC to check for, each in turn [default: SM8750]: its HTP measures op support, and a build the "
             "catalog says it cannot run (e.g. fp16 on SM8350) is a blocker.")
-@click.option("--precision", type=click.Choice(["fp16", "w8a16"]), default="fp16", show_default=True,
+@click.option("--precision", type=click.Choice(choices(Precision)), default=Precision.FP16.value, show_default=True,
               help="Measure op support for this build: w8a16 measures the QDQ-quantized graph compile would make.")
 @click.option("--no-measure", is_flag=True, help="Skip the HTP partitioning (reads the graph only).")
 @click.option("--timeout", type=click.FloatRange(min=0), default=htp.DEFAULT_TIMEOUT_S, show_default=True,
@@ -85,9 +86,9 @@ def check(models: tuple[Path, ...], socs: tuple[str, ...], precision: str, no_me
         under_toolchain(toolchain.resolve(qairt))
     # each SoC once (an alias is its SoC); none given: check's default
     targets: list[catalog.Soc | None] = list(dict.fromkeys(catalog.find(soc) for soc in socs)) or [None]
-    reports = [stage.check_model(m, soc=soc, measure=not no_measure, precision=precision, timeout=timeout or None,
-                                     say=lambda line: click.echo(f"qnndeploy: {line}", err=True),
-                                     context_bytes=None if context_gb is None else round(context_gb * 1e9))
+    reports = [stage.check_model(m, soc=soc, measure=not no_measure, precision=Precision(precision),
+                                 timeout=timeout or None, say=lambda line: click.echo(f"qnndeploy: {line}", err=True),
+                                 context_bytes=None if context_gb is None else round(context_gb * 1e9))
                for m in models for soc in targets]
     worst = max(reports, key=lambda r: r.exit_code)
     if as_json:
@@ -99,7 +100,7 @@ def check(models: tuple[Path, ...], socs: tuple[str, ...], precision: str, no_me
             _render_check(one)
         if len(reports) > 1:
             click.echo(f"\noverall: {worst.verdict} (exit {worst.exit_code})")
-        if worst.verdict == "ready":
+        if worst.verdict == stage.Verdict.READY:
             paths = [Path(p) for p in dict.fromkeys(r.path for r in reports)]
             soc_args = ",".join(dict.fromkeys(r.htp.soc for r in reports))
             next_step(command_line("qnndeploy", "compile", *paths, "--soc", soc_args, "-o", "build"))

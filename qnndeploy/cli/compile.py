@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from qnndeploy import compile as stage
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput
+from qnndeploy.base.kinds import BackendName, Precision, choices
 from qnndeploy.base.names import CONTEXT_BINARY
 from qnndeploy.cli._common import (
     cache_dir_option,
@@ -29,43 +30,43 @@ from qnndeploy.qnn import toolchain
 def _render_compile(summary: stage.CompileSummary) -> None:
     click.echo(f"backend {summary.backend}, QAIRT {summary.qairt_version}, {summary.precision}")
     for j in summary.jobs:
-        if j.status == "failed":
+        if j.status == stage.JobStatus.FAILED:
             click.echo(f"  FAILED  {j.graph:<14} {j.soc:<9} {j.error}")
             click.echo(f"  {'':<7} {'':<14} {'':<9} log: {shown(j.log)}")
             continue
         binary = next((o for o in j.outputs if o["format"] == CONTEXT_BINARY and not o.get("twin")), None)
         made = f"{shown(j.folder / binary['path'])} ({binary['size'] / 1e6:.1f} MB)" if binary else ""
-        when = j.note if j.status == "cached" else f"{j.duration_s:.1f} s"
+        when = j.note if j.status == stage.JobStatus.CACHED else f"{j.duration_s:.1f} s"
         click.echo(f"  {j.status:<7} {j.graph:<14} {j.soc:<9} {made}  [{when}]")
         if j.shared:
             apart, one = j.shared["separate_bytes"], j.shared["shared_bytes"]
             click.echo(f"  {'':<7} {'':<14} {'':<9} shared by {', '.join(j.members)}: {one / 1e6:.1f} MB against "
                        f"{apart / 1e6:.1f} MB compiled apart (saves {(apart - one) / 1e6:.1f} MB, "
                        f"{(apart - one) / apart:.0%})")
-    noted = [j for j in summary.jobs if j.warnings and j.status != "failed"]
+    noted = [j for j in summary.jobs if j.warnings and j.status != stage.JobStatus.FAILED]
     if noted:
         click.echo("warnings (each job's full log is in the folder shown):")
         for j in noted:
             for w in j.warnings:
                 click.echo(f"  {j.graph} {j.soc}: {w}")
             click.echo(f"    log: {shown(j.log)}")
-    counts = {s: sum(j.status == s for j in summary.jobs) for s in ("ok", "cached", "failed")}
-    click.echo(f"{counts['ok']} compiled, {counts['cached']} cached, {counts['failed']} failed "
-               f"in {summary.duration_s:.1f} s -> {shown(summary.out)}")
-    if counts["failed"]:
+    done = [j.status for j in summary.jobs]
+    ok, cached, failed = (done.count(s) for s in (stage.JobStatus.OK, stage.JobStatus.CACHED, stage.JobStatus.FAILED))
+    click.echo(f"{ok} compiled, {cached} cached, {failed} failed in {summary.duration_s:.1f} s -> {shown(summary.out)}")
+    if failed:
         click.echo("failed: " + ", ".join(f"{j.graph} {j.soc}" for j in summary.failures))
-    if counts["ok"] + counts["cached"]:
+    if ok + cached:
         next_step(command_line("qnndeploy", "validate", summary.out))
 
 
 @click.command("compile")
 @click.argument("models", nargs=-1, required=True, metavar="MODEL.onnx|NAME=MODEL.onnx...")
 @soc_option("Target SoC.", required=True)
-@click.option("--backend", type=click.Choice(["ort", "qairt", "aihub"]),
+@click.option("--backend", type=click.Choice(choices(BackendName)),
               help="ort: onnxruntime-qnn; qairt: the QAIRT SDK's tools; aihub: Qualcomm AI Hub's compile jobs "
                    "(qai-hub client, configured with `qai-hub configure`) [default: ort where onnxruntime-qnn is "
                    "installed or no SDK is given, else qairt].")
-@click.option("--precision", type=click.Choice(["fp16", "w8a16"]), default="fp16", show_default=True,
+@click.option("--precision", type=click.Choice(choices(Precision)), default=Precision.FP16.value, show_default=True,
               help="fp16 activations, or 8-bit weights with 16-bit activations (needs --calib DIR).")
 @sample_options("--calib", "With --precision w8a16, the calibration samples:", random=False)
 @click.option("-j", "--jobs", type=int, metavar="N",
@@ -111,15 +112,14 @@ def compile_cmd(models: tuple[str, ...], socs: tuple[str, ...], backend: str | N
     """
     if qairt is not None:
         if backend == "qairt":
-            raise QnnDeployError("--qairt picks an onnxruntime-qnn wheel (ort backend, and the QAIRT AI Hub is asked "
-                                 "for); with --backend qairt the SDK of --qnn-sdk-root decides")
+            raise BadInput("--qairt picks an onnxruntime-qnn wheel (ort backend, and the QAIRT AI Hub is asked "
+                           "for); with --backend qairt the SDK of --qnn-sdk-root decides")
         under_toolchain(toolchain.resolve(qairt))
     with job_progress("compiling") as progress:
-        summary = stage.compile_models(stage.models_from_args(list(models)), list(socs), out, backend=backend,
-                                       precision=precision, calib=calib, preprocess=preprocess,
-                                       jobs=jobs, progress=progress,
-                                       use_cache=not no_cache, cache_dir=cache_dir, qnn_sdk_root=qnn_sdk_root,
-                                       shares=stage.shares_from_args(list(shares)),
-                                       htp=HtpSettings(vtcm_mb, optimization_mode, spill_fill, tuple(
-                                           n.strip() for n in (keep_fp16 or "").split(",") if n.strip())))
+        options = stage.CompileOptions(
+            BackendName(backend) if backend else None, Precision(precision), calib, preprocess, jobs,
+            not no_cache, cache_dir, qnn_sdk_root, stage.shares_from_args(list(shares)),
+            HtpSettings(vtcm_mb, optimization_mode, spill_fill,
+                        tuple(n.strip() for n in (keep_fp16 or "").split(",") if n.strip())))
+        summary = stage.compile_models(stage.models_from_args(list(models)), list(socs), out, options, progress)
     report(summary, as_json, _render_compile)

@@ -63,7 +63,7 @@ def escapes_errors(fn: Callable[..., None]) -> Callable[..., None]:
         try:
             fn(*args, **kwargs)
         except QnnDeployError as e:
-            raise QnnDeployError(escaped(e), e.exit_code) from None
+            raise e.reworded(escaped(e)) from None
 
     return wrapper
 

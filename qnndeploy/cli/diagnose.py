@@ -84,8 +84,7 @@ def diagnose(target: Path, inputs: Path | None, preprocess: str | None, random_:
     tc = toolchain.needed([stage.job_record(target, graph).qairt_version])
     if tc is not None:  # compiled with compile --qairt: probe with that QAIRT's compiler and emulator
         under_toolchain(tc)
-    result = stage.diagnose(target, inputs, random_, seed=seed, min_snr_db=min_snr_db, graph=graph,
-                            preprocess=preprocess)
+    result = stage.diagnose(target, stage.DiagnoseOptions(inputs, random_, seed, preprocess, min_snr_db, graph))
     if plot_path is not None:
         shown_probes = [p for p in result.probes if p.snr_db is not None]
         with writing(plot_path), staging_file(plot_path, force=True) as tmp:  # whole or not at all

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from qnndeploy import prepare as stage
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput
+from qnndeploy.base.kinds import Side, choices
 from qnndeploy.cli._common import (
     assignments,
     command_line,
@@ -79,7 +80,7 @@ def _render_split(result: split.SplitResult) -> None:
 @click.option("--split-size", type=click.FloatRange(min=0, min_open=True), metavar="GB",
               help="Instead: cut the model into NPU graphs OUT-1.onnx, OUT-2.onnx… (+ OUT.split.json) of at most GB "
                    "of weights each (as the model stores them), for a model one HTP context cannot hold.")
-@click.option("--cpu", "cpu_part", type=click.Choice(["head", "tail"]), default="head", show_default=True,
+@click.option("--cpu", "cpu_part", type=click.Choice(choices(Side)), default=Side.HEAD.value, show_default=True,
               help="With --split-at: the part that runs on the CPU.")
 @click.option("--inputs", "inputs_dir", type=click.Path(path_type=Path), metavar="DIR",
               help="NAME.npy or NAME.npz per input for the equivalence run [default: one random sample, seed 0].")
@@ -106,11 +107,11 @@ def prepare(model: Path, out: Path, shapes: tuple[str, ...], int32_inputs: bool,
     if split_at is not None or split_size is not None:
         option = "--split-at" if split_at is not None else "--split-size"
         if split_at is not None and split_size is not None:
-            raise QnnDeployError("--split-at and --split-size are two ways to split: give one")
+            raise BadInput("--split-at and --split-size are two ways to split: give one")
         if shapes or freeze or int32_inputs or no_simplify or fuse:
-            raise QnnDeployError(f"{option} cuts a model that is already prepared: run prepare with the other "
-                                 f"options first, then prepare {option} on its output")
-        parts = split.split_model(model, out, [t.strip() for t in split_at.split(",") if t.strip()], cpu=cpu_part,
+            raise BadInput(f"{option} cuts a model that is already prepared: run prepare with the other "
+                           f"options first, then prepare {option} on its output")
+        parts = split.split_model(model, out, [t.strip() for t in split_at.split(",") if t.strip()], cpu=Side(cpu_part),
                                   inputs_dir=inputs_dir, tolerance=tolerance, force=force) if split_at is not None \
             else split.split_by_size(model, out, split_size or 0.0, inputs_dir=inputs_dir, tolerance=tolerance,
                                      force=force)
@@ -119,11 +120,10 @@ def prepare(model: Path, out: Path, shapes: tuple[str, ...], int32_inputs: bool,
         else:
             _render_split(parts)
         return
-    result = stage.prepare_model(
-        model, out, shapes=assignments(shapes, "--shape", stage.parse_shape),
-        freeze=assignments(freeze, "--freeze", lambda v: stage.parse_assignment(v, "--freeze")),
-        int32_inputs=int32_inputs, simplify=not no_simplify, inputs_dir=inputs_dir, tolerance=tolerance,
-        force=force, fuse=fuse)
+    result = stage.prepare_model(model, out, stage.PrepareOptions(
+        assignments(shapes, "--shape", stage.parse_shape), int32_inputs,
+        assignments(freeze, "--freeze", lambda v: stage.parse_assignment(v, "--freeze")), not no_simplify,
+        inputs_dir, tolerance, force, fuse=fuse))
     if as_json:
         emit_json(result)
     else:

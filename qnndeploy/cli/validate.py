@@ -22,14 +22,17 @@ from qnndeploy.cli._common import (
 from qnndeploy.cli._toolchain import under_toolchain
 from qnndeploy.qnn import toolchain
 
+LABELS = {stage.TargetStatus.PASSED: "PASS", stage.TargetStatus.FAILED: "FAIL", stage.TargetStatus.SKIPPED: "skip",
+          stage.TargetStatus.ERROR: "ERROR"}
+
 
 def _render_validation(summary: stage.ValidationSummary) -> None:
     i = summary.inputs
     source = i["folder"] if i["kind"] == "files" else f"{i['samples']} random sample(s), seed {i['seed']}"
     click.echo(f"inputs: {source}" + (f" (preprocess {i['preprocess']})" if i.get("preprocess") else ""))
     for t in summary.targets:
-        label = {"passed": "PASS", "failed": "FAIL", "skipped": "skip", "error": "ERROR"}[t.status]
-        if t.status in ("skipped", "error"):
+        label = LABELS[t.status]
+        if t.status in (stage.TargetStatus.SKIPPED, stage.TargetStatus.ERROR):
             click.echo(f"  {label:<5} {t.graph:<14} {t.soc:<9} {t.reason}")
             continue
         twin = f" (its twin: {t.shared} shares weights)" if t.shared else ""
@@ -37,7 +40,7 @@ def _render_validation(summary: stage.ValidationSummary) -> None:
                    f"emulator {t.emulator_s_per_run:.2f} s/run{twin}")
         for m in t.outputs:
             render_output(m)
-    counts = {s: sum(t.status == s for t in summary.targets) for s in ("passed", "failed", "skipped", "error")}
+    counts = {s: sum(t.status == s for t in summary.targets) for s in stage.TargetStatus}
     click.echo(", ".join(f"{n} {s}" for s, n in counts.items() if n) + f"; records: {shown(summary.build)}"
                "/<graph>/<SoC>/validation.json")
     click.echo(f"note: {summary.emulator_note}")
@@ -85,7 +88,7 @@ def validate(build: Path, inputs: Path | None, preprocess: str | None, random_: 
     overrides = {k: v for k, v in (("min_cosine", min_cosine), ("min_snr_db", min_snr_db), ("atol", atol),
                                    ("min_topk_jaccard", min_topk_jaccard)) if v is not None}
     with job_progress("validating on the HTP emulator") as progress:
-        summary = stage.validate_build(build, inputs, random_, seed=seed, thresholds=overrides, progress=progress,
-                                       preprocess=preprocess, reason=reason, graphs=list(graphs),
-                                       soc_names=list(socs), jobs=jobs)
+        options = stage.ValidateOptions(inputs, random_, seed, preprocess, overrides, reason, list(graphs),
+                                        list(socs), jobs)
+        summary = stage.validate_build(build, options, progress)
     report(summary, as_json, _render_validation)

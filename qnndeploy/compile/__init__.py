@@ -27,14 +27,16 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnndeploy import __version__
 from qnndeploy.base import fileio
 from qnndeploy.base import socs as catalog
-from qnndeploy.base.errors import EXIT_MISSING_TOOL, QnnDeployError
+from qnndeploy.base.errors import BadInput, MissingTool, QnnDeployError
 from qnndeploy.base.fileio import JSON, sha256_file, staging_dir, write_json
+from qnndeploy.base.kinds import BackendName, Precision, choices
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, graph_name
 from qnndeploy.compile import cache, logs
 from qnndeploy.compile.aihub import AihubBackend
@@ -42,7 +44,7 @@ from qnndeploy.compile.jobs import Backend, Compiled, CompileError, HtpSettings,
 from qnndeploy.compile.ort import OrtBackend
 from qnndeploy.compile.qairt import QairtBackend
 from qnndeploy.formats.manifest import graph_signature
-from qnndeploy.formats.records import RECORD, RECORD_FILE, RECORD_VERSION, JobStarted, read_record
+from qnndeploy.formats.records import RECORD, RECORD_FILE, RECORD_VERSION, JobStarted, RecordStatus, read_record
 from qnndeploy.model.onnxio import load_model, model_inputs, require_model_file
 from qnndeploy.model.samples import for_graph, sample_source, write_samples
 from qnndeploy.qnn import contextcheck, htp, qnnsystem
@@ -53,16 +55,38 @@ if TYPE_CHECKING:
     from qnndeploy.base.socs import Soc
     from qnndeploy.model.media import Preprocess
 
-PRECISIONS = ("fp16", "w8a16")
-BACKENDS = ("ort", "qairt", "aihub")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # the bundle manifest's name rule
+
+
+class JobStatus(StrEnum):
+    """A job's outcome: compiled now, its outputs already there or restored from the cache, or failed."""
+
+    OK = "ok"
+    CACHED = "cached"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """How compile_models compiles, as the command line's options say (same defaults)."""
+
+    backend: BackendName | None = None  # None: ort where onnxruntime-qnn is installed or no SDK is given, else qairt
+    precision: Precision = Precision.FP16
+    calib: Path | None = None  # w8a16: a samples folder as validate's --inputs
+    preprocess: str | Path | None = None  # how calib's audio or image files become inputs
+    jobs: int | None = None  # at once; None: one per CPU core (aihub: all)
+    use_cache: bool = True
+    cache_dir: Path | None = None  # None: cache.default_cache_dir()
+    qnn_sdk_root: Path | None = None  # the QAIRT SDK for the qairt backend; None: $QNN_SDK_ROOT
+    shares: dict[str, list[str]] = field(default_factory=dict)  # shared context name -> its graphs
+    htp: HtpSettings = field(default_factory=HtpSettings)
 
 
 @dataclass
 class JobResult:
     graph: str
     soc: str
-    status: str  # "ok" | "cached" | "failed"
+    status: JobStatus
     folder: Path
     log: Path
     duration_s: float
@@ -78,8 +102,8 @@ class JobResult:
 @dataclass
 class CompileSummary:
     out: Path
-    backend: str
-    precision: str
+    backend: BackendName
+    precision: Precision
     qairt_version: str
     duration_s: float
     jobs: list[JobResult]
@@ -87,7 +111,7 @@ class CompileSummary:
 
     @property
     def failures(self) -> list[JobResult]:
-        return [j for j in self.jobs if j.status == "failed"]
+        return [j for j in self.jobs if j.status == JobStatus.FAILED]
 
 
 # (jobs done, jobs total, the job just finished, or JobStarted when one starts)
@@ -107,7 +131,7 @@ def models_from_args(args: list[str]) -> dict[str, Path]:
         if not sep or "/" in name or (Path(arg).is_file() and not Path(path).is_file()):
             name, path = graph_name(arg), arg
         if name in models:
-            raise QnnDeployError(f"two models would both be graph '{name}': name them, e.g. {name}2=PATH.onnx")
+            raise BadInput(f"two models would both be graph '{name}': name them, e.g. {name}2=PATH.onnx")
         models[name] = Path(path)
     return models
 
@@ -116,14 +140,15 @@ def get_backend(name: str | None, qnn_sdk_root: Path | None = None) -> Backend:
     """`ort` where onnxruntime-qnn is installed, else `qairt` when an SDK is given; None picks that way."""
 
     if name is None:
-        name = "ort" if htp.available() or not (qnn_sdk_root or os.environ.get("QNN_SDK_ROOT")) else "qairt"
-    if name == "ort":
+        name = BackendName.ORT if htp.available() or not (qnn_sdk_root or os.environ.get("QNN_SDK_ROOT")) \
+            else BackendName.QAIRT
+    if name == BackendName.ORT:
         return OrtBackend()
-    if name == "qairt":
+    if name == BackendName.QAIRT:
         return QairtBackend(qnn_sdk_root)
-    if name == "aihub":
+    if name == BackendName.AIHUB:
         return AihubBackend()
-    raise QnnDeployError(f"unknown backend '{name}': use one of {', '.join(BACKENDS)}")
+    raise BadInput(f"unknown backend '{name}': use one of {', '.join(choices(BackendName))}")
 
 
 def shares_from_args(args: list[str]) -> dict[str, list[str]]:
@@ -133,55 +158,52 @@ def shares_from_args(args: list[str]) -> dict[str, list[str]]:
         name, sep, members = arg.partition("=")
         graphs = [g.strip() for g in members.split(",") if g.strip()]
         if not sep or not name:
-            raise QnnDeployError(f"--share {arg}: write NAME=GRAPH1,GRAPH2 (e.g. --share llm=prefill,decode)")
+            raise BadInput(f"--share {arg}: write NAME=GRAPH1,GRAPH2 (e.g. --share llm=prefill,decode)")
         if name in shares:
-            raise QnnDeployError(f"--share {name} is given twice")
+            raise BadInput(f"--share {name} is given twice")
         shares[name] = graphs
     return shares
 
 
-def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backend: str | None = None,
-                   precision: str = "fp16", calib: Path | None = None, preprocess: str | Path | None = None,
-                   jobs: int | None = None,
-                   progress: Progress | None = None, use_cache: bool = True, cache_dir: Path | None = None,
-                   qnn_sdk_root: Path | None = None, shares: dict[str, list[str]] | None = None,
-                   htp: HtpSettings | None = None) -> CompileSummary:
+def compile_models(models: dict[str, Path], socs: list[str], out: Path, options: CompileOptions = CompileOptions(),
+                   progress: Progress | None = None) -> CompileSummary:
     """Compile every model for every SoC into `out`; the graphs of each share (name -> graphs) into one context
-    binary with shared weights. `calib` (w8a16) is a samples folder as validate's --inputs, its audio or image
-    files through `preprocess`. Bad input raises before anything is written; a failing job is reported in the
+    binary with shared weights. Bad input raises before anything is written; a failing job is reported in the
     summary and does not stop the others."""
     start = time.monotonic()
+    o = options
     if not models:
-        raise QnnDeployError("no model given: pass one or more MODEL.onnx files")
+        raise BadInput("no model given: pass one or more MODEL.onnx files")
     if not socs:
-        raise QnnDeployError("no SoC given: pass --soc, e.g. --soc SM8750 (qnndeploy socs lists them)")
-    if precision not in PRECISIONS:
-        raise QnnDeployError(f"unknown precision '{precision}': use one of {', '.join(PRECISIONS)}")
-    if precision == "w8a16" and calib is None:
-        raise QnnDeployError("w8a16 needs --calib DIR with real input samples (.npz, .npy, or .wav/.png/.jpg with "
-                             "--preprocess) to calibrate the 16-bit activations; random data would give wrong ranges")
-    if precision == "fp16" and calib is not None:
-        raise QnnDeployError("--calib applies to --precision w8a16 only; fp16 needs no calibration")
-    prep = sample_source(calib, None, preprocess, "--calib")
+        raise BadInput("no SoC given: pass --soc, e.g. --soc SM8750 (qnndeploy socs lists them)")
+    if o.precision not in choices(Precision):
+        raise BadInput(f"unknown precision '{o.precision}': use one of {', '.join(choices(Precision))}")
+    precision, calib, jobs = Precision(o.precision), o.calib, o.jobs
+    if precision == Precision.W8A16 and calib is None:
+        raise BadInput("w8a16 needs --calib DIR with real input samples (.npz, .npy, or .wav/.png/.jpg with "
+                       "--preprocess) to calibrate the 16-bit activations; random data would give wrong ranges")
+    if precision == Precision.FP16 and calib is not None:
+        raise BadInput("--calib applies to --precision w8a16 only; fp16 needs no calibration")
+    prep = sample_source(calib, None, o.preprocess, "--calib")
     if jobs is not None and jobs < 1:
-        raise QnnDeployError("-j must be 1 or more")
+        raise BadInput("-j must be 1 or more")
     targets = _targets(socs)
     graphs = _graphs(models)
     out = Path(out).expanduser().resolve()
     if out.exists() and not out.is_dir():
-        raise QnnDeployError(f"-o {out} is a file; give a folder for the build")
-    be = get_backend(backend, qnn_sdk_root)
-    shares = _check_shares(shares or {}, graphs, targets, be.name)
-    htp = _check_htp(htp or HtpSettings(), targets)
+        raise BadInput(f"-o {out} is a file; give a folder for the build")
+    be = get_backend(o.backend, o.qnn_sdk_root)
+    shares = _check_shares(o.shares, graphs, targets, be.name)
+    htp = _check_htp(o.htp, targets)
     _check_keep(htp, precision, be.name, graphs)
     for soc in targets:  # what the catalog knows this QAIRT cannot build, refused before any job runs
         refused = catalog.refusal(soc, be.qairt_version, precision)
         if refused:
-            raise QnnDeployError(f"{refused}: drop --soc {soc.model}; its phones keep the CPU fallback")
-    store = Path(cache_dir or cache.default_cache_dir()).expanduser() if use_cache else None
+            raise BadInput(f"{refused}: drop --soc {soc.model}; its phones keep the CPU fallback")
+    store = Path(o.cache_dir or cache.default_cache_dir()).expanduser() if o.use_cache else None
     if store is not None and store.exists() and not store.is_dir():
-        raise QnnDeployError(f"the compile cache {store} is a file, not a folder: give a folder with --cache-dir "
-                             "(or $QNNDEPLOY_CACHE_DIR), or pass --no-cache")
+        raise BadInput(f"the compile cache {store} is a file, not a folder: give a folder with --cache-dir "
+                       "(or $QNNDEPLOY_CACHE_DIR), or pass --no-cache")
 
     if calib is None:
         return _compile(graphs, targets, out, be, precision, shares, htp, store, jobs, progress, start, {})
@@ -190,7 +212,7 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, *, backe
         return _compile(graphs, targets, out, be, precision, shares, htp, store, jobs, progress, start, calibration)
 
 
-def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend, precision: str,
+def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend, precision: Precision,
              shares: dict[str, list[str]], htp: HtpSettings, store: Path | None, jobs: int | None,
              progress: Progress | None, start: float, calibration: dict[str, tuple[Path, JSON]]) -> CompileSummary:
     """Plan the jobs and run them; `calibration`: per graph, the folder the backends read and its record."""
@@ -216,7 +238,7 @@ def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend
     try:
         (out / "logs").mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise QnnDeployError(f"cannot create {out / 'logs'}: {e.strerror}") from None
+        raise BadInput(f"cannot create {out / 'logs'}: {e.strerror}") from None
     for job in plan:
         _remove_leftovers(job)
     results: list[JobResult] = []
@@ -224,7 +246,7 @@ def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend
         progress(0, len(plan), None)
     tools = Tools()
     # Remote jobs wait on AI Hub, not on this machine's cores: all of them are submitted at once.
-    workers = jobs or (len(plan) if be.name == "aihub" else os.cpu_count() or 1)
+    workers = jobs or (len(plan) if be.name == BackendName.AIHUB else os.cpu_count() or 1)
     pool = ThreadPoolExecutor(max_workers=max(1, workers))
     try:
         def run(job: Job) -> JobResult:
@@ -247,7 +269,7 @@ def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend
     order = {(j.graph, j.soc.model): i for i, j in enumerate(plan)}
     results.sort(key=lambda r: order[(r.graph, r.soc)])
     return CompileSummary(out, be.name, precision, be.qairt_version, round(time.monotonic() - start, 3), results,
-                          all(r.status != "failed" for r in results))
+                          all(r.status != JobStatus.FAILED for r in results))
 
 
 def _cancel(pool: ThreadPoolExecutor, tools: Tools) -> None:
@@ -280,33 +302,33 @@ def _targets(names: list[str]) -> list[Soc]:
     return targets
 
 
-def _check_keep(htp: HtpSettings, precision: str, backend: str, graphs: dict[str, Path]) -> None:
+def _check_keep(htp: HtpSettings, precision: Precision, backend: BackendName, graphs: dict[str, Path]) -> None:
     if not htp.keep_fp16:
         return
-    if precision != "w8a16":
-        raise QnnDeployError("--keep-fp16 applies to --precision w8a16 (fp16 already runs every node in fp16)")
-    if backend != "ort":
-        raise QnnDeployError("--keep-fp16 needs the ort backend; with qairt, give qnn-onnx-converter a "
-                             "--quantization_overrides file with float encodings for those tensors")
+    if precision != Precision.W8A16:
+        raise BadInput("--keep-fp16 applies to --precision w8a16 (fp16 already runs every node in fp16)")
+    if backend != BackendName.ORT:
+        raise BadInput("--keep-fp16 needs the ort backend; with qairt, give qnn-onnx-converter a "
+                       "--quantization_overrides file with float encodings for those tensors")
     names = {n.name for path in graphs.values() for n in load_model(path, weights=False).graph.node}
     unknown = [n for n in htp.keep_fp16 if n not in names]
     if unknown:
-        raise QnnDeployError(f"--keep-fp16 {', '.join(unknown)}: no node of that name in the models (node names, "
-                             "as qnndeploy diagnose prints them)")
+        raise BadInput(f"--keep-fp16 {', '.join(unknown)}: no node of that name in the models (node names, "
+                       "as qnndeploy diagnose prints them)")
 
 
 def _check_htp(htp: HtpSettings, targets: list[Soc]) -> HtpSettings:
     if htp.optimization_mode is not None and htp.optimization_mode not in (1, 2, 3):
-        raise QnnDeployError(f"--optimization-mode {htp.optimization_mode}: use 1, 2 or 3 (3: slowest compile, "
-                             "fastest graph)")
+        raise BadInput(f"--optimization-mode {htp.optimization_mode}: use 1, 2 or 3 (3: slowest compile, "
+                       "fastest graph)")
     if htp.vtcm_mb is not None:
         if htp.vtcm_mb < 1:
-            raise QnnDeployError(f"--vtcm-mb {htp.vtcm_mb}: give 1 or more MB")
+            raise BadInput(f"--vtcm-mb {htp.vtcm_mb}: give 1 or more MB")
         small = [f"{soc.model} ({soc.vtcm_mb} MB)" for soc in targets
                  if soc.vtcm_mb is not None and htp.vtcm_mb > soc.vtcm_mb]
         if small:
-            raise QnnDeployError(f"--vtcm-mb {htp.vtcm_mb} is more VTCM than {', '.join(small)} has: a graph that "
-                                 "needs it cannot run there; give at most the smallest target's")
+            raise BadInput(f"--vtcm-mb {htp.vtcm_mb} is more VTCM than {', '.join(small)} has: a graph that "
+                           "needs it cannot run there; give at most the smallest target's")
     return htp
 
 
@@ -314,29 +336,29 @@ SHARE_MIN_ARCH = 73  # ONNX Runtime's QNN EP shares weights across graphs on v73
 
 
 def _check_shares(shares: dict[str, list[str]], graphs: dict[str, Path], targets: list[Soc],
-                  backend: str) -> dict[str, list[str]]:
+                  backend: BackendName) -> dict[str, list[str]]:
     if not shares:
         return shares
-    if backend != "ort":
-        raise QnnDeployError("--share needs the ort backend (onnxruntime-qnn's ep.share_ep_contexts)")
+    if backend != BackendName.ORT:
+        raise BadInput("--share needs the ort backend (onnxruntime-qnn's ep.share_ep_contexts)")
     seen: dict[str, str] = {}
     for name, members in shares.items():
         if not NAME_RE.match(name):
-            raise QnnDeployError(f"--share name '{name}' must be letters, digits, '.', '_' or '-' (at most 64)")
+            raise BadInput(f"--share name '{name}' must be letters, digits, '.', '_' or '-' (at most 64)")
         if name in graphs:
-            raise QnnDeployError(f"--share name '{name}' is also a graph's name: give the shared context its own")
+            raise BadInput(f"--share name '{name}' is also a graph's name: give the shared context its own")
         if len(set(members)) < 2:
-            raise QnnDeployError(f"--share {name} needs two or more different graphs, e.g. {name}=prefill,decode")
+            raise BadInput(f"--share {name} needs two or more different graphs, e.g. {name}=prefill,decode")
         for g in members:
             if g not in graphs:
-                raise QnnDeployError(f"--share {name}: no model is graph '{g}' (graphs: {', '.join(graphs)})")
+                raise BadInput(f"--share {name}: no model is graph '{g}' (graphs: {', '.join(graphs)})")
             if g in seen:
-                raise QnnDeployError(f"graph '{g}' is in --share {seen[g]} and --share {name}: one share per graph")
+                raise BadInput(f"graph '{g}' is in --share {seen[g]} and --share {name}: one share per graph")
             seen[g] = name
     old = [soc.model for soc in targets if soc.arch_number < SHARE_MIN_ARCH]
     if old:
-        raise QnnDeployError(f"--share needs an HTP of v{SHARE_MIN_ARCH} or newer; {', '.join(old)} is older: "
-                             "compile those SoCs without --share")
+        raise BadInput(f"--share needs an HTP of v{SHARE_MIN_ARCH} or newer; {', '.join(old)} is older: "
+                       "compile those SoCs without --share")
     return {name: list(dict.fromkeys(members)) for name, members in shares.items()}
 
 
@@ -347,16 +369,16 @@ def _graphs(models: dict[str, Path]) -> dict[str, Path]:
     graphs: dict[str, Path] = {}
     for name, given in models.items():
         if not NAME_RE.match(name):
-            raise QnnDeployError(f"graph name '{name}' must be letters, digits, '.', '_' or '-' (at most 64), "
-                                 f"starting with a letter or digit: pass NAME=PATH.onnx")
+            raise BadInput(f"graph name '{name}' must be letters, digits, '.', '_' or '-' (at most 64), "
+                           f"starting with a letter or digit: pass NAME=PATH.onnx")
         path = Path(given).expanduser().resolve()
         require_model_file(path)
         if path.suffix.lower() != ".onnx":
-            raise QnnDeployError(f"{path}: expected an .onnx model")
+            raise BadInput(f"{path}: expected an .onnx model")
         for spec in model_inputs(path):
             if spec.dynamic:
-                raise QnnDeployError(f"{name}: input '{spec.name}' has dynamic size {spec.shape_text()}; the NPU runs "
-                                     f"fixed sizes only: fix it first (qnndeploy prepare)")
+                raise BadInput(f"{name}: input '{spec.name}' has dynamic size {spec.shape_text()}; the NPU runs "
+                               f"fixed sizes only: fix it first (qnndeploy prepare)")
         graphs[name] = path
     return graphs
 
@@ -391,7 +413,7 @@ def _run_job(job: Job, be: Backend, store: Path | None, out: Path, tools: Tools)
         if hit is not None:
             cache.add(job, store)  # a folder made with --no-cache still fills the cache
             note = "up to date" if current else "restored from the cache"
-            return _result(job, hit, "cached", logs.parse_file(job.log), time.monotonic() - start, note)
+            return _result(job, hit, JobStatus.CACHED, logs.parse_file(job.log), time.monotonic() - start, note)
     staged_log = fileio.partial_file(job.log)  # published right after the job folder: they always agree
     try:
         with staged_log.open("w") as log:
@@ -423,15 +445,15 @@ def _run_job(job: Job, be: Backend, store: Path | None, out: Path, tools: Tools)
                 fileio.replace(staged_log, job.log, 0o666)
         staged_log.unlink(missing_ok=True)
         raise
-    if record["status"] == "ok" and store is not None:
+    if record["status"] == RecordStatus.OK and store is not None:
         cache.add(job, store)
-    return _result(job, record, record["status"], findings, time.monotonic() - start)
+    return _result(job, record, JobStatus(record["status"]), findings, time.monotonic() - start)
 
 
 def _up_to_date(job: Job) -> dict[str, Any] | None:
     """The job folder's record when its outputs are already those of this job (same cache key, files intact)."""
     current = read_record(job.folder / RECORD_FILE)
-    if not (current and current.get("status") == "ok" and current.get("cache_key") == job.cache_key
+    if not (current and current.get("status") == RecordStatus.OK and current.get("cache_key") == job.cache_key
             and cache.outputs_intact(job.folder, current)):
         return None
     if set_input_paths(job, current):
@@ -441,7 +463,7 @@ def _up_to_date(job: Job) -> dict[str, Any] | None:
     return current
 
 
-def _result(job: Job, record: JSON, status: str, findings: list[logs.Finding], seconds: float,
+def _result(job: Job, record: JSON, status: JobStatus, findings: list[logs.Finding], seconds: float,
             note: str | None = None) -> JobResult:
     return JobResult(job.graph, job.soc.model, status, job.folder, job.log,
                      round(seconds, 3), record.get("outputs", []), record.get("warnings", []), findings,
@@ -490,10 +512,10 @@ def _ok_record(job: Job, be: Backend, work: Path, compiled: Compiled, findings: 
     try:
         with _READING:  # a fresh binary of our own compile: read in this process (0.3 ms, not a 0.2 s child)
             context = qnnsystem.read_context_here(work / binary)
-    except QnnDeployError as e:
-        if e.exit_code != EXIT_MISSING_TOOL:
-            raise CompileError(f"libQnnSystem cannot read the compiled {binary}: {e}") from None
+    except MissingTool:
         warnings += _target_warnings(job.soc, targets)  # no library: the markers say what they can
+    except QnnDeployError as e:
+        raise CompileError(f"libQnnSystem cannot read the compiled {binary}: {e}") from None
     else:
         record["context"] = contextcheck.summary(context)
         warnings += _context_findings(job, work, context, record["outputs"])
@@ -501,7 +523,7 @@ def _ok_record(job: Job, be: Backend, work: Path, compiled: Compiled, findings: 
         record["shared"] = compiled.shared_saving
     if compiled.aihub is not None:
         record["aihub"] = compiled.aihub
-    return {**record, "duration_s": round(seconds, 3), "warnings": warnings, "status": "ok", "error": None,
+    return {**record, "duration_s": round(seconds, 3), "warnings": warnings, "status": RecordStatus.OK, "error": None,
             "cache_key": job.cache_key}
 
 
@@ -527,8 +549,8 @@ def _context_findings(job: Job, work: Path, context: ContextInfo, outputs: list[
 def _failed_record(job: Job, be: Backend, error: str, findings: list[logs.Finding], seconds: float,
                    out: Path) -> JSON:
     return {**_base_record(job, be, out), "duration_s": round(seconds, 3),
-            "warnings": [str(f) for f in findings if f.kind != logs.ERROR], "status": "failed", "error": error,
-            "cache_key": job.cache_key}
+            "warnings": [str(f) for f in findings if f.kind != logs.ERROR], "status": RecordStatus.FAILED,
+            "error": error, "cache_key": job.cache_key}
 
 
 def _target_warnings(soc: Soc, targets: set[tuple[str, int]]) -> list[str]:

@@ -16,8 +16,9 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import JSON
+from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.compile.jobs import Compiled, CompileError, HtpSettings, Job, Tools
 from qnndeploy.model.onnxio import model_inputs
@@ -36,7 +37,7 @@ BASE_OPTIONS = "--target_runtime qnn_dlc --compute_unit npu"
 
 
 class AihubBackend:
-    name = "aihub"
+    name = BackendName.AIHUB
 
     def __init__(self) -> None:
         aihub.client()  # installed and configured, or a one-line error before any job
@@ -50,12 +51,12 @@ class AihubBackend:
             client = "unknown"
         return {"qai_hub": client}
 
-    def options(self, soc: Soc, precision: str, settings: HtpSettings) -> JSON:
+    def options(self, soc: Soc, precision: Precision, settings: HtpSettings) -> JSON:
         if settings != HtpSettings():
-            raise QnnDeployError("--vtcm-mb, --optimization-mode, --spill-fill and --keep-fp16 are options of the ort "
-                                 "and qairt backends; the aihub backend uses AI Hub's defaults")
+            raise BadInput("--vtcm-mb, --optimization-mode, --spill-fill and --keep-fp16 are options of the ort "
+                           "and qairt backends; the aihub backend uses AI Hub's defaults")
         aihub.refuse_unhosted(soc)  # no chipset, or one AI Hub runs no jobs on: refused before any upload
-        quantize = " --quantize_full_type w8a16" if precision == "w8a16" else ""
+        quantize = " --quantize_full_type w8a16" if precision == Precision.W8A16 else ""
         family = ".".join(self.qairt_version.split(".")[:2])
         qairt = f"--qairt_version {family}" if htp.available() else ""
         return {"chipsets": list(soc.aihub_chipsets), "compile_options": f"{BASE_OPTIONS} {qairt}".strip() + quantize,
@@ -69,7 +70,7 @@ class AihubBackend:
         target = aihub.device_for(job.soc)
         log.write(f"AI Hub device: chipset {target.chipset} (for example {target.hosted.name})\n")
         what = f"compiling {g} for {soc} on AI Hub"
-        calibration = _calibration(job) if job.precision == "w8a16" else None
+        calibration = _calibration(job) if job.precision == Precision.W8A16 else None
         with aihub.errors(what):
             compiled = hub.submit_compile_job(model=str(job.model), device=target.device, name=f"{g}-{soc}",
                                               options=job.options["compile_options"], calibration_data=calibration,

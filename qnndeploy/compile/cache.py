@@ -19,12 +19,14 @@ import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from qnndeploy import __version__
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import sha256_file, staging_dir, write_json
+from qnndeploy.base.kinds import Precision
 from qnndeploy.base.socs import Soc
 from qnndeploy.compile.jobs import Backend, Job, set_input_paths
 from qnndeploy.formats.records import RECORD_FILE, RECORD_VERSION, read_record
@@ -45,7 +47,8 @@ def default_cache_dir() -> Path:
     return Path(base) / "qnndeploy" / "compile"
 
 
-def cache_key(graph: str, model_sha256: str, soc: Soc, be: Backend, precision: str, options: dict[str, Any]) -> str:
+def cache_key(graph: str, model_sha256: str, soc: Soc, be: Backend, precision: Precision,
+              options: dict[str, Any]) -> str:
     """The sha256 of everything that decides a job's outputs (not where the model or the samples lie)."""
     options = {**options, "calibration": options["calibration"] and
                {k: v for k, v in options["calibration"].items() if k != "path"}}
@@ -122,10 +125,16 @@ def outputs_intact(folder: Path, record: dict[str, Any]) -> bool:
 
 # --- used by `qnndeploy cache` ----------------------------------------------------------------------------------
 
+class EntryState(StrEnum):
+    OK = "ok"
+    DAMAGED = "damaged"  # no record naming its key
+    PARTIAL = "partial"  # being written, or left by a kill
+
+
 @dataclass
 class CacheEntry:
     key: str  # the folder's name (for a partial entry: the folder's name too)
-    status: str  # "ok" | "damaged" (no record naming its key) | "partial" (being written, or left by a kill)
+    status: EntryState
     files: int
     bytes: int
     graph: str | None = None
@@ -168,27 +177,27 @@ def scan(cache_dir: Path | None = None) -> CacheListing:
     if not path.exists():
         return listing
     if not path.is_dir():
-        raise QnnDeployError(f"{path} is a file, not a compile cache folder")
+        raise BadInput(f"{path} is a file, not a compile cache folder")
     try:
         children = sorted(path.iterdir(), key=lambda p: p.name)
     except OSError as e:
-        raise QnnDeployError(f"cannot read {path}: {e.strerror or e}") from None
+        raise BadInput(f"cannot read {path}: {e.strerror or e}") from None
     tagged = False
     for child in children:
         is_dir = child.is_dir() and not child.is_symlink()
         if is_dir and _KEY.fullmatch(child.name):
             listing.entries.append(_entry(child))
         elif is_dir and _PARTIAL.fullmatch(child.name):
-            listing.entries.append(CacheEntry(child.name, "partial", *_usage(child)))
+            listing.entries.append(CacheEntry(child.name, EntryState.PARTIAL, *_usage(child)))
         elif child.name == TAG_FILE and child.is_file() and not child.is_symlink() \
                 and child.read_text(errors="replace").startswith(TAG.splitlines()[0]):
             tagged = True
         else:
             listing.other.append(child.name + ("/" if child.is_dir() else ""))
-    if listing.other and not tagged and not any(e.status == "ok" for e in listing.entries):
+    if listing.other and not tagged and not any(e.status == EntryState.OK for e in listing.entries):
         shown = ", ".join(listing.other[:4]) + (f" and {len(listing.other) - 4} more" if len(listing.other) > 4 else "")
-        raise QnnDeployError(f"{path} does not look like a qnndeploy compile cache (it holds {shown}, and no cache "
-                             f"entry): give the cache folder with --cache-dir (default {default_cache_dir()})")
+        raise BadInput(f"{path} does not look like a qnndeploy compile cache (it holds {shown}, and no cache "
+                       f"entry): give the cache folder with --cache-dir (default {default_cache_dir()})")
     listing.bytes = sum(e.bytes for e in listing.entries)
     return listing
 
@@ -226,8 +235,8 @@ def _entry(folder: Path) -> CacheEntry:
     files, size = _usage(folder)
     record = read_record(folder / RECORD_FILE)
     if not record or record.get("cache_key") != folder.name:
-        return CacheEntry(folder.name, "damaged", files, size)
-    return CacheEntry(folder.name, "ok", files, size, record.get("graph"), record.get("soc"), record.get("backend"),
-                      record.get("precision"), record.get("qairt_version"), (record.get("input") or {}).get("path"),
-                      record.get("created"))
+        return CacheEntry(folder.name, EntryState.DAMAGED, files, size)
+    return CacheEntry(folder.name, EntryState.OK, files, size, record.get("graph"), record.get("soc"),
+                      record.get("backend"), record.get("precision"), record.get("qairt_version"),
+                      (record.get("input") or {}).get("path"), record.get("created"))
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
 from qnndeploy.base.fileio import JSON, stop_requested
+from qnndeploy.base.kinds import BackendName, Precision
 
 if TYPE_CHECKING:
     from qnndeploy.base.socs import Soc
@@ -156,7 +157,7 @@ class Job:
     model: Path  # for a shared context: the first member's model
     model_sha256: str  # for a shared context: over its members' names and hashes
     soc: Soc
-    precision: str
+    precision: Precision
     calibration: Path | None  # folder of input samples for w8a16
     options: JSON  # what the backend will do, recorded and part of the cache key
     cache_key: str
@@ -181,13 +182,13 @@ def set_input_paths(job: Job, record: JSON) -> bool:
 class Backend(Protocol):
     """A way to turn one ONNX graph into a QNN context binary for one SoC."""
 
-    name: str
+    name: BackendName
     qairt_version: str  # "2.51.0": the runtime libraries on the phone must match it
 
     def identity(self) -> dict[str, str]:
         """Tool versions that change the output: recorded, and part of the cache key."""
 
-    def options(self, soc: Soc, precision: str, htp: HtpSettings) -> JSON:
+    def options(self, soc: Soc, precision: Precision, htp: HtpSettings) -> JSON:
         """The backend settings a job uses, recorded in the compile record."""
 
     def compile(self, job: Job, work: Path, log: IO[str], tools: Tools) -> Compiled:

@@ -7,12 +7,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
-UNSUPPORTED = "unsupported-op"
-CPU_PARTITION = "cpu-partition"
-QUANTIZATION = "quantization"
-ERROR = "error"
+
+class FindingKind(StrEnum):
+    """What a line of a compile log says: a node the HTP refused, nodes left to the CPU, a quantizer's warning, an
+    error."""
+
+    UNSUPPORTED = "unsupported-op"
+    CPU_PARTITION = "cpu-partition"
+    QUANTIZATION = "quantization"
+    ERROR = "error"
+
+
+UNSUPPORTED, CPU_PARTITION, QUANTIZATION, ERROR = FindingKind
 
 # onnxruntime-qnn: "Unsupported nodes in QNN EP: { name: bad0, type: Sinh }, { name: ..., type: ... },"
 _ORT_UNSUPPORTED = re.compile(r"Unsupported nodes in QNN EP: (.*)")
@@ -36,7 +45,7 @@ MAX_PER_KIND = 8
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # one of UNSUPPORTED, CPU_PARTITION, QUANTIZATION, ERROR
+    kind: FindingKind
     message: str
 
     def __str__(self) -> str:
@@ -95,7 +104,7 @@ def parse_file(path: Path, limit: int | None = MAX_PER_KIND) -> list[Finding]:
 def _trim(found: list[Finding], limit: int | None) -> list[Finding]:
     out: list[Finding] = []
     seen: set[Finding] = set()
-    counts: dict[str, int] = {}
+    counts: dict[FindingKind, int] = {}
     for f in found:
         if f in seen:
             continue

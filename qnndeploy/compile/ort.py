@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from qnndeploy.base import child, socs
-from qnndeploy.base.errors import QnnDeployError, first_line
+from qnndeploy.base.errors import BadInput, QnnDeployError, first_line
 from qnndeploy.base.fileio import JSON, write_json
+from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.compile import logs
 from qnndeploy.compile.jobs import Compiled, CompileError, HtpSettings, Job, Member, Tools
@@ -37,7 +38,7 @@ PROVIDER_OPTIONS = ("vtcm_mb", "htp_graph_finalization_optimization_mode", "enab
 
 
 class OrtBackend:
-    name = "ort"
+    name = BackendName.ORT
 
     def __init__(self) -> None:
         htp._require()
@@ -47,13 +48,14 @@ class OrtBackend:
         return {"qairt": self.qairt_version, "onnxruntime": version("onnxruntime"),
                 "onnxruntime-qnn": version("onnxruntime-qnn")}
 
-    def options(self, soc: Soc, precision: str, htp: HtpSettings) -> JSON:
+    def options(self, soc: Soc, precision: Precision, htp: HtpSettings) -> JSON:
         options: JSON = {"htp_arch": soc.arch_number, "soc_model": soc.soc_id,
-                   "enable_htp_fp16_precision": precision == "fp16" or bool(htp.keep_fp16), "cpu_fallback": False,
+                   "enable_htp_fp16_precision": precision == Precision.FP16 or bool(htp.keep_fp16),
+                   "cpu_fallback": False,
                    "ep_context_embed_mode": 0, "vtcm_mb": htp.vtcm_mb,
                    "htp_graph_finalization_optimization_mode": htp.optimization_mode,
                    "enable_htp_spill_fill_buffer": htp.spill_fill}
-        if precision == "w8a16":
+        if precision == Precision.W8A16:
             options["quantization"] = {**SETTINGS, **({"nodes_to_exclude": list(htp.keep_fp16)}
                                                       if htp.keep_fp16 else {})}
         return options
@@ -96,7 +98,7 @@ def run(spec: JSON) -> JSON:
     models: dict[str, Path] = {}
     for m in spec["members"]:
         models[m["graph"]] = Path(m["model"])
-        if spec["precision"] != "fp16":
+        if spec["precision"] != Precision.FP16:
             models[m["graph"]], n = quantize(models[m["graph"]], Path(m["calibration"]), tmp / f"{m['graph']}_qdq.onnx",
                                              spec["keep_fp16"])
             if n < FEW_CALIBRATION_SAMPLES:
@@ -149,7 +151,7 @@ def _compile(model: Path, soc: Soc, fp16: bool, work: Path, graph: str, log: Pat
         ort.InferenceSession(str(model), htp.session_options(soc, fp16=fp16, context_path=ctx, log_level=1,
                                                              provider=provider))
     except Exception as e:  # noqa: BLE001 onnxruntime raises its own Fail/InvalidGraph types
-        raise QnnDeployError(_refused(model, soc, fp16, _ort_message(e), log)) from None
+        raise BadInput(_refused(model, soc, fp16, _ort_message(e), log)) from None
     _name_binary(work, [ctx], graph)
 
 
@@ -166,7 +168,7 @@ def _compile_shared(models: dict[str, Path], soc: Soc, fp16: bool, work: Path, n
             ort.InferenceSession(str(model), htp.session_options(soc, fp16=fp16, context_path=ctxs[i], log_level=1,
                                                                  config=share, provider=provider))
         except Exception as e:  # noqa: BLE001 onnxruntime raises its own Fail/InvalidGraph types
-            raise QnnDeployError(f"{g}: {_refused(model, soc, fp16, _ort_message(e), log)}") from None
+            raise BadInput(f"{g}: {_refused(model, soc, fp16, _ort_message(e), log)}") from None
     _name_binary(work, ctxs, name)
     print("qnndeploy: the shared context is not loaded here: the host emulator cannot load a context whose graphs "
           "share weights (QAIRT 2.51 crashes); each graph's twin is loaded instead", flush=True)
@@ -177,12 +179,12 @@ def _name_binary(work: Path, ctxs: list[Path], name: str) -> None:
     every wrapper at it."""
     written = work / f"{ctxs[0].stem}_qnn.bin"
     if not written.is_file():
-        raise QnnDeployError(f"onnxruntime-qnn wrote no context binary next to {ctxs[0].name}")
+        raise BadInput(f"onnxruntime-qnn wrote no context binary next to {ctxs[0].name}")
     binary = work / f"{name}.bin"
     written.replace(binary)
     for ctx in ctxs:
         if epcontext.context_refs(ctx) != [written.name]:
-            raise QnnDeployError(f"{ctx.name} does not load {written.name}: unexpected onnxruntime-qnn output")
+            raise BadInput(f"{ctx.name} does not load {written.name}: unexpected onnxruntime-qnn output")
         epcontext.retarget(ctx, ctx, binary.name)
     print(f"qnndeploy: renamed {written.name} to {binary.name}", flush=True)
 
@@ -194,7 +196,7 @@ def _check_loads(ctx: Path, soc: Soc, fp16: bool) -> None:
     try:
         ort.InferenceSession(str(ctx), htp.session_options(soc, fp16=fp16, log_level=2))
     except Exception as e:  # noqa: BLE001 onnxruntime raises its own, unexported types
-        raise QnnDeployError(f"{ctx.name} does not load: {_ort_message(e)}") from None
+        raise BadInput(f"{ctx.name} does not load: {_ort_message(e)}") from None
 
 
 def _refused(model: Path, soc: Soc, fp16: bool, message: str, log: Path) -> str:

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from qnndeploy.base.errors import EXIT_MISSING_TOOL, QnnDeployError
+from qnndeploy.base.errors import BadInput, MissingTool
 from qnndeploy.base.fileio import JSON
+from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.base.names import CONTEXT_BINARY
 from qnndeploy.compile import logs
 from qnndeploy.compile.jobs import Compiled, CompileError, HtpSettings, Job, Tools
@@ -83,21 +84,20 @@ def find_sdk(root: Path | None = None) -> Sdk:
     """The SDK at `root`, else $QNN_SDK_ROOT; its version from sdk.yaml, else from the folder name."""
     given = root or os.environ.get("QNN_SDK_ROOT")
     if not given:
-        raise QnnDeployError("the qairt backend needs the QAIRT SDK: pass --qnn-sdk-root DIR or "
-                             "`source <sdk>/bin/envsetup.sh` (sets QNN_SDK_ROOT)", EXIT_MISSING_TOOL)
+        raise MissingTool("the qairt backend needs the QAIRT SDK: pass --qnn-sdk-root DIR or "
+                          "`source <sdk>/bin/envsetup.sh` (sets QNN_SDK_ROOT)")
     root = Path(given).expanduser().resolve()
     if not root.is_dir():
-        raise QnnDeployError(f"QAIRT SDK root {root}: no such folder", EXIT_MISSING_TOOL)
+        raise MissingTool(f"QAIRT SDK root {root}: no such folder")
     version = sdk_version(root)
     if version is None:
-        raise QnnDeployError(f"{root}: cannot read the QAIRT version (no sdk.yaml 'version:' and the folder is not "
-                             f"named like 2.40.0.251030): is this the SDK root?", EXIT_MISSING_TOOL)
+        raise MissingTool(f"{root}: cannot read the QAIRT version (no sdk.yaml 'version:' and the folder is not "
+                          f"named like 2.40.0.251030): is this the SDK root?")
     sdk = Sdk(root, version)
     missing = [p for p in (sdk.converter, sdk.model_lib_generator, sdk.context_binary_generator, sdk.htp_backend,
                            sdk.htp_extensions) if not p.is_file()]
     if missing:
-        raise QnnDeployError(f"the QAIRT SDK at {root} lacks {', '.join(str(p.relative_to(root)) for p in missing)}",
-                             EXIT_MISSING_TOOL)
+        raise MissingTool(f"the QAIRT SDK at {root} lacks {', '.join(str(p.relative_to(root)) for p in missing)}")
     return sdk
 
 
@@ -130,26 +130,26 @@ def htp_config(sdk: Sdk, options: JSON, graph: str, folder: Path) -> Path:
 
 
 class QairtBackend:
-    name = "qairt"
+    name = BackendName.QAIRT
 
     def __init__(self, root: Path | None = None) -> None:
         self.sdk = find_sdk(root)
         self.qairt_version = self.sdk.qairt_version
         python = shutil.which("python3")
         if python is None:
-            raise QnnDeployError("python3 is not on PATH: the SDK's model-lib generator runs with it "
-                                 "(use the SDK's Python 3.10 venv)", EXIT_MISSING_TOOL)
+            raise MissingTool("python3 is not on PATH: the SDK's model-lib generator runs with it "
+                              "(use the SDK's Python 3.10 venv)")
         self.python = python
 
     def identity(self) -> dict[str, str]:
         return {"qairt": self.qairt_version, "qairt_sdk": self.sdk.version}
 
-    def options(self, soc: Soc, precision: str, htp: HtpSettings) -> JSON:
+    def options(self, soc: Soc, precision: Precision, htp: HtpSettings) -> JSON:
         if htp.spill_fill:
-            raise QnnDeployError("--spill-fill is an option of the ort backend; the qairt backend's HTP config "
-                                 "does not set it")
+            raise BadInput("--spill-fill is an option of the ort backend; the qairt backend's HTP config "
+                           "does not set it")
         flags = CONVERTER_FLAGS + (["--input_list", CALIBRATION, "--use_native_input_files"]
-                                   if precision == "w8a16" else [])
+                                   if precision == Precision.W8A16 else [])
         return {"converter": flags, "htp_config": {"vtcm_mb": htp.vtcm_mb or soc.vtcm_mb,
                                                    "O": htp.optimization_mode or 3, "soc_id": soc.soc_id,
                                                    "dsp_arch": soc.dsp_arch}, "ldflags": LDFLAGS}

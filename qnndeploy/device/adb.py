@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_MISSING_TOOL, QnnDeployError, first_line
+from qnndeploy.base.errors import BadInput, CheckFailed, MissingTool, QnnDeployError, first_line
 from qnndeploy.base.fileio import open_regular, staging_file
 
 Progress = Callable[[int], None]
@@ -143,8 +143,8 @@ def _client(timeout: float | None = None) -> Any:  # adbutils.AdbClient (adbutil
 
 def _server_error(e: Exception) -> QnnDeployError:
     port = os.environ.get("ANDROID_ADB_SERVER_PORT", "5037")
-    return QnnDeployError(f"cannot use the adb server on port {port} ({str(e) or type(e).__name__}): install adb "
-                          "(Debian/Ubuntu: apt install adb) or start it with `adb start-server`", EXIT_MISSING_TOOL)
+    return MissingTool(f"cannot use the adb server on port {port} ({str(e) or type(e).__name__}): install adb "
+                       "(Debian/Ubuntu: apt install adb) or start it with `adb start-server`")
 
 
 def list_devices(timeout: float | None = None) -> list[DeviceEntry]:
@@ -169,19 +169,18 @@ def connect(serial: str | None = None, timeout: float | None = None) -> Device:
         entry = next((e for e in entries if e.serial == serial), None)
         if entry is None:
             listed = ", ".join(e.serial for e in entries) or "none"
-            raise QnnDeployError(f"no device {serial} (connected: {listed}); check `adb devices`", EXIT_BAD_INPUT)
+            raise BadInput(f"no device {serial} (connected: {listed}); check `adb devices`")
     elif not entries:
-        raise QnnDeployError("no device connected: plug in a phone with USB debugging on (or `adb connect "
-                             "HOST:PORT`) and check `adb devices`", EXIT_BAD_INPUT)
+        raise BadInput("no device connected: plug in a phone with USB debugging on (or `adb connect "
+                       "HOST:PORT`) and check `adb devices`")
     elif len(entries) > 1:
         listed = ", ".join(f"{e.serial} ({e.state})" for e in entries)
-        raise QnnDeployError(f"{len(entries)} devices connected: {listed}; choose one with -s SERIAL",
-                             EXIT_BAD_INPUT)
+        raise BadInput(f"{len(entries)} devices connected: {listed}; choose one with -s SERIAL")
     else:
         entry = entries[0]
     if entry.state != "device":
         advice = _STATE_ADVICE.get(entry.state, "check `adb devices`")
-        raise QnnDeployError(f"{entry.serial} is {entry.state}: {advice}", EXIT_BAD_INPUT)
+        raise BadInput(f"{entry.serial} is {entry.state}: {advice}")
     return Device(entry.serial, timeout)
 
 
@@ -195,13 +194,13 @@ class Device:
         self._dev = _client(timeout).device(serial)
 
     def _lost(self, doing: str, e: Exception) -> QnnDeployError:
-        return QnnDeployError(f"lost the connection to {self.serial} while {doing} ({first_line(e)}): reconnect the "
-                              "phone, check `adb devices` and run the command again", EXIT_CHECK_FAILED)
+        return CheckFailed(f"lost the connection to {self.serial} while {doing} ({first_line(e)}): reconnect the "
+                           "phone, check `adb devices` and run the command again")
 
     def _overdue(self, doing: str, seconds: float, got: int) -> QnnDeployError:
         what = f"not finished in {seconds:g} s ({got:,} bytes so far)" if got else f"no answer in {seconds:g} s"
-        return QnnDeployError(f"{self.serial}: {doing}: {what}; the phone may be hung (replug or reboot it), or allow "
-                              "more time with --timeout SECONDS", EXIT_CHECK_FAILED)
+        return CheckFailed(f"{self.serial}: {doing}: {what}; the phone may be hung (replug or reboot it), or allow "
+                           "more time with --timeout SECONDS")
 
     def _seconds(self, default: float) -> float:
         return self.timeout or default
@@ -235,9 +234,8 @@ class Device:
                         break
                     out += chunk
                     if len(out) > limit.max_bytes:
-                        raise QnnDeployError(f"{self.serial}: {doing}: more than {_size(limit.max_bytes)} of output, "
-                                             "stopped reading: the phone does not answer as this step expects",
-                                             EXIT_CHECK_FAILED)
+                        raise CheckFailed(f"{self.serial}: {doing}: more than {_size(limit.max_bytes)} of output, "
+                                          "stopped reading: the phone does not answer as this step expects")
         except (TimeoutError, AdbTimeout):
             raise self._overdue(doing, seconds, len(out)) from None
         except (AdbError, OSError, EOFError) as e:
@@ -257,8 +255,8 @@ class Device:
             raise self._lost(doing, EOFError("the output ended early"))
         result = ShellResult(code, head)
         if check and result.code != 0:
-            raise QnnDeployError(f"`{command[:80]}` failed on {self.serial} (exit {result.code}): "
-                                 f"{head.strip()[-300:] or 'no output'}", EXIT_CHECK_FAILED)
+            raise CheckFailed(f"`{command[:80]}` failed on {self.serial} (exit {result.code}): "
+                              f"{head.strip()[-300:] or 'no output'}")
         return result
 
     def getprops(self) -> dict[str, str]:
@@ -325,10 +323,10 @@ class Device:
                     if reply == b"FAIL":
                         why = _recv_exact(c, min(length, 1024), time.monotonic() + stall).decode("utf-8", "replace")
                         if "directory" in why.lower():  # adbd: "couldn't create file: Is a directory"
-                            raise QnnDeployError(f"{self.serial} refused to write {item.remote} ({why}): it is a "
-                                                 "folder, push to a file path", EXIT_BAD_INPUT)
-                        raise QnnDeployError(f"{self.serial} refused to write {item.remote} ({why}): is the folder "
-                                             "read-only or the storage full?", EXIT_CHECK_FAILED)
+                            raise BadInput(f"{self.serial} refused to write {item.remote} ({why}): it is a "
+                                           "folder, push to a file path")
+                        raise CheckFailed(f"{self.serial} refused to write {item.remote} ({why}): is the folder "
+                                          "read-only or the storage full?")
                     if reply != b"OKAY":
                         raise EOFError(f"unexpected sync reply {reply!r}")
                     total += sent
@@ -337,20 +335,19 @@ class Device:
         except _Changed as e:  # the session is closed: adbd drops the file it was receiving
             assert item is not None and item.sha256 is not None
             self._forget(item.remote)
-            raise QnnDeployError(f"{item.label} changed while it was being pushed to {self.serial}: the bytes read "
-                                 f"hash to {e.digest[:12]}..., not to the sha256 that was checked "
-                                 f"({item.sha256[:12]}...); it was not left on the phone: check the files (`qnndeploy "
-                                 "bundle verify`) and run again", EXIT_CHECK_FAILED) from None
+            raise CheckFailed(f"{item.label} changed while it was being pushed to {self.serial}: the bytes read "
+                              f"hash to {e.digest[:12]}..., not to the sha256 that was checked "
+                              f"({item.sha256[:12]}...); it was not left on the phone: check the files (`qnndeploy "
+                              "bundle verify`) and run again") from None
         except (TimeoutError, AdbTimeout):
             if item is None:
                 raise self._overdue("starting a push (sync)", stall, 0) from None
             doing = f"pushing {item.label}"
             done = f"all {size:,} bytes sent, not confirmed" if sent == size else f"{sent:,} of {size:,} bytes sent"
             state = "is not confirmed" if sent == size else "is incomplete"
-            raise QnnDeployError(f"{self.serial}: {doing}: no progress in {stall:g} s ({done}): the phone stopped "
-                                 f"reading, the push was abandoned and the file on the phone {state}; replug or "
-                                 "reboot the phone, or allow more time with --timeout SECONDS",
-                                 EXIT_CHECK_FAILED) from None
+            raise CheckFailed(f"{self.serial}: {doing}: no progress in {stall:g} s ({done}): the phone stopped "
+                              f"reading, the push was abandoned and the file on the phone {state}; replug or "
+                              "reboot the phone, or allow more time with --timeout SECONDS") from None
         except (AdbError, OSError, EOFError) as e:
             doing = "pushing"
             if item is not None:
@@ -412,13 +409,12 @@ class Device:
                             break
                         if kind == b"FAIL":  # the device's message, e.g. no such file
                             why = _recv_exact(c, min(n, 1024), deadline).decode("utf-8", "replace")
-                            raise QnnDeployError(f"cannot pull {remote} from {self.serial}: {why}", EXIT_CHECK_FAILED)
+                            raise CheckFailed(f"cannot pull {remote} from {self.serial}: {why}")
                         if kind != b"DATA":
                             raise EOFError(f"unexpected sync reply {kind!r}")
                         if got + n > max_bytes:
-                            raise QnnDeployError(f"{self.serial}: pulling {remote}: more than {_size(max_bytes)}, "
-                                                 "stopped reading: it is not the file this step expects",
-                                                 EXIT_CHECK_FAILED)
+                            raise CheckFailed(f"{self.serial}: pulling {remote}: more than {_size(max_bytes)}, "
+                                              "stopped reading: it is not the file this step expects")
                         f.write(_recv_exact(c, n, deadline))
                         got += n
                     c.conn.settimeout(seconds)
@@ -436,8 +432,7 @@ class Device:
         if r.code == 7:
             return None
         if r.code != 0:
-            raise QnnDeployError(f"sha256sum failed on {self.serial} in {remote_dir}: {r.output.strip()[-200:]}",
-                                 EXIT_CHECK_FAILED)
+            raise CheckFailed(f"sha256sum failed on {self.serial} in {remote_dir}: {r.output.strip()[-200:]}")
         hashes = {}
         for line in r.output.splitlines():
             digest, _, name = line.partition("  ")
@@ -480,14 +475,13 @@ class Device:
         try:
             report.bytes_sent = self.push_files(uploads, progress=progress)
         except QnnDeployError as e:
-            raise QnnDeployError(f"{e}; {remote_dir} was not changed (the next run resumes from {staging})",
-                                 e.exit_code) from None
+            raise e.reworded(f"{e}; {remote_dir} was not changed (the next run resumes from {staging})") from None
         report.sent = todo
         final = self.sha256s(staging) or {}
         wrong = sorted(rel for rel in want if final.get(rel) != want[rel])
         if wrong:
-            raise QnnDeployError(f"{len(wrong)} file(s) differ on {self.serial} after the push ({wrong[0]} ...): "
-                                 "is the phone's storage full? run again to resend them", EXIT_CHECK_FAILED)
+            raise CheckFailed(f"{len(wrong)} file(s) differ on {self.serial} after the push ({wrong[0]} ...): "
+                              "is the phone's storage full? run again to resend them")
         q = {k: shlex.quote(v) for k, v in (("d", remote_dir), ("s", staging), ("o", old))}
         self.run(f"rm -rf {q['o']} && {{ test ! -e {q['d']} || mv {q['d']} {q['o']}; }} && mv {q['s']} {q['d']} "
                  f"&& rm -rf {q['o']}", check=True, doing=f"putting {remote_dir} in place", limit=FILES)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from qnndeploy.base import socs
-from qnndeploy.base.errors import EXIT_BAD_INPUT, QnnDeployError
+from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.names import CONTEXT_BINARY, artifact_graphs
 from qnndeploy.device.verify import DeviceVerification, GraphRun, Job, write_record
@@ -54,8 +54,7 @@ def resolve(names: list[str], soc_names: list[str]) -> list[tuple[str, Any, aihu
         with aihub.errors(f"device {name!r}"):
             matches = hub.get_devices(name=name)
         if not matches:
-            raise QnnDeployError(f"AI Hub has no device named {name!r}: `qnndeploy device list --aihub` lists them",
-                                 EXIT_BAD_INPUT)
+            raise BadInput(f"AI Hub has no device named {name!r}: `qnndeploy device list --aihub` lists them")
         device = aihub.hosted(matches[0])
         if device.soc is not None:
             aihub.refuse_unhosted(socs.find(device.soc))
@@ -65,7 +64,7 @@ def resolve(names: list[str], soc_names: list[str]) -> list[tuple[str, Any, aihu
         target = aihub.device_for(soc)
         found.append((soc.model, target.device, target.hosted))
     if not found:
-        raise QnnDeployError("give the hosted phones: --device NAME or --soc SOC (repeatable)", EXIT_BAD_INPUT)
+        raise BadInput("give the hosted phones: --device NAME or --soc SOC (repeatable)")
     return found
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
+from qnndeploy.base.errors import BadInput, CheckFailed
 from qnndeploy.base.fileio import staging_file
 from qnndeploy.device.adb import Device, Limit, MiB, parse_int
 
@@ -92,14 +92,14 @@ def find_process(dev: Device, pid: int | None = None, package: str | None = None
         r = dev.run(f"pidof {shlex.quote(package)}", doing=f"looking for {package} (pidof)")
         pids = [p for p in map(parse_int, r.output.split()) if p is not None and p > 0]
         if not pids:
-            raise QnnDeployError(f"{package} is not running on {dev.serial}: start the app, then run again "
-                                 "(or give --pid)", EXIT_BAD_INPUT)
+            raise BadInput(f"{package} is not running on {dev.serial}: start the app, then run again "
+                           "(or give --pid)")
         pid = min(pids)
     if pid is None:
-        raise QnnDeployError("give the process: --pid PID or --package NAME", EXIT_BAD_INPUT)
+        raise BadInput("give the process: --pid PID or --package NAME")
     stat = dev.read_text(f"/proc/{pid}/stat")
     if not stat:
-        raise QnnDeployError(f"no process {pid} on {dev.serial} (`adb shell ps -A` lists them)", EXIT_BAD_INPUT)
+        raise BadInput(f"no process {pid} on {dev.serial} (`adb shell ps -A` lists them)")
     return pid, _stat_of(dev, pid, stat)[1]
 
 
@@ -118,8 +118,8 @@ def _parse_stat(line: str) -> tuple[int, str, int] | None:
 def _stat_of(dev: Device, pid: int, line: str) -> tuple[int, str, int]:
     parsed = _parse_stat(line)
     if parsed is None:
-        raise QnnDeployError(f"{dev.serial}: /proc/{pid}/stat does not read as a /proc stat line "
-                             f"({line.strip()[:60]!r})", EXIT_CHECK_FAILED)
+        raise CheckFailed(f"{dev.serial}: /proc/{pid}/stat does not read as a /proc stat line "
+                          f"({line.strip()[:60]!r})")
     return parsed
 
 
@@ -156,8 +156,7 @@ def _read(dev: Device, pid: int) -> _Reading | None:
             threads[parsed[0]] = parsed[1:]
     uptime = parts[0].split()[:1]
     if not uptime or not _SECONDS.fullmatch(uptime[0]):
-        raise QnnDeployError(f"{dev.serial}: /proc/uptime does not read as one ({parts[0].strip()[:60]!r})",
-                             EXIT_CHECK_FAILED)
+        raise CheckFailed(f"{dev.serial}: /proc/uptime does not read as one ({parts[0].strip()[:60]!r})")
     return _Reading(float(uptime[0]), _stat_of(dev, pid, parts[1])[2], threads, _parse_battery(parts[3], parts[4]))
 
 
@@ -165,7 +164,7 @@ def start(dev: Device, pid: int, name: str, interval: float) -> Profile:
     out = dev.run("getconf CLK_TCK", doing="reading the clock rate (getconf CLK_TCK)").output
     clk = parse_int(out)
     if clk is None or clk <= 0:
-        raise QnnDeployError(f"getconf CLK_TCK failed on {dev.serial}: {out.strip()[:100]}", EXIT_CHECK_FAILED)
+        raise CheckFailed(f"getconf CLK_TCK failed on {dev.serial}: {out.strip()[:100]}")
     return Profile(dev.serial, pid, name, clk, interval)
 
 
@@ -174,7 +173,7 @@ def samples(dev: Device, profile: Profile) -> Iterator[Sample]:
     appended to profile.samples."""
     first = _read(dev, profile.pid)
     if first is None:
-        raise QnnDeployError(f"process {profile.pid} ended on {dev.serial}", EXIT_CHECK_FAILED)
+        raise CheckFailed(f"process {profile.pid} ended on {dev.serial}")
     prev = first
     next_at = time.monotonic()
     while True:

@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
+from qnndeploy.base.errors import BadInput, CheckFailed, QnnDeployError
 from qnndeploy.device.adb import FILES, HASHING, RUN, Device, parse_int
 from qnndeploy.formats import elf
 
@@ -58,14 +58,12 @@ def find_runner(runner: Path | None, sdk_root: Path | None) -> Path | None:
     """--runner, else the SDK's aarch64-android qnn-net-run, else none."""
     if runner is not None:
         if not Path(runner).is_file():
-            raise QnnDeployError(f"--runner {runner}: no such file (give a qnn-net-run built for aarch64-android)",
-                                 EXIT_BAD_INPUT)
+            raise BadInput(f"--runner {runner}: no such file (give a qnn-net-run built for aarch64-android)")
         return _phone_executable(Path(runner))
     if sdk_root is not None:
         path = Path(sdk_root) / SDK_RUNNER
         if not path.is_file():
-            raise QnnDeployError(f"--qnn-sdk-root {sdk_root} has no {SDK_RUNNER}: is it a QAIRT SDK folder?",
-                                 EXIT_BAD_INPUT)
+            raise BadInput(f"--qnn-sdk-root {sdk_root} has no {SDK_RUNNER}: is it a QAIRT SDK folder?")
         return _phone_executable(path)
     return None
 
@@ -79,11 +77,10 @@ def _phone_executable(path: Path) -> Path:
     try:
         info = elf.read_elf(path)
     except elf.NotElf as e:
-        raise QnnDeployError(f"runner {path} is {e}: give qnn-net-run from the SDK's bin/aarch64-android",
-                             EXIT_BAD_INPUT) from None
+        raise BadInput(f"runner {path} is {e}: give qnn-net-run from the SDK's bin/aarch64-android") from None
     if (info.bits, info.machine) != (64, elf.EM_AARCH64):
-        raise QnnDeployError(f"runner {path} is an ELF{info.bits} program for e_machine {info.machine}, not Android "
-                             "arm64 (AArch64): give qnn-net-run from the SDK's bin/aarch64-android", EXIT_BAD_INPUT)
+        raise BadInput(f"runner {path} is an ELF{info.bits} program for e_machine {info.machine}, not Android "
+                       "arm64 (AArch64): give qnn-net-run from the SDK's bin/aarch64-android")
     return path
 
 
@@ -98,8 +95,7 @@ def install(dev: Device, local: Path, digest: str) -> int:
     sent = dev.push(local, REMOTE_RUNNER + ".staging", mode=0o755, sha256=digest, name=f"the runner {local.name}")
     check = dev.run(f"sha256sum {q_staged}", doing="hashing the runner on the phone", limit=HASHING).output.split()
     if check[:1] != [digest]:
-        raise QnnDeployError(f"the runner on {dev.serial} differs from {local} after the push: run again",
-                             EXIT_CHECK_FAILED)
+        raise CheckFailed(f"the runner on {dev.serial} differs from {local} after the push: run again")
     dev.run(f"mv -f {q_staged} {q_runner}", check=True, doing="putting the runner in place", limit=FILES)
     return sent
 

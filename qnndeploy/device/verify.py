@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from qnndeploy import __version__
-from qnndeploy.base.errors import EXIT_BAD_INPUT, QnnDeployError
+from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON, sha256_file, write_json
 from qnndeploy.base.names import artifact_graphs
 from qnndeploy.device import runner
@@ -125,7 +125,7 @@ class Job:
                  preprocess: str | Path | None = None, given: Path | None = None) -> None:
         self.preprocess = samples.sample_source(inputs, random, preprocess)  # the samples validate would take
         if runs < 1:
-            raise QnnDeployError("--runs must be 1 or more", EXIT_BAD_INPUT)
+            raise BadInput("--runs must be 1 or more")
         env_sdk = os.environ.get("QNN_SDK_ROOT")
         if runner_path is None and sdk_root is None and env_sdk and (Path(env_sdk) / runner.SDK_RUNNER).is_file():
             sdk_root = Path(env_sdk)  # as compile does: the SDK set up with envsetup.sh
@@ -139,9 +139,8 @@ class Job:
             _same_qairt(manifest, self.runner, found.builds)
         self.sdk_root = Path(sdk_root) if sdk_root else None
         if self.runner and manifest["runtime"]["mode"] == "external" and self.sdk_root is None:
-            raise QnnDeployError(f"the bundle uses an external runtime ({manifest['runtime']['maven']}): the runner "
-                                 "needs the QNN libraries, pass --qnn-sdk-root DIR of that QAIRT version",
-                                 EXIT_BAD_INPUT)
+            raise BadInput(f"the bundle uses an external runtime ({manifest['runtime']['maven']}): the runner "
+                           "needs the QNN libraries, pass --qnn-sdk-root DIR of that QAIRT version")
         self.inputs, self.samples, self.seed, self.runs = inputs, random or 1, seed, runs
         self.timeout = timeout  # --timeout: replaces every adb step's deadline (None: each step's default)
         self.record_dir = Path(record_dir)
@@ -304,8 +303,7 @@ def _runtime_libs(job: Job, arch: str) -> dict[str, LocalFile]:
     wanted[f"lib/hexagon-{arch}/{skel}"] = job.sdk_root / f"lib/hexagon-{arch}/unsigned" / skel
     missing = [str(p) for p in wanted.values() if not p.is_file()]
     if missing:
-        raise QnnDeployError(f"the QAIRT SDK at {job.sdk_root} has no {missing[0]}: the runner needs it",
-                             EXIT_BAD_INPUT)
+        raise BadInput(f"the QAIRT SDK at {job.sdk_root} has no {missing[0]}: the runner needs it")
     files = {}
     for rel, p in wanted.items():
         found = markers.Scanner()
@@ -320,9 +318,9 @@ def _same_qairt(manifest: JSON, path: Path, builds: set[str]) -> None:
     want = manifest["qairt"]["version"]
     other = sorted(b for b in builds if markers.build_version(b) != want)
     if other:
-        raise QnnDeployError(f"{path} is QAIRT {', '.join(other)} but the bundle was compiled with QAIRT {want}: "
-                             f"use the QAIRT {want} SDK (a mismatch fails on the phone with error 5000, "
-                             "'Unsupported context binary version')", EXIT_BAD_INPUT)
+        raise BadInput(f"{path} is QAIRT {', '.join(other)} but the bundle was compiled with QAIRT {want}: "
+                       f"use the QAIRT {want} SDK (a mismatch fails on the phone with error 5000, "
+                       "'Unsupported context binary version')")
 
 
 def _lists(graph: str, graphs: list[str], input_list: str) -> str:
@@ -409,8 +407,8 @@ def verify_all(job: Job) -> list[DeviceVerification]:
     """Every device the adb server knows, in parallel; a phone that fails does not stop the others."""
     entries = list_devices(job.timeout)
     if not entries:
-        raise QnnDeployError("no device connected: plug in a phone with USB debugging on (or `adb connect "
-                             "HOST:PORT`) and check `adb devices`", EXIT_BAD_INPUT)
+        raise BadInput("no device connected: plug in a phone with USB debugging on (or `adb connect "
+                       "HOST:PORT`) and check `adb devices`")
 
     def one(serial: str) -> DeviceVerification:
         try:

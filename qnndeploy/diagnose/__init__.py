@@ -19,12 +19,14 @@ import shlex
 import tempfile
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from qnndeploy.base import socs
-from qnndeploy.base.errors import QnnDeployError, first_line
+from qnndeploy.base.errors import BadInput, QnnDeployError, first_line
 from qnndeploy.base.fileio import FULL, JSON, check_writable, sha256_file, write_error
+from qnndeploy.base.kinds import Precision, Side
 from qnndeploy.base.names import EPCONTEXT, file_kind, graph_name
 from qnndeploy.formats.records import CompileRecord, ValidationRecord, read_build
 from qnndeploy.model import samples
@@ -96,16 +98,35 @@ class Probe:
     ranges: Ranges
 
 
+class Cause(StrEnum):
+    """Why a tensor's fp16 values went wrong."""
+
+    OVERFLOW = "overflow"
+    UNDERFLOW = "underflow"
+    DYNAMIC_RANGE = "dynamic-range"
+    CANCELLATION = "cancellation"
+    ROUNDING = "rounding"
+
+
+class RemedyKind(StrEnum):
+    SPLIT = "split"
+    CLAMP = "clamp"
+    RESCALE = "rescale"
+    KEEP_FP16 = "keep-fp16"
+    THRESHOLD = "threshold"
+    CPU = "cpu"
+
+
 @dataclass
 class Explanation:
-    kind: str  # "overflow" | "underflow" | "dynamic-range" | "cancellation" | "rounding"
+    kind: Cause
     tensor: str
     text: str
 
 
 @dataclass
 class Remedy:
-    kind: str  # "split" | "clamp" | "rescale" | "keep-fp16" | "threshold"
+    kind: RemedyKind
     text: str
     command: str | None = None  # one copy-pasteable line, when the remedy is a command
 
@@ -115,7 +136,7 @@ class DiagnoseResult:
     target: Path  # BUILD/<graph>/<SoC>
     graph: str
     soc: str
-    precision: str
+    precision: Precision
     source: Path
     inputs: JSON  # how the samples were made
     min_snr_db: float
@@ -133,7 +154,7 @@ class DiagnoseResult:
     seconds: float
     note: str = ""
     split_at: list[str] = field(default_factory=list)  # where the split remedy cuts; empty: no cut helps
-    cpu_part: str | None = None  # "head" | "tail": the part the split keeps on the CPU
+    cpu_part: Side | Literal[""] | None = None  # the part the split keeps on the CPU; "": no cut helps
     split_reason: str = ""
     outputs_cosine: float | None = None  # the worst graph output's cosine, here or in validate's record
     # The build's own binary (what validate runs, no tensor exposed) on the same samples, by validate's rules: the
@@ -142,6 +163,19 @@ class DiagnoseResult:
     samples_from: str = ""  # "validate's record" or "the options given"
     fits: list[Fit] = field(default_factory=list)  # what each failing output's error is made of
     answer: str = ""  # when no probed tensor is to blame: what was measured, and why the probes cannot tell
+
+
+@dataclass(frozen=True)
+class DiagnoseOptions:
+    """The samples and the threshold diagnose probes with: the command line's options (same defaults)."""
+
+    inputs: Path | None = None  # a samples folder, as validate takes it; None: validate's samples, else random
+    random: int | None = None  # random seeded samples (1 when neither these nor validate's are there)
+    seed: int = 0
+    preprocess: str | Path | None = None  # how audio and image files become inputs
+    min_snr_db: float | None = None  # None: validate's record's, else the precision's default
+    graph: str | None = None  # in a shared context's job folder: which member graph
+    probes_per_compile: int = PROBES_PER_COMPILE
 
 
 @dataclass
@@ -153,29 +187,28 @@ class _Tensor:
     inputs: list[str] = field(default_factory=list)
 
 
-def diagnose(target: Path, inputs: Path | None = None, random: int | None = None, *, seed: int = 0,
-             min_snr_db: float | None = None, graph: str | None = None, preprocess: str | Path | None = None,
-             probes_per_compile: int = PROBES_PER_COMPILE) -> DiagnoseResult:
-    """Diagnose one compiled job, BUILD/<graph>/<SoC> (`graph`: which member of a shared context's job), with
-    samples from `inputs` (audio and image files through `preprocess`, as validate takes them) or `random` seeded
-    ones. The probe copies are compiled from the source ONNX alone, as a
-    shared context's twin is: the emulator cannot load shared weights."""
+def diagnose(target: Path, options: DiagnoseOptions = DiagnoseOptions()) -> DiagnoseResult:
+    """Diagnose one compiled job, BUILD/<graph>/<SoC>, with the samples the options give. The probe copies are
+    compiled from the source ONNX alone, as a shared context's twin is: the emulator cannot load shared weights."""
     start = time.monotonic()
-    prep = samples.sample_source(inputs, random, preprocess)
+    o = options
+    inputs, random, seed, min_snr_db, probes_per_compile = o.inputs, o.random, o.seed, o.min_snr_db, \
+        o.probes_per_compile
+    prep = samples.sample_source(inputs, random, o.preprocess)
     if min_snr_db is not None and not math.isfinite(min_snr_db):
-        raise QnnDeployError(f"--min-snr-db {min_snr_db:g}: give a finite number of dB, e.g. 30")
+        raise BadInput(f"--min-snr-db {min_snr_db:g}: give a finite number of dB, e.g. 30")
     if probes_per_compile < 1:
-        raise QnnDeployError("probes per compile must be 1 or more")
-    record = job_record(Path(target), graph)
-    if record.precision != "fp16":
-        raise QnnDeployError(f"{target} was compiled at {record.precision}: diagnose supports fp16 jobs only so far "
-                             "(a quantized copy that exposes a tensor quantizes it differently, e.g. a MatMul output "
-                             "with its Relu's range); compile the graph at --precision fp16 and diagnose that")
+        raise BadInput("probes per compile must be 1 or more")
+    record = job_record(Path(target), o.graph)
+    if record.precision != Precision.FP16:
+        raise BadInput(f"{target} was compiled at {record.precision}: diagnose supports fp16 jobs only so far "
+                       "(a quantized copy that exposes a tensor quantizes it differently, e.g. a MatMul output "
+                       "with its Relu's range); compile the graph at --precision fp16 and diagnose that")
     source = record.source
     if not source.is_file():
-        raise QnnDeployError(f"the source model {source} is gone: diagnose runs it on the CPU and the emulator")
+        raise BadInput(f"the source model {source} is gone: diagnose runs it on the CPU and the emulator")
     if sha256_file(source) != record.source_sha256:
-        raise QnnDeployError(f"{source} changed since the compile: compile again, then diagnose")
+        raise BadInput(f"{source} changed since the compile: compile again, then diagnose")
     htp._require()
     # validate's failure first: its samples and thresholds (unless others are given), the build's own binary.
     validated = ValidationRecord.read(record.validation_file)
@@ -195,7 +228,7 @@ def diagnose(target: Path, inputs: Path | None = None, random: int | None = None
     model = _load_full(source)
     tensors, outputs = _candidates(model)
     if not tensors:
-        raise QnnDeployError(f"{source} has no float tensors to compare")
+        raise BadInput(f"{source} has no float tensors to compare")
     session = _Session(model, record, feeds, limit, topk_outputs(source))
     try:
         first_bad, last_good = _bisect(session, tensors, outputs, probes_per_compile)
@@ -230,7 +263,7 @@ def diagnose(target: Path, inputs: Path | None = None, random: int | None = None
                            "later node absorbs)")
     elif not ok:
         result.answer = unblamed(result, session.probes)
-        result.remedies = [Remedy("cpu", (
+        result.remedies = [Remedy(RemedyKind.CPU, (
             f"or run {result.graph} on the CPU on {result.soc} (bundle --accept {result.graph}@{result.soc}=REASON "
             "--accept-on cpu)"))]
     if not ok:
@@ -248,8 +281,8 @@ def _validated_samples(record: CompileRecord, given: JSON) -> tuple[list[Sample]
                                  seed=int(given.get("seed") or 0))
     folder = Path(str(given.get("folder")))
     if not folder.is_dir():
-        raise QnnDeployError(f"validate's samples {folder} are gone: pass them again with --inputs DIR (or --random "
-                             "N)")
+        raise BadInput(f"validate's samples {folder} are gone: pass them again with --inputs DIR (or --random "
+                       "N)")
     described = given.get("preprocess")
     spec = described.get("given") if isinstance(described, dict) else described
     return samples.for_graph(record.source, record.graph, folder,
@@ -260,15 +293,15 @@ def _run_binary(record: CompileRecord, feeds: list[Sample]) -> list[Sample]:
     """The job's own EPContext model (a shared context's twin, as validate runs it) on the emulator."""
     run = record.twin(EPCONTEXT) if record.shared else record.output(EPCONTEXT)
     if run is None:
-        raise QnnDeployError(f"{record.folder} has no EPContext model of {record.graph} for the emulator: compile "
-                             "again")
+        raise BadInput(f"{record.folder} has no EPContext model of {record.graph} for the emulator: compile "
+                       "again")
     path = record.folder / run.path
     if not path.is_file() or sha256_file(path) != run.sha256:
-        raise QnnDeployError(f"{path} changed since it was compiled: compile again, then diagnose")
+        raise BadInput(f"{path} changed since it was compiled: compile again, then diagnose")
     try:
         return htp.run_model(path, socs.find(record.soc), feeds, fp16=True)[0]
     except QnnDeployError as e:
-        raise QnnDeployError(f"the HTP emulator could not run {path.name}: {e}") from None
+        raise BadInput(f"the HTP emulator could not run {path.name}: {e}") from None
 
 
 def unblamed(result: DiagnoseResult, probes: dict[str, Probe]) -> str:
@@ -310,7 +343,7 @@ def _threshold_remedy(result: DiagnoseResult, limits: Thresholds) -> Remedy | No
     reach = result.outputs_snr_db
     weak = (" (under 20 dB the outputs barely resemble the CPU's: not advised)"
             if reach is not None and reach < 20 else "")
-    return Remedy("threshold", (
+    return Remedy(RemedyKind.THRESHOLD, (
         "validate with the thresholds that fit, only with a reason why they are enough, which validate records"
         + (f": the outputs reach {reach:.1f} dB{weak}" if reach is not None else "")),
         f"qnndeploy validate {_q(build)} --graph {_q(result.graph)} --soc {result.soc}{given}{flags}"
@@ -323,29 +356,29 @@ def check_plot(path: Path) -> None:
     path = Path(path)
     check_writable(path, "--plot")
     if not path.parent.is_dir():
-        raise QnnDeployError(f"--plot {path}: the folder {path.parent} does not exist; create it or choose another "
-                             "place")
+        raise BadInput(f"--plot {path}: the folder {path.parent} does not exist; create it or choose another "
+                       "place")
     if path.is_dir():
-        raise QnnDeployError(f"--plot {path} is a folder; give a file name, e.g. {path / 'curve.png'}")
+        raise BadInput(f"--plot {path} is a folder; give a file name, e.g. {path / 'curve.png'}")
 
 
 def job_record(target: Path, graph: str | None = None) -> CompileRecord:
     """The compile record of BUILD/<graph>/<SoC>; in a shared context's folder, the member `graph`."""
     if target.is_file():
-        raise QnnDeployError(f"{target} is {file_kind(target.name)}, not a job folder: pass BUILD/<graph>/<SoC>")
+        raise BadInput(f"{target} is {file_kind(target.name)}, not a job folder: pass BUILD/<graph>/<SoC>")
     if not (target / "compile.json").is_file():
-        raise QnnDeployError(f"{target}: no compile record (compile.json); pass a job folder, BUILD/<graph>/<SoC>")
+        raise BadInput(f"{target}: no compile record (compile.json); pass a job folder, BUILD/<graph>/<SoC>")
     records = [r for r in read_build(target.parent.parent) if r.folder.resolve() == target.resolve()]
     if not records:
-        raise QnnDeployError(f"{target}: no compile record found under {target.parent.parent}")
+        raise BadInput(f"{target}: no compile record found under {target.parent.parent}")
     names = [r.graph for r in records]
     if graph is not None and graph not in names:
-        raise QnnDeployError(f"{target} holds graph(s) {', '.join(names)}, not {graph}")
+        raise BadInput(f"{target} holds graph(s) {', '.join(names)}, not {graph}")
     if graph is None and len(records) > 1:
-        raise QnnDeployError(f"{target} is a shared context of graphs {', '.join(names)}: pass --graph GRAPH")
+        raise BadInput(f"{target} is a shared context of graphs {', '.join(names)}: pass --graph GRAPH")
     record = next(r for r in records if graph in (None, r.graph))
     if record.status != "ok" or record.output(EPCONTEXT) is None:
-        raise QnnDeployError(f"{target}: the compile failed or made no EPContext model: nothing to diagnose")
+        raise BadInput(f"{target}: the compile failed or made no EPContext model: nothing to diagnose")
     return record
 
 
@@ -377,8 +410,8 @@ class _Session:
             actual = htp.run_model(path, socs.find(self.record.soc), self.feeds, fp16=True,
                                    provider=_provider(self.record))[0]
         except QnnDeployError as e:
-            raise QnnDeployError(f"the HTP emulator could not compile or run the probe model exposing "
-                                 f"{len(names)} tensor(s) for {self.record.soc}: {e}") from None
+            raise BadInput(f"the HTP emulator could not compile or run the probe model exposing "
+                           f"{len(names)} tensor(s) for {self.record.soc}: {e}") from None
         # The graph's outputs by validate's rules (top-k sets, gathered rows aligned), the other tensors by its verdict.
         own = [o.name for o in self.model.graph.output]
         judged = {m.name: m for m in judge_outputs([{n: e[n] for n in own} for e in expected],
@@ -416,7 +449,7 @@ class _Session:
             got = [o.name for o in cpu.get_outputs()]
             return got, [dict(zip(got, cpu.run(None, s), strict=True)) for s in self.feeds]
         except Exception as e:  # noqa: BLE001 onnxruntime's own error types
-            raise QnnDeployError(f"onnxruntime could not run the probe model on the CPU: {first_line(e)}") from None
+            raise BadInput(f"onnxruntime could not run the probe model on the CPU: {first_line(e)}") from None
 
 
 def _provider(record: CompileRecord) -> dict[str, str]:
@@ -497,7 +530,7 @@ def _load_full(source: Path) -> onnx.ModelProto:
     try:
         return onnx.load(str(source))
     except Exception as e:  # noqa: BLE001 onnx raises several types for unreadable external data
-        raise QnnDeployError(f"cannot read {source} with its weights: {first_line(e)}") from None
+        raise BadInput(f"cannot read {source} with its weights: {first_line(e)}") from None
 
 
 def _candidates(model: onnx.ModelProto) -> tuple[dict[str, _Tensor], list[str]]:
@@ -540,8 +573,8 @@ def _write_probe_model(model: onnx.ModelProto, names: list[str], path: Path) -> 
             continue
         value = typed.get(name)
         if value is None:
-            raise QnnDeployError(f"shape inference gives no type for tensor {name}: it cannot be exposed as an "
-                                 "output")
+            raise BadInput(f"shape inference gives no type for tensor {name}: it cannot be exposed as an "
+                           "output")
         probe.graph.output.append(value)
     large = probe.ByteSize() > 1_800_000_000
     onnx.save(probe, str(path), save_as_external_data=large, location=f"{path.stem}.data" if large else None)
@@ -570,14 +603,14 @@ def ranges(name: str, values: np.ndarray) -> Ranges:
 def explain(bad: Probe, inputs: list[Ranges]) -> list[Explanation]:
     """Why fp16 cannot hold the guilty tensor or what its node reads, from the CPU values; each reason once."""
     seen = [bad.ranges, *inputs]
-    found = [Explanation("overflow", r.tensor, (
+    found = [Explanation(Cause.OVERFLOW, r.tensor, (
         f"fp16 overflow: {r.tensor} reaches {r.max_abs:.3g} on the CPU ({r.over_fp16_max:.1%} of its values above "
         f"65504, fp16's largest value)")) for r in seen if r.over_fp16_max > 0]
-    found += [Explanation("underflow", r.tensor, (
+    found += [Explanation(Cause.UNDERFLOW, r.tensor, (
         f"fp16 underflow: {r.subnormal_share:.0%} of {r.tensor}'s nonzero values are below 6.1e-5, fp16's subnormal "
         f"range (down to {r.min_nonzero_abs:.2g}; {r.flushed_share:.0%} are below 3e-8 and become 0)"))
         for r in seen if r.subnormal_share >= _TINY_SHARE]
-    found += [Explanation("dynamic-range", r.tensor, (
+    found += [Explanation(Cause.DYNAMIC_RANGE, r.tensor, (
         f"huge dynamic range in {r.tensor}: magnitudes from {r.min_nonzero_abs:.2g} to {r.max_abs:.3g} (max/min "
         f"nonzero {r.dynamic_range:.2g}; max/median {r.spread:.2g}, beyond fp16's 11 significant bits)"))
         for r in seen if r.spread is not None and r.spread > _SPREAD and r.dynamic_range is not None]
@@ -585,11 +618,11 @@ def explain(bad: Probe, inputs: list[Ranges]) -> list[Explanation]:
         big = max(inputs, key=lambda r: r.max_abs)
         out = max(abs(bad.ranges.min), abs(bad.ranges.max))
         if out > 0 and big.max_abs / out > _CANCELLATION:
-            found.append(Explanation("cancellation", bad.tensor, (
+            found.append(Explanation(Cause.CANCELLATION, bad.tensor, (
                 f"cancellation in {bad.op_type} {bad.node}: it reads values up to {big.max_abs:.3g} ({big.tensor}), "
                 f"where fp16's step is {_ulp(big.max_abs):.2g}, and returns values up to {out:.3g}")))
     if not found:
-        found.append(Explanation("rounding", bad.tensor, (
+        found.append(Explanation(Cause.ROUNDING, bad.tensor, (
             f"no value out of fp16's range: {bad.op_type} {bad.node} loses precision to fp16 rounding (values "
             f"{bad.ranges.min:.3g} to {bad.ranges.max:.3g})")))
     return found
@@ -606,14 +639,14 @@ def _unsafe(r: Ranges) -> bool:
 
 
 def _split_point(session: _Session, tensors: dict[str, _Tensor], bad: Probe, good: Probe | None,
-                 inputs: list[Ranges], nodes: int) -> tuple[list[str], str, str]:
+                 inputs: list[Ranges], nodes: int) -> tuple[list[str], Side | Literal[""], str]:
     """Where to cut so that the guilty part runs on the CPU: (tensors, the CPU part, why). In the first half of the
     graph, the front end up to the bad tensor goes to the CPU. Else the tail after the last good tensor, moved back
     while the tensor the NPU would hand over cannot be held in fp16 (values the NPU has already flushed to 0 or
     made infinite, which the CPU tail cannot recover; such a tensor may still show a good SNR). An empty cut:
     no split helps, the values are out of fp16's range from the graph's inputs on."""
     if good is None or bad.position < nodes / 2:
-        return [bad.tensor], "head", f"the front end up to {bad.tensor} ({bad.op_type} {bad.node})"
+        return [bad.tensor], Side.HEAD, f"the front end up to {bad.tensor} ({bad.op_type} {bad.node})"
     cut, why = [good.tensor], "the last good tensor"
     before = [n for n in tensors[good.tensor].inputs if n in tensors]
     if bad.op_type in _MOVES and before:  # the error is made in the node before it: that node goes too
@@ -631,7 +664,7 @@ def _split_point(session: _Session, tensors: dict[str, _Tensor], bad: Probe, goo
         cut, why = feeding, (f"{frontier} is out of fp16's range: the NPU would hand it over flushed to 0 or "
                              "infinite")
         frontier = worse[0] if worse else None
-    return cut, "tail", why
+    return cut, Side.TAIL, why
 
 
 def remedies(result: DiagnoseResult) -> list[Remedy]:
@@ -643,41 +676,41 @@ def remedies(result: DiagnoseResult) -> list[Remedy]:
     out = source.with_name(f"{graph_name(source.name)}-split.onnx")  # det.npu.onnx: det-split, graphs det-split-*
     kinds = {e.kind for e in result.explanations}
     found: list[Remedy] = []
-    if result.cpu_part == "head":
-        found.append(Remedy("split", (
+    if result.cpu_part == Side.HEAD:
+        found.append(Remedy(RemedyKind.SPLIT, (
             f"keep {result.split_reason} on the CPU, the rest on the NPU ({out.stem}-head.onnx on the CPU, "
             f"{out.stem}-tail.onnx compiled for the NPU)"),
             f"qnndeploy prepare {_q(source)} --split-at {_q(','.join(result.split_at))} --cpu head -o {_q(out)}"))
-    elif result.cpu_part == "tail":
-        found.append(Remedy("split", (
+    elif result.cpu_part == Side.TAIL:
+        found.append(Remedy(RemedyKind.SPLIT, (
             f"keep the tail after {', '.join(result.split_at)} on the CPU, the front on the NPU "
             f"({out.stem}-head.onnx compiled for the NPU, {out.stem}-tail.onnx on the CPU; cut there: "
             f"{result.split_reason})"),
             f"qnndeploy prepare {_q(source)} --split-at {_q(','.join(result.split_at))} --cpu tail -o {_q(out)}"))
     else:
-        found.append(Remedy("cpu", (
+        found.append(Remedy(RemedyKind.CPU, (
             f"no split helps: {result.split_reason}; run {result.graph} on the CPU on {result.soc} (bundle "
             f"--accept {result.graph}@{result.soc}=REASON --accept-on cpu), or rescale the model")))
     low = [r for r in result.input_ranges if r.subnormal_share >= _TINY_SHARE and r.min_nonzero_abs is not None]
     if bad.op_type in _TINY_OPS and low and bad.op_type != "Exp":
         r = min(low, key=lambda r: r.min_nonzero_abs or 0.0)
         what = "denominator" if bad.op_type in ("Div", "Reciprocal") else "input"
-        found.append(Remedy("clamp", (
+        found.append(Remedy(RemedyKind.CLAMP, (
             f"{bad.op_type} of values down to {r.min_nonzero_abs:.2g}: add Max({r.tensor}, 1e-4) before it (a "
             f"floor on its {what} that fp16 holds), or compute {_TINY_OPS[bad.op_type]} on the CPU (split)")))
     elif bad.op_type == "Exp" and "overflow" in kinds:
-        found.append(Remedy("clamp", (
+        found.append(Remedy(RemedyKind.CLAMP, (
             f"Exp overflows fp16 above 11.09: subtract the max first (as Softmax does) or add Min(x, 11) before "
             f"{bad.node}")))
     elif "overflow" in kinds:
         over = bad.ranges if bad.ranges.over_fp16_max > 0 else max(
             (r for r in result.input_ranges if r.over_fp16_max > 0), key=lambda r: r.max_abs)
         scale = 10 ** math.ceil(math.log10(over.max_abs / 8192))
-        found.append(Remedy("rescale", (
+        found.append(Remedy(RemedyKind.RESCALE, (
             f"{over.tensor} reaches {over.max_abs:.3g}: scale it down by {scale:g} where it is made (e.g. in the "
             f"weights or constants before it) and undo the scale later, or compute it on the CPU (split)")))
     elif "cancellation" in kinds or "underflow" in kinds:
-        found.append(Remedy("rescale", (
+        found.append(Remedy(RemedyKind.RESCALE, (
             f"rescale before {bad.node} so that its inputs and result lie between 1e-3 and 1e3 (subtract a large "
             f"offset or normalize first, in the CPU part if needed)")))
     return found

@@ -17,7 +17,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, BinaryIO
 
-from qnndeploy.base.errors import EXIT_CHECK_FAILED, QnnDeployError, first_line
+from qnndeploy.base.errors import BadInput, CheckFailed, first_line
 from qnndeploy.base.fileio import CHUNK, open_regular
 from qnndeploy.base.names import file_kind
 
@@ -30,7 +30,7 @@ def archive_format(path: Path) -> str:
         return "tar.gz"
     if name.endswith(".zip"):
         return "zip"
-    raise QnnDeployError(f"{path} is {file_kind(path.name)}, not a bundle: give a bundle folder or its .tar.gz/.zip")
+    raise BadInput(f"{path} is {file_kind(path.name)}, not a bundle: give a bundle folder or its .tar.gz/.zip")
 
 
 def write_archive(folder: Path, dest: Path, fmt: str, top: str) -> None:
@@ -253,16 +253,15 @@ def extracted(path: Path) -> Iterator[tuple[Path, list[tuple[str, str]]]]:
                 refused = _extract_zip(f, path, tmp) if fmt == "zip" else _extract_tar(f, path, tmp)
             except OSError as e:
                 if e.errno is None:  # gzip.BadGzipFile and the like: the archive, not the temp folder
-                    raise QnnDeployError(f"{path} is a damaged archive ({first_line(e)}): copy or download it "
-                                         "again", EXIT_CHECK_FAILED) from None
-                raise QnnDeployError(f"{path} could not be extracted to {tempfile.gettempdir()}: "
-                                     f"{e.strerror} (a member named twice, or as both file and folder, does this "
-                                     "too)", EXIT_CHECK_FAILED) from None
+                    raise CheckFailed(f"{path} is a damaged archive ({first_line(e)}): copy or download it "
+                                      "again") from None
+                raise CheckFailed(f"{path} could not be extracted to {tempfile.gettempdir()}: "
+                                  f"{e.strerror} (a member named twice, or as both file and folder, does this "
+                                  "too)") from None
             except (EOFError, zlib.error, zipfile.BadZipFile, tarfile.TarError, NotImplementedError,
                     RuntimeError, ValueError) as e:
                 why = first_line(e)
-                raise QnnDeployError(f"{path} is a damaged archive ({why}): copy or download it again",
-                                     EXIT_CHECK_FAILED) from None
+                raise CheckFailed(f"{path} is a damaged archive ({why}): copy or download it again") from None
             yield (_bundle_root(tmp, path) if not refused else tmp), refused
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -274,6 +273,6 @@ def _bundle_root(tmp: Path, archive: Path) -> Path:
     if len(entries) == 1 and entries[0].is_dir() and not (tmp / "manifest.json").exists():
         return entries[0]
     if not (tmp / "manifest.json").exists():
-        raise QnnDeployError(f"{archive} is not a bundle archive: it must hold one folder with manifest.json "
-                             f"(it holds {', '.join(sorted(e.name for e in entries)[:4]) or 'nothing'})")
+        raise BadInput(f"{archive} is not a bundle archive: it must hold one folder with manifest.json "
+                       f"(it holds {', '.join(sorted(e.name for e in entries)[:4]) or 'nothing'})")
     return tmp

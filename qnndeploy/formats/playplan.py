@@ -27,7 +27,7 @@ from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
 
-from qnndeploy.base.errors import EXIT_BAD_INPUT, QnnDeployError
+from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON, read_limited, sha256_file
 
 PLAN = "play.json"
@@ -91,9 +91,9 @@ def read_plan_of(folder: Path, bundle: Path) -> JSON:
     """The plan of a `package play` output, refused unless it was made from this very bundle (its manifest)."""
     plan = read_plan(folder)
     if plan["bundle"]["manifest_sha256"] != sha256_file(Path(bundle) / "manifest.json"):
-        raise QnnDeployError(f"{folder} was packaged from another bundle ({plan['bundle']['name']} "
-                             f"{plan['bundle']['version']}, another manifest): run qnndeploy package play {bundle} -o "
-                             f"{folder} again", EXIT_BAD_INPUT)
+        raise BadInput(f"{folder} was packaged from another bundle ({plan['bundle']['name']} "
+                       f"{plan['bundle']['version']}, another manifest): run qnndeploy package play {bundle} -o "
+                       f"{folder} again")
     return plan
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import JSON
+from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.base.names import SPLIT_RECORD, file_kind
 
 RECORD = "qnndeploy-compile"
@@ -19,6 +21,13 @@ RECORD_FILE = "compile.json"
 VALIDATION_RECORD = "qnndeploy-validation"
 VALIDATION_VERSION = 1
 VALIDATION_FILE = "validation.json"
+
+
+class RecordStatus(StrEnum):
+    """A compile record's outcome: its job made the binary, or failed (the record says why)."""
+
+    OK = "ok"
+    FAILED = "failed"
 
 
 @dataclass(frozen=True)
@@ -51,10 +60,10 @@ class CompileRecord:
     soc: str
     soc_id: int
     dsp_arch: str
-    backend: str
+    backend: BackendName
     qairt_version: str
-    precision: str
-    status: str  # "ok" | "failed"
+    precision: Precision
+    status: RecordStatus
     source: Path  # the .onnx it was compiled from
     source_sha256: str
     outputs: tuple[JobFile, ...]  # for a member of a shared context: the shared binary and its own wrapper
@@ -67,8 +76,8 @@ class CompileRecord:
     def from_json(cls, folder: Path, data: dict[str, Any]) -> list[CompileRecord]:
         """The record's graphs: one, or each member of a shared context."""
         files = tuple(JobFile(**o) for o in data.get("outputs", []))
-        common = (data["soc"], data["soc_id"], data["dsp_arch"], data["backend"], data["qairt_version"],
-                  data["precision"], data["status"])
+        common = (data["soc"], data["soc_id"], data["dsp_arch"], BackendName(data["backend"]), data["qairt_version"],
+                  Precision(data["precision"]), RecordStatus(data["status"]))
         htp = htp_settings(data["options"])
         if "members" not in data:
             return [cls(folder, data["graph"], *common, Path(data["input"]["path"]), data["input"]["sha256"], files,
@@ -150,16 +159,17 @@ def read_build(build: Path) -> list[CompileRecord]:
     """The compile record of every <graph>/<SoC>/compile.json under `build`, sorted."""
     build = Path(build)
     if build.is_file():
-        raise QnnDeployError(f"{build} is {file_kind(build.name)}, not a build folder: give the folder that qnndeploy "
-                             "compile -o wrote")
+        raise BadInput(f"{build} is {file_kind(build.name)}, not a build folder: give the folder that qnndeploy "
+                       "compile -o wrote")
     if not build.is_dir():
-        raise QnnDeployError(f"{build}: no such build folder (qnndeploy compile -o {build} makes one)")
+        raise BadInput(f"{build}: no such build folder (qnndeploy compile -o {build} makes one)")
     found = []
     for path in sorted(build.glob(f"*/*/{RECORD_FILE}")):
         record = read_record(path)
-        if record is None:
-            raise QnnDeployError(f"{path}: not a qnndeploy compile record")
-        found += CompileRecord.from_json(path.parent, record)
+        try:
+            found += CompileRecord.from_json(path.parent, record or {})
+        except (KeyError, TypeError, ValueError):  # not ours, or a field (status, precision, backend) not one we write
+            raise BadInput(f"{path}: not a qnndeploy compile record") from None
     if not found:
-        raise QnnDeployError(f"{build}: no compile records (<graph>/<SoC>/{RECORD_FILE}); run qnndeploy compile first")
+        raise BadInput(f"{build}: no compile records (<graph>/<SoC>/{RECORD_FILE}); run qnndeploy compile first")
     return found

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy.base import compat, socs
-from qnndeploy.base.errors import EXIT_MISSING_TOOL, QnnDeployError
+from qnndeploy.base.errors import MissingTool, QnnDeployError
 from qnndeploy.base.fileio import JSON, Progress, read_limited
 from qnndeploy.base.names import (
     CONTEXT_BINARY,
@@ -135,7 +135,7 @@ def bundle_folder(path: Path) -> Iterator[Path]:
         try:
             yield root
         except QnnDeployError as e:
-            raise QnnDeployError(str(e).replace(str(root), f"{path}:{root.name}"), e.exit_code) from None
+            raise e.reworded(str(e).replace(str(root), f"{path}:{root.name}")) from None
 
 
 def verify_bundle(path: Path, progress: Progress | None = None, jobs: int | None = None, *, deep: bool = False,
@@ -236,8 +236,7 @@ def require_bundle(given: Path, root: Path, result: VerifyReport) -> None:
     try:
         read_manifest(root)
     except QnnDeployError as e:  # not a bundle: the one-line error, naming what the user gave, not a temp folder
-        raise QnnDeployError(str(e) if root == given else str(e).replace(str(root), f"{given}:{root.name}"),
-                             e.exit_code) from None
+        raise e.reworded(str(e) if root == given else str(e).replace(str(root), f"{given}:{root.name}")) from None
     # the manifest reads, so the report's problems are schema errors: a bundle with problems, shown as a report
 
 
@@ -366,7 +365,7 @@ def read_contexts(root: Path, binaries: dict[str, str]) -> tuple[Contexts, str |
     todo = list(dict.fromkeys(p for p, sha in binaries.items() if (str(library), sha) not in _READ))
     missing = None
     for path, answer in zip(todo, qnnsystem.read_contexts([root / p for p in todo], library), strict=True):
-        if isinstance(answer, QnnDeployError) and answer.exit_code == EXIT_MISSING_TOOL:
+        if isinstance(answer, MissingTool):
             missing = missing or str(answer)
         else:
             _READ[(str(library), binaries[path])] = answer if isinstance(answer, ContextInfo) else str(answer)

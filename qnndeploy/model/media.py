@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnndeploy.base.errors import QnnDeployError, first_line
+from qnndeploy.base.errors import BadInput, first_line
 
 if TYPE_CHECKING:
     import numpy as np
@@ -133,9 +133,9 @@ def parse_preprocess(text: str | Path) -> Preprocess:
         try:
             loaded = json.loads(Path(given).read_text())
         except (OSError, ValueError) as e:
-            raise QnnDeployError(f"--preprocess {given}: cannot read it as JSON ({first_line(e)})") from None
+            raise BadInput(f"--preprocess {given}: cannot read it as JSON ({first_line(e)})") from None
         if not isinstance(loaded, dict):
-            raise QnnDeployError(f"--preprocess {given}: a JSON object is needed, e.g. {{\"kind\": \"image\"}}")
+            raise BadInput(f"--preprocess {given}: a JSON object is needed, e.g. {{\"kind\": \"image\"}}")
         kind = str(loaded.pop("kind", ""))
         sep = {"resize": "x"}
         items = [(k, sep.get(k, "/").join(map(str, v)) if isinstance(v, list) else str(v)) for k, v in loaded.items()]
@@ -147,21 +147,21 @@ def parse_preprocess(text: str | Path) -> Preprocess:
             items.append((key.strip(), value.strip()) if eq else ("front_end", key.strip()))
     kind = kind.strip().lower()
     if kind not in _KEYS:
-        raise QnnDeployError(f"--preprocess {given}: starts with image or audio ({PREPROCESS_SYNTAX})")
+        raise BadInput(f"--preprocess {given}: starts with image or audio ({PREPROCESS_SYNTAX})")
     values: dict[str, Any] = {}
     for key, value in items:
         if key == "front_end" and kind == "image":
-            raise QnnDeployError(f"--preprocess {given}: '{value}' is not KEY=VALUE ({PREPROCESS_SYNTAX})")
+            raise BadInput(f"--preprocess {given}: '{value}' is not KEY=VALUE ({PREPROCESS_SYNTAX})")
         if key not in _KEYS[kind]:
             known = ", ".join(k for k in _KEYS[kind] if k != "front_end")
-            raise QnnDeployError(f"--preprocess {given}: unknown {kind} key '{key}' (known: {known})")
+            raise BadInput(f"--preprocess {given}: unknown {kind} key '{key}' (known: {known})")
         parse, expected = _KEYS[kind][key]
         try:
             values[key] = parse(value)
         except ValueError:
-            raise QnnDeployError(f"--preprocess {given}: {key}={value} is not {expected}") from None
+            raise BadInput(f"--preprocess {given}: {key}={value} is not {expected}") from None
     if values.get("floor", 1.0) <= 0:
-        raise QnnDeployError(f"--preprocess {given}: floor must be above 0 (the log of 0 is -inf)")
+        raise BadInput(f"--preprocess {given}: floor must be above 0 (the log of 0 is -inf)")
     return Preprocess(kind, given, **values, declared=frozenset(values))
 
 
@@ -172,18 +172,18 @@ def load_media(files: list[Path], specs: list[TensorInfo], prep: Preprocess | No
     kinds = {"audio" if p.suffix.lower() in AUDIO_SUFFIXES else "image" for p in files}
     folder = files[0].parent
     if len(kinds) > 1:
-        raise QnnDeployError(f"{folder} holds both audio and image files: keep one kind per folder")
+        raise BadInput(f"{folder} holds both audio and image files: keep one kind per folder")
     (kind,) = kinds
     if len(specs) != 1:
-        raise QnnDeployError(f"{folder}: a {kind} file is one sample of a one-input graph; {graph} has inputs "
-                             f"{', '.join(s.name for s in specs)}: give .npz samples (one array per input name)")
+        raise BadInput(f"{folder}: a {kind} file is one sample of a one-input graph; {graph} has inputs "
+                       f"{', '.join(s.name for s in specs)}: give .npz samples (one array per input name)")
     (spec,) = specs
     prep = prep or Preprocess(kind, "(defaults)")
     if prep.kind != kind:
-        raise QnnDeployError(f"--preprocess {prep.given} is for {prep.kind}, but {folder} holds {kind} files")
+        raise BadInput(f"--preprocess {prep.given} is for {prep.kind}, but {folder} holds {kind} files")
     if spec.dynamic:
-        raise QnnDeployError(f"input '{spec.name}' has dynamic size {spec.shape_text()}: {kind} samples are "
-                             "shaped to a fixed input size (qnndeploy prepare --shape fixes it)")
+        raise BadInput(f"input '{spec.name}' has dynamic size {spec.shape_text()}: {kind} samples are "
+                       "shaped to a fixed input size (qnndeploy prepare --shape fixes it)")
     convert, described = _image_plan(prep, spec) if kind == "image" else _audio_plan(prep, spec)
     notes: list[str] = []
     samples = []
@@ -205,45 +205,45 @@ def _image_plan(prep: Preprocess, spec: TensorInfo) -> tuple[Convert, JSON]:
 
     shape, name = spec.static_shape, spec.name
     if len(shape) not in (3, 4) or (len(shape) == 4 and shape[0] != 1):
-        raise QnnDeployError(f"input '{name}' is {spec.shape_text()}: an image input is [1, C, H, W] or "
-                             "[1, H, W, C] with C 1 or 3")
+        raise BadInput(f"input '{name}' is {spec.shape_text()}: an image input is [1, C, H, W] or "
+                       "[1, H, W, C] with C 1 or 3")
     dims = shape[-3:]
     layout = prep.layout
     if layout is None:
         first, last = dims[0] in (1, 3), dims[2] in (1, 3)
         if first == last:
-            raise QnnDeployError(f"input '{name}' is {spec.shape_text()}: which axis holds the channels? give "
-                                 "layout=nchw or layout=nhwc in --preprocess")
+            raise BadInput(f"input '{name}' is {spec.shape_text()}: which axis holds the channels? give "
+                           "layout=nchw or layout=nhwc in --preprocess")
         layout = "nchw" if first else "nhwc"
     channels, height, width = (dims[0], dims[1], dims[2]) if layout == "nchw" else (dims[2], dims[0], dims[1])
     if channels not in (1, 3):
-        raise QnnDeployError(f"input '{name}' is {spec.shape_text()} ({layout}): {channels} channels; an image has "
-                             "1 (gray) or 3 (RGB)")
+        raise BadInput(f"input '{name}' is {spec.shape_text()} ({layout}): {channels} channels; an image has "
+                       "1 (gray) or 3 (RGB)")
     if prep.resize is not None and prep.resize != (height, width):
-        raise QnnDeployError(f"--preprocess resize={prep.resize[0]}x{prep.resize[1]}, but input '{name}' takes "
-                             f"{height}x{width} images")
+        raise BadInput(f"--preprocess resize={prep.resize[0]}x{prep.resize[1]}, but input '{name}' takes "
+                       f"{height}x{width} images")
     color = prep.color or ("gray" if channels == 1 else "rgb")
     if (color == "gray") != (channels == 1):
-        raise QnnDeployError(f"--preprocess color={color}, but input '{name}' has {channels} channel(s)")
+        raise BadInput(f"--preprocess color={color}, but input '{name}' has {channels} channel(s)")
     dtype = np.dtype(spec.dtype)
     if dtype.kind in "iu":
         normalizing = sorted(prep.declared & {"scale", "mean", "std"})
         if normalizing:
-            raise QnnDeployError(f"input '{name}' is {dtype}: pixels are fed as they are (0-255); "
-                                 f"{', '.join(normalizing)} apply to float inputs")
+            raise BadInput(f"input '{name}' is {dtype}: pixels are fed as they are (0-255); "
+                           f"{', '.join(normalizing)} apply to float inputs")
         scale, mean, std = 1.0, (0.0,) * channels, (1.0,) * channels
     elif dtype.kind == "f":
         scale = 1 / 255 if prep.scale is None else prep.scale
         mean, std = prep.mean or (0.0,), prep.std or (1.0,)
         for key, values in (("mean", mean), ("std", std)):
             if len(values) not in (1, channels):
-                raise QnnDeployError(f"--preprocess {key}={'/'.join(map(str, values))}: give 1 or {channels} "
-                                     f"values for input '{name}'")
+                raise BadInput(f"--preprocess {key}={'/'.join(map(str, values))}: give 1 or {channels} "
+                               f"values for input '{name}'")
         if 0 in std:
-            raise QnnDeployError("--preprocess std: a standard deviation of 0 divides by zero")
+            raise BadInput("--preprocess std: a standard deviation of 0 divides by zero")
         mean, std = mean * (channels // len(mean)), std * (channels // len(std))
     else:
-        raise QnnDeployError(f"input '{name}' is {spec.dtype}: images feed float or integer inputs")
+        raise BadInput(f"input '{name}' is {spec.dtype}: images feed float or integer inputs")
 
     def convert(path: Path) -> tuple[np.ndarray, str | None]:
         pixels = read_image(path, height, width, color, prep.fit).astype(np.float64)
@@ -266,14 +266,14 @@ def _audio_plan(prep: Preprocess, spec: TensorInfo) -> tuple[Convert, JSON]:
 
     shape, name, dtype = spec.static_shape, spec.name, np.dtype(spec.dtype)
     if dtype.kind != "f":
-        raise QnnDeployError(f"input '{name}' is {dtype}: audio feeds float inputs")
+        raise BadInput(f"input '{name}' is {dtype}: audio feeds float inputs")
     described: JSON = {"kind": "audio", "given": prep.given, "front_end": prep.front_end,
                        "samples": "float in [-1, 1) (PCM divided by its full scale), channels averaged"}
     if prep.front_end == "raw":
         long_axes = [i for i, d in enumerate(shape) if d > 1]
         if len(long_axes) > 1:
-            raise QnnDeployError(f"input '{name}' is {spec.shape_text()}: raw audio fills one axis; use "
-                                 "audio:logmel for feature inputs, or .npz samples")
+            raise BadInput(f"input '{name}' is {spec.shape_text()}: raw audio fills one axis; use "
+                           "audio:logmel for feature inputs, or .npz samples")
         length = math.prod(shape)
         described.update(rate=prep.rate, length=length)
 
@@ -290,13 +290,13 @@ def _audio_plan(prep: Preprocess, spec: TensorInfo) -> tuple[Convert, JSON]:
     n_fft = prep.n_fft or win
     fmax = rate / 2 if prep.fmax is None else prep.fmax
     if n_fft < win:
-        raise QnnDeployError(f"--preprocess n_fft={n_fft} is shorter than the window ({win} samples)")
+        raise BadInput(f"--preprocess n_fft={n_fft} is shorter than the window ({win} samples)")
     if not 0 <= prep.fmin < fmax <= rate / 2:
-        raise QnnDeployError(f"--preprocess fmin={prep.fmin:g}, fmax={fmax:g}: need 0 <= fmin < fmax <= rate/2 "
-                             f"({rate / 2:g})")
+        raise BadInput(f"--preprocess fmin={prep.fmin:g}, fmax={fmax:g}: need 0 <= fmin < fmax <= rate/2 "
+                       f"({rate / 2:g})")
     if len(shape) < 2 or any(d != 1 for d in shape[:-2]) or prep.n_mels not in shape[-2:]:
-        raise QnnDeployError(f"input '{name}' is {spec.shape_text()}: log-mel features need [..., frames, n_mels] "
-                             f"or [..., n_mels, frames] with n_mels={prep.n_mels}; give n_mels= in --preprocess")
+        raise BadInput(f"input '{name}' is {spec.shape_text()}: log-mel features need [..., frames, n_mels] "
+                       f"or [..., n_mels, frames] with n_mels={prep.n_mels}; give n_mels= in --preprocess")
     time_major = shape[-1] == prep.n_mels
     count = shape[-2] if time_major else shape[-1]
     silence = math.log10(prep.floor) if prep.log == "log10" else math.log(prep.floor)
@@ -319,10 +319,10 @@ def _audio_plan(prep: Preprocess, spec: TensorInfo) -> tuple[Convert, JSON]:
 def _audio(path: Path, rate: int | None) -> tuple[np.ndarray, int]:
     audio, found, _ = read_wav(path)
     if rate is not None and found != rate:
-        raise QnnDeployError(f"{path} is sampled at {found} Hz, the preprocessing expects {rate} Hz: resample it "
-                             f"first (e.g. sox {path.name} -r {rate} out.wav)")
+        raise BadInput(f"{path} is sampled at {found} Hz, the preprocessing expects {rate} Hz: resample it "
+                       f"first (e.g. sox {path.name} -r {rate} out.wav)")
     if audio.size == 0:
-        raise QnnDeployError(f"{path} holds no audio samples")
+        raise BadInput(f"{path} holds no audio samples")
     return audio, found
 
 
@@ -355,13 +355,13 @@ def read_wav(path: Path) -> tuple[np.ndarray, int, str]:
         kind = f"{8 * width}-bit PCM"
     except wave.Error as e:
         if "unknown format" not in str(e):
-            raise QnnDeployError(f"cannot read {path} as a .wav file ({first_line(e)})") from None
+            raise BadInput(f"cannot read {path} as a .wav file ({first_line(e)})") from None
         samples, channels, rate, width = _float_wav(path)
         kind = f"{8 * width}-bit float"
     except (OSError, EOFError, struct.error) as e:
-        raise QnnDeployError(f"cannot read {path} as a .wav file ({first_line(e)})") from None
+        raise BadInput(f"cannot read {path} as a .wav file ({first_line(e)})") from None
     if channels < 1 or samples.size % channels:
-        raise QnnDeployError(f"{path}: {samples.size} samples do not split into {channels} channel(s)")
+        raise BadInput(f"{path}: {samples.size} samples do not split into {channels} channel(s)")
     mono = samples.reshape(-1, channels).mean(axis=1, dtype=np.float64)
     where = f"{kind}, {rate} Hz, " + ("mono" if channels == 1 else f"{channels} channels mixed to mono")
     return mono.astype(np.float32), rate, where
@@ -378,7 +378,7 @@ def _pcm(raw: bytes, width: int) -> np.ndarray:
         return np.where(values >= 1 << 23, values - (1 << 24), values) / float(1 << 23)
     if width in (2, 4):
         return np.frombuffer(raw, f"<i{width}").astype(np.float64) / float(1 << (8 * width - 1))
-    raise QnnDeployError(f"{8 * width}-bit PCM is not read: use 16-bit, 24-bit, 32-bit PCM or float")
+    raise BadInput(f"{8 * width}-bit PCM is not read: use 16-bit, 24-bit, 32-bit PCM or float")
 
 
 def _float_wav(path: Path) -> tuple[np.ndarray, int, int, int]:
@@ -387,7 +387,7 @@ def _float_wav(path: Path) -> tuple[np.ndarray, int, int, int]:
 
     data = path.read_bytes()
     if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
-        raise QnnDeployError(f"cannot read {path} as a .wav file (no RIFF/WAVE header)")
+        raise BadInput(f"cannot read {path} as a .wav file (no RIFF/WAVE header)")
     fmt, body, pos = None, None, 12
     while pos + 8 <= len(data):
         tag, size = data[pos:pos + 4], struct.unpack("<I", data[pos + 4:pos + 8])[0]
@@ -398,12 +398,12 @@ def _float_wav(path: Path) -> tuple[np.ndarray, int, int, int]:
             body = chunk
         pos += 8 + size + (size & 1)
     if fmt is None or body is None or len(fmt) < 16:
-        raise QnnDeployError(f"cannot read {path} as a .wav file (no fmt or data chunk)")
+        raise BadInput(f"cannot read {path} as a .wav file (no fmt or data chunk)")
     tag_, channels, rate, _, _, bits = struct.unpack("<HHIIHH", fmt[:16])
     if tag_ == _EXTENSIBLE and len(fmt) >= 26:
         tag_ = struct.unpack("<H", fmt[24:26])[0]
     if tag_ != _FLOAT_FORMAT or bits not in (32, 64):
-        raise QnnDeployError(f"{path}: wave format {tag_} with {bits}-bit samples is not read: use PCM or float")
+        raise BadInput(f"{path}: wave format {tag_} with {bits}-bit samples is not read: use PCM or float")
     width = bits // 8
     usable = len(body) - len(body) % width
     return np.frombuffer(body[:usable], f"<f{width}").astype(np.float64), channels, rate, width
@@ -479,12 +479,12 @@ def read_image(path: Path, height: int, width: int, color: str, fit: str) -> np.
     try:
         from PIL import Image, UnidentifiedImageError  # noqa: PLC0415 Pillow: optional and heavy, imported here
     except ImportError:
-        raise QnnDeployError(f"{path}: {PILLOW_MISSING}") from None
+        raise BadInput(f"{path}: {PILLOW_MISSING}") from None
     try:
         with Image.open(path) as im:
             picture = im.convert("L" if color == "gray" else "RGB")
     except (OSError, UnidentifiedImageError, ValueError) as e:
-        raise QnnDeployError(f"cannot read {path} as an image ({first_line(e)})") from None
+        raise BadInput(f"cannot read {path} as an image ({first_line(e)})") from None
     if fit == "crop":
         factor = max(height / picture.height, width / picture.width)
         h, w = max(height, round(picture.height * factor)), max(width, round(picture.width * factor))

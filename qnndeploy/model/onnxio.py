@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qnndeploy.base.errors import QnnDeployError, first_line
+from qnndeploy.base.errors import BadInput, first_line
 from qnndeploy.model.onnxwire import without_weights
 
 if TYPE_CHECKING:
@@ -76,41 +76,41 @@ def load_model(path: Path, check_external: bool = True, weights: bool = True) ->
             model = onnx.ModelProto()
             model.ParseFromString(without_weights(path))
     except OSError as e:
-        raise QnnDeployError(f"cannot read {path}: {e.strerror or e}") from None
+        raise BadInput(f"cannot read {path}: {e.strerror or e}") from None
     except MemoryError:
-        raise QnnDeployError(f"{path} is too large to read into memory") from None
+        raise BadInput(f"{path} is too large to read into memory") from None
     except Exception as e:  # noqa: BLE001 protobuf and onnx raise DecodeError, ValueError, RuntimeError…
         kind = {".json": "JSON", ".txtpb": "text protobuf", ".pbtxt": "text protobuf", ".txt": "text"}.get(
             path.suffix.lower())
         hint = f" (a {kind} file is not read as a model: give the binary .onnx file)" if kind else ""
-        raise QnnDeployError(f"{path} is not a readable ONNX model ({type(e).__name__}: {first_line(e)[:200]}): "
-                             f"the file is not an ONNX model or is truncated{hint}; re-export or re-download it"
-                             ) from None
+        raise BadInput(f"{path} is not a readable ONNX model ({type(e).__name__}: {first_line(e)[:200]}): "
+                       f"the file is not an ONNX model or is truncated{hint}; re-export or re-download it"
+                       ) from None
     missing = [part for part, gone in (("graph outputs", not model.graph.output), ("nodes", not model.graph.node),
                                        ("opset", not model.opset_import), ("IR version", model.ir_version <= 0))
                if gone]
     if missing:
         listed = ", ".join(missing[:-1]) + " or " + missing[-1] if len(missing) > 1 else missing[0]
-        raise QnnDeployError(f"{path} is not an ONNX model: it has no {listed} (an empty or damaged file); "
-                             "re-export or re-download it")
+        raise BadInput(f"{path} is not an ONNX model: it has no {listed} (an empty or damaged file); "
+                       "re-export or re-download it")
     damage = model_damage(model)
     if damage:
-        raise QnnDeployError(f"{path} is a damaged or hostile ONNX model: {damage}; re-export or re-download it")
+        raise BadInput(f"{path} is a damaged or hostile ONNX model: {damage}; re-export or re-download it")
     if not check_external:
         return model
     for location in sorted(external_locations(model)):
         bad = location_problem(location, path.parent)
         if bad:
-            raise QnnDeployError(f"{path} names external data {_clip(location)}: {bad}; keep the data file in the "
-                                 "model's folder and re-export, or re-download the model")
+            raise BadInput(f"{path} names external data {_clip(location)}: {bad}; keep the data file in the "
+                           "model's folder and re-export, or re-download the model")
         try:
             present = (path.parent / location).is_file()
         except OSError as e:
-            raise QnnDeployError(f"cannot read the external data {_clip(location)} of {path}: "
-                                 f"{e.strerror or e}") from None
+            raise BadInput(f"cannot read the external data {_clip(location)} of {path}: "
+                           f"{e.strerror or e}") from None
         if not present:
-            raise QnnDeployError(f"{path} keeps its weights in {_clip(location)}, which is missing next to it; "
-                                 "copy the model together with its data file")
+            raise BadInput(f"{path} keeps its weights in {_clip(location)}, which is missing next to it; "
+                           "copy the model together with its data file")
     _check_external_sizes(path, model)
     return model
 
@@ -279,13 +279,13 @@ def require_model_file(path: Path) -> None:
     try:
         mode = Path(path).stat().st_mode
     except (FileNotFoundError, NotADirectoryError):
-        raise QnnDeployError(f"{path}: no such file") from None
+        raise BadInput(f"{path}: no such file") from None
     except OSError as e:
-        raise QnnDeployError(f"cannot read {path}: {e.strerror or e}") from None
+        raise BadInput(f"cannot read {path}: {e.strerror or e}") from None
     if stat.S_ISREG(mode):
         return
     kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
-    raise QnnDeployError(f"{path} is {kind}, not an ONNX model file: give the path of the .onnx file")
+    raise BadInput(f"{path} is {kind}, not an ONNX model file: give the path of the .onnx file")
 
 
 def _check_external_sizes(path: Path, model: onnx.ModelProto) -> None:
@@ -302,19 +302,19 @@ def _check_external_sizes(path: Path, model: onnx.ModelProto) -> None:
             try:
                 sizes[location] = (path.parent / location).stat().st_size
             except OSError as e:
-                raise QnnDeployError(f"cannot read the external data {_clip(location)} of {path}: "
-                                     f"{e.strerror or e}") from None
+                raise BadInput(f"cannot read the external data {_clip(location)} of {path}: "
+                               f"{e.strerror or e}") from None
         try:
             offset = int(info.get("offset") or 0)
             length = int(info["length"]) if info.get("length") else tensor_nbytes(t)
             if offset < 0 or (length is not None and length < 0):
                 raise ValueError
         except ValueError:
-            raise QnnDeployError(f"{path}: tensor {_clip(t.name)} has a damaged external data entry "
-                                 f"({_clip(str(info))}); "
-                                 "re-export the model") from None
+            raise BadInput(f"{path}: tensor {_clip(t.name)} has a damaged external data entry "
+                           f"({_clip(str(info))}); "
+                           "re-export the model") from None
         if length is not None and offset + length > sizes[location]:
-            raise QnnDeployError(
+            raise BadInput(
                 f"the external data file {path.parent / location} is truncated or damaged: tensor {t.name} needs "
                 f"bytes {offset}-{offset + length}, the file has {sizes[location]}; copy the model together with "
                 "its complete data file, or re-export it")

@@ -15,7 +15,7 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qnndeploy.base.errors import QnnDeployError, first_line
+from qnndeploy.base.errors import BadInput, first_line
 from qnndeploy.base.fileio import JSON
 from qnndeploy.model.media import MEDIA_SUFFIXES, Preprocess, load_media, parse_preprocess
 from qnndeploy.model.onnxio import MAX_TENSOR_ELEMENTS, int_input_ranges, load_model, real_inputs, tensor_info
@@ -53,16 +53,16 @@ def sample_source(inputs: Path | None, random: int | None, preprocess: str | Pat
     (validate, diagnose, device verify, and compile's calibration folder, `folder_option` --calib): one source at a
     time, a real folder, a preprocessing only for files. Returns the parsed preprocessing."""
     if inputs is not None and random is not None:
-        raise QnnDeployError(f"pass {folder_option} DIR or --random N, not both")
+        raise BadInput(f"pass {folder_option} DIR or --random N, not both")
     if random is not None and random < 1:
-        raise QnnDeployError("--random must be 1 or more")
+        raise BadInput("--random must be 1 or more")
     if inputs is not None and not Path(inputs).is_dir():
         what = "is a file, not a folder" if Path(inputs).is_file() else "no such folder"
-        raise QnnDeployError(f"{folder_option} {inputs}: {what}; give the folder that holds the samples")
+        raise BadInput(f"{folder_option} {inputs}: {what}; give the folder that holds the samples")
     prep = parse_preprocess(preprocess) if preprocess is not None else None
     if prep is not None and inputs is None:
-        raise QnnDeployError(f"--preprocess {prep.given} applies to audio or image files: give them with "
-                             f"{folder_option} DIR")
+        raise BadInput(f"--preprocess {prep.given} applies to audio or image files: give them with "
+                       f"{folder_option} DIR")
     return prep
 
 
@@ -77,8 +77,8 @@ def for_graph(model: Path, graph: str, inputs: Path | None = None, count: int = 
     specs = [tensor_info(v) for v in real_inputs(proto)]
     if inputs is None:
         if prep is not None:
-            raise QnnDeployError(f"--preprocess {prep.given} applies to audio or image files: give them with "
-                                 "--inputs DIR")
+            raise BadInput(f"--preprocess {prep.given} applies to audio or image files: give them with "
+                           "--inputs DIR")
         ranges = {name: (lo, hi) for name, (lo, hi, _) in int_input_ranges(proto).items()}
         return random_samples(specs, count, seed, ranges), {"kind": "random", "samples": count, "seed": seed,
                                                             "distribution": RANDOM_NOTE}
@@ -86,15 +86,15 @@ def for_graph(model: Path, graph: str, inputs: Path | None = None, count: int = 
     files = media_files(folder)
     if files:
         if sample_files(folder):
-            raise QnnDeployError(f"{folder} holds both NumPy samples (.npy/.npz) and audio or image files: keep "
-                                 "one kind per folder")
+            raise BadInput(f"{folder} holds both NumPy samples (.npy/.npz) and audio or image files: keep "
+                           "one kind per folder")
         samples, described, notes = load_media(files, specs, prep, graph)
         return samples, {"kind": "files", "folder": str(folder.resolve()), "samples": len(samples),
                          "files": [p.name for p in files], "preprocess": described,
                          **({"notes": notes} if notes else {})}
     if prep is not None:
-        raise QnnDeployError(f"--preprocess {prep.given}: {folder} has no .wav, .png or .jpg files (NumPy samples "
-                             "are fed as they are)")
+        raise BadInput(f"--preprocess {prep.given}: {folder} has no .wav, .png or .jpg files (NumPy samples "
+                       "are fed as they are)")
     samples = load_samples(folder, specs)
     return samples, {"kind": "files", "folder": str(folder.resolve()), "samples": len(samples),
                      "files": [p.name for p in sample_files(folder)]}
@@ -109,7 +109,7 @@ def cpu_outputs(model: Path, samples: list[Sample]) -> list[Sample]:
         names = [o.name for o in session.get_outputs()]
         return [dict(zip(names, session.run(None, s), strict=True)) for s in samples]
     except Exception as e:  # noqa: BLE001 onnxruntime's exception types are not exported
-        raise QnnDeployError(f"onnxruntime could not run {model} on the CPU: {first_line(e)}") from None
+        raise BadInput(f"onnxruntime could not run {model} on the CPU: {first_line(e)}") from None
 
 
 def reference(model: Path, graph: str, inputs: Path | None = None, count: int = 1, seed: int = 0,
@@ -132,27 +132,27 @@ def load_samples(folder: Path, specs: list[TensorInfo]) -> list[Sample]:
             arrays = {specs[0].name: next(iter(arrays.values()))}
         missing = [s.name for s in specs if s.name not in arrays]
         if missing:
-            raise QnnDeployError(f"{path}: no array for input(s) {', '.join(missing)} (has {', '.join(arrays)})")
+            raise BadInput(f"{path}: no array for input(s) {', '.join(missing)} (has {', '.join(arrays)})")
         samples.append({s.name: _fit(arrays[s.name], s, path) for s in specs})
     npy = {s.name: folder / f"{s.name}.npy" for s in specs}
     if any(p.is_file() for p in npy.values()):
         missing = [n for n, p in npy.items() if not p.is_file()]
         if missing:
-            raise QnnDeployError(f"{folder}: .npy files for some inputs but not for {', '.join(missing)}")
+            raise BadInput(f"{folder}: .npy files for some inputs but not for {', '.join(missing)}")
         stacks = {}
         for s in specs:
             arrays = read_arrays(npy[s.name])
             if len(arrays) != 1:
-                raise QnnDeployError(f"{npy[s.name]}: an archive of {len(arrays)} arrays; a .npy holds one array")
+                raise BadInput(f"{npy[s.name]}: an archive of {len(arrays)} arrays; a .npy holds one array")
             (arr,) = arrays.values()
             stacks[s.name] = arr if s.shape is not None and arr.ndim == len(s.shape) + 1 else arr[None]
         counts = {len(a) for a in stacks.values()}
         if len(counts) != 1:
-            raise QnnDeployError(f"{folder}: the .npy files hold different numbers of samples ({sorted(counts)})")
+            raise BadInput(f"{folder}: the .npy files hold different numbers of samples ({sorted(counts)})")
         samples.extend({s.name: _fit(stacks[s.name][i], s, npy[s.name]) for s in specs} for i in range(counts.pop()))
     if not samples:
         names = ", ".join(f"{s.name}.npy" for s in specs)
-        raise QnnDeployError(f"{folder}: no input samples (*.npz, or {names})")
+        raise BadInput(f"{folder}: no input samples (*.npz, or {names})")
     return samples
 
 
@@ -165,15 +165,15 @@ def read_one(folder: Path, spec: TensorInfo) -> np.ndarray:
     files = [folder / f"{stem}.npy", folder / f"{stem}.npz"]
     found = next((f for f in files if f.is_file()), None)
     if found is None:
-        raise QnnDeployError(f"--inputs {folder}: no {files[0].name} or {files[1].name} for input {spec.name}")
+        raise BadInput(f"--inputs {folder}: no {files[0].name} or {files[1].name} for input {spec.name}")
     arrays = read_arrays(found)
     if not arrays:
-        raise QnnDeployError(f"{found} holds no array; input {spec.name} needs one")
+        raise BadInput(f"{found} holds no array; input {spec.name} needs one")
     array = next(iter(arrays.values()))
     if array.dtype != np.dtype(spec.dtype):
-        raise QnnDeployError(f"{found} holds {array.dtype}, input {spec.name} takes {np.dtype(spec.dtype)}")
+        raise BadInput(f"{found} holds {array.dtype}, input {spec.name} takes {np.dtype(spec.dtype)}")
     if list(array.shape) != spec.shape:
-        raise QnnDeployError(f"{found} has shape {list(array.shape)}, the prepared input {spec.name} is {spec.shape}")
+        raise BadInput(f"{found} has shape {list(array.shape)}, the prepared input {spec.name} is {spec.shape}")
     return array
 
 
@@ -189,8 +189,8 @@ def read_arrays(path: Path) -> dict[str, np.ndarray]:
                 return {k: loaded[k] for k in loaded.files}
         return {Path(path).stem: loaded}
     except Exception as e:  # noqa: BLE001 numpy raises ValueError, EOFError, OSError, BadZipFile… for bad files
-        raise QnnDeployError(f"cannot read {path} as a NumPy array file ({first_line(e).rstrip('.')}); save "
-                             "samples with numpy.save or numpy.savez") from None
+        raise BadInput(f"cannot read {path} as a NumPy array file ({first_line(e).rstrip('.')}); save "
+                       "samples with numpy.save or numpy.savez") from None
 
 
 def write_samples(folder: Path, samples: list[Sample]) -> None:
@@ -210,12 +210,12 @@ def _fit(arr: np.ndarray, spec: TensorInfo, path: Path) -> np.ndarray:
     import numpy as np
 
     if spec.dynamic or list(arr.shape) != spec.shape:
-        raise QnnDeployError(f"{path}: input '{spec.name}' has shape {list(arr.shape)}, the model needs "
-                             f"{spec.shape_text()}")
+        raise BadInput(f"{path}: input '{spec.name}' has shape {list(arr.shape)}, the model needs "
+                       f"{spec.shape_text()}")
     target = np.dtype(spec.dtype)
     if arr.dtype != target:
         if not np.can_cast(arr.dtype, target, "same_kind"):
-            raise QnnDeployError(f"{path}: input '{spec.name}' is {arr.dtype}, the model needs {target}")
+            raise BadInput(f"{path}: input '{spec.name}' is {arr.dtype}, the model needs {target}")
         arr = arr.astype(target)
     return np.ascontiguousarray(arr)
 
@@ -228,11 +228,11 @@ def random_samples(specs: list[TensorInfo], count: int, seed: int,
 
     for s in specs:
         if s.dynamic:
-            raise QnnDeployError(f"input '{s.name}' has dynamic size {s.shape_text()}: random inputs need fixed "
-                                 "sizes")
+            raise BadInput(f"input '{s.name}' has dynamic size {s.shape_text()}: random inputs need fixed "
+                           "sizes")
         if math.prod(s.static_shape) > MAX_TENSOR_ELEMENTS:
-            raise QnnDeployError(f"input '{s.name}' {s.shape_text()} has {math.prod(s.static_shape):,} elements, "
-                                 f"over the limit of {MAX_TENSOR_ELEMENTS:,} per tensor: no random sample is made")
+            raise BadInput(f"input '{s.name}' {s.shape_text()} has {math.prod(s.static_shape):,} elements, "
+                           f"over the limit of {MAX_TENSOR_ELEMENTS:,} per tensor: no random sample is made")
     rng = np.random.default_rng(seed)
     samples = []
     for _ in range(count):
@@ -247,7 +247,7 @@ def random_samples(specs: list[TensorInfo], count: int, seed: int,
                 lo, hi = (int_ranges or {}).get(s.name, (0, 10))
                 sample[s.name] = rng.integers(lo, hi, shape).astype(dtype)
             else:
-                raise QnnDeployError(f"input {s.name} is {s.dtype}: give real inputs with --inputs DIR")
+                raise BadInput(f"input {s.name} is {s.dtype}: give real inputs with --inputs DIR")
         samples.append(sample)
     return samples
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from qnndeploy import __version__
 from qnndeploy.base import fileio, socs
-from qnndeploy.base.errors import EXIT_CHECK_FAILED, QnnDeployError, first_line
+from qnndeploy.base.errors import BadInput, CheckFailed, QnnDeployError, first_line
 from qnndeploy.base.fileio import sha256_file, write_json
 from qnndeploy.model import fuse as fusing
 from qnndeploy.model import onnxio
@@ -126,10 +126,22 @@ def record_path(out: Path) -> Path:
     return out.with_name(out.name.removesuffix(".onnx") + ".prepare.json")
 
 
-def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] | None = None,
-                  int32_inputs: bool = False, freeze: Mapping[str, Any] | None = None, simplify: bool = True,
-                  inputs_dir: Path | None = None, tolerance: float = DEFAULT_TOLERANCE, force: bool = False,
-                  seed: int = 0, fuse: bool = False) -> PrepareResult:
+@dataclass(frozen=True)
+class PrepareOptions:
+    """What prepare changes and how it proves the result equivalent: the command line's options (same defaults)."""
+
+    shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)  # input name -> its static dims
+    int32_inputs: bool = False  # wrap int64 inputs and outputs as int32
+    freeze: Mapping[str, Any] = field(default_factory=dict)  # input name -> the constant that replaces it
+    simplify: bool = True  # run the folding chain
+    inputs_dir: Path | None = None  # NAME.npy or NAME.npz per input for the equivalence run; None: random
+    tolerance: float = DEFAULT_TOLERANCE  # max abs diff and rel L2 both above it: not equivalent
+    force: bool = False  # replace an existing OUT.onnx
+    seed: int = 0  # of the random equivalence sample
+    fuse: bool = False  # fuse the unfused (Erf) GELU into Gelu
+
+
+def prepare_model(src: Path, out: Path, options: PrepareOptions = PrepareOptions()) -> PrepareResult:
     """Write OUT.onnx (+ OUT.prepare.json) from SRC with static shapes, int32 I/O and frozen settings.
 
     Raises QnnDeployError (nothing written) on bad options or when an output differs beyond `tolerance`
@@ -137,21 +149,22 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
     """
     import onnx
 
-
+    o = options
+    inputs_dir, tolerance, force = o.inputs_dir, o.tolerance, o.force
     start = time.monotonic()
     src, out = Path(src), Path(out)
     _check_output(src, out, force)
     if not tolerance >= 0:  # NaN fails this test too
-        raise QnnDeployError(f"--tolerance {tolerance}: give a number of 0 or more, e.g. {DEFAULT_TOLERANCE:g}")
+        raise BadInput(f"--tolerance {tolerance}: give a number of 0 or more, e.g. {DEFAULT_TOLERANCE:g}")
     if inputs_dir is not None and not Path(inputs_dir).is_dir():
-        raise QnnDeployError(f"--inputs {inputs_dir}: no such folder")
+        raise BadInput(f"--inputs {inputs_dir}: no such folder")
 
     model = onnxio.load_model(src)
     source_external = bool(onnxio.external_locations(model))
     ranges = onnxio.int_input_ranges(model.graph)
     declared = {v.name: tensor_info(v) for v in model.graph.output}
-    edited = edits.edit(model.graph, shapes or {}, freeze or {}, int32_inputs)
-    if fuse:
+    edited = edits.edit(model.graph, o.shapes, o.freeze, o.int32_inputs)
+    if o.fuse:
         fused = fusing.fuse_gelu(model)
         edited.changes.append(f"{fused} erf GELU pattern(s) fused into Gelu nodes (opset {fusing.GELU_OPSET})"
                              if fused else "--fuse: no unfused GELU pattern found")
@@ -160,12 +173,12 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
             onnx.load_external_data_for_model(model, str(src.parent))
         except onnx.checker.ValidationError as e:  # onnx reads no data file through a symlink
             why = first_line(e).rstrip(".")
-            raise QnnDeployError(f"cannot read the external data of {src}: {why}; onnx does not follow links to "
-                                 "weights: copy the model with its data file resolved (cp -L) and prepare the copy"
-                                 ) from None
+            raise BadInput(f"cannot read the external data of {src}: {why}; onnx does not follow links to "
+                           "weights: copy the model with its data file resolved (cp -L) and prepare the copy"
+                           ) from None
         except (OSError, ValueError) as e:
-            raise QnnDeployError(f"cannot read the external data of {src}: {first_line(e)}; copy the model "
-                                 "together with its complete data file, or re-export it") from None
+            raise BadInput(f"cannot read the external data of {src}: {first_line(e)}; copy the model "
+                           "together with its complete data file, or re-export it") from None
     weights = sum(onnxio.tensor_nbytes(t) or 0 for t in model.graph.initializer)
     external = weights > EXTERNAL_ABOVE
     if source_external and not external:
@@ -180,16 +193,16 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
         work = Path(tempfile.mkdtemp(prefix=fileio.partial_prefix(out, "prepare"), dir=out.parent))
     except OSError as e:
         fileio.remove_made(out.parent, made)
-        raise QnnDeployError(f"cannot write in {out.parent}: {e.strerror or e}") from None
+        raise BadInput(f"cannot write in {out.parent}: {e.strerror or e}") from None
     written = False
     try:
         stage = work / "edited.onnx"
         _save(model, stage, external)
         del model
-        feeds = equivalence.feeds(edited.live, inputs_dir, seed, ranges)
+        feeds = equivalence.feeds(edited.live, inputs_dir, o.seed, ranges)
         want = equivalence.reference(src, feeds, edited.frozen, ranges, random=inputs_dir is None)
         try:
-            final, folded_by, folding, diffs = _fold_chain(stage, work, out.name, simplify, external, feeds, want,
+            final, folded_by, folding, diffs = _fold_chain(stage, work, out.name, o.simplify, external, feeds, want,
                                                            tolerance)
         except QnnDeployError:
             # Every candidate failed: when the folder cannot even take two more copies of the model, a full disk
@@ -216,7 +229,7 @@ def prepare_model(src: Path, out: Path, *, shapes: Mapping[str, Sequence[int]] |
             int32_wrapped=edited.wrapped, simplified=folded_by is not None, folded_by=folded_by, folding=folding,
             nodes_before=edited.nodes_before, nodes_after=nodes_after, inputs=p_inputs, outputs=p_outputs,
             notes=_notes(prepared, p_inputs, p_outputs),
-            equivalence_inputs=str(inputs_dir) if inputs_dir else f"random (seed {seed})", tolerance=tolerance,
+            equivalence_inputs=str(inputs_dir) if inputs_dir else f"random (seed {o.seed})", tolerance=tolerance,
             equivalence=diffs, tools=_tool_versions(__version__), seconds=round(time.monotonic() - start, 2))
         write_json(work / "record.json", asdict(result))  # a short temporary name, renamed below
         fileio.check_stop()  # the last safe point: after it the output is published, whatever signal comes
@@ -282,12 +295,12 @@ def _fold_chain(stage: Path, work: Path, name: str, simplify: bool, external: bo
             kept = outcome
     if kept is None and first_bad is not None:
         bad = [d for d in first_bad if not d.ok]
-        raise QnnDeployError(
+        raise CheckFailed(
             "the prepared model differs from the original: "
             + "; ".join(f"{d.name} max abs diff {d.max_abs_diff:.3g}, rel L2 {d.rel_l2:.3g}" for d in bad)
-            + f" (tolerance {tolerance:g}); nothing written", EXIT_CHECK_FAILED)
+            + f" (tolerance {tolerance:g}); nothing written")
     if kept is None:
-        raise QnnDeployError("the prepared model fails where the original ran: " + "; ".join(tried))
+        raise BadInput("the prepared model fails where the original ran: " + "; ".join(tried))
     if kept.tool is not None and not kept.control_flow:
         kept = _htp_best(kept, [t for t in tools if t], stage, work, name, external, feeds, want, tolerance, tried)
     return kept.path, kept.tool, tried, kept.diffs
@@ -379,19 +392,19 @@ def _size(model: Path) -> int:
 def _check_output(src: Path, out: Path, force: bool) -> None:
     """Refuse an OUT that cannot receive the model, its data file and its record, before any work."""
     if out.suffix != ".onnx":
-        raise QnnDeployError(f"-o {out}: the output name must end in .onnx")
+        raise BadInput(f"-o {out}: the output name must end in .onnx")
     longest, limit = max(len(out.name) + len(".data"), len(record_path(out).name)), fileio.name_max(out.parent)
     if longest > limit:
-        raise QnnDeployError(f"-o {out.name}: with its .data and .prepare.json files the name is too long for the "
-                             f"file system ({longest} > {limit} characters); give a shorter name")
+        raise BadInput(f"-o {out.name}: with its .data and .prepare.json files the name is too long for the "
+                       f"file system ({longest} > {limit} characters); give a shorter name")
     if out.exists() and out.resolve() == src.resolve():
-        raise QnnDeployError(f"-o {out} is the source model; write the prepared model to a new file")
+        raise BadInput(f"-o {out} is the source model; write the prepared model to a new file")
     for path in (out, out.with_name(out.name + ".data"), record_path(out)):
         if path.exists() and not path.is_file():
-            raise QnnDeployError(f"{path} exists and is not a file (a folder?): give -o another name, e.g. "
-                                 f"{out.parent / 'model.npu.onnx'}")
+            raise BadInput(f"{path} exists and is not a file (a folder?): give -o another name, e.g. "
+                           f"{out.parent / 'model.npu.onnx'}")
     if out.exists() and not force:
-        raise QnnDeployError(f"{out} already exists; remove it or pass --force")
+        raise BadInput(f"{out} already exists; remove it or pass --force")
 
 
 def _publish(final: Path, data: Path, record: Path, out: Path, force: bool) -> None:
@@ -423,8 +436,8 @@ def _publish(final: Path, data: Path, record: Path, out: Path, force: bool) -> N
             out_data.unlink(missing_ok=True)  # left over from an earlier external-data output of the same name
         record.replace(recorded)
     except OSError as e:
-        raise QnnDeployError(f"cannot write {out}: {e.strerror or e}; the output is incomplete (it has no "
-                             f"{recorded.name}): run prepare again") from None
+        raise BadInput(f"cannot write {out}: {e.strerror or e}; the output is incomplete (it has no "
+                       f"{recorded.name}): run prepare again") from None
 
 
 def _notes(graph: onnx.GraphProto, inputs: list[TensorInfo], outputs: list[TensorInfo]) -> list[str]:

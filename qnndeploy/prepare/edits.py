@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput
 from qnndeploy.model import onnxio
 from qnndeploy.model.onnxio import TensorInfo, real_inputs, tensor_info
 from qnndeploy.model.shapes import suggest_shapes
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def parse_assignment(text: str, option: str) -> tuple[str, str]:
     name, sep, value = text.rpartition("=")
     if not sep or not name or not value:
-        raise QnnDeployError(f"{option} {text}: expected NAME=VALUE")
+        raise BadInput(f"{option} {text}: expected NAME=VALUE")
     return name, value
 
 
@@ -36,8 +36,8 @@ def parse_shape(text: str) -> tuple[str, list[int]]:
     dims = []
     for token in value.replace("x", ",").split(","):
         if not _SIZE.fullmatch(token.strip()) or int(token) < 1:
-            raise QnnDeployError(f"--shape {_short(text)}: {_short(token)!r} is not a size; give every dim as a "
-                                 "positive number in ASCII digits (the fixed size your app feeds)")
+            raise BadInput(f"--shape {_short(text)}: {_short(token)!r} is not a size; give every dim as a "
+                           "positive number in ASCII digits (the fixed size your app feeds)")
         dims.append(int(token))
     return name, dims
 
@@ -55,22 +55,22 @@ def _check_shapes(shapes: Mapping[str, Sequence[int]], inputs: Mapping[str, onnx
     checked = {}
     for name, given in shapes.items():
         if name not in inputs:
-            raise QnnDeployError(f"--shape {name}: the model has no input {name}; its inputs: {_input_names(inputs)}")
+            raise BadInput(f"--shape {name}: the model has no input {name}; its inputs: {_input_names(inputs)}")
         dims = [int(d) for d in given]
         if any(d < 1 for d in dims):
-            raise QnnDeployError(f"--shape {name}: every dim must be a positive size, got {dims}")
+            raise BadInput(f"--shape {name}: every dim must be a positive size, got {dims}")
         if math.prod(dims) > onnxio.MAX_TENSOR_ELEMENTS:
-            raise QnnDeployError(f"--shape {name}: {dims} is {math.prod(dims):,} elements, over the limit of "
-                                 f"{onnxio.MAX_TENSOR_ELEMENTS:,} per tensor; give the size your app feeds")
+            raise BadInput(f"--shape {name}: {dims} is {math.prod(dims):,} elements, over the limit of "
+                           f"{onnxio.MAX_TENSOR_ELEMENTS:,} per tensor; give the size your app feeds")
         info = tensor_info(inputs[name])
         if info.shape is not None:
             if len(info.shape) != len(dims):
-                raise QnnDeployError(f"--shape {name}: {len(dims)} dims given, but input {name} has rank "
-                                     f"{len(info.shape)} {info.shape_text()}")
+                raise BadInput(f"--shape {name}: {len(dims)} dims given, but input {name} has rank "
+                               f"{len(info.shape)} {info.shape_text()}")
             for i, (model_dim, dim) in enumerate(zip(info.shape, dims, strict=True)):
                 if isinstance(model_dim, int) and model_dim != dim:
-                    raise QnnDeployError(f"--shape {name}: dim {i} is fixed at {model_dim} in the model, "
-                                         f"not {dim} ({info.shape_text()})")
+                    raise BadInput(f"--shape {name}: dim {i} is fixed at {model_dim} in the model, "
+                                   f"not {dim} ({info.shape_text()})")
         checked[name] = dims
     return checked
 
@@ -85,8 +85,8 @@ def _symbols(shapes: Mapping[str, list[int]], inputs: Mapping[str, onnx.ValueInf
             if not isinstance(symbol, str) or symbol == "?":
                 continue
             if symbols.setdefault(symbol, dim) != dim:
-                raise QnnDeployError(f"--shape {name}: dim '{symbol}' is {dim} here but {symbols[symbol]} in "
-                                     f"--shape {where[symbol]}; one symbol is one size in the whole graph")
+                raise BadInput(f"--shape {name}: dim '{symbol}' is {dim} here but {symbols[symbol]} in "
+                               f"--shape {where[symbol]}; one symbol is one size in the whole graph")
             where.setdefault(symbol, name)
     return symbols
 
@@ -112,13 +112,13 @@ def _freeze_values(freeze: Mapping[str, Any], inputs: Mapping[str, onnx.ValueInf
     values = {}
     for name, raw in freeze.items():
         if name not in inputs:
-            raise QnnDeployError(f"--freeze {name}: the model has no input {name}; its inputs: "
-                                 f"{_input_names(inputs)}")
+            raise BadInput(f"--freeze {name}: the model has no input {name}; its inputs: "
+                           f"{_input_names(inputs)}")
         info = tensor_info(inputs[name])
         try:
             dtype = np.dtype(info.dtype)
         except TypeError:
-            raise QnnDeployError(f"--freeze {name}: inputs of type {info.dtype} cannot be frozen") from None
+            raise BadInput(f"--freeze {name}: inputs of type {info.dtype} cannot be frozen") from None
         array = _parse_values(name, raw, dtype, info.dtype)
         shape = shapes.get(name)
         if shape is None and info.shape is not None:
@@ -127,11 +127,11 @@ def _freeze_values(freeze: Mapping[str, Any], inputs: Mapping[str, onnx.ValueInf
             elif len(info.shape) == 1:  # a list of any length
                 shape = [array.size]
         if shape is None:
-            raise QnnDeployError(f"--freeze {name}: input {name} has dynamic dims {info.shape_text()}; "
-                                 f"give its size with --shape {name}=... too")
+            raise BadInput(f"--freeze {name}: input {name} has dynamic dims {info.shape_text()}; "
+                           f"give its size with --shape {name}=... too")
         if array.size != math.prod(shape):
-            raise QnnDeployError(f"--freeze {name}: {array.size} value(s) given, input {name} {list(shape)} "
-                                 f"holds {math.prod(shape)}")
+            raise BadInput(f"--freeze {name}: {array.size} value(s) given, input {name} {list(shape)} "
+                           f"holds {math.prod(shape)}")
         values[name] = array.reshape(shape)
     return values
 
@@ -143,7 +143,7 @@ def _parse_values(name: str, raw: Any, dtype: np.dtype, dtype_label: str) -> np.
         array = np.asarray(raw)
         cast = array.astype(dtype)
         if not np.array_equal(cast.astype(array.dtype), array):
-            raise QnnDeployError(f"--freeze {name}: the value does not fit input {name} ({dtype_label})")
+            raise BadInput(f"--freeze {name}: the value does not fit input {name} ({dtype_label})")
         return cast
     out: list[bool | int | float] = []
     for token in (t.strip() for t in raw.split(",")):
@@ -167,8 +167,8 @@ def _parse_values(name: str, raw: Any, dtype: np.dtype, dtype_label: str) -> np.
             else:
                 raise ValueError
         except ValueError:
-            raise QnnDeployError(f"--freeze {name}={_short(raw)}: {_short(token)!r} is not a valid {dtype_label} "
-                                 f"value (input {name} is {dtype_label})") from None
+            raise BadInput(f"--freeze {name}={_short(raw)}: {_short(token)!r} is not a valid {dtype_label} "
+                           f"value (input {name} is {dtype_label})") from None
     return np.array(out, dtype=dtype)
 
 
@@ -265,8 +265,8 @@ def edit(graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]], freeze: Ma
     """Validate the options against the graph, then fix shapes, freeze inputs and wrap int64, in place."""
     oversized = onnxio.oversized_constants(graph)
     if oversized:
-        raise QnnDeployError(f"{oversized[0]} (over {onnxio.MAX_FOLDED_BYTES >> 20} MiB): folding or running it "
-                             "would materialise it; re-export so that the graph does not build it from constants")
+        raise BadInput(f"{oversized[0]} (over {onnxio.MAX_FOLDED_BYTES >> 20} MiB): folding or running it "
+                       "would materialise it; re-export so that the graph does not build it from constants")
     inputs = {v.name: v for v in real_inputs(graph)}
     given = _check_shapes(shapes, inputs)
     symbols = _symbols(given, inputs)
@@ -285,8 +285,8 @@ def edit(graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]], freeze: Ma
     suggested = suggest_shapes(live, symbols)
     for info in live:
         if info.dynamic:
-            raise QnnDeployError(f"input {info.name} has dynamic dims {info.shape_text()}: give its fixed size, "
-                                 f"e.g. --shape {info.name}={','.join(suggested[info.name])}")
+            raise BadInput(f"input {info.name} has dynamic dims {info.shape_text()}: give its fixed size, "
+                           f"e.g. --shape {info.name}={','.join(suggested[info.name])}")
     wrapped = _wrap_int64(graph) if int32_inputs else []
     changes += [f"{'input' if n in inputs else 'output'} {n}: int64 -> int32 (Cast inside the graph)"
                 for n in wrapped]

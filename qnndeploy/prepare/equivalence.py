@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qnndeploy.base.errors import EXIT_CHECK_FAILED, QnnDeployError, first_line
+from qnndeploy.base.errors import BadInput, CheckFailed, first_line
 from qnndeploy.model import metrics, samples
 from qnndeploy.model.onnxio import TensorInfo
 
@@ -35,7 +35,7 @@ def cpu_session(path: Path, what: str, hint: str = "") -> ort.InferenceSession:
     try:
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001 onnxruntime's exception types are not exported
-        raise QnnDeployError(f"{what} does not load in onnxruntime: {first_line(e)}{hint}") from None
+        raise BadInput(f"{what} does not load in onnxruntime: {first_line(e)}{hint}") from None
 
 
 def compare(name: str, want: np.ndarray, got: np.ndarray, tolerance: float) -> OutputDiff:
@@ -43,8 +43,8 @@ def compare(name: str, want: np.ndarray, got: np.ndarray, tolerance: float) -> O
     import numpy as np
 
     if want.shape != got.shape:
-        raise QnnDeployError(f"the prepared model's output {name} has shape {list(got.shape)}, the original's "
-                             f"{list(want.shape)}; nothing written", EXIT_CHECK_FAILED)
+        raise CheckFailed(f"the prepared model's output {name} has shape {list(got.shape)}, the original's "
+                          f"{list(want.shape)}; nothing written")
     a, b = want.astype(np.float64), got.astype(np.float64)
     if not np.array_equal(np.isnan(a), np.isnan(b)):
         return OutputDiff(name, list(got.shape), math.inf, math.inf, False)
@@ -80,7 +80,7 @@ def reference(original: Path, feeds: Mapping[str, np.ndarray], frozen: Mapping[s
             hint = ("; integer inputs were drawn " + ", ".join(drawn) + ": if one needs other values, freeze it "
                     "(--freeze NAME=VALUE) or give real inputs with --inputs DIR") if drawn \
                 else "; give real inputs with --inputs DIR"
-        raise QnnDeployError(f"the original model fails on these inputs: {first_line(e)}{hint}") from None
+        raise BadInput(f"the original model fails on these inputs: {first_line(e)}{hint}") from None
     return dict(zip([o.name for o in session.get_outputs()], got, strict=True))
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnndeploy import __version__
-from qnndeploy.base.errors import EXIT_CHECK_FAILED, QnnDeployError
+from qnndeploy.base.errors import BadInput, CheckFailed
 from qnndeploy.base.fileio import (
     first_missing,
     partial_prefix,
@@ -35,6 +35,7 @@ from qnndeploy.base.fileio import (
     write_json,
     writing,
 )
+from qnndeploy.base.kinds import Side, choices
 from qnndeploy.base.names import SPLIT_RECORD
 from qnndeploy.model.onnxio import (
     TensorInfo,
@@ -53,7 +54,7 @@ from qnndeploy.prepare.equivalence import OutputDiff, compare, cpu_session, feed
 if TYPE_CHECKING:
     import onnx
 
-PARTS = ("head", "tail")
+PARTS = (Side.HEAD, Side.TAIL)
 # Relative precision of a cut tensor's type: it is rounded to it between the parts, while onnxruntime's CPU computes
 # the unsplit model's float16 chain in float32 (measured: it casts the weights and drops the Casts), so the chained
 # parts are compared at the cut's precision at least.
@@ -112,10 +113,10 @@ def _cut(graph: onnx.GraphProto, at: list[str]) -> set[int]:
     inputs = {i.name for i in graph.input}
     for t in at:
         if t in inputs:
-            raise QnnDeployError(f"--split-at {t}: it is a graph input, with nothing before it to run on its own")
+            raise BadInput(f"--split-at {t}: it is a graph input, with nothing before it to run on its own")
         if t not in producer:
-            raise QnnDeployError(f"--split-at {t}: no node of the main graph makes a tensor of that name "
-                                 "(qnndeploy diagnose names the tensors; a subgraph's cannot be a cut)")
+            raise BadInput(f"--split-at {t}: no node of the main graph makes a tensor of that name "
+                           "(qnndeploy diagnose names the tensors; a subgraph's cannot be a cut)")
     head: set[int] = set()
     stack = [producer[t] for t in at]
     while stack:
@@ -124,8 +125,8 @@ def _cut(graph: onnx.GraphProto, at: list[str]) -> set[int]:
             head.add(i)
             stack += [producer[u] for u in outer_reads(graph.node[i]) if u in producer]
     if len(head) == len(graph.node):
-        raise QnnDeployError(f"--split-at {','.join(at)}: every node is needed to compute it, so the tail would be "
-                             "empty: cut at an earlier tensor")
+        raise BadInput(f"--split-at {','.join(at)}: every node is needed to compute it, so the tail would be "
+                       "empty: cut at an earlier tensor")
     return head
 
 
@@ -151,10 +152,10 @@ def _by_size(graph: onnx.GraphProto, size: int) -> list[set[int]]:
     for k, r in enumerate(reads):
         if sum(weight[u] for u in r) > size:
             node = graph.node[order[k]]
-            raise QnnDeployError(f"node {node.name or node.op_type} alone reads "
-                                 f"{sum(weight[u] for u in r) / 1e9:.3g} GB of weights, more than --split-size "
-                                 f"{size / 1e9:g}: no split makes it fit; give a larger size, or compile it with "
-                                 "8-bit weights (w8a16)")
+            raise BadInput(f"node {node.name or node.op_type} alone reads "
+                           f"{sum(weight[u] for u in r) / 1e9:.3g} GB of weights, more than --split-size "
+                           f"{size / 1e9:g}: no split makes it fit; give a larger size, or compile it with "
+                           "8-bit weights (w8a16)")
     made = {o: k for k, i in enumerate(order) for o in graph.node[i].output if o}
     last: dict[str, int] = {}  # tensor -> the last position reading it
     for k, i in enumerate(order):
@@ -268,18 +269,18 @@ def _save(model: onnx.ModelProto, path: Path) -> int:
     return held
 
 
-def split_model(src: Path, out: Path, at: list[str], *, cpu: str = "head", inputs_dir: Path | None = None,
+def split_model(src: Path, out: Path, at: list[str], *, cpu: Side = Side.HEAD, inputs_dir: Path | None = None,
                 tolerance: float = 1e-4, force: bool = False) -> SplitResult:
     """Write OUT-head.onnx and OUT-tail.onnx (the `cpu` part runs on the CPU, the other on the NPU) and
     OUT.split.json, when the two chained compute what `src` computes on onnxruntime's CPU."""
-    if cpu not in PARTS:
-        raise QnnDeployError(f"--cpu {cpu}: use head or tail")
+    if cpu not in choices(Side):
+        raise BadInput(f"--cpu {cpu}: use head or tail")
     if not at:
-        raise QnnDeployError("--split-at needs a tensor name (qnndeploy diagnose names the one to cut at)")
+        raise BadInput("--split-at needs a tensor name (qnndeploy diagnose names the one to cut at)")
     head, tail, record = split_paths(Path(out))
     slim = load_model(Path(src), weights=False)
     first = _cut(slim.graph, at)
-    plans = _plans(slim.graph, [first, set(range(len(slim.graph.node))) - first], list(PARTS),
+    plans = _plans(slim.graph, [first, set(range(len(slim.graph.node))) - first], [p.value for p in PARTS],
                    ["cpu" if p == cpu else "npu" for p in PARTS])
     return _split(Path(src), slim, plans, [head, tail], record, inputs_dir, tolerance, force)
 
@@ -300,12 +301,12 @@ def split_by_size(src: Path, out: Path, size_gb: float, *, inputs_dir: Path | No
     """Write OUT-1.onnx … OUT-N.onnx, each holding at most `size_gb` GB of weights (as the model stores them), all for
     the NPU in that order, and OUT.split.json, when the parts chained compute what `src` computes."""
     if not size_gb > 0:
-        raise QnnDeployError(f"--split-size {size_gb:g}: give the most GB of weights a part may hold, e.g. 1.5")
+        raise BadInput(f"--split-size {size_gb:g}: give the most GB of weights a part may hold, e.g. 1.5")
     slim = load_model(Path(src), weights=False)
     groups = _by_size(slim.graph, round(size_gb * 1e9))
     if len(groups) < 2:
-        raise QnnDeployError(f"{src} holds no more than {size_gb:g} GB of weights: it needs no split (qnndeploy "
-                             "check says when one is needed)")
+        raise BadInput(f"{src} holds no more than {size_gb:g} GB of weights: it needs no split (qnndeploy "
+                       "check says when one is needed)")
     names = size_names(len(groups))
     paths, record = size_paths(Path(out), names)
     return _split(Path(src), slim, _plans(slim.graph, groups, names, ["npu"] * len(groups)), paths, record,
@@ -319,7 +320,7 @@ def _split(src: Path, slim: onnx.ModelProto, plans: list[_Plan], paths: list[Pat
     interrupted split leaves nothing under the final names (nor the folders -o named that did not exist)."""
     for p in [*paths, record]:
         if p.exists() and not force:
-            raise QnnDeployError(f"{p} already exists; pass --force to replace it")
+            raise BadInput(f"{p} already exists; pass --force to replace it")
     graph = slim.graph
     values = inferred_values(slim, data_prop=True)
     fed = {v.name for v in graph.input}
@@ -327,8 +328,8 @@ def _split(src: Path, slim: onnx.ModelProto, plans: list[_Plan], paths: list[Pat
     for t in cut:
         info = tensor_info(values[t]) if t in values else None
         if info is None or info.dynamic:  # a scalar's shape [] is static
-            raise QnnDeployError(f"the cut tensor {t} has no static shape after shape inference: fix the model's "
-                                 "shapes first (qnndeploy prepare), then split it")
+            raise BadInput(f"the cut tensor {t} has no static shape after shape inference: fix the model's "
+                           "shapes first (qnndeploy prepare), then split it")
     tolerance = max([tolerance, *(CUT_PRECISION.get(tensor_info(values[t]).dtype, 0.0) for t in cut)])
     outputs = [o.name for o in graph.output]
     ranges = int_input_ranges(graph)
@@ -369,8 +370,8 @@ def _write(src: Path, paths: list[Path], record: Path, work: Path, plans: list[_
     diffs = [compare(name, want[name], got[name], tolerance) for name in outputs]
     if not all(d.ok for d in diffs):
         bad = next(d for d in diffs if not d.ok)
-        raise QnnDeployError(f"the parts chained differ from the original at {bad.name} (max abs diff "
-                             f"{bad.max_abs_diff:.3g}); nothing written", EXIT_CHECK_FAILED)
+        raise CheckFailed(f"the parts chained differ from the original at {bad.name} (max abs diff "
+                          f"{bad.max_abs_diff:.3g}); nothing written")
     for s, final in zip(staged, paths, strict=True):
         data = s.with_name(s.name + ".data")
         if data.exists():

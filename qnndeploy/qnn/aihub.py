@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from qnndeploy.base import socs
-from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_MISSING_TOOL, QnnDeployError
+from qnndeploy.base.errors import BadInput, CheckFailed, MissingTool
 
 CONFIG_ENV = "QAIHUB_CLIENT_INI"
 INSTALL = "pip install 'qnndeploy[aihub]' (the qai-hub client)"
@@ -68,11 +68,10 @@ def client() -> ModuleType:
     try:
         import qai_hub
     except ImportError:
-        raise QnnDeployError(f"the AI Hub backend needs the qai-hub client: {INSTALL}", EXIT_MISSING_TOOL) from None
+        raise MissingTool(f"the AI Hub backend needs the qai-hub client: {INSTALL}") from None
     module: ModuleType = qai_hub
     if not status().configured:
-        raise QnnDeployError(f"qai-hub is not configured (no API token in {config_path()}): {CONFIGURE}",
-                             EXIT_MISSING_TOOL)
+        raise MissingTool(f"qai-hub is not configured (no API token in {config_path()}): {CONFIGURE}")
     return module
 
 
@@ -90,12 +89,12 @@ def errors(what: str) -> Iterator[None]:
     try:
         yield
     except RateLimitedError as e:
-        raise QnnDeployError(f"{what}: AI Hub refused it for now (rate limit or quota): {one_line(e)}; try again "
-                             "later", EXIT_CHECK_FAILED) from None
+        raise CheckFailed(f"{what}: AI Hub refused it for now (rate limit or quota): {one_line(e)}; try again "
+                          "later") from None
     except UserError as e:
-        raise QnnDeployError(f"{what}: {one_line(e)}", EXIT_BAD_INPUT) from None
+        raise BadInput(f"{what}: {one_line(e)}") from None
     except Error as e:
-        raise QnnDeployError(f"{what}: AI Hub failed: {one_line(e)}", EXIT_CHECK_FAILED) from None
+        raise CheckFailed(f"{what}: AI Hub failed: {one_line(e)}") from None
 
 
 @dataclass
@@ -152,11 +151,11 @@ def refuse_unhosted(soc: socs.Soc) -> None:
     the catalog (exit 2), or a chipset AI Hub lists as not available for jobs (exit 3)."""
     if not soc.aihub_chipsets:
         known = ", ".join(s.model for s in socs.catalog() if s.aihub_chipsets and s.aihub_hosted)
-        raise QnnDeployError(f"AI Hub has no chipset name for {soc.model} in the catalog (socs.json aihub_chipsets); "
-                             f"AI Hub targets: {known}", EXIT_BAD_INPUT)
+        raise BadInput(f"AI Hub has no chipset name for {soc.model} in the catalog (socs.json aihub_chipsets); "
+                       f"AI Hub targets: {known}")
     if soc.aihub_hosted is False:
-        raise QnnDeployError(f"AI Hub lists chipset {soc.aihub_chipset} ({soc.model}) as not available for jobs: "
-                             f"drop --soc {soc.model} (socs.json aihub_hosted)", EXIT_MISSING_TOOL)
+        raise MissingTool(f"AI Hub lists chipset {soc.aihub_chipset} ({soc.model}) as not available for jobs: "
+                          f"drop --soc {soc.model} (socs.json aihub_hosted)")
 
 
 def device_for(soc: socs.Soc) -> Target:
@@ -170,9 +169,8 @@ def device_for(soc: socs.Soc) -> Target:
             found = hub.get_devices(attributes=attributes)
         if found:
             return Target(hub.Device(attributes=attributes), chipset, hosted(found[0]))
-    raise QnnDeployError(f"AI Hub hosts no device with chipset {' or '.join(soc.aihub_chipsets)} and "
-                         f"{', '.join(REQUIRED)} ({soc.model}): `qnndeploy device list --aihub` lists them",
-                         EXIT_MISSING_TOOL)
+    raise MissingTool(f"AI Hub hosts no device with chipset {' or '.join(soc.aihub_chipsets)} and "
+                      f"{', '.join(REQUIRED)} ({soc.model}): `qnndeploy device list --aihub` lists them")
 
 
 def device_named(name: str) -> Any:
@@ -201,9 +199,9 @@ def wait(job: Any, what: str, timeout_s: float, *, should_stop: Callable[[], boo
         if state.success:
             return
         if state.failure:
-            raise QnnDeployError(f"{what}: AI Hub job {job.job_id} failed: {one_line(state.message or 'no reason')} "
-                                 f"({job.url})", EXIT_CHECK_FAILED)
+            raise CheckFailed(f"{what}: AI Hub job {job.job_id} failed: {one_line(state.message or 'no reason')} "
+                              f"({job.url})")
         if time.monotonic() >= deadline:
-            raise QnnDeployError(f"{what}: AI Hub job {job.job_id} still {state.code} after {timeout_s:.0f} s; it "
-                                 f"goes on on AI Hub ({job.url}): raise --timeout, or look there", EXIT_CHECK_FAILED)
+            raise CheckFailed(f"{what}: AI Hub job {job.job_id} still {state.code} after {timeout_s:.0f} s; it "
+                              f"goes on on AI Hub ({job.url}): raise --timeout, or look there")
         time.sleep(POLL_S)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy.base import compat
-from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.errors import BadInput
 from qnndeploy.model.onnxio import load_model
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def retarget(src: Path, dst: Path, binary_name: str) -> int:
     model = load_model(src)
     attrs = _ref_attrs(model)
     if not attrs:
-        raise QnnDeployError(f"{src} has no EPContext node that loads a separate context binary")
+        raise BadInput(f"{src} has no EPContext node that loads a separate context binary")
     for a in attrs:
         a.s = binary_name.encode()
     model.ir_version = min(model.ir_version, compat.portable_ir())

@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from qnndeploy.base import child, fileio, socs
-from qnndeploy.base.errors import EXIT_MISSING_TOOL, QnnDeployError, first_line
+from qnndeploy.base.errors import BadInput, MissingTool, first_line
 from qnndeploy.model.onnxio import MAX_FOLDED_BYTES, inferred_values, load_model, oversized_constants
 
 if TYPE_CHECKING:
@@ -54,9 +54,9 @@ def _require() -> ModuleType:
     try:
         return importlib.import_module("onnxruntime_qnn")
     except ImportError:
-        raise QnnDeployError(
+        raise MissingTool(
             "onnxruntime-qnn is not installed: pip install onnxruntime-qnn (Linux x86-64 only); "
-            "it holds the QNN HTP compiler and emulator", EXIT_MISSING_TOOL) from None
+            "it holds the QNN HTP compiler and emulator") from None
 
 
 def qairt_version() -> str:
@@ -73,7 +73,7 @@ def _devices() -> tuple[Any, ...]:  # onnxruntime's OrtEpDevice, untyped
         ort.register_execution_provider_library(EP_NAME, qnn.get_library_path())
         devices = tuple(d for d in ort.get_ep_devices() if d.ep_name == EP_NAME)
     if not devices:
-        raise QnnDeployError("onnxruntime-qnn is installed but offers no QNN device", EXIT_MISSING_TOOL)
+        raise MissingTool("onnxruntime-qnn is installed but offers no QNN device")
     return devices
 
 
@@ -142,7 +142,7 @@ def run_model(path: Path, soc: socs.Soc, feeds: list[dict[str, Any]], *, fp16: b
         start = time.monotonic()
         outputs = [dict(zip(names, session.run(None, s), strict=True)) for s in feeds]
     except Exception as e:  # noqa: BLE001 onnxruntime's own error types
-        raise QnnDeployError(first_line(e)) from None
+        raise BadInput(first_line(e)) from None
     return outputs, time.monotonic() - start
 
 

@@ -28,7 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from qnndeploy.base import child
-from qnndeploy.base.errors import EXIT_CHECK_FAILED, EXIT_MISSING_TOOL, QnnDeployError, first_line
+from qnndeploy.base.errors import (
+    EXIT_CHECK_FAILED,
+    BadInput,
+    CheckFailed,
+    MissingTool,
+    QnnDeployError,
+    error_for,
+    first_line,
+)
 from qnndeploy.base.fileio import open_regular
 
 LIBRARY_ENV = "QNNDEPLOY_QNN_SYSTEM_LIB"  # a libQnnSystem.so to use instead of the onnxruntime-qnn wheel's
@@ -341,16 +349,15 @@ def library_path() -> Path:
     if override:
         path = Path(override)
         if not path.is_file():
-            raise QnnDeployError(f"{LIBRARY_ENV}={override} is not a file: point it at a libQnnSystem.so",
-                                 EXIT_MISSING_TOOL)
+            raise MissingTool(f"{LIBRARY_ENV}={override} is not a file: point it at a libQnnSystem.so")
         return path
     spec = importlib.util.find_spec("onnxruntime_qnn")
     for folder in (spec.submodule_search_locations or []) if spec else []:
         path = Path(folder) / "libQnnSystem.so"
         if path.is_file():
             return path
-    raise QnnDeployError("libQnnSystem.so not found: pip install onnxruntime-qnn (Linux x86-64), or set "
-                         f"{LIBRARY_ENV}", EXIT_MISSING_TOOL)
+    raise MissingTool("libQnnSystem.so not found: pip install onnxruntime-qnn (Linux x86-64), or set "
+                      f"{LIBRARY_ENV}")
 
 
 _LOADED: dict[Path, _Interface] = {}
@@ -364,7 +371,7 @@ def _interface(path: Path) -> _Interface:
         lib = ctypes.CDLL(str(path))
         get_providers = lib.QnnSystemInterface_getProviders
     except (OSError, AttributeError) as e:
-        raise QnnDeployError(f"cannot load {path}: {first_line(e)}", EXIT_MISSING_TOOL) from None
+        raise MissingTool(f"cannot load {path}: {first_line(e)}") from None
     get_providers.restype = ctypes.c_uint64
     get_providers.argtypes = [ctypes.POINTER(ctypes.POINTER(ctypes.POINTER(_Interface))),
                               ctypes.POINTER(ctypes.c_uint32)]
@@ -372,7 +379,7 @@ def _interface(path: Path) -> _Interface:
     count = ctypes.c_uint32()
     err = get_providers(ctypes.byref(providers), ctypes.byref(count))
     if err or not count.value:
-        raise QnnDeployError(f"{path} offers no QNN system interface (error {err})", EXIT_MISSING_TOOL)
+        raise MissingTool(f"{path} offers no QNN system interface (error {err})")
     for i in range(count.value):
         iface: _Interface = providers[i].contents
         impl = iface.implementation
@@ -381,7 +388,7 @@ def _interface(path: Path) -> _Interface:
                 impl.systemContextGetMetaData or impl.systemContextGetBinaryInfo):
             _LOADED[path] = iface
             return iface
-    raise QnnDeployError(f"{path} offers no QNN system API 1.x with the context functions", EXIT_MISSING_TOOL)
+    raise MissingTool(f"{path} offers no QNN system API 1.x with the context functions")
 
 
 def system_api_version(library: Path | None = None) -> str:
@@ -401,8 +408,7 @@ def _text(raw: bytes | None) -> str:
 
 def _count(n: int, what: str) -> int:
     if n > _MAX_ITEMS:
-        raise QnnDeployError(f"libQnnSystem returned {n:,} {what}: not a layout this reader knows",
-                             EXIT_CHECK_FAILED)
+        raise CheckFailed(f"libQnnSystem returned {n:,} {what}: not a layout this reader knows")
     return n
 
 
@@ -433,8 +439,7 @@ def _quantization(q: _QuantizeParams, dtype: int) -> Quantization | None:
 
 def _tensor(t: _Tensor) -> TensorInfo:
     if t.version not in (1, 2):
-        raise QnnDeployError(f"libQnnSystem returned a tensor of version {t.version}, unknown to this reader",
-                             EXIT_CHECK_FAILED)
+        raise CheckFailed(f"libQnnSystem returned a tensor of version {t.version}, unknown to this reader")
     v = t.u.v1 if t.version == 1 else t.u.v2  # V2 begins with V1's fields
     rank = _count(v.rank, "dimensions")
     dims = tuple(v.dimensions[i] for i in range(rank)) if v.dimensions else ()
@@ -448,8 +453,7 @@ def _tensors(array: Any, n: int) -> tuple[TensorInfo, ...]:  # ctypes pointer ar
 
 def _graph(g: _GraphInfo) -> GraphInfo:
     if g.version not in (1, 2, 3):
-        raise QnnDeployError(f"libQnnSystem returned graph info of version {g.version}, unknown to this reader",
-                             EXIT_CHECK_FAILED)
+        raise CheckFailed(f"libQnnSystem returned graph info of version {g.version}, unknown to this reader")
     v = (g.u.v1, g.u.v2, g.u.v3)[g.version - 1]  # V2 and V3 begin with V1's fields
     blob: _HtpGraphBlobV1 | None = None
     sizes: _HtpGraphBlobV2 | None = None
@@ -488,8 +492,7 @@ def _context(info: _BinaryInfo) -> tuple[ContextInfo, dict[int, int]]:
     """The plain data of a BinaryInfo, and spill-fill sizes per graph index from a V1/V2 hardware info blob."""
     version = info.version
     if version not in (1, 2, 3):
-        raise QnnDeployError(f"libQnnSystem returned binary info of version {version}, unknown to this reader",
-                             EXIT_CHECK_FAILED)
+        raise CheckFailed(f"libQnnSystem returned binary info of version {version}, unknown to this reader")
     v = (info.u.v1, info.u.v2, info.u.v3)[version - 1]
     graphs = tuple(_graph(v.graphs[i]) for i in range(_count(v.numGraphs, "graphs"))) if v.graphs else ()
     soc_model = arch = vtcm = None
@@ -524,7 +527,7 @@ def read_context_here(path: Path, library: Path | None = None) -> ContextInfo:
     with open_regular(path, MAX_BYTES, "context binary", follow=True) as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
-            raise QnnDeployError(f"{path} is empty, not a QNN context binary", EXIT_CHECK_FAILED)
+            raise CheckFailed(f"{path} is empty, not a QNN context binary")
         mapped = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
     try:
         buffer = (ctypes.c_char * size).from_buffer(mapped)
@@ -540,7 +543,7 @@ def _read(path: Path, impl: _Implementation, address: int, size: int) -> Context
     handle = _Handle()
     err = _CreateFn(impl.systemContextCreate)(ctypes.byref(handle))
     if err:
-        raise QnnDeployError(f"libQnnSystem could not create a system context (error {err})", EXIT_MISSING_TOOL)
+        raise MissingTool(f"libQnnSystem could not create a system context (error {err})")
     try:
         info = ctypes.POINTER(_BinaryInfo)()
         if impl.systemContextGetMetaData:
@@ -550,8 +553,7 @@ def _read(path: Path, impl: _Implementation, address: int, size: int) -> Context
             err = _GetBinaryInfoFn(impl.systemContextGetBinaryInfo)(handle, address, size, ctypes.byref(info),
                                                                     ctypes.byref(info_size))
         if err or not ctypes.cast(info, ctypes.c_void_p).value:
-            raise QnnDeployError(f"{path} is not a QNN context binary libQnnSystem can read ({_error(err)})",
-                                 EXIT_CHECK_FAILED)
+            raise CheckFailed(f"{path} is not a QNN context binary libQnnSystem can read ({_error(err)})")
         context, spill = _context(info.contents)
     finally:
         # frees the binary info too; its error code is not acted on: the data was copied out before, and the
@@ -578,13 +580,13 @@ def _timeout() -> float:
     try:
         return float(value) if value else TIMEOUT_S
     except ValueError:
-        raise QnnDeployError(f"{ENV_TIMEOUT}={value} is not a number of seconds") from None
+        raise BadInput(f"{ENV_TIMEOUT}={value} is not a number of seconds") from None
 
 
 def read_context(path: Path, library: Path | None = None, timeout: float | None = None) -> ContextInfo:
     """Read a context binary's metadata in a child process, so that a binary that crashes or hangs libQnnSystem
-    costs a one-line error, not the caller's process. Raises QnnDeployError (EXIT_MISSING_TOOL when the library
-    is missing, EXIT_CHECK_FAILED when it refuses the file or crashes on it)."""
+    costs a one-line error, not the caller's process. Raises MissingTool when the library
+    is missing, CheckFailed when it refuses the file or crashes on it."""
     [answer] = read_contexts([Path(path)], library, timeout)
     if isinstance(answer, QnnDeployError):
         raise answer
@@ -620,8 +622,8 @@ def _read_in_child(paths: list[Path], lib: Path, limit: float) -> list[ContextIn
                 if line is None:  # it hangs on this file
                     proc.kill()
                     proc.wait()
-                    return [*answers, QnnDeployError(f"libQnnSystem did not finish reading {path} in {limit:g} s: "
-                                                     "not a context binary it can read", EXIT_CHECK_FAILED)]
+                    return [*answers, CheckFailed(f"libQnnSystem did not finish reading {path} in {limit:g} s: "
+                                                  "not a context binary it can read")]
                 answers.append(_answer(path, line))
             if len(answers) < len(paths):
                 proc.kill()
@@ -630,13 +632,12 @@ def _read_in_child(paths: list[Path], lib: Path, limit: float) -> list[ContextIn
             return answers
         path = paths[len(answers)]  # the child ended (or said too much) without answering for it
         if code < 0:
-            return [*answers, QnnDeployError(f"libQnnSystem crashed reading {path} (signal {-code}): a damaged or "
-                                             "hostile context binary", EXIT_CHECK_FAILED)]
+            return [*answers, CheckFailed(f"libQnnSystem crashed reading {path} (signal {-code}): a damaged or "
+                                          "hostile context binary")]
         err.seek(0)
         said = err.read(MAX_ANSWER_BYTES).decode(errors="replace")
-        return [*answers, QnnDeployError(f"libQnnSystem failed reading {path} (exit {code}): "
-                                         f"{first_line(Exception(said)) if said.strip() else 'no output'}",
-                                         EXIT_CHECK_FAILED)]
+        return [*answers, CheckFailed(f"libQnnSystem failed reading {path} (exit {code}): "
+                                      f"{first_line(Exception(said)) if said.strip() else 'no output'}")]
 
 
 def _lines(fd: int, limit: float) -> Iterator[bytes | None]:
@@ -663,9 +664,9 @@ def _answer(path: Path, line: bytes) -> ContextInfo | QnnDeployError:
     try:
         answer = json.loads(line)
     except ValueError:
-        return QnnDeployError(f"libQnnSystem failed reading {path}: its answer is not JSON", EXIT_CHECK_FAILED)
+        return CheckFailed(f"libQnnSystem failed reading {path}: its answer is not JSON")
     if "error" in answer:
-        return QnnDeployError(answer["error"], answer.get("exit_code", EXIT_CHECK_FAILED))
+        return error_for(answer.get("exit_code", EXIT_CHECK_FAILED), answer["error"])
     return context_from_json(answer)
 
 

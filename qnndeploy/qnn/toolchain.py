@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qnndeploy.base import child, compat
-from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_MISSING_TOOL, QnnDeployError, first_line
+from qnndeploy.base.errors import BadInput, MissingTool, first_line
 
 ENV_DIR = "QNNDEPLOY_TOOLCHAINS_DIR"
 ENV_ACTIVE = "QNNDEPLOY_TOOLCHAIN"  # in a process run under a toolchain: its onnxruntime-qnn version
@@ -68,8 +68,7 @@ def resolve(qairt: str) -> Toolchain:
     found = [t for t in known() if want in (t.qairt, t.family)]
     if not found:
         listed = ", ".join(f"{t.family} ({t.qairt})" for t in known())
-        raise QnnDeployError(f"--qairt {qairt}: no onnxruntime-qnn wheel carries that QAIRT release; known: {listed}",
-                             EXIT_BAD_INPUT)
+        raise BadInput(f"--qairt {qairt}: no onnxruntime-qnn wheel carries that QAIRT release; known: {listed}")
     return found[-1]
 
 
@@ -85,8 +84,8 @@ def needed(qairts: Iterable[str]) -> Toolchain | None:
     wanted = {t for q in qairts if (t := for_qairt(q)) is not None}
     if len(wanted) > 1:
         listed = ", ".join(sorted(t.qairt for t in wanted))
-        raise QnnDeployError(f"the build holds context binaries of several QAIRT releases ({listed}): compile all of "
-                             "them with one --qairt")
+        raise BadInput(f"the build holds context binaries of several QAIRT releases ({listed}): compile all of "
+                       "them with one --qairt")
     tc = wanted.pop() if wanted else None
     return None if tc is None or is_current(tc) else tc
 
@@ -131,11 +130,10 @@ def _probe(tc: Toolchain, path: Path) -> str:
     try:
         qairt, _ort, where = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise QnnDeployError(f"{tc.name} was installed into {path} but does not import: "
-                             f"{first_line(Exception(done.stderr)) if done.stderr.strip() else 'no output'}",
-                             EXIT_MISSING_TOOL) from None
+        raise MissingTool(f"{tc.name} was installed into {path} but does not import: "
+                          f"{first_line(Exception(done.stderr)) if done.stderr.strip() else 'no output'}") from None
     if not str(where).startswith(str(path)):
-        raise QnnDeployError(f"{tc.name} in {path} is shadowed by {where}", EXIT_MISSING_TOOL)
+        raise MissingTool(f"{tc.name} in {path} is shadowed by {where}")
     return str(qairt)
 
 
@@ -150,7 +148,7 @@ def install(tc: Toolchain, say: Callable[[str], None] | None = None) -> Path:
         root().mkdir(parents=True, exist_ok=True)
         lock = os.open(root() / f".{target.name}.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
     except OSError as e:
-        raise QnnDeployError(f"cannot create {root()}: {e.strerror} (set {ENV_DIR} to a writable folder)") from None
+        raise BadInput(f"cannot create {root()}: {e.strerror} (set {ENV_DIR} to a writable folder)") from None
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         return target if installed(tc) else _install(tc, target, say)
@@ -166,23 +164,22 @@ def _install(tc: Toolchain, target: Path, say: Callable[[str], None] | None) -> 
         root().mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=root()))
     except OSError as e:
-        raise QnnDeployError(f"cannot create {root()}: {e.strerror} (set {ENV_DIR} to a writable folder)") from None
+        raise BadInput(f"cannot create {root()}: {e.strerror} (set {ENV_DIR} to a writable folder)") from None
     try:
         cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-input", "--disable-pip-version-check",
                "--only-binary=:all:", "--target", str(staging), *wheels]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
         except subprocess.TimeoutExpired:
-            raise QnnDeployError(f"pip did not install {tc.name} in {PIP_TIMEOUT_S:g} s", EXIT_MISSING_TOOL) from None
+            raise MissingTool(f"pip did not install {tc.name} in {PIP_TIMEOUT_S:g} s") from None
         if done.returncode != 0:
             lines = [ln for ln in done.stderr.splitlines() if ln.startswith("ERROR")] or done.stderr.splitlines()[-1:]
-            raise QnnDeployError(f"pip could not install {tc.name}: {lines[0] if lines else 'no output'} (run: "
-                                 f"{sys.executable} -m pip install --no-deps --target {target} {' '.join(wheels)})",
-                                 EXIT_MISSING_TOOL)
+            raise MissingTool(f"pip could not install {tc.name}: {lines[0] if lines else 'no output'} (run: "
+                              f"{sys.executable} -m pip install --no-deps --target {target} {' '.join(wheels)})")
         reported = _probe(tc, staging)
         if reported != tc.qairt:
-            raise QnnDeployError(f"onnxruntime-qnn {tc.onnxruntime_qnn} reports QAIRT {reported}, qnndeploy's data "
-                                 f"says {tc.qairt}", EXIT_MISSING_TOOL)
+            raise MissingTool(f"onnxruntime-qnn {tc.onnxruntime_qnn} reports QAIRT {reported}, qnndeploy's data "
+                              f"says {tc.qairt}")
         (staging / DONE).write_text(json.dumps({"onnxruntime_qnn": tc.onnxruntime_qnn, "qairt": tc.qairt,
                                                 "onnxruntime": tc.onnxruntime}))
         shutil.rmtree(target, ignore_errors=True)  # a folder without DONE: an earlier, broken install
