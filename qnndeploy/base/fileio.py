@@ -615,22 +615,29 @@ def check_replaceable(out: Path, force: bool, marker: str, what: str) -> None:
                            "replaces one, never other files; choose another folder (or delete it yourself)")
 
 
-@contextmanager
-def staging_dir(final: Path, force: bool = False, tidy: bool = False) -> Iterator[Path]:
-    """Yield an empty sibling folder of `final`; on success it replaces `final` in one step (see `replace`), on
-    any error or interrupt it is removed. Leftovers of earlier killed runs for the same name are removed first.
-    `tidy`: on failure, also remove the parent folders this call had to create (a failed run leaves no empty
-    folder behind); off where concurrent jobs share a parent (compile)."""
+def _beside(final: Path, force: bool, tidy: bool, make: Callable[[], Path]) -> tuple[Path | None, Path]:
+    """What staging_dir and staging_file do first: refuse an existing `final` without force, make its parent, clear
+    earlier runs' leftovers, then `make` the temporary sibling; on failure remove the parents this made (tidy)."""
     if final.exists() and not force:
         raise BadInput(f"{final} already exists; remove it or pass --force")
     made = first_missing(final.parent) if tidy else None
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         remove_stale(final)
-        tmp = Path(tempfile.mkdtemp(prefix=partial_prefix(final), dir=final.parent))
+        return made, make()
     except BaseException:
         remove_made(final.parent, made)
         raise
+
+
+@contextmanager
+def staging_dir(final: Path, force: bool = False, tidy: bool = False) -> Iterator[Path]:
+    """Yield an empty sibling folder of `final`; on success it replaces `final` in one step (see `replace`), on
+    any error or interrupt it is removed. Leftovers of earlier killed runs for the same name are removed first.
+    `tidy`: on failure, also remove the parent folders this call had to create (a failed run leaves no empty
+    folder behind); off where concurrent jobs share a parent (compile)."""
+    made, tmp = _beside(final, force, tidy,
+                        lambda: Path(tempfile.mkdtemp(prefix=partial_prefix(final), dir=final.parent)))
     try:
         tmp.chmod(0o777 & ~_UMASK)
         yield tmp
@@ -644,16 +651,7 @@ def staging_dir(final: Path, force: bool = False, tidy: bool = False) -> Iterato
 @contextmanager
 def staging_file(final: Path, force: bool = False, tidy: bool = False) -> Iterator[Path]:
     """Like staging_dir, for one file: written under a temporary name beside `final`, then one rename."""
-    if final.exists() and not force:
-        raise BadInput(f"{final} already exists; remove it or pass --force")
-    made = first_missing(final.parent) if tidy else None
-    try:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale(final)
-        tmp = partial_file(final)
-    except BaseException:
-        remove_made(final.parent, made)
-        raise
+    made, tmp = _beside(final, force, tidy, lambda: partial_file(final))
     try:
         yield tmp
         replace(tmp, final, 0o666)
