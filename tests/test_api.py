@@ -51,10 +51,11 @@ def demo(tmp_path_factory) -> Demo:
     model = work / f"{MODEL}.onnx"
     model.write_bytes(resources.files("qnndeploy").joinpath("data/demo.onnx").read_bytes())
     before = api.check_model(model, soc=SOC)
-    prepared = api.prepare_model(model, work / f"{MODEL}.npu.onnx", shapes={"features": [1, 1, 49, 10]})
+    prepared = api.prepare_model(model, work / f"{MODEL}.npu.onnx",
+                                api.PrepareOptions(shapes={"features": [1, 1, 49, 10]}))
     after = api.check_model(Path(prepared.output), soc=SOC)
     compiled = api.compile_models({MODEL: Path(prepared.output)}, [SOC], work / "build")
-    validated = api.validate_build(work / "build", random=2)
+    validated = api.validate_build(work / "build", api.ValidateOptions(random=2))
     spec = dataclasses.replace(api.spec_from_build(work / "build", "kws-demo", "1.0.0"), source_model=MODEL,
                                source_path=model, license="Apache-2.0")
     bundled = api.build_bundle(spec, work / "bundle", archive_fmt="tar.gz")
