@@ -57,6 +57,7 @@ from qnndeploy.formats import archive
 from qnndeploy.formats.decision import BACKEND_LIB, SYSTEM_LIB, qnn_libraries
 from qnndeploy.formats.manifest import (
     ACCEPTED_BY,
+    Manifest,
     accepted_reason,
     external_data_path,
     graph_signature,
@@ -588,7 +589,8 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
             }
             write_json(tmp / MANIFEST, manifest)
             contexts, missing = read_contexts(tmp, {rel: facts[rel].sha256 for rel in bin_graphs if rel in facts})
-            problems = check_manifest(manifest, facts, set(facts), tmp, contexts=contexts)
+            parsed = Manifest.parse(manifest)
+            problems = check_manifest(parsed, facts, set(facts), tmp, contexts=contexts)
             if problems:
                 more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
                 raise QnnDeployError(f"the bundle would not verify: {problems[0].path}: {problems[0].message}{more}")
@@ -606,8 +608,8 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
             remove_made(Path(out_dir), made)
         raise
 
-    rt = manifest["runtime"]
-    warnings = check_warnings(manifest, facts, contexts)
+    rt = parsed.runtime
+    warnings = check_warnings(parsed, facts, contexts)
     if missing:
         warnings.append(Problem(MANIFEST, f"context binaries checked by their markers only: {missing}"))
     for soc, v in spec.validation.items():
@@ -619,9 +621,8 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
     return BundleResult(
         path=final, archive=archive_path, name=spec.name, version=spec.version,
         qairt=qairt["build"] or qairt["version"],
-        targets=[f"{t['soc']} ({t['dsp_arch']})" for t in manifest["targets"]],
-        runtime=f"external: {rt['maven']} (the app must bring it)" if rt["mode"] == "external"
-        else f"bundled: {len(rt['libs'])} libraries",
+        targets=[f"{t.soc} ({t.dsp_arch})" for t in parsed.targets],
+        runtime=f"bundled: {len(rt.libs)} libraries" if rt.bundled else f"external: {rt.maven} (the app must bring it)",
         files=len(facts), bytes=sum(f.size for f in facts.values()),
         warnings=warnings,
     )

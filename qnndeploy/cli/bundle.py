@@ -26,7 +26,7 @@ from qnndeploy.cli._common import (
     shallow_option,
     unchecked_option,
 )
-from qnndeploy.formats.manifest import read_manifest
+from qnndeploy.formats.manifest import read_json
 from qnndeploy.formats.verify import VerifyReport, opened
 
 
@@ -41,7 +41,7 @@ def require_bundle(given: Path, root: Path, result: VerifyReport) -> None:
     if result.ok or result.name is not None or any(p.path != MANIFEST for p in result.problems):
         return  # verification got past the manifest, or an archive's members were refused: a report to show
     try:
-        read_manifest(root)
+        read_json(root)
     except QnnDeployError as e:  # not a bundle: the one-line error, naming what the user gave, not a temp folder
         raise QnnDeployError(str(e) if root == given else str(e).replace(str(root), f"{given}:{root.name}"),
                              e.exit_code) from None
