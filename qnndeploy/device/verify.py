@@ -30,7 +30,7 @@ from qnndeploy.base.fileio import JSON, sha256_file, write_json
 from qnndeploy.device import runner
 from qnndeploy.device.adb import FILES, Device, LocalFile, MiB, Progress, Upload, connect, list_devices
 from qnndeploy.formats import decision, playplan
-from qnndeploy.formats.manifest import FileFormat, Manifest, load_manifest
+from qnndeploy.formats.manifest import FileFormat, Manifest, Provider, load_manifest
 from qnndeploy.formats.verify import VerifyReport, opened
 from qnndeploy.model import metrics, samples
 from qnndeploy.model.samples import Sample
@@ -103,7 +103,7 @@ class DeviceVerification:
     soc: str | None = None
     identified_by: str | None = None
     dsp_arch: str | None = None
-    provider: str | None = None  # "npu" or "cpu", as the app would choose
+    provider: Provider | None = None  # as the app would choose
     reason: str | None = None
     expectation: str | None = None
     remote_dir: str | None = None
