@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from qnndeploy.base.errors import BadInput, CheckFailed, MissingTool, QnnDeployError
-from qnndeploy.base.fileio import JSON, Progress
+from qnndeploy.base.fileio import Progress
 from qnndeploy.base.socs import Soc
 from qnndeploy.base.socs import catalog as socs
 from qnndeploy.base.socs import find as find_soc
@@ -30,6 +30,7 @@ from qnndeploy.device.hosted import HostedChoice
 from qnndeploy.device.info import DeviceInfo, ListedDevice, device_info, devices
 from qnndeploy.device.verify import DeviceVerification
 from qnndeploy.diagnose import DiagnoseOptions, DiagnoseResult, diagnose
+from qnndeploy.formats.manifest import Manifest
 from qnndeploy.formats.verify import Problem, VerifyReport, opened, require_bundle
 from qnndeploy.inspect import BinaryReport, InspectResult, inspect
 from qnndeploy.package import play as playroom
@@ -142,7 +143,7 @@ def _sound(bundle: Path, refusal: str, deep: bool, allow_unchecked: bool,
 
 @contextmanager
 def _pushable(bundle: Path, refusal: Callable[[Path], str], allow_unchecked: bool = False
-              ) -> Iterator[tuple[Path, JSON]]:
+              ) -> Iterator[tuple[Path, Manifest]]:
     """(bundle folder, manifest) of a bundle that passes `bundle verify` without the host emulator (the phone runs
     the binaries), as the device commands take it; one that fails is refused (exit code 1) with `refusal(bundle)`."""
     with on_device.checked_bundle(Path(bundle), allow_unchecked) as (root, report, manifest):

@@ -11,10 +11,9 @@ from typing import Any
 
 from qnndeploy.base import socs
 from qnndeploy.base.errors import MissingTool, QnnDeployError
-from qnndeploy.base.fileio import open_regular
-from qnndeploy.base.names import CONTEXT_BINARY
+from qnndeploy.base.fileio import JSON, open_regular
 from qnndeploy.formats import archive
-from qnndeploy.formats.manifest import load_manifest
+from qnndeploy.formats.manifest import BundleFile, FileFormat, Manifest, Target, load_json
 from qnndeploy.qnn import emulator, qnnsystem
 from qnndeploy.qnn.markers import scan_file
 from qnndeploy.qnn.qnnsystem import ContextInfo
@@ -145,51 +144,50 @@ def _soc_name(soc_model: int | None) -> str | None:
         return None
 
 
-def _disagreements(report: BinaryReport, target: dict[str, Any]) -> tuple[str, ...]:
+def _disagreements(report: BinaryReport, target: Target) -> tuple[str, ...]:
     """Where a binary read by libQnnSystem says another SoC or arch than the manifest's target."""
     found = []
     c = report.context
-    if c is not None and c.soc_model is not None and target.get("soc_id") not in (None, c.soc_model):
+    if c is not None and c.soc_model is not None and target.soc_id != c.soc_model:
         found.append(f"compiled for soc_model {c.soc_model} ({report.binary_soc or 'not in the catalog'}), "
-                     f"but the target is {target['soc']} (soc_model {target['soc_id']})")
-    if c is not None and c.dsp_arch and target.get("dsp_arch") not in (None, c.dsp_arch):
-        found.append(f"compiled for HTP {c.dsp_arch}, but the target {target['soc']} is {target['dsp_arch']}")
+                     f"but the target is {target.soc} (soc_model {target.soc_id})")
+    if c is not None and c.dsp_arch and target.dsp_arch != c.dsp_arch:
+        found.append(f"compiled for HTP {c.dsp_arch}, but the target {target.soc} is {target.dsp_arch}")
     return tuple(found)
 
 
 def _bundle(shown: Path, root: Path, lib: Path | None, missing: str, deep: bool) -> InspectResult:
-    manifest = load_manifest(root)
-    jobs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    raw = load_json(root)
+    manifest = Manifest.parse(raw)
+    jobs: list[tuple[Target, BundleFile]] = []
     top = root.resolve()
-    for target in manifest["targets"]:
-        for artifact in target["artifacts"]:
-            if artifact["format"] != CONTEXT_BINARY:
+    for target in manifest.targets:
+        for artifact in target.artifacts:
+            if artifact.format != FileFormat.QNN_CONTEXT_BINARY:
                 continue
-            file = root / artifact["path"]
+            file = root / artifact.path
             if not file.resolve().is_relative_to(top) or not os.path.lexists(file):
-                raise QnnDeployError(f"{shown}: {artifact['path']} is missing or outside the bundle "
+                raise QnnDeployError(f"{shown}: {artifact.path} is missing or outside the bundle "
                                      "(run `qnndeploy bundle verify`)")
             jobs.append((target, artifact))
-    paths = list(dict.fromkeys(a["path"] for _, a in jobs))  # each file read once, however often it is listed
+    paths = list(dict.fromkeys(a.path for _, a in jobs))  # each file read once, however often it is listed
     sizes = [_size(root / p, follow=False) for p in paths]
     # one libQnnSystem child for all of them (qnnsystem.read_contexts), as bundle verify reads them
     answers = qnnsystem.read_contexts([root / p for p in paths], lib) if lib is not None else [None] * len(paths)
     read = {p: _report(root / p, p, n, a, missing) for p, n, a in zip(paths, sizes, answers, strict=True)}
-    emulated, done = _emulated(root, manifest, read) if deep and read else ({}, None)
+    emulated, done = _emulated(root, raw, manifest, read) if deep and read else ({}, None)
 
-    def one(job: tuple[dict[str, Any], dict[str, Any]]) -> BinaryReport:
+    def one(job: tuple[Target, BundleFile]) -> BinaryReport:
         target, artifact = job
-        report = read[artifact["path"]]
-        graphs = tuple(artifact.get("graphs") or [artifact["graph"]])
-        return BinaryReport(**{**report.__dict__, "soc": target["soc"], "soc_id": target.get("soc_id"),
-                               "target_arch": target.get("dsp_arch"), "graphs": graphs,
-                               "warnings": _disagreements(report, target),
-                               "emulated": emulated.get(artifact["path"])})
+        report = read[artifact.path]
+        return BinaryReport(**{**report.__dict__, "soc": target.soc, "soc_id": target.soc_id,
+                               "target_arch": target.dsp_arch, "graphs": tuple(artifact.served),
+                               "warnings": _disagreements(report, target), "emulated": emulated.get(artifact.path)})
 
     binaries = tuple(map(one, jobs))
     notes = () if binaries else ("the bundle holds no QNN context binary",)
-    result = _result(shown, "bundle", binaries, bundle=f"{manifest['name']} {manifest['version']}",
-                     qairt=manifest["qairt"].get("build") or manifest["qairt"].get("version"), notes=notes, deep=done)
+    result = _result(shown, "bundle", binaries, bundle=manifest.bundle_version,
+                     qairt=manifest.qairt.build or manifest.qairt.version, notes=notes, deep=done)
     problems = any(e and not e.startswith(MATCHES) for e in emulated.values())
     return InspectResult(**{**result.__dict__, "ok": result.ok and not problems})
 
@@ -197,11 +195,13 @@ def _bundle(shown: Path, root: Path, lib: Path | None, missing: str, deep: bool)
 MATCHES = "loads and computes what its CPU model does"
 
 
-def _emulated(root: Path, manifest: dict[str, Any], read: dict[str, BinaryReport]) -> tuple[dict[str, str], str]:
-    """(bundle path -> what the host emulator made of it, what was done): the binaries libQnnSystem read."""
+def _emulated(root: Path, raw: JSON, manifest: Manifest, read: dict[str, BinaryReport]
+              ) -> tuple[dict[str, str], str]:
+    """(bundle path -> what the host emulator made of it, what was done): the binaries libQnnSystem read (the
+    emulator, a floor below the typed manifest, reads the manifest's JSON)."""
     names = {p: [g.name for g in r.context.graphs] for p, r in read.items() if r.context is not None}
     try:
-        found = emulator.check_bundle(root, manifest, names)
+        found = emulator.check_bundle(root, raw, names)
     except QnnDeployError as e:
         return {}, f"not loaded on the host emulator: {e}"
     if not found.done.startswith(tuple("0123456789")):  # "not loaded (why)": nothing was run
@@ -210,6 +210,6 @@ def _emulated(root: Path, manifest: dict[str, Any], read: dict[str, BinaryReport
     return {p: told.get(p, MATCHES) for p in names if p in _single_graph_binaries(manifest)}, found.done
 
 
-def _single_graph_binaries(manifest: dict[str, Any]) -> set[str]:
-    return {a["path"] for t in manifest["targets"] for a in t["artifacts"]
-            if a["format"] == CONTEXT_BINARY and len(a.get("graphs") or [a.get("graph")]) == 1}
+def _single_graph_binaries(manifest: Manifest) -> set[str]:
+    return {a.path for t in manifest.targets for a in t.artifacts
+            if a.format == FileFormat.QNN_CONTEXT_BINARY and len(a.served) == 1}

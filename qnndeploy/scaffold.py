@@ -22,10 +22,10 @@ from qnndeploy import __version__
 from qnndeploy.base import codegen, compat
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.base.fileio import check_replaceable, check_writable, copy_verified, staging_dir
-from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION, MANIFEST, ONNX, artifact_graphs
+from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION, MANIFEST
 from qnndeploy.formats import playplan
 from qnndeploy.formats.decision import BACKEND_LIB, REASONS, SYSTEM_LIB, VENDOR_DSP_FOLDERS, soc_tables, template_fields
-from qnndeploy.formats.manifest import read_manifest, schema, verified_bytes
+from qnndeploy.formats.manifest import FileFormat, Manifest, read_manifest, schema, verified_bytes
 from qnndeploy.formats.verify import VerifyReport, require_ok, verify_folder
 from qnndeploy.qnn import epcontext
 
@@ -124,8 +124,8 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
         copied, nbytes = _copy_bundle(bundle, manifest, glue / "bundle", play)
         kotlin = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*.kt"))
 
-    rt = manifest["runtime"]
-    pinned = f"{rt['maven'].rpartition(':')[0]}:{pins.qnn_runtime}" if pins and rt["mode"] == "external" else None
+    rt = manifest.runtime
+    pinned = f"{rt.maven.rpartition(':')[0]}:{pins.qnn_runtime}" if pins and not rt.bundled else None
     lines = [] if app else [
         f'app build.gradle.kts:  apply(from = "{out.name}/qnndeploy.gradle")',
         ('AndroidManifest.xml, in <application>:  <uses-native-library android:name="libcdsprpc.so" '
@@ -139,9 +139,9 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
     return ScaffoldResult(
         path=out, package=package, engine=engine, app=app, glue=out / "app" / APP_GLUE_DIR if app else out,
         kotlin=kotlin, bundle_files=copied, bundle_bytes=nbytes,
-        targets=[f"{t['soc']} ({t['dsp_arch']})" for t in manifest["targets"]],
-        runtime=f"external: {pinned or rt['maven']} (Maven, pinned)" if rt["mode"] == "external"
-        else f"bundled: {len(rt['libs'])} libraries in jniLibs/arm64-v8a",
+        targets=[f"{t.soc} ({t.dsp_arch})" for t in manifest.targets],
+        runtime=f"bundled: {len(rt.libs)} libraries in jniLibs/arm64-v8a" if rt.bundled
+        else f"external: {pinned or rt.maven} (Maven, pinned)",
         lines=lines,
         ort_aar=pins.describe if pins else None,
         warnings=[*pins.warnings, *_ir_warnings(manifest, bundle, pins)] if pins else [],
@@ -149,15 +149,15 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
     )
 
 
-def _ir_warnings(manifest: dict[str, Any], bundle: Path, pins: OrtPins) -> list[str]:
+def _ir_warnings(manifest: Manifest, bundle: Path, pins: OrtPins) -> list[str]:
     """Models of an ONNX IR version newer than the pinned ONNX Runtime reads (measured, runtime.json onnx_ir) fail
     to load on the phone: an EPContext wrapper made by an older qnndeploy (IR 14), or a CPU model exported so."""
     ort = pins.ort_android or pins.aar_version
     limit = compat.max_ir(ort)
     if limit is None:
         return [f"no measurement says which ONNX IR versions ONNX Runtime {ort} reads (README, Runtime compatibility)"]
-    files = [a["path"] for t in manifest["targets"] for a in t["artifacts"] if a["format"] == EPCONTEXT]
-    files += [a["path"] for a in manifest["cpu"] if a["format"] == ONNX]
+    files = [a.path for t in manifest.targets for a in t.artifacts if a.format == FileFormat.ORT_EPCONTEXT]
+    files += [a.path for a in manifest.cpu if a.format == FileFormat.ONNX]
     newer = [f"{p} (IR {v})" for p in files if (v := epcontext.ir_version(bundle / p)) > limit]
     if not newer:
         return []
@@ -196,13 +196,12 @@ class OrtPins:
         return f"{compat.aar_maven(self.aar)}:{self.aar_version}{ort} + qnn-runtime {self.qnn_runtime} ({what})"
 
 
-def _ort_pins(manifest: dict[str, Any], aar: str) -> OrtPins:
+def _ort_pins(manifest: Manifest, aar: str) -> OrtPins:
     """The newest validated set of `aar` whose qnn-runtime loads the bundle's binaries (qairt.min_runtime); when none
     does, the AAR's newest known release with the qnn-runtime the bundle requires, and a warning that says so."""
-    qairt = manifest["qairt"]
-    need = qairt.get("min_runtime") or compat.min_runtime_for_qairt(qairt["version"])
-    rt = manifest["runtime"]
-    bundle_runtime = rt["maven"].rpartition(":")[2] if rt["mode"] == "external" else qairt["version"]
+    qairt, rt = manifest.qairt, manifest.runtime
+    need = qairt.min_runtime or compat.min_runtime_for_qairt(qairt.version)
+    bundle_runtime = qairt.version if rt.bundled else rt.maven.rpartition(":")[2]
     warnings = []
     if aar == "qualcomm":
         warnings.append("Qualcomm's plugin AAR registers the QNN execution provider as a plugin library; the "
@@ -215,7 +214,7 @@ def _ort_pins(manifest: dict[str, Any], aar: str) -> OrtPins:
     newest = compat.validated_sets("0.0.0", aar)[0]
     version = newest.aar_version  # a release a source shows: no AAR version without one is written
     warnings.append(f"no validated {compat.aar_maven(aar)} set has a qnn-runtime that loads these QAIRT "
-                    f"{qairt['version']} binaries (they need {need}; the newest validated is {newest.describe()}): "
+                    f"{qairt.version} binaries (they need {need}; the newest validated is {newest.describe()}): "
                     f"pinned {compat.aar_maven(aar)}:{version} with qnn-runtime {bundle_runtime}, an unvalidated "
                     "combination; test it on phones (qnndeploy device verify), or compile with the QAIRT of a "
                     "validated set")
@@ -226,34 +225,34 @@ def _other(engine: str) -> str:
     return next(e for e in ENGINES if e != engine)
 
 
-def _check_engine(manifest: dict[str, Any], bundle: Path, engine: str) -> None:
+def _check_engine(manifest: Manifest, bundle: Path, engine: str) -> None:
     """Every target must hold what the engine loads, or the app would silently never use the NPU there."""
     fmt = ENGINES[engine]
     hint = " or use --engine sherpa-onnx, which loads the context binaries" if engine == "ort" else ""
-    cpu_only = [g["name"] for g in manifest["graphs"] if g.get("cpu_only")]
+    cpu_only = manifest.cpu_only
     if cpu_only and engine != "ort":
         raise QnnDeployError(f"graph(s) {', '.join(cpu_only)} of this split model run on the CPU, which engine "
                              f"{engine} (context binaries only) cannot: use --engine ort")
-    for t in manifest["targets"]:
-        for g in manifest["graphs"]:
-            if g["name"] in cpu_only:
+    for t in manifest.targets:
+        for g in manifest.graphs:
+            if g.cpu_only:
                 continue
-            if not any(g["name"] in artifact_graphs(a) and a["format"] == fmt for a in t["artifacts"]):
-                raise QnnDeployError(f"engine {engine} loads {fmt} files, but target {t['soc']} has none for graph "
-                                     f"'{g['name']}': rebuild the bundle with them{hint}")
-        shared = next((a for a in t["artifacts"] if len(artifact_graphs(a)) > 1), None)
+            if not any(a.serves(g.name) and a.format == fmt for a in t.artifacts):
+                raise QnnDeployError(f"engine {engine} loads {fmt} files, but target {t.soc} has none for graph "
+                                     f"'{g.name}': rebuild the bundle with them{hint}")
+        shared = next((a for a in t.artifacts if len(a.served) > 1), None)
         if shared is not None and engine != "ort":
-            raise QnnDeployError(f"{shared['path']} is one context binary for graphs {', '.join(shared['graphs'])} "
+            raise QnnDeployError(f"{shared.path} is one context binary for graphs {', '.join(shared.graphs)} "
                                  f"(compile --share), but engine {engine} runs the first graph of a context binary "
                                  "only: use --engine ort, whose sessions share it (ep.share_ep_contexts)")
 
 
-def _context(manifest: dict[str, Any], package: str, glue_name: str, engine: str, pins: OrtPins | None
+def _context(manifest: Manifest, package: str, glue_name: str, engine: str, pins: OrtPins | None
              ) -> dict[str, Any]:
     models, codenames = soc_tables()
-    rt = manifest["runtime"]
-    module, _, version = rt.get("maven", "").rpartition(":")
-    if pins is not None and rt["mode"] == "external":
+    rt = manifest.runtime
+    module, _, version = rt.maven.rpartition(":")
+    if pins is not None and not rt.bundled:
         version = pins.qnn_runtime  # the validated set's qnn-runtime (at least min_runtime), else the bundle's
     data = {
         "soc_models": models,
@@ -266,13 +265,13 @@ def _context(manifest: dict[str, Any], package: str, glue_name: str, engine: str
                          for f in schema()["$defs"]["artifact"]["properties"]["format"]["enum"]],
         "backend_lib": BACKEND_LIB,
         "system_lib": SYSTEM_LIB,
-        "graphs": [g["name"] for g in manifest["graphs"]],
-        "targets": [f"{t['soc']} ({t['dsp_arch']})" for t in manifest["targets"]] or ["none"],
-        "qairt": manifest["qairt"]["version"],
-        "runtime_mode": rt["mode"],
+        "graphs": [g.name for g in manifest.graphs],
+        "targets": [f"{t.soc} ({t.dsp_arch})" for t in manifest.targets] or ["none"],
+        "qairt": manifest.qairt.version,
+        "runtime_mode": rt.mode.value,
         "maven_module": module,
         "maven_version": version,
-        "jni_libs": [lib["path"].rsplit("/", 1)[-1] for lib in rt.get("libs", [])],
+        "jni_libs": [lib.path.rsplit("/", 1)[-1] for lib in rt.libs],
         "ort_version": pins.aar_version if pins else "",
         "ort_aar": pins.aar if pins else "",
         "ort_maven": compat.aar_maven(pins.aar) if pins else "",
@@ -358,7 +357,7 @@ def _render(template: Path, values: dict[str, Any], dest: Path) -> None:
         target.write_text(env.from_string(src.read_text(encoding="utf-8")).render(context), encoding="utf-8")
 
 
-def _copy_bundle(bundle: Path, manifest: dict[str, Any], dest: Path, play: Path | None = None) -> tuple[int, int]:
+def _copy_bundle(bundle: Path, manifest: Manifest, dest: Path, play: Path | None = None) -> tuple[int, int]:
     """The bundle in Gradle's layout: manifest and models as assets, runtime libraries flat in jniLibs/arm64-v8a.
 
     The Skel goes beside the Android libraries, as in every QNN app: installed in nativeLibraryDir, the folder that
@@ -373,15 +372,15 @@ def _copy_bundle(bundle: Path, manifest: dict[str, Any], dest: Path, play: Path 
     assets.mkdir(parents=True)
     raw = verified_bytes(bundle, manifest)
     (assets / MANIFEST).write_bytes(raw)
-    files = manifest["cpu"] + ([] if play is not None else [a for t in manifest["targets"] for a in t["artifacts"]])
-    copies = [(bundle / a["path"], assets / a["path"], a) for a in files]
-    if manifest["runtime"]["mode"] == "bundled":
-        copies += [(bundle / lib["path"], dest / "jniLibs" / "arm64-v8a" / lib["path"].rsplit("/", 1)[-1], lib)
-                   for lib in manifest["runtime"]["libs"]]
+    files = list(manifest.cpu) if play is not None else manifest.model_files
+    copies = [(bundle / a.path, assets / a.path, a) for a in files]
+    if manifest.runtime.bundled:
+        copies += [(bundle / lib.path, dest / "jniLibs" / "arm64-v8a" / lib.path.rsplit("/", 1)[-1], lib)
+                   for lib in manifest.runtime.libs]
     nbytes = len(raw)
     for src, dst, entry in copies:
         dst.parent.mkdir(parents=True, exist_ok=True)
-        nbytes += copy_verified(src, dst, sha256=entry["sha256"], size=entry["size"], beneath=bundle,
+        nbytes += copy_verified(src, dst, sha256=entry.sha256, size=entry.size, beneath=bundle,
                                 what="bundle file").size
     if play is not None:  # the plan read_plan_of checked against this bundle
         nbytes += copy_verified(Path(play) / playplan.PLAN, assets / playplan.PLAN, beneath=Path(play),

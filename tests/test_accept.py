@@ -22,7 +22,7 @@ from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.bundle.build import build_bundle, spec_from_build
 from qnndeploy.cli import cli
 from qnndeploy.formats.decision import Device, decide
-from qnndeploy.formats.manifest import schema_errors, worst_metric
+from qnndeploy.formats.manifest import Manifest, schema_errors, worst_metric
 from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.qnn import htp
 
@@ -121,7 +121,7 @@ def test_accepted_failures_ship_with_their_reason_and_verify_prints_them(build, 
     assert code == 0 and [(a["soc"], a["graph"], a["runs_on"], a["by"]) for a in report["accepted"]] == [
         ("SM8550", "enc", "npu", "bundle --accept"), ("SM8750", "enc", "npu", "bundle --accept")]
     assert any("FAILED validation" in w["message"] for w in report["warnings"])
-    assert decide(m, PHONE, load_errors={}, lib_dir="/lib").reason_key == "npu"
+    assert decide(Manifest.parse(m), PHONE, load_errors={}, lib_dir="/lib").reason_key == "npu"
 
 
 @pytest.mark.slow
@@ -131,7 +131,7 @@ def test_accept_on_cpu_makes_the_app_take_the_cpu_on_that_soc(build, tmp_path):
     m = manifest(bundle)
     assert [t["accepted_on"] for t in m["targets"]] == ["cpu", "cpu"]
     assert verify_bundle(bundle).ok
-    d = decide(m, PHONE, load_errors={}, lib_dir="/lib")
+    d = decide(Manifest.parse(m), PHONE, load_errors={}, lib_dir="/lib")
     assert (d.provider, d.reason_key) == ("cpu", "validation_failed")
     assert d.reason == ('graph "enc" failed validation on SM8750 and the bundle asks for the CPU there (accepted: '
                         "too far off on the NPU)")
@@ -211,7 +211,7 @@ def accepted_manifest(on: str | None = "cpu", graphs: tuple[str, ...] = ("rec",)
 def test_the_decision_takes_the_cpu_only_where_the_bundle_asks_for_it():
     def key(m: dict, device: Device = PHONE, load_errors: dict | None = None) -> tuple[str, str]:
         assert not schema_errors(m)
-        d = decide(m, device, load_errors=load_errors or {}, lib_dir="/lib")
+        d = decide(Manifest.parse(m), device, load_errors=load_errors or {}, lib_dir="/lib")
         return d.reason_key, d.reason
 
     first = 'graph "det" failed validation on SM8750 and the bundle asks for the CPU there (accepted: r-det)'

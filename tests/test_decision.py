@@ -23,14 +23,15 @@ from qnndeploy.formats.decision import (
     soc_tables,
     template_fields,
 )
-from qnndeploy.formats.manifest import schema_errors
+from qnndeploy.formats.manifest import Manifest, schema_errors
 
 LIB_DIR = "/data/app/~~x/com.example-1/lib/arm64"
 SM8750 = Device("SM8750", "sun", 35)
 
 
 def run(manifest=None, device=SM8750, load_errors=None, **kw):
-    return decide(manifest or bundles.manifest(), device, load_errors=load_errors or {}, lib_dir=LIB_DIR, **kw)
+    return decide(Manifest.parse(manifest or bundles.manifest()), device, load_errors=load_errors or {},
+                  lib_dir=LIB_DIR, **kw)
 
 
 def test_fixture_manifests_follow_the_schema():

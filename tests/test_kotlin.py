@@ -39,6 +39,7 @@ from qnndeploy.formats.decision import (
     soc_tables,
     template_fields,
 )
+from qnndeploy.formats.manifest import Manifest
 from qnndeploy.formats.playplan import FOLDER, expected_group, plan_groups, play_group, read_plan
 from qnndeploy.package.play import package_play
 from qnndeploy.qnn import htp, markers
@@ -272,7 +273,7 @@ def test_python_and_kotlin_decide_alike(rendered, kotlin):
     for case, got in zip(cases, out["cases"], strict=True):
         rem = case["remembered"]
         manifest = manifests[case["manifest"]]
-        expected = decide(manifest, Device(**case["device"]), load_errors=case["load_errors"],
+        expected = decide(Manifest.parse(manifest), Device(**case["device"]), load_errors=case["load_errors"],
                           lib_dir=case["lib_dir"], adsp_before=case["adsp_before"], adsp_error=case["adsp_error"],
                           npu_format=case["npu_format"], app_version=case["app_version"],
                           remembered=Remembered(**rem) if rem else None, runtime_version=case["runtime_version"])

@@ -20,6 +20,7 @@ from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.cli import cli
 from qnndeploy.demo import run_demo
 from qnndeploy.formats import decision, playplan
+from qnndeploy.formats.manifest import Manifest
 from qnndeploy.package import play
 from qnndeploy.qnn import htp
 
@@ -253,7 +254,8 @@ def test_a_target_named_by_an_alias_gets_the_catalog_socs_group(tmp_path):
         (tmp_path / entry["path"]).write_bytes(entry["path"].encode())
         entry.update(sha256=sha(tmp_path / entry["path"]), size=len(entry["path"]))  # what _Sizes checks
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    plan = play._plan(tmp_path, manifest, "qnndeploy_models", "fast-follow", play._Sizes(tmp_path, manifest, None))
+    parsed = Manifest.parse(manifest)
+    plan = play._plan(tmp_path, parsed, "qnndeploy_models", "fast-follow", play._Sizes(tmp_path, parsed, None))
     group = plan["groups"][0]
     assert group["socs"] == ["SM8750"]
     assert {s["model"] for s in group["selectors"]} == set(socs.find("SM8750").names)

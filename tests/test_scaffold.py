@@ -375,22 +375,23 @@ def test_templates_are_found_from_a_source_checkout_that_was_not_installed(tmp_p
 # --- runtime compatibility: the ONNX Runtime AAR and qnn-runtime pins ----------------------------------------------
 
 def test_scaffold_pins_a_validated_set_that_loads_the_bundle():
+    from qnndeploy.formats.manifest import Manifest
     from qnndeploy.scaffold import _ort_pins
 
     m = bundles.manifest()
     m["qairt"] = {"version": "2.49.40", "build": None, "min_runtime": "2.49.0"}
     m["runtime"]["maven"] = "com.qualcomm.qti:qnn-runtime:2.49.40"
-    pins = _ort_pins(m, "qualcomm")
+    pins = _ort_pins(Manifest.parse(m), "qualcomm")
     assert (pins.aar_version, pins.ort_android, pins.qnn_runtime) == ("2.5.0", "1.26.0", "2.49.0")
     assert pins.validated is not None and "onnxruntime-qnn/pull/783" in pins.validated.source.url
     assert not any("no validated" in w for w in pins.warnings)
     m["qairt"] = {"version": "2.40.0", "build": None, "min_runtime": "2.40.0"}
     m["runtime"]["maven"] = "com.qualcomm.qti:qnn-runtime:2.40.0"
-    pins = _ort_pins(m, "microsoft")
+    pins = _ort_pins(Manifest.parse(m), "microsoft")
     assert (pins.aar_version, pins.ort_android, pins.qnn_runtime, pins.warnings) == ("1.26.0", None, "2.42.0", [])
     m["qairt"] = {"version": "2.45.0", "build": None, "min_runtime": "2.45.0"}  # newer than Microsoft's QNN 2.42
     m["runtime"]["maven"] = "com.qualcomm.qti:qnn-runtime:2.45.0"
-    pins = _ort_pins(m, "microsoft")
+    pins = _ort_pins(Manifest.parse(m), "microsoft")
     assert pins.validated is None and (pins.aar_version, pins.qnn_runtime) == ("1.26.0", "2.45.0")
 
 

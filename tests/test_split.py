@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from qnndeploy.base.names import EPCONTEXT
 from qnndeploy.cli import cli
 from qnndeploy.formats.decision import Device, decide
+from qnndeploy.formats.manifest import Manifest
 from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.scaffold import scaffold
 
@@ -68,7 +69,8 @@ def test_split_at_the_log_makes_the_npu_part_pass_and_the_bundle_runs_both_in_or
     assert not any(head.stem in a.get("graph", "") for t in manifest["targets"] for a in t["artifacts"])
     assert verify_bundle(bundle).ok
 
-    d = decide(manifest, Device("SM8750", None, 34), load_errors={}, lib_dir="/lib", npu_format=EPCONTEXT)
+    d = decide(Manifest.parse(manifest), Device("SM8750", None, 34), load_errors={}, lib_dir="/lib",
+               npu_format=EPCONTEXT)
     assert d.npu and d.cpu_graphs == [head.stem]
     assert d.paths == {head.stem: f"cpu/{head.stem}.onnx", tail.stem: f"npu/SM8750/{tail.stem}_ctx.onnx"}
     assert f"cpu/{head.stem}.onnx" in d.files
@@ -160,7 +162,8 @@ def test_a_model_over_one_context_is_split_by_size_into_npu_graphs_bundled_as_a_
     assert manifest["pipeline"] == names and not any(g.get("cpu_only") for g in manifest["graphs"])
     assert {a["path"] for a in manifest["cpu"]} >= {f"cpu/{n}.onnx.data" for n in names}
     assert verify_bundle(bundle).ok
-    d = decide(manifest, Device("SM8750", None, 34), load_errors={}, lib_dir="/lib", npu_format=EPCONTEXT)
+    d = decide(Manifest.parse(manifest), Device("SM8750", None, 34), load_errors={}, lib_dir="/lib",
+               npu_format=EPCONTEXT)
     assert d.npu and d.paths == {n: f"npu/SM8750/{n}_ctx.onnx" for n in names}
 
 

@@ -59,6 +59,7 @@ from qnndeploy.formats import archive
 from qnndeploy.formats.decision import BACKEND_LIB, SYSTEM_LIB, qnn_libraries
 from qnndeploy.formats.manifest import (
     ACCEPTED_BY,
+    Manifest,
     accepted_reason,
     external_data_path,
     graph_signature,
@@ -527,7 +528,8 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
             facts = _stage(spec, plan, tmp, progress)
             manifest = _manifest(spec, plan, facts)
             write_json(tmp / MANIFEST, manifest)
-            contexts, missing = _verify_staged(manifest, plan, facts, tmp)
+            parsed = Manifest.parse(manifest)
+            contexts, missing = _verify_staged(parsed, plan, facts, tmp)
             if archive_path is not None and archive_fmt is not None:
                 archive_tmp = partial_file(archive_path)
                 archive.write_archive(tmp, archive_tmp, archive_fmt, top=final.name)
@@ -541,15 +543,14 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
         if not final.exists():
             remove_made(out_dir, made)
         raise
-    rt, qairt = manifest["runtime"], manifest["qairt"]
+    rt = parsed.runtime
     return BundleResult(
         path=final, archive=archive_path, name=spec.name, version=spec.version,
-        qairt=qairt["build"] or qairt["version"],
-        targets=[f"{t['soc']} ({t['dsp_arch']})" for t in manifest["targets"]],
-        runtime=f"external: {rt['maven']} (the app must bring it)" if rt["mode"] == "external"
-        else f"bundled: {len(rt['libs'])} libraries",
+        qairt=parsed.qairt.build or parsed.qairt.version,
+        targets=[f"{t.soc} ({t.dsp_arch})" for t in parsed.targets],
+        runtime=f"bundled: {len(rt.libs)} libraries" if rt.bundled else f"external: {rt.maven} (the app must bring it)",
         files=len(facts), bytes=sum(f.size for f in facts.values()),
-        warnings=_warnings(spec, manifest, facts, contexts, missing),
+        warnings=_warnings(spec, parsed, facts, contexts, missing),
     )
 
 
@@ -678,7 +679,7 @@ def _manifest(spec: BundleSpec, plan: _Plan, facts: dict[str, FileFacts]) -> JSO
     }
 
 
-def _verify_staged(manifest: JSON, plan: _Plan, facts: dict[str, FileFacts], tmp: Path
+def _verify_staged(manifest: Manifest, plan: _Plan, facts: dict[str, FileFacts], tmp: Path
                    ) -> tuple[Contexts, str | None]:
     """Check the staged bundle by bundle verify's rules (its binaries read by libQnnSystem when it is here), and
     refuse it in one line when it would not verify; the binaries' metadata and why some were not read."""
@@ -690,7 +691,7 @@ def _verify_staged(manifest: JSON, plan: _Plan, facts: dict[str, FileFacts], tmp
     return contexts, missing
 
 
-def _warnings(spec: BundleSpec, manifest: JSON, facts: dict[str, FileFacts], contexts: Contexts,
+def _warnings(spec: BundleSpec, manifest: Manifest, facts: dict[str, FileFacts], contexts: Contexts,
               missing: str | None) -> list[Problem]:
     """What verify warns of in the written bundle, and each graph shipped without a passed validation."""
     warnings = check_warnings(manifest, facts, contexts)

@@ -17,9 +17,9 @@ from typing import Any
 from qnndeploy.base import socs
 from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON
-from qnndeploy.base.names import CONTEXT_BINARY, artifact_graphs
 from qnndeploy.device.verify import DeviceVerification, GraphRun, Job, write_record
 from qnndeploy.formats import decision
+from qnndeploy.formats.manifest import FileFormat, Manifest
 from qnndeploy.model import metrics
 from qnndeploy.qnn import aihub
 
@@ -35,12 +35,12 @@ class HostedChoice:
     choice: decision.Decision | None  # None without a bundle
 
 
-def list_hosted(manifest: JSON | None = None) -> list[HostedChoice]:
+def list_hosted(manifest: Manifest | None = None) -> list[HostedChoice]:
     """AI Hub's devices, their chipset mapped to the catalog, and with a bundle what the app would choose there."""
     return [HostedChoice(d, _decide(manifest, d) if manifest is not None else None) for d in aihub.hosted_devices()]
 
 
-def _decide(manifest: JSON, device: aihub.HostedDevice) -> decision.Decision:
+def _decide(manifest: Manifest, device: aihub.HostedDevice) -> decision.Decision:
     phone = decision.Device(device.soc or device.chipset, None, ANDROID_SDK)
     return decision.decide(manifest, phone, load_errors={}, lib_dir="")
 
@@ -93,11 +93,12 @@ def _verify_one(job: Job, device: Any, hosted: aihub.HostedDevice) -> DeviceVeri
         result.ok = True
         result.record = write_record(job, result)
         return result
-    binaries = {a["path"]: a for t in job.manifest["targets"] for a in t["artifacts"] if a["format"] == CONTEXT_BINARY}
+    binaries = {a.path: a for t in job.manifest.targets for a in t.artifacts
+                if a.format == FileFormat.QNN_CONTEXT_BINARY}
     for graph in choice.paths:
         if graph in choice.cpu_graphs:
             continue
-        binary = next(p for p, a in binaries.items() if graph in artifact_graphs(a) and p in choice.files)
+        binary = next(p for p, a in binaries.items() if a.serves(graph) and p in choice.files)
         result.graphs.append(_run_graph(job, device, hosted, graph, binary, choice))
     result.ok = bool(result.graphs) and all(g.status == "passed" for g in result.graphs)
     statuses = {g.status for g in result.graphs}
@@ -129,7 +130,7 @@ def _run_graph(job: Job, device: Any, hosted: aihub.HostedDevice, graph: str, bi
         run.reason = str(e)
         return run
     actual = _per_sample(outputs or {}, list(expected[0]), len(samples))
-    precision = next(t["precision"] for t in job.manifest["targets"] if t["soc"] == choice.soc)
+    precision = next(t.precision for t in job.manifest.targets if t.soc == choice.soc)
     run.thresholds = limits = metrics.thresholds_for(precision)
     run.outputs = metrics.judge_model(job.cpu_model(graph), expected, actual, limits)
     run.status = "passed" if all(m.passed for m in run.outputs) else "failed"

@@ -121,7 +121,7 @@ def device_info(serial: str | None = None, bundle: Path | None = None, timeout: 
         dsp_dirs=dsp_dirs, vendor_qnn_libs=sorted(lib for lib in libs if lib.strip()))
     info.notes = _notes(info)
     if manifest is not None:
-        info.bundle = decision.bundle_version(manifest)
+        info.bundle = manifest.bundle_version
         # The libraries' loading can only be seen in the app (or by `device verify`); assume they load.
         info.app_choice = decision.decide(manifest, phone, load_errors={}, lib_dir="<app native library dir>",
                                           runtime_version=runtime_version)

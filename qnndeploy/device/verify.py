@@ -22,15 +22,15 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from qnndeploy import __version__
 from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON, sha256_file, write_json
-from qnndeploy.base.names import artifact_graphs
 from qnndeploy.device import runner
 from qnndeploy.device.adb import FILES, Device, LocalFile, MiB, Progress, Upload, connect, list_devices
 from qnndeploy.formats import decision, playplan
-from qnndeploy.formats.manifest import file_entries, load_manifest
+from qnndeploy.formats.manifest import FileFormat, Manifest, Provider, load_manifest
 from qnndeploy.formats.verify import VerifyReport, opened
 from qnndeploy.model import metrics, samples
 from qnndeploy.model.samples import Sample
@@ -103,7 +103,7 @@ class DeviceVerification:
     soc: str | None = None
     identified_by: str | None = None
     dsp_arch: str | None = None
-    provider: str | None = None  # "npu" or "cpu", as the app would choose
+    provider: Provider | None = None  # as the app would choose
     reason: str | None = None
     expectation: str | None = None
     remote_dir: str | None = None
@@ -119,7 +119,7 @@ class DeviceVerification:
 class Job:
     """What every phone of one `device verify` shares: the checked bundle, the runner and the CPU references."""
 
-    def __init__(self, bundle: Path, manifest: JSON, runner_path: Path | None = None, sdk_root: Path | None = None,
+    def __init__(self, bundle: Path, manifest: Manifest, runner_path: Path | None = None, sdk_root: Path | None = None,
                  inputs: Path | None = None, random: int | None = None, seed: int = 0, runs: int = 10,
                  record_dir: Path = DEFAULT_RECORD_DIR, play: Path | None = None, timeout: float | None = None,
                  preprocess: str | Path | None = None, given: Path | None = None) -> None:
@@ -138,15 +138,15 @@ class Job:
             self.runner_sha256 = sha256_file(self.runner, scan=found)
             _same_qairt(manifest, self.runner, found.builds)
         self.sdk_root = Path(sdk_root) if sdk_root else None
-        if self.runner and manifest["runtime"]["mode"] == "external" and self.sdk_root is None:
-            raise BadInput(f"the bundle uses an external runtime ({manifest['runtime']['maven']}): the runner "
+        if self.runner and not manifest.runtime.bundled and self.sdk_root is None:
+            raise BadInput(f"the bundle uses an external runtime ({manifest.runtime.maven}): the runner "
                            "needs the QNN libraries, pass --qnn-sdk-root DIR of that QAIRT version")
         self.inputs, self.samples, self.seed, self.runs = inputs, random or 1, seed, runs
         self.timeout = timeout  # --timeout: replaces every adb step's deadline (None: each step's default)
         self.record_dir = Path(record_dir)
-        self.bundle_id = f"{manifest['name']}-{manifest['version']}"
+        self.bundle_id = f"{manifest.name}-{manifest.version}"
         self.remote_dir = f"{REMOTE_ROOT}/{self.bundle_id}"
-        self.sha256 = {e["path"]: e["sha256"] for e in _entries(manifest)}
+        self.sha256 = {e.path: e.sha256 for _, e in manifest.files()}
         self.manifest_sha256 = sha256_file(self.bundle / "manifest.json")  # every phone gets these very bytes
         self.play_plan: JSON | None = None
         self.play_groups: list[playplan.Group] = []
@@ -177,8 +177,8 @@ class Job:
             return self._refs[graph]
 
     def cpu_model(self, graph: str) -> Path:
-        return next(self.bundle / str(a["path"]) for a in self.manifest["cpu"] if a["graph"] == graph
-                    and a["format"] == "onnx")
+        return next(self.bundle / a.path for a in self.manifest.cpu if a.graph == graph
+                    and a.format == FileFormat.ONNX)
 
 
 def play_check(plan: JSON, groups: list[playplan.Group], props: dict[str, str], soc: str | None) -> PlayCheck:
@@ -206,13 +206,9 @@ def play_check(plan: JSON, groups: list[playplan.Group], props: dict[str, str], 
                      f"SoC {soc or 'unknown'}: {why}; the app would run on the CPU")
 
 
-def _entries(manifest: JSON) -> list[JSON]:
-
-    return [e for _, e in file_entries(manifest)]
-
-
 @contextmanager
-def checked_bundle(path: Path, allow_unchecked: bool = False) -> Iterator[tuple[Path, VerifyReport, JSON | None]]:
+def checked_bundle(path: Path, allow_unchecked: bool = False
+                   ) -> Iterator[tuple[Path, VerifyReport, Manifest | None]]:
     """(the bundle folder, bundle verify's report, the manifest when the bundle is sound) for a bundle folder or a
     .tar.gz/.zip of one, which stays extracted while the caller pushes from it: nothing is pushed from a bad bundle.
     Not loaded on the host emulator: the phone runs the binaries itself."""
@@ -241,7 +237,7 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
         result.play = play_check(job.play_plan, job.play_groups, props, choice.soc)
 
     files = {"manifest.json": LocalFile(job.bundle / "manifest.json", job.manifest_sha256)}
-    for rel in [*choice.files, *(a["path"] for a in job.manifest["cpu"])]:
+    for rel in [*choice.files, *(a.path for a in job.manifest.cpu)]:
         files[rel] = LocalFile(job.bundle / rel, job.sha256[rel])
     if choice.npu:
         assert choice.dsp_arch is not None  # an NPU decision names its target's arch
@@ -266,7 +262,7 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
         result.runner = runner.REMOTE_RUNNER
         assert job.runner_sha256 is not None  # hashed with the runner, in Job()
         runner.install(dev, job.runner, job.runner_sha256)
-        graphs_of = {a["path"]: artifact_graphs(a) for t in job.manifest["targets"] for a in t["artifacts"]}
+        graphs_of = {a.path: a.served for t in job.manifest.targets for a in t.artifacts}
         for graph, context in choice.paths.items():
             if graph in choice.cpu_graphs:  # a split model's CPU part: no context binary to run
                 continue
@@ -292,10 +288,10 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
 
 def _runtime_libs(job: Job, arch: str) -> dict[str, LocalFile]:
     """The QNN libraries an NPU run needs for one arch: the bundle's own, or (external runtime) the SDK's."""
-    runtime = job.manifest["runtime"]
-    if runtime["mode"] == "bundled":
-        return {lib["path"]: LocalFile(job.bundle / lib["path"], lib["sha256"]) for lib in runtime["libs"]
-                if lib["abi"] == f"hexagon-{arch}" or (lib["abi"] == "arm64-v8a" and lib.get("dsp_arch", arch) == arch)}
+    runtime = job.manifest.runtime
+    if runtime.bundled:
+        return {lib.path: LocalFile(job.bundle / lib.path, lib.sha256) for lib in runtime.libs
+                if lib.abi == f"hexagon-{arch}" or (lib.abi == "arm64-v8a" and (lib.dsp_arch or arch) == arch)}
     if job.sdk_root is None:
         return {}  # nothing to run them with: the app gets them from Maven
     backend, system, stub, skel = decision.qnn_libraries(arch)
@@ -312,10 +308,10 @@ def _runtime_libs(job: Job, arch: str) -> dict[str, LocalFile]:
     return files
 
 
-def _same_qairt(manifest: JSON, path: Path, builds: set[str]) -> None:
+def _same_qairt(manifest: Manifest, path: Path, builds: set[str]) -> None:
     """The phone must run the QAIRT the context binaries were compiled with (else error 5000, "Unsupported context
     binary version"): refuse SDK files that say they are another version."""
-    want = manifest["qairt"]["version"]
+    want = manifest.qairt.version
     other = sorted(b for b in builds if markers.build_version(b) != want)
     if other:
         raise BadInput(f"{path} is QAIRT {', '.join(other)} but the bundle was compiled with QAIRT {want}: "
@@ -337,8 +333,9 @@ def _run_graph(dev: Device, job: Job, graph: str, context: str, result: DeviceVe
     samples, expected, run.inputs = job.reference(graph)
     lines = max(job.runs, len(samples))
     workdir = f"{REMOTE_ROOT}/run/{job.bundle_id}/{graph}"
-    facts = {"adsp": result.environment[decision.ADSP_VAR], "soc": result.soc, "arch": result.dsp_arch,
-             "qairt": job.manifest["qairt"]["version"]}
+    # soc and arch are set: only an NPU decision runs graphs
+    facts: dict[str, Any] = {"adsp": result.environment[decision.ADSP_VAR], "soc": result.soc,
+                             "arch": result.dsp_arch, "qairt": job.manifest.qairt.version}
     env = (result.environment["LD_LIBRARY_PATH"], result.environment[decision.ADSP_VAR])
     with tempfile.TemporaryDirectory(prefix="qnndeploy-run-") as tmp:
         local = Path(tmp)
@@ -366,7 +363,7 @@ def _run_graph(dev: Device, job: Job, graph: str, context: str, result: DeviceVe
                 dev.pull(f"{workdir}/out/{runner.output_file(i, name)}", target, max_bytes=4 * ref.size * 4 + MiB)
                 outputs[name] = runner.read_output(target, name, ref.shape)
             actual.append(outputs)
-    precision = next(t["precision"] for t in job.manifest["targets"] if t["soc"] == result.soc)
+    precision = next(t.precision for t in job.manifest.targets if t.soc == result.soc)
     run.thresholds = limits = metrics.thresholds_for(precision)
     run.outputs = metrics.judge_model(job.cpu_model(graph), expected, actual, limits)  # validate's rules
     run.status = "passed" if all(m.passed for m in run.outputs) else "failed"
@@ -386,8 +383,8 @@ def write_record(job: Job, r: DeviceVerification) -> Path:
         "record": RECORD, "version": RECORD_VERSION, "ok": r.ok,
         "device": {"serial": r.serial, "model": r.model, "android_release": r.android_release, "sdk": r.sdk},
         "soc": {"model": r.soc, "identified_by": r.identified_by, "dsp_arch": r.dsp_arch},
-        "bundle": {"name": job.manifest["name"], "version": job.manifest["version"],
-                   "qairt_version": job.manifest["qairt"]["version"], "qairt_build": job.manifest["qairt"]["build"],
+        "bundle": {"name": job.manifest.name, "version": job.manifest.version,
+                   "qairt_version": job.manifest.qairt.version, "qairt_build": job.manifest.qairt.build,
                    "path": str(job.given.resolve())},
         "decision": {"provider": r.provider, "reason": r.reason, "expectation": r.expectation},
         "push": {"remote_dir": r.remote_dir, **(asdict(r.push) if r.push else {})},

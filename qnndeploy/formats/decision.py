@@ -18,10 +18,11 @@ import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Literal, NamedTuple
+from typing import NamedTuple
 
 from qnndeploy.base import socs
-from qnndeploy.base.names import CONTEXT_BINARY, FORMAT, FORMAT_VERSION, ONNX, artifact_graphs
+from qnndeploy.base.names import FORMAT, FORMAT_VERSION
+from qnndeploy.formats.manifest import FileFormat, Manifest, Provider, Target
 
 BACKEND_LIB, SYSTEM_LIB = "libQnnHtp.so", "libQnnSystem.so"
 ADSP_VAR = "ADSP_LIBRARY_PATH"
@@ -132,7 +133,7 @@ class Remembered:
 
 @dataclass(frozen=True)
 class Decision:
-    provider: Literal["npu", "cpu"]
+    provider: Provider
     soc: str | None  # the catalog model (SM8750 for an SM8750P), or what the device reported
     identified_by: str | None  # Build.SOC_MODEL, ro.soc.model or ro.board.platform
     reason: str
@@ -151,11 +152,7 @@ class Decision:
 
     @property
     def npu(self) -> bool:
-        return self.provider == "npu"
-
-
-def bundle_version(manifest: Mapping[str, Any]) -> str:
-    return f"{manifest.get('name')} {manifest.get('version')}"
+        return self.provider == Provider.NPU
 
 
 def soc_tables() -> tuple[dict[str, str], dict[str, str]]:
@@ -202,13 +199,10 @@ def qnn_libraries(dsp_arch: str) -> QnnLibraries:
     return QnnLibraries(BACKEND_LIB, SYSTEM_LIB, f"libQnnHtpV{n}Stub.so", f"libQnnHtpV{n}Skel.so")
 
 
-def bundled_backend(manifest: Mapping[str, Any]) -> str | None:
+def bundled_backend(manifest: Manifest) -> str | None:
     """The bundle path of the libQnnHtp.so a bundle ships (runtime mode "bundled"); None for an external runtime."""
-    runtime = manifest.get("runtime") or {}
-    if runtime.get("mode") != "bundled":
-        return None
-    return next((lib["path"] for lib in runtime.get("libs") or [] if lib["path"].rsplit("/", 1)[-1] == BACKEND_LIB),
-                None)
+    return next((lib.path for lib in manifest.runtime.libs if manifest.runtime.bundled
+                 and lib.path.rsplit("/", 1)[-1] == BACKEND_LIB), None)
 
 
 def version_key(text: object) -> tuple[int, int, int] | None:
@@ -219,14 +213,6 @@ def version_key(text: object) -> tuple[int, int, int] | None:
     return x, y, z
 
 
-def min_runtime(manifest: Mapping[str, Any]) -> str | None:
-    """manifest["qairt"]["min_runtime"]: the oldest QAIRT runtime that loads the bundle's context binaries (older
-    bundles have none). Only a string counts; whether it is a version is for version_key to say."""
-    qairt = manifest.get("qairt")
-    value = qairt.get("min_runtime") if isinstance(qairt, Mapping) else None
-    return value if isinstance(value, str) else None
-
-
 def runtime_too_old(runtime: str, required: str) -> bool:
     """Refuse the NPU only when both versions are known and well-formed and the runtime is older: an unknown or
     malformed version on either side refuses nothing (a failing NPU init still falls back, and is remembered)."""
@@ -234,41 +220,30 @@ def runtime_too_old(runtime: str, required: str) -> bool:
     return have is not None and need is not None and have < need
 
 
-def cpu_asked(manifest: Mapping[str, Any], target: Mapping[str, Any]) -> tuple[str, str] | None:
+def cpu_asked(manifest: Manifest, target: Target) -> tuple[str, str] | None:
     """(graph, reason) when the bundle asks for the CPU on this target: its accepted_on is "cpu" (bundle --accept-on
     cpu) and a graph's failed validation was accepted with a reason, the first such graph in the manifest's order.
     None otherwise: accepted_on alone, or any other value, asks nothing."""
-    if target.get("accepted_on") != "cpu":
+    if target.accepted_on != Provider.CPU:
         return None
-    validation = target.get("validation")
-    summaries = validation.get("graphs") if isinstance(validation, Mapping) else None
-    if not isinstance(summaries, Mapping):
-        return None
-    for g in manifest.get("graphs") or []:
-        summary = summaries.get(g["name"])
-        accepted = summary.get("accepted") if isinstance(summary, Mapping) else None
-        why = accepted.get("reason") if isinstance(accepted, Mapping) else None
-        if isinstance(why, str):
-            return g["name"], why
-    return None
+    return next(((g.name, target.accepted[g.name]) for g in manifest.graphs if g.name in target.accepted), None)
 
 
 def _json(value: object) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def _cpu(manifest: Mapping[str, Any], identity: SocIdentity, why: Reason, adsp: str | None = None,
+def _cpu(manifest: Manifest, identity: SocIdentity, why: Reason, adsp: str | None = None,
          runtime_version: str | None = None) -> Decision:
     """The CPU models to load, and every CPU file to put beside them: the models and their external data."""
-    cpu = manifest.get("cpu")
-    cpu = cpu if isinstance(cpu, list) else []
-    return Decision(provider="cpu", soc=identity.soc, identified_by=identity.identified_by, reason=why.text,
-                    reason_key=why.key, paths={a["graph"]: a["path"] for a in cpu if a.get("format") == ONNX},
-                    files=[a["path"] for a in cpu], adsp_library_path=adsp, runtime_version=runtime_version)
+    return Decision(provider=Provider.CPU, soc=identity.soc, identified_by=identity.identified_by, reason=why.text,
+                    reason_key=why.key, paths={a.graph: a.path for a in manifest.cpu if a.format == FileFormat.ONNX},
+                    files=[a.path for a in manifest.cpu], adsp_library_path=adsp, runtime_version=runtime_version)
 
 
-def decide(manifest: Mapping[str, Any], device: Device, *, load_errors: Mapping[str, str], lib_dir: str,
-           adsp_before: str | None = None, adsp_error: str | None = None, npu_format: str = CONTEXT_BINARY,
+def decide(manifest: Manifest, device: Device, *, load_errors: Mapping[str, str], lib_dir: str,
+           adsp_before: str | None = None, adsp_error: str | None = None,
+           npu_format: FileFormat = FileFormat.QNN_CONTEXT_BINARY,
            app_version: str = "", remembered: Remembered | None = None,
            runtime_version: str | None = None) -> Decision:
     """NPU only when the SoC matches a bundle target that does not ask for the CPU (cpu_asked) AND the QNN libraries
@@ -282,14 +257,13 @@ def decide(manifest: Mapping[str, Any], device: Device, *, load_errors: Mapping[
     and is recorded, only once the libraries loaded. A runtime older than the manifest's qairt.min_runtime cannot
     load the context binaries ("Could not create context from binary"): CPU.
     The manifest is one that follows the schema (scaffold and `bundle verify` check it) or has a format or version
-    this reader does not know.
+    this reader does not know (Manifest.parse gives only those).
     """
     identity = identify(device)
-    fmt, version = manifest.get("format"), manifest.get("format_version")
-    if fmt != FORMAT or type(version) is not int or not 1 <= version <= FORMAT_VERSION:
-        why = reason("format_unsupported", format=_json(fmt), version=_json(version), expected_format=FORMAT,
-                     max_version=str(FORMAT_VERSION))
-        return Decision(provider="cpu", soc=identity.soc, identified_by=identity.identified_by, reason=why.text,
+    if not manifest.supported:
+        why = reason("format_unsupported", format=_json(manifest.format), version=_json(manifest.format_version),
+                     expected_format=FORMAT, max_version=str(FORMAT_VERSION))
+        return Decision(provider=Provider.CPU, soc=identity.soc, identified_by=identity.identified_by, reason=why.text,
                         reason_key=why.key)
     soc = identity.soc
     if soc is None:
@@ -299,40 +273,38 @@ def decide(manifest: Mapping[str, Any], device: Device, *, load_errors: Mapping[
 
     # Target names are not trimmed: the schema allows none with whitespace, and the reason lists them as written.
     models, _ = soc_tables()
-    targets = manifest.get("targets") or []
-    target = next((t for t in targets if models.get(upper(t["soc"]), upper(t["soc"])) == soc), None)
+    target = next((t for t in manifest.targets if models.get(upper(t.soc), upper(t.soc)) == soc), None)
     if target is None:
-        listed = ", ".join(t["soc"] for t in targets) or "none"
+        listed = ", ".join(t.soc for t in manifest.targets) or "none"
         return _cpu(manifest, identity, reason("soc_not_in_bundle", soc=soc, targets=listed))
     # A graph that failed validation, shipped for the CPU on this SoC: decided before any library is touched.
     asked = cpu_asked(manifest, target)
     if asked is not None:
         return _cpu(manifest, identity, reason("validation_failed", graph=asked[0], soc=soc, reason=asked[1]))
     paths: dict[str, str] = {}
-    cpu_graphs = [g["name"] for g in manifest.get("graphs") or [] if g.get("cpu_only") is True]
-    cpu = [a for a in manifest.get("cpu") or [] if a.get("graph") in cpu_graphs]
-    for g in manifest.get("graphs") or []:
-        if g["name"] in cpu_graphs:  # a split model's part that always runs on the CPU
-            art = next((a for a in cpu if a["graph"] == g["name"] and a.get("format") == ONNX), None)
+    cpu_graphs = manifest.cpu_only
+    cpu = [a for a in manifest.cpu if a.graph in cpu_graphs]
+    for g in manifest.graphs:
+        if g.cpu_only:  # a split model's part that always runs on the CPU
+            art = next((a for a in cpu if a.graph == g.name and a.format == FileFormat.ONNX), None)
             if art is None:
-                return _cpu(manifest, identity, reason("graph_file_missing", soc=soc, format=ONNX, graph=g["name"]))
-            paths[g["name"]] = art["path"]
+                return _cpu(manifest, identity, reason("graph_file_missing", soc=soc, format=FileFormat.ONNX,
+                                                       graph=g.name))
+            paths[g.name] = art.path
             continue
-        art = next((a for a in target["artifacts"] if g["name"] in artifact_graphs(a) and a["format"] == npu_format),
-                   None)
+        art = next((a for a in target.artifacts if a.serves(g.name) and a.format == npu_format), None)
         if art is None:
-            return _cpu(manifest, identity, reason("graph_file_missing", soc=soc, format=npu_format, graph=g["name"]))
-        paths[g["name"]] = art["path"]
-    arch = target["dsp_arch"]
+            return _cpu(manifest, identity, reason("graph_file_missing", soc=soc, format=npu_format, graph=g.name))
+        paths[g.name] = art.path
+    arch = target.dsp_arch
     libs = qnn_libraries(arch)
-    runtime = manifest.get("runtime") or {}
-    if runtime.get("mode") == "bundled":
-        shipped = {lib["path"].rsplit("/", 1)[-1] for lib in runtime.get("libs") or []}
+    if manifest.runtime.bundled:
+        shipped = {lib.path.rsplit("/", 1)[-1] for lib in manifest.runtime.libs}
         missing = [n for n in libs if n not in shipped]
         if missing:
             return _cpu(manifest, identity, reason("runtime_libs_missing", libs=", ".join(missing), soc=soc, arch=arch))
     if remembered is not None and (remembered.app_version, remembered.bundle_version) == (
-            app_version, bundle_version(manifest)):
+            app_version, manifest.bundle_version):
         return _cpu(manifest, identity, reason("failed_before", message=remembered.message))
 
     # The Skel runs on the DSP, which finds it through ADSP_LIBRARY_PATH: set it before any QNN library loads.
@@ -342,13 +314,13 @@ def decide(manifest: Mapping[str, Any], device: Device, *, load_errors: Mapping[
     failed = [f"{name}: {load_errors[name]}" for name in (libs.system, libs.backend, libs.stub) if name in load_errors]
     if failed:
         return _cpu(manifest, identity, reason("libs_not_loaded", failures="; ".join(failed)), adsp)
-    required = min_runtime(manifest)
+    required = manifest.qairt.min_runtime
     if runtime_version is not None and required is not None and runtime_too_old(runtime_version, required):
         return _cpu(manifest, identity, reason("runtime_too_old", runtime=runtime_version, required=required), adsp,
                     runtime_version)
     why = reason("npu", soc=soc, arch=arch)
-    return Decision(provider="npu", soc=soc, identified_by=identity.identified_by, reason=why.text, reason_key=why.key,
-                    dsp_arch=arch, soc_id=target["soc_id"], paths=paths,
-                    files=[a["path"] for a in [*target["artifacts"], *cpu]],
+    return Decision(provider=Provider.NPU, soc=soc, identified_by=identity.identified_by, reason=why.text,
+                    reason_key=why.key, dsp_arch=arch, soc_id=target.soc_id, paths=paths,
+                    files=[a.path for a in [*target.artifacts, *cpu]],
                     backend_lib=libs.backend, system_lib=libs.system, adsp_library_path=adsp,
                     runtime_version=runtime_version, cpu_graphs=cpu_graphs)

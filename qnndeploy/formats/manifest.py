@@ -1,21 +1,27 @@
-"""The bundle manifest: reading it and validating it against schemas/manifest.schema.json."""
+"""The bundle manifest: reading it, validating it against schemas/manifest.schema.json, and its typed form.
+
+`Manifest.parse` reads the JSON once into frozen dataclasses, field for field like the Kotlin twin's
+BundleManifest.kt (the same names in snake case, the same defaults), plus what only the Python readers use
+(sizes, library roles, records, validation summaries). Every reader takes the typed form, after the schema check.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cache
 from importlib import resources
 from itertools import accumulate
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard, TypeVar
 
 from qnndeploy.base.errors import QnnDeployError, first_line
 from qnndeploy.base.fileio import JSON, read_limited
-from qnndeploy.base.names import FORMAT, FORMAT_VERSION, MANIFEST
+from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, EXTERNAL_DATA, FORMAT, FORMAT_VERSION, MANIFEST, ONNX
 from qnndeploy.model.onnxio import external_locations, load_model, tensor_info
 
 if TYPE_CHECKING:
@@ -81,21 +87,326 @@ def parse_json(data: bytes, path: Path) -> Any:
     return value
 
 
-def verified_bytes(bundle: Path, manifest: JSON) -> bytes:
+# --- the typed manifest ------------------------------------------------------------------------------------------
+
+
+class FileFormat(StrEnum):
+    """What a bundle file is; the value is its "format" in manifest.json."""
+
+    QNN_CONTEXT_BINARY = CONTEXT_BINARY
+    ORT_EPCONTEXT = EPCONTEXT
+    ONNX = ONNX
+    ONNX_EXTERNAL_DATA = EXTERNAL_DATA
+
+
+class RuntimeMode(StrEnum):
+    """Where the QNN runtime libraries come from: the bundle itself, or a Maven artifact (none in the bundle)."""
+
+    BUNDLED = "bundled"
+    EXTERNAL = "external"
+
+
+class LibRole(StrEnum):
+    """What a runtime library of a bundled runtime is ("role" in manifest.json)."""
+
+    HTP = "htp"
+    SYSTEM = "system"
+    PREPARE = "prepare"
+    STUB = "stub"
+    SKEL = "skel"
+
+
+class Provider(StrEnum):
+    """Where the app runs the models: the decision's provider, and the values of a target's accepted_on."""
+
+    NPU = "npu"
+    CPU = "cpu"
+
+
+@dataclass(frozen=True)
+class BundleFile:
+    """A file of the bundle: a model, a context binary, an external data file, a runtime library or a record."""
+
+    path: str
+    sha256: str
+    size: int = 0
+    graph: str = ""  # the graph it belongs to; empty for a runtime library, a record and a shared context binary
+    format: FileFormat | None = None  # None for a runtime library and a record
+    graphs: tuple[str, ...] = ()  # a context binary shared by several graphs (format 3): their names
+    role: LibRole | None = None  # a runtime library's
+    abi: str = ""  # a runtime library's: arm64-v8a or hexagon-vXX
+    dsp_arch: str | None = None  # a Stub's or Skel's HTP arch
+
+    @property
+    def served(self) -> list[str]:
+        """The graphs it serves: its graph, or the graphs of a shared context binary."""
+        return list(self.graphs or (self.graph,))
+
+    def serves(self, graph: str) -> bool:
+        return self.graph == graph or graph in self.graphs
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An input or output of a graph; a dynamic dimension is its symbol (or "?") as the model writes it."""
+
+    name: str
+    dtype: str
+    shape: tuple[int | str, ...] = ()
+
+    @classmethod
+    def parse(cls, m: Mapping[str, Any]) -> Tensor:
+        shape = _list(m, "shape")
+        if not all(isinstance(d, (int, str)) and not isinstance(d, bool) for d in shape):
+            _bad("shape", m)
+        return cls(_text(m, "name"), _text(m, "dtype"), tuple(shape))
+
+    def json(self) -> JSON:
+        """As manifest.json writes it (and graph_signature reads a model's)."""
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+
+@dataclass(frozen=True)
+class Graph:
+    name: str
+    inputs: tuple[Tensor, ...] = ()
+    outputs: tuple[Tensor, ...] = ()
+    cpu_only: bool = False  # a split model's part that always runs on the CPU (prepare --split-at)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The files for one SoC. accepted: graph -> the reason its failed validation was shipped with (bundle --accept);
+    accepted_on: where the app runs such a target, as written ("cpu": the CPU fallback; None or "npu": the NPU; the
+    decision reads any other value as asking nothing, as the Kotlin twin does)."""
+
+    soc: str
+    soc_id: int
+    dsp_arch: str
+    precision: str = ""
+    artifacts: tuple[BundleFile, ...] = ()
+    validation: JSON | None = None  # the validation summary as written (None: not validated)
+    accepted: Mapping[str, str] = field(default_factory=dict)
+    accepted_on: str | None = None
+    compile: JSON | None = None  # the HTP settings its binaries were compiled with, as written
+
+    @property
+    def validations(self) -> dict[str, JSON]:
+        """Its per-graph validation summaries (graph -> summary); empty when it was not validated."""
+        return graph_validations(self.validation)
+
+
+@dataclass(frozen=True)
+class Qairt:
+    """The one QAIRT of the bundle. min_runtime: the oldest QNN runtime that loads its context binaries; None when
+    the manifest has none (older bundles)."""
+
+    version: str = ""
+    build: str | None = None
+    min_runtime: str | None = None
+
+
+@dataclass(frozen=True)
+class Source:
+    model: str = ""
+    sha256: str | None = None
+    commit: str | None = None
+    license: str | None = None
+
+
+@dataclass(frozen=True)
+class Runtime:
+    mode: RuntimeMode = RuntimeMode.EXTERNAL
+    libs: tuple[BundleFile, ...] = ()  # bundled
+    maven: str = ""  # external: the Maven coordinate
+
+    @property
+    def bundled(self) -> bool:
+        return self.mode == RuntimeMode.BUNDLED
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """manifest.json, parsed once (Manifest.parse). format and format_version are kept as written (any JSON value),
+    so that an unknown one can be named; a manifest of a format this qnndeploy does not read has only those."""
+
+    format: object = FORMAT
+    format_version: object = FORMAT_VERSION
+    name: str = ""
+    version: str = ""
+    created_by: str = ""
+    qairt: Qairt = Qairt()
+    source: Source = Source()
+    graphs: tuple[Graph, ...] = ()
+    targets: tuple[Target, ...] = ()
+    cpu: tuple[BundleFile, ...] = ()  # the CPU fallback: one ONNX model per graph, and their external data files
+    runtime: Runtime = Runtime()
+    records: tuple[BundleFile, ...] = ()
+    htp_performance_mode: str | None = None  # bundle --performance-mode; None: the glue's default
+    pipeline_order: tuple[str, ...] = ()  # the order the app runs the graphs in; empty: the graphs' order
+
+    @property
+    def pipeline(self) -> list[str]:
+        return list(self.pipeline_order) or [g.name for g in self.graphs]
+
+    @property
+    def supported(self) -> bool:
+        """Whether this qnndeploy reads the manifest's format and version."""
+        return self.format == FORMAT and type(self.format_version) is int and 1 <= self.format_version <= FORMAT_VERSION
+
+    @property
+    def format_number(self) -> int:
+        """format_version as a number (0 for one this qnndeploy does not read)."""
+        return self.format_version if self.supported and type(self.format_version) is int else 0
+
+    @property
+    def bundle_version(self) -> str:
+        """Changes with every bundle release: a remembered NPU failure counts only for the same one."""
+        return f"{self.name} {self.version}"
+
+    @property
+    def model_files(self) -> list[BundleFile]:
+        """Every bundle file the app may copy to its storage: the CPU files and every target's."""
+        return [*self.cpu, *(a for t in self.targets for a in t.artifacts)]
+
+    @property
+    def cpu_only(self) -> list[str]:
+        """The graphs that always run on the CPU (a split model's parts), in the manifest's order."""
+        return [g.name for g in self.graphs if g.cpu_only]
+
+    def files(self) -> list[tuple[str, BundleFile]]:
+        """Every file the manifest lists, with what it is: 'cpu', 'npu:<SoC>', 'lib' or 'record'."""
+        entries = [("cpu", a) for a in self.cpu]
+        entries += [(f"npu:{t.soc}", a) for t in self.targets for a in t.artifacts]
+        entries += [("lib", lib) for lib in self.runtime.libs if self.runtime.bundled]
+        return entries + [("record", r) for r in self.records]
+
+    @classmethod
+    def parse(cls, data: object) -> Manifest:
+        """From the JSON value of manifest.json: the format and its version first, the rest only when this
+        qnndeploy reads that format. Lenient where the Kotlin twin is (accepted reasons, accepted_on,
+        min_runtime, performance mode: a value of another type counts as none), so both decide alike on any
+        manifest; any other field of the wrong type is a QnnDeployError (the schema check, run first, says which)."""
+        if not isinstance(data, dict):
+            raise QnnDeployError("the bundle manifest is not a JSON object")
+        header = cls(format=data.get("format"), format_version=data.get("format_version"))
+        if not header.supported:
+            return header
+        qairt, source, runtime = (_object(data, key) for key in ("qairt", "source", "runtime"))
+        htp = data.get("htp")
+        return cls(
+            format=header.format, format_version=header.format_version,
+            name=_text(data, "name"), version=_text(data, "version"), created_by=_optional(data, "created_by") or "",
+            qairt=Qairt(_optional(qairt, "version") or "", _optional(qairt, "build"), _optional(qairt, "min_runtime")),
+            source=Source(_optional(source, "model") or "", _optional(source, "sha256"), _optional(source, "commit"),
+                          _optional(source, "license")),
+            graphs=tuple(Graph(_text(g, "name"), tuple(map(Tensor.parse, _objects(g, "inputs"))),
+                               tuple(map(Tensor.parse, _objects(g, "outputs"))), cpu_only=g.get("cpu_only") is True)
+                         for g in _objects(data, "graphs")),
+            targets=tuple(map(_target, _objects(data, "targets"))),
+            cpu=tuple(map(_file, _objects(data, "cpu"))),
+            runtime=Runtime(_mode(runtime), tuple(map(_file, _objects(runtime, "libs"))),
+                            _optional(runtime, "maven") or ""),
+            records=tuple(map(_file, _objects(data, "records"))),
+            htp_performance_mode=_optional(htp, "performance_mode") if isinstance(htp, dict) else None,
+            pipeline_order=tuple(_strings(data, "pipeline")),
+        )
+
+
+def _bad(key: str, where: Mapping[str, Any]) -> NoReturn:
+    raise QnnDeployError(f'the bundle manifest has no valid "{key}" in {json.dumps(where)[:200]}: check it with '
+                         "qnndeploy bundle verify")
+
+
+def _text(m: Mapping[str, Any], key: str) -> str:
+    value = m.get(key)
+    return value if isinstance(value, str) else _bad(key, m)
+
+
+def _optional(m: Mapping[str, Any], key: str) -> str | None:
+    """The string under key; None when it is absent or not a string."""
+    value = m.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _list(m: Mapping[str, Any], key: str) -> list[Any]:
+    """The list under key; empty when the key is absent."""
+    value = m.get(key)
+    if value is None:
+        return []
+    return value if isinstance(value, list) else _bad(key, m)
+
+
+def _object(m: Mapping[str, Any], key: str) -> JSON:
+    """The object under key; empty when it is absent or not an object (as the Kotlin twin reads qairt and runtime)."""
+    value = m.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _objects(m: Mapping[str, Any], key: str) -> list[JSON]:
+    values = _list(m, key)
+    return values if all(isinstance(v, dict) for v in values) else _bad(key, m)
+
+
+def _strings(m: Mapping[str, Any], key: str) -> list[str]:
+    values = _list(m, key)
+    return values if all(isinstance(v, str) for v in values) else _bad(key, m)
+
+
+E = TypeVar("E", bound=StrEnum)
+
+
+def _enum(kind: type[E], m: Mapping[str, Any], key: str) -> E | None:
+    value = m.get(key)
+    if value is None:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        return _bad(key, m)
+
+
+def _mode(runtime: JSON) -> RuntimeMode:
+    return _enum(RuntimeMode, runtime, "mode") or RuntimeMode.EXTERNAL
+
+
+def _file(m: JSON) -> BundleFile:
+    size = m.get("size", 0)
+    if type(size) is not int:
+        _bad("size", m)
+    return BundleFile(_text(m, "path"), _text(m, "sha256"), size, _optional(m, "graph") or "",
+                      _enum(FileFormat, m, "format"), tuple(_strings(m, "graphs")), _enum(LibRole, m, "role"),
+                      _optional(m, "abi") or "", _optional(m, "dsp_arch"))
+
+
+def _target(m: JSON) -> Target:
+    soc_id = m.get("soc_id")
+    if type(soc_id) is not int:
+        _bad("soc_id", m)
+    validation, compiled = m.get("validation"), m.get("compile")
+    validation = validation if isinstance(validation, dict) else None
+    accepted = {g: reason for g, s in graph_validations(validation).items()
+                if (reason := accepted_reason(s)) is not None}
+    return Target(_text(m, "soc"), soc_id, _text(m, "dsp_arch"), _optional(m, "precision") or "",
+                  tuple(map(_file, _objects(m, "artifacts"))), validation, accepted, _optional(m, "accepted_on"),
+                  compiled if isinstance(compiled, dict) else None)
+
+
+def verified_bytes(bundle: Path, manifest: Manifest) -> bytes:
     """manifest.json's bytes, read once, when they still parse to `manifest` (the one verify checked): what a
     command publishes as the manifest, and hashes for a plan, is then the verified manifest."""
     path = bundle / MANIFEST
     raw = read_limited(path, MAX_MANIFEST_BYTES, "bundle manifest")
     try:
-        same = parse_json(raw, path) == manifest
-    except QnnDeployError:  # not JSON any more
+        same = Manifest.parse(parse_json(raw, path)) == manifest
+    except QnnDeployError:  # not a manifest any more
         same = False
     if not same:
         raise QnnDeployError(f"{path} changed since it was verified; nothing was published from it")
     return raw
 
 
-def read_manifest(bundle: Path) -> JSON:
+def read_json(bundle: Path) -> JSON:
     """Parse manifest.json and check its format and version; schema validation is separate (see load_manifest).
     The file must be a regular file within the limits above."""
     path = bundle / MANIFEST
@@ -112,9 +423,14 @@ def read_manifest(bundle: Path) -> JSON:
     return data
 
 
-def load_manifest(bundle: Path) -> JSON:
-    """A manifest that is safe to use: right format, right version, valid against the schema."""
-    data = read_manifest(bundle)
+def read_manifest(bundle: Path) -> Manifest:
+    """The manifest of a bundle that `bundle verify` has checked against the schema (read_json, parsed)."""
+    return Manifest.parse(read_json(bundle))
+
+
+def load_json(bundle: Path) -> JSON:
+    """manifest.json as JSON, when it is safe to use: right format, right version, valid against the schema."""
+    data = read_json(bundle)
     errors = schema_errors(data)
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
@@ -122,14 +438,9 @@ def load_manifest(bundle: Path) -> JSON:
     return data
 
 
-def file_entries(manifest: JSON) -> list[tuple[str, JSON]]:
-    """Every file the manifest lists, with what it is: 'cpu', 'npu:<SoC>', 'lib' or 'record'."""
-    entries = [("cpu", a) for a in manifest["cpu"]]
-    entries += [(f"npu:{t['soc']}", a) for t in manifest["targets"] for a in t["artifacts"]]
-    if manifest["runtime"]["mode"] == "bundled":
-        entries += [("lib", lib) for lib in manifest["runtime"]["libs"]]
-    entries += [("record", r) for r in manifest["records"]]
-    return entries
+def load_manifest(bundle: Path) -> Manifest:
+    """The manifest of load_json, parsed."""
+    return Manifest.parse(load_json(bundle))
 
 
 def external_data_path(model: str, location: str | bytes) -> str | None:
@@ -168,9 +479,9 @@ def graph_signature(path: Path) -> Signature:
 ACCEPTED_BY = "bundle --accept"  # the "by" of an accepted failure that `bundle --accept` recorded
 
 
-def graph_validations(target: JSON) -> dict[str, JSON]:
-    """A target's per-graph validation summaries (graph -> summary); empty when it was not validated."""
-    validation = target.get("validation")
+def graph_validations(validation: object) -> dict[str, JSON]:
+    """A target's per-graph validation summaries (graph -> summary) from its "validation"; empty when it was not
+    validated."""
     graphs = validation.get("graphs") if isinstance(validation, dict) else None
     return {g: s for g, s in graphs.items() if isinstance(s, dict)} if isinstance(graphs, dict) else {}
 

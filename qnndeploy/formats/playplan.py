@@ -22,6 +22,7 @@ import json
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
+from enum import StrEnum
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -42,6 +43,14 @@ SOC_TARGETING_SINCE_SDK = 31  # Play targets system-on-chip only on Android 12 (
 MANUFACTURERS = ("QTI", "Qualcomm")  # Build.SOC_MANUFACTURER spellings of Qualcomm phones; Play cannot tell which
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")  # AI pack and device group names (bundletool's GROUP_NAME_REGEX)
 MAX_PLAN_BYTES = 16 << 20
+
+
+class Delivery(StrEnum):
+    """When Play delivers the AI pack (the plan's "delivery"): with the app, right after install, or when asked."""
+
+    INSTALL_TIME = "install-time"
+    FAST_FOLLOW = "fast-follow"
+    ON_DEMAND = "on-demand"
 
 
 class Soc(NamedTuple):

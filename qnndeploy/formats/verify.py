@@ -17,27 +17,24 @@ from typing import TYPE_CHECKING
 from qnndeploy.base import compat, socs
 from qnndeploy.base.errors import MissingTool, QnnDeployError
 from qnndeploy.base.fileio import JSON, Progress, read_limited
-from qnndeploy.base.names import (
-    CONTEXT_BINARY,
-    EPCONTEXT,
-    EXTERNAL_DATA,
-    MANIFEST,
-    MAVEN_RUNTIME,
-    ONNX,
-    SHARED_SINCE,
-    artifact_graphs,
-    path_problem,
-)
+from qnndeploy.base.names import MANIFEST, MAVEN_RUNTIME, SHARED_SINCE, path_problem
 from qnndeploy.formats import archive, elf
 from qnndeploy.formats.decision import qnn_libraries, soc_tables, upper
 from qnndeploy.formats.manifest import (
+    BundleFile,
+    FileFormat,
+    LibRole,
+    Manifest,
+    Provider,
+    Qairt,
+    RuntimeMode,
+    Target,
     accepted_reason,
     external_data_path,
-    file_entries,
     graph_signature,
     graph_validations,
     parse_json,
-    read_manifest,
+    read_json,
     schema_errors,
     worst_metric,
 )
@@ -152,38 +149,39 @@ def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None
     `allow_unchecked`."""
     report = VerifyReport(str(root))
     try:
-        manifest = read_manifest(root)
+        raw = read_json(root)
     except QnnDeployError as e:
         report.problems.append(Problem(MANIFEST, str(e)))
         return report
-    errors = schema_errors(manifest)
+    errors = schema_errors(raw)
     if errors:
         # a control character is said once, plainly, not again as a schema mismatch of that field or its parent
-        texts = text_problems(manifest)
+        texts = text_problems(raw)
         fields = [p.message.split(": ", 1)[0] + "/" for p in texts]
         report.problems += texts + [Problem(MANIFEST, f"schema: {e}") for e in errors
                                     if not any(f.startswith(e.split(": ", 1)[0] + "/") for f in fields)]
         return report
 
-    report.problems += text_problems(manifest)
+    report.problems += text_problems(raw)
+    manifest = Manifest.parse(raw)
     tree, walked = _walk(root)
     report.problems += walked
-    entries = file_entries(manifest)
+    entries = manifest.files()
     # Sizes first, from the file system: a file whose size is not the listed one is a problem found without reading
     # it (a sparse 1 TiB member would otherwise be hashed whole), and nothing else is read from it.
-    sizes = {x["path"]: (root / x["path"]).lstat().st_size for _, x in entries if x["path"] in tree}
+    sizes = {x.path: (root / x.path).lstat().st_size for _, x in entries if x.path in tree}
     listed: dict[str, set[int]] = {}
     for _, entry in entries:
-        listed.setdefault(entry["path"], set()).add(entry["size"])
+        listed.setdefault(entry.path, set()).add(entry.size)
     unread = {p: n for p, n in sizes.items() if n not in listed[p]}
-    present = [(kind, x) for kind, x in entries if x["path"] in sizes and x["path"] not in unread]
+    present = [(kind, x) for kind, x in entries if x.path in sizes and x.path not in unread]
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:  # hashlib releases the GIL
-        scanned = pool.map(lambda ke: scan_file(root / ke[1]["path"], ke[0] != "cpu" and ke[0] != "record",
+        scanned = pool.map(lambda ke: scan_file(root / ke[1].path, ke[0] != "cpu" and ke[0] != "record",
                                                 progress), present)
-        facts = {e["path"]: f for (_, e), f in zip(present, scanned, strict=True)}
+        facts = {e.path: f for (_, e), f in zip(present, scanned, strict=True)}
     # the binaries that are what the manifest says (another is already a problem): read by their own metadata
-    binaries = {x["path"]: x["sha256"] for kind, x in present if kind.startswith("npu:")
-                and x.get("format") == CONTEXT_BINARY and facts[x["path"]].sha256 == x["sha256"]}
+    binaries = {x.path: x.sha256 for kind, x in present if kind.startswith("npu:")
+                and x.format == FileFormat.QNN_CONTEXT_BINARY and facts[x.path].sha256 == x.sha256}
     contexts, missing = read_contexts(root, binaries)
     report.problems += check_manifest(manifest, facts, tree, root, unread, contexts)
     report.problems += _record_problems(root, manifest, facts)
@@ -198,8 +196,8 @@ def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None
                                                      " install onnxruntime-qnn, or pass --allow-unchecked to accept "
                                                      "them unchecked (the report lists them)"))
     if deep and not report.problems and not report.unchecked:
-        found = emulator.check_bundle(root, manifest, {p: [g.name for g in c.graphs] for p, c in contexts.items()
-                                                       if isinstance(c, ContextInfo)})
+        found = emulator.check_bundle(root, raw, {p: [g.name for g in c.graphs] for p, c in contexts.items()
+                                                  if isinstance(c, ContextInfo)})
         report.problems += [Problem(path, why) for path, why in found.problems]
         report.warnings += [Problem(path, why) for path, why in found.warnings]
         report.deep = found.done
@@ -234,25 +232,27 @@ def require_bundle(given: Path, root: Path, result: VerifyReport) -> None:
     if result.ok or result.name is not None or any(p.path != MANIFEST for p in result.problems):
         return  # verification got past the manifest, or an archive's members were refused: a report to show
     try:
-        read_manifest(root)
+        read_json(root)
     except QnnDeployError as e:  # not a bundle: the one-line error, naming what the user gave, not a temp folder
         raise e.reworded(str(e) if root == given else str(e).replace(str(root), f"{given}:{root.name}")) from None
     # the manifest reads, so the report's problems are schema errors: a bundle with problems, shown as a report
 
 
-def text_problems(manifest: JSON) -> list[Problem]:
+def text_problems(data: JSON) -> list[Problem]:
     """Names the app shows, matches or logs must be plain text: a control character (a trailing newline too, which a
-    pattern ending in '$' lets through in Python) is a problem naming the manifest field."""
-    fields: list[tuple[str, object]] = [("name", manifest.get("name")), ("version", manifest.get("version"))]
-    targets = manifest.get("targets")
+    pattern ending in '$' lets through in Python) is a problem naming the manifest field. `data`: manifest.json's
+    JSON as read, before or after the schema check (a control character is said plainly when the schema fails)."""
+    fields: list[tuple[str, object]] = [("name", data.get("name")), ("version", data.get("version"))]
+    targets = data.get("targets")
     if isinstance(targets, list):
         fields += [(f"targets/{i}/soc", t.get("soc")) for i, t in enumerate(targets) if isinstance(t, dict)]
         fields += [(f"targets/{i}/validation/graphs/{g}/accepted/reason", accepted_reason(s))
-                   for i, t in enumerate(targets) if isinstance(t, dict) for g, s in graph_validations(t).items()]
-    graphs = manifest.get("graphs")
+                   for i, t in enumerate(targets) if isinstance(t, dict)
+                   for g, s in graph_validations(t.get("validation")).items()]
+    graphs = data.get("graphs")
     if isinstance(graphs, list):
         fields += [(f"graphs/{i}/name", g.get("name")) for i, g in enumerate(graphs) if isinstance(g, dict)]
-    runtime = manifest.get("runtime")
+    runtime = data.get("runtime")
     if isinstance(runtime, dict):
         fields.append(("runtime/maven", runtime.get("maven")))
     return [Problem(MANIFEST, f"{where}: {value!r} holds a control character (a newline, tab, NUL…); names, "
@@ -260,31 +260,32 @@ def text_problems(manifest: JSON) -> list[Problem]:
             for where, value in fields if isinstance(value, str) and CONTROL.search(value)]
 
 
-def _summarize(report: VerifyReport, manifest: JSON, facts: dict[str, FileFacts]) -> None:
+def _summarize(report: VerifyReport, manifest: Manifest, facts: dict[str, FileFacts]) -> None:
     report.ok = not report.problems
     report.files, report.bytes = len(facts), sum(f.size for f in facts.values())
-    report.name, report.version = manifest["name"], manifest["version"]
-    report.qairt = manifest["qairt"]["build"] or manifest["qairt"]["version"]
-    report.targets = [f"{t['soc']} ({t['dsp_arch']})" for t in manifest["targets"]]
-    rt = manifest["runtime"]
-    report.runtime = rt["maven"] + " (external)" if rt["mode"] == "external" else f"{len(rt['libs'])} libraries"
+    report.name, report.version = manifest.name, manifest.version
+    report.qairt = manifest.qairt.build or manifest.qairt.version
+    report.targets = [f"{t.soc} ({t.dsp_arch})" for t in manifest.targets]
+    rt = manifest.runtime
+    report.runtime = f"{len(rt.libs)} libraries" if rt.bundled else rt.maven + " (external)"
     report.accepted = accepted_failures(manifest)
 
 
-def accepted_failures(manifest: JSON) -> list[JSON]:
+def accepted_failures(manifest: Manifest) -> list[JSON]:
     """Every graph that failed validation and was shipped with a reason: SoC, graph, how it failed, the reason, who
     accepted it, and where the app runs that target (its accepted_on; "npu" when absent)."""
-    return [{"soc": t["soc"], "graph": g, "failure": worst_metric(s), "reason": reason,
-             "by": s["accepted"].get("by"), "runs_on": "cpu" if t.get("accepted_on") == "cpu" else "npu"}
-            for t in manifest["targets"] for g, s in graph_validations(t).items()
+    return [{"soc": t.soc, "graph": g, "failure": worst_metric(s), "reason": reason,
+             "by": s["accepted"].get("by"),
+             "runs_on": Provider.CPU if t.accepted_on == Provider.CPU else Provider.NPU}
+            for t in manifest.targets for g, s in t.validations.items()
             if s.get("passed") is False and (reason := accepted_reason(s)) is not None]
 
 
-def _validation_problems(target: JSON) -> list[Problem]:
+def _validation_problems(target: Target) -> list[Problem]:
     """A graph that failed validation needs an accepted reason (bundle --accept writes it; a hand-edited manifest
     may lack it), a reason needs a failure, and accepted_on needs an accepted failure to apply to."""
-    soc, problems, accepted = target["soc"], [], False
-    for g, s in graph_validations(target).items():
+    soc, problems, accepted = target.soc, [], False
+    for g, s in target.validations.items():
         reason, passed = accepted_reason(s), s.get("passed")
         if passed is False and reason is None:
             problems.append(Problem(MANIFEST, f"target {soc}: graph '{g}' failed validation ({worst_metric(s)}) and "
@@ -295,8 +296,8 @@ def _validation_problems(target: JSON) -> list[Problem]:
                                               f"validation did not fail (passed: {passed!r}): the reason is false; "
                                               "bundle again"))
         accepted |= passed is False and reason is not None
-    if "accepted_on" in target and not accepted:
-        problems.append(Problem(MANIFEST, f"target {soc}: accepted_on {target['accepted_on']!r} but no graph of it "
+    if target.accepted_on is not None and not accepted:
+        problems.append(Problem(MANIFEST, f"target {soc}: accepted_on {target.accepted_on!r} but no graph of it "
                                           "has an accepted validation failure; bundle again"))
     return problems
 
@@ -312,16 +313,16 @@ _READ: dict[tuple[str, str], ContextInfo | str] = {}
 MAX_RECORD_BYTES = 4 << 20  # a compile record with its log paths and graph I/O is a few KB
 
 
-def _record_problems(root: Path, manifest: JSON, facts: dict[str, FileFacts]) -> list[Problem]:
+def _record_problems(root: Path, manifest: Manifest, facts: dict[str, FileFacts]) -> list[Problem]:
     """Each context binary must be the one its compile and validation records name (their outputs' and binary's
     sha256), when the bundle holds them: a bundle that mixes the binary of one build with the records of another
     vouches for numbers that were measured on other bytes."""
     claims: list[tuple[str, set[str], set[str], str]] = []  # (soc, graphs, binaries' sha256, record path)
-    for e in manifest.get("records") or []:
-        if e["path"] not in facts or facts[e["path"]].sha256 != e["sha256"]:
+    for e in manifest.records:
+        if e.path not in facts or facts[e.path].sha256 != e.sha256:
             continue  # missing or changed: already a problem
         try:
-            data = parse_json(read_limited(root / e["path"], MAX_RECORD_BYTES, "record"), root / e["path"])
+            data = parse_json(read_limited(root / e.path, MAX_RECORD_BYTES, "record"), root / e.path)
         except QnnDeployError:
             continue  # a record is kept as it was written; only what it says of the binaries is checked
         if not isinstance(data, dict) or not isinstance(data.get("soc"), str):
@@ -330,26 +331,26 @@ def _record_problems(root: Path, manifest: JSON, facts: dict[str, FileFacts]) ->
             members = [m for m in data.get("members") or [] if isinstance(m, dict)]
             graphs = [data.get("graph"), *(m.get("graph") for m in members)]
             named = [o for o in data.get("outputs") or [] if isinstance(o, dict)
-                     and o.get("format") == CONTEXT_BINARY and not o.get("twin")]
+                     and o.get("format") == FileFormat.QNN_CONTEXT_BINARY and not o.get("twin")]
         elif data.get("record") == "qnndeploy-validation" and isinstance(data.get("binary"), dict):
             graphs, named = [data.get("graph")], [data["binary"]]
         else:
             continue
         shas = {o["sha256"] for o in named if isinstance(o.get("sha256"), str)}
         if shas:
-            claims.append((data["soc"], {g for g in graphs if isinstance(g, str)}, shas, e["path"]))
+            claims.append((data["soc"], {g for g in graphs if isinstance(g, str)}, shas, e.path))
     problems = []
-    for t in manifest["targets"]:
-        for a in t["artifacts"]:
-            if a.get("format") != CONTEXT_BINARY:
+    for t in manifest.targets:
+        for a in t.artifacts:
+            if a.format != FileFormat.QNN_CONTEXT_BINARY:
                 continue
-            wrong = next((c for c in claims if c[0] == t["soc"] and c[1] & set(artifact_graphs(a))
-                          and a["sha256"] not in c[2]), None)
+            wrong = next((c for c in claims if c[0] == t.soc and c[1] & set(a.served) and a.sha256 not in c[2]),
+                         None)
             if wrong is not None:
-                problems.append(Problem(a["path"], f"is not the binary its record {wrong[3]} names (sha256 "
-                                                   f"{a['sha256'][:12]}…, the record's "
-                                                   f"{', '.join(sorted(w[:12] + '…' for w in wrong[2]))}): the "
-                                                   "bundle mixes builds; bundle it again from one build"))
+                problems.append(Problem(a.path, f"is not the binary its record {wrong[3]} names (sha256 "
+                                                f"{a.sha256[:12]}…, the record's "
+                                                f"{', '.join(sorted(w[:12] + '…' for w in wrong[2]))}): the "
+                                                "bundle mixes builds; bundle it again from one build"))
     return problems
 
 
@@ -374,163 +375,206 @@ def read_contexts(root: Path, binaries: dict[str, str]) -> tuple[Contexts, str |
     return {p: _READ[(str(library), sha)] for p, sha in binaries.items()}, None
 
 
-def check_manifest(manifest: JSON, facts: dict[str, FileFacts], tree: set[str], root: Path,
+def check_manifest(manifest: Manifest, facts: dict[str, FileFacts], tree: set[str], root: Path,
                    unread: dict[str, int] | None = None, contexts: Contexts | None = None) -> list[Problem]:
-    """Every rule of the bundle format that can fail. `facts` holds the files that were read; `unread` the present
-    files left unread because their size is not the listed one (path -> size); `contexts` what libQnnSystem read
-    of the context binaries (a binary not in it is judged by its markers)."""
-    unread, contexts = unread or {}, contexts or {}
-    problems: list[Problem] = []
+    """Every rule of the bundle format that can fail, group by group. `facts` holds the files that were read;
+    `unread` the present files left unread because their size is not the listed one (path -> size); `contexts` what
+    libQnnSystem read of the context binaries (a binary not in it is judged by its markers)."""
+    need, stated = _min_runtime(manifest.qairt)
+    return [*_listing_problems(manifest, facts, tree, unread or {}), *_graph_problems(manifest),
+            *_cpu_problems(manifest, facts, root), *_target_problems(manifest, facts, root, contexts or {}, need),
+            *stated, *_runtime_problems(manifest, facts, root, need)]
 
-    def add(path: str, msg: str) -> None:
-        problems.append(Problem(path, msg))
 
-    entries = file_entries(manifest)
-
-    seen: set[str] = set()
-    for _, e in entries:
-        p = e["path"]
+def _listing_problems(manifest: Manifest, facts: dict[str, FileFacts], tree: set[str],
+                      unread: dict[str, int]) -> list[Problem]:
+    """Paths, sizes and hashes: each listed file once, portably named, present, of its size and sha256; every file
+    of the bundle listed."""
+    problems, seen = [], set()
+    for _, e in manifest.files():
+        p = e.path
         if p in seen or p == MANIFEST:
-            add(p, "is listed twice in the manifest")
+            problems.append(Problem(p, "is listed twice in the manifest"))
         seen.add(p)
         if (why := path_problem(p)) is not None:
-            add(p.encode("unicode_escape").decode("ascii"), why)
+            problems.append(Problem(p.encode("unicode_escape").decode("ascii"), why))
         size = unread[p] if p in unread else facts[p].size if p in facts else None
         if p not in tree:
-            add(p, "is listed in the manifest but missing from the bundle")
-        elif size is not None and size != e["size"]:
-            add(p, f"has {size} bytes, the manifest says {e['size']} (truncated or replaced)")
-        elif p in facts and facts[p].sha256 != e["sha256"]:
-            add(p, "sha256 differs from the manifest (the file changed after bundling)")
-    for p in sorted(tree - seen - {MANIFEST}):
-        add(p, "is not listed in the manifest")
+            problems.append(Problem(p, "is listed in the manifest but missing from the bundle"))
+        elif size is not None and size != e.size:
+            problems.append(Problem(p, f"has {size} bytes, the manifest says {e.size} (truncated or replaced)"))
+        elif p in facts and facts[p].sha256 != e.sha256:
+            problems.append(Problem(p, "sha256 differs from the manifest (the file changed after bundling)"))
+    return problems + [Problem(p, "is not listed in the manifest") for p in sorted(tree - seen - {MANIFEST})]
 
-    graphs = [g["name"] for g in manifest["graphs"]]
-    if len(set(graphs)) != len(graphs):
-        add(MANIFEST, "graph names are not unique")
-    cpu_graphs = [a["graph"] for a in manifest["cpu"] if a["format"] == ONNX]
-    for g in graphs:
-        if g not in cpu_graphs:
-            add(MANIFEST, f"graph '{g}' has no CPU fallback model")
-    cpu_only = {g["name"] for g in manifest["graphs"] if g.get("cpu_only")}
-    pipeline = manifest.get("pipeline")
-    if pipeline is not None and sorted(pipeline) != sorted(graphs):
-        add(MANIFEST, f"pipeline {pipeline} must name every graph once ({', '.join(graphs)}): the app runs them in "
-                      "that order")
-    elif pipeline is None and cpu_only:
-        add(MANIFEST, "a CPU-only graph (a split model's part) needs the pipeline the app runs the graphs in")
-    signatures = {g["name"]: (g["inputs"], g["outputs"]) for g in manifest["graphs"]}
-    data = {a["path"]: a for a in manifest["cpu"] if a["format"] == EXTERNAL_DATA}
+
+def _graph_problems(manifest: Manifest) -> list[Problem]:
+    """The graphs: unique names, a CPU fallback model each, and a pipeline that names each once (needed when a
+    graph runs on the CPU only)."""
+    graphs = [g.name for g in manifest.graphs]
+    problems = [Problem(MANIFEST, "graph names are not unique")] if len(set(graphs)) != len(graphs) else []
+    cpu_graphs = [a.graph for a in manifest.cpu if a.format == FileFormat.ONNX]
+    problems += [Problem(MANIFEST, f"graph '{g}' has no CPU fallback model") for g in graphs if g not in cpu_graphs]
+    pipeline = list(manifest.pipeline_order)
+    if pipeline and sorted(pipeline) != sorted(graphs):
+        problems.append(Problem(MANIFEST, f"pipeline {pipeline} must name every graph once ({', '.join(graphs)}): "
+                                          "the app runs them in that order"))
+    elif not pipeline and manifest.cpu_only:
+        problems.append(Problem(MANIFEST, "a CPU-only graph (a split model's part) needs the pipeline the app runs "
+                                          "the graphs in"))
+    return problems
+
+
+Signatures = dict[str, tuple[list[JSON], list[JSON]]]  # graph -> its inputs and outputs as manifest.json writes them
+
+
+def _signatures(manifest: Manifest) -> Signatures:
+    return {g.name: ([t.json() for t in g.inputs], [t.json() for t in g.outputs]) for g in manifest.graphs}
+
+
+def _cpu_problems(manifest: Manifest, facts: dict[str, FileFacts], root: Path) -> list[Problem]:
+    """The CPU fallback: each file of a declared graph; each model naming only its graph's listed data files beside
+    it, every listed data file named, and the model with its graph's signature."""
+    graphs, signatures = {g.name for g in manifest.graphs}, _signatures(manifest)
+    data = {a.path: a for a in manifest.cpu if a.format == FileFormat.ONNX_EXTERNAL_DATA}
+    problems: list[Problem] = []
     named: set[str] = set()  # listed data files that a CPU model names
     read: set[str] = set()  # graphs whose CPU model told which data files it names
-    for a in manifest["cpu"]:
-        if a["graph"] not in graphs:
-            add(a["path"], f"belongs to graph '{a['graph']}', which the manifest does not declare")
-        elif a["format"] == ONNX and a["path"] in facts:
+    for a in manifest.cpu:
+        if a.graph not in graphs:
+            problems.append(Problem(a.path, f"belongs to graph '{a.graph}', which the manifest does not declare"))
+        elif a.format == FileFormat.ONNX and a.path in facts:
             refs, found = _external_data_problems(root, a, data)
             problems += found
             if refs is not None:
-                read.add(a["graph"])
+                read.add(a.graph)
                 named |= refs
-            if refs is not None and not found and all(r in facts and facts[r].size == data[r]["size"]
-                                                      for r in refs):
-                problems += _signature_problems(root, a["path"], signatures[a["graph"]], a["graph"])
-    for p, a in data.items():
-        if p not in named and a["graph"] in read:
-            add(p, f"is listed as external data of graph '{a['graph']}', but its CPU model does not name it")
+            if refs is not None and not found and all(r in facts and facts[r].size == data[r].size for r in refs):
+                problems += _signature_problems(root, a.path, signatures[a.graph], a.graph)
+    return problems + [Problem(p, f"is listed as external data of graph '{a.graph}', but its CPU model does not "
+                                  "name it") for p, a in data.items() if p not in named and a.graph in read]
 
-    qairt = manifest["qairt"]
-    runtime = manifest["runtime"]
-    need, stated_problems = _min_runtime(qairt)
-    targets_seen: set[str] = set()
+
+def _target_problems(manifest: Manifest, facts: dict[str, FileFacts], root: Path, contexts: Contexts,
+                     need: str) -> list[Problem]:
+    """Each target: a SoC of the catalog, once, matching its soc_id, arch and precision; its validation; a file for
+    every graph that needs one; each of its files (_artifact_problems); the bundled runtime libraries its arch needs."""
     models, _ = soc_tables()  # the decision's table: how the app matches a phone's SoC to a target
-    for t in manifest["targets"]:
-        soc_name = t["soc"]
-        model = models.get(upper(soc_name))
+    targets_seen: set[str] = set()
+    problems: list[Problem] = []
+    for t in manifest.targets:
+        model = models.get(upper(t.soc))
         if model is None:
-            add(MANIFEST, f"target {soc_name}: '{soc_name}' is not a SoC model of the catalog (e.g. SM8750): the app "
-                          "matches targets by model name, so no phone would ever use this one")
+            problems.append(Problem(MANIFEST, f"target {t.soc}: '{t.soc}' is not a SoC model of the catalog (e.g. "
+                                              "SM8750): the app matches targets by model name, so no phone would "
+                                              "ever use this one"))
             continue
         if model in targets_seen:
-            add(MANIFEST, f"SoC {soc_name} has two targets")
+            problems.append(Problem(MANIFEST, f"SoC {t.soc} has two targets"))
         targets_seen.add(model)
-        try:
-            soc = socs.find(model)
-            if (soc.soc_id, soc.dsp_arch) != (t["soc_id"], t["dsp_arch"]):
-                add(MANIFEST, f"target {soc_name} says soc_id {t['soc_id']}/{t['dsp_arch']}, the catalog says "
-                              f"{soc.soc_id}/{soc.dsp_arch}: its binaries were compiled for another chip; compile "
-                              f"them again for {soc_name} and rebuild the bundle")
-            if t["precision"] == "fp16" and soc.fp16 is False:
-                add(MANIFEST, f"target {soc_name} is fp16 but {soc_name} has no fp16 on its HTP")
-        except QnnDeployError as e:
-            add(MANIFEST, f"target {soc_name}: {e}")
+        problems += _soc_problems(t, model)
         problems += _validation_problems(t)
-        binary_of = {g: x["path"] for x in t["artifacts"] if x["format"] == CONTEXT_BINARY
-                     for g in artifact_graphs(x)}
-        for g in graphs:
-            if g not in binary_of and g not in cpu_only:
-                add(MANIFEST, f"target {soc_name} has no context binary for graph '{g}'")
-            if g in cpu_only and any(g in artifact_graphs(x) for x in t["artifacts"]):
-                add(MANIFEST, f"target {soc_name} has files for graph '{g}', which runs on the CPU only")
-        arch = int(t["dsp_arch"][1:])
-        for a in t["artifacts"]:
-            f = facts.get(a["path"])
-            for g in artifact_graphs(a):
-                if g not in graphs:
-                    add(a["path"], f"belongs to graph '{g}', which the manifest does not declare")
-            if "graphs" in a and manifest["format_version"] < SHARED_SINCE:
-                add(a["path"], f"is shared by several graphs, which bundle format {SHARED_SINCE} introduced, but the "
-                               f"manifest says format {manifest['format_version']}")
-            if f is not None and a["format"] == EPCONTEXT:
-                binary = binary_of.get(a["graph"])
-                problems += _epcontext_problems(root, a["path"], {x["path"] for x in t["artifacts"]}, binary)
-                if a["graph"] in signatures:
-                    problems += _signature_problems(root, a["path"], signatures[a["graph"]], a["graph"])
-            if f is None or a["format"] != CONTEXT_BINARY:
-                continue
-            not_binary = _not_a_context_binary(root, a["path"], f)
-            if not_binary:
-                add(a["path"], not_binary)
-                continue
-            info = contexts.get(a["path"])
-            if isinstance(info, str):
-                add(a["path"], f"libQnnSystem cannot read it: {info}")
-                continue
-            if info is not None:  # its own metadata: what the phone's QNN will read
-                for message in _context_problems(root, info, a, t, signatures, need):
-                    add(a["path"], message)
-                problems += _version_problems(a["path"], f, qairt)
-                continue
-            wrong = sorted({f"{s} (v{x})" for s, x in f.context_targets if x != arch})
-            if wrong:
-                add(a["path"], f"was compiled for {', '.join(wrong)}, but target {soc_name} is {t['dsp_arch']}")
-            other = sorted({s for s, x in f.context_targets if models.get(upper(s), model) != model})
-            if other and not wrong:
-                add(a["path"], f"was compiled for {', '.join(other)}, but target {soc_name} is {model}: "
-                               "recompile it for this SoC")
-            problems += _version_problems(a["path"], f, qairt)
-        if runtime["mode"] == "bundled":
-            problems += _runtime_completeness(t, runtime["libs"])
-
-    problems += stated_problems
-    if runtime["mode"] == "external":
-        pinned = runtime["maven"].rsplit(":", 1)[1]
-        if not runtime["maven"].startswith(MAVEN_RUNTIME + ":"):
-            add(MANIFEST, f"external runtime must be {MAVEN_RUNTIME}:<version>, not {runtime['maven']}")
-        elif not compat.is_release(pinned):
-            add(MANIFEST, f"external runtime {runtime['maven']}: '{pinned}' is not a release version X.Y.Z")
-        elif (why := compat.pin_problem(pinned, qairt["version"])) is not None:
-            add(MANIFEST, f"external runtime {runtime['maven']}: {why}")
-        elif not compat.satisfies(pinned, need):
-            add(MANIFEST, f"external runtime {runtime['maven']}: qnn-runtime {pinned} is older than qairt/min_runtime "
-                          f"{need}, the oldest runtime the manifest says loads its context binaries")
-    else:
-        if not compat.satisfies(qairt["version"], need):
-            add(MANIFEST, f"the bundled runtime libraries are QAIRT {qairt['version']}, older than qairt/min_runtime "
-                          f"{need}: they cannot load the bundle's context binaries")
-        for lib in runtime["libs"]:
-            problems += _library_problems(lib, facts.get(lib["path"]), root, qairt)
+        problems += _coverage_problems(manifest, t)
+        for a in t.artifacts:
+            problems += _artifact_problems(manifest, t, a, facts, root, contexts, need, model)
+        if manifest.runtime.bundled:
+            problems += _runtime_completeness(t, manifest.runtime.libs)
     return problems
+
+
+def _soc_problems(t: Target, model: str) -> list[Problem]:
+    """The target's soc_id and arch are the catalog's for its SoC, and fp16 is there when it asks for it."""
+    try:
+        soc = socs.find(model)
+    except QnnDeployError as e:
+        return [Problem(MANIFEST, f"target {t.soc}: {e}")]
+    problems = []
+    if (soc.soc_id, soc.dsp_arch) != (t.soc_id, t.dsp_arch):
+        problems.append(Problem(MANIFEST, f"target {t.soc} says soc_id {t.soc_id}/{t.dsp_arch}, the catalog says "
+                                          f"{soc.soc_id}/{soc.dsp_arch}: its binaries were compiled for another "
+                                          f"chip; compile them again for {t.soc} and rebuild the bundle"))
+    if t.precision == "fp16" and soc.fp16 is False:
+        problems.append(Problem(MANIFEST, f"target {t.soc} is fp16 but {t.soc} has no fp16 on its HTP"))
+    return problems
+
+
+def _coverage_problems(manifest: Manifest, t: Target) -> list[Problem]:
+    """A context binary for every graph but the CPU-only ones, which have no files in a target."""
+    binary_of = _binaries(t)
+    problems = []
+    for g in (g.name for g in manifest.graphs):
+        if g not in binary_of and g not in manifest.cpu_only:
+            problems.append(Problem(MANIFEST, f"target {t.soc} has no context binary for graph '{g}'"))
+        if g in manifest.cpu_only and any(a.serves(g) for a in t.artifacts):
+            problems.append(Problem(MANIFEST, f"target {t.soc} has files for graph '{g}', which runs on the CPU only"))
+    return problems
+
+
+def _binaries(t: Target) -> dict[str, str]:
+    """graph -> the bundle path of its context binary in this target."""
+    return {g: a.path for a in t.artifacts if a.format == FileFormat.QNN_CONTEXT_BINARY for g in a.served}
+
+
+def _artifact_problems(manifest: Manifest, t: Target, a: BundleFile, facts: dict[str, FileFacts], root: Path,
+                       contexts: Contexts, need: str, model: str) -> list[Problem]:
+    """One file of a target: of declared graphs, shared only from format 3; a wrapper loading its graph's binary
+    with its graph's signature; a binary that is one, read by libQnnSystem (or else by its markers) for this SoC,
+    arch, graphs and QAIRT."""
+    graphs, signatures = {g.name for g in manifest.graphs}, _signatures(manifest)
+    problems = [Problem(a.path, f"belongs to graph '{g}', which the manifest does not declare")
+                for g in a.served if g not in graphs]
+    if a.graphs and manifest.format_number < SHARED_SINCE:
+        problems.append(Problem(a.path, f"is shared by several graphs, which bundle format {SHARED_SINCE} introduced, "
+                                        f"but the manifest says format {manifest.format_version}"))
+    f = facts.get(a.path)
+    if f is not None and a.format == FileFormat.ORT_EPCONTEXT:
+        problems += _epcontext_problems(root, a.path, {x.path for x in t.artifacts}, _binaries(t).get(a.graph))
+        if a.graph in signatures:
+            problems += _signature_problems(root, a.path, signatures[a.graph], a.graph)
+    if f is None or a.format != FileFormat.QNN_CONTEXT_BINARY:
+        return problems
+    not_binary = _not_a_context_binary(root, a.path, f)
+    if not_binary:
+        return [*problems, Problem(a.path, not_binary)]
+    info = contexts.get(a.path)
+    if isinstance(info, str):
+        return [*problems, Problem(a.path, f"libQnnSystem cannot read it: {info}")]
+    if info is not None:  # its own metadata: what the phone's QNN will read
+        problems += [Problem(a.path, m) for m in _context_problems(root, info, a, t, signatures, need)]
+        return problems + _version_problems(a.path, f, manifest.qairt)
+    models, _ = soc_tables()
+    wrong = sorted({f"{s} (v{x})" for s, x in f.context_targets if x != int(t.dsp_arch[1:])})
+    if wrong:
+        problems.append(Problem(a.path, f"was compiled for {', '.join(wrong)}, but target {t.soc} is {t.dsp_arch}"))
+    other = sorted({s for s, x in f.context_targets if models.get(upper(s), model) != model})
+    if other and not wrong:
+        problems.append(Problem(a.path, f"was compiled for {', '.join(other)}, but target {t.soc} is {model}: "
+                                        "recompile it for this SoC"))
+    return problems + _version_problems(a.path, f, manifest.qairt)
+
+
+def _runtime_problems(manifest: Manifest, facts: dict[str, FileFacts], root: Path, need: str) -> list[Problem]:
+    """The runtime: an external one pinned to a qnn-runtime release that loads the binaries; bundled libraries of a
+    QAIRT that loads them, each a usable library where it belongs."""
+    runtime, qairt = manifest.runtime, manifest.qairt
+    if runtime.bundled:
+        problems = [] if compat.satisfies(qairt.version, need) else [Problem(
+            MANIFEST, f"the bundled runtime libraries are QAIRT {qairt.version}, older than qairt/min_runtime "
+                      f"{need}: they cannot load the bundle's context binaries")]
+        return problems + [p for lib in runtime.libs for p in _library_problems(lib, facts.get(lib.path), root, qairt)]
+    maven, pinned = runtime.maven, runtime.maven.rsplit(":", 1)[1]
+    if not maven.startswith(MAVEN_RUNTIME + ":"):
+        why = f"external runtime must be {MAVEN_RUNTIME}:<version>, not {maven}"
+    elif not compat.is_release(pinned):
+        why = f"external runtime {maven}: '{pinned}' is not a release version X.Y.Z"
+    elif (pin := compat.pin_problem(pinned, qairt.version)) is not None:
+        why = f"external runtime {maven}: {pin}"
+    elif not compat.satisfies(pinned, need):
+        why = (f"external runtime {maven}: qnn-runtime {pinned} is older than qairt/min_runtime {need}, the oldest "
+               "runtime the manifest says loads its context binaries")
+    else:
+        return []
+    return [Problem(MANIFEST, why)]
 
 
 def _in_bundle(e: QnnDeployError, root: Path, path: str) -> str:
@@ -552,13 +596,13 @@ def _signature_problems(root: Path, path: str, expected: tuple[list[JSON], list[
                           f"is ({show(expected[0])}) -> ({show(expected[1])}): is it another graph's file?")]
 
 
-def _external_data_problems(root: Path, model: JSON, data: dict[str, JSON]
+def _external_data_problems(root: Path, model: BundleFile, data: dict[str, BundleFile]
                             ) -> tuple[set[str] | None, list[Problem]]:
     """(the listed data files a CPU model names, or None when it is unreadable; a problem per location that is not
     a listed data file of its graph beside it). ONNX Runtime reads these files wherever the model points."""
     import onnx
 
-    path = model["path"]
+    path = model.path
     try:
         proto = load_model(root / path, check_external=False, weights=False)
     except QnnDeployError as e:
@@ -575,9 +619,9 @@ def _external_data_problems(root: Path, model: JSON, data: dict[str, JSON]
             problems.append(Problem(path, f"keeps its weights in '{location}', which is not a plain relative path "
                                           "inside its folder (absolute or '..'): ONNX Runtime would read it from "
                                           "outside the bundle's cpu/"))
-        elif data.get(rel, {}).get("graph") != model["graph"]:
+        elif rel not in data or data[rel].graph != model.graph:
             problems.append(Problem(path, f"keeps its weights in {rel}, which the manifest does not list as "
-                                          f"external data of graph '{model['graph']}'"))
+                                          f"external data of graph '{model.graph}'"))
         else:
             refs.add(rel)
     return refs, problems
@@ -662,25 +706,25 @@ def _not_a_context_binary(root: Path, path: str, f: FileFacts) -> str | None:
     return None
 
 
-def _min_runtime(qairt: JSON) -> tuple[str, list[Problem]]:
+def _min_runtime(qairt: Qairt) -> tuple[str, list[Problem]]:
     """The oldest runtime the bundle's binaries need: what their QAIRT needs, or the manifest's min_runtime when it
     is later. A min_runtime below what the QAIRT needs is a problem: the app trusts it to choose the NPU."""
-    need = compat.min_runtime_for_qairt(qairt["version"])
-    stated = qairt.get("min_runtime")
+    need = compat.min_runtime_for_qairt(qairt.version)
+    stated = qairt.min_runtime
     if stated is None or compat.satisfies(stated, need):
         return stated or need, []
     return need, [Problem(MANIFEST, f"qairt/min_runtime {stated} is older than {need}, the oldest runtime that loads "
-                                    f"QAIRT {qairt['version']} context binaries: the app would trust a runtime that "
+                                    f"QAIRT {qairt.version} context binaries: the app would trust a runtime that "
                                     "cannot load them; rebuild the bundle")]
 
 
-def _context_problems(root: Path, info: ContextInfo, artifact: JSON, target: JSON,
-                      signatures: dict[str, tuple[list[JSON], list[JSON]]], min_runtime: str) -> list[str]:
+def _context_problems(root: Path, info: ContextInfo, artifact: BundleFile, target: Target, signatures: Signatures,
+                      min_runtime: str) -> list[str]:
     """A binary read by libQnnSystem: its SoC and arch, its graphs (found by the QNN graph name each graph's
     EPContext wrapper runs), their signatures, and the runtime its blob needs."""
-    soc = socs.find(target["soc"])
-    wrappers = {g: next((root / x["path"] for x in target["artifacts"] if x["format"] == EPCONTEXT and x["graph"] == g),
-                        None) for g in artifact_graphs(artifact)}
+    soc = socs.find(target.soc)
+    wrappers = {g: next((root / x.path for x in target.artifacts if x.format == FileFormat.ORT_EPCONTEXT
+                         and x.graph == g), None) for g in artifact.served}
     problems = contextcheck.graph_problems(info, wrappers, signatures)
     problems += contextcheck.target_problems(info, soc)
     if (why := contextcheck.runtime_problem(info, min_runtime)) is not None:
@@ -713,26 +757,26 @@ def _epcontext_problems(root: Path, path: str, listed: set[str], binary: str | N
     return problems
 
 
-def _version_problems(path: str, f: FileFacts, qairt: JSON) -> list[Problem]:
-    other = sorted(b for b in f.builds if build_version(b) != qairt["version"]
-                   or (qairt["build"] is not None and b != qairt["build"]))
+def _version_problems(path: str, f: FileFacts, qairt: Qairt) -> list[Problem]:
+    other = sorted(b for b in f.builds if build_version(b) != qairt.version
+                   or (qairt.build is not None and b != qairt.build))
     if not other:
         return []
-    want = qairt["build"] or qairt["version"]
+    want = qairt.build or qairt.version
     return [Problem(path, f"was built with QAIRT {', '.join(other)}, the bundle is QAIRT {want}: "
                           "compile and runtime libraries must come from one QAIRT version")]
 
 
-def _library_problems(lib: JSON, f: FileFacts | None, root: Path, qairt: JSON) -> list[Problem]:
-    path = lib["path"]
+def _library_problems(lib: BundleFile, f: FileFacts | None, root: Path, qairt: Qairt) -> list[Problem]:
+    path = lib.path
     name = path.rsplit("/", 1)[-1]
     problems: list[Problem] = []
 
     def add(msg: str) -> None:
         problems.append(Problem(path, msg))
 
-    if not path.startswith(f"lib/{lib['abi']}/"):
-        add(f"an {lib['abi']} library must live in lib/{lib['abi']}/")
+    if not path.startswith(f"lib/{lib.abi}/"):
+        add(f"an {lib.abi} library must live in lib/{lib.abi}/")
     if f is None:
         return problems
     try:
@@ -740,15 +784,15 @@ def _library_problems(lib: JSON, f: FileFacts | None, root: Path, qairt: JSON) -
     except (elf.NotElf, OSError) as e:
         add(f"is not a usable library: {e}")
         return problems
-    if lib["role"] == "skel":
+    if lib.role == LibRole.SKEL:
         if (info.bits, info.machine) != (32, elf.EM_QDSP6):
             add(f"a Skel library must be ELF32 Hexagon (e_machine {elf.EM_QDSP6}), "
                 f"this is ELF{info.bits} e_machine {info.machine}")
         else:
-            if info.hexagon_arch != lib.get("dsp_arch"):
-                add(f"is a Hexagon {info.hexagon_arch} library, the manifest says {lib.get('dsp_arch')}")
-            if lib["abi"] != f"hexagon-{info.hexagon_arch}":
-                add(f"is a Hexagon {info.hexagon_arch} library in the {lib['abi']} folder")
+            if info.hexagon_arch != lib.dsp_arch:
+                add(f"is a Hexagon {info.hexagon_arch} library, the manifest says {lib.dsp_arch}")
+            if lib.abi != f"hexagon-{info.hexagon_arch}":
+                add(f"is a Hexagon {info.hexagon_arch} library in the {lib.abi} folder")
         problems += _version_problems(path, f, qairt)
     else:
         if (info.bits, info.machine) != (64, elf.EM_AARCH64):
@@ -757,23 +801,23 @@ def _library_problems(lib: JSON, f: FileFacts | None, root: Path, qairt: JSON) -
         elif (info.min_load_align or 0) < elf.MIN_ANDROID_ALIGN:
             add(f"PT_LOAD alignment is {info.min_load_align}, Android 15+ needs >= {elf.MIN_ANDROID_ALIGN} "
                 "(link with -Wl,-z,max-page-size=16384)")
-        arch = lib.get("dsp_arch")
-        if lib["role"] == "stub" and (arch is None or name != qnn_libraries(arch)[2]):
+        arch = lib.dsp_arch
+        if lib.role == LibRole.STUB and (arch is None or name != qnn_libraries(arch)[2]):
             add(f"a Stub library's name must be libQnnHtpV<arch>Stub.so matching its dsp_arch ({arch})")
     return problems
 
 
-def _runtime_completeness(target: JSON, libs: list[JSON]) -> list[Problem]:
-    arch = target["dsp_arch"]
-    have = {(lib["role"], lib.get("dsp_arch", arch)) for lib in libs}
+def _runtime_completeness(target: Target, libs: tuple[BundleFile, ...]) -> list[Problem]:
+    arch = target.dsp_arch
+    have = {(lib.role, lib.dsp_arch or arch) for lib in libs}
     roles = ("htp", "system", "stub", "skel")
     missing = [name for role, name in zip(roles, qnn_libraries(arch), strict=True) if (role, arch) not in have]
     if not missing:
         return []
-    return [Problem(MANIFEST, f"target {target['soc']} ({arch}) needs {', '.join(missing)} in the bundle's runtime")]
+    return [Problem(MANIFEST, f"target {target.soc} ({arch}) needs {', '.join(missing)} in the bundle's runtime")]
 
 
-def check_warnings(manifest: JSON, facts: dict[str, FileFacts], contexts: Contexts | None = None) -> list[Problem]:
+def check_warnings(manifest: Manifest, facts: dict[str, FileFacts], contexts: Contexts | None = None) -> list[Problem]:
     """What cannot be confirmed, without being wrong: failed graphs shipped with a reason (bundle --accept), Skel
     libraries whose build string was not found (a context binary without its markers is a problem: see
     _not_a_context_binary), an external runtime in no validated set; and what will cost on the phone: a graph compiled
@@ -781,25 +825,24 @@ def check_warnings(manifest: JSON, facts: dict[str, FileFacts], contexts: Contex
     warnings = [Problem(MANIFEST, f"target {a['soc']}: graph '{a['graph']}' FAILED validation ({a['failure']}), "
                                   f"accepted: {a['reason']}; the app uses the {a['runs_on'].upper()} on {a['soc']}")
                 for a in accepted_failures(manifest)]
-    warnings += [Problem(MANIFEST, f"target {t['soc']}: graph '{g}' was judged with a looser threshold "
+    warnings += [Problem(MANIFEST, f"target {t.soc}: graph '{g}' was judged with a looser threshold "
                                    f"({json.dumps(s.get('thresholds'))}): {s['threshold_reason']}")
-                 for t in manifest["targets"] for g, s in graph_validations(t).items()
+                 for t in manifest.targets for g, s in t.validations.items()
                  if isinstance(s.get("threshold_reason"), str)]
-    for t in manifest["targets"]:
-        for a in t["artifacts"]:
-            info = (contexts or {}).get(a["path"])
+    for t in manifest.targets:
+        for a in t.artifacts:
+            info = (contexts or {}).get(a.path)
             if info is not None and not isinstance(info, str):
                 with contextlib.suppress(QnnDeployError):  # an unknown SoC is a problem of its own
-                    soc = socs.find(t["soc"])
-                    warnings += [Problem(a["path"], w) for w in contextcheck.resource_warnings(
-                        info, soc, a.get("graph") or ",".join(a.get("graphs", [])))]
-    if manifest["runtime"]["mode"] == "bundled":
-        for lib in manifest["runtime"]["libs"]:
-            f = facts.get(lib["path"])
-            if f and lib["role"] == "skel" and not f.builds:
-                warnings.append(Problem(lib["path"], "no QAIRT build string found: its version cannot be confirmed"))
-    rt = manifest["runtime"]
-    pin = rt["maven"].rsplit(":", 1)[1] if rt["mode"] == "external" else ""
-    if rt["mode"] == "external" and rt["maven"].startswith(MAVEN_RUNTIME + ":") and compat.is_release(pin):
-        warnings += [Problem(MANIFEST, w) for w in compat.pin_warnings(pin, manifest["qairt"]["version"])]
+                    soc = socs.find(t.soc)
+                    warnings += [Problem(a.path, w) for w in contextcheck.resource_warnings(
+                        info, soc, a.graph or ",".join(a.graphs))]
+    rt = manifest.runtime
+    for lib in rt.libs if rt.bundled else ():
+        f = facts.get(lib.path)
+        if f and lib.role == LibRole.SKEL and not f.builds:
+            warnings.append(Problem(lib.path, "no QAIRT build string found: its version cannot be confirmed"))
+    pin = rt.maven.rsplit(":", 1)[1] if rt.mode == RuntimeMode.EXTERNAL else ""
+    if rt.mode == RuntimeMode.EXTERNAL and rt.maven.startswith(MAVEN_RUNTIME + ":") and compat.is_release(pin):
+        warnings += [Problem(MANIFEST, w) for w in compat.pin_warnings(pin, manifest.qairt.version)]
     return warnings

@@ -45,7 +45,7 @@ from qnndeploy.base.fileio import (
 from qnndeploy.base.names import MANIFEST
 from qnndeploy.base.socs import find
 from qnndeploy.formats.decision import upper
-from qnndeploy.formats.manifest import file_entries, read_manifest, verified_bytes
+from qnndeploy.formats.manifest import Manifest, read_manifest, verified_bytes
 from qnndeploy.formats.playplan import (
     CONFIG,
     CONFIG_NS,
@@ -57,10 +57,11 @@ from qnndeploy.formats.playplan import (
     PLAN,
     PLAN_FORMAT,
     PLAN_VERSION,
+    Delivery,
 )
 from qnndeploy.formats.verify import VerifyReport, require_ok, verify_folder
 
-DELIVERIES = ("install-time", "fast-follow", "on-demand")
+DELIVERIES = tuple(d.value for d in Delivery)  # the --delivery choices
 DEFAULT_PACK = "qnndeploy_models"
 MARKER = ".qnndeploy-play"  # in every output folder: what --force may replace
 # Play's limits (Play for On-device AI, device targeting documentation)
@@ -111,7 +112,7 @@ def check_request(out: Path, *, pack: str, delivery: str, force: bool, bundle: P
     check_replaceable(Path(out), force, MARKER, "package play")
 
 
-def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery: str = "fast-follow",
+def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery: str = Delivery.FAST_FOLLOW,
                  force: bool = False, report: VerifyReport | None = None,
                  progress: Progress | None = None) -> PlayPackage:
     """Write the AI pack module, the device targeting config, the app's Gradle snippet and play.json for a bundle
@@ -126,7 +127,7 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
     report = report if report is not None else verify_folder(bundle)
     require_ok(bundle, report)
     manifest = read_manifest(bundle)
-    if not manifest["targets"]:
+    if not manifest.targets:
         raise QnnDeployError(f"{bundle} has no NPU target: an AI pack split by SoC needs at least one")
     sizes = _Sizes(bundle, manifest, progress)
     plan = _plan(bundle, manifest, pack, delivery, sizes)
@@ -136,7 +137,7 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
                     plan["base"]["bytes"] + g["bytes"], plan["base"]["deflated"] + g["deflated"]) for g in groups]
     rows.append(SizeRow(plan["default_group"], [], len(plan["base"]["files"]), plan["base"]["bytes"],
                         plan["base"]["deflated"]))
-    fields = {"pack": pack, "delivery": delivery, "bundle": f"{manifest['name']} {manifest['version']}",
+    fields = {"pack": pack, "delivery": delivery, "bundle": manifest.bundle_version,
               "folder": FOLDER, "config": CONFIG, "default_group": plan["default_group"],
               "min_agp": compat.gradle_library("device_targeting_min_agp").version,
               "ai_delivery": library.version, "ai_delivery_source": library.source,
@@ -176,10 +177,10 @@ class _Sizes:
     folder; each must be what the verified manifest lists. The manifest itself is read once, as bytes, and must
     parse to the manifest the plan is made from: the plan's manifest_sha256 is that of those bytes."""
 
-    def __init__(self, bundle: Path, manifest: JSON, progress: Progress | None) -> None:
+    def __init__(self, bundle: Path, manifest: Manifest, progress: Progress | None) -> None:
         self.bundle = bundle
         self.progress = progress
-        self.listed = {e["path"]: (e["sha256"], e["size"]) for _, e in file_entries(manifest)}
+        self.listed = {e.path: (e.sha256, e.size) for _, e in manifest.files()}
         self._seen: dict[str, tuple[str, int, int]] = {}
         raw = verified_bytes(bundle, manifest)
         self._seen[MANIFEST] = (hashlib.sha256(raw).hexdigest(), len(raw), len(zlib.compress(raw, DEFLATE_LEVEL)))
@@ -209,34 +210,34 @@ class _Sizes:
         return self._seen[path]
 
 
-def _plan(bundle: Path, manifest: JSON, pack: str, delivery: str, sizes: _Sizes) -> JSON:
+def _plan(bundle: Path, manifest: Manifest, pack: str, delivery: str, sizes: _Sizes) -> JSON:
     """One device group per target, named after its SoC (a bundle lists each file once, so no two targets share
     files that one group could carry for both). A group's SoC is the catalog model, as the decision identifies a
     phone's SoC and matches a target named by an alias (SM8750P)."""
     groups: list[JSON] = []
-    for t in manifest["targets"]:
-        paths = [a["path"] for a in t["artifacts"]]
+    for t in manifest.targets:
+        paths = [a.path for a in t.artifacts]
         files = [sizes.entry(p) for p in paths]
-        soc = find(t["soc"]).model
+        soc = find(t.soc).model
         groups.append({
-            "name": _group_name(t["soc"]), "socs": [soc], "dsp_arch": t["dsp_arch"],
+            "name": _group_name(t.soc), "socs": [soc], "dsp_arch": t.dsp_arch,
             "selectors": selectors([soc]), "files": files, "bytes": sum(f["size"] for f in files),
             "deflated": sum(sizes.deflated(p) for p in paths),
         })
-    runtime = manifest["runtime"]
-    base_paths = [MANIFEST, *(a["path"] for a in manifest["cpu"]), *(lib["path"] for lib in runtime.get("libs", []))]
+    runtime = manifest.runtime
+    base_paths = [MANIFEST, *(a.path for a in manifest.cpu), *(lib.path for lib in runtime.libs)]
     base = [sizes.entry(p) for p in base_paths]
     npu = sorted({p for g in groups for p in (f["path"] for f in g["files"])})
     every = base_paths + npu
     return {
         "format": PLAN_FORMAT, "format_version": PLAN_VERSION,
-        "bundle": {"name": manifest["name"], "version": manifest["version"],
+        "bundle": {"name": manifest.name, "version": manifest.version,
                    "manifest_sha256": sizes.entry(MANIFEST)["sha256"]},
         "pack": pack, "delivery": delivery, "folder": FOLDER, "default_group": DEFAULT_GROUP,
         "groups": groups,
         "base": {"files": base, "bytes": sum(f["size"] for f in base),
                  "deflated": sum(sizes.deflated(p) for p in base_paths),
-                 "external_runtime": runtime.get("maven") if runtime["mode"] == "external" else None},
+                 "external_runtime": None if runtime.bundled else runtime.maven},
         "one_apk": {"bytes": sum(sizes.entry(p)["size"] for p in every),
                     "deflated": sum(sizes.deflated(p) for p in every)},
     }
