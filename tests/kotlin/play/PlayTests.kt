@@ -24,6 +24,7 @@ import com.example.qnnplay.qnndeploy.Provider
 import com.example.qnnplay.qnndeploy.QnnRuntime
 import com.example.qnnplay.qnndeploy.Reasons
 import com.example.qnnplay.qnndeploy.Selection
+import com.example.qnnplay.qnndeploy.play
 import com.google.android.gms.tasks.Task
 import com.google.android.gms.tasks.Tasks
 import com.google.android.play.core.aipacks.AiPackLocation

@@ -1,4 +1,4 @@
-package {{ cookiecutter.package }}.qnndeploy
+package com.example.qnnsample.qnndeploy
 
 import java.io.Closeable
 import java.io.IOException
@@ -37,7 +37,7 @@ fun openReadAt(path: String): ReadAt? = try {
 }
 
 object RuntimeVersion {
-    const val LIBRARY = "{{ cookiecutter.data.backend_lib | kt }}"
+    const val LIBRARY = Generated.BACKEND_LIB
 
     /** Bytes read at a time: the library is ~100 MB and is never read whole. */
     const val CHUNK = 256 * 1024

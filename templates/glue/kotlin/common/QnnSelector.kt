@@ -1,4 +1,4 @@
-package {{ cookiecutter.package }}.qnndeploy
+package com.example.qnnsample.qnndeploy
 
 // NPU or CPU for this phone: the on-device decision of qnndeploy, in plain Kotlin (no Android imports), so it runs
 // and is tested on any JVM. Its twin is qnndeploy/decision.py; the two must agree, reason strings included (those
@@ -25,8 +25,8 @@ data class SocIdentity(val soc: String? = null, val identifiedBy: String? = null
 
 /** The QNN library file names of one HTP arch: QNN loads the Stub and the Skel by exactly these names. */
 data class QnnLibraries(
-    val backend: String = "{{ cookiecutter.data.backend_lib | kt }}",
-    val system: String = "{{ cookiecutter.data.system_lib | kt }}",
+    val backend: String = Generated.BACKEND_LIB,
+    val system: String = Generated.SYSTEM_LIB,
     val stub: String,
     val skel: String,
 )

@@ -1,6 +1,7 @@
-package {{ cookiecutter.package }}.qnndeploy
+package com.example.qnnsample.qnndeploy
 
 import android.content.Context
+import android.content.res.AssetManager
 import android.os.Build
 import android.util.Log
 import com.google.android.play.core.aipacks.AiPackManager
@@ -10,6 +11,7 @@ import com.google.android.play.core.aipacks.AiPackStateUpdateListener
 import com.google.android.play.core.aipacks.model.AiPackStatus
 import java.io.File
 import java.io.IOException
+import java.io.InputStream
 import java.util.concurrent.CopyOnWriteArrayList
 
 // The NPU files of the bundle, delivered by Google Play in an AI pack (`qnndeploy package play`): the plan
@@ -49,7 +51,7 @@ data class PlayPlan(
     val groups: List<PlayGroup> = emptyList(),
 ) {
     companion object {
-        const val FORMAT = "{{ cookiecutter.data.play.format | kt }}"
+        const val FORMAT = Generated.PLAY_FORMAT
 
         /** Throws IllegalArgumentException, saying what is wrong, for text that is not a Play plan. */
         fun parse(text: String): PlayPlan = from(MiniJson.parse(text))
@@ -94,16 +96,16 @@ data class PlayPlan(
 /** The two questions both twins ask of a plan: which group Play gives a phone, and which one its SoC needs. */
 object PlayRules {
     /** The pack's assets folder: qnndeploy_npu#group_<g>/ in the module, qnndeploy_npu/ on the phone. */
-    const val FOLDER = "{{ cookiecutter.data.play.folder | kt }}"
+    const val FOLDER = Generated.PLAY_FOLDER
 
     /** In every group's folder: which group the phone got, since Play strips the #group_ suffix. */
-    const val GROUP_FILE = "{{ cookiecutter.data.play.group_file | kt }}"
+    const val GROUP_FILE = Generated.PLAY_GROUP_FILE
 
     /** What Play gives a phone that matches no group. */
-    const val DEFAULT_GROUP = "{{ cookiecutter.data.play.default_group | kt }}"
+    const val DEFAULT_GROUP = Generated.PLAY_DEFAULT_GROUP
 
     /** Play targets system-on-chip only from Android 12 (API 31) on. */
-    const val SOC_TARGETING_SINCE_SDK = {{ cookiecutter.data.play.since_sdk }}
+    const val SOC_TARGETING_SINCE_SDK = Generated.PLAY_SOC_TARGETING_SINCE_SDK
 
     /**
      * The group Play delivers to a phone reporting these Build.SOC_MANUFACTURER / Build.SOC_MODEL values: the first
@@ -186,7 +188,7 @@ data class PlayReport(
 
 object PlayPack {
     /** play.json, beside manifest.json in the base module's assets. */
-    const val PLAN = "{{ cookiecutter.data.play.plan | kt }}"
+    const val PLAN = Generated.PLAY_PLAN
 
     private val listeners = CopyOnWriteArrayList<PackListener>()
     private val lock = Any()
@@ -324,10 +326,64 @@ object PlayPack {
         return MiniJson.write(json)
     }
 
+    /** What QnnRuntime.select asks of the pack (Generated.AI_PACK): where its files are, and what it decides. */
+    internal object Files : AiPack {
+        /** The CPU models are in the base module's assets, the NPU files of an install-time pack in the pack's. */
+        override fun open(assets: AssetManager, manifest: BundleManifest, path: String): InputStream =
+            assets.open(if (manifest.cpu.any { it.path == path }) "${QnnRuntime.ASSETS}/$path" else "${PlayRules.FOLDER}/$path")
+
+        override fun place(context: Context, manifest: BundleManifest, decision: Decision): PackPlacement {
+            val plan = plan(context)
+            val pack = locate(context, plan)
+            var chosen = decision
+            var packFiles: Map<String, File> = emptyMap()
+            if (decision.npu) {
+                val expected = PlayRules.expectedGroup(plan, decision.soc)
+                val npuPaths = decision.files.filter { path -> manifest.cpu.none { it.path == path } }
+                val reason = when {
+                    pack.group == null -> Reasons.packNotReady(
+                        pack = plan.pack, delivery = plan.delivery.id, detail = pack.problem.orEmpty(),
+                    )
+                    pack.group != expected -> Reasons.packGroupMismatch(
+                        pack = plan.pack, delivered = pack.group, soc = decision.soc.orEmpty(), expected = expected,
+                    )
+                    else -> try {
+                        packFiles = resolve(pack, plan.groups.firstOrNull { it.name == expected }, npuPaths)
+                        null
+                    } catch (e: IOException) {
+                        Reasons.packNotReady(pack = plan.pack, delivery = plan.delivery.id, detail = e.message.orEmpty())
+                    }
+                }
+                if (reason != null) {
+                    val identity = SocIdentity(soc = decision.soc, identifiedBy = decision.identifiedBy)
+                    chosen = QnnSelector.cpu(
+                        manifest, identity, reason, adsp = decision.adspLibraryPath, runtimeVersion = decision.runtimeVersion,
+                    )
+                    if (pack.group == null) fetch(context) // on-demand: only asked for; fast-follow: harmless
+                }
+            }
+            return PlayPlacement(chosen, packFiles, report(plan, pack, chosen.soc))
+        }
+    }
+
     /** Forgets the plan and the listeners, as a new process would start: for tests. */
     internal fun forget() = synchronized(lock) {
         plan = null
         registered = false
         listeners.clear()
     }
+}
+
+/** The decision log's "play" object of this selection. */
+val Selection.play: PlayReport? get() = (pack as? PlayPlacement)?.report
+
+/** The NPU files where Play put them, and the pack's report. */
+private class PlayPlacement(
+    override val decision: Decision,
+    override val files: Map<String, File>,
+    val report: PlayReport,
+) : PackPlacement {
+    override fun withoutFiles(decision: Decision): PackPlacement = PlayPlacement(decision, emptyMap(), report)
+
+    override fun logLine(decision: Decision): String = PlayPack.logLine(decision, report)
 }

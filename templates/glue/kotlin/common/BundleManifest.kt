@@ -1,14 +1,7 @@
-package {{ cookiecutter.package }}.qnndeploy
+package com.example.qnnsample.qnndeploy
 
 // The bundle manifest (assets/qnndeploy/manifest.json), the parts the app reads, parsed once into plain data
 // classes. The field names follow manifest.json (qnndeploy/schemas/manifest.schema.json) one for one, in camel case.
-
-/** What a bundle file is; id is its "format" in manifest.json. */
-enum class FileFormat(val id: String) {
-{%- for f in cookiecutter.data.file_formats %}
-    {{ f.name | ident }}("{{ f.id | kt }}"),
-{%- endfor %}
-}
 
 /** Where the QNN runtime libraries come from: the bundle itself (jniLibs), or a Maven artifact (none in the bundle). */
 enum class RuntimeMode { BUNDLED, EXTERNAL }
@@ -91,10 +84,10 @@ data class BundleManifest(
     val modelFiles: List<BundleFile> get() = cpu + targets.flatMap { it.artifacts }
 
     companion object {
-        const val FORMAT = "{{ cookiecutter.data.format | kt }}"
+        const val FORMAT = Generated.FORMAT
 
         /** The manifest version qnndeploy writes; every version from 1 up to it is read. */
-        const val FORMAT_VERSION = {{ cookiecutter.data.format_version }}L
+        const val FORMAT_VERSION = Generated.FORMAT_VERSION
 
         fun parse(text: String): BundleManifest = from(MiniJson.parse(text))
 
