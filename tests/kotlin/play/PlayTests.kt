@@ -49,7 +49,7 @@ import kotlin.test.assertTrue
 const val LIB_DIR = "/data/app/~~x/com.example.qnnplay-1/lib/arm64"
 
 /** A process whose QNN libraries all load. */
-class LoadingHost : NativeHost {
+internal class LoadingHost : NativeHost {
     private val env = HashMap<String, String>()
 
     override fun getenv(name: String): String? = env[name]
@@ -104,7 +104,7 @@ fun sha256(file: File): String =
 fun tree(root: File): Set<String> =
     root.walk().filter { it.isFile }.map { it.relativeTo(root).invariantSeparatorsPath }.toSet()
 
-class Suite(setup: Map<*, *>) {
+internal class Suite(setup: Map<*, *>) {
     private val installAssets = File(setup["install_assets"] as String)
     private val fastFollowAssets = File(setup["fast_follow_assets"] as String)
     private val pack = File(setup["pack"] as String)

@@ -12,7 +12,7 @@ import java.io.InputStream
 import java.util.concurrent.atomic.AtomicBoolean
 
 /** The process as the selector sees it on Android: the libc environment and the app's native libraries. */
-object AndroidHost : NativeHost {
+internal object AndroidHost : NativeHost {
     override fun getenv(name: String): String? = Os.getenv(name)
 
     override fun setenv(name: String, value: String) = Os.setenv(name, value, true)
@@ -57,16 +57,16 @@ internal interface PackPlacement {
 class Selection internal constructor(
     val decision: Decision,
     val manifest: BundleManifest,
-    val files: BundleFiles,
+    internal val files: BundleFiles,
     private val memory: FailureMemory,
-    val appVersion: String,
+    internal val appVersion: String,
     /** the app's native library folder, where the Skel is */
-    val libDir: String,
+    internal val libDir: String,
     internal val npuFormat: FileFormat,
     /** with an AI pack: the NPU files used where Play put them, and the decision log's "play" object */
     internal val pack: PackPlacement? = null,
 ) {
-    val bundleVersion: String get() = manifest.bundleVersion
+    internal val bundleVersion: String get() = manifest.bundleVersion
 
     private var npuFailure: Throwable? = null
     private var fallback: Selection? = null
@@ -75,11 +75,11 @@ class Selection internal constructor(
      * Whether graphs of the chosen target share one context binary (compile --share): their sessions must then
      * share the loaded context (ONNX Runtime's ep.share_ep_contexts), or each would load the whole binary again.
      */
-    val sharesContext: Boolean
+    internal val sharesContext: Boolean
         get() = decision.npu && manifest.targets.any { t -> t.artifacts.any { it.graphs.size > 1 && it.path in decision.files } }
 
     /** The absolute path of the model to load for a graph (a context binary, an EPContext .onnx or an .onnx). */
-    fun path(graph: String): String {
+    internal fun path(graph: String): String {
         val path = decision.paths[graph] ?: throw IllegalArgumentException("graph '$graph' is not in this decision")
         return (pack?.files?.get(path) ?: files.file(path)).absolutePath
     }
@@ -88,7 +88,7 @@ class Selection internal constructor(
      * Runs NPU init so that a failure, or a crash in the middle of it, sends the next starts to the CPU. One init at
      * a time in the process; once one failed, later calls get the same failure without trying again.
      */
-    fun <T> guardNpuInit(init: () -> T): T = synchronized(QnnRuntime.lock) {
+    internal fun <T> guardNpuInit(init: () -> T): T = synchronized(QnnRuntime.lock) {
         npuFailure?.let { throw it }
         memory.begin(appVersion, bundleVersion)
         val result = try {
@@ -106,7 +106,7 @@ class Selection internal constructor(
      * The CPU selection to use after the NPU failed to initialize (reason: Reasons.npuInitFailed with the error);
      * from then on QnnRuntime.select returns it.
      */
-    fun toCpu(reason: Reason): Selection = synchronized(QnnRuntime.lock) {
+    internal fun toCpu(reason: Reason): Selection = synchronized(QnnRuntime.lock) {
         fallback?.let { return it }
         val identity = SocIdentity(soc = decision.soc, identifiedBy = decision.identifiedBy)
         val cpu = QnnSelector.cpu(
@@ -125,7 +125,7 @@ class Selection internal constructor(
     }
 }
 
-object QnnRuntime {
+internal object QnnRuntime {
     const val TAG = "qnndeploy"
 
     /** The bundle's folder inside the APK's assets (qnndeploy.gradle puts it there). */

@@ -20,16 +20,16 @@ import java.util.concurrent.CopyOnWriteArrayList
 // The base module keeps manifest.json, the CPU models and the QNN libraries: the CPU runs until the pack is there.
 
 /** A system-on-chip selector: Build.SOC_MANUFACTURER and Build.SOC_MODEL as Play compares them (exactly). */
-data class PlaySoc(val manufacturer: String, val model: String)
+internal data class PlaySoc(val manufacturer: String, val model: String)
 
 /** A bundle file of a device group, at its bundle path. */
-data class PlayFile(val path: String, val size: Long, val sha256: String)
+internal data class PlayFile(val path: String, val size: Long, val sha256: String)
 
 /**
  * A device group of the pack: the catalog SoCs whose bundle targets it holds, its one device selector (any of its
  * SoCs selects a phone; an empty one selects every phone, as in Play), and its files.
  */
-data class PlayGroup(
+internal data class PlayGroup(
     val name: String,
     val socs: List<String> = emptyList(),
     val selectors: List<PlaySoc> = emptyList(),
@@ -37,14 +37,14 @@ data class PlayGroup(
 )
 
 /** How Play delivers the pack; id is its "delivery" in play.json. */
-enum class Delivery(val id: String) {
+internal enum class Delivery(val id: String) {
     INSTALL_TIME("install-time"),
     FAST_FOLLOW("fast-follow"),
     ON_DEMAND("on-demand"),
 }
 
 /** play.json, the parts the app reads (qnndeploy/schemas/play.schema.json), in the config's group order. */
-data class PlayPlan(
+internal data class PlayPlan(
     val pack: String,
     val delivery: Delivery,
     val defaultGroup: String = PlayRules.DEFAULT_GROUP,
@@ -94,7 +94,7 @@ data class PlayPlan(
 }
 
 /** The two questions both twins ask of a plan: which group Play gives a phone, and which one its SoC needs. */
-object PlayRules {
+internal object PlayRules {
     /** The pack's assets folder: qnndeploy_npu#group_<g>/ in the module, qnndeploy_npu/ on the phone. */
     const val FOLDER = Generated.PLAY_FOLDER
 
@@ -169,10 +169,10 @@ fun interface PackListener {
  * there, and then problem says why. dir: the folder holding the bundle paths (fast-follow, on-demand); null when the
  * files are in the app's assets (install-time, inside an APK).
  */
-data class PackOnPhone(val group: String?, val dir: File? = null, val problem: String? = null)
+internal data class PackOnPhone(val group: String?, val dir: File? = null, val problem: String? = null)
 
 /** The decision log's "play" object: what Play delivered and what this SoC needs. */
-data class PlayReport(
+internal data class PlayReport(
     val pack: String,
     val delivery: String,
     val deliveredGroup: String?,
@@ -188,7 +188,7 @@ data class PlayReport(
 
 object PlayPack {
     /** play.json, beside manifest.json in the base module's assets. */
-    const val PLAN = Generated.PLAY_PLAN
+    internal const val PLAN = Generated.PLAY_PLAN
 
     private val listeners = CopyOnWriteArrayList<PackListener>()
     private val lock = Any()
@@ -205,7 +205,7 @@ object PlayPack {
     }
 
     /** The plan in the app's assets, read once per process. */
-    fun plan(context: Context): PlayPlan = synchronized(lock) {
+    internal fun plan(context: Context): PlayPlan = synchronized(lock) {
         plan ?: readPlan(context).also { plan = it }
     }
 
@@ -223,7 +223,7 @@ object PlayPack {
         }
     }
 
-    fun manager(context: Context): AiPackManager = AiPackManagerFactory.getInstance(context.applicationContext)
+    internal fun manager(context: Context): AiPackManager = AiPackManagerFactory.getInstance(context.applicationContext)
 
     /**
      * Asks Play for the pack (fast-follow packs come by themselves, on-demand ones only when asked; asking twice
@@ -260,7 +260,7 @@ object PlayPack {
     }
 
     /** Where the pack is on this phone now, and which group Play delivered; a pack not (yet) there says why. */
-    fun locate(context: Context, plan: PlayPlan): PackOnPhone {
+    internal fun locate(context: Context, plan: PlayPlan): PackOnPhone {
         val groupFile = "${PlayRules.FOLDER}/${PlayRules.GROUP_FILE}"
         if (plan.delivery == Delivery.INSTALL_TIME) return inAssets(context, groupFile)
         val location = manager(context).getPackLocation(plan.pack)
@@ -295,7 +295,7 @@ object PlayPack {
      * already written them to app storage, so they are used where they are. Throws IOException for a file missing
      * or whose size is not the plan's.
      */
-    fun resolve(pack: PackOnPhone, group: PlayGroup?, paths: Collection<String>): Map<String, File> {
+    internal fun resolve(pack: PackOnPhone, group: PlayGroup?, paths: Collection<String>): Map<String, File> {
         val dir = pack.dir ?: return emptyMap()
         val sizes = group?.files.orEmpty().associate { it.path to it.size }
         return paths.associateWith { path ->
@@ -308,7 +308,7 @@ object PlayPack {
     }
 
     /** The log's "play" object for a phone whose SoC the selector identified as soc. */
-    fun report(plan: PlayPlan, pack: PackOnPhone, soc: String?): PlayReport {
+    internal fun report(plan: PlayPlan, pack: PackOnPhone, soc: String?): PlayReport {
         val since = Build.VERSION.SDK_INT >= Build.VERSION_CODES.S // Build.SOC_* do not exist before Android 12
         val play = PlayRules.playGroup(
             plan.groups, if (since) Build.SOC_MANUFACTURER else null, if (since) Build.SOC_MODEL else null,
@@ -318,7 +318,7 @@ object PlayPack {
     }
 
     /** The decision's JSON line with the "play" object added. */
-    fun logLine(decision: Decision, report: PlayReport?): String {
+    internal fun logLine(decision: Decision, report: PlayReport?): String {
         if (report == null) return decision.toJson()
         @Suppress("UNCHECKED_CAST")
         val json = LinkedHashMap(MiniJson.parse(decision.toJson()) as Map<String, Any?>)
@@ -375,7 +375,7 @@ object PlayPack {
 }
 
 /** The decision log's "play" object of this selection. */
-val Selection.play: PlayReport? get() = (pack as? PlayPlacement)?.report
+internal val Selection.play: PlayReport? get() = (pack as? PlayPlacement)?.report
 
 /** The NPU files where Play put them, and the pack's report. */
 private class PlayPlacement(

@@ -15,7 +15,7 @@ enum class FileFormat(val id: String) {
 }
 
 /** The reasons of data/reasons.json: one function per key, its text the template filled with the arguments. */
-object Reasons {
+internal object Reasons {
     // The decision's reasons: QnnSelector.decide (and qnndeploy's decision.decide) give them.
     fun formatUnsupported(format: String, version: String, expectedFormat: String, maxVersion: String): Reason =
         Reason("format_unsupported", "bundle manifest format ${format} version ${version} is not supported (this app reads \"${expectedFormat}\" versions 1 to ${maxVersion}): scaffold again")
