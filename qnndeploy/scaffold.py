@@ -40,6 +40,7 @@ GLUE_PLAY = "play"  # copied only with play: the AI pack's plan, rules and acces
 GENERATED = "Generated.kt"  # the glue's one generated file: the bundle's data, the catalog, reasons, switches
 ASSETS = "qnndeploy"  # the bundle's folder in the APK's assets: QnnRuntime.ASSETS in the Kotlin
 APP_GLUE_DIR = "qnndeploy"  # where the glue goes inside the sample app's module
+APP_LIBRARIES = ("activity_ktx", "lifecycle_runtime_ktx", "coroutines_android")  # the sample app's screen (maven.json)
 MARKER = ".qnndeploy-scaffold"  # rendered into every output's top folder: what marks a folder --force may replace
 
 def templates_dir() -> Path:
@@ -286,6 +287,7 @@ def _context(manifest: dict[str, Any], package: str, glue_name: str, engine: str
         # the sample app's plugins (data/maven.json, each with its source)
         "agp_version": compat.gradle_library("android_gradle_plugin").version.rpartition(":")[2],
         "kotlin_plugin_version": compat.gradle_library("kotlin_android_plugin").version.rpartition(":")[2],
+        "app_libraries": [compat.gradle_library(k).version for k in APP_LIBRARIES],
         # PlayPack.kt's constants come from playplan; scaffold() fills pack, delivery and dir with --play
         "play": {"enabled": False, "pack": "", "delivery": "", "dir": "", "format": playplan.PLAN_FORMAT,
                  "plan": playplan.PLAN, "folder": playplan.FOLDER, "group_file": playplan.GROUP_FILE,

@@ -71,6 +71,26 @@ def test_sample_app_is_a_conventional_gradle_project(tmp_path, external):
         external / "manifest.json").read_bytes()
 
 
+def test_sample_app_runs_its_work_in_coroutines_with_sourced_libraries(tmp_path, external):
+    """The screen is a ComponentActivity whose lifecycleScope opens and times the models on Dispatchers.Default; the
+    three libraries that takes are in app/build.gradle.kts at the versions of data/maven.json, which has a source."""
+    from qnndeploy.base import compat
+    from qnndeploy.scaffold import APP_LIBRARIES
+
+    app = scaffold(external, SAMPLE_PACKAGE, tmp_path / "a", app=True).path
+    gradle = (app / "app/build.gradle.kts").read_text()
+    for key in APP_LIBRARIES:
+        library = compat.gradle_library(key)
+        assert f'implementation("{library.version}")' in gradle and library.source.startswith("https://"), key
+    assert {compat.gradle_library(k).version.rpartition(":")[0] for k in APP_LIBRARIES} == {
+        "androidx.activity:activity-ktx", "androidx.lifecycle:lifecycle-runtime-ktx",
+        "org.jetbrains.kotlinx:kotlinx-coroutines-android"}
+    activity = (app / "app/src/main/java/com/example/qnnsample/MainActivity.kt").read_text()
+    assert "class MainActivity : ComponentActivity()" in activity
+    assert activity.count("lifecycleScope.launch {") == 2 and activity.count("withContext(Dispatchers.Default)") == 2
+    assert "Thread" not in activity and "runOnUiThread" not in activity
+
+
 def test_ort_glue_gradle_and_manifest_snippets(external, tmp_path):
     r = scaffold(external, "com.example.foo", tmp_path / "qnn")
     out = r.path
