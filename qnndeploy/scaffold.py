@@ -7,6 +7,10 @@ is a complete one-screen Android app with that glue in app/qnndeploy/ (android-s
 
 With play (a `package play` output folder), the NPU files travel in a Google Play AI pack instead: the base assets
 keep manifest.json, play.json and the CPU models, and the glue gains PlayPack.kt (locating and fetching the pack).
+
+The glue is plain Kotlin (templates/glue/kotlin: common/, one folder per engine, play/), copied as it is but for its
+package line; what differs from bundle to bundle is data, written into one generated file, Generated.kt
+(templates/glue/Generated.kt.j2), every value through codegen's escaping.
 """
 
 from __future__ import annotations
@@ -30,21 +34,24 @@ from qnndeploy.formats.verify import VerifyReport, require_ok, verify_folder
 from qnndeploy.qnn import epcontext
 
 ENGINES = {"ort": EPCONTEXT, "sherpa-onnx": CONTEXT_BINARY}  # engine -> the NPU file format it loads
-ENGINE_FILES = {"ort": "OrtModels.kt", "sherpa-onnx": "SherpaOnnxQnn.kt"}
-PLAY_FILE = "PlayPack.kt"  # rendered only with play: the AI pack's plan, rules and access
+GLUE_PACKAGE = "com.example.qnnsample"  # the package line of templates/glue/kotlin's sources: the sample app's
+GLUE_COMMON = "common"  # templates/glue/kotlin/common: copied always; then the engine's folder (named as the engine)
+GLUE_PLAY = "play"  # copied only with play: the AI pack's plan, rules and access (PlayPack.kt)
+GENERATED = "Generated.kt"  # the glue's one generated file: the bundle's data, the catalog, reasons, switches
 ASSETS = "qnndeploy"  # the bundle's folder in the APK's assets: QnnRuntime.ASSETS in the Kotlin
 APP_GLUE_DIR = "qnndeploy"  # where the glue goes inside the sample app's module
+APP_LIBRARIES = ("activity_ktx", "lifecycle_runtime_ktx", "coroutines_android")  # the sample app's screen (maven.json)
 MARKER = ".qnndeploy-scaffold"  # rendered into every output's top folder: what marks a folder --force may replace
 
 def templates_dir() -> Path:
-    """The templates: the installed package qnndeploy.templates (built from the top-level templates/ by
-    pyproject's package-dir, so git holds one copy), or, in a source checkout used without installing, templates/
-    beside the package."""
+    """The templates: in a source checkout, templates/ beside the package (first, so that another checkout's
+    editable install never lends its templates), else the installed package qnndeploy.templates (built from the
+    top-level templates/ by pyproject's package-dir, so git holds one copy)."""
     try:
         installed = Path(str(resources.files("qnndeploy.templates")))
     except ModuleNotFoundError:
         installed = None
-    for folder in (installed, Path(__file__).resolve().parents[1] / "templates"):
+    for folder in (Path(__file__).resolve().parents[1] / "templates", installed):
         if folder is not None and (folder / "glue").is_dir():
             return folder
     raise QnnDeployError("the scaffold templates are missing (neither the package qnndeploy.templates nor a "
@@ -118,9 +125,9 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
         if app:
             _render(templates / "app", {**context, "glue_dir": APP_GLUE_DIR}, tmp)
         _render(templates / "glue", context, glue)
-        (glue / "src" / context["package_path"] / "qnndeploy" / ENGINE_FILES[_other(engine)]).unlink()
-        if plan is None:
-            (glue / "src" / context["package_path"] / "qnndeploy" / PLAY_FILE).unlink(missing_ok=True)
+        folders = [GLUE_COMMON, engine] + ([GLUE_PLAY] if plan is not None else [])
+        _write_glue(templates / "glue", folders, package, context["data"],
+                    glue / "src" / context["package_path"] / "qnndeploy")
         copied, nbytes = _copy_bundle(bundle, manifest, glue / "bundle", play)
         kotlin = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*.kt"))
 
@@ -221,10 +228,6 @@ def _ort_pins(manifest: Manifest, aar: str) -> OrtPins:
     return OrtPins(aar, version, newest.ort_android, bundle_runtime, None, warnings)
 
 
-def _other(engine: str) -> str:
-    return next(e for e in ENGINES if e != engine)
-
-
 def _check_engine(manifest: Manifest, bundle: Path, engine: str) -> None:
     """Every target must hold what the engine loads, or the app would silently never use the NPU there."""
     fmt = ENGINES[engine]
@@ -283,6 +286,7 @@ def _context(manifest: Manifest, package: str, glue_name: str, engine: str, pins
         # the sample app's plugins (data/maven.json, each with its source)
         "agp_version": compat.gradle_library("android_gradle_plugin").version.rpartition(":")[2],
         "kotlin_plugin_version": compat.gradle_library("kotlin_android_plugin").version.rpartition(":")[2],
+        "app_libraries": [compat.gradle_library(k).version for k in APP_LIBRARIES],
         # PlayPack.kt's constants come from playplan; scaffold() fills pack, delivery and dir with --play
         "play": {"enabled": False, "pack": "", "delivery": "", "dir": "", "format": playplan.PLAN_FORMAT,
                  "plan": playplan.PLAN, "folder": playplan.FOLDER, "group_file": playplan.GROUP_FILE,
@@ -326,12 +330,23 @@ def _kotlin_string(template: str) -> str:
     return "".join(out)
 
 
-def _render(template: Path, values: dict[str, Any], dest: Path) -> None:
-    """Render one template (cookiecutter's layout: cookiecutter.json and one top folder) into dest, in Jinja's
-    sandbox: a value is data, never template code (the sandbox refuses attribute walks such as
-    cycler.__init__.__globals__), each path segment and each file is rendered once, and a value reaches a file only
-    through the escaping filter of its place (kt, groovy, comment; codegen.plain refuses one that is not). The top
-    folder's own name is never rendered: the output folder is whatever the caller made `dest`."""
+def _write_glue(template: Path, folders: list[str], package: str, data: dict[str, Any], dest: Path) -> None:
+    """The glue's sources: the Kotlin of the given folders of template/kotlin with their one package line set to
+    package's, and Generated.kt rendered from the data."""
+    dest.mkdir(parents=True, exist_ok=True)
+    line = f"package {GLUE_PACKAGE}.qnndeploy\n"
+    for folder in folders:
+        for src in sorted((template / "kotlin" / folder).glob("*.kt")):
+            head, sep, rest = src.read_text(encoding="utf-8").partition("\n")
+            if head + sep != line:
+                raise QnnDeployError(f"template {src.name} does not start with '{line.strip()}': reinstall qnndeploy")
+            (dest / src.name).write_text(f"package {package}.qnndeploy\n{rest}", encoding="utf-8")
+    generated = _environment().from_string((template / f"{GENERATED}.j2").read_text(encoding="utf-8"))
+    (dest / GENERATED).write_text(generated.render({**data, "package": package}), encoding="utf-8")
+
+
+def _environment() -> Any:
+    """Jinja's sandbox with the escaping filters of generated files (see _render)."""
     from jinja2 import StrictUndefined
     from jinja2.sandbox import SandboxedEnvironment
 
@@ -339,6 +354,16 @@ def _render(template: Path, values: dict[str, Any], dest: Path) -> None:
                                finalize=codegen.plain)
     env.filters.update(kt=codegen.kotlin_string, groovy=codegen.groovy_string, comment=codegen.line_comment,
                        ident=codegen.identifier)
+    return env
+
+
+def _render(template: Path, values: dict[str, Any], dest: Path) -> None:
+    """Render one template (cookiecutter's layout: cookiecutter.json and one top folder) into dest, in Jinja's
+    sandbox: a value is data, never template code (the sandbox refuses attribute walks such as
+    cycler.__init__.__globals__), each path segment and each file is rendered once, and a value reaches a file only
+    through the escaping filter of its place (kt, groovy, comment; codegen.plain refuses one that is not). The top
+    folder's own name is never rendered: the output folder is whatever the caller made `dest`."""
+    env = _environment()
     defaults = json.loads((template / "cookiecutter.json").read_text(encoding="utf-8"))
     context = {"cookiecutter": {**defaults, **values}}
     (top,) = [p for p in template.iterdir() if p.is_dir() and p.name.startswith("{{")]

@@ -26,13 +26,16 @@ def build(generated: list[Path], tests: list[Path], out: Path) -> dict:
     support = sorted((STUBS.parent / "support").glob("*.kt"))  # test helpers every JVM test build shares
     sources = generated + sorted((STUBS / "kotlin").rglob("*.kt")) + support + tests
     classes = out / "classes"
-    cp = os.pathsep.join([str(stubs), str(lib / "kotlin-test.jar")])
+    # kotlinx.coroutines, the sample app's (kotlinc ships kotlinx-coroutines-core-jvm in its lib folder)
+    coroutines = lib / "kotlinx-coroutines-core-jvm.jar"
+    cp = os.pathsep.join([str(stubs), str(lib / "kotlin-test.jar"), str(coroutines)])
     # -XX:TieredStopAtLevel=1: the JVM's quick JIT only. Its optimizing JIT's threads cost kotlinc more CPU than
     # they save in one compile of these sources: measured here 38 s wall, 53 s CPU against 65 s and 122 s.
     done = subprocess.run([str(kotlinc), "-J-XX:TieredStopAtLevel=1", "-Werror", "-jvm-target", "17", "-cp", cp,
                            "-d", str(classes), *map(str, sources)], check=False, capture_output=True, text=True)
     assert done.returncode == 0, f"kotlinc failed:\n{done.stdout}\n{done.stderr}"
-    run_cp = os.pathsep.join([str(classes), str(stubs), str(lib / "kotlin-stdlib.jar"), str(lib / "kotlin-test.jar")])
+    run_cp = os.pathsep.join([str(classes), str(stubs), str(lib / "kotlin-stdlib.jar"), str(lib / "kotlin-test.jar"),
+                              str(coroutines)])
     return {"classes": classes, "cp": run_cp, "generated": generated, "out": out}
 
 

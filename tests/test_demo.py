@@ -170,3 +170,13 @@ def test_a_failed_demo_names_the_cause_not_a_file_it_rolled_back(tmp_path, monke
         stage.run_demo(out, socs=("SM8750",))
     assert str(e.value) == "compile failed for SM8750: the HTP cannot run 1 node(s): x (Det)"
     assert str(out) not in str(e.value) and not out.exists()
+
+
+def test_android_sample_holds_no_copy_of_the_glue():
+    """The sample's glue sources are links to templates/glue/kotlin, the one copy of the library; only the data file
+    scaffold generates for the demo bundle is its own."""
+    glue = SAMPLE / "app" / "qnndeploy" / "src" / SAMPLE_PACKAGE.replace(".", "/") / "qnndeploy"
+    kotlin = sorted(glue.glob("*.kt"))
+    assert [p.name for p in kotlin if not p.is_symlink()] == ["Generated.kt"]
+    templates = (SAMPLE.parent / "templates" / "glue" / "kotlin").resolve()
+    assert len(kotlin) > 1 and all(p.resolve().is_relative_to(templates) for p in kotlin if p.is_symlink())

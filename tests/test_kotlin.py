@@ -43,12 +43,13 @@ from qnndeploy.formats.manifest import Manifest
 from qnndeploy.formats.playplan import FOLDER, expected_group, plan_groups, play_group, read_plan
 from qnndeploy.package.play import package_play
 from qnndeploy.qnn import htp, markers
-from qnndeploy.scaffold import scaffold
+from qnndeploy.scaffold import GENERATED, GLUE_PACKAGE, scaffold, templates_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_kotlin]
 
 HERE = Path(__file__).parent / "kotlin"
-PACKAGE = "com.example.qnnsample"  # tests/kotlin/*.kt import the glue from this package
+GLUE = templates_dir() / "glue" / "kotlin"  # the glue's plain Kotlin sources
+PACKAGE = GLUE_PACKAGE  # tests/kotlin/*.kt import the glue from this package, the templates' own
 UNIT_TESTS = 25  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
 PLAY_PACKAGE = "com.example.qnnplay"  # tests/kotlin/play/*.kt import the play glue from this package
 PLAY_TESTS = 9  # the number of tests in tests/kotlin/play/PlayTests.kt: none may silently disappear
@@ -84,17 +85,36 @@ def play(tmp_path_factory) -> dict:
 @pytest.fixture(scope="session")
 def kotlin(rendered, play, tmp_path_factory) -> dict:
     """One javac run for the Java stand-ins, one kotlinc run for all Kotlin (the app, the sherpa-onnx glue, the Play
-    glue and every JVM test); returns the classpath to run with."""
-    generated = [p for r in (rendered["app"], rendered["sherpa"], play["glue"]) for p in sorted(r.path.rglob("*.kt"))]
+    glue and every JVM test); returns the classpath to run with. The app's glue is compiled from the templates'
+    sources as they are (their package is the app's) beside the app's Generated.kt."""
+    app = rendered["app"]
+    templated = [p for p in sorted(app.glue.rglob("*.kt")) if p.name != GENERATED]
+    generated = [*template_sources(), *(p for p in sorted(app.path.rglob("*.kt")) if p not in templated)]
+    generated += [p for r in (rendered["sherpa"], play["glue"]) for p in sorted(r.path.rglob("*.kt"))]
     tests = sorted(HERE.glob("*.kt")) + sorted((HERE / "play").glob("*.kt"))
-    return kotlin_build.build(generated, tests, tmp_path_factory.mktemp("kotlin-build"))
+    return {**kotlin_build.build(generated, tests, tmp_path_factory.mktemp("kotlin-build")), "templated": templated}
+
+
+def template_sources() -> list[Path]:
+    """The glue's plain Kotlin every output has (common/) and the ONNX Runtime engine's, as in templates/."""
+    return [p for folder in ("common", "ort") for p in sorted((GLUE / folder).glob("*.kt"))]
+
+
+def test_the_glue_is_the_templates_sources_as_they_are(rendered, kotlin):
+    """What scaffold writes for the templates' own package is the templates' sources byte for byte, and the one
+    generated file, so compiling the templates (test_all_generated_kotlin_compiles) compiles the app's glue."""
+    assert {p.name for p in kotlin["templated"]} == {p.name for p in template_sources()}
+    for path in kotlin["templated"]:
+        assert path.read_bytes() == next(p for p in template_sources() if p.name == path.name).read_bytes(), path
+    assert (rendered["app"].glue / "src" / PACKAGE.replace(".", "/") / "qnndeploy" / GENERATED).is_file()
 
 
 def test_all_generated_kotlin_compiles(rendered, play, kotlin):
-    names = {p.name for p in kotlin["generated"]}
+    names = {p.name for p in [*kotlin["generated"], *kotlin["templated"]]}
     assert {"MainActivity.kt", "OrtModels.kt", "SherpaOnnxQnn.kt", "QnnSelector.kt", "QnnRuntime.kt", "SocCatalog.kt",
             "BundleFiles.kt", "FailureMemory.kt", "MiniJson.kt", "Reasons.kt", "BundleManifest.kt"} <= names
     assert len(kotlin["generated"]) == sum(len(r.kotlin) for r in (rendered["app"], rendered["sherpa"], play["glue"]))
+    assert "Generated.kt" in names
     for cls in (f"{PACKAGE.replace('.', '/')}/MainActivity.class", "com/example/sherpa/qnndeploy/SherpaOnnxQnn.class",
                 f"{PACKAGE.replace('.', '/')}/qnndeploy/OrtModels.class"):
         assert (kotlin["classes"] / cls).is_file(), cls

@@ -71,16 +71,37 @@ def test_sample_app_is_a_conventional_gradle_project(tmp_path, external):
         external / "manifest.json").read_bytes()
 
 
+def test_sample_app_runs_its_work_in_coroutines_with_sourced_libraries(tmp_path, external):
+    """The screen is a ComponentActivity whose lifecycleScope opens and times the models on Dispatchers.Default; the
+    three libraries that takes are in app/build.gradle.kts at the versions of data/maven.json, which has a source."""
+    from qnndeploy.base import compat
+    from qnndeploy.scaffold import APP_LIBRARIES
+
+    app = scaffold(external, SAMPLE_PACKAGE, tmp_path / "a", app=True).path
+    gradle = (app / "app/build.gradle.kts").read_text()
+    for key in APP_LIBRARIES:
+        library = compat.gradle_library(key)
+        assert f'implementation("{library.version}")' in gradle and library.source.startswith("https://"), key
+    assert {compat.gradle_library(k).version.rpartition(":")[0] for k in APP_LIBRARIES} == {
+        "androidx.activity:activity-ktx", "androidx.lifecycle:lifecycle-runtime-ktx",
+        "org.jetbrains.kotlinx:kotlinx-coroutines-android"}
+    activity = (app / "app/src/main/java/com/example/qnnsample/MainActivity.kt").read_text()
+    assert "class MainActivity : ComponentActivity()" in activity
+    assert activity.count("lifecycleScope.launch {") == 2 and activity.count("withContext(Dispatchers.Default)") == 2
+    assert "Thread" not in activity and "runOnUiThread" not in activity
+
+
 def test_ort_glue_gradle_and_manifest_snippets(external, tmp_path):
     r = scaffold(external, "com.example.foo", tmp_path / "qnn")
     out = r.path
     kotlin = {Path(p).name for p in r.kotlin}
     assert kotlin == {"QnnSelector.kt", "SocCatalog.kt", "MiniJson.kt", "BundleFiles.kt", "FailureMemory.kt",
-                      "QnnRuntime.kt", "OrtModels.kt", "Reasons.kt", "BundleManifest.kt", "RuntimeVersion.kt"}
+                      "QnnRuntime.kt", "OrtModels.kt", "Reasons.kt", "BundleManifest.kt", "RuntimeVersion.kt",
+                      "Generated.kt"}
     for p in r.kotlin:
         assert (out / p).read_text().startswith("package com.example.foo.qnndeploy\n"), p
         if Path(p).name in ("QnnSelector.kt", "SocCatalog.kt", "MiniJson.kt", "BundleFiles.kt", "FailureMemory.kt",
-                            "Reasons.kt", "BundleManifest.kt", "RuntimeVersion.kt"):
+                            "Reasons.kt", "BundleManifest.kt", "RuntimeVersion.kt", "Generated.kt"):
             assert "import android." not in (out / p).read_text(), f"{p} must run on any JVM"
     gradle = (out / "qnndeploy.gradle").read_text()
     assert "abiFilters 'arm64-v8a'" in gradle and "useLegacyPackaging = true" in gradle
@@ -114,16 +135,18 @@ def test_bundle_is_copied_in_gradles_layout(bundled, tmp_path):
     assert "jniLibs.srcDir(new File(qnndeployDir, 'bundle/jniLibs'))" in gradle and "qnn-runtime" not in gradle
     assert {Path(p).name for p in r.kotlin} >= {"SherpaOnnxQnn.kt"} and "OrtModels.kt" not in str(r.kotlin)
     sherpa = (r.path / "src/com/example/sherpa/qnndeploy/SherpaOnnxQnn.kt").read_text()
-    assert 'val GRAPHS: List<String> = listOf("det", "rec")' in sherpa
+    assert "val GRAPHS: List<String> = Generated.GRAPHS" in sherpa
+    generated = (r.path / "src/com/example/sherpa/qnndeploy/Generated.kt").read_text()
+    assert 'val GRAPHS: List<String> = listOf("det", "rec")' in generated
     assert r.bundle_files == 1 + len(m["cpu"]) + sum(len(t["artifacts"]) for t in m["targets"]) + len(libs)
 
 
 def test_kotlin_soc_tables_are_generated_from_the_catalog(external, tmp_path):
     r = scaffold(external, "com.example.foo", tmp_path / "g")
-    text = (r.path / "src/com/example/foo/qnndeploy/SocCatalog.kt").read_text()
-    blocks = dict(re.findall(r"val (\w+): [^=]+= (?:mapOf|listOf)\((.*?)\n    \)", text, re.DOTALL))
+    text = (r.path / "src/com/example/foo/qnndeploy/Generated.kt").read_text()
+    blocks = dict(re.findall(r"val (\w+): [^=]+= (?:mapOf|listOf)\(\n(.*?)\n    \)", text, re.DOTALL))
     models, codenames = soc_tables()
-    assert dict(re.findall(r'"([^"]+)" to "([^"]+)"', blocks["MODELS"])) == models
+    assert dict(re.findall(r'"([^"]+)" to "([^"]+)"', blocks["SOC_MODELS"])) == models
     assert dict(re.findall(r'"([^"]+)" to "([^"]+)"', blocks["CODENAMES"])) == codenames
     assert re.findall(r'"([^"]+)"', blocks["VENDOR_DSP_FOLDERS"]) == list(VENDOR_DSP_FOLDERS)
     assert models["SM8750P"] == "SM8750" and codenames["kalama"] == "SM8550"
@@ -135,7 +158,7 @@ def test_kotlin_soc_tables_are_generated_from_the_catalog(external, tmp_path):
 def test_kotlin_reasons_are_generated_from_the_data_file(external, tmp_path):
     """One function per reason of data/reasons.json, its text the template's; tests/test_kotlin.py calls each."""
     r = scaffold(external, "com.example.foo", tmp_path / "g")
-    text = (r.path / "src/com/example/foo/qnndeploy/Reasons.kt").read_text()
+    text = (r.path / "src/com/example/foo/qnndeploy/Generated.kt").read_text()
     functions = re.findall(r'fun (\w+)\(([^)]*)\): Reason =\n        Reason\("(\w+)", "(.*)"\)\n', text)
     assert [key for _, _, key, _ in functions] == [k for templates in REASONS.values() for k in templates]
     for _, params, key, body in functions:
@@ -158,7 +181,7 @@ def test_kotlin_manifest_constants_come_from_python_and_the_schema(external, tmp
     from qnndeploy.formats.manifest import schema
 
     r = scaffold(external, "com.example.foo", tmp_path / "g")
-    text = (r.path / "src/com/example/foo/qnndeploy/BundleManifest.kt").read_text()
+    text = (r.path / "src/com/example/foo/qnndeploy/Generated.kt").read_text()
     assert f'const val FORMAT = "{FORMAT}"' in text and f"const val FORMAT_VERSION = {FORMAT_VERSION}L" in text
     ids = re.findall(r'^    [A-Z_]+\("([^"]+)"\),$', text, re.MULTILINE)
     assert ids == schema()["$defs"]["artifact"]["properties"]["format"]["enum"]
@@ -461,19 +484,24 @@ def test_play_keeps_every_npu_file_out_of_the_base_assets(external, tmp_path):
     assert {Path(p).name for p in r.kotlin} >= {"PlayPack.kt", "QnnRuntime.kt", "OrtModels.kt"}
     glue = r.path / "src/com/example/foo/qnndeploy"
     runtime, pack = (glue / "QnnRuntime.kt").read_text(), (glue / "PlayPack.kt").read_text()
-    assert "PlayPack.locate(context, plan)" in runtime and "Reasons.packNotReady(" in runtime
+    generated = (glue / "Generated.kt").read_text()
+    # select asks the pack the data file names; the pack locates itself and gives the CPU its reason
+    assert "Generated.AI_PACK" in runtime and "val AI_PACK: AiPack? = PlayPack.Files\n" in generated
+    assert "locate(context, plan)" in pack and "Reasons.packNotReady(" in pack
     for name, value in (("FOLDER", playplan.FOLDER), ("GROUP_FILE", playplan.GROUP_FILE),
                         ("DEFAULT_GROUP", playplan.DEFAULT_GROUP)):
-        assert f'const val {name} = "{value}"' in pack  # one source: qnndeploy/formats/playplan.py
-    assert f"const val SOC_TARGETING_SINCE_SDK = {playplan.SOC_TARGETING_SINCE_SDK}" in pack
-    assert "{{" not in runtime + pack and "{%" not in runtime + pack
+        assert f'const val {name} = Generated.PLAY_{name}' in pack
+        assert f'const val PLAY_{name} = "{value}"' in generated  # one source: qnndeploy/formats/playplan.py
+    assert f"const val PLAY_SOC_TARGETING_SINCE_SDK = {playplan.SOC_TARGETING_SINCE_SDK}" in generated
+    assert "{{" not in runtime + pack + generated and "{%" not in runtime + pack + generated
     assert len(r.lines) == 6 and r.lines[:3] == scaffold(external, "com.example.foo", tmp_path / "g",
                                                          force=True).lines
     assert r.lines[3].endswith(f'apply(from = "{(play / "play.gradle").as_posix()}")')
     assert 'include(":models")' in r.lines[4]
     assert r.lines[5].endswith("android.experimental.enableDeviceTargetingConfigApi=true")
-    # without --play the glue has no PlayPack.kt (scaffold deletes it, as the other engine's file)
+    # without --play the glue has no PlayPack.kt (scaffold copies it only with --play, as only the engine's file)
     assert not (glue / "PlayPack.kt").exists() and "PlayPack" not in (glue / "QnnRuntime.kt").read_text()
+    assert "val AI_PACK: AiPack? = null\n" in (glue / "Generated.kt").read_text()
 
 
 def test_play_of_another_bundle_is_refused(external, bundled, tmp_path):

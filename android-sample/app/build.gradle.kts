@@ -31,6 +31,14 @@ android {
     }
 }
 
+// The screen: ComponentActivity, and coroutines for the work off the main thread (qnndeploy/data/maven.json has
+// each version's source).
+dependencies {
+    implementation("androidx.activity:activity-ktx:1.10.0")
+    implementation("androidx.lifecycle:lifecycle-runtime-ktx:2.8.7")
+    implementation("org.jetbrains.kotlinx:kotlinx-coroutines-android:1.10.1")
+}
+
 // The qnndeploy glue: ABI filter, jniLibs packaging, the bundle's assets, the QNN runtime and ONNX Runtime, all
 // from the repositories of settings.gradle.kts (mavenCentral). ONNX Runtime (scaffold --ort-aar chooses the AAR):
 // com.microsoft.onnxruntime:onnxruntime-android-qnn:1.26.0 + qnn-runtime 2.49.0 (not a validated set)

@@ -56,7 +56,7 @@ const val LIB_DIR = "/data/app/~~x/com.example.qnnsample-1/lib/arm64"
  * A process whose libraries fail to load with the given messages (and whose setenv fails with setenvError, if
  * given) and whose loaded libQnnHtp.so is of QAIRT runtimeVersion; it records every call in order.
  */
-class FakeHost(
+internal class FakeHost(
     private val errors: Map<String, String> = emptyMap(),
     env: Map<String, String> = emptyMap(),
     private val setenvError: String? = null,
@@ -101,7 +101,7 @@ fun waitUntilDoneOrBlockedBy(thread: Thread, owner: Thread) {
 fun tree(root: File): Set<String> =
     root.walk().filter { !it.isDirectory || Files.isSymbolicLink(it.toPath()) }.map { it.relativeTo(root).invariantSeparatorsPath }.toSet()
 
-class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
+internal class Suite(val manifests: Map<*, *>, val assets: File, val scratch: File) {
     val m = BundleManifest.from(manifests["two_targets"])
     val bundled = BundleManifest.from(manifests["bundled"])
     val sm8750 = DeviceIdentity("SM8750", "sun", 35)

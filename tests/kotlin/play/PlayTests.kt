@@ -24,6 +24,7 @@ import com.example.qnnplay.qnndeploy.Provider
 import com.example.qnnplay.qnndeploy.QnnRuntime
 import com.example.qnnplay.qnndeploy.Reasons
 import com.example.qnnplay.qnndeploy.Selection
+import com.example.qnnplay.qnndeploy.play
 import com.google.android.gms.tasks.Task
 import com.google.android.gms.tasks.Tasks
 import com.google.android.play.core.aipacks.AiPackLocation
@@ -48,7 +49,7 @@ import kotlin.test.assertTrue
 const val LIB_DIR = "/data/app/~~x/com.example.qnnplay-1/lib/arm64"
 
 /** A process whose QNN libraries all load. */
-class LoadingHost : NativeHost {
+internal class LoadingHost : NativeHost {
     private val env = HashMap<String, String>()
 
     override fun getenv(name: String): String? = env[name]
@@ -103,7 +104,7 @@ fun sha256(file: File): String =
 fun tree(root: File): Set<String> =
     root.walk().filter { it.isFile }.map { it.relativeTo(root).invariantSeparatorsPath }.toSet()
 
-class Suite(setup: Map<*, *>) {
+internal class Suite(setup: Map<*, *>) {
     private val installAssets = File(setup["install_assets"] as String)
     private val fastFollowAssets = File(setup["fast_follow_assets"] as String)
     private val pack = File(setup["pack"] as String)

@@ -31,6 +31,14 @@ android {
     }
 }
 
+// The screen: ComponentActivity, and coroutines for the work off the main thread (qnndeploy/data/maven.json has
+// each version's source).
+dependencies {
+{%- for library in cookiecutter.data.app_libraries %}
+    implementation("{{ library | kt }}")
+{%- endfor %}
+}
+
 // The qnndeploy glue: ABI filter, jniLibs packaging, the bundle's assets, the QNN runtime and ONNX Runtime, all
 // from the repositories of settings.gradle.kts (mavenCentral). ONNX Runtime (scaffold --ort-aar chooses the AAR):
 // {{ cookiecutter.data.ort_pins | comment }}

@@ -2,15 +2,21 @@ package com.example.qnnsample
 
 import ai.onnxruntime.OnnxTensor
 import ai.onnxruntime.OrtEnvironment
-import android.app.Activity
 import android.content.Context
 import android.os.Bundle
 import android.widget.Button
 import android.widget.LinearLayout
 import android.widget.ScrollView
 import android.widget.TextView
+import androidx.activity.ComponentActivity
+import androidx.lifecycle.lifecycleScope
 import com.example.qnnsample.qnndeploy.Graph
 import com.example.qnnsample.qnndeploy.OrtModels
+import kotlinx.coroutines.CoroutineScope
+import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.SupervisorJob
+import kotlinx.coroutines.launch
+import kotlinx.coroutines.withContext
 import java.nio.FloatBuffer
 import java.nio.IntBuffer
 import java.nio.LongBuffer
@@ -21,6 +27,9 @@ import java.nio.LongBuffer
  */
 object SampleModels {
     private var models: OrtModels? = null
+
+    /** Outlives the screens: closing the models after the last one finished is not cancelled with it. */
+    private val scope = CoroutineScope(SupervisorJob() + Dispatchers.Default)
 
     /** Opens the models on first use (slow: call it off the main thread); later callers wait for them, then share them. */
     @Synchronized
@@ -36,10 +45,15 @@ object SampleModels {
         models?.close()
         models = null
     }
+
+    /** release(), off the main thread: it waits for an opening or a timed run under way. */
+    fun releaseLater() {
+        scope.launch { release() }
+    }
 }
 
 /** One screen: the phone's SoC, the NPU-or-CPU decision with its reason, and a timed inference on the chosen one. */
-class MainActivity : Activity() {
+class MainActivity : ComponentActivity() {
     private lateinit var status: TextView
     private lateinit var runButton: Button
 
@@ -63,25 +77,24 @@ class MainActivity : Activity() {
         scroll.addView(column)
         setContentView(scroll)
 
-        Thread {
-            val text = try {
-                val opened = SampleModels.get(this)
-                models = opened
-                describe(opened)
-            } catch (e: Exception) {
-                "Could not open the bundle's models:\n$e"
+        lifecycleScope.launch {
+            val text = withContext(Dispatchers.Default) {
+                try {
+                    val opened = SampleModels.get(this@MainActivity)
+                    models = opened
+                    describe(opened)
+                } catch (e: Exception) {
+                    "Could not open the bundle's models:\n$e"
+                }
             }
-            runOnUiThread {
-                status.text = text
-                runButton.isEnabled = models != null
-            }
-        }.start()
+            status.text = text
+            runButton.isEnabled = models != null
+        }
     }
 
     override fun onDestroy() {
-        // A rotation destroys this screen too; only a real finish closes the models (off the main thread: it waits
-        // for an opening or a timed run under way).
-        if (isFinishing) Thread { SampleModels.release() }.start()
+        // A rotation destroys this screen too; only a real finish closes the models.
+        if (isFinishing) SampleModels.releaseLater()
         super.onDestroy()
     }
 
@@ -99,17 +112,17 @@ class MainActivity : Activity() {
     private fun runTimed() {
         val opened = models ?: return
         runButton.isEnabled = false
-        Thread {
-            val text = try {
-                SampleModels.use(this) { describe(it) + "\n" + timedInference(it) }
-            } catch (e: Exception) {
-                describe(opened) + "\nInference failed: $e"
+        lifecycleScope.launch {
+            val text = withContext(Dispatchers.Default) {
+                try {
+                    SampleModels.use(this@MainActivity) { describe(it) + "\n" + timedInference(it) }
+                } catch (e: Exception) {
+                    describe(opened) + "\nInference failed: $e"
+                }
             }
-            runOnUiThread {
-                status.text = text
-                runButton.isEnabled = true
-            }
-        }.start()
+            status.text = text
+            runButton.isEnabled = true
+        }
     }
 
     /** Each graph once (the first run, with any warm-up), then RUNS times more, on inputs made from its signature. */

@@ -1,6 +1,7 @@
-package {{ cookiecutter.package }}.qnndeploy
+package com.example.qnnsample.qnndeploy
 
 import android.content.Context
+import android.content.res.AssetManager
 import android.os.Build
 import android.util.Log
 import com.google.android.play.core.aipacks.AiPackManager
@@ -10,6 +11,7 @@ import com.google.android.play.core.aipacks.AiPackStateUpdateListener
 import com.google.android.play.core.aipacks.model.AiPackStatus
 import java.io.File
 import java.io.IOException
+import java.io.InputStream
 import java.util.concurrent.CopyOnWriteArrayList
 
 // The NPU files of the bundle, delivered by Google Play in an AI pack (`qnndeploy package play`): the plan
@@ -18,16 +20,16 @@ import java.util.concurrent.CopyOnWriteArrayList
 // The base module keeps manifest.json, the CPU models and the QNN libraries: the CPU runs until the pack is there.
 
 /** A system-on-chip selector: Build.SOC_MANUFACTURER and Build.SOC_MODEL as Play compares them (exactly). */
-data class PlaySoc(val manufacturer: String, val model: String)
+internal data class PlaySoc(val manufacturer: String, val model: String)
 
 /** A bundle file of a device group, at its bundle path. */
-data class PlayFile(val path: String, val size: Long, val sha256: String)
+internal data class PlayFile(val path: String, val size: Long, val sha256: String)
 
 /**
  * A device group of the pack: the catalog SoCs whose bundle targets it holds, its one device selector (any of its
  * SoCs selects a phone; an empty one selects every phone, as in Play), and its files.
  */
-data class PlayGroup(
+internal data class PlayGroup(
     val name: String,
     val socs: List<String> = emptyList(),
     val selectors: List<PlaySoc> = emptyList(),
@@ -35,21 +37,21 @@ data class PlayGroup(
 )
 
 /** How Play delivers the pack; id is its "delivery" in play.json. */
-enum class Delivery(val id: String) {
+internal enum class Delivery(val id: String) {
     INSTALL_TIME("install-time"),
     FAST_FOLLOW("fast-follow"),
     ON_DEMAND("on-demand"),
 }
 
 /** play.json, the parts the app reads (qnndeploy/schemas/play.schema.json), in the config's group order. */
-data class PlayPlan(
+internal data class PlayPlan(
     val pack: String,
     val delivery: Delivery,
     val defaultGroup: String = PlayRules.DEFAULT_GROUP,
     val groups: List<PlayGroup> = emptyList(),
 ) {
     companion object {
-        const val FORMAT = "{{ cookiecutter.data.play.format | kt }}"
+        const val FORMAT = Generated.PLAY_FORMAT
 
         /** Throws IllegalArgumentException, saying what is wrong, for text that is not a Play plan. */
         fun parse(text: String): PlayPlan = from(MiniJson.parse(text))
@@ -92,18 +94,18 @@ data class PlayPlan(
 }
 
 /** The two questions both twins ask of a plan: which group Play gives a phone, and which one its SoC needs. */
-object PlayRules {
+internal object PlayRules {
     /** The pack's assets folder: qnndeploy_npu#group_<g>/ in the module, qnndeploy_npu/ on the phone. */
-    const val FOLDER = "{{ cookiecutter.data.play.folder | kt }}"
+    const val FOLDER = Generated.PLAY_FOLDER
 
     /** In every group's folder: which group the phone got, since Play strips the #group_ suffix. */
-    const val GROUP_FILE = "{{ cookiecutter.data.play.group_file | kt }}"
+    const val GROUP_FILE = Generated.PLAY_GROUP_FILE
 
     /** What Play gives a phone that matches no group. */
-    const val DEFAULT_GROUP = "{{ cookiecutter.data.play.default_group | kt }}"
+    const val DEFAULT_GROUP = Generated.PLAY_DEFAULT_GROUP
 
     /** Play targets system-on-chip only from Android 12 (API 31) on. */
-    const val SOC_TARGETING_SINCE_SDK = {{ cookiecutter.data.play.since_sdk }}
+    const val SOC_TARGETING_SINCE_SDK = Generated.PLAY_SOC_TARGETING_SINCE_SDK
 
     /**
      * The group Play delivers to a phone reporting these Build.SOC_MANUFACTURER / Build.SOC_MODEL values: the first
@@ -167,10 +169,10 @@ fun interface PackListener {
  * there, and then problem says why. dir: the folder holding the bundle paths (fast-follow, on-demand); null when the
  * files are in the app's assets (install-time, inside an APK).
  */
-data class PackOnPhone(val group: String?, val dir: File? = null, val problem: String? = null)
+internal data class PackOnPhone(val group: String?, val dir: File? = null, val problem: String? = null)
 
 /** The decision log's "play" object: what Play delivered and what this SoC needs. */
-data class PlayReport(
+internal data class PlayReport(
     val pack: String,
     val delivery: String,
     val deliveredGroup: String?,
@@ -186,7 +188,7 @@ data class PlayReport(
 
 object PlayPack {
     /** play.json, beside manifest.json in the base module's assets. */
-    const val PLAN = "{{ cookiecutter.data.play.plan | kt }}"
+    internal const val PLAN = Generated.PLAY_PLAN
 
     private val listeners = CopyOnWriteArrayList<PackListener>()
     private val lock = Any()
@@ -203,7 +205,7 @@ object PlayPack {
     }
 
     /** The plan in the app's assets, read once per process. */
-    fun plan(context: Context): PlayPlan = synchronized(lock) {
+    internal fun plan(context: Context): PlayPlan = synchronized(lock) {
         plan ?: readPlan(context).also { plan = it }
     }
 
@@ -221,7 +223,7 @@ object PlayPack {
         }
     }
 
-    fun manager(context: Context): AiPackManager = AiPackManagerFactory.getInstance(context.applicationContext)
+    internal fun manager(context: Context): AiPackManager = AiPackManagerFactory.getInstance(context.applicationContext)
 
     /**
      * Asks Play for the pack (fast-follow packs come by themselves, on-demand ones only when asked; asking twice
@@ -258,7 +260,7 @@ object PlayPack {
     }
 
     /** Where the pack is on this phone now, and which group Play delivered; a pack not (yet) there says why. */
-    fun locate(context: Context, plan: PlayPlan): PackOnPhone {
+    internal fun locate(context: Context, plan: PlayPlan): PackOnPhone {
         val groupFile = "${PlayRules.FOLDER}/${PlayRules.GROUP_FILE}"
         if (plan.delivery == Delivery.INSTALL_TIME) return inAssets(context, groupFile)
         val location = manager(context).getPackLocation(plan.pack)
@@ -293,7 +295,7 @@ object PlayPack {
      * already written them to app storage, so they are used where they are. Throws IOException for a file missing
      * or whose size is not the plan's.
      */
-    fun resolve(pack: PackOnPhone, group: PlayGroup?, paths: Collection<String>): Map<String, File> {
+    internal fun resolve(pack: PackOnPhone, group: PlayGroup?, paths: Collection<String>): Map<String, File> {
         val dir = pack.dir ?: return emptyMap()
         val sizes = group?.files.orEmpty().associate { it.path to it.size }
         return paths.associateWith { path ->
@@ -306,7 +308,7 @@ object PlayPack {
     }
 
     /** The log's "play" object for a phone whose SoC the selector identified as soc. */
-    fun report(plan: PlayPlan, pack: PackOnPhone, soc: String?): PlayReport {
+    internal fun report(plan: PlayPlan, pack: PackOnPhone, soc: String?): PlayReport {
         val since = Build.VERSION.SDK_INT >= Build.VERSION_CODES.S // Build.SOC_* do not exist before Android 12
         val play = PlayRules.playGroup(
             plan.groups, if (since) Build.SOC_MANUFACTURER else null, if (since) Build.SOC_MODEL else null,
@@ -316,12 +318,52 @@ object PlayPack {
     }
 
     /** The decision's JSON line with the "play" object added. */
-    fun logLine(decision: Decision, report: PlayReport?): String {
+    internal fun logLine(decision: Decision, report: PlayReport?): String {
         if (report == null) return decision.toJson()
         @Suppress("UNCHECKED_CAST")
         val json = LinkedHashMap(MiniJson.parse(decision.toJson()) as Map<String, Any?>)
         json["play"] = report.toMap()
         return MiniJson.write(json)
+    }
+
+    /** What QnnRuntime.select asks of the pack (Generated.AI_PACK): where its files are, and what it decides. */
+    internal object Files : AiPack {
+        /** The CPU models are in the base module's assets, the NPU files of an install-time pack in the pack's. */
+        override fun open(assets: AssetManager, manifest: BundleManifest, path: String): InputStream =
+            assets.open(if (manifest.cpu.any { it.path == path }) "${QnnRuntime.ASSETS}/$path" else "${PlayRules.FOLDER}/$path")
+
+        override fun place(context: Context, manifest: BundleManifest, decision: Decision): PackPlacement {
+            val plan = plan(context)
+            val pack = locate(context, plan)
+            var chosen = decision
+            var packFiles: Map<String, File> = emptyMap()
+            if (decision.npu) {
+                val expected = PlayRules.expectedGroup(plan, decision.soc)
+                val npuPaths = decision.files.filter { path -> manifest.cpu.none { it.path == path } }
+                val reason = when {
+                    pack.group == null -> Reasons.packNotReady(
+                        pack = plan.pack, delivery = plan.delivery.id, detail = pack.problem.orEmpty(),
+                    )
+                    pack.group != expected -> Reasons.packGroupMismatch(
+                        pack = plan.pack, delivered = pack.group, soc = decision.soc.orEmpty(), expected = expected,
+                    )
+                    else -> try {
+                        packFiles = resolve(pack, plan.groups.firstOrNull { it.name == expected }, npuPaths)
+                        null
+                    } catch (e: IOException) {
+                        Reasons.packNotReady(pack = plan.pack, delivery = plan.delivery.id, detail = e.message.orEmpty())
+                    }
+                }
+                if (reason != null) {
+                    val identity = SocIdentity(soc = decision.soc, identifiedBy = decision.identifiedBy)
+                    chosen = QnnSelector.cpu(
+                        manifest, identity, reason, adsp = decision.adspLibraryPath, runtimeVersion = decision.runtimeVersion,
+                    )
+                    if (pack.group == null) fetch(context) // on-demand: only asked for; fast-follow: harmless
+                }
+            }
+            return PlayPlacement(chosen, packFiles, report(plan, pack, chosen.soc))
+        }
     }
 
     /** Forgets the plan and the listeners, as a new process would start: for tests. */
@@ -330,4 +372,18 @@ object PlayPack {
         registered = false
         listeners.clear()
     }
+}
+
+/** The decision log's "play" object of this selection. */
+internal val Selection.play: PlayReport? get() = (pack as? PlayPlacement)?.report
+
+/** The NPU files where Play put them, and the pack's report. */
+private class PlayPlacement(
+    override val decision: Decision,
+    override val files: Map<String, File>,
+    val report: PlayReport,
+) : PackPlacement {
+    override fun withoutFiles(decision: Decision): PackPlacement = PlayPlacement(decision, emptyMap(), report)
+
+    override fun logLine(decision: Decision): String = PlayPack.logLine(decision, report)
 }

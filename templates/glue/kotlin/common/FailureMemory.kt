@@ -1,4 +1,4 @@
-package {{ cookiecutter.package }}.qnndeploy
+package com.example.qnnsample.qnndeploy
 
 import java.io.File
 import java.io.IOException
@@ -11,7 +11,7 @@ import java.io.IOException
  * another process of the app) is an init under way, not a failure.
  * self: this process (ProcessStamp.of(android.os.Process.myPid()) on Android).
  */
-class FailureMemory(private val file: File, private val self: ProcessStamp) {
+internal class FailureMemory(private val file: File, private val self: ProcessStamp) {
     fun read(): RememberedFailure? {
         if (!file.isFile) return null
         val record = try {
@@ -56,7 +56,7 @@ class FailureMemory(private val file: File, private val self: ProcessStamp) {
  * One process, told apart from a later one that reuses its pid: its start time (field 22 of /proc/PID/stat, clock
  * ticks after boot) and the boot it ran in. Where /proc cannot be read, start is -1 and the process counts as ended.
  */
-data class ProcessStamp(val pid: Int, val start: Long, val boot: String) {
+internal data class ProcessStamp(val pid: Int, val start: Long, val boot: String) {
     /** Whether this very process still runs: not ended, not a zombie, not a later process with the same pid. */
     fun running(): Boolean = start >= 0 && boot == bootId() && startTime(pid) == start
 

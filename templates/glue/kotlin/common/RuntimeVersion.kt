@@ -1,4 +1,4 @@
-package {{ cookiecutter.package }}.qnndeploy
+package com.example.qnnsample.qnndeploy
 
 import java.io.Closeable
 import java.io.IOException
@@ -10,7 +10,7 @@ import java.io.RandomAccessFile
 // finds on the host). Plain Kotlin, no Android imports: it is tested on the JVM with a real libQnnHtp.so.
 
 /** A file read at any offset, which is all the reader needs of one; on a phone: openReadAt (RandomAccessFile). */
-interface ReadAt : Closeable {
+internal interface ReadAt : Closeable {
     val size: Long
 
     /** Reads up to length bytes of the file at offset into buffer at index at; the number read, -1 at the end. */
@@ -18,7 +18,7 @@ interface ReadAt : Closeable {
 }
 
 /** The file at path for reading, or null when it cannot be opened. */
-fun openReadAt(path: String): ReadAt? = try {
+internal fun openReadAt(path: String): ReadAt? = try {
     val file = RandomAccessFile(path, "r")
     object : ReadAt {
         override val size: Long = file.length()
@@ -36,8 +36,8 @@ fun openReadAt(path: String): ReadAt? = try {
     null
 }
 
-object RuntimeVersion {
-    const val LIBRARY = "{{ cookiecutter.data.backend_lib | kt }}"
+internal object RuntimeVersion {
+    const val LIBRARY = Generated.BACKEND_LIB
 
     /** Bytes read at a time: the library is ~100 MB and is never read whole. */
     const val CHUNK = 256 * 1024

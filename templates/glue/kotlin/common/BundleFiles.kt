@@ -1,4 +1,4 @@
-package {{ cookiecutter.package }}.qnndeploy
+package com.example.qnnsample.qnndeploy
 
 import java.io.File
 import java.io.FileOutputStream
@@ -15,7 +15,7 @@ import java.security.MessageDigest
  * checked is remembered next to it with its size and time, so a start with nothing to do reads no model bytes.
  * root belongs to this class: whatever the bundle does not list is deleted from it, except the names in keep.
  */
-class BundleFiles(val root: File, private val keep: Set<String> = emptySet(), private val openAsset: (String) -> InputStream) {
+internal class BundleFiles(val root: File, private val keep: Set<String> = emptySet(), private val openAsset: (String) -> InputStream) {
     fun file(path: String): File = File(root, path)
 
     /**

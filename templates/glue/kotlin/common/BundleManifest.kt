@@ -1,14 +1,7 @@
-package {{ cookiecutter.package }}.qnndeploy
+package com.example.qnnsample.qnndeploy
 
 // The bundle manifest (assets/qnndeploy/manifest.json), the parts the app reads, parsed once into plain data
 // classes. The field names follow manifest.json (qnndeploy/schemas/manifest.schema.json) one for one, in camel case.
-
-/** What a bundle file is; id is its "format" in manifest.json. */
-enum class FileFormat(val id: String) {
-{%- for f in cookiecutter.data.file_formats %}
-    {{ f.name | ident }}("{{ f.id | kt }}"),
-{%- endfor %}
-}
 
 /** Where the QNN runtime libraries come from: the bundle itself (jniLibs), or a Maven artifact (none in the bundle). */
 enum class RuntimeMode { BUNDLED, EXTERNAL }
@@ -25,7 +18,7 @@ data class BundleFile(
     val graphs: List<String> = emptyList(),
 ) {
     /** Whether this file is (or holds) the graph's. */
-    fun serves(graph: String): Boolean = this.graph == graph || graph in graphs
+    internal fun serves(graph: String): Boolean = this.graph == graph || graph in graphs
 }
 
 /** An input or output of a graph; null in shape is a symbolic dimension. */
@@ -82,19 +75,19 @@ data class BundleManifest(
     val pipeline: List<String> get() = pipelineOrder.ifEmpty { graphs.map { it.name } }
 
     /** Whether this app reads the manifest's format; when it does not, only format and formatVersion are set. */
-    val supported: Boolean get() = format == FORMAT && formatVersion is Long && formatVersion in 1L..FORMAT_VERSION
+    internal val supported: Boolean get() = format == FORMAT && formatVersion is Long && formatVersion in 1L..FORMAT_VERSION
 
     /** Changes with every bundle release: a remembered NPU failure counts only for the same one. */
-    val bundleVersion: String get() = "$name $version"
+    internal val bundleVersion: String get() = "$name $version"
 
     /** Every bundle file the app may copy to its storage: the CPU files and every target's, by path. */
-    val modelFiles: List<BundleFile> get() = cpu + targets.flatMap { it.artifacts }
+    internal val modelFiles: List<BundleFile> get() = cpu + targets.flatMap { it.artifacts }
 
-    companion object {
-        const val FORMAT = "{{ cookiecutter.data.format | kt }}"
+    internal companion object {
+        const val FORMAT = Generated.FORMAT
 
         /** The manifest version qnndeploy writes; every version from 1 up to it is read. */
-        const val FORMAT_VERSION = {{ cookiecutter.data.format_version }}L
+        const val FORMAT_VERSION = Generated.FORMAT_VERSION
 
         fun parse(text: String): BundleManifest = from(MiniJson.parse(text))
 

@@ -1,4 +1,4 @@
-package {{ cookiecutter.package }}.qnndeploy
+package com.example.qnnsample.qnndeploy
 
 import java.math.BigInteger
 
@@ -7,7 +7,7 @@ import java.math.BigInteger
 // Objects parse to Map<String, Any?>, arrays to List<Any?>, integers to Long (BigInteger beyond it), other numbers
 // to Double.
 
-object MiniJson {
+internal object MiniJson {
     fun parse(text: String): Any? {
         val parser = Parser(text)
         val value = parser.value()

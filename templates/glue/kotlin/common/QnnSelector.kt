@@ -1,4 +1,4 @@
-package {{ cookiecutter.package }}.qnndeploy
+package com.example.qnnsample.qnndeploy
 
 // NPU or CPU for this phone: the on-device decision of qnndeploy, in plain Kotlin (no Android imports), so it runs
 // and is tested on any JVM. Its twin is qnndeploy/decision.py; the two must agree, reason strings included (those
@@ -15,27 +15,27 @@ enum class Provider {
 }
 
 /** What the phone says about its chip. socModel: Build.SOC_MODEL on Android 12+, else the ro.soc.model property. */
-data class DeviceIdentity(val socModel: String?, val boardPlatform: String?, val sdkInt: Int)
+internal data class DeviceIdentity(val socModel: String?, val boardPlatform: String?, val sdkInt: Int)
 
 /**
  * The phone's SoC as the selector found it: the catalog model (SM8750 for an SM8750P) or what the phone reported,
  * and the property that said so (Build.SOC_MODEL, ro.soc.model or ro.board.platform). Both null: it reports none.
  */
-data class SocIdentity(val soc: String? = null, val identifiedBy: String? = null)
+internal data class SocIdentity(val soc: String? = null, val identifiedBy: String? = null)
 
 /** The QNN library file names of one HTP arch: QNN loads the Stub and the Skel by exactly these names. */
-data class QnnLibraries(
-    val backend: String = "{{ cookiecutter.data.backend_lib | kt }}",
-    val system: String = "{{ cookiecutter.data.system_lib | kt }}",
+internal data class QnnLibraries(
+    val backend: String = Generated.BACKEND_LIB,
+    val system: String = Generated.SYSTEM_LIB,
     val stub: String,
     val skel: String,
 )
 
 /** A failed NPU init; it sends the app to the CPU while the app and the bundle stay the same versions. */
-data class RememberedFailure(val appVersion: String, val bundleVersion: String, val message: String)
+internal data class RememberedFailure(val appVersion: String, val bundleVersion: String, val message: String)
 
 /** What the selector needs from the process; on a phone: android.system.Os and System.loadLibrary. */
-interface NativeHost {
+internal interface NativeHost {
     fun getenv(name: String): String?
 
     fun setenv(name: String, value: String)
@@ -77,7 +77,7 @@ data class Decision(
     val npu: Boolean get() = provider == Provider.NPU
 
     /** The same keys as qnndeploy's Python Decision, so a log line can be compared with `qnndeploy device verify`. */
-    fun toJson(): String = MiniJson.write(
+    internal fun toJson(): String = MiniJson.write(
         linkedMapOf(
             "provider" to provider.id, "soc" to soc, "identified_by" to identifiedBy, "reason" to reason,
             "reason_key" to reasonKey, "dsp_arch" to dspArch, "soc_id" to socId, "paths" to paths,
@@ -87,7 +87,7 @@ data class Decision(
     )
 }
 
-object QnnSelector {
+internal object QnnSelector {
     const val ADSP_VAR = "ADSP_LIBRARY_PATH"
     private const val SOC_MODEL_SINCE_SDK = 31
 

@@ -1,4 +1,4 @@
-package {{ cookiecutter.package }}.qnndeploy
+package com.example.qnnsample.qnndeploy
 
 import ai.onnxruntime.OnnxTensorLike
 import ai.onnxruntime.OnnxValue
@@ -12,7 +12,7 @@ import android.util.Log
  * One ONNX Runtime session per graph of the bundle: on the NPU through the QNN execution provider (the EPContext
  * .onnx that wraps the SoC's context binary), or on the CPU (the bundle's .onnx), as QnnSelector decided.
  */
-class OrtModels private constructor(val selection: Selection, val sessions: Map<String, OrtSession>) : AutoCloseable {
+class OrtModels private constructor(val selection: Selection, internal val sessions: Map<String, OrtSession>) : AutoCloseable {
     val decision: Decision get() = selection.decision
 
     fun session(graph: String): OrtSession =
@@ -54,7 +54,7 @@ class OrtModels private constructor(val selection: Selection, val sessions: Map<
     override fun close() = sessions.values.forEach { it.close() }
 
     companion object {
-        const val DEFAULT_PERFORMANCE_MODE = "burst"
+        internal const val DEFAULT_PERFORMANCE_MODE = "burst"
 
         /**
          * Selects NPU or CPU, then opens every graph. If the NPU sessions fail to open, the failure is remembered
@@ -81,7 +81,7 @@ class OrtModels private constructor(val selection: Selection, val sessions: Map<
          * soc_model and htp_arch (79 for v79), always given: the provider's own SoC detection fails on some phones
          * (QNN_DEVICE_ERROR_INVALID_CONFIG on a Galaxy S25's SM8750-AC), so it is never relied on.
          */
-        fun qnnOptions(decision: Decision, htpPerformanceMode: String): Map<String, String> {
+        internal fun qnnOptions(decision: Decision, htpPerformanceMode: String): Map<String, String> {
             val socId = checkNotNull(decision.socId) { "an NPU decision names its target's soc_model" }
             val arch = checkNotNull(decision.dspArch) { "an NPU decision names its target's HTP arch" }
             return linkedMapOf(
@@ -96,7 +96,7 @@ class OrtModels private constructor(val selection: Selection, val sessions: Map<
          * Session options for a decision: the QNN EP (qnnOptions) on the NPU, plain options on the CPU.
          * shareContext: the graphs' sessions load one shared context binary once (ep.share_ep_contexts).
          */
-        fun sessionOptions(
+        internal fun sessionOptions(
             decision: Decision,
             htpPerformanceMode: String,
             shareContext: Boolean = false,

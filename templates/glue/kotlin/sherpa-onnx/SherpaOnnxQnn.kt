@@ -1,4 +1,4 @@
-package {{ cookiecutter.package }}.qnndeploy
+package com.example.qnnsample.qnndeploy
 
 import android.content.Context
 import android.util.Log
@@ -11,7 +11,7 @@ import com.k2fsa.sherpa.onnx.QnnConfig
  */
 object SherpaOnnxQnn {
     /** The bundle's graphs in its own order: the order of sherpa-onnx's comma-separated contextBinary. */
-    val GRAPHS: List<String> = listOf({% for g in cookiecutter.data.graphs %}"{{ g | kt }}"{% if not loop.last %}, {% endif %}{% endfor %})
+    val GRAPHS: List<String> = Generated.GRAPHS
 
     /** "qnn" on the NPU, "cpu" otherwise: the model config's provider. */
     fun provider(selection: Selection): String = if (selection.decision.npu) "qnn" else "cpu"

@@ -1,18 +1,18 @@
-package {{ cookiecutter.package }}.qnndeploy
+package com.example.qnnsample.qnndeploy
 
 import android.content.Context
+import android.content.res.AssetManager
 import android.os.Build
 import android.os.Process
 import android.system.Os
 import android.util.Log
 import java.io.File
 import java.io.IOException
-{%- if cookiecutter.data.play.enabled %}
+import java.io.InputStream
 import java.util.concurrent.atomic.AtomicBoolean
-{%- endif %}
 
 /** The process as the selector sees it on Android: the libc environment and the app's native libraries. */
-object AndroidHost : NativeHost {
+internal object AndroidHost : NativeHost {
     override fun getenv(name: String): String? = Os.getenv(name)
 
     override fun setenv(name: String, value: String) = Os.setenv(name, value, true)
@@ -28,26 +28,45 @@ object AndroidHost : NativeHost {
 }
 
 /**
+ * An AI pack that carries the NPU files (scaffold --play, whose glue has the Play file): Generated.AI_PACK, null
+ * without one. The glue without Play compiles and runs without it.
+ */
+internal interface AiPack {
+    /** Opens a bundle file among the APK's assets: the CPU models are the base module's, NPU files a pack's. */
+    fun open(assets: AssetManager, manifest: BundleManifest, path: String): InputStream
+
+    /** The decision once the pack was looked at: the CPU while the pack is not on the phone or not this SoC's. */
+    fun place(context: Context, manifest: BundleManifest, decision: Decision): PackPlacement
+}
+
+/** Where a decision's NPU files are in the AI pack (bundle path -> file), and the decision log line with the pack. */
+internal interface PackPlacement {
+    val decision: Decision
+    val files: Map<String, File>
+
+    /** The same placement without files in the pack: the decision went to the CPU after all. */
+    fun withoutFiles(decision: Decision): PackPlacement
+
+    fun logLine(decision: Decision): String
+}
+
+/**
  * What the app runs with: the decision, the bundle's files in app storage, and how NPU init went. There is one per
  * process (QnnRuntime.select gives every caller the same), so its NPU init is tried once and its fallback shared.
  */
 class Selection internal constructor(
     val decision: Decision,
     val manifest: BundleManifest,
-    val files: BundleFiles,
+    internal val files: BundleFiles,
     private val memory: FailureMemory,
-    val appVersion: String,
+    internal val appVersion: String,
     /** the app's native library folder, where the Skel is */
-    val libDir: String,
+    internal val libDir: String,
     internal val npuFormat: FileFormat,
-{%- if cookiecutter.data.play.enabled %}
-    /** bundle path -> the file in the AI pack's folder, for the NPU files used where Play put them */
-    internal val packFiles: Map<String, File> = emptyMap(),
-    /** the decision log's "play" object */
-    val play: PlayReport? = null,
-{%- endif %}
+    /** with an AI pack: the NPU files used where Play put them, and the decision log's "play" object */
+    internal val pack: PackPlacement? = null,
 ) {
-    val bundleVersion: String get() = manifest.bundleVersion
+    internal val bundleVersion: String get() = manifest.bundleVersion
 
     private var npuFailure: Throwable? = null
     private var fallback: Selection? = null
@@ -56,24 +75,20 @@ class Selection internal constructor(
      * Whether graphs of the chosen target share one context binary (compile --share): their sessions must then
      * share the loaded context (ONNX Runtime's ep.share_ep_contexts), or each would load the whole binary again.
      */
-    val sharesContext: Boolean
+    internal val sharesContext: Boolean
         get() = decision.npu && manifest.targets.any { t -> t.artifacts.any { it.graphs.size > 1 && it.path in decision.files } }
 
     /** The absolute path of the model to load for a graph (a context binary, an EPContext .onnx or an .onnx). */
-    fun path(graph: String): String {
+    internal fun path(graph: String): String {
         val path = decision.paths[graph] ?: throw IllegalArgumentException("graph '$graph' is not in this decision")
-{%- if cookiecutter.data.play.enabled %}
-        return (packFiles[path] ?: files.file(path)).absolutePath
-{%- else %}
-        return files.file(path).absolutePath
-{%- endif %}
+        return (pack?.files?.get(path) ?: files.file(path)).absolutePath
     }
 
     /**
      * Runs NPU init so that a failure, or a crash in the middle of it, sends the next starts to the CPU. One init at
      * a time in the process; once one failed, later calls get the same failure without trying again.
      */
-    fun <T> guardNpuInit(init: () -> T): T = synchronized(QnnRuntime.lock) {
+    internal fun <T> guardNpuInit(init: () -> T): T = synchronized(QnnRuntime.lock) {
         npuFailure?.let { throw it }
         memory.begin(appVersion, bundleVersion)
         val result = try {
@@ -91,33 +106,26 @@ class Selection internal constructor(
      * The CPU selection to use after the NPU failed to initialize (reason: Reasons.npuInitFailed with the error);
      * from then on QnnRuntime.select returns it.
      */
-    fun toCpu(reason: Reason): Selection = synchronized(QnnRuntime.lock) {
+    internal fun toCpu(reason: Reason): Selection = synchronized(QnnRuntime.lock) {
         fallback?.let { return it }
         val identity = SocIdentity(soc = decision.soc, identifiedBy = decision.identifiedBy)
         val cpu = QnnSelector.cpu(
             manifest, identity, reason, adsp = decision.adspLibraryPath, runtimeVersion = decision.runtimeVersion,
         )
         files.materialize(manifest, cpu.files)
-{%- if cookiecutter.data.play.enabled %}
-        Log.i(QnnRuntime.TAG, "decision ${PlayPack.logLine(cpu, play)}")
+        val cpuPack = pack?.withoutFiles(cpu)
+        Log.i(QnnRuntime.TAG, "decision ${cpuPack?.logLine(cpu) ?: cpu.toJson()}")
         val selection = Selection(
             decision = cpu, manifest = manifest, files = files, memory = memory, appVersion = appVersion,
-            libDir = libDir, npuFormat = npuFormat, play = play,
+            libDir = libDir, npuFormat = npuFormat, pack = cpuPack,
         )
-{%- else %}
-        Log.i(QnnRuntime.TAG, "decision ${cpu.toJson()}")
-        val selection = Selection(
-            decision = cpu, manifest = manifest, files = files, memory = memory, appVersion = appVersion,
-            libDir = libDir, npuFormat = npuFormat,
-        )
-{%- endif %}
         fallback = selection
         QnnRuntime.replace(this, selection)
         selection
     }
 }
 
-object QnnRuntime {
+internal object QnnRuntime {
     const val TAG = "qnndeploy"
 
     /** The bundle's folder inside the APK's assets (qnndeploy.gradle puts it there). */
@@ -132,34 +140,25 @@ object QnnRuntime {
     /** The process the selector sets the environment of and loads libraries into: AndroidHost; tests replace it. */
     internal var host: NativeHost = AndroidHost
     private val selections = HashMap<FileFormat, Selection>() // npuFormat -> this process's selection
-{%- if cookiecutter.data.play.enabled %}
 
     /** Set when the AI pack arrived: the next select decides again (without waiting for a select in progress). */
     private val packChanged = AtomicBoolean(false)
-{%- endif %}
 
     /**
      * Decides NPU or CPU for this phone and puts the chosen model files in app storage. Call it before anything
      * loads a QNN library: it sets ADSP_LIBRARY_PATH first. It logs the decision as one JSON line (tag qnndeploy).
      * npuFormat: FileFormat.ORT_EPCONTEXT for ONNX Runtime, FileFormat.QNN_CONTEXT_BINARY for sherpa-onnx or QNN
      * itself. It decides once per process: every later or concurrent call gets the same Selection (or its CPU
-     * fallback).
+     * fallback). With the NPU files in an AI pack (scaffold --play): the CPU until the pack is on the phone, then the
+     * NPU from the next select on; models already open keep running where they are.
      */
-{%- if cookiecutter.data.play.enabled %}
-    // With the NPU files in an AI pack (scaffold --play): the CPU until the pack is on the phone, then the NPU from
-    // the next select on; models already open keep running where they are.
-{%- endif %}
     fun select(context: Context, npuFormat: FileFormat): Selection = synchronized(lock) {
-{%- if cookiecutter.data.play.enabled %}
         if (packChanged.getAndSet(false)) selections.clear()
-{%- endif %}
         selections.getOrPut(npuFormat) { decide(context, npuFormat) }
     }
-{%- if cookiecutter.data.play.enabled %}
 
-    /** The AI pack arrived (PlayPack's listener): the next select decides again. */
+    /** The AI pack arrived (the Play file's listener): the next select decides again. */
     internal fun packArrived() = packChanged.set(true)
-{%- endif %}
 
     private fun decide(context: Context, npuFormat: FileFormat): Selection {
         val assets = context.assets // not the context: the selection outlives an Activity
@@ -174,15 +173,10 @@ object QnnRuntime {
             throw IllegalStateException("assets/$ASSETS/manifest.json is damaged (${e.message}): scaffold again", e)
         }
         val root = File(context.filesDir, "qnndeploy")
-{%- if cookiecutter.data.play.enabled %}
-        // The CPU models are in the base module's assets, the NPU files of an install-time pack in the pack's.
-        val cpuPaths = manifest.cpu.map { it.path }.toSet()
+        val aiPack = Generated.AI_PACK
         val files = BundleFiles(root, setOf(MEMORY, "$MEMORY.partial")) {
-            assets.open(if (it in cpuPaths) "$ASSETS/$it" else "${PlayRules.FOLDER}/$it")
+            aiPack?.open(assets, manifest, it) ?: assets.open("$ASSETS/$it")
         }
-{%- else %}
-        val files = BundleFiles(root, setOf(MEMORY, "$MEMORY.partial")) { assets.open("$ASSETS/$it") }
-{%- endif %}
         val memory = FailureMemory(File(root, MEMORY), ProcessStamp.of(Process.myPid()))
         val appVersion = appVersion(context)
         val libDir = context.applicationInfo.nativeLibraryDir
@@ -195,44 +189,11 @@ object QnnRuntime {
             appVersion = appVersion,
             remembered = memory.read(),
         )
-{%- if cookiecutter.data.play.enabled %}
-        val plan = PlayPack.plan(context)
-        val pack = PlayPack.locate(context, plan)
-        var packFiles: Map<String, File> = emptyMap()
-        if (decision.npu) {
-            val expected = PlayRules.expectedGroup(plan, decision.soc)
-            val npuPaths = decision.files.filter { path -> manifest.cpu.none { it.path == path } }
-            val reason = when {
-                pack.group == null -> Reasons.packNotReady(
-                    pack = plan.pack, delivery = plan.delivery.id, detail = pack.problem.orEmpty(),
-                )
-                pack.group != expected -> Reasons.packGroupMismatch(
-                    pack = plan.pack, delivered = pack.group, soc = decision.soc.orEmpty(), expected = expected,
-                )
-                else -> try {
-                    packFiles = PlayPack.resolve(pack, plan.groups.firstOrNull { it.name == expected }, npuPaths)
-                    null
-                } catch (e: IOException) {
-                    Reasons.packNotReady(pack = plan.pack, delivery = plan.delivery.id, detail = e.message.orEmpty())
-                }
-            }
-            if (reason != null) {
-                val identity = SocIdentity(soc = decision.soc, identifiedBy = decision.identifiedBy)
-                decision = QnnSelector.cpu(
-                    manifest, identity, reason, adsp = decision.adspLibraryPath, runtimeVersion = decision.runtimeVersion,
-                )
-                if (pack.group == null) PlayPack.fetch(context) // on-demand: only asked for; fast-follow: harmless
-            }
-        }
-        val play = PlayPack.report(plan, pack, decision.soc)
+        var pack = aiPack?.place(context, manifest, decision)
+        decision = pack?.decision ?: decision
         try {
-            files.materialize(manifest, decision.files - packFiles.keys)
+            files.materialize(manifest, decision.files - pack?.files?.keys.orEmpty())
         } catch (e: IOException) {
-{%- else %}
-        try {
-            files.materialize(manifest, decision.files)
-        } catch (e: IOException) {
-{%- endif %}
             if (!decision.npu) throw e
             val identity = SocIdentity(soc = decision.soc, identifiedBy = decision.identifiedBy)
             val reason = Reasons.filesNotCopied(error = e.message ?: e.javaClass.name)
@@ -240,22 +201,13 @@ object QnnRuntime {
                 manifest, identity, reason, adsp = decision.adspLibraryPath, runtimeVersion = decision.runtimeVersion,
             )
             files.materialize(manifest, decision.files)
-{%- if cookiecutter.data.play.enabled %}
-            packFiles = emptyMap()
+            pack = pack?.withoutFiles(decision)
         }
-        Log.i(TAG, "decision ${PlayPack.logLine(decision, play)}")
+        Log.i(TAG, "decision ${pack?.logLine(decision) ?: decision.toJson()}")
         return Selection(
             decision = decision, manifest = manifest, files = files, memory = memory, appVersion = appVersion,
-            libDir = libDir, npuFormat = npuFormat, packFiles = packFiles, play = play,
+            libDir = libDir, npuFormat = npuFormat, pack = pack,
         )
-{%- else %}
-        }
-        Log.i(TAG, "decision ${decision.toJson()}")
-        return Selection(
-            decision = decision, manifest = manifest, files = files, memory = memory, appVersion = appVersion,
-            libDir = libDir, npuFormat = npuFormat,
-        )
-{%- endif %}
     }
 
     internal fun replace(old: Selection, new: Selection) = synchronized(lock) {
