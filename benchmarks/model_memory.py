@@ -54,7 +54,7 @@ def main() -> None:
 def _linear(smoke: bool, repeat: int) -> None:
     import numpy as np
     import onnx
-    import synth_models
+    from support import synth_models
 
     layers = (50, 200) if smoke else (2000, 8000)
     per_node, rows = [], []

@@ -27,7 +27,7 @@ from qnndeploy.qnn import qnnsystem
 
 
 def tiny_binary(tmp: Path) -> Path:
-    from test_inspect import tiny
+    from support.synth_models import tiny
 
     from qnndeploy.compile import compile_models
 
