@@ -21,7 +21,8 @@ import tempfile
 from pathlib import Path
 
 from benchlib import CACHE, QNNDEPLOY, Measure, Target, median, parse, parser, real_inputs, run, table
-from support.elfgen import fake_sdk
+
+from tests.support.elfgen import fake_sdk
 
 SOCS = ("SM8650", "SM8750")
 GRAPHS = ("encoder", "decoder")

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from benchlib import parse, parser
-from support.corpus import BY_NAME, MODELS, follow_advice
+
+from tests.support.corpus import BY_NAME, MODELS, follow_advice
 
 SMOKE = "ppocr_cls"  # every stage, check to verify, in the least time
 

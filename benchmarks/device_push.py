@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 from benchlib import CACHE, REPO, Target, fail, median, parse, parser, real_inputs, table
-from support.elfgen import fake_sdk
+
+from tests.support.elfgen import fake_sdk
 
 GRAPHS = {"encoder": 0.75, "decoder": 0.25}  # share of the context-binary bytes
 SOC = "SM8750"
@@ -75,8 +76,8 @@ def main() -> None:
         adb("start-server")
         # the phone in a process of its own, as a real one is: not sharing the GIL with the verify under test
         link = [] if args.link_mb_s is None else ["sm8750", str(args.link_mb_s * 1e6)]
-        phone = subprocess.Popen([sys.executable, "-m", "support.device_emulator", str(tmp / "phone"), *link],
-                                 text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO / "tests")
+        phone = subprocess.Popen([sys.executable, "-m", "tests.support.device_emulator", str(tmp / "phone"), *link],
+                                 text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO)
         try:
             assert phone.stdout is not None
             serial = f"127.0.0.1:{int(phone.stdout.readline())}"

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 from benchlib import fail, median, parse, parser, table
-from support.corpus import BY_NAME, follow_advice
 
 from qnndeploy import diagnose
 from qnndeploy.model import metrics, samples
+from tests.support.corpus import BY_NAME, follow_advice
 
 
 def main() -> None:

@@ -27,9 +27,8 @@ from qnndeploy.qnn import qnnsystem
 
 
 def tiny_binary(tmp: Path) -> Path:
-    from support.synth_models import tiny
-
     from qnndeploy.compile import compile_models
+    from tests.support.synth_models import tiny
 
     summary = compile_models({"tiny": tiny(tmp / "tiny.onnx")}, ["SM8750"], tmp / "build", use_cache=False)
     assert summary.ok, [j.error for j in summary.failures]

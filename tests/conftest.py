@@ -11,7 +11,8 @@ import os
 import shutil
 
 import pytest
-from support.host import find_kotlinc, require, wheelhouse
+
+from tests.support.host import find_kotlinc, require, wheelhouse
 
 
 def _qnn() -> bool:

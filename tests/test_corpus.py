@@ -6,10 +6,10 @@ end, BENCHMARK_ONLY included."""
 from __future__ import annotations
 
 import pytest
-from support.corpus import BY_NAME, MODELS, follow_advice, qnndeploy_in_process
-from support.host import require
 
 from qnndeploy.qnn import htp
+from tests.support.corpus import BY_NAME, MODELS, follow_advice, qnndeploy_in_process
+from tests.support.host import require
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_qnn]
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import REPO
-from support.host import require
 
 from qnndeploy.base import compat, socs
 from qnndeploy.check import rules
 from qnndeploy.qnn import toolchain
+from tests.support import REPO
+from tests.support.host import require
 
 DATA = REPO / "qnndeploy" / "data"
 
@@ -129,7 +129,7 @@ def test_every_compiler_writes_what_the_catalog_recorded_and_every_runtime_loads
         toolchains, tmp_path):
     """Re-measure: every toolchain's compiler for every catalog SoC, and every runtime against every toolchain's
     binary. The data must be exactly what QNN does today."""
-    from support.qnn_facts import measure_compilers, measure_loads
+    from tests.support.qnn_facts import measure_compilers, measure_loads
 
     compilers = measure_compilers(toolchains, tmp_path)
     for soc in socs.catalog():

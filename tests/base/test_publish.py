@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 from onnx import TensorProto
 from onnx import helper as h
-from support.cli import run
-from support.elfgen import fake_sdk
-from support.host import alive, pids_mentioning, require
 
 from qnndeploy.base import fileio
 from qnndeploy.cli import _common
 from qnndeploy.qnn import htp
+from tests.support.cli import run
+from tests.support.elfgen import fake_sdk
+from tests.support.host import alive, pids_mentioning, require
 
 
 class Killed(BaseException):

@@ -2,10 +2,10 @@ import json
 import subprocess
 
 import pytest
-from support.cli import run
 
 from qnndeploy.base import socs
 from qnndeploy.base.errors import QnnDeployError
+from tests.support.cli import run
 
 
 def test_no_fp16_where_qualcomm_says_so():

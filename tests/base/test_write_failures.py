@@ -33,13 +33,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from support import bundles, fuzz
-from support.cli import run
-from support.host import require
 
 from qnndeploy.base import fileio
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.qnn import htp
+from tests.support import bundles, fuzz
+from tests.support.cli import run
+from tests.support.host import require
 
 
 @pytest.fixture(autouse=True)
@@ -515,7 +515,7 @@ def test_bundle_build_writes_the_bytes_it_hashed_while_a_source_changes_during_i
 
 def test_demo_refuses_an_output_inside_or_holding_its_runtime_libraries_before_any_stage(tmp_path):
     require(htp.available(), "onnxruntime-qnn")
-    from support.elfgen import fake_sdk
+    from tests.support.elfgen import fake_sdk
 
     sdk = fake_sdk(tmp_path / "old-demo" / "sdk", ["v73", "v75", "v79"])
     before = tree(tmp_path)

@@ -14,9 +14,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import bundles
-from support.cli import run
-from support.host import require
 
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.bundle.build import build_bundle, spec_from_build
@@ -24,6 +21,9 @@ from qnndeploy.formats.decision import Device, decide
 from qnndeploy.formats.manifest import schema_errors, worst_metric
 from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.qnn import htp
+from tests.support import bundles
+from tests.support.cli import run
+from tests.support.host import require
 
 SOCS = ["SM8550", "SM8750"]
 PHONE = Device("SM8750", "sun", 35)

@@ -13,15 +13,15 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from support.bundles import with_external_data
-from support.cli import run
-from support.elfgen import BUILD, android_lib, elf_bytes, fake_sdk, skel_lib
-from support.host import require
 
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.bundle.build import BundleSpec, build_bundle
 from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.qnn import htp
+from tests.support.bundles import with_external_data
+from tests.support.cli import run
+from tests.support.elfgen import BUILD, android_lib, elf_bytes, fake_sdk, skel_lib
+from tests.support.host import require
 
 GRAPHS = ("enc", "dec")
 SOCS = ("SM8550", "SM8750")
@@ -974,14 +974,14 @@ def one_line_problems(b: Path, allow_unchecked: bool = False) -> list[str]:
 def wrapped_inputs(tmp_path_factory) -> dict:
     """Two graphs compiled for SM8750, each with its context binary and the EPContext wrapper that loads it."""
     require(htp.available(), "onnxruntime-qnn")
-    from support.bundles import compile_inputs
+    from tests.support.bundles import compile_inputs
 
     return compile_inputs(tmp_path_factory.mktemp("wrapped"), targets=("SM8750",), graphs=("det", "rec"))
 
 
 @pytest.fixture
 def wrapped(wrapped_inputs, tmp_path) -> Path:
-    from support.bundles import build
+    from tests.support.bundles import build
 
     b = build(tmp_path, wrapped_inputs)
     report = verify_bundle(b)
@@ -1142,9 +1142,8 @@ def test_control_character_in_the_maven_coordinates(inputs, tmp_path):
 
 
 def test_trailing_newline_fails_the_schema_too():
-    from support.bundles import manifest as make_manifest
-
     from qnndeploy.formats.manifest import schema_errors
+    from tests.support.bundles import manifest as make_manifest
 
     good = make_manifest(runtime="external")
     assert schema_errors(good) == []

@@ -14,10 +14,10 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from support.cli import run
 
 from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.qnn import emulator
+from tests.support.cli import run
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_qnn]
 

@@ -15,15 +15,15 @@ from pathlib import Path
 
 import onnx
 import pytest
-from support import synth_models as sm
-from support.cli import run
-from support.host import require
-from support.ppocr import model_path
 
 from qnndeploy import check
 from qnndeploy.base import socs as catalog
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.qnn import htp
+from tests.support import synth_models as sm
+from tests.support.cli import run
+from tests.support.host import require
+from tests.support.ppocr import model_path
 
 
 def save(tmp_path, model, name="m.onnx"):

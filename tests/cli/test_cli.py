@@ -17,12 +17,12 @@ import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
-from support import REPO, bundles
-from support.cli import run
 
 from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED
 from qnndeploy.cli import cli
 from qnndeploy.compile.cache import TAG_FILE
+from tests.support import REPO, bundles
+from tests.support.cli import run
 
 
 def sub(group: click.Command, word: str) -> click.Command:

@@ -8,7 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from support import bundles, fuzz
+
+from tests.support import bundles, fuzz
 
 pytestmark = [pytest.mark.slow, pytest.mark.fuzz, pytest.mark.needs_qnn]
 

@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from support import bundles, fuzz
 
 from qnndeploy.scaffold import templates_dir
+from tests.support import bundles, fuzz
 
 pytestmark = [pytest.mark.slow, pytest.mark.fuzz, pytest.mark.needs_qnn]
 

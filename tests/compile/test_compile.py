@@ -19,12 +19,6 @@ import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
-from support import QAIRT_STANDIN as STANDIN
-from support import synth_models as sm
-from support.cli import run
-from support.host import alive, pids_mentioning, require
-from support.ppocr import STATIC_SHAPES, model_path, static_ppocr
-from support.synth_models import sinh_graph
 
 from qnndeploy import compile as stage
 from qnndeploy.base import socs as catalog
@@ -33,6 +27,12 @@ from qnndeploy.compile import logs
 from qnndeploy.formats.records import JobStarted
 from qnndeploy.model import media
 from qnndeploy.qnn import htp
+from tests.support import QAIRT_STANDIN as STANDIN
+from tests.support import synth_models as sm
+from tests.support.cli import run
+from tests.support.host import alive, pids_mentioning, require
+from tests.support.ppocr import STATIC_SHAPES, model_path, static_ppocr
+from tests.support.synth_models import sinh_graph
 
 SOCS = ("SM8550", "SM8750")
 SCHEMA = json.loads((Path(stage.__file__).parent.parent / "schemas" / "compile-record.schema.json").read_text())

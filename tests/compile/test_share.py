@@ -8,14 +8,14 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from support import REPO
-from support.cli import run
 
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.compile import compile_models, shares_from_args
 from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.qnn import epcontext
 from qnndeploy.scaffold import scaffold
+from tests.support import REPO
+from tests.support.cli import run
 
 pytestmark = pytest.mark.needs_qnn
 
@@ -25,7 +25,7 @@ SOCS = ("SM8750", "SM8650")
 
 @pytest.fixture(scope="module")
 def lm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from support import corpus_torch
+    from tests.support import corpus_torch
 
     return corpus_torch.export_tiny_lm(tmp_path_factory.mktemp("lm"))
 
@@ -134,7 +134,7 @@ def test_a_second_compile_is_up_to_date(build: Path, lm: dict[str, Path]) -> Non
 ])
 def test_bad_shares_are_refused_before_anything_is_written(tmp_path: Path, shares: list[str], socs: list[str],
                                                            message: str) -> None:
-    from support import bundles
+    from tests.support import bundles
 
     models = {g: bundles.tiny_model(tmp_path / f"{g}.onnx", 8) for g in ("prefill", "decode")}
     with pytest.raises(QnnDeployError, match=message):

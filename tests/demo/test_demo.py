@@ -8,13 +8,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support import REPO
-from support.host import require
 
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.qnn import htp
 from qnndeploy.scaffold import scaffold
+from tests.support import REPO
+from tests.support.host import require
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_qnn]
 
@@ -86,7 +86,7 @@ def test_android_sample_is_the_demo_bundle_rendered(demo, tmp_path):
 
 
 def test_demo_bundles_given_runtime_libraries_and_cleans_up_on_failure(tmp_path):
-    from support.elfgen import fake_sdk
+    from tests.support.elfgen import fake_sdk
 
     require(htp.available(), "onnxruntime-qnn")
     sdk = fake_sdk(tmp_path / "sdk", ["v73", "v75", "v79"])

@@ -10,15 +10,15 @@ import signal
 import threading
 
 import pytest
-from support import bundles
-from support.cli import run
 
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.device import adb
+from tests.support import bundles
+from tests.support.cli import run
 
 pytestmark = [pytest.mark.needs_adb]
 
-pytest_plugins = ["support.device_emulator.fixtures"]
+pytest_plugins = ["tests.support.device_emulator.fixtures"]
 
 
 def _local_files(tmp_path, contents: dict[str, bytes]) -> dict[str, adb.LocalFile]:

@@ -12,7 +12,7 @@ from adbutils.errors import AdbError
 
 pytestmark = [pytest.mark.needs_adb]
 
-pytest_plugins = ["support.device_emulator.fixtures"]
+pytest_plugins = ["tests.support.device_emulator.fixtures"]
 
 
 def _adb(server, device):

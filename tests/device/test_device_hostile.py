@@ -16,14 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
-from support.cli import run
 
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.cli._common import escaped
 from qnndeploy.device import adb
 from qnndeploy.device import info as device_info
+from tests.support.cli import run
 
-pytest_plugins = ["support.device_emulator.fixtures"]
+pytest_plugins = ["tests.support.device_emulator.fixtures"]
 
 MARGIN_S = 15  # on top of the configured deadline: start-up, the adb server, a loaded machine
 RAW = ("\x1b", "\x07", "\x9b")  # ESC, BEL, CSI: what starts or ends a terminal escape sequence

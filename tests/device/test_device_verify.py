@@ -14,19 +14,19 @@ import time
 from pathlib import Path
 
 import pytest
-from support import bundles
-from support.cli import run
-from support.device_emulator.qnn_net_run import write_launcher
-from support.host import require
 
 from qnndeploy.base import socs
 from qnndeploy.device import runner
 from qnndeploy.formats import archive
 from qnndeploy.qnn import htp
+from tests.support import bundles
+from tests.support.cli import run
+from tests.support.device_emulator.qnn_net_run import write_launcher
+from tests.support.host import require
 
 pytestmark = [pytest.mark.needs_adb, pytest.mark.needs_qnn]
 
-pytest_plugins = ["support.device_emulator.fixtures"]
+pytest_plugins = ["tests.support.device_emulator.fixtures"]
 
 REMOTE = "/data/local/tmp/qnndeploy/demo-1.0.0"
 SM8750_FILES = sorted([
@@ -336,7 +336,7 @@ def test_the_stand_in_runner_speaks_the_qnn_net_run_command_line(bundle, launche
 
 @pytest.mark.slow
 def test_an_external_runtime_takes_the_runner_and_libraries_from_the_sdk(device, compiled, tmp_path, monkeypatch):
-    from support.elfgen import fake_sdk
+    from tests.support.elfgen import fake_sdk
 
     external = bundles.build(tmp_path, compiled, runtime="external")
     sdk = fake_sdk(tmp_path / "qairt", ["v73", "v79"])  # stand-in libraries in the SDK's layout
@@ -360,7 +360,7 @@ def test_an_external_runtime_takes_the_runner_and_libraries_from_the_sdk(device,
 
 def test_an_sdk_of_another_qairt_version_is_refused(device, compiled, tmp_path):
     """2.45 libraries beside 2.51 context binaries fail on a phone with error 5000: refuse before pushing."""
-    from support.elfgen import fake_sdk
+    from tests.support.elfgen import fake_sdk
 
     external = bundles.build(tmp_path, compiled, runtime="external")
     sdk = fake_sdk(tmp_path / "old", ["v73", "v79"], build="v2.45.0.250101120000")
@@ -391,10 +391,9 @@ def test_a_shared_context_goes_once_and_each_graph_is_named_in_its_input_lists(d
     """det and rec compiled into one context binary (compile --share): the phone gets it once, and qnn-net-run gets
     one input list per graph of the context, "__" for the one not run. The stand-in checks that form and then
     says why it cannot run the graph (the host emulator crashes on shared-weight contexts)."""
-    from support.elfgen import fake_sdk
-
     from qnndeploy.bundle.build import build_bundle, spec_from_build
     from qnndeploy.compile import compile_models
+    from tests.support.elfgen import fake_sdk
 
     assert compile_models(dict(compiled["cpu"]), ["SM8750"], tmp_path / "build", shares={"pair": ["det", "rec"]},
                           use_cache=False).ok

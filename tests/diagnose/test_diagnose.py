@@ -18,11 +18,6 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
-from support import SPEECH
-from support.cli import run
-from support.host import require
-from support.synth_models import log_energy_graph
-from support.synth_models import save_graph as save_fit
 
 from qnndeploy import compile as compile_stage
 from qnndeploy import diagnose as stage
@@ -30,6 +25,11 @@ from qnndeploy import validate as validate_stage
 from qnndeploy.diagnose import plot
 from qnndeploy.model import metrics
 from qnndeploy.qnn import htp
+from tests.support import SPEECH
+from tests.support.cli import run
+from tests.support.host import require
+from tests.support.synth_models import log_energy_graph
+from tests.support.synth_models import save_graph as save_fit
 
 
 def save(nodes, inits, shape, path: Path) -> Path:

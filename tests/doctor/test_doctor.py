@@ -9,13 +9,13 @@ import socket
 import subprocess
 
 import pytest
-from support import QAIRT_STANDIN as STANDIN
-from support.cli import run
-from support.host import require
 
 from qnndeploy import doctor as stage
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.qnn import htp
+from tests.support import QAIRT_STANDIN as STANDIN
+from tests.support.cli import run
+from tests.support.host import require
 
 
 @pytest.fixture

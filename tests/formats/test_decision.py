@@ -4,7 +4,6 @@ side agrees."""
 from __future__ import annotations
 
 import pytest
-from support import bundles
 
 from qnndeploy.base import socs
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
@@ -24,6 +23,7 @@ from qnndeploy.formats.decision import (
     template_fields,
 )
 from qnndeploy.formats.manifest import schema_errors
+from tests.support import bundles
 
 LIB_DIR = "/data/app/~~x/com.example-1/lib/arm64"
 SM8750 = Device("SM8750", "sun", 35)

@@ -10,15 +10,15 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from support.cli import run
-from support.host import require
-from support.synth_models import tiny
 
 import qnndeploy
 from qnndeploy import inspect
 from qnndeploy.base import socs as catalog
 from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
 from qnndeploy.qnn import htp, qnnsystem
+from tests.support.cli import run
+from tests.support.host import require
+from tests.support.synth_models import tiny
 
 SOCS = ("SM8750", "SM8550")
 
@@ -206,7 +206,7 @@ def test_quantization_parameters_are_read_per_encoding():
 @pytest.fixture(scope="module")
 def bundle(build, tmp_path_factory) -> Path:
     """A real bundle (bundle build) of the tiny model's binaries and EPContext wrappers."""
-    from support.bundles import build as build_bundle
+    from tests.support.bundles import build as build_bundle
 
     npu = {soc: {"det": [build / "tiny" / soc / "tiny.bin", build / "tiny" / soc / "tiny_ctx.onnx"]} for soc in SOCS}
     inputs = {"cpu": {"det": build.parent / "tiny.onnx"}, "npu": npu, "root": build.parent}
@@ -271,9 +271,8 @@ def test_the_demo_compiled_for_two_socs_reads_back(tmp_path):
 @pytest.mark.slow
 def test_ppocr_compiled_for_two_socs_reads_back(tmp_path):
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and libQnnSystem)")
-    from support.ppocr import STATIC_SHAPES, model_path
-
     from qnndeploy.prepare import prepare_model
+    from tests.support.ppocr import STATIC_SHAPES, model_path
 
     models = {}
     for name in ("cls", "rec"):

@@ -12,11 +12,11 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
-from support.ppocr import model_path
 
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.model import onnxwire
 from qnndeploy.model.onnxio import load_model
+from tests.support.ppocr import model_path
 
 
 def _mixed(tmp_path):

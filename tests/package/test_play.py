@@ -9,9 +9,6 @@ import random
 from pathlib import Path
 
 import pytest
-from support import bundles, play_format
-from support.cli import run
-from support.host import require
 
 import qnndeploy
 from qnndeploy.base import socs
@@ -20,6 +17,9 @@ from qnndeploy.demo import run_demo
 from qnndeploy.formats import decision, playplan
 from qnndeploy.package import play
 from qnndeploy.qnn import htp
+from tests.support import bundles, play_format
+from tests.support.cli import run
+from tests.support.host import require
 
 DEMO_SOCS = ("SM8550", "SM8650", "SM8750")
 SCANCARD = ("https://github.com/yoshixmk/scancard/blob/07bd1695bb1faf571d21fa34171c3082e44f4f69/app/"

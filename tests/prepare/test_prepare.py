@@ -12,14 +12,14 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from support import synth_models as sm
-from support.cli import run
-from support.host import require
-from support.ppocr import STATIC_SHAPES, model_path
 
 from qnndeploy import check, prepare
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.qnn import htp
+from tests.support import synth_models as sm
+from tests.support.cli import run
+from tests.support.host import require
+from tests.support.ppocr import STATIC_SHAPES, model_path
 
 
 def infer(path, feeds):

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support.cli import run
 
 from qnndeploy.base.names import EPCONTEXT
 from qnndeploy.formats.decision import Device, decide
 from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.scaffold import scaffold
+from tests.support.cli import run
 
 pytestmark = [pytest.mark.needs_qnn, pytest.mark.slow]
 
@@ -28,7 +28,8 @@ def outcome(*args: object) -> dict:
 
 def front(path: Path) -> Path:
     import onnx
-    from support import synth_models
+
+    from tests.support import synth_models
 
     onnx.save(synth_models.log_front(), path)
     return path
@@ -100,7 +101,8 @@ def test_a_constant_read_on_both_sides_is_copied_not_cut(tmp_path: Path, cpu: st
     """A scalar Constant node read before and after the cut is no cut tensor: each part gets its own copy, and the
     tail reads only the cut tensor from the head."""
     import onnx
-    from support import synth_models
+
+    from tests.support import synth_models
 
     onnx.save(synth_models.shared_constant(), tmp_path / "m.onnx")
     r = run("prepare", str(tmp_path / "m.onnx"), "--split-at", "r", "--cpu", cpu,
@@ -120,9 +122,9 @@ def test_a_model_over_one_context_is_split_by_size_into_npu_graphs_bundled_as_a_
     import shlex
 
     import onnx
-    from support import synth_models
 
     from qnndeploy.prepare import split
+    from tests.support import synth_models
 
     model = synth_models.save_with_external_data(synth_models.residual_stack(6, 64), tmp_path / "stack.onnx")
     checked = outcome("check", model, "--context-gb", "2e-05")  # 6 weights of 8,192 bytes at fp16
@@ -167,7 +169,8 @@ def test_a_model_over_one_context_is_split_by_size_into_npu_graphs_bundled_as_a_
 def test_a_skip_past_a_size_cut_crosses_it_and_a_node_over_the_size_is_refused(tmp_path: Path) -> None:
     """One weight per part: the second part reads the first layer's input through the skip connection as well."""
     import onnx
-    from support import synth_models
+
+    from tests.support import synth_models
 
     onnx.save(synth_models.residual_stack(4, 64), tmp_path / "stack.onnx")
     parts = outcome("prepare", tmp_path / "stack.onnx", "--split-size", "1e-05", "-o", tmp_path / "p.onnx")

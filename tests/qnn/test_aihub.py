@@ -9,9 +9,6 @@ import json
 from pathlib import Path
 
 import pytest
-from support import bundles
-from support.cli import run
-from support.host import require
 
 from qnndeploy.base import socs
 from qnndeploy.base.errors import QnnDeployError
@@ -21,8 +18,11 @@ from qnndeploy.compile.jobs import HtpSettings, Job, Tools
 from qnndeploy.device import hosted
 from qnndeploy.formats.records import read_record
 from qnndeploy.qnn import aihub, htp
+from tests.support import bundles
+from tests.support.cli import run
+from tests.support.host import require
 
-pytest_plugins = ["support.aihub_fake.fixtures"]
+pytest_plugins = ["tests.support.aihub_fake.fixtures"]
 pytestmark = [pytest.mark.needs_qnn]
 
 SOCS = ("SM8550", "SM8650", "SM8750")

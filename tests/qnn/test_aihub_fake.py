@@ -13,25 +13,25 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from support import synth_models
-from support.host import require
+
+from tests.support import synth_models
+from tests.support.host import require
 
 try:
     import qai_hub
 except ImportError:
-    from support.host import IN_CI
+    from tests.support.host import IN_CI
 
     if IN_CI:  # CI installs the test extra, which pins qai-hub
         raise
     pytest.skip("qai-hub is not installed (pip install qai-hub==0.56.0)", allow_module_level=True)
 
-from support.aihub_fake import DEVICES_FILE, FakeAiHub
-from support.aihub_fake.service import QAIRT_VERSION, REPO_ROOT, WORKER
-
 from qnndeploy.qnn import htp
 from qnndeploy.qnn.qnnsystem import read_context
+from tests.support.aihub_fake import DEVICES_FILE, FakeAiHub
+from tests.support.aihub_fake.service import QAIRT_VERSION, REPO_ROOT, WORKER
 
-pytest_plugins = ["support.aihub_fake.fixtures"]
+pytest_plugins = ["tests.support.aihub_fake.fixtures"]
 # The stand-in's own tests: slow tier (tests/qnn/test_aihub.py exercises it through the product in the fast tier).
 pytestmark = [pytest.mark.slow]
 

@@ -9,9 +9,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support.cli import run
 
 from qnndeploy.formats.verify import verify_bundle
+from tests.support.cli import run
 
 pytestmark = [pytest.mark.needs_qnn, pytest.mark.slow]
 
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.needs_qnn, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny LM's prefill and decode graphs, each compiled alone for SM8750, bundled."""
-    from support import corpus_torch
+    from tests.support import corpus_torch
 
     root = tmp_path_factory.mktemp("swap")
     lm = corpus_torch.export_tiny_lm(root)

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import onnx
 import pytest
-from support.cli import run
-from support.synth_models import static_mlp
 
 from qnndeploy.base import compat
 from qnndeploy.qnn import toolchain
+from tests.support.cli import run
+from tests.support.synth_models import static_mlp
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_qnn]
 

@@ -24,8 +24,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from support import KOTLIN, bundles, kotlin_build
-from support.host import require
 
 from qnndeploy.base import socs
 from qnndeploy.base.names import EPCONTEXT
@@ -43,6 +41,8 @@ from qnndeploy.formats.playplan import FOLDER, expected_group, plan_groups, play
 from qnndeploy.package.play import package_play
 from qnndeploy.qnn import htp, markers
 from qnndeploy.scaffold import scaffold
+from tests.support import KOTLIN, bundles, kotlin_build
+from tests.support.host import require
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_kotlin]
 

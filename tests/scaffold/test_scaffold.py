@@ -12,9 +12,6 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from support import REPO, bundles
-from support.cli import run as run_cli
-from support.host import require
 
 from qnndeploy import __version__
 from qnndeploy.base import socs
@@ -22,6 +19,9 @@ from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.formats.decision import FORMAT, FORMAT_VERSION, REASONS, VENDOR_DSP_FOLDERS, soc_tables, template_fields
 from qnndeploy.qnn import htp
 from qnndeploy.scaffold import MARKER, kotlin_reasons, scaffold
+from tests.support import REPO, bundles
+from tests.support.cli import run as run_cli
+from tests.support.host import require
 
 SAMPLE = REPO / "android-sample"
 SAMPLE_PACKAGE = "com.example.qnnsample"

@@ -1,6 +1,6 @@
 """The tests' helpers and stand-ins, none of them a test: model builders, bundle makers, the CLI runner, and the
-stand-ins of what cannot run here (a phone, AI Hub, the QAIRT SDK). Test files import them as `support.X`; inside
-this package they import each other relatively, so `python -m tests.support.X` runs them by name as well."""
+stand-ins of what cannot run here (a phone, AI Hub, the QAIRT SDK). Test files import them as `tests.support.X`;
+inside this package they import each other relatively."""
 
 from pathlib import Path
 

@@ -11,16 +11,16 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
-from support import QAIRT_STANDIN as STANDIN
-from support.cli import run
-from support.host import require
-from support.ppocr import STATIC_SHAPES, static_ppocr
-from support.synth_models import sinh_graph
 
 from qnndeploy import compile as compile_stage
 from qnndeploy import validate as stage
 from qnndeploy.model import metrics
 from qnndeploy.qnn import htp
+from tests.support import QAIRT_STANDIN as STANDIN
+from tests.support.cli import run
+from tests.support.host import require
+from tests.support.ppocr import STATIC_SHAPES, static_ppocr
+from tests.support.synth_models import sinh_graph
 
 pytestmark = [pytest.mark.needs_qnn]
 
@@ -241,9 +241,9 @@ def test_an_inputs_folder_without_usable_samples_is_bad_input(relu_build, tmp_pa
 def test_argmax_agreement_only_for_outputs_with_a_class_axis(tmp_path):
     """Softmax outputs and [batch, classes] logits get argmax agreement; a feature map does not."""
     import onnx
-    from support import synth_models as sm
 
     from qnndeploy.model import onnxio
+    from tests.support import synth_models as sm
 
     onnx.save(sm.token_types(), tmp_path / "softmax.onnx")
     onnx.save(sm.static_mlp(), tmp_path / "logits.onnx")

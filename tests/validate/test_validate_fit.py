@@ -14,16 +14,16 @@ import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
-from support import SPEECH
-from support.cli import run
-from support.host import require
-from support.synth_models import log_energy_graph
-from support.synth_models import save_graph as save
 
 from qnndeploy import compile as compile_stage
 from qnndeploy import validate as stage
 from qnndeploy.model import metrics
 from qnndeploy.qnn import htp
+from tests.support import SPEECH
+from tests.support.cli import run
+from tests.support.host import require
+from tests.support.synth_models import log_energy_graph
+from tests.support.synth_models import save_graph as save
 
 pytestmark = [pytest.mark.needs_qnn]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from support.host import require
+from tests.support.host import require
 
 from .device import EmulatedDevice
 
