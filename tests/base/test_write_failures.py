@@ -484,7 +484,7 @@ def test_bundle_build_writes_the_bytes_it_hashed_while_a_source_changes_during_i
         def copying(src: Path, *a, where: int = where, **k):
             if Path(src) != binary:
                 return real_copy(src, *a, **k)
-            outer, done = k.pop("progress"), []
+            outer, done = k.pop("progress"), list[int]()
 
             def progress(n: int) -> None:
                 if not done:  # once, after the first chunk was read and written

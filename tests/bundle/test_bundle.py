@@ -11,6 +11,7 @@ import subprocess
 import tarfile
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -22,6 +23,9 @@ from tests.support.bundles import with_external_data
 from tests.support.cli import run
 from tests.support.elfgen import BUILD, android_lib, elf_bytes, fake_sdk, skel_lib
 from tests.support.host import require
+
+if TYPE_CHECKING:
+    import onnx
 
 GRAPHS = ("enc", "dec")
 SOCS = ("SM8550", "SM8750")
@@ -458,7 +462,7 @@ def truncate(path: Path) -> None:
 @pytest.mark.parametrize("tamper, expected", [
     (lambda b: flip(b / ENC_DATA), [CHANGED]),
     (lambda b: truncate(b / ENC_DATA), [f"{ENC_DATA}: has 1016 bytes, the manifest says 1024 (truncated or replaced)"]),
-    (lambda b: (truncate(b / ENC_DATA), rehash(b, ENC_DATA)),
+    (lambda b: (truncate(b / ENC_DATA), rehash(b, ENC_DATA)),  # type: ignore[func-returns-value]  # both, in order
      [("cpu/enc.onnx: the external data file cpu/enc.onnx.data is truncated or damaged: tensor w needs bytes 0-1024, "
        "the file has 1016; copy the model together with its complete data file, or re-export it")]),
     (lambda b: (b / ENC_DATA).unlink(), [MISSING]),
@@ -990,7 +994,7 @@ def wrapped(wrapped_inputs, tmp_path) -> Path:
     return b
 
 
-def external_tensor(location: str) -> onnx.TensorProto:  # noqa: F821 (onnx is imported where it is called)
+def external_tensor(location: str) -> onnx.TensorProto:
     from onnx import TensorProto, helper
 
     t = helper.make_tensor("hidden", TensorProto.FLOAT, [4], [0.0] * 4)

@@ -24,6 +24,8 @@ from qnndeploy.compile.cache import TAG_FILE
 from tests.support import REPO, bundles
 from tests.support.cli import run
 
+ROOT: click.Command = cli  # the top group, as the start of functools.reduce(sub, words, ROOT)
+
 
 def sub(group: click.Command, word: str) -> click.Command:
     """A group's command by name, as click finds it (the top level loads its commands on demand)."""
@@ -51,7 +53,7 @@ def test_every_command_has_help_and_every_option_says_what_it_does(path):
     r = run(*path, "--help")
     assert r.exit_code == 0, r.output
     assert r.output.startswith(f"Usage: {' '.join(('cli', *path))} ")  # CliRunner names the program after the group
-    command = functools.reduce(sub, path, cli)
+    command = functools.reduce(sub, path, ROOT)
     assert (command.help or "").strip(), f"{' '.join(path)} has no help text"
     for param in command.params:
         if isinstance(param, click.Option) and not param.hidden and param.name != "help":
@@ -308,10 +310,10 @@ def section_of(path: tuple[str, ...], sections: dict[str, str]) -> str:
 
 
 @pytest.mark.parametrize("path", [p for p in command_paths() if not isinstance(
-    functools.reduce(sub, p, cli), click.Group)], ids=" ".join)
+    functools.reduce(sub, p, ROOT), click.Group)], ids=" ".join)
 def test_the_readme_documents_every_command_and_option(path):
     text = section_of(path, readme_sections())
-    command = functools.reduce(sub, path, cli)
+    command = functools.reduce(sub, path, ROOT)
     for param in command.params:
         if isinstance(param, click.Option) and param.name != "help":  # by any of its names, e.g. -o or --output
             assert any(re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", text) for o in param.opts), \
@@ -328,12 +330,12 @@ CONCEPTS = {"--inputs": "DIR", "--calib": "DIR", "--preprocess": "SPEC|FILE.json
 
 
 def options_of(path: tuple[str, ...]) -> dict[str, click.Option]:
-    command = functools.reduce(sub, path, cli)
+    command = functools.reduce(sub, path, ROOT)
     return {o: p for p in command.params if isinstance(p, click.Option) for o in p.opts}
 
 
 def test_the_same_concept_is_the_same_option_with_the_same_metavar_and_help_in_every_command():
-    every = {p: options_of(p) for p in command_paths() if not isinstance(functools.reduce(sub, p, cli), click.Group)}
+    every = {p: options_of(p) for p in command_paths() if not isinstance(functools.reduce(sub, p, ROOT), click.Group)}
     for path in SAMPLE_COMMANDS:
         assert {"--inputs", "--preprocess", "--random", "--seed"} <= set(every[path]), path
     assert {"--calib", "--preprocess"} <= set(every[("compile",)])  # compile's samples are its calibration data

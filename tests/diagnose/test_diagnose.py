@@ -308,7 +308,8 @@ class FakeSession:
     """Stands in for the compile-and-run: tensor i's SNR is 60 dB before `first_bad`, 10 dB from there on."""
 
     def __init__(self, first_bad: int) -> None:
-        self.first_bad, self.probes, self.compiles = first_bad, {}, 0
+        self.first_bad, self.compiles = first_bad, 0
+        self.probes: dict[str, stage.Probe] = {}
 
     def run(self, names, tensors, again=False):
         self.compiles += 1

@@ -74,6 +74,20 @@ def _cpu(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> list[np.ndarray
 
 # --- devices and configuration -----------------------------------------------------------------------
 
+
+def downloaded(job: qai_hub.client.CompileJob | qai_hub.client.LinkJob, folder: Path) -> Path:
+    """The job's target model, downloaded into folder (the client types it Optional)."""
+    path = job.download_target_model(str(folder))
+    assert isinstance(path, str), path
+    return Path(path)
+
+
+def target_model(job: qai_hub.client.CompileJob | qai_hub.client.LinkJob) -> qai_hub.client.Model:
+    model = job.get_target_model()
+    assert model is not None
+    return model
+
+
 def test_fleet_file_attributes_are_key_value_with_a_source():
     fleet = json.loads(DEVICES_FILE.read_text())["devices"]
     assert len(fleet) >= 6
@@ -153,12 +167,12 @@ def test_compile_by_chipset_then_inference_matches_the_cpu(aihub: FakeAiHub, mlp
                                      input_specs={"x": ((1, 16), "float32")})
     assert job.device.name == "Samsung Galaxy S24"
     assert job.wait().success, aihub.jobs[job.job_id].log
-    binary = Path(job.download_target_model(str(tmp_path)))
+    binary = downloaded(job, tmp_path)
     assert binary.name == "mlp.bin"
     info = read_context(binary)  # QAIRT's own reader: a real context binary for the S24's SoC
     assert (info.soc_model, info.dsp_arch, info.build_id.startswith(f"v{QAIRT_VERSION}.")) == (57, "v75", True)
     assert [tuple(g.inputs[0].dims) for g in info.graphs] == [(1, 16)]
-    metadata = job.get_target_model().metadata
+    metadata = target_model(job).metadata
     assert metadata[qai_hub.ModelMetadataKey.QAIRT_SDK_VERSION] == QAIRT_VERSION
 
     x = np.random.default_rng(1).standard_normal((1, 16)).astype(np.float32)
@@ -167,6 +181,7 @@ def test_compile_by_chipset_then_inference_matches_the_cpu(aihub: FakeAiHub, mlp
                                              inputs={"x": [x, x2]}, profile=False)
     assert inference.wait().success, aihub.jobs[inference.job_id].log
     outputs = inference.download_output_data()
+    assert outputs is not None
     expected = [_cpu(synth_models.static_mlp(batch=1), {"x": v})[0] for v in (x, x2)]
     assert len(outputs["y"]) == 2
     for got, want in zip(outputs["y"], expected, strict=True):
@@ -185,7 +200,7 @@ def test_compile_to_qnn_dlc_then_link_makes_the_context_binary(aihub: FakeAiHub,
     assert compiled.wait().success, aihub.jobs[compiled.job_id].log
     dlc = compiled.get_target_model()
     assert dlc is not None and dlc.model_type == qai_hub.SourceModelType.QNN_DLC
-    stand_in = Path(compiled.download_target_model(str(tmp_path)))
+    stand_in = downloaded(compiled, tmp_path)
     assert stand_in.name == "mlp.dlc"
     with zipfile.ZipFile(stand_in) as archive:  # the fake's DLC stand-in, not a QNN DLC
         assert "not a QNN DLC" in json.loads(archive.read("aihub_fake_dlc.json"))["format"]
@@ -199,11 +214,11 @@ def test_compile_to_qnn_dlc_then_link_makes_the_context_binary(aihub: FakeAiHub,
     assert [r[2] for r in aihub.requests if r[:2] == ("POST", "/api/v1/jobs/")][-1] == {"seed_target_model": ["true"]}
     again = qai_hub.get_job(linked.job_id)
     assert isinstance(again, qai_hub.client.LinkJob) and [m.model_id for m in again.models] == [dlc.model_id]
-    binary = Path(linked.download_target_model(str(tmp_path)))
+    binary = downloaded(linked, tmp_path)
     assert binary.name == "mlp.bin"
     info = read_context(binary)  # QAIRT's own reader: a real context binary, made by the link
     assert (info.soc_model, info.dsp_arch, [tuple(g.inputs[0].dims) for g in info.graphs]) == (57, "v75", [(1, 16)])
-    assert linked.get_target_model().metadata[qai_hub.ModelMetadataKey.QNN_CONTEXT_BIN_SOC_MODEL] == "57"
+    assert target_model(linked).metadata[qai_hub.ModelMetadataKey.QNN_CONTEXT_BIN_SOC_MODEL] == "57"
     states = [line.split("state ")[1] for line in aihub.jobs[linked.job_id].log if " state " in line]
     assert states == ["JOB_STATE_LINKING_MODELS", "JOB_STATE_DONE"]
 
@@ -211,7 +226,9 @@ def test_compile_to_qnn_dlc_then_link_makes_the_context_binary(aihub: FakeAiHub,
     run = qai_hub.submit_inference_job(str(binary), device=qai_hub.Device("Samsung Galaxy S24"), inputs={"x": [x]})
     assert run.wait().success, aihub.jobs[run.job_id].log
     want = _cpu(synth_models.static_mlp(batch=1), {"x": x})[0]
-    got = run.download_output_data()["y"][0]
+    outputs = run.download_output_data()
+    assert outputs is not None
+    got = outputs["y"][0]
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
 
 
@@ -220,17 +237,17 @@ def test_a_link_takes_only_the_fakes_own_dlc_stand_ins(aihub: FakeAiHub, tmp_pat
     junk.write_bytes(b"a file with a .dlc name: the fake cannot read real QNN DLCs")
     linked = qai_hub.submit_link_job(str(junk), device=qai_hub.Device("Samsung Galaxy S24"))
     status = linked.wait()
-    assert status.failure and "not a DLC this fake's compile jobs made" in status.message
+    assert status.failure and "not a DLC this fake's compile jobs made" in (status.message or "")
     with pytest.raises(qai_hub.client.UserError, match="has no file"):
         linked.download_target_model(str(tmp_path))
 
     other = tmp_path / "other.dlc"
     other.write_bytes(b"another")
     two = qai_hub.submit_link_job([str(junk), str(other)], device=qai_hub.Device("Samsung Galaxy S24"))
-    assert "links one DLC per job" in two.wait().message
+    assert "links one DLC per job" in (two.wait().message or "")
     refused = qai_hub.submit_link_job(str(junk), device=qai_hub.Device("Samsung Galaxy S24"),
                                       options="--qnn_options default_graph_htp_optimizations=O=3")
-    assert "--qnn_options is not supported by the fake" in refused.wait().message
+    assert "--qnn_options is not supported by the fake" in (refused.wait().message or "")
     with pytest.raises(qai_hub.client.UserError, match="does not support QNN model input"):  # the client's check
         qai_hub.submit_link_job(str(junk), device=qai_hub.Device("Samsung Galaxy A73 5G"))
 
@@ -257,7 +274,7 @@ def test_a_binary_for_another_hexagon_fails_on_the_device(aihub: FakeAiHub, fore
     job = qai_hub.submit_inference_job(str(foreign_binary), device=qai_hub.Device("Samsung Galaxy S23"),
                                        inputs=None, profile=True)
     status = job.wait()
-    assert status.failure and "compiled for Hexagon v75" in status.message
+    assert status.failure and "compiled for Hexagon v75" in (status.message or "")
 
 
 @pytest.mark.needs_qnn
@@ -268,7 +285,7 @@ def test_a_graph_the_htp_cannot_take_fails_the_compile(aihub: FakeAiHub, tmp_pat
                                      options="--target_runtime qnn_context_binary")
     job.wait()
     status = job.get_status()
-    assert status.failure and status.message.startswith("Failed to compile the model for Samsung Galaxy S23")
+    assert status.failure and (status.message or "").startswith("Failed to compile the model for Samsung Galaxy S23")
     with pytest.raises(qai_hub.client.UserError, match="has no file"):
         job.download_target_model(str(tmp_path))
     # compile -> link: the DLC step only loads the model; the link is where the HTP compiler rejects the graph
@@ -277,7 +294,7 @@ def test_a_graph_the_htp_cannot_take_fails_the_compile(aihub: FakeAiHub, tmp_pat
     assert dlc.wait().success, aihub.jobs[dlc.job_id].log
     link = qai_hub.submit_link_job(dlc.get_target_model(), device=qai_hub.Device("Samsung Galaxy S23"))
     status = link.wait()
-    assert status.failure and status.message.startswith("Failed to link the model for Samsung Galaxy S23")
+    assert status.failure and (status.message or "").startswith("Failed to link the model for Samsung Galaxy S23")
 
 
 # --- refused options and injected failures (no HTP work) -------------------------------------------------
@@ -293,7 +310,7 @@ def test_options_the_fake_cannot_honour_fail_the_compile(aihub: FakeAiHub, mlp: 
                                                           options: str, reason: str):
     job = qai_hub.submit_compile_job(str(mlp), device=qai_hub.Device("Samsung Galaxy S23"), options=options)
     status = job.wait()
-    assert status.failure and reason in status.message
+    assert status.failure and reason in (status.message or "")
     job.download_job_logs(str(tmp_path))
     assert reason in next(tmp_path.glob("*_hub.log")).read_text()
 
@@ -349,13 +366,13 @@ def test_a_slow_job_times_out_on_the_client_and_a_vanished_device_fails_it(aihub
     dlc.write_bytes(b"never read")
     link = qai_hub.submit_link_job(str(dlc), device=qai_hub.Device("Samsung Galaxy S23"))
     with pytest.raises(TimeoutError, match="timed out"):
-        link.wait(timeout=0.5)
+        link.wait(timeout=0.5)  # type: ignore[arg-type]  # typed int; seconds as a float work
     assert link.get_status().code == "LINKING_MODELS"
     aihub.slow_jobs(1.5)
     job = qai_hub.submit_compile_job(str(mlp), device=qai_hub.Device("Samsung Galaxy S23"),
                                      options="--target_runtime qnn_context_binary")
     with pytest.raises(TimeoutError, match="timed out"):
-        job.wait(timeout=0.5)
+        job.wait(timeout=0.5)  # type: ignore[arg-type]  # typed int; seconds as a float work
     assert job.get_status().code == "OPTIMIZING_MODEL"
     aihub.remove_device("Samsung Galaxy S23")  # while the job waits for it
     status = job.wait()

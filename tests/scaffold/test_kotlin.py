@@ -26,9 +26,8 @@ from pathlib import Path
 import pytest
 
 from qnndeploy.base import socs
-from qnndeploy.base.names import EPCONTEXT
+from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.formats.decision import (
-    CONTEXT_BINARY,
     REASONS,
     Device,
     Remembered,
@@ -224,12 +223,13 @@ def accepted_manifests(two: dict, bundled: dict) -> list[dict]:
                                                    "accepted_on": on}]}
 
     odd = '<r> "$x" \\ {} \u00e9\U0001f600'
+    reasons: tuple[object, ...] = ({"reason": ""}, {"reason": odd}, {"reason": 5}, {"reason": None}, "r-rec",
+                                   {"why": "x"}, [])
     return [
         bundles.accepted(two), bundles.accepted(two, graphs=("det", "rec")), bundles.accepted(bundled),
         bundles.accepted(two, soc="SM8550"), bundles.accepted(bundles.shared(two), graphs=("det",)),
         *(bundles.accepted(two, on=on) for on in ("npu", None, "CPU", " cpu", 1, True, ["cpu"])),
-        *(bundles.accepted(two, reasons={"rec": r}) for r in ({"reason": ""}, {"reason": odd}, {"reason": 5},
-                                                             {"reason": None}, "r-rec", {"why": "x"}, [])),
+        *(bundles.accepted(two, reasons={"rec": r}) for r in reasons),
         summaries(two, {"rec": {"accepted": {"reason": "second"}}, "det": {"accepted": {"reason": "first"}}}),
         summaries(two, {"other": {"accepted": {"reason": "x"}}}), summaries(two, []), summaries(two, None),
         summaries(two, {"rec": None, "det": 3}),

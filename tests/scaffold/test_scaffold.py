@@ -16,7 +16,8 @@ import pytest
 from qnndeploy import __version__
 from qnndeploy.base import socs
 from qnndeploy.base.errors import QnnDeployError
-from qnndeploy.formats.decision import FORMAT, FORMAT_VERSION, REASONS, VENDOR_DSP_FOLDERS, soc_tables, template_fields
+from qnndeploy.base.names import FORMAT, FORMAT_VERSION
+from qnndeploy.formats.decision import REASONS, VENDOR_DSP_FOLDERS, soc_tables, template_fields
 from qnndeploy.qnn import htp
 from qnndeploy.scaffold import MARKER, kotlin_reasons, scaffold
 from tests.support import REPO, bundles

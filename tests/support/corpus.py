@@ -42,7 +42,7 @@ class Model:
         if kind == "torch":
             from . import corpus_torch
 
-            if self.needs:
+            if self.needs and self.package:
                 from importlib.metadata import PackageNotFoundError, version
 
                 try:

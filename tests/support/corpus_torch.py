@@ -17,6 +17,7 @@ import struct
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -315,6 +316,8 @@ class MelFloorEncoder(nn.Module):
     """A power spectrogram [1, 201, frames] (the app's FFT) through an 80-band mel matrix, 10·log10 of it floored
     at 1e-10, then clamped to 80 dB below its maximum, a *computed* Clip min the HTP does not take; then six
     Conv1d/ReLU layers."""
+
+    mel: torch.Tensor  # a buffer
 
     def __init__(self, dim: int = 64) -> None:
         super().__init__()
@@ -629,7 +632,7 @@ def _bert_inputs(batch: int = 2, seq: int = 16) -> tuple[torch.Tensor, torch.Ten
             torch.randint(0, 2, (batch, seq), generator=g))
 
 
-_BERT_IO = {"input_names": ["input_ids", "attention_mask", "token_type_ids"],
+_BERT_IO: dict[str, Any] = {"input_names": ["input_ids", "attention_mask", "token_type_ids"],
             "output_names": ["last_hidden_state"],
             "dynamic_axes": {n: {0: "batch", 1: "seq"}
                              for n in ("input_ids", "attention_mask", "token_type_ids", "last_hidden_state")}}
@@ -730,7 +733,7 @@ def export_word_seg(out_dir: Path) -> Path:
 
 def _export_vocoder(out_dir: Path, name: str, dynamo: bool) -> Path:
     path = Path(out_dir) / f"{name}.onnx"
-    io = {"input_names": ["mel"], "output_names": ["audio"]}
+    io: dict[str, Any] = {"input_names": ["mel"], "output_names": ["audio"]}
     with torch.no_grad():
         if dynamo:
             torch.onnx.export(_build(Vocoder), (torch.randn(2, 80, 50),), path, dynamo=True,

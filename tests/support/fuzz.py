@@ -129,7 +129,7 @@ def file_cases(good: Path) -> Iterator[Case]:
     copy_to = _copy_bundle(good)
     files = sorted(p.relative_to(good).as_posix() for p in good.rglob("*") if p.is_file() and p.name != "manifest.json")
 
-    def mutations(path: Path) -> dict[str, Callable[[], None]]:
+    def mutations(path: Path) -> dict[str, Callable[[], object]]:
         def flip() -> None:
             data = bytearray(path.read_bytes())
             data[len(data) // 2] ^= 0xFF
@@ -265,7 +265,11 @@ def model_cases() -> Iterator[Case]:
         "external-absolute": lambda: _external_location("/etc/passwd"),
         "external-long": lambda: _external_location("x" * 5000),
     }
-    broken.update({f"truncated-{k}": (lambda k=k: good[:k]) for k in (1, 2, 5, 10, 17, 30, 45, len(good) - 1)})
+
+    def truncated(k: int) -> Callable[[], bytes]:
+        return lambda: good[:k]
+
+    broken.update({f"truncated-{k}": truncated(k) for k in (1, 2, 5, 10, 17, 30, 45, len(good) - 1)})
     for label, make in broken.items():
         for command in (("check", "m.onnx", "--no-measure"), ("check", "m.onnx"),
                         ("prepare", "m.onnx", "-o", "out/m.npu.onnx")):
@@ -387,8 +391,8 @@ def output_cases(good: Path) -> Iterator[Case]:
                                            (link(f"out/{name}.zip", "../victim", "out"), file_at("victim"))),
         **{k: (("-o", v), None) for k, v in long_paths.items() if k not in ("name-256", "name-over-staging-room")},
     }
-    for label, (opts, extra) in build.items():
-        extras = extra if isinstance(extra, tuple) else (extra,)
+    for label, (opts, setups) in build.items():
+        extras = setups if isinstance(setups, tuple) else (setups,)
         yield Case(f"bundle build -o {label}", (*base, *opts), with_bundle(*extras), unchanged=True)
 
     for label, out in {"symlink to an empty folder": "link", **long_paths}.items():

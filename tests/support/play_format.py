@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
@@ -19,7 +20,7 @@ NS = "http://schemas.android.com/apk/config"
 GROUP_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]*$")  # bundletool DeviceGroupConfigValidator
 T = descriptor_pb2.FieldDescriptorProto
 # message -> (field, number, type, label, message type): device_targeting_config.proto's DeviceGroupConfig tree
-MESSAGES = {
+MESSAGES: dict[str, list[tuple[str, int, Any, Any, str | None]]] = {
     "DeviceGroupConfig": [("device_groups", 1, T.TYPE_MESSAGE, T.LABEL_REPEATED, "DeviceGroup")],
     "DeviceGroup": [("name", 1, T.TYPE_STRING, T.LABEL_OPTIONAL, None),
                     ("device_selectors", 2, T.TYPE_MESSAGE, T.LABEL_REPEATED, "DeviceSelector")],

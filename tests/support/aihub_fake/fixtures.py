@@ -51,6 +51,7 @@ def aihub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAiHub
 
 @pytest.fixture
 def aihub_ini(aihub: FakeAiHub) -> Path:
+    assert aihub.client_ini is not None  # the aihub fixture writes it
     return aihub.client_ini
 
 

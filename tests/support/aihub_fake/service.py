@@ -41,12 +41,17 @@ from email.parser import BytesParser
 from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 from urllib.parse import parse_qs, urlparse
 
 from qai_hub import public_api_pb2 as pb
 
 from qnndeploy.qnn import toolchain
+
+# the service's enums, as the client's protobuf stubs type them
+JobState: TypeAlias = "pb.JobState.ValueType"
+ModelType: TypeAlias = "pb.ModelType.ValueType"
+FailureType: TypeAlias = "pb.JobFailureType.ValueType"
 
 DEVICES_FILE = Path(__file__).with_name("devices.json")
 WORKER = Path(__file__).with_name("htp_worker.py")  # run as a script: it needs neither qai_hub nor this package
@@ -73,7 +78,7 @@ _RUNNING = {"compile": pb.JOB_STATE_OPTIMIZING_MODEL, "link": pb.JOB_STATE_LINKI
 class JobRefused(Exception):
     """The job ends FAILED with this reason and failure type."""
 
-    def __init__(self, reason: str, failure_type: int = pb.JOB_FAILURE_TYPE_INVALID_ARGUMENT) -> None:
+    def __init__(self, reason: str, failure_type: FailureType = pb.JOB_FAILURE_TYPE_INVALID_ARGUMENT) -> None:
         super().__init__(reason)
         self.reason = reason
         self.failure_type = failure_type
@@ -185,7 +190,7 @@ class FakeAiHub:
         self._removed: set[str] = set()
         self._tokens_rejected = False
         self._errors: list[InjectedError] = []
-        self._failures: dict[str, tuple[str, int]] = {}
+        self._failures: dict[str, tuple[str, FailureType]] = {}
         self._delays: dict[str | None, float] = {}  # kind (None: every kind) -> seconds
         self._procs: set[subprocess.Popen] = set()
         self._stopping = False
@@ -266,7 +271,7 @@ class FakeAiHub:
             self._errors.clear()
 
     def fail_jobs(self, kind: str, reason: str | None,
-                  failure_type: int = pb.JOB_FAILURE_TYPE_MODEL_INVALID) -> None:
+                  failure_type: FailureType = pb.JOB_FAILURE_TYPE_MODEL_INVALID) -> None:
         """Jobs of `kind` ("compile", "link" or "inference", which includes profiling) created from now on end
         FAILED with `reason` after their running state, without doing the work; reason=None stops it."""
         assert kind in KINDS, kind
@@ -377,7 +382,7 @@ class FakeAiHub:
         if device.name in self.unavailable:
             raise JobRefused(f"Device '{device.name}' is not available for jobs.")
 
-    def _new_target(self, jid: str, name: str, model_type: int) -> Any:
+    def _new_target(self, jid: str, name: str, model_type: ModelType) -> Any:
         """A job's target model, without a file until the job has made it."""
         target = pb.Model(model_id=self._new_id("m"), name=name, model_type=model_type, producer_id=jid)
         target.creation_time.GetCurrentTime()
@@ -393,7 +398,7 @@ class FakeAiHub:
     def _log(self, record: _JobRecord, line: str) -> None:
         record.log.append(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}")
 
-    def _set_state(self, jid: str, state: int) -> None:
+    def _set_state(self, jid: str, state: JobState) -> None:
         with self._lock:
             record = self.jobs[jid]
             sub = getattr(record.job, record.job.WhichOneof("job"))
@@ -404,7 +409,7 @@ class FakeAiHub:
             self._log(record, f"state {pb.JobState.Name(state)}")
         time.sleep(self.step_seconds)
 
-    def _run(self, jid: str, failure: tuple[str, int] | None, delay: float) -> None:
+    def _run(self, jid: str, failure: tuple[str, FailureType] | None, delay: float) -> None:
         record = self.jobs[jid]
         sub = getattr(record.job, record.job.WhichOneof("job"))
         time.sleep(self.step_seconds)
@@ -587,7 +592,7 @@ class FakeAiHub:
             record.result = pb.JobResult(link_job_result=pb.LinkJobResult(
                 link_job_id=jid, link_detail=pb.LinkDetail(tool_versions=_tools())))
 
-    def _target(self, jid: str, sub: Any, name: str, model_type: int) -> Any:
+    def _target(self, jid: str, sub: Any, name: str, model_type: ModelType) -> Any:
         """The job's seeded target model, or a new one; marked complete (the caller stores its file)."""
         target = self._models[sub.target_model.model_id] if sub.HasField("target_model") else \
             self._new_target(jid, name, model_type)
@@ -833,7 +838,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         path = self.fake.root / "datasets" / f"{did}.h5"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(file_part.get_payload(decode=True))
+        payload = file_part.get_payload(decode=True)
+        assert isinstance(payload, bytes)  # a decoded single part
+        path.write_bytes(payload)
         with self.fake._lock:
             self.fake._dataset_files[did] = path
         self._send(204, b"", None)
@@ -883,12 +890,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _models(self, method: str, parts: list[str], body: bytes) -> None:
         fake = self.fake
         if method == "POST" and len(parts) == 1:
-            model = pb.Model.FromString(body)
-            model.model_id = fake._new_id("m")
-            model.creation_time.GetCurrentTime()
+            new = pb.Model.FromString(body)
+            new.model_id = fake._new_id("m")
+            new.creation_time.GetCurrentTime()
             with fake._lock:
-                fake._models[model.model_id] = model
-            self._created(201, model.model_id, model)
+                fake._models[new.model_id] = new
+            self._created(201, new.model_id, new)
             return
         if method == "GET" and len(parts) == 1:
             models = list(fake._models.values())
@@ -920,28 +927,28 @@ class _Handler(BaseHTTPRequestHandler):
                 model.file_upload_complete = True
             self._created(200, model.model_id)
         elif parts[2:] == ["download"] and method == "GET":
-            path = fake._model_files.get(model.model_id)
-            if path is None:
+            stored = fake._model_files.get(model.model_id)
+            if stored is None:
                 self._detail(404, f"Model '{model.model_id}' has no file yet: its producer job "
                                   f"{model.producer_id or '-'} has not produced it.")
                 return
-            response = pb.FileDownloadResponse()
-            response.url.url = fake._store(f"model-{model.model_id}", path)
-            response.url.filename = model.name
-            self._send(200, response)
+            download = pb.FileDownloadResponse()
+            download.url.url = fake._store(f"model-{model.model_id}", stored)
+            download.url.filename = model.name
+            self._send(200, download)
         else:
             self._detail(404, "Not found.")
 
     def _datasets(self, method: str, parts: list[str], body: bytes) -> None:
         fake = self.fake
         if method == "POST" and len(parts) == 1:
-            dataset = pb.Dataset.FromString(body)
-            dataset.dataset_id = fake._new_id("d")
-            dataset.creation_time.GetCurrentTime()
-            dataset.expiration_time.FromSeconds(dataset.creation_time.seconds + 30 * 86400)
+            new = pb.Dataset.FromString(body)
+            new.dataset_id = fake._new_id("d")
+            new.creation_time.GetCurrentTime()
+            new.expiration_time.FromSeconds(new.creation_time.seconds + 30 * 86400)
             with fake._lock:
-                fake._datasets[dataset.dataset_id] = dataset
-            self._created(201, dataset.dataset_id, dataset)
+                fake._datasets[new.dataset_id] = new
+            self._created(201, new.dataset_id, new)
             return
         if method == "GET" and len(parts) == 1:
             datasets = list(fake._datasets.values())
@@ -969,14 +976,14 @@ class _Handler(BaseHTTPRequestHandler):
             response.url.fields["key"] = f"datasets/{dataset.dataset_id}/data.h5"
             self._send(200, response)
         elif parts[2:] == ["download_data"] and method == "GET":
-            path = fake._dataset_files.get(dataset.dataset_id)
-            if path is None:
+            stored = fake._dataset_files.get(dataset.dataset_id)
+            if stored is None:
                 self._detail(404, "The dataset has no data.")
                 return
-            response = pb.FileDownloadResponse()
-            response.url.url = fake._store(f"dataset-{dataset.dataset_id}.h5", path)
-            response.url.filename = f"{dataset.dataset_id}.h5"
-            self._send(200, response)
+            download = pb.FileDownloadResponse()
+            download.url.url = fake._store(f"dataset-{dataset.dataset_id}.h5", stored)
+            download.url.filename = f"{dataset.dataset_id}.h5"
+            self._send(200, download)
         else:
             self._detail(404, "Not found.")
 

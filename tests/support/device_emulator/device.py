@@ -86,8 +86,11 @@ class EmulatedDevice:
                  files: dict[str, bytes | str] | None = None, state: str = "device", page_size: int = 4096,
                  base: Path | None = None) -> None:
         config = PRESETS[preset]
-        self._tmp = None if base else tempfile.TemporaryDirectory(prefix="emu-device-")
-        self.sandbox = Sandbox(base or Path(self._tmp.name))
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if base is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="emu-device-")
+            base = Path(self._tmp.name)
+        self.sandbox = Sandbox(base)
         self.root = self.sandbox.root
         self.sandbox.set_props({**config["props"], **(props or {})})
         self.sandbox.set_page_size(page_size)

@@ -27,6 +27,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 FLAGS = {"--backend": True, "--retrieve_context": True, "--input_list": True, "--output_dir": True,
          "--use_native_input_files": False, "--use_native_output_files": False, "--log_level": True,
@@ -59,7 +60,7 @@ def _device_path(path: str) -> Path:
     return p
 
 
-def _fail(*lines: str, code: int = 1) -> None:
+def _fail(*lines: str, code: int = 1) -> NoReturn:
     for line in lines:
         print(line, flush=True)
     sys.exit(code)
@@ -147,13 +148,16 @@ def run(wrapper: Path, soc_name: str, input_list: Path, out: Path, native_in: bo
              "tensor(int64)": np.int64, "tensor(uint8)": np.uint8, "tensor(int8)": np.int8, "tensor(bool)": np.bool_}
     lines = [ln.split() for ln in input_list.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
     for n, tokens in enumerate(lines):
-        named = dict(t.split(":=", 1) if ":=" in t else (inputs[i].name, t) for i, t in enumerate(tokens))
-        feed = {}
+        named = {}  # input name -> file: NAME:=FILE, or FILE for the i-th input
+        for i, token in enumerate(tokens):
+            name, given, file = token.partition(":=")
+            named[name if given else inputs[i].name] = file if given else token
+        feed: dict[str, np.ndarray] = {}
         for spec in inputs:
             if spec.name not in named:
                 _fail(f"ERROR: input list line {n + 1} has no file for input {spec.name}")
             dtype = types[spec.type]
-            data = np.fromfile(_device_path(named[spec.name]), dtype=dtype if native_in else np.float32)
+            data: np.ndarray = np.fromfile(_device_path(named[spec.name]), dtype=dtype if native_in else np.float32)
             feed[spec.name] = data.reshape(spec.shape).astype(dtype)
         results = session.run(None, feed)
         folder = out / f"Result_{n}"

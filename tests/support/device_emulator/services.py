@@ -33,13 +33,15 @@ SYNC_DATA_MAX = 64 * 1024
 def shell_service(sandbox: Sandbox, started: Callable[[int], None]) -> Callable[[Stream, str], None]:
     def run(stream: Stream, command: str) -> None:
         proc = sandbox.popen(command)
+        stdin, stdout = proc.stdin, proc.stdout
+        assert stdin is not None and stdout is not None  # popen asks for both pipes
         started(proc.pid)
 
         def feed_stdin() -> None:
             while (data := stream.read()) is not None:
                 try:
-                    proc.stdin.write(data)
-                    proc.stdin.flush()
+                    stdin.write(data)
+                    stdin.flush()
                 except OSError:
                     pass
             if stream.closed_by_host and proc.poll() is None:
@@ -48,15 +50,15 @@ def shell_service(sandbox: Sandbox, started: Callable[[int], None]) -> Callable[
         threading.Thread(target=feed_stdin, daemon=True).start()
         held = b""
         try:
-            while chunk := os.read(proc.stdout.fileno(), stream.conn.max_payload):
+            while chunk := os.read(stdout.fileno(), stream.conn.max_payload):
                 ready, held = sandbox.unmap_output(held + chunk, final=False)
                 if ready:
                     stream.write(ready)
             if held:
                 stream.write(sandbox.unmap_output(held, final=True)[0])
         finally:
-            proc.stdout.close()
-            proc.stdin.close()
+            stdout.close()
+            stdin.close()
             if not stream.closed_by_host:
                 proc.wait()
             else:  # hung up (or left running if it ignores SIGHUP): reaped whenever it ends, as adbd does

@@ -45,7 +45,7 @@ def elf_machine(path: str) -> int | None:
         head = f.read(20)
     if len(head) < 20 or head[:4] != b"\x7fELF":
         return None
-    return struct.unpack_from("<H", head, 18)[0]
+    return int(struct.unpack_from("<H", head, 18)[0])
 
 
 def library_source(path: str) -> str:
