@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import NoReturn
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.append(str(REPO))  # the tests' helpers (tests.support); qnndeploy is whichever this Python imports
 CACHE = Path.home() / ".cache" / "qnndeploy-bench"
 QNNDEPLOY = [sys.executable, "-m", "qnndeploy"]  # the CLI of the qnndeploy this Python imports
 

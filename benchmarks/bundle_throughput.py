@@ -2,7 +2,7 @@
 
 Inputs: two graphs (MatMuls with large fp32 weights), each compiled by onnxruntime-qnn for SM8650 and SM8750
 (benchlib.real_inputs, cached in ~/.cache/qnndeploy-bench), their fp32 CPU models, and runtime libraries that are
-tests/elfgen.py's stand-ins (there is no QAIRT SDK here; verify checks their ELF headers and QAIRT markers, which
+support/elfgen.py's stand-ins (there is no QAIRT SDK here; verify checks their ELF headers and QAIRT markers, which
 the stand-ins carry). --gb is the size of all inputs. References, measured in the same run: copying and hashing the
 inputs once (`cp` then `sha256sum`) for bundle build, and `sha256sum` of the bundle's files for bundle verify, both
 `--shallow` (hashes, headers, libQnnSystem reads) and deep (also loads and runs each binary on the host HTP
@@ -21,7 +21,8 @@ import tempfile
 from pathlib import Path
 
 from benchlib import CACHE, QNNDEPLOY, Measure, Target, median, parse, parser, real_inputs, run, table
-from elfgen import fake_sdk
+
+from tests.support.elfgen import fake_sdk
 
 SOCS = ("SM8650", "SM8750")
 GRAPHS = ("encoder", "decoder")

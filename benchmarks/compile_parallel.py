@@ -36,12 +36,11 @@ def timed(statuses: set[str], models: dict[str, Path], socs: list[str], out: Pat
 def models(tmp: Path, smoke: bool) -> tuple[dict[str, Path], list[str]]:
     """The graphs and SoCs: PP-OCR prepared as a user would (static shapes), or two tiny graphs for --smoke."""
     if smoke:
-        from bundles import tiny_model
+        from tests.support.bundles import tiny_model
 
         return {g: tiny_model(tmp / f"{g}.onnx", 8 * (i + 1)) for i, g in enumerate(("det", "rec"))}, SOCS[-1:]
-    from ppocr import STATIC_SHAPES, model_path
-
     from qnndeploy.prepare import PrepareOptions, prepare_model
+    from tests.support.ppocr import STATIC_SHAPES, model_path
 
     out = {}
     for name in ("det", "rec", "cls"):

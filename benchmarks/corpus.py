@@ -1,4 +1,4 @@
-"""The whole pipeline over the corpus of real models (tests/corpus.py), as a user would run it: check, the printed
+"""The whole pipeline over the corpus of real models (support/corpus.py), as a user would run it: check, the printed
 fix with the app's sizes, check again, compile for one SoC, validate on the host HTP emulator, bundle, verify.
 
 Prints one row per model and stage with its figure, then where each model got to. Needs the corpus wheels
@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from benchlib import parse, parser
-from corpus import BY_NAME, MODELS, follow_advice
+
+from tests.support.corpus import BY_NAME, MODELS, follow_advice
 
 SMOKE = "ppocr_cls"  # every stage, check to verify, in the least time
 
@@ -32,7 +33,7 @@ def main() -> int:
     names = args.names or ([SMOKE] if args.smoke else [])
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
-        ap.error(f"not in the corpus: {', '.join(unknown)} (tests/corpus.py lists {', '.join(BY_NAME)})")
+        ap.error(f"not in the corpus: {', '.join(unknown)} (tests/support/corpus.py lists {', '.join(BY_NAME)})")
     models = [BY_NAME[n] for n in names] or MODELS
     work = args.work or Path(tempfile.mkdtemp(prefix="qnndeploy-corpus-"))
     cache = work / "torch-models"

@@ -1,6 +1,6 @@
 """Push throughput of `qnndeploy device verify` against plain `adb push` of the same files, to the emulated phone.
 
-Both go through the same real adb server to the adb-protocol device emulator of tests/device_emulator (there is
+Both go through the same real adb server to the adb-protocol device emulator of tests/support/device_emulator (there is
 no phone here), in one run: the figures compare the two, not a USB cable. Each repeat starts from an empty folder
 on the phone; the contenders alternate. verify's push includes what plain adb push does not do: reading the
 sha256 of every file on the phone before and after, and the staging rename. Then a second verify, with nothing
@@ -11,7 +11,7 @@ byte is checked on the phone after it landed costs at least, when the phone's ha
 --link-mb-s paces the phone's receiver, as a USB cable would (the default: loopback, as fast as it goes).
 
 The bundle holds real context binaries for SM8750 (benchlib.real_inputs: MatMul graphs compiled by onnxruntime-qnn,
-cached in ~/.cache/qnndeploy-bench) and runtime libraries that are tests/elfgen.py's stand-ins (there is no QAIRT
+cached in ~/.cache/qnndeploy-bench) and runtime libraries that are support/elfgen.py's stand-ins (there is no QAIRT
 SDK here; nothing runs them: the benchmark measures the push, with no runner).
 
     python benchmarks/device_push.py [--mb 64] [--repeat 3] [--link-mb-s MB_S] [--cache-dir DIR] [--smoke]
@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 from benchlib import CACHE, REPO, Target, fail, median, parse, parser, real_inputs, table
-from elfgen import fake_sdk
+
+from tests.support.elfgen import fake_sdk
 
 GRAPHS = {"encoder": 0.75, "decoder": 0.25}  # share of the context-binary bytes
 SOC = "SM8750"
@@ -75,8 +76,8 @@ def main() -> None:
         adb("start-server")
         # the phone in a process of its own, as a real one is: not sharing the GIL with the verify under test
         link = [] if args.link_mb_s is None else ["sm8750", str(args.link_mb_s * 1e6)]
-        phone = subprocess.Popen([sys.executable, "-m", "device_emulator", str(tmp / "phone"), *link], text=True,
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO / "tests")
+        phone = subprocess.Popen([sys.executable, "-m", "tests.support.device_emulator", str(tmp / "phone"), *link],
+                                 text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO)
         try:
             assert phone.stdout is not None
             serial = f"127.0.0.1:{int(phone.stdout.readline())}"

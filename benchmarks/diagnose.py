@@ -21,15 +21,15 @@ import time
 from pathlib import Path
 
 from benchlib import fail, median, parse, parser, table
-from corpus import BY_NAME, follow_advice
 
 from qnndeploy import diagnose
 from qnndeploy.model import metrics, samples
+from tests.support.corpus import BY_NAME, follow_advice
 
 
 def main() -> None:
     ap = parser(__doc__)
-    ap.add_argument("--model", default="basic_pitch", help="a corpus model (tests/corpus.py) [basic_pitch]")
+    ap.add_argument("--model", default="basic_pitch", help="a corpus model (tests/support/corpus.py) [basic_pitch]")
     ap.add_argument("--soc", default="SM8750")
     ap.add_argument("--sample", type=int, default=12, help="tensors timed in the one-per-tensor sweep (0: all) [12]")
     ap.add_argument("--work", type=Path, help="keep the outputs here (default: a temporary folder)")

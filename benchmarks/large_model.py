@@ -24,7 +24,8 @@ def stack_model(path: Path, gb: float, width: int) -> int:
     """tests/synth_models.residual_stack at `gb` GB of fp16 weights, each written into PATH.data as it is made
     (never all in memory); returns the layer count."""
     import onnx
-    import synth_models
+
+    from tests.support import synth_models
 
     layers = max(2, round(gb * 1e9 / (width * width * 2)))
     data = path.with_name(path.name + ".data")

@@ -54,7 +54,8 @@ def main() -> None:
 def _linear(smoke: bool, repeat: int) -> None:
     import numpy as np
     import onnx
-    import synth_models
+
+    from tests.support import synth_models
 
     layers = (50, 200) if smoke else (2000, 8000)
     per_node, rows = [], []

@@ -15,7 +15,8 @@ import tempfile
 from pathlib import Path
 
 from benchlib import QNNDEPLOY, fail, parse, parser, table
-from ppocr import STATIC_SHAPES, model_path
+
+from tests.support.ppocr import STATIC_SHAPES, model_path
 
 
 def qnndeploy(*args: str) -> str:
@@ -33,7 +34,7 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="qnndeploy-play-"))
     sources, shapes = {name: model_path(name) for name in STATIC_SHAPES}, STATIC_SHAPES
     if args.smoke:
-        from bundles import tiny_model
+        from tests.support.bundles import tiny_model
 
         args.socs = "SM8650,SM8750"
         sources, shapes = {"tiny": tiny_model(work / "tiny-source.onnx", 16)}, {"tiny": [1, 16]}

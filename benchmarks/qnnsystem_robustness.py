@@ -27,9 +27,8 @@ from qnndeploy.qnn import qnnsystem
 
 
 def tiny_binary(tmp: Path) -> Path:
-    from test_inspect import tiny
-
     from qnndeploy.compile import CompileOptions, compile_models
+    from tests.support.synth_models import tiny
 
     summary = compile_models({"tiny": tiny(tmp / "tiny.onnx")}, ["SM8750"], tmp / "build",
                              CompileOptions(use_cache=False))

@@ -1,4 +1,4 @@
-"""Real models (tests/corpus.py) through the tool as a user would run it: only the printed advice, plus the sizes
+"""Real models (support/corpus.py) through the tool as a user would run it: only the printed advice, plus the sizes
 the app feeds. The advice converges on every model in the suite (check, the fix, check again: never the same fix
 twice, never a crash), and a subset goes on to a verified bundle. benchmarks/corpus.py runs the whole corpus end to
 end, BENCHMARK_ONLY included."""
@@ -6,10 +6,10 @@ end, BENCHMARK_ONLY included."""
 from __future__ import annotations
 
 import pytest
-from conftest import require
-from corpus import BY_NAME, MODELS, follow_advice, qnndeploy_in_process
 
 from qnndeploy.qnn import htp
+from tests.support.corpus import BY_NAME, MODELS, follow_advice, qnndeploy_in_process
+from tests.support.host import require
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_qnn]
 

@@ -16,7 +16,7 @@ from qnndeploy.base import socs
 from qnndeploy.base.names import FORMAT_VERSION
 from qnndeploy.cli import cli
 from tests import docgen
-from tests.corpus import MODELS
+from tests.support.corpus import MODELS
 
 ROOT = docgen.ROOT
 PACKAGE_DATA = ROOT / "qnndeploy" / "data"
@@ -118,11 +118,11 @@ def test_the_counts_the_docs_state_are_the_code_s() -> None:
     assert f"[format v{FORMAT_VERSION}](docs/bundle-format.md)" in (ROOT / "README.md").read_text()
     assert (docgen.DOCS / "bundle-format.md").read_text().startswith(f"# Bundle format v{FORMAT_VERSION}\n")
     assert f"(`qnndeploy/data/socs.json`, {len(socs.catalog())} SoCs)" in (docgen.DOCS / docgen.DETAILS).read_text()
-    assert f"`tests/corpus.py` names {len(MODELS)} real models" in (docgen.DOCS / "testing.md").read_text()
+    assert f"`tests/support/corpus.py` names {len(MODELS)} real models" in (docgen.DOCS / "testing.md").read_text()
 
 
 def test_every_file_the_hand_written_pages_name_exists() -> None:
-    """A path in backticks (`qnndeploy/base/compat.py`, `tests/elfgen.py`) is a promise that the file is there: a
+    """A path in backticks (`qnndeploy/base/compat.py`, `tests/support/elfgen.py`) is a promise that the file is there: a
     module moved or renamed must take the docs with it. Placeholders (`qnndeploy/cli/COMMAND.py`, `<graph>`) are
     not paths."""
     named = re.compile(r"`((?:qnndeploy|tests|benchmarks|templates|android-sample|\.ci|docs)/[^`\s]*)`")

@@ -24,7 +24,7 @@ from qnndeploy.cli._common import (
 
 # name: (module in qnndeploy.cli, its click command, the first line of the command's help), in the pipeline's
 # order, as `qnndeploy --help` lists them. A command's module is imported only when that command runs (or its help
-# is asked for), so `--help` and every command start without importing the others; tests/test_cli.py checks that
+# is asked for), so `--help` and every command start without importing the others; tests/cli/test_cli.py checks that
 # each line here is the command's own.
 COMMANDS = {
     "demo": ("demo", "demo", "The whole procedure on the embedded demo model."),

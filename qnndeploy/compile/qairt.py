@@ -3,7 +3,7 @@
 Per job: qnn-onnx-converter (ONNX -> QNN C++ graph + weights), the two HTP config files (soc_id, dsp_arch, vtcm),
 qnn-model-lib-generator (x86_64 for the host, aarch64-android with the NDK; 16 KB pages), then
 qnn-context-binary-generator (the context binary the phone loads). Every tool's output goes to the job log.
-The SDK is not redistributable, so the tests run this path against a stand-in SDK (tests/qairt_standin/).
+The SDK is not redistributable, so the tests run this path against a stand-in SDK (tests/support/qairt_standin/).
 """
 
 from __future__ import annotations

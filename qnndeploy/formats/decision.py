@@ -1,6 +1,6 @@
 """The on-device decision, NPU or CPU, as a pure function: the same steps the generated Kotlin selector runs.
 
-`device info/verify` use it to say what an app will do on a phone; tests/test_kotlin.py feeds the same inputs to
+`device info/verify` use it to say what an app will do on a phone; tests/scaffold/test_kotlin.py feeds the same inputs to
 this function and to the Kotlin selector and requires identical results, reason strings included. So every rule
 here has a twin in templates/glue/.../QnnSelector.kt: change both or neither. The reason strings themselves have
 one source, data/reasons.json, which this module reads and `qnndeploy scaffold` renders into the Kotlin (Reasons.kt).

@@ -2,7 +2,7 @@
 
 play.json says which device group holds which bundle files and which SoCs each group is for. Two readers use it:
 `qnndeploy scaffold --play` (the Kotlin glue gets it as an asset) and `device verify --play` (Python). Both ask the
-same two questions, so each rule here has a twin in templates/glue/.../PlayPack.kt (tests/test_kotlin.py
+same two questions, so each rule here has a twin in templates/glue/.../PlayPack.kt (tests/scaffold/test_kotlin.py
 requires them to agree):
 
 - play_group: the group Google Play delivers to a phone. Play compares Build.SOC_MANUFACTURER and Build.SOC_MODEL

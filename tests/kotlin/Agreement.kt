@@ -1,6 +1,6 @@
 package qnndeploy.tests
 
-// The Kotlin half of the Python-vs-Kotlin agreement test (tests/test_kotlin.py). Reads
+// The Kotlin half of the Python-vs-Kotlin agreement test (tests/scaffold/test_kotlin.py). Reads
 //   {"manifests": [...], "cases": [...], "archs": [...], "reasons": [{"function": ..., "args": [...]}]}
 // (each case: a manifest index, device, library-load outcome, environment, setenv failure, remembered failure,
 // the loaded runtime's QAIRT version),

@@ -1,6 +1,6 @@
 package qnndeploy.tests
 
-// The Kotlin half of tests/test_kotlin.py's runtime version tests. Reads
+// The Kotlin half of tests/scaffold/test_kotlin.py's runtime version tests. Reads
 //   {"library": the real libQnnHtp.so, "cases": [{"name": ..., "maps": a /proc/self/maps text}]}
 // runs the generated RuntimeVersion.fromMaps on each maps text through a reader that counts what it reads, then
 // loads the real library into this JVM and asks AndroidHost (the glue's own /proc/self/maps read), and prints

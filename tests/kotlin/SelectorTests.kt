@@ -1,9 +1,9 @@
 package qnndeploy.tests
 
 // Unit tests of the generated glue on the JVM (kotlin-test assertions; there is no JUnit here, so main() runs them).
-// tests/test_kotlin.py compiles this with the glue rendered for com.example.qnnsample and runs:
+// tests/scaffold/test_kotlin.py compiles this with the glue rendered for com.example.qnnsample and runs:
 //   SelectorTestsKt MANIFESTS.json ASSETS_DIR SCRATCH_DIR
-// MANIFESTS.json holds the manifests of tests/bundles.py; ASSETS_DIR is a scaffolded app's bundle/assets folder.
+// MANIFESTS.json holds the manifests of tests/support/bundles.py; ASSETS_DIR is a scaffolded app's bundle/assets folder.
 
 import ai.onnxruntime.OrtSession
 import android.os.Build

@@ -1,6 +1,6 @@
 package qnndeploy.playtests
 
-// The Kotlin half of the Play rules' agreement test (tests/test_kotlin.py). Reads
+// The Kotlin half of the Play rules' agreement test (tests/scaffold/test_kotlin.py). Reads
 //   {"plans": [play.json objects], "play": [[plan, manufacturer, model, sdk_int]], "expected": [[plan, soc]]}
 // and prints {"play": [PlayRules.playGroup with the plan's default group], "expected": [PlayRules.expectedGroup]}.
 

@@ -1,12 +1,12 @@
 package qnndeploy.playtests
 
 // Unit tests of the Play glue (scaffold --play) on the JVM, against the stand-ins of the Android and AI delivery
-// APIs. tests/test_kotlin.py renders the glue for com.example.qnnplay, prepares the folders, and runs
+// APIs. tests/scaffold/test_kotlin.py renders the glue for com.example.qnnplay, prepares the folders, and runs
 //   PlayTestsKt SETUP.json
 // SETUP.json: {"install_assets", "fast_follow_assets": app assets folders (base module, and for install-time the
 // pack's qnndeploy_npu/ too), "pack": the pack's folder for this SoC (its assetsPath), "other_pack": another SoC's,
 // "scratch": a folder for app storage, "pack_name", "group": the SM8750 group, "other_group", "sha256": {path: sha}}.
-// These files live in tests/kotlin/play/, not tests/kotlin/, because tests/test_kotlin.py compiles every
+// These files live in tests/kotlin/play/, not tests/kotlin/, because tests/scaffold/test_kotlin.py compiles every
 // tests/kotlin/*.kt against the glue without --play.
 
 import android.content.Context

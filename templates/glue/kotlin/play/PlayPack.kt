@@ -16,7 +16,7 @@ import java.util.concurrent.CopyOnWriteArrayList
 
 // The NPU files of the bundle, delivered by Google Play in an AI pack (`qnndeploy package play`): the plan
 // (assets/qnndeploy/play.json), the two rules that read it, and the pack as it is on the phone. The rules are the
-// twins of qnndeploy/playplan.py (play_group, expected_group); tests/test_kotlin.py requires them to agree.
+// twins of qnndeploy/formats/playplan.py (play_group, expected_group); tests/scaffold/test_kotlin.py requires them to agree.
 // The base module keeps manifest.json, the CPU models and the QNN libraries: the CPU runs until the pack is there.
 
 /** A system-on-chip selector: Build.SOC_MANUFACTURER and Build.SOC_MODEL as Play compares them (exactly). */

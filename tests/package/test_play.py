@@ -1,0 +1,274 @@
+"""`qnndeploy package play`: the demo bundle as a Google Play AI pack, checked against Play's real config format
+(tests/support/play_format.py: bundletool's protobuf messages and rules), and the group rules both twins use."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+import qnndeploy
+from qnndeploy.base import socs
+from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.demo import run_demo
+from qnndeploy.formats import decision, playplan
+from qnndeploy.formats.manifest import Manifest
+from qnndeploy.package import play
+from qnndeploy.qnn import htp
+from tests.support import bundles, play_format
+from tests.support.cli import run
+from tests.support.host import require
+
+DEMO_SOCS = ("SM8550", "SM8650", "SM8750")
+SCANCARD = ("https://github.com/yoshixmk/scancard/blob/07bd1695bb1faf571d21fa34171c3082e44f4f69/app/"
+            "build.gradle.kts")
+
+
+@pytest.fixture(scope="module")
+def demo_bundle(tmp_path_factory) -> Path:
+    require(htp.available(), "onnxruntime-qnn")
+    out = tmp_path_factory.mktemp("demo") / "run"
+    run_demo(out)
+    return next((out / "bundle").iterdir())
+
+
+@pytest.fixture(scope="module")
+def packed(demo_bundle, tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("play") / "play"
+    r = run("package", "play", str(demo_bundle), "-o", str(out), "--json")
+    assert r.exit_code == 0, r.output
+    return out, json.loads(r.stdout)
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.slow
+def test_each_group_holds_its_socs_npu_files_and_nothing_else(demo_bundle, packed):
+    out, _ = packed
+    manifest = json.loads((demo_bundle / "manifest.json").read_text())
+    assets = out / "qnndeploy_models" / "src" / "main" / "assets"
+    folders = {p.name: p for p in assets.iterdir()}
+    assert sorted(folders) == sorted([f"qnndeploy_npu#group_{s.lower()}" for s in DEMO_SOCS]
+                                     + ["qnndeploy_npu#group_other"])
+    for t in manifest["targets"]:
+        folder = folders[f"qnndeploy_npu#group_{t['soc'].lower()}"]
+        files = {p.relative_to(folder).as_posix(): sha(p) for p in folder.rglob("*") if p.is_file()}
+        assert json.loads((folder / "group.json").read_text()) == {"group": t["soc"].lower()}
+        del files["group.json"]
+        assert files == {a["path"]: a["sha256"] for a in t["artifacts"]}  # this SoC's, no other's, no CPU model
+    other = folders["qnndeploy_npu#group_other"]
+    assert [p.name for p in other.rglob("*")] == ["group.json"]
+
+
+@pytest.mark.slow
+def test_the_config_is_a_valid_device_group_config_covering_every_alias_and_both_spellings(packed):
+    out, _ = packed
+    config = play_format.parse((out / "device_targeting_config.xml").read_text())
+    play_format.validate(config)
+    got = {g.name: {(c.manufacturer, c.model) for s in g.device_selectors for c in s.system_on_chips}
+           for g in config.device_groups}
+    want = {}
+    for name in DEMO_SOCS:
+        entry = socs.find(name)
+        want[name.lower()] = {(m, model) for m in ("QTI", "Qualcomm") for model in (entry.model, *entry.aliases)}
+    assert got == want
+    assert {("QTI", "SM8750P"), ("Qualcomm", "SM8750-AC")} <= got["sm8750"]  # the catalog's aliases of SM8750
+    assert ("QTI", "SM8650-AC") in got["sm8650"] and ("Qualcomm", "SM8550-AC") in got["sm8550"]  # Galaxy S24, S23
+    assert "other" not in got  # Play makes the default group; defining it is not allowed
+
+
+@pytest.mark.slow
+def test_each_phone_downloads_one_socs_files(demo_bundle, packed):
+    out, report = packed
+    manifest = json.loads((demo_bundle / "manifest.json").read_text())
+    plan = playplan.read_plan(out)
+    assert plan["bundle"]["manifest_sha256"] == sha(demo_bundle / "manifest.json")
+    base = sum((demo_bundle / p).stat().st_size for p in ["manifest.json", *(a["path"] for a in manifest["cpu"])])
+    npu = {t["soc"].lower(): sum(a["size"] for a in t["artifacts"]) for t in manifest["targets"]}
+    rows = {r["group"]: r for r in report["rows"]}
+    for group, size in npu.items():
+        assert rows[group]["bytes"] == base + size
+        assert rows[group]["deflated"] < report["one_apk_deflated"]
+    assert rows["other"]["bytes"] == base and rows["other"]["socs"] == []
+    assert report["one_apk_bytes"] == base + sum(npu.values())
+    # Gradle: the pack module and the app's settings
+    pack = (out / "qnndeploy_models" / "build.gradle").read_text()
+    assert "id 'com.android.ai-pack'" in pack and 'packName = "qnndeploy_models"' in pack
+    assert 'deliveryType = "fast-follow"' in pack
+    app = (out / "play.gradle").read_text()
+    for line in ("assetPacks += [':qnndeploy_models']",
+                 "deviceTargetingConfig = file(new File(playDir, 'device_targeting_config.xml'))",
+                 "enableSplit = true", "defaultGroup = 'other'",
+                 "implementation 'com.google.android.play:ai-delivery:0.2.0-beta01'",
+                 f"// This version as a public build file uses it: {SCANCARD} (read 2026-12-01)"):
+        assert line in app
+    readme = (out / "README.md").read_text()
+    assert "build-apks --bundle" in readme and "--local-testing" in readme and "--device-groups" in readme
+
+
+@pytest.mark.slow
+def test_text_report_and_options(demo_bundle, tmp_path):
+    r = run("package", "play", str(demo_bundle), "-o", str(tmp_path / "p"), "--delivery", "install-time",
+            "--pack", "kws_models")
+    assert r.exit_code == 0, r.output
+    assert "AI pack kws_models (install-time)" in r.output
+    names = socs.find("SM8750").names  # SM8750, SM8750P, SM8750-AC
+    assert f"group sm8750: SM8750 (v79); selectors: {2 * len(names)} system-on-chip" in r.output
+    assert "one APK" in r.output and "of one APK" in r.output
+    assert 'deliveryType = "install-time"' in (tmp_path / "p" / "kws_models" / "build.gradle").read_text()
+    # a second run needs --force, and --force replaces only an earlier output
+    again = run("package", "play", str(demo_bundle), "-o", str(tmp_path / "p"))
+    assert again.exit_code == 2 and "pass --force" in again.output
+    assert run("package", "play", str(demo_bundle), "-o", str(tmp_path / "p"), "--force").exit_code == 0
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    foreign = run("package", "play", str(demo_bundle), "-o", str(tmp_path / "mine"), "--force")
+    assert foreign.exit_code == 2 and "not an earlier package play output" in foreign.output
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+
+
+@pytest.mark.slow
+def test_over_plays_pack_limit_is_refused_and_nothing_is_written(demo_bundle, tmp_path, monkeypatch):
+    monkeypatch.setattr(play, "PACK_LIMIT", 1000)
+    with pytest.raises(QnnDeployError, match=r"Play allows .* GB per pack"):
+        play.package_play(demo_bundle, tmp_path / "p")
+    assert not (tmp_path / "p").exists() and list(tmp_path.iterdir()) == []
+
+
+def test_bad_requests_are_one_line_errors(tmp_path):
+    bad_pack = run("package", "play", str(tmp_path), "-o", str(tmp_path / "p"), "--pack", "9models")
+    assert bad_pack.exit_code == 2 and "invalid AI pack name '9models'" in bad_pack.output
+    bad_delivery = run("package", "play", str(tmp_path), "-o", str(tmp_path / "p"), "--delivery", "later")
+    assert bad_delivery.exit_code == 2
+    not_bundle = run("package", "play", str(tmp_path), "-o", str(tmp_path / "p"))
+    assert not_bundle.exit_code == 2 and not_bundle.output.startswith("error:")
+    assert len(not_bundle.output.strip().splitlines()) == 1 and not (tmp_path / "p").exists()
+    (tmp_path / "no.json").write_text("{}")
+    with pytest.raises(QnnDeployError, match="does not follow the Play plan format"):
+        playplan.read_plan(tmp_path / "no.json")
+
+
+def plan_of(groups: dict[str, list[str]]) -> dict:
+    """A plan with these groups (name -> SoCs), selectors as package play writes them."""
+    return {"bundle": {"name": "t", "version": "1"}, "default_group": "other",
+            "groups": [{"name": n, "socs": s, "selectors": play.selectors(s)} for n, s in groups.items()]}
+
+
+def test_play_group_is_bundletools_exact_first_match():
+    plan = plan_of({"sm8750": ["SM8750"], "sm8550": ["SM8550"]})
+    groups = playplan.parse_config(play.config_xml(plan))
+    assert groups == playplan.plan_groups(plan)
+    assert playplan.play_group(groups, "QTI", "SM8750", 35) == "sm8750"
+    assert playplan.play_group(groups, "Qualcomm", "SM8750P", 34) == "sm8750"
+    assert playplan.play_group(groups, "QTI", "sm8750", 35) == "other"  # exact: case counts
+    assert playplan.play_group(groups, "QTI", " SM8750", 35) == "other"  # and spaces
+    assert playplan.play_group(groups, "QTI", "SM8750", 30) == "other"  # no SoC for Play below API 31
+    assert playplan.play_group(groups, None, "SM8750", 35) == "other"
+    assert playplan.play_group(groups, "Samsung", "s5e9945", 34) == "other"
+    assert playplan.expected_group(plan, "SM8550") == "sm8550"
+    assert playplan.expected_group(plan, "SM8650") == "other" and playplan.expected_group(plan, None) == "other"
+    overlapping = [playplan.Group("first", [[playplan.Soc("QTI", "SM8750")]]), *groups]
+    assert playplan.play_group(overlapping, "QTI", "SM8750", 35) == "first"  # the file's order is the priority
+    anyone = [playplan.Group("all", [[]])]  # a selector without system-on-chip selects every phone
+    assert playplan.play_group(anyone, None, None, 29) == "all"
+
+
+def test_play_group_agrees_with_the_proto_reading_of_the_config():
+    rng = random.Random(7)
+    names = [s.model for s in socs.catalog()]
+    plan = plan_of({n.lower(): [n] for n in rng.sample(names, 6)})
+    xml = play.config_xml(plan)
+    config = play_format.parse(xml)
+    play_format.validate(config)
+    groups = playplan.parse_config(xml)
+    spellings = ["QTI", "Qualcomm", "qti", "QUALCOMM", " QTI", "Samsung", ""]
+    models = [*names, *(a for s in socs.catalog() for a in s.aliases), "sm8750", "SM8750 ", "unknown", ""]
+    for _ in range(3000):
+        man, model, sdk = rng.choice(spellings), rng.choice(models), rng.choice([29, 30, 31, 33, 35])
+        assert playplan.play_group(groups, man, model, sdk) == play_format.matching_group(config, man, model, sdk,
+                                                                                          "other"), (man, model, sdk)
+
+
+def test_every_name_phones_report_lands_in_its_socs_group_by_bundletools_exact_rule():
+    """A group per catalog SoC, read as bundletool reads the XML: a phone reporting any name of a SoC (the model or
+    an alias: a Galaxy S25's SM8750-AC, an S26's SM8850-AD) with either manufacturer spelling is delivered that
+    SoC's group, which is the group the decision expects; the same name in another case or with spaces is not
+    (bundletool's SystemOnChip list.contains), although the decision still finds the SoC."""
+    plan = plan_of({s.model.lower(): [s.model] for s in socs.catalog()})
+    xml = play.config_xml(plan)
+    config = play_format.parse(xml)
+    play_format.validate(config)
+    groups = playplan.parse_config(xml)
+    every = [(s, name) for s in socs.catalog() for name in s.names]
+    assert len({name for _, name in every}) == len(every)  # no name is two SoCs': the groups' selectors are disjoint
+    assert {"SM8750-AC", "SM8850-AD", "SM8650-AC", "SM8550-AC", "SM8750P", "SM8350P", "SM8845P", "QCS9075"} <= {
+        name for _, name in every}
+    for soc, name in every:
+        phone = decision.identify(decision.Device(name, None, 34))
+        assert phone.soc == soc.model, name
+        want = playplan.expected_group(plan, phone.soc)
+        assert want == soc.model.lower()
+        for manufacturer in playplan.MANUFACTURERS:
+            assert play_format.matching_group(config, manufacturer, name, 34, "other") == want, (manufacturer, name)
+            assert playplan.play_group(groups, manufacturer, name, 34) == want, (manufacturer, name)
+            for near in (name.lower(), f" {name}", f"{name}\n"):
+                assert decision.identify(decision.Device(near, None, 34)).soc == soc.model
+                assert play_format.matching_group(config, manufacturer, near, 34, "other") == "other", near
+                assert playplan.play_group(groups, manufacturer, near, 34) == "other", near
+            assert play_format.matching_group(config, manufacturer, name, 30, "other") == "other"  # Android 11
+
+
+def test_the_proto_model_matches_as_bundletools_list_contains():
+    """play_format.matching_group is bundletool's systemOnChipIncluded: an empty list matches every phone, else the
+    list must contain a SystemOnChip equal in both fields (protobuf equals), nothing looser."""
+    xml = play.config_xml(plan_of({"sm8750": ["SM8750"]}))
+    config = play_format.parse(xml)
+    chips = list(config.device_groups[0].device_selectors[0].system_on_chips)
+    assert play_format.CLASSES["SystemOnChip"](manufacturer="QTI", model="SM8750-AC") in chips
+    assert play_format.matching_group(config, "QTI", "SM8750-AC", 31, "other") == "sm8750"
+    for manufacturer, model in (("QTI", "SM8750-ac"), ("qti", "SM8750-AC"), ("QTI", "SM8750-AC "), ("QTI", "SM8750-"),
+                                ("QTI", "SM8750-ACX"), ("Samsung", "SM8750-AC"), ("", "SM8750-AC"), ("QTI", "")):
+        assert play_format.matching_group(config, manufacturer, model, 35, "other") == "other", (manufacturer, model)
+    empty = play_format.CLASSES["DeviceGroupConfig"]()
+    empty.device_groups.add(name="all").device_selectors.add()  # a selector without system-on-chip elements
+    assert play_format.matching_group(empty, "Samsung", "s5e9945", 29, "other") == "all"
+
+
+def test_a_target_named_by_an_alias_gets_the_catalog_socs_group(tmp_path):
+    """The decision matches a target named SM8750P to an SM8750 phone, so the plan's group is for SM8750, with every
+    name of it in the selector, and is the group the decision expects."""
+    manifest = bundles.manifest(targets=("SM8750P", "SM8550"))
+    for entry in [a for t in manifest["targets"] for a in t["artifacts"]] + manifest["cpu"]:
+        (tmp_path / entry["path"]).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / entry["path"]).write_bytes(entry["path"].encode())
+        entry.update(sha256=sha(tmp_path / entry["path"]), size=len(entry["path"]))  # what _Sizes checks
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    parsed = Manifest.parse(manifest)
+    plan = play._plan(tmp_path, parsed, "qnndeploy_models", "fast-follow", play._Sizes(tmp_path, parsed, None))
+    group = plan["groups"][0]
+    assert group["socs"] == ["SM8750"]
+    assert {s["model"] for s in group["selectors"]} == set(socs.find("SM8750").names)
+    assert playplan.expected_group(plan, decision.identify(decision.Device("SM8750-AC", None, 35)).soc) == \
+        group["name"]
+
+
+def test_the_gradle_versions_come_from_the_data_file_with_their_sources():
+    from qnndeploy.base import compat
+
+    library = compat.gradle_library("ai_delivery")
+    assert library == compat.GradleLibrary("com.google.android.play:ai-delivery:0.2.0-beta01", SCANCARD, "2026-12-01")
+    data = json.loads((Path(qnndeploy.__file__).parent / "data/maven.json").read_text())
+    assert "0.2.0-beta01" in data["ai_delivery"]["source"]["says"]
+    assert compat.gradle_library("device_targeting_min_agp").version == "8.10.0"
+    for key in ("android_gradle_plugin", "kotlin_android_plugin"):
+        assert data[key]["source"]["url"].startswith("https://developer.android.com/"), key
+    # no version of these is written in code or templates: the data file is the one place to change them
+    package = Path(qnndeploy.__file__).parent
+    code = "\n".join(p.read_text() for p in [*package.rglob("*.py"), *package.parent.joinpath("templates").rglob("*")]
+                     if p.is_file())
+    assert "ai-delivery:" not in code and '"8.7.3"' not in code and '"8.10.0"' not in code

@@ -1,0 +1,554 @@
+"""The generated Kotlin, for real: compiled by kotlinc, its selector unit-tested on the JVM, and in agreement with
+qnndeploy/formats/decision.py on the same manifests and phones; the Play glue (`scaffold --play`) likewise, its pack
+handling unit-tested and its two rules (PlayRules.playGroup, expectedGroup) in agreement with
+qnndeploy/formats/playplan.py over thousands of phones and plans.
+
+There is no android.jar here, so the glue and the sample app compile against stand-ins of the Android, ONNX Runtime
+and sherpa-onnx classes they use (tests/kotlin/stubs, real signatures). kotlinc is slow to start, so everything —
+the ONNX Runtime sample app, the sherpa-onnx glue, the Play glue, the stand-ins and the JVM tests — compiles in one
+invocation. The Play packs are real (qnndeploy.package.play writes them); Play itself cannot run here, so the JVM tests
+lay the pack's folders out as Play does on a phone: an install-time pack's qnndeploy_npu/ among the app's assets, a
+fast-follow pack's in a folder of its own (AiPackLocation).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import struct
+import subprocess
+import sys
+import zipfile
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from qnndeploy.base import socs
+from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
+from qnndeploy.formats.decision import (
+    REASONS,
+    Device,
+    Remembered,
+    decide,
+    qnn_libraries,
+    soc_tables,
+    template_fields,
+)
+from qnndeploy.formats.manifest import Manifest
+from qnndeploy.formats.playplan import FOLDER, expected_group, plan_groups, play_group, read_plan
+from qnndeploy.package.play import package_play
+from qnndeploy.qnn import htp, markers
+from qnndeploy.scaffold import GENERATED, GLUE_PACKAGE, scaffold, templates_dir
+from tests.support import KOTLIN, bundles, kotlin_build
+from tests.support.host import require
+
+pytestmark = [pytest.mark.slow, pytest.mark.needs_kotlin]
+
+HERE = KOTLIN
+GLUE = templates_dir() / "glue" / "kotlin"  # the glue's plain Kotlin sources
+PACKAGE = GLUE_PACKAGE  # tests/kotlin/*.kt import the glue from this package, the templates' own
+UNIT_TESTS = 25  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
+PLAY_PACKAGE = "com.example.qnnplay"  # tests/kotlin/play/*.kt import the play glue from this package
+PLAY_TESTS = 9  # the number of tests in tests/kotlin/play/PlayTests.kt: none may silently disappear
+PLAY_TARGETS = ("SM8550", "SM8650", "SM8750")
+
+
+@pytest.fixture(scope="session")
+def rendered(tmp_path_factory) -> dict:
+    """The sample app (ONNX Runtime) and the sherpa-onnx glue, scaffolded from real bundles; the CPU model of rec
+    keeps its weights in an external data file."""
+    require(htp.available(), "onnxruntime-qnn")
+    root = tmp_path_factory.mktemp("kotlin-render")
+    inputs = bundles.compile_inputs(root / "inputs", external=("rec",))
+    app = scaffold(bundles.build(root / "b1", inputs), PACKAGE, root / "app", app=True)
+    sherpa = scaffold(bundles.build(root / "b2", inputs, runtime="bundled"), "com.example.sherpa", root / "sherpa",
+                      engine="sherpa-onnx")
+    return {"app": app, "sherpa": sherpa, "manifest": json.loads((app.glue / "bundle/assets/qnndeploy/manifest.json")
+                                                                 .read_text())}
+
+
+@pytest.fixture(scope="session")
+def play(tmp_path_factory) -> dict:
+    """A real bundle, its fast-follow and install-time packs, and the play glue scaffolded from the fast-follow one."""
+    require(htp.available(), "onnxruntime-qnn")
+    root = tmp_path_factory.mktemp("play-render")
+    bundle = bundles.build(root / "b", bundles.compile_inputs(root / "inputs", PLAY_TARGETS))
+    fast = package_play(bundle, root / "fast", delivery="fast-follow").path
+    install = package_play(bundle, root / "install", delivery="install-time").path
+    glue = scaffold(bundle, PLAY_PACKAGE, root / "glue", play=fast)
+    return {"bundle": bundle, "fast": fast, "install": install, "glue": glue, "root": root}
+
+
+@pytest.fixture(scope="session")
+def kotlin(rendered, play, tmp_path_factory) -> dict:
+    """One javac run for the Java stand-ins, one kotlinc run for all Kotlin (the app, the sherpa-onnx glue, the Play
+    glue and every JVM test); returns the classpath to run with. The app's glue is compiled from the templates'
+    sources as they are (their package is the app's) beside the app's Generated.kt."""
+    app = rendered["app"]
+    templated = [p for p in sorted(app.glue.rglob("*.kt")) if p.name != GENERATED]
+    generated = [*template_sources(), *(p for p in sorted(app.path.rglob("*.kt")) if p not in templated)]
+    generated += [p for r in (rendered["sherpa"], play["glue"]) for p in sorted(r.path.rglob("*.kt"))]
+    tests = sorted(HERE.glob("*.kt")) + sorted((HERE / "play").glob("*.kt"))
+    return {**kotlin_build.build(generated, tests, tmp_path_factory.mktemp("kotlin-build")), "templated": templated}
+
+
+def template_sources() -> list[Path]:
+    """The glue's plain Kotlin every output has (common/) and the ONNX Runtime engine's, as in templates/."""
+    return [p for folder in ("common", "ort") for p in sorted((GLUE / folder).glob("*.kt"))]
+
+
+def test_the_glue_is_the_templates_sources_as_they_are(rendered, kotlin):
+    """What scaffold writes for the templates' own package is the templates' sources byte for byte, and the one
+    generated file, so compiling the templates (test_all_generated_kotlin_compiles) compiles the app's glue."""
+    assert {p.name for p in kotlin["templated"]} == {p.name for p in template_sources()}
+    for path in kotlin["templated"]:
+        assert path.read_bytes() == next(p for p in template_sources() if p.name == path.name).read_bytes(), path
+    assert (rendered["app"].glue / "src" / PACKAGE.replace(".", "/") / "qnndeploy" / GENERATED).is_file()
+
+
+def test_all_generated_kotlin_compiles(rendered, play, kotlin):
+    names = {p.name for p in [*kotlin["generated"], *kotlin["templated"]]}
+    assert {"MainActivity.kt", "OrtModels.kt", "SherpaOnnxQnn.kt", "QnnSelector.kt", "QnnRuntime.kt", "SocCatalog.kt",
+            "BundleFiles.kt", "FailureMemory.kt", "MiniJson.kt", "Reasons.kt", "BundleManifest.kt"} <= names
+    assert len(kotlin["generated"]) == sum(len(r.kotlin) for r in (rendered["app"], rendered["sherpa"], play["glue"]))
+    assert "Generated.kt" in names
+    for cls in (f"{PACKAGE.replace('.', '/')}/MainActivity.class", "com/example/sherpa/qnndeploy/SherpaOnnxQnn.class",
+                f"{PACKAGE.replace('.', '/')}/qnndeploy/OrtModels.class"):
+        assert (kotlin["classes"] / cls).is_file(), cls
+
+
+def test_selector_unit_tests_pass_on_the_jvm(rendered, kotlin):
+    manifests = kotlin["out"] / "manifests.json"
+    manifests.write_text(json.dumps({"two_targets": bundles.manifest(),
+                                     "bundled": bundles.manifest(runtime="bundled"),
+                                     "accepted_cpu": bundles.accepted(bundles.manifest()),
+                                     "shared": {**bundles.shared(bundles.manifest()),
+                                                "htp": {"performance_mode": "sustained_high_performance"}}}))
+    scratch = kotlin["out"] / "scratch"
+    done = kotlin_build.run_jvm(kotlin, "qnndeploy.tests.SelectorTestsKt", str(manifests),
+                   str(rendered["app"].glue / "bundle" / "assets"), str(scratch))
+    lines = done.stdout.splitlines()
+    failures = [line for line in lines if line.startswith("FAIL")]
+    assert not failures and done.returncode == 0, "\n".join(failures) or done.stderr
+    assert sum(line.startswith("ok ") for line in lines) == UNIT_TESTS, done.stdout
+
+
+# Device properties as odd as a vendor may set them: both twins trim ASCII whitespace only and change the case of
+# ASCII letters only, so Unicode spaces, the Kelvin sign, the long s or the sharp s are kept as they are on both sides.
+ODD_DEVICES = [Device("\u00a0SM8750", None, 34), Device("SM8750\u0085", None, 34), Device("\u017fm8750", None, 34),
+               Device("stra\u00dfe", None, 34), Device(" Unknown\t", "\u212aalama", 30),
+               Device("\x0bsm8750\x0c", None, 34), Device(None, " KALAMA\r\n", 30), Device(None, "\u00a0", 30),
+               Device(None, "\x1c", 30), Device("\U0001f600", None, 34)]
+ODD_ARCHS = ["v79", "79", "V79", "vv79", "v", "", " v79", "v\u00e9", "\U0001f600v79", "v\U0001f600"]
+ODD_VERSIONS = [3, 0, -1, 1.0, 2.5, True, None, "2", 10**20, [2], {"v": 2}]
+# QAIRT versions of the loaded runtime and of the bundle's qairt.min_runtime: well-formed ones compared as numbers,
+# and malformed ones (which refuse nothing, on both sides).
+RUNTIMES = [None, "2.49.0", "2.48.9", "2.9.0", "2.50.10", "10.0.0", "02.049.000", "999999999.999999999.999999999",
+            "2.51", "v2.48.0", "2.48.0.260929181845", " 2.48.0", "2.48.0\n", "\u0662.48.0", "1234567890.0.0", "",
+            "2.-1.0", "+2.48.0", "2.48.0\u0085"]
+MIN_RUNTIMES = ["2.49.0", "2.10.0", "0.0.0", "2.49", "v2.49.0", " 2.49.0", "", "9999999999.0.0", 2.49, None,
+                "\uff12.49.0"]
+
+
+def spellings(name: str) -> list[str]:
+    """A name as a phone may report it: as written, lower case, mixed case, with ASCII whitespace around it."""
+    mixed = "".join(c.lower() if i % 2 else c.upper() for i, c in enumerate(name))
+    return [name, name.lower(), mixed, f" \t{name}\r\n", f"\x0b{name.lower()}\x0c", f"\n{mixed} "]
+
+
+def spelled_devices() -> list[Device]:
+    """Every model and alias of the catalog in every spelling of spellings(), as Build.SOC_MODEL and ro.soc.model."""
+    return [Device(spelled, None, sdk) for soc in socs.catalog() for name in soc.names
+            for spelled in spellings(name) for sdk in (30, 35)]
+
+
+def aliased_manifest(**kw) -> dict:
+    """A bundle with a target for every SoC of the catalog that phones also report by another name."""
+    return bundles.manifest(targets=tuple(s.model for s in socs.catalog() if s.aliases), **kw)
+
+
+def agreement_cases(real_manifest: dict) -> tuple[list[dict], list[dict]]:
+    """Manifests × phones × library outcomes × environments × remembered failures × engines, and the failure to set
+    ADSP_LIBRARY_PATH on a smaller product; the loaded runtime's version × the bundle's min_runtime on another;
+    every catalog name in every spelling × bundles with targets for them (and soc_ids the catalog does not have)."""
+    two = bundles.manifest()
+    bundled = bundles.manifest(runtime="bundled")
+    no_v79 = bundles.manifest(runtime="bundled")
+    no_v79["runtime"]["libs"] = [lib for lib in no_v79["runtime"]["libs"] if "V79" not in lib["path"]]
+    core = [
+        real_manifest, two, bundled, no_v79, bundles.manifest(formats=(CONTEXT_BINARY,)),
+        bundles.manifest(targets=()), bundles.manifest(targets=("SM8750", "SM8850", "QCS9100")),
+        {**two, "format_version": 1}, bundles.manifest(external=("det", "rec")), {**two, "format": "something-else"},
+        bundles.shared(two), bundles.shared(bundles.manifest(formats=(CONTEXT_BINARY,))),
+        bundles.shared(two, graphs=("det", "other")),
+        bundles.split(two), bundles.split(bundled, cpu_graph="rec"),
+    ]
+    versions = [{**two, "format_version": v} for v in ODD_VERSIONS]
+    runtimes = [{**m, "qairt": {**m["qairt"], "min_runtime": r}} for m in (two, bundled) for r in MIN_RUNTIMES]
+    runtimes += [{**two, "qairt": "not an object"}, {k: v for k, v in two.items() if k != "qairt"}]
+    archs = []  # a target arch the schema refuses still names the same libraries on both sides
+    for arch in ODD_ARCHS[1:]:
+        for m in (bundles.manifest(targets=("SM8750",)), bundles.manifest(targets=("SM8750",), runtime="bundled")):
+            m["targets"][0]["dsp_arch"] = arch
+            archs.append(m)
+    accepts = accepted_manifests(two, bundled)
+    # the target's soc_id is the manifest's, whatever the catalog says (bundle verify compares the two)
+    ids = [{**two, "targets": [{**t, "soc_id": v} for t in two["targets"]]} for v in (0, 12345, 2**40)]
+    named = [aliased_manifest(), aliased_manifest(runtime="bundled"), *ids]
+    manifests = core + versions + archs + runtimes + accepts + named
+    devices = [Device("SM8750", "sun", 35), Device("SM8750P", None, 34), Device(" sm8550 ", "kalama", 33),
+               Device("SM8550", "kalama", 30), Device(None, "kalama", 30), Device("", "sun", 29),
+               Device(None, "lito", 30), Device(None, None, 28), Device("unknown", "pineapple", 31),
+               Device("s5e9945", "s5e9945", 34), Device("SM8650", "pineapple", 34), *ODD_DEVICES]
+    for soc in socs.catalog():  # every model, alias and codename of the catalog
+        devices += [Device(name, None, 33) for name in (soc.model, *soc.aliases)]
+        devices += [Device(None, c, 30) for c in soc.codenames]
+    loads = [{}, {"libQnnHtpV79Stub.so": 'dlopen failed: library "libcdsprpc.so" not found'},
+             {"libQnnSystem.so": "a", "libQnnHtp.so": "b", "libQnnHtpV73Stub.so": "c", "libQnnHtpV79Stub.so": "d"}]
+    envs = [None, "/odm/lib/rfsa/adsp;/vendor/dsp/cdsp;;", " ;\u0085;\u00a0;/odm/dsp; "]
+    remembered = [None, Remembered("1.0 (1) 7", "demo 1.0.0", "QNN error 1008"),
+                  Remembered("0.9 (0) 3", "demo 1.0.0", "old failure")]
+    engines = (CONTEXT_BINARY, EPCONTEXT)
+    sm8750 = [Device("SM8750", "sun", 35), Device(None, "sun", 30), Device(" sm8750p\n", None, 33)]
+    products = [
+        itertools.product(core, devices, loads, envs, remembered, [None], engines, [None]),
+        itertools.product(versions, devices[:11], [{}], [None], [None], [None], engines, [None]),
+        itertools.product(archs, sm8750, loads, envs[:1], remembered[:2], [None], engines, [None]),
+        itertools.product(core, devices, [{}], [None], remembered[:2], ["EINVAL (Invalid argument)"], engines,
+                          [None]),
+        itertools.product(core[:4] + runtimes, sm8750 + devices[2:3], loads[:2], [None], remembered[:2], [None],
+                          engines, RUNTIMES),
+        itertools.product(accepts, sm8750 + devices[2:3] + devices[10:11], loads[:2], envs[:1], remembered[:2],
+                          [None, "EINVAL (Invalid argument)"], engines, [None, "2.48.0"]),
+        itertools.product([real_manifest, two, *named], spelled_devices(), loads[:2], envs[:1], remembered[:1],
+                          [None], engines, [None]),
+    ]
+    index = {id(m): i for i, m in enumerate(manifests)}
+    cases = []
+    for manifest, device, load, env, rem, adsp_error, fmt, runtime in itertools.chain(*products):
+        cases.append({"manifest": index[id(manifest)], "device": asdict(device), "load_errors": load,
+                      "adsp_before": env, "adsp_error": adsp_error, "lib_dir": "/data/app/x/lib/arm64",
+                      "npu_format": fmt, "app_version": "1.0 (1) 7", "remembered": asdict(rem) if rem else None,
+                      "runtime_version": runtime})
+    return manifests, cases
+
+
+def accepted_manifests(two: dict, bundled: dict) -> list[dict]:
+    """Targets with accepted validation failures (bundle --accept): for the CPU or not, and every odd shape a
+    hand-edited manifest may give them, which both twins must read alike."""
+    def summaries(m: dict, graphs: object, on: object = "cpu") -> dict:
+        t = m["targets"][1]  # SM8750
+        return {**m, "targets": [m["targets"][0], {**t, "validation": {"passed": False, "graphs": graphs},
+                                                   "accepted_on": on}]}
+
+    odd = '<r> "$x" \\ {} \u00e9\U0001f600'
+    reasons: tuple[object, ...] = ({"reason": ""}, {"reason": odd}, {"reason": 5}, {"reason": None}, "r-rec",
+                                   {"why": "x"}, [])
+    return [
+        bundles.accepted(two), bundles.accepted(two, graphs=("det", "rec")), bundles.accepted(bundled),
+        bundles.accepted(two, soc="SM8550"), bundles.accepted(bundles.shared(two), graphs=("det",)),
+        *(bundles.accepted(two, on=on) for on in ("npu", None, "CPU", " cpu", 1, True, ["cpu"])),
+        *(bundles.accepted(two, reasons={"rec": r}) for r in reasons),
+        summaries(two, {"rec": {"accepted": {"reason": "second"}}, "det": {"accepted": {"reason": "first"}}}),
+        summaries(two, {"other": {"accepted": {"reason": "x"}}}), summaries(two, []), summaries(two, None),
+        summaries(two, {"rec": None, "det": 3}),
+        {**two, "targets": [two["targets"][0], {**two["targets"][1], "validation": "x", "accepted_on": "cpu"}]},
+    ]
+
+
+def reason_calls() -> list[dict]:
+    """Every function of the generated Reasons object, with odd values for its fields (quotes, backslashes, dollars,
+    braces, non-ASCII), and the text Python makes of the same template."""
+    calls = []
+    for templates in REASONS.values():
+        for key, template in templates.items():
+            fields = {f: f'<{f}> "$x" \\ {{}} \u00e9\U0001f600' for f in template_fields(template)}
+            calls.append({"function": _camel(key), "args": list(fields.values()), "key": key,
+                          "text": template.format(**fields)})
+    return calls
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(p.capitalize() for p in rest)
+
+
+def test_python_and_kotlin_decide_alike(rendered, kotlin):
+    manifests, cases = agreement_cases(rendered["manifest"])
+    reasons = reason_calls()
+    path = kotlin["out"] / "agreement.json"
+    path.write_text(json.dumps({"manifests": manifests, "cases": cases, "archs": ODD_ARCHS,
+                                "reasons": [{"function": r["function"], "args": r["args"]} for r in reasons]}))
+    done = kotlin_build.run_jvm(kotlin, "qnndeploy.tests.Agreement", str(path))
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert len(out["cases"]) == len(cases) > 20_000
+    models, _ = soc_tables()
+    named = manifests[-5:]  # agreement_cases' last manifests: the aliased bundles, then the odd soc_ids
+    assert [m["targets"][0]["soc_id"] for m in named[2:]] == [0, 12345, 2**40]
+    python_keys, kotlin_keys = set(), set()
+    npu_names = set()  # (the SoC, the name as the phone reported it) decided on the NPU by both twins
+    for case, got in zip(cases, out["cases"], strict=True):
+        rem = case["remembered"]
+        manifest = manifests[case["manifest"]]
+        expected = decide(Manifest.parse(manifest), Device(**case["device"]), load_errors=case["load_errors"],
+                          lib_dir=case["lib_dir"], adsp_before=case["adsp_before"], adsp_error=case["adsp_error"],
+                          npu_format=case["npu_format"], app_version=case["app_version"],
+                          remembered=Remembered(**rem) if rem else None, runtime_version=case["runtime_version"])
+        assert got["decision"] == asdict(expected), case
+        python_keys.add(expected.reason_key)
+        kotlin_keys.add(got["decision"]["reason_key"])
+        calls = []  # the environment first, then the three libraries in order
+        if expected.reason_key in ("adsp_not_set", "libs_not_loaded", "runtime_too_old", "npu"):
+            calls = ["setenv ADSP_LIBRARY_PATH"]
+        if expected.reason_key in ("libs_not_loaded", "runtime_too_old", "npu"):
+            target = next(t for t in manifest["targets"] if models.get(t["soc"], t["soc"]) == expected.soc)
+            libs = qnn_libraries(target["dsp_arch"])
+            calls += [f"load {libs.system}", f"load {libs.backend}", f"load {libs.stub}"]
+            # the QNN soc_model the glue passes to the QNN EP: the chosen target's, on the NPU only
+            assert expected.soc_id == (target["soc_id"] if expected.npu else None), case
+        elif expected.soc_id is not None:
+            raise AssertionError(f"a {expected.reason_key} decision names a soc_model: {case}")
+        if expected.npu:  # the QNN EP options of the generated OrtModels: soc_model and htp_arch always given
+            assert expected.soc_id is not None and expected.dsp_arch is not None
+            assert got["qnn_options"] == {"backend_path": expected.backend_lib, "htp_performance_mode": "burst",
+                                          "soc_model": str(expected.soc_id),
+                                          "htp_arch": expected.dsp_arch.removeprefix("v")}, case
+        else:
+            assert got["qnn_options"] is None, case
+        if manifest is named[0] and case["device"]["soc_model"] is not None and expected.npu:
+            npu_names.add((expected.soc, case["device"]["soc_model"]))
+        if expected.reason_key in ("runtime_too_old", "npu"):
+            calls.append("runtime version")  # asked once the libraries loaded, not before
+        assert got["calls"] == calls, case
+    # every reason of the decision is reached by both twins, so agreeing is not trivial
+    assert python_keys == kotlin_keys == set(REASONS["decide"])
+    # every name of every aliased SoC, in every spelling, reached its SoC's target on the NPU in both twins
+    assert npu_names == {(soc.model, spelled) for soc in socs.catalog() if soc.aliases for name in soc.names
+                         for spelled in spellings(name)}
+    assert out["libraries"] == [list(qnn_libraries(a)) for a in ODD_ARCHS]
+    assert out["reasons"] == [[r["key"], r["text"]] for r in reasons]
+
+
+# --- the version of the loaded QNN runtime, read by the glue from /proc/self/maps and the library's build marker ---
+
+CHUNK = 256 * 1024  # RuntimeVersion.CHUNK: what the reader reads at most at a time
+
+
+def wheel_library() -> Path:
+    """The real x86-64 libQnnHtp.so of the onnxruntime-qnn wheel: a QNN library with its build marker."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("onnxruntime_qnn")
+    require(spec is not None and spec.origin is not None, "onnxruntime-qnn")
+    assert spec is not None and spec.origin is not None
+    return Path(spec.origin).parent / "libQnnHtp.so"
+
+
+def first_marker(path: Path) -> int:
+    """The offset of the first QNN build marker in a file, read in chunks as markers.Scanner does."""
+    with path.open("rb") as f:
+        offset, tail = 0, b""
+        while chunk := f.read(4 << 20):
+            data = tail + chunk
+            found = markers.BUILD_RE.search(data)
+            if found:
+                return offset - len(tail) + found.start()
+            offset += len(chunk)
+            tail = data[-64:]
+    raise AssertionError(f"{path} has no build marker")
+
+
+def process_maps(library: Path, out: Path) -> str:
+    """The real /proc/self/maps of a process that loaded the library (a Python child, with dlopen)."""
+    code = "import ctypes, sys; ctypes.CDLL(sys.argv[1]); open(sys.argv[2], 'w').write(open('/proc/self/maps').read())"
+    subprocess.run([sys.executable, "-c", code, str(library), str(out)], check=True, capture_output=True, timeout=60)
+    return out.read_text()
+
+
+def apk(path: Path, library: Path) -> dict[str, tuple[int, int]]:
+    """A small APK-like zip, libraries stored as Android maps them: lib/x86_64/libQnnHtp.so (another version), then
+    lib/arm64-v8a/libQnnHtp.so, a copy of the real library's bytes around its marker, which straddles the reader's
+    first chunk border. Returns entry name -> (data offset, size)."""
+    at = first_marker(library)
+    with library.open("rb") as f:
+        f.seek(at - (CHUNK - 7))
+        arm64 = f.read(CHUNK + 65536)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("AndroidManifest.xml", b"<manifest/>" * 100, compress_type=zipfile.ZIP_DEFLATED)
+        z.writestr("lib/x86_64/libQnnHtp.so", b"\0" * 5000 + b"v2.40.0.250101000000" + b"\0" * 100)
+        z.writestr("lib/arm64-v8a/libQnnHtp.so", arm64)
+        z.writestr("resources.arsc", b"\0" * 4096)
+    entries = {}
+    with zipfile.ZipFile(path) as z, path.open("rb") as f:
+        for info in z.infolist():
+            f.seek(info.header_offset + 26)
+            name_len, extra_len = struct.unpack("<HH", f.read(4))
+            entries[info.filename] = (info.header_offset + 30 + name_len + extra_len, info.file_size)
+    return entries
+
+
+def test_the_glue_reads_the_loaded_runtimes_version_from_proc_self_maps(kotlin, tmp_path):
+    library = wheel_library()
+    want = htp.qairt_version()
+    real = process_maps(library, tmp_path / "maps")
+    base = tmp_path / "data app" / "com.example.qnnsample-1" / "base.apk"  # a path with a space
+    entries = apk(base, library)
+    lib_at, lib_size = entries["lib/arm64-v8a/libQnnHtp.so"]
+    x86_at, _ = entries["lib/x86_64/libQnnHtp.so"]
+
+    def line(start: int, perms: str, offset: int, path: Path | str) -> str:
+        return f"{start:x}-{start + 0x1000:x} {perms} {offset:08x} fd:05 4242                       {path}"
+
+    anon = "12c00000-2ac00000 rw-p 00000000 00:00 0                                  [anon:dalvik-main space]"
+    libc = line(0x7A10000000, "r-xp", 0, "/apex/com.android.runtime/lib64/bionic/libc.so")
+    in_apk = [anon, line(0x7A20000000, "r--p", 0, base), line(0x7A30000000, "r--p", lib_at, base),
+              line(0x7A30001000, "r-xp", lib_at + 0x1000, base), libc]
+    silent = tmp_path / "silent" / "libQnnHtp.so"
+    silent.parent.mkdir()
+    silent.write_bytes(b"v2.51.0." + b"\0" * (CHUNK * 2 + 5))  # no marker: too few digits after the last dot
+    cases = {
+        "extracted": real,
+        "apk": "\n".join(in_apk),
+        "apk, another entry mapped": "\n".join([anon, line(0x7A30000000, "r--p", x86_at, base)]),
+        "apk, the library not mapped from it": "\n".join([anon, line(0x7A20000000, "r--p", 0, base), libc]),
+        "not loaded": "\n".join([anon, libc]),
+        "a file that is gone": line(0x7A30000000, "r--p", 0, "/data/app/gone/lib/arm64/libQnnHtp.so"),
+        "no marker": line(0x7A30000000, "r--p", 0, silent),
+    }
+    path = kotlin["out"] / "runtime-version.json"
+    path.write_text(json.dumps({"library": str(library),
+                                "cases": [{"name": n, "maps": m} for n, m in cases.items()]}))
+    done = kotlin_build.run_jvm(kotlin, "qnndeploy.tests.RuntimeVersionTests", str(path))
+    assert done.returncode == 0, done.stderr
+    # the library itself prints a line to stdout when it loads
+    out = json.loads(next(x for x in done.stdout.splitlines() if x.startswith('{"cases":')))
+    got = {c["name"]: c for c in out["cases"]}
+    assert want == htp.qairt_version() and markers.library_version(library) == want  # what device info/verify pass
+    assert got["extracted"]["version"] == want
+    assert got["apk"]["version"] == want
+    assert got["apk, another entry mapped"]["version"] == "2.40.0"  # the entry the mapped offset is in
+    for name in ("apk, the library not mapped from it", "not loaded", "a file that is gone", "no marker"):
+        assert got[name]["version"] is None, name
+    # bounded: no read over one chunk; the real library is read up to its first marker (~67 MB of 106), not whole
+    assert all(c["max_read"] <= CHUNK for c in out["cases"])
+    assert first_marker(library) < got["extracted"]["bytes_read"] < library.stat().st_size
+    assert got["apk"]["bytes_read"] < base.stat().st_size + lib_size
+    assert got["no marker"]["bytes_read"] == silent.stat().st_size
+    # and the glue's own call: this JVM loads the real library, AndroidHost reads the JVM's /proc/self/maps
+    assert out["loaded"] == want
+
+
+# --- the Play glue (scaffold --play) -------------------------------------------------------------------
+
+def test_play_glue_compiles(play, kotlin):
+    names = {Path(p).name for p in play["glue"].kotlin}
+    assert {"PlayPack.kt", "QnnRuntime.kt", "OrtModels.kt", "Reasons.kt"} <= names
+    for cls in ("PlayPack", "PlayRules", "PlayPlan", "QnnRuntime"):
+        assert (kotlin["classes"] / PLAY_PACKAGE.replace(".", "/") / "qnndeploy" / f"{cls}.class").is_file(), cls
+
+
+def group_of(plan: dict, soc: str) -> str:
+    name: str = next(g["name"] for g in plan["groups"] if soc in g["socs"])
+    return name
+
+
+def pack_folder(play: Path, plan: dict, soc: str) -> Path:
+    return play / plan["pack"] / "src" / "main" / "assets" / f"{FOLDER}#group_{group_of(plan, soc)}"
+
+
+def test_play_unit_tests_pass_on_the_jvm(play, kotlin):
+    """The pack's folders as Play lays them out on a phone (the #group_ suffix stripped)."""
+    work = kotlin["out"] / "phone"
+    fast, install = read_plan(play["fast"]), read_plan(play["install"])
+    base = play["glue"].path / "bundle" / "assets"
+    fast_assets = work / "fast-follow-assets"
+    shutil.copytree(base, fast_assets)
+    install_assets = work / "install-time-assets"
+    shutil.copytree(base, install_assets)
+    shutil.copyfile(play["install"] / "play.json", install_assets / "qnndeploy" / "play.json")
+    shutil.copytree(pack_folder(play["install"], install, "SM8750"), install_assets / FOLDER)
+    pack, other = work / "pack" / "assets", work / "other-pack" / "assets"
+    shutil.copytree(pack_folder(play["fast"], fast, "SM8750"), pack / FOLDER)
+    shutil.copytree(pack_folder(play["fast"], fast, "SM8550"), other / FOLDER)
+    manifest = json.loads((play["bundle"] / "manifest.json").read_text())
+    setup = {"install_assets": str(install_assets), "fast_follow_assets": str(fast_assets), "pack": str(pack),
+             "other_pack": str(other), "scratch": str(work / "scratch"), "pack_name": fast["pack"],
+             "group": group_of(fast, "SM8750"), "other_group": group_of(fast, "SM8550"),
+             "sha256": {a["path"]: a["sha256"] for t in manifest["targets"] for a in t["artifacts"]}}
+    path = work / "setup.json"
+    path.write_text(json.dumps(setup))
+    done = kotlin_build.run_jvm(kotlin, "qnndeploy.playtests.PlayTestsKt", str(path))
+    lines = done.stdout.splitlines()
+    failures = [line for line in lines if line.startswith("FAIL")]
+    assert not failures and done.returncode == 0, "\n".join(failures) or done.stderr
+    assert sum(line.startswith("ok ") for line in lines) == PLAY_TESTS, done.stdout
+
+
+# --- Python and Kotlin give the same groups ---
+
+MANUFACTURERS = ["QTI", "Qualcomm", "qti", "QUALCOMM", " QTI", "QTI ", "Samsung", "", None, "\u212aTI", "Q\u0131TI"]
+SDKS = [30, 31, 35]
+
+
+def odd_plans(real: dict) -> list[dict]:
+    """The real plan and variations both twins must read alike: other orders, a SoC in two groups (the first in the
+    file wins), selectors in odd case and spacing, a selector with no SoC (Play: every phone), another default."""
+    groups = real["groups"]
+    first = {**groups[-1], "name": "first", "selectors": groups[-1]["selectors"][:1]}
+    odd = {**groups[0], "name": "odd", "socs": ["sm8650", "SM8650 "],
+           "selectors": [{"manufacturer": "qti", "model": "sm8650"}, {"manufacturer": " QTI", "model": "SM8650 "},
+                         {"manufacturer": "QTI", "model": "SM8750\u00a0"},
+                         {"manufacturer": "QTI", "model": "\u017fm8750"}]}
+    everyone = {**groups[0], "name": "everyone", "selectors": []}
+    return [
+        real,
+        {**real, "groups": groups[::-1]},
+        {**real, "groups": [first, *groups]},
+        {**real, "groups": [odd, *groups[1:]]},
+        {**real, "groups": [groups[0], everyone, *groups[1:]]},
+        {**real, "groups": groups[1:], "default_group": "fallback"},
+        {**real, "groups": [groups[2], groups[0]]},
+    ]
+
+
+def phone_models() -> list[str | None]:
+    names: list[str | None] = []
+    for soc in socs.catalog():
+        for name in (soc.model, *soc.aliases):
+            mixed = "".join(c.lower() if i % 2 else c for i, c in enumerate(name))
+            names += [name, name.lower(), mixed, f" {name}", f"{name}\n"]
+    return [*names, "SM8750P", "sm8750p", "unknown", "", None, "\u017fm8750", "SM8750\u00a0", "\U0001f600"]
+
+
+def test_python_and_kotlin_choose_the_same_groups(play, kotlin):
+    plans = odd_plans(read_plan(play["fast"]))
+    models = phone_models()
+    play_cases = list(itertools.product(range(len(plans)), MANUFACTURERS, models, SDKS))
+    soc_values = [*(m for m in models if m is None or m.strip() == m), "SM8650 "]
+    expected_cases = list(itertools.product(range(len(plans)), soc_values))
+    path = kotlin["out"] / "play-agreement.json"
+    path.write_text(json.dumps({"plans": plans, "play": play_cases, "expected": expected_cases}))
+    done = kotlin_build.run_jvm(kotlin, "qnndeploy.playtests.PlayAgreement", str(path))
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert len(out["play"]) == len(play_cases) > 20_000
+    groups = [plan_groups(p) for p in plans]
+    want = [play_group(groups[i], man, model, sdk, plans[i]["default_group"]) for i, man, model, sdk in play_cases]
+    mismatches = [(c, w, g) for c, w, g in zip(play_cases, want, out["play"], strict=True) if w != g]
+    assert not mismatches, mismatches[:5]
+    # every name phones of a bundle SoC report (the model and each alias, e.g. SM8750-AC) lands in that SoC's group
+    for group in plans[0]["groups"]:
+        for name in socs.find(group["socs"][0]).names:
+            for manufacturer in ("QTI", "Qualcomm"):
+                i = play_cases.index((0, manufacturer, name, 35))
+                assert want[i] == out["play"][i] == group["name"], (manufacturer, name)
+    assert out["expected"] == [expected_group(plans[i], soc) for i, soc in expected_cases]
+    # not trivially equal: each plan sends phones to several groups, and every odd group and default is reached
+    for i in range(len(plans)):
+        assert len({w for (j, *_), w in zip(play_cases, want, strict=True) if j == i}) >= 2, i
+    assert {"first", "odd", "everyone", "fallback", "other"} <= set(want)
+    assert len(set(out["expected"])) > 3

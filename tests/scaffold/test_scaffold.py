@@ -1,0 +1,531 @@
+"""`qnndeploy scaffold`: the glue, Gradle and manifest snippets, the bundle in Gradle's layout, the sample app."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from qnndeploy import __version__
+from qnndeploy.base import socs
+from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.names import FORMAT, FORMAT_VERSION
+from qnndeploy.formats.decision import REASONS, VENDOR_DSP_FOLDERS, soc_tables, template_fields
+from qnndeploy.qnn import htp
+from qnndeploy.scaffold import MARKER, kotlin_reasons, scaffold
+from tests.support import REPO, bundles
+from tests.support.cli import run as run_cli
+from tests.support.host import require
+
+SAMPLE = REPO / "android-sample"
+SAMPLE_PACKAGE = "com.example.qnnsample"
+DEMO_TARGETS = ("SM8550", "SM8650", "SM8750")  # what `qnndeploy demo` compiles for (tests/demo/test_demo.py)
+
+
+@pytest.fixture(scope="session")
+def inputs(tmp_path_factory) -> dict:
+    require(htp.available(), "onnxruntime-qnn")
+    return bundles.compile_inputs(tmp_path_factory.mktemp("scaffold-inputs"), DEMO_TARGETS, ("det", "rec"))
+
+
+@pytest.fixture(scope="session")
+def external(inputs, tmp_path_factory) -> Path:
+    """Like the demo bundle: no runtime libraries, the Maven QNN runtime pinned to the QAIRT of onnxruntime-qnn."""
+    return bundles.build(tmp_path_factory.mktemp("external"), inputs)
+
+
+@pytest.fixture(scope="session")
+def bundled(inputs, tmp_path_factory) -> Path:
+    return bundles.build(tmp_path_factory.mktemp("bundled"), inputs, runtime="bundled")
+
+
+run = partial(run_cli, "scaffold")  # every command here is `qnndeploy scaffold ...`
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tree(root: Path) -> set[str]:
+    """Every file under root, except the bundle copy (data that scaffold copies, kept out of git)."""
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")
+            if p.is_file() and "app/qnndeploy/bundle" not in p.relative_to(root).as_posix()}
+
+
+def test_sample_app_is_a_conventional_gradle_project(tmp_path, external):
+    app = scaffold(external, SAMPLE_PACKAGE, tmp_path / "a", app=True).path
+    assert {"settings.gradle.kts", "build.gradle.kts", "app/build.gradle.kts", "app/src/main/AndroidManifest.xml",
+            "app/src/main/java/com/example/qnnsample/MainActivity.kt", "app/qnndeploy/qnndeploy.gradle"} <= tree(app)
+    gradle = (app / "app/build.gradle.kts").read_text()
+    assert 'apply(from = "qnndeploy/qnndeploy.gradle")' in gradle and 'namespace = "com.example.qnnsample"' in gradle
+    manifest = (app / "app/src/main/AndroidManifest.xml").read_text()
+    assert re.search(r'<uses-native-library\s+android:name="libcdsprpc.so"\s+android:required="false"', manifest)
+    assert (app / "app/qnndeploy/bundle/assets/qnndeploy/manifest.json").read_bytes() == (
+        external / "manifest.json").read_bytes()
+
+
+def test_sample_app_runs_its_work_in_coroutines_with_sourced_libraries(tmp_path, external):
+    """The screen is a ComponentActivity whose lifecycleScope opens and times the models on Dispatchers.Default; the
+    three libraries that takes are in app/build.gradle.kts at the versions of data/maven.json, which has a source."""
+    from qnndeploy.base import compat
+    from qnndeploy.scaffold import APP_LIBRARIES
+
+    app = scaffold(external, SAMPLE_PACKAGE, tmp_path / "a", app=True).path
+    gradle = (app / "app/build.gradle.kts").read_text()
+    for key in APP_LIBRARIES:
+        library = compat.gradle_library(key)
+        assert f'implementation("{library.version}")' in gradle and library.source.startswith("https://"), key
+    assert {compat.gradle_library(k).version.rpartition(":")[0] for k in APP_LIBRARIES} == {
+        "androidx.activity:activity-ktx", "androidx.lifecycle:lifecycle-runtime-ktx",
+        "org.jetbrains.kotlinx:kotlinx-coroutines-android"}
+    activity = (app / "app/src/main/java/com/example/qnnsample/MainActivity.kt").read_text()
+    assert "class MainActivity : ComponentActivity()" in activity
+    assert activity.count("lifecycleScope.launch {") == 2 and activity.count("withContext(Dispatchers.Default)") == 2
+    assert "Thread" not in activity and "runOnUiThread" not in activity
+
+
+def test_ort_glue_gradle_and_manifest_snippets(external, tmp_path):
+    r = scaffold(external, "com.example.foo", tmp_path / "qnn")
+    out = r.path
+    kotlin = {Path(p).name for p in r.kotlin}
+    assert kotlin == {"QnnSelector.kt", "SocCatalog.kt", "MiniJson.kt", "BundleFiles.kt", "FailureMemory.kt",
+                      "QnnRuntime.kt", "OrtModels.kt", "Reasons.kt", "BundleManifest.kt", "RuntimeVersion.kt",
+                      "Generated.kt"}
+    for p in r.kotlin:
+        assert (out / p).read_text().startswith("package com.example.foo.qnndeploy\n"), p
+        if Path(p).name in ("QnnSelector.kt", "SocCatalog.kt", "MiniJson.kt", "BundleFiles.kt", "FailureMemory.kt",
+                            "Reasons.kt", "BundleManifest.kt", "RuntimeVersion.kt", "Generated.kt"):
+            assert "import android." not in (out / p).read_text(), f"{p} must run on any JVM"
+    gradle = (out / "qnndeploy.gradle").read_text()
+    assert "abiFilters 'arm64-v8a'" in gradle and "useLegacyPackaging = true" in gradle
+    assert "implementation('com.qualcomm.qti:qnn-runtime') {\n        version { strictly '2.49.0' }" in gradle
+    assert "onnxruntime-android-qnn" in gradle and "jniLibs.srcDir" not in gradle
+    assert not (out / "bundle/jniLibs").exists()
+    snippet = (out / "AndroidManifest-snippet.xml").read_text()
+    assert '<uses-native-library android:name="libcdsprpc.so" android:required="false"/>' in snippet
+    readme = (out / "README.md").read_text()
+    assert 'apply(from = "qnn/qnndeploy.gradle")' in readme and "libcdsprpc.so" in readme
+    assert "com.example.foo.qnndeploy.OrtModels.open(context)" in readme
+    # the ABI filter's cost, and how to widen it, are in the README (one paragraph checked, not the prose)
+    assert "abiFilters 'arm64-v8a'" in readme and "INSTALL_FAILED_NO_MATCHING_ABIS" in readme
+    assert 'abiFilters += listOf("x86_64", "armeabi-v7a")' in readme and "32-bit" in readme
+    assert r.lines[0].endswith('apply(from = "qnn/qnndeploy.gradle")') and len(r.lines) == 3
+    assert "{{" not in "".join(p.read_text() for p in out.rglob("*") if p.suffix in (".kt", ".gradle", ".md", ".xml"))
+
+
+def test_bundle_is_copied_in_gradles_layout(bundled, tmp_path):
+    r = scaffold(bundled, "com.example.sherpa", tmp_path / "glue", engine="sherpa-onnx")
+    m = json.loads((bundled / "manifest.json").read_text())
+    assets = r.path / "bundle/assets/qnndeploy"
+    assert (assets / "manifest.json").read_bytes() == (bundled / "manifest.json").read_bytes()
+    for a in m["cpu"] + [a for t in m["targets"] for a in t["artifacts"]]:
+        assert sha(assets / a["path"]) == a["sha256"], a["path"]
+    jni = r.path / "bundle/jniLibs/arm64-v8a"
+    libs = {lib["path"].rsplit("/", 1)[-1]: lib["sha256"] for lib in m["runtime"]["libs"]}
+    assert {p.name for p in jni.iterdir()} == set(libs) and "libQnnHtpV79Skel.so" in libs  # Skels flat beside
+    assert all(sha(jni / name) == digest for name, digest in libs.items())
+    gradle = (r.path / "qnndeploy.gradle").read_text()
+    assert "jniLibs.srcDir(new File(qnndeployDir, 'bundle/jniLibs'))" in gradle and "qnn-runtime" not in gradle
+    assert {Path(p).name for p in r.kotlin} >= {"SherpaOnnxQnn.kt"} and "OrtModels.kt" not in str(r.kotlin)
+    sherpa = (r.path / "src/com/example/sherpa/qnndeploy/SherpaOnnxQnn.kt").read_text()
+    assert "val GRAPHS: List<String> = Generated.GRAPHS" in sherpa
+    generated = (r.path / "src/com/example/sherpa/qnndeploy/Generated.kt").read_text()
+    assert 'val GRAPHS: List<String> = listOf("det", "rec")' in generated
+    assert r.bundle_files == 1 + len(m["cpu"]) + sum(len(t["artifacts"]) for t in m["targets"]) + len(libs)
+
+
+def test_kotlin_soc_tables_are_generated_from_the_catalog(external, tmp_path):
+    r = scaffold(external, "com.example.foo", tmp_path / "g")
+    text = (r.path / "src/com/example/foo/qnndeploy/Generated.kt").read_text()
+    blocks = dict(re.findall(r"val (\w+): [^=]+= (?:mapOf|listOf)\(\n(.*?)\n    \)", text, re.DOTALL))
+    models, codenames = soc_tables()
+    assert dict(re.findall(r'"([^"]+)" to "([^"]+)"', blocks["SOC_MODELS"])) == models
+    assert dict(re.findall(r'"([^"]+)" to "([^"]+)"', blocks["CODENAMES"])) == codenames
+    assert re.findall(r'"([^"]+)"', blocks["VENDOR_DSP_FOLDERS"]) == list(VENDOR_DSP_FOLDERS)
+    assert models["SM8750P"] == "SM8750" and codenames["kalama"] == "SM8550"
+    # every name phones report for a SoC, aliases included (a Galaxy S25's SM8750-AC), is in the Kotlin table
+    assert all(models[name] == s.model for s in socs.catalog() for name in s.names)
+    assert models["SM8750-AC"] == "SM8750" and models["SM8850-AD"] == "SM8850" and models["QCS9075"] == "QCS9100"
+
+
+def test_kotlin_reasons_are_generated_from_the_data_file(external, tmp_path):
+    """One function per reason of data/reasons.json, its text the template's; test_kotlin.py calls each."""
+    r = scaffold(external, "com.example.foo", tmp_path / "g")
+    text = (r.path / "src/com/example/foo/qnndeploy/Generated.kt").read_text()
+    functions = re.findall(r'fun (\w+)\(([^)]*)\): Reason =\n        Reason\("(\w+)", "(.*)"\)\n', text)
+    assert [key for _, _, key, _ in functions] == [k for templates in REASONS.values() for k in templates]
+    for _, params, key, body in functions:
+        template = {**REASONS["decide"], **REASONS["app"]}[key]
+        fields = template_fields(template)
+        assert params == ", ".join(f"{re.sub('_(.)', lambda m: m[1].upper(), f)}: String" for f in fields)
+        assert re.sub(r"\$\{(\w+)\}", "{}", body).replace('\\"', '"') == re.sub(r"\{\w+\}", "{}", template)
+    assert "fun socNotInBundle(soc: String, targets: String): Reason" in text
+
+
+def test_kotlin_string_of_a_reason_escapes_what_kotlin_would_read():
+    from qnndeploy import scaffold as sc
+
+    template = 'a "{soc_name}" $x \\ {{braces}} \u00e9\U0001f600\n{soc_name}'
+    assert sc._kotlin_string(template) == (
+        'a \\"${socName}\\" \\$x \\\\ {braces} \\u00e9\\ud83d\\ude00\\u000a${socName}')
+
+
+def test_kotlin_manifest_constants_come_from_python_and_the_schema(external, tmp_path):
+    from qnndeploy.formats.manifest import schema
+
+    r = scaffold(external, "com.example.foo", tmp_path / "g")
+    text = (r.path / "src/com/example/foo/qnndeploy/Generated.kt").read_text()
+    assert f'const val FORMAT = "{FORMAT}"' in text and f"const val FORMAT_VERSION = {FORMAT_VERSION}L" in text
+    ids = re.findall(r'^    [A-Z_]+\("([^"]+)"\),$', text, re.MULTILINE)
+    assert ids == schema()["$defs"]["artifact"]["properties"]["format"]["enum"]
+    assert [g["about"] for g in kotlin_reasons()] and all(g["reasons"] for g in kotlin_reasons())
+
+
+def test_copied_epcontext_models_load_with_their_context_binaries(external, tmp_path):
+    """The layout the app gets keeps each EPContext .onnx next to the context binary it names: it loads."""
+    import numpy as np
+    import onnxruntime as ort
+
+    assets = scaffold(external, "com.example.foo", tmp_path / "g").path / "bundle/assets/qnndeploy"
+    x = {"x": np.full((1, 8), 0.5, dtype=np.float32)}
+    cpu = ort.InferenceSession(str(assets / "cpu/det.onnx"), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    npu = ort.InferenceSession(str(assets / "npu/SM8750/det_ctx.onnx"),
+                               htp.session_options(socs.find("SM8750"))).run(None, x)[0]
+    assert np.allclose(cpu, npu, rtol=1e-2, atol=1e-2)
+
+
+def test_a_bundle_that_fails_verify_is_refused_with_the_report(external, tmp_path):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(external, bad)
+    with (bad / "npu/SM8750/det.bin").open("r+b") as f:
+        f.seek(100)
+        f.write(b"\xff")
+    (bad / "cpu/rec.onnx").unlink()
+    r = run(bad, "--package", "com.example.foo", "-o", tmp_path / "out")
+    assert r.exit_code == 1  # a bundle with problems, as in bundle verify and device verify (not a bundle: 2)
+    assert "npu/SM8750/det.bin: sha256 differs from the manifest" in r.stdout
+    assert "cpu/rec.onnx: is listed in the manifest but missing" in r.stdout
+    assert "fails bundle verify (2 problem(s))" in r.stderr and "Traceback" not in r.output
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(QnnDeployError, match="fails bundle verify"):  # the library refuses it too
+        scaffold(bad, "com.example.foo", tmp_path / "out")
+    r = run(bad, "--package", "com.example.foo", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 1 and json.loads(r.stdout)["ok"] is False
+
+
+@pytest.mark.parametrize("package", ["foo", "com.example.new", "com.1example.app", "com..app", "com.example.fun",
+                                     "com.example-app.x", "com.example.app.", "com.example.kws\n", "kotlin.foo",
+                                     "java.util.app", "android.app.x", "com.\u0435xample.app", "com." + "a" * 256])
+def test_invalid_package_names_are_refused(external, tmp_path, package):
+    """Java's and Kotlin's rules: identifiers only (no trailing newline), no keyword, no reserved root, each part a
+    file name; one line, the name shown escaped."""
+    r = run(external, "--package", package, "-o", tmp_path / "out")
+    assert r.exit_code == 2 and r.stderr.startswith("error: invalid package name '")
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+HOSTILE_NAMES = ["glue{{7*7}}", "glue{% raw %}", "{{ cycler.__init__.__globals__.os.popen('touch PWNED').read() }}",
+                 "x\n}\nthrow GradleException(\"injected\")\n//", "it's \"quoted\" $HOME \\ `tick`", "\u202etxt.kt"]
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES, ids=range(len(HOSTILE_NAMES)))
+def test_an_output_folder_name_is_data_never_template_code(external, tmp_path, name, monkeypatch):
+    """The -o folder's name reaches no template: it is the folder's name, and inside the files it is text, escaped
+    for its place; every generated line comes from a template line (the same count as for a plain name)."""
+    monkeypatch.chdir(tmp_path)
+    plain = scaffold(external, "com.example.foo", tmp_path / "plain").path
+    r = run(external, "--package", "com.example.foo", "-o", tmp_path / name)
+    assert r.exit_code == 0, r.output
+    out = tmp_path / name
+    assert out.is_dir() and not (tmp_path / "PWNED").exists() and not any(tmp_path.glob("glue49*"))
+    for f in (p for p in plain.rglob("*") if p.is_file() and "bundle" not in p.parts):
+        rendered = out / f.relative_to(plain)
+        assert rendered.is_file(), f
+        assert len(rendered.read_text().splitlines()) == len(f.read_text().splitlines()), rendered
+    gradle = (out / "qnndeploy.gradle").read_text()
+    assert "injected" not in gradle or '\\u000athrow GradleException' in gradle
+    assert "\u202e" not in "".join(p.read_text() for p in out.rglob("*") if p.is_file() and "bundle" not in p.parts)
+
+
+def test_the_templates_render_in_a_sandbox(tmp_path):
+    """Even a template (not a value) that walks to Python's internals is refused by Jinja's sandbox."""
+    from jinja2.exceptions import SecurityError
+
+    from qnndeploy.scaffold import _render
+
+    template = tmp_path / "t"
+    (template / "{{cookiecutter.dir_name}}").mkdir(parents=True)
+    (template / "cookiecutter.json").write_text('{"dir_name": "x"}')
+    (template / "{{cookiecutter.dir_name}}" / "f.txt").write_text(
+        "{{ cycler.__init__.__globals__.os.popen('touch " + str(tmp_path / "PWNED") + "').read() }}")
+    with pytest.raises(SecurityError):
+        _render(template, {}, tmp_path / "out")
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_output_folder_must_be_new_or_empty_unless_forced(external, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    assert run(external, "--package", "com.example.foo", "-o", out).exit_code == 0  # empty: fine
+    assert (out / MARKER).read_text().startswith(f"qnndeploy scaffold {__version__}\n")
+    (out / "mine.txt").write_text("keep")
+    r = run(external, "--package", "com.example.foo", "-o", out)
+    assert r.exit_code == 2 and "exists and is not empty" in r.stderr and "--force" in r.stderr
+    assert (out / "mine.txt").read_text() == "keep"
+    r = run(external, "--package", "com.example.bar", "-o", out, "--force")  # an earlier scaffold output: replaced
+    assert r.exit_code == 0 and not (out / "mine.txt").exists()
+    assert (out / "src/com/example/bar/qnndeploy/QnnSelector.kt").is_file()
+    assert not (out / "src/com/example/foo").exists()
+
+
+def test_force_refuses_a_folder_that_is_not_scaffold_output(external, tmp_path):
+    """`-o app --force` on an app module (user code, the glue inside it) must not wipe the module."""
+    module = tmp_path / "app"
+    (module / "src/main/java/com/example/app").mkdir(parents=True)
+    (module / "src/main/java/com/example/app/MainActivity.kt").write_text("class MainActivity")
+    (module / "build.gradle.kts").write_text("plugins { }")
+    glue = module / "qnndeploy"
+    assert run(external, "--package", "com.example.app", "-o", glue).exit_code == 0
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+
+    def files() -> dict[Path, bytes]:
+        return {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+
+    before = files()
+    for target in (module, notes):
+        r = run(external, "--package", "com.example.app", "-o", target, "--force")
+        assert r.exit_code == 2 and "Traceback" not in r.output
+        assert r.stderr == (f"error: {target} is not an earlier scaffold output (it has no {MARKER}): --force only "
+                            "replaces one, never other files; choose another folder (or delete it yourself)\n")
+    with pytest.raises(QnnDeployError, match="not an earlier scaffold output"):  # the library refuses it too
+        scaffold(external, "com.example.app", module, force=True)
+    assert files() == before
+    # the glue folder inside the module is scaffold output: --force replaces it, and only it
+    r = run(external, "--package", "com.example.other", "-o", glue, "--force")
+    assert r.exit_code == 0, r.output
+    assert (glue / "src/com/example/other/qnndeploy/OrtModels.kt").is_file()
+    assert not (glue / "src/com/example/app").exists()
+    assert (module / "src/main/java/com/example/app/MainActivity.kt").read_text() == "class MainActivity"
+    assert notes.read_text() == "mine"
+
+
+def test_sample_app_output_is_marked_at_its_top_and_replaced_by_force(external, tmp_path):
+    app = scaffold(external, SAMPLE_PACKAGE, tmp_path / "a", app=True).path
+    assert (app / MARKER).is_file() and (app / "app/qnndeploy" / MARKER).is_file()
+    (app / "app/src/main/java/com/example/qnnsample/Extra.kt").write_text("class Extra")
+    again = scaffold(external, SAMPLE_PACKAGE, app, app=True, force=True).path
+    assert not (again / "app/src/main/java/com/example/qnnsample/Extra.kt").exists()
+    assert (again / "app/qnndeploy/qnndeploy.gradle").is_file()
+
+
+def test_ort_engine_needs_epcontext_wrappers(inputs, tmp_path):
+    no_ctx = {**inputs, "npu": {s: {g: [f for f in fs if f.suffix == ".bin"] for g, fs in gs.items()}
+                                for s, gs in inputs["npu"].items()}}
+    b = bundles.build(tmp_path / "b", no_ctx)
+    r = run(b, "--package", "com.example.foo", "-o", tmp_path / "out")
+    assert r.exit_code == 2
+    assert "engine ort loads ort-epcontext files, but target SM8550 has none for graph 'det'" in r.stderr
+    assert "--engine sherpa-onnx" in r.stderr and not (tmp_path / "out").exists()
+    assert run(b, "--package", "com.example.foo", "-o", tmp_path / "out", "--engine", "sherpa-onnx").exit_code == 0
+
+
+def test_epcontext_naming_the_compile_output_is_repointed(inputs, tmp_path):
+    """ONNX Runtime's compile names the binary <graph>_ctx_qnn.bin; the bundle renames it and re-points the wrapper,
+    so the app's copy loads <graph>.bin (bundle verify refuses a wrapper naming a missing binary)."""
+    import onnx
+
+    from qnndeploy.qnn.epcontext import context_refs
+
+    wrapper = tmp_path / "det_ctx.onnx"
+    model = onnx.load(str(inputs["npu"]["SM8750"]["det"][1]))
+    for node in model.graph.node:
+        for a in node.attribute:
+            if a.name == "ep_cache_context":
+                a.s = b"det_ctx_qnn.bin"
+    onnx.save(model, str(wrapper))
+    npu = {s: dict(gs) for s, gs in inputs["npu"].items()}
+    npu["SM8750"]["det"] = [npu["SM8750"]["det"][0], wrapper]
+    b = bundles.build(tmp_path / "b", {**inputs, "npu": npu})
+    r = run(b, "--package", "com.example.foo", "-o", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert context_refs(tmp_path / "out/bundle/assets/qnndeploy/npu/SM8750/det_ctx.onnx") == ["det.bin"]
+
+
+def test_archive_bundle_and_json_output(inputs, tmp_path):
+    from qnndeploy.bundle.build import BundleSpec, build_bundle
+
+    spec = BundleSpec(name="demo", version="2.0.0", cpu=inputs["cpu"], npu=inputs["npu"], qairt_version=bundles.QAIRT)
+    archive = build_bundle(spec, tmp_path / "b", archive_fmt="tar.gz").archive
+    r = run(archive, "--package", "com.example.foo", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r.output
+    result = json.loads(r.stdout)
+    assert result["engine"] == "ort" and result["package"] == "com.example.foo"
+    assert "src/com/example/foo/qnndeploy/OrtModels.kt" in result["kotlin"] and len(result["lines"]) == 3
+    assert json.loads((tmp_path / "out/bundle/assets/qnndeploy/manifest.json").read_text())["version"] == "2.0.0"
+
+
+def test_installed_executable(external, tmp_path):
+    done = subprocess.run(["qnndeploy", "scaffold", str(external), "--package", "com.example.foo", "-o",
+                           str(tmp_path / "out")], check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "add these three lines" in done.stdout and "OrtModels.open(context)" in done.stdout
+
+
+def test_templates_are_found_from_a_source_checkout_that_was_not_installed(tmp_path):
+    """Importing qnndeploy.scaffold needs no installed qnndeploy.templates: the top-level templates/ serves."""
+    root = REPO
+    for name in ("qnndeploy", "templates"):
+        shutil.copytree(root / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import qnndeploy.scaffold as s; "
+            "print(s.templates_dir())")
+    done = subprocess.run([sys.executable, "-S", "-c", code, str(tmp_path)], capture_output=True, text=True,
+                          check=False)  # -S: without site-packages, the editable install is not seen
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(tmp_path / "templates")
+
+
+# --- runtime compatibility: the ONNX Runtime AAR and qnn-runtime pins ----------------------------------------------
+
+def test_scaffold_pins_a_validated_set_that_loads_the_bundle():
+    from qnndeploy.formats.manifest import Manifest
+    from qnndeploy.scaffold import _ort_pins
+
+    m = bundles.manifest()
+    m["qairt"] = {"version": "2.49.40", "build": None, "min_runtime": "2.49.0"}
+    m["runtime"]["maven"] = "com.qualcomm.qti:qnn-runtime:2.49.40"
+    pins = _ort_pins(Manifest.parse(m), "qualcomm")
+    assert (pins.aar_version, pins.ort_android, pins.qnn_runtime) == ("2.5.0", "1.26.0", "2.49.0")
+    assert pins.validated is not None and "onnxruntime-qnn/pull/783" in pins.validated.source.url
+    assert not any("no validated" in w for w in pins.warnings)
+    m["qairt"] = {"version": "2.40.0", "build": None, "min_runtime": "2.40.0"}
+    m["runtime"]["maven"] = "com.qualcomm.qti:qnn-runtime:2.40.0"
+    pins = _ort_pins(Manifest.parse(m), "microsoft")
+    assert (pins.aar_version, pins.ort_android, pins.qnn_runtime, pins.warnings) == ("1.26.0", None, "2.42.0", [])
+    m["qairt"] = {"version": "2.45.0", "build": None, "min_runtime": "2.45.0"}  # newer than Microsoft's QNN 2.42
+    m["runtime"]["maven"] = "com.qualcomm.qti:qnn-runtime:2.45.0"
+    pins = _ort_pins(Manifest.parse(m), "microsoft")
+    assert pins.validated is None and (pins.aar_version, pins.qnn_runtime) == ("1.26.0", "2.45.0")
+
+
+def test_no_validated_set_is_said_and_the_bundle_runtime_pinned(external, tmp_path):
+    """Microsoft's validated AARs go with qnn-runtime 2.42 at most: for QAIRT 2.49 binaries the newest of them is
+    pinned with the bundle's published qnn-runtime 2.49.0, an unvalidated combination, and said so."""
+    r = scaffold(external, "com.example.foo", tmp_path / "qnn")
+    assert r.ort_aar == ("com.microsoft.onnxruntime:onnxruntime-android-qnn:1.26.0 + qnn-runtime 2.49.0 "
+                         "(not a validated set)")
+    [w] = r.warnings
+    assert w.startswith("no validated com.microsoft.onnxruntime:onnxruntime-android-qnn set has a qnn-runtime that "
+                        "loads these QAIRT 2.49.40 binaries (they need 2.49.0")
+    gradle = (r.path / "qnndeploy.gradle").read_text()
+    assert "version { strictly '2.49.0' }" in gradle
+    assert ("implementation(\"com.microsoft.onnxruntime:onnxruntime-android-qnn:${findProperty('qnndeploy.ortVersion')"
+            " ?: '1.26.0'}\")") in gradle
+
+
+def test_ort_aar_qualcomm_in_the_gradle_file_and_json(external, tmp_path):
+    r = run(external, "--package", "com.example.foo", "-o", tmp_path / "q", "--ort-aar", "qualcomm", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["ort_aar"] == ("com.qualcomm.qti:onnxruntime-android-qnn:2.5.0 + "
+                              "com.microsoft.onnxruntime:onnxruntime-android:1.26.0 + qnn-runtime 2.49.0 "
+                              "(a validated set)")
+    assert not any("no validated" in w for w in out["warnings"])
+    assert any("SessionOptions.addQnn" in w for w in out["warnings"])
+    gradle = (tmp_path / "q" / "qnndeploy.gradle").read_text()
+    assert ("implementation(\"com.microsoft.onnxruntime:onnxruntime-android:${findProperty('qnndeploy.ortVersion') "
+            "?: '1.26.0'}\")") in gradle
+    assert ("implementation(\"com.qualcomm.qti:onnxruntime-android-qnn:${findProperty('qnndeploy.qnnEpVersion') "
+            "?: '2.5.0'}\")") in gradle
+    assert "onnxruntime-android-qnn:${findProperty('qnndeploy.ortVersion')" not in gradle
+    text = run(external, "--package", "com.example.foo", "-o", tmp_path / "t", "--ort-aar", "qualcomm")
+    assert "  warning: Qualcomm's plugin AAR" in text.output and "ONNX Runtime: com.qualcomm.qti" in text.output
+    assert run(external, "--package", "com.example.foo", "-o", tmp_path / "x", "--ort-aar", "google").exit_code == 2
+
+
+
+def test_models_the_pinned_onnx_runtime_cannot_read_are_a_warning(inputs, tmp_path):
+    """ONNX Runtime 1.26 reads IR version 13 at most (measured): a CPU model saved at IR 14 would not load on the
+    phone, and the EPContext wrappers qnndeploy writes are IR 10 even when onnxruntime wrote them at 14."""
+    import onnx
+
+    newer = {**inputs, "cpu": dict(inputs["cpu"])}
+    newer["cpu"]["det"] = bundles.tiny_model(tmp_path / "ir14" / "det.onnx", 8, ir_version=14)
+    b = bundles.build(tmp_path / "b", newer)
+    assert {onnx.load(p).ir_version for p in b.glob("npu/*/*_ctx.onnx")} == {10}
+    r = scaffold(b, "com.example.foo", tmp_path / "q", ort_aar="qualcomm")
+    [w] = [w for w in r.warnings if "IR version" in w]
+    assert w.startswith("ONNX Runtime 1.26.0 reads ONNX IR version 13 at most (measured) and these are newer, so "
+                        "they fail to load on the phone: cpu/det.onnx (IR 14)")
+
+# --- scaffold --play: the NPU files in a Google Play AI pack (qnndeploy package play), not in the app's assets ---
+
+def test_play_keeps_every_npu_file_out_of_the_base_assets(external, tmp_path):
+    from qnndeploy.formats import playplan
+    from qnndeploy.package.play import package_play
+
+    play = package_play(external, tmp_path / "play", delivery="on-demand", pack="models").path
+    r = scaffold(external, "com.example.foo", tmp_path / "g", play=play)
+    m = json.loads((external / "manifest.json").read_text())
+    assets = r.path / "bundle/assets"
+    assert tree(assets) == {f"qnndeploy/{p}" for p in ("manifest.json", "play.json", *(a["path"] for a in m["cpu"]))}
+    assert (assets / "qnndeploy/play.json").read_bytes() == (play / "play.json").read_bytes()
+    assert r.bundle_files == 2 + len(m["cpu"]) and r.play == "models (on-demand)"
+    assert {Path(p).name for p in r.kotlin} >= {"PlayPack.kt", "QnnRuntime.kt", "OrtModels.kt"}
+    glue = r.path / "src/com/example/foo/qnndeploy"
+    runtime, pack = (glue / "QnnRuntime.kt").read_text(), (glue / "PlayPack.kt").read_text()
+    generated = (glue / "Generated.kt").read_text()
+    # select asks the pack the data file names; the pack locates itself and gives the CPU its reason
+    assert "Generated.AI_PACK" in runtime and "val AI_PACK: AiPack? = PlayPack.Files\n" in generated
+    assert "locate(context, plan)" in pack and "Reasons.packNotReady(" in pack
+    for name, value in (("FOLDER", playplan.FOLDER), ("GROUP_FILE", playplan.GROUP_FILE),
+                        ("DEFAULT_GROUP", playplan.DEFAULT_GROUP)):
+        assert f'const val {name} = Generated.PLAY_{name}' in pack
+        assert f'const val PLAY_{name} = "{value}"' in generated  # one source: qnndeploy/formats/playplan.py
+    assert f"const val PLAY_SOC_TARGETING_SINCE_SDK = {playplan.SOC_TARGETING_SINCE_SDK}" in generated
+    assert "{{" not in runtime + pack + generated and "{%" not in runtime + pack + generated
+    assert len(r.lines) == 6 and r.lines[:3] == scaffold(external, "com.example.foo", tmp_path / "g",
+                                                         force=True).lines
+    assert r.lines[3].endswith(f'apply(from = "{(play / "play.gradle").as_posix()}")')
+    assert 'include(":models")' in r.lines[4]
+    assert r.lines[5].endswith("android.experimental.enableDeviceTargetingConfigApi=true")
+    # without --play the glue has no PlayPack.kt (scaffold copies it only with --play, as only the engine's file)
+    assert not (glue / "PlayPack.kt").exists() and "PlayPack" not in (glue / "QnnRuntime.kt").read_text()
+    assert "val AI_PACK: AiPack? = null\n" in (glue / "Generated.kt").read_text()
+
+
+def test_play_of_another_bundle_is_refused(external, bundled, tmp_path):
+    from qnndeploy.package.play import package_play
+
+    other = package_play(bundled, tmp_path / "play").path
+    with pytest.raises(QnnDeployError, match=r"was packaged from another bundle .*run qnndeploy package play") as e:
+        scaffold(external, "com.example.foo", tmp_path / "g", play=other)
+    assert "\n" not in str(e.value) and not (tmp_path / "g").exists()
+    with pytest.raises(QnnDeployError, match="not a `qnndeploy package play` output"):
+        scaffold(external, "com.example.foo", tmp_path / "g", play=tmp_path)
+    with pytest.raises(QnnDeployError, match="--app does not take --play"):
+        scaffold(external, "com.example.foo", tmp_path / "g", app=True, play=other)
+    result = run(external, "--package", "com.example.foo", "-o", tmp_path / "g", "--play", other)
+    assert result.exit_code != 0 and "packaged from another bundle" in result.output
+
+
+def test_play_from_the_command_line(external, tmp_path):
+    from qnndeploy.package.play import package_play
+
+    play = package_play(external, tmp_path / "play").path
+    result = run(external, "--package", "com.example.foo", "-o", tmp_path / "g", "--play", play, "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["play"].endswith("(fast-follow)") and len(out["lines"]) == 6
+    text = run(external, "--package", "com.example.foo", "-o", tmp_path / "h", "--play", play)
+    assert "AI pack" in text.output and "add these six lines" in text.output

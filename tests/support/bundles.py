@@ -1,0 +1,165 @@
+"""Bundles for the scaffold, decision and Kotlin tests: manifests as plain dicts, and real bundles on disk.
+
+Real bundles hold context binaries compiled by onnxruntime-qnn's QNN HTP compiler and EPContext wrappers that
+refer to them, built with `qnndeploy bundle`'s own build_bundle; the runtime libraries are tests/support/elfgen.py's
+stand-ins (there is no QAIRT SDK here).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from qnndeploy.base import socs
+from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, EXTERNAL_DATA
+from qnndeploy.qnn.markers import build_version
+
+from .elfgen import BUILD
+
+QAIRT = build_version(BUILD)
+
+
+def _file(path: str, seed: str) -> dict:
+    return {"path": path, "sha256": hashlib.sha256(seed.encode()).hexdigest(), "size": 1000 + len(path)}
+
+
+def manifest(targets=("SM8550", "SM8750"), graphs=("det", "rec"), runtime: str = "external",
+             formats=(CONTEXT_BINARY, EPCONTEXT), name: str = "demo", version: str = "1.0.0", format_version: int = 2,
+             external=()) -> dict:
+    """A schema-valid manifest dict (checksums made up): for decisions, which never read the files. The CPU models
+    of the graphs in `external` keep their weights in cpu/<graph>.onnx.data."""
+    archs = sorted({socs.find(s).dsp_arch for s in targets})
+    libs = [{**_file(f"lib/arm64-v8a/{n}", n), "role": r, "abi": "arm64-v8a"}
+            for n, r in (("libQnnHtp.so", "htp"), ("libQnnSystem.so", "system"), ("libQnnHtpPrepare.so", "prepare"))]
+    for a in archs:
+        libs.append({**_file(f"lib/arm64-v8a/libQnnHtpV{a[1:]}Stub.so", a), "role": "stub", "abi": "arm64-v8a",
+                     "dsp_arch": a})
+        libs.append({**_file(f"lib/hexagon-{a}/libQnnHtpV{a[1:]}Skel.so", a), "role": "skel",
+                     "abi": f"hexagon-{a}", "dsp_arch": a})
+    suffix = {CONTEXT_BINARY: ".bin", EPCONTEXT: "_ctx.onnx"}
+    return {
+        "format": "qnndeploy-bundle", "format_version": format_version, "name": name, "version": version,
+        "created_by": "tests", "qairt": {"version": QAIRT, "build": BUILD},
+        "source": {"model": name, "sha256": None, "commit": None, "license": "Apache-2.0"},
+        "graphs": [{"name": g, "inputs": [{"name": "x", "dtype": "float32", "shape": [1, 16]}],
+                    "outputs": [{"name": "y", "dtype": "float32", "shape": [1, 16]}]} for g in graphs],
+        "targets": [{"soc": s, "soc_id": socs.find(s).soc_id, "dsp_arch": socs.find(s).dsp_arch, "precision": "fp16",
+                     "artifacts": [{**_file(f"npu/{s}/{g}{suffix[f]}", s + g + f), "graph": g, "format": f}
+                                   for g in graphs for f in formats],
+                     "validation": None} for s in targets],
+        "cpu": [{**_file(f"cpu/{g}.onnx", g), "graph": g, "format": "onnx"} for g in graphs]
+        + [{**_file(f"cpu/{g}.onnx.data", g), "graph": g, "format": EXTERNAL_DATA} for g in external],
+        "runtime": {"mode": "bundled", "libs": libs} if runtime == "bundled"
+        else {"mode": "external", "maven": f"com.qualcomm.qti:qnn-runtime:{QAIRT}"},
+        "records": [],
+    }
+
+
+def shared(m: dict, name: str = "pair", graphs: tuple[str, ...] | None = None) -> dict:
+    """`m` (format 3) with each target's context binaries replaced by one binary NAME.bin shared by `graphs` (default:
+    all of them), as `compile --share` makes it."""
+    gs = list(graphs or [g["name"] for g in m["graphs"]])
+    targets = []
+    for t in m["targets"]:
+        arts = [a for a in t["artifacts"] if a["format"] != CONTEXT_BINARY]
+        binary = {**_file(f"npu/{t['soc']}/{name}.bin", t["soc"] + name), "graphs": gs, "format": CONTEXT_BINARY}
+        targets.append({**t, "artifacts": [binary, *arts]})
+    return {**m, "format_version": 3, "targets": targets}
+
+
+def accepted(m: dict, soc: str = "SM8750", graphs: tuple[str, ...] = ("rec",), on: object = "cpu",
+             reasons: dict | None = None) -> dict:
+    """`m` with `graphs` failed on SOC's target and shipped with a reason (bundle --accept), its accepted_on `on`
+    (None: absent). `reasons`: graph -> the "accepted" value to write instead of {"reason": "r-GRAPH", ...}."""
+    summaries = {g["name"]: {"passed": g["name"] not in graphs} for g in m["graphs"]}
+    for g in graphs:
+        summaries[g]["accepted"] = (reasons or {}).get(g, {"reason": f"r-{g}", "by": "bundle --accept"})
+    flagged = {"validation": {"passed": not graphs, "graphs": summaries}, **({} if on is None else {"accepted_on": on})}
+    return {**m, "targets": [{**t, **flagged} if t["soc"] == soc else t for t in m["targets"]]}
+
+
+def split(m: dict, cpu_graph: str = "det") -> dict:
+    """`m` (format 3) as a split model: `cpu_graph` runs on the CPU only (no target files), then the others."""
+    graphs = [{**g, "cpu_only": True} if g["name"] == cpu_graph else g for g in m["graphs"]]
+    targets = [{**t, "artifacts": [a for a in t["artifacts"] if a.get("graph") != cpu_graph]} for t in m["targets"]]
+    order = [cpu_graph] + [g["name"] for g in m["graphs"] if g["name"] != cpu_graph]
+    return {**m, "format_version": 3, "graphs": graphs, "targets": targets, "pipeline": order}
+
+
+def tiny_model(path: Path, width: int, ir_version: int = 10) -> Path:
+    """MatMul + Relu on [1, width], at an IR version every ONNX Runtime an app may use reads (onnx's helper would
+    write its newest, 14, which ONNX Runtime 1.30 and older refuse)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [width, width], np.random.default_rng(width).random(width * width))
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+                              "g", [x], [y], [w])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = ir_version
+    onnx.save(model, path)
+    return path
+
+
+def with_external_data(model: Path, dest: Path, location: str | None = None) -> Path:
+    """A copy of `model` at `dest` whose weights all live in one external data file (default: <dest name>.data)."""
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(str(model))
+    for t in m.graph.initializer:  # onnx moves only raw_data tensors out; make_tensor from a list writes float_data
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t), t.name))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(dest), save_as_external_data=True, all_tensors_to_one_file=True,
+              location=location or f"{dest.name}.data", size_threshold=0)
+    return dest
+
+
+def compile_inputs(root: Path, targets=("SM8550", "SM8750"), graphs=("det", "rec"), ctx: bool = True,
+                   external=()) -> dict:
+    """CPU models and, per SoC and graph, a real context binary named <graph>.bin (the bundle's name for it) and,
+    with ctx, the EPContext wrapper made to refer to that name. The CPU models of the graphs in `external` keep
+    their weights in an external data file."""
+    import onnx
+    import onnxruntime as ort
+
+    from qnndeploy.qnn import htp
+
+    cpu = {g: tiny_model(root / "cpu" / f"{g}.onnx", 8 * (i + 1)) for i, g in enumerate(graphs)}
+    npu: dict = {}
+    for soc in targets:
+        for g, model in cpu.items():
+            out = root / soc
+            out.mkdir(parents=True, exist_ok=True)
+            ort.InferenceSession(str(model), htp.session_options(socs.find(soc), context_path=out / f"{g}_ctx.onnx"))
+            (out / f"{g}_ctx_qnn.bin").rename(out / f"{g}.bin")
+            files = [out / f"{g}.bin"]
+            if ctx:
+                wrapper = onnx.load(str(out / f"{g}_ctx.onnx"))
+                for node in wrapper.graph.node:
+                    for a in node.attribute:
+                        if a.name == "ep_cache_context":
+                            a.s = f"{g}.bin".encode()
+                onnx.save(wrapper, str(out / f"{g}_ctx.onnx"))
+                files.append(out / f"{g}_ctx.onnx")
+            npu.setdefault(soc, {})[g] = files
+    cpu.update({g: with_external_data(cpu[g], root / "cpu-external" / f"{g}.onnx") for g in external})
+    return {"cpu": cpu, "npu": npu, "root": root}
+
+
+def build(out: Path, inputs: dict, runtime: str = "external", name: str = "demo", version: str = "1.0.0") -> Path:
+    """A real bundle folder made by `qnndeploy bundle`'s build_bundle."""
+    from qnndeploy.bundle.build import BundleSpec, build_bundle
+
+    from .elfgen import fake_sdk
+
+    sdk = None
+    if runtime == "bundled":
+        sdk = fake_sdk(inputs["root"] / "sdk", sorted({socs.find(s).dsp_arch for s in inputs["npu"]}))
+    spec = BundleSpec(name=name, version=version, cpu=inputs["cpu"], npu=inputs["npu"], sdk_root=sdk,
+                      qairt_version=QAIRT, license="Apache-2.0")
+    return build_bundle(spec, out).path

@@ -1,0 +1,172 @@
+"""STAND-IN for QAIRT's qnn-net-run (tests only: there is no phone and no QAIRT SDK here).
+
+`device verify --runner LAUNCHER` pushes a small launcher (write_launcher) to the emulated phone, which runs this
+script with the host's Python. It takes qnn-net-run's command line for a saved context and refuses options it
+does not know, as the real tool does:
+
+  qnn-net-run --backend libQnnHtp.so --retrieve_context GRAPH.bin --input_list LIST --output_dir DIR
+              [--use_native_input_files] [--use_native_output_files] [--log_level L] [--profiling_level L]
+              [--perf_profile P]
+
+What it checks, in the order the real HTP backend loads things:
+- the backend library: a bare name must be found on LD_LIBRARY_PATH (dlopen's rule);
+- the context binary: the HTP arch it was compiled for is read from it (QNN embeds "soc_type=SM8750;arch=79");
+- the Skel: libQnnHtpV<arch>Skel.so must be in a folder of ADSP_LIBRARY_PATH (';'-separated), else it prints
+  errors like the DSP loader's ("Failed to load skel, error: 4000", device creation 1008) and exits 1.
+A context of several graphs (compile --share) is checked for one input list per graph ("__" for a graph not to run)
+and then refused (exit 2): the host emulator crashes on contexts whose graphs share weights. Otherwise it runs
+the context on the host HTP emulator of onnxruntime-qnn. ONNX Runtime loads a context binary
+through its EPContext wrapper, so it REQUIRES <graph>_ctx.onnx beside <graph>.bin (bundles carry it as the
+ort-epcontext artifact). Inputs are read from the raw files of the input list, outputs written to
+DIR/Result_<line>/<name>.raw: the numbers are the HTP emulator's, really computed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+FLAGS = {"--backend": True, "--retrieve_context": True, "--input_list": True, "--output_dir": True,
+         "--use_native_input_files": False, "--use_native_output_files": False, "--log_level": True,
+         "--profiling_level": True, "--perf_profile": True}
+CONTEXT_TARGET = re.compile(rb"soc_type=([A-Za-z0-9]{2,16});arch=(\d{2,3})")
+
+
+def write_launcher(path: Path, adsp_library_path: str | None = None) -> Path:
+    """An executable for the emulated phone that starts this stand-in with the host Python.
+
+    LD_LIBRARY_PATH points at the bundle's stand-in aarch64 libraries, which the host's loader must not see: it is
+    handed over as QNN_STANDIN_LD_LIBRARY_PATH. adsp_library_path, when given, replaces ADSP_LIBRARY_PATH the way
+    a wrapper or a device setting that drops the Skel folder would (to test the advice for error 4000/1008).
+    """
+    override = f"ADSP_LIBRARY_PATH='{adsp_library_path}'; export ADSP_LIBRARY_PATH\n" if adsp_library_path else ""
+    path.write_text("#!/bin/sh\n# STAND-IN for qnn-net-run (tests/support/device_emulator/qnn_net_run.py)\n"
+                    'QNN_STANDIN_LD_LIBRARY_PATH="$LD_LIBRARY_PATH"; export QNN_STANDIN_LD_LIBRARY_PATH\n'
+                    f"unset LD_LIBRARY_PATH\n{override}"
+                    f'exec {sys.executable} {Path(__file__).resolve()} "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
+def _device_path(path: str) -> Path:
+    """Paths inside files (the input list) are the phone's; the emulated phone's / is $EMU_ROOT."""
+    p = Path(path)
+    root = os.environ.get("EMU_ROOT")
+    if p.is_absolute() and root and not p.exists():
+        return Path(root + path)
+    return p
+
+
+def _fail(*lines: str, code: int = 1) -> NoReturn:
+    for line in lines:
+        print(line, flush=True)
+    sys.exit(code)
+
+
+def _parse(argv: list[str]) -> dict:
+    args: dict = {}
+    i = 0
+    while i < len(argv):
+        flag = argv[i]
+        if flag in ("--help", "-h"):
+            _fail("usage: qnn-net-run --backend FILE --retrieve_context FILE --input_list FILE [--output_dir DIR] "
+                  "(stand-in: " + ", ".join(FLAGS) + ")", code=0)
+        if flag not in FLAGS:
+            _fail(f"ERROR: Invalid argument passed: {flag}", "Please check help (--help) for valid arguments.")
+        if FLAGS[flag]:
+            if i + 1 >= len(argv):
+                _fail(f"ERROR: {flag} requires a value")
+            args[flag] = argv[i + 1]
+            i += 2
+        else:
+            args[flag] = True
+            i += 1
+    for required in ("--backend", "--retrieve_context", "--input_list"):
+        if required not in args:
+            _fail(f"ERROR: Missing required argument {required} (this stand-in runs saved contexts only)")
+    return args
+
+
+def main(argv: list[str]) -> None:
+    args = _parse(argv)
+    backend = args["--backend"]
+    lib_dirs = [d for d in os.environ.get("QNN_STANDIN_LD_LIBRARY_PATH", "").split(":") if d]
+    found = Path(backend).is_file() if "/" in backend else any((Path(d) / backend).is_file() for d in lib_dirs)
+    if not found:
+        _fail(f"ERROR: Unable to load backend. dlerror(): dlopen failed: library \"{backend}\" not found")
+
+    binary = Path(args["--retrieve_context"])
+    if not binary.is_file():
+        _fail(f"ERROR: Could not open context binary {binary}")
+    target = CONTEXT_TARGET.search(binary.read_bytes())
+    if target is None:
+        _fail(f"ERROR: {binary} is not a QNN context binary", "Graph Prepare failure")
+    soc_name, arch = target.group(1).decode(), target.group(2).decode()
+
+    skel = f"libQnnHtpV{arch}Skel.so"
+    adsp = [d for d in os.environ.get("ADSP_LIBRARY_PATH", "").split(";") if d]
+    if not any((_device_path(d) / skel).is_file() for d in adsp):
+        _fail(f"     0.4ms [ ERROR ] <E> Failed to load skel, error: 4000 ({skel} not found on ADSP_LIBRARY_PATH)",
+              "     0.5ms [ ERROR ] <E> Transport layer setup failed: 14001",
+              "     0.5ms [ ERROR ] <E> Failed to create device: 1008",
+              "Device Creation failure")
+
+    # A context of several graphs (compile --share) takes one input list per graph, in the context's order, "__"
+    # for a graph not to run (qnn-net-run's documented --input_list form for several graphs).
+    from qnndeploy.qnn import qnnsystem
+
+    graphs = [g.name for g in qnnsystem.read_context(binary).graphs]
+    lists = args["--input_list"].split(",")
+    if len(lists) != len(graphs):
+        _fail(f"ERROR: --input_list gives {len(lists)} list(s) for a context of {len(graphs)} graph(s)")
+    chosen = [i for i, name in enumerate(lists) if name != "__"]
+    if len(graphs) > 1:
+        _fail(f"STAND-IN qnn-net-run: graph {chosen[0] + 1 if chosen else '?'} of {len(graphs)} of {binary.name} "
+              f"(input lists {args['--input_list']}): the host HTP emulator cannot run a context whose graphs share "
+              "weights; run it on a phone", code=2)
+    wrapper = binary.with_name(binary.stem + "_ctx.onnx")
+    if not wrapper.is_file():
+        _fail(f"STAND-IN: {wrapper.name} must sit beside {binary.name}: the host HTP emulator loads a context "
+              "binary through its ONNX Runtime EPContext wrapper", code=2)
+    run(wrapper, soc_name, Path(args["--input_list"]), Path(args.get("--output_dir", "output")),
+        native_in="--use_native_input_files" in args, native_out="--use_native_output_files" in args)
+
+
+def run(wrapper: Path, soc_name: str, input_list: Path, out: Path, native_in: bool, native_out: bool) -> None:
+    import numpy as np
+    import onnxruntime as ort
+
+    from qnndeploy.base import socs
+    from qnndeploy.qnn import htp
+
+    session = ort.InferenceSession(str(wrapper), htp.session_options(socs.find(soc_name)))
+    inputs = session.get_inputs()
+    types = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int32)": np.int32,
+             "tensor(int64)": np.int64, "tensor(uint8)": np.uint8, "tensor(int8)": np.int8, "tensor(bool)": np.bool_}
+    lines = [ln.split() for ln in input_list.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    for n, tokens in enumerate(lines):
+        named = {}  # input name -> file: NAME:=FILE, or FILE for the i-th input
+        for i, token in enumerate(tokens):
+            name, given, file = token.partition(":=")
+            named[name if given else inputs[i].name] = file if given else token
+        feed: dict[str, np.ndarray] = {}
+        for spec in inputs:
+            if spec.name not in named:
+                _fail(f"ERROR: input list line {n + 1} has no file for input {spec.name}")
+            dtype = types[spec.type]
+            data: np.ndarray = np.fromfile(_device_path(named[spec.name]), dtype=dtype if native_in else np.float32)
+            feed[spec.name] = data.reshape(spec.shape).astype(dtype)
+        results = session.run(None, feed)
+        folder = out / f"Result_{n}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for spec, result in zip(session.get_outputs(), results, strict=True):
+            value = result if native_out else result.astype(np.float32)
+            (folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", spec.name) + ".raw")).write_bytes(value.tobytes())
+    print(f"STAND-IN qnn-net-run: {len(lines)} inference(s) of {wrapper.name} on the host HTP emulator ({soc_name})")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
