@@ -122,9 +122,9 @@ def test_the_counts_the_docs_state_are_the_code_s() -> None:
 
 
 def test_every_file_the_hand_written_pages_name_exists() -> None:
-    """A path in backticks (`qnndeploy/base/compat.py`, `tests/support/elfgen.py`) is a promise that the file is there: a
-    module moved or renamed must take the docs with it. Placeholders (`qnndeploy/cli/COMMAND.py`, `<graph>`) are
-    not paths."""
+    """A path in backticks (`qnndeploy/base/compat.py`, `tests/support/elfgen.py`) is a promise that the file is
+    there: a module moved or renamed must take the docs with it. Placeholders (`qnndeploy/cli/COMMAND.py`,
+    `<graph>`) are not paths."""
     named = re.compile(r"`((?:qnndeploy|tests|benchmarks|templates|android-sample|\.ci|docs)/[^`\s]*)`")
     missing = []
     for page in PAGES:

@@ -1,9 +1,10 @@
 """The on-device decision, NPU or CPU, as a pure function: the same steps the generated Kotlin selector runs.
 
-`device info/verify` use it to say what an app will do on a phone; tests/scaffold/test_kotlin.py feeds the same inputs to
-this function and to the Kotlin selector and requires identical results, reason strings included. So every rule
-here has a twin in templates/glue/.../QnnSelector.kt: change both or neither. The reason strings themselves have
-one source, data/reasons.json, which this module reads and `qnndeploy scaffold` renders into the Kotlin (Reasons.kt).
+`device info/verify` use it to say what an app will do on a phone; tests/scaffold/test_kotlin.py feeds the same
+inputs to this function and to the Kotlin selector and requires identical results, reason strings included. So every
+rule here has a twin in templates/glue/kotlin/common/QnnSelector.kt: change both or neither. The reason strings
+themselves have one source, data/reasons.json, which this module reads and `qnndeploy scaffold` renders into the
+Kotlin (Generated.kt).
 
 Text is normalised with ASCII rules only (trim ASCII whitespace, upper/lower-case ASCII letters) on both sides:
 Python's and the JVM's Unicode tables differ (U+0085 is whitespace to Python, not to Java), so Unicode rules would
