@@ -17,6 +17,7 @@ from pathlib import Path
 
 from qnndeploy.base.errors import BadInput, CheckFailed, MissingTool, QnnDeployError
 from qnndeploy.base.fileio import Progress
+from qnndeploy.base.interrupt import Run
 from qnndeploy.base.socs import Soc
 from qnndeploy.base.socs import catalog as socs
 from qnndeploy.base.socs import find as find_soc
@@ -66,6 +67,7 @@ __all__ = [
     "PrepareResult",
     "Problem",
     "QnnDeployError",
+    "Run",
     "ScaffoldResult",
     "Soc",
     "SplitResult",

@@ -14,7 +14,6 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from dataclasses import replace as replace_spec
 from pathlib import Path
@@ -55,6 +54,7 @@ from qnndeploy.base.names import (
     graph_name,
     path_problem,
 )
+from qnndeploy.base.pool import Pool
 from qnndeploy.formats import archive
 from qnndeploy.formats.decision import BACKEND_LIB, SYSTEM_LIB, qnn_libraries
 from qnndeploy.formats.manifest import (
@@ -624,7 +624,7 @@ def _stage(spec: BundleSpec, plan: _Plan, tmp: Path, progress: Progress | None) 
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
         files = [(_pointed_at_bin(src, Path(scratch), rel, plan.loads[rel]), rel, m) if rel in plan.loads
                  else (src, rel, m) for src, rel, m in plan.files]
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        with Pool(max_workers=os.cpu_count() or 1) as pool:
             results = list(pool.map(lambda item: _copy(item[0], tmp / item[1], item[2],
                                                        spec.expected_sha256.get(item[0]), progress, spec.build),
                                     files))

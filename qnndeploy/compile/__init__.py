@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -32,12 +32,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnndeploy import __version__
-from qnndeploy.base import fileio
+from qnndeploy.base import fileio, interrupt
 from qnndeploy.base import socs as catalog
 from qnndeploy.base.errors import BadInput, MissingTool, QnnDeployError
 from qnndeploy.base.fileio import JSON, sha256_file, staging_dir, write_json
 from qnndeploy.base.kinds import BackendName, Precision, choices
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, graph_name
+from qnndeploy.base.pool import Pool
 from qnndeploy.compile import cache, logs
 from qnndeploy.compile.aihub import AihubBackend
 from qnndeploy.compile.jobs import Backend, Compiled, CompileError, HtpSettings, Job, Member, Tools, set_input_paths
@@ -247,7 +248,7 @@ def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend
     tools = Tools()
     # Remote jobs wait on AI Hub, not on this machine's cores: all of them are submitted at once.
     workers = jobs or (len(plan) if be.name == BackendName.AIHUB else os.cpu_count() or 1)
-    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    pool = Pool(max_workers=max(1, workers))
     try:
         def run(job: Job) -> JobResult:
             if progress:
@@ -261,7 +262,7 @@ def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend
                 results.append(fut.result())
                 if progress:
                     progress(len(results), len(plan), results[-1])
-            fileio.check_stop()  # a safe point: a SIGTERM (the handler only sets the flag) stops the compile here
+            interrupt.check()  # a safe point: a SIGTERM (the handler only sets the flag) stops the compile here
     except BaseException:  # Ctrl-C, SIGTERM (its flag, raised as KeyboardInterrupt at a safe point), or a bug
         _cancel(pool, tools)
         raise
@@ -272,7 +273,7 @@ def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend
                           all(r.status != JobStatus.FAILED for r in results))
 
 
-def _cancel(pool: ThreadPoolExecutor, tools: Tools) -> None:
+def _cancel(pool: Pool, tools: Tools) -> None:
     """Stop the running tools, drop the queued jobs and wait until every job thread has removed its partial
     folder, even through more Ctrl-C presses: after this, nothing writes into the build."""
     while True:

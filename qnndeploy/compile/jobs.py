@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
-from qnndeploy.base.fileio import JSON, stop_requested
+from qnndeploy.base import interrupt
+from qnndeploy.base.fileio import JSON
 from qnndeploy.base.kinds import BackendName, Precision
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ class Tools:
         the compile is being stopped (before the start, or because the tool was stopped)."""
         log.flush()
         with self._lock:
-            if self._stopping.is_set() or stop_requested():
+            if self._stopping.is_set() or interrupt.requested():
                 raise KeyboardInterrupt
             proc = subprocess.Popen(dies_with_cli(cmd), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     env=env, start_new_session=True)
@@ -90,7 +91,7 @@ class Tools:
 
     def stopping(self) -> bool:
         """Whether the compile is being stopped: work that runs no tool (a remote job) checks this while it waits."""
-        return self._stopping.is_set() or stop_requested()
+        return self._stopping.is_set() or interrupt.requested()
 
     def stop(self) -> None:
         """Stop every running tool and its children (SIGTERM, then SIGKILL after GRACE_S) and wait for them."""
