@@ -45,7 +45,15 @@ from qnndeploy.compile.jobs import Backend, Compiled, CompileError, HtpSettings,
 from qnndeploy.compile.ort import OrtBackend
 from qnndeploy.compile.qairt import QairtBackend
 from qnndeploy.formats.manifest import graph_signature
-from qnndeploy.formats.records import RECORD, RECORD_FILE, RECORD_VERSION, JobStarted, RecordStatus, read_record
+from qnndeploy.formats.records import (
+    RECORD,
+    RECORD_FILE,
+    RECORD_VERSION,
+    JobFile,
+    JobStarted,
+    RecordStatus,
+    read_record,
+)
 from qnndeploy.model.onnxio import load_model, model_inputs, require_model_file
 from qnndeploy.model.samples import for_graph, sample_source, write_samples
 from qnndeploy.qnn import contextcheck, htp, qnnsystem
@@ -91,7 +99,7 @@ class JobResult:
     folder: Path
     log: Path
     duration_s: float
-    outputs: list[JSON]
+    outputs: tuple[JobFile, ...]  # what the job folder holds, as its compile.json lists it
     warnings: list[str]
     findings: list[logs.Finding]
     error: str | None = None
@@ -466,9 +474,10 @@ def _up_to_date(job: Job) -> dict[str, Any] | None:
 
 def _result(job: Job, record: JSON, status: JobStatus, findings: list[logs.Finding], seconds: float,
             note: str | None = None) -> JobResult:
-    return JobResult(job.graph, job.soc.model, status, job.folder, job.log,
-                     round(seconds, 3), record.get("outputs", []), record.get("warnings", []), findings,
-                     record.get("error"), note, [m.graph for m in job.members], record.get("shared"))
+    outputs = tuple(JobFile(**o) for o in record.get("outputs", []))
+    return JobResult(job.graph, job.soc.model, status, job.folder, job.log, round(seconds, 3), outputs,
+                     record.get("warnings", []), findings, record.get("error"), note, [m.graph for m in job.members],
+                     record.get("shared"))
 
 
 def _base_record(job: Job, be: Backend, out: Path) -> JSON:
