@@ -23,7 +23,7 @@ from qnndeploy.cli._common import (
     soc_option,
 )
 from qnndeploy.cli._toolchain import qairt_option, under_toolchain
-from qnndeploy.compile.jobs import HtpSettings
+from qnndeploy.formats.records import HtpSettings
 from qnndeploy.qnn import toolchain
 
 

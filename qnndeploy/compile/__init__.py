@@ -41,7 +41,7 @@ from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, graph_name
 from qnndeploy.base.pool import Pool
 from qnndeploy.compile import cache, logs
 from qnndeploy.compile.aihub import AihubBackend
-from qnndeploy.compile.jobs import Backend, Compiled, CompileError, HtpSettings, Job, Member, Tools, set_input_paths
+from qnndeploy.compile.jobs import Backend, Compiled, CompileError, Job, Member, Tools, set_input_paths
 from qnndeploy.compile.ort import OrtBackend
 from qnndeploy.compile.qairt import QairtBackend
 from qnndeploy.formats.manifest import graph_signature
@@ -49,6 +49,7 @@ from qnndeploy.formats.records import (
     RECORD,
     RECORD_FILE,
     RECORD_VERSION,
+    HtpSettings,
     JobFile,
     JobStarted,
     RecordStatus,
