@@ -17,13 +17,13 @@ from pathlib import Path
 
 from qnndeploy.base.errors import BadInput, CheckFailed, MissingTool, QnnDeployError
 from qnndeploy.base.fileio import Progress
+from qnndeploy.base.interrupt import Run
 from qnndeploy.base.socs import Soc
 from qnndeploy.base.socs import catalog as socs
 from qnndeploy.base.socs import find as find_soc
 from qnndeploy.bundle.build import BundleResult, BundleSpec, build_bundle, spec_from_build, with_split
 from qnndeploy.check import CheckReport, check_model
 from qnndeploy.compile import CompileOptions, CompileSummary, JobResult, compile_models
-from qnndeploy.compile.jobs import HtpSettings
 from qnndeploy.device import hosted
 from qnndeploy.device import verify as on_device
 from qnndeploy.device.hosted import HostedChoice
@@ -31,6 +31,7 @@ from qnndeploy.device.info import DeviceInfo, ListedDevice, device_info, devices
 from qnndeploy.device.verify import DeviceVerification
 from qnndeploy.diagnose import DiagnoseOptions, DiagnoseResult, diagnose
 from qnndeploy.formats.manifest import Manifest
+from qnndeploy.formats.records import HtpSettings
 from qnndeploy.formats.verify import Problem, VerifyReport, opened, require_bundle
 from qnndeploy.inspect import BinaryReport, InspectResult, inspect
 from qnndeploy.package import play as playroom
@@ -66,6 +67,7 @@ __all__ = [
     "PrepareResult",
     "Problem",
     "QnnDeployError",
+    "Run",
     "ScaffoldResult",
     "Soc",
     "SplitResult",

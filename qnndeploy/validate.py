@@ -8,18 +8,19 @@ import math
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 
 from qnndeploy import __version__
-from qnndeploy.base import fileio, socs
+from qnndeploy.base import interrupt, socs
 from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON, sha256_file, write_json
 from qnndeploy.base.kinds import Precision
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
+from qnndeploy.base.pool import Pool
 from qnndeploy.formats.records import (
     VALIDATION_RECORD,
     VALIDATION_VERSION,
@@ -144,7 +145,7 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
         return i, _validate_one(record, random, seed, thresholds, per_graph, locks[record.graph], given,
                                 reason.strip() if loosened and reason else None)
 
-    pool = ThreadPoolExecutor(max_workers=jobs or default_jobs())
+    pool = Pool(max_workers=jobs or default_jobs())
     try:
         pending = {pool.submit(run, i, record) for i, record in enumerate(plan)}
         while pending:
@@ -154,7 +155,7 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
                 results[i] = result
                 if progress:
                     progress(len(results), len(plan), result)
-            fileio.check_stop()  # a safe point: SIGTERM stops between runs (a running emulator run ends first)
+            interrupt.check()  # a safe point: SIGTERM stops between runs (a running emulator run ends first)
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)
         raise

@@ -11,13 +11,13 @@ import re
 import shutil
 import stat
 import tempfile
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from qnndeploy.base import interrupt
 from qnndeploy.base.errors import BadInput, QnnDeployError
 
 CHUNK = 1 << 20
@@ -343,7 +343,7 @@ def copy_verified(src: Path, dest: Path, *, sha256: str | None = None, size: int
       that of the bytes written, never of another read. `scan` sees each chunk, `progress` its length.
     - `sha256`/`size`: what the bytes must be (from a manifest or record that was checked). When the bytes
       written differ: QnnDeployError "SRC changed since SINCE (how); ADVICE", as soon as it grows past `size`.
-    - No partial destination: on any failure or interrupt (a safe point between chunks: check_stop), `dest` is
+    - No partial destination: on any failure or interrupt (a safe point between chunks: interrupt.check), `dest` is
       removed.
     - Errors: a QnnDeployError for the source (refused, unreadable, changed); an OSError for writing `dest`
       propagates as it is (its errno says why: ENOSPC, EROFS, ...), so that the caller's `writing(OUTPUT)` names the
@@ -363,7 +363,7 @@ def copy_verified(src: Path, dest: Path, *, sha256: str | None = None, size: int
         try:
             try:
                 while True:
-                    check_stop()  # a safe point: a SIGTERM stops a long copy here
+                    interrupt.check()  # a safe point: a SIGTERM stops a long copy here
                     try:
                         n = os.readv(f.fileno(), [buf])  # straight from the fd: no second buffer
                     except OSError as e:
@@ -428,7 +428,7 @@ def sha256_file(path: Path, progress: Progress | None = None, scan: Callable[[by
     try:
         with path.open("rb", buffering=0) as f, (copy_to.open("wb") if copy_to else nullcontext()) as out:
             while n := f.readinto(buf):
-                check_stop()  # a safe point: a SIGTERM stops a long hash or copy here
+                interrupt.check()  # a safe point: a SIGTERM stops a long hash or copy here
                 digest.update(view[:n])
                 if scan is not None:
                     scan(bytes(view[:n]))
@@ -453,38 +453,6 @@ def write_json(path: Path, data: object) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-# --- interruption: a signal handler only sets a flag; long loops call check_stop() at safe points ----------------
-
-_STOP = threading.Event()
-_PUBLISHED: list[Path] = []  # what this process published (complete), for an honest message after an interrupt
-
-
-def request_stop() -> None:
-    """Ask the running work to stop at its next safe point (what the CLI's SIGTERM handler does, and nothing else)."""
-    _STOP.set()
-
-
-def stop_requested() -> bool:
-    return _STOP.is_set()
-
-
-def clear_stop() -> None:
-    """Forget an earlier stop request and publications (for tests running several commands in one process)."""
-    _STOP.clear()
-    _PUBLISHED.clear()
-
-
-def check_stop() -> None:
-    """A safe point: raise KeyboardInterrupt if a stop was requested, so the usual cleanup unwinds the work."""
-    if _STOP.is_set():
-        raise KeyboardInterrupt
-
-
-def published() -> list[Path]:
-    """The outputs this process has published so far, in order."""
-    return list(_PUBLISHED)
 
 
 # --- atomic publication -------------------------------------------------------------------------------------------
@@ -554,7 +522,7 @@ def replace(staged: Path, final: Path, mode: int | None = None) -> None:
             old.replace(final)
             raise
         _remove(old)
-    _PUBLISHED.append(final)
+    interrupt.record(final)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -14,7 +14,6 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from dataclasses import replace as replace_spec
 from pathlib import Path
@@ -55,6 +54,7 @@ from qnndeploy.base.names import (
     graph_name,
     path_problem,
 )
+from qnndeploy.base.pool import Pool
 from qnndeploy.formats import archive
 from qnndeploy.formats.decision import BACKEND_LIB, SYSTEM_LIB, qnn_libraries
 from qnndeploy.formats.manifest import (
@@ -70,6 +70,7 @@ from qnndeploy.formats.records import (
     RECORD_FILE,
     VALIDATION_FILE,
     CompileRecord,
+    HtpSettings,
     RecordStatus,
     ValidationRecord,
     read_build,
@@ -102,7 +103,7 @@ class BundleSpec:
     license: str | None = None
     records: Mapping[str, Path] = field(default_factory=dict)  # name under records/ -> file
     validation: Mapping[str, JSON] = field(default_factory=dict)  # SoC model -> validation summary
-    htp: Mapping[str, JSON] = field(default_factory=dict)  # SoC model -> the HTP settings it was compiled with
+    htp: Mapping[str, HtpSettings] = field(default_factory=dict)  # SoC model -> the HTP settings it was compiled with
     accepted_on: Mapping[str, str] = field(default_factory=dict)  # SoC model -> where the app runs accepted failures
     performance_mode: str | None = None  # the HTP performance mode the glue sets (None: the glue's default)
     expected_sha256: Mapping[Path, str] = field(default_factory=dict)  # inputs whose hash a compile record holds
@@ -143,7 +144,7 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
     cpu: dict[str, Path] = {}
     npu: dict[str, dict[str, list[Path]]] = {}
     expected: dict[Path, str] = {}
-    htp: dict[str, JSON] = {}
+    htp: dict[str, HtpSettings] = {}
     records: dict[str, Path] = {}
     validation: dict[str, JSON] = {}
     for rec in jobs:
@@ -156,8 +157,8 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
         npu.setdefault(soc, {})[graph] = [job / o.path for o in outputs]
         expected.update({job / o.path: o.sha256 for o in outputs})
         if rec.htp is not None and htp.setdefault(soc, rec.htp) != rec.htp:
-            raise BadInput(f"{build} has {soc} graphs compiled with different HTP settings ({htp[soc]} "
-                           f"and {rec.htp} for {graph}): compile them with the same --vtcm-mb, "
+            raise BadInput(f"{build} has {soc} graphs compiled with different HTP settings ({htp[soc]}; "
+                           f"{rec.htp} for {graph}): compile them with the same --vtcm-mb, "
                            "--optimization-mode and --spill-fill")
         records[f"{rec.shared or graph}-{soc}-{RECORD_FILE}"] = job / RECORD_FILE
         target = validation.setdefault(soc, {"passed": True, "graphs": {}})
@@ -624,7 +625,7 @@ def _stage(spec: BundleSpec, plan: _Plan, tmp: Path, progress: Progress | None) 
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
         files = [(_pointed_at_bin(src, Path(scratch), rel, plan.loads[rel]), rel, m) if rel in plan.loads
                  else (src, rel, m) for src, rel, m in plan.files]
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        with Pool(max_workers=os.cpu_count() or 1) as pool:
             results = list(pool.map(lambda item: _copy(item[0], tmp / item[1], item[2],
                                                        spec.expected_sha256.get(item[0]), progress, spec.build),
                                     files))
@@ -666,7 +667,7 @@ def _manifest(spec: BundleSpec, plan: _Plan, facts: dict[str, FileFacts]) -> JSO
                 ],
                 "validation": spec.validation.get(model),
                 **({"accepted_on": spec.accepted_on[model]} if model in spec.accepted_on else {}),
-                **({"compile": spec.htp[model]} if model in spec.htp else {}),
+                **({"compile": spec.htp[model].manifest_json()} if model in spec.htp else {}),
             }
             for model, (soc, _) in plan.targets.items()
         ],

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, NoReturn
 
 import click
 
-from qnndeploy.base import fileio
+from qnndeploy.base import interrupt
 from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, BadInput, QnnDeployError
 
 EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM (README "Exit codes")
@@ -110,15 +110,17 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
 # --- interrupts ---------------------------------------------------------------------------------------------------
 
 def on_sigterm(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM (CI cancel, kill): only set the stop flag; the work stops at its next safe point (a hashed or copied
-    chunk, a compile poll) and unwinds through the usual cleanup. Raising here instead could land anywhere, e.g.
-    inside a native module's import, and crash the interpreter. A second SIGTERM ends the process at once (the
-    default action); what it leaves (a staging folder) is removed by the next run."""
-    if fileio.stop_requested():
+    """SIGTERM (CI cancel, kill): only ask the running command's Run to stop; the work stops at its next safe point
+    (a hashed or copied chunk, a compile poll) and unwinds through the usual cleanup. Raising here instead could land
+    anywhere, e.g. inside a native module's import, and crash the interpreter. A second SIGTERM, or one while no
+    command runs, ends the process at once (the default action); what it leaves (a staging folder) is removed by the
+    next run."""
+    run = interrupt.current()
+    if run is None or run.stopping:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
         return
-    fileio.request_stop()
+    run.stop()
 
 
 def install_signal_handlers() -> None:
@@ -126,10 +128,10 @@ def install_signal_handlers() -> None:
     signal.signal(signal.SIGTERM, on_sigterm)
 
 
-def interrupted_message(since: int = 0) -> str:
+def interrupted_message(run: interrupt.Run | None = None) -> str:
     """The one line for an interrupted run, true to what was published: publication is the commit point, so what
     was published before the interrupt (and is still there) is complete and is named."""
-    done = [p for p in dict.fromkeys(fileio.published()[since:]) if p.exists()]
+    done = [p for p in dict.fromkeys(run.published if run else []) if p.exists()]
     if not done:
         return "interrupted; nothing was left half-written"
     names = ", ".join(shown(p) for p in done[:3]) + (f" and {len(done) - 3} more" if len(done) > 3 else "")
@@ -138,22 +140,23 @@ def interrupted_message(since: int = 0) -> str:
 
 
 def handles_errors(fn: Callable[..., None]) -> Callable[..., None]:
-    """Turn the library's one error type into a one-line message and its exit code, never a traceback. A SIGTERM
-    that came too late to stop anything (after the output was published) still ends in exit 130, saying so."""
+    """Run the command in a Run of its own (its stop request and publications), and turn the library's one error
+    type into a one-line message and its exit code, never a traceback. A SIGTERM that came too late to stop
+    anything (after the output was published) still ends in exit 130, saying so."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> None:
-        since = len(fileio.published())  # this command's publications only (tests run many in one process)
-        try:
-            fn(*args, **kwargs)
-        except QnnDeployError as e:
-            if kwargs.get("as_json"):  # a script reading stdout gets the failure too, not an empty stream
-                emit_json({"error": str(e), "exit_code": e.exit_code})
-            fail(str(e), e.exit_code)
-        except KeyboardInterrupt:
-            fail(interrupted_message(since), EXIT_INTERRUPTED)
-        if fileio.stop_requested():
-            fail(interrupted_message(since), EXIT_INTERRUPTED)
+        with interrupt.Run() as run:
+            try:
+                fn(*args, **kwargs)
+            except QnnDeployError as e:
+                if kwargs.get("as_json"):  # a script reading stdout gets the failure too, not an empty stream
+                    emit_json({"error": str(e), "exit_code": e.exit_code})
+                fail(str(e), e.exit_code)
+            except KeyboardInterrupt:
+                fail(interrupted_message(run), EXIT_INTERRUPTED)
+            if run.stopping:
+                fail(interrupted_message(run), EXIT_INTERRUPTED)
 
     return wrapper
 

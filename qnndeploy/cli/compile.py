@@ -23,7 +23,7 @@ from qnndeploy.cli._common import (
     soc_option,
 )
 from qnndeploy.cli._toolchain import qairt_option, under_toolchain
-from qnndeploy.compile.jobs import HtpSettings
+from qnndeploy.formats.records import HtpSettings
 from qnndeploy.qnn import toolchain
 
 
@@ -34,8 +34,8 @@ def _render_compile(summary: stage.CompileSummary) -> None:
             click.echo(f"  FAILED  {j.graph:<14} {j.soc:<9} {j.error}")
             click.echo(f"  {'':<7} {'':<14} {'':<9} log: {shown(j.log)}")
             continue
-        binary = next((o for o in j.outputs if o["format"] == CONTEXT_BINARY and not o.get("twin")), None)
-        made = f"{shown(j.folder / binary['path'])} ({binary['size'] / 1e6:.1f} MB)" if binary else ""
+        binary = next((o for o in j.outputs if o.format == CONTEXT_BINARY and not o.twin), None)
+        made = f"{shown(j.folder / binary.path)} ({binary.size / 1e6:.1f} MB)" if binary else ""
         when = j.note if j.status == stage.JobStatus.CACHED else f"{j.duration_s:.1f} s"
         click.echo(f"  {j.status:<7} {j.graph:<14} {j.soc:<9} {made}  [{when}]")
         if j.shared:

@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -32,19 +32,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnndeploy import __version__
-from qnndeploy.base import fileio
+from qnndeploy.base import fileio, interrupt
 from qnndeploy.base import socs as catalog
 from qnndeploy.base.errors import BadInput, MissingTool, QnnDeployError
 from qnndeploy.base.fileio import JSON, sha256_file, staging_dir, write_json
 from qnndeploy.base.kinds import BackendName, Precision, choices
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, graph_name
+from qnndeploy.base.pool import Pool
 from qnndeploy.compile import cache, logs
 from qnndeploy.compile.aihub import AihubBackend
-from qnndeploy.compile.jobs import Backend, Compiled, CompileError, HtpSettings, Job, Member, Tools, set_input_paths
+from qnndeploy.compile.jobs import Backend, Compiled, CompileError, Job, Member, Tools, set_input_paths
 from qnndeploy.compile.ort import OrtBackend
 from qnndeploy.compile.qairt import QairtBackend
 from qnndeploy.formats.manifest import graph_signature
-from qnndeploy.formats.records import RECORD, RECORD_FILE, RECORD_VERSION, JobStarted, RecordStatus, read_record
+from qnndeploy.formats.records import (
+    RECORD,
+    RECORD_FILE,
+    RECORD_VERSION,
+    HtpSettings,
+    JobFile,
+    JobStarted,
+    RecordStatus,
+    read_record,
+)
 from qnndeploy.model.onnxio import load_model, model_inputs, require_model_file
 from qnndeploy.model.samples import for_graph, sample_source, write_samples
 from qnndeploy.qnn import contextcheck, htp, qnnsystem
@@ -90,7 +100,7 @@ class JobResult:
     folder: Path
     log: Path
     duration_s: float
-    outputs: list[JSON]
+    outputs: tuple[JobFile, ...]  # what the job folder holds, as its compile.json lists it
     warnings: list[str]
     findings: list[logs.Finding]
     error: str | None = None
@@ -247,7 +257,7 @@ def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend
     tools = Tools()
     # Remote jobs wait on AI Hub, not on this machine's cores: all of them are submitted at once.
     workers = jobs or (len(plan) if be.name == BackendName.AIHUB else os.cpu_count() or 1)
-    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    pool = Pool(max_workers=max(1, workers))
     try:
         def run(job: Job) -> JobResult:
             if progress:
@@ -261,7 +271,7 @@ def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend
                 results.append(fut.result())
                 if progress:
                     progress(len(results), len(plan), results[-1])
-            fileio.check_stop()  # a safe point: a SIGTERM (the handler only sets the flag) stops the compile here
+            interrupt.check()  # a safe point: a SIGTERM (the handler only sets the flag) stops the compile here
     except BaseException:  # Ctrl-C, SIGTERM (its flag, raised as KeyboardInterrupt at a safe point), or a bug
         _cancel(pool, tools)
         raise
@@ -272,7 +282,7 @@ def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend
                           all(r.status != JobStatus.FAILED for r in results))
 
 
-def _cancel(pool: ThreadPoolExecutor, tools: Tools) -> None:
+def _cancel(pool: Pool, tools: Tools) -> None:
     """Stop the running tools, drop the queued jobs and wait until every job thread has removed its partial
     folder, even through more Ctrl-C presses: after this, nothing writes into the build."""
     while True:
@@ -465,9 +475,10 @@ def _up_to_date(job: Job) -> dict[str, Any] | None:
 
 def _result(job: Job, record: JSON, status: JobStatus, findings: list[logs.Finding], seconds: float,
             note: str | None = None) -> JobResult:
-    return JobResult(job.graph, job.soc.model, status, job.folder, job.log,
-                     round(seconds, 3), record.get("outputs", []), record.get("warnings", []), findings,
-                     record.get("error"), note, [m.graph for m in job.members], record.get("shared"))
+    outputs = tuple(JobFile(**o) for o in record.get("outputs", []))
+    return JobResult(job.graph, job.soc.model, status, job.folder, job.log, round(seconds, 3), outputs,
+                     record.get("warnings", []), findings, record.get("error"), note, [m.graph for m in job.members],
+                     record.get("shared"))
 
 
 def _base_record(job: Job, be: Backend, out: Path) -> JSON:

@@ -20,7 +20,8 @@ from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
-from qnndeploy.compile.jobs import Compiled, CompileError, HtpSettings, Job, Tools
+from qnndeploy.compile.jobs import Compiled, CompileError, Job, Tools
+from qnndeploy.formats.records import HtpSettings
 from qnndeploy.model.onnxio import model_inputs
 from qnndeploy.model.samples import load_samples
 from qnndeploy.qnn import aihub, epcontext, htp, markers, qnnsystem

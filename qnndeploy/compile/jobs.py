@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
-from qnndeploy.base.fileio import JSON, stop_requested
+from qnndeploy.base import interrupt
+from qnndeploy.base.fileio import JSON
 from qnndeploy.base.kinds import BackendName, Precision
+from qnndeploy.formats.records import HtpSettings
 
 if TYPE_CHECKING:
     from qnndeploy.base.socs import Soc
@@ -74,7 +76,7 @@ class Tools:
         the compile is being stopped (before the start, or because the tool was stopped)."""
         log.flush()
         with self._lock:
-            if self._stopping.is_set() or stop_requested():
+            if self._stopping.is_set() or interrupt.requested():
                 raise KeyboardInterrupt
             proc = subprocess.Popen(dies_with_cli(cmd), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     env=env, start_new_session=True)
@@ -90,7 +92,7 @@ class Tools:
 
     def stopping(self) -> bool:
         """Whether the compile is being stopped: work that runs no tool (a remote job) checks this while it waits."""
-        return self._stopping.is_set() or stop_requested()
+        return self._stopping.is_set() or interrupt.requested()
 
     def stop(self) -> None:
         """Stop every running tool and its children (SIGTERM, then SIGKILL after GRACE_S) and wait for them."""
@@ -130,15 +132,6 @@ class Compiled:
     twins: list[str] = field(default_factory=list)  # file names
     shared_saving: JSON | None = None  # {"shared_bytes", "separate_bytes"}
     aihub: JSON | None = None  # backend aihub: the remote job (compile record "aihub")
-
-
-@dataclass(frozen=True)
-class HtpSettings:
-    """HTP compile settings the user chose; None/False leaves the compiler's default."""
-    vtcm_mb: int | None = None  # VTCM the graphs may use (default: all of the SoC's)
-    optimization_mode: int | None = None  # graph finalization optimization, 1-3: 3 compiles slowest, runs fastest
-    spill_fill: bool = False  # a spill-fill buffer shared by the graphs of a context (ORT enable_htp_spill_fill_buffer)
-    keep_fp16: tuple[str, ...] = ()  # w8a16: nodes left unquantized, which the HTP then runs in fp16
 
 
 @dataclass(frozen=True)

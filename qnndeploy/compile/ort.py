@@ -24,7 +24,8 @@ from qnndeploy.base.fileio import JSON, write_json
 from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.compile import logs
-from qnndeploy.compile.jobs import Compiled, CompileError, HtpSettings, Job, Member, Tools
+from qnndeploy.compile.jobs import Compiled, CompileError, Job, Member, Tools
+from qnndeploy.formats.records import HtpSettings
 from qnndeploy.model.onnxio import load_model, model_inputs
 from qnndeploy.model.quantize import SETTINGS, qdq
 from qnndeploy.model.samples import load_samples

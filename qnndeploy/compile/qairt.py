@@ -23,7 +23,8 @@ from qnndeploy.base.fileio import JSON
 from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.base.names import CONTEXT_BINARY
 from qnndeploy.compile import logs
-from qnndeploy.compile.jobs import Compiled, CompileError, HtpSettings, Job, Tools
+from qnndeploy.compile.jobs import Compiled, CompileError, Job, Tools
+from qnndeploy.formats.records import HtpSettings
 from qnndeploy.model.onnxio import model_inputs
 from qnndeploy.model.samples import load_samples
 

@@ -10,13 +10,13 @@ each layer) goes into the same device record as an adb verify, with the job ids 
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from qnndeploy.base import socs
 from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON
+from qnndeploy.base.pool import Pool
 from qnndeploy.device.verify import DeviceVerification, GraphRun, Job, write_record
 from qnndeploy.formats import decision
 from qnndeploy.formats.manifest import FileFormat, Manifest
@@ -79,7 +79,7 @@ def verify_hosted(job: Job, names: list[str], soc_names: list[str]) -> list[Devi
         except QnnDeployError as e:
             return DeviceVerification(label, error=str(e), model=hosted.name)
 
-    with ThreadPoolExecutor(max_workers=len(targets)) as pool:
+    with Pool(max_workers=len(targets)) as pool:
         return list(pool.map(one, targets))
 
 

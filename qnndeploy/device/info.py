@@ -9,12 +9,12 @@ function names the target the app would choose.
 from __future__ import annotations
 
 import shlex
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from qnndeploy.base import socs
 from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.pool import Pool
 from qnndeploy.device.adb import Device, DeviceEntry, connect, list_devices, parse_int
 from qnndeploy.formats import decision
 from qnndeploy.formats.manifest import load_manifest
@@ -75,7 +75,7 @@ def devices(timeout: float | None = None) -> list[ListedDevice]:
                 row.error = str(err)
         return row
 
-    with ThreadPoolExecutor(max_workers=max(1, len(entries))) as pool:
+    with Pool(max_workers=max(1, len(entries))) as pool:
         return list(pool.map(one, entries))
 
 

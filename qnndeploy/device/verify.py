@@ -17,7 +17,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +26,7 @@ from typing import Any
 from qnndeploy import __version__
 from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON, sha256_file, write_json
+from qnndeploy.base.pool import Pool
 from qnndeploy.device import runner
 from qnndeploy.device.adb import FILES, Device, LocalFile, MiB, Progress, Upload, connect, list_devices
 from qnndeploy.formats import decision, playplan
@@ -413,5 +413,5 @@ def verify_all(job: Job) -> list[DeviceVerification]:
         except QnnDeployError as e:
             return DeviceVerification(serial, error=str(e))
 
-    with ThreadPoolExecutor(max_workers=len(entries)) as pool:
+    with Pool(max_workers=len(entries)) as pool:
         return list(pool.map(one, [e.serial for e in entries]))

@@ -28,7 +28,7 @@ from qnndeploy.base.errors import BadInput, QnnDeployError, first_line
 from qnndeploy.base.fileio import FULL, JSON, check_writable, sha256_file, write_error
 from qnndeploy.base.kinds import Precision, Side
 from qnndeploy.base.names import EPCONTEXT, file_kind, graph_name
-from qnndeploy.formats.records import CompileRecord, ValidationRecord, read_build
+from qnndeploy.formats.records import CompileRecord, HtpSettings, ValidationRecord, read_build
 from qnndeploy.model import samples
 from qnndeploy.model.metrics import (
     Fit,
@@ -454,9 +454,8 @@ class _Session:
 
 def _provider(record: CompileRecord) -> dict[str, str]:
     """The QNN EP options the job was compiled with that change how the HTP computes (VTCM, optimization mode)."""
-    settings = record.htp or {}
-    found = {"vtcm_mb": settings.get("vtcm_mb"),
-             "htp_graph_finalization_optimization_mode": settings.get("optimization_mode")}
+    settings = record.htp or HtpSettings()
+    found = {"vtcm_mb": settings.vtcm_mb, "htp_graph_finalization_optimization_mode": settings.optimization_mode}
     return {k: str(v) for k, v in found.items() if v not in (None, False)}
 
 

@@ -52,6 +52,24 @@ class JobFile:
 
 
 @dataclass(frozen=True)
+class HtpSettings:
+    """HTP compile settings: chosen on compile's command line, read back from its record, written into the manifest
+    (all but keep_fp16, which only the compile uses). None/False leaves the compiler's default."""
+    vtcm_mb: int | None = None  # VTCM the graphs may use (default: all of the SoC's)
+    optimization_mode: int | None = None  # graph finalization optimization, 1-3: 3 compiles slowest, runs fastest
+    spill_fill: bool = False  # a spill-fill buffer shared by the graphs of a context (ORT enable_htp_spill_fill_buffer)
+    keep_fp16: tuple[str, ...] = ()  # w8a16: nodes left unquantized, which the HTP then runs in fp16
+
+    def manifest_json(self) -> JSON:
+        """A target's "compile" in manifest.json."""
+        return {"vtcm_mb": self.vtcm_mb, "optimization_mode": self.optimization_mode, "spill_fill": self.spill_fill}
+
+    def __str__(self) -> str:
+        return (f"--vtcm-mb {self.vtcm_mb or 'default'}, --optimization-mode {self.optimization_mode or 'default'}, "
+                f"spill-fill {'on' if self.spill_fill else 'off'}")
+
+
+@dataclass(frozen=True)
 class CompileRecord:
     """What validate and bundle use of a compile record (the file keeps more: tools, options, log, timings)."""
 
@@ -70,7 +88,7 @@ class CompileRecord:
     cache_key: str | None
     shared: str | None = None  # the shared context (compile --share) this graph was compiled into
     twins: tuple[JobFile, ...] = ()  # for a member of a shared context: itself compiled alone, for the emulator
-    htp: JSON | None = None  # {"vtcm_mb", "optimization_mode", "spill_fill"} it was compiled with
+    htp: HtpSettings | None = None  # the HTP settings it was compiled with
 
     @classmethod
     def from_json(cls, folder: Path, data: dict[str, Any]) -> list[CompileRecord]:
@@ -120,13 +138,13 @@ class ValidationRecord:
                    data.get("threshold_reason"), data.get("inputs"))
 
 
-def htp_settings(options: dict[str, Any]) -> JSON:
+def htp_settings(options: dict[str, Any]) -> HtpSettings:
     """The HTP settings a compile record's backend options hold (ort: the QNN EP's options; qairt: its HTP
-    config), in the manifest's terms."""
+    config)."""
     config = options.get("htp_config") or {}
-    return {"vtcm_mb": options.get("vtcm_mb", config.get("vtcm_mb")),
-            "optimization_mode": options.get("htp_graph_finalization_optimization_mode", config.get("O")),
-            "spill_fill": bool(options.get("enable_htp_spill_fill_buffer"))}
+    return HtpSettings(options.get("vtcm_mb", config.get("vtcm_mb")),
+                       options.get("htp_graph_finalization_optimization_mode", config.get("O")),
+                       bool(options.get("enable_htp_spill_fill_buffer")))
 
 
 def split_records(models: dict[Path, str]) -> list[Path]:

@@ -8,7 +8,6 @@ import os
 import re
 import stat
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from qnndeploy.base import compat, socs
 from qnndeploy.base.errors import MissingTool, QnnDeployError
 from qnndeploy.base.fileio import JSON, Progress, read_limited
 from qnndeploy.base.names import MANIFEST, MAVEN_RUNTIME, SHARED_SINCE, path_problem
+from qnndeploy.base.pool import Pool
 from qnndeploy.formats import archive, elf
 from qnndeploy.formats.decision import qnn_libraries, soc_tables, upper
 from qnndeploy.formats.manifest import (
@@ -175,7 +175,7 @@ def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None
         listed.setdefault(entry.path, set()).add(entry.size)
     unread = {p: n for p, n in sizes.items() if n not in listed[p]}
     present = [(kind, x) for kind, x in entries if x.path in sizes and x.path not in unread]
-    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:  # hashlib releases the GIL
+    with Pool(max_workers=jobs or os.cpu_count() or 1) as pool:  # hashlib releases the GIL
         scanned = pool.map(lambda ke: scan_file(root / ke[1].path, ke[0] != "cpu" and ke[0] != "record",
                                                 progress), present)
         facts = {e.path: f for (_, e), f in zip(present, scanned, strict=True)}

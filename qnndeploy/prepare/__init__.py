@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnndeploy import __version__
-from qnndeploy.base import fileio, socs
+from qnndeploy.base import fileio, interrupt, socs
 from qnndeploy.base.errors import BadInput, CheckFailed, QnnDeployError, first_line
 from qnndeploy.base.fileio import sha256_file, write_json
 from qnndeploy.model import fuse as fusing
@@ -232,7 +232,7 @@ def prepare_model(src: Path, out: Path, options: PrepareOptions = PrepareOptions
             equivalence_inputs=str(inputs_dir) if inputs_dir else f"random (seed {o.seed})", tolerance=tolerance,
             equivalence=diffs, tools=_tool_versions(__version__), seconds=round(time.monotonic() - start, 2))
         write_json(work / "record.json", asdict(result))  # a short temporary name, renamed below
-        fileio.check_stop()  # the last safe point: after it the output is published, whatever signal comes
+        interrupt.check()  # the last safe point: after it the output is published, whatever signal comes
         _publish(final, data, work / "record.json", out, force)
         written = True
     except OSError as e:
@@ -311,7 +311,7 @@ def _candidate(tool: str | None, stage: Path, work: Path, name: str, external: b
                tolerance: float) -> _Candidate | str:
     """The model folded by `tool` (None: as it is), shapes re-inferred and run on the CPU against the original;
     a string saying why when it fails or does not run."""
-    fileio.check_stop()  # a safe point between candidates (a SIGTERM only sets the flag)
+    interrupt.check()  # a safe point between candidates (a SIGTERM only sets the flag)
     label = tool or "no folding"
     folder = work / (tool or "unfolded")
     folder.mkdir()

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from qnndeploy.base import child, fileio, socs
+from qnndeploy.base import child, interrupt, socs
 from qnndeploy.base.errors import BadInput, MissingTool, first_line
 from qnndeploy.model.onnxio import MAX_FOLDED_BYTES, inferred_values, load_model, oversized_constants
 
@@ -223,7 +223,7 @@ def _partition(path: Path, soc: socs.Soc, fp16: bool, ctx: Path, timeout: float 
                 code = proc.wait(timeout=0.1)
                 break
             except subprocess.TimeoutExpired:
-                fileio.check_stop()
+                interrupt.check()
                 if deadline is not None and time.monotonic() > deadline:
                     return f"the HTP compiler did not finish within {timeout:g} s", True
     finally:

@@ -22,7 +22,8 @@ import pytest
 from onnx import TensorProto
 from onnx import helper as h
 
-from qnndeploy.base import fileio
+from qnndeploy.base import fileio, interrupt
+from qnndeploy.base.pool import Pool
 from qnndeploy.cli import _common
 from qnndeploy.qnn import htp
 from tests.support.cli import run
@@ -32,13 +33,6 @@ from tests.support.host import alive, pids_mentioning, require
 
 class Killed(BaseException):
     """Stands for a SIGKILL at a rename: not an Exception, so only `except BaseException` cleanup sees it."""
-
-
-@pytest.fixture(autouse=True)
-def _no_stop_request():
-    fileio.clear_stop()
-    yield
-    fileio.clear_stop()
 
 
 def watch_renames(monkeypatch, check: Callable[[str], None], kill_at: int | None = None) -> list[str]:
@@ -141,14 +135,40 @@ def test_stale_leftovers_of_dead_runs_are_removed_only_for_the_same_name(tmp_pat
 def test_hashing_stops_at_a_safe_point(tmp_path):
     big = tmp_path / "big"
     big.write_bytes(b"\0" * (3 * fileio.CHUNK))
-    fileio.request_stop()
-    with pytest.raises(KeyboardInterrupt):
+    with interrupt.Run() as run, pytest.raises(KeyboardInterrupt):
+        run.stop()
         fileio.sha256_file(big, copy_to=tmp_path / "copy")
+    assert fileio.sha256_file(big)  # outside the run that was stopped, the same work runs
 
 
 def test_sigterm_handler_only_sets_a_flag():
-    _common.on_sigterm(signal.SIGTERM, None)  # no exception: the work stops at its next safe point
-    assert fileio.stop_requested()
+    with interrupt.Run() as run:
+        _common.on_sigterm(signal.SIGTERM, None)  # no exception: the work stops at its next safe point
+        assert run.stopping and interrupt.requested()
+    assert not interrupt.requested()
+
+
+def test_a_stop_reaches_the_pool_workers_of_its_run_and_no_other_run(tmp_path):
+    """A stop is the state of one run, not of the process: the workers of the stopped run stop at their next safe
+    point; a run beside it (another thread, as a notebook or a test runs them) and work outside any run go on."""
+    big = tmp_path / "big"
+    big.write_bytes(b"\0" * (3 * fileio.CHUNK))
+    other = interrupt.Run()
+    with interrupt.Run() as run, Pool(max_workers=2) as pool:
+        run.stop()
+        stopped = pool.submit(fileio.sha256_file, big)
+        with pytest.raises(KeyboardInterrupt):
+            stopped.result()
+        with other, Pool(max_workers=1) as beside:
+            assert beside.submit(fileio.sha256_file, big).result() == fileio.sha256_file(big)
+    assert not other.stopping
+
+
+def stop_current_run() -> None:
+    """What the SIGTERM handler does, from wherever the work is (a pool worker sees its command's run)."""
+    run = interrupt.current()
+    assert run is not None
+    run.stop()
 
 
 # --- bundle --force --------------------------------------------------------------------------------------------
@@ -215,7 +235,7 @@ def test_sigterm_at_the_last_rename_says_the_bundle_was_published(bundle_inputs,
     assert run(*bundle_args(bundle_inputs, out, "OLD")).exit_code == 0
 
     def sigterm_at_publication(what: str) -> None:
-        if "demo-1.0.0" in what and "manifest" not in what and not fileio.stop_requested():
+        if "demo-1.0.0" in what and "manifest" not in what and not interrupt.requested():
             _common.on_sigterm(signal.SIGTERM, None)  # once: a second SIGTERM would end this process
 
     watch_renames(monkeypatch, sigterm_at_publication)
@@ -223,7 +243,6 @@ def test_sigterm_at_the_last_rename_says_the_bundle_was_published(bundle_inputs,
     assert r.exit_code == 130, r.output
     assert "was published" in r.output or "were published" in r.output, r.output
     assert "demo-1.0.0" in r.output
-    fileio.clear_stop()  # verify hashes, and a hash stops at a safe point while a stop is requested
     assert bundle_state(out) == ("NEW", "NEW")
 
 
@@ -233,11 +252,11 @@ def test_sigterm_before_publication_leaves_the_old_bundle(bundle_inputs, tmp_pat
     real, real_copy = fileio.sha256_file, fileio.copy_verified
 
     def hashing(*a, **k):
-        fileio.request_stop()  # as the SIGTERM handler does
+        stop_current_run()
         return real(*a, **k)
 
     def copying(*a, **k):  # bundle copies and hashes in one read (fileio.copy_verified)
-        fileio.request_stop()
+        stop_current_run()
         return real_copy(*a, **k)
 
     monkeypatch.setattr(fileio, "sha256_file", hashing)
@@ -246,7 +265,6 @@ def test_sigterm_before_publication_leaves_the_old_bundle(bundle_inputs, tmp_pat
     r = run(*bundle_args(bundle_inputs, out, "NEW"))
     assert r.exit_code == 130 and "interrupted; nothing was left half-written" in r.output, r.output
     monkeypatch.undo()
-    fileio.clear_stop()
     assert bundle_state(out) == ("OLD", "OLD")
     assert sorted(p.name for p in out.iterdir()) == ["demo-1.0.0", "demo-1.0.0.zip"]
 

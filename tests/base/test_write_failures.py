@@ -34,19 +34,12 @@ from pathlib import Path
 
 import pytest
 
-from qnndeploy.base import fileio
+from qnndeploy.base import fileio, interrupt
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.qnn import htp
 from tests.support import bundles, fuzz
 from tests.support.cli import run
 from tests.support.host import require
-
-
-@pytest.fixture(autouse=True)
-def _no_stop_request():
-    fileio.clear_stop()
-    yield
-    fileio.clear_stop()
 
 
 def tree(folder: Path) -> dict[str, str]:
@@ -140,8 +133,8 @@ def test_copy_verified_never_writes_through_an_existing_destination(tmp_path):
 
 def test_copy_verified_stops_at_a_safe_point_and_leaves_no_destination(tmp_path):
     (tmp_path / "a").write_bytes(b"\0" * (3 * fileio.CHUNK))
-    fileio.request_stop()
-    with pytest.raises(KeyboardInterrupt):
+    with interrupt.Run() as run, pytest.raises(KeyboardInterrupt):
+        run.stop()
         fileio.copy_verified(tmp_path / "a", tmp_path / "b")
     assert not (tmp_path / "b").exists()
 

@@ -558,6 +558,14 @@ def test_htp_settings_reach_the_binary_and_the_record(models, tmp_path):
     assert r.exit_code == 0 and record(out, "cls", "SM8750")["cache_key"] != key
     r = run("compile", models["cls"], "--soc", "SM8750", "--soc", "SM8550", "-o", out, "--vtcm-mb", "16")
     assert r.exit_code == 2 and "more VTCM than SM8750 (8 MB), SM8550 (8 MB)" in r.output
+    # one bundle target holds one set of settings: a graph compiled with others is refused, naming both
+    r = run("compile", models["rec"], "--soc", "SM8750", "-o", out, "--cache-dir", tmp_path / "cache")
+    assert r.exit_code == 0, r.output
+    r = run("bundle", "--from-build", out, "--name", "m", "--version", "1.0", "-o", tmp_path / "bundles")
+    assert r.exit_code == 2 and "SM8750 graphs compiled with different HTP settings" in r.output, r.output
+    assert "--vtcm-mb 4, --optimization-mode default, spill-fill off" in r.output
+    assert "--vtcm-mb default, --optimization-mode default, spill-fill off" in r.output
+    assert not (tmp_path / "bundles").exists()
 
 
 def _exp_log(folder: Path) -> tuple[Path, Path]:

@@ -14,9 +14,9 @@ from qnndeploy.base import socs
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.base.fileio import sha256_file
 from qnndeploy.compile import aihub as backend
-from qnndeploy.compile.jobs import HtpSettings, Job, Tools
+from qnndeploy.compile.jobs import Job, Tools
 from qnndeploy.device import hosted
-from qnndeploy.formats.records import read_record
+from qnndeploy.formats.records import HtpSettings, read_record
 from qnndeploy.qnn import aihub, htp
 from tests.support import bundles
 from tests.support.cli import run
