@@ -162,7 +162,8 @@ def _ir_warnings(manifest: Manifest, bundle: Path, pins: OrtPins) -> list[str]:
     ort = pins.ort_android or pins.aar_version
     limit = compat.max_ir(ort)
     if limit is None:
-        return [f"no measurement says which ONNX IR versions ONNX Runtime {ort} reads (README, Runtime compatibility)"]
+        return [(f"no measurement says which ONNX IR versions ONNX Runtime {ort} reads "
+                 "(docs/decision-and-runtime.md, Runtime compatibility)")]
     files = [a.path for t in manifest.targets for a in t.artifacts if a.format == FileFormat.ORT_EPCONTEXT]
     files += [a.path for a in manifest.cpu if a.format == FileFormat.ONNX]
     newer = [f"{p} (IR {v})" for p in files if (v := epcontext.ir_version(bundle / p)) > limit]

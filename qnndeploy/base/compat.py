@@ -224,8 +224,8 @@ def no_maven_runtime(qairt: str) -> str:
            f"com.qualcomm.qti:qnn-runtime:{maven_for(loadable[-1])[0]} is published") if loadable else \
         "or compile with an older QAIRT"
     return (f"no published com.qualcomm.qti:qnn-runtime is known to load QAIRT {qairt} context binaries (the newest on "
-            f"Maven that a public source shows is {top}; README, Runtime compatibility): bundle the QAIRT SDK's own "
-            f"runtime libraries (bundle build --runtime-libs DIR or --qnn-sdk-root DIR), {way}")
+            f"Maven that a public source shows is {top}; docs/decision-and-runtime.md, Runtime compatibility): bundle "
+            f"the QAIRT SDK's own runtime libraries (bundle build --runtime-libs DIR or --qnn-sdk-root DIR), {way}")
 
 
 def pin_problem(pin: str, qairt: str) -> str | None:
@@ -238,7 +238,7 @@ def pin_problem(pin: str, qairt: str) -> str | None:
     measured = loads(qairt, pin)
     if measured is False:
         return (f"the QAIRT {'.'.join(pin.split('.')[:2])} runtime refuses QAIRT {qairt} context binaries (measured on "
-                f"the host HTP emulator, {loads_measured()}: README, Runtime compatibility)")
+                f"the host HTP emulator, {loads_measured()}: docs/decision-and-runtime.md, Runtime compatibility)")
     if measured is None and _family(pin) < _family(qairt):
         return (f"qnn-runtime {pin} is older than QAIRT {qairt}: an older runtime refuses a newer context binary "
                 f"('Unsupported context binary version', {_rule('older-runtime-refuses-newer-binary').url})")
@@ -257,8 +257,9 @@ def pin_warnings(pin: str, qairt: str) -> list[str]:
                         "test on phones (qnndeploy device verify)")
     if not any(s.qnn_runtime == pin for s in all_sets()):
         known = ", ".join(sorted({s.qnn_runtime for s in all_sets()}, key=version_key))
-        warnings.append(f"qnn-runtime {pin} is in no validated ONNX Runtime set (validated: {known}; README, "
-                        "Runtime compatibility): Qualcomm and Microsoft validate exact sets only")
+        warnings.append(f"qnn-runtime {pin} is in no validated ONNX Runtime set (validated: {known}; "
+                        "docs/decision-and-runtime.md, Runtime compatibility): Qualcomm and Microsoft validate exact "
+                        "sets only")
     return warnings
 
 

@@ -125,7 +125,7 @@ def context_size(graph: onnx.GraphProto, params: int, precision: Precision, limi
     return Finding(
         "size", Severity.FIXABLE,
         f"{held / 1e9:.3g} GB of weights at {precision}: over the {limit / 1e9:g} GB one HTP context is planned to "
-        "hold (the Hexagon's address space; README, Large models)",
+        "hold (the Hexagon's address space; docs/command-details.md, Large models)",
         f"split it into {parts} or more NPU graphs of at most {size:g} GB of weights each"
         + (f" as the model stores them ({limit / 1e9:g} GB at {precision})" if stored != held else "")
         + f" (prepare --split-size {size:g}), compiled and bundled as a pipeline"

@@ -155,7 +155,8 @@ def test_a_pin_that_cannot_load_the_binaries_is_refused(inputs, tmp_path):
     with pytest.raises(QnnDeployError) as e:
         build_bundle(spec(inputs, sdk_root=None, maven_version="2.48.0"), tmp_path)
     assert str(e.value) == ("--maven-runtime-version 2.48.0: the QAIRT 2.48 runtime refuses QAIRT 2.49.40 context "
-                            "binaries (measured on the host HTP emulator, 2026-12-01: README, Runtime compatibility)")
+                            "binaries (measured on the host HTP emulator, 2026-12-01: docs/decision-and-runtime.md, "
+                            "Runtime compatibility)")
     assert not (tmp_path / "demo-1.0.0").exists()
     with pytest.raises(QnnDeployError, match=r"2\.36\.1 is older than QAIRT 2\.49\.40.*LiteRT/issues/6889"):
         build_bundle(spec(inputs, sdk_root=None, maven_version="2.36.1"), tmp_path)
