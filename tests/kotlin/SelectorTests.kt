@@ -520,7 +520,7 @@ internal class Suite(val manifests: Map<*, *>, val assets: File, val scratch: Fi
             }
             assertEquals(null to true, QnnSelector.decide(needs249, sm8750, throwing, LIB_DIR).let { it.runtimeVersion to it.npu })
         },
-        "MiniJson reads the manifest and writes like Python's json.dumps" to {
+        "MiniJson reads the manifest strictly, bounded in depth, and writes like Python's json.dumps" to {
             val value = MiniJson.parse("""{"a": [1, 2.5, true, null], "s": "\u00e9\n\"x\"", "n": -3e2}""") as Map<*, *>
             assertEquals(listOf(1L, 2.5, true, null), value["a"])
             assertEquals("\u00e9\n\"x\"", value["s"])
@@ -528,6 +528,11 @@ internal class Suite(val manifests: Map<*, *>, val assets: File, val scratch: Fi
             assertEquals("""{"a":[1,2.5,true,null],"s":"\u00e9\n\"x\"","n":-300.0}""", MiniJson.write(value))
             assertFailsWith<IllegalArgumentException> { MiniJson.parse("""{"a": 1,}""") }
             assertFailsWith<IllegalArgumentException> { MiniJson.parse("[1] x") }
+            val deepest = "[".repeat(MiniJson.MAX_DEPTH) + "]".repeat(MiniJson.MAX_DEPTH)
+            assertTrue(MiniJson.parse(deepest) is List<*>, "${MiniJson.MAX_DEPTH} levels parse")
+            assertFailsWith<IllegalArgumentException> { MiniJson.parse("[$deepest]") }
+            // a hostile file: refused as bad JSON, not a StackOverflowError that would crash the app
+            assertFailsWith<IllegalArgumentException> { MiniJson.parse("[".repeat(100_000)) }
         },
     )
 }

@@ -5,7 +5,9 @@ import java.math.BigInteger
 // The little JSON the glue needs (the bundle manifest, the failure record, the decision log line), without
 // org.json (Android only) or a dependency, so that the selector runs on any JVM.
 // Objects parse to Map<String, Any?>, arrays to List<Any?>, integers to Long (BigInteger beyond it), other numbers
-// to Double.
+// to Double. Strict where Android's org.json is lenient (measured with AOSP's org.json, docs/command-details.md,
+// "scaffold"): no comments, trailing text or commas, bad escapes; and nesting is bounded, as bundle verify bounds it,
+// so a hostile file fails to parse instead of overflowing the stack.
 
 internal object MiniJson {
     fun parse(text: String): Any? {
@@ -66,8 +68,16 @@ internal object MiniJson {
         out.append('"')
     }
 
+    const val MAX_DEPTH = 64  // nested arrays and objects, as qnndeploy/formats/manifest.py MAX_JSON_DEPTH
+
     private class Parser(val s: String) {
         var pos = 0
+        private var depth = 0
+
+        private fun <T> nested(read: () -> T): T {
+            if (++depth > MAX_DEPTH) fail("nested deeper than $MAX_DEPTH")
+            return read().also { depth-- }
+        }
 
         fun fail(what: String): Nothing = throw IllegalArgumentException("bad JSON at offset $pos: $what")
 
@@ -79,8 +89,8 @@ internal object MiniJson {
             skipSpace()
             if (pos >= s.length) fail("unexpected end")
             return when (s[pos]) {
-                '{' -> obj()
-                '[' -> array()
+                '{' -> nested(::obj)
+                '[' -> nested(::array)
                 '"' -> string()
                 't' -> word("true", true)
                 'f' -> word("false", false)
