@@ -23,12 +23,20 @@ from pathlib import Path
 from typing import Any
 
 from qnndeploy import __version__
-from qnndeploy.base import codegen, compat
+from qnndeploy.base import codegen, compat, socs
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.base.fileio import check_replaceable, check_writable, copy_verified, staging_dir
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION, MANIFEST
 from qnndeploy.formats import playplan
-from qnndeploy.formats.decision import BACKEND_LIB, REASONS, SYSTEM_LIB, VENDOR_DSP_FOLDERS, soc_tables, template_fields
+from qnndeploy.formats.decision import (
+    BACKEND_LIB,
+    REASONS,
+    SYSTEM_LIB,
+    VENDOR_DSP_FOLDERS,
+    arch_min_qairt,
+    soc_tables,
+    template_fields,
+)
 from qnndeploy.formats.manifest import FileFormat, Manifest, read_manifest, schema, verified_bytes
 from qnndeploy.formats.verify import VerifyReport, require_ok, verify_folder
 from qnndeploy.qnn import epcontext
@@ -261,6 +269,9 @@ def _context(manifest: Manifest, package: str, glue_name: str, engine: str, pins
     data = {
         "soc_models": models,
         "codenames": codenames,
+        "soc_archs": {s.model: s.dsp_arch for s in socs.catalog()},
+        "soc_ids": {s.model: s.soc_id for s in socs.catalog()},
+        "arch_min_qairt": arch_min_qairt(),
         "vendor_dsp_folders": list(VENDOR_DSP_FOLDERS),
         "reasons": kotlin_reasons(),
         "format": FORMAT,

@@ -214,6 +214,23 @@ def version_key(text: object) -> tuple[int, int, int] | None:
     return x, y, z
 
 
+def arch_min_qairt() -> dict[str, str]:
+    """HTP arch ("v81") -> the oldest QAIRT release measured to compile for it on the host: over every catalog SoC's
+    "measured" rows (data/socs.json) that compiled something (an arch was read back), the smallest version per arch,
+    compared as numbers. Only what was measured: an arch no row names is not in the table. The Kotlin glue gets the
+    same table (Generated.kt)."""
+    table: dict[str, str] = {}
+    for soc in socs.catalog():
+        for row in soc.measured:
+            key = version_key(row.qairt)
+            if row.arch is None or key is None:
+                continue
+            arch = f"v{row.arch}"
+            if arch not in table or key < version_key(table[arch]):  # type: ignore[operator]
+                table[arch] = row.qairt
+    return dict(sorted(table.items(), key=lambda kv: int(kv[0][1:])))
+
+
 def runtime_too_old(runtime: str, required: str) -> bool:
     """Refuse the NPU only when both versions are known and well-formed and the runtime is older: an unknown or
     malformed version on either side refuses nothing (a failing NPU init still falls back, and is remembered)."""
