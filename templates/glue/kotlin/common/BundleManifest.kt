@@ -55,6 +55,35 @@ data class Qairt(val minRuntime: String? = null)
 
 data class Runtime(val mode: RuntimeMode = RuntimeMode.EXTERNAL, val libs: List<BundleFile> = emptyList())
 
+/**
+ * What the app compiles for one graph on a phone whose SoC has no target (format 4, `bundle build
+ * --on-device-compile`): path, the ONNX it compiles (a CPU model's path when it is the same file, else one of
+ * OnDevice.artifacts); epOptions, the QNN EP options it must use besides backend_path, htp_arch and soc_model (which
+ * come from the phone's SoC); validated, the HTP arches ("v81") whose host compile with these options passed
+ * validation.
+ */
+data class OnDeviceGraph(
+    val graph: String,
+    val path: String,
+    val epOptions: Map<String, String> = emptyMap(),
+    val validated: List<String> = emptyList(),
+)
+
+/**
+ * The manifest's on_device: budgetS, the first run's compile time budget in seconds (past it the app takes the CPU
+ * and remembers it); one entry per graph that is not cpuOnly; artifacts, the models to compile that differ from the
+ * CPU ones, and their external data files.
+ */
+data class OnDevice(
+    val budgetS: Double = DEFAULT_BUDGET_S,
+    val graphs: List<OnDeviceGraph> = emptyList(),
+    val artifacts: List<BundleFile> = emptyList(),
+) {
+    internal companion object {
+        const val DEFAULT_BUDGET_S = 60.0
+    }
+}
+
 data class BundleManifest(
     /** format and formatVersion as written in the file (any JSON value), so that an unknown one can be named */
     val format: Any? = FORMAT,
@@ -71,6 +100,8 @@ data class BundleManifest(
     val htpPerformanceMode: String? = null,
     /** the order the app runs the graphs in (a split model's parts); the graphs' order when the bundle gives none */
     val pipelineOrder: List<String> = emptyList(),
+    /** what the app compiles on a phone whose SoC has no target; null: such a phone takes the CPU */
+    val onDevice: OnDevice? = null,
 ) {
     val pipeline: List<String> get() = pipelineOrder.ifEmpty { graphs.map { it.name } }
 
@@ -80,8 +111,8 @@ data class BundleManifest(
     /** Changes with every bundle release: a remembered NPU failure counts only for the same one. */
     internal val bundleVersion: String get() = "$name $version"
 
-    /** Every bundle file the app may copy to its storage: the CPU files and every target's, by path. */
-    internal val modelFiles: List<BundleFile> get() = cpu + targets.flatMap { it.artifacts }
+    /** Every bundle file the app may copy to its storage: the CPU files, every target's and the on-device models. */
+    internal val modelFiles: List<BundleFile> get() = cpu + targets.flatMap { it.artifacts } + onDevice?.artifacts.orEmpty()
 
     internal companion object {
         const val FORMAT = Generated.FORMAT
@@ -129,6 +160,25 @@ data class BundleManifest(
                 qairt = Qairt(minRuntime = (m["qairt"] as? Map<*, *>)?.get("min_runtime") as? String),
                 htpPerformanceMode = (m["htp"] as? Map<*, *>)?.get("performance_mode") as? String,
                 pipelineOrder = m.list("pipeline").map { it as? String ?: bad("pipeline", m) },
+                onDevice = m["on_device"]?.let(::onDevice),
+            )
+        }
+
+        private fun onDevice(value: Any?): OnDevice {
+            val m = value as? Map<*, *> ?: throw IllegalArgumentException("the bundle manifest's \"on_device\" is not a JSON object")
+            val budget = m["budget_s"] as? Number ?: bad("budget_s", m)
+            return OnDevice(
+                budgetS = budget.toDouble(),
+                graphs = m.objects("graphs").map { g ->
+                    val options = g["ep_options"] as? Map<*, *> ?: bad("ep_options", g)
+                    OnDeviceGraph(
+                        graph = g.text("graph"),
+                        path = g.text("path"),
+                        epOptions = options.entries.associate { (k, v) -> (k as String) to (v as? String ?: bad("ep_options", g)) },
+                        validated = g.list("validated").map { it as? String ?: bad("validated", g) },
+                    )
+                },
+                artifacts = m.objects("artifacts").map(::file),
             )
         }
 

@@ -151,16 +151,18 @@ internal object QnnRuntime {
      * itself. It decides once per process: every later or concurrent call gets the same Selection (or its CPU
      * fallback). With the NPU files in an AI pack (scaffold --play): the CPU until the pack is on the phone, then the
      * NPU from the next select on; models already open keep running where they are.
+     * platform: what the loaded QNN backend reports as the platform (see Platform), used only for a SoC the catalog
+     * does not know; null (the default) when the app cannot read it.
      */
-    fun select(context: Context, npuFormat: FileFormat): Selection = synchronized(lock) {
+    fun select(context: Context, npuFormat: FileFormat, platform: Platform? = null): Selection = synchronized(lock) {
         if (packChanged.getAndSet(false)) selections.clear()
-        selections.getOrPut(npuFormat) { decide(context, npuFormat) }
+        selections.getOrPut(npuFormat) { decide(context, npuFormat, platform) }
     }
 
     /** The AI pack arrived (the Play file's listener): the next select decides again. */
     internal fun packArrived() = packChanged.set(true)
 
-    private fun decide(context: Context, npuFormat: FileFormat): Selection {
+    private fun decide(context: Context, npuFormat: FileFormat, platform: Platform?): Selection {
         val assets = context.assets // not the context: the selection outlives an Activity
         val text = try {
             assets.open("$ASSETS/manifest.json").use { it.readBytes().decodeToString() }
@@ -188,6 +190,7 @@ internal object QnnRuntime {
             npuFormat = npuFormat,
             appVersion = appVersion,
             remembered = memory.read(),
+            platform = platform,
         )
         var pack = aiPack?.place(context, manifest, decision)
         decision = pack?.decision ?: decision

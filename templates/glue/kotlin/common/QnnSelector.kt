@@ -31,6 +31,23 @@ internal data class QnnLibraries(
     val skel: String,
 )
 
+/**
+ * What the loaded QNN backend reports as the platform (QNN's QnnDevice_getPlatformInfo: the SoC's soc_model number
+ * and HTP arch, "v81"). The decision uses it only for a SoC the catalog does not know, to compile for it on the device.
+ * Reading it needs QnnDevice_getPlatformInfo through JNI (QNN has no Java API), which this glue does not ship: an app
+ * that has such a call passes what it read; the default is null (unknown), and such a phone takes the CPU.
+ */
+data class Platform(val socModel: Int, val dspArch: String)
+
+/** Where an NPU decision's model comes from (Decision.npuSource). */
+object NpuSource {
+    /** a context binary of the bundle, compiled on the host for the phone's SoC (a bundle target) */
+    const val PREBUILT = "prebuilt"
+
+    /** the bundle's ONNX, compiled on the phone by ONNX Runtime's QNN EP at first run and cached (manifest on_device) */
+    const val ON_DEVICE = "on-device"
+}
+
 /** A failed NPU init; it sends the app to the CPU while the app and the bundle stay the same versions. */
 internal data class RememberedFailure(val appVersion: String, val bundleVersion: String, val message: String)
 
@@ -73,6 +90,12 @@ data class Decision(
     val runtimeVersion: String? = null,
     /** on the NPU: the graphs that run on the CPU all the same (the CPU part of a split model) */
     val cpuGraphs: List<String> = emptyList(),
+    /** on the NPU: NpuSource.PREBUILT (a bundle target's files) or NpuSource.ON_DEVICE (compiled here); null on the CPU */
+    val npuSource: String? = null,
+    /** on-device only: the first compile's time budget in seconds (manifest on_device.budget_s) */
+    val compileBudgetS: Double? = null,
+    /** on-device only: graph -> the QNN EP options of its compile (manifest on_device graphs' ep_options) */
+    val epOptions: Map<String, Map<String, String>> = emptyMap(),
 ) {
     val npu: Boolean get() = provider == Provider.NPU
 
@@ -83,6 +106,7 @@ data class Decision(
             "reason_key" to reasonKey, "dsp_arch" to dspArch, "soc_id" to socId, "paths" to paths,
             "files" to files, "backend_lib" to backendLib, "system_lib" to systemLib,
             "adsp_library_path" to adspLibraryPath, "runtime_version" to runtimeVersion, "cpu_graphs" to cpuGraphs,
+            "npu_source" to npuSource, "compile_budget_s" to compileBudgetS, "ep_options" to epOptions,
         ),
     )
 }
@@ -103,6 +127,9 @@ internal object QnnSelector {
      * whose failed validation was accepted: the first in the manifest's order); ADSP_LIBRARY_PATH; load libQnnSystem, libQnnHtp and the
      * target's Stub (every failure message kept); the loaded runtime not older than the bundle's qairt.minRuntime.
      * A remembered failed NPU init skips the last three steps.
+     * A phone whose SoC has no target, with a bundle that has onDevice, is decided by onDevice (the third path:
+     * the app compiles the ONNX there); platform is what the loaded QNN backend reports, used only for a SoC the
+     * catalog does not know (see Platform).
      */
     fun decide(
         manifest: BundleManifest,
@@ -112,6 +139,7 @@ internal object QnnSelector {
         npuFormat: FileFormat = FileFormat.QNN_CONTEXT_BINARY,
         appVersion: String = "",
         remembered: RememberedFailure? = null,
+        platform: Platform? = null,
     ): Decision {
         val identity = identify(device)
         if (!manifest.supported) {
@@ -130,6 +158,11 @@ internal object QnnSelector {
             )
         }
         val soc = identity.soc
+        // Target names are not trimmed: the schema allows none with whitespace, and the reason lists them as written.
+        val target = soc?.let { found -> manifest.targets.firstOrNull { canonical(it.soc) == found } }
+        if (target == null && manifest.onDevice != null) {
+            return onDevice(manifest, manifest.onDevice, device, identity, host, libDir, appVersion, remembered, platform)
+        }
         if (soc == null) {
             val reason = if (identity.identifiedBy == null) {
                 Reasons.socUnreported()
@@ -138,12 +171,8 @@ internal object QnnSelector {
             }
             return cpu(manifest, identity, reason)
         }
-
-        // Target names are not trimmed: the schema allows none with whitespace, and the reason lists them as written.
-        val target = manifest.targets.firstOrNull { canonical(it.soc) == soc }
         if (target == null) {
-            val listed = manifest.targets.joinToString(", ") { it.soc }.ifEmpty { "none" }
-            return cpu(manifest, identity, Reasons.socNotInBundle(soc = soc, targets = listed))
+            return cpu(manifest, identity, Reasons.socNotInBundle(soc = soc, targets = listedTargets(manifest)))
         }
         // A graph that failed validation, shipped for the CPU on this SoC: decided before any library is touched.
         if (target.acceptedOn == "cpu") {
@@ -175,50 +204,13 @@ internal object QnnSelector {
             paths[graph.name] = artifact.path
         }
         val arch = target.dspArch
-        val libs = qnnLibraries(arch)
-        if (manifest.runtime.mode == RuntimeMode.BUNDLED) {
-            val shipped = manifest.runtime.libs.map { it.path.substringAfterLast('/') }.toSet()
-            val missing = listOf(libs.backend, libs.system, libs.stub, libs.skel).filter { it !in shipped }
-            if (missing.isNotEmpty()) {
-                val reason = Reasons.runtimeLibsMissing(libs = missing.joinToString(", "), soc = soc, arch = arch)
-                return cpu(manifest, identity, reason)
-            }
-        }
-        if (remembered != null && remembered.appVersion == appVersion &&
-            remembered.bundleVersion == manifest.bundleVersion
-        ) {
-            return cpu(manifest, identity, Reasons.failedBefore(message = remembered.message))
-        }
-
-        // The Skel runs on the DSP, which finds it through ADSP_LIBRARY_PATH: set it before any QNN library loads.
-        val adsp = adspLibraryPath(libDir, host.getenv(ADSP_VAR))
-        try {
-            host.setenv(ADSP_VAR, adsp)
-        } catch (e: Exception) {
-            return cpu(manifest, identity, Reasons.adspNotSet(error = e.message ?: e.javaClass.name))
-        }
-        val failed = ArrayList<String>()
-        for (name in listOf(libs.system, libs.backend, libs.stub)) {
-            try {
-                host.loadLibrary(name)
-            } catch (e: Throwable) {
-                if (e is VirtualMachineError) throw e
-                failed.add("$name: ${e.message ?: e.javaClass.name}")
-            }
-        }
-        if (failed.isNotEmpty()) {
-            return cpu(manifest, identity, Reasons.libsNotLoaded(failures = failed.joinToString("; ")), adsp = adsp)
-        }
+        val loaded = load(manifest, identity, soc, arch, host, libDir, appVersion, remembered) { return it }
         // A context binary of a newer QAIRT does not load on an older runtime ("Could not create context from binary").
-        val runtimeVersion = try {
-            host.qnnRuntimeVersion()
-        } catch (e: Exception) {
-            null
-        }
+        val runtimeVersion = loaded.runtimeVersion
         val required = manifest.qairt.minRuntime
         if (runtimeVersion != null && required != null && runtimeTooOld(runtimeVersion, required)) {
             val reason = Reasons.runtimeTooOld(runtime = runtimeVersion, required = required)
-            return cpu(manifest, identity, reason, adsp = adsp, runtimeVersion = runtimeVersion)
+            return cpu(manifest, identity, reason, adsp = loaded.adsp, runtimeVersion = runtimeVersion)
         }
         val reason = Reasons.npu(soc = soc, arch = arch)
         return Decision(
@@ -232,12 +224,179 @@ internal object QnnSelector {
             paths = paths,
             files = (target.artifacts + cpuFiles).map { it.path },
             cpuGraphs = cpuGraphs,
-            backendLib = libs.backend,
-            systemLib = libs.system,
-            adspLibraryPath = adsp,
+            backendLib = loaded.libs.backend,
+            systemLib = loaded.libs.system,
+            adspLibraryPath = loaded.adsp,
             runtimeVersion = runtimeVersion,
+            npuSource = NpuSource.PREBUILT,
         )
     }
+
+    /**
+     * A phone whose SoC has no bundle target, with a bundle that the app can compile on the device (manifest
+     * on_device). The steps, in order (qnndeploy/formats/decision.py has the same): the HTP arch, the catalog's for
+     * a catalog SoC, else the platform's (whose soc_model is then the SoC's), else none (the CPU); the arch validated
+     * for every graph that is not cpuOnly; the bundled runtime's Stub and Skel for it; a remembered failure;
+     * ADSP_LIBRARY_PATH and the libraries, as for a target; the loaded runtime not older than the oldest QAIRT
+     * measured to compile for the arch (Generated.ARCH_MIN_QAIRT; an unknown version refuses nothing).
+     */
+    private fun onDevice(
+        manifest: BundleManifest,
+        onDevice: OnDevice,
+        device: DeviceIdentity,
+        identity: SocIdentity,
+        host: NativeHost,
+        libDir: String,
+        appVersion: String,
+        remembered: RememberedFailure?,
+        platform: Platform?,
+    ): Decision {
+        val soc = identity.soc
+        val catalogArch = soc?.let { SocCatalog.ARCHS[it] }
+        val arch: String
+        val socId: Long
+        when {
+            soc != null && catalogArch != null -> {
+                arch = catalogArch
+                socId = SocCatalog.IDS.getValue(soc)
+            }
+            platform != null -> {
+                arch = platform.dspArch
+                socId = platform.socModel.toLong()
+            }
+            soc != null -> return cpu(manifest, identity, Reasons.archUnknown(soc = soc))
+            identity.identifiedBy == null -> return cpu(manifest, identity, Reasons.socUnreported())
+            else -> {
+                val reason = Reasons.socNotInCatalog(platform = device.boardPlatform.orEmpty().trimAscii())
+                return cpu(manifest, identity, reason)
+            }
+        }
+        // the SoC as the reasons name it: as identified, else by the soc_model the platform reported
+        val name = soc ?: "soc_model $socId"
+        val npuGraphs = manifest.graphs.filter { !it.cpuOnly }
+        val entries = npuGraphs.map { graph -> onDevice.graphs.firstOrNull { it.graph == graph.name } }
+        if (entries.any { it == null || arch !in it.validated }) {
+            // the arches every graph was validated for, in the first graph's order
+            val validated = entries.firstOrNull()?.validated.orEmpty().filter { a -> entries.all { it != null && a in it.validated } }
+            val reason = Reasons.notValidatedOnDevice(
+                soc = name,
+                arch = arch,
+                targets = listedTargets(manifest),
+                validated = validated.joinToString(", ").ifEmpty { "none" },
+            )
+            return cpu(manifest, identity, reason)
+        }
+        val paths = LinkedHashMap<String, String>()
+        val files = ArrayList<String>()
+        val cpuGraphs = manifest.graphs.filter { it.cpuOnly }.map { it.name }
+        val cpuFiles = manifest.cpu.filter { it.graph in cpuGraphs }
+        for (graph in manifest.graphs) {
+            if (graph.cpuOnly) { // a split model's part that always runs on the CPU
+                val model = cpuFiles.firstOrNull { it.graph == graph.name && it.format == FileFormat.ONNX }
+                    ?: return cpu(manifest, identity, Reasons.graphFileMissing(soc = name, format = FileFormat.ONNX.id, graph = graph.name))
+                paths[graph.name] = model.path
+                continue
+            }
+            val entry = onDevice.graphs.first { it.graph == graph.name }
+            paths[graph.name] = entry.path
+            // the model and the external data files beside it: the CPU's when it is the CPU model, else on_device's
+            val pool = if (manifest.cpu.any { it.path == entry.path }) manifest.cpu else onDevice.artifacts
+            files.add(entry.path)
+            files.addAll(pool.filter { it.graph == graph.name && it.format == FileFormat.ONNX_EXTERNAL_DATA }.map { it.path })
+        }
+        files.addAll(cpuFiles.map { it.path })
+        val loaded = load(manifest, identity, name, arch, host, libDir, appVersion, remembered) { return it }
+        val runtimeVersion = loaded.runtimeVersion
+        val required = SocCatalog.ARCH_MIN_QAIRT[arch]
+        if (runtimeVersion != null && required != null && runtimeTooOld(runtimeVersion, required)) {
+            val reason = Reasons.runtimeTooOldForArch(runtime = runtimeVersion, required = required, arch = arch)
+            return cpu(manifest, identity, reason, adsp = loaded.adsp, runtimeVersion = runtimeVersion)
+        }
+        val reason = Reasons.npuOnDevice(soc = name, arch = arch)
+        return Decision(
+            provider = Provider.NPU,
+            soc = soc,
+            identifiedBy = identity.identifiedBy,
+            reason = reason.text,
+            reasonKey = reason.key,
+            dspArch = arch,
+            socId = socId,
+            paths = paths,
+            files = files.distinct(),
+            cpuGraphs = cpuGraphs,
+            backendLib = loaded.libs.backend,
+            systemLib = loaded.libs.system,
+            adspLibraryPath = loaded.adsp,
+            runtimeVersion = runtimeVersion,
+            npuSource = NpuSource.ON_DEVICE,
+            compileBudgetS = onDevice.budgetS,
+            epOptions = npuGraphs.associate { graph -> graph.name to onDevice.graphs.first { it.graph == graph.name }.epOptions },
+        )
+    }
+
+    /** The QNN libraries of an arch as loaded: their names, ADSP_LIBRARY_PATH as set, the runtime's QAIRT version. */
+    private class Loaded(val libs: QnnLibraries, val adsp: String, val runtimeVersion: String?)
+
+    /**
+     * The steps both NPU paths share, in order: the bundled runtime has the arch's libraries; no remembered failure
+     * of this app and bundle version; ADSP_LIBRARY_PATH set; libQnnSystem, libQnnHtp and the arch's Stub loaded
+     * (every failure message kept); then the loaded runtime's version is asked. The CPU decision of the first step
+     * that fails goes to [toCpu], which does not return.
+     */
+    private inline fun load(
+        manifest: BundleManifest,
+        identity: SocIdentity,
+        soc: String,
+        arch: String,
+        host: NativeHost,
+        libDir: String,
+        appVersion: String,
+        remembered: RememberedFailure?,
+        toCpu: (Decision) -> Nothing,
+    ): Loaded {
+        val libs = qnnLibraries(arch)
+        if (manifest.runtime.mode == RuntimeMode.BUNDLED) {
+            val shipped = manifest.runtime.libs.map { it.path.substringAfterLast('/') }.toSet()
+            val missing = listOf(libs.backend, libs.system, libs.stub, libs.skel).filter { it !in shipped }
+            if (missing.isNotEmpty()) {
+                val reason = Reasons.runtimeLibsMissing(libs = missing.joinToString(", "), soc = soc, arch = arch)
+                toCpu(cpu(manifest, identity, reason))
+            }
+        }
+        if (remembered != null && remembered.appVersion == appVersion &&
+            remembered.bundleVersion == manifest.bundleVersion
+        ) {
+            toCpu(cpu(manifest, identity, Reasons.failedBefore(message = remembered.message)))
+        }
+
+        // The Skel runs on the DSP, which finds it through ADSP_LIBRARY_PATH: set it before any QNN library loads.
+        val adsp = adspLibraryPath(libDir, host.getenv(ADSP_VAR))
+        try {
+            host.setenv(ADSP_VAR, adsp)
+        } catch (e: Exception) {
+            toCpu(cpu(manifest, identity, Reasons.adspNotSet(error = e.message ?: e.javaClass.name)))
+        }
+        val failed = ArrayList<String>()
+        for (name in listOf(libs.system, libs.backend, libs.stub)) {
+            try {
+                host.loadLibrary(name)
+            } catch (e: Throwable) {
+                if (e is VirtualMachineError) throw e
+                failed.add("$name: ${e.message ?: e.javaClass.name}")
+            }
+        }
+        if (failed.isNotEmpty()) {
+            toCpu(cpu(manifest, identity, Reasons.libsNotLoaded(failures = failed.joinToString("; ")), adsp = adsp))
+        }
+        val runtimeVersion = try {
+            host.qnnRuntimeVersion()
+        } catch (e: Exception) {
+            null
+        }
+        return Loaded(libs, adsp, runtimeVersion)
+    }
+
+    private fun listedTargets(manifest: BundleManifest): String = manifest.targets.joinToString(", ") { it.soc }.ifEmpty { "none" }
 
     /** The CPU fallback of a bundle: its ONNX model per graph, and every CPU file (external data too) beside them. */
     fun cpu(

@@ -11,6 +11,15 @@ internal object SocCatalog {
     /** ro.board.platform codenames (Android 11 and older have no ro.soc.model), lower case -> the catalog model. */
     val CODENAMES: Map<String, String> get() = Generated.CODENAMES
 
+    /** Catalog model -> its HTP arch ("v81"). */
+    val ARCHS: Map<String, String> get() = Generated.SOC_ARCHS
+
+    /** Catalog model -> its QNN soc_model number. */
+    val IDS: Map<String, Long> get() = Generated.SOC_IDS
+
+    /** HTP arch -> the oldest QAIRT measured to compile for it (decision.arch_min_qairt): measured, never guessed. */
+    val ARCH_MIN_QAIRT: Map<String, String> get() = Generated.ARCH_MIN_QAIRT
+
     /** Where the DSP looks when ADSP_LIBRARY_PATH is unset: kept after the app's folder once it is set. */
     val VENDOR_DSP_FOLDERS: List<String> get() = Generated.VENDOR_DSP_FOLDERS
 }

@@ -7,13 +7,31 @@ import ai.onnxruntime.OrtException
 import ai.onnxruntime.OrtSession
 import android.content.Context
 import android.util.Log
+import java.io.File
 
 /**
  * One ONNX Runtime session per graph of the bundle: on the NPU through the QNN execution provider (the EPContext
- * .onnx that wraps the SoC's context binary), or on the CPU (the bundle's .onnx), as QnnSelector decided.
+ * .onnx that wraps the SoC's context binary, or on a SoC without a bundle target the bundle's ONNX compiled here:
+ * Decision.npuSource "on-device"), or on the CPU (the bundle's .onnx), as QnnSelector decided.
  */
-class OrtModels private constructor(val selection: Selection, internal val sessions: Map<String, OrtSession>) : AutoCloseable {
+class OrtModels private constructor(
+    val selection: Selection,
+    internal val sessions: Map<String, OrtSession>,
+    /** on-device NPU only: whether the sessions came from the cache, or how long their compile took */
+    val onDevice: OnDeviceOpen? = null,
+) : AutoCloseable {
     val decision: Decision get() = selection.decision
+
+    /**
+     * The JSON line OrtModels.open logs once the sessions are open: provider, npu_source, and for an on-device NPU
+     * cache_hit and compile_s (the first compile's seconds; null on a cache hit).
+     */
+    internal fun logLine(): String = MiniJson.write(
+        linkedMapOf(
+            "provider" to decision.provider.id, "npu_source" to decision.npuSource, "cache_hit" to onDevice?.cacheHit,
+            "compile_s" to onDevice?.compileS,
+        ),
+    )
 
     fun session(graph: String): OrtSession =
         sessions[graph] ?: throw IllegalArgumentException("graph '$graph' is not in the bundle")
@@ -56,24 +74,124 @@ class OrtModels private constructor(val selection: Selection, internal val sessi
     companion object {
         internal const val DEFAULT_PERFORMANCE_MODE = "burst"
 
+        /** Where the on-device compile's cache lives, in the app's files folder (beside BundleFiles' qnndeploy/). */
+        internal const val CACHE_DIR = "qnndeploy-ondevice"
+
         /**
          * Selects NPU or CPU, then opens every graph. If the NPU sessions fail to open, the failure is remembered
          * (the next starts use the CPU until the app or bundle version changes) and the CPU models are opened.
          * htpPerformanceMode: burst, sustained_high_performance, high_performance, balanced, power_saver, ...;
          * null: the bundle's (`bundle --performance-mode`), else burst.
+         * On a SoC without a bundle target whose arch the bundle's on-device compile was validated for (Decision
+         * npuSource "on-device"), the first open compiles the ONNX with the QNN EP, which takes seconds to minutes:
+         * call it off the main thread. onCompileProgress is then called on the calling thread with the seconds
+         * elapsed, every OnDeviceCompile.PROGRESS_INTERVAL_MS; past the bundle's budget (manifest on_device.budget_s)
+         * the app takes the CPU and remembers it. Later opens load the compiled contexts from app storage.
+         * platform: what the loaded QNN backend reports (see Platform), for a SoC the catalog does not know; null by
+         * default. It counts at the process's first select only (QnnRuntime.select decides once).
          */
-        fun open(context: Context, htpPerformanceMode: String? = null): OrtModels {
+        fun open(
+            context: Context,
+            htpPerformanceMode: String? = null,
+            platform: Platform? = null,
+            onCompileProgress: ((elapsedS: Double) -> Unit)? = null,
+        ): OrtModels {
             val env = OrtEnvironment.getEnvironment()
-            val selection = QnnRuntime.select(context, FileFormat.ORT_EPCONTEXT)
+            val selection = QnnRuntime.select(context, FileFormat.ORT_EPCONTEXT, platform)
             val mode = htpPerformanceMode ?: selection.manifest.htpPerformanceMode ?: DEFAULT_PERFORMANCE_MODE
-            if (!selection.decision.npu) return OrtModels(selection, openAll(env, selection, mode))
+            if (!selection.decision.npu) return opened(OrtModels(selection, openAll(env, selection, mode)))
             return try {
-                OrtModels(selection, selection.guardNpuInit { openAll(env, selection, mode) })
+                if (selection.decision.npuSource == NpuSource.ON_DEVICE) {
+                    val cache = cache(File(context.filesDir, CACHE_DIR), selection)
+                    val (sessions, how) = selection.guardNpuInit { openOnDevice(env, selection, mode, cache, onCompileProgress) }
+                    opened(OrtModels(selection, sessions, how))
+                } else {
+                    opened(OrtModels(selection, selection.guardNpuInit { openAll(env, selection, mode) }))
+                }
             } catch (e: OrtException) {
                 Log.w(QnnRuntime.TAG, "NPU init failed, using the CPU", e)
                 val cpu = selection.toCpu(Reasons.npuInitFailed(error = e.message ?: e.javaClass.name))
-                OrtModels(cpu, openAll(env, cpu, mode))
+                opened(OrtModels(cpu, openAll(env, cpu, mode)))
+            } catch (e: OnDeviceCompileException) {
+                Log.w(QnnRuntime.TAG, "on-device compile: ${e.message}, using the CPU", e)
+                val cpu = selection.toCpu(e.reason)
+                opened(OrtModels(cpu, openAll(env, cpu, mode)))
             }
+        }
+
+        private fun opened(models: OrtModels): OrtModels {
+            Log.i(QnnRuntime.TAG, "opened ${models.logLine()}")
+            return models
+        }
+
+        /** The on-device cache of a selection: keyed by app version, bundle version, QNN runtime version and SoC. */
+        internal fun cache(root: File, selection: Selection): OnDeviceCache {
+            val d = selection.decision
+            return OnDeviceCache(
+                root,
+                linkedMapOf(
+                    "app_version" to selection.appVersion, "bundle_version" to selection.bundleVersion,
+                    "runtime_version" to d.runtimeVersion, "soc" to d.soc, "soc_id" to d.socId, "dsp_arch" to d.dspArch,
+                ),
+            )
+        }
+
+        /**
+         * The on-device NPU sessions: from the cache when it holds this key's compile, else compiled now into a new
+         * folder under the budget (OnDeviceCompile.withinBudget), which is renamed into the cache once every graph
+         * compiled. A cache that fails to load is deleted (and the failure remembered by guardNpuInit).
+         */
+        private fun openOnDevice(
+            env: OrtEnvironment,
+            selection: Selection,
+            mode: String,
+            cache: OnDeviceCache,
+            progress: ((Double) -> Unit)?,
+        ): Pair<Map<String, OrtSession>, OnDeviceOpen> {
+            val decision = selection.decision
+            val npuGraphs = decision.paths.keys.filter { it !in decision.cpuGraphs }
+            if (cache.hit(npuGraphs)) {
+                val sessions = try {
+                    openEach(decision.paths.keys) { graph ->
+                        if (graph in decision.cpuGraphs) {
+                            cpuSession(env, selection, graph)
+                        } else {
+                            sessionOptions(decision, mode, graph = graph).use {
+                                env.createSession(cache.contextFile(cache.folder, graph).path, it)
+                            }
+                        }
+                    }
+                } catch (e: OrtException) {
+                    cache.clear()
+                    throw e
+                }
+                return sessions to OnDeviceOpen(cacheHit = true, compileS = null, folder = cache.folder)
+            }
+            val temp = cache.begin()
+            val start = System.nanoTime()
+            val sessions = OnDeviceCompile.withinBudget(
+                budgetS = decision.compileBudgetS ?: OnDevice.DEFAULT_BUDGET_S,
+                progress = progress,
+                work = {
+                    openEach(decision.paths.keys) { graph ->
+                        if (graph in decision.cpuGraphs) {
+                            cpuSession(env, selection, graph)
+                        } else {
+                            val ctx = cache.contextFile(temp, graph)
+                            sessionOptions(decision, mode, graph = graph, compileTo = ctx).use {
+                                env.createSession(selection.path(graph), it)
+                            }
+                        }
+                    }
+                },
+                commit = { cache.commit(temp) },
+                abandon = { made ->
+                    made?.values?.forEach { it.close() }
+                    temp.deleteRecursively()
+                },
+            )
+            val seconds = (System.nanoTime() - start) / 1e9
+            return sessions to OnDeviceOpen(cacheHit = false, compileS = seconds, folder = cache.folder)
         }
 
         /**
@@ -95,11 +213,16 @@ class OrtModels private constructor(val selection: Selection, internal val sessi
         /**
          * Session options for a decision: the QNN EP (qnnOptions) on the NPU, plain options on the CPU.
          * shareContext: the graphs' sessions load one shared context binary once (ep.share_ep_contexts).
+         * On an on-device NPU decision: the graph's ep_options of the manifest besides qnnOptions (which win), and
+         * with compileTo, the session compiles the ONNX and writes its EP context there (ep.context_enable, the
+         * context binary in a file beside it: ep.context_embed_mode 0).
          */
         internal fun sessionOptions(
             decision: Decision,
             htpPerformanceMode: String,
             shareContext: Boolean = false,
+            graph: String? = null,
+            compileTo: File? = null,
         ): OrtSession.SessionOptions {
             val qnn = if (decision.npu) qnnOptions(decision, htpPerformanceMode) else null
             val options = OrtSession.SessionOptions()
@@ -107,27 +230,44 @@ class OrtModels private constructor(val selection: Selection, internal val sessi
                 // The whole graph must run on the HTP: a node left on the CPU would be a silent slowdown.
                 options.addConfigEntry("session.disable_cpu_ep_fallback", "1")
                 if (shareContext) options.addConfigEntry("ep.share_ep_contexts", "1")
-                options.addQnn(qnn)
+                if (compileTo != null) {
+                    options.addConfigEntry("ep.context_enable", "1")
+                    options.addConfigEntry("ep.context_embed_mode", "0")
+                    options.addConfigEntry("ep.context_file_path", compileTo.path)
+                }
+                val extra = graph?.let { decision.epOptions[it] }.orEmpty()
+                options.addQnn(qnn + extra.filterKeys { it !in qnn })
             }
             return options
         }
 
-        private fun openAll(env: OrtEnvironment, selection: Selection, mode: String): Map<String, OrtSession> {
+        private fun cpuSession(env: OrtEnvironment, selection: Selection, graph: String): OrtSession {
+            val decision = selection.decision.copy(provider = Provider.CPU)
+            return sessionOptions(decision, DEFAULT_PERFORMANCE_MODE).use { env.createSession(selection.path(graph), it) }
+        }
+
+        /** A session per graph from [open]; if one fails, those already open are closed. */
+        private fun openEach(graphs: Collection<String>, open: (String) -> OrtSession): Map<String, OrtSession> {
             val opened = LinkedHashMap<String, OrtSession>()
             try {
-                for (graph in selection.decision.paths.keys) {
-                    // a split model's CPU part gets plain CPU options even when the decision is the NPU
-                    val onCpu = graph in selection.decision.cpuGraphs
-                    val decision = if (onCpu) selection.decision.copy(provider = Provider.CPU) else selection.decision
-                    sessionOptions(decision, mode, selection.sharesContext && !onCpu).use {
-                        opened[graph] = env.createSession(selection.path(graph), it)
-                    }
-                }
+                for (graph in graphs) opened[graph] = open(graph)
             } catch (e: Exception) {
                 opened.values.forEach { it.close() }
                 throw e
             }
             return opened
         }
+
+        private fun openAll(env: OrtEnvironment, selection: Selection, mode: String): Map<String, OrtSession> =
+            openEach(selection.decision.paths.keys) { graph ->
+                // a split model's CPU part gets plain CPU options even when the decision is the NPU
+                if (graph in selection.decision.cpuGraphs) {
+                    cpuSession(env, selection, graph)
+                } else {
+                    sessionOptions(selection.decision, mode, selection.sharesContext).use {
+                        env.createSession(selection.path(graph), it)
+                    }
+                }
+            }
     }
 }
