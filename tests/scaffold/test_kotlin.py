@@ -50,6 +50,7 @@ HERE = KOTLIN
 GLUE = templates_dir() / "glue" / "kotlin"  # the glue's plain Kotlin sources
 PACKAGE = GLUE_PACKAGE  # tests/kotlin/*.kt import the glue from this package, the templates' own
 UNIT_TESTS = 25  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
+ON_DEVICE_TESTS = 7  # the number of tests in tests/kotlin/OnDeviceTests.kt
 PLAY_PACKAGE = "com.example.qnnplay"  # tests/kotlin/play/*.kt import the play glue from this package
 PLAY_TESTS = 9  # the number of tests in tests/kotlin/play/PlayTests.kt: none may silently disappear
 PLAY_TARGETS = ("SM8550", "SM8650", "SM8750")
@@ -133,6 +134,19 @@ def test_selector_unit_tests_pass_on_the_jvm(rendered, kotlin):
     failures = [line for line in lines if line.startswith("FAIL")]
     assert not failures and done.returncode == 0, "\n".join(failures) or done.stderr
     assert sum(line.startswith("ok ") for line in lines) == UNIT_TESTS, done.stdout
+
+
+def test_on_device_compile_unit_tests_pass_on_the_jvm(rendered, kotlin):
+    """The on-device path of the glue (a SoC without a target, the bundle's ONNX compiled by the QNN EP on the
+    phone): the first compile writes the cache, the next open is a cache hit, a key change compiles again, a timeout
+    and a failed compile give the CPU and are remembered, the progress callback gets the elapsed time. The EP's
+    session creation is the stand-in of tests/kotlin/stubs (OrtEnvironment.STAND_IN_CREATE)."""
+    assets = rendered["app"].glue / "bundle" / "assets"
+    done = kotlin_build.run_jvm(kotlin, "qnndeploy.tests.OnDeviceTests", str(assets), str(kotlin["out"] / "on-device"))
+    lines = done.stdout.splitlines()
+    failures = [line for line in lines if line.startswith("FAIL")]
+    assert not failures and done.returncode == 0, "\n".join(failures) or done.stderr
+    assert sum(line.startswith("ok ") for line in lines) == ON_DEVICE_TESTS, done.stdout
 
 
 # Device properties as odd as a vendor may set them: both twins trim ASCII whitespace only and change the case of

@@ -20,14 +20,19 @@ public class OrtSession implements AutoCloseable {
     @Override
     public void close() throws OrtException { CLOSED.incrementAndGet(); }
 
-    /** Stand-in: options that accept everything, and keep what addQnn was given for the JVM tests. */
+    /** Stand-in: options that accept everything, and keep what addQnn and addConfigEntry were given for the JVM tests. */
     public static class SessionOptions implements AutoCloseable {
         /** Stand-in only (not in ONNX Runtime's API): the provider options of the last addQnn call, or null. */
         public Map<String, String> standInQnnOptions;
 
+        /** Stand-in only (not in ONNX Runtime's API): the session config entries, in the order they were added. */
+        public final Map<String, String> standInConfig = new java.util.LinkedHashMap<>();
+
         public SessionOptions() {}
 
-        public void addConfigEntry(String configKey, String configValue) throws OrtException {}
+        public void addConfigEntry(String configKey, String configValue) throws OrtException {
+            standInConfig.put(configKey, configValue);
+        }
 
         public void addQnn(Map<String, String> providerOptions) throws OrtException {
             standInQnnOptions = new java.util.LinkedHashMap<>(providerOptions);
