@@ -3,17 +3,20 @@ package qnndeploy.tests
 // The Kotlin half of the Python-vs-Kotlin agreement test (tests/scaffold/test_kotlin.py). Reads
 //   {"manifests": [...], "cases": [...], "archs": [...], "reasons": [{"function": ..., "args": [...]}]}
 // (each case: a manifest index, device, library-load outcome, environment, setenv failure, remembered failure,
-// the loaded runtime's QAIRT version),
+// the loaded runtime's QAIRT version, the platform info of the QNN backend or null),
 // runs the generated QnnSelector on each case, qnnLibraries on each arch, and each Reasons function on its
 // arguments, and prints {"cases": [{"decision": Decision.toJson, "calls": the host calls in order, "qnn_options":
-// the QNN EP options OrtModels gives an NPU decision (null on the CPU)}], "libraries": [[backend, system, stub,
-// skel]], "reasons": [[key, text]]}.
+// the QNN EP options OrtModels gives an NPU decision (null on the CPU), "graph_options": graph -> the QNN EP options
+// of its session, ep_options included (an on-device NPU decision only, else null)}], "libraries": [[backend,
+// system, stub, skel]], "reasons": [[key, text]]}.
 
 import com.example.qnnsample.qnndeploy.BundleManifest
 import com.example.qnnsample.qnndeploy.DeviceIdentity
 import com.example.qnnsample.qnndeploy.FileFormat
 import com.example.qnnsample.qnndeploy.MiniJson
+import com.example.qnnsample.qnndeploy.NpuSource
 import com.example.qnnsample.qnndeploy.OrtModels
+import com.example.qnnsample.qnndeploy.Platform
 import com.example.qnnsample.qnndeploy.QnnSelector
 import com.example.qnnsample.qnndeploy.Reason
 import com.example.qnnsample.qnndeploy.Reasons
@@ -46,10 +49,20 @@ object Agreement {
                 npuFormat = FileFormat.entries.first { it.id == case["npu_format"] },
                 appVersion = case["app_version"] as String,
                 remembered = remembered,
+                platform = (case["platform"] as Map<*, *>?)?.let {
+                    Platform((it["soc_model"] as Long).toInt(), it["dsp_arch"] as String)
+                },
             )
             val qnnOptions = if (decision.npu) OrtModels.qnnOptions(decision, "burst") else null
+            val graphOptions = if (decision.npuSource == NpuSource.ON_DEVICE) {
+                decision.paths.keys.filter { it !in decision.cpuGraphs }.associateWith { graph ->
+                    OrtModels.sessionOptions(decision, "burst", graph = graph).use { it.standInQnnOptions }
+                }
+            } else {
+                null
+            }
             "{\"decision\":${decision.toJson()},\"calls\":${MiniJson.write(host.calls)}," +
-                "\"qnn_options\":${MiniJson.write(qnnOptions)}}"
+                "\"qnn_options\":${MiniJson.write(qnnOptions)},\"graph_options\":${MiniJson.write(graphOptions)}}"
         }
         val libraries = (input["archs"] as List<*>).map {
             val libs = QnnSelector.qnnLibraries(it as String)

@@ -49,7 +49,7 @@ internal class OnDeviceSuite(val assets: File, val scratch: File) {
 
     /** The bundle's manifest with on_device: the CPU models compiled on the phone, validated for v69 to v85. */
     fun onDevice(budgetS: Double = 60.0, validated: List<String> = this.validated): Map<*, *> = raw + mapOf(
-        "format_version" to BundleManifest.FORMAT_VERSION,
+        "format_version" to 4L,
         "on_device" to mapOf(
             "budget_s" to budgetS,
             "graphs" to listOf("det", "rec").map {

@@ -195,10 +195,10 @@ internal class Suite(val manifests: Map<*, *>, val assets: File, val scratch: Fi
         },
         "a manifest of an unknown format version goes to the CPU with that reason; version 1 is still read" to {
             val host = FakeHost()
-            val d = QnnSelector.decide(m.copy(formatVersion = 4L), sm8750, host, LIB_DIR)
+            val d = QnnSelector.decide(m.copy(formatVersion = 5L), sm8750, host, LIB_DIR)
             assertFalse(d.npu)
             assertEquals(
-                "bundle manifest format \"qnndeploy-bundle\" version 4 is not supported (this app reads " +
+                "bundle manifest format \"qnndeploy-bundle\" version 5 is not supported (this app reads " +
                     "\"qnndeploy-bundle\" versions 1 to 4): scaffold again",
                 d.reason,
             )
@@ -453,7 +453,7 @@ internal class Suite(val manifests: Map<*, *>, val assets: File, val scratch: Fi
             assertEquals(listOf(FileFormat.ONNX, FileFormat.ONNX), m.cpu.map { it.format })
             assertEquals("demo 1.0.0", m.bundleVersion)
             val raw = manifests["two_targets"] as Map<*, *>
-            val newer = BundleManifest.from(raw + ("format_version" to 4L))
+            val newer = BundleManifest.from(raw + ("format_version" to 5L))
             assertFalse(newer.supported)
             assertEquals(emptyList(), newer.targets, "a format this app does not read is not parsed further")
             val damaged = raw + ("targets" to listOf(mapOf("soc" to "SM8750", "soc_id" to 69L, "artifacts" to emptyList<Any>())))

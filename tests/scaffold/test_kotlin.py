@@ -30,6 +30,8 @@ from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.formats.decision import (
     REASONS,
     Device,
+    NpuSource,
+    Platform,
     Remembered,
     decide,
     qnn_libraries,
@@ -239,14 +241,61 @@ def agreement_cases(real_manifest: dict) -> tuple[list[dict], list[dict]]:
         itertools.product([real_manifest, two, *named], spelled_devices(), loads[:2], envs[:1], remembered[:1],
                           [None], engines, [None]),
     ]
+    on_device, od_products = on_device_cases(two, bundled, loads, remembered, engines)
+    manifests = manifests[:-len(named)] + on_device + named  # the aliased bundles and odd soc_ids stay last
     index = {id(m): i for i, m in enumerate(manifests)}
     cases = []
-    for manifest, device, load, env, rem, adsp_error, fmt, runtime in itertools.chain(*products):
+    with_platform = itertools.chain(((*p, None) for p in itertools.chain(*products)), itertools.chain(*od_products))
+    for manifest, device, load, env, rem, adsp_error, fmt, runtime, platform in with_platform:
         cases.append({"manifest": index[id(manifest)], "device": asdict(device), "load_errors": load,
                       "adsp_before": env, "adsp_error": adsp_error, "lib_dir": "/data/app/x/lib/arm64",
                       "npu_format": fmt, "app_version": "1.0 (1) 7", "remembered": asdict(rem) if rem else None,
-                      "runtime_version": runtime})
+                      "runtime_version": runtime, "platform": platform._asdict() if platform else None})
     return manifests, cases
+
+
+# Phones the on-device path meets: a catalog SoC without a target that the bundles validated (SM8845, v81), one
+# they did not (SM8350, v68, no fp16), a SoC with a target, SoCs the catalog does not know (by SOC_MODEL, by an
+# unknown ro.board.platform, or reporting nothing), and the platform info the QNN backend may report for them.
+OD_DEVICES = [Device("SM8845", None, 35), Device(" sm8845p\n", None, 33), Device("SM8350", "lahaina", 34),
+              Device(None, "lahaina", 30), Device("SM8750", "sun", 35), Device("SM9999", None, 36),
+              Device(None, "newchip", 30), Device(None, None, 28), Device("unknown", None, 31)]
+OD_PLATFORMS = [None, Platform(97, "v81"), Platform(200, "v79"), Platform(201, "v99"), Platform(5, "v68"),
+                Platform(0, "81")]
+# below, at and above the oldest QAIRT measured to compile for every arch (2.47.0), unknown and malformed
+OD_RUNTIMES = [None, "2.46.9", "2.47.0", "2.51.0", "10.0.0", "2.47", "2.9.0"]
+
+
+def on_device_cases(two: dict, bundled: dict, loads: list, remembered: list, engines: tuple) -> tuple[list, list]:
+    """Bundles with on_device (format 4): validated for every arch, for some, for none, per graph differently, with
+    models of their own, a split model, no targets at all, a bundled runtime with and without the v81 libraries, an
+    odd budget, and hand-edited shapes (a graph without an entry, a path the manifest does not list, odd arches)."""
+    v81 = bundles.manifest(runtime="bundled", targets=("SM8550", "SM8750", "SM8850"))
+    base = bundles.on_device(two)
+    missing_rec = {**base, "on_device": {**base["on_device"], "graphs": base["on_device"]["graphs"][:1]}}
+    unlisted = {**base, "on_device": {**base["on_device"], "graphs": [
+        {**base["on_device"]["graphs"][0], "path": "on-device/nowhere.onnx"}, base["on_device"]["graphs"][1]]}}
+    no_budget = {**base, "on_device": {k: v for k, v in base["on_device"].items() if k != "budget_s"}}
+    no_options = {**base, "on_device": {**base["on_device"], "graphs": [
+        {k: v for k, v in g.items() if k != "ep_options"} for g in base["on_device"]["graphs"]]}}
+    manifests = [
+        base, bundles.on_device(bundled), bundles.on_device(v81), bundles.on_device(two, validated=()),
+        bundles.on_device(two, validated={"det": ["v73", "v79", "v81"], "rec": ["v73", "v79"]}),
+        bundles.on_device(two, validated=("81", "V81", " v81", "v99")),
+        bundles.on_device(bundles.split(two), own=("rec",)), bundles.on_device(two, own=("det", "rec")),
+        bundles.on_device(bundles.manifest(targets=())), bundles.on_device(two, budget_s=2.5),
+        {**bundles.on_device(two), "format_version": 3}, missing_rec, unlisted, no_budget, no_options,
+        {**two, "format_version": 4, "on_device": "not an object"},
+    ]
+    v81_load = {"libQnnHtpV81Stub.so": 'dlopen failed: library "libcdsprpc.so" not found'}
+    products = [
+        itertools.product(manifests, OD_DEVICES, [{}], [None], [None], [None], engines, OD_RUNTIMES[:4],
+                          OD_PLATFORMS),
+        itertools.product(manifests[:3] + manifests[6:7], OD_DEVICES[:2] + OD_DEVICES[5:6], [{}, v81_load, loads[2]],
+                          [None], remembered[:2], [None, "EINVAL (Invalid argument)"], engines[1:], OD_RUNTIMES,
+                          OD_PLATFORMS[:2]),
+    ]
+    return manifests, products
 
 
 def accepted_manifests(two: dict, bundled: dict) -> list[dict]:
@@ -307,24 +356,42 @@ def test_python_and_kotlin_decide_alike(rendered, kotlin):
     for case, got in zip(cases, out["cases"], strict=True):
         rem = case["remembered"]
         manifest = manifests[case["manifest"]]
+        platform = Platform(**case["platform"]) if case["platform"] else None
         expected = decide(Manifest.parse(manifest), Device(**case["device"]), load_errors=case["load_errors"],
                           lib_dir=case["lib_dir"], adsp_before=case["adsp_before"], adsp_error=case["adsp_error"],
                           npu_format=case["npu_format"], app_version=case["app_version"],
-                          remembered=Remembered(**rem) if rem else None, runtime_version=case["runtime_version"])
+                          remembered=Remembered(**rem) if rem else None, runtime_version=case["runtime_version"],
+                          platform=platform)
         assert got["decision"] == asdict(expected), case
         python_keys.add(expected.reason_key)
         kotlin_keys.add(got["decision"]["reason_key"])
         calls = []  # the environment first, then the three libraries in order
-        if expected.reason_key in ("adsp_not_set", "libs_not_loaded", "runtime_too_old", "npu"):
+        loading = ("libs_not_loaded", "runtime_too_old", "npu", "runtime_too_old_for_arch", "npu_on_device")
+        if expected.reason_key in ("adsp_not_set", *loading):
             calls = ["setenv ADSP_LIBRARY_PATH"]
-        if expected.reason_key in ("libs_not_loaded", "runtime_too_old", "npu"):
-            target = next(t for t in manifest["targets"] if models.get(t["soc"], t["soc"]) == expected.soc)
-            libs = qnn_libraries(target["dsp_arch"])
+        if expected.reason_key in loading:
+            # the arch and QNN soc_model the glue loads and passes to the QNN EP: the chosen target's; without a
+            # target (the on-device path), the catalog's for a catalog SoC, else the QNN backend's platform info
+            target = next((t for t in manifest["targets"] if models.get(t["soc"], t["soc"]) == expected.soc), None)
+            known = next((s for s in socs.catalog() if s.model == expected.soc), None)
+            if target is not None:
+                arch, soc_id = target["dsp_arch"], target["soc_id"]
+            elif known is not None:
+                arch, soc_id = known.dsp_arch, known.soc_id
+            else:
+                assert platform is not None, case
+                arch, soc_id = platform.dsp_arch, platform.soc_model
+            libs = qnn_libraries(arch)
             calls += [f"load {libs.system}", f"load {libs.backend}", f"load {libs.stub}"]
-            # the QNN soc_model the glue passes to the QNN EP: the chosen target's, on the NPU only
-            assert expected.soc_id == (target["soc_id"] if expected.npu else None), case
+            assert expected.soc_id == (soc_id if expected.npu else None), case
+            assert expected.npu_source == ((NpuSource.PREBUILT if target else NpuSource.ON_DEVICE)
+                                           if expected.npu else None), case
         elif expected.soc_id is not None:
             raise AssertionError(f"a {expected.reason_key} decision names a soc_model: {case}")
+        if expected.npu_source == NpuSource.ON_DEVICE:  # each graph's session gets its ep_options besides the SoC's
+            assert got["graph_options"] == {g: {**o, **got["qnn_options"]} for g, o in expected.ep_options.items()}
+        else:
+            assert got["graph_options"] is None, case
         if expected.npu:  # the QNN EP options of the generated OrtModels: soc_model and htp_arch always given
             assert expected.soc_id is not None and expected.dsp_arch is not None
             assert got["qnn_options"] == {"backend_path": expected.backend_lib, "htp_performance_mode": "burst",
@@ -334,7 +401,7 @@ def test_python_and_kotlin_decide_alike(rendered, kotlin):
             assert got["qnn_options"] is None, case
         if manifest is named[0] and case["device"]["soc_model"] is not None and expected.npu:
             npu_names.add((expected.soc, case["device"]["soc_model"]))
-        if expected.reason_key in ("runtime_too_old", "npu"):
+        if expected.reason_key in ("runtime_too_old", "npu", "runtime_too_old_for_arch", "npu_on_device"):
             calls.append("runtime version")  # asked once the libraries loaded, not before
         assert got["calls"] == calls, case
     # every reason of the decision is reached by both twins, so agreeing is not trivial

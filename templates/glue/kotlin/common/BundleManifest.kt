@@ -160,21 +160,21 @@ data class BundleManifest(
                 qairt = Qairt(minRuntime = (m["qairt"] as? Map<*, *>)?.get("min_runtime") as? String),
                 htpPerformanceMode = (m["htp"] as? Map<*, *>)?.get("performance_mode") as? String,
                 pipelineOrder = m.list("pipeline").map { it as? String ?: bad("pipeline", m) },
-                onDevice = m["on_device"]?.let(::onDevice),
+                onDevice = (m["on_device"] as? Map<*, *>)?.let(::onDevice),
             )
         }
 
-        private fun onDevice(value: Any?): OnDevice {
-            val m = value as? Map<*, *> ?: throw IllegalArgumentException("the bundle manifest's \"on_device\" is not a JSON object")
-            val budget = m["budget_s"] as? Number ?: bad("budget_s", m)
+        /** on_device; a budget_s that is absent is the default, ep_options that are not an object are none. */
+        private fun onDevice(m: Map<*, *>): OnDevice {
+            val budget = if (m.containsKey("budget_s")) m["budget_s"] as? Number ?: bad("budget_s", m) else null
             return OnDevice(
-                budgetS = budget.toDouble(),
+                budgetS = budget?.toDouble() ?: OnDevice.DEFAULT_BUDGET_S,
                 graphs = m.objects("graphs").map { g ->
-                    val options = g["ep_options"] as? Map<*, *> ?: bad("ep_options", g)
+                    val options = g["ep_options"] as? Map<*, *> ?: emptyMap<String, String>()
                     OnDeviceGraph(
                         graph = g.text("graph"),
                         path = g.text("path"),
-                        epOptions = options.entries.associate { (k, v) -> (k as String) to (v as? String ?: bad("ep_options", g)) },
+                        epOptions = options.entries.associate { (k, v) -> "$k" to (v as? String ?: bad("ep_options", g)) },
                         validated = g.list("validated").map { it as? String ?: bad("validated", g) },
                     )
                 },

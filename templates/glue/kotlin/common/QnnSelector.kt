@@ -235,8 +235,9 @@ internal object QnnSelector {
     /**
      * A phone whose SoC has no bundle target, with a bundle that the app can compile on the device (manifest
      * on_device). The steps, in order (qnndeploy/formats/decision.py has the same): the HTP arch, the catalog's for
-     * a catalog SoC, else the platform's (whose soc_model is then the SoC's), else none (the CPU); the arch validated
-     * for every graph that is not cpuOnly; the bundled runtime's Stub and Skel for it; a remembered failure;
+     * a catalog SoC, else the platform's (whose soc_model is then the SoC's), else none (the CPU); per graph that is
+     * not cpuOnly, in the manifest's order, the arch validated and the ONNX listed; the bundled runtime's Stub and Skel
+     * for the arch; a remembered failure;
      * ADSP_LIBRARY_PATH and the libraries, as for a target; the loaded runtime not older than the oldest QAIRT
      * measured to compile for the arch (Generated.ARCH_MIN_QAIRT; an unknown version refuses nothing).
      */
@@ -273,38 +274,36 @@ internal object QnnSelector {
         }
         // the SoC as the reasons name it: as identified, else by the soc_model the platform reported
         val name = soc ?: "soc_model $socId"
-        val npuGraphs = manifest.graphs.filter { !it.cpuOnly }
-        val entries = npuGraphs.map { graph -> onDevice.graphs.firstOrNull { it.graph == graph.name } }
-        if (entries.any { it == null || arch !in it.validated }) {
-            // the arches every graph was validated for, in the first graph's order
-            val validated = entries.firstOrNull()?.validated.orEmpty().filter { a -> entries.all { it != null && a in it.validated } }
-            val reason = Reasons.notValidatedOnDevice(
-                soc = name,
-                arch = arch,
-                targets = listedTargets(manifest),
-                validated = validated.joinToString(", ").ifEmpty { "none" },
-            )
-            return cpu(manifest, identity, reason)
-        }
         val paths = LinkedHashMap<String, String>()
         val files = ArrayList<String>()
-        val cpuGraphs = manifest.graphs.filter { it.cpuOnly }.map { it.name }
-        val cpuFiles = manifest.cpu.filter { it.graph in cpuGraphs }
+        val options = LinkedHashMap<String, Map<String, String>>()
         for (graph in manifest.graphs) {
-            if (graph.cpuOnly) { // a split model's part that always runs on the CPU
-                val model = cpuFiles.firstOrNull { it.graph == graph.name && it.format == FileFormat.ONNX }
-                    ?: return cpu(manifest, identity, Reasons.graphFileMissing(soc = name, format = FileFormat.ONNX.id, graph = graph.name))
-                paths[graph.name] = model.path
-                continue
+            if (graph.cpuOnly) continue
+            val entry = onDevice.graphs.firstOrNull { it.graph == graph.name }
+            if (entry == null || arch !in entry.validated) {
+                val reason = Reasons.notValidatedOnDevice(
+                    soc = name,
+                    arch = arch,
+                    targets = listedTargets(manifest),
+                    validated = entry?.validated.orEmpty().joinToString(", ").ifEmpty { "none" },
+                )
+                return cpu(manifest, identity, reason)
             }
-            val entry = onDevice.graphs.first { it.graph == graph.name }
-            paths[graph.name] = entry.path
-            // the model and the external data files beside it: the CPU's when it is the CPU model, else on_device's
+            // the model and the files beside it (external data): the CPU's when it is the CPU model, else on_device's
             val pool = if (manifest.cpu.any { it.path == entry.path }) manifest.cpu else onDevice.artifacts
-            files.add(entry.path)
-            files.addAll(pool.filter { it.graph == graph.name && it.format == FileFormat.ONNX_EXTERNAL_DATA }.map { it.path })
+            if (pool.none { it.path == entry.path && it.format == FileFormat.ONNX }) {
+                return cpu(manifest, identity, Reasons.graphFileMissing(soc = name, format = FileFormat.ONNX.id, graph = graph.name))
+            }
+            paths[graph.name] = entry.path
+            files.addAll(pool.filter { it.graph == graph.name }.map { it.path })
+            options[graph.name] = entry.epOptions
         }
-        files.addAll(cpuFiles.map { it.path })
+        // a split model's part that always runs on the CPU: its CPU files
+        val cpuGraphs = manifest.graphs.filter { it.cpuOnly }.map { it.name }
+        for (file in manifest.cpu.filter { it.graph in cpuGraphs }) {
+            files.add(file.path)
+            if (file.format == FileFormat.ONNX) paths[file.graph] = file.path
+        }
         val loaded = load(manifest, identity, name, arch, host, libDir, appVersion, remembered) { return it }
         val runtimeVersion = loaded.runtimeVersion
         val required = SocCatalog.ARCH_MIN_QAIRT[arch]
@@ -322,7 +321,7 @@ internal object QnnSelector {
             dspArch = arch,
             socId = socId,
             paths = paths,
-            files = files.distinct(),
+            files = files,
             cpuGraphs = cpuGraphs,
             backendLib = loaded.libs.backend,
             systemLib = loaded.libs.system,
@@ -330,7 +329,7 @@ internal object QnnSelector {
             runtimeVersion = runtimeVersion,
             npuSource = NpuSource.ON_DEVICE,
             compileBudgetS = onDevice.budgetS,
-            epOptions = npuGraphs.associate { graph -> graph.name to onDevice.graphs.first { it.graph == graph.name }.epOptions },
+            epOptions = options,
         )
     }
 
