@@ -53,6 +53,18 @@ internal object Reasons {
     fun npu(soc: String, arch: String): Reason =
         Reason("npu", "SoC ${soc} (${arch}) is in the bundle and the QNN libraries loaded")
 
+    fun archUnknown(soc: String): Reason =
+        Reason("arch_unknown", "SoC ${soc} is not in the SoC catalog and the QNN backend reported no platform info: its HTP arch is unknown")
+
+    fun notValidatedOnDevice(soc: String, arch: String, targets: String, validated: String): Reason =
+        Reason("not_validated_on_device", "SoC ${soc} (${arch}) is not in the bundle (targets: ${targets}) and the bundle's on-device compile was not validated for ${arch} (validated: ${validated})")
+
+    fun runtimeTooOldForArch(runtime: String, required: String, arch: String): Reason =
+        Reason("runtime_too_old_for_arch", "the QNN runtime that loaded is QAIRT ${runtime}, older than QAIRT ${required}, the oldest measured to compile for ${arch}")
+
+    fun npuOnDevice(soc: String, arch: String): Reason =
+        Reason("npu_on_device", "SoC ${soc} (${arch}) is not in the bundle; the app compiles the model for it on the device (validated for ${arch}) and the QNN libraries loaded")
+
     // Reasons the glue gives after deciding, when the chosen NPU cannot be used.
     fun filesNotCopied(error: String): Reason =
         Reason("files_not_copied", "the NPU files could not be put in app storage: ${error}")
@@ -63,6 +75,12 @@ internal object Reasons {
     fun packNotReady(pack: String, delivery: String, detail: String): Reason =
         Reason("pack_not_ready", "the NPU files of AI pack ${pack} (${delivery}) are not on this phone yet: ${detail}; using the CPU until they are")
 
+    fun onDeviceCompileFailed(error: String): Reason =
+        Reason("on_device_compile_failed", "on-device compile failed: ${error}")
+
+    fun onDeviceTimeout(budget: String): Reason =
+        Reason("on_device_timeout", "the on-device compile did not finish within ${budget} s")
+
     fun packGroupMismatch(delivered: String, pack: String, soc: String, expected: String): Reason =
         Reason("pack_group_mismatch", "Play delivered device group ${delivered} of AI pack ${pack}, but SoC ${soc} needs group ${expected}: Play's device targeting and the SoC catalog disagree (qnndeploy device verify --play shows it)")
 }
@@ -70,7 +88,7 @@ internal object Reasons {
 internal object Generated {
     /** The manifest format this glue reads, and its newest version (every version from 1 up to it is read). */
     const val FORMAT = "qnndeploy-bundle"
-    const val FORMAT_VERSION = 3L
+    const val FORMAT_VERSION = 4L
 
     /** The QNN HTP backend and QNN System library file names. */
     const val BACKEND_LIB = "libQnnHtp.so"
@@ -125,6 +143,76 @@ internal object Generated {
         "pineapple" to "SM8650",
         "sun" to "SM8750",
         "canoe" to "SM8850",
+    )
+
+    /** Catalog model -> its HTP arch ("v81"): the arch a phone of a SoC without a bundle target compiles for. */
+    val SOC_ARCHS: Map<String, String> = mapOf(
+        "SM7325" to "v68",
+        "SM7750" to "v73",
+        "SM8350" to "v68",
+        "SM8450" to "v69",
+        "SM8475" to "v69",
+        "SM8550" to "v73",
+        "SM8635" to "v73",
+        "SM8650" to "v75",
+        "SM8735" to "v79",
+        "SM8750" to "v79",
+        "SM8845" to "v81",
+        "SM8850" to "v81",
+        "SM8950" to "v85",
+        "SM8975" to "v85",
+        "QCS9100" to "v73",
+        "SA8255" to "v73",
+        "SA8295" to "v68",
+        "SSG2115P" to "v73",
+        "SSG2125P" to "v73",
+        "SXR1230P" to "v73",
+        "SXR2230P" to "v69",
+        "SXR2330P" to "v79",
+        "SAR2230P" to "v81",
+        "SW6100" to "v81",
+    )
+
+    /** Catalog model -> its QNN soc_model number, passed to the QNN EP with the arch. */
+    val SOC_IDS: Map<String, Long> = mapOf(
+        "SM7325" to 35L,
+        "SM7750" to 86L,
+        "SM8350" to 30L,
+        "SM8450" to 36L,
+        "SM8475" to 42L,
+        "SM8550" to 43L,
+        "SM8635" to 68L,
+        "SM8650" to 57L,
+        "SM8735" to 85L,
+        "SM8750" to 69L,
+        "SM8845" to 97L,
+        "SM8850" to 87L,
+        "SM8950" to 113L,
+        "SM8975" to 103L,
+        "QCS9100" to 77L,
+        "SA8255" to 52L,
+        "SA8295" to 39L,
+        "SSG2115P" to 46L,
+        "SSG2125P" to 58L,
+        "SXR1230P" to 45L,
+        "SXR2230P" to 53L,
+        "SXR2330P" to 75L,
+        "SAR2230P" to 95L,
+        "SW6100" to 96L,
+    )
+
+    /**
+     * HTP arch -> the oldest QAIRT measured to compile for it on the host (qnndeploy/formats/decision.py
+     * arch_min_qairt, from socs.json's measured rows): an older QNN runtime on the phone does not compile for it.
+     */
+    val ARCH_MIN_QAIRT: Map<String, String> = mapOf(
+        "v68" to "2.47.0",
+        "v69" to "2.47.0",
+        "v73" to "2.47.0",
+        "v75" to "2.47.0",
+        "v79" to "2.47.0",
+        "v81" to "2.47.0",
+        "v85" to "2.47.0",
     )
 
     /** Where the DSP looks when ADSP_LIBRARY_PATH is unset: kept after the app's folder once it is set. */
