@@ -85,8 +85,10 @@ class OrtModels private constructor(
          * On a SoC without a bundle target whose arch the bundle's on-device compile was validated for (Decision
          * npuSource "on-device"), the first open compiles the ONNX with the QNN EP, which takes seconds to minutes:
          * call it off the main thread. onCompileProgress is then called on the calling thread with the seconds
-         * elapsed, every OnDeviceCompile.PROGRESS_INTERVAL_MS; past the bundle's budget (manifest on_device.budget_s)
-         * the app takes the CPU and remembers it. Later opens load the compiled contexts from app storage.
+         * elapsed, every OnDeviceCompile.PROGRESS_INTERVAL_MS (it runs while the glue holds its lock, so it may post
+         * to another thread but must not wait for one that calls into the glue); past the bundle's budget (manifest
+         * on_device.budget_s) the app takes the CPU and remembers it. Later opens load the compiled contexts from
+         * app storage.
          * platform: what the loaded QNN backend reports (see Platform), for a SoC the catalog does not know; null by
          * default. It counts at the process's first select only (QnnRuntime.select decides once).
          */
