@@ -399,7 +399,8 @@ def _copy_bundle(bundle: Path, manifest: Manifest, dest: Path, play: Path | None
 
     The Skel goes beside the Android libraries, as in every QNN app: installed in nativeLibraryDir, the folder that
     the selector puts first in ADSP_LIBRARY_PATH. With play, the NPU files are in the AI pack, not here: the assets
-    hold manifest.json, play.json and the CPU models (every phone needs them, also while the pack downloads).
+    hold manifest.json, play.json, the CPU models (every phone needs them, also while the pack downloads) and the
+    on-device models (format 4: what a phone whose SoC has no target compiles).
 
     The bytes written are the ones verified: each file is copied through fileio.copy_verified (O_NOFOLLOW, below the
     bundle folder, with the manifest's sha256 and size); manifest.json is written from the bytes that parse to the
@@ -409,7 +410,8 @@ def _copy_bundle(bundle: Path, manifest: Manifest, dest: Path, play: Path | None
     assets.mkdir(parents=True)
     raw = verified_bytes(bundle, manifest)
     (assets / MANIFEST).write_bytes(raw)
-    files = list(manifest.cpu) if play is not None else manifest.model_files
+    # with play, the base module keeps the CPU models and the on-device ones: a phone without a target compiles them
+    files = [*manifest.cpu, *manifest.on_device_files] if play is not None else manifest.model_files
     copies = [(bundle / a.path, assets / a.path, a) for a in files]
     if manifest.runtime.bundled:
         copies += [(bundle / lib.path, dest / "jniLibs" / "arm64-v8a" / lib.path.rsplit("/", 1)[-1], lib)

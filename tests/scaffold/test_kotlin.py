@@ -54,7 +54,7 @@ PACKAGE = GLUE_PACKAGE  # tests/kotlin/*.kt import the glue from this package, t
 UNIT_TESTS = 25  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
 ON_DEVICE_TESTS = 7  # the number of tests in tests/kotlin/OnDeviceTests.kt
 PLAY_PACKAGE = "com.example.qnnplay"  # tests/kotlin/play/*.kt import the play glue from this package
-PLAY_TESTS = 9  # the number of tests in tests/kotlin/play/PlayTests.kt: none may silently disappear
+PLAY_TESTS = 10  # the number of tests in tests/kotlin/play/PlayTests.kt: none may silently disappear
 PLAY_TARGETS = ("SM8550", "SM8650", "SM8750")
 
 

@@ -530,3 +530,31 @@ def test_play_from_the_command_line(external, tmp_path):
     assert out["play"].endswith("(fast-follow)") and len(out["lines"]) == 6
     text = run(external, "--package", "com.example.foo", "-o", tmp_path / "h", "--play", play)
     assert "AI pack" in text.output and "add these six lines" in text.output
+
+
+def test_with_play_the_base_module_keeps_the_on_device_models(tmp_path):
+    """A phone without a target compiles the on-device models from the base module's assets (the pack holds the
+    targets' files only), so scaffold --play copies them there beside the CPU models, and no target file."""
+    from qnndeploy.formats.manifest import Manifest
+    from qnndeploy.formats.playplan import PLAN
+    from qnndeploy.scaffold import _copy_bundle
+
+    raw = bundles.on_device(bundles.manifest(), own=("rec",))
+    bundle = tmp_path / "bundle"
+
+    def real(entry: dict) -> dict:  # the file written with the bytes its sha256 and size now say
+        data = f"bytes of {entry['path']}".encode()
+        (bundle / entry["path"]).parent.mkdir(parents=True, exist_ok=True)
+        (bundle / entry["path"]).write_bytes(data)
+        return {**entry, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+
+    raw = {**raw, "cpu": [real(a) for a in raw["cpu"]],
+           "on_device": {**raw["on_device"], "artifacts": [real(a) for a in raw["on_device"]["artifacts"]]}}
+    (bundle / "manifest.json").write_text(json.dumps(raw))
+    (tmp_path / "play").mkdir()
+    (tmp_path / "play" / PLAN).write_text("{}")
+    _copy_bundle(bundle, Manifest.parse(raw), tmp_path / "out", tmp_path / "play")
+    assets = tmp_path / "out" / "assets" / "qnndeploy"
+    copied = {p.relative_to(assets).as_posix() for p in assets.rglob("*") if p.is_file()}
+    assert copied == {"manifest.json", PLAN, "cpu/det.onnx", "cpu/rec.onnx", "on-device/rec.onnx",
+                      "on-device/rec.onnx.data"}

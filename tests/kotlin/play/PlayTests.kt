@@ -16,6 +16,7 @@ import com.example.qnnplay.qnndeploy.Delivery
 import com.example.qnnplay.qnndeploy.FileFormat
 import com.example.qnnplay.qnndeploy.MiniJson
 import com.example.qnnplay.qnndeploy.NativeHost
+import com.example.qnnplay.qnndeploy.NpuSource
 import com.example.qnnplay.qnndeploy.PackListener
 import com.example.qnnplay.qnndeploy.PackProgress
 import com.example.qnnplay.qnndeploy.PlayPack
@@ -201,6 +202,27 @@ internal class Suite(setup: Map<*, *>) {
             assertEquals(want.text, s.decision.reason)
             assertEquals(otherGroup to group, s.play?.deliveredGroup to s.play?.expectedGroup)
             assertEquals(emptyList(), manager.fetched, "a pack is there: nothing to fetch")
+        },
+        "a phone without a target compiles the base module's ONNX on the device: no pack is waited for" to {
+            // the bundle with on_device (format 4): an SM8845 (v81) has no target and no group, and the pack is not
+            // on the phone; the on-device path needs only the base module's CPU models
+            val assets = File(scratch, "on-device-assets").apply { deleteRecursively() }
+            fastFollowAssets.copyRecursively(assets)
+            val manifest = File(assets, "qnndeploy/manifest.json")
+            val graphs = listOf("det", "rec").map {
+                mapOf("graph" to it, "path" to "cpu/$it.onnx", "ep_options" to emptyMap<String, String>(), "validated" to listOf("v81"))
+            }
+            val onDevice = mapOf("budget_s" to 60L, "graphs" to graphs, "artifacts" to emptyList<Any>())
+            manifest.writeText(MiniJson.write(MiniJson.parse(manifest.readText()) as Map<*, *> + mapOf("format_version" to 4L, "on_device" to onDevice)))
+            val manager = FakeManager()
+            val context = start("on-device", assets, manager)
+            Build.SOC_MODEL = "SM8845"
+            val s = select(context)
+            assertEquals(Provider.NPU to "npu_on_device", s.decision.provider to s.decision.reasonKey, s.decision.reason)
+            assertEquals(NpuSource.ON_DEVICE, s.decision.npuSource)
+            assertEquals(File(context.filesDir, "qnndeploy/cpu/det.onnx").absolutePath, s.path("det"))
+            assertFalse(context.opened.any { it.startsWith("qnndeploy_npu/") }, "nothing read from a pack")
+            assertEquals(emptyList(), manager.fetched)
         },
         "a pack file whose size is not the plan's: the CPU, reason pack_not_ready naming it" to {
             val damaged = File(scratch, "damaged-pack").apply { deleteRecursively() }

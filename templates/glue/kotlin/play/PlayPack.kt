@@ -328,18 +328,25 @@ object PlayPack {
 
     /** What QnnRuntime.select asks of the pack (Generated.AI_PACK): where its files are, and what it decides. */
     internal object Files : AiPack {
-        /** The CPU models are in the base module's assets, the NPU files of an install-time pack in the pack's. */
+        /**
+         * The CPU models and the on-device ones (what a phone without a target compiles) are in the base module's
+         * assets, the NPU files of an install-time pack in the pack's.
+         */
         override fun open(assets: AssetManager, manifest: BundleManifest, path: String): InputStream =
-            assets.open(if (manifest.cpu.any { it.path == path }) "${QnnRuntime.ASSETS}/$path" else "${PlayRules.FOLDER}/$path")
+            assets.open(if (inBase(manifest, path)) "${QnnRuntime.ASSETS}/$path" else "${PlayRules.FOLDER}/$path")
+
+        private fun inBase(manifest: BundleManifest, path: String): Boolean =
+            (manifest.cpu + manifest.onDevice?.artifacts.orEmpty()).any { it.path == path }
 
         override fun place(context: Context, manifest: BundleManifest, decision: Decision): PackPlacement {
             val plan = plan(context)
             val pack = locate(context, plan)
             var chosen = decision
             var packFiles: Map<String, File> = emptyMap()
-            if (decision.npu) {
+            // An on-device decision compiles the base module's ONNX: it needs nothing from the pack.
+            if (decision.npu && decision.npuSource != NpuSource.ON_DEVICE) {
                 val expected = PlayRules.expectedGroup(plan, decision.soc)
-                val npuPaths = decision.files.filter { path -> manifest.cpu.none { it.path == path } }
+                val npuPaths = decision.files.filter { path -> !inBase(manifest, path) }
                 val reason = when {
                     pack.group == null -> Reasons.packNotReady(
                         pack = plan.pack, delivery = plan.delivery.id, detail = pack.problem.orEmpty(),
