@@ -20,9 +20,11 @@ import com.example.qnnsample.qnndeploy.DeviceIdentity
 import com.example.qnnsample.qnndeploy.FileFormat
 import com.example.qnnsample.qnndeploy.MiniJson
 import com.example.qnnsample.qnndeploy.NpuSource
+import com.example.qnnsample.qnndeploy.OnDeviceCache
 import com.example.qnnsample.qnndeploy.OnDeviceCompile
 import com.example.qnnsample.qnndeploy.OrtModels
 import com.example.qnnsample.qnndeploy.Platform
+import com.example.qnnsample.qnndeploy.ProcessStamp
 import com.example.qnnsample.qnndeploy.Provider
 import com.example.qnnsample.qnndeploy.QnnRuntime
 import com.example.qnnsample.qnndeploy.QnnSelector
@@ -310,6 +312,26 @@ internal class OnDeviceSuite(val assets: File, val scratch: File) {
                 assertTrue(seen.first() >= OnDeviceCompile.PROGRESS_INTERVAL_MS / 1000.0 * 0.9, "every interval: $seen")
                 assertTrue(seen.last() <= models.onDevice!!.compileS!!, "within the compile: $seen")
                 models.close()
+            }
+        },
+        "a compile leaves the temporary folders of the app's other running processes alone, and deletes the rest" to {
+            val root = File(scratch, "partials").apply { deleteRecursively() }
+            val child = ProcessBuilder("sleep", "600").start() // another process of the app, compiling
+            try {
+                val other = ProcessStamp.of(child.pid().toInt())
+                val self = ProcessStamp.of(ProcessHandle.current().pid().toInt())
+                val live = File(root, "ctx-${other.pid}-${other.start}-7.partial").apply { mkdirs() }
+                val ended = File(root, "ctx-${other.pid}-${other.start + 1}-7.partial").apply { mkdirs() }
+                val odd = File(root, "ctx-123.partial").apply { mkdirs() }
+                val oldKey = File(root, "ctx").apply { mkdirs(); File(this, "key.json").writeText("{}") }
+                val temp = OnDeviceCache(root, mapOf("app_version" to "2"), self).begin()
+                assertTrue(live.isDirectory, "a running process's compile is left alone")
+                assertFalse(ended.exists() || odd.exists(), "those of ended processes (or of no process) go")
+                assertFalse(oldKey.exists(), "and the cache of another key")
+                assertTrue(temp.isDirectory && temp.name.startsWith("ctx-${self.pid}-${self.start}-"), temp.name)
+            } finally {
+                child.destroy()
+                child.waitFor()
             }
         },
         "the decision on phones without a target: catalog arch, platform info, validated arches, runtime age" to {

@@ -25,7 +25,7 @@ class OnDeviceCompileException internal constructor(val reason: Reason, cause: T
  * backup restored on another phone) deletes the folder and compiles again. A compile writes into a temporary folder
  * of its own, renamed into place only once every graph compiled, so a half-made compile is never loaded.
  */
-internal class OnDeviceCache(val root: File, key: Map<String, Any?>) {
+internal class OnDeviceCache(val root: File, key: Map<String, Any?>, private val self: ProcessStamp) {
     private val key: String = MiniJson.write(key)
     val folder = File(root, "ctx")
 
@@ -38,16 +38,29 @@ internal class OnDeviceCache(val root: File, key: Map<String, Any?>) {
     }
 
     /**
-     * A new, empty folder for a compile. What is there and is not a hit for this key goes: the cache of an older key
-     * and the temporary folders of compiles that never finished (a process that died or ran out of time).
+     * A new, empty folder for a compile, named after this process (ctx-PID-START-N.partial). What is there and is
+     * not a hit for this key goes: the cache of an older key, and the temporary folders of compiles that can no
+     * longer finish because their process ended. Those of a process that still runs are left to it: another
+     * process of the app may be compiling at the same time, and this one's own abandoned compile deletes its folder
+     * when it ends.
      */
     fun begin(): File {
         folder.deleteRecursively()
-        root.listFiles().orEmpty().filter { it.name.endsWith(PARTIAL) }.forEach { it.deleteRecursively() }
+        root.listFiles().orEmpty().filter { it.name.endsWith(PARTIAL) && !ofARunningProcess(it.name) }
+            .forEach { it.deleteRecursively() }
         if (!root.isDirectory && !root.mkdirs()) throw IOException("cannot create $root")
-        val temp = File(root, "ctx-${System.nanoTime()}$PARTIAL")
+        val temp = File(root, "ctx-${self.pid}-${self.start}-${System.nanoTime()}$PARTIAL")
         if (!temp.mkdir()) throw IOException("cannot create $temp")
         return temp
+    }
+
+    /** Whether a temporary folder's name is that of a process that still runs (the same pid and start time). */
+    private fun ofARunningProcess(name: String): Boolean {
+        val parts = name.removeSuffix(PARTIAL).split('-')
+        val pid = parts.getOrNull(1)?.toIntOrNull() ?: return false
+        val start = parts.getOrNull(2)?.toLongOrNull() ?: return false
+        val now = ProcessStamp.of(pid)
+        return start >= 0 && now.start == start && now.running()
     }
 
     /** Puts a finished compile in place: key.json written last into it, then the folder renamed to [folder]. */

@@ -6,6 +6,7 @@ import ai.onnxruntime.OrtEnvironment
 import ai.onnxruntime.OrtException
 import ai.onnxruntime.OrtSession
 import android.content.Context
+import android.os.Process
 import android.util.Log
 import java.io.File
 
@@ -135,6 +136,7 @@ class OrtModels private constructor(
                     "app_version" to selection.appVersion, "bundle_version" to selection.bundleVersion,
                     "runtime_version" to d.runtimeVersion, "soc" to d.soc, "soc_id" to d.socId, "dsp_arch" to d.dspArch,
                 ),
+                ProcessStamp.of(Process.myPid()),
             )
         }
 
