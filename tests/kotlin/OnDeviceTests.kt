@@ -314,6 +314,51 @@ internal class OnDeviceSuite(val assets: File, val scratch: File) {
                 models.close()
             }
         },
+        "a progress callback that throws is logged and the compile goes on; an interrupted open abandons its compile" to {
+            onSm8845 {
+                val calls = CountDownLatch(2)
+                standIn { model, options ->
+                    if (options.standInConfig["ep.context_enable"] == "1" && model.endsWith("det.onnx")) calls.await()
+                }
+                Log.LINES.clear()
+                val context = app("throwing-progress", onDevice())
+                val models = OrtModels.open(context, onCompileProgress = {
+                    calls.countDown()
+                    throw IllegalStateException("the app's progress bar is gone")
+                })
+                assertEquals(NpuSource.ON_DEVICE to false, models.decision.npuSource to models.onDevice?.cacheHit, models.decision.reason)
+                assertTrue(Log.LINES.count { it.startsWith("qnndeploy: onCompileProgress threw") } >= 2)
+                models.close()
+
+                QnnRuntime.forget()
+                val entered = CountDownLatch(1)
+                val release = CountDownLatch(1)
+                standIn { _, options ->
+                    if (options.standInConfig["ep.context_enable"] == "1") {
+                        entered.countDown()
+                        release.await()
+                    }
+                }
+                val other = app("interrupted", onDevice())
+                var thrown: Throwable? = null
+                val opener = Thread {
+                    try {
+                        OrtModels.open(other)
+                    } catch (e: Throwable) {
+                        thrown = e
+                    }
+                }
+                opener.start()
+                entered.await() // the compile runs
+                opener.interrupt()
+                opener.join()
+                assertTrue(thrown is InterruptedException, "$thrown")
+                release.countDown()
+                joinWorkers()
+                assertFalse(File(cacheOf(other), "ctx").exists(), "the abandoned compile is not put in the cache")
+                assertEquals(emptyList(), partials(other))
+            }
+        },
         "a compile leaves the temporary folders of the app's other running processes alone, and deletes the rest" to {
             val root = File(scratch, "partials").apply { deleteRecursively() }
             val child = ProcessBuilder("sleep", "600").start() // another process of the app, compiling

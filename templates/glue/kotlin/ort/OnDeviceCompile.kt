@@ -141,17 +141,23 @@ internal object OnDeviceCompile {
             done.countDown()
         }
         val budgetNs = (budgetS * 1e9).toLong()
-        while (true) {
-            val left = budgetNs - (System.nanoTime() - start)
-            if (left <= 0) {
-                if (state.compareAndSet(RUNNING, ABANDONED)) {
-                    throw OnDeviceCompileException(Reasons.onDeviceTimeout(budget = seconds(budgetS)))
+        try {
+            while (true) {
+                val left = budgetNs - (System.nanoTime() - start)
+                if (left <= 0) {
+                    if (state.compareAndSet(RUNNING, ABANDONED)) {
+                        throw OnDeviceCompileException(Reasons.onDeviceTimeout(budget = seconds(budgetS)))
+                    }
+                    done.await() // the worker finished in time and is putting its result in place
+                    break
                 }
-                done.await() // the worker finished in time and is putting its result in place
-                break
+                if (done.await(minOf(left, TimeUnit.MILLISECONDS.toNanos(PROGRESS_INTERVAL_MS)), TimeUnit.NANOSECONDS)) break
+                progress?.invoke((System.nanoTime() - start) / 1e9)
             }
-            if (done.await(minOf(left, TimeUnit.MILLISECONDS.toNanos(PROGRESS_INTERVAL_MS)), TimeUnit.NANOSECONDS)) break
-            progress?.invoke((System.nanoTime() - start) / 1e9)
+        } catch (e: InterruptedException) {
+            // the opening thread was interrupted: its compile is abandoned as a late one is, and cleans up after itself
+            state.compareAndSet(RUNNING, ABANDONED)
+            throw e
         }
         failure?.let { throw OnDeviceCompileException(Reasons.onDeviceCompileFailed(error = it.message ?: it.javaClass.name), it) }
         return checkNotNull(result)

@@ -106,7 +106,17 @@ class OrtModels private constructor(
             return try {
                 if (selection.decision.npuSource == NpuSource.ON_DEVICE) {
                     val cache = cache(File(context.filesDir, CACHE_DIR), selection)
-                    val (sessions, how) = selection.guardNpuInit { openOnDevice(env, selection, mode, cache, onCompileProgress) }
+                    // a progress callback that throws is the app's bug, not the compile's: logged, and the compile goes on
+                    val progress: ((Double) -> Unit)? = onCompileProgress?.let { report ->
+                        { seconds ->
+                            try {
+                                report(seconds)
+                            } catch (e: Exception) {
+                                Log.w(QnnRuntime.TAG, "onCompileProgress threw", e)
+                            }
+                        }
+                    }
+                    val (sessions, how) = selection.guardNpuInit { openOnDevice(env, selection, mode, cache, progress) }
                     opened(OrtModels(selection, sessions, how))
                 } else {
                     opened(OrtModels(selection, selection.guardNpuInit { openAll(env, selection, mode) }))
