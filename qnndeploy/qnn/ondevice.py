@@ -66,6 +66,12 @@ def ep_options(precision: str, vtcm_mb: int | None = None, optimization_mode: in
     return options
 
 
+def candidate_archs() -> set[str]:
+    """Every catalog HTP arch the on-device path may validate ("v69" and up): the runtime libraries a bundled runtime
+    ships for it, before validation says which pass."""
+    return {s.dsp_arch for s in socs.catalog() if s.arch_number >= MIN_ARCH}
+
+
 def arch_socs(qairt: str, precision: str) -> list[socs.Soc]:
     """One catalog SoC per HTP arch from v69 up, the first in catalog order that QAIRT `qairt` was measured to compile
     for with that arch (and that has fp16 when the precision is fp16): the SoCs the validation compiles for."""
