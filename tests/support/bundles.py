@@ -163,3 +163,48 @@ def build(out: Path, inputs: dict, runtime: str = "external", name: str = "demo"
     spec = BundleSpec(name=name, version=version, cpu=inputs["cpu"], npu=inputs["npu"], sdk_root=sdk,
                       qairt_version=QAIRT, license="Apache-2.0")
     return build_bundle(spec, out).path
+
+
+ON_DEVICE_EP_OPTIONS = {"enable_htp_fp16_precision": "1", "htp_graph_finalization_optimization_mode": "3",
+                        "vtcm_mb": "8"}
+
+
+def with_on_device(bundle: Path, validated: tuple[str, ...] = ("v69", "v73", "v75", "v79", "v81"),
+                   budget_s: float = 60, ep_options: dict | None = None) -> Path:
+    """A bundle made by build() turned, by hand, into one that compiles on the device (manifest format 4,
+    "on_device"): each graph's CPU model is the ONNX the phone compiles, with `ep_options`, listed as validated for
+    `validated`; the Stub and Skel of every validated arch without a target join the runtime libraries
+    (elfgen's stand-ins). The arches are stated here, not measured: `bundle build --on-device-compile` measures
+    them. Returns the bundle folder, changed in place."""
+    import json
+
+    from .elfgen import fake_sdk
+
+    path = bundle / "manifest.json"
+    m = json.loads(path.read_text())
+    have = {lib.get("dsp_arch") for lib in m["runtime"]["libs"]}
+    missing = [a for a in validated if a not in have]
+    if missing:
+        sdk = fake_sdk(bundle.parent / f"{bundle.name}-sdk", missing)
+        for arch in missing:
+            n = arch[1:]
+            for src, rel, role, abi in (
+                    (sdk / "lib/aarch64-android" / f"libQnnHtpV{n}Stub.so", f"lib/arm64-v8a/libQnnHtpV{n}Stub.so",
+                     "stub", "arm64-v8a"),
+                    (sdk / f"lib/hexagon-{arch}/unsigned/libQnnHtpV{n}Skel.so",
+                     f"lib/hexagon-{arch}/libQnnHtpV{n}Skel.so", "skel", f"hexagon-{arch}")):
+                (bundle / rel).parent.mkdir(parents=True, exist_ok=True)
+                (bundle / rel).write_bytes(src.read_bytes())
+                data = (bundle / rel).read_bytes()
+                m["runtime"]["libs"].append({"path": rel, "sha256": hashlib.sha256(data).hexdigest(),
+                                             "size": len(data), "role": role, "abi": abi, "dsp_arch": arch})
+    m["format_version"] = max(4, m["format_version"])
+    m["on_device"] = {
+        "budget_s": budget_s,
+        "graphs": [{"graph": a["graph"], "path": a["path"], "ep_options": dict(ep_options or ON_DEVICE_EP_OPTIONS),
+                    "validated": list(validated)}
+                   for a in m["cpu"] if a["format"] == "onnx"],
+        "artifacts": [],
+    }
+    path.write_text(json.dumps(m, indent=2) + "\n")
+    return bundle
