@@ -7,9 +7,10 @@ from pathlib import PurePath
 from typing import Any
 
 FORMAT = "qnndeploy-bundle"
-FORMAT_VERSION = 3  # what `bundle` writes; every version from 1 up to it is read (v2 added external data,
-# v3 context binaries shared by several graphs: an artifact with "graphs" instead of "graph")
+FORMAT_VERSION = 4  # what `bundle` writes; every version from 1 up to it is read (v2 added external data,
+# v3 context binaries shared by several graphs: an artifact with "graphs" instead of "graph", v4 "on_device")
 SHARED_SINCE = 3  # the format version that added context binaries shared by several graphs
+ON_DEVICE_SINCE = 4  # the format version that added "on_device": what the app compiles on SoCs without a target
 CONTEXT_BINARY = "qnn-context-binary"  # artifact formats: what QNN itself and sherpa-onnx load,
 EPCONTEXT = "ort-epcontext"  # what ONNX Runtime's QNN EP loads (an .onnx wrapping a context binary)
 ONNX = "onnx"  # a CPU fallback model,

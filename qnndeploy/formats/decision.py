@@ -18,12 +18,14 @@ import re
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cache
 from importlib import resources
 from typing import NamedTuple
 
 from qnndeploy.base import socs
 from qnndeploy.base.names import FORMAT, FORMAT_VERSION
-from qnndeploy.formats.manifest import FileFormat, Manifest, Provider, Target
+from qnndeploy.formats.manifest import FileFormat, Manifest, OnDevice, Provider, Target
 
 BACKEND_LIB, SYSTEM_LIB = "libQnnHtp.so", "libQnnSystem.so"
 ADSP_VAR = "ADSP_LIBRARY_PATH"
@@ -123,6 +125,23 @@ class QnnLibraries(NamedTuple):
     skel: str
 
 
+class Platform(NamedTuple):
+    """What the loaded QNN HTP backend reports as the phone's platform (QnnDevice platform info): asked only when the
+    phone's SoC is not in the catalog. On a phone, reading it takes QnnDevice_getPlatformInfo through JNI, which the
+    glue does not ship: the app passes what it knows."""
+
+    soc_model: int  # QNN's soc_model number (a catalog SoC's soc_id)
+    dsp_arch: str  # "v81"
+
+
+class NpuSource(StrEnum):
+    """Where an NPU decision's model comes from: a context binary compiled for the SoC, or the ONNX compiled on the
+    phone by ONNX Runtime's QNN EP (a SoC without a target, whose HTP arch the bundle validated)."""
+
+    PREBUILT = "prebuilt"
+    ON_DEVICE = "on-device"
+
+
 @dataclass(frozen=True)
 class Remembered:
     """A failed NPU init the app recorded; it counts only while the app and the bundle are the same versions."""
@@ -150,6 +169,9 @@ class Decision:
     adsp_library_path: str | None = None  # the value set before loading the QNN libraries, if it was set
     runtime_version: str | None = None  # the QAIRT version of the loaded libQnnHtp.so, once the libraries loaded
     cpu_graphs: list[str] = field(default_factory=list)  # on the NPU: the graphs that run on the CPU all the same
+    npu_source: NpuSource | None = None  # NPU only
+    compile_budget_s: float | None = None  # on-device only: the first run's compile budget
+    ep_options: dict[str, dict[str, str]] = field(default_factory=dict)  # on-device only: graph -> its QNN EP options
 
     @property
     def npu(self) -> bool:
@@ -221,6 +243,23 @@ def runtime_too_old(runtime: str, required: str) -> bool:
     return have is not None and need is not None and have < need
 
 
+@cache
+def arch_min_qairt() -> dict[str, str]:
+    """HTP arch ("v81") -> the oldest QAIRT release measured to compile for it on the host (socs.json "measured"):
+    the on-device path refuses a runtime known to be older, since nothing shows it can. Only measured arches appear;
+    the Kotlin selector gets the same table (Generated.kt)."""
+    oldest: dict[str, str] = {}
+    for soc in socs.catalog():
+        for row in soc.measured:
+            key = version_key(row.qairt)
+            if row.arch is None or key is None:
+                continue
+            arch = f"v{row.arch}"
+            if arch not in oldest or key < version_key(oldest[arch]):  # type: ignore[operator]
+                oldest[arch] = row.qairt
+    return dict(sorted(oldest.items()))
+
+
 def cpu_asked(manifest: Manifest, target: Target) -> tuple[str, str] | None:
     """(graph, reason) when the bundle asks for the CPU on this target: its accepted_on is "cpu" (bundle --accept-on
     cpu) and a graph's failed validation was accepted with a reason, the first such graph in the manifest's order.
@@ -246,7 +285,7 @@ def decide(manifest: Manifest, device: Device, *, load_errors: Mapping[str, str]
            adsp_before: str | None = None, adsp_error: str | None = None,
            npu_format: FileFormat = FileFormat.QNN_CONTEXT_BINARY,
            app_version: str = "", remembered: Remembered | None = None,
-           runtime_version: str | None = None) -> Decision:
+           runtime_version: str | None = None, platform: Platform | None = None) -> Decision:
     """NPU only when the SoC matches a bundle target that does not ask for the CPU (cpu_asked) AND the QNN libraries
     load; otherwise CPU, always with a reason.
 
@@ -259,6 +298,8 @@ def decide(manifest: Manifest, device: Device, *, load_errors: Mapping[str, str]
     load the context binaries ("Could not create context from binary"): CPU.
     The manifest is one that follows the schema (scaffold and `bundle verify` check it) or has a format or version
     this reader does not know (Manifest.parse gives only those).
+    A SoC without a target takes the NPU only through the manifest's on_device section (_on_device); platform: what
+    the QNN backend reports, used for its HTP arch when the SoC is not in the catalog.
     """
     identity = identify(device)
     if not manifest.supported:
@@ -267,7 +308,11 @@ def decide(manifest: Manifest, device: Device, *, load_errors: Mapping[str, str]
         return Decision(provider=Provider.CPU, soc=identity.soc, identified_by=identity.identified_by, reason=why.text,
                         reason_key=why.key)
     soc = identity.soc
+    libraries = _Libraries(load_errors, lib_dir, adsp_before, adsp_error, app_version, remembered, runtime_version)
     if soc is None:
+        if manifest.on_device is not None and platform is not None:
+            return _on_device(manifest, manifest.on_device, identity, f"soc_model {platform.soc_model}",
+                              platform.dsp_arch, platform.soc_model, libraries)
         if identity.identified_by is None:
             return _cpu(manifest, identity, reason("soc_unreported"))
         return _cpu(manifest, identity, reason("soc_not_in_catalog", platform=trim(device.board_platform or "")))
@@ -276,8 +321,15 @@ def decide(manifest: Manifest, device: Device, *, load_errors: Mapping[str, str]
     models, _ = soc_tables()
     target = next((t for t in manifest.targets if models.get(upper(t.soc), upper(t.soc)) == soc), None)
     if target is None:
-        listed = ", ".join(t.soc for t in manifest.targets) or "none"
-        return _cpu(manifest, identity, reason("soc_not_in_bundle", soc=soc, targets=listed))
+        if manifest.on_device is None:
+            return _cpu(manifest, identity, reason("soc_not_in_bundle", soc=soc, targets=_targets(manifest)))
+        known = next((s for s in socs.catalog() if s.model == soc), None)
+        if known is not None:
+            return _on_device(manifest, manifest.on_device, identity, soc, known.dsp_arch, known.soc_id, libraries)
+        if platform is not None:
+            return _on_device(manifest, manifest.on_device, identity, soc, platform.dsp_arch, platform.soc_model,
+                              libraries)
+        return _cpu(manifest, identity, reason("arch_unknown", soc=soc))
     # A graph that failed validation, shipped for the CPU on this SoC: decided before any library is touched.
     asked = cpu_asked(manifest, target)
     if asked is not None:
@@ -299,22 +351,9 @@ def decide(manifest: Manifest, device: Device, *, load_errors: Mapping[str, str]
         paths[g.name] = art.path
     arch = target.dsp_arch
     libs = qnn_libraries(arch)
-    if manifest.runtime.bundled:
-        shipped = {lib.path.rsplit("/", 1)[-1] for lib in manifest.runtime.libs}
-        missing = [n for n in libs if n not in shipped]
-        if missing:
-            return _cpu(manifest, identity, reason("runtime_libs_missing", libs=", ".join(missing), soc=soc, arch=arch))
-    if remembered is not None and (remembered.app_version, remembered.bundle_version) == (
-            app_version, manifest.bundle_version):
-        return _cpu(manifest, identity, reason("failed_before", message=remembered.message))
-
-    # The Skel runs on the DSP, which finds it through ADSP_LIBRARY_PATH: set it before any QNN library loads.
-    adsp = adsp_library_path(lib_dir, adsp_before)
-    if adsp_error is not None:
-        return _cpu(manifest, identity, reason("adsp_not_set", error=adsp_error))
-    failed = [f"{name}: {load_errors[name]}" for name in (libs.system, libs.backend, libs.stub) if name in load_errors]
-    if failed:
-        return _cpu(manifest, identity, reason("libs_not_loaded", failures="; ".join(failed)), adsp)
+    adsp = libraries.load(manifest, identity, soc, arch)
+    if isinstance(adsp, Decision):
+        return adsp
     required = manifest.qairt.min_runtime
     if runtime_version is not None and required is not None and runtime_too_old(runtime_version, required):
         return _cpu(manifest, identity, reason("runtime_too_old", runtime=runtime_version, required=required), adsp,
@@ -324,4 +363,88 @@ def decide(manifest: Manifest, device: Device, *, load_errors: Mapping[str, str]
                     reason_key=why.key, dsp_arch=arch, soc_id=target.soc_id, paths=paths,
                     files=[a.path for a in [*target.artifacts, *cpu]],
                     backend_lib=libs.backend, system_lib=libs.system, adsp_library_path=adsp,
-                    runtime_version=runtime_version, cpu_graphs=cpu_graphs)
+                    runtime_version=runtime_version, cpu_graphs=cpu_graphs, npu_source=NpuSource.PREBUILT)
+
+
+def _targets(manifest: Manifest) -> str:
+    return ", ".join(t.soc for t in manifest.targets) or "none"
+
+
+@dataclass(frozen=True)
+class _Libraries:
+    """The phone's side of loading the QNN libraries, the same for both NPU paths (decide's arguments)."""
+
+    load_errors: Mapping[str, str]
+    lib_dir: str
+    adsp_before: str | None
+    adsp_error: str | None
+    app_version: str
+    remembered: Remembered | None
+    runtime_version: str | None
+
+    def load(self, manifest: Manifest, identity: SocIdentity, soc: str, arch: str) -> Decision | str:
+        """The CPU decision when the arch's libraries are not shipped, an NPU init failed before, ADSP_LIBRARY_PATH
+        cannot be set or a library did not load; else the ADSP_LIBRARY_PATH value that was set."""
+        libs = qnn_libraries(arch)
+        if manifest.runtime.bundled:
+            shipped = {lib.path.rsplit("/", 1)[-1] for lib in manifest.runtime.libs}
+            missing = [n for n in libs if n not in shipped]
+            if missing:
+                return _cpu(manifest, identity, reason("runtime_libs_missing", libs=", ".join(missing), soc=soc,
+                                                       arch=arch))
+        if self.remembered is not None and (self.remembered.app_version, self.remembered.bundle_version) == (
+                self.app_version, manifest.bundle_version):
+            return _cpu(manifest, identity, reason("failed_before", message=self.remembered.message))
+        # The Skel runs on the DSP, which finds it through ADSP_LIBRARY_PATH: set it before any QNN library loads.
+        adsp = adsp_library_path(self.lib_dir, self.adsp_before)
+        if self.adsp_error is not None:
+            return _cpu(manifest, identity, reason("adsp_not_set", error=self.adsp_error))
+        failed = [f"{name}: {self.load_errors[name]}" for name in (libs.system, libs.backend, libs.stub)
+                  if name in self.load_errors]
+        if failed:
+            return _cpu(manifest, identity, reason("libs_not_loaded", failures="; ".join(failed)), adsp)
+        return adsp
+
+
+def _on_device(manifest: Manifest, on_device: OnDevice, identity: SocIdentity, soc: str, arch: str, soc_id: int,
+               libraries: _Libraries) -> Decision:
+    """A SoC without a target, of HTP arch `arch`: the NPU from the ONNX the phone compiles, when every graph's
+    compile was validated for that arch and the libraries load; else the CPU. `soc` names the SoC in the reasons."""
+    paths: dict[str, str] = {}
+    files: list[str] = []
+    options: dict[str, dict[str, str]] = {}
+    for g in manifest.graphs:
+        if g.cpu_only:
+            continue
+        entry = on_device.graph(g.name)
+        if entry is None or arch not in entry.validated:
+            validated = ", ".join(entry.validated) if entry is not None and entry.validated else "none"
+            return _cpu(manifest, identity, reason("not_validated_on_device", soc=soc, arch=arch,
+                                                   targets=_targets(manifest), validated=validated))
+        pool = manifest.cpu if any(a.path == entry.path for a in manifest.cpu) else on_device.artifacts
+        if not any(a.path == entry.path and a.format == FileFormat.ONNX for a in pool):
+            return _cpu(manifest, identity, reason("graph_file_missing", soc=soc, format=FileFormat.ONNX,
+                                                   graph=g.name))
+        paths[g.name] = entry.path
+        files += [a.path for a in pool if a.graph == g.name]
+        options[g.name] = dict(entry.ep_options)
+    cpu_graphs = manifest.cpu_only
+    for a in manifest.cpu:
+        if a.graph in cpu_graphs:
+            files.append(a.path)
+            if a.format == FileFormat.ONNX:
+                paths[a.graph] = a.path
+    adsp = libraries.load(manifest, identity, soc, arch)
+    if isinstance(adsp, Decision):
+        return adsp
+    required, runtime = arch_min_qairt().get(arch), libraries.runtime_version
+    if runtime is not None and required is not None and runtime_too_old(runtime, required):
+        return _cpu(manifest, identity, reason("runtime_too_old_for_arch", runtime=runtime, required=required,
+                                               arch=arch), adsp, runtime)
+    libs = qnn_libraries(arch)
+    why = reason("npu_on_device", soc=soc, arch=arch)
+    return Decision(provider=Provider.NPU, soc=identity.soc, identified_by=identity.identified_by, reason=why.text,
+                    reason_key=why.key, dsp_arch=arch, soc_id=soc_id, paths=paths, files=files,
+                    backend_lib=libs.backend, system_lib=libs.system, adsp_library_path=adsp,
+                    runtime_version=runtime, cpu_graphs=cpu_graphs, npu_source=NpuSource.ON_DEVICE,
+                    compile_budget_s=on_device.budget_s, ep_options=options)

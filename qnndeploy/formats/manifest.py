@@ -197,6 +197,33 @@ class Target:
 
 
 @dataclass(frozen=True)
+class OnDeviceGraph:
+    """One graph the app compiles on the phone (format 4): its ONNX, the QNN EP options besides the SoC's own, and
+    the HTP arches that compile passed validation for on the host."""
+
+    graph: str
+    path: str
+    ep_options: Mapping[str, str] = field(default_factory=dict)
+    validated: tuple[str, ...] = ()
+
+
+DEFAULT_COMPILE_BUDGET_S = 60.0  # the first run's on-device compile budget when bundle build is given none
+
+
+@dataclass(frozen=True)
+class OnDevice:
+    """What a phone whose SoC has no target compiles (bundle build --on-device-compile). artifacts: the models
+    that differ from their CPU model, with their external data; a graph whose CPU model is the same file names it."""
+
+    budget_s: float = DEFAULT_COMPILE_BUDGET_S
+    graphs: tuple[OnDeviceGraph, ...] = ()
+    artifacts: tuple[BundleFile, ...] = ()
+
+    def graph(self, name: str) -> OnDeviceGraph | None:
+        return next((g for g in self.graphs if g.graph == name), None)
+
+
+@dataclass(frozen=True)
 class Qairt:
     """The one QAIRT of the bundle. min_runtime: the oldest QNN runtime that loads its context binaries; None when
     the manifest has none (older bundles)."""
@@ -244,6 +271,7 @@ class Manifest:
     records: tuple[BundleFile, ...] = ()
     htp_performance_mode: str | None = None  # bundle --performance-mode; None: the glue's default
     pipeline_order: tuple[str, ...] = ()  # the order the app runs the graphs in; empty: the graphs' order
+    on_device: OnDevice | None = None  # format 4: what SoCs without a target compile on the phone
 
     @property
     def pipeline(self) -> list[str]:
@@ -267,7 +295,11 @@ class Manifest:
     @property
     def model_files(self) -> list[BundleFile]:
         """Every bundle file the app may copy to its storage: the CPU files and every target's."""
-        return [*self.cpu, *(a for t in self.targets for a in t.artifacts)]
+        return [*self.cpu, *(a for t in self.targets for a in t.artifacts), *self.on_device_files]
+
+    @property
+    def on_device_files(self) -> tuple[BundleFile, ...]:
+        return self.on_device.artifacts if self.on_device is not None else ()
 
     @property
     def cpu_only(self) -> list[str]:
@@ -275,9 +307,10 @@ class Manifest:
         return [g.name for g in self.graphs if g.cpu_only]
 
     def files(self) -> list[tuple[str, BundleFile]]:
-        """Every file the manifest lists, with what it is: 'cpu', 'npu:<SoC>', 'lib' or 'record'."""
+        """Every file the manifest lists, with what it is: 'cpu', 'npu:<SoC>', 'on-device', 'lib' or 'record'."""
         entries = [("cpu", a) for a in self.cpu]
         entries += [(f"npu:{t.soc}", a) for t in self.targets for a in t.artifacts]
+        entries += [("on-device", a) for a in self.on_device_files]
         entries += [("lib", lib) for lib in self.runtime.libs if self.runtime.bundled]
         return entries + [("record", r) for r in self.records]
 
@@ -310,6 +343,7 @@ class Manifest:
             records=tuple(map(_file, _objects(data, "records"))),
             htp_performance_mode=_optional(htp, "performance_mode") if isinstance(htp, dict) else None,
             pipeline_order=tuple(_strings(data, "pipeline")),
+            on_device=_on_device(data["on_device"]) if isinstance(data.get("on_device"), dict) else None,
         )
 
 
@@ -390,6 +424,19 @@ def _target(m: JSON) -> Target:
     return Target(_text(m, "soc"), soc_id, _text(m, "dsp_arch"), _optional(m, "precision") or "",
                   tuple(map(_file, _objects(m, "artifacts"))), validation, accepted, _optional(m, "accepted_on"),
                   compiled if isinstance(compiled, dict) else None)
+
+
+def _on_device(m: JSON) -> OnDevice:
+    budget = m.get("budget_s", DEFAULT_COMPILE_BUDGET_S)
+    if not _number(budget):
+        _bad("budget_s", m)
+    graphs = []
+    for g in _objects(m, "graphs"):
+        options = _object(g, "ep_options")
+        if not all(isinstance(v, str) for v in options.values()):
+            _bad("ep_options", g)
+        graphs.append(OnDeviceGraph(_text(g, "graph"), _text(g, "path"), options, tuple(_strings(g, "validated"))))
+    return OnDevice(float(budget), tuple(graphs), tuple(map(_file, _objects(m, "artifacts"))))
 
 
 def verified_bytes(bundle: Path, manifest: Manifest) -> bytes:

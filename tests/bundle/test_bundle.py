@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from qnndeploy.base.names import FORMAT_VERSION
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.bundle.build import BundleSpec, build_bundle
 from qnndeploy.formats.verify import verify_bundle
@@ -103,7 +104,7 @@ def problems(b: Path, allow_unchecked: bool = False) -> list[str]:
 def test_bundle_layout_and_manifest(bundle):
     m = manifest(bundle)
     assert bundle.name == "demo-1.0.0"
-    assert m["format"] == "qnndeploy-bundle" and m["format_version"] == 3
+    assert m["format"] == "qnndeploy-bundle" and m["format_version"] == 4
     assert m["qairt"] == {"version": "2.49.40", "build": BUILD, "min_runtime": "2.49.0"}
     assert [t["soc"] for t in m["targets"]] == ["SM8550", "SM8750"]
     assert {(t["soc_id"], t["dsp_arch"]) for t in m["targets"]} == {(43, "v73"), (69, "v79")}
@@ -324,10 +325,10 @@ def test_schema_and_format_version(bundle):
     m["targets"][0]["artifacts"][0]["path"] = "../escape.bin"
     (bundle / "manifest.json").write_text(json.dumps(m))
     assert any("manifest.json: schema: targets/0/artifacts/0/path" in f for f in problems(bundle))
-    m["format_version"] = 4
+    m["format_version"] = 5
     (bundle / "manifest.json").write_text(json.dumps(m))
     assert problems(bundle) == ["manifest.json: " + str(bundle / "manifest.json") +
-                                " has format_version 4; this qnndeploy reads versions 1 to 3; upgrade qnndeploy"]
+                                " has format_version 5; this qnndeploy reads versions 1 to 4; upgrade qnndeploy"]
 
 
 def test_a_v1_manifest_still_verifies(bundle):
@@ -1170,7 +1171,7 @@ def test_format_version_must_be_an_integer(bundle, text):
     from qnndeploy.formats.decision import Device, decide
     from qnndeploy.formats.manifest import Manifest
 
-    raw = (bundle / "manifest.json").read_text().replace('"format_version": 3', f'"format_version": {text}')
+    raw = (bundle / "manifest.json").read_text().replace(f'"format_version": {FORMAT_VERSION}', f'"format_version": {text}')
     (bundle / "manifest.json").write_text(raw)
     found = one_line_problems(bundle)
     assert len(found) == 1 and found[0].startswith("manifest.json: ") and "format_version" in found[0], found

@@ -138,15 +138,15 @@ def test_adsp_library_path_prepends_with_semicolons_and_keeps_what_was_there():
     assert run(adsp_before="/odm/dsp").adsp_library_path.split(";")[:2] == [LIB_DIR, "/odm/dsp"]
 
 
-@pytest.mark.parametrize("fmt, version", [("qnndeploy-bundle", 4), ("qnndeploy-bundle", 0), ("qnndeploy-bundle", 1.0),
+@pytest.mark.parametrize("fmt, version", [("qnndeploy-bundle", 5), ("qnndeploy-bundle", 0), ("qnndeploy-bundle", 1.0),
                                           ("qnndeploy-bundle", True), ("other", 1), ("qnndeploy-bundle", None)])
 def test_unknown_manifest_format_or_version_goes_to_cpu(fmt, version):
     m = {**bundles.manifest(), "format": fmt, "format_version": version}
     d = run(m)
     assert not d.npu and d.paths == {} and d.soc == "SM8750"
-    assert "is not supported (this app reads \"qnndeploy-bundle\" versions 1 to 3)" in d.reason
-    assert run({**bundles.manifest(), "format_version": 4}).reason.startswith(
-        'bundle manifest format "qnndeploy-bundle" version 4 is not supported')
+    assert "is not supported (this app reads \"qnndeploy-bundle\" versions 1 to 4)" in d.reason
+    assert run({**bundles.manifest(), "format_version": 5}).reason.startswith(
+        'bundle manifest format "qnndeploy-bundle" version 5 is not supported')
 
 
 def test_a_v1_manifest_is_still_read():
@@ -319,3 +319,94 @@ def test_a_split_models_cpu_part_runs_on_the_cpu_in_an_npu_decision():
     assert "cpu/det.onnx" in d.files and "npu/SM8750/det.bin" not in d.files
     cpu = run(m, device=Device("SM8350", None, 34))  # no target: everything on the CPU, nothing singled out
     assert not cpu.npu and cpu.cpu_graphs == [] and cpu.paths == {"det": "cpu/det.onnx", "rec": "cpu/rec.onnx"}
+
+
+# --- the third path: the NPU from the ONNX the phone compiles (bundle build --on-device-compile) ---------------------
+
+SM8845 = Device("SM8845", None, 36)  # v81, no target in the fixture bundle (SM8550, SM8750)
+
+
+def test_a_soc_without_a_target_compiles_on_the_device_when_its_arch_was_validated():
+    m = bundles.on_device(bundles.manifest(runtime="bundled", targets=("SM8550", "SM8750", "SM8850")))
+    assert schema_errors(m) == []
+    d = run(m, SM8845)
+    assert d.npu and d.npu_source == "on-device" and d.reason_key == "npu_on_device"
+    assert (d.soc, d.dsp_arch, d.soc_id, d.compile_budget_s) == ("SM8845", "v81", 97, 60)
+    assert d.paths == {"det": "cpu/det.onnx", "rec": "cpu/rec.onnx"} and d.files == ["cpu/det.onnx", "cpu/rec.onnx"]
+    assert d.ep_options == {"det": bundles.ON_DEVICE_OPTIONS, "rec": bundles.ON_DEVICE_OPTIONS}
+    assert d.reason == ("SoC SM8845 (v81) is not in the bundle; the app compiles the model for it on the device "
+                        "(validated for v81) and the QNN libraries loaded")
+    assert run(m).npu_source == "prebuilt"  # a SoC with a target still takes its context binaries
+    # without the section, the same phone takes the CPU as before
+    assert run(bundles.manifest(), SM8845).reason_key == "soc_not_in_bundle"
+
+
+def test_an_arch_that_was_not_validated_takes_the_cpu_with_its_reason():
+    m = bundles.on_device(bundles.manifest())
+    d = run(m, Device("SM8350", None, 33))  # v68: not validated (no fp16 on its HTP)
+    assert not d.npu and d.npu_source is None and d.reason_key == "not_validated_on_device"
+    assert d.reason == ("SoC SM8350 (v68) is not in the bundle (targets: SM8550, SM8750) and the bundle's on-device "
+                        "compile was not validated for v68 (validated: v69, v73, v75, v79, v81, v85)")
+    # one graph not validated for the arch is enough
+    partial = bundles.on_device(bundles.manifest(), validated={"det": ["v81"], "rec": ["v79"]})
+    d = run(partial, SM8845)
+    assert not d.npu and d.reason.endswith("not validated for v81 (validated: v79)")
+
+
+def test_a_soc_the_catalog_does_not_know_needs_the_platform_info_of_the_qnn_backend():
+    from qnndeploy.formats.decision import Platform
+
+    m = bundles.on_device(bundles.manifest())
+    unknown = Device("SM9999", None, 36)
+    assert run(m, unknown).reason_key == "arch_unknown"
+    d = run(m, unknown, platform=Platform(200, "v81"))
+    assert d.npu and (d.soc, d.dsp_arch, d.soc_id) == ("SM9999", "v81", 200)
+    assert run(m, unknown, platform=Platform(200, "v99")).reason_key == "not_validated_on_device"
+    # a phone that names no SoC at all: the platform info alone
+    d = run(m, Device(None, "newchip", 36), platform=Platform(201, "v85"))
+    assert d.npu and d.soc is None and d.reason.startswith("SoC soc_model 201 (v85) is not in the bundle;")
+    assert run(m, Device(None, "newchip", 36)).reason_key == "soc_not_in_catalog"
+    # a catalog SoC goes by the catalog's arch, whatever the backend says
+    assert run(m, SM8845, platform=Platform(1, "v68")).dsp_arch == "v81"
+
+
+def test_the_on_device_path_loads_the_same_libraries_and_remembers_failures():
+    m = bundles.on_device(bundles.manifest(runtime="bundled"))
+    d = run(m, SM8845)  # the bundle ships v73 and v79 libraries only
+    assert d.reason_key == "runtime_libs_missing" and "libQnnHtpV81Stub.so" in d.reason
+    m = bundles.on_device(bundles.manifest())
+    assert run(m, SM8845, load_errors={"libQnnHtpV81Stub.so": "dlopen failed"}).reason_key == "libs_not_loaded"
+    failed = Remembered("1.0", "demo 1.0.0", "on-device compile failed: x")
+    assert run(m, SM8845, app_version="1.0", remembered=failed).reason_key == "failed_before"
+    assert run(m, SM8845, app_version="1.1", remembered=failed).npu
+
+
+def test_a_runtime_older_than_any_measured_for_the_arch_takes_the_cpu():
+    from qnndeploy.formats.decision import arch_min_qairt
+
+    oldest = arch_min_qairt()
+    assert oldest["v81"] == min((r.qairt for s in socs.catalog() for r in s.measured if r.arch == 81),
+                                key=lambda v: tuple(map(int, v.split("."))))
+    m = bundles.on_device(bundles.manifest())
+    d = run(m, SM8845, runtime_version="2.20.0")
+    assert d.reason_key == "runtime_too_old_for_arch" and d.runtime_version == "2.20.0"
+    assert d.reason == (f"the QNN runtime that loaded is QAIRT 2.20.0, older than QAIRT {oldest['v81']}, the oldest "
+                        "measured to compile for v81")
+    assert run(m, SM8845, runtime_version=oldest["v81"]).npu
+    assert run(m, SM8845, runtime_version=None).npu  # unknown: a failure is remembered instead
+
+
+def test_on_device_models_of_their_own_and_cpu_only_parts():
+    m = bundles.on_device(bundles.split(bundles.manifest()), own=("rec",))
+    assert schema_errors(m) == []
+    d = run(m, SM8845)
+    assert d.npu and d.paths == {"det": "cpu/det.onnx", "rec": "on-device/rec.onnx"} and d.cpu_graphs == ["det"]
+    assert sorted(d.files) == ["cpu/det.onnx", "on-device/rec.onnx", "on-device/rec.onnx.data"]
+    assert list(d.ep_options) == ["rec"]
+
+
+def test_the_schema_keeps_on_device_to_format_4():
+    m = bundles.on_device(bundles.manifest())
+    assert any("on_device" in e or "should not be valid" in e for e in schema_errors({**m, "format_version": 3}))
+    bad = {**m, "on_device": {**m["on_device"], "budget_s": 0}}
+    assert schema_errors(bad)

@@ -101,8 +101,8 @@ def test_shared_binaries_accepted_failures_and_a_pipeline_parse():
 
 
 def test_a_format_this_qnndeploy_does_not_read_parses_to_its_header():
-    m = Manifest.parse({**bundles.manifest(), "format_version": 4, "graphs": "anything"})
-    assert (m.format, m.format_version, m.supported, m.graphs) == ("qnndeploy-bundle", 4, False, ())
+    m = Manifest.parse({**bundles.manifest(), "format_version": 5, "graphs": "anything"})
+    assert (m.format, m.format_version, m.supported, m.graphs) == ("qnndeploy-bundle", 5, False, ())
     assert not Manifest.parse({"format": "other", "format_version": True}).supported
 
 

@@ -199,7 +199,7 @@ internal class Suite(val manifests: Map<*, *>, val assets: File, val scratch: Fi
             assertFalse(d.npu)
             assertEquals(
                 "bundle manifest format \"qnndeploy-bundle\" version 4 is not supported (this app reads " +
-                    "\"qnndeploy-bundle\" versions 1 to 3): scaffold again",
+                    "\"qnndeploy-bundle\" versions 1 to 4): scaffold again",
                 d.reason,
             )
             assertEquals(emptyList(), host.calls)

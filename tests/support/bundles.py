@@ -86,6 +86,25 @@ def split(m: dict, cpu_graph: str = "det") -> dict:
     return {**m, "format_version": 3, "graphs": graphs, "targets": targets, "pipeline": order}
 
 
+ON_DEVICE_OPTIONS = {"enable_htp_fp16_precision": "1", "htp_graph_finalization_optimization_mode": "3"}
+
+
+def on_device(m: dict, validated=("v69", "v73", "v75", "v79", "v81", "v85"), budget_s: float = 60,
+              own: tuple[str, ...] = ()) -> dict:
+    """`m` (format 4) with an on_device section for its graphs that are not cpu_only, each validated for `validated`
+    (a dict: graph -> arches for graphs that differ); the graphs in `own` have an on-device model of their own
+    (on-device/<graph>.onnx, with external data), the others compile their CPU model."""
+    graphs = [g["name"] for g in m["graphs"] if not g.get("cpu_only")]
+    per = validated if isinstance(validated, dict) else {g: list(validated) for g in graphs}
+    artifacts = [a for g in own for a in ({**_file(f"on-device/{g}.onnx", "od" + g), "graph": g, "format": "onnx"},
+                                          {**_file(f"on-device/{g}.onnx.data", "od" + g), "graph": g,
+                                           "format": EXTERNAL_DATA})]
+    section = {"budget_s": budget_s, "artifacts": artifacts,
+               "graphs": [{"graph": g, "path": f"on-device/{g}.onnx" if g in own else f"cpu/{g}.onnx",
+                           "ep_options": dict(ON_DEVICE_OPTIONS), "validated": list(per.get(g, []))} for g in graphs]}
+    return {**m, "format_version": 4, "on_device": section}
+
+
 def tiny_model(path: Path, width: int, ir_version: int = 10) -> Path:
     """MatMul + Relu on [1, width], at an IR version every ONNX Runtime an app may use reads (onnx's helper would
     write its newest, 14, which ONNX Runtime 1.30 and older refuse)."""
