@@ -428,7 +428,7 @@ def _run_on_device(dev: Device, job: Job, graph: str, model: str, result: Device
     into a fresh cache (the app's first run), run the cached EP context (a later run); with qnn-net-run, run the
     binary the EP compiled and compare it with the CPU model."""
     assert choice.dsp_arch is not None and choice.soc_id is not None
-    workdir = f"{REMOTE_ROOT}/run/{job.bundle_id}/{graph}"
+    workdir = f"{REMOTE_ROOT}/run/{job.bundle_id}/on-device/{graph}"  # not _run_graph's, which it empties
     name = posixpath.basename(model)
     model_dir, cache_dir = f"{workdir}/model", f"{workdir}/cache"
     cache = f"{cache_dir}/{graph}_ctx.onnx"

@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.needs_adb, pytest.mark.needs_qnn]
 pytest_plugins = ["tests.support.device_emulator.fixtures"]
 
 REMOTE = "/data/local/tmp/qnndeploy/demo-1.0.0"
-RUN_DIR = "/data/local/tmp/qnndeploy/run/demo-1.0.0"
+RUN_DIR = "/data/local/tmp/qnndeploy/run/demo-1.0.0/on-device"
 EP_OPTIONS = bundles.ON_DEVICE_EP_OPTIONS
 V81_FILES = sorted(["manifest.json", "cpu/det.onnx", "cpu/rec.onnx",
                     "lib/arm64-v8a/libQnnHtp.so", "lib/arm64-v8a/libQnnSystem.so",
@@ -249,3 +249,33 @@ def test_the_stand_in_speaks_onnxruntime_perf_tests_command_line(tmp_path, bundl
     r = launch(*good, "-I", str(tmp_path / "c" / "det_ctx.onnx"))  # the cache hit: the EP context loads
     assert r.returncode == 0, r.stdout
     assert hashlib.sha256((tmp_path / "c" / "det_ctx.onnx").read_bytes()).hexdigest() == digest
+
+
+# --- Play ----------------------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_play_gives_a_phone_of_no_group_the_default_group_and_the_on_device_decision(emulated_devices, bundle,
+                                                                                     tmp_path):
+    """`device verify --play`: the SM8845 phone gets the default group, which is the one the decision expects, and
+    the base module holds every file its on-device decision needs; a plan whose base lacks one is a mismatch."""
+    play_dir = tmp_path / "play"
+    packed = run("package", "play", str(bundle), "-o", str(play_dir))
+    assert packed.exit_code == 0, packed.output
+    new, old = emulated_devices("sm8845", "sm8750")
+    code, out = verify(str(bundle), "--all", "--play", str(play_dir), records=tmp_path / "records")
+    assert code == 0, out
+    found = {d["serial"]: d for d in out["devices"]}
+    p = found[new.serial]["play"]
+    assert (found[new.serial]["npu_source"], p["delivered"], p["expected"], p["ok"]) == (
+        "on-device", "other", "other", True)
+    assert p["reason"].endswith("the group the decision expects: no NPU file; the NPU models are the base module's "
+                                "ONNX, compiled on the phone (on-device)")
+    assert (found[old.serial]["npu_source"], found[old.serial]["play"]["delivered"]) == ("prebuilt", "sm8750")
+    # a plan whose base module lacks the ONNX the phone compiles: the phone would have nothing to compile
+    plan = json.loads((play_dir / "play.json").read_text())
+    plan["base"]["files"] = [f for f in plan["base"]["files"] if f["path"] != "cpu/rec.onnx"]
+    (play_dir / "play.json").write_text(json.dumps(plan))
+    code, out = verify(str(bundle), "-s", new.serial, "--play", str(play_dir), records=tmp_path / "records")
+    assert code == 1
+    p = out["devices"][0]["play"]
+    assert not p["ok"] and "neither it nor the base module holds cpu/rec.onnx" in p["reason"]

@@ -162,8 +162,12 @@ def run(model: Path, provider: dict[str, str], config: dict[str, str], runs: int
     from qnndeploy.qnn import htp
 
     options = {k: v for k, v in provider.items() if k != "backend_path"}  # the host's HTP backend instead
-    if "ep.context_file_path" in config:
-        config = {**config, "ep.context_file_path": str(_device_path(config["ep.context_file_path"]))}
+    if "ep.context_file_path" in config:  # a file to be written: its folder is the phone's
+        cache = Path(config["ep.context_file_path"])
+        root = os.environ.get("EMU_ROOT")
+        if cache.is_absolute() and root and not cache.parent.exists():
+            cache = Path(root + str(cache))
+        config = {**config, "ep.context_file_path": str(cache)}
     soc = next((s for s in socs.catalog() if str(s.soc_id) == options.get("soc_model")), socs.catalog()[0])
     start = time.perf_counter()
     try:
