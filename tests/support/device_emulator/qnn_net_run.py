@@ -130,7 +130,7 @@ def main(argv: list[str]) -> None:
               "weights; run it on a phone", code=2)
     wrapper = _wrapper_of(binary)
     if wrapper is None:
-        _fail(f"STAND-IN: {wrapper.name} must sit beside {binary.name}: the host HTP emulator loads a context "
+        _fail(f"STAND-IN: {binary.stem}_ctx.onnx must sit beside {binary.name}: the host HTP emulator loads a context "
               "binary through its ONNX Runtime EPContext wrapper", code=2)
     run(wrapper, soc_name, Path(args["--input_list"]), Path(args.get("--output_dir", "output")),
         native_in="--use_native_input_files" in args, native_out="--use_native_output_files" in args)
