@@ -132,7 +132,8 @@ def _list_hosted(bundle: Path | None, as_json: bool) -> None:
         soc = f"{d.soc} ({d.dsp_arch})" if d.soc else "not in the catalog"
         line = f"{d.name:<36} Android {d.os:<6} {d.chipset or '-':<34} {soc}"
         if r.choice is not None:
-            line += f"  -> {'NPU ' + (r.choice.soc or '') if r.choice.npu else 'CPU: ' + r.choice.reason}"
+            on_device = " (on-device compile)" if r.choice.npu_source == "on-device" else ""
+            line += f"  -> {'NPU ' + (r.choice.soc or '') + on_device if r.choice.npu else 'CPU: ' + r.choice.reason}"
         _say(line)
 
 
