@@ -279,3 +279,25 @@ def test_play_gives_a_phone_of_no_group_the_default_group_and_the_on_device_deci
     assert code == 1
     p = out["devices"][0]["play"]
     assert not p["ok"] and "neither it nor the base module holds cpu/rec.onnx" in p["reason"]
+
+
+@pytest.mark.slow
+def test_a_first_compile_over_the_budget_fails_the_phone(emulated_devices, bundle, ort, tmp_path):
+    """The app stops a first compile that outlasts the bundle's budget and takes the CPU: a phone whose compile
+    took longer fails. The demo graphs compile in a fraction of a second here and the schema's smallest budget is
+    1 s, so the manifest read from the bundle gets a budget below the real compile time measured on the phone."""
+    import dataclasses
+
+    from qnndeploy.device import verify as verify_stage
+
+    emulated_devices("sm8845")
+    with verify_stage.checked_bundle(bundle) as (root, report, manifest):
+        assert report.ok and manifest is not None and manifest.on_device is not None
+        tight = dataclasses.replace(manifest, on_device=dataclasses.replace(manifest.on_device, budget_s=0.001))
+        job = verify_stage.Job(root, tight, record_dir=tmp_path, ort_runner=ort, runs=1)
+        r = verify_stage.verify_device(job)
+    assert r.compile_budget_s == 0.001 and r.compile_s is not None and r.compile_s > 0.001
+    assert [g.status for g in r.graphs] == ["ran", "ran"]  # each compiled and ran: only the time is wrong
+    assert not r.ok and r.expectation == verify_stage.ON_DEVICE_FAILED
+    assert f"the first compile took {r.compile_s:g} s on the phone, over the bundle's budget of 0.001 s" in r.reason
+    assert json.loads(Path(r.record).read_text())["ok"] is False
