@@ -21,7 +21,14 @@ from qnndeploy.base.interrupt import Run
 from qnndeploy.base.socs import Soc
 from qnndeploy.base.socs import catalog as socs
 from qnndeploy.base.socs import find as find_soc
-from qnndeploy.bundle.build import BundleResult, BundleSpec, build_bundle, spec_from_build, with_split
+from qnndeploy.bundle.build import (
+    BundleResult,
+    BundleSpec,
+    OnDeviceRequest,
+    build_bundle,
+    spec_from_build,
+    with_split,
+)
 from qnndeploy.check import CheckReport, check_model
 from qnndeploy.compile import CompileOptions, CompileSummary, JobResult, compile_models
 from qnndeploy.device import hosted
@@ -62,6 +69,7 @@ __all__ = [
     "JobResult",
     "ListedDevice",
     "MissingTool",
+    "OnDeviceRequest",
     "PlayPackage",
     "PrepareOptions",
     "PrepareResult",

@@ -13,7 +13,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from dataclasses import replace as replace_spec
 from pathlib import Path
@@ -59,7 +59,9 @@ from qnndeploy.formats import archive
 from qnndeploy.formats.decision import BACKEND_LIB, SYSTEM_LIB, qnn_libraries
 from qnndeploy.formats.manifest import (
     ACCEPTED_BY,
+    DEFAULT_COMPILE_BUDGET_S,
     Manifest,
+    OnDeviceGraph,
     accepted_reason,
     external_data_path,
     graph_signature,
@@ -81,6 +83,16 @@ from qnndeploy.qnn import epcontext
 from qnndeploy.qnn.markers import FileFacts, Scanner, build_version, scan_file
 
 PREPARE_LIB = "libQnnHtpPrepare.so"  # only for graphs prepared on the phone: shipped when the SDK has it
+
+
+@dataclass(frozen=True)
+class OnDeviceRequest:
+    """bundle build --on-device-compile: phones without a target compile the CPU models on first run, within
+    budget_s, with these HTP settings; which arches may do so is measured while the bundle is built."""
+
+    budget_s: float = DEFAULT_COMPILE_BUDGET_S
+    vtcm_mb: int | None = None
+    optimization_mode: int | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,7 @@ class BundleSpec:
     cpu_only: Sequence[str] = ()  # graphs that always run on the CPU (a split model's part)
     pipeline: Sequence[str] = ()  # the order the app runs the graphs in (empty: none given)
     build: Path | None = None  # the `compile` output folder it comes from (--from-build): an input folder
+    on_device: OnDeviceRequest | None = None
 
 
 @dataclass
@@ -124,6 +137,7 @@ class BundleResult:
     files: int
     bytes: int
     warnings: list[Problem]
+    on_device: list[OnDeviceGraph] = field(default_factory=list)  # what --on-device-compile validated
 
 
 def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[str, str], str] | None = None,
@@ -512,9 +526,10 @@ class _Plan:
 
 
 def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archive_fmt: str | None = None,
-                 progress: Progress | None = None) -> BundleResult:
+                 progress: Progress | None = None, steps: Callable[[str], None] | None = None) -> BundleResult:
     """Write the bundle `spec` describes to OUT_DIR/NAME-VERSION (and its archive), verified before it is put in
-    place; bad input is refused before anything is written."""
+    place; bad input is refused before anything is written. steps: told of each long step (the on-device
+    compile's validation), in words."""
     out_dir = Path(out_dir)
     final, archive_path = _check_request(spec, out_dir, force, archive_fmt)
     plan = _plan(spec)
@@ -527,7 +542,9 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
     try:
         with writing(final), staging_dir(final, force) as tmp:
             facts = _stage(spec, plan, tmp, progress)
-            manifest = _manifest(spec, plan, facts)
+            qairt = _qairt(spec, facts, [rel for _, rel, m in plan.files if m and rel.endswith((".bin", "Skel.so"))])
+            on_device = _on_device(spec, plan, qairt["version"], tmp, facts, steps)
+            manifest = _manifest(spec, plan, facts, qairt, on_device)
             write_json(tmp / MANIFEST, manifest)
             parsed = Manifest.parse(manifest)
             contexts, missing = _verify_staged(parsed, plan, facts, tmp)
@@ -552,6 +569,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
         runtime=f"bundled: {len(rt.libs)} libraries" if rt.bundled else f"external: {rt.maven} (the app must bring it)",
         files=len(facts), bytes=sum(f.size for f in facts.values()),
         warnings=_warnings(spec, parsed, facts, contexts, missing),
+        on_device=list(parsed.on_device.graphs) if parsed.on_device else [],
     )
 
 
@@ -632,14 +650,40 @@ def _stage(spec: BundleSpec, plan: _Plan, tmp: Path, progress: Progress | None) 
     return {rel: f for (_, rel, _), f in zip(files, results, strict=True)}
 
 
-def _manifest(spec: BundleSpec, plan: _Plan, facts: dict[str, FileFacts]) -> JSON:
+def _on_device(spec: BundleSpec, plan: _Plan, qairt: str, tmp: Path, facts: dict[str, FileFacts],
+               steps: Callable[[str], None] | None) -> JSON | None:
+    """manifest.json's on_device for --on-device-compile: each graph's CPU model compiled on the host for each arch,
+    as the phone's QNN EP will, and compared with itself on the emulator; the records of every arch written into
+    the staging folder `tmp` (and their facts added)."""
+    if spec.on_device is None:
+        return None
+    from qnndeploy.qnn import ondevice
+
+    request = spec.on_device
+    options = ondevice.ep_options(spec.precision, request.vtcm_mb, request.optimization_mode)
+    models = {g: src for g, [(src, _), *_] in plan.cpu_files.items() if g not in spec.cpu_only}
+    checks = ondevice.validate(models, options, spec.precision, qairt, steps)
+    for c in checks:
+        rel = f"records/{c.graph}-on-device-{c.arch}.json"
+        write_json(tmp / rel, c.record(options, qairt))
+        facts[rel] = scan_file(tmp / rel, False)
+    return {"budget_s": request.budget_s, "artifacts": [],
+            "graphs": [{"graph": g, "path": plan.cpu_files[g][0][1], "ep_options": options,
+                        "validated": sorted((c.arch for c in checks if c.graph == g and c.passed), key=_arch_number)}
+                       for g in models]}
+
+
+def _arch_number(arch: str) -> int:
+    return int(arch[1:])
+
+
+def _manifest(spec: BundleSpec, plan: _Plan, facts: dict[str, FileFacts], qairt: JSON, on_device: JSON | None
+              ) -> JSON:
     """manifest.json of the staged files."""
 
     def entry(rel: str) -> JSON:
         return {"path": rel, "sha256": facts[rel].sha256, "size": facts[rel].size}
 
-    marked = [rel for _, rel, m in plan.files if m and rel.endswith((".bin", "Skel.so"))]
-    qairt = _qairt(spec, facts, marked)
     qairt["min_runtime"], pin = _runtime_pin(spec, qairt, bool(plan.libs))
     return {
         "format": FORMAT,
@@ -676,7 +720,10 @@ def _manifest(spec: BundleSpec, plan: _Plan, facts: dict[str, FileFacts]) -> JSO
         "runtime": ({"mode": "bundled", "libs": [{**entry(rel), **meta} for rel, meta in plan.libs.items()]}
                     if plan.libs else
                     {"mode": "external", "maven": f"{MAVEN_RUNTIME}:{pin}"}),
-        "records": [entry(f"records/{name}") for name in plan.records],
+        "records": [entry(f"records/{name}") for name in plan.records]
+        + [entry(rel) for rel in facts if rel.startswith("records/") and rel.removeprefix("records/")
+           not in plan.records],
+        **({"on_device": on_device} if on_device is not None else {}),
     }
 
 

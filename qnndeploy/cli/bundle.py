@@ -12,7 +12,14 @@ import click
 from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import resolve_named
 from qnndeploy.base.names import ACCEPT_ON, PERFORMANCE_MODES
-from qnndeploy.bundle.build import BundleResult, BundleSpec, build_bundle, spec_from_build, with_split
+from qnndeploy.bundle.build import (
+    BundleResult,
+    BundleSpec,
+    OnDeviceRequest,
+    build_bundle,
+    spec_from_build,
+    with_split,
+)
 from qnndeploy.cli._common import (
     CONTEXT_SETTINGS,
     Group,
@@ -28,6 +35,7 @@ from qnndeploy.cli._common import (
     shallow_option,
     unchecked_option,
 )
+from qnndeploy.formats.manifest import DEFAULT_COMPILE_BUDGET_S
 from qnndeploy.formats.verify import VerifyReport, opened, require_bundle
 
 
@@ -56,6 +64,8 @@ def _render_build(result: BundleResult) -> None:
     click.echo(f"bundle {result.path}  ({result.files} files, {result.bytes / 1e6:.1f} MB, QAIRT {result.qairt})")
     click.echo(f"  targets: {', '.join(result.targets) or 'none (CPU only)'}")
     click.echo(f"  runtime: {result.runtime}")
+    for g in result.on_device:
+        click.echo(f"  on-device compile: {g.graph} validated for {', '.join(g.validated) or 'no HTP arch'}")
     if result.archive:
         click.echo(f"  archive: {result.archive}")
     for w in result.warnings:
@@ -159,6 +169,18 @@ def bundle() -> None:
 @click.option("--performance-mode", type=click.Choice(PERFORMANCE_MODES), metavar="MODE",
               help="HTP performance mode the generated glue sets: " + ", ".join(PERFORMANCE_MODES)
               + " [default: the glue's, burst].")
+@click.option("--on-device-compile", is_flag=True,
+              help="Let phones whose SoC has no target compile the CPU models on first run with ONNX Runtime's QNN "
+                   "EP: each graph is compiled here as the phone would, for one SoC of each HTP arch from v69, and "
+                   "run on the host HTP emulator; the arches that pass are listed.")
+@click.option("--compile-budget", type=click.FloatRange(min=1, max=3600), metavar="SECONDS",
+              help="With --on-device-compile: the first run's compile budget; past it the app takes the CPU "
+                   "[default: 60].")
+@click.option("--vtcm-mb", type=click.IntRange(1, 9999), metavar="MB",
+              help="With --on-device-compile: the VTCM the phone's compile may use [default: the QNN EP's].")
+@click.option("--optimization-mode", type=click.IntRange(1, 3), metavar="1-3",
+              help="With --on-device-compile: HTP graph finalization optimization of the phone's compile (3 "
+                   "compiles slowest) [default: the QNN EP's].")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path(), show_default=True,
               metavar="DIR", help="Folder that receives NAME-VERSION/.")
 @click.option("--archive", type=click.Choice(["tar.gz", "zip"]), help="Also write NAME-VERSION.tar.gz or .zip.")
@@ -170,7 +192,8 @@ def build(name: str, version_: str, cpu: tuple[str, ...], npu: tuple[str, ...], 
           runtime_libs: Path | None, qairt_version: str | None,
           maven_runtime_version: str | None, precision: str | None, source_model: Path | None,
           model_name: str | None, commit: str | None, license_: str | None, split_record: Path | None,
-          performance_mode: str | None, output: Path, archive: str | None, force: bool, as_json: bool) -> None:
+          performance_mode: str | None, on_device_compile: bool, compile_budget: float | None, vtcm_mb: int | None,
+          optimization_mode: int | None, output: Path, archive: str | None, force: bool, as_json: bool) -> None:
     """Assemble a bundle from context binaries and CPU models.
 
     Per-SoC context binaries, CPU fallbacks, runtime libraries and records, listed in manifest.json.
@@ -179,6 +202,9 @@ def build(name: str, version_: str, cpu: tuple[str, ...], npu: tuple[str, ...], 
     renamed into place: a failed run leaves nothing under DIR/NAME-VERSION. With --from-build, a graph
     that failed validation is refused unless --accept gives the reason it ships anyway.
     """
+    if not on_device_compile and (compile_budget, vtcm_mb, optimization_mode) != (None, None, None):
+        raise BadInput("--compile-budget, --vtcm-mb and --optimization-mode set the phone's own compile: they need "
+                       "--on-device-compile")
     if (accept or accept_on) and not from_build:
         raise BadInput("--accept and --accept-on need --from-build: only a compile folder's validation records "
                        "say which graphs failed")
@@ -190,11 +216,14 @@ def build(name: str, version_: str, cpu: tuple[str, ...], npu: tuple[str, ...], 
         npu={soc: {**base.npu.get(soc, {}), **given.get(soc, {})} for soc in {**base.npu, **given}},
         sdk_root=qnn_sdk_root, libs_dir=runtime_libs, qairt_version=qairt_version,
         maven_version=maven_runtime_version, source_model=model_name, source_path=source_model, commit=commit,
-        license=license_, precision=precision or base.precision, performance_mode=performance_mode)
+        license=license_, precision=precision or base.precision, performance_mode=performance_mode,
+        on_device=OnDeviceRequest(compile_budget or DEFAULT_COMPILE_BUDGET_S, vtcm_mb, optimization_mode)
+        if on_device_compile else None)
     if split_record is not None and not from_build:
         spec = with_split(spec, split_record)
     with byte_progress("bundling", as_json) as progress:
-        result = build_bundle(spec, output, force=force, archive_fmt=archive, progress=progress)
+        result = build_bundle(spec, output, force=force, archive_fmt=archive, progress=progress,
+                              steps=lambda step: click.echo(f"bundle: {step}", err=True))
     if as_json:
         emit_json(result)
     else:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from qnndeploy.base import compat, socs
 from qnndeploy.base.errors import MissingTool, QnnDeployError
 from qnndeploy.base.fileio import JSON, Progress, read_limited
-from qnndeploy.base.names import MANIFEST, MAVEN_RUNTIME, SHARED_SINCE, path_problem
+from qnndeploy.base.names import MANIFEST, MAVEN_RUNTIME, ON_DEVICE_SINCE, SHARED_SINCE, path_problem
 from qnndeploy.base.pool import Pool
 from qnndeploy.formats import archive, elf
 from qnndeploy.formats.decision import qnn_libraries, soc_tables, upper
@@ -383,7 +383,55 @@ def check_manifest(manifest: Manifest, facts: dict[str, FileFacts], tree: set[st
     need, stated = _min_runtime(manifest.qairt)
     return [*_listing_problems(manifest, facts, tree, unread or {}), *_graph_problems(manifest),
             *_cpu_problems(manifest, facts, root), *_target_problems(manifest, facts, root, contexts or {}, need),
-            *stated, *_runtime_problems(manifest, facts, root, need)]
+            *stated, *_runtime_problems(manifest, facts, root, need), *_on_device_problems(manifest, facts, root)]
+
+
+def _on_device_problems(manifest: Manifest, facts: dict[str, FileFacts], root: Path) -> list[Problem]:
+    """Format 4's on_device: one entry per graph that is not CPU-only, its model an ONNX of that graph the manifest
+    lists, and each arch it names as validated backed by its record: passed, for that graph and arch, with the same
+    EP options and the bundle's QAIRT (a bundle must not claim an arch nobody compiled for)."""
+    od = manifest.on_device
+    if od is None:
+        return []
+    if manifest.format_number < ON_DEVICE_SINCE:
+        return [Problem(MANIFEST, f"has on_device, which bundle format {ON_DEVICE_SINCE} introduced, in a manifest "
+                                  f"of version {manifest.format_number}")]
+    npu_graphs, named = [g.name for g in manifest.graphs if not g.cpu_only], [g.graph for g in od.graphs]
+    problems = [Problem(MANIFEST, f"on_device must name graph '{g}' once (it names it {named.count(g)} times)")
+                for g in npu_graphs if named.count(g) != 1]
+    problems += [Problem(MANIFEST, f"on_device names graph '{g}', which is not a graph the NPU runs")
+                 for g in dict.fromkeys(named) if g not in npu_graphs]
+    problems += [Problem(a.path, f"belongs to graph '{a.graph}', which the manifest does not declare")
+                 for a in od.artifacts if a.graph not in npu_graphs]
+    models = {a.path: a for a in (*manifest.cpu, *od.artifacts) if a.format == FileFormat.ONNX}
+    records = {r.path: r for r in manifest.records}
+    for g in od.graphs:
+        if g.path not in models or models[g.path].graph != g.graph:
+            problems.append(Problem(g.path, f"is on_device's model of graph '{g.graph}', but the manifest lists no "
+                                            "ONNX model of that graph there"))
+        if list(g.validated) != sorted(set(g.validated), key=lambda arch: int(arch[1:])):
+            problems.append(Problem(MANIFEST, f"on_device's validated arches of graph '{g.graph}' must be unique "
+                                              f"and ascending, not {list(g.validated)}"))
+        for arch in g.validated:
+            rel = f"records/{g.graph}-on-device-{arch}.json"
+            if rel not in records:
+                problems.append(Problem(MANIFEST, f"on_device says graph '{g.graph}' was validated for {arch}, but "
+                                                  f"the bundle has no {rel}"))
+                continue
+            if rel not in facts or facts[rel].sha256 != records[rel].sha256:
+                continue  # missing or changed: already a problem
+            try:
+                data = parse_json(read_limited(root / rel, MAX_RECORD_BYTES, "record"), root / rel)
+            except QnnDeployError as e:
+                problems.append(Problem(rel, str(e)))
+                continue
+            said = {k: data.get(k) for k in ("graph", "arch", "passed", "ep_options", "qairt")} \
+                if isinstance(data, dict) else {}
+            if said != {"graph": g.graph, "arch": arch, "passed": True, "ep_options": dict(g.ep_options),
+                        "qairt": manifest.qairt.version}:
+                problems.append(Problem(rel, f"does not show graph '{g.graph}' passing on {arch} with on_device's "
+                                             f"EP options and QAIRT {manifest.qairt.version}: bundle it again"))
+    return problems
 
 
 def _listing_problems(manifest: Manifest, facts: dict[str, FileFacts], tree: set[str],

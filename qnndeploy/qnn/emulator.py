@@ -104,7 +104,7 @@ class Check:
     done: str = ""
 
 
-def _emulator_for(qairt: str) -> tuple[toolchain.Toolchain | None, str | None]:
+def emulator_for(qairt: str) -> tuple[toolchain.Toolchain | None, str | None]:
     """(the toolchain to run QAIRT `qairt` binaries under (None: this process's), why none can), without
     installing anything: verify never downloads."""
     here = toolchain.current()
@@ -175,7 +175,7 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
     problem), else one seeded random sample judged by validate's thresholds for the precision (a warning: the
     bundle was validated on inputs it does not hold)."""
     found = Check()
-    tc, why = _emulator_for(manifest["qairt"]["version"])
+    tc, why = emulator_for(manifest["qairt"]["version"])
     if why is not None:
         found.warnings.append(("manifest.json", f"context binaries not loaded on the host emulator: {why}"))
         found.done = f"not loaded ({why})"
