@@ -33,10 +33,11 @@ pytest_plugins = ["tests.support.device_emulator.fixtures"]
 
 REMOTE = "/data/local/tmp/qnndeploy/demo-1.0.0"
 RUN_DIR = "/data/local/tmp/qnndeploy/run/demo-1.0.0/on-device"
-EP_OPTIONS = bundles.ON_DEVICE_EP_OPTIONS
-V81_FILES = sorted(["manifest.json", "cpu/det.onnx", "cpu/rec.onnx",
-                    "lib/arm64-v8a/libQnnHtp.so", "lib/arm64-v8a/libQnnSystem.so",
-                    "lib/arm64-v8a/libQnnHtpPrepare.so", "lib/arm64-v8a/libQnnHtpV81Stub.so",
+# bundle build --on-device-compile --vtcm-mb 8 --optimization-mode 3 (fp16): the options the phone compiles with
+EP_OPTIONS = {"enable_htp_fp16_precision": "1", "htp_graph_finalization_optimization_mode": "3", "vtcm_mb": "8"}
+# the ONNX to compile and, from the SDK (the bundle's runtime is Maven's), the v81 libraries; no context binary
+V81_FILES = sorted(["manifest.json", "cpu/det.onnx", "cpu/rec.onnx", "lib/arm64-v8a/libQnnHtp.so",
+                    "lib/arm64-v8a/libQnnSystem.so", "lib/arm64-v8a/libQnnHtpV81Stub.so",
                     "lib/hexagon-v81/libQnnHtpV81Skel.so"])
 
 
@@ -54,23 +55,43 @@ def compiled(tmp_path_factory) -> dict:
 @pytest.fixture(scope="module")
 def plain(compiled, tmp_path_factory) -> Path:
     """The demo bundle with SM8550 and SM8750 targets, no on_device section."""
-    return bundles.build(tmp_path_factory.mktemp("plain"), compiled, runtime="bundled")
+    return bundles.build(tmp_path_factory.mktemp("plain"), compiled)
 
 
 @pytest.fixture(scope="module")
 def bundle(compiled, tmp_path_factory) -> Path:
-    """The same targets, and the on-device path for v69 to v81 (written by hand: tests/support/bundles.py)."""
-    return bundles.with_on_device(bundles.build(tmp_path_factory.mktemp("on-device"), compiled, runtime="bundled"))
+    """The same targets, built with --on-device-compile (vtcm 8 MB, optimization mode 3): the arches it lists were
+    validated here, each graph compiled as the phone's QNN EP will and compared on the host HTP emulator. Its runtime
+    is the default, external one (Maven's qnn-runtime, every arch's libraries)."""
+    from qnndeploy.bundle.build import OnDeviceRequest
+
+    request = OnDeviceRequest(budget_s=60, vtcm_mb=8, optimization_mode=3)
+    return bundles.build(tmp_path_factory.mktemp("on-device"), compiled, on_device=request)
+
+
+@pytest.fixture(scope="module")
+def validated(bundle) -> list[str]:
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    (archs,) = {tuple(g["validated"]) for g in manifest["on_device"]["graphs"]}
+    assert archs[0] == "v69" and "v81" in archs  # v68 (SM8350) has no fp16 HTP: not tried
+    return list(archs)
+
+
+@pytest.fixture(scope="module")
+def sdk(tmp_path_factory) -> Path:
+    """A QAIRT SDK folder for the QNN libraries the phone's runs need (the bundle ships none): elfgen's stand-in
+    libraries, and the qnn-net-run stand-in in bin/aarch64-android."""
+    from tests.support.elfgen import fake_sdk
+
+    root = fake_sdk(tmp_path_factory.mktemp("qairt"), ["v73", "v79", "v81"])
+    (root / "bin/aarch64-android").mkdir(parents=True)
+    write_launcher(root / "bin/aarch64-android/qnn-net-run")
+    return root
 
 
 @pytest.fixture
 def ort(tmp_path) -> Path:
     return ort_perf_test.write_launcher(tmp_path / "onnxruntime_perf_test")
-
-
-@pytest.fixture
-def net_run(tmp_path) -> Path:
-    return write_launcher(tmp_path / "qnn-net-run")
 
 
 def info(*args: str) -> dict:
@@ -110,21 +131,22 @@ def test_info_reports_the_on_device_path_for_a_soc_without_a_target(emulated_dev
     assert (c["provider"], c["reason_key"], c["npu_source"]) == ("cpu", "soc_not_in_bundle", None)
 
 
-def test_info_gives_an_arch_the_bundle_did_not_validate_the_cpu_with_its_reason(emulated_devices, bundle):
+def test_info_gives_an_arch_the_bundle_did_not_validate_the_cpu_with_its_reason(emulated_devices, bundle, validated):
     phone = emulated_devices("sm8350")[0]
     c = info("-s", phone.serial, "--bundle", str(bundle))["app_choice"]
     assert (c["provider"], c["reason_key"], c["soc"], c["npu_source"]) == (
         "cpu", "not_validated_on_device", "SM8350", None)
-    assert "v68" in c["reason"]
+    assert "(v68)" in c["reason"] and f"(validated: {', '.join(validated)})" in c["reason"]
     text = run("device", "info", "-s", phone.serial, "--bundle", str(bundle)).output
-    assert f"with bundle 1.0.0: CPU fallback: {c['reason']}" in text or f"CPU fallback: {c['reason']}" in text
+    assert f"with bundle demo 1.0.0: CPU fallback: {c['reason']}" in text
 
 
 # --- device verify -------------------------------------------------------------------------------------------------
 
-def test_verify_without_an_ort_runner_pushes_the_onnx_and_says_how_to_run_it(emulated_devices, bundle, tmp_path):
+def test_verify_without_an_ort_runner_pushes_the_onnx_and_says_how_to_run_it(emulated_devices, bundle, sdk,
+                                                                            tmp_path):
     phone = emulated_devices("sm8845")[0]
-    code, out = verify(str(bundle), records=tmp_path)
+    code, out = verify(str(bundle), "--qnn-sdk-root", str(sdk), records=tmp_path)
     assert code == 0, out
     d = out["devices"][0]
     assert (d["provider"], d["npu_source"], d["compile_budget_s"]) == ("npu", "on-device", 60)
@@ -135,12 +157,12 @@ def test_verify_without_an_ort_runner_pushes_the_onnx_and_says_how_to_run_it(emu
 
 
 @pytest.mark.slow
-def test_verify_compiles_on_the_phone_and_compares_with_the_cpu(emulated_devices, bundle, ort, net_run, tmp_path):
+def test_verify_compiles_on_the_phone_and_compares_with_the_cpu(emulated_devices, bundle, ort, sdk, tmp_path):
     """The done-when of issue 25 on the device side: the SM8845 phone compiles the ONNX with the app's QNN EP options
     for its own soc_model and arch, the cache it writes is what later runs open, and the binary it compiled matches
     the CPU model."""
     phone = emulated_devices("sm8845")[0]
-    code, out = verify(str(bundle), "--ort-runner", str(ort), "--runner", str(net_run), "--random", "2", "--runs",
+    code, out = verify(str(bundle), "--ort-runner", str(ort), "--qnn-sdk-root", str(sdk), "--random", "2", "--runs",
                        "3", records=tmp_path)
     assert code == 0, out
     d = out["devices"][0]
@@ -171,7 +193,7 @@ def test_verify_compiles_on_the_phone_and_compares_with_the_cpu(emulated_devices
     assert record["graphs"][0]["on_device"]["compile_s"] == d["graphs"][0]["on_device"]["compile_s"]
     assert record["runner"]["ort"]["path"] == ortrunner.REMOTE_ORT_RUNNER
     assert "session creation" in record["runner"]["timing"]
-    text = run("device", "verify", str(bundle), "--ort-runner", str(ort), "--runner", str(net_run), "--runs", "2",
+    text = run("device", "verify", str(bundle), "--ort-runner", str(ort), "--qnn-sdk-root", str(sdk), "--runs", "2",
                "-o", str(tmp_path)).output
     assert re.search(r"det +compiled on the phone in \d+\.\d{3} s \(first run\), cache hit \d+\.\d{3} s", text), text
     assert "QNN EP: backend_path=libQnnHtp.so htp_performance_mode=burst soc_model=97 htp_arch=81" in text
@@ -179,9 +201,14 @@ def test_verify_compiles_on_the_phone_and_compares_with_the_cpu(emulated_devices
 
 
 @pytest.mark.slow
-def test_without_qnn_net_run_the_graphs_are_compiled_and_run_not_compared(emulated_devices, bundle, ort, tmp_path):
+def test_without_qnn_net_run_the_graphs_are_compiled_and_run_not_compared(emulated_devices, compiled, ort, tmp_path):
+    """A bundled runtime (no SDK needed, so no qnn-net-run either): compiled and run on the phone, not compared."""
+    from qnndeploy.bundle.build import OnDeviceRequest
+
     emulated_devices("sm8845")
-    code, out = verify(str(bundle), "--ort-runner", str(ort), "--runs", "2", records=tmp_path)
+    own = bundles.build(tmp_path / "b", compiled, runtime="bundled", on_device=OnDeviceRequest(optimization_mode=3))
+    bundles.with_arch_libs(own, ["v81"])  # bundle build ships the targets' arches' Stub and Skel only
+    code, out = verify(str(own), "--ort-runner", str(ort), "--runs", "2", records=tmp_path)
     assert code == 0, out
     d = out["devices"][0]
     assert [g["status"] for g in d["graphs"]] == ["ran", "ran"] and all(not g["outputs"] for g in d["graphs"])
@@ -190,10 +217,11 @@ def test_without_qnn_net_run_the_graphs_are_compiled_and_run_not_compared(emulat
 
 
 @pytest.mark.slow
-def test_a_skel_missing_on_the_phone_fails_the_on_device_compile_with_advice(emulated_devices, bundle, tmp_path):
+def test_a_skel_missing_on_the_phone_fails_the_on_device_compile_with_advice(emulated_devices, bundle, sdk,
+                                                                             tmp_path):
     emulated_devices("sm8845")
     wrapper = ort_perf_test.write_launcher(tmp_path / "ort", adsp_library_path="/vendor/lib/rfsa/adsp")
-    code, out = verify(str(bundle), "--ort-runner", str(wrapper), records=tmp_path)
+    code, out = verify(str(bundle), "--ort-runner", str(wrapper), "--qnn-sdk-root", str(sdk), records=tmp_path)
     assert code == 1
     d = out["devices"][0]
     det = d["graphs"][0]
@@ -202,9 +230,9 @@ def test_a_skel_missing_on_the_phone_fails_the_on_device_compile_with_advice(emu
     assert d["expectation"] == "NPU on-device compile, but it failed on the phone: the app would fall back to the CPU"
 
 
-def test_verify_gives_an_sm8350_the_cpu_and_compiles_nothing(emulated_devices, bundle, ort, tmp_path):
+def test_verify_gives_an_sm8350_the_cpu_and_compiles_nothing(emulated_devices, bundle, ort, sdk, tmp_path):
     phone = emulated_devices("sm8350")[0]
-    code, out = verify(str(bundle), "--ort-runner", str(ort), records=tmp_path)
+    code, out = verify(str(bundle), "--ort-runner", str(ort), "--qnn-sdk-root", str(sdk), records=tmp_path)
     assert code == 0, out
     d = out["devices"][0]
     assert (d["provider"], d["npu_source"], d["expectation"]) == ("cpu", None, "CPU fallback expected")
@@ -222,10 +250,10 @@ def test_ep_options_the_tool_would_split_are_refused():
     assert ortrunner.provider_options("v81", 97, {"htp_arch": "73", "soc_model": "43"}, "burst")["htp_arch"] == "81"
 
 
-def test_the_stand_in_speaks_onnxruntime_perf_tests_command_line(tmp_path, bundle):
+def test_the_stand_in_speaks_onnxruntime_perf_tests_command_line(tmp_path, bundle, sdk):
     launcher = ort_perf_test.write_launcher(tmp_path / "perf")
-    env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(bundle / "lib/arm64-v8a"),
-           "ADSP_LIBRARY_PATH": str(bundle / "lib/hexagon-v81")}
+    env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(sdk / "lib/aarch64-android"),
+           "ADSP_LIBRARY_PATH": str(sdk / "lib/hexagon-v81/unsigned")}
 
     def launch(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(launcher), *args], capture_output=True, text=True, cwd=tmp_path, env=env,
@@ -282,7 +310,7 @@ def test_play_gives_a_phone_of_no_group_the_default_group_and_the_on_device_deci
 
 
 @pytest.mark.slow
-def test_a_first_compile_over_the_budget_fails_the_phone(emulated_devices, bundle, ort, tmp_path):
+def test_a_first_compile_over_the_budget_fails_the_phone(emulated_devices, bundle, ort, sdk, tmp_path):
     """The app stops a first compile that outlasts the bundle's budget and takes the CPU: a phone whose compile
     took longer fails. The demo graphs compile in a fraction of a second here and the schema's smallest budget is
     1 s, so the manifest read from the bundle gets a budget below the real compile time measured on the phone."""
@@ -294,10 +322,10 @@ def test_a_first_compile_over_the_budget_fails_the_phone(emulated_devices, bundl
     with verify_stage.checked_bundle(bundle) as (root, report, manifest):
         assert report.ok and manifest is not None and manifest.on_device is not None
         tight = dataclasses.replace(manifest, on_device=dataclasses.replace(manifest.on_device, budget_s=0.001))
-        job = verify_stage.Job(root, tight, record_dir=tmp_path, ort_runner=ort, runs=1)
+        job = verify_stage.Job(root, tight, record_dir=tmp_path, ort_runner=ort, runs=1, sdk_root=sdk)
         r = verify_stage.verify_device(job)
     assert r.compile_budget_s == 0.001 and r.compile_s is not None and r.compile_s > 0.001
-    assert [g.status for g in r.graphs] == ["ran", "ran"]  # each compiled and ran: only the time is wrong
+    assert [g.status for g in r.graphs] == ["passed", "passed"]  # each compiled and matched: only the time is wrong
     assert not r.ok and r.expectation == verify_stage.ON_DEVICE_FAILED
     assert f"the first compile took {r.compile_s:g} s on the phone, over the bundle's budget of 0.001 s" in r.reason
     assert json.loads(Path(r.record).read_text())["ok"] is False

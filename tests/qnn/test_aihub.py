@@ -371,8 +371,10 @@ def test_a_hosted_phone_on_the_on_device_path_is_decided_and_not_submitted(aihub
     """An SM8850 phone (v81) has no target in this bundle, whose on-device compile validated v81: the decision is
     the NPU, compiled on the phone; AI Hub gets no job (it would compile on its own host, not as the app's QNN EP),
     and the record says to run it over adb with --ort-runner."""
+    from qnndeploy.bundle.build import OnDeviceRequest
+
     compiled = bundles.compile_inputs(tmp_path / "in", targets=("SM8550", "SM8750"))
-    bundle = bundles.with_on_device(bundles.build(tmp_path / "b", compiled, runtime="bundled"))
+    bundle = bundles.build(tmp_path / "b", compiled, on_device=OnDeviceRequest())
     r = run("device", "verify", str(bundle), "--aihub", "--soc", "SM8850", "-o", str(tmp_path / "rec"), "--json")
     assert r.exit_code == 0, r.output
     (d,) = json.loads(r.stdout)["devices"]

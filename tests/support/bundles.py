@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from qnndeploy.base import socs
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, EXTERNAL_DATA
 from qnndeploy.qnn.markers import build_version
 
 from .elfgen import BUILD
+
+if TYPE_CHECKING:
+    from qnndeploy.bundle.build import OnDeviceRequest
 
 QAIRT = build_version(BUILD)
 
@@ -170,8 +174,10 @@ def compile_inputs(root: Path, targets=("SM8550", "SM8750"), graphs=("det", "rec
     return {"cpu": cpu, "npu": npu, "root": root}
 
 
-def build(out: Path, inputs: dict, runtime: str = "external", name: str = "demo", version: str = "1.0.0") -> Path:
-    """A real bundle folder made by `qnndeploy bundle`'s build_bundle."""
+def build(out: Path, inputs: dict, runtime: str = "external", name: str = "demo", version: str = "1.0.0",
+          on_device: OnDeviceRequest | None = None) -> Path:
+    """A real bundle folder made by `qnndeploy bundle`'s build_bundle; with `on_device`, as `bundle build
+    --on-device-compile` makes it (each graph compiled and compared here for every arch it validates)."""
     from qnndeploy.bundle.build import BundleSpec, build_bundle
 
     from .elfgen import fake_sdk
@@ -180,50 +186,33 @@ def build(out: Path, inputs: dict, runtime: str = "external", name: str = "demo"
     if runtime == "bundled":
         sdk = fake_sdk(inputs["root"] / "sdk", sorted({socs.find(s).dsp_arch for s in inputs["npu"]}))
     spec = BundleSpec(name=name, version=version, cpu=inputs["cpu"], npu=inputs["npu"], sdk_root=sdk,
-                      qairt_version=QAIRT, license="Apache-2.0")
+                      qairt_version=QAIRT, license="Apache-2.0", on_device=on_device)
     return build_bundle(spec, out).path
 
 
-ON_DEVICE_EP_OPTIONS = {"enable_htp_fp16_precision": "1", "htp_graph_finalization_optimization_mode": "3",
-                        "vtcm_mb": "8"}
 
-
-def with_on_device(bundle: Path, validated: tuple[str, ...] = ("v69", "v73", "v75", "v79", "v81"),
-                   budget_s: float = 60, ep_options: dict | None = None) -> Path:
-    """A bundle made by build() turned, by hand, into one that compiles on the device (manifest format 4,
-    "on_device"): each graph's CPU model is the ONNX the phone compiles, with `ep_options`, listed as validated for
-    `validated`; the Stub and Skel of every validated arch without a target join the runtime libraries
-    (elfgen's stand-ins). The arches are stated here, not measured: `bundle build --on-device-compile` measures
-    them. Returns the bundle folder, changed in place."""
+def with_arch_libs(bundle: Path, archs: list[str]) -> Path:
+    """A bundled-runtime bundle given, by hand, the Stub and Skel of `archs` too (elfgen's stand-ins), listed in its
+    manifest: `bundle build` ships those of its targets' arches only, also with --on-device-compile, so a phone of a
+    validated arch without a target would find no Stub (the decision's runtime_libs_missing). Changed in place."""
     import json
 
     from .elfgen import fake_sdk
 
     path = bundle / "manifest.json"
     m = json.loads(path.read_text())
-    have = {lib.get("dsp_arch") for lib in m["runtime"]["libs"]}
-    missing = [a for a in validated if a not in have]
-    if missing:
-        sdk = fake_sdk(bundle.parent / f"{bundle.name}-sdk", missing)
-        for arch in missing:
-            n = arch[1:]
-            for src, rel, role, abi in (
-                    (sdk / "lib/aarch64-android" / f"libQnnHtpV{n}Stub.so", f"lib/arm64-v8a/libQnnHtpV{n}Stub.so",
-                     "stub", "arm64-v8a"),
-                    (sdk / f"lib/hexagon-{arch}/unsigned/libQnnHtpV{n}Skel.so",
-                     f"lib/hexagon-{arch}/libQnnHtpV{n}Skel.so", "skel", f"hexagon-{arch}")):
-                (bundle / rel).parent.mkdir(parents=True, exist_ok=True)
-                (bundle / rel).write_bytes(src.read_bytes())
-                data = (bundle / rel).read_bytes()
-                m["runtime"]["libs"].append({"path": rel, "sha256": hashlib.sha256(data).hexdigest(),
-                                             "size": len(data), "role": role, "abi": abi, "dsp_arch": arch})
-    m["format_version"] = max(4, m["format_version"])
-    m["on_device"] = {
-        "budget_s": budget_s,
-        "graphs": [{"graph": a["graph"], "path": a["path"], "ep_options": dict(ep_options or ON_DEVICE_EP_OPTIONS),
-                    "validated": list(validated)}
-                   for a in m["cpu"] if a["format"] == "onnx"],
-        "artifacts": [],
-    }
+    sdk = fake_sdk(bundle.parent / f"{bundle.name}-libs", archs)
+    for arch in archs:
+        n = arch[1:]
+        for src, rel, role, abi in (
+                (sdk / "lib/aarch64-android" / f"libQnnHtpV{n}Stub.so", f"lib/arm64-v8a/libQnnHtpV{n}Stub.so",
+                 "stub", "arm64-v8a"),
+                (sdk / f"lib/hexagon-{arch}/unsigned/libQnnHtpV{n}Skel.so", f"lib/hexagon-{arch}/libQnnHtpV{n}Skel.so",
+                 "skel", f"hexagon-{arch}")):
+            data = src.read_bytes()
+            (bundle / rel).parent.mkdir(parents=True, exist_ok=True)
+            (bundle / rel).write_bytes(data)
+            m["runtime"]["libs"].append({"path": rel, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
+                                         "role": role, "abi": abi, "dsp_arch": arch})
     path.write_text(json.dumps(m, indent=2) + "\n")
     return bundle
