@@ -483,8 +483,12 @@ def _run_on_device(dev: Device, job: Job, graph: str, model: str, result: Device
         run.first_run_s = round(first.session_s + (first.first_inference_ms or 0) / 1000, 4)
         run.per_inference_s = od.per_inference_s
         dev.pull(cache, local / "ctx.onnx", max_bytes=16 * MiB)
-        refs = epcontext.context_refs(local / "ctx.onnx")
-        od.binary = f"{cache_dir}/{refs[0]}" if refs else None
+        try:  # the phone's file: a model that does not parse is the phone's failure, not this run's
+            refs = epcontext.context_refs(local / "ctx.onnx")
+        except QnnDeployError as e:
+            run.reason = f"the EP context the QNN EP wrote at {cache} is not an ONNX model ({e})"
+            return run
+        od.binary = f"{cache_dir}/{posixpath.basename(refs[0])}" if refs else None
     if job.runner is None:
         run.status = "ran"
         return run
@@ -492,8 +496,9 @@ def _run_on_device(dev: Device, job: Job, graph: str, model: str, result: Device
         run.reason = (f"the EP context {cache} embeds its binary: qnn-net-run needs it as a file "
                       "(ep.context_embed_mode 0)")
         return run
+    # fp16's thresholds for a float model the EP runs in fp16 (the QNN EP's default), else the quantized ones
     fp16 = choice.ep_options.get(graph, {}).get("enable_htp_fp16_precision", "1") == "1"
-    compared = _run_graph(dev, job, graph, od.binary, result, [graph], precision="fp16" if fp16 else None)
+    compared = _run_graph(dev, job, graph, od.binary, result, [graph], precision="fp16" if fp16 else "w8a16")
     compared.on_device, compared.context = od, run.context
     compared.first_run_s, compared.per_inference_s, compared.clock = run.first_run_s, run.per_inference_s, run.clock
     return compared
