@@ -329,3 +329,27 @@ def test_a_first_compile_over_the_budget_fails_the_phone(emulated_devices, bundl
     assert not r.ok and r.expectation == verify_stage.ON_DEVICE_FAILED
     assert f"the first compile took {r.compile_s:g} s on the phone, over the bundle's budget of 0.001 s" in r.reason
     assert json.loads(Path(r.record).read_text())["ok"] is False
+
+
+@pytest.mark.slow
+def test_the_demo_bundled_with_on_device_compile_runs_on_an_sm8845_and_not_on_an_sm8350(emulated_devices, sdk, ort,
+                                                                                          tmp_path):
+    """Issue 25's done-when, from the command line: the demo built for SM8750, bundled with --on-device-compile;
+    `device info --bundle` gives the SM8845 phone the NPU compiled on the phone and the SM8350 the CPU, and `device
+    verify` compiles the demo model on the SM8845 and compares it with the CPU model."""
+    assert run("demo", "-o", str(tmp_path / "demo"), "--soc", "SM8750").exit_code == 0
+    built = run("bundle", "build", "--name", "kws", "--version", "1.0.0", "--from-build", str(tmp_path / "demo/build"),
+                "--on-device-compile", "-o", str(tmp_path / "out"))
+    assert built.exit_code == 0, built.output
+    bundle = tmp_path / "out" / "kws-1.0.0"
+    new, old = emulated_devices("sm8845", "sm8350")
+    assert info("-s", new.serial, "--bundle", str(bundle))["app_choice"]["npu_source"] == "on-device"
+    assert info("-s", old.serial, "--bundle", str(bundle))["app_choice"]["reason_key"] == "not_validated_on_device"
+    code, out = verify(str(bundle), "--all", "--ort-runner", str(ort), "--qnn-sdk-root", str(sdk), "--runs", "2",
+                       records=tmp_path / "records")
+    assert code == 0, out
+    found = {d["serial"]: d for d in out["devices"]}
+    (g,) = found[new.serial]["graphs"]
+    assert g["graph"] == "kws_demo" and g["status"] == "passed" and g["on_device"]["compile_s"] > 0
+    assert all(m["passed"] for m in g["outputs"])
+    assert (found[old.serial]["provider"], found[old.serial]["graphs"]) == ("cpu", [])
