@@ -31,6 +31,13 @@ ep.context_enable=1, ep.context_embed_mode=0, ep.context_file_path=<cache>/<grap
 and the provider options backend_path=libQnnHtp.so, htp_performance_mode (the bundle's, else the glue's
 DEFAULT_PERFORMANCE_MODE "burst"), soc_model, htp_arch, then the manifest's on_device ep_options for the graph.
 A later app start opens the cached <graph>_ctx.onnx instead of the ONNX: the second run here does the same.
+
+Why not onnx_test_runner (onnxruntime/test/onnx/main.cc), which takes the same -e qnn -i/-C options and a folder of
+model.onnx + test_data_set_0/input_N.pb/output_N.pb: it judges the outputs itself, on the phone, by one absolute and
+relative tolerance (-a, -t), where device verify judges by validate's rules on this host; it prints no time; and the
+copy in onnxruntime-qnn read on 2026-12-02 refuses htp_arch values other than 0, 68, 69, 73 and 75, so it could not
+compile for a v79 or v81 phone. The outputs are compared instead by running the context binary the EP compiled
+through qnn-net-run (device/runner.py), as for a bundle's own binaries.
 """
 
 from __future__ import annotations
