@@ -250,6 +250,18 @@ def test_ep_options_the_tool_would_split_are_refused():
     assert ortrunner.provider_options("v81", 97, {"htp_arch": "73", "soc_model": "43"}, "burst")["htp_arch"] == "81"
 
 
+
+def test_the_ort_runner_is_for_phones_over_adb_and_must_be_an_android_program(tmp_path):
+    import sys
+
+    r = run("device", "verify", str(tmp_path), "--aihub", "--soc", "SM8850", "--ort-runner", sys.executable)
+    assert r.exit_code == 2 and "--ort-runner" in r.output and "phones over adb" in r.output
+    with pytest.raises(BadInput, match=r"not Android arm64 \(AArch64\): give onnxruntime_perf_test built for Android"):
+        ortrunner.find_ort_runner(Path(sys.executable))
+    with pytest.raises(BadInput, match=r"--ort-runner .*: no such file"):
+        ortrunner.find_ort_runner(tmp_path / "none")
+
+
 def test_the_stand_in_speaks_onnxruntime_perf_tests_command_line(tmp_path, bundle, sdk):
     launcher = ort_perf_test.write_launcher(tmp_path / "perf")
     env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(sdk / "lib/aarch64-android"),
