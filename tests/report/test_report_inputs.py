@@ -1,0 +1,76 @@
+"""What `qnndeploy report` refuses and how it writes, on hand-made inputs (no compile, no browser): a path that is
+not there or holds no record is bad input with nothing written, an existing page is replaced only with --force and
+then whole, a folder is walked without entering symlinks or hidden folders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from qnndeploy.base.errors import EXIT_BAD_INPUT
+from tests.report.bench_fixture import bench_record
+from tests.support.cli import parsed, run
+
+
+def records(tmp_path: Path) -> Path:
+    folder = tmp_path / "records"
+    folder.mkdir()
+    (folder / "bench-emulator-5554-kws_demo.json").write_text(json.dumps(bench_record()))
+    return folder
+
+
+def one_line_error(r, *words: str) -> None:
+    assert r.exit_code == EXIT_BAD_INPUT, r.output
+    assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
+    assert all(w in r.stderr for w in words), r.stderr
+    assert r.stdout == ""
+
+
+def test_a_path_that_is_missing_or_holds_no_record_is_bad_input_and_nothing_is_written(tmp_path):
+    out = tmp_path / "report.html"
+    one_line_error(run("report", tmp_path / "nowhere", "-o", out), "nowhere: no such file or folder")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.json").write_text('{"hello": 1}')
+    one_line_error(run("report", empty, "-o", out), "no qnndeploy records in")
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"\0" * 16)
+    one_line_error(run("report", model, "-o", out), "m.onnx is an ONNX model, not a record")
+    one_line_error(run("report", records(tmp_path), "-o", tmp_path), "is a folder")
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["empty", "m.onnx", "records"]
+
+
+def test_an_existing_page_is_replaced_only_with_force_and_whole(tmp_path):
+    folder, out = records(tmp_path), tmp_path / "report.html"
+    out.write_text("mine")
+    one_line_error(run("report", folder, "-o", out), "already exists", "--force")
+    assert out.read_text() == "mine"
+    r = run("report", folder, "-o", out, "--force", "--json")
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.endswith("</html>\n")
+    assert parsed(r.stdout)["records"] == [{"kind": "bench", "source": "records/bench-emulator-5554-kws_demo.json"}]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["records", "report.html"]  # no staging file left
+
+
+def test_symlinks_and_hidden_folders_are_not_read(tmp_path, monkeypatch):
+    folder = records(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "bench-x-other.json").write_text(json.dumps(bench_record(graph="other")))
+    (folder / "linked").symlink_to(elsewhere)
+    (folder / "bench-link.json").symlink_to(elsewhere / "bench-x-other.json")
+    (folder / ".partial").mkdir()
+    (folder / ".partial" / "bench-x-half.json").write_text(json.dumps(bench_record(graph="half")))
+    r = run("report", folder, "-o", tmp_path / "report.html", "--json")
+    assert r.exit_code == 0, r.output
+    result = parsed(r.stdout)
+    assert result["cells"] == [["kws_demo", "SM8750"]]
+    assert result["skipped"] == [{"source": "records/bench-link.json",
+                                  "reason": "a symlink; records are read as regular files only"}]
+    monkeypatch.chdir(tmp_path)
+    text = run("report", "records", "-o", "report.html", "--force")
+    assert text.exit_code == 0
+    assert text.stdout.splitlines() == [
+        "report: report.html (1 graph x SoC, records: 1 bench; 1 file(s) skipped)",
+        "  skipped records/bench-link.json: a symlink; records are read as regular files only"]
