@@ -170,11 +170,11 @@ def ranges(rows: Sequence[Range], *, title: str, unit: str, width: int = 640) ->
               if v is not None and math.isfinite(v) and v > 0]
     lo, hi = (min(values), max(values)) if values else (0.1, 1.0)
     log = hi / lo > 8
-    if log:
-        lo_e, hi_e = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
-        hi_e = hi_e if hi_e > lo_e else lo_e + 1
-        axis = [10.0 ** e for e in range(lo_e, hi_e + 1)]
-        lo, hi = axis[0], axis[-1]
+    if log:  # 1-2-5 ticks from the one at or below the smallest figure to the one at or above the largest
+        steps = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+                 for m in (1, 2, 5)]
+        lo, hi = max(t for t in steps if t <= lo * (1 + 1e-9)), min(t for t in steps if t >= hi * (1 - 1e-9))
+        axis = [t for t in steps if lo <= t <= hi]
 
         def px(v: float) -> float:
             return left + (math.log10(v) - math.log10(lo)) / (math.log10(hi) - math.log10(lo)) * (right - left)

@@ -183,3 +183,16 @@ def test_a_device_verify_record_of_an_emulated_phone_is_shown_per_graph(made, de
     (graph,) = parsed(r.stdout)["devices"][0]["graphs"]
     assert graph["status"] == "passed" and "passed; " in run_block.text
     assert f"{graph['outputs'][0]['snr_db']:.1f}" in run_block.text
+
+
+def test_a_bundle_archive_is_read_as_its_folder(made, tmp_path):
+    from qnndeploy.formats.archive import write_archive
+
+    zipped = tmp_path / "kws-demo-1.0.0.zip"
+    write_archive(made["demo"] / "bundle/kws-demo-1.0.0", zipped, "zip", "kws-demo-1.0.0")
+    r = run("report", zipped, "-o", tmp_path / "report.html", "--json")
+    assert r.exit_code == 0, r.output
+    assert parsed(r.stdout)["records"] == [
+        {"kind": "bundle", "source": "kws-demo-1.0.0.zip/manifest.json"},
+        {"kind": "compile", "source": "kws-demo-1.0.0.zip/records/kws_demo-SM8750-compile.json"},
+        {"kind": "validation", "source": "kws-demo-1.0.0.zip/records/kws_demo-SM8750-validation.json"}]

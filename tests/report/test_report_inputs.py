@@ -74,3 +74,28 @@ def test_symlinks_and_hidden_folders_are_not_read(tmp_path, monkeypatch):
     assert text.stdout.splitlines() == [
         "report: report.html (1 graph x SoC, records: 1 bench; 1 file(s) skipped)",
         "  skipped records/bench-link.json: a symlink; records are read as regular files only"]
+
+
+def test_a_bundle_s_on_device_compile_records_are_shown_per_graph_and_arch(tmp_path):
+    """Records as bundle build --on-device-compile writes them (qnn/ondevice.py ArchCheck.record)."""
+    from qnndeploy.qnn.ondevice import ArchCheck, ep_options
+    from tests.report.page import parse
+
+    folder = tmp_path / "records"
+    folder.mkdir()
+    good = ArchCheck("kws_demo", "v79", "SM8750", 3.25, True, outputs=[
+        {"name": "probs", "passed": True, "snr_db": 61.04, "cosine": 0.99999, "max_abs_diff": 2e-4}])
+    bad = ArchCheck("kws_demo", "v73", "SM8550", None, False, error="the QNN EP refused the graph: <op> unsupported")
+    for check in (good, bad):
+        (folder / f"kws_demo-on-device-{check.arch}.json").write_text(
+            json.dumps(check.record(ep_options("fp16"), "2.49.40")))
+    out = tmp_path / "report.html"
+    r = run("report", folder, "-o", out, "--json")
+    assert r.exit_code == 0, r.output
+    assert parsed(r.stdout)["cells"] == [["kws_demo", "SM8550"], ["kws_demo", "SM8750"]]
+    dom = parse(out.read_text())
+    (v79,) = dom.all("div", data_kind="on-device", data_source="records/kws_demo-on-device-v79.json")
+    assert "pass: compiled as a phone's QNN EP compiles it for v79 (SM8750) in 3.2 s" in v79.text
+    assert [td.text for td in v79.all("td")][:3] == ["probs", "ok", "61.0"]
+    (v73,) = dom.all("div", data_kind="on-device", data_source="records/kws_demo-on-device-v73.json")
+    assert "FAIL" in v73.text and "in \u2013" in v73.text and "refused the graph: <op> unsupported" in v73.text
