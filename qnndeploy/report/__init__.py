@@ -43,6 +43,8 @@ def report(paths: Sequence[Path], output: Path, force: bool = False) -> ReportRe
         raise BadInput("give at least one PATH: a build folder, a bundle or a folder of device records")
     if output.is_dir():
         raise BadInput(f"{output} is a folder: give the report's file name, e.g. -o {output / 'report.html'}")
+    if any(Path(p).exists() and output.exists() and output.samefile(p) for p in paths):
+        raise BadInput(f"{output} is one of the PATHs read: give the report another name, e.g. -o report.html")
     if output.exists() and not force:  # before reading: a long read should not end in this refusal
         raise BadInput(f"{output} already exists; remove it or pass --force")
     collected = collect(list(paths))

@@ -12,9 +12,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qnndeploy.base import interrupt
 from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import read_limited
-from qnndeploy.base.names import BENCH_RECORD, DEVICE_RECORD, FORMAT, ON_DEVICE_RECORD, SPLIT_RECORD, file_kind
+from qnndeploy.base.names import (
+    BENCH_RECORD,
+    DEVICE_RECORD,
+    FORMAT,
+    ON_DEVICE_RECORD,
+    SPLIT_RECORD,
+    file_kind,
+    graph_name,
+)
 from qnndeploy.formats.manifest import parse_json
 from qnndeploy.formats.records import RECORD, VALIDATION_RECORD
 from qnndeploy.formats.verify import bundle_folder
@@ -349,6 +358,7 @@ def _json_files(root: Path, given: Path) -> Iterator[Path]:
         for name in sorted(files):
             if name.startswith(".") or not name.endswith(".json"):
                 continue
+            interrupt.check()  # a safe point: Ctrl-C or SIGTERM stops a long walk here, before anything is written
             count += 1
             if count > MAX_FILES:
                 raise BadInput(f"{given} holds over {MAX_FILES:,} JSON files: give the build folder, bundle or "
@@ -547,7 +557,7 @@ def _bundle(d: Mapping[str, Any], shown: str, out: Collected) -> None:
 def _check(d: Mapping[str, Any], shown: str, out: Collected) -> None:
     for m in _objects(d, "models", required=True):
         htp = _object(m, "htp")
-        graph = _opt_text(m, "graph") or Path(_text(m, "path")).stem
+        graph = graph_name(_text(m, "path"))  # as compile names it (det.npu.onnx is det), not the ONNX graph's name
         cpu = htp.get("cpu_nodes")
         out.checks.append(CheckInfo(
             shown, graph, _text(htp, "soc"), _text(m, "verdict"), htp.get("measured") is True,
@@ -610,6 +620,7 @@ def _ops(items: list[Mapping[str, Any]]) -> tuple[OpRow, ...]:
 
 
 def _bench(d: Mapping[str, Any], shown: str, out: Collected) -> None:
+    _get(d, "phone")
     phone, bundle, decision = _object(d, "phone"), _object(d, "bundle"), _object(d, "decision")
     profile = _object(d, "profile")
     gate = d.get("gate")

@@ -157,7 +157,7 @@ def test_the_page_is_self_contained_and_renders(made):
 def test_unreadable_files_are_listed_as_skipped_with_the_reason(made):
     skipped = {li.attrs["data-source"]: li.text for li in made["dom"].all("li") if "data-source" in li.attrs}
     assert "not readable JSON" in skipped["records/broken.json"]
-    assert "a bench record, but it has no 'serial'" in skipped["records/no-phone.json"]
+    assert "a bench record, but it has no 'phone'" in skipped["records/no-phone.json"]
     assert {s["source"] for s in made["json"]["skipped"]} == {"records/broken.json", "records/no-phone.json"}
 
 

@@ -37,6 +37,9 @@ def test_a_path_that_is_missing_or_holds_no_record_is_bad_input_and_nothing_is_w
     model.write_bytes(b"\0" * 16)
     one_line_error(run("report", model, "-o", out), "m.onnx is an ONNX model, not a record")
     one_line_error(run("report", records(tmp_path), "-o", tmp_path), "is a folder")
+    bench = tmp_path / "records" / "bench-emulator-5554-kws_demo.json"
+    one_line_error(run("report", bench, "-o", bench, "--force"), "is one of the PATHs read")
+    assert json.loads(bench.read_text())["record"] == "qnndeploy-bench"
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["empty", "m.onnx", "records"]
 
 
