@@ -155,7 +155,7 @@ def _diagnose(p: _Page, r: DiagnoseInfo) -> str:
     bad = (f"first bad tensor <code>{_e(r.first_bad)}</code> ({_e(r.first_bad_op or '')})" if r.first_bad
            else "no probed tensor below the threshold")
     head = (f"<p>the build's binary: {_verdict(r.ok)}; {len(r.probes)} tensors probed"
-            + (f" of {r.nodes} nodes" if r.nodes else "") + f"; {bad}</p>")
+            + (f" in a graph of {r.nodes} nodes" if r.nodes else "") + f"; {bad}</p>")
     caption = (f"SNR of each probed tensor against the producing node's position (CPU fp32 vs host HTP emulator); "
                f"bad probes red, threshold {_n(r.min_snr_db, 'g', ' dB')} dashed; SNR capped at 150 dB")
     return p.record("diagnose", r.source, "diagnose", head + _figure(plot, caption, "diagnose"))
@@ -265,7 +265,10 @@ def _sustained(r: BenchInfo) -> str:
     paths = sorted({s.path for s in r.sustained}, key=lambda n: (n != "npu", n))
     latency = [svg.Series(n, [(s.t_s, s.latency_ms_p50) for s in r.sustained if s.path == n and s.latency_ms_p50
                               is not None], svg.colour(n, i)) for i, n in enumerate(paths)]
-    temps = [(s.t_s, s.temperature_c) for s in r.sustained if s.temperature_c is not None]
+    temps = sorted({s.t_s: s.temperature_c for s in r.sustained if s.temperature_c is not None}.items())
+    statuses: dict[float, int | None] = {}
+    for s in r.sustained:  # one per interval: the highest either path saw
+        statuses[s.t_s] = max((x for x in (statuses.get(s.t_s), s.thermal_status) if x is not None), default=None)
     out = [_figure(svg.line_chart(latency, title=f"sustained latency {r.graph}", x_label="time, s",
                                   y_label="p50 ms"),
                    f"Sustained run: latency p50 per interval ({len(r.sustained)} intervals).", "sustained")]
@@ -273,9 +276,9 @@ def _sustained(r: BenchInfo) -> str:
         out.append(_figure(svg.line_chart([svg.Series("temperature", temps, svg.RED)],
                                           title=f"sustained temperature {r.graph}", x_label="time, s",
                                           y_label="°C"),
-                           "Temperature over the sustained run; thermal status per interval: "
-                           + ", ".join(_e(NOT_MEASURED if s.thermal_status is None else s.thermal_status)
-                                       for s in r.sustained) + ".", "temperature"))
+                           "Temperature over the sustained run; thermal status (0 none to 6 shutdown) at each "
+                           "interval: " + ", ".join(f"{t:g} s {_e(NOT_MEASURED if status is None else status)}"
+                                                    for t, status in statuses.items()) + ".", "temperature"))
     return "".join(out)
 
 
