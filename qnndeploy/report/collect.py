@@ -5,6 +5,7 @@ cannot be read, becomes a Skipped with the reason; nothing here raises for a rec
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack
@@ -455,7 +456,8 @@ def _number(m: Any, key: str) -> float | None:
     value = m.get(key) if isinstance(m, Mapping) else None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value)
+    number = float(value)
+    return number if math.isfinite(number) else None  # NaN and Infinity (Python's json reads them) measure nothing
 
 
 def _int(m: Any, key: str) -> int | None:
@@ -606,7 +608,8 @@ def _path(p: Mapping[str, Any]) -> PathFigures:
         throughput_per_s=_number(p, "throughput_per_s"), rtf=_number(p, "rtf"), cpu_percent=_number(p, "cpu_percent"),
         energy_mj=_number(p, "energy_mj_per_inference"), energy_source=_opt_text(p, "energy_source"),
         runs=_int(p, "runs"),
-        block_p50_ms=tuple(float(b) for b in blocks if isinstance(b, (int, float)) and not isinstance(b, bool))
+        block_p50_ms=tuple(float(b) for b in blocks if isinstance(b, (int, float)) and not isinstance(b, bool)
+                           and math.isfinite(b))
         if isinstance(blocks, list) else ())
 
 

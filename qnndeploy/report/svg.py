@@ -44,17 +44,14 @@ def colour(name: str, index: int = 0) -> str:
 
 def ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     """About `count` round values (1, 2 or 5 times a power of ten apart) covering lo..hi."""
-    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
-        return [lo]
+    if not (math.isfinite(lo) and math.isfinite(hi) and math.isfinite(hi - lo)) or hi <= lo:
+        return [lo, hi] if hi > lo else [lo]
     raw = (hi - lo) / count
     power = 10.0 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
     first = math.floor(lo / step) * step
-    out = []
-    value = first
-    while value <= hi + step * 1e-9:
-        out.append(round(value, 12))
-        value += step
+    out = [round(first + i * step, 12) for i in range(3 * count)]  # by index: a sum could stall past 2**53
+    out = [v for v in out if v <= hi + step * 1e-9]
     if out[-1] < hi:
         out.append(round(out[-1] + step, 12))
     return out
@@ -68,6 +65,12 @@ def label(value: float) -> str:
     if magnitude >= 1e5 or magnitude < 1e-3:
         return f"{value:.1e}"
     return f"{value:.3g}" if magnitude < 100 else f"{value:.0f}"
+
+
+def _share(value: float, lo: float, hi: float) -> float:
+    """Where value lies from lo (0) to hi (1), halved first so that no difference overflows (records are data:
+    1e308 is a valid JSON number)."""
+    return (value / 2 - lo / 2) / (hi / 2 - lo / 2)
 
 
 def _svg(width: int, height: int, title: str, body: list[str]) -> str:
@@ -99,10 +102,10 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
     x_ticks = [t for t in ticks(lo_x, hi_x) if lo_x <= t <= hi_x] or [lo_x]
 
     def px(x: float) -> float:
-        return left + (x - lo_x) / (hi_x - lo_x) * (right - left)
+        return left + _share(x, lo_x, hi_x) * (right - left)
 
     def py(y: float) -> float:
-        return bottom - (y - lo_y) / (hi_y - lo_y) * (bottom - top)
+        return bottom - _share(y, lo_y, hi_y) * (bottom - top)
 
     body = [f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>']
     for t in y_ticks:
@@ -176,14 +179,14 @@ def ranges(rows: Sequence[Range], *, title: str, unit: str, width: int = 640) ->
         lo, hi = max(t for t in steps if t <= lo * (1 + 1e-9)), min(t for t in steps if t >= hi * (1 - 1e-9))
         axis = [t for t in steps if lo <= t <= hi]
 
-        def px(v: float) -> float:
-            return left + (math.log10(v) - math.log10(lo)) / (math.log10(hi) - math.log10(lo)) * (right - left)
+        def px(v: float) -> float:  # a figure at or below 0 (made up, or clock noise) sits at the axis' start
+            return left + (math.log10(max(v, lo)) - math.log10(lo)) / (math.log10(hi) - math.log10(lo)) * (right - left)
     else:
         axis = ticks(0.0, hi)
         lo, hi = 0.0, axis[-1] or 1.0
 
         def px(v: float) -> float:
-            return left + (v - lo) / (hi - lo) * (right - left)
+            return left + _share(v, lo, hi) * (right - left)
 
     base = 20 + 40 * len(rows)
     body = [f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>']

@@ -5,6 +5,7 @@ then whole, a folder is walked without entering symlinks or hidden folders."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from qnndeploy.base.errors import EXIT_BAD_INPUT
@@ -102,3 +103,34 @@ def test_a_bundle_s_on_device_compile_records_are_shown_per_graph_and_arch(tmp_p
     assert [td.text for td in v79.all("td")][:3] == ["probs", "ok", "61.0"]
     (v73,) = dom.all("div", data_kind="on-device", data_source="records/kws_demo-on-device-v73.json")
     assert "FAIL" in v73.text and "in \u2013" in v73.text and "refused the graph: <op> unsupported" in v73.text
+
+
+def test_extreme_and_missing_figures_render_without_a_traceback(tmp_path):
+    """Figures a broken or hostile writer may put in a record: huge, negative, zero, NaN and Infinity (which Python's
+    json reads), a string where a number belongs, lists where objects belong. The page is written; NaN and Infinity
+    show as not measured."""
+    folder = tmp_path / "records"
+    folder.mkdir()
+    record = bench_record()
+    npu = record["paths"]["npu"]
+    npu["latency_ms"] = {"p50": 1e308, "p90": -1e308, "p99": 0, "mean": "fast", "min": -5, "max": 1e-300}
+    npu["block_p50_ms"] = [1e308, -1, 0, "x", None]
+    record["paths"]["cpu"]["energy_mj_per_inference"] = -3.0
+    record["sustained"] = [{"t_s": 0, "path": "npu", "latency_ms_p50": 1e308, "temperature_c": -1e308},
+                           {"t_s": 1e308, "path": "npu", "latency_ms_p50": 0, "temperature_c": 1e308}]
+    record["profile"]["ops"][0]["share"] = 1e308
+    text = json.dumps(record).replace('"p99": 0', '"p99": NaN').replace('"first_ms": 12.100000000000001',
+                                                                        '"first_ms": Infinity')
+    (folder / "bench-emulator-5554-kws_demo.json").write_text(text)
+    (folder / "bench-x-lists.json").write_text(json.dumps({**bench_record(graph="g2"), "paths": [], "ratios": [1],
+                                                           "sustained": {"t_s": 1}, "profile": [], "gate": []}))
+    out = tmp_path / "report.html"
+    r = run("report", folder, "-o", out, "--json")
+    assert r.exit_code == 0, r.output
+    assert "Traceback" not in r.output and out.read_text().endswith("</html>\n")
+    result = parsed(r.stdout)
+    assert [x["source"] for x in result["records"]] == ["records/bench-emulator-5554-kws_demo.json"]
+    assert [x["source"] for x in result["skipped"]] == ["records/bench-x-lists.json"]
+    page = out.read_text()
+    assert '<td class="num">\u2013</td>' in page
+    assert not re.search(r'="[^"]*\b(nan|inf)\b', page), "a coordinate that is no number"
