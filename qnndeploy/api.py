@@ -38,6 +38,7 @@ from qnndeploy.package import play as playroom
 from qnndeploy.package.play import PlayPackage
 from qnndeploy.prepare import PrepareOptions, PrepareResult, prepare_model
 from qnndeploy.prepare.split import SplitResult, split_by_size, split_model
+from qnndeploy.report import ReportResult, report
 from qnndeploy.scaffold import ScaffoldResult
 from qnndeploy.scaffold import check_request as _check_scaffold
 from qnndeploy.scaffold import scaffold as _scaffold
@@ -67,6 +68,7 @@ __all__ = [
     "PrepareResult",
     "Problem",
     "QnnDeployError",
+    "ReportResult",
     "Run",
     "ScaffoldResult",
     "Soc",
@@ -88,6 +90,7 @@ __all__ = [
     "inspect",
     "package_play",
     "prepare_model",
+    "report",
     "scaffold",
     "socs",
     "spec_from_build",
