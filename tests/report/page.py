@@ -88,14 +88,25 @@ def render(page: Path, work: Path, size: tuple[int, int] = (1200, 2000)) -> tupl
     shot = work / f"{page.stem}.png"
     dom = _start(page, work / "profile-dom", "--dump-dom", stdout=subprocess.PIPE)
     snap = _start(page, work / "profile-shot", f"--screenshot={shot}", f"--window-size={size[0]},{size[1]}")
-    out, _ = dom.communicate(timeout=TIMEOUT_S)
-    snap.wait(timeout=TIMEOUT_S)
+    try:
+        out, _ = dom.communicate(timeout=TIMEOUT_S)
+        snap.wait(timeout=TIMEOUT_S)
+    finally:  # a hung browser fails the test, and is not left running
+        for p in (dom, snap):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     assert dom.returncode == 0 and snap.returncode == 0, (dom.returncode, snap.returncode)
     return parse(out.decode("utf-8")), shot
 
 
 def dom_only(page: Path, work: Path) -> Node:
     dom = _start(page, work / "profile-dom", "--dump-dom", stdout=subprocess.PIPE)
-    out, _ = dom.communicate(timeout=TIMEOUT_S)
+    try:
+        out, _ = dom.communicate(timeout=TIMEOUT_S)
+    finally:
+        if dom.poll() is None:
+            dom.kill()
+            dom.wait()
     assert dom.returncode == 0
     return parse(out.decode("utf-8"))
