@@ -207,6 +207,8 @@ class DeviceInfo:
     runs: tuple[DeviceRun, ...]
     created: str | None
     note: str | None = None  # the runner's note: why no graph ran, where it ran
+    push: str | None = None  # what the push sent, in words
+    play: str | None = None  # device verify --play: the device group Play delivers against the one expected
 
 
 @dataclass(frozen=True)
@@ -594,7 +596,25 @@ def _device(d: Mapping[str, Any], shown: str, out: Collected) -> None:
         shown, _text(device, "serial"), _opt_text(device, "model") or "", _opt_text(soc, "model") or "unknown SoC",
         _opt_text(soc, "dsp_arch"), _bool(d, "ok"), _opt_text(decision, "provider"), _opt_text(decision, "reason"),
         f"{bundle.get('name')} {bundle.get('version')} (QAIRT {bundle.get('qairt_version')})", runs,
-        _opt_text(d, "created"), _opt_text(_object(d, "runner"), "note")))
+        _opt_text(d, "created"), _opt_text(_object(d, "runner"), "note"), _push(_object(d, "push")),
+        _play(_object(d, "play"))))
+
+
+def _push(p: Mapping[str, Any]) -> str | None:
+    files, total, sent, seconds = (_number(p, k) for k in ("files", "bytes_total", "bytes_sent", "seconds"))
+    if files is None:
+        return None
+    speed = _number(p, "mb_per_s")
+    return (f"pushed {sent or 0:,.0f} of {total or 0:,.0f} bytes ({files:.0f} files, "
+            f"{_number(p, 'unchanged') or 0:.0f} unchanged)" + (f" in {seconds:.1f} s" if seconds is not None else "")
+            + (f", {speed:.1f} MB/s" if speed is not None else ""))
+
+
+def _play(p: Mapping[str, Any]) -> str | None:
+    if not p:
+        return None
+    return (f"Play delivers device group {p.get('delivered')!s}, the decision expects {p.get('expected')!s}: "
+            f"{'ok' if p.get('ok') is True else 'MISMATCH'}; {p.get('reason')!s}")
 
 
 _LATENCY = ("p50", "p90", "p99", "mean", "min", "max")

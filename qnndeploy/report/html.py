@@ -306,8 +306,7 @@ def _phone(p: _Page, d: DeviceInfo) -> str:
     body = (f"<p>{_verdict(d.ok, 'ok', 'FAILED')}: {_e(d.model)} <code>{_e(d.serial)}</code>, {_e(d.soc)} "
             f"({_e(d.dsp_arch or 'no HTP arch')}); the app's decision: {_e(d.provider or '?')}, {_e(d.reason or '')}; "
             f"bundle {_e(d.bundle)}" + (f"; {_e(d.created)}" if d.created else "") + "</p>")
-    if d.note:
-        body += f"<p>{_e(d.note)}</p>"
+    body += "".join(f"<p>{_e(line)}</p>" for line in (d.push, d.play, d.note) if line)
     body += _table(["graph", "status", "first run", "per inference"],
                    ([_e(r.graph), _e(r.status), _n(r.first_run_s and r.first_run_s * 1e3, ".1f", " ms"),
                      _n(r.per_inference_s and r.per_inference_s * 1e3, ".3g", " ms")] for r in d.runs),

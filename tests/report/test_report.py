@@ -178,6 +178,8 @@ def test_a_device_verify_record_of_an_emulated_phone_is_shown_per_graph(made, de
     dom = browser.dom_only(out, tmp_path)
     (phone,) = dom.all("div", data_kind="phone")
     assert phone.attrs["data-source"].startswith("device-records/kws-demo-1.0.0_") and device.serial in phone.text
+    push = parsed(r.stdout)["devices"][0]["push"]
+    assert f"pushed {push['bytes_sent']:,} of {push['bytes_total']:,} bytes ({push['files']} files" in phone.text
     (section,) = dom.all("section", data_graph=GRAPH, data_soc=SOC)
     (run_block,) = section.all("div", data_kind="device")
     (graph,) = parsed(r.stdout)["devices"][0]["graphs"]
