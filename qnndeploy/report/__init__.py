@@ -1,7 +1,8 @@
 """`qnndeploy report`: one self-contained HTML page of every record under the paths given (a build folder, a bundle,
 a folder of device records): per graph x SoC the check verdict and HTP coverage, compile time and sizes, validation
 figures, diagnose curves, on-device compile validation, device verify and bench figures with plots, each naming
-the record it came from. collect.py reads the records, html.py renders the page, svg.py draws the plots."""
+the record it came from. collect.py finds and reads the records into entries.py's dataclasses, html.py renders the
+page, svg.py draws the plots."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from qnndeploy import __version__
 from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import staging_file, writing
 from qnndeploy.report import html
-from qnndeploy.report.collect import Collected, Skipped, collect
+from qnndeploy.report.collect import collect
+from qnndeploy.report.entries import Collected, Skipped
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from html import escape
 from typing import Any
 
 from qnndeploy.report import svg
-from qnndeploy.report.collect import (
+from qnndeploy.report.entries import (
     BenchInfo,
     BundleInfo,
     CheckInfo,
