@@ -45,6 +45,7 @@ from qnndeploy.package import play as playroom
 from qnndeploy.package.play import PlayPackage
 from qnndeploy.prepare import PrepareOptions, PrepareResult, prepare_model
 from qnndeploy.prepare.split import SplitResult, split_by_size, split_model
+from qnndeploy.report import ReportResult, report
 from qnndeploy.scaffold import ScaffoldResult
 from qnndeploy.scaffold import check_request as _check_scaffold
 from qnndeploy.scaffold import scaffold as _scaffold
@@ -75,6 +76,7 @@ __all__ = [
     "PrepareResult",
     "Problem",
     "QnnDeployError",
+    "ReportResult",
     "Run",
     "ScaffoldResult",
     "Soc",
@@ -96,6 +98,7 @@ __all__ = [
     "inspect",
     "package_play",
     "prepare_model",
+    "report",
     "scaffold",
     "socs",
     "spec_from_build",

@@ -35,6 +35,7 @@ from typing import Any
 from qnndeploy import __version__
 from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON, sha256_file, write_json
+from qnndeploy.base.names import DEVICE_RECORD
 from qnndeploy.base.pool import Pool
 from qnndeploy.device import ortrunner, runner
 from qnndeploy.device.adb import FILES, Device, LocalFile, MiB, Progress, Upload, connect, list_devices
@@ -46,7 +47,7 @@ from qnndeploy.model.samples import Sample
 from qnndeploy.qnn import epcontext, markers
 
 REMOTE_ROOT = "/data/local/tmp/qnndeploy"
-RECORD = "qnndeploy-device"
+RECORD = DEVICE_RECORD
 RECORD_VERSION = 1
 DEFAULT_RECORD_DIR = Path("device-records")
 CPU_EXPECTED = "CPU fallback expected"

@@ -26,6 +26,7 @@ from qnndeploy.base import child, interrupt, socs
 from qnndeploy.base.errors import MissingTool, QnnDeployError, first_line
 from qnndeploy.base.fileio import JSON, write_json
 from qnndeploy.base.kinds import Precision
+from qnndeploy.base.names import ON_DEVICE_RECORD
 from qnndeploy.qnn import emulator, epcontext, htp, toolchain
 
 # The oldest arch the on-device path is validated for: the phone HTPs of v68 (SM8350, SM7325) have no fp16, and
@@ -50,7 +51,7 @@ class ArchCheck:
 
     def record(self, options: Mapping[str, str], qairt: str) -> JSON:
         """records/<graph>-on-device-<arch>.json: what was compiled, how, and what the comparison found."""
-        return {"kind": "qnndeploy-on-device-validation", "graph": self.graph, "arch": self.arch, "soc": self.soc,
+        return {"kind": ON_DEVICE_RECORD, "graph": self.graph, "arch": self.arch, "soc": self.soc,
                 "soc_id": socs.find(self.soc).soc_id, "qairt": qairt, "ep_options": dict(options),
                 "inputs": {"kind": "random", "samples": SAMPLES, "seed": SEED}, "compile_s": self.compile_s,
                 "passed": self.passed, "error": self.error, "outputs": self.outputs}
