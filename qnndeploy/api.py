@@ -45,6 +45,7 @@ from qnndeploy.package import play as playroom
 from qnndeploy.package.play import PlayPackage
 from qnndeploy.prepare import PrepareOptions, PrepareResult, prepare_model
 from qnndeploy.prepare.split import SplitResult, split_by_size, split_model
+from qnndeploy.report import ReportResult, report
 from qnndeploy.scaffold import ScaffoldResult
 from qnndeploy.scaffold import check_request as _check_scaffold
 from qnndeploy.scaffold import scaffold as _scaffold
@@ -75,6 +76,7 @@ __all__ = [
     "PrepareResult",
     "Problem",
     "QnnDeployError",
+    "ReportResult",
     "Run",
     "ScaffoldResult",
     "Soc",
@@ -96,6 +98,7 @@ __all__ = [
     "inspect",
     "package_play",
     "prepare_model",
+    "report",
     "scaffold",
     "socs",
     "spec_from_build",
@@ -182,15 +185,16 @@ def device_verify(bundle: Path, serial: str | None = None, *, all_devices: bool 
                   random: int | None = None, seed: int = 0, runs: int = 10,
                   record_dir: Path = on_device.DEFAULT_RECORD_DIR, play: Path | None = None,
                   timeout: float | None = None, allow_unchecked: bool = False,
-                  progress: Progress | None = None) -> list[DeviceVerification]:
+                  progress: Progress | None = None, ort_runner: Path | None = None) -> list[DeviceVerification]:
     """`qnndeploy device verify` over adb: push a bundle folder or archive that passes `bundle verify` to one phone
     (`serial`, else $ANDROID_SERIAL, else the only one connected) or to every connected one (`all_devices`), run it
-    there with a `runner` (qnn-net-run) and record each phone's result in `record_dir`."""
+    there with a `runner` (qnn-net-run) and record each phone's result in `record_dir`. `ort_runner`: an Android
+    onnxruntime_perf_test with the QNN EP, which compiles the ONNX on a phone on the on-device path (--ort-runner)."""
     if all_devices and serial:
         raise QnnDeployError("give a serial or all_devices, not both")
     with _pushable(bundle, _push_refusal, allow_unchecked) as (root, manifest):
         job = on_device.Job(root, manifest, runner, qnn_sdk_root, inputs, random, seed, runs, record_dir, play, timeout,
-                         preprocess, given=Path(bundle))
+                         preprocess, given=Path(bundle), ort_runner=ort_runner)
         return on_device.verify_all(job) if all_devices else [on_device.verify_device(job, serial, progress)]
 
 

@@ -26,7 +26,8 @@ FLOORS: list[tuple[str, tuple[str, ...], str]] = [
                                "its verification, compile and validation records, archives, ELF reading, the Play "
                                "plan, the on-device decision")),
     ("rooms", ("check", "prepare", "compile", "validate", "diagnose", "bundle", "inspect", "scaffold", "package",
-               "device"), "one room per command, each the library its command calls; no room imports another"),
+               "device", "report"),
+     "one room per command, each the library its command calls; no room imports another"),
     ("runners", ("demo", "doctor", "api"), ("what runs several rooms: the demo, the environment report, the public "
                                             "Python API")),
     ("cli", ("cli",), "the command line: parses options, calls one library function, renders its result"),

@@ -17,6 +17,10 @@ ONNX = "onnx"  # a CPU fallback model,
 EXTERNAL_DATA = "onnx-external-data"  # and a weights file it names (models over 2 GB must keep weights outside)
 MANIFEST = "manifest.json"
 SPLIT_RECORD = "qnndeploy-split"  # OUT.split.json of `prepare --split-at`, which `bundle --split` reads
+# The records the device commands and bundle build write, which `report` reads: their "record" (or "kind") value
+DEVICE_RECORD = "qnndeploy-device"  # device verify's record (device/verify.py write_record)
+ON_DEVICE_RECORD = "qnndeploy-on-device-validation"  # a bundle's records/<graph>-on-device-<arch>.json ("kind")
+BENCH_RECORD = "qnndeploy-bench"  # device bench's bench-<serial>-<graph>.json (schemas/bench-record.schema.json)
 # the QNN EP's htp_performance_mode values (onnxruntime-qnn docs): what a bundle may ask the glue to set
 PERFORMANCE_MODES = ("burst", "balanced", "default", "high_performance", "high_power_saver", "low_balanced",
                      "low_power_saver", "power_saver", "extreme_power_saver", "sustained_high_performance")

@@ -79,7 +79,7 @@ from qnndeploy.formats.records import (
     split_records,
 )
 from qnndeploy.formats.verify import CONTROL, Contexts, Problem, check_manifest, check_warnings, read_contexts
-from qnndeploy.qnn import epcontext
+from qnndeploy.qnn import epcontext, ondevice
 from qnndeploy.qnn.markers import FileFacts, Scanner, build_version, scan_file
 
 PREPARE_LIB = "libQnnHtpPrepare.so"  # only for graphs prepared on the phone: shipped when the SDK has it
@@ -354,8 +354,9 @@ def _targets(spec: BundleSpec) -> dict[str, tuple[socs.Soc, Mapping[str, Sequenc
     return targets
 
 
-def _runtime_libs(spec: BundleSpec, archs: set[str]) -> list[tuple[Path, JSON]]:
-    """The Android and Hexagon libraries to ship: the common ones and only the Stub/Skel of the targets' archs."""
+def _runtime_libs(spec: BundleSpec, archs: set[str], optional: set[str]) -> list[tuple[Path, JSON]]:
+    """The Android and Hexagon libraries to ship: the common ones and only the Stub/Skel of the targets' archs, and
+    of the `optional` archs (those phones may compile on the device) where the folder has them."""
     if spec.sdk_root is not None and spec.libs_dir is not None:
         raise BadInput("give either --qnn-sdk-root or --runtime-libs, not both")
     given = spec.sdk_root or spec.libs_dir
@@ -376,9 +377,11 @@ def _runtime_libs(spec: BundleSpec, archs: set[str]) -> list[tuple[Path, JSON]]:
             out.append((path, {"role": role, "abi": "arm64-v8a"}))
         elif role != "prepare":
             raise BadInput(f"{name} not found in {android}; the HTP runtime needs it")
-    for arch in sorted(archs):
+    for arch in sorted(archs | optional, key=lambda a: int(a[1:])):
         stub, skel = (folder / name
                       for folder, name in zip((android, where(arch)), qnn_libraries(arch)[2:], strict=True))
+        if arch not in archs and not (stub.is_file() and skel.is_file()):
+            continue
         for path in (stub, skel):
             if not path.is_file():
                 raise BadInput(f"{path.name} not found in {path.parent}; targets with arch {arch} need it")
@@ -609,7 +612,8 @@ def _plan(spec: BundleSpec) -> _Plan:
     placed: (source, path in bundle, read markers?) for every file, which one parallel pass then copies and hashes."""
     graphs, cpu_files = _cpu_files(spec)
     targets = _targets(spec)
-    libs = _runtime_libs(spec, {soc.dsp_arch for soc, _ in targets.values()})
+    libs = _runtime_libs(spec, {soc.dsp_arch for soc, _ in targets.values()},
+                         ondevice.candidate_archs() if spec.on_device is not None else set())
     if spec.maven_version and libs:
         raise BadInput("--maven-runtime-version pins the external runtime: it cannot go with bundled libraries")
     source_path = _need_file(spec.source_path, "source model") if spec.source_path else None
@@ -657,8 +661,6 @@ def _on_device(spec: BundleSpec, plan: _Plan, qairt: str, tmp: Path, facts: dict
     the staging folder `tmp` (and their facts added)."""
     if spec.on_device is None:
         return None
-    from qnndeploy.qnn import ondevice
-
     request = spec.on_device
     options = ondevice.ep_options(spec.precision, request.vtcm_mb, request.optimization_mode)
     models = {g: src for g, [(src, _), *_] in plan.cpu_files.items() if g not in spec.cpu_only}

@@ -39,6 +39,7 @@ COMMANDS = {
     "scaffold": ("scaffold", "scaffold", "Generate the app side of a bundle: Kotlin glue."),
     "package": ("package", "package", "Package a bundle for an app store's delivery."),
     "device": ("device", "device", "Phones over adb: list, info, profile, verify."),
+    "report": ("report", "report", "One self-contained HTML page of the records of builds, bundles and phones."),
     "doctor": ("doctor", "doctor", "What this machine can do, and what to install."),
     "cache": ("cache", "cache", "The compile cache: list, size, clear."),
 }
@@ -74,6 +75,7 @@ def cli() -> None:
     model.onnx -> check, prepare -> compile -> validate (diagnose) -> bundle build, bundle verify
                -> scaffold (the app's Kotlin glue), package play (Play AI packs)
                -> device verify (on phones)
+               -> report (one HTML page of every record)
 
     \b
     Exit codes: 0 ok; 1 the thing checked has problems; 2 bad input or usage (nothing written;

@@ -132,7 +132,8 @@ def _list_hosted(bundle: Path | None, as_json: bool) -> None:
         soc = f"{d.soc} ({d.dsp_arch})" if d.soc else "not in the catalog"
         line = f"{d.name:<36} Android {d.os:<6} {d.chipset or '-':<34} {soc}"
         if r.choice is not None:
-            line += f"  -> {'NPU ' + (r.choice.soc or '') if r.choice.npu else 'CPU: ' + r.choice.reason}"
+            on_device = " (on-device compile)" if r.choice.npu_source == "on-device" else ""
+            line += f"  -> {'NPU ' + (r.choice.soc or '') + on_device if r.choice.npu else 'CPU: ' + r.choice.reason}"
         _say(line)
 
 
@@ -156,7 +157,13 @@ def _render_device_info(i: device_info_stage.DeviceInfo) -> None:
     for note in i.notes:
         _say(f"  note: {note}")
     c = i.app_choice
-    if c is not None and c.npu:
+    if c is not None and c.npu and c.npu_source == "on-device":
+        budget = f"{c.compile_budget_s:g} s" if c.compile_budget_s is not None else "-"
+        _say(f"  with bundle {i.bundle}: NPU, compiled on the phone (npu_source on-device): no target for {c.soc}, "
+             f"HTP {c.dsp_arch} is validated; the first run compiles the ONNX with the QNN EP for soc_model "
+             f"{c.soc_id}, compile budget {budget}, if the QNN libraries load (device verify --ort-runner runs it); "
+             f"files: {', '.join(c.files)}")
+    elif c is not None and c.npu:
         _say(f"  with bundle {i.bundle}: NPU, target {c.soc} ({c.dsp_arch}) by {c.identified_by}, if the QNN "
                    f"libraries load (device verify runs them); files: {', '.join(c.files)}")
     elif c is not None:
@@ -265,9 +272,18 @@ def device_profile(pid: int | None, package: str | None, serial: str | None, int
 # --- verify -------------------------------------------------------------------------------------------------------
 
 def _render_graph_run(g: verify_stage.GraphRun) -> None:
-    label = {"passed": "PASS", "failed": "FAIL", "error": "ERROR"}[g.status]
+    label = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "ran": "RAN"}[g.status]
+    od = g.on_device
+    if od is not None and od.compile_s is not None:
+        per = f"{od.per_inference_s * 1e3:.2f} ms/inference" if od.per_inference_s is not None else "- ms/inference"
+        cache = f"{od.cache_load_s:.3f} s" if od.cache_load_s is not None else "-"
+        _say(f"  {'':<5} {g.graph:<14} compiled on the phone in {od.compile_s:.3f} s (first run), cache hit "
+             f"{cache}, {per} ({od.inferences} runs, QNN EP: " + " ".join(f"{k}={v}" for k, v in
+                                                                      od.provider_options.items()) + ")")
     if g.status == "error":
         _say(f"  {label:<5} {g.graph:<14} {g.reason}")
+    elif g.status == "ran":
+        _say(f"  {label:<5} {g.graph:<14} outputs not compared (no qnn-net-run)")
     else:
         per = (f"{g.per_inference_s * 1e3:.2f} ms/inference ({g.inferences} runs" if g.per_inference_s is not None
                else f"per inference lost in the start-up noise ({g.inferences} runs: raise --runs")
@@ -284,7 +300,7 @@ def _render_graph_run(g: verify_stage.GraphRun) -> None:
 def _render_device_verification(r: verify_stage.DeviceVerification) -> None:
     _say(f"{r.serial}: {r.model}, Android {r.android_release} (API {r.sdk})")
     _say(f"  SoC {r.soc or 'unknown'}" + (f" (by {r.identified_by})" if r.identified_by else "")
-               + f": {r.expectation}" + (f": {r.reason}" if r.provider == "cpu" else ""))
+               + f": {r.expectation}" + (f": {r.reason}" if r.provider == "cpu" or r.npu_source == "on-device" else ""))
     p = r.push
     if p is not None:
         speed = f", {p.mb_per_s:.1f} MB/s" if p.mb_per_s and p.bytes_sent >= 1e6 else ""
@@ -294,7 +310,10 @@ def _render_device_verification(r: verify_stage.DeviceVerification) -> None:
             _say(f"  removed from the phone: {', '.join(p.removed)}")
     if r.play is not None:
         _say(f"  Play: {'' if r.play.ok else 'MISMATCH: '}{r.play.reason}")
-    if r.runner:
+    if r.ort_runner:
+        _say("  ran onnxruntime_perf_test" + (" and qnn-net-run" if r.runner else "") + " with "
+             + " ".join(f"{k}={v}" for k, v in r.environment.items()))
+    elif r.runner:
         _say("  ran qnn-net-run with " + " ".join(f"{k}={v}" for k, v in r.environment.items()))
     if r.runner_note:
         _say(f"  note: {r.runner_note}")
@@ -367,6 +386,10 @@ def _render_verifications(report: VerifyReport, results: list[verify_stage.Devic
 @click.option("--all", "all_devices", is_flag=True, help="Every connected device, in parallel.")
 @click.option("--runner", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH",
               help="A qnn-net-run built for aarch64-android, to run the context binaries on the phone.")
+@click.option("--ort-runner", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH",
+              help="An onnxruntime_perf_test built for Android arm64 with the QNN EP, to compile the ONNX on a phone "
+                   "the bundle has no target for but whose HTP arch it validated (npu_source on-device), as the "
+                   "app's QNN EP does, timing the first compile and the runs from its cache.")
 @click.option("--qnn-sdk-root", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="QAIRT SDK: its bin/aarch64-android/qnn-net-run (default: $QNN_SDK_ROOT when it has one), and "
                    "the QNN libraries for a bundle with an external runtime.")
@@ -392,7 +415,8 @@ def _render_verifications(report: VerifyReport, results: list[verify_stage.Devic
 @handles_errors
 @escapes_errors
 def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runner: Path | None,
-                  qnn_sdk_root: Path | None, inputs: Path | None, preprocess: str | None, random_: int | None,
+                  ort_runner: Path | None, qnn_sdk_root: Path | None, inputs: Path | None, preprocess: str | None,
+                  random_: int | None,
                   seed: int, old_samples: int | None, runs: int,
                   record_dir: Path, aihub: bool, hosted_names: tuple[str, ...], hosted_socs: tuple[str, ...],
                   play_dir: Path | None, timeout: float | None, allow_unchecked: bool, as_json: bool) -> None:
@@ -407,7 +431,11 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
     sha256 differs are sent; a staging folder is renamed at the end; an interrupted push resumes). With a runner,
     each context binary runs on the phone (qnn-net-run, LD_LIBRARY_PATH and ADSP_LIBRARY_PATH set) and its outputs
     are compared with the CPU model on this host, with validate's metrics; known QNN errors become advice. A phone
-    whose SoC is not in the bundle: CPU fallback expected. With --play, Play's device group for the phone is checked
+    whose SoC is not in the bundle: CPU fallback expected, unless the bundle compiles on the device for its HTP arch
+    (npu_source on-device): then, with --ort-runner (onnxruntime_perf_test), each graph's ONNX is compiled on the
+    phone with the app's QNN EP options and session, timed (first compile against the bundle's budget, cache hit,
+    runs), and with --runner the binary it compiled is compared with the CPU model as above. With --play, Play's
+    device group for the phone is checked
     against the decision's (a phone Play sends another group, or none, runs on the CPU). Exit 1 when a phone fails.
 
     With --aihub, the phones are Qualcomm AI Hub's (qai-hub's own configuration holds the token): per phone and
@@ -417,9 +445,9 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
     given = click.get_current_context().get_parameter_source("serial") == click.core.ParameterSource.COMMANDLINE
     if (hosted_names or hosted_socs) and not aihub:
         fail("--device and --soc choose AI Hub's phones: add --aihub (over adb, use -s SERIAL)")
-    if aihub and (given or all_devices or runner or qnn_sdk_root or play_dir or timeout is not None):
-        fail("--aihub runs on AI Hub's phones: -s, --all, --runner, --qnn-sdk-root, --play and --timeout are for "
-             "phones over adb")
+    if aihub and (given or all_devices or runner or ort_runner or qnn_sdk_root or play_dir or timeout is not None):
+        fail("--aihub runs on AI Hub's phones: -s, --all, --runner, --ort-runner, --qnn-sdk-root, --play and "
+             "--timeout are for phones over adb")
     if all_devices and given:
         fail("give -s SERIAL or --all, not both")
     if old_samples is not None:
@@ -437,7 +465,7 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
             fail(f"{bundle_dir} fails bundle verify: fix the bundle (or build it again) before pushing it",
                  EXIT_CHECK_FAILED)
         job = verify_stage.Job(root, manifest, runner, qnn_sdk_root, inputs, random_, seed, runs, record_dir,
-                               play_dir, timeout, preprocess, given=bundle_dir)
+                               play_dir, timeout, preprocess, given=bundle_dir, ort_runner=ort_runner)
         results = _verify(job, serial, all_devices, aihub, hosted_names, hosted_socs, as_json)
     if as_json:
         emit_json({"bundle": report, "devices": results})

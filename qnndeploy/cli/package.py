@@ -45,6 +45,13 @@ def _render(result: stage.PlayPackage) -> None:
         click.echo(f"  {r.group:<{width}}  {r.files:>5}  {size(r.bytes):>12}  {size(r.deflated):>12}  {share:>10.0%}")
     click.echo(f"  {'one APK':<{width}}  {'':>5}  {size(result.one_apk_bytes):>12}  "
                f"{size(result.one_apk_deflated):>12}  {'100%':>10}")
+    on_device = result.plan.get("on_device")
+    default = result.rows[-1]
+    if on_device is not None:  # the default group's phones: the NPU all the same, from the base module's ONNX
+        archs = ", ".join(on_device["archs"]) or "none"
+        click.echo(f"  {stage.ON_DEVICE_ROW}, {size(default.deflated)} (group {default.group}: HTP {archs} "
+                   f"validated, {size(on_device['deflated'])} of ONNX compiled at first run within "
+                   f"{on_device['budget_s']:g} s; other arches run the CPU model)")
     if external:
         click.echo(f"  (plus the QNN runtime {external} from Maven, the same for every phone)")
     click.echo(f"add to the app project ({result.path / 'README.md'} has the details and the commands to check it):")

@@ -93,6 +93,13 @@ def _verify_one(job: Job, device: Any, hosted: aihub.HostedDevice) -> DeviceVeri
         result.ok = True
         result.record = write_record(job, result)
         return result
+    if choice.npu_source == decision.NpuSource.ON_DEVICE:  # no context binary of the bundle's to submit
+        result.npu_source, result.compile_budget_s = str(choice.npu_source), choice.compile_budget_s
+        result.expectation = ("NPU, compiled on the phone (on-device): not run on AI Hub, which compiles on its own "
+                              "host; run it over adb with device verify --ort-runner")
+        result.ok = True
+        result.record = write_record(job, result)
+        return result
     binaries = {a.path: a for t in job.manifest.targets for a in t.artifacts
                 if a.format == FileFormat.QNN_CONTEXT_BINARY}
     for graph in choice.paths:

@@ -59,17 +59,18 @@ def find_runner(runner: Path | None, sdk_root: Path | None) -> Path | None:
     if runner is not None:
         if not Path(runner).is_file():
             raise BadInput(f"--runner {runner}: no such file (give a qnn-net-run built for aarch64-android)")
-        return _phone_executable(Path(runner))
+        return phone_executable(Path(runner))
     if sdk_root is not None:
         path = Path(sdk_root) / SDK_RUNNER
         if not path.is_file():
             raise BadInput(f"--qnn-sdk-root {sdk_root} has no {SDK_RUNNER}: is it a QAIRT SDK folder?")
-        return _phone_executable(path)
+        return phone_executable(path)
     return None
 
 
-def _phone_executable(path: Path) -> Path:
-    """An Android arm64 program (ELF64 AArch64) or a script; a host binary would only fail on the phone, obscurely."""
+def phone_executable(path: Path, want: str = "qnn-net-run from the SDK's bin/aarch64-android") -> Path:
+    """An Android arm64 program (ELF64 AArch64) or a script; a host binary would only fail on the phone, obscurely.
+    `want`: what to give instead, in the error."""
 
     with path.open("rb") as f:
         if f.read(2) == b"#!":
@@ -77,22 +78,22 @@ def _phone_executable(path: Path) -> Path:
     try:
         info = elf.read_elf(path)
     except elf.NotElf as e:
-        raise BadInput(f"runner {path} is {e}: give qnn-net-run from the SDK's bin/aarch64-android") from None
+        raise BadInput(f"runner {path} is {e}: give {want}") from None
     if (info.bits, info.machine) != (64, elf.EM_AARCH64):
         raise BadInput(f"runner {path} is an ELF{info.bits} program for e_machine {info.machine}, not Android "
-                       "arm64 (AArch64): give qnn-net-run from the SDK's bin/aarch64-android")
+                       f"arm64 (AArch64): give {want}")
     return path
 
 
-def install(dev: Device, local: Path, digest: str) -> int:
-    """Put the runner (sha256 `digest`) at REMOTE_RUNNER with mode 0755, unless it is already there; bytes sent.
-    It goes to a staging name, is checked there and renamed: REMOTE_RUNNER is never a half-sent file."""
-    q_runner, q_staged = shlex.quote(REMOTE_RUNNER), shlex.quote(REMOTE_RUNNER + ".staging")
+def install(dev: Device, local: Path, digest: str, remote: str = REMOTE_RUNNER) -> int:
+    """Put a runner (sha256 `digest`) at `remote` with mode 0755, unless it is already there; bytes sent.
+    It goes to a staging name, is checked there and renamed: `remote` is never a half-sent file."""
+    q_runner, q_staged = shlex.quote(remote), shlex.quote(remote + ".staging")
     r = dev.run(f"sha256sum {q_runner} 2>/dev/null && test -x {q_runner}", doing="hashing the runner on the phone",
                 limit=HASHING)
     if r.code == 0 and r.output.split()[:1] == [digest]:
         return 0
-    sent = dev.push(local, REMOTE_RUNNER + ".staging", mode=0o755, sha256=digest, name=f"the runner {local.name}")
+    sent = dev.push(local, remote + ".staging", mode=0o755, sha256=digest, name=f"the runner {local.name}")
     check = dev.run(f"sha256sum {q_staged}", doing="hashing the runner on the phone", limit=HASHING).output.split()
     if check[:1] != [digest]:
         raise CheckFailed(f"the runner on {dev.serial} differs from {local} after the push: run again")

@@ -6,11 +6,20 @@ Device.push_folder (only what differs is sent, through a staging folder, every s
 With a runner (qnn-net-run), each graph's context binary runs there on generated or given inputs, and its outputs
 are compared with the bundle's CPU model run on this host by onnxruntime, with validate's metrics and thresholds.
 Loading the QNN libraries is the step of the decision only the phone can answer: the runner answers it.
+
+A phone whose SoC has no bundle target but whose HTP arch the bundle validated gets the on-device path
+(npu_source "on-device"): the app compiles the ONNX with the QNN EP at first run. With an ORT runner
+(onnxruntime_perf_test, device/ortrunner.py) that compile runs on the phone with the app's very session and EP
+options: a first run compiles and writes the EP context (timed: the first-compile time, against the bundle's
+budget), a second run opens the cached context as a later app start does (the run time). With qnn-net-run as well,
+the context binary the phone compiled runs through it once more and its outputs are compared with the CPU model's,
+with validate's metrics, as for a bundle's own context binaries.
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import shlex
 import tempfile
@@ -26,18 +35,19 @@ from typing import Any
 from qnndeploy import __version__
 from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON, sha256_file, write_json
+from qnndeploy.base.names import DEVICE_RECORD
 from qnndeploy.base.pool import Pool
-from qnndeploy.device import runner
+from qnndeploy.device import ortrunner, runner
 from qnndeploy.device.adb import FILES, Device, LocalFile, MiB, Progress, Upload, connect, list_devices
 from qnndeploy.formats import decision, playplan
-from qnndeploy.formats.manifest import FileFormat, Manifest, Provider, load_manifest
+from qnndeploy.formats.manifest import FileFormat, Graph, Manifest, Provider, load_manifest
 from qnndeploy.formats.verify import VerifyReport, opened
 from qnndeploy.model import metrics, samples
 from qnndeploy.model.samples import Sample
-from qnndeploy.qnn import markers
+from qnndeploy.qnn import epcontext, markers
 
 REMOTE_ROOT = "/data/local/tmp/qnndeploy"
-RECORD = "qnndeploy-device"
+RECORD = DEVICE_RECORD
 RECORD_VERSION = 1
 DEFAULT_RECORD_DIR = Path("device-records")
 CPU_EXPECTED = "CPU fallback expected"
@@ -47,6 +57,17 @@ NPU_WRONG = "NPU: the context binaries ran on the phone, but their outputs diffe
 NPU_FAILED = "NPU target, but it failed on the phone: the app would fall back to the CPU"
 TIMING_NOTE = ("first run: one qnn-net-run process with one inference (start, context load, inference); "
                "per inference: (time of an N-inference run - first run) / (N - 1)")
+ON_DEVICE_EXPECTED = ("NPU expected, compiled on the phone at first run, if the QNN libraries load (not run: no ORT "
+                      "runner)")
+ON_DEVICE_RAN = "NPU, compiled on the phone: the QNN EP compiled every graph there and ran it"
+ON_DEVICE_PASSED = ("NPU, compiled on the phone: the QNN EP compiled every graph there, and its outputs match the "
+                    "CPU model's")
+ON_DEVICE_WRONG = "NPU, compiled on the phone, but its outputs differ from the CPU model's"
+ON_DEVICE_FAILED = "NPU on-device compile, but it failed on the phone: the app would fall back to the CPU"
+ON_DEVICE_TIMING_NOTE = ("on-device: compile_s is the first onnxruntime_perf_test run's session creation (load and "
+                         "compile the ONNX, write the EP context); cache_load_s the second run's, which opens the "
+                         "cached context as a later app start does; per_inference_s that run's average of N "
+                         "inferences after one warm-up")
 
 
 @dataclass
@@ -78,6 +99,24 @@ class GraphRun:
     advice: list[runner.Advice] = field(default_factory=list)
     log_tail: str | None = None
     hosted: JSON | None = None  # device verify --aihub: the AI Hub job (id, url) and its profile figures
+    on_device: OnDeviceRun | None = None  # the on-device path: the QNN EP's compile and runs on the phone
+
+
+@dataclass
+class OnDeviceRun:
+    """One graph compiled on the phone by the QNN EP (onnxruntime_perf_test), as the app's first run does, then
+    opened from the cache it wrote, as the app's later runs do."""
+
+    model: str  # the bundle's ONNX that was compiled, on the phone
+    cache: str  # the EP context the compile wrote (<graph>_ctx.onnx), on the phone
+    provider_options: dict[str, str]  # the QNN EP options of the session, the glue's
+    session_config: dict[str, str]  # the session configuration entries of the first (compiling) run
+    compile_s: float | None = None  # the first run's session creation: the first compile
+    first_inference_ms: float | None = None  # the first run's warm-up inference
+    cache_load_s: float | None = None  # the second run's session creation: the cache hit
+    per_inference_s: float | None = None  # the second run's average inference
+    inferences: int = 0
+    binary: str | None = None  # the context binary the EP compiled, as its EPContext model names it
 
 
 @dataclass
@@ -104,11 +143,15 @@ class DeviceVerification:
     identified_by: str | None = None
     dsp_arch: str | None = None
     provider: Provider | None = None  # as the app would choose
+    npu_source: str | None = None  # on the NPU: "prebuilt" (the bundle's context binaries) or "on-device"
+    compile_budget_s: float | None = None  # on-device: the first compile's budget in the app (the manifest's)
+    compile_s: float | None = None  # on-device, with an ORT runner: every graph's first compile on the phone, summed
     reason: str | None = None
     expectation: str | None = None
     remote_dir: str | None = None
     push: PushFigures | None = None
     runner: str | None = None
+    ort_runner: str | None = None  # on-device: onnxruntime_perf_test on the phone
     runner_note: str | None = None
     environment: dict[str, str] = field(default_factory=dict)
     graphs: list[GraphRun] = field(default_factory=list)
@@ -122,7 +165,8 @@ class Job:
     def __init__(self, bundle: Path, manifest: Manifest, runner_path: Path | None = None, sdk_root: Path | None = None,
                  inputs: Path | None = None, random: int | None = None, seed: int = 0, runs: int = 10,
                  record_dir: Path = DEFAULT_RECORD_DIR, play: Path | None = None, timeout: float | None = None,
-                 preprocess: str | Path | None = None, given: Path | None = None) -> None:
+                 preprocess: str | Path | None = None, given: Path | None = None,
+                 ort_runner: Path | None = None) -> None:
         self.preprocess = samples.sample_source(inputs, random, preprocess)  # the samples validate would take
         if runs < 1:
             raise BadInput("--runs must be 1 or more")
@@ -137,8 +181,10 @@ class Job:
             found = markers.Scanner()
             self.runner_sha256 = sha256_file(self.runner, scan=found)
             _same_qairt(manifest, self.runner, found.builds)
+        self.ort_runner = ortrunner.find_ort_runner(ort_runner)
+        self.ort_runner_sha256 = sha256_file(self.ort_runner) if self.ort_runner is not None else None
         self.sdk_root = Path(sdk_root) if sdk_root else None
-        if self.runner and not manifest.runtime.bundled and self.sdk_root is None:
+        if (self.runner or self.ort_runner) and not manifest.runtime.bundled and self.sdk_root is None:
             raise BadInput(f"the bundle uses an external runtime ({manifest.runtime.maven}): the runner "
                            "needs the QNN libraries, pass --qnn-sdk-root DIR of that QAIRT version")
         self.inputs, self.samples, self.seed, self.runs = inputs, random or 1, seed, runs
@@ -176,21 +222,37 @@ class Job:
                                                       self.seed, self.preprocess)
             return self._refs[graph]
 
+    def manifest_graph(self, graph: str) -> Graph:
+        return next(g for g in self.manifest.graphs if g.name == graph)
+
     def cpu_model(self, graph: str) -> Path:
         return next(self.bundle / a.path for a in self.manifest.cpu if a.graph == graph
                     and a.format == FileFormat.ONNX)
 
 
-def play_check(plan: JSON, groups: list[playplan.Group], props: dict[str, str], soc: str | None) -> PlayCheck:
-    """Play's group for a phone from its SoC props, against the decision's; when they differ, why."""
+def play_check(plan: JSON, groups: list[playplan.Group], props: dict[str, str], soc: str | None,
+               files: list[str] | None = None, on_device: bool = False) -> PlayCheck:
+    """Play's group for a phone from its SoC props, against the decision's; when they differ, why. `files`: the
+    bundle files the decision needs, which the delivered group and the base module must hold between them;
+    `on_device`: the decision compiles on the phone (its models are the base's)."""
     phone = decision.Device.from_props(props)
     manufacturer, model = props.get("ro.soc.manufacturer") or None, props.get("ro.soc.model") or None
     delivered = playplan.play_group(groups, manufacturer, model, phone.sdk_int, plan["default_group"])
     expected = playplan.expected_group(plan, soc)
     said = f"ro.soc.manufacturer {manufacturer!r}, ro.soc.model {model!r}"
     if delivered == expected:
+        held = {f["path"] for f in plan["base"]["files"]}
+        held |= {f["path"] for g in plan["groups"] if g["name"] == delivered for f in g["files"]}
+        missing = [f for f in files or [] if f not in held]
+        if missing:
+            return PlayCheck(manufacturer, model, delivered, expected, False,
+                             f"Play delivers group {delivered} ({said}), the group the decision expects, but neither "
+                             f"it nor the base module holds {', '.join(missing)}: run qnndeploy package play on this "
+                             "bundle again")
+        how = (": no NPU file; the NPU models are the base module's ONNX, compiled on the phone (on-device)"
+               if on_device else "")
         return PlayCheck(manufacturer, model, delivered, expected, True,
-                         f"Play delivers group {delivered} ({said}), the group the decision expects")
+                         f"Play delivers group {delivered} ({said}), the group the decision expects{how}")
     if phone.sdk_int < playplan.SOC_TARGETING_SINCE_SDK:
         why = f"Play targets SoCs only from Android 12 (API 31) and this phone is API {phone.sdk_int}"
     elif manufacturer is None or model is None:
@@ -232,9 +294,12 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
     choice = decision.decide(job.manifest, phone, load_errors={}, lib_dir="", runtime_version=job.runtime_version)
     result.soc, result.identified_by, result.reason = choice.soc, choice.identified_by, choice.reason
     result.provider, result.dsp_arch = choice.provider, choice.dsp_arch
-    result.expectation = NPU_EXPECTED if choice.npu else CPU_EXPECTED
+    on_device = choice.npu_source == decision.NpuSource.ON_DEVICE
+    result.npu_source = str(choice.npu_source) if choice.npu_source is not None else None
+    result.compile_budget_s = choice.compile_budget_s
+    result.expectation = (ON_DEVICE_EXPECTED if on_device else NPU_EXPECTED) if choice.npu else CPU_EXPECTED
     if job.play_plan is not None:
-        result.play = play_check(job.play_plan, job.play_groups, props, choice.soc)
+        result.play = play_check(job.play_plan, job.play_groups, props, choice.soc, choice.files, on_device)
 
     files = {"manifest.json": LocalFile(job.bundle / "manifest.json", job.manifest_sha256)}
     for rel in [*choice.files, *(a.path for a in job.manifest.cpu)]:
@@ -242,7 +307,7 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
     if choice.npu:
         assert choice.dsp_arch is not None  # an NPU decision names its target's arch
         files.update(job.runtime_libs(choice.dsp_arch))
-        if job.runner is not None:
+        if job.runner is not None or (on_device and job.ort_runner is not None):
             for graph in choice.paths:
                 if graph not in choice.cpu_graphs:
                     job.reference(graph)  # unusable --inputs fail here, before anything is pushed
@@ -254,7 +319,9 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
         bytes_sent=pushed.bytes_sent, unchanged=len(pushed.unchanged), removed=pushed.removed,
         seconds=round(seconds, 4), mb_per_s=round(pushed.bytes_sent / seconds / 1e6, 2) if pushed.sent else None)
 
-    if choice.npu and job.runner is not None:
+    if on_device:
+        _verify_on_device(dev, job, choice, result)
+    elif choice.npu and job.runner is not None:
         lib_dir = f"{job.remote_dir}/lib/arm64-v8a"
         skel_dir = f"{job.remote_dir}/lib/hexagon-{choice.dsp_arch}"
         result.environment = {"LD_LIBRARY_PATH": lib_dir,
@@ -271,19 +338,171 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
     elif choice.npu:
         result.runner_note = ("no runner: pass --runner PATH or --qnn-sdk-root DIR to run the context binaries on "
                               "the phone and compare them with the CPU model")
-    elif job.runner is not None:
+    elif job.runner is not None or job.ort_runner is not None:
         result.runner_note = "CPU fallback on this phone: no context binary to run"
-    result.ok = all(g.status == "passed" for g in result.graphs) and (result.play is None or result.play.ok)
-    if result.graphs:
+    over_budget = (result.compile_s is not None and result.compile_budget_s is not None
+                   and result.compile_s > result.compile_budget_s)
+    result.ok = (all(g.status in ("passed", "ran") for g in result.graphs) and not over_budget
+                 and (result.play is None or result.play.ok))
+    if on_device:
+        _on_device_outcome(result, over_budget)
+    elif result.graphs:
         statuses = {g.status for g in result.graphs}
         result.expectation = NPU_FAILED if "error" in statuses else NPU_WRONG if "failed" in statuses else NPU_RAN
-    if choice.npu:  # say what was observed here, not the decision's assumption that the libraries load
+    if choice.npu and not on_device:  # say what was observed here, not the decision's assumption that libraries load
         result.reason = f"SoC {choice.soc} ({choice.dsp_arch}) is in the bundle; " + (
             "the QNN libraries were not loaded here (no runner)" if not result.graphs else
             "qnn-net-run could not run on the phone (see the graphs' advice)" if "error" in statuses else
             "qnn-net-run loaded the QNN libraries and ran every graph")
     result.record = write_record(job, result)
     return result
+
+
+# --- the on-device path ------------------------------------------------------------------------------------------
+
+def _verify_on_device(dev: Device, job: Job, choice: decision.Decision, result: DeviceVerification) -> None:
+    """Compile each graph's ONNX on the phone with the QNN EP as the app does, run it from its cache, and (with
+    qnn-net-run) compare the compiled binary's outputs with the CPU model's."""
+    if job.ort_runner is None:
+        result.runner_note = ("no ORT runner: pass --ort-runner PATH (onnxruntime_perf_test built for Android with "
+                              "the QNN EP) to compile the ONNX on the phone as the app's QNN EP does, and --runner "
+                              "qnn-net-run to compare its outputs with the CPU model")
+        return
+    assert choice.dsp_arch is not None and choice.soc_id is not None  # an on-device decision names both
+    lib_dir = f"{job.remote_dir}/lib/arm64-v8a"
+    result.environment = {"LD_LIBRARY_PATH": lib_dir, decision.ADSP_VAR: decision.adsp_library_path(
+        f"{job.remote_dir}/lib/hexagon-{choice.dsp_arch}", None)}
+    assert job.ort_runner_sha256 is not None  # hashed with the runner, in Job()
+    runner.install(dev, job.ort_runner, job.ort_runner_sha256, ortrunner.REMOTE_ORT_RUNNER)
+    result.ort_runner = ortrunner.REMOTE_ORT_RUNNER
+    if job.runner is not None:
+        assert job.runner_sha256 is not None
+        runner.install(dev, job.runner, job.runner_sha256)
+        result.runner = runner.REMOTE_RUNNER
+    else:
+        result.runner_note = ("no qnn-net-run: the graphs were compiled and run on the phone, their outputs not "
+                              "compared with the CPU model (pass --runner PATH or --qnn-sdk-root DIR)")
+    for graph, model in choice.paths.items():
+        if graph not in choice.cpu_graphs:
+            result.graphs.append(_run_on_device(dev, job, graph, model, result, choice))
+    compiles = [g.on_device.compile_s for g in result.graphs if g.on_device is not None]
+    if compiles and all(c is not None for c in compiles):
+        result.compile_s = round(sum(c for c in compiles if c is not None), 4)
+
+
+def _on_device_outcome(result: DeviceVerification, over_budget: bool) -> None:
+    """The expectation and reason of an on-device phone: what was observed, not the decision's assumptions."""
+    statuses = {g.status for g in result.graphs}
+    where = f"SoC {result.soc} ({result.dsp_arch}) has no bundle target; the bundle validated {result.dsp_arch}: "
+    if not result.graphs:
+        result.reason = where + "the ONNX was not compiled here (no ORT runner)"
+        return
+    if "error" in statuses:
+        result.expectation = ON_DEVICE_FAILED
+        result.reason = where + "the QNN EP could not compile or run it on the phone (see the graphs' advice)"
+    elif over_budget:
+        result.expectation = ON_DEVICE_FAILED
+        result.reason = (where + f"the first compile took {result.compile_s:g} s on the phone, over the bundle's "
+                         f"budget of {result.compile_budget_s:g} s: the app would stop it, remember the failure and "
+                         "take the CPU")
+    elif "failed" in statuses:
+        result.expectation = ON_DEVICE_WRONG
+        result.reason = where + "the QNN EP compiled and ran it on the phone"
+    else:
+        result.expectation = ON_DEVICE_PASSED if statuses == {"passed"} else ON_DEVICE_RAN
+        budget = (f", within the budget of {result.compile_budget_s:g} s" if result.compile_budget_s is not None
+                  else "")
+        result.reason = (where + f"the QNN EP compiled it on the phone in {result.compile_s:g} s{budget}"
+                         if result.compile_s is not None else where + "the QNN EP compiled it on the phone")
+
+
+def _failure(run: GraphRun, what: str, failed: ortrunner.PerfRun | runner.Invocation, facts: dict[str, Any]) -> None:
+    last = next((ln.strip() for ln in reversed(failed.output.splitlines()) if ln.strip()), "no output")
+    run.reason = f"{what} exited with {failed.code}: {last[:200]}"
+    run.advice = runner.diagnose(failed.output, **facts)
+    run.log_tail = "\n".join(failed.output.splitlines()[-20:])
+
+
+def _run_on_device(dev: Device, job: Job, graph: str, model: str, result: DeviceVerification,
+                   choice: decision.Decision) -> GraphRun:
+    """One graph: copy its ONNX (and external data) beside its test data, compile it with onnxruntime_perf_test
+    into a fresh cache (the app's first run), run the cached EP context (a later run); with qnn-net-run, run the
+    binary the EP compiled and compare it with the CPU model."""
+    assert choice.dsp_arch is not None and choice.soc_id is not None
+    workdir = f"{REMOTE_ROOT}/run/{job.bundle_id}/on-device/{graph}"  # not _run_graph's, which it empties
+    name = posixpath.basename(model)
+    model_dir, cache_dir = f"{workdir}/model", f"{workdir}/cache"
+    cache = f"{cache_dir}/{graph}_ctx.onnx"
+    provider = ortrunner.provider_options(choice.dsp_arch, choice.soc_id, choice.ep_options.get(graph, {}),
+                                          job.manifest.htp_performance_mode)
+    config = ortrunner.session_config(cache)
+    run = GraphRun(graph, f"{job.remote_dir}/{model}", "error",
+                   on_device=OnDeviceRun(f"{job.remote_dir}/{model}", cache, provider, config))
+    samples, _, run.inputs = job.reference(graph)
+    facts: dict[str, Any] = {"adsp": result.environment[decision.ADSP_VAR], "soc": result.soc,
+                             "arch": result.dsp_arch, "qairt": job.manifest.qairt.version}
+    env = (result.environment["LD_LIBRARY_PATH"], result.environment[decision.ADSP_VAR])
+    listed = {e.path: e for _, e in job.manifest.files()}
+    # the model and the files beside it that it reads (its external data): the bundle files of this graph there
+    beside = [p for p in choice.files if posixpath.dirname(p) == posixpath.dirname(model)
+              and (p == model or (p in listed and listed[p].serves(graph)))]
+    with tempfile.TemporaryDirectory(prefix="qnndeploy-ondevice-") as tmp:
+        local = Path(tmp)
+        inputs = [i.name for i in job.manifest_graph(graph).inputs]
+        ortrunner.write_test_data(local / "up", samples, inputs)
+        q = shlex.quote
+        copies = " && ".join(f"cp {q(job.remote_dir + '/' + p)} {q(model_dir + '/' + posixpath.basename(p))}"
+                             for p in beside)
+        dev.run(f"rm -rf {q(workdir)} && mkdir -p {q(model_dir)} {q(cache_dir)} && {copies}", check=True,
+                doing=f"preparing {workdir}", limit=FILES)
+        ups = [(p, p.relative_to(local / "up").as_posix()) for p in sorted((local / "up").rglob("*")) if p.is_file()]
+        dev.push_files([Upload(p, f"{model_dir}/{rel}", name=rel) for p, rel in ups])
+        first = ortrunner.run(dev, workdir, *env, ortrunner.command(f"{model_dir}/{name}", provider, config, job.runs),
+                              f"compiling {name} on the phone (onnxruntime_perf_test, QNN EP)")
+        if first.code != 0 or first.session_s is None:
+            _failure(run, "onnxruntime_perf_test", first, facts)
+            return run
+        od = run.on_device
+        assert od is not None
+        od.compile_s, od.first_inference_ms = round(first.session_s, 4), first.first_inference_ms
+        found = dev.run(f"test -f {q(cache)} && cp -r {q(model_dir)}/test_data_set_* {q(cache_dir)}/",
+                        doing=f"looking for the EP context {cache}", limit=FILES)
+        if found.code != 0:
+            run.reason = (f"the QNN EP compiled {name} but wrote no EP context at {cache} (ep.context_file_path): "
+                          "the app could not cache it")
+            return run
+        again = ortrunner.run(dev, workdir, *env, ortrunner.command(cache, provider, ortrunner.session_config(None),
+                                                                    job.runs),
+                              f"opening the cached EP context of {graph} (onnxruntime_perf_test)")
+        if again.code != 0 or again.session_s is None:
+            _failure(run, "onnxruntime_perf_test on the cached EP context", again, facts)
+            return run
+        od.cache_load_s = round(again.session_s, 4)
+        od.per_inference_s = round(again.average_ms / 1000, 6) if again.average_ms is not None else None
+        od.inferences = again.requests or 0
+        run.clock, run.samples = again.clock, len(samples)
+        run.first_run_s = round(first.session_s + (first.first_inference_ms or 0) / 1000, 4)
+        run.per_inference_s = od.per_inference_s
+        dev.pull(cache, local / "ctx.onnx", max_bytes=16 * MiB)
+        try:  # the phone's file: a model that does not parse is the phone's failure, not this run's
+            refs = epcontext.context_refs(local / "ctx.onnx")
+        except QnnDeployError as e:
+            run.reason = f"the EP context the QNN EP wrote at {cache} is not an ONNX model ({e})"
+            return run
+        od.binary = f"{cache_dir}/{posixpath.basename(refs[0])}" if refs else None
+    if job.runner is None:
+        run.status = "ran"
+        return run
+    if od.binary is None:
+        run.reason = (f"the EP context {cache} embeds its binary: qnn-net-run needs it as a file "
+                      "(ep.context_embed_mode 0)")
+        return run
+    # fp16's thresholds for a float model the EP runs in fp16 (the QNN EP's default), else the quantized ones
+    fp16 = choice.ep_options.get(graph, {}).get("enable_htp_fp16_precision", "1") == "1"
+    compared = _run_graph(dev, job, graph, od.binary, result, [graph], precision="fp16" if fp16 else "w8a16")
+    compared.on_device, compared.context = od, run.context
+    compared.first_run_s, compared.per_inference_s, compared.clock = run.first_run_s, run.per_inference_s, run.clock
+    return compared
 
 
 def _runtime_libs(job: Job, arch: str) -> dict[str, LocalFile]:
@@ -326,9 +545,10 @@ def _lists(graph: str, graphs: list[str], input_list: str) -> str:
 
 
 def _run_graph(dev: Device, job: Job, graph: str, context: str, result: DeviceVerification,
-               graphs: list[str]) -> GraphRun:
+               graphs: list[str], precision: str | None = None) -> GraphRun:
     """Run one graph of a context binary twice (one inference, then N) on the phone and compare with the CPU
-    outputs. `graphs`: the context's graphs, in order (one unless it is shared)."""
+    outputs. `graphs`: the context's graphs, in order (one unless it is shared). `precision`: whose thresholds
+    judge it (default: the chosen target's)."""
     run = GraphRun(graph, context, "error")
     samples, expected, run.inputs = job.reference(graph)
     lines = max(job.runs, len(samples))
@@ -363,7 +583,8 @@ def _run_graph(dev: Device, job: Job, graph: str, context: str, result: DeviceVe
                 dev.pull(f"{workdir}/out/{runner.output_file(i, name)}", target, max_bytes=4 * ref.size * 4 + MiB)
                 outputs[name] = runner.read_output(target, name, ref.shape)
             actual.append(outputs)
-    precision = next(t.precision for t in job.manifest.targets if t.soc == result.soc)
+    if precision is None:
+        precision = next(t.precision for t in job.manifest.targets if t.soc == result.soc)
     run.thresholds = limits = metrics.thresholds_for(precision)
     run.outputs = metrics.judge_model(job.cpu_model(graph), expected, actual, limits)  # validate's rules
     run.status = "passed" if all(m.passed for m in run.outputs) else "failed"
@@ -386,10 +607,14 @@ def write_record(job: Job, r: DeviceVerification) -> Path:
         "bundle": {"name": job.manifest.name, "version": job.manifest.version,
                    "qairt_version": job.manifest.qairt.version, "qairt_build": job.manifest.qairt.build,
                    "path": str(job.given.resolve())},
-        "decision": {"provider": r.provider, "reason": r.reason, "expectation": r.expectation},
+        "decision": {"provider": r.provider, "npu_source": r.npu_source, "compile_budget_s": r.compile_budget_s,
+                     "reason": r.reason, "expectation": r.expectation},
         "push": {"remote_dir": r.remote_dir, **(asdict(r.push) if r.push else {})},
         "runner": {"path": r.runner, "local": str(job.runner) if job.runner else None, "note": r.runner_note,
-                   "environment": r.environment, "timing": TIMING_NOTE if r.graphs else None},
+                   "environment": r.environment,
+                   "timing": (ON_DEVICE_TIMING_NOTE if r.ort_runner else TIMING_NOTE) if r.graphs else None,
+                   "ort": {"path": r.ort_runner, "local": str(job.ort_runner)} if r.ort_runner else None},
+        "on_device": {"compile_s": r.compile_s, "compile_budget_s": r.compile_budget_s} if r.ort_runner else None,
         "graphs": [asdict(g) for g in r.graphs],
         "play": asdict(r.play) if r.play else None,
         "tools": {"qnndeploy": __version__},

@@ -12,7 +12,10 @@ What goes where:
   libraries, which AI packs may not carry (the app loads libQnnHtp, libQnnSystem and the Stub with the system
   loader, and the Skel travels with them in nativeLibraryDir, the folder ADSP_LIBRARY_PATH starts with);
 - the default group ("other"): group.json only. Phones no group selects (other SoCs, Android 11 and older, where
-  Play sees no SoC) download no NPU file and run the CPU model from the base.
+  Play sees no SoC) download no NPU file and run the CPU model from the base. A bundle that compiles on the device
+  (manifest "on_device") keeps those phones on the NPU: the ONNX models the phone compiles are the base's (the CPU
+  models, or on_device's own artifacts, which go to the base too), and the runtime libraries of every arch the
+  bundle ships are there already; the plan's "on_device" and the size report's row say so.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from qnndeploy.base.fileio import (
 from qnndeploy.base.names import MANIFEST
 from qnndeploy.base.socs import find
 from qnndeploy.formats.decision import upper
-from qnndeploy.formats.manifest import Manifest, read_manifest, verified_bytes
+from qnndeploy.formats.manifest import FileFormat, Manifest, read_manifest, verified_bytes
 from qnndeploy.formats.playplan import (
     CONFIG,
     CONFIG_NS,
@@ -79,6 +82,7 @@ class SizeRow:
     files: int
     bytes: int  # base + this group's pack files: what a phone of the group gets
     deflated: int
+    on_device: bool = False  # the default group of a bundle that compiles on the device: its phones reach the NPU
 
 
 @dataclass
@@ -136,7 +140,7 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
     rows = [SizeRow(g["name"], g["socs"], len(plan["base"]["files"]) + len(g["files"]),
                     plan["base"]["bytes"] + g["bytes"], plan["base"]["deflated"] + g["deflated"]) for g in groups]
     rows.append(SizeRow(plan["default_group"], [], len(plan["base"]["files"]), plan["base"]["bytes"],
-                        plan["base"]["deflated"]))
+                        plan["base"]["deflated"], on_device=plan.get("on_device") is not None))
     fields = {"pack": pack, "delivery": delivery, "bundle": manifest.bundle_version,
               "folder": FOLDER, "config": CONFIG, "default_group": plan["default_group"],
               "min_agp": compat.gradle_library("device_targeting_min_agp").version,
@@ -226,6 +230,9 @@ def _plan(bundle: Path, manifest: Manifest, pack: str, delivery: str, sizes: _Si
         })
     runtime = manifest.runtime
     base_paths = [MANIFEST, *(a.path for a in manifest.cpu), *(lib.path for lib in runtime.libs)]
+    on_device = manifest.on_device
+    if on_device is not None:  # the models the phone compiles that are not CPU models: in the base with them
+        base_paths += [a.path for a in on_device.artifacts if a.path not in base_paths]
     base = [sizes.entry(p) for p in base_paths]
     npu = sorted({p for g in groups for p in (f["path"] for f in g["files"])})
     every = base_paths + npu
@@ -240,7 +247,24 @@ def _plan(bundle: Path, manifest: Manifest, pack: str, delivery: str, sizes: _Si
                  "external_runtime": None if runtime.bundled else runtime.maven},
         "one_apk": {"bytes": sum(sizes.entry(p)["size"] for p in every),
                     "deflated": sum(sizes.deflated(p) for p in every)},
+        **({} if on_device is None else {"on_device": _on_device_plan(manifest, sizes)}),
     }
+
+
+def _on_device_plan(manifest: Manifest, sizes: _Sizes) -> JSON:
+    """What a phone of no group compiles from the base: each graph's ONNX (and the external data beside it), and the
+    HTP arches every graph was validated for (the phones of those arches that no group selects reach the NPU)."""
+    assert manifest.on_device is not None
+    models = [g.path for g in manifest.on_device.graphs]
+    listed = {e.path: e for _, e in manifest.files()}
+    data = [p for p, e in listed.items() if e.format == FileFormat.ONNX_EXTERNAL_DATA
+            and any(e.serves(g.graph) and p.rsplit("/", 1)[0] == g.path.rsplit("/", 1)[0]
+                    for g in manifest.on_device.graphs)]
+    files = sorted({*models, *data})
+    archs = sorted(set.intersection(*(set(g.validated) for g in manifest.on_device.graphs))
+                   if manifest.on_device.graphs else set(), key=lambda a: int(a.removeprefix("v")))
+    return {"files": files, "archs": archs, "budget_s": manifest.on_device.budget_s,
+            "bytes": sum(sizes.entry(p)["size"] for p in files), "deflated": sum(sizes.deflated(p) for p in files)}
 
 
 def _group_name(soc: str) -> str:
@@ -302,6 +326,12 @@ def size_text(n: int) -> str:
                 if n >= scale or unit == "B")
 
 
+ON_DEVICE_ROW = "other phones: on-device compile from the base ONNX"
+
+
 def _readme_table(rows: list[SizeRow], one_apk_deflated: int) -> str:
-    return "\n".join(f"| {r.group} | {', '.join(r.socs) or '(none: the CPU)'} | {r.files} | {size_text(r.deflated)} | "
+    def socs(r: SizeRow) -> str:
+        return ", ".join(r.socs) or (f"({ON_DEVICE_ROW})" if r.on_device else "(none: the CPU)")
+
+    return "\n".join(f"| {r.group} | {socs(r)} | {r.files} | {size_text(r.deflated)} | "
                      f"{r.deflated / one_apk_deflated:.0%} |" for r in rows)

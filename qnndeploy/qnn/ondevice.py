@@ -26,6 +26,7 @@ from qnndeploy.base import child, interrupt, socs
 from qnndeploy.base.errors import MissingTool, QnnDeployError, first_line
 from qnndeploy.base.fileio import JSON, write_json
 from qnndeploy.base.kinds import Precision
+from qnndeploy.base.names import ON_DEVICE_RECORD
 from qnndeploy.qnn import emulator, epcontext, htp, toolchain
 
 # The oldest arch the on-device path is validated for: the phone HTPs of v68 (SM8350, SM7325) have no fp16, and
@@ -50,7 +51,7 @@ class ArchCheck:
 
     def record(self, options: Mapping[str, str], qairt: str) -> JSON:
         """records/<graph>-on-device-<arch>.json: what was compiled, how, and what the comparison found."""
-        return {"kind": "qnndeploy-on-device-validation", "graph": self.graph, "arch": self.arch, "soc": self.soc,
+        return {"kind": ON_DEVICE_RECORD, "graph": self.graph, "arch": self.arch, "soc": self.soc,
                 "soc_id": socs.find(self.soc).soc_id, "qairt": qairt, "ep_options": dict(options),
                 "inputs": {"kind": "random", "samples": SAMPLES, "seed": SEED}, "compile_s": self.compile_s,
                 "passed": self.passed, "error": self.error, "outputs": self.outputs}
@@ -64,6 +65,12 @@ def ep_options(precision: str, vtcm_mb: int | None = None, optimization_mode: in
     if vtcm_mb is not None:
         options["vtcm_mb"] = str(vtcm_mb)
     return options
+
+
+def candidate_archs() -> set[str]:
+    """Every catalog HTP arch the on-device path may validate ("v69" and up): the runtime libraries a bundled runtime
+    ships for it, before validation says which pass."""
+    return {s.dsp_arch for s in socs.catalog() if s.arch_number >= MIN_ARCH}
 
 
 def arch_socs(qairt: str, precision: str) -> list[socs.Soc]:

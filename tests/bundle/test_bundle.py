@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from qnndeploy.base.names import FORMAT_VERSION
 from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.names import FORMAT_VERSION
 from qnndeploy.bundle.build import BundleSpec, build_bundle
 from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.qnn import htp
@@ -1171,7 +1171,8 @@ def test_format_version_must_be_an_integer(bundle, text):
     from qnndeploy.formats.decision import Device, decide
     from qnndeploy.formats.manifest import Manifest
 
-    raw = (bundle / "manifest.json").read_text().replace(f'"format_version": {FORMAT_VERSION}', f'"format_version": {text}')
+    raw = (bundle / "manifest.json").read_text().replace(f'"format_version": {FORMAT_VERSION}',
+                                                         f'"format_version": {text}')
     (bundle / "manifest.json").write_text(raw)
     found = one_line_problems(bundle)
     assert len(found) == 1 and found[0].startswith("manifest.json: ") and "format_version" in found[0], found

@@ -141,3 +141,22 @@ def test_the_phone_compile_options_need_on_device_compile(tmp_path):
                "--compile-budget", "30")
     assert done.exit_code == 2 and "need --on-device-compile" in done.output
     assert "Traceback" not in done.output
+
+
+def test_a_bundled_runtime_ships_the_libraries_of_the_arches_phones_may_compile_for(demo, tmp_path):
+    """A v81 phone compiling on the device loads libQnnHtpV81Stub.so like any other: the bundle ships the Stub and
+    Skel of every arch the SDK has from v69 up, not only the targets' (v79 here); an arch the SDK lacks is left out."""
+    from tests.support.elfgen import fake_sdk
+
+    m = json.loads((demo / "manifest.json").read_text())
+    sdk = fake_sdk(tmp_path / "sdk", ["v68", "v73", "v79", "v81"], build=m["qairt"]["build"])
+    build = demo.parent.parent / "demo" / "build"
+    done = run("bundle", "build", "--name", "kws", "--version", "2.0.0", "--from-build", build, "--on-device-compile",
+               "--qnn-sdk-root", sdk, "-o", tmp_path / "out")
+    assert done.exit_code == 0, done.output
+    bundled = Manifest.parse(json.loads((tmp_path / "out" / "kws-2.0.0" / "manifest.json").read_text()))
+    archs = sorted({lib.dsp_arch for lib in bundled.runtime.libs if lib.dsp_arch})
+    assert archs == ["v73", "v79", "v81"]
+    assert decide(bundled, Device("SM8845", None, 36), load_errors={}, lib_dir="/x").npu_source == "on-device"
+    d = decide(bundled, Device("SM8950", None, 36), load_errors={}, lib_dir="/x")  # v85: validated, not in the SDK
+    assert d.reason_key == "runtime_libs_missing" and "libQnnHtpV85Stub.so" in d.reason

@@ -89,7 +89,8 @@ def test_help_imports_no_command_module():
 def test_the_listing_follows_the_pipeline():
     names = [line.split()[0] for line in run("--help").output.split("Commands:\n")[1].splitlines() if line.strip()]
     assert names == ["demo", "socs", "check", "prepare", "compile", "validate", "diagnose", "bundle", "inspect",
-                     "scaffold", "package", "device", "doctor", "cache"]
+                     "scaffold", "package", "device", "report", "doctor",
+                     "cache"]
 
 
 @pytest.mark.parametrize("group", [(), ("bundle",), ("device",), ("cache",)], ids=lambda g: " ".join(g) or "qnndeploy")
@@ -380,6 +381,7 @@ def test_a_wrong_file_type_is_one_line_and_exit_2_in_every_command(tmp_path):
         ("check", binary): "is not a readable ONNX model",
         ("prepare", binary, "-o", tmp_path / "o.onnx"): "is not a readable ONNX model",
         ("compile", binary, "--soc", "SM8750", "-o", tmp_path / "b"): "expected an .onnx model",
+        ("report", binary, "-o", tmp_path / "r.html"): "x.bin is a QNN context binary, not a record",
     }
     for args, message in cases.items():
         r = run(*args)

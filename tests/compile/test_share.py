@@ -10,6 +10,7 @@ import jsonschema
 import pytest
 
 from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.names import FORMAT_VERSION
 from qnndeploy.compile import CompileOptions, compile_models, shares_from_args
 from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.qnn import epcontext
@@ -82,7 +83,7 @@ def test_validate_runs_each_graphs_twin_and_bundle_verify_accepts_the_shared_bin
     assert r.exit_code == 0, r.output
     bundle = tmp_path / "lm-1.0"
     manifest = json.loads((bundle / "manifest.json").read_text())
-    assert manifest["format_version"] == 3
+    assert manifest["format_version"] == FORMAT_VERSION
     assert manifest["htp"] == {"performance_mode": "sustained_high_performance"}
     assert {t["soc"]: t["compile"] for t in manifest["targets"]} == {
         s: {"vtcm_mb": None, "optimization_mode": None, "spill_fill": False} for s in SOCS}

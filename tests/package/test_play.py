@@ -272,3 +272,61 @@ def test_the_gradle_versions_come_from_the_data_file_with_their_sources():
     code = "\n".join(p.read_text() for p in [*package.rglob("*.py"), *package.parent.joinpath("templates").rglob("*")]
                      if p.is_file())
     assert "ai-delivery:" not in code and '"8.7.3"' not in code and '"8.10.0"' not in code
+
+
+@pytest.fixture(scope="module")
+def on_device_bundle(tmp_path_factory) -> Path:
+    """A bundle with SM8550 and SM8750 targets built with --on-device-compile, its runtime bundled: every other phone
+    of a validated arch compiles its CPU models (the v81 Stub and Skel added by hand: bundle build ships the
+    targets' arches' only)."""
+    from qnndeploy.bundle.build import OnDeviceRequest
+
+    require(htp.available(), "onnxruntime-qnn")
+    root = tmp_path_factory.mktemp("on-device")
+    compiled = bundles.compile_inputs(root / "in", targets=("SM8550", "SM8750"))
+    built = bundles.build(root / "bundle", compiled, runtime="bundled", on_device=OnDeviceRequest())
+    return bundles.with_arch_libs(built, ["v81"])
+
+
+def test_phones_of_no_group_reach_the_npu_from_the_base_onnx(on_device_bundle, tmp_path):
+    """Issue 25: the default group of a bundle that compiles on the device holds no NPU file, and its phones still
+    reach the NPU: the ONNX they compile and every arch's runtime libraries are in the base module. The size report
+    says so in its own row."""
+    out = tmp_path / "play"
+    r = run("package", "play", str(on_device_bundle), "-o", str(out), "--json")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    plan = playplan.read_plan(out)
+    manifest = json.loads((on_device_bundle / "manifest.json").read_text())
+    base = {f["path"] for f in plan["base"]["files"]}
+    compiled = {g["path"] for g in manifest["on_device"]["graphs"]}
+    assert plan["on_device"]["files"] == sorted(compiled) == ["cpu/det.onnx", "cpu/rec.onnx"]
+    assert compiled <= base  # the models the phone compiles travel in the base, once
+    assert {"lib/arm64-v8a/libQnnHtpV81Stub.so", "lib/hexagon-v81/libQnnHtpV81Skel.so"} <= base
+    validated = manifest["on_device"]["graphs"][0]["validated"]
+    assert "v81" in validated and plan["on_device"]["archs"] == validated and plan["on_device"]["budget_s"] == 60
+    assert plan["on_device"]["bytes"] == sum((on_device_bundle / p).stat().st_size for p in compiled)
+    rows = {row["group"]: row for row in report["rows"]}
+    assert rows["other"]["on_device"] is True and rows["sm8750"]["on_device"] is False
+    assert [p.name for p in (out / "qnndeploy_models/src/main/assets/qnndeploy_npu#group_other").rglob("*")] == [
+        "group.json"]  # still no NPU file in the default group
+    # a phone of no group, SM8845 (v81, no target): the group the decision expects, and it is on the NPU
+    device = decision.Device("SM8845", None, 36)
+    choice = decision.decide(Manifest.parse(manifest), device, load_errors={}, lib_dir="")
+    assert (choice.npu, choice.npu_source) == (True, "on-device")
+    groups = playplan.read_config(out)
+    assert playplan.play_group(groups, "QTI", "SM8845", 36) == playplan.expected_group(plan, choice.soc) == "other"
+    assert set(choice.files) <= base
+    text = run("package", "play", str(on_device_bundle), "-o", str(tmp_path / "p2")).output
+    size = play.size_text(rows["other"]["deflated"])
+    assert (f"other phones: on-device compile from the base ONNX, {size} (group other: HTP "
+            f"{', '.join(validated)} validated") in text
+    assert "(other phones: on-device compile from the base ONNX)" in (out / "README.md").read_text()
+
+
+def test_without_on_device_the_default_group_row_is_the_cpu():
+    """The row stays what it was for a bundle that does not compile on the device."""
+    row = play.SizeRow("other", [], 3, 100, 50)
+    assert row.on_device is False
+    assert "(none: the CPU)" in play._readme_table([row], 100)
+    assert "on-device" not in play._readme_table([row], 100)

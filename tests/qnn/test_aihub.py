@@ -365,3 +365,23 @@ def test_doctor_reports_the_client_and_its_configuration_not_the_token(aihub):
     done = run("doctor", "--json")
     line = next(c for c in json.loads(done.stdout)["checks"] if c["name"] == "qai-hub")
     assert line["status"] == "ok" and aihub.api_url in line["detail"] and aihub.token not in done.output
+
+
+def test_a_hosted_phone_on_the_on_device_path_is_decided_and_not_submitted(aihub, tmp_path):
+    """An SM8850 phone (v81) has no target in this bundle, whose on-device compile validated v81: the decision is
+    the NPU, compiled on the phone; AI Hub gets no job (it would compile on its own host, not as the app's QNN EP),
+    and the record says to run it over adb with --ort-runner."""
+    from qnndeploy.bundle.build import OnDeviceRequest
+
+    compiled = bundles.compile_inputs(tmp_path / "in", targets=("SM8550", "SM8750"))
+    bundle = bundles.build(tmp_path / "b", compiled, on_device=OnDeviceRequest())
+    r = run("device", "verify", str(bundle), "--aihub", "--soc", "SM8850", "-o", str(tmp_path / "rec"), "--json")
+    assert r.exit_code == 0, r.output
+    (d,) = json.loads(r.stdout)["devices"]
+    assert (d["provider"], d["npu_source"], d["soc"], d["dsp_arch"], d["ok"]) == ("npu", "on-device", "SM8850",
+                                                                                 "v81", True)
+    assert "device verify --ort-runner" in d["expectation"] and d["graphs"] == []
+    assert posts(aihub, "jobs/") == []
+    listed = run("device", "list", "--aihub", "--bundle", str(bundle))
+    assert listed.exit_code == 0, listed.output
+    assert any("SM8850" in line and "-> NPU SM8850 (on-device compile)" in line for line in listed.output.splitlines())

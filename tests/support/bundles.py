@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from qnndeploy.base import socs
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, EXTERNAL_DATA
 from qnndeploy.qnn.markers import build_version
 
 from .elfgen import BUILD
+
+if TYPE_CHECKING:
+    from qnndeploy.bundle.build import OnDeviceRequest
 
 QAIRT = build_version(BUILD)
 
@@ -170,8 +174,10 @@ def compile_inputs(root: Path, targets=("SM8550", "SM8750"), graphs=("det", "rec
     return {"cpu": cpu, "npu": npu, "root": root}
 
 
-def build(out: Path, inputs: dict, runtime: str = "external", name: str = "demo", version: str = "1.0.0") -> Path:
-    """A real bundle folder made by `qnndeploy bundle`'s build_bundle."""
+def build(out: Path, inputs: dict, runtime: str = "external", name: str = "demo", version: str = "1.0.0",
+          on_device: OnDeviceRequest | None = None) -> Path:
+    """A real bundle folder made by `qnndeploy bundle`'s build_bundle; with `on_device`, as `bundle build
+    --on-device-compile` makes it (each graph compiled and compared here for every arch it validates)."""
     from qnndeploy.bundle.build import BundleSpec, build_bundle
 
     from .elfgen import fake_sdk
@@ -180,5 +186,33 @@ def build(out: Path, inputs: dict, runtime: str = "external", name: str = "demo"
     if runtime == "bundled":
         sdk = fake_sdk(inputs["root"] / "sdk", sorted({socs.find(s).dsp_arch for s in inputs["npu"]}))
     spec = BundleSpec(name=name, version=version, cpu=inputs["cpu"], npu=inputs["npu"], sdk_root=sdk,
-                      qairt_version=QAIRT, license="Apache-2.0")
+                      qairt_version=QAIRT, license="Apache-2.0", on_device=on_device)
     return build_bundle(spec, out).path
+
+
+
+def with_arch_libs(bundle: Path, archs: list[str]) -> Path:
+    """A bundled-runtime bundle given, by hand, the Stub and Skel of `archs` too (elfgen's stand-ins), listed in its
+    manifest: `bundle build` ships those of its targets' arches only, also with --on-device-compile, so a phone of a
+    validated arch without a target would find no Stub (the decision's runtime_libs_missing). Changed in place."""
+    import json
+
+    from .elfgen import fake_sdk
+
+    path = bundle / "manifest.json"
+    m = json.loads(path.read_text())
+    sdk = fake_sdk(bundle.parent / f"{bundle.name}-libs", archs)
+    for arch in archs:
+        n = arch[1:]
+        for src, rel, role, abi in (
+                (sdk / "lib/aarch64-android" / f"libQnnHtpV{n}Stub.so", f"lib/arm64-v8a/libQnnHtpV{n}Stub.so",
+                 "stub", "arm64-v8a"),
+                (sdk / f"lib/hexagon-{arch}/unsigned/libQnnHtpV{n}Skel.so", f"lib/hexagon-{arch}/libQnnHtpV{n}Skel.so",
+                 "skel", f"hexagon-{arch}")):
+            data = src.read_bytes()
+            (bundle / rel).parent.mkdir(parents=True, exist_ok=True)
+            (bundle / rel).write_bytes(data)
+            m["runtime"]["libs"].append({"path": rel, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
+                                         "role": role, "abi": abi, "dsp_arch": arch})
+    path.write_text(json.dumps(m, indent=2) + "\n")
+    return bundle

@@ -52,6 +52,28 @@ PRESETS: dict[str, dict] = {
                   "/vendor/lib64/libQnn\x1b[2J\x1b]0;x\x07.so": b"vendor copy"},
         "dirs": _DSP_DIRS,
     },
+    # A phone of a SoC no bundle here has a target for (SM8845, HTP v81): the on-device compile path. ro.soc.model
+    # and kernel soc_id 685 as reported in google-ai-edge/LiteRT#7516 (the catalog's source for them); no board
+    # codename (the catalog has none for it).
+    "sm8845": {
+        "props": {"ro.soc.model": "SM8845", "ro.soc.manufacturer": "QTI",
+                  "ro.build.version.release": "16", "ro.build.version.sdk": "36",
+                  "ro.product.cpu.abi": "arm64-v8a", "ro.product.model": "Emulated SM8845 Phone",
+                  "ro.product.manufacturer": "qnndeploy", "ro.product.name": "emu_sm8845",
+                  "ro.product.device": "emu_sm8845"},
+        "files": {"/sys/devices/soc0/soc_id": "685\n", "/vendor/lib64/libcdsprpc.so": _ELF_STUB},
+        "dirs": _DSP_DIRS,
+    },
+    # A Snapdragon 888 phone on Android 12: HTP v68, no fp16 (no on-device compile of an fp16 bundle).
+    "sm8350": {
+        "props": {"ro.soc.model": "SM8350", "ro.soc.manufacturer": "QTI", "ro.board.platform": "lahaina",
+                  "ro.build.version.release": "12", "ro.build.version.sdk": "31",
+                  "ro.product.cpu.abi": "arm64-v8a", "ro.product.model": "Emulated SM8350 Phone",
+                  "ro.product.manufacturer": "qnndeploy", "ro.product.name": "emu_sm8350",
+                  "ro.product.device": "emu_sm8350"},
+        "files": {"/sys/devices/soc0/soc_id": "415\n", "/vendor/lib64/libcdsprpc.so": _ELF_STUB},
+        "dirs": _DSP_DIRS,
+    },
     # A phone whose SoC is in no bundle (Exynos): the app must take the CPU path.
     "exynos": {
         "props": {"ro.soc.model": "s5e9945", "ro.soc.manufacturer": "Samsung", "ro.board.platform": "s5e9945",

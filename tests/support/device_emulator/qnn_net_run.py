@@ -17,8 +17,9 @@ A context of several graphs (compile --share) is checked for one input list per 
 and then refused (exit 2): the host emulator crashes on contexts whose graphs share weights. Otherwise it runs
 the context on the host HTP emulator of onnxruntime-qnn. ONNX Runtime loads a context binary
 through its EPContext wrapper, so it REQUIRES <graph>_ctx.onnx beside <graph>.bin (bundles carry it as the
-ort-epcontext artifact). Inputs are read from the raw files of the input list, outputs written to
-DIR/Result_<line>/<name>.raw: the numbers are the HTP emulator's, really computed.
+ort-epcontext artifact), or the EPContext model the QNN EP wrote beside the binary it compiled (device verify's
+on-device path). Inputs are read from the raw files of the input list, outputs written to DIR/Result_<line>/<name>.raw:
+the numbers are the HTP emulator's, really computed.
 """
 
 from __future__ import annotations
@@ -127,12 +128,23 @@ def main(argv: list[str]) -> None:
         _fail(f"STAND-IN qnn-net-run: graph {chosen[0] + 1 if chosen else '?'} of {len(graphs)} of {binary.name} "
               f"(input lists {args['--input_list']}): the host HTP emulator cannot run a context whose graphs share "
               "weights; run it on a phone", code=2)
-    wrapper = binary.with_name(binary.stem + "_ctx.onnx")
-    if not wrapper.is_file():
-        _fail(f"STAND-IN: {wrapper.name} must sit beside {binary.name}: the host HTP emulator loads a context "
+    wrapper = _wrapper_of(binary)
+    if wrapper is None:
+        _fail(f"STAND-IN: {binary.stem}_ctx.onnx must sit beside {binary.name}: the host HTP emulator loads a context "
               "binary through its ONNX Runtime EPContext wrapper", code=2)
     run(wrapper, soc_name, Path(args["--input_list"]), Path(args.get("--output_dir", "output")),
         native_in="--use_native_input_files" in args, native_out="--use_native_output_files" in args)
+
+
+def _wrapper_of(binary: Path) -> Path | None:
+    """The EPContext model beside a context binary: <stem>_ctx.onnx (a bundle's), else the one whose EPContext node
+    names the binary (what the QNN EP writes with ep.context_file_path: GRAPH_ctx.onnx beside GRAPH_ctx_qnn.bin)."""
+    named = binary.with_name(binary.stem + "_ctx.onnx")
+    if named.is_file():
+        return named
+    from qnndeploy.qnn import epcontext
+
+    return next((p for p in sorted(binary.parent.glob("*.onnx")) if binary.name in epcontext.context_refs(p)), None)
 
 
 def run(wrapper: Path, soc_name: str, input_list: Path, out: Path, native_in: bool, native_out: bool) -> None:

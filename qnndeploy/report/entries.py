@@ -1,0 +1,289 @@
+"""What the page shows of each kind of record, one frozen dataclass per kind (collect.py reads them, html.py renders
+them), and Collected, everything read from the paths of one report. A figure a record does not hold is None."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Skipped:
+    source: str  # as shown: relative to the path given, under its name
+    reason: str
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    path: str
+    size: int | None
+    format: str
+
+
+@dataclass(frozen=True)
+class OutputFigures:
+    """One output compared with the CPU (validate's metrics), as a record holds it."""
+
+    name: str
+    passed: bool | None
+    snr_db: float | None
+    cosine: float | None
+    max_abs_diff: float | None
+    rel_l2: float | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class CheckInfo:
+    """One model x SoC of a `qnndeploy check --json` output."""
+
+    source: str
+    graph: str
+    soc: str
+    verdict: str
+    measured: bool
+    reason: str
+    total_nodes: int
+    cpu_nodes: int
+    qnn_partitions: int
+    cpu_partitions: int
+    findings: tuple[str, ...] = ()
+
+    @property
+    def coverage(self) -> float | None:
+        """The share of nodes on the HTP, when op support was measured."""
+        if not self.measured or not self.total_nodes:
+            return None
+        return (self.total_nodes - self.cpu_nodes) / self.total_nodes
+
+
+@dataclass(frozen=True)
+class CompileInfo:
+    source: str
+    graph: str
+    soc: str
+    dsp_arch: str
+    backend: str
+    qairt: str
+    precision: str
+    status: str
+    error: str | None
+    duration_s: float | None
+    outputs: tuple[FileInfo, ...]
+    shared: str | None = None
+    warnings: tuple[str, ...] = ()
+    created: str | None = None
+
+
+@dataclass(frozen=True)
+class ValidationInfo:
+    source: str
+    graph: str
+    soc: str
+    precision: str
+    passed: bool
+    thresholds: dict[str, float]
+    outputs: tuple[OutputFigures, ...]
+    samples: str
+    seconds_per_run: float | None = None
+    threshold_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Probe:
+    position: int
+    tensor: str
+    op_type: str
+    snr_db: float | None
+    cosine: float | None
+    bad: bool
+
+
+@dataclass(frozen=True)
+class DiagnoseInfo:
+    """A `qnndeploy diagnose --json` output: the error curve along the graph."""
+
+    source: str
+    graph: str
+    soc: str
+    ok: bool
+    min_snr_db: float | None
+    nodes: int | None
+    probes: tuple[Probe, ...]
+    first_bad: str | None
+    first_bad_op: str | None
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    soc: str
+    dsp_arch: str
+    precision: str
+    files: tuple[FileInfo, ...]
+    validated: bool | None
+
+
+@dataclass(frozen=True)
+class BundleInfo:
+    source: str
+    name: str
+    version: str
+    format_version: int
+    qairt: str
+    graphs: tuple[str, ...]
+    targets: tuple[TargetInfo, ...]
+    runtime: str
+    on_device: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (graph, the arches it was validated for)
+
+
+@dataclass(frozen=True)
+class OnDeviceInfo:
+    """records/<graph>-on-device-<arch>.json of a bundle: the graph compiled as a phone's QNN EP will, run on the
+    host HTP emulator against the CPU model."""
+
+    source: str
+    graph: str
+    arch: str
+    soc: str
+    compile_s: float | None
+    passed: bool
+    error: str | None
+    outputs: tuple[OutputFigures, ...]
+
+
+@dataclass(frozen=True)
+class DeviceRun:
+    graph: str
+    status: str
+    reason: str | None
+    samples: int
+    inferences: int
+    first_run_s: float | None
+    per_inference_s: float | None
+    clock: str | None
+    outputs: tuple[OutputFigures, ...]
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """A device verify record: one phone, the bundle's decision there and each graph's run."""
+
+    source: str
+    serial: str
+    model: str
+    soc: str
+    dsp_arch: str | None
+    ok: bool
+    provider: str | None
+    reason: str | None
+    bundle: str
+    runs: tuple[DeviceRun, ...]
+    created: str | None
+    note: str | None = None  # the runner's note: why no graph ran, where it ran
+    push: str | None = None  # what the push sent, in words
+    play: str | None = None  # device verify --play: the device group Play delivers against the one expected
+
+
+@dataclass(frozen=True)
+class PathFigures:
+    """One path (npu or cpu) of a bench record; a figure that was not measured is None."""
+
+    first_ms: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    mean: float | None = None
+    min: float | None = None
+    max: float | None = None
+    throughput_per_s: float | None = None
+    rtf: float | None = None
+    cpu_percent: float | None = None
+    energy_mj: float | None = None
+    energy_source: str | None = None
+    runs: int | None = None
+    block_p50_ms: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class SustainedPoint:
+    t_s: float
+    path: str
+    latency_ms_p50: float | None
+    throughput_per_s: float | None
+    temperature_c: float | None
+    thermal_status: int | None
+
+
+@dataclass(frozen=True)
+class OpRow:
+    name: str
+    type: str
+    time_us: float | None
+    share: float | None
+    where: str
+
+
+@dataclass(frozen=True)
+class Regression:
+    figure: str
+    was: float | None
+    now: float | None
+    ratio: float | None
+
+
+@dataclass(frozen=True)
+class Gate:
+    baseline: str
+    threshold: float | None
+    passed: bool
+    regressions: tuple[Regression, ...]
+
+
+@dataclass(frozen=True)
+class BenchInfo:
+    """A bench record (the format of schemas/bench-record.schema.json: one phone x graph)."""
+
+    source: str
+    graph: str
+    soc: str
+    serial: str
+    phone: str
+    bundle: str
+    qairt: str
+    decision: str
+    created: str | None
+    settings: dict[str, Any]
+    conditions: dict[str, Any]
+    paths: dict[str, PathFigures]
+    ratios: dict[str, float | None]
+    sustained: tuple[SustainedPoint, ...] = ()
+    sweep: tuple[tuple[str, dict[str, PathFigures]], ...] = ()
+    profile_level: str | None = None
+    profile_source: str | None = None
+    trace: str | None = None
+    ops: tuple[OpRow, ...] = ()
+    partitions: tuple[OpRow, ...] = ()
+    gate: Gate | None = None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class Collected:
+    """Everything read from the paths, in the order found, and what was skipped."""
+
+    paths: list[str] = field(default_factory=list)
+    bundles: list[BundleInfo] = field(default_factory=list)
+    checks: list[CheckInfo] = field(default_factory=list)
+    compiles: list[CompileInfo] = field(default_factory=list)
+    validations: list[ValidationInfo] = field(default_factory=list)
+    diagnoses: list[DiagnoseInfo] = field(default_factory=list)
+    on_device: list[OnDeviceInfo] = field(default_factory=list)
+    devices: list[DeviceInfo] = field(default_factory=list)
+    benches: list[BenchInfo] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    duplicates: dict[str, str] = field(default_factory=dict)  # a record's copy (shown) -> the one shown
+
+    @property
+    def records(self) -> int:
+        return sum(len(x) for x in (self.bundles, self.checks, self.compiles, self.validations, self.diagnoses,
+                                    self.on_device, self.devices, self.benches))

@@ -1,0 +1,423 @@
+"""The report page: one HTML document with its CSS inline and its plots as inline SVG (svg.py), nothing fetched and
+no script. Everything taken from a record is escaped here (`_e`), names and paths included: they are data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from html import escape
+from typing import Any
+
+from qnndeploy.report import svg
+from qnndeploy.report.entries import (
+    BenchInfo,
+    BundleInfo,
+    CheckInfo,
+    Collected,
+    CompileInfo,
+    DeviceInfo,
+    DeviceRun,
+    DiagnoseInfo,
+    FileInfo,
+    OnDeviceInfo,
+    OutputFigures,
+    PathFigures,
+    ValidationInfo,
+)
+
+NOT_MEASURED = "\u2013"  # an en dash: a figure that was not measured
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1100px;padding:16px 24px;
+color:#222;background:#fafafa;line-height:1.4}
+h1{font-size:1.6em;margin:.2em 0}h2{border-bottom:2px solid #1f6fb4;padding-bottom:2px;margin-top:1.6em}
+h3{margin:1.2em 0 .4em;color:#1f4f7f}h4{margin:.2em 0 .3em}
+table{border-collapse:collapse;margin:.4em 0 .8em;background:#fff}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}th{background:#eef3f8}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+.record{background:#fff;border:1px solid #ddd;border-left:4px solid #1f6fb4;padding:8px 12px;margin:10px 0}
+.record[data-kind=bench]{border-left-color:#e07b10}.record[data-kind=device],.record[data-kind=on-device]{border-left-color:#2e7d32}
+.source{color:#555;font-size:.9em;margin:0 0 .4em}code{background:#f0f0f0;padding:0 3px;word-break:break-all}
+.pass{color:#2e7d32;font-weight:600}.fail{color:#c62828;font-weight:600}.warn{color:#b26a00;font-weight:600}
+figure{margin:.6em 0}figcaption{color:#444;font-size:.9em;max-width:640px}
+.share{display:inline-block;height:10px;background:#1f6fb4;vertical-align:middle}
+.muted{color:#666}ul.skipped li{margin:.2em 0}
+"""
+
+
+def _e(value: object) -> str:
+    """Text from a record, escaped for HTML text and attribute values alike."""
+    return escape(str(value), quote=True)
+
+
+def _n(value: float | None, fmt: str = ".3g", unit: str = "") -> str:
+    if value is None:
+        return NOT_MEASURED
+    return f"{format(value, fmt)}{unit}"
+
+
+def _verdict(passed: bool | None, yes: str = "pass", no: str = "FAIL") -> str:
+    if passed is None:
+        return '<span class="muted">not validated</span>'
+    return f'<span class="pass">{yes}</span>' if passed else f'<span class="fail">{no}</span>'
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return NOT_MEASURED
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def _table(head: Sequence[str], rows: Iterable[Sequence[str]], numeric: Sequence[int] = ()) -> str:
+    """A table; head is plain text (escaped here), cells are HTML made by this module."""
+    out = ["<table><tr>", *(f"<th>{_e(h)}</th>" for h in head), "</tr>"]
+    out.extend("<tr>" + "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>"
+                                for i, c in enumerate(row)) + "</tr>" for row in rows)
+    out.append("</table>")
+    return "".join(out)
+
+
+def _figure(svg_text: str, caption: str, kind: str) -> str:
+    return f'<figure data-plot="{_e(kind)}">{svg_text}<figcaption>{caption}</figcaption></figure>'
+
+
+class _Page:
+    def __init__(self, c: Collected) -> None:
+        self.c = c
+        self.copies: dict[str, list[str]] = {}
+        for copy, shown in c.duplicates.items():
+            self.copies.setdefault(shown, []).append(copy)
+
+    def record(self, kind: str, source: str, title: str, body: str) -> str:
+        also = self.copies.get(source, [])
+        more = (" (the same file as " + ", ".join(f"<code>{_e(a)}</code>" for a in also) + ")") if also else ""
+        return (f'<div class="record" data-kind="{_e(kind)}" data-source="{_e(source)}"><h4>{title}</h4>'
+                f'<p class="source">from <code>{_e(source)}</code>{more}</p>{body}</div>')
+
+
+def _outputs_table(outputs: Sequence[OutputFigures]) -> str:
+    return _table(["output", "verdict", "SNR dB", "cosine", "max |diff|", "rel L2", "note"],
+                  ([_e(o.name), _verdict(o.passed, "ok", "BAD"), _n(o.snr_db, ".1f"), _n(o.cosine, ".6f"),
+                    _n(o.max_abs_diff, ".2e"), _n(o.rel_l2, ".2e"), _e(o.note or "")] for o in outputs),
+                  numeric=(2, 3, 4, 5))
+
+
+def _files(files: Sequence[FileInfo]) -> str:
+    return ", ".join(f"<code>{_e(f.path)}</code> {_e(_size(f.size))}" for f in files) or NOT_MEASURED
+
+
+# --- one block per record kind ------------------------------------------------------------------------------------
+
+def _check(p: _Page, r: CheckInfo) -> str:
+    cls = {"ready": "pass", "fixable": "warn"}.get(r.verdict, "fail")
+    if r.measured:
+        coverage = (f"{_n(r.coverage, '.1%')} of {r.total_nodes} nodes on the HTP, {r.qnn_partitions} HTP "
+                    f"partition(s), {r.cpu_partitions} CPU partition(s)")
+    else:
+        coverage = f"HTP coverage not measured: {_e(r.reason)}"
+    findings = "".join(f"<li>{_e(f)}</li>" for f in r.findings)
+    body = f"<p>verdict <span class=\"{cls}\">{_e(r.verdict)}</span>; {coverage}</p>"
+    return p.record("check", r.source, "check", body + (f"<ul>{findings}</ul>" if findings else ""))
+
+
+def _compile(p: _Page, r: CompileInfo) -> str:
+    ok = r.status == "ok"
+    lines = [f"<p>{_verdict(ok, 'compiled', 'FAILED')} by {_e(r.backend)} (QAIRT {_e(r.qairt)}), {_e(r.precision)}, "
+             f"{_e(r.dsp_arch)}, in {_n(r.duration_s, '.1f', ' s')}"
+             + (f"; shared context <code>{_e(r.shared)}</code>" if r.shared else "") + "</p>"]
+    if r.error:
+        lines.append(f'<p class="fail">{_e(r.error)}</p>')
+    lines.append(_table(["file", "format", "size"],
+                        ([f"<code>{_e(f.path)}</code>", _e(f.format), _e(_size(f.size))] for f in r.outputs),
+                        numeric=(2,)))
+    lines += [f'<p class="warn">warning: {_e(w)}</p>' for w in r.warnings]
+    return p.record("compile", r.source, "compile", "".join(lines))
+
+
+def _validation(p: _Page, r: ValidationInfo) -> str:
+    limits = ", ".join(f"{_e(k)} {v:g}" for k, v in r.thresholds.items())
+    head = (f"<p>{_verdict(r.passed)} on the host HTP emulator against onnxruntime CPU, {_e(r.precision)}; "
+            f"{_e(r.samples)}; thresholds {limits}"
+            + (f"; looser threshold because: {_e(r.threshold_reason)}" if r.threshold_reason else "")
+            + (f"; {r.seconds_per_run:.3f} s per emulator run (not phone speed)" if r.seconds_per_run else "")
+            + "</p>")
+    return p.record("validation", r.source, "validation", head + _outputs_table(r.outputs))
+
+
+def _diagnose(p: _Page, r: DiagnoseInfo) -> str:
+    shown = [x for x in r.probes if x.snr_db is not None]
+    plot = svg.line_chart([svg.Series("SNR", [(x.position, min(x.snr_db or 0.0, 150.0)) for x in shown],
+                                      marked=[x.bad for x in shown])],
+                          title=f"diagnose {r.graph} {r.soc}", x_label="position in the graph (node)",
+                          y_label="SNR dB", threshold=r.min_snr_db)
+    bad = (f"first bad tensor <code>{_e(r.first_bad)}</code> ({_e(r.first_bad_op or '')})" if r.first_bad
+           else "no probed tensor below the threshold")
+    head = (f"<p>the build's binary: {_verdict(r.ok)}; {len(r.probes)} tensors probed"
+            + (f" in a graph of {r.nodes} nodes" if r.nodes else "") + f"; {bad}</p>")
+    caption = (f"SNR of each probed tensor against the producing node's position (CPU fp32 vs host HTP emulator); "
+               f"bad probes red, threshold {_n(r.min_snr_db, 'g', ' dB')} dashed; SNR capped at 150 dB")
+    return p.record("diagnose", r.source, "diagnose", head + _figure(plot, caption, "diagnose"))
+
+
+def _on_device(p: _Page, r: OnDeviceInfo) -> str:
+    head = (f"<p>{_verdict(r.passed)}: compiled as a phone's QNN EP compiles it for {_e(r.arch)} ({_e(r.soc)}) in "
+            f"{_n(r.compile_s, '.1f', ' s')}, run on the host HTP emulator against the CPU model</p>")
+    err = f'<p class="fail">{_e(r.error)}</p>' if r.error else ""
+    return p.record("on-device", r.source, f"on-device compile validation, {_e(r.arch)}",
+                    head + err + _outputs_table(r.outputs))
+
+
+def _device_run(p: _Page, d: DeviceInfo, run: DeviceRun) -> str:
+    status = {"passed": "pass", "failed": "fail"}.get(run.status, "warn")
+    head = (f"<p>{_e(d.model)} <code>{_e(d.serial)}</code> ({_e(d.soc)}, {_e(d.dsp_arch or 'no HTP arch')}), "
+            f"decision {_e(d.provider or '?')}: {_e(d.reason or '')}; bundle {_e(d.bundle)}"
+            + (f"; {_e(d.created)}" if d.created else "") + "</p>"
+            f'<p><span class="{status}">{_e(run.status)}</span>' + (f": {_e(run.reason)}" if run.reason else "")
+            + f"; {run.samples} sample(s), {run.inferences} inference(s); first run "
+            f"{_n(run.first_run_s and run.first_run_s * 1e3, '.1f', ' ms')}, per inference "
+            f"{_n(run.per_inference_s and run.per_inference_s * 1e3, '.3g', ' ms')}"
+            + (f" ({_e(run.clock)} clock)" if run.clock else "") + "</p>")
+    return p.record("device", d.source, "device verify", head + (_outputs_table(run.outputs) if run.outputs else ""))
+
+
+_PATH_ROWS: list[tuple[str, Callable[[PathFigures], float | None], str]] = [
+    ("first inference, ms", lambda f: f.first_ms, ".3g"),
+    ("latency p50, ms", lambda f: f.p50, ".3g"), ("latency p90, ms", lambda f: f.p90, ".3g"),
+    ("latency p99, ms", lambda f: f.p99, ".3g"), ("latency mean, ms", lambda f: f.mean, ".3g"),
+    ("latency min, ms", lambda f: f.min, ".3g"), ("latency max, ms", lambda f: f.max, ".3g"),
+    ("throughput, /s", lambda f: f.throughput_per_s, ".4g"), ("real-time factor", lambda f: f.rtf, ".3g"),
+    ("process CPU, %", lambda f: f.cpu_percent, ".3g"), ("energy per inference, mJ", lambda f: f.energy_mj, ".3g"),
+    ("runs", lambda f: None if f.runs is None else float(f.runs), ".0f"),
+]
+_RATIO_OF = {"latency p50, ms": "latency_p50", "throughput, /s": "throughput",
+             "energy per inference, mJ": "energy_per_inference", "process CPU, %": "cpu_percent"}
+
+
+def _conditions(c: dict[str, Any]) -> str:
+    def pair(key: str, unit: str = "") -> str:
+        a, b = c.get(f"{key}_start"), c.get(f"{key}_end")
+        return f"{_e(NOT_MEASURED if a is None else a)}{unit} → {_e(NOT_MEASURED if b is None else b)}{unit}"
+
+    def yes_no(value: object) -> str:
+        return "yes" if value is True else "no" if value is False else NOT_MEASURED
+
+    flags = [f"{name} {yes_no(c.get(key))}" for name, key in (("charging", "charging"), ("screen on", "screen_on"))]
+    return (f"<p>conditions: {', '.join(flags)}; battery {pair('battery_level', '%')}; temperature "
+            f"{pair('temperature_c', ' °C')}; thermal status {pair('thermal_status')}</p>")
+
+
+def _bench(p: _Page, r: BenchInfo) -> str:
+    names = sorted(r.paths, key=lambda n: (n != "npu", n != "cpu", n))
+    settings = ", ".join(f"{_e(k)} {_e(v)}" for k, v in r.settings.items() if v is not None)
+    out = [f"<p>{_e(r.phone)} <code>{_e(r.serial)}</code> ({_e(r.soc)}); bundle {_e(r.bundle)}, QAIRT "
+           f"{_e(r.qairt)}; decision {_e(r.decision)}" + (f"; {_e(r.created)}" if r.created else "") + "</p>",
+           f"<p>settings: {settings}</p>", _conditions(r.conditions)]
+    head = ["figure", *names] + (["npu / cpu"] if r.ratios else [])
+    rows = []
+    for title, get, fmt in _PATH_ROWS:
+        cells = [_e(title), *(_n(get(r.paths[n]), fmt) for n in names)]
+        if r.ratios:
+            key = _RATIO_OF.get(title)
+            cells.append(f"<b>{_n(r.ratios.get(key), '.3g')}</b>" if key else "")
+        rows.append(cells)
+    out.append(_table(head, rows, numeric=tuple(range(1, len(head)))))
+    runs = ", ".join(f"{_e(n)} {_e(NOT_MEASURED if r.paths[n].runs is None else r.paths[n].runs)} runs"
+                     for n in names)
+    out.append(_figure(
+        svg.ranges([svg.Range(n, f.min, f.p50, f.p90, f.p99, f.max, f.mean, f.block_p50_ms, svg.colour(n, i))
+                    for i, n in enumerate(names) for f in (r.paths[n],)],
+                   title=f"latency {r.graph} {r.phone}", unit="ms per inference"),
+        f"Latency per inference ({runs}): line min to max, box p50 to p90, thick bar p50, tick p99, diamond mean, "
+        "dots the p50 of each block (the spread over repeats).", "latency"))
+    out.append(_figure(
+        svg.bars([(n, r.paths[n].energy_mj, svg.colour(n, i)) for i, n in enumerate(names)],
+                 title=f"energy per inference {r.graph}", unit="mJ"),
+        "Energy per inference, from battery current × voltage integrated over each path's run ("
+        + ", ".join(f"{_e(n)}: {_e(r.paths[n].energy_source or 'not measured')}" for n in names) + ").",
+        "energy"))
+    if r.sustained:
+        out.append(_sustained(r))
+    if r.sweep:
+        sweep_paths = sorted({n for _, paths in r.sweep for n in paths}, key=lambda n: (n != "npu", n))
+        out.append("<h4>performance-mode sweep</h4>" + _table(
+            ["perf mode", *(f"{n} {t}" for n in sweep_paths for t in ("p50 ms", "throughput /s", "mJ/inference"))],
+            ([_e(mode), *(_n(getattr(paths.get(n), a, None), ".3g") for n in sweep_paths
+                          for a in ("p50", "throughput_per_s", "energy_mj"))] for mode, paths in r.sweep),
+            numeric=tuple(range(1, 1 + 3 * len(sweep_paths)))))
+    if r.ops or r.partitions:
+        out.append(_profile(r))
+    if r.gate is not None:
+        g = r.gate
+        out.append(f"<h4>gate against <code>{_e(g.baseline)}</code></h4><p>{_verdict(g.passed, 'passed', 'FAILED')}"
+                   f", threshold {_n(g.threshold, '.0%')}</p>")
+        if g.regressions:
+            out.append(_table(["figure", "was", "now", "now / was"],
+                              ([_e(x.figure), _n(x.was), _n(x.now), _n(x.ratio)] for x in g.regressions),
+                              numeric=(1, 2, 3)))
+    if r.notes:
+        out.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in r.notes) + "</ul>")
+    return p.record("bench", r.source, "bench: NPU vs CPU on the phone", "".join(out))
+
+
+def _sustained(r: BenchInfo) -> str:
+    paths = sorted({s.path for s in r.sustained}, key=lambda n: (n != "npu", n))
+    latency = [svg.Series(n, [(s.t_s, s.latency_ms_p50) for s in r.sustained if s.path == n and s.latency_ms_p50
+                              is not None], svg.colour(n, i)) for i, n in enumerate(paths)]
+    temps = sorted({s.t_s: s.temperature_c for s in r.sustained if s.temperature_c is not None}.items())
+    statuses: dict[float, int | None] = {}
+    for s in r.sustained:  # one per interval: the highest either path saw
+        statuses[s.t_s] = max((x for x in (statuses.get(s.t_s), s.thermal_status) if x is not None), default=None)
+    out = [_figure(svg.line_chart(latency, title=f"sustained latency {r.graph}", x_label="time, s",
+                                  y_label="p50 ms"),
+                   f"Sustained run: latency p50 per interval ({len(r.sustained)} intervals).", "sustained")]
+    if temps:
+        out.append(_figure(svg.line_chart([svg.Series("temperature", temps, svg.RED)],
+                                          title=f"sustained temperature {r.graph}", x_label="time, s",
+                                          y_label="°C"),
+                           "Temperature over the sustained run; thermal status (0 none to 6 shutdown) at each "
+                           "interval: " + ", ".join(f"{t:g} s {_e(NOT_MEASURED if status is None else status)}"
+                                                    for t, status in statuses.items()) + ".", "temperature"))
+    return "".join(out)
+
+
+def _profile(r: BenchInfo) -> str:
+    out = [f"<h4>op profile ({_e(r.profile_level or '?')}, from {_e(r.profile_source or '?')})</h4>"]
+    if r.trace:
+        out.append(f"<p>Chrome trace: <code>{_e(r.trace)}</code> (Perfetto, chrome://tracing)</p>")
+    for title, rows in (("ops", r.ops), ("partitions", r.partitions)):
+        if not rows:
+            continue
+        top = sorted(rows, key=lambda o: -(o.time_us or 0.0))[:40]
+        out.append(_table(
+            [title[:-1], "type", "time µs", "share", "where"],
+            ([f"<code>{_e(o.name)}</code>", _e(o.type), _n(o.time_us, ".4g"),
+              (f'<span class="share" style="width:{max(0.0, min(o.share, 1.0)) * 120:.0f}px"></span> '
+               f"{o.share:.1%}" if o.share is not None else NOT_MEASURED),
+              _e(o.where) if o.where.lower() in ("htp", "") else f'<span class="warn">{_e(o.where)}</span>']
+             for o in top), numeric=(2,)))
+        if len(rows) > len(top):
+            out.append(f'<p class="muted">{len(rows) - len(top)} more {title} with less time not shown</p>')
+    return "".join(out)
+
+
+def _phone(p: _Page, d: DeviceInfo) -> str:
+    body = (f"<p>{_verdict(d.ok, 'ok', 'FAILED')}: {_e(d.model)} <code>{_e(d.serial)}</code>, {_e(d.soc)} "
+            f"({_e(d.dsp_arch or 'no HTP arch')}); the app's decision: {_e(d.provider or '?')}, {_e(d.reason or '')}; "
+            f"bundle {_e(d.bundle)}" + (f"; {_e(d.created)}" if d.created else "") + "</p>")
+    body += "".join(f"<p>{_e(line)}</p>" for line in (d.push, d.play, d.note) if line)
+    body += _table(["graph", "status", "first run", "per inference"],
+                   ([_e(r.graph), _e(r.status), _n(r.first_run_s and r.first_run_s * 1e3, ".1f", " ms"),
+                     _n(r.per_inference_s and r.per_inference_s * 1e3, ".3g", " ms")] for r in d.runs),
+                   numeric=(2, 3)) if d.runs else "<p>no graph was run on the phone</p>"
+    return p.record("phone", d.source, f"device verify on {_e(d.serial)}", body)
+
+
+def _bundle(p: _Page, b: BundleInfo) -> str:
+    rows = ([_e(t.soc), _e(t.dsp_arch), _e(t.precision), _files(t.files), _verdict(t.validated)] for t in b.targets)
+    body = (f"<p>format v{b.format_version}, QAIRT {_e(b.qairt)}, graphs {', '.join(map(_e, b.graphs))}; runtime "
+            f"{_e(b.runtime)}</p>" + _table(["SoC", "arch", "precision", "files", "validation"], rows))
+    if b.on_device:
+        body += "<p>on-device compile validated for: " + "; ".join(
+            f"{_e(g)}: {', '.join(map(_e, arches)) or 'no arch'}" for g, arches in b.on_device) + "</p>"
+    return p.record("bundle", b.source, f"bundle {_e(b.name)} {_e(b.version)}", body)
+
+
+# --- the page --------------------------------------------------------------------------------------------------------
+
+Cell = dict[str, list[Any]]
+
+
+def cells(c: Collected) -> dict[tuple[str, str], Cell]:
+    """Every record by (graph, SoC), in the order graphs and SoCs sort."""
+    out: dict[tuple[str, str], Cell] = {}
+
+    def put(graph: str, soc: str, kind: str, item: Any) -> None:
+        out.setdefault((graph, soc), {}).setdefault(kind, []).append(item)
+
+    for a in c.checks:
+        put(a.graph, a.soc, "check", a)
+    for b in c.compiles:
+        put(b.graph, b.soc, "compile", b)
+    for v in c.validations:
+        put(v.graph, v.soc, "validation", v)
+    for d in c.diagnoses:
+        put(d.graph, d.soc, "diagnose", d)
+    for o in c.on_device:
+        put(o.graph, o.soc, "on-device", o)
+    for dev in c.devices:
+        for run in dev.runs:
+            put(run.graph, dev.soc, "device", (dev, run))
+    for bench in c.benches:
+        put(bench.graph, bench.soc, "bench", bench)
+    return dict(sorted(out.items()))
+
+
+def _overview(grid: dict[tuple[str, str], Cell], anchors: dict[tuple[str, str], str]) -> str:
+    rows = []
+    for key, cell in grid.items():
+        check = cell.get("check", [])
+        comp = cell.get("compile", [])
+        val = cell.get("validation", [])
+        snrs = [o.snr_db for v in val for o in v.outputs if o.snr_db is not None]
+        bench = cell.get("bench", [])
+        rows.append([
+            f'<a href="#{anchors[key]}">{_e(key[0])}</a>', _e(key[1]),
+            "; ".join(f"{_e(a.verdict)}, {_n(a.coverage, '.0%')} HTP" for a in check) or "",
+            "; ".join(f"{_verdict(b.status == 'ok', 'ok', 'FAILED')} {_n(b.duration_s, '.1f', ' s')}, "
+                      + _e(_size(sum(f.size or 0 for f in b.outputs))) for b in comp),
+            "; ".join(_verdict(v.passed) for v in val) + (f", worst SNR {min(snrs):.1f} dB" if snrs else ""),
+            "; ".join(f"{_verdict(o.passed)} {_e(o.arch)}" for o in cell.get("on-device", [])),
+            "; ".join(f"{_e(d.serial)} {_e(run.status)}" for d, run in cell.get("device", [])),
+            "; ".join(f"{_e(b.serial)}: p50 NPU/CPU {_n(b.ratios.get('latency_p50'), '.2g')}, energy "
+                      f"{_n(b.ratios.get('energy_per_inference'), '.2g')}" for b in bench),
+        ])
+    return _table(["graph", "SoC", "check", "compile", "validation", "on-device compile", "device verify", "bench"],
+                  rows)
+
+
+_ORDER = ("check", "compile", "validation", "diagnose", "on-device", "device", "bench")
+
+
+def render(c: Collected, created: str, version: str) -> str:
+    """The whole page."""
+    p = _Page(c)
+    grid = cells(c)
+    anchors = {key: f"cell-{i}" for i, key in enumerate(grid)}
+    renderers: dict[str, Callable[[Any], str]] = {
+        "check": lambda r: _check(p, r), "compile": lambda r: _compile(p, r),
+        "validation": lambda r: _validation(p, r), "diagnose": lambda r: _diagnose(p, r),
+        "on-device": lambda r: _on_device(p, r), "device": lambda r: _device_run(p, *r),
+        "bench": lambda r: _bench(p, r)}
+    title = "qnndeploy report: " + ", ".join(c.paths)
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+             f"<title>{_e(title)}</title><style>{CSS}</style></head><body>",
+             f"<header><h1>qnndeploy report</h1><p>made by qnndeploy {_e(version)} at {_e(created)} from "
+             + ", ".join(f"<code>{_e(x)}</code>" for x in c.paths)
+             + f": {c.records} record(s) read, {len(c.skipped)} skipped. {NOT_MEASURED} means not measured. "
+               "Host HTP emulator figures are the HTP's arithmetic, not phone speed.</p></header>",
+             '<section id="overview"><h2>Overview: graph × SoC</h2>', _overview(grid, anchors), "</section>"]
+    if c.bundles:
+        parts += ['<section id="bundles"><h2>Bundles</h2>', *(_bundle(p, b) for b in c.bundles), "</section>"]
+    if c.devices:
+        parts += ['<section id="phones"><h2>Phones (device verify)</h2>', *(_phone(p, d) for d in c.devices),
+                  "</section>"]
+    graphs = list(dict.fromkeys(g for g, _ in grid))
+    for gi, graph in enumerate(graphs):
+        parts.append(f'<section class="graph" id="graph-{gi}" data-graph="{_e(graph)}"><h2>{_e(graph)}</h2>')
+        for key, cell in grid.items():
+            if key[0] != graph:
+                continue
+            parts.append(f'<section class="cell" id="{anchors[key]}" data-graph="{_e(graph)}" '
+                         f'data-soc="{_e(key[1])}"><h3>{_e(graph)} on {_e(key[1])}</h3>')
+            parts += [renderers[kind](item) for kind in _ORDER for item in cell.get(kind, [])]
+            parts.append("</section>")
+        parts.append("</section>")
+    if c.skipped:
+        parts += ['<section id="skipped"><h2>Skipped files</h2><ul class="skipped">',
+                  *(f'<li data-source="{_e(s.source)}"><code>{_e(s.source)}</code>: {_e(s.reason)}</li>'
+                    for s in c.skipped), "</ul></section>"]
+    parts.append("</body></html>\n")
+    return "\n".join(parts)

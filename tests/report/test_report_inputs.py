@@ -1,0 +1,136 @@
+"""What `qnndeploy report` refuses and how it writes, on hand-made inputs (no compile, no browser): a path that is
+not there or holds no record is bad input with nothing written, an existing page is replaced only with --force and
+then whole, a folder is walked without entering symlinks or hidden folders."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from qnndeploy.base.errors import EXIT_BAD_INPUT
+from tests.report.bench_fixture import bench_record
+from tests.support.cli import parsed, run
+
+
+def records(tmp_path: Path) -> Path:
+    folder = tmp_path / "records"
+    folder.mkdir()
+    (folder / "bench-emulator-5554-kws_demo.json").write_text(json.dumps(bench_record()))
+    return folder
+
+
+def one_line_error(r, *words: str) -> None:
+    assert r.exit_code == EXIT_BAD_INPUT, r.output
+    assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
+    assert all(w in r.stderr for w in words), r.stderr
+    assert r.stdout == ""
+
+
+def test_a_path_that_is_missing_or_holds_no_record_is_bad_input_and_nothing_is_written(tmp_path):
+    out = tmp_path / "report.html"
+    one_line_error(run("report", tmp_path / "nowhere", "-o", out), "nowhere: no such file or folder")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.json").write_text('{"hello": 1}')
+    one_line_error(run("report", empty, "-o", out), "no qnndeploy records in")
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"\0" * 16)
+    one_line_error(run("report", model, "-o", out), "m.onnx is an ONNX model, not a record")
+    one_line_error(run("report", records(tmp_path), "-o", tmp_path), "is a folder")
+    bench = tmp_path / "records" / "bench-emulator-5554-kws_demo.json"
+    one_line_error(run("report", bench, "-o", bench, "--force"), "is one of the PATHs read")
+    assert json.loads(bench.read_text())["record"] == "qnndeploy-bench"
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["empty", "m.onnx", "records"]
+
+
+def test_an_existing_page_is_replaced_only_with_force_and_whole(tmp_path):
+    folder, out = records(tmp_path), tmp_path / "report.html"
+    out.write_text("mine")
+    one_line_error(run("report", folder, "-o", out), "already exists", "--force")
+    assert out.read_text() == "mine"
+    r = run("report", folder, "-o", out, "--force", "--json")
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.endswith("</html>\n")
+    assert parsed(r.stdout)["records"] == [{"kind": "bench", "source": "records/bench-emulator-5554-kws_demo.json"}]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["records", "report.html"]  # no staging file left
+
+
+def test_symlinks_and_hidden_folders_are_not_read(tmp_path, monkeypatch):
+    folder = records(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "bench-x-other.json").write_text(json.dumps(bench_record(graph="other")))
+    (folder / "linked").symlink_to(elsewhere)
+    (folder / "bench-link.json").symlink_to(elsewhere / "bench-x-other.json")
+    (folder / ".partial").mkdir()
+    (folder / ".partial" / "bench-x-half.json").write_text(json.dumps(bench_record(graph="half")))
+    r = run("report", folder, "-o", tmp_path / "report.html", "--json")
+    assert r.exit_code == 0, r.output
+    result = parsed(r.stdout)
+    assert result["cells"] == [["kws_demo", "SM8750"]]
+    assert result["skipped"] == [{"source": "records/bench-link.json",
+                                  "reason": "a symlink; records are read as regular files only"}]
+    monkeypatch.chdir(tmp_path)
+    text = run("report", "records", "-o", "report.html", "--force")
+    assert text.exit_code == 0
+    assert text.stdout.splitlines() == [
+        "report: report.html (1 graph x SoC, records: 1 bench; 1 file(s) skipped)",
+        "  skipped records/bench-link.json: a symlink; records are read as regular files only"]
+
+
+def test_a_bundle_s_on_device_compile_records_are_shown_per_graph_and_arch(tmp_path):
+    """Records as bundle build --on-device-compile writes them (qnn/ondevice.py ArchCheck.record)."""
+    from qnndeploy.qnn.ondevice import ArchCheck, ep_options
+    from tests.report.page import parse
+
+    folder = tmp_path / "records"
+    folder.mkdir()
+    good = ArchCheck("kws_demo", "v79", "SM8750", 3.25, True, outputs=[
+        {"name": "probs", "passed": True, "snr_db": 61.04, "cosine": 0.99999, "max_abs_diff": 2e-4}])
+    bad = ArchCheck("kws_demo", "v73", "SM8550", None, False, error="the QNN EP refused the graph: <op> unsupported")
+    for check in (good, bad):
+        (folder / f"kws_demo-on-device-{check.arch}.json").write_text(
+            json.dumps(check.record(ep_options("fp16"), "2.49.40")))
+    out = tmp_path / "report.html"
+    r = run("report", folder, "-o", out, "--json")
+    assert r.exit_code == 0, r.output
+    assert parsed(r.stdout)["cells"] == [["kws_demo", "SM8550"], ["kws_demo", "SM8750"]]
+    dom = parse(out.read_text())
+    (v79,) = dom.all("div", data_kind="on-device", data_source="records/kws_demo-on-device-v79.json")
+    assert "pass: compiled as a phone's QNN EP compiles it for v79 (SM8750) in 3.2 s" in v79.text
+    assert [td.text for td in v79.all("td")][:3] == ["probs", "ok", "61.0"]
+    (v73,) = dom.all("div", data_kind="on-device", data_source="records/kws_demo-on-device-v73.json")
+    assert "FAIL" in v73.text and "in \u2013" in v73.text and "refused the graph: <op> unsupported" in v73.text
+
+
+def test_extreme_and_missing_figures_render_without_a_traceback(tmp_path):
+    """Figures a broken or hostile writer may put in a record: huge, negative, zero, NaN and Infinity (which Python's
+    json reads), a string where a number belongs, lists where objects belong. The page is written; NaN and Infinity
+    show as not measured."""
+    folder = tmp_path / "records"
+    folder.mkdir()
+    record = bench_record()
+    npu = record["paths"]["npu"]
+    npu["latency_ms"] = {"p50": 1e308, "p90": -1e308, "p99": 0, "mean": "fast", "min": -5, "max": 1e-300}
+    npu["block_p50_ms"] = [1e308, -1, 0, "x", None]
+    record["paths"]["cpu"]["energy_mj_per_inference"] = -3.0
+    record["sustained"] = [{"t_s": 0, "path": "npu", "latency_ms_p50": 1e308, "temperature_c": -1e308},
+                           {"t_s": 1e308, "path": "npu", "latency_ms_p50": 0, "temperature_c": 1e308}]
+    record["profile"]["ops"][0]["share"] = 1e308
+    text = json.dumps(record).replace('"p99": 0', '"p99": NaN').replace('"first_ms": 12.100000000000001',
+                                                                        '"first_ms": Infinity')
+    (folder / "bench-emulator-5554-kws_demo.json").write_text(text)
+    (folder / "bench-x-lists.json").write_text(json.dumps({**bench_record(graph="g2"), "paths": [], "ratios": [1],
+                                                           "sustained": {"t_s": 1}, "profile": [], "gate": []}))
+    out = tmp_path / "report.html"
+    r = run("report", folder, "-o", out, "--json")
+    assert r.exit_code == 0, r.output
+    assert "Traceback" not in r.output and out.read_text().endswith("</html>\n")
+    result = parsed(r.stdout)
+    assert [x["source"] for x in result["records"]] == ["records/bench-emulator-5554-kws_demo.json"]
+    assert [x["source"] for x in result["skipped"]] == ["records/bench-x-lists.json"]
+    page = out.read_text()
+    assert '<td class="num">\u2013</td>' in page
+    assert not re.search(r'="[^"]*\b(nan|inf)\b', page), "a coordinate that is no number"
