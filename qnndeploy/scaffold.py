@@ -37,7 +37,14 @@ from qnndeploy.formats.decision import (
     soc_tables,
     template_fields,
 )
-from qnndeploy.formats.manifest import FileFormat, Manifest, read_manifest, schema, verified_bytes
+from qnndeploy.formats.manifest import (
+    DEFAULT_COMPILE_BUDGET_S,
+    FileFormat,
+    Manifest,
+    read_manifest,
+    schema,
+    verified_bytes,
+)
 from qnndeploy.formats.verify import VerifyReport, require_ok, verify_folder
 from qnndeploy.qnn import epcontext
 
@@ -272,6 +279,7 @@ def _context(manifest: Manifest, package: str, glue_name: str, engine: str, pins
         "soc_archs": {s.model: s.dsp_arch for s in socs.catalog()},
         "soc_ids": {s.model: s.soc_id for s in socs.catalog()},
         "arch_min_qairt": arch_min_qairt(),
+        "on_device_budget_s": repr(float(DEFAULT_COMPILE_BUDGET_S)),
         "vendor_dsp_folders": list(VENDOR_DSP_FOLDERS),
         "reasons": kotlin_reasons(),
         "format": FORMAT,

@@ -80,7 +80,8 @@ data class OnDevice(
     val artifacts: List<BundleFile> = emptyList(),
 ) {
     internal companion object {
-        const val DEFAULT_BUDGET_S = 60.0
+        /** qnndeploy's default (formats/manifest.py DEFAULT_COMPILE_BUDGET_S), for a manifest without budget_s */
+        const val DEFAULT_BUDGET_S = Generated.ON_DEVICE_BUDGET_S
     }
 }
 

@@ -90,6 +90,9 @@ internal object Generated {
     const val FORMAT = "qnndeploy-bundle"
     const val FORMAT_VERSION = 4L
 
+    /** The first on-device compile's time budget in seconds when a bundle's on_device gives none. */
+    const val ON_DEVICE_BUDGET_S = 60.0
+
     /** The QNN HTP backend and QNN System library file names. */
     const val BACKEND_LIB = "libQnnHtp.so"
     const val SYSTEM_LIB = "libQnnSystem.so"
