@@ -226,10 +226,11 @@ def options(command: list[str]) -> list[str]:
 
 
 def follow_advice(model: Model, cache: Path, work: Path, soc: str = "SM8750", through: str = "bundle",
-                  precision: str = "fp16", qnndeploy: Callable[..., tuple[int, dict | None, str]] = qnndeploy) -> Run:
+                  precision: str = "fp16", qnndeploy: Callable[..., tuple[int, dict | None, str]] = qnndeploy,
+                  bundle_options: tuple[str, ...] = ()) -> Run:
     """check, then the printed fix (placeholders filled) and check again until ready or a blocker; then compile,
-    validate, bundle and bundle verify, each as its CLI (run by `qnndeploy`: a process each, or
-    qnndeploy_in_process). Fails the run when a fix comes back (advice that loops)."""
+    validate, bundle (with `bundle_options`) and bundle verify, each as its CLI (run by `qnndeploy`: a process each,
+    or qnndeploy_in_process). Fails the run when a fix comes back (advice that loops)."""
     import shlex
     import shutil
     import time
@@ -297,7 +298,7 @@ def follow_advice(model: Model, cache: Path, work: Path, soc: str = "SM8750", th
              ("validate", ["validate", str(build)]),
              ("bundle", ["bundle", "build", "--from-build", str(build), "--name", model.name.replace("_", "-"),
                          "--version", "1.0.0", "-o", str(bundles), "--source-model", str(source),
-                         *(["--split", split] if split else [])])]
+                         *(["--split", split] if split else []), *bundle_options])]
     for name, args in steps:
         t = time.monotonic()
         extra = []
@@ -309,7 +310,12 @@ def follow_advice(model: Model, cache: Path, work: Path, soc: str = "SM8750", th
         reason = (data or {}).get("error") or (err.splitlines()[-1] if err else f"exit {code}")
         if name == "validate" and data and "targets" in data:
             reason = ", ".join(_figure(o) for t_ in data["targets"] for o in t_["outputs"])
-        run.add(name, code == 0, time.monotonic() - t, "ok" if code == 0 and name != "validate" else reason)
+        if name == "bundle" and code == 0 and data and data.get("on_device"):
+            reason = "; ".join(f"on-device {g['graph']}: {', '.join(g['validated']) or 'no arch'}"
+                               for g in data["on_device"])
+        elif code == 0 and name != "validate":
+            reason = "ok"
+        run.add(name, code == 0, time.monotonic() - t, reason)
         if code != 0 and name != "validate":  # a failed validation bundles with the reason it failed
             run.reached = f"{name} failed"
             return run
