@@ -285,7 +285,8 @@ def decide(manifest: Manifest, device: Device, *, load_errors: Mapping[str, str]
            adsp_before: str | None = None, adsp_error: str | None = None,
            npu_format: FileFormat = FileFormat.QNN_CONTEXT_BINARY,
            app_version: str = "", remembered: Remembered | None = None,
-           runtime_version: str | None = None, platform: Platform | None = None) -> Decision:
+           runtime_version: str | None = None, platform: Platform | None = None,
+           compiles_onnx: bool = True) -> Decision:
     """NPU only when the SoC matches a bundle target that does not ask for the CPU (cpu_asked) AND the QNN libraries
     load; otherwise CPU, always with a reason.
 
@@ -299,7 +300,9 @@ def decide(manifest: Manifest, device: Device, *, load_errors: Mapping[str, str]
     The manifest is one that follows the schema (scaffold and `bundle verify` check it) or has a format or version
     this reader does not know (Manifest.parse gives only those).
     A SoC without a target takes the NPU only through the manifest's on_device section (_on_device); platform: what
-    the QNN backend reports, used for its HTP arch when the SoC is not in the catalog.
+    the QNN backend reports, used for its HTP arch when the SoC is not in the catalog; compiles_onnx: whether the
+    app's engine can compile the ONNX on the phone (ONNX Runtime's QNN EP can; sherpa-onnx's engine runs context
+    binaries only). `device` commands model the ONNX Runtime app.
     """
     identity = identify(device)
     if not manifest.supported:
@@ -308,7 +311,8 @@ def decide(manifest: Manifest, device: Device, *, load_errors: Mapping[str, str]
         return Decision(provider=Provider.CPU, soc=identity.soc, identified_by=identity.identified_by, reason=why.text,
                         reason_key=why.key)
     soc = identity.soc
-    libraries = _Libraries(load_errors, lib_dir, adsp_before, adsp_error, app_version, remembered, runtime_version)
+    libraries = _Libraries(load_errors, lib_dir, adsp_before, adsp_error, app_version, remembered, runtime_version,
+                           compiles_onnx)
     if soc is None:
         if manifest.on_device is not None and platform is not None:
             return _on_device(manifest, manifest.on_device, identity, f"soc_model {platform.soc_model}",
@@ -381,6 +385,7 @@ class _Libraries:
     app_version: str
     remembered: Remembered | None
     runtime_version: str | None
+    compiles_onnx: bool
 
     def load(self, manifest: Manifest, identity: SocIdentity, soc: str, arch: str) -> Decision | str:
         """The CPU decision when the arch's libraries are not shipped, an NPU init failed before, ADSP_LIBRARY_PATH
@@ -410,6 +415,8 @@ def _on_device(manifest: Manifest, on_device: OnDevice, identity: SocIdentity, s
                libraries: _Libraries) -> Decision:
     """A SoC without a target, of HTP arch `arch`: the NPU from the ONNX the phone compiles, when every graph's
     compile was validated for that arch and the libraries load; else the CPU. `soc` names the SoC in the reasons."""
+    if not libraries.compiles_onnx:
+        return _cpu(manifest, identity, reason("on_device_needs_ort", soc=soc, arch=arch, targets=_targets(manifest)))
     paths: dict[str, str] = {}
     files: list[str] = []
     options: dict[str, dict[str, str]] = {}

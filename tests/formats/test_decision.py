@@ -410,3 +410,11 @@ def test_the_schema_keeps_on_device_to_format_4():
     assert any("on_device" in e or "should not be valid" in e for e in schema_errors({**m, "format_version": 3}))
     bad = {**m, "on_device": {**m["on_device"], "budget_s": 0}}
     assert schema_errors(bad)
+
+
+def test_an_engine_that_runs_context_binaries_only_cannot_compile_on_the_device():
+    m = bundles.on_device(bundles.manifest())
+    d = run(m, SM8845, compiles_onnx=False)  # the sherpa-onnx glue: it loads context binaries, never an ONNX
+    assert not d.npu and d.reason_key == "on_device_needs_ort"
+    assert d.reason.startswith("SoC SM8845 (v81) is not in the bundle (targets: SM8550, SM8750), and this app's engine")
+    assert run(m, Device("SM8750", None, 35), compiles_onnx=False).npu  # its own targets are unaffected

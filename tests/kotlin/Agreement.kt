@@ -52,6 +52,7 @@ object Agreement {
                 platform = (case["platform"] as Map<*, *>?)?.let {
                     Platform((it["soc_model"] as Long).toInt(), it["dsp_arch"] as String)
                 },
+                compilesOnnx = case["compiles_onnx"] as Boolean,
             )
             val qnnOptions = if (decision.npu) OrtModels.qnnOptions(decision, "burst") else null
             val graphOptions = if (decision.npuSource == NpuSource.ON_DEVICE) {

@@ -250,7 +250,9 @@ def agreement_cases(real_manifest: dict) -> tuple[list[dict], list[dict]]:
         cases.append({"manifest": index[id(manifest)], "device": asdict(device), "load_errors": load,
                       "adsp_before": env, "adsp_error": adsp_error, "lib_dir": "/data/app/x/lib/arm64",
                       "npu_format": fmt, "app_version": "1.0 (1) 7", "remembered": asdict(rem) if rem else None,
-                      "runtime_version": runtime, "platform": platform._asdict() if platform else None})
+                      "runtime_version": runtime, "platform": platform._asdict() if platform else None,
+                      # as QnnRuntime derives it: only the ONNX Runtime glue compiles on the phone
+                      "compiles_onnx": fmt == EPCONTEXT})
     return manifests, cases
 
 
@@ -361,7 +363,7 @@ def test_python_and_kotlin_decide_alike(rendered, kotlin):
                           lib_dir=case["lib_dir"], adsp_before=case["adsp_before"], adsp_error=case["adsp_error"],
                           npu_format=case["npu_format"], app_version=case["app_version"],
                           remembered=Remembered(**rem) if rem else None, runtime_version=case["runtime_version"],
-                          platform=platform)
+                          platform=platform, compiles_onnx=case["compiles_onnx"])
         assert got["decision"] == asdict(expected), case
         python_keys.add(expected.reason_key)
         kotlin_keys.add(got["decision"]["reason_key"])

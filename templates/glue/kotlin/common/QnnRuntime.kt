@@ -191,6 +191,7 @@ internal object QnnRuntime {
             appVersion = appVersion,
             remembered = memory.read(),
             platform = platform,
+            compilesOnnx = npuFormat == FileFormat.ORT_EPCONTEXT, // only ONNX Runtime's QNN EP compiles on the phone
         )
         var pack = aiPack?.place(context, manifest, decision)
         decision = pack?.decision ?: decision

@@ -129,7 +129,8 @@ internal object QnnSelector {
      * A remembered failed NPU init skips the last three steps.
      * A phone whose SoC has no target, with a bundle that has onDevice, is decided by onDevice (the third path:
      * the app compiles the ONNX there); platform is what the loaded QNN backend reports, used only for a SoC the
-     * catalog does not know (see Platform).
+     * catalog does not know (see Platform); compilesOnnx is whether the app's engine compiles an ONNX on the phone
+     * (ONNX Runtime's QNN EP does; sherpa-onnx runs context binaries only: QnnRuntime derives it from npuFormat).
      */
     fun decide(
         manifest: BundleManifest,
@@ -140,6 +141,7 @@ internal object QnnSelector {
         appVersion: String = "",
         remembered: RememberedFailure? = null,
         platform: Platform? = null,
+        compilesOnnx: Boolean = true,
     ): Decision {
         val identity = identify(device)
         if (!manifest.supported) {
@@ -161,7 +163,8 @@ internal object QnnSelector {
         // Target names are not trimmed: the schema allows none with whitespace, and the reason lists them as written.
         val target = soc?.let { found -> manifest.targets.firstOrNull { canonical(it.soc) == found } }
         if (target == null && manifest.onDevice != null) {
-            return onDevice(manifest, manifest.onDevice, device, identity, host, libDir, appVersion, remembered, platform)
+            return onDevice(manifest, manifest.onDevice, device, identity, host, libDir, appVersion, remembered, platform,
+                compilesOnnx)
         }
         if (soc == null) {
             val reason = if (identity.identifiedBy == null) {
@@ -251,6 +254,7 @@ internal object QnnSelector {
         appVersion: String,
         remembered: RememberedFailure?,
         platform: Platform?,
+        compilesOnnx: Boolean,
     ): Decision {
         val soc = identity.soc
         val catalogArch = soc?.let { SocCatalog.ARCHS[it] }
@@ -274,6 +278,9 @@ internal object QnnSelector {
         }
         // the SoC as the reasons name it: as identified, else by the soc_model the platform reported
         val name = soc ?: "soc_model $socId"
+        if (!compilesOnnx) {
+            return cpu(manifest, identity, Reasons.onDeviceNeedsOrt(soc = name, arch = arch, targets = listedTargets(manifest)))
+        }
         val paths = LinkedHashMap<String, String>()
         val files = ArrayList<String>()
         val options = LinkedHashMap<String, Map<String, String>>()
