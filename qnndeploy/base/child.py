@@ -5,10 +5,15 @@ toolchain): this qnndeploy, by module name, with the current folder never on the
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import qnndeploy
+from qnndeploy.base import interrupt
 
 HERE = str(Path(qnndeploy.__file__).resolve().parents[1])  # the folder this qnndeploy package is in
 
@@ -29,3 +34,26 @@ def environ(first: list[str] | None = None, base: dict[str, str] | None = None) 
     env = dict(os.environ if base is None else base)
     paths = [*(first or []), HERE, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     return {**env, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), "PYTHONSAFEPATH": "1"}
+
+
+def wait(proc: subprocess.Popen[bytes], timeout: float | None, tick: Callable[[], None] | None = None) -> int | None:
+    """Wait for a child started with start_new_session=True, checking for a stop request (interrupt.check raises
+    it) and calling `tick` every 0.1 s; its exit code, or None when `timeout` ran out. A child that is still running
+    when this returns or raises (stopped, over time, Ctrl-C) is killed with its process group: no native compile
+    outlives the wait."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                return proc.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                interrupt.check()
+                if deadline is not None and time.monotonic() > deadline:
+                    return None
+            finally:
+                if tick is not None:
+                    tick()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from qnndeploy.base import child, interrupt, socs
+from qnndeploy.base import child, socs
 from qnndeploy.base.errors import BadInput, MissingTool, first_line
 from qnndeploy.model.onnxio import MAX_FOLDED_BYTES, inferred_values, load_model, oversized_constants
 
@@ -216,20 +216,9 @@ def _partition(path: Path, soc: socs.Soc, fp16: bool, ctx: Path, timeout: float 
         proc = subprocess.Popen(child.module("qnn.htp", str(path), soc.model, "fp16" if fp16 else "int", str(ctx)),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                                 env=child.environ(), start_new_session=True)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    try:
-        while True:
-            try:
-                code = proc.wait(timeout=0.1)
-                break
-            except subprocess.TimeoutExpired:
-                interrupt.check()
-                if deadline is not None and time.monotonic() > deadline:
-                    return f"the HTP compiler did not finish within {timeout:g} s", True
-    finally:
-        if proc.poll() is None:  # stopped, over budget, or Ctrl-C: the compile must not outlive the wait
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    code = child.wait(proc, timeout)
+    if code is None:
+        return f"the HTP compiler did not finish within {timeout:g} s", True
     if code == 0:
         return None
     if code < 0:

@@ -12,8 +12,6 @@ toolchain it must run in that toolchain's environment.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -22,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qnndeploy.base import child, interrupt, socs
+from qnndeploy.base import child, socs
 from qnndeploy.base.errors import MissingTool, QnnDeployError, first_line
 from qnndeploy.base.fileio import JSON, write_json
 from qnndeploy.base.kinds import Precision
@@ -127,25 +125,15 @@ def _compile(jobs: list[JSON], options: dict[str, str], tc: toolchain.Toolchain 
     with log.open("wb") as out, log.open("r") as said:
         proc = subprocess.Popen(child.module("qnn.ondevice", str(spec)), stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        deadline = time.monotonic() + COMPILE_TIMEOUT_S
-        try:
-            while True:
-                try:
-                    code = proc.wait(timeout=0.1)
-                    break
-                except subprocess.TimeoutExpired:
-                    interrupt.check()
-                    if time.monotonic() > deadline:
-                        raise QnnDeployError(f"the on-device compiles did not finish on the host within "
-                                             f"{COMPILE_TIMEOUT_S:g} s") from None
-                finally:
-                    for line in said.readlines():
-                        if progress is not None and line.startswith(PROGRESS):
-                            progress(line.strip())
-        finally:
-            if proc.poll() is None:  # stopped or over budget: the compile must not outlive the wait
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+
+        def tick() -> None:
+            for line in said.readlines():
+                if progress is not None and line.startswith(PROGRESS):
+                    progress(line.strip())
+
+        code = child.wait(proc, COMPILE_TIMEOUT_S, tick)
+    if code is None:
+        raise QnnDeployError(f"the on-device compiles did not finish on the host within {COMPILE_TIMEOUT_S:g} s")
     try:
         done: list[JSON] = json.loads(result.read_text())
     except (OSError, ValueError):
