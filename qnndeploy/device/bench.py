@@ -23,10 +23,11 @@ Per-inference times are what the tools print, nothing else:
   median over blocks of the block's percentile; min and max are over every block; the mean is weighted by the
   inferences.
 - qnn-net-run prints no per-inference time (its timings are in the profiling log, read by qnn-profile-viewer:
-  --profile, device/opprofile.py). A block is one qnn-net-run process of N inferences timed on the phone's clock;
-  its per-inference time is (that time - the one-inference run's) / (N - 1), as device verify computes it. So
-  the NPU's mean latency is measured, its percentiles are null (with a note) unless a profile gives the
-  per-inference times.
+  --profile, device/opprofile.py). It writes each inference's outputs to <output_dir>/Result_<i>/ as that inference
+  ends: a block is one qnn-net-run process of N inferences, and the gaps between the modification times of
+  consecutive Result_<i> folders (stat -c %y, on the phone's clock) are its N - 1 per-inference times, outputs
+  written included. Its first-inference time is the first folder's time from the process start. (Subtracting a
+  one-inference run's time from an N-inference run's, as device verify does, drowns in the start-up's noise.)
 
 CPU %: utime+stime of the tool's process from /proc/PID/stat over the phone's CLK_TCK and its own clock, as
 device/profile.py does (100 = one core), read by a sampler loop on the phone itself while the process runs.
@@ -77,13 +78,15 @@ _STATUS = re.compile(r"^\s*Thermal Status:\s*([0-9]+)\s*$", re.MULTILINE)  # The
 _WAKE = re.compile(r"mWakefulness=(\w+)")  # PowerManagerService's dump
 _P = {q: re.compile(rf"{name} Latency:\s*([0-9.eE+-]+)\s*s") for q, name in
       (("min", "Min"), ("max", "Max"), ("p50", "P50"), ("p90", "P90"), ("p99", "P99"))}
-FIRST_NOTE = ("first_ms: npu, a qnn-net-run process of one inference (start, context load, inference) on the "
-              "phone's clock; cpu and on-device, onnxruntime_perf_test's session creation + first inference")
+FIRST_NOTE = ("first_ms: npu, a qnn-net-run process of one inference, from its start to its output (start, context "
+              "load, inference); cpu and on-device, onnxruntime_perf_test's session creation + first inference")
 THROUGHPUT_NOTE = "throughput_per_s: 1000 / the mean latency, one inference at a time"
-NPU_PERCENTILE_NOTE = ("npu latency p50/p90/p99/min/max: null, qnn-net-run prints no per-inference time (its "
-                       "profiling log holds them: --profile); npu.block_p50_ms holds each block's mean per inference")
-ENERGY_NOTE = ("energy_mj_per_inference: the whole phone's draw (idle included) over each tool process (start, "
-               "model load and inferences), divided by its inferences")
+NPU_TIMES_NOTE = ("npu latency: qnn-net-run prints no per-inference time; each inference's time is the gap between "
+                  "the modification times of consecutive Result_<i> output folders (outputs written included); "
+                  "first_ms the first folder's time from the process start")
+ENERGY_NOTE = ("energy_mj_per_inference: the battery's mean power (current_now x voltage_now, sampled every "
+               f"{SAMPLE_S:g} s while each tool process ran) x the mean time per inference: the whole phone's draw, "
+               "idle included")
 
 Say = Callable[[str], None]
 
@@ -219,7 +222,7 @@ class _Block:
     latency: Latency = field(default_factory=Latency)
     first_ms: float | None = None
     cpu_percent: float | None = None
-    energy_j: float | None = None
+    power_w: float | None = None  # the battery's mean current x voltage while the process ran
     t_start: float = 0.0
 
 
@@ -265,23 +268,24 @@ def _screen_on(dev: Device) -> bool | None:
 
 
 def _sampled(dev: Device, workdir: str, env: str, argv: list[str], doing: str, path: str, clk: int,
-             inferences: int) -> _Block:
+             inferences: int, outputs: bool = False) -> _Block:
     """Run one tool process in the background on the phone while a loop there samples the battery every SAMPLE_S
     and keeps its last /proc/PID/stat (a zombie's holds its final utime+stime); timed by the phone's date +%s%N."""
     q = shlex.quote
     log = f"{workdir}/bench-log.txt"
     script = (
-        f"cd {q(workdir)} && rm -rf out && s=$(date +%s%N) && {env} {shlex.join(argv)} > {q(log)} 2>&1 & p=$!; "
+        f"cd {q(workdir)} && rm -rf out || exit 1; s=$(date +%s%N); {env} {shlex.join(argv)} > {q(log)} 2>&1 & p=$!; "
         f"last=; while :; do st=$(cat /proc/$p/stat 2>/dev/null); [ -n \"$st\" ] && last=$st; "
         f"case \"$st\" in ''|*') Z '*|*') X '*) break;; esac; "
         f"echo \"S $(date +%s%N) $(cat {q(CURRENT_NOW)} 2>/dev/null) $(cat {q(VOLTAGE_NOW)} 2>/dev/null)\"; "
         f"sleep {SAMPLE_S}; done; wait $p; rc=$?; e=$(date +%s%N); echo \"T $s $e $rc\"; echo \"P $last\"; "
-        f"echo {_SEP}; cat {q(log)}; exit $rc")
+        + (_RESULTS if outputs else "") + f"echo {_SEP}; cat {q(log)}; exit $rc")
     start = time.perf_counter()
     r = dev.run(script, doing=doing, limit=RUN)
     host = time.perf_counter() - start
     head, _, output = r.output.partition(_SEP + "\n")
     samples: list[tuple[float, float, float]] = []
+    done: dict[int, float] = {}  # qnn-net-run: inference line -> when its Result_<line> folder was last written
     s0 = s1 = ticks = None
     for line in head.splitlines():
         kind, _, rest = line.partition(" ")
@@ -294,13 +298,56 @@ def _sampled(dev: Device, workdir: str, env: str, argv: list[str], doing: str, p
             s0, s1 = parse_int(values[0]), parse_int(values[1])
         elif kind == "P" and (parsed := _parse_stat(rest)) is not None:
             ticks = parsed[2]
+        elif (kind == "R" and len(values) >= 2 and (n := parse_int(values[0])) is not None
+              and (stamp := _mtime(" ".join(values[1:]))) is not None):
+            done[n] = stamp
     seconds = (s1 - s0) / 1e9 if s0 is not None and s1 is not None and s1 > s0 else host
     block = _Block(path, r.code, output, seconds, inferences, t_start=s0 / 1e9 if s0 is not None else 0.0)
     if ticks is not None and seconds > 0:
         block.cpu_percent = round(ticks / clk / seconds * 100, 1)
-    if len(samples) >= 2:
-        block.energy_j = sum((b[0] - a[0]) * (a[1] * a[2] + b[1] * b[2]) / 2 for a, b in itertools.pairwise(samples))
+    if samples:
+        block.power_w = statistics.fmean(i * v for _, i, v in samples)
+    if outputs:
+        _output_times(block, done, s0)
     return block
+
+
+# qnn-net-run writes each inference's outputs to <output_dir>/Result_<line>/ when that inference is done (the QNN
+# docs' qnn-net-run output layout; device/runner.py reads them): the folders' modification times, in stat's %y form
+# ("2026-12-02 14:50:01.123456789 +0000", GNU coreutils' and toybox's stat), mark when each inference ended.
+_RESULTS = ('for d in out/Result_*; do [ -d "$d" ] && echo "R ${d##*Result_} $(stat -c %y "$d")"; done; ')
+_STAT_Y = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.(\d{1,9}))?\s*([+-]\d{4})?")
+
+
+def _mtime(text: str) -> float | None:
+    m = _STAT_Y.fullmatch(text.strip())
+    if m is None:
+        return None
+    try:
+        stamp = datetime.strptime(m.group(1) + (m.group(3) or "+0000"), "%Y-%m-%d %H:%M:%S%z").timestamp()
+    except ValueError:
+        return None
+    return stamp + float("0." + (m.group(2) or "0"))
+
+
+def _at(times: list[float], q: float) -> float:
+    """onnxruntime_perf_test's percentile: the sorted times' element at int(size * q)."""
+    return times[min(len(times) - 1, int(len(times) * q))]
+
+
+def _output_times(block: _Block, done: dict[int, float], start: int | None) -> None:
+    """A qnn-net-run block's figures from when each inference's outputs were written: the first output's time from
+    the process start (start, context load, first inference), then the gaps between consecutive outputs."""
+    lines = sorted(done)
+    if not lines or lines != list(range(len(lines))):
+        return
+    stamps = [done[n] for n in lines]
+    if start is not None and stamps[0] * 1e9 >= start:
+        block.first_ms = (stamps[0] - start / 1e9) * 1000
+    gaps = sorted((b - a) * 1000 for a, b in itertools.pairwise(stamps))
+    if gaps and min(gaps) >= 0:
+        block.mean_ms = statistics.fmean(gaps)
+        block.latency = Latency(_at(gaps, 0.5), _at(gaps, 0.9), _at(gaps, 0.99), block.mean_ms, gaps[0], gaps[-1])
 
 
 def _ort_figures(block: _Block) -> None:
@@ -332,9 +379,9 @@ class _Graph:
         self.on_device = choice.npu_source == decision.NpuSource.ON_DEVICE
         self.workdir = f"{REMOTE_ROOT}/bench/{job.bundle_id}/{graph}"
         self.cpu_dir = f"{self.workdir}/cpu"
-        self.first_s: float | None = None
         self.npu_first_ms: float | None = None
         self.native = False
+        self.lost = 0  # NPU blocks whose outputs' times could not be read
         self.ctx = f"{self.workdir}/cache/{graph}_ctx.onnx"
 
     def prepare(self) -> None:
@@ -367,7 +414,7 @@ class _Graph:
         context = f"{self.job.remote_dir}/{self.choice.paths[self.graph]}"
         graphs_of = {a.path: a.served for t in self.job.manifest.targets for a in t.artifacts}
         graphs = graphs_of.get(self.choice.paths[self.graph], [self.graph])
-        lists = ",".join(f"npu/{input_list}" if g == self.graph else "__" for g in graphs)
+        lists = ",".join(input_list if g == self.graph else "__" for g in graphs)
         return [runner.REMOTE_RUNNER, "--backend", runner.BACKEND, "--retrieve_context", context, "--input_list",
                 lists, "--output_dir", "out", "--perf_profile", mode] + (
                     ["--use_native_input_files"] if self.native else [])
@@ -396,11 +443,10 @@ class _Graph:
             _ort_figures(again)
             self.npu_first_ms = again.first_ms
             return
-        first = _sampled(self.dev, self.workdir, self.env, self._qnn_args(runner.FIRST_INPUT, mode),
-                         f"running qnn-net-run once on {self.graph}", "npu", self.clk, 1)
+        first = _sampled(self.dev, f"{self.workdir}/npu", self.env, self._qnn_args(runner.FIRST_INPUT, mode),
+                         f"running qnn-net-run once on {self.graph}", "npu", self.clk, 1, outputs=True)
         self._check(first, NPU_TOOL)
-        self.first_s = first.seconds
-        self.npu_first_ms = round(first.seconds * 1000, 3)
+        self.npu_first_ms = first.first_ms
 
     def npu_block(self, mode: str) -> _Block:
         if self.on_device:
@@ -410,12 +456,14 @@ class _Graph:
             self._check(block, ORT_QNN_TOOL)
             _ort_figures(block)
             return block
-        block = _sampled(self.dev, self.workdir, self.env, self._qnn_args(runner.INPUT_LIST, mode),
-                         f"NPU block of {self.graph} (qnn-net-run, {mode})", "npu", self.clk, self.options.runs)
+        block = _sampled(self.dev, f"{self.workdir}/npu", self.env, self._qnn_args(runner.INPUT_LIST, mode),
+                         f"NPU block of {self.graph} (qnn-net-run, {mode})", "npu", self.clk, self.options.runs,
+                         outputs=True)
         self._check(block, NPU_TOOL)
-        n = self.options.runs
-        if self.first_s is not None and n > 1 and block.seconds > self.first_s:
-            block.mean_ms = block.latency.mean = (block.seconds - self.first_s) / (n - 1) * 1000
+        if block.mean_ms is None:
+            self.lost += 1
+        else:
+            block.inferences = self.options.runs - 1  # the gaps between its outputs
         return block
 
     # -- CPU
@@ -446,7 +494,7 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _round(value: float | None, digits: int = 4) -> float | None:
+def _round(value: float | None, digits: int = 6) -> float | None:
     return None if value is None or not math.isfinite(value) else round(value, digits)
 
 
@@ -473,24 +521,24 @@ def _figures(blocks: list[_Block], first_ms: float | None, charging: bool, input
                           runs=runs, block_p50_ms=[r for b in per_block if (r := _round(b)) is not None])
     if input_seconds and mean:
         figures.rtf = _round(mean / 1000 / input_seconds, 5)
-    energies = [b for b in blocks if b.energy_j is not None]
+    powers = [b.power_w for b in timed if b.power_w is not None]
     if charging:
         notes.append(f"{name}.energy_mj_per_inference: null, the phone was on external power (charging): the "
                      "battery current is the charger's, not the run's; unplug it (or `adb shell dumpsys battery "
                      "unplug`) and run again")
-    elif energies and len(energies) == len(blocks):
-        total = sum(b.energy_j or 0.0 for b in energies)
-        count = sum(b.inferences for b in energies)
-        figures.energy_mj_per_inference = _round(total * 1000 / count, 4) if count else None
+    elif powers and len(powers) == len(timed) and mean is not None:
+        weights = [b.inferences for b in timed]
+        power = sum(w * b.power_w for w, b in zip(weights, timed, strict=True) if b.power_w is not None) / sum(weights)
+        figures.energy_mj_per_inference = _round(power * mean, 4)  # W x ms = mJ
         figures.energy_source = ENERGY_SOURCE
-    else:
-        notes.append(f"{name}.energy_mj_per_inference: null, the phone gave fewer than two readings of "
-                     "current_now and voltage_now during a block (a run too short, or no such files)")
+    elif mean is not None:
+        notes.append(f"{name}.energy_mj_per_inference: null, the phone gave no reading of current_now and "
+                     "voltage_now during a block (no such files?)")
     return figures
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
-    return _round(a / b, 4) if a is not None and b else None
+    return float(f"{a / b:.6g}") if a is not None and b else None
 
 
 def _ratios(npu: PathFigures, cpu: PathFigures) -> dict[str, float | None]:
@@ -675,7 +723,11 @@ def _bench_graph(dev: Device, job: Job, choice: decision.Decision, props: dict[s
         for point in sweep:
             point["npu"]["energy_mj_per_inference"], point["npu"]["energy_source"] = None, None
     if not g.on_device:
-        notes.append(NPU_PERCENTILE_NOTE)
+        notes.append(NPU_TIMES_NOTE)
+    if g.lost:
+        notes.append(f"npu: {g.lost} block(s) left out: the modification times of qnn-net-run's Result_<i> output "
+                     "folders (stat -c %y) did not read as one time per inference" +
+                     ("; npu latency: null, no block measured it" if not npu.runs else ""))
     if options.input_seconds is None:
         notes.append("rtf: null, the bundle gives no duration for the graph's input: give --input-seconds S (the "
                      "audio or video one inference covers)")

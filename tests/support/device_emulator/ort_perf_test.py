@@ -178,7 +178,7 @@ def run(model: Path, provider: dict[str, str] | None, config: dict[str, str], ru
         options.intra_op_num_threads = threads
         start = time.perf_counter()
         session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
-        _timed(session, model, time.perf_counter() - start, runs, generate, seed, "cpu")
+        _timed(session, model, time.perf_counter() - start, runs, generate, seed)
         print(f"STAND-IN onnxruntime_perf_test: {model.name} on the host's CPU EP (-x {threads})")
         return
     options = {k: v for k, v in provider.items() if k != "backend_path"}  # the host's HTP backend instead
@@ -196,31 +196,28 @@ def run(model: Path, provider: dict[str, str] | None, config: dict[str, str], ru
                 soc, fp16=False, cpu_fallback=True, config=config, provider=options))
     except Exception as e:  # noqa: BLE001 onnxruntime's own error types
         _fail(f"Failed to create session: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
-    _timed(session, model, time.perf_counter() - start, runs, generate, seed, "npu")
+    _timed(session, model, time.perf_counter() - start, runs, generate, seed)
     print(f"STAND-IN onnxruntime_perf_test: {model.name} on the host HTP emulator (soc_model "
           f"{options.get('soc_model')}, htp_arch {options.get('htp_arch')})")
 
 
-def _timed(session, model: Path, created: float, runs: int, generate: bool, seed: int, kind: str) -> None:
+def _timed(session, model: Path, created: float, runs: int, generate: bool, seed: int) -> None:
     """One warm-up inference, then `runs`, each timed, with the real tool's summary lines. Their wording and units
     are performance_runner.cc's (PerformanceRunner::Run and its latency summary): session creation in s, the
     first inference in ms, the totals, then "Min Latency: X s", "Max Latency", "P50", "P90", "P95", "P99", "P999
     Latency" over the sorted per-inference times, in seconds."""
-    from .qnn_net_run import power
-
     print(f"\nSession creation time cost: {created:.6f} s")
     feeds = _inputs(model, session, generate, seed)
     times = []
-    with power().busy(kind):  # the emulated phone's battery current and temperature follow the load
-        start = time.perf_counter()
-        session.run(None, feeds[0])
-        print(f"First inference time cost: {round((time.perf_counter() - start) * 1000)} ms")
-        begin = time.perf_counter()
-        for n in range(runs):
-            t = time.perf_counter()
-            session.run(None, feeds[n % len(feeds)])
-            times.append(time.perf_counter() - t)
-        total = time.perf_counter() - begin
+    start = time.perf_counter()
+    session.run(None, feeds[0])
+    print(f"First inference time cost: {round((time.perf_counter() - start) * 1000)} ms")
+    begin = time.perf_counter()
+    for n in range(runs):
+        t = time.perf_counter()
+        session.run(None, feeds[n % len(feeds)])
+        times.append(time.perf_counter() - t)
+    total = time.perf_counter() - begin
     print(f"Total inference time cost: {sum(times):.6f} s")
     print(f"Total inference requests: {runs}")
     print(f"Average inference time cost total: {sum(times) / runs * 1000:.6f} ms")
@@ -237,4 +234,9 @@ def _timed(session, model: Path, created: float, runs: int, generate: bool, seed
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    from .qnn_net_run import power
+
+    # the emulated phone's battery current and temperature follow the load, by the path this run stands for
+    ep = next((b for a, b in zip(sys.argv, sys.argv[1:], strict=False) if a == "-e"), "cpu")
+    with power().busy("cpu" if ep == "cpu" else "npu"):
+        main(sys.argv[1:])

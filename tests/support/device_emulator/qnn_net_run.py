@@ -166,8 +166,7 @@ def run(wrapper: Path, soc_name: str, input_list: Path, out: Path, native_in: bo
     types = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int32)": np.int32,
              "tensor(int64)": np.int64, "tensor(uint8)": np.uint8, "tensor(int8)": np.int8, "tensor(bool)": np.bool_}
     lines = [ln.split() for ln in input_list.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-    with power().busy("npu"):  # the emulated phone's battery current and temperature follow the load
-        _infer(session, inputs, types, lines, out, native_in, native_out)
+    _infer(session, inputs, types, lines, out, native_in, native_out)
     print(f"STAND-IN qnn-net-run: {len(lines)} inference(s) of {wrapper.name} on the host HTP emulator ({soc_name})")
 
 
@@ -204,4 +203,5 @@ def _infer(session, inputs, types, lines, out: Path, native_in: bool, native_out
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    with power().busy("npu"):  # the emulated phone's battery current and temperature follow the load
+        main(sys.argv[1:])
