@@ -15,6 +15,7 @@ import pytest
 
 from qnndeploy.device import bench
 from qnndeploy.qnn import htp
+from qnndeploy.report import collect
 from tests.support import bundles
 from tests.support.cli import run
 from tests.support.device_emulator import ort_perf_test, qnn_net_run
@@ -64,7 +65,7 @@ def check_path(p: dict, runs: int, notes: list[str]) -> None:
     assert lat["min"] <= lat["mean"] <= lat["max"]
     if lat["p50"] is not None:
         assert lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
-    assert p["first_ms"] > 0 and 0 < p["cpu_percent"]
+    assert p["first_ms"] > 0 and p["cpu_percent"] > 0
 
 
 def test_bench_two_phones_table_and_json_with_ratios(emulated_devices, bundle, tools, tmp_path):
@@ -76,8 +77,8 @@ def test_bench_two_phones_table_and_json_with_ratios(emulated_devices, bundle, t
     assert "block 2: NPU" in err  # progress lines on stderr, not a terminal here
     for r in records:
         jsonschema.validate(r, SCHEMA)
-        assert (out / bench.record_name(r["phone"]["serial"], "det")).is_file()
-        assert r["settings"]["npu_tool"] == "qnn-net-run" and r["settings"]["cpu_tool"] == "onnxruntime_perf_test -e cpu"
+        assert json.loads((out / bench.record_name(r["phone"]["serial"], "det")).read_text()) == r
+        assert (r["settings"]["npu_tool"], r["settings"]["cpu_tool"]) == ("qnn-net-run", "onnxruntime_perf_test -e cpu")
         assert (r["decision"]["provider"], r["decision"]["npu_source"], r["phone"]["soc"]) == \
             ("npu", "prebuilt", "SM8750")
         assert r["bundle"]["qairt"] == "2.49.40" and r["settings"]["perf_mode"] == "burst"
@@ -98,6 +99,10 @@ def test_bench_two_phones_table_and_json_with_ratios(emulated_devices, bundle, t
         assert spread["min"] <= spread["median"] <= spread["max"] and spread["blocks"] == 2
         assert r["sustained"] == [] and r["sweep"] == [] and r["profile"] is None and r["gate"] is None
         assert any("rtf: null" in n for n in r["notes"]) and npu["rtf"] is None
+
+    read = collect.collect([out])  # what `qnndeploy report` reads of them
+    assert not read.skipped and sorted(b.serial for b in read.benches) == sorted(p.serial for p in phones)
+    assert all(b.ratios["latency_mean"] is not None and b.paths["npu"].runs == 8 for b in read.benches)
 
     r = run("device", "bench", str(bundle), "-s", phones[0].serial, *FAST, *tools, "--input-seconds", "1",
             "-o", str(out))
@@ -136,13 +141,14 @@ def test_perf_mode_sweep(device, bundle, tools, tmp_path):
 
 
 def test_baseline_passes_against_itself_and_fails_on_a_planted_regression(device, bundle, tools, tmp_path):
-    code, [first], _ = bench_json(str(bundle), *FAST, *tools, "-o", str(tmp_path / "a"))
+    one = (*FAST, "--blocks", "1")
+    code, [first], _ = bench_json(str(bundle), *one, *tools, "-o", str(tmp_path / "a"))
     assert code == 0
     path = tmp_path / "a" / bench.record_name(device.serial, "det")
     assert bench.gate(first, str(path), first, 0.1).passed  # a record against itself: nothing regressed
 
     # the same run again, judged with room for this machine's load: it passes
-    code, [again], _ = bench_json(str(bundle), *FAST, *tools, "--baseline", str(path), "--threshold", "50",
+    code, [again], _ = bench_json(str(bundle), *one, *tools, "--baseline", str(path), "--threshold", "50",
                                   "-o", str(tmp_path / "b"))
     assert code == 0 and again["gate"]["passed"] is True and again["gate"]["regressions"] == []
     jsonschema.validate(again, SCHEMA)
@@ -155,7 +161,7 @@ def test_baseline_passes_against_itself_and_fails_on_a_planted_regression(device
         p["throughput_per_s"] *= 1000
     fast = tmp_path / "fast.json"
     fast.write_text(json.dumps(planted))
-    r = run("device", "bench", str(bundle), *FAST, *tools, "--baseline", str(fast), "-o", str(tmp_path / "c"))
+    r = run("device", "bench", str(bundle), *one, *tools, "--baseline", str(fast), "-o", str(tmp_path / "c"))
     assert r.exit_code == 1, r.output
     assert "FAILED" in r.stdout and "regression npu.latency_ms.mean" in r.stdout
     written = json.loads((tmp_path / "c" / bench.record_name(device.serial, "det")).read_text())
@@ -166,7 +172,8 @@ def test_baseline_passes_against_itself_and_fails_on_a_planted_regression(device
     # another phone's record is bad input, refused before anything runs
     planted["phone"]["serial"] = "another-phone"
     fast.write_text(json.dumps(planted))
-    r = run("device", "bench", str(bundle), *FAST, *tools, "--baseline", str(fast))
+    r = run("device", "bench", str(bundle), *one, *tools, "--baseline", str(fast), "-o", str(tmp_path / "d"))
+    assert not (tmp_path / "d").exists()
     assert r.exit_code == 2 and "phone 'another-phone'" in r.output
 
 
