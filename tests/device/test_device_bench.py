@@ -15,7 +15,7 @@ import pytest
 
 from qnndeploy.device import bench
 from qnndeploy.qnn import htp
-from qnndeploy.report import collect
+from qnndeploy.report.collect import collect
 from tests.support import bundles
 from tests.support.cli import run
 from tests.support.device_emulator import ort_perf_test, qnn_net_run
@@ -100,7 +100,7 @@ def test_bench_two_phones_table_and_json_with_ratios(emulated_devices, bundle, t
         assert r["sustained"] == [] and r["sweep"] == [] and r["profile"] is None and r["gate"] is None
         assert any("rtf: null" in n for n in r["notes"]) and npu["rtf"] is None
 
-    read = collect.collect([out])  # what `qnndeploy report` reads of them
+    read = collect([out])  # what `qnndeploy report` reads of them
     assert not read.skipped and sorted(b.serial for b in read.benches) == sorted(p.serial for p in phones)
     assert all(b.ratios["latency_mean"] is not None and b.paths["npu"].runs == 8 for b in read.benches)
 
