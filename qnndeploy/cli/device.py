@@ -494,8 +494,13 @@ def _verify(job: verify_stage.Job, serial: str | None, all_devices: bool, aihub:
 
 # --- bench --------------------------------------------------------------------------------------------------------
 
-def _fig(value: float | None, fmt: str = ".2f") -> str:
-    return "-" if value is None else format(value, fmt)
+def _fig(value: float | None, fmt: str = "sig") -> str:
+    """A figure as read: "-" when unmeasured; by default 3 significant digits below 100 (0.0205 ms, not 0.02)."""
+    if value is None:
+        return "-"
+    if fmt == "sig":
+        return f"{value:.1f}" if abs(value) >= 100 else f"{value:.3g}"
+    return format(value, fmt)
 
 
 def _render_bench_record(r: bench_stage.BenchRecord, path: Path | None) -> None:
@@ -515,13 +520,13 @@ def _render_bench_record(r: bench_stage.BenchRecord, path: Path | None) -> None:
             ("latency p99 ms", _fig(npu.latency_ms.p99), _fig(cpu.latency_ms.p99), "", ""),
             ("latency mean ms", _fig(npu.latency_ms.mean), _fig(cpu.latency_ms.mean), "latency_mean", ""),
             ("throughput /s", _fig(npu.throughput_per_s, ".1f"), _fig(cpu.throughput_per_s, ".1f"), "throughput", ""),
-            ("real-time factor", _fig(npu.rtf, ".4f"), _fig(cpu.rtf, ".4f"), "", ""),
+            ("real-time factor", _fig(npu.rtf), _fig(cpu.rtf), "", ""),
             ("process CPU %", _fig(npu.cpu_percent, ".1f"), _fig(cpu.cpu_percent, ".1f"), "cpu_percent", ""),
-            ("energy mJ/inference", _fig(npu.energy_mj_per_inference, ".3f"),
-             _fig(cpu.energy_mj_per_inference, ".3f"), "energy_per_inference", "")]
+            ("energy mJ/inference", _fig(npu.energy_mj_per_inference), _fig(cpu.energy_mj_per_inference),
+             "energy_per_inference", "")]
     _say(f"  {'figure':<22} {'NPU':>10} {'CPU':>10} {'NPU/CPU':>9}")
     for label, n, cp, key, _ in rows:
-        ratio = _fig(r.ratios.get(key), ".3f") if key else ""
+        ratio = _fig(r.ratios.get(key)) if key else ""
         _say(f"  {label:<22} {n:>10} {cp:>10} {ratio:>9}")
     spread = r.ratio_spread.get("latency_mean")
     if spread:
@@ -536,7 +541,7 @@ def _render_bench_record(r: bench_stage.BenchRecord, path: Path | None) -> None:
     for point in r.sweep:
         f = point["npu"]
         _say(f"  perf mode {point['perf_mode']:<27} NPU mean {_fig(f['latency_ms']['mean'])} ms, "
-             f"{_fig(f['throughput_per_s'], '.1f')}/s, energy {_fig(f['energy_mj_per_inference'], '.3f')} mJ "
+             f"{_fig(f['throughput_per_s'], '.1f')}/s, energy {_fig(f['energy_mj_per_inference'])} mJ "
              f"({f['runs']} runs)")
     if r.gate is not None:
         g = r.gate
