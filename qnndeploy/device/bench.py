@@ -484,9 +484,13 @@ class _Graph:
             raise CheckFailed(f"{self.dev.serial}: {tool} on {self.graph} exited with {block.code}: {last[:200]}")
 
 
-def take_profile(dev: Device, job: Job, graph: str, level: str) -> JSON | None:
-    """The per-op profile of a graph at a qnn-net-run profiling level: device/opprofile.py (--profile) wires itself
-    here; until then there is none, and the record's "profile" stays null."""
+def take_profile(dev: Device, job: Job, graph: str, level: str, workdir: str, env: str,
+                 argv: list[str] | None) -> JSON | None:
+    """The per-op profile of a graph at a qnn-net-run profiling level (basic, detailed, optrace): the hook
+    device/opprofile.py (--profile) wires. `argv` is the qnn-net-run command line of one NPU block (None on the
+    on-device path), to run in `workdir` with `env` (LD_LIBRARY_PATH and ADSP_LIBRARY_PATH) plus
+    --profiling_level; the result goes in the record's "profile" as the schema describes it. Until that module
+    exists there is no profile: None, and the record's "profile" stays null."""
     return None
 
 
@@ -739,7 +743,10 @@ def _bench_graph(dev: Device, job: Job, choice: decision.Decision, props: dict[s
         notes.append("ratios.latency_p50: null, a path has no p50 (see its note); latency_mean compares the means")
     if ratios["energy_per_inference"] is None:
         notes.append("ratios.energy_per_inference: null, a path has no energy figure (see its note)")
-    profile = take_profile(dev, job, graph, options.profile) if options.profile else None
+    profile = None
+    if options.profile:  # --profile: device/opprofile.py's per-op profile (see take_profile)
+        argv = None if g.on_device else g._qnn_args(runner.INPUT_LIST, mode)
+        profile = take_profile(dev, job, graph, options.profile, f"{g.workdir}/npu", env, argv)
     conditions = Conditions(charging, screen, start.level, end.level, start.temperature_c, end.temperature_c,
                             start.status, end.status, start.source)
     return BenchRecord(

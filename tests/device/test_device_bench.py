@@ -103,6 +103,9 @@ def test_bench_two_phones_table_and_json_with_ratios(emulated_devices, bundle, t
     read = collect([out])  # what `qnndeploy report` reads of them
     assert not read.skipped and sorted(b.serial for b in read.benches) == sorted(p.serial for p in phones)
     assert all(b.ratios["latency_mean"] is not None and b.paths["npu"].runs == 8 for b in read.benches)
+    page = run("report", str(out), "-o", str(tmp_path / "report.html"))
+    assert page.exit_code == 0, page.output
+    assert all(p.serial in (tmp_path / "report.html").read_text() for p in phones)
 
     r = run("device", "bench", str(bundle), "-s", phones[0].serial, *FAST, *tools, "--input-seconds", "1",
             "-o", str(out))

@@ -13,8 +13,10 @@ import hashlib
 import json
 import re
 import subprocess
+from importlib import resources
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from qnndeploy.base import socs
@@ -377,6 +379,8 @@ def test_bench_on_the_on_device_path_runs_the_npu_through_the_qnn_ep(emulated_de
             "--ort-runner", str(ort), "--qnn-sdk-root", str(sdk), "-o", str(tmp_path), "--json")
     assert r.exit_code == 0, r.output
     [record] = json.loads(r.stdout)
+    jsonschema.validate(record, json.loads(resources.files("qnndeploy").joinpath(
+        "schemas/bench-record.schema.json").read_text()))
     assert (record["decision"]["npu_source"], record["phone"]["soc"]) == ("on-device", "SM8845")
     assert record["settings"]["npu_tool"] == "onnxruntime_perf_test -e qnn"
     npu, cpu = record["paths"]["npu"], record["paths"]["cpu"]
