@@ -84,9 +84,9 @@ THROUGHPUT_NOTE = "throughput_per_s: 1000 / the mean latency, one inference at a
 NPU_TIMES_NOTE = ("npu latency: qnn-net-run prints no per-inference time; each inference's time is the gap between "
                   "the modification times of consecutive Result_<i> output folders (outputs written included); "
                   "first_ms the first folder's time from the process start")
-ENERGY_NOTE = ("energy_mj_per_inference: the battery's mean power (current_now x voltage_now, sampled every "
-               f"{SAMPLE_S:g} s while each tool process ran) x the mean time per inference: the whole phone's draw, "
-               "idle included")
+ENERGY_NOTE = ("energy_mj_per_inference: the battery's power (current_now x voltage_now, sampled every "
+               f"{SAMPLE_S:g} s while each tool process ran, integrated over the process and divided by its time) x "
+               "the mean time per inference: the whole phone's draw, idle included")
 
 Say = Callable[[str], None]
 
@@ -305,8 +305,11 @@ def _sampled(dev: Device, workdir: str, env: str, argv: list[str], doing: str, p
     block = _Block(path, r.code, output, seconds, inferences, t_start=s0 / 1e9 if s0 is not None else 0.0)
     if ticks is not None and seconds > 0:
         block.cpu_percent = round(ticks / clk / seconds * 100, 1)
-    if samples:
-        block.power_w = statistics.fmean(i * v for _, i, v in samples)
+    if len(samples) >= 2 and samples[-1][0] > samples[0][0]:  # current x voltage integrated (trapezoids), per second
+        joules = sum((b[0] - a[0]) * (a[1] * a[2] + b[1] * b[2]) / 2 for a, b in itertools.pairwise(samples))
+        block.power_w = joules / (samples[-1][0] - samples[0][0])
+    elif samples:
+        block.power_w = samples[0][1] * samples[0][2]
     if outputs:
         _output_times(block, done, s0)
     return block
