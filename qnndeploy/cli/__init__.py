@@ -38,7 +38,7 @@ COMMANDS = {
     "inspect": ("inspect", "inspect_cmd", "What a QNN context binary holds, as QNN reads it."),
     "scaffold": ("scaffold", "scaffold", "Generate the app side of a bundle: Kotlin glue."),
     "package": ("package", "package", "Package a bundle for an app store's delivery."),
-    "device": ("device", "device", "Phones over adb: list, info, profile, verify."),
+    "device": ("device", "device", "Phones over adb: list, info, profile, verify, bench."),
     "report": ("report", "report", "One self-contained HTML page of the records of builds, bundles and phones."),
     "doctor": ("doctor", "doctor", "What this machine can do, and what to install."),
     "cache": ("cache", "cache", "The compile cache: list, size, clear."),

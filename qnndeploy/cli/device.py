@@ -1,4 +1,4 @@
-"""`qnndeploy device list | info | profile | verify`: phones over adb.
+"""`qnndeploy device list | info | profile | verify | bench`: phones over adb.
 
 Everything a phone says is untrusted: every line of text output, and every error message, goes through escaped()
 (control characters and escape sequences shown, never emitted); JSON output is escaped by json.dumps.
@@ -15,6 +15,7 @@ from typing import Any, cast
 import click
 
 from qnndeploy.base.errors import EXIT_CHECK_FAILED, QnnDeployError
+from qnndeploy.base.names import PERFORMANCE_MODES
 from qnndeploy.cli._common import (
     CONTEXT_SETTINGS,
     Group,
@@ -33,6 +34,7 @@ from qnndeploy.cli._common import (
     unchecked_option,
 )
 from qnndeploy.cli.bundle import render_verify
+from qnndeploy.device import bench as bench_stage
 from qnndeploy.device import hosted
 from qnndeploy.device import info as device_info_stage
 from qnndeploy.device import profile as prof
@@ -70,7 +72,7 @@ def escapes_errors(fn: Callable[..., None]) -> Callable[..., None]:
 
 @click.group(cls=Group, context_settings=CONTEXT_SETTINGS)
 def device() -> None:
-    """Phones over adb: list, info, profile, verify.
+    """Phones over adb: list, info, profile, verify, bench.
 
     Through the standard adb server, as the adb command uses it ($ANDROID_ADB_SERVER_PORT is honoured).
     """
@@ -488,3 +490,161 @@ def _verify(job: verify_stage.Job, serial: str | None, all_devices: bool, aihub:
         return verify_stage.verify_all(job)
     with byte_progress("pushing", quiet=as_json) as progress:
         return [verify_stage.verify_device(job, serial, progress)]
+
+
+# --- bench --------------------------------------------------------------------------------------------------------
+
+def _fig(value: float | None, fmt: str = "sig") -> str:
+    """A figure as read: "-" when unmeasured; by default 3 significant digits below 100 (0.0205 ms, not 0.02)."""
+    if value is None:
+        return "-"
+    if fmt == "sig":
+        return f"{value:.1f}" if abs(value) >= 100 else f"{value:.3g}"
+    return format(value, fmt)
+
+
+def _render_bench_record(r: bench_stage.BenchRecord, path: Path | None) -> None:
+    c = r.conditions
+    npu, cpu = r.paths["npu"], r.paths["cpu"]
+    temp = (f"{_fig(c.temperature_c_start, '.1f')} -> {_fig(c.temperature_c_end, '.1f')} °C ({c.temperature_source})"
+            if c.temperature_c_start is not None else "temperature -")
+    _say(f"{r.phone['serial']} {r.phone['soc']} {r.graph}: NPU {r.settings['npu_tool']} ({r.settings['perf_mode']}) "
+         f"vs CPU {r.settings['cpu_tool']}; {r.settings['blocks']} alternating blocks of {r.settings['runs']} runs")
+    _say(f"  conditions: charging {'-' if c.charging is None else 'yes' if c.charging else 'no'}, screen "
+         f"{'-' if c.screen_on is None else 'on' if c.screen_on else 'off'}, battery {c.battery_level_start}% -> "
+         f"{c.battery_level_end}%, {temp}, thermal status {c.thermal_status_start} -> {c.thermal_status_end}")
+    rows = [("runs", str(npu.runs), str(cpu.runs), "", ""),
+            ("first inference ms", _fig(npu.first_ms), _fig(cpu.first_ms), "first_ms", ""),
+            ("latency p50 ms", _fig(npu.latency_ms.p50), _fig(cpu.latency_ms.p50), "latency_p50", ""),
+            ("latency p90 ms", _fig(npu.latency_ms.p90), _fig(cpu.latency_ms.p90), "", ""),
+            ("latency p99 ms", _fig(npu.latency_ms.p99), _fig(cpu.latency_ms.p99), "", ""),
+            ("latency mean ms", _fig(npu.latency_ms.mean), _fig(cpu.latency_ms.mean), "latency_mean", ""),
+            ("throughput /s", _fig(npu.throughput_per_s, ".1f"), _fig(cpu.throughput_per_s, ".1f"), "throughput", ""),
+            ("real-time factor", _fig(npu.rtf), _fig(cpu.rtf), "", ""),
+            ("process CPU %", _fig(npu.cpu_percent, ".1f"), _fig(cpu.cpu_percent, ".1f"), "cpu_percent", ""),
+            ("energy mJ/inference", _fig(npu.energy_mj_per_inference), _fig(cpu.energy_mj_per_inference),
+             "energy_per_inference", "")]
+    _say(f"  {'figure':<22} {'NPU':>10} {'CPU':>10} {'NPU/CPU':>9}")
+    for label, n, cp, key, _ in rows:
+        ratio = _fig(r.ratios.get(key)) if key else ""
+        _say(f"  {label:<22} {n:>10} {cp:>10} {ratio:>9}")
+    spread = r.ratio_spread.get("latency_mean")
+    if spread:
+        _say(f"  NPU/CPU mean latency over {spread['blocks']} block pairs: {spread['min']:.3f} .. {spread['max']:.3f} "
+             f"(median {spread['median']:.3f})")
+    if r.sustained:
+        _say(f"  sustained {r.settings['minutes']:g} min: {'t s':>7} {'path':<4} {'p50 ms':>8} {'mean ms':>8} "
+             f"{'/s':>8} {'°C':>6} status")
+        for s in r.sustained:
+            _say(f"  {'':<17}{s.t_s:>7.1f} {s.path:<4} {_fig(s.latency_ms_p50):>8} {_fig(s.latency_ms_mean):>8} "
+                 f"{_fig(s.throughput_per_s, '.1f'):>8} {_fig(s.temperature_c, '.1f'):>6} {s.thermal_status}")
+    for point in r.sweep:
+        f = point["npu"]
+        _say(f"  perf mode {point['perf_mode']:<27} NPU mean {_fig(f['latency_ms']['mean'])} ms, "
+             f"{_fig(f['throughput_per_s'], '.1f')}/s, energy {_fig(f['energy_mj_per_inference'])} mJ "
+             f"({f['runs']} runs)")
+    if r.gate is not None:
+        g = r.gate
+        _say(f"  gate against {g.baseline} (threshold {g.threshold:.0%}): {'passed' if g.passed else 'FAILED'}")
+        for reg in g.regressions:
+            _say(f"    regression {reg.figure}: {reg.was:g} -> {reg.now:g} (x{reg.ratio:g})")
+    for note in r.notes:
+        _say(f"  note: {note}")
+    if path is not None:
+        _say(f"record: {shown(path)}")
+
+
+@device.command("bench")
+@click.argument("bundle_dir", metavar="BUNDLE", type=click.Path(path_type=Path))
+@serial_option
+@click.option("--all", "all_devices", is_flag=True, help="Every connected device, in parallel.")
+@click.option("--graph", metavar="G", help="Bench this graph only [default: every NPU graph of the decision].")
+@click.option("--runs", type=click.IntRange(min=2), default=50, show_default=True, metavar="N",
+              help="Inferences per block and path.")
+@click.option("--blocks", type=click.IntRange(min=1), default=2, show_default=True, metavar="K",
+              help="Alternating NPU and CPU blocks (at least; --minutes runs more).")
+@click.option("--minutes", type=click.FloatRange(min=0, min_open=True), metavar="M",
+              help="A sustained run: keep alternating blocks for M minutes, with a curve point per block "
+                   "(latency, throughput, temperature, thermal status).")
+@click.option("--perf-mode", "perf_modes", multiple=True, type=click.Choice(PERFORMANCE_MODES), metavar="MODE",
+              help="Also run the NPU in this HTP performance mode (repeatable: a sweep), qnn-net-run's "
+                   "--perf_profile (on-device: the QNN EP's htp_performance_mode). The comparison itself uses the "
+                   "app's mode (the bundle's, else burst).")
+@click.option("--cpu-threads", type=click.IntRange(min=1), metavar="T",
+              help="Intra-op threads of the CPU path (onnxruntime_perf_test -x) [default: its own].")
+@click.option("--input-seconds", type=click.FloatRange(min=0, min_open=True), metavar="S",
+              help="Seconds of audio or video one inference covers: gives the real-time factor.")
+@click.option("--baseline", type=click.Path(exists=True, path_type=Path), metavar="RECORD",
+              help="An earlier bench record of the same graph, phone and bundle (or a folder of them): exit 1 when a "
+                   "figure regresses beyond --threshold.")
+@click.option("--threshold", type=click.FloatRange(min=0), default=bench_stage.DEFAULT_THRESHOLD, show_default=True,
+              metavar="F", help="With --baseline: the regression allowed (0.1 = 10%).")
+@click.option("--runner", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH",
+              help="A qnn-net-run built for aarch64-android: the NPU path.")
+@click.option("--ort-runner", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH",
+              help="An onnxruntime_perf_test built for Android arm64 (with the QNN EP): the CPU path (-e cpu), and "
+                   "the NPU path on a phone the bundle compiles on (-e qnn).")
+@click.option("--qnn-sdk-root", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="QAIRT SDK: its bin/aarch64-android/qnn-net-run (default: $QNN_SDK_ROOT when it has one), and "
+                   "the QNN libraries for a bundle with an external runtime.")
+@sample_options("--inputs", "Input samples, as validate takes them:")
+@click.option("-o", "--output", "record_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("device-records"), show_default=True, metavar="DIR",
+              help="Folder for the bench records, bench-SERIAL-GRAPH.json.")
+@timeout_option
+@unchecked_option
+@json_option
+@handles_errors
+@escapes_errors
+def device_bench(bundle_dir: Path, serial: str | None, all_devices: bool, graph: str | None, runs: int,
+                 blocks: int, minutes: float | None, perf_modes: tuple[str, ...], cpu_threads: int | None,
+                 input_seconds: float | None, baseline: Path | None, threshold: float, runner: Path | None,
+                 ort_runner: Path | None, qnn_sdk_root: Path | None, inputs: Path | None, preprocess: str | None,
+                 random_: int | None, seed: int, record_dir: Path, timeout: float | None, allow_unchecked: bool,
+                 as_json: bool) -> None:
+    """Is the NPU worth it on this phone? NPU against CPU, with energy and heat.
+
+    On each phone, for the target the app's decision picks, the same inputs run through the NPU (qnn-net-run on
+    the context binary; on-device targets: onnxruntime_perf_test with the QNN EP) and the CPU (the CPU model
+    through onnxruntime_perf_test -e cpu), in alternating blocks. Per path: first-inference latency, latency
+    percentiles and mean, throughput, real-time factor (with --input-seconds), the process's CPU %, energy per
+    inference from the battery's current_now x voltage_now (never while charging), and the thermal state; the
+    NPU/CPU ratio of each, with its spread over the blocks. --minutes keeps going and records the curve;
+    --perf-mode sweeps HTP performance modes. Writes bench-SERIAL-GRAPH.json per phone and graph into DIR.
+
+    Exit 1 when a phone fails, or a figure regresses beyond --threshold against --baseline; 2 on bad input (a
+    baseline of another graph, phone or bundle).
+    """
+    given = click.get_current_context().get_parameter_source("serial") == click.core.ParameterSource.COMMANDLINE
+    if all_devices and given:
+        fail("give -s SERIAL or --all, not both")
+    with verify_stage.checked_bundle(bundle_dir, allow_unchecked) as (root, report, manifest):
+        require_bundle(bundle_dir, root, report)
+        if not report.ok or manifest is None:
+            fail(f"{bundle_dir} fails bundle verify: fix the bundle (qnndeploy bundle verify {bundle_dir})",
+                 EXIT_CHECK_FAILED)
+        job = verify_stage.Job(root, manifest, runner, qnn_sdk_root, inputs, random_, seed, runs, record_dir,
+                               None, timeout, preprocess, given=bundle_dir, ort_runner=ort_runner)
+        options = bench_stage.Options(graph, runs, blocks, minutes, perf_modes, cpu_threads, input_seconds,
+                                      baseline, threshold)
+
+        def say(line: str) -> None:
+            _say(line, err=True)  # progress on stderr, terminal or not
+
+        if all_devices:
+            results = bench_stage.bench_all(job, options, say)
+        else:
+            results = [bench_stage.bench_device(job, options, serial, say)]
+    if as_json:
+        emit_json([r.to_json() for p in results for r in p.records])
+    else:
+        for p in results:
+            if p.error:
+                _say(f"error: {p.serial}: {p.error}")
+            for r, path in zip(p.records, p.written, strict=True):
+                _render_bench_record(r, path)
+    for p in results:
+        if p.error and as_json:
+            _say(f"error: {p.serial}: {p.error}", err=True)
+    if not all(p.passed for p in results):
+        sys.exit(EXIT_CHECK_FAILED)

@@ -301,23 +301,11 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
     if job.play_plan is not None:
         result.play = play_check(job.play_plan, job.play_groups, props, choice.soc, choice.files, on_device)
 
-    files = {"manifest.json": LocalFile(job.bundle / "manifest.json", job.manifest_sha256)}
-    for rel in [*choice.files, *(a.path for a in job.manifest.cpu)]:
-        files[rel] = LocalFile(job.bundle / rel, job.sha256[rel])
-    if choice.npu:
-        assert choice.dsp_arch is not None  # an NPU decision names its target's arch
-        files.update(job.runtime_libs(choice.dsp_arch))
-        if job.runner is not None or (on_device and job.ort_runner is not None):
-            for graph in choice.paths:
-                if graph not in choice.cpu_graphs:
-                    job.reference(graph)  # unusable --inputs fail here, before anything is pushed
-    start = time.perf_counter()
-    pushed = dev.push_folder(files, job.remote_dir, progress=progress)
-    seconds = time.perf_counter() - start
-    result.push = PushFigures(
-        files=len(files), bytes_total=sum(f.path.stat().st_size for f in files.values()), sent=pushed.sent,
-        bytes_sent=pushed.bytes_sent, unchanged=len(pushed.unchanged), removed=pushed.removed,
-        seconds=round(seconds, 4), mb_per_s=round(pushed.bytes_sent / seconds / 1e6, 2) if pushed.sent else None)
+    if choice.npu and (job.runner is not None or (on_device and job.ort_runner is not None)):
+        for graph in choice.paths:
+            if graph not in choice.cpu_graphs:
+                job.reference(graph)  # unusable --inputs fail here, before anything is pushed
+    result.push = push_bundle(dev, job, choice, progress)
 
     if on_device:
         _verify_on_device(dev, job, choice, result)
@@ -356,6 +344,24 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
             "qnn-net-run loaded the QNN libraries and ran every graph")
     result.record = write_record(job, result)
     return result
+
+
+def push_bundle(dev: Device, job: Job, choice: decision.Decision, progress: Progress | None = None) -> PushFigures:
+    """Put what the decision needs on the phone (its files, the CPU fallback, the runtime libraries of its arch, the
+    manifest) in job.remote_dir, incrementally and atomically (Device.push_folder); what was sent."""
+    files = {"manifest.json": LocalFile(job.bundle / "manifest.json", job.manifest_sha256)}
+    for rel in [*choice.files, *(a.path for a in job.manifest.cpu)]:
+        files[rel] = LocalFile(job.bundle / rel, job.sha256[rel])
+    if choice.npu:
+        assert choice.dsp_arch is not None  # an NPU decision names its target's arch
+        files.update(job.runtime_libs(choice.dsp_arch))
+    start = time.perf_counter()
+    pushed = dev.push_folder(files, job.remote_dir, progress=progress)
+    seconds = time.perf_counter() - start
+    return PushFigures(
+        files=len(files), bytes_total=sum(f.path.stat().st_size for f in files.values()), sent=pushed.sent,
+        bytes_sent=pushed.bytes_sent, unchanged=len(pushed.unchanged), removed=pushed.removed,
+        seconds=round(seconds, 4), mb_per_s=round(pushed.bytes_sent / seconds / 1e6, 2) if pushed.sent else None)
 
 
 # --- the on-device path ------------------------------------------------------------------------------------------

@@ -13,8 +13,10 @@ import hashlib
 import json
 import re
 import subprocess
+from importlib import resources
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from qnndeploy.base import socs
@@ -365,3 +367,25 @@ def test_the_demo_bundled_with_on_device_compile_runs_on_an_sm8845_and_not_on_an
     assert g["graph"] == "kws_demo" and g["status"] == "passed" and g["on_device"]["compile_s"] > 0
     assert all(m["passed"] for m in g["outputs"])
     assert (found[old.serial]["provider"], found[old.serial]["graphs"]) == ("cpu", [])
+
+
+# --- device bench ----------------------------------------------------------------------------------------------------
+
+def test_bench_on_the_on_device_path_runs_the_npu_through_the_qnn_ep(emulated_devices, bundle, sdk, ort, tmp_path):
+    """On a phone the bundle compiles on, bench's NPU path is onnxruntime_perf_test -e qnn on the EP context compiled
+    there (as the app's later starts open it), and its CPU path the same tool's -e cpu."""
+    phone = emulated_devices("sm8845")[0]
+    r = run("device", "bench", str(bundle), "-s", phone.serial, "--graph", "det", "--runs", "5", "--blocks", "1",
+            "--ort-runner", str(ort), "--qnn-sdk-root", str(sdk), "-o", str(tmp_path), "--json")
+    assert r.exit_code == 0, r.output
+    [record] = json.loads(r.stdout)
+    jsonschema.validate(record, json.loads(resources.files("qnndeploy").joinpath(
+        "schemas/bench-record.schema.json").read_text()))
+    assert (record["decision"]["npu_source"], record["phone"]["soc"]) == ("on-device", "SM8845")
+    assert record["settings"]["npu_tool"] == "onnxruntime_perf_test -e qnn"
+    npu, cpu = record["paths"]["npu"], record["paths"]["cpu"]
+    for p in (npu, cpu):  # the tool's own latency lines, on both paths
+        assert p["latency_ms"]["min"] <= p["latency_ms"]["p50"] <= p["latency_ms"]["max"] and p["first_ms"] > 0
+    assert record["ratios"]["latency_p50"] == pytest.approx(npu["latency_ms"]["p50"] / cpu["latency_ms"]["p50"],
+                                                            rel=1e-3)
+    assert phone.host_path(f"/data/local/tmp/qnndeploy/bench/{bundle.name}/det/cache/det_ctx.onnx").is_file()

@@ -150,6 +150,10 @@ class EmulatedDevice:
     def set_battery(self, **values: object) -> None:
         self.sandbox.set_battery(**values)
 
+    def set_screen(self, on: bool) -> None:
+        """The screen state `dumpsys power` reports (off by default: a phone set up for a bench)."""
+        self.sandbox.set_screen(on)
+
     def write_file(self, device_path: str, data: bytes | str, mode: int = 0o644) -> Path:
         return self.sandbox.write(device_path, data, mode)
 

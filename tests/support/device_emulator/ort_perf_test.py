@@ -31,7 +31,7 @@ from .qnn_net_run import _device_path
 
 # getopt: the options that take a value, and the flags (the real tool's string is
 # "m:e:r:t:p:x:y:c:d:o:u:i:f:F:S:T:C:AMPIDZvhsqznlgR:X"; only these are implemented)
-VALUED = {"-e", "-i", "-C", "-m", "-r", "-S"}
+VALUED = {"-e", "-i", "-C", "-m", "-r", "-S", "-x"}
 FLAGS = {"-I", "-v", "-s"}
 _REPO = Path(__file__).resolve().parents[3]  # the stand-in runs this checkout's qnndeploy, not an installed one
 
@@ -97,10 +97,20 @@ def _parse(argv: list[str]) -> tuple[dict[str, str], set[str], list[str]]:
 
 def main(argv: list[str]) -> None:
     valued, flags, rest = _parse(argv)
-    if valued.get("-e", "cpu") != "qnn":
-        _fail(f"STAND-IN onnxruntime_perf_test: only -e qnn is implemented (got -e {valued.get('-e', 'cpu')})")
+    if valued.get("-e", "cpu") not in ("qnn", "cpu"):
+        _fail(f"STAND-IN onnxruntime_perf_test: only -e qnn and -e cpu are implemented (got -e {valued['-e']})")
     if valued.get("-m", "times") != "times":
         _fail("STAND-IN onnxruntime_perf_test: only -m times is implemented")
+    threads = valued.get("-x", "0")
+    if not threads.isdigit():
+        _fail(f"Invalid value for -x: {threads}")
+    if valued.get("-e", "cpu") == "cpu":  # the CPU EP: ONNX Runtime's own kernels, no QNN library to load
+        model = _device_path(rest[0])
+        if not model.is_file():
+            _fail(f"Load model from {rest[0]} failed: No such file")
+        run(model, None, _pairs(valued.get("-C", ""), "session configuration entry"), int(valued.get("-r", "1000")),
+            generate="-I" in flags, seed=int(valued.get("-S", "-1")), threads=int(threads))
+        return
     provider = _pairs(valued.get("-i", ""), "run-time option")
     config = _pairs(valued.get("-C", ""), "session configuration entry")
     runs = int(valued.get("-r", "1000"))
@@ -155,12 +165,22 @@ def _inputs(model: Path, session, generate: bool, seed: int) -> list[dict]:
     return feeds
 
 
-def run(model: Path, provider: dict[str, str], config: dict[str, str], runs: int, generate: bool, seed: int) -> None:
+def run(model: Path, provider: dict[str, str] | None, config: dict[str, str], runs: int, generate: bool, seed: int,
+        threads: int = 0) -> None:
+    """provider None: -e cpu, ONNX Runtime's CPU EP with `threads` intra-op threads (-x; 0: its default)."""
     import onnxruntime as ort
 
     from qnndeploy.base import socs
     from qnndeploy.qnn import htp
 
+    if provider is None:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        start = time.perf_counter()
+        session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+        _timed(session, model, time.perf_counter() - start, runs, generate, seed)
+        print(f"STAND-IN onnxruntime_perf_test: {model.name} on the host's CPU EP (-x {threads})")
+        return
     options = {k: v for k, v in provider.items() if k != "backend_path"}  # the host's HTP backend instead
     if "ep.context_file_path" in config:  # a file to be written: its folder is the phone's
         cache = Path(config["ep.context_file_path"])
@@ -176,22 +196,47 @@ def run(model: Path, provider: dict[str, str], config: dict[str, str], runs: int
                 soc, fp16=False, cpu_fallback=True, config=config, provider=options))
     except Exception as e:  # noqa: BLE001 onnxruntime's own error types
         _fail(f"Failed to create session: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
-    created = time.perf_counter() - start
-    print(f"\nSession creation time cost: {created:.6f} s")
-    feeds = _inputs(model, session, generate, seed)
-    start = time.perf_counter()
-    session.run(None, feeds[0])
-    print(f"First inference time cost: {round((time.perf_counter() - start) * 1000)} ms")
-    start = time.perf_counter()
-    for n in range(runs):
-        session.run(None, feeds[n % len(feeds)])
-    total = time.perf_counter() - start
-    print(f"Total inference time cost: {total:.6f} s")
-    print(f"Total inference requests: {runs}")
-    print(f"Average inference time cost total: {total / runs * 1000:.6f} ms")
+    _timed(session, model, time.perf_counter() - start, runs, generate, seed)
     print(f"STAND-IN onnxruntime_perf_test: {model.name} on the host HTP emulator (soc_model "
           f"{options.get('soc_model')}, htp_arch {options.get('htp_arch')})")
 
 
+def _timed(session, model: Path, created: float, runs: int, generate: bool, seed: int) -> None:
+    """One warm-up inference, then `runs`, each timed, with the real tool's summary lines. Their wording and units
+    are performance_runner.cc's (PerformanceRunner::Run and its latency summary): session creation in s, the
+    first inference in ms, the totals, then "Min Latency: X s", "Max Latency", "P50", "P90", "P95", "P99", "P999
+    Latency" over the sorted per-inference times, in seconds."""
+    print(f"\nSession creation time cost: {created:.6f} s")
+    feeds = _inputs(model, session, generate, seed)
+    times = []
+    start = time.perf_counter()
+    session.run(None, feeds[0])
+    print(f"First inference time cost: {round((time.perf_counter() - start) * 1000)} ms")
+    begin = time.perf_counter()
+    for n in range(runs):
+        t = time.perf_counter()
+        session.run(None, feeds[n % len(feeds)])
+        times.append(time.perf_counter() - t)
+    total = time.perf_counter() - begin
+    print(f"Total inference time cost: {sum(times):.6f} s")
+    print(f"Total inference requests: {runs}")
+    print(f"Average inference time cost total: {sum(times) / runs * 1000:.6f} ms")
+    print(f"Total inference run time: {total:.6f} s")
+    print(f"Number of inferences per second: {runs / total:.6f}")
+    times.sort()
+
+    def at(q: float) -> float:  # the real tool's index: time_costs[size * q] of the sorted times
+        return times[min(len(times) - 1, int(len(times) * q))]
+
+    print(f"Min Latency: {times[0]:.6f} s\nMax Latency: {times[-1]:.6f} s\nP50 Latency: {at(0.5):.6f} s\n"
+          f"P90 Latency: {at(0.9):.6f} s\nP95 Latency: {at(0.95):.6f} s\nP99 Latency: {at(0.99):.6f} s\n"
+          f"P999 Latency: {at(0.999):.6f} s")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    from .qnn_net_run import power
+
+    # the emulated phone's battery current and temperature follow the load, by the path this run stands for
+    ep = next((b for a, b in zip(sys.argv, sys.argv[1:], strict=False) if a == "-e"), "cpu")
+    with power().busy("cpu" if ep == "cpu" else "npu"):
+        main(sys.argv[1:])

@@ -24,15 +24,20 @@ the numbers are the HTP emulator's, really computed.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import NoReturn
 
 FLAGS = {"--backend": True, "--retrieve_context": True, "--input_list": True, "--output_dir": True,
          "--use_native_input_files": False, "--use_native_output_files": False, "--log_level": True,
          "--profiling_level": True, "--perf_profile": True}
+# --perf_profile's values, as the QNN SDK docs list them for qnn-net-run (Tools, qnn-net-run)
+PERF_PROFILES = ("low_balanced", "balanced", "default", "high_performance", "sustained_high_performance", "burst",
+                 "low_power_saver", "power_saver", "high_power_saver", "extreme_power_saver", "system_settings")
 CONTEXT_TARGET = re.compile(rb"soc_type=([A-Za-z0-9]{2,16});arch=(\d{2,3})")
 
 
@@ -93,6 +98,8 @@ def _parse(argv: list[str]) -> dict:
 
 def main(argv: list[str]) -> None:
     args = _parse(argv)
+    if args.get("--perf_profile", "default") not in PERF_PROFILES:
+        _fail(f"ERROR: Invalid value for --perf_profile: {args['--perf_profile']}")
     backend = args["--backend"]
     lib_dirs = [d for d in os.environ.get("QNN_STANDIN_LD_LIBRARY_PATH", "").split(":") if d]
     found = Path(backend).is_file() if "/" in backend else any((Path(d) / backend).is_file() for d in lib_dirs)
@@ -159,6 +166,22 @@ def run(wrapper: Path, soc_name: str, input_list: Path, out: Path, native_in: bo
     types = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int32)": np.int32,
              "tensor(int64)": np.int64, "tensor(uint8)": np.uint8, "tensor(int8)": np.int8, "tensor(bool)": np.bool_}
     lines = [ln.split() for ln in input_list.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    _infer(session, inputs, types, lines, out, native_in, native_out)
+    print(f"STAND-IN qnn-net-run: {len(lines)} inference(s) of {wrapper.name} on the host HTP emulator ({soc_name})")
+
+
+def power() -> ModuleType:
+    """power.py, loaded by its path: this file also runs as a plain script, outside the tests package."""
+    spec = importlib.util.spec_from_file_location("device_emulator_power", Path(__file__).with_name("power.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _infer(session, inputs, types, lines, out: Path, native_in: bool, native_out: bool) -> None:
+    import numpy as np
+
     for n, tokens in enumerate(lines):
         named = {}  # input name -> file: NAME:=FILE, or FILE for the i-th input
         for i, token in enumerate(tokens):
@@ -177,8 +200,8 @@ def run(wrapper: Path, soc_name: str, input_list: Path, out: Path, native_in: bo
         for spec, result in zip(session.get_outputs(), results, strict=True):
             value = result if native_out else result.astype(np.float32)
             (folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", spec.name) + ".raw")).write_bytes(value.tobytes())
-    print(f"STAND-IN qnn-net-run: {len(lines)} inference(s) of {wrapper.name} on the host HTP emulator ({soc_name})")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    with power().busy("npu"):  # the emulated phone's battery current and temperature follow the load
+        main(sys.argv[1:])

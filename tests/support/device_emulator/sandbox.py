@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from . import power
+
 DEVICE_DIRS = ("data", "sdcard", "storage", "system", "vendor", "odm", "product", "apex", "sys", "mnt", "cache")
 REAL_DIRS = ("proc", "dev")
 
@@ -59,8 +61,11 @@ exec awk -v k="$1" -v d="$2" '
   END { if (!found) print d }' "$EMU_STATE/props"
 """,
     "dumpsys": r"""#!/bin/sh
-# Stand-in for Android's dumpsys: only the battery service, from the emulated device's battery values.
+# Stand-in for Android's dumpsys: the battery service (the emulated device's battery values), thermalservice (its
+# thermal status, see power.py) and power (its screen state: the mWakefulness line of PowerManagerService's dump).
 """ + _misbehaving("dumpsys") + r"""if [ "$1" = battery ]; then exec cat "$EMU_STATE/dumpsys-battery"; fi
+if [ "$1" = thermalservice ]; then exec cat "$EMU_STATE/dumpsys-thermalservice"; fi
+if [ "$1" = power ]; then exec cat "$EMU_STATE/dumpsys-power"; fi
 echo "Can't find service: $1" >&2
 exit 1
 """,
@@ -97,6 +102,8 @@ class Sandbox:
         self.set_props({})
         self.set_page_size(4096)
         self.set_battery()
+        self.set_screen(False)
+        power.reset(self.root, self.state)
 
     # --- configuration -----------------------------------------------------------------------------------
     def set_props(self, props: dict[str, str]) -> None:
@@ -127,10 +134,17 @@ class Sandbox:
             f"  status: {2 if charging else 3}\n  health: 2\n  present: true\n"
             f"  level: {b['level']}\n  scale: 100\n  voltage: {b['voltage_mv']}\n"
             f"  temperature: {b['temperature']}\n  technology: Li-ion\n")
+        current = abs(int(b["current_ua"])) if charging else b["current_ua"]  # charging: into the battery
         sysfs = {"capacity": b["level"], "temp": b["temperature"], "voltage_now": int(b["voltage_mv"]) * 1000,
-                 "current_now": b["current_ua"], "status": "Charging" if charging else "Discharging"}
+                 "current_now": current, "status": "Charging" if charging else "Discharging"}
         for name, value in sysfs.items():
             self.write(f"/sys/class/power_supply/battery/{name}", f"{value}\n")
+
+    def set_screen(self, on: bool) -> None:
+        """The screen state `dumpsys power` reports (AOSP PowerManagerService's dump: mWakefulness=Awake|Asleep)."""
+        (self.state / "dumpsys-power").write_text(
+            "POWER MANAGER (dumpsys power)\n\nPower Manager State:\n"
+            f"  mWakefulness={'Awake' if on else 'Asleep'}\n")
 
     def write(self, device_path: str, data: bytes | str, mode: int = 0o644) -> Path:
         path = self.host_path(device_path)
