@@ -6,7 +6,7 @@ does not know, as the real tool does:
 
   qnn-net-run --backend libQnnHtp.so --retrieve_context GRAPH.bin --input_list LIST --output_dir DIR
               [--use_native_input_files] [--use_native_output_files] [--log_level L] [--profiling_level L]
-              [--perf_profile P]
+              [--perf_profile P] [--profiling_option optrace]
 
 What it checks, in the order the real HTP backend loads things:
 - the backend library: a bare name must be found on LD_LIBRARY_PATH (dlopen's rule);
@@ -20,6 +20,16 @@ through its EPContext wrapper, so it REQUIRES <graph>_ctx.onnx beside <graph>.bi
 ort-epcontext artifact), or the EPContext model the QNN EP wrote beside the binary it compiled (device verify's
 on-device path). Inputs are read from the raw files of the input list, outputs written to DIR/Result_<line>/<name>.raw:
 the numbers are the HTP emulator's, really computed.
+
+Profiling (`--profiling_level basic|detailed`, `--profiling_option optrace`): the session runs with the QNN EP's
+profiling_level/profiling_file_path options, so the QNN HTP backend of onnxruntime-qnn itself measures the run
+and emits its profile events; nothing is made up here. Where each output comes from:
+- <output_dir>/qnn-profiling-data_0.log: qnn-net-run's log name (QAIRT's model-level API reads that name). Its bytes
+  are the binary log the QNN EP writes through QNN's System Profile API (<file>_qnn.log, "compatible with
+  qnn-profile-viewer", microsoft/onnxruntime#25987); its layout is not public and nothing here reads it.
+- <output_dir>/qnn-profiling-data_0.log.standin.csv: STAND-IN ONLY, the same events in the event CSV layout the QNN
+  EP writes (qnn_backend_manager.cc); the qnn-profile-viewer stand-in (qnn_profile_viewer.py) gives it back as
+  the real viewer would give its --output from the log.
 """
 
 from __future__ import annotations
@@ -32,7 +42,10 @@ from typing import NoReturn
 
 FLAGS = {"--backend": True, "--retrieve_context": True, "--input_list": True, "--output_dir": True,
          "--use_native_input_files": False, "--use_native_output_files": False, "--log_level": True,
-         "--profiling_level": True, "--perf_profile": True}
+         "--profiling_level": True, "--perf_profile": True, "--profiling_option": True}
+PROFILING_LEVELS = ("basic", "detailed")  # qnn-net-run's, for the HTP (QAIRT docs: basic, detailed)
+LOG = "qnn-profiling-data_0.log"
+SIDECAR = LOG + ".standin.csv"
 CONTEXT_TARGET = re.compile(rb"soc_type=([A-Za-z0-9]{2,16});arch=(\d{2,3})")
 
 
@@ -128,12 +141,19 @@ def main(argv: list[str]) -> None:
         _fail(f"STAND-IN qnn-net-run: graph {chosen[0] + 1 if chosen else '?'} of {len(graphs)} of {binary.name} "
               f"(input lists {args['--input_list']}): the host HTP emulator cannot run a context whose graphs share "
               "weights; run it on a phone", code=2)
+    level = args.get("--profiling_level")
+    if level is not None and level not in PROFILING_LEVELS:
+        _fail(f"ERROR: Invalid profiling level: {level} (stand-in: {', '.join(PROFILING_LEVELS)})")
+    option = args.get("--profiling_option")
+    if option is not None and (option != "optrace" or level != "detailed"):
+        _fail(f"ERROR: --profiling_option {option} needs --profiling_level detailed (stand-in: optrace only)")
     wrapper = _wrapper_of(binary)
     if wrapper is None:
         _fail(f"STAND-IN: {binary.stem}_ctx.onnx must sit beside {binary.name}: the host HTP emulator loads a context "
               "binary through its ONNX Runtime EPContext wrapper", code=2)
     run(wrapper, soc_name, Path(args["--input_list"]), Path(args.get("--output_dir", "output")),
-        native_in="--use_native_input_files" in args, native_out="--use_native_output_files" in args)
+        native_in="--use_native_input_files" in args, native_out="--use_native_output_files" in args,
+        profiling="optrace" if option else level)
 
 
 def _wrapper_of(binary: Path) -> Path | None:
@@ -147,14 +167,23 @@ def _wrapper_of(binary: Path) -> Path | None:
     return next((p for p in sorted(binary.parent.glob("*.onnx")) if binary.name in epcontext.context_refs(p)), None)
 
 
-def run(wrapper: Path, soc_name: str, input_list: Path, out: Path, native_in: bool, native_out: bool) -> None:
+def run(wrapper: Path, soc_name: str, input_list: Path, out: Path, native_in: bool, native_out: bool,
+        profiling: str | None = None) -> None:
+    import gc
+    import shutil
+
     import numpy as np
     import onnxruntime as ort
 
     from qnndeploy.base import socs
     from qnndeploy.qnn import htp
 
-    session = ort.InferenceSession(str(wrapper), htp.session_options(socs.find(soc_name)))
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path = out / "qnn-profiling-data.standin.csv"  # the QNN EP writes <stem>.csv and <stem>_qnn.log
+    for old in (csv_path, csv_path.with_name(csv_path.stem + "_qnn.log"), out / LOG, out / SIDECAR):
+        old.unlink(missing_ok=True)
+    provider = {"profiling_level": profiling, "profiling_file_path": str(csv_path)} if profiling else None
+    session = ort.InferenceSession(str(wrapper), htp.session_options(socs.find(soc_name), provider=provider))
     inputs = session.get_inputs()
     types = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int32)": np.int32,
              "tensor(int64)": np.int64, "tensor(uint8)": np.uint8, "tensor(int8)": np.int8, "tensor(bool)": np.bool_}
@@ -177,6 +206,15 @@ def run(wrapper: Path, soc_name: str, input_list: Path, out: Path, native_in: bo
         for spec, result in zip(session.get_outputs(), results, strict=True):
             value = result if native_out else result.astype(np.float32)
             (folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", spec.name) + ".raw")).write_bytes(value.tobytes())
+    if profiling:
+        del session  # the QNN EP writes its binary log when the session ends
+        gc.collect()
+        shutil.move(csv_path, out / SIDECAR)
+        binary_log = csv_path.with_name(csv_path.stem + "_qnn.log")
+        if binary_log.is_file():
+            shutil.move(binary_log, out / LOG)
+        else:  # an onnxruntime-qnn before QNN API 2.29 writes no binary log: the sidecar stands for it
+            (out / LOG).write_bytes(b"STAND-IN: no binary log from this onnxruntime-qnn\n")
     print(f"STAND-IN qnn-net-run: {len(lines)} inference(s) of {wrapper.name} on the host HTP emulator ({soc_name})")
 
 
