@@ -40,10 +40,14 @@ Formats relied on, each with where it was read (nothing else is assumed):
   (execute) time` in US, then ROOT EXECUTE `QNN (execute) time` in US, which ends one execution. The op cycles sum
   to the accelerator's cycles. QNN documents NODE events as "stats related to individual nodes in graphs as
   sub-events" of EXECUTE (QnnProfile.h, QNN_PROFILE_EVENTTYPE_EXECUTE, in the same SDK docs).
-- Op time: an op's share is its cycles over the execution's accelerator cycles; its time in µs is that share of
-  the accelerator's execute time (µs). The HTP reports cycles summed over its hardware threads, so this is a share
-  of the work, not a wall-clock start and end; the trace lays ops end to end in their execution order, says so in
-  its metadata, and makes no claim about overlap.
+- Op time: QNN's HTP profiling page says the detailed report gives each op's cycle count, not microseconds, and
+  that, ops running in parallel, there is no direct conversion from cycles to microseconds: compare ops by their
+  cycles (docs.qualcomm.com/bundle/publicresource/topics/80-63442-50/htp_backend.html, "QNN HTP Profiling"; read
+  in the translation at https://avoid.overfit.cn/post/0043128d28864be5b709d7c6c2adf225). So an op's share is its
+  cycles over the execution's accelerator cycles (measured), and its time_us is the accelerator's execute time
+  (µs, measured) apportioned by that share: an attribution that sums to the graph's accelerator time, not a
+  measured duration of the op. The trace lays ops end to end in their execution order, says so in its
+  metadata, and makes no claim about overlap.
 - ONNX Runtime's session profile (SessionOptions.enable_profiling, or `onnxruntime_perf_test -p`): a JSON list of
   Trace Event Format events, one `"cat": "Node"` complete event per kernel run with args.provider and
   args.op_name (https://onnxruntime.ai/docs/performance/tune-performance/profiling-tools.html). A node of
@@ -145,6 +149,7 @@ class OpRow:
     share: float | None  # of the partition's accelerator cycles (HTP) or of the run's kernel time (ORT)
     where: Where
     op_id: int | None = None  # the HTP's OpId
+    cycles: float | None = None  # the HTP's cycles, mean per execution (measured; time_us is apportioned from it)
 
     def record(self) -> JSON:
         return {"name": self.name, "type": self.type, "time_us": _round(self.time_us), "share": _round(self.share, 6),
@@ -265,9 +270,12 @@ def from_events_csv(text: str, graph: str, level: Level, types: dict[str, str] |
     order = [(name, op_id) for name, op_id, _ in with_ops[0].ops]
     shares: dict[tuple[str, int], list[float]] = {k: [] for k in order}
     times: dict[tuple[str, int], list[float]] = {k: [] for k in order}
+    cycles_of: dict[tuple[str, int], list[float]] = {k: [] for k in order}
     for r in with_ops:
         total = r.accel_cycles or sum(c for _, _, c in r.ops)
         for name, op_id, cycles in r.ops:
+            if (name, op_id) in cycles_of:
+                cycles_of[(name, op_id)].append(cycles)
             if total and (name, op_id) in shares:
                 share = cycles / total
                 shares[(name, op_id)].append(share)
@@ -276,7 +284,9 @@ def from_events_csv(text: str, graph: str, level: Level, types: dict[str, str] |
     for name, op_id in order:
         kind = _IO_OPS.get(name) or (types or {}).get(name)
         s, t = shares[(name, op_id)], times[(name, op_id)]
-        profile.ops.append(OpRow(name, kind, _mean(t) if t else None, _mean(s) if s else None, Where.HTP, op_id))
+        c = cycles_of[(name, op_id)]
+        profile.ops.append(OpRow(name, kind, _mean(t) if t else None, _mean(s) if s else None, Where.HTP, op_id,
+                                 _mean(c) if c else None))
     if not accel:
         profile.notes.append("no Accelerator (execute) time in µs: op shares only, no op times")
     return profile
@@ -362,7 +372,8 @@ def chrome_trace(p: OpProfile) -> JSON:
                 d = o.time_us or 0.0
                 events.append({"name": o.name, "cat": "op", "ph": "X", "ts": round(t, 3), "dur": round(d, 3),
                                "pid": 1, "tid": tid, "args": {"type": o.type, "share": _round(o.share, 6),
-                                                              "op_id": o.op_id, "where": str(o.where)}})
+                                                              "cycles": _round(o.cycles), "op_id": o.op_id,
+                                                              "where": str(o.where)}})
                 t += d
         ts += dur
     cpu = [o for o in p.ops if o.where == Where.CPU]
@@ -376,8 +387,9 @@ def chrome_trace(p: OpProfile) -> JSON:
             t += d
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"graph": p.graph, "level": str(p.level), "source": p.source, "executions": p.executions,
-                          "layout": ("ops are laid end to end in execution order, each lasting its mean time per "
-                                     "execution; the profile gives durations, not start times")}}
+                          "layout": ("ops are laid end to end in execution order, each lasting its share of the "
+                                     "accelerator's mean execute time by its HTP cycles; QNN gives op cycles, not "
+                                     "start times or op durations")}}
 
 
 def _meta(name: str, pid: int, tid: int, label: str) -> JSON:

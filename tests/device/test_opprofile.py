@@ -86,6 +86,7 @@ def test_parser_reads_the_published_layout():
         ("Output", "Output", 3, Where.HTP)]
     relu = p.ops[2]
     assert relu.share == pytest.approx(21243 / 50079)
+    assert relu.cycles == 21243
     assert relu.time_us == pytest.approx(21243 / 50079 * 14817)  # its share of the accelerator's execute time
     assert sum(o.share or 0 for o in p.ops) == pytest.approx(1.0)
     assert [(q.name, q.time_us, q.where) for q in p.partitions] == [("det", 14987, Where.HTP)]
