@@ -362,29 +362,29 @@ def chrome_trace(p: OpProfile) -> JSON:
     htp_ops = [o for o in p.ops if o.where == Where.HTP]
     for tid, part in enumerate((q for q in p.partitions if q.where == Where.HTP), start=1):
         events.append(_meta("thread_name", 1, tid, f"graph {part.name}"))
-        ops_us = sum(o.time_us or 0.0 for o in htp_ops)
-        dur = max(part.time_us or 0.0, ops_us)
-        events.append({"name": part.name, "cat": "partition", "ph": "X", "ts": round(ts, 3), "dur": round(dur, 3),
+        ops_us = sum(round(o.time_us or 0.0, 3) for o in htp_ops) if tid == 1 else 0.0
+        dur = round(max(part.time_us or 0.0, ops_us), 3)
+        events.append({"name": part.name, "cat": "partition", "ph": "X", "ts": round(ts, 3), "dur": dur,
                        "pid": 1, "tid": tid, "args": {"where": str(part.where), "executions": p.executions}})
         if tid == 1:  # the HTP's op events belong to the graph that was profiled
-            t = ts
+            t = round(ts, 3)
             for o in htp_ops:
-                d = o.time_us or 0.0
-                events.append({"name": o.name, "cat": "op", "ph": "X", "ts": round(t, 3), "dur": round(d, 3),
+                d = round(o.time_us or 0.0, 3)  # each op starts where the one before it ends, to the ns
+                events.append({"name": o.name, "cat": "op", "ph": "X", "ts": t, "dur": d,
                                "pid": 1, "tid": tid, "args": {"type": o.type, "share": _round(o.share, 6),
                                                               "cycles": _round(o.cycles), "op_id": o.op_id,
                                                               "where": str(o.where)}})
-                t += d
-        ts += dur
+                t = round(t + d, 3)
+        ts = round(ts + dur, 3)
     cpu = [o for o in p.ops if o.where == Where.CPU]
     if cpu:
         events += [_meta("process_name", 2, 0, "CPU fallback (ONNX Runtime)"), _meta("thread_name", 2, 1, "ops")]
         t = 0.0
         for o in cpu:
-            d = o.time_us or 0.0
-            events.append({"name": o.name, "cat": "op", "ph": "X", "ts": round(t, 3), "dur": round(d, 3), "pid": 2,
+            d = round(o.time_us or 0.0, 3)
+            events.append({"name": o.name, "cat": "op", "ph": "X", "ts": t, "dur": d, "pid": 2,
                            "tid": 1, "args": {"type": o.type, "share": _round(o.share, 6), "where": str(o.where)}})
-            t += d
+            t = round(t + d, 3)
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"graph": p.graph, "level": str(p.level), "source": p.source, "executions": p.executions,
                           "layout": ("ops are laid end to end in execution order, each lasting its share of the "

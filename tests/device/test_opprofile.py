@@ -74,7 +74,7 @@ def check_trace(trace: dict) -> list[dict]:
         for a in events:
             for b in events:
                 a0, a1, b0, b1 = a["ts"], a["ts"] + a["dur"], b["ts"], b["ts"] + b["dur"]
-                if a is not b and a0 < b1 and b0 < a1:  # they overlap: one holds the other
+                if a is not b and a0 < b1 - 1e-6 and b0 < a1 - 1e-6:  # they overlap: one holds the other
                     assert (a0 <= b0 and b1 <= a1 + 1e-3) or (b0 <= a0 and a1 <= b1 + 1e-3), (a, b)
     return complete
 

@@ -42,10 +42,7 @@ from typing import NoReturn
 
 FLAGS = {"--backend": True, "--retrieve_context": True, "--input_list": True, "--output_dir": True,
          "--use_native_input_files": False, "--use_native_output_files": False, "--log_level": True,
-         "--profiling_level": True, "--perf_profile": True, "--profiling_option": True}
-PROFILING_LEVELS = ("basic", "detailed")  # qnn-net-run's, for the HTP (QAIRT docs: basic, detailed)
-LOG = "qnn-profiling-data_0.log"
-SIDECAR = LOG + ".standin.csv"
+         "--profiling_level": True, "--perf_profile": True}
 CONTEXT_TARGET = re.compile(rb"soc_type=([A-Za-z0-9]{2,16});arch=(\d{2,3})")
 
 
@@ -141,19 +138,16 @@ def main(argv: list[str]) -> None:
         _fail(f"STAND-IN qnn-net-run: graph {chosen[0] + 1 if chosen else '?'} of {len(graphs)} of {binary.name} "
               f"(input lists {args['--input_list']}): the host HTP emulator cannot run a context whose graphs share "
               "weights; run it on a phone", code=2)
-    level = args.get("--profiling_level")
-    if level is not None and level not in PROFILING_LEVELS:
-        _fail(f"ERROR: Invalid profiling level: {level} (stand-in: {', '.join(PROFILING_LEVELS)})")
-    option = args.get("--profiling_option")
-    if option is not None and (option != "optrace" or level != "detailed"):
-        _fail(f"ERROR: --profiling_option {option} needs --profiling_level detailed (stand-in: optrace only)")
+    profiling = _profiling_of(args)
     wrapper = _wrapper_of(binary)
     if wrapper is None:
         _fail(f"STAND-IN: {binary.stem}_ctx.onnx must sit beside {binary.name}: the host HTP emulator loads a context "
               "binary through its ONNX Runtime EPContext wrapper", code=2)
     run(wrapper, soc_name, Path(args["--input_list"]), Path(args.get("--output_dir", "output")),
         native_in="--use_native_input_files" in args, native_out="--use_native_output_files" in args,
-        profiling="optrace" if option else level)
+        profiling=profiling)
+    if profiling:
+        _finish_profile(Path(args.get("--output_dir", "output")))
 
 
 def _wrapper_of(binary: Path) -> Path | None:
@@ -167,22 +161,59 @@ def _wrapper_of(binary: Path) -> Path | None:
     return next((p for p in sorted(binary.parent.glob("*.onnx")) if binary.name in epcontext.context_refs(p)), None)
 
 
-def run(wrapper: Path, soc_name: str, input_list: Path, out: Path, native_in: bool, native_out: bool,
-        profiling: str | None = None) -> None:
+# --- profiling -----------------------------------------------------------------------------------------------------
+
+FLAGS["--profiling_option"] = True
+PROFILING_LEVELS = ("basic", "detailed")  # qnn-net-run's, for the HTP (QAIRT docs: basic, detailed)
+LOG = "qnn-profiling-data_0.log"
+SIDECAR = LOG + ".standin.csv"
+_EP_CSV = "qnn-profiling-data.standin.csv"  # what the QNN EP is told to write; it adds <stem>_qnn.log beside it
+
+
+def _profiling_of(args: dict) -> str | None:
+    """The QNN EP's profiling_level for qnn-net-run's options (optrace is the EP's own level), None for none."""
+    level = args.get("--profiling_level")
+    if level is not None and level not in PROFILING_LEVELS:
+        _fail(f"ERROR: Invalid profiling level: {level} (stand-in: {', '.join(PROFILING_LEVELS)})")
+    option = args.get("--profiling_option")
+    if option is not None and (option != "optrace" or level != "detailed"):
+        _fail(f"ERROR: --profiling_option {option} needs --profiling_level detailed (stand-in: optrace only)")
+    return "optrace" if option else level
+
+
+def _profile_options(out: Path, profiling: str | None) -> dict[str, str] | None:
+    """The QNN EP options that make the QNN HTP backend profile the run into `out` (earlier files removed)."""
+    if not profiling:
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    for old in (out / _EP_CSV, out / _EP_CSV.replace(".csv", "_qnn.log"), out / LOG, out / SIDECAR):
+        old.unlink(missing_ok=True)
+    return {"profiling_level": profiling, "profiling_file_path": str(out / _EP_CSV)}
+
+
+def _finish_profile(out: Path) -> None:
+    """Once the session has ended (the QNN EP writes its binary log then): the files under qnn-net-run's names."""
     import gc
     import shutil
 
+    gc.collect()
+    shutil.move(out / _EP_CSV, out / SIDECAR)
+    binary_log = out / _EP_CSV.replace(".csv", "_qnn.log")
+    if binary_log.is_file():
+        shutil.move(binary_log, out / LOG)
+    else:  # an onnxruntime-qnn before QNN API 2.29 writes no binary log: the sidecar stands for it
+        (out / LOG).write_bytes(b"STAND-IN: no binary log from this onnxruntime-qnn\n")
+
+
+def run(wrapper: Path, soc_name: str, input_list: Path, out: Path, native_in: bool, native_out: bool,
+        profiling: str | None = None) -> None:
     import numpy as np
     import onnxruntime as ort
 
     from qnndeploy.base import socs
     from qnndeploy.qnn import htp
 
-    out.mkdir(parents=True, exist_ok=True)
-    csv_path = out / "qnn-profiling-data.standin.csv"  # the QNN EP writes <stem>.csv and <stem>_qnn.log
-    for old in (csv_path, csv_path.with_name(csv_path.stem + "_qnn.log"), out / LOG, out / SIDECAR):
-        old.unlink(missing_ok=True)
-    provider = {"profiling_level": profiling, "profiling_file_path": str(csv_path)} if profiling else None
+    provider = _profile_options(out, profiling)
     session = ort.InferenceSession(str(wrapper), htp.session_options(socs.find(soc_name), provider=provider))
     inputs = session.get_inputs()
     types = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int32)": np.int32,
@@ -206,15 +237,6 @@ def run(wrapper: Path, soc_name: str, input_list: Path, out: Path, native_in: bo
         for spec, result in zip(session.get_outputs(), results, strict=True):
             value = result if native_out else result.astype(np.float32)
             (folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", spec.name) + ".raw")).write_bytes(value.tobytes())
-    if profiling:
-        del session  # the QNN EP writes its binary log when the session ends
-        gc.collect()
-        shutil.move(csv_path, out / SIDECAR)
-        binary_log = csv_path.with_name(csv_path.stem + "_qnn.log")
-        if binary_log.is_file():
-            shutil.move(binary_log, out / LOG)
-        else:  # an onnxruntime-qnn before QNN API 2.29 writes no binary log: the sidecar stands for it
-            (out / LOG).write_bytes(b"STAND-IN: no binary log from this onnxruntime-qnn\n")
     print(f"STAND-IN qnn-net-run: {len(lines)} inference(s) of {wrapper.name} on the host HTP emulator ({soc_name})")
 
 
