@@ -75,7 +75,7 @@ from pathlib import Path
 from typing import Any
 
 from qnndeploy.base.errors import BadInput, CheckFailed, QnnDeployError
-from qnndeploy.base.fileio import JSON, write_json
+from qnndeploy.base.fileio import JSON, sha256_file, write_json
 from qnndeploy.device import runner
 from qnndeploy.device.adb import FILES, RUN, Device, MiB
 from qnndeploy.model.onnxio import load_model
@@ -449,6 +449,29 @@ def profile_graph(dev: Device, graph: str, context: str, workdir: str, lib_dir: 
         raise e.reworded(f"{posixpath.join(workdir, out)}: {e}") from None
 
 
-def record_of(profile: OpProfile | None) -> dict[str, Any] | None:
-    """The bench record's `profile` value: null without --profile."""
-    return profile.record() if profile is not None else None
+NO_VIEWER = ("profile: null, no qnn-profile-viewer for the phone: pass --profile-viewer PATH or --qnn-sdk-root DIR "
+             f"(DIR/{SDK_VIEWER})")
+
+
+def profile_for_bench(dev: Device, graph: str, context: str, workdir: str, lib_dir: str, adsp_library_path: str,
+                      native_inputs: bool, level: Level, trace: Path, *, viewer: Path | None,
+                      model: Path | None = None, graphs: Sequence[str] | None = None,
+                      input_list: str = runner.INPUT_LIST) -> tuple[JSON | None, list[str]]:
+    """What `device bench --profile LEVEL` records for one graph: (the record's `profile`, notes for the record).
+    Installs `viewer` (find_viewer's) on the phone, profiles the graph on the inputs in `workdir`, writes the Chrome
+    trace at `trace`. No viewer, or a step that fails on the phone: (None, [why]); a profile is never made up."""
+    if viewer is None:
+        return None, [NO_VIEWER]
+    try:
+        runner.install(dev, viewer, sha256_file(viewer), REMOTE_VIEWER)
+        profile = profile_graph(dev, graph, context, workdir, lib_dir, adsp_library_path, native_inputs, level,
+                                input_list=input_list, graphs=graphs,
+                                types=node_types(model) if model is not None else None)
+    except QnnDeployError as e:
+        return None, [f"profile: null, {e}"]
+    profile.write_trace(trace)
+    notes = [f"profile: {n}" for n in profile.notes]
+    if level != Level.BASIC and profile.ops:
+        notes.append("profile: an op's time_us is the accelerator's execute time apportioned by its share of the HTP "
+                     "cycles (QNN gives op cycles, which have no direct conversion to µs); the shares are measured")
+    return profile.record(), notes

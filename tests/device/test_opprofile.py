@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from qnndeploy.device import opprofile, runner
+from qnndeploy.device import opprofile
 from qnndeploy.device.adb import connect
 from qnndeploy.device.opprofile import Level, Where
 from qnndeploy.qnn import htp
@@ -169,11 +169,25 @@ def test_profile_on_an_emulated_phone(emulated_devices, tmp_path):
             "-o", str(tmp_path / "records"))
     assert r.exit_code == 0, r.output
     dev = connect(phone.serial)
-    viewer = write_viewer(tmp_path / "qnn-profile-viewer")
-    runner.install(dev, opprofile.find_viewer(viewer, None) or viewer, _sha256(viewer), opprofile.REMOTE_VIEWER)
+    viewer = opprofile.find_viewer(write_viewer(tmp_path / "qnn-profile-viewer"), None)
     workdir = "/data/local/tmp/qnndeploy/run/demo-1.0.0/det"  # where verify left det's inputs
     env = (f"{REMOTE}/lib/arm64-v8a", f"{REMOTE}/lib/hexagon-v79;/vendor/dsp/cdsp")
     types = opprofile.node_types(bundle / "cpu" / "det.onnx")
+
+    # what bench records: the profile, its notes, the trace beside the record
+    trace_path = tmp_path / "bench-emu-det-trace.json"
+    record, notes = opprofile.profile_for_bench(dev, "det", f"{REMOTE}/npu/SM8750/det.bin", workdir, *env, False,
+                                                Level.DETAILED, trace_path, viewer=viewer,
+                                                model=bundle / "cpu" / "det.onnx")
+    assert record is not None and record["trace"] == "bench-emu-det-trace.json", notes
+    assert record["source"] == "qnn-profile-viewer" and record["level"] == "detailed"
+    assert {o["name"] for o in record["ops"]} >= {"MatMul0", "Relu1"} and any("apportioned" in n for n in notes)
+    json.dumps(record, allow_nan=False)
+    complete = check_trace(json.loads(trace_path.read_text()))
+    assert {e["name"] for e in complete} >= {"det", "MatMul0", "Relu1"}
+    no_viewer = opprofile.profile_for_bench(dev, "det", "x.bin", workdir, *env, False, Level.DETAILED,
+                                            tmp_path / "t.json", viewer=None)
+    assert no_viewer == (None, [opprofile.NO_VIEWER]) and not (tmp_path / "t.json").exists()
 
     detailed = opprofile.profile_graph(dev, "det", f"{REMOTE}/npu/SM8750/det.bin", workdir, *env, False,
                                        Level.DETAILED, types=types)
@@ -184,12 +198,6 @@ def test_profile_on_an_emulated_phone(emulated_devices, tmp_path):
     assert sum(o.share or 0 for o in detailed.ops) == pytest.approx(1.0, abs=1e-6)
     assert all(o.time_us is not None and o.time_us >= 0 for o in detailed.ops)
     assert [p.name for p in detailed.partitions] == ["det"] and (detailed.partitions[0].time_us or 0) > 0
-    trace_path = detailed.write_trace(tmp_path / "bench-emu-det-trace.json")
-    complete = check_trace(json.loads(trace_path.read_text()))
-    assert {e["name"] for e in complete} >= {"det", "MatMul0", "Relu1"}
-    record = detailed.record()
-    assert record["trace"] == "bench-emu-det-trace.json" and record["source"] == "qnn-profile-viewer"
-    json.dumps(record, allow_nan=False)
 
     basic = opprofile.profile_graph(dev, "det", f"{REMOTE}/npu/SM8750/det.bin", workdir, *env, False, Level.BASIC)
     assert basic.ops == [] and basic.partitions[0].time_us
@@ -224,8 +232,3 @@ def test_net_run_options():
     line = opprofile.viewer_command("/data/local/tmp/q v", "out/x.log", "out/p.csv", "/data/lib dir")
     assert line == ("LD_LIBRARY_PATH='/data/lib dir' '/data/local/tmp/q v' --input_log out/x.log --output out/p.csv")
 
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
