@@ -18,21 +18,26 @@ Formats relied on, each with where it was read (nothing else is assumed):
   Enables all available profiling events" (QAIRT 2.39 docs, QNN/general/lpai/lpai_backend_profiler.html, in
   the SDK zip at https://apigwx-aws.qualcomm.com/qsc/public/v1/api/download/software/sdks/
   Qualcomm_AI_Runtime_Community/All/2.39.0.250926/v2.39.0.250926.zip).
-- optrace is `--profiling_level detailed --profiling_option optrace` (a qnn-net-run command line published with
-  RWKV's QNN port; executorch's QnnProfiler.cpp maps its optrace level to QNN_PROFILE_LEVEL_DETAILED plus
-  QNN_PROFILE_CONFIG_OPTION_ENABLE_OPTRACE, https://github.com/pytorch/executorch/pull/6606). The optrace
-  chrometrace of the viewer needs the HTP optrace reader and the graph's schematic binary from its compile
-  (https://qairt-2-44-docs.pages.dev/SNPE/general/qhas_profiling); bundles carry no schematic, so an optrace run
-  gives the detailed table here, and the trace below is built from it.
-- The log is `<output_dir>/qnn-profiling-data_0.log` (QAIRT's own Python model-level API reads that name,
-  `default_profiling_log_name = 'qnn-profiling-data_0.log'`, and runs `qnn-profile-viewer --input_log LOG --output
-  FILE --reader ...` on it).
+- optrace is `--profiling_level detailed --profiling_option optrace` (the qnn-net-run command line of
+  https://github.com/MollySophia/rwkv-qualcomm/blob/main/docs/optrace.md; executorch's QnnProfiler.cpp maps its
+  optrace level to QNN_PROFILE_LEVEL_DETAILED plus QNN_PROFILE_CONFIG_OPTION_ENABLE_OPTRACE,
+  https://github.com/pytorch/executorch/pull/6606). The viewer's optrace chrometrace needs the HTP optrace reader
+  (`--reader .../libQnnHtpOptraceProfilingReader.so`) and the graph's schematic binary from its compile
+  (https://qairt-2-44-docs.pages.dev/SNPE/general/qhas_profiling, and the rwkv-qualcomm page above); bundles carry
+  no schematic, so an optrace run gives the detailed table here, and the trace below is built from it.
+- The log is `<output_dir>/qnn-profiling-data_0.log`: QAIRT's own Python model-level API (qti.aisw.core.
+  model_level_api, its profiling helper, read in a public copy of the SDK's Python package; no canonical URL) has
+  `default_profiling_log_name = 'qnn-profiling-data_0.log'` in the output folder and runs `qnn-profile-viewer
+  --input_log LOG --output FILE --reader ...` on it; rwkv-qualcomm's page names the same file.
 - The rows: CSV with the header `Msg Timestamp,Message,Time,Unit of Measurement,Timing Source,Event Level,Event
   Identifier`, one row per QNN profile event, Event Level ROOT or SUB-EVENT, units US/CYCLES/COUNT/BYTES, Message
-  the event type (INIT, EXECUTE, NODE, BACKEND, ...). This is the layout ONNX Runtime's QNN EP writes "in a
-  similar format to QNN SDK Tools" (microsoft/onnxruntime commit e833d22, onnxruntime/core/providers/qnn/builder/
-  qnn_backend_manager.cc, ExtractProfilingEvent); no public sample of the viewer's own --output CSV was found, so
-  a CSV in any other layout is refused with a message rather than guessed at.
+  the event type (INIT, EXECUTE, NODE, BACKEND, ...). This is the layout ONNX Runtime's QNN EP writes, "in a
+  similar format to QNN SDK Tools"
+  (https://github.com/microsoft/onnxruntime/commit/e833d22f143f86529f4863b5da6cac4eb4a78bbb;
+  https://github.com/microsoft/onnxruntime/blob/main/onnxruntime/core/providers/qnn/builder/qnn_backend_manager.cc,
+  ExtractProfilingEvent; the QNN EP's binary log beside it is "compatible with qnn-profile-viewer",
+  https://github.com/microsoft/onnxruntime/pull/25987). No public sample of the viewer's own --output CSV was
+  found, so a CSV in any other layout is refused with a message rather than guessed at.
 - The events of an HTP execute at detailed level, as the QNN HTP backend (onnxruntime-qnn's, QAIRT 2.38) emits
   them here and as a published qnn-net-run detailed profile shows them (https://gist.github.com/hushell/
   23e68eef236673655db4635b80297c40): ROOT `Accelerator (execute) time (cycles)`, one NODE SUB-EVENT per op
