@@ -155,6 +155,7 @@ class OpRow:
     where: Where
     op_id: int | None = None  # the HTP's OpId
     cycles: float | None = None  # the HTP's cycles, mean per execution (measured; time_us is apportioned from it)
+    node: str | None = None  # the ONNX node the op was made from, when the model is known and names it
 
     def record(self) -> JSON:
         return {"name": self.name, "type": self.type, "time_us": _round(self.time_us), "share": _round(self.share, 6),
@@ -287,11 +288,12 @@ def from_events_csv(text: str, graph: str, level: Level, types: dict[str, str] |
                 if r.accel_us is not None:
                     times[(name, op_id)].append(share * r.accel_us)
     for name, op_id in order:
-        kind = _IO_OPS.get(name) or (types or {}).get(name)
+        node = onnx_node(name, types or {})
+        kind = _IO_OPS.get(name) or ((types or {}).get(node) if node else None)
         s, t = shares[(name, op_id)], times[(name, op_id)]
         c = cycles_of[(name, op_id)]
         profile.ops.append(OpRow(name, kind, _mean(t) if t else None, _mean(s) if s else None, Where.HTP, op_id,
-                                 _mean(c) if c else None))
+                                 _mean(c) if c else None, node))
     if not accel:
         profile.notes.append("no Accelerator (execute) time in µs: op shares only, no op times")
     return profile
@@ -351,6 +353,19 @@ def node_types(model: Path) -> dict[str, str]:
     node index (MatMul0, Relu1: observed with onnxruntime-qnn 2.5.0)."""
     graph = load_model(Path(model), weights=False).graph
     return {(n.name or f"{n.op_type}{i}"): n.op_type for i, n in enumerate(graph.node)}
+
+
+_TOKEN = re.compile(r"_token_\d+$")
+
+
+def onnx_node(op: str, types: dict[str, str]) -> str | None:
+    """The ONNX node an HTP op was made from: its name, or its name without the `_token_<n>` suffix the QNN EP adds
+    to some (Conv_0_token_1, observed with onnxruntime-qnn 2.5.0); None for an op the HTP added (a layout
+    Transpose, the graph's Input/Output) or when the model is not known."""
+    if op in types:
+        return op
+    base = _TOKEN.sub("", op)
+    return base if base in types else None
 
 
 def _mean(v: Sequence[float]) -> float:
@@ -461,10 +476,11 @@ NO_VIEWER = ("profile: null, no qnn-profile-viewer for the phone: pass --profile
 def profile_for_bench(dev: Device, graph: str, context: str, workdir: str, lib_dir: str, adsp_library_path: str,
                       native_inputs: bool, level: Level, trace: Path, *, viewer: Path | None,
                       model: Path | None = None, graphs: Sequence[str] | None = None,
-                      input_list: str = runner.INPUT_LIST) -> tuple[JSON | None, list[str]]:
-    """What `device bench --profile LEVEL` records for one graph: (the record's `profile`, notes for the record).
-    Installs `viewer` (find_viewer's) on the phone, profiles the graph on the inputs in `workdir`, writes the Chrome
-    trace at `trace`. No viewer, or a step that fails on the phone: (None, [why]); a profile is never made up."""
+                      input_list: str = runner.INPUT_LIST) -> tuple[OpProfile | None, list[str]]:
+    """What `device bench --profile LEVEL` takes for one graph: (the profile, whose record() is the bench record's
+    `profile`, notes for the record). Installs `viewer` (find_viewer's) on the phone, profiles the graph on the
+    inputs in `workdir`, writes the Chrome trace at `trace`. No viewer, or a step that fails on the phone:
+    (None, [why]); a profile is never made up."""
     if viewer is None:
         return None, [NO_VIEWER]
     try:
@@ -479,4 +495,4 @@ def profile_for_bench(dev: Device, graph: str, context: str, workdir: str, lib_d
     if level != Level.BASIC and profile.ops:
         notes.append("profile: an op's time_us is the accelerator's execute time apportioned by its share of the HTP "
                      "cycles (QNN gives op cycles, which have no direct conversion to µs); the shares are measured")
-    return profile.record(), notes
+    return profile, notes

@@ -157,12 +157,48 @@ def test_cpu_fallback_is_reported_as_cpu(tmp_path):
     assert {e["name"] for e in complete if e["pid"] == 2} == {"det_b"}
 
 
-def test_profile_on_an_emulated_phone(emulated_devices, tmp_path):
-    """A bundle verified on an emulated SM8750 phone, then its det graph profiled there at each level: the ops of
-    the real graph, their shares summing to 1, all on the HTP; the trace passes the format's rules."""
+@pytest.fixture(scope="module")
+def demo_bundle(tmp_path_factory) -> Path:
+    """The demo model (qnndeploy/data/demo.onnx, the CNN `qnndeploy demo` ships), prepared as the demo does and
+    compiled for SM8750 by the real QNN HTP compiler of onnxruntime-qnn, in a bundle with its runtime libraries
+    (elfgen's stand-ins) as graph det."""
     require(htp.available(), "onnxruntime-qnn")
-    inputs = bundles.compile_inputs(tmp_path / "compiled", targets=("SM8750",), graphs=("det",))
-    bundle = bundles.build(tmp_path / "bundle", inputs, runtime="bundled")
+    import onnx
+    import onnxruntime as ort
+
+    from qnndeploy import demo
+    from qnndeploy.base import socs
+    from qnndeploy.prepare import PrepareOptions, prepare_model
+
+    root = tmp_path_factory.mktemp("demo")
+    source = root / "kws_demo.onnx"
+    source.write_bytes((Path(opprofile.__file__).parents[1] / "data" / "demo.onnx").read_bytes())
+    model = root / "cpu" / "det.onnx"  # as `qnndeploy demo` prepares it: its batch fixed to 1, simplified
+    model.parent.mkdir()
+    prepare_model(source, model, PrepareOptions(shapes=demo.SHAPES))
+    out = root / "SM8750"
+    out.mkdir()
+    with htp.quiet_native_stdout():
+        ort.InferenceSession(str(model), htp.session_options(socs.find("SM8750"), context_path=out / "det_ctx.onnx"))
+    (out / "det_ctx_qnn.bin").rename(out / "det.bin")
+    wrapper = onnx.load(str(out / "det_ctx.onnx"))
+    for node in wrapper.graph.node:
+        for a in node.attribute:
+            if a.name == "ep_cache_context":
+                a.s = b"det.bin"
+    onnx.save(wrapper, str(out / "det_ctx.onnx"))
+    inputs = {"cpu": {"det": model}, "npu": {"SM8750": {"det": [out / "det.bin", out / "det_ctx.onnx"]}}, "root": root}
+    return bundles.build(root / "bundle", inputs, runtime="bundled")
+
+
+DEMO_OPS = {"Relu_1": "Relu", "Gemm_7": "Gemm", "Softmax_8": "Softmax"}  # ops the HTP names as the ONNX node
+
+
+def test_profile_on_an_emulated_phone(emulated_devices, demo_bundle, tmp_path):
+    """The demo bundle verified on an emulated SM8750 phone, then its graph profiled there at each level: the ops of
+    the real graph, their shares summing to 1, all on the HTP; the trace passes the format's rules; a missing
+    viewer is a one-line error."""
+    bundle = demo_bundle
     phone = emulated_devices("sm8750")[0]
     launcher = write_launcher(tmp_path / "qnn-net-run")
     r = run("device", "verify", str(bundle), "-s", phone.serial, "--runner", str(launcher), "--runs", "3", "--json",
@@ -176,28 +212,29 @@ def test_profile_on_an_emulated_phone(emulated_devices, tmp_path):
 
     # what bench records: the profile, its notes, the trace beside the record
     trace_path = tmp_path / "bench-emu-det-trace.json"
-    record, notes = opprofile.profile_for_bench(dev, "det", f"{REMOTE}/npu/SM8750/det.bin", workdir, *env, False,
-                                                Level.DETAILED, trace_path, viewer=viewer,
-                                                model=bundle / "cpu" / "det.onnx")
-    assert record is not None and record["trace"] == "bench-emu-det-trace.json", notes
-    assert record["source"] == "qnn-profile-viewer" and record["level"] == "detailed"
-    assert {o["name"] for o in record["ops"]} >= {"MatMul0", "Relu1"} and any("apportioned" in n for n in notes)
-    json.dumps(record, allow_nan=False)
-    complete = check_trace(json.loads(trace_path.read_text()))
-    assert {e["name"] for e in complete} >= {"det", "MatMul0", "Relu1"}
-    no_viewer = opprofile.profile_for_bench(dev, "det", "x.bin", workdir, *env, False, Level.DETAILED,
-                                            tmp_path / "t.json", viewer=None)
-    assert no_viewer == (None, [opprofile.NO_VIEWER]) and not (tmp_path / "t.json").exists()
-
-    detailed = opprofile.profile_graph(dev, "det", f"{REMOTE}/npu/SM8750/det.bin", workdir, *env, False,
-                                       Level.DETAILED, types=types)
+    detailed, notes = opprofile.profile_for_bench(dev, "det", f"{REMOTE}/npu/SM8750/det.bin", workdir, *env, False,
+                                                  Level.DETAILED, trace_path, viewer=viewer,
+                                                  model=bundle / "cpu" / "det.onnx")
+    assert detailed is not None, notes
     assert detailed.executions == 3  # one per line of the input list
-    ops = [(o.name, o.type, o.where) for o in detailed.ops]
-    assert ("MatMul0", "MatMul", Where.HTP) in ops and ("Relu1", "Relu", Where.HTP) in ops
+    ops = {o.name: (o.type, o.where) for o in detailed.ops}
+    assert all(ops.get(name) == (kind, Where.HTP) for name, kind in DEMO_OPS.items()), ops
+    # every node of the model is an op of the HTP's graph, with its ONNX type (the HTP may add layout ops)
+    assert {(o.node, o.type) for o in detailed.ops if o.node} == set(types.items()), ops
     assert {o.where for o in detailed.ops} == {Where.HTP}
     assert sum(o.share or 0 for o in detailed.ops) == pytest.approx(1.0, abs=1e-6)
     assert all(o.time_us is not None and o.time_us >= 0 for o in detailed.ops)
     assert [p.name for p in detailed.partitions] == ["det"] and (detailed.partitions[0].time_us or 0) > 0
+    assert any("apportioned" in n for n in notes)
+    record = detailed.record()
+    assert record["trace"] == "bench-emu-det-trace.json" and record["source"] == "qnn-profile-viewer"
+    assert record["level"] == "detailed" and all(o["where"] == "htp" for o in record["ops"])
+    json.dumps(record, allow_nan=False)
+    complete = check_trace(json.loads(trace_path.read_text()))
+    assert {e["name"] for e in complete} >= {"det", *DEMO_OPS}
+    no_viewer = opprofile.profile_for_bench(dev, "det", "x.bin", workdir, *env, False, Level.DETAILED,
+                                            tmp_path / "t.json", viewer=None)
+    assert no_viewer == (None, [opprofile.NO_VIEWER]) and not (tmp_path / "t.json").exists()
 
     basic = opprofile.profile_graph(dev, "det", f"{REMOTE}/npu/SM8750/det.bin", workdir, *env, False, Level.BASIC)
     assert basic.ops == [] and basic.partitions[0].time_us
@@ -207,21 +244,9 @@ def test_profile_on_an_emulated_phone(emulated_devices, tmp_path):
     log = phone.host_path(f"{workdir}/{opprofile.PROFILE_DIR}/{opprofile.LOG}")
     assert log.stat().st_size > 0  # qnn-net-run's log, where the viewer read it
 
-
-def test_a_failed_viewer_is_one_line(emulated_devices, tmp_path):
-    """A phone without the viewer: the profile fails with the step and the phone's last line."""
-    require(htp.available(), "onnxruntime-qnn")
-    inputs = bundles.compile_inputs(tmp_path / "compiled", targets=("SM8750",), graphs=("det",))
-    bundle = bundles.build(tmp_path / "bundle", inputs, runtime="bundled")
-    phone = emulated_devices("sm8750")[0]
-    r = run("device", "verify", str(bundle), "-s", phone.serial, "--runner", str(write_launcher(tmp_path / "nr")),
-            "--runs", "1", "--json", "-o", str(tmp_path / "records"))
-    assert r.exit_code == 0, r.output
-    dev = connect(phone.serial)
+    # a phone without the viewer: one line naming the step and the phone's last line
     with pytest.raises(opprofile.QnnDeployError, match=r"^qnn-profile-viewer on .* exited with \d+: ") as e:
-        opprofile.profile_graph(dev, "det", f"{REMOTE}/npu/SM8750/det.bin",
-                                "/data/local/tmp/qnndeploy/run/demo-1.0.0/det", f"{REMOTE}/lib/arm64-v8a",
-                                f"{REMOTE}/lib/hexagon-v79", False, Level.DETAILED,
+        opprofile.profile_graph(dev, "det", f"{REMOTE}/npu/SM8750/det.bin", workdir, *env, False, Level.BASIC,
                                 viewer="/data/local/tmp/nowhere/qnn-profile-viewer")
     assert "\n" not in str(e.value)
 
