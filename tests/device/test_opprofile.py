@@ -257,3 +257,20 @@ def test_net_run_options():
     line = opprofile.viewer_command("/data/local/tmp/q v", "out/x.log", "out/p.csv", "/data/lib dir")
     assert line == ("LD_LIBRARY_PATH='/data/lib dir' '/data/local/tmp/q v' --input_log out/x.log --output out/p.csv")
 
+
+
+def test_the_bench_options_parse_to_a_level(tmp_path):
+    import click
+    from click.testing import CliRunner
+
+    from qnndeploy.cli._profile import profile_options
+
+    @click.command()
+    @profile_options
+    def bench(profile_level: Level | None, profile_viewer: Path | None) -> None:
+        click.echo(f"{profile_level!r} {profile_viewer}")
+
+    assert CliRunner().invoke(bench, ["--profile", "optrace"]).output == "<Level.OPTRACE: 'optrace'> None\n"
+    assert CliRunner().invoke(bench, []).output == "None None\n"
+    wrong = CliRunner().invoke(bench, ["--profile", "backend"])
+    assert wrong.exit_code == 2 and "basic" in wrong.output and "optrace" in wrong.output
