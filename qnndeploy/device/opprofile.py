@@ -99,7 +99,6 @@ _NODE = re.compile(r"^(?P<name>.*?)(?::| )OpId_(?P<id>\d+) \(cycles\)$")
 _IO_OPS = {"Input": "Input", "Output": "Output"}  # the HTP's graph I/O pseudo-ops, as their identifiers name them
 ACCEL_CYCLES = "Accelerator (execute) time (cycles)"
 ACCEL_US = "Accelerator (execute) time"
-QNN_EXECUTE_US = "QNN (execute) time"
 QNN_LOAD_US = "QNN (load binary) time"
 
 
