@@ -17,6 +17,7 @@ import re
 import shlex
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -150,12 +151,12 @@ def _safe(name: str) -> str:
 # --- running ---------------------------------------------------------------------------------------------------
 
 def run(dev: Device, workdir: str, context: str, lib_dir: str, adsp_library_path: str, native_inputs: bool,
-        input_list: str = INPUT_LIST, output_dir: str = "out") -> Invocation:
+        input_list: str = INPUT_LIST, output_dir: str = "out", extra: Sequence[str] = ()) -> Invocation:
     """Run qnn-net-run once in workdir, timed on the phone (date +%s%N) when its date can, else from the host.
-    Within RUN's deadline (30 min, or --timeout) and output cap."""
+    Within RUN's deadline (30 min, or --timeout) and output cap. `extra`: more options (e.g. --profiling_level)."""
     env = f"LD_LIBRARY_PATH={shlex.quote(lib_dir)} ADSP_LIBRARY_PATH={shlex.quote(adsp_library_path)}"
     args = [REMOTE_RUNNER, "--backend", BACKEND, "--retrieve_context", context, "--input_list", input_list,
-            "--output_dir", output_dir] + (["--use_native_input_files"] if native_inputs else [])
+            "--output_dir", output_dir] + (["--use_native_input_files"] if native_inputs else []) + list(extra)
     command = f"{env} {shlex.join(args)}"
     line = (f"cd {shlex.quote(workdir)} && rm -rf {shlex.quote(output_dir)} && s=$(date +%s%N) && "
             f"{command} 2>&1; rc=$?; e=$(date +%s%N); echo {_TIME} $s $e; exit $rc")

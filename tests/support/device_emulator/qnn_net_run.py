@@ -6,7 +6,7 @@ does not know, as the real tool does:
 
   qnn-net-run --backend libQnnHtp.so --retrieve_context GRAPH.bin --input_list LIST --output_dir DIR
               [--use_native_input_files] [--use_native_output_files] [--log_level L] [--profiling_level L]
-              [--perf_profile P]
+              [--perf_profile P] [--profiling_option optrace]
 
 What it checks, in the order the real HTP backend loads things:
 - the backend library: a bare name must be found on LD_LIBRARY_PATH (dlopen's rule);
@@ -20,6 +20,16 @@ through its EPContext wrapper, so it REQUIRES <graph>_ctx.onnx beside <graph>.bi
 ort-epcontext artifact), or the EPContext model the QNN EP wrote beside the binary it compiled (device verify's
 on-device path). Inputs are read from the raw files of the input list, outputs written to DIR/Result_<line>/<name>.raw:
 the numbers are the HTP emulator's, really computed.
+
+Profiling (`--profiling_level basic|detailed`, `--profiling_option optrace`): the session runs with the QNN EP's
+profiling_level/profiling_file_path options, so the QNN HTP backend of onnxruntime-qnn itself measures the run
+and emits its profile events; nothing is made up here. Where each output comes from:
+- <output_dir>/qnn-profiling-data_0.log: qnn-net-run's log name (QAIRT's model-level API reads that name). Its bytes
+  are the binary log the QNN EP writes through QNN's System Profile API (<file>_qnn.log, "compatible with
+  qnn-profile-viewer", microsoft/onnxruntime#25987); its layout is not public and nothing here reads it.
+- <output_dir>/qnn-profiling-data_0.log.standin.csv: STAND-IN ONLY, the same events in the event CSV layout the QNN
+  EP writes (qnn_backend_manager.cc); the qnn-profile-viewer stand-in (qnn_profile_viewer.py) gives it back as
+  the real viewer would give its --output from the log.
 """
 
 from __future__ import annotations
@@ -135,12 +145,16 @@ def main(argv: list[str]) -> None:
         _fail(f"STAND-IN qnn-net-run: graph {chosen[0] + 1 if chosen else '?'} of {len(graphs)} of {binary.name} "
               f"(input lists {args['--input_list']}): the host HTP emulator cannot run a context whose graphs share "
               "weights; run it on a phone", code=2)
+    profiling = _profiling_of(args)
     wrapper = _wrapper_of(binary)
     if wrapper is None:
         _fail(f"STAND-IN: {binary.stem}_ctx.onnx must sit beside {binary.name}: the host HTP emulator loads a context "
               "binary through its ONNX Runtime EPContext wrapper", code=2)
     run(wrapper, soc_name, Path(args["--input_list"]), Path(args.get("--output_dir", "output")),
-        native_in="--use_native_input_files" in args, native_out="--use_native_output_files" in args)
+        native_in="--use_native_input_files" in args, native_out="--use_native_output_files" in args,
+        profiling=profiling)
+    if profiling:
+        _finish_profile(Path(args.get("--output_dir", "output")))
 
 
 def _wrapper_of(binary: Path) -> Path | None:
@@ -154,14 +168,60 @@ def _wrapper_of(binary: Path) -> Path | None:
     return next((p for p in sorted(binary.parent.glob("*.onnx")) if binary.name in epcontext.context_refs(p)), None)
 
 
-def run(wrapper: Path, soc_name: str, input_list: Path, out: Path, native_in: bool, native_out: bool) -> None:
+# --- profiling -----------------------------------------------------------------------------------------------------
+
+FLAGS["--profiling_option"] = True
+PROFILING_LEVELS = ("basic", "detailed")  # qnn-net-run's, for the HTP (QAIRT docs: basic, detailed)
+LOG = "qnn-profiling-data_0.log"
+SIDECAR = LOG + ".standin.csv"
+_EP_CSV = "qnn-profiling-data.standin.csv"  # what the QNN EP is told to write; it adds <stem>_qnn.log beside it
+
+
+def _profiling_of(args: dict) -> str | None:
+    """The QNN EP's profiling_level for qnn-net-run's options (optrace is the EP's own level), None for none."""
+    level = args.get("--profiling_level")
+    if level is not None and level not in PROFILING_LEVELS:
+        _fail(f"ERROR: Invalid profiling level: {level} (stand-in: {', '.join(PROFILING_LEVELS)})")
+    option = args.get("--profiling_option")
+    if option is not None and (option != "optrace" or level != "detailed"):
+        _fail(f"ERROR: --profiling_option {option} needs --profiling_level detailed (stand-in: optrace only)")
+    return "optrace" if option else level
+
+
+def _profile_options(out: Path, profiling: str | None) -> dict[str, str] | None:
+    """The QNN EP options that make the QNN HTP backend profile the run into `out` (earlier files removed)."""
+    if not profiling:
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    for old in (out / _EP_CSV, out / _EP_CSV.replace(".csv", "_qnn.log"), out / LOG, out / SIDECAR):
+        old.unlink(missing_ok=True)
+    return {"profiling_level": profiling, "profiling_file_path": str(out / _EP_CSV)}
+
+
+def _finish_profile(out: Path) -> None:
+    """Once the session has ended (the QNN EP writes its binary log then): the files under qnn-net-run's names."""
+    import gc
+    import shutil
+
+    gc.collect()
+    shutil.move(out / _EP_CSV, out / SIDECAR)
+    binary_log = out / _EP_CSV.replace(".csv", "_qnn.log")
+    if binary_log.is_file():
+        shutil.move(binary_log, out / LOG)
+    else:  # an onnxruntime-qnn before QNN API 2.29 writes no binary log: the sidecar stands for it
+        (out / LOG).write_bytes(b"STAND-IN: no binary log from this onnxruntime-qnn\n")
+
+
+def run(wrapper: Path, soc_name: str, input_list: Path, out: Path, native_in: bool, native_out: bool,
+        profiling: str | None = None) -> None:
     import numpy as np
     import onnxruntime as ort
 
     from qnndeploy.base import socs
     from qnndeploy.qnn import htp
 
-    session = ort.InferenceSession(str(wrapper), htp.session_options(socs.find(soc_name)))
+    provider = _profile_options(out, profiling)
+    session = ort.InferenceSession(str(wrapper), htp.session_options(socs.find(soc_name), provider=provider))
     inputs = session.get_inputs()
     types = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int32)": np.int32,
              "tensor(int64)": np.int64, "tensor(uint8)": np.uint8, "tensor(int8)": np.int8, "tensor(bool)": np.bool_}
