@@ -33,6 +33,7 @@ from qnndeploy.cli._common import (
     soc_option,
     unchecked_option,
 )
+from qnndeploy.cli._profile import profile_options
 from qnndeploy.cli.bundle import render_verify
 from qnndeploy.device import bench as bench_stage
 from qnndeploy.device import hosted
@@ -40,6 +41,7 @@ from qnndeploy.device import info as device_info_stage
 from qnndeploy.device import profile as prof
 from qnndeploy.device import verify as verify_stage
 from qnndeploy.device.adb import connect
+from qnndeploy.device.opprofile import Level
 from qnndeploy.formats.verify import VerifyReport, require_bundle
 
 serial_option = click.option("-s", "--serial", envvar="ANDROID_SERIAL", metavar="SERIAL",
@@ -587,6 +589,7 @@ def _render_bench_record(r: bench_stage.BenchRecord, path: Path | None) -> None:
 @click.option("--qnn-sdk-root", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="QAIRT SDK: its bin/aarch64-android/qnn-net-run (default: $QNN_SDK_ROOT when it has one), and "
                    "the QNN libraries for a bundle with an external runtime.")
+@profile_options
 @sample_options("--inputs", "Input samples, as validate takes them:")
 @click.option("-o", "--output", "record_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("device-records"), show_default=True, metavar="DIR",
@@ -599,7 +602,8 @@ def _render_bench_record(r: bench_stage.BenchRecord, path: Path | None) -> None:
 def device_bench(bundle_dir: Path, serial: str | None, all_devices: bool, graph: str | None, runs: int,
                  blocks: int, minutes: float | None, perf_modes: tuple[str, ...], cpu_threads: int | None,
                  input_seconds: float | None, baseline: Path | None, threshold: float, runner: Path | None,
-                 ort_runner: Path | None, qnn_sdk_root: Path | None, inputs: Path | None, preprocess: str | None,
+                 ort_runner: Path | None, qnn_sdk_root: Path | None, profile_level: Level | None,
+                 profile_viewer: Path | None, inputs: Path | None, preprocess: str | None,
                  random_: int | None, seed: int, record_dir: Path, timeout: float | None, allow_unchecked: bool,
                  as_json: bool) -> None:
     """Is the NPU worth it on this phone? NPU against CPU, with energy and heat.
@@ -626,7 +630,7 @@ def device_bench(bundle_dir: Path, serial: str | None, all_devices: bool, graph:
         job = verify_stage.Job(root, manifest, runner, qnn_sdk_root, inputs, random_, seed, runs, record_dir,
                                None, timeout, preprocess, given=bundle_dir, ort_runner=ort_runner)
         options = bench_stage.Options(graph, runs, blocks, minutes, perf_modes, cpu_threads, input_seconds,
-                                      baseline, threshold)
+                                      baseline, threshold, profile_level, profile_viewer)
 
         def say(line: str) -> None:
             _say(line, err=True)  # progress on stderr, terminal or not

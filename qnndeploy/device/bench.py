@@ -60,7 +60,7 @@ from qnndeploy.base.errors import BadInput, CheckFailed, QnnDeployError
 from qnndeploy.base.fileio import JSON, write_json
 from qnndeploy.base.names import BENCH_RECORD
 from qnndeploy.base.pool import Pool
-from qnndeploy.device import ortrunner, runner
+from qnndeploy.device import opprofile, ortrunner, runner
 from qnndeploy.device.adb import FILES, RUN, Device, Upload, connect, list_devices, parse_int
 from qnndeploy.device.profile import CURRENT_NOW, _parse_battery, _parse_stat
 from qnndeploy.device.verify import REMOTE_ROOT, Job, push_bundle
@@ -167,7 +167,8 @@ class Options:
     input_seconds: float | None = None
     baseline: Path | None = None
     threshold: float = DEFAULT_THRESHOLD
-    profile: str | None = None  # the per-op profiling level: device/opprofile.py's (--profile), None: none
+    profile: opprofile.Level | None = None  # --profile: the per-op profiling level (device/opprofile.py); None: none
+    profile_viewer: Path | None = None  # --profile-viewer: qnn-profile-viewer for Android (else the SDK's)
 
 
 @dataclass
@@ -487,16 +488,6 @@ class _Graph:
             raise CheckFailed(f"{self.dev.serial}: {tool} on {self.graph} exited with {block.code}: {last[:200]}")
 
 
-def take_profile(dev: Device, job: Job, graph: str, level: str, workdir: str, env: str,
-                 argv: list[str] | None) -> JSON | None:
-    """The per-op profile of a graph at a qnn-net-run profiling level (basic, detailed, optrace): the hook
-    device/opprofile.py (--profile) wires. `argv` is the qnn-net-run command line of one NPU block (None on the
-    on-device path), to run in `workdir` with `env` (LD_LIBRARY_PATH and ADSP_LIBRARY_PATH) plus
-    --profiling_level; the result goes in the record's "profile" as the schema describes it. Until that module
-    exists there is no profile: None, and the record's "profile" stays null."""
-    return None
-
-
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -747,9 +738,19 @@ def _bench_graph(dev: Device, job: Job, choice: decision.Decision, props: dict[s
     if ratios["energy_per_inference"] is None:
         notes.append("ratios.energy_per_inference: null, a path has no energy figure (see its note)")
     profile = None
-    if options.profile:  # --profile: device/opprofile.py's per-op profile (see take_profile)
-        argv = None if g.on_device else g._qnn_args(runner.INPUT_LIST, mode)
-        profile = take_profile(dev, job, graph, options.profile, f"{g.workdir}/npu", env, argv)
+    if options.profile is not None and g.on_device:
+        notes.append("profile: null, per-op profiles are qnn-net-run's, of a context binary: the on-device path "
+                     "(onnxruntime_perf_test) has none here")
+    elif options.profile is not None:
+        lib_dir = f"{job.remote_dir}/lib/arm64-v8a"
+        adsp = decision.adsp_library_path(f"{job.remote_dir}/lib/hexagon-{choice.dsp_arch}", None)
+        trace = job.record_dir / record_name(dev.serial, graph).replace(".json", "-trace.json")
+        taken, said = opprofile.profile_for_bench(
+            dev, graph, f"{job.remote_dir}/{choice.paths[graph]}", f"{g.workdir}/npu", lib_dir, adsp, g.native,
+            options.profile, trace, viewer=opprofile.find_viewer(options.profile_viewer, job.sdk_root),
+            model=job.cpu_model(graph))
+        profile = taken.record() if taken is not None else None
+        notes += said
     conditions = Conditions(charging, screen, start.level, end.level, start.temperature_c, end.temperature_c,
                             start.status, end.status, start.source)
     return BenchRecord(

@@ -186,7 +186,7 @@ class OpProfile:
     notes: list[str] = field(default_factory=list)
 
     def record(self) -> JSON:
-        """The bench record's `profile` (/tmp/briefs/spec26.md)."""
+        """The bench record's `profile` (schemas/bench-record.schema.json)."""
         return {"level": str(self.level), "ops": [o.record() for o in self.ops],
                 "partitions": [p.record() for p in self.partitions], "trace": self.trace, "source": self.source}
 

@@ -194,3 +194,26 @@ def test_charging_gives_no_energy_figure(device, bundle, tools, tmp_path):
                    for n in r["notes"])
     assert r["ratios"]["energy_per_inference"] is None
     assert r["paths"]["npu"]["latency_ms"]["mean"] > 0 and r["paths"]["cpu"]["latency_ms"]["mean"] > 0
+
+
+def test_profile_puts_a_per_op_table_in_the_record_and_a_trace_beside_it(emulated_devices, bundle, tools, tmp_path):
+    """--profile detailed: the record's profile is the qnn-profile-viewer STAND-IN's reading of the host HTP
+    backend's own per-op events for that run; the Chrome trace is written beside the record and named in it."""
+    from tests.support.device_emulator.qnn_profile_viewer import write_launcher as write_viewer
+
+    (phone,) = emulated_devices("sm8750")
+    out = tmp_path / "rec"
+    code, (record,), err = bench_json(str(bundle), *FAST, *tools, "-o", str(out), "--profile", "detailed",
+                                      "--profile-viewer", str(write_viewer(tmp_path / "qnn-profile-viewer")))
+    assert code == 0, err
+    jsonschema.validate(record, SCHEMA)
+    profile = record["profile"]
+    assert profile["level"] == "detailed" and profile["ops"]
+    assert sum(o["share"] for o in profile["ops"]) == pytest.approx(1, abs=0.01)
+    assert all(o["where"] == "htp" for o in profile["ops"])
+    trace = json.loads((out / profile["trace"]).read_text())
+    assert profile["trace"] == bench.record_name(phone.serial, "det").replace(".json", "-trace.json")
+    assert {e["ph"] for e in trace["traceEvents"]} >= {"X"}
+    # without a viewer there is no profile, and the record says why
+    code, (plain,), _ = bench_json(str(bundle), *FAST, *tools, "-o", str(tmp_path / "plain"), "--profile", "basic")
+    assert code == 0 and plain["profile"] is None and any(n.startswith("profile: ") for n in plain["notes"])
