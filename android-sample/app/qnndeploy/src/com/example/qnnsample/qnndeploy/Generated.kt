@@ -62,6 +62,9 @@ internal object Reasons {
     fun runtimeTooOldForArch(runtime: String, required: String, arch: String): Reason =
         Reason("runtime_too_old_for_arch", "the QNN runtime that loaded is QAIRT ${runtime}, older than QAIRT ${required}, the oldest measured to compile for ${arch}")
 
+    fun onDeviceNeedsOrt(soc: String, arch: String, targets: String): Reason =
+        Reason("on_device_needs_ort", "SoC ${soc} (${arch}) is not in the bundle (targets: ${targets}), and this app's engine runs context binaries only: compiling the model on the device needs the ONNX Runtime glue (scaffold --engine ort)")
+
     fun npuOnDevice(soc: String, arch: String): Reason =
         Reason("npu_on_device", "SoC ${soc} (${arch}) is not in the bundle; the app compiles the model for it on the device (validated for ${arch}) and the QNN libraries loaded")
 
