@@ -19,7 +19,8 @@ Per-inference times are what the tools print, nothing else:
 - onnxruntime_perf_test (performance_runner.cc) prints, per process, "Session creation time cost: S s", "First
   inference time cost: M ms", "Total inference requests: N", "Average inference time cost total: M ms" and its
   latency summary over the sorted per-inference times: "Min Latency: X s", "Max Latency: X s", "P50 Latency: X s",
-  "P90 Latency", "P95 Latency", "P99 Latency", "P999 Latency" (seconds). A path's percentile over the run is the
+  "P90 Latency", "P95 Latency", "P99 Latency", "P999 Latency" (seconds), the summary printed when no result file is
+  given (-s "defaults to on" then; onnxruntime/test/perftest, read 2026-12-02). A path's percentile over the run is the
   median over blocks of the block's percentile; min and max are over every block; the mean is weighted by the
   inferences.
 - qnn-net-run prints no per-inference time (its timings are in the profiling log, read by qnn-profile-viewer:

@@ -178,7 +178,8 @@ class Decision:
         return self.provider == Provider.NPU
 
 
-def soc_tables() -> tuple[dict[str, str], dict[str, str]]:
+@cache
+def soc_tables() -> tuple[Mapping[str, str], Mapping[str, str]]:
     """(SOC_MODEL value -> catalog model, ro.board.platform codename -> catalog model), from the one catalog.
 
     The Kotlin selector gets the same two tables, generated from these by `qnndeploy scaffold`.
