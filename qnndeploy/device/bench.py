@@ -63,7 +63,7 @@ from qnndeploy.base.names import BENCH_RECORD
 from qnndeploy.base.pool import Pool
 from qnndeploy.device import opprofile, ortrunner, runner
 from qnndeploy.device.adb import FILES, RUN, Device, Upload, connect, list_devices, parse_int
-from qnndeploy.device.profile import CURRENT_NOW, _parse_battery, _parse_stat
+from qnndeploy.device.profile import CURRENT_NOW, parse_battery, parse_stat
 from qnndeploy.device.verify import REMOTE_ROOT, Job, push_bundle
 from qnndeploy.formats import decision
 
@@ -255,7 +255,7 @@ def _thermal(dev: Device) -> _Thermal:
         value = parse_int(temp)
         if kind and value is not None:
             zones.append((kind, value / 1000))
-    battery = _parse_battery(parts[2], parts[3])
+    battery = parse_battery(parts[2], parts[3])
     skin = [(k, t) for k, t in zones if "skin" in k.lower()]
     cpu = [(k, t) for k, t in zones if "cpu" in k.lower()]
     chosen = max(skin or cpu, key=lambda z: z[1], default=None)
@@ -298,7 +298,7 @@ def _sampled(dev: Device, workdir: str, env: str, argv: list[str], doing: str, p
                 samples.append((t / 1e9, abs(i) * 1e-6, v * 1e-6))
         elif kind == "T" and len(values) == 3:
             s0, s1 = parse_int(values[0]), parse_int(values[1])
-        elif kind == "P" and (parsed := _parse_stat(rest)) is not None:
+        elif kind == "P" and (parsed := parse_stat(rest)) is not None:
             ticks = parsed[2]
         elif (kind == "R" and len(values) >= 2 and (n := parse_int(values[0])) is not None
               and (stamp := _mtime(" ".join(values[1:]))) is not None):
@@ -362,14 +362,11 @@ def _ort_figures(block: _Block) -> None:
         found = pattern.findall(text)
         if found:
             setattr(block.latency, q, float(found[-1]) * 1000)
-    average = ortrunner._number(ortrunner._AVERAGE, text)
-    session = ortrunner._number(ortrunner._SESSION, text)
-    first = ortrunner._number(ortrunner._FIRST, text)
-    requests = ortrunner._REQUESTS.findall(text)
-    block.mean_ms = block.latency.mean = average
-    block.inferences = int(requests[-1]) + 1 if requests else block.inferences  # and the warm-up
-    if session is not None and first is not None:
-        block.first_ms = session * 1000 + first
+    said = ortrunner.summary(text)
+    block.mean_ms = block.latency.mean = said.average_ms
+    block.inferences = said.requests + 1 if said.requests is not None else block.inferences  # and the warm-up
+    if said.session_s is not None and said.first_inference_ms is not None:
+        block.first_ms = said.session_s * 1000 + said.first_inference_ms
 
 
 # --- one phone x graph ----------------------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from qnndeploy.base.errors import BadInput
 from qnndeploy.device.adb import RUN, Device, parse_int
@@ -136,6 +136,22 @@ def write_test_data(folder: Path, samples: list[dict[str, np.ndarray]], input_na
             (data / f"input_{i}.pb").write_bytes(numpy_helper.from_array(sample[name], name).SerializeToString())
 
 
+class Summary(NamedTuple):
+    """The figures an onnxruntime_perf_test run prints about itself (None: not printed or not a number)."""
+
+    session_s: float | None
+    first_inference_ms: float | None
+    average_ms: float | None
+    requests: int | None
+
+
+def summary(text: str) -> Summary:
+    """The last of each figure line in `text` (the tool's output)."""
+    requests = _REQUESTS.findall(text)
+    return Summary(_number(_SESSION, text), _number(_FIRST, text), _number(_AVERAGE, text),
+                   int(requests[-1]) if requests else None)
+
+
 def _number(pattern: re.Pattern[str], text: str) -> float | None:
     found = pattern.findall(text)
     try:
@@ -158,6 +174,4 @@ def run(dev: Device, workdir: str, lib_dir: str, adsp_library_path: str, argv: l
     s0, s1 = stamps if len(stamps) == 2 else (None, None)
     seconds, clock = ((s1 - s0) / 1e9, "device") if s0 is not None and s1 is not None and s1 >= s0 else (host, "host")
     text = head if sep else r.output
-    requests = _REQUESTS.findall(text)
-    return PerfRun(r.code, text, line, _number(_SESSION, text), _number(_FIRST, text), _number(_AVERAGE, text),
-                   int(requests[-1]) if requests else None, seconds, clock)
+    return PerfRun(r.code, text, line, *summary(text), seconds, clock)

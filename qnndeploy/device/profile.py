@@ -103,7 +103,7 @@ def find_process(dev: Device, pid: int | None = None, package: str | None = None
     return pid, _stat_of(dev, pid, stat)[1]
 
 
-def _parse_stat(line: str) -> tuple[int, str, int] | None:
+def parse_stat(line: str) -> tuple[int, str, int] | None:
     """(id, name, utime+stime) from a /proc stat line, None when it is not one; the name may hold spaces and ')'."""
     head, _, rest = line.strip().rpartition(")")
     ident, _, name = head.partition(" (")
@@ -116,14 +116,14 @@ def _parse_stat(line: str) -> tuple[int, str, int] | None:
 
 
 def _stat_of(dev: Device, pid: int, line: str) -> tuple[int, str, int]:
-    parsed = _parse_stat(line)
+    parsed = parse_stat(line)
     if parsed is None:
         raise CheckFailed(f"{dev.serial}: /proc/{pid}/stat does not read as a /proc stat line "
                           f"({line.strip()[:60]!r})")
     return parsed
 
 
-def _parse_battery(dumpsys: str, current_now: str) -> Battery:
+def parse_battery(dumpsys: str, current_now: str) -> Battery:
     values, flags = {}, {}
     for line in dumpsys.splitlines():
         key, sep, value = line.strip().partition(":")
@@ -152,12 +152,12 @@ def _read(dev: Device, pid: int) -> _Reading | None:
     threads = {}
     for line in parts[2].splitlines():
         # a thread that ended between the glob and cat leaves an error line instead
-        if (parsed := _parse_stat(line)) is not None:
+        if (parsed := parse_stat(line)) is not None:
             threads[parsed[0]] = parsed[1:]
     uptime = parts[0].split()[:1]
     if not uptime or not _SECONDS.fullmatch(uptime[0]):
         raise CheckFailed(f"{dev.serial}: /proc/uptime does not read as one ({parts[0].strip()[:60]!r})")
-    return _Reading(float(uptime[0]), _stat_of(dev, pid, parts[1])[2], threads, _parse_battery(parts[3], parts[4]))
+    return _Reading(float(uptime[0]), _stat_of(dev, pid, parts[1])[2], threads, parse_battery(parts[3], parts[4]))
 
 
 def start(dev: Device, pid: int, name: str, interval: float) -> Profile:

@@ -312,12 +312,11 @@ def decide(manifest: Manifest, device: Device, *, load_errors: Mapping[str, str]
         return Decision(provider=Provider.CPU, soc=identity.soc, identified_by=identity.identified_by, reason=why.text,
                         reason_key=why.key)
     soc = identity.soc
-    libraries = _Libraries(load_errors, lib_dir, adsp_before, adsp_error, app_version, remembered, runtime_version,
-                           compiles_onnx)
+    libraries = _Libraries(load_errors, lib_dir, adsp_before, adsp_error, app_version, remembered, runtime_version)
     if soc is None:
         if manifest.on_device is not None and platform is not None:
             return _on_device(manifest, manifest.on_device, identity, f"soc_model {platform.soc_model}",
-                              platform.dsp_arch, platform.soc_model, libraries)
+                              platform.dsp_arch, platform.soc_model, libraries, compiles_onnx)
         if identity.identified_by is None:
             return _cpu(manifest, identity, reason("soc_unreported"))
         return _cpu(manifest, identity, reason("soc_not_in_catalog", platform=trim(device.board_platform or "")))
@@ -330,10 +329,11 @@ def decide(manifest: Manifest, device: Device, *, load_errors: Mapping[str, str]
             return _cpu(manifest, identity, reason("soc_not_in_bundle", soc=soc, targets=_targets(manifest)))
         known = next((s for s in socs.catalog() if s.model == soc), None)
         if known is not None:
-            return _on_device(manifest, manifest.on_device, identity, soc, known.dsp_arch, known.soc_id, libraries)
+            return _on_device(manifest, manifest.on_device, identity, soc, known.dsp_arch, known.soc_id, libraries,
+                              compiles_onnx)
         if platform is not None:
             return _on_device(manifest, manifest.on_device, identity, soc, platform.dsp_arch, platform.soc_model,
-                              libraries)
+                              libraries, compiles_onnx)
         return _cpu(manifest, identity, reason("arch_unknown", soc=soc))
     # A graph that failed validation, shipped for the CPU on this SoC: decided before any library is touched.
     asked = cpu_asked(manifest, target)
@@ -386,7 +386,6 @@ class _Libraries:
     app_version: str
     remembered: Remembered | None
     runtime_version: str | None
-    compiles_onnx: bool
 
     def load(self, manifest: Manifest, identity: SocIdentity, soc: str, arch: str) -> Decision | str:
         """The CPU decision when the arch's libraries are not shipped, an NPU init failed before, ADSP_LIBRARY_PATH
@@ -413,10 +412,11 @@ class _Libraries:
 
 
 def _on_device(manifest: Manifest, on_device: OnDevice, identity: SocIdentity, soc: str, arch: str, soc_id: int,
-               libraries: _Libraries) -> Decision:
-    """A SoC without a target, of HTP arch `arch`: the NPU from the ONNX the phone compiles, when every graph's
-    compile was validated for that arch and the libraries load; else the CPU. `soc` names the SoC in the reasons."""
-    if not libraries.compiles_onnx:
+               libraries: _Libraries, compiles_onnx: bool) -> Decision:
+    """A SoC without a target, of HTP arch `arch`: the NPU from the ONNX the phone compiles, when the app's engine
+    compiles ONNX, every graph's compile was validated for that arch and the libraries load; else the CPU. `soc`
+    names the SoC in the reasons."""
+    if not compiles_onnx:
         return _cpu(manifest, identity, reason("on_device_needs_ort", soc=soc, arch=arch, targets=_targets(manifest)))
     paths: dict[str, str] = {}
     files: list[str] = []

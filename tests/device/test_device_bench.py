@@ -21,17 +21,13 @@ from tests.support.cli import run
 from tests.support.device_emulator import ort_perf_test, qnn_net_run
 from tests.support.host import require
 
-pytestmark = [pytest.mark.needs_adb, pytest.mark.needs_qnn]
+pytestmark = [pytest.mark.needs_adb, pytest.mark.needs_qnn, pytest.mark.usefixtures("no_sdk")]
 
 pytest_plugins = ["tests.support.device_emulator.fixtures"]
 
 SCHEMA = json.loads((Path(bench.__file__).parents[1] / "schemas/bench-record.schema.json").read_text())
 FAST = ("--graph", "det", "--runs", "5", "--blocks", "2")
 
-
-@pytest.fixture(autouse=True)
-def no_sdk(monkeypatch):
-    monkeypatch.delenv("QNN_SDK_ROOT", raising=False)
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from tests.support.device_emulator import ort_perf_test
 from tests.support.device_emulator.qnn_net_run import write_launcher
 from tests.support.host import require
 
-pytestmark = [pytest.mark.needs_adb, pytest.mark.needs_qnn]
+pytestmark = [pytest.mark.needs_adb, pytest.mark.needs_qnn, pytest.mark.usefixtures("no_sdk")]
 
 pytest_plugins = ["tests.support.device_emulator.fixtures"]
 
@@ -42,10 +42,6 @@ V81_FILES = sorted(["manifest.json", "cpu/det.onnx", "cpu/rec.onnx", "lib/arm64-
                     "lib/arm64-v8a/libQnnSystem.so", "lib/arm64-v8a/libQnnHtpV81Stub.so",
                     "lib/hexagon-v81/libQnnHtpV81Skel.so"])
 
-
-@pytest.fixture(autouse=True)
-def no_sdk(monkeypatch):
-    monkeypatch.delenv("QNN_SDK_ROOT", raising=False)
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from tests.support.cli import run
 from tests.support.device_emulator.qnn_net_run import write_launcher
 from tests.support.host import require
 
-pytestmark = [pytest.mark.needs_adb, pytest.mark.needs_qnn]
+pytestmark = [pytest.mark.needs_adb, pytest.mark.needs_qnn, pytest.mark.usefixtures("no_sdk")]
 
 pytest_plugins = ["tests.support.device_emulator.fixtures"]
 
@@ -36,11 +36,6 @@ SM8750_FILES = sorted([
     "lib/arm64-v8a/libQnnHtp.so", "lib/arm64-v8a/libQnnSystem.so", "lib/arm64-v8a/libQnnHtpPrepare.so",
     "lib/arm64-v8a/libQnnHtpV79Stub.so", "lib/hexagon-v79/libQnnHtpV79Skel.so"])
 
-
-@pytest.fixture(autouse=True)
-def no_sdk(monkeypatch):
-    """A QAIRT SDK set up on this machine would give every verify a runner."""
-    monkeypatch.delenv("QNN_SDK_ROOT", raising=False)
 
 
 @pytest.fixture(scope="module")

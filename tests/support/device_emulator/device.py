@@ -19,72 +19,44 @@ FEATURES: tuple[str, ...] = ()
 _DSP_DIRS = ("/vendor/dsp/cdsp", "/vendor/lib/rfsa/adsp")
 _ELF_STUB = b"\x7fELF\x02\x01\x01" + bytes(57)  # enough of an aarch64 ELF header to be a file, not a library
 
+def _phone(name: str, label: str, release: str, sdk: str, kernel_soc_id: int, *, soc_model: str | None = None,
+           manufacturer: str | None = "QTI", platform: str | None = None, dsp: bool = True) -> dict:
+    """A preset: an arm64 phone named emu_NAME with these SoC properties (None: not set) and kernel soc_id."""
+    soc = {"ro.soc.model": soc_model, "ro.soc.manufacturer": manufacturer if soc_model else None,
+           "ro.board.platform": platform}
+    props = {**{k: v for k, v in soc.items() if v is not None},
+             "ro.build.version.release": release, "ro.build.version.sdk": sdk, "ro.product.cpu.abi": "arm64-v8a",
+             "ro.product.model": f"Emulated {label} Phone", "ro.product.manufacturer": "qnndeploy",
+             "ro.product.name": f"emu_{name}", "ro.product.device": f"emu_{name}"}
+    files: dict[str, bytes | str] = {"/sys/devices/soc0/soc_id": f"{kernel_soc_id}\n"}
+    if dsp:
+        files["/vendor/lib64/libcdsprpc.so"] = _ELF_STUB
+    return {"props": props, "files": files, "dirs": _DSP_DIRS if dsp else ()}
+
+
 PRESETS: dict[str, dict] = {
     # A Snapdragon 8 Elite phone on Android 15.
-    "sm8750": {
-        "props": {"ro.soc.model": "SM8750", "ro.soc.manufacturer": "QTI", "ro.board.platform": "sun",
-                  "ro.build.version.release": "15", "ro.build.version.sdk": "35",
-                  "ro.product.cpu.abi": "arm64-v8a", "ro.product.model": "Emulated SM8750 Phone",
-                  "ro.product.manufacturer": "qnndeploy", "ro.product.name": "emu_sm8750",
-                  "ro.product.device": "emu_sm8750"},
-        "files": {"/sys/devices/soc0/soc_id": "618\n", "/vendor/lib64/libcdsprpc.so": _ELF_STUB},
-        "dirs": _DSP_DIRS,
-    },
+    "sm8750": _phone("sm8750", "SM8750", "15", "35", 618, soc_model="SM8750", platform="sun"),
     # A Snapdragon 888 phone on Android 11: no ro.soc.model yet (API 31+), only the board codename.
-    "android11": {
-        "props": {"ro.board.platform": "lahaina", "ro.build.version.release": "11", "ro.build.version.sdk": "30",
-                  "ro.product.cpu.abi": "arm64-v8a", "ro.product.model": "Emulated Android 11 Phone",
-                  "ro.product.manufacturer": "qnndeploy", "ro.product.name": "emu_a11",
-                  "ro.product.device": "emu_a11"},
-        "files": {"/sys/devices/soc0/soc_id": "439\n", "/vendor/lib64/libcdsprpc.so": _ELF_STUB},
-        "dirs": _DSP_DIRS,
-    },
-    # A hostile phone: terminal escape sequences in its properties and in a library's file name, and an API
-    # level of 5,000 digits (Python's int() refuses more than 4,300). What a buggy or malicious device can send.
-    "hostile": {
-        "props": {"ro.soc.model": "SM8750\x1b[2J", "ro.soc.manufacturer": "QTI\x1b]0;pwned\x07",
-                  "ro.board.platform": "sun", "ro.build.version.release": "15\x1b[31mred",
-                  "ro.build.version.sdk": "9" * 5000, "ro.product.cpu.abi": "arm64-v8a",
-                  "ro.product.model": "Emulated \x1b]0;title\x07Phone\x1b[2J",
-                  "ro.product.manufacturer": "qnndeploy\x9b31m", "ro.product.name": "emu_hostile",
-                  "ro.product.device": "emu_hostile"},
-        "files": {"/sys/devices/soc0/soc_id": "618\n", "/vendor/lib64/libcdsprpc.so": _ELF_STUB,
-                  "/vendor/lib64/libQnn\x1b[2J\x1b]0;x\x07.so": b"vendor copy"},
-        "dirs": _DSP_DIRS,
-    },
+    "android11": _phone("a11", "Android 11", "11", "30", 439, platform="lahaina"),
     # A phone of a SoC no bundle here has a target for (SM8845, HTP v81): the on-device compile path. ro.soc.model
     # and kernel soc_id 685 as reported in google-ai-edge/LiteRT#7516 (the catalog's source for them); no board
     # codename (the catalog has none for it).
-    "sm8845": {
-        "props": {"ro.soc.model": "SM8845", "ro.soc.manufacturer": "QTI",
-                  "ro.build.version.release": "16", "ro.build.version.sdk": "36",
-                  "ro.product.cpu.abi": "arm64-v8a", "ro.product.model": "Emulated SM8845 Phone",
-                  "ro.product.manufacturer": "qnndeploy", "ro.product.name": "emu_sm8845",
-                  "ro.product.device": "emu_sm8845"},
-        "files": {"/sys/devices/soc0/soc_id": "685\n", "/vendor/lib64/libcdsprpc.so": _ELF_STUB},
-        "dirs": _DSP_DIRS,
-    },
-    # A Snapdragon 888 phone on Android 12: HTP v68, no fp16 (no on-device compile of an fp16 bundle).
-    "sm8350": {
-        "props": {"ro.soc.model": "SM8350", "ro.soc.manufacturer": "QTI", "ro.board.platform": "lahaina",
-                  "ro.build.version.release": "12", "ro.build.version.sdk": "31",
-                  "ro.product.cpu.abi": "arm64-v8a", "ro.product.model": "Emulated SM8350 Phone",
-                  "ro.product.manufacturer": "qnndeploy", "ro.product.name": "emu_sm8350",
-                  "ro.product.device": "emu_sm8350"},
-        "files": {"/sys/devices/soc0/soc_id": "415\n", "/vendor/lib64/libcdsprpc.so": _ELF_STUB},
-        "dirs": _DSP_DIRS,
-    },
+    "sm8845": _phone("sm8845", "SM8845", "16", "36", 685, soc_model="SM8845"),
+    # A Snapdragon 888 phone on Android 12: HTP v68, no fp16 (no on-device compile of an fp16 bundle). Kernel
+    # soc_id 415, one of the catalog's for SM8350.
+    "sm8350": _phone("sm8350", "SM8350", "12", "31", 415, soc_model="SM8350", platform="lahaina"),
     # A phone whose SoC is in no bundle (Exynos): the app must take the CPU path.
-    "exynos": {
-        "props": {"ro.soc.model": "s5e9945", "ro.soc.manufacturer": "Samsung", "ro.board.platform": "s5e9945",
-                  "ro.build.version.release": "14", "ro.build.version.sdk": "34",
-                  "ro.product.cpu.abi": "arm64-v8a", "ro.product.model": "Emulated Exynos Phone",
-                  "ro.product.manufacturer": "qnndeploy", "ro.product.name": "emu_exynos",
-                  "ro.product.device": "emu_exynos"},
-        "files": {"/sys/devices/soc0/soc_id": "0\n"},
-        "dirs": (),
-    },
+    "exynos": _phone("exynos", "Exynos", "14", "34", 0, soc_model="s5e9945", manufacturer="Samsung",
+                     platform="s5e9945", dsp=False),
 }
+# A hostile phone: terminal escape sequences in its properties and in a library's file name, and an API level of
+# 5,000 digits (Python's int() refuses more than 4,300). What a buggy or malicious device can send.
+PRESETS["hostile"] = _phone("hostile", "Hostile", "15\x1b[31mred", "9" * 5000, 618,
+                            soc_model="SM8750\x1b[2J", manufacturer="QTI\x1b]0;pwned\x07", platform="sun")
+PRESETS["hostile"]["props"].update({"ro.product.model": "Emulated \x1b]0;title\x07Phone\x1b[2J",
+                                    "ro.product.manufacturer": "qnndeploy\x9b31m"})
+PRESETS["hostile"]["files"]["/vendor/lib64/libQnn\x1b[2J\x1b]0;x\x07.so"] = b"vendor copy"
 
 
 class EmulatedDevice:

@@ -5,6 +5,8 @@ Use from a test module with `pytest_plugins = ["tests.support.device_emulator.fi
 - emulated_devices (function): start(*presets, **options) -> list of EmulatedDevice, each `adb connect`ed and
   shown as "device"; ANDROID_ADB_SERVER_PORT points qnndeploy/adbutils at the private server for the test.
 - device (function): one SM8750 phone.
+- no_sdk (function): QNN_SDK_ROOT unset, so that a QAIRT SDK set up on this machine gives no verify or bench a
+  runner the test did not give (`pytestmark = pytest.mark.usefixtures("no_sdk")`).
 """
 
 from __future__ import annotations
@@ -108,3 +110,8 @@ def emulated_devices(adb_server: AdbServer, tmp_path: Path,
 @pytest.fixture
 def device(emulated_devices: Callable[..., list[EmulatedDevice]]) -> EmulatedDevice:
     return emulated_devices("sm8750")[0]
+
+
+@pytest.fixture
+def no_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("QNN_SDK_ROOT", raising=False)

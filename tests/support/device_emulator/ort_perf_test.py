@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-from .qnn_net_run import _device_path
+from .qnn_net_run import _device_path, skel_missing
 
 # getopt: the options that take a value, and the flags (the real tool's string is
 # "m:e:r:t:p:x:y:c:d:o:u:i:f:F:S:T:C:AMPIDZvhsqznlgR:X"; only these are implemented)
@@ -127,13 +127,8 @@ def main(argv: list[str]) -> None:
     arch = provider.get("htp_arch", "")
     if not arch.isdigit():
         _fail(f"Wrong value for htp_arch: {arch!r}")
-    skel = f"libQnnHtpV{arch}Skel.so"
-    adsp = [d for d in os.environ.get("ADSP_LIBRARY_PATH", "").split(";") if d]
-    if not any((_device_path(d) / skel).is_file() for d in adsp):
-        _fail(f"     0.4ms [ ERROR ] <E> Failed to load skel, error: 4000 ({skel} not found on ADSP_LIBRARY_PATH)",
-              "     0.5ms [ ERROR ] <E> Transport layer setup failed: 14001",
-              "     0.5ms [ ERROR ] <E> Failed to create device: 1008",
-              "QNN EP: Failed to create device", "Failed to create session")
+    if missing := skel_missing(arch):
+        _fail(*missing, "QNN EP: Failed to create device", "Failed to create session")
     if not model.is_file():
         _fail(f"Load model from {rest[0]} failed: No such file")
     run(model, provider, config, runs, generate="-I" in flags, seed=int(valued.get("-S", "-1")))

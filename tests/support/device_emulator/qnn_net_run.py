@@ -76,6 +76,18 @@ def _device_path(path: str) -> Path:
     return p
 
 
+def skel_missing(arch: str) -> list[str]:
+    """The QNN HTP backend's lines when the arch's Skel is in no folder of ADSP_LIBRARY_PATH (the DSP loads it from
+    there), as qnn-net-run and the QNN EP print them; empty when it is found."""
+    skel = f"libQnnHtpV{arch}Skel.so"
+    adsp = [d for d in os.environ.get("ADSP_LIBRARY_PATH", "").split(";") if d]
+    if any((_device_path(d) / skel).is_file() for d in adsp):
+        return []
+    return [f"     0.4ms [ ERROR ] <E> Failed to load skel, error: 4000 ({skel} not found on ADSP_LIBRARY_PATH)",
+            "     0.5ms [ ERROR ] <E> Transport layer setup failed: 14001",
+            "     0.5ms [ ERROR ] <E> Failed to create device: 1008"]
+
+
 def _fail(*lines: str, code: int = 1) -> NoReturn:
     for line in lines:
         print(line, flush=True)
@@ -124,13 +136,8 @@ def main(argv: list[str]) -> None:
         _fail(f"ERROR: {binary} is not a QNN context binary", "Graph Prepare failure")
     soc_name, arch = target.group(1).decode(), target.group(2).decode()
 
-    skel = f"libQnnHtpV{arch}Skel.so"
-    adsp = [d for d in os.environ.get("ADSP_LIBRARY_PATH", "").split(";") if d]
-    if not any((_device_path(d) / skel).is_file() for d in adsp):
-        _fail(f"     0.4ms [ ERROR ] <E> Failed to load skel, error: 4000 ({skel} not found on ADSP_LIBRARY_PATH)",
-              "     0.5ms [ ERROR ] <E> Transport layer setup failed: 14001",
-              "     0.5ms [ ERROR ] <E> Failed to create device: 1008",
-              "Device Creation failure")
+    if missing := skel_missing(arch):
+        _fail(*missing, "Device Creation failure")
 
     # A context of several graphs (compile --share) takes one input list per graph, in the context's order, "__"
     # for a graph not to run (qnn-net-run's documented --input_list form for several graphs).
