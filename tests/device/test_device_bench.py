@@ -141,6 +141,23 @@ def test_perf_mode_sweep(device, bundle, tools, tmp_path):
     assert run("device", "bench", str(bundle), *FAST, "--perf-mode", "warp", *tools).exit_code == 2
 
 
+def planted(record: dict, factor: float) -> dict:
+    """`record` with every gated figure made `factor` times worse (below 1: better). A baseline 1000 times better
+    or worse than the run judges it the same way however loaded this machine is."""
+    out = json.loads(json.dumps(record))
+    for p in out["paths"].values():
+        for name in bench.LOWER_IS_BETTER:
+            *parents, key = name.split(".")
+            holder = p
+            for k in parents:
+                holder = holder[k]
+            if holder[key] is not None:
+                holder[key] /= factor
+        for name in bench.HIGHER_IS_BETTER:
+            p[name] *= factor
+    return out
+
+
 def test_baseline_passes_against_itself_and_fails_on_a_planted_regression(device, bundle, tools, tmp_path):
     one = (*FAST, "--blocks", "1")
     code, [first], _ = bench_json(str(bundle), *one, *tools, "-o", str(tmp_path / "a"))
@@ -148,20 +165,17 @@ def test_baseline_passes_against_itself_and_fails_on_a_planted_regression(device
     path = tmp_path / "a" / bench.record_name(device.serial, "det")
     assert bench.gate(first, str(path), first, 0.1).passed  # a record against itself: nothing regressed
 
-    # the same run again, judged with room for this machine's load: it passes
-    code, [again], _ = bench_json(str(bundle), *one, *tools, "--baseline", str(path), "--threshold", "50",
-                                  "-o", str(tmp_path / "b"))
+    # a baseline 1000 times slower on every figure: this run improves on all of them and passes
+    slow = tmp_path / "slow.json"
+    slow.write_text(json.dumps(planted(first, 1 / 1000)))
+    code, [again], _ = bench_json(str(bundle), *one, *tools, "--baseline", str(slow), "-o", str(tmp_path / "b"))
     assert code == 0 and again["gate"]["passed"] is True and again["gate"]["regressions"] == []
     jsonschema.validate(again, SCHEMA)
 
-    # a baseline edited to be 1000 times faster: this run regresses on every timing figure
-    planted = json.loads(path.read_text())
-    for p in planted["paths"].values():
-        p["latency_ms"] = {k: (v / 1000 if v is not None else None) for k, v in p["latency_ms"].items()}
-        p["first_ms"] /= 1000
-        p["throughput_per_s"] *= 1000
+    # a baseline 1000 times faster: this run regresses on every timing figure
+    fast_record = planted(first, 1000)
     fast = tmp_path / "fast.json"
-    fast.write_text(json.dumps(planted))
+    fast.write_text(json.dumps(fast_record))
     r = run("device", "bench", str(bundle), *one, *tools, "--baseline", str(fast), "-o", str(tmp_path / "c"))
     assert r.exit_code == 1, r.output
     assert "FAILED" in r.stdout and "regression npu.latency_ms.mean" in r.stdout
@@ -171,8 +185,8 @@ def test_baseline_passes_against_itself_and_fails_on_a_planted_regression(device
     assert all(g["ratio"] > 1.1 or g["figure"].endswith("throughput_per_s") for g in written["gate"]["regressions"])
 
     # another phone's record is bad input, refused before anything runs
-    planted["phone"]["serial"] = "another-phone"
-    fast.write_text(json.dumps(planted))
+    fast_record["phone"]["serial"] = "another-phone"
+    fast.write_text(json.dumps(fast_record))
     r = run("device", "bench", str(bundle), *one, *tools, "--baseline", str(fast), "-o", str(tmp_path / "d"))
     assert not (tmp_path / "d").exists()
     assert r.exit_code == 2 and "phone 'another-phone'" in r.output
