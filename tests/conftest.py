@@ -28,6 +28,18 @@ NEEDS = {
 }
 
 
+# The longest files, measured (pytest --durations=0): a third of the suite's time. Collected first, so that
+# pytest-xdist's --dist loadfile starts them on both workers at once and the short files fill in the end; collected
+# in their place, the fuzz tier started last and ran alone for its two minutes.
+LONGEST_FIRST = ("tests/cli/test_fuzz.py", "tests/test_corpus.py", "tests/test_benchmarks.py",
+                 "tests/scaffold/test_kotlin.py", "tests/validate/test_validate.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {f: i for i, f in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest keep their order
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     for marker, (present, what) in NEEDS.items():
         if item.get_closest_marker(marker):

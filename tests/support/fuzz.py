@@ -196,7 +196,7 @@ def archive_cases(good: Path) -> Iterator[Case]:
     def bomb(z: zipfile.ZipFile) -> None:
         with z.open(f"{good.name}/cpu/bomb.bin", "w", force_zip64=True) as f:
             block = b"\0" * (1 << 20)
-            for _ in range(2048):  # 2 GiB of zeros, a few MB compressed
+            for _ in range(512):  # 512 MiB of zeros (over MEMORY_LIMIT_MB if read into memory), 0.5 MB compressed
                 f.write(block)
 
     def encrypted(z: zipfile.ZipFile) -> None:
