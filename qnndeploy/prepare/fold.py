@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,10 +30,19 @@ class FoldError(Exception):
 
 
 def _onnxsim(src: Path, dst: Path, external: bool) -> None:
+    # onnxsim 0.8 imports torch at import when torch is installed (3 s of a prepare) for an optional PPQ bridge that
+    # simplify() never uses and that catches the ImportError: unless this process has loaded torch already, the
+    # import sees none. The window is this import only; qnndeploy itself never imports torch.
+    hidden = "torch" not in sys.modules
+    if hidden:
+        sys.modules["torch"] = None  # type: ignore[assignment]  # None in sys.modules: `import torch` fails
     try:
         import onnxsim
     except ImportError:
         raise FoldError("not installed (pip install onnxsim)") from None
+    finally:
+        if hidden:
+            del sys.modules["torch"]
     if external:
         raise FoldError("skipped: it cannot write models over 2 GB")
     try:

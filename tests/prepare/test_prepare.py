@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -617,3 +619,20 @@ def test_a_bad_split_is_one_line_and_writes_nothing(tmp_path, args, message):
     r = run("prepare", str(src), "-o", str(tmp_path / "parts.onnx"), *args)
     assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, r.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["front.onnx"]
+
+
+def test_onnxsim_folds_without_loading_torch_and_torch_still_imports_after(tmp_path):
+    """onnxsim 0.8 loads torch, when installed, at its import (3 s of every prepare) for a bridge simplify() never
+    uses: a prepare in a fresh process folds with onnxsim and never has torch loaded; a later import of torch in the
+    same process works. (The test environment has torch: it is a test dependency.)"""
+    from tests.support.bundles import tiny_model
+
+    src = tiny_model(tmp_path / "m.onnx", 16)
+    script = ("import sys; from pathlib import Path; from qnndeploy.prepare import fold\n"
+              f"fold.fold('onnxsim', Path({str(src)!r}), Path({str(tmp_path / 'f.onnx')!r}), False)\n"
+              "assert 'onnxsim' in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)\n"
+              "import torch; print(torch.zeros(2).sum().item())")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0.0"
+    onnx.checker.check_model(str(tmp_path / "f.onnx"))
