@@ -492,7 +492,8 @@ DOCUMENTED_EXITS = {0, 1, 2, 3, 10, 11}
 TIME_LIMIT_S = 10.0
 MEMORY_LIMIT_MB = 300
 # Runs the command as its child and writes the child's peak RSS (kB): a process forked straight from this test
-# process would count the test's own memory in its peak. A signal that ends the child ends this launcher too.
+# process would count the test's own memory in its peak. A signal that ends the child ends this launcher too. It
+# runs with -S: it needs nothing from site-packages, and skipping them saves 50 ms of each case.
 MEASURE = """import os, resource, signal, subprocess, sys
 code = subprocess.run(sys.argv[2:], check=False).returncode
 with open(sys.argv[1], "w") as f:
@@ -513,9 +514,9 @@ def run_case(case: Case, folder: Path) -> str | None:
     before = snapshot(folder) if case.unchanged else None
     env = {**os.environ, "HOME": str(home), "TMPDIR": str(tmp), "XDG_CACHE_HOME": str(home / ".cache")}
     with (folder / "stdout").open("w") as out, (folder / "stderr").open("w") as err:
-        proc = subprocess.Popen([sys.executable, "-c", MEASURE, str(folder / "rss"), sys.executable, "-m", "qnndeploy",
-                                 *case.args], cwd=folder, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen([sys.executable, "-S", "-c", MEASURE, str(folder / "rss"), sys.executable, "-m",
+                                 "qnndeploy", *case.args], cwd=folder, env=env, stdout=out, stderr=err,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
         try:
             proc.wait(timeout=TIME_LIMIT_S)
         except subprocess.TimeoutExpired:
