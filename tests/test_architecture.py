@@ -23,8 +23,8 @@ FLOORS: list[tuple[str, tuple[str, ...], str]] = [
     ("qnn", ("qnn",), ("the QNN stack on the host: HTP op support, libQnnSystem's reader, the HTP emulator, "
                        "EPContext wrappers, toolchains, the AI Hub client")),
     ("formats", ("formats",), ("the files qnndeploy writes and the rules that read them: the bundle manifest and "
-                               "its verification, compile and validation records, archives, ELF reading, the Play "
-                               "plan, the on-device decision")),
+                               "its verification, compile, validation and bench records, archives, ELF reading, "
+                               "the Play plan, the on-device decision")),
     ("rooms", ("check", "prepare", "compile", "validate", "diagnose", "bundle", "inspect", "scaffold", "package",
                "device", "report"),
      "one room per command, each the library its command calls; no room imports another"),

@@ -42,6 +42,7 @@ from qnndeploy.device import profile as prof
 from qnndeploy.device import verify as verify_stage
 from qnndeploy.device.adb import connect
 from qnndeploy.device.opprofile import Level
+from qnndeploy.formats.benchrecord import BenchRecord
 from qnndeploy.formats.verify import VerifyReport, require_bundle
 
 serial_option = click.option("-s", "--serial", envvar="ANDROID_SERIAL", metavar="SERIAL",
@@ -505,7 +506,7 @@ def _fig(value: float | None, fmt: str = "sig") -> str:
     return format(value, fmt)
 
 
-def _render_bench_record(r: bench_stage.BenchRecord, path: Path | None) -> None:
+def _render_bench_record(r: BenchRecord, path: Path | None) -> None:
     c = r.conditions
     npu, cpu = r.paths["npu"], r.paths["cpu"]
     temp = (f"{_fig(c.temperature_c_start, '.1f')} -> {_fig(c.temperature_c_end, '.1f')} °C ({c.temperature_source})"
@@ -541,10 +542,9 @@ def _render_bench_record(r: bench_stage.BenchRecord, path: Path | None) -> None:
             _say(f"  {'':<17}{s.t_s:>7.1f} {s.path:<4} {_fig(s.latency_ms_p50):>8} {_fig(s.latency_ms_mean):>8} "
                  f"{_fig(s.throughput_per_s, '.1f'):>8} {_fig(s.temperature_c, '.1f'):>6} {s.thermal_status}")
     for point in r.sweep:
-        f = point["npu"]
-        _say(f"  perf mode {point['perf_mode']:<27} NPU mean {_fig(f['latency_ms']['mean'])} ms, "
-             f"{_fig(f['throughput_per_s'], '.1f')}/s, energy {_fig(f['energy_mj_per_inference'])} mJ "
-             f"({f['runs']} runs)")
+        f = point.npu
+        _say(f"  perf mode {point.perf_mode:<27} NPU mean {_fig(f.latency_ms.mean)} ms, "
+             f"{_fig(f.throughput_per_s, '.1f')}/s, energy {_fig(f.energy_mj_per_inference)} mJ ({f.runs} runs)")
     if r.gate is not None:
         g = r.gate
         _say(f"  gate against {g.baseline} (threshold {g.threshold:.0%}): {'passed' if g.passed else 'FAILED'}")

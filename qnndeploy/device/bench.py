@@ -1,7 +1,7 @@
 """`device bench`: is the NPU worth it on this phone? The same inputs through the NPU and the CPU path, in alternating
 blocks, with latency, throughput, the process's CPU use, energy per inference and the thermal state; sustained runs,
 an HTP performance-mode sweep, and a gate against an earlier record. One record per phone x graph
-(bench-<serial>-<graph>.json, schemas/bench-record.schema.json).
+(bench-<serial>-<graph>.json, schemas/bench-record.schema.json; its types in formats/benchrecord.py).
 
 The paths, for the target the app's decision picks (formats/decision.py, as device verify does):
 - NPU, prebuilt target: qnn-net-run on the context binary, as device verify runs it (device/runner.py), with
@@ -51,23 +51,29 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from qnndeploy import __version__
 from qnndeploy.base.errors import BadInput, CheckFailed, QnnDeployError
-from qnndeploy.base.fileio import JSON, write_json
+from qnndeploy.base.fileio import write_json
 from qnndeploy.base.names import BENCH_RECORD
 from qnndeploy.base.pool import Pool
 from qnndeploy.device import opprofile, ortrunner, runner
 from qnndeploy.device.adb import FILES, RUN, Device, Upload, connect, list_devices, parse_int
 from qnndeploy.device.profile import CURRENT_NOW, parse_battery, parse_stat
 from qnndeploy.device.verify import REMOTE_ROOT, Job, push_bundle
-from qnndeploy.formats import decision
+from qnndeploy.formats import benchrecord, decision
+from qnndeploy.formats.benchrecord import (
+    BenchRecord,
+    Conditions,
+    Latency,
+    PathFigures,
+    SustainedPoint,
+    SweepPoint,
+)
 
-RECORD_VERSION = 1
 VOLTAGE_NOW = "/sys/class/power_supply/battery/voltage_now"
 THERMAL = "/sys/class/thermal"
 SAMPLE_S = 0.1  # the sampler loop's period on the phone
@@ -93,69 +99,6 @@ Say = Callable[[str], None]
 
 
 @dataclass
-class Latency:
-    p50: float | None = None
-    p90: float | None = None
-    p99: float | None = None
-    mean: float | None = None
-    min: float | None = None
-    max: float | None = None
-
-
-@dataclass
-class PathFigures:
-    first_ms: float | None = None
-    latency_ms: Latency = field(default_factory=Latency)
-    throughput_per_s: float | None = None
-    rtf: float | None = None
-    cpu_percent: float | None = None
-    energy_mj_per_inference: float | None = None
-    energy_source: str | None = None
-    runs: int = 0
-    block_p50_ms: list[float] = field(default_factory=list)
-
-
-@dataclass
-class SustainedPoint:
-    t_s: float
-    path: str
-    latency_ms_p50: float | None
-    latency_ms_mean: float | None
-    throughput_per_s: float | None
-    temperature_c: float | None
-    thermal_status: int | None
-
-
-@dataclass
-class Regression:
-    figure: str
-    was: float
-    now: float
-    ratio: float  # now / was
-
-
-@dataclass
-class Gate:
-    baseline: str
-    threshold: float
-    regressions: list[Regression] = field(default_factory=list)
-    passed: bool = True
-
-
-@dataclass
-class Conditions:
-    charging: bool | None = None
-    screen_on: bool | None = None
-    battery_level_start: int | None = None
-    battery_level_end: int | None = None
-    temperature_c_start: float | None = None
-    temperature_c_end: float | None = None
-    thermal_status_start: int | None = None
-    thermal_status_end: int | None = None
-    temperature_source: str | None = None  # the thermal zone type read, or "battery"
-
-
-@dataclass
 class Options:
     """What one `device bench` asks, shared by every phone."""
 
@@ -170,33 +113,6 @@ class Options:
     threshold: float = DEFAULT_THRESHOLD
     profile: opprofile.Level | None = None  # --profile: the per-op profiling level (device/opprofile.py); None: none
     profile_viewer: Path | None = None  # --profile-viewer: qnn-profile-viewer for Android (else the SDK's)
-
-
-@dataclass
-class BenchRecord:
-    """One phone x graph: the record's fields (bench-record.schema.json), in its order."""
-
-    record: str
-    record_version: int
-    created: str
-    qnndeploy: str
-    bundle: dict[str, Any]
-    phone: dict[str, Any]
-    decision: dict[str, Any]
-    graph: str
-    settings: dict[str, Any]
-    conditions: Conditions
-    paths: dict[str, PathFigures]
-    ratios: dict[str, float | None]
-    ratio_spread: dict[str, dict[str, float] | None]
-    sustained: list[SustainedPoint]
-    sweep: list[dict[str, Any]]
-    profile: JSON | None  # the per-op profile: null unless device/opprofile.py fills it (take_profile)
-    gate: Gate | None
-    notes: list[str]
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
@@ -555,18 +471,13 @@ def _spread(npu: list[_Block], cpu: list[_Block]) -> dict[str, dict[str, float] 
                              "max": round(max(pairs), 4), "blocks": len(pairs)}}
 
 
-# --- the gate -------------------------------------------------------------------------------------------------------
+# --- the baseline -----------------------------------------------------------------------------------------------
 
-LOWER_IS_BETTER = ("first_ms", "latency_ms.p50", "latency_ms.p90", "latency_ms.p99", "latency_ms.mean",
-                   "energy_mj_per_inference")
-HIGHER_IS_BETTER = ("throughput_per_s",)
-
-
-def read_baseline(path: Path, serial: str, graph: str) -> tuple[Path, dict[str, Any]]:
+def read_baseline(path: Path, serial: str, graph: str) -> tuple[Path, BenchRecord]:
     """The earlier record to compare with: RECORD, or bench-<serial>-<graph>.json in a folder of them."""
     path = Path(path)
     if path.is_dir():
-        path = path / record_name(serial, graph)
+        path = path / benchrecord.record_name(serial, graph)
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -574,48 +485,22 @@ def read_baseline(path: Path, serial: str, graph: str) -> tuple[Path, dict[str, 
                        "(bench-SERIAL-GRAPH.json) or a folder of them") from None
     if not isinstance(data, dict) or data.get("record") != BENCH_RECORD:
         raise BadInput(f"--baseline {path} is not a bench record (no \"record\": \"{BENCH_RECORD}\")")
-    return path, data
+    try:
+        return path, benchrecord.read(data)
+    except BadInput as e:
+        raise BadInput(f"--baseline {path} is a bench record, but {e}") from None
 
 
-def check_baseline(baseline: dict[str, Any], where: Path, record: dict[str, Any]) -> None:
+def check_baseline(baseline: BenchRecord, where: Path, graph: str, serial: str, bundle: str) -> None:
     """Only the same graph, phone and bundle compare honestly: anything else is bad input."""
-    for what, old, new in (("graph", baseline.get("graph"), record["graph"]),
-                           ("phone", (baseline.get("phone") or {}).get("serial"), record["phone"]["serial"]),
-                           ("bundle", (baseline.get("bundle") or {}).get("name"), record["bundle"]["name"])):
+    for what, old, new in (("graph", baseline.graph, graph), ("phone", baseline.phone.get("serial"), serial),
+                           ("bundle", baseline.bundle.get("name"), bundle)):
         if old != new:
             raise BadInput(f"--baseline {where} is a bench of {what} {old!r}, this run's is {new!r}: compare a "
                            f"record of the same graph, phone and bundle")
 
 
-def _figure(record: dict[str, Any], path: str, name: str) -> float | None:
-    value: Any = (record.get("paths") or {}).get(path) or {}
-    for key in name.split("."):
-        value = value.get(key) if isinstance(value, dict) else None
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def gate(baseline: dict[str, Any], where: str, record: dict[str, Any], threshold: float) -> Gate:
-    """Every figure both records have that got worse by more than `threshold` (0.1: 10%)."""
-    result = Gate(where, threshold)
-    for path in ("npu", "cpu"):
-        for name in (*LOWER_IS_BETTER, *HIGHER_IS_BETTER):
-            was, now = _figure(baseline, path, name), _figure(record, path, name)
-            if was is None or now is None or was <= 0:
-                continue
-            ratio = now / was
-            worse = ratio > 1 + threshold if name in LOWER_IS_BETTER else ratio < 1 / (1 + threshold)
-            if worse:
-                result.regressions.append(Regression(f"{path}.{name}", was, now, round(ratio, 4)))
-    result.passed = not result.regressions
-    return result
-
-
 # --- the run --------------------------------------------------------------------------------------------------------
-
-def record_name(serial: str, graph: str) -> str:
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", serial)
-    return f"bench-{safe}-{re.sub(r'[^A-Za-z0-9_.-]', '_', graph)}.json"
-
 
 def bench_device(job: Job, options: Options, serial: str | None = None, say: Say = lambda _line: None) -> PhoneBench:
     """Decide, push, then per graph the alternating NPU and CPU blocks, the sustained curve and the sweep; write
@@ -639,8 +524,7 @@ def bench_device(job: Job, options: Options, serial: str | None = None, say: Say
         graphs = [options.graph]
     baselines = {g: read_baseline(options.baseline, dev.serial, g) for g in graphs} if options.baseline else {}
     for graph, (where, base) in baselines.items():  # before anything runs: a wrong baseline is bad input
-        check_baseline(base, where, {"graph": graph, "phone": {"serial": dev.serial},
-                                     "bundle": {"name": job.manifest.name}})
+        check_baseline(base, where, graph, dev.serial, job.manifest.name)
     result = PhoneBench(dev.serial)
     for graph in graphs:
         job.reference(graph)
@@ -662,8 +546,8 @@ def bench_device(job: Job, options: Options, serial: str | None = None, say: Say
         record = _bench_graph(dev, job, choice, props, graph, options, env, clk, say)
         if graph in baselines:
             where, base = baselines[graph]
-            record.gate = gate(base, str(where), record.to_json(), options.threshold)
-        path = job.record_dir / record_name(dev.serial, graph)
+            record.gate = benchrecord.gate(base, str(where), record, options.threshold)
+        path = job.record_dir / benchrecord.record_name(dev.serial, graph)
         write_json(path, record.to_json())
         result.records.append(record)
         result.written.append(path)
@@ -704,12 +588,11 @@ def _bench_graph(dev: Device, job: Job, choice: decision.Decision, props: dict[s
         left = f", {max(0.0, deadline - time.monotonic()):.0f} s left" if deadline is not None else ""
         say(f"{dev.serial} {graph}: block {n}: NPU {_ms(npu_blocks[-1].mean_ms)}, CPU "
             f"{_ms(cpu_blocks[-1].mean_ms)} per inference{left}")
-    sweep: list[dict[str, Any]] = []
+    sweep: list[SweepPoint] = []
     for other in options.perf_modes:
         say(f"{dev.serial} {graph}: perf mode {other}")
         blocks = [g.npu_block(other) for _ in range(options.blocks)]
-        sweep.append({"perf_mode": other, "npu": asdict(_figures(blocks, None, False, options.input_seconds, [],
-                                                                 "sweep"))})
+        sweep.append(SweepPoint(other, _figures(blocks, None, False, options.input_seconds, [], "sweep")))
     end = _thermal(dev)
     powered.append(end.powered)
     charging = any(p for p in powered)
@@ -717,7 +600,7 @@ def _bench_graph(dev: Device, job: Job, choice: decision.Decision, props: dict[s
     cpu = _figures(cpu_blocks, cpu_first, charging, options.input_seconds, notes, "cpu")
     if charging:
         for point in sweep:
-            point["npu"]["energy_mj_per_inference"], point["npu"]["energy_source"] = None, None
+            point.npu.energy_mj_per_inference, point.npu.energy_source = None, None
     if not g.on_device:
         notes.append(NPU_TIMES_NOTE)
     if g.lost:
@@ -742,7 +625,7 @@ def _bench_graph(dev: Device, job: Job, choice: decision.Decision, props: dict[s
     elif options.profile is not None:
         lib_dir = f"{job.remote_dir}/lib/arm64-v8a"
         adsp = decision.adsp_library_path(f"{job.remote_dir}/lib/hexagon-{choice.dsp_arch}", None)
-        trace = job.record_dir / record_name(dev.serial, graph).replace(".json", "-trace.json")
+        trace = job.record_dir / benchrecord.record_name(dev.serial, graph).replace(".json", "-trace.json")
         taken, said = opprofile.profile_for_bench(
             dev, graph, f"{job.remote_dir}/{choice.paths[graph]}", f"{g.workdir}/npu", lib_dir, adsp, g.native,
             options.profile, trace, viewer=opprofile.find_viewer(options.profile_viewer, job.sdk_root),
@@ -752,8 +635,8 @@ def _bench_graph(dev: Device, job: Job, choice: decision.Decision, props: dict[s
     conditions = Conditions(charging, screen, start.level, end.level, start.temperature_c, end.temperature_c,
                             start.status, end.status, start.source)
     return BenchRecord(
-        BENCH_RECORD, RECORD_VERSION, datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        __version__,
+        BENCH_RECORD, benchrecord.RECORD_VERSION,
+        datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"), __version__,
         {"name": job.manifest.name, "version": job.manifest.version, "qairt": job.manifest.qairt.version,
          "qairt_build": job.manifest.qairt.build, "manifest_sha256": job.manifest_sha256,
          "runtime_version": job.runtime_version},

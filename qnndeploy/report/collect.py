@@ -24,6 +24,7 @@ from qnndeploy.base.names import (
     file_kind,
     graph_name,
 )
+from qnndeploy.formats import benchrecord
 from qnndeploy.formats.manifest import parse_json
 from qnndeploy.formats.records import RECORD, VALIDATION_RECORD
 from qnndeploy.formats.verify import bundle_folder
@@ -37,15 +38,11 @@ from qnndeploy.report.entries import (
     DeviceRun,
     DiagnoseInfo,
     FileInfo,
-    Gate,
     OnDeviceInfo,
     OpRow,
     OutputFigures,
-    PathFigures,
     Probe,
-    Regression,
     Skipped,
-    SustainedPoint,
     TargetInfo,
     ValidationInfo,
 )
@@ -127,7 +124,7 @@ def _read_one(path: Path, shown: str, out: Collected, seen: dict[bytes, str]) ->
         return
     try:
         _READERS[kind](data, shown, out)
-    except _Unreadable as e:
+    except (_Unreadable, BadInput) as e:  # BadInput: what benchrecord.read finds unreadable
         out.skipped.append(Skipped(shown, f"{_NAMES[kind]}, but {e}"))
         return
     except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -356,56 +353,24 @@ def _play(p: Mapping[str, Any]) -> str | None:
             f"{'ok' if p.get('ok') is True else 'MISMATCH'}; {p.get('reason')!s}")
 
 
-_LATENCY = ("p50", "p90", "p99", "mean", "min", "max")
-
-
-def _path(p: Mapping[str, Any]) -> PathFigures:
-    latency = _object(p, "latency_ms")
-    blocks = p.get("block_p50_ms")
-    return PathFigures(
-        _number(p, "first_ms"), **{k: _number(latency, k) for k in _LATENCY},
-        throughput_per_s=_number(p, "throughput_per_s"), rtf=_number(p, "rtf"), cpu_percent=_number(p, "cpu_percent"),
-        energy_mj=_number(p, "energy_mj_per_inference"), energy_source=_opt_text(p, "energy_source"),
-        runs=_int(p, "runs"),
-        block_p50_ms=tuple(float(b) for b in blocks if isinstance(b, (int, float)) and not isinstance(b, bool)
-                           and math.isfinite(b))
-        if isinstance(blocks, list) else ())
-
-
-def _paths(m: Mapping[str, Any]) -> dict[str, PathFigures]:
-    return {str(name): _path(p) for name, p in m.items() if isinstance(p, Mapping)}
-
-
 def _ops(items: list[Mapping[str, Any]]) -> tuple[OpRow, ...]:
     return tuple(OpRow(_text(o, "name"), _opt_text(o, "type") or "", _number(o, "time_us"), _number(o, "share"),
                        _opt_text(o, "where") or "") for o in items)
 
 
 def _bench(d: Mapping[str, Any], shown: str, out: Collected) -> None:
-    _get(d, "phone")
-    phone, bundle, decision = _object(d, "phone"), _object(d, "bundle"), _object(d, "decision")
-    profile = _object(d, "profile")
-    gate = d.get("gate")
-    sweep = tuple((str(s.get("perf_mode")), _paths({k: v for k, v in s.items() if k != "perf_mode"}))
-                  for s in _objects(d, "sweep"))
-    sustained = tuple(SustainedPoint(_number(s, "t_s") or 0.0, _opt_text(s, "path") or "", _number(s, "latency_ms_p50"),
-                                     _number(s, "throughput_per_s"), _number(s, "temperature_c"),
-                                     _int(s, "thermal_status")) for s in _objects(d, "sustained"))
+    record = benchrecord.read(d)
+    phone, bundle, decision = record.phone, record.bundle, record.decision
+    profile = record.profile or {}
     where = decision.get("npu_source")
     out.benches.append(BenchInfo(
-        shown, _text(d, "graph"), _opt_text(phone, "soc") or "unknown SoC", _text(phone, "serial"),
+        shown, record, _opt_text(phone, "soc") or "unknown SoC", phone["serial"],
         " ".join(str(phone.get(k)) for k in ("manufacturer", "model") if phone.get(k)) or "phone",
         f"{bundle.get('name')} {bundle.get('version')}", _opt_text(bundle, "qairt") or "",
         f"{decision.get('provider')}" + (f" ({where})" if where else "") +
         (f", {decision.get('dsp_arch')}" if decision.get("dsp_arch") else ""),
-        _opt_text(d, "created"), dict(_object(d, "settings")), dict(_object(d, "conditions")),
-        _paths(_object(d, "paths")), {str(k): _number(_object(d, "ratios"), k) for k in _object(d, "ratios")},
-        sustained, sweep, _opt_text(profile, "level"), _opt_text(profile, "source"), _opt_text(profile, "trace"),
-        _ops(_objects(profile, "ops")), _ops(_objects(profile, "partitions")),
-        Gate(str(gate.get("baseline")), _number(gate, "threshold"), gate.get("passed") is True,
-             tuple(Regression(str(r.get("figure")), _number(r, "was"), _number(r, "now"), _number(r, "ratio"))
-                   for r in _objects(gate, "regressions"))) if isinstance(gate, Mapping) else None,
-        tuple(str(n) for n in _list(d, "notes"))))
+        _opt_text(profile, "level"), _opt_text(profile, "source"), _opt_text(profile, "trace"),
+        _ops(_objects(profile, "ops")), _ops(_objects(profile, "partitions"))))
 
 
 _READERS = {RECORD: _compile, VALIDATION_RECORD: _validation, FORMAT: _bundle, "check": _check,

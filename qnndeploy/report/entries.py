@@ -4,7 +4,8 @@ them), and Collected, everything read from the paths of one report. A figure a r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from qnndeploy.formats.benchrecord import BenchRecord
 
 
 @dataclass(frozen=True)
@@ -185,36 +186,6 @@ class DeviceInfo:
 
 
 @dataclass(frozen=True)
-class PathFigures:
-    """One path (npu or cpu) of a bench record; a figure that was not measured is None."""
-
-    first_ms: float | None = None
-    p50: float | None = None
-    p90: float | None = None
-    p99: float | None = None
-    mean: float | None = None
-    min: float | None = None
-    max: float | None = None
-    throughput_per_s: float | None = None
-    rtf: float | None = None
-    cpu_percent: float | None = None
-    energy_mj: float | None = None
-    energy_source: str | None = None
-    runs: int | None = None
-    block_p50_ms: tuple[float, ...] = ()
-
-
-@dataclass(frozen=True)
-class SustainedPoint:
-    t_s: float
-    path: str
-    latency_ms_p50: float | None
-    throughput_per_s: float | None
-    temperature_c: float | None
-    thermal_status: int | None
-
-
-@dataclass(frozen=True)
 class OpRow:
     name: str
     type: str
@@ -224,47 +195,22 @@ class OpRow:
 
 
 @dataclass(frozen=True)
-class Regression:
-    figure: str
-    was: float | None
-    now: float | None
-    ratio: float | None
-
-
-@dataclass(frozen=True)
-class Gate:
-    baseline: str
-    threshold: float | None
-    passed: bool
-    regressions: tuple[Regression, ...]
-
-
-@dataclass(frozen=True)
 class BenchInfo:
-    """A bench record (the format of schemas/bench-record.schema.json: one phone x graph)."""
+    """A bench record (formats/benchrecord.py: one phone x graph) and what the page shows of it in words."""
 
     source: str
-    graph: str
+    record: BenchRecord
     soc: str
     serial: str
     phone: str
     bundle: str
     qairt: str
     decision: str
-    created: str | None
-    settings: dict[str, Any]
-    conditions: dict[str, Any]
-    paths: dict[str, PathFigures]
-    ratios: dict[str, float | None]
-    sustained: tuple[SustainedPoint, ...] = ()
-    sweep: tuple[tuple[str, dict[str, PathFigures]], ...] = ()
     profile_level: str | None = None
     profile_source: str | None = None
     trace: str | None = None
     ops: tuple[OpRow, ...] = ()
     partitions: tuple[OpRow, ...] = ()
-    gate: Gate | None = None
-    notes: tuple[str, ...] = ()
 
 
 @dataclass

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from html import escape
 from typing import Any
 
+from qnndeploy.formats.benchrecord import Conditions, PathFigures
 from qnndeploy.report import svg
 from qnndeploy.report.entries import (
     BenchInfo,
@@ -20,7 +21,6 @@ from qnndeploy.report.entries import (
     FileInfo,
     OnDeviceInfo,
     OutputFigures,
-    PathFigures,
     ValidationInfo,
 )
 
@@ -184,97 +184,100 @@ def _device_run(p: _Page, d: DeviceInfo, run: DeviceRun) -> str:
 
 _PATH_ROWS: list[tuple[str, Callable[[PathFigures], float | None], str]] = [
     ("first inference, ms", lambda f: f.first_ms, ".3g"),
-    ("latency p50, ms", lambda f: f.p50, ".3g"), ("latency p90, ms", lambda f: f.p90, ".3g"),
-    ("latency p99, ms", lambda f: f.p99, ".3g"), ("latency mean, ms", lambda f: f.mean, ".3g"),
-    ("latency min, ms", lambda f: f.min, ".3g"), ("latency max, ms", lambda f: f.max, ".3g"),
+    ("latency p50, ms", lambda f: f.latency_ms.p50, ".3g"), ("latency p90, ms", lambda f: f.latency_ms.p90, ".3g"),
+    ("latency p99, ms", lambda f: f.latency_ms.p99, ".3g"), ("latency mean, ms", lambda f: f.latency_ms.mean, ".3g"),
+    ("latency min, ms", lambda f: f.latency_ms.min, ".3g"), ("latency max, ms", lambda f: f.latency_ms.max, ".3g"),
     ("throughput, /s", lambda f: f.throughput_per_s, ".4g"), ("real-time factor", lambda f: f.rtf, ".3g"),
-    ("process CPU, %", lambda f: f.cpu_percent, ".3g"), ("energy per inference, mJ", lambda f: f.energy_mj, ".3g"),
+    ("process CPU, %", lambda f: f.cpu_percent, ".3g"),
+    ("energy per inference, mJ", lambda f: f.energy_mj_per_inference, ".3g"),
     ("runs", lambda f: None if f.runs is None else float(f.runs), ".0f"),
 ]
 _RATIO_OF = {"latency p50, ms": "latency_p50", "throughput, /s": "throughput",
              "energy per inference, mJ": "energy_per_inference", "process CPU, %": "cpu_percent"}
 
 
-def _conditions(c: dict[str, Any]) -> str:
-    def pair(key: str, unit: str = "") -> str:
-        a, b = c.get(f"{key}_start"), c.get(f"{key}_end")
+def _conditions(c: Conditions) -> str:
+    def pair(a: object, b: object, unit: str = "") -> str:
         return f"{_e(NOT_MEASURED if a is None else a)}{unit} → {_e(NOT_MEASURED if b is None else b)}{unit}"
 
-    def yes_no(value: object) -> str:
+    def yes_no(value: bool | None) -> str:
         return "yes" if value is True else "no" if value is False else NOT_MEASURED
 
-    flags = [f"{name} {yes_no(c.get(key))}" for name, key in (("charging", "charging"), ("screen on", "screen_on"))]
-    return (f"<p>conditions: {', '.join(flags)}; battery {pair('battery_level', '%')}; temperature "
-            f"{pair('temperature_c', ' °C')}; thermal status {pair('thermal_status')}</p>")
+    return (f"<p>conditions: charging {yes_no(c.charging)}, screen on {yes_no(c.screen_on)}; battery "
+            f"{pair(c.battery_level_start, c.battery_level_end, '%')}; temperature "
+            f"{pair(c.temperature_c_start, c.temperature_c_end, ' °C')}; thermal status "
+            f"{pair(c.thermal_status_start, c.thermal_status_end)}</p>")
 
 
 def _bench(p: _Page, r: BenchInfo) -> str:
-    names = sorted(r.paths, key=lambda n: (n != "npu", n != "cpu", n))
-    settings = ", ".join(f"{_e(k)} {_e(v)}" for k, v in r.settings.items() if v is not None)
+    rec = r.record
+    names = sorted(rec.paths, key=lambda n: (n != "npu", n != "cpu", n))
+    settings = ", ".join(f"{_e(k)} {_e(v)}" for k, v in rec.settings.items() if v is not None)
     out = [f"<p>{_e(r.phone)} <code>{_e(r.serial)}</code> ({_e(r.soc)}); bundle {_e(r.bundle)}, QAIRT "
-           f"{_e(r.qairt)}; decision {_e(r.decision)}" + (f"; {_e(r.created)}" if r.created else "") + "</p>",
-           f"<p>settings: {settings}</p>", _conditions(r.conditions)]
-    head = ["figure", *names] + (["npu / cpu"] if r.ratios else [])
+           f"{_e(r.qairt)}; decision {_e(r.decision)}" + (f"; {_e(rec.created)}" if rec.created else "") + "</p>",
+           f"<p>settings: {settings}</p>", _conditions(rec.conditions)]
+    head = ["figure", *names] + (["npu / cpu"] if rec.ratios else [])
     rows = []
     for title, get, fmt in _PATH_ROWS:
-        cells = [_e(title), *(_n(get(r.paths[n]), fmt) for n in names)]
-        if r.ratios:
+        cells = [_e(title), *(_n(get(rec.paths[n]), fmt) for n in names)]
+        if rec.ratios:
             key = _RATIO_OF.get(title)
-            cells.append(f"<b>{_n(r.ratios.get(key), '.3g')}</b>" if key else "")
+            cells.append(f"<b>{_n(rec.ratios.get(key), '.3g')}</b>" if key else "")
         rows.append(cells)
     out.append(_table(head, rows, numeric=tuple(range(1, len(head)))))
-    runs = ", ".join(f"{_e(n)} {_e(NOT_MEASURED if r.paths[n].runs is None else r.paths[n].runs)} runs"
+    runs = ", ".join(f"{_e(n)} {_e(NOT_MEASURED if rec.paths[n].runs is None else rec.paths[n].runs)} runs"
                      for n in names)
     out.append(_figure(
-        svg.ranges([svg.Range(n, f.min, f.p50, f.p90, f.p99, f.max, f.mean, f.block_p50_ms, svg.colour(n, i))
-                    for i, n in enumerate(names) for f in (r.paths[n],)],
-                   title=f"latency {r.graph} {r.phone}", unit="ms per inference"),
+        svg.ranges([svg.Range(n, lat.min, lat.p50, lat.p90, lat.p99, lat.max, lat.mean, f.block_p50_ms,
+                              svg.colour(n, i)) for i, n in enumerate(names)
+                    for f in (rec.paths[n],) for lat in (f.latency_ms,)],
+                   title=f"latency {rec.graph} {r.phone}", unit="ms per inference"),
         f"Latency per inference ({runs}): line min to max, box p50 to p90, thick bar p50, tick p99, diamond mean, "
         "dots the p50 of each block (the spread over repeats).", "latency"))
     out.append(_figure(
-        svg.bars([(n, r.paths[n].energy_mj, svg.colour(n, i)) for i, n in enumerate(names)],
-                 title=f"energy per inference {r.graph}", unit="mJ"),
+        svg.bars([(n, rec.paths[n].energy_mj_per_inference, svg.colour(n, i)) for i, n in enumerate(names)],
+                 title=f"energy per inference {rec.graph}", unit="mJ"),
         "Energy per inference, from battery current × voltage integrated over each path's run ("
-        + ", ".join(f"{_e(n)}: {_e(r.paths[n].energy_source or 'not measured')}" for n in names) + ").",
+        + ", ".join(f"{_e(n)}: {_e(rec.paths[n].energy_source or 'not measured')}" for n in names) + ").",
         "energy"))
-    if r.sustained:
+    if rec.sustained:
         out.append(_sustained(r))
-    if r.sweep:
-        sweep_paths = sorted({n for _, paths in r.sweep for n in paths}, key=lambda n: (n != "npu", n))
+    if rec.sweep:
         out.append("<h4>performance-mode sweep</h4>" + _table(
-            ["perf mode", *(f"{n} {t}" for n in sweep_paths for t in ("p50 ms", "throughput /s", "mJ/inference"))],
-            ([_e(mode), *(_n(getattr(paths.get(n), a, None), ".3g") for n in sweep_paths
-                          for a in ("p50", "throughput_per_s", "energy_mj"))] for mode, paths in r.sweep),
-            numeric=tuple(range(1, 1 + 3 * len(sweep_paths)))))
+            ["perf mode", "npu p50 ms", "npu throughput /s", "npu mJ/inference"],
+            ([_e(s.perf_mode), *(_n(v, ".3g") for v in (s.npu.latency_ms.p50, s.npu.throughput_per_s,
+                                                        s.npu.energy_mj_per_inference))] for s in rec.sweep),
+            numeric=(1, 2, 3)))
     if r.ops or r.partitions:
         out.append(_profile(r))
-    if r.gate is not None:
-        g = r.gate
+    if rec.gate is not None:
+        g = rec.gate
         out.append(f"<h4>gate against <code>{_e(g.baseline)}</code></h4><p>{_verdict(g.passed, 'passed', 'FAILED')}"
                    f", threshold {_n(g.threshold, '.0%')}</p>")
         if g.regressions:
             out.append(_table(["figure", "was", "now", "now / was"],
                               ([_e(x.figure), _n(x.was), _n(x.now), _n(x.ratio)] for x in g.regressions),
                               numeric=(1, 2, 3)))
-    if r.notes:
-        out.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in r.notes) + "</ul>")
+    if rec.notes:
+        out.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in rec.notes) + "</ul>")
     return p.record("bench", r.source, "bench: NPU vs CPU on the phone", "".join(out))
 
 
 def _sustained(r: BenchInfo) -> str:
-    paths = sorted({s.path for s in r.sustained}, key=lambda n: (n != "npu", n))
-    latency = [svg.Series(n, [(s.t_s, s.latency_ms_p50) for s in r.sustained if s.path == n and s.latency_ms_p50
+    rec = r.record
+    paths = sorted({s.path for s in rec.sustained}, key=lambda n: (n != "npu", n))
+    latency = [svg.Series(n, [(s.t_s, s.latency_ms_p50) for s in rec.sustained if s.path == n and s.latency_ms_p50
                               is not None], svg.colour(n, i)) for i, n in enumerate(paths)]
-    temps = sorted({s.t_s: s.temperature_c for s in r.sustained if s.temperature_c is not None}.items())
+    temps = sorted({s.t_s: s.temperature_c for s in rec.sustained if s.temperature_c is not None}.items())
     statuses: dict[float, int | None] = {}
-    for s in r.sustained:  # one per interval: the highest either path saw
+    for s in rec.sustained:  # one per interval: the highest either path saw
         statuses[s.t_s] = max((x for x in (statuses.get(s.t_s), s.thermal_status) if x is not None), default=None)
-    out = [_figure(svg.line_chart(latency, title=f"sustained latency {r.graph}", x_label="time, s",
+    out = [_figure(svg.line_chart(latency, title=f"sustained latency {rec.graph}", x_label="time, s",
                                   y_label="p50 ms"),
-                   f"Sustained run: latency p50 per interval ({len(r.sustained)} intervals).", "sustained")]
+                   f"Sustained run: latency p50 per interval ({len(rec.sustained)} intervals).", "sustained")]
     if temps:
         out.append(_figure(svg.line_chart([svg.Series("temperature", temps, svg.RED)],
-                                          title=f"sustained temperature {r.graph}", x_label="time, s",
+                                          title=f"sustained temperature {rec.graph}", x_label="time, s",
                                           y_label="°C"),
                            "Temperature over the sustained run; thermal status (0 none to 6 shutdown) at each "
                            "interval: " + ", ".join(f"{t:g} s {_e(NOT_MEASURED if status is None else status)}"
@@ -350,7 +353,7 @@ def cells(c: Collected) -> dict[tuple[str, str], Cell]:
         for run in dev.runs:
             put(run.graph, dev.soc, "device", (dev, run))
     for bench in c.benches:
-        put(bench.graph, bench.soc, "bench", bench)
+        put(bench.record.graph, bench.soc, "bench", bench)
     return dict(sorted(out.items()))
 
 
@@ -370,8 +373,8 @@ def _overview(grid: dict[tuple[str, str], Cell], anchors: dict[tuple[str, str], 
             "; ".join(_verdict(v.passed) for v in val) + (f", worst SNR {min(snrs):.1f} dB" if snrs else ""),
             "; ".join(f"{_verdict(o.passed)} {_e(o.arch)}" for o in cell.get("on-device", [])),
             "; ".join(f"{_e(d.serial)} {_e(run.status)}" for d, run in cell.get("device", [])),
-            "; ".join(f"{_e(b.serial)}: p50 NPU/CPU {_n(b.ratios.get('latency_p50'), '.2g')}, energy "
-                      f"{_n(b.ratios.get('energy_per_inference'), '.2g')}" for b in bench),
+            "; ".join(f"{_e(b.serial)}: p50 NPU/CPU {_n(b.record.ratios.get('latency_p50'), '.2g')}, energy "
+                      f"{_n(b.record.ratios.get('energy_per_inference'), '.2g')}" for b in bench),
         ])
     return _table(["graph", "SoC", "check", "compile", "validation", "on-device compile", "device verify", "bench"],
                   rows)

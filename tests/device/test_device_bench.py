@@ -13,7 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from qnndeploy.device import bench
+from qnndeploy.formats import benchrecord
 from qnndeploy.qnn import htp
 from qnndeploy.report.collect import collect
 from tests.support import bundles
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.needs_adb, pytest.mark.needs_qnn, pytest.mark.usefixtu
 
 pytest_plugins = ["tests.support.device_emulator.fixtures"]
 
-SCHEMA = json.loads((Path(bench.__file__).parents[1] / "schemas/bench-record.schema.json").read_text())
+SCHEMA = json.loads((Path(benchrecord.__file__).parents[1] / "schemas/bench-record.schema.json").read_text())
 FAST = ("--graph", "det", "--runs", "5", "--blocks", "2")
 
 
@@ -73,7 +73,8 @@ def test_bench_two_phones_table_and_json_with_ratios(emulated_devices, bundle, t
     assert "block 2: NPU" in err  # progress lines on stderr, not a terminal here
     for r in records:
         jsonschema.validate(r, SCHEMA)
-        assert json.loads((out / bench.record_name(r["phone"]["serial"], "det")).read_text()) == r
+        assert json.loads((out / benchrecord.record_name(r["phone"]["serial"], "det")).read_text()) == r
+        assert benchrecord.read(r).to_json() == r  # the reader gives back what the writer wrote
         assert (r["settings"]["npu_tool"], r["settings"]["cpu_tool"]) == ("qnn-net-run", "onnxruntime_perf_test -e cpu")
         assert (r["decision"]["provider"], r["decision"]["npu_source"], r["phone"]["soc"]) == \
             ("npu", "prebuilt", "SM8750")
@@ -98,7 +99,7 @@ def test_bench_two_phones_table_and_json_with_ratios(emulated_devices, bundle, t
 
     read = collect([out])  # what `qnndeploy report` reads of them
     assert not read.skipped and sorted(b.serial for b in read.benches) == sorted(p.serial for p in phones)
-    assert all(b.ratios["latency_mean"] is not None and b.paths["npu"].runs == 8 for b in read.benches)
+    assert all(b.record.ratios["latency_mean"] is not None and b.record.paths["npu"].runs == 8 for b in read.benches)
     page = run("report", str(out), "-o", str(tmp_path / "report.html"))
     assert page.exit_code == 0, page.output
     assert all(p.serial in (tmp_path / "report.html").read_text() for p in phones)
@@ -146,14 +147,14 @@ def planted(record: dict, factor: float) -> dict:
     or worse than the run judges it the same way however loaded this machine is."""
     out = json.loads(json.dumps(record))
     for p in out["paths"].values():
-        for name in bench.LOWER_IS_BETTER:
+        for name in benchrecord.LOWER_IS_BETTER:
             *parents, key = name.split(".")
             holder = p
             for k in parents:
                 holder = holder[k]
             if holder[key] is not None:
                 holder[key] /= factor
-        for name in bench.HIGHER_IS_BETTER:
+        for name in benchrecord.HIGHER_IS_BETTER:
             p[name] *= factor
     return out
 
@@ -162,8 +163,9 @@ def test_baseline_passes_against_itself_and_fails_on_a_planted_regression(device
     one = (*FAST, "--blocks", "1")
     code, [first], _ = bench_json(str(bundle), *one, *tools, "-o", str(tmp_path / "a"))
     assert code == 0
-    path = tmp_path / "a" / bench.record_name(device.serial, "det")
-    assert bench.gate(first, str(path), first, 0.1).passed  # a record against itself: nothing regressed
+    path = tmp_path / "a" / benchrecord.record_name(device.serial, "det")
+    record = benchrecord.read(first)
+    assert benchrecord.gate(record, str(path), record, 0.1).passed  # a record against itself: nothing regressed
 
     # a baseline 1000 times slower on every figure: this run improves on all of them and passes
     slow = tmp_path / "slow.json"
@@ -179,7 +181,7 @@ def test_baseline_passes_against_itself_and_fails_on_a_planted_regression(device
     r = run("device", "bench", str(bundle), *one, *tools, "--baseline", str(fast), "-o", str(tmp_path / "c"))
     assert r.exit_code == 1, r.output
     assert "FAILED" in r.stdout and "regression npu.latency_ms.mean" in r.stdout
-    written = json.loads((tmp_path / "c" / bench.record_name(device.serial, "det")).read_text())
+    written = json.loads((tmp_path / "c" / benchrecord.record_name(device.serial, "det")).read_text())
     figures = {g["figure"] for g in written["gate"]["regressions"]}
     assert {"npu.latency_ms.mean", "cpu.latency_ms.p50", "npu.throughput_per_s", "cpu.first_ms"} <= figures
     assert all(g["ratio"] > 1.1 or g["figure"].endswith("throughput_per_s") for g in written["gate"]["regressions"])
@@ -222,7 +224,7 @@ def test_profile_puts_a_per_op_table_in_the_record_and_a_trace_beside_it(emulate
     assert sum(o["share"] for o in profile["ops"]) == pytest.approx(1, abs=0.01)
     assert all(o["where"] == "htp" for o in profile["ops"])
     trace = json.loads((out / profile["trace"]).read_text())
-    assert profile["trace"] == bench.record_name(phone.serial, "det").replace(".json", "-trace.json")
+    assert profile["trace"] == benchrecord.record_name(phone.serial, "det").replace(".json", "-trace.json")
     assert {e["ph"] for e in trace["traceEvents"]} >= {"X"}
     # without a viewer there is no profile, and the record says why
     code, (plain,), _ = bench_json(str(bundle), *FAST, *tools, "-o", str(tmp_path / "plain"), "--profile", "basic")

@@ -1,0 +1,247 @@
+"""The bench record (bench-<serial>-<graph>.json, schemas/bench-record.schema.json): the one definition of its types
+that `device bench` writes and `report` reads, below both rooms, with its file name, the gate between two records,
+and one lenient reader."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from qnndeploy.base.errors import BadInput
+from qnndeploy.base.fileio import JSON
+from qnndeploy.base.names import BENCH_RECORD
+
+RECORD_VERSION = 1
+# the figures the gate compares, by their dotted name in a path's figures
+LOWER_IS_BETTER = ("first_ms", "latency_ms.p50", "latency_ms.p90", "latency_ms.p99", "latency_ms.mean",
+                   "energy_mj_per_inference")
+HIGHER_IS_BETTER = ("throughput_per_s",)
+
+
+@dataclass
+class Latency:
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    mean: float | None = None
+    min: float | None = None
+    max: float | None = None
+
+
+@dataclass
+class PathFigures:
+    """One path (npu or cpu) of a record; a figure that was not measured is None."""
+
+    first_ms: float | None = None
+    latency_ms: Latency = field(default_factory=Latency)
+    throughput_per_s: float | None = None
+    rtf: float | None = None
+    cpu_percent: float | None = None
+    energy_mj_per_inference: float | None = None
+    energy_source: str | None = None
+    runs: int | None = None
+    block_p50_ms: list[float] = field(default_factory=list)
+
+
+@dataclass
+class SustainedPoint:
+    t_s: float
+    path: str
+    latency_ms_p50: float | None
+    latency_ms_mean: float | None
+    throughput_per_s: float | None
+    temperature_c: float | None
+    thermal_status: int | None
+
+
+@dataclass
+class SweepPoint:
+    perf_mode: str
+    npu: PathFigures
+
+
+@dataclass
+class Regression:
+    figure: str
+    was: float | None
+    now: float | None
+    ratio: float | None  # now / was
+
+
+@dataclass
+class Gate:
+    baseline: str
+    threshold: float | None
+    regressions: list[Regression] = field(default_factory=list)
+    passed: bool = True
+
+
+@dataclass
+class Conditions:
+    charging: bool | None = None
+    screen_on: bool | None = None
+    battery_level_start: int | None = None
+    battery_level_end: int | None = None
+    temperature_c_start: float | None = None
+    temperature_c_end: float | None = None
+    thermal_status_start: int | None = None
+    thermal_status_end: int | None = None
+    temperature_source: str | None = None  # the thermal zone type read, or "battery"
+
+
+@dataclass
+class BenchRecord:
+    """One phone x graph: the record's fields (bench-record.schema.json), in its order."""
+
+    record: str
+    record_version: int
+    created: str
+    qnndeploy: str
+    bundle: dict[str, Any]
+    phone: dict[str, Any]
+    decision: dict[str, Any]
+    graph: str
+    settings: dict[str, Any]
+    conditions: Conditions
+    paths: dict[str, PathFigures]
+    ratios: dict[str, float | None]
+    ratio_spread: dict[str, dict[str, float] | None]
+    sustained: list[SustainedPoint]
+    sweep: list[SweepPoint]
+    profile: JSON | None  # the per-op profile: null unless device/opprofile.py fills it
+    gate: Gate | None
+    notes: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def record_name(serial: str, graph: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", serial)
+    return f"bench-{safe}-{re.sub(r'[^A-Za-z0-9_.-]', '_', graph)}.json"
+
+
+# --- the gate -------------------------------------------------------------------------------------------------------
+
+def _figure(record: BenchRecord, path: str, name: str) -> float | None:
+    value: Any = record.paths.get(path)
+    for key in name.split("."):
+        value = getattr(value, key, None)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def gate(baseline: BenchRecord, where: str, record: BenchRecord, threshold: float) -> Gate:
+    """Every figure both records have that got worse by more than `threshold` (0.1: 10%)."""
+    result = Gate(where, threshold)
+    for path in ("npu", "cpu"):
+        for name in (*LOWER_IS_BETTER, *HIGHER_IS_BETTER):
+            was, now = _figure(baseline, path, name), _figure(record, path, name)
+            if was is None or now is None or was <= 0:
+                continue
+            ratio = now / was
+            worse = ratio > 1 + threshold if name in LOWER_IS_BETTER else ratio < 1 / (1 + threshold)
+            if worse:
+                result.regressions.append(Regression(f"{path}.{name}", was, now, round(ratio, 4)))
+    result.passed = not result.regressions
+    return result
+
+
+# --- the reader -----------------------------------------------------------------------------------------------------
+
+def _text(m: Mapping[str, Any], key: str) -> str:
+    if key not in m:
+        raise BadInput(f"it has no {key!r}")
+    value = m[key]
+    if not isinstance(value, str):
+        raise BadInput(f"{key!r} is not text")
+    return value
+
+
+def _opt_text(m: Mapping[str, Any], key: str) -> str | None:
+    value = m.get(key)
+    return value if isinstance(value, str) else None if value is None else str(value)
+
+
+def _number(m: Mapping[str, Any], key: str) -> float | None:
+    """A figure: the number as written (an int stays one), or None where it was not measured (null, absent or
+    not a number)."""
+    value = m.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if math.isfinite(value) else None  # NaN and Infinity (Python's json reads them) measure nothing
+
+
+def _int(m: Mapping[str, Any], key: str) -> int | None:
+    value = m.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _bool(m: Mapping[str, Any], key: str) -> bool | None:
+    value = m.get(key)
+    return value if isinstance(value, bool) else None
+
+
+def _object(m: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = m.get(key)
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def _objects(m: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    value = m.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+        raise BadInput(f"{key!r} is not a list of objects")
+    return value
+
+
+def _path(p: Mapping[str, Any]) -> PathFigures:
+    latency = _object(p, "latency_ms")
+    blocks = p.get("block_p50_ms")
+    return PathFigures(
+        _number(p, "first_ms"), Latency(*(_number(latency, k) for k in ("p50", "p90", "p99", "mean", "min", "max"))),
+        _number(p, "throughput_per_s"), _number(p, "rtf"), _number(p, "cpu_percent"),
+        _number(p, "energy_mj_per_inference"), _opt_text(p, "energy_source"), _int(p, "runs"),
+        [float(b) for b in blocks if isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b)]
+        if isinstance(blocks, list) else [])
+
+
+def read(data: object) -> BenchRecord:
+    """A bench record as read from its JSON, of any version: a figure that is missing or not a number is None, a
+    missing part empty. BadInput when it is not a bench record, lacks what names it (the phone, its serial, the
+    graph) or holds a list that is not one of objects; the message says which."""
+    if not isinstance(data, Mapping) or data.get("record") != BENCH_RECORD:
+        raise BadInput(f'not a bench record (no "record": "{BENCH_RECORD}")')
+    if "phone" not in data:
+        raise BadInput("it has no 'phone'")
+    phone = _object(data, "phone")
+    _text(phone, "serial")  # what names the phone: the page shows it, a baseline is checked against it
+    graph = _text(data, "graph")
+    c = _object(data, "conditions")
+    conditions = Conditions(_bool(c, "charging"), _bool(c, "screen_on"), _int(c, "battery_level_start"),
+                            _int(c, "battery_level_end"), _number(c, "temperature_c_start"),
+                            _number(c, "temperature_c_end"), _int(c, "thermal_status_start"),
+                            _int(c, "thermal_status_end"), _opt_text(c, "temperature_source"))
+    ratios, spread = _object(data, "ratios"), _object(data, "ratio_spread")
+    sustained = [SustainedPoint(_number(s, "t_s") or 0.0, _opt_text(s, "path") or "", _number(s, "latency_ms_p50"),
+                                _number(s, "latency_ms_mean"), _number(s, "throughput_per_s"),
+                                _number(s, "temperature_c"), _int(s, "thermal_status"))
+                 for s in _objects(data, "sustained")]
+    sweep = [SweepPoint(str(s.get("perf_mode")), _path(_object(s, "npu"))) for s in _objects(data, "sweep")]
+    g, profile, notes = data.get("gate"), data.get("profile"), data.get("notes")
+    gate = Gate(str(g.get("baseline")), _number(g, "threshold"),
+                [Regression(str(r.get("figure")), _number(r, "was"), _number(r, "now"), _number(r, "ratio"))
+                 for r in _objects(g, "regressions")], g.get("passed") is True) if isinstance(g, Mapping) else None
+    return BenchRecord(
+        BENCH_RECORD, _int(data, "record_version") or 0, _opt_text(data, "created") or "",
+        _opt_text(data, "qnndeploy") or "", _object(data, "bundle"), phone, _object(data, "decision"), graph,
+        _object(data, "settings"), conditions,
+        {str(name): _path(p) for name, p in _object(data, "paths").items() if isinstance(p, Mapping)},
+        {str(k): _number(ratios, k) for k in ratios},
+        {str(k): {str(f): n for f in v if (n := _number(v, f)) is not None} if isinstance(v, Mapping) else None
+         for k, v in spread.items()},
+        sustained, sweep, dict(profile) if isinstance(profile, Mapping) else None, gate,
+        [str(n) for n in notes] if isinstance(notes, list) else [])
