@@ -214,7 +214,7 @@ internal class Suite(val manifests: Map<*, *>, val assets: File, val scratch: Fi
             val newBundle = m.copy(version = "1.0.1")
             assertTrue(QnnSelector.decide(newBundle, sm8750, FakeHost(), LIB_DIR, appVersion = "1.0 (1) 1", remembered = failed).npu)
         },
-        "failure memory: a pending mark counts as a crash only when the process that wrote it has ended" to {
+        "failure memory: a pending mark of an ended process is retried once, and counts as a crash the second time" to {
             val file = File(scratch, "memory/npu-failure.json")
             val self = ProcessStamp.of(Process.myPid())
             assertTrue(self.start >= 0 && self.running(), "this process is found in /proc: $self")
@@ -231,11 +231,15 @@ internal class Suite(val manifests: Map<*, *>, val assets: File, val scratch: Fi
                 child.destroy()
                 child.waitFor()
             }
+            assertNull(memory.read(), "an init whose process ended once (the app closed mid-compile) is tried again")
+            // the retry, by a process that had this pid before this one (not this one): it ends inside init too
+            val earlier = self.copy(start = self.start + 1)
+            FailureMemory(file, earlier).begin("1.0 (1) 1", "demo 1.0.0")
             val crashed = memory.read()!!
             assertEquals("1.0 (1) 1" to "demo 1.0.0", crashed.appVersion to crashed.bundleVersion)
-            assertContains(crashed.message, "stopped during NPU init")
-            FailureMemory(file, self.copy(start = self.start + 1)).begin("1.0 (1) 1", "demo 1.0.0")
-            assertNotNull(memory.read(), "a process that had this pid before this one is not this one")
+            assertContains(crashed.message, "stopped during NPU init twice in a row")
+            FailureMemory(file, earlier).begin("1.1 (2) 1", "demo 1.0.0")
+            assertNull(memory.read(), "a new app version starts counting again")
             file.writeText("""{"app_version":"1.0 (1) 1","bundle_version":"demo 1.0.0","pending":true}""")
             assertNotNull(memory.read(), "a mark that names no process (an older glue's) counts as a crash")
             memory.failed("1.0 (1) 1", "demo 1.0.0", "Failed to create context from binary")

@@ -6,32 +6,38 @@ import java.io.IOException
 /**
  * Remembers a failed NPU init in a small file, so the next starts go straight to the CPU until the app or the
  * bundle version changes. NPU init is marked as begun before it starts, with the process that runs it: if that
- * process dies inside it (a native crash in a QNN library), the mark is still there at the next start and counts as
- * a failure, so the app does not crash again on every start. A mark of a process that still runs (this one, or
- * another process of the app) is an init under way, not a failure.
+ * process dies inside it, the mark is still there at the next start. Once, that is retried: the user may have closed
+ * the app during a first on-device compile (up to the bundle's budget, a minute). Twice in a row, it counts as a
+ * failure (a native crash in a QNN library crashes every start), so the app does not crash again on every start. A
+ * mark of a process that still runs (this one, or another process of the app) is an init under way, not a failure.
  * self: this process (ProcessStamp.of(android.os.Process.myPid()) on Android).
  */
 internal class FailureMemory(private val file: File, private val self: ProcessStamp) {
     fun read(): RememberedFailure? {
-        if (!file.isFile) return null
-        val record = try {
-            MiniJson.parse(file.readText()) as? Map<*, *>
-        } catch (e: IllegalArgumentException) {
-            null
-        } ?: return null
+        val record = record() ?: return null
         val message = if (record["pending"] == true) {
-            val writer = ProcessStamp.from(record)
-            if (writer != null && (writer == self || writer.running())) return null
-            "the app stopped during NPU init, e.g. a crash in a QNN library"
+            if (!ended(record)) return null
+            val olderGlue = ProcessStamp.from(record) == null // its mark names no process: a crash, as it counted then
+            if (!olderGlue && record["stopped_before"] != true) return null // the first init that ended: retried
+            "the app stopped during NPU init twice in a row, e.g. a crash in a QNN library"
         } else {
             record["message"] as? String ?: "no message"
         }
         return RememberedFailure(record["app_version"] as? String ?: "", record["bundle_version"] as? String ?: "", message)
     }
 
-    fun begin(appVersion: String, bundleVersion: String) = write(
-        linkedMapOf("app_version" to appVersion, "bundle_version" to bundleVersion, "pending" to true) + self.toMap(),
-    )
+    /** Marks an init as begun; stopped_before says the last one, of the same versions, ended with its process. */
+    fun begin(appVersion: String, bundleVersion: String) {
+        val last = record()
+        val stopped = last != null && last["pending"] == true && ended(last) &&
+            last["app_version"] == appVersion && last["bundle_version"] == bundleVersion
+        write(
+            linkedMapOf(
+                "app_version" to appVersion, "bundle_version" to bundleVersion, "pending" to true,
+                "stopped_before" to stopped,
+            ) + self.toMap(),
+        )
+    }
 
     fun failed(appVersion: String, bundleVersion: String, message: String) = write(
         linkedMapOf("app_version" to appVersion, "bundle_version" to bundleVersion, "pending" to false, "message" to message),
@@ -39,6 +45,21 @@ internal class FailureMemory(private val file: File, private val self: ProcessSt
 
     fun succeeded() {
         file.delete()
+    }
+
+    private fun record(): Map<*, *>? {
+        if (!file.isFile) return null
+        return try {
+            MiniJson.parse(file.readText()) as? Map<*, *>
+        } catch (e: IllegalArgumentException) {
+            null
+        }
+    }
+
+    /** A pending mark whose process has ended (a mark that names no process is an older glue's: ended). */
+    private fun ended(record: Map<*, *>): Boolean {
+        val writer = ProcessStamp.from(record) ?: return true
+        return writer != self && !writer.running()
     }
 
     private fun write(record: Map<String, Any?>) {
