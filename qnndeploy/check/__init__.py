@@ -224,7 +224,7 @@ def _measure_quantized(path: Path, soc: Soc, graph: onnx.GraphProto, timeout: fl
 
     if not htp.available():
         return HtpMeasurement(soc.model, False, "onnxruntime-qnn is not installed")
-    ranges = {k: (lo, hi) for k, (lo, hi, _) in int_input_ranges(graph).items()}
+    ranges = {k: (lo, hi - 1) for k, (lo, hi, _) in int_input_ranges(graph).items()}
     calibration = samples.random_samples([tensor_info(v) for v in real_inputs(graph)], 2, 0, ranges)
     with tempfile.TemporaryDirectory(prefix="qnndeploy-check-qdq-") as tmp:
         qdq = Path(tmp) / "model_qdq.onnx"

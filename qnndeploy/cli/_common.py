@@ -217,7 +217,8 @@ def sample_options(folder: str = "--inputs", purpose: str = "Real input samples:
     """`--inputs DIR [--preprocess SPEC|FILE.json] | --random N [--seed S]`, defined once; the command passes
     them to samples.sample_source, the one function that resolves them. `folder` names the folder option
     (compile's is --calib, its calibration data) and `random` says whether random samples are allowed. The command
-    receives the folder as `inputs` (`calib` for --calib), `preprocess`, `random_` and `seed`."""
+    receives the folder as `inputs` (`calib` for --calib), `preprocess`, `random_`, `seed` and `ranges` (NAME ->
+    (LO, HI))."""
 
     options = [
         click.option(folder, folder.lstrip("-"), type=click.Path(path_type=Path), metavar="DIR",
@@ -230,6 +231,11 @@ def sample_options(folder: str = "--inputs", purpose: str = "Real input samples:
                          help=f"N seeded random samples, instead of {folder} [default: {random_default}]."),
             click.option("--seed", type=int, default=0, show_default=True, metavar="S",
                          help="Seed of the random samples."),
+            click.option("--range", "ranges", multiple=True, metavar="NAME=LO:HI", callback=_ranges,
+                         help="The integers input NAME takes (LO to HI, both included), for random samples: a "
+                              "length, a count, an index the graph does not bound. Repeatable [default: what the "
+                              "graph implies (an index below its table's size, a length up to the positions it "
+                              "masks), else 0 to 9, and the output says so]."),
         ]
 
     def decorate(fn: Any) -> Any:
@@ -238,6 +244,29 @@ def sample_options(folder: str = "--inputs", purpose: str = "Real input samples:
         return fn
 
     return decorate
+
+
+def _ranges(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    try:
+        return assignments(values, "--range", _parse_range)
+    except BadInput as e:
+        raise click.UsageError(str(e), ctx) from None
+
+
+def _parse_range(text: str) -> tuple[str, tuple[int, int]]:
+    """`NAME=LO:HI` (integers, LO <= HI, both included) -> (NAME, (LO, HI)): the values an integer input takes."""
+    name, _, span = text.rpartition("=")
+    lo_text, _, hi_text = span.partition(":")
+    try:
+        if not name:
+            raise ValueError
+        lo, hi = int(lo_text), int(hi_text)
+    except ValueError:
+        raise BadInput(f"--range {text}: give NAME=LO:HI, the integers an input takes (LO to HI, both included), "
+                       "e.g. x_lens=1:1500") from None
+    if lo > hi or max(abs(lo), abs(hi)) >= 2**63:
+        raise BadInput(f"--range {text}: LO must be at most HI, both 64-bit integers")
+    return name, (lo, hi)
 
 
 def next_step(*commands: str) -> None:

@@ -422,7 +422,7 @@ def _render_verifications(report: VerifyReport, results: list[verify_stage.Devic
 def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runner: Path | None,
                   ort_runner: Path | None, qnn_sdk_root: Path | None, inputs: Path | None, preprocess: str | None,
                   random_: int | None,
-                  seed: int, old_samples: int | None, runs: int,
+                  seed: int, ranges: dict[str, tuple[int, int]], old_samples: int | None, runs: int,
                   record_dir: Path, aihub: bool, hosted_names: tuple[str, ...], hosted_socs: tuple[str, ...],
                   play_dir: Path | None, timeout: float | None, allow_unchecked: bool, as_json: bool) -> None:
     """Push a bundle to a phone, run it there, record the result.
@@ -470,7 +470,8 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
             fail(f"{bundle_dir} fails bundle verify: fix the bundle (or build it again) before pushing it",
                  EXIT_CHECK_FAILED)
         job = verify_stage.Job(root, manifest, runner, qnn_sdk_root, inputs, random_, seed, runs, record_dir,
-                               play_dir, timeout, preprocess, given=bundle_dir, ort_runner=ort_runner)
+                               play_dir, timeout, preprocess, given=bundle_dir, ort_runner=ort_runner,
+                               ranges=ranges)
         results = _verify(job, serial, all_devices, aihub, hosted_names, hosted_socs, as_json)
     if as_json:
         emit_json({"bundle": report, "devices": results})
@@ -604,8 +605,8 @@ def device_bench(bundle_dir: Path, serial: str | None, all_devices: bool, graph:
                  input_seconds: float | None, baseline: Path | None, threshold: float, runner: Path | None,
                  ort_runner: Path | None, qnn_sdk_root: Path | None, profile_level: Level | None,
                  profile_viewer: Path | None, inputs: Path | None, preprocess: str | None,
-                 random_: int | None, seed: int, record_dir: Path, timeout: float | None, allow_unchecked: bool,
-                 as_json: bool) -> None:
+                 random_: int | None, seed: int, ranges: dict[str, tuple[int, int]], record_dir: Path,
+                 timeout: float | None, allow_unchecked: bool, as_json: bool) -> None:
     """Is the NPU worth it on this phone? NPU against CPU, with energy and heat.
 
     On each phone, for the target the app's decision picks, the same inputs run through the NPU (qnn-net-run on
@@ -628,7 +629,7 @@ def device_bench(bundle_dir: Path, serial: str | None, all_devices: bool, graph:
             fail(f"{bundle_dir} fails bundle verify: fix the bundle (qnndeploy bundle verify {bundle_dir})",
                  EXIT_CHECK_FAILED)
         job = verify_stage.Job(root, manifest, runner, qnn_sdk_root, inputs, random_, seed, runs, record_dir,
-                               None, timeout, preprocess, given=bundle_dir, ort_runner=ort_runner)
+                               None, timeout, preprocess, given=bundle_dir, ort_runner=ort_runner, ranges=ranges)
         options = bench_stage.Options(graph, runs, blocks, minutes, perf_modes, cpu_threads, input_seconds,
                                       baseline, threshold, profile_level, profile_viewer)
 

@@ -68,7 +68,8 @@ def _render(result: stage.DiagnoseResult) -> None:
 @json_option
 @handles_errors
 def diagnose(target: Path, inputs: Path | None, preprocess: str | None, random_: int | None, seed: int,
-             min_snr_db: float | None, graph: str | None, plot_path: Path | None, as_json: bool) -> None:
+             ranges: dict[str, tuple[int, int]], min_snr_db: float | None, graph: str | None, plot_path: Path | None,
+             as_json: bool) -> None:
     """Find the tensor where the NPU's numbers go wrong, and why.
 
     Compares CPU fp32 and the host HTP emulator tensor by tensor along one compiled job's graph: copies of the
@@ -84,7 +85,8 @@ def diagnose(target: Path, inputs: Path | None, preprocess: str | None, random_:
     tc = toolchain.needed([stage.job_record(target, graph).qairt_version])
     if tc is not None:  # compiled with compile --qairt: probe with that QAIRT's compiler and emulator
         under_toolchain(tc)
-    result = stage.diagnose(target, stage.DiagnoseOptions(inputs, random_, seed, preprocess, min_snr_db, graph))
+    options = stage.DiagnoseOptions(inputs, random_, seed, preprocess, min_snr_db, graph, ranges=ranges)
+    result = stage.diagnose(target, options)
     if plot_path is not None:
         shown_probes = [p for p in result.probes if p.snr_db is not None]
         with writing(plot_path), staging_file(plot_path, force=True) as tmp:  # whole or not at all

@@ -43,7 +43,7 @@ from qnndeploy.formats import decision, playplan
 from qnndeploy.formats.manifest import FileFormat, Graph, Manifest, Provider, load_manifest
 from qnndeploy.formats.verify import VerifyReport, opened
 from qnndeploy.model import metrics, samples
-from qnndeploy.model.samples import Sample
+from qnndeploy.model.samples import Ranges, Sample
 from qnndeploy.qnn import epcontext, markers
 
 REMOTE_ROOT = "/data/local/tmp/qnndeploy"
@@ -166,7 +166,7 @@ class Job:
                  inputs: Path | None = None, random: int | None = None, seed: int = 0, runs: int = 10,
                  record_dir: Path = DEFAULT_RECORD_DIR, play: Path | None = None, timeout: float | None = None,
                  preprocess: str | Path | None = None, given: Path | None = None,
-                 ort_runner: Path | None = None) -> None:
+                 ort_runner: Path | None = None, ranges: Ranges | None = None) -> None:
         self.preprocess = samples.sample_source(inputs, random, preprocess)  # the samples validate would take
         if runs < 1:
             raise BadInput("--runs must be 1 or more")
@@ -188,6 +188,7 @@ class Job:
             raise BadInput(f"the bundle uses an external runtime ({manifest.runtime.maven}): the runner "
                            "needs the QNN libraries, pass --qnn-sdk-root DIR of that QAIRT version")
         self.inputs, self.samples, self.seed, self.runs = inputs, random or 1, seed, runs
+        self.ranges = dict(ranges or {})  # --range: integer inputs' values for random samples
         self.timeout = timeout  # --timeout: replaces every adb step's deadline (None: each step's default)
         self.record_dir = Path(record_dir)
         self.bundle_id = f"{manifest.name}-{manifest.version}"
@@ -219,7 +220,7 @@ class Job:
         with self._lock:
             if graph not in self._refs:
                 self._refs[graph] = samples.reference(self.cpu_model(graph), graph, self.inputs, self.samples,
-                                                      self.seed, self.preprocess)
+                                                      self.seed, self.preprocess, self.ranges)
             return self._refs[graph]
 
     def manifest_graph(self, graph: str) -> Graph:

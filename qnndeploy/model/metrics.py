@@ -80,6 +80,7 @@ class Metrics(TypedDict):
     ref_rms: float
     ref_max_abs: float
     finite: bool
+    ref_finite: bool
 
 
 def metrics(reference: np.ndarray, actual: np.ndarray) -> Metrics:
@@ -90,7 +91,7 @@ def metrics(reference: np.ndarray, actual: np.ndarray) -> Metrics:
     out = np.asarray(actual, dtype=np.float64).ravel()
     diff = out - ref
     ref_energy, noise_energy, out_energy = float(ref @ ref), float(diff @ diff), float(out @ out)
-    finite = bool(np.isfinite(out).all())
+    finite, ref_finite = bool(np.isfinite(out).all()), bool(np.isfinite(ref).all())
     return {
         "max_abs_diff": float(np.abs(diff).max()) if diff.size else 0.0,
         "mean_abs_diff": float(np.abs(diff).mean()) if diff.size else 0.0,
@@ -102,6 +103,7 @@ def metrics(reference: np.ndarray, actual: np.ndarray) -> Metrics:
         "ref_rms": math.sqrt(ref_energy / ref.size) if ref.size else 0.0,
         "ref_max_abs": float(np.abs(ref).max()) if ref.size else 0.0,
         "finite": finite,
+        "ref_finite": ref_finite,
     }
 
 
@@ -328,6 +330,10 @@ def judge(name: str, expected: Sequence[np.ndarray], actual: Sequence[np.ndarray
 
 def verdict(m: Metrics, limits: Thresholds) -> tuple[bool, str, str | None]:
     """(passed, judged_on, note) by the value rules: finite, then near-zero max abs diff, else cosine and SNR."""
+    if not m["ref_finite"]:
+        return False, "finite", ("the CPU's own output has NaN or Inf values on these samples: inputs the model "
+                                 "never gets (an integer input outside its values? give them with --range "
+                                 "NAME=LO:HI, or real inputs with --inputs DIR)")
     if not m["finite"]:
         return False, "finite", "the HTP output has NaN or Inf values"
     if m["ref_rms"] < limits["atol"]:
@@ -416,8 +422,8 @@ def fit(m: OutputMetrics, ref: np.ndarray, out: np.ndarray, limits: Thresholds) 
 
     name = m.name
     if m.judged_on == "finite":
-        return Fit(name, "finite", "the HTP output has NaN or Inf values", "no threshold passes it: find where they "
-                   "are made (the probes) or keep the graph on the CPU", {})
+        return Fit(name, "finite", m.note or "the HTP output has NaN or Inf values", "no threshold passes it: find "
+                   "where they are made (the probes) or keep the graph on the CPU", {})
     if m.judged_on == "topk_set":
         jaccard = m.topk_jaccard or 0.0
         return Fit(name, "topk-set", f"the top-k sets differ (lowest Jaccard {jaccard:.2f} in a row)",

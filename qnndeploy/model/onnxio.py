@@ -488,9 +488,10 @@ def _mask_use(graph: onnx.GraphProto, node: onnx.NodeProto, name: str) -> str | 
 
 
 def int_input_ranges(graph: onnx.GraphProto) -> dict[str, tuple[int, int, str]]:
-    """For each integer input that indexes a table (an embedding, a lookup) or serves as a 0/1 mask, the range
-    [lo, hi) its values must lie in, and why: random samples drawn there run the model as the app does, instead of
-    failing in a Gather or overflowing a mask's (1 - mask) * -3.4e38 into NaN."""
+    """For each integer input that indexes a table (an embedding, a lookup), serves as a 0/1 mask or is a length
+    (compared with a Range's positions), the range [lo, hi) its values must lie in, and why: random samples drawn
+    there run the model as the app does, instead of failing in a Gather, overflowing a mask's
+    (1 - mask) * -3.4e38 into NaN, or masking out every position."""
 
     sizes = {t.name: list(t.dims) for t in graph.initializer}
     sizes.update({v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in (*graph.value_info,
@@ -500,12 +501,13 @@ def int_input_ranges(graph: onnx.GraphProto) -> dict[str, tuple[int, int, str]]:
     for node in graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
+    producers = {o: n for n in graph.node for o in n.output}
     ints = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
-    ranges = {}
+    ranges: dict[str, tuple[int, int, str]] = {}
     for value in real_inputs(graph):
         if tensor_info(value).dtype not in ints:
             continue
-        bound: tuple[int, str] | None = None
+        found: list[tuple[int, int, str]] = []
         seen, todo = set(), [value.name]
         while todo:
             name = todo.pop()
@@ -519,17 +521,43 @@ def int_input_ranges(graph: onnx.GraphProto) -> dict[str, tuple[int, int, str]]:
                     axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
                     if table and -len(table) <= axis < len(table):
                         rows = table[axis]
-                        if bound is None or rows < bound[0]:
-                            bound = (rows, (f"it indexes {node.input[0]} ({rows} rows) in {node.op_type} "
-                                            f"{node.name or '(unnamed)'}"))
-                elif (why := _mask_use(graph, node, name)) is not None:
-                    if bound is None or bound[0] > 2:
-                        bound = (2, why)
+                        why = f"it indexes {node.input[0]} ({rows} rows) in {node.op_type} {node.name or '(unnamed)'}"
+                        found.append((0, rows, why))
+                elif (mask := _mask_use(graph, node, name)) is not None:
+                    found.append((0, 2, mask))
+                elif (length := _length_use(graph, node, name, producers)) is not None:
+                    found.append((1, length[0] + 1, length[1]))
                 elif node.op_type in _VALUE_PRESERVING:
                     todo.extend(node.output)
-        if bound is not None:
-            ranges[value.name] = (0, bound[0], bound[1])
+        if found:
+            ranges[value.name] = min(found, key=lambda r: r[1] - r[0])  # the narrowest: every use must hold
     return ranges
+
+
+_COMPARES = ("Less", "LessOrEqual", "Greater", "GreaterOrEqual")
+
+
+def _length_use(graph: onnx.GraphProto, node: onnx.NodeProto, name: str, producers: dict[str, onnx.NodeProto]
+                ) -> tuple[int, str] | None:
+    """(n, why) when `node` compares `name` with the n positions of a Range of constants: a sequence mask
+    (positions < length), so `name` is a length from 1 to n. A length outside that range makes the mask empty or
+    full and the model computes what it never does for the app (a softmax over nothing, a negative size)."""
+    if node.op_type not in _COMPARES or len(node.input) != 2 or name not in node.input:
+        return None
+    other = node.input[1] if node.input[0] == name else node.input[0]
+    source = producers.get(other)
+    while source is not None and source.op_type in _VALUE_PRESERVING and source.input:
+        source = producers.get(source.input[0])
+    if source is None or source.op_type != "Range" or len(source.input) != 3:
+        return None
+    start, limit, delta = (scalar_constant(graph, i) for i in source.input)
+    if start is None or limit is None or not delta:
+        return None
+    n = max(0, math.ceil((limit - start) / delta))
+    if n < 1:
+        return None
+    return n, (f"it is a length, compared with the {n} positions of Range {source.name or '(unnamed)'} in "
+               f"{node.op_type} {node.name or '(unnamed)'}: 1 to {n}")
 
 
 def class_axes(path: Path) -> dict[str, int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,11 +23,14 @@ from qnndeploy.model.onnxio import MAX_TENSOR_ELEMENTS, int_input_ranges, load_m
 
 if TYPE_CHECKING:
     import numpy as np
+    import onnx
 
     from qnndeploy.model.onnxio import TensorInfo
 
-RANDOM_NOTE = ("uniform in [-1, 1) for float inputs; integers in [0, rows) for an input that indexes a table of that "
-               "many rows, 0 or 1 for a mask, else in [0, 10); seeded")
+RANDOM_NOTE = ("uniform in [-1, 1) for float inputs; integers in their valid range (ranges: from the graph, or given "
+               "with --range), else 0 to 9; seeded")
+GUESSED = "0 to 9, a guess: the graph bounds it nowhere (give the values it takes with --range NAME=LO:HI)"
+Ranges = Mapping[str, tuple[int, int]]  # --range NAME=LO:HI: an integer input's values, LO to HI inclusive
 SUFFIXES = (".npy", ".npz")
 Sample = dict[str, "np.ndarray"]  # one array per input (or output) name
 
@@ -67,21 +71,29 @@ def sample_source(inputs: Path | None, random: int | None, preprocess: str | Pat
 
 
 def for_graph(model: Path, graph: str, inputs: Path | None = None, count: int = 1, seed: int = 0,
-              preprocess: str | Path | Preprocess | None = None) -> tuple[list[Sample], JSON]:
+              preprocess: str | Path | Preprocess | None = None, ranges: Ranges | None = None
+              ) -> tuple[list[Sample], JSON]:
     """The samples for one graph, from `inputs` (DIR/<graph>/ or DIR) or else `count` seeded random ones, and how
     they were made, as the records store it. Audio and image files go through `preprocess` (parse_preprocess's
-    text or JSON file; defaults from the input's shape when None)."""
-
-    prep = preprocess if isinstance(preprocess, Preprocess) or preprocess is None else parse_preprocess(preprocess)
+    text or JSON file; defaults from the input's shape when None). Random integers lie in `ranges` where given
+    (the names of other graphs' inputs are ignored), else in the range the graph implies (int_ranges)."""
     proto = load_model(Path(model), weights=False).graph
-    specs = [tensor_info(v) for v in real_inputs(proto)]
+    return for_inputs([tensor_info(v) for v in real_inputs(proto)], int_ranges(proto, ranges or {}), graph, inputs,
+                      count, seed, preprocess)
+
+
+def for_inputs(specs: list[TensorInfo], ranges: Mapping[str, tuple[int, int, str]], graph: str,
+               inputs: Path | None = None, count: int = 1, seed: int = 0,
+               preprocess: str | Path | Preprocess | None = None) -> tuple[list[Sample], JSON]:
+    """for_graph for inputs given as specs, with every integer input's range (int_ranges): a split model's chain
+    has the inputs of several parts."""
+    prep = preprocess if isinstance(preprocess, Preprocess) or preprocess is None else parse_preprocess(preprocess)
     if inputs is None:
         if prep is not None:
             raise BadInput(f"--preprocess {prep.given} applies to audio or image files: give them with "
                            "--inputs DIR")
-        ranges = {name: (lo, hi) for name, (lo, hi, _) in int_input_ranges(proto).items()}
-        return random_samples(specs, count, seed, ranges), {"kind": "random", "samples": count, "seed": seed,
-                                                            "distribution": RANDOM_NOTE}
+        return (random_samples(specs, count, seed, {n: (lo, hi) for n, (lo, hi, _) in ranges.items()}),
+                random_record(count, seed, ranges))
     folder = folder_for(inputs, graph)
     files = media_files(folder)
     if files:
@@ -113,10 +125,68 @@ def cpu_outputs(model: Path, samples: list[Sample]) -> list[Sample]:
 
 
 def reference(model: Path, graph: str, inputs: Path | None = None, count: int = 1, seed: int = 0,
-              preprocess: str | Path | Preprocess | None = None) -> tuple[list[Sample], list[Sample], JSON]:
+              preprocess: str | Path | Preprocess | None = None, ranges: Ranges | None = None
+              ) -> tuple[list[Sample], list[Sample], JSON]:
     """(samples, CPU outputs, how the samples were made) for one graph."""
-    samples, used = for_graph(model, graph, inputs, count, seed, preprocess)
+    samples, used = for_graph(model, graph, inputs, count, seed, preprocess, ranges)
     return samples, cpu_outputs(model, samples), used
+
+
+# --- integer inputs' valid ranges ------------------------------------------------------------------
+
+def int_ranges(graph: onnx.GraphProto, given: Ranges) -> dict[str, tuple[int, int, str]]:
+    """Every integer input's (lo, hi inclusive, why): `given` first, else what the graph implies
+    (onnxio.int_input_ranges), else 0 to 9 with the GUESSED note that asks for --range."""
+    specs = [s for s in (tensor_info(v) for v in real_inputs(graph)) if s.dtype in _INTS]
+    found = int_ranges_given(specs, given)
+    inferred = int_input_ranges(graph)
+    for spec in specs:
+        if spec.name in inferred and spec.name not in found:
+            lo, end, why = inferred[spec.name]
+            found[spec.name] = (lo, end - 1, why)
+        found.setdefault(spec.name, (0, 9, GUESSED))
+    return {s.name: found[s.name] for s in specs}
+
+
+def int_ranges_given(specs: list[TensorInfo], given: Ranges) -> dict[str, tuple[int, int, str]]:
+    """The --range values of these inputs, each refused when its type cannot hold it."""
+    import numpy as np
+
+    found = {}
+    for spec in specs:
+        if spec.name in given:
+            lo, hi = given[spec.name]
+            info = np.iinfo(np.dtype(spec.dtype))
+            if lo < info.min or hi > info.max:
+                raise BadInput(f"--range {spec.name}={lo}:{hi}: input {spec.name} is {spec.dtype}, which holds "
+                               f"{info.min} to {info.max}")
+            found[spec.name] = (lo, hi, "given with --range")
+    return found
+
+
+def random_record(count: int, seed: int, ranges: Mapping[str, tuple[int, int, str]]) -> JSON:
+    """How random samples were made, as the records keep it: enough for bundle verify and diagnose to make them
+    again (each integer input's range and where it came from)."""
+    return {"kind": "random", "samples": count, "seed": seed, "distribution": RANDOM_NOTE,
+            **({"ranges": {n: {"from": lo, "to": hi, "why": why} for n, (lo, hi, why) in ranges.items()}}
+               if ranges else {})}
+
+
+def recorded_ranges(described: JSON) -> dict[str, tuple[int, int]]:
+    """The ranges a record's random samples were drawn in (random_record), to draw the same ones again."""
+    found = {}
+    for name, r in (described.get("ranges") or {}).items():
+        if isinstance(r, dict) and isinstance(r.get("from"), int) and isinstance(r.get("to"), int):
+            found[str(name)] = (r["from"], r["to"])
+    return found
+
+
+def guessed(described: JSON) -> list[str]:
+    """The integer inputs whose random values were guessed (no range in the graph, none given)."""
+    return [n for n, r in (described.get("ranges") or {}).items() if isinstance(r, dict) and r.get("why") == GUESSED]
+
+
+_INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
 # --- reading and making samples --------------------------------------------------------------------
@@ -220,10 +290,9 @@ def _fit(arr: np.ndarray, spec: TensorInfo, path: Path) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-def random_samples(specs: list[TensorInfo], count: int, seed: int,
-                   int_ranges: dict[str, tuple[int, int]] | None = None) -> list[Sample]:
+def random_samples(specs: list[TensorInfo], count: int, seed: int, int_ranges: Ranges | None = None) -> list[Sample]:
     """`count` seeded samples (RANDOM_NOTE; booleans fair coin flips); other dtypes need real inputs.
-    `int_ranges` gives an integer input its [lo, hi) (onnxio.int_input_ranges), else [0, 10)."""
+    `int_ranges` gives an integer input its values, LO to HI included (int_ranges), else 0 to 9."""
     import numpy as np
 
     for s in specs:
@@ -244,8 +313,8 @@ def random_samples(specs: list[TensorInfo], count: int, seed: int,
             elif dtype.kind == "b":
                 sample[s.name] = rng.random(shape) < 0.5
             elif dtype.kind in "iu":
-                lo, hi = (int_ranges or {}).get(s.name, (0, 10))
-                sample[s.name] = rng.integers(lo, hi, shape).astype(dtype)
+                lo, hi = (int_ranges or {}).get(s.name, (0, 9))
+                sample[s.name] = rng.integers(lo, hi, shape, dtype=np.int64, endpoint=True).astype(dtype)
             else:
                 raise BadInput(f"input {s.name} is {s.dtype}: give real inputs with --inputs DIR")
         samples.append(sample)

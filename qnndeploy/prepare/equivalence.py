@@ -63,7 +63,7 @@ def feeds(live: list[TensorInfo], inputs_dir: Path | None, seed: int, ranges: Ra
 
     if inputs_dir is not None:
         return {spec.name: samples.read_one(Path(inputs_dir), spec) for spec in live}
-    return samples.random_samples(live, 1, seed, {k: (lo, hi) for k, (lo, hi, _) in ranges.items()})[0]
+    return samples.random_samples(live, 1, seed, {k: (lo, hi - 1) for k, (lo, hi, _) in ranges.items()})[0]
 
 
 def reference(original: Path, feeds: Mapping[str, np.ndarray], frozen: Mapping[str, np.ndarray], ranges: Ranges,
