@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -21,14 +21,17 @@ from qnndeploy.base.fileio import JSON, sha256_file, write_json
 from qnndeploy.base.kinds import Precision
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.base.pool import Pool
+from qnndeploy.formats import chain
 from qnndeploy.formats.records import (
     VALIDATION_RECORD,
     VALIDATION_VERSION,
     CompileRecord,
     JobStarted,
     RecordStatus,
+    SplitPart,
+    SplitRecord,
     read_build,
-    split_records,
+    splits_of,
 )
 from qnndeploy.model import samples
 from qnndeploy.model.metrics import (
@@ -39,7 +42,8 @@ from qnndeploy.model.metrics import (
     judge_model,
     thresholds_for,
 )
-from qnndeploy.model.samples import Sample
+from qnndeploy.model.onnxio import TensorInfo, load_model, real_inputs, tensor_info
+from qnndeploy.model.samples import Ranges, Sample
 from qnndeploy.qnn import htp
 
 EMULATOR_NOTE = ("Outputs come from the host HTP emulator (x86-64): the HTP's arithmetic, not its speed. "
@@ -68,6 +72,7 @@ class ValidateOptions:
     graphs: list[str] | None = None  # None: every graph of the build
     soc_names: list[str] | None = None  # None: every SoC of the build
     jobs: int | None = None  # at once; None: default_jobs()
+    ranges: Ranges = field(default_factory=dict)  # --range NAME=LO:HI: integer inputs' values for random samples
 
 
 @dataclass
@@ -83,6 +88,21 @@ class TargetValidation:
     emulator_s_per_run: float | None = None
     record: Path | None = None
     shared: str | None = None  # the shared context it belongs to: its twin ran (TWIN_NOTE)
+    inputs: JSON | None = None  # how its samples were made (a split's part: by the parts before it)
+    chain: ChainCheck | None = None  # a split's NPU part: the whole chain against the source model on the CPU
+
+
+@dataclass
+class ChainCheck:
+    """A split model run as the app runs it on one SoC: its CPU parts on the CPU, its NPU parts on the HTP emulator,
+    each fed what the parts before it made, against the source model's outputs on the CPU."""
+
+    split: Path
+    soc: str
+    passed: bool
+    outputs: list[OutputMetrics]
+    emulator_runs: int  # extra emulator runs: NPU parts after the first one read the HTP's values
+    error: str | None = None  # the chain could not run
 
 
 @dataclass
@@ -93,12 +113,14 @@ class ValidationSummary:
     ok: bool
     emulator_note: str = EMULATOR_NOTE
     splits: list[Path] = field(default_factory=list)  # split records naming the build's models: bundle --split each
+    guessed: list[str] = field(default_factory=list)  # integer inputs whose random values no range bounded
 
 
 TWIN_NOTE = ("the shared context's graphs share weights, which the host emulator cannot load (QAIRT 2.51 crashes): "
              "this graph compiled alone with the same options ran instead; check the shared binary on a phone")
 Progress = Callable[[int, int, "TargetValidation | JobStarted | None"], None]  # as compile's
 Given = tuple[list[Sample], JSON]  # samples from --inputs, and how they were made
+Held = dict[tuple[str, str], tuple[JSON, list[Sample]]]  # a split part's record and HTP outputs, until its chain ran
 Reference = tuple[list[Sample], list[Sample], JSON]  # samples, their CPU outputs, how the samples were made
 
 
@@ -119,6 +141,8 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
         raise BadInput("-j must be 1 or more")
     compiled = read_build(build)
     plan = select(compiled, o.graphs, o.soc_names)
+    links = _links(plan, splits_of({r.source: r.source_sha256 for r in compiled}))
+    _check_ranges(o.ranges, plan, links)
     loosened = looser_thresholds(thresholds, {r.precision for r in plan})
     if loosened and not (reason or "").strip():
         raise BadInput(f"--{', --'.join(loosened)} is looser than the default: say why with --reason \"...\" "
@@ -127,7 +151,8 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
     # Samples that do not fit are bad input: refuse them before anything runs or is written.
     given: dict[str, Given] = {}
     for record in plan if inputs is not None else []:
-        if _validatable(record) and record.graph not in given and record.source.is_file():
+        if _validatable(record) and record.graph not in given and record.source.is_file() \
+                and record.graph not in links:
             given[record.graph] = samples.for_graph(record.source, record.graph, inputs, preprocess=prep)
     random = random if random is not None or inputs is not None else 1
     described: JSON = ({"kind": "files", "folder": str(Path(inputs).resolve()),
@@ -135,15 +160,35 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
                        else {"kind": "random", "samples": random, "seed": seed, "distribution": samples.RANDOM_NOTE})
     per_graph: dict[str, Reference | QnnDeployError] = {}
     locks = {r.graph: threading.Lock() for r in plan}  # a graph's CPU reference is computed once, for all its SoCs
+    chains: dict[Path, chain.Chain | QnnDeployError] = {}  # each split's CPU chain, once for all its parts
+    chain_lock = threading.Lock()
+
+    def make_reference(record: CompileRecord) -> Reference:
+        link = links.get(record.graph)
+        if link is None:
+            return _reference(record, given.get(record.graph), random, seed, o.ranges)
+        split, part = link
+        with chain_lock:
+            if split.path not in chains:
+                try:
+                    chains[split.path] = chain.run_cpu(split, record.graph, inputs, random or 1, seed, prep, o.ranges)
+                except QnnDeployError as e:
+                    chains[split.path] = e
+            made = chains[split.path]
+        if isinstance(made, QnnDeployError):
+            raise made
+        return made.feeds(part), made.cpu(part), made.described(part)
     results: dict[int, TargetValidation] = {}
+    held: Held = {}
     if progress:
         progress(0, len(plan), None)
 
     def run(i: int, record: CompileRecord) -> tuple[int, TargetValidation]:
         if progress:
             progress(len(results), len(plan), JobStarted(record.graph, record.soc))
-        return i, _validate_one(record, random, seed, thresholds, per_graph, locks[record.graph], given,
-                                reason.strip() if loosened and reason else None)
+        return i, _validate_one(record, thresholds, per_graph, locks[record.graph], make_reference,
+                                reason.strip() if loosened and reason else None,
+                                held if record.graph in links else None)
 
     pool = Pool(max_workers=jobs or default_jobs())
     try:
@@ -161,10 +206,19 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
         raise
     pool.shutdown()
     ordered = [results[i] for i in range(len(plan))]
+    _check_chains(plan, ordered, links, chains, held)
     validated = [t for t in ordered if t.status in (TargetStatus.PASSED, TargetStatus.FAILED)]
     ok = bool(validated) and all(t.status in (TargetStatus.PASSED, TargetStatus.SKIPPED) for t in ordered)
+    guessed = list(dict.fromkeys(n for t in ordered for n in samples.guessed(_made(t.inputs))))
     return ValidationSummary(Path(build), described, ordered, ok,
-                             splits=split_records({r.source: r.source_sha256 for r in compiled}))
+                             splits=[s.path for s in splits_of({r.source: r.source_sha256 for r in compiled})],
+                             guessed=guessed)
+
+
+def _made(inputs: JSON | None) -> JSON:
+    """How the samples themselves were made (for a split's part: the chain's samples)."""
+    inputs = inputs or {}
+    return inputs.get("samples") or {} if inputs.get("kind") == chain.CHAIN else inputs
 
 
 def default_jobs() -> int:
@@ -233,9 +287,11 @@ def _validatable(record: CompileRecord) -> bool:
     return record.status == RecordStatus.OK and record.output(EPCONTEXT) is not None
 
 
-def _validate_one(record: CompileRecord, random: int | None, seed: int, overrides: Thresholds,
-                  per_graph: dict[str, Reference | QnnDeployError], lock: threading.Lock, given: dict[str, Given],
-                  reason: str | None) -> TargetValidation:
+def _validate_one(record: CompileRecord, overrides: Thresholds, per_graph: dict[str, Reference | QnnDeployError],
+                  lock: threading.Lock, make_reference: Callable[[CompileRecord], Reference], reason: str | None,
+                  held: Held | None = None) -> TargetValidation:
+    """One job on the emulator against its CPU reference (made once per graph); its record is written now, or for
+    a split's part (`held`) kept with its HTP outputs until the chain is judged too."""
     folder, graph, soc_name, precision = record.folder, record.graph, record.soc, record.precision
     result = TargetValidation(graph, soc_name, precision, TargetStatus.SKIPPED, shared=record.shared)
     if record.status != RecordStatus.OK:
@@ -261,7 +317,7 @@ def _validate_one(record: CompileRecord, random: int | None, seed: int, override
         with lock:
             if graph not in per_graph:
                 try:
-                    per_graph[graph] = _reference(record, given.get(graph), random, seed)
+                    per_graph[graph] = make_reference(record)
                 except QnnDeployError as e:
                     per_graph[graph] = e
             reference = per_graph[graph]
@@ -272,12 +328,12 @@ def _validate_one(record: CompileRecord, random: int | None, seed: int, override
     except QnnDeployError as e:
         result.status, result.reason = TargetStatus.ERROR, str(e)
         return result
-    result.samples = len(feeds)
+    result.samples, result.inputs = len(feeds), used
     result.emulator_s_per_run = round(seconds / len(feeds), 3)
     result.outputs = judge_model(record.source, expected, outputs, limits)
     result.status = TargetStatus.PASSED if all(m.passed for m in result.outputs) else TargetStatus.FAILED
     result.record = record.validation_file
-    write_json(result.record, {
+    payload: JSON = {
         "record": VALIDATION_RECORD, "version": VALIDATION_VERSION,
         "graph": graph, "soc": soc_name, "soc_id": record.soc_id, "dsp_arch": record.dsp_arch,
         "precision": precision, "backend": record.backend, "qairt_version": record.qairt_version,
@@ -293,11 +349,16 @@ def _validate_one(record: CompileRecord, random: int | None, seed: int, override
         "emulator": {"seconds_per_run": result.emulator_s_per_run, "note": EMULATOR_NOTE},
         "tools": {"qnndeploy": __version__},
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
-    })
+    }
+    if held is None:
+        write_json(result.record, payload)
+    else:
+        held[(graph, soc_name)] = payload, outputs
     return result
 
 
-def _reference(record: CompileRecord, given: Given | None, random: int | None, seed: int) -> Reference:
+def _reference(record: CompileRecord, given: Given | None, random: int | None, seed: int, ranges: Ranges
+               ) -> Reference:
     """The graph's input samples (`given` from --inputs, else random) and the CPU outputs for them (computed once
     per graph, shared by its SoCs)."""
     source = record.source
@@ -305,8 +366,107 @@ def _reference(record: CompileRecord, given: Given | None, random: int | None, s
         raise BadInput(f"the source model {source} is gone: the CPU reference needs it")
     if sha256_file(source) != record.source_sha256:
         raise BadInput(f"{source} changed since the compile: compile again, then validate")
-    feeds, used = given or samples.for_graph(source, record.graph, count=random or 1, seed=seed)
+    feeds, used = given or samples.for_graph(source, record.graph, count=random or 1, seed=seed, ranges=ranges)
     return feeds, samples.cpu_outputs(source, feeds), used
+
+
+Link = tuple[SplitRecord, SplitPart]
+
+
+def _links(plan: list[CompileRecord], splits: list[SplitRecord]) -> dict[str, Link]:
+    """The graphs that are an NPU part of a split, with their split and part: they are fed what the parts before
+    them make from the chain's samples, and judged with the whole chain too."""
+    found: dict[str, Link] = {}
+    for record in plan:
+        for split in splits:
+            part = split.part_of(record.source, record.source_sha256)
+            if part is not None and part.runs_on == "npu":
+                found[record.graph] = (split, part)
+    return found
+
+
+def _check_ranges(ranges: Ranges, plan: list[CompileRecord], links: dict[str, Link]) -> None:
+    """--range names an integer input of a graph validated here (or of a split's chain), with values its type holds:
+    anything else is bad input before anything runs (a typo would silently leave the input's values guessed)."""
+    if not ranges:
+        return
+    models = {r.source for r in plan} | {p.path for split, _ in links.values() for p in split.parts}
+    known: dict[str, TensorInfo] = {}
+    for model in models:
+        if model.is_file():
+            known.update((i.name, i) for i in map(tensor_info, real_inputs(load_model(model, weights=False).graph))
+                         if i.dtype.startswith(("int", "uint")))
+    unknown = sorted(set(ranges) - set(known))
+    if unknown:
+        raise BadInput(f"--range {', '.join(unknown)}: no integer input of that name in the graphs validated here"
+                       + (f" (they have {', '.join(sorted(known))})" if known else " (they have none)"))
+    samples.int_ranges_given(list(known.values()), ranges)
+
+
+def _check_chains(plan: list[CompileRecord], results: list[TargetValidation], links: dict[str, Link],
+                  chains: Mapping[Path, chain.Chain | QnnDeployError], held: Held) -> None:
+    """Each split on each SoC whose NPU parts all ran: the parts chained as the app chains them, judged against the
+    source model's outputs; a part passes only when its chain does. Then the parts' records are written."""
+    by_job = {(r.graph, r.soc): (r, t) for r, t in zip(plan, results, strict=True)}
+    for made in chains.values():
+        if isinstance(made, QnnDeployError):
+            continue
+        npu = [p for p in made.split.parts if p.runs_on == "npu"]
+        graphs = [next((g for g, (s, q) in links.items() if s.path == made.split.path and q == p), "") for p in npu]
+        for soc in dict.fromkeys(r.soc for r in plan):
+            if not all((g, soc) in held for g in graphs):
+                continue  # a part not compiled, not selected or not run for this SoC: no chain to judge
+            ran = {p.name: (*by_job[(g, soc)], held[(g, soc)][1]) for p, g in zip(npu, graphs, strict=True)}
+            check = _chain_check(made, soc, ran)
+            for _, t, _ in ran.values():
+                t.chain = check
+                if not check.passed:
+                    t.status = TargetStatus.FAILED
+    for t in results:
+        if (t.graph, t.soc) in held and t.record is not None:
+            payload = held[(t.graph, t.soc)][0]
+            if t.chain is not None:
+                payload["chain"] = {"split": str(t.chain.split), "passed": t.chain.passed,
+                                    "outputs": [vars(m) for m in t.chain.outputs],
+                                    "emulator_runs": t.chain.emulator_runs,
+                                    **({"error": t.chain.error} if t.chain.error else {})}
+            payload["passed"] = t.status == TargetStatus.PASSED
+            write_json(t.record, payload)
+
+
+def _chain_check(made: chain.Chain, soc: str,
+                 ran: Mapping[str, tuple[CompileRecord, TargetValidation, list[Sample]]]) -> ChainCheck:
+    """The chain on `soc`: CPU parts on the CPU, NPU parts on the emulator, each fed what the chain made so far.
+    The first NPU part reads exactly what its own validation fed it, so its measured outputs are reused."""
+    split = made.split
+    extra = 0
+    npu_before = False
+
+    def runner(part: SplitPart, feeds: list[Sample]) -> list[Sample]:
+        nonlocal extra, npu_before
+        if part.runs_on == "cpu":
+            return samples.cpu_outputs(part.path, feeds)
+        record, _, measured = ran[part.name]
+        if not npu_before:
+            npu_before = True
+            return measured
+        extra += len(feeds)
+        run = record.twin(EPCONTEXT) if record.shared else record.output(EPCONTEXT)
+        assert run is not None  # it ran in _validate_one
+        return _run_htp(record.folder / run.path, soc, record.precision, feeds)[0]
+
+    limits = next(iter(ran.values()))[1].thresholds or thresholds_for(None)
+    try:
+        values = chain.run(split, made.inputs, runner)
+    except QnnDeployError as e:
+        return ChainCheck(split.path, soc, False, [], extra, str(e))
+    finals = chain.outputs(split)
+    judged: list[OutputMetrics] = []
+    for part in dict.fromkeys(chain.producer(split, n) for n in finals):
+        names = [n for n in part.outputs if n in finals]
+        judged += judge_model(part.path, [{n: v[n] for n in names} for v in made.values],
+                              [{n: v[n] for n in names} for v in values], limits)
+    return ChainCheck(split.path, soc, all(m.passed for m in judged), judged, extra)
 
 
 def _run_htp(ctx: Path, soc_name: str, precision: Precision | None, feeds: list[Sample]) -> tuple[list[Sample], float]:

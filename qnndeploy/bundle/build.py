@@ -9,7 +9,6 @@ name and renamed into place right after the bundle, with no safe point in betwee
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import tempfile
@@ -50,7 +49,6 @@ from qnndeploy.base.names import (
     MAVEN_RUNTIME,
     ONNX,
     PERFORMANCE_MODES,
-    SPLIT_RECORD,
     graph_name,
     path_problem,
 )
@@ -74,6 +72,7 @@ from qnndeploy.formats.records import (
     CompileRecord,
     HtpSettings,
     RecordStatus,
+    SplitRecord,
     ValidationRecord,
     read_build,
     split_records,
@@ -264,21 +263,18 @@ def _accept(validation: Mapping[str, JSON], build: Path, accept: Mapping[tuple[s
 def with_split(spec: BundleSpec, record: Path) -> BundleSpec:
     """The spec with a split model (`prepare --split-at`): its CPU part joins as a CPU-only graph named after its
     file, its NPU part must be a graph of the build, and the record's order becomes the pipeline the app runs."""
-    record = Path(record)
     try:
-        data = json.loads(record.read_text())
-    except (OSError, ValueError) as e:
-        raise BadInput(f"--split {record}: not readable JSON ({e})") from None
-    if not isinstance(data, dict) or data.get("record") != SPLIT_RECORD:
-        raise BadInput(f"--split {record}: not a split record (qnndeploy prepare --split-at writes one)")
+        split = SplitRecord.read(Path(record))
+    except BadInput as e:
+        raise BadInput(f"--split {e}") from None
     names: dict[str, str] = {}
     models, cpu_only = dict(spec.cpu), list(spec.cpu_only)
-    for part in data["parts"]:
-        path = (record.parent / part["path"]).resolve()
-        if sha256_file(_need_file(path, f"{part['name']} part")) != part["sha256"]:
+    for part in split.parts:
+        path = part.path.resolve()
+        if sha256_file(_need_file(path, f"{part.name} part")) != part.sha256:
             raise BadInput(f"{path} changed since it was split: split again")
-        if part["runs_on"] == "cpu":
-            cpu = names[part["name"]] = graph_name(path.name)  # named as compile names the NPU part
+        if part.runs_on == "cpu":
+            cpu = names[part.name] = graph_name(path.name)  # named as compile names the NPU part
             if models.setdefault(cpu, path) != path:
                 raise BadInput(f"--split: graph {cpu} is already another model ({models[cpu]})")
             cpu_only.append(cpu)
@@ -287,8 +283,8 @@ def with_split(spec: BundleSpec, record: Path) -> BundleSpec:
             if graph is None:
                 raise BadInput(f"--split: the NPU part {path} is in no compiled graph: compile it (qnndeploy "
                                "compile), then bundle build --from-build that build")
-            names[part["name"]] = graph
-    return replace_spec(spec, cpu=models, cpu_only=cpu_only, pipeline=[names[p] for p in data["order"]])
+            names[part.name] = graph
+    return replace_spec(spec, cpu=models, cpu_only=cpu_only, pipeline=[names[p.name] for p in split.parts])
 
 
 def _need_file(path: Path, what: str) -> Path:

@@ -20,6 +20,7 @@ from qnndeploy.cli._common import (
     soc_option,
 )
 from qnndeploy.cli._toolchain import under_toolchain
+from qnndeploy.formats import chain
 from qnndeploy.qnn import toolchain
 
 LABELS = {stage.TargetStatus.PASSED: "PASS", stage.TargetStatus.FAILED: "FAIL", stage.TargetStatus.SKIPPED: "skip",
@@ -38,14 +39,36 @@ def _render_validation(summary: stage.ValidationSummary) -> None:
         twin = f" (its twin: {t.shared} shares weights)" if t.shared else ""
         click.echo(f"  {label:<5} {t.graph:<14} {t.soc:<9} {t.samples} sample(s), "
                    f"emulator {t.emulator_s_per_run:.2f} s/run{twin}")
+        made = t.inputs or {}
+        if made.get("kind") == chain.CHAIN:
+            after = ", ".join(made.get("after") or [])
+            click.echo("        inputs: " + (f"what the split's {after} made of the model's samples" if after else
+                                             "the model's own samples (the split's first part)")
+                       + f" ({shown(Path(made['split']))})")
         for m in t.outputs:
             render_output(m)
+        if t.chain is not None:
+            same = [m.name for m in t.chain.outputs] == [m.name for m in t.outputs] and not t.chain.emulator_runs
+            click.echo(f"        the split as the app runs it on {t.soc} (CPU parts on the CPU, NPU parts on the "
+                       f"emulator) {'passes' if t.chain.passed else 'FAILS'} against the source model"
+                       + (f": {t.chain.error}" if t.chain.error else " (the outputs above)" if same else ""))
+            for m in [] if same else t.chain.outputs:
+                render_output(m)
     counts = {s: sum(t.status == s for t in summary.targets) for s in stage.TargetStatus}
     click.echo(", ".join(f"{n} {s}" for s, n in counts.items() if n) + f"; records: {shown(summary.build)}"
                "/<graph>/<SoC>/validation.json")
     click.echo(f"note: {summary.emulator_note}")
     if any(t.shared for t in summary.targets):
         click.echo(f"note: {stage.TWIN_NOTE}")
+    for name in summary.guessed:
+        click.echo(f"note: integer input {name}: random values 0 to 9 were a guess, the graph bounds it nowhere: give "
+                   f"the values it takes with --range {name}=LO:HI")
+    if not summary.ok and summary.guessed:
+        next_step(command_line("qnndeploy", "validate", summary.build,
+                               *(w for n in summary.guessed for w in ("--range", f"{n}=LO:HI"))))
+    elif not summary.ok and any(t.status == stage.TargetStatus.FAILED for t in summary.targets):
+        bad = next(t for t in summary.targets if t.status == stage.TargetStatus.FAILED)
+        next_step(command_line("qnndeploy", "diagnose", summary.build / bad.graph / bad.soc))
     if summary.ok:
         next_step(command_line("qnndeploy", "bundle", "build", "--from-build", summary.build,
                                *(("--split", summary.splits[0]) if len(summary.splits) == 1 else ()), "--name", "NAME",
@@ -71,7 +94,7 @@ def _render_validation(summary: stage.ValidationSummary) -> None:
 @json_option
 @handles_errors
 def validate(build: Path, inputs: Path | None, preprocess: str | None, random_: int | None, seed: int,
-             min_cosine: float | None, min_snr_db: float | None, atol: float | None,
+             ranges: dict[str, tuple[int, int]], min_cosine: float | None, min_snr_db: float | None, atol: float | None,
              min_topk_jaccard: float | None, reason: str | None, graphs: tuple[str, ...], socs: tuple[str, ...],
              jobs: int | None, as_json: bool) -> None:
     """Compare each context binary on the HTP emulator with the CPU.
@@ -89,6 +112,6 @@ def validate(build: Path, inputs: Path | None, preprocess: str | None, random_: 
                                    ("min_topk_jaccard", min_topk_jaccard)) if v is not None}
     with job_progress("validating on the HTP emulator") as progress:
         options = stage.ValidateOptions(inputs, random_, seed, preprocess, overrides, reason, list(graphs),
-                                        list(socs), jobs)
+                                        list(socs), jobs, ranges)
         summary = stage.validate_build(build, options, progress)
     report(summary, as_json, _render_validation)

@@ -28,7 +28,8 @@ from qnndeploy.base.errors import BadInput, QnnDeployError, first_line
 from qnndeploy.base.fileio import FULL, JSON, check_writable, sha256_file, write_error
 from qnndeploy.base.kinds import Precision, Side
 from qnndeploy.base.names import EPCONTEXT, file_kind, graph_name
-from qnndeploy.formats.records import CompileRecord, HtpSettings, ValidationRecord, read_build
+from qnndeploy.formats import chain
+from qnndeploy.formats.records import CompileRecord, HtpSettings, ValidationRecord, read_build, splits_of
 from qnndeploy.model import samples
 from qnndeploy.model.metrics import (
     Fit,
@@ -176,6 +177,7 @@ class DiagnoseOptions:
     min_snr_db: float | None = None  # None: validate's record's, else the precision's default
     graph: str | None = None  # in a shared context's job folder: which member graph
     probes_per_compile: int = PROBES_PER_COMPILE
+    ranges: samples.Ranges = field(default_factory=dict)  # --range NAME=LO:HI: random integer inputs' values
 
 
 @dataclass
@@ -212,12 +214,18 @@ def diagnose(target: Path, options: DiagnoseOptions = DiagnoseOptions()) -> Diag
     htp._require()
     # validate's failure first: its samples and thresholds (unless others are given), the build's own binary.
     validated = ValidationRecord.read(record.validation_file)
+    made_by = next(iter(splits_of({source: record.source_sha256})), None)
+    part = made_by.part_of(source, record.source_sha256) if made_by is not None else None
     if inputs is None and random is None and validated is not None and validated.inputs:
         feeds, used = _validated_samples(record, validated.inputs)
         samples_from = "validate's record"
+    elif made_by is not None and part is not None and part.runs_on == "npu":  # fed what the parts before it make
+        made = chain.run_cpu(made_by, record.graph, inputs, random or 1, seed, prep, o.ranges)
+        feeds, used = made.feeds(part), made.described(part)
+        samples_from = "the options given" if inputs is not None or random is not None else "diagnose's default"
     else:
         feeds, used = samples.for_graph(source, record.graph, inputs, count=random or 1, seed=seed,
-                                        preprocess=prep)
+                                        preprocess=prep, ranges=o.ranges)
         samples_from = "the options given" if inputs is not None or random is not None else "diagnose's default"
     limit = thresholds_for(record.precision, {**(validated.thresholds if validated else {}),
                                               **({} if min_snr_db is None else {"min_snr_db": min_snr_db})})
@@ -275,10 +283,14 @@ def diagnose(target: Path, options: DiagnoseOptions = DiagnoseOptions()) -> Diag
 
 
 def _validated_samples(record: CompileRecord, given: JSON) -> tuple[list[Sample], JSON]:
-    """The samples validate's record says it used: its folder (and preprocessing) or its random count and seed."""
+    """The samples validate's record says it used: its folder (and preprocessing), its random count, seed and
+    ranges, or for a split's part what the parts before it made of those."""
+    if given.get("kind") == chain.CHAIN:
+        made, part = chain.replay(given, record.graph, record.source, record.source_sha256)
+        return made.feeds(part), made.described(part)
     if given.get("kind") != "files":
         return samples.for_graph(record.source, record.graph, count=int(given.get("samples") or 1),
-                                 seed=int(given.get("seed") or 0))
+                                 seed=int(given.get("seed") or 0), ranges=samples.recorded_ranges(given))
     folder = Path(str(given.get("folder")))
     if not folder.is_dir():
         raise BadInput(f"validate's samples {folder} are gone: pass them again with --inputs DIR (or --random "

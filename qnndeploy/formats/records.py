@@ -147,20 +147,65 @@ def htp_settings(options: dict[str, Any]) -> HtpSettings:
                        bool(options.get("enable_htp_spill_fill_buffer")))
 
 
+@dataclass(frozen=True)
+class SplitPart:
+    name: str  # "head"/"tail", or "1", "2"… by size
+    path: Path  # beside the record
+    sha256: str
+    runs_on: str  # "cpu" or "npu"
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SplitRecord:
+    """OUT.split.json (`prepare --split-at/--split-size`): the parts in the order they run, each reading the
+    tensors earlier parts made; chained on the CPU they compute the source model (prepare proved it)."""
+
+    path: Path
+    parts: tuple[SplitPart, ...]  # in running order
+    cut: tuple[str, ...]
+
+    @classmethod
+    def read(cls, path: Path) -> SplitRecord:
+        """The record at `path`; anything else is bad input, said in one line."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+            if data["record"] != SPLIT_RECORD:
+                raise ValueError
+            by_name = {p["name"]: SplitPart(str(p["name"]), path.parent / p["path"], str(p["sha256"]),
+                                            str(p["runs_on"]), tuple(p["inputs"]), tuple(p["outputs"]))
+                       for p in data["parts"]}
+            return cls(path, tuple(by_name[n] for n in data["order"]), tuple(data.get("cut") or ()))
+        except OSError as e:
+            raise BadInput(f"{path}: cannot read the split record ({e.strerror or e})") from None
+        except (ValueError, TypeError, KeyError):
+            raise BadInput(f"{path}: not a split record (qnndeploy prepare --split-at writes one)") from None
+
+    def part_of(self, model: Path, sha256: str) -> SplitPart | None:
+        """The part that is `model` with these bytes, if any."""
+        return next((p for p in self.parts if p.path.resolve() == Path(model).resolve() and p.sha256 == sha256),
+                    None)
+
+
 def split_records(models: dict[Path, str]) -> list[Path]:
     """The split records (`prepare --split-at/--split-size`) beside these models (path -> sha256) that name one of
     them, unchanged, as a part: a build compiled from parts is bundled with its record (`bundle build --split`), or
     the app would not know the other parts and their order."""
-    found: list[Path] = []
-    for folder in dict.fromkeys(p.parent for p in models):
-        for record in sorted(folder.glob("*.split.json")):
+    return [r.path for r in splits_of(models)]
+
+
+def splits_of(models: dict[Path, str]) -> list[SplitRecord]:
+    """split_records, read."""
+    found: list[SplitRecord] = []
+    for folder in dict.fromkeys(Path(p).parent for p in models):
+        for path in sorted(folder.glob("*.split.json")):
             try:
-                data = json.loads(record.read_text())
-                parts = {(folder / p["path"], p["sha256"]) for p in data["parts"]} if data["record"] == SPLIT_RECORD \
-                    else set()
-            except (OSError, ValueError, TypeError, KeyError):
+                record = SplitRecord.read(path)
+            except BadInput:
                 continue  # not a split record, or not ours to judge here: bundle --split reads it for real
-            if any((path, sha) in parts for path, sha in models.items()):
+            if any(record.part_of(model, sha) is not None for model, sha in models.items()):
                 found.append(record)
     return found
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
@@ -173,14 +172,10 @@ def test_the_split_remedy_run_as_printed_makes_validate_pass(builds, tmp_path):
     build = tmp_path / "build"
     assert compile_stage.compile_models({"tail": tmp_path / npu["path"]}, ["SM8750"], build,
                                         compile_stage.CompileOptions(use_cache=False)).ok
-    head = ort.InferenceSession(str(tmp_path / cpu["path"]), providers=["CPUExecutionProvider"])
-    x = np.load(builds["inputs"] / "x.npy")
-    handed = dict(zip([o.name for o in head.get_outputs()], head.run(None, {"x": x}), strict=True))
-    samples = tmp_path / "samples"
-    samples.mkdir()
-    np.savez(samples / "s.npz", **handed)
-    summary = validate_stage.validate_build(build, validate_stage.ValidateOptions(samples))
+    # the model's own inputs: validate feeds the tail what the CPU head makes of them
+    summary = validate_stage.validate_build(build, validate_stage.ValidateOptions(builds["inputs"]))
     assert summary.ok, [(m.name, m.snr_db) for t in summary.targets for m in t.outputs]
+    assert summary.targets[0].inputs is not None and summary.targets[0].inputs["kind"] == "chain"
     assert all(m.snr_db is not None and m.snr_db > 40 for t in summary.targets for m in t.outputs)
 
 

@@ -52,10 +52,14 @@ def test_split_at_the_log_makes_the_npu_part_pass_and_the_bundle_runs_both_in_or
     assert split["cut"] == ["logx"]
     head, tail = (Path(p["path"]) for p in split["parts"])
     outcome("compile", tail, "--soc", "SM8750", "-o", tmp_path / "build", "--no-cache")
-    (tmp_path / "mid").mkdir()
-    np.save(tmp_path / "mid" / "logx.npy", np.log(x))
-    passed = outcome("validate", tmp_path / "build", "--inputs", tmp_path / "mid")
+    # the tail is fed what the CPU head makes of the model's own inputs: the log of the tiny values
+    passed = outcome("validate", tmp_path / "build", "--inputs", tmp_path / "in")
     assert passed["code"] == 0 and passed["targets"][0]["status"] == "passed"
+    assert passed["targets"][0]["inputs"]["kind"] == "chain" and passed["targets"][0]["chain"]["passed"]
+    (tmp_path / "mid").mkdir()
+    np.save(tmp_path / "mid" / "logx.npy", np.log(x))  # the cut tensor itself: not what the app feeds the model
+    mid = outcome("validate", tmp_path / "build", "--inputs", tmp_path / "mid")
+    assert mid["code"] == 1 and "validated on the model's own inputs, x" in mid["targets"][0]["reason"]
 
     record = tmp_path / "front.onnx.parts.split.json"
     bundled = outcome("bundle", "--from-build", tmp_path / "build", "--split", record, "--name", "front", "--version",
