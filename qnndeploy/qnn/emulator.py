@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -42,6 +43,7 @@ class Job:
     samples: int = 1
     seed: int = 0
     thresholds: metrics.Thresholds | None = None  # validate's for the precision when None
+    ranges: dict[str, tuple[int, int]] | None = None  # the integer inputs' values validate drew (its record's)
 
 
 @dataclass
@@ -124,19 +126,31 @@ ACCEPTED_SLACK_DB = 3.0  # the deep check may run fewer samples than validate di
 
 
 def _worse(outputs: list[JSON], recorded: list[JSON]) -> str | None:
-    """The first output whose figures are clearly worse than the validation record's, said in words, or None."""
+    """The first output whose figures are clearly worse than the validation record's, said in words, or None: each
+    compared on the figure its record was judged on (SNR, cosine, max abs diff for a near-zero reference, the
+    Jaccard index of a top-k set), so anything bundle build accepted can be checked again."""
     by_name = {r.get("name"): r for r in recorded}
     for o in outputs:
         r = by_name.get(o["name"], {})
-        snr, was = o.get("snr_db"), r.get("snr_db")
-        if isinstance(snr, (int, float)) and isinstance(was, (int, float)):
-            if snr < was - ACCEPTED_SLACK_DB:
-                return f"output {o['name']} SNR {snr:.1f} dB, the record's {was:.1f} dB"
-        elif isinstance(o.get("cosine"), (int, float)) and isinstance(r.get("cosine"), (int, float)):
-            if o["cosine"] < r["cosine"] - 1e-3:
-                return f"output {o['name']} cosine {o['cosine']:.4f}, the record's {r['cosine']:.4f}"
-        elif not o.get("passed"):
-            return f"output {o['name']} fails and the record has no figure to compare it with"
+        if r.get("passed") is True and o.get("passed"):
+            continue
+        judged = str(r.get("judged_on") or "")
+        holds: Callable[[float, float], bool]
+        if judged == "topk_set":
+            key, label, form, holds = "topk_jaccard", "Jaccard index", "{:.2f}", lambda now, was: now >= was
+        elif judged.endswith("max_abs_diff"):
+            key, label, form, holds = "max_abs_diff", "max abs diff", "{:.3g}", lambda now, was: now <= was * 1.5
+        elif isinstance(r.get("snr_db"), (int, float)):
+            key, label, form = "snr_db", "SNR", "{:.1f} dB"
+            holds = lambda now, was: now >= was - ACCEPTED_SLACK_DB  # noqa: E731 one line of four
+        else:
+            key, label, form, holds = "cosine", "cosine", "{:.4f}", lambda now, was: now >= was - 1e-3
+        now, was = o.get(key), r.get(key)
+        if not isinstance(now, (int, float)) or not isinstance(was, (int, float)):
+            if not o.get("passed"):
+                return f"output {o['name']} fails and the record has no {label} to compare it with"
+        elif not holds(now, was):
+            return f"output {o['name']} {label} {form.format(now)}, the record's {form.format(was)}"
     return None
 
 
@@ -155,7 +169,7 @@ def _validation(root: Path, manifest: JSON, graph: str, soc: str) -> JSON | None
 def _key(job: Job, tc: toolchain.Toolchain | None, binary_sha: str) -> str:
     here = tc or toolchain.current()
     data = [binary_sha, sha256_file(job.cpu_model), here.qairt if here else "", job.soc, job.precision, job.samples,
-            job.seed, job.thresholds, job.qnn_graph]
+            job.seed, job.thresholds, job.qnn_graph, *([job.ranges] if job.ranges else [])]
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -197,7 +211,8 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
             job = Job(root / a["path"], graph, names[0], t["soc"], t["precision"], cpu[graph],
                       samples=min(int(inputs["samples"]), 8) if strict else 1,
                       seed=int(inputs.get("seed", 0)) if strict else 0,
-                      thresholds=(record or {}).get("thresholds") if strict else None)
+                      thresholds=(record or {}).get("thresholds") if strict else None,
+                      ranges=samples.recorded_ranges(inputs) or None)
             jobs.append((a["path"], job, strict, _key(job, tc, a["sha256"])))
             if strict and record is not None and record.get("passed") is False:
                 accepted[a["path"]] = list(record.get("outputs") or [])
@@ -235,7 +250,7 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
 
 # --- the child ------------------------------------------------------------------------------------------------------
 
-References = dict[tuple[str, str, int, int], tuple[list[samples.Sample], list[samples.Sample]]]
+References = dict[tuple[str, str, int, int, str], tuple[list[samples.Sample], list[samples.Sample]]]
 
 
 def _one(job: JSON, work: Path, references: References) -> Outcome:
@@ -248,9 +263,10 @@ def _one(job: JSON, work: Path, references: References) -> Outcome:
     (folder / "ctx.bin").symlink_to(binary.resolve())
     wrapper = folder / "ctx.onnx"
     epcontext.wrap("ctx.bin", job["qnn_graph"], model, wrapper)
-    key = (str(model), job["graph"], job["samples"], job["seed"])
+    key = (str(model), job["graph"], job["samples"], job["seed"], json.dumps(job.get("ranges"), sort_keys=True))
     if key not in references:
-        feeds, _ = samples.for_graph(model, job["graph"], count=job["samples"], seed=job["seed"])
+        ranges = {name: (lo, hi) for name, (lo, hi) in (job.get("ranges") or {}).items()}
+        feeds, _ = samples.for_graph(model, job["graph"], count=job["samples"], seed=job["seed"], ranges=ranges)
         references[key] = feeds, samples.cpu_outputs(model, feeds)
     feeds, expected = references[key]
     try:
