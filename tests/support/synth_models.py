@@ -16,9 +16,9 @@ from onnx import numpy_helper
 OPSET = 17
 
 
-def _model(nodes, inputs, outputs, inits=(), name="g", check=True) -> onnx.ModelProto:
+def _model(nodes, inputs, outputs, inits=(), name="g", check=True, opset: int = OPSET) -> onnx.ModelProto:
     graph = h.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", OPSET)], producer_name="synth_models")
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)], producer_name="synth_models")
     model.ir_version = 9
     if check:  # onnx's checker looks for external data relative to the working folder
         onnx.checker.check_model(model)
@@ -447,3 +447,61 @@ def log_energy_graph() -> onnx.GraphProto:
         [h.make_tensor_value_info("log_energy", T.FLOAT, [1, LENGTH // FRAME])],
         [h.make_tensor("shape", T.INT64, [3], [1, LENGTH // FRAME, FRAME]), h.make_tensor("gain", T.FLOAT, [], [1e-3]),
          h.make_tensor("eps", T.FLOAT, [], [1e-10])])
+
+
+def scalenorm_after_gain(gain: float = 700.0) -> onnx.ModelProto:
+    """A pose model's fault in nine lines: a feature of values near `gain` (tanh times a learned scale) normalized
+    by its L2 norm (ScaleNorm). The row's sum of squares (~1e7) is far above fp16's 65504, so the HTP's ReduceL2
+    overflows; `feat` is where diagnose advised to cut."""
+    rng = np.random.default_rng(0)
+    return _model(
+        [h.make_node("MatMul", ["x", "W1"], ["a"], name="embed"),
+         h.make_node("Tanh", ["a"], ["t"], name="tanh"),
+         h.make_node("Mul", ["t", "g"], ["feat"], name="gain"),
+         h.make_node("ReduceL2", ["feat", "axes"], ["norm"], name="scalenorm_l2", keepdims=1),
+         h.make_node("Div", ["feat", "norm"], ["unit"], name="scalenorm_div"),
+         h.make_node("MatMul", ["unit", "W2"], ["y"], name="proj")],
+        [_vi("x", T.FLOAT, [1, 32])], [_vi("y", T.FLOAT, [1, 16])],
+        [numpy_helper.from_array((rng.standard_normal((32, 64)) * 0.3).astype(np.float32), "W1"),
+         numpy_helper.from_array(np.full((64,), gain, np.float32), "g"),
+         numpy_helper.from_array((rng.standard_normal((64, 16)) * 0.3).astype(np.float32), "W2"),
+         numpy_helper.from_array(np.array([-1], np.int64), "axes")], opset=18)
+
+
+def masked_by_length(frames: int = 16) -> onnx.ModelProto:
+    """A CTC-style graph with a length input: frames at positions >= x_lens are masked to -inf before a softmax.
+    Any length from 1 to `frames` runs as the app runs it; a length of 0 masks every frame and the CPU itself
+    computes NaN."""
+    return _model(
+        [h.make_node("Range", ["start", "limit", "delta"], ["positions"], name="positions"),
+         h.make_node("Unsqueeze", ["x_lens", "one"], ["lens"], name="lens_col"),
+         h.make_node("Less", ["positions", "lens"], ["valid"], name="valid_frames"),
+         h.make_node("MatMul", ["x", "W"], ["proj"], name="proj"),
+         h.make_node("ReduceSum", ["proj", "last"], ["scores"], name="frame_scores", keepdims=0),
+         h.make_node("Where", ["valid", "scores", "low"], ["masked"], name="mask"),
+         h.make_node("Softmax", ["masked"], ["attn"], name="attend", axis=-1),
+         h.make_node("Mul", ["attn", "scores"], ["weighted"], name="weigh"),
+         h.make_node("ReduceSum", ["weighted", "last"], ["pooled"], name="pool", keepdims=0)],
+        [_vi("x", T.FLOAT, [1, frames, 4]), _vi("x_lens", T.INT32, [1])],
+        [_vi("attn", T.FLOAT, [1, frames]), _vi("pooled", T.FLOAT, [1])],
+        [numpy_helper.from_array(np.array(0, np.int32), "start"),
+         numpy_helper.from_array(np.array(frames, np.int32), "limit"),
+         numpy_helper.from_array(np.array(1, np.int32), "delta"),
+         numpy_helper.from_array(np.array([1], np.int64), "one"),
+         numpy_helper.from_array(np.array([-1], np.int64), "last"),
+         numpy_helper.from_array(np.array(-np.inf, np.float32), "low"),
+         _weight("W", (4, 4), seed=0)], opset=18)
+
+
+def rounding_residue() -> onnx.ModelProto:
+    """((x + 1000) - 1000) - x, kept above 0.01: exactly 0 on the CPU in float32, up to 0.24 on the HTP, whose fp16
+    holds 1000 + x only to 0.5. An output judged on max abs diff (its reference is all zeros) that fails."""
+    return _model(
+        [h.make_node("Add", ["x", "big"], ["lifted"], name="lift"),
+         h.make_node("Sub", ["lifted", "big"], ["back"], name="drop"),
+         h.make_node("Sub", ["back", "x"], ["residue"], name="residue"),
+         h.make_node("Sub", ["residue", "floor"], ["above"], name="above"),
+         h.make_node("Relu", ["above"], ["y"], name="keep")],
+        [_vi("x", T.FLOAT, [1, 256])], [_vi("y", T.FLOAT, [1, 256])],
+        [numpy_helper.from_array(np.array(1000.0, np.float32), "big"),
+         numpy_helper.from_array(np.array(0.01, np.float32), "floor")], opset=18)
