@@ -162,6 +162,9 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
     locks = {r.graph: threading.Lock() for r in plan}  # a graph's CPU reference is computed once, for all its SoCs
     chains: dict[Path, chain.Chain | QnnDeployError] = {}  # each split's CPU chain, once for all its parts
     chain_lock = threading.Lock()
+    for graph, (split, _) in links.items() if inputs is not None else ():  # its samples are bad input too
+        if split.path not in chains:
+            chains[split.path] = chain.run_cpu(split, graph, inputs, preprocess=prep)
 
     def make_reference(record: CompileRecord) -> Reference:
         link = links.get(record.graph)

@@ -58,8 +58,8 @@ def test_split_at_the_log_makes_the_npu_part_pass_and_the_bundle_runs_both_in_or
     assert passed["targets"][0]["inputs"]["kind"] == "chain" and passed["targets"][0]["chain"]["passed"]
     (tmp_path / "mid").mkdir()
     np.save(tmp_path / "mid" / "logx.npy", np.log(x))  # the cut tensor itself: not what the app feeds the model
-    mid = outcome("validate", tmp_path / "build", "--inputs", tmp_path / "mid")
-    assert mid["code"] == 1 and "validated on the model's own inputs, x" in mid["targets"][0]["reason"]
+    mid = run("validate", tmp_path / "build", "--inputs", tmp_path / "mid")
+    assert mid.exit_code == 2 and "validated on the model's own inputs, x" in mid.output, mid.output
 
     record = tmp_path / "front.onnx.parts.split.json"
     bundled = outcome("bundle", "--from-build", tmp_path / "build", "--split", record, "--name", "front", "--version",
