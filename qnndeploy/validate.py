@@ -33,8 +33,9 @@ from qnndeploy.formats.records import (
     read_build,
     splits_of,
 )
-from qnndeploy.model import samples
+from qnndeploy.model import samples, tasks
 from qnndeploy.model.metrics import (
+    LOOSER_WHEN_HIGHER,
     OPTIONAL_THRESHOLDS,
     THRESHOLDS,
     OutputMetrics,
@@ -73,6 +74,7 @@ class ValidateOptions:
     soc_names: list[str] | None = None  # None: every SoC of the build
     jobs: int | None = None  # at once; None: default_jobs()
     ranges: Ranges = field(default_factory=dict)  # --range NAME=LO:HI: integer inputs' values for random samples
+    tasks: dict[str | None, str] = field(default_factory=dict)  # --task: GRAPH (None: every graph) -> KIND[:...]
 
 
 @dataclass
@@ -90,6 +92,7 @@ class TargetValidation:
     shared: str | None = None  # the shared context it belongs to: its twin ran (TWIN_NOTE)
     inputs: JSON | None = None  # how its samples were made (a split's part: by the parts before it)
     chain: ChainCheck | None = None  # a split's NPU part: the whole chain against the source model on the CPU
+    task: JSON | None = None  # the task and its verdict, as the record keeps it (tasks.TaskVerdict.json)
 
 
 @dataclass
@@ -143,6 +146,7 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
     plan = select(compiled, o.graphs, o.soc_names)
     links = _links(plan, splits_of({r.source: r.source_sha256 for r in compiled}))
     _check_ranges(o.ranges, plan, links)
+    judged_by = _tasks(o.tasks, plan)
     loosened = looser_thresholds(thresholds, {r.precision for r in plan})
     if loosened and not (reason or "").strip():
         raise BadInput(f"--{', --'.join(loosened)} is looser than the default: say why with --reason \"...\" "
@@ -190,7 +194,7 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
         if progress:
             progress(len(results), len(plan), JobStarted(record.graph, record.soc))
         return i, _validate_one(record, thresholds, per_graph, locks[record.graph], make_reference,
-                                reason.strip() if loosened and reason else None,
+                                reason.strip() if loosened and reason else None, judged_by.get(record.graph),
                                 held if record.graph in links else None)
 
     pool = Pool(max_workers=jobs or default_jobs())
@@ -252,12 +256,12 @@ def select(records: list[CompileRecord], graphs: list[str] | None, soc_names: li
 
 
 def looser_thresholds(thresholds: Thresholds, precisions: set[str]) -> list[str]:
-    """The overrides that would pass what a default of these precisions refuses: a lower cosine, SNR or Jaccard,
-    a higher atol."""
+    """The overrides that would pass what a default of these precisions refuses: a lower cosine, SNR, Jaccard or
+    top-1 agreement, a higher atol or text error rate."""
     found = []
     for name, value in thresholds.items():
         defaults = [{**THRESHOLDS.get(p, THRESHOLDS["fp16"]), **OPTIONAL_THRESHOLDS}[name] for p in precisions]
-        if any(value > d if name == "atol" else value < d for d in defaults):
+        if any(value > d if name in LOOSER_WHEN_HIGHER else value < d for d in defaults):
             found.append(f"{name.replace('_', '-')} {value:g}")
     return found
 
@@ -275,9 +279,12 @@ def check_thresholds(thresholds: Thresholds) -> None:
         raise BadInput(f"--min-snr-db {snr:g}: give a finite number of dB, e.g. 30")
     if atol is not None and not (math.isfinite(atol) and atol >= 0):
         raise BadInput(f"--atol {atol:g}: give a finite absolute tolerance of 0 or more, e.g. 1e-3")
-    jaccard = thresholds.get("min_topk_jaccard")
-    if jaccard is not None and not 0 <= jaccard <= 1:
-        raise BadInput(f"--min-topk-jaccard {jaccard:g}: a Jaccard index lies between 0 and 1 (1 = same set)")
+    for key, what in (("min_topk_jaccard", "a Jaccard index lies between 0 and 1 (1 = same set)"),
+                      ("min_top1", "a share of labels lies between 0 and 1 (1 = every label the same)"),
+                      ("max_error_rate", "an error rate lies between 0 and 1 (0 = every text the same)")):
+        value = thresholds.get(key)
+        if value is not None and not 0 <= value <= 1:
+            raise BadInput(f"--{key.replace('_', '-')} {value:g}: {what}")
 
 
 def emulated_qairts(build: Path) -> set[str]:
@@ -292,7 +299,7 @@ def _validatable(record: CompileRecord) -> bool:
 
 def _validate_one(record: CompileRecord, overrides: Thresholds, per_graph: dict[str, Reference | QnnDeployError],
                   lock: threading.Lock, make_reference: Callable[[CompileRecord], Reference], reason: str | None,
-                  held: Held | None = None) -> TargetValidation:
+                  task: tasks.Task | None = None, held: Held | None = None) -> TargetValidation:
     """One job on the emulator against its CPU reference (made once per graph); its record is written now, or for
     a split's part (`held`) kept with its HTP outputs until the chain is judged too."""
     folder, graph, soc_name, precision = record.folder, record.graph, record.soc, record.precision
@@ -333,8 +340,10 @@ def _validate_one(record: CompileRecord, overrides: Thresholds, per_graph: dict[
         return result
     result.samples, result.inputs = len(feeds), used
     result.emulator_s_per_run = round(seconds / len(feeds), 3)
-    result.outputs = judge_model(record.source, expected, outputs, limits)
-    result.status = TargetStatus.PASSED if all(m.passed for m in result.outputs) else TargetStatus.FAILED
+    task = task or tasks.detect(record.source)
+    result.outputs, verdict, passed = tasks.judge(task, record.source, expected, outputs, limits)
+    result.task = verdict.json() if verdict else task.json()
+    result.status = TargetStatus.PASSED if passed else TargetStatus.FAILED
     result.record = record.validation_file
     payload: JSON = {
         "record": VALIDATION_RECORD, "version": VALIDATION_VERSION,
@@ -344,6 +353,7 @@ def _validate_one(record: CompileRecord, overrides: Thresholds, per_graph: dict[
         "thresholds": limits,
         **({"threshold_reason": reason} if reason else {}),
         "inputs": used,
+        "task": result.task,
         "outputs": [vars(m) for m in result.outputs],
         "context": {"path": ctx.path, "sha256": ctx.sha256},
         "binary": {"path": binary.path, "sha256": binary.sha256} if binary else None,
@@ -374,6 +384,22 @@ def _reference(record: CompileRecord, given: Given | None, random: int | None, s
 
 
 Link = tuple[SplitRecord, SplitPart]
+
+
+def _tasks(given: Mapping[str | None, str], plan: list[CompileRecord]) -> dict[str, tasks.Task]:
+    """Each graph's --task (GRAPH=KIND... for one graph, KIND... for all), parsed against its model before anything
+    runs; a graph without one gets the task its graph makes plain (tasks.detect) when it runs."""
+    graphs = {r.graph: r.source for r in plan}
+    unknown = sorted(g for g in given if g is not None and g not in graphs)
+    if unknown:
+        raise BadInput(f"--task {unknown[0]}=...: no graph {unknown[0]} among those validated "
+                       f"({', '.join(sorted(graphs))})")
+    found = {}
+    for graph, source in graphs.items():
+        text = given.get(graph, given.get(None))
+        if text is not None and source.is_file():
+            found[graph] = tasks.parse(text, source)
+    return found
 
 
 def _links(plan: list[CompileRecord], splits: list[SplitRecord]) -> dict[str, Link]:

@@ -47,6 +47,12 @@ def _render_validation(summary: stage.ValidationSummary) -> None:
                        + f" ({shown(Path(made['split']))})")
         for m in t.outputs:
             render_output(m)
+        task = t.task or {}
+        if "passed" in task:  # a task verdict: it decides for its output
+            click.echo(f"        {'ok ' if task['passed'] else 'BAD'} {task['kind']} ({task['output']}): "
+                       f"{task['summary']}")
+            click.echo(f"            decides the verdict for {task['output']} ({task['why']}); its tensor metrics "
+                       "above are evidence")
         if t.chain is not None:
             same = [m.name for m in t.chain.outputs] == [m.name for m in t.outputs] and not t.chain.emulator_runs
             click.echo(f"        the split as the app runs it on {t.soc} (CPU parts on the CPU, NPU parts on the "
@@ -75,6 +81,19 @@ def _render_validation(summary: stage.ValidationSummary) -> None:
                                "--version", "VERSION"))
 
 
+def _task_specs(specs: tuple[str, ...]) -> dict[str | None, str]:
+    """--task [GRAPH=]KIND[:...]: a GRAPH= before the kind names one graph (KIND's own options come after ':')."""
+    found: dict[str | None, str] = {}
+    for spec in specs:
+        head = spec.split(":", 1)[0]
+        graph, eq, _ = head.partition("=")
+        key, text = (graph, spec[len(graph) + 1:]) if eq else (None, spec)
+        if key in found:
+            raise click.UsageError(f"--task gives {'every graph' if key is None else key} twice")
+        found[key] = text
+    return found
+
+
 @click.command()
 @click.argument("build", type=click.Path(path_type=Path))
 @sample_options()
@@ -84,6 +103,16 @@ def _render_validation(summary: stage.ValidationSummary) -> None:
               "CPU reference has an RMS below it is judged on max abs diff <= atol instead of cosine and SNR.")
 @click.option("--min-topk-jaccard", type=float, help="Top-k indices outputs: the lowest Jaccard index of the CPU "
               "and HTP sets allowed per row [default: 1, the same set; order never counts].")
+@click.option("--task", "task_specs", multiple=True, metavar="[GRAPH=]KIND[:KEY=VALUE,...]",
+              help="What the app reads of a graph, judged instead of its tensors: classify (the label: top-1), embed "
+                   "(each sample's cosine), ocr / asr (CTC text: character / word error rate; tokens=FILE unless the "
+                   "model names its vocabulary), tensor (every output by its metrics); output=NAME picks the output. "
+                   "GRAPH= for one graph of the build; repeatable [default: what the graph makes plain (a one-row "
+                   "Softmax: classify; PaddleOCR's vocabulary: ocr), else tensor].")
+@click.option("--min-top1", type=float, help="classify: the lowest share of rows whose label is the same, fp16 ties "
+              "excepted [default: 1].")
+@click.option("--max-error-rate", type=float, help="ocr, asr: the highest character or word error rate of the NPU's "
+              "text against the CPU's [default: 0, the same text].")
 @click.option("--reason", metavar="TEXT", help="Why a threshold looser than the default is right here: required "
               "with one, recorded in the validation records and the bundle.")
 @click.option("--graph", "graphs", multiple=True, metavar="GRAPH",
@@ -95,7 +124,8 @@ def _render_validation(summary: stage.ValidationSummary) -> None:
 @handles_errors
 def validate(build: Path, inputs: Path | None, preprocess: str | None, random_: int | None, seed: int,
              ranges: dict[str, tuple[int, int]], min_cosine: float | None, min_snr_db: float | None, atol: float | None,
-             min_topk_jaccard: float | None, reason: str | None, graphs: tuple[str, ...], socs: tuple[str, ...],
+             min_topk_jaccard: float | None, task_specs: tuple[str, ...], min_top1: float | None,
+             max_error_rate: float | None, reason: str | None, graphs: tuple[str, ...], socs: tuple[str, ...],
              jobs: int | None, as_json: bool) -> None:
     """Compare each context binary on the HTP emulator with the CPU.
 
@@ -109,9 +139,10 @@ def validate(build: Path, inputs: Path | None, preprocess: str | None, random_: 
     if tc is not None:  # compiled with compile --qairt: the emulator of that QAIRT runs them
         under_toolchain(tc)
     overrides = {k: v for k, v in (("min_cosine", min_cosine), ("min_snr_db", min_snr_db), ("atol", atol),
-                                   ("min_topk_jaccard", min_topk_jaccard)) if v is not None}
+                                   ("min_topk_jaccard", min_topk_jaccard), ("min_top1", min_top1),
+                                   ("max_error_rate", max_error_rate)) if v is not None}
     with job_progress("validating on the HTP emulator") as progress:
         options = stage.ValidateOptions(inputs, random_, seed, preprocess, overrides, reason, list(graphs),
-                                        list(socs), jobs, ranges)
+                                        list(socs), jobs, ranges, _task_specs(task_specs))
         summary = stage.validate_build(build, options, progress)
     report(summary, as_json, _render_validation)

@@ -35,7 +35,8 @@ THRESHOLDS: dict[str, Thresholds] = {
 }
 # Thresholds that only an override sets (a record without one used the default). min_topk_jaccard: the lowest
 # |A and B| / |A or B| allowed between a row's CPU and HTP top-k index sets; 1 = the same set in every row.
-OPTIONAL_THRESHOLDS = {"min_topk_jaccard": 1.0}
+OPTIONAL_THRESHOLDS = {"min_topk_jaccard": 1.0, "min_top1": 1.0, "max_error_rate": 0.0}
+LOOSER_WHEN_HIGHER = ("atol", "max_error_rate")  # the thresholds a higher value loosens
 TOPK_MARK = "qnndeploy.topk"  # model metadata: comma-separated output names to judge as top-k (NAME or NAME:AXIS)
 _SHAPE_KEEPING = ("Cast", "Identity")  # between a TopK and a graph output: still its values or indices
 # Between a TopK's indices and the Gather that uses them: still the same indices, in the same order.

@@ -451,6 +451,11 @@ def model_inputs(path: Path) -> list[TensorInfo]:
     return [tensor_info(v) for v in real_inputs(load_model(Path(path), weights=False).graph)]
 
 
+def model_outputs(path: Path) -> list[TensorInfo]:
+    """The outputs of the model at `path` (read without its weights)."""
+    return [tensor_info(v) for v in load_model(Path(path), weights=False).graph.output]
+
+
 # Ops that pass integer values through unchanged (only moved, reshaped or re-typed): an index fed through them
 # still indexes the same table.
 _VALUE_PRESERVING = {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Transpose",

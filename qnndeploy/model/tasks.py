@@ -1,0 +1,314 @@
+"""Task-level verdicts: whether the app gets the same answer from the NPU as from the CPU (the label, the text, the
+embedding's direction), judged on the output the app reads. Tensor metrics stay in the records as evidence; for the
+task's output the task metric decides.
+
+A tensor verdict fails answers the app never sees differ (a detector's near-tied scores, a classifier's SNR at 29 dB
+with the same label) and passes what the app does see differ (a token flipped at a margin of 0.05). validate, diagnose,
+bundle verify and device verify all judge through `judge`, so anything bundle builds, verify accepts.
+
+A task is given as `KIND[:KEY=VALUE,...]` (`--task`), or found where the graph makes it plain: a one-row Softmax is a
+classifier; an output over a vocabulary the model names in its metadata (PaddleOCR's `character`) is CTC text.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from qnndeploy.base.errors import BadInput
+from qnndeploy.base.fileio import JSON
+from qnndeploy.model import onnxio
+from qnndeploy.model.metrics import OPTIONAL_THRESHOLDS, OutputMetrics, Thresholds, judge_model
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+class TaskKind(StrEnum):
+    TENSOR = "tensor"  # no task: every output by the tensor metrics
+    CLASSIFY = "classify"  # the label: top-1 agreement (fp16 ties excepted), top-5 overlap
+    EMBED = "embed"  # the direction: each sample's cosine
+    OCR = "ocr"  # CTC text, greedy: character error rate against the CPU's text
+    ASR = "asr"  # CTC text, greedy: word error rate against the CPU's text
+
+
+FP16_STEP = 2.0 ** -10  # fp16's relative spacing: two CPU scores closer than this are a tie the NPU cannot order
+KEYS = {"output", "tokens", "blank", "texts"}
+PADDLE_VOCAB = "character"  # PaddleOCR's metadata: the recognizer's characters, one per line
+
+
+@dataclass(frozen=True)
+class Task:
+    kind: TaskKind
+    output: str | None = None  # the output the app reads (None: tensor)
+    why: str = ""  # how it was found: given, or what in the graph says so
+    tokens: tuple[str, ...] = ()  # ocr, asr: the text of each class index
+    blank: int = 0  # ocr, asr: CTC's blank index
+    given: str | None = None  # --task as the user wrote it, for the records (tokens by file path)
+    references: tuple[str, ...] = ()  # ocr, asr: the true text of each sample (texts=FILE), for the record
+
+    def json(self) -> JSON:
+        return {"kind": self.kind.value, "output": self.output, "why": self.why,
+                **({"given": self.given} if self.given else {}),
+                **({"blank": self.blank, "vocabulary": len(self.tokens)} if self.tokens else {})}
+
+
+@dataclass
+class TaskVerdict:
+    task: Task
+    passed: bool
+    summary: str  # one line: what was compared and how it came out
+    figures: dict[str, float] = field(default_factory=dict)  # top1_agreement, top5_overlap, min_cosine, error_rate
+    examples: list[JSON] = field(default_factory=list)  # flips, differing texts (at most 10)
+
+    def json(self) -> JSON:
+        return {**self.task.json(), "passed": self.passed, "summary": self.summary, "figures": self.figures,
+                "examples": self.examples}
+
+
+def parse(text: str, model: Path) -> Task:
+    """--task KIND[:KEY=VALUE,...] for `model`: output=NAME (default: the one output that fits), tokens=FILE (ocr,
+    asr: one token per line, or sherpa-onnx's `TOKEN ID` lines; default: the model's own vocabulary), blank=N,
+    texts=FILE (the true text of each sample, one per line in the samples' order: each side's error rate against
+    them is recorded; the verdict stays the NPU's text against the CPU's)."""
+    kind_text, _, rest = text.partition(":")
+    try:
+        kind = TaskKind(kind_text.strip())
+    except ValueError:
+        raise BadInput(f"--task {text}: the kind is one of {', '.join(k.value for k in TaskKind)}") from None
+    options: dict[str, str] = {}
+    for item in filter(None, (i.strip() for i in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or key not in KEYS:
+            raise BadInput(f"--task {text}: {item!r} is not KEY=VALUE with KEY one of {', '.join(sorted(KEYS))}")
+        options[key] = value
+    if kind == TaskKind.TENSOR:
+        return Task(kind, why="given with --task", given=text)
+    outputs = {i.name: i for i in onnxio.model_outputs(model)}
+    name = options.get("output") or _only(kind, model, outputs)
+    if name not in outputs:
+        raise BadInput(f"--task {text}: {model.name} has no output {name!r} (it has {', '.join(outputs)})")
+    tokens: tuple[str, ...] = ()
+    blank = int(options.get("blank", "0")) if options.get("blank", "0").isdigit() else -1
+    if kind in (TaskKind.OCR, TaskKind.ASR):
+        last = (outputs[name].shape or ["?"])[-1]
+        size = last if isinstance(last, int) else None
+        tokens = read_tokens(Path(options["tokens"]), size) if "tokens" in options else _vocabulary(model, size)
+        if not tokens:
+            raise BadInput(f"--task {text}: {model.name} names no vocabulary: give its tokens file, "
+                           f"--task {kind.value}:tokens=FILE")
+        if not 0 <= blank < len(tokens):
+            raise BadInput(f"--task {text}: blank={blank} is not a token index (0 to {len(tokens) - 1})")
+    references: tuple[str, ...] = ()
+    if "texts" in options:
+        try:
+            references = tuple(Path(options["texts"]).read_text(encoding="utf-8").splitlines())
+        except (OSError, UnicodeDecodeError) as e:
+            raise BadInput(f"--task texts={options['texts']}: cannot read it as UTF-8 text ({e})") from None
+    return Task(kind, name, "given with --task", tokens, blank, text, references)
+
+
+def detect(model: Path) -> Task:
+    """The task the graph makes plain, else TENSOR: an output over the vocabulary the model's metadata names (CTC
+    text: OCR); one output that is a one-row Softmax or LogSoftmax (a classifier's scores)."""
+    outputs = onnxio.model_outputs(model)
+    for info in outputs:
+        size = info.shape[-1] if info.shape else None
+        tokens = _vocabulary(model, size if isinstance(size, int) else None)
+        if tokens and info.shape and len(info.shape) == 3:
+            return Task(TaskKind.OCR, info.name, f"{info.name} spans the {len(tokens)} symbols the model's "
+                        f"metadata '{PADDLE_VOCAB}' names (CTC text)", tokens)
+    scores = [o for o in outputs if o.name in _softmax_rows(model)]
+    if len(scores) == 1:
+        return Task(TaskKind.CLASSIFY, scores[0].name, f"{scores[0].name} is a Softmax over one row of classes")
+    return Task(TaskKind.TENSOR, why="no task the graph makes plain: every output by its tensor metrics")
+
+
+def judge(task: Task, model: Path, expected: Sequence[Mapping[str, np.ndarray]],
+          actual: Sequence[Mapping[str, np.ndarray]], limits: Thresholds
+          ) -> tuple[list[OutputMetrics], TaskVerdict | None, bool]:
+    """Every output's tensor metrics, the task's verdict on its output, and whether the graph passes: the task
+    decides for its output, the tensor rules for every other output. The one verdict of qnndeploy."""
+    judged = judge_model(model, expected, actual, limits)
+    if task.kind == TaskKind.TENSOR or task.output is None:
+        return judged, None, all(m.passed for m in judged)
+    cpu = [e[task.output] for e in expected]
+    htp = [a[task.output] for a in actual]
+    if task.kind == TaskKind.CLASSIFY:
+        verdict = _classify(task, cpu, htp, limits)
+    elif task.kind == TaskKind.EMBED:
+        verdict = _embed(task, cpu, htp, limits)
+    else:
+        verdict = _text(task, cpu, htp, limits)
+    return judged, verdict, verdict.passed and all(m.passed for m in judged if m.name != task.output)
+
+
+def limit(limits: Mapping[str, float], key: str) -> float:
+    """A task threshold (metrics.OPTIONAL_THRESHOLDS: every label the same, every text the same, unless loosened
+    with a reason); an embedding is held to the precision's min_cosine."""
+    return float(limits.get(key, OPTIONAL_THRESHOLDS[key]))
+
+
+def _classify(task: Task, cpu: list[np.ndarray], htp: list[np.ndarray], limits: Mapping[str, float]) -> TaskVerdict:
+    import numpy as np
+
+    rows = total = ties = 0
+    agree, overlap = 0.0, 0.0
+    examples: list[JSON] = []
+    for s, (c, h) in enumerate(zip(cpu, htp, strict=True)):
+        c2, h2 = (np.asarray(a, np.float64).reshape(-1, np.asarray(a).shape[-1]) for a in (c, h))
+        for r, (crow, hrow) in enumerate(zip(c2, h2, strict=True)):
+            total += 1
+            want, got = int(crow.argmax()), int(hrow.argmax())
+            margin = float(crow[want] - crow[got])
+            tie = margin <= FP16_STEP * max(abs(float(crow[want])), 1e-30)
+            if want == got or tie:
+                agree += 1
+                ties += want != got
+            elif len(examples) < 10:
+                examples.append({"sample": s, "row": r, "cpu": want, "npu": got, "cpu_margin": margin})
+            k = min(5, len(crow))
+            overlap += len(set(np.argsort(-crow)[:k]) & set(np.argsort(-hrow)[:k])) / k
+            rows += 1
+    top1, top5 = agree / max(total, 1), overlap / max(rows, 1)
+    least = limit(limits, "min_top1")
+    summary = (f"top-1 label the same in {int(agree)} of {total} row(s) ({top1:.1%}, needs >= {least:.0%})"
+               + (f", {ties} of them fp16 ties" if ties else "") + f"; top-5 overlap {top5:.1%}")
+    return TaskVerdict(task, top1 >= least, summary, {"top1_agreement": top1, "top5_overlap": top5}, examples)
+
+
+def _embed(task: Task, cpu: list[np.ndarray], htp: list[np.ndarray], limits: Mapping[str, float]) -> TaskVerdict:
+    import numpy as np
+
+    cosines = []
+    for c, h in zip(cpu, htp, strict=True):
+        a, b = np.asarray(c, np.float64).ravel(), np.asarray(h, np.float64).ravel()
+        norm = float(np.linalg.norm(a) * np.linalg.norm(b))
+        cosines.append(float(a @ b) / norm if norm > 0 and np.isfinite(norm) else (1.0 if not a.any() and
+                                                                                     not b.any() else 0.0))
+    least = min(cosines)
+    needed = float(limits["min_cosine"])
+    summary = f"each sample's embedding cosine: lowest {least:.6f} of {len(cosines)} (needs >= {needed:g})"
+    figures = {"min_cosine": least, "mean_cosine": sum(cosines) / len(cosines)}
+    return TaskVerdict(task, least >= needed, summary, figures)
+
+
+def _text(task: Task, cpu: list[np.ndarray], htp: list[np.ndarray], limits: Mapping[str, float]) -> TaskVerdict:
+    words = task.kind == TaskKind.ASR
+    pairs = [p for c, h in zip(cpu, htp, strict=True)
+             for p in zip(ctc_texts(c, task), ctc_texts(h, task), strict=True)]
+    rate = error_rate([c for c, _ in pairs], [h for _, h in pairs], words)
+    differ = sum(c != h for c, h in pairs)
+    most = limit(limits, "max_error_rate")
+    unit = "word" if words else "character"
+    first = next(((c, h) for c, h in pairs if c != h), pairs[0] if pairs else ("", ""))
+    summary = (f"{unit} error rate {rate:.2%} against the CPU's text (needs <= {most:.0%}); {differ} of {len(pairs)} "
+               f"text(s) differ; " + (f"first: CPU {first[0]!r}, NPU {first[1]!r}" if differ else f"e.g. {first[0]!r}"))
+    figures = {"error_rate": rate}
+    if task.references:
+        truth = list(task.references[:len(pairs)])
+        figures["cpu_error_rate_vs_texts"] = error_rate(truth, [c for c, _ in pairs][:len(truth)], words)
+        figures["npu_error_rate_vs_texts"] = error_rate(truth, [h for _, h in pairs][:len(truth)], words)
+        summary += (f"; against the given texts: CPU {figures['cpu_error_rate_vs_texts']:.2%}, "
+                    f"NPU {figures['npu_error_rate_vs_texts']:.2%}")
+    examples: list[JSON] = [{"sample": i, "cpu": c, "npu": h, **({"text": task.references[i]}
+                             if i < len(task.references) else {})} for i, (c, h) in enumerate(pairs[:10])]
+    return TaskVerdict(task, rate <= most, summary, figures, examples)
+
+
+def error_rate(reference: Sequence[str], hypothesis: Sequence[str], words: bool) -> float:
+    """Word (or character) edits over the reference's length, summed over the texts; 0 for two empty sets."""
+    errors = length = 0
+    for want, got in zip(reference, hypothesis, strict=True):
+        a, b = (t.split() if words else list(t) for t in (want, got))
+        errors += edit_distance(a, b)
+        length += len(a)
+    return errors / length if length else float(errors > 0)
+
+
+def ctc_texts(output: np.ndarray, task: Task) -> list[str]:
+    """Greedy CTC: each row's best class per step, repeats merged, blanks dropped, joined through the tokens (outer
+    spaces dropped, as an app shows the text)."""
+    import numpy as np
+
+    steps = np.asarray(output)
+    steps = steps.reshape(-1, *steps.shape[-2:]) if steps.ndim >= 2 else steps.reshape(1, 1, -1)
+    texts = []
+    for row in steps:
+        best = row.argmax(axis=-1)
+        kept = [int(t) for i, t in enumerate(best) if t != task.blank and (i == 0 or t != best[i - 1])]
+        texts.append("".join(task.tokens[t] if t < len(task.tokens) else "?" for t in kept).strip())
+    return texts
+
+
+def edit_distance(a: Sequence[str], b: Sequence[str]) -> int:
+    """Levenshtein distance between two sequences (characters or words)."""
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        current = [i]
+        for j, y in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
+        previous = current
+    return previous[-1]
+
+
+def read_tokens(path: Path, size: int | None) -> tuple[str, ...]:
+    """A tokens file: one token per line (a PaddleOCR dictionary: index 0 is CTC's blank, added here when the file
+    is one short of the output), or sherpa-onnx's `TOKEN ID` lines."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInput(f"--task tokens={path}: cannot read it as UTF-8 text ({e})") from None
+    pairs = [line.rpartition(" ") for line in lines]
+    if lines and all(sep and idx.isdigit() for _, sep, idx in pairs):
+        by_id = {int(idx): tok for tok, _, idx in pairs}
+        return tuple(by_id.get(i, "") for i in range(max(by_id) + 1))
+    return _fitted(lines, size)
+
+
+def _vocabulary(model: Path, size: int | None) -> tuple[str, ...]:
+    meta = {p.key: p.value for p in onnxio.load_model(model, weights=False).metadata_props}
+    text = meta.get(PADDLE_VOCAB)
+    if not text or size is None:
+        return ()
+    fitted = _fitted(text.split("\n"), size)
+    return fitted if len(fitted) == size else ()
+
+
+def _fitted(chars: list[str], size: int | None) -> tuple[str, ...]:
+    """PaddleOCR's layout: blank first, the dictionary, then a space when the output has room for one more."""
+    if size is not None and size == len(chars) + 2:
+        return ("", *chars, " ")
+    if size is not None and size == len(chars) + 1:
+        return ("", *chars)
+    return tuple(chars)
+
+
+def _softmax_rows(model: Path) -> set[str]:
+    """Outputs made by Softmax or LogSoftmax over their last axis whose other dims are all 1: one row of scores."""
+    graph = onnxio.load_model(model, weights=False).graph
+    producers = {o: n for n in graph.node for o in n.output}
+    found = set()
+    for value in graph.output:
+        info = onnxio.tensor_info(value)
+        node = producers.get(value.name)
+        if (node is not None and node.op_type in ("Softmax", "LogSoftmax") and info.shape and not info.dynamic
+                and math.prod(info.static_shape[:-1]) == 1 and info.static_shape[-1] > 1):
+            axis = next((a.i for a in node.attribute if a.name == "axis"), -1)
+            if axis in (-1, len(info.shape) - 1):
+                found.add(value.name)
+    return found
+
+
+def _only(kind: TaskKind, model: Path, outputs: Mapping[str, onnxio.TensorInfo]) -> str:
+    if len(outputs) == 1:
+        return next(iter(outputs))
+    found = detect(model)
+    if found.kind == kind and found.output is not None:
+        return found.output
+    raise BadInput(f"--task {kind.value}: {model.name} has {len(outputs)} outputs ({', '.join(outputs)}): say which "
+                   f"the app reads, --task {kind.value}:output=NAME")
