@@ -139,8 +139,7 @@ def _run_graph(job: Job, device: Any, hosted: aihub.HostedDevice, graph: str, bi
     actual = _per_sample(outputs or {}, list(expected[0]), len(samples))
     precision = next(t.precision for t in job.manifest.targets if t.soc == choice.soc)
     run.thresholds = limits = metrics.thresholds_for(precision)
-    run.outputs = metrics.judge_model(job.cpu_model(graph), expected, actual, limits)
-    run.status = "passed" if all(m.passed for m in run.outputs) else "failed"
+    job.judge(run, graph, choice.soc, expected, actual, limits)
     run.samples, run.inferences, run.clock = len(samples), len(samples), "aihub"
     run.hosted = {**run.hosted, **profile_figures(profile)}
     seconds = run.hosted.get("inference_ms")

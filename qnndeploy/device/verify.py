@@ -18,6 +18,7 @@ with validate's metrics, as for a bundle's own context binaries.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import re
@@ -41,8 +42,9 @@ from qnndeploy.device import ortrunner, runner
 from qnndeploy.device.adb import FILES, Device, LocalFile, MiB, Progress, Upload, connect, list_devices
 from qnndeploy.formats import decision, playplan
 from qnndeploy.formats.manifest import FileFormat, Graph, Manifest, Provider, load_manifest
+from qnndeploy.formats.records import ValidationRecord
 from qnndeploy.formats.verify import VerifyReport, opened
-from qnndeploy.model import metrics, samples
+from qnndeploy.model import metrics, samples, tasks
 from qnndeploy.model.samples import Ranges, Sample
 from qnndeploy.qnn import epcontext, markers
 
@@ -96,6 +98,7 @@ class GraphRun:
     clock: str | None = None  # "device" or "host"
     outputs: list[metrics.OutputMetrics] = field(default_factory=list)
     thresholds: metrics.Thresholds | None = None  # validate's, for the target's precision
+    task: JSON | None = None  # the task's verdict (tasks.TaskVerdict), which decides for its output
     advice: list[runner.Advice] = field(default_factory=list)
     log_tail: str | None = None
     hosted: JSON | None = None  # device verify --aihub: the AI Hub job (id, url) and its profile figures
@@ -222,6 +225,23 @@ class Job:
                 self._refs[graph] = samples.reference(self.cpu_model(graph), graph, self.inputs, self.samples,
                                                       self.seed, self.preprocess, self.ranges)
             return self._refs[graph]
+
+    def judge(self, run: GraphRun, graph: str, soc: str | None, expected: list[Sample], actual: list[Sample],
+              limits: metrics.Thresholds) -> None:
+        """Judge a run as validate judged the graph: the task its bundled validation record names (else the one
+        its graph makes plain) decides for its output, the tensor rules for the others."""
+        model = self.cpu_model(graph)
+        task = tasks.detect(model)
+        given = None
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):  # no record, or not ours
+            record = ValidationRecord.read(self.bundle / "records" / f"{graph}-{soc}-validation.json")
+            given = record.task_given if record is not None else None
+        if isinstance(given, str):
+            with contextlib.suppress(QnnDeployError):  # a tokens file that is not here: the plain task
+                task = tasks.parse(given, model)
+        run.outputs, verdict, passed = tasks.judge(task, model, expected, actual, limits)
+        run.task = verdict.json() if verdict else None
+        run.status = "passed" if passed else "failed"
 
     def manifest_graph(self, graph: str) -> Graph:
         return next(g for g in self.manifest.graphs if g.name == graph)
@@ -593,8 +613,7 @@ def _run_graph(dev: Device, job: Job, graph: str, context: str, result: DeviceVe
     if precision is None:
         precision = next(t.precision for t in job.manifest.targets if t.soc == result.soc)
     run.thresholds = limits = metrics.thresholds_for(precision)
-    run.outputs = metrics.judge_model(job.cpu_model(graph), expected, actual, limits)  # validate's rules
-    run.status = "passed" if all(m.passed for m in run.outputs) else "failed"
+    job.judge(run, graph, result.soc, expected, actual, limits)  # validate's verdict
     run.samples, run.inferences, run.clock = len(samples), lines, timed.clock
     run.first_run_s = round(first.seconds, 4)
     if lines > 1 and timed.seconds > first.seconds:

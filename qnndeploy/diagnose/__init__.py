@@ -30,7 +30,7 @@ from qnndeploy.base.kinds import Precision, Side
 from qnndeploy.base.names import EPCONTEXT, file_kind, graph_name
 from qnndeploy.formats import chain
 from qnndeploy.formats.records import CompileRecord, HtpSettings, ValidationRecord, read_build, splits_of
-from qnndeploy.model import samples
+from qnndeploy.model import samples, tasks
 from qnndeploy.model.metrics import (
     Fit,
     OutputMetrics,
@@ -38,7 +38,6 @@ from qnndeploy.model.metrics import (
     TopK,
     fits,
     fitting_thresholds,
-    judge_model,
     judge_outputs,
     metrics,
     thresholds_for,
@@ -231,8 +230,9 @@ def diagnose(target: Path, options: DiagnoseOptions = DiagnoseOptions()) -> Diag
                                               **({} if min_snr_db is None else {"min_snr_db": min_snr_db})})
     expected = samples.cpu_outputs(source, feeds)
     actual = _run_binary(record, feeds)
-    reference = judge_model(source, expected, actual, limit)
-    ok = all(m.passed for m in reference)
+    given = validated.task_given if validated is not None else None
+    task = tasks.parse(given, source) if given else tasks.detect(source)
+    reference, _, ok = tasks.judge(task, source, expected, actual, limit)  # validate's verdict
     model = _load_full(source)
     tensors, outputs = _candidates(model)
     if not tensors:

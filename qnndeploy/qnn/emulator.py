@@ -25,7 +25,7 @@ from qnndeploy.base import child, compat, socs
 from qnndeploy.base.errors import QnnDeployError, first_line
 from qnndeploy.base.fileio import JSON, sha256_file, write_json, writing
 from qnndeploy.base.names import CONTEXT_BINARY, ONNX, artifact_graphs
-from qnndeploy.model import metrics, samples
+from qnndeploy.model import metrics, samples, tasks
 from qnndeploy.qnn import epcontext, htp, toolchain
 
 TIMEOUT_S = 600.0  # for the whole child: a few sessions of the graphs of a bundle
@@ -44,6 +44,7 @@ class Job:
     seed: int = 0
     thresholds: metrics.Thresholds | None = None  # validate's for the precision when None
     ranges: dict[str, tuple[int, int]] | None = None  # the integer inputs' values validate drew (its record's)
+    task: str | None = None  # validate's --task for it (its record's); None: the task the graph makes plain
 
 
 @dataclass
@@ -52,6 +53,7 @@ class Outcome:
     passed: bool
     error: str | None = None
     outputs: list[JSON] = field(default_factory=list)  # validate's OutputMetrics, as JSON
+    task: JSON | None = None  # the task's verdict (tasks.TaskVerdict), which decides for its output
 
 
 def run_jobs(jobs: list[Job], tc: toolchain.Toolchain | None = None, timeout: float = TIMEOUT_S) -> list[Outcome]:
@@ -125,6 +127,23 @@ def emulator_for(qairt: str) -> tuple[toolchain.Toolchain | None, str | None]:
 ACCEPTED_SLACK_DB = 3.0  # the deep check may run fewer samples than validate did (at most 8): its SNR may differ
 
 
+TASK_FIGURES = {"top1_agreement": (1, "top-1 agreement"), "error_rate": (-1, "text error rate"),
+                "min_cosine": (1, "embedding cosine")}  # figure -> (+1: higher is better, -1: lower), its name
+
+
+def _worse_task(now: JSON | None, recorded: JSON | None) -> str | None:
+    """A task verdict clearly worse than the accepted record's, on its own figure, said in words, or None."""
+    if not now or not recorded or recorded.get("passed") is not False or now.get("passed"):
+        return None
+    was, got = recorded.get("figures") or {}, now.get("figures") or {}
+    for key, (sign, label) in TASK_FIGURES.items():
+        if isinstance(was.get(key), (int, float)) and isinstance(got.get(key), (int, float)):
+            slack = 1e-3 if key == "min_cosine" else 0.0
+            if sign * (got[key] - was[key]) < -slack:
+                return f"{now.get('output')} {label} {got[key]:.4g}, the record's {was[key]:.4g}"
+    return None
+
+
 def _worse(outputs: list[JSON], recorded: list[JSON]) -> str | None:
     """The first output whose figures are clearly worse than the validation record's, said in words, or None: each
     compared on the figure its record was judged on (SNR, cosine, max abs diff for a near-zero reference, the
@@ -169,7 +188,8 @@ def _validation(root: Path, manifest: JSON, graph: str, soc: str) -> JSON | None
 def _key(job: Job, tc: toolchain.Toolchain | None, binary_sha: str) -> str:
     here = tc or toolchain.current()
     data = [binary_sha, sha256_file(job.cpu_model), here.qairt if here else "", job.soc, job.precision, job.samples,
-            job.seed, job.thresholds, job.qnn_graph, *([job.ranges] if job.ranges else [])]
+            job.seed, job.thresholds, job.qnn_graph, *([job.ranges] if job.ranges else []),
+            *([job.task] if job.task else [])]
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -196,7 +216,7 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
         return found
     cpu = {a["graph"]: root / a["path"] for a in manifest["cpu"] if a["format"] == ONNX}
     jobs: list[tuple[str, Job, bool, str]] = []  # (bundle path, job, strict, cache key)
-    accepted: dict[str, list[JSON]] = {}  # bundle path -> the outputs of its failed (accepted) validation record
+    accepted: dict[str, tuple[list[JSON], JSON | None]] = {}  # bundle path -> its failed (accepted) record's verdicts
     for t in manifest["targets"]:
         for a in t["artifacts"]:
             names = graph_names.get(a["path"], [])
@@ -212,10 +232,11 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
                       samples=min(int(inputs["samples"]), 8) if strict else 1,
                       seed=int(inputs.get("seed", 0)) if strict else 0,
                       thresholds=(record or {}).get("thresholds") if strict else None,
-                      ranges=samples.recorded_ranges(inputs) or None)
+                      ranges=samples.recorded_ranges(inputs) or None,
+                      task=((record or {}).get("task") or {}).get("given"))
             jobs.append((a["path"], job, strict, _key(job, tc, a["sha256"])))
             if strict and record is not None and record.get("passed") is False:
-                accepted[a["path"]] = list(record.get("outputs") or [])
+                accepted[a["path"]] = (list(record.get("outputs") or []), record.get("task"))
     cached: dict[str, Outcome] = {}
     for _, _, _, key in jobs:
         with contextlib.suppress(OSError, ValueError, TypeError):  # a cache miss
@@ -230,14 +251,19 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
         if not outcome.loaded:
             found.problems.append((path, f"does not load on the host HTP emulator: {outcome.error}"))
         elif path in accepted:  # failed validation, shipped by --accept: it must not be worse than what was accepted
-            worse = _worse(outcome.outputs, accepted[path])
+            outputs, task = accepted[path]
+            decided = (task or {}).get("output") if (task or {}).get("kind", "tensor") != "tensor" else None
+            worse = _worse_task(outcome.task, task) or _worse([o for o in outcome.outputs if o["name"] != decided],
+                                                              outputs)
             if worse is not None:
                 why = f"computes worse numbers than its accepted validation record on {job.samples} seeded input(s)"
                 found.problems.append((path, f"{why}: {worse}"))
         elif not outcome.passed:
-            bad = next(o for o in outcome.outputs if not o["passed"])
-            what = (f"computes other numbers than its CPU model on {job.samples} seeded input(s): output "
-                    f"{bad['name']} cosine {bad['cosine']}, SNR {bad['snr_db']} dB")
+            decided = (outcome.task or {}).get("output")
+            bad = next((o for o in outcome.outputs if not o["passed"] and o["name"] != decided), None)
+            what = (f"computes other numbers than its CPU model on {job.samples} seeded input(s): " + (
+                f"output {bad['name']} cosine {bad['cosine']}, SNR {bad['snr_db']} dB" if bad is not None else
+                f"{(outcome.task or {}).get('kind')} on {decided}: {(outcome.task or {}).get('summary')}"))
             if strict:
                 found.problems.append((path, f"{what}, the inputs its validation record passed on"))
             else:
@@ -278,8 +304,12 @@ def _one(job: JSON, work: Path, references: References) -> Outcome:
     except Exception as e:  # noqa: BLE001 onnxruntime's own error types: the binary does not load or run
         return Outcome(False, False, first_line(e))
     limits = job["thresholds"] or metrics.thresholds_for(job["precision"])
-    judged = metrics.judge_model(model, expected, actual, limits)
-    return Outcome(True, all(m.passed for m in judged), None, [asdict(m) for m in judged])
+    try:
+        task = tasks.parse(job["task"], model) if job.get("task") else tasks.detect(model)
+    except QnnDeployError:  # a tokens file validate read that is not here: the task the graph makes plain
+        task = tasks.detect(model)
+    judged, verdict, passed = tasks.judge(task, model, expected, actual, limits)
+    return Outcome(True, passed, None, [asdict(m) for m in judged], verdict.json() if verdict else None)
 
 
 def main(argv: list[str]) -> int:
