@@ -262,16 +262,24 @@ def _samples(inputs: object) -> str:
         return f"{inputs.get('samples')} random sample(s), seed {inputs.get('seed')}"
     if inputs.get("kind") == "files":
         return f"{inputs.get('samples', '?')} sample file(s) from {inputs.get('folder')}"
+    if inputs.get("kind") == "chain":
+        return f"what the split's earlier parts made of {_samples(inputs.get('samples'))}"
     return str(inputs.get("kind") or "")
 
 
 def _validation(d: Mapping[str, Any], shown: str, out: Collected) -> None:
     thresholds = {str(k): float(v) for k, v in _object(d, "thresholds").items()
                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    task, chain = _object(d, "task"), _object(d, "chain")
+    decided = isinstance(task.get("passed"), bool)
     out.validations.append(ValidationInfo(
         shown, _text(d, "graph"), _text(d, "soc"), _opt_text(d, "precision") or "", _bool(d, "passed"), thresholds,
         _outputs(_objects(d, "outputs", required=True)), _samples(d.get("inputs")),
-        _number(_object(d, "emulator"), "seconds_per_run"), _opt_text(d, "threshold_reason")))
+        _number(_object(d, "emulator"), "seconds_per_run"), _opt_text(d, "threshold_reason"),
+        f"{_opt_text(task, 'kind')} ({_opt_text(task, 'output')}): {_opt_text(task, 'summary')}" if decided else None,
+        task.get("passed") is True if decided else None,
+        f"the split ({_opt_text(chain, 'split')}) as the app runs it, against the source model" if chain else None,
+        chain.get("passed") is True if chain else None))
 
 
 def _bundle(d: Mapping[str, Any], shown: str, out: Collected) -> None:

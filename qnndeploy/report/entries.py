@@ -88,6 +88,10 @@ class ValidationInfo:
     samples: str
     seconds_per_run: float | None = None
     threshold_reason: str | None = None
+    task: str | None = None  # the task verdict that decided for its output, in words
+    task_passed: bool | None = None
+    chain: str | None = None  # a split's part: the split as the app runs it, in words
+    chain_passed: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -143,6 +143,11 @@ def _validation(p: _Page, r: ValidationInfo) -> str:
             + (f"; looser threshold because: {_e(r.threshold_reason)}" if r.threshold_reason else "")
             + (f"; {r.seconds_per_run:.3f} s per emulator run (not phone speed)" if r.seconds_per_run else "")
             + "</p>")
+    if r.task is not None:
+        head += (f"<p>{_verdict(bool(r.task_passed))} what the app reads, which decides for its output (the tensor "
+                 f"figures below are evidence): {_e(r.task)}</p>")
+    if r.chain is not None:
+        head += f"<p>{_verdict(bool(r.chain_passed))} {_e(r.chain)}</p>"
     return p.record("validation", r.source, "validation", head + _outputs_table(r.outputs))
 
 

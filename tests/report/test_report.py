@@ -100,6 +100,8 @@ def test_the_figures_are_the_records(made):
     cells = [td.text for td in row.all("td")]
     (probs,) = validation["outputs"]
     assert cells[:4] == ["probs", "ok", f"{probs['snr_db']:.1f}", f"{probs['cosine']:.6f}"]
+    assert validation["task"]["kind"] == "classify"  # the demo's scores are a one-row Softmax: its label decides
+    assert f"classify (probs): {validation['task']['summary']}" in block(made, "validation").text
 
     check = json.loads((made["records"] / "check.json").read_text())["models"][0]["htp"]
     nodes = check["total_nodes"]
