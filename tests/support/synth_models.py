@@ -505,3 +505,16 @@ def rounding_residue() -> onnx.ModelProto:
         [_vi("x", T.FLOAT, [1, 256])], [_vi("y", T.FLOAT, [1, 256])],
         [numpy_helper.from_array(np.array(1000.0, np.float32), "big"),
          numpy_helper.from_array(np.array(0.01, np.float32), "floor")], opset=18)
+
+
+def offset_log_softmax() -> onnx.ModelProto:
+    """A classifier whose logits sit near 12000, where fp16 holds them only to 8: its log-probabilities come out
+    12 dB from the CPU's, while every label (the gaps between logits are in the hundreds) stays the same."""
+    rng = np.random.default_rng(0)
+    return _model(
+        [h.make_node("MatMul", ["x", "W"], ["z0"], name="logits"),
+         h.make_node("Add", ["z0", "offset"], ["z"], name="offset"),
+         h.make_node("LogSoftmax", ["z"], ["logprobs"], name="logsoftmax", axis=-1)],
+        [_vi("x", T.FLOAT, [1, 16])], [_vi("logprobs", T.FLOAT, [1, 4])],
+        [numpy_helper.from_array((rng.standard_normal((16, 4)) * 60).astype(np.float32), "W"),
+         numpy_helper.from_array(np.array(12000.0, np.float32), "offset")], opset=18)

@@ -74,6 +74,35 @@ def test_cls_and_rec_pass_on_the_emulator_for_two_socs(build):
         f"next: qnndeploy bundle build --from-build {build} --name NAME --version VERSION"), text.output
 
 
+@pytest.mark.slow
+def test_the_recognizer_is_judged_by_the_text_it_reads_from_rendered_words(build, tmp_path):
+    """PP-OCR's recognizer names its vocabulary, so validate judges its text (CTC, greedy) rather than its scores:
+    on words rendered with Pillow's own font, the CPU and the emulated NPU read the same text, which is the text
+    drawn."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    words = ["hello world 2026", "Snapdragon NPU"]
+    folder = tmp_path / "lines"
+    folder.mkdir()
+    for i, text in enumerate(words):
+        image = Image.new("RGB", (320, 48), "white")
+        ImageDraw.Draw(image).text((6, 6), text, fill="black", font=ImageFont.load_default(size=30))
+        image.save(folder / f"{i}.png")
+    (tmp_path / "texts.txt").write_text("\n".join(words) + "\n")
+    result = run("validate", build, "--graph", "rec", "--inputs", folder, "--preprocess",
+                 "image:resize=48x320,scale=1/255,mean=0.5/0.5/0.5,std=0.5/0.5/0.5",
+                 "--task", f"rec=ocr:texts={tmp_path / 'texts.txt'}", "--json")
+    assert result.exit_code == 0, result.output
+    (target,) = json.loads(result.stdout)["targets"]
+    task = target["task"]
+    assert task["kind"] == "ocr" and task["passed"] and task["figures"]["error_rate"] == 0
+    assert [(e["cpu"], e["npu"]) for e in task["examples"]] == [(w, w) for w in words]
+    assert task["figures"]["cpu_error_rate_vs_texts"] == 0 == task["figures"]["npu_error_rate_vs_texts"]
+    record = json.loads((build / "rec" / "SM8750" / "validation.json").read_text())
+    jsonschema.validate(record, SCHEMA)
+    assert record["task"]["kind"] == "ocr" and record["task"]["vocabulary"] == 6625
+
+
 @pytest.fixture(scope="module")
 def cls_build(build, models, tmp_path_factory):
     """A build of its own (these tests write failed validations), restored from the cache `build` filled."""
@@ -85,7 +114,10 @@ def cls_build(build, models, tmp_path_factory):
 
 @pytest.mark.slow
 def test_a_stricter_threshold_fails_with_exit_1(cls_build):
-    result = run("validate", cls_build, "--min-snr-db", "200")
+    # cls is a classifier (a one-row Softmax): its label decides, and no SNR threshold changes the label
+    labels = run("validate", cls_build, "--min-snr-db", "200")
+    assert labels.exit_code == 0 and "ok  classify (save_infer_model/scale_0.tmp_1)" in labels.output
+    result = run("validate", cls_build, "--min-snr-db", "200", "--task", "tensor")
     assert result.exit_code == 1
     assert "FAIL  cls" in result.output and "BAD save_infer_model/scale_0.tmp_1" in result.output
     assert "next: qnndeploy bundle build" not in result.output  # only a passed validation goes on
