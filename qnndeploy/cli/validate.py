@@ -13,6 +13,7 @@ from qnndeploy.cli._common import (
     job_progress,
     json_option,
     next_step,
+    num,
     render_output,
     report,
     sample_options,
@@ -53,6 +54,8 @@ def _render_validation(summary: stage.ValidationSummary) -> None:
                        f"{task['summary']}")
             click.echo(f"            decides the verdict for {task['output']} ({task['why']}); its tensor metrics "
                        "above are evidence")
+        if t.loop is not None and _last_of_loop(summary, t):
+            _render_loop(t.loop)
         if t.chain is not None:
             same = [m.name for m in t.chain.outputs] == [m.name for m in t.outputs] and not t.chain.emulator_runs
             click.echo(f"        the split as the app runs it on {t.soc} (CPU parts on the CPU, NPU parts on the "
@@ -79,6 +82,30 @@ def _render_validation(summary: stage.ValidationSummary) -> None:
         next_step(command_line("qnndeploy", "bundle", "build", "--from-build", summary.build,
                                *(("--split", summary.splits[0]) if len(summary.splits) == 1 else ()), "--name", "NAME",
                                "--version", "VERSION"))
+
+
+def _last_of_loop(summary: stage.ValidationSummary, t: stage.TargetValidation) -> bool:
+    """The loop is shown once per SoC, under the last of its graphs."""
+    return t is [x for x in summary.targets if x.soc == t.soc and x.loop is not None][-1]
+
+
+def _render_loop(check: dict[str, object]) -> None:
+    if "error" in check:
+        click.echo(f"        BAD decode loop on {check['soc']}: {check['error']}")
+        return
+    rate, same, runs = check["error_rate"], check["same_tokens"], check["samples"]
+    assert isinstance(runs, list) and isinstance(rate, float)
+    click.echo(f"        {'ok ' if check['passed'] else 'BAD'} decode loop on {check['soc']} (decides both graphs): "
+               f"word error rate {rate:.2%} against the CPU's texts, {same} of {len(runs)} sample(s) token for token "
+               f"the same, {check['emulator_steps']} emulator decoder step(s)")
+    for r in runs:
+        parts = ("" if r["parts_at"] is None else f" (parts at token {r['parts_at']}, CPU margin "
+                 f"{num(r['cpu_margin_there'], '.3f')})")
+        click.echo(f"          {r['sample']}: CPU {r['cpu']!r}")
+        click.echo(f"          {' ' * len(str(r['sample']))}  NPU {r['npu']!r}{parts}")
+    truth = check.get("against_texts")
+    if isinstance(truth, dict):
+        click.echo(f"          against the given texts: CPU {truth['cpu']:.2%}, NPU {truth['npu']:.2%} word error rate")
 
 
 def _task_specs(specs: tuple[str, ...]) -> dict[str | None, str]:
@@ -109,6 +136,11 @@ def _task_specs(specs: tuple[str, ...]) -> dict[str | None, str]:
                    "model names its vocabulary), tensor (every output by its metrics); output=NAME picks the output. "
                    "GRAPH= for one graph of the build; repeatable [default: what the graph makes plain (a one-row "
                    "Softmax: classify; PaddleOCR's vocabulary: ocr), else tensor].")
+@click.option("--loop", "loop_spec", metavar="whisper[:KEY=VALUE,...]|FILE.json",
+              help="An encoder-decoder validated as the app runs it: its greedy decode loop on the CPU and on the "
+                   "emulator, sample by sample (the encoder's samples: --inputs), texts and word error rate deciding "
+                   "both graphs. whisper: sherpa-onnx's Whisper export (tokenizer=FILE: its tokenizer.json or "
+                   "tokens.txt; texts=FILE: the true texts; max_tokens=N); or a loop description FILE.json.")
 @click.option("--min-top1", type=float, help="classify: the lowest share of rows whose label is the same, fp16 ties "
               "excepted [default: 1].")
 @click.option("--max-error-rate", type=float, help="ocr, asr: the highest character or word error rate of the NPU's "
@@ -124,7 +156,8 @@ def _task_specs(specs: tuple[str, ...]) -> dict[str | None, str]:
 @handles_errors
 def validate(build: Path, inputs: Path | None, preprocess: str | None, random_: int | None, seed: int,
              ranges: dict[str, tuple[int, int]], min_cosine: float | None, min_snr_db: float | None, atol: float | None,
-             min_topk_jaccard: float | None, task_specs: tuple[str, ...], min_top1: float | None,
+             min_topk_jaccard: float | None, task_specs: tuple[str, ...], loop_spec: str | None,
+             min_top1: float | None,
              max_error_rate: float | None, reason: str | None, graphs: tuple[str, ...], socs: tuple[str, ...],
              jobs: int | None, as_json: bool) -> None:
     """Compare each context binary on the HTP emulator with the CPU.
@@ -143,6 +176,6 @@ def validate(build: Path, inputs: Path | None, preprocess: str | None, random_: 
                                    ("max_error_rate", max_error_rate)) if v is not None}
     with job_progress("validating on the HTP emulator") as progress:
         options = stage.ValidateOptions(inputs, random_, seed, preprocess, overrides, reason, list(graphs),
-                                        list(socs), jobs, ranges, _task_specs(task_specs))
+                                        list(socs), jobs, ranges, _task_specs(task_specs), loop_spec)
         summary = stage.validate_build(build, options, progress)
     report(summary, as_json, _render_validation)

@@ -288,6 +288,11 @@ def _validated_samples(record: CompileRecord, given: JSON) -> tuple[list[Sample]
     if given.get("kind") == chain.CHAIN:
         made, part = chain.replay(given, record.graph, record.source, record.source_sha256)
         return made.feeds(part), made.described(part)
+    if given.get("kind") == "loop":  # validate --loop: the encoder's samples are its own; the decoder's, the loop's
+        if given.get("graph") != "encoder" or not isinstance(given.get("samples"), dict):
+            raise BadInput(f"{record.graph} was validated inside its decode loop, whose inputs diagnose does not make "
+                           "again: give them with --inputs DIR (or --random N)")
+        given = given["samples"]
     if given.get("kind") != "files":
         return samples.for_graph(record.source, record.graph, count=int(given.get("samples") or 1),
                                  seed=int(given.get("seed") or 0), ranges=samples.recorded_ranges(given))

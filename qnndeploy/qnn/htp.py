@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
@@ -144,6 +144,28 @@ def run_model(path: Path, soc: socs.Soc, feeds: list[dict[str, Any]], *, fp16: b
     except Exception as e:  # noqa: BLE001 onnxruntime's own error types
         raise BadInput(first_line(e)) from None
     return outputs, time.monotonic() - start
+
+
+def session(path: Path, soc: socs.Soc, *, fp16: bool = True) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """One model loaded once on the host HTP emulator, run call by call: what a decode loop needs, whose every
+    step's inputs come from the step before."""
+    import onnxruntime as ort
+
+    try:
+        with quiet_native_stdout():
+            loaded = ort.InferenceSession(str(path), session_options(soc, fp16=fp16))
+    except Exception as e:  # noqa: BLE001 onnxruntime's own error types
+        raise BadInput(first_line(e)) from None
+    names = [o.name for o in loaded.get_outputs()]
+    wanted = {i.name for i in loaded.get_inputs()}
+
+    def run(feeds: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return dict(zip(names, loaded.run(None, {k: v for k, v in feeds.items() if k in wanted}), strict=True))
+        except Exception as e:  # noqa: BLE001 onnxruntime's own error types
+            raise BadInput(first_line(e)) from None
+
+    return run
 
 
 # --- measured op support --------------------------------------------------------------------------

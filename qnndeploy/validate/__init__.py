@@ -33,7 +33,7 @@ from qnndeploy.formats.records import (
     read_build,
     splits_of,
 )
-from qnndeploy.model import samples, tasks
+from qnndeploy.model import decode, samples, tasks
 from qnndeploy.model.metrics import (
     LOOSER_WHEN_HIGHER,
     OPTIONAL_THRESHOLDS,
@@ -46,6 +46,7 @@ from qnndeploy.model.metrics import (
 from qnndeploy.model.onnxio import TensorInfo, load_model, real_inputs, tensor_info
 from qnndeploy.model.samples import Ranges, Sample
 from qnndeploy.qnn import htp
+from qnndeploy.validate import loop
 
 EMULATOR_NOTE = ("Outputs come from the host HTP emulator (x86-64): the HTP's arithmetic, not its speed. "
                  "Emulator timings say nothing about phone timings; measure on a phone (qnndeploy device profile).")
@@ -75,6 +76,7 @@ class ValidateOptions:
     jobs: int | None = None  # at once; None: default_jobs()
     ranges: Ranges = field(default_factory=dict)  # --range NAME=LO:HI: integer inputs' values for random samples
     tasks: dict[str | None, str] = field(default_factory=dict)  # --task: GRAPH (None: every graph) -> KIND[:...]
+    loop: str | None = None  # --loop: an encoder-decoder's decode loop (decode.parse), which decides both graphs
 
 
 @dataclass
@@ -93,6 +95,7 @@ class TargetValidation:
     inputs: JSON | None = None  # how its samples were made (a split's part: by the parts before it)
     chain: ChainCheck | None = None  # a split's NPU part: the whole chain against the source model on the CPU
     task: JSON | None = None  # the task and its verdict, as the record keeps it (tasks.TaskVerdict.json)
+    loop: JSON | None = None  # an encoder-decoder's graph: the decode loop on this SoC (loop.LoopCheck.json)
 
 
 @dataclass
@@ -147,6 +150,11 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
     links = _links(plan, splits_of({r.source: r.source_sha256 for r in compiled}))
     _check_ranges(o.ranges, plan, links)
     judged_by = _tasks(o.tasks, plan)
+    sources = {r.graph: r.source for r in plan}
+    looped = decode.parse(o.loop, sources) if o.loop else None
+    if looped is not None and not {looped.encoder, looped.decoder} <= set(sources):
+        raise BadInput(f"--loop: the build (or --graph) lacks {looped.encoder} or {looped.decoder}")
+    loop_graphs = {looped.encoder, looped.decoder} if looped is not None else set()
     loosened = looser_thresholds(thresholds, {r.precision for r in plan})
     if loosened and not (reason or "").strip():
         raise BadInput(f"--{', --'.join(loosened)} is looser than the default: say why with --reason \"...\" "
@@ -156,7 +164,7 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
     given: dict[str, Given] = {}
     for record in plan if inputs is not None else []:
         if _validatable(record) and record.graph not in given and record.source.is_file() \
-                and record.graph not in links:
+                and record.graph not in links and (looped is None or record.graph != looped.decoder):
             given[record.graph] = samples.for_graph(record.source, record.graph, inputs, preprocess=prep)
     random = random if random is not None or inputs is not None else 1
     described: JSON = ({"kind": "files", "folder": str(Path(inputs).resolve()),
@@ -170,7 +178,26 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
         if split.path not in chains:
             chains[split.path] = chain.run_cpu(split, graph, inputs, preprocess=prep)
 
+    cpu_loops: list[loop.CpuRun] = []  # the CPU's decode loops, once for both graphs and every SoC
+    loop_lock = threading.Lock()
+
+    def loop_reference(record: CompileRecord) -> Reference:
+        assert looped is not None
+        with loop_lock:
+            if not cpu_loops:
+                enc = sources[looped.encoder]
+                features, used = given.get(looped.encoder) or samples.for_graph(
+                    enc, looped.encoder, count=random or 1, seed=seed, ranges=o.ranges)
+                cpu_loops.append(loop.run_cpu(looped, sources, features, used))
+            made = cpu_loops[0]
+        feeds = made.features if record.graph == looped.encoder else loop.decoder_evidence(made)
+        described = {"kind": "loop", "graph": "encoder" if record.graph == looped.encoder else "decoder",
+                     "samples": made.used}
+        return feeds, samples.cpu_outputs(record.source, feeds), described
+
     def make_reference(record: CompileRecord) -> Reference:
+        if record.graph in loop_graphs:
+            return loop_reference(record)
         link = links.get(record.graph)
         if link is None:
             return _reference(record, given.get(record.graph), random, seed, o.ranges)
@@ -195,7 +222,7 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
             progress(len(results), len(plan), JobStarted(record.graph, record.soc))
         return i, _validate_one(record, thresholds, per_graph, locks[record.graph], make_reference,
                                 reason.strip() if loosened and reason else None, judged_by.get(record.graph),
-                                held if record.graph in links else None)
+                                held if record.graph in links or record.graph in loop_graphs else None)
 
     pool = Pool(max_workers=jobs or default_jobs())
     try:
@@ -214,6 +241,9 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
     pool.shutdown()
     ordered = [results[i] for i in range(len(plan))]
     _check_chains(plan, ordered, links, chains, held)
+    if looped is not None and cpu_loops:
+        _check_loops(looped, plan, ordered, cpu_loops[0], held, thresholds)
+    _write_held(ordered, held)
     validated = [t for t in ordered if t.status in (TargetStatus.PASSED, TargetStatus.FAILED)]
     ok = bool(validated) and all(t.status in (TargetStatus.PASSED, TargetStatus.SKIPPED) for t in ordered)
     guessed = list(dict.fromkeys(n for t in ordered for n in samples.guessed(_made(t.inputs))))
@@ -435,7 +465,7 @@ def _check_ranges(ranges: Ranges, plan: list[CompileRecord], links: dict[str, Li
 def _check_chains(plan: list[CompileRecord], results: list[TargetValidation], links: dict[str, Link],
                   chains: Mapping[Path, chain.Chain | QnnDeployError], held: Held) -> None:
     """Each split on each SoC whose NPU parts all ran: the parts chained as the app chains them, judged against the
-    source model's outputs; a part passes only when its chain does. Then the parts' records are written."""
+    source model's outputs; a part passes only when its chain does."""
     by_job = {(r.graph, r.soc): (r, t) for r, t in zip(plan, results, strict=True)}
     for made in chains.values():
         if isinstance(made, QnnDeployError):
@@ -451,6 +481,34 @@ def _check_chains(plan: list[CompileRecord], results: list[TargetValidation], li
                 t.chain = check
                 if not check.passed:
                     t.status = TargetStatus.FAILED
+
+
+def _check_loops(looped: decode.Loop, plan: list[CompileRecord], results: list[TargetValidation],
+                 cpu: loop.CpuRun, held: Held, limits: Thresholds) -> None:
+    """Each SoC whose encoder and decoder both ran: the decode loop on the emulator against the CPU's; its verdict
+    decides both graphs."""
+    by_job = {(r.graph, r.soc): (r, t) for r, t in zip(plan, results, strict=True)}
+    for soc in dict.fromkeys(r.soc for r in plan):
+        if not all((g, soc) in held for g in (looped.encoder, looped.decoder)):
+            continue
+        jobs = {g: by_job[(g, soc)] for g in (looped.encoder, looped.decoder)}
+        record = jobs[looped.decoder][0]
+        run = record.twin(EPCONTEXT) if record.shared else record.output(EPCONTEXT)
+        assert run is not None  # it ran in _validate_one
+        try:
+            npu = loop.run_npu(looped, held[(looped.encoder, soc)][1], record.folder / run.path, soc,
+                               record.precision == Precision.FP16, record.source)
+            check = loop.judge(looped, soc, cpu, npu, {**limits, **(jobs[looped.decoder][1].thresholds or {})},
+                               decode.references(looped)).json()
+        except QnnDeployError as e:
+            check = {"soc": soc, "passed": False, "error": str(e)}
+        for _, t in jobs.values():
+            t.loop = check
+            t.status = TargetStatus.PASSED if check["passed"] else TargetStatus.FAILED
+
+
+def _write_held(results: list[TargetValidation], held: Held) -> None:
+    """The records of the graphs judged with others (a split's chain, a decode loop), now that they are."""
     for t in results:
         if (t.graph, t.soc) in held and t.record is not None:
             payload = held[(t.graph, t.soc)][0]
@@ -459,6 +517,8 @@ def _check_chains(plan: list[CompileRecord], results: list[TargetValidation], li
                                     "outputs": [vars(m) for m in t.chain.outputs],
                                     "emulator_runs": t.chain.emulator_runs,
                                     **({"error": t.chain.error} if t.chain.error else {})}
+            if t.loop is not None:
+                payload["loop"] = t.loop
             payload["passed"] = t.status == TargetStatus.PASSED
             write_json(t.record, payload)
 

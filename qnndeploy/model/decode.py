@@ -1,0 +1,249 @@
+"""An encoder-decoder's greedy decode loop, as the app runs it: the encoder once, then the decoder once per token with
+its self-attention cache fed back, until the end token. Validating each graph alone judges the decoder on inputs the
+loop never makes; only the loop says whether the app gets the same text.
+
+The loop is data (`Loop`): which graph is the encoder and which the decoder, which decoder input takes the token,
+its position and mask, which take the encoder's outputs, which cache each new key/value goes into, the prompt and
+the end token. `whisper` reads it off a Whisper exported the way sherpa-onnx's scripts/whisper/qnn/export_onnx.py
+exports it (I/O names `<model>-tokens`, `<model>-self_k_<i>`, `cross_k_<i>`, ...; the token ids in the graphs'
+metadata). The graphs run through callables, so the same loop runs on onnxruntime's CPU and the HTP emulator.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from qnndeploy.base.errors import BadInput
+from qnndeploy.base.fileio import JSON
+from qnndeploy.model.onnxio import load_model, model_inputs, model_outputs
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from qnndeploy.model.samples import Sample
+
+Run = Callable[["Sample"], "Sample"]  # one graph call: inputs by name -> outputs by name
+MAX_TOKENS = 200  # sherpa-onnx's Whisper stops there too
+
+
+@dataclass(frozen=True)
+class Loop:
+    encoder: str  # graph names (the build's)
+    decoder: str
+    encoder_input: str
+    token: str  # decoder input [1, 1] int32: this step's token
+    position: str  # decoder input [1] int32: its place in the cache
+    mask: str | None  # decoder input [cache] int32: 0 for the positions already filled, 1 for the rest
+    logits: str  # decoder output [1, 1, vocab]
+    cross: tuple[tuple[str, str], ...]  # (decoder input, encoder output it takes)
+    cache: tuple[tuple[str, str], ...]  # (decoder input [1, steps, dim], output [1, 1, dim] written at position)
+    prompt: tuple[int, ...]  # fed one by one before the first choice
+    end: int
+    max_tokens: int = MAX_TOKENS
+    tokenizer: Path | None = None  # tokenizer.json or sherpa-onnx's tokens.txt: the text of the tokens
+    why: str = ""
+    texts: Path | None = None  # the true text of each sample, one per line: each side's word error rate
+
+    def json(self) -> JSON:
+        return {"encoder": self.encoder, "decoder": self.decoder, "prompt": list(self.prompt), "end": self.end,
+                "max_tokens": self.max_tokens, "cache_inputs": len(self.cache), "why": self.why,
+                "tokenizer": str(self.tokenizer) if self.tokenizer else None}
+
+
+@dataclass
+class Decoded:
+    tokens: list[int]  # the chosen tokens, the prompt and the end token left out
+    steps: int  # decoder calls
+    margins: list[float] = field(default_factory=list)  # each choice's top-1 minus top-2 logit
+    feeds: list[Sample] = field(default_factory=list, repr=False)  # the decoder's inputs at each step (kept_feeds)
+
+
+def parse(text: str, models: Mapping[str, Path]) -> Loop:
+    """--loop whisper[:tokenizer=FILE,texts=FILE,max_tokens=N] (the preset, its graphs found among `models`, graph
+    -> ONNX path) or --loop FILE.json (the Loop's fields, tokenizer relative to the file)."""
+    kind, _, rest = text.partition(":")
+    options: dict[str, str] = {}
+    for item in filter(None, (i.strip() for i in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or key not in ("tokenizer", "max_tokens", "texts"):
+            raise BadInput(f"--loop {text}: {item!r} is not tokenizer=FILE, texts=FILE or max_tokens=N")
+        options[key] = value
+    if not options.get("max_tokens", "1").isdigit() or int(options.get("max_tokens", "1")) < 1:
+        raise BadInput(f"--loop {text}: max_tokens is a number of tokens, 1 or more")
+    tokenizer = Path(options["tokenizer"]) if "tokenizer" in options else None
+    if kind == "whisper":
+        loop = whisper(models, tokenizer)
+    elif kind.endswith(".json"):
+        loop = _from_file(Path(kind), models)
+    else:
+        raise BadInput(f"--loop {text}: give whisper (sherpa-onnx's Whisper export) or a loop description FILE.json")
+    if "max_tokens" in options or "texts" in options:
+        loop = dataclasses.replace(loop, max_tokens=int(options.get("max_tokens", loop.max_tokens)),
+                                   texts=Path(options["texts"]) if "texts" in options else loop.texts)
+    for what, path in (("tokenizer", loop.tokenizer), ("texts", loop.texts)):
+        if path is not None and not path.is_file():
+            raise BadInput(f"--loop {text}: no {what} file {path}")
+    return loop
+
+
+def references(loop: Loop) -> list[str] | None:
+    """The true texts, one per sample, when the loop names them."""
+    if loop.texts is None:
+        return None
+    try:
+        return loop.texts.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInput(f"--loop texts={loop.texts}: cannot read it as UTF-8 text ({e})") from None
+
+
+def whisper(models: Mapping[str, Path], tokenizer: Path | None = None) -> Loop:
+    """The loop of a Whisper exported as sherpa-onnx's QNN script exports it: the decoder takes `<m>-tokens`,
+    `<m>-self_k_<i>`/`<m>-self_v_<i>`, `<m>-cross_k_<i>`/`<m>-cross_v_<i>`, `<m>-offset`, `<m>-mask` and gives
+    `<m>-logits`, `<m>-this_self_k_<i>`/`<m>-this_self_v_<i>`; the encoder takes `<m>-mel` and gives `cross_k_<i>`,
+    `cross_v_<i>`; the metadata holds sot_sequence, no_timestamps and eot."""
+    decoder = next((g for g, p in models.items() if any(i.name.endswith("-tokens") for i in model_inputs(p))), None)
+    if decoder is None:
+        raise BadInput("--loop whisper: no graph takes <model>-tokens, as sherpa-onnx's Whisper decoder does")
+    inputs = [i.name for i in model_inputs(models[decoder])]
+    prefix = next(i for i in inputs if i.endswith("-tokens"))[: -len("-tokens")]
+    encoder = next((g for g, p in models.items() if f"{prefix}-mel" in {i.name for i in model_inputs(p)}), None)
+    if encoder is None:
+        raise BadInput(f"--loop whisper: no graph takes {prefix}-mel, as sherpa-onnx's Whisper encoder does")
+    outputs = {o.name for o in model_outputs(models[decoder])}
+    cache = tuple((i, f"{prefix}-this_{i[len(prefix) + 1:]}") for i in inputs if re.fullmatch(
+        rf"{re.escape(prefix)}-self_[kv]_\d+", i))
+    cross = tuple((i, i[len(prefix) + 1:]) for i in inputs if re.fullmatch(rf"{re.escape(prefix)}-cross_[kv]_\d+", i))
+    missing = [o for _, o in cache if o not in outputs] + [f"{prefix}-logits"] * (f"{prefix}-logits" not in outputs)
+    encoded = {o.name for o in model_outputs(models[encoder])}
+    missing += [o for _, o in cross if o not in encoded]
+    if missing or not cache or not cross:
+        raise BadInput(f"--loop whisper: {decoder} and {encoder} lack {', '.join(missing) or 'the caches'} of "
+                       "sherpa-onnx's Whisper export")
+    meta = {p.key: p.value for p in load_model(models[decoder], weights=False).metadata_props}
+    meta = {**{p.key: p.value for p in load_model(models[encoder], weights=False).metadata_props}, **meta}
+    try:
+        prompt = (*(int(t) for t in meta["sot_sequence"].split(",")), int(meta["no_timestamps"]))
+        end = int(meta["eot"])
+    except (KeyError, ValueError):
+        raise BadInput(f"--loop whisper: {decoder}'s metadata lacks sot_sequence, no_timestamps or eot (sherpa-onnx's "
+                       "export writes them): describe the loop in a FILE.json") from None
+    return Loop(encoder, decoder, f"{prefix}-mel", f"{prefix}-tokens", f"{prefix}-offset",
+                f"{prefix}-mask" if f"{prefix}-mask" in inputs else None, f"{prefix}-logits", cross, cache, prompt,
+                end, tokenizer=tokenizer, why=f"sherpa-onnx's Whisper export ({prefix}), found in {encoder} and "
+                                              f"{decoder}")
+
+
+def _from_file(path: Path, models: Mapping[str, Path]) -> Loop:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        loop = Loop(str(data["encoder"]), str(data["decoder"]), str(data["encoder_input"]), str(data["token"]),
+                    str(data["position"]), data.get("mask"), str(data["logits"]),
+                    tuple((str(a), str(b)) for a, b in data["cross"].items()),
+                    tuple((str(a), str(b)) for a, b in data["cache"].items()),
+                    tuple(int(t) for t in data["prompt"]), int(data["end"]),
+                    int(data.get("max_tokens", MAX_TOKENS)),
+                    path.parent / data["tokenizer"] if data.get("tokenizer") else None, f"described in {path}")
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInput(f"--loop {path}: cannot read it ({e})") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise BadInput(f"--loop {path}: not a loop description ({type(e).__name__}: {e}); it holds encoder, decoder, "
+                       "encoder_input, token, position, mask, logits, cross {input: output}, cache {input: output}, "
+                       "prompt, end[, max_tokens, tokenizer]") from None
+    for graph in (loop.encoder, loop.decoder):
+        if graph not in models:
+            raise BadInput(f"--loop {path}: no graph {graph} among {', '.join(sorted(models))}")
+    return loop
+
+
+def greedy(loop: Loop, encoded: Sample, decoder: Run, cache_shapes: Mapping[str, list[int]], keep_feeds: int = 0
+           ) -> Decoded:
+    """The app's loop after the encoder (`encoded`: its outputs): the decoder per position, the prompt's tokens
+    first, then each argmax, until the end token, `max_tokens` positions or a full cache. `cache_shapes` gives each
+    cache input's [1, steps, dim]; the first `keep_feeds` steps' decoder inputs are kept (copies)."""
+    import numpy as np
+
+    feeds: dict[str, np.ndarray] = {i: np.zeros(cache_shapes[i], np.float32) for i, _ in loop.cache}
+    feeds.update({i: encoded[o] for i, o in loop.cross})
+    length = cache_shapes[loop.cache[0][0]][1]
+    steps = min(length, loop.max_tokens)
+    decoded = Decoded([], 0)
+    token, position, prompt = loop.prompt[0], 0, list(loop.prompt[1:])
+    while position < steps:
+        feeds[loop.token] = np.array([[token]], np.int32)
+        feeds[loop.position] = np.array([position], np.int32)
+        if loop.mask is not None:
+            mask = np.ones(length, np.int32)
+            mask[:position] = 0
+            feeds[loop.mask] = mask
+        if len(decoded.feeds) < keep_feeds:
+            decoded.feeds.append({k: v.copy() for k, v in feeds.items()})
+        out = decoder(feeds)
+        for cached, new in loop.cache:
+            feeds[cached][:, position] = out[new][:, 0]
+        position += 1
+        decoded.steps += 1
+        if prompt:
+            token = prompt.pop(0)
+            continue
+        scores = np.asarray(out[loop.logits], np.float64).reshape(-1, np.asarray(out[loop.logits]).shape[-1])[-1]
+        top = np.argsort(-scores)[:2]
+        token = int(top[0])
+        decoded.margins.append(float(scores[top[0]] - scores[top[1]]))
+        if token == loop.end:
+            break
+        decoded.tokens.append(token)
+    return decoded
+
+
+class Detokenizer:
+    """The text of token ids: a tokenizer.json's byte-level BPE vocabulary (GPT-2's, Whisper's; special tokens left
+    out), or sherpa-onnx's Whisper tokens.txt (`BASE64 ID` per line); without one, the ids themselves."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.pieces: dict[int, bytes] = {}
+        if path is None:
+            return
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+            if path.suffix == ".json":
+                spec = json.loads(text)
+                byte_of = {c: b for b, c in _bytes_to_unicode().items()}
+                special = {int(t["id"]) for t in spec.get("added_tokens", [])}
+                self.pieces = {int(i): bytes(byte_of.get(c, 63) for c in token)
+                               for token, i in spec["model"]["vocab"].items() if int(i) not in special}
+            else:
+                for line in text.splitlines():
+                    token, _, index = line.rpartition(" ")
+                    self.pieces[int(index)] = base64.b64decode(token, validate=True)
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError, binascii.Error) as e:
+            raise BadInput(f"tokenizer {path}: not a tokenizer.json or sherpa-onnx tokens.txt ({e})") from None
+
+    def text(self, tokens: list[int]) -> str:
+        if self.path is None:
+            return " ".join(str(t) for t in tokens)
+        return b"".join(self.pieces.get(t, b"") for t in tokens).decode("utf-8", errors="replace").strip()
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's printable stand-in for each byte (what byte-level BPE vocabularies are written in)."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table, extra = {b: chr(b) for b in kept}, 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def words(text: str) -> list[str]:
+    """Lower case, punctuation dropped (apostrophes inside words kept): what a word error rate compares."""
+    return re.sub(r"[^\w' ]+", " ", text.lower().replace("-", " ")).replace(" '", " ").split()
