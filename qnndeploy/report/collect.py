@@ -270,7 +270,9 @@ def _samples(inputs: object) -> str:
 def _validation(d: Mapping[str, Any], shown: str, out: Collected) -> None:
     thresholds = {str(k): float(v) for k, v in _object(d, "thresholds").items()
                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    task, chain = _object(d, "task"), _object(d, "chain")
+    task, chain, loop = _object(d, "task"), _object(d, "chain"), _object(d, "loop")
+    texts = tuple((_text(t, "cpu"), _text(t, "npu")) for t in _objects(loop, "samples"))
+    rate = _number(loop, "error_rate")
     decided = isinstance(task.get("passed"), bool)
     out.validations.append(ValidationInfo(
         shown, _text(d, "graph"), _text(d, "soc"), _opt_text(d, "precision") or "", _bool(d, "passed"), thresholds,
@@ -279,7 +281,11 @@ def _validation(d: Mapping[str, Any], shown: str, out: Collected) -> None:
         f"{_opt_text(task, 'kind')} ({_opt_text(task, 'output')}): {_opt_text(task, 'summary')}" if decided else None,
         task.get("passed") is True if decided else None,
         f"the split ({_opt_text(chain, 'split')}) as the app runs it, against the source model" if chain else None,
-        chain.get("passed") is True if chain else None))
+        chain.get("passed") is True if chain else None,
+        (f"decode loop on {_text(loop, 'soc')} (decides the encoder and decoder): "
+         + (f"word error rate {rate:.2%} against the CPU's texts" if rate is not None else
+            _opt_text(loop, "error") or "not run")) if loop else None,
+        loop.get("passed") is True if loop else None, texts))
 
 
 def _bundle(d: Mapping[str, Any], shown: str, out: Collected) -> None:

@@ -92,6 +92,9 @@ class ValidationInfo:
     task_passed: bool | None = None
     chain: str | None = None  # a split's part: the split as the app runs it, in words
     chain_passed: bool | None = None
+    loop: str | None = None  # an encoder-decoder's graph: its decode loop, in words
+    loop_passed: bool | None = None
+    loop_texts: tuple[tuple[str, str], ...] = ()  # per sample: the CPU's text, the NPU's
 
 
 @dataclass(frozen=True)

@@ -148,6 +148,9 @@ def _validation(p: _Page, r: ValidationInfo) -> str:
                  f"figures below are evidence): {_e(r.task)}</p>")
     if r.chain is not None:
         head += f"<p>{_verdict(bool(r.chain_passed))} {_e(r.chain)}</p>"
+    if r.loop is not None:
+        head += f"<p>{_verdict(bool(r.loop_passed))} {_e(r.loop)}</p>" + _table(
+            ["sample", "CPU text", "NPU text"], ([str(i), _e(c), _e(n)] for i, (c, n) in enumerate(r.loop_texts)))
     return p.record("validation", r.source, "validation", head + _outputs_table(r.outputs))
 
 
