@@ -32,7 +32,8 @@ NEEDS = {
 # pytest-xdist's --dist loadfile starts them on both workers at once and the short files fill in the end; collected
 # in their place, the fuzz tier started last and ran alone for its two minutes.
 LONGEST_FIRST = ("tests/cli/test_fuzz.py", "tests/test_corpus.py", "tests/test_benchmarks.py",
-                 "tests/scaffold/test_kotlin.py", "tests/validate/test_validate.py")
+                 "tests/scaffold/test_kotlin.py", "tests/validate/test_validate.py",
+                 "tests/validate/test_validate_loop.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

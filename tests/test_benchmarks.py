@@ -37,6 +37,8 @@ SMOKE = {
     "large_model.py": ([QNN], [], ["stage", "seconds", "peak RSS MB", "target"],
                        ["check ", "prepare --split-size", "compile 3 parts", "validate", "bundle build --split",
                         "bundle verify --shallow", "bundle verify "]),
+    "whisper_loop.py": ([QNN], ["--work", "{tmp}/work"], ["figure", "value"],
+                        ["word error rate, NPU vs CPU", "clips token for token the same", "emulator decoder steps"]),
     "startup.py": ([], [], ["ms", "difference ms", "ratio", "target"],
                    ["python -c 'import click'", "qnndeploy --help", "qnndeploy check --help",
                     "qnndeploy bundle verify --help"]),

@@ -24,7 +24,7 @@ from tests.support.synth_models import sinh_graph
 
 pytestmark = [pytest.mark.needs_qnn]
 
-SCHEMA = json.loads((Path(stage.__file__).parent / "schemas" / "validation-record.schema.json").read_text())
+SCHEMA = json.loads((Path(stage.__file__).parent.parent / "schemas" / "validation-record.schema.json").read_text())
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from tests.support.synth_models import save_graph as save
 
 pytestmark = [pytest.mark.needs_qnn]
 
-SCHEMA = json.loads((Path(stage.__file__).parent / "schemas" / "validation-record.schema.json").read_text())
+SCHEMA = json.loads((Path(stage.__file__).parent.parent / "schemas" / "validation-record.schema.json").read_text())
 
 
 def topk_graph() -> onnx.GraphProto:

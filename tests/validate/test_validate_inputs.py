@@ -20,7 +20,7 @@ from tests.support import synth_models
 from tests.support.cli import run
 from tests.support.host import require
 
-SCHEMA = json.loads((Path(stage.__file__).parent / "schemas" / "validation-record.schema.json").read_text())
+SCHEMA = json.loads((Path(stage.__file__).parent.parent / "schemas" / "validation-record.schema.json").read_text())
 
 
 def cli(*args: object) -> tuple[int, dict]:
