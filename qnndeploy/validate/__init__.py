@@ -135,8 +135,9 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
     """Validate every compiled (graph, SoC) in `build`, the selected ones (options) `jobs` at once, the results in
     the build's order. The samples: `inputs` (*.npz with one array per input name, or <input>.npy; for a one-input
     graph .wav or .png/.jpg files through `preprocess`, media.parse_preprocess), otherwise `random` seeded ones.
-    `thresholds` overrides min_cosine / min_snr_db / atol / min_topk_jaccard; one looser than a default needs
-    `reason`, which the records keep (a pass is then a pass by that reason)."""
+    `thresholds` overrides min_cosine / min_snr_db / atol / min_topk_jaccard / min_top1 / max_error_rate; one looser
+    than a default needs `reason`, which the records keep (a pass is then a pass by that reason). What decides: the
+    task of the output the app reads (tasks.judge), a split's part's chain, an encoder-decoder's decode loop."""
     o = options
     inputs, random, seed, thresholds, reason, jobs = o.inputs, o.random, o.seed, o.thresholds, o.reason, o.jobs
     prep = samples.sample_source(inputs, random, o.preprocess)
@@ -253,9 +254,9 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
 
 
 def _made(inputs: JSON | None) -> JSON:
-    """How the samples themselves were made (for a split's part: the chain's samples)."""
+    """How the samples themselves were made (for a split's part or a decode loop's graph: the model's own)."""
     inputs = inputs or {}
-    return inputs.get("samples") or {} if inputs.get("kind") == chain.CHAIN else inputs
+    return inputs.get("samples") or {} if inputs.get("kind") in (chain.CHAIN, "loop") else inputs
 
 
 def default_jobs() -> int:
