@@ -102,6 +102,7 @@ class Cause(StrEnum):
     """Why a tensor's fp16 values went wrong."""
 
     OVERFLOW = "overflow"
+    ACCUMULATION = "accumulation"  # an overflow inside a node whose output fits: its sum of squares
     UNDERFLOW = "underflow"
     DYNAMIC_RANGE = "dynamic-range"
     CANCELLATION = "cancellation"
@@ -630,6 +631,11 @@ def explain(bad: Probe, inputs: list[Ranges]) -> list[Explanation]:
         f"huge dynamic range in {r.tensor}: magnitudes from {r.min_nonzero_abs:.2g} to {r.max_abs:.3g} (max/min "
         f"nonzero {r.dynamic_range:.2g}; max/median {r.spread:.2g}, beyond fp16's 11 significant bits)"))
         for r in seen if r.spread is not None and r.spread > _SPREAD and r.dynamic_range is not None]
+    inner = _inner_sum(bad, inputs)
+    if inner is not None:
+        found.append(Explanation(Cause.ACCUMULATION, bad.tensor, (
+            f"fp16 overflow inside {bad.op_type} {bad.node}: its sum of squares reaches {inner[0]:.3g} "
+            f"({inner[1]}), above 65504, fp16's largest value, although its output fits")))
     if bad.op_type in _SUMS and inputs:
         big = max(inputs, key=lambda r: r.max_abs)
         out = max(abs(bad.ranges.min), abs(bad.ranges.max))
@@ -642,6 +648,17 @@ def explain(bad: Probe, inputs: list[Ranges]) -> list[Explanation]:
             f"no value out of fp16's range: {bad.op_type} {bad.node} loses precision to fp16 rounding (values "
             f"{bad.ranges.min:.3g} to {bad.ranges.max:.3g})")))
     return found
+
+
+def _inner_sum(bad: Probe, inputs: list[Ranges]) -> tuple[float, str] | None:
+    """The sum of squares an L2 norm accumulates, when fp16 cannot hold it: ReduceL2's is its output squared (a
+    ScaleNorm over values near 700 sums 1e7), an LpNormalization's at least its largest input squared."""
+    if bad.op_type == "ReduceL2" and bad.ranges.max_abs ** 2 > FP16_MAX:
+        return bad.ranges.max_abs ** 2, f"the square of its largest output, {bad.ranges.max_abs:.3g}"
+    if bad.op_type == "LpNormalization" and inputs and max(r.max_abs for r in inputs) ** 2 > FP16_MAX:
+        big = max(inputs, key=lambda r: r.max_abs)
+        return big.max_abs ** 2, f"at least the square of {big.tensor}'s largest value, {big.max_abs:.3g}"
+    return None
 
 
 def _ulp(x: float) -> float:
@@ -714,6 +731,13 @@ def remedies(result: DiagnoseResult) -> list[Remedy]:
         found.append(Remedy(RemedyKind.CLAMP, (
             f"{bad.op_type} of values down to {r.min_nonzero_abs:.2g}: add Max({r.tensor}, 1e-4) before it (a "
             f"floor on its {what} that fp16 holds), or compute {_TINY_OPS[bad.op_type]} on the CPU (split)")))
+    elif (inner := _inner_sum(bad, result.input_ranges)) is not None:
+        reads = max(result.input_ranges, key=lambda r: r.max_abs, default=None)
+        scale = 2 ** math.ceil(math.log2(math.sqrt(inner[0] / 8192)))  # the sum of squares to 8192 or less
+        found.append(Remedy(RemedyKind.RESCALE, (
+            f"divide {reads.tensor if reads else 'its input'} by {scale:g} before {bad.node} and multiply its result "
+            f"by {scale:g} (an L2 norm of x/{scale:g} is the norm of x over {scale:g}: the sum of squares then "
+            f"fits), or compute it on the CPU (split)")))
     elif bad.op_type == "Exp" and "overflow" in kinds:
         found.append(Remedy(RemedyKind.CLAMP, (
             f"Exp overflows fp16 above 11.09: subtract the max first (as Softmax does) or add Min(x, 11) before "

@@ -416,3 +416,38 @@ def test_real_speech_names_the_log_and_cuts_before_the_values_fp16_cannot_hold(t
     assert "--split-at frames --cpu tail" in split["command"] and "sq is out of fp16's range" in split["text"]
     random = stage.diagnose(target)  # random input hides it
     assert random.ok and random.first_bad is None
+
+
+@pytest.mark.needs_qnn
+def test_an_l2_norm_whose_sum_of_squares_overflows_is_named_and_its_remedies_pass_as_printed(tmp_path):
+    """A ScaleNorm over values near 700: the ReduceL2's output fits fp16 (3.5e3) but its sum of squares (1.2e7) does
+    not. diagnose says so (not "rounding"), and both remedies it prints pass when done as printed: the split (its
+    NPU head validated as a chain with the CPU tail) and the rescale (the norm of x/64, times 64)."""
+    from tests.support.synth_models import offset_free_scalenorm, scalenorm_after_gain
+
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
+    onnx.save(scalenorm_after_gain(), tmp_path / "pose.onnx")
+    assert compile_stage.compile_models({"pose": tmp_path / "pose.onnx"}, ["SM8650"], tmp_path / "build").ok
+    assert not validate_stage.validate_build(tmp_path / "build").ok
+    result = stage.diagnose(tmp_path / "build" / "pose" / "SM8650")
+    assert result.first_bad is not None and result.first_bad.op_type == "ReduceL2"
+    (why,) = result.explanations
+    assert why.kind == "accumulation" and "sum of squares reaches 1.21e+07" in why.text
+    split = next(r for r in result.remedies if r.kind == "split")
+    rescale = next(r for r in result.remedies if r.kind == "rescale")
+    assert split.command is not None and "--split-at feat --cpu tail" in split.command
+    assert "divide feat by 64 before scalenorm_l2 and multiply its result by 64" in rescale.text
+
+    args = shlex.split(split.command)[1:]
+    args[args.index("-o") + 1] = str(tmp_path / "parts" / "pose.onnx")
+    assert run(*args).exit_code == 0
+    assert compile_stage.compile_models({"head": tmp_path / "parts" / "pose-head.onnx"}, ["SM8650"],
+                                        tmp_path / "split-build").ok
+    chained = validate_stage.validate_build(tmp_path / "split-build")
+    (target,) = chained.targets
+    assert chained.ok and target.chain is not None and target.chain.passed  # the CPU tail on the NPU head's values
+
+    onnx.save(offset_free_scalenorm(64.0), tmp_path / "rescaled.onnx")
+    assert compile_stage.compile_models({"rescaled": tmp_path / "rescaled.onnx"}, ["SM8650"],
+                                        tmp_path / "rescaled-build").ok
+    assert validate_stage.validate_build(tmp_path / "rescaled-build").ok

@@ -468,6 +468,23 @@ def scalenorm_after_gain(gain: float = 700.0) -> onnx.ModelProto:
          numpy_helper.from_array(np.array([-1], np.int64), "axes")], opset=18)
 
 
+def offset_free_scalenorm(scale: float, gain: float = 700.0) -> onnx.ModelProto:
+    """scalenorm_after_gain with diagnose's rescale done: the norm of feat / scale, times scale (the same values on
+    the CPU; the sum of squares now fits fp16)."""
+    model = scalenorm_after_gain(gain)
+    graph = model.graph
+    nodes = list(graph.node)
+    l2 = next(i for i, n in enumerate(nodes) if n.op_type == "ReduceL2")
+    nodes[l2:l2 + 1] = [h.make_node("Div", ["feat", "s"], ["small"], name="shrink"),
+                        h.make_node("ReduceL2", ["small", "axes"], ["small_norm"], name="scalenorm_l2", keepdims=1),
+                        h.make_node("Mul", ["small_norm", "s"], ["norm"], name="grow")]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    graph.initializer.append(numpy_helper.from_array(np.array(scale, np.float32), "s"))
+    onnx.checker.check_model(model)
+    return model
+
+
 def masked_by_length(frames: int = 16) -> onnx.ModelProto:
     """A CTC-style graph with a length input: frames at positions >= x_lens are masked to -inf before a softmax.
     Any length from 1 to `frames` runs as the app runs it; a length of 0 masks every frame and the CPU itself
