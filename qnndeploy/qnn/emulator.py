@@ -45,6 +45,8 @@ class Job:
     thresholds: metrics.Thresholds | None = None  # validate's for the precision when None
     ranges: dict[str, tuple[int, int]] | None = None  # the integer inputs' values validate drew (its record's)
     task: str | None = None  # validate's --task for it (its record's); None: the task the graph makes plain
+    folder: str | None = None  # the record's real samples, when they are still here: run on them
+    preprocess: str | None = None  # how the record's audio or image files became inputs
 
 
 @dataclass
@@ -185,11 +187,23 @@ def _validation(root: Path, manifest: JSON, graph: str, soc: str) -> JSON | None
     return record
 
 
+def _samples_here(inputs: JSON) -> Path | None:
+    """The folder of a record's real samples, when it still holds the very files the record lists."""
+    folder = inputs.get("folder") if inputs.get("kind") == "files" else None
+    listed = inputs.get("files")
+    if not isinstance(folder, str) or not isinstance(listed, list) or not Path(folder).is_dir():
+        return None
+    here = [p.name for p in (*samples.sample_files(Path(folder)), *samples.media_files(Path(folder)))]
+    return Path(folder) if sorted(here) == sorted(str(f) for f in listed) else None
+
+
 def _key(job: Job, tc: toolchain.Toolchain | None, binary_sha: str) -> str:
     here = tc or toolchain.current()
+    files = ([(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(Path(job.folder).iterdir())]
+             if job.folder else [])
     data = [binary_sha, sha256_file(job.cpu_model), here.qairt if here else "", job.soc, job.precision, job.samples,
             job.seed, job.thresholds, job.qnn_graph, *([job.ranges] if job.ranges else []),
-            *([job.task] if job.task else [])]
+            *([job.task] if job.task else []), *([job.folder, job.preprocess, files] if job.folder else [])]
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -205,9 +219,10 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
 
     graph_names: bundle path of each context binary -> the graph names libQnnSystem read from it. A binary shared by
     several graphs is not loaded (the host emulator cannot load a context whose graphs share weights). The inputs
-    are validate's when the bundle holds the validation record of seeded random inputs (then a difference is a
-    problem), else one seeded random sample judged by validate's thresholds for the precision (a warning: the
-    bundle was validated on inputs it does not hold)."""
+    are validate's when the bundle holds its validation record and can make them again (seeded random inputs, or the
+    record's sample files, still in the folder it names; then a difference is a problem), else one seeded random
+    sample judged by validate's thresholds for the precision (a warning: the bundle was validated on inputs it does
+    not hold)."""
     found = Check()
     tc, why = emulator_for(manifest["qairt"]["version"])
     if why is not None:
@@ -227,13 +242,18 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
                 continue
             record = _validation(root, manifest, graph, t["soc"])
             inputs = (record or {}).get("inputs") or {}
-            strict = inputs.get("kind") == "random" and isinstance(inputs.get("samples"), int)
+            folder = _samples_here(inputs)
+            strict = folder is not None or (inputs.get("kind") == "random" and isinstance(inputs.get("samples"), int))
+            described = inputs.get("preprocess")
+            given = described.get("given") if isinstance(described, dict) else described
             job = Job(root / a["path"], graph, names[0], t["soc"], t["precision"], cpu[graph],
-                      samples=min(int(inputs["samples"]), 8) if strict else 1,
-                      seed=int(inputs.get("seed", 0)) if strict else 0,
+                      samples=min(int(inputs["samples"]), 8) if strict and folder is None else 1,
+                      seed=int(inputs.get("seed", 0)) if strict and folder is None else 0,
                       thresholds=(record or {}).get("thresholds") if strict else None,
                       ranges=samples.recorded_ranges(inputs) or None,
-                      task=((record or {}).get("task") or {}).get("given"))
+                      task=((record or {}).get("task") or {}).get("given"),
+                      folder=str(folder) if folder is not None else None,
+                      preprocess=str(given) if folder is not None and given not in (None, "(defaults)") else None)
             jobs.append((a["path"], job, strict, _key(job, tc, a["sha256"])))
             if strict and record is not None and record.get("passed") is False:
                 accepted[a["path"]] = (list(record.get("outputs") or []), record.get("task"))
@@ -248,6 +268,7 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
             write_json(cache_dir() / f"{key}.json", asdict(outcome))
     for path, job, strict, key in jobs:
         outcome = cached[key]
+        on = f"its record's samples in {job.folder}" if job.folder else f"{job.samples} seeded input(s)"
         if not outcome.loaded:
             found.problems.append((path, f"does not load on the host HTP emulator: {outcome.error}"))
         elif path in accepted:  # failed validation, shipped by --accept: it must not be worse than what was accepted
@@ -256,12 +277,12 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
             worse = _worse_task(outcome.task, task) or _worse([o for o in outcome.outputs if o["name"] != decided],
                                                               outputs)
             if worse is not None:
-                why = f"computes worse numbers than its accepted validation record on {job.samples} seeded input(s)"
+                why = f"computes worse numbers than its accepted validation record on {on}"
                 found.problems.append((path, f"{why}: {worse}"))
         elif not outcome.passed:
             decided = (outcome.task or {}).get("output")
             bad = next((o for o in outcome.outputs if not o["passed"] and o["name"] != decided), None)
-            what = (f"computes other numbers than its CPU model on {job.samples} seeded input(s): " + (
+            what = (f"computes other numbers than its CPU model on {on}: " + (
                 f"output {bad['name']} cosine {bad['cosine']}, SNR {bad['snr_db']} dB" if bad is not None else
                 f"{(outcome.task or {}).get('kind')} on {decided}: {(outcome.task or {}).get('summary')}"))
             if strict:
@@ -269,8 +290,11 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
             else:
                 found.warnings.append((path, f"{what} (the bundle was validated on other inputs)"))
     here = tc or toolchain.current()
+    on_files = sum(1 for _, job, _, _ in jobs if job.folder)
     found.done = (f"{len(jobs)} context binar{'y' if len(jobs) == 1 else 'ies'} loaded and run on the host HTP "
-                  f"emulator (QAIRT {here.qairt if here else '?'}) against the CPU models")
+                  f"emulator (QAIRT {here.qairt if here else '?'}) against the CPU models"
+                  + (f", {on_files} on the sample files of {'its' if len(jobs) == 1 else 'their'} validation "
+                     "record" if on_files else ""))
     return found
 
 
@@ -289,10 +313,14 @@ def _one(job: JSON, work: Path, references: References) -> Outcome:
     (folder / "ctx.bin").symlink_to(binary.resolve())
     wrapper = folder / "ctx.onnx"
     epcontext.wrap("ctx.bin", job["qnn_graph"], model, wrapper)
-    key = (str(model), job["graph"], job["samples"], job["seed"], json.dumps(job.get("ranges"), sort_keys=True))
+    key = (str(model), job["graph"], job["samples"], job["seed"],
+           json.dumps([job.get("ranges"), job.get("folder"), job.get("preprocess")], sort_keys=True))
     if key not in references:
-        ranges = {name: (lo, hi) for name, (lo, hi) in (job.get("ranges") or {}).items()}
-        feeds, _ = samples.for_graph(model, job["graph"], count=job["samples"], seed=job["seed"], ranges=ranges)
+        if job.get("folder"):
+            feeds, _ = samples.for_graph(model, job["graph"], Path(job["folder"]), preprocess=job.get("preprocess"))
+        else:
+            ranges = {name: (lo, hi) for name, (lo, hi) in (job.get("ranges") or {}).items()}
+            feeds, _ = samples.for_graph(model, job["graph"], count=job["samples"], seed=job["seed"], ranges=ranges)
         references[key] = feeds, samples.cpu_outputs(model, feeds)
     feeds, expected = references[key]
     try:

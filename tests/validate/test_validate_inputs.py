@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import onnx
 import pytest
 
@@ -153,3 +154,21 @@ def test_a_binary_worse_than_its_accepted_record_is_told_on_the_figure_it_was_ju
     snr = [{"name": "y", "passed": False, "judged_on": "cosine+snr", "snr_db": 25.0, "cosine": 0.99}]
     assert emulator._worse([{**snr[0], "snr_db": 24.0}], snr) is None
     assert emulator._worse([{**snr[0], "snr_db": 20.0}], snr) is not None
+
+
+@pytest.mark.needs_qnn
+def test_bundle_verify_runs_a_binary_on_its_records_sample_files_while_they_are_there(tmp_path: Path) -> None:
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
+    onnx.save(synth_models.masked_by_length(), tmp_path / "ctc.onnx")
+    assert cli("compile", tmp_path / "ctc.onnx", "--soc", "SM8650", "-o", tmp_path / "build")[0] == 0
+    (tmp_path / "real").mkdir()
+    samples.write_samples(tmp_path / "real", [{"x": np.full((1, 16, 4), 0.5, np.float32),
+                                               "x_lens": np.array([n], np.int32)} for n in (3, 16)])
+    assert cli("validate", tmp_path / "build", "--inputs", tmp_path / "real")[0] == 0
+    assert run("bundle", "build", "--from-build", tmp_path / "build", "--name", "ctc", "--version", "1",
+               "-o", tmp_path / "out").exit_code == 0
+    verified = run("bundle", "verify", tmp_path / "out" / "ctc-1")
+    assert verified.exit_code == 0 and "1 on the sample files of its validation record" in verified.output
+    (tmp_path / "real" / "00001.npz").unlink()  # no longer the files the record lists: one random input instead
+    verified = run("bundle", "verify", tmp_path / "out" / "ctc-1")
+    assert verified.exit_code == 0 and "sample files" not in verified.output, verified.output
