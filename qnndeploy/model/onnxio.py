@@ -567,8 +567,9 @@ def _length_use(graph: onnx.GraphProto, node: onnx.NodeProto, name: str, produce
 
 def class_axes(path: Path) -> dict[str, int]:
     """The outputs that hold class scores, with their class axis: an output made by Softmax or LogSoftmax (its
-    axis), or a [batch, classes] output of rank 2. Argmax agreement means something only for these: over a feature
-    map, an embedding or a detector's boxes it compares arbitrary positions."""
+    axis), a [batch, classes] output of rank 2, or one row of scores ([1, 1, vocab]: a decoder's logits). Argmax
+    agreement means something only for these: over a feature map, an embedding or a detector's boxes it compares
+    arbitrary positions."""
     model = load_model(Path(path), weights=False)
     graph = model.graph
     producers = {o: n for n in graph.node for o in n.output}
@@ -581,4 +582,7 @@ def class_axes(path: Path) -> dict[str, int]:
             axes[value.name] = next((a.i for a in node.attribute if a.name == "axis"), -1 if opset >= 13 else 1)
         elif info.shape is not None and len(info.shape) == 2 and isinstance(info.shape[1], int) and info.shape[1] > 1:
             axes[value.name] = 1
+        elif info.shape is not None and len(info.shape) > 2 and all(d == 1 for d in info.shape[:-1]) \
+                and isinstance(info.shape[-1], int) and info.shape[-1] > 1:
+            axes[value.name] = len(info.shape) - 1  # one row of scores, a decoder's next-token logits [1, 1, vocab]
     return axes

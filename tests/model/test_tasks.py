@@ -88,3 +88,15 @@ def test_an_embedding_is_judged_by_each_samples_cosine(tmp_path: Path) -> None:
     turned = [cpu[0], {"probs": np.array([[0.0, 0.7, 0.7, 0.0]], np.float32)}]
     _, verdict, _ = tasks.judge(task, model, cpu, turned, thresholds_for("fp16"))
     assert verdict is not None and not verdict.passed and verdict.figures["min_cosine"] == pytest.approx(0.7071, 1e-3)
+
+
+def test_one_row_of_logits_gets_its_argmax_agreement_reported(tmp_path: Path) -> None:
+    """A decoder's next-token logits [1, 1, vocab] (no Softmax in the graph): argmax agreement is the token."""
+    from qnndeploy.model.onnxio import class_axes
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["logits"])], "dec",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 12])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1, 12])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "dec.onnx")
+    assert class_axes(tmp_path / "dec.onnx") == {"logits": 2}
+    assert class_axes(softmax_model(tmp_path / "map.onnx", [1, 8, 12])) == {"probs": -1}
