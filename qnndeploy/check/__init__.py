@@ -11,6 +11,7 @@ import logging
 import math
 import shlex
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -37,7 +38,7 @@ from qnndeploy.model.onnxio import (
     tensor_info,
 )
 from qnndeploy.qnn import htp
-from qnndeploy.qnn.htp import HtpMeasurement, htp_takes_nothing, measure_htp, soc_takes_nothing
+from qnndeploy.qnn.htp import CpuNode, HtpMeasurement, htp_takes_nothing, measure_htp, soc_takes_nothing
 
 if TYPE_CHECKING:
     import onnx
@@ -166,13 +167,19 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
             findings.append(Finding("htp", Severity.BLOCKER, soc_takes_nothing(target, htp_result.qairt),
                                     f"target another SoC (qnndeploy socs lists them), or leave {target.model}'s "
                                     "phones on the CPU fallback; a newer QAIRT may support it"))
-        elif _fusing_fixes(graph, htp_result):
+        elif fusable := _fusable(graph, htp_result):
+            rest = [n for n in htp_result.cpu_nodes if n not in fusable]
             findings.append(Finding(
                 "htp", Severity.FIXABLE,
-                f"the unfused GELU (Erf) has no {precision} form on the HTP: {len(htp_result.cpu_nodes)} Erf "
-                "node(s) would run on the CPU",
-                "prepare --fuse (one Gelu node per GELU, opset 20; re-exporting at opset 20 does the same)",
+                f"the unfused GELU (Erf) has no {precision} form on the HTP: {len(fusable)} Erf node(s) would run on "
+                "the CPU", "prepare --fuse (one Gelu node per GELU, opset 20; re-exporting at opset 20 does the same)",
                 prepare=PrepareFix(fuse=True)))
+            if rest:  # judged on the fused graph: the partitions and the edges move once the GELUs are one node
+                ops = Counter(n.op_type for n in rest)
+                findings.append(Finding(
+                    "htp", Severity.INFO,
+                    f"the other {len(rest)} CPU node(s) ({', '.join(f'{k} ×{v}' for k, v in ops.most_common())}) "
+                    "are judged on the fused model", "prepare --fuse first, then check the fused model"))
         elif htp_result.measured and htp_result.cpu_nodes and (split := rules.edge_split(model, htp_result)):
             findings.append(split)
         else:
@@ -243,12 +250,11 @@ def _measure_quantized(path: Path, soc: Soc, graph: onnx.GraphProto, timeout: fl
     return measured
 
 
-def _fusing_fixes(graph: onnx.GraphProto, m: HtpMeasurement) -> bool:
-    """Whether every node the HTP refused is the Erf of a GELU that `prepare --fuse` rewrites."""
-
-    if not m.measured or not m.cpu_nodes or any(n.op_type != "Erf" for n in m.cpu_nodes):
-        return False
+def _fusable(graph: onnx.GraphProto, m: HtpMeasurement) -> list[CpuNode]:
+    """The nodes the HTP refused that are the Erf of a GELU `prepare --fuse` rewrites into one node it runs."""
+    if not m.measured or not m.cpu_nodes:
+        return []
     erfs = {n.name for _, _, nodes in find_gelus(graph) for n in nodes if n.op_type == "Erf"}
-    return all(n.name in erfs for n in m.cpu_nodes)
+    return [n for n in m.cpu_nodes if n.op_type == "Erf" and n.name in erfs]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -100,8 +101,16 @@ def check(models: tuple[Path, ...], socs: tuple[str, ...], precision: str, no_me
             _render_check(one)
         if len(reports) > 1:
             click.echo(f"\noverall: {worst.verdict} (exit {worst.exit_code})")
+        quantized = ("--precision", precision, "--calib", "DIR") if precision != Precision.FP16 else ()
         if worst.verdict == stage.Verdict.READY:
             paths = [Path(p) for p in dict.fromkeys(r.path for r in reports)]
             soc_args = ",".join(dict.fromkeys(r.htp.soc for r in reports))
-            next_step(command_line("qnndeploy", "compile", *paths, "--soc", soc_args, "-o", "build"))
+            next_step(command_line("qnndeploy", "compile", *paths, "--soc", soc_args, "-o", "build", *quantized))
+        elif worst.verdict == stage.Verdict.FIXABLE and len(reports) == 1 and worst.prepare_command:
+            # the check after the fix keeps this one's SoC and precision: prepare knows neither
+            words = shlex.split(worst.prepare_command)
+            out = words[words.index("-o") + 1] if "-o" in words else None
+            if out is not None:
+                next_step(worst.prepare_command, command_line("qnndeploy", "check", out, "--soc", worst.htp.soc,
+                                                              *quantized[:2]))
     sys.exit(worst.exit_code)

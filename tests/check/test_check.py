@@ -503,3 +503,31 @@ def test_control_flow_drivers_stay_linear_on_a_long_chain_of_ifs():
     memo: dict[str, frozenset[str]] = {}
     assert all(rules.value_drivers(f"t{i}", producers, {"t0"}, memo) == {"t0"} for i in range(0, 50_001, 10))
     assert len(memo) == 50_001
+
+
+@pytest.mark.needs_qnn
+def test_an_unfused_gelu_among_other_cpu_nodes_is_fused_first_and_the_rest_judged_on_the_fused_model(tmp_path):
+    """At w8a16 the Erf of an unfused GELU has no HTP form; beside it a Det (no HTP kernel) at the graph's tail.
+    check offered re-export (exit 11) for both; now --fuse first (exit 10), the Det judged again after it, and the
+    printed next step keeps the SoC and the precision."""
+    import shlex
+
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    model = sm.gelu_erf()
+    model.graph.node.extend([helper.make_node("Reshape", ["g", "square"], ["g2"], name="square"),
+                             helper.make_node("Det", ["g2"], ["det"], name="determinant")])
+    model.graph.initializer.append(numpy_helper.from_array(np.array([8, 4, 4], np.int64), "square"))
+    model.graph.output.append(helper.make_tensor_value_info("det", TensorProto.FLOAT, [8]))
+    onnx.save(model, tmp_path / "m.onnx")
+    require(htp.available(), "onnxruntime-qnn")
+    result = run("check", tmp_path / "m.onnx", "--soc", "SM8750", "--precision", "w8a16")
+    assert result.exit_code == 10, result.output
+    assert "the other 1 CPU node(s) (Det ×1) are judged on the fused model" in result.output
+    prepare, check_again = result.output.splitlines()[-1].removeprefix("next: ").split(", then ")
+    assert prepare.endswith("--fuse") and check_again.endswith("--soc SM8750 --precision w8a16")
+    assert run(*shlex.split(prepare)[1:]).exit_code == 0
+    again = run(*shlex.split(check_again)[1:], "--json")
+    report = json.loads(again.stdout)["models"][0]
+    assert [n["op_type"] for n in report["htp"]["cpu_nodes"]] == ["Det"]  # the GELU now runs on the HTP
