@@ -187,6 +187,9 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
         if htp_result.measured and htp_result.total_nodes and not htp_result.cpu_nodes:
             findings = [rules.taken_by_the_htp(f) if f.code == "control-flow" and f.severity == Severity.BLOCKER else f
                         for f in findings]
+        if any(f.code == "setting-input" for f in findings):  # the frozen value folds what it sizes: judge after
+            findings = [rules.after_freezing(f) if f.code == "htp" and f.severity == Severity.BLOCKER else f
+                        for f in findings]
 
     if any(f.code == "float64" and f.severity == Severity.BLOCKER for f in findings) and \
             (split := rules.float64_split(model)) is not None:

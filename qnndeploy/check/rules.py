@@ -55,7 +55,9 @@ class Severity(StrEnum):
 
 @dataclass
 class Finding:
-    code: str  # dynamic-dims, output-shape, batch, int64, float64, quantized, control-flow, data-shaped, size, soc, htp
+    # dynamic-dims, output-shape, batch, int64, float64, quantized, control-flow, data-shaped, setting-input, size,
+    # soc, htp
+    code: str
     severity: Severity
     message: str
     fix: str
@@ -263,8 +265,28 @@ def ops(graph: onnx.GraphProto) -> list[Finding]:
                 f"{label} depends on the values of {', '.join(sorted(values - small_inputs))}: control flow "
                 "breaks a static compile",
                 "re-export without it: compute both branches and select the result (torch.where)", node=label))
+    setting: dict[str, list[str]] = {}  # small input -> the shape-setting nodes its value drives
+    for node in graph.node:
+        for slot in SHAPE_SETTING_INPUTS.get(node.op_type, ()):
+            if len(node.input) > slot and node.input[slot]:
+                for name in value_drivers(node.input[slot], producers, fed, memo) & small_inputs:
+                    setting.setdefault(name, []).append(f"{node.op_type} {node.name or '(unnamed)'}")
+    if setting:
+        names = sorted(setting)
+        findings.append(Finding(
+            "setting-input", Severity.FIXABLE,
+            "the value of the setting input(s) " + "; ".join(f"{n} sets the output size of {_clip(setting[n], 2)}"
+                                                           for n in names)
+            + ": a static graph needs it fixed (random values make sizes the model never has)",
+            " ".join(f"prepare --freeze {n}=VALUE" for n in names) + " (the value your app always uses)",
+            prepare=PrepareFix(freeze=names)))
     return findings
 
+
+# The inputs that set an op's output size (by value): a Resize's scales and sizes, a Reshape's or Expand's shape, a
+# Tile's repeats, a Slice's starts, ends and steps, a Pad's pads, a Range's start, limit and delta, a TopK's k.
+SHAPE_SETTING_INPUTS = {"Resize": (2, 3), "Upsample": (1,), "Reshape": (1,), "Expand": (1,), "Tile": (1,),
+                        "Slice": (1, 2, 4), "Pad": (1,), "Range": (0, 1, 2), "TopK": (1,), "ConstantOfShape": (0,)}
 
 # Ops whose output says only something about the shape of their input, never about its values.
 SHAPE_ONLY_OPS = {"Shape", "Size"}
@@ -302,6 +324,13 @@ def taken_by_the_htp(finding: Finding) -> Finding:
                    f"{finding.node}: runs on the HTP as measured (every node on the HTP: ONNX Runtime folds it for "
                    "these shapes or the QNN EP takes it)",
                    "none needed; validate compares its outputs with the CPU on the HTP emulator", node=finding.node)
+
+
+def after_freezing(finding: Finding) -> Finding:
+    """A measurement made while a setting input still sizes tensors (a Resize's scale from downsample_ratio): the
+    nodes it sizes are static once it is frozen, so the CPU nodes are judged on the prepared model."""
+    return Finding("htp", Severity.INFO, f"{finding.message} (measured with the setting input(s) not yet frozen)",
+                   "prepare --freeze first, then check the prepared model")
 
 
 def _numel(info: TensorInfo) -> float:

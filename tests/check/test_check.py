@@ -531,3 +531,32 @@ def test_an_unfused_gelu_among_other_cpu_nodes_is_fused_first_and_the_rest_judge
     again = run(*shlex.split(check_again)[1:], "--json")
     report = json.loads(again.stdout)["models"][0]
     assert [n["op_type"] for n in report["htp"]["cpu_nodes"]] == ["Det"]  # the GELU now runs on the HTP
+
+
+@pytest.mark.needs_qnn
+def test_a_setting_input_that_sizes_a_resize_is_frozen_first(tmp_path):
+    """A matting model's downsample_ratio sets its Resize's scales: check offers --freeze for it (random values make
+    sizes the model never has) and judges the CPU nodes it causes after the freeze; frozen, all run on the HTP."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 3, 3, 3)).astype(np.float32), "W")
+    graph = helper.make_graph(
+        [helper.make_node("Concat", ["ones", "downsample_ratio", "downsample_ratio"], ["scales"], axis=0),
+         helper.make_node("Resize", ["src", "", "scales"], ["small"], mode="linear", name="downsample"),
+         helper.make_node("Conv", ["small", "W"], ["y"], pads=[1, 1, 1, 1])], "matting",
+        [helper.make_tensor_value_info("src", TensorProto.FLOAT, [1, 3, 64, 64]),
+         helper.make_tensor_value_info("downsample_ratio", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.ones(2, np.float32), "ones"), weights])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "matting.onnx")
+    require(htp.available(), "onnxruntime-qnn")
+    report = check.check_model(tmp_path / "matting.onnx", soc="SM8750")
+    setting = next(f for f in report.findings if f.code == "setting-input")
+    assert setting.severity == "fixable" and "downsample_ratio sets the output size of Resize downsample" in \
+        setting.message
+    assert report.verdict == "fixable" and "--freeze downsample_ratio=VALUE" in (report.prepare_command or "")
+    assert run("prepare", tmp_path / "matting.onnx", "-o", tmp_path / "m.npu.onnx",
+               "--freeze", "downsample_ratio=0.25").exit_code == 0
+    again = check.check_model(tmp_path / "m.npu.onnx", soc="SM8750")
+    assert again.verdict == "ready" and not again.htp.cpu_nodes
