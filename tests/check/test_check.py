@@ -560,3 +560,14 @@ def test_a_setting_input_that_sizes_a_resize_is_frozen_first(tmp_path):
                "--freeze", "downsample_ratio=0.25").exit_code == 0
     again = check.check_model(tmp_path / "m.npu.onnx", soc="SM8750")
     assert again.verdict == "ready" and not again.htp.cpu_nodes
+
+
+@pytest.mark.needs_qnn
+def test_a_plain_check_says_a_w8a16_compile_would_refuse_an_unfused_gelu(tmp_path):
+    require(htp.available(), "onnxruntime-qnn")
+    path = save(tmp_path, sm.gelu_erf())
+    report = check.check_model(path, soc="SM8750")
+    assert report.verdict == "ready"  # fp16 takes the Erf
+    (note,) = [f for f in report.findings if f.code == "w8a16"]
+    assert note.severity == "info" and "prepare --fuse" in note.fix
+    assert not [f for f in check.check_model(path, soc="SM8750", precision="w8a16").findings if f.code == "w8a16"]
