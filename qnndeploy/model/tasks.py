@@ -34,10 +34,13 @@ class TaskKind(StrEnum):
     EMBED = "embed"  # the direction: each sample's cosine
     OCR = "ocr"  # CTC text, greedy: character error rate against the CPU's text
     ASR = "asr"  # CTC text, greedy: word error rate against the CPU's text
+    DETECT = "detect"  # the detections above a score threshold, matched by IoU (and class)
 
 
 FP16_STEP = 2.0 ** -10  # fp16's relative spacing: two CPU scores closer than this are a tie the NPU cannot order
-KEYS = {"output", "tokens", "blank", "texts"}
+KEYS = {"output", "tokens", "blank", "texts", "boxes", "scores", "classes", "threshold", "iou"}
+DETECT_DEFAULTS = {"threshold": 0.5, "iou": 0.5}
+BORDERLINE = 0.02  # a detection whose score is this close to the threshold may fall either side on the NPU
 PADDLE_VOCAB = "character"  # PaddleOCR's metadata: the recognizer's characters, one per line
 
 
@@ -50,10 +53,18 @@ class Task:
     blank: int = 0  # ocr, asr: CTC's blank index
     given: str | None = None  # --task as the user wrote it, for the records (tokens by file path)
     references: tuple[str, ...] = ()  # ocr, asr: the true text of each sample (texts=FILE), for the record
+    roles: tuple[tuple[str, str], ...] = ()  # detect: (boxes|scores|classes, output name)
+    limits: tuple[tuple[str, float], ...] = ()  # detect: threshold, iou
+
+    @property
+    def outputs(self) -> set[str]:
+        """The outputs the task decides for."""
+        return {name for _, name in self.roles} | ({self.output} if self.output else set())
 
     def json(self) -> JSON:
         return {"kind": self.kind.value, "output": self.output, "why": self.why,
                 **({"given": self.given} if self.given else {}),
+                **({"roles": dict(self.roles), **dict(self.limits)} if self.roles else {}),
                 **({"blank": self.blank, "vocabulary": len(self.tokens)} if self.tokens else {})}
 
 
@@ -89,6 +100,8 @@ def parse(text: str, model: Path) -> Task:
     if kind == TaskKind.TENSOR:
         return Task(kind, why="given with --task", given=text)
     outputs = {i.name: i for i in onnxio.model_outputs(model)}
+    if kind == TaskKind.DETECT:
+        return _detect_task(text, options, outputs)
     name = options.get("output") or _only(kind, model, outputs)
     if name not in outputs:
         raise BadInput(f"--task {text}: {model.name} has no output {name!r} (it has {', '.join(outputs)})")
@@ -110,6 +123,23 @@ def parse(text: str, model: Path) -> Task:
         except (OSError, UnicodeDecodeError) as e:
             raise BadInput(f"--task texts={options['texts']}: cannot read it as UTF-8 text ({e})") from None
     return Task(kind, name, "given with --task", tokens, blank, text, references)
+
+
+def _detect_task(text: str, options: Mapping[str, str], outputs: Mapping[str, onnxio.TensorInfo]) -> Task:
+    roles = tuple((role, options[role]) for role in ("boxes", "scores", "classes") if role in options)
+    if {r for r, _ in roles} < {"boxes", "scores"}:
+        raise BadInput(f"--task {text}: detect needs boxes=OUTPUT and scores=OUTPUT (and classes=OUTPUT when the "
+                       "scores are not per class)")
+    missing = [n for _, n in roles if n not in outputs]
+    if missing:
+        raise BadInput(f"--task {text}: no output {missing[0]!r} (the model has {', '.join(outputs)})")
+    try:
+        limits = tuple((k, float(options.get(k, v))) for k, v in DETECT_DEFAULTS.items())
+    except ValueError:
+        raise BadInput(f"--task {text}: threshold and iou are numbers, e.g. threshold=0.25,iou=0.5") from None
+    if not all(0 <= v <= 1 for _, v in limits):
+        raise BadInput(f"--task {text}: threshold and iou lie between 0 and 1")
+    return Task(TaskKind.DETECT, dict(roles)["boxes"], "given with --task", given=text, roles=roles, limits=limits)
 
 
 def detect(model: Path) -> Task:
@@ -136,6 +166,10 @@ def judge(task: Task, model: Path, expected: Sequence[Mapping[str, np.ndarray]],
     judged = judge_model(model, expected, actual, limits)
     if task.kind == TaskKind.TENSOR or task.output is None:
         return judged, None, all(m.passed for m in judged)
+    others = all(m.passed for m in judged if m.name not in task.outputs)
+    if task.kind == TaskKind.DETECT:
+        verdict = _detections(task, expected, actual, limits)
+        return judged, verdict, verdict.passed and others
     cpu = [e[task.output] for e in expected]
     htp = [a[task.output] for a in actual]
     if task.kind == TaskKind.CLASSIFY:
@@ -144,7 +178,7 @@ def judge(task: Task, model: Path, expected: Sequence[Mapping[str, np.ndarray]],
         verdict = _embed(task, cpu, htp, limits)
     else:
         verdict = _text(task, cpu, htp, limits)
-    return judged, verdict, verdict.passed and all(m.passed for m in judged if m.name != task.output)
+    return judged, verdict, verdict.passed and others
 
 
 def limit(limits: Mapping[str, float], key: str) -> float:
@@ -230,6 +264,82 @@ def error_rate(reference: Sequence[str], hypothesis: Sequence[str], words: bool)
     return errors / length if length else float(errors > 0)
 
 
+def _detections(task: Task, expected: Sequence[Mapping[str, np.ndarray]],
+                actual: Sequence[Mapping[str, np.ndarray]], thresholds: Mapping[str, float]) -> TaskVerdict:
+    """Each sample's detections above the threshold, CPU against NPU, paired greedily by IoU (the same class when
+    classes are given). The unpaired ones, over all, are the error rate (max_error_rate, default 0: every detection
+    the same); one whose score is within BORDERLINE of the threshold is not counted."""
+    roles, limits = dict(task.roles), dict(task.limits)
+    threshold, least_iou = limits["threshold"], limits["iou"]
+    paired = missed = extra = borderline = 0
+    ious: list[float] = []
+    examples: list[JSON] = []
+    for s, (e, a) in enumerate(zip(expected, actual, strict=True)):
+        cpu, npu = (_kept(side, roles, threshold) for side in (e, a))
+        pairs = _pair(cpu, npu, least_iou)
+        paired += len(pairs)
+        ious += [iou for _, _, iou in pairs]
+        for side, found, others in (("cpu", cpu, {i for i, _, _ in pairs}), ("npu", npu, {j for _, j, _ in pairs})):
+            for k, (_, score, label) in enumerate(found):
+                if k in others:
+                    continue
+                if abs(score - threshold) <= BORDERLINE:
+                    borderline += 1
+                    continue
+                missed += side == "cpu"
+                extra += side == "npu"
+                if len(examples) < 10:
+                    examples.append({"sample": s, "only_on": side, "score": score, "class": label})
+    share = (missed + extra) / max(1, 2 * paired + missed + extra)
+    summary = (f"{paired} detection(s) above {threshold:g} the same (IoU >= {least_iou:g}, mean "
+               f"{(sum(ious) / len(ious)) if ious else 1.0:.3f}); {missed} only on the CPU, {extra} only on the NPU"
+               + (f"; {borderline} within {BORDERLINE:g} of the threshold not counted" if borderline else ""))
+    figures = {"paired": float(paired), "only_cpu": float(missed), "only_npu": float(extra),
+               "mean_iou": (sum(ious) / len(ious)) if ious else 1.0, "error_rate": share}
+    passed = share <= limit(thresholds, "max_error_rate")
+    return TaskVerdict(task, passed, summary, figures, examples)
+
+
+Detection = tuple["np.ndarray", float, int]  # box (x1, y1, x2, y2), score, class (-1: none)
+
+
+def _kept(outputs: Mapping[str, np.ndarray], roles: Mapping[str, str], threshold: float) -> list[Detection]:
+    import numpy as np
+
+    boxes = np.asarray(outputs[roles["boxes"]], np.float64).reshape(-1, 4)
+    scores = np.asarray(outputs[roles["scores"]], np.float64).reshape(len(boxes), -1)
+    labels = (np.asarray(outputs[roles["classes"]]).reshape(-1).astype(int) if "classes" in roles
+              else scores.argmax(axis=1) if scores.shape[1] > 1 else np.full(len(boxes), -1))
+    best = scores.max(axis=1)
+    return [(boxes[i], float(best[i]), int(labels[i])) for i in np.flatnonzero(best >= threshold)]
+
+
+def _pair(cpu: list[Detection], npu: list[Detection], least: float) -> list[tuple[int, int, float]]:
+    """Greedy pairs (cpu index, npu index, IoU), the highest IoU first, same class only."""
+    found = sorted(((_iou(c[0], n[0]), i, j) for i, c in enumerate(cpu) for j, n in enumerate(npu) if c[2] == n[2]),
+                   reverse=True)
+    used_c: set[int] = set()
+    used_n: set[int] = set()
+    pairs = []
+    for iou, i, j in found:
+        if iou >= least and i not in used_c and j not in used_n:
+            used_c.add(i)
+            used_n.add(j)
+            pairs.append((i, j, iou))
+    return pairs
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    """Intersection over union of two (x1, y1, x2, y2) boxes, corners in either order."""
+    import numpy as np
+
+    ax1, ax2, ay1, ay2 = min(a[0], a[2]), max(a[0], a[2]), min(a[1], a[3]), max(a[1], a[3])
+    bx1, bx2, by1, by2 = min(b[0], b[2]), max(b[0], b[2]), min(b[1], b[3]), max(b[1], b[3])
+    inter = max(0.0, min(ax2, bx2) - max(ax1, bx1)) * max(0.0, min(ay2, by2) - max(ay1, by1))
+    union = (ax2 - ax1) * (ay2 - ay1) + (bx2 - bx1) * (by2 - by1) - inter
+    return float(inter / union) if union > 0 else float(np.array_equal(a, b))
+
+
 def ctc_texts(output: np.ndarray, task: Task) -> list[str]:
     """Greedy CTC: each row's best class per step, repeats merged, blanks dropped, joined through the tokens (outer
     spaces dropped, as an app shows the text)."""
@@ -312,3 +422,11 @@ def _only(kind: TaskKind, model: Path, outputs: Mapping[str, onnxio.TensorInfo])
         return found.output
     raise BadInput(f"--task {kind.value}: {model.name} has {len(outputs)} outputs ({', '.join(outputs)}): say which "
                    f"the app reads, --task {kind.value}:output=NAME")
+
+
+def decided(verdict: JSON | None) -> set[str]:
+    """The outputs a recorded task verdict (TaskVerdict.json) decides for: their tensor figures are evidence."""
+    if not verdict or verdict.get("kind", "tensor") == "tensor":
+        return set()
+    roles = verdict.get("roles")
+    return ({str(verdict.get("output"))} | ({str(v) for v in roles.values()} if isinstance(roles, dict) else set()))

@@ -273,18 +273,17 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
             found.problems.append((path, f"does not load on the host HTP emulator: {outcome.error}"))
         elif path in accepted:  # failed validation, shipped by --accept: it must not be worse than what was accepted
             outputs, task = accepted[path]
-            decided = (task or {}).get("output") if (task or {}).get("kind", "tensor") != "tensor" else None
-            worse = _worse_task(outcome.task, task) or _worse([o for o in outcome.outputs if o["name"] != decided],
-                                                              outputs)
+            worse = _worse_task(outcome.task, task) or _worse(
+                [o for o in outcome.outputs if o["name"] not in tasks.decided(task)], outputs)
             if worse is not None:
                 why = f"computes worse numbers than its accepted validation record on {on}"
                 found.problems.append((path, f"{why}: {worse}"))
         elif not outcome.passed:
-            decided = (outcome.task or {}).get("output")
-            bad = next((o for o in outcome.outputs if not o["passed"] and o["name"] != decided), None)
+            bad = next((o for o in outcome.outputs if not o["passed"] and o["name"] not in tasks.decided(outcome.task)),
+                       None)
             what = (f"computes other numbers than its CPU model on {on}: " + (
                 f"output {bad['name']} cosine {bad['cosine']}, SNR {bad['snr_db']} dB" if bad is not None else
-                f"{(outcome.task or {}).get('kind')} on {decided}: {(outcome.task or {}).get('summary')}"))
+                f"{(outcome.task or {}).get('kind')}: {(outcome.task or {}).get('summary')}"))
             if strict:
                 found.problems.append((path, f"{what}, the inputs its validation record passed on"))
             else:

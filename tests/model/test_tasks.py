@@ -100,3 +100,27 @@ def test_one_row_of_logits_gets_its_argmax_agreement_reported(tmp_path: Path) ->
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "dec.onnx")
     assert class_axes(tmp_path / "dec.onnx") == {"logits": 2}
     assert class_axes(softmax_model(tmp_path / "map.onnx", [1, 8, 12])) == {"probs": -1}
+
+
+def test_detections_are_paired_by_iou_and_class_and_a_borderline_score_is_not_counted(tmp_path: Path) -> None:
+    model = tmp_path / "det.onnx"
+    graph = helper.make_graph([helper.make_node("Identity", ["b"], ["boxes"]), helper.make_node("Identity", ["s"],
+                                                                                               ["scores"])], "det",
+                              [helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 3, 4]),
+                               helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 3, 2])],
+                              [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 3, 4]),
+                               helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 3, 2])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    task = tasks.parse("detect:boxes=boxes,scores=scores,threshold=0.5", model)
+    boxes = np.array([[[0, 0, 10, 10], [20, 20, 30, 30], [40, 40, 50, 50]]], np.float32)
+    cpu = [{"boxes": boxes, "scores": np.array([[[0.9, 0.1], [0.1, 0.8], [0.51, 0.0]]], np.float32)}]
+    moved = boxes + np.array([1, 0, 1, 0], np.float32)  # IoU 0.82 with its CPU box
+    npu = [{"boxes": moved, "scores": np.array([[[0.88, 0.1], [0.1, 0.79], [0.49, 0.0]]], np.float32)}]
+    _, verdict, passed = tasks.judge(task, model, cpu, npu, thresholds_for("fp16"))
+    assert passed and verdict is not None and verdict.figures["paired"] == 2  # the 0.51 / 0.49 one is borderline
+    assert "1 within 0.02 of the threshold not counted" in verdict.summary
+    relabeled = [{"boxes": moved, "scores": np.array([[[0.1, 0.88], [0.1, 0.79], [0.0, 0.0]]], np.float32)}]
+    _, verdict, passed = tasks.judge(task, model, cpu, relabeled, thresholds_for("fp16"))
+    assert not passed and verdict is not None and verdict.figures["only_cpu"] == 1  # class 0 became class 1
+    with pytest.raises(BadInput, match="detect needs boxes=OUTPUT and scores=OUTPUT"):
+        tasks.parse("detect:boxes=boxes", model)

@@ -218,6 +218,18 @@ def test_a_detectors_boxes_and_classes_reordered_by_fp16_pass(tmp_path):
         assert " row(s) moved" in outputs[name]["note"] and "no row moved" not in outputs[name]["note"]
     assert outputs["classes"]["max_abs_diff"] == 0  # every class back in its box's row
 
+    # what the app reads: the detections above its threshold, paired by IoU and class
+    spec = "detect:boxes=boxes,scores=scores,classes=classes,threshold=0.45,iou=0.9"  # its scores: 0.47-0.49
+    result = run("validate", build, "--random", "3", "--task", spec, "--json")
+    assert result.exit_code == 1, result.output
+    task = json.loads(result.stdout)["targets"][0]["task"]
+    # one near-tied detection at the top-50 cut is swapped for another on the NPU: 149 of 150 the same
+    assert task["kind"] == "detect" and not task["passed"] and task["figures"]["paired"] == 149
+    assert task["figures"]["only_cpu"] == task["figures"]["only_npu"] == 1 and task["figures"]["mean_iou"] > 0.99
+    looser = run("validate", build, "--random", "3", "--task", spec, "--max-error-rate", "0.01", "--reason",
+                 "the 50th detection is a near tie the app ranks either way")
+    assert looser.exit_code == 0, looser.output
+
 
 # --- real speech against random input -------------------------------------------------------------
 
