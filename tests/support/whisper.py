@@ -12,8 +12,8 @@ which ships tiny.en converted by CTranslate2 (model.bin, config.json, tokenizer.
   per call with a static self-attention KV cache the caller feeds back, an int32 offset and an int32 mask. Our
   inputs are int32 only (sherpa-onnx casts the offset to int64 inside its graph; ours indexes with int32).
 - log_mel: Whisper's front end in numpy (80 slaney mel bins, n_fft 400, hop 160, log10, max - 8 floor, (x + 4) / 4).
-- Tokenizer: the text of the GPT-2 byte-level BPE tokens in tokenizer.json; greedy_decode: the app's loop over any runner (onnxruntime
-  CPU here, the HTP emulator in the tests): the tests' own loop, beside which qnndeploy's is checked.
+- Tokenizer: the text of the GPT-2 byte-level BPE tokens in tokenizer.json; greedy_decode: the app's loop over any
+  runner (onnxruntime's CPU): the tests' own loop, beside which qnndeploy's is checked.
 """
 
 from __future__ import annotations
