@@ -22,6 +22,9 @@ from pathlib import Path
 import numpy as np
 from benchlib import QNNDEPLOY, fail, parse, parser, run, table
 
+from qnndeploy.model.samples import write_samples
+from tests.support import speech, whisper
+
 
 def main() -> None:
     ap = parser(__doc__, repeat=None)
@@ -34,9 +37,6 @@ def main() -> None:
     clips = 1 if args.smoke else args.clips
     work = args.work or Path(tempfile.mkdtemp(prefix="whisper-loop-"))
     work.mkdir(parents=True, exist_ok=True)
-
-    from qnndeploy.model.samples import write_samples
-    from tests.support import speech, whisper
 
     seconds: dict[str, float] = {}
     start = time.monotonic()

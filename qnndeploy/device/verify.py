@@ -231,15 +231,11 @@ class Job:
         """Judge a run as validate judged the graph: the task its bundled validation record names (else the one
         its graph makes plain) decides for its output, the tensor rules for the others."""
         model = self.cpu_model(graph)
-        task = tasks.detect(model)
         given = None
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):  # no record, or not ours
             record = ValidationRecord.read(self.bundle / "records" / f"{graph}-{soc}-validation.json")
             given = record.task_given if record is not None else None
-        if isinstance(given, str):
-            with contextlib.suppress(QnnDeployError):  # a tokens file that is not here: the plain task
-                task = tasks.parse(given, model)
-        run.outputs, verdict, passed = tasks.judge(task, model, expected, actual, limits)
+        run.outputs, verdict, passed = tasks.judge(tasks.recorded(given, model), model, expected, actual, limits)
         run.task = verdict.json() if verdict else None
         run.status = "passed" if passed else "failed"
 

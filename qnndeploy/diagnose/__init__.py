@@ -231,8 +231,7 @@ def diagnose(target: Path, options: DiagnoseOptions = DiagnoseOptions()) -> Diag
                                               **({} if min_snr_db is None else {"min_snr_db": min_snr_db})})
     expected = samples.cpu_outputs(source, feeds)
     actual = _run_binary(record, feeds)
-    given = validated.task_given if validated is not None else None
-    task = tasks.parse(given, source) if given else tasks.detect(source)
+    task = tasks.recorded(validated.task_given if validated is not None else None, source)
     reference, _, ok = tasks.judge(task, source, expected, actual, limit)  # validate's verdict
     model = _load_full(source)
     tensors, outputs = _candidates(model)
@@ -301,15 +300,12 @@ def _validated_samples(record: CompileRecord, given: JSON) -> tuple[list[Sample]
     if not folder.is_dir():
         raise BadInput(f"validate's samples {folder} are gone: pass them again with --inputs DIR (or --random "
                        "N)")
-    described = given.get("preprocess")
-    spec = described.get("given") if isinstance(described, dict) else described
-    return samples.for_graph(record.source, record.graph, folder,
-                             preprocess=None if spec in (None, "(defaults)") else str(spec))
+    return samples.for_graph(record.source, record.graph, folder, preprocess=samples.recorded_preprocess(given))
 
 
 def _run_binary(record: CompileRecord, feeds: list[Sample]) -> list[Sample]:
     """The job's own EPContext model (a shared context's twin, as validate runs it) on the emulator."""
-    run = record.twin(EPCONTEXT) if record.shared else record.output(EPCONTEXT)
+    run = record.emulated
     if run is None:
         raise BadInput(f"{record.folder} has no EPContext model of {record.graph} for the emulator: compile "
                        "again")
@@ -351,9 +347,8 @@ def _threshold_remedy(result: DiagnoseResult, limits: Thresholds) -> Remedy | No
     build = result.target.parent.parent
     i = result.inputs
     if i.get("kind") == "files":
-        described = i.get("preprocess")
-        spec = described.get("given") if isinstance(described, dict) else described
-        given = f" --inputs {_q(i['folder'])}" + ("" if spec in (None, "(defaults)") else f" --preprocess {_q(spec)}")
+        spec = samples.recorded_preprocess(i)
+        given = f" --inputs {_q(i['folder'])}" + ("" if spec is None else f" --preprocess {_q(spec)}")
     else:
         given = f" --random {i.get('samples', 1)} --seed {i.get('seed', 0)}"
     looser = [k for k, v in options.items() if (v > limits[k] if k == "atol" else v < limits.get(k, 1.0))]

@@ -116,9 +116,7 @@ def replay(given: JSON, graph: str, model: Path, sha256: str) -> tuple[Chain, Sp
         folder = Path(str(made.get("folder")))
         if not folder.is_dir():
             raise BadInput(f"validate's samples {folder} are gone: pass them again with --inputs DIR (or --random N)")
-        described = made.get("preprocess")
-        spec = described.get("given") if isinstance(described, dict) else described
-        return run_cpu(split, graph, folder, preprocess=None if spec in (None, "(defaults)") else str(spec)), part
+        return run_cpu(split, graph, folder, preprocess=samples.recorded_preprocess(made)), part
     return run_cpu(split, graph, count=int(made.get("samples") or 1), seed=int(made.get("seed") or 0),
                    ranges=samples.recorded_ranges(made)), part
 

@@ -13,7 +13,7 @@ from typing import Any
 from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.kinds import BackendName, Precision
-from qnndeploy.base.names import SPLIT_RECORD, file_kind
+from qnndeploy.base.names import EPCONTEXT, SPLIT_RECORD, file_kind
 
 RECORD = "qnndeploy-compile"
 RECORD_VERSION = 1
@@ -110,6 +110,12 @@ class CompileRecord:
 
     def twin(self, fmt: str) -> JobFile | None:
         return next((o for o in self.twins if o.format == fmt), None)
+
+    @property
+    def emulated(self) -> JobFile | None:
+        """The EPContext model the host emulator runs: a shared context's twin (its graphs share weights, which the
+        emulator cannot load), else the job's own."""
+        return self.twin(EPCONTEXT) if self.shared else self.output(EPCONTEXT)
 
     @property
     def validation_file(self) -> Path:

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING
 from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import JSON
 from qnndeploy.model.onnxio import load_model, model_inputs, model_outputs
+from qnndeploy.model.samples import Sample
+from qnndeploy.model.tasks import key_values, text_lines
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from qnndeploy.model.samples import Sample
-
-Run = Callable[["Sample"], "Sample"]  # one graph call: inputs by name -> outputs by name
+Run = Callable[[Sample], Sample]  # one graph call: inputs by name -> outputs by name
 MAX_TOKENS = 200  # sherpa-onnx's Whisper stops there too
 
 
@@ -69,13 +69,8 @@ class Decoded:
 def parse(text: str, models: Mapping[str, Path]) -> Loop:
     """--loop whisper[:tokenizer=FILE,texts=FILE,max_tokens=N] (the preset, its graphs found among `models`, graph
     -> ONNX path) or --loop FILE.json (the Loop's fields, tokenizer relative to the file)."""
-    kind, _, rest = text.partition(":")
-    options: dict[str, str] = {}
-    for item in filter(None, (i.strip() for i in rest.split(","))):
-        key, eq, value = item.partition("=")
-        if not eq or key not in ("tokenizer", "max_tokens", "texts"):
-            raise BadInput(f"--loop {text}: {item!r} is not tokenizer=FILE, texts=FILE or max_tokens=N")
-        options[key] = value
+    kind, options = key_values("--loop", text, ("tokenizer", "max_tokens", "texts"),
+                               "tokenizer=FILE, texts=FILE or max_tokens=N")
     if not options.get("max_tokens", "1").isdigit() or int(options.get("max_tokens", "1")) < 1:
         raise BadInput(f"--loop {text}: max_tokens is a number of tokens, 1 or more")
     tokenizer = Path(options["tokenizer"]) if "tokenizer" in options else None
@@ -96,12 +91,7 @@ def parse(text: str, models: Mapping[str, Path]) -> Loop:
 
 def references(loop: Loop) -> list[str] | None:
     """The true texts, one per sample, when the loop names them."""
-    if loop.texts is None:
-        return None
-    try:
-        return loop.texts.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadInput(f"--loop texts={loop.texts}: cannot read it as UTF-8 text ({e})") from None
+    return None if loop.texts is None else text_lines(loop.texts, "--loop texts")
 
 
 def whisper(models: Mapping[str, Path], tokenizer: Path | None = None) -> Loop:

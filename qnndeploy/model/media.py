@@ -34,6 +34,7 @@ _EXTENSIBLE = 0xFFFE
 
 
 MEDIA_SUFFIXES = AUDIO_SUFFIXES + IMAGE_SUFFIXES
+DEFAULT_PREPROCESS = "(defaults)"  # a Preprocess's `given` when none was: fitted from the input's shape
 Sample = dict[str, "np.ndarray"]  # one array per input name
 JSON = dict[str, Any]
 
@@ -178,7 +179,7 @@ def load_media(files: list[Path], specs: list[TensorInfo], prep: Preprocess | No
         raise BadInput(f"{folder}: a {kind} file is one sample of a one-input graph; {graph} has inputs "
                        f"{', '.join(s.name for s in specs)}: give .npz samples (one array per input name)")
     (spec,) = specs
-    prep = prep or Preprocess(kind, "(defaults)")
+    prep = prep or Preprocess(kind, DEFAULT_PREPROCESS)
     if prep.kind != kind:
         raise BadInput(f"--preprocess {prep.given} is for {prep.kind}, but {folder} holds {kind} files")
     if spec.dynamic:

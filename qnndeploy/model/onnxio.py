@@ -456,6 +456,8 @@ def model_outputs(path: Path) -> list[TensorInfo]:
     return [tensor_info(v) for v in load_model(Path(path), weights=False).graph.output]
 
 
+INT_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
+
 # Ops that pass integer values through unchanged (only moved, reshaped or re-typed): an index fed through them
 # still indexes the same table.
 _VALUE_PRESERVING = {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Transpose",
@@ -507,10 +509,9 @@ def int_input_ranges(graph: onnx.GraphProto) -> dict[str, tuple[int, int, str]]:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
     producers = {o: n for n in graph.node for o in n.output}
-    ints = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
     ranges: dict[str, tuple[int, int, str]] = {}
     for value in real_inputs(graph):
-        if tensor_info(value).dtype not in ints:
+        if tensor_info(value).dtype not in INT_DTYPES:
             continue
         found: list[tuple[int, int, str]] = []
         seen, todo = set(), [value.name]

@@ -18,8 +18,15 @@ from typing import TYPE_CHECKING
 
 from qnndeploy.base.errors import BadInput, first_line
 from qnndeploy.base.fileio import JSON
-from qnndeploy.model.media import MEDIA_SUFFIXES, Preprocess, load_media, parse_preprocess
-from qnndeploy.model.onnxio import MAX_TENSOR_ELEMENTS, int_input_ranges, load_model, real_inputs, tensor_info
+from qnndeploy.model.media import DEFAULT_PREPROCESS, MEDIA_SUFFIXES, Preprocess, load_media, parse_preprocess
+from qnndeploy.model.onnxio import (
+    INT_DTYPES,
+    MAX_TENSOR_ELEMENTS,
+    int_input_ranges,
+    load_model,
+    real_inputs,
+    tensor_info,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -137,7 +144,7 @@ def reference(model: Path, graph: str, inputs: Path | None = None, count: int = 
 def int_ranges(graph: onnx.GraphProto, given: Ranges) -> dict[str, tuple[int, int, str]]:
     """Every integer input's (lo, hi inclusive, why): `given` first, else what the graph implies
     (onnxio.int_input_ranges), else 0 to 9 with the GUESSED note that asks for --range."""
-    specs = [s for s in (tensor_info(v) for v in real_inputs(graph)) if s.dtype in _INTS]
+    specs = [s for s in (tensor_info(v) for v in real_inputs(graph)) if s.dtype in INT_DTYPES]
     found = int_ranges_given(specs, given)
     inferred = int_input_ranges(graph)
     for spec in specs:
@@ -181,12 +188,16 @@ def recorded_ranges(described: JSON) -> dict[str, tuple[int, int]]:
     return found
 
 
+def recorded_preprocess(described: JSON) -> str | None:
+    """The --preprocess a record's audio or image files went through (None: their defaults), to make them again."""
+    made = described.get("preprocess")
+    given = made.get("given") if isinstance(made, dict) else made
+    return None if given in (None, DEFAULT_PREPROCESS) else str(given)
+
+
 def guessed(described: JSON) -> list[str]:
     """The integer inputs whose random values were guessed (no range in the graph, none given)."""
     return [n for n, r in (described.get("ranges") or {}).items() if isinstance(r, dict) and r.get("why") == GUESSED]
-
-
-_INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
 # --- reading and making samples --------------------------------------------------------------------

@@ -13,7 +13,7 @@ classifier; an output over a vocabulary the model names in its metadata (PaddleO
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -26,6 +26,7 @@ from qnndeploy.model.metrics import OPTIONAL_THRESHOLDS, OutputMetrics, Threshol
 
 if TYPE_CHECKING:
     import numpy as np
+    import onnx
 
 
 class TaskKind(StrEnum):
@@ -81,22 +82,37 @@ class TaskVerdict:
                 "examples": self.examples}
 
 
+def key_values(option: str, text: str, keys: Collection[str], form: str) -> tuple[str, dict[str, str]]:
+    """`KIND[:KEY=VALUE,...]`, as --task and --loop take it: the kind and its options, each KEY one of `keys`
+    (`form` says so in the error)."""
+    kind, _, rest = text.partition(":")
+    options: dict[str, str] = {}
+    for item in filter(None, (i.strip() for i in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or key not in keys:
+            raise BadInput(f"{option} {text}: {item!r} is not {form}")
+        options[key] = value
+    return kind.strip(), options
+
+
+def text_lines(path: Path, option: str) -> list[str]:
+    """A UTF-8 text file's lines (a tokens file, true texts); anything else is one line of bad input."""
+    try:
+        return Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInput(f"{option}={path}: cannot read it as UTF-8 text ({e})") from None
+
+
 def parse(text: str, model: Path) -> Task:
     """--task KIND[:KEY=VALUE,...] for `model`: output=NAME (default: the one output that fits), tokens=FILE (ocr,
     asr: one token per line, or sherpa-onnx's `TOKEN ID` lines; default: the model's own vocabulary), blank=N,
     texts=FILE (the true text of each sample, one per line in the samples' order: each side's error rate against
     them is recorded; the verdict stays the NPU's text against the CPU's)."""
-    kind_text, _, rest = text.partition(":")
+    kind_text, options = key_values("--task", text, KEYS, f"KEY=VALUE with KEY one of {', '.join(sorted(KEYS))}")
     try:
-        kind = TaskKind(kind_text.strip())
+        kind = TaskKind(kind_text)
     except ValueError:
         raise BadInput(f"--task {text}: the kind is one of {', '.join(k.value for k in TaskKind)}") from None
-    options: dict[str, str] = {}
-    for item in filter(None, (i.strip() for i in rest.split(","))):
-        key, eq, value = item.partition("=")
-        if not eq or key not in KEYS:
-            raise BadInput(f"--task {text}: {item!r} is not KEY=VALUE with KEY one of {', '.join(sorted(KEYS))}")
-        options[key] = value
     if kind == TaskKind.TENSOR:
         return Task(kind, why="given with --task", given=text)
     outputs = {i.name: i for i in onnxio.model_outputs(model)}
@@ -110,18 +126,14 @@ def parse(text: str, model: Path) -> Task:
     if kind in (TaskKind.OCR, TaskKind.ASR):
         last = (outputs[name].shape or ["?"])[-1]
         size = last if isinstance(last, int) else None
-        tokens = read_tokens(Path(options["tokens"]), size) if "tokens" in options else _vocabulary(model, size)
+        tokens = (read_tokens(Path(options["tokens"]), size) if "tokens" in options else
+                  _vocabulary(onnxio.load_model(model, weights=False), size))
         if not tokens:
             raise BadInput(f"--task {text}: {model.name} names no vocabulary: give its tokens file, "
                            f"--task {kind.value}:tokens=FILE")
         if not 0 <= blank < len(tokens):
             raise BadInput(f"--task {text}: blank={blank} is not a token index (0 to {len(tokens) - 1})")
-    references: tuple[str, ...] = ()
-    if "texts" in options:
-        try:
-            references = tuple(Path(options["texts"]).read_text(encoding="utf-8").splitlines())
-        except (OSError, UnicodeDecodeError) as e:
-            raise BadInput(f"--task texts={options['texts']}: cannot read it as UTF-8 text ({e})") from None
+    references = tuple(text_lines(Path(options["texts"]), "--task texts")) if "texts" in options else ()
     return Task(kind, name, "given with --task", tokens, blank, text, references)
 
 
@@ -142,17 +154,30 @@ def _detect_task(text: str, options: Mapping[str, str], outputs: Mapping[str, on
     return Task(TaskKind.DETECT, dict(roles)["boxes"], "given with --task", given=text, roles=roles, limits=limits)
 
 
+def recorded(given: object, model: Path) -> Task:
+    """The task a validation record names (its --task), else the one the graph makes plain; also that one when the
+    record's task reads a file that is not here (a tokens file on another machine)."""
+    if isinstance(given, str) and given:
+        try:
+            return parse(given, model)
+        except BadInput:
+            pass
+    return detect(model)
+
+
 def detect(model: Path) -> Task:
     """The task the graph makes plain, else TENSOR: an output over the vocabulary the model's metadata names (CTC
     text: OCR); one output that is a one-row Softmax or LogSoftmax (a classifier's scores)."""
-    outputs = onnxio.model_outputs(model)
+    proto = onnxio.load_model(model, weights=False)
+    outputs = [onnxio.tensor_info(v) for v in proto.graph.output]
     for info in outputs:
         size = info.shape[-1] if info.shape else None
-        tokens = _vocabulary(model, size if isinstance(size, int) else None)
+        tokens = _vocabulary(proto, size if isinstance(size, int) else None)
         if tokens and info.shape and len(info.shape) == 3:
             return Task(TaskKind.OCR, info.name, f"{info.name} spans the {len(tokens)} symbols the model's "
                         f"metadata '{PADDLE_VOCAB}' names (CTC text)", tokens)
-    scores = [o for o in outputs if o.name in _softmax_rows(model)]
+    rows = _softmax_rows(proto.graph)
+    scores = [o for o in outputs if o.name in rows]
     if len(scores) == 1:
         return Task(TaskKind.CLASSIFY, scores[0].name, f"{scores[0].name} is a Softmax over one row of classes")
     return Task(TaskKind.TENSOR, why="no task the graph makes plain: every output by its tensor metrics")
@@ -369,10 +394,7 @@ def edit_distance(a: Sequence[str], b: Sequence[str]) -> int:
 def read_tokens(path: Path, size: int | None) -> tuple[str, ...]:
     """A tokens file: one token per line (a PaddleOCR dictionary: index 0 is CTC's blank, added here when the file
     is one short of the output), or sherpa-onnx's `TOKEN ID` lines."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadInput(f"--task tokens={path}: cannot read it as UTF-8 text ({e})") from None
+    lines = text_lines(path, "--task tokens")
     pairs = [line.rpartition(" ") for line in lines]
     if lines and all(sep and idx.isdigit() for _, sep, idx in pairs):
         by_id = {int(idx): tok for tok, _, idx in pairs}
@@ -380,8 +402,8 @@ def read_tokens(path: Path, size: int | None) -> tuple[str, ...]:
     return _fitted(lines, size)
 
 
-def _vocabulary(model: Path, size: int | None) -> tuple[str, ...]:
-    meta = {p.key: p.value for p in onnxio.load_model(model, weights=False).metadata_props}
+def _vocabulary(model: onnx.ModelProto, size: int | None) -> tuple[str, ...]:
+    meta = {p.key: p.value for p in model.metadata_props}
     text = meta.get(PADDLE_VOCAB)
     if not text or size is None:
         return ()
@@ -398,9 +420,8 @@ def _fitted(chars: list[str], size: int | None) -> tuple[str, ...]:
     return tuple(chars)
 
 
-def _softmax_rows(model: Path) -> set[str]:
+def _softmax_rows(graph: onnx.GraphProto) -> set[str]:
     """Outputs made by Softmax or LogSoftmax over their last axis whose other dims are all 1: one row of scores."""
-    graph = onnxio.load_model(model, weights=False).graph
     producers = {o: n for n in graph.node for o in n.output}
     found = set()
     for value in graph.output:

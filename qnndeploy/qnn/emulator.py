@@ -244,8 +244,6 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
             inputs = (record or {}).get("inputs") or {}
             folder = _samples_here(inputs)
             strict = folder is not None or (inputs.get("kind") == "random" and isinstance(inputs.get("samples"), int))
-            described = inputs.get("preprocess")
-            given = described.get("given") if isinstance(described, dict) else described
             job = Job(root / a["path"], graph, names[0], t["soc"], t["precision"], cpu[graph],
                       samples=min(int(inputs["samples"]), 8) if strict and folder is None else 1,
                       seed=int(inputs.get("seed", 0)) if strict and folder is None else 0,
@@ -253,7 +251,7 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
                       ranges=samples.recorded_ranges(inputs) or None,
                       task=((record or {}).get("task") or {}).get("given"),
                       folder=str(folder) if folder is not None else None,
-                      preprocess=str(given) if folder is not None and given not in (None, "(defaults)") else None)
+                      preprocess=samples.recorded_preprocess(inputs) if folder is not None else None)
             jobs.append((a["path"], job, strict, _key(job, tc, a["sha256"])))
             if strict and record is not None and record.get("passed") is False:
                 accepted[a["path"]] = (list(record.get("outputs") or []), record.get("task"))
@@ -331,11 +329,7 @@ def _one(job: JSON, work: Path, references: References) -> Outcome:
     except Exception as e:  # noqa: BLE001 onnxruntime's own error types: the binary does not load or run
         return Outcome(False, False, first_line(e))
     limits = job["thresholds"] or metrics.thresholds_for(job["precision"])
-    try:
-        task = tasks.parse(job["task"], model) if job.get("task") else tasks.detect(model)
-    except QnnDeployError:  # a tokens file validate read that is not here: the task the graph makes plain
-        task = tasks.detect(model)
-    judged, verdict, passed = tasks.judge(task, model, expected, actual, limits)
+    judged, verdict, passed = tasks.judge(tasks.recorded(job.get("task"), model), model, expected, actual, limits)
     return Outcome(True, passed, None, [asdict(m) for m in judged], verdict.json() if verdict else None)
 
 

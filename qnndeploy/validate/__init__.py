@@ -4,6 +4,7 @@ inputs, compare every output by metrics.py's rules, and write validation.json ne
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
+from typing import TypeVar
 
 from qnndeploy import __version__
 from qnndeploy.base import interrupt, socs
@@ -43,7 +45,7 @@ from qnndeploy.model.metrics import (
     judge_model,
     thresholds_for,
 )
-from qnndeploy.model.onnxio import TensorInfo, load_model, real_inputs, tensor_info
+from qnndeploy.model.onnxio import INT_DTYPES, TensorInfo, load_model, real_inputs, tensor_info
 from qnndeploy.model.samples import Ranges, Sample
 from qnndeploy.qnn import htp
 from qnndeploy.validate import loop
@@ -128,6 +130,8 @@ Progress = Callable[[int, int, "TargetValidation | JobStarted | None"], None]  #
 Given = tuple[list[Sample], JSON]  # samples from --inputs, and how they were made
 Held = dict[tuple[str, str], tuple[JSON, list[Sample]]]  # a split part's record and HTP outputs, until its chain ran
 Reference = tuple[list[Sample], list[Sample], JSON]  # samples, their CPU outputs, how the samples were made
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
@@ -179,40 +183,34 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
         if split.path not in chains:
             chains[split.path] = chain.run_cpu(split, graph, inputs, preprocess=prep)
 
-    cpu_loops: list[loop.CpuRun] = []  # the CPU's decode loops, once for both graphs and every SoC
+    cpu_loops: dict[str, loop.CpuRun | QnnDeployError] = {}  # the CPU's decode loops, once for both graphs
     loop_lock = threading.Lock()
+    by_graph = {r.graph: r for r in plan}
 
-    def loop_reference(record: CompileRecord) -> Reference:
+    def cpu_loop() -> loop.CpuRun:
         assert looped is not None
-        with loop_lock:
-            if not cpu_loops:
-                enc = sources[looped.encoder]
-                features, used = given.get(looped.encoder) or samples.for_graph(
-                    enc, looped.encoder, count=random or 1, seed=seed, ranges=o.ranges)
-                cpu_loops.append(loop.run_cpu(looped, sources, features, used))
-            made = cpu_loops[0]
-        feeds = made.features if record.graph == looped.encoder else loop.decoder_evidence(made)
-        described = {"kind": "loop", "graph": "encoder" if record.graph == looped.encoder else "decoder",
-                     "samples": made.used}
-        return feeds, samples.cpu_outputs(record.source, feeds), described
+        for graph in (looped.encoder, looped.decoder):
+            _source(by_graph[graph])
+        features, used = given.get(looped.encoder) or samples.for_graph(
+            sources[looped.encoder], looped.encoder, count=random or 1, seed=seed, ranges=o.ranges)
+        return loop.run_cpu(looped, sources, features, used)
 
     def make_reference(record: CompileRecord) -> Reference:
-        if record.graph in loop_graphs:
-            return loop_reference(record)
+        if looped is not None and record.graph in loop_graphs:
+            made = _once(cpu_loops, "", loop_lock, cpu_loop)
+            encoder = record.graph == looped.encoder
+            described = {"kind": "loop", "graph": "encoder" if encoder else "decoder", "samples": made.used}
+            if encoder:
+                return made.features, made.encoded, described
+            feeds = loop.decoder_evidence(made)
+            return feeds, samples.cpu_outputs(record.source, feeds), described
         link = links.get(record.graph)
         if link is None:
             return _reference(record, given.get(record.graph), random, seed, o.ranges)
         split, part = link
-        with chain_lock:
-            if split.path not in chains:
-                try:
-                    chains[split.path] = chain.run_cpu(split, record.graph, inputs, random or 1, seed, prep, o.ranges)
-                except QnnDeployError as e:
-                    chains[split.path] = e
-            made = chains[split.path]
-        if isinstance(made, QnnDeployError):
-            raise made
-        return made.feeds(part), made.cpu(part), made.described(part)
+        made_chain = _once(chains, split.path, chain_lock,
+                           lambda: chain.run_cpu(split, record.graph, inputs, random or 1, seed, prep, o.ranges))
+        return made_chain.feeds(part), made_chain.cpu(part), made_chain.described(part)
     results: dict[int, TargetValidation] = {}
     held: Held = {}
     if progress:
@@ -242,8 +240,9 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
     pool.shutdown()
     ordered = [results[i] for i in range(len(plan))]
     _check_chains(plan, ordered, links, chains, held)
-    if looped is not None and cpu_loops:
-        _check_loops(looped, plan, ordered, cpu_loops[0], held, thresholds)
+    made_loop = cpu_loops.get("")
+    if looped is not None and isinstance(made_loop, loop.CpuRun):
+        _check_loops(looped, plan, ordered, made_loop, held)
     _write_held(ordered, held)
     validated = [t for t in ordered if t.status in (TargetStatus.PASSED, TargetStatus.FAILED)]
     ok = bool(validated) and all(t.status in (TargetStatus.PASSED, TargetStatus.SKIPPED) for t in ordered)
@@ -343,9 +342,7 @@ def _validate_one(record: CompileRecord, overrides: Thresholds, per_graph: dict[
         result.reason = (f"no ORT EPContext wrapper ({record.backend} backend): the host emulator cannot load "
                          f"this context; check it on a phone (qnndeploy device verify)")
         return result
-    # A shared context's graphs share weights, which the host emulator cannot load: its twin (the graph compiled
-    # alone with the same options) is what runs here.
-    run = record.twin(EPCONTEXT) if record.shared else ctx
+    run = record.emulated  # a shared context's twin: the graph compiled alone with the same options
     if run is None:
         result.status = TargetStatus.ERROR
         result.reason = f"{folder} has no twin of {graph} for the emulator: compile again"
@@ -355,16 +352,7 @@ def _validate_one(record: CompileRecord, overrides: Thresholds, per_graph: dict[
         for o in (ctx, binary, *record.twins):
             if o is not None and sha256_file(folder / o.path) != o.sha256:
                 raise BadInput(f"{folder / o.path} changed since it was compiled: compile again")
-        with lock:
-            if graph not in per_graph:
-                try:
-                    per_graph[graph] = make_reference(record)
-                except QnnDeployError as e:
-                    per_graph[graph] = e
-            reference = per_graph[graph]
-        if isinstance(reference, QnnDeployError):
-            raise reference
-        feeds, expected, used = reference
+        feeds, expected, used = _once(per_graph, graph, lock, lambda: make_reference(record))
         outputs, seconds = _run_htp(folder / run.path, soc_name, precision, feeds)
     except QnnDeployError as e:
         result.status, result.reason = TargetStatus.ERROR, str(e)
@@ -401,15 +389,35 @@ def _validate_one(record: CompileRecord, overrides: Thresholds, per_graph: dict[
     return result
 
 
-def _reference(record: CompileRecord, given: Given | None, random: int | None, seed: int, ranges: Ranges
-               ) -> Reference:
-    """The graph's input samples (`given` from --inputs, else random) and the CPU outputs for them (computed once
-    per graph, shared by its SoCs)."""
+def _once(cache: dict[K, V | QnnDeployError], key: K, lock: threading.Lock, make: Callable[[], V]) -> V:
+    """`make()` once per key for every thread that asks (its failure too, raised to each of them)."""
+    with lock:
+        if key not in cache:
+            try:
+                cache[key] = make()
+            except QnnDeployError as e:
+                cache[key] = e
+        value = cache[key]
+    if isinstance(value, QnnDeployError):
+        raise value
+    return value
+
+
+def _source(record: CompileRecord) -> Path:
+    """The job's source model, as it was compiled: the CPU reference runs it."""
     source = record.source
     if not source.is_file():
         raise BadInput(f"the source model {source} is gone: the CPU reference needs it")
     if sha256_file(source) != record.source_sha256:
         raise BadInput(f"{source} changed since the compile: compile again, then validate")
+    return source
+
+
+def _reference(record: CompileRecord, given: Given | None, random: int | None, seed: int, ranges: Ranges
+               ) -> Reference:
+    """The graph's input samples (`given` from --inputs, else random) and the CPU outputs for them (computed once
+    per graph, shared by its SoCs)."""
+    source = _source(record)
     feeds, used = given or samples.for_graph(source, record.graph, count=random or 1, seed=seed, ranges=ranges)
     return feeds, samples.cpu_outputs(source, feeds), used
 
@@ -418,8 +426,8 @@ Link = tuple[SplitRecord, SplitPart]
 
 
 def _tasks(given: Mapping[str | None, str], plan: list[CompileRecord]) -> dict[str, tasks.Task]:
-    """Each graph's --task (GRAPH=KIND... for one graph, KIND... for all), parsed against its model before anything
-    runs; a graph without one gets the task its graph makes plain (tasks.detect) when it runs."""
+    """Each graph's task, once for all its SoCs: its --task (GRAPH=KIND... for one graph, KIND... for all), parsed
+    against its model before anything runs, else the one its graph makes plain (tasks.detect)."""
     graphs = {r.graph: r.source for r in plan}
     unknown = sorted(g for g in given if g is not None and g not in graphs)
     if unknown:
@@ -430,6 +438,9 @@ def _tasks(given: Mapping[str | None, str], plan: list[CompileRecord]) -> dict[s
         text = given.get(graph, given.get(None))
         if text is not None and source.is_file():
             found[graph] = tasks.parse(text, source)
+        elif source.is_file():
+            with contextlib.suppress(QnnDeployError):  # a source that no longer reads: its job says why
+                found[graph] = tasks.detect(source)
     return found
 
 
@@ -455,7 +466,7 @@ def _check_ranges(ranges: Ranges, plan: list[CompileRecord], links: dict[str, Li
     for model in models:
         if model.is_file():
             known.update((i.name, i) for i in map(tensor_info, real_inputs(load_model(model, weights=False).graph))
-                         if i.dtype.startswith(("int", "uint")))
+                         if i.dtype in INT_DTYPES)
     unknown = sorted(set(ranges) - set(known))
     if unknown:
         raise BadInput(f"--range {', '.join(unknown)}: no integer input of that name in the graphs validated here"
@@ -485,7 +496,7 @@ def _check_chains(plan: list[CompileRecord], results: list[TargetValidation], li
 
 
 def _check_loops(looped: decode.Loop, plan: list[CompileRecord], results: list[TargetValidation],
-                 cpu: loop.CpuRun, held: Held, limits: Thresholds) -> None:
+                 cpu: loop.CpuRun, held: Held) -> None:
     """Each SoC whose encoder and decoder both ran: the decode loop on the emulator against the CPU's; its verdict
     decides both graphs."""
     by_job = {(r.graph, r.soc): (r, t) for r, t in zip(plan, results, strict=True)}
@@ -493,14 +504,12 @@ def _check_loops(looped: decode.Loop, plan: list[CompileRecord], results: list[T
         if not all((g, soc) in held for g in (looped.encoder, looped.decoder)):
             continue
         jobs = {g: by_job[(g, soc)] for g in (looped.encoder, looped.decoder)}
-        record = jobs[looped.decoder][0]
-        run = record.twin(EPCONTEXT) if record.shared else record.output(EPCONTEXT)
-        assert run is not None  # it ran in _validate_one
+        record, target = jobs[looped.decoder]
         try:
-            npu = loop.run_npu(looped, held[(looped.encoder, soc)][1], record.folder / run.path, soc,
+            npu = loop.run_npu(looped, held[(looped.encoder, soc)][1], _emulated(record), soc,
                                record.precision == Precision.FP16, record.source)
-            check = loop.judge(looped, soc, cpu, npu, {**limits, **(jobs[looped.decoder][1].thresholds or {})},
-                               decode.references(looped)).json()
+            check = {**loop.judge(looped, soc, cpu, npu, target.thresholds or {}, decode.references(looped)).json(),
+                     "described": looped.json()}
         except QnnDeployError as e:
             check = {"soc": soc, "passed": False, "error": str(e)}
         for _, t in jobs.values():
@@ -541,9 +550,7 @@ def _chain_check(made: chain.Chain, soc: str,
             npu_before = True
             return measured
         extra += len(feeds)
-        run = record.twin(EPCONTEXT) if record.shared else record.output(EPCONTEXT)
-        assert run is not None  # it ran in _validate_one
-        return _run_htp(record.folder / run.path, soc, record.precision, feeds)[0]
+        return _run_htp(_emulated(record), soc, record.precision, feeds)[0]
 
     limits = next(iter(ran.values()))[1].thresholds or thresholds_for(None)
     try:
@@ -557,6 +564,13 @@ def _chain_check(made: chain.Chain, soc: str,
         judged += judge_model(part.path, [{n: v[n] for n in names} for v in made.values],
                               [{n: v[n] for n in names} for v in values], limits)
     return ChainCheck(split.path, soc, all(m.passed for m in judged), judged, extra)
+
+
+def _emulated(record: CompileRecord) -> Path:
+    """The EPContext model a job's validation ran (it ran: it has one)."""
+    run = record.emulated
+    assert run is not None
+    return record.folder / run.path
 
 
 def _run_htp(ctx: Path, soc_name: str, precision: Precision | None, feeds: list[Sample]) -> tuple[list[Sample], float]:

@@ -44,6 +44,7 @@ class CpuRun:
     """The CPU's loops, once for every SoC: the encoder's samples, each loop, and the decoder's evidence inputs."""
 
     features: list[Sample]
+    encoded: list[Sample]  # the encoder's outputs for them
     decoded: list[Decoded]
     used: JSON  # how the encoder's samples were made
 
@@ -57,8 +58,8 @@ def run_cpu(loop: Loop, models: Mapping[str, Path], features: list[Sample], used
     encoder = _cpu(models[loop.encoder])
     decoder = _cpu(models[loop.decoder])
     shapes = cache_shapes(loop, models[loop.decoder])
-    return CpuRun(features, [decode.greedy(loop, encoder(f), decoder, shapes, EVIDENCE_STEPS) for f in features],
-                  used)
+    encoded = [encoder(f) for f in features]
+    return CpuRun(features, encoded, [decode.greedy(loop, e, decoder, shapes, EVIDENCE_STEPS) for e in encoded], used)
 
 
 def decoder_evidence(cpu: CpuRun) -> list[Sample]:

@@ -7,14 +7,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from qnndeploy import check
 from qnndeploy.base import socs as catalog
@@ -131,8 +134,6 @@ def test_a_data_driven_if_the_qnn_partitioner_fails_on_is_one_blocker_not_two(tm
 def test_a_cpu_op_at_the_head_gets_the_split_that_keeps_the_rest_on_the_npu(tmp_path, qnn):
     """A Clip whose floor is computed (max - 80 dB) runs on the CPU; it sits at the graph's head, so check prints the
     split that runs the head on the CPU, and the NPU part of that split checks ready with every node on the HTP."""
-    import shlex
-
     r = run("check", str(save(tmp_path, sm.computed_floor())))
     assert r.exit_code == 10, r.output
     (line,) = [ln for ln in r.output.splitlines() if ln.startswith("  fix all: ")]
@@ -510,11 +511,6 @@ def test_an_unfused_gelu_among_other_cpu_nodes_is_fused_first_and_the_rest_judge
     """At w8a16 the Erf of an unfused GELU has no HTP form; beside it a Det (no HTP kernel) at the graph's tail.
     check offered re-export (exit 11) for both; now --fuse first (exit 10), the Det judged again after it, and the
     printed next step keeps the SoC and the precision."""
-    import shlex
-
-    import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
-
     model = sm.gelu_erf()
     model.graph.node.extend([helper.make_node("Reshape", ["g", "square"], ["g2"], name="square"),
                              helper.make_node("Det", ["g2"], ["det"], name="determinant")])
@@ -537,9 +533,6 @@ def test_an_unfused_gelu_among_other_cpu_nodes_is_fused_first_and_the_rest_judge
 def test_a_setting_input_that_sizes_a_resize_is_frozen_first(tmp_path):
     """A matting model's downsample_ratio sets its Resize's scales: check offers --freeze for it (random values make
     sizes the model never has) and judges the CPU nodes it causes after the freeze; frozen, all run on the HTP."""
-    import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
-
     weights = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 3, 3, 3)).astype(np.float32), "W")
     graph = helper.make_graph(
         [helper.make_node("Concat", ["ones", "downsample_ratio", "downsample_ratio"], ["scales"], axis=0),

@@ -27,7 +27,7 @@ from qnndeploy.qnn import htp
 from tests.support import SPEECH
 from tests.support.cli import run
 from tests.support.host import require
-from tests.support.synth_models import log_energy_graph
+from tests.support.synth_models import log_energy_graph, offset_free_scalenorm, scalenorm_after_gain
 from tests.support.synth_models import save_graph as save_fit
 
 
@@ -423,8 +423,6 @@ def test_an_l2_norm_whose_sum_of_squares_overflows_is_named_and_its_remedies_pas
     """A ScaleNorm over values near 700: the ReduceL2's output fits fp16 (3.5e3) but its sum of squares (1.2e7) does
     not. diagnose says so (not "rounding"), and both remedies it prints pass when done as printed: the split (its
     NPU head validated as a chain with the CPU tail) and the rescale (the norm of x/64, times 64)."""
-    from tests.support.synth_models import offset_free_scalenorm, scalenorm_after_gain
-
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
     onnx.save(scalenorm_after_gain(), tmp_path / "pose.onnx")
     assert compile_stage.compile_models({"pose": tmp_path / "pose.onnx"}, ["SM8650"], tmp_path / "build").ok

@@ -52,7 +52,7 @@ def test_two_loops_part_at_the_first_different_token_and_their_texts_are_compare
     (tmp_path / "tokens.txt").write_text("".join(f"{base64.b64encode(w.encode()).decode()} {i}\n"
                                                  for i, w in enumerate(["", " the", " cat", " sat", " bat"])))
     looped = decode.Loop(**{**LOOP.__dict__, "tokenizer": tmp_path / "tokens.txt"})
-    cpu = loop_stage.CpuRun([{}], [decode.Decoded([1, 2, 3], 5, [2.0, 0.05, 1.0])], {"kind": "random"})
+    cpu = loop_stage.CpuRun([{}], [{}], [decode.Decoded([1, 2, 3], 5, [2.0, 0.05, 1.0])], {"kind": "random"})
     npu = [decode.Decoded([1, 4, 3], 5)]
     check = loop_stage.judge(looped, "SM8650", cpu, npu, {}, ["The cat sat."])
     assert not check.passed and check.error_rate == pytest.approx(1 / 3) and check.same_tokens == 0

@@ -13,6 +13,7 @@ from onnx import TensorProto, helper
 from qnndeploy.base.errors import BadInput
 from qnndeploy.model import tasks
 from qnndeploy.model.metrics import thresholds_for
+from qnndeploy.model.onnxio import class_axes
 from tests.support.ppocr import model_path
 
 
@@ -92,8 +93,6 @@ def test_an_embedding_is_judged_by_each_samples_cosine(tmp_path: Path) -> None:
 
 def test_one_row_of_logits_gets_its_argmax_agreement_reported(tmp_path: Path) -> None:
     """A decoder's next-token logits [1, 1, vocab] (no Softmax in the graph): argmax agreement is the token."""
-    from qnndeploy.model.onnxio import class_axes
-
     graph = helper.make_graph([helper.make_node("Identity", ["x"], ["logits"])], "dec",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 12])],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1, 12])])

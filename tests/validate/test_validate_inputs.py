@@ -12,6 +12,7 @@ import jsonschema
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from qnndeploy import validate as stage
 from qnndeploy.model import samples
@@ -90,8 +91,6 @@ def test_a_length_compared_with_a_range_of_positions_gets_lengths_from_1_to_the_
 
 
 def test_an_integer_input_nothing_bounds_is_recorded_as_a_guess_and_range_overrides_it(tmp_path) -> None:
-    from onnx import TensorProto, helper
-
     name = "count"
     graph = helper.make_graph([helper.make_node("Cast", [name], ["y"], to=TensorProto.FLOAT)], "m",
                               [helper.make_tensor_value_info(name, TensorProto.INT32, [1, 4])],

@@ -17,6 +17,7 @@ import pytest
 from qnndeploy import validate as stage
 from qnndeploy.model.samples import write_samples
 from qnndeploy.qnn import htp
+from tests.support import speech, whisper
 from tests.support.cli import run
 from tests.support.host import require
 
@@ -29,8 +30,6 @@ FRAMES, CACHE = 1000, 64
 def test_whisper_is_validated_by_its_decode_loop_on_real_speech(tmp_path: Path) -> None:
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
     require(shutil.which("espeak-ng") is not None, "espeak-ng (Debian's package: the speech clips)")
-    from tests.support import speech, whisper
-
     try:
         tokenizer = whisper.wheel_model_dir() / "tokenizer.json"
     except FileNotFoundError:
