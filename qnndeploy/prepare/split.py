@@ -8,9 +8,8 @@ graph order, each holding at most that many bytes of weights, where the fewest t
 Whatever a part reads from an earlier one (a skip connection past a cut) joins the cut, and a tensor made from
 constants alone is copied into each part that reads it, so the parts chained by tensor name compute exactly the
 original; that is proven on onnxruntime's CPU before anything is written. OUT.split.json says which part runs where
-and in which order; `bundle --split` reads it. The parts are cut here, not by onnx.utils.Extractor, which
-serializes the whole model for shape inference and so stops at protobuf's 2 GB: shapes are inferred on the graph
-without its weights, and each part reads only its own weights.
+and in which order; `bundle --split` reads it. The cutting itself is model/split.py's, which diagnose shares to
+measure a split before it advises one; this module chooses the cut, proves the parts and publishes them.
 """
 
 from __future__ import annotations
@@ -18,30 +17,15 @@ from __future__ import annotations
 import itertools
 import shutil
 import tempfile
-from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnndeploy import __version__
 from qnndeploy.base.errors import BadInput, CheckFailed
-from qnndeploy.base.fileio import (
-    first_missing,
-    partial_prefix,
-    remove_made,
-    remove_stale,
-    sha256_file,
-    write_json,
-    writing,
-)
+from qnndeploy.base.fileio import first_missing, partial_prefix, remove_made, remove_stale, writing
 from qnndeploy.base.kinds import Side, choices
-from qnndeploy.base.names import SPLIT_RECORD
 from qnndeploy.model.onnxio import (
-    TensorInfo,
-    all_tensors,
     constant_tensors,
-    inferred_values,
     int_input_ranges,
     load_model,
     outer_reads,
@@ -49,28 +33,24 @@ from qnndeploy.model.onnxio import (
     tensor_info,
     tensor_nbytes,
 )
+from qnndeploy.model.split import (
+    CUT_PRECISION,
+    Part,
+    Plan,
+    cut_values,
+    in_two,
+    plan_parts,
+    split_paths,
+    stem,
+    write_parts,
+    write_record,
+)
 from qnndeploy.prepare.equivalence import OutputDiff, compare, cpu_session, feeds, reference
 
 if TYPE_CHECKING:
     import onnx
 
-PARTS = (Side.HEAD, Side.TAIL)
-# Relative precision of a cut tensor's type: it is rounded to it between the parts, while onnxruntime's CPU computes
-# the unsplit model's float16 chain in float32 (measured: it casts the weights and drops the Casts), so the chained
-# parts are compared at the cut's precision at least.
-CUT_PRECISION = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
-BIG = 1_900_000_000  # bytes of weights a part holds inside its .onnx (protobuf stops at 2 GB); above: PART.onnx.data
-
-
-@dataclass
-class Part:
-    name: str  # "head" or "tail"; by size "1", "2"…
-    path: str
-    runs_on: str  # "cpu" or "npu"
-    inputs: list[TensorInfo]
-    outputs: list[TensorInfo]
-    nodes: int
-    weight_bytes: int  # as the part stores them
+__all__ = ["Part", "SplitResult", "split_by_size", "split_model", "split_paths"]
 
 
 @dataclass
@@ -82,52 +62,6 @@ class SplitResult:
     equivalence: list[OutputDiff]
     equivalence_inputs: str
     tolerance: float  # the one compared at: --tolerance, or the cut tensors' precision when that is coarser
-
-
-@dataclass
-class _Plan:
-    """One part to cut: its nodes (graph indices, in graph order), the tensors it reads from the caller or an
-    earlier part, and those it gives the caller or a later part."""
-
-    name: str
-    runs_on: str
-    nodes: list[int]
-    inputs: list[str]
-    outputs: list[str]
-
-
-def _stem(out: Path) -> Path:
-    return out.with_suffix("") if out.suffix == ".onnx" else out
-
-
-def split_paths(out: Path) -> tuple[Path, Path, Path]:
-    """OUT.onnx -> (OUT-head.onnx, OUT-tail.onnx, OUT.split.json)."""
-    stem = _stem(out)
-    return (stem.with_name(f"{stem.name}-head.onnx"), stem.with_name(f"{stem.name}-tail.onnx"),
-            stem.with_name(f"{stem.name}.split.json"))
-
-
-def _cut(graph: onnx.GraphProto, at: list[str]) -> set[int]:
-    """The head's node indices: every node the tensors `at` need."""
-    producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
-    inputs = {i.name for i in graph.input}
-    for t in at:
-        if t in inputs:
-            raise BadInput(f"--split-at {t}: it is a graph input, with nothing before it to run on its own")
-        if t not in producer:
-            raise BadInput(f"--split-at {t}: no node of the main graph makes a tensor of that name "
-                           "(qnndeploy diagnose names the tensors; a subgraph's cannot be a cut)")
-    head: set[int] = set()
-    stack = [producer[t] for t in at]
-    while stack:
-        i = stack.pop()
-        if i not in head:
-            head.add(i)
-            stack += [producer[u] for u in outer_reads(graph.node[i]) if u in producer]
-    if len(head) == len(graph.node):
-        raise BadInput(f"--split-at {','.join(at)}: every node is needed to compute it, so the tail would be "
-                       "empty: cut at an earlier tensor")
-    return head
 
 
 def _weights(graph: onnx.GraphProto, constant: set[str]) -> dict[str, int]:
@@ -196,79 +130,6 @@ def _groups(reads: list[set[str]], weight: dict[str, int], crossing: list[int], 
     return groups
 
 
-def _plans(graph: onnx.GraphProto, groups: list[set[int]], names: list[str], runs_on: list[str]) -> list[_Plan]:
-    """Each group's inputs and outputs. A tensor made from constants alone never crosses: its nodes are copied
-    into each part reading it (and the last part makes a graph output computed from constants alone)."""
-    constant = constant_tensors(graph)
-    producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
-    group_of = {i: k for k, g in enumerate(groups) for i in g}
-    graph_inputs = [v.name for v in real_inputs(graph)]
-    outputs = [o.name for o in graph.output]
-    reads = [list(dict.fromkeys(u for i in sorted(g) for u in outer_reads(graph.node[i]))) for g in groups]
-    crossing = [[u for u in r if u in producer and u not in constant and group_of.get(producer[u], k) < k]
-                for k, r in enumerate(reads)]
-    plans = []
-    for k, group in enumerate(groups):
-        made = {o for i in group for o in graph.node[i].output if o}
-        last = k == len(groups) - 1
-        own = [o for o in outputs if o in made or (last and o in constant)]
-        copied = _constant_nodes(graph, [u for u in [*reads[k], *own] if u in constant and u not in made], producer)
-        given = [t for later in crossing[k + 1:] for t in later if t in made]
-        plans.append(_Plan(names[k], runs_on[k], sorted(group | copied),
-                           crossing[k] + [i for i in graph_inputs if i in reads[k]], list(dict.fromkeys(given + own))))
-    return plans
-
-
-def _constant_nodes(graph: onnx.GraphProto, tensors: Iterable[str], producer: dict[str, int]) -> set[int]:
-    """The nodes computing `tensors` (each made from constants alone), and those they read in turn."""
-    nodes: set[int] = set()
-    stack = [producer[t] for t in tensors if t in producer]
-    while stack:
-        i = stack.pop()
-        if i not in nodes:
-            nodes.add(i)
-            stack += [producer[u] for u in outer_reads(graph.node[i]) if u in producer]
-    return nodes
-
-
-def _extract(model: onnx.ModelProto, folder: Path, plan: _Plan, values: dict[str, onnx.ValueInfoProto]
-             ) -> onnx.ModelProto:
-    """The part as a model of its own, with its weights read in (also those kept in the source's external data)."""
-    import onnx
-    from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
-
-    src = model.graph
-    nodes = [src.node[i] for i in plan.nodes]
-    reads = {u for n in nodes for u in outer_reads(n)}
-    made = {o for n in nodes for o in n.output if o}
-    graph = onnx.helper.make_graph(
-        nodes, src.name, [values[t] for t in plan.inputs], [values[t] for t in plan.outputs],
-        initializer=[t for t in src.initializer if t.name in reads and t.name not in made],
-        value_info=[values[t] for t in sorted(made - set(plan.outputs)) if t in values])
-    for tensor in all_tensors(graph):
-        if uses_external_data(tensor):
-            load_external_data_for_tensor(tensor, str(folder))
-            tensor.data_location = onnx.TensorProto.DEFAULT
-            del tensor.external_data[:]
-    part = onnx.helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version,
-                                  producer_name="qnndeploy", producer_version=__version__)
-    part.functions.extend(model.functions)
-    return part
-
-
-def _save(model: onnx.ModelProto, path: Path) -> int:
-    """Write the part (its weights in PATH.data above BIG); returns the bytes of weights it holds."""
-    import onnx
-
-    held = sum(tensor_nbytes(t) or 0 for t in all_tensors(model.graph))
-    if held > BIG:
-        onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                  location=path.name + ".data", size_threshold=1024)
-    else:
-        onnx.save(model, str(path))
-    return held
-
-
 def split_model(src: Path, out: Path, at: list[str], *, cpu: Side = Side.HEAD, inputs_dir: Path | None = None,
                 tolerance: float = 1e-4, force: bool = False) -> SplitResult:
     """Write OUT-head.onnx and OUT-tail.onnx (the `cpu` part runs on the CPU, the other on the NPU) and
@@ -279,10 +140,7 @@ def split_model(src: Path, out: Path, at: list[str], *, cpu: Side = Side.HEAD, i
         raise BadInput("--split-at needs a tensor name (qnndeploy diagnose names the one to cut at)")
     head, tail, record = split_paths(Path(out))
     slim = load_model(Path(src), weights=False)
-    first = _cut(slim.graph, at)
-    plans = _plans(slim.graph, [first, set(range(len(slim.graph.node))) - first], [p.value for p in PARTS],
-                   ["cpu" if p == cpu else "npu" for p in PARTS])
-    return _split(Path(src), slim, plans, [head, tail], record, inputs_dir, tolerance, force)
+    return _split(Path(src), slim, in_two(slim.graph, at, cpu), [head, tail], record, inputs_dir, tolerance, force)
 
 
 def size_names(n: int) -> list[str]:
@@ -292,8 +150,8 @@ def size_names(n: int) -> list[str]:
 
 def size_paths(out: Path, names: list[str]) -> tuple[list[Path], Path]:
     """OUT.onnx -> ([OUT-1.onnx … OUT-n.onnx], OUT.split.json)."""
-    stem = _stem(out)
-    return [stem.with_name(f"{stem.name}-{k}.onnx") for k in names], stem.with_name(f"{stem.name}.split.json")
+    s = stem(out)
+    return [s.with_name(f"{s.name}-{k}.onnx") for k in names], s.with_name(f"{s.name}.split.json")
 
 
 def split_by_size(src: Path, out: Path, size_gb: float, *, inputs_dir: Path | None = None, tolerance: float = 1e-4,
@@ -309,11 +167,11 @@ def split_by_size(src: Path, out: Path, size_gb: float, *, inputs_dir: Path | No
                        "check says when one is needed)")
     names = size_names(len(groups))
     paths, record = size_paths(Path(out), names)
-    return _split(Path(src), slim, _plans(slim.graph, groups, names, ["npu"] * len(groups)), paths, record,
+    return _split(Path(src), slim, plan_parts(slim.graph, groups, names, ["npu"] * len(groups)), paths, record,
                   inputs_dir, tolerance, force)
 
 
-def _split(src: Path, slim: onnx.ModelProto, plans: list[_Plan], paths: list[Path], record: Path,
+def _split(src: Path, slim: onnx.ModelProto, plans: list[Plan], paths: list[Path], record: Path,
            inputs_dir: Path | None, tolerance: float, force: bool) -> SplitResult:
     """Cut `src` (`slim`: its graph without the weights) into `plans`, prove the parts chained equal to it, then
     publish them and the record. Everything is written in a staging folder beside the output first: a failed or
@@ -322,14 +180,7 @@ def _split(src: Path, slim: onnx.ModelProto, plans: list[_Plan], paths: list[Pat
         if p.exists() and not force:
             raise BadInput(f"{p} already exists; pass --force to replace it")
     graph = slim.graph
-    values = inferred_values(slim, data_prop=True)
-    fed = {v.name for v in graph.input}
-    cut = list(dict.fromkeys(t for p in plans for t in p.inputs if t not in fed))
-    for t in cut:
-        info = tensor_info(values[t]) if t in values else None
-        if info is None or info.dynamic:  # a scalar's shape [] is static
-            raise BadInput(f"the cut tensor {t} has no static shape after shape inference: fix the model's "
-                           "shapes first (qnndeploy prepare), then split it")
+    values, cut = cut_values(slim, plans)
     tolerance = max([tolerance, *(CUT_PRECISION.get(tensor_info(values[t]).dtype, 0.0) for t in cut)])
     outputs = [o.name for o in graph.output]
     ranges = int_input_ranges(graph)
@@ -352,18 +203,15 @@ def _split(src: Path, slim: onnx.ModelProto, plans: list[_Plan], paths: list[Pat
         raise
 
 
-def _write(src: Path, paths: list[Path], record: Path, work: Path, plans: list[_Plan],
+def _write(src: Path, paths: list[Path], record: Path, work: Path, plans: list[Plan],
            values: dict[str, onnx.ValueInfoProto], sample: dict[str, Any], want: dict[str, Any], outputs: list[str],
            tolerance: float, inputs_dir: Path | None, cut: list[str]) -> SplitResult:
     """Each part into `work` (the source's weights read one part at a time), the chain run against the original,
     then every file moved into place and the record written."""
-    model = load_model(src)
-    staged = [work / p.name for p in paths]
-    held = [_save(_extract(model, src.parent, p, values), s) for p, s in zip(plans, staged, strict=True)]
-    del model
+    staged = write_parts(src, plans, [work / p.name for p in paths], values)
     got: dict[str, Any] = {}
     for p, s in zip(plans, staged, strict=True):
-        session = cpu_session(s, f"part {p.name}")
+        session = cpu_session(Path(s.path), f"part {p.name}")
         values_out = session.run(None, {n: sample[n] if n in sample else got[n] for n in p.inputs})
         got.update(zip([o.name for o in session.get_outputs()], values_out, strict=True))
         del session
@@ -373,22 +221,14 @@ def _write(src: Path, paths: list[Path], record: Path, work: Path, plans: list[_
         raise CheckFailed(f"the parts chained differ from the original at {bad.name} (max abs diff "
                           f"{bad.max_abs_diff:.3g}); nothing written")
     for s, final in zip(staged, paths, strict=True):
-        data = s.with_name(s.name + ".data")
+        moved = Path(s.path)
+        data = moved.with_name(moved.name + ".data")
         if data.exists():
             data.replace(final.with_name(data.name))
         else:
             final.with_name(data.name).unlink(missing_ok=True)  # an earlier split's, replaced with --force
-        s.replace(final)
-    parts = [Part(p.name, str(path), p.runs_on, [tensor_info(values[t]) for t in p.inputs],
-                  [tensor_info(values[t]) for t in p.outputs], len(p.nodes), h)
-             for p, path, h in zip(plans, paths, held, strict=True)]
-    write_json(record, {
-        "record": SPLIT_RECORD, "version": 1,
-        "source": {"path": str(src.resolve()), "sha256": sha256_file(src)},
-        "cut": cut, "order": [p.name for p in parts],
-        "parts": [{"name": p.name, "path": Path(p.path).name, "runs_on": p.runs_on, "sha256": sha256_file(Path(p.path)),
-                   "inputs": [i.name for i in p.inputs], "outputs": [o.name for o in p.outputs]} for p in parts],
-        "tools": {"qnndeploy": __version__}, "created": datetime.now(UTC).isoformat(timespec="seconds"),
-    })
-    return SplitResult(str(src), str(record), cut, parts, diffs,
+        moved.replace(final)
+        s.path = str(final)
+    write_record(record, src, cut, staged)
+    return SplitResult(str(src), str(record), cut, staged, diffs,
                        str(inputs_dir) if inputs_dir is not None else "one seeded random sample", tolerance)

@@ -128,7 +128,7 @@ def test_a_model_over_one_context_is_split_by_size_into_npu_graphs_bundled_as_a_
 
     import onnx
 
-    from qnndeploy.prepare import split
+    from qnndeploy.model import split
     from tests.support import synth_models
 
     model = synth_models.save_with_external_data(synth_models.residual_stack(6, 64), tmp_path / "stack.onnx")
