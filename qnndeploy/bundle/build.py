@@ -9,6 +9,7 @@ name and renamed into place right after the bundle, with no safe point in betwee
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
@@ -78,6 +79,7 @@ from qnndeploy.formats.records import (
     split_records,
 )
 from qnndeploy.formats.verify import CONTROL, Contexts, Problem, check_manifest, check_warnings, read_contexts
+from qnndeploy.model import decode
 from qnndeploy.qnn import epcontext, ondevice
 from qnndeploy.qnn.markers import FileFacts, Scanner, build_version, scan_file
 
@@ -120,6 +122,7 @@ class BundleSpec:
     expected_sha256: Mapping[Path, str] = field(default_factory=dict)  # inputs whose hash a compile record holds
     cpu_only: Sequence[str] = ()  # graphs that always run on the CPU (a split model's part)
     pipeline: Sequence[str] = ()  # the order the app runs the graphs in (empty: none given)
+    loop: JSON | None = None  # the decode loop validate ran over two graphs (decode.Loop.json), shipped as validated
     build: Path | None = None  # the `compile` output folder it comes from (--from-build): an input folder
     on_device: OnDeviceRequest | None = None
 
@@ -160,6 +163,7 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
     htp: dict[str, HtpSettings] = {}
     records: dict[str, Path] = {}
     validation: dict[str, JSON] = {}
+    loops: dict[str, JSON] = {}  # the decode loops the records ran, each once
     for rec in jobs:
         # the model the record names (a link the user compiled through is followed once: its hash is checked)
         graph, soc, source, job = rec.graph, rec.soc, resolve_named(rec.source), rec.folder
@@ -176,8 +180,10 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
         records[f"{rec.shared or graph}-{soc}-{RECORD_FILE}"] = job / RECORD_FILE
         target = validation.setdefault(soc, {"passed": True, "graphs": {}})
         summary, validated = _validation_summary(rec)
-        if validated:
+        if validated is not None:
             records[f"{graph}-{soc}-{VALIDATION_FILE}"] = rec.validation_file
+            if validated.loop is not None:
+                loops.setdefault(json.dumps(validated.loop, sort_keys=True), validated.loop)
         target["graphs"][graph] = summary
         verdicts = [g["passed"] for g in target["graphs"].values()]
         target["passed"] = False if False in verdicts else None if None in verdicts else True
@@ -186,9 +192,20 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
         raise BadInput(f"{build} mixes precisions {sorted(precisions)}; bundle one precision at a time")
     for log in sorted((Path(build) / "logs").glob("*.log")):
         records[f"logs/{log.name}"] = log
+    if len(loops) > 1:
+        raise BadInput(f"{build} was validated with {len(loops)} different decode loops (--loop): validate it again "
+                       "with the one the app runs")
+    loop = next(iter(loops.values()), None)
+    try:
+        _ = loop is None or decode.described(loop)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise BadInput(f"{build}'s decode loop was recorded by an older qnndeploy without its tensors: validate it "
+                       "again (--loop), then bundle") from None
+    if loop is not None and loop.get("tokenizer"):
+        expected[Path(loop["tokenizer"]["path"])] = loop["tokenizer"]["sha256"]
     spec = BundleSpec(name, version, cpu, npu, precision=precisions.pop(), records=records, validation=validation,
                       htp=htp, accepted_on=_accept(validation, Path(build), accept or {}, accept_on),
-                      expected_sha256=expected, build=Path(build))
+                      expected_sha256=expected, build=Path(build), loop=loop)
     if split is not None:
         return with_split(spec, split)
     if named := split_records({p: expected[p] for p in cpu.values()}):
@@ -197,19 +214,19 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
     return spec
 
 
-def _validation_summary(rec: CompileRecord) -> tuple[JSON, bool]:
-    """A job's validation summary for the manifest, and whether a validation record of this binary made it."""
+def _validation_summary(rec: CompileRecord) -> tuple[JSON, ValidationRecord | None]:
+    """A job's validation summary for the manifest, and the validation record of this binary that made it."""
     v = ValidationRecord.read(rec.validation_file)
     binary = rec.output(CONTEXT_BINARY)
     if v is None:
-        return {"passed": None, "note": "not validated: run qnndeploy validate"}, False
+        return {"passed": None, "note": "not validated: run qnndeploy validate"}, None
     if v.binary_sha256 not in (None, binary.sha256 if binary else None):
         return {"passed": None, "note": f"not validated: {rec.validation_file.name} is of an earlier compile; "
-                                        "run qnndeploy validate"}, False
+                                        "run qnndeploy validate"}, None
     return {"passed": v.passed, "thresholds": v.thresholds,
             **({"threshold_reason": v.threshold_reason} if v.threshold_reason else {}),
             "outputs": [{k: o[k] for k in ("name", "passed", "max_abs_diff", "rel_l2", "cosine", "snr_db",
-                                           "judged_on")} for o in v.outputs]}, True
+                                           "judged_on")} for o in v.outputs]}, v
 
 
 ANY_SOC = "*"  # --accept GRAPH@*: every SoC on which GRAPH failed
@@ -522,6 +539,7 @@ class _Plan:
     libs: dict[str, JSON]  # bundle path of each runtime library -> its role, ABI and arch
     records: dict[str, Path]  # name under records/ -> file
     source_path: Path | None
+    tokenizer: str | None = None  # the loop's tokenizer: its path in the bundle
 
 
 def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archive_fmt: str | None = None,
@@ -628,11 +646,16 @@ def _plan(spec: BundleSpec) -> _Plan:
         files.append((path, rel, True))
         lib_entries[rel] = meta
     files += [(p, f"records/{name}", False) for name, p in records.items()]
+    tokenizer = (spec.loop or {}).get("tokenizer")
+    if tokenizer:
+        path = _need_file(Path(tokenizer["path"]), "the decode loop's tokenizer")
+        files.append((path, f"loop/{path.name}", False))
     for src, rel, _ in files:
         why = path_problem(rel)
         if why is not None:  # verify would refuse the bundle: refused before anything is written
             raise BadInput(f"{src} would be bundled as {rel}: {why}; rename it")
-    return _Plan(graphs, cpu_files, targets, files, bin_graphs, loads, lib_entries, records, source_path)
+    return _Plan(graphs, cpu_files, targets, files, bin_graphs, loads, lib_entries, records, source_path,
+                 files[-1][1] if tokenizer else None)
 
 
 def _stage(spec: BundleSpec, plan: _Plan, tmp: Path, progress: Progress | None) -> dict[str, FileFacts]:
@@ -699,6 +722,7 @@ def _manifest(spec: BundleSpec, plan: _Plan, facts: dict[str, FileFacts], qairt:
         "graphs": plan.graphs,
         **({"htp": {"performance_mode": spec.performance_mode}} if spec.performance_mode else {}),
         **({"pipeline": list(spec.pipeline)} if spec.pipeline else {}),
+        **({"loop": _loop_section(spec.loop, plan, entry)} if spec.loop else {}),
         "targets": [
             {
                 "soc": model, "soc_id": soc.soc_id, "dsp_arch": soc.dsp_arch, "precision": spec.precision,
@@ -723,6 +747,12 @@ def _manifest(spec: BundleSpec, plan: _Plan, facts: dict[str, FileFacts], qairt:
            not in plan.records],
         **({"on_device": on_device} if on_device is not None else {}),
     }
+
+
+def _loop_section(loop: JSON, plan: _Plan, entry: Callable[[str], JSON]) -> JSON:
+    """manifest.json's loop: the loop validate ran (decode.Loop.description's fields), and its tokenizer as shipped."""
+    section = {k: v for k, v in loop.items() if k not in ("why", "tokenizer")}
+    return {**section, **({"tokenizer": entry(plan.tokenizer)} if plan.tokenizer else {})}
 
 
 def _verify_staged(manifest: Manifest, plan: _Plan, facts: dict[str, FileFacts], tmp: Path

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard, TypeVar
 from qnndeploy.base.errors import QnnDeployError, first_line
 from qnndeploy.base.fileio import JSON, read_limited
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, EXTERNAL_DATA, FORMAT, FORMAT_VERSION, MANIFEST, ONNX
+from qnndeploy.model import decode
 from qnndeploy.model.onnxio import external_locations, load_model, tensor_info
 
 if TYPE_CHECKING:
@@ -224,6 +225,15 @@ class OnDevice:
 
 
 @dataclass(frozen=True)
+class BundleLoop:
+    """An encoder-decoder's decode loop (format 5), as validate --loop ran it: what the app runs over two of the
+    bundle's graphs, and the tokenizer file that gives the tokens their text."""
+
+    loop: decode.Loop  # its tokenizer is None: the bundle's is `tokenizer`
+    tokenizer: BundleFile | None = None
+
+
+@dataclass(frozen=True)
 class Qairt:
     """The one QAIRT of the bundle. min_runtime: the oldest QNN runtime that loads its context binaries; None when
     the manifest has none (older bundles)."""
@@ -272,6 +282,7 @@ class Manifest:
     htp_performance_mode: str | None = None  # bundle --performance-mode; None: the glue's default
     pipeline_order: tuple[str, ...] = ()  # the order the app runs the graphs in; empty: the graphs' order
     on_device: OnDevice | None = None  # format 4: what SoCs without a target compile on the phone
+    loop: BundleLoop | None = None  # format 5: the decode loop the app runs over an encoder and a decoder
 
     @property
     def pipeline(self) -> list[str]:
@@ -294,8 +305,13 @@ class Manifest:
 
     @property
     def model_files(self) -> list[BundleFile]:
-        """Every bundle file the app may copy to its storage: the CPU files and every target's."""
-        return [*self.cpu, *(a for t in self.targets for a in t.artifacts), *self.on_device_files]
+        """Every bundle file the app may copy to its storage: the CPU files, every target's, the tokenizer."""
+        return [*self.cpu, *(a for t in self.targets for a in t.artifacts), *self.on_device_files,
+                *self.loop_files]
+
+    @property
+    def loop_files(self) -> tuple[BundleFile, ...]:
+        return (self.loop.tokenizer,) if self.loop is not None and self.loop.tokenizer is not None else ()
 
     @property
     def on_device_files(self) -> tuple[BundleFile, ...]:
@@ -307,10 +323,12 @@ class Manifest:
         return [g.name for g in self.graphs if g.cpu_only]
 
     def files(self) -> list[tuple[str, BundleFile]]:
-        """Every file the manifest lists, with what it is: 'cpu', 'npu:<SoC>', 'on-device', 'lib' or 'record'."""
+        """Every file the manifest lists, with what it is: 'cpu', 'npu:<SoC>', 'on-device', 'loop', 'lib' or
+        'record'."""
         entries = [("cpu", a) for a in self.cpu]
         entries += [(f"npu:{t.soc}", a) for t in self.targets for a in t.artifacts]
         entries += [("on-device", a) for a in self.on_device_files]
+        entries += [("loop", a) for a in self.loop_files]
         entries += [("lib", lib) for lib in self.runtime.libs if self.runtime.bundled]
         return entries + [("record", r) for r in self.records]
 
@@ -344,6 +362,7 @@ class Manifest:
             htp_performance_mode=_optional(htp, "performance_mode") if isinstance(htp, dict) else None,
             pipeline_order=tuple(_strings(data, "pipeline")),
             on_device=_on_device(data["on_device"]) if isinstance(data.get("on_device"), dict) else None,
+            loop=_loop(data["loop"]) if isinstance(data.get("loop"), dict) else None,
         )
 
 
@@ -424,6 +443,14 @@ def _target(m: JSON) -> Target:
     return Target(_text(m, "soc"), soc_id, _text(m, "dsp_arch"), _optional(m, "precision") or "",
                   tuple(map(_file, _objects(m, "artifacts"))), validation, accepted, _optional(m, "accepted_on"),
                   compiled if isinstance(compiled, dict) else None)
+
+
+def _loop(m: JSON) -> BundleLoop:
+    try:
+        loop = decode.described(m)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        _bad("loop", m)
+    return BundleLoop(loop, _file(m["tokenizer"]) if isinstance(m.get("tokenizer"), dict) else None)
 
 
 def _on_device(m: JSON) -> OnDevice:

@@ -134,6 +134,7 @@ class ValidationRecord:
     threshold_reason: str | None = None  # why a looser threshold judged it (validate --reason)
     inputs: JSON | None = None  # how its samples were made (samples.for_graph's record of them)
     task_given: str | None = None  # validate --task for it (None: the task its graph makes plain)
+    loop: JSON | None = None  # the decode loop that judged it (validate --loop): decode.Loop.json's form
 
     @classmethod
     def read(cls, path: Path) -> ValidationRecord | None:
@@ -142,7 +143,8 @@ class ValidationRecord:
             return None
         data = json.loads(path.read_text())
         return cls(data["passed"], data["thresholds"], tuple(data["outputs"]), (data.get("binary") or {}).get("sha256"),
-                   data.get("threshold_reason"), data.get("inputs"), (data.get("task") or {}).get("given"))
+                   data.get("threshold_reason"), data.get("inputs"), (data.get("task") or {}).get("given"),
+                   (data.get("loop") or {}).get("described"))
 
 
 def htp_settings(options: dict[str, Any]) -> HtpSettings:

@@ -38,6 +38,7 @@ from qnndeploy.formats.manifest import (
     schema_errors,
     worst_metric,
 )
+from qnndeploy.model import decode
 from qnndeploy.model.onnxio import load_model
 from qnndeploy.qnn import contextcheck, emulator, epcontext, qnnsystem
 from qnndeploy.qnn.markers import FileFacts, build_version, scan_file
@@ -176,7 +177,7 @@ def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None
     unread = {p: n for p, n in sizes.items() if n not in listed[p]}
     present = [(kind, x) for kind, x in entries if x.path in sizes and x.path not in unread]
     with Pool(max_workers=jobs or os.cpu_count() or 1) as pool:  # hashlib releases the GIL
-        scanned = pool.map(lambda ke: scan_file(root / ke[1].path, ke[0] != "cpu" and ke[0] != "record",
+        scanned = pool.map(lambda ke: scan_file(root / ke[1].path, ke[0] not in ("cpu", "record", "loop"),
                                                 progress), present)
         facts = {e.path: f for (_, e), f in zip(present, scanned, strict=True)}
     # the binaries that are what the manifest says (another is already a problem): read by their own metadata
@@ -383,7 +384,49 @@ def check_manifest(manifest: Manifest, facts: dict[str, FileFacts], tree: set[st
     need, stated = _min_runtime(manifest.qairt)
     return [*_listing_problems(manifest, facts, tree, unread or {}), *_graph_problems(manifest),
             *_cpu_problems(manifest, facts, root), *_target_problems(manifest, facts, root, contexts or {}, need),
-            *stated, *_runtime_problems(manifest, facts, root, need), *_on_device_problems(manifest, facts, root)]
+            *stated, *_runtime_problems(manifest, facts, root, need), *_on_device_problems(manifest, facts, root),
+            *_loop_problems(manifest, facts, root)]
+
+
+def _loop_problems(manifest: Manifest, facts: dict[str, FileFacts], root: Path) -> list[Problem]:
+    """Format 5's loop: its encoder and decoder are graphs the NPU runs, every tensor it names is an input or output
+    of the graph it says, it feeds every decoder input (the app could not run the decoder otherwise), the caches
+    have one length, and the tokenizer reads as one."""
+    if manifest.loop is None:
+        return []
+    loop, problems = manifest.loop.loop, []
+    graphs = {g.name: g for g in manifest.graphs if not g.cpu_only}
+    for role, name in (("encoder", loop.encoder), ("decoder", loop.decoder)):
+        if name not in graphs:
+            problems.append(Problem(MANIFEST, f"loop names {role} '{name}', which is not a graph the NPU runs"))
+    if problems:
+        return problems
+    encoder, decoder = graphs[loop.encoder], graphs[loop.decoder]
+    ins = {t.name: t for t in decoder.inputs}
+    outs = {t.name for t in decoder.outputs}
+    wanted = [(loop.encoder, "input", loop.encoder_input, {t.name for t in encoder.inputs}),
+              *((loop.decoder, "input", n, set(ins)) for n in (loop.token, loop.position, loop.mask) if n is not None),
+              (loop.decoder, "output", loop.logits, outs),
+              *((loop.decoder, "input", i, set(ins)) for i, _ in (*loop.cross, *loop.cache)),
+              *((loop.encoder, "output", o, {t.name for t in encoder.outputs}) for _, o in loop.cross),
+              *((loop.decoder, "output", o, outs) for _, o in loop.cache)]
+    problems += [Problem(MANIFEST, f"loop names {kind} '{name}' of graph '{graph}', which has no such {kind}")
+                 for graph, kind, name, there in wanted if name not in there]
+    fed = {loop.token, loop.position, loop.mask, *(i for i, _ in (*loop.cross, *loop.cache))}
+    if unfed := [n for n in ins if n not in fed]:
+        problems.append(Problem(MANIFEST, f"loop feeds no value to decoder input(s) {', '.join(unfed)}: the app "
+                                          "could not run the decoder"))
+    lengths = {ins[i].shape[1] for i, _ in loop.cache if i in ins and len(ins[i].shape) == 3}
+    if len(lengths) > 1 or any(not isinstance(n, int) for n in lengths):
+        problems.append(Problem(MANIFEST, "the loop's cache inputs have no one static length "
+                                          f"({', '.join(sorted(map(str, lengths)))})"))
+    tokenizer = manifest.loop.tokenizer
+    if tokenizer is not None and tokenizer.path in facts and facts[tokenizer.path].sha256 == tokenizer.sha256:
+        try:
+            decode.Detokenizer(root / tokenizer.path)
+        except QnnDeployError as e:
+            problems.append(Problem(tokenizer.path, f"is not a tokenizer the loop can read: {e}"))
+    return problems
 
 
 def _on_device_problems(manifest: Manifest, facts: dict[str, FileFacts], root: Path) -> list[Problem]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy.base.errors import BadInput
-from qnndeploy.base.fileio import JSON
+from qnndeploy.base.fileio import JSON, sha256_file
 from qnndeploy.model.onnxio import load_model, model_inputs, model_outputs
 from qnndeploy.model.samples import Sample
 from qnndeploy.model.tasks import key_values, text_lines
@@ -52,10 +52,30 @@ class Loop:
     why: str = ""
     texts: Path | None = None  # the true text of each sample, one per line: each side's word error rate
 
+    def description(self) -> JSON:
+        """The loop as data: what `--loop FILE.json` reads and a bundle's manifest carries (tokenizer aside)."""
+        return {"encoder": self.encoder, "decoder": self.decoder, "encoder_input": self.encoder_input,
+                "token": self.token, "position": self.position, "mask": self.mask, "logits": self.logits,
+                "cross": dict(self.cross), "cache": dict(self.cache), "prompt": list(self.prompt), "end": self.end,
+                "max_tokens": self.max_tokens}
+
     def json(self) -> JSON:
-        return {"encoder": self.encoder, "decoder": self.decoder, "prompt": list(self.prompt), "end": self.end,
-                "max_tokens": self.max_tokens, "cache_inputs": len(self.cache), "why": self.why,
-                "tokenizer": str(self.tokenizer) if self.tokenizer else None}
+        """The record's form: the description, where it was read from, and the tokenizer file with its hash (what
+        bundle build ships, refused when it changed since)."""
+        tokenizer = None if self.tokenizer is None else {"path": str(self.tokenizer.resolve()),
+                                                          "sha256": sha256_file(self.tokenizer)}
+        return {**self.description(), "why": self.why, "tokenizer": tokenizer}
+
+
+def described(data: JSON, tokenizer: Path | None = None, why: str = "") -> Loop:
+    """A Loop from its description (Loop.description's form); KeyError, TypeError or ValueError when it is not one."""
+    mask = data.get("mask")
+    return Loop(str(data["encoder"]), str(data["decoder"]), str(data["encoder_input"]), str(data["token"]),
+                str(data["position"]), None if mask is None else str(mask), str(data["logits"]),
+                tuple((str(a), str(b)) for a, b in data["cross"].items()),
+                tuple((str(a), str(b)) for a, b in data["cache"].items()),
+                tuple(int(t) for t in data["prompt"]), int(data["end"]), int(data.get("max_tokens", MAX_TOKENS)),
+                tokenizer, why)
 
 
 @dataclass
@@ -134,13 +154,8 @@ def whisper(models: Mapping[str, Path], tokenizer: Path | None = None) -> Loop:
 def _from_file(path: Path, models: Mapping[str, Path]) -> Loop:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        loop = Loop(str(data["encoder"]), str(data["decoder"]), str(data["encoder_input"]), str(data["token"]),
-                    str(data["position"]), data.get("mask"), str(data["logits"]),
-                    tuple((str(a), str(b)) for a, b in data["cross"].items()),
-                    tuple((str(a), str(b)) for a, b in data["cache"].items()),
-                    tuple(int(t) for t in data["prompt"]), int(data["end"]),
-                    int(data.get("max_tokens", MAX_TOKENS)),
-                    path.parent / data["tokenizer"] if data.get("tokenizer") else None, f"described in {path}")
+        loop = described(data, path.parent / data["tokenizer"] if data.get("tokenizer") else None,
+                         f"described in {path}")
     except (OSError, UnicodeDecodeError) as e:
         raise BadInput(f"--loop {path}: cannot read it ({e})") from None
     except (ValueError, KeyError, TypeError, AttributeError) as e:

@@ -325,10 +325,10 @@ def test_schema_and_format_version(bundle):
     m["targets"][0]["artifacts"][0]["path"] = "../escape.bin"
     (bundle / "manifest.json").write_text(json.dumps(m))
     assert any("manifest.json: schema: targets/0/artifacts/0/path" in f for f in problems(bundle))
-    m["format_version"] = 5
+    m["format_version"] = 6
     (bundle / "manifest.json").write_text(json.dumps(m))
     assert problems(bundle) == ["manifest.json: " + str(bundle / "manifest.json") +
-                                " has format_version 5; this qnndeploy reads versions 1 to 4; upgrade qnndeploy"]
+                                " has format_version 6; this qnndeploy reads versions 1 to 5; upgrade qnndeploy"]
 
 
 def test_a_v1_manifest_still_verifies(bundle):

@@ -138,15 +138,15 @@ def test_adsp_library_path_prepends_with_semicolons_and_keeps_what_was_there():
     assert run(adsp_before="/odm/dsp").adsp_library_path.split(";")[:2] == [LIB_DIR, "/odm/dsp"]
 
 
-@pytest.mark.parametrize("fmt, version", [("qnndeploy-bundle", 5), ("qnndeploy-bundle", 0), ("qnndeploy-bundle", 1.0),
+@pytest.mark.parametrize("fmt, version", [("qnndeploy-bundle", 6), ("qnndeploy-bundle", 0), ("qnndeploy-bundle", 1.0),
                                           ("qnndeploy-bundle", True), ("other", 1), ("qnndeploy-bundle", None)])
 def test_unknown_manifest_format_or_version_goes_to_cpu(fmt, version):
     m = {**bundles.manifest(), "format": fmt, "format_version": version}
     d = run(m)
     assert not d.npu and d.paths == {} and d.soc == "SM8750"
-    assert "is not supported (this app reads \"qnndeploy-bundle\" versions 1 to 4)" in d.reason
-    assert run({**bundles.manifest(), "format_version": 5}).reason.startswith(
-        'bundle manifest format "qnndeploy-bundle" version 5 is not supported')
+    assert "is not supported (this app reads \"qnndeploy-bundle\" versions 1 to 5)" in d.reason
+    assert run({**bundles.manifest(), "format_version": 6}).reason.startswith(
+        'bundle manifest format "qnndeploy-bundle" version 6 is not supported')
 
 
 def test_a_v1_manifest_is_still_read():

@@ -22,6 +22,7 @@ from qnndeploy.formats.manifest import (
     Tensor,
     schema,
 )
+from qnndeploy.qnn.markers import scan_file
 from tests.support import REPO, bundles
 
 ROOT = REPO
@@ -102,8 +103,8 @@ def test_shared_binaries_accepted_failures_and_a_pipeline_parse():
 
 
 def test_a_format_this_qnndeploy_does_not_read_parses_to_its_header():
-    m = Manifest.parse({**bundles.manifest(), "format_version": 5, "graphs": "anything"})
-    assert (m.format, m.format_version, m.supported, m.graphs) == ("qnndeploy-bundle", 5, False, ())
+    m = Manifest.parse({**bundles.manifest(), "format_version": 6, "graphs": "anything"})
+    assert (m.format, m.format_version, m.supported, m.graphs) == ("qnndeploy-bundle", 6, False, ())
     assert not Manifest.parse({"format": "other", "format_version": True}).supported
 
 
@@ -145,3 +146,58 @@ def test_a_bundle_file_is_frozen():
     f = BundleFile("cpu/det.onnx", "0" * 64, 1, "det", FileFormat.ONNX)
     with pytest.raises(dataclasses.FrozenInstanceError):
         f.path = "x"  # type: ignore[misc]
+
+
+def _with_loop(m: dict, **change) -> dict:
+    """A format-5 manifest whose graphs are an encoder (mel -> cross_k) and a decoder fed by a loop over them."""
+    def t(name, shape, dtype="float32"):
+        return {"name": name, "dtype": dtype, "shape": shape}
+
+    m = {**m, "format_version": 5}
+    m["graphs"] = [{"name": "det", "inputs": [t("mel", [1, 80, 100])], "outputs": [t("cross_k", [1, 50, 8])]},
+                   {"name": "rec", "inputs": [t("tokens", [1, 1], "int32"), t("offset", [1], "int32"),
+                                              t("self_k", [1, 16, 8]), t("cross_k_in", [1, 50, 8])],
+                    "outputs": [t("logits", [1, 1, 10]), t("this_self_k", [1, 1, 8])]}]
+    m["loop"] = {"encoder": "det", "decoder": "rec", "encoder_input": "mel", "token": "tokens", "position": "offset",
+                 "mask": None, "logits": "logits", "cross": {"cross_k_in": "cross_k"},
+                 "cache": {"self_k": "this_self_k"}, "prompt": [1, 2], "end": 3, "max_tokens": 16, **change}
+    return m
+
+
+def _loop_problems(m: dict, tmp_path) -> list[str]:
+    from qnndeploy.formats.verify import check_manifest
+
+    assert manifest_module.schema_errors(m) == []
+    found = check_manifest(Manifest.parse(m), {}, set(), tmp_path)
+    return [p.message for p in found if "loop" in p.message]
+
+
+def test_a_decode_loop_parses_and_is_checked_against_the_graphs_it_runs(tmp_path):
+    m = _with_loop(bundles.manifest())
+    parsed = Manifest.parse(m)
+    assert parsed.loop is not None and parsed.loop.loop.cache == (("self_k", "this_self_k"),)
+    assert parsed.loop.loop.prompt == (1, 2) and parsed.loop.tokenizer is None and parsed.loop_files == ()
+    assert _loop_problems(m, tmp_path) == []
+    assert _loop_problems(_with_loop(bundles.manifest(), logits="scores"), tmp_path) == [
+        "loop names output 'scores' of graph 'rec', which has no such output"]
+    unfed = _with_loop(bundles.manifest(), cross={"self_k": "cross_k"})  # cross_k_in gets nothing
+    assert any("feeds no value to decoder input(s) cross_k_in" in p for p in _loop_problems(unfed, tmp_path))
+    assert _loop_problems(_with_loop(bundles.manifest(), encoder="nope"), tmp_path) == [
+        "loop names encoder 'nope', which is not a graph the NPU runs"]
+
+
+def test_a_loop_needs_format_5_and_a_readable_tokenizer(tmp_path):
+    from qnndeploy.formats.verify import check_manifest
+
+    assert any("loop" in e for e in manifest_module.schema_errors({**_with_loop(bundles.manifest()),
+                                                                   "format_version": 4}))
+    (tmp_path / "loop").mkdir()
+    (tmp_path / "loop" / "tokens.txt").write_text("not base64!! 7\n")
+    m = _with_loop(bundles.manifest(), tokenizer={"path": "loop/tokens.txt", "sha256": "0" * 64, "size": 15})
+    parsed = Manifest.parse(m)
+    assert parsed.loop_files == (BundleFile("loop/tokens.txt", "0" * 64, 15),)
+    assert ("loop", parsed.loop_files[0]) in parsed.files() and parsed.loop_files[0] in parsed.model_files
+    facts = {"loop/tokens.txt": scan_file(tmp_path / "loop" / "tokens.txt", False)}
+    m["loop"]["tokenizer"]["sha256"] = facts["loop/tokens.txt"].sha256
+    found = [p for p in check_manifest(Manifest.parse(m), facts, set(facts), tmp_path) if p.path == "loop/tokens.txt"]
+    assert [p.message.split(":")[0] for p in found] == ["is not a tokenizer the loop can read"]

@@ -7,6 +7,7 @@ benchmarks/whisper_loop.py runs the full 30 s / 448-step graphs on all twelve cl
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 from pathlib import Path
 
@@ -67,6 +68,23 @@ def test_whisper_is_validated_by_its_decode_loop_on_real_speech(tmp_path: Path) 
                                  mel, tok, cache=CACHE)
     assert sample["cpu"] == ours.text and sample["tokens"] == len(ours.tokens)
     assert check["against_texts"]["cpu"] <= 0.2  # tiny.en hears espeak-ng's sentence (0 of 9 words wrong here)
+
+    # the printed next: line builds the bundle; it carries the loop as validated, with the tokenizer checksummed
+    (line,) = [x for x in shown.output.splitlines() if x.startswith("next: ")]
+    words = shlex.split(line.removeprefix("next: "))
+    assert words[:3] == ["qnndeploy", "bundle", "build"]
+    built = run(*words[1:], "-o", tmp_path / "dist")
+    assert built.exit_code == 0, built.output
+    (bundle,) = (tmp_path / "dist").iterdir()
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    loop = manifest["loop"]
+    assert manifest["format_version"] == 5 and (loop["encoder"], loop["decoder"]) == ("encoder", "decoder")
+    assert loop["token"] == f"{whisper.NAME}-tokens" and len(loop["cache"]) == 2 * whisper.TINY_EN.n_text_layer
+    assert (bundle / loop["tokenizer"]["path"]).read_bytes() == tokenizer.read_bytes()
+    verified = run("bundle", "verify", bundle)
+    assert verified.exit_code == 0, verified.output
+    (bundle / loop["tokenizer"]["path"]).write_text("{}")  # the tokenizer is checked like any file
+    assert run("bundle", "verify", bundle).exit_code == 1
 
     refused = run("diagnose", tmp_path / "build" / "decoder" / "SM8650")
     assert refused.exit_code == 2 and "validated inside its decode loop" in refused.output
