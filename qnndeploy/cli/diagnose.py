@@ -8,7 +8,16 @@ import click
 
 from qnndeploy import diagnose as stage
 from qnndeploy.base.fileio import staging_file, writing
-from qnndeploy.cli._common import handles_errors, json_option, num, render_output, report, sample_options, shown
+from qnndeploy.cli._common import (
+    handles_errors,
+    job_progress,
+    json_option,
+    num,
+    render_output,
+    report,
+    sample_options,
+    shown,
+)
 from qnndeploy.cli._toolchain import under_toolchain
 from qnndeploy.diagnose import plot
 from qnndeploy.qnn import toolchain
@@ -50,6 +59,17 @@ def _render(result: stage.DiagnoseResult) -> None:
         click.echo("why:")
         for e in result.explanations:
             click.echo(f"  - {e.text}")
+    if result.splits:
+        click.echo(f"splits measured (each cut as prepare cuts it, its NPU part compiled for {result.soc}, the parts "
+                   "chained on these samples and judged against the whole model on the CPU):")
+        for t in result.splits:
+            done = t.measured
+            verdict = "   " if done is None else "ok " if done.passed else "BAD"
+            figure = (f"not measured: {t.error}" if done is None else
+                      f"worst output SNR {num(done.snr_db, '.1f')} dB, cosine {num(done.cosine, '.6f')}; NPU "
+                      f"{t.npu_nodes} node(s), CPU {t.cpu_nodes}")
+            click.echo(f"  {verdict} --split-at {','.join(t.split_at)} --cpu {t.cpu_part}: {figure} "
+                       f"({t.seconds:.2f} s)")
     click.echo("remedies:")
     for r in result.remedies:
         click.echo(f"  - {r.kind}: {r.text}")
@@ -86,7 +106,8 @@ def diagnose(target: Path, inputs: Path | None, preprocess: str | None, random_:
     if tc is not None:  # compiled with compile --qairt: probe with that QAIRT's compiler and emulator
         under_toolchain(tc)
     options = stage.DiagnoseOptions(inputs, random_, seed, preprocess, min_snr_db, graph, ranges=ranges)
-    result = stage.diagnose(target, options)
+    with job_progress("measuring a split as a chain") as progress:
+        result = stage.diagnose(target, options, progress)
     if plot_path is not None:
         shown_probes = [p for p in result.probes if p.snr_db is not None]
         with writing(plot_path), staging_file(plot_path, force=True) as tmp:  # whole or not at all

@@ -18,6 +18,7 @@ import math
 import shlex
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -29,8 +30,18 @@ from qnndeploy.base.fileio import FULL, JSON, check_writable, sha256_file, write
 from qnndeploy.base.kinds import Precision, Side
 from qnndeploy.base.names import EPCONTEXT, file_kind, graph_name
 from qnndeploy.formats import chain
-from qnndeploy.formats.records import CompileRecord, HtpSettings, ValidationRecord, read_build, splits_of
+from qnndeploy.formats.records import (
+    CompileRecord,
+    HtpSettings,
+    JobStarted,
+    SplitPart,
+    SplitRecord,
+    ValidationRecord,
+    read_build,
+    splits_of,
+)
 from qnndeploy.model import samples, tasks
+from qnndeploy.model import split as cutting
 from qnndeploy.model.metrics import (
     Fit,
     OutputMetrics,
@@ -63,6 +74,7 @@ _CANCELLATION = 100.0  # an Add/Sub whose inputs are this many times larger (RMS
 _TINY_OPS = {"Log": "the log", "Div": "the division", "Reciprocal": "the reciprocal", "Sqrt": "the square root",
              "Pow": "the power", "Exp": "the exp"}
 _SUMS = {"Add", "Sub", "Sum", "ReduceSum", "ReduceMean"}
+_UNMEASURED = "advice, not measured: it changes the model, which diagnose cannot do for you"
 _FLOATS = {1, 10, 11, 16}  # onnx TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
 _MOVES = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Expand", "Slice", "Gather",
           "Concat", "Split", "Pad", "DepthToSpace", "SpaceToDepth"}  # copy values, compute nothing
@@ -126,10 +138,50 @@ class Explanation:
 
 
 @dataclass
+class Measured:
+    """A remedy done and run before it is printed: its worst output's figures, judged by validate's rules."""
+
+    passed: bool
+    snr_db: float | None
+    cosine: float | None
+
+
+@dataclass
 class Remedy:
     kind: RemedyKind
     text: str
     command: str | None = None  # one copy-pasteable line, when the remedy is a command
+    measured: Measured | None = None  # None: advice not measured (a rescale or clamp changes the model)
+
+
+@dataclass
+class SplitTrial:
+    """One split diagnose considered, done as `prepare --split-at` would do it: the NPU part compiled for the job's
+    SoC, the parts chained (CPU parts on onnxruntime's CPU, NPU parts on the HTP emulator) on diagnose's samples and
+    judged against the whole model on the CPU."""
+
+    split_at: list[str]
+    cpu_part: Side
+    reason: str  # why the cut is there
+    command: str  # the prepare line that makes it
+    measured: Measured | None  # None: it could not be cut or compiled (error says why)
+    outputs: list[OutputMetrics] = field(default_factory=list)
+    npu_nodes: int = 0
+    cpu_nodes: int = 0
+    seconds: float = 0.0
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class TrialDone:
+    """What the progress callback gets when a split has been measured (JobStarted before it)."""
+
+    graph: str  # the split, as a label
+    soc: str
+    status: str  # "passes" or "fails"
+
+
+Progress = Callable[[int, int, Any], None]  # (done, total, JobStarted | TrialDone), as compile's and validate's
 
 
 @dataclass
@@ -154,9 +206,11 @@ class DiagnoseResult:
     compiles: int
     seconds: float
     note: str = ""
-    split_at: list[str] = field(default_factory=list)  # where the split remedy cuts; empty: no cut helps
-    cpu_part: Side | Literal[""] | None = None  # the part the split keeps on the CPU; "": no cut helps
+    split_at: list[str] = field(default_factory=list)  # where the best passing split cuts; empty: none passes
+    cpu_part: Side | Literal[""] | None = None  # the part that split keeps on the CPU; "": no split passes
     split_reason: str = ""
+    splits: list[SplitTrial] = field(default_factory=list)  # every split measured, the best first
+    blamed: str = ""  # why first_bad is before the tensor the threshold found, when it is
     outputs_cosine: float | None = None  # the worst graph output's cosine, here or in validate's record
     # The build's own binary (what validate runs, no tensor exposed) on the same samples, by validate's rules: the
     # figures the probes must explain; `ok` is its verdict.
@@ -189,9 +243,11 @@ class _Tensor:
     inputs: list[str] = field(default_factory=list)
 
 
-def diagnose(target: Path, options: DiagnoseOptions = DiagnoseOptions()) -> DiagnoseResult:
+def diagnose(target: Path, options: DiagnoseOptions = DiagnoseOptions(), progress: Progress | None = None
+             ) -> DiagnoseResult:
     """Diagnose one compiled job, BUILD/<graph>/<SoC>, with the samples the options give. The probe copies are
-    compiled from the source ONNX alone, as a shared context's twin is: the emulator cannot load shared weights."""
+    compiled from the source ONNX alone, as a shared context's twin is: the emulator cannot load shared weights.
+    `progress` hears of each split measured before it is advised."""
     start = time.monotonic()
     o = options
     inputs, random, seed, min_snr_db, probes_per_compile = o.inputs, o.random, o.seed, o.min_snr_db, \
@@ -240,9 +296,16 @@ def diagnose(target: Path, options: DiagnoseOptions = DiagnoseOptions()) -> Diag
     session = _Session(model, record, feeds, limit, topk_outputs(source))
     try:
         first_bad, last_good = _bisect(session, tensors, outputs, probes_per_compile)
+        found, last_good = _blame(session, tensors, first_bad, last_good) if first_bad else (None, None)
+        blamed = "" if found is None or first_bad is None or found.tensor == first_bad.tensor else (
+            f"{found.tensor} measured {_db(found.snr_db)}, above the threshold, but its {found.op_type} "
+            f"overflows fp16 inside: {first_bad.tensor} ({first_bad.op_type}), the first tensor below the "
+            "threshold, reads it, so the error is made at " + found.tensor)
+        first_bad = found
         ranges = _input_ranges(session, model, tensors, feeds, first_bad)
         nodes = sum(1 for n in model.graph.node if n.op_type != "Constant")
-        split = _split_point(session, tensors, first_bad, last_good, ranges, nodes) if first_bad else None
+        candidates, no_tail = _split_points(session, tensors, first_bad, last_good, ranges) if first_bad else ([], "")
+        trials = _prove(session, source, candidates, expected, task, progress) if candidates else []
     except OSError as e:  # the probe models in TMPDIR: a full disk or a file size limit, said in one line
         if e.errno not in FULL:
             raise
@@ -254,14 +317,20 @@ def diagnose(target: Path, options: DiagnoseOptions = DiagnoseOptions()) -> Diag
     result = DiagnoseResult(Path(target), record.graph, record.soc, record.precision, source, used,
                             limit["min_snr_db"], nodes, len(tensors), probes, first_bad, last_good, ranges,
                             explanations, [], None, ok, session.compiles, 0.0, reference=reference,
-                            samples_from=samples_from, fits=[] if ok else fits(source, expected, actual, limit))
+                            samples_from=samples_from, fits=[] if ok else fits(source, expected, actual, limit),
+                            splits=trials, blamed=blamed)
     result.outputs_snr_db = min((m.snr_db for m in reference if m.snr_db is not None), default=None)
     result.outputs_cosine = min((m.cosine for m in reference if m.cosine is not None), default=None)
-    if split is not None:
-        result.split_at, result.cpu_part, result.split_reason = split
+    best = next((t for t in trials if t.measured is not None and t.measured.passed), None)
+    if best is not None:
+        result.split_at, result.cpu_part, result.split_reason = best.split_at, best.cpu_part, best.reason
+    elif first_bad is not None:
+        result.cpu_part, result.split_reason = "", no_tail or "no split measured passes as a chain"
     if first_bad is not None:
         result.remedies = remedies(result)
-        if first_bad.op_type in _MOVES and last_good is not None:
+        if blamed:
+            result.note = blamed
+        elif first_bad.op_type in _MOVES and last_good is not None:
             result.note = (f"{first_bad.op_type} only moves values: the error is made before it, in the HTP's fused "
                            f"ops ending at {last_good.op_type} {last_good.node}; exposing a tensor splits its node's "
                            f"fusion with the next one and changes the HTP's numbers (here {last_good.tensor} measured "
@@ -360,7 +429,12 @@ def _threshold_remedy(result: DiagnoseResult, limits: Thresholds) -> Remedy | No
         "validate with the thresholds that fit, only with a reason why they are enough, which validate records"
         + (f": the outputs reach {reach:.1f} dB{weak}" if reach is not None else "")),
         f"qnndeploy validate {_q(build)} --graph {_q(result.graph)} --soc {result.soc}{given}{flags}"
-        + (' --reason "REASON"' if looser else ""))
+        + (' --reason "REASON"' if looser else ""),
+        Measured(True, result.outputs_snr_db, result.outputs_cosine))  # what the build's binary measured
+
+
+def _db(snr: float | None) -> str:
+    return "- dB" if snr is None else f"{snr:.1f} dB"
 
 
 def check_plot(path: Path) -> None:
@@ -666,15 +740,37 @@ def _unsafe(r: Ranges) -> bool:
     return r.over_fp16_max > 0 or r.subnormal_share >= _TINY_SHARE
 
 
-def _split_point(session: _Session, tensors: dict[str, _Tensor], bad: Probe, good: Probe | None,
-                 inputs: list[Ranges], nodes: int) -> tuple[list[str], Side | Literal[""], str]:
-    """Where to cut so that the guilty part runs on the CPU: (tensors, the CPU part, why). In the first half of the
-    graph, the front end up to the bad tensor goes to the CPU. Else the tail after the last good tensor, moved back
-    while the tensor the NPU would hand over cannot be held in fp16 (values the NPU has already flushed to 0 or
-    made infinite, which the CPU tail cannot recover; such a tensor may still show a good SNR). An empty cut:
-    no split helps, the values are out of fp16's range from the graph's inputs on."""
-    if good is None or bad.position < nodes / 2:
-        return [bad.tensor], Side.HEAD, f"the front end up to {bad.tensor} ({bad.op_type} {bad.node})"
+def _blame(session: _Session, tensors: dict[str, _Tensor], bad: Probe, good: Probe | None
+           ) -> tuple[Probe, Probe | None]:
+    """The tensor where the error is made: first_bad, or a probed tensor its node reads whose own node overflows
+    fp16 (values over 65504, or an L2 norm's sum of squares) although it measured above the threshold (a ReduceL2
+    at 1 dB passes --min-snr-db 0). So the blame, and the splits tried, do not move with the threshold."""
+    for _ in range(64):
+        found = next((session.probes[n] for n in tensors[bad.tensor].inputs
+                      if n in session.probes and session.probes[n].position < bad.position
+                      and _overflows(session, tensors, session.probes[n])), None)
+        if found is None:
+            break
+        bad = found
+        good = max((p for p in session.probes.values() if p.position < bad.position),
+                   key=lambda p: p.position, default=None)
+    return bad, good
+
+
+def _overflows(session: _Session, tensors: dict[str, _Tensor], probe: Probe) -> bool:
+    reads = [session.probes[n].ranges for n in tensors[probe.tensor].inputs if n in session.probes]
+    return probe.ranges.over_fp16_max > 0 or _inner_sum(probe, reads) is not None
+
+
+def _split_points(session: _Session, tensors: dict[str, _Tensor], bad: Probe, good: Probe | None,
+                  inputs: list[Ranges]) -> tuple[list[tuple[list[str], Side, str]], str]:
+    """The splits worth measuring, (tensors, the CPU part, why), and why there is no tail split when there is none.
+    Both directions: the front end up to the bad tensor on the CPU; and the tail after the last good tensor,
+    moved back while the tensor the NPU would hand over cannot be held in fp16 (values the NPU has already flushed
+    to 0 or made infinite, which the CPU tail cannot recover; such a tensor may still show a good SNR)."""
+    found = [([bad.tensor], Side.HEAD, f"the front end up to {bad.tensor} ({bad.op_type} {bad.node})")]
+    if good is None:
+        return found, f"nothing before {bad.tensor} measured good"
     cut, why = [good.tensor], "the last good tensor"
     before = [n for n in tensors[good.tensor].inputs if n in tensors]
     if bad.op_type in _MOVES and before:  # the error is made in the node before it: that node goes too
@@ -685,70 +781,157 @@ def _split_point(session: _Session, tensors: dict[str, _Tensor], bad: Probe, goo
             break
         feeding = list(dict.fromkeys(n for n in tensors[frontier].inputs if n in tensors))
         if not feeding:
-            return [], "", (f"{frontier} is already out of fp16's range, and so is what makes it, from the graph's "
-                            f"inputs on")
-        found = session.cpu_ranges(feeding)
-        worse = [n for n in feeding if _unsafe(found[n])]
+            return found, (f"{frontier} is already out of fp16's range, and so is what makes it, from the graph's "
+                           "inputs on")
+        ranged = session.cpu_ranges(feeding)
+        worse = [n for n in feeding if _unsafe(ranged[n])]
         cut, why = feeding, (f"{frontier} is out of fp16's range: the NPU would hand it over flushed to 0 or "
                              "infinite")
         frontier = worse[0] if worse else None
-    return cut, Side.TAIL, why
+    return [*found, (cut, Side.TAIL, why)], ""
+
+
+def _prove(session: _Session, source: Path, candidates: list[tuple[list[str], Side, str]], expected: list[Sample],
+           task: tasks.Task, progress: Progress | None) -> list[SplitTrial]:
+    """Each split done before it is advised: cut as prepare --split-at cuts, the NPU part compiled for the job's SoC
+    with the probes' settings, the chain run on diagnose's samples and judged against the whole model on the CPU by
+    validate's rules. The best first: passing, then by its worst output's SNR and cosine."""
+    soc = session.record.soc
+    trials = []
+    for k, (at, cpu, why) in enumerate(candidates):
+        label = f"--split-at {','.join(at)} --cpu {cpu}"
+        if progress is not None:
+            progress(k, len(candidates), JobStarted(label, soc))
+        trial = _trial(session, source, Path(session.tmp.name) / f"split{k}" / source.name, at, cpu, why,
+                       expected, task)
+        trials.append(trial)
+        if progress is not None:
+            passed = trial.measured is not None and trial.measured.passed
+            progress(k + 1, len(candidates), TrialDone(label, soc, "passes" if passed else "fails"))
+    return sorted(trials, key=_rank)
+
+
+def _rank(t: SplitTrial) -> tuple[bool, float, float]:
+    m = t.measured
+    if m is None:
+        return (True, math.inf, math.inf)
+    return (not m.passed, -(m.snr_db if m.snr_db is not None else -math.inf),
+            -(m.cosine if m.cosine is not None else -math.inf))
+
+
+def _trial(session: _Session, source: Path, out: Path, at: list[str], cpu: Side, why: str, expected: list[Sample],
+           task: tasks.Task) -> SplitTrial:
+    """One split cut into `out`'s folder, compiled and run as a chain (see _prove)."""
+    start = time.monotonic()
+    command = f"qnndeploy prepare {_q(source)} --split-at {_q(','.join(at))} --cpu {cpu} -o {_q(_split_out(source))}"
+    trial = SplitTrial(at, cpu, why, command, None)
+    try:
+        out.parent.mkdir(parents=True)
+        slim = load_model(source, weights=False)
+        plans = cutting.in_two(slim.graph, at, cpu)
+        values, cut = cutting.cut_values(slim, plans)
+        head, tail, record = cutting.split_paths(out)
+        cutting.write_record(record, source, cut, cutting.write_parts(source, plans, [head, tail], values))
+        split = SplitRecord.read(record)
+        trial.npu_nodes = sum(len(p.nodes) for p in plans if p.runs_on == "npu")
+        trial.cpu_nodes = sum(len(p.nodes) for p in plans if p.runs_on == "cpu")
+
+        def runner(part: SplitPart, feeds: list[Sample]) -> list[Sample]:
+            if part.runs_on == "cpu":
+                return samples.cpu_outputs(part.path, feeds)
+            try:
+                return htp.run_model(part.path, socs.find(session.record.soc), feeds, fp16=True,
+                                     provider=_provider(session.record))[0]
+            except QnnDeployError as e:
+                raise BadInput(f"the NPU part did not compile or run on the HTP emulator: {e}") from None
+
+        values_run = chain.run(split, session.feeds, runner)
+        names = list(expected[0])
+        judged, _, passed = tasks.judge(task, source, expected, [{n: v[n] for n in names} for v in values_run],
+                                        session.limits)
+    except QnnDeployError as e:
+        trial.error = first_line(e)
+    else:
+        trial.outputs = judged
+        trial.measured = Measured(passed, min((m.snr_db for m in judged if m.snr_db is not None), default=None),
+                                  min((m.cosine for m in judged if m.cosine is not None), default=None))
+    trial.seconds = round(time.monotonic() - start, 2)
+    return trial
+
+
+def _split_out(source: Path) -> Path:
+    """Where a printed split writes its parts: det.npu.onnx -> det-split.onnx, graphs det-split-head/-tail."""
+    return source.with_name(f"{graph_name(source.name)}-split.onnx")
 
 
 def remedies(result: DiagnoseResult) -> list[Remedy]:
-    """What to do about first_bad, as commands where one exists: a split keeping the guilty part on the CPU,
-    clamping or rescaling advice by the explanation (the threshold remedy is _threshold_remedy's)."""
+    """What to do about first_bad, as commands where one exists: each split that passed as a chain, the best first,
+    with what it measured (else the CPU); clamping or rescaling advice by the explanation, not measured (it changes
+    the model); the threshold remedy is _threshold_remedy's."""
     bad = result.first_bad
     assert bad is not None
-    source = result.source
-    out = source.with_name(f"{graph_name(source.name)}-split.onnx")  # det.npu.onnx: det-split, graphs det-split-*
+    out = _split_out(result.source)
     kinds = {e.kind for e in result.explanations}
     found: list[Remedy] = []
-    if result.cpu_part == Side.HEAD:
+    for t in result.splits:
+        if t.measured is None or not t.measured.passed:
+            continue
+        npu, cpu = (Side.TAIL, Side.HEAD) if t.cpu_part == Side.HEAD else (Side.HEAD, Side.TAIL)
+        where = (f"keep {t.reason} on the CPU, the rest on the NPU" if t.cpu_part == Side.HEAD else
+                 f"keep the tail after {', '.join(t.split_at)} on the CPU, the front on the NPU (cut there: "
+                 f"{t.reason})")
         found.append(Remedy(RemedyKind.SPLIT, (
-            f"keep {result.split_reason} on the CPU, the rest on the NPU ({out.stem}-head.onnx on the CPU, "
-            f"{out.stem}-tail.onnx compiled for the NPU)"),
-            f"qnndeploy prepare {_q(source)} --split-at {_q(','.join(result.split_at))} --cpu head -o {_q(out)}"))
-    elif result.cpu_part == Side.TAIL:
-        found.append(Remedy(RemedyKind.SPLIT, (
-            f"keep the tail after {', '.join(result.split_at)} on the CPU, the front on the NPU "
-            f"({out.stem}-head.onnx compiled for the NPU, {out.stem}-tail.onnx on the CPU; cut there: "
-            f"{result.split_reason})"),
-            f"qnndeploy prepare {_q(source)} --split-at {_q(','.join(result.split_at))} --cpu tail -o {_q(out)}"))
-    else:
+            f"{where}: {out.stem}-{npu}.onnx ({t.npu_nodes} nodes) compiled for the NPU, {out.stem}-{cpu}.onnx "
+            f"({t.cpu_nodes} nodes) on the CPU; measured as a chain: {_measured(t.measured)}"), t.command,
+            t.measured))
+    if not found:
+        tried = "; ".join(f"{t.command.split(' --split-at ')[1].split(' -o ')[0]}: {_trial_figure(t)}"
+                          for t in result.splits)
         found.append(Remedy(RemedyKind.CPU, (
-            f"no split helps: {result.split_reason}; run {result.graph} on the CPU on {result.soc} (bundle "
-            f"--accept {result.graph}@{result.soc}=REASON --accept-on cpu), or rescale the model")))
+            f"no split passes: {result.split_reason}" + (f" (measured as chains: {tried})" if tried else "")
+            + f"; run {result.graph} on the CPU on {result.soc} (bundle --accept {result.graph}@{result.soc}=REASON "
+            "--accept-on cpu), or rescale the model")))
     low = [r for r in result.input_ranges if r.subnormal_share >= _TINY_SHARE and r.min_nonzero_abs is not None]
     if bad.op_type in _TINY_OPS and low and bad.op_type != "Exp":
         r = min(low, key=lambda r: r.min_nonzero_abs or 0.0)
         what = "denominator" if bad.op_type in ("Div", "Reciprocal") else "input"
         found.append(Remedy(RemedyKind.CLAMP, (
             f"{bad.op_type} of values down to {r.min_nonzero_abs:.2g}: add Max({r.tensor}, 1e-4) before it (a "
-            f"floor on its {what} that fp16 holds), or compute {_TINY_OPS[bad.op_type]} on the CPU (split)")))
+            f"floor on its {what} that fp16 holds), or compute {_TINY_OPS[bad.op_type]} on the CPU (split); "
+            + _UNMEASURED)))
     elif (inner := _inner_sum(bad, result.input_ranges)) is not None:
         reads = max(result.input_ranges, key=lambda r: r.max_abs, default=None)
         scale = 2 ** math.ceil(math.log2(math.sqrt(inner[0] / 8192)))  # the sum of squares to 8192 or less
         found.append(Remedy(RemedyKind.RESCALE, (
             f"divide {reads.tensor if reads else 'its input'} by {scale:g} before {bad.node} and multiply its result "
             f"by {scale:g} (an L2 norm of x/{scale:g} is the norm of x over {scale:g}: the sum of squares then "
-            f"fits), or compute it on the CPU (split)")))
+            f"fits), or compute it on the CPU (split); " + _UNMEASURED)))
     elif bad.op_type == "Exp" and "overflow" in kinds:
         found.append(Remedy(RemedyKind.CLAMP, (
             f"Exp overflows fp16 above 11.09: subtract the max first (as Softmax does) or add Min(x, 11) before "
-            f"{bad.node}")))
+            f"{bad.node}; " + _UNMEASURED)))
     elif "overflow" in kinds:
         over = bad.ranges if bad.ranges.over_fp16_max > 0 else max(
             (r for r in result.input_ranges if r.over_fp16_max > 0), key=lambda r: r.max_abs)
         scale = 10 ** math.ceil(math.log10(over.max_abs / 8192))
         found.append(Remedy(RemedyKind.RESCALE, (
             f"{over.tensor} reaches {over.max_abs:.3g}: scale it down by {scale:g} where it is made (e.g. in the "
-            f"weights or constants before it) and undo the scale later, or compute it on the CPU (split)")))
+            f"weights or constants before it) and undo the scale later, or compute it on the CPU (split); "
+            + _UNMEASURED)))
     elif "cancellation" in kinds or "underflow" in kinds:
         found.append(Remedy(RemedyKind.RESCALE, (
             f"rescale before {bad.node} so that its inputs and result lie between 1e-3 and 1e3 (subtract a large "
-            f"offset or normalize first, in the CPU part if needed)")))
+            f"offset or normalize first, in the CPU part if needed); " + _UNMEASURED)))
     return found
+
+
+def _measured(m: Measured) -> str:
+    return (f"{'passes' if m.passed else 'fails'}, worst output {_db(m.snr_db)}"
+            + ("" if m.cosine is None else f", cosine {m.cosine:.6f}"))
+
+
+def _trial_figure(t: SplitTrial) -> str:
+    return _measured(t.measured) if t.measured is not None else f"not measured ({t.error})"
 
 
 def _q(value: object) -> str:

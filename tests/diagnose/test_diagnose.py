@@ -190,7 +190,12 @@ def test_values_over_65504_late_in_the_graph_are_an_overflow_with_the_tail_split
     assert over.tensor == "scaled" and "above 65504" in over.text
     split = next(r for r in result.remedies if r.kind == "split")
     assert split.command is not None and "--split-at x_relu5 --cpu tail " in split.command
+    assert split.measured is not None and split.measured.passed  # measured: 61.9 dB as a chain
     assert any(r.kind == "rescale" and "scale it down by" in r.text for r in result.remedies)
+    # the other direction was cut and run too: its NPU tail overflows, so it is reported as failing, never offered
+    head = next(t for t in result.splits if t.cpu_part == "head")
+    assert head.split_at == ["scaled"] and head.measured is not None and not head.measured.passed
+    assert [r.command for r in result.remedies if r.kind == "split"] == [split.command]
 
 
 @pytest.mark.needs_qnn
@@ -419,31 +424,57 @@ def test_real_speech_names_the_log_and_cuts_before_the_values_fp16_cannot_hold(t
 
 
 @pytest.mark.needs_qnn
-def test_an_l2_norm_whose_sum_of_squares_overflows_is_named_and_its_remedies_pass_as_printed(tmp_path):
+def test_an_l2_norm_whose_sum_of_squares_overflows_is_named_and_its_remedies_are_measured_before_they_are_printed(
+        tmp_path):
     """A ScaleNorm over values near 700: the ReduceL2's output fits fp16 (3.5e3) but its sum of squares (1.2e7) does
-    not. diagnose says so (not "rounding"), and both remedies it prints pass when done as printed: the split (its
-    NPU head validated as a chain with the CPU tail) and the rescale (the norm of x/64, times 64)."""
+    not. diagnose says so (not "rounding") at the default threshold and at --min-snr-db 0, where the ReduceL2's 1 dB
+    passes and the first tensor below the threshold is the Div reading it (the advice flipped there). Before printing
+    a split it cuts both (the front end up to the norm on the CPU; the tail after the last good tensor on the CPU),
+    compiles the NPU part and runs the chain: it prints the same best split at both thresholds, with its figure, and
+    that split run as printed (prepare, compile, validate) passes as a chain with that figure. The rescale is advice,
+    said not measured; done by hand (the norm of x/64, times 64) it passes too."""
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
     onnx.save(scalenorm_after_gain(), tmp_path / "pose.onnx")
     assert compile_stage.compile_models({"pose": tmp_path / "pose.onnx"}, ["SM8650"], tmp_path / "build").ok
     assert not validate_stage.validate_build(tmp_path / "build").ok
-    result = stage.diagnose(tmp_path / "build" / "pose" / "SM8650")
-    assert result.first_bad is not None and result.first_bad.op_type == "ReduceL2"
-    (why,) = result.explanations
-    assert why.kind == "accumulation" and "sum of squares reaches 1.21e+07" in why.text
-    split = next(r for r in result.remedies if r.kind == "split")
-    rescale = next(r for r in result.remedies if r.kind == "rescale")
-    assert split.command is not None and "--split-at feat --cpu tail" in split.command
-    assert "divide feat by 64 before scalenorm_l2 and multiply its result by 64" in rescale.text
+    target = tmp_path / "build" / "pose" / "SM8650"
+    results = []
+    for threshold in ([], ["--min-snr-db", "0"]):
+        done = run("diagnose", target, *threshold, "--json")
+        assert done.exit_code == 1, done.output
+        result = json.loads(done.stdout)
+        assert result["first_bad"]["op_type"] == "ReduceL2" and result["last_good"]["tensor"] == "feat"
+        (why,) = result["explanations"]
+        assert why["kind"] == "accumulation" and "sum of squares reaches 1.21e+07" in why["text"]
+        measured = {(*t["split_at"], t["cpu_part"]): t["measured"] for t in result["splits"]}
+        assert set(measured) == {("norm", "head"), ("feat", "tail")}  # both directions, each cut and run
+        assert all(m["passed"] for m in measured.values())  # measured: 68.2 dB and 44.0 dB
+        split = result["remedies"][0]  # printed first: the split that measured best
+        assert split["kind"] == "split" and split["measured"]["snr_db"] == max(m["snr_db"] for m in measured.values())
+        rescale = next(r for r in result["remedies"] if r["kind"] == "rescale")
+        assert rescale["measured"] is None and "advice, not measured" in rescale["text"]
+        assert "divide feat by 64 before scalenorm_l2 and multiply its result by 64" in rescale["text"]
+        threshold_remedy = next(r for r in result["remedies"] if r["kind"] == "threshold")
+        assert threshold_remedy["measured"]["snr_db"] == result["outputs_snr_db"]
+        results.append(result)
+    default, loose = results
+    assert "--split-at norm --cpu head" in default["remedies"][0]["command"]
+    assert loose["remedies"][0]["command"] == default["remedies"][0]["command"]  # the advice does not flip
+    text = run("diagnose", target).output
+    assert "measured as a chain: passes, worst output " in text and "ok  --split-at feat --cpu tail: " in text
 
-    args = shlex.split(split.command)[1:]
+    args = shlex.split(default["remedies"][0]["command"])[1:]
     args[args.index("-o") + 1] = str(tmp_path / "parts" / "pose.onnx")
     assert run(*args).exit_code == 0
-    assert compile_stage.compile_models({"head": tmp_path / "parts" / "pose-head.onnx"}, ["SM8650"],
+    record = json.loads((tmp_path / "parts" / "pose.split.json").read_text())
+    (npu,) = [p["path"] for p in record["parts"] if p["runs_on"] == "npu"]
+    assert compile_stage.compile_models({"pose-npu": tmp_path / "parts" / npu}, ["SM8650"],
                                         tmp_path / "split-build").ok
     chained = validate_stage.validate_build(tmp_path / "split-build")
-    (target,) = chained.targets
-    assert chained.ok and target.chain is not None and target.chain.passed  # the CPU tail on the NPU head's values
+    (checked,) = chained.targets
+    assert chained.ok and checked.chain is not None and checked.chain.passed  # the chain, as the app runs it
+    (y,) = checked.chain.outputs
+    assert y.snr_db == pytest.approx(default["remedies"][0]["measured"]["snr_db"], abs=1.0)  # what diagnose said
 
     onnx.save(offset_free_scalenorm(64.0), tmp_path / "rescaled.onnx")
     assert compile_stage.compile_models({"rescaled": tmp_path / "rescaled.onnx"}, ["SM8650"],
