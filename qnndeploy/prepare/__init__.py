@@ -26,6 +26,7 @@ from qnndeploy.base.errors import BadInput, CheckFailed, QnnDeployError, first_l
 from qnndeploy.base.fileio import sha256_file, write_json
 from qnndeploy.model import fuse as fusing
 from qnndeploy.model import onnxio
+from qnndeploy.model import rewrite as rewriting
 from qnndeploy.model.onnxio import TensorInfo, real_inputs, tensor_info
 from qnndeploy.prepare import edits, equivalence, fold
 from qnndeploy.prepare.edits import parse_assignment, parse_shape
@@ -138,7 +139,8 @@ class PrepareOptions:
     tolerance: float = DEFAULT_TOLERANCE  # max abs diff and rel L2 both above it: not equivalent
     force: bool = False  # replace an existing OUT.onnx
     seed: int = 0  # of the random equivalence sample
-    fuse: bool = False  # fuse the unfused (Erf) GELU into Gelu
+    fuse: bool = False  # fuse the unfused (Erf) GELU into Gelu, the decomposed LayerNorm into LayerNormalization
+    rewrite: tuple[str, ...] = ()  # rewriting.KINDS to apply (after folding, on static shapes)
 
 
 def prepare_model(src: Path, out: Path, options: PrepareOptions = PrepareOptions()) -> PrepareResult:
@@ -166,8 +168,14 @@ def prepare_model(src: Path, out: Path, options: PrepareOptions = PrepareOptions
     edited = edits.edit(model.graph, o.shapes, o.freeze, o.int32_inputs)
     if o.fuse:
         fused = fusing.fuse_gelu(model)
-        edited.changes.append(f"{fused} erf GELU pattern(s) fused into Gelu nodes (opset {fusing.GELU_OPSET})"
-                             if fused else "--fuse: no unfused GELU pattern found")
+        norms = fusing.fuse_layernorm(model)
+        if fused:
+            edited.changes.append(f"{fused} erf GELU pattern(s) fused into Gelu nodes (opset {fusing.GELU_OPSET})")
+        if norms:
+            edited.changes.append(f"{norms} decomposed LayerNorm(s) fused into LayerNormalization nodes over the last "
+                                  f"axis (opset {fusing.LAYERNORM_OPSET} or later)")
+        if not fused and not norms:
+            edited.changes.append("--fuse: no unfused GELU or LayerNorm pattern found")
     if source_external:
         try:
             onnx.load_external_data_for_model(model, str(src.parent))
@@ -202,8 +210,8 @@ def prepare_model(src: Path, out: Path, options: PrepareOptions = PrepareOptions
         feeds = equivalence.feeds(edited.live, inputs_dir, o.seed, ranges)
         want = equivalence.reference(src, feeds, edited.frozen, ranges, random=inputs_dir is None)
         try:
-            final, folded_by, folding, diffs = _fold_chain(stage, work, out.name, o.simplify, external, feeds, want,
-                                                           tolerance)
+            final, folded_by, folding, diffs, rewrites = _fold_chain(stage, work, out.name, o.simplify, external,
+                                                                     feeds, want, tolerance, o.rewrite)
         except QnnDeployError:
             # Every candidate failed: when the folder cannot even take two more copies of the model, a full disk
             # (not the model) made the tools fail, whatever they said (onnxruntime: "Protobuf serialization failed")
@@ -213,6 +221,7 @@ def prepare_model(src: Path, out: Path, options: PrepareOptions = PrepareOptions
             raise
         prepared = onnxio.load_model(final, weights=False).graph
         nodes_after = sum(1 for n in prepared.node if n.op_type != "Constant")
+        edited.changes += rewrites
         if folded_by:
             edited.changes.append(f"folded with {folded_by}: {edited.nodes_before} -> {nodes_after} nodes")
         p_inputs = [tensor_info(v) for v in real_inputs(prepared)]
@@ -261,11 +270,12 @@ class _Candidate:
     tool: str | None  # None: not folded
     diffs: list[OutputDiff]
     control_flow: list[str]  # If/Loop/Scan nodes left in the graph
+    rewrites: list[str] = field(default_factory=list)  # what --rewrite did to it
 
 
 def _fold_chain(stage: Path, work: Path, name: str, simplify: bool, external: bool, feeds: Mapping[str, np.ndarray],
-                want: Mapping[str, np.ndarray], tolerance: float
-                ) -> tuple[Path, str | None, list[str], list[OutputDiff]]:
+                want: Mapping[str, np.ndarray], tolerance: float, kinds: tuple[str, ...] = ()
+                ) -> tuple[Path, str | None, list[str], list[OutputDiff], list[str]]:
     """Fold with each tool in turn (fold.TOOLS, then no folding at all) and keep the first result that computes the
     same outputs and has no control flow left; else the first that computes the same outputs. Every result gets its
     shapes re-inferred and its output shapes from a CPU run.
@@ -275,13 +285,15 @@ def _fold_chain(stage: Path, work: Path, name: str, simplify: bool, external: bo
     unfolded model is measured too; when it has fewer, the later tools are tried for one as good, else the model is
     kept unfolded. Measuring rather than guarding known patterns covers every fusion the EP makes, and costs one
     measurement when the folded model runs wholly on the HTP. Returns (model, tool or None, what each tool did, its
-    equivalence)."""
+    equivalence, what --rewrite did). The rewrites (`kinds`) are applied to each candidate after its folding, when
+    its shapes are static and what an exporter computes (a Gather's indices) is constant; the equivalence run proves
+    them with the rest."""
     tried: list[str] = []
     first_bad: list[OutputDiff] | None = None
     tools = [*fold.TOOLS, None] if simplify else [None]
     kept: _Candidate | None = None
     while tools and (kept is None or kept.control_flow):
-        outcome = _candidate(tools.pop(0), stage, work, name, external, feeds, want, tolerance)
+        outcome = _candidate(tools.pop(0), stage, work, name, external, feeds, want, tolerance, kinds)
         if isinstance(outcome, str):
             tried.append(outcome)
             continue
@@ -302,17 +314,19 @@ def _fold_chain(stage: Path, work: Path, name: str, simplify: bool, external: bo
     if kept is None:
         raise BadInput("the prepared model fails where the original ran: " + "; ".join(tried))
     if kept.tool is not None and not kept.control_flow:
-        kept = _htp_best(kept, [t for t in tools if t], stage, work, name, external, feeds, want, tolerance, tried)
-    return kept.path, kept.tool, tried, kept.diffs
+        kept = _htp_best(kept, [t for t in tools if t], stage, work, name, external, feeds, want, tolerance, tried,
+                         kinds)
+    return kept.path, kept.tool, tried, kept.diffs, kept.rewrites
 
 
 def _candidate(tool: str | None, stage: Path, work: Path, name: str, external: bool,
                feeds: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray],
-               tolerance: float) -> _Candidate | str:
+               tolerance: float, kinds: tuple[str, ...] = ()) -> _Candidate | str:
     """The model folded by `tool` (None: as it is), shapes re-inferred and run on the CPU against the original;
     a string saying why when it fails or does not run."""
     interrupt.check()  # a safe point between candidates (a SIGTERM only sets the flag)
     label = tool or "no folding"
+    rewrites: list[str] = []
     folder = work / (tool or "unfolded")
     folder.mkdir()
     candidate = folder / name
@@ -321,6 +335,10 @@ def _candidate(tool: str | None, stage: Path, work: Path, name: str, external: b
         if tool:
             source = folder / "folded.onnx"
             fold.fold(tool, stage, source, external)
+        if kinds:
+            rewritten = folder / "rewritten.onnx"
+            rewrites = _rewrite(source, rewritten, kinds, external)
+            source = rewritten
         _infer_shapes(source, candidate, external)
         got = equivalence.run_prepared(candidate, feeds)
     except fold.FoldError as e:
@@ -336,18 +354,30 @@ def _candidate(tool: str | None, stage: Path, work: Path, name: str, external: b
     diffs = [equivalence.compare(n, w, got[n], tolerance) for n, w in want.items()]
     if all(d.ok for d in diffs):
         _set_output_shapes(candidate, {n: a.shape for n, a in got.items()}, external)
-    return _Candidate(candidate, tool, diffs, _control_flow(onnxio.load_model(candidate, weights=False).graph))
+    return _Candidate(candidate, tool, diffs, _control_flow(onnxio.load_model(candidate, weights=False).graph),
+                      rewrites)
+
+
+def _rewrite(src: Path, dst: Path, kinds: tuple[str, ...], external: bool) -> list[str]:
+    """--rewrite on one candidate: its shapes inferred from the now static inputs first (what the kinds match on)."""
+    import onnx
+
+    _infer_shapes(src, dst, external)
+    model = onnx.load(str(dst))
+    changes = rewriting.rewrite(model, list(kinds))
+    _save(model, dst, external)
+    return changes
 
 
 def _htp_best(kept: _Candidate, later: list[str], stage: Path, work: Path, name: str, external: bool,
               feeds: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], tolerance: float,
-              tried: list[str]) -> _Candidate:
+              tried: list[str], kinds: tuple[str, ...] = ()) -> _Candidate:
     """`kept`, unless the unfolded model leaves fewer nodes on the CPU of the HTP: then the first of the `later`
     tools whose result is as good, else the unfolded model. Notes what was measured in `tried`."""
     folded = _cpu_nodes(kept.path)
     if not folded:
         return kept
-    unfolded = _candidate(None, stage, work, name, external, feeds, want, tolerance)
+    unfolded = _candidate(None, stage, work, name, external, feeds, want, tolerance, kinds)
     if isinstance(unfolded, str) or not all(d.ok for d in unfolded.diffs) or unfolded.control_flow:
         return kept
     best = _cpu_nodes(unfolded.path)
@@ -357,7 +387,7 @@ def _htp_best(kept: _Candidate, later: list[str], stage: Path, work: Path, name:
         f"{kept.tool}: ok, but not kept: {_on_cpu(folded)} as measured on the HTP ({socs.DEFAULT_SOC}), the "
         f"unfolded model {_on_cpu(best)} (the fold broke a pattern the HTP runs)")
     for tool in later:
-        outcome = _candidate(tool, stage, work, name, external, feeds, want, tolerance)
+        outcome = _candidate(tool, stage, work, name, external, feeds, want, tolerance, kinds)
         if isinstance(outcome, str) or not all(d.ok for d in outcome.diffs) or outcome.control_flow:
             tried.append(outcome if isinstance(outcome, str) else f"{tool}: its result differs or keeps control flow")
             continue
