@@ -24,7 +24,7 @@ from qnndeploy.base.kinds import Precision
 from qnndeploy.base.names import PREPARED_SUFFIX, graph_name
 from qnndeploy.check import rules
 from qnndeploy.check.rules import PARAM_DTYPES, Finding, PrepareFix, Severity, merged
-from qnndeploy.model import quantize, samples
+from qnndeploy.model import fuse, quantize, rewrite, samples
 from qnndeploy.model.fuse import find_gelus
 from qnndeploy.model.onnxio import (
     MAX_FOLDED_BYTES,
@@ -173,23 +173,12 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
             findings.append(Finding("htp", Severity.BLOCKER, soc_takes_nothing(target, htp_result.qairt),
                                     f"target another SoC (qnndeploy socs lists them), or leave {target.model}'s "
                                     "phones on the CPU fallback; a newer QAIRT may support it"))
-        elif fusable := _fusable(graph, htp_result):
-            rest = [n for n in htp_result.cpu_nodes if n not in fusable]
-            findings.append(Finding(
-                "htp", Severity.FIXABLE,
-                f"the unfused GELU (Erf) has no {precision} form on the HTP: {len(fusable)} Erf node(s) would run on "
-                "the CPU", "prepare --fuse (one Gelu node per GELU, opset 20; re-exporting at opset 20 does the same)",
-                prepare=PrepareFix(fuse=True)))
-            if rest:  # judged on the fused graph: the partitions and the edges move once the GELUs are one node
-                ops = Counter(n.op_type for n in rest)
-                findings.append(Finding(
-                    "htp", Severity.INFO,
-                    f"the other {len(rest)} CPU node(s) ({', '.join(f'{k} ×{v}' for k, v in ops.most_common())}) "
-                    "are judged on the fused model", "prepare --fuse first, then check the fused model"))
+        elif fixed := _fixed_by_prepare(model, htp_result):
+            findings += _prepare_findings(fixed, htp_result, precision, model)
         elif htp_result.measured and htp_result.cpu_nodes and (split := rules.edge_split(model, htp_result)):
             findings.append(split)
         else:
-            findings += rules.measured(htp_result, graph)
+            findings += rules.measured(htp_result, graph) + rules.htp_rules(htp_result.cpu_nodes, model)
         if htp_result.measured and htp_result.total_nodes and not htp_result.cpu_nodes:
             findings = [rules.taken_by_the_htp(f) if f.code == "control-flow" and f.severity == Severity.BLOCKER else f
                         for f in findings]
@@ -259,11 +248,58 @@ def _measure_quantized(path: Path, soc: Soc, graph: onnx.GraphProto, timeout: fl
     return measured
 
 
-def _fusable(graph: onnx.GraphProto, m: HtpMeasurement) -> list[CpuNode]:
-    """The nodes the HTP refused that are the Erf of a GELU `prepare --fuse` rewrites into one node it runs."""
+def _fixed_by_prepare(model: onnx.ModelProto, m: HtpMeasurement) -> dict[str, list[CpuNode]]:
+    """The CPU nodes a prepare option turns into a form the HTP runs, by option ("fuse", or a --rewrite kind): the
+    patterns fuse.fusable_nodes and rewrite.fixable find among the nodes the HTP refused."""
     if not m.measured or not m.cpu_nodes:
-        return []
-    erfs = {n.name for _, _, nodes in find_gelus(graph) for n in nodes if n.op_type == "Erf"}
-    return [n for n in m.cpu_nodes if n.op_type == "Erf" and n.name in erfs]
+        return {}
+    by = dict.fromkeys(fuse.fusable_nodes(model), "fuse")
+    by.update({name: kind for name, kind in rewrite.fixable(model).items() if name not in by})
+    # a node whose HTP rule names a rewrite that cannot match yet (a Gather's indices still computed before folding)
+    by.update({name: kind for name, kind in rules.rewrites_for(m.cpu_nodes, model).items() if name not in by})
+    fixed: dict[str, list[CpuNode]] = {}
+    for n in m.cpu_nodes:
+        if n.name in by:
+            fixed.setdefault(by[n.name], []).append(n)
+    return fixed
 
 
+def _prepare_findings(fixed: dict[str, list[CpuNode]], m: HtpMeasurement, precision: Precision,
+                      model: onnx.ModelProto) -> list[Finding]:
+    """A fixable finding per prepare option that moves CPU nodes to the HTP; the other CPU nodes are judged on the
+    prepared model (partitions and edges move once the patterns are rewritten), each op with its HTP rule."""
+    findings = []
+    patterns = fuse.fusable_nodes(model)
+    for key, nodes in fixed.items():
+        ops = Counter(n.op_type for n in nodes)
+        listed = ", ".join(f"{k} ×{v}" for k, v in ops.most_common())
+        if key == "fuse" and all(patterns.get(n.name) == "GELU" for n in nodes):
+            erfs = sum(1 for n in nodes if n.op_type == "Erf")
+            findings.append(Finding(
+                "htp", Severity.FIXABLE,
+                f"the unfused GELU (Erf) has no {precision} form on the HTP: {erfs or len(nodes)} "
+                f"{'Erf ' if erfs else ''}node(s) would run on the CPU",
+                "prepare --fuse (one Gelu node per GELU, opset 20; re-exporting at opset 20 does the same)",
+                prepare=PrepareFix(fuse=True)))
+        elif key == "fuse":
+            findings.append(Finding(
+                "htp", Severity.FIXABLE, f"{len(nodes)} CPU node(s) ({listed}) are part of an unfused GELU or "
+                "LayerNorm", "prepare --fuse (one Gelu or LayerNormalization node each, as opset 17-20 exports "
+                "write them)", prepare=PrepareFix(fuse=True)))
+        else:
+            findings.append(Finding(
+                "htp", Severity.FIXABLE, f"{len(nodes)} CPU node(s) ({listed}) have an equal form the HTP runs: "
+                f"{rewrite.KINDS[key]}", f"prepare --rewrite {key} (proven equal on the CPU before anything is "
+                "written)", prepare=PrepareFix(rewrite=[key])))
+    done = {n.name for nodes in fixed.values() for n in nodes}
+    rest = [n for n in m.cpu_nodes if n.name not in done]
+    if rest:
+        ops = Counter(n.op_type for n in rest)
+        how = "fused" if set(fixed) == {"fuse"} else "rewritten" if "fuse" not in fixed else "prepared"
+        options = " ".join(PrepareFix(fuse="fuse" in fixed, rewrite=[k for k in fixed if k != "fuse"]).args())
+        findings.append(Finding(
+            "htp", Severity.INFO,
+            f"the other {len(rest)} CPU node(s) ({', '.join(f'{k} ×{v}' for k, v in ops.most_common())}) "
+            f"are judged on the {how} model", f"prepare {options} first, then check the {how} model"))
+        findings += rules.htp_rules(rest, model)
+    return findings

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qnndeploy.base.kinds import Precision, Side
 from qnndeploy.model.onnxio import (
@@ -28,7 +28,7 @@ from qnndeploy.model.onnxio import (
     tensor_nbytes,
 )
 from qnndeploy.model.shapes import batch_dim, suggest_shapes
-from qnndeploy.qnn.htp import HtpMeasurement
+from qnndeploy.qnn.htp import CpuNode, HtpMeasurement
 
 if TYPE_CHECKING:
     import onnx
@@ -73,6 +73,7 @@ class PrepareFix:
     freeze: list[str] = field(default_factory=list)
     int32: bool = False
     fuse: bool = False
+    rewrite: list[str] = field(default_factory=list)  # --rewrite kinds
     split_at: list[str] = field(default_factory=list)  # --split-at: a cut, which takes no other option
     cpu: Side = Side.HEAD  # --cpu, with split_at
     split_size: str = ""  # --split-size GB, as printed: N NPU graphs, which takes no other option either
@@ -84,7 +85,8 @@ class PrepareFix:
             return ["--split-size", self.split_size]
         out = [a for name, dims in self.shapes.items() for a in ("--shape", f"{name}={','.join(dims)}")]
         out += [a for name in self.freeze for a in ("--freeze", f"{name}=VALUE")]
-        return out + (["--int32-inputs"] if self.int32 else []) + (["--fuse"] if self.fuse else [])
+        return out + (["--int32-inputs"] if self.int32 else []) + (["--fuse"] if self.fuse else []) \
+            + (["--rewrite", ",".join(self.rewrite)] if self.rewrite else [])
 
     def placeholders(self) -> list[str]:
         holes = sorted({d for dims in self.shapes.values() for d in dims if not d.isdigit()})
@@ -102,6 +104,7 @@ def merged(fixes: list[PrepareFix]) -> PrepareFix:
         out.freeze += [n for n in f.freeze if n not in out.freeze]
         out.int32 |= f.int32
         out.fuse |= f.fuse
+        out.rewrite += [k for k in f.rewrite if k not in out.rewrite]
     return out
 
 
@@ -475,3 +478,74 @@ def _closure(start: set[int], edges: list[list[int]]) -> set[int]:
                 seen.add(j)
                 todo.append(j)
     return seen
+
+
+# --- one line per CPU op: the HTP rule it breaks -----------------------------------------------------
+
+NO_RULE = "the HTP compiler refused it; no documented rule"
+
+
+def _rules() -> dict[str, Any]:
+    """data/htp_rules.json: each rule with its source (a public file and when it was read, or a measurement here)."""
+    text = resources.files("qnndeploy").joinpath("data/htp_rules.json").read_text(encoding="utf-8")
+    return dict(json.loads(text))
+
+
+def _matches(when: str, node: onnx.NodeProto, ranks: Mapping[str, int], builders: set[str]) -> bool:
+    from onnx import helper
+
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if when == "allowzero":
+        return bool(attrs.get("allowzero", 0))
+    if when == "several-axes":
+        rank = ranks.get(node.input[0], 0)
+        return rank > 0 and int(attrs.get("axis", -1)) % rank < rank - 1
+    if when == "above-5d":
+        return any(ranks.get(t, 0) > 5 for t in (*node.input, *node.output))
+    if when == "no-builder":
+        return node.op_type not in builders
+    return when == ""
+
+
+def _first_rules(cpu: list[CpuNode], model: onnx.ModelProto) -> dict[str, dict[str, Any] | None]:
+    """CPU node name -> the first rule of data/htp_rules.json it breaks (None: none written, or not a model node)."""
+    data = _rules()
+    builders = set(data["builders"]["ops"])
+    ranks = {name: len(v.type.tensor_type.shape.dim) for name, v in inferred_values(model).items()
+             if v.type.tensor_type.HasField("shape")}
+    by_name = {n.name: n for n in model.graph.node if n.name}
+    return {c.name: next((r for r in data["rules"] if c.name in by_name and r["op"] in (c.op_type, "*")
+                          and _matches(r["when"], by_name[c.name], ranks, builders)), None) for c in cpu}
+
+
+def rewrites_for(cpu: list[CpuNode], model: onnx.ModelProto) -> dict[str, str]:
+    """CPU node name -> the --rewrite kind its rule names (prepare matches it again, after folding, and proves it)."""
+    return {name: rule["rewrite"] for name, rule in _first_rules(cpu, model).items() if rule and rule.get("rewrite")}
+
+
+def htp_rules(cpu: list[CpuNode], model: onnx.ModelProto) -> list[Finding]:
+    """One line per op type among the CPU nodes: the first rule of data/htp_rules.json a node of it breaks, with
+    the rewrite that removes it or the rule's source; NO_RULE where none is written (nothing is guessed)."""
+    if not cpu:
+        return []
+    first = _first_rules(cpu, model)
+    names = {n.name for n in model.graph.node}
+    found: dict[str, tuple[int, dict[str, Any] | None, bool]] = {}
+    for c in cpu:
+        count, seen, made = found.get(c.op_type, (0, None, True))
+        found[c.op_type] = (count + 1, seen or first[c.name], made and c.name not in names)
+    out = []
+    for op, (count, rule, made) in found.items():
+        if rule is None and made:
+            out.append(Finding("htp-rule", Severity.INFO,
+                               f"{op} ×{count}: not a node of the model (onnxruntime's own graph optimizations made "
+                               "it from the nodes around it)", "it goes where the nodes it was made from go"))
+        elif rule is None:
+            out.append(Finding("htp-rule", Severity.INFO, f"{op} ×{count}: {NO_RULE}",
+                               "re-export replacing it with ops the HTP runs, or move it into app code"))
+        else:
+            source = rule["source"] + (f" (read {rule['read']})" if rule.get("read") else "")
+            out.append(Finding("htp-rule", Severity.INFO, f"{op} ×{count}: {rule['rule']}",
+                               (f"prepare --rewrite {rule['rewrite']}; " if rule.get("rewrite") else "")
+                               + f"source: {source}"))
+    return out

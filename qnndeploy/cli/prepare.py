@@ -18,6 +18,7 @@ from qnndeploy.cli._common import (
     next_step,
     size_text,
 )
+from qnndeploy.model import rewrite as rewriting
 from qnndeploy.prepare import split
 
 
@@ -73,7 +74,11 @@ def _render_split(result: split.SplitResult) -> None:
               help="Skip the folding chain (onnxsim, onnxslim, onnxruntime, onnx); shapes are still fixed and "
                    "re-inferred.")
 @click.option("--fuse", is_flag=True,
-              help="Fuse the unfused (Erf) GELU into one Gelu node, opset 20: what w8a16 on the HTP needs.")
+              help="Fuse the unfused (Erf) GELU into one Gelu node, opset 20 (what w8a16 on the HTP needs), and the "
+                   "decomposed LayerNorm into one LayerNormalization over the last axis.")
+@click.option("--rewrite", "rewrites", metavar="KIND[,KIND]",
+              help="Rewrite ops the HTP leaves to the CPU into equal forms it runs, proven on the CPU like the rest: "
+                   + "; ".join(f"{kind}: {what}" for kind, what in rewriting.KINDS.items()) + ".")
 @click.option("--split-at", metavar="TENSOR[,TENSOR]",
               help="Instead: cut the model in two at these tensors into OUT-head.onnx and OUT-tail.onnx (+ "
                    "OUT.split.json), one part for the CPU, the other for the NPU.")
@@ -90,8 +95,8 @@ def _render_split(result: split.SplitResult) -> None:
 @json_option
 @handles_errors
 def prepare(model: Path, out: Path, shapes: tuple[str, ...], int32_inputs: bool, freeze: tuple[str, ...],
-            no_simplify: bool, fuse: bool, split_at: str | None, split_size: float | None, cpu_part: str,
-            inputs_dir: Path | None, tolerance: float, force: bool, as_json: bool) -> None:
+            no_simplify: bool, fuse: bool, rewrites: str | None, split_at: str | None, split_size: float | None,
+            cpu_part: str, inputs_dir: Path | None, tolerance: float, force: bool, as_json: bool) -> None:
     """Make a model NPU-ready, proven equivalent on CPU.
 
     Static shapes, int32 I/O, frozen settings, folded and re-inferred; then the original and the prepared
@@ -108,7 +113,7 @@ def prepare(model: Path, out: Path, shapes: tuple[str, ...], int32_inputs: bool,
         option = "--split-at" if split_at is not None else "--split-size"
         if split_at is not None and split_size is not None:
             raise BadInput("--split-at and --split-size are two ways to split: give one")
-        if shapes or freeze or int32_inputs or no_simplify or fuse:
+        if shapes or freeze or int32_inputs or no_simplify or fuse or rewrites:
             raise BadInput(f"{option} cuts a model that is already prepared: run prepare with the other "
                            f"options first, then prepare {option} on its output")
         parts = split.split_model(model, out, [t.strip() for t in split_at.split(",") if t.strip()], cpu=Side(cpu_part),
@@ -123,7 +128,8 @@ def prepare(model: Path, out: Path, shapes: tuple[str, ...], int32_inputs: bool,
     result = stage.prepare_model(model, out, stage.PrepareOptions(
         assignments(shapes, "--shape", stage.parse_shape), int32_inputs,
         assignments(freeze, "--freeze", lambda v: stage.parse_assignment(v, "--freeze")), not no_simplify,
-        inputs_dir, tolerance, force, fuse=fuse))
+        inputs_dir, tolerance, force, fuse=fuse,
+        rewrite=tuple(rewriting.parse_kinds(rewrites)) if rewrites is not None else ()))
     if as_json:
         emit_json(result)
     else:

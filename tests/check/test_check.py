@@ -164,7 +164,10 @@ def test_measured_cpu_nodes_are_listed_with_their_partitions(tmp_path, qnn):
     report = check.check_model(save(tmp_path, sm.unsupported_op()))
     assert [(n.name, n.op_type) for n in report.htp.cpu_nodes] == [("determinant", "Det")]
     assert report.htp.qnn_partitions == 1 and report.htp.cpu_partitions == 1 and report.htp.total_nodes == 3
-    assert codes(report) == {"htp"} and report.verdict == "not ready"
+    assert codes(report) == {"htp", "htp-rule"} and report.verdict == "not ready"
+    rule = next(f for f in report.findings if f.code == "htp-rule")  # the rule Det breaks, with its source
+    assert rule.message.startswith("Det ×1: onnxruntime's QNN EP has no op builder for it")
+    assert "op_builder_factory.cc" in rule.fix
 
 
 def test_a_model_the_htp_takes_nothing_of_is_all_cpu(tmp_path, qnn):
