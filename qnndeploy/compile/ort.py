@@ -29,7 +29,7 @@ from qnndeploy.formats.records import HtpSettings
 from qnndeploy.model.onnxio import load_model, model_inputs
 from qnndeploy.model.quantize import SETTINGS, qdq
 from qnndeploy.model.samples import load_samples
-from qnndeploy.qnn import epcontext, htp
+from qnndeploy.qnn import epcontext, htp, refusals
 
 if TYPE_CHECKING:
     from qnndeploy.base.socs import Soc
@@ -97,6 +97,7 @@ def run(spec: JSON) -> JSON:
     work, tmp = Path(spec["work"]), Path(spec["tmp"])
     warnings: list[str] = []
     models: dict[str, Path] = {}
+    sources = {m["graph"]: Path(m["model"]) for m in spec["members"]}  # models may become their QDQ graphs
     for m in spec["members"]:
         models[m["graph"]] = Path(m["model"])
         if spec["precision"] != Precision.FP16:
@@ -107,7 +108,7 @@ def run(spec: JSON) -> JSON:
                                 f"more real inputs for stable 16-bit activation ranges")
     if not spec["shared"]:
         (graph, model), = models.items()
-        _compile(model, soc, fp16, work, graph, Path(spec["log"]), spec["provider"])
+        _compile(model, soc, fp16, work, graph, Path(spec["log"]), spec["provider"], sources[graph])
         _check_loads(work / f"{graph}_ctx.onnx", soc, fp16)
         return {"files": [[f"{graph}.bin", CONTEXT_BINARY], [f"{graph}_ctx.onnx", EPCONTEXT]], "warnings": warnings}
 
@@ -116,7 +117,7 @@ def run(spec: JSON) -> JSON:
     # member alone, the twin the host emulator runs for validate and the size the report compares against.
     name = spec["graph"]
     print(f"qnndeploy: compiling {', '.join(models)} into one context {name}.bin with shared weights", flush=True)
-    _compile_shared(models, soc, fp16, work, name, Path(spec["log"]), spec["provider"])
+    _compile_shared(models, soc, fp16, work, name, Path(spec["log"]), spec["provider"], sources)
     files = [[f"{name}.bin", CONTEXT_BINARY]] + [[f"{g}_ctx.onnx", EPCONTEXT] for g in models]
     graphs = {f"{g}_ctx.onnx": g for g in models}
     twins: list[str] = []
@@ -124,7 +125,7 @@ def run(spec: JSON) -> JSON:
         print(f"qnndeploy: compiling {g} alone, the twin the host emulator runs in validate", flush=True)
         alone = tmp / f"twin-{g}"
         alone.mkdir()
-        _compile(model, soc, fp16, alone, g, Path(spec["log"]), spec["provider"])
+        _compile(model, soc, fp16, alone, g, Path(spec["log"]), spec["provider"], sources[g])
         (alone / f"{g}.bin").replace(work / f"twin-{g}.bin")
         epcontext.retarget(alone / f"{g}_ctx.onnx", work / f"twin-{g}_ctx.onnx", f"twin-{g}.bin")
         _check_loads(work / f"twin-{g}_ctx.onnx", soc, fp16)
@@ -141,8 +142,10 @@ def run(spec: JSON) -> JSON:
             "shared_saving": {"shared_bytes": shared, "separate_bytes": separate}}
 
 
-def _compile(model: Path, soc: Soc, fp16: bool, work: Path, graph: str, log: Path, provider: dict[str, str]) -> None:
-    """One graph into work/<graph>.bin and work/<graph>_ctx.onnx (which loads <graph>.bin)."""
+def _compile(model: Path, soc: Soc, fp16: bool, work: Path, graph: str, log: Path, provider: dict[str, str],
+             source: Path) -> None:
+    """One graph into work/<graph>.bin and work/<graph>_ctx.onnx (which loads <graph>.bin); `model` is `source`
+    or its QDQ graph."""
     import onnxruntime as ort
 
     ctx = work / f"{graph}_ctx.onnx"
@@ -152,12 +155,12 @@ def _compile(model: Path, soc: Soc, fp16: bool, work: Path, graph: str, log: Pat
         ort.InferenceSession(str(model), htp.session_options(soc, fp16=fp16, context_path=ctx, log_level=1,
                                                              provider=provider))
     except Exception as e:  # noqa: BLE001 onnxruntime raises its own Fail/InvalidGraph types
-        raise BadInput(_refused(model, soc, fp16, _ort_message(e), log)) from None
+        raise BadInput(_refused(model, soc, fp16, _ort_message(e), log, source)) from None
     _name_binary(work, [ctx], graph)
 
 
 def _compile_shared(models: dict[str, Path], soc: Soc, fp16: bool, work: Path, name: str, log: Path,
-                    provider: dict[str, str]) -> None:
+                    provider: dict[str, str], sources: dict[str, Path]) -> None:
     """All graphs into one context, work/<name>.bin, loaded by each work/<graph>_ctx.onnx."""
     import onnxruntime as ort
 
@@ -169,7 +172,7 @@ def _compile_shared(models: dict[str, Path], soc: Soc, fp16: bool, work: Path, n
             ort.InferenceSession(str(model), htp.session_options(soc, fp16=fp16, context_path=ctxs[i], log_level=1,
                                                                  config=share, provider=provider))
         except Exception as e:  # noqa: BLE001 onnxruntime raises its own Fail/InvalidGraph types
-            raise BadInput(f"{g}: {_refused(model, soc, fp16, _ort_message(e), log)}") from None
+            raise BadInput(f"{g}: {_refused(model, soc, fp16, _ort_message(e), log, sources[g])}") from None
     _name_binary(work, ctxs, name)
     print("qnndeploy: the shared context is not loaded here: the host emulator cannot load a context whose graphs "
           "share weights (QAIRT 2.51 crashes); each graph's twin is loaded instead", flush=True)
@@ -200,11 +203,19 @@ def _check_loads(ctx: Path, soc: Soc, fp16: bool) -> None:
         raise BadInput(f"{ctx.name} does not load: {_ort_message(e)}") from None
 
 
-def _refused(model: Path, soc: Soc, fp16: bool, message: str, log: Path) -> str:
+def _refused(model: Path, soc: Soc, fp16: bool, message: str, log: Path, source: Path) -> str:
     """The one-line error for a graph the HTP compiler refused, with what onnxruntime's message leaves out.
-    Partitioning the model again with CPU fallback allowed (check's measurement) finds the nodes the HTP leaves to
-    the CPU: when none is on the HTP and it takes not even a lone Relu for this SoC, the SoC is the cause, not the
-    model; else the unsupported nodes are named, from the log or, when it names none, from the measurement."""
+    A node QNN refused while composing the graph ("Failed to compose Qnn graph") is named from the log, with its
+    ONNX op from `source` and the rewrite when it is a refusal measured here. Else, partitioning the model again
+    with CPU fallback allowed (check's measurement) finds the nodes the HTP leaves to the CPU: when none is on the
+    HTP and it takes not even a lone Relu for this SoC, the SoC is the cause, not the model; else the unsupported
+    nodes are named, from the log or, when it names none, from the measurement."""
+    composed = refusals.parse(_read(log))
+    if composed:
+        graph = load_model(source, weights=False).graph
+        precision = Precision.FP16 if fp16 else Precision.W8A16
+        named = [str(refusals.explain(r, graph, precision, source, soc.model)) for r in composed]
+        return "; ".join(named[:2]) + (f"; and {len(named) - 2} more (see the log)" if len(named) > 2 else "")
     try:
         measured = htp.measure_htp(model, soc, fp16=fp16)
     except QnnDeployError:
@@ -216,6 +227,13 @@ def _refused(model: Path, soc: Soc, fp16: bool, message: str, log: Path) -> str:
     found = [f for f in logs.parse_file(log, limit=None) if f.kind == logs.UNSUPPORTED] \
         or [logs.not_supported(n.name or "(unnamed)", n.op_type) for n in cpu_nodes]
     return logs.unsupported_error(found) or message
+
+
+def _read(log: Path) -> str:
+    try:
+        return log.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def quantize(model: Path, calibration: Path, out: Path, keep: list[str]) -> tuple[Path, int]:

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 from qnndeploy.base import child, socs
 from qnndeploy.base.errors import BadInput, MissingTool, first_line
 from qnndeploy.model.onnxio import MAX_FOLDED_BYTES, inferred_values, load_model, oversized_constants
+from qnndeploy.qnn.refusals import Refused
+from qnndeploy.qnn.refusals import parse as refused_nodes
 
 if TYPE_CHECKING:
     import onnx
@@ -188,6 +190,7 @@ class HtpMeasurement:
     total_nodes: int = 0
     seconds: float = 0.0
     timed_out: bool = False  # the compile was ended at the time budget
+    refused: list[Refused] = field(default_factory=list)  # nodes QNN refused while composing the graph (its log)
 
 
 def measure_htp(path: Path, soc: socs.Soc, graph: onnx.GraphProto | None = None, fp16: bool | None = None,
@@ -216,8 +219,9 @@ def measure_htp(path: Path, soc: socs.Soc, graph: onnx.GraphProto | None = None,
         seconds = round(time.monotonic() - start, 2)
         if failure:
             why, timed_out = failure
+            composed = refused_nodes(ctx.with_name("partition.log").read_text(errors="replace"))
             return HtpMeasurement(soc.model, False, why, qairt=qairt_version(), total_nodes=total, seconds=seconds,
-                                  timed_out=timed_out)
+                                  timed_out=timed_out, refused=composed)
         if ctx.is_file():
             nodes = list(onnx.load(str(ctx), load_external_data=False).graph.node)
         else:
