@@ -10,6 +10,10 @@ joining there is not missed), until they are adjacent; one more compile confirms
 takes about log_(K+1)(N) + 1 compiles for K probes per compile, instead of N. Few tensors per compile also matter
 for the numbers: exposing a tensor splits the HTP's fusion of its node with the next, and exposing every tensor
 can make the failure vanish (basic_pitch: 0 bad tensors with all 179 exposed, an output at 27.9 dB with few).
+
+A split is advised only once it is measured: both directions are cut as `prepare --split-at` cuts (model/split.py),
+the NPU part compiled for the job's SoC and the chain run on the same samples against the whole model on the CPU,
+so a split that keeps the error is never printed as the fix, and the advice does not flip with the threshold.
 """
 
 from __future__ import annotations
@@ -795,7 +799,7 @@ def _prove(session: _Session, source: Path, candidates: list[tuple[list[str], Si
            task: tasks.Task, progress: Progress | None) -> list[SplitTrial]:
     """Each split done before it is advised: cut as prepare --split-at cuts, the NPU part compiled for the job's SoC
     with the probes' settings, the chain run on diagnose's samples and judged against the whole model on the CPU by
-    validate's rules. The best first: passing, then by its worst output's SNR and cosine."""
+    validate's rules. The best first (_rank)."""
     soc = session.record.soc
     trials = []
     for k, (at, cpu, why) in enumerate(candidates):
@@ -811,11 +815,14 @@ def _prove(session: _Session, source: Path, candidates: list[tuple[list[str], Si
     return sorted(trials, key=_rank)
 
 
-def _rank(t: SplitTrial) -> tuple[bool, float, float]:
+def _rank(t: SplitTrial) -> tuple[bool, int, float, float]:
+    """Passing first; among those, the one keeping more of the graph on the NPU (what a split is for: both pass
+    validate's rules, and the front end up to a late bad tensor on the CPU always measures best), then by the worst
+    output's SNR and cosine."""
     m = t.measured
     if m is None:
-        return (True, math.inf, math.inf)
-    return (not m.passed, -(m.snr_db if m.snr_db is not None else -math.inf),
+        return (True, 0, math.inf, math.inf)
+    return (not m.passed, -t.npu_nodes if m.passed else 0, -(m.snr_db if m.snr_db is not None else -math.inf),
             -(m.cosine if m.cosine is not None else -math.inf))
 
 

@@ -449,8 +449,11 @@ def test_an_l2_norm_whose_sum_of_squares_overflows_is_named_and_its_remedies_are
         measured = {(*t["split_at"], t["cpu_part"]): t["measured"] for t in result["splits"]}
         assert set(measured) == {("norm", "head"), ("feat", "tail")}  # both directions, each cut and run
         assert all(m["passed"] for m in measured.values())  # measured: 68.2 dB and 44.0 dB
-        split = result["remedies"][0]  # printed first: the split that measured best
-        assert split["kind"] == "split" and split["measured"]["snr_db"] == max(m["snr_db"] for m in measured.values())
+        split = result["remedies"][0]  # printed first: of the splits that pass, the one with most on the NPU
+        assert split["kind"] == "split" and split["measured"] == measured[("feat", "tail")]
+        assert "measured as a chain: passes" in split["text"] and "(3 nodes) compiled for the NPU" in split["text"]
+        second = result["remedies"][1]  # the other passing split, with its figure
+        assert "--split-at norm --cpu head" in second["command"] and second["measured"] == measured[("norm", "head")]
         rescale = next(r for r in result["remedies"] if r["kind"] == "rescale")
         assert rescale["measured"] is None and "advice, not measured" in rescale["text"]
         assert "divide feat by 64 before scalenorm_l2 and multiply its result by 64" in rescale["text"]
@@ -458,10 +461,10 @@ def test_an_l2_norm_whose_sum_of_squares_overflows_is_named_and_its_remedies_are
         assert threshold_remedy["measured"]["snr_db"] == result["outputs_snr_db"]
         results.append(result)
     default, loose = results
-    assert "--split-at norm --cpu head" in default["remedies"][0]["command"]
+    assert "--split-at feat --cpu tail" in default["remedies"][0]["command"]
     assert loose["remedies"][0]["command"] == default["remedies"][0]["command"]  # the advice does not flip
     text = run("diagnose", target).output
-    assert "measured as a chain: passes, worst output " in text and "ok  --split-at feat --cpu tail: " in text
+    assert "measured as a chain: passes, worst output " in text and "ok  --split-at norm --cpu head: " in text
 
     args = shlex.split(default["remedies"][0]["command"])[1:]
     args[args.index("-o") + 1] = str(tmp_path / "parts" / "pose.onnx")
