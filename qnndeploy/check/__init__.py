@@ -25,7 +25,6 @@ from qnndeploy.base.names import PREPARED_SUFFIX, graph_name
 from qnndeploy.check import rules
 from qnndeploy.check.rules import PARAM_DTYPES, Finding, PrepareFix, Severity, merged
 from qnndeploy.model import fuse, quantize, rewrite, samples
-from qnndeploy.model.fuse import find_gelus
 from qnndeploy.model.onnxio import (
     MAX_FOLDED_BYTES,
     TensorInfo,
@@ -37,7 +36,7 @@ from qnndeploy.model.onnxio import (
     real_inputs,
     tensor_info,
 )
-from qnndeploy.qnn import htp
+from qnndeploy.qnn import htp, refusals
 from qnndeploy.qnn.htp import CpuNode, HtpMeasurement, htp_takes_nothing, measure_htp, soc_takes_nothing
 
 if TYPE_CHECKING:
@@ -109,12 +108,8 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
                                    rules.context_bytes() if context_bytes is None else context_bytes)
     if too_large:
         findings.append(too_large)
-    gelus = find_gelus(graph) if precision == Precision.FP16 else []
-    if gelus:  # measured: the Erf of an unfused GELU has no w8a16 form on the HTP (check --precision w8a16 shows it)
-        findings.append(Finding(
-            "w8a16", Severity.INFO,
-            f"{len(gelus)} unfused GELU(s) (Erf): fine at fp16, but a w8a16 compile refuses their Erf",
-            "before a w8a16 build: prepare --fuse (then check --precision w8a16)"))
+    if precision == Precision.FP16:  # what a w8a16 build would refuse: the refusals measured here, read from the graph
+        findings += [_w8a16_refusal(fact, nodes) for fact, nodes in refusals.predicted(graph, Precision.W8A16)]
     qairt = htp.qairt_version() if htp.available() else ""
     refused = socs.refusal(target, qairt, precision)
     if refused:
@@ -175,6 +170,9 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
                                     "phones on the CPU fallback; a newer QAIRT may support it"))
         elif fixed := _fixed_by_prepare(model, htp_result):
             findings += _prepare_findings(fixed, htp_result, precision, model)
+        elif not htp_result.measured and htp_result.refused:
+            findings += [_refused(refusals.explain(r, graph, precision, path, target.model))
+                         for r in htp_result.refused]
         elif htp_result.measured and htp_result.cpu_nodes and (split := rules.edge_split(model, htp_result)):
             findings.append(split)
         else:
@@ -246,6 +244,28 @@ def _measure_quantized(path: Path, soc: Soc, graph: onnx.GraphProto, timeout: fl
     measured.total_nodes = sum(1 for n in graph.node if n.op_type != "Constant")
     measured.cpu_nodes = [n for n in measured.cpu_nodes if n.op_type not in ("QuantizeLinear", "DequantizeLinear")]
     return measured
+
+
+def _w8a16_refusal(fact: refusals.Fact, nodes: list[str]) -> Finding:
+    """Plain check's note on what a w8a16 compile refuses: a w8a16 measurement would cost a quantization and a
+    second compile (about three times the check), the facts measured here cost a read of the graph."""
+    names = ", ".join(nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
+    qnn = f" → QNN {fact.qnn_op}" if fact.qnn_op else ""
+    code = f", error {fact.code}" if fact.code is not None else ""
+    return Finding("w8a16", Severity.INFO,
+                   f"a w8a16 compile refuses {len(nodes)} {fact.onnx_op} node(s) ({names}{qnn}{code}): "
+                   f"{fact.pattern} ({fact.measured})",
+                   f"before a w8a16 build: prepare {' '.join(fact.rewrite)} (then check --precision w8a16)")
+
+
+def _refused(explained: refusals.Explained) -> Finding:
+    """A node QNN refused while composing the measured graph, named; fixable by prepare when the refusal is one
+    measured here, whose rewrite prepare does."""
+    options = explained.fact.rewrite if explained.fact else ()
+    if options[:1] == ("--fuse",) or options[:1] == ("--rewrite",):
+        fix = PrepareFix(fuse=options[0] == "--fuse", rewrite=list(options[1:]))
+        return Finding("htp", Severity.FIXABLE, explained.problem, explained.remedy, prepare=fix)
+    return Finding("htp", Severity.BLOCKER, explained.problem, explained.remedy)
 
 
 def _fixed_by_prepare(model: onnx.ModelProto, m: HtpMeasurement) -> dict[str, list[CpuNode]]:

@@ -10,6 +10,7 @@ import click
 
 from qnndeploy import check as stage
 from qnndeploy.base import socs as catalog
+from qnndeploy.base.errors import BadInput
 from qnndeploy.base.kinds import Precision, choices
 from qnndeploy.cli._common import command_line, emit_json, handles_errors, json_option, next_step, size_text, soc_option
 from qnndeploy.cli._toolchain import qairt_option, under_toolchain
@@ -60,6 +61,9 @@ def _render_check(report: stage.CheckReport) -> None:
             "catalog says it cannot run (e.g. fp16 on SM8350) is a blocker.")
 @click.option("--precision", type=click.Choice(choices(Precision)), default=Precision.FP16.value, show_default=True,
               help="Measure op support for this build: w8a16 measures the QDQ-quantized graph compile would make.")
+@click.option("--calib", type=click.Path(exists=True, file_okay=False, path_type=Path), metavar="DIR",
+              help="With --precision w8a16: the calibration samples compile will take (as compile --calib), carried "
+                   "into the printed next commands [default: DIR, a placeholder there].")
 @click.option("--no-measure", is_flag=True, help="Skip the HTP partitioning (reads the graph only).")
 @click.option("--timeout", type=click.FloatRange(min=0), default=htp.DEFAULT_TIMEOUT_S, show_default=True,
               metavar="S", help="Seconds the HTP partitioning may take per model (0: no limit). Recurrent layers "
@@ -71,8 +75,8 @@ def _render_check(report: stage.CheckReport) -> None:
 @qairt_option
 @json_option
 @handles_errors
-def check(models: tuple[Path, ...], socs: tuple[str, ...], precision: str, no_measure: bool, timeout: float,
-          context_gb: float | None, qairt: str | None, as_json: bool) -> None:
+def check(models: tuple[Path, ...], socs: tuple[str, ...], precision: str, calib: Path | None, no_measure: bool,
+          timeout: float, context_gb: float | None, qairt: str | None, as_json: bool) -> None:
     """Is each model ready for the NPU, and what fixes it.
 
     Per model and SoC: findings, op support measured on that SoC's HTP compiler, a verdict, and one
@@ -83,6 +87,8 @@ def check(models: tuple[Path, ...], socs: tuple[str, ...], precision: str, no_me
     the command line); 11 not ready (needs a re-export); 2 bad input; 3 missing tool.
     With several models the worst verdict decides.
     """
+    if calib is not None and precision == Precision.FP16:
+        raise BadInput("--calib is for --precision w8a16: an fp16 build takes no calibration samples")
     if qairt is not None:
         under_toolchain(toolchain.resolve(qairt))
     # each SoC once (an alias is its SoC); none given: check's default
@@ -101,16 +107,21 @@ def check(models: tuple[Path, ...], socs: tuple[str, ...], precision: str, no_me
             _render_check(one)
         if len(reports) > 1:
             click.echo(f"\noverall: {worst.verdict} (exit {worst.exit_code})")
-        quantized = ("--precision", precision, "--calib", "DIR") if precision != Precision.FP16 else ()
+        # every printed command keeps the precision and the calibration samples (DIR: a placeholder when not given),
+        # and a w8a16 build goes to a folder of its own, so that following them never builds fp16 by omission
+        quantized = ("--precision", precision, "--calib", calib or "DIR") if precision != Precision.FP16 else ()
         if worst.verdict == stage.Verdict.READY:
             paths = [Path(p) for p in dict.fromkeys(r.path for r in reports)]
             soc_args = ",".join(dict.fromkeys(r.htp.soc for r in reports))
-            next_step(command_line("qnndeploy", "compile", *paths, "--soc", soc_args, "-o", "build", *quantized))
+            build = "build" if precision == Precision.FP16 else f"build-{precision}"
+            if quantized and calib is None:
+                click.echo("(DIR below: a folder of real input samples to calibrate on; check --calib DIR names it)")
+            next_step(command_line("qnndeploy", "compile", *paths, "--soc", soc_args, "-o", build, *quantized))
         elif worst.verdict == stage.Verdict.FIXABLE and len(reports) == 1 and worst.prepare_command:
             # the check after the fix keeps this one's SoC and precision: prepare knows neither
             words = shlex.split(worst.prepare_command)
             out = words[words.index("-o") + 1] if "-o" in words else None
             if out is not None:
                 next_step(worst.prepare_command, command_line("qnndeploy", "check", out, "--soc", worst.htp.soc,
-                                                              *quantized[:2]))
+                                                              *(quantized if calib else quantized[:2])))
     sys.exit(worst.exit_code)

@@ -8,7 +8,7 @@ import click
 
 from qnndeploy import prepare as stage
 from qnndeploy.base.errors import BadInput
-from qnndeploy.base.kinds import Side, choices
+from qnndeploy.base.kinds import Precision, Side, choices
 from qnndeploy.cli._common import (
     assignments,
     command_line,
@@ -20,9 +20,13 @@ from qnndeploy.cli._common import (
 )
 from qnndeploy.model import rewrite as rewriting
 from qnndeploy.prepare import split
+from qnndeploy.qnn import refusals
 
 
-def _render_prepare(result: stage.PrepareResult) -> None:
+def _render_prepare(result: stage.PrepareResult, for_w8a16: bool = False) -> None:
+    """`for_w8a16`: the rewrites asked for are those of refusals measured at w8a16 only (--fuse, --rewrite
+    where-mask: data/htp_refusals.json), so the check to run next is the w8a16 one: a plain check would lead to an
+    fp16 build."""
     extra = f" + {Path(result.external_data).name}" if result.external_data else ""
     click.echo(f"wrote {result.output}{extra} and {result.record}")
     for change in result.changes:
@@ -38,7 +42,14 @@ def _render_prepare(result: stage.PrepareResult) -> None:
                    f"{'ok' if d.ok else 'FAIL'}")
     for note in result.notes:
         click.echo(f"  note: {note}")
-    next_step(command_line("qnndeploy", "check", Path(result.output)))
+    next_step(command_line("qnndeploy", "check", Path(result.output), *(("--precision", "w8a16") if for_w8a16 else ())))
+
+
+def _for_w8a16(fuse: bool, kinds: list[str]) -> bool:
+    """Whether every rewrite asked for is that of a refusal measured at w8a16 (and there is one)."""
+    asked: set[tuple[str, ...]] = {("--fuse",)} if fuse else set()
+    asked |= {("--rewrite", kind) for kind in kinds}
+    return bool(asked) and asked <= {f.rewrite for f in refusals.facts() if f.precision == Precision.W8A16}
 
 
 def _render_split(result: split.SplitResult) -> None:
@@ -133,4 +144,4 @@ def prepare(model: Path, out: Path, shapes: tuple[str, ...], int32_inputs: bool,
     if as_json:
         emit_json(result)
     else:
-        _render_prepare(result)
+        _render_prepare(result, for_w8a16=_for_w8a16(fuse, rewriting.parse_kinds(rewrites) if rewrites else []))
