@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -25,8 +25,8 @@ from qnndeploy.base import child, compat, socs
 from qnndeploy.base.errors import QnnDeployError, first_line
 from qnndeploy.base.fileio import JSON, sha256_file, write_json, writing
 from qnndeploy.base.names import CONTEXT_BINARY, ONNX, artifact_graphs
-from qnndeploy.model import metrics, samples, tasks
-from qnndeploy.qnn import epcontext, htp, toolchain
+from qnndeploy.model import decode, metrics, samples, tasks
+from qnndeploy.qnn import epcontext, htp, loop, toolchain
 
 TIMEOUT_S = 600.0  # for the whole child: a few sessions of the graphs of a bundle
 CACHE_ENV = "QNNDEPLOY_EMULATED_DIR"  # where outcomes are kept by content: the same bytes are not loaded twice
@@ -49,6 +49,25 @@ class Job:
     preprocess: str | None = None  # how the record's audio or image files became inputs
 
 
+@dataclass(frozen=True)
+class LoopJob:
+    """An encoder's and a decoder's binaries run as the app runs them, the decode loop the bundle names, against the
+    same loop over their CPU models (validate --loop's verdict)."""
+
+    binaries: dict[str, Path]  # graph -> its context binary
+    qnn_graphs: dict[str, str]  # graph -> its name inside the binary
+    cpu_models: dict[str, Path]
+    soc: str
+    precision: str
+    loop: JSON  # decode.Loop.description's form
+    tokenizer: Path | None = None
+    samples: int = 1
+    seed: int = 0
+    thresholds: metrics.Thresholds | None = None
+    folder: str | None = None  # the record's real samples (the encoder's inputs), when they are still here
+    preprocess: str | None = None
+
+
 @dataclass
 class Outcome:
     loaded: bool
@@ -56,9 +75,11 @@ class Outcome:
     error: str | None = None
     outputs: list[JSON] = field(default_factory=list)  # validate's OutputMetrics, as JSON
     task: JSON | None = None  # the task's verdict (tasks.TaskVerdict), which decides for its output
+    loop: JSON | None = None  # a LoopJob's: loop.LoopCheck.json
 
 
-def run_jobs(jobs: list[Job], tc: toolchain.Toolchain | None = None, timeout: float = TIMEOUT_S) -> list[Outcome]:
+def run_jobs(jobs: Sequence[Job | LoopJob], tc: toolchain.Toolchain | None = None, timeout: float = TIMEOUT_S
+             ) -> list[Outcome]:
     """Every job in one child process (under `tc` when given, else this process's onnxruntime-qnn); when a binary
     crashes that child, each job alone, so the crash is told of the binary that caused it."""
     if not jobs:
@@ -71,17 +92,21 @@ def run_jobs(jobs: list[Job], tc: toolchain.Toolchain | None = None, timeout: fl
     return [run_jobs([j], tc, timeout)[0] for j in jobs]
 
 
+def child_spec(jobs: Sequence[Job | LoopJob], work: Path, result: Path) -> str:
+    """The child's SPEC.json: its jobs, the folder it works in and the file it writes their outcomes to."""
+    return json.dumps({"work": str(work), "result": str(result),
+                       "jobs": [{**asdict(j), "kind": type(j).__name__} for j in jobs]}, default=str)
+
+
 class _Crashed(QnnDeployError):
     """The child died or hung on these jobs (a binary's fault); any other error is the machine's (a full TMPDIR)."""
 
 
-def _run(jobs: list[Job], tc: toolchain.Toolchain | None, timeout: float) -> list[Outcome]:
+def _run(jobs: Sequence[Job | LoopJob], tc: toolchain.Toolchain | None, timeout: float) -> list[Outcome]:
     with tempfile.TemporaryDirectory(prefix="qnndeploy-emulator-") as tmp:
         spec, result = Path(tmp) / "jobs.json", Path(tmp) / "result.json"
         with writing(tmp):
-            spec.write_text(json.dumps({"work": tmp, "result": str(result),
-                                        "jobs": [{**asdict(j), "binary": str(j.binary), "cpu_model": str(j.cpu_model)}
-                                                 for j in jobs]}))
+            spec.write_text(child_spec(jobs, Path(tmp), result))
         env = toolchain.environ(tc) if tc is not None else child.environ()
         try:
             done = subprocess.run(child.module("qnn.emulator", str(spec)), capture_output=True, text=True, env=env,
@@ -197,13 +222,16 @@ def _samples_here(inputs: JSON) -> Path | None:
     return Path(folder) if sorted(here) == sorted(str(f) for f in listed) else None
 
 
-def _key(job: Job, tc: toolchain.Toolchain | None, binary_sha: str) -> str:
+def _key(job: Job | LoopJob, tc: toolchain.Toolchain | None, shas: list[str]) -> str:
+    """A job's outcome's name in the cache: the bytes it runs (binaries, CPU models, tokenizer, sample files) and
+    everything else that decides it."""
     here = tc or toolchain.current()
     files = ([(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(Path(job.folder).iterdir())]
              if job.folder else [])
-    data = [binary_sha, sha256_file(job.cpu_model), here.qairt if here else "", job.soc, job.precision, job.samples,
-            job.seed, job.thresholds, job.qnn_graph, *([job.ranges] if job.ranges else []),
-            *([job.task] if job.task else []), *([job.folder, job.preprocess, files] if job.folder else [])]
+    models = [job.cpu_model] if isinstance(job, Job) else list(job.cpu_models.values())
+    fields = {k: v for k, v in asdict(job).items() if k not in ("binary", "binaries", "cpu_model", "cpu_models",
+                                                                 "tokenizer")}
+    data = [type(job).__name__, shas, [sha256_file(m) for m in models], here.qairt if here else "", fields, files]
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -222,7 +250,7 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
     are validate's when the bundle holds its validation record and can make them again (seeded random inputs, or the
     record's sample files, still in the folder it names; then a difference is a problem), else one seeded random
     sample judged by validate's thresholds for the precision (a warning: the bundle was validated on inputs it does
-    not hold)."""
+    not hold). The encoder and decoder of the bundle's decode loop are run as the loop, as validate ran them."""
     found = Check()
     tc, why = emulator_for(manifest["qairt"]["version"])
     if why is not None:
@@ -230,9 +258,12 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
         found.done = f"not loaded ({why})"
         return found
     cpu = {a["graph"]: root / a["path"] for a in manifest["cpu"] if a["format"] == ONNX}
-    jobs: list[tuple[str, Job, bool, str]] = []  # (bundle path, job, strict, cache key)
+    looped: JSON | None = manifest.get("loop")
+    in_loop = {looped["encoder"], looped["decoder"]} if looped else set()
+    jobs: list[tuple[str, Job | LoopJob, bool, str]] = []  # (bundle path, job, strict, cache key)
     accepted: dict[str, tuple[list[JSON], JSON | None]] = {}  # bundle path -> its failed (accepted) record's verdicts
     for t in manifest["targets"]:
+        loop_parts: dict[str, tuple[JSON, str]] = {}  # graph -> its binary's artifact, its name in the binary
         for a in t["artifacts"]:
             names = graph_names.get(a["path"], [])
             if a["format"] != CONTEXT_BINARY or len(artifact_graphs(a)) != 1 or len(names) != 1:
@@ -240,33 +271,29 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
             graph = artifact_graphs(a)[0]
             if graph not in cpu:
                 continue
+            if graph in in_loop:
+                loop_parts[graph] = (a, names[0])
+                continue
             record = _validation(root, manifest, graph, t["soc"])
             inputs = (record or {}).get("inputs") or {}
-            folder = _samples_here(inputs)
-            strict = folder is not None or (inputs.get("kind") == "random" and isinstance(inputs.get("samples"), int))
-            job = Job(root / a["path"], graph, names[0], t["soc"], t["precision"], cpu[graph],
-                      samples=min(int(inputs["samples"]), 8) if strict and folder is None else 1,
-                      seed=int(inputs.get("seed", 0)) if strict and folder is None else 0,
-                      thresholds=(record or {}).get("thresholds") if strict else None,
+            folder, strict, count, seed = _replay(inputs)
+            job = Job(root / a["path"], graph, names[0], t["soc"], t["precision"], cpu[graph], samples=count,
+                      seed=seed, thresholds=(record or {}).get("thresholds") if strict else None,
                       ranges=samples.recorded_ranges(inputs) or None,
                       task=((record or {}).get("task") or {}).get("given"),
                       folder=str(folder) if folder is not None else None,
                       preprocess=samples.recorded_preprocess(inputs) if folder is not None else None)
-            jobs.append((a["path"], job, strict, _key(job, tc, a["sha256"])))
+            jobs.append((a["path"], job, strict, _key(job, tc, [a["sha256"]])))
             if strict and record is not None and record.get("passed") is False:
                 accepted[a["path"]] = (list(record.get("outputs") or []), record.get("task"))
-    cached: dict[str, Outcome] = {}
-    for _, _, _, key in jobs:
-        with contextlib.suppress(OSError, ValueError, TypeError):  # a cache miss
-            cached[key] = Outcome(**json.loads((cache_dir() / f"{key}.json").read_text()))
-    todo = [(path, job, strict, key) for path, job, strict, key in jobs if key not in cached]
-    for (_, _, _, key), outcome in zip(todo, run_jobs([j for _, j, _, _ in todo], tc), strict=True):
-        cached[key] = outcome
-        with contextlib.suppress(OSError, ValueError, TypeError):  # a cache miss
-            write_json(cache_dir() / f"{key}.json", asdict(outcome))
-    for path, job, strict, key in jobs:
-        outcome = cached[key]
-        on = f"its record's samples in {job.folder}" if job.folder else f"{job.samples} seeded input(s)"
+        if looped and len(loop_parts) == 2:
+            jobs.append(_loop_job(root, manifest, looped, t, loop_parts, cpu, tc))
+    outcomes = _outcomes(jobs, tc)
+    for (path, ran, strict, _), outcome in zip(jobs, outcomes, strict=True):
+        if isinstance(ran, LoopJob):
+            _judge_loop(found, root, manifest, path, ran, strict, outcome)
+            continue
+        on = f"its record's samples in {ran.folder}" if ran.folder else f"{ran.samples} seeded input(s)"
         if not outcome.loaded:
             found.problems.append((path, f"does not load on the host HTP emulator: {outcome.error}"))
         elif path in accepted:  # failed validation, shipped by --accept: it must not be worse than what was accepted
@@ -287,12 +314,81 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
             else:
                 found.warnings.append((path, f"{what} (the bundle was validated on other inputs)"))
     here = tc or toolchain.current()
+    binaries = sum(1 if isinstance(job, Job) else 2 for _, job, _, _ in jobs)
     on_files = sum(1 for _, job, _, _ in jobs if job.folder)
-    found.done = (f"{len(jobs)} context binar{'y' if len(jobs) == 1 else 'ies'} loaded and run on the host HTP "
+    loops = sum(1 for _, job, _, _ in jobs if isinstance(job, LoopJob))
+    found.done = (f"{binaries} context binar{'y' if binaries == 1 else 'ies'} loaded and run on the host HTP "
                   f"emulator (QAIRT {here.qairt if here else '?'}) against the CPU models"
-                  + (f", {on_files} on the sample files of {'its' if len(jobs) == 1 else 'their'} validation "
+                  + (f", {loops} as the decode loop" if loops else "")
+                  + (f", {on_files} on the sample files of {'its' if on_files == 1 else 'their'} validation "
                      "record" if on_files else ""))
     return found
+
+
+def _replay(inputs: JSON) -> tuple[Path | None, bool, int, int]:
+    """How a record's samples are made again: (the folder of its sample files, still here; whether they are its
+    very samples; how many seeded random ones; their seed). Neither: one seeded random sample, not the record's."""
+    folder = _samples_here(inputs)
+    strict = folder is not None or (inputs.get("kind") == "random" and isinstance(inputs.get("samples"), int))
+    seeded = strict and folder is None
+    return folder, strict, min(int(inputs["samples"]), 8) if seeded else 1, int(inputs.get("seed", 0)) if seeded else 0
+
+
+def _loop_job(root: Path, manifest: JSON, looped: JSON, target: JSON, parts: dict[str, tuple[JSON, str]],
+              cpu: dict[str, Path], tc: toolchain.Toolchain | None) -> tuple[str, LoopJob, bool, str]:
+    """The decode loop on one target, on the encoder's samples its validation record names (the loop's own)."""
+    soc = target["soc"]
+    record = _validation(root, manifest, looped["encoder"], soc) or {}
+    made = ((record.get("inputs") or {}).get("samples") or {}) if (record.get("inputs") or {}).get("kind") == "loop" \
+        else {}
+    folder, strict, count, seed = _replay(made)
+    tokenizer = looped.get("tokenizer")
+    job = LoopJob({g: root / a["path"] for g, (a, _) in parts.items()}, {g: n for g, (_, n) in parts.items()},
+                  {g: cpu[g] for g in parts}, soc, target["precision"],
+                  {k: v for k, v in looped.items() if k != "tokenizer"},
+                  root / tokenizer["path"] if tokenizer else None, count, seed,
+                  record.get("thresholds") if strict else None, str(folder) if folder is not None else None,
+                  samples.recorded_preprocess(made) if folder is not None else None)
+    shas = [a["sha256"] for a, _ in parts.values()] + ([tokenizer["sha256"]] if tokenizer else [])
+    return parts[looped["decoder"]][0]["path"], job, strict, _key(job, tc, shas)
+
+
+def _judge_loop(found: Check, root: Path, manifest: JSON, path: str, job: LoopJob, strict: bool, outcome: Outcome
+                ) -> None:
+    """The loop's texts against the CPU's, as validate judged them: a problem when the record's own samples give
+    another verdict (or, for an accepted failure, a higher error rate) than the record says."""
+    on = f"its record's samples in {job.folder}" if job.folder else f"{job.samples} seeded input(s)"
+    if not outcome.loaded:
+        found.problems.append((path, f"the decode loop does not run on the host HTP emulator: {outcome.error}"))
+        return
+    check = outcome.loop or {}
+    rate = check.get("error_rate")
+    was = (_validation(root, manifest, job.loop["decoder"], job.soc) or {}).get("loop") or {}
+    accepted = strict and was.get("passed") is False
+    if outcome.passed or (accepted and isinstance(rate, (int, float)) and rate <= (was.get("error_rate") or 0)):
+        return  # as validate judged it, or an accepted failure no worse than its record
+    parted = next((s for s in check.get("samples") or [] if s.get("cpu") != s.get("npu")), None)
+    what = (f"the decode loop gives other text on the NPU than on the CPU on {on}: word error rate {rate}"
+            + (f" (sample {parted['sample']}: CPU {parted['cpu']!r}, NPU {parted['npu']!r})" if parted else ""))
+    if strict:
+        verdict = "accepted" if accepted else "passed"
+        found.problems.append((path, f"{what}, the inputs its validation record {verdict} on"))
+    else:
+        found.warnings.append((path, f"{what} (the bundle was validated on other inputs)"))
+
+
+def _outcomes(jobs: list[tuple[str, Job | LoopJob, bool, str]], tc: toolchain.Toolchain | None) -> list[Outcome]:
+    """Each job's outcome, from the cache by content where it was run before, else run now (and kept)."""
+    cached: dict[str, Outcome] = {}
+    for _, _, _, key in jobs:
+        with contextlib.suppress(OSError, ValueError, TypeError):  # a cache miss
+            cached[key] = Outcome(**json.loads((cache_dir() / f"{key}.json").read_text()))
+    todo = [(job, key) for _, job, _, key in jobs if key not in cached]
+    for (_, key), outcome in zip(todo, run_jobs([j for j, _ in todo], tc), strict=True):
+        cached[key] = outcome
+        with contextlib.suppress(OSError, ValueError, TypeError):  # a cache miss
+            write_json(cache_dir() / f"{key}.json", asdict(outcome))
+    return [cached[key] for _, _, _, key in jobs]
 
 
 # --- the child ------------------------------------------------------------------------------------------------------
@@ -333,12 +429,42 @@ def _one(job: JSON, work: Path, references: References) -> Outcome:
     return Outcome(True, passed, None, [asdict(m) for m in judged], verdict.json() if verdict else None)
 
 
+def _one_loop(job: JSON, work: Path, references: References) -> Outcome:
+    """The decode loop on the emulator (the encoder's and decoder's binaries) against the same loop on their CPU
+    models, on the encoder's samples."""
+    looped = decode.described(job["loop"], Path(job["tokenizer"]) if job.get("tokenizer") else None)
+    models = {g: Path(m) for g, m in job["cpu_models"].items()}
+    wrappers = {}
+    for graph, binary in job["binaries"].items():
+        folder = Path(tempfile.mkdtemp(dir=work))
+        (folder / "ctx.bin").symlink_to(Path(binary).resolve())
+        wrappers[graph] = folder / "ctx.onnx"
+        epcontext.wrap("ctx.bin", job["qnn_graphs"][graph], models[graph], wrappers[graph])
+    encoder = models[looped.encoder]
+    if job.get("folder"):
+        features, used = samples.for_graph(encoder, looped.encoder, Path(job["folder"]),
+                                           preprocess=job.get("preprocess"))
+    else:
+        features, used = samples.for_graph(encoder, looped.encoder, count=job["samples"], seed=job["seed"])
+    cpu = loop.run_cpu(looped, models, features, used)
+    soc, fp16 = socs.find(job["soc"]), job["precision"] == "fp16"
+    try:
+        encoded = [htp.session(wrappers[looped.encoder], soc, fp16=fp16)(f) for f in features]
+        npu = loop.run_npu(looped, encoded, wrappers[looped.decoder], job["soc"], fp16, models[looped.decoder])
+    except QnnDeployError as e:
+        return Outcome(False, False, str(e))
+    limits = job["thresholds"] or metrics.thresholds_for(job["precision"])
+    check = loop.judge(looped, job["soc"], cpu, npu, limits)
+    return Outcome(True, check.passed, loop=check.json())
+
+
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
     outcomes, references = [], References()
     for job in spec["jobs"]:
         try:
-            outcomes.append(_one(job, Path(spec["work"]), references))
+            run = _one_loop if job["kind"] == LoopJob.__name__ else _one
+            outcomes.append(run(job, Path(spec["work"]), references))
         except QnnDeployError as e:
             outcomes.append(Outcome(False, False, str(e)))
     write_json(Path(spec["result"]), [asdict(o) for o in outcomes])

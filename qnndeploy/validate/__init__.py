@@ -47,8 +47,7 @@ from qnndeploy.model.metrics import (
 )
 from qnndeploy.model.onnxio import INT_DTYPES, TensorInfo, load_model, real_inputs, tensor_info
 from qnndeploy.model.samples import Ranges, Sample
-from qnndeploy.qnn import htp
-from qnndeploy.validate import loop
+from qnndeploy.qnn import htp, loop
 
 EMULATOR_NOTE = ("Outputs come from the host HTP emulator (x86-64): the HTP's arithmetic, not its speed. "
                  "Emulator timings say nothing about phone timings; measure on a phone (qnndeploy device profile).")

@@ -104,7 +104,7 @@ def problems(b: Path, allow_unchecked: bool = False) -> list[str]:
 def test_bundle_layout_and_manifest(bundle):
     m = manifest(bundle)
     assert bundle.name == "demo-1.0.0"
-    assert m["format"] == "qnndeploy-bundle" and m["format_version"] == 4
+    assert m["format"] == "qnndeploy-bundle" and m["format_version"] == FORMAT_VERSION
     assert m["qairt"] == {"version": "2.49.40", "build": BUILD, "min_runtime": "2.49.0"}
     assert [t["soc"] for t in m["targets"]] == ["SM8550", "SM8750"]
     assert {(t["soc_id"], t["dsp_arch"]) for t in m["targets"]} == {(43, "v73"), (69, "v79")}

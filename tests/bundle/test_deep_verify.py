@@ -96,9 +96,7 @@ def test_each_graphs_cpu_model_runs_once_for_all_its_socs(bundle, monkeypatch):
 
     def in_process(jobs, tc, timeout):  # the child's loop, here, so that the CPU runs can be counted
         spec = Path(emulator.tempfile.mkdtemp()) / "jobs.json"
-        spec.write_text(json.dumps({"work": str(spec.parent), "result": str(spec.parent / "result.json"),
-                                    "jobs": [{**emulator.asdict(j), "binary": str(j.binary),
-                                              "cpu_model": str(j.cpu_model)} for j in jobs]}))
+        spec.write_text(emulator.child_spec(jobs, spec.parent, spec.parent / "result.json"))
         emulator.main([str(spec)])
         return [emulator.Outcome(**o) for o in json.loads((spec.parent / "result.json").read_text())]
 

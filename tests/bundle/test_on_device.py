@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from qnndeploy.base.names import FORMAT_VERSION
 from qnndeploy.formats.decision import Device, decide
 from qnndeploy.formats.manifest import Manifest
 from qnndeploy.formats.verify import verify_bundle
@@ -38,7 +39,7 @@ def demo(tmp_path_factory) -> Path:
 
 def test_the_bundle_lists_the_arches_its_on_device_compile_passed_on(demo):
     m = Manifest.parse(json.loads((demo / "manifest.json").read_text()))
-    assert m.format_version == 4 and m.on_device is not None and m.on_device.budget_s == 45
+    assert m.format_version == FORMAT_VERSION and m.on_device is not None and m.on_device.budget_s == 45
     [g] = m.on_device.graphs
     qairt = m.qairt.version
     expected = [s.dsp_arch for s in ondevice.arch_socs(qairt, "fp16")]

@@ -12,7 +12,7 @@ import pytest
 
 from qnndeploy.base.errors import BadInput
 from qnndeploy.model import decode
-from qnndeploy.validate import loop as loop_stage
+from qnndeploy.qnn import loop as loop_stage
 
 LOOP = decode.Loop("enc", "dec", "mel", "tokens", "offset", "mask", "logits", (("cross", "out"),),
                    (("self_k", "this_k"),), prompt=(7, 8), end=0, max_tokens=10)

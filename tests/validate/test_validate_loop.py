@@ -81,8 +81,21 @@ def test_whisper_is_validated_by_its_decode_loop_on_real_speech(tmp_path: Path) 
     assert manifest["format_version"] == 5 and (loop["encoder"], loop["decoder"]) == ("encoder", "decoder")
     assert loop["token"] == f"{whisper.NAME}-tokens" and len(loop["cache"]) == 2 * whisper.TINY_EN.n_text_layer
     assert (bundle / loop["tokenizer"]["path"]).read_bytes() == tokenizer.read_bytes()
-    verified = run("bundle", "verify", bundle)
+    verified = run("bundle", "verify", bundle)  # the binaries run again as the loop, on the record's own clip
     assert verified.exit_code == 0, verified.output
+    assert "2 context binaries loaded and run on the host HTP emulator" in verified.output
+    assert "1 as the decode loop, 1 on the sample files of its validation record" in verified.output
+    assert "warning" not in verified.output.lower()
+    # the sherpa-onnx glue gets the Whisper form: the loop's graphs, the tokenizer among the assets, the README's form
+    glue = run("scaffold", bundle, "--engine", "sherpa-onnx", "--package", "com.example.asr", "-o", tmp_path / "glue")
+    assert glue.exit_code == 0, glue.output
+    (generated,) = (tmp_path / "glue").rglob("Generated.kt")
+    assert 'val LOOP: List<String> = listOf("encoder", "decoder")' in generated.read_text()
+    (shipped,) = (tmp_path / "glue").rglob(Path(loop["tokenizer"]["path"]).name)
+    assert shipped.read_bytes() == tokenizer.read_bytes()
+    readme = next((tmp_path / "glue").rglob("README.md")).read_text()
+    assert "SherpaOnnxQnn.selectWhisper(context)" in readme and "--whisper.qnn-context-binary" in readme
+
     (bundle / loop["tokenizer"]["path"]).write_text("{}")  # the tokenizer is checked like any file
     assert run("bundle", "verify", bundle).exit_code == 1
 

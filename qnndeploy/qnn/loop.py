@@ -1,7 +1,8 @@
-"""validate --loop: an encoder-decoder run as the app runs it, its greedy decode loop on the CPU (the source models on
-onnxruntime) and on the host HTP emulator (the compiled contexts), sample by sample: the tokens, the first step where
-the two part, the texts and their word error rate. The loop decides both graphs' verdicts; their own tensor figures
-(the encoder on the samples, the decoder on the inputs the CPU loop gave it) stay as evidence.
+"""An encoder-decoder run as the app runs it, its greedy decode loop on the CPU (the source models on onnxruntime) and
+on the host HTP emulator (the compiled contexts), sample by sample: the tokens, the first step where the two part, the
+texts and their word error rate. validate --loop and bundle verify's binary run use it: the loop decides both graphs'
+verdicts; their own tensor figures (the encoder on the samples, the decoder on the inputs the CPU loop gave it) stay
+as evidence.
 """
 
 from __future__ import annotations
