@@ -289,6 +289,7 @@ def _context(manifest: Manifest, package: str, glue_name: str, engine: str, pins
         "backend_lib": BACKEND_LIB,
         "system_lib": SYSTEM_LIB,
         "graphs": [g.name for g in manifest.graphs],
+        "loop": [manifest.loop.loop.encoder, manifest.loop.loop.decoder] if manifest.loop else [],
         "targets": [f"{t.soc} ({t.dsp_arch})" for t in manifest.targets] or ["none"],
         "qairt": manifest.qairt.version,
         "runtime_mode": rt.mode.value,

@@ -63,7 +63,7 @@ def test_the_dataclasses_have_every_field_of_the_kotlin_twin():
     assert sources, "no BundleManifest.kt"
     kotlin = _kotlin_classes(sources[0].read_text())
     assert set(kotlin) == {"BundleFile", "Tensor", "Graph", "Target", "Qairt", "Runtime", "OnDeviceGraph", "OnDevice",
-                           "BundleManifest"}
+                           "BundleLoop", "BundleManifest"}
     for name, fields in kotlin.items():
         python = getattr(manifest_module, "Manifest" if name == "BundleManifest" else name)
         assert {_snake(f) for f in fields} <= {f.name for f in dataclasses.fields(python)}, name

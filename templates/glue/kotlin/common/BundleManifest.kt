@@ -85,6 +85,11 @@ data class OnDevice(
     }
 }
 
+/** An encoder-decoder's decode loop (format 5), as qnndeploy validated it: the tokenizer file of its tokens' text. */
+data class BundleLoop(
+    val tokenizer: BundleFile? = null,
+)
+
 data class BundleManifest(
     /** format and formatVersion as written in the file (any JSON value), so that an unknown one can be named */
     val format: Any? = FORMAT,
@@ -103,6 +108,8 @@ data class BundleManifest(
     val pipelineOrder: List<String> = emptyList(),
     /** what the app compiles on a phone whose SoC has no target; null: such a phone takes the CPU */
     val onDevice: OnDevice? = null,
+    /** the decode loop the app runs over an encoder and a decoder (format 5); null when the bundle has none */
+    val loop: BundleLoop? = null,
 ) {
     val pipeline: List<String> get() = pipelineOrder.ifEmpty { graphs.map { it.name } }
 
@@ -112,8 +119,10 @@ data class BundleManifest(
     /** Changes with every bundle release: a remembered NPU failure counts only for the same one. */
     internal val bundleVersion: String get() = "$name $version"
 
-    /** Every bundle file the app may copy to its storage: the CPU files, every target's and the on-device models. */
-    internal val modelFiles: List<BundleFile> get() = cpu + targets.flatMap { it.artifacts } + onDevice?.artifacts.orEmpty()
+    /** Every bundle file the app may copy to its storage: the CPU files, every target's, the on-device models and the
+     *  loop's tokenizer. */
+    internal val modelFiles: List<BundleFile> get() =
+        cpu + targets.flatMap { it.artifacts } + onDevice?.artifacts.orEmpty() + listOfNotNull(loop?.tokenizer)
 
     internal companion object {
         const val FORMAT = Generated.FORMAT
@@ -162,6 +171,7 @@ data class BundleManifest(
                 htpPerformanceMode = (m["htp"] as? Map<*, *>)?.get("performance_mode") as? String,
                 pipelineOrder = m.list("pipeline").map { it as? String ?: bad("pipeline", m) },
                 onDevice = (m["on_device"] as? Map<*, *>)?.let(::onDevice),
+                loop = (m["loop"] as? Map<*, *>)?.let { BundleLoop((it["tokenizer"] as? Map<*, *>)?.let(::file)) },
             )
         }
 

@@ -85,6 +85,17 @@ class Selection internal constructor(
     }
 
     /**
+     * The absolute path of the bundle's tokenizer file (its decode loop's: sherpa-onnx's tokens.txt or a
+     * tokenizer.json), copied to app storage and checked against the manifest's sha256 on first use; null when the
+     * bundle has none.
+     */
+    fun tokenizerPath(): String? {
+        val tokenizer = manifest.loop?.tokenizer ?: return null
+        files.materialize(manifest, listOf(tokenizer.path))
+        return files.file(tokenizer.path).absolutePath
+    }
+
+    /**
      * Runs NPU init so that a failure, or a crash in the middle of it, sends the next starts to the CPU. One init at
      * a time in the process; once one failed, later calls get the same failure without trying again.
      */

@@ -2,6 +2,7 @@ package com.example.qnnsample.qnndeploy
 
 import android.content.Context
 import android.util.Log
+import com.k2fsa.sherpa.onnx.OfflineWhisperModelConfig
 import com.k2fsa.sherpa.onnx.QnnConfig
 
 /**
@@ -29,6 +30,35 @@ object SherpaOnnxQnn {
             systemLib = decision.systemLib ?: "libQnnSystem.so",
         )
     }
+
+    /** The encoder and decoder of the bundle's decode loop (a Whisper qnndeploy validated as the app runs it). */
+    val LOOP: List<String> = Generated.LOOP
+
+    /**
+     * Whisper, selected for this engine: sherpa-onnx runs Whisper's context binaries from C++
+     * (OfflineWhisperModelConfig.qnn_config, contextBinary "<encoder>.bin,<decoder>.bin": qnnConfig(selection, LOOP)),
+     * but its Kotlin OfflineWhisperModelConfig has no qnnConfig field (k2-fsa/sherpa-onnx 634265c, 2026-08-08), so an
+     * app that builds the recognizer from Kotlin runs Whisper on the CPU, with that reason in its decision.
+     */
+    fun selectWhisper(context: Context): Selection {
+        check(LOOP.size == 2) { "the bundle has no decode loop: build it from a build validated with --loop" }
+        val selection = QnnRuntime.select(context, FileFormat.QNN_CONTEXT_BINARY)
+        if (!selection.decision.npu) return selection
+        return selection.toCpu(
+            Reasons.engineCpuOnly(
+                engine = "sherpa-onnx's Kotlin API", model = "Whisper",
+                why = "its OfflineWhisperModelConfig takes no QnnConfig",
+            ),
+        )
+    }
+
+    /** The whisper field of sherpa-onnx's OfflineModelConfig for a selection from [selectWhisper]. */
+    fun whisper(selection: Selection): OfflineWhisperModelConfig =
+        OfflineWhisperModelConfig(encoder = model(selection, LOOP[0]), decoder = model(selection, LOOP[1]))
+
+    /** The model config's tokens: the bundle's tokenizer file, the one qnndeploy validated the loop's text with. */
+    fun tokens(selection: Selection): String =
+        selection.tokenizerPath() ?: throw IllegalStateException("the bundle ships no tokenizer file")
 
     /**
      * Selects NPU or CPU and builds the engine with [build] (e.g. an OfflineRecognizer from a config that uses
