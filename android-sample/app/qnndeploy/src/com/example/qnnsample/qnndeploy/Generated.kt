@@ -75,6 +75,9 @@ internal object Reasons {
     fun npuInitFailed(error: String): Reason =
         Reason("npu_init_failed", "NPU init failed: ${error}")
 
+    fun engineCpuOnly(engine: String, model: String, why: String): Reason =
+        Reason("engine_cpu_only", "${engine} cannot run ${model} on the NPU (${why}): using the CPU")
+
     fun packNotReady(pack: String, delivery: String, detail: String): Reason =
         Reason("pack_not_ready", "the NPU files of AI pack ${pack} (${delivery}) are not on this phone yet: ${detail}; using the CPU until they are")
 
@@ -91,7 +94,7 @@ internal object Reasons {
 internal object Generated {
     /** The manifest format this glue reads, and its newest version (every version from 1 up to it is read). */
     const val FORMAT = "qnndeploy-bundle"
-    const val FORMAT_VERSION = 4L
+    const val FORMAT_VERSION = 5L
 
     /** The first on-device compile's time budget in seconds when a bundle's on_device gives none. */
     const val ON_DEVICE_BUDGET_S = 60.0
@@ -102,6 +105,9 @@ internal object Generated {
 
     /** The bundle's graphs in its own order. */
     val GRAPHS: List<String> = listOf("kws_demo")
+
+    /** The encoder and decoder of the bundle's decode loop (manifest "loop"); empty when it has none. */
+    val LOOP: List<String> = listOf()
 
     /** Build.SOC_MODEL / ro.soc.model values, models and aliases, upper case -> the catalog model. */
     val SOC_MODELS: Map<String, String> = mapOf(
