@@ -18,49 +18,9 @@ from qnndeploy.model import rewrite
 from qnndeploy.qnn import htp
 from tests.support.cli import run
 from tests.support.host import require
+from tests.support.rewrite_blocks import LayerNormHW, MaskedAttention, Spectrum, Unfold, Windows
 
 pytestmark = pytest.mark.needs_qnn
-
-
-class LayerNormHW(nn.Module):  # nn.LayerNorm over (H, W): LayerNormalization axis=-2
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv, self.norm = nn.Conv2d(4, 4, 1), nn.LayerNorm((8, 8))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(self.conv(x))
-
-
-class Unfold(nn.Module):  # nn.Unfold's im2col: a 6-D Gather, Transpose, Reshape
-    def __init__(self) -> None:
-        super().__init__()
-        self.unfold = nn.Unfold(3, padding=1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.unfold(x)
-
-
-class Windows(nn.Module):  # Swin's window partition and reverse around a Linear (6-D views, allowzero=1 by dynamo)
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = nn.Linear(96, 96)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, h, w, c, s = 1, 56, 56, 96, 7
-        x = x.view(b, h // s, s, w // s, s, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, s * s, c)
-        x = self.linear(x)
-        return x.view(b, h // s, w // s, s, s, c).permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, c)
-
-
-class Spectrum(nn.Module):  # a magnitude-spectrum front end: frames, Hann window, rfft (DFT, onesided)
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.fft.rfft(x.unfold(-1, 64, 16) * torch.hann_window(64), n=64).abs()
-
-
-class MaskedAttention(nn.Module):  # scores.masked_fill(mask, -inf) before the Softmax: Where(mask, -inf, scores)
-    def forward(self, q: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        scores = (q @ q.transpose(-1, -2)).masked_fill(mask, float("-inf"))
-        return scores.softmax(-1) @ q
 
 
 def export(tmp_path, module: nn.Module, args: tuple[torch.Tensor, ...], dynamo: bool):
