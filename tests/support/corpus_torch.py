@@ -1,5 +1,8 @@
 """Real model architectures (ViT, conformer, GRU with state, BERT, a HiFi-GAN-style vocoder, a streaming encoder
-with 18 caches, a transducer decoder and joiner, a DeepLabV3-shaped segmenter) built in torch and exported to ONNX.
+with 18 caches, a transducer decoder and joiner, a DeepLabV3-shaped segmenter; and, one per advice item of issue 33,
+a Swin-style window-attention classifier, a T2T-style nn.Unfold soft split, a separator with a global LayerNorm over
+two axes, an rfft-spectrum keyword spotter, a matting model whose downsample_ratio input sizes a Resize, and a
+masked_fill(-inf) attention block) built in torch and exported to ONNX.
 
 The weights are random (torch.manual_seed(0)), so nothing is downloaded and every export is reproducible; the
 graphs are what torch's two exporters really write for these architectures, which is what the corpus tests. Three
@@ -23,6 +26,8 @@ import numpy as np
 import torch
 from torch import nn
 from torch.export import Dim
+
+from .rewrite_blocks import Spectrum, Unfold, window_partition, window_reverse
 
 
 class Attention(nn.Module):
@@ -621,6 +626,107 @@ class DeepLabHead(nn.Module):
                                          align_corners=False)
 
 
+# --- Swin: patch embedding, window attention (window partition/reverse, relative position bias), erf-GELU MLP ------
+
+class SwinBlock(nn.Module):
+    def __init__(self, dim: int, heads: int, window: int, size: int) -> None:
+        super().__init__()
+        self.window, self.size = window, size
+        self.norm1, self.attn = nn.LayerNorm(dim), Attention(dim, heads)
+        self.bias = nn.Parameter(torch.randn(heads, window * window, window * window) * 0.02)
+        self.norm2, self.mlp = nn.LayerNorm(dim), FeedForward(dim, 4 * dim, nn.GELU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [B, H, W, C]
+        windows = window_partition(self.norm1(x), self.window)
+        x = x + window_reverse(self.attn(windows, self.bias), self.window, self.size, self.size)
+        return x + self.mlp(self.norm2(x))
+
+
+class Swin(nn.Module):
+    def __init__(self, dim: int = 96, heads: int = 3, window: int = 7, depth: int = 2, classes: int = 1000) -> None:
+        super().__init__()
+        self.patch, self.patch_norm = nn.Conv2d(3, dim, 4, stride=4), nn.LayerNorm(dim)
+        self.blocks = nn.Sequential(*[SwinBlock(dim, heads, window, 56) for _ in range(depth)])
+        self.norm, self.head = nn.LayerNorm(dim), nn.Linear(dim, classes)
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        x = self.patch_norm(self.patch(pixel_values).permute(0, 2, 3, 1))
+        return self.head(self.norm(self.blocks(x)).mean((1, 2)))
+
+
+# --- T2T-style soft split: overlapping patches by nn.Unfold (im2col), a token MLP, a classifier -----------------
+
+class SoftSplit(nn.Module):
+    def __init__(self, dim: int = 64, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU())
+        self.split = Unfold(kernel=3, stride=2, padding=1)
+        self.embed = nn.Linear(16 * 9, dim)
+        self.mlp, self.norm = FeedForward(dim, 2 * dim, nn.ReLU()), nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        tokens = self.embed(self.split(self.stem(pixel_values)).transpose(1, 2))
+        tokens = tokens + self.mlp(tokens)
+        return self.head(self.norm(tokens).mean(1))
+
+
+# --- Speech separation with a global LayerNorm (nn.LayerNorm over channels and frames, as gLN is often written) -
+
+class GlobalNormSeparator(nn.Module):
+    def __init__(self, channels: int = 64, frames: int = 199, speakers: int = 2) -> None:
+        super().__init__()
+        self.speakers, self.channels = speakers, channels
+        self.encoder = nn.Conv1d(1, channels, 16, stride=8, bias=False)
+        self.gln = nn.LayerNorm((channels, frames))
+        self.blocks = nn.Sequential(*[nn.Sequential(nn.Conv1d(channels, channels, 3, padding=d, dilation=d),
+                                                    nn.PReLU()) for d in (1, 2, 4, 8)])
+        self.masks = nn.Conv1d(channels, speakers * channels, 1)
+        self.decoder = nn.ConvTranspose1d(channels, 1, 16, stride=8, bias=False)
+
+    def forward(self, mixture: torch.Tensor) -> torch.Tensor:  # [B, 1, samples]
+        w = torch.relu(self.encoder(mixture))
+        masks = torch.sigmoid(self.masks(self.blocks(self.gln(w))))
+        masked = masks.view(-1, self.speakers, self.channels, w.shape[-1]) * w.unsqueeze(1)
+        return self.decoder(masked.flatten(0, 1)).view(-1, self.speakers, mixture.shape[-1])
+
+
+# --- Keyword spotting on a magnitude spectrum computed in the graph (framing, Hann window, rfft) ----------------
+
+class SpectrumKws(nn.Module):
+    def __init__(self, classes: int = 12) -> None:
+        super().__init__()
+        self.spectrum = Spectrum(frame=256, hop=128)
+        self.convs = nn.Sequential(nn.Conv1d(129, 64, 3, padding=1), nn.BatchNorm1d(64), nn.ReLU(),
+                                   nn.Conv1d(64, 64, 3, stride=2, padding=1), nn.BatchNorm1d(64), nn.ReLU())
+        self.head = nn.Linear(64, classes)
+
+    def forward(self, audio: torch.Tensor) -> torch.Tensor:  # [B, samples]
+        features = torch.log(self.spectrum(audio) + 1e-6).transpose(1, 2)
+        return self.head(self.convs(features).mean(-1))
+
+
+# --- Matting (Robust Video Matting's shape): the app's downsample_ratio input sets the first Resize's scale -----
+
+class RatioMatting(nn.Module):
+    def __init__(self, width: int = 32) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(_conv_bn(3, 16, stride=2), _conv_bn(16, width, stride=2),
+                                     _conv_bn(width, width, stride=2))
+        self.decoder = nn.Sequential(_conv_bn(width, 16), nn.Conv2d(16, 4, 3, padding=1))
+        self.refine = nn.Sequential(_conv_bn(4 + 3, 16), nn.Conv2d(16, 4, 3, padding=1))
+
+    def forward(self, src: torch.Tensor, downsample_ratio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        size = (torch._shape_as_tensor(src)[-2:] * downsample_ratio).floor().long()  # traced: from the input
+        small = nn.functional.interpolate(src, size=(size[0], size[1]),  # type: ignore[arg-type]  # traced, not int
+                                          mode="bilinear", align_corners=False)
+        coarse = self.decoder(self.encoder(small))
+        coarse = nn.functional.interpolate(coarse, size=src.shape[-2:], mode="bilinear", align_corners=False)
+        out = self.refine(torch.cat([coarse, src], 1)) + coarse
+        fgr, pha = (src + out[:, :3]).clamp(0, 1), out[:, 3:].clamp(0, 1)
+        return fgr, pha
+
+
 def _build(cls: type[nn.Module]) -> nn.Module:
     torch.manual_seed(0)
     return cls().eval()
@@ -823,6 +929,72 @@ def export_mel_floor(out_dir: Path) -> Path:
     return path
 
 
+def _export_swin(out_dir: Path, name: str, external_data: bool) -> Path:
+    """Dynamo exporter at opset 18 (GELU as Erf), batch 1: the window partition and reverse are 6-D Reshapes and
+    Transposes, every Reshape written with allowzero=1. Its weights (5.3 MB) inline, or in NAME.onnx.data as the
+    exporter writes them by default."""
+    path = Path(out_dir) / f"{name}.onnx"
+    with torch.no_grad():
+        torch.onnx.export(_build(Swin), (torch.randn(1, 3, 224, 224),), path, dynamo=True, opset_version=18,
+                          input_names=["pixel_values"], output_names=["logits"], external_data=external_data)
+    return path
+
+
+def export_swin_dynamo(out_dir: Path) -> Path:
+    return _export_swin(out_dir, "swin_dynamo", external_data=False)
+
+
+def export_swin_dynamo_external(out_dir: Path) -> Path:
+    return _export_swin(out_dir, "swin_dynamo_external", external_data=True)
+
+
+def export_soft_split(out_dir: Path) -> Path:
+    """TorchScript exporter, opset 17, batch 1: nn.Unfold is written as a 6-D Gather, Transpose and Reshape."""
+    path = Path(out_dir) / "soft_split.onnx"
+    with torch.no_grad():
+        torch.onnx.export(_build(SoftSplit), (torch.randn(1, 3, 64, 64),), path, dynamo=False, opset_version=17,
+                          input_names=["pixel_values"], output_names=["logits"])
+    return path
+
+
+def export_gln_separator(out_dir: Path) -> Path:
+    """TorchScript exporter, opset 17, 1600 samples (0.1 s at 16 kHz, 199 encoder frames): the LayerNorm over
+    (channels, frames) is one LayerNormalization with axis=-2."""
+    path = Path(out_dir) / "gln_separator.onnx"
+    with torch.no_grad():
+        torch.onnx.export(_build(GlobalNormSeparator), (torch.randn(1, 1, 1600),), path, dynamo=False,
+                          opset_version=17, input_names=["mixture"], output_names=["sources"])
+    return path
+
+
+def export_spectrum_kws(out_dir: Path) -> Path:
+    """Dynamo exporter at opset 18, one second at 16 kHz: torch.fft.rfft is an ONNX DFT (onesided) on the framed,
+    windowed signal."""
+    path = Path(out_dir) / "spectrum_kws.onnx"
+    with torch.no_grad():
+        torch.onnx.export(_build(SpectrumKws), (torch.randn(1, 16000),), path, dynamo=True, opset_version=18,
+                          input_names=["audio"], output_names=["logits"])
+    return path
+
+
+def export_matting_ratio(out_dir: Path) -> Path:
+    """TorchScript exporter, opset 17, a 256x256 frame: downsample_ratio (a float [1] input, as Robust Video
+    Matting's export has it) is the scale of the first Resize."""
+    path = Path(out_dir) / "matting_ratio.onnx"
+    with torch.no_grad():
+        torch.onnx.export(_build(RatioMatting), (torch.rand(1, 3, 256, 256), torch.tensor([0.25])), path,
+                          dynamo=False, opset_version=17, input_names=["src", "downsample_ratio"],
+                          output_names=["fgr", "pha"])
+    return path
+
+
+def export_masked_attention(out_dir: Path) -> Path:
+    """tests/support/masked_attention.py's causal attention block: masked_fill(mask, -inf), TorchScript, opset 17."""
+    from . import masked_attention
+
+    return masked_attention.export(Path(out_dir) / "masked_attention.onnx")
+
+
 MODELS: dict[str, Callable[[Path], Path]] = {
     "vit_dynamo": export_vit_dynamo,
     "conformer_dynamo": export_conformer_dynamo,
@@ -840,6 +1012,13 @@ MODELS: dict[str, Callable[[Path], Path]] = {
     "deeplab_dynamo": export_deeplab_dynamo,
     "wav2vec2_ctc": export_wav2vec2_ctc,
     "mel_floor": export_mel_floor,
+    "swin_dynamo": export_swin_dynamo,
+    "swin_dynamo_external": export_swin_dynamo_external,
+    "soft_split": export_soft_split,
+    "gln_separator": export_gln_separator,
+    "spectrum_kws": export_spectrum_kws,
+    "matting_ratio": export_matting_ratio,
+    "masked_attention": export_masked_attention,
 }
 
 
