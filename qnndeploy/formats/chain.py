@@ -17,8 +17,9 @@ from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import JSON, sha256_file
 from qnndeploy.formats.records import SplitPart, SplitRecord
 from qnndeploy.model import samples
+from qnndeploy.model import split as cutting
 from qnndeploy.model.media import Preprocess
-from qnndeploy.model.onnxio import TensorInfo, load_model, real_inputs, tensor_info
+from qnndeploy.model.onnxio import TensorInfo
 from qnndeploy.model.samples import Ranges, Sample
 
 CHAIN = "chain"  # the kind of a record's "inputs" when a part was fed what the parts before it make
@@ -49,19 +50,8 @@ class Chain:
 
 
 def source_inputs(split: SplitRecord, given: Ranges) -> tuple[list[TensorInfo], dict[str, tuple[int, int, str]]]:
-    """The chain's own inputs (every part's input no earlier part makes), with each integer input's range as the
-    part reading it implies (samples.int_ranges)."""
-    made: set[str] = set()
-    specs: list[TensorInfo] = []
-    ranges: dict[str, tuple[int, int, str]] = {}
-    for part in _checked(split):
-        graph = load_model(part.path, weights=False).graph
-        for value in real_inputs(graph):
-            if value.name not in made and value.name not in {s.name for s in specs}:
-                specs.append(tensor_info(value))
-        ranges.update({n: r for n, r in samples.int_ranges(graph, given).items() if n not in made})
-        made.update(part.outputs)
-    return specs, {n: r for n, r in ranges.items() if n in {s.name for s in specs}}
+    """The chain's own inputs, with each integer input's range (model.split.chain_inputs), its parts checked."""
+    return cutting.chain_inputs(_checked(split), given)
 
 
 def run_cpu(split: SplitRecord, graph: str, inputs: Path | None = None, count: int = 1, seed: int = 0,
@@ -84,12 +74,7 @@ Runner = Callable[[SplitPart, list[Sample]], list[Sample]]  # one part's outputs
 
 def run(split: SplitRecord, feeds: list[Sample], runner: Runner) -> list[Sample]:
     """Every part in order, each fed what the chain's samples and the parts before it made: all the values."""
-    values = [dict(f) for f in feeds]
-    for part in split.parts:
-        made = runner(part, [{n: v[n] for n in part.inputs} for v in values])
-        for v, m in zip(values, made, strict=True):
-            v.update(m)
-    return values
+    return cutting.run_chain(split.parts, feeds, runner)
 
 
 def outputs(split: SplitRecord) -> list[str]:

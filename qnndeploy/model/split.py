@@ -10,17 +10,18 @@ protobuf's 2 GB: shapes are inferred on the graph without its weights, and each 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from qnndeploy import __version__
 from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import sha256_file, write_json
 from qnndeploy.base.kinds import Side
 from qnndeploy.base.names import SPLIT_RECORD
+from qnndeploy.model import samples
 from qnndeploy.model.onnxio import (
     TensorInfo,
     all_tensors,
@@ -32,9 +33,51 @@ from qnndeploy.model.onnxio import (
     tensor_info,
     tensor_nbytes,
 )
+from qnndeploy.model.samples import Ranges, Sample
 
 if TYPE_CHECKING:
     import onnx
+
+
+class Chained(Protocol):
+    """A part as the chain runs it: its model, the tensors it reads and those it makes."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def inputs(self) -> tuple[str, ...]: ...
+    @property
+    def outputs(self) -> tuple[str, ...]: ...
+
+
+P = TypeVar("P", bound=Chained)
+
+
+def chain_inputs(parts: Sequence[Chained], given: Ranges) -> tuple[list[TensorInfo], dict[str, tuple[int, int, str]]]:
+    """The chain's own inputs (every part's input no earlier part makes), with each integer input's range as the
+    part reading it implies (samples.int_ranges)."""
+    made: set[str] = set()
+    specs: list[TensorInfo] = []
+    ranges: dict[str, tuple[int, int, str]] = {}
+    for part in parts:
+        graph = load_model(part.path, weights=False).graph
+        for value in real_inputs(graph):
+            if value.name not in made and value.name not in {s.name for s in specs}:
+                specs.append(tensor_info(value))
+        ranges.update({n: r for n, r in samples.int_ranges(graph, given).items() if n not in made})
+        made.update(part.outputs)
+    return specs, {n: r for n, r in ranges.items() if n in {s.name for s in specs}}
+
+
+def run_chain(parts: Sequence[P], feeds: list[Sample], runner: Callable[[P, list[Sample]], list[Sample]]
+              ) -> list[Sample]:
+    """Every part in order, each fed what the chain's samples and the parts before it made: all the values."""
+    values = [dict(f) for f in feeds]
+    for part in parts:
+        made = runner(part, [{n: v[n] for n in part.inputs} for v in values])
+        for v, m in zip(values, made, strict=True):
+            v.update(m)
+    return values
 
 PARTS = (Side.HEAD, Side.TAIL)
 # Relative precision of a cut tensor's type: it is rounded to it between the parts, while onnxruntime's CPU computes

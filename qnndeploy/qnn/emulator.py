@@ -26,6 +26,7 @@ from qnndeploy.base.errors import QnnDeployError, first_line
 from qnndeploy.base.fileio import JSON, sha256_file, write_json, writing
 from qnndeploy.base.names import CONTEXT_BINARY, ONNX, artifact_graphs
 from qnndeploy.model import decode, metrics, samples, tasks
+from qnndeploy.model import split as cutting
 from qnndeploy.qnn import epcontext, htp, loop, toolchain
 
 TIMEOUT_S = 600.0  # for the whole child: a few sessions of the graphs of a bundle
@@ -68,6 +69,38 @@ class LoopJob:
     preprocess: str | None = None
 
 
+@dataclass(frozen=True)
+class ChainPart:
+    """A split model's part as the app chains it: its CPU model, and on the NPU its context binary."""
+
+    graph: str
+    path: Path  # the CPU model
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    binary: Path | None = None  # None: the part runs on the CPU
+    qnn_graph: str | None = None
+
+
+@dataclass(frozen=True)
+class ChainJob:
+    """A split model run as the app runs it (NPU parts' binaries on the emulator, CPU parts on the CPU) against the
+    same chain on the CPU, on the chain's own inputs (validate's verdict for a split's part)."""
+
+    parts: tuple[ChainPart, ...]
+    soc: str
+    precision: str
+    samples: int = 1
+    seed: int = 0
+    thresholds: metrics.Thresholds | None = None
+    ranges: dict[str, tuple[int, int]] | None = None
+    task: str | None = None
+    folder: str | None = None
+    preprocess: str | None = None
+
+
+AnyJob = Job | LoopJob | ChainJob
+
+
 @dataclass
 class Outcome:
     loaded: bool
@@ -78,7 +111,7 @@ class Outcome:
     loop: JSON | None = None  # a LoopJob's: loop.LoopCheck.json
 
 
-def run_jobs(jobs: Sequence[Job | LoopJob], tc: toolchain.Toolchain | None = None, timeout: float = TIMEOUT_S
+def run_jobs(jobs: Sequence[AnyJob], tc: toolchain.Toolchain | None = None, timeout: float = TIMEOUT_S
              ) -> list[Outcome]:
     """Every job in one child process (under `tc` when given, else this process's onnxruntime-qnn); when a binary
     crashes that child, each job alone, so the crash is told of the binary that caused it."""
@@ -92,7 +125,7 @@ def run_jobs(jobs: Sequence[Job | LoopJob], tc: toolchain.Toolchain | None = Non
     return [run_jobs([j], tc, timeout)[0] for j in jobs]
 
 
-def child_spec(jobs: Sequence[Job | LoopJob], work: Path, result: Path) -> str:
+def child_spec(jobs: Sequence[AnyJob], work: Path, result: Path) -> str:
     """The child's SPEC.json: its jobs, the folder it works in and the file it writes their outcomes to."""
     return json.dumps({"work": str(work), "result": str(result),
                        "jobs": [{**asdict(j), "kind": type(j).__name__} for j in jobs]}, default=str)
@@ -102,7 +135,7 @@ class _Crashed(QnnDeployError):
     """The child died or hung on these jobs (a binary's fault); any other error is the machine's (a full TMPDIR)."""
 
 
-def _run(jobs: Sequence[Job | LoopJob], tc: toolchain.Toolchain | None, timeout: float) -> list[Outcome]:
+def _run(jobs: Sequence[AnyJob], tc: toolchain.Toolchain | None, timeout: float) -> list[Outcome]:
     with tempfile.TemporaryDirectory(prefix="qnndeploy-emulator-") as tmp:
         spec, result = Path(tmp) / "jobs.json", Path(tmp) / "result.json"
         with writing(tmp):
@@ -222,15 +255,18 @@ def _samples_here(inputs: JSON) -> Path | None:
     return Path(folder) if sorted(here) == sorted(str(f) for f in listed) else None
 
 
-def _key(job: Job | LoopJob, tc: toolchain.Toolchain | None, shas: list[str]) -> str:
+def _key(job: AnyJob, tc: toolchain.Toolchain | None, shas: list[str]) -> str:
     """A job's outcome's name in the cache: the bytes it runs (binaries, CPU models, tokenizer, sample files) and
     everything else that decides it."""
     here = tc or toolchain.current()
     files = ([(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(Path(job.folder).iterdir())]
              if job.folder else [])
-    models = [job.cpu_model] if isinstance(job, Job) else list(job.cpu_models.values())
+    models = [job.cpu_model] if isinstance(job, Job) else list(job.cpu_models.values()) \
+        if isinstance(job, LoopJob) else [p.path for p in job.parts]
     fields = {k: v for k, v in asdict(job).items() if k not in ("binary", "binaries", "cpu_model", "cpu_models",
-                                                                 "tokenizer")}
+                                                                 "tokenizer", "parts")}
+    if isinstance(job, ChainJob):
+        fields["parts"] = [(p.graph, p.inputs, p.outputs, p.qnn_graph) for p in job.parts]
     data = [type(job).__name__, shas, [sha256_file(m) for m in models], here.qairt if here else "", fields, files]
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -260,7 +296,8 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
     cpu = {a["graph"]: root / a["path"] for a in manifest["cpu"] if a["format"] == ONNX}
     looped: JSON | None = manifest.get("loop")
     in_loop = {looped["encoder"], looped["decoder"]} if looped else set()
-    jobs: list[tuple[str, Job | LoopJob, bool, str]] = []  # (bundle path, job, strict, cache key)
+    chained = list(manifest.get("pipeline") or [])  # a split's parts, in the order the app runs them
+    jobs: list[tuple[str, AnyJob, bool, str]] = []  # (bundle path, job, strict, cache key)
     accepted: dict[str, tuple[list[JSON], JSON | None]] = {}  # bundle path -> its failed (accepted) record's verdicts
     for t in manifest["targets"]:
         loop_parts: dict[str, tuple[JSON, str]] = {}  # graph -> its binary's artifact, its name in the binary
@@ -271,7 +308,7 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
             graph = artifact_graphs(a)[0]
             if graph not in cpu:
                 continue
-            if graph in in_loop:
+            if graph in in_loop or graph in chained:
                 loop_parts[graph] = (a, names[0])
                 continue
             record = _validation(root, manifest, graph, t["soc"])
@@ -288,10 +325,15 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
                 accepted[a["path"]] = (list(record.get("outputs") or []), record.get("task"))
         if looped and len(loop_parts) == 2:
             jobs.append(_loop_job(root, manifest, looped, t, loop_parts, cpu, tc))
+        elif chained and loop_parts:
+            jobs.append(_chain_job(root, manifest, chained, t, loop_parts, cpu, tc))
     outcomes = _outcomes(jobs, tc)
     for (path, ran, strict, _), outcome in zip(jobs, outcomes, strict=True):
         if isinstance(ran, LoopJob):
             _judge_loop(found, root, manifest, path, ran, strict, outcome)
+            continue
+        if isinstance(ran, ChainJob):
+            _judge_chain(found, root, manifest, path, ran, strict, outcome)
             continue
         on = f"its record's samples in {ran.folder}" if ran.folder else f"{ran.samples} seeded input(s)"
         if not outcome.loaded:
@@ -314,12 +356,15 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
             else:
                 found.warnings.append((path, f"{what} (the bundle was validated on other inputs)"))
     here = tc or toolchain.current()
-    binaries = sum(1 if isinstance(job, Job) else 2 for _, job, _, _ in jobs)
+    binaries = sum(1 if isinstance(job, Job) else 2 if isinstance(job, LoopJob) else
+                   sum(p.binary is not None for p in job.parts) for _, job, _, _ in jobs)
     on_files = sum(1 for _, job, _, _ in jobs if job.folder)
     loops = sum(1 for _, job, _, _ in jobs if isinstance(job, LoopJob))
+    chains = sum(1 for _, job, _, _ in jobs if isinstance(job, ChainJob))
     found.done = (f"{binaries} context binar{'y' if binaries == 1 else 'ies'} loaded and run on the host HTP "
                   f"emulator (QAIRT {here.qairt if here else '?'}) against the CPU models"
                   + (f", {loops} as the decode loop" if loops else "")
+                  + (f", {chains} chained with the split's CPU part{'s' if chains > 1 else ''}" if chains else "")
                   + (f", {on_files} on the sample files of {'its' if on_files == 1 else 'their'} validation "
                      "record" if on_files else ""))
     return found
@@ -353,6 +398,55 @@ def _loop_job(root: Path, manifest: JSON, looped: JSON, target: JSON, parts: dic
     return parts[looped["decoder"]][0]["path"], job, strict, _key(job, tc, shas)
 
 
+def _chain_job(root: Path, manifest: JSON, pipeline: list[str], target: JSON, parts: dict[str, tuple[JSON, str]],
+               cpu: dict[str, Path], tc: toolchain.Toolchain | None) -> tuple[str, ChainJob, bool, str]:
+    """A split on one target, chained as the app runs it, on the chain samples the first NPU part's validation
+    record names."""
+    soc, first = target["soc"], next(g for g in pipeline if g in parts)
+    record = _validation(root, manifest, first, soc) or {}
+    inputs = record.get("inputs") or {}
+    made = (inputs.get("samples") or {}) if inputs.get("kind") == "chain" else {}
+    folder, strict, count, seed = _replay(made)
+    signature = {g["name"]: g for g in manifest["graphs"]}
+    job = ChainJob(tuple(ChainPart(g, cpu[g], tuple(t["name"] for t in signature[g]["inputs"]),
+                                   tuple(t["name"] for t in signature[g]["outputs"]),
+                                   root / parts[g][0]["path"] if g in parts else None,
+                                   parts[g][1] if g in parts else None) for g in pipeline),
+                   soc, target["precision"], count, seed, record.get("thresholds") if strict else None,
+                   samples.recorded_ranges(made) or None, (record.get("task") or {}).get("given"),
+                   str(folder) if folder is not None else None,
+                   samples.recorded_preprocess(made) if folder is not None else None)
+    return parts[first][0]["path"], job, strict, _key(job, tc, [a["sha256"] for a, _ in parts.values()])
+
+
+def _judge_chain(found: Check, root: Path, manifest: JSON, path: str, job: ChainJob, strict: bool,
+                 outcome: Outcome) -> None:
+    """The chain's outputs against the CPU chain's, as validate judged them (an accepted failure no worse than its
+    record's chain)."""
+    on = f"its record's samples in {job.folder}" if job.folder else f"{job.samples} seeded input(s)"
+    if not outcome.loaded:
+        found.problems.append((path, f"the split does not run on the host HTP emulator: {outcome.error}"))
+        return
+    first = next(p.graph for p in job.parts if p.binary is not None)
+    record = _validation(root, manifest, first, job.soc) or {}
+    was = record.get("chain") or {}
+    if strict and was.get("passed") is False:
+        worse = _worse(outcome.outputs, list(was.get("outputs") or []))
+        if worse is not None:
+            why = f"the split computes worse numbers than its accepted validation record on {on}"
+            found.problems.append((path, f"{why}: {worse}"))
+        return
+    if outcome.passed:
+        return
+    bad = next((o for o in outcome.outputs if not o["passed"]), None)
+    what = (f"the split, chained as the app runs it, computes other numbers than on the CPU on {on}"
+            + (f": output {bad['name']} cosine {bad['cosine']}, SNR {bad['snr_db']} dB" if bad else ""))
+    if strict:
+        found.problems.append((path, f"{what}, the inputs its validation record passed on"))
+    else:
+        found.warnings.append((path, f"{what} (the bundle was validated on other inputs)"))
+
+
 def _judge_loop(found: Check, root: Path, manifest: JSON, path: str, job: LoopJob, strict: bool, outcome: Outcome
                 ) -> None:
     """The loop's texts against the CPU's, as validate judged them: a problem when the record's own samples give
@@ -377,7 +471,7 @@ def _judge_loop(found: Check, root: Path, manifest: JSON, path: str, job: LoopJo
         found.warnings.append((path, f"{what} (the bundle was validated on other inputs)"))
 
 
-def _outcomes(jobs: list[tuple[str, Job | LoopJob, bool, str]], tc: toolchain.Toolchain | None) -> list[Outcome]:
+def _outcomes(jobs: list[tuple[str, AnyJob, bool, str]], tc: toolchain.Toolchain | None) -> list[Outcome]:
     """Each job's outcome, from the cache by content where it was run before, else run now (and kept)."""
     cached: dict[str, Outcome] = {}
     for _, _, _, key in jobs:
@@ -429,17 +523,56 @@ def _one(job: JSON, work: Path, references: References) -> Outcome:
     return Outcome(True, passed, None, [asdict(m) for m in judged], verdict.json() if verdict else None)
 
 
+def _wrapped(binary: Path, qnn_graph: str, model: Path, work: Path) -> Path:
+    """An EPContext wrapper of a binary's graph, beside a link to the binary, in a folder of its own under work."""
+    folder = Path(tempfile.mkdtemp(dir=work))
+    (folder / "ctx.bin").symlink_to(binary.resolve())
+    epcontext.wrap("ctx.bin", qnn_graph, model, folder / "ctx.onnx")
+    return folder / "ctx.onnx"
+
+
+def _one_chain(job: JSON, work: Path, references: References) -> Outcome:
+    """The split chained with its NPU parts on the emulator against the chain on the CPU, on the chain's inputs."""
+    import onnxruntime as ort
+
+    parts = [ChainPart(p["graph"], Path(p["path"]), tuple(p["inputs"]), tuple(p["outputs"]),
+                       Path(p["binary"]) if p["binary"] else None, p["qnn_graph"]) for p in job["parts"]]
+    ranges = {name: (lo, hi) for name, (lo, hi) in (job.get("ranges") or {}).items()}
+    specs, int_ranges = cutting.chain_inputs(parts, ranges)
+    graph = next(p.graph for p in parts if p.binary is not None)
+    folder = Path(job["folder"]) if job.get("folder") else None
+    feeds, _ = samples.for_inputs(specs, int_ranges, graph, folder, job["samples"], job["seed"],
+                                  job.get("preprocess"))
+    expected = cutting.run_chain(parts, feeds, lambda p, f: samples.cpu_outputs(p.path, f))
+    soc, fp16 = socs.find(job["soc"]), job["precision"] == "fp16"
+
+    def runner(part: ChainPart, f: list[samples.Sample]) -> list[samples.Sample]:
+        if part.binary is None or part.qnn_graph is None:
+            return samples.cpu_outputs(part.path, f)
+        session = ort.InferenceSession(str(_wrapped(part.binary, part.qnn_graph, part.path, work)),
+                                       htp.session_options(soc, fp16=fp16))
+        names = [o.name for o in session.get_outputs()]
+        return [dict(zip(names, session.run(None, x), strict=True)) for x in f]
+
+    try:
+        with htp.quiet_native_stdout():
+            actual = cutting.run_chain(parts, feeds, runner)
+    except Exception as e:  # noqa: BLE001 onnxruntime's own error types: a binary does not load or run
+        return Outcome(False, False, first_line(e))
+    last = parts[-1]
+    limits = job["thresholds"] or metrics.thresholds_for(job["precision"])
+    judged, verdict, passed = tasks.judge(tasks.recorded(job.get("task"), last.path), last.path,
+                                          [{n: v[n] for n in last.outputs} for v in expected],
+                                          [{n: v[n] for n in last.outputs} for v in actual], limits)
+    return Outcome(True, passed, None, [asdict(m) for m in judged], verdict.json() if verdict else None)
+
+
 def _one_loop(job: JSON, work: Path, references: References) -> Outcome:
     """The decode loop on the emulator (the encoder's and decoder's binaries) against the same loop on their CPU
     models, on the encoder's samples."""
     looped = decode.described(job["loop"], Path(job["tokenizer"]) if job.get("tokenizer") else None)
     models = {g: Path(m) for g, m in job["cpu_models"].items()}
-    wrappers = {}
-    for graph, binary in job["binaries"].items():
-        folder = Path(tempfile.mkdtemp(dir=work))
-        (folder / "ctx.bin").symlink_to(Path(binary).resolve())
-        wrappers[graph] = folder / "ctx.onnx"
-        epcontext.wrap("ctx.bin", job["qnn_graphs"][graph], models[graph], wrappers[graph])
+    wrappers = {g: _wrapped(Path(b), job["qnn_graphs"][g], models[g], work) for g, b in job["binaries"].items()}
     encoder = models[looped.encoder]
     if job.get("folder"):
         features, used = samples.for_graph(encoder, looped.encoder, Path(job["folder"]),
@@ -463,7 +596,7 @@ def main(argv: list[str]) -> int:
     outcomes, references = [], References()
     for job in spec["jobs"]:
         try:
-            run = _one_loop if job["kind"] == LoopJob.__name__ else _one
+            run = {LoopJob.__name__: _one_loop, ChainJob.__name__: _one_chain}.get(job["kind"], _one)
             outcomes.append(run(job, Path(spec["work"]), references))
         except QnnDeployError as e:
             outcomes.append(Outcome(False, False, str(e)))

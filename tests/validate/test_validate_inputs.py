@@ -66,6 +66,14 @@ def test_a_split_tail_is_fed_what_the_cpu_head_makes_and_fails_where_the_app_wou
     refused = run("bundle", "build", "--from-build", build, "--split", tmp_path / "parts" / "pose.split.json",
                   "--name", "pose", "--version", "1", "-o", tmp_path / "out")
     assert refused.exit_code == 2 and "--accept pose-tail@SM8650=" in refused.output
+    accepted = run("bundle", "build", "--from-build", build, "--split", tmp_path / "parts" / "pose.split.json",
+                   "--name", "pose", "--version", "1", "-o", tmp_path / "out",
+                   "--accept", "pose-tail@SM8650=overflow known, the app runs it on the CPU", "--accept-on", "cpu")
+    assert accepted.exit_code == 0, accepted.output
+    verified = run("bundle", "verify", tmp_path / "out" / "pose-1")  # the chain again, no worse than accepted
+    assert verified.exit_code == 0, verified.output
+    assert "1 context binary loaded and run on the host HTP emulator" in verified.output
+    assert "1 chained with the split's CPU part" in verified.output and "other inputs" not in verified.output
 
 
 @pytest.mark.needs_qnn
@@ -78,6 +86,12 @@ def test_the_opposite_split_passes_and_its_chain_runs_the_cpu_tail_on_the_npu_he
     assert [o["name"] for o in target["outputs"]] == ["feat"]  # the head's own output, the cut tensor
     assert target["chain"]["passed"] and [o["name"] for o in target["chain"]["outputs"]] == ["y"]
     assert target["chain"]["outputs"][0]["snr_db"] > 30
+    built = run("bundle", "build", "--from-build", build, "--split", tmp_path / "parts" / "pose.split.json",
+                "--name", "pose", "--version", "1", "-o", tmp_path / "out")
+    assert built.exit_code == 0, built.output
+    verified = run("bundle", "verify", tmp_path / "out" / "pose-1")  # the CPU tail on the emulated head's outputs
+    assert verified.exit_code == 0 and "1 chained with the split's CPU part" in verified.output, verified.output
+    assert "warning" not in verified.output.lower()
 
 
 def test_a_length_compared_with_a_range_of_positions_gets_lengths_from_1_to_the_positions(tmp_path) -> None:
