@@ -172,6 +172,8 @@ class SplitTrial:
     outputs: list[OutputMetrics] = field(default_factory=list)
     npu_nodes: int = 0
     cpu_nodes: int = 0
+    cpu_weight_bytes: int = 0  # the weights the split moves to the CPU: its cost, with cpu_nodes
+    weight_bytes: int = 0  # the model's, as the parts store them
     seconds: float = 0.0
     error: str = ""
 
@@ -815,14 +817,15 @@ def _prove(session: _Session, source: Path, candidates: list[tuple[list[str], Si
     return sorted(trials, key=_rank)
 
 
-def _rank(t: SplitTrial) -> tuple[bool, int, float, float]:
-    """Passing first; among those, the one keeping more of the graph on the NPU (what a split is for: both pass
-    validate's rules, and the front end up to a late bad tensor on the CPU always measures best), then by the worst
-    output's SNR and cosine."""
+def _rank(t: SplitTrial) -> tuple[bool, int, int, float, float]:
+    """Passing first; among those, the cheapest: the fewest weight bytes, then nodes, moved to the CPU (what a split
+    costs the app: both pass validate's rules, and the front end up to a late bad tensor on the CPU always measures
+    best), then by the worst output's SNR and cosine."""
     m = t.measured
     if m is None:
-        return (True, 0, math.inf, math.inf)
-    return (not m.passed, -t.npu_nodes if m.passed else 0, -(m.snr_db if m.snr_db is not None else -math.inf),
+        return (True, 0, 0, math.inf, math.inf)
+    cost = (t.cpu_weight_bytes, t.cpu_nodes) if m.passed else (0, 0)
+    return (not m.passed, *cost, -(m.snr_db if m.snr_db is not None else -math.inf),
             -(m.cosine if m.cosine is not None else -math.inf))
 
 
@@ -838,10 +841,13 @@ def _trial(session: _Session, source: Path, out: Path, at: list[str], cpu: Side,
         plans = cutting.in_two(slim.graph, at, cpu)
         values, cut = cutting.cut_values(slim, plans)
         head, tail, record = cutting.split_paths(out)
-        cutting.write_record(record, source, cut, cutting.write_parts(source, plans, [head, tail], values))
+        parts = cutting.write_parts(source, plans, [head, tail], values)
+        cutting.write_record(record, source, cut, parts)
         split = SplitRecord.read(record)
         trial.npu_nodes = sum(len(p.nodes) for p in plans if p.runs_on == "npu")
         trial.cpu_nodes = sum(len(p.nodes) for p in plans if p.runs_on == "cpu")
+        trial.cpu_weight_bytes = sum(p.weight_bytes for p in parts if p.runs_on == "cpu")
+        trial.weight_bytes = sum(p.weight_bytes for p in parts)
 
         def runner(part: SplitPart, feeds: list[Sample]) -> list[Sample]:
             if part.runs_on == "cpu":
@@ -888,9 +894,8 @@ def remedies(result: DiagnoseResult) -> list[Remedy]:
                  f"keep the tail after {', '.join(t.split_at)} on the CPU, the front on the NPU (cut there: "
                  f"{t.reason})")
         found.append(Remedy(RemedyKind.SPLIT, (
-            f"{where}: {out.stem}-{npu}.onnx ({t.npu_nodes} nodes) compiled for the NPU, {out.stem}-{cpu}.onnx "
-            f"({t.cpu_nodes} nodes) on the CPU; measured as a chain: {_measured(t.measured)}"), t.command,
-            t.measured))
+            f"{where}: {out.stem}-{npu}.onnx compiled for the NPU, {out.stem}-{cpu}.onnx on the CPU, which moves "
+            f"{_cost(t)} to the CPU; measured as a chain: {_measured(t.measured)}"), t.command, t.measured))
     if not found:
         tried = "; ".join(f"{t.command.split(' --split-at ')[1].split(' -o ')[0]}: {_trial_figure(t)}"
                           for t in result.splits)
@@ -935,6 +940,16 @@ def remedies(result: DiagnoseResult) -> list[Remedy]:
 def _measured(m: Measured) -> str:
     return (f"{'passes' if m.passed else 'fails'}, worst output {_db(m.snr_db)}"
             + ("" if m.cosine is None else f", cosine {m.cosine:.6f}"))
+
+
+def _cost(t: SplitTrial) -> str:
+    """What a split moves to the CPU: its nodes and weights, of the whole model's."""
+    nodes = f"{t.cpu_nodes} of {t.cpu_nodes + t.npu_nodes} nodes"
+    return nodes if not t.weight_bytes else f"{nodes} and {_mb(t.cpu_weight_bytes)} of {_mb(t.weight_bytes)} of weights"
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} KB"
 
 
 def _trial_figure(t: SplitTrial) -> str:
