@@ -79,7 +79,7 @@ from qnndeploy.formats.records import (
     split_records,
 )
 from qnndeploy.formats.verify import CONTROL, Contexts, Problem, check_manifest, check_warnings, read_contexts
-from qnndeploy.model import decode
+from qnndeploy.model import decode, samples
 from qnndeploy.qnn import epcontext, ondevice
 from qnndeploy.qnn.markers import FileFacts, Scanner, build_version, scan_file
 
@@ -223,7 +223,7 @@ def _validation_summary(rec: CompileRecord) -> tuple[JSON, ValidationRecord | No
     if v.binary_sha256 not in (None, binary.sha256 if binary else None):
         return {"passed": None, "note": f"not validated: {rec.validation_file.name} is of an earlier compile; "
                                         "run qnndeploy validate"}, None
-    return {"passed": v.passed, "thresholds": v.thresholds,
+    return {"passed": v.passed, "thresholds": v.thresholds, "inputs": samples.in_words(v.inputs),
             **({"threshold_reason": v.threshold_reason} if v.threshold_reason else {}),
             "outputs": [{k: o[k] for k in ("name", "passed", "max_abs_diff", "rel_l2", "cosine", "snr_db",
                                            "judged_on")} for o in v.outputs]}, v

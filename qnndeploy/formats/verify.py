@@ -908,6 +908,23 @@ def _runtime_completeness(target: Target, libs: tuple[BundleFile, ...]) -> list[
     return [Problem(MANIFEST, f"target {target.soc} ({arch}) needs {', '.join(missing)} in the bundle's runtime")]
 
 
+def _evidence_warnings(manifest: Manifest) -> list[Problem]:
+    """A graph judged on other inputs on some targets than on others (real files on one SoC, random values on the
+    rest): its verdicts do not rest on the same evidence, and the bundle says so."""
+    found = []
+    for graph in (g.name for g in manifest.graphs):
+        said: dict[str, list[str]] = {}
+        for t in manifest.targets:
+            inputs = t.validations.get(graph, {}).get("inputs")
+            if isinstance(inputs, str):
+                said.setdefault(inputs, []).append(t.soc)
+        if len(said) > 1:
+            found.append(Problem(MANIFEST, f"graph '{graph}' was judged on different inputs per target ("
+                                           + "; ".join(f"{', '.join(soc)}: {what}" for what, soc in said.items())
+                                           + "): validate every target with the same --inputs"))
+    return found
+
+
 def check_warnings(manifest: Manifest, facts: dict[str, FileFacts], contexts: Contexts | None = None) -> list[Problem]:
     """What cannot be confirmed, without being wrong: failed graphs shipped with a reason (bundle --accept), Skel
     libraries whose build string was not found (a context binary without its markers is a problem: see
@@ -920,6 +937,7 @@ def check_warnings(manifest: Manifest, facts: dict[str, FileFacts], contexts: Co
                                    f"({json.dumps(s.get('thresholds'))}): {s['threshold_reason']}")
                  for t in manifest.targets for g, s in t.validations.items()
                  if isinstance(s.get("threshold_reason"), str)]
+    warnings += _evidence_warnings(manifest)
     for t in manifest.targets:
         for a in t.artifacts:
             info = (contexts or {}).get(a.path)

@@ -195,6 +195,23 @@ def recorded_preprocess(described: JSON) -> str | None:
     return None if given in (None, DEFAULT_PREPROCESS) else str(given)
 
 
+def in_words(described: JSON | None) -> str:
+    """What a record's samples were, in a few words: the evidence a verdict rests on ("3 sample files", "1 seeded
+    random sample", "a split's chain on ..."), for the manifest and the report."""
+    if not isinstance(described, dict):
+        return "not recorded"
+    kind, count = described.get("kind"), described.get("samples")
+    if kind in ("chain", "loop"):
+        inner = described.get("samples")
+        return f"{'the split as a chain' if kind == 'chain' else 'the decode loop'} on {in_words(inner)}"
+    n = count if isinstance(count, int) else "?"
+    if kind == "files":
+        return f"{n} sample file{'' if n == 1 else 's'}"
+    if kind == "random":
+        return f"{n} seeded random sample{'' if n == 1 else 's'}"
+    return "not recorded"
+
+
 def guessed(described: JSON) -> list[str]:
     """The integer inputs whose random values were guessed (no range in the graph, none given)."""
     return [n for n, r in (described.get("ranges") or {}).items() if isinstance(r, dict) and r.get("why") == GUESSED]

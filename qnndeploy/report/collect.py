@@ -296,8 +296,11 @@ def _bundle(d: Mapping[str, Any], shown: str, out: Collected) -> None:
     for t in _objects(d, "targets"):
         validation = t.get("validation")
         passed = validation.get("passed") if isinstance(validation, Mapping) else None
+        graphs = _object(validation, "graphs") if isinstance(validation, Mapping) else {}
+        judged = tuple((str(g), _opt_text(v, "inputs") or "") for g, v in graphs.items() if isinstance(v, Mapping))
         targets.append(TargetInfo(_text(t, "soc"), _opt_text(t, "dsp_arch") or "", _opt_text(t, "precision") or "",
-                                  _files(_objects(t, "artifacts")), passed if isinstance(passed, bool) else None))
+                                  _files(_objects(t, "artifacts")), passed if isinstance(passed, bool) else None,
+                                  judged))
     runtime = _object(d, "runtime")
     mode = _opt_text(runtime, "mode") or ""
     on_device = tuple((_text(g, "graph"), tuple(str(a) for a in g.get("validated") or []))
@@ -305,7 +308,9 @@ def _bundle(d: Mapping[str, Any], shown: str, out: Collected) -> None:
     out.bundles.append(BundleInfo(
         shown, _text(d, "name"), _text(d, "version"), version, _opt_text(_object(d, "qairt"), "version") or "",
         tuple(_text(g, "name") for g in _objects(d, "graphs")), tuple(targets),
-        f"{mode}: {runtime.get('maven')}" if runtime.get("maven") else mode, on_device))
+        f"{mode}: {runtime.get('maven')}" if runtime.get("maven") else mode, on_device,
+        _opt_text(_object(d, "source"), "model") or "", _opt_text(_object(d, "source"), "license"),
+        tuple(_text(g, "name") for g in _objects(d, "graphs") if g.get("cpu_only") is True)))
 
 
 def _check(d: Mapping[str, Any], shown: str, out: Collected) -> None:

@@ -129,6 +129,7 @@ class TargetInfo:
     precision: str
     files: tuple[FileInfo, ...]
     validated: bool | None
+    judged_on: tuple[tuple[str, str], ...] = ()  # per graph: the inputs its validation rested on, in words
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,9 @@ class BundleInfo:
     targets: tuple[TargetInfo, ...]
     runtime: str
     on_device: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (graph, the arches it was validated for)
+    model: str = ""  # the source model's name
+    license: str | None = None  # the model's licence, as bundle build --license gave it
+    cpu_only: tuple[str, ...] = ()  # a split's parts that always run on the CPU
 
 
 @dataclass(frozen=True)

@@ -326,9 +326,16 @@ def _phone(p: _Page, d: DeviceInfo) -> str:
 
 
 def _bundle(p: _Page, b: BundleInfo) -> str:
-    rows = ([_e(t.soc), _e(t.dsp_arch), _e(t.precision), _files(t.files), _verdict(t.validated)] for t in b.targets)
-    body = (f"<p>format v{b.format_version}, QAIRT {_e(b.qairt)}, graphs {', '.join(map(_e, b.graphs))}; runtime "
-            f"{_e(b.runtime)}</p>" + _table(["SoC", "arch", "precision", "files", "validation"], rows))
+    rows = ([_e(t.soc), _e(t.dsp_arch), _e(t.precision), _files(t.files), _verdict(t.validated),
+             "; ".join(f"{_e(g)}: {_e(on or NOT_MEASURED)}" for g, on in t.judged_on) or NOT_MEASURED]
+            for t in b.targets)
+    licence = (f"licence {_e(b.license)}" if b.license else
+               '<span class="warn">licence not given</span> (bundle build --license)')
+    split = (f"; on the CPU in every target (a split's parts): {', '.join(map(_e, b.cpu_only))}" if b.cpu_only
+             else "")
+    body = (f"<p>model {_e(b.model or b.name)}, {licence}; format v{b.format_version}, QAIRT {_e(b.qairt)}, graphs "
+            f"{', '.join(map(_e, b.graphs))}{split}; runtime {_e(b.runtime)}</p>"
+            + _table(["SoC", "arch", "precision", "files", "validation", "judged on"], rows))
     if b.on_device:
         body += "<p>on-device compile validated for: " + "; ".join(
             f"{_e(g)}: {', '.join(map(_e, arches)) or 'no arch'}" for g, arches in b.on_device) + "</p>"
@@ -365,6 +372,13 @@ def cells(c: Collected) -> dict[tuple[str, str], Cell]:
     return dict(sorted(out.items()))
 
 
+def _validated(v: ValidationInfo) -> str:
+    """A validation's verdict in the overview: a pass under a threshold loosened with a reason is not the same green."""
+    if v.passed and v.threshold_reason:
+        return '<span class="warn">pass (looser threshold)</span>'
+    return _verdict(v.passed)
+
+
 def _overview(grid: dict[tuple[str, str], Cell], anchors: dict[tuple[str, str], str]) -> str:
     rows = []
     for key, cell in grid.items():
@@ -375,17 +389,24 @@ def _overview(grid: dict[tuple[str, str], Cell], anchors: dict[tuple[str, str], 
         bench = cell.get("bench", [])
         rows.append([
             f'<a href="#{anchors[key]}">{_e(key[0])}</a>', _e(key[1]),
-            "; ".join(f"{_e(a.verdict)}, {_n(a.coverage, '.0%')} HTP" for a in check) or "",
+            "; ".join(f"{_e(a.verdict)}, {_n(a.coverage, '.0%')} HTP" for a in check) or NOT_MEASURED,
             "; ".join(f"{_verdict(b.status == 'ok', 'ok', 'FAILED')} {_n(b.duration_s, '.1f', ' s')}, "
-                      + _e(_size(sum(f.size or 0 for f in b.outputs))) for b in comp),
-            "; ".join(_verdict(v.passed) for v in val) + (f", worst SNR {min(snrs):.1f} dB" if snrs else ""),
-            "; ".join(f"{_verdict(o.passed)} {_e(o.arch)}" for o in cell.get("on-device", [])),
-            "; ".join(f"{_e(d.serial)} {_e(run.status)}" for d, run in cell.get("device", [])),
+                      + _e(_size(sum(f.size or 0 for f in b.outputs))) for b in comp) or NOT_MEASURED,
+            ("; ".join(map(_validated, val)) + (f", worst SNR {min(snrs):.1f} dB" if snrs else "")) or NOT_MEASURED,
+            "; ".join(f"{_verdict(o.passed)} {_e(o.arch)}" for o in cell.get("on-device", [])) or NOT_MEASURED,
+            "; ".join(f"{_e(d.serial)} {_e(run.status)}" for d, run in cell.get("device", [])) or NOT_MEASURED,
             "; ".join(f"{_e(b.serial)}: p50 NPU/CPU {_n(b.record.ratios.get('latency_p50'), '.2g')}, energy "
-                      f"{_n(b.record.ratios.get('energy_per_inference'), '.2g')}" for b in bench),
+                      f"{_n(b.record.ratios.get('energy_per_inference'), '.2g')}" for b in bench) or NOT_MEASURED,
         ])
     return _table(["graph", "SoC", "check", "compile", "validation", "on-device compile", "device verify", "bench"],
                   rows)
+
+
+def _cpu_parts(c: Collected) -> str:
+    """The CPU parts of split models: no record of their own (they are never compiled), judged in their chain."""
+    parts = [f"{_e(g)} (bundle {_e(b.name)} {_e(b.version)})" for b in c.bundles for g in b.cpu_only]
+    return ("<p>On the CPU on every phone, judged in their split's chain (the NPU part's validation): "
+            + ", ".join(parts) + "</p>") if parts else ""
 
 
 _ORDER = ("check", "compile", "validation", "diagnose", "on-device", "device", "bench")
@@ -409,7 +430,8 @@ def render(c: Collected, created: str, version: str) -> str:
              + ", ".join(f"<code>{_e(x)}</code>" for x in c.paths)
              + f": {c.records} record(s) read, {len(c.skipped)} skipped. {NOT_MEASURED} means not measured. "
                "Host HTP emulator figures are the HTP's arithmetic, not phone speed.</p></header>",
-             '<section id="overview"><h2>Overview: graph × SoC</h2>', _overview(grid, anchors), "</section>"]
+             '<section id="overview"><h2>Overview: graph × SoC</h2>', _overview(grid, anchors), _cpu_parts(c),
+             "</section>"]
     if c.bundles:
         parts += ['<section id="bundles"><h2>Bundles</h2>', *(_bundle(p, b) for b in c.bundles), "</section>"]
     if c.devices:

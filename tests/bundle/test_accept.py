@@ -13,6 +13,7 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from qnndeploy.base.errors import QnnDeployError
@@ -20,6 +21,8 @@ from qnndeploy.bundle.build import build_bundle, spec_from_build
 from qnndeploy.formats.decision import Device, decide
 from qnndeploy.formats.manifest import Manifest, schema_errors, worst_metric
 from qnndeploy.formats.verify import verify_bundle
+from qnndeploy.model.onnxio import model_inputs
+from qnndeploy.model.samples import write_samples
 from qnndeploy.qnn import htp
 from tests.support import bundles
 from tests.support.cli import run
@@ -223,3 +226,25 @@ def test_the_decision_takes_the_cpu_only_where_the_bundle_asks_for_it():
     assert key(accepted_manifest(soc="SM8550"), Device("SM8550", None, 34))[0] == "validation_failed"
     # decided before the libraries are loaded
     assert key(accepted_manifest(), load_errors={"libQnnHtp.so": "x"})[0] == "validation_failed"
+
+
+def test_a_graph_judged_on_other_inputs_per_target_is_said_in_the_manifest_and_warned(tmp_path):
+    """SM8750 validated on sample files, SM8550 on random values: each target's summary says what judged it, and
+    bundle build and verify warn that the verdicts rest on different evidence."""
+    require(htp.available(), "onnxruntime-qnn")
+    model = bundles.tiny_model(tmp_path / "net.onnx", 8)
+    assert run("compile", model, "--soc", ",".join(SOCS), "-o", tmp_path / "build", "--no-cache").exit_code == 0
+    (tmp_path / "samples").mkdir()
+    spec = model_inputs(model)[0]
+    write_samples(tmp_path / "samples", [{spec.name: np.full(spec.static_shape, 0.5, np.float32)}] * 2)
+    assert run("validate", tmp_path / "build", "--soc", "SM8750", "--inputs", tmp_path / "samples").exit_code == 0
+    assert run("validate", tmp_path / "build", "--soc", "SM8550").exit_code == 0
+    built = run("bundle", "build", "--from-build", tmp_path / "build", "--name", "net", "--version", "1",
+                "-o", tmp_path / "out")
+    assert built.exit_code == 0, built.output
+    said = {t["soc"]: t["validation"]["graphs"]["net"]["inputs"]
+            for t in json.loads((tmp_path / "out" / "net-1" / "manifest.json").read_text())["targets"]}
+    assert said == {"SM8750": "2 sample files", "SM8550": "1 seeded random sample"}
+    warning = "graph 'net' was judged on different inputs per target"
+    assert warning in built.output
+    assert warning in run("bundle", "verify", tmp_path / "out" / "net-1", "--shallow").output

@@ -200,3 +200,16 @@ def test_a_bundle_archive_is_read_as_its_folder(made, tmp_path):
         {"kind": "bundle", "source": "kws-demo-1.0.0.zip/manifest.json"},
         {"kind": "compile", "source": "kws-demo-1.0.0.zip/records/kws_demo-SM8750-compile.json"},
         {"kind": "validation", "source": "kws-demo-1.0.0.zip/records/kws_demo-SM8750-validation.json"}]
+
+
+def test_the_bundle_shows_the_model_licence_and_what_judged_each_target_and_no_cell_is_left_blank(made):
+    manifest = record_of(made, "bundle/kws-demo-1.0.0/manifest.json")
+    (bundles,) = made["dom"].all("section", id="bundles")
+    assert f"licence {manifest['source']['license']}" in bundles.text
+    judged = manifest["targets"][0]["validation"]["graphs"][GRAPH]["inputs"]
+    assert judged.endswith("seeded random samples") and f"{GRAPH}: {judged}" in bundles.text
+    (overview,) = made["dom"].all("section", id="overview")
+    rows = [[td.text for td in tr.all("td")] for tr in overview.all("tr") if tr.all("td")]
+    assert rows and all(cell.strip() for row in rows for cell in row)  # not measured is the dash, never blank
+    evil = next(r for r in rows if r[0] == EVIL_GRAPH)  # a bench record alone: every other column says so
+    assert evil[2:6] == ["\u2013"] * 4
