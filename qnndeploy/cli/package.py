@@ -11,6 +11,7 @@ from qnndeploy.cli._common import (
     Group,
     byte_progress,
     emit_json,
+    escaped,
     fail,
     handles_errors,
     json_option,
@@ -31,6 +32,8 @@ def _render(result: stage.PlayPackage) -> None:
     groups = result.plan["groups"]
     click.echo(f"AI pack {result.pack} ({result.delivery}) in {result.path}: {len(groups)} device group(s) + "
                f"'{result.plan['default_group']}', {sum(len(g['files']) for g in groups)} NPU files")
+    licence = escaped(result.license) if result.license else "not given (bundle build --license)"
+    click.echo(f"  the model's licence: {licence}; the app ships the model under it")
     for g in groups:
         models = sorted({s["model"] for s in g["selectors"]})
         click.echo(f"  group {g['name']}: {', '.join(g['socs'])} ({g['dsp_arch']}); selectors: "

@@ -95,6 +95,7 @@ class PlayPackage:
     one_apk_bytes: int
     one_apk_deflated: int
     lines: list[str] = field(default_factory=list)  # what to add to the app project
+    license: str | None = None  # the model's licence, as the bundle says it (None: not given)
 
 
 
@@ -171,7 +172,7 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
         "gradle.properties: android.experimental.enableDeviceTargetingConfigApi=true",
         f"glue: qnndeploy scaffold BUNDLE --play {out} --package <your.app> -o app/qnndeploy",
     ]
-    return PlayPackage(path=out, pack=pack, delivery=delivery, plan=plan, rows=rows,
+    return PlayPackage(path=out, pack=pack, delivery=delivery, plan=plan, rows=rows, license=manifest.source.license,
                        one_apk_bytes=plan["one_apk"]["bytes"], one_apk_deflated=plan["one_apk"]["deflated"],
                        lines=lines)
 

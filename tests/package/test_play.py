@@ -120,6 +120,7 @@ def test_text_report_and_options(demo_bundle, tmp_path):
     names = socs.find("SM8750").names  # SM8750, SM8750P, SM8750-AC
     assert f"group sm8750: SM8750 (v79); selectors: {2 * len(names)} system-on-chip" in r.output
     assert "one APK" in r.output and "of one APK" in r.output
+    assert "the model's licence: Apache-2.0; the app ships the model under it" in r.output  # the demo's, as bundled
     assert 'deliveryType = "install-time"' in (tmp_path / "p" / "kws_models" / "build.gradle").read_text()
     # a second run needs --force, and --force replaces only an earlier output
     again = run("package", "play", str(demo_bundle), "-o", str(tmp_path / "p"))
