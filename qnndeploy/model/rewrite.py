@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 # What each kind changes, as `prepare --help` and check say it.
 KINDS: dict[str, str] = {
     "dft": "a DFT of a real signal with a constant length becomes a MatMul with constant cos/sin matrices",
+    "einsum": "an Einsum that contracts the trailing axes of one input with the leading axes of the other (e.g. "
+              "abcd,cde->abe) becomes Reshape, MatMul, Reshape",
     "layernorm-axes": "a LayerNormalization over several trailing axes becomes Reshape, LayerNormalization over the "
                       "last axis, Reshape back",
     "rank": "a Reshape or Gather, Transpose, Reshape chain through tensors above 5-D is done at 5-D or less (dims that "
@@ -351,6 +353,55 @@ def _allowzero(v: _Graph) -> list[_Match]:
     return found
 
 
+# --- einsum -----------------------------------------------------------------------------------------
+
+def _einsum(v: _Graph) -> list[_Match]:
+    """Einsum "PK,KQ->PQ" (labels P kept from the first input, K contracted, Q kept from the second; no label
+    repeated, no ellipsis) with static shapes: a matrix product of the inputs reshaped to [*P, |K|] and [|K|, |Q|]."""
+    found = []
+    for node in v.graph.node:
+        if node.op_type != "Einsum" or len(node.input) != 2:
+            continue
+        equation = _attr(node, "equation", b"")
+        terms = (equation.decode() if isinstance(equation, bytes) else str(equation)).replace(" ", "")
+        if "->" not in terms or "." in terms:
+            continue
+        ins, out = terms.split("->")
+        if ins.count(",") != 1:
+            continue
+        a, b = ins.split(",")
+        contracted = [c for c in a if c in b and c not in out]
+        kept_a, kept_b = a[:len(a) - len(contracted)], b[len(contracted):]
+        shape_a, shape_b = v.shapes.get(node.input[0]), v.shapes.get(node.input[1])
+        if (len(set(a)) != len(a) or len(set(b)) != len(b) or not contracted or a != kept_a + "".join(contracted)
+                or b != "".join(contracted) + kept_b or out != kept_a + kept_b or set(kept_a) & set(kept_b)
+                or shape_a is None or shape_b is None or shape_a[len(kept_a):] != shape_b[:len(contracted)]):
+            continue
+
+        kept, inner_dims, cols_dims = shape_a[:len(kept_a)], shape_a[len(kept_a):], shape_b[len(contracted):]
+
+        def apply(g: _Graph, node: onnx.NodeProto = node, p: list[int] = kept, k: list[int] = inner_dims,
+                  q: list[int] = cols_dims, terms: str = terms) -> str:
+            import numpy as np
+            from onnx import helper
+
+            base = node.name or "einsum"
+            inner, cols = math.prod(k), math.prod(q)
+            a2, b2, product = g.fresh(f"{base}_a"), g.fresh(f"{base}_b"), g.fresh(f"{base}_matmul")
+            g.replace[id(node)] = [
+                helper.make_node("Reshape", [node.input[0], g.initializer(f"{base}_a_shape",
+                                                                          np.array([*p, inner], np.int64))], [a2]),
+                helper.make_node("Reshape", [node.input[1], g.initializer(f"{base}_b_shape",
+                                                                          np.array([inner, cols], np.int64))], [b2]),
+                helper.make_node("MatMul", [a2, b2], [product], name=g.fresh(f"{base}_as_matmul")),
+                helper.make_node("Reshape", [product, g.initializer(f"{base}_out_shape",
+                                                                    np.array([*p, *q], np.int64))],
+                                 [node.output[0]], name=node.name)]
+            return f"Einsum {node.name or '(unnamed)'} ({terms}): Reshape to {[*p, inner]} x {[inner, cols]}, MatMul"
+        found.append(_Match("einsum", [node], apply))
+    return found
+
+
 # --- where-mask -------------------------------------------------------------------------------------
 
 def _where_mask(v: _Graph) -> list[_Match]:
@@ -392,7 +443,7 @@ def _where_mask(v: _Graph) -> list[_Match]:
 
 
 FINDERS: dict[str, Callable[[_Graph], list[_Match]]] = {
-    "dft": _dft, "layernorm-axes": _layernorm_axes, "rank": _rank, "reshape-allowzero": _allowzero,
+    "dft": _dft, "einsum": _einsum, "layernorm-axes": _layernorm_axes, "rank": _rank, "reshape-allowzero": _allowzero,
     "where-mask": _where_mask}
 
 

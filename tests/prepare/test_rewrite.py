@@ -18,7 +18,7 @@ from qnndeploy.model import rewrite
 from qnndeploy.qnn import htp
 from tests.support.cli import run
 from tests.support.host import require
-from tests.support.rewrite_blocks import LayerNormHW, MaskedAttention, Spectrum, Unfold, Windows
+from tests.support.rewrite_blocks import Contraction, LayerNormHW, MaskedAttention, Spectrum, Unfold, Windows
 
 pytestmark = pytest.mark.needs_qnn
 
@@ -48,6 +48,8 @@ CASES = [
     ("reshape-allowzero,rank", Windows, lambda: (torch.randn(1, 56, 56, 96),), True,
      ["Gemm", "Reshape", "Reshape", "Reshape", "Reshape", "Transpose"]),
     ("dft", Spectrum, lambda: (torch.randn(1, 512),), True, ["DFT"]),
+    ("einsum", Contraction, lambda: (torch.randn(1, 49, 4, 16),), False, ["Einsum"]),
+    ("einsum", Contraction, lambda: (torch.randn(1, 49, 4, 16),), True, ["Einsum"]),
 ]
 
 

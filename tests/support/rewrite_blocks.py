@@ -65,3 +65,15 @@ class MaskedAttention(nn.Module):  # scores.masked_fill(mask, -inf) before the S
     def forward(self, q: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         scores = (q @ q.transpose(-1, -2)).masked_fill(mask, float("-inf"))
         return scores.softmax(-1) @ q
+
+
+class Contraction(nn.Module):
+    """A single Einsum that is a reshape and a MatMul (abcd,cde->abe: heads x features into one projection), which
+    the HTP leaves to the CPU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 16, 32) * 0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(torch.einsum("abcd,cde->abe", x, self.w))
