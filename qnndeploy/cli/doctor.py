@@ -12,12 +12,19 @@ from qnndeploy.cli._common import handles_errors, json_option, report
 
 
 def _render_doctor(result: stage.DoctorReport) -> None:
+    """Required and present lines first, with the verdict; then the optional parts not here, apart: each is needed by
+    one path only, so their absence is not a fault."""
+    absent = [c for c in result.checks if not c.required and c.status != "ok"]
     for c in result.checks:
-        optional = "" if c.required or c.status == "ok" else " (optional)"
-        click.echo(f"{c.status:<8} {c.name:<24} {c.detail}{optional}")
-        if c.fix and c.status != "ok":
-            click.echo(f"{'':<8} {'':<24} -> {c.fix}")
+        if c not in absent:
+            click.echo(f"{c.status:<8} {c.name:<24} {c.detail}")
+            if c.fix and c.status != "ok":
+                click.echo(f"{'':<8} {'':<24} -> {c.fix}")
     click.echo("ready to compile and validate" if result.ok else "not ready: fix the required lines above")
+    if absent:
+        click.echo(f"optional, not here ({len(absent)}; each is needed by one path only, which its line names):")
+        for c in absent:
+            click.echo(f"  {c.name:<24} {c.detail}" + (f"; {c.fix}" if c.fix else ""))
 
 
 @click.command()
