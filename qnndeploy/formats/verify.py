@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import stat
@@ -39,6 +38,7 @@ from qnndeploy.formats.manifest import (
     worst_metric,
 )
 from qnndeploy.model import decode
+from qnndeploy.model.metrics import thresholds_text
 from qnndeploy.model.onnxio import load_model
 from qnndeploy.qnn import contextcheck, emulator, epcontext, qnnsystem
 from qnndeploy.qnn.markers import FileFacts, build_version, scan_file
@@ -934,7 +934,7 @@ def check_warnings(manifest: Manifest, facts: dict[str, FileFacts], contexts: Co
                                   f"accepted: {a['reason']}; the app uses the {a['runs_on'].upper()} on {a['soc']}")
                 for a in accepted_failures(manifest)]
     warnings += [Problem(MANIFEST, f"target {t.soc}: graph '{g}' was judged with a looser threshold "
-                                   f"({json.dumps(s.get('thresholds'))}): {s['threshold_reason']}")
+                                   f"({thresholds_text(s.get('thresholds') or {})}): {s['threshold_reason']}")
                  for t in manifest.targets for g, s in t.validations.items()
                  if isinstance(s.get("threshold_reason"), str)]
     warnings += _evidence_warnings(manifest)

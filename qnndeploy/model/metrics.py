@@ -37,6 +37,15 @@ THRESHOLDS: dict[str, Thresholds] = {
 # |A and B| / |A or B| allowed between a row's CPU and HTP top-k index sets; 1 = the same set in every row.
 OPTIONAL_THRESHOLDS = {"min_topk_jaccard": 1.0, "min_top1": 1.0, "max_error_rate": 0.0}
 LOOSER_WHEN_HIGHER = ("atol", "max_error_rate")  # the thresholds a higher value loosens
+_IN_WORDS = {"min_snr_db": "SNR >= {:g} dB", "min_cosine": "cosine >= {:g}", "atol": "max abs diff <= {:g}",
+             "min_topk_jaccard": "top-k Jaccard >= {:g}", "min_top1": "top-1 agreement >= {:g}",
+             "max_error_rate": "error rate <= {:g}"}
+
+
+def thresholds_text(limits: Mapping[str, object]) -> str:
+    """Thresholds as a user reads them ("SNR >= 25 dB, cosine >= 0.99"), not as the record's JSON."""
+    return ", ".join(_IN_WORDS.get(k, f"{k} {{:g}}").format(v) if isinstance(v, (int, float)) else f"{k} {v}"
+                     for k, v in limits.items())
 TOPK_MARK = "qnndeploy.topk"  # model metadata: comma-separated output names to judge as top-k (NAME or NAME:AXIS)
 _SHAPE_KEEPING = ("Cast", "Identity")  # between a TopK and a graph output: still its values or indices
 # Between a TopK's indices and the Gather that uses them: still the same indices, in the same order.
