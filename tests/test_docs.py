@@ -78,14 +78,18 @@ def test_the_readme_is_short_and_points_onward() -> None:
 
 
 def test_the_readme_set_up_commands_are_the_ones_ci_runs() -> None:
-    """.ci/readme-demo takes the first code block under "## Set up" and runs it as written; .ci/run is the second."""
+    """.ci/readme-demo takes the first code block under "## Set up" and runs it as written; then the fast tier after
+    `pip install -e '.[test]'` in a venv, and .ci/run, the whole suite."""
     script = (ROOT / ".ci" / "readme-demo").read_text()
     awk = re.search(r"awk '([^']*)' README.md", script)
     assert awk, "readme-demo no longer reads the command with awk"
     first = subprocess.run(["awk", awk.group(1), "README.md"], cwd=ROOT, capture_output=True, text=True, check=True)
     assert first.stdout == "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/qnndeploy demo\n"
     setup = (ROOT / "README.md").read_text().split("\n## Set up", 1)[1].split("\n## ", 1)[0]
-    assert re.findall(r"```\n(.*?)\n```", setup, flags=re.DOTALL)[1] == "bash .ci/run"
+    blocks = re.findall(r"```\n(.*?)\n```", setup, flags=re.DOTALL)
+    assert blocks[1] == ("python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && "
+                         '.venv/bin/python -m pytest -m "not slow" -n 2')
+    assert blocks[2] == "bash .ci/run" and 'bash .ci/run -m "not slow"' in setup
 
 
 def test_every_option_a_synopsis_of_the_details_names_is_the_command_s() -> None:

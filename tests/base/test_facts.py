@@ -17,8 +17,9 @@ import yaml
 from qnndeploy.base import compat, socs
 from qnndeploy.check import rules
 from qnndeploy.qnn import toolchain
+from qnndeploy.scaffold import templates_dir
 from tests.support import REPO
-from tests.support.host import require
+from tests.support.host import require, shipped_files
 
 DATA = REPO / "qnndeploy" / "data"
 
@@ -158,7 +159,7 @@ def test_every_maven_version_qnndeploy_writes_has_a_source():
         assert set(compat.maven_for(tc.qairt)) <= set(published)
     for s in compat.validated_sets("0.0.0"):
         assert s.qnn_runtime in published
-    texts = [p.read_text() for p in REPO.joinpath("templates").rglob("*") if p.is_file()]
+    texts = [p.read_text() for p in shipped_files(templates_dir())]
     for text in texts:
         for version in re.findall(r"qnn-runtime:(\d+\.\d+\.\d+)", text):
             assert version in published

@@ -18,9 +18,10 @@ from qnndeploy.formats import decision, playplan
 from qnndeploy.formats.manifest import Manifest
 from qnndeploy.package import play
 from qnndeploy.qnn import htp
+from qnndeploy.scaffold import templates_dir
 from tests.support import bundles, play_format
 from tests.support.cli import run
-from tests.support.host import require
+from tests.support.host import require, shipped_files
 
 DEMO_SOCS = ("SM8550", "SM8650", "SM8750")
 SCANCARD = ("https://github.com/yoshixmk/scancard/blob/07bd1695bb1faf571d21fa34171c3082e44f4f69/app/"
@@ -270,8 +271,7 @@ def test_the_gradle_versions_come_from_the_data_file_with_their_sources():
         assert data[key]["source"]["url"].startswith("https://developer.android.com/"), key
     # no version of these is written in code or templates: the data file is the one place to change them
     package = Path(qnndeploy.__file__).parent
-    code = "\n".join(p.read_text() for p in [*package.rglob("*.py"), *package.parent.joinpath("templates").rglob("*")]
-                     if p.is_file())
+    code = "\n".join(p.read_text() for p in [*package.rglob("*.py"), *shipped_files(templates_dir())])
     assert "ai-delivery:" not in code and '"8.7.3"' not in code and '"8.10.0"' not in code
 
 

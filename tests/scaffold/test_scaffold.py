@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 from functools import partial
 from pathlib import Path
 
@@ -377,7 +378,9 @@ def test_archive_bundle_and_json_output(inputs, tmp_path):
 
 
 def test_installed_executable(external, tmp_path):
-    done = subprocess.run(["qnndeploy", "scaffold", str(external), "--package", "com.example.foo", "-o",
+    # the console script of the Python running the tests (a venv's, even when it is not activated), not a PATH's
+    program = Path(sysconfig.get_path("scripts")) / "qnndeploy"
+    done = subprocess.run([str(program), "scaffold", str(external), "--package", "com.example.foo", "-o",
                            str(tmp_path / "out")], check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "add these three lines" in done.stdout and "OrtModels.open(context)" in done.stdout

@@ -14,6 +14,13 @@ import pytest
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
+def shipped_files(folder: Path) -> list[Path]:
+    """The files under a package folder as the package ships them: not the bytecode caches (__pycache__/*.pyc) an
+    import writes there, e.g. into templates/ after an editable install."""
+    return sorted(p for p in Path(folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                  and p.suffix not in (".pyc", ".pyo"))
+
+
 def require(present: bool, what: str) -> None:
     """Skip locally, fail in CI: CI must install every tool the suite needs."""
     if present:
