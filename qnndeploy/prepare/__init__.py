@@ -165,6 +165,17 @@ def prepare_model(src: Path, out: Path, options: PrepareOptions = PrepareOptions
     source_external = bool(onnxio.external_locations(model))
     ranges = onnxio.int_input_ranges(model.graph)
     declared = {v.name: tensor_info(v) for v in model.graph.output}
+    if source_external:  # before --fuse: its model check reads the weights where the model names them
+        try:
+            onnx.load_external_data_for_model(model, str(src.parent))
+        except onnx.checker.ValidationError as e:  # onnx reads no data file through a symlink
+            why = first_line(e).rstrip(".")
+            raise BadInput(f"cannot read the external data of {src}: {why}; onnx does not follow links to "
+                           "weights: copy the model with its data file resolved (cp -L) and prepare the copy"
+                           ) from None
+        except (OSError, ValueError) as e:
+            raise BadInput(f"cannot read the external data of {src}: {first_line(e)}; copy the model "
+                           "together with its complete data file, or re-export it") from None
     edited = edits.edit(model.graph, o.shapes, o.freeze, o.int32_inputs)
     if o.fuse:
         fused = fusing.fuse_gelu(model)
@@ -176,17 +187,6 @@ def prepare_model(src: Path, out: Path, options: PrepareOptions = PrepareOptions
                                   f"axis (opset {fusing.LAYERNORM_OPSET} or later)")
         if not fused and not norms:
             edited.changes.append("--fuse: no unfused GELU or LayerNorm pattern found")
-    if source_external:
-        try:
-            onnx.load_external_data_for_model(model, str(src.parent))
-        except onnx.checker.ValidationError as e:  # onnx reads no data file through a symlink
-            why = first_line(e).rstrip(".")
-            raise BadInput(f"cannot read the external data of {src}: {why}; onnx does not follow links to "
-                           "weights: copy the model with its data file resolved (cp -L) and prepare the copy"
-                           ) from None
-        except (OSError, ValueError) as e:
-            raise BadInput(f"cannot read the external data of {src}: {first_line(e)}; copy the model "
-                           "together with its complete data file, or re-export it") from None
     weights = sum(onnxio.tensor_nbytes(t) or 0 for t in model.graph.initializer)
     external = weights > EXTERNAL_ABOVE
     if source_external and not external:

@@ -123,6 +123,17 @@ def test_external_data_under_2_gb_is_inlined_into_one_file(tmp_path):
     assert result.equivalence[0].max_abs_diff < 1e-5
 
 
+def test_fuse_on_a_model_with_external_data_run_from_another_folder(tmp_path, monkeypatch):
+    """dynamo's default export keeps the weights in model.onnx.data: --fuse checked the fused model before its
+    weights were read, and onnx's checker looked for the data file in the working folder (a traceback)."""
+    (tmp_path / "src").mkdir()
+    src = sm.save_with_external_data(sm.gelu_erf(64), tmp_path / "src" / "g.onnx")
+    monkeypatch.chdir(tmp_path)
+    done = run("prepare", src, "--fuse", "-o", tmp_path / "out" / "g.onnx")
+    assert done.exit_code == 0, done.output
+    assert "erf GELU pattern(s) fused" in done.output and "FAIL" not in done.output
+
+
 def test_external_data_model_in_and_out(tmp_path, monkeypatch):
     """Above the 2 GB protobuf limit the weights stay in a side file (the limit lowered to test it small)."""
     monkeypatch.setattr(prepare, "EXTERNAL_ABOVE", 1000)
