@@ -87,17 +87,18 @@ class ScaffoldResult:
     runtime: str = ""
     lines: list[str] = field(default_factory=list)  # what to add to the app (empty for an app: it has them)
     ort_aar: str | None = None  # engine ort: the ONNX Runtime AAR pinned, with its versions
+    runtime_set: str | None = None  # engine ort: one plain line, the set the app will use and whether it is validated
     warnings: list[str] = field(default_factory=list)  # what the pinned versions cannot promise
     play: str | None = None  # with play: the AI pack and its delivery, e.g. "qnndeploy_npu (fast-follow)"
 
 
-def check_request(package: str, out: Path, *, engine: str, app: bool, force: bool, ort_aar: str = "microsoft",
+def check_request(package: str, out: Path, *, engine: str, app: bool, force: bool, ort_aar: str | None = None,
                   play: bool = False) -> None:
     """The checks that need no bundle, done before the bundle is hashed."""
     codegen.check_package(package)
     if engine not in ENGINES:
         raise QnnDeployError(f"unknown engine '{engine}'; use one of {', '.join(ENGINES)}")
-    if ort_aar not in compat.AARS:
+    if ort_aar is not None and ort_aar not in compat.AARS:
         raise QnnDeployError(f"unknown ONNX Runtime AAR '{ort_aar}'; use one of {', '.join(compat.AARS)}")
     if app and engine != "ort":
         raise QnnDeployError("--app makes the sample app, which runs any model with ONNX Runtime: use --engine ort")
@@ -110,12 +111,13 @@ def check_request(package: str, out: Path, *, engine: str, app: bool, force: boo
 
 
 def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app: bool = False, force: bool = False,
-             report: VerifyReport | None = None, ort_aar: str = "microsoft", play: Path | None = None
+             report: VerifyReport | None = None, ort_aar: str | None = None, play: Path | None = None
              ) -> ScaffoldResult:
     """Render the glue (or the sample app) for a bundle folder; refuses a bundle that fails `bundle verify`.
 
     report: the bundle's verify report when the caller already has it (the command line shows it in full).
-    ort_aar: engine ort's ONNX Runtime, Microsoft's onnxruntime-android-qnn or Qualcomm's plugin AAR (compat.AARS).
+    ort_aar: engine ort's ONNX Runtime, Microsoft's onnxruntime-android-qnn or Qualcomm's plugin AAR (compat.AARS);
+    None: the newest validated set of either that loads the bundle's binaries (compat.app_set).
     play: a `qnndeploy package play` output folder made from this bundle: its AI pack carries the NPU files.
     """
     bundle, out = Path(bundle), Path(out)
@@ -128,7 +130,7 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
 
     templates = templates_dir()
     glue_name = APP_GLUE_DIR if app else out.name
-    pins = _ort_pins(manifest, ort_aar) if engine == "ort" else None
+    pins = runtime_set(manifest, ort_aar) if engine == "ort" else None
     context = _context(manifest, package, glue_name, engine, pins)
     if plan is not None and play is not None:
         context["data"]["play"].update(enabled=True, pack=plan["pack"], delivery=plan["delivery"],
@@ -166,12 +168,13 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
         else f"external: {pinned or rt.maven} (Maven, pinned)",
         lines=lines,
         ort_aar=pins.describe if pins else None,
+        runtime_set=pins.line() if pins else None,
         warnings=[*pins.warnings, *_ir_warnings(manifest, bundle, pins)] if pins else [],
         play=f"{plan['pack']} ({plan['delivery']})" if plan is not None else None,
     )
 
 
-def _ir_warnings(manifest: Manifest, bundle: Path, pins: OrtPins) -> list[str]:
+def _ir_warnings(manifest: Manifest, bundle: Path, pins: compat.AppSet) -> list[str]:
     """Models of an ONNX IR version newer than the pinned ONNX Runtime reads (measured, runtime.json onnx_ir) fail
     to load on the phone: an EPContext wrapper made by an older qnndeploy (IR 14), or a CPU model exported so."""
     ort = pins.ort_android or pins.aar_version
@@ -201,47 +204,12 @@ def _play_lines(play: Path, plan: dict[str, Any]) -> list[str]:
     ]
 
 
-@dataclass
-class OrtPins:
-    """engine ort's Gradle pins: the ONNX Runtime AAR and the qnn-runtime, a validated set when one fits."""
-
-    aar: str  # compat.AARS
-    aar_version: str
-    ort_android: str | None  # Qualcomm's plugin goes beside this stock onnxruntime-android
-    qnn_runtime: str
-    validated: compat.ValidatedSet | None
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def describe(self) -> str:
-        ort = f" + {compat.ORT_ANDROID}:{self.ort_android}" if self.ort_android else ""
-        what = "a validated set" if self.validated else "not a validated set"
-        return f"{compat.aar_maven(self.aar)}:{self.aar_version}{ort} + qnn-runtime {self.qnn_runtime} ({what})"
-
-
-def _ort_pins(manifest: Manifest, aar: str) -> OrtPins:
-    """The newest validated set of `aar` whose qnn-runtime loads the bundle's binaries (qairt.min_runtime); when none
-    does, the AAR's newest known release with the qnn-runtime the bundle requires, and a warning that says so."""
+def runtime_set(manifest: Manifest, aar: str | None = None) -> compat.AppSet:
+    """The ONNX Runtime set engine ort's glue pins for the bundle's binaries (compat.app_set): the newest validated
+    set whose qnn-runtime loads them, of `aar` or (None) of either AAR; when none does, a known AAR release with the
+    qnn-runtime the bundle requires, and a warning that says so. `demo` and `bundle verify` say the same set."""
     qairt, rt = manifest.qairt, manifest.runtime
-    need = qairt.min_runtime or compat.min_runtime_for_qairt(qairt.version)
-    bundle_runtime = qairt.version if rt.bundled else rt.maven.rpartition(":")[2]
-    warnings = []
-    if aar == "qualcomm":
-        warnings.append("Qualcomm's plugin AAR registers the QNN execution provider as a plugin library; the "
-                        "generated OrtModels adds QNN with SessionOptions.addQnn, Microsoft's built-in provider, so "
-                        "until the glue registers the plugin the NPU sessions fail and the app runs on the CPU")
-    sets = compat.validated_sets(need, aar)
-    if sets:
-        s = sets[0]
-        return OrtPins(aar, s.aar_version, s.ort_android, s.qnn_runtime, s, warnings)
-    newest = compat.validated_sets("0.0.0", aar)[0]
-    version = newest.aar_version  # a release a source shows: no AAR version without one is written
-    warnings.append(f"no validated {compat.aar_maven(aar)} set has a qnn-runtime that loads these QAIRT "
-                    f"{qairt.version} binaries (they need {need}; the newest validated is {newest.describe()}): "
-                    f"pinned {compat.aar_maven(aar)}:{version} with qnn-runtime {bundle_runtime}, an unvalidated "
-                    "combination; test it on phones (qnndeploy device verify), or compile with the QAIRT of a "
-                    "validated set")
-    return OrtPins(aar, version, newest.ort_android, bundle_runtime, None, warnings)
+    return compat.app_set(qairt.version, qairt.min_runtime, None if rt.bundled else rt.maven.rpartition(":")[2], aar)
 
 
 def _check_engine(manifest: Manifest, bundle: Path, engine: str) -> None:
@@ -266,7 +234,7 @@ def _check_engine(manifest: Manifest, bundle: Path, engine: str) -> None:
                                  "only: use --engine ort, whose sessions share it (ep.share_ep_contexts)")
 
 
-def _context(manifest: Manifest, package: str, glue_name: str, engine: str, pins: OrtPins | None
+def _context(manifest: Manifest, package: str, glue_name: str, engine: str, pins: compat.AppSet | None
              ) -> dict[str, Any]:
     models, codenames = soc_tables()
     rt = manifest.runtime
@@ -303,6 +271,9 @@ def _context(manifest: Manifest, package: str, glue_name: str, engine: str, pins
         "ort_android_version": (pins.ort_android or "") if pins else "",
         "ort_pins": pins.describe if pins else "",
         "ort_source": pins.validated.source.url if pins and pins.validated else "",
+        # Qualcomm's plugin AAR: the library OrtModels registers and the EP name of its devices (runtime.json)
+        "qnn_ep_library": compat.qnn_plugin().library if pins and pins.aar == "qualcomm" else "",
+        "qnn_ep_name": compat.qnn_plugin().ep_name if pins and pins.aar == "qualcomm" else "",
         "qnndeploy_version": __version__,
         # the sample app's plugins (data/maven.json, each with its source)
         "agp_version": compat.gradle_library("android_gradle_plugin").version.rpartition(":")[2],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -278,6 +278,89 @@ def is_validated(aar: str, aar_version: str, ort_android: str | None, qnn_runtim
     validated."""
     return any((s.aar, s.aar_version, s.ort_android, s.qnn_runtime) == (aar, aar_version, ort_android, qnn_runtime)
                for s in all_sets())
+
+
+@dataclass(frozen=True)
+class QnnPlugin:
+    """How an app registers Qualcomm's QNN execution provider plugin with ONNX Runtime's Java API (runtime.json
+    aars.qualcomm.registers, each fact with its source): the library file the AAR ships and the EP name its devices
+    carry."""
+
+    library: str  # registerExecutionProviderLibrary's libraryPath: "libonnxruntime_providers_qnn.so"
+    ep_name: str  # OrtEpDevice.getEpName() of the plugin's devices: "QNNExecutionProvider"
+    registration_name: str
+    sources: tuple[Source, ...]
+
+
+def qnn_plugin() -> QnnPlugin:
+    raw = _data()["aars"]["qualcomm"]["registers"]
+    return QnnPlugin(raw["library"], raw["ep_name"], raw["registration_name"],
+                     tuple(Source(s["url"], s["says"]) for s in raw["sources"]))
+
+
+@dataclass(frozen=True)
+class AppSet:
+    """The ONNX Runtime set an app gets for a bundle: the AAR with its versions, the QNN runtime, and whether the set
+    is one Microsoft or Qualcomm validated whose qnn-runtime loads the bundle's binaries."""
+
+    aar: str  # AARS
+    aar_version: str
+    ort_android: str | None  # Qualcomm's plugin goes beside this stock onnxruntime-android
+    qnn_runtime: str  # the Maven qnn-runtime pinned; for a bundle with its own libraries, their QAIRT
+    bundled: bool  # the QNN libraries come from the bundle, not from Maven
+    qairt: str  # the binaries' QAIRT
+    validated: ValidatedSet | None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def maven(self) -> str:
+        return f"{aar_maven(self.aar)}:{self.aar_version}"
+
+    @property
+    def describe(self) -> str:
+        ort = f" + {ORT_ANDROID}:{self.ort_android}" if self.ort_android else ""
+        what = "a validated set" if self.validated else "not a validated set"
+        return f"{self.maven}{ort} + qnn-runtime {self.qnn_runtime} ({what})"
+
+    def line(self) -> str:
+        """One plain line: the set the app will use and whether it is validated for these binaries."""
+        ort = f" + {ORT_ANDROID}:{self.ort_android}" if self.ort_android else ""
+        qnn = (f"the bundle's QAIRT {self.qnn_runtime} libraries" if self.bundled
+               else f"com.qualcomm.qti:qnn-runtime:{self.qnn_runtime}")
+        how = "QNN plugin registered by the glue" if self.aar == "qualcomm" else "QNN provider built in"
+        if self.validated is not None:
+            verdict = f"validated for these QAIRT {self.qairt} binaries ({self.validated.source.url})"
+        elif self.bundled:
+            verdict = (f"not a validated set for these QAIRT {self.qairt} binaries: validated sets name a Maven "
+                       "qnn-runtime, not a bundle's libraries")
+        else:
+            verdict = f"NOT a validated set for these QAIRT {self.qairt} binaries"
+        return f"runtime set: {self.maven}{ort} + {qnn} ({how}): {verdict}"
+
+
+def app_set(qairt: str, min_runtime: str | None, pin: str | None, aar: str | None = None) -> AppSet:
+    """The ONNX Runtime set scaffold pins for binaries of QAIRT `qairt` needing `min_runtime` (None: derived from
+    qairt), with the bundle's Maven qnn-runtime `pin` (None: the bundle carries its own libraries).
+
+    aar None: the newest validated set of either AAR whose qnn-runtime is published and loads the binaries (Microsoft's
+    and Qualcomm's alike), else Microsoft's AAR unvalidated. With an AAR named, the newest validated set of that AAR,
+    else its newest known release with the bundle's runtime and a warning saying the combination is not validated.
+    """
+    need = min_runtime or min_runtime_for_qairt(qairt)
+    bundled = pin is None
+    bundle_runtime = qairt if pin is None else pin
+    sets = validated_sets(need, aar)
+    if sets:
+        s = sets[0]
+        return AppSet(s.aar, s.aar_version, s.ort_android, bundle_runtime if bundled else s.qnn_runtime, bundled,
+                      qairt, None if bundled else s)
+    kind = aar or AARS[0]
+    newest = validated_sets("0.0.0", kind)[0]
+    warning = (f"no validated {aar_maven(kind)} set has a qnn-runtime that loads these QAIRT {qairt} binaries (they "
+               f"need {need}; the newest validated is {newest.describe()}): pinned {aar_maven(kind)}:"
+               f"{newest.aar_version} with qnn-runtime {bundle_runtime}, an unvalidated combination; test it on "
+               "phones (qnndeploy device verify), or compile with the QAIRT of a validated set")
+    return AppSet(kind, newest.aar_version, newest.ort_android, bundle_runtime, bundled, qairt, None, [warning])
 
 
 def aar_maven(aar: str) -> str:

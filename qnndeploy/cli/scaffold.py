@@ -26,8 +26,8 @@ def _render_scaffold(result: stage.ScaffoldResult) -> None:
     click.echo(f"{kind} for {result.package} in {result.path}: {len(result.kotlin)} Kotlin files, "
                f"bundle copied ({result.bundle_files} files, {result.bundle_bytes / 1e6:.1f} MB)")
     click.echo(f"  NPU targets: {', '.join(result.targets) or 'none (CPU only)'}; runtime: {result.runtime}")
-    if result.ort_aar:
-        click.echo(f"  ONNX Runtime: {result.ort_aar}")
+    if result.runtime_set:
+        click.echo(f"  {result.runtime_set}")
     if result.play:
         click.echo(f"  NPU files: in the Google Play AI pack {result.play}; the app has the CPU models")
     for w in result.warnings:
@@ -51,9 +51,11 @@ def _render_scaffold(result: stage.ScaffoldResult) -> None:
                    "with --app, the whole app.")
 @click.option("--engine", type=click.Choice(["ort", "sherpa-onnx"]), default="ort", show_default=True,
               help="ONNX Runtime with the QNN EP (EPContext .onnx), or sherpa-onnx (QnnConfig, context binaries).")
-@click.option("--ort-aar", type=click.Choice(["microsoft", "qualcomm"]), default="microsoft", show_default=True,
-              help="Engine ort's ONNX Runtime: Microsoft's onnxruntime-android-qnn, or Qualcomm's QNN plugin AAR with "
-                   "onnxruntime-android; pinned to a validated set that loads the bundle.")
+@click.option("--ort-aar", type=click.Choice(["microsoft", "qualcomm"]), default=None,
+              help="Engine ort's ONNX Runtime: Microsoft's onnxruntime-android-qnn (QNN built in), or Qualcomm's QNN "
+                   "plugin AAR with onnxruntime-android (the glue registers the plugin); pinned to a validated set "
+                   "that loads the bundle. [default: the newest validated set of either that loads the bundle's "
+                   "binaries, else microsoft]")
 @click.option("--app", is_flag=True, help="Make a complete one-screen Android app around the glue (engine ort).")
 @click.option("--play", "play", type=click.Path(path_type=Path), metavar="PLAYDIR",
               help="A `qnndeploy package play BUNDLE -o PLAYDIR` output: the NPU files come from its Google Play AI "
@@ -65,7 +67,7 @@ def _render_scaffold(result: stage.ScaffoldResult) -> None:
 @unchecked_option
 @json_option
 @handles_errors
-def scaffold(bundle: Path, package: str, out: Path, engine: str, ort_aar: str, app: bool, play: Path | None,
+def scaffold(bundle: Path, package: str, out: Path, engine: str, ort_aar: str | None, app: bool, play: Path | None,
              force: bool, shallow: bool, allow_unchecked: bool, as_json: bool) -> None:
     """Generate the app side of a bundle: Kotlin glue.
 

@@ -98,3 +98,36 @@ def test_whether_a_set_is_validated():
     assert not compat.is_validated("qualcomm", "2.4.0", "1.24.3", "2.48.40")  # a QAIRT number, never on Maven
     assert compat.is_validated("microsoft", "1.26.0", None, "2.42.0")
     assert not compat.is_validated("microsoft", "1.29.0", None, "2.51.0")
+
+
+def test_the_qnn_plugin_registration_facts_are_sourced():
+    """What the glue registers with Qualcomm's plugin AAR, each fact from the plugin's public sources."""
+    plugin = compat.qnn_plugin()
+    assert (plugin.library, plugin.ep_name, plugin.registration_name) == (
+        "libonnxruntime_providers_qnn.so", "QNNExecutionProvider", "QNNExecutionProvider")
+    urls = [s.url for s in plugin.sources]
+    assert any(u.endswith("qnnpluginep/QnnPluginEpLibrary.kt") and "onnxruntime/onnxruntime-qnn/blob/" in u
+               for u in urls)
+    assert any("javavalidator/SimpleTest.kt" in u for u in urls)
+    assert "https://github.com/microsoft/onnxruntime/pull/25131" in urls
+    assert all(len(s.says) > 20 for s in plugin.sources)
+
+
+def test_the_default_set_is_a_validated_one_when_one_loads_the_binaries():
+    """Either AAR, newest qnn-runtime first; Microsoft's unvalidated pin only when no validated set loads them."""
+    chosen = compat.app_set("2.49.40", "2.49.0", "2.49.0")
+    assert (chosen.aar, chosen.aar_version, chosen.ort_android, chosen.qnn_runtime) == ("qualcomm", "2.5.0", "1.26.0",
+                                                                                        "2.49.0")
+    assert chosen.validated is not None and not chosen.warnings
+    assert chosen.line().endswith("validated for these QAIRT 2.49.40 binaries "
+                                  "(https://github.com/onnxruntime/onnxruntime-qnn/pull/783)")
+    older = compat.app_set("2.40.0", "2.40.0", "2.40.0", "microsoft")
+    assert (older.aar, older.aar_version, older.qnn_runtime) == ("microsoft", "1.26.0", "2.42.0")
+    assert "(QNN provider built in): validated" in older.line()
+    newer = compat.app_set("2.51.0", "2.51.0", "2.51.0")
+    assert newer.validated is None and newer.aar == "microsoft" and len(newer.warnings) == 1
+    assert newer.line().endswith("NOT a validated set for these QAIRT 2.51.0 binaries")
+    asked = compat.app_set("2.49.40", "2.49.0", "2.49.0", "microsoft")
+    assert asked.validated is None and asked.aar == "microsoft"
+    own = compat.app_set("2.49.40", "2.49.0", None)  # the bundle brings its own QNN libraries
+    assert own.validated is None and "the bundle's QAIRT 2.49.40 libraries" in own.line()

@@ -57,7 +57,7 @@ object Agreement {
             val qnnOptions = if (decision.npu) OrtModels.qnnOptions(decision, "burst") else null
             val graphOptions = if (decision.npuSource == NpuSource.ON_DEVICE) {
                 decision.paths.keys.filter { it !in decision.cpuGraphs }.associateWith { graph ->
-                    OrtModels.sessionOptions(decision, "burst", graph = graph).use { it.standInQnnOptions }
+                    OrtModels.sessionOptions(decision, "burst", graph = graph).use { it.standInEpOptions ?: it.standInQnnOptions }
                 }
             } else {
                 null

@@ -18,6 +18,7 @@ import com.example.qnnsample.qnndeploy.AndroidHost
 import com.example.qnnsample.qnndeploy.BundleManifest
 import com.example.qnnsample.qnndeploy.DeviceIdentity
 import com.example.qnnsample.qnndeploy.FileFormat
+import com.example.qnnsample.qnndeploy.Generated
 import com.example.qnnsample.qnndeploy.MiniJson
 import com.example.qnnsample.qnndeploy.NpuSource
 import com.example.qnnsample.qnndeploy.OnDeviceCache
@@ -26,6 +27,7 @@ import com.example.qnnsample.qnndeploy.OrtModels
 import com.example.qnnsample.qnndeploy.Platform
 import com.example.qnnsample.qnndeploy.ProcessStamp
 import com.example.qnnsample.qnndeploy.Provider
+import com.example.qnnsample.qnndeploy.QnnEpPlugin
 import com.example.qnnsample.qnndeploy.QnnRuntime
 import com.example.qnnsample.qnndeploy.QnnSelector
 import qnndeploy.testsupport.FakeContext
@@ -39,8 +41,17 @@ import kotlin.test.assertNotNull
 import kotlin.test.assertNull
 import kotlin.test.assertTrue
 
-/** One session creation as the stand-in saw it: the model, the session config entries and the QNN EP options. */
-internal data class Created(val model: String, val config: Map<String, String>, val qnn: Map<String, String>?)
+/**
+ * One session creation as the stand-in saw it: the model, the session config entries and the QNN EP options, and
+ * the EP names of the devices they were added with (Qualcomm's plugin: SessionOptions.addExecutionProvider), null when
+ * they went to Microsoft's built-in provider (SessionOptions.addQnn).
+ */
+internal data class Created(
+    val model: String,
+    val config: Map<String, String>,
+    val qnn: Map<String, String>?,
+    val epDevices: List<String>? = null,
+)
 
 internal class OnDeviceSuite(val assets: File, val scratch: File) {
     private val raw = MiniJson.parse(File(assets, "qnndeploy/manifest.json").readText()) as Map<*, *>
@@ -77,7 +88,9 @@ internal class OnDeviceSuite(val assets: File, val scratch: File) {
     private fun standIn(extra: (String, OrtSession.SessionOptions) -> Unit = { _, _ -> }) {
         created.clear()
         OrtEnvironment.STAND_IN_CREATE = OrtEnvironment.StandInCreate { model, options ->
-            synchronized(created) { created.add(Created(model, options.standInConfig.toMap(), options.standInQnnOptions?.toMap())) }
+            val qnn = (options.standInEpOptions ?: options.standInQnnOptions)?.toMap()
+            val devices = options.standInEpDevices?.map { it.epName }
+            synchronized(created) { created.add(Created(model, options.standInConfig.toMap(), qnn, devices)) }
             extra(model, options)
             val ctx = options.standInConfig["ep.context_file_path"]
             if (options.standInConfig["ep.context_enable"] == "1" && ctx != null) {
@@ -88,9 +101,12 @@ internal class OnDeviceSuite(val assets: File, val scratch: File) {
     }
 
     /** A phone with an SM8845 (v81, soc_model 97: in the catalog, not a bundle target) and a QNN runtime that loads. */
-    private fun <T> onSm8845(runtime: String? = "2.51.0", block: () -> T): T {
+    private fun <T> onSm8845(runtime: String? = "2.51.0", block: () -> T): T = onPhone("SM8845", runtime, block)
+
+    /** A phone with the SoC `soc` and a QNN runtime that loads. */
+    private fun <T> onPhone(soc: String, runtime: String? = "2.51.0", block: () -> T): T {
         Build.VERSION.SDK_INT = 35
-        Build.SOC_MODEL = "SM8845"
+        Build.SOC_MODEL = soc
         QnnRuntime.forget()
         QnnRuntime.host = FakeHost(runtimeVersion = runtime)
         try {
@@ -113,6 +129,62 @@ internal class OnDeviceSuite(val assets: File, val scratch: File) {
     }
 
     fun tests(): List<Pair<String, () -> Unit>> = listOf(
+        "with Qualcomm's plugin AAR the glue registers its library once and opens the NPU sessions through its devices" to {
+            // the default scaffold of a QAIRT 2.49.40 bundle pins Qualcomm's validated set (plugin 2.5.0,
+            // onnxruntime-android 1.26.0, qnn-runtime 2.49.0), whose library and EP name the AAR's helpers give
+            assertEquals(QnnEpPlugin("libonnxruntime_providers_qnn.so", "QNNExecutionProvider"), Generated.QNN_EP_PLUGIN)
+            OrtEnvironment.STAND_IN_REGISTERED.clear()
+            onPhone("SM8750") {
+                standIn()
+                val context = app("plugin", raw)
+                val models = OrtModels.open(context)
+                val d = models.decision
+                assertEquals(Provider.NPU to NpuSource.PREBUILT, d.provider to d.npuSource, d.reason)
+                assertEquals(
+                    mapOf("QNNExecutionProvider" to "libonnxruntime_providers_qnn.so"),
+                    OrtEnvironment.STAND_IN_REGISTERED.toMap(),
+                    "registered under its EP name with the AAR's library file",
+                )
+                assertEquals(listOf("det_ctx.onnx", "rec_ctx.onnx"), created.map { File(it.model).name }.sorted())
+                for (c in created) {
+                    assertEquals(listOf("QNNExecutionProvider"), c.epDevices, "the plugin's devices, not addQnn")
+                    assertEquals(
+                        mapOf("backend_path" to "libQnnHtp.so", "htp_performance_mode" to "burst", "soc_model" to "69", "htp_arch" to "79"),
+                        c.qnn,
+                    )
+                    assertEquals("1", c.config["session.disable_cpu_ep_fallback"], "no silent CPU fallback")
+                }
+                assertEquals(setOf("det", "rec"), models.sessions.keys)
+                models.close()
+                QnnRuntime.forget() // the next start, in the same process: ONNX Runtime refuses a second registration
+                val again = OrtModels.open(context)
+                assertEquals(Provider.NPU, again.decision.provider, again.decision.reason)
+                again.close()
+                assertEquals(1, OrtEnvironment.STAND_IN_REGISTERED.size)
+            }
+        },
+        "Microsoft's AAR gets addQnn and no registration; a plugin library that does not load sends the app to the CPU" to {
+            OrtEnvironment.STAND_IN_REGISTERED.clear()
+            val d = QnnSelector.decide(BundleManifest.from(raw), DeviceIdentity("SM8750", null, 35), FakeHost(), LIB_DIR, FileFormat.ORT_EPCONTEXT)
+            OrtModels.sessionOptions(d, "burst", plugin = null).use {
+                assertEquals("69", it.standInQnnOptions?.get("soc_model"))
+                assertNull(it.standInEpDevices)
+            }
+            assertEquals(emptyMap(), OrtEnvironment.STAND_IN_REGISTERED.toMap())
+            val library = OrtEnvironment.STAND_IN_PLUGINS.remove("libonnxruntime_providers_qnn.so")
+            try {
+                onPhone("SM8750") {
+                    standIn()
+                    val models = OrtModels.open(app("no-plugin", raw))
+                    assertEquals(Provider.CPU, models.decision.provider)
+                    assertContains(models.decision.reason, "cannot load execution provider library libonnxruntime_providers_qnn.so")
+                    assertTrue(created.all { it.qnn == null }, "the CPU models, opened without the QNN EP")
+                    models.close()
+                }
+            } finally {
+                OrtEnvironment.STAND_IN_PLUGINS["libonnxruntime_providers_qnn.so"] = library!!
+            }
+        },
         "a SoC without a target compiles on the device: the first open writes the cache, the next opens load it" to {
             onSm8845 {
                 standIn()

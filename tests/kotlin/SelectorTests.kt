@@ -408,7 +408,7 @@ internal class Suite(val manifests: Map<*, *>, val assets: File, val scratch: Fi
             for ((phone, want) in listOf("SM8750-AC" to ("69" to "79"), "sm8750p" to ("69" to "79"), "SM8550-AC" to ("43" to "73"))) {
                 val d = QnnSelector.decide(m, DeviceIdentity(phone, null, 35), FakeHost(), LIB_DIR, FileFormat.ORT_EPCONTEXT)
                 assertTrue(d.npu, d.reason)
-                OrtModels.sessionOptions(d, "burst").use { options ->
+                OrtModels.sessionOptions(d, "burst", plugin = null).use { options ->
                     assertEquals(
                         mapOf(
                             "backend_path" to "libQnnHtp.so", "htp_performance_mode" to "burst",

@@ -98,12 +98,12 @@ def test_ort_glue_gradle_and_manifest_snippets(external, tmp_path):
     kotlin = {Path(p).name for p in r.kotlin}
     assert kotlin == {"QnnSelector.kt", "SocCatalog.kt", "MiniJson.kt", "BundleFiles.kt", "FailureMemory.kt",
                       "QnnRuntime.kt", "OrtModels.kt", "OnDeviceCompile.kt", "Reasons.kt", "BundleManifest.kt",
-                      "RuntimeVersion.kt", "Generated.kt"}
+                      "RuntimeVersion.kt", "QnnEpPlugin.kt", "Generated.kt"}
     for p in r.kotlin:
         assert (out / p).read_text().startswith("package com.example.foo.qnndeploy\n"), p
         if Path(p).name in ("QnnSelector.kt", "SocCatalog.kt", "MiniJson.kt", "BundleFiles.kt", "FailureMemory.kt",
                             "Reasons.kt", "BundleManifest.kt", "RuntimeVersion.kt", "OnDeviceCompile.kt",
-                            "Generated.kt"):
+                            "QnnEpPlugin.kt", "Generated.kt"):
             assert "import android." not in (out / p).read_text(), f"{p} must run on any JVM"
     gradle = (out / "qnndeploy.gradle").read_text()
     assert "abiFilters 'arm64-v8a'" in gradle and "useLegacyPackaging = true" in gradle
@@ -403,7 +403,7 @@ def test_templates_are_found_from_a_source_checkout_that_was_not_installed(tmp_p
 
 def test_scaffold_pins_a_validated_set_that_loads_the_bundle():
     from qnndeploy.formats.manifest import Manifest
-    from qnndeploy.scaffold import _ort_pins
+    from qnndeploy.scaffold import runtime_set as _ort_pins
 
     m = bundles.manifest()
     m["qairt"] = {"version": "2.49.40", "build": None, "min_runtime": "2.49.0"}
@@ -423,11 +423,14 @@ def test_scaffold_pins_a_validated_set_that_loads_the_bundle():
 
 
 def test_no_validated_set_is_said_and_the_bundle_runtime_pinned(external, tmp_path):
-    """Microsoft's validated AARs go with qnn-runtime 2.42 at most: for QAIRT 2.49 binaries the newest of them is
-    pinned with the bundle's published qnn-runtime 2.49.0, an unvalidated combination, and said so."""
-    r = scaffold(external, "com.example.foo", tmp_path / "qnn")
+    """Microsoft's validated AARs go with qnn-runtime 2.42 at most: asked for Microsoft's AAR, QAIRT 2.49 binaries get
+    the newest of them with the bundle's published qnn-runtime 2.49.0, an unvalidated combination, and said so."""
+    r = scaffold(external, "com.example.foo", tmp_path / "qnn", ort_aar="microsoft")
     assert r.ort_aar == ("com.microsoft.onnxruntime:onnxruntime-android-qnn:1.26.0 + qnn-runtime 2.49.0 "
                          "(not a validated set)")
+    assert r.runtime_set == ("runtime set: com.microsoft.onnxruntime:onnxruntime-android-qnn:1.26.0 + "
+                             "com.qualcomm.qti:qnn-runtime:2.49.0 (QNN provider built in): NOT a validated set for "
+                             "these QAIRT 2.49.40 binaries")
     [w] = r.warnings
     assert w.startswith("no validated com.microsoft.onnxruntime:onnxruntime-android-qnn set has a qnn-runtime that "
                         "loads these QAIRT 2.49.40 binaries (they need 2.49.0")
@@ -435,6 +438,31 @@ def test_no_validated_set_is_said_and_the_bundle_runtime_pinned(external, tmp_pa
     assert "version { strictly '2.49.0' }" in gradle
     assert ("implementation(\"com.microsoft.onnxruntime:onnxruntime-android-qnn:${findProperty('qnndeploy.ortVersion')"
             " ?: '1.26.0'}\")") in gradle
+    assert 'QNN_EP_PLUGIN: QnnEpPlugin? = null' in (r.path / "src/com/example/foo/qnndeploy/Generated.kt").read_text()
+
+
+QUALCOMM_SET = ("runtime set: com.qualcomm.qti:onnxruntime-android-qnn:2.5.0 + "
+                "com.microsoft.onnxruntime:onnxruntime-android:1.26.0 + com.qualcomm.qti:qnn-runtime:2.49.0 (QNN "
+                "plugin registered by the glue): validated for these QAIRT 2.49.40 binaries "
+                "(https://github.com/onnxruntime/onnxruntime-qnn/pull/783)")
+
+
+def test_the_default_is_the_validated_set_for_the_binaries_and_scaffold_says_so(external, tmp_path):
+    """QAIRT 2.49.40 binaries: no Microsoft AAR is validated with a qnn-runtime that loads them, Qualcomm's plugin 2.5.0
+    is (with onnxruntime-android 1.26.0 and qnn-runtime 2.49.0): the default pins it, registers its plugin in the glue,
+    and says which set in one plain line."""
+    r = run(external, "--package", "com.example.foo", "-o", tmp_path / "q", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["ort_aar"] == ("com.qualcomm.qti:onnxruntime-android-qnn:2.5.0 + "
+                              "com.microsoft.onnxruntime:onnxruntime-android:1.26.0 + qnn-runtime 2.49.0 "
+                              "(a validated set)")
+    assert out["runtime_set"] == QUALCOMM_SET and out["warnings"] == []
+    generated = (tmp_path / "q/src/com/example/foo/qnndeploy/Generated.kt").read_text()
+    assert ('QNN_EP_PLUGIN: QnnEpPlugin? = QnnEpPlugin(library = "libonnxruntime_providers_qnn.so", '
+            'epName = "QNNExecutionProvider")') in generated
+    text = run(external, "--package", "com.example.foo", "-o", tmp_path / "t")
+    assert f"\n  {QUALCOMM_SET}\n" in text.output
 
 
 def test_ort_aar_qualcomm_in_the_gradle_file_and_json(external, tmp_path):
@@ -444,18 +472,20 @@ def test_ort_aar_qualcomm_in_the_gradle_file_and_json(external, tmp_path):
     assert out["ort_aar"] == ("com.qualcomm.qti:onnxruntime-android-qnn:2.5.0 + "
                               "com.microsoft.onnxruntime:onnxruntime-android:1.26.0 + qnn-runtime 2.49.0 "
                               "(a validated set)")
-    assert not any("no validated" in w for w in out["warnings"])
-    assert any("SessionOptions.addQnn" in w for w in out["warnings"])
+    assert out["warnings"] == []  # the glue registers the plugin: no warning that the NPU sessions fail
     gradle = (tmp_path / "q" / "qnndeploy.gradle").read_text()
     assert ("implementation(\"com.microsoft.onnxruntime:onnxruntime-android:${findProperty('qnndeploy.ortVersion') "
             "?: '1.26.0'}\")") in gradle
     assert ("implementation(\"com.qualcomm.qti:onnxruntime-android-qnn:${findProperty('qnndeploy.qnnEpVersion') "
             "?: '2.5.0'}\")") in gradle
     assert "onnxruntime-android-qnn:${findProperty('qnndeploy.ortVersion')" not in gradle
-    text = run(external, "--package", "com.example.foo", "-o", tmp_path / "t", "--ort-aar", "qualcomm")
-    assert "  warning: Qualcomm's plugin AAR" in text.output and "ONNX Runtime: com.qualcomm.qti" in text.output
     assert run(external, "--package", "com.example.foo", "-o", tmp_path / "x", "--ort-aar", "google").exit_code == 2
 
+
+def test_bundle_verify_says_the_runtime_set_the_app_will_use(external):
+    r = run_cli("bundle", "verify", external, "--shallow")
+    assert r.exit_code == 0, r.output
+    assert f"\n    {QUALCOMM_SET}\n" in r.output
 
 
 def test_models_the_pinned_onnx_runtime_cannot_read_are_a_warning(inputs, tmp_path):

@@ -3,6 +3,7 @@ package com.example.qnnsample.qnndeploy
 import ai.onnxruntime.OnnxTensorLike
 import ai.onnxruntime.OnnxValue
 import ai.onnxruntime.OrtEnvironment
+import ai.onnxruntime.OrtEpDevice
 import ai.onnxruntime.OrtException
 import ai.onnxruntime.OrtSession
 import android.content.Context
@@ -11,7 +12,8 @@ import android.util.Log
 import java.io.File
 
 /**
- * One ONNX Runtime session per graph of the bundle: on the NPU through the QNN execution provider (the EPContext
+ * One ONNX Runtime session per graph of the bundle: on the NPU through the QNN execution provider, built into
+ * Microsoft's AAR or registered from Qualcomm's plugin AAR (Generated.QNN_EP_PLUGIN, OrtQnnPlugin) (the EPContext
  * .onnx that wraps the SoC's context binary, or on a SoC without a bundle target the bundle's ONNX compiled here:
  * Decision.npuSource "on-device"), or on the CPU (the bundle's .onnx), as QnnSelector decided.
  */
@@ -225,7 +227,9 @@ class OrtModels private constructor(
         }
 
         /**
-         * Session options for a decision: the QNN EP (qnnOptions) on the NPU, plain options on the CPU.
+         * Session options for a decision: the QNN EP (qnnOptions) on the NPU, plain options on the CPU. The QNN EP is
+         * Qualcomm's plugin when `plugin` names it (registered once, its devices added with the options:
+         * OrtQnnPlugin), else the provider built into Microsoft's AAR (SessionOptions.addQnn).
          * shareContext: the graphs' sessions load one shared context binary once (ep.share_ep_contexts).
          * On an on-device NPU decision: the graph's ep_options of the manifest besides qnnOptions (which win), and
          * with compileTo, the session compiles the ONNX and writes its EP context there (ep.context_enable, the
@@ -237,10 +241,11 @@ class OrtModels private constructor(
             shareContext: Boolean = false,
             graph: String? = null,
             compileTo: File? = null,
+            plugin: QnnEpPlugin? = Generated.QNN_EP_PLUGIN,
         ): OrtSession.SessionOptions {
             val qnn = if (decision.npu) qnnOptions(decision, htpPerformanceMode) else null
             val options = OrtSession.SessionOptions()
-            if (qnn != null) {
+            if (qnn != null) try {
                 // The whole graph must run on the HTP: a node left on the CPU would be a silent slowdown.
                 options.addConfigEntry("session.disable_cpu_ep_fallback", "1")
                 if (shareContext) options.addConfigEntry("ep.share_ep_contexts", "1")
@@ -250,7 +255,15 @@ class OrtModels private constructor(
                     options.addConfigEntry("ep.context_file_path", compileTo.path)
                 }
                 val extra = graph?.let { decision.epOptions[it] }.orEmpty()
-                options.addQnn(qnn + extra.filterKeys { it !in qnn })
+                val providerOptions = qnn + extra.filterKeys { it !in qnn }
+                if (plugin == null) {
+                    options.addQnn(providerOptions)
+                } else {
+                    options.addExecutionProvider(OrtQnnPlugin.devices(OrtEnvironment.getEnvironment(), plugin), providerOptions)
+                }
+            } catch (e: Exception) {
+                options.close()
+                throw e
             }
             return options
         }
@@ -283,5 +296,28 @@ class OrtModels private constructor(
                     }
                 }
             }
+    }
+}
+
+/**
+ * Qualcomm's QNN execution provider plugin, registered as its Android API has it (Qualcomm's own Android test in
+ * onnxruntime/onnxruntime-qnn, java/src/test/android): OrtEnvironment.registerExecutionProviderLibrary under the EP
+ * name with the plugin's library file, then the environment's OrtEpDevices of that EP name, which
+ * SessionOptions.addExecutionProvider takes with the provider options. ONNX Runtime refuses a second registration
+ * under one name, so the library is registered only while the environment offers none of the plugin's devices (the
+ * app may have registered it itself).
+ */
+internal object OrtQnnPlugin {
+    fun devices(env: OrtEnvironment, plugin: QnnEpPlugin): List<OrtEpDevice> {
+        synchronized(this) {
+            val offered = env.epDevices.filter { it.epName == plugin.epName }
+            if (offered.isNotEmpty()) return offered
+            env.registerExecutionProviderLibrary(plugin.epName, plugin.library)
+            val devices = env.epDevices.filter { it.epName == plugin.epName }
+            if (devices.isEmpty()) {
+                throw OrtException("${plugin.library} registered, but ONNX Runtime offers no ${plugin.epName} device")
+            }
+            return devices
+        }
     }
 }

@@ -20,7 +20,10 @@ public class OrtSession implements AutoCloseable {
     @Override
     public void close() throws OrtException { CLOSED.incrementAndGet(); }
 
-    /** Stand-in: options that accept everything, and keep what addQnn and addConfigEntry were given for the JVM tests. */
+    /**
+     * Stand-in: options that accept everything, and keep what addQnn, addExecutionProvider and addConfigEntry were
+     * given for the JVM tests.
+     */
     public static class SessionOptions implements AutoCloseable {
         /** Stand-in only (not in ONNX Runtime's API): the provider options of the last addQnn call, or null. */
         public Map<String, String> standInQnnOptions;
@@ -36,6 +39,21 @@ public class OrtSession implements AutoCloseable {
 
         public void addQnn(Map<String, String> providerOptions) throws OrtException {
             standInQnnOptions = new java.util.LinkedHashMap<>(providerOptions);
+        }
+
+        /** Stand-in only (not in ONNX Runtime's API): the devices and provider options of the last addExecutionProvider call. */
+        public java.util.List<OrtEpDevice> standInEpDevices;
+        public Map<String, String> standInEpOptions;
+
+        /**
+         * The plugin-EP form (real signature: ONNX Runtime's OrtSession.java, microsoft/onnxruntime PR #25131); like
+         * the real one, an empty device list is an IllegalArgumentException. Stand-in: keeps what it was given.
+         */
+        public void addExecutionProvider(java.util.List<OrtEpDevice> devices, Map<String, String> providerOptions)
+                throws OrtException {
+            if (devices.isEmpty()) throw new IllegalArgumentException("Must supply at least one OrtEpDevice");
+            standInEpDevices = new java.util.ArrayList<>(devices);
+            standInEpOptions = new java.util.LinkedHashMap<>(providerOptions);
         }
 
         @Override

@@ -103,6 +103,14 @@ internal object Generated {
     const val BACKEND_LIB = "libQnnHtp.so"
     const val SYSTEM_LIB = "libQnnSystem.so"
 
+    /**
+     * engine ort with Qualcomm's plugin AAR (com.qualcomm.qti:onnxruntime-android-qnn): the QNN execution provider
+     * library OrtModels registers with OrtEnvironment.registerExecutionProviderLibrary, and the EP name of the devices
+     * it adds (qnndeploy/data/runtime.json, aars.qualcomm.registers). null: Microsoft's AAR, whose QNN provider is
+     * built in (SessionOptions.addQnn).
+     */
+    val QNN_EP_PLUGIN: QnnEpPlugin? = QnnEpPlugin(library = "libonnxruntime_providers_qnn.so", epName = "QNNExecutionProvider")
+
     /** The bundle's graphs in its own order. */
     val GRAPHS: List<String> = listOf("kws_demo")
 
