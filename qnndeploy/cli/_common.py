@@ -11,6 +11,7 @@ import re
 import shlex
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -347,6 +348,48 @@ def job_progress(what: str) -> Iterator[Callable[[int, int, Any], None] | None]:
             bar.update(task, completed=done, total=total, last=last)
 
         yield update
+
+
+@dataclasses.dataclass(frozen=True)
+class Shown:
+    """What step_progress hands the command: `step` for the library's steps callback (told each long step as it
+    starts, in words), `read` for its byte counter (None where no bar is drawn)."""
+
+    step: Callable[[str], None]
+    read: Callable[[int], None] | None
+
+
+@contextmanager
+def step_progress(what: str) -> Iterator[Shown]:
+    """Progress on stderr fed by the library's steps callback, for the commands whose steps run long (diagnose's
+    compiles, bundle verify's hashing and emulator runs, a phone's runs, report's records): on a terminal a spinner
+    with the current step, the bytes read and the time; elsewhere (a CI log, a pipe) one line per step as it
+    starts, with the seconds since the command started, and a last line with the total. stdout (and so --json)
+    carries none of it."""
+    start = time.monotonic()
+    if not sys.stderr.isatty():
+        def line(text: str) -> None:
+            click.echo(f"[{time.monotonic() - start:6.1f} s] {what}: {text}", err=True)
+
+        yield Shown(line, None)
+        line("done")
+        return
+    # rich.progress takes ~50 ms to import: only a terminal pays for it, never `--help` or a pipe.
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn(what), TextColumn("{task.description}"),
+                  TextColumn("{task.fields[read]}"), TimeElapsedColumn(), console=Console(stderr=True),
+                  transient=True, redirect_stdout=False) as bar:  # stdout stays the command's own
+        task = bar.add_task("", total=None, read="")
+        read, lock = [0], threading.Lock()
+
+        def advance(n: int) -> None:  # called from the library's hashing threads
+            with lock:
+                read[0] += n
+                bar.update(task, read=size_text(read[0]))
+
+        yield Shown(lambda text: bar.update(task, description=text), advance)
 
 
 # --- renderers shared by two commands -----------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from qnndeploy.cli._common import (
     next_step,
     report,
     shallow_option,
+    step_progress,
     unchecked_option,
 )
 from qnndeploy.formats.manifest import DEFAULT_COMPILE_BUDGET_S
@@ -245,8 +246,9 @@ def verify(path: Path, shallow: bool, allow_unchecked: bool, as_json: bool) -> N
     Exit 0 when clean, 1 with problems, 2 when PATH is not a bundle at all (no manifest.json, or one
     that is not a readable qnndeploy manifest).
     """
-    with (byte_progress("verifying", as_json) as progress,
-          opened(path, progress, deep=not shallow, allow_unchecked=allow_unchecked) as (root, result)):
+    with (step_progress("bundle verify") as live,
+          opened(path, None if as_json else live.read, deep=not shallow, allow_unchecked=allow_unchecked,
+                 steps=live.step) as (root, result)):
         require_bundle(path, root, result)
     report(result, as_json, lambda r: _render_verified(r, path, shallow))
 

@@ -19,7 +19,7 @@ from qnndeploy.base.names import PERFORMANCE_MODES
 from qnndeploy.cli._common import (
     CONTEXT_SETTINGS,
     Group,
-    byte_progress,
+    Shown,
     emit_json,
     escaped,
     fail,
@@ -31,6 +31,7 @@ from qnndeploy.cli._common import (
     sample_options,
     shown,
     soc_option,
+    step_progress,
     unchecked_option,
 )
 from qnndeploy.cli._profile import profile_options
@@ -460,7 +461,8 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
             fail("--samples is the old name of --random: give --random N alone")
         click.echo("warning: --samples N is deprecated, use --random N (as validate and diagnose do)", err=True)
         random_ = old_samples
-    with verify_stage.checked_bundle(bundle_dir, allow_unchecked) as (root, report, manifest):
+    with (step_progress("device verify") as live,
+          verify_stage.checked_bundle(bundle_dir, allow_unchecked, live.step) as (root, report, manifest)):
         require_bundle(bundle_dir, root, report)
         if not report.ok or manifest is None:
             if as_json:
@@ -472,7 +474,7 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
         job = verify_stage.Job(root, manifest, runner, qnn_sdk_root, inputs, random_, seed, runs, record_dir,
                                play_dir, timeout, preprocess, given=bundle_dir, ort_runner=ort_runner,
                                ranges=ranges)
-        results = _verify(job, serial, all_devices, aihub, hosted_names, hosted_socs, as_json)
+        results = _verify(job, serial, all_devices, aihub, hosted_names, hosted_socs, as_json, live)
     if as_json:
         emit_json({"bundle": report, "devices": results})
     elif aihub:
@@ -486,14 +488,13 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
 
 def _verify(job: verify_stage.Job, serial: str | None, all_devices: bool, aihub: bool,
             hosted_names: tuple[str, ...], hosted_socs: tuple[str, ...],
-            as_json: bool) -> list[verify_stage.DeviceVerification]:
+            as_json: bool, live: Shown) -> list[verify_stage.DeviceVerification]:
     """One phone, every phone over adb, or AI Hub's phones."""
     if aihub:
         return hosted.verify_hosted(job, list(hosted_names), list(hosted_socs))
     if all_devices:
         return verify_stage.verify_all(job)
-    with byte_progress("pushing", quiet=as_json) as progress:
-        return [verify_stage.verify_device(job, serial, progress)]
+    return [verify_stage.verify_device(job, serial, None if as_json else live.read, live.step)]
 
 
 # --- bench --------------------------------------------------------------------------------------------------------
@@ -623,7 +624,8 @@ def device_bench(bundle_dir: Path, serial: str | None, all_devices: bool, graph:
     given = click.get_current_context().get_parameter_source("serial") == click.core.ParameterSource.COMMANDLINE
     if all_devices and given:
         fail("give -s SERIAL or --all, not both")
-    with verify_stage.checked_bundle(bundle_dir, allow_unchecked) as (root, report, manifest):
+    with (step_progress("device bench") as live,
+          verify_stage.checked_bundle(bundle_dir, allow_unchecked, live.step) as (root, report, manifest)):
         require_bundle(bundle_dir, root, report)
         if not report.ok or manifest is None:
             fail(f"{bundle_dir} fails bundle verify: fix the bundle (qnndeploy bundle verify {bundle_dir})",
@@ -637,9 +639,9 @@ def device_bench(bundle_dir: Path, serial: str | None, all_devices: bool, graph:
             _say(line, err=True)  # progress on stderr, terminal or not
 
         if all_devices:
-            results = bench_stage.bench_all(job, options, say)
+            results = bench_stage.bench_all(job, options, live.step)
         else:
-            results = [bench_stage.bench_device(job, options, serial, say)]
+            results = [bench_stage.bench_device(job, options, serial, live.step)]
     if as_json:
         emit_json([r.to_json() for p in results for r in p.records])
     else:

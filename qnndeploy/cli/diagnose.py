@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -10,13 +11,13 @@ from qnndeploy import diagnose as stage
 from qnndeploy.base.fileio import staging_file, writing
 from qnndeploy.cli._common import (
     handles_errors,
-    job_progress,
     json_option,
     num,
     render_output,
     report,
     sample_options,
     shown,
+    step_progress,
 )
 from qnndeploy.cli._toolchain import under_toolchain
 from qnndeploy.diagnose import plot
@@ -107,8 +108,13 @@ def diagnose(target: Path, inputs: Path | None, preprocess: str | None, random_:
     if tc is not None:  # compiled with compile --qairt: probe with that QAIRT's compiler and emulator
         under_toolchain(tc)
     options = stage.DiagnoseOptions(inputs, random_, seed, preprocess, min_snr_db, graph, ranges=ranges)
-    with job_progress("measuring a split as a chain") as progress:
-        result = stage.diagnose(target, options, progress)
+    with step_progress("diagnose") as live:
+        def split(done: int, total: int, event: Any) -> None:  # a split's start (JobStarted), or its verdict
+            if event is not None:
+                live.step(f"split {event.graph}: " + (f"{event.status} as a chain" if hasattr(event, "status") else
+                                                       f"cut, compiled and run as a chain ({done + 1} of {total})"))
+
+        result = stage.diagnose(target, options, split, live.step)
     if plot_path is not None:
         shown_probes = [p for p in result.probes if p.snr_db is not None]
         with writing(plot_path), staging_file(plot_path, force=True) as tmp:  # whole or not at all

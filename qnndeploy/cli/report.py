@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from qnndeploy import report as stage
-from qnndeploy.cli._common import emit_json, escaped, handles_errors, json_option, shown
+from qnndeploy.cli._common import emit_json, escaped, handles_errors, json_option, shown, step_progress
 
 
 def _render(result: stage.ReportResult) -> None:
@@ -44,7 +44,8 @@ def report(paths: tuple[Path, ...], output: Path, force: bool, as_json: bool) ->
     Exit codes: 0 written; 2 bad input (a PATH that does not exist or holds no record,
     FILE.html exists without --force).
     """
-    result = stage.report(list(paths), output, force=force)
+    with step_progress("report") as live:
+        result = stage.report(list(paths), output, force=force, steps=live.step)
     if as_json:
         emit_json(result)
     else:

@@ -26,7 +26,7 @@ import shlex
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -286,21 +286,24 @@ def play_check(plan: JSON, groups: list[playplan.Group], props: dict[str, str], 
 
 
 @contextmanager
-def checked_bundle(path: Path, allow_unchecked: bool = False
+def checked_bundle(path: Path, allow_unchecked: bool = False, steps: Callable[[str], None] | None = None
                    ) -> Iterator[tuple[Path, VerifyReport, Manifest | None]]:
     """(the bundle folder, bundle verify's report, the manifest when the bundle is sound) for a bundle folder or a
     .tar.gz/.zip of one, which stays extracted while the caller pushes from it: nothing is pushed from a bad bundle.
-    Not loaded on the host emulator: the phone runs the binaries itself."""
+    Not loaded on the host emulator: the phone runs the binaries itself. `steps`: told of each long step."""
 
-    with opened(Path(path), allow_unchecked=allow_unchecked) as (root, report):
+    with opened(Path(path), allow_unchecked=allow_unchecked, steps=steps) as (root, report):
         yield root, report, load_manifest(root) if report.ok else None
 
 
 # --- one phone -------------------------------------------------------------------------------------------------
 
-def verify_device(job: Job, serial: str | None = None, progress: Progress | None = None) -> DeviceVerification:
+def verify_device(job: Job, serial: str | None = None, progress: Progress | None = None,
+                  steps: Callable[[str], None] | None = None) -> DeviceVerification:
     """Decide, push, check, run (with a runner) and record, on one phone. Raises QnnDeployError when the phone
-    cannot be used or the connection is lost (running again resumes the push)."""
+    cannot be used or the connection is lost (running again resumes the push). `steps`: told of each long step
+    (the CPU references, the push, each graph's run) as it starts."""
+    say = steps or (lambda _text: None)
     dev = connect(serial, job.timeout)
     props = dev.getprops()
     phone = decision.Device.from_props(props)
@@ -319,12 +322,15 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
         result.play = play_check(job.play_plan, job.play_groups, props, choice.soc, choice.files, on_device)
 
     if choice.npu and (job.runner is not None or (on_device and job.ort_runner is not None)):
+        say("running the CPU models here on the samples (the reference)")
         for graph in choice.paths:
             if graph not in choice.cpu_graphs:
                 job.reference(graph)  # unusable --inputs fail here, before anything is pushed
+    say(f"{dev.serial}: pushing {job.bundle_id} to {job.remote_dir}")
     result.push = push_bundle(dev, job, choice, progress)
 
     if on_device:
+        say(f"{dev.serial}: compiling and running the graphs on the phone")
         _verify_on_device(dev, job, choice, result)
     elif choice.npu and job.runner is not None:
         lib_dir = f"{job.remote_dir}/lib/arm64-v8a"
@@ -338,6 +344,7 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
         for graph, context in choice.paths.items():
             if graph in choice.cpu_graphs:  # a split model's CPU part: no context binary to run
                 continue
+            say(f"{dev.serial}: running {graph} ({context}) on the phone with qnn-net-run")
             result.graphs.append(_run_graph(dev, job, graph, f"{job.remote_dir}/{context}", result,
                                             graphs_of.get(context, [graph])))
     elif choice.npu:

@@ -249,12 +249,14 @@ class _Tensor:
     inputs: list[str] = field(default_factory=list)
 
 
-def diagnose(target: Path, options: DiagnoseOptions = DiagnoseOptions(), progress: Progress | None = None
-             ) -> DiagnoseResult:
+def diagnose(target: Path, options: DiagnoseOptions = DiagnoseOptions(), progress: Progress | None = None,
+             steps: Callable[[str], None] | None = None) -> DiagnoseResult:
     """Diagnose one compiled job, BUILD/<graph>/<SoC>, with the samples the options give. The probe copies are
     compiled from the source ONNX alone, as a shared context's twin is: the emulator cannot load shared weights.
-    `progress` hears of each split measured before it is advised."""
+    `progress` hears of each split measured before it is advised; `steps` of each other long step (the build's
+    binary, each probe compile) as it starts."""
     start = time.monotonic()
+    say = steps or (lambda _text: None)
     o = options
     inputs, random, seed, min_snr_db, probes_per_compile = o.inputs, o.random, o.seed, o.min_snr_db, \
         o.probes_per_compile
@@ -291,6 +293,7 @@ def diagnose(target: Path, options: DiagnoseOptions = DiagnoseOptions(), progres
         samples_from = "the options given" if inputs is not None or random is not None else "diagnose's default"
     limit = thresholds_for(record.precision, {**(validated.thresholds if validated else {}),
                                               **({} if min_snr_db is None else {"min_snr_db": min_snr_db})})
+    say(f"running the build's binary on the HTP emulator and {source.name} on the CPU, {len(feeds)} sample(s)")
     expected = samples.cpu_outputs(source, feeds)
     actual = _run_binary(record, feeds)
     task = tasks.recorded(validated.task_given if validated is not None else None, source)
@@ -299,7 +302,7 @@ def diagnose(target: Path, options: DiagnoseOptions = DiagnoseOptions(), progres
     tensors, outputs = _candidates(model)
     if not tensors:
         raise BadInput(f"{source} has no float tensors to compare")
-    session = _Session(model, record, feeds, limit, topk_outputs(source))
+    session = _Session(model, record, feeds, limit, topk_outputs(source), say)
     try:
         first_bad, last_good = _bisect(session, tensors, outputs, probes_per_compile)
         found, last_good = _blame(session, tensors, first_bad, last_good) if first_bad else (None, None)
@@ -481,9 +484,9 @@ class _Session:
     """Compiles and runs probe models: each run exposes some tensors and records their Probes."""
 
     def __init__(self, model: onnx.ModelProto, record: CompileRecord, feeds: list[Sample], limits: Thresholds,
-                 topk: dict[str, TopK]) -> None:
+                 topk: dict[str, TopK], steps: Callable[[str], None] = lambda _text: None) -> None:
         self.model, self.record, self.feeds = model, record, feeds
-        self.limits, self.topk = limits, topk
+        self.limits, self.topk, self.steps = limits, topk, steps
         self.tmp = tempfile.TemporaryDirectory(prefix="qnndeploy-diagnose-")
         self.probes: dict[str, Probe] = {}
         self.compiles = 0
@@ -497,6 +500,8 @@ class _Session:
         import numpy as np
 
         self.compiles += 1
+        self.steps(f"probe compile {self.compiles}: {len(names)} tensor(s) exposed, compiled for {self.record.soc} "
+                   "and run on the HTP emulator")
         path = Path(self.tmp.name) / f"probe{self.compiles}.onnx"
         names_out, expected = self._on_cpu(names, path)
         try:

@@ -6,7 +6,7 @@ import contextlib
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +46,9 @@ from qnndeploy.qnn.qnnsystem import ContextInfo
 
 if TYPE_CHECKING:
     import onnx
+
+
+Steps = Callable[[str], None]  # told of each long step, in words, as it starts
 
 
 @dataclass
@@ -101,18 +104,21 @@ def _walk(root: Path) -> tuple[set[str], list[Problem]]:
 
 @contextmanager
 def opened(path: Path, progress: Progress | None = None, jobs: int | None = None, *, deep: bool = False,
-           allow_unchecked: bool = False) -> Iterator[tuple[Path, VerifyReport]]:
+           allow_unchecked: bool = False, steps: Steps | None = None) -> Iterator[tuple[Path, VerifyReport]]:
     """(bundle root, its verify report) for a bundle folder or a .tar.gz/.zip of one; an archive stays extracted
-    while the caller uses it. Raises QnnDeployError only for unusable input."""
+    while the caller uses it. Raises QnnDeployError only for unusable input. `steps` is told of each long step
+    (extracting, hashing, reading the binaries, each emulator run) as it starts."""
     path = Path(path)
     if not path.exists():
         raise QnnDeployError(f"{path} does not exist")
     if path.is_dir():
-        yield path, verify_folder(path, progress, jobs, deep=deep, allow_unchecked=allow_unchecked)
+        yield path, verify_folder(path, progress, jobs, deep=deep, allow_unchecked=allow_unchecked, steps=steps)
         return
+    if steps is not None:
+        steps(f"extracting {path.name}")
     with archive.extracted(path) as (root, refused):
         report = (VerifyReport(str(path), problems=[Problem(name, why) for name, why in refused]) if refused
-                  else verify_folder(root, progress, jobs, deep=deep, allow_unchecked=allow_unchecked))
+                  else verify_folder(root, progress, jobs, deep=deep, allow_unchecked=allow_unchecked, steps=steps))
         report.bundle = str(path)
         yield root, report
 
@@ -137,14 +143,14 @@ def bundle_folder(path: Path) -> Iterator[Path]:
 
 
 def verify_bundle(path: Path, progress: Progress | None = None, jobs: int | None = None, *, deep: bool = False,
-                  allow_unchecked: bool = False) -> VerifyReport:
+                  allow_unchecked: bool = False, steps: Steps | None = None) -> VerifyReport:
     """Verify a bundle folder or a .tar.gz/.zip of one."""
-    with opened(path, progress, jobs, deep=deep, allow_unchecked=allow_unchecked) as (_, report):
+    with opened(path, progress, jobs, deep=deep, allow_unchecked=allow_unchecked, steps=steps) as (_, report):
         return report
 
 
 def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None = None, *, deep: bool = False,
-                  allow_unchecked: bool = False) -> VerifyReport:
+                  allow_unchecked: bool = False, steps: Steps | None = None) -> VerifyReport:
     """Every rule of the bundle format, and with `deep` each context binary loaded and run on the host emulator
     against its CPU model (emulator.check_bundle). Binaries no libQnnSystem can read are a problem unless
     `allow_unchecked`."""
@@ -176,6 +182,8 @@ def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None
         listed.setdefault(entry.path, set()).add(entry.size)
     unread = {p: n for p, n in sizes.items() if n not in listed[p]}
     present = [(kind, x) for kind, x in entries if x.path in sizes and x.path not in unread]
+    say = steps or (lambda _text: None)
+    say(f"hashing {len(present)} file(s), {sum(sizes[x.path] for _, x in present) / 1e6:.1f} MB")
     with Pool(max_workers=jobs or os.cpu_count() or 1) as pool:  # hashlib releases the GIL
         scanned = pool.map(lambda ke: scan_file(root / ke[1].path, ke[0] not in ("cpu", "record", "loop"),
                                                 progress), present)
@@ -183,6 +191,8 @@ def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None
     # the binaries that are what the manifest says (another is already a problem): read by their own metadata
     binaries = {x.path: x.sha256 for kind, x in present if kind.startswith("npu:")
                 and x.format == FileFormat.QNN_CONTEXT_BINARY and facts[x.path].sha256 == x.sha256}
+    if binaries:
+        say(f"reading {len(binaries)} context binar{'y' if len(binaries) == 1 else 'ies'} with libQnnSystem")
     contexts, missing = read_contexts(root, binaries)
     report.problems += check_manifest(manifest, facts, tree, root, unread, contexts)
     report.problems += _record_problems(root, manifest, facts)
@@ -198,7 +208,7 @@ def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None
                                                      "them unchecked (the report lists them)"))
     if deep and not report.problems and not report.unchecked:
         found = emulator.check_bundle(root, raw, {p: [g.name for g in c.graphs] for p, c in contexts.items()
-                                                  if isinstance(c, ContextInfo)})
+                                                  if isinstance(c, ContextInfo)}, steps)
         report.problems += [Problem(path, why) for path, why in found.problems]
         report.warnings += [Problem(path, why) for path, why in found.warnings]
         report.deep = found.done

@@ -11,12 +11,14 @@ the same seeded inputs and judges the outputs with validate's metrics.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -111,18 +113,28 @@ class Outcome:
     loop: JSON | None = None  # a LoopJob's: loop.LoopCheck.json
 
 
-def run_jobs(jobs: Sequence[AnyJob], tc: toolchain.Toolchain | None = None, timeout: float = TIMEOUT_S
-             ) -> list[Outcome]:
+STARTED = "qnndeploy-emulator-job "  # the child's stderr line as it starts job N, for the parent's `started`
+
+
+def run_jobs(jobs: Sequence[AnyJob], tc: toolchain.Toolchain | None = None, timeout: float = TIMEOUT_S,
+             started: Callable[[int], None] | None = None) -> list[Outcome]:
     """Every job in one child process (under `tc` when given, else this process's onnxruntime-qnn); when a binary
-    crashes that child, each job alone, so the crash is told of the binary that caused it."""
+    crashes that child, each job alone, so the crash is told of the binary that caused it. `started` is told the
+    index of each job as the child starts it (from another thread)."""
     if not jobs:
         return []
     try:
-        return _run(jobs, tc, timeout)
+        return _run(jobs, tc, timeout, started)
     except _Crashed as e:
         if len(jobs) == 1:
             return [Outcome(False, False, str(e))]
-    return [run_jobs([j], tc, timeout)[0] for j in jobs]
+    return [run_jobs([j], tc, timeout, None if started is None else functools.partial(_as_job, started, k))[0]
+            for k, j in enumerate(jobs)]
+
+
+def _as_job(started: Callable[[int], None], k: int, _alone: int) -> None:
+    """A job run alone (index 0 in its own child) told as the index it has among the jobs given."""
+    started(k)
 
 
 def child_spec(jobs: Sequence[AnyJob], work: Path, result: Path) -> str:
@@ -135,21 +147,44 @@ class _Crashed(QnnDeployError):
     """The child died or hung on these jobs (a binary's fault); any other error is the machine's (a full TMPDIR)."""
 
 
-def _run(jobs: Sequence[AnyJob], tc: toolchain.Toolchain | None, timeout: float) -> list[Outcome]:
+def _run(jobs: Sequence[AnyJob], tc: toolchain.Toolchain | None, timeout: float,
+         started: Callable[[int], None] | None = None) -> list[Outcome]:
     with tempfile.TemporaryDirectory(prefix="qnndeploy-emulator-") as tmp:
         spec, result = Path(tmp) / "jobs.json", Path(tmp) / "result.json"
         with writing(tmp):
             spec.write_text(child_spec(jobs, Path(tmp), result))
         env = toolchain.environ(tc) if tc is not None else child.environ()
+        errors: list[str] = []
+        proc = subprocess.Popen(child.module("qnn.emulator", str(spec)), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+
+        def read_stderr() -> None:  # the child's job starts, told as they happen; the rest kept for a crash
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                if line.startswith(STARTED) and line[len(STARTED):].strip().isdigit():
+                    if started is not None:
+                        started(int(line[len(STARTED):]))
+                else:
+                    errors.append(line)
+
+        reader = threading.Thread(target=read_stderr, daemon=True)
+        reader.start()
         try:
-            done = subprocess.run(child.module("qnn.emulator", str(spec)), capture_output=True, text=True, env=env,
-                                  timeout=timeout, check=False)
+            returncode = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
             raise _Crashed(f"the host HTP emulator did not finish loading the context binaries in {timeout:g} "
                            "s") from None
+        except BaseException:  # Ctrl-C, SIGTERM: the child goes too, as under subprocess.run
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            reader.join(timeout=5)
         if not result.is_file():
-            why = f"signal {-done.returncode}" if done.returncode < 0 else f"exit {done.returncode}"
-            last = done.stderr.strip().splitlines()[-1:] or ["no output"]
+            why = f"signal {-returncode}" if returncode < 0 else f"exit {returncode}"
+            last = "".join(errors).strip().splitlines()[-1:] or ["no output"]
             raise _Crashed(f"the host HTP emulator crashed loading the context binaries ({why}): "
                            f"{first_line(Exception(last[0]))}")
         return [Outcome(**o) for o in json.loads(result.read_text())]
@@ -278,7 +313,8 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qnndeploy" / "emulated"
 
 
-def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) -> Check:
+def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]],
+                 steps: Callable[[str], None] | None = None) -> Check:
     """Load every context binary of a bundle on the host emulator and compare it with its graph's CPU model.
 
     graph_names: bundle path of each context binary -> the graph names libQnnSystem read from it. A binary shared by
@@ -286,7 +322,8 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
     are validate's when the bundle holds its validation record and can make them again (seeded random inputs, or the
     record's sample files, still in the folder it names; then a difference is a problem), else one seeded random
     sample judged by validate's thresholds for the precision (a warning: the bundle was validated on inputs it does
-    not hold). The encoder and decoder of the bundle's decode loop are run as the loop, as validate ran them."""
+    not hold). The encoder and decoder of the bundle's decode loop are run as the loop, as validate ran them.
+    `steps` is told of each binary (or loop, or chain) as the emulator starts it."""
     found = Check()
     tc, why = emulator_for(manifest["qairt"]["version"])
     if why is not None:
@@ -327,7 +364,7 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]]) 
             jobs.append(_loop_job(root, manifest, looped, t, loop_parts, cpu, tc))
         elif chained and loop_parts:
             jobs.append(_chain_job(root, manifest, chained, t, loop_parts, cpu, tc))
-    outcomes = _outcomes(jobs, tc)
+    outcomes = _outcomes(jobs, tc, steps)
     for (path, ran, strict, _), outcome in zip(jobs, outcomes, strict=True):
         if isinstance(ran, LoopJob):
             _judge_loop(found, root, manifest, path, ran, strict, outcome)
@@ -471,14 +508,25 @@ def _judge_loop(found: Check, root: Path, manifest: JSON, path: str, job: LoopJo
         found.warnings.append((path, f"{what} (the bundle was validated on other inputs)"))
 
 
-def _outcomes(jobs: list[tuple[str, AnyJob, bool, str]], tc: toolchain.Toolchain | None) -> list[Outcome]:
+def _outcomes(jobs: list[tuple[str, AnyJob, bool, str]], tc: toolchain.Toolchain | None,
+              steps: Callable[[str], None] | None = None) -> list[Outcome]:
     """Each job's outcome, from the cache by content where it was run before, else run now (and kept)."""
     cached: dict[str, Outcome] = {}
     for _, _, _, key in jobs:
         with contextlib.suppress(OSError, ValueError, TypeError):  # a cache miss
             cached[key] = Outcome(**json.loads((cache_dir() / f"{key}.json").read_text()))
-    todo = [(job, key) for _, job, _, key in jobs if key not in cached]
-    for (_, key), outcome in zip(todo, run_jobs([j for j, _ in todo], tc), strict=True):
+    todo = [(path, job, key) for path, job, _, key in jobs if key not in cached]
+    if steps is not None and len(todo) < len(jobs):
+        steps(f"{len(jobs) - len(todo)} of {len(jobs)} emulator run(s) from the cache (run before on the same bytes)")
+
+    def started(k: int) -> None:
+        if steps is not None:
+            path, job, _ = todo[k]
+            how = " as the decode loop" if isinstance(job, LoopJob) else " as the split's chain" if isinstance(
+                job, ChainJob) else ""
+            steps(f"running {path}{how} on the host HTP emulator ({k + 1} of {len(todo)})")
+
+    for (_, _, key), outcome in zip(todo, run_jobs([j for _, j, _ in todo], tc, started=started), strict=True):
         cached[key] = outcome
         with contextlib.suppress(OSError, ValueError, TypeError):  # a cache miss
             write_json(cache_dir() / f"{key}.json", asdict(outcome))
@@ -594,7 +642,8 @@ def _one_loop(job: JSON, work: Path, references: References) -> Outcome:
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
     outcomes, references = [], References()
-    for job in spec["jobs"]:
+    for k, job in enumerate(spec["jobs"]):
+        print(f"{STARTED}{k}", file=sys.stderr, flush=True)  # the parent's progress: job k starts
         try:
             run = {LoopJob.__name__: _one_loop, ChainJob.__name__: _one_chain}.get(job["kind"], _one)
             outcomes.append(run(job, Path(spec["work"]), references))

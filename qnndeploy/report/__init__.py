@@ -6,7 +6,7 @@ page, svg.py draws the plots."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,9 +37,11 @@ class ReportResult:
     bytes: int = 0
 
 
-def report(paths: Sequence[Path], output: Path, force: bool = False) -> ReportResult:
+def report(paths: Sequence[Path], output: Path, force: bool = False, steps: Callable[[str], None] | None = None
+           ) -> ReportResult:
     """Read every record under `paths` and write the page to `output` whole or not at all (a staging file, then
-    one rename). BadInput when a path does not exist or holds no record, or `output` exists without `force`."""
+    one rename). BadInput when a path does not exist or holds no record, or `output` exists without `force`.
+    `steps` is told of each long step (each path read, the page drawn) as it starts."""
     output = Path(output)
     if not paths:
         raise BadInput("give at least one PATH: a build folder, a bundle or a folder of device records")
@@ -49,7 +51,9 @@ def report(paths: Sequence[Path], output: Path, force: bool = False) -> ReportRe
         raise BadInput(f"{output} is one of the PATHs read: give the report another name, e.g. -o report.html")
     if output.exists() and not force:  # before reading: a long read should not end in this refusal
         raise BadInput(f"{output} already exists; remove it or pass --force")
-    collected = collect(list(paths))
+    collected = collect(list(paths), steps)
+    if steps is not None:
+        steps(f"drawing the page: {collected.records} record(s), their tables and plots")
     page = html.render(collected, datetime.now(UTC).isoformat(timespec="seconds"), __version__)
     data = page.encode("utf-8")
     with writing(output), staging_file(output, force=force, tidy=True) as tmp:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -58,10 +58,10 @@ class _Unreadable(Exception):
 
 # --- finding the files -------------------------------------------------------------------------------------------
 
-def collect(paths: list[Path]) -> Collected:
+def collect(paths: list[Path], steps: Callable[[str], None] | None = None) -> Collected:
     """Read every record under each path: a folder (walked, symlinks not followed), a record file, or a bundle
     archive (.zip, .tar.gz; extracted while it is read). BadInput for a path that does not exist or is a file of
-    another kind, and when no path holds any record."""
+    another kind, and when no path holds any record. `steps` is told of each path as it is read."""
     out = Collected()
     seen: dict[bytes, str] = {}
     with ExitStack() as stack:
@@ -71,6 +71,8 @@ def collect(paths: list[Path]) -> Collected:
                 raise BadInput(f"{given}: no such file or folder (give a build folder, a bundle or a folder of "
                                "device records)")
             label = given.name or str(given)
+            if steps is not None:
+                steps(f"reading the records under {given}")
             out.paths.append(str(given))
             root = given
             if given.is_file() and given.name.lower().endswith(ARCHIVES):
