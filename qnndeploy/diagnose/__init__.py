@@ -216,6 +216,7 @@ class DiagnoseResult:
     cpu_part: Side | Literal[""] | None = None  # the part that split keeps on the CPU; "": no split passes
     split_reason: str = ""
     splits: list[SplitTrial] = field(default_factory=list)  # every split measured, the best first
+    rescaled: Measured | None = None  # an L2 norm's rescale remedy, done in the graph and run, when it applies
     blamed: str = ""  # why first_bad is before the tensor the threshold found, when it is
     outputs_cosine: float | None = None  # the worst graph output's cosine, here or in validate's record
     # The build's own binary (what validate runs, no tensor exposed) on the same samples, by validate's rules: the
@@ -315,6 +316,7 @@ def diagnose(target: Path, options: DiagnoseOptions = DiagnoseOptions(), progres
         nodes = sum(1 for n in model.graph.node if n.op_type != "Constant")
         candidates, no_tail = _split_points(session, tensors, first_bad, last_good, ranges) if first_bad else ([], "")
         trials = _prove(session, source, candidates, expected, task, progress) if candidates else []
+        rescaled = _rescale_trial(session, source, model, first_bad, ranges, expected, task) if first_bad else None
     except OSError as e:  # the probe models in TMPDIR: a full disk or a file size limit, said in one line
         if e.errno not in FULL:
             raise
@@ -327,7 +329,7 @@ def diagnose(target: Path, options: DiagnoseOptions = DiagnoseOptions(), progres
                             limit["min_snr_db"], nodes, len(tensors), probes, first_bad, last_good, ranges,
                             explanations, [], None, ok, session.compiles, 0.0, reference=reference,
                             samples_from=samples_from, fits=[] if ok else fits(source, expected, actual, limit),
-                            splits=trials, blamed=blamed)
+                            splits=trials, blamed=blamed, rescaled=rescaled)
     result.outputs_snr_db = min((m.snr_db for m in reference if m.snr_db is not None), default=None)
     result.outputs_cosine = min((m.cosine for m in reference if m.cosine is not None), default=None)
     best = next((t for t in trials if t.measured is not None and t.measured.passed), None)
@@ -741,6 +743,57 @@ def _inner_sum(bad: Probe, inputs: list[Ranges]) -> tuple[float, str] | None:
     return None
 
 
+def _l2_scale(sum_of_squares: float) -> float:
+    """The power of two that brings an L2 norm's sum of squares to 8192 or less."""
+    return float(2 ** math.ceil(math.log2(math.sqrt(sum_of_squares / 8192))))
+
+
+def _rescale_trial(session: _Session, source: Path, model: onnx.ModelProto, bad: Probe, inputs: list[Ranges],
+                   expected: list[Sample], task: tasks.Task) -> Measured | None:
+    """The rescale remedy of an L2 norm whose sum of squares overflows fp16, done in a copy of the graph (Mul by 1/s
+    before the norm; for ReduceL2 Mul by s after it: an LpNormalization's output does not change) and the whole model
+    run on the HTP emulator on diagnose's samples, judged against the CPU by validate's rules; None when it does not
+    apply or cannot be run."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    inner = _inner_sum(bad, inputs)
+    node = next((n for n in model.graph.node if n.name == bad.node), None)
+    if inner is None or node is None:
+        return None
+    scale = _l2_scale(inner[0])
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    nodes = list(copy.graph.node)
+    target = next(n for n in nodes if n.name == bad.node)
+    x, y = target.input[0], target.output[0]
+    copy.graph.initializer.extend([numpy_helper.from_array(np.array(1 / scale, np.float32), f"{x}__rescale_in"),
+                                   numpy_helper.from_array(np.array(scale, np.float32), f"{y}__rescale_out")])
+    before = helper.make_node("Mul", [x, f"{x}__rescale_in"], [f"{x}__rescaled"], name=f"{target.name}__rescale_in")
+    target.input[0] = f"{x}__rescaled"
+    after = []
+    if target.op_type == "ReduceL2":
+        target.output[0] = f"{y}__rescaled"
+        after = [helper.make_node("Mul", [f"{y}__rescaled", f"{y}__rescale_out"], [y],
+                                  name=f"{target.name}__rescale_out")]
+    at = nodes.index(target)
+    copy.graph.ClearField("node")
+    copy.graph.node.extend([*nodes[:at], before, target, *after, *nodes[at + 1:]])
+    path = Path(session.tmp.name) / "rescaled" / source.name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(copy, str(path))
+    try:
+        made = htp.run_model(path, socs.find(session.record.soc), session.feeds, fp16=True,
+                             provider=_provider(session.record))[0]
+    except QnnDeployError:
+        return None
+    names = list(expected[0])
+    judged, _, passed = tasks.judge(task, source, expected, [{n: o[n] for n in names} for o in made], session.limits)
+    return Measured(passed, min((m.snr_db for m in judged if m.snr_db is not None), default=None),
+                    min((m.cosine for m in judged if m.cosine is not None), default=None))
+
+
 def _ulp(x: float) -> float:
     """fp16's spacing at magnitude x (normal range)."""
     return 2.0 ** (math.floor(math.log2(max(x, FP16_MIN_NORMAL))) - 10)
@@ -918,11 +971,14 @@ def remedies(result: DiagnoseResult) -> list[Remedy]:
             + _UNMEASURED)))
     elif (inner := _inner_sum(bad, result.input_ranges)) is not None:
         reads = max(result.input_ranges, key=lambda r: r.max_abs, default=None)
-        scale = 2 ** math.ceil(math.log2(math.sqrt(inner[0] / 8192)))  # the sum of squares to 8192 or less
+        scale, done = _l2_scale(inner[0]), result.rescaled
+        undo = f" and multiply its result by {scale:g}" if bad.op_type == "ReduceL2" else ""
         found.append(Remedy(RemedyKind.RESCALE, (
-            f"divide {reads.tensor if reads else 'its input'} by {scale:g} before {bad.node} and multiply its result "
-            f"by {scale:g} (an L2 norm of x/{scale:g} is the norm of x over {scale:g}: the sum of squares then "
-            f"fits), or compute it on the CPU (split); " + _UNMEASURED)))
+            f"divide {reads.tensor if reads else 'its input'} by {scale:g} before {bad.node}{undo} (an L2 norm of "
+            f"x/{scale:g} is the norm of x over {scale:g}: the sum of squares then fits), in the model's code, or "
+            "compute it on the CPU (split); " + (
+                f"measured with the scale put into the graph, on the HTP emulator: {_measured(done)}" if done else
+                _UNMEASURED)), measured=done))
     elif bad.op_type == "Exp" and "overflow" in kinds:
         found.append(Remedy(RemedyKind.CLAMP, (
             f"Exp overflows fp16 above 11.09: subtract the max first (as Softmax does) or add Min(x, 11) before "

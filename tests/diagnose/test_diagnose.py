@@ -436,8 +436,8 @@ def test_an_l2_norm_whose_sum_of_squares_overflows_is_named_and_its_remedies_are
     passes and the first tensor below the threshold is the Div reading it (the advice flipped there). Before printing
     a split it cuts both (the front end up to the norm on the CPU; the tail after the last good tensor on the CPU),
     compiles the NPU part and runs the chain: it prints the same best split at both thresholds, with its figure, and
-    that split run as printed (prepare, compile, validate) passes as a chain with that figure. The rescale is advice,
-    said not measured; done by hand (the norm of x/64, times 64) it passes too."""
+    that split run as printed (prepare, compile, validate) passes as a chain with that figure. The rescale (the norm
+    of x/64, times 64) is done in the graph and measured before it is printed; done by hand it passes too, as said."""
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
     onnx.save(scalenorm_after_gain(), tmp_path / "pose.onnx")
     assert compile_stage.compile_models({"pose": tmp_path / "pose.onnx"}, ["SM8650"], tmp_path / "build").ok
@@ -462,7 +462,7 @@ def test_an_l2_norm_whose_sum_of_squares_overflows_is_named_and_its_remedies_are
         second = result["remedies"][1]  # the other passing split, with its figure
         assert "--split-at norm --cpu head" in second["command"] and second["measured"] == measured[("norm", "head")]
         rescale = next(r for r in result["remedies"] if r["kind"] == "rescale")
-        assert rescale["measured"] is None and "advice, not measured" in rescale["text"]
+        assert rescale["measured"]["passed"] and "measured with the scale put into the graph" in rescale["text"]
         assert "divide feat by 64 before scalenorm_l2 and multiply its result by 64" in rescale["text"]
         threshold_remedy = next(r for r in result["remedies"] if r["kind"] == "threshold")
         assert threshold_remedy["measured"]["snr_db"] == result["outputs_snr_db"]
