@@ -147,6 +147,7 @@ def _stages(out: Path, socs: tuple[str, ...], say: Step, sdk_root: Path | None, 
         raise CheckFailed(f"the demo bundle does not verify: {report.problems[0].path}: "
                           f"{report.problems[0].message}")
     b = shlex.quote(str(bundled.path))
+    sdk = shlex.quote(str(sdk_root)) if sdk_root else '"$QNN_SDK_ROOT"'  # the QAIRT SDK the user set up
     return DemoResult(
         out=out, verdict_before=before.verdict, prepare_changes=prepared.changes,
         max_abs_diff_cpu=max(d.max_abs_diff for d in prepared.equivalence), verdict_after=after.verdict,
@@ -159,7 +160,9 @@ def _stages(out: Path, socs: tuple[str, ...], say: Step, sdk_root: Path | None, 
         next_commands=[
             f"qnndeploy scaffold {b} --package com.example.kws -o app/qnndeploy",
             f"qnndeploy device info --bundle {b}",
-            f"qnndeploy device verify {b}",
+            # a runner, or nothing runs on the phone (exit 4): qnn-net-run of the QAIRT SDK, which (external
+            # runtime) also gives the QNN libraries; without a phone, the emulated one (README, "Try the phone side")
+            f"qnndeploy device verify {b} --qnn-sdk-root {sdk}",
         ],
     )
 

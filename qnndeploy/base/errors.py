@@ -7,6 +7,7 @@ EXIT_OK = 0
 EXIT_CHECK_FAILED = 1  # the thing checked has problems (bundle verify, validate, a failed compile job)
 EXIT_BAD_INPUT = 2  # bad input or usage: nothing was written
 EXIT_MISSING_TOOL = 3  # a tool or package the command needs is not installed
+EXIT_NOT_RUN = 4  # device verify: nothing failed, but some graph ran nowhere on the phone (no runner, CPU fallback)
 
 
 class QnnDeployError(Exception):

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import click
 
-from qnndeploy.base.errors import EXIT_CHECK_FAILED, QnnDeployError
+from qnndeploy.base.errors import EXIT_CHECK_FAILED, EXIT_NOT_RUN, QnnDeployError
 from qnndeploy.base.names import PERFORMANCE_MODES
 from qnndeploy.cli._common import (
     CONTEXT_SETTINGS,
@@ -278,7 +278,8 @@ def device_profile(pid: int | None, package: str | None, serial: str | None, int
 # --- verify -------------------------------------------------------------------------------------------------------
 
 def _render_graph_run(g: verify_stage.GraphRun) -> None:
-    label = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "ran": "RAN"}[g.status]
+    label = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "ran": "RAN",
+             verify_stage.NOT_RUN: "NOT RUN"}[g.status]
     od = g.on_device
     if od is not None and od.compile_s is not None:
         per = f"{od.per_inference_s * 1e3:.2f} ms/inference" if od.per_inference_s is not None else "- ms/inference"
@@ -286,8 +287,13 @@ def _render_graph_run(g: verify_stage.GraphRun) -> None:
         _say(f"  {'':<5} {g.graph:<14} compiled on the phone in {od.compile_s:.3f} s (first run), cache hit "
              f"{cache}, {per} ({od.inferences} runs, QNN EP: " + " ".join(f"{k}={v}" for k, v in
                                                                       od.provider_options.items()) + ")")
-    if g.status == "error":
+    if g.status in ("error", verify_stage.NOT_RUN):
         _say(f"  {label:<5} {g.graph:<14} {g.reason}")
+    elif g.status == "ran" and g.ran_on == "cpu":
+        per = f"{g.per_inference_s * 1e3:.2f} ms/inference" if g.per_inference_s is not None else "- ms/inference"
+        first = "-" if g.first_run_s is None else f"{g.first_run_s * 1e3:.0f}"
+        _say(f"  {label:<5} {g.graph:<14} on the phone's CPU: first run {first} ms, {per} ({g.inferences} runs, "
+             f"{g.clock} clock); outputs not compared (onnxruntime_perf_test writes none)")
     elif g.status == "ran":
         _say(f"  {label:<5} {g.graph:<14} outputs not compared (no qnn-net-run)")
     else:
@@ -317,8 +323,8 @@ def _render_device_verification(r: verify_stage.DeviceVerification) -> None:
     if r.play is not None:
         _say(f"  Play: {'' if r.play.ok else 'MISMATCH: '}{r.play.reason}")
     if r.ort_runner:
-        _say("  ran onnxruntime_perf_test" + (" and qnn-net-run" if r.runner else "") + " with "
-             + " ".join(f"{k}={v}" for k, v in r.environment.items()))
+        _say("  ran onnxruntime_perf_test" + (" and qnn-net-run" if r.runner else "")
+             + (" with " + " ".join(f"{k}={v}" for k, v in r.environment.items()) if r.environment else ""))
     elif r.runner:
         _say("  ran qnn-net-run with " + " ".join(f"{k}={v}" for k, v in r.environment.items()))
     if r.runner_note:
@@ -365,12 +371,25 @@ def _render_verify_table(results: list[verify_stage.DeviceVerification]) -> None
         if r.error or r.push is None:
             _say(f"{r.serial:<22} {'-':<24} {'-':<8} {'-':<6} {'-':>9} {'-':>8}  {'-':<24} ERROR: {r.error}")
             continue
-        graphs = ", ".join(f"{g.graph} {g.status}" for g in r.graphs) or ("not run" if r.provider == "npu" else "-")
+        graphs = ", ".join(f"{g.graph} {g.status}" for g in r.graphs) or "-"
         if r.play is not None:
             graphs += f"; Play {r.play.delivered}" + ("" if r.play.ok else f" (expected {r.play.expected})")
         sent = f"{len(r.push.sent)}/{r.push.files}"
         _say(f"{r.serial:<22} {r.model[:24]:<24} {r.soc or '?':<8} {(r.provider or '-').upper():<6} {sent:>9} "
-                   f"{r.push.bytes_sent / 1e6:>8.2f}  {graphs:<24} {'ok' if r.ok else 'FAILED'}")
+                   f"{r.push.bytes_sent / 1e6:>8.2f}  {graphs:<24} {_verdict(r)}")
+
+
+def _verdict(r: verify_stage.DeviceVerification) -> str:
+    """A phone's verdict in a word: ok only when something ran and nothing failed."""
+    if r.error or r.outcome == verify_stage.Outcome.FAILED:
+        return "FAILED"
+    return "NOT RUN" if r.outcome == verify_stage.Outcome.NOT_RUN else "ok"
+
+
+def _exit_code(results: list[verify_stage.DeviceVerification]) -> int:
+    """1 when a phone failed; else 4 when some graph ran nowhere (README "Exit codes"); else 0."""
+    verdicts = {_verdict(r) for r in results}
+    return EXIT_CHECK_FAILED if "FAILED" in verdicts else EXIT_NOT_RUN if "NOT RUN" in verdicts else 0
 
 
 def _render_verifications(report: VerifyReport, results: list[verify_stage.DeviceVerification],
@@ -382,6 +401,10 @@ def _render_verifications(report: VerifyReport, results: list[verify_stage.Devic
     if all_devices:
         _render_verify_table(results)
     for r in results:
+        if not r.error and r.outcome == verify_stage.Outcome.NOT_RUN:
+            missed = [g.graph for g in r.graphs if g.status == verify_stage.NOT_RUN]
+            _say(f"NOT RUN on {r.serial}: {', '.join(missed) or 'no graph'} ran nowhere on the phone (the files were "
+                 "pushed and checked; nothing was proven there)")
         if r.record:
             _say(f"record: {shown(r.record)}")
 
@@ -442,7 +465,12 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
     phone with the app's QNN EP options and session, timed (first compile against the bundle's budget, cache hit,
     runs), and with --runner the binary it compiled is compared with the CPU model as above. With --play, Play's
     device group for the phone is checked
-    against the decision's (a phone Play sends another group, or none, runs on the CPU). Exit 1 when a phone fails.
+    against the decision's (a phone Play sends another group, or none, runs on the CPU).
+
+    The record lists every graph of the decision: ran on the NPU (passed, failed, error, or ran without a
+    comparison), or not run, with why (no runner; the phone takes the CPU; a split's CPU part). Exit 1 when a
+    phone fails; 4 when nothing failed but some graph was not run (its files pushed and checked, nothing proven);
+    0 when every graph ran.
 
     With --aihub, the phones are Qualcomm AI Hub's (qai-hub's own configuration holds the token): per phone and
     graph one inference job with profiling; outputs compared with the CPU model as above, and AI Hub's inference
@@ -482,8 +510,9 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
         _render_hosted_table(results)
     else:
         _render_verifications(report, results, all_devices)
-    if not all(r.ok for r in results):
-        sys.exit(EXIT_CHECK_FAILED)
+    code = _exit_code(results)
+    if code:
+        sys.exit(code)
 
 
 def _verify(job: verify_stage.Job, serial: str | None, all_devices: bool, aihub: bool,

@@ -17,7 +17,7 @@ from qnndeploy.base import socs
 from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.pool import Pool
-from qnndeploy.device.verify import DeviceVerification, GraphRun, Job, write_record
+from qnndeploy.device.verify import DeviceVerification, GraphRun, Job, add_not_run, settle, write_record
 from qnndeploy.formats import decision
 from qnndeploy.formats.manifest import FileFormat, Manifest
 from qnndeploy.model import metrics
@@ -90,14 +90,17 @@ def _verify_one(job: Job, device: Any, hosted: aihub.HostedDevice) -> DeviceVeri
     result.provider, result.reason = choice.provider, choice.reason
     if not choice.npu:
         result.expectation = "CPU fallback expected: nothing to run on AI Hub"
-        result.ok = True
+        add_not_run(result, choice, f"the app runs it on the CPU here ({choice.reason}): nothing to run on AI Hub")
+        settle(result)
         result.record = write_record(job, result)
         return result
     if choice.npu_source == decision.NpuSource.ON_DEVICE:  # no context binary of the bundle's to submit
         result.npu_source, result.compile_budget_s = str(choice.npu_source), choice.compile_budget_s
         result.expectation = ("NPU, compiled on the phone (on-device): not run on AI Hub, which compiles on its own "
                               "host; run it over adb with device verify --ort-runner")
-        result.ok = True
+        add_not_run(result, choice, "compiled on the phone (on-device): AI Hub compiles on its own host, not as the "
+                                    "app's QNN EP; run it over adb with device verify --ort-runner")
+        settle(result)
         result.record = write_record(job, result)
         return result
     binaries = {a.path: a for t in job.manifest.targets for a in t.artifacts
@@ -107,9 +110,11 @@ def _verify_one(job: Job, device: Any, hosted: aihub.HostedDevice) -> DeviceVeri
             continue
         binary = next(p for p, a in binaries.items() if a.serves(graph) and p in choice.files)
         result.graphs.append(_run_graph(job, device, hosted, graph, binary, choice))
-    result.ok = bool(result.graphs) and all(g.status == "passed" for g in result.graphs)
+    ran = bool(result.graphs) and all(g.status == "passed" for g in result.graphs)
     statuses = {g.status for g in result.graphs}
-    result.expectation = ("NPU: every context binary ran on the hosted phone and matches the CPU model" if result.ok
+    add_not_run(result, choice, "")  # a split's CPU parts: not run on AI Hub
+    settle(result)
+    result.expectation = ("NPU: every context binary ran on the hosted phone and matches the CPU model" if ran
                           else "NPU target, but it failed on the hosted phone" if "error" in statuses
                           else "NPU: the context binaries ran, but their outputs differ from the CPU model's")
     result.record = write_record(job, result)
@@ -119,7 +124,7 @@ def _verify_one(job: Job, device: Any, hosted: aihub.HostedDevice) -> DeviceVeri
 def _run_graph(job: Job, device: Any, hosted: aihub.HostedDevice, graph: str, binary: str,
                choice: decision.Decision) -> GraphRun:
     hub = aihub.client()
-    run = GraphRun(graph, binary, "error")
+    run = GraphRun(graph, binary, "error", ran_on="npu")  # an inference job on the hosted phone's HTP
     samples, expected, run.inputs = job.reference(graph)
     names = list(samples[0])
     what = f"{graph} on {hosted.name}"

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,18 @@ ON_DEVICE_PASSED = ("NPU, compiled on the phone: the QNN EP compiled every graph
                     "CPU model's")
 ON_DEVICE_WRONG = "NPU, compiled on the phone, but its outputs differ from the CPU model's"
 ON_DEVICE_FAILED = "NPU on-device compile, but it failed on the phone: the app would fall back to the CPU"
+NOT_RUN = "not run"  # a graph's status when nothing ran it on the phone; its reason says why
+
+
+class Outcome(StrEnum):
+    """What a phone's device verify proved, worst first: the exit code follows it (1, 4, 0)."""
+
+    FAILED = "failed"  # the phone or a graph failed (exit 1)
+    NOT_RUN = "not run"  # the files were pushed and checked, but some graph ran nowhere on the phone (exit 4)
+    RAN = "ran"  # every graph ran on the phone, at least one not compared with the CPU model (exit 0)
+    PASSED = "passed"  # every graph ran on the phone and matches the CPU model (exit 0)
+
+
 ON_DEVICE_TIMING_NOTE = ("on-device: compile_s is the first onnxruntime_perf_test run's session creation (load and "
                          "compile the ONNX, write the EP context); cache_load_s the second run's, which opens the "
                          "cached context as a later app start does; per_inference_s that run's average of N "
@@ -88,8 +101,9 @@ class PushFigures:
 class GraphRun:
     graph: str
     context: str  # on the phone
-    status: str  # "passed" | "failed" | "error"
+    status: str  # "passed" | "failed" | "error" | "ran" (not compared) | "not run" (NOT_RUN; reason: why)
     reason: str | None = None
+    ran_on: str | None = None  # where it ran: "npu" (the phone's HTP), "cpu", None when it did not run
     samples: int = 0
     inputs: JSON | None = None  # how the inputs were made (random, seeded; or the files of --inputs)
     inferences: int = 0
@@ -160,6 +174,8 @@ class DeviceVerification:
     graphs: list[GraphRun] = field(default_factory=list)
     play: PlayCheck | None = None
     record: Path | None = None
+    outcome: Outcome = Outcome.FAILED  # what was proven: ok and every graph ran (passed, ran), or not run
+
 
 
 class Job:
@@ -321,11 +337,13 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
     if job.play_plan is not None:
         result.play = play_check(job.play_plan, job.play_groups, props, choice.soc, choice.files, on_device)
 
-    if choice.npu and (job.runner is not None or (on_device and job.ort_runner is not None)):
+    wanted = [g for g in choice.paths  # the graphs a runner will run: their references, CPU graphs' samples
+              if (job.ort_runner is not None if not choice.npu or g in choice.cpu_graphs
+                  else job.runner is not None or (on_device and job.ort_runner is not None))]
+    if wanted:
         say("running the CPU models here on the samples (the reference)")
-        for graph in choice.paths:
-            if graph not in choice.cpu_graphs:
-                job.reference(graph)  # unusable --inputs fail here, before anything is pushed
+        for graph in wanted:
+            job.reference(graph)  # unusable --inputs fail here, before anything is pushed
     say(f"{dev.serial}: pushing {job.bundle_id} to {job.remote_dir}")
     result.push = push_bundle(dev, job, choice, progress)
 
@@ -350,24 +368,74 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
     elif choice.npu:
         result.runner_note = ("no runner: pass --runner PATH or --qnn-sdk-root DIR to run the context binaries on "
                               "the phone and compare them with the CPU model")
-    elif job.runner is not None or job.ort_runner is not None:
-        result.runner_note = "CPU fallback on this phone: no context binary to run"
+    elif job.ort_runner is None:
+        result.runner_note = ("CPU fallback on this phone: no context binary to run; --ort-runner PATH "
+                              "(onnxruntime_perf_test) runs the CPU models on the phone's CPU")
+    cpu_graphs = [g for g in choice.paths if not choice.npu or g in choice.cpu_graphs]
+    if job.ort_runner is not None and cpu_graphs:  # the app's CPU path, on the phone's CPU as the app runs it
+        assert job.ort_runner_sha256 is not None  # hashed with the runner, in Job()
+        runner.install(dev, job.ort_runner, job.ort_runner_sha256, ortrunner.REMOTE_ORT_RUNNER)
+        result.ort_runner = ortrunner.REMOTE_ORT_RUNNER
+        for graph in cpu_graphs:
+            result.graphs.append(_run_on_cpu(dev, job, graph, choice.paths[graph], choice))
     over_budget = (result.compile_s is not None and result.compile_budget_s is not None
                    and result.compile_s > result.compile_budget_s)
-    result.ok = (all(g.status in ("passed", "ran") for g in result.graphs) and not over_budget
-                 and (result.play is None or result.play.ok))
+    add_not_run(result, choice, _why_not_run(job, choice, on_device))
+    settle(result, failed=over_budget or (result.play is not None and not result.play.ok))
+    ran = [g for g in result.graphs if g.ran_on is not None]
+    statuses = {g.status for g in ran}
     if on_device:
         _on_device_outcome(result, over_budget)
-    elif result.graphs:
-        statuses = {g.status for g in result.graphs}
+    elif ran:
         result.expectation = NPU_FAILED if "error" in statuses else NPU_WRONG if "failed" in statuses else NPU_RAN
     if choice.npu and not on_device:  # say what was observed here, not the decision's assumption that libraries load
         result.reason = f"SoC {choice.soc} ({choice.dsp_arch}) is in the bundle; " + (
-            "the QNN libraries were not loaded here (no runner)" if not result.graphs else
+            "the QNN libraries were not loaded here (no runner)" if not ran else
             "qnn-net-run could not run on the phone (see the graphs' advice)" if "error" in statuses else
-            "qnn-net-run loaded the QNN libraries and ran every graph")
+            "qnn-net-run loaded the QNN libraries and ran every context binary")
     result.record = write_record(job, result)
     return result
+
+
+def _why_not_run(job: Job, choice: decision.Decision, on_device: bool) -> str:
+    """Why a graph of this decision did not run on the phone, with what would run it."""
+    if not choice.npu:
+        return (f"the app runs it on the CPU here ({choice.reason}); device verify runs context binaries and "
+                "on-device compiles, not the CPU model: its files were pushed and checked")
+    if on_device:
+        return ("no ORT runner: pass --ort-runner PATH (onnxruntime_perf_test for Android arm64 with the QNN EP) to "
+                "compile and run it on the phone")
+    return "no runner: pass --runner PATH or --qnn-sdk-root DIR (qnn-net-run for aarch64-android) to run it on the NPU"
+
+
+def add_not_run(result: DeviceVerification, choice: decision.Decision, why: str) -> None:
+    """A "not run" entry, with why, for every graph of the decision that has none: the record lists every graph."""
+    have = {g.graph for g in result.graphs}
+    for graph, path in choice.paths.items():
+        if graph in have:
+            continue
+        reason = why
+        if choice.npu and graph in choice.cpu_graphs:
+            reason = ("a split's CPU part: the app runs it with ONNX Runtime on the CPU; device verify runs the NPU "
+                      "parts only")
+        result.graphs.append(GraphRun(graph, f"{result.remote_dir}/{path}" if result.remote_dir else path, NOT_RUN,
+                                      reason))
+    order = list(choice.paths)  # the decision's order (a split's parts in the pipeline's)
+    result.graphs.sort(key=lambda g: order.index(g.graph) if g.graph in order else len(order))
+
+
+def settle(result: DeviceVerification, failed: bool = False) -> None:
+    """The phone's outcome from its graphs (and a failure found beside them: a budget, Play): any graph in error or
+    failed, failed; else any graph not run (or none at all), not run; else passed, or ran when one was not
+    compared. ok is true for passed and ran only: a phone where nothing ran is never ok."""
+    statuses = {g.status for g in result.graphs}
+    if failed or result.error or statuses & {"failed", "error"}:
+        result.outcome = Outcome.FAILED
+    elif not statuses or NOT_RUN in statuses:
+        result.outcome = Outcome.NOT_RUN
+    else:
+        result.outcome = Outcome.PASSED if statuses == {"passed"} else Outcome.RAN
+    result.ok = result.outcome in (Outcome.PASSED, Outcome.RAN)
 
 
 def push_bundle(dev: Device, job: Job, choice: decision.Decision, progress: Progress | None = None) -> PushFigures:
@@ -422,9 +490,9 @@ def _verify_on_device(dev: Device, job: Job, choice: decision.Decision, result: 
 
 def _on_device_outcome(result: DeviceVerification, over_budget: bool) -> None:
     """The expectation and reason of an on-device phone: what was observed, not the decision's assumptions."""
-    statuses = {g.status for g in result.graphs}
+    statuses = {g.status for g in result.graphs if g.ran_on is not None}
     where = f"SoC {result.soc} ({result.dsp_arch}) has no bundle target; the bundle validated {result.dsp_arch}: "
-    if not result.graphs:
+    if not statuses:
         result.reason = where + "the ONNX was not compiled here (no ORT runner)"
         return
     if "error" in statuses:
@@ -487,6 +555,7 @@ def _run_on_device(dev: Device, job: Job, graph: str, model: str, result: Device
                 doing=f"preparing {workdir}", limit=FILES)
         ups = [(p, p.relative_to(local / "up").as_posix()) for p in sorted((local / "up").rglob("*")) if p.is_file()]
         dev.push_files([Upload(p, f"{model_dir}/{rel}", name=rel) for p, rel in ups])
+        run.ran_on = "npu"  # the QNN EP on the phone's HTP
         first = ortrunner.run(dev, workdir, *env, ortrunner.command(f"{model_dir}/{name}", provider, config, job.runs),
                               f"compiling {name} on the phone (onnxruntime_perf_test, QNN EP)")
         if first.code != 0 or first.session_s is None:
@@ -533,6 +602,47 @@ def _run_on_device(dev: Device, job: Job, graph: str, model: str, result: Device
     compared.on_device, compared.context = od, run.context
     compared.first_run_s, compared.per_inference_s, compared.clock = run.first_run_s, run.per_inference_s, run.clock
     return compared
+
+
+def _beside(job: Job, choice: decision.Decision, graph: str, model: str) -> list[str]:
+    """The model and the files beside it that it reads (its external data): the bundle files of this graph there."""
+    listed = {e.path: e for _, e in job.manifest.files()}
+    return [p for p in [*choice.files, *(a.path for a in job.manifest.cpu)]
+            if posixpath.dirname(p) == posixpath.dirname(model) and (p == model or (p in listed
+                                                                                   and listed[p].serves(graph)))]
+
+
+def _run_on_cpu(dev: Device, job: Job, graph: str, model: str, choice: decision.Decision) -> GraphRun:
+    """One graph's CPU model on the phone's CPU, as the app's CPU path runs it: onnxruntime_perf_test -e cpu on the
+    pushed model (its copy beside the test data), one warm-up inference then N. Its outputs are not compared: the
+    tool writes none."""
+    workdir = f"{REMOTE_ROOT}/run/{job.bundle_id}/cpu/{graph}"
+    model_dir = f"{workdir}/model"
+    run = GraphRun(graph, f"{job.remote_dir}/{model}", "error", ran_on="cpu")
+    samples, _, run.inputs = job.reference(graph)
+    q = shlex.quote
+    copies = " && ".join(f"cp {q(job.remote_dir + '/' + p)} {q(model_dir + '/' + posixpath.basename(p))}"
+                         for p in dict.fromkeys(_beside(job, choice, graph, model)))
+    with tempfile.TemporaryDirectory(prefix="qnndeploy-cpu-") as tmp:
+        local = Path(tmp)
+        ortrunner.write_test_data(local / "up", samples, [i.name for i in job.manifest_graph(graph).inputs])
+        dev.run(f"rm -rf {q(workdir)} && mkdir -p {q(model_dir)} && {copies}", check=True,
+                doing=f"preparing {workdir}", limit=FILES)
+        ups = [(p, p.relative_to(local / "up").as_posix()) for p in sorted((local / "up").rglob("*")) if p.is_file()]
+        dev.push_files([Upload(p, f"{model_dir}/{rel}", name=rel) for p, rel in ups])
+    argv = [ortrunner.REMOTE_ORT_RUNNER, "-e", "cpu", "-m", "times", "-r", str(job.runs),
+            f"{model_dir}/{posixpath.basename(model)}"]
+    done = ortrunner.run(dev, workdir, "", "", argv, f"running {graph} on the phone's CPU (onnxruntime_perf_test -e "
+                                                      "cpu)")
+    if done.code != 0 or done.session_s is None:
+        _failure(run, "onnxruntime_perf_test -e cpu", done, {"adsp": "", "soc": choice.soc, "arch": None,
+                                                              "qairt": job.manifest.qairt.version})
+        return run
+    run.status, run.clock, run.samples, run.inferences = "ran", done.clock, len(samples), done.requests or 0
+    run.reason = "ran on the phone's CPU (onnxruntime_perf_test -e cpu); outputs not compared: the tool writes none"
+    run.first_run_s = round(done.session_s + (done.first_inference_ms or 0) / 1000, 4)
+    run.per_inference_s = round(done.average_ms / 1000, 6) if done.average_ms is not None else None
+    return run
 
 
 def _runtime_libs(job: Job, arch: str) -> dict[str, LocalFile]:
@@ -594,6 +704,7 @@ def _run_graph(dev: Device, job: Job, graph: str, context: str, result: DeviceVe
                 doing=f"preparing {workdir}", limit=FILES)
         ups = [(p, p.relative_to(local / "up").as_posix()) for p in sorted((local / "up").rglob("*")) if p.is_file()]
         dev.push_files([Upload(p, f"{workdir}/{rel}", name=rel) for p, rel in ups])
+        run.ran_on = "npu"  # qnn-net-run on the phone's HTP: what it gave is judged below
         first = runner.run(dev, workdir, context, *env, native, _lists(graph, graphs, runner.FIRST_INPUT), "out_first")
         timed = first if first.code != 0 else runner.run(dev, workdir, context, *env, native,
                                                          _lists(graph, graphs, runner.INPUT_LIST))
@@ -630,7 +741,7 @@ def write_record(job: Job, r: DeviceVerification) -> Path:
     name = f"{job.bundle_id}_{re.sub(r'[^A-Za-z0-9_.-]', '_', r.serial)}_{stamp:%Y%m%dT%H%M%SZ}.json"
     path = job.record_dir / name
     write_json(path, {
-        "record": RECORD, "version": RECORD_VERSION, "ok": r.ok,
+        "record": RECORD, "version": RECORD_VERSION, "ok": r.ok, "outcome": str(r.outcome),
         "device": {"serial": r.serial, "model": r.model, "android_release": r.android_release, "sdk": r.sdk},
         "soc": {"model": r.soc, "identified_by": r.identified_by, "dsp_arch": r.dsp_arch},
         "bundle": {"name": job.manifest.name, "version": job.manifest.version,

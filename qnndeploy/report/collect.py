@@ -354,7 +354,19 @@ def _device(d: Mapping[str, Any], shown: str, out: Collected) -> None:
         _opt_text(soc, "dsp_arch"), _bool(d, "ok"), _opt_text(decision, "provider"), _opt_text(decision, "reason"),
         f"{bundle.get('name')} {bundle.get('version')} (QAIRT {bundle.get('qairt_version')})", runs,
         _opt_text(d, "created"), _opt_text(_object(d, "runner"), "note"), _push(_object(d, "push")),
-        _play(_object(d, "play"))))
+        _play(_object(d, "play")), _outcome(d, runs)))
+
+
+def _outcome(d: Mapping[str, Any], runs: tuple[DeviceRun, ...]) -> str:
+    """What the phone proved: the record's outcome; a record without one (before it was written) that is ok but
+    ran no graph proved nothing (not run), as device verify without a runner wrote it."""
+    said = _opt_text(d, "outcome")
+    if said in ("passed", "ran", "not run", "failed"):
+        return said
+    if not _bool(d, "ok"):
+        return "failed"
+    ran = [r.status for r in runs if r.status != "not run"]
+    return "not run" if not ran or len(ran) < len(runs) else "passed" if set(ran) == {"passed"} else "ran"
 
 
 def _push(p: Mapping[str, Any]) -> str | None:

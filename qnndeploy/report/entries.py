@@ -194,6 +194,7 @@ class DeviceInfo:
     note: str | None = None  # the runner's note: why no graph ran, where it ran
     push: str | None = None  # what the push sent, in words
     play: str | None = None  # device verify --play: the device group Play delivers against the one expected
+    outcome: str = "failed"  # "passed" | "ran" | "not run" | "failed": what the phone proved (not run is never ok)
 
 
 @dataclass(frozen=True)

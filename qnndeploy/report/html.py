@@ -36,6 +36,7 @@ th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}t
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 .record{background:#fff;border:1px solid #ddd;border-left:4px solid #1f6fb4;padding:8px 12px;margin:10px 0}
 .record[data-kind=bench]{border-left-color:#e07b10}.record[data-kind=device],.record[data-kind=on-device]{border-left-color:#2e7d32}
+.record[data-status="not run"]{border-left-color:#999}
 .source{color:#555;font-size:.9em;margin:0 0 .4em}code{background:#f0f0f0;padding:0 3px;word-break:break-all}
 .pass{color:#2e7d32;font-weight:600}.fail{color:#c62828;font-weight:600}.warn{color:#b26a00;font-weight:600}
 figure{margin:.6em 0}figcaption{color:#444;font-size:.9em;max-width:640px}
@@ -90,10 +91,11 @@ class _Page:
         for copy, shown in c.duplicates.items():
             self.copies.setdefault(shown, []).append(copy)
 
-    def record(self, kind: str, source: str, title: str, body: str) -> str:
+    def record(self, kind: str, source: str, title: str, body: str, status: str | None = None) -> str:
         also = self.copies.get(source, [])
         more = (" (the same file as " + ", ".join(f"<code>{_e(a)}</code>" for a in also) + ")") if also else ""
-        return (f'<div class="record" data-kind="{_e(kind)}" data-source="{_e(source)}"><h4>{title}</h4>'
+        said = f' data-status="{_e(status)}"' if status else ""  # "not run": grey, not the kind's colour
+        return (f'<div class="record" data-kind="{_e(kind)}" data-source="{_e(source)}"{said}><h4>{title}</h4>'
                 f'<p class="source">from <code>{_e(source)}</code>{more}</p>{body}</div>')
 
 
@@ -178,7 +180,7 @@ def _on_device(p: _Page, r: OnDeviceInfo) -> str:
 
 
 def _device_run(p: _Page, d: DeviceInfo, run: DeviceRun) -> str:
-    status = {"passed": "pass", "failed": "fail"}.get(run.status, "warn")
+    status = {"passed": "pass", "failed": "fail", "not run": "muted"}.get(run.status, "warn")
     head = (f"<p>{_e(d.model)} <code>{_e(d.serial)}</code> ({_e(d.soc)}, {_e(d.dsp_arch or 'no HTP arch')}), "
             f"decision {_e(d.provider or '?')}: {_e(d.reason or '')}; bundle {_e(d.bundle)}"
             + (f"; {_e(d.created)}" if d.created else "") + "</p>"
@@ -187,7 +189,8 @@ def _device_run(p: _Page, d: DeviceInfo, run: DeviceRun) -> str:
             f"{_n(run.first_run_s and run.first_run_s * 1e3, '.1f', ' ms')}, per inference "
             f"{_n(run.per_inference_s and run.per_inference_s * 1e3, '.3g', ' ms')}"
             + (f" ({_e(run.clock)} clock)" if run.clock else "") + "</p>")
-    return p.record("device", d.source, "device verify", head + (_outputs_table(run.outputs) if run.outputs else ""))
+    return p.record("device", d.source, "device verify", head + (_outputs_table(run.outputs) if run.outputs else ""),
+                    status=run.status if run.status == "not run" else None)
 
 
 _PATH_ROWS: list[tuple[str, Callable[[PathFigures], float | None], str]] = [
@@ -313,16 +316,30 @@ def _profile(r: BenchInfo) -> str:
     return "".join(out)
 
 
+def _phone_verdict(d: DeviceInfo) -> str:
+    """ok (green) only when every graph ran and nothing failed; not run is grey, never a pass."""
+    if d.outcome == "not run":
+        return '<span class="muted">not run</span>'
+    return _verdict(d.ok and d.outcome in ("passed", "ran"), "ok", "FAILED")
+
+
 def _phone(p: _Page, d: DeviceInfo) -> str:
-    body = (f"<p>{_verdict(d.ok, 'ok', 'FAILED')}: {_e(d.model)} <code>{_e(d.serial)}</code>, {_e(d.soc)} "
+    body = (f"<p>{_phone_verdict(d)}: {_e(d.model)} <code>{_e(d.serial)}</code>, {_e(d.soc)} "
             f"({_e(d.dsp_arch or 'no HTP arch')}); the app's decision: {_e(d.provider or '?')}, {_e(d.reason or '')}; "
             f"bundle {_e(d.bundle)}" + (f"; {_e(d.created)}" if d.created else "") + "</p>")
     body += "".join(f"<p>{_e(line)}</p>" for line in (d.push, d.play, d.note) if line)
     body += _table(["graph", "status", "first run", "per inference"],
-                   ([_e(r.graph), _e(r.status), _n(r.first_run_s and r.first_run_s * 1e3, ".1f", " ms"),
+                   ([_e(r.graph), _run_status(r), _n(r.first_run_s and r.first_run_s * 1e3, ".1f", " ms"),
                      _n(r.per_inference_s and r.per_inference_s * 1e3, ".3g", " ms")] for r in d.runs),
                    numeric=(2, 3)) if d.runs else "<p>no graph was run on the phone</p>"
-    return p.record("phone", d.source, f"device verify on {_e(d.serial)}", body)
+    return p.record("phone", d.source, f"device verify on {_e(d.serial)}", body,
+                    status="not run" if d.outcome == "not run" else None)
+
+
+def _run_status(r: DeviceRun) -> str:
+    if r.status == "not run":
+        return f'<span class="muted">not run</span>: {_e(r.reason or "")}'
+    return _e(r.status)
 
 
 def _bundle(p: _Page, b: BundleInfo) -> str:

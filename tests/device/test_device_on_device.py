@@ -20,7 +20,7 @@ import jsonschema
 import pytest
 
 from qnndeploy.base import socs
-from qnndeploy.base.errors import BadInput
+from qnndeploy.base.errors import EXIT_NOT_RUN, BadInput
 from qnndeploy.device import ortrunner
 from qnndeploy.qnn import htp
 from tests.support import bundles
@@ -145,13 +145,14 @@ def test_verify_without_an_ort_runner_pushes_the_onnx_and_says_how_to_run_it(emu
                                                                             tmp_path):
     phone = emulated_devices("sm8845")[0]
     code, out = verify(str(bundle), "--qnn-sdk-root", str(sdk), records=tmp_path)
-    assert code == 0, out
+    assert code == EXIT_NOT_RUN, out  # pushed, not compiled: nothing ran
     d = out["devices"][0]
     assert (d["provider"], d["npu_source"], d["compile_budget_s"]) == ("npu", "on-device", 60)
     assert d["expectation"].startswith("NPU expected, compiled on the phone at first run")
     assert sorted(d["push"]["sent"]) == V81_FILES  # the ONNX to compile and the v81 runtime; no context binary
     assert phone_files(phone) == V81_FILES
-    assert "--ort-runner" in d["runner_note"] and d["graphs"] == []
+    assert "--ort-runner" in d["runner_note"] and [g["status"] for g in d["graphs"]] == ["not run", "not run"]
+    assert d["graphs"][0]["reason"].startswith("no ORT runner: pass --ort-runner PATH")
 
 
 @pytest.mark.slow
@@ -231,10 +232,12 @@ def test_a_skel_missing_on_the_phone_fails_the_on_device_compile_with_advice(emu
 def test_verify_gives_an_sm8350_the_cpu_and_compiles_nothing(emulated_devices, bundle, ort, sdk, tmp_path):
     phone = emulated_devices("sm8350")[0]
     code, out = verify(str(bundle), "--ort-runner", str(ort), "--qnn-sdk-root", str(sdk), records=tmp_path)
-    assert code == 0, out
+    assert code == 0, out  # the app's CPU path ran on the phone's CPU
     d = out["devices"][0]
     assert (d["provider"], d["npu_source"], d["expectation"]) == ("cpu", None, "CPU fallback expected")
-    assert "v68" in d["reason"] and d["graphs"] == []
+    assert "v68" in d["reason"]
+    assert [(g["graph"], g["status"], g["ran_on"]) for g in d["graphs"]] == [("det", "ran", "cpu"),
+                                                                           ("rec", "ran", "cpu")]
     assert phone_files(phone) == ["cpu/det.onnx", "cpu/rec.onnx", "manifest.json"]
 
 
@@ -301,7 +304,7 @@ def test_play_gives_a_phone_of_no_group_the_default_group_and_the_on_device_deci
     assert packed.exit_code == 0, packed.output
     new, old = emulated_devices("sm8845", "sm8750")
     code, out = verify(str(bundle), "--all", "--play", str(play_dir), records=tmp_path / "records")
-    assert code == 0, out
+    assert code == EXIT_NOT_RUN, out  # no runner: Play matches, nothing ran
     found = {d["serial"]: d for d in out["devices"]}
     p = found[new.serial]["play"]
     assert (found[new.serial]["npu_source"], p["delivered"], p["expected"], p["ok"]) == (
@@ -362,7 +365,8 @@ def test_the_demo_bundled_with_on_device_compile_runs_on_an_sm8845_and_not_on_an
     (g,) = found[new.serial]["graphs"]
     assert g["graph"] == "kws_demo" and g["status"] == "passed" and g["on_device"]["compile_s"] > 0
     assert all(m["passed"] for m in g["outputs"])
-    assert (found[old.serial]["provider"], found[old.serial]["graphs"]) == ("cpu", [])
+    assert found[old.serial]["provider"] == "cpu"
+    assert [(g["graph"], g["status"], g["ran_on"]) for g in found[old.serial]["graphs"]] == [("kws_demo", "ran", "cpu")]
 
 
 # --- device bench ----------------------------------------------------------------------------------------------------

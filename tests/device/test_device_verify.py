@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from qnndeploy.base import socs
+from qnndeploy.base.errors import EXIT_NOT_RUN
 from qnndeploy.device import runner
 from qnndeploy.formats import archive
 from qnndeploy.qnn import htp
@@ -83,7 +84,7 @@ def bundle_hash(bundle: Path, rel: str) -> str:
 
 def test_verify_pushes_the_chosen_target_then_nothing(device, bundle, tmp_path):
     code, out = verify(str(bundle), "--json", records=tmp_path / "rec")
-    assert code == 0, out
+    assert code == EXIT_NOT_RUN, out  # pushed and checked, nothing run: no runner
     d = out["devices"][0]
     assert (d["provider"], d["soc"], d["identified_by"], d["expectation"]) == \
         ("npu", "SM8750", "Build.SOC_MODEL", "NPU expected, if the QNN libraries load (not run: no runner)")
@@ -91,20 +92,44 @@ def test_verify_pushes_the_chosen_target_then_nothing(device, bundle, tmp_path):
     assert d["push"]["bytes_sent"] == sum((bundle / f).stat().st_size for f in SM8750_FILES)
     assert phone_files(device) == {f: bundle_hash(bundle, f) for f in SM8750_FILES}
     assert not device.host_path(REMOTE + ".staging").exists()
-    assert "no runner" in d["runner_note"] and d["graphs"] == []
+    assert "no runner" in d["runner_note"] and [g["status"] for g in d["graphs"]] == ["not run", "not run"]
 
     code, again = verify(str(bundle), "--json", records=tmp_path / "rec")
-    assert code == 0
+    assert code == EXIT_NOT_RUN
     assert again["devices"][0]["push"]["sent"] == [] and again["devices"][0]["push"]["bytes_sent"] == 0
     assert again["devices"][0]["push"]["unchanged"] == len(SM8750_FILES)
 
     record = json.loads(Path(again["devices"][0]["record"]).read_text())
-    assert record["record"] == "qnndeploy-device" and record["ok"] is True
+    assert record["record"] == "qnndeploy-device" and (record["ok"], record["outcome"]) == (False, "not run")
     assert record["device"] == {"serial": device.serial, "model": "Emulated SM8750 Phone", "android_release": "15",
                                 "sdk": 35}
     assert record["soc"] == {"model": "SM8750", "identified_by": "Build.SOC_MODEL", "dsp_arch": "v79"}
     assert record["bundle"]["name"] == "demo" and record["bundle"]["qairt_version"] == "2.49.40"
     assert record["decision"]["provider"] == "npu" and record["push"]["remote_dir"] == REMOTE
+
+
+def test_what_never_ran_is_never_exit_0_nor_green(device, bundle, tmp_path):
+    """Issue 39, item 2: without a runner the files are pushed and checked but nothing runs: exit 4 (documented,
+    not failure's 1), every graph of the decision "not run" with why, a record that is not ok, and in the report a
+    grey "not run", never a green ok."""
+    code, text = verify(str(bundle), records=tmp_path / "rec")
+    assert code == EXIT_NOT_RUN, text
+    assert "NOT RUN det            no runner: pass --runner PATH or --qnn-sdk-root DIR" in text
+    assert f"NOT RUN on {device.serial}: det, rec ran nowhere on the phone" in text
+    (path,) = (tmp_path / "rec").glob("demo-1.0.0_*.json")
+    record = json.loads(path.read_text())
+    assert (record["ok"], record["outcome"]) == (False, "not run")
+    assert [(g["graph"], g["status"], g["ran_on"]) for g in record["graphs"]] == [("det", "not run", None),
+                                                                                ("rec", "not run", None)]
+    assert all(g["reason"].startswith("no runner: ") for g in record["graphs"])
+    page = tmp_path / "report.html"
+    assert run("report", tmp_path / "rec", "-o", page).exit_code == 0
+    html = page.read_text()
+    (phone,) = re.findall(r'<div class="record" data-kind="phone"[^>]*>.*?</div>', html, re.DOTALL)
+    assert 'data-status="not run"' in phone and device.serial in phone
+    assert phone.count('<span class="muted">not run</span>') == 3  # the phone and its two graphs
+    assert 'class="pass"' not in html and ">ok<" not in html
+    assert len(re.findall(r'data-kind="device"[^>]*data-status="not run"', html)) == 2
 
 
 def test_an_archive_is_verified_and_pushed_as_its_folder_would_be(device, bundle, tmp_path):
@@ -113,7 +138,7 @@ def test_an_archive_is_verified_and_pushed_as_its_folder_would_be(device, bundle
     zipped = tmp_path / "demo-1.0.0.zip"
     archive.write_archive(bundle, zipped, "zip", "demo-1.0.0")
     code, out = verify(str(zipped), "--json", records=tmp_path / "rec")
-    assert code == 0, out
+    assert code == EXIT_NOT_RUN, out
     assert sorted(out["devices"][0]["push"]["sent"]) == SM8750_FILES
     assert phone_files(device) == {f: bundle_hash(bundle, f) for f in SM8750_FILES}
     assert json.loads(Path(out["devices"][0]["record"]).read_text())["bundle"]["path"] == str(zipped.resolve())
@@ -128,7 +153,7 @@ def test_phones_reporting_an_alias_get_their_catalog_socs_target(device, bundle,
         for reported in soc.aliases:
             device.set_prop("ro.soc.model", reported)
             code, out = verify(str(bundle), "--json", records=tmp_path / "rec")
-            assert code == 0, out
+            assert code == EXIT_NOT_RUN, out
             d = out["devices"][0]
             assert (d["provider"], d["soc"], d["identified_by"], d["dsp_arch"]) == (
                 "npu", model, "Build.SOC_MODEL", soc.dsp_arch), (reported, d["reason"])
@@ -141,11 +166,11 @@ def test_phones_reporting_an_alias_get_their_catalog_socs_target(device, bundle,
 
 
 def test_a_file_altered_on_the_phone_is_found_and_resent(device, bundle, tmp_path):
-    assert verify(str(bundle), records=tmp_path)[0] == 0
+    assert verify(str(bundle), records=tmp_path)[0] == EXIT_NOT_RUN
     device.write_file(f"{REMOTE}/npu/SM8750/det.bin", b"bit rot")
     device.write_file(f"{REMOTE}/npu/SM8550/det.bin", b"left over from another target")
     code, text = verify(str(bundle), records=tmp_path)
-    assert code == 0, text
+    assert code == EXIT_NOT_RUN, text
     assert f"pushed to {REMOTE}: 1 of 12 files sent" in text
     assert "removed from the phone: npu/SM8550/det.bin" in text
     assert phone_files(device) == {f: bundle_hash(bundle, f) for f in SM8750_FILES}
@@ -154,12 +179,15 @@ def test_a_file_altered_on_the_phone_is_found_and_resent(device, bundle, tmp_pat
 def test_a_phone_outside_the_bundle_expects_the_cpu_fallback(emulated_devices, bundle, launcher, tmp_path):
     phone = emulated_devices("exynos")[0]
     code, out = verify(str(bundle), "--runner", str(launcher), "--json", records=tmp_path)
-    assert code == 0, out
+    assert code == EXIT_NOT_RUN, out  # the app's CPU path: nothing of it ran on the phone
     d = out["devices"][0]
     assert d["provider"] == "cpu" and d["expectation"] == "CPU fallback expected"
     assert d["reason"] == "SoC S5E9945 is not in the bundle (targets: SM8550, SM8750)"
     assert phone_files(phone) == {f: bundle_hash(bundle, f) for f in ("manifest.json", "cpu/det.onnx", "cpu/rec.onnx")}
-    assert d["graphs"] == [] and "no context binary to run" in d["runner_note"]
+    assert [(g["graph"], g["status"], g["ran_on"]) for g in d["graphs"]] == [("det", "not run", None),
+                                                                           ("rec", "not run", None)]
+    assert d["graphs"][0]["reason"].startswith("the app runs it on the CPU here (SoC S5E9945 is not in the bundle")
+    assert "no context binary to run" in d["runner_note"]
     text = verify(str(bundle), records=tmp_path)[1]
     assert "CPU fallback expected: SoC S5E9945 is not in the bundle" in text and "0 of 3 files sent" in text
 
@@ -175,7 +203,7 @@ def test_disconnect_mid_push_then_resume(adb_server, device, bundle, tmp_path):
     assert (staged / "cpu/det.onnx").is_file() and not (staged / "npu/SM8750/det.bin").exists()
     adb_server.wait_for(device.serial, "device")
     code, out = verify(str(bundle), "--json", records=tmp_path)
-    assert code == 0, out
+    assert code == EXIT_NOT_RUN, out
     sent = out["devices"][0]["push"]["sent"]
     assert "npu/SM8750/det.bin" in sent and "cpu/det.onnx" not in sent  # resumed: only what was missing
     assert phone_files(device) == {f: bundle_hash(bundle, f) for f in SM8750_FILES}
@@ -184,9 +212,9 @@ def test_disconnect_mid_push_then_resume(adb_server, device, bundle, tmp_path):
 def test_all_devices_in_parallel_with_one_summary_table(emulated_devices, bundle, tmp_path):
     phone, other = emulated_devices("sm8750", "exynos")
     code, text = verify(str(bundle), "--all", records=tmp_path)
-    assert code == 0, text
+    assert code == EXIT_NOT_RUN, text  # no runner: nothing ran on either phone
     rows = {line.split()[0]: line for line in text.splitlines() if line.startswith("127.0.0.1:")}
-    assert rows[phone.serial].split()[-1] == "ok" and " NPU " in rows[phone.serial]
+    assert rows[phone.serial].endswith("NOT RUN") and " NPU " in rows[phone.serial]
     assert " CPU " in rows[other.serial] and "12/12" in rows[phone.serial] and "3/3" in rows[other.serial]
     assert len(list(tmp_path.glob("demo-1.0.0_127.0.0.1_*.json"))) == 2
     assert phone_files(phone) == {f: bundle_hash(bundle, f) for f in SM8750_FILES}
@@ -481,7 +509,7 @@ def test_a_push_the_phone_stops_reading_ends_at_the_stall_deadline_and_the_next_
     partial = device.host_path(f"{REMOTE}.staging/npu/SM8750/det.bin")
     assert partial.stat().st_size == 20_000 < (bundle / "npu/SM8750/det.bin").stat().st_size  # left by the phone
     code, out = verify(str(bundle), "--json", records=tmp_path)  # the phone reads again
-    assert code == 0, out
+    assert code == EXIT_NOT_RUN, out
     assert "npu/SM8750/det.bin" in out["devices"][0]["push"]["sent"]
     assert phone_files(device) == {f: bundle_hash(bundle, f) for f in SM8750_FILES}
 
@@ -513,7 +541,7 @@ def test_a_runner_that_never_ends_is_stopped_at_the_deadline(device, bundle, tmp
 def test_escape_sequences_from_the_phone_never_reach_the_terminal(emulated_devices, bundle, tmp_path):
     emulated_devices("hostile")  # escape sequences in its props, a 5,000-digit API level
     r, _ = _timed_verify(str(bundle), "-o", str(tmp_path))
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == EXIT_NOT_RUN, r.output
     assert not any(c in r.output for c in ("\x1b", "\x07", "\x9b")), repr(r.output)
     assert "Emulated \\x1b]0;title\\x07Phone\\x1b[2J" in r.output
     assert "SoC SM8750\\x1b[2J is not in the bundle" in r.output  # the decision's reason quotes the phone
