@@ -140,6 +140,9 @@ def test_bundle_is_copied_in_gradles_layout(bundled, tmp_path):
     assert "val GRAPHS: List<String> = Generated.GRAPHS" in sherpa
     generated = (r.path / "src/com/example/sherpa/qnndeploy/Generated.kt").read_text()
     assert 'val GRAPHS: List<String> = listOf("det", "rec")' in generated
+    readme = (r.path / "README.md").read_text()  # the example is this bundle's graphs, not a transducer it is not
+    assert "OfflineTransducerModelConfig" not in readme and "`det`, `rec`" in readme
+    assert "has no such set" in readme and "SHERPA_ONNX_ENABLE_QNN=ON" in readme
     assert r.bundle_files == 1 + len(m["cpu"]) + sum(len(t["artifacts"]) for t in m["targets"]) + len(libs)
 
 
