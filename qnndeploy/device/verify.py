@@ -382,7 +382,7 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
                    and result.compile_s > result.compile_budget_s)
     add_not_run(result, choice, _why_not_run(job, choice, on_device))
     settle(result, failed=over_budget or (result.play is not None and not result.play.ok))
-    ran = [g for g in result.graphs if g.ran_on is not None]
+    ran = [g for g in result.graphs if g.ran_on == "npu"]  # the NPU's graphs that ran: what the expectation says
     statuses = {g.status for g in ran}
     if on_device:
         _on_device_outcome(result, over_budget)
@@ -490,7 +490,7 @@ def _verify_on_device(dev: Device, job: Job, choice: decision.Decision, result: 
 
 def _on_device_outcome(result: DeviceVerification, over_budget: bool) -> None:
     """The expectation and reason of an on-device phone: what was observed, not the decision's assumptions."""
-    statuses = {g.status for g in result.graphs if g.ran_on is not None}
+    statuses = {g.status for g in result.graphs if g.ran_on == "npu"}
     where = f"SoC {result.soc} ({result.dsp_arch}) has no bundle target; the bundle validated {result.dsp_arch}: "
     if not statuses:
         result.reason = where + "the ONNX was not compiled here (no ORT runner)"
