@@ -16,6 +16,7 @@ package line; what differs from bundle to bundle is data, written into one gener
 from __future__ import annotations
 
 import json
+import shlex
 import string
 from dataclasses import dataclass, field
 from importlib import resources
@@ -140,7 +141,7 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
     with staging_dir(out, force) as tmp:
         glue = tmp / "app" / APP_GLUE_DIR if app else tmp
         if app:
-            _render(templates / "app", {**context, "glue_dir": APP_GLUE_DIR}, tmp)
+            _render(templates / "app", {**context, "glue_dir": APP_GLUE_DIR, "app_dir": shlex.quote(out.name)}, tmp)
         _render(templates / "glue", context, glue)
         folders = [GLUE_COMMON, engine] + ([GLUE_PLAY] if plan is not None else [])
         _write_glue(templates / "glue", folders, package, context["data"],

@@ -332,6 +332,8 @@ def test_sample_app_output_is_marked_at_its_top_and_replaced_by_force(external, 
     again = scaffold(external, SAMPLE_PACKAGE, app, app=True, force=True).path
     assert not (again / "app/src/main/java/com/example/qnnsample/Extra.kt").exists()
     assert (again / "app/qnndeploy/qnndeploy.gradle").is_file()
+    readme = (app / "README.md").read_text()  # its commands name the folder it was rendered into
+    assert "--app -o a --force" in readme and "cd a && gradle wrapper" in readme and "android-sample" not in readme
 
 
 def test_ort_engine_needs_epcontext_wrappers(inputs, tmp_path):
