@@ -260,6 +260,8 @@ def _worse(outputs: list[JSON], recorded: list[JSON]) -> str | None:
         else:
             key, label, form, holds = "cosine", "cosine", "{:.4f}", lambda now, was: now >= was - 1e-3
         now, was = o.get(key), r.get(key)
+        if not isinstance(was, (int, float)) and r.get("passed") is False:
+            continue  # accepted with no figure (a NaN): nothing measured can be worse
         if not isinstance(now, (int, float)) or not isinstance(was, (int, float)):
             if not o.get("passed"):
                 return f"output {o['name']} fails and the record has no {label} to compare it with"

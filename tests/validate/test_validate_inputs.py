@@ -167,6 +167,10 @@ def test_a_binary_worse_than_its_accepted_record_is_told_on_the_figure_it_was_ju
     snr = [{"name": "y", "passed": False, "judged_on": "cosine+snr", "snr_db": 25.0, "cosine": 0.99}]
     assert emulator._worse([{**snr[0], "snr_db": 24.0}], snr) is None
     assert emulator._worse([{**snr[0], "snr_db": 20.0}], snr) is not None
+    # swift_f0's split: a chain output accepted at NaN (no figure) is no worse when it fails the same way again
+    nan = [{"name": "pitch", "passed": False, "judged_on": "cosine+snr", "snr_db": None, "cosine": None}]
+    assert emulator._worse(nan, nan) is None
+    assert emulator._worse([{**nan[0], "passed": False}], [{**nan[0], "passed": True}]) is not None
 
 
 @pytest.mark.needs_qnn
