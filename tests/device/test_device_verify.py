@@ -491,7 +491,8 @@ def _timed_verify(*args: str) -> tuple[object, float]:
 
 def _one_line_error(r) -> str:
     assert r.exit_code == 1 and isinstance(r.exception, SystemExit), r.output
-    lines = r.stderr.splitlines()
+    # progress lines ("[  0.1 s] device verify: ...", stderr not a terminal) come before it: one error line
+    lines = [line for line in r.stderr.splitlines() if not re.match(r"\[\s*[\d.]+ s\] ", line)]
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in r.output, r.stderr
     return lines[0]
 
