@@ -21,10 +21,12 @@ from qnndeploy.base.fileio import check_apart, check_writable, first_missing, no
 from qnndeploy.bundle.build import build_bundle, spec_from_build
 from qnndeploy.check import check_model
 from qnndeploy.compile import compile_models
+from qnndeploy.formats.manifest import read_manifest
 from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.model.metrics import OutputMetrics
 from qnndeploy.prepare import PrepareOptions, prepare_model
 from qnndeploy.qnn import htp
+from qnndeploy.scaffold import runtime_set
 from qnndeploy.validate import TargetStatus, ValidateOptions, validate_build
 
 MODEL = "kws_demo"  # a keyword-spotting-shaped CNN made by data/make_demo_model.py (Apache-2.0, no training data)
@@ -55,6 +57,7 @@ class DemoResult:
     qairt: str
     next_commands: list[str]
     verified: str  # what bundle verify did with the binaries (loaded on the host emulator, or why not)
+    app_set: str  # the ONNX Runtime set `scaffold` pins for the bundle, and whether it is validated (one line)
     warnings: list[str]  # bundle build's and bundle verify's, each once: the happy path hides none
 
 
@@ -155,8 +158,8 @@ def _stages(out: Path, socs: tuple[str, ...], say: Step, sdk_root: Path | None, 
         cached=sum(j.status == "cached" for j in compiled.jobs), compile_s=compiled.duration_s,
         validated=[f"{t.graph}/{t.soc}: " + ", ".join(_figures(o) for o in t.outputs) for t in validated.targets],
         bundle=bundled.path, bundle_files=bundled.files, runtime=bundled.runtime, qairt=bundled.qairt,
-        verified=report.deep or "", warnings=list(dict.fromkeys(f"{w.path}: {w.message}"
-                                                                 for w in [*bundled.warnings, *report.warnings])),
+        verified=report.deep or "", app_set=runtime_set(read_manifest(bundled.path)).line(),
+        warnings=list(dict.fromkeys(f"{w.path}: {w.message}" for w in [*bundled.warnings, *report.warnings])),
         next_commands=[
             f"qnndeploy scaffold {b} --package com.example.kws -o app/qnndeploy",
             f"qnndeploy device info --bundle {b}",

@@ -36,8 +36,9 @@ from qnndeploy.cli._common import (
     step_progress,
     unchecked_option,
 )
-from qnndeploy.formats.manifest import DEFAULT_COMPILE_BUDGET_S
+from qnndeploy.formats.manifest import DEFAULT_COMPILE_BUDGET_S, read_manifest
 from qnndeploy.formats.verify import VerifyReport, opened, require_bundle
+from qnndeploy.scaffold import runtime_set
 
 
 def render_verify(result: VerifyReport, shallow: bool = False) -> None:
@@ -250,11 +251,14 @@ def verify(path: Path, shallow: bool, allow_unchecked: bool, as_json: bool) -> N
           opened(path, None if as_json else live.read, deep=not shallow, allow_unchecked=allow_unchecked,
                  steps=live.step) as (root, result)):
         require_bundle(path, root, result)
-    report(result, as_json, lambda r: _render_verified(r, path, shallow))
+        app = runtime_set(read_manifest(root)).line() if result.ok else None
+    report(result, as_json, lambda r: _render_verified(r, path, shallow, app))
 
 
-def _render_verified(result: VerifyReport, path: Path, shallow: bool) -> None:
+def _render_verified(result: VerifyReport, path: Path, shallow: bool, app: str | None = None) -> None:
     render_verify(result, shallow)
+    if app:  # what scaffold --engine ort will pin for this bundle, and whether it is validated for its binaries
+        click.echo(f"    {app}")
     if result.ok:  # the two ways on from a sound bundle: the app's glue, and a phone
         next_step(command_line("qnndeploy", "scaffold", path, "--package", "com.example.app", "-o", "app/qnndeploy"),
                   command_line("qnndeploy", "device", "verify", path))

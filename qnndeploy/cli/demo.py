@@ -24,6 +24,7 @@ def _render_demo(r: stage.DemoResult) -> None:
     for w in r.warnings:
         click.echo(f"  warning: {w}")
     click.echo(f"runtime: {r.runtime}")
+    click.echo(f"app: {r.app_set}")
     click.echo("emulator results show the HTP's arithmetic, not phone speed: measure that on a phone.")
     click.echo("next:")
     for c in r.next_commands:

@@ -39,6 +39,10 @@ def test_demo_runs_every_stage(demo):
     assert "check before: fixable" in done.stdout and "check after: ready, 0 CPU partition(s)" in done.stdout
     assert "external: com.qualcomm.qti:qnn-runtime:2.49.0" in done.stdout
     assert "verifies clean; 3 context binaries loaded and run on the host HTP emulator" in done.stdout
+    # which ONNX Runtime set the app will use, and whether it is validated for these binaries' QAIRT
+    assert ("\napp: runtime set: com.qualcomm.qti:onnxruntime-android-qnn:2.5.0 + "
+            "com.microsoft.onnxruntime:onnxruntime-android:1.26.0 + com.qualcomm.qti:qnn-runtime:2.49.0 (QNN plugin "
+            "registered by the glue): validated for these QAIRT 2.49.40 binaries") in done.stdout
     assert "qnndeploy scaffold" in done.stdout and "qnndeploy device verify" in done.stdout
     assert "Traceback" not in done.stderr
 
@@ -74,7 +78,7 @@ def test_demo_refuses_a_used_folder_and_json_parses(demo):
 
 def test_android_sample_is_the_demo_bundle_rendered(demo, tmp_path):
     _, out = demo
-    fresh = scaffold(out / "bundle" / "kws-demo-1.0.0", SAMPLE_PACKAGE, tmp_path / "sample", app=True).path
+    fresh = scaffold(out / "bundle" / "kws-demo-1.0.0", SAMPLE_PACKAGE, tmp_path / SAMPLE.name, app=True).path
     regenerate = (f"android-sample/ differs from the templates: regenerate it with `qnndeploy scaffold "
                   f"qnndeploy-demo/bundle/kws-demo-1.0.0 --package {SAMPLE_PACKAGE} --app -o android-sample --force`")
     # the bundle copy is data the user renders in (android-sample/.gitignore); the rest is source, kept in sync
