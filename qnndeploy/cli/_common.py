@@ -359,20 +359,48 @@ class Shown:
     read: Callable[[int], None] | None
 
 
+QUIET_S = 2.0  # a command that ends sooner prints no progress (a bad input's error stays the one line on stderr)
+QUIET_ENV = "QNNDEPLOY_PROGRESS_QUIET_S"  # the seconds before progress lines start, where output is not a terminal
+
+
 @contextmanager
 def step_progress(what: str) -> Iterator[Shown]:
     """Progress on stderr fed by the library's steps callback, for the commands whose steps run long (diagnose's
     compiles, bundle verify's hashing and emulator runs, a phone's runs, report's records): on a terminal a spinner
     with the current step, the bytes read and the time; elsewhere (a CI log, a pipe) one line per step as it
-    starts, with the seconds since the command started, and a last line with the total. stdout (and so --json)
-    carries none of it."""
+    starts, with the seconds since the command started, and a last line with the total, once the command has run
+    QUIET_S (the step under way then is said at once). stdout (and so --json) carries none of it."""
     start = time.monotonic()
     if not sys.stderr.isatty():
-        def line(text: str) -> None:
-            click.echo(f"[{time.monotonic() - start:6.1f} s] {what}: {text}", err=True)
+        quiet = float(os.environ.get(QUIET_ENV) or QUIET_S)
+        now: list[str | None] = [None]  # the step under way
+        shown, lock = [False], threading.Lock()
 
-        yield Shown(line, None)
-        line("done")
+        def emit(text: str) -> None:
+            click.echo(f"[{time.monotonic() - start:6.1f} s] {what}: {text}", err=True)
+            shown[0] = True
+
+        def line(text: str) -> None:
+            with lock:
+                now[0] = text
+                if time.monotonic() - start >= quiet:
+                    emit(text)
+
+        def late() -> None:  # the quiet period is over: the step under way is said, and every one after it
+            with lock:
+                if not shown[0] and now[0] is not None:
+                    emit(now[0])
+
+        timer = threading.Timer(quiet, late)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield Shown(line, None)
+        finally:
+            timer.cancel()
+        with lock:
+            if shown[0]:
+                emit("done")
         return
     # rich.progress takes ~50 ms to import: only a terminal pays for it, never `--help` or a pipe.
     from rich.console import Console

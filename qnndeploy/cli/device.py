@@ -663,10 +663,6 @@ def device_bench(bundle_dir: Path, serial: str | None, all_devices: bool, graph:
                                None, timeout, preprocess, given=bundle_dir, ort_runner=ort_runner, ranges=ranges)
         options = bench_stage.Options(graph, runs, blocks, minutes, perf_modes, cpu_threads, input_seconds,
                                       baseline, threshold, profile_level, profile_viewer)
-
-        def say(line: str) -> None:
-            _say(line, err=True)  # progress on stderr, terminal or not
-
         if all_devices:
             results = bench_stage.bench_all(job, options, live.step)
         else:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
 
+from qnndeploy.cli._common import QUIET_ENV, step_progress
 from qnndeploy.demo import run_demo
 from qnndeploy.qnn import htp
 from tests.support import bundles
@@ -18,6 +20,12 @@ from tests.support.device_emulator import ort_perf_test, qnn_net_run
 from tests.support.host import require
 
 pytest_plugins = ["tests.support.device_emulator.fixtures"]
+
+@pytest.fixture(autouse=True)
+def said_at_once(monkeypatch):
+    """These commands end in seconds: progress from their first step on (a user sees it after QUIET_S)."""
+    monkeypatch.setenv(QUIET_ENV, "0")
+
 
 LINE = re.compile(r"^\[\s*\d+\.\d s\] (?P<what>[a-z ]+): (?P<step>.+)$")
 
@@ -111,3 +119,24 @@ def test_device_verify_and_bench_say_each_step_on_stderr(device, phone_bundle, t
     said = steps(b.stderr, "device bench")
     assert said[0].startswith("hashing ") and any(s.startswith(f"{device.serial}: pushing ") for s in said)
     assert any(s.startswith(f"{device.serial} det: block 2: NPU ") for s in said), said
+
+
+def test_a_quick_bad_input_is_one_error_line_and_a_long_step_is_said_after_the_quiet_period(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """Progress starts once the command has run QUIET_S: an error found at once stays the one line on stderr, and
+    the step under way when the quiet period ends is said then, with every step after it."""
+    monkeypatch.delenv(QUIET_ENV)
+    (tmp_path / "empty").mkdir()
+    r = run("report", tmp_path / "empty", "-o", tmp_path / "r.html")
+    assert r.exit_code == 2 and r.stderr.startswith("error: ") and len(r.stderr.splitlines()) == 1, r.stderr
+    monkeypatch.setenv(QUIET_ENV, "1")
+    with step_progress("test") as shown:
+        shown.step("a first, short step")
+        shown.step("a long step")
+        err, deadline = "", time.monotonic() + 120
+        while "a long step" not in err and time.monotonic() < deadline:  # said once the quiet period is over
+            time.sleep(0.05)
+            err += capsys.readouterr().err
+        shown.step("the last step")
+    said = [m["step"] for m in map(LINE.match, (err + capsys.readouterr().err).splitlines()) if m]
+    assert said == ["a long step", "the last step", "done"]
