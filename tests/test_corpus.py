@@ -87,7 +87,6 @@ def test_w8a16_advice_on_an_unfused_gelu_encoder_ends_in_fuse_and_ready(torch_ca
     assert "fixable, 72/74 on HTP" in run.stages[2].summary  # the two Erf nodes
 
 
-
 def test_w8a16_advice_on_a_masked_fill_attention_ends_in_where_mask_and_ready(torch_cache, tmp_path):
     """The causal attention block's masked_fill(mask, -inf) is a Where with a -inf fill, which a w8a16 compile
     refuses (QNN ElementWiseSelect, error 6007): check --precision w8a16 names it and prints prepare --rewrite
