@@ -545,11 +545,8 @@ def _one(job: JSON, work: Path, references: References) -> Outcome:
     seed), so that the binaries of one graph for several SoCs run its CPU model once."""
     import onnxruntime as ort
 
-    binary, model = Path(job["binary"]), Path(job["cpu_model"])
-    folder = Path(tempfile.mkdtemp(dir=work))
-    (folder / "ctx.bin").symlink_to(binary.resolve())
-    wrapper = folder / "ctx.onnx"
-    epcontext.wrap("ctx.bin", job["qnn_graph"], model, wrapper)
+    model = Path(job["cpu_model"])
+    wrapper = _wrapped(Path(job["binary"]), job["qnn_graph"], model, work)
     key = (str(model), job["graph"], job["samples"], job["seed"],
            json.dumps([job.get("ranges"), job.get("folder"), job.get("preprocess")], sort_keys=True))
     if key not in references:
