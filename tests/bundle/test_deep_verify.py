@@ -94,7 +94,7 @@ def test_each_graphs_cpu_model_runs_once_for_all_its_socs(bundle, monkeypatch):
     monkeypatch.setattr(samples, "cpu_outputs", lambda model, feeds: ran.append(Path(model).name) or
                         cpu_outputs(model, feeds))
 
-    def in_process(jobs, tc, timeout):  # the child's loop, here, so that the CPU runs can be counted
+    def in_process(jobs, tc, timeout, started=None):  # the child's loop, here, so that the CPU runs can be counted
         spec = Path(emulator.tempfile.mkdtemp()) / "jobs.json"
         spec.write_text(emulator.child_spec(jobs, spec.parent, spec.parent / "result.json"))
         emulator.main([str(spec)])
