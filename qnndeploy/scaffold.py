@@ -91,6 +91,7 @@ class ScaffoldResult:
     runtime_set: str | None = None  # engine ort: one plain line, the set the app will use and whether it is validated
     warnings: list[str] = field(default_factory=list)  # what the pinned versions cannot promise
     play: str | None = None  # with play: the AI pack and its delivery, e.g. "qnndeploy_npu (fast-follow)"
+    license: str | None = None  # the model's licence, as the bundle says it (None: not given)
 
 
 def check_request(package: str, out: Path, *, engine: str, app: bool, force: bool, ort_aar: str | None = None,
@@ -163,7 +164,7 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
         lines += _play_lines(play, plan)
     return ScaffoldResult(
         path=out, package=package, engine=engine, app=app, glue=out / "app" / APP_GLUE_DIR if app else out,
-        kotlin=kotlin, bundle_files=copied, bundle_bytes=nbytes,
+        kotlin=kotlin, bundle_files=copied, bundle_bytes=nbytes, license=manifest.source.license,
         targets=[f"{t.soc} ({t.dsp_arch})" for t in manifest.targets],
         runtime=f"bundled: {len(rt.libs)} libraries in jniLibs/arm64-v8a" if rt.bundled
         else f"external: {pinned or rt.maven} (Maven, pinned)",

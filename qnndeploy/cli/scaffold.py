@@ -11,6 +11,7 @@ from qnndeploy.base.errors import EXIT_CHECK_FAILED
 from qnndeploy.cli._common import (
     byte_progress,
     emit_json,
+    escaped,
     fail,
     handles_errors,
     json_option,
@@ -26,6 +27,8 @@ def _render_scaffold(result: stage.ScaffoldResult) -> None:
     click.echo(f"{kind} for {result.package} in {result.path}: {len(result.kotlin)} Kotlin files, "
                f"bundle copied ({result.bundle_files} files, {result.bundle_bytes / 1e6:.1f} MB)")
     click.echo(f"  NPU targets: {', '.join(result.targets) or 'none (CPU only)'}; runtime: {result.runtime}")
+    licence = escaped(result.license) if result.license else "not given (bundle build --license)"
+    click.echo(f"  the model's licence: {licence}; the app ships the model under it")
     if result.runtime_set:
         click.echo(f"  {result.runtime_set}")
     if result.play:

@@ -389,6 +389,7 @@ def test_installed_executable(external, tmp_path):
                            str(tmp_path / "out")], check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "add these three lines" in done.stdout and "OrtModels.open(context)" in done.stdout
+    assert "the model's licence: Apache-2.0; the app ships the model under it" in done.stdout  # the bundle's
 
 
 def test_templates_are_found_from_a_source_checkout_that_was_not_installed(tmp_path):
