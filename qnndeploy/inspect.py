@@ -187,7 +187,7 @@ def _bundle(shown: Path, root: Path, lib: Path | None, missing: str, deep: bool)
     binaries = tuple(map(one, jobs))
     notes = () if binaries else ("the bundle holds no QNN context binary",)
     result = _result(shown, "bundle", binaries, bundle=manifest.bundle_version,
-                     qairt=manifest.qairt.build or manifest.qairt.version, notes=notes, deep=done)
+                     qairt=manifest.qairt.shown, notes=notes, deep=done)
     problems = any(e and not e.startswith(MATCHES) for e in emulated.values())
     return InspectResult(**{**result.__dict__, "ok": result.ok and not problems})
 

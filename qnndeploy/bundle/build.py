@@ -581,7 +581,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
     rt = parsed.runtime
     return BundleResult(
         path=final, archive=archive_path, name=spec.name, version=spec.version,
-        qairt=parsed.qairt.build or parsed.qairt.version,
+        qairt=parsed.qairt.shown,
         targets=[f"{t.soc} ({t.dsp_arch})" for t in parsed.targets],
         runtime=f"bundled: {len(rt.libs)} libraries" if rt.bundled else f"external: {rt.maven} (the app must bring it)",
         files=len(facts), bytes=sum(f.size for f in facts.values()),

@@ -242,6 +242,11 @@ class Qairt:
     build: str | None = None
     min_runtime: str | None = None
 
+    @property
+    def shown(self) -> str:
+        """One spelling for every summary: the version, and the build string the binaries carry beside it."""
+        return f"{self.version} (build {self.build})" if self.build and self.version else self.build or self.version
+
 
 @dataclass(frozen=True)
 class Source:

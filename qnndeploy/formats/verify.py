@@ -275,7 +275,7 @@ def _summarize(report: VerifyReport, manifest: Manifest, facts: dict[str, FileFa
     report.ok = not report.problems
     report.files, report.bytes = len(facts), sum(f.size for f in facts.values())
     report.name, report.version = manifest.name, manifest.version
-    report.qairt = manifest.qairt.build or manifest.qairt.version
+    report.qairt = manifest.qairt.shown
     report.targets = [f"{t.soc} ({t.dsp_arch})" for t in manifest.targets]
     rt = manifest.runtime
     report.runtime = f"{len(rt.libs)} libraries" if rt.bundled else rt.maven + " (external)"

@@ -130,6 +130,9 @@ def test_fresh_bundle_verifies_clean(bundle):
     assert report.ok, report.problems
     assert report.problems == [] and report.warnings == []
     assert report.files == 4 + 2 + 7
+    assert report.qairt == f"2.49.40 (build {BUILD})"  # one spelling everywhere: the version, its build beside it
+    shown = run("bundle", "verify", bundle, "--shallow").output
+    assert f"QAIRT 2.49.40 (build {BUILD})" in shown.splitlines()[0]
 
 
 def test_the_external_runtime_is_the_newest_published_one_that_loads_the_binaries(inputs, tmp_path):
