@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
@@ -22,6 +23,7 @@ from qnndeploy.cli._common import (
 )
 from qnndeploy.cli._toolchain import under_toolchain
 from qnndeploy.formats import chain
+from qnndeploy.formats.records import read_build
 from qnndeploy.qnn import toolchain
 
 LABELS = {stage.TargetStatus.PASSED: "PASS", stage.TargetStatus.FAILED: "FAIL", stage.TargetStatus.SKIPPED: "skip",
@@ -80,8 +82,16 @@ def _render_validation(summary: stage.ValidationSummary) -> None:
         next_step(command_line("qnndeploy", "diagnose", summary.build / bad.graph / bad.soc))
     if summary.ok:
         next_step(command_line("qnndeploy", "bundle", "build", "--from-build", summary.build,
-                               *(("--split", summary.splits[0]) if len(summary.splits) == 1 else ()), "--name", "NAME",
-                               "--version", "VERSION"))
+                               *(("--split", summary.splits[0]) if len(summary.splits) == 1 else ()), "--name",
+                               _bundle_name(summary), "--version", "VERSION"))
+
+
+def _bundle_name(summary: stage.ValidationSummary) -> str:
+    """The bundle's name where the build says it (its one graph, or the model a split cut), else NAME to fill in."""
+    graphs = {r.graph for r in read_build(summary.build)}
+    named = (summary.splits[0].name.removesuffix(".split.json") if len(summary.splits) == 1 else
+             graphs.pop() if len(graphs) == 1 else "")
+    return named if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", named) else "NAME"
 
 
 def _last_of_loop(summary: stage.ValidationSummary, t: stage.TargetValidation) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -238,9 +239,11 @@ def test_a_graph_judged_on_other_inputs_per_target_is_said_in_the_manifest_and_w
     spec = model_inputs(model)[0]
     write_samples(tmp_path / "samples", [{spec.name: np.full(spec.static_shape, 0.5, np.float32)}] * 2)
     assert run("validate", tmp_path / "build", "--soc", "SM8750", "--inputs", tmp_path / "samples").exit_code == 0
-    assert run("validate", tmp_path / "build", "--soc", "SM8550").exit_code == 0
-    built = run("bundle", "build", "--from-build", tmp_path / "build", "--name", "net", "--version", "1",
-                "-o", tmp_path / "out")
+    shown = run("validate", tmp_path / "build", "--soc", "SM8550")
+    assert shown.exit_code == 0
+    printed = shown.output.splitlines()[-1]  # the next line names the bundle after the build's one graph
+    assert printed == f"next: qnndeploy bundle build --from-build {tmp_path / 'build'} --name net --version VERSION"
+    built = run(*shlex.split(printed.removeprefix("next: qnndeploy "))[:-1], "1", "-o", tmp_path / "out")
     assert built.exit_code == 0, built.output
     said = {t["soc"]: t["validation"]["graphs"]["net"]["inputs"]
             for t in json.loads((tmp_path / "out" / "net-1" / "manifest.json").read_text())["targets"]}
