@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -109,12 +108,7 @@ def diagnose(target: Path, inputs: Path | None, preprocess: str | None, random_:
         under_toolchain(tc)
     options = stage.DiagnoseOptions(inputs, random_, seed, preprocess, min_snr_db, graph, ranges=ranges)
     with step_progress("diagnose") as live:
-        def split(done: int, total: int, event: Any) -> None:  # a split's start (JobStarted), or its verdict
-            if event is not None:
-                live.step(f"split {event.graph}: " + (f"{event.status} as a chain" if hasattr(event, "status") else
-                                                       f"cut, compiled and run as a chain ({done + 1} of {total})"))
-
-        result = stage.diagnose(target, options, split, live.step)
+        result = stage.diagnose(target, options, live.step)
     if plot_path is not None:
         shown_probes = [p for p in result.probes if p.snr_db is not None]
         with writing(plot_path), staging_file(plot_path, force=True) as tmp:  # whole or not at all

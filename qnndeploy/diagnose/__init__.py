@@ -37,7 +37,6 @@ from qnndeploy.formats import chain
 from qnndeploy.formats.records import (
     CompileRecord,
     HtpSettings,
-    JobStarted,
     SplitPart,
     SplitRecord,
     ValidationRecord,
@@ -178,16 +177,6 @@ class SplitTrial:
     error: str = ""
 
 
-@dataclass(frozen=True)
-class TrialDone:
-    """What the progress callback gets when a split has been measured (JobStarted before it)."""
-
-    graph: str  # the split, as a label
-    soc: str
-    status: str  # "passes" or "fails"
-
-
-Progress = Callable[[int, int, Any], None]  # (done, total, JobStarted | TrialDone), as compile's and validate's
 
 
 @dataclass
@@ -250,12 +239,12 @@ class _Tensor:
     inputs: list[str] = field(default_factory=list)
 
 
-def diagnose(target: Path, options: DiagnoseOptions = DiagnoseOptions(), progress: Progress | None = None,
+def diagnose(target: Path, options: DiagnoseOptions = DiagnoseOptions(),
              steps: Callable[[str], None] | None = None) -> DiagnoseResult:
     """Diagnose one compiled job, BUILD/<graph>/<SoC>, with the samples the options give. The probe copies are
     compiled from the source ONNX alone, as a shared context's twin is: the emulator cannot load shared weights.
-    `progress` hears of each split measured before it is advised; `steps` of each other long step (the build's
-    binary, each probe compile) as it starts."""
+    `steps` hears of each long step as it starts (the build's binary, each probe compile, each split measured before
+    it is advised, and its verdict)."""
     start = time.monotonic()
     say = steps or (lambda _text: None)
     o = options
@@ -315,7 +304,7 @@ def diagnose(target: Path, options: DiagnoseOptions = DiagnoseOptions(), progres
         ranges = _input_ranges(session, model, tensors, feeds, first_bad)
         nodes = sum(1 for n in model.graph.node if n.op_type != "Constant")
         candidates, no_tail = _split_points(session, tensors, first_bad, last_good, ranges) if first_bad else ([], "")
-        trials = _prove(session, source, candidates, expected, task, progress) if candidates else []
+        trials = _prove(session, source, candidates, expected, task) if candidates else []
         rescaled = _rescale_trial(session, source, model, first_bad, ranges, expected, task) if first_bad else None
     except OSError as e:  # the probe models in TMPDIR: a full disk or a file size limit, said in one line
         if e.errno not in FULL:
@@ -856,22 +845,19 @@ def _split_points(session: _Session, tensors: dict[str, _Tensor], bad: Probe, go
 
 
 def _prove(session: _Session, source: Path, candidates: list[tuple[list[str], Side, str]], expected: list[Sample],
-           task: tasks.Task, progress: Progress | None) -> list[SplitTrial]:
+           task: tasks.Task) -> list[SplitTrial]:
     """Each split done before it is advised: cut as prepare --split-at cuts, the NPU part compiled for the job's SoC
     with the probes' settings, the chain run on diagnose's samples and judged against the whole model on the CPU by
     validate's rules. The best first (_rank)."""
-    soc = session.record.soc
     trials = []
     for k, (at, cpu, why) in enumerate(candidates):
-        label = f"--split-at {','.join(at)} --cpu {cpu}"
-        if progress is not None:
-            progress(k, len(candidates), JobStarted(label, soc))
+        label = f"split --split-at {','.join(at)} --cpu {cpu}"
+        session.steps(f"{label}: cut, compiled and run as a chain ({k + 1} of {len(candidates)})")
         trial = _trial(session, source, Path(session.tmp.name) / f"split{k}" / source.name, at, cpu, why,
                        expected, task)
         trials.append(trial)
-        if progress is not None:
-            passed = trial.measured is not None and trial.measured.passed
-            progress(k + 1, len(candidates), TrialDone(label, soc, "passes" if passed else "fails"))
+        session.steps(f"{label}: {'passes' if trial.measured is not None and trial.measured.passed else 'fails'} "
+                      "as a chain")
     return sorted(trials, key=_rank)
 
 
