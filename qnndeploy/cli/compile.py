@@ -29,18 +29,19 @@ from qnndeploy.qnn import toolchain
 
 def _render_compile(summary: stage.CompileSummary) -> None:
     click.echo(f"backend {summary.backend}, QAIRT {summary.qairt_version}, {summary.precision}")
+    gw = max([14, *(len(j.graph) for j in summary.jobs)])  # the graph column fits the longest name
     for j in summary.jobs:
         if j.status == stage.JobStatus.FAILED:
-            click.echo(f"  FAILED  {j.graph:<14} {j.soc:<9} {j.error}")
-            click.echo(f"  {'':<7} {'':<14} {'':<9} log: {shown(j.log)}")
+            click.echo(f"  FAILED  {j.graph:<{gw}} {j.soc:<9} {j.error}")
+            click.echo(f"  {'':<7} {'':<{gw}} {'':<9} log: {shown(j.log)}")
             continue
         binary = next((o for o in j.outputs if o.format == CONTEXT_BINARY and not o.twin), None)
         made = f"{shown(j.folder / binary.path)} ({binary.size / 1e6:.1f} MB)" if binary else ""
         when = j.note if j.status == stage.JobStatus.CACHED else f"{j.duration_s:.1f} s"
-        click.echo(f"  {j.status:<7} {j.graph:<14} {j.soc:<9} {made}  [{when}]")
+        click.echo(f"  {j.status:<7} {j.graph:<{gw}} {j.soc:<9} {made}  [{when}]")
         if j.shared:
             apart, one = j.shared["separate_bytes"], j.shared["shared_bytes"]
-            click.echo(f"  {'':<7} {'':<14} {'':<9} shared by {', '.join(j.members)}: {one / 1e6:.1f} MB against "
+            click.echo(f"  {'':<7} {'':<{gw}} {'':<9} shared by {', '.join(j.members)}: {one / 1e6:.1f} MB against "
                        f"{apart / 1e6:.1f} MB compiled apart (saves {(apart - one) / 1e6:.1f} MB, "
                        f"{(apart - one) / apart:.0%})")
     noted = [j for j in summary.jobs if j.warnings and j.status != stage.JobStatus.FAILED]

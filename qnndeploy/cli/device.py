@@ -277,30 +277,30 @@ def device_profile(pid: int | None, package: str | None, serial: str | None, int
 
 # --- verify -------------------------------------------------------------------------------------------------------
 
-def _render_graph_run(g: verify_stage.GraphRun) -> None:
+def _render_graph_run(g: verify_stage.GraphRun, w: int = 14) -> None:
     label = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "ran": "RAN",
              verify_stage.NOT_RUN: "NOT RUN"}[g.status]
     od = g.on_device
     if od is not None and od.compile_s is not None:
         per = f"{od.per_inference_s * 1e3:.2f} ms/inference" if od.per_inference_s is not None else "- ms/inference"
         cache = f"{od.cache_load_s:.3f} s" if od.cache_load_s is not None else "-"
-        _say(f"  {'':<5} {g.graph:<14} compiled on the phone in {od.compile_s:.3f} s (first run), cache hit "
+        _say(f"  {'':<5} {g.graph:<{w}} compiled on the phone in {od.compile_s:.3f} s (first run), cache hit "
              f"{cache}, {per} ({od.inferences} runs, QNN EP: " + " ".join(f"{k}={v}" for k, v in
                                                                       od.provider_options.items()) + ")")
     if g.status in ("error", verify_stage.NOT_RUN):
-        _say(f"  {label:<5} {g.graph:<14} {g.reason}")
+        _say(f"  {label:<5} {g.graph:<{w}} {g.reason}")
     elif g.status == "ran" and g.ran_on == "cpu":
         per = f"{g.per_inference_s * 1e3:.2f} ms/inference" if g.per_inference_s is not None else "- ms/inference"
         first = "-" if g.first_run_s is None else f"{g.first_run_s * 1e3:.0f}"
-        _say(f"  {label:<5} {g.graph:<14} on the phone's CPU: first run {first} ms, {per} ({g.inferences} runs, "
+        _say(f"  {label:<5} {g.graph:<{w}} on the phone's CPU: first run {first} ms, {per} ({g.inferences} runs, "
              f"{g.clock} clock); outputs not compared (onnxruntime_perf_test writes none)")
     elif g.status == "ran":
-        _say(f"  {label:<5} {g.graph:<14} outputs not compared (no qnn-net-run)")
+        _say(f"  {label:<5} {g.graph:<{w}} outputs not compared (no qnn-net-run)")
     else:
         per = (f"{g.per_inference_s * 1e3:.2f} ms/inference ({g.inferences} runs" if g.per_inference_s is not None
                else f"per inference lost in the start-up noise ({g.inferences} runs: raise --runs")
         first = "-" if g.first_run_s is None else f"{g.first_run_s * 1e3:.0f}"
-        _say(f"  {label:<5} {g.graph:<14} first run {first} ms, {per}, {g.clock} clock), "
+        _say(f"  {label:<5} {g.graph:<{w}} first run {first} ms, {per}, {g.clock} clock), "
                    f"{g.samples} sample(s)")
     for m in g.outputs:
         render_output(m)
@@ -330,7 +330,7 @@ def _render_device_verification(r: verify_stage.DeviceVerification) -> None:
     if r.runner_note:
         _say(f"  note: {r.runner_note}")
     for g in r.graphs:
-        _render_graph_run(g)
+        _render_graph_run(g, max([14, *(len(x.graph) for x in r.graphs)]))
 
 
 def _ms(value: object) -> str:
@@ -339,21 +339,22 @@ def _ms(value: object) -> str:
 
 def _render_hosted_table(results: list[verify_stage.DeviceVerification]) -> None:
     """One row per (hosted phone, graph): the comparison with the CPU and AI Hub's profile."""
-    _say(f"{'device':<30} {'SoC':<7} {'graph':<14} {'status':<7} {'worst':<22} {'infer ms':>8} "
+    w = max([14, *(len(g.graph) for r in results for g in r.graphs)])  # the graph column fits the longest name
+    _say(f"{'device':<30} {'SoC':<7} {'graph':<{w}} {'status':<7} {'worst':<22} {'infer ms':>8} "
                f"{'load ms':>8} {'warm ms':>8}  job")
     for r in results:
         if r.error:
-            _say(f"{r.serial:<30} {'-':<7} {'-':<14} {'ERROR':<7} {r.error}")
+            _say(f"{r.serial:<30} {'-':<7} {'-':<{w}} {'ERROR':<7} {r.error}")
             continue
         if not r.graphs:
-            _say(f"{r.serial:<30} {r.soc or '?':<7} {'-':<14} {'CPU':<7} {r.reason}")
+            _say(f"{r.serial:<30} {r.soc or '?':<7} {'-':<{w}} {'CPU':<7} {r.reason}")
         for g in r.graphs:
             h = g.hosted or {}
             worst = min(g.outputs, key=lambda m: (m.passed, m.snr_db if m.snr_db is not None else float("inf")),
                         default=None)
             text = (f"{worst.name} SNR {num(worst.snr_db, '.1f')} dB" if worst is not None
                     else (g.reason or "-")[:22])
-            _say(f"{r.serial:<30} {r.soc or '?':<7} {g.graph:<14} {g.status:<7} {text:<22} "
+            _say(f"{r.serial:<30} {r.soc or '?':<7} {g.graph:<{w}} {g.status:<7} {text:<22} "
                        f"{_ms(h.get('inference_ms')):>8} {_ms(h.get('first_load_ms')):>8} "
                        f"{_ms(h.get('warm_load_ms')):>8}  {h.get('url', '-')}")
     for r in results:

@@ -28,6 +28,7 @@ from qnndeploy.formats.records import JobStarted
 from qnndeploy.model import media
 from qnndeploy.qnn import htp
 from tests.support import QAIRT_STANDIN as STANDIN
+from tests.support import bundles
 from tests.support import synth_models as sm
 from tests.support.cli import run
 from tests.support.host import alive, pids_mentioning, require
@@ -635,3 +636,15 @@ def test_workers_never_import_the_current_folder(tmp_path):
     assert not marker.exists()
     record = (tmp_path / "b" / "relu" / "SM8750" / "compile.json")
     assert record.is_file()
+
+
+@pytest.mark.needs_qnn
+def test_the_summary_table_fits_a_long_graph_name(tmp_path):
+    """The graph column is as wide as the longest name: the SoC column stays one column."""
+    require(htp.available(), "onnxruntime-qnn")
+    short = bundles.tiny_model(tmp_path / "det.onnx", 8)
+    long = bundles.tiny_model(tmp_path / "a_graph_name_longer_than_the_column.onnx", 8)
+    r = run("compile", short, long, "--soc", "SM8750", "-o", tmp_path / "build")
+    assert r.exit_code == 0, r.output
+    rows = [line for line in r.stdout.splitlines() if " SM8750 " in line]
+    assert len(rows) == 2 and len({row.index(" SM8750 ") for row in rows}) == 1, rows
