@@ -78,14 +78,15 @@ def main() -> None:
             fail(f"check printed no split: {advice['prepare_command']}")
         print(f"check's fix: {shlex.join(command)}")
         stages["prepare --split-size"] = run([*QNNDEPLOY, *command[1:]], cwd=work)
-        record = json.loads((work / "stack-split.split.json").read_text())
-        parts = [str(work / p["path"]) for p in record["parts"]]
+        split = work / "stack-parts" / "stack.split.json"
+        record = json.loads(split.read_text())
+        parts = [str(split.parent / p["path"]) for p in record["parts"]]  # the record names them beside it
         stages[f"compile {len(parts)} parts"] = run([*QNNDEPLOY, "compile", *parts, "--soc", args.soc, "-o", "build",
                                                      "--no-cache", "-j", "1"], cwd=work)
         stages["validate"] = run([*QNNDEPLOY, "validate", "build"], cwd=work)
         stages["bundle build --split"] = run([*QNNDEPLOY, "bundle", "build", "--from-build", "build", "--split",
-                                              str(work / "stack-split.split.json"), "--name", "stack", "--version", "1",
-                                              "-o", "."], cwd=work)
+                                              str(split), "--name", "stack",
+                                              "--version", "1", "-o", "."], cwd=work)
         stages["bundle verify --shallow"] = run([*QNNDEPLOY, "bundle", "verify", "stack-1", "--shallow"], cwd=work)
         stages["bundle verify"] = run([*QNNDEPLOY, "bundle", "verify", "stack-1"], cwd=work)
         bundle = sum(p.stat().st_size for p in (work / "stack-1").rglob("*") if p.is_file())

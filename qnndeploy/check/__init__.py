@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING
 from qnndeploy.base import socs
 from qnndeploy.base.errors import first_line
 from qnndeploy.base.kinds import Precision
-from qnndeploy.base.names import PREPARED_SUFFIX, graph_name
+from qnndeploy.base.names import PREPARED_SUFFIX
 from qnndeploy.check import rules
 from qnndeploy.check.rules import PARAM_DTYPES, Finding, PrepareFix, Severity, merged
 from qnndeploy.model import fuse, quantize, rewrite, samples
+from qnndeploy.model import split as cutting
 from qnndeploy.model.onnxio import (
     MAX_FOLDED_BYTES,
     TensorInfo,
@@ -208,10 +209,10 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
 
 def _command(path: Path, fix: PrepareFix) -> str:
     # X.onnx -> X.npu.onnx (X.npu.onnx -> X.npu.npu.onnx), whose graph is still X; a split of X or of X.npu.onnx ->
-    # X-split.onnx, graphs X-split-head and X-split-tail (X-split-1, X-split-2… by size)
+    # X-parts/X.onnx, graphs X-head and X-tail (X-1, X-2… by size)
     split = fix.split_at or fix.split_size
-    name = f"{graph_name(path.name)}-split" if split else path.name.removesuffix(".onnx") + PREPARED_SUFFIX
-    out = path.with_name(f"{name}.onnx")
+    out = cutting.advised_output(path) if split else path.with_name(
+        path.name.removesuffix(".onnx") + PREPARED_SUFFIX + ".onnx")
     return shlex.join(["qnndeploy", "prepare", str(path), "-o", str(out), *fix.args()])
 
 

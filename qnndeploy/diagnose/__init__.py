@@ -32,7 +32,7 @@ from qnndeploy.base import socs
 from qnndeploy.base.errors import BadInput, QnnDeployError, first_line
 from qnndeploy.base.fileio import FULL, JSON, check_writable, sha256_file, write_error
 from qnndeploy.base.kinds import Precision, Side
-from qnndeploy.base.names import EPCONTEXT, file_kind, graph_name
+from qnndeploy.base.names import EPCONTEXT, file_kind
 from qnndeploy.formats import chain
 from qnndeploy.formats.records import (
     CompileRecord,
@@ -917,8 +917,8 @@ def _trial(session: _Session, source: Path, out: Path, at: list[str], cpu: Side,
 
 
 def _split_out(source: Path) -> Path:
-    """Where a printed split writes its parts: det.npu.onnx -> det-split.onnx, graphs det-split-head/-tail."""
-    return source.with_name(f"{graph_name(source.name)}-split.onnx")
+    """Where a printed split writes its parts (model.split.advised_output, as check prints it)."""
+    return cutting.advised_output(source)
 
 
 def remedies(result: DiagnoseResult) -> list[Remedy]:

@@ -20,7 +20,7 @@ from qnndeploy import __version__
 from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import sha256_file, write_json
 from qnndeploy.base.kinds import Side
-from qnndeploy.base.names import SPLIT_RECORD
+from qnndeploy.base.names import SPLIT_RECORD, graph_name
 from qnndeploy.model import samples
 from qnndeploy.model.onnxio import (
     TensorInfo,
@@ -112,6 +112,14 @@ class Plan:
 
 def stem(out: Path) -> Path:
     return out.with_suffix("") if out.suffix == ".onnx" else out
+
+
+def advised_output(model: Path) -> Path:
+    """The -o check and diagnose print for a split of `model`: det.onnx or det.npu.onnx -> det-parts/det.onnx, so the
+    parts are det-parts/det-head.onnx and det-tail.onnx, graphs the app knows as det-head and det-tail, beside the
+    record det-parts/det.split.json."""
+    name = graph_name(Path(model).name)
+    return Path(model).with_name(f"{name}-parts") / f"{name}.onnx"
 
 
 def split_paths(out: Path) -> tuple[Path, Path, Path]:

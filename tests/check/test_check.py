@@ -84,11 +84,11 @@ def test_float64_at_the_end_gets_the_split_that_leaves_the_rest_on_the_npu(tmp_p
     assert finding.severity == "fixable" and report.verdict == "fixable"
     assert finding.prepare is not None and finding.prepare.split_at == ["act"] and finding.prepare.cpu == "tail"
     assert report.prepare_command is not None and "-o" in report.prepare_command
-    out = tmp_path / "m-split.onnx"
+    out = tmp_path / "m-parts" / "m.onnx"  # its parts m-head and m-tail: the graph names the app gets
     assert f"-o {out} --split-at act --cpu tail" in report.prepare_command
     done = run("prepare", str(model), "-o", str(out), "--split-at", "act", "--cpu", "tail")
     assert done.exit_code == 0, done.output
-    head = check.check_model(tmp_path / "m-split-head.onnx")
+    head = check.check_model(tmp_path / "m-parts" / "m-head.onnx")
     assert head.verdict == "ready" and head.htp.measured and not head.htp.cpu_nodes
 
 

@@ -108,7 +108,7 @@ def test_a_log_of_tiny_values_fails_validation_and_diagnose_names_the_log(builds
     assert x.tensor == "x" and x.subnormal_share > 0.5 and x.min_nonzero_abs is not None and x.min_nonzero_abs < 1e-9
     split = next(r for r in result.remedies if r.kind == "split")
     assert split.command == (f"qnndeploy prepare {builds['logmel']} --split-at logx --cpu head "
-                             f"-o {builds['folder']}/logmel-split.onnx")
+                             f"-o {builds['folder']}/logmel-parts/logmel.onnx")
     clamp = next(r for r in result.remedies if r.kind == "clamp")
     assert "Log of values down to 1e-10: add Max(x, 1e-4) before it" in clamp.text
     threshold = next(r for r in result.remedies if r.kind == "threshold")

@@ -153,7 +153,7 @@ def test_a_model_over_one_context_is_split_by_size_into_npu_graphs_bundled_as_a_
     outcome("compile", *paths, "--soc", "SM8750", "-o", tmp_path / "build", "--no-cache")
     validated = run("validate", str(tmp_path / "build"))
     assert validated.exit_code == 0, validated.output
-    record = tmp_path / "stack-split.split.json"
+    record = tmp_path / "stack-parts" / "stack.split.json"
     assert f"next: qnndeploy bundle build --from-build {tmp_path / 'build'} --split {record} " in validated.output
     unsplit = run("bundle", "--from-build", str(tmp_path / "build"), "--name", "stack",
                   "--version", "1", "-o", str(tmp_path))
