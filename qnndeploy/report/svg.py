@@ -6,6 +6,7 @@ from records."""
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
@@ -47,13 +48,17 @@ def ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     if not (math.isfinite(lo) and math.isfinite(hi) and math.isfinite(hi - lo)) or hi <= lo:
         return [lo, hi] if hi > lo else [lo]
     raw = (hi - lo) / count
-    power = 10.0 ** math.floor(math.log10(raw))
+    power = 10.0 ** math.floor(math.log10(raw)) if raw > 0 else 0.0  # a subnormal span: raw may round to 0
+    if power == 0 or lo + power == lo:  # steps a float cannot tell apart (figures near 2**53 and above, or 1e-323)
+        return [lo, hi]
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
     first = math.floor(lo / step) * step
+    if not math.isfinite(first):  # rounding -1.8e308 down to a step is past the float range
+        first = lo
     out = [round(first + i * step, 12) for i in range(3 * count)]  # by index: a sum could stall past 2**53
-    out = [v for v in out if v <= hi + step * 1e-9]
+    out = [v for v in out if v <= hi + step * 1e-9 and math.isfinite(v)] or [lo]  # past 1.8e308 a tick is Infinity
     if out[-1] < hi:
-        out.append(round(out[-1] + step, 12))
+        out.append(min(round(out[-1] + step, 12), sys.float_info.max))
     return out
 
 
@@ -69,8 +74,24 @@ def label(value: float) -> str:
 
 def _share(value: float, lo: float, hi: float) -> float:
     """Where value lies from lo (0) to hi (1), halved first so that no difference overflows (records are data:
-    1e308 is a valid JSON number)."""
-    return (value / 2 - lo / 2) / (hi / 2 - lo / 2)
+    1e308 is a valid JSON number); the middle (0.5) on an axis of no width (a span that rounds to 0), and never
+    further off than the axis' length either side."""
+    span = hi / 2 - lo / 2
+    if span > 0:
+        share = (value / 2 - lo / 2) / span
+    else:
+        span = hi - lo  # subnormal ends: halving them may have lost the difference
+        share = (value - lo) / span if span > 0 else 0.5
+    return max(-1.0, min(share, 2.0))  # a figure far off the axis (-1 on an axis of 0 to 1e-323) stays a number
+
+
+def _widened(lo: float, hi: float) -> tuple[float, float]:
+    """lo..hi with room either side when it has no width a float can tell: one value, however large (1e300 - 1 is
+    1e300), or figures a float cannot tell apart (2**53 + 1 is 2**53)."""
+    if hi > lo and lo + (hi - lo) / 8 > lo:
+        return lo, hi
+    pad = max(1.0, abs(lo) / 100, abs(hi) / 100)
+    return max(lo - pad, -sys.float_info.max), min(hi + pad, sys.float_info.max)
 
 
 def _svg(width: int, height: int, title: str, body: list[str]) -> str:
@@ -91,14 +112,10 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
     points = [p for s in series for p in s.points if math.isfinite(p[0]) and math.isfinite(p[1])]
     ys = [y for _, y in points] + ([threshold] if threshold is not None else [])
     xs = [x for x, _ in points]
-    lo_y, hi_y = (min(ys), max(ys)) if ys else (0.0, 1.0)
-    if hi_y == lo_y:
-        lo_y, hi_y = lo_y - 1, hi_y + 1
+    lo_y, hi_y = _widened(*((min(ys), max(ys)) if ys else (0.0, 1.0)))
     y_ticks = ticks(lo_y, hi_y)
     lo_y, hi_y = min(y_ticks[0], lo_y), max(y_ticks[-1], hi_y)
-    lo_x, hi_x = (min(xs), max(xs)) if xs else (0.0, 1.0)
-    if hi_x == lo_x:
-        lo_x, hi_x = lo_x - 1, hi_x + 1
+    lo_x, hi_x = _widened(*((min(xs), max(xs)) if xs else (0.0, 1.0)))
     x_ticks = [t for t in ticks(lo_x, hi_x) if lo_x <= t <= hi_x] or [lo_x]
 
     def px(x: float) -> float:
@@ -174,9 +191,11 @@ def ranges(rows: Sequence[Range], *, title: str, unit: str, width: int = 640) ->
     lo, hi = (min(values), max(values)) if values else (0.1, 1.0)
     log = hi / lo > 8
     if log:  # 1-2-5 ticks from the one at or below the smallest figure to the one at or above the largest
-        steps = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
-                 for m in (1, 2, 5)]
-        lo, hi = max(t for t in steps if t <= lo * (1 + 1e-9)), min(t for t in steps if t >= hi * (1 - 1e-9))
+        # powers of ten a float holds (1e-323 to 1e308): a subnormal figure (5e-324) has no 1-2-5 tick below it
+        powers = range(max(math.floor(math.log10(lo)) - 1, -323), min(math.ceil(math.log10(hi)) + 1, 309))
+        steps = [t for e in powers for m in (1, 2, 5) for t in (m * 10.0 ** e,) if 0 < t < math.inf]
+        lo = max((t for t in steps if t <= lo * (1 + 1e-9)), default=lo)
+        hi = min((t for t in steps if t >= hi * (1 - 1e-9)), default=hi)
         axis = [t for t in steps if lo <= t <= hi]
 
         def px(v: float) -> float:  # a figure at or below 0 (made up, or clock noise) sits at the axis' start

@@ -8,6 +8,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from qnndeploy.base.errors import EXIT_BAD_INPUT
 from tests.report.bench_fixture import bench_record
 from tests.support.cli import parsed, run
@@ -134,3 +136,68 @@ def test_extreme_and_missing_figures_render_without_a_traceback(tmp_path):
     page = out.read_text()
     assert '<td class="num">\u2013</td>' in page
     assert not re.search(r'="[^"]*\b(nan|inf)\b', page), "a coordinate that is no number"
+
+
+def plot_records(folder: Path) -> dict[str, dict]:
+    """Bench records whose plots have an axis of no width a float can tell (one huge value; integers 1 apart past
+    2**53, which a float reads as one) or a subnormal latency (5e-324, under the smallest 1-2-5 tick)."""
+    equal = bench_record(graph="equal")
+    for p in equal["paths"].values():
+        p["latency_ms"] = dict.fromkeys(p["latency_ms"], 1e300)
+        p["block_p50_ms"] = [1e300] * 4
+    for s in equal["sustained"]:
+        s["latency_ms_p50"], s["temperature_c"] = 1e300, 2**60
+    apart = bench_record(graph="apart")
+    for s in apart["sustained"]:
+        s["t_s"], s["latency_ms_p50"] = 2**53 + (s["t_s"] > 50), 2**53 + (s["path"] == "npu")
+    tiny = bench_record(graph="tiny")
+    tiny["paths"]["npu"]["latency_ms"]["p50"] = 5e-324
+    tiny["paths"]["npu"]["energy_mj_per_inference"] = 5e-324
+    tiny["paths"]["cpu"]["energy_mj_per_inference"] = 0
+    records = {"equal": equal, "apart": apart, "tiny": tiny}
+    folder.mkdir()
+    for name, record in records.items():
+        (folder / f"bench-x-{name}.json").write_text(json.dumps(record))
+    return records
+
+
+def test_a_plot_axis_of_no_width_or_a_subnormal_figure_draws_a_page(tmp_path):
+    """Issue 34: these raised ZeroDivisionError (svg._share) and 'math domain error' (the log axis of ranges)."""
+    plot_records(tmp_path / "records")
+    out = tmp_path / "report.html"
+    r = run("report", tmp_path / "records", "-o", out, "--json")
+    assert r.exit_code == 0, r.output
+    assert "Traceback" not in r.output and parsed(r.stdout)["skipped"] == []
+    page = out.read_text()
+    assert page.count('data-plot="latency"') == 3 and page.count('data-plot="sustained"') == 3
+    assert not re.search(r'="[^"]*\b(nan|inf)\b', page), "a coordinate that is no number"
+
+
+def test_every_plot_draws_any_pair_of_finite_figures():
+    """svg's axes over the edges of the float range: every plot of every pair is drawn, its coordinates numbers."""
+    import itertools
+
+    from qnndeploy.report import svg
+
+    big = 1.7976931348623157e308
+    edges = [0.0, 5e-324, 1e-323, 2.2e-308, 1.0, 2.0**53, 2.0**53 + 2, 1e15 + 0.125, 1e300, big, -big, -1e300,
+             -5e-324, -1.0]
+    for a, b in itertools.product(edges, repeat=2):
+        plots = [svg.line_chart([svg.Series("a", [(a, b), (b, a)])], title="t", x_label="x", y_label="y", threshold=a),
+                 svg.line_chart([svg.Series("a", [(a, a), (a, a)])], title="t", x_label="x", y_label="y"),
+                 svg.bars([("a", a, "#000"), ("b", b, "#000")], title="t", unit="u"),
+                 svg.ranges([svg.Range("a", a, a, b, b, b, a, (a, b))], title="t", unit="u"),
+                 svg.ranges([svg.Range("a", a, b, b, b, b)], title="t", unit="u")]
+        for plot in plots:
+            assert not re.search(r'="[^"]*\b(nan|inf)\b', plot), (a, b, plot)
+
+
+@pytest.mark.slow
+def test_the_page_of_extreme_plots_renders_in_chromium(tmp_path):
+    from tests.report.page import render
+
+    plot_records(tmp_path / "records")
+    out = tmp_path / "report.html"
+    assert run("report", tmp_path / "records", "-o", out).exit_code == 0
+    dom, shot = render(out, tmp_path)
+    assert len(dom.all("figure", data_plot="latency")) == 3 and shot.stat().st_size > 0
