@@ -14,7 +14,7 @@ from typing import Any
 
 from qnndeploy import __version__
 from qnndeploy.base.errors import BadInput
-from qnndeploy.base.fileio import staging_file, writing
+from qnndeploy.base.fileio import check_apart, staging_file, writing
 from qnndeploy.report import html
 from qnndeploy.report.collect import collect
 from qnndeploy.report.entries import Collected, Skipped
@@ -40,7 +40,8 @@ class ReportResult:
 def report(paths: Sequence[Path], output: Path, force: bool = False, steps: Callable[[str], None] | None = None
            ) -> ReportResult:
     """Read every record under `paths` and write the page to `output` whole or not at all (a staging file, then
-    one rename). BadInput when a path does not exist or holds no record, or `output` exists without `force`.
+    one rename). BadInput when a path does not exist or holds no record, `output` is or lies inside a path read,
+    or `output` exists without `force`.
     `steps` is told of each long step (each path read, the page drawn) as it starts."""
     output = Path(output)
     if not paths:
@@ -49,6 +50,7 @@ def report(paths: Sequence[Path], output: Path, force: bool = False, steps: Call
         raise BadInput(f"{output} is a folder: give the report's file name, e.g. -o {output / 'report.html'}")
     if any(Path(p).exists() and output.exists() and output.samefile(p) for p in paths):
         raise BadInput(f"{output} is one of the PATHs read: give the report another name, e.g. -o report.html")
+    check_apart(output, [("PATH read", Path(p)) for p in paths])  # --force would replace a record, or write a bundle
     if output.exists() and not force:  # before reading: a long read should not end in this refusal
         raise BadInput(f"{output} already exists; remove it or pass --force")
     collected = collect(list(paths), steps)

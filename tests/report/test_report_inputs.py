@@ -201,3 +201,21 @@ def test_the_page_of_extreme_plots_renders_in_chromium(tmp_path):
     assert run("report", tmp_path / "records", "-o", out).exit_code == 0
     dom, shot = render(out, tmp_path)
     assert len(dom.all("figure", data_plot="latency")) == 3 and shot.stat().st_size > 0
+
+
+def test_the_page_may_not_be_written_inside_a_path_read(tmp_path, monkeypatch):
+    """Issue 34: -o FILE --force inside a folder read replaced an input record, or wrote into a bundle."""
+    folder = records(tmp_path)
+    bench = folder / "bench-emulator-5554-kws_demo.json"
+    before = bench.read_bytes()
+    (folder / "sub").mkdir()
+    (tmp_path / "link").symlink_to(folder)
+    for out in (bench, folder / "report.html", folder / "sub" / "report.html", tmp_path / "link" / "report.html"):
+        one_line_error(run("report", folder, "-o", out, "--force"), "write the output outside it")
+    one_line_error(run("report", tmp_path / "link", "-o", bench, "--force"), "is inside the PATH read")
+    assert bench.read_bytes() == before
+    assert sorted(p.name for p in folder.iterdir()) == ["bench-emulator-5554-kws_demo.json", "sub"]
+    assert list((folder / "sub").iterdir()) == []
+    monkeypatch.chdir(folder)
+    one_line_error(run("report", ".", "--force"), "-o report.html is inside the PATH read .")
+    assert run("report", ".", "-o", tmp_path / "report.html").exit_code == 0
