@@ -37,10 +37,10 @@ from qnndeploy.formats.manifest import (
     schema_errors,
     worst_metric,
 )
-from qnndeploy.model import decode
-from qnndeploy.model.metrics import thresholds_text
+from qnndeploy.model import decode, tasks
+from qnndeploy.model.metrics import rejudge, thresholds_for, thresholds_text
 from qnndeploy.model.onnxio import load_model
-from qnndeploy.qnn import contextcheck, emulator, epcontext, qnnsystem
+from qnndeploy.qnn import contextcheck, emulator, epcontext, ondevice, qnnsystem
 from qnndeploy.qnn.markers import FileFacts, build_version, scan_file
 from qnndeploy.qnn.qnnsystem import ContextInfo
 
@@ -441,8 +441,10 @@ def _loop_problems(manifest: Manifest, facts: dict[str, FileFacts], root: Path) 
 
 def _on_device_problems(manifest: Manifest, facts: dict[str, FileFacts], root: Path) -> list[Problem]:
     """Format 4's on_device: one entry per graph that is not CPU-only, its model an ONNX of that graph the manifest
-    lists, and each arch it names as validated backed by its record: passed, for that graph and arch, with the same
-    EP options and the bundle's QAIRT (a bundle must not claim an arch nobody compiled for)."""
+    lists, and each arch it names as validated one that bundle build could have validated (a catalog arch the
+    bundle's QAIRT is measured to compile the graph's precision for, ondevice.arch_socs) and backed by its record:
+    for that graph, arch and a catalog SoC of it, with the same EP options and the bundle's QAIRT, passed, and its
+    outputs' figures passing again by the precision's thresholds (a record's verdict alone is not evidence)."""
     od = manifest.on_device
     if od is None:
         return []
@@ -465,6 +467,8 @@ def _on_device_problems(manifest: Manifest, facts: dict[str, FileFacts], root: P
         if list(g.validated) != sorted(set(g.validated), key=lambda arch: int(arch[1:])):
             problems.append(Problem(MANIFEST, f"on_device's validated arches of graph '{g.graph}' must be unique "
                                               f"and ascending, not {list(g.validated)}"))
+        precision = "fp16" if g.ep_options.get("enable_htp_fp16_precision") == "1" else "w8a16"
+        problems += _arch_problems(g.graph, g.validated, manifest.qairt.version, precision)
         for arch in g.validated:
             rel = f"records/{g.graph}-on-device-{arch}.json"
             if rel not in records:
@@ -484,7 +488,53 @@ def _on_device_problems(manifest: Manifest, facts: dict[str, FileFacts], root: P
                         "qairt": manifest.qairt.version}:
                 problems.append(Problem(rel, f"does not show graph '{g.graph}' passing on {arch} with on_device's "
                                              f"EP options and QAIRT {manifest.qairt.version}: bundle it again"))
+            elif (why := _record_figures_problem(data, arch, precision, root / g.path)) is not None:
+                problems.append(Problem(rel, f"says graph '{g.graph}' passed on {arch}, but {why}: bundle it again"))
     return problems
+
+
+def _arch_problems(graph: str, validated: tuple[str, ...], qairt: str, precision: str) -> list[Problem]:
+    """The arches bundle build could never have validated: not an HTP arch of the catalog, or one the bundle's QAIRT
+    is not measured to compile `precision` for from v69 up (ondevice.arch_socs: v68 has no fp16)."""
+    catalog = {s.dsp_arch for s in socs.catalog()}
+    can = [s.dsp_arch for s in ondevice.arch_socs(qairt, precision)]
+    problems = []
+    for arch in validated:
+        if arch not in catalog:
+            problems.append(Problem(MANIFEST, f"on_device says graph '{graph}' was validated for {arch}, which is "
+                                              "not an HTP arch of the SoC catalog"))
+        elif arch not in can:
+            problems.append(Problem(MANIFEST, f"on_device says graph '{graph}' was validated for {arch}, which "
+                                              f"QAIRT {qairt} is not measured to compile {precision} for (bundle "
+                                              f"build validates {', '.join(can) or 'no arch'})"))
+    return problems
+
+
+def _record_figures_problem(data: JSON, arch: str, precision: str, model: Path) -> str | None:
+    """Why an on-device record that says passed does not show it: its SoC is not one of the arch's in the catalog,
+    or an output's figures fail the precision's thresholds when judged again (metrics.rejudge). A classifier's
+    scores (the task the graph makes plain) pass on their figures or on every label agreeing (argmax agreement);
+    other tasks' outputs are held to the tensor rules (the record holds no task figures: stricter, never looser)."""
+    soc = next((s for s in socs.catalog() if s.model == data.get("soc")), None)
+    if soc is None or soc.dsp_arch != arch or data.get("soc_id") != soc.soc_id:
+        return f"its SoC {data.get('soc')!r} is not a catalog SoC of {arch}"
+    outputs = data.get("outputs")
+    if not isinstance(outputs, list) or not outputs or not all(isinstance(o, dict) for o in outputs):
+        return "it holds no output figures"
+    try:
+        task = tasks.detect(model)
+        classified = task.outputs if task.kind == tasks.TaskKind.CLASSIFY else set()
+    except (QnnDeployError, OSError):
+        classified = set()
+    limits = thresholds_for(precision)
+    for o in outputs:
+        top1 = o.get("argmax_agreement")
+        if (str(o.get("name")) in classified and isinstance(top1, (int, float)) and not isinstance(top1, bool)
+                and top1 >= tasks.limit(limits, "min_top1")):
+            continue  # a classifier's scores: its labels decide, and every one agrees
+        if (why := rejudge(o, limits)) is not None:
+            return f"its output {o.get('name')!r} fails: {why}"
+    return None
 
 
 def _listing_problems(manifest: Manifest, facts: dict[str, FileFacts], tree: set[str],

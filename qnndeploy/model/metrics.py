@@ -355,6 +355,35 @@ def verdict(m: Metrics, limits: Thresholds) -> tuple[bool, str, str | None]:
     return passed, "cosine+snr", None
 
 
+
+def rejudge(recorded: Mapping[str, object], limits: Thresholds) -> str | None:
+    """One output's verdict again, from the figures a record holds (OutputMetrics as JSON) and never from its
+    `passed`: None when they pass `limits` by the rules of judge, else why not. What bundle verify holds an
+    on-device record to, so a record cannot say passed over failing figures."""
+    def number(key: str) -> float | None:
+        v = recorded.get(key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+    judged = str(recorded.get("judged_on", ""))
+    if judged.endswith("finite"):
+        return "its values are not finite"
+    if judged == "topk_set":
+        jaccard, least = number("topk_jaccard"), limits.get("min_topk_jaccard", OPTIONAL_THRESHOLDS["min_topk_jaccard"])
+        return None if jaccard is not None and jaccard >= least else f"top-k Jaccard {jaccard} (needs >= {least:g})"
+    figures = {k: number(k) for k in ("max_abs_diff", "cosine", "snr_db", "ref_rms")}
+    ref_rms, max_abs = figures["ref_rms"], figures["max_abs_diff"]
+    if ref_rms is None or max_abs is None:
+        return "its figures are missing or not finite numbers"
+    m: Metrics = {"max_abs_diff": max_abs, "mean_abs_diff": 0.0, "rel_l2": None, "cosine": figures["cosine"],
+                  "snr_db": figures["snr_db"], "ref_rms": ref_rms, "ref_max_abs": 0.0, "finite": True,
+                  "ref_finite": True}
+    passed, on, _ = verdict(m, limits)
+    if passed:
+        return None
+    if on == "max_abs_diff":
+        return f"max abs diff {max_abs:g} over atol {limits['atol']:g}"
+    return f"cosine {figures['cosine']}, SNR {figures['snr_db']} dB (needs {thresholds_text(limits)})"
+
 def _judge_topk(name: str, ref: np.ndarray, out: np.ndarray, limits: Thresholds, axis: int, topk: TopK
                 ) -> OutputMetrics:
     import numpy as np

@@ -107,6 +107,43 @@ def test_a_record_that_says_failed_cannot_back_a_validated_arch(demo, tmp_path):
     assert [p.path for p in report.problems] == ["records/kws_demo-on-device-v81.json"]
 
 
+
+def _forge(arch: str, soc: str, soc_id: int):
+    """A record for `arch` copied from v81's, as its records agree with the list: the arch added to the list too."""
+    def change(m, copy):
+        record = json.loads((copy / "records" / "kws_demo-on-device-v81.json").read_text())
+        rel = f"records/kws_demo-on-device-{arch}.json"
+        (copy / rel).write_text(json.dumps({**record, "arch": arch, "soc": soc, "soc_id": soc_id}))
+        entry = next(r for r in m["records"] if r["path"] == "records/kws_demo-on-device-v81.json")
+        m["records"].append({**entry, "path": rel})
+        _rehash(m, copy, rel)
+        validated = m["on_device"]["graphs"][0]["validated"]
+        validated[:] = sorted({*validated, arch}, key=lambda a: int(a[1:]))
+    return change
+
+
+@pytest.mark.parametrize("arch, soc, soc_id, says", [
+    ("v68", "SM8350", 30, "validated for v68, which QAIRT"),  # in the catalog: CPU-only, no fp16
+    ("v99", "SM9999", 999, "validated for v99, which is not an HTP arch of the SoC catalog"),
+])
+def test_an_arch_bundle_build_could_never_validate_is_refused(demo, tmp_path, arch, soc, soc_id, says):
+    report = verify_bundle(_rewrite(demo, tmp_path, _forge(arch, soc, soc_id)), deep=False)
+    assert not report.ok and any(says in p.message for p in report.problems), report.problems
+
+
+def test_a_record_that_says_passed_over_failing_figures_is_refused(demo, tmp_path):
+    def lie(m, copy):
+        rel = "records/kws_demo-on-device-v81.json"
+        record = json.loads((copy / rel).read_text())
+        record["outputs"][0].update(cosine=0.5, snr_db=3.0, argmax_agreement=0.5, passed=True)
+        (copy / rel).write_text(json.dumps(record))
+        _rehash(m, copy, rel)
+
+    report = verify_bundle(_rewrite(demo, tmp_path, lie), deep=False)
+    assert [p.path for p in report.problems] == ["records/kws_demo-on-device-v81.json"], report.problems
+    assert "passed on v81, but its output" in report.problems[0].message
+    assert "fails: cosine 0.5, SNR 3.0 dB" in report.problems[0].message
+
 def test_a_graph_that_fails_on_the_emulator_is_validated_for_no_arch(tmp_path):
     """fp16 overflows: the compile succeeds for every arch, the comparison with the CPU fails for every arch."""
     require(htp.available(), "onnxruntime-qnn")
