@@ -28,6 +28,23 @@ def module(name: str, *args: str) -> list[str]:
     return python("-m", f"qnndeploy.{name}" if name else "qnndeploy", *args)
 
 
+
+# Run before a tool's own exec: PR_SET_PDEATHSIG (1) = SIGKILL (9), so the tool dies with its parent even when the
+# parent is killed with SIGKILL; the parent check covers a parent that died before prctl took effect. A separate
+# exec, not a preexec_fn: code run between fork and exec in a threaded process can deadlock.
+_DIE_WITH_PARENT = ("import ctypes, os, sys\n"
+                    "ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)\n"
+                    "os.getppid() == int(sys.argv[1]) or os._exit(1)\n"
+                    "os.execvp(sys.argv[2], sys.argv[2:])\n")
+
+
+def dies_with_parent(cmd: list[str]) -> list[str]:
+    """`cmd` run so that it gets SIGKILL when this process dies (Linux; elsewhere `cmd` as is): a killed command
+    leaves no child writing on after it."""
+    if not sys.platform.startswith("linux"):
+        return cmd
+    return [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), *cmd]
+
 def environ(first: list[str] | None = None, base: dict[str, str] | None = None) -> dict[str, str]:
     """The child's environment: the import path starts with `first`, then this qnndeploy's folder, then what
     PYTHONPATH held; PYTHONSAFEPATH for any Python the child starts in turn."""

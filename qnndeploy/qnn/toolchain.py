@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from qnndeploy.base import child, compat
+from qnndeploy.base import child, compat, fileio
 from qnndeploy.base.errors import BadInput, MissingTool, first_line
 
 ENV_DIR = "QNNDEPLOY_TOOLCHAINS_DIR"
@@ -140,7 +140,8 @@ def _probe(tc: Toolchain, path: Path) -> str:
 def install(tc: Toolchain, say: Callable[[str], None] | None = None) -> Path:
     """Install `tc` into its folder once (pip, into a staging folder renamed when it imports and names the expected
     QAIRT), and return the folder. Two processes installing the same toolchain take turns (a lock file beside it):
-    the second finds it installed."""
+    the second finds it installed. A killed install leaves only its staging folder (its pip dies with it), which
+    the next install removes; the toolchain's folder appears complete or not at all."""
     target = folder(tc)
     if installed(tc):
         return target
@@ -162,14 +163,16 @@ def _install(tc: Toolchain, target: Path, say: Callable[[str], None] | None) -> 
         say(f"installing {' and '.join(wheels)} into {target} (once; about 100 MB)")
     try:
         root().mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=root()))
+        _remove_stale(target)
+        staging = Path(tempfile.mkdtemp(prefix=fileio.partial_prefix(target), dir=root()))
     except OSError as e:
         raise BadInput(f"cannot create {root()}: {e.strerror} (set {ENV_DIR} to a writable folder)") from None
     try:
         cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-input", "--disable-pip-version-check",
                "--only-binary=:all:", "--target", str(staging), *wheels]
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
+            done = subprocess.run(child.dies_with_parent(cmd), capture_output=True, text=True,
+                                  timeout=PIP_TIMEOUT_S, check=False)
         except subprocess.TimeoutExpired:
             raise MissingTool(f"pip did not install {tc.name} in {PIP_TIMEOUT_S:g} s") from None
         if done.returncode != 0:
@@ -187,6 +190,19 @@ def _install(tc: Toolchain, target: Path, say: Callable[[str], None] | None) -> 
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _remove_stale(target: Path) -> None:
+    """What killed installs of `target` left: its staging folders (.NAME.partial-PID-*, and .NAME.* of earlier
+    qnndeploy versions), as large as the wheel. Called with the install lock held, so no live install of that
+    toolchain owns one (its pip died with it: dies_with_parent); the lock file itself stays."""
+    lock = f".{target.name}.lock"
+    for path in root().iterdir():
+        if path.name.startswith(f".{target.name}.") and path.name != lock:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 def command(args: list[str]) -> list[str]:

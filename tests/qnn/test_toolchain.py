@@ -126,3 +126,63 @@ def test_two_installs_of_one_toolchain_take_turns(toolchains, tmp_path, monkeypa
     assert folders == [toolchain.folder(tc)] * 2 and toolchain.installed(tc)
     assert sorted(p.name for p in (tmp_path / "toolchains").iterdir()) == [f".{folders[0].name}.lock",
                                                                            folders[0].name]
+
+
+# A stand-in for pip (not pip): found first on the import path of `python -m pip`, it writes part of a wheel into
+# --target, says its pid, and hangs, as a large download does; or it fails at once.
+STANDIN_PIP = '''import os, sys, time
+target = sys.argv[sys.argv.index("--target") + 1]
+if os.environ.get("STANDIN_PIP_FAIL"):
+    sys.exit("ERROR: the stand-in pip fails")
+with open(os.path.join(target, "onnxruntime_qnn.partial"), "wb") as f:
+    f.write(bytes(1 << 20))
+with open(os.environ["STANDIN_PIP_PID"] + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.replace(os.environ["STANDIN_PIP_PID"] + ".tmp", os.environ["STANDIN_PIP_PID"])
+time.sleep(120)
+'''
+
+
+def test_a_killed_install_leaves_a_staging_folder_the_next_run_removes(model, tmp_path):
+    """compile --qairt SIGKILLed while pip writes the wheel: its pip dies with it, the toolchain is not installed,
+    and the staging folder it left (as large as what pip wrote) is removed by the next install."""
+    import signal
+    import subprocess
+    import time
+
+    from qnndeploy.base import child
+    from tests.support.cli import PROGRAM
+    from tests.support.host import alive
+
+    standin = tmp_path / "standin" / "pip"
+    standin.mkdir(parents=True)
+    (standin / "__init__.py").write_text("")
+    (standin / "__main__.py").write_text(STANDIN_PIP)
+    toolchains, said = tmp_path / "toolchains", tmp_path / "pip.pid"
+    env = {**os.environ, toolchain.ENV_DIR: str(toolchains), "STANDIN_PIP_PID": str(said),
+           "PYTHONPATH": os.pathsep.join([str(standin.parent), child.HERE])}  # this tree's qnndeploy, its pip
+    cli = subprocess.Popen([*PROGRAM, "compile", str(model), "--soc", "SM8550", "--qairt", "2.51", "-o",
+                            str(tmp_path / "b")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not said.exists() and cli.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert said.exists(), "the stand-in pip never started"
+    cli.send_signal(signal.SIGKILL)
+    cli.wait()
+    pip = int(said.read_text())
+    deadline = time.monotonic() + 5
+    while alive(pip) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    outlived = alive(pip)
+    if outlived:
+        os.kill(pip, signal.SIGKILL)  # the test's own stand-in
+    assert not outlived, "pip outlived the killed compile"
+    tc = toolchain.resolve("2.51")
+    [left] = [p for p in toolchains.iterdir() if p.name.startswith(f".{toolchain.folder(tc).name}.partial-")]
+    assert (left / "onnxruntime_qnn.partial").stat().st_size == 1 << 20
+    assert not toolchain.folder(tc).exists()
+
+    done = run("compile", str(model), "--soc", "SM8550", "--qairt", "2.51", "-o", str(tmp_path / "b"),
+               env={**env, "STANDIN_PIP_FAIL": "1"}, process=True)
+    assert done.returncode == 3 and "the stand-in pip fails" in done.stderr, done.stderr
+    assert [p.name for p in toolchains.iterdir()] == [f".{toolchain.folder(tc).name}.lock"]  # its lock only
