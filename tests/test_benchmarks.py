@@ -39,6 +39,8 @@ SMOKE = {
                         "bundle verify --shallow", "bundle verify "]),
     "whisper_loop.py": ([QNN], ["--work", "{tmp}/work"], ["figure", "value"],
                         ["word error rate, NPU vs CPU", "clips token for token the same", "emulator decoder steps"]),
+    "report_memory.py": ([], [], ["inputs MB", "seconds", "peak RSS MB", "page MB", "target"],
+                         ["1 record", "4 records"]),
     "startup.py": ([], [], ["ms", "difference ms", "ratio", "target"],
                    ["python -c 'import click'", "qnndeploy --help", "qnndeploy check --help",
                     "qnndeploy bundle verify --help"]),

@@ -5,6 +5,8 @@ cannot be read, becomes a Skipped with the reason; nothing here raises for a rec
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -48,6 +50,9 @@ from qnndeploy.report.entries import (
 )
 
 MAX_RECORD_BYTES = 64 << 20  # a record is kilobytes; a bench record with a detailed profile a few MB
+MAX_TOTAL_BYTES = 128 << 20  # of records read by one report: a build of a hundred graphs is a few MB; past it the
+# files left are skipped and listed (memory grows with what is read: 335 MB of bench records peaked at 1.9 GB)
+MAX_SHOWN_ROWS = 40  # of a profile's ops (and partitions): the page shows the ones with the most time
 MAX_FILES = 20_000  # JSON files looked at under one path: a report of a home folder is a mistake, not a report
 ARCHIVES = (".zip", ".tar.gz", ".tgz")
 
@@ -61,9 +66,12 @@ class _Unreadable(Exception):
 def collect(paths: list[Path], steps: Callable[[str], None] | None = None) -> Collected:
     """Read every record under each path: a folder (walked, symlinks not followed), a record file, or a bundle
     archive (.zip, .tar.gz; extracted while it is read). BadInput for a path that does not exist or is a file of
-    another kind, and when no path holds any record. `steps` is told of each path as it is read."""
+    another kind, and when no path holds any record. `steps` is told of each path as it is read. Each record is
+    read, kept as what the page shows of it and let go; once MAX_TOTAL_BYTES have been read, the files left are
+    skipped, each with the reason."""
     out = Collected()
-    seen: dict[bytes, str] = {}
+    seen: dict[bytes, str] = {}  # a record's sha256 -> where it was shown
+    budget = [MAX_TOTAL_BYTES]
     with ExitStack() as stack:
         for path_given in paths:
             given = Path(path_given)
@@ -82,7 +90,7 @@ def collect(paths: list[Path], steps: Callable[[str], None] | None = None) -> Co
                                "(folder or archive), a folder of device records or a record's .json")
             for path in _json_files(root, given):
                 shown = label if root.is_file() else f"{label}/{path.relative_to(root).as_posix()}"
-                _read_one(path, shown, out, seen)
+                _read_one(path, shown, out, seen, budget)
     if not out.records:
         raise BadInput(f"no qnndeploy records in {', '.join(map(str, paths))}: give a build folder (compile -o), a "
                        "bundle, or a folder of device records (device verify, device bench)")
@@ -107,11 +115,16 @@ def _json_files(root: Path, given: Path) -> Iterator[Path]:
             yield Path(folder, name)
 
 
-def _read_one(path: Path, shown: str, out: Collected, seen: dict[bytes, str]) -> None:
+def _read_one(path: Path, shown: str, out: Collected, seen: dict[bytes, str], budget: list[int]) -> None:
     try:
         if path.is_symlink():
             raise QnnDeployError("a symlink; records are read as regular files only")
+        size = path.stat().st_size
+        if size > budget[0] and size <= MAX_RECORD_BYTES:  # a file over the cap says so itself
+            raise QnnDeployError(f"not read: the report's budget of {MAX_TOTAL_BYTES >> 20} MB of records is spent "
+                                 f"({size:,} bytes, {budget[0]:,} left); report fewer paths at a time")
         raw = read_limited(path, MAX_RECORD_BYTES, "record")
+        budget[0] -= len(raw)
         data = parse_json(raw, path)
     except QnnDeployError as e:
         reason = str(e).replace(str(path), "the file").replace("a manifest is", "a record is")
@@ -121,8 +134,10 @@ def _read_one(path: Path, shown: str, out: Collected, seen: dict[bytes, str]) ->
     if kind is None:
         out.skipped.append(Skipped(shown, _not_a_record(data)))
         return
-    if raw in seen:  # a bundle's records/ holds copies of its build's records
-        out.duplicates[shown] = seen[raw]
+    digest = hashlib.sha256(raw).digest()
+    del raw  # only what the page shows is kept
+    if digest in seen:  # a bundle's records/ holds copies of its build's records
+        out.duplicates[shown] = seen[digest]
         return
     try:
         _READERS[kind](data, shown, out)
@@ -132,7 +147,7 @@ def _read_one(path: Path, shown: str, out: Collected, seen: dict[bytes, str]) ->
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         out.skipped.append(Skipped(shown, f"{_NAMES[kind]}, but unreadable: {type(e).__name__} {e}"))
         return
-    seen[raw] = shown
+    seen[digest] = shown
 
 
 def _kind(data: object) -> str | None:
@@ -387,8 +402,10 @@ def _play(p: Mapping[str, Any]) -> str | None:
 
 
 def _ops(items: list[Mapping[str, Any]]) -> tuple[OpRow, ...]:
-    return tuple(OpRow(_text(o, "name"), _opt_text(o, "type") or "", _number(o, "time_us"), _number(o, "share"),
-                       _opt_text(o, "where") or "") for o in items)
+    """The MAX_SHOWN_ROWS rows with the most time, in that order (the page shows those and counts the rest)."""
+    rows = [OpRow(_text(o, "name"), _opt_text(o, "type") or "", _number(o, "time_us"), _number(o, "share"),
+                  _opt_text(o, "where") or "") for o in items]
+    return tuple(sorted(rows, key=lambda o: -(o.time_us or 0.0))[:MAX_SHOWN_ROWS])
 
 
 def _bench(d: Mapping[str, Any], shown: str, out: Collected) -> None:
@@ -396,14 +413,15 @@ def _bench(d: Mapping[str, Any], shown: str, out: Collected) -> None:
     phone, bundle, decision = record.phone, record.bundle, record.decision
     profile = record.profile or {}
     where = decision.get("npu_source")
+    ops, partitions = _objects(profile, "ops"), _objects(profile, "partitions")
     out.benches.append(BenchInfo(
-        shown, record, _opt_text(phone, "soc") or "unknown SoC", phone["serial"],
+        shown, dataclasses.replace(record, profile=None), _opt_text(phone, "soc") or "unknown SoC", phone["serial"],
         " ".join(str(phone.get(k)) for k in ("manufacturer", "model") if phone.get(k)) or "phone",
         f"{bundle.get('name')} {bundle.get('version')}", _opt_text(bundle, "qairt") or "",
         f"{decision.get('provider')}" + (f" ({where})" if where else "") +
         (f", {decision.get('dsp_arch')}" if decision.get("dsp_arch") else ""),
         _opt_text(profile, "level"), _opt_text(profile, "source"), _opt_text(profile, "trace"),
-        _ops(_objects(profile, "ops")), _ops(_objects(profile, "partitions"))))
+        _ops(ops), _ops(partitions), len(ops), len(partitions)))
 
 
 _READERS = {RECORD: _compile, VALIDATION_RECORD: _validation, FORMAT: _bundle, "check": _check,

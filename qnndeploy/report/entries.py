@@ -221,8 +221,10 @@ class BenchInfo:
     profile_level: str | None = None
     profile_source: str | None = None
     trace: str | None = None
-    ops: tuple[OpRow, ...] = ()
+    ops: tuple[OpRow, ...] = ()  # the ones with the most time (collect.MAX_SHOWN_ROWS), most first
     partitions: tuple[OpRow, ...] = ()
+    ops_total: int = 0  # in the record
+    partitions_total: int = 0
 
 
 @dataclass

@@ -300,7 +300,7 @@ def _profile(r: BenchInfo) -> str:
     out = [f"<h4>op profile ({_e(r.profile_level or '?')}, from {_e(r.profile_source or '?')})</h4>"]
     if r.trace:
         out.append(f"<p>Chrome trace: <code>{_e(r.trace)}</code> (Perfetto, chrome://tracing)</p>")
-    for title, rows in (("ops", r.ops), ("partitions", r.partitions)):
+    for title, rows, total in (("ops", r.ops, r.ops_total), ("partitions", r.partitions, r.partitions_total)):
         if not rows:
             continue
         top = sorted(rows, key=lambda o: -(o.time_us or 0.0))[:40]
@@ -311,8 +311,8 @@ def _profile(r: BenchInfo) -> str:
                f"{o.share:.1%}" if o.share is not None else NOT_MEASURED),
               _e(o.where) if o.where.lower() in ("htp", "") else f'<span class="warn">{_e(o.where)}</span>']
              for o in top), numeric=(2,)))
-        if len(rows) > len(top):
-            out.append(f'<p class="muted">{len(rows) - len(top)} more {title} with less time not shown</p>')
+        if max(total, len(rows)) > len(top):
+            out.append(f'<p class="muted">{max(total, len(rows)) - len(top)} more {title} with less time not shown</p>')
     return "".join(out)
 
 

@@ -219,3 +219,47 @@ def test_the_page_may_not_be_written_inside_a_path_read(tmp_path, monkeypatch):
     monkeypatch.chdir(folder)
     one_line_error(run("report", ".", "--force"), "-o report.html is inside the PATH read .")
     assert run("report", ".", "-o", tmp_path / "report.html").exit_code == 0
+
+
+def test_past_the_total_budget_files_are_skipped_with_the_reason_and_the_page_says_so(tmp_path, monkeypatch):
+    """Issue 34: report held every record read at once (335 MB of bench records peaked at 1.9 GB); each file had a
+    cap, the whole none. Now records are read one at a time, kept as what the page shows, until the budget is
+    spent: the files left are skipped, listed in the page's Skipped files and in --json, with why."""
+    import importlib
+
+    from tests.report.page import parse
+
+    collect = importlib.import_module("qnndeploy.report.collect")  # the module: the package exports its function
+
+    folder = tmp_path / "records"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"bench-x-g{i}.json").write_text(json.dumps(bench_record(graph=f"g{i}")))
+    size = (folder / "bench-x-g0.json").stat().st_size
+    monkeypatch.setattr(collect, "MAX_TOTAL_BYTES", int(size * 2.5))
+    out = tmp_path / "report.html"
+    r = run("report", folder, "-o", out, "--json")
+    assert r.exit_code == 0, r.output
+    result = parsed(r.stdout)
+    assert [x["source"] for x in result["records"]] == ["records/bench-x-g0.json", "records/bench-x-g1.json"]
+    (skipped,) = result["skipped"]
+    assert skipped["source"] == "records/bench-x-g2.json"
+    assert skipped["reason"].startswith("not read: the report's budget of 0 MB of records is spent (")
+    assert "report fewer paths at a time" in skipped["reason"]
+    (item,) = parse(out.read_text()).all("li", data_source="records/bench-x-g2.json")
+    assert "budget" in item.text and result["cells"] == [["g0", "SM8750"], ["g1", "SM8750"]]
+
+
+def test_a_long_profile_shows_its_40_slowest_ops_and_counts_the_rest(tmp_path):
+    """collect keeps only the rows the page shows (the slowest 40) and the count of the others."""
+    folder = tmp_path / "records"
+    folder.mkdir()
+    record = bench_record()
+    record["profile"]["ops"] = [{"name": f"op{j}", "type": "Conv2d", "time_us": float(j), "share": j / 1e4,
+                                 "where": "htp"} for j in range(100)]
+    (folder / "bench-x-g.json").write_text(json.dumps(record))
+    out = tmp_path / "report.html"
+    assert run("report", folder, "-o", out).exit_code == 0
+    page = out.read_text()
+    assert "<code>op99</code>" in page and "<code>op60</code>" in page and "<code>op59</code>" not in page
+    assert "60 more ops with less time not shown" in page
