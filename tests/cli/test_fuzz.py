@@ -28,3 +28,15 @@ def test_every_hostile_input_is_refused_cleanly(good_bundle, tmp_path):
         results = list(pool.map(lambda ic: fuzz.run_case(ic[1], tmp_path / str(ic[0])), enumerate(cases)))
     broken = [f"{case.name}: {why}" for case, why in zip(cases, results, strict=True) if why]
     assert broken == [], f"{len(broken)} of {len(cases)} cases broke the invariant:\n" + "\n".join(broken[:80])
+
+
+# --- report (issue 34): extreme plot figures draw a page; the page never lands inside what it reads ----------------
+
+def test_report_s_hostile_inputs_give_a_page_or_a_one_line_error(good_bundle, tmp_path):
+    from tests.report.fuzz_cases import report_cases
+
+    cases = list(report_cases(good_bundle))
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        results = list(pool.map(lambda ic: fuzz.run_case(ic[1], tmp_path / str(ic[0])), enumerate(cases)))
+    broken = [f"{case.name}: {why}" for case, why in zip(cases, results, strict=True) if why]
+    assert broken == [], f"{len(broken)} of {len(cases)} cases broke the invariant:\n" + "\n".join(broken)
