@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from qnndeploy.base import interrupt
+from qnndeploy.base import interrupt, numbers
 from qnndeploy.base.errors import BadInput, QnnDeployError
 
 CHUNK = 1 << 20
@@ -442,12 +442,15 @@ def sha256_file(path: Path, progress: Progress | None = None, scan: Callable[[by
 
 
 def write_json(path: Path, data: object) -> None:
-    """Write JSON through a temporary file and a rename, so a crash never leaves half a file."""
+    """Write strict JSON through a temporary file and a rename, so a crash never leaves half a file. A number that is
+    not finite (NaN, Infinity: not JSON) is written as null; a writer that can say why nulls it first, with a note
+    (numbers.strict)."""
+    data, _ = numbers.strict(data)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=False)
+            json.dump(data, f, indent=2, sort_keys=False, allow_nan=False)
             f.write("\n")
         publish(Path(tmp), path)
     except BaseException:
