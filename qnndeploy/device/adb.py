@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qnndeploy.base import numbers
 from qnndeploy.base.errors import BadInput, CheckFailed, MissingTool, QnnDeployError, first_line
 from qnndeploy.base.fileio import open_regular, staging_file
 
@@ -42,7 +43,6 @@ _PROP_LINE = re.compile(r"^\[(.+?)\]: \[(.*)\]$")
 SYNC_DATA_MAX = 64 * 1024  # the largest DATA block of adb's sync protocol
 API_LEVEL = "ro.build.version.sdk"
 _API_DIGITS = re.compile(r"[0-9]{1,4}")  # Build.VERSION.SDK_INT; int() refuses over 4,300 digits, isdigit() takes '²'
-_INT = re.compile(r"-?[0-9]{1,20}")  # up to 2**64, e.g. date +%s%N
 MiB = 1024 * 1024
 
 
@@ -64,9 +64,9 @@ PULL_MAX = 1024 * MiB  # the largest file a pull takes, unless the caller says h
 
 
 def parse_int(text: str | None) -> int | None:
-    """A number a phone printed, or None: ASCII digits only, at most 20 ('²' and 5,000-digit strings are not)."""
-    text = (text or "").strip()
-    return int(text) if _INT.fullmatch(text) else None
+    """A number a phone printed, or None: ASCII digits only, at most 20 ('²' and 5,000-digit strings are not); the
+    bounded reader's (base/numbers.py)."""
+    return numbers.integer(text)
 
 
 def _size(n: int) -> str:

@@ -42,7 +42,6 @@ zones of /sys/class/thermal/thermal_zone*/{type,temp} (m°C) before and after ea
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import posixpath
 import re
@@ -56,8 +55,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from qnndeploy import __version__
+from qnndeploy.base import numbers
 from qnndeploy.base.errors import BadInput, CheckFailed, QnnDeployError
-from qnndeploy.base.fileio import write_json
+from qnndeploy.base.fileio import read_limited, write_json
 from qnndeploy.base.names import BENCH_RECORD
 from qnndeploy.base.pool import Pool
 from qnndeploy.device import opprofile, ortrunner, runner
@@ -73,6 +73,7 @@ from qnndeploy.formats.benchrecord import (
     SustainedPoint,
     SweepPoint,
 )
+from qnndeploy.formats.manifest import parse_json
 
 VOLTAGE_NOW = "/sys/class/power_supply/battery/voltage_now"
 THERMAL = "/sys/class/thermal"
@@ -81,10 +82,10 @@ DEFAULT_THRESHOLD = 0.1
 NPU_TOOL, CPU_TOOL, ORT_QNN_TOOL = "qnn-net-run", "onnxruntime_perf_test -e cpu", "onnxruntime_perf_test -e qnn"
 ENERGY_SOURCE = "current_now x voltage_now"
 _SEP = "@@qnndeploy-bench@@"
-_STATUS = re.compile(r"^\s*Thermal Status:\s*([0-9]+)\s*$", re.MULTILINE)  # ThermalManagerService's dump
+_STATUS = re.compile(r"^\s*Thermal Status:[ \t]*(.*?)\s*$", re.MULTILINE)  # ThermalManagerService's dump
+MAX_STATUS = 99  # PowerManager.THERMAL_STATUS_*: 0 none .. 6 shutdown; room for new ones, not for garbage
+MAX_BASELINE_BYTES = 64 << 20  # a bench record is kilobytes; with a detailed per-op profile a few MB
 _WAKE = re.compile(r"mWakefulness=(\w+)")  # PowerManagerService's dump
-_P = {q: re.compile(rf"{name} Latency:\s*([0-9.eE+-]+)\s*s") for q, name in
-      (("min", "Min"), ("max", "Max"), ("p50", "P50"), ("p90", "P90"), ("p99", "P99"))}
 FIRST_NOTE = ("first_ms: npu, a qnn-net-run process of one inference, from its start to its output (start, context "
               "load, inference); cpu and on-device, onnxruntime_perf_test's session creation + first inference")
 THROUGHPUT_NOTE = "throughput_per_s: 1000 / the mean latency, one inference at a time"
@@ -142,6 +143,7 @@ class _Block:
     cpu_percent: float | None = None
     power_w: float | None = None  # the battery's mean current x voltage while the process ran
     t_start: float = 0.0
+    problems: tuple[str, ...] = ()  # the tool's figure lines that did not read (ortrunner.summary), left out
 
 
 @dataclass
@@ -151,6 +153,7 @@ class _Thermal:
     status: int | None
     level: int | None
     powered: bool | None
+    problem: str | None = None  # why dumpsys thermalservice's status did not read
 
 
 # --- what the phone says -------------------------------------------------------------------------------------------
@@ -164,7 +167,8 @@ def _thermal(dev: Device) -> _Thermal:
                 doing="reading the thermal state and the battery")
     parts = r.output.split(_SEP + "\n")
     parts += [""] * (4 - len(parts))
-    status = _STATUS.findall(parts[0])
+    said = _STATUS.findall(parts[0])
+    status = numbers.read(said[-1], integer=True, low=0, high=MAX_STATUS) if said else numbers.Reading(None)
     zones = []
     for line in parts[1].splitlines():
         kind, _, temp = line.strip().rpartition(" ")
@@ -177,7 +181,8 @@ def _thermal(dev: Device) -> _Thermal:
     chosen = max(skin or cpu, key=lambda z: z[1], default=None)
     temperature, source = (chosen[1], chosen[0]) if chosen else (battery.temperature_c, "battery")
     return _Thermal(temperature, source if temperature is not None else None,
-                    int(status[-1]) if status else None, battery.level, battery.powered)
+                    int(status.value) if status.value is not None else None, battery.level, battery.powered,
+                    f"dumpsys thermalservice's Thermal Status: {status.problem}" if status.problem else None)
 
 
 def _screen_on(dev: Device) -> bool | None:
@@ -273,12 +278,10 @@ def _output_times(block: _Block, done: dict[int, float], start: int | None) -> N
 
 def _ort_figures(block: _Block) -> None:
     """The figures onnxruntime_perf_test printed (see the module docstring), into the block."""
-    text = block.output
-    for q, pattern in _P.items():
-        found = pattern.findall(text)
-        if found:
-            setattr(block.latency, q, float(found[-1]) * 1000)
-    said = ortrunner.summary(text)
+    said = ortrunner.summary(block.output)
+    for q, seconds in said.latency_s.items():
+        setattr(block.latency, q, seconds * 1000)
+    block.problems = said.problems
     block.mean_ms = block.latency.mean = said.average_ms
     block.inferences = said.requests + 1 if said.requests is not None else block.inferences  # and the warm-up
     if said.session_s is not None and said.first_inference_ms is not None:
@@ -298,6 +301,7 @@ class _Graph:
         self.workdir = f"{REMOTE_ROOT}/bench/{job.bundle_id}/{graph}"
         self.cpu_dir = f"{self.workdir}/cpu"
         self.npu_first_ms: float | None = None
+        self.first_problems: tuple[str, ...] = ()  # the first-inference run's figure lines that did not read
         self.native = False
         self.lost = 0  # NPU blocks whose outputs' times could not be read
         self.ctx = f"{self.workdir}/cache/{graph}_ctx.onnx"
@@ -359,7 +363,7 @@ class _Graph:
                              self.clk, 2)
             self._check(again, ORT_QNN_TOOL)
             _ort_figures(again)
-            self.npu_first_ms = again.first_ms
+            self.npu_first_ms, self.first_problems = again.first_ms, again.problems
             return
         first = _sampled(self.dev, f"{self.workdir}/npu", self.env, self._qnn_args(runner.FIRST_INPUT, mode),
                          f"running qnn-net-run once on {self.graph}", "npu", self.clk, 1, outputs=True)
@@ -413,6 +417,8 @@ def _round(value: float | None, digits: int = 6) -> float | None:
 def _figures(blocks: list[_Block], first_ms: float | None, charging: bool, input_seconds: float | None,
              notes: list[str], name: str) -> PathFigures:
     """A path's figures from its blocks (see the module docstring for each)."""
+    notes += [f"{name}: a figure the tool printed did not read ({said}): left out"
+              for said in dict.fromkeys(p for b in blocks for p in b.problems)]
     timed = [b for b in blocks if b.mean_ms is not None]
     runs = sum(b.inferences for b in timed) if timed else 0
     means = [b.mean_ms for b in timed if b.mean_ms is not None]
@@ -471,6 +477,17 @@ def _spread(npu: list[_Block], cpu: list[_Block]) -> dict[str, dict[str, float] 
                              "max": round(max(pairs), 4), "blocks": len(pairs)}}
 
 
+def _strict(record: BenchRecord) -> BenchRecord:
+    """The record as strict JSON holds it: a figure that is not finite (a lying tool's, or a ratio to a hostile
+    baseline's) is null, with a note that says which and why."""
+    data, nulled = numbers.strict(record.to_json())
+    if not nulled:
+        return record
+    data["notes"] = [*data["notes"], *(f"{said}: null, not a finite number (from the tool's figures or the "
+                                       "baseline's)" for said in nulled)]
+    return benchrecord.read(data)
+
+
 # --- the baseline -----------------------------------------------------------------------------------------------
 
 def read_baseline(path: Path, serial: str, graph: str) -> tuple[Path, BenchRecord]:
@@ -478,10 +495,10 @@ def read_baseline(path: Path, serial: str, graph: str) -> tuple[Path, BenchRecor
     path = Path(path)
     if path.is_dir():
         path = path / benchrecord.record_name(serial, graph)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise BadInput(f"--baseline {path}: cannot read it as JSON ({type(e).__name__}): give a bench record "
+    try:  # the bounded readers: a regular file (no FIFO or device), of a bench record's size, within JSON's limits
+        data = parse_json(read_limited(path, MAX_BASELINE_BYTES, "bench record"), path)
+    except QnnDeployError as e:
+        raise BadInput(f"--baseline {str(e).replace('a manifest is', 'a bench record is')}: give a bench record "
                        "(bench-SERIAL-GRAPH.json) or a folder of them") from None
     if not isinstance(data, dict) or data.get("record") != BENCH_RECORD:
         raise BadInput(f"--baseline {path} is not a bench record (no \"record\": \"{BENCH_RECORD}\")")
@@ -547,6 +564,7 @@ def bench_device(job: Job, options: Options, serial: str | None = None, say: Say
         if graph in baselines:
             where, base = baselines[graph]
             record.gate = benchrecord.gate(base, str(where), record, options.threshold)
+        record = _strict(record)
         path = job.record_dir / benchrecord.record_name(dev.serial, graph)
         write_json(path, record.to_json())
         result.records.append(record)
@@ -581,6 +599,8 @@ def _bench_graph(dev: Device, job: Job, choice: decision.Decision, props: dict[s
             if deadline is not None:
                 after = _thermal(dev)
                 powered.append(after.powered)
+                if after.problem is not None and f"sustained: {after.problem}: read as null" not in notes:
+                    notes.append(f"sustained: {after.problem}: read as null")
                 sustained.append(SustainedPoint(round(time.monotonic() - t0, 2), path, _round(block.latency.p50),
                                                 _round(block.mean_ms),
                                                 _round(1000 / block.mean_ms, 2) if block.mean_ms else None,
@@ -595,6 +615,9 @@ def _bench_graph(dev: Device, job: Job, choice: decision.Decision, props: dict[s
         sweep.append(SweepPoint(other, _figures(blocks, None, False, options.input_seconds, [], "sweep")))
     end = _thermal(dev)
     powered.append(end.powered)
+    notes += [f"conditions: {said}: read as null" for said in dict.fromkeys(
+        t.problem for t in (start, end) if t.problem is not None)]
+    notes += [f"npu.first_ms: a figure the tool printed did not read ({said}): left out" for said in g.first_problems]
     charging = any(p for p in powered)
     npu = _figures(npu_blocks, g.npu_first_ms, charging, options.input_seconds, notes, "npu")
     cpu = _figures(cpu_blocks, cpu_first, charging, options.input_seconds, notes, "cpu")

@@ -67,8 +67,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
-import math
 import posixpath
 import re
 import shlex
@@ -79,10 +77,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from qnndeploy.base import numbers
 from qnndeploy.base.errors import BadInput, CheckFailed, QnnDeployError
 from qnndeploy.base.fileio import JSON, sha256_file, write_json
 from qnndeploy.device import runner
 from qnndeploy.device.adb import FILES, RUN, Device, MiB
+from qnndeploy.formats.manifest import parse_json
 from qnndeploy.model.onnxio import load_model
 
 SDK_VIEWER = "bin/aarch64-android/qnn-profile-viewer"
@@ -221,12 +221,11 @@ def read_events(text: str) -> list[Event]:
             continue
         if len(row) < len(CSV_HEADER):
             raise CheckFailed(f"line {n} of the profile CSV has {len(row)} fields, not {len(CSV_HEADER)}")
-        try:
-            value = float(row[2])
-        except ValueError:
-            raise CheckFailed(f"line {n} of the profile CSV has the time {row[2][:40]!r}, not a number") from None
-        if not math.isfinite(value):
-            raise CheckFailed(f"line {n} of the profile CSV has the time {row[2][:40]!r}, not a finite number")
+        reading = numbers.read(row[2])
+        if reading.value is None:
+            raise CheckFailed(f"line {n} of the profile CSV has the time {row[2][:40]!r}, not a finite number"
+                              + (f" ({reading.problem})" if reading.problem else ""))
+        value = reading.value
         # an identifier may hold commas (an op name): the fields after Timing Source and Event Level are its
         events.append(Event(row[1].strip(), value, row[3].strip().upper(), row[5].strip(), ",".join(row[6:]).strip()))
     return events
@@ -240,8 +239,8 @@ def executions(events: Sequence[Event]) -> tuple[list[Execution], float | None]:
     for e in events:
         if e.message == "NODE" and e.unit == "CYCLES":
             m = _NODE.match(e.identifier)
-            if m:
-                current.ops.append((m["name"], int(m["id"]), e.value))
+            if m and (op_id := numbers.integer(m["id"], low=0)) is not None:
+                current.ops.append((m["name"], op_id, e.value))
         elif e.level == "ROOT" and e.identifier == ACCEL_CYCLES and e.unit == "CYCLES":
             current.accel_cycles = e.value
         elif e.level == "ROOT" and e.identifier == ACCEL_US and e.unit == "US":
@@ -301,10 +300,10 @@ def from_events_csv(text: str, graph: str, level: Level, types: dict[str, str] |
 def from_ort_profile(text: str, graph: str, level: Level) -> OpProfile:
     """An OpProfile from ONNX Runtime's session profile JSON: CPU-fallback nodes are ops where=cpu, each QNN EP
     node (one HTP partition) a partition where=htp; times are the mean per run of the kernel."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise CheckFailed(f"the ONNX Runtime profile is not JSON ({e.msg}, line {e.lineno})") from None
+    try:  # the bounded JSON reader: no recursion, no 5,000-digit integer, within JSON's limits
+        data = parse_json(text.encode("utf-8", "surrogatepass"), Path("the ONNX Runtime profile"))
+    except QnnDeployError as e:
+        raise CheckFailed(str(e).replace("a manifest is", "a profile is")) from None
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
         raise CheckFailed("the ONNX Runtime profile holds no list of events")

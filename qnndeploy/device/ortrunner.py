@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from qnndeploy.base import numbers
 from qnndeploy.base.errors import BadInput
 from qnndeploy.device.adb import RUN, Device, parse_int
 from qnndeploy.device.runner import phone_executable
@@ -61,10 +62,19 @@ BACKEND = "libQnnHtp.so"  # as the glue passes it: a bare name, found through LD
 DEFAULT_PERFORMANCE_MODE = "burst"  # the glue's, OrtModels.DEFAULT_PERFORMANCE_MODE
 WANT = "onnxruntime_perf_test built for Android arm64 with the QNN EP (ONNX Runtime's build.py --android --use_qnn)"
 _TIME = "QNNDEPLOY-TIME"
-_SESSION = re.compile(r"Session creation time cost:\s*([0-9.eE+-]+)\s*s")
-_FIRST = re.compile(r"First inference time cost:\s*([0-9.eE+-]+)\s*ms")
-_AVERAGE = re.compile(r"Average inference time cost(?: total)?:\s*([0-9.eE+-]+)\s*ms")
-_REQUESTS = re.compile(r"Total inference requests:\s*([0-9]+)")
+# The figure lines onnxruntime_perf_test prints, each "LABEL: NUMBER UNIT": the field each fills, its unit, and
+# whether it is a count. Each is read through the bounded reader (base/numbers.py): a value that is not a finite,
+# non-negative number of at most MAX_TIME (or MAX_COUNT) in that unit is None, and its line a problem said.
+FIGURES = {"Session creation time cost": ("session_s", "s"),
+           "First inference time cost": ("first_inference_ms", "ms"),
+           "Average inference time cost total": ("average_ms", "ms"),
+           "Average inference time cost": ("average_ms", "ms"),
+           "Total inference requests": ("requests", ""),
+           **{f"{q} Latency": (q.lower(), "s") for q in ("Min", "Max", "P50", "P90", "P99")}}
+MAX_TIME = {"s": 1e6, "ms": 1e9}  # about 11 days: no run of the tool takes longer
+MAX_COUNT = 10**12
+_LINE = re.compile(r"^[ \t]*(" + "|".join(map(re.escape, FIGURES)) + r"):[ \t]*(.*?)[ \t]*$", re.MULTILINE)
+_VALUE = re.compile(r"(\S+?)[ \t]*([A-Za-z]*)")
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,7 @@ class PerfRun:
     requests: int | None
     seconds: float  # the whole process, on the phone's clock when its date can (else the host's)
     clock: str
+    problems: tuple[str, ...] = ()  # the figure lines that did not read as their number (see FIGURES)
 
 
 def find_ort_runner(path: Path | None) -> Path | None:
@@ -143,21 +154,35 @@ class Summary(NamedTuple):
     first_inference_ms: float | None
     average_ms: float | None
     requests: int | None
+    latency_s: dict[str, float]  # "min", "max", "p50", "p90", "p99" -> seconds, as printed
+    problems: tuple[str, ...]  # each figure line that did not read, and why ("P50 Latency: '1.2.3' is not a number")
 
 
 def summary(text: str) -> Summary:
-    """The last of each figure line in `text` (the tool's output)."""
-    requests = _REQUESTS.findall(text)
-    return Summary(_number(_SESSION, text), _number(_FIRST, text), _number(_AVERAGE, text),
-                   int(requests[-1]) if requests else None)
-
-
-def _number(pattern: re.Pattern[str], text: str) -> float | None:
-    found = pattern.findall(text)
-    try:
-        return float(found[-1]) if found else None
-    except ValueError:
-        return None
+    """The last of each figure line in `text` (the tool's output), each through the bounded reader."""
+    values: dict[str, float | None] = {}
+    problems: dict[str, str] = {}
+    for label, rest in _LINE.findall(text):
+        field_, unit = FIGURES[label]
+        values[field_] = None
+        problems.pop(field_, None)
+        m = _VALUE.fullmatch(rest)
+        if m is None:
+            problems[field_] = f"{label}: {rest[:40]!r} is not a number"
+            continue
+        if m.group(2) != unit:
+            problems[field_] = (f"{label}: {rest[:40]!r} is not in {unit}" if unit else
+                                f"{label}: {rest[:40]!r} is not a count")
+            continue
+        reading = numbers.read(m.group(1), integer=not unit, low=0, high=MAX_TIME[unit] if unit else MAX_COUNT)
+        values[field_] = reading.value
+        if reading.problem:
+            problems[field_] = f"{label}: {reading.problem}"
+    requests = values.get("requests")
+    return Summary(values.get("session_s"), values.get("first_inference_ms"), values.get("average_ms"),
+                   int(requests) if requests is not None else None,
+                   {q: v for q in ("min", "max", "p50", "p90", "p99") if (v := values.get(q)) is not None},
+                   tuple(problems.values()))
 
 
 def run(dev: Device, workdir: str, lib_dir: str, adsp_library_path: str, argv: list[str], doing: str) -> PerfRun:
@@ -174,4 +199,6 @@ def run(dev: Device, workdir: str, lib_dir: str, adsp_library_path: str, argv: l
     s0, s1 = stamps if len(stamps) == 2 else (None, None)
     seconds, clock = ((s1 - s0) / 1e9, "device") if s0 is not None and s1 is not None and s1 >= s0 else (host, "host")
     text = head if sep else r.output
-    return PerfRun(r.code, text, line, *summary(text), seconds, clock)
+    said = summary(text)
+    return PerfRun(r.code, text, line, said.session_s, said.first_inference_ms, said.average_ms, said.requests, seconds,
+                   clock, said.problems)

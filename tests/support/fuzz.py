@@ -13,6 +13,7 @@ import copy
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -562,3 +563,53 @@ def snapshot(folder: Path) -> dict[str, str]:
             out[p.relative_to(folder).as_posix()] = (f"-> {p.readlink()}" if p.is_symlink() else "dir" if p.is_dir()
                                                      else hashlib.sha256(p.read_bytes()).hexdigest())
     return out
+
+
+# --- a lying phone: the figures its tools print and its services say ---------------------------------------------
+# What `device bench` and `device verify --ort-runner` read from the emulated phone (tests/support/device_emulator)
+# when its onnxruntime_perf_test lies: each case a name and the figure lines replaced in the stand-in's output, by the
+# line's start. The invariant (tests/device/test_device_lying.py, tests/cli/test_fuzz.py): a documented exit code, no
+# traceback, a record that strict JSON parsing accepts, and each lie said in a note rather than recorded.
+PERF_LIES: dict[str, dict[str, str]] = {
+    "p50 1.2.3 s": {"P50 Latency:": "P50 Latency: 1.2.3 s"},
+    "requests 400 digits": {"Total inference requests:": "Total inference requests: " + "9" * 400},
+    "requests 5000 digits": {"Total inference requests:": "Total inference requests: " + "9" * 5000},
+    "negative latencies": {"P50 Latency:": "P50 Latency: -0.5 s", "Min Latency:": "Min Latency: -1 s",
+                           "Average inference time cost total:": "Average inference time cost total: -3 ms"},
+    "subnormal average": {"Average inference time cost total:": "Average inference time cost total: 5e-324 ms"},
+    "overflowing figures": {"P50 Latency:": "P50 Latency: 1e307 s", "P90 Latency:": "P90 Latency: 1e400 s",
+                            "Session creation time cost:": "Session creation time cost: 1e308 s"},
+    "nan and inf": {"P99 Latency:": "P99 Latency: nan s", "Max Latency:": "Max Latency: inf s",
+                    "First inference time cost:": "First inference time cost: Infinity ms"},
+    "wrong units": {"P50 Latency:": "P50 Latency: 12 ms", "Average inference time cost total:":
+                    "Average inference time cost total: 0.5 s"},
+    "superscript digits": {"Total inference requests:": "Total inference requests: ²³",
+                           "P50 Latency:": "P50 Latency: ١٢ s"},
+    "5000-digit decimal": {"P50 Latency:": "P50 Latency: 0." + "1" * 5000 + " s"},
+}
+# dumpsys thermalservice's "Thermal Status: N" line, lying
+THERMAL_LIES = {"5000 digits": "9" * 5000, "negative": "-3", "not a number": "1.5", "huge": "99999999999999999999"}
+
+
+def lying_perf_test(path: Path, real: Path, lines: dict[str, str]) -> Path:
+    """An onnxruntime_perf_test for the emulated phone that runs the stand-in `real` and prints its output with
+    each line that starts with a key of `lines` replaced by that key's value: a lying tool (shell builtins only)."""
+    cases = "".join(f"    {shlex.quote(start)}*) printf '%s\\n' {shlex.quote(text)} ;;\n"
+                    for start, text in lines.items())
+    path.write_text("#!/bin/sh\n# A LYING onnxruntime_perf_test: the stand-in's output with figure lines replaced\n"
+                    f'out=$({shlex.quote(str(real))} "$@" 2>&1); rc=$?\n'
+                    "printf '%s\\n' \"$out\" | while IFS= read -r line; do\n  case \"$line\" in\n"
+                    f"{cases}    *) printf '%s\\n' \"$line\" ;;\n  esac\ndone\nexit $rc\n")
+    path.chmod(0o755)
+    return path
+
+
+def strict_json(text: str) -> object:
+    """`text` parsed as strict JSON: NaN, Infinity and -Infinity (which Python's json takes) are refused."""
+    def refuse(name: str) -> object:
+        raise ValueError(f"not JSON: {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def deep_json(levels: int = 100_000) -> str:
+    return "[" * levels + "]" * levels
