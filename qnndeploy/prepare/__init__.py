@@ -231,6 +231,9 @@ def prepare_model(src: Path, out: Path, options: PrepareOptions = PrepareOptions
                           if _disagrees(declared[o.name], o)]
 
         data, out_data = final.with_name(final.name + ".data"), out.with_name(out.name + ".data")
+        if data.is_file():  # a data file name the OUT.onnx in place does not read: see _publish
+            out_data = _data_name(out)
+            data = _relocate(final, data, out_data.name)
         result = PrepareResult(
             source=str(src), source_sha256=sha256_file(src), output=str(out), output_sha256=sha256_file(final),
             external_data=str(out_data) if data.is_file() else None, record=str(record_path(out)),
@@ -242,7 +245,7 @@ def prepare_model(src: Path, out: Path, options: PrepareOptions = PrepareOptions
             equivalence=diffs, tools=_tool_versions(__version__), seconds=round(time.monotonic() - start, 2))
         write_json(work / "record.json", asdict(result))  # a short temporary name, renamed below
         interrupt.check()  # the last safe point: after it the output is published, whatever signal comes
-        _publish(final, data, work / "record.json", out, force)
+        _publish(final, data, out_data, work / "record.json", out, force)
         written = True
     except OSError as e:
         if e.errno not in fileio.FULL:
@@ -423,13 +426,13 @@ def _check_output(src: Path, out: Path, force: bool) -> None:
     """Refuse an OUT that cannot receive the model, its data file and its record, before any work."""
     if out.suffix != ".onnx":
         raise BadInput(f"-o {out}: the output name must end in .onnx")
-    longest, limit = max(len(out.name) + len(".data"), len(record_path(out).name)), fileio.name_max(out.parent)
+    longest, limit = max(len(_data_names(out)[1]), len(record_path(out).name)), fileio.name_max(out.parent)
     if longest > limit:
         raise BadInput(f"-o {out.name}: with its .data and .prepare.json files the name is too long for the "
                        f"file system ({longest} > {limit} characters); give a shorter name")
     if out.exists() and out.resolve() == src.resolve():
         raise BadInput(f"-o {out} is the source model; write the prepared model to a new file")
-    for path in (out, out.with_name(out.name + ".data"), record_path(out)):
+    for path in (out, *(out.with_name(n) for n in _data_names(out)), record_path(out)):
         if path.exists() and not path.is_file():
             raise BadInput(f"{path} exists and is not a file (a folder?): give -o another name, e.g. "
                            f"{out.parent / 'model.npu.onnx'}")
@@ -437,23 +440,56 @@ def _check_output(src: Path, out: Path, force: bool) -> None:
         raise BadInput(f"{out} already exists; remove it or pass --force")
 
 
-def _publish(final: Path, data: Path, record: Path, out: Path, force: bool) -> None:
-    """Put OUT.onnx, OUT.onnx.data and OUT.prepare.json in place so that a record never sits beside a model it does
-    not describe: the record is the commit marker, removed first and written last.
+def _data_names(out: Path) -> tuple[str, str]:
+    """The two names OUT.onnx's external data file takes in turn: OUT.onnx.data, and OUT.onnx.2.data when a --force
+    replaces an output that reads OUT.onnx.data (so the new data never overwrites the data the old model reads)."""
+    return out.name + ".data", out.name + ".2.data"
+
+
+def _data_name(out: Path) -> Path:
+    """Where the new output's data file goes: the first of _data_names that the OUT.onnx in place does not read."""
+    read: set[str] = set()
+    if out.is_file():
+        with contextlib.suppress(QnnDeployError, OSError):
+            read = onnxio.external_locations(onnxio.load_model(out, weights=False))
+    return out.with_name(next(n for n in _data_names(out) if n not in read))
+
+
+def _relocate(model: Path, data: Path, name: str) -> Path:
+    """Make `model` (saved with its weights in `data`, beside it) read them from a file called `name`, and rename
+    `data` to it; the new data path."""
+    import onnx
+
+    if data.name == name:
+        return data
+    proto = onnx.load(str(model), load_external_data=False)
+    for t in onnxio.all_tensors(proto.graph):
+        for entry in t.external_data:
+            if entry.key == "location" and entry.value == data.name:
+                entry.value = name
+    onnx.save(proto, str(model))
+    moved = data.with_name(name)
+    data.replace(moved)
+    return moved
+
+
+def _publish(final: Path, data: Path, out_data: Path, record: Path, out: Path, force: bool) -> None:
+    """Put OUT.onnx, its data file and OUT.prepare.json in place so that OUT.onnx always reads the data file of its
+    own run, and a record never sits beside a model it does not describe: the record is the commit marker, removed
+    first and written last.
 
     Three names cannot change in one atomic step (renameat2 exchanges two), so the choice is which states a kill
-    may leave, and the order below makes every one of them safe to read:
+    may leave, and the order below makes every one of them the old output or the new one:
       1. the old record is removed: from here until step 5 the output has no record, i.e. it is not a finished
          prepare output (a re-run with --force replaces it);
-      2. the new data file, if any, is renamed in (before the model: an old model without external data never
-         reads it);
-      3. the new model is renamed over the old one (one rename(2): OUT.onnx is always a whole model);
-      4. an old data file the new model does not use is removed;
+      2. the new data file, if any, is renamed in under a name the old OUT.onnx does not read (_data_name): the old
+         model still reads its own data;
+      3. the new model is renamed over the old one (one rename(2)): the commit of the model with its data;
+      4. data files the new model does not read (the old one's, or a killed run's) are removed;
       5. the record is renamed in: its output_sha256 is the sha256 of the OUT.onnx beside it.
-    So OUT.prepare.json, when present, always describes OUT.onnx (old trio or new trio). A SIGTERM only sets the
-    stop flag, so it never lands inside these steps; only SIGKILL or a power cut can stop them half-way.
+    A SIGTERM only sets the stop flag, so it never lands inside these steps; only SIGKILL or a power cut can stop
+    them half-way, and then the next run's step 4 removes the data file left unread.
     """
-    out_data = out.with_name(out.name + ".data")
     recorded = record_path(out)
     has_data = data.is_file()
     try:
@@ -462,8 +498,10 @@ def _publish(final: Path, data: Path, record: Path, out: Path, force: bool) -> N
             data.chmod(final.stat().st_mode & 0o777)  # onnx creates external data files owner-only
             data.replace(out_data)
         final.replace(out)
-        if not has_data and force:
-            out_data.unlink(missing_ok=True)  # left over from an earlier external-data output of the same name
+        if force:
+            for name in _data_names(out):  # left over from an earlier external-data output of the same name
+                if not has_data or name != out_data.name:
+                    out.with_name(name).unlink(missing_ok=True)
         record.replace(recorded)
     except OSError as e:
         raise BadInput(f"cannot write {out}: {e.strerror or e}; the output is incomplete (it has no "
