@@ -16,6 +16,7 @@ package line; what differs from bundle to bundle is data, written into one gener
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import string
 from dataclasses import dataclass, field
@@ -25,8 +26,8 @@ from typing import Any
 
 from qnndeploy import __version__
 from qnndeploy.base import codegen, compat, socs
-from qnndeploy.base.errors import QnnDeployError
-from qnndeploy.base.fileio import check_replaceable, check_writable, copy_verified, staging_dir
+from qnndeploy.base.errors import BadInput, QnnDeployError
+from qnndeploy.base.fileio import check_replaceable, check_writable, copy_verified, staging_dir, writing
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION, MANIFEST
 from qnndeploy.formats import playplan
 from qnndeploy.formats.decision import (
@@ -57,6 +58,8 @@ GENERATED = "Generated.kt"  # the glue's one generated file: the bundle's data, 
 ASSETS = "qnndeploy"  # the bundle's folder in the APK's assets: QnnRuntime.ASSETS in the Kotlin
 APP_GLUE_DIR = "qnndeploy"  # where the glue goes inside the sample app's module
 APP_LIBRARIES = ("activity_ktx", "lifecycle_runtime_ktx", "coroutines_android")  # the sample app's screen (maven.json)
+MAX_PACKAGE_SEGMENTS = 64  # folders of the package's sources; archives allow 64 in all (a real package has 3 to 6)
+PATH_MAX = 4096  # Linux's, in bytes with the terminating NUL
 MARKER = ".qnndeploy-scaffold"  # rendered into every output's top folder: what marks a folder --force may replace
 
 def templates_dir() -> Path:
@@ -98,6 +101,7 @@ def check_request(package: str, out: Path, *, engine: str, app: bool, force: boo
                   play: bool = False) -> None:
     """The checks that need no bundle, done before the bundle is hashed."""
     codegen.check_package(package)
+    _check_package_path(package, Path(out))
     if engine not in ENGINES:
         raise QnnDeployError(f"unknown engine '{engine}'; use one of {', '.join(ENGINES)}")
     if ort_aar is not None and ort_aar not in compat.AARS:
@@ -110,6 +114,22 @@ def check_request(package: str, out: Path, *, engine: str, app: bool, force: boo
     check_writable(Path(out))  # a name too long, a symlink, a read-only place: refused before anything is read
     check_replaceable(Path(out), force, MARKER, "scaffold")
     templates_dir()  # missing templates are found before any work
+
+
+def _check_package_path(package: str, out: Path) -> None:
+    """A valid package can still be too deep for the folders its sources go in: each segment is one (Kotlin's
+    src/com/example/app/), and the file system and Python's folder making have limits a user should hear in one
+    line before anything is read."""
+    segments = package.count(".") + 1
+    if segments > MAX_PACKAGE_SEGMENTS:
+        raise BadInput(f"--package has {segments:,} segments, over the limit of {MAX_PACKAGE_SEGMENTS}: its sources go "
+                       "one folder per segment; use a short package such as com.example.app")
+    deepest = Path(out).absolute() / "app" / APP_GLUE_DIR / "src" / package.replace(".", "/") / "qnndeploy" / (
+        "x" * 40 + ".kt")
+    size = len(os.fsencode(str(deepest)))
+    if size >= PATH_MAX:
+        raise BadInput(f"--package makes the glue's source paths {size:,} bytes long, over the {PATH_MAX:,} a path "
+                       "may have: use a shorter package or -o folder")
 
 
 def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app: bool = False, force: bool = False,
@@ -139,7 +159,7 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
                                        dir=Path(play).as_posix())
     if out.exists() and out.is_dir() and not any(out.iterdir()):
         out.rmdir()  # an empty folder is as good as none: staging_dir renames the result into its place
-    with staging_dir(out, force) as tmp:
+    with writing(out), staging_dir(out, force) as tmp:  # a full disk: the one-line error, nothing left behind
         glue = tmp / "app" / APP_GLUE_DIR if app else tmp
         if app:
             _render(templates / "app", {**context, "glue_dir": APP_GLUE_DIR, "app_dir": shlex.quote(out.name)}, tmp)

@@ -597,3 +597,32 @@ def test_with_play_the_base_module_keeps_the_on_device_models(tmp_path):
     copied = {p.relative_to(assets).as_posix() for p in assets.rglob("*") if p.is_file()}
     assert copied == {"manifest.json", PLAN, "cpu/det.onnx", "cpu/rec.onnx", "on-device/rec.onnx",
                       "on-device/rec.onnx.data"}
+
+
+@pytest.mark.parametrize(("package", "said"), [("com." + ".".join(["a"] * 1500), "1,501 segments, over the limit"),
+                                               ("com." + ".".join(["a" * 70] * 60), "bytes long, over the 4,096")])
+def test_a_package_too_deep_for_the_file_system_is_one_line(external, tmp_path, package, said):
+    """1,500 segments, or 60 of 70 letters, are a valid Java package, but not folders a file system (or Python's
+    folder making) takes: refused in one line before anything is written (was an OSError or RecursionError
+    traceback)."""
+    r = run(external, "--package", package, "-o", tmp_path / "out")
+    assert r.exit_code == 2 and r.stderr.startswith("error: --package "), r.output
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.output, r.output
+    assert said in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_scaffold_on_a_full_disk_is_the_one_line_no_space_error(external, tmp_path):
+    """The output on a tmpfs of 64 KiB (its own mount namespace, `unshare -m`): the bundle copy fills it up. One line
+    naming the output and the cause, exit 2, nothing left there (was an OSError traceback)."""
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-m", "true"], check=False).returncode != 0:
+        pytest.skip("no mount namespace here (unshare -m)")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    script = (f"mount -t tmpfs -o size=64k tmpfs {mnt} || exit 99; PYTHONPATH={REPO} {sys.executable} -P -m qnndeploy "
+              f"scaffold {external} --package com.example.app -o {mnt}/glue; rc=$?; ls -A {mnt}; exit $rc")
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, check=False, timeout=300)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"error: cannot write {mnt}/glue") and "no space left on the device" in r.stderr
+    assert r.stdout.strip() == "", r.stdout  # the staging folder removed
