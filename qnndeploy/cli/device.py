@@ -564,9 +564,10 @@ def _render_bench_record(r: BenchRecord, path: Path | None) -> None:
         ratio = _fig(r.ratios.get(key)) if key else ""
         _say(f"  {label:<22} {n:>10} {cp:>10} {ratio:>9}")
     spread = r.ratio_spread.get("latency_mean")
-    if spread:
-        _say(f"  NPU/CPU mean latency over {spread['blocks']} block pairs: {spread['min']:.3f} .. {spread['max']:.3f} "
-             f"(median {spread['median']:.3f})")
+    if spread:  # a figure that was not finite is missing (its note says why)
+        _say(f"  NPU/CPU mean latency over {_fig(spread.get('blocks'), 'g')} block pairs: "
+             f"{_fig(spread.get('min'), '.3f')} .. {_fig(spread.get('max'), '.3f')} "
+             f"(median {_fig(spread.get('median'), '.3f')})")
     if r.sustained:
         _say(f"  sustained {r.settings['minutes']:g} min: {'t s':>7} {'path':<4} {'p50 ms':>8} {'mean ms':>8} "
              f"{'/s':>8} {'°C':>6} status")
@@ -581,7 +582,7 @@ def _render_bench_record(r: BenchRecord, path: Path | None) -> None:
         g = r.gate
         _say(f"  gate against {g.baseline} (threshold {g.threshold:.0%}): {'passed' if g.passed else 'FAILED'}")
         for reg in g.regressions:
-            _say(f"    regression {reg.figure}: {reg.was:g} -> {reg.now:g} (x{reg.ratio:g})")
+            _say(f"    regression {reg.figure}: {_fig(reg.was, 'g')} -> {_fig(reg.now, 'g')} (x{_fig(reg.ratio, 'g')})")
     for note in r.notes:
         _say(f"  note: {note}")
     if path is not None:
