@@ -79,3 +79,16 @@ def strict(data: Any, where: str = "") -> tuple[Any, list[str]]:
         return value
 
     return walk(data, where), nulled
+
+
+def figure(value: object, *, low: float | None = None, high: float | None = None) -> float | None:
+    """A number as parsed JSON or a client library gives it: a finite int or float within [low, high] as a float,
+    else None (a bool, text, NaN, Infinity, an integer beyond 2**64 that float() would overflow on)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, int) and value.bit_length() > 64:
+        return None
+    number = float(value)
+    if not math.isfinite(number) or (low is not None and number < low) or (high is not None and number > high):
+        return None
+    return number

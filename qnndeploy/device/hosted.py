@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from qnndeploy.base import socs
+from qnndeploy.base import numbers, socs
 from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.pool import Pool
@@ -167,9 +167,9 @@ def profile_figures(profile: JSON) -> JSON:
     """The figures of AI Hub's profile that the device record keeps (times in AI Hub's microseconds, as ms)."""
     summary = profile.get("execution_summary") or {}
 
-    def ms(key: str) -> float | None:
-        value = summary.get(key)
-        return round(value / 1000, 3) if isinstance(value, (int, float)) else None
+    def ms(key: str) -> float | None:  # AI Hub's times are µs; anything but a finite, non-negative number is none
+        value = numbers.figure(summary.get(key), low=0)
+        return round(value / 1000, 3) if value is not None else None
 
     peak = summary.get("inference_memory_peak_range") or summary.get("estimated_inference_peak_memory")
     units: dict[str, int] = {}

@@ -140,3 +140,12 @@ def test_verify_with_a_lying_ort_runner_on_the_cpu_path(emulated_devices, bundle
         assert all(g["per_inference_s"] is None or g["per_inference_s"] >= 0 for g in graphs), graphs
     for written in (tmp_path / "rec").rglob("*.json"):
         fuzz.strict_json(written.read_text())
+
+
+def test_ai_hub_figures_that_are_not_finite_non_negative_numbers_are_none():
+    from qnndeploy.device.hosted import profile_figures
+
+    out = profile_figures({"execution_summary": {"estimated_inference_time": 10**400, "first_load_time": float("nan"),
+                                                 "warm_load_time": -5}})
+    assert (out["inference_ms"], out["first_load_ms"], out["warm_load_ms"]) == (None, None, None)  # was OverflowError
+    assert profile_figures({"execution_summary": {"estimated_inference_time": 1500}})["inference_ms"] == 1.5
