@@ -45,6 +45,7 @@ def dies_with_parent(cmd: list[str]) -> list[str]:
         return cmd
     return [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), *cmd]
 
+
 def environ(first: list[str] | None = None, base: dict[str, str] | None = None) -> dict[str, str]:
     """The child's environment: the import path starts with `first`, then this qnndeploy's folder, then what
     PYTHONPATH held; PYTHONSAFEPATH for any Python the child starts in turn."""
