@@ -143,7 +143,7 @@ time.sleep(120)
 '''
 
 
-def test_a_killed_install_leaves_a_staging_folder_the_next_run_removes(model, tmp_path):
+def test_a_killed_install_leaves_a_staging_folder_the_next_run_removes(model, tmp_path, monkeypatch):
     """compile --qairt SIGKILLed while pip writes the wheel: its pip dies with it, the toolchain is not installed,
     and the staging folder it left (as large as what pip wrote) is removed by the next install."""
     import signal
@@ -159,6 +159,7 @@ def test_a_killed_install_leaves_a_staging_folder_the_next_run_removes(model, tm
     (standin / "__init__.py").write_text("")
     (standin / "__main__.py").write_text(STANDIN_PIP)
     toolchains, said = tmp_path / "toolchains", tmp_path / "pip.pid"
+    monkeypatch.setenv(toolchain.ENV_DIR, str(toolchains))  # toolchain.folder here names the children's folder
     env = {**os.environ, toolchain.ENV_DIR: str(toolchains), "STANDIN_PIP_PID": str(said),
            "PYTHONPATH": os.pathsep.join([str(standin.parent), child.HERE])}  # this tree's qnndeploy, its pip
     cli = subprocess.Popen([*PROGRAM, "compile", str(model), "--soc", "SM8550", "--qairt", "2.51", "-o",
