@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import onnx
 import pytest
 
-from qnndeploy.base import compat
+from qnndeploy.base import child, compat
 from qnndeploy.qnn import toolchain
-from tests.support.cli import run
+from tests.support.cli import PROGRAM, run
+from tests.support.host import alive
 from tests.support.synth_models import static_mlp
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_qnn]
@@ -146,14 +150,6 @@ time.sleep(120)
 def test_a_killed_install_leaves_a_staging_folder_the_next_run_removes(model, tmp_path, monkeypatch):
     """compile --qairt SIGKILLed while pip writes the wheel: its pip dies with it, the toolchain is not installed,
     and the staging folder it left (as large as what pip wrote) is removed by the next install."""
-    import signal
-    import subprocess
-    import time
-
-    from qnndeploy.base import child
-    from tests.support.cli import PROGRAM
-    from tests.support.host import alive
-
     standin = tmp_path / "standin" / "pip"
     standin.mkdir(parents=True)
     (standin / "__init__.py").write_text("")
