@@ -512,26 +512,35 @@ def _arch_problems(graph: str, validated: tuple[str, ...], qairt: str, precision
 
 def _record_figures_problem(data: JSON, arch: str, precision: str, model: Path) -> str | None:
     """Why an on-device record that says passed does not show it: its SoC is not one of the arch's in the catalog,
-    or an output's figures fail the precision's thresholds when judged again (metrics.rejudge). A classifier's
-    scores (the task the graph makes plain) pass on their figures or on every label agreeing (argmax agreement);
-    other tasks' outputs are held to the tensor rules (the record holds no task figures: stricter, never looser)."""
+    its task verdict's figures fail when judged again (tasks.rejudge), or an output the task does not decide fails
+    the precision's thresholds when judged again (metrics.rejudge). A record without a task verdict (written before
+    records held one) gets a classifier's allowance: its scores pass when every label agrees."""
     soc = next((s for s in socs.catalog() if s.model == data.get("soc")), None)
     if soc is None or soc.dsp_arch != arch or data.get("soc_id") != soc.soc_id:
         return f"its SoC {data.get('soc')!r} is not a catalog SoC of {arch}"
     outputs = data.get("outputs")
     if not isinstance(outputs, list) or not outputs or not all(isinstance(o, dict) for o in outputs):
         return "it holds no output figures"
-    try:
-        task = tasks.detect(model)
-        classified = task.outputs if task.kind == tasks.TaskKind.CLASSIFY else set()
-    except (QnnDeployError, OSError):
-        classified = set()
     limits = thresholds_for(precision)
+    task = data.get("task") if isinstance(data.get("task"), dict) else None
+    if task is not None and task.get("kind", "tensor") != "tensor" and (why := tasks.rejudge(task, limits)):
+        return f"its task verdict fails: {why}"
+    classified: set[str] = set()
+    if task is None:
+        try:
+            found = tasks.detect(model)
+            classified = found.outputs if found.kind == tasks.TaskKind.CLASSIFY else set()
+        except (QnnDeployError, OSError):
+            pass
+    decided, least = tasks.decided(task), tasks.limit(limits, "min_top1")
     for o in outputs:
-        top1 = o.get("argmax_agreement")
-        if (str(o.get("name")) in classified and isinstance(top1, (int, float)) and not isinstance(top1, bool)
-                and top1 >= tasks.limit(limits, "min_top1")):
-            continue  # a classifier's scores: its labels decide, and every one agrees
+        name, top1 = str(o.get("name")), o.get("argmax_agreement")
+        labels = top1 if isinstance(top1, (int, float)) and not isinstance(top1, bool) else None
+        if labels is not None and labels < least and (name in classified or (
+                name in decided and (task or {}).get("kind") == "classify")):
+            return f"its output {name!r} fails: top-1 agreement {labels:g} (needs >= {least:g})"
+        if name in decided or (name in classified and labels is not None):
+            continue  # its task's figures decide (judged above; a classifier's labels too), or its labels all agree
         if (why := rejudge(o, limits)) is not None:
             return f"its output {o.get('name')!r} fails: {why}"
     return None

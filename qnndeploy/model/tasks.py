@@ -448,6 +448,26 @@ def _only(kind: TaskKind, model: Path, outputs: Mapping[str, onnxio.TensorInfo])
                    f"the app reads, --task {kind.value}:output=NAME")
 
 
+def rejudge(verdict: JSON, limits: Mapping[str, float]) -> str | None:
+    """A recorded task verdict (TaskVerdict.json) judged again from its figures, never from its `passed`: None when
+    they hold `limits` by judge's rules, else why not (bundle verify holds an on-device record to it)."""
+    kind, figures = verdict.get("kind"), verdict.get("figures")
+    rules = {TaskKind.CLASSIFY: ("top1_agreement", "min_top1", 1), TaskKind.EMBED: ("min_cosine", "min_cosine", 1),
+             TaskKind.OCR: ("error_rate", "max_error_rate", -1), TaskKind.ASR: ("error_rate", "max_error_rate", -1),
+             TaskKind.DETECT: ("error_rate", "max_error_rate", -1)}
+    rule = rules.get(TaskKind(kind)) if kind in {k.value for k in TaskKind} else None
+    if rule is None:
+        return f"its task verdict is of no known kind ({kind!r})"
+    figure, key, sign = rule
+    value = figures.get(figure) if isinstance(figures, dict) else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return f"its {kind} verdict has no {figure}"
+    needed = float(limits[key]) if key == "min_cosine" else limit(limits, key)
+    if sign * (value - needed) >= 0:
+        return None
+    return f"{kind} {figure} {value:g} (needs {'>=' if sign > 0 else '<='} {needed:g})"
+
+
 def decided(verdict: JSON | None) -> set[str]:
     """The outputs a recorded task verdict (TaskVerdict.json) decides for: their tensor figures are evidence."""
     if not verdict or verdict.get("kind", "tensor") == "tensor":

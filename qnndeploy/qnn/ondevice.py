@@ -46,13 +46,15 @@ class ArchCheck:
     passed: bool
     error: str | None = None
     outputs: list[JSON] = field(default_factory=list)  # validate's OutputMetrics, as JSON
+    task: JSON | None = None  # the task's verdict (tasks.TaskVerdict.json), which decides for its output
 
     def record(self, options: Mapping[str, str], qairt: str) -> JSON:
         """records/<graph>-on-device-<arch>.json: what was compiled, how, and what the comparison found."""
         return {"kind": ON_DEVICE_RECORD, "graph": self.graph, "arch": self.arch, "soc": self.soc,
                 "soc_id": socs.find(self.soc).soc_id, "qairt": qairt, "ep_options": dict(options),
                 "inputs": {"kind": "random", "samples": SAMPLES, "seed": SEED}, "compile_s": self.compile_s,
-                "passed": self.passed, "error": self.error, "outputs": self.outputs}
+                "passed": self.passed, "error": self.error, "outputs": self.outputs,
+                **({"task": self.task} if self.task else {})}
 
 
 def ep_options(precision: str, vtcm_mb: int | None = None, optimization_mode: int | None = None) -> dict[str, str]:
@@ -111,7 +113,7 @@ def validate(models: Mapping[str, Path], options: Mapping[str, str], precision: 
             checks.append(ArchCheck(j["graph"], arch, j["soc"], None, False, c.get("error") or "did not compile"))
         else:
             checks.append(ArchCheck(j["graph"], arch, j["soc"], c["seconds"], outcome.passed,
-                                    outcome.error, outcome.outputs))
+                                    outcome.error, outcome.outputs, outcome.task))
     return checks
 
 

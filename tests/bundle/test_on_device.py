@@ -142,7 +142,30 @@ def test_a_record_that_says_passed_over_failing_figures_is_refused(demo, tmp_pat
     report = verify_bundle(_rewrite(demo, tmp_path, lie), deep=False)
     assert [p.path for p in report.problems] == ["records/kws_demo-on-device-v81.json"], report.problems
     assert "passed on v81, but its output" in report.problems[0].message
-    assert "fails: cosine 0.5, SNR 3.0 dB" in report.problems[0].message
+    assert "fails: top-1 agreement 0.5 (needs >= 1)" in report.problems[0].message  # a classifier: its labels
+
+
+def test_a_record_a_task_decided_is_held_to_its_task_figures(demo, tmp_path):
+    """An output a task verdict decides (a recognizer's text, an embedding's cosine) is judged again on the task's
+    figures, not the tensor rules its evidence may fail: what bundle build accepted, verify accepts."""
+    def record_task(figures, cosine):
+        def edit(m, copy):
+            rel = "records/kws_demo-on-device-v81.json"
+            record = json.loads((copy / rel).read_text())
+            name = record["outputs"][0]["name"]
+            record["outputs"][0].update(cosine=cosine, snr_db=3.0, passed=False)  # the tensor figures fail
+            record["task"] = {"kind": "ocr", "output": name, "passed": True, "summary": "the same text",
+                              "figures": figures}
+            (copy / rel).write_text(json.dumps(record))
+            _rehash(m, copy, rel)
+        return edit
+
+    same = verify_bundle(_rewrite(demo, tmp_path / "same", record_task({"error_rate": 0.0}, 0.5)), deep=False)
+    assert same.problems == [], same.problems
+    worse = verify_bundle(_rewrite(demo, tmp_path / "worse", record_task({"error_rate": 0.25}, 0.5)), deep=False)
+    (problem,) = worse.problems
+    assert "its task verdict fails: ocr error_rate 0.25 (needs <= 0)" in problem.message, problem
+
 
 def test_a_graph_that_fails_on_the_emulator_is_validated_for_no_arch(tmp_path):
     """fp16 overflows: the compile succeeds for every arch, the comparison with the CPU fails for every arch."""
