@@ -27,7 +27,7 @@ from typing import Any
 from qnndeploy import __version__
 from qnndeploy.base import codegen, compat, socs
 from qnndeploy.base.errors import BadInput, QnnDeployError
-from qnndeploy.base.fileio import check_replaceable, check_writable, copy_verified, staging_dir, writing
+from qnndeploy.base.fileio import check_apart, check_replaceable, check_writable, copy_verified, staging_dir, writing
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION, MANIFEST
 from qnndeploy.formats import playplan
 from qnndeploy.formats.decision import (
@@ -144,11 +144,13 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
     """
     bundle, out = Path(bundle), Path(out)
     check_request(package, out, engine=engine, app=app, force=force, ort_aar=ort_aar, play=play is not None)
+    check_apart(out, [("bundle", bundle)])  # it would write into what it reads
     report = report if report is not None else verify_folder(bundle, deep=True)
     require_ok(bundle, report)
     manifest = read_manifest(bundle)  # verify has checked it against the schema
     _check_engine(manifest, bundle, engine)
     plan = playplan.read_plan_of(play, bundle) if play is not None else None
+    check_apart(out, [("--play folder", play)])
 
     templates = templates_dir()
     glue_name = APP_GLUE_DIR if app else out.name

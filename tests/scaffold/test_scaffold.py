@@ -19,6 +19,7 @@ from qnndeploy.base import socs
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.base.names import FORMAT, FORMAT_VERSION
 from qnndeploy.formats.decision import REASONS, VENDOR_DSP_FOLDERS, soc_tables, template_fields
+from qnndeploy.formats.verify import verify_folder
 from qnndeploy.qnn import htp
 from qnndeploy.scaffold import MARKER, kotlin_reasons, scaffold
 from tests.support import REPO, bundles
@@ -380,6 +381,19 @@ def test_archive_bundle_and_json_output(inputs, tmp_path):
     assert result["engine"] == "ort" and result["package"] == "com.example.foo"
     assert "src/com/example/foo/qnndeploy/OrtModels.kt" in result["kotlin"] and len(result["lines"]) == 3
     assert json.loads((tmp_path / "out/bundle/assets/qnndeploy/manifest.json").read_text())["version"] == "2.0.0"
+
+
+def test_the_glue_may_not_be_written_into_the_bundle_it_reads(external, tmp_path):
+    """-o inside the bundle would add files its manifest does not list (and replacing a folder that holds the bundle
+    would delete it): refused in one line, the bundle left as it was."""
+    bundle = tmp_path / "b"
+    shutil.copytree(external, bundle)
+    inside = run_cli("scaffold", bundle, "--package", "com.example.foo", "-o", bundle / "glue")
+    assert inside.exit_code == 2 and inside.stderr == (
+        f"error: -o {bundle / 'glue'} is inside the bundle {bundle}: write the output outside it\n")
+    holding = run_cli("scaffold", bundle, "--package", "com.example.foo", "-o", tmp_path, "--force")
+    assert holding.exit_code == 2 and len(holding.stderr.splitlines()) == 1, holding.stderr
+    assert not (bundle / "glue").exists() and verify_folder(bundle).ok
 
 
 def test_installed_executable(external, tmp_path):
