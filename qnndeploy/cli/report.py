@@ -42,7 +42,7 @@ def report(paths: tuple[Path, ...], output: Path, force: bool, as_json: bool) ->
 
     \b
     Exit codes: 0 written; 2 bad input (a PATH that does not exist or holds no record,
-    FILE.html exists without --force).
+    FILE.html exists without --force, or lies inside a PATH it reads).
     """
     with step_progress("report") as live:
         result = stage.report(list(paths), output, force=force, steps=live.step)
