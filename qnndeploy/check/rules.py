@@ -510,7 +510,7 @@ def _matches(when: str, node: onnx.NodeProto, ranks: Mapping[str, int], builders
 def _first_rules(cpu: list[CpuNode], model: onnx.ModelProto) -> dict[str, dict[str, Any] | None]:
     """CPU node name -> the first rule of data/htp_rules.json it breaks (None: none written, or not a model node)."""
     data = _rules()
-    builders = set(data["builders"]["ops"])
+    builders = set(data["builders"]["ops"]) | set(data["builders"]["measured"]["ops"])
     ranks = {name: len(v.type.tensor_type.shape.dim) for name, v in inferred_values(model).items()
              if v.type.tensor_type.HasField("shape")}
     by_name = {n.name: n for n in model.graph.node if n.name}

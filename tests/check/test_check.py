@@ -567,3 +567,32 @@ def test_a_plain_check_says_a_w8a16_compile_would_refuse_an_unfused_gelu(tmp_pat
     (note,) = [f for f in report.findings if f.code == "w8a16"]
     assert note.severity == "info" and "prepare --fuse" in note.fix
     assert not [f for f in check.check_model(path, soc="SM8750", precision="w8a16").findings if f.code == "w8a16"]
+
+
+UNARY = ("Acos", "Acosh", "Asinh", "Atanh", "Cosh", "Sinh", "Tan", "Softplus", "Softsign", "Erf", "Sin", "Sqrt",
+         "Tanh", "Exp", "Neg", "Abs", "Sigmoid", "Floor", "Ceil", "Round", "Reciprocal", "Elu", "HardSigmoid",
+         "HardSwish", "LeakyRelu", "Log", "Selu", "Celu", "Shrink", "ThresholdedRelu")
+
+
+def test_the_op_builders_in_the_data_agree_with_the_installed_plugin(tmp_path, qnn):
+    """data/htp_rules.json's builders (the plugin's sourced op_builder_factory.cc, plus what was measured here) are
+    checked against the installed onnxruntime-qnn: every op it runs on the HTP alone has a builder by the data, so
+    check never says "no op builder" of an op the plugin takes. Each op alone (fp32 [1, 64]), a Relu after it."""
+    data = json.loads((Path(check.__file__).parent.parent / "data" / "htp_rules.json").read_text())
+    builders = set(data["builders"]["ops"]) | set(data["builders"]["measured"]["ops"])
+    nodes, last = [], "x"
+    for i, op in enumerate(UNARY):
+        nodes += [helper.make_node(op, [last], [f"t{i}"], name=f"n_{op}"),
+                  helper.make_node("Relu", [f"t{i}"], [f"r{i}"], name=f"relu{i}")]
+        last = f"r{i}"
+    nodes.append(helper.make_node("ReduceL2", [last], ["y"], axes=[1], keepdims=1, name="n_ReduceL2"))
+    graph = helper.make_graph(nodes, "ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    measured = htp.measure_htp(save(tmp_path, model), catalog.find("SM8750"))
+    assert measured.measured, measured.reason
+    on_cpu = {n.op_type for n in measured.cpu_nodes}
+    taken = {*UNARY, "ReduceL2"} - on_cpu
+    assert taken - builders == set(), "the plugin runs these on the HTP, the data says it has no builder for them"
+    assert on_cpu >= {"Acos", "Erf", "Softsign"}  # and the measurement separates: some stay on the CPU
