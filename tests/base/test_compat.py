@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
 from qnndeploy.base import compat
 from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.qnn import htp
+from tests.support.host import require
 
 
 def test_every_row_of_the_data_file_has_a_source():
@@ -111,6 +114,23 @@ def test_the_qnn_plugin_registration_facts_are_sourced():
     assert any("javavalidator/SimpleTest.kt" in u for u in urls)
     assert "https://github.com/microsoft/onnxruntime/pull/25131" in urls
     assert all(len(s.says) > 20 for s in plugin.sources)
+
+
+@pytest.mark.needs_qnn
+def test_the_plugin_facts_agree_with_the_installed_onnxruntime_qnn():
+    """An independent copy of the same plugin: the onnxruntime-qnn wheel is its Linux build. Its library has the
+    file name the data says, and registered under the data's registration name it offers devices of the data's EP
+    name, as the Android glue filters them."""
+    require(htp.available(), "onnxruntime-qnn")
+    import onnxruntime as ort
+    import onnxruntime_qnn
+
+    plugin = compat.qnn_plugin()
+    path = onnxruntime_qnn.get_library_path()
+    assert Path(path).name == plugin.library
+    if plugin.ep_name not in {d.ep_name for d in ort.get_ep_devices()}:  # another test may have registered it
+        ort.register_execution_provider_library(plugin.registration_name, path)
+    assert plugin.ep_name in {d.ep_name for d in ort.get_ep_devices()}
 
 
 def test_the_default_set_is_a_validated_one_when_one_loads_the_binaries():
