@@ -7,8 +7,8 @@ The build folder is the contract `bundle` reads:
   <out>/logs/<graph>-<SoC>.log          the tools' full log
 A job folder is replaced whole (staged, then put in place in one step), so it never mixes two compiles; its log is
 written under a staging name beside logs/<graph>-<SoC>.log and renamed into place right after the job folder, so a
-log never describes another compile than its folder's. The tools die with the CLI (jobs.dies_with_cli), and a SIGTERM
-stops the compile at the main loop's next poll.
+log never describes another compile than its folder's. The tools die with the CLI (child.dies_with_parent), and a
+SIGTERM stops the compile at the main loop's next poll.
 """
 
 from __future__ import annotations

@@ -7,14 +7,13 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
-from qnndeploy.base import interrupt
+from qnndeploy.base import child, interrupt
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.formats.records import HtpSettings
@@ -25,22 +24,6 @@ if TYPE_CHECKING:
 
 class CompileError(Exception):
     """One job failed; the message, one line naming the cause, is for the summary. Other jobs go on."""
-
-
-# Run before the tool's own exec: PR_SET_PDEATHSIG (1) = SIGKILL (9), so the tool dies with the CLI even when the CLI
-# is killed with SIGKILL; then the parent check covers a CLI that died before prctl took effect. A separate exec, not
-# a preexec_fn: code run between fork and exec in a threaded process can deadlock.
-_DIE_WITH_PARENT = ("import ctypes, os, sys\n"
-                    "ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)\n"
-                    "os.getppid() == int(sys.argv[1]) or os._exit(1)\n"
-                    "os.execvp(sys.argv[2], sys.argv[2:])\n")
-
-
-def dies_with_cli(cmd: list[str]) -> list[str]:
-    """`cmd` run so that it gets SIGKILL when the CLI process dies (Linux; elsewhere `cmd` as is)."""
-    if not sys.platform.startswith("linux"):
-        return cmd
-    return [sys.executable, "-I", "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), *cmd]
 
 
 def _group_running(pgid: int) -> bool:
@@ -78,8 +61,8 @@ class Tools:
         with self._lock:
             if self._stopping.is_set() or interrupt.requested():
                 raise KeyboardInterrupt
-            proc = subprocess.Popen(dies_with_cli(cmd), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    env=env, start_new_session=True)
+            proc = subprocess.Popen(child.dies_with_parent(cmd), stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
             self._running.add(proc)
         try:
             code = proc.wait()
