@@ -196,13 +196,14 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
         raise BadInput(f"{build} was validated with {len(loops)} different decode loops (--loop): validate it again "
                        "with the one the app runs")
     loop = next(iter(loops.values()), None)
-    try:
-        _ = loop is None or decode.described(loop)
-    except (KeyError, TypeError, ValueError, AttributeError):
-        raise BadInput(f"{build}'s decode loop was recorded by an older qnndeploy without its tensors: validate it "
-                       "again (--loop), then bundle") from None
-    if loop is not None and loop.get("tokenizer"):
-        expected[Path(loop["tokenizer"]["path"])] = loop["tokenizer"]["sha256"]
+    if loop is not None:
+        try:
+            decode.described(loop)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise BadInput(f"{build}'s decode loop was recorded by an older qnndeploy without its tensors: validate "
+                           "it again (--loop), then bundle") from None
+        if loop.get("tokenizer"):
+            expected[Path(loop["tokenizer"]["path"])] = loop["tokenizer"]["sha256"]
     spec = BundleSpec(name, version, cpu, npu, precision=precisions.pop(), records=records, validation=validation,
                       htp=htp, accepted_on=_accept(validation, Path(build), accept or {}, accept_on),
                       expected_sha256=expected, build=Path(build), loop=loop)
@@ -646,16 +647,16 @@ def _plan(spec: BundleSpec) -> _Plan:
         files.append((path, rel, True))
         lib_entries[rel] = meta
     files += [(p, f"records/{name}", False) for name, p in records.items()]
-    tokenizer = (spec.loop or {}).get("tokenizer")
-    if tokenizer:
-        path = _need_file(Path(tokenizer["path"]), "the decode loop's tokenizer")
-        files.append((path, f"loop/{path.name}", False))
+    tokenizer, given = None, (spec.loop or {}).get("tokenizer")  # the loop's tokenizer: its path in the bundle
+    if given:
+        path = _need_file(Path(given["path"]), "the decode loop's tokenizer")
+        tokenizer = f"loop/{path.name}"
+        files.append((path, tokenizer, False))
     for src, rel, _ in files:
         why = path_problem(rel)
         if why is not None:  # verify would refuse the bundle: refused before anything is written
             raise BadInput(f"{src} would be bundled as {rel}: {why}; rename it")
-    return _Plan(graphs, cpu_files, targets, files, bin_graphs, loads, lib_entries, records, source_path,
-                 files[-1][1] if tokenizer else None)
+    return _Plan(graphs, cpu_files, targets, files, bin_graphs, loads, lib_entries, records, source_path, tokenizer)
 
 
 def _stage(spec: BundleSpec, plan: _Plan, tmp: Path, progress: Progress | None) -> dict[str, FileFacts]:

@@ -202,6 +202,18 @@ class Check:
     warnings: list[tuple[str, str]] = field(default_factory=list)
     done: str = ""
 
+    def differs(self, path: str, what: str, strict: bool, verdict: str = "passed") -> None:
+        """Other results than the record's: a problem on the record's own inputs (`strict`), else a warning."""
+        if strict:
+            self.problems.append((path, f"{what}, the inputs its validation record {verdict} on"))
+        else:
+            self.warnings.append((path, f"{what} (the bundle was validated on other inputs)"))
+
+
+def _on(job: AnyJob) -> str:
+    """The inputs a job ran on, in words."""
+    return f"its record's samples in {job.folder}" if job.folder else f"{job.samples} seeded input(s)"
+
 
 def emulator_for(qairt: str) -> tuple[toolchain.Toolchain | None, str | None]:
     """(the toolchain to run QAIRT `qairt` binaries under (None: this process's), why none can), without
@@ -374,7 +386,7 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]],
         if isinstance(ran, ChainJob):
             _judge_chain(found, root, manifest, path, ran, strict, outcome)
             continue
-        on = f"its record's samples in {ran.folder}" if ran.folder else f"{ran.samples} seeded input(s)"
+        on = _on(ran)
         if not outcome.loaded:
             found.problems.append((path, f"does not load on the host HTP emulator: {outcome.error}"))
         elif path in accepted:  # failed validation, shipped by --accept: it must not be worse than what was accepted
@@ -390,10 +402,7 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]],
             what = (f"computes other numbers than its CPU model on {on}: " + (
                 f"output {bad['name']} cosine {bad['cosine']}, SNR {bad['snr_db']} dB" if bad is not None else
                 f"{(outcome.task or {}).get('kind')}: {(outcome.task or {}).get('summary')}"))
-            if strict:
-                found.problems.append((path, f"{what}, the inputs its validation record passed on"))
-            else:
-                found.warnings.append((path, f"{what} (the bundle was validated on other inputs)"))
+            found.differs(path, what, strict)
     here = tc or toolchain.current()
     binaries = sum(1 if isinstance(job, Job) else 2 if isinstance(job, LoopJob) else
                    sum(p.binary is not None for p in job.parts) for _, job, _, _ in jobs)
@@ -462,7 +471,7 @@ def _judge_chain(found: Check, root: Path, manifest: JSON, path: str, job: Chain
                  outcome: Outcome) -> None:
     """The chain's outputs against the CPU chain's, as validate judged them (an accepted failure no worse than its
     record's chain)."""
-    on = f"its record's samples in {job.folder}" if job.folder else f"{job.samples} seeded input(s)"
+    on = _on(job)
     if not outcome.loaded:
         found.problems.append((path, f"the split does not run on the host HTP emulator: {outcome.error}"))
         return
@@ -480,17 +489,14 @@ def _judge_chain(found: Check, root: Path, manifest: JSON, path: str, job: Chain
     bad = next((o for o in outcome.outputs if not o["passed"]), None)
     what = (f"the split, chained as the app runs it, computes other numbers than on the CPU on {on}"
             + (f": output {bad['name']} cosine {bad['cosine']}, SNR {bad['snr_db']} dB" if bad else ""))
-    if strict:
-        found.problems.append((path, f"{what}, the inputs its validation record passed on"))
-    else:
-        found.warnings.append((path, f"{what} (the bundle was validated on other inputs)"))
+    found.differs(path, what, strict)
 
 
 def _judge_loop(found: Check, root: Path, manifest: JSON, path: str, job: LoopJob, strict: bool, outcome: Outcome
                 ) -> None:
     """The loop's texts against the CPU's, as validate judged them: a problem when the record's own samples give
     another verdict (or, for an accepted failure, a higher error rate) than the record says."""
-    on = f"its record's samples in {job.folder}" if job.folder else f"{job.samples} seeded input(s)"
+    on = _on(job)
     if not outcome.loaded:
         found.problems.append((path, f"the decode loop does not run on the host HTP emulator: {outcome.error}"))
         return
@@ -503,11 +509,7 @@ def _judge_loop(found: Check, root: Path, manifest: JSON, path: str, job: LoopJo
     parted = next((s for s in check.get("samples") or [] if s.get("cpu") != s.get("npu")), None)
     what = (f"the decode loop gives other text on the NPU than on the CPU on {on}: word error rate {rate}"
             + (f" (sample {parted['sample']}: CPU {parted['cpu']!r}, NPU {parted['npu']!r})" if parted else ""))
-    if strict:
-        verdict = "accepted" if accepted else "passed"
-        found.problems.append((path, f"{what}, the inputs its validation record {verdict} on"))
-    else:
-        found.warnings.append((path, f"{what} (the bundle was validated on other inputs)"))
+    found.differs(path, what, strict, "accepted" if accepted else "passed")
 
 
 def _outcomes(jobs: list[tuple[str, AnyJob, bool, str]], tc: toolchain.Toolchain | None,
