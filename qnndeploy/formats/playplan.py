@@ -12,6 +12,10 @@ requires them to agree):
 - expected_group: the group the on-device decision needs: the one holding the bundle target of the phone's SoC as
   the decision identified it (decision.identify: trimmed, upper-cased, aliases and codenames resolved).
 
+The groups themselves follow one rule, here so that `package play` writes them and `qnndeploy reach` predicts them
+from the same copy: one group per bundle target, named after its SoC (group_name), selecting every name phones
+report for that SoC (selectors); bundle_groups gives a manifest's groups as play_group reads them.
+
 When the two differ, the phone gets another SoC's files or none, and runs on the CPU although the bundle has its
 NPU binaries: the mismatch `device verify --play` reports.
 """
@@ -30,6 +34,9 @@ from typing import NamedTuple
 
 from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON, read_limited, sha256_file
+from qnndeploy.base.socs import find
+from qnndeploy.formats.decision import upper
+from qnndeploy.formats.manifest import Manifest
 
 PLAN = "play.json"
 PLAN_FORMAT = "qnndeploy-play"
@@ -109,6 +116,32 @@ def read_plan_of(folder: Path, bundle: Path) -> JSON:
 def plan_groups(plan: JSON) -> list[Group]:
     """The plan's groups in the config's order, each with its one selector."""
     return [Group(g["name"], [[Soc(s["manufacturer"], s["model"]) for s in g["selectors"]]]) for g in plan["groups"]]
+
+
+def group_name(soc: str) -> str:
+    """sm8750: a device group name (letters, digits, underscores, a letter first) that is not the default's."""
+    name = "".join(c if c.isalnum() else "_" for c in soc.lower())
+    return name if name[:1].isalpha() and name != DEFAULT_GROUP else f"soc_{name}"
+
+
+def selectors(socs: list[str]) -> list[JSON]:
+    """Every (manufacturer, model) Play may see on a phone with one of these SoCs: both manufacturer spellings
+    (Play cannot tell which a phone reports) times every name of the SoC, the catalog model and its aliases
+    (SM8750, SM8750P, SM8750-AC), upper-case as phones report them (Play compares exactly)."""
+    models: list[str] = []
+    for soc in socs:
+        for m in find(soc).names:
+            if upper(m) not in models:
+                models.append(upper(m))
+    return [{"manufacturer": man, "model": m} for man in MANUFACTURERS for m in models]
+
+
+def bundle_groups(manifest: Manifest) -> list[Group]:
+    """The device groups `package play` writes for a bundle, in its order: one per target, named by group_name and
+    selecting the target's catalog SoC by every name (selectors). Its targets must be catalog SoCs, as in a bundle
+    that passes verify."""
+    return [Group(group_name(t.soc), [[Soc(s["manufacturer"], s["model"]) for s in selectors([find(t.soc).model])]])
+            for t in manifest.targets]
 
 
 def play_group(groups: Sequence[Group], manufacturer: str | None, model: str | None, sdk_int: int,

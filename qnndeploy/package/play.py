@@ -47,7 +47,6 @@ from qnndeploy.base.fileio import (
 )
 from qnndeploy.base.names import MANIFEST
 from qnndeploy.base.socs import find
-from qnndeploy.formats.decision import upper
 from qnndeploy.formats.manifest import FileFormat, Manifest, read_manifest, verified_bytes
 from qnndeploy.formats.playplan import (
     CONFIG,
@@ -55,12 +54,13 @@ from qnndeploy.formats.playplan import (
     DEFAULT_GROUP,
     FOLDER,
     GROUP_FILE,
-    MANUFACTURERS,
     NAME,
     PLAN,
     PLAN_FORMAT,
     PLAN_VERSION,
     Delivery,
+    group_name,
+    selectors,
 )
 from qnndeploy.formats.verify import VerifyReport, require_ok, verify_folder
 
@@ -225,7 +225,7 @@ def _plan(bundle: Path, manifest: Manifest, pack: str, delivery: str, sizes: _Si
         files = [sizes.entry(p) for p in paths]
         soc = find(t.soc).model
         groups.append({
-            "name": _group_name(t.soc), "socs": [soc], "dsp_arch": t.dsp_arch,
+            "name": group_name(t.soc), "socs": [soc], "dsp_arch": t.dsp_arch,
             "selectors": selectors([soc]), "files": files, "bytes": sum(f["size"] for f in files),
             "deflated": sum(sizes.deflated(p) for p in paths),
         })
@@ -266,24 +266,6 @@ def _on_device_plan(manifest: Manifest, sizes: _Sizes) -> JSON:
                    if manifest.on_device.graphs else set(), key=lambda a: int(a.removeprefix("v")))
     return {"files": files, "archs": archs, "budget_s": manifest.on_device.budget_s,
             "bytes": sum(sizes.entry(p)["size"] for p in files), "deflated": sum(sizes.deflated(p) for p in files)}
-
-
-def _group_name(soc: str) -> str:
-    """sm8750: a device group name (letters, digits, underscores, a letter first) that is not the default's."""
-    name = "".join(c if c.isalnum() else "_" for c in soc.lower())
-    return name if name[:1].isalpha() and name != DEFAULT_GROUP else f"soc_{name}"
-
-
-def selectors(socs: list[str]) -> list[JSON]:
-    """Every (manufacturer, model) Play may see on a phone with one of these SoCs: both manufacturer spellings
-    (Play cannot tell which a phone reports) times every name of the SoC, the catalog model and its aliases
-    (SM8750, SM8750P, SM8750-AC), upper-case as phones report them (Play compares exactly)."""
-    models: list[str] = []
-    for soc in socs:
-        for m in find(soc).names:
-            if upper(m) not in models:
-                models.append(upper(m))
-    return [{"manufacturer": man, "model": m} for man in MANUFACTURERS for m in models]
 
 
 def _check_limits(plan: JSON) -> None:

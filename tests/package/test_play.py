@@ -158,7 +158,7 @@ def test_bad_requests_are_one_line_errors(tmp_path):
 def plan_of(groups: dict[str, list[str]]) -> dict:
     """A plan with these groups (name -> SoCs), selectors as package play writes them."""
     return {"bundle": {"name": "t", "version": "1"}, "default_group": "other",
-            "groups": [{"name": n, "socs": s, "selectors": play.selectors(s)} for n, s in groups.items()]}
+            "groups": [{"name": n, "socs": s, "selectors": playplan.selectors(s)} for n, s in groups.items()]}
 
 
 def test_play_group_is_bundletools_exact_first_match():
