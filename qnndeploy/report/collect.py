@@ -27,7 +27,8 @@ from qnndeploy.base.names import (
     graph_name,
 )
 from qnndeploy.formats import benchrecord
-from qnndeploy.formats.manifest import parse_json
+from qnndeploy.formats.manifest import Manifest, parse_json
+from qnndeploy.formats.reach import reach
 from qnndeploy.formats.records import RECORD, VALIDATION_RECORD
 from qnndeploy.formats.verify import bundle_folder
 from qnndeploy.report.entries import (
@@ -44,6 +45,7 @@ from qnndeploy.report.entries import (
     OpRow,
     OutputFigures,
     Probe,
+    ReachInfo,
     Skipped,
     TargetInfo,
     ValidationInfo,
@@ -328,6 +330,17 @@ def _bundle(d: Mapping[str, Any], shown: str, out: Collected) -> None:
         f"{mode}: {runtime.get('maven')}" if runtime.get("maven") else mode, on_device,
         _opt_text(_object(d, "source"), "model") or "", _opt_text(_object(d, "source"), "license"),
         tuple(_text(g, "name") for g in _objects(d, "graphs") if g.get("cpu_only") is True)))
+    out.reaches.append(_reach(d, shown))
+
+
+def _reach(d: Mapping[str, Any], shown: str) -> ReachInfo:
+    """The bundle's reach table (formats/reach.py, engine ort), or why it cannot be made from this manifest."""
+    bundle = f"{d.get('name')} {d.get('version')}"
+    try:
+        return ReachInfo(shown, bundle, reach(Manifest.parse(dict(d))))
+    except (QnnDeployError, KeyError, TypeError, ValueError, AttributeError) as e:
+        return ReachInfo(shown, bundle, None, f"{type(e).__name__}: {e}" if not isinstance(e, QnnDeployError)
+                         else str(e))
 
 
 def _check(d: Mapping[str, Any], shown: str, out: Collected) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from qnndeploy.formats.benchrecord import BenchRecord
+from qnndeploy.formats.reach import Reach
 
 
 @dataclass(frozen=True)
@@ -227,6 +228,17 @@ class BenchInfo:
     partitions_total: int = 0
 
 
+@dataclass(frozen=True)
+class ReachInfo:
+    """`qnndeploy reach` of one bundle manifest the report read (engine ort): which phones take which path; error
+    when the manifest cannot be asked (a target the catalog does not know, a shape the reader refuses)."""
+
+    source: str
+    bundle: str
+    reach: Reach | None
+    error: str | None = None
+
+
 @dataclass
 class Collected:
     """Everything read from the paths, in the order found, and what was skipped."""
@@ -240,6 +252,7 @@ class Collected:
     on_device: list[OnDeviceInfo] = field(default_factory=list)
     devices: list[DeviceInfo] = field(default_factory=list)
     benches: list[BenchInfo] = field(default_factory=list)
+    reaches: list[ReachInfo] = field(default_factory=list)  # one per bundle, made from its manifest
     skipped: list[Skipped] = field(default_factory=list)
     duplicates: dict[str, str] = field(default_factory=dict)  # a record's copy (shown) -> the one shown
 

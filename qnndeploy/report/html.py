@@ -21,6 +21,7 @@ from qnndeploy.report.entries import (
     FileInfo,
     OnDeviceInfo,
     OutputFigures,
+    ReachInfo,
     ValidationInfo,
 )
 
@@ -359,6 +360,35 @@ def _bundle(p: _Page, b: BundleInfo) -> str:
     return p.record("bundle", b.source, f"bundle {_e(b.name)} {_e(b.version)}", body)
 
 
+def _reach(p: _Page, r: ReachInfo) -> str:
+    """A bundle's reach, compact: the summary per world, then one row per chipset, its best name's path and reason
+    (`qnndeploy reach` lists every name phones report)."""
+    title = f"which phones take the NPU: bundle {_e(r.bundle)}"
+    if r.reach is None:
+        return p.record("reach", r.source, title, f'<p class="warn">not computed: {_e(r.error)}</p>')
+    paths = {"prebuilt": "pass", "on-device": "warn", "cpu": "muted"}
+    best = r.reach.best()
+    body = (f"<p>The app's decision (engine {_e(r.reach.engine)}, first start: the QNN libraries load) on "
+            f"{r.reach.chipsets} chipsets of Qualcomm's chipset table and the SoC catalog. Compact: one row per "
+            f"chipset, with its best reported name's path and reason; <code>qnndeploy reach BUNDLE</code> lists all "
+            f"{len(r.reach.rows)} names phones report (Build.SOC_MODEL from Android 12, ro.board.platform before). "
+            "Reason keys are those the app's glue logs in its decision line.</p>"
+            + _table(["world", "prebuilt", "on-device", "cpu"],
+                     ([_e(w.world), str(w.prebuilt), str(w.on_device), str(w.cpu)] for w in r.reach.summary),
+                     numeric=(1, 2, 3))
+            + _table(["world", "chipset", "SoC", "arch", "reported as", "path", "reason", "runtime", "Play group"],
+                     ([_e(x.world), _e(x.chipset or NOT_MEASURED) + (f"<br><span class=\"muted\">"
+                                                                     f"{_e(x.marketing_name)}</span>"
+                                                                     if x.marketing_name else ""),
+                       _e(x.soc or NOT_MEASURED), _e(x.dsp_arch or NOT_MEASURED),
+                       f"{_e(x.spelling)} ({_e(x.identified_by)}"
+                       + (", assumed from AI Hub's name)" if x.spelled == "assumed" else ")"),
+                       f'<span class="{paths[x.path]}">{_e(x.path)}</span>',
+                       f"<code>{_e(x.reason_key)}</code> {_e(x.reason)}", _e(x.runtime or NOT_MEASURED),
+                       _e(x.play_group)] for x in best)))
+    return p.record("reach", r.source, title, body)
+
+
 # --- the page --------------------------------------------------------------------------------------------------------
 
 Cell = dict[str, list[Any]]
@@ -451,6 +481,9 @@ def render(c: Collected, created: str, version: str) -> str:
              "</section>"]
     if c.bundles:
         parts += ['<section id="bundles"><h2>Bundles</h2>', *(_bundle(p, b) for b in c.bundles), "</section>"]
+    if c.reaches:
+        parts += ['<section id="reach"><h2>Which phones take the NPU (reach)</h2>', *(_reach(p, r) for r in c.reaches),
+                  "</section>"]
     if c.devices:
         parts += ['<section id="phones"><h2>Phones (device verify)</h2>', *(_phone(p, d) for d in c.devices),
                   "</section>"]
