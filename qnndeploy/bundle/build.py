@@ -54,13 +54,15 @@ from qnndeploy.base.names import (
     path_problem,
 )
 from qnndeploy.base.pool import Pool
-from qnndeploy.formats import archive
+from qnndeploy.bundle import licences
+from qnndeploy.formats import archive, elf
 from qnndeploy.formats.decision import BACKEND_LIB, SYSTEM_LIB, qnn_libraries
 from qnndeploy.formats.manifest import (
     ACCEPTED_BY,
     DEFAULT_COMPILE_BUDGET_S,
     Manifest,
     OnDeviceGraph,
+    OriginKind,
     accepted_reason,
     external_data_path,
     graph_signature,
@@ -125,6 +127,8 @@ class BundleSpec:
     loop: JSON | None = None  # the decode loop validate ran over two graphs (decode.Loop.json), shipped as validated
     build: Path | None = None  # the `compile` output folder it comes from (--from-build): an input folder
     on_device: OnDeviceRequest | None = None
+    compilers: Mapping[Path, JSON] = field(default_factory=dict)  # context binary -> its record's backend and tools
+    align_16k: bool = False  # raise runtime libraries' PT_LOAD p_align to 16 KB where proven safe (--align-16k)
 
 
 @dataclass
@@ -160,6 +164,7 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
     cpu: dict[str, Path] = {}
     npu: dict[str, dict[str, list[Path]]] = {}
     expected: dict[Path, str] = {}
+    compilers: dict[Path, JSON] = {}
     htp: dict[str, HtpSettings] = {}
     records: dict[str, Path] = {}
     validation: dict[str, JSON] = {}
@@ -173,6 +178,8 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
         outputs = [o for o in rec.outputs if o.format in (CONTEXT_BINARY, EPCONTEXT)]
         npu.setdefault(soc, {})[graph] = [job / o.path for o in outputs]
         expected.update({job / o.path: o.sha256 for o in outputs})
+        compilers.update(dict.fromkeys((job / o.path for o in outputs if o.format == CONTEXT_BINARY),
+                                       _compiler(rec)))
         if rec.htp is not None and htp.setdefault(soc, rec.htp) != rec.htp:
             raise BadInput(f"{build} has {soc} graphs compiled with different HTP settings ({htp[soc]}; "
                            f"{rec.htp} for {graph}): compile them with the same --vtcm-mb, "
@@ -206,13 +213,23 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
             expected[Path(loop["tokenizer"]["path"])] = loop["tokenizer"]["sha256"]
     spec = BundleSpec(name, version, cpu, npu, precision=precisions.pop(), records=records, validation=validation,
                       htp=htp, accepted_on=_accept(validation, Path(build), accept or {}, accept_on),
-                      expected_sha256=expected, build=Path(build), loop=loop)
+                      expected_sha256=expected, build=Path(build), loop=loop, compilers=compilers)
     if split is not None:
         return with_split(spec, split)
     if named := split_records({p: expected[p] for p in cpu.values()}):
         raise BadInput(f"the models of {build} are parts of a split: bundle them with its record, --split "
                        f"{named[0]}, or the app gets neither the other parts nor their order")
     return spec
+
+
+def _compiler(rec: CompileRecord) -> JSON:
+    """What a compile record says of the compiler that made its binary: backend, QAIRT and the tools' versions
+    (the record's "tools", read as written: CompileRecord keeps only what validate and bundle check)."""
+    try:
+        tools = json.loads((rec.folder / RECORD_FILE).read_text()).get("tools")
+    except (OSError, ValueError, AttributeError):
+        tools = None
+    return {"backend": rec.backend, "qairt": rec.qairt_version, "tools": tools if isinstance(tools, dict) else {}}
 
 
 def _validation_summary(rec: CompileRecord) -> tuple[JSON, ValidationRecord | None]:
@@ -541,6 +558,9 @@ class _Plan:
     records: dict[str, Path]  # name under records/ -> file
     source_path: Path | None
     tokenizer: str | None = None  # the loop's tokenizer: its path in the bundle
+    origins: dict[str, licences.Origin] = field(default_factory=dict)  # the Qualcomm files' origins, by id
+    origin_of: dict[str, str] = field(default_factory=dict)  # bundle path of each Qualcomm file -> its origin id
+    realign: set[str] = field(default_factory=set)  # bundle paths of the libraries --align-16k re-aligns
 
 
 def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archive_fmt: str | None = None,
@@ -560,9 +580,10 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
     try:
         with writing(final), staging_dir(final, force) as tmp:
             facts = _stage(spec, plan, tmp, progress)
+            originals = _realign(plan, tmp, facts)
             qairt = _qairt(spec, facts, [rel for _, rel, m in plan.files if m and rel.endswith((".bin", "Skel.so"))])
             on_device = _on_device(spec, plan, qairt["version"], tmp, facts, steps)
-            manifest = _manifest(spec, plan, facts, qairt, on_device)
+            manifest = _manifest(spec, plan, facts, qairt, on_device, originals)
             write_json(tmp / MANIFEST, manifest)
             parsed = Manifest.parse(manifest)
             contexts, missing = _verify_staged(parsed, plan, facts, tmp)
@@ -642,21 +663,89 @@ def _plan(spec: BundleSpec) -> _Plan:
         bin_graphs.update(graphs_of)
         loads.update({f"npu/{model}/{g}_ctx.onnx": b for g, b in binary_of.items()})
     lib_entries = {}
+    realign = set()
     for path, meta in libs:
         rel = f"lib/{meta['abi']}/{path.name}"
         files.append((path, rel, True))
         lib_entries[rel] = meta
+        if _needs_realign(path, spec.align_16k):
+            realign.add(rel)
     files += [(p, f"records/{name}", False) for name, p in records.items()]
     tokenizer, given = None, (spec.loop or {}).get("tokenizer")  # the loop's tokenizer: its path in the bundle
     if given:
         path = _need_file(Path(given["path"]), "the decode loop's tokenizer")
         tokenizer = f"loop/{path.name}"
         files.append((path, tokenizer, False))
+    origins, origin_of = _origins(spec, files, lib_entries)
+    files += list(dict.fromkeys((src, rel, False) for o in origins.values() for src, rel in o.terms or ()))
     for src, rel, _ in files:
         why = path_problem(rel)
         if why is not None:  # verify would refuse the bundle: refused before anything is written
             raise BadInput(f"{src} would be bundled as {rel}: {why}; rename it")
-    return _Plan(graphs, cpu_files, targets, files, bin_graphs, loads, lib_entries, records, source_path, tokenizer)
+    return _Plan(graphs, cpu_files, targets, files, bin_graphs, loads, lib_entries, records, source_path, tokenizer,
+                 origins, origin_of, realign)
+
+
+def _needs_realign(path: Path, allowed: bool) -> bool:
+    """Whether a runtime library's PT_LOAD p_align must be raised to 16 KB (--align-16k, where its segments allow it);
+    one below 16 KB is refused otherwise, before anything is written. Skels count as much as Android libraries:
+    the app packs them in lib/arm64-v8a/ beside them (scaffold's jniLibs), where Play's 16 KB check reads every .so.
+    A file that is no such library is left to verify's rules, which refuse it with their own message."""
+    try:
+        info = elf.read_elf(path)
+    except (elf.NotElf, OSError):
+        return False
+    if info.machine not in (elf.EM_AARCH64, elf.EM_QDSP6) or not info.loads \
+            or (info.min_load_align or 0) >= elf.MIN_ANDROID_ALIGN:
+        return False
+    told = (f"{path} has PT_LOAD alignment {info.min_load_align}, and Google Play and phones with 16 KB pages need "
+            f"{elf.MIN_ANDROID_ALIGN}")
+    relink = ("relink it with -Wl,-z,max-page-size=16384" if info.machine == elf.EM_AARCH64 else
+              "use a Skel built 16 KB-aligned")
+    if not allowed:
+        raise BadInput(f"{told}: {relink}, or pass --align-16k to raise its p_align (done only where its segments "
+                       "allow it, proven on the file); nothing was written")
+    if (why := elf.realign_problem(info)) is not None:
+        raise BadInput(f"{told}, and --align-16k cannot raise it: {why}; {relink}; nothing was written")
+    return True
+
+
+def _origins(spec: BundleSpec, files: list[tuple[Path, str, bool]], libs: Mapping[str, JSON]
+             ) -> tuple[dict[str, licences.Origin], dict[str, str]]:
+    """The origins of the bundle's Qualcomm files (by id), and each file's origin id by its path in the bundle: the
+    runtime libraries' folder, and each context binary's compiler (its compile record's, else unknown)."""
+    runtime = (licences.sdk(Path(spec.sdk_root)) if spec.sdk_root is not None else
+               licences.runtime_folder(Path(spec.libs_dir)) if spec.libs_dir is not None else None)
+    origins: dict[str, licences.Origin] = {}
+    origin_of: dict[str, str] = {}
+    for src, rel, _ in files:
+        if rel in libs and runtime is not None:
+            origin = runtime
+        elif rel.startswith("npu/") and rel.endswith(".bin"):
+            origin = licences.compiler(spec.compilers.get(src), runtime if spec.sdk_root is not None else None)
+        else:
+            continue
+        origins.setdefault(origin.id, origin)
+        origin_of[rel] = origin.id
+    return origins, origin_of
+
+
+def _realign(plan: _Plan, tmp: Path, facts: dict[str, FileFacts]) -> dict[str, str]:
+    """--align-16k: each planned library's staged copy with its PT_LOAD p_align raised to 16 KB, proven on its bytes
+    (elf.realigned: only p_align fields changed, the result read back), its facts updated; returns the sha256 each
+    had as it came, by its path in the bundle."""
+    originals = {}
+    for rel in sorted(plan.realign):
+        before = (tmp / rel).read_bytes()
+        try:
+            after = elf.realigned(before)
+        except ValueError as e:  # NotElf is one
+            raise BadInput(f"{rel}: cannot raise its p_align to {elf.MIN_ANDROID_ALIGN}: {e}; nothing was written"
+                           ) from None
+        (tmp / rel).write_bytes(after)
+        originals[rel] = facts[rel].sha256
+        facts[rel] = scan_file(tmp / rel, True)
+    return originals
 
 
 def _stage(spec: BundleSpec, plan: _Plan, tmp: Path, progress: Progress | None) -> dict[str, FileFacts]:
@@ -699,8 +788,8 @@ def _arch_number(arch: str) -> int:
     return int(arch[1:])
 
 
-def _manifest(spec: BundleSpec, plan: _Plan, facts: dict[str, FileFacts], qairt: JSON, on_device: JSON | None
-              ) -> JSON:
+def _manifest(spec: BundleSpec, plan: _Plan, facts: dict[str, FileFacts], qairt: JSON, on_device: JSON | None,
+              originals: Mapping[str, str]) -> JSON:
     """manifest.json of the staged files."""
 
     def entry(rel: str) -> JSON:
@@ -747,6 +836,24 @@ def _manifest(spec: BundleSpec, plan: _Plan, facts: dict[str, FileFacts], qairt:
         + [entry(rel) for rel in facts if rel.startswith("records/") and rel.removeprefix("records/")
            not in plan.records],
         **({"on_device": on_device} if on_device is not None else {}),
+        "licences": _licences(plan, facts, qairt, pin, originals, entry),
+    }
+
+
+def _licences(plan: _Plan, facts: dict[str, FileFacts], qairt: JSON, pin: str | None, originals: Mapping[str, str],
+              entry: Callable[[str], JSON]) -> JSON:
+    """manifest.json's licences: each origin with its terms files as copied (null: unknown), the Maven runtime the
+    app fetches as one more origin, and each Qualcomm file with its origin (and its hash as it came, re-aligned)."""
+    origins = list(plan.origins.values()) + ([licences.maven(f"{MAVEN_RUNTIME}:{pin}")] if pin else [])
+    shipped = qairt["build"] or qairt["version"]  # the runtime libraries' QAIRT: the bundle's one
+    origins = [replace_spec(o, qairt=shipped) if o.qairt is None and o.kind in (OriginKind.QAIRT_SDK,
+                                                                                 OriginKind.RUNTIME_LIBS) else o
+               for o in origins]
+    return {
+        "origins": [o.json([entry(rel) for _, rel in o.terms] if o.terms else None) for o in origins],
+        "files": [{"path": rel, "sha256": facts[rel].sha256, "origin": origin,
+                   **({"original_sha256": originals[rel]} if rel in originals else {})}
+                  for rel, origin in plan.origin_of.items()],
     }
 
 

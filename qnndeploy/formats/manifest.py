@@ -233,6 +233,62 @@ class BundleLoop:
     tokenizer: BundleFile | None = None
 
 
+class OriginKind(StrEnum):
+    """Where Qualcomm files of a bundle came from ("kind" of a licences origin in manifest.json)."""
+
+    WHEEL = "onnxruntime-qnn"  # an onnxruntime-qnn wheel (the `ort` backend's compiler)
+    QAIRT_SDK = "qairt-sdk"  # a QAIRT SDK folder (the `qairt` backend, or --qnn-sdk-root's runtime libraries)
+    RUNTIME_LIBS = "runtime-libs"  # a folder of runtime libraries (--runtime-libs)
+    AIHUB = "aihub"  # Qualcomm AI Hub (the `aihub` backend)
+    MAVEN = "maven"  # the external runtime the app fetches from Maven (not in the bundle)
+    UNKNOWN = "unknown"  # binaries given without a compile record
+
+
+@dataclass(frozen=True)
+class Origin:
+    """A licences origin: what it is, and its licence and notice files as copied into the bundle (None: the terms
+    are unknown)."""
+
+    id: str
+    kind: OriginKind
+    found_in: str = ""
+    version: str | None = None
+    qairt: str | None = None
+    coordinate: str | None = None
+    terms: tuple[BundleFile, ...] | None = None
+
+    @property
+    def summary(self) -> str:
+        """One line: the origin, and its terms files or "unknown"."""
+        what = {OriginKind.MAVEN: self.coordinate}.get(self.kind) or " ".join(
+            x for x in (self.kind.value, self.version) if x)
+        shown = ", ".join(t.path for t in self.terms) if self.terms else "terms unknown"
+        return f"{what} -> {shown}"
+
+
+@dataclass(frozen=True)
+class QualcommFile:
+    """A Qualcomm file of the bundle (a runtime library or a context binary) and its origin. original_sha256: the
+    file's hash as it came, when bundle build --align-16k raised its p_align (sha256 is then the re-aligned one)."""
+
+    path: str
+    sha256: str
+    origin: str
+    original_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class Licences:
+    """Format 6's licences: the origins, and each Qualcomm file of the bundle with the origin it came from."""
+
+    origins: tuple[Origin, ...] = ()
+    files: tuple[QualcommFile, ...] = ()
+
+    @property
+    def terms(self) -> tuple[BundleFile, ...]:
+        return tuple(t for o in self.origins for t in o.terms or ())
+
+
 @dataclass(frozen=True)
 class Qairt:
     """The one QAIRT of the bundle. min_runtime: the oldest QNN runtime that loads its context binaries; None when
@@ -288,6 +344,7 @@ class Manifest:
     pipeline_order: tuple[str, ...] = ()  # the order the app runs the graphs in; empty: the graphs' order
     on_device: OnDevice | None = None  # format 4: what SoCs without a target compile on the phone
     loop: BundleLoop | None = None  # format 5: the decode loop the app runs over an encoder and a decoder
+    licences: Licences | None = None  # format 6: where each Qualcomm file came from, and its terms
 
     @property
     def pipeline(self) -> list[str]:
@@ -328,13 +385,14 @@ class Manifest:
         return [g.name for g in self.graphs if g.cpu_only]
 
     def files(self) -> list[tuple[str, BundleFile]]:
-        """Every file the manifest lists, with what it is: 'cpu', 'npu:<SoC>', 'on-device', 'loop', 'lib' or
-        'record'."""
+        """Every file the manifest lists, with what it is: 'cpu', 'npu:<SoC>', 'on-device', 'loop', 'lib', 'licence'
+        or 'record'."""
         entries = [("cpu", a) for a in self.cpu]
         entries += [(f"npu:{t.soc}", a) for t in self.targets for a in t.artifacts]
         entries += [("on-device", a) for a in self.on_device_files]
         entries += [("loop", a) for a in self.loop_files]
         entries += [("lib", lib) for lib in self.runtime.libs if self.runtime.bundled]
+        entries += [("licence", t) for t in (self.licences.terms if self.licences else ())]
         return entries + [("record", r) for r in self.records]
 
     @classmethod
@@ -368,6 +426,7 @@ class Manifest:
             pipeline_order=tuple(_strings(data, "pipeline")),
             on_device=_on_device(data["on_device"]) if isinstance(data.get("on_device"), dict) else None,
             loop=_loop(data["loop"]) if isinstance(data.get("loop"), dict) else None,
+            licences=_licences(data["licences"]) if isinstance(data.get("licences"), dict) else None,
         )
 
 
@@ -456,6 +515,19 @@ def _loop(m: JSON) -> BundleLoop:
     except (KeyError, TypeError, ValueError, AttributeError):
         _bad("loop", m)
     return BundleLoop(loop, _file(m["tokenizer"]) if isinstance(m.get("tokenizer"), dict) else None)
+
+
+def _licences(m: JSON) -> Licences:
+    origins = []
+    for o in _objects(m, "origins"):
+        terms = o.get("terms")
+        origins.append(Origin(_text(o, "id"), _enum(OriginKind, o, "kind") or _bad("kind", o),
+                              _optional(o, "found_in") or "", _optional(o, "version"), _optional(o, "qairt"),
+                              _optional(o, "coordinate"),
+                              None if terms is None else tuple(map(_file, _objects(o, "terms")))))
+    files = tuple(QualcommFile(_text(f, "path"), _text(f, "sha256"), _text(f, "origin"),
+                               _optional(f, "original_sha256")) for f in _objects(m, "files"))
+    return Licences(tuple(origins), files)
 
 
 def _on_device(m: JSON) -> OnDevice:

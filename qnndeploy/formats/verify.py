@@ -15,7 +15,16 @@ from typing import TYPE_CHECKING
 from qnndeploy.base import compat, socs
 from qnndeploy.base.errors import MissingTool, QnnDeployError
 from qnndeploy.base.fileio import JSON, Progress, read_limited
-from qnndeploy.base.names import MANIFEST, MAVEN_RUNTIME, ON_DEVICE_SINCE, SHARED_SINCE, path_problem
+from qnndeploy.base.names import (
+    FORMAT_VERSION,
+    LICENCES_DIR,
+    LICENCES_SINCE,
+    MANIFEST,
+    MAVEN_RUNTIME,
+    ON_DEVICE_SINCE,
+    SHARED_SINCE,
+    path_problem,
+)
 from qnndeploy.base.pool import Pool
 from qnndeploy.formats import archive, elf
 from qnndeploy.formats.decision import qnn_libraries, soc_tables, upper
@@ -72,6 +81,7 @@ class VerifyReport:
     runtime: str | None = None
     accepted: list[JSON] = field(default_factory=list)  # failed graphs shipped with a reason (accepted_failures)
     deep: str | None = None  # what loading the binaries on the host emulator did; None: not asked (--shallow)
+    licences: list[str] = field(default_factory=list)  # per origin of its Qualcomm files: its terms files or unknown
     unchecked: list[str] = field(default_factory=list)  # context binaries no libQnnSystem could read here
 
 
@@ -185,7 +195,7 @@ def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None
     say = steps or (lambda _text: None)
     say(f"hashing {len(present)} file(s), {sum(sizes[x.path] for _, x in present) / 1e6:.1f} MB")
     with Pool(max_workers=jobs or os.cpu_count() or 1) as pool:  # hashlib releases the GIL
-        scanned = pool.map(lambda ke: scan_file(root / ke[1].path, ke[0] not in ("cpu", "record", "loop"),
+        scanned = pool.map(lambda ke: scan_file(root / ke[1].path, ke[0] not in ("cpu", "record", "loop", "licence"),
                                                 progress), present)
         facts = {e.path: f for (_, e), f in zip(present, scanned, strict=True)}
     # the binaries that are what the manifest says (another is already a problem): read by their own metadata
@@ -280,6 +290,7 @@ def _summarize(report: VerifyReport, manifest: Manifest, facts: dict[str, FileFa
     rt = manifest.runtime
     report.runtime = f"{len(rt.libs)} libraries" if rt.bundled else rt.maven + " (external)"
     report.accepted = accepted_failures(manifest)
+    report.licences = [o.summary for o in manifest.licences.origins] if manifest.licences else []
 
 
 def accepted_failures(manifest: Manifest) -> list[JSON]:
@@ -395,7 +406,39 @@ def check_manifest(manifest: Manifest, facts: dict[str, FileFacts], tree: set[st
     return [*_listing_problems(manifest, facts, tree, unread or {}), *_graph_problems(manifest),
             *_cpu_problems(manifest, facts, root), *_target_problems(manifest, facts, root, contexts or {}, need),
             *stated, *_runtime_problems(manifest, facts, root, need), *_on_device_problems(manifest, facts, root),
-            *_loop_problems(manifest, facts, root)]
+            *_loop_problems(manifest, facts, root), *_licence_problems(manifest)]
+
+
+def _licence_problems(manifest: Manifest) -> list[Problem]:
+    """Format 6's licences: every Qualcomm file of the bundle (a bundled runtime library, a context binary) listed
+    once, with the sha256 the manifest lists it with and a declared origin; each origin once, its terms files in its
+    own folder licences/<id>/ (their presence and sha256 are checked with every listed file)."""
+    licences = manifest.licences
+    if licences is None:  # older formats: check_warnings says so; format 6's schema requires it
+        return [Problem(MANIFEST, "has no licences section")] if manifest.format_number >= LICENCES_SINCE else []
+    qualcomm = {a.path: a.sha256 for t in manifest.targets for a in t.artifacts  # an .onnx listed so: its own problem
+                if a.format == FileFormat.QNN_CONTEXT_BINARY and not a.path.endswith(".onnx")}
+    qualcomm |= {lib.path: lib.sha256 for lib in manifest.runtime.libs if manifest.runtime.bundled}
+    ids = [o.id for o in licences.origins]
+    problems = [Problem(MANIFEST, f"licences declares origin '{i}' {ids.count(i)} times")
+                for i in dict.fromkeys(ids) if ids.count(i) > 1]
+    problems += [Problem(t.path, f"is a licence file of origin '{o.id}' outside its folder {LICENCES_DIR}/{o.id}/")
+                 for o in licences.origins for t in o.terms or () if not t.path.startswith(f"{LICENCES_DIR}/{o.id}/")]
+    seen: set[str] = set()
+    for f in licences.files:
+        if f.path in seen:
+            problems.append(Problem(f.path, "is listed twice in licences"))
+        seen.add(f.path)
+        if f.path not in qualcomm:
+            problems.append(Problem(f.path, "is in licences, but the manifest lists no runtime library or context "
+                                            "binary there"))
+        elif f.sha256 != qualcomm[f.path]:
+            problems.append(Problem(f.path, f"licences gives it sha256 {f.sha256[:12]}…, the manifest "
+                                            f"{qualcomm[f.path][:12]}…: its licence entry is of other bytes"))
+        if f.origin not in ids:
+            problems.append(Problem(f.path, f"licences names its origin '{f.origin}', which it does not declare"))
+    return problems + [Problem(p, "is a Qualcomm file with no licences entry: where it came from and under which "
+                                  "terms is not recorded; bundle it again") for p in sorted(set(qualcomm) - seen)]
 
 
 def _loop_problems(manifest: Manifest, facts: dict[str, FileFacts], root: Path) -> list[Problem]:
@@ -953,6 +996,9 @@ def _library_problems(lib: BundleFile, f: FileFacts | None, root: Path, qairt: Q
                 add(f"is a Hexagon {info.hexagon_arch} library, the manifest says {lib.dsp_arch}")
             if lib.abi != f"hexagon-{info.hexagon_arch}":
                 add(f"is a Hexagon {info.hexagon_arch} library in the {lib.abi} folder")
+            if (info.min_load_align or 0) < elf.MIN_ANDROID_ALIGN:  # the app packs it in lib/arm64-v8a/
+                add(f"PT_LOAD alignment is {info.min_load_align}: the app packs Skels in lib/arm64-v8a/, where Google "
+                    f"Play's 16 KB check needs >= {elf.MIN_ANDROID_ALIGN} (bundle build --align-16k raises it)")
         problems += _version_problems(path, f, qairt)
     else:
         if (info.bits, info.machine) != (64, elf.EM_AARCH64):
@@ -1015,6 +1061,10 @@ def check_warnings(manifest: Manifest, facts: dict[str, FileFacts], contexts: Co
                     soc = socs.find(t.soc)
                     warnings += [Problem(a.path, w) for w in contextcheck.resource_warnings(
                         info, soc, a.graph or ",".join(a.graphs))]
+    if manifest.licences is None and manifest.format_number < LICENCES_SINCE:
+        warnings.append(Problem(MANIFEST, f"bundle format {manifest.format_number} has no licence manifest: where its "
+                                          "Qualcomm files came from and under which terms is not recorded; build it "
+                                          f"again with this qnndeploy (format {FORMAT_VERSION})"))
     rt = manifest.runtime
     for lib in rt.libs if rt.bundled else ():
         f = facts.get(lib.path)

@@ -93,6 +93,9 @@ def rehash(b: Path, rel: str) -> None:
     (b / "manifest.json").write_text(json.dumps(m))
 
 
+    for entry in m.get("licences", {}).get("files", []):
+        if entry["path"] == rel:
+            entry["sha256"] = hashlib.sha256(data).hexdigest()
 def problems(b: Path, allow_unchecked: bool = False) -> list[str]:
     report = verify_bundle(b, allow_unchecked=allow_unchecked)
     assert not report.ok
@@ -323,25 +326,32 @@ def test_missing_runtime_library_for_a_target(bundle):
     assert problems(bundle) == ["manifest.json: target SM8750 (v79) needs libQnnHtpV79Stub.so in the bundle's runtime"]
 
 
+    m["licences"]["files"] = [f for f in m["licences"]["files"] if "V79Stub" not in f["path"]]
 def test_schema_and_format_version(bundle):
     m = manifest(bundle)
     m["targets"][0]["artifacts"][0]["path"] = "../escape.bin"
     (bundle / "manifest.json").write_text(json.dumps(m))
     assert any("manifest.json: schema: targets/0/artifacts/0/path" in f for f in problems(bundle))
-    m["format_version"] = 6
+    m["format_version"] = FORMAT_VERSION + 1
     (bundle / "manifest.json").write_text(json.dumps(m))
     assert problems(bundle) == ["manifest.json: " + str(bundle / "manifest.json") +
-                                " has format_version 6; this qnndeploy reads versions 1 to 5; upgrade qnndeploy"]
+                                f" has format_version {FORMAT_VERSION + 1}; this qnndeploy reads versions 1 to "
+                                f"{FORMAT_VERSION}; upgrade qnndeploy"]
 
 
 def test_a_v1_manifest_still_verifies(bundle):
     m = manifest(bundle)
     m["format_version"] = 1
     (bundle / "manifest.json").write_text(json.dumps(m))
-    assert verify_bundle(bundle).ok
+    report = verify_bundle(bundle)
+    assert report.ok and report.licences == []
+    assert [w.message for w in report.warnings] == [
+        ("bundle format 1 has no licence manifest: where its Qualcomm files came from and under which terms is not "
+        f"recorded; build it again with this qnndeploy (format {FORMAT_VERSION})")]
     m["cpu"].append({**m["cpu"][0], "path": "cpu/enc.onnx.data", "format": "onnx-external-data"})
     (bundle / "manifest.json").write_text(json.dumps(m))
     assert "manifest.json: schema: cpu/2/format: 'onnx' was expected" in problems(bundle)
+    assert not [t for o in m.pop("licences")["origins"] for t in o["terms"] or ()]  # no licence file to unlist
 
 
 def test_symlink_inside_a_folder(bundle):

@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from qnndeploy.formats.verify import verify_bundle
-from qnndeploy.qnn import emulator
+from qnndeploy.qnn import emulator, htp
 from tests.support.cli import run
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_qnn]
@@ -61,6 +61,9 @@ def _replace(bundle: Path, rel: str, data: bytes) -> None:
         for a in t["artifacts"]:
             if a["path"] == rel:
                 a["sha256"], a["size"] = hashlib.sha256(data).hexdigest(), len(data)
+    for entry in m["licences"]["files"]:
+        if entry["path"] == rel:
+            entry["sha256"] = hashlib.sha256(data).hexdigest()
     (bundle / "manifest.json").write_text(json.dumps(m))
 
 
@@ -109,7 +112,8 @@ def test_each_graphs_cpu_model_runs_once_for_all_its_socs(bundle, monkeypatch):
 def test_a_sound_bundle_loads_and_matches_and_the_report_says_so(bundle):
     report = verify_bundle(bundle, deep=True)
     assert report.ok and report.problems == [], report.problems
-    assert report.deep.startswith("4 context binaries loaded and run on the host HTP emulator (QAIRT 2.49.40)")
+    assert report.deep.startswith(
+        f"4 context binaries loaded and run on the host HTP emulator (QAIRT {htp.qairt_version()})")
     done = run("bundle", "verify", bundle, process=True)
     assert done.returncode == 0 and "4 context binaries loaded and run on the host HTP emulator" in done.stdout
     shallow = run("bundle", "verify", bundle, "--shallow", process=True)

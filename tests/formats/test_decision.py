@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from qnndeploy.base import socs
-from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
+from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, FORMAT_VERSION
 from qnndeploy.formats.decision import (
     REASONS,
     VENDOR_DSP_FOLDERS,
@@ -138,15 +138,16 @@ def test_adsp_library_path_prepends_with_semicolons_and_keeps_what_was_there():
     assert run(adsp_before="/odm/dsp").adsp_library_path.split(";")[:2] == [LIB_DIR, "/odm/dsp"]
 
 
-@pytest.mark.parametrize("fmt, version", [("qnndeploy-bundle", 6), ("qnndeploy-bundle", 0), ("qnndeploy-bundle", 1.0),
-                                          ("qnndeploy-bundle", True), ("other", 1), ("qnndeploy-bundle", None)])
+@pytest.mark.parametrize("fmt, version", [("qnndeploy-bundle", FORMAT_VERSION + 1), ("qnndeploy-bundle", 0),
+                                          ("qnndeploy-bundle", 1.0), ("qnndeploy-bundle", True), ("other", 1),
+                                          ("qnndeploy-bundle", None)])
 def test_unknown_manifest_format_or_version_goes_to_cpu(fmt, version):
     m = {**bundles.manifest(), "format": fmt, "format_version": version}
     d = run(m)
     assert not d.npu and d.paths == {} and d.soc == "SM8750"
-    assert "is not supported (this app reads \"qnndeploy-bundle\" versions 1 to 5)" in d.reason
-    assert run({**bundles.manifest(), "format_version": 6}).reason.startswith(
-        'bundle manifest format "qnndeploy-bundle" version 6 is not supported')
+    assert f"is not supported (this app reads \"qnndeploy-bundle\" versions 1 to {FORMAT_VERSION})" in d.reason
+    assert run({**bundles.manifest(), "format_version": FORMAT_VERSION + 1}).reason.startswith(
+        f'bundle manifest format "qnndeploy-bundle" version {FORMAT_VERSION + 1} is not supported')
 
 
 def test_a_v1_manifest_is_still_read():

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from qnndeploy.base.errors import QnnDeployError
-from qnndeploy.base.names import CONTEXT_BINARY
+from qnndeploy.base.names import CONTEXT_BINARY, FORMAT_VERSION
 from qnndeploy.formats import manifest as manifest_module
 from qnndeploy.formats import playplan
 from qnndeploy.formats.manifest import (
@@ -103,8 +103,9 @@ def test_shared_binaries_accepted_failures_and_a_pipeline_parse():
 
 
 def test_a_format_this_qnndeploy_does_not_read_parses_to_its_header():
-    m = Manifest.parse({**bundles.manifest(), "format_version": 6, "graphs": "anything"})
-    assert (m.format, m.format_version, m.supported, m.graphs) == ("qnndeploy-bundle", 6, False, ())
+    newer = FORMAT_VERSION + 1
+    m = Manifest.parse({**bundles.manifest(), "format_version": newer, "graphs": "anything"})
+    assert (m.format, m.format_version, m.supported, m.graphs) == ("qnndeploy-bundle", newer, False, ())
     assert not Manifest.parse({"format": "other", "format_version": True}).supported
 
 

@@ -43,20 +43,27 @@ def android_lib(path: Path, build: str = BUILD, align: int = 16384, machine: int
     return path
 
 
-def skel_lib(path: Path, arch: str, build: str = BUILD) -> Path:
+# Qualcomm ships the Hexagon Skels with a 4 KB p_align (the public flutter_edge_ai build hook that raises them says so:
+# DenisovAV/flutter_edge_ai@0dd9e64, packages/flutter_edge_ai_litertlm/README.md); bundle build refuses them unless
+# --align-16k raises it, so the stand-ins are 16 KB-aligned unless a test asks for Qualcomm's 4 KB.
+QUALCOMM_SKEL_ALIGN = 4096
+
+
+def skel_lib(path: Path, arch: str, build: str = BUILD, align: int = 16384) -> Path:
     """A Hexagon Skel: ELF32, e_machine 164, e_flags holding the arch as hex digits (v79 -> 0x79)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(elf_bytes(32, QDSP6, int(arch[1:], 16), 4096, f"\0Skel {build}\0".encode() + bytes(512)))
+    path.write_bytes(elf_bytes(32, QDSP6, int(arch[1:], 16), align, f"\0Skel {build}\0".encode() + bytes(512)))
     return path
 
 
-def fake_sdk(root: Path, archs: list[str], build: str = BUILD) -> Path:
-    """A folder in the QAIRT SDK layout holding stand-in libraries for the given archs."""
+def fake_sdk(root: Path, archs: list[str], build: str = BUILD, skel_align: int = 16384) -> Path:
+    """A folder in the QAIRT SDK layout holding stand-in libraries for the given archs (no licence file: whether and
+    where the real SDK keeps one is not known here)."""
     android = root / "lib" / "aarch64-android"
     for name in ("libQnnHtp.so", "libQnnSystem.so", "libQnnHtpPrepare.so"):
         android_lib(android / name, build)
     for arch in archs:
         n = arch[1:]
         android_lib(android / f"libQnnHtpV{n}Stub.so", build)
-        skel_lib(root / "lib" / f"hexagon-{arch}" / "unsigned" / f"libQnnHtpV{n}Skel.so", arch, build)
+        skel_lib(root / "lib" / f"hexagon-{arch}" / "unsigned" / f"libQnnHtpV{n}Skel.so", arch, build, skel_align)
     return root
