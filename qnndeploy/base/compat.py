@@ -42,13 +42,15 @@ class BlobRow:
 @dataclass(frozen=True)
 class ValidatedSet:
     """One ONNX Runtime AAR release with the qnn-runtime (and, for Qualcomm's plugin, the onnxruntime-android) it
-    was built or validated with."""
+    was built or validated with, or, when `reported`, that public sources show together but no vendor table read
+    here calls validated (the newest plugin, whose matrix is not public yet)."""
 
     aar: str  # "microsoft" | "qualcomm"
     aar_version: str
     ort_android: str | None  # the stock onnxruntime-android the plugin AAR needs; None for Microsoft's (it is ORT)
     qnn_runtime: str
     source: Source
+    reported: bool = False
 
     @property
     def maven(self) -> str:
@@ -109,8 +111,8 @@ def blob_rows() -> list[BlobRow]:
 
 
 def all_sets() -> list[ValidatedSet]:
-    return [ValidatedSet(r["aar"], r["aar_version"], r["ort_android"], r["qnn_runtime"], _source(r))
-            for r in _data()["validated_sets"]]
+    return [ValidatedSet(r["aar"], r["aar_version"], r["ort_android"], r["qnn_runtime"], _source(r),
+                         r.get("status") == "reported") for r in _data()["validated_sets"]]
 
 
 def published() -> dict[str, Source]:
@@ -210,9 +212,11 @@ def loads(binary: str, runtime: str) -> bool | None:
 
 def maven_for(qairt: str) -> list[str]:
     """The published qnn-runtime releases that load QAIRT `qairt` binaries by the measured table and are not older
-    than min_runtime_for_qairt, newest first."""
+    than min_runtime_for_qairt: the binaries' own release family first (the runtime Maven publishes for that
+    compiler), then newer families, newest first within each."""
     need = min_runtime_for_qairt(qairt)
-    return sorted((v for v in published() if loads(qairt, v) and satisfies(v, need)), key=version_key, reverse=True)
+    found = [v for v in published() if loads(qairt, v) and satisfies(v, need)]
+    return sorted(found, key=lambda v: (_family(v) == _family(qairt), version_key(v)), reverse=True)
 
 
 def no_maven_runtime(qairt: str) -> str:
@@ -255,29 +259,32 @@ def pin_warnings(pin: str, qairt: str) -> list[str]:
     if loads(qairt, pin) is None:
         warnings.append(f"no measurement says whether a qnn-runtime {pin} loads QAIRT {qairt} context binaries: "
                         "test on phones (qnndeploy device verify)")
-    if not any(s.qnn_runtime == pin for s in all_sets()):
-        known = ", ".join(sorted({s.qnn_runtime for s in all_sets()}, key=version_key))
-        warnings.append(f"qnn-runtime {pin} is in no validated ONNX Runtime set (validated: {known}; "
+    if not any(s.qnn_runtime == pin and not s.reported for s in all_sets()):
+        known = ", ".join(sorted({s.qnn_runtime for s in all_sets() if not s.reported}, key=version_key))
+        reported = [s.describe() for s in all_sets() if s.reported and s.qnn_runtime == pin]
+        also = f"; reported to work, unconfirmed: {'; '.join(reported)}" if reported else ""
+        warnings.append(f"qnn-runtime {pin} is in no validated ONNX Runtime set (validated: {known}{also}; "
                         "docs/decision-and-runtime.md, Runtime compatibility): Qualcomm and Microsoft validate exact "
                         "sets only")
     return warnings
 
 
 def validated_sets(min_runtime: str, aar: str | None = None) -> list[ValidatedSet]:
-    """The validated sets whose qnn-runtime is published and loads binaries that need `min_runtime`, newest first (of
-    one AAR kind when `aar` is given)."""
+    """The validated sets whose qnn-runtime is published and loads binaries that need `min_runtime`, newest first
+    and validated before reported (of one AAR kind when `aar` is given)."""
     if aar is not None and aar not in AARS:
         raise BadInput(f"unknown ONNX Runtime AAR '{aar}'; use one of {', '.join(AARS)}")
     found = [s for s in all_sets() if (aar is None or s.aar == aar) and satisfies(s.qnn_runtime, min_runtime)
              and s.qnn_runtime in published()]
-    return sorted(found, key=lambda s: (version_key(s.qnn_runtime), version_key(s.aar_version)), reverse=True)
+    return sorted(found, key=lambda s: (not s.reported, version_key(s.qnn_runtime), version_key(s.aar_version)),
+                  reverse=True)
 
 
 def is_validated(aar: str, aar_version: str, ort_android: str | None, qnn_runtime: str) -> bool:
     """Whether (AAR, its version, onnxruntime-android, qnn-runtime) is one of the sets Microsoft or Qualcomm
     validated."""
     return any((s.aar, s.aar_version, s.ort_android, s.qnn_runtime) == (aar, aar_version, ort_android, qnn_runtime)
-               for s in all_sets())
+               and not s.reported for s in all_sets())
 
 
 @dataclass(frozen=True)
@@ -319,7 +326,9 @@ class AppSet:
     @property
     def describe(self) -> str:
         ort = f" + {ORT_ANDROID}:{self.ort_android}" if self.ort_android else ""
-        what = "a validated set" if self.validated else "not a validated set"
+        what = "not a validated set" if self.validated is None else "a validated set"
+        if self.validated is not None and self.validated.reported:
+            what = "a set reported to work, not confirmed validated"
         return f"{self.maven}{ort} + qnn-runtime {self.qnn_runtime} ({what})"
 
     def line(self) -> str:
@@ -328,7 +337,10 @@ class AppSet:
         qnn = (f"the bundle's QAIRT {self.qnn_runtime} libraries" if self.bundled
                else f"com.qualcomm.qti:qnn-runtime:{self.qnn_runtime}")
         how = "QNN plugin registered by the glue" if self.aar == "qualcomm" else "QNN provider built in"
-        if self.validated is not None:
+        if self.validated is not None and self.validated.reported:
+            verdict = (f"reported to work, not confirmed as validated, for these QAIRT {self.qairt} binaries "
+                       f"({self.validated.source.url})")
+        elif self.validated is not None:
             verdict = f"validated for these QAIRT {self.qairt} binaries ({self.validated.source.url})"
         elif self.bundled:
             verdict = (f"not a validated set for these QAIRT {self.qairt} binaries: validated sets name a Maven "
@@ -342,9 +354,10 @@ def app_set(qairt: str, min_runtime: str | None, pin: str | None, aar: str | Non
     """The ONNX Runtime set scaffold pins for binaries of QAIRT `qairt` needing `min_runtime` (None: derived from
     qairt), with the bundle's Maven qnn-runtime `pin` (None: the bundle carries its own libraries).
 
-    aar None: the newest validated set of either AAR whose qnn-runtime is published and loads the binaries (Microsoft's
-    and Qualcomm's alike), else Microsoft's AAR unvalidated. With an AAR named, the newest validated set of that AAR,
-    else its newest known release with the bundle's runtime and a warning saying the combination is not validated.
+    aar None: the newest validated set of either AAR whose qnn-runtime is published and loads the binaries
+    (Microsoft's and Qualcomm's alike; else a reported set, with a warning), else Microsoft's AAR unvalidated. With
+    an AAR named, the newest validated (else reported) set of that AAR, else its newest known release with the
+    bundle's runtime and a warning saying the combination is not validated.
     """
     need = min_runtime or min_runtime_for_qairt(qairt)
     bundled = pin is None
@@ -352,8 +365,11 @@ def app_set(qairt: str, min_runtime: str | None, pin: str | None, aar: str | Non
     sets = validated_sets(need, aar)
     if sets:
         s = sets[0]
+        said = [] if bundled or not s.reported else [
+            (f"{s.describe()} is reported to work with QAIRT {qairt} binaries, but no Qualcomm table read here "
+             f"validates it ({s.source.url}): test it on phones (qnndeploy device verify)")]
         return AppSet(s.aar, s.aar_version, s.ort_android, bundle_runtime if bundled else s.qnn_runtime, bundled,
-                      qairt, None if bundled else s)
+                      qairt, None if bundled else s, said)
     kind = aar or AARS[0]
     newest = validated_sets("0.0.0", kind)[0]
     warning = (f"no validated {aar_maven(kind)} set has a qnn-runtime that loads these QAIRT {qairt} binaries (they "

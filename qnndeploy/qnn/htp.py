@@ -72,7 +72,8 @@ def _devices() -> tuple[Any, ...]:  # onnxruntime's OrtEpDevice, untyped
 
     qnn = _require()
     with quiet_native_stdout():
-        ort.register_execution_provider_library(EP_NAME, qnn.get_library_path())
+        if not any(d.ep_name == EP_NAME for d in ort.get_ep_devices()):  # a library registers once per process
+            ort.register_execution_provider_library(EP_NAME, qnn.get_library_path())
         devices = tuple(d for d in ort.get_ep_devices() if d.ep_name == EP_NAME)
     if not devices:
         raise MissingTool("onnxruntime-qnn is installed but offers no QNN device")

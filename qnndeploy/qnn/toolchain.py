@@ -50,6 +50,14 @@ def known() -> list[Toolchain]:
             for w in compat.rows()["compilers"]["wheels"]]
 
 
+def default() -> Toolchain:
+    """The newest known wheel whose binaries a published Maven qnn-runtime loads: the compiler qnndeploy installs with
+    (pyproject.toml pins it; a test keeps the two equal), so the default moves with the data and never past a runtime
+    an app cannot get from Maven."""
+    shippable = [t for t in known() if compat.maven_for(t.qairt)]
+    return max(shippable, key=lambda t: compat.version_key(t.qairt))
+
+
 def current() -> Toolchain | None:
     """The toolchain this process imports (read from package metadata, without importing it); None when
     onnxruntime-qnn is not installed."""

@@ -11,7 +11,7 @@ import pytest
 
 from qnndeploy.base import compat
 from qnndeploy.base.errors import QnnDeployError
-from qnndeploy.qnn import htp
+from qnndeploy.qnn import htp, toolchain
 from tests.support.host import require
 
 
@@ -49,16 +49,16 @@ def test_the_load_table_decides_which_published_runtime_a_bundle_pins():
     assert compat.loads("2.48.40", "2.49.0") is True and compat.loads("2.47.0", "2.51.0") is True
     assert compat.loads("2.50.40", "2.49.0") is False and compat.loads("2.51.0", "2.50.40") is False
     assert compat.loads("2.49.40", "2.36.1") is None  # no row: that runtime was never measured here
-    assert compat.maven_for("2.49.40") == ["2.49.0"]
-    assert compat.maven_for("2.47.0") == ["2.49.0", "2.48.0"]  # newest first
-    assert compat.maven_for("2.48.40") == ["2.49.0"]  # 2.48.0 predates the blob 4.0 that 2.48.40 writes
-    assert compat.maven_for("2.51.0") == [] and compat.maven_for("2.50.40") == []
+    assert compat.maven_for("2.49.40") == ["2.49.0", "2.50.0"]  # its own family first: what bundle pins
+    assert compat.maven_for("2.47.0") == ["2.50.0", "2.49.0", "2.48.0"]  # no 2.47 on Maven: newest first
+    assert compat.maven_for("2.48.40") == ["2.50.0", "2.49.0"]  # 2.48.0 predates the blob 4.0 that 2.48.40 writes
+    assert compat.maven_for("2.50.40") == ["2.50.0"] and compat.maven_for("2.51.0") == []
 
 
 def test_binaries_no_published_runtime_loads_get_the_two_ways_out():
     why = compat.no_maven_runtime("2.51.0")
-    assert "QAIRT 2.51.0" in why and "newest on Maven that a public source shows is 2.49.0" in why
-    assert "--runtime-libs" in why and "--qairt 2.49" in why and "qnn-runtime:2.49.0 is published" in why
+    assert "QAIRT 2.51.0" in why and "newest on Maven that a public source shows is 2.50.0" in why
+    assert "--runtime-libs" in why and "--qairt 2.50" in why and "qnn-runtime:2.50.0 is published" in why
 
 
 def test_a_pin_that_cannot_load_the_binaries_is_refused_with_its_reason():
@@ -83,13 +83,15 @@ def test_pin_warnings():
 
 def test_validated_sets_that_satisfy_a_minimum():
     """Only sets whose qnn-runtime a public source shows on Maven: the docs' 2.45.0 set is not offered."""
-    assert [(s.aar, s.aar_version) for s in compat.validated_sets("2.49.0")] == [("qualcomm", "2.5.0")]
+    assert [(s.aar, s.aar_version, s.ort_android, s.reported) for s in compat.validated_sets("2.49.0")] == [
+        ("qualcomm", "2.5.0", "1.26.0", False),  # validated before reported, though older
+        ("qualcomm", "2.6.0", "1.26.0", True), ("qualcomm", "2.6.0", "1.27.0", True)]
     assert compat.validated_sets("2.51.0") == []
     assert compat.validated_sets("2.49.0", "microsoft") == []
     newest_first = compat.validated_sets("2.40.0", "microsoft")
     assert [s.aar_version for s in newest_first] == ["1.26.0"]
     q = compat.validated_sets("2.45.0", "qualcomm")
-    assert [s.aar_version for s in q] == ["2.5.0"]
+    assert [s.aar_version for s in q] == ["2.5.0", "2.6.0", "2.6.0"]
     assert q[0].describe() == ("com.qualcomm.qti:onnxruntime-android-qnn:2.5.0 + "
                                "com.microsoft.onnxruntime:onnxruntime-android:1.26.0 + qnn-runtime 2.49.0")
     with pytest.raises(QnnDeployError, match="unknown ONNX Runtime AAR"):
@@ -149,5 +151,23 @@ def test_the_default_set_is_a_validated_one_when_one_loads_the_binaries():
     assert newer.line().endswith("NOT a validated set for these QAIRT 2.51.0 binaries")
     asked = compat.app_set("2.49.40", "2.49.0", "2.49.0", "microsoft")
     assert asked.validated is None and asked.aar == "microsoft"
+    reported = compat.app_set("2.50.40", "2.50.0", "2.50.0")  # QAIRT 2.50: only a reported set has its runtime
+    assert (reported.aar_version, reported.ort_android, reported.qnn_runtime) == ("2.6.0", "1.26.0", "2.50.0")
+    assert "reported to work, not confirmed as validated" in reported.line() and len(reported.warnings) == 1
+    assert not compat.is_validated("qualcomm", "2.6.0", "1.26.0", "2.50.0")
     own = compat.app_set("2.49.40", "2.49.0", None)  # the bundle brings its own QNN libraries
     assert own.validated is None and "the bundle's QAIRT 2.49.40 libraries" in own.line()
+
+
+def test_qnndeploy_installs_the_newest_compiler_whose_runtime_an_app_can_get():
+    """pyproject.toml pins the onnxruntime-qnn that toolchain.default() derives from the data: when a newer
+    qnn-runtime gets a source, this fails until the pin follows it, and it never runs ahead of Maven."""
+    import tomllib
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    pins = [d.split(";")[0] for d in pyproject["project"]["dependencies"] if d.startswith("onnxruntime-qnn==")]
+    default = toolchain.default()
+    assert pins == [f"onnxruntime-qnn=={default.onnxruntime_qnn}"]
+    assert compat.maven_for(default.qairt)[0] in compat.published()
+    newer = [t for t in toolchain.known() if compat.version_key(t.qairt) > compat.version_key(default.qairt)]
+    assert all(not compat.maven_for(t.qairt) for t in newer)

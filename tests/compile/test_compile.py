@@ -84,7 +84,7 @@ def test_compiles_each_graph_for_each_soc_with_a_record(build, models):
             assert rec["status"] == "ok" and rec["error"] is None
             assert (rec["soc_id"], rec["dsp_arch"], rec["backend"]) == (soc.soc_id, soc.dsp_arch, "ort")
             assert rec["qairt_version"] == htp.qairt_version()
-            assert re.fullmatch(r"v2\.49\.40\.\d+", rec["qairt_build"])  # the pinned onnxruntime-qnn 2.5.0
+            assert re.fullmatch(rf"v{re.escape(htp.qairt_version())}\.\d+", rec["qairt_build"])
             assert rec["input"] == {"path": str(models[graph]), "sha256": sha256_file(models[graph])}
             assert rec["options"]["htp_arch"] == soc.arch_number and rec["options"]["cpu_fallback"] is False
             assert {o["path"]: o["format"] for o in rec["outputs"]} == {
@@ -362,8 +362,8 @@ def test_qairt_backend_runs_the_sdk_tools_as_documented(models, tmp_path, standi
         assert c["env"]["LDFLAGS"] == "-Wl,-z,max-page-size=16384" and c["env"]["QNN_SDK_ROOT"] == str(sdk)
     rec = record(out, "cls", "SM8750")
     jsonschema.validate(rec, SCHEMA)
-    assert rec["backend"] == "qairt" and rec["qairt_version"] == "2.49.40"
-    assert rec["tools"]["qairt_sdk"] == "2.49.40.260810" and rec["qairt_build"] == "v2.49.40.260810104044"
+    assert rec["backend"] == "qairt" and rec["qairt_version"] == "2.50.40"  # the stand-in's sdk.yaml
+    assert rec["tools"]["qairt_sdk"] == "2.50.40.260831" and rec["qairt_build"] == "v2.50.40.260831140417"
     assert rec["options"]["htp_config"] == {"vtcm_mb": 8, "O": 3, "soc_id": 69, "dsp_arch": "v79"}
     assert rec["warnings"] == []  # the binary names soc_type=SM8750;arch=79, as the HTP config asked
     assert {o["path"]: o["format"] for o in rec["outputs"]} == {"cls.bin": "qnn-context-binary",
@@ -446,7 +446,7 @@ def test_a_soc_this_qairt_cannot_build_for_is_refused_before_any_job(tmp_path):
     result = run("compile", relu_graph(tmp_path / "relu.onnx"), "--soc", "SM8750", "--soc", "SSG2115P",
                  "-o", tmp_path / "b", "--no-cache")
     assert result.exit_code == 2 and not (tmp_path / "b").exists()
-    assert "QAIRT 2.49.40 compiles nothing for SSG2115P (soc_model 46) on the host" in result.output
+    assert f"QAIRT {htp.qairt_version()} compiles nothing for SSG2115P (soc_model 46) on the host" in result.output
     assert "drop --soc SSG2115P" in result.output and "Relu" not in result.output
 
 

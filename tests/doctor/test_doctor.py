@@ -63,7 +63,7 @@ def test_standin_sdk_and_its_python(private_adb, tmp_path, monkeypatch):
     (fake / "python3.10").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
     c = checks(run("doctor", "--json", "--qnn-sdk-root", STANDIN))
-    assert c["qairt-sdk"]["status"] == "ok" and "QAIRT 2.49.40.260810" in c["qairt-sdk"]["detail"]
+    assert c["qairt-sdk"]["status"] == "ok" and "QAIRT 2.50.40.260831" in c["qairt-sdk"]["detail"]
     linux = c["check-linux-dependency"]
     assert linux["status"] == "ok" and "check-linux-dependency.sh" in linux["detail"]
     assert c["check-python-dependency"]["status"] == "ok"

@@ -60,8 +60,9 @@ def check_compile_then_link(fake, record: dict) -> None:
     assert hub["url"].endswith(f"jobs/{hub['job_id']}/")
     assert hub["link"]["url"].endswith(f"jobs/{hub['link']['job_id']}/")
     # both jobs ask for the pinned compiler's QAIRT: binaries the bundle's runtime loads and validate can run
-    assert compiled.job.compile_job.options == "--target_runtime qnn_dlc --compute_unit npu --qairt_version 2.49"
-    assert linked.job.link_job.options == "--qairt_version 2.49"
+    family = ".".join(htp.qairt_version().split(".")[:2])
+    assert compiled.job.compile_job.options == f"--target_runtime qnn_dlc --compute_unit npu --qairt_version {family}"
+    assert linked.job.link_job.options == f"--qairt_version {family}"
     dlc = compiled.job.compile_job.target_model
     assert dlc.model_type == fake_pb().MODEL_TYPE_QNN_DLC
     assert [m.model_id for m in linked.job.link_job.models.models] == [dlc.model_id]
@@ -185,7 +186,9 @@ def test_compile_makes_a_dlc_then_links_it_and_records_both_jobs(aihub, tmp_path
     assert (hub["chipset"], hub["device"]) == ("qualcomm-qcs9075", "Dragonwing IQ-9075 EVK")
     check_compile_then_link(aihub, record)
     assert (record["context"]["soc_model"], record["context"]["dsp_arch"]) == (77, "v73")
-    assert record["options"]["compile_options"] == "--target_runtime qnn_dlc --compute_unit npu --qairt_version 2.49"
+    family = ".".join(htp.qairt_version().split(".")[:2])
+    assert record["options"]["compile_options"] == (f"--target_runtime qnn_dlc --compute_unit npu --qairt_version "
+                                                    f"{family}")
     log = (build / "logs" / "mlp-QCS9100.log").read_text()
     assert f"AI Hub compile job {hub['job_id']}: {hub['url']}" in log
     assert f"AI Hub link job {hub['link']['job_id']}: {hub['link']['url']}" in log

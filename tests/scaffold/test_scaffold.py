@@ -108,7 +108,7 @@ def test_ort_glue_gradle_and_manifest_snippets(external, tmp_path):
             assert "import android." not in (out / p).read_text(), f"{p} must run on any JVM"
     gradle = (out / "qnndeploy.gradle").read_text()
     assert "abiFilters 'arm64-v8a'" in gradle and "useLegacyPackaging = true" in gradle
-    assert "implementation('com.qualcomm.qti:qnn-runtime') {\n        version { strictly '2.49.0' }" in gradle
+    assert "implementation('com.qualcomm.qti:qnn-runtime') {\n        version { strictly '2.50.0' }" in gradle
     assert "onnxruntime-android-qnn" in gradle and "jniLibs.srcDir" not in gradle
     assert not (out / "bundle/jniLibs").exists()
     snippet = (out / "AndroidManifest-snippet.xml").read_text()
@@ -443,41 +443,43 @@ def test_scaffold_pins_a_validated_set_that_loads_the_bundle():
 
 
 def test_no_validated_set_is_said_and_the_bundle_runtime_pinned(external, tmp_path):
-    """Microsoft's validated AARs go with qnn-runtime 2.42 at most: asked for Microsoft's AAR, QAIRT 2.49 binaries get
-    the newest of them with the bundle's published qnn-runtime 2.49.0, an unvalidated combination, and said so."""
+    """Microsoft's validated AARs go with qnn-runtime 2.42 at most: asked for Microsoft's AAR, QAIRT 2.50 binaries get
+    the newest of them with the bundle's published qnn-runtime 2.50.0, an unvalidated combination, and said so."""
     r = scaffold(external, "com.example.foo", tmp_path / "qnn", ort_aar="microsoft")
-    assert r.ort_aar == ("com.microsoft.onnxruntime:onnxruntime-android-qnn:1.26.0 + qnn-runtime 2.49.0 "
+    assert r.ort_aar == ("com.microsoft.onnxruntime:onnxruntime-android-qnn:1.26.0 + qnn-runtime 2.50.0 "
                          "(not a validated set)")
     assert r.runtime_set == ("runtime set: com.microsoft.onnxruntime:onnxruntime-android-qnn:1.26.0 + "
-                             "com.qualcomm.qti:qnn-runtime:2.49.0 (QNN provider built in): NOT a validated set for "
-                             "these QAIRT 2.49.40 binaries")
+                             "com.qualcomm.qti:qnn-runtime:2.50.0 (QNN provider built in): NOT a validated set for "
+                             "these QAIRT 2.50.40 binaries")
     [w] = r.warnings
     assert w.startswith("no validated com.microsoft.onnxruntime:onnxruntime-android-qnn set has a qnn-runtime that "
-                        "loads these QAIRT 2.49.40 binaries (they need 2.49.0")
+                        "loads these QAIRT 2.50.40 binaries (they need 2.50.0")
     gradle = (r.path / "qnndeploy.gradle").read_text()
-    assert "version { strictly '2.49.0' }" in gradle
+    assert "version { strictly '2.50.0' }" in gradle
     assert ("implementation(\"com.microsoft.onnxruntime:onnxruntime-android-qnn:${findProperty('qnndeploy.ortVersion')"
             " ?: '1.26.0'}\")") in gradle
     assert 'QNN_EP_PLUGIN: QnnEpPlugin? = null' in (r.path / "src/com/example/foo/qnndeploy/Generated.kt").read_text()
 
 
-QUALCOMM_SET = ("runtime set: com.qualcomm.qti:onnxruntime-android-qnn:2.5.0 + "
-                "com.microsoft.onnxruntime:onnxruntime-android:1.26.0 + com.qualcomm.qti:qnn-runtime:2.49.0 (QNN "
-                "plugin registered by the glue): validated for these QAIRT 2.49.40 binaries "
-                "(https://github.com/onnxruntime/onnxruntime-qnn/pull/783)")
+QUALCOMM_SET = ("runtime set: com.qualcomm.qti:onnxruntime-android-qnn:2.6.0 + "
+                "com.microsoft.onnxruntime:onnxruntime-android:1.26.0 + com.qualcomm.qti:qnn-runtime:2.50.0 (QNN "
+                "plugin registered by the glue): reported to work, not confirmed as validated, for these QAIRT "
+                "2.50.40 binaries (https://github.com/onnxruntime/onnxruntime-qnn/pull/796)")
+REPORTED = "is reported to work with QAIRT 2.50.40 binaries, but no Qualcomm table read here validates it"
 
 
-def test_the_default_is_the_validated_set_for_the_binaries_and_scaffold_says_so(external, tmp_path):
-    """QAIRT 2.49.40 binaries: no Microsoft AAR is validated with a qnn-runtime that loads them, Qualcomm's plugin 2.5.0
-    is (with onnxruntime-android 1.26.0 and qnn-runtime 2.49.0): the default pins it, registers its plugin in the glue,
-    and says which set in one plain line."""
+def test_the_default_is_the_newest_set_for_the_binaries_and_scaffold_says_how_sure(external, tmp_path):
+    """QAIRT 2.50.40 binaries: no Microsoft AAR goes with a qnn-runtime that loads them; Qualcomm's plugin 2.6.0 is
+    reported to work with onnxruntime-android 1.26.0 and qnn-runtime 2.50.0, not yet validated by a table read here:
+    the default pins it, registers its plugin in the glue, and says which set and how sure in one plain line. (A
+    validated set is chosen first: test_scaffold_pins_a_validated_set_that_loads_the_bundle.)"""
     r = run(external, "--package", "com.example.foo", "-o", tmp_path / "q", "--json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    assert out["ort_aar"] == ("com.qualcomm.qti:onnxruntime-android-qnn:2.5.0 + "
-                              "com.microsoft.onnxruntime:onnxruntime-android:1.26.0 + qnn-runtime 2.49.0 "
-                              "(a validated set)")
-    assert out["runtime_set"] == QUALCOMM_SET and out["warnings"] == []
+    assert out["ort_aar"] == ("com.qualcomm.qti:onnxruntime-android-qnn:2.6.0 + "
+                              "com.microsoft.onnxruntime:onnxruntime-android:1.26.0 + qnn-runtime 2.50.0 "
+                              "(a set reported to work, not confirmed validated)")
+    assert out["runtime_set"] == QUALCOMM_SET and [REPORTED in w for w in out["warnings"]] == [True]
     generated = (tmp_path / "q/src/com/example/foo/qnndeploy/Generated.kt").read_text()
     assert ('QNN_EP_PLUGIN: QnnEpPlugin? = QnnEpPlugin(library = "libonnxruntime_providers_qnn.so", '
             'epName = "QNNExecutionProvider")') in generated
@@ -489,15 +491,16 @@ def test_ort_aar_qualcomm_in_the_gradle_file_and_json(external, tmp_path):
     r = run(external, "--package", "com.example.foo", "-o", tmp_path / "q", "--ort-aar", "qualcomm", "--json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    assert out["ort_aar"] == ("com.qualcomm.qti:onnxruntime-android-qnn:2.5.0 + "
-                              "com.microsoft.onnxruntime:onnxruntime-android:1.26.0 + qnn-runtime 2.49.0 "
-                              "(a validated set)")
-    assert out["warnings"] == []  # the glue registers the plugin: no warning that the NPU sessions fail
+    assert out["ort_aar"] == ("com.qualcomm.qti:onnxruntime-android-qnn:2.6.0 + "
+                              "com.microsoft.onnxruntime:onnxruntime-android:1.26.0 + qnn-runtime 2.50.0 "
+                              "(a set reported to work, not confirmed validated)")
+    # the glue registers the plugin: no warning that the NPU sessions fail, only how sure the set is
+    assert [REPORTED in w for w in out["warnings"]] == [True]
     gradle = (tmp_path / "q" / "qnndeploy.gradle").read_text()
     assert ("implementation(\"com.microsoft.onnxruntime:onnxruntime-android:${findProperty('qnndeploy.ortVersion') "
             "?: '1.26.0'}\")") in gradle
     assert ("implementation(\"com.qualcomm.qti:onnxruntime-android-qnn:${findProperty('qnndeploy.qnnEpVersion') "
-            "?: '2.5.0'}\")") in gradle
+            "?: '2.6.0'}\")") in gradle
     assert "onnxruntime-android-qnn:${findProperty('qnndeploy.ortVersion')" not in gradle
     assert run(external, "--package", "com.example.foo", "-o", tmp_path / "x", "--ort-aar", "google").exit_code == 2
 

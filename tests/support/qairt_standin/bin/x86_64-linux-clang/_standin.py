@@ -11,7 +11,7 @@ from pathlib import Path
 # soc_id (QNN soc_model) -> the name a context binary records, for the SoCs the tests use.
 SOC_NAMES = {30: "SM8350", 35: "SM7325", 36: "SM8450", 42: "SM8475", 43: "SM8550", 57: "SM8650", 69: "SM8750",
              87: "SM8850", 77: "QCS9100", 52: "SA8255", 39: "SA8295"}
-BUILD = "v2.49.40.260810104044"  # the pinned onnxruntime-qnn's QAIRT: the stand-in's binaries are compiled by it
+BUILD = "v2.50.40.260831140417"  # the pinned onnxruntime-qnn's QAIRT: the stand-in's binaries are compiled by it
 ELF_MACHINE = {"x86_64-linux-clang": 62, "aarch64-android": 183}
 
 
