@@ -38,6 +38,7 @@ from qnndeploy.device.info import DeviceInfo, ListedDevice, device_info, devices
 from qnndeploy.device.verify import DeviceVerification
 from qnndeploy.diagnose import DiagnoseOptions, DiagnoseResult, diagnose
 from qnndeploy.formats.manifest import Manifest
+from qnndeploy.formats.reach import Reach
 from qnndeploy.formats.records import HtpSettings
 from qnndeploy.formats.verify import Problem, VerifyReport, opened, require_bundle
 from qnndeploy.inspect import BinaryReport, InspectResult, inspect
@@ -45,6 +46,9 @@ from qnndeploy.package import play as playroom
 from qnndeploy.package.play import PlayPackage
 from qnndeploy.prepare import PrepareOptions, PrepareResult, prepare_model
 from qnndeploy.prepare.split import SplitResult, split_by_size, split_model
+from qnndeploy.reach import REFUSAL as _REACH_REFUSAL
+from qnndeploy.reach import check_request as _check_reach
+from qnndeploy.reach import reach_bundle
 from qnndeploy.report import ReportResult, report
 from qnndeploy.scaffold import ScaffoldResult
 from qnndeploy.scaffold import check_request as _check_scaffold
@@ -76,6 +80,7 @@ __all__ = [
     "PrepareResult",
     "Problem",
     "QnnDeployError",
+    "Reach",
     "ReportResult",
     "Run",
     "ScaffoldResult",
@@ -98,6 +103,7 @@ __all__ = [
     "inspect",
     "package_play",
     "prepare_model",
+    "reach",
     "report",
     "scaffold",
     "socs",
@@ -140,6 +146,16 @@ def package_play(bundle: Path, out: Path, *, pack: str = playroom.DEFAULT_PACK, 
     with _sound(bundle, "not packaging it: fix or rebuild the bundle", deep, allow_unchecked, progress) as (root, r):
         return playroom.package_play(root, Path(out), pack=pack, delivery=delivery, force=force, report=r,
                                      progress=progress)
+
+
+def reach(bundle: Path, *, engine: str = "ort", worlds: Sequence[str] = (), allow_unchecked: bool = False,
+          progress: Progress | None = None) -> Reach:
+    """`qnndeploy reach`: for every chipset of Qualcomm's table and the SoC catalog, under every name phones report,
+    the path the app's decision takes with a bundle folder or archive that passes `bundle verify` (checked without
+    the host emulator); `engine` "ort" or "sherpa-onnx", `worlds` only those of Qualcomm's table."""
+    _check_reach(engine, worlds)
+    with _sound(bundle, _REACH_REFUSAL, False, allow_unchecked, progress) as (root, report):
+        return reach_bundle(root, engine, worlds, report=report)
 
 
 @contextmanager

@@ -38,6 +38,7 @@ COMMANDS = {
     "inspect": ("inspect", "inspect_cmd", "What a QNN context binary holds, as QNN reads it."),
     "scaffold": ("scaffold", "scaffold", "Generate the app side of a bundle: Kotlin glue."),
     "package": ("package", "package", "Package a bundle for an app store's delivery."),
+    "reach": ("reach", "reach", "Which phones take the NPU with a bundle, and why not the others."),
     "device": ("device", "device", "Phones over adb: list, info, profile, verify, bench."),
     "report": ("report", "report", "One self-contained HTML page of the records of builds, bundles and phones."),
     "doctor": ("doctor", "doctor", "What this machine can do, and what to install."),
@@ -74,6 +75,7 @@ def cli() -> None:
     \b
     model.onnx -> check, prepare -> compile -> validate (diagnose) -> bundle build, bundle verify
                -> scaffold (the app's Kotlin glue), package play (Play AI packs)
+               -> reach (which phones take the NPU, and why not)
                -> device verify (on phones)
                -> report (one HTML page of every record)
 

@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -424,6 +424,15 @@ def step_progress(what: str) -> Iterator[Shown]:
 
 def num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
+
+
+def table(head: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    """A plain-text table on stdout: a header, then one line per row, each column as wide as its widest cell. Cells
+    are escaped (they may hold a bundle's or a phone's text); None is shown as '-'."""
+    cells = [list(head), *([escaped("-" if c is None else c) for c in row] for row in rows)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
+    for r in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
 
 
 def render_output(m: Any) -> None:
