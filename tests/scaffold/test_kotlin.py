@@ -27,6 +27,8 @@ import pytest
 
 from qnndeploy.base import socs
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
+from qnndeploy.demo import run_demo
+from qnndeploy.formats import reach
 from qnndeploy.formats.decision import (
     REASONS,
     Device,
@@ -414,6 +416,46 @@ def test_python_and_kotlin_decide_alike(rendered, kotlin):
                          for spelled in spellings(name)}
     assert out["libraries"] == [list(qnn_libraries(a)) for a in ODD_ARCHS]
     assert out["reasons"] == [[r["key"], r["text"]] for r in reasons]
+
+
+def reach_manifests(tmp: Path) -> list[dict]:
+    """The bundles whose `qnndeploy reach` rows both twins must give: the demo's real bundle, the same with an
+    on_device section (some arches validated), a bundled runtime compiling on the device (the libraries of some
+    arches missing), and a target that asks for the CPU."""
+    run_demo(tmp / "demo")
+    demo = json.loads((next((tmp / "demo" / "bundle").iterdir()) / "manifest.json").read_text())
+    compiling = {**bundles.on_device(demo, validated=("v73", "v79", "v81")), "format_version": demo["format_version"]}
+    return [demo, compiling, bundles.on_device(bundles.manifest(runtime="bundled")),
+            bundles.accepted(bundles.manifest())]
+
+
+def test_both_twins_agree_with_every_reach_row(kotlin, tmp_path):
+    """Every row of `qnndeploy reach` (each chipset x reported name, both engines) fed to the Kotlin selector as the
+    app meets it on a first start, in one JVM run: the same path, reason key and reason text on every row."""
+    manifests = reach_manifests(tmp_path)
+    rows, cases = [], []
+    for i, m in enumerate(manifests):
+        for engine in reach.Engine:
+            for row in reach.reach(Manifest.parse(m), engine).rows:
+                rows.append(row)
+                cases.append({"manifest": i, "device": asdict(reach.phone(row.spelling, row.identified_by)),
+                              "load_errors": {}, "adsp_before": None, "adsp_error": None, "lib_dir": reach.LIB_DIR,
+                              "npu_format": engine.npu_format.value, "app_version": "", "remembered": None,
+                              "runtime_version": None, "platform": None, "compiles_onnx": engine.compiles_onnx})
+    path = kotlin["out"] / "reach-agreement.json"
+    path.write_text(json.dumps({"manifests": manifests, "cases": cases, "archs": [], "reasons": []}))
+    done = kotlin_build.run_jvm(kotlin, "qnndeploy.tests.Agreement", str(path))
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)["cases"]
+    assert len(got) == len(rows) > 4 * len(reach.chipsets())
+    for row, case, out in zip(rows, cases, got, strict=True):
+        d = out["decision"]
+        assert (d["npu_source"] or "cpu", d["reason_key"], d["reason"]) == (row.path, row.reason_key, row.reason), (
+            row, case)
+    # not trivially equal: the rows reach every path and the reasons of each
+    assert {r.path for r in rows} == set(reach.Route)
+    assert {"npu", "npu_on_device", "soc_not_in_bundle", "not_validated_on_device", "on_device_needs_ort",
+            "arch_unknown", "runtime_libs_missing", "validation_failed"} <= {r.reason_key for r in rows}
 
 
 # --- the version of the loaded QNN runtime, read by the glue from /proc/self/maps and the library's build marker ---
