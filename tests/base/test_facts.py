@@ -108,6 +108,18 @@ def test_the_catalog_agrees_with_executorchs_table(executorch):
     assert {"SM8350", "SM8475", "SM8845", "SA8255", "QCS9100"} <= set(checked)
 
 
+def test_the_catalog_agrees_with_every_row_of_the_eps_own_soc_table():
+    """The QNN EP maps a chip name to soc_model and HTP arch by its own table (onnxruntime-qnn PR #830): a chip the
+    EP knows by name is in the catalog with the same numbers, so the glue's soc_model and the EP agree."""
+    table = json.loads((DATA / "ep_soc_table.json").read_text())
+    assert table["source"]["url"].startswith("https://github.com/onnxruntime/onnxruntime-qnn/") and table["rows"]
+    for row in table["rows"]:
+        soc = socs.find(row["soc"])
+        assert (soc.model, soc.soc_id, soc.arch_number) == (row["soc"], row["soc_model"], row["htp_arch"]), row
+    confirmed = {s.model for s in socs.catalog() if "ep" in s.confirmed_by}
+    assert {"SM7675", "SC8480XP"} <= confirmed <= {row["soc"] for row in table["rows"]}
+
+
 def test_rows_outside_qualcomms_table_are_confirmed_elsewhere(qualcomm):
     """SM8475, SM8635, SM8735 and SM8845 are not in Qualcomm's chipset table: each names its other sources."""
     for model in ("SM8475", "SM8635", "SM8735", "SM8845"):

@@ -10,7 +10,7 @@ from tests.support.cli import run
 
 def test_no_fp16_where_qualcomm_says_so():
     assert {s.model for s in socs.catalog() if s.fp16 is False} == {"SM8350", "SM7325", "SM7750"}
-    assert {s.model for s in socs.catalog() if s.fp16 is None} == {"SM8635", "SM8735", "SM8845"}  # no source says
+    assert {s.model for s in socs.catalog() if s.fp16 is None} == {"SM8635", "SM8735", "SM8845", "SM7675", "SC8280X"}
 
 
 @pytest.mark.parametrize(("name", "model"), [("SM8750-AC", "SM8750"), ("sm8850-ad", "SM8850"), ("SM8650-AC", "SM8650"),
