@@ -254,3 +254,12 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     with pytest.raises(QnnDeployError, match="unknown engine 'tflite'") as raised:
         api.reach(tmp_path / "missing", engine="tflite")  # the request is checked before the bundle is read
     assert raised.value.exit_code == EXIT_BAD_INPUT
+
+
+def test_the_engines_are_scaffolds():
+    """--engine names what scaffold renders, each loading the NPU file format scaffold gives it; only ort's glue
+    compiles ONNX on the phone (QnnRuntime derives it so, tests/scaffold/test_kotlin.py)."""
+    from qnndeploy.scaffold import ENGINES
+
+    assert {e.value: e.npu_format for e in reach.Engine} == ENGINES
+    assert [e for e in reach.Engine if e.compiles_onnx] == [reach.Engine.ORT]
