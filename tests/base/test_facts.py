@@ -138,6 +138,26 @@ def test_every_source_a_row_names_is_described():
 
 @pytest.mark.slow
 @pytest.mark.needs_qnn
+def test_the_newest_ep_resolves_each_chip_name_of_its_table_as_the_data_says(toolchains, tmp_path):
+    """The real EP against its table as data: the newest wheel (whose library carries the names) given
+    soc_model="SM8750" and no htp_arch writes the row's soc_model and arch into the binary, or, for a soc_model the
+    host compiler has no arch for (the catalog's measured rows say which), compiles nothing."""
+    from tests.support.qnn_facts import _child
+
+    newest = toolchains[-1]
+    rows = json.loads((DATA / "ep_soc_table.json").read_text())["rows"]
+    out = tmp_path / "names"
+    out.mkdir()
+    seen = _child(newest, "names", str(out), *(r["soc"] for r in rows))["names"]
+    assert isinstance(seen, dict)
+    for row in rows:
+        compiles = any(m.qairt == newest.qairt and m.soc_model is not None for m in socs.find(row["soc"]).measured)
+        assert seen[row["soc"]] == ([row["soc_model"], row["htp_arch"]] if compiles else None), row
+    assert sum(v is not None for v in seen.values()) >= 8
+
+
+@pytest.mark.slow
+@pytest.mark.needs_qnn
 def test_every_compiler_writes_what_the_catalog_recorded_and_every_runtime_loads_what_the_table_says(
         toolchains, tmp_path):
     """Re-measure: every toolchain's compiler for every catalog SoC, and every runtime against every toolchain's

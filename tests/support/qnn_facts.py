@@ -7,8 +7,8 @@ the host HTP emulator (runtime.json "loads").
     python -m tests.support.qnn_facts --wheels  the pip requirements of the toolchains (for .ci/run's wheelhouse)
 
 Each measurement runs in a child process under its toolchain (qnndeploy.qnn.toolchain.environ), as compile --qairt
-does: `python -m tests.support.qnn_facts compile OUT` and `python -m tests.support.qnn_facts load SOURCE BIN...` are
-those children. tests/base/test_facts.py re-measures the pinned toolchain's rows and the load table in CI.
+does: `python -m tests.support.qnn_facts compile OUT`, `... names OUT NAME...` and `... load SOURCE BIN...` are those
+children. tests/base/test_facts.py re-measures the pinned toolchain's rows and the load table in CI.
 """
 
 from __future__ import annotations
@@ -95,6 +95,29 @@ def compile_all(out: Path) -> dict[str, object]:
                             "marker_arch": marked, "refuses": refuses}
     blob = qnnsystem.read_context_here(out / f"{LOAD_SOC}-fp16_ctx_qnn.bin").context_blob_version
     return {"qairt": htp.qairt_version(), "blob": blob, "socs": found}
+
+
+def compile_names(out: Path, names: list[str]) -> dict[str, object]:
+    """What the EP makes of a chip name: the fp16 graph compiled with soc_model="NAME" and no htp_arch, read back
+    with libQnnSystem; None where the compiler refuses (no arch for that soc_model on the host)."""
+    import onnxruntime as ort
+
+    from qnndeploy.base import socs
+    from qnndeploy.qnn import htp, qnnsystem
+
+    fp16, _ = _models(out)
+    found: dict[str, object] = {}
+    for name in names:
+        ctx = out / f"name-{name}_ctx.onnx"
+        try:
+            with htp.quiet_native_stdout():
+                ort.InferenceSession(str(fp16), htp.session_options(socs.find(name), context_path=ctx, provider={
+                    "soc_model": name, "htp_arch": "0"}))
+            info = qnnsystem.read_context_here(out / f"{ctx.stem}_qnn.bin")
+            found[name] = [info.soc_model, int(info.dsp_arch[1:]) if info.dsp_arch else None]
+        except Exception:  # noqa: BLE001 onnxruntime's and libQnnSystem's own errors: a refusal
+            found[name] = None
+    return {"qairt": htp.qairt_version(), "names": found}
 
 
 def load_all(source: Path, binaries: list[Path]) -> dict[str, object]:
@@ -207,6 +230,9 @@ def wheels() -> list[str]:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["compile"]:
         print(json.dumps(compile_all(Path(argv[1]))))
+        return 0
+    if argv[:1] == ["names"]:
+        print(json.dumps(compile_names(Path(argv[1]), argv[2:])))
         return 0
     if argv[:1] == ["load"]:
         print(json.dumps(load_all(Path(argv[1]), [Path(p) for p in argv[2:]])))
