@@ -261,8 +261,8 @@ def pin_warnings(pin: str, qairt: str) -> list[str]:
                         "test on phones (qnndeploy device verify)")
     if not any(s.qnn_runtime == pin and not s.reported for s in all_sets()):
         known = ", ".join(sorted({s.qnn_runtime for s in all_sets() if not s.reported}, key=version_key))
-        reported = [s.describe() for s in all_sets() if s.reported and s.qnn_runtime == pin]
-        also = f"; reported to work, unconfirmed: {'; '.join(reported)}" if reported else ""
+        reported = sorted({s.maven for s in all_sets() if s.reported and s.qnn_runtime == pin})
+        also = f"; reported to work, unconfirmed, with {', '.join(reported)}" if reported else ""
         warnings.append(f"qnn-runtime {pin} is in no validated ONNX Runtime set (validated: {known}{also}; "
                         "docs/decision-and-runtime.md, Runtime compatibility): Qualcomm and Microsoft validate exact "
                         "sets only")
