@@ -47,9 +47,9 @@ def render(result: Reach, bundle: Path) -> None:
 @click.option("--engine", type=click.Choice([e.value for e in Engine]), default=Engine.ORT.value, show_default=True,
               help="The app's engine, as scaffold --engine: ort compiles the ONNX on phones without a target when "
                    "the bundle allows it (bundle build --on-device-compile); sherpa-onnx runs context binaries only.")
-@click.option("--world", "worlds", multiple=True, type=click.Choice(WORLDS, case_sensitive=False),
-              help="Only the chipsets of this world of Qualcomm's table (unknown: catalog SoCs the table does not "
-                   "list). Repeatable. [default: all]")
+@click.option("--world", "worlds", multiple=True, type=click.Choice(WORLDS, case_sensitive=False), metavar="WORLD",
+              help=f"Only the chipsets of this world of Qualcomm's table: {', '.join(WORLDS[:-1])} or {WORLDS[-1]} "
+                   "(catalog SoCs the table does not list), in any case. Repeatable. [default: all]")
 @unchecked_option
 @json_option
 @handles_errors
