@@ -302,6 +302,11 @@ def _render_graph_run(g: verify_stage.GraphRun, w: int = 14) -> None:
         first = "-" if g.first_run_s is None else f"{g.first_run_s * 1e3:.0f}"
         _say(f"  {label:<5} {g.graph:<{w}} first run {first} ms, {per}, {g.clock} clock), "
                    f"{g.samples} sample(s)")
+    if g.launch is not None:
+        launch = g.launch
+        _say(f"  {'':<5} {'':<{w}} first launch: session start cold {_fig(launch.session_cold_ms, '.1f')} / warm "
+             f"{_fig(launch.session_warm_ms, '.1f')} ms, first result cold "
+             f"{_fig(launch.first_result_cold_ms, '.1f')} / warm {_fig(launch.first_result_warm_ms, '.1f')} ms")
     for m in g.outputs:
         render_output(m)
     for a in g.advice:
@@ -550,6 +555,9 @@ def _render_bench_record(r: BenchRecord, path: Path | None) -> None:
          f"{c.battery_level_end}%, {temp}, thermal status {c.thermal_status_start} -> {c.thermal_status_end}")
     rows = [("runs", str(npu.runs), str(cpu.runs), "", ""),
             ("first inference ms", _fig(npu.first_ms), _fig(cpu.first_ms), "first_ms", ""),
+            *((label, _fig(getattr(npu.launch, key)), _fig(getattr(cpu.launch, key)), "", "") for label, key in (
+                ("session cold ms", "session_cold_ms"), ("session warm ms", "session_warm_ms"),
+                ("first result cold ms", "first_result_cold_ms"), ("first result warm ms", "first_result_warm_ms"))),
             ("latency p50 ms", _fig(npu.latency_ms.p50), _fig(cpu.latency_ms.p50), "latency_p50", ""),
             ("latency p90 ms", _fig(npu.latency_ms.p90), _fig(cpu.latency_ms.p90), "", ""),
             ("latency p99 ms", _fig(npu.latency_ms.p99), _fig(cpu.latency_ms.p99), "", ""),

@@ -57,7 +57,7 @@ from pathlib import Path
 from qnndeploy import __version__
 from qnndeploy.base import numbers
 from qnndeploy.base.errors import BadInput, CheckFailed, QnnDeployError
-from qnndeploy.base.fileio import read_limited, write_json
+from qnndeploy.base.fileio import read_limited, sha256_file, write_json
 from qnndeploy.base.names import BENCH_RECORD
 from qnndeploy.base.pool import Pool
 from qnndeploy.device import opprofile, ortrunner, runner
@@ -69,6 +69,7 @@ from qnndeploy.formats.benchrecord import (
     BenchRecord,
     Conditions,
     Latency,
+    Launch,
     PathFigures,
     SustainedPoint,
     SweepPoint,
@@ -139,7 +140,8 @@ class _Block:
     inferences: int
     mean_ms: float | None = None
     latency: Latency = field(default_factory=Latency)
-    first_ms: float | None = None
+    first_ms: float | None = None  # from the process start to its first result
+    session_ms: float | None = None  # from the process start to its ready session (onnxruntime_perf_test's)
     cpu_percent: float | None = None
     power_w: float | None = None  # the battery's mean current x voltage while the process ran
     t_start: float = 0.0
@@ -202,13 +204,13 @@ def _sampled(dev: Device, workdir: str, env: str, argv: list[str], doing: str, p
         f"case \"$st\" in ''|*') Z '*|*') X '*) break;; esac; "
         f"echo \"S $(date +%s%N) $(cat {q(CURRENT_NOW)} 2>/dev/null) $(cat {q(VOLTAGE_NOW)} 2>/dev/null)\"; "
         f"sleep {SAMPLE_S}; done; wait $p; rc=$?; e=$(date +%s%N); echo \"T $s $e $rc\"; echo \"P $last\"; "
-        + (_RESULTS if outputs else "") + f"echo {_SEP}; cat {q(log)}; exit $rc")
+        + ("o=out; " + runner.RESULTS if outputs else "") + f"echo {_SEP}; cat {q(log)}; exit $rc")
     start = time.perf_counter()
     r = dev.run(script, doing=doing, limit=RUN)
     host = time.perf_counter() - start
     head, _, output = r.output.partition(_SEP + "\n")
     samples: list[tuple[float, float, float]] = []
-    done: dict[int, float] = {}  # qnn-net-run: inference line -> when its Result_<line> folder was last written
+    results: list[str] = []  # qnn-net-run: its Result_<line> folders' times (runner.RESULTS)
     s0 = s1 = ticks = None
     for line in head.splitlines():
         kind, _, rest = line.partition(" ")
@@ -221,9 +223,8 @@ def _sampled(dev: Device, workdir: str, env: str, argv: list[str], doing: str, p
             s0, s1 = parse_int(values[0]), parse_int(values[1])
         elif kind == "P" and (parsed := parse_stat(rest)) is not None:
             ticks = parsed[2]
-        elif (kind == "R" and len(values) >= 2 and (n := parse_int(values[0])) is not None
-              and (stamp := _mtime(" ".join(values[1:]))) is not None):
-            done[n] = stamp
+        elif kind == "R":
+            results.append(line)
     seconds = (s1 - s0) / 1e9 if s0 is not None and s1 is not None and s1 > s0 else host
     block = _Block(path, r.code, output, seconds, inferences, t_start=s0 / 1e9 if s0 is not None else 0.0)
     if ticks is not None and seconds > 0:
@@ -234,26 +235,8 @@ def _sampled(dev: Device, workdir: str, env: str, argv: list[str], doing: str, p
     elif samples:
         block.power_w = samples[0][1] * samples[0][2]
     if outputs:
-        _output_times(block, done, s0)
+        _output_times(block, runner.result_times(results), s0)
     return block
-
-
-# qnn-net-run writes each inference's outputs to <output_dir>/Result_<line>/ when that inference is done (the QNN
-# docs' qnn-net-run output layout; device/runner.py reads them): the folders' modification times, in stat's %y form
-# ("2026-12-02 14:50:01.123456789 +0000", GNU coreutils' and toybox's stat), mark when each inference ended.
-_RESULTS = ('for d in out/Result_*; do [ -d "$d" ] && echo "R ${d##*Result_} $(stat -c %y "$d")"; done; ')
-_STAT_Y = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.(\d{1,9}))?\s*([+-]\d{4})?")
-
-
-def _mtime(text: str) -> float | None:
-    m = _STAT_Y.fullmatch(text.strip())
-    if m is None:
-        return None
-    try:
-        stamp = datetime.strptime(m.group(1) + (m.group(3) or "+0000"), "%Y-%m-%d %H:%M:%S%z").timestamp()
-    except ValueError:
-        return None
-    return stamp + float("0." + (m.group(2) or "0"))
 
 
 def _at(times: list[float], q: float) -> float:
@@ -284,8 +267,9 @@ def _ort_figures(block: _Block) -> None:
     block.problems = said.problems
     block.mean_ms = block.latency.mean = said.average_ms
     block.inferences = said.requests + 1 if said.requests is not None else block.inferences  # and the warm-up
-    if said.session_s is not None and said.first_inference_ms is not None:
-        block.first_ms = said.session_s * 1000 + said.first_inference_ms
+    block.session_ms = said.session_s * 1000 if said.session_s is not None else None
+    if block.session_ms is not None and said.first_inference_ms is not None:
+        block.first_ms = block.session_ms + said.first_inference_ms
 
 
 # --- one phone x graph ----------------------------------------------------------------------------------------------
@@ -294,9 +278,11 @@ class _Graph:
     """What runs one graph on one phone: its work folder, inputs and the tools' command lines."""
 
     def __init__(self, dev: Device, job: Job, choice: decision.Decision, graph: str, options: Options,
-                 env: str, clk: int, say: Say) -> None:
+                 env: str, clk: int, say: Say, viewer: bool = False) -> None:
         self.dev, self.job, self.choice, self.graph, self.options = dev, job, choice, graph, options
-        self.env, self.clk, self.say = env, clk, say
+        self.env, self.clk, self.say, self.viewer = env, clk, say, viewer
+        self.launch = Launch()  # the NPU path's (npu_first fills it)
+        self.launch_problems: list[str] = []
         self.on_device = choice.npu_source == decision.NpuSource.ON_DEVICE
         self.workdir = f"{REMOTE_ROOT}/bench/{job.bundle_id}/{graph}"
         self.cpu_dir = f"{self.workdir}/cpu"
@@ -352,23 +338,39 @@ class _Graph:
         return ortrunner.command(model, provider, config, 1 if compile_ else self.options.runs)
 
     def npu_first(self, mode: str) -> None:
-        """The first-inference figure, once per graph; on the on-device path also the compile that writes the EP
-        context every later block opens."""
+        """The first-launch figures, once per graph: a cold process then a warm one (benchrecord.LAUNCH_NOTE); the
+        first-inference figure; on the on-device path the cold run is the compile that writes the EP context every
+        later block opens."""
         if self.on_device:
-            first = _sampled(self.dev, self.workdir, self.env, self._ort_qnn_args(mode, True),
-                             f"compiling {self.graph} on the phone (onnxruntime_perf_test, QNN EP)", "npu", self.clk, 2)
-            self._check(first, ORT_QNN_TOOL)
+            cold = _sampled(self.dev, self.workdir, self.env, self._ort_qnn_args(mode, True),
+                            f"compiling {self.graph} on the phone (onnxruntime_perf_test, QNN EP)", "npu", self.clk, 2)
+            self._check(cold, ORT_QNN_TOOL)
+            _ort_figures(cold)
             once = [*self._ort_qnn_args(mode, False)[:-3], "-r", "1", self.ctx]  # one inference: the first
-            again = _sampled(self.dev, self.workdir, self.env, once, f"opening the EP context of {self.graph}", "npu",
-                             self.clk, 2)
-            self._check(again, ORT_QNN_TOOL)
-            _ort_figures(again)
-            self.npu_first_ms, self.first_problems = again.first_ms, again.problems
-            return
-        first = _sampled(self.dev, f"{self.workdir}/npu", self.env, self._qnn_args(runner.FIRST_INPUT, mode),
-                         f"running qnn-net-run once on {self.graph}", "npu", self.clk, 1, outputs=True)
-        self._check(first, NPU_TOOL)
-        self.npu_first_ms = first.first_ms
+            warm = _sampled(self.dev, self.workdir, self.env, once, f"opening the EP context of {self.graph}", "npu",
+                            self.clk, 2)
+            self._check(warm, ORT_QNN_TOOL)
+            _ort_figures(warm)
+            self.npu_first_ms, self.first_problems = warm.first_ms, warm.problems
+        else:
+            cold, warm = (self._qnn_once(mode, temperature) for temperature in ("cold", "warm"))
+            self.npu_first_ms = cold.first_ms
+        self.launch = Launch(_round(cold.session_ms, 3), _round(warm.session_ms, 3), _round(cold.first_ms, 3),
+                             _round(warm.first_ms, 3))
+
+    def _qnn_once(self, mode: str, temperature: str) -> _Block:
+        """One qnn-net-run process of one inference at --profiling_level basic: its first result from the process
+        start (its output folder's time) and, with a viewer, its session start (the profile's Init time)."""
+        block = _sampled(self.dev, f"{self.workdir}/npu", self.env,
+                         [*self._qnn_args(runner.FIRST_INPUT, mode), "--profiling_level", "basic"],
+                         f"running qnn-net-run once on {self.graph} ({temperature})", "npu", self.clk, 1, outputs=True)
+        self._check(block, NPU_TOOL)
+        if self.viewer:
+            said = opprofile.session_ms(self.dev, f"{self.workdir}/npu", "out", f"{self.job.remote_dir}/lib/arm64-v8a")
+            block.session_ms = said.value
+            if said.problem:
+                self.launch_problems.append(f"npu.launch.session_{temperature}_ms: null, {said.problem}")
+        return block
 
     def npu_block(self, mode: str) -> _Block:
         if self.on_device:
@@ -553,14 +555,17 @@ def bench_device(job: Job, options: Options, serial: str | None = None, say: Say
     env = f"LD_LIBRARY_PATH={shlex.quote(lib_dir)} ADSP_LIBRARY_PATH={shlex.quote(adsp)}"
     assert job.ort_runner_sha256 is not None
     runner.install(dev, job.ort_runner, job.ort_runner_sha256, ortrunner.REMOTE_ORT_RUNNER)
+    viewer = None if on_device else opprofile.find_viewer(options.profile_viewer, job.sdk_root)
     if not on_device:
         assert job.runner is not None and job.runner_sha256 is not None
         runner.install(dev, job.runner, job.runner_sha256)
+        if viewer is not None:  # reads the NPU path's session start (opprofile.session_ms)
+            runner.install(dev, viewer, sha256_file(viewer), opprofile.REMOTE_VIEWER)
     clk = parse_int(dev.run("getconf CLK_TCK", doing="reading the clock rate (getconf CLK_TCK)").output)
     if clk is None or clk <= 0:
         raise CheckFailed(f"getconf CLK_TCK failed on {dev.serial}")
     for graph in graphs:
-        record = _bench_graph(dev, job, choice, props, graph, options, env, clk, say)
+        record = _bench_graph(dev, job, choice, props, graph, options, env, clk, say, viewer is not None)
         if graph in baselines:
             where, base = baselines[graph]
             record.gate = benchrecord.gate(base, str(where), record, options.threshold)
@@ -573,11 +578,11 @@ def bench_device(job: Job, options: Options, serial: str | None = None, say: Say
 
 
 def _bench_graph(dev: Device, job: Job, choice: decision.Decision, props: dict[str, str], graph: str,
-                 options: Options, env: str, clk: int, say: Say) -> BenchRecord:
-    g = _Graph(dev, job, choice, graph, options, env, clk, say)
+                 options: Options, env: str, clk: int, say: Say, viewer: bool = False) -> BenchRecord:
+    g = _Graph(dev, job, choice, graph, options, env, clk, say, viewer)
     g.prepare()
     mode = job.manifest.htp_performance_mode or ortrunner.DEFAULT_PERFORMANCE_MODE  # the app's
-    notes: list[str] = [FIRST_NOTE, THROUGHPUT_NOTE, ENERGY_NOTE]
+    notes: list[str] = [FIRST_NOTE, THROUGHPUT_NOTE, ENERGY_NOTE, benchrecord.LAUNCH_NOTE]
     start = _thermal(dev)
     screen = _screen_on(dev)
     powered = [start.powered]
@@ -621,6 +626,18 @@ def _bench_graph(dev: Device, job: Job, choice: decision.Decision, props: dict[s
     charging = any(p for p in powered)
     npu = _figures(npu_blocks, g.npu_first_ms, charging, options.input_seconds, notes, "npu")
     cpu = _figures(cpu_blocks, cpu_first, charging, options.input_seconds, notes, "cpu")
+    npu.launch = g.launch
+    cold, warm = [*cpu_blocks, None, None][:2]  # the first CPU process, then the second
+    cpu.launch = Launch(*(_round(b.session_ms, 3) if b else None for b in (cold, warm)),
+                        *(_round(b.first_ms, 3) if b else None for b in (cold, warm)))
+    notes += g.launch_problems
+    if not g.on_device and not viewer:
+        notes.append("npu.launch.session_*_ms: null, no qnn-profile-viewer for the phone to read qnn-net-run's Init "
+                     f"time: pass --profile-viewer PATH or --qnn-sdk-root DIR (DIR/{opprofile.SDK_VIEWER})")
+    if warm is None:
+        notes.append("cpu.launch.*_warm_ms: null, one CPU block ran (--blocks 1): no second process")
+    if any(benchrecord.STAND_IN in b.output for b in (*npu_blocks, *cpu_blocks)):
+        notes.append(benchrecord.STAND_IN_NOTE)
     if charging:
         for point in sweep:
             point.npu.energy_mj_per_inference, point.npu.energy_source = None, None

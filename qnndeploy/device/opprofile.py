@@ -467,6 +467,53 @@ def profile_graph(dev: Device, graph: str, context: str, workdir: str, lib_dir: 
         raise e.reworded(f"{posixpath.join(workdir, out)}: {e}") from None
 
 
+# --- the session start: qnn-profile-viewer's summary ----------------------------------------------------------------
+
+# qnn-profile-viewer without --output prints a summary of a log to stdout: a section per QNN phase, "Init Stats:",
+# "Compose Graphs Stats:", "Finalize Stats:", "De-Init Stats:", "Execute Stats (Average):" (also Overall, Min, Max),
+# each followed by a rule of dashes (or "--- Graph 0 (NAME):" for a graph's figures) and lines "NetRun: N us" (the
+# time qnn-net-run itself measured for the phase) and "Backend (...): N us". For a saved context, Init is backend,
+# device and context creation, the context binary loaded: the session start. Read in public examples of the printed
+# output, none from Qualcomm's own pages, so the parse is held to the one line it needs: a Chinese QNN tutorial
+# (stored in the search index, no address kept) shows the output of `qnn-profile-viewer --input_log
+# qnn-profiling-data_0.log` after `qnn-net-run --profiling_level basic` ("Init Stats:" / "NetRun:  331158 us" /
+# "Compose Graphs Stats:" ... "Execute Stats (Average):" ... "NetRun:  2952 us"), quoting qnn-net-run's help "basic:
+# captures execution and init time"; public scripts that read the same output do the same (a regex
+# r"Init Stats:\s*-+\s*NetRun:\s+(\d+) us", and section lists of exactly those headers). The gist hushell/
+# 23e68eef236673655db4635b80297c40 shows the "Execute Stats:" layout of a detailed run.
+_SECTION = re.compile(r"^[ \t-]*(?P<name>[A-Za-z][A-Za-z -]*?(?:Stats|Statistics)(?: \([A-Za-z]+\))?):[ \t]*$")
+_NETRUN = re.compile(r"^[ \t]*NetRun:[ \t]*(?P<value>\S+?)[ \t]*us[ \t]*$")
+MAX_INIT_US = 10**12  # about 11 days
+
+
+def init_ms(text: str) -> numbers.Reading:
+    """The 'Init Stats' NetRun time of qnn-profile-viewer's printed summary, in ms (None, with the reason, when the
+    section or its NetRun line is missing or not a number)."""
+    section = None
+    for line in text.splitlines():
+        if (m := _SECTION.match(line)) is not None:
+            section = m.group("name")
+        elif section == "Init Stats" and (m := _NETRUN.match(line)) is not None:
+            us = numbers.read(m.group("value"), integer=True, low=0, high=MAX_INIT_US)
+            return numbers.Reading(us.value / 1000 if us.value is not None else None,
+                                   f"Init Stats NetRun: {us.problem}" if us.problem else None)
+    return numbers.Reading(None, "qnn-profile-viewer printed no 'Init Stats' NetRun line")
+
+
+def session_ms(dev: Device, workdir: str, output_dir: str, lib_dir: str, viewer: str = REMOTE_VIEWER
+               ) -> numbers.Reading:
+    """The session start of a --profiling_level basic qnn-net-run run whose outputs are in workdir/output_dir, by
+    the viewer (installed at `viewer`) on its log; None with the reason when it cannot be read."""
+    log = f"{output_dir}/{LOG}"
+    line = f"LD_LIBRARY_PATH={shlex.quote(lib_dir)} " + shlex.join([viewer, "--input_log", log])
+    view = dev.run(f"cd {shlex.quote(workdir)} && {line} 2>&1", doing=f"running qnn-profile-viewer on {log}",
+                   limit=RUN)
+    if view.code != 0:
+        last = next((ln.strip() for ln in reversed(view.output.splitlines()) if ln.strip()), "no output")
+        return numbers.Reading(None, f"qnn-profile-viewer on {log} exited with {view.code}: {last[:200]}")
+    return init_ms(view.output)
+
+
 NO_VIEWER = ("profile: null, no qnn-profile-viewer for the phone: pass --profile-viewer PATH or --qnn-sdk-root DIR "
              f"(DIR/{SDK_VIEWER})")
 

@@ -19,6 +19,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -37,6 +38,7 @@ BACKEND = "libQnnHtp.so"
 INPUT_LIST = "input_list.txt"  # every inference of the timed run
 FIRST_INPUT = "first_input.txt"  # its first line alone: the first-run latency
 _TIME = "QNNDEPLOY-TIME"
+_OUTPUTS = "QNNDEPLOY-OUTPUTS"
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class Invocation:
     seconds: float
     clock: str  # "device" (timed by the phone's own clock) or "host" (includes the adb round trip)
     command: str
+    first_output_s: float | None = None  # from the process start to its Result_0 folder (phone's clock), if read
 
 
 def find_runner(runner: Path | None, sdk_root: Path | None) -> Path | None:
@@ -150,6 +153,37 @@ def _safe(name: str) -> str:
 
 # --- running ---------------------------------------------------------------------------------------------------
 
+# qnn-net-run writes each inference's outputs to <output_dir>/Result_<line>/ when that inference is done (the QNN
+# docs' qnn-net-run output layout): the folders' modification times, in stat's %y form ("2026-12-02
+# 14:50:01.123456789 +0000", GNU coreutils' and toybox's stat), mark when each inference ended. RESULTS prints one
+# "R <line> <time>" line per folder of the output folder $o.
+RESULTS = 'for d in "$o"/Result_*; do [ -d "$d" ] && echo "R ${d##*Result_} $(stat -c %y "$d")"; done; '
+_STAT_Y = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.(\d{1,9}))?\s*([+-]\d{4})?")
+
+
+def mtime(text: str) -> float | None:
+    """A time in stat's %y form as seconds since the epoch; None when it is not one."""
+    m = _STAT_Y.fullmatch(text.strip())
+    if m is None:
+        return None
+    try:
+        stamp = datetime.strptime(m.group(1) + (m.group(3) or "+0000"), "%Y-%m-%d %H:%M:%S%z").timestamp()
+    except ValueError:
+        return None
+    return stamp + float("0." + (m.group(2) or "0"))
+
+
+def result_times(lines: Sequence[str]) -> dict[int, float]:
+    """Each RESULTS line's inference and when its folder was written; lines that do not read are left out."""
+    done: dict[int, float] = {}
+    for line in lines:
+        kind, _, rest = line.partition(" ")
+        n, _, stamp = rest.partition(" ")
+        if kind == "R" and (line_no := parse_int(n)) is not None and (t := mtime(stamp)) is not None:
+            done[line_no] = t
+    return done
+
+
 def run(dev: Device, workdir: str, context: str, lib_dir: str, adsp_library_path: str, native_inputs: bool,
         input_list: str = INPUT_LIST, output_dir: str = "out", extra: Sequence[str] = ()) -> Invocation:
     """Run qnn-net-run once in workdir, timed on the phone (date +%s%N) when its date can, else from the host.
@@ -159,16 +193,21 @@ def run(dev: Device, workdir: str, context: str, lib_dir: str, adsp_library_path
             "--output_dir", output_dir] + (["--use_native_input_files"] if native_inputs else []) + list(extra)
     command = f"{env} {shlex.join(args)}"
     line = (f"cd {shlex.quote(workdir)} && rm -rf {shlex.quote(output_dir)} && s=$(date +%s%N) && "
-            f"{command} 2>&1; rc=$?; e=$(date +%s%N); echo {_TIME} $s $e; exit $rc")
+            f"{command} 2>&1; rc=$?; e=$(date +%s%N); o={shlex.quote(output_dir)}; echo {_OUTPUTS}; {RESULTS}"
+            f"echo {_TIME} $s $e; exit $rc")
     start = time.perf_counter()
     r = dev.run(line, doing=f"running qnn-net-run on {posixpath.basename(context)} ({input_list})", limit=RUN)
     host = time.perf_counter() - start
-    head, _, tail = r.output.rpartition(_TIME)
+    head, timed, tail = r.output.rpartition(_TIME)
     stamps = [parse_int(s) for s in tail.split()]
     s0, s1 = stamps if len(stamps) == 2 else (None, None)
+    output, sep, results = (head if timed else r.output).rpartition(_OUTPUTS + "\n")
+    output = output if sep else head if timed else r.output
     if s0 is not None and s1 is not None and s1 >= s0:
-        return Invocation(r.code, head, (s1 - s0) / 1e9, "device", command)
-    return Invocation(r.code, head if _TIME in r.output else r.output, host, "host", command)
+        first = result_times(results.splitlines()).get(0) if sep else None
+        return Invocation(r.code, output, (s1 - s0) / 1e9, "device", command,
+                          first - s0 / 1e9 if first is not None and first * 1e9 >= s0 else None)
+    return Invocation(r.code, output, host, "host", command)
 
 
 # --- known failures --------------------------------------------------------------------------------------------

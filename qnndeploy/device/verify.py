@@ -39,9 +39,10 @@ from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON, sha256_file, write_json
 from qnndeploy.base.names import DEVICE_RECORD
 from qnndeploy.base.pool import Pool
-from qnndeploy.device import ortrunner, runner
+from qnndeploy.device import opprofile, ortrunner, runner
 from qnndeploy.device.adb import FILES, Device, LocalFile, MiB, Progress, Upload, connect, list_devices
-from qnndeploy.formats import decision, playplan
+from qnndeploy.formats import benchrecord, decision, playplan
+from qnndeploy.formats.benchrecord import Launch
 from qnndeploy.formats.manifest import FileFormat, Graph, Manifest, Provider, load_manifest
 from qnndeploy.formats.records import ValidationRecord
 from qnndeploy.formats.verify import VerifyReport, opened
@@ -117,6 +118,7 @@ class GraphRun:
     log_tail: str | None = None
     hosted: JSON | None = None  # device verify --aihub: the AI Hub job (id, url) and its profile figures
     on_device: OnDeviceRun | None = None  # the on-device path: the QNN EP's compile and runs on the phone
+    launch: Launch | None = None  # its first launch, cold and warm (benchrecord.LAUNCH_NOTE); None: not run
 
 
 @dataclass
@@ -175,6 +177,7 @@ class DeviceVerification:
     play: PlayCheck | None = None
     record: Path | None = None
     outcome: Outcome = Outcome.FAILED  # what was proven: ok and every graph ran (passed, ran), or not run
+    stand_in: bool = False  # a tool printed STAND-IN: the emulated phone of the tests, the host's times
 
 
 
@@ -203,6 +206,7 @@ class Job:
         self.ort_runner = ortrunner.find_ort_runner(ort_runner)
         self.ort_runner_sha256 = sha256_file(self.ort_runner) if self.ort_runner is not None else None
         self.sdk_root = Path(sdk_root) if sdk_root else None
+        self.viewer = opprofile.find_viewer(None, self.sdk_root)  # qnn-net-run's session start (the SDK's viewer)
         if (self.runner or self.ort_runner) and not manifest.runtime.bundled and self.sdk_root is None:
             raise BadInput(f"the bundle uses an external runtime ({manifest.runtime.maven}): the runner "
                            "needs the QNN libraries, pass --qnn-sdk-root DIR of that QAIRT version")
@@ -358,6 +362,8 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
         result.runner = runner.REMOTE_RUNNER
         assert job.runner_sha256 is not None  # hashed with the runner, in Job()
         runner.install(dev, job.runner, job.runner_sha256)
+        if job.viewer is not None:
+            runner.install(dev, job.viewer, sha256_file(job.viewer), opprofile.REMOTE_VIEWER)
         graphs_of = {a.path: a.served for t in job.manifest.targets for a in t.artifacts}
         for graph, context in choice.paths.items():
             if graph in choice.cpu_graphs:  # a split model's CPU part: no context binary to run
@@ -377,7 +383,7 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
         runner.install(dev, job.ort_runner, job.ort_runner_sha256, ortrunner.REMOTE_ORT_RUNNER)
         result.ort_runner = ortrunner.REMOTE_ORT_RUNNER
         for graph in cpu_graphs:
-            result.graphs.append(_run_on_cpu(dev, job, graph, choice.paths[graph], choice))
+            result.graphs.append(_run_on_cpu(dev, job, graph, choice.paths[graph], choice, result))
     over_budget = (result.compile_s is not None and result.compile_budget_s is not None
                    and result.compile_s > result.compile_budget_s)
     add_not_run(result, choice, _why_not_run(job, choice, on_device))
@@ -577,6 +583,9 @@ def _run_on_device(dev: Device, job: Job, graph: str, model: str, result: Device
             _failure(run, "onnxruntime_perf_test on the cached EP context", again, facts)
             return run
         od.cache_load_s = round(again.session_s, 4)
+        run.launch = Launch(*(_ms(p.session_s, 0) for p in (first, again)),
+                            *(_ms(p.session_s, p.first_inference_ms) for p in (first, again)))
+        result.stand_in |= any(benchrecord.STAND_IN in p.output for p in (first, again))
         od.per_inference_s = round(again.average_ms / 1000, 6) if again.average_ms is not None else None
         od.inferences = again.requests or 0
         run.clock, run.samples = again.clock, len(samples)
@@ -598,9 +607,11 @@ def _run_on_device(dev: Device, job: Job, graph: str, model: str, result: Device
         return run
     # fp16's thresholds for a float model the EP runs in fp16 (the QNN EP's default), else the quantized ones
     fp16 = choice.ep_options.get(graph, {}).get("enable_htp_fp16_precision", "1") == "1"
-    compared = _run_graph(dev, job, graph, od.binary, result, [graph], precision="fp16" if fp16 else "w8a16")
+    compared = _run_graph(dev, job, graph, od.binary, result, [graph], precision="fp16" if fp16 else "w8a16",
+                          launch=False)
     compared.on_device, compared.context = od, run.context
     compared.first_run_s, compared.per_inference_s, compared.clock = run.first_run_s, run.per_inference_s, run.clock
+    compared.launch = run.launch  # the app's launch is the EP's, not qnn-net-run's comparison run
     return compared
 
 
@@ -612,7 +623,8 @@ def _beside(job: Job, choice: decision.Decision, graph: str, model: str) -> list
                                                                                    and listed[p].serves(graph)))]
 
 
-def _run_on_cpu(dev: Device, job: Job, graph: str, model: str, choice: decision.Decision) -> GraphRun:
+def _run_on_cpu(dev: Device, job: Job, graph: str, model: str, choice: decision.Decision,
+                result: DeviceVerification) -> GraphRun:
     """One graph's CPU model on the phone's CPU, as the app's CPU path runs it: onnxruntime_perf_test -e cpu on the
     pushed model (its copy beside the test data), one warm-up inference then N. Its outputs are not compared: the
     tool writes none."""
@@ -642,7 +654,19 @@ def _run_on_cpu(dev: Device, job: Job, graph: str, model: str, choice: decision.
     run.reason = "ran on the phone's CPU (onnxruntime_perf_test -e cpu); outputs not compared: the tool writes none"
     run.first_run_s = round(done.session_s + (done.first_inference_ms or 0) / 1000, 4)
     run.per_inference_s = round(done.average_ms / 1000, 6) if done.average_ms is not None else None
+    again = ortrunner.run(dev, workdir, "", "", argv, f"running {graph} on the phone's CPU again (warm)")
+    warm = again if again.code == 0 else None
+    run.launch = Launch(_ms(done.session_s, 0), _ms(warm.session_s, 0) if warm else None,
+                        _ms(done.session_s, done.first_inference_ms),
+                        _ms(warm.session_s, warm.first_inference_ms) if warm else None)
+    result.stand_in |= any(benchrecord.STAND_IN in p.output for p in (done, again))
     return run
+
+
+def _ms(session_s: float | None, then_ms: float | None) -> float | None:
+    """onnxruntime_perf_test's session creation (s) + `then_ms`, in ms: its session start (then_ms 0), or its first
+    result (then_ms its first inference); None when either was not printed."""
+    return round(session_s * 1000 + then_ms, 3) if session_s is not None and then_ms is not None else None
 
 
 def _runtime_libs(job: Job, arch: str) -> dict[str, LocalFile]:
@@ -685,8 +709,9 @@ def _lists(graph: str, graphs: list[str], input_list: str) -> str:
 
 
 def _run_graph(dev: Device, job: Job, graph: str, context: str, result: DeviceVerification,
-               graphs: list[str], precision: str | None = None) -> GraphRun:
-    """Run one graph of a context binary twice (one inference, then N) on the phone and compare with the CPU
+               graphs: list[str], precision: str | None = None, launch: bool = True) -> GraphRun:
+    """Run one graph of a context binary (one inference, then N; with `launch`, the one-inference runs at
+    --profiling_level basic, and once more warm: the first-launch figures) on the phone and compare with the CPU
     outputs. `graphs`: the context's graphs, in order (one unless it is shared). `precision`: whose thresholds
     judge it (default: the chosen target's)."""
     run = GraphRun(graph, context, "error")
@@ -705,10 +730,15 @@ def _run_graph(dev: Device, job: Job, graph: str, context: str, result: DeviceVe
         ups = [(p, p.relative_to(local / "up").as_posix()) for p in sorted((local / "up").rglob("*")) if p.is_file()]
         dev.push_files([Upload(p, f"{workdir}/{rel}", name=rel) for p, rel in ups])
         run.ran_on = "npu"  # qnn-net-run on the phone's HTP: what it gave is judged below
-        first = runner.run(dev, workdir, context, *env, native, _lists(graph, graphs, runner.FIRST_INPUT), "out_first")
+        once = _lists(graph, graphs, runner.FIRST_INPUT)
+        basic = ["--profiling_level", "basic"] if launch else []
+        first = runner.run(dev, workdir, context, *env, native, once, "out_first", extra=basic)
+        cold = _session(dev, job, workdir, "out_first", env[0]) if first.code == 0 and launch else None
         timed = first if first.code != 0 else runner.run(dev, workdir, context, *env, native,
                                                          _lists(graph, graphs, runner.INPUT_LIST))
-        failed = first if first.code != 0 else timed if timed.code != 0 else None
+        warm = runner.run(dev, workdir, context, *env, native, once, "out_warm", extra=basic) if (
+            launch and timed.code == 0) else None
+        failed = next((r for r in (first, timed, warm) if r is not None and r.code != 0), None)
         if failed is not None:
             last = next((ln.strip() for ln in reversed(failed.output.splitlines()) if ln.strip()), "no output")
             run.reason = f"qnn-net-run exited with {failed.code}: {last[:200]}"
@@ -730,9 +760,23 @@ def _run_graph(dev: Device, job: Job, graph: str, context: str, result: DeviceVe
     job.judge(run, graph, result.soc, expected, actual, limits)  # validate's verdict
     run.samples, run.inferences, run.clock = len(samples), lines, timed.clock
     run.first_run_s = round(first.seconds, 4)
+    if warm is not None:
+        run.launch = Launch(cold, _session(dev, job, workdir, "out_warm", env[0]),
+                            *(round(r.first_output_s * 1000, 3) if r.first_output_s is not None else None
+                              for r in (first, warm)))
+        result.stand_in |= any(benchrecord.STAND_IN in r.output for r in (first, timed, warm))
     if lines > 1 and timed.seconds > first.seconds:
         run.per_inference_s = round((timed.seconds - first.seconds) / (lines - 1), 6)
     return run
+
+
+def _session(dev: Device, job: Job, workdir: str, output_dir: str, lib_dir: str) -> float | None:
+    """qnn-net-run's session start in a --profiling_level basic run's outputs, by the SDK's qnn-profile-viewer on
+    the phone (opprofile.session_ms); None without a viewer or when it does not read."""
+    if job.viewer is None:
+        return None
+    said = opprofile.session_ms(dev, workdir, output_dir, lib_dir)
+    return round(said.value, 3) if said.value is not None else None
 
 
 def write_record(job: Job, r: DeviceVerification) -> Path:
@@ -755,6 +799,9 @@ def write_record(job: Job, r: DeviceVerification) -> Path:
                    "timing": (ON_DEVICE_TIMING_NOTE if r.ort_runner else TIMING_NOTE) if r.graphs else None,
                    "ort": {"path": r.ort_runner, "local": str(job.ort_runner)} if r.ort_runner else None},
         "on_device": {"compile_s": r.compile_s, "compile_budget_s": r.compile_budget_s} if r.ort_runner else None,
+        "launch": {"note": benchrecord.LAUNCH_NOTE,
+                   "stand_in": benchrecord.STAND_IN_NOTE if r.stand_in else None} if any(
+                       g.launch for g in r.graphs) else None,
         "graphs": [asdict(g) for g in r.graphs],
         "play": asdict(r.play) if r.play else None,
         "tools": {"qnndeploy": __version__},

@@ -17,7 +17,23 @@ from qnndeploy.base.names import BENCH_RECORD
 RECORD_VERSION = 1
 # the figures the gate compares, by their dotted name in a path's figures
 LOWER_IS_BETTER = ("first_ms", "latency_ms.p50", "latency_ms.p90", "latency_ms.p99", "latency_ms.mean",
-                   "energy_mj_per_inference")
+                   "energy_mj_per_inference", "launch.session_cold_ms", "launch.session_warm_ms",
+                   "launch.first_result_cold_ms", "launch.first_result_warm_ms")
+STAND_IN = "STAND-IN"  # what the test suite's stand-in tools print (tests/support/device_emulator/), no real tool
+STAND_IN_NOTE = ("stand-in tools: the tools printed STAND-IN (the emulated phone of qnndeploy's tests): every time "
+                 "here, launch figures included, is the host's (the host HTP emulator's, this machine's CPU), not a "
+                 "phone's HTP time")
+# What cold and warm mean, for the records that carry Launch figures (device bench's and device verify's)
+LAUNCH_NOTE = ("launch: per path, from a tool process's start to a ready session (session_*_ms: the context load, or "
+               "on-device the compile) and to its first result (first_result_*_ms). cold: the first process after "
+               "the files were pushed, on-device with an empty EP-context cache (the app's first launch; the files "
+               "may still be in the page cache from the push: nothing is evicted, that needs root); warm: a second "
+               "process right after, files in the page cache, on-device the EP-context cache present (a later app "
+               "start). qnn-net-run: the session is qnn-profile-viewer's 'Init Stats' NetRun time of a "
+               "--profiling_level basic run (null without a viewer), the first result when its Result_0 output "
+               "folder was written, from the process start (stat -c %y against date +%s%N on the phone); "
+               "onnxruntime_perf_test: the session is its 'Session creation time cost', the first result that + its "
+               "'First inference time cost' (its program load before the session is not in either)")
 HIGHER_IS_BETTER = ("throughput_per_s",)
 
 
@@ -29,6 +45,16 @@ class Latency:
     mean: float | None = None
     min: float | None = None
     max: float | None = None
+
+
+@dataclass
+class Launch:
+    """How long one path takes to start (LAUNCH_NOTE says how each is measured), in ms; None: not measured."""
+
+    session_cold_ms: float | None = None
+    session_warm_ms: float | None = None
+    first_result_cold_ms: float | None = None
+    first_result_warm_ms: float | None = None
 
 
 @dataclass
@@ -44,6 +70,7 @@ class PathFigures:
     energy_source: str | None = None
     runs: int | None = None
     block_p50_ms: list[float] = field(default_factory=list)
+    launch: Launch = field(default_factory=Launch)
 
 
 @dataclass
@@ -198,6 +225,13 @@ def _objects(m: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
     return value
 
 
+def read_launch(m: Mapping[str, Any]) -> Launch:
+    """Launch figures as a record holds them; an older record without them reads as none measured."""
+    launch = _object(m, "launch")
+    return Launch(*(_number(launch, k) for k in ("session_cold_ms", "session_warm_ms", "first_result_cold_ms",
+                                                  "first_result_warm_ms")))
+
+
 def _path(p: Mapping[str, Any]) -> PathFigures:
     latency = _object(p, "latency_ms")
     blocks = p.get("block_p50_ms")
@@ -206,7 +240,7 @@ def _path(p: Mapping[str, Any]) -> PathFigures:
         _number(p, "throughput_per_s"), _number(p, "rtf"), _number(p, "cpu_percent"),
         _number(p, "energy_mj_per_inference"), _opt_text(p, "energy_source"), _int(p, "runs"),
         [float(b) for b in blocks if isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b)]
-        if isinstance(blocks, list) else [])
+        if isinstance(blocks, list) else [], read_launch(p))
 
 
 def read(data: object) -> BenchRecord:

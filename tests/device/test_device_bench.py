@@ -18,7 +18,7 @@ from qnndeploy.qnn import htp
 from qnndeploy.report.collect import collect
 from tests.support import bundles
 from tests.support.cli import run
-from tests.support.device_emulator import ort_perf_test, qnn_net_run
+from tests.support.device_emulator import ort_perf_test, qnn_net_run, qnn_profile_viewer
 from tests.support.host import require
 
 pytestmark = [pytest.mark.needs_adb, pytest.mark.needs_qnn, pytest.mark.usefixtures("no_sdk")]
@@ -40,7 +40,8 @@ def bundle(tmp_path_factory) -> Path:
 @pytest.fixture
 def tools(tmp_path) -> tuple[str, ...]:
     return ("--runner", str(qnn_net_run.write_launcher(tmp_path / "qnn-net-run")),
-            "--ort-runner", str(ort_perf_test.write_launcher(tmp_path / "onnxruntime_perf_test")))
+            "--ort-runner", str(ort_perf_test.write_launcher(tmp_path / "onnxruntime_perf_test")),
+            "--profile-viewer", str(qnn_profile_viewer.write_launcher(tmp_path / "qnn-profile-viewer")))
 
 
 def bench_json(*args: str) -> tuple[int, list[dict], str]:
@@ -62,6 +63,10 @@ def check_path(p: dict, runs: int, notes: list[str]) -> None:
     if lat["p50"] is not None:
         assert lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
     assert p["first_ms"] > 0 and p["cpu_percent"] > 0
+    launch = p["launch"]  # each path's cold and warm start, each measured, a session ready by its first result
+    for start in ("cold", "warm"):  # (onnxruntime_perf_test prints its first inference in whole ms: 0 ms happens)
+        assert 0 < launch[f"session_{start}_ms"] <= launch[f"first_result_{start}_ms"], launch
+    assert benchrecord.LAUNCH_NOTE in notes and benchrecord.STAND_IN_NOTE in notes  # the host's times, said so
 
 
 def test_bench_two_phones_table_and_json_with_ratios(emulated_devices, bundle, tools, tmp_path):
@@ -78,7 +83,8 @@ def test_bench_two_phones_table_and_json_with_ratios(emulated_devices, bundle, t
         assert (r["settings"]["npu_tool"], r["settings"]["cpu_tool"]) == ("qnn-net-run", "onnxruntime_perf_test -e cpu")
         assert (r["decision"]["provider"], r["decision"]["npu_source"], r["phone"]["soc"]) == \
             ("npu", "prebuilt", "SM8750")
-        assert r["bundle"]["qairt"] == "2.49.40" and r["settings"]["perf_mode"] == "burst"
+        qairt = json.loads((bundle / "manifest.json").read_text())["qairt"]["version"]  # the installed compiler's
+        assert r["bundle"]["qairt"] == qairt and r["settings"]["perf_mode"] == "burst"
         npu, cpu = r["paths"]["npu"], r["paths"]["cpu"]
         check_path(npu, 5, r["notes"])
         check_path(cpu, 10, r["notes"])
@@ -114,6 +120,8 @@ def test_bench_two_phones_table_and_json_with_ratios(emulated_devices, bundle, t
     assert re.search(rf"energy mJ/inference +{number} +{number} +{number}\n", r.stdout)
     assert re.search(rf"real-time factor +{number} +{number} *\n", r.stdout)
     assert re.search(r"runs +8 +12 *\n", r.stdout)  # every figure printed with its run count
+    for label in ("session cold ms", "session warm ms", "first result cold ms", "first result warm ms"):
+        assert re.search(rf"{label} +{number} +{number} *\n", r.stdout), label
     assert "record: " in r.stdout
 
 
@@ -184,6 +192,10 @@ def test_baseline_passes_against_itself_and_fails_on_a_planted_regression(device
     written = json.loads((tmp_path / "c" / benchrecord.record_name(device.serial, "det")).read_text())
     figures = {g["figure"] for g in written["gate"]["regressions"]}
     assert {"npu.latency_ms.mean", "cpu.latency_ms.p50", "npu.throughput_per_s", "cpu.first_ms"} <= figures
+    # the first launch too: the NPU's session start (qnn-profile-viewer's Init time) cold and warm, the CPU's cold
+    assert "regression npu.launch.session_cold_ms" in r.stdout
+    assert {"npu.launch.session_cold_ms", "npu.launch.session_warm_ms", "npu.launch.first_result_warm_ms",
+            "cpu.launch.session_cold_ms", "cpu.launch.first_result_cold_ms"} <= figures
     assert all(g["ratio"] > 1.1 or g["figure"].endswith("throughput_per_s") for g in written["gate"]["regressions"])
 
     # another phone's record is bad input, refused before anything runs
@@ -226,6 +238,11 @@ def test_profile_puts_a_per_op_table_in_the_record_and_a_trace_beside_it(emulate
     trace = json.loads((out / profile["trace"]).read_text())
     assert profile["trace"] == benchrecord.record_name(phone.serial, "det").replace(".json", "-trace.json")
     assert {e["ph"] for e in trace["traceEvents"]} >= {"X"}
-    # without a viewer there is no profile, and the record says why
-    code, (plain,), _ = bench_json(str(bundle), *FAST, *tools, "-o", str(tmp_path / "plain"), "--profile", "basic")
+    # without a viewer there is no profile, nor a session start on the NPU path, and the record says why
+    code, (plain,), _ = bench_json(str(bundle), *FAST, *tools[:4], "-o", str(tmp_path / "plain"), "--profile",
+                                   "basic")
     assert code == 0 and plain["profile"] is None and any(n.startswith("profile: ") for n in plain["notes"])
+    launch = plain["paths"]["npu"]["launch"]
+    assert launch["session_cold_ms"] is None and launch["session_warm_ms"] is None
+    assert launch["first_result_cold_ms"] > 0 and launch["first_result_warm_ms"] > 0
+    assert any(n.startswith("npu.launch.session_*_ms: null, no qnn-profile-viewer") for n in plain["notes"])

@@ -178,6 +178,11 @@ def test_verify_compiles_on_the_phone_and_compares_with_the_cpu(emulated_devices
             "session.disable_cpu_ep_fallback": "1", "ep.context_enable": "1", "ep.context_embed_mode": "0",
             "ep.context_file_path": f"{RUN_DIR}/{g['graph']}/cache/{g['graph']}_ctx.onnx"}
         assert od["compile_s"] > 0 and od["cache_load_s"] > 0 and od["per_inference_s"] > 0 and od["inferences"] == 3
+        # cold: the compile into an empty cache; warm: the cache opened; each session before its first result
+        assert g["launch"]["session_cold_ms"] == pytest.approx(od["compile_s"] * 1000, abs=0.5)
+        assert g["launch"]["session_warm_ms"] == pytest.approx(od["cache_load_s"] * 1000, abs=0.5)
+        for start in ("cold", "warm"):
+            assert 0 < g["launch"][f"session_{start}_ms"] <= g["launch"][f"first_result_{start}_ms"]
         assert od["binary"] == f"{RUN_DIR}/{g['graph']}/cache/{g['graph']}_ctx_qnn.bin"
         # the phone compiled it for its own SoC: QNN writes the target into the binary
         binary = phone.host_path(od["binary"]).read_bytes()
@@ -238,6 +243,9 @@ def test_verify_gives_an_sm8350_the_cpu_and_compiles_nothing(emulated_devices, b
     assert "v68" in d["reason"]
     assert [(g["graph"], g["status"], g["ran_on"]) for g in d["graphs"]] == [("det", "ran", "cpu"),
                                                                            ("rec", "ran", "cpu")]
+    for g in d["graphs"]:  # the CPU path's first launch: a first process, then a second
+        for start in ("cold", "warm"):
+            assert 0 < g["launch"][f"session_{start}_ms"] <= g["launch"][f"first_result_{start}_ms"]
     assert phone_files(phone) == ["cpu/det.onnx", "cpu/rec.onnx", "manifest.json"]
 
 
@@ -386,6 +394,12 @@ def test_bench_on_the_on_device_path_runs_the_npu_through_the_qnn_ep(emulated_de
     npu, cpu = record["paths"]["npu"], record["paths"]["cpu"]
     for p in (npu, cpu):  # the tool's own latency lines, on both paths
         assert p["latency_ms"]["min"] <= p["latency_ms"]["p50"] <= p["latency_ms"]["max"] and p["first_ms"] > 0
+    # the NPU's cold start is the compile into an empty EP-context cache, its warm one the cache opened; --blocks 1
+    # gives the CPU one process, so no warm start, and the record says why
+    assert 0 < npu["launch"]["session_warm_ms"] <= npu["launch"]["first_result_warm_ms"]
+    assert 0 < npu["launch"]["session_cold_ms"] <= npu["launch"]["first_result_cold_ms"]
+    assert cpu["launch"]["session_cold_ms"] > 0 and cpu["launch"]["session_warm_ms"] is None
+    assert any(n.startswith("cpu.launch.*_warm_ms: null, one CPU block ran") for n in record["notes"])
     assert record["ratios"]["latency_p50"] == pytest.approx(npu["latency_ms"]["p50"] / cpu["latency_ms"]["p50"],
                                                             rel=1e-3)
     assert phone.host_path(f"/data/local/tmp/qnndeploy/bench/{bundle.name}/det/cache/det_ctx.onnx").is_file()

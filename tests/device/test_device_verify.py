@@ -104,7 +104,8 @@ def test_verify_pushes_the_chosen_target_then_nothing(device, bundle, tmp_path):
     assert record["device"] == {"serial": device.serial, "model": "Emulated SM8750 Phone", "android_release": "15",
                                 "sdk": 35}
     assert record["soc"] == {"model": "SM8750", "identified_by": "Build.SOC_MODEL", "dsp_arch": "v79"}
-    assert record["bundle"]["name"] == "demo" and record["bundle"]["qairt_version"] == "2.49.40"
+    qairt = json.loads((bundle / "manifest.json").read_text())["qairt"]["version"]  # the installed compiler's
+    assert record["bundle"]["name"] == "demo" and record["bundle"]["qairt_version"] == qairt
     assert record["decision"]["provider"] == "npu" and record["push"]["remote_dir"] == REMOTE
 
 
@@ -324,6 +325,35 @@ def test_skel_missing_from_adsp_library_path_becomes_advice(device, bundle, tmp_
     assert "ERROR det" in " ".join(text.split()) and "advice (skel-not-found): the DSP could not load" in text
 
 
+def test_each_graph_records_its_first_launch_cold_and_warm(device, bundle, tmp_path):
+    """With the SDK's qnn-profile-viewer (the stand-in SDK of the emulated phone), each graph's record carries the
+    session start (the viewer's Init time of a --profiling_level basic run) and the first result (its first output
+    folder's time from the process start), cold and warm, labelled as the host's times."""
+    from tests.support.device_emulator.emulate import runners
+
+    sdk, _ = runners(tmp_path / "tools")
+    code, out = verify(str(bundle), "--qnn-sdk-root", str(sdk), "--runs", "3", "--json", records=tmp_path)
+    assert code == 0, out
+    d = out["devices"][0]
+    for g in d["graphs"]:
+        launch = g["launch"]
+        for start in ("cold", "warm"):  # the session is ready before the process's first output is written
+            assert 0 < launch[f"session_{start}_ms"] < launch[f"first_result_{start}_ms"], launch
+    record = json.loads(Path(d["record"]).read_text())
+    assert record["graphs"][0]["launch"] == d["graphs"][0]["launch"]
+    assert record["launch"]["note"].startswith("launch: per path, from a tool process's start to a ready session")
+    assert "not a phone's HTP time" in record["launch"]["stand_in"]
+    # without a viewer: no session start, the first results still measured
+    launcher = write_launcher(tmp_path / "qnn-net-run")
+    code, out = verify(str(bundle), "--runner", str(launcher), "--runs", "3", "--json", records=tmp_path)
+    assert code == 0, out
+    for g in out["devices"][0]["graphs"]:
+        assert g["launch"]["session_cold_ms"] is None and g["launch"]["first_result_warm_ms"] > 0
+    text = run("device", "verify", str(bundle), "--qnn-sdk-root", str(sdk), "--runs", "3", "-o", str(tmp_path)).output
+    assert re.search(r"first launch: session start cold [0-9.]+ / warm [0-9.]+ ms, first result cold [0-9.]+ / "
+                     r"warm [0-9.]+ ms", text), text
+
+
 @pytest.mark.parametrize("line, expected", [
     ("<E> Failed to load skel, error: 4000", "skel-not-found"),
     ("QnnDsp <E> DspTransport.openSession qnn_open failed, error 14001", "skel-not-found"),
@@ -367,7 +397,8 @@ def test_an_external_runtime_takes_the_runner_and_libraries_from_the_sdk(device,
     (sdk / "bin/aarch64-android").mkdir(parents=True)
     write_launcher(sdk / "bin/aarch64-android/qnn-net-run")
     r = run("device", "verify", str(external), "--runner", sdk / "bin/aarch64-android/qnn-net-run")
-    assert r.exit_code == 2 and "external runtime (com.qualcomm.qti:qnn-runtime:2.49.0)" in r.output
+    maven = json.loads((external / "manifest.json").read_text())["runtime"]["maven"]
+    assert r.exit_code == 2 and f"external runtime ({maven})" in r.output
     assert "--qnn-sdk-root" in r.output and not on_phone(device).exists()
 
     monkeypatch.setenv("QNN_SDK_ROOT", str(sdk))  # as after envsetup.sh: the runner and libraries come from it
@@ -392,7 +423,8 @@ def test_an_sdk_of_another_qairt_version_is_refused(device, compiled, tmp_path):
     write_launcher(sdk / "bin/aarch64-android/qnn-net-run")
     r = run("device", "verify", str(external), "--qnn-sdk-root", str(sdk))
     assert r.exit_code == 2, r.output
-    assert "is QAIRT v2.45.0.250101120000 but the bundle was compiled with QAIRT 2.49.40" in r.output
+    qairt = json.loads((external / "manifest.json").read_text())["qairt"]["version"]
+    assert f"is QAIRT v2.45.0.250101120000 but the bundle was compiled with QAIRT {qairt}" in r.output
     assert "error 5000" in r.output and not on_phone(device).exists()
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from tests.support.elfgen import fake_sdk
 
-from . import ort_perf_test, qnn_net_run
+from . import ort_perf_test, qnn_net_run, qnn_profile_viewer
 from .device import PRESETS, EmulatedDevice
 
 DEFAULT_BUNDLE = Path("qnndeploy-demo/bundle/kws-demo-1.0.0")  # where `qnndeploy demo` puts its bundle
@@ -50,10 +50,12 @@ def _free_port() -> int:
 
 
 def runners(folder: Path) -> tuple[Path, Path]:
-    """(the stand-in QAIRT SDK, the onnxruntime_perf_test stand-in) in `folder`."""
+    """(the stand-in QAIRT SDK, with its qnn-net-run and qnn-profile-viewer, the onnxruntime_perf_test stand-in) in
+    `folder`."""
     sdk = fake_sdk(folder / "qairt", list(ARCHES))
     (sdk / "bin/aarch64-android").mkdir(parents=True, exist_ok=True)
     qnn_net_run.write_launcher(sdk / "bin/aarch64-android/qnn-net-run")
+    qnn_profile_viewer.write_launcher(sdk / "bin/aarch64-android/qnn-profile-viewer")
     (folder / "bin").mkdir(parents=True, exist_ok=True)
     return sdk, ort_perf_test.write_launcher(folder / "bin/onnxruntime_perf_test")
 
@@ -135,8 +137,8 @@ def main(argv: list[str] | None = None) -> None:
                       "its qnn-net-run and onnxruntime_perf_test are stand-ins that run on this machine: the NPU is "
                       "the host HTP emulator of onnxruntime-qnn, the CPU is this CPU, the battery and temperatures "
                       "follow a model of the load. Outputs are really computed; times and energy are not a phone's.")
-                print(f"runners: {sdk} (stand-in QAIRT SDK: bin/aarch64-android/qnn-net-run and QNN libraries), "
-                      f"{ort} (stand-in onnxruntime_perf_test)")
+                print(f"runners: {sdk} (stand-in QAIRT SDK: bin/aarch64-android/qnn-net-run, qnn-profile-viewer and "
+                      f"QNN libraries), {ort} (stand-in onnxruntime_perf_test)")
                 print("paste into another shell (the bundle: `qnndeploy demo` makes this one):")
                 for line in lines(int(env["ANDROID_ADB_SERVER_PORT"]), phone.serial, args.bundle, sdk, ort):
                     print(f"  {line}")

@@ -30,6 +30,10 @@ and emits its profile events; nothing is made up here. Where each output comes f
 - <output_dir>/qnn-profiling-data_0.log.standin.csv: STAND-IN ONLY, the same events in the event CSV layout the QNN
   EP writes (qnn_backend_manager.cc); the qnn-profile-viewer stand-in (qnn_profile_viewer.py) gives it back as
   the real viewer would give its --output from the log.
+- <output_dir>/qnn-profiling-data_0.log.standin.txt: STAND-IN ONLY, the summary the real viewer prints without
+  --output ("Init Stats:" ... "NetRun: N us", device/opprofile.py names where that layout was read), with this
+  process's own times: Init the session creation (the context binary loaded on the host HTP emulator), Execute the
+  mean inference. The host's times, not a phone's HTP's.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ def write_launcher(path: Path, adsp_library_path: str | None = None) -> Path:
     path.write_text("#!/bin/sh\n# STAND-IN for qnn-net-run (tests/support/device_emulator/qnn_net_run.py)\n"
                     'QNN_STANDIN_LD_LIBRARY_PATH="$LD_LIBRARY_PATH"; export QNN_STANDIN_LD_LIBRARY_PATH\n'
                     f"unset LD_LIBRARY_PATH\n{override}"
+                    f"PYTHONPATH={Path(__file__).resolve().parents[3]}; export PYTHONPATH\n"  # this checkout's
                     f'exec {sys.executable} {Path(__file__).resolve()} "$@"\n')
     path.chmod(0o755)
     return path
@@ -157,11 +162,11 @@ def main(argv: list[str]) -> None:
     if wrapper is None:
         _fail(f"STAND-IN: {binary.stem}_ctx.onnx must sit beside {binary.name}: the host HTP emulator loads a context "
               "binary through its ONNX Runtime EPContext wrapper", code=2)
-    run(wrapper, soc_name, Path(args["--input_list"]), Path(args.get("--output_dir", "output")),
-        native_in="--use_native_input_files" in args, native_out="--use_native_output_files" in args,
-        profiling=profiling)
+    init_s, times = run(wrapper, soc_name, Path(args["--input_list"]), Path(args.get("--output_dir", "output")),
+                        native_in="--use_native_input_files" in args,
+                        native_out="--use_native_output_files" in args, profiling=profiling)
     if profiling:
-        _finish_profile(Path(args.get("--output_dir", "output")))
+        _finish_profile(Path(args.get("--output_dir", "output")), binary.stem, init_s, times)
 
 
 def _wrapper_of(binary: Path) -> Path | None:
@@ -181,6 +186,7 @@ FLAGS["--profiling_option"] = True
 PROFILING_LEVELS = ("basic", "detailed")  # qnn-net-run's, for the HTP (QAIRT docs: basic, detailed)
 LOG = "qnn-profiling-data_0.log"
 SIDECAR = LOG + ".standin.csv"
+SUMMARY = LOG + ".standin.txt"
 _EP_CSV = "qnn-profiling-data.standin.csv"  # what the QNN EP is told to write; it adds <stem>_qnn.log beside it
 
 
@@ -200,17 +206,25 @@ def _profile_options(out: Path, profiling: str | None) -> dict[str, str] | None:
     if not profiling:
         return None
     out.mkdir(parents=True, exist_ok=True)
-    for old in (out / _EP_CSV, out / _EP_CSV.replace(".csv", "_qnn.log"), out / LOG, out / SIDECAR):
+    for old in (out / _EP_CSV, out / _EP_CSV.replace(".csv", "_qnn.log"), out / LOG, out / SIDECAR, out / SUMMARY):
         old.unlink(missing_ok=True)
     return {"profiling_level": profiling, "profiling_file_path": str(out / _EP_CSV)}
 
 
-def _finish_profile(out: Path) -> None:
-    """Once the session has ended (the QNN EP writes its binary log then): the files under qnn-net-run's names."""
+def _finish_profile(out: Path, graph: str, init_s: float, times: list[float]) -> None:
+    """Once the session has ended (the QNN EP writes its binary log then): the files under qnn-net-run's names, and
+    the summary the viewer prints of them (SUMMARY)."""
     import gc
     import shutil
 
     gc.collect()
+    mean = round(sum(times) / len(times) * 1e6) if times else 0
+    (out / SUMMARY).write_text(
+        "Qnn Init/Prepare/Finalize/De-Init/Execute/Lib-Load Statistics:\n------------------------------------------"
+        f"---------------------\n\nInit Stats:\n-----------\n    NetRun: {round(init_s * 1e6)} us\n\n"
+        f"Execute Stats (Average):\n------------------------\nTotal Inference Time:\n---------------------\n"
+        f"Graph 0 ({graph}):\n    NetRun: {mean} us\n\n"
+        "STAND-IN qnn-profile-viewer: the host HTP emulator's times, not a phone's\n")
     shutil.move(out / _EP_CSV, out / SIDECAR)
     binary_log = out / _EP_CSV.replace(".csv", "_qnn.log")
     if binary_log.is_file():
@@ -220,7 +234,10 @@ def _finish_profile(out: Path) -> None:
 
 
 def run(wrapper: Path, soc_name: str, input_list: Path, out: Path, native_in: bool, native_out: bool,
-        profiling: str | None = None) -> None:
+        profiling: str | None = None) -> tuple[float, list[float]]:
+    """Run every line of the input list; (the session creation's seconds, each inference's seconds)."""
+    import time
+
     import numpy as np
     import onnxruntime as ort
 
@@ -228,13 +245,16 @@ def run(wrapper: Path, soc_name: str, input_list: Path, out: Path, native_in: bo
     from qnndeploy.qnn import htp
 
     provider = _profile_options(out, profiling)
+    start = time.perf_counter()
     session = ort.InferenceSession(str(wrapper), htp.session_options(socs.find(soc_name), provider=provider))
+    init_s = time.perf_counter() - start
     inputs = session.get_inputs()
     types = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int32)": np.int32,
              "tensor(int64)": np.int64, "tensor(uint8)": np.uint8, "tensor(int8)": np.int8, "tensor(bool)": np.bool_}
     lines = [ln.split() for ln in input_list.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-    _infer(session, inputs, types, lines, out, native_in, native_out)
+    times = _infer(session, inputs, types, lines, out, native_in, native_out)
     print(f"STAND-IN qnn-net-run: {len(lines)} inference(s) of {wrapper.name} on the host HTP emulator ({soc_name})")
+    return init_s, times
 
 
 def power() -> ModuleType:
@@ -246,9 +266,12 @@ def power() -> ModuleType:
     return module
 
 
-def _infer(session, inputs, types, lines, out: Path, native_in: bool, native_out: bool) -> None:
+def _infer(session, inputs, types, lines, out: Path, native_in: bool, native_out: bool) -> list[float]:
+    import time
+
     import numpy as np
 
+    times = []
     for n, tokens in enumerate(lines):
         named = {}  # input name -> file: NAME:=FILE, or FILE for the i-th input
         for i, token in enumerate(tokens):
@@ -261,12 +284,15 @@ def _infer(session, inputs, types, lines, out: Path, native_in: bool, native_out
             dtype = types[spec.type]
             data: np.ndarray = np.fromfile(_device_path(named[spec.name]), dtype=dtype if native_in else np.float32)
             feed[spec.name] = data.reshape(spec.shape).astype(dtype)
+        start = time.perf_counter()
         results = session.run(None, feed)
+        times.append(time.perf_counter() - start)
         folder = out / f"Result_{n}"
         folder.mkdir(parents=True, exist_ok=True)
         for spec, result in zip(session.get_outputs(), results, strict=True):
             value = result if native_out else result.astype(np.float32)
             (folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", spec.name) + ".raw")).write_bytes(value.tobytes())
+    return times
 
 
 if __name__ == "__main__":

@@ -2,9 +2,11 @@
 
 It takes the viewer's command line as QAIRT's own scripts give it (`--input_log LOG [--output FILE] [--reader LIB]
 [--config FILE] [--schematic FILE]`) and refuses other options. The real viewer decodes the binary log, whose
-layout is not public; this one cannot, so it reads the sidecar the qnn-net-run stand-in wrote beside the log
-(LOG.standin.csv: the very events the QNN HTP backend emitted for that run, in the event CSV layout the QNN EP
-writes) and writes it to --output. A log without that sidecar is refused as the real viewer refuses a bad log.
+layout is not public; this one cannot, so it reads the sidecars the qnn-net-run stand-in wrote beside the log:
+with --output, LOG.standin.csv (the very events the QNN HTP backend emitted for that run, in the event CSV layout
+the QNN EP writes), copied to --output; without it, LOG.standin.txt, the summary the real viewer prints to stdout
+("Init Stats:" ... "NetRun: N us" ... "Execute Stats (Average):" ...; device/opprofile.py names where that layout
+was read), printed. A log without its sidecar is refused as the real viewer refuses a bad log.
 A --reader (the chrometrace/optrace readers) is refused: that output is not emulated.
 """
 
@@ -50,13 +52,15 @@ def main(argv: list[str]) -> None:
     if "--reader" in args:
         _fail(f"STAND-IN qnn-profile-viewer: the reader {args['--reader']} is not emulated", code=2)
     log = Path(args["--input_log"])
-    sidecar = log.with_name(log.name + ".standin.csv")
+    sidecar = log.with_name(log.name + (".standin.csv" if "--output" in args else ".standin.txt"))
     if not log.is_file():
         _fail(f"ERROR: Could not open the input log {log}")
     if not sidecar.is_file():
         _fail(f"ERROR: {log} is not a profiling log this stand-in can read (no {sidecar.name} beside it)")
     if "--output" in args:
         shutil.copyfile(sidecar, args["--output"])
+    else:
+        print(sidecar.read_text(), end="")
     print(f"STAND-IN qnn-profile-viewer: {log} -> {args.get('--output', 'stdout')}")
 
 
