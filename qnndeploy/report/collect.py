@@ -376,7 +376,7 @@ def _device(d: Mapping[str, Any], shown: str, out: Collected) -> None:
     runs = tuple(DeviceRun(
         _text(g, "graph"), _text(g, "status"), _opt_text(g, "reason"), _int(g, "samples") or 0,
         _int(g, "inferences") or 0, _number(g, "first_run_s"), _number(g, "per_inference_s"), _opt_text(g, "clock"),
-        _outputs(_objects(g, "outputs"))) for g in _objects(d, "graphs"))
+        _outputs(_objects(g, "outputs")), benchrecord.read_launch(g)) for g in _objects(d, "graphs"))
     out.devices.append(DeviceInfo(
         shown, _text(device, "serial"), _opt_text(device, "model") or "", _opt_text(soc, "model") or "unknown SoC",
         _opt_text(soc, "dsp_arch"), _bool(d, "ok"), _opt_text(decision, "provider"), _opt_text(decision, "reason"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from qnndeploy.formats.benchrecord import BenchRecord
+from qnndeploy.formats.benchrecord import BenchRecord, Launch
 from qnndeploy.formats.reach import Reach
 
 
@@ -175,6 +175,7 @@ class DeviceRun:
     per_inference_s: float | None
     clock: str | None
     outputs: tuple[OutputFigures, ...]
+    launch: Launch = field(default_factory=Launch)  # its first launch, cold and warm (none in older records)
 
 
 @dataclass(frozen=True)

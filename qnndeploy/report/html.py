@@ -196,6 +196,10 @@ def _device_run(p: _Page, d: DeviceInfo, run: DeviceRun) -> str:
 
 _PATH_ROWS: list[tuple[str, Callable[[PathFigures], float | None], str]] = [
     ("first inference, ms", lambda f: f.first_ms, ".3g"),
+    ("session start cold, ms", lambda f: f.launch.session_cold_ms, ".3g"),
+    ("session start warm, ms", lambda f: f.launch.session_warm_ms, ".3g"),
+    ("first result cold, ms", lambda f: f.launch.first_result_cold_ms, ".3g"),
+    ("first result warm, ms", lambda f: f.launch.first_result_warm_ms, ".3g"),
     ("latency p50, ms", lambda f: f.latency_ms.p50, ".3g"), ("latency p90, ms", lambda f: f.latency_ms.p90, ".3g"),
     ("latency p99, ms", lambda f: f.latency_ms.p99, ".3g"), ("latency mean, ms", lambda f: f.latency_ms.mean, ".3g"),
     ("latency min, ms", lambda f: f.latency_ms.min, ".3g"), ("latency max, ms", lambda f: f.latency_ms.max, ".3g"),
@@ -329,10 +333,14 @@ def _phone(p: _Page, d: DeviceInfo) -> str:
             f"({_e(d.dsp_arch or 'no HTP arch')}); the app's decision: {_e(d.provider or '?')}, {_e(d.reason or '')}; "
             f"bundle {_e(d.bundle)}" + (f"; {_e(d.created)}" if d.created else "") + "</p>")
     body += "".join(f"<p>{_e(line)}</p>" for line in (d.push, d.play, d.note) if line)
-    body += _table(["graph", "status", "first run", "per inference"],
+    body += _table(["graph", "status", "first run", "per inference", "session start cold / warm",
+                    "first result cold / warm"],
                    ([_e(r.graph), _run_status(r), _n(r.first_run_s and r.first_run_s * 1e3, ".1f", " ms"),
-                     _n(r.per_inference_s and r.per_inference_s * 1e3, ".3g", " ms")] for r in d.runs),
-                   numeric=(2, 3)) if d.runs else "<p>no graph was run on the phone</p>"
+                     _n(r.per_inference_s and r.per_inference_s * 1e3, ".3g", " ms"),
+                     f"{_n(r.launch.session_cold_ms, '.1f')} / {_n(r.launch.session_warm_ms, '.1f', ' ms')}",
+                     f"{_n(r.launch.first_result_cold_ms, '.1f')} / {_n(r.launch.first_result_warm_ms, '.1f', ' ms')}"]
+                    for r in d.runs),
+                   numeric=(2, 3, 4, 5)) if d.runs else "<p>no graph was run on the phone</p>"
     return p.record("phone", d.source, f"device verify on {_e(d.serial)}", body,
                     status="not run" if d.outcome == "not run" else None)
 

@@ -165,12 +165,14 @@ def test_unreadable_files_are_listed_as_skipped_with_the_reason(made):
 
 @pytest.mark.needs_adb
 def test_a_device_verify_record_of_an_emulated_phone_is_shown_per_graph(made, device, tmp_path, monkeypatch):
+    from tests.support.device_emulator import qnn_profile_viewer
     from tests.support.device_emulator.qnn_net_run import write_launcher
     from tests.support.elfgen import fake_sdk
 
     sdk = fake_sdk(tmp_path / "qairt", ["v79"])  # the runner stand-in and stand-in libraries in the SDK's layout
     (sdk / "bin/aarch64-android").mkdir(parents=True)
     write_launcher(sdk / "bin/aarch64-android/qnn-net-run")
+    qnn_profile_viewer.write_launcher(sdk / "bin/aarch64-android/qnn-profile-viewer")  # reads the session start
     monkeypatch.setenv("QNN_SDK_ROOT", str(sdk))
     bundle = made["demo"] / "bundle/kws-demo-1.0.0"
     r = run("device", "verify", bundle, "--runs", "2", "-o", tmp_path / "device-records", "--json")
@@ -187,6 +189,9 @@ def test_a_device_verify_record_of_an_emulated_phone_is_shown_per_graph(made, de
     (graph,) = parsed(r.stdout)["devices"][0]["graphs"]
     assert graph["status"] == "passed" and "passed; " in run_block.text
     assert f"{graph['outputs'][0]['snr_db']:.1f}" in run_block.text
+    launch = graph["launch"]  # the first launch, cold and warm, as the phone's table shows it
+    assert f"{launch['session_cold_ms']:.1f} / {launch['session_warm_ms']:.1f} ms" in phone.text
+    assert f"{launch['first_result_cold_ms']:.1f} / {launch['first_result_warm_ms']:.1f} ms" in phone.text
 
 
 def test_a_bundle_archive_is_read_as_its_folder(made, tmp_path):

@@ -263,3 +263,33 @@ def test_a_long_profile_shows_its_40_slowest_ops_and_counts_the_rest(tmp_path):
     page = out.read_text()
     assert "<code>op99</code>" in page and "<code>op60</code>" in page and "<code>op59</code>" not in page
     assert "60 more ops with less time not shown" in page
+
+
+def test_a_bench_records_first_launch_figures_are_shown_beside_its_first_inference(tmp_path):
+    """Each path's session start and first result, cold and warm, in the rows after the first inference; a record
+    older than those figures shows them as not measured (and still reads)."""
+    from tests.report.page import parse
+
+    folder = tmp_path / "records"
+    folder.mkdir()
+    new = bench_record(graph="new")
+    for name, p in new["paths"].items():
+        scale = 1 if name == "npu" else 10
+        p["launch"] = {"session_cold_ms": 41.5 * scale, "session_warm_ms": 12.25 * scale,
+                       "first_result_cold_ms": 640.0 * scale, "first_result_warm_ms": 95.5 * scale}
+    (folder / "bench-emulator-5554-new.json").write_text(json.dumps(new))
+    (folder / "bench-emulator-5554-old.json").write_text(json.dumps(bench_record(graph="old")))  # no launch
+    out = tmp_path / "report.html"
+    assert run("report", str(folder), "-o", str(out)).exit_code == 0
+    page = parse(out.read_text())
+    shown = {}
+    for div in page.all("div", data_kind="bench"):
+        rows = [[td.text for td in tr.all("td")] for tr in div.all("tr") if tr.all("td")]
+        titles = [r[0] for r in rows]
+        first = titles.index("first inference, ms")  # the launch rows follow it
+        assert titles[first + 1:first + 5] == ["session start cold, ms", "session start warm, ms",
+                                               "first result cold, ms", "first result warm, ms"]
+        shown["new" if "new" in div.attrs["data-source"] else "old"] = {r[0]: r[1:3] for r in rows}
+    assert shown["new"]["session start cold, ms"] == ["41.5", "415"]
+    assert shown["new"]["first result warm, ms"] == ["95.5", "955"]
+    assert shown["old"]["session start warm, ms"] == ["\u2013", "\u2013"]  # not measured, not a number
