@@ -288,6 +288,8 @@ def _context(manifest: Manifest, package: str, glue_name: str, engine: str, pins
         "maven_module": module,
         "maven_version": version,
         "jni_libs": [lib.path.rsplit("/", 1)[-1] for lib in rt.libs],
+        # the licence manifest: per origin of the Qualcomm files, its terms files (in the assets) or unknown
+        "licences": [o.summary for o in manifest.licences.origins] if manifest.licences else [],
         "ort_version": pins.aar_version if pins else "",
         "ort_aar": pins.aar if pins else "",
         "ort_maven": compat.aar_maven(pins.aar) if pins else "",
@@ -414,8 +416,10 @@ def _copy_bundle(bundle: Path, manifest: Manifest, dest: Path, play: Path | None
     assets.mkdir(parents=True)
     raw = verified_bytes(bundle, manifest)
     (assets / MANIFEST).write_bytes(raw)
-    # with play, the base module keeps the CPU models and the on-device ones: a phone without a target compiles them
+    # with play, the base module keeps the CPU models and the on-device ones: a phone without a target compiles them;
+    # the licence files go in the app's own assets either way, beside the runtime it ships or fetches
     files = [*manifest.cpu, *manifest.on_device_files] if play is not None else manifest.model_files
+    files += manifest.licences.terms if manifest.licences else ()
     copies = [(bundle / a.path, assets / a.path, a) for a in files]
     if manifest.runtime.bundled:
         copies += [(bundle / lib.path, dest / "jniLibs" / "arm64-v8a" / lib.path.rsplit("/", 1)[-1], lib)

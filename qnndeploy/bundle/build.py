@@ -144,6 +144,7 @@ class BundleResult:
     bytes: int
     warnings: list[Problem]
     on_device: list[OnDeviceGraph] = field(default_factory=list)  # what --on-device-compile validated
+    licences: list[str] = field(default_factory=list)  # per origin of its Qualcomm files: its terms files or unknown
 
 
 def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[str, str], str] | None = None,
@@ -609,6 +610,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
         files=len(facts), bytes=sum(f.size for f in facts.values()),
         warnings=_warnings(spec, parsed, facts, contexts, missing),
         on_device=list(parsed.on_device.graphs) if parsed.on_device else [],
+        licences=[o.summary for o in parsed.licences.origins] if parsed.licences else [],
     )
 
 

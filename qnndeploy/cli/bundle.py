@@ -58,6 +58,8 @@ def render_verify(result: VerifyReport, shallow: bool = False) -> None:
         click.echo(f"    binaries: {deep}")
     if result.unchecked:
         click.echo(f"    unchecked (no libQnnSystem here): {escaped(', '.join(result.unchecked))}")
+    for line in result.licences:
+        click.echo(f"    licence: {escaped(line)}")
     for w in result.warnings:
         click.echo(f"  warning: {escaped(w.path)}: {escaped(w.message)}")
 
@@ -68,6 +70,8 @@ def _render_build(result: BundleResult) -> None:
     click.echo(f"  runtime: {result.runtime}")
     for g in result.on_device:
         click.echo(f"  on-device compile: {g.graph} validated for {', '.join(g.validated) or 'no HTP arch'}")
+    for line in result.licences:
+        click.echo(f"  licence: {line}")
     if result.archive:
         click.echo(f"  archive: {result.archive}")
     for w in result.warnings:
@@ -154,6 +158,10 @@ def bundle() -> None:
               help="Take runtime libraries from a QAIRT SDK.")
 @click.option("--runtime-libs", type=click.Path(path_type=Path), metavar="DIR",
               help="Take runtime libraries from a flat folder.")
+@click.option("--align-16k", is_flag=True,
+              help="Raise the PT_LOAD p_align of runtime libraries aligned below 16 KB (Qualcomm's Skels) to 16384, "
+                   "where every segment's file offset and address agree modulo 16384; proven on the bytes, both "
+                   "hashes recorded. Without it such a library is refused.")
 @click.option("--qairt-version", metavar="X.Y.Z", help="QAIRT version when the binaries do not embed it.")
 @click.option("--maven-runtime-version", metavar="X.Y.Z",
               help="External runtime: the qnn-runtime release to pin, no older than the oldest that loads the binaries "
@@ -191,7 +199,7 @@ def bundle() -> None:
 @handles_errors
 def build(name: str, version_: str, cpu: tuple[str, ...], npu: tuple[str, ...], from_build: Path | None,
           accept: tuple[str, ...], accept_on: str | None, qnn_sdk_root: Path | None,
-          runtime_libs: Path | None, qairt_version: str | None,
+          runtime_libs: Path | None, align_16k: bool, qairt_version: str | None,
           maven_runtime_version: str | None, precision: str | None, source_model: Path | None,
           model_name: str | None, commit: str | None, license_: str | None, split_record: Path | None,
           performance_mode: str | None, on_device_compile: bool, compile_budget: float | None, vtcm_mb: int | None,
@@ -216,7 +224,7 @@ def build(name: str, version_: str, cpu: tuple[str, ...], npu: tuple[str, ...], 
     spec = dataclasses.replace(
         base, cpu={**base.cpu, **assignments(cpu, "--cpu", _graph_file)},
         npu={soc: {**base.npu.get(soc, {}), **given.get(soc, {})} for soc in {**base.npu, **given}},
-        sdk_root=qnn_sdk_root, libs_dir=runtime_libs, qairt_version=qairt_version,
+        sdk_root=qnn_sdk_root, libs_dir=runtime_libs, align_16k=align_16k, qairt_version=qairt_version,
         maven_version=maven_runtime_version, source_model=model_name, source_path=source_model, commit=commit,
         license=license_, precision=precision or base.precision, performance_mode=performance_mode,
         on_device=OnDeviceRequest(compile_budget or DEFAULT_COMPILE_BUDGET_S, vtcm_mb, optimization_mode)

@@ -21,7 +21,16 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard, TypeVar
 
 from qnndeploy.base.errors import QnnDeployError, first_line
 from qnndeploy.base.fileio import JSON, read_limited
-from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, EXTERNAL_DATA, FORMAT, FORMAT_VERSION, MANIFEST, ONNX
+from qnndeploy.base.names import (
+    CONTEXT_BINARY,
+    EPCONTEXT,
+    EXTERNAL_DATA,
+    FORMAT,
+    FORMAT_VERSION,
+    LICENCES_DIR,
+    MANIFEST,
+    ONNX,
+)
 from qnndeploy.model import decode
 from qnndeploy.model.onnxio import external_locations, load_model, tensor_info
 
@@ -262,7 +271,8 @@ class Origin:
         """One line: the origin, and its terms files or "unknown"."""
         what = {OriginKind.MAVEN: self.coordinate}.get(self.kind) or " ".join(
             x for x in (self.kind.value, self.version) if x)
-        shown = ", ".join(t.path for t in self.terms) if self.terms else "terms unknown"
+        shown = (f"{LICENCES_DIR}/{self.id}/ ({', '.join(t.path.rsplit('/', 1)[-1] for t in self.terms)})"
+                 if self.terms else "terms unknown")
         return f"{what} -> {shown}"
 
 

@@ -29,7 +29,7 @@ from importlib import resources
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
-from qnndeploy.base import compat
+from qnndeploy.base import codegen, compat
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.base.fileio import (
     CHUNK,
@@ -146,7 +146,8 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
               "folder": FOLDER, "config": CONFIG, "default_group": plan["default_group"],
               "min_agp": compat.gradle_library("device_targeting_min_agp").version,
               "ai_delivery": library.version, "ai_delivery_source": library.source,
-              "ai_delivery_read": library.read, "table": _readme_table(rows, plan["one_apk"]["deflated"])}
+              "ai_delivery_read": library.read, "table": _readme_table(rows, plan["one_apk"]["deflated"]),
+              "licences": _licences_text(manifest)}
     empty = out.is_dir() and not any(out.iterdir())  # as good as none: exchanged for the output, kept on failure
     with writing(out), staging_dir(out, force or empty, tidy=True) as tmp:
         (tmp / MARKER).write_text("written by qnndeploy package play; --force replaces this folder\n")
@@ -230,7 +231,8 @@ def _plan(bundle: Path, manifest: Manifest, pack: str, delivery: str, sizes: _Si
             "deflated": sum(sizes.deflated(p) for p in paths),
         })
     runtime = manifest.runtime
-    base_paths = [MANIFEST, *(a.path for a in manifest.cpu), *(lib.path for lib in runtime.libs)]
+    base_paths = [MANIFEST, *(a.path for a in manifest.cpu), *(lib.path for lib in runtime.libs),
+                  *(t.path for t in (manifest.licences.terms if manifest.licences else ()))]
     on_device = manifest.on_device
     if on_device is not None:  # the models the phone compiles that are not CPU models: in the base with them
         base_paths += [a.path for a in on_device.artifacts if a.path not in base_paths]
@@ -296,6 +298,16 @@ def config_xml(plan: JSON) -> str:
         out.append("    </config:device-group>")
     out.append("</config:device-targeting-config>")
     return "\n".join(out) + "\n"
+
+
+def _licences_text(manifest: Manifest) -> str:
+    """The README's licence line: each origin of the bundle's Qualcomm files with its terms files or unknown."""
+    if manifest.licences is None:
+        return "this bundle (format older than 6) records none: build it again with this qnndeploy."
+    shown = "; ".join(codegen.line_comment(o.summary) for o in manifest.licences.origins) or "no Qualcomm file"
+    return (f"manifest.json's `licences` says where each Qualcomm file came from: {shown}. The licence files travel "
+            "in the app's base module, not in the pack (`qnndeploy scaffold --play` puts them in its assets under "
+            "`qnndeploy/licences/`).")
 
 
 def _render(name: str, **fields: str) -> str:

@@ -24,6 +24,7 @@ from qnndeploy.demo import run_demo
 from qnndeploy.formats import elf
 from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.qnn import htp
+from tests.support.cli import run
 from tests.support.elfgen import AARCH64, QDSP6, QUALCOMM_SKEL_ALIGN, android_lib, fake_sdk, skel_lib
 from tests.support.host import require
 
@@ -81,8 +82,11 @@ def test_the_compiler_wheels_licence_files_are_copied_and_hashed(bundle):
     assert maven["coordinate"] == m["runtime"]["maven"] and maven["terms"] is None  # the app brings it, and its terms
     report = verify_bundle(bundle)
     assert report.ok, report.problems
-    assert report.licences == [f"onnxruntime-qnn {dist.version} -> " + ", ".join(t["path"] for t in wheel["terms"]),
+    names = ", ".join(t["path"].rsplit("/", 1)[-1] for t in wheel["terms"])
+    assert report.licences == [f"onnxruntime-qnn {dist.version} -> licences/{wheel['id']}/ ({names})",
                                f"{m['runtime']['maven']} -> terms unknown"]
+    shown = run("bundle", "verify", bundle, "--shallow").output
+    assert f"    licence: onnxruntime-qnn {dist.version} -> licences/{wheel['id']}/ ({names})\n" in shown
 
 
 def test_verify_catches_a_tampered_licence_file(bundle):

@@ -195,11 +195,12 @@ internal class Suite(val manifests: Map<*, *>, val assets: File, val scratch: Fi
         },
         "a manifest of an unknown format version goes to the CPU with that reason; version 1 is still read" to {
             val host = FakeHost()
-            val d = QnnSelector.decide(m.copy(formatVersion = 6L), sm8750, host, LIB_DIR)
+            val newer = BundleManifest.FORMAT_VERSION + 1
+            val d = QnnSelector.decide(m.copy(formatVersion = newer), sm8750, host, LIB_DIR)
             assertFalse(d.npu)
             assertEquals(
-                "bundle manifest format \"qnndeploy-bundle\" version 6 is not supported (this app reads " +
-                    "\"qnndeploy-bundle\" versions 1 to 5): scaffold again",
+                "bundle manifest format \"qnndeploy-bundle\" version $newer is not supported (this app reads " +
+                    "\"qnndeploy-bundle\" versions 1 to ${BundleManifest.FORMAT_VERSION}): scaffold again",
                 d.reason,
             )
             assertEquals(emptyList(), host.calls)
@@ -457,7 +458,7 @@ internal class Suite(val manifests: Map<*, *>, val assets: File, val scratch: Fi
             assertEquals(listOf(FileFormat.ONNX, FileFormat.ONNX), m.cpu.map { it.format })
             assertEquals("demo 1.0.0", m.bundleVersion)
             val raw = manifests["two_targets"] as Map<*, *>
-            val newer = BundleManifest.from(raw + ("format_version" to 6L))
+            val newer = BundleManifest.from(raw + ("format_version" to BundleManifest.FORMAT_VERSION + 1))
             assertFalse(newer.supported)
             assertEquals(emptyList(), newer.targets, "a format this app does not read is not parsed further")
             val damaged = raw + ("targets" to listOf(mapOf("soc" to "SM8750", "soc_id" to 69L, "artifacts" to emptyList<Any>())))

@@ -89,7 +89,10 @@ def test_each_phone_downloads_one_socs_files(demo_bundle, packed):
     manifest = json.loads((demo_bundle / "manifest.json").read_text())
     plan = playplan.read_plan(out)
     assert plan["bundle"]["manifest_sha256"] == sha(demo_bundle / "manifest.json")
-    base = sum((demo_bundle / p).stat().st_size for p in ["manifest.json", *(a["path"] for a in manifest["cpu"])])
+    licences = [t["path"] for o in manifest["licences"]["origins"] for t in o["terms"] or ()]
+    assert licences and {f["path"] for f in plan["base"]["files"]} >= set(licences)  # the app's, not the pack's
+    base = sum((demo_bundle / p).stat().st_size for p in ["manifest.json", *(a["path"] for a in manifest["cpu"]),
+                                                          *licences])
     npu = {t["soc"].lower(): sum(a["size"] for a in t["artifacts"]) for t in manifest["targets"]}
     rows = {r["group"]: r for r in report["rows"]}
     for group, size in npu.items():

@@ -644,3 +644,38 @@ def test_scaffold_on_a_full_disk_is_the_one_line_no_space_error(external, tmp_pa
     assert r.stderr.startswith("error: cannot write /")  # the path, shortened in the middle when it is long
     assert r.stderr.endswith("mnt/glue: no space left on the device\n"), r.stderr
     assert r.stdout.strip() == "", r.stdout  # the staging folder removed
+
+
+# --- the licence manifest reaches the app ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def licensed(tmp_path_factory) -> Path:
+    """The demo's bundle: its binaries' compiler is the installed onnxruntime-qnn wheel, whose licence files it has."""
+    from qnndeploy.demo import run_demo
+
+    require(htp.available(), "onnxruntime-qnn")
+    out = tmp_path_factory.mktemp("demo") / "run"
+    run_demo(out)
+    return next((out / "bundle").iterdir())
+
+
+@pytest.mark.parametrize("with_play", [False, True])
+def test_the_licence_files_reach_the_apps_assets_and_the_readme_points_to_them(licensed, tmp_path, with_play):
+    from qnndeploy.base.codegen import line_comment
+    from qnndeploy.formats.manifest import read_manifest
+    from qnndeploy.package.play import package_play
+
+    play = package_play(licensed, tmp_path / "play").path if with_play else None
+    r = scaffold(licensed, "com.example.kws", tmp_path / "glue", play=play)
+    licences = read_manifest(licensed).licences
+    assert licences is not None and licences.terms
+    assets = r.path / "bundle/assets/qnndeploy"
+    for t in licences.terms:  # with --play too: the terms go with the app, not with the pack
+        assert sha(assets / t.path) == t.sha256, t.path
+    readme = (r.path / "README.md").read_text()
+    line = next(x for x in readme.splitlines() if x.startswith("- Licences: "))
+    assert "`bundle/assets/qnndeploy/licences/`" in line
+    assert line.endswith(": " + "; ".join(line_comment(o.summary) for o in licences.origins) + ".")
+    if play is not None:
+        assert "Licences: manifest.json's `licences` says where each Qualcomm file came from: " in (
+            play / "README.md").read_text()

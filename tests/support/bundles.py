@@ -214,5 +214,9 @@ def with_arch_libs(bundle: Path, archs: list[str]) -> Path:
             (bundle / rel).write_bytes(data)
             m["runtime"]["libs"].append({"path": rel, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
                                          "role": role, "abi": abi, "dsp_arch": arch})
+            if "licences" in m:  # from the runtime's origin, as bundle build records its other libraries
+                origin = next(o["id"] for o in m["licences"]["origins"] if o["kind"] == "qairt-sdk")
+                m["licences"]["files"].append({"path": rel, "sha256": hashlib.sha256(data).hexdigest(),
+                                               "origin": origin})
     path.write_text(json.dumps(m, indent=2) + "\n")
     return bundle
