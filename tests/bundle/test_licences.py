@@ -253,3 +253,50 @@ def test_verify_refuses_a_4k_skel(demo, tmp_path):
     (b / "manifest.json").write_text(json.dumps(m))
     assert problems(b) == [(f"{rel}: PT_LOAD alignment is 4096: the app packs Skels in lib/arm64-v8a/, where Google "
                            "Play's 16 KB check needs >= 16384 (bundle build --align-16k raises it)")]
+
+
+# --- each compiler's origin, from what its compile record says ------------------------------------------------------
+
+def test_a_wheel_is_found_in_its_toolchain_folder_by_its_package_metadata(tmp_path, monkeypatch):
+    """A toolchain folder is pip's --target layout: the wheel's dist-info lists its files (RECORD). Written here by
+    hand for a known toolchain that is not the installed one (no wheel is downloaded)."""
+    from qnndeploy.bundle import licences
+    from qnndeploy.qnn import toolchain
+
+    installed = metadata.version("onnxruntime-qnn")
+    tc = next(t for t in toolchain.known() if t.onnxruntime_qnn != installed)
+    monkeypatch.setenv(toolchain.ENV_DIR, str(tmp_path))
+    folder = toolchain.folder(tc)
+    info = folder / f"onnxruntime_qnn-{tc.onnxruntime_qnn}.dist-info"
+    (folder / "onnxruntime_qnn").mkdir(parents=True)
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: onnxruntime-qnn\nVersion: {tc.onnxruntime_qnn}\n")
+    (folder / "onnxruntime_qnn/Qualcomm_LICENSE.pdf").write_bytes(b"%PDF terms")
+    (folder / "onnxruntime_qnn/__init__.py").write_text("")
+    (info / "RECORD").write_text("onnxruntime_qnn/Qualcomm_LICENSE.pdf,,\nonnxruntime_qnn/__init__.py,,\n"
+                                 f"{info.name}/METADATA,,\n{info.name}/RECORD,,\n")
+    record = {"backend": "ort", "qairt": tc.qairt, "tools": {"onnxruntime-qnn": tc.onnxruntime_qnn}}
+    origin = licences.compiler(record, None)
+    assert (origin.id, origin.version, origin.qairt) == (f"onnxruntime-qnn-{tc.onnxruntime_qnn}", tc.onnxruntime_qnn,
+                                                        tc.qairt)
+    assert origin.found_in == f"the toolchain folder {folder} (onnxruntime-qnn {tc.onnxruntime_qnn})"
+    assert origin.terms == ((folder / "onnxruntime_qnn/Qualcomm_LICENSE.pdf",
+                             f"licences/{origin.id}/onnxruntime_qnn/Qualcomm_LICENSE.pdf"),)
+    monkeypatch.setenv(toolchain.ENV_DIR, str(tmp_path / "none"))  # nowhere here: the terms are unknown
+    gone = licences.compiler(record, None)
+    assert gone.terms is None and gone.found_in == (f"onnxruntime-qnn {tc.onnxruntime_qnn} is neither installed "
+                                                    "here nor a toolchain folder")
+
+
+def test_the_qairt_and_aihub_backends_and_binaries_without_a_record(tmp_path):
+    from qnndeploy.bundle import licences
+    from qnndeploy.formats.manifest import OriginKind
+
+    sdk = licences.sdk(fake_sdk(tmp_path / "sdk", ["v79"]))
+    qairt = {"backend": "qairt", "qairt": "2.40.0", "tools": {"qairt_sdk": "2.40.0.251030"}}
+    assert licences.compiler(qairt, sdk) == sdk  # the SDK bundle build was given: of the bundle's one QAIRT build
+    alone = licences.compiler(qairt, None)
+    assert (alone.kind, alone.version, alone.terms) == (OriginKind.QAIRT_SDK, "2.40.0.251030", None)
+    hub = licences.compiler({"backend": "aihub", "qairt": "2.40.0", "tools": {}}, None)
+    assert (hub.kind, hub.terms) == (OriginKind.AIHUB, None)
+    assert licences.compiler(None, sdk).kind == OriginKind.UNKNOWN
