@@ -30,6 +30,11 @@ Per-inference times are what the tools print, nothing else:
   written included. Its first-inference time is the first folder's time from the process start. (Subtracting a
   one-inference run's time from an N-inference run's, as device verify does, drowns in the start-up's noise.)
 
+First launch (each path's `launch`, benchrecord.LAUNCH_NOTE): a cold process then a warm one, from its start to a
+ready session and to its first result. NPU prebuilt: two one-inference qnn-net-run runs at --profiling_level basic,
+the session qnn-profile-viewer's "Init Stats" NetRun (opprofile.session_ms), the first result the Result_0 stamp;
+on-device: the compile into an empty EP-context cache, then the run that opens it; CPU: the first two blocks.
+
 CPU %: utime+stime of the tool's process from /proc/PID/stat over the phone's CLK_TCK and its own clock, as
 device/profile.py does (100 = one core), read by a sampler loop on the phone itself while the process runs.
 Energy: battery current_now (µA) x voltage_now (µV) from /sys/class/power_supply/battery sampled by that loop and
@@ -87,8 +92,11 @@ _STATUS = re.compile(r"^\s*Thermal Status:[ \t]*(.*?)\s*$", re.MULTILINE)  # The
 MAX_STATUS = 99  # PowerManager.THERMAL_STATUS_*: 0 none .. 6 shutdown; room for new ones, not for garbage
 MAX_BASELINE_BYTES = 64 << 20  # a bench record is kilobytes; with a detailed per-op profile a few MB
 _WAKE = re.compile(r"mWakefulness=(\w+)")  # PowerManagerService's dump
-FIRST_NOTE = ("first_ms: npu, a qnn-net-run process of one inference, from its start to its output (start, context "
-              "load, inference); cpu and on-device, onnxruntime_perf_test's session creation + first inference")
+FIRST_NOTE = ("first_ms: npu, a qnn-net-run process of one inference (at --profiling_level basic, for the session "
+              "start of launch), from its start to its output (start, context load, inference): launch."
+              "first_result_cold_ms; on-device, the run that opens the EP context, its session creation + first "
+              "inference: launch.first_result_warm_ms; cpu, the same figures of the first block: launch."
+              "first_result_cold_ms")
 THROUGHPUT_NOTE = "throughput_per_s: 1000 / the mean latency, one inference at a time"
 NPU_TIMES_NOTE = ("npu latency: qnn-net-run prints no per-inference time; each inference's time is the gap between "
                   "the modification times of consecutive Result_<i> output folders (outputs written included); "

@@ -59,7 +59,8 @@ NPU_EXPECTED = "NPU expected, if the QNN libraries load (not run: no runner)"
 NPU_RAN = "NPU: the QNN libraries loaded and every context binary ran on the phone"
 NPU_WRONG = "NPU: the context binaries ran on the phone, but their outputs differ from the CPU model's"
 NPU_FAILED = "NPU target, but it failed on the phone: the app would fall back to the CPU"
-TIMING_NOTE = ("first run: one qnn-net-run process with one inference (start, context load, inference); "
+TIMING_NOTE = ("first run: one qnn-net-run process with one inference at --profiling_level basic (start, context "
+               "load, inference); "
                "per inference: (time of an N-inference run - first run) / (N - 1)")
 ON_DEVICE_EXPECTED = ("NPU expected, compiled on the phone at first run, if the QNN libraries load (not run: no ORT "
                       "runner)")
