@@ -68,8 +68,8 @@ def runtime_folder(root: Path) -> Origin:
 
 def maven(coordinate: str) -> Origin:
     """The external runtime the app fetches from Maven: not in the bundle, nor its terms."""
-    return Origin("maven-" + coordinate.rpartition(":")[0].replace(":", "-") + "-" + coordinate.rpartition(":")[2],
-                  OriginKind.MAVEN, "not in the bundle: the app gets the artifact, and its terms, from Maven",
+    return Origin("maven-" + coordinate.replace(":", "-"), OriginKind.MAVEN,
+                  "not in the bundle: the app gets the artifact, and its terms, from Maven",
                   version=coordinate.rpartition(":")[2], coordinate=coordinate)
 
 
@@ -82,7 +82,8 @@ def wheel(version: str, qairt: str | None) -> Origin:
     places: list[tuple[Path | None, str]] = [(None, f"the installed {WHEEL}")]
     tc = next((t for t in toolchain.known() if t.onnxruntime_qnn == version), None)
     if tc is not None:
-        places.append((toolchain.folder(tc), f"the toolchain folder {toolchain.folder(tc)}"))
+        folder = toolchain.folder(tc)
+        places.append((folder, f"the toolchain folder {folder}"))
     for path, where in places:
         found = metadata.distributions(name=WHEEL, path=[str(path)] if path is not None else sys.path)
         dist = next((d for d in found if d.version == version), None)

@@ -173,6 +173,9 @@ def test_an_unaligned_android_library_is_refused_before_anything_is_written(demo
                             "pass --align-16k to raise its p_align (done only where its segments allow it, proven on "
                             "the file); nothing was written")
     assert not out.exists()
+    r = run("bundle", "build", "--from-build", demo / "build", "--name", "kws", "--version", "1.0.0",
+            "--qnn-sdk-root", sdk, "-o", out)
+    assert (r.exit_code, r.stderr) == (2, f"error: {e.value}\n") and not out.exists()
 
 
 def test_qualcomms_4k_skels_are_refused_without_align_16k(demo, tmp_path):
