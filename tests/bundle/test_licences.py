@@ -24,6 +24,7 @@ from qnndeploy.demo import run_demo
 from qnndeploy.formats import elf
 from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.qnn import htp
+from tests.support import REPO
 from tests.support.cli import run
 from tests.support.elfgen import AARCH64, QDSP6, QUALCOMM_SKEL_ALIGN, android_lib, fake_sdk, skel_lib
 from tests.support.host import require
@@ -303,3 +304,6 @@ def test_the_qairt_and_aihub_backends_and_binaries_without_a_record(tmp_path):
     hub = licences.compiler({"backend": "aihub", "qairt": "2.40.0", "tools": {}}, None)
     assert (hub.kind, hub.terms) == (OriginKind.AIHUB, None)
     assert licences.compiler(None, sdk).kind == OriginKind.UNKNOWN
+    # the QAIRT SDK stand-in has no licence file: no public source read here says what the real SDK's root holds
+    standin = licences.sdk(REPO / "tests/support/qairt_standin")
+    assert standin.terms is None and standin.found_in == "the root of the QAIRT SDK folder qairt_standin"
