@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from qnndeploy.base import compat
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.base.names import FORMAT_VERSION
 from qnndeploy.bundle.build import BundleSpec, build_bundle
@@ -22,8 +23,10 @@ from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.qnn import htp
 from tests.support.bundles import with_external_data
 from tests.support.cli import run
-from tests.support.elfgen import BUILD, android_lib, elf_bytes, fake_sdk, skel_lib
+from tests.support.elfgen import BUILD, QAIRT, android_lib, elf_bytes, fake_sdk, skel_lib
 from tests.support.host import require
+
+MIN = compat.min_runtime_for_qairt(QAIRT)  # what the pinned compiler's binaries need
 
 if TYPE_CHECKING:
     import onnx
@@ -90,12 +93,12 @@ def rehash(b: Path, rel: str) -> None:
                   + m.get("records", [])):
         if entry["path"] == rel:
             entry["sha256"], entry["size"] = hashlib.sha256(data).hexdigest(), len(data)
-    (b / "manifest.json").write_text(json.dumps(m))
-
-
     for entry in m.get("licences", {}).get("files", []):
         if entry["path"] == rel:
             entry["sha256"] = hashlib.sha256(data).hexdigest()
+    (b / "manifest.json").write_text(json.dumps(m))
+
+
 def problems(b: Path, allow_unchecked: bool = False) -> list[str]:
     report = verify_bundle(b, allow_unchecked=allow_unchecked)
     assert not report.ok
@@ -108,7 +111,7 @@ def test_bundle_layout_and_manifest(bundle):
     m = manifest(bundle)
     assert bundle.name == "demo-1.0.0"
     assert m["format"] == "qnndeploy-bundle" and m["format_version"] == FORMAT_VERSION
-    assert m["qairt"] == {"version": "2.49.40", "build": BUILD, "min_runtime": "2.49.0"}
+    assert m["qairt"] == {"version": QAIRT, "build": BUILD, "min_runtime": MIN}
     assert [t["soc"] for t in m["targets"]] == ["SM8550", "SM8750"]
     assert {(t["soc_id"], t["dsp_arch"]) for t in m["targets"]} == {(43, "v73"), (69, "v79")}
     for t in m["targets"]:
@@ -133,39 +136,42 @@ def test_fresh_bundle_verifies_clean(bundle):
     assert report.ok, report.problems
     assert report.problems == [] and report.warnings == []
     assert report.files == 4 + 2 + 7
-    assert report.qairt == f"2.49.40 (build {BUILD})"  # one spelling everywhere: the version, its build beside it
+    assert report.qairt == f"{QAIRT} (build {BUILD})"  # one spelling everywhere: the version, its build beside it
     shown = run("bundle", "verify", bundle, "--shallow").output
-    assert f"QAIRT 2.49.40 (build {BUILD})" in shown.splitlines()[0]
+    assert f"QAIRT {QAIRT} (build {BUILD})" in shown.splitlines()[0]
 
 
 def test_the_external_runtime_is_the_newest_published_one_that_loads_the_binaries(inputs, tmp_path):
-    """The pinned compiler is QAIRT 2.49.40: Maven has no 2.49.40 (onnxruntime-qnn#783) and 2.49.0 loads it."""
-    assert BUILD.startswith("v2.49.40.")
+    """The pinned compiler is QAIRT 2.50.40: Maven has no X.Y.40 (onnxruntime-qnn#783), its family's X.Y.0 loads it."""
+    assert (QAIRT, MIN) == ("2.50.40", "2.50.0")
     b = build_bundle(spec(inputs, sdk_root=None), tmp_path).path
-    assert manifest(b)["runtime"] == {"mode": "external", "maven": "com.qualcomm.qti:qnn-runtime:2.49.0"}
+    assert manifest(b)["runtime"] == {"mode": "external", "maven": "com.qualcomm.qti:qnn-runtime:2.50.0"}
     assert not (b / "lib").exists()
-    report = verify_bundle(b)
-    assert report.ok and report.warnings == []  # published, measured, and Qualcomm's validated 2.5.0 set
+    report = verify_bundle(b)  # published and measured; its set with the plugin 2.6.0 is reported, not validated
+    assert report.ok and [w.message.split(" (")[0] for w in report.warnings] == [
+        "qnn-runtime 2.50.0 is in no validated ONNX Runtime set"]
+    assert "reported to work, unconfirmed, with com.qualcomm.qti:onnxruntime-android-qnn:2.6.0;" in (
+        report.warnings[0].message)
 
 
 def test_a_pin_no_source_shows_on_maven_is_accepted_with_warnings(inputs, tmp_path):
-    result = build_bundle(spec(inputs, sdk_root=None, maven_version="2.49.1"), tmp_path)
-    assert manifest(result.path)["runtime"]["maven"] == "com.qualcomm.qti:qnn-runtime:2.49.1"
-    assert any("no public source shows qnn-runtime 2.49.1 on Maven" in w.message for w in result.warnings)
+    result = build_bundle(spec(inputs, sdk_root=None, maven_version="2.50.1"), tmp_path)
+    assert manifest(result.path)["runtime"]["maven"] == "com.qualcomm.qti:qnn-runtime:2.50.1"
+    assert any("no public source shows qnn-runtime 2.50.1 on Maven" in w.message for w in result.warnings)
     assert verify_bundle(result.path).ok
     with pytest.raises(QnnDeployError, match="cannot go with bundled libraries"):
-        build_bundle(spec(inputs, maven_version="2.49.0"), tmp_path / "b")
+        build_bundle(spec(inputs, maven_version="2.50.0"), tmp_path / "b")
 
 
 def test_a_pin_that_cannot_load_the_binaries_is_refused(inputs, tmp_path):
-    """2.48 refuses 2.49 binaries (measured); 2.36.1 is older (the sourced rule); 2.49.40 was never on Maven."""
+    """2.49 refuses 2.50 binaries (measured); 2.36.1 is older (the sourced rule); 2.49.40 was never on Maven."""
     with pytest.raises(QnnDeployError) as e:
-        build_bundle(spec(inputs, sdk_root=None, maven_version="2.48.0"), tmp_path)
-    assert str(e.value) == ("--maven-runtime-version 2.48.0: the QAIRT 2.48 runtime refuses QAIRT 2.49.40 context "
-                            "binaries (measured on the host HTP emulator, 2026-12-01: docs/decision-and-runtime.md, "
-                            "Runtime compatibility)")
+        build_bundle(spec(inputs, sdk_root=None, maven_version="2.49.0"), tmp_path)
+    assert str(e.value) == ("--maven-runtime-version 2.49.0: the QAIRT 2.49 runtime refuses QAIRT 2.50.40 context "
+                            f"binaries (measured on the host HTP emulator, {compat.loads_measured()}: "
+                            "docs/decision-and-runtime.md, Runtime compatibility)")
     assert not (tmp_path / "demo-1.0.0").exists()
-    with pytest.raises(QnnDeployError, match=r"2\.36\.1 is older than QAIRT 2\.49\.40.*LiteRT/issues/6889"):
+    with pytest.raises(QnnDeployError, match=r"2\.36\.1 is older than QAIRT 2\.50\.40.*LiteRT/issues/6889"):
         build_bundle(spec(inputs, sdk_root=None, maven_version="2.36.1"), tmp_path)
     with pytest.raises(QnnDeployError, match=r"qnn-runtime 2\.49\.40 is not on Maven.*onnxruntime-qnn/pull/783"):
         build_bundle(spec(inputs, sdk_root=None, maven_version="2.49.40"), tmp_path)
@@ -173,7 +179,7 @@ def test_a_pin_that_cannot_load_the_binaries_is_refused(inputs, tmp_path):
 
 def test_external_runtime_newer_than_the_binaries_is_accepted_with_warnings(inputs, tmp_path):
     result = build_bundle(spec(inputs, sdk_root=None, maven_version="2.52.0"), tmp_path)
-    assert manifest(result.path)["qairt"]["min_runtime"] == "2.49.0"
+    assert manifest(result.path)["qairt"]["min_runtime"] == MIN
     assert any("qnn-runtime 2.52.0 is in no validated ONNX Runtime set" in w.message for w in result.warnings)
     report = verify_bundle(result.path)
     assert report.ok and any("no measurement says whether a qnn-runtime 2.52.0" in w.message for w in report.warnings)
@@ -182,26 +188,26 @@ def test_external_runtime_newer_than_the_binaries_is_accepted_with_warnings(inpu
 def test_verify_catches_an_old_pin_written_into_a_manifest(inputs, tmp_path):
     b = build_bundle(spec(inputs, sdk_root=None), tmp_path).path
     m = manifest(b)
-    m["runtime"]["maven"] = "com.qualcomm.qti:qnn-runtime:2.48.0"
+    m["runtime"]["maven"] = "com.qualcomm.qti:qnn-runtime:2.49.0"
     (b / "manifest.json").write_text(json.dumps(m))
     [p] = problems(b)
-    assert p.startswith("manifest.json: external runtime com.qualcomm.qti:qnn-runtime:2.48.0: the QAIRT 2.48 "
-                        "runtime refuses QAIRT 2.49.40 context binaries")
+    assert p.startswith("manifest.json: external runtime com.qualcomm.qti:qnn-runtime:2.49.0: the QAIRT 2.49 "
+                        "runtime refuses QAIRT 2.50.40 context binaries")
     # without min_runtime (a bundle written before it existed) the rule is what its QAIRT needs
     del m["qairt"]["min_runtime"]
     (b / "manifest.json").write_text(json.dumps(m))
     assert [p] == problems(b)
     # a min_runtime understating what the QAIRT needs is itself a problem: the app trusts it
-    m["runtime"]["maven"] = "com.qualcomm.qti:qnn-runtime:2.49.0"
+    m["runtime"]["maven"] = "com.qualcomm.qti:qnn-runtime:2.50.0"
     m["qairt"]["min_runtime"] = "2.40.0"
     (b / "manifest.json").write_text(json.dumps(m))
-    assert problems(b) == [("manifest.json: qairt/min_runtime 2.40.0 is older than 2.49.0, the oldest runtime that "
-                            "loads QAIRT 2.49.40 context binaries: the app would trust a runtime that cannot load "
+    assert problems(b) == [("manifest.json: qairt/min_runtime 2.40.0 is older than 2.50.0, the oldest runtime that "
+                            "loads QAIRT 2.50.40 context binaries: the app would trust a runtime that cannot load "
                             "them; rebuild the bundle")]
     m["qairt"]["min_runtime"] = "2.53.0"  # later than the pin: the pin is refused against it
     (b / "manifest.json").write_text(json.dumps(m))
-    assert problems(b)[0] == ("manifest.json: external runtime com.qualcomm.qti:qnn-runtime:2.49.0: qnn-runtime "
-                              "2.49.0 is older than qairt/min_runtime 2.53.0, the oldest runtime the manifest says "
+    assert problems(b)[0] == ("manifest.json: external runtime com.qualcomm.qti:qnn-runtime:2.50.0: qnn-runtime "
+                              "2.50.0 is older than qairt/min_runtime 2.53.0, the oldest runtime the manifest says "
                               "loads its context binaries")
 
 
@@ -209,7 +215,7 @@ def test_bundled_libraries_older_than_min_runtime_are_a_problem(bundle):
     m = manifest(bundle)
     m["qairt"]["min_runtime"] = "2.52.0"
     (bundle / "manifest.json").write_text(json.dumps(m))
-    assert problems(bundle) == [("manifest.json: the bundled runtime libraries are QAIRT 2.49.40, older than "
+    assert problems(bundle) == [(f"manifest.json: the bundled runtime libraries are QAIRT {QAIRT}, older than "
                                  "qairt/min_runtime 2.52.0: they cannot load the bundle's context binaries")]
 
 
@@ -321,12 +327,12 @@ def test_android_library_checks(bundle):
 def test_missing_runtime_library_for_a_target(bundle):
     m = manifest(bundle)
     m["runtime"]["libs"] = [lib for lib in m["runtime"]["libs"] if "V79Stub" not in lib["path"]]
+    m["licences"]["files"] = [f for f in m["licences"]["files"] if "V79Stub" not in f["path"]]
     (bundle / "manifest.json").write_text(json.dumps(m))
     (bundle / "lib/arm64-v8a/libQnnHtpV79Stub.so").unlink()
     assert problems(bundle) == ["manifest.json: target SM8750 (v79) needs libQnnHtpV79Stub.so in the bundle's runtime"]
 
 
-    m["licences"]["files"] = [f for f in m["licences"]["files"] if "V79Stub" not in f["path"]]
 def test_schema_and_format_version(bundle):
     m = manifest(bundle)
     m["targets"][0]["artifacts"][0]["path"] = "../escape.bin"
@@ -342,6 +348,7 @@ def test_schema_and_format_version(bundle):
 def test_a_v1_manifest_still_verifies(bundle):
     m = manifest(bundle)
     m["format_version"] = 1
+    assert not [t for o in m.pop("licences")["origins"] for t in o["terms"] or ()]  # no licence file to unlist
     (bundle / "manifest.json").write_text(json.dumps(m))
     report = verify_bundle(bundle)
     assert report.ok and report.licences == []
@@ -351,7 +358,6 @@ def test_a_v1_manifest_still_verifies(bundle):
     m["cpu"].append({**m["cpu"][0], "path": "cpu/enc.onnx.data", "format": "onnx-external-data"})
     (bundle / "manifest.json").write_text(json.dumps(m))
     assert "manifest.json: schema: cpu/2/format: 'onnx' was expected" in problems(bundle)
-    assert not [t for o in m.pop("licences")["origins"] for t in o["terms"] or ()]  # no licence file to unlist
 
 
 def test_symlink_inside_a_folder(bundle):
@@ -542,7 +548,7 @@ def no_output(out: Path) -> bool:
     (dict(cpu={"enc": Path("/nonexistent/enc.onnx"), "dec": None}),
      "CPU model for graph enc /nonexistent/enc.onnx does not exist"),
     (dict(name="bad name"), "bundle name 'bad name' is not valid"),
-    (dict(qairt_version="2.48.0"), "--qairt-version 2.48.0 contradicts the binaries, which say QAIRT v2.49.40"),
+    (dict(qairt_version="2.48.0"), "--qairt-version 2.48.0 contradicts the binaries, which say QAIRT v2.50.40"),
     (dict(qairt_version="banana"), "--qairt-version .banana. is not a version X.Y.Z"),
     (dict(npu={}), "a bundle needs context binaries"),
     (dict(npu={"SM8350": {}}), "SM8350 (Snapdragon 888) has no fp16 on its HTP"),

@@ -16,10 +16,11 @@ def _installed_build() -> str:
         builds = markers.scan_file(qnnsystem.library_path().with_name("libQnnSaver.so"), markers=True).builds
     except QnnDeployError:
         builds = set()
-    return min(builds) if len(builds) == 1 else "v2.49.40.260810104044"  # onnxruntime-qnn 2.5.0's, without it
+    return min(builds) if len(builds) == 1 else "v2.50.40.260831140417"  # onnxruntime-qnn 2.6.0's, without it
 
 
 BUILD = _installed_build()
+QAIRT = BUILD[1:].rsplit(".", 1)[0]  # "2.50.40": the QAIRT release of that build
 AARCH64, QDSP6 = 183, 164
 
 
