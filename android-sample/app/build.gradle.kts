@@ -41,5 +41,5 @@ dependencies {
 
 // The qnndeploy glue: ABI filter, jniLibs packaging, the bundle's assets, the QNN runtime and ONNX Runtime, all
 // from the repositories of settings.gradle.kts (mavenCentral). ONNX Runtime (scaffold --ort-aar chooses the AAR):
-// com.qualcomm.qti:onnxruntime-android-qnn:2.5.0 + com.microsoft.onnxruntime:onnxruntime-android:1.26.0 + qnn-runtime 2.49.0 (a validated set)
+// com.qualcomm.qti:onnxruntime-android-qnn:2.6.0 + com.microsoft.onnxruntime:onnxruntime-android:1.26.0 + qnn-runtime 2.50.0 (a set reported to work, not confirmed validated)
 apply(from = "qnndeploy/qnndeploy.gradle")

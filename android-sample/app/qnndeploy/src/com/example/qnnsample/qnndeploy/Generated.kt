@@ -153,6 +153,10 @@ internal object Generated {
         "SXR2330P" to "SXR2330P",
         "SAR2230P" to "SAR2230P",
         "SW6100" to "SW6100",
+        "SM7675" to "SM7675",
+        "SC8480XP" to "SC8480XP",
+        "SC8380XP" to "SC8380XP",
+        "SC8280X" to "SC8280X",
     )
 
     /** ro.board.platform codenames (Android 11 and older have no ro.soc.model), lower case -> the catalog model. */
@@ -191,6 +195,10 @@ internal object Generated {
         "SXR2330P" to "v79",
         "SAR2230P" to "v81",
         "SW6100" to "v81",
+        "SM7675" to "v73",
+        "SC8480XP" to "v81",
+        "SC8380XP" to "v73",
+        "SC8280X" to "v68",
     )
 
     /** Catalog model -> its QNN soc_model number, passed to the QNN EP with the arch. */
@@ -219,6 +227,10 @@ internal object Generated {
         "SXR2330P" to 75L,
         "SAR2230P" to 95L,
         "SW6100" to 96L,
+        "SM7675" to 70L,
+        "SC8480XP" to 88L,
+        "SC8380XP" to 60L,
+        "SC8280X" to 37L,
     )
 
     /**
