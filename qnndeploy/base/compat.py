@@ -251,7 +251,8 @@ def pin_problem(pin: str, qairt: str) -> str | None:
 
 def pin_warnings(pin: str, qairt: str) -> list[str]:
     """What cannot be confirmed about a qnn-runtime pin that pin_problem lets through: a release no source shows on
-    Maven, a pair the load table has not measured, a release in no validated set."""
+    Maven, a pair the load table has not measured, a release in no validated or reported set (a reported set's pin is
+    said by the runtime set line every command that checks a bundle prints: reported, not confirmed)."""
     warnings = []
     if pin not in published():
         warnings.append(f"no public source shows qnn-runtime {pin} on Maven (known: {', '.join(published())}): if it "
@@ -259,11 +260,9 @@ def pin_warnings(pin: str, qairt: str) -> list[str]:
     if loads(qairt, pin) is None:
         warnings.append(f"no measurement says whether a qnn-runtime {pin} loads QAIRT {qairt} context binaries: "
                         "test on phones (qnndeploy device verify)")
-    if not any(s.qnn_runtime == pin and not s.reported for s in all_sets()):
-        known = ", ".join(sorted({s.qnn_runtime for s in all_sets() if not s.reported}, key=version_key))
-        reported = sorted({s.maven for s in all_sets() if s.reported and s.qnn_runtime == pin})
-        also = f"; reported to work, unconfirmed, with {', '.join(reported)}" if reported else ""
-        warnings.append(f"qnn-runtime {pin} is in no validated ONNX Runtime set (validated: {known}{also}; "
+    if not any(s.qnn_runtime == pin for s in all_sets()):  # a reported set's pin: its runtime set line says so
+        known = ", ".join(sorted({s.qnn_runtime for s in all_sets()}, key=version_key))
+        warnings.append(f"qnn-runtime {pin} is in no validated ONNX Runtime set (validated: {known}; "
                         "docs/decision-and-runtime.md, Runtime compatibility): Qualcomm and Microsoft validate exact "
                         "sets only")
     return warnings

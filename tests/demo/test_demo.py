@@ -38,9 +38,7 @@ def test_demo_runs_every_stage(demo):
         assert stage in done.stdout
     assert "check before: fixable" in done.stdout and "check after: ready, 0 CPU partition(s)" in done.stdout
     assert "external: com.qualcomm.qti:qnn-runtime:2.50.0" in done.stdout
-    # one warning: the default QAIRT 2.50 runtime is in a reported set, not yet in a validated one
-    assert "verifies with 1 warning(s); 3 context binaries loaded and run on the host HTP emulator" in done.stdout
-    assert "warning: manifest.json: qnn-runtime 2.50.0 is in no validated ONNX Runtime set" in done.stdout
+    assert "verifies clean; 3 context binaries loaded and run on the host HTP emulator" in done.stdout
     # which ONNX Runtime set the app will use, and whether it is validated for these binaries' QAIRT
     assert ("\napp: runtime set: com.qualcomm.qti:onnxruntime-android-qnn:2.6.0 + "
             "com.microsoft.onnxruntime:onnxruntime-android:1.26.0 + com.qualcomm.qti:qnn-runtime:2.50.0 (QNN plugin "
