@@ -40,13 +40,13 @@ from qnndeploy.diagnose import DiagnoseOptions, DiagnoseResult, diagnose
 from qnndeploy.formats.manifest import Manifest
 from qnndeploy.formats.reach import Reach
 from qnndeploy.formats.records import HtpSettings
-from qnndeploy.formats.verify import Problem, VerifyReport, opened, require_bundle
+from qnndeploy.formats.verify import Problem, VerifyReport, opened, refusal, require_bundle
 from qnndeploy.inspect import BinaryReport, InspectResult, inspect
 from qnndeploy.package import play as playroom
 from qnndeploy.package.play import PlayPackage
 from qnndeploy.prepare import PrepareOptions, PrepareResult, prepare_model
 from qnndeploy.prepare.split import SplitResult, split_by_size, split_model
-from qnndeploy.reach import REFUSAL as _REACH_REFUSAL
+from qnndeploy.reach import DOING as _REACHING
 from qnndeploy.reach import check_request as _check_reach
 from qnndeploy.reach import reach_bundle
 from qnndeploy.report import ReportResult, report
@@ -131,8 +131,7 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", ort_
     """`qnndeploy scaffold`: the Kotlin glue (with `app`, the sample app) for a bundle folder or archive that passes
     `bundle verify`; `play` is a package play output. The request is checked before the bundle is hashed."""
     _check_scaffold(package, Path(out), engine=engine, app=app, force=force, ort_aar=ort_aar, play=play is not None)
-    refusal = "not scaffolding from it: fix or rebuild the bundle"
-    with _sound(bundle, refusal, deep, allow_unchecked, progress) as (root, report):
+    with _sound(bundle, "scaffolding from it", deep, allow_unchecked, progress) as (root, report):
         return _scaffold(root, package, Path(out), engine=engine, app=app, force=force, report=report,
                          ort_aar=ort_aar, play=play)
 
@@ -143,7 +142,7 @@ def package_play(bundle: Path, out: Path, *, pack: str = playroom.DEFAULT_PACK, 
     """`qnndeploy package play`: a Google Play AI pack of a bundle folder or archive that passes `bundle verify`,
     one device group per SoC; `delivery` is install-time, fast-follow or on-demand."""
     playroom.check_request(Path(out), pack=pack, delivery=delivery, force=force, bundle=Path(bundle))
-    with _sound(bundle, "not packaging it: fix or rebuild the bundle", deep, allow_unchecked, progress) as (root, r):
+    with _sound(bundle, "packaging it", deep, allow_unchecked, progress) as (root, r):
         return playroom.package_play(root, Path(out), pack=pack, delivery=delivery, force=force, report=r,
                                      progress=progress)
 
@@ -154,19 +153,19 @@ def reach(bundle: Path, *, engine: str = "ort", worlds: Sequence[str] = (), allo
     the path the app's decision takes with a bundle folder or archive that passes `bundle verify` (checked without
     the host emulator); `engine` "ort" or "sherpa-onnx", `worlds` only those of Qualcomm's table."""
     _check_reach(engine, worlds)
-    with _sound(bundle, _REACH_REFUSAL, False, allow_unchecked, progress) as (root, report):
+    with _sound(bundle, _REACHING, False, allow_unchecked, progress) as (root, report):
         return reach_bundle(root, engine, worlds, report=report)
 
 
 @contextmanager
-def _sound(bundle: Path, refusal: str, deep: bool, allow_unchecked: bool,
+def _sound(bundle: Path, doing: str, deep: bool, allow_unchecked: bool,
            progress: Progress | None) -> Iterator[tuple[Path, VerifyReport]]:
     """(bundle folder, report) of a bundle that passes `bundle verify`, an archive staying extracted while the
-    caller uses it; one that fails is refused (exit code 1) with the CLI's message, ending in `refusal`."""
+    caller uses it; one that fails is refused (exit code 1) with the CLI's message (formats.verify.refusal)."""
     with opened(Path(bundle), progress, deep=deep, allow_unchecked=allow_unchecked) as (root, report):
         require_bundle(Path(bundle), root, report)
         if not report.ok:
-            raise CheckFailed(f"{bundle} fails bundle verify ({len(report.problems)} problem(s)); {refusal}")
+            raise CheckFailed(refusal(Path(bundle), report, doing))
         yield root, report
 
 

@@ -15,14 +15,9 @@ from pathlib import Path
 from qnndeploy.base.errors import BadInput, CheckFailed
 from qnndeploy.formats.manifest import read_manifest
 from qnndeploy.formats.reach import WORLDS, Engine, Reach, reach
-from qnndeploy.formats.verify import VerifyReport, verify_folder
+from qnndeploy.formats.verify import VerifyReport, refusal, verify_folder
 
-REFUSAL = "not reaching from it: fix or rebuild the bundle"  # the end of the message for a bundle that fails verify
-
-
-def refused(bundle: Path, report: VerifyReport) -> str:
-    """The one-line refusal of a bundle that fails `bundle verify`, worded as scaffold's."""
-    return f"{bundle} fails bundle verify ({len(report.problems)} problem(s)); {REFUSAL}"
+DOING = "reaching from it"  # how a refusal names what reach would have done with a bundle that fails verify
 
 
 def check_request(engine: str, worlds: Iterable[str]) -> None:
@@ -43,5 +38,5 @@ def reach_bundle(bundle: Path, engine: str = Engine.ORT, worlds: Iterable[str] =
     check_request(engine, worlds)
     report = report if report is not None else verify_folder(Path(bundle))
     if not report.ok:
-        raise CheckFailed(refused(Path(bundle), report))
+        raise CheckFailed(refusal(Path(bundle), report, DOING))
     return reach(read_manifest(Path(bundle)), Engine(engine), worlds)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from qnndeploy.base.errors import BadInput
+from qnndeploy.base.errors import EXIT_CHECK_FAILED, BadInput
 from qnndeploy.base.fileio import resolve_named
 from qnndeploy.base.names import ACCEPT_ON, PERFORMANCE_MODES
 from qnndeploy.bundle.build import (
@@ -28,6 +28,7 @@ from qnndeploy.cli._common import (
     command_line,
     emit_json,
     escaped,
+    fail,
     handles_errors,
     json_option,
     next_step,
@@ -37,8 +38,20 @@ from qnndeploy.cli._common import (
     unchecked_option,
 )
 from qnndeploy.formats.manifest import DEFAULT_COMPILE_BUDGET_S, read_manifest
-from qnndeploy.formats.verify import VerifyReport, opened, require_bundle
+from qnndeploy.formats.verify import VerifyReport, opened, refusal, require_bundle
 from qnndeploy.scaffold import runtime_set
+
+
+def refuse_unverified(bundle: Path, report: VerifyReport, as_json: bool, doing: str) -> None:
+    """What every command that builds on a bundle does with one that fails verification: its report (or the report
+    as JSON), then the one-line refusal, exit 1."""
+    if report.ok:
+        return
+    if as_json:
+        emit_json(report)  # the verify report is the JSON output here
+    else:
+        render_verify(report)
+    fail(refusal(bundle, report, doing), EXIT_CHECK_FAILED)
 
 
 def render_verify(result: VerifyReport, shallow: bool = False) -> None:

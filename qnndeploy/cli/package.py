@@ -6,19 +6,17 @@ from pathlib import Path
 
 import click
 
-from qnndeploy.base.errors import EXIT_CHECK_FAILED
 from qnndeploy.cli._common import (
     Group,
     byte_progress,
     emit_json,
     escaped,
-    fail,
     handles_errors,
     json_option,
     shallow_option,
     unchecked_option,
 )
-from qnndeploy.cli.bundle import render_verify
+from qnndeploy.cli.bundle import refuse_unverified
 from qnndeploy.formats.verify import opened, require_bundle
 from qnndeploy.package import play as stage
 
@@ -95,13 +93,7 @@ def play(bundle: Path, out: Path, delivery: str, pack: str, force: bool, shallow
     with (byte_progress("verifying", as_json) as progress,
           opened(bundle, progress, deep=not shallow, allow_unchecked=allow_unchecked) as (root, report)):
         require_bundle(bundle, root, report)
-        if not report.ok:
-            if as_json:
-                emit_json(report)
-            else:
-                render_verify(report)
-            fail(f"{bundle} fails bundle verify ({len(report.problems)} problem(s)); not packaging it: fix or "
-                 "rebuild the bundle", EXIT_CHECK_FAILED)
+        refuse_unverified(bundle, report, as_json, "packaging it")
         with byte_progress("hashing and deflating", as_json) as sizes:
             result = stage.package_play(root, out, pack=pack, delivery=delivery, force=force, report=report,
                                         progress=sizes)

@@ -6,22 +6,20 @@ from pathlib import Path
 
 import click
 
-from qnndeploy.base.errors import EXIT_CHECK_FAILED
 from qnndeploy.cli._common import (
     byte_progress,
     command_line,
     emit_json,
-    fail,
     handles_errors,
     json_option,
     next_step,
     table,
     unchecked_option,
 )
-from qnndeploy.cli.bundle import render_verify
+from qnndeploy.cli.bundle import refuse_unverified
 from qnndeploy.formats.reach import WORLDS, Engine, Reach, ReachRow, Spelled
 from qnndeploy.formats.verify import opened, require_bundle
-from qnndeploy.reach import reach_bundle, refused
+from qnndeploy.reach import DOING, reach_bundle
 
 
 def _android(row: ReachRow) -> str:
@@ -74,12 +72,7 @@ def reach(bundle: Path, engine: str, worlds: tuple[str, ...], allow_unchecked: b
     with (byte_progress("verifying", as_json) as progress,
           opened(bundle, progress, allow_unchecked=allow_unchecked) as (root, report)):
         require_bundle(bundle, root, report)
-        if not report.ok:
-            if as_json:
-                emit_json(report)  # the verify report is the JSON output here
-            else:
-                render_verify(report)
-            fail(refused(bundle, report), EXIT_CHECK_FAILED)
+        refuse_unverified(bundle, report, as_json, DOING)
         result = reach_bundle(root, Engine(engine), worlds, report=report)
     if as_json:
         emit_json(result)

@@ -7,18 +7,16 @@ from pathlib import Path
 import click
 
 from qnndeploy import scaffold as stage
-from qnndeploy.base.errors import EXIT_CHECK_FAILED
 from qnndeploy.cli._common import (
     byte_progress,
     emit_json,
     escaped,
-    fail,
     handles_errors,
     json_option,
     shallow_option,
     unchecked_option,
 )
-from qnndeploy.cli.bundle import render_verify
+from qnndeploy.cli.bundle import refuse_unverified
 from qnndeploy.formats.verify import opened, require_bundle
 
 
@@ -85,13 +83,7 @@ def scaffold(bundle: Path, package: str, out: Path, engine: str, ort_aar: str | 
     with (byte_progress("verifying", as_json) as progress,
           opened(bundle, progress, deep=not shallow, allow_unchecked=allow_unchecked) as (root, report)):
         require_bundle(bundle, root, report)
-        if not report.ok:
-            if as_json:
-                emit_json(report)  # the verify report is the JSON output here
-            else:
-                render_verify(report)
-            fail(f"{bundle} fails bundle verify ({len(report.problems)} problem(s)); not scaffolding from it: "
-                 "fix or rebuild the bundle", EXIT_CHECK_FAILED)
+        refuse_unverified(bundle, report, as_json, "scaffolding from it")
         result = stage.scaffold(root, package, out, engine=engine, app=app, force=force, report=report,
                                 ort_aar=ort_aar, play=play)
     if as_json:

@@ -242,6 +242,12 @@ def require_ok(bundle: Path, report: VerifyReport) -> None:
                              f"{first.message}); fix or rebuild it (qnndeploy bundle verify {bundle} lists them)")
 
 
+def refusal(bundle: Path, report: VerifyReport, doing: str) -> str:
+    """The one-line refusal of a command that builds on a bundle that fails verification ("scaffolding from it",
+    "packaging it", "reaching from it"): one wording for all of them."""
+    return f"{bundle} fails bundle verify ({len(report.problems)} problem(s)); not {doing}: fix or rebuild the bundle"
+
+
 def require_bundle(given: Path, root: Path, result: VerifyReport) -> None:
     """The one rule for a bundle argument: a path that is not a bundle at all (no manifest.json, or one that is
     not readable JSON, not a qnndeploy manifest, or of a format version this qnndeploy does not read) is bad input,
