@@ -1,0 +1,338 @@
+"""The HTP backend's own host-side performance model (Hextimate): a graph's estimated accelerator cycles, read at
+compile time on this machine, with nothing run.
+
+The wheel's libQnnHtp.so estimates a graph when it finalizes it with the HTP graph config FINALIZE_CONFIG
+"hextimate" = 1, and writes a "Performance Estimates" profiling event: simulated cycles with a lower and an upper
+bound, the bytes filled into and spilled out of its memory, and the ops it has no cost for. ONNX Runtime's QNN EP
+has no option that passes that config, so the compile goes through a forwarding backend library (hextimate.c,
+built here with the machine's C compiler on first use and cached) given to the EP as `backend_path`: it loads the
+real libQnnHtp.so and adds the config to every graph it creates. The backend estimates for QCS9100 and SA8255
+(v73) only; for another SoC it says why not, and the estimate is None with that reason.
+
+What the number is not: a measurement; a time for any op left to the CPU (the compile allows no CPU fallback); load
+or first-run time; anything but the HTP's top clock (burst), with no throttling.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from qnndeploy.base import child, fileio, socs
+from qnndeploy.base.errors import BadInput, CheckFailed, MissingTool, first_line
+from qnndeploy.qnn import htp
+
+SOURCE = "hextimate.c"
+LIBRARY = "libQnnHtp.so"  # the forwarder has the name of the library it stands in for
+# Libraries the EP loads from the backend library's folder, linked there from the wheel.
+BESIDE = ("libQnnSystem.so",)
+ENV_DIR = "QNNDEPLOY_HEXTIMATE_DIR"  # the build cache folder
+ENV_CC = "CC"  # the C compiler command, as make and setuptools read it; default `cc`
+ENV_BACKEND = "QNNDEPLOY_HEXTIMATE_BACKEND"  # read by hextimate.c: the real libQnnHtp.so
+DONE = "build.json"  # written last into a build folder
+DEFAULT_TIMEOUT_S = 600.0
+EVENT = "Performance Estimates"
+# The backend's own words when it has no model for the SoC (a string in libQnnHtp.so, logged at graph finalize).
+UNSUPPORTED = re.compile(r"(Performance Estimates unsupported on soc \S+)")
+INSTALL_CC = ("no C compiler ({cc}) to build qnndeploy's Hextimate backend library: install one "
+              "(Debian/Ubuntu: apt-get install gcc), or set CC")
+
+
+@dataclass(frozen=True)
+class Figures:
+    """One graph's estimate, as the backend wrote it, and the time it means at the simulated clock."""
+
+    cycles: int  # simulated accelerator execution cycles
+    lower: int  # the backend's lower and upper estimates
+    upper: int
+    fill_bytes: int  # read into the HTP's memory: inputs (weights included), intermediates, from another HTP
+    spill_bytes: int  # written out of it: outputs, intermediates, to another HTP
+    ops_without_cost: int  # ops the model has no cost for: each adds nothing, so the estimate is low by them
+    backend_us: int  # the backend's own time for `cycles`, whole microseconds
+    clock_mhz: float | None  # the simulated clock (data/hextimate.json); None where no row covers this QAIRT
+    clock_source: str
+    ms: float | None  # cycles at the clock: the estimated accelerator time, burst, nothing measured
+    ms_lower: float | None
+    ms_upper: float | None
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The estimate of one model for one SoC: `figures` None when the backend gave none, and `reason` says why."""
+
+    model: str
+    soc: str
+    qairt: str
+    figures: Figures | None
+    reason: str
+    graphs: int  # HTP graphs estimated (one: the compile allows no CPU fallback, so no split)
+    seconds: float  # the compile's wall time
+
+
+@dataclass(frozen=True)
+class Built:
+    library: Path  # the forwarding libQnnHtp.so
+    real: Path  # the wheel's libQnnHtp.so it forwards to
+    compiled: bool  # built by this call (False: found in the cache)
+    seconds: float
+
+
+def root() -> Path:
+    """$QNNDEPLOY_HEXTIMATE_DIR, else $XDG_CACHE_HOME/qnndeploy/hextimate, else ~/.cache/qnndeploy/hextimate."""
+    if env := os.environ.get(ENV_DIR):
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qnndeploy" / "hextimate"
+
+
+def source() -> bytes:
+    return resources.files("qnndeploy.qnn").joinpath(SOURCE).read_bytes()
+
+
+def real_backend() -> Path:
+    """The wheel's libQnnHtp.so."""
+    path = Path(str(htp._require().get_library_path())).resolve().parent / LIBRARY  # beside the EP library
+    if not path.is_file():
+        raise MissingTool(f"onnxruntime-qnn has no {LIBRARY} at {path}: reinstall it (pip install onnxruntime-qnn)")
+    return path
+
+
+@cache
+def _file_hash(path: Path, size: int, mtime_ns: int) -> str:  # size and mtime: a changed file is hashed again
+    return fileio.sha256_file(path)
+
+
+def _compiler() -> list[str]:
+    cmd = shlex.split(os.environ.get(ENV_CC) or "cc")
+    if not cmd or shutil.which(cmd[0]) is None:
+        raise MissingTool(INSTALL_CC.format(cc=cmd[0] if cmd else "CC is empty"))
+    return cmd
+
+
+def build() -> Built:
+    """The forwarding backend library for this qnndeploy's hextimate.c and this wheel's libQnnHtp.so: from the
+    cache, else compiled into <root>/<key>/ (the key hashes the source, the real library and its folder) and
+    published by one rename, so a half-built folder is never used and two builds at once both end well."""
+    start = time.monotonic()
+    real = real_backend()
+    st = real.stat()
+    code = source()
+    key = hashlib.sha256(b"\0".join([code, _file_hash(real, st.st_size, st.st_mtime_ns).encode(),
+                                     str(real.parent).encode()])).hexdigest()[:20]
+    final = root() / key
+    library = final / LIBRARY
+    if (final / DONE).is_file() and library.is_file():
+        return Built(library, real, False, round(time.monotonic() - start, 3))
+    cc = _compiler()
+    try:
+        root().mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root()))
+    except OSError as e:
+        raise fileio.write_error(e, root()) from None
+    try:
+        (staging / SOURCE).write_bytes(code)
+        cmd = [*cc, "-shared", "-fPIC", "-O2", "-o", str(staging / LIBRARY), str(staging / SOURCE), "-ldl",
+               "-lpthread"]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+        except OSError as e:
+            raise MissingTool(INSTALL_CC.format(cc=f"{cc[0]}: {fileio.cause(e)}")) from None
+        if done.returncode != 0:
+            said = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+            raise CheckFailed(f"{cc[0]} could not build the Hextimate backend library: "
+                              f"{said[0] if said else f'exit {done.returncode}'}")
+        for name in BESIDE:
+            (staging / name).symlink_to(real.parent / name)
+        fileio.write_json(staging / DONE, {"source_sha256": hashlib.sha256(code).hexdigest(), "real": str(real),
+                                           "compiler": cmd[0], "built": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                      time.gmtime())})
+        staging.chmod(0o755)
+        try:
+            staging.rename(final)
+        except OSError:  # another build published first (or an unfinished folder is in the way)
+            if not (final / DONE).is_file():
+                shutil.rmtree(final, ignore_errors=True)
+                staging.rename(final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return Built(library, real, True, round(time.monotonic() - start, 3))
+
+
+def clock(qairt: str, soc: str) -> tuple[float | None, str]:
+    """The simulated clock of data/hextimate.json for this QAIRT release and SoC, and where it comes from."""
+    rows = json.loads(resources.files("qnndeploy").joinpath("data/hextimate.json").read_text(encoding="utf-8"))
+    for row in rows["clock"]:
+        if row["qairt"] == qairt and soc in row["socs"]:
+            return float(row["mhz"]), f"data/hextimate.json: {row['measured']}"
+    return None, f"no simulated clock is known for QAIRT {qairt} on {soc} (data/hextimate.json)"
+
+
+def parse(csv_text: str) -> list[dict[str, int]]:
+    """The "Performance Estimates" events of an EP profiling CSV, one {sub-event name: value} per graph.
+
+    The CSV's columns: Msg Timestamp, Message, Time, Unit of Measurement, Timing Source, Event Level, Event
+    Identifier; an event is a ROOT row followed by its SUB-EVENT rows."""
+    events: list[dict[str, int]] = []
+    current: dict[str, int] | None = None
+    for row in csv.reader(csv_text.splitlines()):
+        if len(row) < 7:
+            continue
+        level, name = row[5].strip(), row[6].strip()
+        if level == "ROOT":
+            current = {} if name == EVENT else None
+            if current is not None:
+                events.append(current)
+        elif level == "SUB-EVENT" and current is not None:
+            try:
+                current[name] = int(row[2])
+            except ValueError:
+                continue
+    return events
+
+
+def figures(event: dict[str, int], qairt: str, soc: str) -> Figures:
+    """One event's numbers, and their times at the simulated clock."""
+    def get(name: str) -> int:
+        if name not in event:
+            raise CheckFailed(f"the backend's {EVENT} event has no '{name}' (QAIRT {qairt}): its format changed")
+        return event[name]
+
+    sim = "Simulated (Accelerator exec cycles{})"
+    cycles, lower, upper = get(sim.format("")), get(sim.format(" (lower estimate)")), get(
+        sim.format(" (upper estimate)"))
+    mhz, where = clock(qairt, soc)
+
+    def ms(c: int) -> float | None:
+        return None if mhz is None else round(c / mhz / 1000, 6)
+
+    return Figures(
+        cycles=cycles, lower=lower, upper=upper,
+        fill_bytes=get("Input Fill") + get("Intermediate Fill") + get("Inter HTP Fill"),
+        spill_bytes=get("Output Spill") + get("Intermediate Spill") + get("Inter HTP Spill"),
+        ops_without_cost=get("Missing Ops (Number of Ops with no Costs associated)"),
+        backend_us=get("Simulated (Accelerator exec time us)"),
+        clock_mhz=mhz, clock_source=where, ms=ms(cycles), ms_lower=ms(lower), ms_upper=ms(upper))
+
+
+def estimate(model: Path, soc: socs.Soc, *, fp16: bool = True, timeout: float | None = DEFAULT_TIMEOUT_S) -> Estimate:
+    """Compile `model` for `soc` with the Hextimate backend and read its estimate. The compile runs in a child
+    process (a native crash or a hang ends the child, not this process); a graph the HTP does not take whole is an
+    error (CheckFailed), since an estimate would leave its CPU ops out."""
+    built = build()
+    qairt = htp.qairt_version()
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="qnndeploy-hextimate-") as tmp:
+        csv_path = Path(tmp) / "profile.csv"
+        _compile(model, soc, fp16, built, csv_path, verbose=False, timeout=timeout)
+        events = parse(csv_path.read_text(errors="replace")) if csv_path.is_file() else []
+    if not events:
+        reason = _why_none(soc, fp16, built, timeout)
+        return Estimate(str(model), soc.model, qairt, None, reason, 0, round(time.monotonic() - start, 2))
+    every = [figures(e, qairt, soc.model) for e in events]
+    one = every[0] if len(every) == 1 else _summed(every)
+    return Estimate(str(model), soc.model, qairt, one, "", len(every), round(time.monotonic() - start, 2))
+
+
+def _summed(every: list[Figures]) -> Figures:
+    """Graphs that run one after another: their cycles, bytes and missing ops add up."""
+    first = every[0]
+
+    def total(attr: str) -> int:
+        return sum(int(getattr(f, attr)) for f in every)
+
+    def total_ms(attr: str) -> float | None:
+        values = [getattr(f, attr) for f in every]
+        return None if None in values else round(sum(values), 6)
+
+    return Figures(total("cycles"), total("lower"), total("upper"), total("fill_bytes"), total("spill_bytes"),
+                   total("ops_without_cost"), total("backend_us"), first.clock_mhz, first.clock_source,
+                   total_ms("ms"), total_ms("ms_lower"), total_ms("ms_upper"))
+
+
+@cache
+def _why_none(soc: socs.Soc, fp16: bool, built: Built, timeout: float | None) -> str:
+    """The backend's reason for writing no estimate: a lone Relu compiled with its log at the verbose level (QNN's
+    warnings reach ONNX Runtime's log only there), and its "unsupported on soc" line, else what is known."""
+    import onnx
+    from onnx import TensorProto
+    from onnx import helper as h
+
+    graph = h.make_graph([h.make_node("Relu", ["x"], ["y"], name="probe")], "probe",
+                         [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+    probe = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    probe.ir_version = 8
+    with tempfile.TemporaryDirectory(prefix="qnndeploy-hextimate-probe-") as tmp:
+        path = Path(tmp) / "relu.onnx"
+        onnx.save(probe, path)
+        csv_path = Path(tmp) / "profile.csv"
+        log = _compile(path, soc, fp16, built, csv_path, verbose=True, timeout=timeout)
+        found = UNSUPPORTED.search(log)
+        if found:
+            return f"the HTP backend says: {found.group(1)}"
+        if csv_path.is_file() and parse(csv_path.read_text(errors="replace")):
+            return (f"the HTP backend estimates a lone Relu for {soc.model} but wrote no {EVENT} event for this "
+                    "graph")
+    return f"the HTP backend wrote no {EVENT} event for {soc.model} and said nothing about it"
+
+
+def _compile(model: Path, soc: socs.Soc, fp16: bool, built: Built, csv_path: Path, *, verbose: bool,
+             timeout: float | None) -> str:
+    """The child (main below) compiles; its log is returned. A failed compile is CheckFailed with its last line."""
+    log_path = csv_path.with_suffix(".log")
+    args = [str(model), soc.model, "fp16" if fp16 else "int", str(built.library), str(csv_path),
+            "verbose" if verbose else "quiet"]
+    env = {**child.environ(), ENV_BACKEND: str(built.real)}
+    with log_path.open("wb") as err:
+        proc = subprocess.Popen(child.module("qnn.hextimate", *args), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
+    code = child.wait(proc, timeout)
+    log = log_path.read_text(errors="replace")
+    if code is None:
+        raise CheckFailed(f"the HTP compile with Hextimate did not finish within {timeout:g} s")
+    if code < 0:
+        raise CheckFailed(f"the HTP compile with Hextimate crashed ({signal.Signals(-code).name})")
+    if code != 0:
+        said = [line for line in log.splitlines() if line.strip()]
+        raise (BadInput if code == 2 else CheckFailed)(
+            f"the HTP compile with Hextimate failed: {said[-1] if said else f'exit {code}'}")
+    return log
+
+
+def main(argv: list[str]) -> int:
+    """The child of _compile: MODEL SOC fp16|int BACKEND CSV verbose|quiet. Compiles MODEL for SOC through BACKEND
+    with QNN profiling written to CSV (CPU fallback off: a node the HTP refuses fails the compile). A failure is its
+    one line on stderr, exit 1. `verbose` sets ONNX Runtime's default and session loggers to verbose: QNN's log
+    reaches them only there."""
+    import onnxruntime as ort
+
+    model, soc_name, precision, backend, csv_path, level = argv
+    if level == "verbose":
+        ort.set_default_logger_severity(0)
+    provider = {"backend_path": backend, "profiling_level": "detailed", "profiling_file_path": csv_path}
+    try:
+        with htp.quiet_native_stdout():
+            options = htp.session_options(socs.find(soc_name), fp16=precision == "fp16", provider=provider,
+                                          log_level=0 if level == "verbose" else 3)
+            ort.InferenceSession(model, options)
+    except Exception as e:  # noqa: BLE001 onnxruntime raises its own, unexported exception types
+        print(first_line(e), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

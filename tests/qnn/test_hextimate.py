@@ -1,0 +1,162 @@
+"""The HTP backend's host-side performance model (qnndeploy/qnn/hextimate.py): the forwarding backend library built
+with the machine's C compiler and cached, the estimate of fixed graphs pinned per QAIRT release, a phone SoC's
+"no estimate" with the backend's own reason, and a missing compiler's one-line MissingTool."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, numpy_helper
+from onnx import helper as h
+
+from qnndeploy.base import socs
+from qnndeploy.base.errors import EXIT_MISSING_TOOL, MissingTool
+from qnndeploy.qnn import hextimate, htp
+from tests.support import synth_models
+
+# The estimate of synth_models.static_mlp() (MatMul 16x8 + Add + Relu, fp16) for QCS9100, per QAIRT release: the
+# model is deterministic (the facts file measured the same graph twice to the cycle), so a change here is a change
+# of the backend's cost model or of how qnndeploy turns it on. Measured here with onnxruntime-qnn 2.6.0.
+GOLDEN = {"2.50.40": {"cycles": 2314, "lower": 2189, "upper": 2477, "fill_bytes": 6144, "spill_bytes": 2048,
+                      "ops_without_cost": 0}}
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One build folder for the module's tests (built once), never the user's cache."""
+    monkeypatch.setenv(hextimate.ENV_DIR, str(tmp_path_factory.getbasetemp() / "hextimate-cache"))
+
+
+def _save(model: onnx.ModelProto, path: Path) -> Path:
+    onnx.save(model, path)
+    return path
+
+
+def _layers(count: int, width: int, rows: int) -> onnx.ModelProto:
+    """`count` MatMul+Relu layers of width x width on [rows, width], seeded weights."""
+    nodes, inits, x = [], [], "x"
+    for i in range(count):
+        w = np.random.default_rng(i).standard_normal((width, width)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"W{i}"))
+        nodes += [h.make_node("MatMul", [x, f"W{i}"], [f"m{i}"]), h.make_node("Relu", [f"m{i}"], [f"r{i}"])]
+        x = f"r{i}"
+    graph = h.make_graph(nodes, "layers", [h.make_tensor_value_info("x", TensorProto.FLOAT, [rows, width])],
+                         [h.make_tensor_value_info(x, TensorProto.FLOAT, [rows, width])], inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+# --- parsing the profiling CSV (no QNN needed) -----------------------------------------------------------------
+
+CSV = """Msg Timestamp,Message,Time,Unit of Measurement,Timing Source,Event Level,Event Identifier
+0,FINALIZE,9741,US,BACKEND,ROOT,QNN (finalize) time
+0,UNKNOWN,290,US,BACKEND,SUB-EVENT,Graph Preparation Initializing
+0,BACKEND,0,US,BACKEND,ROOT,Performance Estimates
+0,BACKEND,0,US,BACKEND,SUB-EVENT,Mode
+0,BACKEND,879047,CYCLES,BACKEND,SUB-EVENT,Simulated (Accelerator exec cycles)
+0,BACKEND,766218,CYCLES,BACKEND,SUB-EVENT,Simulated (Accelerator exec cycles (lower estimate))
+0,BACKEND,1016092,CYCLES,BACKEND,SUB-EVENT,Simulated (Accelerator exec cycles (upper estimate))
+0,BACKEND,586,US,BACKEND,SUB-EVENT,Simulated (Accelerator exec time us)
+0,BACKEND,17041408,BYTES,BACKEND,SUB-EVENT,Input Fill
+0,BACKEND,5,BYTES,BACKEND,SUB-EVENT,Intermediate Fill
+0,BACKEND,7,BYTES,BACKEND,SUB-EVENT,Intermediate Spill
+0,BACKEND,0,BYTES,BACKEND,SUB-EVENT,Inter HTP Fill
+0,BACKEND,0,BYTES,BACKEND,SUB-EVENT,Inter HTP Spill
+0,BACKEND,262144,BYTES,BACKEND,SUB-EVENT,Output Spill
+0,BACKEND,2,US,BACKEND,SUB-EVENT,Missing Ops (Number of Ops with no Costs associated)
+"""
+
+
+def test_the_profiling_csv_gives_one_event_per_graph_and_its_times_at_the_data_clock() -> None:
+    events = hextimate.parse(CSV)
+    assert len(events) == 1 and "Graph Preparation Initializing" not in events[0]
+    f = hextimate.figures(events[0], "2.50.40", "QCS9100")
+    assert (f.cycles, f.lower, f.upper, f.backend_us) == (879047, 766218, 1016092, 586)
+    assert (f.fill_bytes, f.spill_bytes, f.ops_without_cost) == (17041408 + 5, 262144 + 7, 2)
+    assert f.clock_mhz == 1497.6 and "data/hextimate.json" in f.clock_source
+    assert f.ms == pytest.approx(879047 / 1497.6 / 1000, abs=1e-6)
+    assert f.ms is not None and f.ms_lower is not None and f.ms_upper is not None
+    assert f.ms_lower < f.ms < f.ms_upper
+    # A release with no clock row gets cycles, no time, and says so.
+    other = hextimate.figures(events[0], "2.0.0", "QCS9100")
+    assert other.ms is None and other.clock_mhz is None and "no simulated clock" in other.clock_source
+
+
+# --- the library and the backend -------------------------------------------------------------------------------
+
+@pytest.mark.needs_qnn
+def test_the_library_is_built_once_and_then_taken_from_the_cache() -> None:
+    first = hextimate.build()
+    assert first.library.is_file() and first.library.name == "libQnnHtp.so"
+    assert hasattr(ctypes.CDLL(str(first.library)), "QnnInterface_getProviders")  # loading it runs nothing
+    assert (first.library.parent / "libQnnSystem.so").resolve() == first.real.parent / "libQnnSystem.so"
+    made = first.library.stat().st_mtime_ns
+    again = hextimate.build()
+    assert again.library == first.library and not again.compiled
+    assert again.library.stat().st_mtime_ns == made
+    assert not [p for p in again.library.parent.parent.iterdir() if p.name.startswith(".")]  # no staging left
+
+
+@pytest.mark.needs_qnn
+def test_a_missing_compiler_is_missing_tool_with_what_to_install(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(hextimate.ENV_DIR, str(tmp_path / "fresh"))  # nothing cached: it must compile
+    monkeypatch.setenv("CC", "qnndeploy-no-such-cc")
+    with pytest.raises(MissingTool) as e:
+        hextimate.build()
+    assert e.value.exit_code == EXIT_MISSING_TOOL
+    assert "qnndeploy-no-such-cc" in str(e.value) and "apt-get install gcc" in str(e.value)
+    assert "\n" not in str(e.value)
+    monkeypatch.delenv("CC")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cc on PATH
+    with pytest.raises(MissingTool, match=r"no C compiler \(cc\).*apt-get install gcc"):
+        hextimate.build()
+    assert not (tmp_path / "fresh").exists() or not any((tmp_path / "fresh").iterdir())
+
+
+@pytest.mark.needs_qnn
+@pytest.mark.slow
+def test_golden_cycles_of_a_fixed_graph_on_qcs9100(tmp_path: Path) -> None:
+    qairt = htp.qairt_version()
+    if qairt not in GOLDEN:
+        pytest.fail(f"no golden estimate for QAIRT {qairt}: measure static_mlp() on QCS9100 and add it to GOLDEN")
+    model = _save(synth_models.static_mlp(), tmp_path / "mlp.onnx")
+    est = hextimate.estimate(model, socs.find("QCS9100"))
+    assert est.figures is not None, est.reason
+    f = est.figures
+    assert {k: getattr(f, k) for k in GOLDEN[qairt]} == GOLDEN[qairt]
+    assert (est.soc, est.qairt, est.graphs, est.reason) == ("QCS9100", qairt, 1, "")
+    assert f.lower < f.cycles < f.upper
+    assert f.ms is not None and f.ms_lower is not None and f.ms_upper is not None
+    assert f.ms_lower < f.ms < f.ms_upper and f.ms == pytest.approx(f.cycles / 1497.6 / 1000, abs=1e-6)
+    # SA8255, the other v73 SoC the model covers, gives the same estimate.
+    same = hextimate.estimate(model, socs.find("SA8255")).figures
+    assert same is not None and same.cycles == f.cycles
+
+
+@pytest.mark.needs_qnn
+@pytest.mark.slow
+def test_a_larger_graph_has_more_cycles_and_the_backends_microseconds_agree_with_the_clock(tmp_path: Path) -> None:
+    small = hextimate.estimate(_save(synth_models.static_mlp(), tmp_path / "mlp.onnx"), socs.find("QCS9100"))
+    large = hextimate.estimate(_save(_layers(4, 512, 64), tmp_path / "layers.onnx"), socs.find("QCS9100"))
+    assert small.figures is not None and large.figures is not None
+    assert large.figures.cycles > 10 * small.figures.cycles
+    assert large.figures.fill_bytes > 4 * 512 * 512 * 2  # the fp16 weights are read in
+    # The backend prints whole microseconds truncated from cycles / clock: the data's clock must give the same.
+    assert large.figures.backend_us >= 50
+    assert math.floor(large.figures.cycles / 1497.6) == large.figures.backend_us
+
+
+@pytest.mark.needs_qnn
+@pytest.mark.slow
+def test_a_phone_soc_gets_no_estimate_and_the_backends_reason(tmp_path: Path) -> None:
+    model = _save(synth_models.static_mlp(), tmp_path / "mlp.onnx")
+    est = hextimate.estimate(model, socs.find("SM8750"))
+    assert est.figures is None and est.graphs == 0
+    assert est.reason == "the HTP backend says: Performance Estimates unsupported on soc SM8750"
