@@ -138,17 +138,12 @@ static size_t mapped_after(uintptr_t at) {
   return left;
 }
 
-static const QnnGraph_Config_t* hextimate_config(void) {
-  static QnnHtpGraph_CustomConfig_t htp;
-  static QnnGraph_Config_t graph;
-  htp.option = QNN_HTP_GRAPH_CONFIG_OPTION_FINALIZE_CONFIG;
-  htp.finalizeConfig.key = "hextimate";
-  htp.finalizeConfig.value.dataType = QNN_DATATYPE_UINT_32;
-  htp.finalizeConfig.value.uint32Value = 1;
-  graph.option = QNN_GRAPH_CONFIG_OPTION_CUSTOM;
-  graph.customConfig = &htp;
-  return &graph;
-}
+/* The config added to every graph: set once here, read-only after, so concurrent graphCreate calls share it. */
+static QnnHtpGraph_CustomConfig_t hextimate_htp = {
+    .option = QNN_HTP_GRAPH_CONFIG_OPTION_FINALIZE_CONFIG,
+    .finalizeConfig = {.key = "hextimate", .value = {.dataType = QNN_DATATYPE_UINT_32, .uint32Value = 1}}};
+static const QnnGraph_Config_t hextimate_graph = {.option = QNN_GRAPH_CONFIG_OPTION_CUSTOM,
+                                                  .customConfig = &hextimate_htp};
 
 /* graphCreate with the caller's configs plus the hextimate one. One wrapper per provider slot. */
 static Qnn_ErrorHandle_t create_with(int slot, void* context, const char* name, const QnnGraph_Config_t** config,
@@ -158,10 +153,10 @@ static Qnn_ErrorHandle_t create_with(int slot, void* context, const char* name, 
   const QnnGraph_Config_t** with = calloc(n + 2, sizeof(*with));
   if (!with) return QNN_COMMON_ERROR_MEM_ALLOC;
   for (size_t i = 0; i < n; i++) with[i] = config[i];
-  with[n] = hextimate_config();
-  Qnn_ErrorHandle_t rc = real_graph_create[slot](context, name, with, graph);
-  free(with);  /* the backend copies what it keeps before returning */
-  return rc;
+  with[n] = &hextimate_graph;
+  /* `with` is not freed: the API does not say the backend is done with the list when graphCreate returns, and it
+   * is a few pointers per graph in a process that compiles and ends. */
+  return real_graph_create[slot](context, name, with, graph);
 }
 #define WRAP(i) \
   static Qnn_ErrorHandle_t create_##i(void* c, const char* n, const QnnGraph_Config_t** k, void** g) { \

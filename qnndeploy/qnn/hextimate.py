@@ -33,7 +33,7 @@ from importlib import resources
 from pathlib import Path
 
 from qnndeploy.base import child, fileio, socs
-from qnndeploy.base.errors import BadInput, CheckFailed, MissingTool, first_line
+from qnndeploy.base.errors import CheckFailed, MissingTool, first_line
 from qnndeploy.qnn import htp
 
 SOURCE = "hextimate.c"
@@ -48,6 +48,8 @@ DEFAULT_TIMEOUT_S = 600.0
 EVENT = "Performance Estimates"
 # The backend's own words when it has no model for the SoC (a string in libQnnHtp.so, logged at graph finalize).
 UNSUPPORTED = re.compile(r"(Performance Estimates unsupported on soc \S+)")
+FORWARDER_SAYS = "qnndeploy-hextimate:"  # how hextimate.c starts the line it writes on stderr when it fails
+CPU_LEFT = "fallback to CPU EP has been explicitly disabled"  # onnxruntime's words for a graph the EP left nodes of
 INSTALL_CC = ("no C compiler ({cc}) to build qnndeploy's Hextimate backend library: install one "
               "(Debian/Ubuntu: apt-get install gcc), or set CC")
 
@@ -306,9 +308,15 @@ def _compile(model: Path, soc: socs.Soc, fp16: bool, built: Built, csv_path: Pat
     if code < 0:
         raise CheckFailed(f"the HTP compile with Hextimate crashed ({signal.Signals(-code).name})")
     if code != 0:
-        said = [line for line in log.splitlines() if line.strip()]
-        raise (BadInput if code == 2 else CheckFailed)(
-            f"the HTP compile with Hextimate failed: {said[-1] if said else f'exit {code}'}")
+        said = [line.strip() for line in log.splitlines() if line.strip()]
+        ours = [line for line in said if line.startswith(FORWARDER_SAYS)]
+        if ours:  # the forwarding library could not start the backend: its own line says why
+            raise CheckFailed(f"the Hextimate backend library failed: {ours[0].removeprefix(FORWARDER_SAYS).strip()}")
+        last = said[-1] if said else f"exit {code}"
+        if CPU_LEFT in last:
+            raise CheckFailed(f"the HTP does not take the whole graph for {soc.model}, and an estimate would leave "
+                              f"the CPU's part out: `qnndeploy check {model} --soc {soc.model}` names the nodes")
+        raise CheckFailed(f"the HTP compile with Hextimate failed: {last}")
     return log
 
 

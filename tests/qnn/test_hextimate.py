@@ -15,7 +15,7 @@ from onnx import TensorProto, numpy_helper
 from onnx import helper as h
 
 from qnndeploy.base import socs
-from qnndeploy.base.errors import EXIT_MISSING_TOOL, MissingTool
+from qnndeploy.base.errors import EXIT_MISSING_TOOL, CheckFailed, MissingTool
 from qnndeploy.qnn import hextimate, htp
 from tests.support import synth_models
 
@@ -160,3 +160,23 @@ def test_a_phone_soc_gets_no_estimate_and_the_backends_reason(tmp_path: Path) ->
     est = hextimate.estimate(model, socs.find("SM8750"))
     assert est.figures is None and est.graphs == 0
     assert est.reason == "the HTP backend says: Performance Estimates unsupported on soc SM8750"
+
+
+@pytest.mark.needs_qnn
+@pytest.mark.slow
+def test_a_graph_the_htp_does_not_take_whole_is_refused_not_estimated_in_part(tmp_path: Path) -> None:
+    model = _save(synth_models.unsupported_op(), tmp_path / "det.onnx")
+    with pytest.raises(CheckFailed, match=r"does not take the whole graph for QCS9100.*qnndeploy check"):
+        hextimate.estimate(model, socs.find("QCS9100"))
+
+
+@pytest.mark.needs_qnn
+@pytest.mark.slow
+def test_when_the_forwarder_cannot_load_the_backend_its_own_line_is_the_error(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _save(synth_models.static_mlp(), tmp_path / "mlp.onnx")
+    built = hextimate.build()
+    gone = hextimate.Built(built.library, tmp_path / "no" / "libQnnHtp.so", False, 0.0)
+    monkeypatch.setattr(hextimate, "build", lambda: gone)
+    with pytest.raises(CheckFailed, match=r"Hextimate backend library failed: cannot load the real HTP backend"):
+        hextimate.estimate(model, socs.find("QCS9100"))
