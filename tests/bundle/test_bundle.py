@@ -21,7 +21,7 @@ from qnndeploy.base.names import FORMAT_VERSION
 from qnndeploy.bundle.build import BundleSpec, build_bundle
 from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.qnn import htp
-from tests.support.bundles import with_external_data
+from tests.support.bundles import rehash, with_external_data
 from tests.support.cli import run
 from tests.support.elfgen import BUILD, QAIRT, android_lib, elf_bytes, fake_sdk, skel_lib
 from tests.support.host import require
@@ -83,20 +83,6 @@ def bundle(inputs, tmp_path) -> Path:
 
 def manifest(b: Path) -> dict:
     return json.loads((b / "manifest.json").read_text())
-
-
-def rehash(b: Path, rel: str) -> None:
-    """Update the manifest for a file changed on purpose, so that only the check under test can fire."""
-    m = manifest(b)
-    data = (b / rel).read_bytes()
-    for entry in ([a for t in m["targets"] for a in t["artifacts"]] + m["runtime"].get("libs", []) + m["cpu"]
-                  + m.get("records", [])):
-        if entry["path"] == rel:
-            entry["sha256"], entry["size"] = hashlib.sha256(data).hexdigest(), len(data)
-    for entry in m.get("licences", {}).get("files", []):
-        if entry["path"] == rel:
-            entry["sha256"] = hashlib.sha256(data).hexdigest()
-    (b / "manifest.json").write_text(json.dumps(m))
 
 
 def problems(b: Path, allow_unchecked: bool = False) -> list[str]:
@@ -775,6 +761,7 @@ def hostile(tmp_path, monkeypatch):
     tmpdir = tmp_path / "TMPDIR"
     tmpdir.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmpdir))
+    monkeypatch.setenv("QNNDEPLOY_PROGRESS_QUIET_S", "3600")  # no progress line on a loaded machine: only the report
 
     def verify(path: Path) -> tuple[int, list[str]]:
         start = time.monotonic()

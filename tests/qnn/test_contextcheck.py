@@ -3,7 +3,6 @@ metadata even where its QAIRT and SoC markers are right, which the marker scan a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from qnndeploy.formats.verify import verify_bundle
+from tests.support.bundles import rehash
 from tests.support.cli import run
 
 pytestmark = [pytest.mark.needs_qnn, pytest.mark.slow]
@@ -45,12 +45,9 @@ def _swap(bundle: Path, tmp_path: Path, drop_wrapper: bool, records: bool = Fals
         (copy / "manifest.json").write_text(json.dumps(m))
     npu = copy / "npu" / "SM8750"
     shutil.copyfile(npu / "decode.bin", npu / "prefill.bin")
+    rehash(copy, "npu/SM8750/prefill.bin")
     m = json.loads((copy / "manifest.json").read_text())
     arts = m["targets"][0]["artifacts"]
-    for a in arts:
-        if a["path"] == "npu/SM8750/prefill.bin":
-            a["sha256"] = hashlib.sha256((npu / "prefill.bin").read_bytes()).hexdigest()
-            a["size"] = (npu / "prefill.bin").stat().st_size
     if drop_wrapper:
         m["targets"][0]["artifacts"] = [a for a in arts if a["format"] != "ort-epcontext"]
         for ctx in npu.glob("*_ctx.onnx"):
