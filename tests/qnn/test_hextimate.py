@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +22,7 @@ from qnndeploy.base import socs
 from qnndeploy.base.errors import EXIT_MISSING_TOOL, CheckFailed, MissingTool
 from qnndeploy.qnn import hextimate, htp
 from tests.support import synth_models
+from tests.support.host import require
 
 # The estimate of synth_models.static_mlp() (MatMul 16x8 + Add + Relu, fp16) for QCS9100, per QAIRT release: the
 # model is deterministic (the facts file measured the same graph twice to the cycle), so a change here is a change
@@ -180,3 +185,88 @@ def test_when_the_forwarder_cannot_load_the_backend_its_own_line_is_the_error(tm
     monkeypatch.setattr(hextimate, "build", lambda: gone)
     with pytest.raises(CheckFailed, match=r"Hextimate backend library failed: cannot load the real HTP backend"):
         hextimate.estimate(model, socs.find("QCS9100"))
+
+
+# --- the forwarder against a stand-in backend: what it sends, and the layout check ---------------------------------
+
+# A stand-in for libQnnHtp.so (QnnInterface_getProviders and a table whose graphCreate records the configs it gets),
+# in the layout of QNN API 2.x with backendSetConfig, or in the older one where pointer 3 is backendGetBuildId.
+FAKE_BACKEND = r"""
+#include <stdint.h>
+typedef struct { uint32_t major, minor, patch; } V;
+typedef struct { V core, backend; } A;
+typedef struct { uint32_t id; const char* name; A api; void* fns[64]; } P;
+static const void** seen;
+static uint64_t get_version(A* a) { a->core = (V){2, 39, 0}; a->backend = (V){5, 50, 0}; return 0; }
+static uint64_t get_build_id(const char** id) { *id = "v2.50.40"; return 0; }
+static uint64_t graph_create(void* c, const char* n, const void** cfg, void** g) {
+  (void)c; (void)n; seen = cfg; *g = (void*)1; return 0; }
+static P prov = {6, "FAKE", {{2, 39, 0}, {5, 50, 0}}, {0}};
+uint64_t QnnInterface_getProviders(const void*** list, uint32_t* n) {
+  static const void* l[1];
+  prov.fns[3] = OLD_LAYOUT ? (void*)get_build_id : (void*)get_version;
+  prov.fns[15] = graph_create;
+  l[0] = &prov; *list = l; *n = 1; return 0; }
+const void** fake_seen(void) { return seen; }
+"""
+
+# Run in a child (the forwarder loads its backend once per process): getProviders, then graphCreate through the
+# table it hands out with one config of the caller's, then the list the stand-in's graphCreate received.
+DRIVER = r"""
+import ctypes, sys
+fwd = ctypes.CDLL(sys.argv[1])
+providers, count = ctypes.POINTER(ctypes.c_void_p)(), ctypes.c_uint32()
+rc = fwd.QnnInterface_getProviders(ctypes.byref(providers), ctypes.byref(count))
+print("rc", rc, count.value)
+if rc == 0:
+    table = providers[0] + 40  # backendId, providerName, apiVersion: 4 + 4 (padding) + 8 + 24 bytes
+    create = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p)(
+        ctypes.c_void_p.from_address(table + 15 * 8).value)
+    mine = (ctypes.c_uint8 * 16)(3)  # a QnnGraph_Config_t of the caller's (option 3, priority)
+    configs = (ctypes.c_void_p * 2)(ctypes.addressof(mine), None)
+    graph = ctypes.c_void_p()
+    print("create", create(None, b"g", configs, ctypes.byref(graph)))
+    seen = ctypes.cast(ctypes.CDLL(sys.argv[2]).fake_seen, ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p)))()
+    print("first", seen[0] == ctypes.addressof(mine), "end", seen[2] is None)
+    added = seen[1]
+    htp = ctypes.c_void_p.from_address(added + 8).value  # QnnGraph_Config_t: option, then customConfig at 8
+    key = ctypes.c_char_p(ctypes.c_void_p.from_address(htp + 8).value).value.decode()
+    print("graph_option", ctypes.c_int32.from_address(added).value,
+          "htp_option", ctypes.c_int32.from_address(htp).value, "key", key,
+          "type", hex(ctypes.c_int32.from_address(htp + 16).value),
+          "value", ctypes.c_uint32.from_address(htp + 24).value)
+"""
+
+
+def _fake_backend(tmp_path: Path, old_layout: bool) -> Path:
+    require(shutil.which("cc") is not None, "a C compiler (cc)")
+    src = tmp_path / "fake.c"
+    src.write_text(FAKE_BACKEND)
+    lib = tmp_path / f"libfake{int(old_layout)}.so"
+    subprocess.run(["cc", "-shared", "-fPIC", f"-DOLD_LAYOUT={int(old_layout)}", "-o", str(lib), str(src)],
+                   check=True)
+    return lib
+
+
+def _drive(library: Path, backend: Path) -> str:
+    env = {**os.environ, hextimate.ENV_BACKEND: str(backend)}
+    done = subprocess.run([sys.executable, "-c", DRIVER, str(library), str(backend)], capture_output=True,
+                          text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout + done.stderr
+
+
+@pytest.mark.needs_qnn
+def test_the_forwarder_appends_the_finalize_config_hextimate_1_to_the_callers_configs(tmp_path: Path) -> None:
+    out = _drive(hextimate.build().library, _fake_backend(tmp_path, old_layout=False))
+    assert "rc 0 1" in out and "create 0" in out and "first True end True" in out
+    # QnnGraph_Config_t CUSTOM (0) -> QnnHtpGraph_CustomConfig_t FINALIZE_CONFIG (7), key "hextimate",
+    # Qnn_Scalar_t QNN_DATATYPE_UINT_32 (0x132) = 1, at the offsets of the QNN headers cited in hextimate.c
+    assert "graph_option 0 htp_option 7 key hextimate type 0x132 value 1" in out
+
+
+@pytest.mark.needs_qnn
+def test_the_forwarder_refuses_a_table_of_another_layout(tmp_path: Path) -> None:
+    out = _drive(hextimate.build().library, _fake_backend(tmp_path, old_layout=True))
+    assert "rc 1009 0" in out  # QNN_COMMON_ERROR_LOADING_BINARIES: the EP gets no provider at all
+    assert "another layout than QNN API 2.x with backendSetConfig" in out
