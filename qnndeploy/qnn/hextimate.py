@@ -64,7 +64,7 @@ class Figures:
     fill_bytes: int  # read into the HTP's memory: inputs (weights included), intermediates, from another HTP
     spill_bytes: int  # written out of it: outputs, intermediates, to another HTP
     ops_without_cost: int  # ops the model has no cost for: each adds nothing, so the estimate is low by them
-    backend_us: int  # the backend's own time for `cycles`, whole microseconds
+    backend_us: int | None  # the backend's own time for `cycles`, whole microseconds (QAIRT 2.50 on; None before)
     clock_mhz: float | None  # the simulated clock (data/hextimate.json); None where no row covers this QAIRT
     clock_source: str
     ms: float | None  # cycles at the clock: the estimated accelerator time, burst, nothing measured
@@ -225,7 +225,7 @@ def figures(event: dict[str, int], qairt: str, soc: str) -> Figures:
         fill_bytes=get("Input Fill") + get("Intermediate Fill") + get("Inter HTP Fill"),
         spill_bytes=get("Output Spill") + get("Intermediate Spill") + get("Inter HTP Spill"),
         ops_without_cost=get("Missing Ops (Number of Ops with no Costs associated)"),
-        backend_us=get("Simulated (Accelerator exec time us)"),
+        backend_us=event.get("Simulated (Accelerator exec time us)"),
         clock_mhz=mhz, clock_source=where, ms=ms(cycles), ms_lower=ms(lower), ms_upper=ms(upper))
 
 
@@ -259,8 +259,10 @@ def _summed(every: list[Figures]) -> Figures:
         values = [getattr(f, attr) for f in every]
         return None if None in values else round(sum(values), 6)
 
+    us = [f.backend_us for f in every]
     return Figures(total("cycles"), total("lower"), total("upper"), total("fill_bytes"), total("spill_bytes"),
-                   total("ops_without_cost"), total("backend_us"), first.clock_mhz, first.clock_source,
+                   total("ops_without_cost"), None if None in us else sum(u for u in us if u is not None),
+                   first.clock_mhz, first.clock_source,
                    total_ms("ms"), total_ms("ms_lower"), total_ms("ms_upper"))
 
 
