@@ -83,7 +83,8 @@ def manifest_cases(good: Path) -> Iterator[Case]:
     copy_to = _copy_bundle(good)
     turn = {id(BAD_NUMBERS): 0, id(BAD_STRINGS): 0}
     for path, value in _walk(manifest):
-        if not path or isinstance(value, (dict, list)) or path[-1] in ("created_by", "license", "commit", "model"):
+        if not path or isinstance(value, (dict, list)) or path[-1] in ("created_by", "license", "commit", "model",
+                                                                                 "found_in"):
             continue  # free text and containers: mutations of those are not errors
         if path[0] == "graphs" or (path[0] == "targets" and "validation" in path):
             continue  # signatures are checked against the files; validation summaries are informative
