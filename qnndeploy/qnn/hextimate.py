@@ -33,7 +33,7 @@ from importlib import resources
 from pathlib import Path
 
 from qnndeploy.base import child, fileio, socs
-from qnndeploy.base.errors import CheckFailed, MissingTool, first_line
+from qnndeploy.base.errors import BadInput, CheckFailed, MissingTool, first_line
 from qnndeploy.qnn import htp
 
 SOURCE = "hextimate.c"
@@ -168,6 +168,8 @@ def build() -> Built:
             if not (final / DONE).is_file():
                 shutil.rmtree(final, ignore_errors=True)
                 staging.rename(final)
+    except OSError as e:
+        raise fileio.write_error(e, final) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return Built(library, real, True, round(time.monotonic() - start, 3))
@@ -233,6 +235,8 @@ def estimate(model: Path, soc: socs.Soc, *, fp16: bool = True, timeout: float | 
     """Compile `model` for `soc` with the Hextimate backend and read its estimate. The compile runs in a child
     process (a native crash or a hang ends the child, not this process); a graph the HTP does not take whole is an
     error (CheckFailed), since an estimate would leave its CPU ops out."""
+    if not model.is_file():
+        raise BadInput(f"{model}: no such ONNX file")
     built = build()
     qairt = htp.qairt_version()
     start = time.monotonic()
