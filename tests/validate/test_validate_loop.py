@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from qnndeploy import validate as stage
+from qnndeploy.base.names import FORMAT_VERSION
 from qnndeploy.model.samples import write_samples
 from qnndeploy.qnn import htp
 from tests.support import speech, whisper
@@ -78,7 +79,7 @@ def test_whisper_is_validated_by_its_decode_loop_on_real_speech(tmp_path: Path) 
     (bundle,) = (tmp_path / "dist").iterdir()
     manifest = json.loads((bundle / "manifest.json").read_text())
     loop = manifest["loop"]
-    assert manifest["format_version"] == 5 and (loop["encoder"], loop["decoder"]) == ("encoder", "decoder")
+    assert manifest["format_version"] == FORMAT_VERSION and (loop["encoder"], loop["decoder"]) == ("encoder", "decoder")
     assert loop["token"] == f"{whisper.NAME}-tokens" and len(loop["cache"]) == 2 * whisper.TINY_EN.n_text_layer
     assert (bundle / loop["tokenizer"]["path"]).read_bytes() == tokenizer.read_bytes()
     verified = run("bundle", "verify", bundle)  # the binaries run again as the loop, on the record's own clip
