@@ -155,9 +155,10 @@ MODELS = [
     # issue 33's advice items, one architecture each (support/rewrite_blocks.py's blocks), generated weights
     Model("swin_dynamo", "Swin-style classifier: window attention (6-D window partition/reverse), erf-GELU MLPs, "
           "dynamo at opset 18", "torch:swin_dynamo", "Apache-2.0 (generated)", task="classify",
-          advice="--fuse --rewrite reshape-allowzero,rank",
-          note="dynamo writes every Reshape with allowzero=1; the GELUs' Erf sits among those CPU nodes; its "
-          "weights in swin_dynamo.onnx.data, as dynamo writes them by default (prepare --fuse crashed on that)"),
+          advice="--rewrite reshape-allowzero,rank",
+          note="dynamo writes every Reshape with allowzero=1; the GELUs' Erf, a CPU node for QAIRT 2.49.40 (then "
+          "--fuse was advised too), runs on the HTP of QAIRT 2.50.40; its weights in swin_dynamo.onnx.data, as dynamo "
+          "writes them by default (prepare --fuse crashed on that)"),
     Model("soft_split", "T2T-style soft split: overlapping patches by nn.Unfold (6-D Gather/Transpose/Reshape)",
           "torch:soft_split", "Apache-2.0 (generated)", task="classify", advice="--rewrite rank"),
     Model("gln_separator", "speech separation, Conv-TasNet-shaped, a global LayerNorm over (channels, frames)",
