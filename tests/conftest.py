@@ -82,3 +82,22 @@ def toolchains():
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    """A `qnndeploy demo` output folder (model/, build/, bundle/) made by the installed onnxruntime-qnn, one per test
+    module: a module may change it."""
+    from qnndeploy.demo import run_demo
+    from qnndeploy.qnn import htp
+
+    require(htp.available(), "onnxruntime-qnn")
+    out = tmp_path_factory.mktemp("demo") / "run"
+    run_demo(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def demo_bundle(demo_run):
+    """The demo's bundle folder (demo_run's bundle/kws-demo-1.0.0)."""
+    return next((demo_run / "bundle").iterdir())

@@ -687,16 +687,6 @@ def run_write_case(case: fuzz.WriteCase, folder: Path, prefix: list[str] | None,
     return None
 
 
-@pytest.fixture(scope="module")
-def demo_run(tmp_path_factory) -> Path:
-    require(htp.available(), "onnxruntime-qnn")
-    from qnndeploy.demo import run_demo
-
-    out = tmp_path_factory.mktemp("demo") / "run"
-    run_demo(out)
-    return out
-
-
 @pytest.mark.slow
 @pytest.mark.fuzz
 def test_every_write_failure_ends_in_one_line_and_leaves_the_place_as_it_was(demo_run, tmp_path):

@@ -20,23 +20,18 @@ import pytest
 
 from qnndeploy.base.errors import BadInput
 from qnndeploy.bundle.build import build_bundle, spec_from_build
-from qnndeploy.demo import run_demo
 from qnndeploy.formats import elf
 from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.qnn import htp
 from tests.support import REPO
 from tests.support.cli import run
 from tests.support.elfgen import AARCH64, QDSP6, QUALCOMM_SKEL_ALIGN, android_lib, fake_sdk, skel_lib
-from tests.support.host import require
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory) -> Path:
-    """The demo's build folder: three SoCs compiled and validated by the installed onnxruntime-qnn."""
-    require(htp.available(), "onnxruntime-qnn")
-    out = tmp_path_factory.mktemp("demo") / "run"
-    run_demo(out)
-    return out
+def demo(demo_run: Path) -> Path:
+    """The demo's output folder: three SoCs compiled and validated by the installed onnxruntime-qnn."""
+    return demo_run
 
 
 def manifest(bundle: Path) -> dict:

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from qnndeploy.cli._common import QUIET_ENV, step_progress
-from qnndeploy.demo import run_demo
 from qnndeploy.formats.manifest import read_manifest
 from qnndeploy.qnn import htp
 from tests.support import bundles
@@ -44,11 +43,8 @@ def clean_json(stdout: str) -> object:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory) -> Path:
-    require(htp.available(), "onnxruntime-qnn")
-    out = tmp_path_factory.mktemp("demo") / "demo"
-    run_demo(out)
-    return out
+def demo(demo_run: Path) -> Path:
+    return demo_run
 
 
 @pytest.mark.needs_qnn

@@ -13,7 +13,6 @@ import pytest
 import qnndeploy
 from qnndeploy.base import socs
 from qnndeploy.base.errors import QnnDeployError
-from qnndeploy.demo import run_demo
 from qnndeploy.formats import decision, playplan
 from qnndeploy.formats.manifest import Manifest
 from qnndeploy.package import play
@@ -26,14 +25,6 @@ from tests.support.host import require, shipped_files
 DEMO_SOCS = ("SM8550", "SM8650", "SM8750")
 SCANCARD = ("https://github.com/yoshixmk/scancard/blob/07bd1695bb1faf571d21fa34171c3082e44f4f69/app/"
             "build.gradle.kts")
-
-
-@pytest.fixture(scope="module")
-def demo_bundle(tmp_path_factory) -> Path:
-    require(htp.available(), "onnxruntime-qnn")
-    out = tmp_path_factory.mktemp("demo") / "run"
-    run_demo(out)
-    return next((out / "bundle").iterdir())
 
 
 @pytest.fixture(scope="module")

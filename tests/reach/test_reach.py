@@ -18,16 +18,13 @@ import pytest
 from qnndeploy import api
 from qnndeploy.base import socs
 from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
-from qnndeploy.demo import run_demo
 from qnndeploy.formats import reach
 from qnndeploy.formats.archive import write_archive
 from qnndeploy.formats.decision import REASONS, SOC_MODEL_SINCE_SDK, arch_min_qairt
 from qnndeploy.formats.manifest import Manifest
 from qnndeploy.formats.playplan import DEFAULT_GROUP, MANUFACTURERS, plan_groups, play_group, read_plan
-from qnndeploy.qnn import htp
 from tests.support import bundles
 from tests.support.cli import parsed, run
-from tests.support.host import require
 
 
 def mobile_chipsets() -> set[str]:
@@ -35,14 +32,6 @@ def mobile_chipsets() -> set[str]:
 
 
 # --- the demo's bundle ---------------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def demo_bundle(tmp_path_factory) -> Path:
-    require(htp.available(), "onnxruntime-qnn")
-    out = tmp_path_factory.mktemp("demo") / "run"
-    run_demo(out)
-    return next((out / "bundle").iterdir())
-
 
 def manifest_of(bundle: Path) -> dict:
     data: dict = json.loads((bundle / "manifest.json").read_text())

@@ -649,14 +649,9 @@ def test_scaffold_on_a_full_disk_is_the_one_line_no_space_error(external, tmp_pa
 # --- the licence manifest reaches the app ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def licensed(tmp_path_factory) -> Path:
+def licensed(demo_bundle: Path) -> Path:
     """The demo's bundle: its binaries' compiler is the installed onnxruntime-qnn wheel, whose licence files it has."""
-    from qnndeploy.demo import run_demo
-
-    require(htp.available(), "onnxruntime-qnn")
-    out = tmp_path_factory.mktemp("demo") / "run"
-    run_demo(out)
-    return next((out / "bundle").iterdir())
+    return demo_bundle
 
 
 @pytest.mark.parametrize("with_play", [False, True])
