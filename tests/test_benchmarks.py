@@ -41,6 +41,8 @@ SMOKE = {
                         ["word error rate, NPU vs CPU", "clips token for token the same", "emulator decoder steps"]),
     "report_memory.py": ([], [], ["inputs MB", "seconds", "peak RSS MB", "page MB", "target"],
                          ["1 record", "4 records"]),
+    "estimate_vs_aihub.py": ([QNN], ["--work", "{tmp}/work"], ["model", "chip", "measured ms", "estimate x factor"],
+                             ["mnasnet05 ", "squeezenet1_1 "]),
     "startup.py": ([], [], ["ms", "difference ms", "ratio", "target"],
                    ["python -c 'import click'", "qnndeploy --help", "qnndeploy check --help",
                     "qnndeploy bundle verify --help"]),

@@ -11,6 +11,10 @@ real libQnnHtp.so and adds the config to every graph it creates. The backend est
 
 What the number is not: a measurement; a time for any op left to the CPU (the compile allows no CPU fallback); load
 or first-run time; anything but the HTP's top clock (burst), with no throttling.
+
+A phone SoC gets its estimate from the QCS9100 one scaled by the chip's factor (phone_estimate): data/chip_factors.json,
+fitted by benchmarks/estimate_vs_aihub.py on AI Hub's published measurements (fit, below); a SoC or precision with no
+factor gets no number.
 """
 
 from __future__ import annotations
@@ -18,19 +22,23 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import math
 import os
 import re
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from qnndeploy.base import child, fileio, socs
 from qnndeploy.base.errors import BadInput, CheckFailed, MissingTool, first_line
@@ -350,3 +358,133 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+# --- from the QCS9100 estimate to a phone's: one factor per chip ----------------------------------------------------
+
+FACTORS = "data/chip_factors.json"
+CALIBRATED_ON = "QCS9100"  # the SoC whose estimates the factors scale (SA8255's model is the same)
+WITHIN = 1.5  # the fit's tolerance: a model is "within" when measured and predicted differ by at most this factor
+
+
+@dataclass(frozen=True)
+class ChipFactor:
+    """One chip's factor from data/chip_factors.json: measured / estimate, fitted on AI Hub's measurements."""
+
+    soc: str
+    factor: float  # phone ms = QCS9100 estimate ms x factor
+    models: int  # models the fit used
+    loo_median: float  # leave-one-out measured / predicted: the median over the models
+    loo_worst: float  # and the one farthest from 1
+    within: float  # the fraction of models within WITHIN, leave-one-out
+    spearman: float  # rank correlation of the estimates with the measured times
+    device: str  # AI Hub's device the measurements come from
+    runtime: str  # AI Hub's runtime fitted on (onnx: ONNX Runtime's QNN EP)
+    precision: str  # "fp16": the only precision with factors
+    source: str  # the qai-hub-models release, the QAIRT of the estimates, the fit date
+
+
+@dataclass(frozen=True)
+class PhoneEstimate:
+    """A phone SoC's estimated time: the QCS9100 estimate scaled by the chip's factor, nothing measured."""
+
+    soc: str
+    ms: float
+    ms_lower: float  # the backend's lower and upper estimates, scaled by the same factor
+    ms_upper: float
+    qcs9100_ms: float  # the estimate scaled
+    factor: ChipFactor
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A factor fitted on (model, measured ms, estimate ms) rows: the geometric mean of measured / estimate, and
+    per model the leave-one-out ratio measured / (estimate x the factor fitted without that model)."""
+
+    factor: float
+    loo: dict[str, float]  # model -> measured / predicted, leave-one-out
+    within: float  # the fraction of `loo` within WITHIN
+    spearman: float  # of the measured times against the estimates
+
+    @property
+    def loo_median(self) -> float:
+        return statistics.median(self.loo.values())
+
+    @property
+    def loo_worst(self) -> float:
+        return max(self.loo.values(), key=lambda r: max(r, 1 / r))
+
+
+def _geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _ranks(values: Sequence[float]) -> list[float]:
+    """Ranks from 1, ties sharing their average rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    """Spearman's rank correlation: Pearson's on the ranks (NaN with fewer than two values or a constant side)."""
+    if len(a) != len(b) or len(a) < 2:
+        return math.nan
+    ra, rb = _ranks(a), _ranks(b)
+    ma, mb = statistics.fmean(ra), statistics.fmean(rb)
+    num = sum((x - ma) * (y - mb) for x, y in zip(ra, rb, strict=True))
+    den = math.sqrt(sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb))
+    return num / den if den else math.nan
+
+
+def fit(rows: Sequence[tuple[str, float, float]]) -> Fit:
+    """The factor of one chip from (model, measured ms, estimate ms) rows, at least two."""
+    if len(rows) < 2:
+        raise ValueError("a factor needs at least two models, one to leave out")
+    ratios = {model: measured / est for model, measured, est in rows}
+    loo = {}
+    for model, _, _ in rows:
+        rest = [r for m, r in ratios.items() if m != model]
+        loo[model] = ratios[model] / _geomean(rest)
+    within = sum(1 for r in loo.values() if max(r, 1 / r) <= WITHIN) / len(loo)
+    return Fit(_geomean(list(ratios.values())), loo, within,
+               spearman([m for _, m, _ in rows], [e for _, _, e in rows]))
+
+
+@cache
+def _factors_json() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(resources.files("qnndeploy").joinpath(FACTORS).read_text(encoding="utf-8"))
+    return loaded
+
+
+def chip_factors() -> dict[str, ChipFactor]:
+    """data/chip_factors.json's factors, by catalog SoC."""
+    data = _factors_json()
+    source = (f"fitted {data['fitted']} on {data['source']['wheel']} ({data['source']['files']}), estimates of "
+              f"QAIRT {data['estimates']['qairt']} ({FACTORS})")
+    return {row["soc"]: ChipFactor(row["soc"], float(row["factor"]), int(row["models"]), float(row["loo_median"]),
+                                   float(row["loo_worst"]), float(row["within"]), float(row["spearman"]),
+                                   row["device"], data["source"]["runtime"], data["source"]["precision"], source)
+            for row in data["factors"]}
+
+
+def phone_estimate(qcs9100: Figures, soc: socs.Soc | str, *, precision: str = "fp16") -> PhoneEstimate | None:
+    """The estimate for `soc` from a QCS9100 (or SA8255) estimate: its times scaled by the chip's factor. None when
+    the chip has no factor, the precision is not calibrated (only fp16 is), or the figures have no time (no clock
+    known for their QAIRT)."""
+    name = soc.model if isinstance(soc, socs.Soc) else soc
+    factor = chip_factors().get(name)
+    if factor is None or precision != factor.precision or None in (qcs9100.ms, qcs9100.ms_lower, qcs9100.ms_upper):
+        return None
+    assert qcs9100.ms is not None and qcs9100.ms_lower is not None and qcs9100.ms_upper is not None
+    f = factor.factor
+    return PhoneEstimate(name, round(qcs9100.ms * f, 6), round(qcs9100.ms_lower * f, 6),
+                         round(qcs9100.ms_upper * f, 6), qcs9100.ms, factor)

@@ -1,0 +1,140 @@
+"""The chip factors (qnndeploy/data/chip_factors.json, written by benchmarks/estimate_vs_aihub.py --write) against
+their sources: refitted from the QCS9100 estimates the file stores and AI Hub's measurements in the installed
+qai-hub-models wheel (tests/reference-requirements.txt, --no-deps: only its perf.yaml and devices files are read),
+they must come out as stored, so a new wheel or a changed table fails here instead of drifting; two stored estimates
+re-made with the installed QAIRT must be the stored cycles (the cost model is deterministic); and phone_estimate
+scales a QCS9100 estimate by the factor, giving nothing for a chip or precision without one."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import sys
+
+import pytest
+
+from qnndeploy.base import socs
+from qnndeploy.qnn import hextimate, htp
+from tests.support import REPO, aihub_perf
+from tests.support.host import require
+
+DATA = json.loads((REPO / "qnndeploy" / hextimate.FACTORS).read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def package():
+    found = aihub_perf.package_dir()
+    require(found is not None, "qai-hub-models (pip install --no-deps -r tests/reference-requirements.txt)")
+    return found
+
+
+def _estimate_ms(model: str) -> float:
+    return DATA["estimates"]["models"][model]["cycles"] / DATA["estimates"]["clock_mhz"] / 1000
+
+
+def test_the_file_says_where_its_figures_come_from():
+    assert DATA["made_by"] == "benchmarks/estimate_vs_aihub.py --write"
+    assert DATA["source"]["wheel"].startswith("qai-hub-models ")
+    assert DATA["source"]["precision"] == "fp16"
+    assert set(DATA["precisions_not_calibrated"]) == {"w8a16", "w8a8"}
+    assert DATA["estimates"]["soc"] == hextimate.CALIBRATED_ON
+    assert len(DATA["fitted"]) == 10  # a date
+    clock, _ = hextimate.clock(DATA["estimates"]["qairt"], hextimate.CALIBRATED_ON)
+    assert clock == DATA["estimates"]["clock_mhz"]
+    for row in DATA["factors"]:
+        socs.find(row["soc"])  # a catalog SoC
+        assert row["models"] >= 2
+
+
+def test_the_factors_refit_from_the_installed_wheel_as_stored(package):
+    """The stored estimates against the wheel's measurements: the same models per chip, the same factor and
+    leave-one-out figures. A new qai-hub-models release that changes a measurement fails here: run the benchmark
+    with --write."""
+    assert f"qai-hub-models {aihub_perf.version()}" == DATA["source"]["wheel"], "another qai-hub-models is installed"
+    runtime = DATA["source"]["runtime"]
+    by_soc: dict[str, list[tuple[str, float, float]]] = {}
+    for model in DATA["estimates"]["models"]:
+        rows = aihub_perf.measured(package, model, DATA["source"]["perf_yaml_precision"])
+        for soc, row in aihub_perf.per_soc(rows, runtime).items():
+            by_soc.setdefault(soc, []).append((model, row.ms, _estimate_ms(model)))
+    for stored in DATA["factors"]:
+        refit = hextimate.fit(sorted(by_soc[stored["soc"]]))
+        assert len(refit.loo) == stored["models"], stored["soc"]
+        assert refit.factor == pytest.approx(stored["factor"], abs=1e-4), stored["soc"]
+        assert refit.within == pytest.approx(stored["within"], abs=1e-4), stored["soc"]
+        assert refit.loo_median == pytest.approx(stored["loo_median"], abs=1e-4), stored["soc"]
+        assert refit.loo_worst == pytest.approx(stored["loo_worst"], abs=1e-4), stored["soc"]
+        assert refit.spearman == pytest.approx(stored["spearman"], abs=1e-4), stored["soc"]
+        device = aihub_perf.per_soc(aihub_perf.measured(package, next(iter(refit.loo))), runtime)[stored["soc"]]
+        assert (device.device, device.matched) == (stored["device"], stored["matched"])
+    fitted = {row["soc"] for row in DATA["factors"]}
+    assert {soc for soc, rows in by_soc.items() if len(rows) >= 2} == fitted
+
+
+def test_the_fit_is_the_geometric_mean_with_each_model_left_out():
+    rows = [("a", 2.0, 1.0), ("b", 8.0, 2.0), ("c", 3.0, 3.0)]  # ratios 2, 4, 1
+    f = hextimate.fit(rows)
+    assert f.factor == pytest.approx(2.0)  # (2*4*1)^(1/3)
+    assert f.loo["a"] == pytest.approx(2 / 2)  # 2 / sqrt(4*1)
+    assert f.loo["b"] == pytest.approx(4 / math.sqrt(2))
+    assert f.loo["c"] == pytest.approx(1 / math.sqrt(8))
+    assert f.within == pytest.approx(1 / 3)  # only a within 1.5x
+    assert f.loo_worst in (f.loo["b"], f.loo["c"])  # both sqrt(8) from 1, one each way
+    assert f.spearman == pytest.approx(0.5)  # ranks 1,3,2 vs 1,2,3
+    assert hextimate.spearman([1, 2, 2, 3], [1, 2, 2, 3]) == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        hextimate.fit(rows[:1])
+
+
+def _figures(cycles: int, lower: int, upper: int) -> hextimate.Figures:
+    mhz = DATA["estimates"]["clock_mhz"]
+    return hextimate.Figures(cycles, lower, upper, 0, 0, 0, None, mhz, "test", cycles / mhz / 1000,
+                             lower / mhz / 1000, upper / mhz / 1000)
+
+
+def test_phone_estimate_scales_by_the_factor_and_gives_nothing_without_one():
+    row = DATA["factors"][0]
+    figures = _figures(1_497_600, 1_300_000, 1_700_000)  # 1 ms at the clock
+    phone = hextimate.phone_estimate(figures, socs.find(row["soc"]))
+    assert phone is not None
+    assert phone.soc == row["soc"]
+    assert phone.ms == pytest.approx(row["factor"], rel=1e-5)
+    assert phone.ms_lower < phone.ms < phone.ms_upper
+    assert phone.qcs9100_ms == pytest.approx(1.0)
+    assert phone.factor.models == row["models"] and phone.factor.device == row["device"]
+    assert DATA["source"]["wheel"] in phone.factor.source and DATA["fitted"] in phone.factor.source
+    fitted = {r["soc"] for r in DATA["factors"]}
+    without = next(s.model for s in socs.catalog() if s.model not in fitted)
+    assert hextimate.phone_estimate(figures, without) is None
+    assert hextimate.phone_estimate(figures, row["soc"], precision="w8a8") is None
+    no_clock = hextimate.Figures(1, 1, 1, 0, 0, 0, None, None, "none", None, None, None)
+    assert hextimate.phone_estimate(no_clock, row["soc"]) is None
+
+
+@pytest.mark.slow
+@pytest.mark.needs_qnn
+@pytest.mark.parametrize("model", ["squeezenet1_1", "mnasnet05"])
+def test_a_stored_estimate_is_what_the_installed_qairt_gives(model, tmp_path, monkeypatch):
+    """Golden: the model rebuilt and estimated again gives the stored cycles (random weights are seeded, and the
+    cost model does not read them). Only for the QAIRT the file's estimates were made with."""
+    require(htp.available(), "onnxruntime-qnn")
+    if htp.qairt_version() != DATA["estimates"]["qairt"]:
+        pytest.skip(f"the stored estimates are QAIRT {DATA['estimates']['qairt']}'s, this is {htp.qairt_version()}")
+    monkeypatch.setenv(hextimate.ENV_DIR, str(tmp_path / "hextimate-cache"))
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        bench = importlib.import_module("estimate_vs_aihub")  # the benchmark's rebuild, exactly
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    try:
+        bench._torchvision_models()
+    except ImportError:
+        require(False, "torchvision (pip install -e '.[test]')")
+    path = tmp_path / f"{model}.onnx"
+    bench.export(model, bench.MODELS[model], path)
+    est = hextimate.estimate(path, socs.find(hextimate.CALIBRATED_ON))
+    assert est.figures is not None, est.reason
+    stored = DATA["estimates"]["models"][model]
+    assert (est.figures.cycles, est.figures.lower, est.figures.upper) == (
+        stored["cycles"], stored["lower"], stored["upper"])
