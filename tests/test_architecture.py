@@ -25,8 +25,8 @@ FLOORS: list[tuple[str, tuple[str, ...], str]] = [
     ("formats", ("formats",), ("the files qnndeploy writes and the rules that read them: the bundle manifest and "
                                "its verification, compile, validation and bench records, archives, ELF reading, "
                                "the Play plan, the on-device decision")),
-    ("rooms", ("check", "prepare", "compile", "validate", "diagnose", "bundle", "inspect", "scaffold", "package",
-               "reach", "device", "report"),
+    ("rooms", ("check", "prepare", "estimate", "compile", "validate", "diagnose", "bundle", "inspect", "scaffold",
+               "package", "reach", "device", "report"),
      "one room per command, each the library its command calls; no room imports another"),
     ("runners", ("demo", "doctor", "api"), ("what runs several rooms: the demo, the environment report, the public "
                                             "Python API")),

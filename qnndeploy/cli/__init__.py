@@ -31,6 +31,7 @@ COMMANDS = {
     "socs": ("socs", "socs", "The SoC catalog, or one SoC with its sources and what QNN's compiler wrote for it."),
     "check": ("check", "check", "Is each model ready for the NPU, and what fixes it."),
     "prepare": ("prepare", "prepare", "Make a model NPU-ready, proven equivalent on CPU."),
+    "estimate": ("estimate", "estimate", "How fast each model would run on each SoC's NPU, estimated here."),
     "compile": ("compile", "compile_cmd", "Compile each model for each SoC into a QNN context binary."),
     "validate": ("validate", "validate", "Compare each context binary on the HTP emulator with the CPU."),
     "diagnose": ("diagnose", "diagnose", "Find the tensor where the NPU's numbers go wrong, and why."),

@@ -363,6 +363,7 @@ if __name__ == "__main__":
 # --- from the QCS9100 estimate to a phone's: one factor per chip ----------------------------------------------------
 
 FACTORS = "data/chip_factors.json"
+MODELLED = ("QCS9100", "SA8255")  # the SoCs the backend estimates; for every other it says "unsupported"
 CALIBRATED_ON = "QCS9100"  # the SoC whose estimates the factors scale (SA8255's model is the same)
 WITHIN = 1.5  # the fit's tolerance: a model is "within" when measured and predicted differ by at most this factor
 

@@ -88,8 +88,8 @@ def test_help_imports_no_command_module():
 
 def test_the_listing_follows_the_pipeline():
     names = [line.split()[0] for line in run("--help").output.split("Commands:\n")[1].splitlines() if line.strip()]
-    assert names == ["demo", "socs", "check", "prepare", "compile", "validate", "diagnose", "bundle", "inspect",
-                     "scaffold", "package", "reach", "device", "report", "doctor",
+    assert names == ["demo", "socs", "check", "prepare", "estimate", "compile", "validate", "diagnose", "bundle",
+                     "inspect", "scaffold", "package", "reach", "device", "report", "doctor",
                      "cache"]
 
 

@@ -1,0 +1,108 @@
+"""`estimate`: how fast each model would run on the HTP of each SoC, before any phone is at hand: the HTP backend's
+own host-side estimate for QCS9100 (qnn/hextimate.py: a compile on this machine, nothing run), scaled per chip by
+the factor fitted on AI Hub's published measurements (data/chip_factors.json). A SoC without a factor gets no
+number, with the reason; nothing here is measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from qnndeploy.base import socs
+from qnndeploy.qnn import hextimate
+
+# What every estimate leaves out, said wherever one is shown.
+NOT_CLAIMED = ("estimated, not measured: the HTP's cost model on the host, at the top clock (burst), no thermal "
+               "throttling; no time for ops left to the CPU, for loading, or for per-inference overhead outside "
+               "the accelerator (small models run about 0.2 ms slower than estimated)")
+
+
+@dataclass(frozen=True)
+class SocEstimate:
+    """One SoC's estimate of one model: ms and its band, or None with `reason`."""
+
+    soc: str
+    ms: float | None
+    ms_lower: float | None
+    ms_upper: float | None
+    factor: float | None  # the chip factor applied to the QCS9100 estimate
+    fit: str  # the factor's fit in words: models, within 1.5x leave-one-out, AI Hub's device
+    reason: str  # why there is no number ("" when there is one)
+
+
+@dataclass(frozen=True)
+class ModelEstimate:
+    model: str
+    qairt: str
+    reference: hextimate.Estimate  # the backend's estimate for QCS9100, which every phone's is scaled from
+    socs: tuple[SocEstimate, ...]
+    warnings: tuple[str, ...]
+    source: str  # where the factors come from (data/chip_factors.json's provenance)
+
+
+@dataclass(frozen=True)
+class Estimates:
+    models: tuple[ModelEstimate, ...]
+    not_claimed: str = NOT_CLAIMED
+
+
+def targets(names: Sequence[str]) -> tuple[socs.Soc, ...]:
+    """The SoCs asked for (each once, by the catalog), else every SoC with a chip factor, in the catalog's order."""
+    if names:
+        found: dict[str, socs.Soc] = {}
+        for name in names:
+            soc = socs.find(name)
+            found.setdefault(soc.model, soc)
+        return tuple(found.values())
+    factors = hextimate.chip_factors()
+    return tuple(s for s in socs.catalog() if s.model in factors)
+
+
+def _for_soc(reference: hextimate.Figures, soc: socs.Soc) -> SocEstimate:
+    phone = hextimate.phone_estimate(reference, soc)
+    if phone is not None:
+        f = phone.factor
+        fit = (f"{f.models} models, {f.within:.0%} within {hextimate.WITHIN:g}x leave-one-out (worst "
+               f"{f.loo_worst:.2f}), Spearman {f.spearman:.3f}, AI Hub's {f.device}")
+        return SocEstimate(soc.model, phone.ms, phone.ms_lower, phone.ms_upper, f.factor, fit, "")
+    if reference.ms is None:
+        return SocEstimate(soc.model, None, None, None, None, "", reference.clock_source)
+    return SocEstimate(soc.model, None, None, None, None, "",
+                       f"no chip factor for {soc.model} ({hextimate.FACTORS}: no fp16 measurement of AI Hub's was "
+                       "fitted for it): no number")
+
+
+def _modelled(model: Path, soc: socs.Soc, timeout: float | None) -> SocEstimate:
+    """A SoC the backend models itself (SA8255) with no factor: its own estimate, unscaled."""
+    est = hextimate.estimate(model, soc, fp16=True, timeout=timeout)
+    f = est.figures
+    if f is None or f.ms is None:
+        return SocEstimate(soc.model, None, None, None, None, "", est.reason or (f.clock_source if f else ""))
+    return SocEstimate(soc.model, f.ms, f.ms_lower, f.ms_upper, None,
+                       "the HTP backend's own model of this SoC, no factor", "")
+
+
+def estimate_models(models: Sequence[Path], soc_names: Sequence[str] = (), *,
+                    timeout: float | None = hextimate.DEFAULT_TIMEOUT_S) -> Estimates:
+    """Each model estimated for QCS9100 at fp16, then for each SoC asked (default: every SoC with a factor)."""
+    chosen = targets(soc_names)  # an unknown SoC is refused before any compile
+    reference_soc = socs.find(hextimate.CALIBRATED_ON)
+    factors = hextimate.chip_factors()
+    source = next(iter(factors.values())).source if factors else f"no factors in {hextimate.FACTORS}"
+    found = []
+    for model in models:
+        est = hextimate.estimate(Path(model), reference_soc, fp16=True, timeout=timeout)
+        warnings = []
+        rows: tuple[SocEstimate, ...]
+        if est.figures is None:
+            rows = tuple(SocEstimate(s.model, None, None, None, None, "", est.reason) for s in chosen)
+        else:
+            rows = tuple(_modelled(Path(model), s, timeout) if s.model in hextimate.MODELLED
+                         and s.model not in factors else _for_soc(est.figures, s) for s in chosen)
+            if est.figures.ops_without_cost:
+                warnings.append(f"{est.figures.ops_without_cost} ops have no cost in the HTP's model: each counts "
+                                "as nothing, so every estimate of this model is low by them")
+        found.append(ModelEstimate(str(model), est.qairt, est, rows, tuple(warnings), source))
+    return Estimates(tuple(found))

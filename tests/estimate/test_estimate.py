@@ -1,0 +1,101 @@
+"""`qnndeploy estimate` (qnndeploy/estimate.py, cli/estimate.py): the QCS9100 estimate scaled per chip by
+data/chip_factors.json, a SoC without a factor with no number and its reason, SA8255 (which the backend models) with
+its own unscaled estimate; then the command on a real graph with the wheel's HTP backend (MLP's golden cycles,
+tests/qnn/test_hextimate.py), its JSON, and its one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import pytest
+
+from qnndeploy.base import socs
+from qnndeploy.estimate import estimate_models
+from qnndeploy.qnn import hextimate, htp
+from tests.support import synth_models
+from tests.support.cli import parsed, run
+from tests.support.host import require
+
+MLP_CYCLES = 2314  # tests/qnn/test_hextimate.py's golden MLP, every QAIRT release listed there
+
+
+def _figures(cycles: int) -> hextimate.Figures:
+    mhz = 1497.6
+    return hextimate.Figures(cycles, cycles - 100, cycles + 100, 10, 20, 1, None, mhz, "test", cycles / mhz / 1000,
+                             (cycles - 100) / mhz / 1000, (cycles + 100) / mhz / 1000)
+
+
+def test_each_soc_gets_the_scaled_estimate_or_no_number_with_the_reason(tmp_path, monkeypatch):
+    asked: list[str] = []
+
+    def fake(model: Path, soc: socs.Soc, **_: object) -> hextimate.Estimate:
+        asked.append(soc.model)
+        return hextimate.Estimate(str(model), soc.model, "2.50.40", _figures(1_497_600), "", 1, 0.1)
+
+    monkeypatch.setattr(hextimate, "estimate", fake)
+    factors = hextimate.chip_factors()
+    result = estimate_models([tmp_path / "m.onnx"], ["SM8750", "SM8635", "SA8255"])
+    (m,) = result.models
+    rows = {r.soc: r for r in m.socs}
+    assert rows["SM8750"].ms == pytest.approx(factors["SM8750"].factor, rel=1e-5)  # 1 ms on QCS9100
+    assert rows["SM8750"].factor == factors["SM8750"].factor and "leave-one-out" in rows["SM8750"].fit
+    assert rows["SM8635"].ms is None and "no chip factor for SM8635" in rows["SM8635"].reason
+    assert rows["SA8255"].ms == pytest.approx(1.0) and rows["SA8255"].factor is None
+    assert asked == ["QCS9100", "SA8255"]  # the reference, then SA8255's own
+    assert m.warnings and "1 ops have no cost" in m.warnings[0]
+    assert "not measured" in result.not_claimed
+    every = estimate_models([tmp_path / "m.onnx"])  # default: every SoC with a factor
+    assert {r.soc for r in every.models[0].socs} == set(factors)
+
+
+def test_no_reference_estimate_is_no_number_anywhere(tmp_path, monkeypatch):
+    monkeypatch.setattr(hextimate, "estimate", lambda model, soc, **_: hextimate.Estimate(
+        str(model), soc.model, "2.50.40", None, "the HTP backend says: nothing", 0, 0.1))
+    (m,) = estimate_models([tmp_path / "m.onnx"], ["SM8650"]).models
+    assert [(r.soc, r.ms, r.reason) for r in m.socs] == [("SM8650", None, "the HTP backend says: nothing")]
+
+
+def test_an_unknown_soc_is_bad_input_before_any_compile(tmp_path):
+    onnx.save(synth_models.static_mlp(), tmp_path / "m.onnx")
+    r = run("estimate", tmp_path / "m.onnx", "--soc", "SM9999")
+    assert r.exit_code == 2 and "unknown SoC 'SM9999'" in r.stderr
+
+
+@pytest.fixture
+def _cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(hextimate.ENV_DIR, str(tmp_path_factory.getbasetemp() / "hextimate-cache"))
+
+
+@pytest.mark.needs_qnn
+@pytest.mark.usefixtures("_cache")
+def test_the_command_prints_each_socs_estimate_with_its_factor(tmp_path):
+    require(htp.available(), "onnxruntime-qnn")
+    model = tmp_path / "mlp.onnx"
+    onnx.save(synth_models.static_mlp(), model)
+    r = run("estimate", model, "--soc", "SM8650,SM8635")
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert f"{MLP_CYCLES:,} cycles" in lines[0] and lines[0].startswith(f"{model}: QCS9100 ")
+    sm8650 = next(line for line in lines if line.startswith("SM8650 "))
+    expected = MLP_CYCLES / 1497.6 / 1000 * hextimate.chip_factors()["SM8650"].factor
+    assert f"{expected:.3f}" in sm8650
+    assert "no chip factor for SM8635" in next(line for line in lines if line.startswith("SM8635 "))
+    assert any(line.startswith("estimated, not measured") for line in lines)
+    assert lines[-1].startswith("next: qnndeploy compile ")
+    j = parsed(run("estimate", model, "--soc", "SM8650", "--json").stdout)
+    assert j["models"][0]["reference"]["figures"]["cycles"] == MLP_CYCLES
+    assert j["models"][0]["socs"][0]["soc"] == "SM8650" and j["models"][0]["socs"][0]["ms"] > 0
+
+
+@pytest.mark.needs_qnn
+@pytest.mark.usefixtures("_cache")
+def test_a_missing_model_and_a_dynamic_one_are_one_line_errors(tmp_path):
+    require(htp.available(), "onnxruntime-qnn")
+    r = run("estimate", tmp_path / "none.onnx")
+    assert r.exit_code == 2 and "no such ONNX file" in r.stderr
+    dynamic = tmp_path / "dyn.onnx"
+    onnx.save(synth_models.static_mlp(batch="N"), dynamic)
+    r = run("estimate", dynamic, "--json")
+    assert r.exit_code in (1, 2) and len(r.stderr.strip().splitlines()) == 1
+    assert parsed(r.stdout)["exit_code"] == r.exit_code
