@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qnndeploy.base import socs
-from qnndeploy.qnn import hextimate
+from qnndeploy.base.errors import BadInput
+from qnndeploy.base.kinds import Precision
+from qnndeploy.formats.records import read_build
+from qnndeploy.qnn import hextimate, htp
 
 # What every estimate leaves out, said wherever one is shown.
 NOT_CLAIMED = ("estimated, not measured: the HTP's cost model on the host, at the top clock (burst), no thermal "
@@ -84,15 +87,53 @@ def _modelled(model: Path, soc: socs.Soc, timeout: float | None) -> SocEstimate:
                        "the HTP backend's own model of this SoC, no factor", "")
 
 
+@dataclass(frozen=True)
+class _Job:
+    name: str  # the model's path, or a build's graph name
+    model: Path
+    socs: tuple[socs.Soc, ...]
+    precision: str
+
+
+def _jobs(paths: Sequence[Path], soc_names: Sequence[str]) -> list[_Job]:
+    """A model file is one job for the SoCs asked; a build folder (compile -o) one job per graph, from the source
+    ONNX its compile records name, for the SoCs it was compiled for unless --soc names others."""
+    asked = targets(soc_names)  # an unknown SoC is refused before any compile
+    jobs = []
+    for path in map(Path, paths):
+        if not path.is_dir():
+            jobs.append(_Job(str(path), path, asked, Precision.FP16))
+            continue
+        graphs: dict[tuple[str, Path, str], list[str]] = {}
+        for record in read_build(path):
+            graphs.setdefault((record.graph, record.source, str(record.precision)), []).append(record.soc)
+        for (graph, source, precision), built in graphs.items():
+            if not source.is_file():
+                raise BadInput(f"{path}: graph {graph} was compiled from {source}, which is not there now: give "
+                               "the model itself")
+            jobs.append(_Job(graph, source, asked if soc_names else targets(list(dict.fromkeys(built))), precision))
+    return jobs
+
+
 def estimate_models(models: Sequence[Path], soc_names: Sequence[str] = (), *,
                     timeout: float | None = hextimate.DEFAULT_TIMEOUT_S) -> Estimates:
-    """Each model estimated for QCS9100 at fp16, then for each SoC asked (default: every SoC with a factor)."""
-    chosen = targets(soc_names)  # an unknown SoC is refused before any compile
+    """Each model (or each graph of a build folder) estimated for QCS9100 at fp16, then for each SoC asked
+    (default: a build's SoCs, else every SoC with a factor). A graph compiled at another precision gets no number:
+    only fp16 has factors."""
+    jobs = _jobs(models, soc_names)
     reference_soc = socs.find(hextimate.CALIBRATED_ON)
     factors = hextimate.chip_factors()
     source = next(iter(factors.values())).source if factors else f"no factors in {hextimate.FACTORS}"
     found = []
-    for model in models:
+    for job in jobs:
+        model, chosen = job.model, job.socs
+        if job.precision != Precision.FP16:
+            why = f"compiled {job.precision}: only fp16 has chip factors ({hextimate.FACTORS}), no number"
+            est = hextimate.Estimate(str(model), reference_soc.model, htp.qairt_version(), None, why, 0, 0.0)
+            found.append(ModelEstimate(job.name, est.qairt, est,
+                                       tuple(SocEstimate(s.model, None, None, None, None, "", why) for s in chosen),
+                                       (), source))
+            continue
         est = hextimate.estimate(Path(model), reference_soc, fp16=True, timeout=timeout)
         warnings = []
         rows: tuple[SocEstimate, ...]
@@ -104,5 +145,5 @@ def estimate_models(models: Sequence[Path], soc_names: Sequence[str] = (), *,
             if est.figures.ops_without_cost:
                 warnings.append(f"{est.figures.ops_without_cost} ops have no cost in the HTP's model: each counts "
                                 "as nothing, so every estimate of this model is low by them")
-        found.append(ModelEstimate(str(model), est.qairt, est, rows, tuple(warnings), source))
+        found.append(ModelEstimate(job.name, est.qairt, est, rows, tuple(warnings), source))
     return Estimates(tuple(found))

@@ -27,6 +27,7 @@ def render(result: Estimates, models: tuple[Path, ...]) -> None:
         f = ref.figures
         if f is None:
             click.echo(f"{shown(m.model)}: no estimate ({ref.reason})")
+            table(["SoC", "why no number"], ([r.soc, r.reason] for r in m.socs))
             continue
         band = f"{num(f.ms_lower, '.3f')}-{num(f.ms_upper, '.3f')}"
         click.echo(f"{shown(m.model)}: {ref.soc} {num(f.ms, '.3f')} ms ({band}), {f.cycles:,} cycles at "
@@ -40,13 +41,16 @@ def render(result: Estimates, models: tuple[Path, ...]) -> None:
     if result.models:
         click.echo(f"factors: {result.models[0].source}")
     click.echo(result.not_claimed)
-    chosen = [r.soc for r in result.models[0].socs] if result.models else []
-    next_step(command_line("qnndeploy", "compile", *models, "--soc", ",".join(chosen), "-o", "build"))
+    if any(p.is_dir() for p in models):
+        next_step(command_line("qnndeploy", "validate", *[p for p in models if p.is_dir()]))
+    else:
+        chosen = [r.soc for r in result.models[0].socs] if result.models else []
+        next_step(command_line("qnndeploy", "compile", *models, "--soc", ",".join(chosen), "-o", "build"))
 
 
 @click.command()
-@click.argument("models", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="MODEL.onnx...")
-@soc_option("The SoCs to estimate for [default: every SoC with a chip factor].")
+@click.argument("models", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="MODEL.onnx|BUILD...")
+@soc_option("The SoCs to estimate for [default: a build's SoCs, else every SoC with a chip factor].")
 @click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True, metavar="SECONDS",
               help="Give up one model's estimating compile after this long.")
 @json_option
@@ -54,6 +58,8 @@ def render(result: Estimates, models: tuple[Path, ...]) -> None:
 def estimate(models: tuple[Path, ...], socs: tuple[str, ...], timeout: float, as_json: bool) -> None:
     """How fast each model would run on each SoC's NPU, estimated here.
 
+    Each MODEL.onnx, or each graph of a BUILD folder (compile -o: the source ONNX its records name, for the SoCs
+    it was compiled for).
     The HTP backend's own performance model (Hextimate, in onnxruntime-qnn's libQnnHtp.so) estimates each model
     for QCS9100 at fp16 while compiling it on this machine (nothing runs; a C compiler builds its loader on first
     use), and each SoC's time is that estimate scaled by the SoC's chip factor, fitted on Qualcomm AI Hub's

@@ -99,3 +99,23 @@ def test_a_missing_model_and_a_dynamic_one_are_one_line_errors(tmp_path):
     r = run("estimate", dynamic, "--json")
     assert r.exit_code in (1, 2) and len(r.stderr.strip().splitlines()) == 1
     assert parsed(r.stdout)["exit_code"] == r.exit_code
+
+
+@pytest.mark.needs_qnn
+@pytest.mark.usefixtures("_cache")
+def test_a_build_folder_is_estimated_per_graph_for_the_socs_it_was_compiled_for(tmp_path):
+    require(htp.available(), "onnxruntime-qnn")
+    model = tmp_path / "mlp.onnx"
+    onnx.save(synth_models.static_mlp(), model)
+    build = tmp_path / "build"
+    done = run("compile", model, "--soc", "SM8650,SM8475", "-o", build)
+    assert done.exit_code == 0, done.output
+    j = parsed(run("estimate", build, "--json").stdout)
+    (m,) = j["models"]
+    assert m["model"] == "mlp" and m["reference"]["figures"]["cycles"] == MLP_CYCLES
+    assert [(r["soc"], r["ms"] is None) for r in m["socs"]] == [("SM8475", True), ("SM8650", False)]
+    r = run("estimate", build)
+    assert r.exit_code == 0 and r.stdout.splitlines()[-1] == f"next: qnndeploy validate {build}"
+    model.unlink()
+    r = run("estimate", build)
+    assert r.exit_code == 2 and "which is not there now" in r.stderr
