@@ -283,14 +283,8 @@ def _why_none(soc: socs.Soc, fp16: bool, built: Built, timeout: float | None) ->
     """The backend's reason for writing no estimate: a lone Relu compiled with its log at the verbose level (QNN's
     warnings reach ONNX Runtime's log only there), and its "unsupported on soc" line, else what is known."""
     import onnx
-    from onnx import TensorProto
-    from onnx import helper as h
 
-    graph = h.make_graph([h.make_node("Relu", ["x"], ["y"], name="probe")], "probe",
-                         [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-                         [h.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
-    probe = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
-    probe.ir_version = 8
+    probe = htp.relu_probe()
     with tempfile.TemporaryDirectory(prefix="qnndeploy-hextimate-probe-") as tmp:
         path = Path(tmp) / "relu.onnx"
         onnx.save(probe, path)

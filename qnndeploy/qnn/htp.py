@@ -303,23 +303,30 @@ def measure_refusal(graph: onnx.GraphProto, total: int | None = None) -> str | N
     return None
 
 
-@cache
-def htp_takes_nothing(soc: socs.Soc) -> bool:
-    """Whether this QAIRT's HTP compiler refuses even a lone Relu for `soc`. It lists some SoCs it compiles
-    nothing for; then every node of every model lands on the CPU and the model is not to blame. (A SoC without
-    fp16 refuses a float Relu anyway: the probe says nothing about it, and its own warning covers it.)"""
-    import onnx
+def relu_probe() -> onnx.ModelProto:
+    """A lone float Relu: the smallest graph the HTP takes, to ask the compiler about a SoC rather than a model."""
     from onnx import TensorProto
     from onnx import helper as h
-
-    if soc.fp16 is False:
-        return False
 
     graph = h.make_graph([h.make_node("Relu", ["x"], ["y"], name="probe")], "probe",
                          [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
                          [h.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
     model.ir_version = 8
+    return model
+
+
+@cache
+def htp_takes_nothing(soc: socs.Soc) -> bool:
+    """Whether this QAIRT's HTP compiler refuses even a lone Relu for `soc`. It lists some SoCs it compiles
+    nothing for; then every node of every model lands on the CPU and the model is not to blame. (A SoC without
+    fp16 refuses a float Relu anyway: the probe says nothing about it, and its own warning covers it.)"""
+    import onnx
+
+    if soc.fp16 is False:
+        return False
+
+    model = relu_probe()
     with tempfile.TemporaryDirectory(prefix="qnndeploy-probe-") as tmp:
         probe = Path(tmp) / "relu.onnx"
         onnx.save(model, probe)
