@@ -40,6 +40,9 @@ def render(result: Estimates, models: tuple[Path, ...]) -> None:
             click.echo(f"warning: {warning}")
     if result.models:
         click.echo(f"factors: {result.models[0].source}")
+    if result.records:
+        click.echo(f"records: {len(result.records)} written, <graph>/<SoC>/estimate.json beside each job's "
+                   f"compile.json ({shown(result.records[0])}{', ...' if len(result.records) > 1 else ''})")
     click.echo(result.not_claimed)
     if any(p.is_dir() for p in models):
         next_step(command_line("qnndeploy", "validate", *[p for p in models if p.is_dir()]))
@@ -59,7 +62,8 @@ def estimate(models: tuple[Path, ...], socs: tuple[str, ...], timeout: float, as
     """How fast each model would run on each SoC's NPU, estimated here.
 
     Each MODEL.onnx, or each graph of a BUILD folder (compile -o: the source ONNX its records name, for the SoCs
-    it was compiled for).
+    it was compiled for; each graph x SoC's estimate is written as BUILD/<graph>/<SoC>/estimate.json, which the
+    report shows).
     The HTP backend's own performance model (Hextimate, in onnxruntime-qnn's libQnnHtp.so) estimates each model
     for QCS9100 at fp16 while compiling it on this machine (nothing runs; a C compiler builds its loader on first
     use), and each SoC's time is that estimate scaled by the SoC's chip factor, fitted on Qualcomm AI Hub's

@@ -65,6 +65,16 @@ def _render_validation(summary: stage.ValidationSummary) -> None:
                        + (f": {t.chain.error}" if t.chain.error else " (the outputs above)" if same else ""))
             for m in [] if same else t.chain.outputs:
                 render_output(m)
+    estimates = [(t, t.estimate) for t in summary.targets if t.estimate is not None]
+    for t, e in estimates:
+        said = (f"{num(e.ms, '.3f')} ms ({num(e.ms_lower, '.3f')}-{num(e.ms_upper, '.3f')}), "
+                + (f"factor {num(e.factor, '.3f')} ({e.fit})" if e.factor is not None else e.fit or "")
+                if e.ms is not None else f"no number: {e.reason}")
+        click.echo(f"  estimate {t.graph:<14} {t.soc:<9} {said}")
+    if estimates:
+        click.echo(f"        cost model: QAIRT {estimates[0][1].cost_model.qairt}; records: {shown(summary.build)}"
+                   "/<graph>/<SoC>/estimate.json")
+        click.echo(f"note: {summary.not_claimed}")
     counts = {s: sum(t.status == s for t in summary.targets) for s in stage.TargetStatus}
     click.echo(", ".join(f"{n} {s}" for s, n in counts.items() if n) + f"; records: {shown(summary.build)}"
                "/<graph>/<SoC>/validation.json")
@@ -160,6 +170,10 @@ def _task_specs(specs: tuple[str, ...]) -> dict[str | None, str]:
 @click.option("--graph", "graphs", multiple=True, metavar="GRAPH",
               help="Validate only this graph's jobs; repeat for several [default: every graph of the build].")
 @soc_option("Validate only the jobs for these SoCs [default: every SoC of the build].")
+@click.option("--estimate", "estimate", is_flag=True,
+              help="Also estimate each validated graph x SoC's time with the HTP's host-side cost model, as "
+                   "qnndeploy estimate does, and write it as BUILD/<graph>/<SoC>/estimate.json (estimated, not "
+                   "measured).")
 @click.option("-j", "--jobs", type=int, metavar="N",
               help="Jobs at once, results in the build's order [default: half the CPU cores, at least 1].")
 @json_option
@@ -169,7 +183,7 @@ def validate(build: Path, inputs: Path | None, preprocess: str | None, random_: 
              min_topk_jaccard: float | None, task_specs: tuple[str, ...], loop_spec: str | None,
              min_top1: float | None,
              max_error_rate: float | None, reason: str | None, graphs: tuple[str, ...], socs: tuple[str, ...],
-             jobs: int | None, as_json: bool) -> None:
+             jobs: int | None, estimate: bool, as_json: bool) -> None:
     """Compare each context binary on the HTP emulator with the CPU.
 
     Runs each compiled context on the host HTP emulator and the source ONNX on onnxruntime CPU with the same
@@ -186,6 +200,6 @@ def validate(build: Path, inputs: Path | None, preprocess: str | None, random_: 
                                    ("max_error_rate", max_error_rate)) if v is not None}
     with job_progress("validating on the HTP emulator") as progress:
         options = stage.ValidateOptions(inputs, random_, seed, preprocess, overrides, reason, list(graphs),
-                                        list(socs), jobs, ranges, _task_specs(task_specs), loop_spec)
+                                        list(socs), jobs, ranges, _task_specs(task_specs), loop_spec, estimate)
         summary = stage.validate_build(build, options, progress)
     report(summary, as_json, _render_validation)

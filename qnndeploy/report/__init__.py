@@ -1,8 +1,8 @@
 """`qnndeploy report`: one self-contained HTML page of every record under the paths given (a build folder, a bundle,
 a folder of device records): per graph x SoC the check verdict and HTP coverage, compile time and sizes, validation
-figures, diagnose curves, on-device compile validation, device verify and bench figures with plots, each naming
-the record it came from. collect.py finds and reads the records into entries.py's dataclasses, html.py renders the
-page, svg.py draws the plots."""
+figures, diagnose curves, on-device compile validation, device verify and bench figures with plots, the estimate
+(estimated, not measured) beside them, each naming the record it came from. collect.py finds and reads the
+records into entries.py's dataclasses, html.py renders the page, svg.py draws the plots."""
 
 from __future__ import annotations
 
@@ -67,6 +67,7 @@ def report(paths: Sequence[Path], output: Path, force: bool = False, steps: Call
 def _refs(c: Collected) -> list[RecordRef]:
     groups: list[tuple[str, Sequence[Any]]] = [
         ("bundle", c.bundles), ("check", c.checks), ("compile", c.compiles), ("validation", c.validations),
-        ("diagnose", c.diagnoses), ("on-device", c.on_device), ("device", c.devices), ("bench", c.benches)]
+        ("diagnose", c.diagnoses), ("on-device", c.on_device), ("device", c.devices), ("bench", c.benches),
+        ("estimate", c.estimates)]
     return [RecordRef(kind, source) for kind, items in groups
             for source in dict.fromkeys(str(i.source) for i in items)]

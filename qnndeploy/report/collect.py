@@ -1,7 +1,7 @@
 """Find the records under the paths a report is asked for and read each into a dataclass: compile and validation
 records, bundle manifests, `check --json` and `diagnose --json` outputs saved to a file, a bundle's on-device
-validation records, device verify records and bench records. A file that is none of these, or one that is but
-cannot be read, becomes a Skipped with the reason; nothing here raises for a record's content."""
+validation records, device verify records, bench records and estimate records. A file that is none of these, or one
+that is but cannot be read, becomes a Skipped with the reason; nothing here raises for a record's content."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from qnndeploy.base.names import (
     file_kind,
     graph_name,
 )
-from qnndeploy.formats import benchrecord
+from qnndeploy.formats import benchrecord, estimaterecord
 from qnndeploy.formats.manifest import Manifest, parse_json
 from qnndeploy.formats.reach import reach
 from qnndeploy.formats.records import RECORD, VALIDATION_RECORD
@@ -40,6 +40,7 @@ from qnndeploy.report.entries import (
     DeviceInfo,
     DeviceRun,
     DiagnoseInfo,
+    EstimateInfo,
     FileInfo,
     OnDeviceInfo,
     OpRow,
@@ -143,7 +144,7 @@ def _read_one(path: Path, shown: str, out: Collected, seen: dict[bytes, str], bu
         return
     try:
         _READERS[kind](data, shown, out)
-    except (_Unreadable, BadInput) as e:  # BadInput: what benchrecord.read finds unreadable
+    except (_Unreadable, BadInput) as e:  # BadInput: what benchrecord.read and estimaterecord.read find unreadable
         out.skipped.append(Skipped(shown, f"{_NAMES[kind]}, but {e}"))
         return
     except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -155,7 +156,7 @@ def _read_one(path: Path, shown: str, out: Collected, seen: dict[bytes, str], bu
 def _kind(data: object) -> str | None:
     if isinstance(data, dict):
         record = data.get("record")
-        if record in (RECORD, VALIDATION_RECORD, DEVICE_RECORD, BENCH_RECORD):
+        if record in (RECORD, VALIDATION_RECORD, DEVICE_RECORD, BENCH_RECORD, estimaterecord.RECORD):
             return str(record)
         if data.get("kind") == ON_DEVICE_RECORD:
             return ON_DEVICE_RECORD
@@ -437,9 +438,14 @@ def _bench(d: Mapping[str, Any], shown: str, out: Collected) -> None:
         _ops(ops), _ops(partitions), len(ops), len(partitions)))
 
 
+def _estimate(d: Mapping[str, Any], shown: str, out: Collected) -> None:
+    out.estimates.append(EstimateInfo(shown, estimaterecord.read(d)))
+
+
 _READERS = {RECORD: _compile, VALIDATION_RECORD: _validation, FORMAT: _bundle, "check": _check,
-            "diagnose": _diagnose, ON_DEVICE_RECORD: _on_device, DEVICE_RECORD: _device, BENCH_RECORD: _bench}
+            "diagnose": _diagnose, ON_DEVICE_RECORD: _on_device, DEVICE_RECORD: _device, BENCH_RECORD: _bench,
+            estimaterecord.RECORD: _estimate}
 _NAMES = {RECORD: "a compile record", VALIDATION_RECORD: "a validation record", FORMAT: "a bundle manifest",
           "check": "a check --json output", "diagnose": "a diagnose --json output",
           ON_DEVICE_RECORD: "an on-device validation record", DEVICE_RECORD: "a device verify record",
-          BENCH_RECORD: "a bench record"}
+          BENCH_RECORD: "a bench record", estimaterecord.RECORD: "an estimate record"}

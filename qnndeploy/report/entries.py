@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from qnndeploy.formats.benchrecord import BenchRecord, Launch
+from qnndeploy.formats.estimaterecord import EstimateRecord
 from qnndeploy.formats.reach import Reach
 
 
@@ -230,6 +231,14 @@ class BenchInfo:
 
 
 @dataclass(frozen=True)
+class EstimateInfo:
+    """An estimate record (formats/estimaterecord.py: one graph x SoC), estimated, not measured."""
+
+    source: str
+    record: EstimateRecord
+
+
+@dataclass(frozen=True)
 class ReachInfo:
     """`qnndeploy reach` of one bundle manifest the report read (engine ort): which phones take which path; error
     when the manifest cannot be asked (a target the catalog does not know, a shape the reader refuses)."""
@@ -253,6 +262,7 @@ class Collected:
     on_device: list[OnDeviceInfo] = field(default_factory=list)
     devices: list[DeviceInfo] = field(default_factory=list)
     benches: list[BenchInfo] = field(default_factory=list)
+    estimates: list[EstimateInfo] = field(default_factory=list)
     reaches: list[ReachInfo] = field(default_factory=list)  # one per bundle, made from its manifest
     skipped: list[Skipped] = field(default_factory=list)
     duplicates: dict[str, str] = field(default_factory=dict)  # a record's copy (shown) -> the one shown
@@ -260,4 +270,4 @@ class Collected:
     @property
     def records(self) -> int:
         return sum(len(x) for x in (self.bundles, self.checks, self.compiles, self.validations, self.diagnoses,
-                                    self.on_device, self.devices, self.benches))
+                                    self.on_device, self.devices, self.benches, self.estimates))

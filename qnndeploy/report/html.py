@@ -8,6 +8,7 @@ from html import escape
 from typing import Any
 
 from qnndeploy.formats.benchrecord import Conditions, PathFigures
+from qnndeploy.formats.estimaterecord import NOT_CLAIMED
 from qnndeploy.report import svg
 from qnndeploy.report.entries import (
     BenchInfo,
@@ -18,6 +19,7 @@ from qnndeploy.report.entries import (
     DeviceInfo,
     DeviceRun,
     DiagnoseInfo,
+    EstimateInfo,
     FileInfo,
     OnDeviceInfo,
     OutputFigures,
@@ -38,6 +40,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .record{background:#fff;border:1px solid #ddd;border-left:4px solid #1f6fb4;padding:8px 12px;margin:10px 0}
 .record[data-kind=bench]{border-left-color:#e07b10}.record[data-kind=device],.record[data-kind=on-device]{border-left-color:#2e7d32}
 .record[data-status="not run"]{border-left-color:#999}
+.record[data-kind=estimate]{border-left-color:#7b1fa2;border-left-style:dashed}.estimated{font-style:italic}
 .source{color:#555;font-size:.9em;margin:0 0 .4em}code{background:#f0f0f0;padding:0 3px;word-break:break-all}
 .pass{color:#2e7d32;font-weight:600}.fail{color:#c62828;font-weight:600}.warn{color:#b26a00;font-weight:600}
 figure{margin:.6em 0}figcaption{color:#444;font-size:.9em;max-width:640px}
@@ -279,6 +282,52 @@ def _bench(p: _Page, r: BenchInfo) -> str:
     return p.record("bench", r.source, "bench: NPU vs CPU on the phone", "".join(out))
 
 
+def _band(lower: float | None, upper: float | None, fmt: str = ".3g") -> str:
+    return f"{_n(lower, fmt)} to {_n(upper, fmt)}" if lower is not None or upper is not None else NOT_MEASURED
+
+
+def _estimated(e: EstimateInfo) -> str:
+    """An estimate in a few words, labelled as what it is."""
+    r = e.record
+    if r.ms is None:
+        return f'<span class="estimated">estimated, not measured</span>: no number ({_e(r.reason or "")})'
+    factor = f"factor {_n(r.factor, '.3g')}" if r.factor is not None else _e(r.fit or "no factor")
+    return (f'<span class="estimated">estimated, not measured</span>: {_n(r.ms, ".3g", " ms")} (band '
+            f"{_band(r.ms_lower, r.ms_upper)} ms), {factor}")
+
+
+def _estimate(p: _Page, e: EstimateInfo, benches: Sequence[BenchInfo]) -> str:
+    """The estimate of one graph x SoC, where it comes from, what it does not claim, and beside it any latency a
+    bench of the same graph on a phone of the same SoC measured."""
+    r, c = e.record, e.record.cost_model
+    out = [f"<p>{_estimated(e)}</p>"]
+    if r.fit:
+        out.append(f"<p>fit: {_e(r.fit)}</p>")
+    out.append(_table(
+        ["cost model", "SoC", "QAIRT", "clock", "cycles", "cycle band", "ms at the clock", "fill", "spill",
+         "ops without a cost"],
+        [["the HTP backend's host-side cost model (Hextimate)", _e(c.soc or NOT_MEASURED), _e(c.qairt or NOT_MEASURED),
+          _n(c.clock_mhz, "g", " MHz"), _n(None if c.cycles is None else float(c.cycles), ",.0f"),
+          _band(None if c.cycles_lower is None else float(c.cycles_lower),
+                None if c.cycles_upper is None else float(c.cycles_upper), ",.0f"),
+          _n(c.ms, ".3g"), _e(_size(r.fill_bytes)), _e(_size(r.spill_bytes)),
+          _n(None if r.ops_without_cost is None else float(r.ops_without_cost), ".0f")]], numeric=(4, 5, 6, 9)))
+    if c.clock_source:
+        out.append(f'<p class="muted">clock: {_e(c.clock_source)}</p>')
+    out += [f'<p class="warn">warning: {_e(w)}</p>' for w in r.warnings]
+    measured = [(b, b.record.paths["npu"].latency_ms.p50) for b in benches if "npu" in b.record.paths]
+    if measured:
+        out.append("<h4>estimated beside measured</h4>" + _table(
+            ["what", "NPU ms", "from"],
+            [[f'<span class="estimated">estimated, not measured</span> (band {_band(r.ms_lower, r.ms_upper)})',
+              _n(r.ms, ".3g"), f"<code>{_e(e.source)}</code>"],
+             *([f"measured: bench latency p50 on {_e(b.phone)} <code>{_e(b.serial)}</code>"
+                + (f" (measured / estimated {_n(p50 / r.ms, '.3g')})" if p50 is not None and r.ms else ""),
+                _n(p50, ".3g"), f"<code>{_e(b.source)}</code>"] for b, p50 in measured)], numeric=(1,)))
+    out.append(f'<p class="muted">{_e(r.factors)}</p><p class="estimated">{_e(NOT_CLAIMED)}</p>')
+    return p.record("estimate", e.source, "estimate (estimated, not measured)", "".join(out))
+
+
 def _sustained(r: BenchInfo) -> str:
     rec = r.record
     paths = sorted({s.path for s in rec.sustained}, key=lambda n: (n != "npu", n))
@@ -424,6 +473,8 @@ def cells(c: Collected) -> dict[tuple[str, str], Cell]:
             put(run.graph, dev.soc, "device", (dev, run))
     for bench in c.benches:
         put(bench.record.graph, bench.soc, "bench", bench)
+    for est in c.estimates:
+        put(est.record.graph, est.record.soc, "estimate", est)
     return dict(sorted(out.items()))
 
 
@@ -442,6 +493,7 @@ def _overview(grid: dict[tuple[str, str], Cell], anchors: dict[tuple[str, str], 
         val = cell.get("validation", [])
         snrs = [o.snr_db for v in val for o in v.outputs if o.snr_db is not None]
         bench = cell.get("bench", [])
+        estimates = cell.get("estimate", [])
         rows.append([
             f'<a href="#{anchors[key]}">{_e(key[0])}</a>', _e(key[1]),
             "; ".join(f"{_e(a.verdict)}, {_n(a.coverage, '.0%')} HTP" for a in check) or NOT_MEASURED,
@@ -450,11 +502,12 @@ def _overview(grid: dict[tuple[str, str], Cell], anchors: dict[tuple[str, str], 
             ("; ".join(map(_validated, val)) + (f", worst SNR {min(snrs):.1f} dB" if snrs else "")) or NOT_MEASURED,
             "; ".join(f"{_verdict(o.passed)} {_e(o.arch)}" for o in cell.get("on-device", [])) or NOT_MEASURED,
             "; ".join(f"{_e(d.serial)} {_e(run.status)}" for d, run in cell.get("device", [])) or NOT_MEASURED,
+            "; ".join(map(_estimated, estimates)) or NOT_MEASURED,
             "; ".join(f"{_e(b.serial)}: p50 NPU/CPU {_n(b.record.ratios.get('latency_p50'), '.2g')}, energy "
                       f"{_n(b.record.ratios.get('energy_per_inference'), '.2g')}" for b in bench) or NOT_MEASURED,
         ])
-    return _table(["graph", "SoC", "check", "compile", "validation", "on-device compile", "device verify", "bench"],
-                  rows)
+    return _table(["graph", "SoC", "check", "compile", "validation", "on-device compile", "device verify",
+                   "estimate", "bench"], rows)
 
 
 def _cpu_parts(c: Collected) -> str:
@@ -464,7 +517,7 @@ def _cpu_parts(c: Collected) -> str:
             + ", ".join(parts) + "</p>") if parts else ""
 
 
-_ORDER = ("check", "compile", "validation", "diagnose", "on-device", "device", "bench")
+_ORDER = ("check", "compile", "validation", "diagnose", "on-device", "device", "estimate", "bench")
 
 
 def render(c: Collected, created: str, version: str) -> str:
@@ -484,7 +537,8 @@ def render(c: Collected, created: str, version: str) -> str:
              f"<header><h1>qnndeploy report</h1><p>made by qnndeploy {_e(version)} at {_e(created)} from "
              + ", ".join(f"<code>{_e(x)}</code>" for x in c.paths)
              + f": {c.records} record(s) read, {len(c.skipped)} skipped. {NOT_MEASURED} means not measured. "
-               "Host HTP emulator figures are the HTP's arithmetic, not phone speed.</p></header>",
+               "Host HTP emulator figures are the HTP's arithmetic, not phone speed."
+             + (f" Estimates: {_e(NOT_CLAIMED)}." if c.estimates else "") + "</p></header>",
              '<section id="overview"><h2>Overview: graph × SoC</h2>', _overview(grid, anchors), _cpu_parts(c),
              "</section>"]
     if c.bundles:
@@ -503,7 +557,8 @@ def render(c: Collected, created: str, version: str) -> str:
                 continue
             parts.append(f'<section class="cell" id="{anchors[key]}" data-graph="{_e(graph)}" '
                          f'data-soc="{_e(key[1])}"><h3>{_e(graph)} on {_e(key[1])}</h3>')
-            parts += [renderers[kind](item) for kind in _ORDER for item in cell.get(kind, [])]
+            parts += [_estimate(p, item, cell.get("bench", [])) if kind == "estimate" else renderers[kind](item)
+                      for kind in _ORDER for item in cell.get(kind, [])]
             parts.append("</section>")
         parts.append("</section>")
     if c.skipped:

@@ -23,7 +23,8 @@ from qnndeploy.base.fileio import JSON, sha256_file, write_json
 from qnndeploy.base.kinds import Precision
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.base.pool import Pool
-from qnndeploy.formats import chain
+from qnndeploy.formats import chain, estimaterecord
+from qnndeploy.formats.estimaterecord import EstimateRecord
 from qnndeploy.formats.records import (
     VALIDATION_RECORD,
     VALIDATION_VERSION,
@@ -47,7 +48,7 @@ from qnndeploy.model.metrics import (
 )
 from qnndeploy.model.onnxio import INT_DTYPES, TensorInfo, load_model, real_inputs, tensor_info
 from qnndeploy.model.samples import Ranges, Sample
-from qnndeploy.qnn import htp, loop
+from qnndeploy.qnn import hextimate, htp, loop
 
 EMULATOR_NOTE = ("Outputs come from the host HTP emulator (x86-64): the HTP's arithmetic, not its speed. "
                  "Emulator timings say nothing about phone timings; measure on a phone (qnndeploy device profile).")
@@ -78,6 +79,7 @@ class ValidateOptions:
     ranges: Ranges = field(default_factory=dict)  # --range NAME=LO:HI: integer inputs' values for random samples
     tasks: dict[str | None, str] = field(default_factory=dict)  # --task: GRAPH (None: every graph) -> KIND[:...]
     loop: str | None = None  # --loop: an encoder-decoder's decode loop (decode.parse), which decides both graphs
+    estimate: bool = False  # --estimate: each validated graph x SoC estimated too (formats/estimaterecord.py)
 
 
 @dataclass
@@ -97,6 +99,7 @@ class TargetValidation:
     chain: ChainCheck | None = None  # a split's NPU part: the whole chain against the source model on the CPU
     task: JSON | None = None  # the task and its verdict, as the record keeps it (tasks.TaskVerdict.json)
     loop: JSON | None = None  # an encoder-decoder's graph: the decode loop on this SoC (loop.LoopCheck.json)
+    estimate: EstimateRecord | None = None  # --estimate: its estimate record (written as estimate.json)
 
 
 @dataclass
@@ -121,6 +124,7 @@ class ValidationSummary:
     emulator_note: str = EMULATOR_NOTE
     splits: list[Path] = field(default_factory=list)  # split records naming the build's models: bundle --split each
     guessed: list[str] = field(default_factory=list)  # integer inputs whose random values no range bounded
+    not_claimed: str | None = None  # --estimate: what the estimates do not claim (estimaterecord.NOT_CLAIMED)
 
 
 TWIN_NOTE = ("the shared context's graphs share weights, which the host emulator cannot load (QAIRT 2.51 crashes): "
@@ -164,6 +168,8 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
         raise BadInput(f"--{', --'.join(loosened)} is looser than the default: say why with --reason \"...\" "
                        "(it is recorded in every validation record and the bundle)")
     htp._require()
+    if o.estimate:  # no C compiler for the cost model's loader: said (exit 3) before anything runs
+        hextimate.build()
     # Samples that do not fit are bad input: refuse them before anything runs or is written.
     given: dict[str, Given] = {}
     for record in plan if inputs is not None else []:
@@ -243,12 +249,34 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
     if looped is not None and isinstance(made_loop, loop.CpuRun):
         _check_loops(looped, plan, ordered, made_loop, held)
     _write_held(ordered, held)
+    if o.estimate:
+        _estimate(plan, ordered)
     validated = [t for t in ordered if t.status in (TargetStatus.PASSED, TargetStatus.FAILED)]
     ok = bool(validated) and all(t.status in (TargetStatus.PASSED, TargetStatus.SKIPPED) for t in ordered)
     guessed = list(dict.fromkeys(n for t in ordered for n in samples.guessed(_made(t.inputs))))
     return ValidationSummary(Path(build), described, ordered, ok,
                              splits=[s.path for s in splits_of({r.source: r.source_sha256 for r in compiled})],
-                             guessed=guessed)
+                             guessed=guessed, not_claimed=estimaterecord.NOT_CLAIMED if o.estimate else None)
+
+
+def _estimate(plan: list[CompileRecord], results: list[TargetValidation]) -> None:
+    """--estimate: each graph that validated (passed or failed) estimated once for its SoCs here, its record
+    written beside each job's validation.json and kept on the result. A graph the cost model cannot estimate gets
+    no number, with the reason, never a failed validation."""
+    by_graph: dict[tuple[str, Path, str], list[tuple[CompileRecord, TargetValidation]]] = {}
+    for record, result in zip(plan, results, strict=True):
+        if result.status in (TargetStatus.PASSED, TargetStatus.FAILED):
+            by_graph.setdefault((record.graph, record.source, str(record.precision)), []).append((record, result))
+    for (graph, _, _), jobs in by_graph.items():
+        interrupt.check()
+        first = jobs[0][0]
+        chosen = [socs.find(record.soc) for record, _ in jobs]
+        made = estimaterecord.estimate_or_why(graph, first.source, chosen, str(first.precision))
+        rows = {row.soc: row for row in made.socs}
+        for record, result in jobs:
+            result.estimate = estimaterecord.make(made, rows[record.soc], str(record.precision),
+                                                  "validate --estimate")
+            estimaterecord.write(estimaterecord.record_file(record), result.estimate)
 
 
 def _made(inputs: JSON | None) -> JSON:

@@ -1,0 +1,280 @@
+"""The estimate record (<graph>/<SoC>/estimate.json beside the job's compile.json, schemas/estimate-record.schema.json):
+one graph's estimated time on one SoC, which `estimate BUILD` and `validate --estimate` write and `report` reads.
+Below the three rooms, the one definition of: the estimate of one graph for its SoCs (the QCS9100 Hextimate estimate
+scaled by qnn/hextimate.py's chip factors), the record made of it, its file name, writer and one lenient reader.
+Nothing in it is measured (NOT_CLAIMED, in every record), and no gate reads it: `device bench --baseline` takes
+bench records only."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from qnndeploy import __version__
+from qnndeploy.base import socs
+from qnndeploy.base.errors import BadInput, MissingTool, QnnDeployError
+from qnndeploy.base.fileio import JSON, write_json
+from qnndeploy.base.kinds import Precision
+from qnndeploy.formats.records import CompileRecord
+from qnndeploy.qnn import hextimate, htp
+
+RECORD = "qnndeploy-estimate"
+RECORD_VERSION = 1
+RECORD_FILE = "estimate.json"
+# What every estimate leaves out, said wherever one is shown (the command, the record, the report page).
+NOT_CLAIMED = ("estimated, not measured: the HTP's cost model on the host, at the top clock (burst), no thermal "
+               "throttling; no time for ops left to the CPU, for loading, or for per-inference overhead outside "
+               "the accelerator (small models run about 0.2 ms slower than estimated)")
+
+
+# --- the estimate of one graph ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SocEstimate:
+    """One SoC's estimate of one model: ms and its band, or None with `reason`."""
+
+    soc: str
+    ms: float | None
+    ms_lower: float | None
+    ms_upper: float | None
+    factor: float | None  # the chip factor applied to the QCS9100 estimate
+    fit: str  # the factor's fit in words: models, within 1.5x leave-one-out, AI Hub's device
+    reason: str  # why there is no number ("" when there is one)
+    own: hextimate.Figures | None = None  # a SoC the backend models itself (SA8255): its own figures, unscaled
+
+
+@dataclass(frozen=True)
+class ModelEstimate:
+    model: str
+    qairt: str
+    reference: hextimate.Estimate  # the backend's estimate for QCS9100, which every phone's is scaled from
+    socs: tuple[SocEstimate, ...]
+    warnings: tuple[str, ...]
+    source: str  # where the factors come from (data/chip_factors.json's provenance)
+
+
+def factors_source() -> str:
+    factors = hextimate.chip_factors()
+    return next(iter(factors.values())).source if factors else f"no factors in {hextimate.FACTORS}"
+
+
+def _for_soc(reference: hextimate.Figures, soc: socs.Soc) -> SocEstimate:
+    phone = hextimate.phone_estimate(reference, soc)
+    if phone is not None:
+        f = phone.factor
+        fit = (f"{f.models} models, {f.within:.0%} within {hextimate.WITHIN:g}x leave-one-out (worst "
+               f"{f.loo_worst:.2f}), Spearman {f.spearman:.3f}, AI Hub's {f.device}")
+        return SocEstimate(soc.model, phone.ms, phone.ms_lower, phone.ms_upper, f.factor, fit, "")
+    if reference.ms is None:
+        return SocEstimate(soc.model, None, None, None, None, "", reference.clock_source)
+    return SocEstimate(soc.model, None, None, None, None, "",
+                       f"no chip factor for {soc.model} ({hextimate.FACTORS}: no fp16 measurement of AI Hub's was "
+                       "fitted for it): no number")
+
+
+def _modelled(model: Path, soc: socs.Soc, timeout: float | None) -> SocEstimate:
+    """A SoC the backend models itself (SA8255) with no factor: its own estimate, unscaled."""
+    est = hextimate.estimate(model, soc, fp16=True, timeout=timeout)
+    f = est.figures
+    if f is None or f.ms is None:
+        return SocEstimate(soc.model, None, None, None, None, "", est.reason or (f.clock_source if f else ""))
+    return SocEstimate(soc.model, f.ms, f.ms_lower, f.ms_upper, None,
+                       "the HTP backend's own model of this SoC, no factor", "", f)
+
+
+def none_for(name: str, model: Path, chosen: Sequence[socs.Soc], why: str) -> ModelEstimate:
+    """No number for any SoC of this graph, and why (a precision without factors, an estimate that failed)."""
+    est = hextimate.Estimate(str(model), hextimate.CALIBRATED_ON, htp.qairt_version(), None, why, 0, 0.0)
+    return ModelEstimate(name, est.qairt, est, tuple(SocEstimate(s.model, None, None, None, None, "", why)
+                                                     for s in chosen), (), factors_source())
+
+
+def estimate_graph(name: str, model: Path, chosen: Sequence[socs.Soc], precision: str = Precision.FP16, *,
+                   timeout: float | None = hextimate.DEFAULT_TIMEOUT_S) -> ModelEstimate:
+    """One model estimated for QCS9100 at fp16 (one compile here), then for each SoC of `chosen`: scaled by its
+    chip factor, SA8255 (modelled, no factor) by its own compile, no number for a SoC without a factor. A graph
+    compiled at another precision gets no number: only fp16 has factors. Raises what hextimate.estimate raises."""
+    if precision != Precision.FP16:
+        return none_for(name, model, chosen,
+                        f"compiled {precision}: only fp16 has chip factors ({hextimate.FACTORS}), no number")
+    factors = hextimate.chip_factors()
+    est = hextimate.estimate(Path(model), socs.find(hextimate.CALIBRATED_ON), fp16=True, timeout=timeout)
+    warnings = []
+    rows: tuple[SocEstimate, ...]
+    if est.figures is None:
+        rows = tuple(SocEstimate(s.model, None, None, None, None, "", est.reason) for s in chosen)
+    else:
+        rows = tuple(_modelled(Path(model), s, timeout) if s.model in hextimate.MODELLED
+                     and s.model not in factors else _for_soc(est.figures, s) for s in chosen)
+        if est.figures.ops_without_cost:
+            warnings.append(f"{est.figures.ops_without_cost} ops have no cost in the HTP's model: each counts "
+                            "as nothing, so every estimate of this model is low by them")
+    return ModelEstimate(name, est.qairt, est, rows, tuple(warnings), factors_source())
+
+
+def estimate_or_why(name: str, model: Path, chosen: Sequence[socs.Soc], precision: str, *,
+                    timeout: float | None = hextimate.DEFAULT_TIMEOUT_S) -> ModelEstimate:
+    """estimate_graph, where a graph that cannot be estimated (the HTP does not take it whole, a compile that
+    fails, its source gone) is no number with the reason, not an error: what a command that estimates on the side
+    (validate --estimate) needs. A missing tool (no C compiler, no onnxruntime-qnn) is still raised: it is this
+    machine's, not the graph's, and no record should keep it."""
+    if not Path(model).is_file():
+        return none_for(name, model, chosen, f"its source {model} is not there now")
+    try:
+        return estimate_graph(name, model, chosen, precision, timeout=timeout)
+    except MissingTool:
+        raise
+    except QnnDeployError as e:
+        return none_for(name, model, chosen, str(e))
+
+
+# --- the record --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CostModel:
+    """Where the estimate comes from: the HTP backend's cost model for `soc` (QCS9100, the SoC the factors scale;
+    SA8255 for its own), its QAIRT and simulated clock, and the figures it gave (None: it gave none)."""
+
+    soc: str
+    qairt: str
+    clock_mhz: float | None
+    clock_source: str | None
+    cycles: int | None
+    cycles_lower: int | None
+    cycles_upper: int | None
+    ms: float | None  # the cycles at the clock, unscaled
+    ms_lower: float | None
+    ms_upper: float | None
+
+
+@dataclass(frozen=True)
+class EstimateRecord:
+    """One graph x SoC's estimate, as the record holds it (schemas/estimate-record.schema.json), in its order."""
+
+    record: str
+    version: int
+    graph: str
+    soc: str
+    precision: str
+    source: str  # the ONNX estimated (the compile record's source)
+    ms: float | None  # None: no number, `reason` says why
+    ms_lower: float | None
+    ms_upper: float | None
+    reason: str | None
+    factor: float | None  # the chip factor applied (None: SA8255's own, or no number)
+    fit: str | None  # the factor's fit in words
+    cost_model: CostModel
+    fill_bytes: int | None
+    spill_bytes: int | None
+    ops_without_cost: int | None
+    warnings: tuple[str, ...]
+    factors: str  # where the factors come from (data/chip_factors.json's provenance)
+    not_claimed: str
+    made_by: str  # the command that wrote it: "estimate" or "validate --estimate"
+    qnndeploy: str
+    created: str
+
+    def to_json(self) -> JSON:
+        data = asdict(self)
+        data["warnings"] = list(self.warnings)
+        return data
+
+
+def record_file(record: CompileRecord) -> Path:
+    """estimate.json in the job's folder, or estimate-<graph>.json in a shared context's (one per member), as
+    validation.json is named."""
+    return record.folder / (f"estimate-{record.graph}.json" if record.shared else RECORD_FILE)
+
+
+def make(m: ModelEstimate, row: SocEstimate, precision: str, made_by: str, created: str | None = None
+         ) -> EstimateRecord:
+    """The record of one SoC's row of a graph's estimate."""
+    figures = row.own or m.reference.figures
+    cost_soc = row.soc if row.own is not None else m.reference.soc
+    cost = CostModel(cost_soc, m.qairt, figures.clock_mhz if figures else None,
+                     figures.clock_source if figures else None, figures.cycles if figures else None,
+                     figures.lower if figures else None, figures.upper if figures else None,
+                     figures.ms if figures else None, figures.ms_lower if figures else None,
+                     figures.ms_upper if figures else None)
+    return EstimateRecord(
+        RECORD, RECORD_VERSION, m.model, row.soc, str(precision), m.reference.model, row.ms, row.ms_lower,
+        row.ms_upper, None if row.ms is not None else (row.reason or "no number"), row.factor, row.fit or None,
+        cost, figures.fill_bytes if figures else None, figures.spill_bytes if figures else None,
+        figures.ops_without_cost if figures else None, m.warnings, m.source, NOT_CLAIMED, made_by, __version__,
+        created or datetime.now(UTC).isoformat(timespec="seconds"))
+
+
+def write(path: Path, record: EstimateRecord) -> None:
+    """Strict JSON, whole or not at all (fileio.write_json)."""
+    write_json(path, record.to_json())
+
+
+def write_for(build: Sequence[CompileRecord], m: ModelEstimate, precision: str, made_by: str) -> list[Path]:
+    """The records of a graph's estimate, one per SoC row the build has a job of that graph for."""
+    jobs = {r.soc: r for r in build if r.graph == m.model}
+    created = datetime.now(UTC).isoformat(timespec="seconds")
+    written = []
+    for row in m.socs:
+        job = jobs.get(row.soc)
+        if job is None:
+            continue
+        path = record_file(job)
+        write(path, make(m, row, precision, made_by, created))
+        written.append(path)
+    return written
+
+
+# --- the reader --------------------------------------------------------------------------------------------------
+
+def _number(m: Mapping[str, Any], key: str) -> float | None:
+    value = m.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _int(m: Mapping[str, Any], key: str) -> int | None:
+    value = m.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _opt_text(m: Mapping[str, Any], key: str) -> str | None:
+    value = m.get(key)
+    return value if isinstance(value, str) else None if value is None else str(value)
+
+
+def _text(m: Mapping[str, Any], key: str) -> str:
+    value = m.get(key)
+    if not isinstance(value, str):
+        raise BadInput(f"it has no {key!r}" if key not in m else f"{key!r} is not text")
+    return value
+
+
+def read(data: object) -> EstimateRecord:
+    """An estimate record as read from its JSON, of any version: a figure that is missing or not a number is None
+    (no number); the words it lacks are empty. BadInput when it is not an estimate record or lacks what names it
+    (the graph, the SoC); the message says which. The not-claimed sentence is always this qnndeploy's."""
+    if not isinstance(data, Mapping) or data.get("record") != RECORD:
+        raise BadInput(f'not an estimate record (no "record": "{RECORD}")')
+    graph, soc = _text(data, "graph"), _text(data, "soc")
+    c = data.get("cost_model")
+    c = c if isinstance(c, Mapping) else {}
+    ms = _number(data, "ms")
+    warnings = data.get("warnings")
+    cost = CostModel(_opt_text(c, "soc") or "", _opt_text(c, "qairt") or "", _number(c, "clock_mhz"),
+                     _opt_text(c, "clock_source"), _int(c, "cycles"), _int(c, "cycles_lower"),
+                     _int(c, "cycles_upper"), _number(c, "ms"), _number(c, "ms_lower"), _number(c, "ms_upper"))
+    return EstimateRecord(
+        RECORD, _int(data, "version") or 0, graph, soc, _opt_text(data, "precision") or "",
+        _opt_text(data, "source") or "", ms, _number(data, "ms_lower") if ms is not None else None,
+        _number(data, "ms_upper") if ms is not None else None,
+        None if ms is not None else (_opt_text(data, "reason") or "no number"), _number(data, "factor"),
+        _opt_text(data, "fit"), cost, _int(data, "fill_bytes"), _int(data, "spill_bytes"),
+        _int(data, "ops_without_cost"),
+        tuple(str(w) for w in warnings) if isinstance(warnings, list) else (), _opt_text(data, "factors") or "",
+        NOT_CLAIMED, _opt_text(data, "made_by") or "", _opt_text(data, "qnndeploy") or "",
+        _opt_text(data, "created") or "")
