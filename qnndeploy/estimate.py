@@ -12,6 +12,7 @@ from pathlib import Path
 
 from qnndeploy.base import socs
 from qnndeploy.base.errors import BadInput
+from qnndeploy.base.fileio import sha256_file
 from qnndeploy.base.kinds import Precision
 from qnndeploy.formats.estimaterecord import (
     NOT_CLAIMED,
@@ -70,6 +71,10 @@ def _jobs(paths: Sequence[Path], soc_names: Sequence[str]) -> list[_Job]:
             if not source.is_file():
                 raise BadInput(f"{path}: graph {graph} was compiled from {source}, which is not there now: give "
                                "the model itself")
+            digest = sha256_file(source)
+            if any(r.source_sha256 != digest for r in built):  # a record beside that compile would be of another
+                raise BadInput(f"{path}: {source} changed since graph {graph} was compiled: compile again, then "
+                               "estimate (or give the model itself)")
             chosen = asked if soc_names else targets(list(dict.fromkeys(r.soc for r in built)))
             jobs.append(_Job(graph, source, chosen, precision, tuple(built)))
     return jobs

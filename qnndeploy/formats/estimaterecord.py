@@ -161,6 +161,7 @@ class EstimateRecord:
     soc: str
     precision: str
     source: str  # the ONNX estimated (the compile record's source)
+    source_sha256: str | None  # its bytes, as the compile record names them (None: a model given alone)
     ms: float | None  # None: no number, `reason` says why
     ms_lower: float | None
     ms_upper: float | None
@@ -190,9 +191,9 @@ def record_file(record: CompileRecord) -> Path:
     return record.folder / (f"estimate-{record.graph}.json" if record.shared else RECORD_FILE)
 
 
-def make(m: ModelEstimate, row: SocEstimate, precision: str, made_by: str, created: str | None = None
-         ) -> EstimateRecord:
-    """The record of one SoC's row of a graph's estimate."""
+def make(m: ModelEstimate, row: SocEstimate, precision: str, made_by: str, created: str | None = None,
+         source_sha256: str | None = None) -> EstimateRecord:
+    """The record of one SoC's row of a graph's estimate (of the model with these bytes, the compile's)."""
     figures = row.own or m.reference.figures
     cost_soc = row.soc if row.own is not None else m.reference.soc
     cost = CostModel(cost_soc, m.qairt, figures.clock_mhz if figures else None,
@@ -201,7 +202,8 @@ def make(m: ModelEstimate, row: SocEstimate, precision: str, made_by: str, creat
                      figures.ms if figures else None, figures.ms_lower if figures else None,
                      figures.ms_upper if figures else None)
     return EstimateRecord(
-        RECORD, RECORD_VERSION, m.model, row.soc, str(precision), m.reference.model, row.ms, row.ms_lower,
+        RECORD, RECORD_VERSION, m.model, row.soc, str(precision), m.reference.model, source_sha256, row.ms,
+        row.ms_lower,
         row.ms_upper, None if row.ms is not None else (row.reason or "no number"), row.factor, row.fit or None,
         cost, figures.fill_bytes if figures else None, figures.spill_bytes if figures else None,
         figures.ops_without_cost if figures else None, m.warnings, m.source, NOT_CLAIMED, made_by, __version__,
@@ -223,7 +225,7 @@ def write_for(build: Sequence[CompileRecord], m: ModelEstimate, precision: str, 
         if job is None:
             continue
         path = record_file(job)
-        write(path, make(m, row, precision, made_by, created))
+        write(path, make(m, row, precision, made_by, created, job.source_sha256))
         written.append(path)
     return written
 
@@ -270,8 +272,8 @@ def read(data: object) -> EstimateRecord:
                      _int(c, "cycles_upper"), _number(c, "ms"), _number(c, "ms_lower"), _number(c, "ms_upper"))
     return EstimateRecord(
         RECORD, _int(data, "version") or 0, graph, soc, _opt_text(data, "precision") or "",
-        _opt_text(data, "source") or "", ms, _number(data, "ms_lower") if ms is not None else None,
-        _number(data, "ms_upper") if ms is not None else None,
+        _opt_text(data, "source") or "", _opt_text(data, "source_sha256"), ms,
+        _number(data, "ms_lower") if ms is not None else None, _number(data, "ms_upper") if ms is not None else None,
         None if ms is not None else (_opt_text(data, "reason") or "no number"), _number(data, "factor"),
         _opt_text(data, "fit"), cost, _int(data, "fill_bytes"), _int(data, "spill_bytes"),
         _int(data, "ops_without_cost"),

@@ -275,7 +275,7 @@ def _estimate(plan: list[CompileRecord], results: list[TargetValidation]) -> Non
         rows = {row.soc: row for row in made.socs}
         for record, result in jobs:
             result.estimate = estimaterecord.make(made, rows[record.soc], str(record.precision),
-                                                  "validate --estimate")
+                                                  "validate --estimate", source_sha256=record.source_sha256)
             estimaterecord.write(estimaterecord.record_file(record), result.estimate)
 
 

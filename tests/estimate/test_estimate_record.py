@@ -76,6 +76,8 @@ def test_estimate_writes_one_record_per_graph_and_soc_that_the_schema_accepts(bu
         assert data["ms_lower"] <= data["ms"] <= data["ms_upper"] and data["reason"] is None
         assert data["fill_bytes"] > 0 and data["ops_without_cost"] == 0
         assert data["not_claimed"] == estimaterecord.NOT_CLAIMED and "not measured" in data["not_claimed"]
+        compiled = json.loads((built["build"] / "mlp" / soc / "compile.json").read_text())
+        assert data["source_sha256"] == compiled["input"]["sha256"]
     assert estimaterecord.read(built["estimated"]["SM8750"]).ms == built["estimated"]["SM8750"]["ms"]
 
 
@@ -141,6 +143,19 @@ def test_an_old_build_without_estimates_still_reports(built, tmp_path):
 
 
 @pytest.mark.needs_qnn
+def test_a_source_changed_since_the_compile_is_refused_and_nothing_written(built, tmp_path):
+    build = tmp_path / "build"
+    shutil.copytree(built["untouched"], build)
+    record = build / "mlp" / "SM8750" / "compile.json"
+    data = json.loads(record.read_text())
+    data["input"]["sha256"] = "0" * 64  # as if mlp.onnx changed after this compile
+    record.write_text(json.dumps(data))
+    r = run("estimate", build)
+    assert r.exit_code == 2 and "changed since graph mlp was compiled" in r.stderr
+    assert not list(build.rglob("estimate*.json"))
+
+
+@pytest.mark.needs_qnn
 def test_a_model_file_writes_no_record(built, tmp_path, monkeypatch):
     monkeypatch.setenv(hextimate.ENV_DIR, str(built["root"].parent / "hextimate-cache"))
     model = tmp_path / "mlp.onnx"
@@ -182,7 +197,8 @@ def test_a_bench_baseline_never_takes_an_estimate_record(built):
 def _record(**changes: Any) -> dict[str, Any]:
     data: dict[str, Any] = {
         "record": estimaterecord.RECORD, "version": 1, "graph": "g", "soc": "SM8750", "precision": "fp16",
-        "source": "/m.onnx", "ms": 0.5, "ms_lower": 0.4, "ms_upper": 0.6, "reason": None, "factor": 0.39,
+        "source": "/m.onnx", "source_sha256": None, "ms": 0.5, "ms_lower": 0.4, "ms_upper": 0.6, "reason": None,
+        "factor": 0.39,
         "fit": "26 models", "cost_model": {"soc": "QCS9100", "qairt": "2.50.40", "clock_mhz": 1497.6,
                                            "clock_source": "x", "cycles": 1, "cycles_lower": 1, "cycles_upper": 2,
                                            "ms": 1.0, "ms_lower": 0.9, "ms_upper": 1.1},
