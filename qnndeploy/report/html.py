@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from html import escape
 from typing import Any
 
-from qnndeploy.formats.benchrecord import Conditions, PathFigures
+from qnndeploy.formats.benchrecord import STAND_IN_NOTE, Conditions, PathFigures
 from qnndeploy.formats.estimaterecord import NOT_CLAIMED
 from qnndeploy.report import svg
 from qnndeploy.report.entries import (
@@ -322,7 +322,9 @@ def _estimate(p: _Page, e: EstimateInfo, benches: Sequence[BenchInfo]) -> str:
             [[f'<span class="estimated">estimated, not measured</span> (band {_band(r.ms_lower, r.ms_upper)})',
               _n(r.ms, ".3g"), f"<code>{_e(e.source)}</code>"],
              *([f"measured: bench latency p50 on {_e(b.phone)} <code>{_e(b.serial)}</code>"
-                + (f" (measured / estimated {_n(p50 / r.ms, '.3g')})" if p50 is not None and r.ms else ""),
+                + (f" (measured / estimated {_n(p50 / r.ms, '.3g')})" if p50 is not None and r.ms else "")
+                + (' <span class="warn">stand-in tools: the host\'s time, not a phone\'s</span>'
+                   if STAND_IN_NOTE in b.record.notes else ""),
                 _n(p50, ".3g"), f"<code>{_e(b.source)}</code>"] for b, p50 in measured)], numeric=(1,)))
     out.append(f'<p class="muted">{_e(r.factors)}</p><p class="estimated">{_e(NOT_CLAIMED)}</p>')
     return p.record("estimate", e.source, "estimate (estimated, not measured)", "".join(out))

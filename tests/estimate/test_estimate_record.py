@@ -17,7 +17,7 @@ import pytest
 
 from qnndeploy.base.errors import BadInput, CheckFailed
 from qnndeploy.device import bench
-from qnndeploy.formats import estimaterecord
+from qnndeploy.formats import benchrecord, estimaterecord
 from qnndeploy.qnn import hextimate, htp
 from tests.report import page
 from tests.report.bench_fixture import bench_record
@@ -103,6 +103,9 @@ def test_the_report_shows_each_estimate_labelled_beside_the_measured_bench(built
     records = tmp_path / "records"
     records.mkdir()
     (records / "bench-x-mlp.json").write_text(json.dumps(bench_record(graph="mlp", soc="SM8750")))
+    host = bench_record(graph="mlp", soc="SM8750", serial="emulated")
+    host["notes"] = [*host["notes"], benchrecord.STAND_IN_NOTE]  # the emulated phone's: the host's time
+    (records / "bench-emulated-mlp.json").write_text(json.dumps(host))
     out = tmp_path / "report.html"
     r = run("report", built["build"], records, "-o", out)
     assert r.exit_code == 0, r.output
@@ -124,6 +127,9 @@ def test_the_report_shows_each_estimate_labelled_beside_the_measured_bench(built
     beside = sm8750.all("div", data_kind="estimate")[0].text
     assert "estimated beside measured" in beside and "measured: bench latency p50" in beside
     assert "bench-x-mlp.json" in beside
+    rows = [tr.text for tr in sm8750.all("div", data_kind="estimate")[0].all("tr")]
+    assert sorted(("emulated" in t, "stand-in tools" in t) for t in rows if t.startswith("measured")) == [
+        (False, False), (True, True)]
     overview = dom.all("section", id="overview")[0].all("table")[0]
     head_cells = [th.text for th in overview.all("th")]
     assert head_cells.index("estimate") == head_cells.index("bench") - 1
