@@ -74,7 +74,8 @@ def estimate(models: tuple[Path, ...], socs: tuple[str, ...], timeout: float, as
 
     \b
     Exit codes: 0 the estimates; 1 a model the HTP does not take whole, or a failed compile;
-    2 bad input (no such model, an unknown SoC); 3 no onnxruntime-qnn or no C compiler.
+    2 bad input (no such model, an unknown SoC, a build's source gone or changed since its compile);
+    3 no onnxruntime-qnn or no C compiler.
     """
     result = estimate_models(models, socs, timeout=timeout)
     if as_json:

@@ -6,6 +6,7 @@ or so each)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -16,8 +17,10 @@ import onnx
 import pytest
 
 from qnndeploy.base.errors import BadInput, CheckFailed
+from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.device import bench
 from qnndeploy.formats import benchrecord, estimaterecord
+from qnndeploy.formats.records import CompileRecord, RecordStatus
 from qnndeploy.qnn import hextimate, htp
 from tests.report import page
 from tests.report.bench_fixture import bench_record
@@ -243,3 +246,10 @@ def test_the_page_escapes_an_estimate_and_skips_an_unreadable_one(tmp_path):
     assert "<img src=x onerror=alert(2)>" in block.text and estimaterecord.NOT_CLAIMED in block.text
     skipped = {s["source"]: s["reason"] for s in parsed(r.stdout)["skipped"]}
     assert skipped == {"records/broken.json": "an estimate record, but 'graph' is not text"}
+
+
+def test_a_shared_context_s_members_each_get_their_own_record_file(tmp_path):
+    job = CompileRecord(tmp_path, "a", "SM8750", 69, "v79", BackendName.ORT, "2.50.40", Precision.FP16,
+                        RecordStatus.OK, tmp_path / "a.onnx", "0" * 64, (), None, shared="ctx")
+    assert estimaterecord.record_file(job) == tmp_path / "estimate-a.json"  # as validation-a.json is named
+    assert estimaterecord.record_file(dataclasses.replace(job, shared=None)) == tmp_path / "estimate.json"
