@@ -19,7 +19,7 @@ from qnndeploy.base import socs
 from qnndeploy.base.errors import BadInput, MissingTool, QnnDeployError
 from qnndeploy.base.fileio import JSON, write_json
 from qnndeploy.base.kinds import Precision
-from qnndeploy.formats.records import CompileRecord
+from qnndeploy.formats.records import CompileRecord, RecordStatus
 from qnndeploy.qnn import hextimate, htp
 
 RECORD = "qnndeploy-estimate"
@@ -216,8 +216,9 @@ def write(path: Path, record: EstimateRecord) -> None:
 
 
 def write_for(build: Sequence[CompileRecord], m: ModelEstimate, precision: str, made_by: str) -> list[Path]:
-    """The records of a graph's estimate, one per SoC row the build has a job of that graph for."""
-    jobs = {r.soc: r for r in build if r.graph == m.model}
+    """The records of a graph's estimate, one per SoC row the build has a compiled job of that graph for (none
+    beside a failed compile: the HTP may not take the graph for that SoC)."""
+    jobs = {r.soc: r for r in build if r.graph == m.model and r.status == RecordStatus.OK}
     created = datetime.now(UTC).isoformat(timespec="seconds")
     written = []
     for row in m.socs:

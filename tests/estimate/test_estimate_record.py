@@ -165,6 +165,19 @@ def test_a_source_changed_since_the_compile_is_refused_and_nothing_written(built
 
 
 @pytest.mark.needs_qnn
+def test_no_record_goes_beside_a_failed_compile(built, tmp_path, monkeypatch):
+    monkeypatch.setenv(hextimate.ENV_DIR, str(built["root"].parent / "hextimate-cache"))
+    build = tmp_path / "build"
+    shutil.copytree(built["untouched"], build)
+    record = build / "mlp" / "SM8750" / "compile.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "status": "failed"}))
+    r = run("estimate", build)
+    assert r.exit_code == 0, r.output
+    assert sorted(p.relative_to(build).as_posix() for p in build.rglob("estimate*.json")) == [
+        "mlp/QCS9100/estimate.json"]
+
+
+@pytest.mark.needs_qnn
 def test_a_model_file_writes_no_record(built, tmp_path, monkeypatch):
     monkeypatch.setenv(hextimate.ENV_DIR, str(built["root"].parent / "hextimate-cache"))
     model = tmp_path / "mlp.onnx"
