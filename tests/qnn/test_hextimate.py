@@ -12,24 +12,23 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, numpy_helper
-from onnx import helper as h
 
 from qnndeploy.base import socs
 from qnndeploy.base.errors import EXIT_MISSING_TOOL, CheckFailed, MissingTool
-from qnndeploy.qnn import hextimate, htp
+from qnndeploy.qnn import hextimate, htp, toolchain
+from tests.support import hextimate_golden as golden
 from tests.support import synth_models
 from tests.support.host import require
 
-# The estimates of two fixed graphs for QCS9100 (and SA8255, the same), per QAIRT release: synth_models.static_mlp()
-# (MatMul 16x8 + Add + Relu) and _layers(4, 512, 64) (four 512-wide MatMul+Relu layers on 64 rows), fp16. The graphs
-# are deterministic and so is the backend's model, so a change here is a change of the cost model or of how
-# qnndeploy turns it on. Measured here on 2026-12-05 with onnxruntime-qnn 2.3.0-2.7.0; the test checks the
-# installed release (whose row must exist), the others are kept for when the pin moves. Fields: cycles, lower,
-# upper, fill bytes, spill bytes, ops without a cost.
+# The estimates of two fixed graphs for QCS9100 (and SA8255, the same), per QAIRT release (tests/support/
+# hextimate_golden.py's graphs): synth_models.static_mlp() (MatMul 16x8 + Add + Relu) and layers(4, 512, 64) (four
+# 512-wide MatMul+Relu layers on 64 rows), fp16. The graphs are deterministic and so is the backend's model, so a
+# change here is a change of the cost model or of how qnndeploy turns it on. Measured here on 2026-12-05 with
+# onnxruntime-qnn 2.3.0-2.7.0. The installed release (whose row must exist) is checked in this process, with SA8255
+# too; every release of data/runtime.json in a child under its toolchain (the forwarder built against each
+# release's libQnnHtp.so). Fields: cycles, lower, upper, fill bytes, spill bytes, ops without a cost.
 MLP = (2314, 2189, 2477, 6144, 2048, 0)
 GOLDEN = {
     "2.47.0": {"mlp": MLP, "layers": (226788, 200999, 257146, 2230272, 131072, 0)},
@@ -53,21 +52,6 @@ def _cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyP
 def _save(model: onnx.ModelProto, path: Path) -> Path:
     onnx.save(model, path)
     return path
-
-
-def _layers(count: int, width: int, rows: int) -> onnx.ModelProto:
-    """`count` MatMul+Relu layers of width x width on [rows, width], seeded weights."""
-    nodes, inits, x = [], [], "x"
-    for i in range(count):
-        w = np.random.default_rng(i).standard_normal((width, width)).astype(np.float32)
-        inits.append(numpy_helper.from_array(w, f"W{i}"))
-        nodes += [h.make_node("MatMul", [x, f"W{i}"], [f"m{i}"]), h.make_node("Relu", [f"m{i}"], [f"r{i}"])]
-        x = f"r{i}"
-    graph = h.make_graph(nodes, "layers", [h.make_tensor_value_info("x", TensorProto.FLOAT, [rows, width])],
-                         [h.make_tensor_value_info(x, TensorProto.FLOAT, [rows, width])], inits)
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
-    model.ir_version = 9
-    return model
 
 
 # --- parsing the profiling CSV (no QNN needed) -----------------------------------------------------------------
@@ -156,7 +140,7 @@ def test_golden_cycles_of_fixed_graphs_on_qcs9100(tmp_path: Path) -> None:
     assert f.lower < f.cycles < f.upper
     assert f.clock_mhz is not None and f.ms is not None and f.ms_lower is not None and f.ms_upper is not None
     assert f.ms_lower < f.ms < f.ms_upper and f.ms == pytest.approx(f.cycles / f.clock_mhz / 1000, abs=1e-6)
-    layers = hextimate.estimate(_save(_layers(4, 512, 64), tmp_path / "layers.onnx"), socs.find("QCS9100"))
+    layers = hextimate.estimate(_save(golden.layers(4, 512, 64), tmp_path / "layers.onnx"), socs.find("QCS9100"))
     assert layers.figures is not None and _numbers(layers.figures) == GOLDEN[qairt]["layers"]
     # SA8255, the other v73 SoC the model covers, gives the same estimate.
     same = hextimate.estimate(mlp, socs.find("SA8255")).figures
@@ -165,9 +149,30 @@ def test_golden_cycles_of_fixed_graphs_on_qcs9100(tmp_path: Path) -> None:
 
 @pytest.mark.needs_qnn
 @pytest.mark.slow
+def test_the_forwarder_gives_the_golden_estimate_with_every_qairt_release_qnndeploy_supports(
+        toolchains: list[toolchain.Toolchain], tmp_path: Path) -> None:
+    """Issue 36: the forwarder built against each release's libQnnHtp.so (in a child under that toolchain) must
+    give the release's golden figures. Its interface position (graphCreate at 15, backendGetApiVersion at 3) is
+    checked: a moved table is refused (no provider) or crashes the compile, and either fails here with that
+    release's words. Its config is not, by the figures: with profiling on, the backend's own init graph options
+    already hold hextimate = 1 for QCS9100 in 2.47.0-2.51.0, and the stock EP gives the same figures without the
+    forwarder (measured 2026-12-05); a renamed key or a value of 0 changes nothing here."""
+    assert [tc.qairt for tc in toolchains] == sorted(GOLDEN, key=lambda q: tuple(map(int, q.split(".")))), (
+        "a release of data/runtime.json without a GOLDEN row (or a row without its release): measure it")
+    got = {tc.qairt: golden.run(tc, tmp_path / tc.qairt) for tc in toolchains}
+    for tc in toolchains:
+        a = got[tc.qairt]
+        assert a.qairt == tc.qairt, a  # the child imported that toolchain's onnxruntime-qnn
+        assert a.real.name == "libQnnHtp.so", a  # the forwarder was built for, and forwards to, its backend
+        assert toolchain.is_current(tc) or a.real.is_relative_to(toolchain.folder(tc).resolve()), a
+    assert {q: a.graphs for q, a in got.items()} == GOLDEN
+
+
+@pytest.mark.needs_qnn
+@pytest.mark.slow
 def test_a_larger_graph_has_more_cycles_and_the_backends_microseconds_agree_with_the_clock(tmp_path: Path) -> None:
     small = hextimate.estimate(_save(synth_models.static_mlp(), tmp_path / "mlp.onnx"), socs.find("QCS9100"))
-    large = hextimate.estimate(_save(_layers(4, 512, 64), tmp_path / "layers.onnx"), socs.find("QCS9100"))
+    large = hextimate.estimate(_save(golden.layers(4, 512, 64), tmp_path / "layers.onnx"), socs.find("QCS9100"))
     assert small.figures is not None and large.figures is not None
     assert large.figures.cycles > 10 * small.figures.cycles
     assert large.figures.fill_bytes > 4 * 512 * 512 * 2  # the fp16 weights are read in
