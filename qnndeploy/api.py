@@ -4,9 +4,10 @@ The API is what `__all__` lists (docs/api.md documents each name); everything el
 change. Most names are the rooms' own entry points and result types, re-exported. The few functions defined here
 do what the command line does around a room's function and a script needs too: a bundle argument may be a folder
 or an archive, is refused as bad input (exit code 2) when it is not a bundle at all, and with the CLI's message
-(exit code 1) when it fails `bundle verify`. Errors are QnnDeployError, with the message and exit code the CLI
-prints. It is not in `qnndeploy/__init__`: `qnndeploy --help` imports no room, and the rooms `qnndeploy.check`
-and `qnndeploy.compile` are packages, so they cannot also be functions of `qnndeploy`.
+(exit code 1) when it fails `bundle verify`; `estimate` gives the estimate room's function the command's name
+and option names. Errors are QnnDeployError, with the message and exit code the CLI prints. It is not in
+`qnndeploy/__init__`: `qnndeploy --help` imports no room, and the rooms `qnndeploy.check` and `qnndeploy.compile`
+are packages, so they cannot also be functions of `qnndeploy`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from qnndeploy.device.hosted import HostedChoice
 from qnndeploy.device.info import DeviceInfo, ListedDevice, device_info, devices
 from qnndeploy.device.verify import DeviceVerification
 from qnndeploy.diagnose import DiagnoseOptions, DiagnoseResult, diagnose
+from qnndeploy.estimate import Estimates, ModelEstimate, SocEstimate, estimate_models
 from qnndeploy.formats.manifest import Manifest
 from qnndeploy.formats.reach import Reach
 from qnndeploy.formats.records import HtpSettings
@@ -46,6 +48,7 @@ from qnndeploy.package import play as playroom
 from qnndeploy.package.play import PlayPackage
 from qnndeploy.prepare import PrepareOptions, PrepareResult, prepare_model
 from qnndeploy.prepare.split import SplitResult, split_by_size, split_model
+from qnndeploy.qnn.hextimate import DEFAULT_TIMEOUT_S as _ESTIMATE_TIMEOUT_S
 from qnndeploy.reach import DOING as _REACHING
 from qnndeploy.reach import check_request as _check_reach
 from qnndeploy.reach import reach_bundle
@@ -68,12 +71,14 @@ __all__ = [
     "DeviceVerification",
     "DiagnoseOptions",
     "DiagnoseResult",
+    "Estimates",
     "HostedChoice",
     "HtpSettings",
     "InspectResult",
     "JobResult",
     "ListedDevice",
     "MissingTool",
+    "ModelEstimate",
     "OnDeviceRequest",
     "PlayPackage",
     "PrepareOptions",
@@ -85,6 +90,7 @@ __all__ = [
     "Run",
     "ScaffoldResult",
     "Soc",
+    "SocEstimate",
     "SplitResult",
     "TargetValidation",
     "ValidateOptions",
@@ -98,6 +104,7 @@ __all__ = [
     "device_verify_hosted",
     "devices",
     "diagnose",
+    "estimate",
     "find_soc",
     "hosted_devices",
     "inspect",
@@ -114,6 +121,16 @@ __all__ = [
     "verify_bundle",
     "with_split",
 ]
+
+
+def estimate(models: Path | Sequence[Path], socs: Sequence[str] = (), *,
+             timeout: float | None = _ESTIMATE_TIMEOUT_S) -> Estimates:
+    """`qnndeploy estimate`: each model file, or each graph of a build folder (compile's output), estimated for
+    QCS9100 at fp16 by the HTP backend's own cost model on this machine, then for each SoC of `socs` (the command's
+    --soc; default: a build's SoCs, else every SoC with a chip factor) scaled by its chip factor. A build's graphs
+    get an estimate record beside each job's compile.json, as the command writes them; nothing is measured."""
+    paths = [Path(models)] if isinstance(models, str | Path) else [Path(m) for m in models]
+    return estimate_models(paths, socs, timeout=timeout)
 
 
 def verify_bundle(bundle: Path, *, deep: bool = True, allow_unchecked: bool = False,

@@ -13,12 +13,15 @@ import shutil
 from importlib import resources
 from pathlib import Path
 
+import click
+import onnx
 import pytest
 
 from qnndeploy import api
 from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED
-from qnndeploy.qnn import htp
-from tests.support import REPO
+from qnndeploy.cli._common import jsonable
+from qnndeploy.qnn import hextimate, htp
+from tests.support import REPO, synth_models
 from tests.support.cli import run
 from tests.support.host import require
 
@@ -137,6 +140,34 @@ def test_the_demo_bundle_on_an_emulated_phone(demo, device, tmp_path, monkeypatc
     assert raised.value.exit_code == EXIT_BAD_INPUT
 
 
+def _timeless(value: object) -> object:
+    """A --json value without its wall times ("seconds"): the rest is deterministic."""
+    if isinstance(value, dict):
+        return {k: _timeless(v) for k, v in value.items() if k != "seconds"}
+    if isinstance(value, list):
+        return [_timeless(v) for v in value]
+    return value
+
+
+@pytest.mark.slow
+@pytest.mark.needs_qnn
+def test_estimate_gives_the_numbers_of_the_commands_json(tmp_path, monkeypatch):
+    monkeypatch.setenv(hextimate.ENV_DIR, str(tmp_path / "hextimate-cache"))
+    model = tmp_path / "mlp.onnx"
+    onnx.save(synth_models.static_mlp(), model)
+    e = api.estimate(model, socs=["SM8750", "SM7325"])
+    assert [(m.model, [s.soc for s in m.socs]) for m in e.models] == [(str(model), ["SM8750", "SM7325"])]
+    m = e.models[0]
+    assert m.reference.soc == "QCS9100" and m.reference.figures is not None and m.reference.figures.cycles > 0
+    assert m.socs[0].ms is not None and m.socs[0].factor is not None and e.records == ()
+    r = run("estimate", model, "--soc", "SM8750,SM7325", "--json")
+    assert r.exit_code == 0, r.output
+    assert _timeless(json.loads(r.stdout)) == _timeless(jsonable(e))
+    with pytest.raises(api.QnnDeployError) as raised:
+        api.estimate([tmp_path / "missing.onnx"], socs=["SM8750"])
+    assert cli_error("estimate", tmp_path / "missing.onnx", "--soc", "SM8750") == (EXIT_BAD_INPUT, str(raised.value))
+
+
 def cli_error(*args: object) -> tuple[int, str]:
     """The exit code and the one-line error of a command run in-process."""
     r = run(*args)
@@ -186,6 +217,34 @@ def test_a_bundle_failing_verify_is_refused_as_the_cli_refuses_it(demo, tmp_path
 def documented() -> list[str]:
     """The names docs/api.md documents: one `### name` heading each."""
     return re.findall(r"^### `([A-Za-z_]+)`", DOCS.read_text(), flags=re.MULTILINE)
+
+
+def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[str]:
+    """Every command of the command line, by its words ("bundle verify")."""
+    ctx = click.Context(group)
+    found = []
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if isinstance(command, click.Group):
+            found += _commands(command, (*prefix, name))
+        else:
+            found.append(" ".join((*prefix, name)))
+    return found
+
+
+def test_every_command_has_an_api_function_or_is_named_as_having_none():
+    """A command's function says `qnndeploy COMMAND` in docs/api.md; a command without one is in the Errors
+    section's list of those that have none."""
+    from qnndeploy.cli import cli
+
+    text = " ".join(DOCS.read_text().split())
+    (none,) = re.findall(r"- ([^.]*) have no API function\.", text)
+    without = {name for name in re.findall(r"`([^`]+)`", none) if "--" not in name}  # not an option's
+    commands = _commands(cli)
+    assert "estimate" in commands and "device verify" in commands
+    missing = [c for c in commands if f"`qnndeploy {c}" not in text and c not in without
+               and c.split()[0] not in without]
+    assert missing == [], "commands with no API function, and not said to have none in docs/api.md"
 
 
 def test_all_is_what_docs_api_documents():
