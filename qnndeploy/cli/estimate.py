@@ -65,17 +65,17 @@ def estimate(models: tuple[Path, ...], socs: tuple[str, ...], timeout: float, as
     it was compiled for; each graph x SoC's estimate is written as BUILD/<graph>/<SoC>/estimate.json, which the
     report shows).
     The HTP backend's own performance model (Hextimate, in onnxruntime-qnn's libQnnHtp.so) estimates each model
-    for QCS9100 at fp16 while compiling it on this machine (nothing runs; a C compiler builds its loader on first
-    use), and each SoC's time is that estimate scaled by the SoC's chip factor, fitted on Qualcomm AI Hub's
-    published measurements (qnndeploy/data/chip_factors.json). Per SoC: the time in ms, its band (the backend's
-    lower and upper estimates, scaled alike), the factor and its fit. A SoC without a factor gets no number, and
+    for QCS9100 at fp16 while compiling it on this machine with QNN profiling on (nothing runs), and each SoC's
+    time is that estimate scaled by the SoC's chip factor, fitted on Qualcomm AI Hub's published measurements
+    (qnndeploy/data/chip_factors.json). Per SoC: the time in ms, its band (the backend's lower and upper estimates,
+    scaled alike), the factor and its fit. A SoC without a factor gets no number, and
     says why. Nothing is measured: no CPU-fallback ops (a model the HTP does not take whole is refused), no load
     time, the top clock only.
 
     \b
     Exit codes: 0 the estimates; 1 a model the HTP does not take whole, or a failed compile;
     2 bad input (no such model, an unknown SoC, a build's source gone or changed since its compile);
-    3 no onnxruntime-qnn or no C compiler.
+    3 no onnxruntime-qnn.
     """
     result = estimate_models(models, socs, timeout=timeout)
     if as_json:

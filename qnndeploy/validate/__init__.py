@@ -48,7 +48,7 @@ from qnndeploy.model.metrics import (
 )
 from qnndeploy.model.onnxio import INT_DTYPES, TensorInfo, load_model, real_inputs, tensor_info
 from qnndeploy.model.samples import Ranges, Sample
-from qnndeploy.qnn import hextimate, htp, loop
+from qnndeploy.qnn import htp, loop
 
 EMULATOR_NOTE = ("Outputs come from the host HTP emulator (x86-64): the HTP's arithmetic, not its speed. "
                  "Emulator timings say nothing about phone timings; measure on a phone (qnndeploy device profile).")
@@ -168,8 +168,6 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
         raise BadInput(f"--{', --'.join(loosened)} is looser than the default: say why with --reason \"...\" "
                        "(it is recorded in every validation record and the bundle)")
     htp._require()
-    if o.estimate:  # no C compiler for the cost model's loader: said (exit 3) before anything runs
-        hextimate.build()
     # Samples that do not fit are bad input: refuse them before anything runs or is written.
     given: dict[str, Given] = {}
     for record in plan if inputs is not None else []:

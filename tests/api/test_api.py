@@ -20,7 +20,7 @@ import pytest
 from qnndeploy import api
 from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED
 from qnndeploy.cli._common import jsonable
-from qnndeploy.qnn import hextimate, htp
+from qnndeploy.qnn import htp
 from tests.support import REPO, synth_models
 from tests.support.cli import run
 from tests.support.host import require
@@ -152,7 +152,6 @@ def _timeless(value: object) -> object:
 @pytest.mark.slow
 @pytest.mark.needs_qnn
 def test_estimate_gives_the_numbers_of_the_commands_json(tmp_path, monkeypatch):
-    monkeypatch.setenv(hextimate.ENV_DIR, str(tmp_path / "hextimate-cache"))
     model = tmp_path / "mlp.onnx"
     onnx.save(synth_models.static_mlp(), model)
     e = api.estimate(model, socs=["SM8750", "SM7325"])

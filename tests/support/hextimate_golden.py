@@ -2,11 +2,9 @@
 
     python -P -m tests.support.hextimate_golden OUT    (run under a toolchain: qnndeploy.qnn.toolchain.environ)
 
-builds qnndeploy's forwarding backend library (qnn/hextimate.c) against the libQnnHtp.so of the onnxruntime-qnn it
-imports, estimates the two golden graphs for QCS9100 through it, and prints one JSON line: the QAIRT release, the
-real backend the forwarder was built for, and per graph the figures (cycles, lower, upper, fill bytes, spill
-bytes, ops without a cost) or the reason there are none. A release whose interface table moved (the forwarder
-refuses it, or its graphCreate slot is another function) shows here as an error in that release's words.
+estimates the two golden graphs for QCS9100 with the onnxruntime-qnn it imports (QNN profiling on) and prints one
+JSON line: the QAIRT release and per graph the figures (cycles, lower, upper, fill bytes, spill bytes, ops without a
+cost) or the reason there are none. A release whose cost model or profiling event changed shows here.
 tests/qnn/test_hextimate.py runs it for every toolchain and compares with its GOLDEN table.
 """
 
@@ -39,10 +37,7 @@ class Answer:
     """What the child measured under one toolchain."""
 
     qairt: str  # the release the child's onnxruntime-qnn carries
-    real: Path  # the libQnnHtp.so the forwarder was built to forward to
-    compiled: bool  # the forwarder was compiled (not found in the cache)
-    build_s: float
-    seconds: float  # the child's build and estimates
+    seconds: float  # the child's estimates
     graphs: dict[str, tuple[int, ...] | str]  # graph -> its golden row, or why there is none
 
 
@@ -72,13 +67,12 @@ def numbers(f: hextimate.Figures) -> list[int]:
 
 
 def measure(out: Path) -> dict[str, object]:
-    """The child: the forwarder built for this process's libQnnHtp.so, and each golden graph's estimate (a list of
-    numbers), or in words why there is none (the backend's reason, or the error the estimate raised)."""
+    """The child: each golden graph's estimate with this process's onnxruntime-qnn (a list of numbers), or in words
+    why there is none (the backend's reason, or the error the estimate raised)."""
     from qnndeploy.base import socs
     from qnndeploy.qnn import htp
 
     start = time.monotonic()
-    built = hextimate.build()
     found: dict[str, object] = {}
     for name, model in graphs().items():
         path = out / f"{name}.onnx"
@@ -89,8 +83,7 @@ def measure(out: Path) -> dict[str, object]:
             found[name] = f"{type(e).__name__}: {e}"
             continue
         found[name] = numbers(est.figures) if est.figures is not None else f"no estimate: {est.reason}"
-    return {"qairt": htp.qairt_version(), "real": str(built.real), "compiled": built.compiled,
-            "build_s": built.seconds, "seconds": round(time.monotonic() - start, 2), "graphs": found}
+    return {"qairt": htp.qairt_version(), "seconds": round(time.monotonic() - start, 2), "graphs": found}
 
 
 def environ(tc: toolchain.Toolchain) -> dict[str, str]:
@@ -101,15 +94,14 @@ def environ(tc: toolchain.Toolchain) -> dict[str, str]:
 
 
 def run(tc: toolchain.Toolchain, out: Path) -> Answer:
-    """measure() in a child process under `tc` (installed: the toolchains fixture), its forwarder built into the
-    caller's $QNNDEPLOY_HEXTIMATE_DIR (the cache key names the real backend: one folder per release)."""
+    """measure() in a child process under `tc` (installed: the toolchains fixture)."""
     out.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(child.python("-m", "tests.support.hextimate_golden", str(out)), env=environ(tc),
                           capture_output=True, text=True, check=False, timeout=TIMEOUT_S)
     if done.returncode != 0:
         raise RuntimeError(f"{tc.name}: the golden estimate failed (exit {done.returncode}): {done.stderr[-2000:]}")
     a = json.loads(done.stdout.strip().splitlines()[-1])
-    return Answer(a["qairt"], Path(a["real"]), a["compiled"], a["build_s"], a["seconds"],
+    return Answer(a["qairt"], a["seconds"],
                   {name: tuple(row) if isinstance(row, list) else str(row) for name, row in a["graphs"].items()})
 
 
