@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from qnndeploy.base import socs
 from qnndeploy.base.errors import BadInput
@@ -22,9 +23,14 @@ from qnndeploy.formats.estimaterecord import (
     write_for,
 )
 from qnndeploy.formats.records import CompileRecord, read_build
+from qnndeploy.model.onnxio import load_model
 from qnndeploy.qnn import hextimate
 
-__all__ = ["NOT_CLAIMED", "Estimates", "ModelEstimate", "SocEstimate", "estimate_models", "targets"]
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["NOT_CLAIMED", "Estimates", "ModelEstimate", "SocEstimate", "estimate_models", "qdq_precision",
+           "targets"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,7 @@ class _Job:
     socs: tuple[socs.Soc, ...]
     precision: str
     build: tuple[CompileRecord, ...] = ()  # a build's graph: its compile records, beside which the records go
+    quantized: bool = False  # the model is a QDQ graph already (a model file given so), estimated as it is
 
 
 def _jobs(paths: Sequence[Path], soc_names: Sequence[str]) -> list[_Job]:
@@ -62,7 +69,8 @@ def _jobs(paths: Sequence[Path], soc_names: Sequence[str]) -> list[_Job]:
     jobs = []
     for path in map(Path, paths):
         if not path.is_dir():
-            jobs.append(_Job(str(path), path, asked, Precision.FP16))
+            precision = qdq_precision(path) if path.is_file() else None
+            jobs.append(_Job(str(path), path, asked, precision or Precision.FP16, quantized=precision is not None))
             continue
         graphs: dict[tuple[str, Path, str], list[CompileRecord]] = {}
         for record in read_build(path):
@@ -80,16 +88,54 @@ def _jobs(paths: Sequence[Path], soc_names: Sequence[str]) -> list[_Job]:
     return jobs
 
 
+WEIGHT_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+
+
+def qdq_precision(model: Path) -> str | None:
+    """The precision of a QDQ graph (None: a float graph, estimated at fp16): "w<W>a<A>", W the bits of the weights'
+    DequantizeLinear zero points (of Conv, MatMul and Gemm weights), A the bits of the activations' QuantizeLinear
+    zero points, as onnxruntime's quantizer writes them (uint16 activations, uint8 weights: w8a16, what compile's
+    w8a16 makes)."""
+    graph = load_model(model, weights=False).graph
+    bits = {2: 8, 3: 8, 4: 16, 5: 16, 21: 4, 22: 4}  # TensorProto: UINT8 INT8 UINT16 INT16 UINT4 INT4
+    int32 = 6  # a bias's zero point: not a weight's bits
+    dtypes = {t.name: t.data_type for t in graph.initializer}
+    for node in graph.node:
+        for attr in node.attribute:
+            if node.op_type == "Constant" and attr.name == "value":
+                dtypes[node.output[0]] = attr.t.data_type
+
+    def zero_point(node: onnx.NodeProto) -> int:  # no zero point: uint8, ONNX's default
+        return dtypes.get(node.input[2], 0) if len(node.input) > 2 and node.input[2] else 2
+
+    # a weight: an initializer's DequantizeLinear feeding the weight input of a Conv, MatMul or Gemm (other
+    # constants, an Add's operand, take the activations' type)
+    weight_inputs = {n.input[1] for n in graph.node if n.op_type in WEIGHT_OPS and len(n.input) > 1}
+    weights = {zero_point(n) for n in graph.node if n.op_type == "DequantizeLinear" and n.input[0] in dtypes
+               and n.output[0] in weight_inputs}
+    weights.discard(int32)
+    acts = {zero_point(n) for n in graph.node if n.op_type == "QuantizeLinear"}
+    if not weights and not acts:
+        return None
+    w = "/".join(sorted({str(bits.get(d, "?")) for d in weights})) or "?"
+    a = "/".join(sorted({str(bits.get(d, "?")) for d in acts})) or "?"
+    return f"w{w}a{a}"
+
+
 def estimate_models(models: Sequence[Path], soc_names: Sequence[str] = (), *,
                     timeout: float | None = hextimate.DEFAULT_TIMEOUT_S) -> Estimates:
-    """Each model (or each graph of a build folder) estimated for QCS9100 at fp16, then for each SoC asked
-    (default: a build's SoCs, else every SoC with a factor). A graph compiled at another precision gets no number:
-    only fp16 has factors. A build's graph gets a record per SoC it has a job for (formats/estimaterecord.py:
+    """Each model (or each graph of a build folder) estimated for QCS9100 at its precision, then for each SoC asked
+    (default: a build's SoCs, else every SoC with a factor). A build's graph has the precision its compile records
+    say (fp16; w8a16: its source quantized as compile quantizes it); a model file is fp16, unless it is a QDQ graph
+    (qdq_precision: w8a16, w8a8), estimated as it is. A precision without factors gets no number.
+ A build's graph gets a record per SoC it has a job for (formats/estimaterecord.py:
     <graph>/<SoC>/estimate.json beside compile.json); a model file, none."""
     jobs = _jobs(models, soc_names)
     found, written = [], []
     for job in jobs:
-        m = estimate_graph(job.name, job.model, job.socs, job.precision, timeout=timeout)
+        keep = job.build[0].htp.keep_fp16 if job.build and job.build[0].htp else ()
+        m = estimate_graph(job.name, job.model, job.socs, job.precision, timeout=timeout, quantized=job.quantized,
+                           keep_fp16=keep)
         found.append(m)
         written += write_for(job.build, m, job.precision, "estimate")
     return Estimates(tuple(found), records=tuple(written))

@@ -8,23 +8,26 @@ bench records only."""
 from __future__ import annotations
 
 import math
+import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from qnndeploy import __version__
 from qnndeploy.base import socs
-from qnndeploy.base.errors import BadInput, MissingTool, QnnDeployError
+from qnndeploy.base.errors import BadInput, CheckFailed, MissingTool, QnnDeployError, first_line
 from qnndeploy.base.fileio import JSON, write_json
 from qnndeploy.base.kinds import Precision
 from qnndeploy.formats.records import CompileRecord, RecordStatus
+from qnndeploy.model import quantize, samples
 from qnndeploy.qnn import hextimate, htp
 
 RECORD = "qnndeploy-estimate"
 RECORD_VERSION = 1
 RECORD_FILE = "estimate.json"
+TARGET = 0.9  # issue 36's aim for a fit: this fraction of models within hextimate.WITHIN, leave-one-out
 # What every estimate leaves out, said wherever one is shown (the command, the record, the report page).
 NOT_CLAIMED = ("estimated, not measured: the HTP's cost model on the host, at the top clock (burst), no thermal "
                "throttling; no time for ops left to the CPU, for loading, or for per-inference overhead outside "
@@ -55,30 +58,33 @@ class ModelEstimate:
     socs: tuple[SocEstimate, ...]
     warnings: tuple[str, ...]
     source: str  # where the factors come from (data/chip_factors.json's provenance)
+    precision: str = Precision.FP16  # the precision estimated, whose factors scale it (fp16, w8a16, w8a8)
 
 
-def factors_source() -> str:
-    factors = hextimate.chip_factors()
-    return next(iter(factors.values())).source if factors else f"no factors in {hextimate.FACTORS}"
+def factors_source(precision: str = Precision.FP16) -> str:
+    factors = hextimate.chip_factors(precision)
+    return next(iter(factors.values())).source if factors else f"no {precision} factors in {hextimate.FACTORS}"
 
 
-def _for_soc(reference: hextimate.Figures, soc: socs.Soc) -> SocEstimate:
-    phone = hextimate.phone_estimate(reference, soc)
+def _for_soc(reference: hextimate.Figures, soc: socs.Soc, precision: str) -> SocEstimate:
+    phone = hextimate.phone_estimate(reference, soc, precision=precision)
     if phone is not None:
         f = phone.factor
-        fit = (f"{f.models} models, {f.within:.0%} within {hextimate.WITHIN:g}x leave-one-out (worst "
-               f"{f.loo_worst:.2f}), Spearman {f.spearman:.3f}, AI Hub's {f.device}")
+        fit = (f"{precision} factor: {f.models} models, {f.within:.0%} within {hextimate.WITHIN:g}x leave-one-out "
+               f"(worst {f.loo_worst:.2f}), Spearman {f.spearman:.3f}, AI Hub's {f.device}")
+        if f.within < TARGET:
+            fit += f"; a poor fit, below the {TARGET:.0%} within {hextimate.WITHIN:g}x the factors aim at"
         return SocEstimate(soc.model, phone.ms, phone.ms_lower, phone.ms_upper, f.factor, fit, "")
     if reference.ms is None:
         return SocEstimate(soc.model, None, None, None, None, "", reference.clock_source)
     return SocEstimate(soc.model, None, None, None, None, "",
-                       f"no chip factor for {soc.model} ({hextimate.FACTORS}: no fp16 measurement of AI Hub's was "
-                       "fitted for it): no number")
+                       f"no chip factor for {soc.model} at {precision} ({hextimate.FACTORS}: no {precision} "
+                       "measurement of AI Hub's was fitted for it): no number")
 
 
-def _modelled(model: Path, soc: socs.Soc, timeout: float | None) -> SocEstimate:
+def _modelled(model: Path, soc: socs.Soc, precision: str, timeout: float | None) -> SocEstimate:
     """A SoC the backend models itself (SA8255) with no factor: its own estimate, unscaled."""
-    est = hextimate.estimate(model, soc, fp16=True, timeout=timeout)
+    est = hextimate.estimate(model, soc, fp16=precision == Precision.FP16, timeout=timeout)
     f = est.figures
     if f is None or f.ms is None:
         return SocEstimate(soc.model, None, None, None, None, "", est.reason or (f.clock_source if f else ""))
@@ -86,50 +92,75 @@ def _modelled(model: Path, soc: socs.Soc, timeout: float | None) -> SocEstimate:
                        "the HTP backend's own model of this SoC, no factor", "", f)
 
 
-def none_for(name: str, model: Path, chosen: Sequence[socs.Soc], why: str) -> ModelEstimate:
+def none_for(name: str, model: Path, chosen: Sequence[socs.Soc], why: str,
+             precision: str = Precision.FP16) -> ModelEstimate:
     """No number for any SoC of this graph, and why (a precision without factors, an estimate that failed)."""
     est = hextimate.Estimate(str(model), hextimate.CALIBRATED_ON, htp.qairt_version(), None, why, 0, 0.0)
     return ModelEstimate(name, est.qairt, est, tuple(SocEstimate(s.model, None, None, None, None, "", why)
-                                                     for s in chosen), (), factors_source())
+                                                     for s in chosen), (), factors_source(precision), precision)
+
+
+def _quantized(model: Path, out: Path, keep_fp16: Sequence[str]) -> Path:
+    """A float graph as the QDQ graph compile's w8a16 makes of it (model/quantize.py), calibrated on two seeded
+    random samples: the graph the HTP times is the same whatever the ranges (latency does not depend on values)."""
+    found, _ = samples.for_graph(model, "estimate", count=2)
+    return quantize.qdq(model, found, out, keep_fp16)
 
 
 def estimate_graph(name: str, model: Path, chosen: Sequence[socs.Soc], precision: str = Precision.FP16, *,
-                   timeout: float | None = hextimate.DEFAULT_TIMEOUT_S) -> ModelEstimate:
-    """One model estimated for QCS9100 at fp16 (one compile here), then for each SoC of `chosen`: scaled by its
-    chip factor, SA8255 (modelled, no factor) by its own compile, no number for a SoC without a factor. A graph
-    compiled at another precision gets no number: only fp16 has factors. Raises what hextimate.estimate raises."""
-    if precision != Precision.FP16:
-        return none_for(name, model, chosen,
-                        f"compiled {precision}: only fp16 has chip factors ({hextimate.FACTORS}), no number")
-    factors = hextimate.chip_factors()
-    est = hextimate.estimate(Path(model), socs.find(hextimate.CALIBRATED_ON), fp16=True, timeout=timeout)
+                   timeout: float | None = hextimate.DEFAULT_TIMEOUT_S, quantized: bool = False,
+                   keep_fp16: Sequence[str] = ()) -> ModelEstimate:
+    """One model estimated for QCS9100 at `precision` (one compile here), then for each SoC of `chosen`: scaled by
+    its chip factor for that precision, SA8255 (modelled, no factor) by its own compile, no number for a SoC
+    without a factor. fp16: the float graph with fp16 on. w8a16: the QDQ graph, fp16 off (on when `keep_fp16`
+    leaves nodes in float, as compile does); a float `model` is first quantized as compile's w8a16 quantizes it
+    (`quantized`: `model` is QDQ already, a w8a16 or w8a8 graph). A precision with no factors gets no number.
+    Raises what hextimate.estimate raises."""
+    if precision not in hextimate.calibrated():
+        return none_for(name, model, chosen, f"{precision}: no chip factors for this precision "
+                                             f"({hextimate.FACTORS}), no number", precision)
+    if precision == Precision.FP16 or quantized:
+        return _estimated(name, Path(model), chosen, precision, precision == Precision.FP16, timeout)
+    with tempfile.TemporaryDirectory(prefix="qnndeploy-estimate-") as tmp:
+        try:
+            qdq = _quantized(Path(model), Path(tmp) / "qdq.onnx", keep_fp16)
+        except Exception as e:  # onnxruntime's quantizer raises its own types
+            raise CheckFailed(f"{model}: quantizing it to {precision} for the estimate failed: {first_line(e)}") from e
+        m = _estimated(name, qdq, chosen, precision, bool(keep_fp16), timeout)
+    return replace(m, reference=replace(m.reference, model=str(model)))
+
+
+def _estimated(name: str, model: Path, chosen: Sequence[socs.Soc], precision: str, fp16: bool,
+               timeout: float | None) -> ModelEstimate:
+    factors = hextimate.chip_factors(precision)
+    est = hextimate.estimate(model, socs.find(hextimate.CALIBRATED_ON), fp16=fp16, timeout=timeout)
     warnings = []
     rows: tuple[SocEstimate, ...]
     if est.figures is None:
         rows = tuple(SocEstimate(s.model, None, None, None, None, "", est.reason) for s in chosen)
     else:
-        rows = tuple(_modelled(Path(model), s, timeout) if s.model in hextimate.MODELLED
-                     and s.model not in factors else _for_soc(est.figures, s) for s in chosen)
+        rows = tuple(_modelled(model, s, precision, timeout) if s.model in hextimate.MODELLED
+                     and s.model not in factors else _for_soc(est.figures, s, precision) for s in chosen)
         if est.figures.ops_without_cost:
             warnings.append(f"{est.figures.ops_without_cost} ops have no cost in the HTP's model: each counts "
                             "as nothing, so every estimate of this model is low by them")
-    return ModelEstimate(name, est.qairt, est, rows, tuple(warnings), factors_source())
+    return ModelEstimate(name, est.qairt, est, rows, tuple(warnings), factors_source(precision), precision)
 
 
 def estimate_or_why(name: str, model: Path, chosen: Sequence[socs.Soc], precision: str, *,
                     timeout: float | None = hextimate.DEFAULT_TIMEOUT_S) -> ModelEstimate:
     """estimate_graph, where a graph that cannot be estimated (the HTP does not take it whole, a compile that
     fails, its source gone) is no number with the reason, not an error: what a command that estimates on the side
-    (validate --estimate) needs. A missing tool (no C compiler, no onnxruntime-qnn) is still raised: it is this
+    (validate --estimate) needs. A missing tool (no onnxruntime-qnn) is still raised: it is this
     machine's, not the graph's, and no record should keep it."""
     if not Path(model).is_file():
-        return none_for(name, model, chosen, f"its source {model} is not there now")
+        return none_for(name, model, chosen, f"its source {model} is not there now", precision)
     try:
         return estimate_graph(name, model, chosen, precision, timeout=timeout)
     except MissingTool:
         raise
     except QnnDeployError as e:
-        return none_for(name, model, chosen, str(e))
+        return none_for(name, model, chosen, str(e), precision)
 
 
 # --- the record --------------------------------------------------------------------------------------------------

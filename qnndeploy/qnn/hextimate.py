@@ -1,32 +1,28 @@
 """The HTP backend's own host-side performance model (Hextimate): a graph's estimated accelerator cycles, read at
 compile time on this machine, with nothing run.
 
-The wheel's libQnnHtp.so estimates a graph when it finalizes it with the HTP graph config FINALIZE_CONFIG
-"hextimate" = 1, and writes a "Performance Estimates" profiling event: simulated cycles with a lower and an upper
-bound, the bytes filled into and spilled out of its memory, and the ops it has no cost for. ONNX Runtime's QNN EP
-has no option that passes that config, so the compile goes through a forwarding backend library (hextimate.c,
-built here with the machine's C compiler on first use and cached) given to the EP as `backend_path`: it loads the
-real libQnnHtp.so and adds the config to every graph it creates. The backend estimates for QCS9100 and SA8255
-(v73) only; for another SoC it says why not, and the estimate is None with that reason.
+The wheel's libQnnHtp.so estimates a graph when it finalizes it with QNN profiling on, and writes a "Performance
+Estimates" profiling event: simulated cycles with a lower and an upper bound, the bytes filled into and spilled out
+of its memory, and the ops it has no cost for. So the compile is the QNN EP's own, with its profiling_level and
+profiling_file_path options (measured with QAIRT 2.47.0-2.51.0: its verbose log shows the graph option "hextimate
+= 1" set by the backend itself; a forwarding backend library that added the HTP finalize config "hextimate" changed
+no figure, with the key renamed or the value 0 either, so it is not needed). The backend estimates for QCS9100 and
+SA8255 (v73) only; for another SoC it says why not, and the estimate is None with that reason.
 
 What the number is not: a measurement; a time for any op left to the CPU (the compile allows no CPU fallback); load
 or first-run time; anything but the HTP's top clock (burst), with no throttling.
 
 A phone SoC gets its estimate from the QCS9100 one scaled by the chip's factor (phone_estimate): data/chip_factors.json,
-fitted by benchmarks/estimate_vs_aihub.py on AI Hub's published measurements (fit, below); a SoC or precision with no
-factor gets no number.
+fitted by benchmarks/estimate_vs_aihub.py on AI Hub's published measurements (fit, below), one set per precision
+(fp16; w8a16 and w8a8 on QDQ graphs); a SoC or precision with no factor gets no number.
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import math
-import os
 import re
-import shlex
-import shutil
 import signal
 import statistics
 import subprocess
@@ -40,26 +36,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from qnndeploy.base import child, fileio, socs
-from qnndeploy.base.errors import BadInput, CheckFailed, MissingTool, first_line
+from qnndeploy.base import child, socs
+from qnndeploy.base.errors import BadInput, CheckFailed, first_line
 from qnndeploy.qnn import htp
 
-SOURCE = "hextimate.c"
-LIBRARY = "libQnnHtp.so"  # the forwarder has the name of the library it stands in for
-# Libraries the EP loads from the backend library's folder, linked there from the wheel.
-BESIDE = ("libQnnSystem.so",)
-ENV_DIR = "QNNDEPLOY_HEXTIMATE_DIR"  # the build cache folder
-ENV_CC = "CC"  # the C compiler command, as make and setuptools read it; default `cc`
-ENV_BACKEND = "QNNDEPLOY_HEXTIMATE_BACKEND"  # read by hextimate.c: the real libQnnHtp.so
-DONE = "build.json"  # written last into a build folder
 DEFAULT_TIMEOUT_S = 600.0
 EVENT = "Performance Estimates"
 # The backend's own words when it has no model for the SoC (a string in libQnnHtp.so, logged at graph finalize).
 UNSUPPORTED = re.compile(r"(Performance Estimates unsupported on soc \S+)")
-FORWARDER_SAYS = "qnndeploy-hextimate:"  # how hextimate.c starts the line it writes on stderr when it fails
 CPU_LEFT = "fallback to CPU EP has been explicitly disabled"  # onnxruntime's words for a graph the EP left nodes of
-INSTALL_CC = ("no C compiler ({cc}) to build qnndeploy's Hextimate backend library: install one "
-              "(Debian/Ubuntu: apt-get install gcc), or set CC")
 
 
 @dataclass(frozen=True)
@@ -91,96 +76,6 @@ class Estimate:
     reason: str
     graphs: int  # HTP graphs estimated (one: the compile allows no CPU fallback, so no split)
     seconds: float  # the compile's wall time
-
-
-@dataclass(frozen=True)
-class Built:
-    library: Path  # the forwarding libQnnHtp.so
-    real: Path  # the wheel's libQnnHtp.so it forwards to
-    compiled: bool  # built by this call (False: found in the cache)
-    seconds: float
-
-
-def root() -> Path:
-    """$QNNDEPLOY_HEXTIMATE_DIR, else $XDG_CACHE_HOME/qnndeploy/hextimate, else ~/.cache/qnndeploy/hextimate."""
-    if env := os.environ.get(ENV_DIR):
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "qnndeploy" / "hextimate"
-
-
-def source() -> bytes:
-    return resources.files("qnndeploy.qnn").joinpath(SOURCE).read_bytes()
-
-
-def real_backend() -> Path:
-    """The wheel's libQnnHtp.so."""
-    path = Path(str(htp._require().get_library_path())).resolve().parent / LIBRARY  # beside the EP library
-    if not path.is_file():
-        raise MissingTool(f"onnxruntime-qnn has no {LIBRARY} at {path}: reinstall it (pip install onnxruntime-qnn)")
-    return path
-
-
-@cache
-def _file_hash(path: Path, size: int, mtime_ns: int) -> str:  # size and mtime: a changed file is hashed again
-    return fileio.sha256_file(path)
-
-
-def _compiler() -> list[str]:
-    cmd = shlex.split(os.environ.get(ENV_CC) or "cc")
-    if not cmd or shutil.which(cmd[0]) is None:
-        raise MissingTool(INSTALL_CC.format(cc=cmd[0] if cmd else "CC is empty"))
-    return cmd
-
-
-def build() -> Built:
-    """The forwarding backend library for this qnndeploy's hextimate.c and this wheel's libQnnHtp.so: from the
-    cache, else compiled into <root>/<key>/ (the key hashes the source, the real library and its folder) and
-    published by one rename, so a half-built folder is never used and two builds at once both end well."""
-    start = time.monotonic()
-    real = real_backend()
-    st = real.stat()
-    code = source()
-    key = hashlib.sha256(b"\0".join([code, _file_hash(real, st.st_size, st.st_mtime_ns).encode(),
-                                     str(real.parent).encode()])).hexdigest()[:20]
-    final = root() / key
-    library = final / LIBRARY
-    if (final / DONE).is_file() and library.is_file():
-        return Built(library, real, False, round(time.monotonic() - start, 3))
-    cc = _compiler()
-    try:
-        root().mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root()))
-    except OSError as e:
-        raise fileio.write_error(e, root()) from None
-    try:
-        (staging / SOURCE).write_bytes(code)
-        cmd = [*cc, "-shared", "-fPIC", "-O2", "-o", str(staging / LIBRARY), str(staging / SOURCE), "-ldl",
-               "-lpthread"]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
-        except OSError as e:
-            raise MissingTool(INSTALL_CC.format(cc=f"{cc[0]}: {fileio.cause(e)}")) from None
-        if done.returncode != 0:
-            said = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()]
-            raise CheckFailed(f"{cc[0]} could not build the Hextimate backend library: "
-                              f"{said[0] if said else f'exit {done.returncode}'}")
-        for name in BESIDE:
-            (staging / name).symlink_to(real.parent / name)
-        fileio.write_json(staging / DONE, {"source_sha256": hashlib.sha256(code).hexdigest(), "real": str(real),
-                                           "compiler": cmd[0], "built": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                                      time.gmtime())})
-        staging.chmod(0o755)
-        try:
-            staging.rename(final)
-        except OSError:  # another build published first (or an unfinished folder is in the way)
-            if not (final / DONE).is_file():
-                shutil.rmtree(final, ignore_errors=True)
-                staging.rename(final)
-    except OSError as e:
-        raise fileio.write_error(e, final) from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return Built(library, real, True, round(time.monotonic() - start, 3))
 
 
 def clock(qairt: str, soc: str) -> tuple[float | None, str]:
@@ -240,20 +135,19 @@ def figures(event: dict[str, int], qairt: str, soc: str) -> Figures:
 
 
 def estimate(model: Path, soc: socs.Soc, *, fp16: bool = True, timeout: float | None = DEFAULT_TIMEOUT_S) -> Estimate:
-    """Compile `model` for `soc` with the Hextimate backend and read its estimate. The compile runs in a child
+    """Compile `model` for `soc` with QNN profiling on and read the HTP backend's estimate. The compile runs in a child
     process (a native crash or a hang ends the child, not this process); a graph the HTP does not take whole is an
     error (CheckFailed), since an estimate would leave its CPU ops out."""
     if not model.is_file():
         raise BadInput(f"{model}: no such ONNX file")
-    built = build()
     qairt = htp.qairt_version()
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="qnndeploy-hextimate-") as tmp:
         csv_path = Path(tmp) / "profile.csv"
-        _compile(model, soc, fp16, built, csv_path, verbose=False, timeout=timeout)
+        _compile(model, soc, fp16, csv_path, verbose=False, timeout=timeout)
         events = parse(csv_path.read_text(errors="replace")) if csv_path.is_file() else []
     if not events:
-        reason = _why_none(soc, fp16, built, timeout)
+        reason = _why_none(soc, fp16, timeout)
         return Estimate(str(model), soc.model, qairt, None, reason, 0, round(time.monotonic() - start, 2))
     every = [figures(e, qairt, soc.model) for e in events]
     one = every[0] if len(every) == 1 else _summed(every)
@@ -279,7 +173,7 @@ def _summed(every: list[Figures]) -> Figures:
 
 
 @cache
-def _why_none(soc: socs.Soc, fp16: bool, built: Built, timeout: float | None) -> str:
+def _why_none(soc: socs.Soc, fp16: bool, timeout: float | None) -> str:
     """The backend's reason for writing no estimate: a lone Relu compiled with its log at the verbose level (QNN's
     warnings reach ONNX Runtime's log only there), and its "unsupported on soc" line, else what is known."""
     import onnx
@@ -289,7 +183,7 @@ def _why_none(soc: socs.Soc, fp16: bool, built: Built, timeout: float | None) ->
         path = Path(tmp) / "relu.onnx"
         onnx.save(probe, path)
         csv_path = Path(tmp) / "profile.csv"
-        log = _compile(path, soc, fp16, built, csv_path, verbose=True, timeout=timeout)
+        log = _compile(path, soc, fp16, csv_path, verbose=True, timeout=timeout)
         found = UNSUPPORTED.search(log)
         if found:
             return f"the HTP backend says: {found.group(1)}"
@@ -299,16 +193,14 @@ def _why_none(soc: socs.Soc, fp16: bool, built: Built, timeout: float | None) ->
     return f"the HTP backend wrote no {EVENT} event for {soc.model} and said nothing about it"
 
 
-def _compile(model: Path, soc: socs.Soc, fp16: bool, built: Built, csv_path: Path, *, verbose: bool,
+def _compile(model: Path, soc: socs.Soc, fp16: bool, csv_path: Path, *, verbose: bool,
              timeout: float | None) -> str:
     """The child (main below) compiles; its log is returned. A failed compile is CheckFailed with its last line."""
     log_path = csv_path.with_suffix(".log")
-    args = [str(model), soc.model, "fp16" if fp16 else "int", str(built.library), str(csv_path),
-            "verbose" if verbose else "quiet"]
-    env = {**child.environ(), ENV_BACKEND: str(built.real)}
+    args = [str(model), soc.model, "fp16" if fp16 else "int", str(csv_path), "verbose" if verbose else "quiet"]
     with log_path.open("wb") as err:
         proc = subprocess.Popen(child.module("qnn.hextimate", *args), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
+                                stdout=subprocess.DEVNULL, stderr=err, env=child.environ(), start_new_session=True)
     code = child.wait(proc, timeout)
     log = log_path.read_text(errors="replace")
     if code is None:
@@ -317,9 +209,6 @@ def _compile(model: Path, soc: socs.Soc, fp16: bool, built: Built, csv_path: Pat
         raise CheckFailed(f"the HTP compile with Hextimate crashed ({signal.Signals(-code).name})")
     if code != 0:
         said = [line.strip() for line in log.splitlines() if line.strip()]
-        ours = [line for line in said if line.startswith(FORWARDER_SAYS)]
-        if ours:  # the forwarding library could not start the backend: its own line says why
-            raise CheckFailed(f"the Hextimate backend library failed: {ours[0].removeprefix(FORWARDER_SAYS).strip()}")
         last = said[-1] if said else f"exit {code}"
         if CPU_LEFT in last:
             raise CheckFailed(f"the HTP does not take the whole graph for {soc.model}, and an estimate would leave "
@@ -329,16 +218,16 @@ def _compile(model: Path, soc: socs.Soc, fp16: bool, built: Built, csv_path: Pat
 
 
 def main(argv: list[str]) -> int:
-    """The child of _compile: MODEL SOC fp16|int BACKEND CSV verbose|quiet. Compiles MODEL for SOC through BACKEND
-    with QNN profiling written to CSV (CPU fallback off: a node the HTP refuses fails the compile). A failure is its
+    """The child of _compile: MODEL SOC fp16|int CSV verbose|quiet. Compiles MODEL for SOC with QNN profiling
+    written to CSV (CPU fallback off: a node the HTP refuses fails the compile). A failure is its
     one line on stderr, exit 1. `verbose` sets ONNX Runtime's default and session loggers to verbose: QNN's log
     reaches them only there."""
     import onnxruntime as ort
 
-    model, soc_name, precision, backend, csv_path, level = argv
+    model, soc_name, precision, csv_path, level = argv
     if level == "verbose":
         ort.set_default_logger_severity(0)
-    provider = {"backend_path": backend, "profiling_level": "detailed", "profiling_file_path": csv_path}
+    provider = {"profiling_level": "detailed", "profiling_file_path": csv_path}
     try:
         with htp.quiet_native_stdout():
             options = htp.session_options(socs.find(soc_name), fp16=precision == "fp16", provider=provider,
@@ -375,7 +264,7 @@ class ChipFactor:
     spearman: float  # rank correlation of the estimates with the measured times
     device: str  # AI Hub's device the measurements come from
     runtime: str  # AI Hub's runtime fitted on (onnx: ONNX Runtime's QNN EP)
-    precision: str  # "fp16": the only precision with factors
+    precision: str  # the precision fitted: fp16, w8a16 or w8a8 (each has factors of its own)
     source: str  # the qai-hub-models release, the QAIRT of the estimates, the fit date
 
 
@@ -460,24 +349,35 @@ def _factors_json() -> dict[str, Any]:
     return loaded
 
 
-def chip_factors() -> dict[str, ChipFactor]:
-    """data/chip_factors.json's factors, by catalog SoC."""
+def calibrated() -> tuple[str, ...]:
+    """The precisions data/chip_factors.json has factors for: fp16, then the quantized ones it holds."""
+    return ("fp16", *(p for p, entry in (_factors_json().get("quantized") or {}).items() if entry.get("factors")))
+
+
+def chip_factors(precision: str = "fp16") -> dict[str, ChipFactor]:
+    """data/chip_factors.json's factors for one precision, by catalog SoC; none for a precision not calibrated."""
     data = _factors_json()
-    source = (f"fitted {data['fitted']} on {data['source']['wheel']} ({data['source']['files']}), estimates of "
+    entry: dict[str, Any] = data if precision == "fp16" else (data.get("quantized") or {}).get(precision) or {}
+    if not entry.get("factors"):
+        return {}
+    fitted = entry["fitted"]
+    source = (f"{precision}: fitted {fitted} on {data['source']['wheel']} ({data['source']['files']}), estimates of "
               f"QAIRT {data['estimates']['qairt']} ({FACTORS})")
+    runtime = entry["source"]["runtime"]
     return {row["soc"]: ChipFactor(row["soc"], float(row["factor"]), int(row["models"]), float(row["loo_median"]),
                                    float(row["loo_worst"]), float(row["within"]), float(row["spearman"]),
-                                   row["device"], data["source"]["runtime"], data["source"]["precision"], source)
-            for row in data["factors"]}
+                                   row["device"], runtime, precision, source)
+            for row in entry["factors"]}
 
 
 def phone_estimate(qcs9100: Figures, soc: socs.Soc | str, *, precision: str = "fp16") -> PhoneEstimate | None:
-    """The estimate for `soc` from a QCS9100 (or SA8255) estimate: its times scaled by the chip's factor. None when
-    the chip has no factor, the precision is not calibrated (only fp16 is), or the figures have no time (no clock
+    """The estimate for `soc` from a QCS9100 (or SA8255) estimate of a graph at `precision` (fp16, w8a16, w8a8: the
+    QCS9100 figures must be of that precision's graph): its times scaled by the chip's factor for that precision.
+    None when the chip has no factor for it, the precision is not calibrated, or the figures have no time (no clock
     known for their QAIRT)."""
     name = soc.model if isinstance(soc, socs.Soc) else soc
-    factor = chip_factors().get(name)
-    if factor is None or precision != factor.precision or None in (qcs9100.ms, qcs9100.ms_lower, qcs9100.ms_upper):
+    factor = chip_factors(precision).get(name)
+    if factor is None or None in (qcs9100.ms, qcs9100.ms_lower, qcs9100.ms_upper):
         return None
     assert qcs9100.ms is not None and qcs9100.ms_lower is not None and qcs9100.ms_upper is not None
     f = factor.factor

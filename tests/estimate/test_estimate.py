@@ -1,17 +1,20 @@
 """`qnndeploy estimate` (qnndeploy/estimate.py, cli/estimate.py): the QCS9100 estimate scaled per chip by
 data/chip_factors.json, a SoC without a factor with no number and its reason, SA8255 (which the backend models) with
 its own unscaled estimate; then the command on a real graph with the wheel's HTP backend (MLP's golden cycles,
-tests/qnn/test_hextimate.py), its JSON, and its one-line errors."""
+tests/qnn/test_hextimate.py), its JSON, and its one-line errors; a QDQ model told by its zero points, and a w8a16
+build and QDQ model estimated at their precision with its own factors."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
 from qnndeploy.base import socs
-from qnndeploy.estimate import estimate_models
+from qnndeploy.estimate import estimate_models, qdq_precision
 from qnndeploy.qnn import hextimate, htp
 from tests.support import synth_models
 from tests.support.cli import parsed, run
@@ -62,13 +65,7 @@ def test_an_unknown_soc_is_bad_input_before_any_compile(tmp_path):
     assert r.exit_code == 2 and "unknown SoC 'SM9999'" in r.stderr
 
 
-@pytest.fixture
-def _cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(hextimate.ENV_DIR, str(tmp_path_factory.getbasetemp() / "hextimate-cache"))
-
-
 @pytest.mark.needs_qnn
-@pytest.mark.usefixtures("_cache")
 def test_the_command_prints_each_socs_estimate_with_its_factor(tmp_path):
     require(htp.available(), "onnxruntime-qnn")
     model = tmp_path / "mlp.onnx"
@@ -89,7 +86,6 @@ def test_the_command_prints_each_socs_estimate_with_its_factor(tmp_path):
 
 
 @pytest.mark.needs_qnn
-@pytest.mark.usefixtures("_cache")
 def test_a_missing_model_and_a_dynamic_one_are_one_line_errors(tmp_path):
     require(htp.available(), "onnxruntime-qnn")
     r = run("estimate", tmp_path / "none.onnx")
@@ -102,7 +98,6 @@ def test_a_missing_model_and_a_dynamic_one_are_one_line_errors(tmp_path):
 
 
 @pytest.mark.needs_qnn
-@pytest.mark.usefixtures("_cache")
 def test_a_build_folder_is_estimated_per_graph_for_the_socs_it_was_compiled_for(tmp_path):
     require(htp.available(), "onnxruntime-qnn")
     model = tmp_path / "mlp.onnx"
@@ -119,3 +114,76 @@ def test_a_build_folder_is_estimated_per_graph_for_the_socs_it_was_compiled_for(
     model.unlink()
     r = run("estimate", build)
     assert r.exit_code == 2 and "which is not there now" in r.stderr
+
+
+def _calibration(folder: Path) -> Path:
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(2):
+        np.savez(folder / f"{i}.npz", x=rng.uniform(-1, 1, (1, 16)).astype(np.float32))
+    return folder
+
+
+def test_a_qdq_model_is_told_by_its_zero_points(tmp_path):
+    """A float graph is fp16 (None); a QDQ one is w<weight bits>a<activation bits>, as onnxruntime's quantizer
+    writes it: compile's w8a16 (model/quantize.py) and the QNN config with 8-bit activations."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantType, quantize
+    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+
+    from qnndeploy.model.quantize import qdq
+
+    model = tmp_path / "mlp.onnx"
+    onnx.save(synth_models.static_mlp(), model)
+    assert qdq_precision(model) is None
+    rng = np.random.default_rng(0)
+    samples = [{"x": rng.uniform(-1, 1, (1, 16)).astype(np.float32)} for _ in range(2)]
+    assert qdq_precision(qdq(model, samples, tmp_path / "w8a16.onnx")) == "w8a16"
+
+    class Reader(CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.it = iter(samples)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.it, None)
+
+    config = get_qnn_qdq_config(str(model), Reader(), activation_type=QuantType.QUInt8, weight_type=QuantType.QUInt8)
+    quantize(str(model), str(tmp_path / "w8a8.onnx"), config)
+    assert qdq_precision(tmp_path / "w8a8.onnx") == "w8a8"
+
+
+@pytest.mark.needs_qnn
+def test_a_w8a16_build_and_a_qdq_model_are_estimated_at_their_precision(tmp_path):
+    """A build compiled w8a16 is estimated on its source quantized as compile quantizes it (fp16 off), scaled by
+    the w8a16 factors: a number where the chip has one, none where it has not; a QDQ model file the same, as it is."""
+    require(htp.available(), "onnxruntime-qnn")
+    model = tmp_path / "mlp.onnx"
+    onnx.save(synth_models.static_mlp(), model)
+    build = tmp_path / "build"
+    done = run("compile", model, "--soc", "SM8650,SM8475", "--precision", "w8a16", "--calib",
+               _calibration(tmp_path / "calib"), "-o", build)
+    assert done.exit_code == 0, done.output
+    factors = hextimate.chip_factors("w8a16")
+    j = parsed(run("estimate", build, "--json").stdout)
+    (m,) = j["models"]
+    assert m["precision"] == "w8a16" and m["reference"]["figures"]["cycles"] > 0
+    assert m["source"].startswith("w8a16: fitted ")
+    rows = {r["soc"]: r for r in m["socs"]}
+    for soc, row in rows.items():
+        if soc in factors:
+            assert row["ms"] == pytest.approx(m["reference"]["figures"]["ms"] * factors[soc].factor, abs=2e-6)
+            assert row["fit"].startswith("w8a16 factor: ")
+        else:
+            assert row["ms"] is None and f"no chip factor for {soc} at w8a16" in row["reason"]
+    assert "SM8650" in factors, "the w8a16 fit covers SM8650 (data/chip_factors.json)"
+    record = json.loads((build / "mlp" / "SM8650" / "estimate.json").read_text())
+    assert record["precision"] == "w8a16" and record["ms"] == rows["SM8650"]["ms"]
+
+    from qnndeploy.model.quantize import qdq  # the same QDQ graph, given as a model file
+
+    rng = np.random.default_rng(0)
+    qdq_model = qdq(model, [{"x": rng.uniform(-1, 1, (1, 16)).astype(np.float32)}], tmp_path / "mlp_qdq.onnx")
+    r = run("estimate", qdq_model, "--soc", "SM8650")
+    assert r.exit_code == 0, r.output
+    assert "w8a16 factor: " in r.stdout and "factors: w8a16: fitted " in r.stdout
+    (q,) = parsed(run("estimate", qdq_model, "--soc", "SM8650", "--json").stdout)["models"]
+    assert q["precision"] == "w8a16" and q["reference"]["figures"]["cycles"] == m["reference"]["figures"]["cycles"]

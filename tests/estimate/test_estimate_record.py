@@ -45,21 +45,19 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     with --estimate."""
     require(htp.available(), "onnxruntime-qnn")
     root = tmp_path_factory.mktemp("estimate-record")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(hextimate.ENV_DIR, str(tmp_path_factory.getbasetemp() / "hextimate-cache"))
-        model = root / "mlp.onnx"
-        onnx.save(synth_models.static_mlp(), model)
-        build = root / "build"
-        done = run("compile", model, "--soc", ",".join(SOCS), "-o", build)
-        assert done.exit_code == 0, done.output
-        untouched = root / "untouched"
-        shutil.copytree(build, untouched)  # an older build: no estimate.json
-        est = run("estimate", build)
-        assert est.exit_code == 0, est.output
-        estimated = {soc: json.loads((build / "mlp" / soc / "estimate.json").read_text()) for soc in SOCS}
-        val = run("validate", build, "--estimate")
-        assert val.exit_code == 0, val.output
-        val_json = parsed(run("validate", build, "--estimate", "--json").stdout)
+    model = root / "mlp.onnx"
+    onnx.save(synth_models.static_mlp(), model)
+    build = root / "build"
+    done = run("compile", model, "--soc", ",".join(SOCS), "-o", build)
+    assert done.exit_code == 0, done.output
+    untouched = root / "untouched"
+    shutil.copytree(build, untouched)  # an older build: no estimate.json
+    est = run("estimate", build)
+    assert est.exit_code == 0, est.output
+    estimated = {soc: json.loads((build / "mlp" / soc / "estimate.json").read_text()) for soc in SOCS}
+    val = run("validate", build, "--estimate")
+    assert val.exit_code == 0, val.output
+    val_json = parsed(run("validate", build, "--estimate", "--json").stdout)
     return {"root": root, "model": model, "build": build, "untouched": untouched, "estimate": est,
             "estimated": estimated, "validate": val, "validate_json": val_json}
 
@@ -166,7 +164,6 @@ def test_a_source_changed_since_the_compile_is_refused_and_nothing_written(built
 
 @pytest.mark.needs_qnn
 def test_no_record_goes_beside_a_failed_compile(built, tmp_path, monkeypatch):
-    monkeypatch.setenv(hextimate.ENV_DIR, str(built["root"].parent / "hextimate-cache"))
     build = tmp_path / "build"
     shutil.copytree(built["untouched"], build)
     record = build / "mlp" / "SM8750" / "compile.json"
@@ -179,7 +176,6 @@ def test_no_record_goes_beside_a_failed_compile(built, tmp_path, monkeypatch):
 
 @pytest.mark.needs_qnn
 def test_a_model_file_writes_no_record(built, tmp_path, monkeypatch):
-    monkeypatch.setenv(hextimate.ENV_DIR, str(built["root"].parent / "hextimate-cache"))
     model = tmp_path / "mlp.onnx"
     shutil.copy(built["model"], model)
     r = run("estimate", model, "--soc", "SM8750")
