@@ -11,12 +11,12 @@ quantized to QDQ with a few random calibration samples (latency does not depend 
 own quantizer (model/quantize.py, what compile --precision w8a16 builds), w8a8 by onnxruntime's QNN QDQ config with
 8-bit activations and weights -- estimated for QCS9100 without fp16, and fitted per chip as fp16 is.
 
-Run: python benchmarks/estimate_vs_aihub.py [--work DIR] [--write]   (needs torchvision, onnxruntime-qnn, a C
-compiler and the qai-hub-models wheel, tests/reference-requirements.txt; about 10 minutes cold on 2 cores, seconds
-with the exports and estimates cached in --work). --write writes qnndeploy/data/chip_factors.json from the run.
---precision fp16,w8a16,w8a8 chooses the precisions (default all); --cached-only fits on what --work holds (the
-quantized estimates take about 2 minutes a model, against seconds at fp16). --smoke: two small models, one chip,
-fp16 and w8a8.
+Run: python benchmarks/estimate_vs_aihub.py [--work DIR] [--precision P,...] [--cached-only] [--write]   (needs
+torchvision, onnxruntime-qnn and the qai-hub-models wheel, tests/reference-requirements.txt; fp16 about 10 minutes
+cold on 2 cores, seconds with the exports and estimates cached in --work; a quantized estimate takes 15-100x its fp16
+compile, 5 s to 10 minutes a model, so a cold quantized run takes hours). --write writes
+qnndeploy/data/chip_factors.json from the run (every precision). --cached-only fits w8a16 and w8a8 on the quantized
+estimates --work holds, and says which models it left out. --smoke: two small models, one chip, fp16 and w8a8.
 """
 
 from __future__ import annotations

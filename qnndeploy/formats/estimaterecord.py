@@ -27,7 +27,6 @@ from qnndeploy.qnn import hextimate, htp
 RECORD = "qnndeploy-estimate"
 RECORD_VERSION = 1
 RECORD_FILE = "estimate.json"
-TARGET = 0.9  # issue 36's aim for a fit: this fraction of models within hextimate.WITHIN, leave-one-out
 # What every estimate leaves out, said wherever one is shown (the command, the record, the report page).
 NOT_CLAIMED = ("estimated, not measured: the HTP's cost model on the host, at the top clock (burst), no thermal "
                "throttling; no time for ops left to the CPU, for loading, or for per-inference overhead outside "
@@ -69,14 +68,15 @@ def factors_source(precision: str = Precision.FP16) -> str:
 def _for_soc(reference: hextimate.Figures, soc: socs.Soc, precision: str) -> SocEstimate:
     phone = hextimate.phone_estimate(reference, soc, precision=precision)
     if phone is not None:
-        f = phone.factor
-        fit = (f"{precision} factor: {f.models} models, {f.within:.0%} within {hextimate.WITHIN:g}x leave-one-out "
-               f"(worst {f.loo_worst:.2f}), Spearman {f.spearman:.3f}, AI Hub's {f.device}")
-        if f.within < TARGET:
-            fit += f"; a poor fit, below the {TARGET:.0%} within {hextimate.WITHIN:g}x the factors aim at"
-        return SocEstimate(soc.model, phone.ms, phone.ms_lower, phone.ms_upper, f.factor, fit, "")
+        return SocEstimate(soc.model, phone.ms, phone.ms_lower, phone.ms_upper, phone.factor.factor,
+                           phone.factor.fit_in_words(), "")
     if reference.ms is None:
         return SocEstimate(soc.model, None, None, None, None, "", reference.clock_source)
+    poor = hextimate.chip_factors(precision).get(soc.model)
+    if poor is not None:  # a factor whose fit is too poor to give numbers: the fit, said plainly
+        return SocEstimate(soc.model, None, None, None, None, "",
+                           f"{poor.fit_in_words()}: too poor a fit for a number (it needs {hextimate.TARGET:.0%} of "
+                           f"at least {hextimate.MIN_MODELS} models within {hextimate.WITHIN:g}x): no number")
     return SocEstimate(soc.model, None, None, None, None, "",
                        f"no chip factor for {soc.model} at {precision} ({hextimate.FACTORS}: no {precision} "
                        "measurement of AI Hub's was fitted for it): no number")

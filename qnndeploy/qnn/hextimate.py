@@ -249,6 +249,11 @@ FACTORS = "data/chip_factors.json"
 MODELLED = ("QCS9100", "SA8255")  # the SoCs the backend estimates; for every other it says "unsupported"
 CALIBRATED_ON = "QCS9100"  # the SoC whose estimates the factors scale (SA8255's model is the same)
 WITHIN = 1.5  # the fit's tolerance: a model is "within" when measured and predicted differ by at most this factor
+# A factor gives numbers only when its fit shows it works: at least TARGET of at least MIN_MODELS models within
+# WITHIN, leave-one-out (issue 36's target). Below it (w8a8's and w8a16's fits so far: the quantized estimates do not
+# even rank AI Hub's models right) the factor stays in the data and its fit is said, with no number.
+TARGET = 0.9
+MIN_MODELS = 5  # with fewer, each model left out is judged on a factor of three others or less
 
 
 @dataclass(frozen=True)
@@ -266,6 +271,15 @@ class ChipFactor:
     runtime: str  # AI Hub's runtime fitted on (onnx: ONNX Runtime's QNN EP)
     precision: str  # the precision fitted: fp16, w8a16 or w8a8 (each has factors of its own)
     source: str  # the qai-hub-models release, the QAIRT of the estimates, the fit date
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the fit is good enough to give numbers (TARGET of at least MIN_MODELS models within WITHIN)."""
+        return self.models >= MIN_MODELS and self.within >= TARGET
+
+    def fit_in_words(self) -> str:
+        return (f"{self.precision} factor: {self.models} models, {self.within:.0%} within {WITHIN:g}x leave-one-out "
+                f"(worst {self.loo_worst:.2f}), Spearman {self.spearman:.3f}, AI Hub's {self.device}")
 
 
 @dataclass(frozen=True)
@@ -373,11 +387,11 @@ def chip_factors(precision: str = "fp16") -> dict[str, ChipFactor]:
 def phone_estimate(qcs9100: Figures, soc: socs.Soc | str, *, precision: str = "fp16") -> PhoneEstimate | None:
     """The estimate for `soc` from a QCS9100 (or SA8255) estimate of a graph at `precision` (fp16, w8a16, w8a8: the
     QCS9100 figures must be of that precision's graph): its times scaled by the chip's factor for that precision.
-    None when the chip has no factor for it, the precision is not calibrated, or the figures have no time (no clock
-    known for their QAIRT)."""
+    None when the chip has no factor for it, its factor's fit is too poor to give numbers (ChipFactor.calibrated),
+    or the figures have no time (no clock known for their QAIRT)."""
     name = soc.model if isinstance(soc, socs.Soc) else soc
     factor = chip_factors(precision).get(name)
-    if factor is None or None in (qcs9100.ms, qcs9100.ms_lower, qcs9100.ms_upper):
+    if factor is None or not factor.calibrated or None in (qcs9100.ms, qcs9100.ms_lower, qcs9100.ms_upper):
         return None
     assert qcs9100.ms is not None and qcs9100.ms_lower is not None and qcs9100.ms_upper is not None
     f = factor.factor

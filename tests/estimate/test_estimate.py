@@ -7,6 +7,7 @@ build and QDQ model estimated at their precision with its own factors."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -152,7 +153,7 @@ def test_a_qdq_model_is_told_by_its_zero_points(tmp_path):
 
 
 @pytest.mark.needs_qnn
-def test_a_w8a16_build_and_a_qdq_model_are_estimated_at_their_precision(tmp_path):
+def test_a_w8a16_build_and_a_qdq_model_are_estimated_at_their_precision(tmp_path, monkeypatch):
     """A build compiled w8a16 is estimated on its source quantized as compile quantizes it (fp16 off), scaled by
     the w8a16 factors: a number where the chip has one, none where it has not; a QDQ model file the same, as it is."""
     require(htp.available(), "onnxruntime-qnn")
@@ -167,16 +168,30 @@ def test_a_w8a16_build_and_a_qdq_model_are_estimated_at_their_precision(tmp_path
     (m,) = j["models"]
     assert m["precision"] == "w8a16" and m["reference"]["figures"]["cycles"] > 0
     assert m["source"].startswith("w8a16: fitted ")
-    rows = {r["soc"]: r for r in m["socs"]}
-    for soc, row in rows.items():
-        if soc in factors:
+    for row in m["socs"]:
+        soc = row["soc"]
+        if soc in factors and factors[soc].calibrated:
             assert row["ms"] == pytest.approx(m["reference"]["figures"]["ms"] * factors[soc].factor, abs=2e-6)
             assert row["fit"].startswith("w8a16 factor: ")
+        elif soc in factors:  # fitted, but too poorly for a number: the fit is said
+            assert row["ms"] is None and row["reason"].startswith("w8a16 factor: ")
+            assert "too poor a fit for a number" in row["reason"]
         else:
             assert row["ms"] is None and f"no chip factor for {soc} at w8a16" in row["reason"]
-    assert "SM8650" in factors, "the w8a16 fit covers SM8650 (data/chip_factors.json)"
     record = json.loads((build / "mlp" / "SM8650" / "estimate.json").read_text())
-    assert record["precision"] == "w8a16" and record["ms"] == rows["SM8650"]["ms"]
+    assert record["precision"] == "w8a16" and record["ms"] == {r["soc"]: r for r in m["socs"]}["SM8650"]["ms"]
+
+    # a w8a16 factor whose fit meets the target gives the number, scaled from the w8a16 estimate
+    good = {soc: replace(f, within=1.0, models=max(f.models, hextimate.MIN_MODELS)) for soc, f in factors.items()}
+    real = hextimate.chip_factors
+    monkeypatch.setattr(hextimate, "chip_factors", lambda precision="fp16": good if precision == "w8a16"
+                        else real(precision))
+    (m,) = parsed(run("estimate", build, "--soc", "SM8650", "--json").stdout)["models"]
+    (row,) = m["socs"]
+    assert row["ms"] == pytest.approx(m["reference"]["figures"]["ms"] * factors["SM8650"].factor, abs=2e-6)
+    assert row["factor"] == factors["SM8650"].factor
+    assert row["fit"].startswith(f"w8a16 factor: {good['SM8650'].models} models")
+    monkeypatch.undo()
 
     from qnndeploy.model.quantize import qdq  # the same QDQ graph, given as a model file
 

@@ -12,6 +12,7 @@ import importlib
 import json
 import math
 import sys
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -121,6 +122,19 @@ def _figures(cycles: int, lower: int, upper: int) -> hextimate.Figures:
                              lower / mhz / 1000, upper / mhz / 1000)
 
 
+def test_a_factor_gives_numbers_only_with_a_fit_that_meets_the_target():
+    fp16 = hextimate.chip_factors()
+    assert fp16 and all(f.calibrated for f in fp16.values())  # every fp16 chip meets issue 36's target
+    f = next(iter(fp16.values()))
+    assert not replace(f, within=0.89).calibrated
+    assert not replace(f, models=hextimate.MIN_MODELS - 1).calibrated
+    assert replace(f, within=hextimate.TARGET, models=hextimate.MIN_MODELS).calibrated
+    for precision in QUANTIZED:  # each chip's factor says whether it gives numbers, as the data's fit says
+        for row in QUANTIZED[precision]["factors"]:
+            good = row["within"] >= hextimate.TARGET and row["models"] >= hextimate.MIN_MODELS
+            assert hextimate.chip_factors(precision)[row["soc"]].calibrated == good
+
+
 def test_phone_estimate_scales_by_the_factor_and_gives_nothing_without_one():
     row = DATA["factors"][0]
     figures = _figures(1_497_600, 1_300_000, 1_700_000)  # 1 ms at the clock
@@ -138,10 +152,11 @@ def test_phone_estimate_scales_by_the_factor_and_gives_nothing_without_one():
     for precision in ("w8a16", "w8a8"):  # a quantized graph is scaled by its own precision's factor, or gets none
         quantized = hextimate.phone_estimate(figures, row["soc"], precision=precision)
         own = {r["soc"]: r["factor"] for r in (QUANTIZED.get(precision) or {}).get("factors", [])}
-        if row["soc"] in own:
+        factor = hextimate.chip_factors(precision).get(row["soc"])
+        if factor is not None and factor.calibrated:
             assert quantized is not None and quantized.ms == pytest.approx(own[row["soc"]], rel=1e-5)
             assert quantized.factor.precision == precision
-        else:
+        else:  # no factor, or one whose fit is too poor to give numbers
             assert quantized is None
     assert hextimate.phone_estimate(figures, row["soc"], precision="w4a16") is None
     assert hextimate.chip_factors("w4a16") == {}
