@@ -65,12 +65,13 @@ def estimate(models: tuple[Path, ...], socs: tuple[str, ...], timeout: float, as
     it was compiled for; each graph x SoC's estimate is written as BUILD/<graph>/<SoC>/estimate.json, which the
     report shows).
     The HTP backend's own performance model (Hextimate, in onnxruntime-qnn's libQnnHtp.so) estimates each model
-    for QCS9100 at fp16 while compiling it on this machine with QNN profiling on (nothing runs), and each SoC's
-    time is that estimate scaled by the SoC's chip factor, fitted on Qualcomm AI Hub's published measurements
-    (qnndeploy/data/chip_factors.json). Per SoC: the time in ms, its band (the backend's lower and upper estimates,
-    scaled alike), the factor and its fit. A SoC without a factor gets no number, and
-    says why. Nothing is measured: no CPU-fallback ops (a model the HTP does not take whole is refused), no load
-    time, the top clock only.
+    for QCS9100 at its precision (fp16; a w8a16 build or a QDQ model at its own) while compiling it on this machine
+    with QNN profiling on (nothing runs), and each SoC's time is that estimate scaled by the SoC's chip factor,
+    fitted on Qualcomm AI Hub's published measurements (qnndeploy/data/chip_factors.json). Per SoC: the time in ms,
+    its band (the backend's lower and upper estimates, scaled alike), the factor and its fit. A SoC without a
+    factor, or whose factor's fit misses 90% within 1.5x (the quantized ones so far), gets no number, and says why.
+    Nothing is measured: no CPU-fallback ops (a model the HTP does not take whole is refused), no load time, the top
+    clock only.
 
     \b
     Exit codes: 0 the estimates; 1 a model the HTP does not take whole, or a failed compile;
