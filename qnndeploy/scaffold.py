@@ -28,7 +28,7 @@ from qnndeploy import __version__
 from qnndeploy.base import codegen, compat, socs
 from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import check_apart, check_replaceable, check_writable, copy_verified, staging_dir, writing
-from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION, MANIFEST
+from qnndeploy.base.names import FORMAT, FORMAT_VERSION, MANIFEST
 from qnndeploy.formats import playplan
 from qnndeploy.formats.decision import (
     BACKEND_LIB,
@@ -47,10 +47,11 @@ from qnndeploy.formats.manifest import (
     schema,
     verified_bytes,
 )
+from qnndeploy.formats.reach import Engine
 from qnndeploy.formats.verify import VerifyReport, require_ok, verify_folder
 from qnndeploy.qnn import epcontext
 
-ENGINES = {"ort": EPCONTEXT, "sherpa-onnx": CONTEXT_BINARY}  # engine -> the NPU file format it loads
+ENGINES = {e.value: e.npu_format for e in Engine}  # engine -> the NPU file format it loads (formats/reach.py's)
 GLUE_PACKAGE = "com.example.qnnsample"  # the package line of templates/glue/kotlin's sources: the sample app's
 GLUE_COMMON = "common"  # templates/glue/kotlin/common: copied always; then the engine's folder (named as the engine)
 GLUE_PLAY = "play"  # copied only with play: the AI pack's plan, rules and access (PlayPack.kt)
