@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -41,6 +42,9 @@ DEFAULT_TIMEOUT_S = 300.0
 # for LSTM and GRU layers of hidden size 64-256 on a 2-core x86-64 host; only for telling the user what to expect.
 SECONDS_PER_CELL_STEP = (0.05, 0.3)
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")
+# Two threads creating QNN sessions at once crashed the process (a segfault inside session creation, seen once in CI
+# with validate's parallel runs): creation is serialised; the runs of created sessions still overlap.
+_CREATING = threading.Lock()
 
 
 def available() -> bool:
@@ -139,7 +143,7 @@ def run_model(path: Path, soc: socs.Soc, feeds: list[dict[str, Any]], *, fp16: b
     import onnxruntime as ort
 
     try:
-        with quiet_native_stdout():
+        with _CREATING, quiet_native_stdout():
             session = ort.InferenceSession(str(path), session_options(soc, fp16=fp16, provider=provider))
         names = [o.name for o in session.get_outputs()]
         start = time.monotonic()
@@ -155,7 +159,7 @@ def session(path: Path, soc: socs.Soc, *, fp16: bool = True) -> Callable[[dict[s
     import onnxruntime as ort
 
     try:
-        with quiet_native_stdout():
+        with _CREATING, quiet_native_stdout():
             loaded = ort.InferenceSession(str(path), session_options(soc, fp16=fp16))
     except Exception as e:  # noqa: BLE001 onnxruntime's own error types
         raise BadInput(first_line(e)) from None
