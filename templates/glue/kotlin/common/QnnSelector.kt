@@ -215,23 +215,11 @@ internal object QnnSelector {
             val reason = Reasons.runtimeTooOld(runtime = runtimeVersion, required = required)
             return cpu(manifest, identity, reason, adsp = loaded.adsp, runtimeVersion = runtimeVersion)
         }
-        val reason = Reasons.npu(soc = soc, arch = arch)
-        return Decision(
-            provider = Provider.NPU,
-            soc = soc,
-            identifiedBy = identity.identifiedBy,
-            reason = reason.text,
-            reasonKey = reason.key,
-            dspArch = arch,
-            socId = target.socId,
-            paths = paths,
+        return npu(
+            identity, loaded, Reasons.npu(soc = soc, arch = arch), arch, target.socId, paths,
             files = (target.artifacts + cpuFiles).map { it.path },
             cpuGraphs = cpuGraphs,
-            backendLib = loaded.libs.backend,
-            systemLib = loaded.libs.system,
-            adspLibraryPath = loaded.adsp,
-            runtimeVersion = runtimeVersion,
-            npuSource = NpuSource.PREBUILT,
+            source = NpuSource.PREBUILT,
         )
     }
 
@@ -318,23 +306,11 @@ internal object QnnSelector {
             val reason = Reasons.runtimeTooOldForArch(runtime = runtimeVersion, required = required, arch = arch)
             return cpu(manifest, identity, reason, adsp = loaded.adsp, runtimeVersion = runtimeVersion)
         }
-        val reason = Reasons.npuOnDevice(soc = name, arch = arch)
-        return Decision(
-            provider = Provider.NPU,
-            soc = soc,
-            identifiedBy = identity.identifiedBy,
-            reason = reason.text,
-            reasonKey = reason.key,
-            dspArch = arch,
-            socId = socId,
-            paths = paths,
+        return npu(
+            identity, loaded, Reasons.npuOnDevice(soc = name, arch = arch), arch, socId, paths,
             files = files,
             cpuGraphs = cpuGraphs,
-            backendLib = loaded.libs.backend,
-            systemLib = loaded.libs.system,
-            adspLibraryPath = loaded.adsp,
-            runtimeVersion = runtimeVersion,
-            npuSource = NpuSource.ON_DEVICE,
+            source = NpuSource.ON_DEVICE,
             compileBudgetS = onDevice.budgetS,
             epOptions = options,
         )
@@ -401,6 +377,43 @@ internal object QnnSelector {
         }
         return Loaded(libs, adsp, runtimeVersion)
     }
+
+    /**
+     * The NPU decision, made here for both paths (a bundle target's files, or the ONNX compiled on the phone): the
+     * libraries as [loaded], the model per graph in [paths] and the bundle [files] to have in app storage. The
+     * identified SoC stays the decision's soc: an on-device decision for a SoC only the platform named has none.
+     */
+    private fun npu(
+        identity: SocIdentity,
+        loaded: Loaded,
+        reason: Reason,
+        arch: String,
+        socId: Long,
+        paths: Map<String, String>,
+        files: List<String>,
+        cpuGraphs: List<String>,
+        source: String,
+        compileBudgetS: Double? = null,
+        epOptions: Map<String, Map<String, String>> = emptyMap(),
+    ): Decision = Decision(
+        provider = Provider.NPU,
+        soc = identity.soc,
+        identifiedBy = identity.identifiedBy,
+        reason = reason.text,
+        reasonKey = reason.key,
+        dspArch = arch,
+        socId = socId,
+        paths = paths,
+        files = files,
+        cpuGraphs = cpuGraphs,
+        backendLib = loaded.libs.backend,
+        systemLib = loaded.libs.system,
+        adspLibraryPath = loaded.adsp,
+        runtimeVersion = loaded.runtimeVersion,
+        npuSource = source,
+        compileBudgetS = compileBudgetS,
+        epOptions = epOptions,
+    )
 
     private fun listedTargets(manifest: BundleManifest): String = manifest.targets.joinToString(", ") { it.soc }.ifEmpty { "none" }
 
