@@ -32,6 +32,7 @@ from qnndeploy.bundle.build import (
 )
 from qnndeploy.check import CheckReport, check_model
 from qnndeploy.compile import CompileOptions, CompileSummary, JobResult, compile_models
+from qnndeploy.decide.reach import Reach
 from qnndeploy.device import hosted
 from qnndeploy.device import verify as on_device
 from qnndeploy.device.hosted import HostedChoice
@@ -40,9 +41,7 @@ from qnndeploy.device.verify import DeviceVerification
 from qnndeploy.diagnose import DiagnoseOptions, DiagnoseResult, diagnose
 from qnndeploy.estimate import Estimates, ModelEstimate, SocEstimate, estimate_models
 from qnndeploy.formats.manifest import Manifest
-from qnndeploy.formats.reach import Reach
 from qnndeploy.formats.records import HtpSettings
-from qnndeploy.formats.verify import Problem, VerifyReport, opened, refusal, require_bundle
 from qnndeploy.inspect import BinaryReport, InspectResult, inspect
 from qnndeploy.package import play as playroom
 from qnndeploy.package.play import PlayPackage
@@ -57,6 +56,7 @@ from qnndeploy.scaffold import ScaffoldResult
 from qnndeploy.scaffold import check_request as _check_scaffold
 from qnndeploy.scaffold import scaffold as _scaffold
 from qnndeploy.validate import TargetValidation, ValidateOptions, ValidationSummary, validate_build
+from qnndeploy.verification.checks import Problem, VerifyReport, opened, refusal, require_bundle
 
 __all__ = [
     "BadInput",
@@ -178,7 +178,7 @@ def reach(bundle: Path, *, engine: str = "ort", worlds: Sequence[str] = (), allo
 def _sound(bundle: Path, doing: str, deep: bool, allow_unchecked: bool,
            progress: Progress | None) -> Iterator[tuple[Path, VerifyReport]]:
     """(bundle folder, report) of a bundle that passes `bundle verify`, an archive staying extracted while the
-    caller uses it; one that fails is refused (exit code 1) with the CLI's message (formats.verify.refusal)."""
+    caller uses it; one that fails is refused (exit code 1) with the CLI's message (verification.checks.refusal)."""
     with opened(Path(bundle), progress, deep=deep, allow_unchecked=allow_unchecked) as (root, report):
         require_bundle(Path(bundle), root, report)
         if not report.ok:

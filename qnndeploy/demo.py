@@ -22,12 +22,12 @@ from qnndeploy.bundle.build import build_bundle, spec_from_build
 from qnndeploy.check import check_model
 from qnndeploy.compile import compile_models
 from qnndeploy.formats.manifest import read_manifest
-from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.model.metrics import OutputMetrics
 from qnndeploy.prepare import PrepareOptions, prepare_model
 from qnndeploy.qnn import htp
 from qnndeploy.scaffold import runtime_set
 from qnndeploy.validate import TargetStatus, ValidateOptions, validate_build
+from qnndeploy.verification.checks import verify_bundle
 
 MODEL = "kws_demo"  # a keyword-spotting-shaped CNN made by data/make_demo_model.py (Apache-2.0, no training data)
 SHAPES = {"features": [1, 1, 49, 10]}  # 49 frames x 10 MFCC: the fixed size the NPU needs

@@ -3,7 +3,7 @@ and of the SoC catalog under every name phones report.
 
 A room of its own because it is its own command's library: it opens a bundle as `scaffold` and `package play` do
 (a folder or archive that must pass `bundle verify`; not loaded on the host emulator, since the answer is the
-manifest's) and asks no phone. The table itself is formats/reach.py, below the rooms, so that `report` shows the
+manifest's) and asks no phone. The table itself is decide/reach.py, below the rooms, so that `report` shows the
 same rows without importing this room.
 """
 
@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from qnndeploy.base.errors import BadInput, CheckFailed
+from qnndeploy.decide.reach import WORLDS, Engine, Reach, reach
 from qnndeploy.formats.manifest import read_manifest
-from qnndeploy.formats.reach import WORLDS, Engine, Reach, reach
-from qnndeploy.formats.verify import VerifyReport, refusal, verify_folder
+from qnndeploy.verification.checks import VerifyReport, refusal, verify_folder
 
 DOING = "reaching from it"  # how a refusal names what reach would have done with a bundle that fails verify
 

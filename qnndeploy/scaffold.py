@@ -29,8 +29,7 @@ from qnndeploy.base import codegen, compat, socs
 from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import check_apart, check_replaceable, check_writable, copy_verified, staging_dir, writing
 from qnndeploy.base.names import FORMAT, FORMAT_VERSION, MANIFEST
-from qnndeploy.formats import playplan
-from qnndeploy.formats.decision import (
+from qnndeploy.decide.decision import (
     BACKEND_LIB,
     REASONS,
     SYSTEM_LIB,
@@ -39,6 +38,8 @@ from qnndeploy.formats.decision import (
     soc_tables,
     template_fields,
 )
+from qnndeploy.decide.reach import Engine
+from qnndeploy.formats import playplan
 from qnndeploy.formats.manifest import (
     DEFAULT_COMPILE_BUDGET_S,
     FileFormat,
@@ -47,11 +48,10 @@ from qnndeploy.formats.manifest import (
     schema,
     verified_bytes,
 )
-from qnndeploy.formats.reach import Engine
-from qnndeploy.formats.verify import VerifyReport, require_ok, verify_folder
 from qnndeploy.qnn import epcontext
+from qnndeploy.verification.checks import VerifyReport, require_ok, verify_folder
 
-ENGINES = {e.value: e.npu_format for e in Engine}  # engine -> the NPU file format it loads (formats/reach.py's)
+ENGINES = {e.value: e.npu_format for e in Engine}  # engine -> the NPU file format it loads (decide/reach.py's)
 GLUE_PACKAGE = "com.example.qnnsample"  # the package line of templates/glue/kotlin's sources: the sample app's
 GLUE_COMMON = "common"  # templates/glue/kotlin/common: copied always; then the engine's folder (named as the engine)
 GLUE_PLAY = "play"  # copied only with play: the AI pack's plan, rules and access (PlayPack.kt)

@@ -22,9 +22,13 @@ FLOORS: list[tuple[str, tuple[str, ...], str]] = [
                            "quantization, input samples and media files, comparison metrics")),
     ("qnn", ("qnn",), ("the QNN stack on the host: HTP op support, libQnnSystem's reader, the HTP emulator, "
                        "EPContext wrappers, toolchains, the AI Hub client")),
-    ("formats", ("formats",), ("the files qnndeploy writes and the rules that read them: the bundle manifest and "
-                               "its verification, compile, validation and bench records, archives, ELF reading, "
-                               "the Play plan, the on-device decision")),
+    ("formats", ("formats",), ("the files qnndeploy writes and the rules that read them: the bundle manifest, "
+                               "compile, validation, split, bench and estimate records, archives, ELF reading, "
+                               "the Play plan")),
+    ("decide", ("decide",), ("the on-device decision, NPU or CPU, the Python twin of the Kotlin selector, and the "
+                             "phones a bundle reaches by it")),
+    ("verification", ("verification",), ("every check on a bundle (what `bundle verify` reports, and the jobs run "
+                                         "on the host emulator to prove its targets)")),
     ("rooms", ("check", "prepare", "estimate", "compile", "validate", "diagnose", "bundle", "inspect", "scaffold",
                "package", "reach", "device", "report"),
      "one room per command, each the library its command calls; no room imports another"),

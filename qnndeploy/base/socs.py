@@ -4,12 +4,31 @@ from __future__ import annotations
 
 import difflib
 import json
+import string
 from dataclasses import asdict, dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
 
 from qnndeploy.base.errors import BadInput
+
+# A phone's SoC names are compared with ASCII rules only (the on-device decision and its Kotlin twin both do):
+# Python's and the JVM's Unicode tables differ, so Unicode rules would let the twins disagree on odd properties.
+SPACE = " \t\n\r\x0b\x0c"  # what both twins trim: ASCII whitespace
+_UPPER = str.maketrans(string.ascii_lowercase, string.ascii_uppercase)
+_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def trim(text: str) -> str:
+    return text.strip(SPACE)
+
+
+def upper(text: str) -> str:
+    return text.translate(_UPPER)
+
+
+def lower(text: str) -> str:
+    return text.translate(_LOWER)
 
 
 @dataclass(frozen=True)

@@ -55,8 +55,8 @@ from qnndeploy.base.names import (
 )
 from qnndeploy.base.pool import Pool
 from qnndeploy.bundle import licences
+from qnndeploy.decide.decision import BACKEND_LIB, SYSTEM_LIB, qnn_libraries
 from qnndeploy.formats import archive, elf
-from qnndeploy.formats.decision import BACKEND_LIB, SYSTEM_LIB, qnn_libraries
 from qnndeploy.formats.manifest import (
     ACCEPTED_BY,
     DEFAULT_COMPILE_BUDGET_S,
@@ -80,10 +80,10 @@ from qnndeploy.formats.records import (
     read_build,
     split_records,
 )
-from qnndeploy.formats.verify import CONTROL, Contexts, Problem, check_manifest, check_warnings, read_contexts
 from qnndeploy.model import decode, samples
 from qnndeploy.qnn import epcontext, ondevice
 from qnndeploy.qnn.markers import FileFacts, Scanner, build_version, scan_file
+from qnndeploy.verification.checks import CONTROL, Contexts, Problem, check_manifest, check_warnings, read_contexts
 
 PREPARE_LIB = "libQnnHtpPrepare.so"  # only for graphs prepared on the phone: shipped when the SDK has it
 

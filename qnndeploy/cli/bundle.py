@@ -1,6 +1,6 @@
 """`qnndeploy bundle build` and `bundle verify`, and the bundle report renderer every command that takes a bundle
 uses. The rule they follow (a path that is not a bundle at all is bad input, exit 2; a bundle with problems is exit
-1) is formats/verify.require_bundle, which the Python API (qnndeploy/api.py) applies too."""
+1) is verification/checks.require_bundle, which the Python API (qnndeploy/api.py) applies too."""
 
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ from qnndeploy.cli._common import (
     unchecked_option,
 )
 from qnndeploy.formats.manifest import DEFAULT_COMPILE_BUDGET_S, read_manifest
-from qnndeploy.formats.verify import VerifyReport, opened, refusal, require_bundle
 from qnndeploy.scaffold import runtime_set
+from qnndeploy.verification.checks import VerifyReport, opened, refusal, require_bundle
 
 
 def refuse_unverified(bundle: Path, report: VerifyReport, as_json: bool, doing: str) -> None:

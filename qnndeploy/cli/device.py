@@ -44,7 +44,7 @@ from qnndeploy.device import verify as verify_stage
 from qnndeploy.device.adb import connect
 from qnndeploy.device.opprofile import Level
 from qnndeploy.formats.benchrecord import BenchRecord
-from qnndeploy.formats.verify import VerifyReport, require_bundle
+from qnndeploy.verification.checks import VerifyReport, require_bundle
 
 serial_option = click.option("-s", "--serial", envvar="ANDROID_SERIAL", metavar="SERIAL",
                              help="Device serial from `adb devices` [default: $ANDROID_SERIAL, else the only device "

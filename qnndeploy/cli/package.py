@@ -17,8 +17,8 @@ from qnndeploy.cli._common import (
     unchecked_option,
 )
 from qnndeploy.cli.bundle import refuse_unverified
-from qnndeploy.formats.verify import opened, require_bundle
 from qnndeploy.package import play as stage
+from qnndeploy.verification.checks import opened, require_bundle
 
 
 @click.group(cls=Group)

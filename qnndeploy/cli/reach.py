@@ -17,9 +17,9 @@ from qnndeploy.cli._common import (
     unchecked_option,
 )
 from qnndeploy.cli.bundle import refuse_unverified
-from qnndeploy.formats.reach import WORLDS, Engine, Reach, ReachRow, Spelled
-from qnndeploy.formats.verify import opened, require_bundle
+from qnndeploy.decide.reach import WORLDS, Engine, Reach, ReachRow, Spelled
 from qnndeploy.reach import DOING, reach_bundle
+from qnndeploy.verification.checks import opened, require_bundle
 
 
 def _android(row: ReachRow) -> str:

@@ -17,7 +17,7 @@ from qnndeploy.cli._common import (
     unchecked_option,
 )
 from qnndeploy.cli.bundle import refuse_unverified
-from qnndeploy.formats.verify import opened, require_bundle
+from qnndeploy.verification.checks import opened, require_bundle
 
 
 def _render_scaffold(result: stage.ScaffoldResult) -> None:

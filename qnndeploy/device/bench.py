@@ -3,7 +3,7 @@ blocks, with latency, throughput, the process's CPU use, energy per inference an
 an HTP performance-mode sweep, and a gate against an earlier record. One record per phone x graph
 (bench-<serial>-<graph>.json, schemas/bench-record.schema.json; its types in formats/benchrecord.py).
 
-The paths, for the target the app's decision picks (formats/decision.py, as device verify does):
+The paths, for the target the app's decision picks (decide/decision.py, as device verify does):
 - NPU, prebuilt target: qnn-net-run on the context binary, as device verify runs it (device/runner.py), with
   --perf_profile MODE (the QNN SDK docs' qnn-net-run options list --perf_profile with the values low_balanced,
   balanced, default, high_performance, sustained_high_performance, burst, low_power_saver, power_saver,
@@ -65,11 +65,12 @@ from qnndeploy.base.errors import BadInput, CheckFailed, QnnDeployError
 from qnndeploy.base.fileio import read_limited, sha256_file, write_json
 from qnndeploy.base.names import BENCH_RECORD
 from qnndeploy.base.pool import Pool
+from qnndeploy.decide import decision
 from qnndeploy.device import opprofile, ortrunner, runner
 from qnndeploy.device.adb import FILES, RUN, Device, Upload, connect, list_devices, parse_int
 from qnndeploy.device.profile import CURRENT_NOW, parse_battery, parse_stat
 from qnndeploy.device.verify import REMOTE_ROOT, Job, push_bundle
-from qnndeploy.formats import benchrecord, decision
+from qnndeploy.formats import benchrecord
 from qnndeploy.formats.benchrecord import (
     BenchRecord,
     Conditions,

@@ -17,8 +17,8 @@ from qnndeploy.base import numbers, socs
 from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.pool import Pool
+from qnndeploy.decide import decision
 from qnndeploy.device.verify import DeviceVerification, GraphRun, Job, add_not_run, settle, write_record
-from qnndeploy.formats import decision
 from qnndeploy.formats.manifest import FileFormat, Manifest
 from qnndeploy.model import metrics
 from qnndeploy.qnn import aihub

@@ -1,6 +1,6 @@
 """`device list` and `device info`: what a phone is and whether the NPU path can work on it.
 
-The SoC is identified by qnndeploy.formats.decision, the Python twin of the app's Kotlin selector: ro.soc.model
+The SoC is identified by qnndeploy.decide.decision, the Python twin of the app's Kotlin selector: ro.soc.model
 (= Build.SOC_MODEL, API 31+), else ro.board.platform through the catalog's codenames. The kernel's
 /sys/devices/soc0/soc_id is shown as a cross-check, never used to decide. Given a bundle, the same decision
 function names the target the app would choose.
@@ -15,11 +15,11 @@ from pathlib import Path
 from qnndeploy.base import socs
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.base.pool import Pool
+from qnndeploy.decide import decision
 from qnndeploy.device.adb import Device, DeviceEntry, connect, list_devices, parse_int
-from qnndeploy.formats import decision
 from qnndeploy.formats.manifest import load_manifest
-from qnndeploy.formats.verify import bundle_folder
 from qnndeploy.qnn import markers
+from qnndeploy.verification.checks import bundle_folder
 
 CDSPRPC = "/vendor/lib64/libcdsprpc.so"
 # Where a phone's own QNN libraries can shadow the app's ("Stub lib id mismatch").

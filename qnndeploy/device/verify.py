@@ -1,6 +1,6 @@
 """`device verify`: put a bundle on a phone the way the app would use it, prove it there, and record the result.
 
-For each phone: the same decision as the app's Kotlin selector (qnndeploy.formats.decision) picks the target; its files,
+For each phone: the same decision as the app's Kotlin selector (qnndeploy.decide.decision) picks the target; its files,
 the CPU fallback and the runtime libraries for its arch go to /data/local/tmp/qnndeploy/<name>-<version>/ with
 Device.push_folder (only what differs is sent, through a staging folder, every sha256 checked on the phone).
 With a runner (qnn-net-run), each graph's context binary runs there on generated or given inputs, and its outputs
@@ -39,16 +39,17 @@ from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON, sha256_file, write_json
 from qnndeploy.base.names import DEVICE_RECORD
 from qnndeploy.base.pool import Pool
+from qnndeploy.decide import decision
 from qnndeploy.device import opprofile, ortrunner, runner
 from qnndeploy.device.adb import FILES, Device, LocalFile, MiB, Progress, Upload, connect, list_devices
-from qnndeploy.formats import benchrecord, decision, playplan
+from qnndeploy.formats import benchrecord, playplan
 from qnndeploy.formats.benchrecord import Launch
 from qnndeploy.formats.manifest import FileFormat, Graph, Manifest, Provider, load_manifest
 from qnndeploy.formats.records import ValidationRecord
-from qnndeploy.formats.verify import VerifyReport, opened
 from qnndeploy.model import metrics, samples, tasks
 from qnndeploy.model.samples import Ranges, Sample
 from qnndeploy.qnn import epcontext, markers
+from qnndeploy.verification.checks import VerifyReport, opened
 
 REMOTE_ROOT = "/data/local/tmp/qnndeploy"
 RECORD = DEVICE_RECORD

@@ -1,1 +1,1 @@
-"""Floor 3: the files qnndeploy writes and the rules that read them: manifest, records, the decision."""
+"""Floor 3: the files qnndeploy writes and the rules that read them: manifest, records, archives, the Play plan."""

@@ -34,8 +34,7 @@ from typing import NamedTuple
 
 from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON, read_limited, sha256_file
-from qnndeploy.base.socs import find
-from qnndeploy.formats.decision import upper
+from qnndeploy.base.socs import find, upper
 from qnndeploy.formats.manifest import Manifest
 
 PLAN = "play.json"

@@ -62,7 +62,7 @@ from qnndeploy.formats.playplan import (
     group_name,
     selectors,
 )
-from qnndeploy.formats.verify import VerifyReport, require_ok, verify_folder
+from qnndeploy.verification.checks import VerifyReport, require_ok, verify_folder
 
 DELIVERIES = tuple(d.value for d in Delivery)  # the --delivery choices
 DEFAULT_PACK = "qnndeploy_models"

@@ -26,11 +26,10 @@ from qnndeploy.base.names import (
     file_kind,
     graph_name,
 )
+from qnndeploy.decide.reach import reach
 from qnndeploy.formats import benchrecord, estimaterecord
 from qnndeploy.formats.manifest import Manifest, parse_json
-from qnndeploy.formats.reach import reach
 from qnndeploy.formats.records import RECORD, VALIDATION_RECORD
-from qnndeploy.formats.verify import bundle_folder
 from qnndeploy.report.entries import (
     BenchInfo,
     BundleInfo,
@@ -51,6 +50,7 @@ from qnndeploy.report.entries import (
     TargetInfo,
     ValidationInfo,
 )
+from qnndeploy.verification.checks import bundle_folder
 
 MAX_RECORD_BYTES = 64 << 20  # a record is kilobytes; a bench record with a detailed profile a few MB
 MAX_TOTAL_BYTES = 128 << 20  # of records read by one report: a build of a hundred graphs is a few MB; past it the
@@ -335,7 +335,7 @@ def _bundle(d: Mapping[str, Any], shown: str, out: Collected) -> None:
 
 
 def _reach(d: Mapping[str, Any], shown: str) -> ReachInfo:
-    """The bundle's reach table (formats/reach.py, engine ort), or why it cannot be made from this manifest."""
+    """The bundle's reach table (decide/reach.py, engine ort), or why it cannot be made from this manifest."""
     bundle = f"{d.get('name')} {d.get('version')}"
     try:
         return ReachInfo(shown, bundle, reach(Manifest.parse(dict(d))))

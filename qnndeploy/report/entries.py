@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from qnndeploy.decide.reach import Reach
 from qnndeploy.formats.benchrecord import BenchRecord, Launch
 from qnndeploy.formats.estimaterecord import EstimateRecord
-from qnndeploy.formats.reach import Reach
 
 
 @dataclass(frozen=True)

@@ -196,7 +196,7 @@ def bundle_args(inputs: dict, out: Path, license_: str) -> list[str]:
 
 def bundle_state(out: Path) -> tuple[str, str]:
     """(license of the bundle under the final name, of the archive); each must be complete and verify."""
-    from qnndeploy.formats.verify import verify_bundle
+    from qnndeploy.verification.checks import verify_bundle
 
     final, archive = out / "demo-1.0.0", out / "demo-1.0.0.zip"
     assert final.is_dir(), "no bundle under the final name"

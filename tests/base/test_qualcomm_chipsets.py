@@ -9,7 +9,7 @@ import re
 
 import yaml
 
-from qnndeploy.formats import reach
+from qnndeploy.decide import reach
 from tests.base.test_facts import DATA, _wheel_file
 from tests.support import qualcomm_chipsets
 

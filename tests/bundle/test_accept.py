@@ -19,12 +19,12 @@ import pytest
 
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.bundle.build import build_bundle, spec_from_build
-from qnndeploy.formats.decision import Device, decide
+from qnndeploy.decide.decision import Device, decide
 from qnndeploy.formats.manifest import Manifest, schema_errors, worst_metric
-from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.model.onnxio import model_inputs
 from qnndeploy.model.samples import write_samples
 from qnndeploy.qnn import htp
+from qnndeploy.verification.checks import verify_bundle
 from tests.support import bundles
 from tests.support.cli import run
 from tests.support.host import require

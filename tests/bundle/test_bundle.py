@@ -19,8 +19,8 @@ from qnndeploy.base import compat
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.base.names import FORMAT_VERSION
 from qnndeploy.bundle.build import BundleSpec, build_bundle
-from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.qnn import htp
+from qnndeploy.verification.checks import verify_bundle
 from tests.support.bundles import rehash, with_external_data
 from tests.support.cli import run
 from tests.support.elfgen import BUILD, QAIRT, android_lib, elf_bytes, fake_sdk, skel_lib
@@ -1174,7 +1174,7 @@ def test_soc_must_be_a_catalog_model(bundle, soc):
 
 @pytest.mark.parametrize("text", ["1.0", "true", "3.0", "\"3\""])
 def test_format_version_must_be_an_integer(bundle, text):
-    from qnndeploy.formats.decision import Device, decide
+    from qnndeploy.decide.decision import Device, decide
     from qnndeploy.formats.manifest import Manifest
 
     raw = (bundle / "manifest.json").read_text().replace(f'"format_version": {FORMAT_VERSION}',
@@ -1189,7 +1189,7 @@ def test_format_version_must_be_an_integer(bundle, text):
 
 def test_sizes_are_compared_before_any_hashing(bundle, monkeypatch):
     """A sparse 1 TiB file listed with another size: found from its size, never read."""
-    from qnndeploy.formats import verify
+    from qnndeploy.verification import checks
 
     big = bundle / "records" / "big.bin"
     big.parent.mkdir()
@@ -1199,8 +1199,8 @@ def test_sizes_are_compared_before_any_hashing(bundle, monkeypatch):
     m["records"].append({"path": "records/big.bin", "sha256": "0" * 64, "size": 10})
     (bundle / "manifest.json").write_text(json.dumps(m))
     read: list[str] = []
-    real = verify.scan_file
-    monkeypatch.setattr(verify, "scan_file", lambda path, *a, **k: (read.append(path.name), real(path, *a, **k))[1])
+    real = checks.scan_file
+    monkeypatch.setattr(checks, "scan_file", lambda path, *a, **k: (read.append(path.name), real(path, *a, **k))[1])
     assert one_line_problems(bundle) == [
         f"records/big.bin: has {1 << 40} bytes, the manifest says 10 (truncated or replaced)"]
     assert "big.bin" not in read and read  # the other files were read

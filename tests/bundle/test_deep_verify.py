@@ -15,8 +15,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.qnn import emulator, htp
+from qnndeploy.verification.checks import verify_bundle
 from tests.support.cli import run
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_qnn]

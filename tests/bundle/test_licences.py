@@ -21,8 +21,8 @@ import pytest
 from qnndeploy.base.errors import BadInput
 from qnndeploy.bundle.build import build_bundle, spec_from_build
 from qnndeploy.formats import elf
-from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.qnn import htp
+from qnndeploy.verification.checks import verify_bundle
 from tests.support import REPO
 from tests.support.cli import run
 from tests.support.elfgen import AARCH64, QDSP6, QUALCOMM_SKEL_ALIGN, android_lib, fake_sdk, skel_lib

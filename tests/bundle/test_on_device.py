@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from qnndeploy.base.names import FORMAT_VERSION
-from qnndeploy.formats.decision import Device, decide
+from qnndeploy.decide.decision import Device, decide
 from qnndeploy.formats.manifest import Manifest
-from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.qnn import htp, ondevice
+from qnndeploy.verification.checks import verify_bundle
 from tests.support.cli import run
 from tests.support.host import require
 

@@ -12,9 +12,9 @@ import pytest
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.base.names import FORMAT_VERSION
 from qnndeploy.compile import CompileOptions, compile_models, shares_from_args
-from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.qnn import epcontext
 from qnndeploy.scaffold import scaffold
+from qnndeploy.verification.checks import verify_bundle
 from tests.support import REPO
 from tests.support.cli import run
 

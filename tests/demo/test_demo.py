@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from qnndeploy.base.errors import QnnDeployError
-from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.qnn import htp
 from qnndeploy.scaffold import scaffold
+from qnndeploy.verification.checks import verify_bundle
 from tests.support import REPO
 from tests.support.host import require
 

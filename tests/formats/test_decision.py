@@ -1,4 +1,4 @@
-"""The Python twin of the on-device decision (qnndeploy/formats/decision.py); test_kotlin.py checks the Kotlin
+"""The Python twin of the on-device decision (qnndeploy/decide/decision.py); test_kotlin.py checks the Kotlin
 side agrees."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from qnndeploy.base import socs
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, FORMAT_VERSION
-from qnndeploy.formats.decision import (
+from qnndeploy.decide.decision import (
     REASONS,
     VENDOR_DSP_FOLDERS,
     Device,
@@ -355,7 +355,7 @@ def test_an_arch_that_was_not_validated_takes_the_cpu_with_its_reason():
 
 
 def test_a_soc_the_catalog_does_not_know_needs_the_platform_info_of_the_qnn_backend():
-    from qnndeploy.formats.decision import Platform
+    from qnndeploy.decide.decision import Platform
 
     m = bundles.on_device(bundles.manifest())
     unknown = Device("SM9999", None, 36)
@@ -383,7 +383,7 @@ def test_the_on_device_path_loads_the_same_libraries_and_remembers_failures():
 
 
 def test_a_runtime_older_than_any_measured_for_the_arch_takes_the_cpu():
-    from qnndeploy.formats.decision import arch_min_qairt
+    from qnndeploy.decide.decision import arch_min_qairt
 
     oldest = arch_min_qairt()
     assert oldest["v81"] == min((r.qairt for s in socs.catalog() for r in s.measured if r.arch == 81),

@@ -166,7 +166,7 @@ def _with_loop(m: dict, **change) -> dict:
 
 
 def _loop_problems(m: dict, tmp_path) -> list[str]:
-    from qnndeploy.formats.verify import check_manifest
+    from qnndeploy.verification.checks import check_manifest
 
     assert manifest_module.schema_errors(m) == []
     found = check_manifest(Manifest.parse(m), {}, set(), tmp_path)
@@ -188,7 +188,7 @@ def test_a_decode_loop_parses_and_is_checked_against_the_graphs_it_runs(tmp_path
 
 
 def test_a_loop_needs_format_5_and_a_readable_tokenizer(tmp_path):
-    from qnndeploy.formats.verify import check_manifest
+    from qnndeploy.verification.checks import check_manifest
 
     assert any("loop" in e for e in manifest_module.schema_errors({**_with_loop(bundles.manifest()),
                                                                    "format_version": 4}))

@@ -13,7 +13,8 @@ import pytest
 import qnndeploy
 from qnndeploy.base import socs
 from qnndeploy.base.errors import QnnDeployError
-from qnndeploy.formats import decision, playplan
+from qnndeploy.decide import decision
+from qnndeploy.formats import playplan
 from qnndeploy.formats.manifest import Manifest
 from qnndeploy.package import play
 from qnndeploy.qnn import htp

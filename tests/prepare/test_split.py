@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qnndeploy.formats.decision import Device, decide
+from qnndeploy.decide.decision import Device, decide
 from qnndeploy.formats.manifest import FileFormat, Manifest
-from qnndeploy.formats.verify import verify_bundle
 from qnndeploy.scaffold import scaffold
+from qnndeploy.verification.checks import verify_bundle
 from tests.support.cli import run
 
 pytestmark = [pytest.mark.needs_qnn, pytest.mark.slow]

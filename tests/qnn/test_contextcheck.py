@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from qnndeploy.formats.verify import verify_bundle
+from qnndeploy.verification.checks import verify_bundle
 from tests.support.bundles import rehash
 from tests.support.cli import run
 

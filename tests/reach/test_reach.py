@@ -18,9 +18,9 @@ import pytest
 from qnndeploy import api
 from qnndeploy.base import socs
 from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, QnnDeployError
-from qnndeploy.formats import reach
+from qnndeploy.decide import reach
+from qnndeploy.decide.decision import REASONS, SOC_MODEL_SINCE_SDK, arch_min_qairt
 from qnndeploy.formats.archive import write_archive
-from qnndeploy.formats.decision import REASONS, SOC_MODEL_SINCE_SDK, arch_min_qairt
 from qnndeploy.formats.manifest import Manifest
 from qnndeploy.formats.playplan import DEFAULT_GROUP, MANUFACTURERS, plan_groups, play_group, read_plan
 from tests.support import bundles

@@ -1,5 +1,5 @@
 """The generated Kotlin, for real: compiled by kotlinc, its selector unit-tested on the JVM, and in agreement with
-qnndeploy/formats/decision.py on the same manifests and phones; the Play glue (`scaffold --play`) likewise, its pack
+qnndeploy/decide/decision.py on the same manifests and phones; the Play glue (`scaffold --play`) likewise, its pack
 handling unit-tested and its two rules (PlayRules.playGroup, expectedGroup) in agreement with
 qnndeploy/formats/playplan.py over thousands of phones and plans.
 
@@ -27,9 +27,8 @@ import pytest
 
 from qnndeploy.base import socs
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
-from qnndeploy.demo import run_demo
-from qnndeploy.formats import reach
-from qnndeploy.formats.decision import (
+from qnndeploy.decide import reach
+from qnndeploy.decide.decision import (
     REASONS,
     Device,
     NpuSource,
@@ -40,6 +39,7 @@ from qnndeploy.formats.decision import (
     soc_tables,
     template_fields,
 )
+from qnndeploy.demo import run_demo
 from qnndeploy.formats.manifest import Manifest
 from qnndeploy.formats.playplan import FOLDER, expected_group, plan_groups, play_group, read_plan
 from qnndeploy.package.play import package_play

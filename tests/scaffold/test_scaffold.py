@@ -18,10 +18,10 @@ from qnndeploy import __version__
 from qnndeploy.base import socs
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.base.names import FORMAT, FORMAT_VERSION
-from qnndeploy.formats.decision import REASONS, VENDOR_DSP_FOLDERS, soc_tables, template_fields
-from qnndeploy.formats.verify import verify_folder
+from qnndeploy.decide.decision import REASONS, VENDOR_DSP_FOLDERS, soc_tables, template_fields
 from qnndeploy.qnn import htp
 from qnndeploy.scaffold import MARKER, kotlin_reasons, scaffold
+from qnndeploy.verification.checks import verify_folder
 from tests.support import REPO, bundles
 from tests.support.cli import run as run_cli
 from tests.support.host import require

@@ -48,7 +48,7 @@ def data(table: dict[str, Any]) -> dict[str, Any]:
                  "Hub's chipset name; aliases: Qualcomm's other names, the part numbers among them (sm8750-ac) the "
                  "Build.SOC_MODEL a phone of that chip reports, upper-cased; soc_model and htp_version: QNN's "
                  "soc_model number and HTP arch; world: Mobile, Compute, IoT, Automotive or XR; supports_fp16: "
-                 "false where the yaml says nothing. Read by qnndeploy/formats/reach.py.",
+                 "false where the yaml says nothing. Read by qnndeploy/decide/reach.py.",
         "source": {"wheel": f"{DIST} {distribution(DIST).version}", "path": YAML, "section": "chipsets"},
         "read": READ,
         "chipsets": chipsets(table),

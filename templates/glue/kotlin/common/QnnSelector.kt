@@ -225,7 +225,7 @@ internal object QnnSelector {
 
     /**
      * A phone whose SoC has no bundle target, with a bundle that the app can compile on the device (manifest
-     * on_device). The steps, in order (qnndeploy/formats/decision.py has the same): the HTP arch, the catalog's for
+     * on_device). The steps, in order (qnndeploy/decide/decision.py has the same): the HTP arch, the catalog's for
      * a catalog SoC, else the platform's (whose soc_model is then the SoC's), else none (the CPU); per graph that is
      * not cpuOnly, in the manifest's order, the arch validated and the ONNX listed; the bundled runtime's Stub and Skel
      * for the arch; a remembered failure;

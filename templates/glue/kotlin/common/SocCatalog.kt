@@ -2,7 +2,7 @@ package com.example.qnnsample.qnndeploy
 
 /**
  * qnndeploy's SoC catalog (qnndeploy/data/socs.json), the one source of these facts, as scaffold wrote its tables
- * into Generated.kt; the decision rules that use them are qnndeploy/formats/decision.py's, in QnnSelector.
+ * into Generated.kt; the decision rules that use them are qnndeploy/decide/decision.py's, in QnnSelector.
  */
 internal object SocCatalog {
     /** Build.SOC_MODEL / ro.soc.model values, models and aliases, upper case -> the catalog model. */

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 from qnndeploy.base import socs
 from qnndeploy.base.names import FORMAT, FORMAT_VERSION
+from qnndeploy.base.socs import lower, trim, upper
 from qnndeploy.formats.manifest import FileFormat, Manifest, OnDevice, Provider, Target
 
 BACKEND_LIB, SYSTEM_LIB = "libQnnHtp.so", "libQnnSystem.so"
@@ -34,9 +35,6 @@ ADSP_VAR = "ADSP_LIBRARY_PATH"
 VENDOR_DSP_FOLDERS = ("/vendor/lib/rfsa/adsp", "/vendor/dsp/cdsp", "/system/lib/rfsa/adsp",
                       "/system/vendor/lib/rfsa/adsp", "/dsp")
 SOC_MODEL_SINCE_SDK = 31  # Build.SOC_MODEL exists from Android 12
-SPACE = " \t\n\r\x0b\x0c"  # what both twins trim: ASCII whitespace
-_UPPER = str.maketrans(string.ascii_lowercase, string.ascii_uppercase)
-_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 # A QAIRT version as the decision compares it: X.Y.Z, ASCII digits only, at most 9 per part (an Int in Kotlin).
 # Anything else (no trimming, no fourth part, no sign) is not a version: the twin's Regex is the same.
 _VERSION = re.compile(r"[0-9]{1,9}\.[0-9]{1,9}\.[0-9]{1,9}")
@@ -78,18 +76,6 @@ def reason(key: str, **fields: object) -> Reason:
     if sorted(fields) != sorted(template_fields(template)):
         raise ValueError(f"reason {key} takes {template_fields(template)}, not {sorted(fields)}")
     return Reason(key, template.format(**fields))
-
-
-def trim(text: str) -> str:
-    return text.strip(SPACE)
-
-
-def upper(text: str) -> str:
-    return text.translate(_UPPER)
-
-
-def lower(text: str) -> str:
-    return text.translate(_LOWER)
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,9 @@ from qnndeploy.base.names import (
     path_problem,
 )
 from qnndeploy.base.pool import Pool
+from qnndeploy.base.socs import upper
+from qnndeploy.decide.decision import qnn_libraries, soc_tables
 from qnndeploy.formats import archive, elf
-from qnndeploy.formats.decision import qnn_libraries, soc_tables, upper
 from qnndeploy.formats.manifest import (
     BundleFile,
     FileFormat,

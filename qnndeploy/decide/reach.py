@@ -27,8 +27,8 @@ from typing import Any
 
 from qnndeploy.base import socs
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
+from qnndeploy.decide.decision import SOC_MODEL_SINCE_SDK, Device, NpuSource, arch_min_qairt, decide
 from qnndeploy.formats import playplan
-from qnndeploy.formats.decision import SOC_MODEL_SINCE_SDK, Device, NpuSource, arch_min_qairt, decide
 from qnndeploy.formats.manifest import FileFormat, Manifest
 
 LIB_DIR = "<app native library dir>"  # where the app's libraries are: a name only, the decision records it
