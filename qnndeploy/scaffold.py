@@ -8,8 +8,9 @@ is a complete one-screen Android app with that glue in app/qnndeploy/ (android-s
 With play (a `package play` output folder), the NPU files travel in a Google Play AI pack instead: the base assets
 keep manifest.json, play.json and the CPU models, and the glue gains PlayPack.kt (locating and fetching the pack).
 
-The glue is plain Kotlin (templates/glue/kotlin: common/, one folder per engine, play/), copied as it is but for its
-package line; what differs from bundle to bundle is data, written into one generated file, Generated.kt
+The glue is plain Kotlin (templates/glue/kotlin: common/, one folder per engine, play/), and so is the sample app's
+screen (templates/app/kotlin), each copied as it is but for its package line and its imports of the glue; what
+differs from bundle to bundle is data, written into one generated file, Generated.kt
 (templates/glue/Generated.kt.j2), every value through codegen's escaping.
 """
 
@@ -52,7 +53,9 @@ from qnndeploy.qnn import epcontext
 from qnndeploy.verification.checks import VerifyReport, require_ok, verify_folder
 
 ENGINES = {e.value: e.npu_format for e in Engine}  # engine -> the NPU file format it loads (decide/reach.py's)
-GLUE_PACKAGE = "com.example.qnnsample"  # the package line of templates/glue/kotlin's sources: the sample app's
+GLUE_PACKAGE = "com.example.qnnsample"  # the templates' Kotlin package: the sample app's (the glue's is its .qnndeploy)
+APP_SOURCES = "kotlin"  # templates/app/kotlin: the sample app's screen, plain Kotlin copied as the glue is
+APP_SOURCES_DIR = "app/src/main/java"  # where the app's sources go, one folder per package segment below it
 GLUE_COMMON = "common"  # templates/glue/kotlin/common: copied always; then the engine's folder (named as the engine)
 GLUE_PLAY = "play"  # copied only with play: the AI pack's plan, rules and access (PlayPack.kt)
 GENERATED = "Generated.kt"  # the glue's one generated file: the bundle's data, the catalog, reasons, switches
@@ -166,6 +169,8 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
         glue = tmp / "app" / APP_GLUE_DIR if app else tmp
         if app:
             _render(templates / "app", {**context, "glue_dir": APP_GLUE_DIR, "app_dir": shlex.quote(out.name)}, tmp)
+            _copy_kotlin(sorted((templates / "app" / APP_SOURCES).glob("*.kt")), package, "",
+                         tmp / APP_SOURCES_DIR / context["package_path"])
         _render(templates / "glue", context, glue)
         folders = [GLUE_COMMON, engine] + ([GLUE_PLAY] if plan is not None else [])
         _write_glue(templates / "glue", folders, package, context["data"],
@@ -350,18 +355,28 @@ def _kotlin_string(template: str) -> str:
 
 
 def _write_glue(template: Path, folders: list[str], package: str, data: dict[str, Any], dest: Path) -> None:
-    """The glue's sources: the Kotlin of the given folders of template/kotlin with their one package line set to
-    package's, and Generated.kt rendered from the data."""
-    dest.mkdir(parents=True, exist_ok=True)
-    line = f"package {GLUE_PACKAGE}.qnndeploy\n"
+    """The glue's sources: the Kotlin of the given folders of template/kotlin in package's .qnndeploy, and
+    Generated.kt rendered from the data."""
     for folder in folders:
-        for src in sorted((template / "kotlin" / folder).glob("*.kt")):
-            head, sep, rest = src.read_text(encoding="utf-8").partition("\n")
-            if head + sep != line:
-                raise QnnDeployError(f"template {src.name} does not start with '{line.strip()}': reinstall qnndeploy")
-            (dest / src.name).write_text(f"package {package}.qnndeploy\n{rest}", encoding="utf-8")
+        _copy_kotlin(sorted((template / "kotlin" / folder).glob("*.kt")), package, ".qnndeploy", dest)
     generated = _environment().from_string((template / f"{GENERATED}.j2").read_text(encoding="utf-8"))
     (dest / GENERATED).write_text(generated.render({**data, "package": package}), encoding="utf-8")
+
+
+def _copy_kotlin(sources: list[Path], package: str, sub: str, dest: Path) -> None:
+    """Plain Kotlin of the templates, whose package is GLUE_PACKAGE + sub, written into dest as package + sub: the
+    package line and the imports of GLUE_PACKAGE's classes (an activity's of the glue) are the only lines changed, so
+    the templates compile as they are and android-sample/ links to them. package is checked (codegen.check_package)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    line = f"package {GLUE_PACKAGE}{sub}\n"
+    ours = f"import {GLUE_PACKAGE}."
+    for src in sources:
+        head, sep, rest = src.read_text(encoding="utf-8").partition("\n")
+        if head + sep != line:
+            raise QnnDeployError(f"template {src.name} does not start with '{line.strip()}': reinstall qnndeploy")
+        body = "\n".join(f"import {package}.{text.removeprefix(ours)}" if text.startswith(ours) else text
+                         for text in rest.split("\n"))
+        (dest / src.name).write_text(f"package {package}{sub}\n{body}", encoding="utf-8")
 
 
 def _environment() -> Any:

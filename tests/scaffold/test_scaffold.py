@@ -20,7 +20,7 @@ from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.base.names import FORMAT, FORMAT_VERSION
 from qnndeploy.decide.decision import REASONS, VENDOR_DSP_FOLDERS, soc_tables, template_fields
 from qnndeploy.qnn import htp
-from qnndeploy.scaffold import MARKER, kotlin_reasons, scaffold
+from qnndeploy.scaffold import APP_SOURCES, APP_SOURCES_DIR, MARKER, kotlin_reasons, scaffold, templates_dir
 from qnndeploy.verification.checks import verify_folder
 from tests.support import REPO, bundles
 from tests.support.cli import run as run_cli
@@ -324,6 +324,34 @@ def test_force_refuses_a_folder_that_is_not_scaffold_output(external, tmp_path):
     assert not (glue / "src/com/example/app").exists()
     assert (module / "src/main/java/com/example/app/MainActivity.kt").read_text() == "class MainActivity"
     assert notes.read_text() == "mine"
+
+
+def test_sample_app_screen_is_the_templates_sources_but_for_the_package(external, tmp_path):
+    """The app's own Kotlin is templates/app/kotlin copied as the glue is: for another package, only the package line
+    and the imports of the glue's classes change; for the templates' own package, not a byte (android-sample/ links
+    to them)."""
+    sources = sorted((templates_dir() / "app" / APP_SOURCES).glob("*.kt"))
+    assert {p.name for p in sources} >= {"MainActivity.kt"}
+    for package in ("com.example.other", SAMPLE_PACKAGE):
+        app = scaffold(external, package, tmp_path / package, app=True).path
+        written = app / APP_SOURCES_DIR / package.replace(".", "/")
+        assert sorted(p.name for p in written.iterdir()) == [p.name for p in sources]
+        for src in sources:
+            ours, theirs = src.read_text().split("\n"), (written / src.name).read_text().split("\n")
+            changed = [(a, b) for a, b in zip(ours, theirs, strict=True) if a != b]
+            expected = [(a, a.replace(SAMPLE_PACKAGE, package, 1)) for a in ours
+                        if a.startswith((f"package {SAMPLE_PACKAGE}", f"import {SAMPLE_PACKAGE}."))]
+            assert changed == (expected if package != SAMPLE_PACKAGE else []), src.name
+    other = tmp_path / "com.example.other" / APP_SOURCES_DIR / "com/example/other/MainActivity.kt"
+    assert "import com.example.other.qnndeploy.OrtModels\n" in other.read_text()
+
+
+def test_android_sample_holds_no_copy_of_its_screen():
+    """android-sample/'s own Kotlin is links to templates/app/kotlin, as its glue's is to templates/glue/kotlin."""
+    own = sorted((SAMPLE / APP_SOURCES_DIR / SAMPLE_PACKAGE.replace(".", "/")).glob("*.kt"))
+    templates = (REPO / "templates" / "app" / APP_SOURCES).resolve()
+    assert own and all(p.is_symlink() and p.resolve().parent == templates for p in own)
+    assert sorted(p.name for p in own) == sorted(p.name for p in templates.glob("*.kt"))
 
 
 def test_sample_app_output_is_marked_at_its_top_and_replaced_by_force(external, tmp_path):

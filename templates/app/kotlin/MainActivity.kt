@@ -1,4 +1,4 @@
-package {{ cookiecutter.package }}
+package com.example.qnnsample
 
 import ai.onnxruntime.OnnxTensor
 import ai.onnxruntime.OrtEnvironment
@@ -10,8 +10,8 @@ import android.widget.ScrollView
 import android.widget.TextView
 import androidx.activity.ComponentActivity
 import androidx.lifecycle.lifecycleScope
-import {{ cookiecutter.package }}.qnndeploy.Graph
-import {{ cookiecutter.package }}.qnndeploy.OrtModels
+import com.example.qnnsample.qnndeploy.Graph
+import com.example.qnnsample.qnndeploy.OrtModels
 import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.SupervisorJob
