@@ -4,13 +4,13 @@ and one lenient reader."""
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from qnndeploy.base.errors import BadInput
+from qnndeploy.base.fields import flag, integer, number, numbers, obj, objects, opt_text, text, texts
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.names import BENCH_RECORD
 
@@ -178,69 +178,21 @@ def gate(baseline: BenchRecord, where: str, record: BenchRecord, threshold: floa
 
 # --- the reader -----------------------------------------------------------------------------------------------------
 
-def _text(m: Mapping[str, Any], key: str) -> str:
-    if key not in m:
-        raise BadInput(f"it has no {key!r}")
-    value = m[key]
-    if not isinstance(value, str):
-        raise BadInput(f"{key!r} is not text")
-    return value
-
-
-def _opt_text(m: Mapping[str, Any], key: str) -> str | None:
-    value = m.get(key)
-    return value if isinstance(value, str) else None if value is None else str(value)
-
-
-def _number(m: Mapping[str, Any], key: str) -> float | None:
-    """A figure: the number as written (an int stays one), or None where it was not measured (null, absent or
-    not a number)."""
-    value = m.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return value if math.isfinite(value) else None  # NaN and Infinity (Python's json reads them) measure nothing
-
-
-def _int(m: Mapping[str, Any], key: str) -> int | None:
-    value = m.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _bool(m: Mapping[str, Any], key: str) -> bool | None:
-    value = m.get(key)
-    return value if isinstance(value, bool) else None
-
-
-def _object(m: Mapping[str, Any], key: str) -> dict[str, Any]:
-    value = m.get(key)
-    return dict(value) if isinstance(value, Mapping) else {}
-
-
-def _objects(m: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
-    value = m.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
-        raise BadInput(f"{key!r} is not a list of objects")
-    return value
-
-
 def read_launch(m: Mapping[str, Any]) -> Launch:
     """Launch figures as a record holds them; an older record without them reads as none measured."""
-    launch = _object(m, "launch")
-    return Launch(*(_number(launch, k) for k in ("session_cold_ms", "session_warm_ms", "first_result_cold_ms",
+    launch = obj(m, "launch")
+    return Launch(*(number(launch, k) for k in ("session_cold_ms", "session_warm_ms", "first_result_cold_ms",
                                                   "first_result_warm_ms")))
 
 
 def _path(p: Mapping[str, Any]) -> PathFigures:
-    latency = _object(p, "latency_ms")
+    latency = obj(p, "latency_ms")
     blocks = p.get("block_p50_ms")
     return PathFigures(
-        _number(p, "first_ms"), Latency(*(_number(latency, k) for k in ("p50", "p90", "p99", "mean", "min", "max"))),
-        _number(p, "throughput_per_s"), _number(p, "rtf"), _number(p, "cpu_percent"),
-        _number(p, "energy_mj_per_inference"), _opt_text(p, "energy_source"), _int(p, "runs"),
-        [float(b) for b in blocks if isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b)]
-        if isinstance(blocks, list) else [], read_launch(p))
+        number(p, "first_ms"), Latency(*(number(latency, k) for k in ("p50", "p90", "p99", "mean", "min", "max"))),
+        number(p, "throughput_per_s"), number(p, "rtf"), number(p, "cpu_percent"),
+        number(p, "energy_mj_per_inference"), opt_text(p, "energy_source"), integer(p, "runs"),
+        numbers(blocks), read_launch(p))
 
 
 def read(data: object) -> BenchRecord:
@@ -251,31 +203,31 @@ def read(data: object) -> BenchRecord:
         raise BadInput(f'not a bench record (no "record": "{BENCH_RECORD}")')
     if "phone" not in data:
         raise BadInput("it has no 'phone'")
-    phone = _object(data, "phone")
-    _text(phone, "serial")  # what names the phone: the page shows it, a baseline is checked against it
-    graph = _text(data, "graph")
-    c = _object(data, "conditions")
-    conditions = Conditions(_bool(c, "charging"), _bool(c, "screen_on"), _int(c, "battery_level_start"),
-                            _int(c, "battery_level_end"), _number(c, "temperature_c_start"),
-                            _number(c, "temperature_c_end"), _int(c, "thermal_status_start"),
-                            _int(c, "thermal_status_end"), _opt_text(c, "temperature_source"))
-    ratios, spread = _object(data, "ratios"), _object(data, "ratio_spread")
-    sustained = [SustainedPoint(_number(s, "t_s") or 0.0, _opt_text(s, "path") or "", _number(s, "latency_ms_p50"),
-                                _number(s, "latency_ms_mean"), _number(s, "throughput_per_s"),
-                                _number(s, "temperature_c"), _int(s, "thermal_status"))
-                 for s in _objects(data, "sustained")]
-    sweep = [SweepPoint(str(s.get("perf_mode")), _path(_object(s, "npu"))) for s in _objects(data, "sweep")]
-    g, profile, notes = data.get("gate"), data.get("profile"), data.get("notes")
-    gate = Gate(str(g.get("baseline")), _number(g, "threshold"),
-                [Regression(str(r.get("figure")), _number(r, "was"), _number(r, "now"), _number(r, "ratio"))
-                 for r in _objects(g, "regressions")], g.get("passed") is True) if isinstance(g, Mapping) else None
+    phone = obj(data, "phone")
+    text(phone, "serial")  # what names the phone: the page shows it, a baseline is checked against it
+    graph = text(data, "graph")
+    c = obj(data, "conditions")
+    conditions = Conditions(flag(c, "charging"), flag(c, "screen_on"), integer(c, "battery_level_start"),
+                            integer(c, "battery_level_end"), number(c, "temperature_c_start"),
+                            number(c, "temperature_c_end"), integer(c, "thermal_status_start"),
+                            integer(c, "thermal_status_end"), opt_text(c, "temperature_source"))
+    ratios, spread = obj(data, "ratios"), obj(data, "ratio_spread")
+    sustained = [SustainedPoint(number(s, "t_s") or 0.0, opt_text(s, "path") or "", number(s, "latency_ms_p50"),
+                                number(s, "latency_ms_mean"), number(s, "throughput_per_s"),
+                                number(s, "temperature_c"), integer(s, "thermal_status"))
+                 for s in objects(data, "sustained")]
+    sweep = [SweepPoint(str(s.get("perf_mode")), _path(obj(s, "npu"))) for s in objects(data, "sweep")]
+    g, profile = data.get("gate"), data.get("profile")
+    gate = Gate(str(g.get("baseline")), number(g, "threshold"),
+                [Regression(str(r.get("figure")), number(r, "was"), number(r, "now"), number(r, "ratio"))
+                 for r in objects(g, "regressions")], g.get("passed") is True) if isinstance(g, Mapping) else None
     return BenchRecord(
-        BENCH_RECORD, _int(data, "record_version") or 0, _opt_text(data, "created") or "",
-        _opt_text(data, "qnndeploy") or "", _object(data, "bundle"), phone, _object(data, "decision"), graph,
-        _object(data, "settings"), conditions,
-        {str(name): _path(p) for name, p in _object(data, "paths").items() if isinstance(p, Mapping)},
-        {str(k): _number(ratios, k) for k in ratios},
-        {str(k): {str(f): n for f in v if (n := _number(v, f)) is not None} if isinstance(v, Mapping) else None
+        BENCH_RECORD, integer(data, "record_version") or 0, opt_text(data, "created") or "",
+        opt_text(data, "qnndeploy") or "", obj(data, "bundle"), phone, obj(data, "decision"), graph,
+        obj(data, "settings"), conditions,
+        {str(name): _path(p) for name, p in obj(data, "paths").items() if isinstance(p, Mapping)},
+        {str(k): number(ratios, k) for k in ratios},
+        {str(k): {str(f): n for f in v if (n := number(v, f)) is not None} if isinstance(v, Mapping) else None
          for k, v in spread.items()},
         sustained, sweep, dict(profile) if isinstance(profile, Mapping) else None, gate,
-        [str(n) for n in notes] if isinstance(notes, list) else [])
+        texts(data, "notes"))

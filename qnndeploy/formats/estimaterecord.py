@@ -7,17 +7,16 @@ bench records only."""
 
 from __future__ import annotations
 
-import math
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from qnndeploy import __version__
 from qnndeploy.base import socs
 from qnndeploy.base.errors import BadInput, CheckFailed, MissingTool, QnnDeployError, first_line
+from qnndeploy.base.fields import integer, number, opt_text, text, texts
 from qnndeploy.base.fileio import JSON, write_json
 from qnndeploy.base.kinds import Precision
 from qnndeploy.formats.records import CompileRecord, RecordStatus
@@ -264,51 +263,26 @@ def write_for(build: Sequence[CompileRecord], m: ModelEstimate, precision: str, 
 
 # --- the reader --------------------------------------------------------------------------------------------------
 
-def _number(m: Mapping[str, Any], key: str) -> float | None:
-    value = m.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _int(m: Mapping[str, Any], key: str) -> int | None:
-    value = m.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _opt_text(m: Mapping[str, Any], key: str) -> str | None:
-    value = m.get(key)
-    return value if isinstance(value, str) else None if value is None else str(value)
-
-
-def _text(m: Mapping[str, Any], key: str) -> str:
-    value = m.get(key)
-    if not isinstance(value, str):
-        raise BadInput(f"it has no {key!r}" if key not in m else f"{key!r} is not text")
-    return value
-
-
 def read(data: object) -> EstimateRecord:
     """An estimate record as read from its JSON, of any version: a figure that is missing or not a number is None
     (no number); the words it lacks are empty. BadInput when it is not an estimate record or lacks what names it
     (the graph, the SoC); the message says which. The not-claimed sentence is always this qnndeploy's."""
     if not isinstance(data, Mapping) or data.get("record") != RECORD:
         raise BadInput(f'not an estimate record (no "record": "{RECORD}")')
-    graph, soc = _text(data, "graph"), _text(data, "soc")
+    graph, soc = text(data, "graph"), text(data, "soc")
     c = data.get("cost_model")
     c = c if isinstance(c, Mapping) else {}
-    ms = _number(data, "ms")
-    warnings = data.get("warnings")
-    cost = CostModel(_opt_text(c, "soc") or "", _opt_text(c, "qairt") or "", _number(c, "clock_mhz"),
-                     _opt_text(c, "clock_source"), _int(c, "cycles"), _int(c, "cycles_lower"),
-                     _int(c, "cycles_upper"), _number(c, "ms"), _number(c, "ms_lower"), _number(c, "ms_upper"))
+    ms = number(data, "ms")
+    cost = CostModel(opt_text(c, "soc") or "", opt_text(c, "qairt") or "", number(c, "clock_mhz"),
+                     opt_text(c, "clock_source"), integer(c, "cycles"), integer(c, "cycles_lower"),
+                     integer(c, "cycles_upper"), number(c, "ms"), number(c, "ms_lower"), number(c, "ms_upper"))
     return EstimateRecord(
-        RECORD, _int(data, "version") or 0, graph, soc, _opt_text(data, "precision") or "",
-        _opt_text(data, "source") or "", _opt_text(data, "source_sha256"), ms,
-        _number(data, "ms_lower") if ms is not None else None, _number(data, "ms_upper") if ms is not None else None,
-        None if ms is not None else (_opt_text(data, "reason") or "no number"), _number(data, "factor"),
-        _opt_text(data, "fit"), cost, _int(data, "fill_bytes"), _int(data, "spill_bytes"),
-        _int(data, "ops_without_cost"),
-        tuple(str(w) for w in warnings) if isinstance(warnings, list) else (), _opt_text(data, "factors") or "",
-        NOT_CLAIMED, _opt_text(data, "made_by") or "", _opt_text(data, "qnndeploy") or "",
-        _opt_text(data, "created") or "")
+        RECORD, integer(data, "version") or 0, graph, soc, opt_text(data, "precision") or "",
+        opt_text(data, "source") or "", opt_text(data, "source_sha256"), ms,
+        number(data, "ms_lower") if ms is not None else None, number(data, "ms_upper") if ms is not None else None,
+        None if ms is not None else (opt_text(data, "reason") or "no number"), number(data, "factor"),
+        opt_text(data, "fit"), cost, integer(data, "fill_bytes"), integer(data, "spill_bytes"),
+        integer(data, "ops_without_cost"),
+        tuple(texts(data, "warnings")), opt_text(data, "factors") or "",
+        NOT_CLAIMED, opt_text(data, "made_by") or "", opt_text(data, "qnndeploy") or "",
+        opt_text(data, "created") or "")

@@ -17,9 +17,10 @@ from functools import cache
 from importlib import resources
 from itertools import accumulate
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from qnndeploy.base.errors import QnnDeployError, first_line
+from qnndeploy.base.fields import is_number
 from qnndeploy.base.fileio import JSON, read_limited
 from qnndeploy.base.names import (
     CONTEXT_BINARY,
@@ -542,7 +543,7 @@ def _licences(m: JSON) -> Licences:
 
 def _on_device(m: JSON) -> OnDevice:
     budget = m.get("budget_s", DEFAULT_COMPILE_BUDGET_S)
-    if not _number(budget):
+    if not is_number(budget):
         _bad("budget_s", m)
     graphs = []
     for g in _objects(m, "graphs"):
@@ -654,10 +655,6 @@ def accepted_reason(summary: JSON) -> str | None:
     return reason if isinstance(reason, str) else None
 
 
-def _number(value: object) -> TypeGuard[float]:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def worst_metric(summary: JSON) -> str:
     """How a failed graph missed its thresholds, from its validation summary: its lowest-SNR failed output's first
     missed test, e.g. "snr 12.4 dB < 30" (the output named when the graph has several)."""
@@ -667,16 +664,16 @@ def worst_metric(summary: JSON) -> str:
     failed = [o for o in outputs if o.get("passed") is False]
     if not failed:
         return "failed"
-    worst = min(failed, key=lambda o: o["snr_db"] if _number(o.get("snr_db")) else float("inf"))
+    worst = min(failed, key=lambda o: o["snr_db"] if is_number(o.get("snr_db")) else float("inf"))
     snr, cosine, diff = worst.get("snr_db"), worst.get("cosine"), worst.get("max_abs_diff")
     min_snr, min_cosine, atol = limits.get("min_snr_db"), limits.get("min_cosine"), limits.get("atol")
     if worst.get("judged_on") == "finite":
         text = "NaN or Inf in the NPU output"
-    elif worst.get("judged_on") == "max_abs_diff" and _number(diff) and _number(atol):
+    elif worst.get("judged_on") == "max_abs_diff" and is_number(diff) and is_number(atol):
         text = f"max abs diff {diff:.3g} > atol {atol:g}"
-    elif _number(snr) and _number(min_snr) and snr < min_snr:
+    elif is_number(snr) and is_number(min_snr) and snr < min_snr:
         text = f"snr {snr:.1f} dB < {min_snr:g}"
-    elif _number(cosine) and _number(min_cosine) and cosine < min_cosine:
+    elif is_number(cosine) and is_number(min_cosine) and cosine < min_cosine:
         text = f"cosine {cosine:.4g} < {min_cosine:g}"
     else:
         text = f"failed, judged on {worst.get('judged_on') or 'its metrics'}"

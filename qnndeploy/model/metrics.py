@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
+from qnndeploy.base.fields import number
 from qnndeploy.model import onnxio
 from qnndeploy.model.onnxio import load_model, tensor_info
 
@@ -360,17 +361,14 @@ def rejudge(recorded: Mapping[str, object], limits: Thresholds) -> str | None:
     """One output's verdict again, from the figures a record holds (OutputMetrics as JSON) and never from its
     `passed`: None when they pass `limits` by the rules of judge, else why not. What bundle verify holds an
     on-device record to, so a record cannot say passed over failing figures."""
-    def number(key: str) -> float | None:
-        v = recorded.get(key)
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
-
     judged = str(recorded.get("judged_on", ""))
     if judged.endswith("finite"):
         return "its values are not finite"
     if judged == "topk_set":
-        jaccard, least = number("topk_jaccard"), limits.get("min_topk_jaccard", OPTIONAL_THRESHOLDS["min_topk_jaccard"])
+        jaccard = number(recorded, "topk_jaccard")
+        least = limits.get("min_topk_jaccard", OPTIONAL_THRESHOLDS["min_topk_jaccard"])
         return None if jaccard is not None and jaccard >= least else f"top-k Jaccard {jaccard} (needs >= {least:g})"
-    figures = {k: number(k) for k in ("max_abs_diff", "cosine", "snr_db", "ref_rms")}
+    figures = {k: number(recorded, k) for k in ("max_abs_diff", "cosine", "snr_db", "ref_rms")}
     ref_rms, max_abs = figures["ref_rms"], figures["max_abs_diff"]
     if ref_rms is None or max_abs is None:
         return "its figures are missing or not finite numbers"

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy.base.errors import BadInput
+from qnndeploy.base.fields import is_number
 from qnndeploy.base.fileio import JSON
 from qnndeploy.model import onnxio
 from qnndeploy.model.metrics import OPTIONAL_THRESHOLDS, OutputMetrics, Thresholds, judge_model
@@ -460,7 +461,7 @@ def rejudge(verdict: JSON, limits: Mapping[str, float]) -> str | None:
         return f"its task verdict is of no known kind ({kind!r})"
     figure, key, sign = rule
     value = figures.get(figure) if isinstance(figures, dict) else None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+    if not is_number(value):
         return f"its {kind} verdict has no {figure}"
     needed = float(limits[key]) if key == "min_cosine" else limit(limits, key)
     if sign * (value - needed) >= 0:

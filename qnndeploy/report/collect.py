@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
@@ -16,6 +15,7 @@ from typing import Any
 
 from qnndeploy.base import interrupt
 from qnndeploy.base.errors import BadInput, QnnDeployError
+from qnndeploy.base.fields import integer, is_number, items, number, obj, objects, opt_text, required_flag, text
 from qnndeploy.base.fileio import read_limited
 from qnndeploy.base.names import (
     BENCH_RECORD,
@@ -58,10 +58,6 @@ MAX_TOTAL_BYTES = 128 << 20  # of records read by one report: a build of a hundr
 MAX_SHOWN_ROWS = 40  # of a profile's ops (and partitions): the page shows the ones with the most time
 MAX_FILES = 20_000  # JSON files looked at under one path: a report of a home folder is a mistake, not a report
 ARCHIVES = (".zip", ".tar.gz", ".tgz")
-
-
-class _Unreadable(Exception):
-    """A record of a known kind whose fields are not what that kind writes: the message says which."""
 
 
 # --- finding the files -------------------------------------------------------------------------------------------
@@ -144,7 +140,7 @@ def _read_one(path: Path, shown: str, out: Collected, seen: dict[bytes, str], bu
         return
     try:
         _READERS[kind](data, shown, out)
-    except (_Unreadable, BadInput) as e:  # BadInput: what benchrecord.read and estimaterecord.read find unreadable
+    except BadInput as e:  # what the field readers, benchrecord.read and estimaterecord.read find unreadable
         out.skipped.append(Skipped(shown, f"{_NAMES[kind]}, but {e}"))
         return
     except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -187,92 +183,30 @@ def _not_a_record(data: object) -> str:
     return "not a qnndeploy record"
 
 
-# --- typed fields --------------------------------------------------------------------------------------------------
-
-def _get(m: Any, key: str) -> Any:
-    if not isinstance(m, Mapping):
-        raise _Unreadable(f"an object is expected where {key!r} is read")
-    if key not in m:
-        raise _Unreadable(f"it has no {key!r}")
-    return m[key]
-
-
-def _text(m: Mapping[str, Any], key: str) -> str:
-    value = _get(m, key)
-    if not isinstance(value, str):
-        raise _Unreadable(f"{key!r} is not text")
-    return value
-
-
-def _opt_text(m: Any, key: str) -> str | None:
-    value = m.get(key) if isinstance(m, Mapping) else None
-    return value if isinstance(value, str) else None if value is None else str(value)
-
-
-def _number(m: Any, key: str) -> float | None:
-    """A figure: a number, or None where it was not measured (null, absent or not a number)."""
-    value = m.get(key) if isinstance(m, Mapping) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None  # NaN and Infinity (Python's json reads them) measure nothing
-
-
-def _int(m: Any, key: str) -> int | None:
-    value = m.get(key) if isinstance(m, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _bool(m: Mapping[str, Any], key: str) -> bool:
-    value = _get(m, key)
-    if not isinstance(value, bool):
-        raise _Unreadable(f"{key!r} is not true or false")
-    return value
-
-
-def _objects(m: Any, key: str, required: bool = False) -> list[Mapping[str, Any]]:
-    value = _get(m, key) if required else (m.get(key) if isinstance(m, Mapping) else None)
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
-        raise _Unreadable(f"{key!r} is not a list of objects")
-    return value
-
-
-def _list(m: Any, key: str) -> list[Any]:
-    value = m.get(key) if isinstance(m, Mapping) else None
-    return value if isinstance(value, list) else []
-
-
-def _object(m: Any, key: str) -> Mapping[str, Any]:
-    value = m.get(key) if isinstance(m, Mapping) else None
-    return value if isinstance(value, Mapping) else {}
-
-
 def _outputs(items: list[Mapping[str, Any]]) -> tuple[OutputFigures, ...]:
-    return tuple(OutputFigures(_text(o, "name"), o.get("passed") if isinstance(o.get("passed"), bool) else None,
-                               _number(o, "snr_db"), _number(o, "cosine"), _number(o, "max_abs_diff"),
-                               _number(o, "rel_l2"), _opt_text(o, "note")) for o in items)
+    return tuple(OutputFigures(text(o, "name"), o.get("passed") if isinstance(o.get("passed"), bool) else None,
+                               number(o, "snr_db"), number(o, "cosine"), number(o, "max_abs_diff"),
+                               number(o, "rel_l2"), opt_text(o, "note")) for o in items)
 
 
 def _files(items: list[Mapping[str, Any]]) -> tuple[FileInfo, ...]:
-    return tuple(FileInfo(_text(f, "path"), _int(f, "size"), _opt_text(f, "format") or "") for f in items)
+    return tuple(FileInfo(text(f, "path"), integer(f, "size"), opt_text(f, "format") or "") for f in items)
 
 
 # --- one reader per kind ---------------------------------------------------------------------------------------------
 
 def _compile(d: Mapping[str, Any], shown: str, out: Collected) -> None:
-    members = _objects(d, "members")
-    graphs = [_text(m, "graph") for m in members] or [_text(d, "graph")]
-    warnings = tuple(str(w) for w in _list(d, "warnings") if w)
-    outputs = _objects(d, "outputs")
+    members = objects(d, "members")
+    graphs = [text(m, "graph") for m in members] or [text(d, "graph")]
+    warnings = tuple(str(w) for w in items(d, "warnings") if w)
+    outputs = objects(d, "outputs")
     for graph in graphs:  # a shared context's members: the shared binary and each one's own wrapper
         mine = [f for f in outputs if not members or (not f.get("twin") and f.get("graph") in (None, graph))]
         out.compiles.append(CompileInfo(
-            shown, graph, _text(d, "soc"), _opt_text(d, "dsp_arch") or "", _opt_text(d, "backend") or "",
-            _opt_text(d, "qairt_version") or "", _opt_text(d, "precision") or "", _text(d, "status"),
-            _opt_text(d, "error"), _number(d, "duration_s"), _files(mine),
-            _text(d, "graph") if members else None, warnings, _opt_text(d, "created")))
+            shown, graph, text(d, "soc"), opt_text(d, "dsp_arch") or "", opt_text(d, "backend") or "",
+            opt_text(d, "qairt_version") or "", opt_text(d, "precision") or "", text(d, "status"),
+            opt_text(d, "error"), number(d, "duration_s"), _files(mine),
+            text(d, "graph") if members else None, warnings, opt_text(d, "created")))
 
 
 def _samples(inputs: object) -> str:
@@ -288,49 +222,48 @@ def _samples(inputs: object) -> str:
 
 
 def _validation(d: Mapping[str, Any], shown: str, out: Collected) -> None:
-    thresholds = {str(k): float(v) for k, v in _object(d, "thresholds").items()
-                  if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    task, chain, loop = _object(d, "task"), _object(d, "chain"), _object(d, "loop")
-    texts = tuple((_text(t, "cpu"), _text(t, "npu")) for t in _objects(loop, "samples"))
-    rate = _number(loop, "error_rate")
+    thresholds = {str(k): float(v) for k, v in obj(d, "thresholds").items() if is_number(v)}
+    task, chain, loop = obj(d, "task"), obj(d, "chain"), obj(d, "loop")
+    texts = tuple((text(t, "cpu"), text(t, "npu")) for t in objects(loop, "samples"))
+    rate = number(loop, "error_rate")
     decided = isinstance(task.get("passed"), bool)
     out.validations.append(ValidationInfo(
-        shown, _text(d, "graph"), _text(d, "soc"), _opt_text(d, "precision") or "", _bool(d, "passed"), thresholds,
-        _outputs(_objects(d, "outputs", required=True)), _samples(d.get("inputs")),
-        _number(_object(d, "emulator"), "seconds_per_run"), _opt_text(d, "threshold_reason"),
-        f"{_opt_text(task, 'kind')} ({_opt_text(task, 'output')}): {_opt_text(task, 'summary')}" if decided else None,
+        shown, text(d, "graph"), text(d, "soc"), opt_text(d, "precision") or "", required_flag(d, "passed"), thresholds,
+        _outputs(objects(d, "outputs", required=True)), _samples(d.get("inputs")),
+        number(obj(d, "emulator"), "seconds_per_run"), opt_text(d, "threshold_reason"),
+        f"{opt_text(task, 'kind')} ({opt_text(task, 'output')}): {opt_text(task, 'summary')}" if decided else None,
         task.get("passed") is True if decided else None,
-        f"the split ({_opt_text(chain, 'split')}) as the app runs it, against the source model" if chain else None,
+        f"the split ({opt_text(chain, 'split')}) as the app runs it, against the source model" if chain else None,
         chain.get("passed") is True if chain else None,
-        (f"decode loop on {_text(loop, 'soc')} (decides the encoder and decoder): "
+        (f"decode loop on {text(loop, 'soc')} (decides the encoder and decoder): "
          + (f"word error rate {rate:.2%} against the CPU's texts" if rate is not None else
-            _opt_text(loop, "error") or "not run")) if loop else None,
+            opt_text(loop, "error") or "not run")) if loop else None,
         loop.get("passed") is True if loop else None, texts))
 
 
 def _bundle(d: Mapping[str, Any], shown: str, out: Collected) -> None:
     version = d.get("format_version")
     if not isinstance(version, int) or isinstance(version, bool):
-        raise _Unreadable("its format_version is not a number")
+        raise BadInput("its format_version is not a number")
     targets = []
-    for t in _objects(d, "targets"):
+    for t in objects(d, "targets"):
         validation = t.get("validation")
         passed = validation.get("passed") if isinstance(validation, Mapping) else None
-        graphs = _object(validation, "graphs") if isinstance(validation, Mapping) else {}
-        judged = tuple((str(g), _opt_text(v, "inputs") or "") for g, v in graphs.items() if isinstance(v, Mapping))
-        targets.append(TargetInfo(_text(t, "soc"), _opt_text(t, "dsp_arch") or "", _opt_text(t, "precision") or "",
-                                  _files(_objects(t, "artifacts")), passed if isinstance(passed, bool) else None,
+        graphs = obj(validation, "graphs") if isinstance(validation, Mapping) else {}
+        judged = tuple((str(g), opt_text(v, "inputs") or "") for g, v in graphs.items() if isinstance(v, Mapping))
+        targets.append(TargetInfo(text(t, "soc"), opt_text(t, "dsp_arch") or "", opt_text(t, "precision") or "",
+                                  _files(objects(t, "artifacts")), passed if isinstance(passed, bool) else None,
                                   judged))
-    runtime = _object(d, "runtime")
-    mode = _opt_text(runtime, "mode") or ""
-    on_device = tuple((_text(g, "graph"), tuple(str(a) for a in g.get("validated") or []))
-                      for g in _objects(_object(d, "on_device"), "graphs"))
+    runtime = obj(d, "runtime")
+    mode = opt_text(runtime, "mode") or ""
+    on_device = tuple((text(g, "graph"), tuple(str(a) for a in g.get("validated") or []))
+                      for g in objects(obj(d, "on_device"), "graphs"))
     out.bundles.append(BundleInfo(
-        shown, _text(d, "name"), _text(d, "version"), version, _opt_text(_object(d, "qairt"), "version") or "",
-        tuple(_text(g, "name") for g in _objects(d, "graphs")), tuple(targets),
+        shown, text(d, "name"), text(d, "version"), version, opt_text(obj(d, "qairt"), "version") or "",
+        tuple(text(g, "name") for g in objects(d, "graphs")), tuple(targets),
         f"{mode}: {runtime.get('maven')}" if runtime.get("maven") else mode, on_device,
-        _opt_text(_object(d, "source"), "model") or "", _opt_text(_object(d, "source"), "license"),
-        tuple(_text(g, "name") for g in _objects(d, "graphs") if g.get("cpu_only") is True)))
+        opt_text(obj(d, "source"), "model") or "", opt_text(obj(d, "source"), "license"),
+        tuple(text(g, "name") for g in objects(d, "graphs") if g.get("cpu_only") is True)))
     out.reaches.append(_reach(d, shown))
 
 
@@ -345,66 +278,66 @@ def _reach(d: Mapping[str, Any], shown: str) -> ReachInfo:
 
 
 def _check(d: Mapping[str, Any], shown: str, out: Collected) -> None:
-    for m in _objects(d, "models", required=True):
-        htp = _object(m, "htp")
-        graph = graph_name(_text(m, "path"))  # as compile names it (det.npu.onnx is det), not the ONNX graph's name
+    for m in objects(d, "models", required=True):
+        htp = obj(m, "htp")
+        graph = graph_name(text(m, "path"))  # as compile names it (det.npu.onnx is det), not the ONNX graph's name
         cpu = htp.get("cpu_nodes")
         out.checks.append(CheckInfo(
-            shown, graph, _text(htp, "soc"), _text(m, "verdict"), htp.get("measured") is True,
-            _opt_text(htp, "reason") or "", _int(htp, "total_nodes") or 0, len(cpu) if isinstance(cpu, list) else 0,
-            _int(htp, "qnn_partitions") or 0, _int(htp, "cpu_partitions") or 0,
-            tuple(str(f.get("message")) for f in _objects(m, "findings"))))
+            shown, graph, text(htp, "soc"), text(m, "verdict"), htp.get("measured") is True,
+            opt_text(htp, "reason") or "", integer(htp, "total_nodes") or 0, len(cpu) if isinstance(cpu, list) else 0,
+            integer(htp, "qnn_partitions") or 0, integer(htp, "cpu_partitions") or 0,
+            tuple(str(f.get("message")) for f in objects(m, "findings"))))
 
 
 def _diagnose(d: Mapping[str, Any], shown: str, out: Collected) -> None:
-    probes = tuple(Probe(_int(p, "position") or 0, _text(p, "tensor"), _opt_text(p, "op_type") or "",
-                         _number(p, "snr_db"), _number(p, "cosine"), p.get("bad") is True)
-                   for p in _objects(d, "probes", required=True))
-    bad = _object(d, "first_bad")
+    probes = tuple(Probe(integer(p, "position") or 0, text(p, "tensor"), opt_text(p, "op_type") or "",
+                         number(p, "snr_db"), number(p, "cosine"), p.get("bad") is True)
+                   for p in objects(d, "probes", required=True))
+    bad = obj(d, "first_bad")
     out.diagnoses.append(DiagnoseInfo(
-        shown, _text(d, "graph"), _text(d, "soc"), d.get("ok") is True, _number(d, "min_snr_db"), _int(d, "nodes"),
-        probes, _opt_text(bad, "tensor"), _opt_text(bad, "op_type")))
+        shown, text(d, "graph"), text(d, "soc"), d.get("ok") is True, number(d, "min_snr_db"), integer(d, "nodes"),
+        probes, opt_text(bad, "tensor"), opt_text(bad, "op_type")))
 
 
 def _on_device(d: Mapping[str, Any], shown: str, out: Collected) -> None:
     out.on_device.append(OnDeviceInfo(
-        shown, _text(d, "graph"), _text(d, "arch"), _text(d, "soc"), _number(d, "compile_s"), _bool(d, "passed"),
-        _opt_text(d, "error"), _outputs(_objects(d, "outputs"))))
+        shown, text(d, "graph"), text(d, "arch"), text(d, "soc"), number(d, "compile_s"), required_flag(d, "passed"),
+        opt_text(d, "error"), _outputs(objects(d, "outputs"))))
 
 
 def _device(d: Mapping[str, Any], shown: str, out: Collected) -> None:
-    device, soc, decision, bundle = (_object(d, k) for k in ("device", "soc", "decision", "bundle"))
+    device, soc, decision, bundle = (obj(d, k) for k in ("device", "soc", "decision", "bundle"))
     runs = tuple(DeviceRun(
-        _text(g, "graph"), _text(g, "status"), _opt_text(g, "reason"), _int(g, "samples") or 0,
-        _int(g, "inferences") or 0, _number(g, "first_run_s"), _number(g, "per_inference_s"), _opt_text(g, "clock"),
-        _outputs(_objects(g, "outputs")), benchrecord.read_launch(g)) for g in _objects(d, "graphs"))
+        text(g, "graph"), text(g, "status"), opt_text(g, "reason"), integer(g, "samples") or 0,
+        integer(g, "inferences") or 0, number(g, "first_run_s"), number(g, "per_inference_s"), opt_text(g, "clock"),
+        _outputs(objects(g, "outputs")), benchrecord.read_launch(g)) for g in objects(d, "graphs"))
     out.devices.append(DeviceInfo(
-        shown, _text(device, "serial"), _opt_text(device, "model") or "", _opt_text(soc, "model") or "unknown SoC",
-        _opt_text(soc, "dsp_arch"), _bool(d, "ok"), _opt_text(decision, "provider"), _opt_text(decision, "reason"),
+        shown, text(device, "serial"), opt_text(device, "model") or "", opt_text(soc, "model") or "unknown SoC",
+        opt_text(soc, "dsp_arch"), required_flag(d, "ok"), opt_text(decision, "provider"), opt_text(decision, "reason"),
         f"{bundle.get('name')} {bundle.get('version')} (QAIRT {bundle.get('qairt_version')})", runs,
-        _opt_text(d, "created"), _opt_text(_object(d, "runner"), "note"), _push(_object(d, "push")),
-        _play(_object(d, "play")), _outcome(d, runs)))
+        opt_text(d, "created"), opt_text(obj(d, "runner"), "note"), _push(obj(d, "push")),
+        _play(obj(d, "play")), _outcome(d, runs)))
 
 
 def _outcome(d: Mapping[str, Any], runs: tuple[DeviceRun, ...]) -> str:
     """What the phone proved: the record's outcome; a record without one (before it was written) that is ok but
     ran no graph proved nothing (not run), as device verify without a runner wrote it."""
-    said = _opt_text(d, "outcome")
+    said = opt_text(d, "outcome")
     if said in ("passed", "ran", "not run", "failed"):
         return said
-    if not _bool(d, "ok"):
+    if not required_flag(d, "ok"):
         return "failed"
     ran = [r.status for r in runs if r.status != "not run"]
     return "not run" if not ran or len(ran) < len(runs) else "passed" if set(ran) == {"passed"} else "ran"
 
 
 def _push(p: Mapping[str, Any]) -> str | None:
-    files, total, sent, seconds = (_number(p, k) for k in ("files", "bytes_total", "bytes_sent", "seconds"))
+    files, total, sent, seconds = (number(p, k) for k in ("files", "bytes_total", "bytes_sent", "seconds"))
     if files is None:
         return None
-    speed = _number(p, "mb_per_s")
+    speed = number(p, "mb_per_s")
     return (f"pushed {sent or 0:,.0f} of {total or 0:,.0f} bytes ({files:.0f} files, "
-            f"{_number(p, 'unchanged') or 0:.0f} unchanged)" + (f" in {seconds:.1f} s" if seconds is not None else "")
+            f"{number(p, 'unchanged') or 0:.0f} unchanged)" + (f" in {seconds:.1f} s" if seconds is not None else "")
             + (f", {speed:.1f} MB/s" if speed is not None else ""))
 
 
@@ -417,8 +350,8 @@ def _play(p: Mapping[str, Any]) -> str | None:
 
 def _ops(items: list[Mapping[str, Any]]) -> tuple[OpRow, ...]:
     """The MAX_SHOWN_ROWS rows with the most time, in that order (the page shows those and counts the rest)."""
-    rows = [OpRow(_text(o, "name"), _opt_text(o, "type") or "", _number(o, "time_us"), _number(o, "share"),
-                  _opt_text(o, "where") or "") for o in items]
+    rows = [OpRow(text(o, "name"), opt_text(o, "type") or "", number(o, "time_us"), number(o, "share"),
+                  opt_text(o, "where") or "") for o in items]
     return tuple(sorted(rows, key=lambda o: -(o.time_us or 0.0))[:MAX_SHOWN_ROWS])
 
 
@@ -427,14 +360,14 @@ def _bench(d: Mapping[str, Any], shown: str, out: Collected) -> None:
     phone, bundle, decision = record.phone, record.bundle, record.decision
     profile = record.profile or {}
     where = decision.get("npu_source")
-    ops, partitions = _objects(profile, "ops"), _objects(profile, "partitions")
+    ops, partitions = objects(profile, "ops"), objects(profile, "partitions")
     out.benches.append(BenchInfo(
-        shown, dataclasses.replace(record, profile=None), _opt_text(phone, "soc") or "unknown SoC", phone["serial"],
+        shown, dataclasses.replace(record, profile=None), opt_text(phone, "soc") or "unknown SoC", phone["serial"],
         " ".join(str(phone.get(k)) for k in ("manufacturer", "model") if phone.get(k)) or "phone",
-        f"{bundle.get('name')} {bundle.get('version')}", _opt_text(bundle, "qairt") or "",
+        f"{bundle.get('name')} {bundle.get('version')}", opt_text(bundle, "qairt") or "",
         f"{decision.get('provider')}" + (f" ({where})" if where else "") +
         (f", {decision.get('dsp_arch')}" if decision.get("dsp_arch") else ""),
-        _opt_text(profile, "level"), _opt_text(profile, "source"), _opt_text(profile, "trace"),
+        opt_text(profile, "level"), opt_text(profile, "source"), opt_text(profile, "trace"),
         _ops(ops), _ops(partitions), len(ops), len(partitions)))
 
 
