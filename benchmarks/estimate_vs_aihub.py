@@ -321,7 +321,7 @@ class Run:
     runtime_of: dict[str, str]
     estimates: dict[str, dict[str, object]]
     skipped: dict[str, str]
-    fits: dict[str, hextimate.Fit]
+    fits: dict[str, hextimate.FactorFit]
 
 
 def _cached(work: Path, model: str, precision: str, qairt: str) -> Path:
@@ -374,7 +374,7 @@ def run(precision: str, names: list[str], args: Any, package: Path, qairt: str) 
             estimates[model] = found
 
     # the fit per SoC, and the ratio table
-    fits: dict[str, hextimate.Fit] = {}
+    fits: dict[str, hextimate.FactorFit] = {}
     rows_out: list[list[str]] = []
     for soc in sorted(measured, key=lambda s: (s != hextimate.CALIBRATED_ON, s)):
         pairs = [(m, r.ms, float(estimates[m]["ms"])) for m, r in sorted(measured[soc].items())  # type: ignore[arg-type]

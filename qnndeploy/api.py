@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from qnndeploy.base.errors import BadInput, CheckFailed, MissingTool, QnnDeployError
-from qnndeploy.base.fileio import Progress
+from qnndeploy.base.fileio import ByteProgress as Progress
 from qnndeploy.base.interrupt import Run
 from qnndeploy.base.socs import Soc
 from qnndeploy.base.socs import catalog as socs
@@ -225,8 +225,8 @@ def device_verify(bundle: Path, serial: str | None = None, *, all_devices: bool 
     if all_devices and serial:
         raise QnnDeployError("give a serial or all_devices, not both")
     with _pushable(bundle, _push_refusal, allow_unchecked) as (root, manifest):
-        job = on_device.Job(root, manifest, runner, qnn_sdk_root, inputs, random, seed, runs, record_dir, play, timeout,
-                         preprocess, given=Path(bundle), ort_runner=ort_runner)
+        job = on_device.DeviceJob(root, manifest, runner, qnn_sdk_root, inputs, random, seed, runs, record_dir, play,
+                                  timeout, preprocess, given=Path(bundle), ort_runner=ort_runner)
         return on_device.verify_all(job) if all_devices else [on_device.verify_device(job, serial, progress)]
 
 
@@ -237,6 +237,6 @@ def device_verify_hosted(bundle: Path, names: Sequence[str] = (), soc_names: Seq
     """`qnndeploy device verify --aihub`: the bundle on phones Qualcomm AI Hub hosts, chosen by AI Hub device name
     (`names`) or by SoC (`soc_names`), one inference job with profiling per phone and graph."""
     with _pushable(bundle, _push_refusal, allow_unchecked) as (root, manifest):
-        job = on_device.Job(root, manifest, None, None, inputs, random, seed, runs, record_dir, None, None, preprocess,
-                         given=Path(bundle))
+        job = on_device.DeviceJob(root, manifest, None, None, inputs, random, seed, runs, record_dir, None, None,
+                                  preprocess, given=Path(bundle))
         return hosted.verify_hosted(job, list(names), list(soc_names))

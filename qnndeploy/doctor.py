@@ -25,7 +25,7 @@ QAIRT_HOWTO = ("only for --backend qairt: download QAIRT from Qualcomm (software
 
 
 @dataclass
-class Check:
+class DoctorCheck:
     name: str
     status: str  # "ok" | "missing" | "warn" | "refused"
     detail: str
@@ -36,14 +36,14 @@ class Check:
 @dataclass
 class DoctorReport:
     ok: bool  # every required check passed
-    checks: list[Check]
+    checks: list[DoctorCheck]
 
 
 def doctor(qnn_sdk_root: Path | None = None) -> DoctorReport:
     system, machine = platform.system(), platform.machine()
     if system == "Darwin":
-        return DoctorReport(False, [Check("os", "refused", f"macOS {platform.mac_ver()[0]} ({machine})", MAC_ADVICE,
-                                          True)])
+        return DoctorReport(False, [DoctorCheck("os", "refused", f"macOS {platform.mac_ver()[0]} ({machine})",
+                                                MAC_ADVICE, True)])
     checks = [_os(system, machine), _python(), _onnxruntime_qnn(system, machine), _toolchains()]
     checks += _sdk(qnn_sdk_root)
     checks += _sdk_python()
@@ -54,22 +54,22 @@ def doctor(qnn_sdk_root: Path | None = None) -> DoctorReport:
     return DoctorReport(all(c.status == "ok" for c in checks if c.required), checks)
 
 
-def _os(system: str, machine: str) -> Check:
+def _os(system: str, machine: str) -> DoctorCheck:
     detail = f"{system} {platform.release()} {machine}, {os.cpu_count()} CPU cores"
     if system == "Linux" and machine in ("x86_64", "AMD64"):
-        return Check("os", "ok", detail, required=True)
+        return DoctorCheck("os", "ok", detail, required=True)
     if system == "Windows":
-        return Check("os", "missing", detail, "qnndeploy needs Linux x86-64: use WSL2 (Ubuntu) or a Linux machine",
-                     True)
-    return Check("os", "missing", detail, "onnxruntime-qnn's HTP compiler exists for Linux x86-64 only: use an "
-                 "x86-64 Linux machine or VM", True)
+        return DoctorCheck("os", "missing", detail,
+                           "qnndeploy needs Linux x86-64: use WSL2 (Ubuntu) or a Linux machine", True)
+    return DoctorCheck("os", "missing", detail, "onnxruntime-qnn's HTP compiler exists for Linux x86-64 only: use an "
+                       "x86-64 Linux machine or VM", True)
 
 
-def _python() -> Check:
-    return Check("python", "ok", f"Python {platform.python_version()} runs qnndeploy", required=True)
+def _python() -> DoctorCheck:
+    return DoctorCheck("python", "ok", f"Python {platform.python_version()} runs qnndeploy", required=True)
 
 
-def _onnxruntime_qnn(system: str, machine: str) -> Check:
+def _onnxruntime_qnn(system: str, machine: str) -> DoctorCheck:
     try:
         ort_version = version("onnxruntime")
         qnn_version = version("onnxruntime-qnn")
@@ -78,22 +78,22 @@ def _onnxruntime_qnn(system: str, machine: str) -> Check:
     except (PackageNotFoundError, QnnDeployError, ImportError, OSError) as e:
         fix = ("pip install onnxruntime-qnn (Linux x86-64 wheel: the HTP compiler and emulator)"
                if system == "Linux" and machine == "x86_64" else "needs Linux x86-64")
-        return Check("onnxruntime-qnn", "missing", str(e) or type(e).__name__, fix, True)
-    return Check("onnxruntime-qnn", "ok", f"onnxruntime-qnn {qnn_version} (QAIRT {qairt}) on onnxruntime "
-                 f"{ort_version}: compiles context binaries and emulates the HTP", required=True)
+        return DoctorCheck("onnxruntime-qnn", "missing", str(e) or type(e).__name__, fix, True)
+    return DoctorCheck("onnxruntime-qnn", "ok", f"onnxruntime-qnn {qnn_version} (QAIRT {qairt}) on onnxruntime "
+                       f"{ort_version}: compiles context binaries and emulates the HTP", required=True)
 
 
-def _toolchains() -> Check:
+def _toolchains() -> DoctorCheck:
     """The other QAIRT releases compile --qairt can use, and which are installed already."""
     others = [t for t in toolchain.known() if not toolchain.is_current(t)]
     have = [t.qairt for t in others if toolchain.installed(t)]
     rest = [t.qairt for t in others if t.qairt not in have]
     detail = (f"compile --qairt: {', '.join(have) or 'none'} installed in {toolchain.root()}"
               + (f"; {', '.join(rest)} install on first use (pip, about 100 MB each)" if rest else ""))
-    return Check("qairt-toolchains", "ok", detail)
+    return DoctorCheck("qairt-toolchains", "ok", detail)
 
 
-def _sdk(root: Path | None) -> list[Check]:
+def _sdk(root: Path | None) -> list[DoctorCheck]:
 
     try:
         sdk = find_sdk(root)
@@ -101,81 +101,84 @@ def _sdk(root: Path | None) -> list[Check]:
         given = root or os.environ.get("QNN_SDK_ROOT")
         missing = "comes with the QAIRT SDK (see qairt-sdk)"
         detail = str(e) if given else "no --qnn-sdk-root and no QNN_SDK_ROOT"
-        return [Check("qairt-sdk", "missing", detail, QAIRT_HOWTO),
-                Check("check-linux-dependency", "missing", "no SDK", missing),
-                Check("check-python-dependency", "missing", "no SDK", missing)]
-    checks = [Check("qairt-sdk", "ok", f"QAIRT {sdk.version} at {sdk.root}")]
+        return [DoctorCheck("qairt-sdk", "missing", detail, QAIRT_HOWTO),
+                DoctorCheck("check-linux-dependency", "missing", "no SDK", missing),
+                DoctorCheck("check-python-dependency", "missing", "no SDK", missing)]
+    checks = [DoctorCheck("qairt-sdk", "ok", f"QAIRT {sdk.version} at {sdk.root}")]
     for name, script, run in (("check-linux-dependency", "check-linux-dependency.sh", "sudo bash {}"),
                               ("check-python-dependency", "check-python-dependency", "python3 {}")):
         path = sdk.root / "bin" / script
         if path.is_file():
-            checks.append(Check(name, "ok", f"present; run once to install the SDK's dependencies: "
-                                f"{run.format(path)}"))
+            checks.append(DoctorCheck(name, "ok", f"present; run once to install the SDK's dependencies: "
+                                      f"{run.format(path)}"))
         else:
-            checks.append(Check(name, "missing", f"no {path}", "this SDK looks incomplete: unzip it again"))
+            checks.append(DoctorCheck(name, "missing", f"no {path}", "this SDK looks incomplete: unzip it again"))
     return checks
 
 
-def _sdk_python() -> list[Check]:
+def _sdk_python() -> list[DoctorCheck]:
     """The SDK's converters want Python 3.10 with numpy<2 and onnx 1.17."""
     out = _output(["python3.10", "-c", "import sys; print(sys.version.split()[0])"])
     if out is None:
-        return [Check("python3.10", "missing", "no working python3.10 on PATH",
-                      "only for --backend qairt: install Python 3.10 and make a venv for the SDK's converters "
-                      "(python3.10 -m venv ~/qairt-venv)"),
-                Check("sdk-python-packages", "missing", "needs python3.10 first",
-                      "python3.10 -m pip install 'numpy<2' onnx==1.17.0")]
-    checks = [Check("python3.10", "ok", f"Python {out} for the SDK's converters")]
+        return [DoctorCheck("python3.10", "missing", "no working python3.10 on PATH",
+                            "only for --backend qairt: install Python 3.10 and make a venv for the SDK's converters "
+                            "(python3.10 -m venv ~/qairt-venv)"),
+                DoctorCheck("sdk-python-packages", "missing", "needs python3.10 first",
+                            "python3.10 -m pip install 'numpy<2' onnx==1.17.0")]
+    checks = [DoctorCheck("python3.10", "ok", f"Python {out} for the SDK's converters")]
     pkgs = _output(["python3.10", "-c", "import numpy, onnx; print(numpy.__version__, onnx.__version__)"])
     fix = "python3.10 -m pip install 'numpy<2' onnx==1.17.0"
     if pkgs is None:
-        checks.append(Check("sdk-python-packages", "missing", "numpy or onnx is not installed for python3.10", fix))
+        checks.append(DoctorCheck("sdk-python-packages", "missing", "numpy or onnx is not installed for python3.10",
+                                  fix))
     else:
         numpy_version, onnx_version = pkgs.split()
         good = int(numpy_version.split(".")[0]) < 2 and onnx_version.startswith("1.17.")
-        checks.append(Check("sdk-python-packages", "ok" if good else "warn",
-                            f"numpy {numpy_version}, onnx {onnx_version} (the SDK wants numpy<2, onnx 1.17)",
-                            None if good else fix))
+        checks.append(DoctorCheck("sdk-python-packages", "ok" if good else "warn",
+                                  f"numpy {numpy_version}, onnx {onnx_version} (the SDK wants numpy<2, onnx 1.17)",
+                                  None if good else fix))
     return checks
 
 
-def _tool(name: str, fix: str) -> Check:
+def _tool(name: str, fix: str) -> DoctorCheck:
     path = shutil.which(name)
-    return Check(name, "ok", path, None) if path else Check(name, "missing", f"{name} is not on PATH", fix)
+    return DoctorCheck(name, "ok", path, None) if path else DoctorCheck(name, "missing", f"{name} is not on PATH", fix)
 
 
-def _adb() -> list[Check]:
+def _adb() -> list[DoctorCheck]:
     if shutil.which("adb") is None:
-        return [Check("adb", "missing", "adb is not on PATH", "apt install adb, or Android SDK platform-tools"),
-                Check("devices", "missing", "needs adb", None)]
+        return [DoctorCheck("adb", "missing", "adb is not on PATH", "apt install adb, or Android SDK platform-tools"),
+                DoctorCheck("devices", "missing", "needs adb", None)]
     version = (_output(["adb", "version"]) or "adb (version unknown)").splitlines()[0]
-    checks = [Check("adb", "ok", version)]
+    checks = [DoctorCheck("adb", "ok", version)]
     listing = _output(["adb", "devices"], timeout=20)
     if listing is None:
-        return [*checks, Check("devices", "warn", "`adb devices` failed or timed out", "adb kill-server; adb devices")]
+        return [*checks, DoctorCheck("devices", "warn", "`adb devices` failed or timed out",
+                                     "adb kill-server; adb devices")]
     rows = [line.split("\t") for line in listing.splitlines()[1:] if "\t" in line]
     ready = [serial for serial, state in rows if state == "device"]
     others = [f"{serial} ({state})" for serial, state in rows if state != "device"]
     if not rows:
-        return [*checks, Check("devices", "warn", "no phone connected",
-                               "plug in a phone with USB debugging on, or adb connect HOST:PORT")]
+        return [*checks, DoctorCheck("devices", "warn", "no phone connected",
+                                     "plug in a phone with USB debugging on, or adb connect HOST:PORT")]
     described = [f"{serial}: {_output(['adb', '-s', serial, 'shell', 'getprop', 'ro.soc.model']) or '?'}"
                  for serial in ready]
     status = "ok" if ready and not others else "warn"
     fix = "accept the USB debugging prompt on the phone, or reconnect it" if others else None
-    return [*checks, Check("devices", status, "; ".join(described + others), fix)]
+    return [*checks, DoctorCheck("devices", status, "; ".join(described + others), fix)]
 
 
-def _aihub() -> Check:
+def _aihub() -> DoctorCheck:
     """The qai-hub client and its configuration (whether a token is set, never the token)."""
     hub = aihub.status()
     if not hub.installed:
-        return Check("qai-hub", "missing", "the AI Hub client is not installed",
-                     f"only for --backend aihub and device verify --aihub: {aihub.INSTALL}")
+        return DoctorCheck("qai-hub", "missing", "the AI Hub client is not installed",
+                           f"only for --backend aihub and device verify --aihub: {aihub.INSTALL}")
     if not hub.configured:
-        return Check("qai-hub", "missing", f"qai-hub {hub.version}, not configured (no API token in {hub.config})",
-                     f"only for --backend aihub and device verify --aihub: {aihub.CONFIGURE}")
-    return Check("qai-hub", "ok", f"qai-hub {hub.version}, configured for {hub.api_url or 'the default server'} "
+        return DoctorCheck("qai-hub", "missing",
+                           f"qai-hub {hub.version}, not configured (no API token in {hub.config})",
+                           f"only for --backend aihub and device verify --aihub: {aihub.CONFIGURE}")
+    return DoctorCheck("qai-hub", "ok", f"qai-hub {hub.version}, configured for {hub.api_url or 'the default server'} "
                  f"({hub.config})")
 
 

@@ -24,7 +24,7 @@ _VERSION = re.compile(r"\d+(\.\d+){1,3}")
 
 
 @dataclass(frozen=True)
-class Source:
+class Citation:
     url: str
     says: str
 
@@ -36,7 +36,7 @@ class BlobRow:
     qairt: str  # "X.Y.Z": the release the row is about (later releases write this blob or a newer one)
     blob: str  # "X.Y"
     min_runtime: str  # "X.Y.Z": the oldest runtime known to read the blob
-    source: Source
+    source: Citation
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class ValidatedSet:
     aar_version: str
     ort_android: str | None  # the stock onnxruntime-android the plugin AAR needs; None for Microsoft's (it is ORT)
     qnn_runtime: str
-    source: Source
+    source: Citation
     reported: bool = False
 
     @property
@@ -98,11 +98,11 @@ def rows() -> dict[str, Any]:
     return {k: d[k] for k in ("maven", "compilers", "loads", "onnx_ir", "rules", "context_blobs", "validated_sets")}
 
 
-def _source(row: dict[str, Any]) -> Source:
-    return Source(row["source"]["url"], row["source"]["says"])
+def _source(row: dict[str, Any]) -> Citation:
+    return Citation(row["source"]["url"], row["source"]["says"])
 
 
-def _rule(rule_id: str) -> Source:
+def _rule(rule_id: str) -> Citation:
     return _source(next(r for r in _data()["rules"] if r["id"] == rule_id))
 
 
@@ -115,13 +115,13 @@ def all_sets() -> list[ValidatedSet]:
                          r.get("status") == "reported") for r in _data()["validated_sets"]]
 
 
-def published() -> dict[str, Source]:
+def published() -> dict[str, Citation]:
     """The com.qualcomm.qti:qnn-runtime releases a public source shows on Maven, oldest first, with that source: the
     only versions qnndeploy writes into an app's Gradle files by itself."""
     return {r["version"]: _source(r) for r in _data()["maven"]["published"]}
 
 
-def not_published(version: str) -> Source | None:
+def not_published(version: str) -> Citation | None:
     """The source saying `version` was never on Maven (a QAIRT build number such as 2.49.40), or None."""
     return next((_source(r) for r in _data()["maven"]["not_published"] if r["version"] == version), None)
 
@@ -295,13 +295,13 @@ class QnnPlugin:
     library: str  # registerExecutionProviderLibrary's libraryPath: "libonnxruntime_providers_qnn.so"
     ep_name: str  # OrtEpDevice.getEpName() of the plugin's devices: "QNNExecutionProvider"
     registration_name: str
-    sources: tuple[Source, ...]
+    sources: tuple[Citation, ...]
 
 
 def qnn_plugin() -> QnnPlugin:
     raw = _data()["aars"]["qualcomm"]["registers"]
     return QnnPlugin(raw["library"], raw["ep_name"], raw["registration_name"],
-                     tuple(Source(s["url"], s["says"]) for s in raw["sources"]))
+                     tuple(Citation(s["url"], s["says"]) for s in raw["sources"]))
 
 
 @dataclass(frozen=True)

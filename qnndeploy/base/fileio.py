@@ -40,7 +40,7 @@ def publish(tmp: Path, final: Path, mode: int = 0o666) -> None:
     tmp.chmod(mode & ~_UMASK)
     tmp.replace(final)
 
-Progress = Callable[[int], None]  # called with the number of bytes just processed
+ByteProgress = Callable[[int], None]  # called with the number of bytes just processed
 
 
 _KINDS = {stat.S_IFDIR: "a folder", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
@@ -332,7 +332,7 @@ class Copied:
 
 def copy_verified(src: Path, dest: Path, *, sha256: str | None = None, size: int | None = None,
                   beneath: Path | None = None, what: str = "file", since: str = "it was verified",
-                  advice: str = "nothing was published from it", progress: Progress | None = None,
+                  advice: str = "nothing was published from it", progress: ByteProgress | None = None,
                   scan: Callable[[bytes], None] | None = None) -> Copied:
     """Copy the regular file `src` to the new file `dest` and return the sha256 and size of the bytes written.
 
@@ -419,7 +419,7 @@ def remove_made(folder: Path, top: Path | None) -> None:
             return
 
 
-def sha256_file(path: Path, progress: Progress | None = None, scan: Callable[[bytes], None] | None = None,
+def sha256_file(path: Path, progress: ByteProgress | None = None, scan: Callable[[bytes], None] | None = None,
                 copy_to: Path | None = None) -> str:
     """sha256 in constant memory, in one pass that can also feed `scan` and write a copy to `copy_to`."""
     digest = hashlib.sha256()

@@ -23,7 +23,7 @@ from qnndeploy.base import compat, socs
 from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import (
     JSON,
-    Progress,
+    ByteProgress,
     check_apart,
     check_writable,
     copy_verified,
@@ -515,7 +515,7 @@ def _runtime_pin(spec: BundleSpec, qairt: JSON, bundled: bool) -> tuple[str, str
     return need, found[0]
 
 
-def _copy(src: Path, dest: Path, markers: bool, expected: str | None, progress: Progress | None,
+def _copy(src: Path, dest: Path, markers: bool, expected: str | None, progress: ByteProgress | None,
           build: Path | None) -> FileFacts:
     """Copy one input into the staging folder (fileio.copy_verified: O_NOFOLLOW, a symlink or special file refused;
     inside the build folder, a symlinked folder on the way too) and return the facts of the bytes written: their
@@ -559,13 +559,13 @@ class _Plan:
     records: dict[str, Path]  # name under records/ -> file
     source_path: Path | None
     tokenizer: str | None = None  # the loop's tokenizer: its path in the bundle
-    origins: dict[str, licences.Origin] = field(default_factory=dict)  # the Qualcomm files' origins, by id
+    origins: dict[str, licences.FoundOrigin] = field(default_factory=dict)  # the Qualcomm files' origins, by id
     origin_of: dict[str, str] = field(default_factory=dict)  # bundle path of each Qualcomm file -> its origin id
     realign: set[str] = field(default_factory=set)  # bundle paths of the libraries --align-16k re-aligns
 
 
 def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archive_fmt: str | None = None,
-                 progress: Progress | None = None, steps: Callable[[str], None] | None = None) -> BundleResult:
+                 progress: ByteProgress | None = None, steps: Callable[[str], None] | None = None) -> BundleResult:
     """Write the bundle `spec` describes to OUT_DIR/NAME-VERSION (and its archive), verified before it is put in
     place; bad input is refused before anything is written. steps: told of each long step (the on-device
     compile's validation), in words."""
@@ -713,12 +713,12 @@ def _needs_realign(path: Path, allowed: bool) -> bool:
 
 
 def _origins(spec: BundleSpec, files: list[tuple[Path, str, bool]], libs: Mapping[str, JSON]
-             ) -> tuple[dict[str, licences.Origin], dict[str, str]]:
+             ) -> tuple[dict[str, licences.FoundOrigin], dict[str, str]]:
     """The origins of the bundle's Qualcomm files (by id), and each file's origin id by its path in the bundle: the
     runtime libraries' folder, and each context binary's compiler (its compile record's, else unknown)."""
     runtime = (licences.sdk(Path(spec.sdk_root)) if spec.sdk_root is not None else
                licences.runtime_folder(Path(spec.libs_dir)) if spec.libs_dir is not None else None)
-    origins: dict[str, licences.Origin] = {}
+    origins: dict[str, licences.FoundOrigin] = {}
     origin_of: dict[str, str] = {}
     for src, rel, _ in files:
         if rel in libs and runtime is not None:
@@ -750,7 +750,7 @@ def _realign(plan: _Plan, tmp: Path, facts: dict[str, FileFacts]) -> dict[str, s
     return originals
 
 
-def _stage(spec: BundleSpec, plan: _Plan, tmp: Path, progress: Progress | None) -> dict[str, FileFacts]:
+def _stage(spec: BundleSpec, plan: _Plan, tmp: Path, progress: ByteProgress | None) -> dict[str, FileFacts]:
     """Copy every file into the staging folder `tmp` in parallel (EPContext wrappers re-pointed at their binary's
     bundle name where needed); the facts of each file written, by its path in the bundle."""
     with tempfile.TemporaryDirectory() as scratch:

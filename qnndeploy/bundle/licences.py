@@ -24,7 +24,7 @@ WHEEL = "onnxruntime-qnn"
 
 
 @dataclass(frozen=True)
-class Origin:
+class FoundOrigin:
     """One origin of Qualcomm files. terms: (source file, its path in the bundle) of each licence or notice file
     found with it; None when none was found: the terms are unknown."""
 
@@ -53,27 +53,27 @@ def _at_root(origin_id: str, folder: Path) -> tuple[tuple[Path, str], ...] | Non
     return tuple((p, f"{LICENCES_DIR}/{origin_id}/{p.name}") for p in found) or None
 
 
-def sdk(root: Path) -> Origin:
+def sdk(root: Path) -> FoundOrigin:
     """A QAIRT SDK folder (--qnn-sdk-root): the licence files at its root. Its QAIRT is the bundle's (bundle build
     fills it in from the libraries' build strings)."""
-    return Origin("qairt-sdk", OriginKind.QAIRT_SDK, f"the root of the QAIRT SDK folder {root.name}",
-                  terms=_at_root("qairt-sdk", root))
+    return FoundOrigin("qairt-sdk", OriginKind.QAIRT_SDK, f"the root of the QAIRT SDK folder {root.name}",
+                       terms=_at_root("qairt-sdk", root))
 
 
-def runtime_folder(root: Path) -> Origin:
+def runtime_folder(root: Path) -> FoundOrigin:
     """A folder of runtime libraries (--runtime-libs): the licence files beside them."""
-    return Origin("runtime-libs", OriginKind.RUNTIME_LIBS, f"the runtime-libs folder {root.name}",
-                  terms=_at_root("runtime-libs", root))
+    return FoundOrigin("runtime-libs", OriginKind.RUNTIME_LIBS, f"the runtime-libs folder {root.name}",
+                       terms=_at_root("runtime-libs", root))
 
 
-def maven(coordinate: str) -> Origin:
+def maven(coordinate: str) -> FoundOrigin:
     """The external runtime the app fetches from Maven: not in the bundle, nor its terms."""
-    return Origin("maven-" + coordinate.replace(":", "-"), OriginKind.MAVEN,
-                  "not in the bundle: the app gets the artifact, and its terms, from Maven",
-                  version=coordinate.rpartition(":")[2], coordinate=coordinate)
+    return FoundOrigin("maven-" + coordinate.replace(":", "-"), OriginKind.MAVEN,
+                       "not in the bundle: the app gets the artifact, and its terms, from Maven",
+                       version=coordinate.rpartition(":")[2], coordinate=coordinate)
 
 
-def wheel(version: str, qairt: str | None) -> Origin:
+def wheel(version: str, qairt: str | None) -> FoundOrigin:
     """An onnxruntime-qnn wheel of `version`: the installed one or a toolchain folder's (toolchain.folder), each
     found by its package metadata, whose file list names its licence and notice files."""
     from importlib import metadata  # noqa: PLC0415 email.* at start-up
@@ -91,22 +91,23 @@ def wheel(version: str, qairt: str | None) -> Origin:
             files = sorted(f for f in dist.files or () if named_like_licence(f.name))
             terms = tuple((Path(str(dist.locate_file(f))), f"{LICENCES_DIR}/{origin_id}/{f.as_posix()}")
                           for f in files)
-            return Origin(origin_id, OriginKind.WHEEL, f"{where} ({WHEEL} {version})", version=version, qairt=qairt,
-                          terms=terms or None)
-    return Origin(origin_id, OriginKind.WHEEL, f"{WHEEL} {version} is neither installed here nor a toolchain folder",
-                  version=version, qairt=qairt)
+            return FoundOrigin(origin_id, OriginKind.WHEEL, f"{where} ({WHEEL} {version})", version=version,
+                               qairt=qairt, terms=terms or None)
+    return FoundOrigin(origin_id, OriginKind.WHEEL,
+                       f"{WHEEL} {version} is neither installed here nor a toolchain folder", version=version,
+                       qairt=qairt)
 
 
-def aihub(qairt: str | None) -> Origin:
-    return Origin("qualcomm-ai-hub", OriginKind.AIHUB, "compiled by Qualcomm AI Hub: no licence file comes with its "
-                  "binaries", qairt=qairt)
+def aihub(qairt: str | None) -> FoundOrigin:
+    return FoundOrigin("qualcomm-ai-hub", OriginKind.AIHUB,
+                       "compiled by Qualcomm AI Hub: no licence file comes with its binaries", qairt=qairt)
 
 
-UNKNOWN_COMPILER = Origin("unknown-compiler", OriginKind.UNKNOWN, "given without a compile record (bundle build "
-                          "--npu): the compiler is unknown")
+UNKNOWN_COMPILER = FoundOrigin("unknown-compiler", OriginKind.UNKNOWN, "given without a compile record (bundle build "
+                               "--npu): the compiler is unknown")
 
 
-def compiler(record: JSON | None, sdk_origin: Origin | None) -> Origin:
+def compiler(record: JSON | None, sdk_origin: FoundOrigin | None) -> FoundOrigin:
     """The origin of a context binary, from what its compile record says of its backend and tools: the `ort`
     backend's onnxruntime-qnn wheel, the `qairt` backend's SDK (its terms those of the SDK folder given to bundle
     build, of the same QAIRT build since one bundle has one), AI Hub; unknown without a record."""
@@ -119,8 +120,8 @@ def compiler(record: JSON | None, sdk_origin: Origin | None) -> Origin:
         if sdk_origin is not None:
             return sdk_origin
         version = tools.get("qairt_sdk") if isinstance(tools.get("qairt_sdk"), str) else qairt
-        return Origin(f"qairt-sdk-{version}", OriginKind.QAIRT_SDK, "the QAIRT SDK it was compiled with was not given "
-                      "to bundle build (--qnn-sdk-root)", version=version, qairt=qairt)
+        return FoundOrigin(f"qairt-sdk-{version}", OriginKind.QAIRT_SDK, "the QAIRT SDK it was compiled with was not "
+                           "given to bundle build (--qnn-sdk-root)", version=version, qairt=qairt)
     if backend == BackendName.AIHUB:
         return aihub(qairt)
     return UNKNOWN_COMPILER

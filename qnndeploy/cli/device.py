@@ -387,9 +387,9 @@ def _render_verify_table(results: list[verify_stage.DeviceVerification]) -> None
 
 def _verdict(r: verify_stage.DeviceVerification) -> str:
     """A phone's verdict in a word: ok only when something ran and nothing failed."""
-    if r.error or r.outcome == verify_stage.Outcome.FAILED:
+    if r.error or r.outcome == verify_stage.VerifyOutcome.FAILED:
         return "FAILED"
-    return "NOT RUN" if r.outcome == verify_stage.Outcome.NOT_RUN else "ok"
+    return "NOT RUN" if r.outcome == verify_stage.VerifyOutcome.NOT_RUN else "ok"
 
 
 def _exit_code(results: list[verify_stage.DeviceVerification]) -> int:
@@ -407,7 +407,7 @@ def _render_verifications(report: VerifyReport, results: list[verify_stage.Devic
     if all_devices:
         _render_verify_table(results)
     for r in results:
-        if not r.error and r.outcome == verify_stage.Outcome.NOT_RUN:
+        if not r.error and r.outcome == verify_stage.VerifyOutcome.NOT_RUN:
             missed = [g.graph for g in r.graphs if g.status == verify_stage.NOT_RUN]
             _say(f"NOT RUN on {r.serial}: {', '.join(missed) or 'no graph'} ran nowhere on the phone (the files were "
                  "pushed and checked; nothing was proven there)")
@@ -505,9 +505,9 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
                 render_verify(report)
             fail(f"{bundle_dir} fails bundle verify: fix the bundle (or build it again) before pushing it",
                  EXIT_CHECK_FAILED)
-        job = verify_stage.Job(root, manifest, runner, qnn_sdk_root, inputs, random_, seed, runs, record_dir,
-                               play_dir, timeout, preprocess, given=bundle_dir, ort_runner=ort_runner,
-                               ranges=ranges)
+        job = verify_stage.DeviceJob(root, manifest, runner, qnn_sdk_root, inputs, random_, seed, runs, record_dir,
+                                     play_dir, timeout, preprocess, given=bundle_dir, ort_runner=ort_runner,
+                                     ranges=ranges)
         results = _verify(job, serial, all_devices, aihub, hosted_names, hosted_socs, as_json, live)
     if as_json:
         emit_json({"bundle": report, "devices": results})
@@ -521,7 +521,7 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
         sys.exit(code)
 
 
-def _verify(job: verify_stage.Job, serial: str | None, all_devices: bool, aihub: bool,
+def _verify(job: verify_stage.DeviceJob, serial: str | None, all_devices: bool, aihub: bool,
             hosted_names: tuple[str, ...], hosted_socs: tuple[str, ...],
             as_json: bool, live: Shown) -> list[verify_stage.DeviceVerification]:
     """One phone, every phone over adb, or AI Hub's phones."""
@@ -669,8 +669,8 @@ def device_bench(bundle_dir: Path, serial: str | None, all_devices: bool, graph:
         if not report.ok or manifest is None:
             fail(f"{bundle_dir} fails bundle verify: fix the bundle (qnndeploy bundle verify {bundle_dir})",
                  EXIT_CHECK_FAILED)
-        job = verify_stage.Job(root, manifest, runner, qnn_sdk_root, inputs, random_, seed, runs, record_dir,
-                               None, timeout, preprocess, given=bundle_dir, ort_runner=ort_runner, ranges=ranges)
+        job = verify_stage.DeviceJob(root, manifest, runner, qnn_sdk_root, inputs, random_, seed, runs, record_dir,
+                                     None, timeout, preprocess, given=bundle_dir, ort_runner=ort_runner, ranges=ranges)
         options = bench_stage.Options(graph, runs, blocks, minutes, perf_modes, cpu_threads, input_seconds,
                                       baseline, threshold, profile_level, profile_viewer)
         if all_devices:

@@ -8,7 +8,7 @@ import click
 
 from qnndeploy.cli._common import escaped, handles_errors, json_option, report
 from qnndeploy.inspect import MARKERS, BinaryReport, InspectResult, inspect
-from qnndeploy.qnn.qnnsystem import GraphInfo, TensorInfo
+from qnndeploy.qnn.qnnsystem import GraphInfo, QnnTensorInfo
 
 
 @click.command("inspect")
@@ -35,11 +35,11 @@ def inspect_cmd(path: Path, shallow: bool, as_json: bool) -> None:
     report(inspect(path, deep=not shallow), as_json, render)
 
 
-def _dims(t: TensorInfo) -> str:
+def _dims(t: QnnTensorInfo) -> str:
     return "x".join(str(d) for d in t.dims) or "scalar"
 
 
-def _quant(t: TensorInfo) -> str:
+def _quant(t: QnnTensorInfo) -> str:
     q = t.quantization
     if q is None:
         return ""

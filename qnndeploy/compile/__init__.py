@@ -23,7 +23,6 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -41,7 +40,7 @@ from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, graph_name
 from qnndeploy.base.pool import Pool
 from qnndeploy.compile import cache, logs
 from qnndeploy.compile.aihub import AihubBackend
-from qnndeploy.compile.jobs import Backend, Compiled, CompileError, Job, Member, Tools, set_input_paths
+from qnndeploy.compile.jobs import Backend, Compiled, CompileError, CompileJob, Member, Tools, set_input_paths
 from qnndeploy.compile.ort import OrtBackend
 from qnndeploy.compile.qairt import QairtBackend
 from qnndeploy.formats.manifest import graph_signature
@@ -51,6 +50,7 @@ from qnndeploy.formats.records import (
     RECORD_VERSION,
     HtpSettings,
     JobFile,
+    JobProgress,
     JobStarted,
     RecordStatus,
     read_record,
@@ -102,7 +102,7 @@ class JobResult:
     duration_s: float
     outputs: tuple[JobFile, ...]  # what the job folder holds, as its compile.json lists it
     warnings: list[str]
-    findings: list[logs.Finding]
+    findings: list[logs.LogFinding]
     error: str | None = None
     note: str | None = None  # for a cache hit: "up to date" or "restored from the cache"
     members: list[str] = field(default_factory=list)  # the graphs of a shared context
@@ -124,8 +124,6 @@ class CompileSummary:
         return [j for j in self.jobs if j.status == JobStatus.FAILED]
 
 
-# (jobs done, jobs total, the job just finished, or JobStarted when one starts)
-Progress = Callable[[int, int, "JobResult | JobStarted | None"], None]
 
 
 def models_from_args(args: list[str]) -> dict[str, Path]:
@@ -176,7 +174,7 @@ def shares_from_args(args: list[str]) -> dict[str, list[str]]:
 
 
 def compile_models(models: dict[str, Path], socs: list[str], out: Path, options: CompileOptions = CompileOptions(),
-                   progress: Progress | None = None) -> CompileSummary:
+                   progress: JobProgress[JobResult] | None = None) -> CompileSummary:
     """Compile every model for every SoC into `out`; the graphs of each share (name -> graphs) into one context
     binary with shared weights. Bad input raises before anything is written; a failing job is reported in the
     summary and does not stop the others."""
@@ -224,7 +222,8 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, options:
 
 def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend, precision: Precision,
              shares: dict[str, list[str]], htp: HtpSettings, store: Path | None, jobs: int | None,
-             progress: Progress | None, start: float, calibration: dict[str, tuple[Path, JSON]]) -> CompileSummary:
+             progress: JobProgress[JobResult] | None, start: float,
+             calibration: dict[str, tuple[Path, JSON]]) -> CompileSummary:
     """Plan the jobs and run them; `calibration`: per graph, the folder the backends read and its record."""
     plan = []
     digests = {graph: sha256_file(model) for graph, model in graphs.items()}
@@ -242,8 +241,8 @@ def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend
             if members:
                 options["share_ep_contexts"] = True
             key = cache.cache_key(name, digest, soc, be, precision, options)
-            plan.append(Job(name, graphs[group[0]], digest, soc, precision, calibs.get(group[0]), options, key,
-                            out / name / soc.model, out / "logs" / f"{name}-{soc.model}.log", members))
+            plan.append(CompileJob(name, graphs[group[0]], digest, soc, precision, calibs.get(group[0]), options, key,
+                                   out / name / soc.model, out / "logs" / f"{name}-{soc.model}.log", members))
 
     try:
         (out / "logs").mkdir(parents=True, exist_ok=True)
@@ -259,7 +258,7 @@ def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend
     workers = jobs or (len(plan) if be.name == BackendName.AIHUB else os.cpu_count() or 1)
     pool = Pool(max_workers=max(1, workers))
     try:
-        def run(job: Job) -> JobResult:
+        def run(job: CompileJob) -> JobResult:
             if progress:
                 progress(len(results), len(plan), JobStarted(job.graph, job.soc.model))
             return _run_job(job, be, store, out, tools)
@@ -294,7 +293,7 @@ def _cancel(pool: Pool, tools: Tools) -> None:
             continue
 
 
-def _remove_leftovers(job: Job) -> None:
+def _remove_leftovers(job: CompileJob) -> None:
     """Remove what an earlier, killed compile of this job left: its staging and replaced folders
     (.<SoC>.partial-PID-*, .<SoC>.old-PID) and its staged log, those whose process is gone."""
     fileio.remove_stale(job.folder)
@@ -415,7 +414,7 @@ def _calibration(calib: Path, graph: str, model: Path, prep: Preprocess | None, 
 
 # --- one job ---------------------------------------------------------------------------------------
 
-def _run_job(job: Job, be: Backend, store: Path | None, out: Path, tools: Tools) -> JobResult:
+def _run_job(job: CompileJob, be: Backend, store: Path | None, out: Path, tools: Tools) -> JobResult:
     start = time.monotonic()
     if store is not None:
         current = _up_to_date(job)
@@ -460,7 +459,7 @@ def _run_job(job: Job, be: Backend, store: Path | None, out: Path, tools: Tools)
     return _result(job, record, JobStatus(record["status"]), findings, time.monotonic() - start)
 
 
-def _up_to_date(job: Job) -> dict[str, Any] | None:
+def _up_to_date(job: CompileJob) -> dict[str, Any] | None:
     """The job folder's record when its outputs are already those of this job (same cache key, files intact)."""
     current = read_record(job.folder / RECORD_FILE)
     if not (current and current.get("status") == RecordStatus.OK and current.get("cache_key") == job.cache_key
@@ -473,7 +472,7 @@ def _up_to_date(job: Job) -> dict[str, Any] | None:
     return current
 
 
-def _result(job: Job, record: JSON, status: JobStatus, findings: list[logs.Finding], seconds: float,
+def _result(job: CompileJob, record: JSON, status: JobStatus, findings: list[logs.LogFinding], seconds: float,
             note: str | None = None) -> JobResult:
     outputs = tuple(JobFile(**o) for o in record.get("outputs", []))
     return JobResult(job.graph, job.soc.model, status, job.folder, job.log, round(seconds, 3), outputs,
@@ -481,7 +480,7 @@ def _result(job: Job, record: JSON, status: JobStatus, findings: list[logs.Findi
                      record.get("shared"))
 
 
-def _base_record(job: Job, be: Backend, out: Path) -> JSON:
+def _base_record(job: CompileJob, be: Backend, out: Path) -> JSON:
     inputs: JSON = {"members": [{"graph": m.graph, "input": {"path": str(m.model), "sha256": m.model_sha256},
                                  "calibration": m.calibration_record} for m in job.members]} if job.members else {
         "input": {"path": str(job.model), "sha256": job.model_sha256}}
@@ -497,8 +496,8 @@ def _base_record(job: Job, be: Backend, out: Path) -> JSON:
     }
 
 
-def _ok_record(job: Job, be: Backend, work: Path, compiled: Compiled, findings: list[logs.Finding], seconds: float,
-               out: Path) -> JSON:
+def _ok_record(job: CompileJob, be: Backend, work: Path, compiled: Compiled, findings: list[logs.LogFinding],
+               seconds: float, out: Path) -> JSON:
 
     record = _base_record(job, be, out)
     warnings = [str(f) for f in findings if f.kind != logs.ERROR] + compiled.warnings
@@ -541,7 +540,7 @@ def _ok_record(job: Job, be: Backend, work: Path, compiled: Compiled, findings: 
 _READING = threading.Lock()  # libQnnSystem is not documented as thread-safe; the job threads read one at a time
 
 
-def _context_findings(job: Job, work: Path, context: ContextInfo, outputs: list[JSON]) -> list[str]:
+def _context_findings(job: CompileJob, work: Path, context: ContextInfo, outputs: list[JSON]) -> list[str]:
     """The compiled binary read back: each graph must have its model's signature (else the job fails); its SoC,
     arch and VTCM give warnings."""
     members = job.members or (Member(job.graph, job.model, job.model_sha256, job.calibration),)
@@ -557,7 +556,7 @@ def _context_findings(job: Job, work: Path, context: ContextInfo, outputs: list[
     return contextcheck.target_problems(context, job.soc) + contextcheck.resource_warnings(context, job.soc, job.graph)
 
 
-def _failed_record(job: Job, be: Backend, error: str, findings: list[logs.Finding], seconds: float,
+def _failed_record(job: CompileJob, be: Backend, error: str, findings: list[logs.LogFinding], seconds: float,
                    out: Path) -> JSON:
     return {**_base_record(job, be, out), "duration_s": round(seconds, 3),
             "warnings": [str(f) for f in findings if f.kind != logs.ERROR], "status": RecordStatus.FAILED,

@@ -20,7 +20,7 @@ from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
-from qnndeploy.compile.jobs import Compiled, CompileError, Job, Tools
+from qnndeploy.compile.jobs import Compiled, CompileError, CompileJob, Tools
 from qnndeploy.formats.records import HtpSettings
 from qnndeploy.model.onnxio import model_inputs
 from qnndeploy.model.samples import load_samples
@@ -63,7 +63,7 @@ class AihubBackend:
         return {"chipsets": list(soc.aihub_chipsets), "compile_options": f"{BASE_OPTIONS} {qairt}".strip() + quantize,
                 "link_options": qairt}
 
-    def compile(self, job: Job, work: Path, log: IO[str], tools: Tools) -> Compiled:
+    def compile(self, job: CompileJob, work: Path, log: IO[str], tools: Tools) -> Compiled:
         if job.members:
             raise CompileError("compile --share is not available with the aihub backend (ONNX Runtime's shared "
                                "EP contexts are made by the ort backend)")
@@ -123,7 +123,7 @@ def _follow(remote: object, kind: str, options: str, what: str, timeout_s: float
     return ref
 
 
-def _calibration(job: Job) -> dict[str, list[object]]:
+def _calibration(job: CompileJob) -> dict[str, list[object]]:
     """The calibration samples as AI Hub's dataset: input name -> one array per sample."""
     if job.calibration is None:
         raise CompileError(f"{job.graph}: w8a16 needs calibration samples (--calib DIR)")

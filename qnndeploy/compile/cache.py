@@ -28,7 +28,7 @@ from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import sha256_file, staging_dir, write_json
 from qnndeploy.base.kinds import Precision
 from qnndeploy.base.socs import Soc
-from qnndeploy.compile.jobs import Backend, Job, set_input_paths
+from qnndeploy.compile.jobs import Backend, CompileJob, set_input_paths
 from qnndeploy.formats.records import RECORD_FILE, RECORD_VERSION, read_record
 
 LOG_FILE = "compile.log"
@@ -60,7 +60,7 @@ def cache_key(graph: str, model_sha256: str, soc: Soc, be: Backend, precision: P
 
 # --- used by compile --------------------------------------------------------------------------------------------
 
-def restore(job: Job, cache: Path) -> dict[str, Any] | None:
+def restore(job: CompileJob, cache: Path) -> dict[str, Any] | None:
     """Fill the job's folder from its cache entry and return the entry's record, or None on a miss. An entry that
     no longer matches its record is removed, so the compile that follows stores a good one in its place."""
     entry = cache / job.cache_key
@@ -89,7 +89,7 @@ def restore(job: Job, cache: Path) -> dict[str, Any] | None:
     return record
 
 
-def add(job: Job, cache: Path) -> None:
+def add(job: CompileJob, cache: Path) -> None:
     """Keep a finished job in the cache. Best effort: a full disk must not fail the build."""
     entry = cache / job.cache_key
     if entry.exists():

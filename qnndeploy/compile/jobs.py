@@ -128,7 +128,7 @@ class Member:
 
 
 @dataclass(frozen=True)
-class Job:
+class CompileJob:
     graph: str  # for a shared context: its name
     model: Path  # for a shared context: the first member's model
     model_sha256: str  # for a shared context: over its members' names and hashes
@@ -142,7 +142,7 @@ class Job:
     members: tuple[Member, ...] = ()  # the graphs of a shared context (one binary, shared weights); () otherwise
 
 
-def set_input_paths(job: Job, record: JSON) -> bool:
+def set_input_paths(job: CompileJob, record: JSON) -> bool:
     """Point a record (from the cache or an earlier compile) at this job's model paths; True when one changed."""
     if job.members:
         inputs = [(entry["input"], m.model) for entry, m in zip(record["members"], job.members, strict=True)]
@@ -167,6 +167,6 @@ class Backend(Protocol):
     def options(self, soc: Soc, precision: Precision, htp: HtpSettings) -> JSON:
         """The backend settings a job uses, recorded in the compile record."""
 
-    def compile(self, job: Job, work: Path, log: IO[str], tools: Tools) -> Compiled:
+    def compile(self, job: CompileJob, work: Path, log: IO[str], tools: Tools) -> Compiled:
         """Write the job's outputs into `work` (empty), running every tool through `tools` (its output goes to
         `log`); temporary files go in `work` too, removed before returning. Raise CompileError."""

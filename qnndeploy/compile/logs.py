@@ -44,7 +44,7 @@ MAX_PER_KIND = 8
 
 
 @dataclass(frozen=True)
-class Finding:
+class LogFinding:
     kind: FindingKind
     message: str
 
@@ -52,38 +52,38 @@ class Finding:
         return f"{self.kind}: {self.message}"
 
 
-def parse(text: str, limit: int | None = MAX_PER_KIND) -> list[Finding]:
+def parse(text: str, limit: int | None = MAX_PER_KIND) -> list[LogFinding]:
     """Findings in log order, without duplicates, at most `limit` per kind (plus a line counting the rest)."""
-    found: list[Finding] = []
+    found: list[LogFinding] = []
     for raw in text.splitlines():
         line = re.sub(r"\x1b\[[0-9;]*m", "", raw)
         if m := _ORT_UNSUPPORTED.search(line):
             found += [not_supported(n, op) for n, op in _ORT_NODE.findall(m.group(1))]
         elif m := _ORT_REJECTED.search(line):
-            found.append(Finding(UNSUPPORTED, f"{m.group(1)} ({m.group(2)}) rejected by the HTP backend "
+            found.append(LogFinding(UNSUPPORTED, f"{m.group(1)} ({m.group(2)}) rejected by the HTP backend "
                                               f"(QNN error {m.group(3)})"))
         elif _ORT_CPU.search(line):
-            found.append(Finding(CPU_PARTITION, "some nodes were assigned to the CPU, not the HTP"))
+            found.append(LogFinding(CPU_PARTITION, "some nodes were assigned to the CPU, not the HTP"))
         elif m := _QAIRT_NO_TRANSLATION.search(line):
-            found.append(Finding(UNSUPPORTED, f"{m.group(1)} ({m.group(2)}) has no QNN translation"))
+            found.append(LogFinding(UNSUPPORTED, f"{m.group(1)} ({m.group(2)}) has no QNN translation"))
         elif m := _QAIRT_LEVEL.search(line):
             level, msg = m.groups()
             if _QUANT_WORDS.search(msg):
-                found.append(Finding(QUANTIZATION, msg.strip()))
+                found.append(LogFinding(QUANTIZATION, msg.strip()))
             elif level == "ERROR":
-                found.append(Finding(ERROR, msg.strip()))
+                found.append(LogFinding(ERROR, msg.strip()))
         elif m := _QNN_TOOL_ERROR.search(line):
-            found.append(Finding(ERROR, m.group(1).strip()))
+            found.append(LogFinding(ERROR, m.group(1).strip()))
         elif (m := _PY_WARNING.match(line)) and _QUANT_WORDS.search(m.group(1)):
-            found.append(Finding(QUANTIZATION, m.group(1).strip()))
+            found.append(LogFinding(QUANTIZATION, m.group(1).strip()))
     return _trim(found, limit)
 
 
-def not_supported(name: str, op_type: str) -> Finding:
-    return Finding(UNSUPPORTED, f"{name} ({op_type}) is not supported by the QNN HTP")
+def not_supported(name: str, op_type: str) -> LogFinding:
+    return LogFinding(UNSUPPORTED, f"{name} ({op_type}) is not supported by the QNN HTP")
 
 
-def unsupported_error(findings: list[Finding]) -> str | None:
+def unsupported_error(findings: list[LogFinding]) -> str | None:
     """The one-line error of a compile stopped by nodes the HTP cannot run (pass the findings of an unlimited
     parse, to count them all), or None when the findings name no such node."""
     nodes = list(dict.fromkeys(f.message for f in findings if f.kind == UNSUPPORTED))
@@ -94,16 +94,16 @@ def unsupported_error(findings: list[Finding]) -> str | None:
             f"compile stops: change these ops in the export (qnndeploy check lists them)")
 
 
-def parse_file(path: Path, limit: int | None = MAX_PER_KIND) -> list[Finding]:
+def parse_file(path: Path, limit: int | None = MAX_PER_KIND) -> list[LogFinding]:
     try:
         return parse(path.read_text(errors="replace"), limit)
     except OSError:
         return []
 
 
-def _trim(found: list[Finding], limit: int | None) -> list[Finding]:
-    out: list[Finding] = []
-    seen: set[Finding] = set()
+def _trim(found: list[LogFinding], limit: int | None) -> list[LogFinding]:
+    out: list[LogFinding] = []
+    seen: set[LogFinding] = set()
     counts: dict[FindingKind, int] = {}
     for f in found:
         if f in seen:
@@ -114,5 +114,5 @@ def _trim(found: list[Finding], limit: int | None) -> list[Finding]:
             out.append(f)
     for kind, n in counts.items():
         if limit is not None and n > limit:
-            out.append(Finding(kind, f"... and {n - limit} more (see the log)"))
+            out.append(LogFinding(kind, f"... and {n - limit} more (see the log)"))
     return out

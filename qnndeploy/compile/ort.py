@@ -24,7 +24,7 @@ from qnndeploy.base.fileio import JSON, write_json
 from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.compile import logs
-from qnndeploy.compile.jobs import Compiled, CompileError, Job, Member, Tools
+from qnndeploy.compile.jobs import Compiled, CompileError, CompileJob, Member, Tools
 from qnndeploy.formats.records import HtpSettings
 from qnndeploy.model.onnxio import load_model, model_inputs
 from qnndeploy.model.quantize import SETTINGS, qdq
@@ -61,7 +61,7 @@ class OrtBackend:
                                                       if htp.keep_fp16 else {})}
         return options
 
-    def compile(self, job: Job, work: Path, log: IO[str], tools: Tools) -> Compiled:
+    def compile(self, job: CompileJob, work: Path, log: IO[str], tools: Tools) -> Compiled:
         # Temporary files live inside the staging folder: an interrupted job leaves one folder to remove.
         with tempfile.TemporaryDirectory(prefix=".tmp-", dir=work) as tmp:
             members = job.members or (Member(job.graph, job.model, job.model_sha256, job.calibration),)

@@ -23,7 +23,7 @@ from qnndeploy.base.fileio import JSON
 from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.base.names import CONTEXT_BINARY
 from qnndeploy.compile import logs
-from qnndeploy.compile.jobs import Compiled, CompileError, Job, Tools
+from qnndeploy.compile.jobs import Compiled, CompileError, CompileJob, Tools
 from qnndeploy.formats.records import HtpSettings
 from qnndeploy.model.onnxio import model_inputs
 from qnndeploy.model.samples import load_samples
@@ -155,7 +155,7 @@ class QairtBackend:
                                                    "O": htp.optimization_mode or 3, "soc_id": soc.soc_id,
                                                    "dsp_arch": soc.dsp_arch}, "ldflags": LDFLAGS}
 
-    def compile(self, job: Job, work: Path, log: IO[str], tools: Tools) -> Compiled:
+    def compile(self, job: CompileJob, work: Path, log: IO[str], tools: Tools) -> Compiled:
         g, env, warnings = job.graph, self.sdk.env(job.options["ldflags"]), []
 
         def run(cmd: list[str]) -> None:
@@ -188,7 +188,7 @@ class QairtBackend:
         return Compiled(files, warnings)
 
 
-def input_list(job: Job, folder: Path) -> Path:
+def input_list(job: CompileJob, folder: Path) -> Path:
     """Calibration samples as raw files in the model's dtypes, and the list file naming them per input."""
 
     if job.calibration is None:

@@ -79,7 +79,7 @@ def reason(key: str, **fields: object) -> Reason:
 
 
 @dataclass(frozen=True)
-class Device:
+class DeviceIdentity:
     """What a phone says about its chip: ro.soc.model (Build.SOC_MODEL), ro.board.platform, the SDK level."""
 
     soc_model: str | None
@@ -87,7 +87,7 @@ class Device:
     sdk_int: int
 
     @classmethod
-    def from_props(cls, props: Mapping[str, str]) -> Device:
+    def from_props(cls, props: Mapping[str, str]) -> DeviceIdentity:
         """From a phone's `getprop` output; an empty prop counts as unset, an SDK level that is not 1-4 ASCII digits
         as 0 (unknown)."""
         sdk = props.get("ro.build.version.sdk", "").strip()
@@ -179,7 +179,7 @@ def soc_tables() -> tuple[Mapping[str, str], Mapping[str, str]]:
     return models, codenames
 
 
-def identify(device: Device) -> SocIdentity:
+def identify(device: DeviceIdentity) -> SocIdentity:
     """The SoC model first, else the board platform codename through the catalog."""
     models, codenames = soc_tables()
     raw = trim(device.soc_model or "")
@@ -268,7 +268,7 @@ def _cpu(manifest: Manifest, identity: SocIdentity, why: Reason, adsp: str | Non
                     files=[a.path for a in manifest.cpu], adsp_library_path=adsp, runtime_version=runtime_version)
 
 
-def decide(manifest: Manifest, device: Device, *, load_errors: Mapping[str, str], lib_dir: str,
+def decide(manifest: Manifest, device: DeviceIdentity, *, load_errors: Mapping[str, str], lib_dir: str,
            adsp_before: str | None = None, adsp_error: str | None = None,
            npu_format: FileFormat = FileFormat.QNN_CONTEXT_BINARY,
            app_version: str = "", remembered: Remembered | None = None,

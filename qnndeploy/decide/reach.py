@@ -27,7 +27,7 @@ from typing import Any
 
 from qnndeploy.base import socs
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
-from qnndeploy.decide.decision import SOC_MODEL_SINCE_SDK, Device, NpuSource, arch_min_qairt, decide
+from qnndeploy.decide.decision import SOC_MODEL_SINCE_SDK, DeviceIdentity, NpuSource, arch_min_qairt, decide
 from qnndeploy.formats import playplan
 from qnndeploy.formats.manifest import FileFormat, Manifest
 
@@ -222,15 +222,15 @@ def reach(manifest: Manifest, engine: Engine = Engine.ORT, worlds: Iterable[str]
                  summary(rows))
 
 
-def phone(spelling: str, identified_by: Property) -> Device:
+def phone(spelling: str, identified_by: Property) -> DeviceIdentity:
     """The phone a row stands for: Build.SOC_MODEL on the first Android that has it; ro.board.platform alone on the
     Android before it."""
     if identified_by == Property.SOC_MODEL:
-        return Device(spelling, None, SOC_MODEL_SINCE_SDK)
-    return Device(None, spelling, SOC_MODEL_SINCE_SDK - 1)
+        return DeviceIdentity(spelling, None, SOC_MODEL_SINCE_SDK)
+    return DeviceIdentity(None, spelling, SOC_MODEL_SINCE_SDK - 1)
 
 
-def _row(manifest: Manifest, engine: Engine, groups: list[playplan.Group], chip: _Chip, spelling: str,
+def _row(manifest: Manifest, engine: Engine, groups: list[playplan.PlayGroup], chip: _Chip, spelling: str,
          prop: Property, spelled: Spelled) -> ReachRow:
     device = phone(spelling, prop)
     d = decide(manifest, device, load_errors={}, lib_dir=LIB_DIR, npu_format=engine.npu_format,

@@ -22,7 +22,7 @@ import shlex
 import socket
 import struct
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,9 +30,7 @@ from typing import Any
 
 from qnndeploy.base import numbers
 from qnndeploy.base.errors import BadInput, CheckFailed, MissingTool, QnnDeployError, first_line
-from qnndeploy.base.fileio import open_regular, staging_file
-
-Progress = Callable[[int], None]
+from qnndeploy.base.fileio import ByteProgress, open_regular, staging_file
 
 _STATE_ADVICE = {
     "unauthorized": "unlock the phone and accept the 'Allow USB debugging' prompt, then run again",
@@ -280,7 +278,7 @@ class Device:
         """Send one file; adbd creates the remote parent folders and removes a half-received file."""
         return self.push_files([Upload(local, remote, sha256, name)], mode)
 
-    def push_files(self, items: Sequence[Upload], mode: int = 0o644, progress: Progress | None = None) -> int:
+    def push_files(self, items: Sequence[Upload], mode: int = 0o644, progress: ByteProgress | None = None) -> int:
         """Send several files over ONE sync session, as `adb push` of a folder does; the bytes sent.
 
         adbutils' push opens two connections per file (a STAT, then the SEND), each with a fixed 10 ms pause on
@@ -441,7 +439,7 @@ class Device:
         return hashes
 
     def push_folder(self, files: Mapping[str, LocalFile], remote_dir: str,
-                    progress: Progress | None = None) -> PushReport:
+                    progress: ByteProgress | None = None) -> PushReport:
         """Make remote_dir hold exactly `files` (relative POSIX path -> local file and its sha256).
 
         Incremental: only files whose sha256 on the phone differs are sent. Atomic: the files go to

@@ -69,7 +69,7 @@ from qnndeploy.decide import decision
 from qnndeploy.device import opprofile, ortrunner, runner
 from qnndeploy.device.adb import FILES, RUN, Device, Upload, connect, list_devices, parse_int
 from qnndeploy.device.profile import CURRENT_NOW, parse_battery, parse_stat
-from qnndeploy.device.verify import REMOTE_ROOT, Job, push_bundle
+from qnndeploy.device.verify import REMOTE_ROOT, DeviceJob, push_bundle
 from qnndeploy.formats import benchrecord
 from qnndeploy.formats.benchrecord import (
     BenchRecord,
@@ -283,10 +283,10 @@ def _ort_figures(block: _Block) -> None:
 
 # --- one phone x graph ----------------------------------------------------------------------------------------------
 
-class _Graph:
+class _GraphBench:
     """What runs one graph on one phone: its work folder, inputs and the tools' command lines."""
 
-    def __init__(self, dev: Device, job: Job, choice: decision.Decision, graph: str, options: Options,
+    def __init__(self, dev: Device, job: DeviceJob, choice: decision.Decision, graph: str, options: Options,
                  env: str, clk: int, say: Say, viewer: bool = False) -> None:
         self.dev, self.job, self.choice, self.graph, self.options = dev, job, choice, graph, options
         self.env, self.clk, self.say, self.viewer = env, clk, say, viewer
@@ -530,12 +530,13 @@ def check_baseline(baseline: BenchRecord, where: Path, graph: str, serial: str, 
 
 # --- the run --------------------------------------------------------------------------------------------------------
 
-def bench_device(job: Job, options: Options, serial: str | None = None, say: Say = lambda _line: None) -> PhoneBench:
+def bench_device(job: DeviceJob, options: Options, serial: str | None = None,
+                 say: Say = lambda _line: None) -> PhoneBench:
     """Decide, push, then per graph the alternating NPU and CPU blocks, the sustained curve and the sweep; write
     one record per graph. Raises QnnDeployError when the phone cannot be benched."""
     dev = connect(serial, job.timeout)
     props = dev.getprops()
-    phone = decision.Device.from_props(props)
+    phone = decision.DeviceIdentity.from_props(props)
     choice = decision.decide(job.manifest, phone, load_errors={}, lib_dir="", runtime_version=job.runtime_version)
     if not choice.npu:
         raise CheckFailed(f"{dev.serial}: the app takes the CPU on this phone ({choice.reason}): no NPU to bench")
@@ -586,9 +587,9 @@ def bench_device(job: Job, options: Options, serial: str | None = None, say: Say
     return result
 
 
-def _bench_graph(dev: Device, job: Job, choice: decision.Decision, props: dict[str, str], graph: str,
+def _bench_graph(dev: Device, job: DeviceJob, choice: decision.Decision, props: dict[str, str], graph: str,
                  options: Options, env: str, clk: int, say: Say, viewer: bool = False) -> BenchRecord:
-    g = _Graph(dev, job, choice, graph, options, env, clk, say, viewer)
+    g = _GraphBench(dev, job, choice, graph, options, env, clk, say, viewer)
     g.prepare()
     mode = job.manifest.htp_performance_mode or ortrunner.DEFAULT_PERFORMANCE_MODE  # the app's
     notes: list[str] = [FIRST_NOTE, THROUGHPUT_NOTE, ENERGY_NOTE, benchrecord.LAUNCH_NOTE]
@@ -691,7 +692,7 @@ def _bench_graph(dev: Device, job: Job, choice: decision.Decision, props: dict[s
          "runtime_version": job.runtime_version},
         {"serial": dev.serial, "model": props.get("ro.product.model", ""),
          "manufacturer": props.get("ro.product.manufacturer", ""), "soc": choice.soc,
-         "sdk_int": decision.Device.from_props(props).sdk_int or None,
+         "sdk_int": decision.DeviceIdentity.from_props(props).sdk_int or None,
          "fingerprint": props.get("ro.build.fingerprint") or None},
         {"provider": str(choice.provider), "npu_source": str(choice.npu_source) if choice.npu_source else None,
          "reason_key": choice.reason_key, "dsp_arch": choice.dsp_arch, "soc_id": choice.soc_id},
@@ -709,7 +710,7 @@ def _ms(value: float | None) -> str:
     return f"{value:.2f} ms" if value is not None else "- ms"
 
 
-def bench_all(job: Job, options: Options, say: Say = lambda _line: None) -> list[PhoneBench]:
+def bench_all(job: DeviceJob, options: Options, say: Say = lambda _line: None) -> list[PhoneBench]:
     """Every device the adb server knows, in parallel; a phone that fails does not stop the others."""
     entries = list_devices(job.timeout)
     if not entries:

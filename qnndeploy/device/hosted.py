@@ -18,7 +18,7 @@ from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.pool import Pool
 from qnndeploy.decide import decision
-from qnndeploy.device.verify import DeviceVerification, GraphRun, Job, add_not_run, settle, write_record
+from qnndeploy.device.verify import DeviceJob, DeviceVerification, GraphRun, add_not_run, settle, write_record
 from qnndeploy.formats.manifest import FileFormat, Manifest
 from qnndeploy.model import metrics
 from qnndeploy.qnn import aihub
@@ -41,7 +41,7 @@ def list_hosted(manifest: Manifest | None = None) -> list[HostedChoice]:
 
 
 def _decide(manifest: Manifest, device: aihub.HostedDevice) -> decision.Decision:
-    phone = decision.Device(device.soc or device.chipset, None, ANDROID_SDK)
+    phone = decision.DeviceIdentity(device.soc or device.chipset, None, ANDROID_SDK)
     return decision.decide(manifest, phone, load_errors={}, lib_dir="")
 
 
@@ -68,7 +68,7 @@ def resolve(names: list[str], soc_names: list[str]) -> list[tuple[str, Any, aihu
     return found
 
 
-def verify_hosted(job: Job, names: list[str], soc_names: list[str]) -> list[DeviceVerification]:
+def verify_hosted(job: DeviceJob, names: list[str], soc_names: list[str]) -> list[DeviceVerification]:
     """Every requested hosted phone, in parallel; a phone that fails does not stop the others."""
     targets = resolve(names, soc_names)
 
@@ -83,7 +83,7 @@ def verify_hosted(job: Job, names: list[str], soc_names: list[str]) -> list[Devi
         return list(pool.map(one, targets))
 
 
-def _verify_one(job: Job, device: Any, hosted: aihub.HostedDevice) -> DeviceVerification:
+def _verify_one(job: DeviceJob, device: Any, hosted: aihub.HostedDevice) -> DeviceVerification:
     result = DeviceVerification(hosted.name, model=hosted.name, android_release=hosted.os, runner="aihub")
     choice = _decide(job.manifest, hosted)
     result.soc, result.identified_by, result.dsp_arch = choice.soc, f"AI Hub chipset {hosted.chipset}", choice.dsp_arch
@@ -121,7 +121,7 @@ def _verify_one(job: Job, device: Any, hosted: aihub.HostedDevice) -> DeviceVeri
     return result
 
 
-def _run_graph(job: Job, device: Any, hosted: aihub.HostedDevice, graph: str, binary: str,
+def _run_graph(job: DeviceJob, device: Any, hosted: aihub.HostedDevice, graph: str, binary: str,
                choice: decision.Decision) -> GraphRun:
     hub = aihub.client()
     run = GraphRun(graph, binary, "error", ran_on="npu")  # an inference job on the hosted phone's HTP

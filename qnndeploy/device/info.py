@@ -81,7 +81,7 @@ def devices(timeout: float | None = None) -> list[ListedDevice]:
 
 def _soc_label(entry: DeviceEntry, timeout: float | None) -> str | None:
     """The SoC as the app identifies it (catalog name), else the raw ro.soc.model or ro.board.platform."""
-    phone = decision.Device.from_props(Device(entry.serial, timeout).getprops())
+    phone = decision.DeviceIdentity.from_props(Device(entry.serial, timeout).getprops())
     name, _ = decision.identify(phone)
     return name or phone.soc_model or phone.board_platform
 
@@ -98,7 +98,7 @@ def device_info(serial: str | None = None, bundle: Path | None = None, timeout: 
             runtime_version = markers.library_version(root / backend) if backend else None
     dev = connect(serial, timeout)
     props = dev.getprops()
-    phone = decision.Device.from_props(props)
+    phone = decision.DeviceIdentity.from_props(props)
     name, identified_by = decision.identify(phone)
     soc = next((s for s in socs.catalog() if s.model == name), None)
     kernel_id = parse_int(dev.read_text("/sys/devices/soc0/soc_id"))

@@ -43,7 +43,7 @@ class ThreadUse:
 
 
 @dataclass
-class Sample:
+class UsageSample:
     time_s: float  # since the first reading, on the device's clock
     cpu_percent: float  # the whole process; 100 = one core
     threads: list[ThreadUse]
@@ -57,7 +57,7 @@ class Profile:
     name: str
     clk_tck: int
     interval_s: float
-    samples: list[Sample] = field(default_factory=list)
+    samples: list[UsageSample] = field(default_factory=list)
     ended: bool = False  # the process exited while it was being profiled
 
     @property
@@ -168,7 +168,7 @@ def start(dev: Device, pid: int, name: str, interval: float) -> Profile:
     return Profile(dev.serial, pid, name, clk, interval)
 
 
-def samples(dev: Device, profile: Profile) -> Iterator[Sample]:
+def samples(dev: Device, profile: Profile) -> Iterator[UsageSample]:
     """One Sample per interval until the caller stops or the process exits (profile.ended); each is also
     appended to profile.samples."""
     first = _read(dev, profile.pid)
@@ -186,7 +186,7 @@ def samples(dev: Device, profile: Profile) -> Iterator[Sample]:
         span = max(cur.uptime - prev.uptime, 1e-6) * profile.clk_tck / 100  # ticks that make 100%
         threads = [ThreadUse(tid, name, (ticks - prev.threads[tid][1]) / span)
                    for tid, (name, ticks) in cur.threads.items() if tid in prev.threads]
-        sample = Sample(round(cur.uptime - first.uptime, 2), (cur.ticks - prev.ticks) / span,
+        sample = UsageSample(round(cur.uptime - first.uptime, 2), (cur.ticks - prev.ticks) / span,
                         sorted(threads, key=lambda t: -t.cpu_percent), cur.battery)
         profile.samples.append(sample)
         yield sample

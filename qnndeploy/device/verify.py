@@ -36,12 +36,12 @@ from typing import Any
 
 from qnndeploy import __version__
 from qnndeploy.base.errors import BadInput, QnnDeployError
-from qnndeploy.base.fileio import JSON, sha256_file, write_json
+from qnndeploy.base.fileio import JSON, ByteProgress, sha256_file, write_json
 from qnndeploy.base.names import DEVICE_RECORD
 from qnndeploy.base.pool import Pool
 from qnndeploy.decide import decision
 from qnndeploy.device import opprofile, ortrunner, runner
-from qnndeploy.device.adb import FILES, Device, LocalFile, MiB, Progress, Upload, connect, list_devices
+from qnndeploy.device.adb import FILES, Device, LocalFile, MiB, Upload, connect, list_devices
 from qnndeploy.formats import benchrecord, playplan
 from qnndeploy.formats.benchrecord import Launch
 from qnndeploy.formats.manifest import FileFormat, Graph, Manifest, Provider, load_manifest
@@ -73,7 +73,7 @@ ON_DEVICE_FAILED = "NPU on-device compile, but it failed on the phone: the app w
 NOT_RUN = "not run"  # a graph's status when nothing ran it on the phone; its reason says why
 
 
-class Outcome(StrEnum):
+class VerifyOutcome(StrEnum):
     """What a phone's device verify proved, worst first: the exit code follows it (1, 4, 0)."""
 
     FAILED = "failed"  # the phone or a graph failed (exit 1)
@@ -178,12 +178,12 @@ class DeviceVerification:
     graphs: list[GraphRun] = field(default_factory=list)
     play: PlayCheck | None = None
     record: Path | None = None
-    outcome: Outcome = Outcome.FAILED  # what was proven: ok and every graph ran (passed, ran), or not run
+    outcome: VerifyOutcome = VerifyOutcome.FAILED  # what was proven: ok and every graph ran (passed, ran), or not run
     stand_in: bool = False  # a tool printed STAND-IN: the emulated phone of the tests, the host's times
 
 
 
-class Job:
+class DeviceJob:
     """What every phone of one `device verify` shares: the checked bundle, the runner and the CPU references."""
 
     def __init__(self, bundle: Path, manifest: Manifest, runner_path: Path | None = None, sdk_root: Path | None = None,
@@ -221,7 +221,7 @@ class Job:
         self.sha256 = {e.path: e.sha256 for _, e in manifest.files()}
         self.manifest_sha256 = sha256_file(self.bundle / "manifest.json")  # every phone gets these very bytes
         self.play_plan: JSON | None = None
-        self.play_groups: list[playplan.Group] = []
+        self.play_groups: list[playplan.PlayGroup] = []
         if play is not None:
             # the targeting config Play reads is evaluated, not the plan's copy of it: a hand edit counts
             self.play_plan, self.play_groups = playplan.read_plan_of(play, self.bundle), playplan.read_config(play)
@@ -269,12 +269,12 @@ class Job:
                     and a.format == FileFormat.ONNX)
 
 
-def play_check(plan: JSON, groups: list[playplan.Group], props: dict[str, str], soc: str | None,
+def play_check(plan: JSON, groups: list[playplan.PlayGroup], props: dict[str, str], soc: str | None,
                files: list[str] | None = None, on_device: bool = False) -> PlayCheck:
     """Play's group for a phone from its SoC props, against the decision's; when they differ, why. `files`: the
     bundle files the decision needs, which the delivered group and the base module must hold between them;
     `on_device`: the decision compiles on the phone (its models are the base's)."""
-    phone = decision.Device.from_props(props)
+    phone = decision.DeviceIdentity.from_props(props)
     manufacturer, model = props.get("ro.soc.manufacturer") or None, props.get("ro.soc.model") or None
     delivered = playplan.play_group(groups, manufacturer, model, phone.sdk_int, plan["default_group"])
     expected = playplan.expected_group(plan, soc)
@@ -320,7 +320,7 @@ def checked_bundle(path: Path, allow_unchecked: bool = False, steps: Callable[[s
 
 # --- one phone -------------------------------------------------------------------------------------------------
 
-def verify_device(job: Job, serial: str | None = None, progress: Progress | None = None,
+def verify_device(job: DeviceJob, serial: str | None = None, progress: ByteProgress | None = None,
                   steps: Callable[[str], None] | None = None) -> DeviceVerification:
     """Decide, push, check, run (with a runner) and record, on one phone. Raises QnnDeployError when the phone
     cannot be used or the connection is lost (running again resumes the push). `steps`: told of each long step
@@ -328,7 +328,7 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
     say = steps or (lambda _text: None)
     dev = connect(serial, job.timeout)
     props = dev.getprops()
-    phone = decision.Device.from_props(props)
+    phone = decision.DeviceIdentity.from_props(props)
     result = DeviceVerification(dev.serial, model=props.get("ro.product.model", ""),
                                 android_release=props.get("ro.build.version.release", ""),
                                 sdk=phone.sdk_int or None, remote_dir=job.remote_dir)
@@ -362,7 +362,7 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
         result.environment = {"LD_LIBRARY_PATH": lib_dir,
                               decision.ADSP_VAR: decision.adsp_library_path(skel_dir, None)}
         result.runner = runner.REMOTE_RUNNER
-        assert job.runner_sha256 is not None  # hashed with the runner, in Job()
+        assert job.runner_sha256 is not None  # hashed with the runner, in DeviceJob()
         runner.install(dev, job.runner, job.runner_sha256)
         if job.viewer is not None:
             runner.install(dev, job.viewer, sha256_file(job.viewer), opprofile.REMOTE_VIEWER)
@@ -381,7 +381,7 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
                               "(onnxruntime_perf_test) runs the CPU models on the phone's CPU")
     cpu_graphs = [g for g in choice.paths if not choice.npu or g in choice.cpu_graphs]
     if job.ort_runner is not None and cpu_graphs:  # the app's CPU path, on the phone's CPU as the app runs it
-        assert job.ort_runner_sha256 is not None  # hashed with the runner, in Job()
+        assert job.ort_runner_sha256 is not None  # hashed with the runner, in DeviceJob()
         runner.install(dev, job.ort_runner, job.ort_runner_sha256, ortrunner.REMOTE_ORT_RUNNER)
         result.ort_runner = ortrunner.REMOTE_ORT_RUNNER
         for graph in cpu_graphs:
@@ -405,7 +405,7 @@ def verify_device(job: Job, serial: str | None = None, progress: Progress | None
     return result
 
 
-def _why_not_run(job: Job, choice: decision.Decision, on_device: bool) -> str:
+def _why_not_run(job: DeviceJob, choice: decision.Decision, on_device: bool) -> str:
     """Why a graph of this decision did not run on the phone, with what would run it."""
     if not choice.npu:
         return (f"the app runs it on the CPU here ({choice.reason}); device verify runs context binaries and "
@@ -438,15 +438,16 @@ def settle(result: DeviceVerification, failed: bool = False) -> None:
     compared. ok is true for passed and ran only: a phone where nothing ran is never ok."""
     statuses = {g.status for g in result.graphs}
     if failed or result.error or statuses & {"failed", "error"}:
-        result.outcome = Outcome.FAILED
+        result.outcome = VerifyOutcome.FAILED
     elif not statuses or NOT_RUN in statuses:
-        result.outcome = Outcome.NOT_RUN
+        result.outcome = VerifyOutcome.NOT_RUN
     else:
-        result.outcome = Outcome.PASSED if statuses == {"passed"} else Outcome.RAN
-    result.ok = result.outcome in (Outcome.PASSED, Outcome.RAN)
+        result.outcome = VerifyOutcome.PASSED if statuses == {"passed"} else VerifyOutcome.RAN
+    result.ok = result.outcome in (VerifyOutcome.PASSED, VerifyOutcome.RAN)
 
 
-def push_bundle(dev: Device, job: Job, choice: decision.Decision, progress: Progress | None = None) -> PushFigures:
+def push_bundle(dev: Device, job: DeviceJob, choice: decision.Decision,
+                progress: ByteProgress | None = None) -> PushFigures:
     """Put what the decision needs on the phone (its files, the CPU fallback, the runtime libraries of its arch, the
     manifest) in job.remote_dir, incrementally and atomically (Device.push_folder); what was sent."""
     files = {"manifest.json": LocalFile(job.bundle / "manifest.json", job.manifest_sha256)}
@@ -466,7 +467,7 @@ def push_bundle(dev: Device, job: Job, choice: decision.Decision, progress: Prog
 
 # --- the on-device path ------------------------------------------------------------------------------------------
 
-def _verify_on_device(dev: Device, job: Job, choice: decision.Decision, result: DeviceVerification) -> None:
+def _verify_on_device(dev: Device, job: DeviceJob, choice: decision.Decision, result: DeviceVerification) -> None:
     """Compile each graph's ONNX on the phone with the QNN EP as the app does, run it from its cache, and (with
     qnn-net-run) compare the compiled binary's outputs with the CPU model's."""
     if job.ort_runner is None:
@@ -478,7 +479,7 @@ def _verify_on_device(dev: Device, job: Job, choice: decision.Decision, result: 
     lib_dir = f"{job.remote_dir}/lib/arm64-v8a"
     result.environment = {"LD_LIBRARY_PATH": lib_dir, decision.ADSP_VAR: decision.adsp_library_path(
         f"{job.remote_dir}/lib/hexagon-{choice.dsp_arch}", None)}
-    assert job.ort_runner_sha256 is not None  # hashed with the runner, in Job()
+    assert job.ort_runner_sha256 is not None  # hashed with the runner, in DeviceJob()
     runner.install(dev, job.ort_runner, job.ort_runner_sha256, ortrunner.REMOTE_ORT_RUNNER)
     result.ort_runner = ortrunner.REMOTE_ORT_RUNNER
     if job.runner is not None:
@@ -529,7 +530,7 @@ def _failure(run: GraphRun, what: str, failed: ortrunner.PerfRun | runner.Invoca
     run.log_tail = "\n".join(failed.output.splitlines()[-20:])
 
 
-def _run_on_device(dev: Device, job: Job, graph: str, model: str, result: DeviceVerification,
+def _run_on_device(dev: Device, job: DeviceJob, graph: str, model: str, result: DeviceVerification,
                    choice: decision.Decision) -> GraphRun:
     """One graph: copy its ONNX (and external data) beside its test data, compile it with onnxruntime_perf_test
     into a fresh cache (the app's first run), run the cached EP context (a later run); with qnn-net-run, run the
@@ -617,7 +618,7 @@ def _run_on_device(dev: Device, job: Job, graph: str, model: str, result: Device
     return compared
 
 
-def _beside(job: Job, choice: decision.Decision, graph: str, model: str) -> list[str]:
+def _beside(job: DeviceJob, choice: decision.Decision, graph: str, model: str) -> list[str]:
     """The model and the files beside it that it reads (its external data): the bundle files of this graph there."""
     listed = {e.path: e for _, e in job.manifest.files()}
     return [p for p in [*choice.files, *(a.path for a in job.manifest.cpu)]
@@ -625,7 +626,7 @@ def _beside(job: Job, choice: decision.Decision, graph: str, model: str) -> list
                                                                                    and listed[p].serves(graph)))]
 
 
-def _run_on_cpu(dev: Device, job: Job, graph: str, model: str, choice: decision.Decision,
+def _run_on_cpu(dev: Device, job: DeviceJob, graph: str, model: str, choice: decision.Decision,
                 result: DeviceVerification) -> GraphRun:
     """One graph's CPU model on the phone's CPU, as the app's CPU path runs it: onnxruntime_perf_test -e cpu on the
     pushed model (its copy beside the test data), one warm-up inference then N. Its outputs are not compared: the
@@ -671,7 +672,7 @@ def _ms(session_s: float | None, then_ms: float | None) -> float | None:
     return round(session_s * 1000 + then_ms, 3) if session_s is not None and then_ms is not None else None
 
 
-def _runtime_libs(job: Job, arch: str) -> dict[str, LocalFile]:
+def _runtime_libs(job: DeviceJob, arch: str) -> dict[str, LocalFile]:
     """The QNN libraries an NPU run needs for one arch: the bundle's own, or (external runtime) the SDK's."""
     runtime = job.manifest.runtime
     if runtime.bundled:
@@ -710,7 +711,7 @@ def _lists(graph: str, graphs: list[str], input_list: str) -> str:
     return ",".join(input_list if g == graph else "__" for g in graphs)
 
 
-def _run_graph(dev: Device, job: Job, graph: str, context: str, result: DeviceVerification,
+def _run_graph(dev: Device, job: DeviceJob, graph: str, context: str, result: DeviceVerification,
                graphs: list[str], precision: str | None = None, launch: bool = True) -> GraphRun:
     """Run one graph of a context binary (one inference, then N; with `launch`, the one-inference runs at
     --profiling_level basic, and once more warm: the first-launch figures) on the phone and compare with the CPU
@@ -772,7 +773,7 @@ def _run_graph(dev: Device, job: Job, graph: str, context: str, result: DeviceVe
     return run
 
 
-def _session(dev: Device, job: Job, workdir: str, output_dir: str, lib_dir: str) -> float | None:
+def _session(dev: Device, job: DeviceJob, workdir: str, output_dir: str, lib_dir: str) -> float | None:
     """qnn-net-run's session start in a --profiling_level basic run's outputs, by the SDK's qnn-profile-viewer on
     the phone (opprofile.session_ms); None without a viewer or when it does not read."""
     if job.viewer is None:
@@ -781,7 +782,7 @@ def _session(dev: Device, job: Job, workdir: str, output_dir: str, lib_dir: str)
     return round(said.value, 3) if said.value is not None else None
 
 
-def write_record(job: Job, r: DeviceVerification) -> Path:
+def write_record(job: DeviceJob, r: DeviceVerification) -> Path:
     """The device record, written atomically: what ran where, with which files, and how it went."""
     stamp = datetime.now(UTC)
     name = f"{job.bundle_id}_{re.sub(r'[^A-Za-z0-9_.-]', '_', r.serial)}_{stamp:%Y%m%dT%H%M%SZ}.json"
@@ -814,7 +815,7 @@ def write_record(job: Job, r: DeviceVerification) -> Path:
 
 # --- every phone -----------------------------------------------------------------------------------------------
 
-def verify_all(job: Job) -> list[DeviceVerification]:
+def verify_all(job: DeviceJob) -> list[DeviceVerification]:
     """Every device the adb server knows, in parallel; a phone that fails does not stop the others."""
     entries = list_devices(job.timeout)
     if not entries:

@@ -46,7 +46,7 @@ from qnndeploy.formats.records import (
 from qnndeploy.model import samples, tasks
 from qnndeploy.model import split as cutting
 from qnndeploy.model.metrics import (
-    Fit,
+    MetricFit,
     OutputMetrics,
     Thresholds,
     TopK,
@@ -84,7 +84,7 @@ _MOVES = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity",
 
 
 @dataclass
-class Ranges:
+class TensorRange:
     """The CPU values of one tensor, as far as fp16 cares."""
 
     tensor: str
@@ -110,7 +110,7 @@ class Probe:
     max_abs_diff: float
     bad: bool
     compile_round: int  # which compile probed it (1-based)
-    ranges: Ranges
+    ranges: TensorRange
 
 
 class Cause(StrEnum):
@@ -141,7 +141,7 @@ class Explanation:
 
 
 @dataclass
-class Measured:
+class RemedyRun:
     """A remedy done and run before it is printed: its worst output's figures, judged by validate's rules."""
 
     passed: bool
@@ -154,7 +154,7 @@ class Remedy:
     kind: RemedyKind
     text: str
     command: str | None = None  # one copy-pasteable line, when the remedy is a command
-    measured: Measured | None = None  # None: advice not measured (a rescale or clamp changes the model)
+    measured: RemedyRun | None = None  # None: advice not measured (a rescale or clamp changes the model)
 
 
 @dataclass
@@ -167,7 +167,7 @@ class SplitTrial:
     cpu_part: Side
     reason: str  # why the cut is there
     command: str  # the prepare line that makes it
-    measured: Measured | None  # None: it could not be cut or compiled (error says why)
+    measured: RemedyRun | None  # None: it could not be cut or compiled (error says why)
     outputs: list[OutputMetrics] = field(default_factory=list)
     npu_nodes: int = 0
     cpu_nodes: int = 0
@@ -193,7 +193,7 @@ class DiagnoseResult:
     probes: list[Probe]  # by position
     first_bad: Probe | None  # the first probed tensor below the threshold, its node's inputs all good
     last_good: Probe | None  # the probe just before first_bad in topological order
-    input_ranges: list[Ranges]  # first_bad's node's inputs (graph inputs, weights, tensors)
+    input_ranges: list[TensorRange]  # first_bad's node's inputs (graph inputs, weights, tensors)
     explanations: list[Explanation]
     remedies: list[Remedy]
     outputs_snr_db: float | None  # the worst graph output's SNR, here or in validate's record
@@ -205,14 +205,14 @@ class DiagnoseResult:
     cpu_part: Side | Literal[""] | None = None  # the part that split keeps on the CPU; "": no split passes
     split_reason: str = ""
     splits: list[SplitTrial] = field(default_factory=list)  # every split measured, the best first
-    rescaled: Measured | None = None  # an L2 norm's rescale remedy, done in the graph and run, when it applies
+    rescaled: RemedyRun | None = None  # an L2 norm's rescale remedy, done in the graph and run, when it applies
     blamed: str = ""  # why first_bad is before the tensor the threshold found, when it is
     outputs_cosine: float | None = None  # the worst graph output's cosine, here or in validate's record
     # The build's own binary (what validate runs, no tensor exposed) on the same samples, by validate's rules: the
     # figures the probes must explain; `ok` is its verdict.
     reference: list[OutputMetrics] = field(default_factory=list)
     samples_from: str = ""  # "validate's record" or "the options given"
-    fits: list[Fit] = field(default_factory=list)  # what each failing output's error is made of
+    fits: list[MetricFit] = field(default_factory=list)  # what each failing output's error is made of
     answer: str = ""  # when no probed tensor is to blame: what was measured, and why the probes cannot tell
 
 
@@ -430,7 +430,7 @@ def _threshold_remedy(result: DiagnoseResult, limits: Thresholds) -> Remedy | No
         + (f": the outputs reach {reach:.1f} dB{weak}" if reach is not None else "")),
         f"qnndeploy validate {_q(build)} --graph {_q(result.graph)} --soc {result.soc}{given}{flags}"
         + (' --reason "REASON"' if looser else ""),
-        Measured(True, result.outputs_snr_db, result.outputs_cosine))  # what the build's binary measured
+        RemedyRun(True, result.outputs_snr_db, result.outputs_cosine))  # what the build's binary measured
 
 
 def _db(snr: float | None) -> str:
@@ -521,7 +521,7 @@ class _Session:
             self.probes[name] = Probe(name, t.op_type, t.node, t.position, snr, cosine, diff, bad, self.compiles,
                                       ranges(name, ref))
 
-    def cpu_ranges(self, names: list[str]) -> dict[str, Ranges]:
+    def cpu_ranges(self, names: list[str]) -> dict[str, TensorRange]:
         """The ranges of `names` on the CPU alone: no compile."""
         import numpy as np
 
@@ -589,7 +589,7 @@ def _spread(items: list[int], k: int, ends: bool = False) -> list[int]:
 
 
 def _input_ranges(session: _Session, model: onnx.ModelProto, tensors: dict[str, _Tensor], feeds: list[Sample],
-                  first_bad: Probe | None) -> list[Ranges]:
+                  first_bad: Probe | None) -> list[TensorRange]:
     """Ranges of what first_bad's node reads: graph inputs from the samples, weights, tensors as probed."""
     import numpy as np
     from onnx import numpy_helper
@@ -670,17 +670,17 @@ def _write_probe_model(model: onnx.ModelProto, names: list[str], path: Path) -> 
 
 # --- what the numbers say ---------------------------------------------------------------------------------------
 
-def ranges(name: str, values: np.ndarray) -> Ranges:
+def ranges(name: str, values: np.ndarray) -> TensorRange:
     import numpy as np
 
     v = np.asarray(values, dtype=np.float64).ravel()
     v = v[np.isfinite(v)]
     if not v.size:
-        return Ranges(name, math.nan, math.nan, math.nan, None, 0.0, 0.0, 0.0, None, None)
+        return TensorRange(name, math.nan, math.nan, math.nan, None, 0.0, 0.0, 0.0, None, None)
     mag = np.abs(v)
     nonzero = mag[mag > 0]
     low = float(nonzero.min()) if nonzero.size else None
-    return Ranges(name, float(v.min()), float(v.max()), float(mag.max()), low,
+    return TensorRange(name, float(v.min()), float(v.max()), float(mag.max()), low,
                   float((mag > FP16_MAX).mean()),
                   float((nonzero < FP16_MIN_NORMAL).mean()) if nonzero.size else 0.0,
                   float((nonzero < FP16_FLUSH).mean()) if nonzero.size else 0.0,
@@ -688,7 +688,7 @@ def ranges(name: str, values: np.ndarray) -> Ranges:
                   float(mag.max() / np.median(nonzero)) if nonzero.size else None)
 
 
-def explain(bad: Probe, inputs: list[Ranges]) -> list[Explanation]:
+def explain(bad: Probe, inputs: list[TensorRange]) -> list[Explanation]:
     """Why fp16 cannot hold the guilty tensor or what its node reads, from the CPU values; each reason once."""
     seen = [bad.ranges, *inputs]
     found = [Explanation(Cause.OVERFLOW, r.tensor, (
@@ -721,7 +721,7 @@ def explain(bad: Probe, inputs: list[Ranges]) -> list[Explanation]:
     return found
 
 
-def _inner_sum(bad: Probe, inputs: list[Ranges]) -> tuple[float, str] | None:
+def _inner_sum(bad: Probe, inputs: list[TensorRange]) -> tuple[float, str] | None:
     """The sum of squares an L2 norm accumulates, when fp16 cannot hold it: ReduceL2's is its output squared (a
     ScaleNorm over values near 700 sums 1e7), an LpNormalization's at least its largest input squared."""
     if bad.op_type == "ReduceL2" and bad.ranges.max_abs ** 2 > FP16_MAX:
@@ -737,8 +737,8 @@ def _l2_scale(sum_of_squares: float) -> float:
     return float(2 ** math.ceil(math.log2(math.sqrt(sum_of_squares / 8192))))
 
 
-def _rescale_trial(session: _Session, source: Path, model: onnx.ModelProto, bad: Probe, inputs: list[Ranges],
-                   expected: list[Sample], task: tasks.Task) -> Measured | None:
+def _rescale_trial(session: _Session, source: Path, model: onnx.ModelProto, bad: Probe, inputs: list[TensorRange],
+                   expected: list[Sample], task: tasks.Task) -> RemedyRun | None:
     """The rescale remedy of an L2 norm whose sum of squares overflows fp16, done in a copy of the graph (Mul by 1/s
     before the norm; for ReduceL2 Mul by s after it: an LpNormalization's output does not change) and the whole model
     run on the HTP emulator on diagnose's samples, judged against the CPU by validate's rules; None when it does not
@@ -779,8 +779,8 @@ def _rescale_trial(session: _Session, source: Path, model: onnx.ModelProto, bad:
         return None
     names = list(expected[0])
     judged, _, passed = tasks.judge(task, source, expected, [{n: o[n] for n in names} for o in made], session.limits)
-    return Measured(passed, min((m.snr_db for m in judged if m.snr_db is not None), default=None),
-                    min((m.cosine for m in judged if m.cosine is not None), default=None))
+    return RemedyRun(passed, min((m.snr_db for m in judged if m.snr_db is not None), default=None),
+                     min((m.cosine for m in judged if m.cosine is not None), default=None))
 
 
 def _ulp(x: float) -> float:
@@ -788,7 +788,7 @@ def _ulp(x: float) -> float:
     return 2.0 ** (math.floor(math.log2(max(x, FP16_MIN_NORMAL))) - 10)
 
 
-def _unsafe(r: Ranges) -> bool:
+def _unsafe(r: TensorRange) -> bool:
     """Values fp16 cannot hand over: over 65504, or a share of them in its subnormal range."""
     return r.over_fp16_max > 0 or r.subnormal_share >= _TINY_SHARE
 
@@ -816,7 +816,7 @@ def _overflows(session: _Session, tensors: dict[str, _Tensor], probe: Probe) -> 
 
 
 def _split_points(session: _Session, tensors: dict[str, _Tensor], bad: Probe, good: Probe | None,
-                  inputs: list[Ranges]) -> tuple[list[tuple[list[str], Side, str]], str]:
+                  inputs: list[TensorRange]) -> tuple[list[tuple[list[str], Side, str]], str]:
     """The splits worth measuring, (tensors, the CPU part, why), and why there is no tail split when there is none.
     Both directions: the front end up to the bad tensor on the CPU; and the tail after the last good tensor,
     moved back while the tensor the NPU would hand over cannot be held in fp16 (values the NPU has already flushed
@@ -910,8 +910,8 @@ def _trial(session: _Session, source: Path, out: Path, at: list[str], cpu: Side,
         trial.error = first_line(e)
     else:
         trial.outputs = judged
-        trial.measured = Measured(passed, min((m.snr_db for m in judged if m.snr_db is not None), default=None),
-                                  min((m.cosine for m in judged if m.cosine is not None), default=None))
+        trial.measured = RemedyRun(passed, min((m.snr_db for m in judged if m.snr_db is not None), default=None),
+                                   min((m.cosine for m in judged if m.cosine is not None), default=None))
     trial.seconds = round(time.monotonic() - start, 2)
     return trial
 
@@ -984,7 +984,7 @@ def remedies(result: DiagnoseResult) -> list[Remedy]:
     return found
 
 
-def _measured(m: Measured) -> str:
+def _measured(m: RemedyRun) -> str:
     return (f"{'passes' if m.passed else 'fails'}, worst output {_db(m.snr_db)}"
             + ("" if m.cosine is None else f", cosine {m.cosine:.6f}"))
 

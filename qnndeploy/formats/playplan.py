@@ -59,18 +59,18 @@ class Delivery(StrEnum):
     ON_DEMAND = "on-demand"
 
 
-class Soc(NamedTuple):
+class PlaySoc(NamedTuple):
     """A system-on-chip selector: Build.SOC_MANUFACTURER and Build.SOC_MODEL as Play compares them."""
 
     manufacturer: str
     model: str
 
 
-class Group(NamedTuple):
+class PlayGroup(NamedTuple):
     """A device group of the targeting config: its name and, per selector, the SoCs any of which selects a phone."""
 
     name: str
-    selectors: list[list[Soc]]
+    selectors: list[list[PlaySoc]]
 
 
 @cache
@@ -112,9 +112,10 @@ def read_plan_of(folder: Path, bundle: Path) -> JSON:
     return plan
 
 
-def plan_groups(plan: JSON) -> list[Group]:
+def plan_groups(plan: JSON) -> list[PlayGroup]:
     """The plan's groups in the config's order, each with its one selector."""
-    return [Group(g["name"], [[Soc(s["manufacturer"], s["model"]) for s in g["selectors"]]]) for g in plan["groups"]]
+    return [PlayGroup(g["name"], [[PlaySoc(s["manufacturer"], s["model"]) for s in g["selectors"]]])
+            for g in plan["groups"]]
 
 
 def group_name(soc: str) -> str:
@@ -135,15 +136,16 @@ def selectors(socs: list[str]) -> list[JSON]:
     return [{"manufacturer": man, "model": m} for man in MANUFACTURERS for m in models]
 
 
-def bundle_groups(manifest: Manifest) -> list[Group]:
+def bundle_groups(manifest: Manifest) -> list[PlayGroup]:
     """The device groups `package play` writes for a bundle, in its order: one per target, named by group_name and
     selecting the target's catalog SoC by every name (selectors). Its targets must be catalog SoCs, as in a bundle
     that passes verify."""
-    return [Group(group_name(t.soc), [[Soc(s["manufacturer"], s["model"]) for s in selectors([find(t.soc).model])]])
+    return [PlayGroup(group_name(t.soc),
+                      [[PlaySoc(s["manufacturer"], s["model"]) for s in selectors([find(t.soc).model])]])
             for t in manifest.targets]
 
 
-def play_group(groups: Sequence[Group], manufacturer: str | None, model: str | None, sdk_int: int,
+def play_group(groups: Sequence[PlayGroup], manufacturer: str | None, model: str | None, sdk_int: int,
                default: str = DEFAULT_GROUP) -> str:
     """The group Play delivers to a phone reporting these Build.SOC_MANUFACTURER / Build.SOC_MODEL values.
 
@@ -151,7 +153,7 @@ def play_group(groups: Sequence[Group], manufacturer: str | None, model: str | N
     selects every phone (its other properties, which qnndeploy never writes, are not evaluated here); one with them
     selects no phone below API 31 and none with an unset value."""
     known = sdk_int >= SOC_TARGETING_SINCE_SDK and manufacturer is not None and model is not None
-    phone = Soc(manufacturer or "", model or "")
+    phone = PlaySoc(manufacturer or "", model or "")
     for group in groups:
         if any(not selector or (known and phone in selector) for selector in group.selectors):
             return group.name
@@ -166,7 +168,7 @@ def expected_group(plan: JSON, soc: str | None) -> str:
     return name
 
 
-def parse_config(text: str) -> list[Group]:
+def parse_config(text: str) -> list[PlayGroup]:
     """A device targeting config XML as the Android Gradle Plugin reads it: device-group elements in order, their
     device-selector elements, and each selector's system-on-chip elements (other properties are not read here)."""
     try:
@@ -178,14 +180,14 @@ def parse_config(text: str) -> list[Group]:
                              f"the namespace {CONFIG_NS}")
     groups = []
     for group in root.iter(f"{{{CONFIG_NS}}}device-group"):
-        selectors = [[Soc(chip.get("manufacturer", ""), chip.get("model", ""))
+        selectors = [[PlaySoc(chip.get("manufacturer", ""), chip.get("model", ""))
                       for chip in selector.iter(f"{{{CONFIG_NS}}}system-on-chip")]
                      for selector in group.iter(f"{{{CONFIG_NS}}}device-selector")]
-        groups.append(Group(group.get("name", ""), selectors))
+        groups.append(PlayGroup(group.get("name", ""), selectors))
     return groups
 
 
-def read_config(folder: Path) -> list[Group]:
+def read_config(folder: Path) -> list[PlayGroup]:
     path = Path(folder) / CONFIG
     try:
         return parse_config(path.read_text(encoding="utf-8"))

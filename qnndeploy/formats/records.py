@@ -5,10 +5,11 @@ stages; the files' full form is in schemas/compile-record.schema.json and valida
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import JSON
@@ -37,6 +38,11 @@ class JobStarted:
 
     graph: str
     soc: str
+
+
+_Result = TypeVar("_Result")
+# Compile's and validate's progress: (jobs done, jobs total, the job just finished, or JobStarted when one starts).
+JobProgress = Callable[[int, int, _Result | JobStarted | None], None]
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from qnndeploy.model.tasks import key_values, text_lines
 if TYPE_CHECKING:
     import numpy as np
 
-Run = Callable[[Sample], Sample]  # one graph call: inputs by name -> outputs by name
+GraphCall = Callable[[Sample], Sample]  # one graph call: inputs by name -> outputs by name
 MAX_TOKENS = 200  # sherpa-onnx's Whisper stops there too
 
 
@@ -168,7 +168,7 @@ def _from_file(path: Path, models: Mapping[str, Path]) -> Loop:
     return loop
 
 
-def greedy(loop: Loop, encoded: Sample, decoder: Run, cache_shapes: Mapping[str, list[int]], keep_feeds: int = 0
+def greedy(loop: Loop, encoded: Sample, decoder: GraphCall, cache_shapes: Mapping[str, list[int]], keep_feeds: int = 0
            ) -> Decoded:
     """The app's loop after the encoder (`encoded`: its outputs): the decoder per position, the prompt's tokens
     first, then each argmax, until the end token, `max_tokens` positions or a full cache. `cache_shapes` gives each

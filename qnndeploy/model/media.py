@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnndeploy.base.errors import BadInput, first_line
+from qnndeploy.base.fileio import JSON
 
 if TYPE_CHECKING:
     import numpy as np
@@ -35,8 +36,6 @@ _EXTENSIBLE = 0xFFFE
 
 MEDIA_SUFFIXES = AUDIO_SUFFIXES + IMAGE_SUFFIXES
 DEFAULT_PREPROCESS = "(defaults)"  # a Preprocess's `given` when none was: fitted from the input's shape
-Sample = dict[str, "np.ndarray"]  # one array per input name
-JSON = dict[str, Any]
 
 
 PREPROCESS_SYNTAX = ("image[:resize=HxW,layout=nchw|nhwc,scale=1/255,mean=M[/M/M],std=S[/S/S],color=rgb|bgr|gray,"
@@ -167,7 +166,7 @@ def parse_preprocess(text: str | Path) -> Preprocess:
 
 
 def load_media(files: list[Path], specs: list[TensorInfo], prep: Preprocess | None, graph: str
-               ) -> tuple[list[Sample], JSON, list[str]]:
+               ) -> tuple[list[dict[str, np.ndarray]], JSON, list[str]]:
     """One sample per audio or image file for a one-input graph: (samples, the preprocessing as fitted to the
     input, notes on what was padded or cropped)."""
     kinds = {"audio" if p.suffix.lower() in AUDIO_SUFFIXES else "image" for p in files}

@@ -420,7 +420,7 @@ SMALL = 0.01  # a value below this share of an output's peak magnitude is one of
 
 
 @dataclass(frozen=True)
-class Fit:
+class MetricFit:
     """What the metric an output failed measures on it, and the metric that judges it by what it is: for diagnose
     to say, when no tensor is to blame, which validate thresholds fit (a looser one needs a reason)."""
 
@@ -432,7 +432,7 @@ class Fit:
 
 
 def fits(model: Path, expected: Sequence[Mapping[str, np.ndarray]], actual: Sequence[Mapping[str, np.ndarray]],
-         limits: Thresholds) -> list[Fit]:
+         limits: Thresholds) -> list[MetricFit]:
     """A Fit for each output of `model` that fails validate's rules (judge_model) on these samples."""
     import numpy as np
 
@@ -452,22 +452,22 @@ def fits(model: Path, expected: Sequence[Mapping[str, np.ndarray]], actual: Sequ
     return found
 
 
-def fit(m: OutputMetrics, ref: np.ndarray, out: np.ndarray, limits: Thresholds) -> Fit:
+def fit(m: OutputMetrics, ref: np.ndarray, out: np.ndarray, limits: Thresholds) -> MetricFit:
     """Why output `m` failed, from its CPU and HTP values as judged: a scale error (gain), an error made in its
     small values (below 1% of its peak), or one spread over its values; or its top-k set, near-zero or NaN rule."""
     import numpy as np
 
     name = m.name
     if m.judged_on == "finite":
-        return Fit(name, "finite", m.note or "the HTP output has NaN or Inf values", "no threshold passes it: find "
-                   "where they are made (the probes) or keep the graph on the CPU", {})
+        return MetricFit(name, "finite", m.note or "the HTP output has NaN or Inf values", "no threshold passes it: "
+                         "find where they are made (the probes) or keep the graph on the CPU", {})
     if m.judged_on == "topk_set":
         jaccard = m.topk_jaccard or 0.0
-        return Fit(name, "topk-set", f"the top-k sets differ (lowest Jaccard {jaccard:.2f} in a row)",
-                   "the Jaccard index of the sets fits a top-k whose last places are near-tied", {
+        return MetricFit(name, "topk-set", f"the top-k sets differ (lowest Jaccard {jaccard:.2f} in a row)",
+                         "the Jaccard index of the sets fits a top-k whose last places are near-tied", {
                        "min_topk_jaccard": math.floor(jaccard * 100) / 100})
     if m.judged_on.endswith("max_abs_diff"):
-        return Fit(name, "near-zero", (
+        return MetricFit(name, "near-zero", (
             f"its CPU values are near zero on these samples (RMS {m.ref_rms:.2g} < atol {limits['atol']:g}), so it "
             f"is judged on max abs diff ({m.max_abs_diff:.3g})"), "real inputs (--inputs DIR) make it judged on cosine "
             "and SNR", {"atol": float(f"{m.max_abs_diff * 1.01:.2g}")})
@@ -492,7 +492,7 @@ def fit(m: OutputMetrics, ref: np.ndarray, out: np.ndarray, limits: Thresholds) 
         decade = 10.0 ** max(math.floor(math.log10(1 - cosine)), -9)
         options["min_cosine"] = max(limits["min_cosine"], 1 - math.ceil((1 - cosine) / decade) * decade)
     if snr < limits["min_snr_db"] and shape_snr >= limits["min_snr_db"]:
-        return Fit(name, "gain", (
+        return MetricFit(name, "gain", (
             f"{name} comes out {gain:.4g} times the CPU's ({gain - 1:+.2%}): the SNR counts that scale as error "
             f"({snr:.1f} dB), while its shape matches at {shape_snr:.1f} dB once the scale is taken out"), (
             f"the cosine ({cosine:.7f}) ignores the scale and measures the shape: it fits where what reads {name} "
@@ -506,12 +506,12 @@ def fit(m: OutputMetrics, ref: np.ndarray, out: np.ndarray, limits: Thresholds) 
                    if cosine >= limits["min_cosine"] else
                    "the cosine weighs the small values' error as the SNR does: no metric of validate's judges it "
                    "better; accept what it reaches only with a reason")
-        return Fit(name, "small-values", (
+        return MetricFit(name, "small-values", (
             f"the SNR is made by {name}'s small values: {small_err:.0%} of the error's energy is in the "
             f"{small.mean():.0%} of values below 1% of its peak ({SMALL * m.ref_max_abs:.3g}), which carry "
             f"{float(r[small] @ r[small]) / ref_energy:.1%} of its energy{flushed}; over the values above 1% of "
             f"its peak the SNR is {large_snr:.1f} dB"), fitting, options)
-    return Fit(name, "spread", (
+    return MetricFit(name, "spread", (
         f"the error is spread over {name}'s values: {snr:.1f} dB overall, {large_snr:.1f} dB over the values "
         f"above 1% of its peak, {shape_snr:.1f} dB once its scale is taken out"), (
         "no metric of validate's judges it better: fp16 loses this much here; accept it only with a reason, or run "
@@ -522,7 +522,7 @@ def _db(signal: float, noise: float) -> float:
     return min(10 * math.log10(signal / noise), 300.0) if noise > 0 and signal > 0 else (300.0 if signal else 0.0)
 
 
-def fitting_thresholds(found: Sequence[Fit], judged: Sequence[OutputMetrics], limits: Thresholds
+def fitting_thresholds(found: Sequence[MetricFit], judged: Sequence[OutputMetrics], limits: Thresholds
                        ) -> dict[str, float]:
     """One set of validate thresholds under which every output of the graph passes: the loosest each failing
     output needs; a cosine held above the default only when every output judged on it reaches that."""

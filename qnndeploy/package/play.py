@@ -34,7 +34,7 @@ from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.base.fileio import (
     CHUNK,
     JSON,
-    Progress,
+    ByteProgress,
     check_apart,
     check_replaceable,
     check_writable,
@@ -119,7 +119,7 @@ def check_request(out: Path, *, pack: str, delivery: str, force: bool, bundle: P
 
 def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery: str = Delivery.FAST_FOLLOW,
                  force: bool = False, report: VerifyReport | None = None,
-                 progress: Progress | None = None) -> PlayPackage:
+                 progress: ByteProgress | None = None) -> PlayPackage:
     """Write the AI pack module, the device targeting config, the app's Gradle snippet and play.json for a bundle
     that passes `bundle verify`. progress: called with byte counts while files are hashed and deflated.
 
@@ -183,7 +183,7 @@ class _Sizes:
     folder; each must be what the verified manifest lists. The manifest itself is read once, as bytes, and must
     parse to the manifest the plan is made from: the plan's manifest_sha256 is that of those bytes."""
 
-    def __init__(self, bundle: Path, manifest: Manifest, progress: Progress | None) -> None:
+    def __init__(self, bundle: Path, manifest: Manifest, progress: ByteProgress | None) -> None:
         self.bundle = bundle
         self.progress = progress
         self.listed = {e.path: (e.sha256, e.size) for _, e in manifest.files()}

@@ -55,10 +55,10 @@ def compare(name: str, want: np.ndarray, got: np.ndarray, tolerance: float) -> O
     return OutputDiff(name, list(got.shape), max_abs, rel, max_abs <= tolerance or rel <= tolerance)
 
 
-Ranges = Mapping[str, tuple[int, int, str]]  # onnxio.int_input_ranges
+IntInputRanges = Mapping[str, tuple[int, int, str]]  # onnxio.int_input_ranges: [lo, hi) and why
 
 
-def feeds(live: list[TensorInfo], inputs_dir: Path | None, seed: int, ranges: Ranges) -> dict[str, np.ndarray]:
+def feeds(live: list[TensorInfo], inputs_dir: Path | None, seed: int, ranges: IntInputRanges) -> dict[str, np.ndarray]:
     """One sample for the equivalence run: --inputs DIR, else seeded random values that fit the graph."""
 
     if inputs_dir is not None:
@@ -66,7 +66,7 @@ def feeds(live: list[TensorInfo], inputs_dir: Path | None, seed: int, ranges: Ra
     return samples.random_samples(live, 1, seed, {k: (lo, hi - 1) for k, (lo, hi, _) in ranges.items()})[0]
 
 
-def reference(original: Path, feeds: Mapping[str, np.ndarray], frozen: Mapping[str, np.ndarray], ranges: Ranges,
+def reference(original: Path, feeds: Mapping[str, np.ndarray], frozen: Mapping[str, np.ndarray], ranges: IntInputRanges,
                random: bool) -> dict[str, np.ndarray]:
     """The original model's outputs; when it fails on random inputs, say which integer inputs were drawn where."""
     session = cpu_session(original, f"the original model {original.name}")

@@ -110,7 +110,7 @@ class HostedDevice:
 
 
 @dataclass
-class Target:
+class HubTarget:
     """Where AI Hub runs a SoC's jobs: the hub.Device to submit to, the chipset spelling AI Hub listed it under, and
     the first hosted device it lists for it."""
 
@@ -158,7 +158,7 @@ def refuse_unhosted(soc: socs.Soc) -> None:
                           f"drop --soc {soc.model} (socs.json aihub_hosted)")
 
 
-def device_for(soc: socs.Soc) -> Target:
+def device_for(soc: socs.Soc) -> HubTarget:
     """Any hosted device with this SoC: asked for by the chipset name current AI Hub uses, then by each older
     release's name, so a service that still lists the old spelling is used too."""
     refuse_unhosted(soc)
@@ -168,7 +168,7 @@ def device_for(soc: socs.Soc) -> Target:
         with errors(f"a hosted {soc.model} device"):
             found = hub.get_devices(attributes=attributes)
         if found:
-            return Target(hub.Device(attributes=attributes), chipset, hosted(found[0]))
+            return HubTarget(hub.Device(attributes=attributes), chipset, hosted(found[0]))
     raise MissingTool(f"AI Hub hosts no device with chipset {' or '.join(soc.aihub_chipsets)} and "
                       f"{', '.join(REQUIRED)} ({soc.model}): `qnndeploy device list --aihub` lists them")
 

@@ -13,7 +13,7 @@ from qnndeploy.base import compat, socs
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.base.fileio import JSON
 from qnndeploy.qnn import epcontext
-from qnndeploy.qnn.qnnsystem import ContextInfo, GraphInfo, TensorInfo
+from qnndeploy.qnn.qnnsystem import ContextInfo, GraphInfo, QnnTensorInfo
 
 _NOT_WORD = re.compile(r"[^A-Za-z0-9_]")
 
@@ -23,15 +23,15 @@ def _key(name: str) -> str:
     return _NOT_WORD.sub("_", name)
 
 
-def _show(tensors: Sequence[TensorInfo] | Sequence[JSON]) -> str:
-    def one(t: TensorInfo | JSON) -> str:
-        name, dims, dtype = (t.name, t.dims, t.dtype) if isinstance(t, TensorInfo) else (t["name"], t["shape"],
+def _show(tensors: Sequence[QnnTensorInfo] | Sequence[JSON]) -> str:
+    def one(t: QnnTensorInfo | JSON) -> str:
+        name, dims, dtype = (t.name, t.dims, t.dtype) if isinstance(t, QnnTensorInfo) else (t["name"], t["shape"],
                                                                                           t["dtype"])
         return f"{name} {'x'.join(map(str, dims)) or 'scalar'} {dtype}"
     return ", ".join(one(t) for t in tensors)
 
 
-def _same(found: Sequence[TensorInfo], expected: Sequence[JSON]) -> bool:
+def _same(found: Sequence[QnnTensorInfo], expected: Sequence[JSON]) -> bool:
     want = {_key(t["name"]): t for t in expected}
     if len(found) != len(expected) or {_key(t.name) for t in found} != set(want):
         return False

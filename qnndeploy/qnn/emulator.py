@@ -36,7 +36,7 @@ CACHE_ENV = "QNNDEPLOY_EMULATED_DIR"  # where outcomes are kept by content: the 
 
 
 @dataclass(frozen=True)
-class Job:
+class EmulatorJob:
     binary: Path
     graph: str  # the graph's name in the bundle (its CPU model's)
     qnn_graph: str  # the graph's name inside the context binary (libQnnSystem's reading)
@@ -100,11 +100,11 @@ class ChainJob:
     preprocess: str | None = None
 
 
-AnyJob = Job | LoopJob | ChainJob
+AnyJob = EmulatorJob | LoopJob | ChainJob
 
 
 @dataclass
-class Outcome:
+class EmulatorOutcome:
     loaded: bool
     passed: bool
     error: str | None = None
@@ -117,7 +117,7 @@ STARTED = "qnndeploy-emulator-job "  # the child's stderr line as it starts job 
 
 
 def run_jobs(jobs: Sequence[AnyJob], tc: toolchain.Toolchain | None = None, timeout: float = TIMEOUT_S,
-             started: Callable[[int], None] | None = None) -> list[Outcome]:
+             started: Callable[[int], None] | None = None) -> list[EmulatorOutcome]:
     """Every job in one child process (under `tc` when given, else this process's onnxruntime-qnn); when a binary
     crashes that child, each job alone, so the crash is told of the binary that caused it. `started` is told the
     index of each job as the child starts it (from another thread)."""
@@ -127,7 +127,7 @@ def run_jobs(jobs: Sequence[AnyJob], tc: toolchain.Toolchain | None = None, time
         return _run(jobs, tc, timeout, started)
     except _Crashed as e:
         if len(jobs) == 1:
-            return [Outcome(False, False, str(e))]
+            return [EmulatorOutcome(False, False, str(e))]
     return [run_jobs([j], tc, timeout, None if started is None else functools.partial(_as_job, started, k))[0]
             for k, j in enumerate(jobs)]
 
@@ -148,7 +148,7 @@ class _Crashed(QnnDeployError):
 
 
 def _run(jobs: Sequence[AnyJob], tc: toolchain.Toolchain | None, timeout: float,
-         started: Callable[[int], None] | None = None) -> list[Outcome]:
+         started: Callable[[int], None] | None = None) -> list[EmulatorOutcome]:
     with tempfile.TemporaryDirectory(prefix="qnndeploy-emulator-") as tmp:
         spec, result = Path(tmp) / "jobs.json", Path(tmp) / "result.json"
         with writing(tmp):
@@ -187,13 +187,13 @@ def _run(jobs: Sequence[AnyJob], tc: toolchain.Toolchain | None, timeout: float,
             last = "".join(errors).strip().splitlines()[-1:] or ["no output"]
             raise _Crashed(f"the host HTP emulator crashed loading the context binaries ({why}): "
                            f"{first_line(Exception(last[0]))}")
-        return [Outcome(**o) for o in json.loads(result.read_text())]
+        return [EmulatorOutcome(**o) for o in json.loads(result.read_text())]
 
 
 # --- a bundle's binaries --------------------------------------------------------------------------------------------
 
 @dataclass
-class Check:
+class EmulatorCheck:
     """What loading a bundle's context binaries on the host emulator found: problems (a binary that does not load,
     or that computes other numbers than its CPU model on validate's own inputs), warnings (other numbers on inputs
     that are not validate's), and what was done, for the report."""
@@ -310,7 +310,7 @@ def _key(job: AnyJob, tc: toolchain.Toolchain | None, shas: list[str]) -> str:
     here = tc or toolchain.current()
     files = ([(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(Path(job.folder).iterdir())]
              if job.folder else [])
-    models = [job.cpu_model] if isinstance(job, Job) else list(job.cpu_models.values()) \
+    models = [job.cpu_model] if isinstance(job, EmulatorJob) else list(job.cpu_models.values()) \
         if isinstance(job, LoopJob) else [p.path for p in job.parts]
     fields = {k: v for k, v in asdict(job).items() if k not in ("binary", "binaries", "cpu_model", "cpu_models",
                                                                  "tokenizer", "parts")}
@@ -328,7 +328,7 @@ def cache_dir() -> Path:
 
 
 def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]],
-                 steps: Callable[[str], None] | None = None) -> Check:
+                 steps: Callable[[str], None] | None = None) -> EmulatorCheck:
     """Load every context binary of a bundle on the host emulator and compare it with its graph's CPU model.
 
     graph_names: bundle path of each context binary -> the graph names libQnnSystem read from it. A binary shared by
@@ -338,7 +338,7 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]],
     sample judged by validate's thresholds for the precision (a warning: the bundle was validated on inputs it does
     not hold). The encoder and decoder of the bundle's decode loop are run as the loop, as validate ran them.
     `steps` is told of each binary (or loop, or chain) as the emulator starts it."""
-    found = Check()
+    found = EmulatorCheck()
     tc, why = emulator_for(manifest["qairt"]["version"])
     if why is not None:
         found.warnings.append(("manifest.json", f"context binaries not loaded on the host emulator: {why}"))
@@ -365,12 +365,12 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]],
             record = _validation(root, manifest, graph, t["soc"])
             inputs = (record or {}).get("inputs") or {}
             folder, strict, count, seed = _replay(inputs)
-            job = Job(root / a["path"], graph, names[0], t["soc"], t["precision"], cpu[graph], samples=count,
-                      seed=seed, thresholds=(record or {}).get("thresholds") if strict else None,
-                      ranges=samples.recorded_ranges(inputs) or None,
-                      task=((record or {}).get("task") or {}).get("given"),
-                      folder=str(folder) if folder is not None else None,
-                      preprocess=samples.recorded_preprocess(inputs) if folder is not None else None)
+            job = EmulatorJob(root / a["path"], graph, names[0], t["soc"], t["precision"], cpu[graph], samples=count,
+                              seed=seed, thresholds=(record or {}).get("thresholds") if strict else None,
+                              ranges=samples.recorded_ranges(inputs) or None,
+                              task=((record or {}).get("task") or {}).get("given"),
+                              folder=str(folder) if folder is not None else None,
+                              preprocess=samples.recorded_preprocess(inputs) if folder is not None else None)
             jobs.append((a["path"], job, strict, _key(job, tc, [a["sha256"]])))
             if strict and record is not None and record.get("passed") is False:
                 accepted[a["path"]] = (list(record.get("outputs") or []), record.get("task"))
@@ -404,7 +404,7 @@ def check_bundle(root: Path, manifest: JSON, graph_names: dict[str, list[str]],
                 f"{(outcome.task or {}).get('kind')}: {(outcome.task or {}).get('summary')}"))
             found.differs(path, what, strict)
     here = tc or toolchain.current()
-    binaries = sum(1 if isinstance(job, Job) else 2 if isinstance(job, LoopJob) else
+    binaries = sum(1 if isinstance(job, EmulatorJob) else 2 if isinstance(job, LoopJob) else
                    sum(p.binary is not None for p in job.parts) for _, job, _, _ in jobs)
     on_files = sum(1 for _, job, _, _ in jobs if job.folder)
     loops = sum(1 for _, job, _, _ in jobs if isinstance(job, LoopJob))
@@ -467,8 +467,8 @@ def _chain_job(root: Path, manifest: JSON, pipeline: list[str], target: JSON, pa
     return parts[first][0]["path"], job, strict, _key(job, tc, [a["sha256"] for a, _ in parts.values()])
 
 
-def _judge_chain(found: Check, root: Path, manifest: JSON, path: str, job: ChainJob, strict: bool,
-                 outcome: Outcome) -> None:
+def _judge_chain(found: EmulatorCheck, root: Path, manifest: JSON, path: str, job: ChainJob, strict: bool,
+                 outcome: EmulatorOutcome) -> None:
     """The chain's outputs against the CPU chain's, as validate judged them (an accepted failure no worse than its
     record's chain)."""
     on = _on(job)
@@ -492,8 +492,8 @@ def _judge_chain(found: Check, root: Path, manifest: JSON, path: str, job: Chain
     found.differs(path, what, strict)
 
 
-def _judge_loop(found: Check, root: Path, manifest: JSON, path: str, job: LoopJob, strict: bool, outcome: Outcome
-                ) -> None:
+def _judge_loop(found: EmulatorCheck, root: Path, manifest: JSON, path: str, job: LoopJob, strict: bool,
+                outcome: EmulatorOutcome) -> None:
     """The loop's texts against the CPU's, as validate judged them: a problem when the record's own samples give
     another verdict (or, for an accepted failure, a higher error rate) than the record says."""
     on = _on(job)
@@ -513,12 +513,12 @@ def _judge_loop(found: Check, root: Path, manifest: JSON, path: str, job: LoopJo
 
 
 def _outcomes(jobs: list[tuple[str, AnyJob, bool, str]], tc: toolchain.Toolchain | None,
-              steps: Callable[[str], None] | None = None) -> list[Outcome]:
+              steps: Callable[[str], None] | None = None) -> list[EmulatorOutcome]:
     """Each job's outcome, from the cache by content where it was run before, else run now (and kept)."""
-    cached: dict[str, Outcome] = {}
+    cached: dict[str, EmulatorOutcome] = {}
     for _, _, _, key in jobs:
         with contextlib.suppress(OSError, ValueError, TypeError):  # a cache miss
-            cached[key] = Outcome(**json.loads((cache_dir() / f"{key}.json").read_text()))
+            cached[key] = EmulatorOutcome(**json.loads((cache_dir() / f"{key}.json").read_text()))
     todo = [(path, job, key) for path, job, _, key in jobs if key not in cached]
     if steps is not None and len(todo) < len(jobs):
         steps(f"{len(jobs) - len(todo)} of {len(jobs)} emulator run(s) from the cache (run before on the same bytes)")
@@ -542,7 +542,7 @@ def _outcomes(jobs: list[tuple[str, AnyJob, bool, str]], tc: toolchain.Toolchain
 References = dict[tuple[str, str, int, int, str], tuple[list[samples.Sample], list[samples.Sample]]]
 
 
-def _one(job: JSON, work: Path, references: References) -> Outcome:
+def _one(job: JSON, work: Path, references: References) -> EmulatorOutcome:
     """Load and run one binary; `references` keeps each graph's CPU inputs and outputs by (model, graph, samples,
     seed), so that the binaries of one graph for several SoCs run its CPU model once."""
     import onnxruntime as ort
@@ -566,10 +566,10 @@ def _one(job: JSON, work: Path, references: References) -> Outcome:
             names = [o.name for o in session.get_outputs()]
             actual = [dict(zip(names, session.run(None, s), strict=True)) for s in feeds]
     except Exception as e:  # noqa: BLE001 onnxruntime's own error types: the binary does not load or run
-        return Outcome(False, False, first_line(e))
+        return EmulatorOutcome(False, False, first_line(e))
     limits = job["thresholds"] or metrics.thresholds_for(job["precision"])
     judged, verdict, passed = tasks.judge(tasks.recorded(job.get("task"), model), model, expected, actual, limits)
-    return Outcome(True, passed, None, [asdict(m) for m in judged], verdict.json() if verdict else None)
+    return EmulatorOutcome(True, passed, None, [asdict(m) for m in judged], verdict.json() if verdict else None)
 
 
 def _wrapped(binary: Path, qnn_graph: str, model: Path, work: Path) -> Path:
@@ -580,7 +580,7 @@ def _wrapped(binary: Path, qnn_graph: str, model: Path, work: Path) -> Path:
     return folder / "ctx.onnx"
 
 
-def _one_chain(job: JSON, work: Path, references: References) -> Outcome:
+def _one_chain(job: JSON, work: Path, references: References) -> EmulatorOutcome:
     """The split chained with its NPU parts on the emulator against the chain on the CPU, on the chain's inputs."""
     import onnxruntime as ort
 
@@ -607,16 +607,16 @@ def _one_chain(job: JSON, work: Path, references: References) -> Outcome:
         with htp.quiet_native_stdout():
             actual = cutting.run_chain(parts, feeds, runner)
     except Exception as e:  # noqa: BLE001 onnxruntime's own error types: a binary does not load or run
-        return Outcome(False, False, first_line(e))
+        return EmulatorOutcome(False, False, first_line(e))
     last = parts[-1]
     limits = job["thresholds"] or metrics.thresholds_for(job["precision"])
     judged, verdict, passed = tasks.judge(tasks.recorded(job.get("task"), last.path), last.path,
                                           [{n: v[n] for n in last.outputs} for v in expected],
                                           [{n: v[n] for n in last.outputs} for v in actual], limits)
-    return Outcome(True, passed, None, [asdict(m) for m in judged], verdict.json() if verdict else None)
+    return EmulatorOutcome(True, passed, None, [asdict(m) for m in judged], verdict.json() if verdict else None)
 
 
-def _one_loop(job: JSON, work: Path, references: References) -> Outcome:
+def _one_loop(job: JSON, work: Path, references: References) -> EmulatorOutcome:
     """The decode loop on the emulator (the encoder's and decoder's binaries) against the same loop on their CPU
     models, on the encoder's samples."""
     looped = decode.described(job["loop"], Path(job["tokenizer"]) if job.get("tokenizer") else None)
@@ -634,10 +634,10 @@ def _one_loop(job: JSON, work: Path, references: References) -> Outcome:
         encoded = [htp.session(wrappers[looped.encoder], soc, fp16=fp16)(f) for f in features]
         npu = loop.run_npu(looped, encoded, wrappers[looped.decoder], job["soc"], fp16, models[looped.decoder])
     except QnnDeployError as e:
-        return Outcome(False, False, str(e))
+        return EmulatorOutcome(False, False, str(e))
     limits = job["thresholds"] or metrics.thresholds_for(job["precision"])
     check = loop.judge(looped, job["soc"], cpu, npu, limits)
-    return Outcome(True, check.passed, loop=check.json())
+    return EmulatorOutcome(True, check.passed, loop=check.json())
 
 
 def main(argv: list[str]) -> int:
@@ -649,7 +649,7 @@ def main(argv: list[str]) -> int:
             run = {LoopJob.__name__: _one_loop, ChainJob.__name__: _one_chain}.get(job["kind"], _one)
             outcomes.append(run(job, Path(spec["work"]), references))
         except QnnDeployError as e:
-            outcomes.append(Outcome(False, False, str(e)))
+            outcomes.append(EmulatorOutcome(False, False, str(e)))
     write_json(Path(spec["result"]), [asdict(o) for o in outcomes])
     return 0
 

@@ -295,7 +295,7 @@ class PhoneEstimate:
 
 
 @dataclass(frozen=True)
-class Fit:
+class FactorFit:
     """A factor fitted on (model, measured ms, estimate ms) rows: the geometric mean of measured / estimate, and
     per model the leave-one-out ratio measured / (estimate x the factor fitted without that model)."""
 
@@ -343,7 +343,7 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     return num / den if den else math.nan
 
 
-def fit(rows: Sequence[tuple[str, float, float]]) -> Fit:
+def fit(rows: Sequence[tuple[str, float, float]]) -> FactorFit:
     """The factor of one chip from (model, measured ms, estimate ms) rows, at least two."""
     if len(rows) < 2:
         raise ValueError("a factor needs at least two models, one to leave out")
@@ -353,8 +353,8 @@ def fit(rows: Sequence[tuple[str, float, float]]) -> Fit:
         rest = [r for m, r in ratios.items() if m != model]
         loo[model] = ratios[model] / _geomean(rest)
     within = sum(1 for r in loo.values() if max(r, 1 / r) <= WITHIN) / len(loo)
-    return Fit(_geomean(list(ratios.values())), loo, within,
-               spearman([m for _, m, _ in rows], [e for _, _, e in rows]))
+    return FactorFit(_geomean(list(ratios.values())), loo, within,
+                     spearman([m for _, m, _ in rows], [e for _, _, e in rows]))
 
 
 @cache

@@ -104,7 +104,7 @@ def judge(loop: Loop, soc: str, cpu: CpuRun, npu: list[Decoded], limits: Mapping
     return LoopCheck(soc, rate <= most, rate, same, per_sample, truth, sum(n.steps for n in npu))
 
 
-def _cpu(model: Path) -> decode.Run:
+def _cpu(model: Path) -> decode.GraphCall:
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qnndeploy.base.fileio import Progress, sha256_file
+from qnndeploy.base.fileio import ByteProgress, sha256_file
 
 BUILD_RE = re.compile(rb"v(\d{1,2}\.\d{1,3}\.\d{1,3})\.(\d{6,14})")
 TARGET_RE = re.compile(rb"soc_type=([A-Za-z0-9]{2,16});arch=(\d{2,3})")
@@ -45,7 +45,8 @@ class FileFacts:
     context_targets: set[tuple[str, int]] = field(default_factory=set)
 
 
-def scan_file(path: Path, markers: bool, progress: Progress | None = None, copy_to: Path | None = None) -> FileFacts:
+def scan_file(path: Path, markers: bool, progress: ByteProgress | None = None,
+              copy_to: Path | None = None) -> FileFacts:
     """Hash a file (and copy it, for `bundle`) in one read, collecting QNN markers when `markers` is set."""
     scanner = Scanner() if markers else None
     digest = sha256_file(path, progress, scanner, copy_to)

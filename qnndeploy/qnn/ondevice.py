@@ -102,8 +102,9 @@ def validate(models: Mapping[str, Path], options: Mapping[str, str], precision: 
         ready = [(j, c) for j, c in zip(jobs, compiled, strict=True) if c.get("binary")]
         if progress is not None and ready:
             progress(f"running {len(ready)} compiled graph(s) on the host HTP emulator against the CPU models")
-        outcomes = emulator.run_jobs([emulator.Job(Path(c["binary"]), j["graph"], c["qnn_graph"], j["soc"],
-                                                   precision, Path(j["model"]), SAMPLES, SEED) for j, c in ready], tc)
+        outcomes = emulator.run_jobs([emulator.EmulatorJob(Path(c["binary"]), j["graph"], c["qnn_graph"], j["soc"],
+                                                           precision, Path(j["model"]), SAMPLES, SEED)
+                                      for j, c in ready], tc)
     by_job = {id(j): o for (j, _), o in zip(ready, outcomes, strict=True)}
     checks = []
     for j, c in zip(jobs, compiled, strict=True):

@@ -115,15 +115,15 @@ class _TensorVersions(ctypes.Union):
     _fields_ = [("v1", _TensorV1), ("v2", _TensorV2)]
 
 
-class _Tensor(ctypes.Structure):
+class _QnnTensor(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("u", _TensorVersions)]
 
 
 _GRAPH_V1: _Fields = [("graphName", ctypes.c_char_p), ("numGraphInputs", ctypes.c_uint32),
-             ("graphInputs", ctypes.POINTER(_Tensor)), ("numGraphOutputs", ctypes.c_uint32),
-             ("graphOutputs", ctypes.POINTER(_Tensor))]
+             ("graphInputs", ctypes.POINTER(_QnnTensor)), ("numGraphOutputs", ctypes.c_uint32),
+             ("graphOutputs", ctypes.POINTER(_QnnTensor))]
 _GRAPH_V2: _Fields = [*_GRAPH_V1, ("numUpdateableTensors", ctypes.c_uint32),
-                      ("updateableTensors", ctypes.POINTER(_Tensor))]
+                      ("updateableTensors", ctypes.POINTER(_QnnTensor))]
 
 
 class _GraphInfoV1(ctypes.Structure):
@@ -178,7 +178,7 @@ _BINARY_HEAD: _Fields = [("backendId", ctypes.c_uint32), ("buildId", ctypes.c_ch
 _BINARY_V1: _Fields = [*_BINARY_HEAD, ("hwInfoBlobVersion", _Version), ("contextBlobVersion", _Version),
               ("hwInfoBlobSize", ctypes.c_uint32), ("hwInfoBlob", ctypes.c_void_p),
               ("contextBlobSize", ctypes.c_uint64), ("numContextTensors", ctypes.c_uint32),
-              ("contextTensors", ctypes.POINTER(_Tensor)), ("numGraphs", ctypes.c_uint32),
+              ("contextTensors", ctypes.POINTER(_QnnTensor)), ("numGraphs", ctypes.c_uint32),
               ("graphs", ctypes.POINTER(_GraphInfo))]
 
 
@@ -192,7 +192,7 @@ class _BinaryInfoV2(ctypes.Structure):
 
 class _BinaryInfoV3(ctypes.Structure):  # V3 drops the hardware info blob and adds context metadata and socModel
     _fields_ = [*_BINARY_HEAD, ("contextBlobVersion", _Version), ("contextBlobSize", ctypes.c_uint64),
-                ("numContextTensors", ctypes.c_uint32), ("contextTensors", ctypes.POINTER(_Tensor)),
+                ("numContextTensors", ctypes.c_uint32), ("contextTensors", ctypes.POINTER(_QnnTensor)),
                 ("numGraphs", ctypes.c_uint32), ("graphs", ctypes.POINTER(_GraphInfo)),
                 ("platformInfo", ctypes.POINTER(_PlatformInfo)), ("contextMetadataSize", ctypes.c_uint32),
                 ("contextMetadata", ctypes.c_void_p), ("socModel", ctypes.c_uint32)]
@@ -284,7 +284,7 @@ class Quantization:
 
 
 @dataclass(frozen=True)
-class TensorInfo:
+class QnnTensorInfo:
     name: str
     dims: tuple[int, ...]
     dtype: str  # numpy's name for the element type the app passes: float16, uint16, int32…
@@ -295,8 +295,8 @@ class TensorInfo:
 @dataclass(frozen=True)
 class GraphInfo:
     name: str
-    inputs: tuple[TensorInfo, ...]
-    outputs: tuple[TensorInfo, ...]
+    inputs: tuple[QnnTensorInfo, ...]
+    outputs: tuple[QnnTensorInfo, ...]
     spill_fill_bytes: int | None  # None where the binary's version does not record the field
     vtcm_bytes: int | None  # the VTCM the graph was compiled for (the header says MB; QAIRT 2.51 writes bytes)
     optimization_level: int | None
@@ -329,11 +329,11 @@ class ContextInfo:
 
 def context_from_json(data: dict[str, Any]) -> ContextInfo:
     """The inverse of ContextInfo.to_json (how a child process's answer comes back)."""
-    def tensor(t: dict[str, Any]) -> TensorInfo:
+    def tensor(t: dict[str, Any]) -> QnnTensorInfo:
         q = t["quantization"]
         quant = None if q is None else Quantization(
             q["encoding"], q["scale"], q["offset"], q["bitwidth"], q["axis"], tuple(q["scales"]), tuple(q["offsets"]))
-        return TensorInfo(t["name"], tuple(t["dims"]), t["dtype"], t["qnn_dtype"], quant)
+        return QnnTensorInfo(t["name"], tuple(t["dims"]), t["dtype"], t["qnn_dtype"], quant)
 
     graphs = tuple(GraphInfo(**{**g, "inputs": tuple(tensor(t) for t in g["inputs"]),
                                 "outputs": tuple(tensor(t) for t in g["outputs"])}) for g in data["graphs"])
@@ -437,17 +437,17 @@ def _quantization(q: _QuantizeParams, dtype: int) -> Quantization | None:
     return Quantization(name)  # block and vector encodings: named, their tables not read
 
 
-def _tensor(t: _Tensor) -> TensorInfo:
+def _tensor(t: _QnnTensor) -> QnnTensorInfo:
     if t.version not in (1, 2):
         raise CheckFailed(f"libQnnSystem returned a tensor of version {t.version}, unknown to this reader")
     v = t.u.v1 if t.version == 1 else t.u.v2  # V2 begins with V1's fields
     rank = _count(v.rank, "dimensions")
     dims = tuple(v.dimensions[i] for i in range(rank)) if v.dimensions else ()
-    return TensorInfo(_text(v.name), dims, _DTYPES.get(v.dataType, f"qnn_0x{v.dataType:04x}"), v.dataType,
-                      _quantization(v.quantizeParams, v.dataType))
+    return QnnTensorInfo(_text(v.name), dims, _DTYPES.get(v.dataType, f"qnn_0x{v.dataType:04x}"), v.dataType,
+                         _quantization(v.quantizeParams, v.dataType))
 
 
-def _tensors(array: Any, n: int) -> tuple[TensorInfo, ...]:  # ctypes pointer arrays are untyped
+def _tensors(array: Any, n: int) -> tuple[QnnTensorInfo, ...]:  # ctypes pointer arrays are untyped
     return tuple(_tensor(array[i]) for i in range(_count(n, "tensors"))) if array else ()
 
 

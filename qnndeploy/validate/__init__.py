@@ -29,6 +29,7 @@ from qnndeploy.formats.records import (
     VALIDATION_RECORD,
     VALIDATION_VERSION,
     CompileRecord,
+    JobProgress,
     JobStarted,
     RecordStatus,
     SplitPart,
@@ -129,7 +130,6 @@ class ValidationSummary:
 
 TWIN_NOTE = ("the shared context's graphs share weights, which the host emulator cannot load (QAIRT 2.51 crashes): "
              "this graph compiled alone with the same options ran instead; check the shared binary on a phone")
-Progress = Callable[[int, int, "TargetValidation | JobStarted | None"], None]  # as compile's
 Given = tuple[list[Sample], JSON]  # samples from --inputs, and how they were made
 Held = dict[tuple[str, str], tuple[JSON, list[Sample]]]  # a split part's record and HTP outputs, until its chain ran
 Reference = tuple[list[Sample], list[Sample], JSON]  # samples, their CPU outputs, how the samples were made
@@ -138,7 +138,7 @@ V = TypeVar("V")
 
 
 def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
-                   progress: Progress | None = None) -> ValidationSummary:
+                   progress: JobProgress[TargetValidation] | None = None) -> ValidationSummary:
     """Validate every compiled (graph, SoC) in `build`, the selected ones (options) `jobs` at once, the results in
     the build's order. The samples: `inputs` (*.npz with one array per input name, or <input>.npy; for a one-input
     graph .wav or .png/.jpg files through `preprocess`, media.parse_preprocess), otherwise `random` seeded ones.

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from qnndeploy.base import compat, socs
 from qnndeploy.base.errors import MissingTool, QnnDeployError
-from qnndeploy.base.fileio import JSON, Progress, read_limited
+from qnndeploy.base.fileio import JSON, ByteProgress, read_limited
 from qnndeploy.base.names import (
     FORMAT_VERSION,
     LICENCES_DIR,
@@ -114,7 +114,7 @@ def _walk(root: Path) -> tuple[set[str], list[Problem]]:
 
 
 @contextmanager
-def opened(path: Path, progress: Progress | None = None, jobs: int | None = None, *, deep: bool = False,
+def opened(path: Path, progress: ByteProgress | None = None, jobs: int | None = None, *, deep: bool = False,
            allow_unchecked: bool = False, steps: Steps | None = None) -> Iterator[tuple[Path, VerifyReport]]:
     """(bundle root, its verify report) for a bundle folder or a .tar.gz/.zip of one; an archive stays extracted
     while the caller uses it. Raises QnnDeployError only for unusable input. `steps` is told of each long step
@@ -153,14 +153,14 @@ def bundle_folder(path: Path) -> Iterator[Path]:
             raise e.reworded(str(e).replace(str(root), f"{path}:{root.name}")) from None
 
 
-def verify_bundle(path: Path, progress: Progress | None = None, jobs: int | None = None, *, deep: bool = False,
+def verify_bundle(path: Path, progress: ByteProgress | None = None, jobs: int | None = None, *, deep: bool = False,
                   allow_unchecked: bool = False, steps: Steps | None = None) -> VerifyReport:
     """Verify a bundle folder or a .tar.gz/.zip of one."""
     with opened(path, progress, jobs, deep=deep, allow_unchecked=allow_unchecked, steps=steps) as (_, report):
         return report
 
 
-def verify_folder(root: Path, progress: Progress | None = None, jobs: int | None = None, *, deep: bool = False,
+def verify_folder(root: Path, progress: ByteProgress | None = None, jobs: int | None = None, *, deep: bool = False,
                   allow_unchecked: bool = False, steps: Steps | None = None) -> VerifyReport:
     """Every rule of the bundle format, and with `deep` each context binary loaded and run on the host emulator
     against its CPU model (emulator.check_bundle). Binaries no libQnnSystem can read are a problem unless

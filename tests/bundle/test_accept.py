@@ -19,7 +19,7 @@ import pytest
 
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.bundle.build import build_bundle, spec_from_build
-from qnndeploy.decide.decision import Device, decide
+from qnndeploy.decide.decision import DeviceIdentity, decide
 from qnndeploy.formats.manifest import Manifest, schema_errors, worst_metric
 from qnndeploy.model.onnxio import model_inputs
 from qnndeploy.model.samples import write_samples
@@ -30,7 +30,7 @@ from tests.support.cli import run
 from tests.support.host import require
 
 SOCS = ["SM8550", "SM8750"]
-PHONE = Device("SM8750", "sun", 35)
+PHONE = DeviceIdentity("SM8750", "sun", 35)
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +213,7 @@ def accepted_manifest(on: str | None = "cpu", graphs: tuple[str, ...] = ("rec",)
 
 
 def test_the_decision_takes_the_cpu_only_where_the_bundle_asks_for_it():
-    def key(m: dict, device: Device = PHONE, load_errors: dict | None = None) -> tuple[str, str]:
+    def key(m: dict, device: DeviceIdentity = PHONE, load_errors: dict | None = None) -> tuple[str, str]:
         assert not schema_errors(m)
         d = decide(Manifest.parse(m), device, load_errors=load_errors or {}, lib_dir="/lib")
         return d.reason_key, d.reason
@@ -224,7 +224,7 @@ def test_the_decision_takes_the_cpu_only_where_the_bundle_asks_for_it():
     assert key(accepted_manifest(on="npu"))[0] == "npu"
     assert key(accepted_manifest(on=None))[0] == "npu"
     assert key(accepted_manifest(soc="SM8550"))[0] == "npu"  # another SoC's target
-    assert key(accepted_manifest(soc="SM8550"), Device("SM8550", None, 34))[0] == "validation_failed"
+    assert key(accepted_manifest(soc="SM8550"), DeviceIdentity("SM8550", None, 34))[0] == "validation_failed"
     # decided before the libraries are loaded
     assert key(accepted_manifest(), load_errors={"libQnnHtp.so": "x"})[0] == "validation_failed"
 

@@ -1174,7 +1174,7 @@ def test_soc_must_be_a_catalog_model(bundle, soc):
 
 @pytest.mark.parametrize("text", ["1.0", "true", "3.0", "\"3\""])
 def test_format_version_must_be_an_integer(bundle, text):
-    from qnndeploy.decide.decision import Device, decide
+    from qnndeploy.decide.decision import DeviceIdentity, decide
     from qnndeploy.formats.manifest import Manifest
 
     raw = (bundle / "manifest.json").read_text().replace(f'"format_version": {FORMAT_VERSION}',
@@ -1183,7 +1183,7 @@ def test_format_version_must_be_an_integer(bundle, text):
     found = one_line_problems(bundle)
     assert len(found) == 1 and found[0].startswith("manifest.json: ") and "format_version" in found[0], found
     # the app's decision refuses the same manifest
-    d = decide(Manifest.parse(json.loads(raw)), Device("SM8750", None, 34), load_errors={}, lib_dir="/x")
+    d = decide(Manifest.parse(json.loads(raw)), DeviceIdentity("SM8750", None, 34), load_errors={}, lib_dir="/x")
     assert d.reason_key == "format_unsupported"
 
 

@@ -101,7 +101,7 @@ def test_each_graphs_cpu_model_runs_once_for_all_its_socs(bundle, monkeypatch):
         spec = Path(emulator.tempfile.mkdtemp()) / "jobs.json"
         spec.write_text(emulator.child_spec(jobs, spec.parent, spec.parent / "result.json"))
         emulator.main([str(spec)])
-        return [emulator.Outcome(**o) for o in json.loads((spec.parent / "result.json").read_text())]
+        return [emulator.EmulatorOutcome(**o) for o in json.loads((spec.parent / "result.json").read_text())]
 
     monkeypatch.setattr(emulator, "_run", in_process)
     report = verify_bundle(bundle, deep=True)

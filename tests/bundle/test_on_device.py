@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from qnndeploy.base.names import FORMAT_VERSION
-from qnndeploy.decide.decision import Device, decide
+from qnndeploy.decide.decision import DeviceIdentity, decide
 from qnndeploy.formats.manifest import Manifest
 from qnndeploy.qnn import htp, ondevice
 from qnndeploy.verification.checks import verify_bundle
@@ -57,12 +57,12 @@ def test_the_bundle_lists_the_arches_its_on_device_compile_passed_on(demo):
 
 def test_the_decision_compiles_on_an_untargeted_phone_of_a_validated_arch_only(demo):
     m = Manifest.parse(json.loads((demo / "manifest.json").read_text()))
-    d = decide(m, Device("SM8845", None, 36), load_errors={}, lib_dir="/x")
+    d = decide(m, DeviceIdentity("SM8845", None, 36), load_errors={}, lib_dir="/x")
     assert d.npu and d.npu_source == "on-device" and d.paths == {"kws_demo": "cpu/kws_demo.onnx"}
     assert d.ep_options["kws_demo"]["htp_graph_finalization_optimization_mode"] == "3"
-    d = decide(m, Device("SM8350", None, 33), load_errors={}, lib_dir="/x")
+    d = decide(m, DeviceIdentity("SM8350", None, 33), load_errors={}, lib_dir="/x")
     assert not d.npu and d.reason_key == "not_validated_on_device" and "(v68)" in d.reason
-    assert decide(m, Device("SM8750", None, 35), load_errors={}, lib_dir="/x").npu_source == "prebuilt"
+    assert decide(m, DeviceIdentity("SM8750", None, 35), load_errors={}, lib_dir="/x").npu_source == "prebuilt"
 
 
 def _rewrite(bundle: Path, tmp: Path, change) -> Path:
@@ -194,7 +194,8 @@ def test_a_graph_that_fails_on_the_emulator_is_validated_for_no_arch(tmp_path):
     record = json.loads((tmp_path / "out" / "big-1" / "records" / "big-on-device-v81.json").read_text())
     assert record["passed"] is False and record["compile_s"] > 0
     m = Manifest.parse(json.loads((tmp_path / "out" / "big-1" / "manifest.json").read_text()))
-    assert decide(m, Device("SM8845", None, 36), load_errors={}, lib_dir="/x").reason_key == "not_validated_on_device"
+    assert decide(m, DeviceIdentity("SM8845", None, 36), load_errors={}, lib_dir="/x").reason_key == \
+        "not_validated_on_device"
 
 
 def test_the_phone_compile_options_need_on_device_compile(tmp_path):
@@ -218,6 +219,7 @@ def test_a_bundled_runtime_ships_the_libraries_of_the_arches_phones_may_compile_
     bundled = Manifest.parse(json.loads((tmp_path / "out" / "kws-2.0.0" / "manifest.json").read_text()))
     archs = sorted({lib.dsp_arch for lib in bundled.runtime.libs if lib.dsp_arch})
     assert archs == ["v73", "v79", "v81"]
-    assert decide(bundled, Device("SM8845", None, 36), load_errors={}, lib_dir="/x").npu_source == "on-device"
-    d = decide(bundled, Device("SM8950", None, 36), load_errors={}, lib_dir="/x")  # v85: validated, not in the SDK
+    assert decide(bundled, DeviceIdentity("SM8845", None, 36), load_errors={}, lib_dir="/x").npu_source == "on-device"
+    # v85: validated, not in the SDK
+    d = decide(bundled, DeviceIdentity("SM8950", None, 36), load_errors={}, lib_dir="/x")
     assert d.reason_key == "runtime_libs_missing" and "libQnnHtpV85Stub.so" in d.reason

@@ -10,7 +10,7 @@ from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, FORMAT_VERSION
 from qnndeploy.decide.decision import (
     REASONS,
     VENDOR_DSP_FOLDERS,
-    Device,
+    DeviceIdentity,
     QnnLibraries,
     Remembered,
     SocIdentity,
@@ -26,7 +26,7 @@ from qnndeploy.formats.manifest import Manifest, schema_errors
 from tests.support import bundles
 
 LIB_DIR = "/data/app/~~x/com.example-1/lib/arm64"
-SM8750 = Device("SM8750", "sun", 35)
+SM8750 = DeviceIdentity("SM8750", "sun", 35)
 
 
 def run(manifest=None, device=SM8750, load_errors=None, **kw):
@@ -61,17 +61,17 @@ def test_ort_engine_gets_the_epcontext_wrappers():
 
 
 def test_soc_not_in_the_bundle_goes_to_cpu_and_says_so():
-    d = run(device=Device("SM8650", "pineapple", 34))
+    d = run(device=DeviceIdentity("SM8650", "pineapple", 34))
     assert not d.npu and d.soc == "SM8650"
     assert d.reason == "SoC SM8650 is not in the bundle (targets: SM8550, SM8750)"
     assert d.paths == {"det": "cpu/det.onnx", "rec": "cpu/rec.onnx"} and d.files == ["cpu/det.onnx", "cpu/rec.onnx"]
     assert d.adsp_library_path is None and d.backend_lib is None
-    d = run(bundles.manifest(targets=()), device=Device("s5e9945", None, 34))  # an Exynos phone
+    d = run(bundles.manifest(targets=()), device=DeviceIdentity("s5e9945", None, 34))  # an Exynos phone
     assert d.soc == "S5E9945" and d.reason == "SoC S5E9945 is not in the bundle (targets: none)"
 
 
 def test_alias_reported_by_the_phone_matches_the_catalog_model():
-    d = run(device=Device("SM8750P", "sun", 35))
+    d = run(device=DeviceIdentity("SM8750P", "sun", 35))
     assert d.npu and d.soc == "SM8750"
 
 
@@ -91,7 +91,7 @@ def test_every_name_a_phone_reports_for_a_soc_decides_its_target_with_its_soc_mo
         for name in soc.names:
             for spelled in spellings(name):
                 for sdk in (30, 35):  # ro.soc.model before Build.SOC_MODEL exists, then Build.SOC_MODEL
-                    d = run(m, device=Device(spelled, None, sdk))
+                    d = run(m, device=DeviceIdentity(spelled, None, sdk))
                     assert (d.provider, d.soc, d.dsp_arch, d.soc_id) == ("npu", soc.model, soc.dsp_arch,
                                                                          soc.soc_id), (spelled, d.reason)
                     assert d.identified_by == ("Build.SOC_MODEL" if sdk >= 31 else "ro.soc.model")
@@ -99,11 +99,11 @@ def test_every_name_a_phone_reports_for_a_soc_decides_its_target_with_its_soc_mo
 
 def test_the_soc_model_named_is_the_targets_own_and_only_on_the_npu():
     m = bundles.manifest(targets=("SM8550", "SM8750"))
-    assert (run(m).soc_id, run(m, device=Device("SM8550-AC", None, 34)).soc_id) == (69, 43)
+    assert (run(m).soc_id, run(m, device=DeviceIdentity("SM8550-AC", None, 34)).soc_id) == (69, 43)
     m["targets"][1]["soc_id"] = 12345  # what the manifest says, as the app passes it on (bundle verify checks it)
     assert run(m).soc_id == 12345
     assert run(m, load_errors={"libQnnHtp.so": "x"}).soc_id is None
-    assert run(m, device=Device("SM8650", None, 34)).soc_id is None
+    assert run(m, device=DeviceIdentity("SM8650", None, 34)).soc_id is None
 
 
 def test_library_failures_give_cpu_with_every_loader_message():
@@ -119,14 +119,14 @@ def test_library_failures_give_cpu_with_every_loader_message():
 
 
 def test_android_11_is_identified_through_the_board_platform():
-    d = run(device=Device(None, "kalama", 30))
+    d = run(device=DeviceIdentity(None, "kalama", 30))
     assert d.npu and d.soc == "SM8550" and d.identified_by == "ro.board.platform" and d.dsp_arch == "v73"
-    d = run(device=Device("", "lito", 30))
+    d = run(device=DeviceIdentity("", "lito", 30))
     assert not d.npu and d.soc is None
     assert d.reason == 'SoC unknown: ro.board.platform "lito" is not in the SoC catalog'
-    d = run(device=Device("unknown", None, 33))
+    d = run(device=DeviceIdentity("unknown", None, 33))
     assert d.reason == "SoC unknown: the device reports no Build.SOC_MODEL / ro.soc.model and no ro.board.platform"
-    assert run(device=Device("SM8550", None, 30)).identified_by == "ro.soc.model"
+    assert run(device=DeviceIdentity("SM8550", None, 30)).identified_by == "ro.soc.model"
 
 
 def test_adsp_library_path_prepends_with_semicolons_and_keeps_what_was_there():
@@ -157,7 +157,7 @@ def test_a_v1_manifest_is_still_read():
 
 def test_the_cpu_fallback_brings_the_external_data_of_its_models():
     m = bundles.manifest(external=("rec",))
-    d = run(m, device=Device("SM8650", "pineapple", 34))
+    d = run(m, device=DeviceIdentity("SM8650", "pineapple", 34))
     assert not d.npu and d.paths == {"det": "cpu/det.onnx", "rec": "cpu/rec.onnx"}
     assert d.files == ["cpu/det.onnx", "cpu/rec.onnx", "cpu/rec.onnx.data"]
     assert run(m).files == run(bundles.manifest()).files  # the NPU needs none of them
@@ -207,13 +207,13 @@ def test_qnn_libraries_drop_one_leading_v_of_any_arch_string():
 
 
 def test_device_text_is_normalised_with_ascii_rules_only():
-    assert identify(Device(" \tsm8750p\r\n", None, 34)) == SocIdentity("SM8750", "Build.SOC_MODEL")
-    assert identify(Device(None, " KALAMA\x0b", 30)) == SocIdentity("SM8550", "ro.board.platform")
-    assert identify(Device(" UnKnown ", "sun", 30)) == SocIdentity("SM8750", "ro.board.platform")
+    assert identify(DeviceIdentity(" \tsm8750p\r\n", None, 34)) == SocIdentity("SM8750", "Build.SOC_MODEL")
+    assert identify(DeviceIdentity(None, " KALAMA\x0b", 30)) == SocIdentity("SM8550", "ro.board.platform")
+    assert identify(DeviceIdentity(" UnKnown ", "sun", 30)) == SocIdentity("SM8750", "ro.board.platform")
     # Unicode spaces and case mappings are the JVM's and Python's own, and differ: neither twin applies them
-    assert identify(Device("\u00a0SM8750", None, 34)).soc == "\u00a0SM8750"
-    assert identify(Device("\u017fm8750", None, 34)).soc == "\u017fM8750"  # the long s is not an s
-    kelvin = Device(None, "\u212aalama", 30)  # nor is the Kelvin sign a K
+    assert identify(DeviceIdentity("\u00a0SM8750", None, 34)).soc == "\u00a0SM8750"
+    assert identify(DeviceIdentity("\u017fm8750", None, 34)).soc == "\u017fM8750"  # the long s is not an s
+    kelvin = DeviceIdentity(None, "\u212aalama", 30)  # nor is the Kelvin sign a K
     assert identify(kelvin) == SocIdentity(None, "ro.board.platform")
     assert adsp_library_path("/app", "\u0085; ;/odm") == ";".join(["/app", "\u0085", "/odm", *VENDOR_DSP_FOLDERS])
 
@@ -244,7 +244,7 @@ def test_every_reason_comes_from_the_data_file_with_exactly_its_fields():
     with pytest.raises(ValueError, match="plain name"):
         template_fields("{soc:>8}")
     assert template_fields("{{literal}} {a} {b} {a}") == ["a", "b"]
-    for d in (run(), run(device=Device("SM8650", None, 34)), run(bundles.manifest(format_version=3))):
+    for d in (run(), run(device=DeviceIdentity("SM8650", None, 34)), run(bundles.manifest(format_version=3))):
         assert d.reason.startswith(REASONS["decide"][d.reason_key].split("{")[0])
 
 
@@ -294,7 +294,7 @@ def test_a_malformed_version_on_either_side_refuses_nothing(runtime, required):
 def test_the_runtime_version_is_recorded_only_once_the_libraries_loaded():
     m = with_min_runtime("2.49.0")
     assert run(m, load_errors={"libQnnHtp.so": "dlopen failed"}, runtime_version="2.48.0").runtime_version is None
-    assert run(m, device=Device("SM8650", None, 34), runtime_version="2.48.0").runtime_version is None
+    assert run(m, device=DeviceIdentity("SM8650", None, 34), runtime_version="2.48.0").runtime_version is None
     assert run({**m, "qairt": "not an object"}, runtime_version="2.48.0").npu
 
 
@@ -318,13 +318,13 @@ def test_a_split_models_cpu_part_runs_on_the_cpu_in_an_npu_decision():
     assert d.npu and d.cpu_graphs == ["det"]
     assert d.paths == {"det": "cpu/det.onnx", "rec": "npu/SM8750/rec_ctx.onnx"}
     assert "cpu/det.onnx" in d.files and "npu/SM8750/det.bin" not in d.files
-    cpu = run(m, device=Device("SM8350", None, 34))  # no target: everything on the CPU, nothing singled out
+    cpu = run(m, device=DeviceIdentity("SM8350", None, 34))  # no target: everything on the CPU, nothing singled out
     assert not cpu.npu and cpu.cpu_graphs == [] and cpu.paths == {"det": "cpu/det.onnx", "rec": "cpu/rec.onnx"}
 
 
 # --- the third path: the NPU from the ONNX the phone compiles (bundle build --on-device-compile) ---------------------
 
-SM8845 = Device("SM8845", None, 36)  # v81, no target in the fixture bundle (SM8550, SM8750)
+SM8845 = DeviceIdentity("SM8845", None, 36)  # v81, no target in the fixture bundle (SM8550, SM8750)
 
 
 def test_a_soc_without_a_target_compiles_on_the_device_when_its_arch_was_validated():
@@ -344,7 +344,7 @@ def test_a_soc_without_a_target_compiles_on_the_device_when_its_arch_was_validat
 
 def test_an_arch_that_was_not_validated_takes_the_cpu_with_its_reason():
     m = bundles.on_device(bundles.manifest())
-    d = run(m, Device("SM8350", None, 33))  # v68: not validated (no fp16 on its HTP)
+    d = run(m, DeviceIdentity("SM8350", None, 33))  # v68: not validated (no fp16 on its HTP)
     assert not d.npu and d.npu_source is None and d.reason_key == "not_validated_on_device"
     assert d.reason == ("SoC SM8350 (v68) is not in the bundle (targets: SM8550, SM8750) and the bundle's on-device "
                         "compile was not validated for v68 (validated: v69, v73, v75, v79, v81, v85)")
@@ -358,15 +358,15 @@ def test_a_soc_the_catalog_does_not_know_needs_the_platform_info_of_the_qnn_back
     from qnndeploy.decide.decision import Platform
 
     m = bundles.on_device(bundles.manifest())
-    unknown = Device("SM9999", None, 36)
+    unknown = DeviceIdentity("SM9999", None, 36)
     assert run(m, unknown).reason_key == "arch_unknown"
     d = run(m, unknown, platform=Platform(200, "v81"))
     assert d.npu and (d.soc, d.dsp_arch, d.soc_id) == ("SM9999", "v81", 200)
     assert run(m, unknown, platform=Platform(200, "v99")).reason_key == "not_validated_on_device"
     # a phone that names no SoC at all: the platform info alone
-    d = run(m, Device(None, "newchip", 36), platform=Platform(201, "v85"))
+    d = run(m, DeviceIdentity(None, "newchip", 36), platform=Platform(201, "v85"))
     assert d.npu and d.soc is None and d.reason.startswith("SoC soc_model 201 (v85) is not in the bundle;")
-    assert run(m, Device(None, "newchip", 36)).reason_key == "soc_not_in_catalog"
+    assert run(m, DeviceIdentity(None, "newchip", 36)).reason_key == "soc_not_in_catalog"
     # a catalog SoC goes by the catalog's arch, whatever the backend says
     assert run(m, SM8845, platform=Platform(1, "v68")).dsp_arch == "v81"
 
@@ -418,4 +418,4 @@ def test_an_engine_that_runs_context_binaries_only_cannot_compile_on_the_device(
     d = run(m, SM8845, compiles_onnx=False)  # the sherpa-onnx glue: it loads context binaries, never an ONNX
     assert not d.npu and d.reason_key == "on_device_needs_ort"
     assert d.reason.startswith("SoC SM8845 (v81) is not in the bundle (targets: SM8550, SM8750), and this app's engine")
-    assert run(m, Device("SM8750", None, 35), compiles_onnx=False).npu  # its own targets are unaffected
+    assert run(m, DeviceIdentity("SM8750", None, 35), compiles_onnx=False).npu  # its own targets are unaffected

@@ -198,7 +198,7 @@ def test_quantization_parameters_are_read_per_encoding():
     q.u.axisScaleOffset = qnnsystem._AxisScaleOffset(3, 2, ctypes.cast(pairs, ctypes.POINTER(qnnsystem._ScaleOffset)))
     assert qnnsystem._quantization(q, 0x0308) == qnnsystem.Quantization(
         "axis_scale_offset", axis=3, scales=(0.25, 2.0), offsets=(0, -3))
-    assert ctypes.sizeof(qnnsystem._QuantizeParams) == 40 and ctypes.sizeof(qnnsystem._Tensor) == 144
+    assert ctypes.sizeof(qnnsystem._QuantizeParams) == 40 and ctypes.sizeof(qnnsystem._QnnTensor) == 144
 
 
 # --- bundles ------------------------------------------------------------------------------------------------------
@@ -308,17 +308,17 @@ def test_a_signature_matches_what_qnn_makes_of_it():
     """The rules compile and verify judge a binary's graph by: an ONNX scalar is a [1] in QNN (silero VAD's `sr`),
     names match after QNN's identifier rule, and dims and dtypes must agree."""
     from qnndeploy.qnn.contextcheck import signature_problem
-    from qnndeploy.qnn.qnnsystem import GraphInfo, TensorInfo
+    from qnndeploy.qnn.qnnsystem import GraphInfo, QnnTensorInfo
 
-    def graph(*inputs: TensorInfo) -> GraphInfo:
-        y = TensorInfo("y", (1, 1), "float32", 0, None)
+    def graph(*inputs: QnnTensorInfo) -> GraphInfo:
+        y = QnnTensorInfo("y", (1, 1), "float32", 0, None)
         return GraphInfo("g", inputs, (y,), 0, 0, 0, 0, 0, None, None, None, 3)
 
     want = ([{"name": "sr", "dtype": "int32", "shape": []}, {"name": "x:0", "dtype": "float32", "shape": [1, 512]}],
             [{"name": "y", "dtype": "float32", "shape": [1, 1]}])
-    ok = graph(TensorInfo("sr", (1,), "int32", 0, None), TensorInfo("x_0", (1, 512), "float32", 0, None))
+    ok = graph(QnnTensorInfo("sr", (1,), "int32", 0, None), QnnTensorInfo("x_0", (1, 512), "float32", 0, None))
     assert signature_problem(ok, "vad", want) is None
-    wrong = graph(TensorInfo("sr", (1,), "int32", 0, None), TensorInfo("x_0", (1, 256), "float32", 0, None))
+    wrong = graph(QnnTensorInfo("sr", (1,), "int32", 0, None), QnnTensorInfo("x_0", (1, 256), "float32", 0, None))
     assert "is it another graph's binary?" in (signature_problem(wrong, "vad", want) or "")
 
 

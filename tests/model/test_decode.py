@@ -18,7 +18,7 @@ LOOP = decode.Loop("enc", "dec", "mel", "tokens", "offset", "mask", "logits", ((
                    (("self_k", "this_k"),), prompt=(7, 8), end=0, max_tokens=10)
 
 
-def scripted(answers: list[int], seen: list[dict]) -> decode.Run:
+def scripted(answers: list[int], seen: list[dict]) -> decode.GraphCall:
     """A decoder that answers token `answers[position - 1]` after the prompt, and records what it was fed."""
 
     def run(feeds):

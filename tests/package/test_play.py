@@ -169,9 +169,9 @@ def test_play_group_is_bundletools_exact_first_match():
     assert playplan.play_group(groups, "Samsung", "s5e9945", 34) == "other"
     assert playplan.expected_group(plan, "SM8550") == "sm8550"
     assert playplan.expected_group(plan, "SM8650") == "other" and playplan.expected_group(plan, None) == "other"
-    overlapping = [playplan.Group("first", [[playplan.Soc("QTI", "SM8750")]]), *groups]
+    overlapping = [playplan.PlayGroup("first", [[playplan.PlaySoc("QTI", "SM8750")]]), *groups]
     assert playplan.play_group(overlapping, "QTI", "SM8750", 35) == "first"  # the file's order is the priority
-    anyone = [playplan.Group("all", [[]])]  # a selector without system-on-chip selects every phone
+    anyone = [playplan.PlayGroup("all", [[]])]  # a selector without system-on-chip selects every phone
     assert playplan.play_group(anyone, None, None, 29) == "all"
 
 
@@ -206,7 +206,7 @@ def test_every_name_phones_report_lands_in_its_socs_group_by_bundletools_exact_r
     assert {"SM8750-AC", "SM8850-AD", "SM8650-AC", "SM8550-AC", "SM8750P", "SM8350P", "SM8845P", "QCS9075"} <= {
         name for _, name in every}
     for soc, name in every:
-        phone = decision.identify(decision.Device(name, None, 34))
+        phone = decision.identify(decision.DeviceIdentity(name, None, 34))
         assert phone.soc == soc.model, name
         want = playplan.expected_group(plan, phone.soc)
         assert want == soc.model.lower()
@@ -214,7 +214,7 @@ def test_every_name_phones_report_lands_in_its_socs_group_by_bundletools_exact_r
             assert play_format.matching_group(config, manufacturer, name, 34, "other") == want, (manufacturer, name)
             assert playplan.play_group(groups, manufacturer, name, 34) == want, (manufacturer, name)
             for near in (name.lower(), f" {name}", f"{name}\n"):
-                assert decision.identify(decision.Device(near, None, 34)).soc == soc.model
+                assert decision.identify(decision.DeviceIdentity(near, None, 34)).soc == soc.model
                 assert play_format.matching_group(config, manufacturer, near, 34, "other") == "other", near
                 assert playplan.play_group(groups, manufacturer, near, 34) == "other", near
             assert play_format.matching_group(config, manufacturer, name, 30, "other") == "other"  # Android 11
@@ -250,7 +250,7 @@ def test_a_target_named_by_an_alias_gets_the_catalog_socs_group(tmp_path):
     group = plan["groups"][0]
     assert group["socs"] == ["SM8750"]
     assert {s["model"] for s in group["selectors"]} == set(socs.find("SM8750").names)
-    assert playplan.expected_group(plan, decision.identify(decision.Device("SM8750-AC", None, 35)).soc) == \
+    assert playplan.expected_group(plan, decision.identify(decision.DeviceIdentity("SM8750-AC", None, 35)).soc) == \
         group["name"]
 
 
@@ -307,7 +307,7 @@ def test_phones_of_no_group_reach_the_npu_from_the_base_onnx(on_device_bundle, t
     assert [p.name for p in (out / "qnndeploy_models/src/main/assets/qnndeploy_npu#group_other").rglob("*")] == [
         "group.json"]  # still no NPU file in the default group
     # a phone of no group, SM8845 (v81, no target): the group the decision expects, and it is on the NPU
-    device = decision.Device("SM8845", None, 36)
+    device = decision.DeviceIdentity("SM8845", None, 36)
     choice = decision.decide(Manifest.parse(manifest), device, load_errors={}, lib_dir="")
     assert (choice.npu, choice.npu_source) == (True, "on-device")
     groups = playplan.read_config(out)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qnndeploy.decide.decision import Device, decide
+from qnndeploy.decide.decision import DeviceIdentity, decide
 from qnndeploy.formats.manifest import FileFormat, Manifest
 from qnndeploy.scaffold import scaffold
 from qnndeploy.verification.checks import verify_bundle
@@ -73,7 +73,7 @@ def test_split_at_the_log_makes_the_npu_part_pass_and_the_bundle_runs_both_in_or
     assert not any(head.stem in a.get("graph", "") for t in manifest["targets"] for a in t["artifacts"])
     assert verify_bundle(bundle).ok
 
-    d = decide(Manifest.parse(manifest), Device("SM8750", None, 34), load_errors={}, lib_dir="/lib",
+    d = decide(Manifest.parse(manifest), DeviceIdentity("SM8750", None, 34), load_errors={}, lib_dir="/lib",
                npu_format=FileFormat.ORT_EPCONTEXT)
     assert d.npu and d.cpu_graphs == [head.stem]
     assert d.paths == {head.stem: f"cpu/{head.stem}.onnx", tail.stem: f"npu/SM8750/{tail.stem}_ctx.onnx"}
@@ -167,7 +167,7 @@ def test_a_model_over_one_context_is_split_by_size_into_npu_graphs_bundled_as_a_
     assert manifest["pipeline"] == names and not any(g.get("cpu_only") for g in manifest["graphs"])
     assert {a["path"] for a in manifest["cpu"]} >= {f"cpu/{n}.onnx.data" for n in names}
     assert verify_bundle(bundle).ok
-    d = decide(Manifest.parse(manifest), Device("SM8750", None, 34), load_errors={}, lib_dir="/lib",
+    d = decide(Manifest.parse(manifest), DeviceIdentity("SM8750", None, 34), load_errors={}, lib_dir="/lib",
                npu_format=FileFormat.ORT_EPCONTEXT)
     assert d.npu and d.paths == {n: f"npu/SM8750/{n}_ctx.onnx" for n in names}
 

@@ -14,7 +14,7 @@ from qnndeploy.base import socs
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.base.fileio import sha256_file
 from qnndeploy.compile import aihub as backend
-from qnndeploy.compile.jobs import Job, Tools
+from qnndeploy.compile.jobs import CompileJob, Tools
 from qnndeploy.device import hosted
 from qnndeploy.formats.records import HtpSettings, read_record
 from qnndeploy.qnn import aihub, htp
@@ -330,7 +330,8 @@ def test_a_slow_link_times_out_and_a_stop_during_the_link_ends_the_compile(aihub
     monkeypatch.setattr(backend, "LINK_TIMEOUT_S", 60.0)
     soc, be, path = socs.find("SM8650"), backend.AihubBackend(), model(tmp_path, "stop")
     options = {**be.options(soc, "fp16", HtpSettings()), "calibration": None}
-    job = Job("stop", path, sha256_file(path), soc, "fp16", None, options, "0" * 64, tmp_path / "j", tmp_path / "l")
+    job = CompileJob("stop", path, sha256_file(path), soc, "fp16", None, options, "0" * 64, tmp_path / "j",
+                     tmp_path / "l")
     tools = Tools()  # the stop comes once this compile's link job exists (the first half left one)
     monkeypatch.setattr(tools, "stopping", lambda: sum(r.kind == "link" for r in aihub.jobs.values()) > 1)
     (tmp_path / "work").mkdir()
@@ -350,14 +351,14 @@ def test_a_slow_job_times_out_with_its_url_and_a_stop_ends_the_wait(aihub, tmp_p
     error = json.loads((build / "mlp" / "SM8750" / "compile.json").read_text())["error"]
     assert "still OPTIMIZING_MODEL" in error and "goes on on AI Hub" in error and "/jobs/" in error
 
-    class Job:
+    class CompileJob:
         job_id, url = "j1", "http://x/jobs/j1/"
 
         def get_status(self):
             raise AssertionError("a stop is checked before AI Hub is asked")
 
     with pytest.raises(KeyboardInterrupt):
-        aihub_module_wait(Job())
+        aihub_module_wait(CompileJob())
 
 
 def aihub_module_wait(job) -> None:

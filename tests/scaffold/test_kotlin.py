@@ -30,7 +30,7 @@ from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.decide import reach
 from qnndeploy.decide.decision import (
     REASONS,
-    Device,
+    DeviceIdentity,
     NpuSource,
     Platform,
     Remembered,
@@ -155,10 +155,11 @@ def test_on_device_compile_unit_tests_pass_on_the_jvm(rendered, kotlin):
 
 # Device properties as odd as a vendor may set them: both twins trim ASCII whitespace only and change the case of
 # ASCII letters only, so Unicode spaces, the Kelvin sign, the long s or the sharp s are kept as they are on both sides.
-ODD_DEVICES = [Device("\u00a0SM8750", None, 34), Device("SM8750\u0085", None, 34), Device("\u017fm8750", None, 34),
-               Device("stra\u00dfe", None, 34), Device(" Unknown\t", "\u212aalama", 30),
-               Device("\x0bsm8750\x0c", None, 34), Device(None, " KALAMA\r\n", 30), Device(None, "\u00a0", 30),
-               Device(None, "\x1c", 30), Device("\U0001f600", None, 34)]
+ODD_DEVICES = [DeviceIdentity("\u00a0SM8750", None, 34), DeviceIdentity("SM8750\u0085", None, 34),
+               DeviceIdentity("\u017fm8750", None, 34), DeviceIdentity("stra\u00dfe", None, 34),
+               DeviceIdentity(" Unknown\t", "\u212aalama", 30), DeviceIdentity("\x0bsm8750\x0c", None, 34),
+               DeviceIdentity(None, " KALAMA\r\n", 30), DeviceIdentity(None, "\u00a0", 30),
+               DeviceIdentity(None, "\x1c", 30), DeviceIdentity("\U0001f600", None, 34)]
 ODD_ARCHS = ["v79", "79", "V79", "vv79", "v", "", " v79", "v\u00e9", "\U0001f600v79", "v\U0001f600"]
 ODD_VERSIONS = [3, 0, -1, 1.0, 2.5, True, None, "2", 10**20, [2], {"v": 2}]
 # QAIRT versions of the loaded runtime and of the bundle's qairt.min_runtime: well-formed ones compared as numbers,
@@ -176,9 +177,9 @@ def spellings(name: str) -> list[str]:
     return [name, name.lower(), mixed, f" \t{name}\r\n", f"\x0b{name.lower()}\x0c", f"\n{mixed} "]
 
 
-def spelled_devices() -> list[Device]:
+def spelled_devices() -> list[DeviceIdentity]:
     """Every model and alias of the catalog in every spelling of spellings(), as Build.SOC_MODEL and ro.soc.model."""
-    return [Device(spelled, None, sdk) for soc in socs.catalog() for name in soc.names
+    return [DeviceIdentity(spelled, None, sdk) for soc in socs.catalog() for name in soc.names
             for spelled in spellings(name) for sdk in (30, 35)]
 
 
@@ -216,20 +217,22 @@ def agreement_cases(real_manifest: dict) -> tuple[list[dict], list[dict]]:
     ids = [{**two, "targets": [{**t, "soc_id": v} for t in two["targets"]]} for v in (0, 12345, 2**40)]
     named = [aliased_manifest(), aliased_manifest(runtime="bundled"), *ids]
     manifests = core + versions + archs + runtimes + accepts + named
-    devices = [Device("SM8750", "sun", 35), Device("SM8750P", None, 34), Device(" sm8550 ", "kalama", 33),
-               Device("SM8550", "kalama", 30), Device(None, "kalama", 30), Device("", "sun", 29),
-               Device(None, "lito", 30), Device(None, None, 28), Device("unknown", "pineapple", 31),
-               Device("s5e9945", "s5e9945", 34), Device("SM8650", "pineapple", 34), *ODD_DEVICES]
+    devices = [DeviceIdentity("SM8750", "sun", 35), DeviceIdentity("SM8750P", None, 34),
+               DeviceIdentity(" sm8550 ", "kalama", 33), DeviceIdentity("SM8550", "kalama", 30),
+               DeviceIdentity(None, "kalama", 30), DeviceIdentity("", "sun", 29), DeviceIdentity(None, "lito", 30),
+               DeviceIdentity(None, None, 28), DeviceIdentity("unknown", "pineapple", 31),
+               DeviceIdentity("s5e9945", "s5e9945", 34), DeviceIdentity("SM8650", "pineapple", 34), *ODD_DEVICES]
     for soc in socs.catalog():  # every model, alias and codename of the catalog
-        devices += [Device(name, None, 33) for name in (soc.model, *soc.aliases)]
-        devices += [Device(None, c, 30) for c in soc.codenames]
+        devices += [DeviceIdentity(name, None, 33) for name in (soc.model, *soc.aliases)]
+        devices += [DeviceIdentity(None, c, 30) for c in soc.codenames]
     loads = [{}, {"libQnnHtpV79Stub.so": 'dlopen failed: library "libcdsprpc.so" not found'},
              {"libQnnSystem.so": "a", "libQnnHtp.so": "b", "libQnnHtpV73Stub.so": "c", "libQnnHtpV79Stub.so": "d"}]
     envs = [None, "/odm/lib/rfsa/adsp;/vendor/dsp/cdsp;;", " ;\u0085;\u00a0;/odm/dsp; "]
     remembered = [None, Remembered("1.0 (1) 7", "demo 1.0.0", "QNN error 1008"),
                   Remembered("0.9 (0) 3", "demo 1.0.0", "old failure")]
     engines = (CONTEXT_BINARY, EPCONTEXT)
-    sm8750 = [Device("SM8750", "sun", 35), Device(None, "sun", 30), Device(" sm8750p\n", None, 33)]
+    sm8750 = [DeviceIdentity("SM8750", "sun", 35), DeviceIdentity(None, "sun", 30),
+              DeviceIdentity(" sm8750p\n", None, 33)]
     products = [
         itertools.product(core, devices, loads, envs, remembered, [None], engines, [None]),
         itertools.product(versions, devices[:11], [{}], [None], [None], [None], engines, [None]),
@@ -261,9 +264,10 @@ def agreement_cases(real_manifest: dict) -> tuple[list[dict], list[dict]]:
 # Phones the on-device path meets: a catalog SoC without a target that the bundles validated (SM8845, v81), one
 # they did not (SM8350, v68, no fp16), a SoC with a target, SoCs the catalog does not know (by SOC_MODEL, by an
 # unknown ro.board.platform, or reporting nothing), and the platform info the QNN backend may report for them.
-OD_DEVICES = [Device("SM8845", None, 35), Device(" sm8845p\n", None, 33), Device("SM8350", "lahaina", 34),
-              Device(None, "lahaina", 30), Device("SM8750", "sun", 35), Device("SM9999", None, 36),
-              Device(None, "newchip", 30), Device(None, None, 28), Device("unknown", None, 31)]
+OD_DEVICES = [DeviceIdentity("SM8845", None, 35), DeviceIdentity(" sm8845p\n", None, 33),
+              DeviceIdentity("SM8350", "lahaina", 34), DeviceIdentity(None, "lahaina", 30),
+              DeviceIdentity("SM8750", "sun", 35), DeviceIdentity("SM9999", None, 36),
+              DeviceIdentity(None, "newchip", 30), DeviceIdentity(None, None, 28), DeviceIdentity("unknown", None, 31)]
 OD_PLATFORMS = [None, Platform(97, "v81"), Platform(200, "v79"), Platform(201, "v99"), Platform(5, "v68"),
                 Platform(0, "81")]
 # below, at and above the oldest QAIRT measured to compile for every arch (2.47.0), unknown and malformed
@@ -362,7 +366,7 @@ def test_python_and_kotlin_decide_alike(rendered, kotlin):
         rem = case["remembered"]
         manifest = manifests[case["manifest"]]
         platform = Platform(**case["platform"]) if case["platform"] else None
-        expected = decide(parsed[case["manifest"]], Device(**case["device"]), load_errors=case["load_errors"],
+        expected = decide(parsed[case["manifest"]], DeviceIdentity(**case["device"]), load_errors=case["load_errors"],
                           lib_dir=case["lib_dir"], adsp_before=case["adsp_before"], adsp_error=case["adsp_error"],
                           npu_format=case["npu_format"], app_version=case["app_version"],
                           remembered=Remembered(**rem) if rem else None, runtime_version=case["runtime_version"],
