@@ -486,12 +486,12 @@ def _qairt(spec: BundleSpec, facts: dict[str, FileFacts], marked: list[str]) -> 
         raise BadInput(f"the inputs come from several QAIRT versions ({detail}); "
                        "compile and runtime libraries must come from one QAIRT version")
     if spec.qairt_version and versions and versions != {spec.qairt_version}:
-        raise BadInput(f"--qairt-version {spec.qairt_version} contradicts the binaries, which say QAIRT "
-                       f"{', '.join(sorted(found))}: drop --qairt-version")
+        raise BadInput(f"--qairt {spec.qairt_version} contradicts the binaries, which say QAIRT "
+                       f"{', '.join(sorted(found))}: drop --qairt")
     version = spec.qairt_version or (versions.pop() if versions else None)
     if version is None:
         raise BadInput("cannot tell the QAIRT version: no build string found in the context binaries or "
-                       "libraries; pass --qairt-version")
+                       "libraries; pass --qairt")
     builds = sorted(found)
     return {"version": version, "build": builds[0] if len(builds) == 1 else None}
 
@@ -623,7 +623,7 @@ def _check_request(spec: BundleSpec, out_dir: Path, force: bool, archive_fmt: st
     if not spec.npu:
         raise BadInput("a bundle needs context binaries: --npu SOC:GRAPH=graph.bin, or --from-build build/")
     if spec.qairt_version and not re.fullmatch(r"\d+\.\d+\.\d+", spec.qairt_version):
-        raise BadInput(f"--qairt-version {spec.qairt_version!r} is not a version X.Y.Z (e.g. 2.51.0)")
+        raise BadInput(f"--qairt {spec.qairt_version!r} is not a version X.Y.Z (e.g. 2.51.0)")
     if spec.performance_mode is not None and spec.performance_mode not in PERFORMANCE_MODES:
         raise BadInput(f"--performance-mode {spec.performance_mode!r}: use one of {', '.join(PERFORMANCE_MODES)}")
     if spec.maven_version and not re.fullmatch(r"\d+\.\d+\.\d+", spec.maven_version):

@@ -80,7 +80,7 @@ class PrepareFix:
 
     def args(self) -> list[str]:
         if self.split_at:
-            return ["--split-at", ",".join(self.split_at), "--cpu", self.cpu]
+            return ["--split-at", ",".join(self.split_at), "--cpu-part", self.cpu]
         if self.split_size:
             return ["--split-size", self.split_size]
         out = [a for name, dims in self.shapes.items() for a in ("--shape", f"{name}={','.join(dims)}")]
@@ -385,8 +385,8 @@ class EdgeCut:
 
     @property
     def fix(self) -> str:
-        return (f"prepare --split-at {','.join(self.cut)} --cpu {self.part}: the {self.part} ({self.size} nodes) runs "
-                f"on the CPU, the other {self.total - self.size} on the NPU")
+        return (f"prepare --split-at {','.join(self.cut)} --cpu-part {self.part}: the {self.part} ({self.size} nodes) "
+                f"runs on the CPU, the other {self.total - self.size} on the NPU")
 
 
 def edge_cut(graph: onnx.GraphProto, cpu: set[int], int64: set[str]) -> EdgeCut | None:

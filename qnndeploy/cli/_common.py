@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from importlib import resources
 from pathlib import Path
 from types import FrameType
 from typing import Any, ClassVar, NoReturn
@@ -171,6 +172,52 @@ def shown(path: Path | str) -> str:
 
 
 # --- options and parsers ------------------------------------------------------------------------------------------
+
+GLOSSARY = "data/options.json"  # every option's one name, meaning, type and old spellings (docs/options.md)
+
+
+@functools.cache
+def glossary() -> dict[str, dict[str, Any]]:
+    """The option glossary by option name (the long name, e.g. --performance-mode)."""
+    entries = json.loads(resources.files("qnndeploy").joinpath(GLOSSARY).read_text(encoding="utf-8"))["options"]
+    return {entry["name"]: entry for entry in entries}
+
+
+class Renamed(click.Option):
+    """An option whose old spellings (the glossary's `old_names` for its long name) still work for one release:
+    hidden from --help, each one used says so once on stderr, never on stdout (so --json stays clean). They are
+    parsed into a slot of their own, so the option knows which spelling was given."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        name = max(self.opts, key=len)
+        self.old_names: tuple[str, ...] = tuple(glossary()[name]["old_names"])
+        assert self.old_names, f"{name} has no old names in {GLOSSARY}: a plain option then"
+
+    def _slot(self, old: str) -> str:
+        return f"{self.name} {old}"  # a parser slot no parameter name can take (it has a space)
+
+    def add_to_parser(self, parser: Any, ctx: click.Context) -> None:
+        super().add_to_parser(parser, ctx)
+        action = "append" if self.multiple else "store"
+        extra = {"action": f"{action}_const", "const": self.flag_value} if self.is_flag \
+            else {"action": action, "nargs": self.nargs}
+        for old in self.old_names:
+            parser.add_option(obj=self, opts=[old], dest=self._slot(old), **extra)
+
+    def consume_value(self, ctx: click.Context, opts: Any) -> Any:
+        given = [old for old in self.old_names if self._slot(old) in opts]
+        if given and not ctx.resilient_parsing:
+            new = max(self.opts, key=len)
+            if len(given) > 1 or self.name in opts:
+                raise click.UsageError(f"{given[0]} is the old name of {new}: give {new} alone", ctx)
+            click.echo(f"warning: {given[0]} is renamed {new}; the old name goes in the next release", err=True)
+            opts = {**opts, self.name: opts[self._slot(given[0])]}
+            # a run again under another toolchain (cli/_toolchain.py) gets the new name, so the warning is said once
+            Group.args = [new + arg.removeprefix(given[0]) if arg == given[0] or arg.startswith(f"{given[0]}=")
+                          else arg for arg in Group.args]
+        return super().consume_value(ctx, opts)
+
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of text.")
 # How a bundle is verified, the same two options on every command that verifies one before using it.

@@ -11,7 +11,7 @@ import sys
 import click
 
 from qnndeploy.base.errors import BadInput
-from qnndeploy.cli._common import Group
+from qnndeploy.cli._common import Group, Renamed
 from qnndeploy.qnn import toolchain
 
 
@@ -30,7 +30,7 @@ def under_toolchain(tc: toolchain.Toolchain) -> None:
 
 
 qairt_option = click.option(
-    "--qairt", metavar="X.Y",
+    "--qairt", cls=Renamed, metavar="X.Y",
     help="Use this QAIRT release's compiler: the onnxruntime-qnn wheel that carries it, installed on demand into "
          "$QNNDEPLOY_TOOLCHAINS_DIR (default ~/.cache/qnndeploy/toolchains) [default: the installed "
          "onnxruntime-qnn's]. Pick the QAIRT of the runtime the app ships (docs/decision-and-runtime.md, Runtime "

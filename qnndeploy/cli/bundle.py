@@ -23,6 +23,7 @@ from qnndeploy.bundle.build import (
 from qnndeploy.cli._common import (
     CONTEXT_SETTINGS,
     Group,
+    Renamed,
     assignments,
     byte_progress,
     command_line,
@@ -175,7 +176,8 @@ def bundle() -> None:
               help="Raise the PT_LOAD p_align of runtime libraries aligned below 16 KB (Qualcomm's Skels) to 16384, "
                    "where every segment's file offset and address agree modulo 16384; proven on the bytes, both "
                    "hashes recorded. Without it such a library is refused.")
-@click.option("--qairt-version", metavar="X.Y.Z", help="QAIRT version when the binaries do not embed it.")
+@click.option("--qairt", "qairt_version", cls=Renamed, metavar="X.Y.Z",
+              help="QAIRT version when the binaries do not embed it.")
 @click.option("--maven-runtime-version", metavar="X.Y.Z",
               help="External runtime: the qnn-runtime release to pin, no older than the oldest that loads the binaries "
                    "[default: QAIRT's].")
@@ -183,13 +185,14 @@ def bundle() -> None:
               help="Precision of the context binaries [default: the compile records', else fp16].")
 @click.option("--source-model", type=click.Path(path_type=Path), metavar="PATH",
               help="The original model file (its sha256 goes in the manifest).")
-@click.option("--model-name", help="Name of the source model [default: the bundle name].")
+@click.option("--source-model-name", "model_name", cls=Renamed, metavar="NAME",
+              help="Name of the source model [default: the bundle name].")
 @click.option("--commit", help="Commit of the source model.")
 @click.option("--license", "license_", metavar="LICENSE", help="Licence of the model, e.g. Apache-2.0.")
 @click.option("--split", "split_record", type=click.Path(path_type=Path), metavar="OUT.split.json",
               help="A model split by prepare --split-at or --split-size: a CPU part goes in as a CPU-only graph, "
                    "every NPU part must be in the build, and the app runs them in order.")
-@click.option("--performance-mode", type=click.Choice(PERFORMANCE_MODES), metavar="MODE",
+@click.option("--performance-mode", cls=Renamed, type=click.Choice(PERFORMANCE_MODES), metavar="MODE",
               help="HTP performance mode the generated glue sets: " + ", ".join(PERFORMANCE_MODES)
               + " [default: the glue's, burst].")
 @click.option("--on-device-compile", is_flag=True,

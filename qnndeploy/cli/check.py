@@ -66,7 +66,7 @@ def _render_check(report: stage.CheckReport) -> None:
                    "into the printed next commands [default: DIR, a placeholder there].")
 @click.option("--no-measure", is_flag=True, help="Skip the HTP partitioning (reads the graph only).")
 @click.option("--timeout", type=click.FloatRange(min=0), default=htp.DEFAULT_TIMEOUT_S, show_default=True,
-              metavar="S", help="Seconds the HTP partitioning may take per model (0: no limit). Recurrent layers "
+              metavar="SECONDS", help="Seconds the HTP partitioning may take per model (0: no limit). Recurrent layers "
               "are unrolled over their time steps, which can take minutes; past the limit, op support is reported "
               "as not measured.")
 @click.option("--context-gb", type=click.FloatRange(min=0, min_open=True), metavar="GB",

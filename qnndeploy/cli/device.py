@@ -19,6 +19,7 @@ from qnndeploy.base.names import PERFORMANCE_MODES
 from qnndeploy.cli._common import (
     CONTEXT_SETTINGS,
     Group,
+    Renamed,
     Shown,
     emit_json,
     escaped,
@@ -228,10 +229,10 @@ def _render_profile_end(result: prof.Profile, pid: int, csv_path: Path | None) -
 @click.option("--pid", type=int, metavar="PID", help="Process id on the device.")
 @click.option("--package", metavar="NAME", help="App package name (its process is found with pidof).")
 @serial_option
-@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True, metavar="S",
+@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True, metavar="SECONDS",
               help="Seconds between samples.")
-@click.option("--duration", type=click.FloatRange(min=0), metavar="S",
-              help="Stop after S seconds [default: at Ctrl-C].")
+@click.option("--duration", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="Stop after SECONDS [default: at Ctrl-C].")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Also write the samples as CSV.")
 @timeout_option
@@ -601,7 +602,7 @@ def _render_bench_record(r: BenchRecord, path: Path | None) -> None:
 @click.argument("bundle_dir", metavar="BUNDLE", type=click.Path(path_type=Path))
 @serial_option
 @click.option("--all", "all_devices", is_flag=True, help="Every connected device, in parallel.")
-@click.option("--graph", metavar="G", help="Bench this graph only [default: every NPU graph of the decision].")
+@click.option("--graph", metavar="GRAPH", help="Bench this graph only [default: every NPU graph of the decision].")
 @click.option("--runs", type=click.IntRange(min=2), default=50, show_default=True, metavar="N",
               help="Inferences per block and path.")
 @click.option("--blocks", type=click.IntRange(min=1), default=2, show_default=True, metavar="K",
@@ -609,13 +610,14 @@ def _render_bench_record(r: BenchRecord, path: Path | None) -> None:
 @click.option("--minutes", type=click.FloatRange(min=0, min_open=True), metavar="M",
               help="A sustained run: keep alternating blocks for M minutes, with a curve point per block "
                    "(latency, throughput, temperature, thermal status).")
-@click.option("--perf-mode", "perf_modes", multiple=True, type=click.Choice(PERFORMANCE_MODES), metavar="MODE",
+@click.option("--performance-mode", "perf_modes", cls=Renamed, multiple=True, type=click.Choice(PERFORMANCE_MODES),
+              metavar="MODE",
               help="Also run the NPU in this HTP performance mode (repeatable: a sweep), qnn-net-run's "
                    "--perf_profile (on-device: the QNN EP's htp_performance_mode). The comparison itself uses the "
                    "app's mode (the bundle's, else burst).")
 @click.option("--cpu-threads", type=click.IntRange(min=1), metavar="T",
               help="Intra-op threads of the CPU path (onnxruntime_perf_test -x) [default: its own].")
-@click.option("--input-seconds", type=click.FloatRange(min=0, min_open=True), metavar="S",
+@click.option("--input-seconds", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Seconds of audio or video one inference covers: gives the real-time factor.")
 @click.option("--baseline", type=click.Path(exists=True, path_type=Path), metavar="RECORD",
               help="An earlier bench record of the same graph, phone and bundle (or a folder of them): exit 1 when a "
@@ -655,7 +657,7 @@ def device_bench(bundle_dir: Path, serial: str | None, all_devices: bool, graph:
     percentiles and mean, throughput, real-time factor (with --input-seconds), the process's CPU %, energy per
     inference from the battery's current_now x voltage_now (never while charging), and the thermal state; the
     NPU/CPU ratio of each, with its spread over the blocks. --minutes keeps going and records the curve;
-    --perf-mode sweeps HTP performance modes. Writes bench-SERIAL-GRAPH.json per phone and graph into DIR.
+    --performance-mode sweeps HTP performance modes. Writes bench-SERIAL-GRAPH.json per phone and graph into DIR.
 
     Exit 1 when a phone fails, or a figure regresses beyond --threshold against --baseline; 2 on bad input (a
     baseline of another graph, phone or bundle).

@@ -69,7 +69,7 @@ def _render(result: stage.DiagnoseResult) -> None:
                       f"worst output SNR {num(done.snr_db, '.1f')} dB, cosine {num(done.cosine, '.6f')}; NPU "
                       f"{t.npu_nodes} node(s), CPU {t.cpu_nodes} ({t.cpu_weight_bytes / 1e6:.2f} of "
                       f"{t.weight_bytes / 1e6:.2f} MB of weights)")
-            click.echo(f"  {verdict} --split-at {','.join(t.split_at)} --cpu {t.cpu_part}: {figure} "
+            click.echo(f"  {verdict} --split-at {','.join(t.split_at)} --cpu-part {t.cpu_part}: {figure} "
                        f"({t.seconds:.2f} s)")
     click.echo("remedies:")
     for r in result.remedies:

@@ -10,6 +10,7 @@ from qnndeploy import prepare as stage
 from qnndeploy.base.errors import BadInput
 from qnndeploy.base.kinds import Precision, Side, choices
 from qnndeploy.cli._common import (
+    Renamed,
     assignments,
     command_line,
     emit_json,
@@ -96,7 +97,8 @@ def _render_split(result: split.SplitResult) -> None:
 @click.option("--split-size", type=click.FloatRange(min=0, min_open=True), metavar="GB",
               help="Instead: cut the model into NPU graphs OUT-1.onnx, OUT-2.onnx… (+ OUT.split.json) of at most GB "
                    "of weights each (as the model stores them), for a model one HTP context cannot hold.")
-@click.option("--cpu", "cpu_part", type=click.Choice(choices(Side)), default=Side.HEAD.value, show_default=True,
+@click.option("--cpu-part", "cpu_part", cls=Renamed, type=click.Choice(choices(Side)), default=Side.HEAD.value,
+              show_default=True,
               help="With --split-at: the part that runs on the CPU.")
 @click.option("--inputs", "inputs_dir", type=click.Path(path_type=Path), metavar="DIR",
               help="NAME.npy or NAME.npz per input for the equivalence run [default: one random sample, seed 0].")

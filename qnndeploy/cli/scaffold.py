@@ -45,7 +45,7 @@ def _render_scaffold(result: stage.ScaffoldResult) -> None:
 
 @click.command()
 @click.argument("bundle", type=click.Path(path_type=Path))
-@click.option("--package", required=True, help="The app's Java/Kotlin package, e.g. com.example.foo "
+@click.option("--package", required=True, metavar="NAME", help="The app's Java/Kotlin package, e.g. com.example.foo "
               "(the glue goes in PACKAGE.qnndeploy).")
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), metavar="DIR",
               help="Folder to create, new or empty: the glue, best inside the app module (e.g. app/qnndeploy); "
@@ -58,8 +58,8 @@ def _render_scaffold(result: stage.ScaffoldResult) -> None:
                    "that loads the bundle. [default: the newest validated set of either that loads the bundle's "
                    "binaries, else microsoft]")
 @click.option("--app", is_flag=True, help="Make a complete one-screen Android app around the glue (engine ort).")
-@click.option("--play", "play", type=click.Path(path_type=Path), metavar="PLAYDIR",
-              help="A `qnndeploy package play BUNDLE -o PLAYDIR` output: the NPU files come from its Google Play AI "
+@click.option("--play", "play", type=click.Path(path_type=Path), metavar="DIR",
+              help="A `qnndeploy package play BUNDLE -o DIR` output: the NPU files come from its Google Play AI "
                    "pack (the app keeps the CPU models and fetches the pack), not from the app's assets.")
 @click.option("--force", is_flag=True,
               help="Replace DIR if it is an earlier scaffold output (it holds .qnndeploy-scaffold), never another "

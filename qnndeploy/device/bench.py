@@ -658,7 +658,7 @@ def _bench_graph(dev: Device, job: DeviceJob, choice: decision.Decision, props: 
                      "folders (stat -c %y) did not read as one time per inference" +
                      ("; npu latency: null, no block measured it" if not npu.runs else ""))
     if options.input_seconds is None:
-        notes.append("rtf: null, the bundle gives no duration for the graph's input: give --input-seconds S (the "
+        notes.append("rtf: null, the bundle gives no duration for the graph's input: give --input-seconds SECONDS (the "
                      "audio or video one inference covers)")
     if screen:
         notes.append("conditions: the screen was on (it draws power and heats the phone): `adb shell input keyevent "

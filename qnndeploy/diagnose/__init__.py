@@ -851,7 +851,7 @@ def _prove(session: _Session, source: Path, candidates: list[tuple[list[str], Si
     validate's rules. The best first (_rank)."""
     trials = []
     for k, (at, cpu, why) in enumerate(candidates):
-        label = f"split --split-at {','.join(at)} --cpu {cpu}"
+        label = f"split --split-at {','.join(at)} --cpu-part {cpu}"
         session.steps(f"{label}: cut, compiled and run as a chain ({k + 1} of {len(candidates)})")
         trial = _trial(session, source, Path(session.tmp.name) / f"split{k}" / source.name, at, cpu, why,
                        expected, task)
@@ -877,7 +877,8 @@ def _trial(session: _Session, source: Path, out: Path, at: list[str], cpu: Side,
            task: tasks.Task) -> SplitTrial:
     """One split cut into `out`'s folder, compiled and run as a chain (see _prove)."""
     start = time.monotonic()
-    command = f"qnndeploy prepare {_q(source)} --split-at {_q(','.join(at))} --cpu {cpu} -o {_q(_split_out(source))}"
+    command = (f"qnndeploy prepare {_q(source)} --split-at {_q(','.join(at))} --cpu-part {cpu} "
+               f"-o {_q(_split_out(source))}")
     trial = SplitTrial(at, cpu, why, command, None)
     try:
         out.parent.mkdir(parents=True)

@@ -135,7 +135,7 @@ def split_model(src: Path, out: Path, at: list[str], *, cpu: Side = Side.HEAD, i
     """Write OUT-head.onnx and OUT-tail.onnx (the `cpu` part runs on the CPU, the other on the NPU) and
     OUT.split.json, when the two chained compute what `src` computes on onnxruntime's CPU."""
     if cpu not in choices(Side):
-        raise BadInput(f"--cpu {cpu}: use head or tail")
+        raise BadInput(f"--cpu-part {cpu}: use head or tail")
     if not at:
         raise BadInput("--split-at needs a tensor name (qnndeploy diagnose names the one to cut at)")
     head, tail, record = split_paths(Path(out))

@@ -534,8 +534,8 @@ def no_output(out: Path) -> bool:
     (dict(cpu={"enc": Path("/nonexistent/enc.onnx"), "dec": None}),
      "CPU model for graph enc /nonexistent/enc.onnx does not exist"),
     (dict(name="bad name"), "bundle name 'bad name' is not valid"),
-    (dict(qairt_version="2.48.0"), "--qairt-version 2.48.0 contradicts the binaries, which say QAIRT v2.50.40"),
-    (dict(qairt_version="banana"), "--qairt-version .banana. is not a version X.Y.Z"),
+    (dict(qairt_version="2.48.0"), "--qairt 2.48.0 contradicts the binaries, which say QAIRT v2.50.40"),
+    (dict(qairt_version="banana"), "--qairt .banana. is not a version X.Y.Z"),
     (dict(npu={}), "a bundle needs context binaries"),
     (dict(npu={"SM8350": {}}), "SM8350 (Snapdragon 888) has no fp16 on its HTP"),
 ])

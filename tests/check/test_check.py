@@ -85,8 +85,8 @@ def test_float64_at_the_end_gets_the_split_that_leaves_the_rest_on_the_npu(tmp_p
     assert finding.prepare is not None and finding.prepare.split_at == ["act"] and finding.prepare.cpu == "tail"
     assert report.prepare_command is not None and "-o" in report.prepare_command
     out = tmp_path / "m-parts" / "m.onnx"  # its parts m-head and m-tail: the graph names the app gets
-    assert f"-o {out} --split-at act --cpu tail" in report.prepare_command
-    done = run("prepare", str(model), "-o", str(out), "--split-at", "act", "--cpu", "tail")
+    assert f"-o {out} --split-at act --cpu-part tail" in report.prepare_command
+    done = run("prepare", str(model), "-o", str(out), "--split-at", "act", "--cpu-part", "tail")
     assert done.exit_code == 0, done.output
     head = check.check_model(tmp_path / "m-parts" / "m-head.onnx")
     assert head.verdict == "ready" and head.htp.measured and not head.htp.cpu_nodes
@@ -138,7 +138,7 @@ def test_a_cpu_op_at_the_head_gets_the_split_that_keeps_the_rest_on_the_npu(tmp_
     assert r.exit_code == 10, r.output
     (line,) = [ln for ln in r.output.splitlines() if ln.startswith("  fix all: ")]
     command = shlex.split(line.removeprefix("  fix all: "))
-    assert command[command.index("--split-at"):] == ["--split-at", "clipped", "--cpu", "head"]
+    assert command[command.index("--split-at"):] == ["--split-at", "clipped", "--cpu-part", "head"]
     assert "the head (3 nodes) runs on the CPU, the other 6 on the NPU" in r.output
     split = run(*command[1:], "--json")
     assert split.exit_code == 0, split.output

@@ -140,14 +140,14 @@ def test_sustained_run_shows_the_temperature_rising(device, bundle, tools, tmp_p
 
 
 def test_perf_mode_sweep(device, bundle, tools, tmp_path):
-    code, [r], _ = bench_json(str(bundle), *FAST, "--blocks", "1", "--perf-mode", "burst", "--perf-mode",
+    code, [r], _ = bench_json(str(bundle), *FAST, "--blocks", "1", "--performance-mode", "burst", "--performance-mode",
                               "power_saver", *tools, "-o", str(tmp_path))
     assert code == 0
     jsonschema.validate(r, SCHEMA)
     assert [s["perf_mode"] for s in r["sweep"]] == ["burst", "power_saver"]
     for s in r["sweep"]:
         assert s["npu"]["runs"] == 4 and s["npu"]["latency_ms"]["mean"] > 0
-    assert run("device", "bench", str(bundle), *FAST, "--perf-mode", "warp", *tools).exit_code == 2
+    assert run("device", "bench", str(bundle), *FAST, "--performance-mode", "warp", *tools).exit_code == 2
 
 
 def planted(record: dict, factor: float) -> dict:

@@ -107,7 +107,7 @@ def test_a_log_of_tiny_values_fails_validation_and_diagnose_names_the_log(builds
     (x,) = result.input_ranges
     assert x.tensor == "x" and x.subnormal_share > 0.5 and x.min_nonzero_abs is not None and x.min_nonzero_abs < 1e-9
     split = next(r for r in result.remedies if r.kind == "split")
-    assert split.command == (f"qnndeploy prepare {builds['logmel']} --split-at logx --cpu head "
+    assert split.command == (f"qnndeploy prepare {builds['logmel']} --split-at logx --cpu-part head "
                              f"-o {builds['folder']}/logmel-parts/logmel.onnx")
     clamp = next(r for r in result.remedies if r.kind == "clamp")
     assert "Log of values down to 1e-10: add Max(x, 1e-4) before it" in clamp.text
@@ -189,7 +189,7 @@ def test_values_over_65504_late_in_the_graph_are_an_overflow_with_the_tail_split
     over = next(e for e in result.explanations if e.kind == "overflow")
     assert over.tensor == "scaled" and "above 65504" in over.text
     split = next(r for r in result.remedies if r.kind == "split")
-    assert split.command is not None and "--split-at x_relu5 --cpu tail " in split.command
+    assert split.command is not None and "--split-at x_relu5 --cpu-part tail " in split.command
     assert split.measured is not None and split.measured.passed  # measured: 61.9 dB as a chain
     assert any(r.kind == "rescale" and "scale it down by" in r.text for r in result.remedies)
     # the other direction was cut and run too: its NPU tail overflows, so it is reported as failing, never offered
@@ -423,7 +423,7 @@ def test_real_speech_names_the_log_and_cuts_before_the_values_fp16_cannot_hold(t
     assert under["tensor"] == "floored" and "100% of floored's nonzero values are below 6.1e-5" in under["text"]
     assert (result["split_at"], result["cpu_part"]) == (["frames"], "tail")  # the squares of quiet audio underflow
     split = next(r for r in result["remedies"] if r["kind"] == "split")
-    assert "--split-at frames --cpu tail" in split["command"] and "sq is out of fp16's range" in split["text"]
+    assert "--split-at frames --cpu-part tail" in split["command"] and "sq is out of fp16's range" in split["text"]
     random = stage.diagnose(target)  # random input hides it
     assert random.ok and random.first_bad is None
 
@@ -460,7 +460,8 @@ def test_an_l2_norm_whose_sum_of_squares_overflows_is_named_and_its_remedies_are
         costs = {(*t["split_at"], t["cpu_part"]): t["cpu_weight_bytes"] for t in result["splits"]}
         assert 0 < costs[("feat", "tail")] < costs[("norm", "head")]  # its cost, in weights moved to the CPU
         second = result["remedies"][1]  # the other passing split, with its figure
-        assert "--split-at norm --cpu head" in second["command"] and second["measured"] == measured[("norm", "head")]
+        assert "--split-at norm --cpu-part head" in second["command"]
+        assert second["measured"] == measured[("norm", "head")]
         rescale = next(r for r in result["remedies"] if r["kind"] == "rescale")
         assert rescale["measured"]["passed"] and "measured with the scale put into the graph" in rescale["text"]
         assert "divide feat by 64 before scalenorm_l2 and multiply its result by 64" in rescale["text"]
@@ -468,10 +469,10 @@ def test_an_l2_norm_whose_sum_of_squares_overflows_is_named_and_its_remedies_are
         assert threshold_remedy["measured"]["snr_db"] == result["outputs_snr_db"]
         results.append(result)
     default, loose = results
-    assert "--split-at feat --cpu tail" in default["remedies"][0]["command"]
+    assert "--split-at feat --cpu-part tail" in default["remedies"][0]["command"]
     assert loose["remedies"][0]["command"] == default["remedies"][0]["command"]  # the advice does not flip
     text = run("diagnose", target).output
-    assert "measured as a chain: passes, worst output " in text and "ok  --split-at norm --cpu head: " in text
+    assert "measured as a chain: passes, worst output " in text and "ok  --split-at norm --cpu-part head: " in text
 
     args = shlex.split(default["remedies"][0]["command"])[1:]
     args[args.index("-o") + 1] = str(tmp_path / "parts" / "pose.onnx")

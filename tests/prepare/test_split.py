@@ -110,7 +110,7 @@ def test_a_constant_read_on_both_sides_is_copied_not_cut(tmp_path: Path, cpu: st
     from tests.support import synth_models
 
     onnx.save(synth_models.shared_constant(), tmp_path / "m.onnx")
-    r = run("prepare", str(tmp_path / "m.onnx"), "--split-at", "r", "--cpu", cpu,
+    r = run("prepare", str(tmp_path / "m.onnx"), "--split-at", "r", "--cpu-part", cpu,
             "-o", str(tmp_path / "parts.onnx"), "--json")
     assert r.exit_code == 0, r.output
     split = json.loads(r.stdout)

@@ -35,7 +35,7 @@ def split_build(tmp_path: Path, cpu: str) -> Path:
     """The ScaleNorm model split at its gained feature, `cpu` part on the CPU, the other compiled for SM8650."""
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
     onnx.save(synth_models.scalenorm_after_gain(), tmp_path / "pose.onnx")
-    code, split = cli("prepare", tmp_path / "pose.onnx", "--split-at", "feat", "--cpu", cpu,
+    code, split = cli("prepare", tmp_path / "pose.onnx", "--split-at", "feat", "--cpu-part", cpu,
                       "-o", tmp_path / "parts" / "pose.onnx")
     assert code == 0
     npu = next(Path(p["path"]) for p in split["parts"] if p["runs_on"] == "npu")
