@@ -11,12 +11,13 @@ from typing import Any
 
 from qnndeploy.base import socs
 from qnndeploy.base.errors import MissingTool, QnnDeployError
-from qnndeploy.base.fileio import JSON, open_regular
+from qnndeploy.base.fileio import open_regular
 from qnndeploy.formats import archive
 from qnndeploy.formats.manifest import BundleFile, FileFormat, Manifest, Target, load_json
-from qnndeploy.qnn import emulator, qnnsystem
+from qnndeploy.qnn import qnnsystem
 from qnndeploy.qnn.markers import scan_file
 from qnndeploy.qnn.qnnsystem import ContextInfo
+from qnndeploy.verification.emulated import check_bundle
 
 QNN_SYSTEM = "qnnsystem"  # the sources of a BinaryReport
 MARKERS = "markers"
@@ -73,7 +74,7 @@ def _result(path: Path, kind: str, binaries: tuple[BinaryReport, ...], **more: A
 def inspect(path: Path, library: Path | None = None, deep: bool = True) -> InspectResult:
     """Inspect a context binary, or a bundle folder or .tar.gz/.zip archive. `library`: a libQnnSystem.so to use
     (default: $QNNDEPLOY_QNN_SYSTEM_LIB, else the onnxruntime-qnn wheel's). With `deep`, a bundle's binaries are
-    also loaded and run on the host emulator against their CPU models (emulator.check_bundle)."""
+    also loaded and run on the host emulator against their CPU models (verification/emulated.py)."""
     path = Path(path)
     if not os.path.lexists(path):
         raise QnnDeployError(f"{path} does not exist")
@@ -157,8 +158,7 @@ def _disagreements(report: BinaryReport, target: Target) -> tuple[str, ...]:
 
 
 def _bundle(shown: Path, root: Path, lib: Path | None, missing: str, deep: bool) -> InspectResult:
-    raw = load_json(root)
-    manifest = Manifest.parse(raw)
+    manifest = Manifest.parse(load_json(root))
     jobs: list[tuple[Target, BundleFile]] = []
     top = root.resolve()
     for target in manifest.targets:
@@ -175,7 +175,7 @@ def _bundle(shown: Path, root: Path, lib: Path | None, missing: str, deep: bool)
     # one libQnnSystem child for all of them (qnnsystem.read_contexts), as bundle verify reads them
     answers = qnnsystem.read_contexts([root / p for p in paths], lib) if lib is not None else [None] * len(paths)
     read = {p: _report(root / p, p, n, a, missing) for p, n, a in zip(paths, sizes, answers, strict=True)}
-    emulated, done = _emulated(root, raw, manifest, read) if deep and read else ({}, None)
+    emulated, done = _emulated(root, manifest, read) if deep and read else ({}, None)
 
     def one(job: tuple[Target, BundleFile]) -> BinaryReport:
         target, artifact = job
@@ -195,13 +195,12 @@ def _bundle(shown: Path, root: Path, lib: Path | None, missing: str, deep: bool)
 MATCHES = "loads and computes what its CPU model does"
 
 
-def _emulated(root: Path, raw: JSON, manifest: Manifest, read: dict[str, BinaryReport]
+def _emulated(root: Path, manifest: Manifest, read: dict[str, BinaryReport]
               ) -> tuple[dict[str, str], str]:
-    """(bundle path -> what the host emulator made of it, what was done): the binaries libQnnSystem read (the
-    emulator, a floor below the typed manifest, reads the manifest's JSON)."""
+    """(bundle path -> what the host emulator made of it, what was done): the binaries libQnnSystem read."""
     names = {p: [g.name for g in r.context.graphs] for p, r in read.items() if r.context is not None}
     try:
-        found = emulator.check_bundle(root, raw, names)
+        found = check_bundle(root, manifest, names)
     except QnnDeployError as e:
         return {}, f"not loaded on the host emulator: {e}"
     if not found.done.startswith(tuple("0123456789")):  # "not loaded (why)": nothing was run

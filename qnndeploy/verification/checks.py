@@ -50,9 +50,10 @@ from qnndeploy.formats.manifest import (
 from qnndeploy.model import decode, tasks
 from qnndeploy.model.metrics import rejudge, thresholds_for, thresholds_text
 from qnndeploy.model.onnxio import load_model
-from qnndeploy.qnn import contextcheck, emulator, epcontext, ondevice, qnnsystem
+from qnndeploy.qnn import contextcheck, epcontext, ondevice, qnnsystem
 from qnndeploy.qnn.markers import FileFacts, build_version, scan_file
 from qnndeploy.qnn.qnnsystem import ContextInfo
+from qnndeploy.verification import emulated
 
 if TYPE_CHECKING:
     import onnx
@@ -163,7 +164,7 @@ def verify_bundle(path: Path, progress: ByteProgress | None = None, jobs: int | 
 def verify_folder(root: Path, progress: ByteProgress | None = None, jobs: int | None = None, *, deep: bool = False,
                   allow_unchecked: bool = False, steps: Steps | None = None) -> VerifyReport:
     """Every rule of the bundle format, and with `deep` each context binary loaded and run on the host emulator
-    against its CPU model (emulator.check_bundle). Binaries no libQnnSystem can read are a problem unless
+    against its CPU model (emulated.check_bundle). Binaries no libQnnSystem can read are a problem unless
     `allow_unchecked`."""
     report = VerifyReport(str(root))
     try:
@@ -218,7 +219,7 @@ def verify_folder(root: Path, progress: ByteProgress | None = None, jobs: int | 
                                                      " install onnxruntime-qnn, or pass --allow-unchecked to accept "
                                                      "them unchecked (the report lists them)"))
     if deep and not report.problems and not report.unchecked:
-        found = emulator.check_bundle(root, raw, {p: [g.name for g in c.graphs] for p, c in contexts.items()
+        found = emulated.check_bundle(root, manifest, {p: [g.name for g in c.graphs] for p, c in contexts.items()
                                                   if isinstance(c, ContextInfo)}, steps)
         report.problems += [Problem(path, why) for path, why in found.problems]
         report.warnings += [Problem(path, why) for path, why in found.warnings]

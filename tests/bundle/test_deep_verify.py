@@ -16,6 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from qnndeploy.qnn import emulator, htp
+from qnndeploy.verification import emulated
 from qnndeploy.verification.checks import verify_bundle
 from tests.support.cli import run
 
@@ -175,9 +176,9 @@ def test_without_libqnnsystem_verify_fails_unless_unchecked_is_allowed(bundle, m
 def test_an_accepted_failure_must_not_be_worse_than_what_was_accepted():
     """A graph shipped with --accept failed validation: the deep check holds it to its record's own figures."""
     recorded = [{"name": "y", "snr_db": 22.0, "cosine": 0.99}]
-    assert emulator._worse([{"name": "y", "snr_db": 21.0, "cosine": 0.99, "passed": False}], recorded) is None
-    assert emulator._worse([{"name": "y", "snr_db": 12.5, "cosine": 0.9, "passed": False}], recorded) == (
+    assert emulated._worse([{"name": "y", "snr_db": 21.0, "cosine": 0.99, "passed": False}], recorded) is None
+    assert emulated._worse([{"name": "y", "snr_db": 12.5, "cosine": 0.9, "passed": False}], recorded) == (
         "output y SNR 12.5 dB, the record's 22.0 dB")
-    assert emulator._worse([{"name": "y", "snr_db": None, "cosine": 0.95, "passed": False}],
+    assert emulated._worse([{"name": "y", "snr_db": None, "cosine": 0.95, "passed": False}],
                            [{"name": "y", "snr_db": None, "cosine": 0.99}]) == (
         "output y cosine 0.9500, the record's 0.9900")

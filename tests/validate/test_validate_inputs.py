@@ -17,7 +17,8 @@ from onnx import TensorProto, helper
 from qnndeploy import validate as stage
 from qnndeploy.model import samples
 from qnndeploy.model.onnxio import int_input_ranges
-from qnndeploy.qnn import emulator, htp
+from qnndeploy.qnn import htp
+from qnndeploy.verification import emulated
 from tests.support import synth_models
 from tests.support.cli import run
 from tests.support.host import require
@@ -158,19 +159,19 @@ def test_a_failure_accepted_on_max_abs_diff_builds_a_bundle_that_verify_accepts(
 def test_a_binary_worse_than_its_accepted_record_is_told_on_the_figure_it_was_judged_on() -> None:
     recorded = [{"name": "y", "passed": False, "judged_on": "max_abs_diff", "max_abs_diff": 0.24, "snr_db": None,
                  "cosine": None}]
-    assert emulator._worse([{**recorded[0], "max_abs_diff": 0.24}], recorded) is None
-    said = emulator._worse([{**recorded[0], "max_abs_diff": 3.0}], recorded)
+    assert emulated._worse([{**recorded[0], "max_abs_diff": 0.24}], recorded) is None
+    said = emulated._worse([{**recorded[0], "max_abs_diff": 3.0}], recorded)
     assert said is not None and "max abs diff 3" in said
     topk = [{"name": "i", "passed": False, "judged_on": "topk_set", "topk_jaccard": 0.8}]
-    assert emulator._worse([{**topk[0], "topk_jaccard": 0.5}], topk) is not None
-    assert emulator._worse([{**topk[0], "topk_jaccard": 0.8}], topk) is None
+    assert emulated._worse([{**topk[0], "topk_jaccard": 0.5}], topk) is not None
+    assert emulated._worse([{**topk[0], "topk_jaccard": 0.8}], topk) is None
     snr = [{"name": "y", "passed": False, "judged_on": "cosine+snr", "snr_db": 25.0, "cosine": 0.99}]
-    assert emulator._worse([{**snr[0], "snr_db": 24.0}], snr) is None
-    assert emulator._worse([{**snr[0], "snr_db": 20.0}], snr) is not None
+    assert emulated._worse([{**snr[0], "snr_db": 24.0}], snr) is None
+    assert emulated._worse([{**snr[0], "snr_db": 20.0}], snr) is not None
     # swift_f0's split: a chain output accepted at NaN (no figure) is no worse when it fails the same way again
     nan = [{"name": "pitch", "passed": False, "judged_on": "cosine+snr", "snr_db": None, "cosine": None}]
-    assert emulator._worse(nan, nan) is None
-    assert emulator._worse([{**nan[0], "passed": False}], [{**nan[0], "passed": True}]) is not None
+    assert emulated._worse(nan, nan) is None
+    assert emulated._worse([{**nan[0], "passed": False}], [{**nan[0], "passed": True}]) is not None
 
 
 @pytest.mark.needs_qnn
