@@ -16,9 +16,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "qnndeploy"
 
 # Lowest first: each entry is a floor, the folders (or top-level modules) on it, and what they are for.
 FLOORS: list[tuple[str, tuple[str, ...], str]] = [
-    ("base", ("base",), ("what every floor uses: errors, safe file writing, the SoC catalog, the format names, "
-                         "child processes, text escaped for generated code, runtime compatibility facts, JSON "
-                         "fields read leniently")),
+    ("base", ("base",), ("what every floor uses: errors, safe file writing, the SoC catalog and the HTP arch, "
+                         "the format names, child processes, text escaped for generated code, runtime "
+                         "compatibility facts, JSON fields read leniently")),
     ("model", ("model",), ("ONNX models as data: the graph read without its weights, shapes, fusions, "
                            "quantization, input samples and media files, comparison metrics")),
     ("qnn", ("qnn",), ("the QNN stack on the host: HTP op support, libQnnSystem's reader, the HTP emulator, "

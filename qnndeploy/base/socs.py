@@ -11,6 +11,7 @@ from importlib import resources
 from typing import Any
 
 from qnndeploy.base.errors import BadInput
+from qnndeploy.base.htparch import HtpArch
 
 # A phone's SoC names are compared with ASCII rules only (the on-device decision and its Kotlin twin both do):
 # Python's and the JVM's Unicode tables differ, so Unicode rules would let the twins disagree on odd properties.
@@ -62,9 +63,13 @@ class Soc:
     measured: tuple[Measured, ...] = ()
 
     @property
+    def htp_arch(self) -> HtpArch:
+        return HtpArch.parse(self.dsp_arch)
+
+    @property
     def arch_number(self) -> int:
         """73 for v73: the form QNN options and ELF headers use."""
-        return int(self.dsp_arch[1:])
+        return self.htp_arch.number
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -38,6 +38,7 @@ from qnndeploy.base.fileio import (
     write_json,
     writing,
 )
+from qnndeploy.base.htparch import HtpArch
 from qnndeploy.base.kinds import Precision
 from qnndeploy.base.names import (
     ACCEPT_ON,
@@ -409,7 +410,7 @@ def _runtime_libs(spec: BundleSpec, archs: set[str], optional: set[str]) -> list
             out.append((path, {"role": role, "abi": "arm64-v8a"}))
         elif role != "prepare":
             raise BadInput(f"{name} not found in {android}; the HTP runtime needs it")
-    for arch in sorted(archs | optional, key=lambda a: int(a[1:])):
+    for arch in sorted(archs | optional, key=HtpArch.parse):
         stub, skel = (folder / name
                       for folder, name in zip((android, where(arch)), qnn_libraries(arch)[2:], strict=True))
         if arch not in archs and not (stub.is_file() and skel.is_file()):
@@ -782,12 +783,8 @@ def _on_device(spec: BundleSpec, plan: _Plan, qairt: str, tmp: Path, facts: dict
         facts[rel] = scan_file(tmp / rel, False)
     return {"budget_s": request.budget_s, "artifacts": [],
             "graphs": [{"graph": g, "path": plan.cpu_files[g][0][1], "ep_options": options,
-                        "validated": sorted((c.arch for c in checks if c.graph == g and c.passed), key=_arch_number)}
+                        "validated": sorted((c.arch for c in checks if c.graph == g and c.passed), key=HtpArch.parse)}
                        for g in models]}
-
-
-def _arch_number(arch: str) -> int:
-    return int(arch[1:])
 
 
 def _manifest(spec: BundleSpec, plan: _Plan, facts: dict[str, FileFacts], qairt: JSON, on_device: JSON | None,

@@ -35,6 +35,7 @@ from qnndeploy.base import fileio, interrupt
 from qnndeploy.base import socs as catalog
 from qnndeploy.base.errors import BadInput, MissingTool, QnnDeployError
 from qnndeploy.base.fileio import JSON, sha256_file, staging_dir, write_json
+from qnndeploy.base.htparch import HtpArch
 from qnndeploy.base.kinds import BackendName, Precision, choices
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, graph_name
 from qnndeploy.base.pool import Pool
@@ -341,7 +342,7 @@ def _check_htp(htp: HtpSettings, targets: list[Soc]) -> HtpSettings:
     return htp
 
 
-SHARE_MIN_ARCH = 73  # ONNX Runtime's QNN EP shares weights across graphs on v73 and newer HTPs
+SHARE_MIN_ARCH = HtpArch(73)  # ONNX Runtime's QNN EP shares weights across graphs on v73 and newer HTPs
 
 
 def _check_shares(shares: dict[str, list[str]], graphs: dict[str, Path], targets: list[Soc],
@@ -364,9 +365,9 @@ def _check_shares(shares: dict[str, list[str]], graphs: dict[str, Path], targets
             if g in seen:
                 raise BadInput(f"graph '{g}' is in --share {seen[g]} and --share {name}: one share per graph")
             seen[g] = name
-    old = [soc.model for soc in targets if soc.arch_number < SHARE_MIN_ARCH]
+    old = [soc.model for soc in targets if soc.htp_arch < SHARE_MIN_ARCH]
     if old:
-        raise BadInput(f"--share needs an HTP of v{SHARE_MIN_ARCH} or newer; {', '.join(old)} is older: "
+        raise BadInput(f"--share needs an HTP of {SHARE_MIN_ARCH} or newer; {', '.join(old)} is older: "
                        "compile those SoCs without --share")
     return {name: list(dict.fromkeys(members)) for name, members in shares.items()}
 

@@ -24,6 +24,7 @@ from importlib import resources
 from typing import NamedTuple
 
 from qnndeploy.base import socs
+from qnndeploy.base.htparch import HtpArch
 from qnndeploy.base.names import FORMAT, FORMAT_VERSION
 from qnndeploy.base.socs import lower, trim, upper
 from qnndeploy.formats.manifest import FileFormat, Manifest, OnDevice, Provider, Target
@@ -241,7 +242,7 @@ def arch_min_qairt() -> dict[str, str]:
             key = version_key(row.qairt)
             if row.arch is None or key is None:
                 continue
-            arch = f"v{row.arch}"
+            arch = str(HtpArch(row.arch))
             if arch not in oldest or key < version_key(oldest[arch]):  # type: ignore[operator]
                 oldest[arch] = row.qairt
     return dict(sorted(oldest.items()))

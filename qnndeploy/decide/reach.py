@@ -26,6 +26,7 @@ from importlib import resources
 from typing import Any
 
 from qnndeploy.base import socs
+from qnndeploy.base.htparch import HtpArch
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.decide.decision import SOC_MODEL_SINCE_SDK, DeviceIdentity, NpuSource, arch_min_qairt, decide
 from qnndeploy.formats import playplan
@@ -198,7 +199,7 @@ def _chips() -> list[_Chip]:
         names += [(code, Property.BOARD_PLATFORM, Spelled.CATALOG) for code in (soc.codenames if soc else ())]
         if soc is not None:
             listed.add(soc.model)
-        out.append(_Chip(c.name, soc, c.marketing_name, c.world, soc.dsp_arch if soc else f"v{c.htp_version}",
+        out.append(_Chip(c.name, soc, c.marketing_name, c.world, soc.dsp_arch if soc else str(HtpArch(c.htp_version)),
                          tuple(names)))
     for soc in socs.catalog():
         if soc.model not in listed:

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from qnndeploy.base import numbers
 from qnndeploy.base.errors import BadInput
+from qnndeploy.base.htparch import HtpArch
 from qnndeploy.device.adb import RUN, Device, parse_int
 from qnndeploy.device.runner import phone_executable
 
@@ -107,7 +108,7 @@ def provider_options(arch: str, soc_id: int, ep_options: dict[str, str],
     """The QNN EP options of the glue's on-device session, in its order: backend, performance mode, SoC, arch, then
     the bundle's ep_options for the graph (which cannot replace the four)."""
     options = {"backend_path": BACKEND, "htp_performance_mode": performance_mode or DEFAULT_PERFORMANCE_MODE,
-               "soc_model": str(soc_id), "htp_arch": arch.removeprefix("v")}
+               "soc_model": str(soc_id), "htp_arch": str(HtpArch.parse(arch).number)}
     for key, value in ep_options.items():
         options.setdefault(key, value)
     return options

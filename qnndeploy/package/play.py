@@ -45,6 +45,7 @@ from qnndeploy.base.fileio import (
     write_json,
     writing,
 )
+from qnndeploy.base.htparch import HtpArch
 from qnndeploy.base.names import MANIFEST
 from qnndeploy.base.socs import find
 from qnndeploy.formats.manifest import FileFormat, Manifest, read_manifest, verified_bytes
@@ -265,7 +266,7 @@ def _on_device_plan(manifest: Manifest, sizes: _Sizes) -> JSON:
                     for g in manifest.on_device.graphs)]
     files = sorted({*models, *data})
     archs = sorted(set.intersection(*(set(g.validated) for g in manifest.on_device.graphs))
-                   if manifest.on_device.graphs else set(), key=lambda a: int(a.removeprefix("v")))
+                   if manifest.on_device.graphs else set(), key=HtpArch.parse)
     return {"files": files, "archs": archs, "budget_s": manifest.on_device.budget_s,
             "bytes": sum(sizes.entry(p)["size"] for p in files), "deflated": sum(sizes.deflated(p) for p in files)}
 

@@ -23,13 +23,14 @@ from pathlib import Path
 from qnndeploy.base import child, socs
 from qnndeploy.base.errors import MissingTool, QnnDeployError, first_line
 from qnndeploy.base.fileio import JSON, write_json
+from qnndeploy.base.htparch import HtpArch
 from qnndeploy.base.kinds import Precision
 from qnndeploy.base.names import ON_DEVICE_RECORD
 from qnndeploy.qnn import emulator, epcontext, htp, toolchain
 
 # The oldest arch the on-device path is validated for: the phone HTPs of v68 (SM8350, SM7325) have no fp16, and
 # the issue that asked for this path starts at v69.
-MIN_ARCH = 69
+MIN_ARCH = HtpArch(69)
 SAMPLES, SEED = 4, 0  # validate's seeded random inputs for each arch's comparison
 COMPILE_TIMEOUT_S = 1800.0  # for the whole child: every graph for every arch
 PROGRESS = "compiling "  # how the child's progress lines start
@@ -70,7 +71,7 @@ def ep_options(precision: str, vtcm_mb: int | None = None, optimization_mode: in
 def candidate_archs() -> set[str]:
     """Every catalog HTP arch the on-device path may validate ("v69" and up): the runtime libraries a bundled runtime
     ships for it, before validation says which pass."""
-    return {s.dsp_arch for s in socs.catalog() if s.arch_number >= MIN_ARCH}
+    return {s.dsp_arch for s in socs.catalog() if s.htp_arch >= MIN_ARCH}
 
 
 def arch_socs(qairt: str, precision: str) -> list[socs.Soc]:
@@ -79,7 +80,7 @@ def arch_socs(qairt: str, precision: str) -> list[socs.Soc]:
     chosen: dict[int, socs.Soc] = {}
     for soc in socs.catalog():
         row = socs.measured(soc, qairt)
-        if soc.arch_number < MIN_ARCH or soc.arch_number in chosen or row is None or row.arch != soc.arch_number:
+        if soc.htp_arch < MIN_ARCH or soc.arch_number in chosen or row is None or row.arch != soc.arch_number:
             continue
         if precision == Precision.FP16 and (soc.fp16 is False or "fp16" in row.refuses):
             continue

@@ -38,6 +38,7 @@ from qnndeploy.base.errors import (
     first_line,
 )
 from qnndeploy.base.fileio import open_regular
+from qnndeploy.base.htparch import HtpArch
 
 LIBRARY_ENV = "QNNDEPLOY_QNN_SYSTEM_LIB"  # a libQnnSystem.so to use instead of the onnxruntime-qnn wheel's
 TIMEOUT_S = 60.0  # for the child reading one binary; a 1 GB binary takes about a second
@@ -515,7 +516,7 @@ def _context(info: _BinaryInfo) -> tuple[ContextInfo, dict[int, int]]:
         build_id=_text(v.buildId), core_api_version=_version(v.coreApiVersion),
         backend_api_version=_version(v.backendApiVersion), soc_version=_text(v.socVersion),
         context_blob_version=_version(v.contextBlobVersion, 2), context_blob_size=v.contextBlobSize,
-        hw_info_blob_version=hw_version, dsp_arch=f"v{arch}" if arch else None, soc_model=soc_model,
+        hw_info_blob_version=hw_version, dsp_arch=str(HtpArch(arch)) if arch else None, soc_model=soc_model,
         vtcm_mb=vtcm, binary_info_version=version, graphs=graphs), spill
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from qnndeploy.base import compat, socs
 from qnndeploy.base.errors import MissingTool, QnnDeployError
 from qnndeploy.base.fileio import JSON, ByteProgress, read_limited
+from qnndeploy.base.htparch import HtpArch
 from qnndeploy.base.names import (
     FORMAT_VERSION,
     LICENCES_DIR,
@@ -515,7 +516,7 @@ def _on_device_problems(manifest: Manifest, facts: dict[str, FileFacts], root: P
         if g.path not in models or models[g.path].graph != g.graph:
             problems.append(Problem(g.path, f"is on_device's model of graph '{g.graph}', but the manifest lists no "
                                             "ONNX model of that graph there"))
-        if list(g.validated) != sorted(set(g.validated), key=lambda arch: int(arch[1:])):
+        if list(g.validated) != sorted(set(g.validated), key=HtpArch.parse):
             problems.append(Problem(MANIFEST, f"on_device's validated arches of graph '{g.graph}' must be unique "
                                               f"and ascending, not {list(g.validated)}"))
         precision = "fp16" if g.ep_options.get("enable_htp_fp16_precision") == "1" else "w8a16"
@@ -754,7 +755,7 @@ def _artifact_problems(manifest: Manifest, t: Target, a: BundleFile, facts: dict
         problems += [Problem(a.path, m) for m in _context_problems(root, info, a, t, signatures, need)]
         return problems + _version_problems(a.path, f, manifest.qairt)
     models, _ = soc_tables()
-    wrong = sorted({f"{s} (v{x})" for s, x in f.context_targets if x != int(t.dsp_arch[1:])})
+    wrong = sorted({f"{s} ({HtpArch(x)})" for s, x in f.context_targets if HtpArch(x) != HtpArch.parse(t.dsp_arch)})
     if wrong:
         problems.append(Problem(a.path, f"was compiled for {', '.join(wrong)}, but target {t.soc} is {t.dsp_arch}"))
     other = sorted({s for s, x in f.context_targets if models.get(upper(s), model) != model})
