@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from importlib import resources
 from pathlib import Path
 from types import FrameType
@@ -186,13 +186,15 @@ def glossary() -> dict[str, dict[str, Any]]:
 class Renamed(click.Option):
     """An option whose old spellings (the glossary's `old_names` for its long name) still work for one release:
     hidden from --help, each one used says so once on stderr, never on stdout (so --json stays clean). They are
-    parsed into a slot of their own, so the option knows which spelling was given."""
+    parsed into a slot of their own, so the option knows which spelling was given. The glossary's `old_units`: an
+    old name whose number was in another unit, and how many of the new one it is (--minutes M is --duration M*60)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        name = max(self.opts, key=len)
-        self.old_names: tuple[str, ...] = tuple(glossary()[name]["old_names"])
-        assert self.old_names, f"{name} has no old names in {GLOSSARY}: a plain option then"
+        entry = glossary()[max(self.opts, key=len)]
+        self.old_names: tuple[str, ...] = tuple(entry["old_names"])
+        self.old_units: dict[str, float] = entry.get("old_units", {})
+        assert self.old_names, f"{entry['name']} has no old names in {GLOSSARY}: a plain option then"
 
     def _slot(self, old: str) -> str:
         return f"{self.name} {old}"  # a parser slot no parameter name can take (it has a space)
@@ -208,14 +210,21 @@ class Renamed(click.Option):
     def consume_value(self, ctx: click.Context, opts: Any) -> Any:
         given = [old for old in self.old_names if self._slot(old) in opts]
         if given and not ctx.resilient_parsing:
-            new = max(self.opts, key=len)
+            old, new = given[0], max(self.opts, key=len)
             if len(given) > 1 or self.name in opts:
-                raise click.UsageError(f"{given[0]} is the old name of {new}: give {new} alone", ctx)
-            click.echo(f"warning: {given[0]} is renamed {new}; the old name goes in the next release", err=True)
-            opts = {**opts, self.name: opts[self._slot(given[0])]}
-            # a run again under another toolchain (cli/_toolchain.py) gets the new name, so the warning is said once
-            Group.args = [new + arg.removeprefix(given[0]) if arg == given[0] or arg.startswith(f"{given[0]}=")
-                          else arg for arg in Group.args]
+                raise click.UsageError(f"{old} is the old name of {new}: give {new} alone", ctx)
+            value, factor = opts[self._slot(old)], self.old_units.get(old)
+            if factor is None:
+                click.echo(f"warning: {old} is renamed {new}; the old name goes in the next release", err=True)
+                # a run again under another toolchain (cli/_toolchain.py) gets the new name: the warning is said once
+                Group.args = [new + arg.removeprefix(old) if arg == old or arg.startswith(f"{old}=") else arg
+                              for arg in Group.args]
+            else:  # (no command that runs again under a toolchain has one)
+                click.echo(f"warning: {old} is renamed {new}, which takes {factor:g} times the number ({old} 2 is "
+                           f"{new} {2 * factor:g}); the old name goes in the next release", err=True)
+                with suppress(ValueError):  # not a number: the type's own error says so
+                    value = float(value) * factor
+            opts = {**opts, self.name: value}
         return super().consume_value(ctx, opts)
 
 

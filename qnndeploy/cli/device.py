@@ -231,7 +231,7 @@ def _render_profile_end(result: prof.Profile, pid: int, csv_path: Path | None) -
 @serial_option
 @click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True, metavar="SECONDS",
               help="Seconds between samples.")
-@click.option("--duration", type=click.FloatRange(min=0), metavar="SECONDS",
+@click.option("--duration", cls=Renamed, type=click.FloatRange(min=0), metavar="SECONDS",
               help="Stop after SECONDS [default: at Ctrl-C].")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Also write the samples as CSV.")
@@ -606,10 +606,12 @@ def _render_bench_record(r: BenchRecord, path: Path | None) -> None:
 @click.option("--runs", type=click.IntRange(min=2), default=50, show_default=True, metavar="N",
               help="Inferences per block and path.")
 @click.option("--blocks", type=click.IntRange(min=1), default=2, show_default=True, metavar="K",
-              help="Alternating NPU and CPU blocks (at least; --minutes runs more).")
-@click.option("--minutes", type=click.FloatRange(min=0, min_open=True), metavar="M",
-              help="A sustained run: keep alternating blocks for M minutes, with a curve point per block "
-                   "(latency, throughput, temperature, thermal status).")
+              help="Alternating NPU and CPU blocks (at least; --duration runs more).")
+# --duration is in seconds, as every duration is; the bench and its record count minutes
+@click.option("--duration", "minutes", cls=Renamed, metavar="SECONDS",
+              type=click.FloatRange(min=0, min_open=True), callback=lambda ctx, param, s: None if s is None else s / 60,
+              help="A sustained run: keep alternating blocks for SECONDS, with a curve point per block (latency, "
+                   "throughput, temperature, thermal status).")
 @click.option("--performance-mode", "perf_modes", cls=Renamed, multiple=True, type=click.Choice(PERFORMANCE_MODES),
               metavar="MODE",
               help="Also run the NPU in this HTP performance mode (repeatable: a sweep), qnn-net-run's "
@@ -656,7 +658,7 @@ def device_bench(bundle_dir: Path, serial: str | None, all_devices: bool, graph:
     through onnxruntime_perf_test -e cpu), in alternating blocks. Per path: first-inference latency, latency
     percentiles and mean, throughput, real-time factor (with --input-seconds), the process's CPU %, energy per
     inference from the battery's current_now x voltage_now (never while charging), and the thermal state; the
-    NPU/CPU ratio of each, with its spread over the blocks. --minutes keeps going and records the curve;
+    NPU/CPU ratio of each, with its spread over the blocks. --duration keeps going and records the curve;
     --performance-mode sweeps HTP performance modes. Writes bench-SERIAL-GRAPH.json per phone and graph into DIR.
 
     Exit 1 when a phone fails, or a figure regresses beyond --threshold against --baseline; 2 on bad input (a

@@ -126,7 +126,7 @@ def test_bench_two_phones_table_and_json_with_ratios(emulated_devices, bundle, t
 
 
 def test_sustained_run_shows_the_temperature_rising(device, bundle, tools, tmp_path):
-    code, [r], _ = bench_json(str(bundle), *FAST, "--blocks", "1", "--minutes", "0.05", *tools, "-o", str(tmp_path))
+    code, [r], _ = bench_json(str(bundle), *FAST, "--blocks", "1", "--duration", "3", *tools, "-o", str(tmp_path))
     assert code == 0
     jsonschema.validate(r, SCHEMA)
     curve = r["sustained"]

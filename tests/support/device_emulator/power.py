@@ -15,7 +15,7 @@ rewrites those files every TICK_S the way a phone's would change under that load
   PowerManager.THERMAL_STATUS_* value, 0 none .. 6 shutdown), from the skin temperature by made-up thresholds.
 
 The temperature rises RISE_C_PER_S[kind] per busy second and falls COOL_C_PER_S per idle second down to AMBIENT_C:
-scaled so that a test's sustained run of a few seconds (--minutes 0.05) shows a rise of a few degrees and a status
+scaled so that a test's sustained run of a few seconds (--duration 3) shows a rise of a few degrees and a status
 change. All figures are made up; only the formats are a phone's.
 """
 
