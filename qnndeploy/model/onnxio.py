@@ -410,7 +410,7 @@ def dtype_name(elem_type: int) -> str:
 
 def tensor_info(value: onnx.ValueInfoProto, written: bool = False) -> TensorInfo:
     """A graph input or output. A dim value of 0 or -1 (some exporters' "any size") reads as "?", unless `written`:
-    the bundle manifest (format v1) keeps dims as the file writes them, and calls a value that is no tensor
+    the bundle manifest keeps dims as the file writes them, and calls a value that is no tensor
     "unknown"."""
     kind = value.type.WhichOneof("value")
     if kind != "tensor_type":
