@@ -61,7 +61,8 @@ GLUE_PLAY = "play"  # copied only with play: the AI pack's plan, rules and acces
 GENERATED = "Generated.kt"  # the glue's one generated file: the bundle's data, the catalog, reasons, switches
 ASSETS = "qnndeploy"  # the bundle's folder in the APK's assets: QnnRuntime.ASSETS in the Kotlin
 APP_GLUE_DIR = "qnndeploy"  # where the glue goes inside the sample app's module
-APP_LIBRARIES = ("activity_ktx", "lifecycle_runtime_ktx", "coroutines_android")  # the sample app's screen (maven.json)
+# the sample app's screen, its ViewModel and their coroutines (data/maven.json's keys)
+APP_LIBRARIES = ("activity_ktx", "lifecycle_runtime_ktx", "lifecycle_viewmodel_ktx", "coroutines_android")
 MAX_PACKAGE_SEGMENTS = 64  # folders of the package's sources; archives allow 64 in all (a real package has 3 to 6)
 PATH_MAX = 4096  # Linux's, in bytes with the terminating NUL
 MARKER = ".qnndeploy-scaffold"  # rendered into every output's top folder: what marks a folder --force may replace

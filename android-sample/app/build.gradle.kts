@@ -31,11 +31,12 @@ android {
     }
 }
 
-// The screen: ComponentActivity, and coroutines for the work off the main thread (qnndeploy/data/maven.json has
-// each version's source).
+// The screen: ComponentActivity, a ViewModel holding its state (a StateFlow) across rotations, and coroutines for
+// the work off the main thread (qnndeploy/data/maven.json has each version's source).
 dependencies {
     implementation("androidx.activity:activity-ktx:1.10.0")
     implementation("androidx.lifecycle:lifecycle-runtime-ktx:2.8.7")
+    implementation("androidx.lifecycle:lifecycle-viewmodel-ktx:2.8.7")
     implementation("org.jetbrains.kotlinx:kotlinx-coroutines-android:1.10.1")
 }
 

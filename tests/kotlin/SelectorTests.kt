@@ -10,7 +10,6 @@ import android.os.Build
 import android.os.Process
 import android.system.Os
 import android.util.Log
-import com.example.qnnsample.SampleModels
 import com.example.qnnsample.qnndeploy.AndroidHost
 import com.example.qnnsample.qnndeploy.BundleFiles
 import com.example.qnnsample.qnndeploy.BundleManifest
@@ -45,7 +44,6 @@ import kotlin.test.assertEquals
 import kotlin.test.assertFailsWith
 import kotlin.test.assertFalse
 import kotlin.test.assertNotNull
-import kotlin.test.assertNotSame
 import kotlin.test.assertNull
 import kotlin.test.assertSame
 import kotlin.test.assertTrue
@@ -350,24 +348,6 @@ internal class Suite(val manifests: Map<*, *>, val assets: File, val scratch: Fi
             other!!.join()
             assertNull(otherFailed)
             assertEquals(sha256(File(assets, "qnndeploy/cpu/det.onnx")), sha256(slow.file("cpu/det.onnx")))
-        },
-        "the sample app opens its models once per process, shared by every screen, closed on release" to {
-            QnnRuntime.forget()
-            SampleModels.release()
-            val context = FakeContext(assets, File(scratch, "app4"), LIB_DIR, "com.example.qnnsample")
-            val opened = OrtSession.OPENED.get()
-            val closed = OrtSession.CLOSED.get()
-            val screens = List(3) { arrayOfNulls<Any>(1) }
-            screens.map { result -> thread { result[0] = SampleModels.get(context) } }.forEach { it.join() }
-            val models = SampleModels.get(context)
-            assertTrue(screens.all { it[0] === models }, "every screen (a rotation makes a new one) gets the same models")
-            val graphs = models.decision.paths.size
-            assertEquals(graphs, OrtSession.OPENED.get() - opened, "one session per graph, opened once")
-            assertEquals(graphs, SampleModels.use(context) { it.sessions.size })
-            SampleModels.release()
-            assertEquals(graphs, OrtSession.CLOSED.get() - closed, "closed when the app is done")
-            assertNotSame(models, SampleModels.get(context), "opened again after a release")
-            SampleModels.release()
         },
         "select on the JVM: the real System.loadLibrary fails, so the CPU, with the loader's message" to {
             QnnRuntime.forget()

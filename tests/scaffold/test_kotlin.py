@@ -53,8 +53,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.needs_kotlin]
 HERE = KOTLIN
 GLUE = templates_dir() / "glue" / "kotlin"  # the glue's plain Kotlin sources
 PACKAGE = GLUE_PACKAGE  # tests/kotlin/*.kt import the glue from this package, the templates' own
-UNIT_TESTS = 25  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
+UNIT_TESTS = 24  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
 ON_DEVICE_TESTS = 11  # the number of tests in tests/kotlin/OnDeviceTests.kt
+APP_TESTS = 6  # the number of tests in tests/kotlin/SampleAppTests.kt (the sample app's SampleViewModel)
 PLAY_PACKAGE = "com.example.qnnplay"  # tests/kotlin/play/*.kt import the play glue from this package
 PLAY_TESTS = 10  # the number of tests in tests/kotlin/play/PlayTests.kt: none may silently disappear
 PLAY_TARGETS = ("SM8550", "SM8650", "SM8750")
@@ -115,7 +116,8 @@ def test_the_glue_is_the_templates_sources_as_they_are(rendered, kotlin):
 
 def test_all_generated_kotlin_compiles(rendered, play, kotlin):
     names = {p.name for p in [*kotlin["generated"], *kotlin["templated"]]}
-    assert {"MainActivity.kt", "OrtModels.kt", "SherpaOnnxQnn.kt", "QnnSelector.kt", "QnnRuntime.kt", "SocCatalog.kt",
+    assert {"MainActivity.kt", "SampleViewModel.kt", "OrtModels.kt", "SherpaOnnxQnn.kt", "QnnSelector.kt",
+            "QnnRuntime.kt", "SocCatalog.kt",
             "BundleFiles.kt", "FailureMemory.kt", "MiniJson.kt", "Reasons.kt", "BundleManifest.kt"} <= names
     assert len(kotlin["generated"]) == sum(len(r.kotlin) for r in (rendered["app"], rendered["sherpa"], play["glue"]))
     assert "Generated.kt" in names
@@ -151,6 +153,20 @@ def test_on_device_compile_unit_tests_pass_on_the_jvm(rendered, kotlin):
     failures = [line for line in lines if line.startswith("FAIL")]
     assert not failures and done.returncode == 0, "\n".join(failures) or done.stderr
     assert sum(line.startswith("ok ") for line in lines) == ON_DEVICE_TESTS, done.stdout
+
+
+def test_sample_app_view_model_unit_tests_pass_on_the_jvm(rendered, kotlin):
+    """The sample app's SampleViewModel (templates/app/kotlin), compiled as the app has it, against stand-ins of
+    AndroidX's ViewModel, AndroidViewModel, ViewModelStore and viewModelScope (lifecycle-viewmodel) and Android's
+    Application (tests/kotlin/stubs), with the real kotlinx.coroutines StateFlow: the state says it is choosing, then
+    shows the decision; a run turns the button off, then shows the timings or the failure; models that do not open
+    are shown so; a finished screen closes the models after the opening or the run under way."""
+    assets = rendered["app"].glue / "bundle" / "assets"
+    done = kotlin_build.run_jvm(kotlin, "qnndeploy.tests.SampleAppTestsKt", str(assets), str(kotlin["out"] / "app"))
+    lines = done.stdout.splitlines()
+    failures = [line for line in lines if line.startswith("FAIL")]
+    assert not failures and done.returncode == 0, "\n".join(failures) or done.stderr
+    assert sum(line.startswith("ok ") for line in lines) == APP_TESTS, done.stdout
 
 
 # Device properties as odd as a vendor may set them: both twins trim ASCII whitespace only and change the case of

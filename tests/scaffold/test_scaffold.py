@@ -73,9 +73,10 @@ def test_sample_app_is_a_conventional_gradle_project(tmp_path, external):
         external / "manifest.json").read_bytes()
 
 
-def test_sample_app_runs_its_work_in_coroutines_with_sourced_libraries(tmp_path, external):
-    """The screen is a ComponentActivity whose lifecycleScope opens and times the models on Dispatchers.Default; the
-    three libraries that takes are in app/build.gradle.kts at the versions of data/maven.json, which has a source."""
+def test_sample_app_keeps_its_state_in_a_view_model_with_sourced_libraries(tmp_path, external):
+    """The screen is a ComponentActivity that only collects its ViewModel's StateFlow (repeatOnLifecycle) and passes
+    taps on; the ViewModel opens and times the models in viewModelScope on Dispatchers.Default. The four libraries
+    that takes are in app/build.gradle.kts at the versions of data/maven.json, which has a source."""
     from qnndeploy.base import compat
     from qnndeploy.scaffold import APP_LIBRARIES
 
@@ -86,11 +87,18 @@ def test_sample_app_runs_its_work_in_coroutines_with_sourced_libraries(tmp_path,
         assert f'implementation("{library.version}")' in gradle and library.source.startswith("https://"), key
     assert {compat.gradle_library(k).version.rpartition(":")[0] for k in APP_LIBRARIES} == {
         "androidx.activity:activity-ktx", "androidx.lifecycle:lifecycle-runtime-ktx",
-        "org.jetbrains.kotlinx:kotlinx-coroutines-android"}
-    activity = (app / "app/src/main/java/com/example/qnnsample/MainActivity.kt").read_text()
-    assert "class MainActivity : ComponentActivity()" in activity
-    assert activity.count("lifecycleScope.launch {") == 2 and activity.count("withContext(Dispatchers.Default)") == 2
-    assert "Thread" not in activity and "runOnUiThread" not in activity
+        "androidx.lifecycle:lifecycle-viewmodel-ktx", "org.jetbrains.kotlinx:kotlinx-coroutines-android"}
+    sources = app / APP_SOURCES_DIR / "com/example/qnnsample"
+    activity = (sources / "MainActivity.kt").read_text()
+    assert "class MainActivity : ComponentActivity()" in activity and "by viewModels()" in activity
+    assert "repeatOnLifecycle(Lifecycle.State.STARTED)" in activity and "model.state.collect" in activity
+    model = (sources / "SampleViewModel.kt").read_text()
+    assert "class SampleViewModel(application: Application) : AndroidViewModel(application)" in model
+    assert "data class SampleUiState(" in model and "val state: StateFlow<SampleUiState>" in model
+    assert model.count("viewModelScope.launch {") == 2 and model.count("withContext(Dispatchers.Default)") == 2
+    for text in (activity, model):
+        assert "Thread" not in text and "runOnUiThread" not in text and "@Synchronized" not in text
+        assert not re.search(r"^object ", text, re.MULTILINE)  # no process-wide holder of the models
 
 
 def test_ort_glue_gradle_and_manifest_snippets(external, tmp_path):
@@ -331,7 +339,7 @@ def test_sample_app_screen_is_the_templates_sources_but_for_the_package(external
     and the imports of the glue's classes change; for the templates' own package, not a byte (android-sample/ links
     to them)."""
     sources = sorted((templates_dir() / "app" / APP_SOURCES).glob("*.kt"))
-    assert {p.name for p in sources} >= {"MainActivity.kt"}
+    assert {p.name for p in sources} == {"MainActivity.kt", "SampleViewModel.kt"}
     for package in ("com.example.other", SAMPLE_PACKAGE):
         app = scaffold(external, package, tmp_path / package, app=True).path
         written = app / APP_SOURCES_DIR / package.replace(".", "/")
@@ -342,7 +350,7 @@ def test_sample_app_screen_is_the_templates_sources_but_for_the_package(external
             expected = [(a, a.replace(SAMPLE_PACKAGE, package, 1)) for a in ours
                         if a.startswith((f"package {SAMPLE_PACKAGE}", f"import {SAMPLE_PACKAGE}."))]
             assert changed == (expected if package != SAMPLE_PACKAGE else []), src.name
-    other = tmp_path / "com.example.other" / APP_SOURCES_DIR / "com/example/other/MainActivity.kt"
+    other = tmp_path / "com.example.other" / APP_SOURCES_DIR / "com/example/other/SampleViewModel.kt"
     assert "import com.example.other.qnndeploy.OrtModels\n" in other.read_text()
 
 

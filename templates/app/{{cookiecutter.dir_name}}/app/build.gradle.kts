@@ -31,8 +31,8 @@ android {
     }
 }
 
-// The screen: ComponentActivity, and coroutines for the work off the main thread (qnndeploy/data/maven.json has
-// each version's source).
+// The screen: ComponentActivity, a ViewModel holding its state (a StateFlow) across rotations, and coroutines for
+// the work off the main thread (qnndeploy/data/maven.json has each version's source).
 dependencies {
 {%- for library in cookiecutter.data.app_libraries %}
     implementation("{{ library | kt }}")

@@ -4,19 +4,22 @@ import java.nio.FloatBuffer;
 import java.nio.IntBuffer;
 import java.nio.LongBuffer;
 
+/** Stand-in: createTensor makes a tensor that holds nothing (the stand-in sessions read no input). */
 public class OnnxTensor extends OnnxTensorLike {
+    OnnxTensor() {}
+
     public static OnnxTensor createTensor(OrtEnvironment env, FloatBuffer data, long[] shape) throws OrtException {
-        throw new RuntimeException("Stub!");
+        return new OnnxTensor();
     }
 
     public static OnnxTensor createTensor(OrtEnvironment env, IntBuffer data, long[] shape) throws OrtException {
-        throw new RuntimeException("Stub!");
+        return new OnnxTensor();
     }
 
     public static OnnxTensor createTensor(OrtEnvironment env, LongBuffer data, long[] shape) throws OrtException {
-        throw new RuntimeException("Stub!");
+        return new OnnxTensor();
     }
 
     @Override
-    public void close() { throw new RuntimeException("Stub!"); }
+    public void close() {}
 }

@@ -1,5 +1,6 @@
 package androidx.lifecycle;
 
-/** Stand-in: androidx.lifecycle's Lifecycle, only as the type LifecycleOwner returns. */
+/** Stand-in: androidx.lifecycle's Lifecycle, as the type LifecycleOwner returns, and its states. */
 public abstract class Lifecycle {
+    public enum State { DESTROYED, INITIALIZED, CREATED, STARTED, RESUMED }
 }

@@ -1,0 +1,1 @@
+../../../../../../../../templates/app/kotlin/SampleViewModel.kt

@@ -1,0 +1,181 @@
+package qnndeploy.tests
+
+// JVM tests of the sample app's SampleViewModel (templates/app/kotlin): the screen's state as the ViewModel moves it,
+// the models opened once and closed after the work under way. tests/scaffold/test_kotlin.py compiles this with the
+// app rendered for com.example.qnnsample and runs:
+//   qnndeploy.tests.SampleAppTestsKt ASSETS_DIR SCRATCH_DIR
+// ASSETS_DIR is the app's bundle/assets folder (a real bundle). The phone reports no SoC here, so the decision is
+// the CPU's. AndroidX's ViewModel, AndroidViewModel, ViewModelStore and viewModelScope, and Android's Application,
+// are the stand-ins of tests/kotlin/stubs (no AndroidX jars here); the StateFlow is the real kotlinx.coroutines one.
+// Sessions, tensors and runs are ONNX Runtime's stand-ins, which a test blocks with STAND_IN_CREATE and STAND_IN_RUN.
+
+import ai.onnxruntime.OrtEnvironment
+import ai.onnxruntime.OrtSession
+import android.app.Application
+import android.content.Context
+import androidx.lifecycle.ViewModelStore
+import com.example.qnnsample.SampleUiState
+import com.example.qnnsample.SampleViewModel
+import com.example.qnnsample.qnndeploy.QnnRuntime
+import kotlinx.coroutines.flow.first
+import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.withTimeout
+import qnndeploy.testsupport.FakeContext
+import qnndeploy.testsupport.runTests
+import java.io.File
+import java.util.concurrent.CountDownLatch
+import java.util.concurrent.TimeUnit
+import kotlin.test.assertEquals
+import kotlin.test.assertTrue
+
+/** The app as Android makes it: an Application whose base context is the test's FakeContext. */
+internal class TestApplication(base: Context) : Application() {
+    init {
+        attachBaseContext(base)
+    }
+}
+
+internal class SampleAppSuite(private val assets: File, private val scratch: File) {
+    private var apps = 0
+
+    /** A fresh app (its own files folder) and its screen's ViewModel in a store, as an activity holds it. */
+    private fun screen(assetsDir: File = assets): Pair<SampleViewModel, ViewModelStore> {
+        QnnRuntime.forget()
+        val context = FakeContext(assetsDir, File(scratch, "app${apps++}"), "/data/app/lib/arm64", "com.example.qnnsample")
+        val model = SampleViewModel(TestApplication(context))
+        val store = ViewModelStore()
+        store.put("screen", model)
+        return model to store
+    }
+
+    private fun SampleViewModel.awaitState(what: String, test: (SampleUiState) -> Boolean): SampleUiState =
+        runBlocking { withTimeout(60_000) { state.first(test) } }.also { assertTrue(test(it), what) }
+
+    private fun await(latch: CountDownLatch) = assertTrue(latch.await(60, TimeUnit.SECONDS), "timed out")
+
+    /** Sessions are closed by a worker after the screen is cleared: waits until `count` more are. */
+    private fun awaitClosed(before: Int, count: Int) {
+        val end = System.nanoTime() + 60_000_000_000
+        while (OrtSession.CLOSED.get() < before + count && System.nanoTime() < end) Thread.sleep(10)
+        assertEquals(before + count, OrtSession.CLOSED.get(), "sessions closed")
+    }
+
+    private fun ready(model: SampleViewModel) = model.awaitState("the models open") { it.canRun }
+
+    fun tests(): List<Pair<String, () -> Unit>> = listOf(
+        "the screen says it is choosing, then shows the decision and takes a run" to {
+            val opening = CountDownLatch(1)
+            OrtEnvironment.STAND_IN_CREATE = OrtEnvironment.StandInCreate { _, _ -> await(opening) }
+            val opened = OrtSession.OPENED.get()
+            val (model, store) = screen()
+            try {
+                assertEquals(SampleUiState("Choosing NPU or CPU...", canRun = false), model.state.value)
+                model.runTimed() // a tap before the models are open does nothing
+                assertEquals(SampleUiState("Choosing NPU or CPU...", canRun = false), model.state.value)
+            } finally {
+                OrtEnvironment.STAND_IN_CREATE = null
+                opening.countDown()
+            }
+            val shown = ready(model).status
+            assertTrue(shown.startsWith("SoC: unknown (from nothing the phone reports)\nRuns on: CPU\nWhy: "), shown)
+            assertTrue(shown.endsWith("\n\ndet: cpu/det.onnx\nrec: cpu/rec.onnx\n"), shown)
+            assertEquals(2, OrtSession.OPENED.get() - opened, "one session per graph, opened once")
+            store.clear()
+        },
+        "a timed run disables the button while it runs, then shows the decision and each graph's timings" to {
+            val (model, store) = screen()
+            val decision = ready(model).status
+            val running = CountDownLatch(1)
+            val release = CountDownLatch(1)
+            OrtSession.STAND_IN_RUN = OrtSession.StandInRun {
+                running.countDown()
+                await(release)
+            }
+            try {
+                model.runTimed()
+                await(running)
+                assertEquals(SampleUiState(decision, canRun = false), model.state.value)
+                model.runTimed() // a second tap while it runs does nothing
+            } finally {
+                OrtSession.STAND_IN_RUN = null
+                release.countDown()
+            }
+            val done = model.awaitState("the run ends") { it.canRun }.status
+            val timings = done.removePrefix(decision + "\n").lines()
+            assertEquals("CPU timings", timings[0], done)
+            for ((line, graph) in timings.drop(1).zip(listOf("det", "rec"))) {
+                assertTrue(Regex("$graph: first run [0-9.]+ ms, then [0-9.]+ ms per run \\(mean of 10\\)").matches(line), line)
+            }
+            assertEquals(4, timings.size, done) // the header, two graphs, the last line's end
+            store.clear()
+        },
+        "a failed inference is shown under the decision, and the button takes another run" to {
+            val (model, store) = screen()
+            val decision = ready(model).status
+            OrtSession.STAND_IN_RUN = OrtSession.StandInRun { throw IllegalStateException("stand-in run failed") }
+            try {
+                model.runTimed()
+                val failed = model.awaitState("the run fails") { it.canRun && it.status != decision }
+                assertEquals(SampleUiState("$decision\nInference failed: java.lang.IllegalStateException: stand-in run failed", true), failed)
+            } finally {
+                OrtSession.STAND_IN_RUN = null
+            }
+            store.clear()
+        },
+        "models that cannot be opened are shown as such, and the button stays off" to {
+            val empty = File(scratch, "no-bundle").apply { mkdirs() }
+            val (model, store) = screen(empty)
+            val shown = model.awaitState("the opening fails") { it.status.startsWith("Could not open") }
+            assertTrue(shown.status.startsWith("Could not open the bundle's models:\n"), shown.status)
+            assertEquals(false, shown.canRun)
+            model.runTimed()
+            assertEquals(shown, model.state.value)
+            store.clear()
+        },
+        "a finished screen closes its models, after a run under way" to {
+            val (model, store) = screen()
+            ready(model)
+            val closed = OrtSession.CLOSED.get()
+            val running = CountDownLatch(1)
+            val release = CountDownLatch(1)
+            OrtSession.STAND_IN_RUN = OrtSession.StandInRun {
+                running.countDown()
+                await(release)
+            }
+            try {
+                model.runTimed()
+                await(running)
+                store.clear()
+                Thread.sleep(200)
+                assertEquals(closed, OrtSession.CLOSED.get(), "closed while a run used them")
+            } finally {
+                OrtSession.STAND_IN_RUN = null
+                release.countDown()
+            }
+            awaitClosed(closed, 2)
+        },
+        "a screen finished while the models open closes them once they are open" to {
+            val started = CountDownLatch(1)
+            val opening = CountDownLatch(1)
+            OrtEnvironment.STAND_IN_CREATE = OrtEnvironment.StandInCreate { _, _ ->
+                started.countDown()
+                await(opening)
+            }
+            val closed = OrtSession.CLOSED.get()
+            val (model, store) = screen()
+            try {
+                await(started) // on a phone the opening starts in the constructor (viewModelScope: Main.immediate)
+                store.clear()
+                assertEquals(SampleUiState("Choosing NPU or CPU...", canRun = false), model.state.value)
+            } finally {
+                OrtEnvironment.STAND_IN_CREATE = null
+                opening.countDown()
+            }
+            awaitClosed(closed, 2)
+        },
+    )
+}
+
+fun main(args: Array<String>) {
+    runTests(SampleAppSuite(File(args[0]), File(args[1])).tests())
+}
