@@ -284,7 +284,7 @@ def sample_options(folder: str = "--inputs", purpose: str = "Real input samples:
     ]
     if random:
         options += [
-            click.option("--random", "random_", type=int, metavar="N",
+            click.option("--random", "random_", cls=Renamed, type=int, metavar="N",
                          help=f"N seeded random samples, instead of {folder} [default: {random_default}]."),
             click.option("--seed", type=int, default=0, show_default=True, metavar="S",
                          help="Seed of the random samples."),

@@ -430,7 +430,6 @@ def _render_verifications(report: VerifyReport, results: list[verify_stage.Devic
               help="QAIRT SDK: its bin/aarch64-android/qnn-net-run (default: $QNN_SDK_ROOT when it has one), and "
                    "the QNN libraries for a bundle with an external runtime.")
 @sample_options("--inputs", "Input samples, as validate takes them:")
-@click.option("--samples", "old_samples", type=int, hidden=True, help="The old name of --random N (deprecated).")
 @click.option("--runs", type=int, default=10, show_default=True, metavar="N",
               help="Inferences in the timed run (the samples, repeated).")
 @click.option("-o", "--output", "record_dir", type=click.Path(file_okay=False, path_type=Path),
@@ -453,7 +452,7 @@ def _render_verifications(report: VerifyReport, results: list[verify_stage.Devic
 def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runner: Path | None,
                   ort_runner: Path | None, qnn_sdk_root: Path | None, inputs: Path | None, preprocess: str | None,
                   random_: int | None,
-                  seed: int, ranges: dict[str, tuple[int, int]], old_samples: int | None, runs: int,
+                  seed: int, ranges: dict[str, tuple[int, int]], runs: int,
                   record_dir: Path, aihub: bool, hosted_names: tuple[str, ...], hosted_socs: tuple[str, ...],
                   play_dir: Path | None, timeout: float | None, allow_unchecked: bool, as_json: bool) -> None:
     """Push a bundle to a phone, run it there, record the result.
@@ -491,11 +490,6 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
              "--timeout are for phones over adb")
     if all_devices and given:
         fail("give -s SERIAL or --all, not both")
-    if old_samples is not None:
-        if random_ is not None:
-            fail("--samples is the old name of --random: give --random N alone")
-        click.echo("warning: --samples N is deprecated, use --random N (as validate and diagnose do)", err=True)
-        random_ = old_samples
     with (step_progress("device verify") as live,
           verify_stage.checked_bundle(bundle_dir, allow_unchecked, live.step) as (root, report, manifest)):
         require_bundle(bundle_dir, root, report)

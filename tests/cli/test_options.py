@@ -18,9 +18,6 @@ from qnndeploy.cli._common import Group, Renamed, glossary
 from tests import docgen
 from tests.support.cli import run
 
-# Hidden options kept before the glossary, each handled by its command with a message of its own.
-LEGACY = {("device verify", "--samples")}
-
 # Every old name in every command that takes its option: (command, the arguments it needs, the old spelling with
 # its value, the new one). A multiple option is given twice: the warning is still said once.
 ALIASES = [
@@ -36,6 +33,9 @@ ALIASES = [
      ["--performance-mode", "burst", "--performance-mode", "balanced"]),
     ("device profile", ["--pid", "1"], ["--minutes", "2"], ["--duration", "120"]),
     ("device bench", ["B"], ["--minutes", "2"], ["--duration", "120"]),
+    *((path, needed, ["--samples", "3"], ["--random", "3"])
+      for path, needed in (("validate", ["build"]), ("diagnose", ["build/g/SM8650"]), ("device verify", ["B"]),
+                           ("device bench", ["B"]))),
 ]
 
 
@@ -89,14 +89,14 @@ def test_one_name_per_meaning() -> None:
 
 
 def test_each_old_name_works_wherever_its_option_is() -> None:
-    """An option with old names is Renamed (which takes them from the glossary) in every command that has it; the
-    only other hidden options are the legacy ones."""
+    """An option with old names is Renamed (which takes them from the glossary) in every command that has it; no
+    command has another hidden option."""
     for path, option in docgen.command_options():
         assert isinstance(option, Renamed) == bool(glossary()[long_name(option)]["old_names"]), (path, option.opts)
     hidden = {(ctx.command_path.removeprefix("qnndeploy "), o)
               for c, ctx in docgen.commands(cli, click.Context(cli, info_name="qnndeploy"))
               for p in c.params if isinstance(p, click.Option) and p.hidden for o in p.opts}
-    assert hidden == LEGACY
+    assert not hidden
     covered = {(path, old[0]) for path, _, old, _ in ALIASES}
     assert covered == {(path, old) for e in glossary().values() for path in e["commands"] for old in e["old_names"]}
 

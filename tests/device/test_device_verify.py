@@ -264,7 +264,7 @@ def test_the_runner_runs_each_graph_on_the_phone_and_compares_with_the_cpu(devic
     for g in d["graphs"]:  # None when N - 1 inferences hide in the noise of starting the runner
         assert g["per_inference_s"] is None or g["per_inference_s"] > 0
     text = verify(str(bundle), "--runner", str(launcher), "--runs", "50", "--samples", "3", records=tmp_path)[1]
-    assert "warning: --samples N is deprecated, use --random N" in text and "3 sample(s)" in text  # the old name
+    assert "warning: --samples is renamed --random" in text and "3 sample(s)" in text  # the old name
     assert "NPU: the QNN libraries loaded and every context binary ran on the phone" in text
     assert re.search(r"PASS  det +first run \d+ ms, (\d+\.\d\d ms/inference|per inference lost in the start-up "
                      r"noise) \(50 runs.*, device clock\)", text), text
