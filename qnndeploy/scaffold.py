@@ -29,6 +29,7 @@ from qnndeploy import __version__
 from qnndeploy.base import codegen, compat, socs
 from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import check_apart, check_replaceable, check_writable, copy_verified, staging_dir, writing
+from qnndeploy.base.kinds import choices
 from qnndeploy.base.names import FORMAT, FORMAT_VERSION, MANIFEST
 from qnndeploy.decide.decision import (
     BACKEND_LIB,
@@ -52,7 +53,6 @@ from qnndeploy.formats.manifest import (
 from qnndeploy.qnn import epcontext
 from qnndeploy.verification.checks import VerifyReport, require_ok, verify_folder
 
-ENGINES = {e.value: e.npu_format for e in Engine}  # engine -> the NPU file format it loads (decide/reach.py's)
 GLUE_PACKAGE = "com.example.qnnsample"  # the templates' Kotlin package: the sample app's (the glue's is its .qnndeploy)
 APP_SOURCES = "kotlin"  # templates/app/kotlin: the sample app's screen, plain Kotlin copied as the glue is
 APP_SOURCES_DIR = "app/src/main/java"  # where the app's sources go, one folder per package segment below it
@@ -86,7 +86,7 @@ def templates_dir() -> Path:
 class ScaffoldResult:
     path: Path
     package: str
-    engine: str
+    engine: Engine
     app: bool
     glue: Path  # the glue folder: path itself, or path/app/qnndeploy for an app
     kotlin: list[str] = field(default_factory=list)  # generated Kotlin files, relative to path
@@ -107,11 +107,11 @@ def check_request(package: str, out: Path, *, engine: str, app: bool, force: boo
     """The checks that need no bundle, done before the bundle is hashed."""
     codegen.check_package(package)
     _check_package_path(package, Path(out))
-    if engine not in ENGINES:
-        raise QnnDeployError(f"unknown engine '{engine}'; use one of {', '.join(ENGINES)}")
-    if ort_aar is not None and ort_aar not in compat.AARS:
-        raise QnnDeployError(f"unknown ONNX Runtime AAR '{ort_aar}'; use one of {', '.join(compat.AARS)}")
-    if app and engine != "ort":
+    if engine not in choices(Engine):
+        raise QnnDeployError(f"unknown engine '{engine}'; use one of {', '.join(choices(Engine))}")
+    if ort_aar is not None and ort_aar not in choices(compat.Aar):
+        raise QnnDeployError(f"unknown ONNX Runtime AAR '{ort_aar}'; use one of {', '.join(choices(compat.Aar))}")
+    if app and engine != Engine.ORT:
         raise QnnDeployError("--app makes the sample app, which runs any model with ONNX Runtime: use --engine ort")
     if app and play:
         raise QnnDeployError("--app does not take --play yet: scaffold the glue with --play into your app module "
@@ -143,7 +143,7 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
     """Render the glue (or the sample app) for a bundle folder; refuses a bundle that fails `bundle verify`.
 
     report: the bundle's verify report when the caller already has it (the command line shows it in full).
-    ort_aar: engine ort's ONNX Runtime, Microsoft's onnxruntime-android-qnn or Qualcomm's plugin AAR (compat.AARS);
+    ort_aar: engine ort's ONNX Runtime, Microsoft's onnxruntime-android-qnn or Qualcomm's plugin AAR (compat.Aar);
     None: the newest validated set of either that loads the bundle's binaries (compat.app_set).
     play: a `qnndeploy package play` output folder made from this bundle: its AI pack carries the NPU files.
     """
@@ -153,14 +153,15 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
     report = report if report is not None else verify_folder(bundle, deep=True)
     require_ok(bundle, report)
     manifest = read_manifest(bundle)  # verify has checked it against the schema
-    _check_engine(manifest, bundle, engine)
+    kind = Engine(engine)
+    _check_engine(manifest, bundle, kind)
     plan = playplan.read_plan_of(play, bundle) if play is not None else None
     check_apart(out, [("--play folder", play)])
 
     templates = templates_dir()
     glue_name = APP_GLUE_DIR if app else out.name
-    pins = runtime_set(manifest, ort_aar) if engine == "ort" else None
-    context = _context(manifest, package, glue_name, engine, pins)
+    pins = runtime_set(manifest, ort_aar) if kind == Engine.ORT else None
+    context = _context(manifest, package, glue_name, kind, pins)
     if plan is not None and play is not None:
         context["data"]["play"].update(enabled=True, pack=plan["pack"], delivery=plan["delivery"],
                                        dir=Path(play).as_posix())
@@ -173,7 +174,7 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
             _copy_kotlin(sorted((templates / "app" / APP_SOURCES).glob("*.kt")), package, "",
                          tmp / APP_SOURCES_DIR / context["package_path"])
         _render(templates / "glue", context, glue)
-        folders = [GLUE_COMMON, engine] + ([GLUE_PLAY] if plan is not None else [])
+        folders = [GLUE_COMMON, kind.value] + ([GLUE_PLAY] if plan is not None else [])
         _write_glue(templates / "glue", folders, package, context["data"],
                     glue / "src" / context["package_path"] / "qnndeploy")
         copied, nbytes = _copy_bundle(bundle, manifest, glue / "bundle", play)
@@ -185,14 +186,14 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
         f'app build.gradle.kts:  apply(from = "{out.name}/qnndeploy.gradle")',
         ('AndroidManifest.xml, in <application>:  <uses-native-library android:name="libcdsprpc.so" '
          'android:required="false"/>'),
-        f"code:  val models = {package}.qnndeploy.OrtModels.open(context)" if engine == "ort" else
+        f"code:  val models = {package}.qnndeploy.OrtModels.open(context)" if kind == Engine.ORT else
         (f"code:  val engine = {package}.qnndeploy.SherpaOnnxQnn.create(context) {{ s -> /* your config with "
          "provider(s), model(s, graph), qnnConfig(s) */ }"),
     ]
     if plan is not None and play is not None:
         lines += _play_lines(play, plan)
     return ScaffoldResult(
-        path=out, package=package, engine=engine, app=app, glue=out / "app" / APP_GLUE_DIR if app else out,
+        path=out, package=package, engine=kind, app=app, glue=out / "app" / APP_GLUE_DIR if app else out,
         kotlin=kotlin, bundle_files=copied, bundle_bytes=nbytes, license=manifest.source.license,
         targets=[f"{t.soc} ({t.dsp_arch})" for t in manifest.targets],
         runtime=f"bundled: {len(rt.libs)} libraries in jniLibs/arm64-v8a" if rt.bundled
@@ -243,12 +244,12 @@ def runtime_set(manifest: Manifest, aar: str | None = None) -> compat.AppSet:
     return compat.app_set(qairt.version, qairt.min_runtime, None if rt.bundled else rt.maven.rpartition(":")[2], aar)
 
 
-def _check_engine(manifest: Manifest, bundle: Path, engine: str) -> None:
+def _check_engine(manifest: Manifest, bundle: Path, engine: Engine) -> None:
     """Every target must hold what the engine loads, or the app would silently never use the NPU there."""
-    fmt = ENGINES[engine]
-    hint = " or use --engine sherpa-onnx, which loads the context binaries" if engine == "ort" else ""
+    fmt = engine.npu_format
+    hint = " or use --engine sherpa-onnx, which loads the context binaries" if engine == Engine.ORT else ""
     cpu_only = manifest.cpu_only
-    if cpu_only and engine != "ort":
+    if cpu_only and engine != Engine.ORT:
         raise QnnDeployError(f"graph(s) {', '.join(cpu_only)} of this split model run on the CPU, which engine "
                              f"{engine} (context binaries only) cannot: use --engine ort")
     for t in manifest.targets:
@@ -259,13 +260,13 @@ def _check_engine(manifest: Manifest, bundle: Path, engine: str) -> None:
                 raise QnnDeployError(f"engine {engine} loads {fmt} files, but target {t.soc} has none for graph "
                                      f"'{g.name}': rebuild the bundle with them{hint}")
         shared = next((a for a in t.artifacts if len(a.served) > 1), None)
-        if shared is not None and engine != "ort":
+        if shared is not None and engine != Engine.ORT:
             raise QnnDeployError(f"{shared.path} is one context binary for graphs {', '.join(shared.graphs)} "
                                  f"(compile --share), but engine {engine} runs the first graph of a context binary "
                                  "only: use --engine ort, whose sessions share it (ep.share_ep_contexts)")
 
 
-def _context(manifest: Manifest, package: str, glue_name: str, engine: str, pins: compat.AppSet | None
+def _context(manifest: Manifest, package: str, glue_name: str, engine: Engine, pins: compat.AppSet | None
              ) -> dict[str, Any]:
     models, codenames = soc_tables()
     rt = manifest.runtime
@@ -298,15 +299,15 @@ def _context(manifest: Manifest, package: str, glue_name: str, engine: str, pins
         # the licence manifest: per origin of the Qualcomm files, its terms files (in the assets) or unknown
         "licences": [o.summary for o in manifest.licences.origins] if manifest.licences else [],
         "ort_version": pins.aar_version if pins else "",
-        "ort_aar": pins.aar if pins else "",
+        "ort_aar": pins.aar.value if pins else "",
         "ort_maven": compat.aar_maven(pins.aar) if pins else "",
         "ort_android_module": compat.ORT_ANDROID,
         "ort_android_version": (pins.ort_android or "") if pins else "",
         "ort_pins": pins.describe if pins else "",
         "ort_source": pins.validated.source.url if pins and pins.validated else "",
         # Qualcomm's plugin AAR: the library OrtModels registers and the EP name of its devices (runtime.json)
-        "qnn_ep_library": compat.qnn_plugin().library if pins and pins.aar == "qualcomm" else "",
-        "qnn_ep_name": compat.qnn_plugin().ep_name if pins and pins.aar == "qualcomm" else "",
+        "qnn_ep_library": compat.qnn_plugin().library if pins and pins.aar == compat.Aar.QUALCOMM else "",
+        "qnn_ep_name": compat.qnn_plugin().ep_name if pins and pins.aar == compat.Aar.QUALCOMM else "",
         "qnndeploy_version": __version__,
         # the sample app's plugins (data/maven.json, each with its source)
         "agp_version": compat.gradle_library("android_gradle_plugin").version.rpartition(":")[2],
@@ -318,7 +319,7 @@ def _context(manifest: Manifest, package: str, glue_name: str, engine: str, pins
                  "default_group": playplan.DEFAULT_GROUP, "since_sdk": playplan.SOC_TARGETING_SINCE_SDK},
     }
     return {"dir_name": glue_name, "package": package, "package_path": package.replace(".", "/"),
-            "engine": engine, "data": data}
+            "engine": engine.value, "data": data}
 
 
 _REASON_GROUPS = {

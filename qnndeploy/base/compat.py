@@ -12,15 +12,30 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cache
 from importlib import resources
 from typing import Any
 
 from qnndeploy.base.errors import BadInput
+from qnndeploy.base.kinds import choices
 
-AARS = ("microsoft", "qualcomm")  # --ort-aar: Microsoft's onnxruntime-android-qnn, or Qualcomm's plugin AAR
 ORT_ANDROID = "com.microsoft.onnxruntime:onnxruntime-android"  # the stock ORT that Qualcomm's plugin AAR goes with
 _VERSION = re.compile(r"\d+(\.\d+){1,3}")
+
+
+class Aar(StrEnum):
+    """The ONNX Runtime AAR an app builds with (--ort-aar): Microsoft's onnxruntime-android-qnn, with the QNN
+    provider built in, or Qualcomm's plugin AAR beside a stock onnxruntime-android."""
+
+    MICROSOFT = "microsoft"
+    QUALCOMM = "qualcomm"
+
+
+def parse_aar(name: str) -> Aar:
+    if name not in choices(Aar):
+        raise BadInput(f"unknown ONNX Runtime AAR '{name}'; use one of {', '.join(choices(Aar))}")
+    return Aar(name)
 
 
 @dataclass(frozen=True)
@@ -45,7 +60,7 @@ class ValidatedSet:
     was built or validated with, or, when `reported`, that public sources show together but no vendor table read
     here calls validated (the newest plugin, whose matrix is not public yet)."""
 
-    aar: str  # "microsoft" | "qualcomm"
+    aar: Aar
     aar_version: str
     ort_android: str | None  # the stock onnxruntime-android the plugin AAR needs; None for Microsoft's (it is ORT)
     qnn_runtime: str
@@ -111,7 +126,7 @@ def blob_rows() -> list[BlobRow]:
 
 
 def all_sets() -> list[ValidatedSet]:
-    return [ValidatedSet(r["aar"], r["aar_version"], r["ort_android"], r["qnn_runtime"], _source(r),
+    return [ValidatedSet(Aar(r["aar"]), r["aar_version"], r["ort_android"], r["qnn_runtime"], _source(r),
                          r.get("status") == "reported") for r in _data()["validated_sets"]]
 
 
@@ -271,9 +286,8 @@ def pin_warnings(pin: str, qairt: str) -> list[str]:
 def validated_sets(min_runtime: str, aar: str | None = None) -> list[ValidatedSet]:
     """The validated sets whose qnn-runtime is published and loads binaries that need `min_runtime`, newest first
     and validated before reported (of one AAR kind when `aar` is given)."""
-    if aar is not None and aar not in AARS:
-        raise BadInput(f"unknown ONNX Runtime AAR '{aar}'; use one of {', '.join(AARS)}")
-    found = [s for s in all_sets() if (aar is None or s.aar == aar) and satisfies(s.qnn_runtime, min_runtime)
+    kind = None if aar is None else parse_aar(aar)
+    found = [s for s in all_sets() if (kind is None or s.aar == kind) and satisfies(s.qnn_runtime, min_runtime)
              and s.qnn_runtime in published()]
     return sorted(found, key=lambda s: (not s.reported, version_key(s.qnn_runtime), version_key(s.aar_version)),
                   reverse=True)
@@ -299,7 +313,7 @@ class QnnPlugin:
 
 
 def qnn_plugin() -> QnnPlugin:
-    raw = _data()["aars"]["qualcomm"]["registers"]
+    raw = _data()["aars"][Aar.QUALCOMM]["registers"]
     return QnnPlugin(raw["library"], raw["ep_name"], raw["registration_name"],
                      tuple(Citation(s["url"], s["says"]) for s in raw["sources"]))
 
@@ -309,7 +323,7 @@ class AppSet:
     """The ONNX Runtime set an app gets for a bundle: the AAR with its versions, the QNN runtime, and whether the set
     is one Microsoft or Qualcomm validated whose qnn-runtime loads the bundle's binaries."""
 
-    aar: str  # AARS
+    aar: Aar
     aar_version: str
     ort_android: str | None  # Qualcomm's plugin goes beside this stock onnxruntime-android
     qnn_runtime: str  # the Maven qnn-runtime pinned; for a bundle with its own libraries, their QAIRT
@@ -335,7 +349,7 @@ class AppSet:
         ort = f" + {ORT_ANDROID}:{self.ort_android}" if self.ort_android else ""
         qnn = (f"the bundle's QAIRT {self.qnn_runtime} libraries" if self.bundled
                else f"com.qualcomm.qti:qnn-runtime:{self.qnn_runtime}")
-        how = "QNN plugin registered by the glue" if self.aar == "qualcomm" else "QNN provider built in"
+        how = "QNN plugin registered by the glue" if self.aar == Aar.QUALCOMM else "QNN provider built in"
         if self.validated is not None and self.validated.reported:
             verdict = (f"reported to work, not confirmed as validated, for these QAIRT {self.qairt} binaries "
                        f"({self.validated.source.url})")
@@ -369,7 +383,7 @@ def app_set(qairt: str, min_runtime: str | None, pin: str | None, aar: str | Non
              f"validates it ({s.source.url}): test it on phones (qnndeploy device verify)")]
         return AppSet(s.aar, s.aar_version, s.ort_android, bundle_runtime if bundled else s.qnn_runtime, bundled,
                       qairt, None if bundled else s, said)
-    kind = aar or AARS[0]
+    kind = Aar.MICROSOFT if aar is None else parse_aar(aar)
     newest = validated_sets("0.0.0", kind)[0]
     warning = (f"no validated {aar_maven(kind)} set has a qnn-runtime that loads these QAIRT {qairt} binaries (they "
                f"need {need}; the newest validated is {newest.describe()}): pinned {aar_maven(kind)}:"
@@ -380,6 +394,4 @@ def app_set(qairt: str, min_runtime: str | None, pin: str | None, aar: str | Non
 
 def aar_maven(aar: str) -> str:
     """group:artifact of an ONNX Runtime AAR kind."""
-    if aar not in AARS:
-        raise BadInput(f"unknown ONNX Runtime AAR '{aar}'; use one of {', '.join(AARS)}")
-    return str(_data()["aars"][aar]["maven"])
+    return str(_data()["aars"][parse_aar(aar)]["maven"])

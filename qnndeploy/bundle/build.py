@@ -39,7 +39,7 @@ from qnndeploy.base.fileio import (
     writing,
 )
 from qnndeploy.base.htparch import HtpArch
-from qnndeploy.base.kinds import Precision
+from qnndeploy.base.kinds import Precision, choices
 from qnndeploy.base.names import (
     ACCEPT_ON,
     CONTEXT_BINARY,
@@ -591,7 +591,7 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
             contexts, missing = _verify_staged(parsed, plan, facts, tmp)
             if archive_path is not None and archive_fmt is not None:
                 archive_tmp = partial_file(archive_path)
-                archive.write_archive(tmp, archive_tmp, archive_fmt, top=final.name)
+                archive.write_archive(tmp, archive_tmp, archive.ArchiveKind(archive_fmt), top=final.name)
         # The bundle is published (the commit point); its archive follows at once, with no safe point between.
         if archive_tmp is not None and archive_path is not None:
             with writing(archive_path):
@@ -632,8 +632,8 @@ def _check_request(spec: BundleSpec, out_dir: Path, force: bool, archive_fmt: st
     check_writable(out_dir / f"{spec.name}-{spec.version}")  # names, links, place: before any stat of -o
     if out_dir.exists() and not out_dir.is_dir():
         raise BadInput(f"-o {out_dir} is a file, not a folder")
-    if archive_fmt is not None and archive_fmt not in archive.FORMATS:
-        raise BadInput(f"unknown archive format '{archive_fmt}'; use one of {', '.join(archive.FORMATS)}")
+    if archive_fmt is not None and archive_fmt not in choices(archive.ArchiveKind):
+        raise BadInput(f"unknown archive format '{archive_fmt}'; use one of {', '.join(choices(archive.ArchiveKind))}")
     final = out_dir / f"{spec.name}-{spec.version}"
     archive_path = final.with_name(f"{final.name}.{archive_fmt}") if archive_fmt else None
     for p in (final, archive_path):

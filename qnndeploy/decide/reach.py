@@ -69,7 +69,7 @@ class Engine(StrEnum):
 
     @property
     def npu_format(self) -> FileFormat:
-        """The NPU file it loads (scaffold.ENGINES)."""
+        """The NPU file it loads (scaffold checks every target has it)."""
         return FileFormat(EPCONTEXT if self == Engine.ORT else CONTEXT_BINARY)
 
     @property

@@ -18,7 +18,15 @@ from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.pool import Pool
 from qnndeploy.decide import decision
-from qnndeploy.device.verify import DeviceJob, DeviceVerification, GraphRun, add_not_run, settle, write_record
+from qnndeploy.device.verify import (
+    DeviceJob,
+    DeviceVerification,
+    GraphRun,
+    GraphStatus,
+    add_not_run,
+    settle,
+    write_record,
+)
 from qnndeploy.formats.manifest import FileFormat, Manifest
 from qnndeploy.model import metrics
 from qnndeploy.qnn import aihub
@@ -110,12 +118,12 @@ def _verify_one(job: DeviceJob, device: Any, hosted: aihub.HostedDevice) -> Devi
             continue
         binary = next(p for p, a in binaries.items() if a.serves(graph) and p in choice.files)
         result.graphs.append(_run_graph(job, device, hosted, graph, binary, choice))
-    ran = bool(result.graphs) and all(g.status == "passed" for g in result.graphs)
+    ran = bool(result.graphs) and all(g.status == GraphStatus.PASSED for g in result.graphs)
     statuses = {g.status for g in result.graphs}
     add_not_run(result, choice, "")  # a split's CPU parts: not run on AI Hub
     settle(result)
     result.expectation = ("NPU: every context binary ran on the hosted phone and matches the CPU model" if ran
-                          else "NPU target, but it failed on the hosted phone" if "error" in statuses
+                          else "NPU target, but it failed on the hosted phone" if GraphStatus.ERROR in statuses
                           else "NPU: the context binaries ran, but their outputs differ from the CPU model's")
     result.record = write_record(job, result)
     return result
@@ -124,7 +132,7 @@ def _verify_one(job: DeviceJob, device: Any, hosted: aihub.HostedDevice) -> Devi
 def _run_graph(job: DeviceJob, device: Any, hosted: aihub.HostedDevice, graph: str, binary: str,
                choice: decision.Decision) -> GraphRun:
     hub = aihub.client()
-    run = GraphRun(graph, binary, "error", ran_on="npu")  # an inference job on the hosted phone's HTP
+    run = GraphRun(graph, binary, GraphStatus.ERROR, ran_on="npu")  # an inference job on the hosted phone's HTP
     samples, expected, run.inputs = job.reference(graph)
     names = list(samples[0])
     what = f"{graph} on {hosted.name}"

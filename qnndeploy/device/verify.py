@@ -70,7 +70,6 @@ ON_DEVICE_PASSED = ("NPU, compiled on the phone: the QNN EP compiled every graph
                     "CPU model's")
 ON_DEVICE_WRONG = "NPU, compiled on the phone, but its outputs differ from the CPU model's"
 ON_DEVICE_FAILED = "NPU on-device compile, but it failed on the phone: the app would fall back to the CPU"
-NOT_RUN = "not run"  # a graph's status when nothing ran it on the phone; its reason says why
 
 
 class VerifyOutcome(StrEnum):
@@ -100,11 +99,24 @@ class PushFigures:
     mb_per_s: float | None  # bytes sent / seconds of the whole push (hashing on the phone included)
 
 
+class GraphStatus(StrEnum):
+    """What a graph's run on a phone came to."""
+
+    PASSED = "passed"  # ran and matches the CPU model
+    FAILED = "failed"  # ran and differs from the CPU model
+    ERROR = "error"  # the tool could not run it
+    RAN = "ran"  # ran, not compared with the CPU model
+    NOT_RUN = "not run"  # nothing ran it on the phone; its reason says why
+
+
+NOT_RUN = GraphStatus.NOT_RUN  # as the command line names it
+
+
 @dataclass
 class GraphRun:
     graph: str
     context: str  # on the phone
-    status: str  # "passed" | "failed" | "error" | "ran" (not compared) | "not run" (NOT_RUN; reason: why)
+    status: GraphStatus
     reason: str | None = None
     ran_on: str | None = None  # where it ran: "npu" (the phone's HTP), "cpu", None when it did not run
     samples: int = 0
@@ -259,7 +271,7 @@ class DeviceJob:
             given = record.task_given if record is not None else None
         run.outputs, verdict, passed = tasks.judge(tasks.recorded(given, model), model, expected, actual, limits)
         run.task = verdict.json() if verdict else None
-        run.status = "passed" if passed else "failed"
+        run.status = GraphStatus.PASSED if passed else GraphStatus.FAILED
 
     def manifest_graph(self, graph: str) -> Graph:
         return next(g for g in self.manifest.graphs if g.name == graph)
@@ -395,11 +407,12 @@ def verify_device(job: DeviceJob, serial: str | None = None, progress: ByteProgr
     if on_device:
         _on_device_outcome(result, over_budget)
     elif ran:
-        result.expectation = NPU_FAILED if "error" in statuses else NPU_WRONG if "failed" in statuses else NPU_RAN
+        result.expectation = (NPU_FAILED if GraphStatus.ERROR in statuses
+                              else NPU_WRONG if GraphStatus.FAILED in statuses else NPU_RAN)
     if choice.npu and not on_device:  # say what was observed here, not the decision's assumption that libraries load
         result.reason = f"SoC {choice.soc} ({choice.dsp_arch}) is in the bundle; " + (
             "the QNN libraries were not loaded here (no runner)" if not ran else
-            "qnn-net-run could not run on the phone (see the graphs' advice)" if "error" in statuses else
+            "qnn-net-run could not run on the phone (see the graphs' advice)" if GraphStatus.ERROR in statuses else
             "qnn-net-run loaded the QNN libraries and ran every context binary")
     result.record = write_record(job, result)
     return result
@@ -426,8 +439,8 @@ def add_not_run(result: DeviceVerification, choice: decision.Decision, why: str)
         if choice.npu and graph in choice.cpu_graphs:
             reason = ("a split's CPU part: the app runs it with ONNX Runtime on the CPU; device verify runs the NPU "
                       "parts only")
-        result.graphs.append(GraphRun(graph, f"{result.remote_dir}/{path}" if result.remote_dir else path, NOT_RUN,
-                                      reason))
+        result.graphs.append(GraphRun(graph, f"{result.remote_dir}/{path}" if result.remote_dir else path,
+                                      GraphStatus.NOT_RUN, reason))
     order = list(choice.paths)  # the decision's order (a split's parts in the pipeline's)
     result.graphs.sort(key=lambda g: order.index(g.graph) if g.graph in order else len(order))
 
@@ -437,12 +450,12 @@ def settle(result: DeviceVerification, failed: bool = False) -> None:
     failed, failed; else any graph not run (or none at all), not run; else passed, or ran when one was not
     compared. ok is true for passed and ran only: a phone where nothing ran is never ok."""
     statuses = {g.status for g in result.graphs}
-    if failed or result.error or statuses & {"failed", "error"}:
+    if failed or result.error or statuses & {GraphStatus.FAILED, GraphStatus.ERROR}:
         result.outcome = VerifyOutcome.FAILED
-    elif not statuses or NOT_RUN in statuses:
+    elif not statuses or GraphStatus.NOT_RUN in statuses:
         result.outcome = VerifyOutcome.NOT_RUN
     else:
-        result.outcome = VerifyOutcome.PASSED if statuses == {"passed"} else VerifyOutcome.RAN
+        result.outcome = VerifyOutcome.PASSED if statuses == {GraphStatus.PASSED} else VerifyOutcome.RAN
     result.ok = result.outcome in (VerifyOutcome.PASSED, VerifyOutcome.RAN)
 
 
@@ -504,7 +517,7 @@ def _on_device_outcome(result: DeviceVerification, over_budget: bool) -> None:
     if not statuses:
         result.reason = where + "the ONNX was not compiled here (no ORT runner)"
         return
-    if "error" in statuses:
+    if GraphStatus.ERROR in statuses:
         result.expectation = ON_DEVICE_FAILED
         result.reason = where + "the QNN EP could not compile or run it on the phone (see the graphs' advice)"
     elif over_budget:
@@ -512,11 +525,11 @@ def _on_device_outcome(result: DeviceVerification, over_budget: bool) -> None:
         result.reason = (where + f"the first compile took {result.compile_s:g} s on the phone, over the bundle's "
                          f"budget of {result.compile_budget_s:g} s: the app would stop it, remember the failure and "
                          "take the CPU")
-    elif "failed" in statuses:
+    elif GraphStatus.FAILED in statuses:
         result.expectation = ON_DEVICE_WRONG
         result.reason = where + "the QNN EP compiled and ran it on the phone"
     else:
-        result.expectation = ON_DEVICE_PASSED if statuses == {"passed"} else ON_DEVICE_RAN
+        result.expectation = ON_DEVICE_PASSED if statuses == {GraphStatus.PASSED} else ON_DEVICE_RAN
         budget = (f", within the budget of {result.compile_budget_s:g} s" if result.compile_budget_s is not None
                   else "")
         result.reason = (where + f"the QNN EP compiled it on the phone in {result.compile_s:g} s{budget}"
@@ -543,7 +556,7 @@ def _run_on_device(dev: Device, job: DeviceJob, graph: str, model: str, result: 
     provider = ortrunner.provider_options(choice.dsp_arch, choice.soc_id, choice.ep_options.get(graph, {}),
                                           job.manifest.htp_performance_mode)
     config = ortrunner.session_config(cache)
-    run = GraphRun(graph, f"{job.remote_dir}/{model}", "error",
+    run = GraphRun(graph, f"{job.remote_dir}/{model}", GraphStatus.ERROR,
                    on_device=OnDeviceRun(f"{job.remote_dir}/{model}", cache, provider, config))
     samples, _, run.inputs = job.reference(graph)
     facts: dict[str, Any] = {"adsp": result.environment[decision.ADSP_VAR], "soc": result.soc,
@@ -602,7 +615,7 @@ def _run_on_device(dev: Device, job: DeviceJob, graph: str, model: str, result: 
             return run
         od.binary = f"{cache_dir}/{posixpath.basename(refs[0])}" if refs else None
     if job.runner is None:
-        run.status = "ran"
+        run.status = GraphStatus.RAN
         return run
     if od.binary is None:
         run.reason = (f"the EP context {cache} embeds its binary: qnn-net-run needs it as a file "
@@ -633,7 +646,7 @@ def _run_on_cpu(dev: Device, job: DeviceJob, graph: str, model: str, choice: dec
     tool writes none."""
     workdir = f"{REMOTE_ROOT}/run/{job.bundle_id}/cpu/{graph}"
     model_dir = f"{workdir}/model"
-    run = GraphRun(graph, f"{job.remote_dir}/{model}", "error", ran_on="cpu")
+    run = GraphRun(graph, f"{job.remote_dir}/{model}", GraphStatus.ERROR, ran_on="cpu")
     samples, _, run.inputs = job.reference(graph)
     q = shlex.quote
     copies = " && ".join(f"cp {q(job.remote_dir + '/' + p)} {q(model_dir + '/' + posixpath.basename(p))}"
@@ -653,7 +666,7 @@ def _run_on_cpu(dev: Device, job: DeviceJob, graph: str, model: str, choice: dec
         _failure(run, "onnxruntime_perf_test -e cpu", done, {"adsp": "", "soc": choice.soc, "arch": None,
                                                               "qairt": job.manifest.qairt.version})
         return run
-    run.status, run.clock, run.samples, run.inferences = "ran", done.clock, len(samples), done.requests or 0
+    run.status, run.clock, run.samples, run.inferences = GraphStatus.RAN, done.clock, len(samples), done.requests or 0
     run.reason = "ran on the phone's CPU (onnxruntime_perf_test -e cpu); outputs not compared: the tool writes none"
     run.first_run_s = round(done.session_s + (done.first_inference_ms or 0) / 1000, 4)
     run.per_inference_s = round(done.average_ms / 1000, 6) if done.average_ms is not None else None
@@ -717,7 +730,7 @@ def _run_graph(dev: Device, job: DeviceJob, graph: str, context: str, result: De
     --profiling_level basic, and once more warm: the first-launch figures) on the phone and compare with the CPU
     outputs. `graphs`: the context's graphs, in order (one unless it is shared). `precision`: whose thresholds
     judge it (default: the chosen target's)."""
-    run = GraphRun(graph, context, "error")
+    run = GraphRun(graph, context, GraphStatus.ERROR)
     samples, expected, run.inputs = job.reference(graph)
     lines = max(job.runs, len(samples))
     workdir = f"{REMOTE_ROOT}/run/{job.bundle_id}/{graph}"

@@ -14,6 +14,7 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import IO, Any, BinaryIO
 
@@ -21,23 +22,28 @@ from qnndeploy.base.errors import BadInput, CheckFailed, first_line
 from qnndeploy.base.fileio import CHUNK, open_regular
 from qnndeploy.base.names import file_kind
 
-FORMATS = ("tar.gz", "zip")
+
+class ArchiveKind(StrEnum):
+    """A bundle archive's kind, as its file name ends (bundle build --archive)."""
+
+    TAR_GZ = "tar.gz"
+    ZIP = "zip"
 
 
-def archive_format(path: Path) -> str:
+def archive_format(path: Path) -> ArchiveKind:
     name = path.name.lower()
     if name.endswith((".tar.gz", ".tgz")):
-        return "tar.gz"
+        return ArchiveKind.TAR_GZ
     if name.endswith(".zip"):
-        return "zip"
+        return ArchiveKind.ZIP
     raise BadInput(f"{path} is {file_kind(path.name)}, not a bundle: give a bundle folder or its .tar.gz/.zip")
 
 
-def write_archive(folder: Path, dest: Path, fmt: str, top: str) -> None:
+def write_archive(folder: Path, dest: Path, fmt: ArchiveKind, top: str) -> None:
     """Pack `folder` under one top folder `top`, members sorted so that archives are reproducible."""
     files = sorted(p for p in folder.rglob("*") if p.is_file())
     root = PurePosixPath(top)
-    if fmt == "zip":
+    if fmt == ArchiveKind.ZIP:
         with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as z:
             for p in files:
                 z.write(p, str(root / p.relative_to(folder).as_posix()))
@@ -250,7 +256,7 @@ def extracted(path: Path) -> Iterator[tuple[Path, list[tuple[str, str]]]]:
         tmp = Path(tempfile.mkdtemp(prefix="qnndeploy-verify-"))
         try:
             try:
-                refused = _extract_zip(f, path, tmp) if fmt == "zip" else _extract_tar(f, path, tmp)
+                refused = _extract_zip(f, path, tmp) if fmt == ArchiveKind.ZIP else _extract_tar(f, path, tmp)
             except OSError as e:
                 if e.errno is None:  # gzip.BadGzipFile and the like: the archive, not the temp folder
                     raise CheckFailed(f"{path} is a damaged archive ({first_line(e)}): copy or download it "

@@ -90,7 +90,7 @@ class SizeRow:
 class PlayPackage:
     path: Path
     pack: str
-    delivery: str
+    delivery: Delivery
     plan: JSON
     rows: list[SizeRow]  # one per group, then the default group
     one_apk_bytes: int
@@ -129,6 +129,7 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
     manifest lists, else the run stops ("changed since it was verified") and nothing is published."""
     bundle, out = Path(bundle), Path(out)
     check_request(out, pack=pack, delivery=delivery, force=force, bundle=bundle)
+    when = Delivery(delivery)
     library = compat.gradle_library("ai_delivery")
     report = report if report is not None else verify_folder(bundle)
     require_ok(bundle, report)
@@ -174,7 +175,7 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
         "gradle.properties: android.experimental.enableDeviceTargetingConfigApi=true",
         f"glue: qnndeploy scaffold BUNDLE --play {out} --package <your.app> -o app/qnndeploy",
     ]
-    return PlayPackage(path=out, pack=pack, delivery=delivery, plan=plan, rows=rows, license=manifest.source.license,
+    return PlayPackage(path=out, pack=pack, delivery=when, plan=plan, rows=rows, license=manifest.source.license,
                        one_apk_bytes=plan["one_apk"]["bytes"], one_apk_deflated=plan["one_apk"]["deflated"],
                        lines=lines)
 
