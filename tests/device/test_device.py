@@ -245,10 +245,10 @@ def test_profile_shows_a_busy_thread_and_a_sleeping_one(device, tmp_path):
     out = json.loads(r.stdout)
     assert out["pid"] == pid and out["name"] == "com.example.app" and len(out["samples"]) == 3
     threads = {t["name"]: t["cpu_percent"] for t in out["threads"]}
-    # at most one core, and far more than the sleeping thread: how much of a core the busy one gets depends on the
-    # host's load, so no lower bound near 100%
-    assert 5 < out["mean_cpu_percent"] <= 110
-    assert 10 * max(threads["sleeper"], 0.5) < threads["com.example.app"] <= 110 and threads["sleeper"] < 5
+    # at most one core, and more than the sleeping thread: how much of a core the busy one gets depends on the host's
+    # load (a loaded 2-core CI machine gave it a few percent), so no lower bound beyond "it ran"
+    assert 0 < out["mean_cpu_percent"] <= 110
+    assert threads["sleeper"] < threads["com.example.app"] <= 110 and threads["sleeper"] < 5
     assert out["samples"][0]["battery"] == {"level": 80, "temperature_c": 31.2, "voltage_mv": 4012,
                                             "current_ma": -350.0, "powered": False}
     assert out["powered"] is False
