@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from dataclasses import replace as replace_spec
 from pathlib import Path
+from typing import Any
 
 from qnndeploy import __version__
 from qnndeploy.base import compat, socs
@@ -44,12 +45,10 @@ from qnndeploy.base.names import (
     ACCEPT_ON,
     CONTEXT_BINARY,
     EPCONTEXT,
-    EXTERNAL_DATA,
     FORMAT,
     FORMAT_VERSION,
     MANIFEST,
     MAVEN_RUNTIME,
-    ONNX,
     PERFORMANCE_MODES,
     graph_name,
     path_problem,
@@ -61,10 +60,25 @@ from qnndeploy.formats import archive, elf
 from qnndeploy.formats.manifest import (
     ACCEPTED_BY,
     DEFAULT_COMPILE_BUDGET_S,
+    BundleFile,
+    BundleLoop,
+    FileFormat,
+    Graph,
+    LibRole,
+    Licences,
     Manifest,
+    OnDevice,
     OnDeviceGraph,
     OriginKind,
+    Qairt,
+    QualcommFile,
+    Runtime,
+    RuntimeMode,
+    Source,
+    Target,
+    Tensor,
     accepted_reason,
+    accepted_reasons,
     external_data_path,
     graph_signature,
     schema,
@@ -333,7 +347,7 @@ def _need_file(path: Path, what: str) -> Path:
     return path
 
 
-def _cpu_files(spec: BundleSpec) -> tuple[list[JSON], dict[str, list[tuple[Path, str]]]]:
+def _cpu_files(spec: BundleSpec) -> tuple[list[Graph], dict[str, list[tuple[Path, str]]]]:
     """The graphs' signatures, and per graph its CPU model's files: (source, path in the bundle), the model first.
 
     External data files keep the location the model names, beside it in cpu/, so ONNX Runtime finds them.
@@ -342,8 +356,8 @@ def _cpu_files(spec: BundleSpec) -> tuple[list[JSON], dict[str, list[tuple[Path,
     for g, p in spec.cpu.items():
         path = _need_file(p, f"CPU model for graph {g}")
         sig = graph_signature(path)
-        graphs.append({"name": g, "inputs": sig.inputs, "outputs": sig.outputs,
-                       **({"cpu_only": True} if g in spec.cpu_only else {})})
+        graphs.append(Graph(g, tuple(map(Tensor.parse, sig.inputs)), tuple(map(Tensor.parse, sig.outputs)),
+                            cpu_only=g in spec.cpu_only))
         files[g] = [(path, f"cpu/{g}.onnx")]
         for location in sig.external_data:
             rel = external_data_path(files[g][0][1], location)
@@ -458,10 +472,10 @@ def _pointed_at_bin(ctx: Path, scratch: Path, rel: str, binary: str) -> Path:
     return fixed
 
 
-def _graph_of(rel: str, bin_graphs: dict[str, list[str]]) -> JSON:
-    """An NPU artifact's "graph", or "graphs" for a shared context binary."""
+def _graph_of(rel: str, bin_graphs: dict[str, list[str]]) -> dict[str, Any]:
+    """An NPU artifact's graph, or graphs for a shared context binary (BundleFile's fields)."""
     gs = bin_graphs.get(rel) or [rel.rsplit("/", 1)[-1].removesuffix("_ctx.onnx")]
-    return {"graph": gs[0]} if len(gs) == 1 else {"graphs": gs}
+    return {"graph": gs[0]} if len(gs) == 1 else {"graphs": tuple(gs)}
 
 
 def _check_name(value: str, what: str, key: str) -> None:
@@ -475,7 +489,7 @@ def _check_name(value: str, what: str, key: str) -> None:
                        "(starting with a letter or digit, at most 64)") from None
 
 
-def _qairt(spec: BundleSpec, facts: dict[str, FileFacts], marked: list[str]) -> JSON:
+def _qairt(spec: BundleSpec, facts: dict[str, FileFacts], marked: list[str]) -> Qairt:
     """The bundle's one QAIRT version: given, or read from the build strings the binaries embed."""
     found: dict[str, list[str]] = {}
     for path in marked:
@@ -494,25 +508,25 @@ def _qairt(spec: BundleSpec, facts: dict[str, FileFacts], marked: list[str]) -> 
         raise BadInput("cannot tell the QAIRT version: no build string found in the context binaries or "
                        "libraries; pass --qairt")
     builds = sorted(found)
-    return {"version": version, "build": builds[0] if len(builds) == 1 else None}
+    return Qairt(version, builds[0] if len(builds) == 1 else None)
 
 
-def _runtime_pin(spec: BundleSpec, qairt: JSON, bundled: bool) -> tuple[str, str | None]:
+def _runtime_pin(spec: BundleSpec, qairt: Qairt, bundled: bool) -> tuple[str, str | None]:
     """(qairt.min_runtime: the oldest runtime that loads the binaries, the qnn-runtime release to pin: the one given,
     else the newest published release the load table says loads them; None with bundled libraries). A pin that
     cannot load them, or binaries no published runtime loads, are refused here in one line rather than as a verify
     problem of the finished bundle."""
-    need = compat.min_runtime_for_qairt(qairt["version"])
+    need = compat.min_runtime_for_qairt(qairt.version)
     if bundled:
         return need, None
     if spec.maven_version:
-        why = compat.pin_problem(spec.maven_version, qairt["version"])
+        why = compat.pin_problem(spec.maven_version, qairt.version)
         if why is not None:
             raise BadInput(f"--maven-runtime-version {spec.maven_version}: {why}")
         return need, spec.maven_version
-    found = compat.maven_for(qairt["version"])
+    found = compat.maven_for(qairt.version)
     if not found:
-        raise BadInput(compat.no_maven_runtime(qairt["version"]))
+        raise BadInput(compat.no_maven_runtime(qairt.version))
     return need, found[0]
 
 
@@ -550,7 +564,7 @@ class _Plan:
     """Every file of the bundle and where it comes from, decided (and refused when wrong) before anything is
     written."""
 
-    graphs: list[JSON]  # the graphs' signatures
+    graphs: list[Graph]  # the graphs' signatures
     cpu_files: dict[str, list[tuple[Path, str]]]  # graph -> (source, path in the bundle), the model first
     targets: dict[str, tuple[socs.Soc, Mapping[str, Sequence[Path]]]]  # SoC model -> its graphs' files
     files: list[tuple[Path, str, bool]]  # (source, path in the bundle, read QNN markers?) of every file
@@ -584,10 +598,9 @@ def build_bundle(spec: BundleSpec, out_dir: Path, *, force: bool = False, archiv
             facts = _stage(spec, plan, tmp, progress)
             originals = _realign(plan, tmp, facts)
             qairt = _qairt(spec, facts, [rel for _, rel, m in plan.files if m and rel.endswith((".bin", "Skel.so"))])
-            on_device = _on_device(spec, plan, qairt["version"], tmp, facts, steps)
-            manifest = _manifest(spec, plan, facts, qairt, on_device, originals)
-            write_json(tmp / MANIFEST, manifest)
-            parsed = Manifest.parse(manifest)
+            on_device = _on_device(spec, plan, qairt.version, tmp, facts, steps)
+            parsed = _manifest(spec, plan, facts, qairt, on_device, originals)
+            write_json(tmp / MANIFEST, parsed.to_json())
             contexts, missing = _verify_staged(parsed, plan, facts, tmp)
             if archive_path is not None and archive_fmt is not None:
                 archive_tmp = partial_file(archive_path)
@@ -767,7 +780,7 @@ def _stage(spec: BundleSpec, plan: _Plan, tmp: Path, progress: ByteProgress | No
 
 
 def _on_device(spec: BundleSpec, plan: _Plan, qairt: str, tmp: Path, facts: dict[str, FileFacts],
-               steps: Callable[[str], None] | None) -> JSON | None:
+               steps: Callable[[str], None] | None) -> OnDevice | None:
     """manifest.json's on_device for --on-device-compile: each graph's CPU model compiled on the host for each arch,
     as the phone's QNN EP will, and compared with itself on the emulator; the records of every arch written into
     the staging folder `tmp` (and their facts added)."""
@@ -781,85 +794,65 @@ def _on_device(spec: BundleSpec, plan: _Plan, qairt: str, tmp: Path, facts: dict
         rel = f"records/{c.graph}-on-device-{c.arch}.json"
         write_json(tmp / rel, c.record(options, qairt))
         facts[rel] = scan_file(tmp / rel, False)
-    return {"budget_s": request.budget_s, "artifacts": [],
-            "graphs": [{"graph": g, "path": plan.cpu_files[g][0][1], "ep_options": options,
-                        "validated": sorted((c.arch for c in checks if c.graph == g and c.passed), key=HtpArch.parse)}
-                       for g in models]}
+    return OnDevice(request.budget_s, tuple(
+        OnDeviceGraph(g, plan.cpu_files[g][0][1], options,
+                      tuple(sorted((c.arch for c in checks if c.graph == g and c.passed), key=HtpArch.parse)))
+        for g in models))
 
 
-def _manifest(spec: BundleSpec, plan: _Plan, facts: dict[str, FileFacts], qairt: JSON, on_device: JSON | None,
-              originals: Mapping[str, str]) -> JSON:
-    """manifest.json of the staged files."""
+def _manifest(spec: BundleSpec, plan: _Plan, facts: dict[str, FileFacts], qairt: Qairt, on_device: OnDevice | None,
+              originals: Mapping[str, str]) -> Manifest:
+    """The manifest of the staged files."""
 
-    def entry(rel: str) -> JSON:
-        return {"path": rel, "sha256": facts[rel].sha256, "size": facts[rel].size}
+    def entry(rel: str, **kind: Any) -> BundleFile:
+        return BundleFile(rel, facts[rel].sha256, facts[rel].size, **kind)
 
-    qairt["min_runtime"], pin = _runtime_pin(spec, qairt, bool(plan.libs))
-    return {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "name": spec.name,
-        "version": spec.version,
-        "created_by": f"qnndeploy {__version__}",
-        "qairt": qairt,
-        "source": {
-            "model": spec.source_model or spec.name,
-            "sha256": scan_file(plan.source_path, False).sha256 if plan.source_path else None,
-            "commit": spec.commit,
-            "license": spec.license,
-        },
-        "graphs": plan.graphs,
-        **({"htp": {"performance_mode": spec.performance_mode}} if spec.performance_mode else {}),
-        **({"pipeline": list(spec.pipeline)} if spec.pipeline else {}),
-        **({"loop": _loop_section(spec.loop, plan, entry)} if spec.loop else {}),
-        "targets": [
-            {
-                "soc": model, "soc_id": soc.soc_id, "dsp_arch": soc.dsp_arch, "precision": spec.precision,
-                "artifacts": [
-                    {**entry(rel), **_graph_of(rel, plan.bin_graphs),
-                     "format": CONTEXT_BINARY if rel.endswith(".bin") else EPCONTEXT}
-                    for _, rel, _ in plan.files if rel.startswith(f"npu/{model}/")
-                ],
-                "validation": spec.validation.get(model),
-                **({"accepted_on": spec.accepted_on[model]} if model in spec.accepted_on else {}),
-                **({"compile": spec.htp[model].manifest_json()} if model in spec.htp else {}),
-            }
-            for model, (soc, _) in plan.targets.items()
-        ],
-        "cpu": [{**entry(rel), "graph": g, "format": EXTERNAL_DATA if i else ONNX}
-                for g, files in plan.cpu_files.items() for i, (_, rel) in enumerate(files)],
-        "runtime": ({"mode": "bundled", "libs": [{**entry(rel), **meta} for rel, meta in plan.libs.items()]}
-                    if plan.libs else
-                    {"mode": "external", "maven": f"{MAVEN_RUNTIME}:{pin}"}),
-        "records": [entry(f"records/{name}") for name in plan.records]
-        + [entry(rel) for rel in facts if rel.startswith("records/") and rel.removeprefix("records/")
-           not in plan.records],
-        **({"on_device": on_device} if on_device is not None else {}),
-        "licences": _licences(plan, facts, qairt, pin, originals, entry),
-    }
+    min_runtime, pin = _runtime_pin(spec, qairt, bool(plan.libs))
+    return Manifest(
+        format=FORMAT, format_version=FORMAT_VERSION, name=spec.name, version=spec.version,
+        created_by=f"qnndeploy {__version__}", qairt=replace_spec(qairt, min_runtime=min_runtime),
+        source=Source(spec.source_model or spec.name,
+                      scan_file(plan.source_path, False).sha256 if plan.source_path else None, spec.commit,
+                      spec.license),
+        graphs=tuple(plan.graphs),
+        targets=tuple(
+            Target(model, soc.soc_id, soc.dsp_arch, spec.precision,
+                   tuple(entry(rel, **_graph_of(rel, plan.bin_graphs),
+                               format=FileFormat.QNN_CONTEXT_BINARY if rel.endswith(".bin") else
+                               FileFormat.ORT_EPCONTEXT)
+                         for _, rel, _ in plan.files if rel.startswith(f"npu/{model}/")),
+                   spec.validation.get(model), accepted_reasons(spec.validation.get(model)),
+                   spec.accepted_on.get(model), spec.htp[model].manifest_json() if model in spec.htp else None)
+            for model, (soc, _) in plan.targets.items()),
+        cpu=tuple(entry(rel, graph=g, format=FileFormat.ONNX_EXTERNAL_DATA if i else FileFormat.ONNX)
+                  for g, files in plan.cpu_files.items() for i, (_, rel) in enumerate(files)),
+        runtime=Runtime(RuntimeMode.BUNDLED, tuple(entry(rel, role=LibRole(meta["role"]), abi=meta["abi"],
+                                                         dsp_arch=meta.get("dsp_arch"))
+                                                   for rel, meta in plan.libs.items()))
+        if plan.libs else Runtime(RuntimeMode.EXTERNAL, maven=f"{MAVEN_RUNTIME}:{pin}"),
+        records=tuple([entry(f"records/{name}") for name in plan.records]
+                      + [entry(rel) for rel in facts if rel.startswith("records/") and rel.removeprefix("records/")
+                         not in plan.records]),
+        htp_performance_mode=spec.performance_mode, pipeline_order=tuple(spec.pipeline), on_device=on_device,
+        loop=BundleLoop(decode.described(spec.loop), entry(plan.tokenizer) if plan.tokenizer else None)
+        if spec.loop else None,
+        licences=_licences(plan, facts, qairt, pin, originals))
 
 
-def _licences(plan: _Plan, facts: dict[str, FileFacts], qairt: JSON, pin: str | None, originals: Mapping[str, str],
-              entry: Callable[[str], JSON]) -> JSON:
-    """manifest.json's licences: each origin with its terms files as copied (null: unknown), the Maven runtime the
+def _licences(plan: _Plan, facts: dict[str, FileFacts], qairt: Qairt, pin: str | None, originals: Mapping[str, str]
+              ) -> Licences:
+    """The manifest's licences: each origin with its terms files as copied (None: unknown), the Maven runtime the
     app fetches as one more origin, and each Qualcomm file with its origin (and its hash as it came, re-aligned)."""
     origins = list(plan.origins.values()) + ([licences.maven(f"{MAVEN_RUNTIME}:{pin}")] if pin else [])
-    shipped = qairt["build"] or qairt["version"]  # the runtime libraries' QAIRT: the bundle's one
+    shipped = qairt.build or qairt.version  # the runtime libraries' QAIRT: the bundle's one
     origins = [replace_spec(o, qairt=shipped) if o.qairt is None and o.kind in (OriginKind.QAIRT_SDK,
                                                                                  OriginKind.RUNTIME_LIBS) else o
                for o in origins]
-    return {
-        "origins": [o.json([entry(rel) for _, rel in o.terms] if o.terms else None) for o in origins],
-        "files": [{"path": rel, "sha256": facts[rel].sha256, "origin": origin,
-                   **({"original_sha256": originals[rel]} if rel in originals else {})}
-                  for rel, origin in plan.origin_of.items()],
-    }
-
-
-def _loop_section(loop: JSON, plan: _Plan, entry: Callable[[str], JSON]) -> JSON:
-    """manifest.json's loop: the loop validate ran (decode.Loop.description's fields), and its tokenizer as shipped."""
-    section = {k: v for k, v in loop.items() if k not in ("why", "tokenizer")}
-    return {**section, **({"tokenizer": entry(plan.tokenizer)} if plan.tokenizer else {})}
+    return Licences(
+        tuple(o.as_origin(tuple(BundleFile(rel, facts[rel].sha256, facts[rel].size) for _, rel in o.terms)
+                          if o.terms else None) for o in origins),
+        tuple(QualcommFile(rel, facts[rel].sha256, origin, originals.get(rel))
+              for rel, origin in plan.origin_of.items()))
 
 
 def _verify_staged(manifest: Manifest, plan: _Plan, facts: dict[str, FileFacts], tmp: Path

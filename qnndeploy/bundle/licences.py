@@ -13,7 +13,7 @@ from pathlib import Path
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.kinds import BackendName
 from qnndeploy.base.names import LICENCES_DIR
-from qnndeploy.formats.manifest import OriginKind
+from qnndeploy.formats.manifest import BundleFile, Origin, OriginKind
 from qnndeploy.qnn import toolchain
 
 # A file named like a licence or notice text: LICENSE, LICENCE.txt, NOTICE, ThirdPartyNotices.txt,
@@ -36,11 +36,9 @@ class FoundOrigin:
     coordinate: str | None = None  # a Maven artifact's
     terms: tuple[tuple[Path, str], ...] | None = None
 
-    def json(self, terms: list[JSON] | None) -> JSON:
+    def as_origin(self, terms: tuple[BundleFile, ...] | None) -> Origin:
         """Its manifest entry, with its terms files as written in the bundle (None: unknown)."""
-        given = {"version": self.version, "qairt": self.qairt, "coordinate": self.coordinate}
-        return {"id": self.id, "kind": self.kind.value, **{k: v for k, v in given.items() if v},
-                "found_in": self.found_in, "terms": terms}
+        return Origin(self.id, self.kind, self.found_in, self.version, self.qairt, self.coordinate, terms)
 
 
 def named_like_licence(name: str) -> bool:

@@ -156,6 +156,12 @@ class BundleFile:
     def serves(self, graph: str) -> bool:
         return self.graph == graph or graph in self.graphs
 
+    def to_json(self) -> JSON:
+        """Its manifest entry: path, hash and size, then only the fields of its kind."""
+        kind = {"graph": self.graph, "graphs": list(self.graphs), "format": self.format and self.format.value,
+                "role": self.role and self.role.value, "abi": self.abi, "dsp_arch": self.dsp_arch}
+        return {"path": self.path, "sha256": self.sha256, "size": self.size, **{k: v for k, v in kind.items() if v}}
+
 
 @dataclass(frozen=True)
 class Tensor:
@@ -172,7 +178,7 @@ class Tensor:
             _bad("shape", m)
         return cls(_text(m, "name"), _text(m, "dtype"), tuple(shape))
 
-    def json(self) -> JSON:
+    def to_json(self) -> JSON:
         """As manifest.json writes it (and graph_signature reads a model's)."""
         return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
 
@@ -183,6 +189,10 @@ class Graph:
     inputs: tuple[Tensor, ...] = ()
     outputs: tuple[Tensor, ...] = ()
     cpu_only: bool = False  # a split model's part that always runs on the CPU (prepare --split-at)
+
+    def to_json(self) -> JSON:
+        return {"name": self.name, "inputs": [t.to_json() for t in self.inputs],
+                "outputs": [t.to_json() for t in self.outputs], **({"cpu_only": True} if self.cpu_only else {})}
 
 
 @dataclass(frozen=True)
@@ -206,6 +216,12 @@ class Target:
         """Its per-graph validation summaries (graph -> summary); empty when it was not validated."""
         return graph_validations(self.validation)
 
+    def to_json(self) -> JSON:
+        return {"soc": self.soc, "soc_id": self.soc_id, "dsp_arch": self.dsp_arch, "precision": self.precision,
+                "artifacts": [a.to_json() for a in self.artifacts], "validation": self.validation,
+                **({"accepted_on": self.accepted_on} if self.accepted_on is not None else {}),
+                **({"compile": self.compile} if self.compile is not None else {})}
+
 
 @dataclass(frozen=True)
 class OnDeviceGraph:
@@ -216,6 +232,10 @@ class OnDeviceGraph:
     path: str
     ep_options: Mapping[str, str] = field(default_factory=dict)
     validated: tuple[str, ...] = ()
+
+    def to_json(self) -> JSON:
+        return {"graph": self.graph, "path": self.path, "ep_options": dict(self.ep_options),
+                "validated": list(self.validated)}
 
 
 DEFAULT_COMPILE_BUDGET_S = 60.0  # the first run's on-device compile budget when bundle build is given none
@@ -233,6 +253,10 @@ class OnDevice:
     def graph(self, name: str) -> OnDeviceGraph | None:
         return next((g for g in self.graphs if g.graph == name), None)
 
+    def to_json(self) -> JSON:
+        return {"budget_s": self.budget_s, "artifacts": [a.to_json() for a in self.artifacts],
+                "graphs": [g.to_json() for g in self.graphs]}
+
 
 @dataclass(frozen=True)
 class BundleLoop:
@@ -241,6 +265,9 @@ class BundleLoop:
 
     loop: decode.Loop  # its tokenizer is None: the bundle's is `tokenizer`
     tokenizer: BundleFile | None = None
+
+    def to_json(self) -> JSON:
+        return {**self.loop.description(), **({"tokenizer": self.tokenizer.to_json()} if self.tokenizer else {})}
 
 
 class OriginKind(StrEnum):
@@ -276,6 +303,11 @@ class Origin:
                  if self.terms else "terms unknown")
         return f"{what} -> {shown}"
 
+    def to_json(self) -> JSON:
+        given = {"version": self.version, "qairt": self.qairt, "coordinate": self.coordinate}
+        return {"id": self.id, "kind": self.kind.value, **{k: v for k, v in given.items() if v},
+                "found_in": self.found_in, "terms": None if self.terms is None else [t.to_json() for t in self.terms]}
+
 
 @dataclass(frozen=True)
 class QualcommFile:
@@ -286,6 +318,10 @@ class QualcommFile:
     sha256: str
     origin: str
     original_sha256: str | None = None
+
+    def to_json(self) -> JSON:
+        return {"path": self.path, "sha256": self.sha256, "origin": self.origin,
+                **({"original_sha256": self.original_sha256} if self.original_sha256 is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -298,6 +334,9 @@ class Licences:
     @property
     def terms(self) -> tuple[BundleFile, ...]:
         return tuple(t for o in self.origins for t in o.terms or ())
+
+    def to_json(self) -> JSON:
+        return {"origins": [o.to_json() for o in self.origins], "files": [f.to_json() for f in self.files]}
 
 
 @dataclass(frozen=True)
@@ -314,6 +353,9 @@ class Qairt:
         """One spelling for every summary: the version, and the build string the binaries carry beside it."""
         return f"{self.version} (build {self.build})" if self.build and self.version else self.build or self.version
 
+    def to_json(self) -> JSON:
+        return {"version": self.version, "build": self.build, "min_runtime": self.min_runtime}
+
 
 @dataclass(frozen=True)
 class Source:
@@ -321,6 +363,9 @@ class Source:
     sha256: str | None = None
     commit: str | None = None
     license: str | None = None
+
+    def to_json(self) -> JSON:
+        return {"model": self.model, "sha256": self.sha256, "commit": self.commit, "license": self.license}
 
 
 @dataclass(frozen=True)
@@ -332,6 +377,11 @@ class Runtime:
     @property
     def bundled(self) -> bool:
         return self.mode == RuntimeMode.BUNDLED
+
+    def to_json(self) -> JSON:
+        if self.bundled:
+            return {"mode": self.mode.value, "libs": [lib.to_json() for lib in self.libs]}
+        return {"mode": self.mode.value, "maven": self.maven}
 
 
 @dataclass(frozen=True)
@@ -394,6 +444,23 @@ class Manifest:
     def cpu_only(self) -> list[str]:
         """The graphs that always run on the CPU (a split model's parts), in the manifest's order."""
         return [g.name for g in self.graphs if g.cpu_only]
+
+    def to_json(self) -> JSON:
+        """manifest.json as bundle build writes it; the optional sections only when present."""
+        return {
+            "format": self.format, "format_version": self.format_version, "name": self.name,
+            "version": self.version, "created_by": self.created_by, "qairt": self.qairt.to_json(),
+            "source": self.source.to_json(), "graphs": [g.to_json() for g in self.graphs],
+            **({"htp": {"performance_mode": self.htp_performance_mode}} if self.htp_performance_mode else {}),
+            **({"pipeline": list(self.pipeline_order)} if self.pipeline_order else {}),
+            **({"loop": self.loop.to_json()} if self.loop is not None else {}),
+            "targets": [t.to_json() for t in self.targets],
+            "cpu": [a.to_json() for a in self.cpu],
+            "runtime": self.runtime.to_json(),
+            "records": [r.to_json() for r in self.records],
+            **({"on_device": self.on_device.to_json()} if self.on_device is not None else {}),
+            **({"licences": self.licences.to_json()} if self.licences is not None else {}),
+        }
 
     def files(self) -> list[tuple[str, BundleFile]]:
         """Every file the manifest lists, with what it is: 'cpu', 'npu:<SoC>', 'on-device', 'loop', 'lib', 'licence'
@@ -513,8 +580,7 @@ def _target(m: JSON) -> Target:
         _bad("soc_id", m)
     validation, compiled = m.get("validation"), m.get("compile")
     validation = validation if isinstance(validation, dict) else None
-    accepted = {g: reason for g, s in graph_validations(validation).items()
-                if (reason := accepted_reason(s)) is not None}
+    accepted = accepted_reasons(validation)
     return Target(_text(m, "soc"), soc_id, _text(m, "dsp_arch"), _optional(m, "precision") or "",
                   tuple(map(_file, _objects(m, "artifacts"))), validation, accepted, _optional(m, "accepted_on"),
                   compiled if isinstance(compiled, dict) else None)
@@ -646,6 +712,11 @@ def graph_validations(validation: object) -> dict[str, JSON]:
     validated."""
     graphs = validation.get("graphs") if isinstance(validation, dict) else None
     return {g: s for g, s in graphs.items() if isinstance(s, dict)} if isinstance(graphs, dict) else {}
+
+
+def accepted_reasons(validation: JSON | None) -> dict[str, str]:
+    """graph -> the reason its failed validation was shipped with, of a target's "validation"."""
+    return {g: reason for g, s in graph_validations(validation).items() if (reason := accepted_reason(s)) is not None}
 
 
 def accepted_reason(summary: JSON) -> str | None:

@@ -641,7 +641,7 @@ Signatures = dict[str, tuple[list[JSON], list[JSON]]]  # graph -> its inputs and
 
 
 def _signatures(manifest: Manifest) -> Signatures:
-    return {g.name: ([t.json() for t in g.inputs], [t.json() for t in g.outputs]) for g in manifest.graphs}
+    return {g.name: ([t.to_json() for t in g.inputs], [t.to_json() for t in g.outputs]) for g in manifest.graphs}
 
 
 def _cpu_problems(manifest: Manifest, facts: dict[str, FileFacts], root: Path) -> list[Problem]:
