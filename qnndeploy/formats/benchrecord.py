@@ -13,6 +13,7 @@ from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fields import flag, integer, number, numbers, obj, objects, opt_text, text, texts
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.names import BENCH_RECORD
+from qnndeploy.formats import schemas
 
 RECORD_VERSION = 1
 # the figures the gate compares, by their dotted name in a path's figures
@@ -193,6 +194,16 @@ def _path(p: Mapping[str, Any]) -> PathFigures:
         number(p, "throughput_per_s"), number(p, "rtf"), number(p, "cpu_percent"),
         number(p, "energy_mj_per_inference"), opt_text(p, "energy_source"), integer(p, "runs"),
         numbers(blocks), read_launch(p))
+
+
+def parse(data: object) -> BenchRecord:
+    """A bench record as this qnndeploy writes it (strict): every rule of schemas/bench-record.schema.json, then
+    read. BadInput naming the first field the schema refuses; `read` is the lenient reader of old or broken records
+    (the report)."""
+    problems = schemas.problems("bench-record", data)
+    if problems:
+        raise BadInput(f"not a valid bench record: {problems[0]}")
+    return read(data)
 
 
 def read(data: object) -> BenchRecord:

@@ -19,6 +19,7 @@ from qnndeploy.base.errors import BadInput, CheckFailed, MissingTool, QnnDeployE
 from qnndeploy.base.fields import integer, number, opt_text, text, texts
 from qnndeploy.base.fileio import JSON, write_json
 from qnndeploy.base.kinds import Precision
+from qnndeploy.formats import schemas
 from qnndeploy.formats.records import CompileRecord, RecordStatus
 from qnndeploy.model import quantize, samples
 from qnndeploy.qnn import hextimate, htp
@@ -262,6 +263,16 @@ def write_for(build: Sequence[CompileRecord], m: ModelEstimate, precision: str, 
 
 
 # --- the reader --------------------------------------------------------------------------------------------------
+
+def parse(data: object) -> EstimateRecord:
+    """An estimate record as this qnndeploy writes it (strict): every rule of schemas/estimate-record.schema.json, then
+    read. BadInput naming the first field the schema refuses; `read` is the lenient reader of old or broken records
+    (the report)."""
+    problems = schemas.problems("estimate-record", data)
+    if problems:
+        raise BadInput(f"not a valid estimate record: {problems[0]}")
+    return read(data)
+
 
 def read(data: object) -> EstimateRecord:
     """An estimate record as read from its JSON, of any version: a figure that is missing or not a number is None

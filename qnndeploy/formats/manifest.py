@@ -13,8 +13,6 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import cache
-from importlib import resources
 from itertools import accumulate
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -32,6 +30,7 @@ from qnndeploy.base.names import (
     MANIFEST,
     ONNX,
 )
+from qnndeploy.formats import schemas
 from qnndeploy.model import decode
 from qnndeploy.model.onnxio import external_locations, load_model, tensor_info
 
@@ -39,18 +38,12 @@ if TYPE_CHECKING:
     import onnx
 
 
-@cache
 def schema() -> JSON:
-    data: JSON = json.loads(resources.files("qnndeploy").joinpath("schemas/manifest.schema.json").read_text())
-    return data
+    return schemas.load("manifest")
 
 
 def schema_errors(data: object) -> list[str]:
-    import jsonschema
-
-    validator = jsonschema.Draft202012Validator(schema())
-    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
-    return [f"{'/'.join(str(p) for p in e.absolute_path) or '(top)'}: {e.message}" for e in errors]
+    return schemas.problems("manifest", data)
 
 
 # Limits of the manifest reader: a hostile manifest is refused in one line, before it costs memory or recursion.

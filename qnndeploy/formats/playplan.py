@@ -27,14 +27,13 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from enum import StrEnum
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
 
 from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON, read_limited, sha256_file
 from qnndeploy.base.socs import find, upper
+from qnndeploy.formats import schemas
 from qnndeploy.formats.manifest import Manifest
 
 PLAN = "play.json"
@@ -73,16 +72,12 @@ class PlayGroup(NamedTuple):
     selectors: list[list[PlaySoc]]
 
 
-@cache
 def schema() -> JSON:
-    data: JSON = json.loads(resources.files("qnndeploy").joinpath("schemas/play.schema.json").read_text())
-    return data
+    return schemas.load("play")
 
 
 def read_plan(path: Path) -> JSON:
     """play.json of a `package play` output folder (or the file itself), checked against its schema."""
-    import jsonschema
-
     path = Path(path)
     file = path / PLAN if path.is_dir() else path
     if not file.is_file():
@@ -92,12 +87,10 @@ def read_plan(path: Path) -> JSON:
         data = json.loads(read_limited(file, MAX_PLAN_BYTES, "Play plan"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise QnnDeployError(f"{file} is not valid JSON ({e}): write it again with qnndeploy package play") from None
-    errors = sorted(jsonschema.Draft202012Validator(schema()).iter_errors(data), key=lambda e: list(e.absolute_path))
+    errors = schemas.problems("play", data)
     if errors:
-        first = errors[0]
-        where = "/".join(str(p) for p in first.absolute_path) or "(top)"
-        raise QnnDeployError(f"{file} does not follow the Play plan format ({where}: {first.message}): write it "
-                             "again with qnndeploy package play")
+        raise QnnDeployError(f"{file} does not follow the Play plan format ({errors[0]}): write it again with "
+                             "qnndeploy package play")
     result: JSON = data
     return result
 

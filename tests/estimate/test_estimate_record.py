@@ -68,6 +68,7 @@ def test_estimate_writes_one_record_per_graph_and_soc_that_the_schema_accepts(bu
     factors = hextimate.chip_factors()
     for soc, data in built["estimated"].items():
         jsonschema.validate(data, SCHEMA)
+        assert estimaterecord.parse(data).to_json() == data  # read strictly, it is what was written
         assert data["graph"] == "mlp" and data["soc"] == soc and data["made_by"] == "estimate"
         cost = data["cost_model"]
         assert cost["soc"] == "QCS9100" and cost["cycles"] > 0 and cost["cycles_lower"] <= cost["cycles"] \

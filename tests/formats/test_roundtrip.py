@@ -1,0 +1,124 @@
+"""Each file kind both ways: a value of its type written with to_json, parsed strictly, is the same value; and the
+files the suite's real runs write (the demo's build and bundle) parse strictly and are what their types write."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from qnndeploy.base.errors import BadInput
+from qnndeploy.base.names import MANIFEST
+from qnndeploy.formats import benchrecord, estimaterecord, schemas
+from qnndeploy.formats.manifest import (
+    BundleFile,
+    BundleLoop,
+    FileFormat,
+    Graph,
+    LibRole,
+    Licences,
+    Manifest,
+    OnDevice,
+    OnDeviceGraph,
+    Origin,
+    OriginKind,
+    Qairt,
+    QualcommFile,
+    Runtime,
+    RuntimeMode,
+    Source,
+    Target,
+    Tensor,
+)
+from qnndeploy.formats.records import RECORD_FILE, VALIDATION_FILE, ValidationRecord, read_build
+from qnndeploy.model import decode
+from tests.report.bench_fixture import bench_record
+
+SHA = "ab" * 32
+
+
+def _file(path: str, **kind: object) -> BundleFile:
+    return BundleFile(path, SHA, 10, **kind)  # type: ignore[arg-type]
+
+
+def _manifest(runtime: Runtime) -> Manifest:
+    validation = {"passed": False, "graphs": {"enc": {"passed": False, "accepted": {"reason": "known", "by": "x"}}}}
+    loop = decode.Loop("enc", "dec", "x", "token", "pos", None, "logits", (("k", "enc_out"),), (("c", "c_out"),),
+                       (1, 2), 3, 16)
+    return Manifest(
+        name="m", version="1.0.0", created_by="qnndeploy 0", qairt=Qairt("2.50.0", "v2.50.0.1", "2.50.0"),
+        source=Source("m", SHA, "abc", "MIT"),
+        graphs=(Graph("enc", (Tensor("x", "float32", (1, "n")),), (Tensor("enc_out", "float32", (1, 4)),)),
+                Graph("dec", (Tensor("token", "int32", (1, 1)),), (Tensor("logits", "float32", (1, 1, 9)),),
+                      cpu_only=True)),
+        targets=(Target("SM8750", 69, "v79", "fp16",
+                        (_file("npu/SM8750/enc.bin", graph="enc", format=FileFormat.QNN_CONTEXT_BINARY),
+                         _file("npu/SM8750/shared.bin", graphs=("enc", "dec"), format=FileFormat.QNN_CONTEXT_BINARY)),
+                        validation, {"enc": "known"}, "cpu", {"vtcm_mb": 8, "optimization_mode": 3,
+                                                              "spill_fill": True}),
+                 Target("SM8650", 57, "v75", "fp16", (_file("npu/SM8650/enc_ctx.onnx", graph="enc",
+                                                             format=FileFormat.ORT_EPCONTEXT),))),
+        cpu=(_file("cpu/enc.onnx", graph="enc", format=FileFormat.ONNX),
+             _file("cpu/enc.data", graph="enc", format=FileFormat.ONNX_EXTERNAL_DATA)),
+        runtime=runtime, records=(_file("records/enc-SM8750-validation.json"),),
+        htp_performance_mode="burst", pipeline_order=("enc", "dec"),
+        on_device=OnDevice(30.0, (OnDeviceGraph("enc", "cpu/enc.onnx", {"vtcm_mb": "8"}, ("v75", "v79")),),
+                           (_file("ondevice/enc.onnx", graph="enc", format=FileFormat.ONNX),)),
+        loop=BundleLoop(loop, _file("loop/tokenizer.json")),
+        licences=Licences((Origin("sdk", OriginKind.QAIRT_SDK, "the SDK's root", "2.50.0", "v2.50.0.1", None,
+                                  (_file("licences/sdk/LICENSE"),)),
+                           Origin("maven", OriginKind.MAVEN, "Maven Central", coordinate="com.qualcomm.qti:x:1")),
+                          (QualcommFile("npu/SM8750/enc.bin", SHA, "sdk"), QualcommFile("lib/a.so", SHA, "sdk", SHA))))
+
+
+@pytest.mark.parametrize("runtime", [
+    Runtime(RuntimeMode.BUNDLED, (_file("lib/arm64-v8a/libQnnHtp.so", role=LibRole.HTP, abi="arm64-v8a"),
+                                  _file("lib/hexagon-v79/libQnnHtpV79Skel.so", role=LibRole.SKEL, abi="hexagon-v79",
+                                        dsp_arch="v79"))),
+    Runtime(RuntimeMode.EXTERNAL, maven="com.qualcomm.qti:qnn-runtime:2.50.0"),
+], ids=["bundled", "external"])
+def test_a_manifest_written_and_parsed_is_the_same_and_follows_the_schema(runtime):
+    written = _manifest(runtime)
+    data = json.loads(json.dumps(written.to_json()))
+    assert schemas.problems("manifest", data) == []
+    assert Manifest.parse(data) == written
+
+
+def test_the_demo_bundle_s_manifest_parses_strictly_and_is_what_its_type_writes(demo_bundle):
+    text = (demo_bundle / MANIFEST).read_text()
+    data = json.loads(text)
+    assert schemas.problems("manifest", data) == []
+    parsed = Manifest.parse(data)
+    assert json.dumps(parsed.to_json()) == json.dumps(data)  # key for key, in the file's order
+
+
+def test_the_demo_build_s_records_parse_strictly(demo_run):
+    build = demo_run / "build"
+    compiled = list(build.rglob(RECORD_FILE))
+    validated = list(build.rglob(VALIDATION_FILE))
+    assert compiled and validated
+    for path in compiled:
+        assert schemas.problems("compile-record", json.loads(path.read_text())) == [], path
+    for path in validated:
+        assert schemas.problems("validation-record", json.loads(path.read_text())) == [], path
+        assert ValidationRecord.read(path) is not None
+    assert {(r.graph, r.soc) for r in read_build(build)}
+
+
+def test_a_bench_record_written_and_parsed_is_the_same():
+    record = benchrecord.read(bench_record())
+    data = json.loads(json.dumps(record.to_json()))
+    assert benchrecord.parse(data) == record
+    with pytest.raises(BadInput, match="not a valid bench record: record_version"):
+        benchrecord.parse({**data, "record_version": 99})
+
+
+def test_an_estimate_record_written_and_parsed_is_the_same():
+    cost = estimaterecord.CostModel("QCS9100", "2.50.40", 1497.6, "x", 1, 1, 2, 1.0, 0.9, 1.1)
+    record = estimaterecord.EstimateRecord(
+        estimaterecord.RECORD, 1, "g", "SM8750", "fp16", "/m.onnx", None, 0.5, 0.4, 0.6, None, 0.39, "26 models",
+        cost, 1, 2, 0, ("a warning",), "f", estimaterecord.NOT_CLAIMED, "estimate", "0", "2026-12-05T00:00:00+00:00")
+    data = json.loads(json.dumps(record.to_json()))
+    assert estimaterecord.parse(data) == record
+    with pytest.raises(BadInput, match="not a valid estimate record"):
+        estimaterecord.parse({**data, "ms": "fast"})
