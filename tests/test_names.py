@@ -16,11 +16,6 @@ CAP_WORDS = re.compile(r"_?[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*")
 GENERICS = {"dict", "list", "tuple", "set", "frozenset", "type", "Callable", "Mapping", "Sequence", "Iterable",
             "Iterator"}
 
-# report/entries.py still mirrors these types of the modules that own them; the report is moving to read through
-# formats' own types (issue 37), which removes the mirrors. Nothing may join this list.
-MIRRORS_BEING_REMOVED = {"DeviceInfo", "OpRow", "Probe"}
-
-
 def _is_type(value: ast.expr) -> bool:
     """Whether a module-level value reads as a type: a generic (`dict[str, int]`), a union, or another type's name."""
     if isinstance(value, ast.BinOp):
@@ -54,16 +49,9 @@ def defined() -> dict[str, list[str]]:
 
 
 def test_no_two_types_share_a_name() -> None:
-    shared = {name: where for name, where in defined().items()
-              if len(where) > 1 and name not in MIRRORS_BEING_REMOVED}
+    shared = {name: where for name, where in defined().items() if len(where) > 1}
     assert not shared, ("name each by what it is (CompileJob, EmulatorJob), or keep one where they are the same "
                         f"concept: {shared}")
-
-
-def test_the_mirror_list_only_shrinks() -> None:
-    """A mirror that is gone leaves the list, so the list cannot hide a new duplicate."""
-    names = defined()
-    assert not [name for name in MIRRORS_BEING_REMOVED if len(names.get(name, [])) < 2]
 
 
 def test_aliases_are_found() -> None:

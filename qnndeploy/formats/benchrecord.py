@@ -120,6 +120,24 @@ class Conditions:
     temperature_source: str | None = None  # the thermal zone type read, or "battery"
 
 
+@dataclass(frozen=True)
+class ProfileRow:
+    """One row of a record's per-op profile (its "ops" or "partitions", device/opprofile.py writes them), as read:
+    a partition has no type ("") and no share."""
+
+    name: str
+    type: str
+    time_us: float | None
+    share: float | None
+    where: str
+
+
+def profile_rows(profile: JSON | None, key: str) -> list[ProfileRow]:
+    """The profile's rows under `key` ("ops" or "partitions"), leniently; BadInput when one has no name."""
+    return [ProfileRow(text(o, "name"), opt_text(o, "type") or "", number(o, "time_us"), number(o, "share"),
+                       opt_text(o, "where") or "") for o in objects(profile, key)]
+
+
 @dataclass
 class BenchRecord:
     """One phone x graph: the record's fields (bench-record.schema.json), in its order."""

@@ -28,6 +28,7 @@ from qnndeploy.base.names import (
 )
 from qnndeploy.decide.reach import reach
 from qnndeploy.formats import benchrecord, estimaterecord
+from qnndeploy.formats.benchrecord import ProfileRow, profile_rows
 from qnndeploy.formats.manifest import Manifest, parse_json
 from qnndeploy.formats.records import RECORD, VALIDATION_RECORD
 from qnndeploy.report.entries import (
@@ -36,15 +37,14 @@ from qnndeploy.report.entries import (
     CheckInfo,
     Collected,
     CompileInfo,
-    DeviceInfo,
+    DeviceRecordInfo,
     DeviceRun,
     DiagnoseInfo,
+    DiagnoseProbe,
     EstimateInfo,
     FileInfo,
     OnDeviceInfo,
-    OpRow,
     OutputFigures,
-    Probe,
     ReachInfo,
     Skipped,
     TargetInfo,
@@ -290,7 +290,7 @@ def _check(d: Mapping[str, Any], shown: str, out: Collected) -> None:
 
 
 def _diagnose(d: Mapping[str, Any], shown: str, out: Collected) -> None:
-    probes = tuple(Probe(integer(p, "position") or 0, text(p, "tensor"), opt_text(p, "op_type") or "",
+    probes = tuple(DiagnoseProbe(integer(p, "position") or 0, text(p, "tensor"), opt_text(p, "op_type") or "",
                          number(p, "snr_db"), number(p, "cosine"), p.get("bad") is True)
                    for p in objects(d, "probes", required=True))
     bad = obj(d, "first_bad")
@@ -311,7 +311,7 @@ def _device(d: Mapping[str, Any], shown: str, out: Collected) -> None:
         text(g, "graph"), text(g, "status"), opt_text(g, "reason"), integer(g, "samples") or 0,
         integer(g, "inferences") or 0, number(g, "first_run_s"), number(g, "per_inference_s"), opt_text(g, "clock"),
         _outputs(objects(g, "outputs")), benchrecord.read_launch(g)) for g in objects(d, "graphs"))
-    out.devices.append(DeviceInfo(
+    out.devices.append(DeviceRecordInfo(
         shown, text(device, "serial"), opt_text(device, "model") or "", opt_text(soc, "model") or "unknown SoC",
         opt_text(soc, "dsp_arch"), required_flag(d, "ok"), opt_text(decision, "provider"), opt_text(decision, "reason"),
         f"{bundle.get('name')} {bundle.get('version')} (QAIRT {bundle.get('qairt_version')})", runs,
@@ -348,10 +348,8 @@ def _play(p: Mapping[str, Any]) -> str | None:
             f"{'ok' if p.get('ok') is True else 'MISMATCH'}; {p.get('reason')!s}")
 
 
-def _ops(items: list[Mapping[str, Any]]) -> tuple[OpRow, ...]:
+def _most(rows: list[ProfileRow]) -> tuple[ProfileRow, ...]:
     """The MAX_SHOWN_ROWS rows with the most time, in that order (the page shows those and counts the rest)."""
-    rows = [OpRow(text(o, "name"), opt_text(o, "type") or "", number(o, "time_us"), number(o, "share"),
-                  opt_text(o, "where") or "") for o in items]
     return tuple(sorted(rows, key=lambda o: -(o.time_us or 0.0))[:MAX_SHOWN_ROWS])
 
 
@@ -360,7 +358,7 @@ def _bench(d: Mapping[str, Any], shown: str, out: Collected) -> None:
     phone, bundle, decision = record.phone, record.bundle, record.decision
     profile = record.profile or {}
     where = decision.get("npu_source")
-    ops, partitions = objects(profile, "ops"), objects(profile, "partitions")
+    ops, partitions = profile_rows(profile, "ops"), profile_rows(profile, "partitions")
     out.benches.append(BenchInfo(
         shown, dataclasses.replace(record, profile=None), opt_text(phone, "soc") or "unknown SoC", phone["serial"],
         " ".join(str(phone.get(k)) for k in ("manufacturer", "model") if phone.get(k)) or "phone",
@@ -368,7 +366,7 @@ def _bench(d: Mapping[str, Any], shown: str, out: Collected) -> None:
         f"{decision.get('provider')}" + (f" ({where})" if where else "") +
         (f", {decision.get('dsp_arch')}" if decision.get("dsp_arch") else ""),
         opt_text(profile, "level"), opt_text(profile, "source"), opt_text(profile, "trace"),
-        _ops(ops), _ops(partitions), len(ops), len(partitions)))
+        _most(ops), _most(partitions), len(ops), len(partitions)))
 
 
 def _estimate(d: Mapping[str, Any], shown: str, out: Collected) -> None:

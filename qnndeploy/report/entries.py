@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from qnndeploy.decide.reach import Reach
-from qnndeploy.formats.benchrecord import BenchRecord, Launch
+from qnndeploy.formats.benchrecord import BenchRecord, Launch, ProfileRow
 from qnndeploy.formats.estimaterecord import EstimateRecord
 
 
@@ -100,7 +100,9 @@ class ValidationInfo:
 
 
 @dataclass(frozen=True)
-class Probe:
+class DiagnoseProbe:
+    """One probed tensor of a `diagnose --json` output, as the page shows it on the error curve."""
+
     position: int
     tensor: str
     op_type: str
@@ -119,7 +121,7 @@ class DiagnoseInfo:
     ok: bool
     min_snr_db: float | None
     nodes: int | None
-    probes: tuple[Probe, ...]
+    probes: tuple[DiagnoseProbe, ...]
     first_bad: str | None
     first_bad_op: str | None
 
@@ -180,7 +182,7 @@ class DeviceRun:
 
 
 @dataclass(frozen=True)
-class DeviceInfo:
+class DeviceRecordInfo:
     """A device verify record: one phone, the bundle's decision there and each graph's run."""
 
     source: str
@@ -201,15 +203,6 @@ class DeviceInfo:
 
 
 @dataclass(frozen=True)
-class OpRow:
-    name: str
-    type: str
-    time_us: float | None
-    share: float | None
-    where: str
-
-
-@dataclass(frozen=True)
 class BenchInfo:
     """A bench record (formats/benchrecord.py: one phone x graph) and what the page shows of it in words."""
 
@@ -224,8 +217,8 @@ class BenchInfo:
     profile_level: str | None = None
     profile_source: str | None = None
     trace: str | None = None
-    ops: tuple[OpRow, ...] = ()  # the ones with the most time (collect.MAX_SHOWN_ROWS), most first
-    partitions: tuple[OpRow, ...] = ()
+    ops: tuple[ProfileRow, ...] = ()  # the ones with the most time (collect.MAX_SHOWN_ROWS), most first
+    partitions: tuple[ProfileRow, ...] = ()
     ops_total: int = 0  # in the record
     partitions_total: int = 0
 
@@ -260,7 +253,7 @@ class Collected:
     validations: list[ValidationInfo] = field(default_factory=list)
     diagnoses: list[DiagnoseInfo] = field(default_factory=list)
     on_device: list[OnDeviceInfo] = field(default_factory=list)
-    devices: list[DeviceInfo] = field(default_factory=list)
+    devices: list[DeviceRecordInfo] = field(default_factory=list)
     benches: list[BenchInfo] = field(default_factory=list)
     estimates: list[EstimateInfo] = field(default_factory=list)
     reaches: list[ReachInfo] = field(default_factory=list)  # one per bundle, made from its manifest

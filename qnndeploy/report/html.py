@@ -16,7 +16,7 @@ from qnndeploy.report.entries import (
     CheckInfo,
     Collected,
     CompileInfo,
-    DeviceInfo,
+    DeviceRecordInfo,
     DeviceRun,
     DiagnoseInfo,
     EstimateInfo,
@@ -183,7 +183,7 @@ def _on_device(p: _Page, r: OnDeviceInfo) -> str:
                     head + err + _outputs_table(r.outputs))
 
 
-def _device_run(p: _Page, d: DeviceInfo, run: DeviceRun) -> str:
+def _device_run(p: _Page, d: DeviceRecordInfo, run: DeviceRun) -> str:
     status = {"passed": "pass", "failed": "fail", "not run": "muted"}.get(run.status, "warn")
     head = (f"<p>{_e(d.model)} <code>{_e(d.serial)}</code> ({_e(d.soc)}, {_e(d.dsp_arch or 'no HTP arch')}), "
             f"decision {_e(d.provider or '?')}: {_e(d.reason or '')}; bundle {_e(d.bundle)}"
@@ -372,14 +372,14 @@ def _profile(r: BenchInfo) -> str:
     return "".join(out)
 
 
-def _phone_verdict(d: DeviceInfo) -> str:
+def _phone_verdict(d: DeviceRecordInfo) -> str:
     """ok (green) only when every graph ran and nothing failed; not run is grey, never a pass."""
     if d.outcome == "not run":
         return '<span class="muted">not run</span>'
     return _verdict(d.ok and d.outcome in ("passed", "ran"), "ok", "FAILED")
 
 
-def _phone(p: _Page, d: DeviceInfo) -> str:
+def _phone(p: _Page, d: DeviceRecordInfo) -> str:
     body = (f"<p>{_phone_verdict(d)}: {_e(d.model)} <code>{_e(d.serial)}</code>, {_e(d.soc)} "
             f"({_e(d.dsp_arch or 'no HTP arch')}); the app's decision: {_e(d.provider or '?')}, {_e(d.reason or '')}; "
             f"bundle {_e(d.bundle)}" + (f"; {_e(d.created)}" if d.created else "") + "</p>")
