@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +53,17 @@ class BinaryReport:
     emulated: str | None = None  # in a bundle: what loading it on the host HTP emulator found (None: not loaded)
 
 
+class InspectKind(StrEnum):
+    """What was inspected: one context binary, or a bundle (each of its context binaries)."""
+
+    BINARY = "binary"
+    BUNDLE = "bundle"
+
+
 @dataclass(frozen=True)
 class InspectResult:
     path: str
-    kind: str  # "binary" or "bundle"
+    kind: InspectKind
     binaries: tuple[BinaryReport, ...]
     bundle: str | None = None  # "name version" of a bundle
     qairt: str | None = None  # the bundle's declared QAIRT build
@@ -67,7 +75,7 @@ class InspectResult:
         return asdict(self)
 
 
-def _result(path: Path, kind: str, binaries: tuple[BinaryReport, ...], **more: Any) -> InspectResult:
+def _result(path: Path, kind: InspectKind, binaries: tuple[BinaryReport, ...], **more: Any) -> InspectResult:
     return InspectResult(str(path), kind, binaries, **more, ok=not any(b.problem for b in binaries))
 
 
@@ -90,7 +98,7 @@ def inspect(path: Path, library: Path | None = None, deep: bool = True) -> Inspe
     if path.suffix.lower() in NOT_BINARIES:
         raise QnnDeployError(f"{path} is {NOT_BINARIES[path.suffix.lower()]}, not a QNN context binary: inspect takes "
                              "a .bin or a bundle (folder, .tar.gz, .zip)")
-    return _result(path, "binary", (_binary(path, str(path), lib, missing),))
+    return _result(path, InspectKind.BINARY, (_binary(path, str(path), lib, missing),))
 
 
 # files users pass to inspect by mistake, by suffix: a wrong file type is bad input (exit 2), not a damaged binary
@@ -186,7 +194,7 @@ def _bundle(shown: Path, root: Path, lib: Path | None, missing: str, deep: bool)
 
     binaries = tuple(map(one, jobs))
     notes = () if binaries else ("the bundle holds no QNN context binary",)
-    result = _result(shown, "bundle", binaries, bundle=manifest.bundle_version,
+    result = _result(shown, InspectKind.BUNDLE, binaries, bundle=manifest.bundle_version,
                      qairt=manifest.qairt.shown, notes=notes, deep=done)
     problems = any(e and not e.startswith(MATCHES) for e in emulated.values())
     return InspectResult(**{**result.__dict__, "ok": result.ok and not problems})

@@ -18,6 +18,7 @@ from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.pool import Pool
 from qnndeploy.decide import decision
+from qnndeploy.device.runner import Clock
 from qnndeploy.device.verify import (
     DeviceJob,
     DeviceVerification,
@@ -27,7 +28,7 @@ from qnndeploy.device.verify import (
     settle,
     write_record,
 )
-from qnndeploy.formats.manifest import FileFormat, Manifest
+from qnndeploy.formats.manifest import FileFormat, Manifest, Provider
 from qnndeploy.model import metrics
 from qnndeploy.qnn import aihub
 
@@ -132,7 +133,7 @@ def _verify_one(job: DeviceJob, device: Any, hosted: aihub.HostedDevice) -> Devi
 def _run_graph(job: DeviceJob, device: Any, hosted: aihub.HostedDevice, graph: str, binary: str,
                choice: decision.Decision) -> GraphRun:
     hub = aihub.client()
-    run = GraphRun(graph, binary, GraphStatus.ERROR, ran_on="npu")  # an inference job on the hosted phone's HTP
+    run = GraphRun(graph, binary, GraphStatus.ERROR, ran_on=Provider.NPU)  # an inference job on the hosted phone's HTP
     samples, expected, run.inputs = job.reference(graph)
     names = list(samples[0])
     what = f"{graph} on {hosted.name}"
@@ -153,7 +154,7 @@ def _run_graph(job: DeviceJob, device: Any, hosted: aihub.HostedDevice, graph: s
     precision = next(t.precision for t in job.manifest.targets if t.soc == choice.soc)
     run.thresholds = limits = metrics.thresholds_for(precision)
     job.judge(run, graph, choice.soc, expected, actual, limits)
-    run.samples, run.inferences, run.clock = len(samples), len(samples), "aihub"
+    run.samples, run.inferences, run.clock = len(samples), len(samples), Clock.AIHUB
     run.hosted = {**run.hosted, **profile_figures(profile)}
     seconds = run.hosted.get("inference_ms")
     run.per_inference_s = round(seconds / 1000, 6) if isinstance(seconds, float) else None

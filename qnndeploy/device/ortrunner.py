@@ -53,7 +53,7 @@ from qnndeploy.base import numbers
 from qnndeploy.base.errors import BadInput
 from qnndeploy.base.htparch import HtpArch
 from qnndeploy.device.adb import RUN, Device, parse_int
-from qnndeploy.device.runner import phone_executable
+from qnndeploy.device.runner import Clock, phone_executable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -90,7 +90,7 @@ class PerfRun:
     average_ms: float | None
     requests: int | None
     seconds: float  # the whole process, on the phone's clock when its date can (else the host's)
-    clock: str
+    clock: Clock
     problems: tuple[str, ...] = ()  # the figure lines that did not read as their number (see FIGURES)
 
 
@@ -198,7 +198,8 @@ def run(dev: Device, workdir: str, lib_dir: str, adsp_library_path: str, argv: l
     head, sep, tail = r.output.rpartition(_TIME)
     stamps = [parse_int(s) for s in tail.split()] if sep else []
     s0, s1 = stamps if len(stamps) == 2 else (None, None)
-    seconds, clock = ((s1 - s0) / 1e9, "device") if s0 is not None and s1 is not None and s1 >= s0 else (host, "host")
+    seconds, clock = ((s1 - s0) / 1e9, Clock.DEVICE) if s0 is not None and s1 is not None and s1 >= s0 \
+        else (host, Clock.HOST)
     text = head if sep else r.output
     said = summary(text)
     return PerfRun(r.code, text, line, said.session_s, said.first_inference_ms, said.average_ms, said.requests, seconds,

@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -48,12 +49,21 @@ class Advice:
     line: str  # the output line that matched
 
 
+class Clock(StrEnum):
+    """What timed a run on a phone: the phone's own clock, the host's (which includes the adb round trip), or AI
+    Hub's profile of a hosted phone."""
+
+    DEVICE = "device"
+    HOST = "host"
+    AIHUB = "aihub"
+
+
 @dataclass
 class Invocation:
     code: int
     output: str
     seconds: float
-    clock: str  # "device" (timed by the phone's own clock) or "host" (includes the adb round trip)
+    clock: Clock
     command: str
     first_output_s: float | None = None  # from the process start to its Result_0 folder (phone's clock), if read
 
@@ -205,9 +215,9 @@ def run(dev: Device, workdir: str, context: str, lib_dir: str, adsp_library_path
     output = output if sep else head if timed else r.output
     if s0 is not None and s1 is not None and s1 >= s0:
         first = result_times(results.splitlines()).get(0) if sep else None
-        return Invocation(r.code, output, (s1 - s0) / 1e9, "device", command,
+        return Invocation(r.code, output, (s1 - s0) / 1e9, Clock.DEVICE, command,
                           first - s0 / 1e9 if first is not None and first * 1e9 >= s0 else None)
-    return Invocation(r.code, output, host, "host", command)
+    return Invocation(r.code, output, host, Clock.HOST, command)
 
 
 # --- known failures --------------------------------------------------------------------------------------------

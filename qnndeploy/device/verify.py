@@ -42,6 +42,7 @@ from qnndeploy.base.pool import Pool
 from qnndeploy.decide import decision
 from qnndeploy.device import opprofile, ortrunner, runner
 from qnndeploy.device.adb import FILES, Device, LocalFile, MiB, Upload, connect, list_devices
+from qnndeploy.device.runner import Clock
 from qnndeploy.formats import benchrecord, playplan
 from qnndeploy.formats.benchrecord import Launch
 from qnndeploy.formats.manifest import FileFormat, Graph, Manifest, Provider, load_manifest
@@ -118,13 +119,13 @@ class GraphRun:
     context: str  # on the phone
     status: GraphStatus
     reason: str | None = None
-    ran_on: str | None = None  # where it ran: "npu" (the phone's HTP), "cpu", None when it did not run
+    ran_on: Provider | None = None  # where it ran: the phone's HTP or its CPU; None when it did not run
     samples: int = 0
     inputs: JSON | None = None  # how the inputs were made (random, seeded; or the files of --inputs)
     inferences: int = 0
     first_run_s: float | None = None
     per_inference_s: float | None = None
-    clock: str | None = None  # "device" or "host"
+    clock: Clock | None = None
     outputs: list[metrics.OutputMetrics] = field(default_factory=list)
     thresholds: metrics.Thresholds | None = None  # validate's, for the target's precision
     task: JSON | None = None  # the task's verdict (tasks.TaskVerdict), which decides for its output
@@ -402,7 +403,7 @@ def verify_device(job: DeviceJob, serial: str | None = None, progress: ByteProgr
                    and result.compile_s > result.compile_budget_s)
     add_not_run(result, choice, _why_not_run(job, choice, on_device))
     settle(result, failed=over_budget or (result.play is not None and not result.play.ok))
-    ran = [g for g in result.graphs if g.ran_on == "npu"]  # the NPU's graphs that ran: what the expectation says
+    ran = [g for g in result.graphs if g.ran_on == Provider.NPU]  # the NPU's graphs that ran: what the expectation says
     statuses = {g.status for g in ran}
     if on_device:
         _on_device_outcome(result, over_budget)
@@ -512,7 +513,7 @@ def _verify_on_device(dev: Device, job: DeviceJob, choice: decision.Decision, re
 
 def _on_device_outcome(result: DeviceVerification, over_budget: bool) -> None:
     """The expectation and reason of an on-device phone: what was observed, not the decision's assumptions."""
-    statuses = {g.status for g in result.graphs if g.ran_on == "npu"}
+    statuses = {g.status for g in result.graphs if g.ran_on == Provider.NPU}
     where = f"SoC {result.soc} ({result.dsp_arch}) has no bundle target; the bundle validated {result.dsp_arch}: "
     if not statuses:
         result.reason = where + "the ONNX was not compiled here (no ORT runner)"
@@ -577,7 +578,7 @@ def _run_on_device(dev: Device, job: DeviceJob, graph: str, model: str, result: 
                 doing=f"preparing {workdir}", limit=FILES)
         ups = [(p, p.relative_to(local / "up").as_posix()) for p in sorted((local / "up").rglob("*")) if p.is_file()]
         dev.push_files([Upload(p, f"{model_dir}/{rel}", name=rel) for p, rel in ups])
-        run.ran_on = "npu"  # the QNN EP on the phone's HTP
+        run.ran_on = Provider.NPU  # the QNN EP on the phone's HTP
         first = ortrunner.run(dev, workdir, *env, ortrunner.command(f"{model_dir}/{name}", provider, config, job.runs),
                               f"compiling {name} on the phone (onnxruntime_perf_test, QNN EP)")
         if first.code != 0 or first.session_s is None:
@@ -646,7 +647,7 @@ def _run_on_cpu(dev: Device, job: DeviceJob, graph: str, model: str, choice: dec
     tool writes none."""
     workdir = f"{REMOTE_ROOT}/run/{job.bundle_id}/cpu/{graph}"
     model_dir = f"{workdir}/model"
-    run = GraphRun(graph, f"{job.remote_dir}/{model}", GraphStatus.ERROR, ran_on="cpu")
+    run = GraphRun(graph, f"{job.remote_dir}/{model}", GraphStatus.ERROR, ran_on=Provider.CPU)
     samples, _, run.inputs = job.reference(graph)
     q = shlex.quote
     copies = " && ".join(f"cp {q(job.remote_dir + '/' + p)} {q(model_dir + '/' + posixpath.basename(p))}"
@@ -745,7 +746,7 @@ def _run_graph(dev: Device, job: DeviceJob, graph: str, context: str, result: De
                 doing=f"preparing {workdir}", limit=FILES)
         ups = [(p, p.relative_to(local / "up").as_posix()) for p in sorted((local / "up").rglob("*")) if p.is_file()]
         dev.push_files([Upload(p, f"{workdir}/{rel}", name=rel) for p, rel in ups])
-        run.ran_on = "npu"  # qnn-net-run on the phone's HTP: what it gave is judged below
+        run.ran_on = Provider.NPU  # qnn-net-run on the phone's HTP: what it gave is judged below
         once = _lists(graph, graphs, runner.FIRST_INPUT)
         basic = ["--profiling_level", "basic"] if launch else []
         first = runner.run(dev, workdir, context, *env, native, once, "out_first", extra=basic)

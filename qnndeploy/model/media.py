@@ -15,6 +15,7 @@ import struct
 import wave
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,21 +44,63 @@ PREPROCESS_SYNTAX = ("image[:resize=HxW,layout=nchw|nhwc,scale=1/255,mean=M[/M/M
                      "fmax=HZ,mel=slaney|htk,log=ln|log10,floor=F], or a .json file of the same keys with \"kind\"")
 
 
+class MediaKind(StrEnum):
+    IMAGE = "image"
+    AUDIO = "audio"
+
+
+class Layout(StrEnum):
+    """Where an image input keeps its channels: before the rows (NCHW) or after the columns (NHWC)."""
+
+    NCHW = "nchw"
+    NHWC = "nhwc"
+
+
+class Color(StrEnum):
+    RGB = "rgb"
+    BGR = "bgr"
+    GRAY = "gray"
+
+
+class ImageFit(StrEnum):
+    """How a picture takes the input's size: resized to it exactly, or scaled to cover it and centre-cropped."""
+
+    STRETCH = "stretch"
+    CROP = "crop"
+
+
+class FrontEnd(StrEnum):
+    """What an audio input takes: the samples, or their log-mel spectrogram."""
+
+    RAW = "raw"
+    LOGMEL = "logmel"
+
+
+class MelScale(StrEnum):
+    SLANEY = "slaney"
+    HTK = "htk"
+
+
+class LogBase(StrEnum):
+    LN = "ln"
+    LOG10 = "log10"
+
+
 @dataclass(frozen=True)
 class Preprocess:
     """How audio or image files become an input, as declared (--preprocess); None fields take their value from
     the input's shape and dtype when fitted (_image_plan, _audio_plan)."""
 
-    kind: str  # "image" | "audio"
+    kind: MediaKind
     given: str  # the text or file it came from, for messages
     resize: tuple[int, int] | None = None  # image: (height, width)
-    layout: str | None = None  # "nchw" | "nhwc"
+    layout: Layout | None = None
     scale: float | None = None
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
-    color: str | None = None  # "rgb" | "bgr" | "gray"
-    fit: str = "stretch"  # "stretch" | "crop" (scale to cover, centre-crop)
-    front_end: str = "raw"  # audio: "raw" | "logmel"
+    color: Color | None = None
+    fit: ImageFit = ImageFit.STRETCH
+    front_end: FrontEnd = FrontEnd.RAW  # audio
     rate: int | None = None
     n_mels: int = 80
     win: int | None = None  # samples per frame: 25 ms at `rate` by default
@@ -65,8 +108,8 @@ class Preprocess:
     n_fft: int | None = None  # the frame length
     fmin: float = 0.0
     fmax: float | None = None  # rate / 2
-    mel: str = "slaney"
-    log: str = "ln"
+    mel: MelScale = MelScale.SLANEY
+    log: LogBase = LogBase.LN
     floor: float = 1e-10
     declared: frozenset[str] = field(default_factory=frozenset)  # the keys the user gave
 
@@ -101,27 +144,24 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _choice(*options: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        if text.lower() not in options:
-            raise ValueError(text)
-        return text.lower()
-    parse.__doc__ = " or ".join(options)
+def _choice(kind: type[StrEnum]) -> Callable[[str], StrEnum]:
+    def parse(text: str) -> StrEnum:
+        return kind(text.lower())  # ValueError for any other: the caller says what is expected
     return parse
 
 
 _KEYS: dict[str, dict[str, tuple[Callable[[str], Any], str]]] = {
-    "image": {"resize": (_size, "HEIGHTxWIDTH, e.g. 224x224"), "layout": (_choice("nchw", "nhwc"), "nchw or nhwc"),
+    "image": {"resize": (_size, "HEIGHTxWIDTH, e.g. 224x224"), "layout": (_choice(Layout), "nchw or nhwc"),
               "scale": (_ratio, "a number or a fraction, e.g. 1/255"),
               "mean": (_floats, "one number or one per channel, '/'-separated"),
               "std": (_floats, "one number or one per channel, '/'-separated"),
-              "color": (_choice("rgb", "bgr", "gray"), "rgb, bgr or gray"),
-              "fit": (_choice("stretch", "crop"), "stretch or crop")},
-    "audio": {"front_end": (_choice("raw", "logmel"), "raw or logmel"), "rate": (_positive_int, "Hz, e.g. 16000"),
+              "color": (_choice(Color), "rgb, bgr or gray"),
+              "fit": (_choice(ImageFit), "stretch or crop")},
+    "audio": {"front_end": (_choice(FrontEnd), "raw or logmel"), "rate": (_positive_int, "Hz, e.g. 16000"),
               "n_mels": (_positive_int, "a count"), "win": (_positive_int, "samples"),
               "hop": (_positive_int, "samples"), "n_fft": (_positive_int, "samples"), "fmin": (_ratio, "Hz"),
-              "fmax": (_ratio, "Hz"), "mel": (_choice("slaney", "htk"), "slaney or htk"),
-              "log": (_choice("ln", "log10"), "ln or log10"), "floor": (_ratio, "a positive number, e.g. 1e-10")},
+              "fmax": (_ratio, "Hz"), "mel": (_choice(MelScale), "slaney or htk"),
+              "log": (_choice(LogBase), "ln or log10"), "floor": (_ratio, "a positive number, e.g. 1e-10")},
 }
 
 
@@ -162,14 +202,14 @@ def parse_preprocess(text: str | Path) -> Preprocess:
             raise BadInput(f"--preprocess {given}: {key}={value} is not {expected}") from None
     if values.get("floor", 1.0) <= 0:
         raise BadInput(f"--preprocess {given}: floor must be above 0 (the log of 0 is -inf)")
-    return Preprocess(kind, given, **values, declared=frozenset(values))
+    return Preprocess(MediaKind(kind), given, **values, declared=frozenset(values))
 
 
 def load_media(files: list[Path], specs: list[TensorInfo], prep: Preprocess | None, graph: str
                ) -> tuple[list[dict[str, np.ndarray]], JSON, list[str]]:
     """One sample per audio or image file for a one-input graph: (samples, the preprocessing as fitted to the
     input, notes on what was padded or cropped)."""
-    kinds = {"audio" if p.suffix.lower() in AUDIO_SUFFIXES else "image" for p in files}
+    kinds = {MediaKind.AUDIO if p.suffix.lower() in AUDIO_SUFFIXES else MediaKind.IMAGE for p in files}
     folder = files[0].parent
     if len(kinds) > 1:
         raise BadInput(f"{folder} holds both audio and image files: keep one kind per folder")
@@ -184,7 +224,7 @@ def load_media(files: list[Path], specs: list[TensorInfo], prep: Preprocess | No
     if spec.dynamic:
         raise BadInput(f"input '{spec.name}' has dynamic size {spec.shape_text()}: {kind} samples are "
                        "shaped to a fixed input size (qnndeploy prepare --shape fixes it)")
-    convert, described = _image_plan(prep, spec) if kind == "image" else _audio_plan(prep, spec)
+    convert, described = _image_plan(prep, spec) if kind == MediaKind.IMAGE else _audio_plan(prep, spec)
     notes: list[str] = []
     samples = []
     for path in files:
@@ -214,16 +254,16 @@ def _image_plan(prep: Preprocess, spec: TensorInfo) -> tuple[Convert, JSON]:
         if first == last:
             raise BadInput(f"input '{name}' is {spec.shape_text()}: which axis holds the channels? give "
                            "layout=nchw or layout=nhwc in --preprocess")
-        layout = "nchw" if first else "nhwc"
-    channels, height, width = (dims[0], dims[1], dims[2]) if layout == "nchw" else (dims[2], dims[0], dims[1])
+        layout = Layout.NCHW if first else Layout.NHWC
+    channels, height, width = (dims[0], dims[1], dims[2]) if layout == Layout.NCHW else (dims[2], dims[0], dims[1])
     if channels not in (1, 3):
         raise BadInput(f"input '{name}' is {spec.shape_text()} ({layout}): {channels} channels; an image has "
                        "1 (gray) or 3 (RGB)")
     if prep.resize is not None and prep.resize != (height, width):
         raise BadInput(f"--preprocess resize={prep.resize[0]}x{prep.resize[1]}, but input '{name}' takes "
                        f"{height}x{width} images")
-    color = prep.color or ("gray" if channels == 1 else "rgb")
-    if (color == "gray") != (channels == 1):
+    color = prep.color or (Color.GRAY if channels == 1 else Color.RGB)
+    if (color == Color.GRAY) != (channels == 1):
         raise BadInput(f"--preprocess color={color}, but input '{name}' has {channels} channel(s)")
     dtype = np.dtype(spec.dtype)
     if dtype.kind in "iu":
@@ -248,7 +288,7 @@ def _image_plan(prep: Preprocess, spec: TensorInfo) -> tuple[Convert, JSON]:
     def convert(path: Path) -> tuple[np.ndarray, str | None]:
         pixels = read_image(path, height, width, color, prep.fit).astype(np.float64)
         values = (pixels * scale - np.array(mean)) / np.array(std)
-        if layout == "nchw":
+        if layout == Layout.NCHW:
             values = values.transpose(2, 0, 1)
         if dtype.kind in "iu":
             values = np.clip(values, np.iinfo(dtype).min, np.iinfo(dtype).max)
@@ -269,7 +309,7 @@ def _audio_plan(prep: Preprocess, spec: TensorInfo) -> tuple[Convert, JSON]:
         raise BadInput(f"input '{name}' is {dtype}: audio feeds float inputs")
     described: JSON = {"kind": "audio", "given": prep.given, "front_end": prep.front_end,
                        "samples": "float in [-1, 1) (PCM divided by its full scale), channels averaged"}
-    if prep.front_end == "raw":
+    if prep.front_end == FrontEnd.RAW:
         long_axes = [i for i, d in enumerate(shape) if d > 1]
         if len(long_axes) > 1:
             raise BadInput(f"input '{name}' is {spec.shape_text()}: raw audio fills one axis; use "
@@ -299,7 +339,7 @@ def _audio_plan(prep: Preprocess, spec: TensorInfo) -> tuple[Convert, JSON]:
                        f"or [..., n_mels, frames] with n_mels={prep.n_mels}; give n_mels= in --preprocess")
     time_major = shape[-1] == prep.n_mels
     count = shape[-2] if time_major else shape[-1]
-    silence = math.log10(prep.floor) if prep.log == "log10" else math.log(prep.floor)
+    silence = math.log10(prep.floor) if prep.log == LogBase.LOG10 else math.log(prep.floor)
     described.update(rate=rate, n_mels=prep.n_mels, win=win, hop=hop, n_fft=n_fft, window="periodic hann",
                      fmin=prep.fmin, fmax=fmax, mel=prep.mel, log=prep.log, floor=prep.floor, frames=count,
                      axes="frames, n_mels" if time_major else "n_mels, frames",
@@ -423,7 +463,7 @@ def hz_to_mel(hz: np.ndarray, scale: str) -> np.ndarray:
     import numpy as np
 
     hz = np.asarray(hz, np.float64)
-    if scale == "htk":
+    if scale == MelScale.HTK:
         return np.asarray(2595.0 * np.log10(1.0 + hz / 700.0))
     linear = hz / (200.0 / 3)  # Slaney: 3 mels per 200 Hz below 1 kHz, logarithmic above
     log_part = 15.0 + np.log(np.maximum(hz, 1e-10) / 1000.0) / (math.log(6.4) / 27.0)
@@ -434,7 +474,7 @@ def mel_to_hz(mel: np.ndarray, scale: str) -> np.ndarray:
     import numpy as np
 
     mel = np.asarray(mel, np.float64)
-    if scale == "htk":
+    if scale == MelScale.HTK:
         return np.asarray(700.0 * (10.0 ** (mel / 2595.0) - 1.0))
     return np.asarray(np.where(mel >= 15.0, 1000.0 * np.exp((math.log(6.4) / 27.0) * (mel - 15.0)), mel * (200.0 / 3)))
 
@@ -467,7 +507,7 @@ def log_mel(audio: np.ndarray, rate: int, n_mels: int, win: int, hop: int, n_fft
     window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(win) / win)
     power = np.abs(np.fft.rfft(frames(np.asarray(audio, np.float64), win, hop) * window, n=n_fft, axis=1)) ** 2
     energies = np.maximum(power @ mel_filterbank(n_mels, n_fft, rate, fmin, fmax, scale).T, floor)
-    return np.asarray(np.log10(energies) if log == "log10" else np.log(energies), np.float64)
+    return np.asarray(np.log10(energies) if log == LogBase.LOG10 else np.log(energies), np.float64)
 
 
 def read_image(path: Path, height: int, width: int, color: str, fit: str) -> np.ndarray:
@@ -482,10 +522,10 @@ def read_image(path: Path, height: int, width: int, color: str, fit: str) -> np.
         raise BadInput(f"{path}: {PILLOW_MISSING}") from None
     try:
         with Image.open(path) as im:
-            picture = im.convert("L" if color == "gray" else "RGB")
+            picture = im.convert("L" if color == Color.GRAY else "RGB")
     except (OSError, UnidentifiedImageError, ValueError) as e:
         raise BadInput(f"cannot read {path} as an image ({first_line(e)})") from None
-    if fit == "crop":
+    if fit == ImageFit.CROP:
         factor = max(height / picture.height, width / picture.width)
         h, w = max(height, round(picture.height * factor)), max(width, round(picture.width * factor))
         picture = picture.resize((w, h), Image.Resampling.BILINEAR)
@@ -495,4 +535,4 @@ def read_image(path: Path, height: int, width: int, color: str, fit: str) -> np.
         picture = picture.resize((width, height), Image.Resampling.BILINEAR)
     pixels = np.asarray(picture, np.uint8)
     pixels = pixels[:, :, None] if pixels.ndim == 2 else pixels
-    return pixels[:, :, ::-1] if color == "bgr" else pixels
+    return pixels[:, :, ::-1] if color == Color.BGR else pixels

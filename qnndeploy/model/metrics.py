@@ -15,6 +15,7 @@ import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
@@ -54,12 +55,20 @@ _INDEX_KEEPING = (*_SHAPE_KEEPING, "Unsqueeze", "Squeeze", "Reshape", "Flatten",
 _GATHERS = ("Gather", "GatherElements")
 
 
+class TopKRole(StrEnum):
+    """What a top-k output holds: a TopK's values, its indices, or rows picked by its indices (in their order)."""
+
+    VALUES = "values"
+    INDICES = "indices"
+    GATHERED = "gathered"
+
+
 @dataclass(frozen=True)
 class TopK:
     """An output judged as a top-k set: its k axis, and whether it holds the values or the indices."""
 
     axis: int
-    role: str  # "values" | "indices" | "gathered" (rows picked by a TopK's indices, in their order)
+    role: TopKRole
     why: str  # "TopK node NAME" or "marked in the model (qnndeploy.topk)"
     group: str = ""  # the TopK node whose order it follows, by its values output (a group is aligned together)
 
@@ -139,7 +148,7 @@ def topk_outputs(path: Path) -> dict[str, TopK]:
         if _is_topk(node):
             assert node is not None
             label = node.name or "(unnamed)"
-            role = "values" if list(node.output).index(name) == 0 else "indices"
+            role = TopKRole.VALUES if list(node.output).index(name) == 0 else TopKRole.INDICES
             found[value.name] = TopK(_axis(node, -1), role, f"TopK node {label}", node.output[0])
         elif node is not None and node.op_type in _GATHERS and node.domain in ("", "ai.onnx") and len(node.input) > 1:
             index, source = _through(node.input[1], producers, _INDEX_KEEPING)
@@ -147,14 +156,14 @@ def topk_outputs(path: Path) -> dict[str, TopK]:
                 axis = _gathered_axis(model, node, source, inferred)
                 if axis is not None:
                     label = source.name or "(unnamed)"
-                    found[value.name] = TopK(axis, "gathered", f"{node.op_type} {node.name or '(unnamed)'} with the "
-                                             f"indices of TopK node {label}", source.output[0])
+                    found[value.name] = TopK(axis, TopKRole.GATHERED, f"{node.op_type} {node.name or '(unnamed)'} "
+                                             f"with the indices of TopK node {label}", source.output[0])
     marked = next((p.value for p in model.metadata_props if p.key == TOPK_MARK), "")
     dtypes = {v.name: tensor_info(v).dtype for v in graph.output}
     for entry in filter(None, (e.strip() for e in marked.split(","))):
         name, _, axis_text = entry.partition(":")
         if name in dtypes and name not in found:
-            role = "indices" if dtypes[name].startswith(("int", "uint")) else "values"
+            role = TopKRole.INDICES if dtypes[name].startswith(("int", "uint")) else TopKRole.VALUES
             found[name] = TopK(int(axis_text) if axis_text.lstrip("-").isdigit() else -1, role,
                                f"marked in the model ({TOPK_MARK})")
     return found
@@ -225,7 +234,7 @@ def judge_outputs(expected: Sequence[Mapping[str, np.ndarray]], actual: Sequence
             m.note = notes[name] + (f"; {m.note}" if m.note else "")
         else:
             m = judge(name, [e[name] for e in expected], [a[name] for a in actual], limits,
-                      (class_axes or {}).get(name), role if role is None or role.role != "gathered" else None)
+                      (class_axes or {}).get(name), role if role is None or role.role != TopKRole.GATHERED else None)
         found.append(m)
     return found
 
@@ -245,13 +254,13 @@ def _align(expected: Sequence[Mapping[str, np.ndarray]], actual: Sequence[Mappin
         if t.group and name in expected[0]:
             groups.setdefault(t.group, []).append(name)
     for names in groups.values():
-        gathered = [n for n in names if topk[n].role == "gathered"]
-        index = next((n for n in names if topk[n].role == "indices"), None)
+        gathered = [n for n in names if topk[n].role == TopKRole.GATHERED]
+        index = next((n for n in names if topk[n].role == TopKRole.INDICES), None)
         rows = [{n: (_rows(e[n], topk[n].axis), _rows(a[n], topk[n].axis)) for n in names}
                 for e, a in zip(expected, actual, strict=True)]
         if not gathered or len({r.shape[:2] for sample in rows for pair in sample.values() for r in pair}) != 1:
             continue  # no gathered output, or outputs that do not share the TopK's rows: nothing to align by
-        features = [n for n in names if topk[n].role != "indices"]
+        features = [n for n in names if topk[n].role != TopKRole.INDICES]
         moved = total = 0
         for s, sample in enumerate(rows):
             for i in range(len(sample[gathered[0]][0])):
@@ -391,7 +400,7 @@ def _judge_topk(name: str, ref: np.ndarray, out: np.ndarray, limits: Thresholds,
     m = metrics(np.sort(ref_rows, axis=1), np.sort(out_rows, axis=1))
     rows = len(ref_rows)
     jaccard = None
-    if topk.role == "indices":
+    if topk.role == TopKRole.INDICES:
         reordered = int(((ref_rows != out_rows).any(axis=1)
                          & (np.sort(ref_rows, axis=1) == np.sort(out_rows, axis=1)).all(axis=1)).sum())
         order = f"order differs in {reordered} of {rows} row(s), which does not count" if reordered else "same order"
@@ -419,13 +428,24 @@ def _judge_topk(name: str, ref: np.ndarray, out: np.ndarray, limits: Thresholds,
 SMALL = 0.01  # a value below this share of an output's peak magnitude is one of its small values
 
 
+class FitKind(StrEnum):
+    """What a failing output's error is made of, by what the output is."""
+
+    GAIN = "gain"
+    SMALL_VALUES = "small-values"
+    SPREAD = "spread"
+    TOPK_SET = "topk-set"
+    NEAR_ZERO = "near-zero"
+    FINITE = "finite"
+
+
 @dataclass(frozen=True)
 class MetricFit:
     """What the metric an output failed measures on it, and the metric that judges it by what it is: for diagnose
     to say, when no tensor is to blame, which validate thresholds fit (a looser one needs a reason)."""
 
     output: str
-    kind: str  # "gain" | "small-values" | "spread" | "topk-set" | "near-zero" | "finite"
+    kind: FitKind
     measures: str  # what the failing metric measures on this output
     fits: str  # which metric fits it, and where
     options: dict[str, float]  # validate's thresholds this output passes with (min_snr_db, min_cosine, atol, ...)
@@ -459,15 +479,15 @@ def fit(m: OutputMetrics, ref: np.ndarray, out: np.ndarray, limits: Thresholds) 
 
     name = m.name
     if m.judged_on == "finite":
-        return MetricFit(name, "finite", m.note or "the HTP output has NaN or Inf values", "no threshold passes it: "
-                         "find where they are made (the probes) or keep the graph on the CPU", {})
+        return MetricFit(name, FitKind.FINITE, m.note or "the HTP output has NaN or Inf values", "no threshold passes "
+                         "it: find where they are made (the probes) or keep the graph on the CPU", {})
     if m.judged_on == "topk_set":
         jaccard = m.topk_jaccard or 0.0
-        return MetricFit(name, "topk-set", f"the top-k sets differ (lowest Jaccard {jaccard:.2f} in a row)",
+        return MetricFit(name, FitKind.TOPK_SET, f"the top-k sets differ (lowest Jaccard {jaccard:.2f} in a row)",
                          "the Jaccard index of the sets fits a top-k whose last places are near-tied", {
                        "min_topk_jaccard": math.floor(jaccard * 100) / 100})
     if m.judged_on.endswith("max_abs_diff"):
-        return MetricFit(name, "near-zero", (
+        return MetricFit(name, FitKind.NEAR_ZERO, (
             f"its CPU values are near zero on these samples (RMS {m.ref_rms:.2g} < atol {limits['atol']:g}), so it "
             f"is judged on max abs diff ({m.max_abs_diff:.3g})"), "real inputs (--inputs DIR) make it judged on cosine "
             "and SNR", {"atol": float(f"{m.max_abs_diff * 1.01:.2g}")})
@@ -492,7 +512,7 @@ def fit(m: OutputMetrics, ref: np.ndarray, out: np.ndarray, limits: Thresholds) 
         decade = 10.0 ** max(math.floor(math.log10(1 - cosine)), -9)
         options["min_cosine"] = max(limits["min_cosine"], 1 - math.ceil((1 - cosine) / decade) * decade)
     if snr < limits["min_snr_db"] and shape_snr >= limits["min_snr_db"]:
-        return MetricFit(name, "gain", (
+        return MetricFit(name, FitKind.GAIN, (
             f"{name} comes out {gain:.4g} times the CPU's ({gain - 1:+.2%}): the SNR counts that scale as error "
             f"({snr:.1f} dB), while its shape matches at {shape_snr:.1f} dB once the scale is taken out"), (
             f"the cosine ({cosine:.7f}) ignores the scale and measures the shape: it fits where what reads {name} "
@@ -506,12 +526,12 @@ def fit(m: OutputMetrics, ref: np.ndarray, out: np.ndarray, limits: Thresholds) 
                    if cosine >= limits["min_cosine"] else
                    "the cosine weighs the small values' error as the SNR does: no metric of validate's judges it "
                    "better; accept what it reaches only with a reason")
-        return MetricFit(name, "small-values", (
+        return MetricFit(name, FitKind.SMALL_VALUES, (
             f"the SNR is made by {name}'s small values: {small_err:.0%} of the error's energy is in the "
             f"{small.mean():.0%} of values below 1% of its peak ({SMALL * m.ref_max_abs:.3g}), which carry "
             f"{float(r[small] @ r[small]) / ref_energy:.1%} of its energy{flushed}; over the values above 1% of "
             f"its peak the SNR is {large_snr:.1f} dB"), fitting, options)
-    return MetricFit(name, "spread", (
+    return MetricFit(name, FitKind.SPREAD, (
         f"the error is spread over {name}'s values: {snr:.1f} dB overall, {large_snr:.1f} dB over the values "
         f"above 1% of its peak, {shape_snr:.1f} dB once its scale is taken out"), (
         "no metric of validate's judges it better: fp16 loses this much here; accept it only with a reason, or run "
