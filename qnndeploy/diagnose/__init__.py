@@ -38,10 +38,10 @@ from qnndeploy.formats.records import (
     CompileRecord,
     HtpSettings,
     SplitPart,
-    SplitRecord,
     ValidationRecord,
     read_build,
     splits_of,
+    write_split,
 )
 from qnndeploy.model import samples, tasks
 from qnndeploy.model import split as cutting
@@ -887,8 +887,7 @@ def _trial(session: _Session, source: Path, out: Path, at: list[str], cpu: Side,
         values, cut = cutting.cut_values(slim, plans)
         head, tail, record = cutting.split_paths(out)
         parts = cutting.write_parts(source, plans, [head, tail], values)
-        cutting.write_record(record, source, cut, parts)
-        split = SplitRecord.read(record)
+        split = write_split(record, source, cut, parts)
         trial.npu_nodes = sum(len(p.nodes) for p in plans if p.runs_on == "npu")
         trial.cpu_nodes = sum(len(p.nodes) for p in plans if p.runs_on == "cpu")
         trial.cpu_weight_bytes = sum(p.weight_bytes for p in parts if p.runs_on == "cpu")

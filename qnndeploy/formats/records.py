@@ -5,16 +5,19 @@ stages; the files' full form is in schemas/compile-record.schema.json and valida
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from qnndeploy import __version__
 from qnndeploy.base.errors import BadInput
-from qnndeploy.base.fileio import JSON
+from qnndeploy.base.fileio import JSON, sha256_file, write_json
 from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.base.names import EPCONTEXT, SPLIT_RECORD, file_kind
+from qnndeploy.model import split as cutting
 
 RECORD = "qnndeploy-compile"
 RECORD_VERSION = 1
@@ -22,6 +25,7 @@ RECORD_FILE = "compile.json"
 VALIDATION_RECORD = "qnndeploy-validation"
 VALIDATION_VERSION = 1
 VALIDATION_FILE = "validation.json"
+SPLIT_VERSION = 1
 
 
 class RecordStatus(StrEnum):
@@ -175,11 +179,40 @@ class SplitPart:
 @dataclass(frozen=True)
 class SplitRecord:
     """OUT.split.json (`prepare --split-at/--split-size`): the parts in the order they run, each reading the
-    tensors earlier parts made; chained on the CPU they compute the source model (prepare proved it)."""
+    tensors earlier parts made; chained on the CPU they compute the source model (prepare proved it). `path` is
+    where it is (its parts are beside it), not a field of the file."""
 
     path: Path
     parts: tuple[SplitPart, ...]  # in running order
     cut: tuple[str, ...]
+    source: str = ""  # the model split, resolved
+    source_sha256: str = ""
+    qnndeploy: str = ""  # the version that wrote it
+    created: str = ""
+
+    def to_json(self) -> JSON:
+        return {"record": SPLIT_RECORD, "version": SPLIT_VERSION,
+                "source": {"path": self.source, "sha256": self.source_sha256},
+                "cut": list(self.cut), "order": [p.name for p in self.parts],
+                "parts": [{"name": p.name, "path": p.path.name, "runs_on": p.runs_on, "sha256": p.sha256,
+                           "inputs": list(p.inputs), "outputs": list(p.outputs)} for p in self.parts],
+                "tools": {"qnndeploy": self.qnndeploy}, "created": self.created}
+
+    @classmethod
+    def parse(cls, data: object, path: Path) -> SplitRecord:
+        """The record at `path` from its JSON value (strict): BadInput, in one line, for anything else."""
+        try:
+            if not isinstance(data, dict) or data["record"] != SPLIT_RECORD:
+                raise ValueError
+            by_name = {p["name"]: SplitPart(str(p["name"]), path.parent / p["path"], str(p["sha256"]),
+                                            str(p["runs_on"]), tuple(p["inputs"]), tuple(p["outputs"]))
+                       for p in data["parts"]}
+            source, tools = data.get("source") or {}, data.get("tools") or {}
+            return cls(path, tuple(by_name[n] for n in data["order"]), tuple(data.get("cut") or ()),
+                       str(source.get("path") or ""), str(source.get("sha256") or ""),
+                       str(tools.get("qnndeploy") or ""), str(data.get("created") or ""))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            raise BadInput(f"{path}: not a split record (qnndeploy prepare --split-at writes one)") from None
 
     @classmethod
     def read(cls, path: Path) -> SplitRecord:
@@ -187,21 +220,28 @@ class SplitRecord:
         path = Path(path)
         try:
             data = json.loads(path.read_text())
-            if data["record"] != SPLIT_RECORD:
-                raise ValueError
-            by_name = {p["name"]: SplitPart(str(p["name"]), path.parent / p["path"], str(p["sha256"]),
-                                            str(p["runs_on"]), tuple(p["inputs"]), tuple(p["outputs"]))
-                       for p in data["parts"]}
-            return cls(path, tuple(by_name[n] for n in data["order"]), tuple(data.get("cut") or ()))
         except OSError as e:
             raise BadInput(f"{path}: cannot read the split record ({e.strerror or e})") from None
-        except (ValueError, TypeError, KeyError):
+        except ValueError:
             raise BadInput(f"{path}: not a split record (qnndeploy prepare --split-at writes one)") from None
+        return cls.parse(data, path)
 
     def part_of(self, model: Path, sha256: str) -> SplitPart | None:
         """The part that is `model` with these bytes, if any."""
         return next((p for p in self.parts if p.path.resolve() == Path(model).resolve() and p.sha256 == sha256),
                     None)
+
+
+def write_split(path: Path, source: Path, cut: Sequence[str], parts: Sequence[cutting.Part]) -> SplitRecord:
+    """Write OUT.split.json for parts just written beside it: the source, the cut, and the parts in the order they
+    run, each with its bytes' sha256; the record as written."""
+    record = SplitRecord(
+        path, tuple(SplitPart(p.name, path.parent / Path(p.path).name, sha256_file(Path(p.path)), str(p.runs_on),
+                              tuple(i.name for i in p.inputs), tuple(o.name for o in p.outputs)) for p in parts),
+        tuple(cut), str(source.resolve()), sha256_file(source), __version__,
+        datetime.now(UTC).isoformat(timespec="seconds"))
+    write_json(path, record.to_json())
+    return record
 
 
 def split_records(models: dict[Path, str]) -> list[Path]:

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from qnndeploy import __version__
 from qnndeploy.base.errors import BadInput
-from qnndeploy.base.fileio import sha256_file, write_json
 from qnndeploy.base.kinds import Side
-from qnndeploy.base.names import SPLIT_RECORD, graph_name
+from qnndeploy.base.names import graph_name
 from qnndeploy.model import samples
 from qnndeploy.model.onnxio import (
     TensorInfo,
@@ -255,15 +253,3 @@ def write_parts(src: Path, plans: list[Plan], paths: list[Path], values: dict[st
     return [Part(p.name, str(path), p.runs_on, [tensor_info(values[t]) for t in p.inputs],
                  [tensor_info(values[t]) for t in p.outputs], len(p.nodes), h)
             for p, path, h in zip(plans, paths, held, strict=True)]
-
-
-def write_record(record: Path, src: Path, cut: list[str], parts: list[Part]) -> None:
-    """OUT.split.json: the source, the cut, and the parts in the order they run, each with its bytes' sha256."""
-    write_json(record, {
-        "record": SPLIT_RECORD, "version": 1,
-        "source": {"path": str(src.resolve()), "sha256": sha256_file(src)},
-        "cut": cut, "order": [p.name for p in parts],
-        "parts": [{"name": p.name, "path": Path(p.path).name, "runs_on": p.runs_on, "sha256": sha256_file(Path(p.path)),
-                   "inputs": [i.name for i in p.inputs], "outputs": [o.name for o in p.outputs]} for p in parts],
-        "tools": {"qnndeploy": __version__}, "created": datetime.now(UTC).isoformat(timespec="seconds"),
-    })

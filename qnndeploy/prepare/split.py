@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from qnndeploy.base.errors import BadInput, CheckFailed
 from qnndeploy.base.fileio import first_missing, partial_prefix, remove_made, remove_stale, writing
 from qnndeploy.base.kinds import Side, choices
+from qnndeploy.formats.records import write_split
 from qnndeploy.model.onnxio import (
     constant_tensors,
     int_input_ranges,
@@ -43,7 +44,6 @@ from qnndeploy.model.split import (
     split_paths,
     stem,
     write_parts,
-    write_record,
 )
 from qnndeploy.prepare.equivalence import OutputDiff, compare, cpu_session, feeds, reference
 
@@ -229,6 +229,6 @@ def _write(src: Path, paths: list[Path], record: Path, work: Path, plans: list[P
             final.with_name(data.name).unlink(missing_ok=True)  # an earlier split's, replaced with --force
         moved.replace(final)
         s.path = str(final)
-    write_record(record, src, cut, staged)
+    write_split(record, src, cut, staged)
     return SplitResult(str(src), str(record), cut, staged, diffs,
                        str(inputs_dir) if inputs_dir is not None else "one seeded random sample", tolerance)

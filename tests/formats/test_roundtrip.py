@@ -30,7 +30,14 @@ from qnndeploy.formats.manifest import (
     Target,
     Tensor,
 )
-from qnndeploy.formats.records import RECORD_FILE, VALIDATION_FILE, ValidationRecord, read_build
+from qnndeploy.formats.records import (
+    RECORD_FILE,
+    VALIDATION_FILE,
+    SplitPart,
+    SplitRecord,
+    ValidationRecord,
+    read_build,
+)
 from qnndeploy.model import decode
 from tests.report.bench_fixture import bench_record
 
@@ -122,3 +129,13 @@ def test_an_estimate_record_written_and_parsed_is_the_same():
     assert estimaterecord.parse(data) == record
     with pytest.raises(BadInput, match="not a valid estimate record"):
         estimaterecord.parse({**data, "ms": "fast"})
+
+
+def test_a_split_record_written_and_parsed_is_the_same(tmp_path):
+    path = tmp_path / "m.split.json"
+    record = SplitRecord(path, (SplitPart("head", tmp_path / "m-head.onnx", SHA, "cpu", ("x",), ("cut",)),
+                                SplitPart("tail", tmp_path / "m-tail.onnx", SHA, "npu", ("cut",), ("y",))),
+                         ("cut",), "/models/m.onnx", SHA, "0", "2026-12-05T00:00:00+00:00")
+    assert SplitRecord.parse(json.loads(json.dumps(record.to_json())), path) == record
+    with pytest.raises(BadInput, match="not a split record"):
+        SplitRecord.parse({**record.to_json(), "order": ["head", "middle"]}, path)

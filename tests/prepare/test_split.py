@@ -12,6 +12,7 @@ import pytest
 
 from qnndeploy.decide.decision import DeviceIdentity, decide
 from qnndeploy.formats.manifest import FileFormat, Manifest
+from qnndeploy.formats.records import SplitRecord
 from qnndeploy.scaffold import scaffold
 from qnndeploy.verification.checks import verify_bundle
 from tests.support.cli import run
@@ -62,11 +63,14 @@ def test_split_at_the_log_makes_the_npu_part_pass_and_the_bundle_runs_both_in_or
     assert mid.exit_code == 2 and "validated on the model's own inputs, x" in mid.output, mid.output
 
     record = tmp_path / "front.onnx.parts.split.json"
+    written = json.loads(record.read_text())
+    assert SplitRecord.parse(written, record).to_json() == written  # read strictly, it is what was written
     bundled = outcome("bundle", "--from-build", tmp_path / "build", "--split", record, "--name", "front", "--version",
                   "1", "-o", tmp_path)
     assert bundled["code"] == 0
     bundle = tmp_path / "front-1"
     manifest = json.loads((bundle / "manifest.json").read_text())
+    assert json.dumps(Manifest.parse(manifest).to_json()) == json.dumps(manifest)  # a split's manifest both ways
     assert manifest["pipeline"] == [head.stem, tail.stem]
     assert [(g["name"], g.get("cpu_only", False)) for g in manifest["graphs"]] == [(tail.stem, False),
                                                                                  (head.stem, True)]
