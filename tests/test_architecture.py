@@ -6,6 +6,9 @@ module is placed by the folder it is put in."""
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,12 +36,14 @@ FLOORS: list[tuple[str, tuple[str, ...], str]] = [
     ("rooms", ("check", "prepare", "estimate", "compile", "validate", "diagnose", "bundle", "inspect", "scaffold",
                "package", "reach", "device", "report"),
      "one room per command, each the library its command calls; no room imports another"),
-    ("runners", ("demo", "doctor", "api"), ("what runs several rooms: the demo, the environment report, the public "
-                                            "Python API")),
+    ("runners", ("demo", "doctor"), "what runs several rooms: the demo, the environment report"),
+    ("api", ("api",), ("the public Python API, and the command line's one door to the rooms and runners: the rules "
+                       "every command shares (a bundle must verify)")),
     ("cli", ("cli",), "the command line: parses options, calls one library function, renders its result"),
     ("entry points", ("__main__", "data"), "`python -m qnndeploy` and the demo model's generator"),
 ]
 ROOMS = next(units for name, units, _ in FLOORS if name == "rooms")
+RUNNERS = next(units for name, units, _ in FLOORS if name == "runners")
 
 
 def module_name(path: Path) -> str:
@@ -135,6 +140,35 @@ def test_no_cycles():
         if state.get(start) is None and walk(start, []):
             break
     assert cycle == []
+
+
+NOT_YET_THROUGH_THE_API = {"check", "compile", "validate", "prepare", "diagnose"}  # issue 37: being moved
+
+
+def test_commands_go_through_the_api():
+    """The command line is a client of qnndeploy.api: every command's module (cli/MODULE.py of COMMANDS) imports
+    qnndeploy.api, and no module of qnndeploy/cli/ imports a room or a runner (FLOORS "rooms" and "runners"), so what
+    a command runs and the rules commands share (a bundle must verify) are the API's, written once. The floors below
+    the rooms (base, model, qnn, formats: value types, option choices, helpers of the renderers) stay open to it."""
+    mods = modules()
+    cli = {name: path for name, path in mods.items() if unit(name) == "cli"}
+    edges = {name: {target for target, _ in imports(path, set(mods))} for name, path in cli.items()}
+    commands = {f"qnndeploy.cli.{module}" for module, _, _ in COMMANDS.values()} - {
+        f"qnndeploy.cli.{m}" for m in NOT_YET_THROUGH_THE_API}
+    assert [c for c in sorted(commands) if "qnndeploy.api" not in {t.split("._")[0] for t in edges[c]}] == []
+    inside = [f"{source} -> {target}" for source, targets in edges.items() for target in targets
+              if unit(target) in ROOMS + RUNNERS and source.rpartition(".")[2] not in NOT_YET_THROUGH_THE_API]
+    assert inside == []
+
+
+def test_the_api_imports_no_room():
+    """`import qnndeploy.api` is light: each name is imported from its room on first use, so a command (and
+    `qnndeploy --help`) loads only the rooms it calls."""
+    code = "import json, sys\nimport qnndeploy.api\nprint(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = {m for m in json.loads(done.stdout) if m.startswith("qnndeploy.")}
+    assert {m for m in loaded if unit(m) in ROOMS + RUNNERS} == set()
+    assert loaded <= {"qnndeploy.api", "qnndeploy.api._errors", "qnndeploy.base", "qnndeploy.base.errors"}
 
 
 @pytest.mark.parametrize("name", sorted(modules()))

@@ -18,12 +18,16 @@ from contextlib import contextmanager, suppress
 from importlib import resources
 from pathlib import Path
 from types import FrameType
-from typing import Any, ClassVar, NoReturn
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 import click
 
+from qnndeploy.api._errors import Unverified
 from qnndeploy.base import interrupt
 from qnndeploy.base.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, BadInput, QnnDeployError
+
+if TYPE_CHECKING:
+    from qnndeploy.api import VerifyReport
 
 EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM (README "Exit codes")
 
@@ -143,7 +147,8 @@ def interrupted_message(run: interrupt.Run | None = None) -> str:
 
 def handles_errors(fn: Callable[..., None]) -> Callable[..., None]:
     """Run the command in a Run of its own (its stop request and publications), and turn the library's one error
-    type into a one-line message and its exit code, never a traceback. A SIGTERM that came too late to stop
+    type into a one-line message and its exit code, never a traceback; a bundle refused as Unverified shows its
+    report first (as JSON with --json: the verify report is the JSON output then). A SIGTERM that came too late to stop
     anything (after the output was published) still ends in exit 130, saying so."""
 
     @functools.wraps(fn)
@@ -151,6 +156,12 @@ def handles_errors(fn: Callable[..., None]) -> Callable[..., None]:
         with interrupt.Run() as run:
             try:
                 fn(*args, **kwargs)
+            except Unverified as e:
+                if kwargs.get("as_json"):
+                    emit_json(e.report)
+                else:
+                    render_verify(e.report)
+                fail(str(e), e.exit_code)
             except QnnDeployError as e:
                 if kwargs.get("as_json"):  # a script reading stdout gets the failure too, not an empty stream
                     emit_json({"error": str(e), "exit_code": e.exit_code})
@@ -477,6 +488,30 @@ def step_progress(what: str) -> Iterator[Shown]:
 
 
 # --- renderers shared by two commands -----------------------------------------------------------------------------
+
+def render_verify(result: VerifyReport, shallow: bool = False) -> None:
+    """A bundle's verify report, as bundle verify shows it and every command shows the report of a bundle it
+    refuses. Paths and messages come from the bundle (file names, manifest text): printed escaped."""
+    where = escaped(f"{result.name}-{result.version}" if result.name else result.bundle)
+    if result.ok:
+        click.echo(f"OK  {escaped(result.bundle)}: {where}, QAIRT {escaped(result.qairt)}, {result.files} files, "
+                   f"{result.bytes / 1e6:.1f} MB")
+        click.echo(f"    targets: {escaped(', '.join(result.targets)) or 'none (CPU only)'}; "
+                   f"runtime: {escaped(result.runtime)}")
+    else:
+        click.echo(f"FAIL {escaped(result.bundle)}: {len(result.problems)} problem(s)")
+        for p in result.problems:
+            click.echo(f"  - {escaped(p.path)}: {escaped(p.message)}")
+    if result.deep or shallow:
+        deep = escaped(result.deep) if result.deep else "not loaded on the host emulator (--shallow)"
+        click.echo(f"    binaries: {deep}")
+    if result.unchecked:
+        click.echo(f"    unchecked (no libQnnSystem here): {escaped(', '.join(result.unchecked))}")
+    for line in result.licences:
+        click.echo(f"    licence: {escaped(line)}")
+    for w in result.warnings:
+        click.echo(f"  warning: {escaped(w.path)}: {escaped(w.message)}")
+
 
 def num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from qnndeploy.device.opprofile import Level
+from qnndeploy.api import ProfileLevel as Level
 
 profile_option = click.option(
     "--profile", "profile_level", type=click.Choice([str(v) for v in Level]), default=None,

@@ -1,6 +1,5 @@
-"""`qnndeploy bundle build` and `bundle verify`, and the bundle report renderer every command that takes a bundle
-uses. The rule they follow (a path that is not a bundle at all is bad input, exit 2; a bundle with problems is exit
-1) is verification/checks.require_bundle, which the Python API (qnndeploy/api.py) applies too."""
+"""`qnndeploy bundle build` and `bundle verify`. The rule for a bundle argument (a path that is not a bundle at all is
+bad input, exit 2; a bundle with problems is exit 1) is the API's (qnndeploy/api/_bundles.py), for every command."""
 
 from __future__ import annotations
 
@@ -9,17 +8,19 @@ from pathlib import Path
 
 import click
 
-from qnndeploy.base.errors import EXIT_CHECK_FAILED, BadInput
-from qnndeploy.base.fileio import resolve_named
-from qnndeploy.base.names import ACCEPT_ON, PERFORMANCE_MODES
-from qnndeploy.bundle.build import (
+from qnndeploy.api import (
     BundleResult,
     BundleSpec,
     OnDeviceRequest,
+    VerifyReport,
     build_bundle,
     spec_from_build,
+    verify_with_runtime,
     with_split,
 )
+from qnndeploy.base.errors import BadInput
+from qnndeploy.base.fileio import resolve_named
+from qnndeploy.base.names import ACCEPT_ON, PERFORMANCE_MODES
 from qnndeploy.cli._common import (
     CONTEXT_SETTINGS,
     Group,
@@ -28,54 +29,16 @@ from qnndeploy.cli._common import (
     byte_progress,
     command_line,
     emit_json,
-    escaped,
-    fail,
     handles_errors,
     json_option,
     next_step,
+    render_verify,
     report,
     shallow_option,
     step_progress,
     unchecked_option,
 )
-from qnndeploy.formats.manifest import DEFAULT_COMPILE_BUDGET_S, read_manifest
-from qnndeploy.scaffold import runtime_set
-from qnndeploy.verification.checks import VerifyReport, opened, refusal, require_bundle
-
-
-def refuse_unverified(bundle: Path, report: VerifyReport, as_json: bool, doing: str) -> None:
-    """What every command that builds on a bundle does with one that fails verification: its report (or the report
-    as JSON), then the one-line refusal, exit 1."""
-    if report.ok:
-        return
-    if as_json:
-        emit_json(report)  # the verify report is the JSON output here
-    else:
-        render_verify(report)
-    fail(refusal(bundle, report, doing), EXIT_CHECK_FAILED)
-
-
-def render_verify(result: VerifyReport, shallow: bool = False) -> None:
-    """Paths and messages come from the bundle (file names, manifest text): printed escaped."""
-    where = escaped(f"{result.name}-{result.version}" if result.name else result.bundle)
-    if result.ok:
-        click.echo(f"OK  {escaped(result.bundle)}: {where}, QAIRT {escaped(result.qairt)}, {result.files} files, "
-                   f"{result.bytes / 1e6:.1f} MB")
-        click.echo(f"    targets: {escaped(', '.join(result.targets)) or 'none (CPU only)'}; "
-                   f"runtime: {escaped(result.runtime)}")
-    else:
-        click.echo(f"FAIL {escaped(result.bundle)}: {len(result.problems)} problem(s)")
-        for p in result.problems:
-            click.echo(f"  - {escaped(p.path)}: {escaped(p.message)}")
-    if result.deep or shallow:
-        deep = escaped(result.deep) if result.deep else "not loaded on the host emulator (--shallow)"
-        click.echo(f"    binaries: {deep}")
-    if result.unchecked:
-        click.echo(f"    unchecked (no libQnnSystem here): {escaped(', '.join(result.unchecked))}")
-    for line in result.licences:
-        click.echo(f"    licence: {escaped(line)}")
-    for w in result.warnings:
-        click.echo(f"  warning: {escaped(w.path)}: {escaped(w.message)}")
+from qnndeploy.formats.manifest import DEFAULT_COMPILE_BUDGET_S
 
 
 def _render_build(result: BundleResult) -> None:
@@ -271,11 +234,9 @@ def verify(path: Path, shallow: bool, allow_unchecked: bool, as_json: bool) -> N
     Exit 0 when clean, 1 with problems, 2 when PATH is not a bundle at all (no manifest.json, or one
     that is not a readable qnndeploy manifest).
     """
-    with (step_progress("bundle verify") as live,
-          opened(path, None if as_json else live.read, deep=not shallow, allow_unchecked=allow_unchecked,
-                 steps=live.step) as (root, result)):
-        require_bundle(path, root, result)
-        app = runtime_set(read_manifest(root)).line() if result.ok else None
+    with step_progress("bundle verify") as live:
+        result, app = verify_with_runtime(path, deep=not shallow, allow_unchecked=allow_unchecked,
+                                          progress=None if as_json else live.read, steps=live.step)
     report(result, as_json, lambda r: _render_verified(r, path, shallow, app))
 
 

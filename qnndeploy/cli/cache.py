@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from qnndeploy.api import CacheListing, ClearResult, EntryState, clear_cache, scan_cache
 from qnndeploy.cli._common import (
     CONTEXT_SETTINGS,
     Group,
@@ -15,21 +16,20 @@ from qnndeploy.cli._common import (
     json_option,
     report,
 )
-from qnndeploy.compile import cache as stage
 
 
 def _mb(nbytes: int) -> str:
     return f"{nbytes / 1e6:.1f} MB"
 
 
-def _render_list(listing: stage.CacheListing) -> None:
+def _render_list(listing: CacheListing) -> None:
     if not listing.entries:
         click.echo(f"{listing.path}: empty")
     else:
         click.echo(f"{'key':<12}  {'graph':<16} {'SoC':<9} {'backend':<7} {'precision':<9} {'QAIRT':<8} "
                    f"{'size':>10}  created                    model")
     for e in listing.entries:
-        if e.status != stage.EntryState.OK:
+        if e.status != EntryState.OK:
             click.echo(f"{e.key[:12]:<12}  {e.status} ({e.files} files, {_mb(e.bytes)}): `qnndeploy cache clear` "
                        "removes it")
             continue
@@ -60,7 +60,7 @@ def cache_list(cache_dir: Path | None, as_json: bool) -> None:
 
     Graph, SoC, backend, precision, QAIRT version, size, date and the model it was compiled from.
     """
-    listing = stage.scan(cache_dir)
+    listing = scan_cache(cache_dir)
     if as_json:
         emit_json(listing)
     else:
@@ -73,14 +73,14 @@ def cache_list(cache_dir: Path | None, as_json: bool) -> None:
 @handles_errors
 def cache_size(cache_dir: Path | None, as_json: bool) -> None:
     """Entries in the cache and the bytes they take."""
-    listing = stage.scan(cache_dir)
+    listing = scan_cache(cache_dir)
     if as_json:
         emit_json({"path": listing.path, "entries": len(listing.entries), "bytes": listing.bytes})
     else:
         click.echo(f"{len(listing.entries)} entries, {_mb(listing.bytes)} in {listing.path}")
 
 
-def _render_clear(result: stage.ClearResult) -> None:
+def _render_clear(result: ClearResult) -> None:
     click.echo(f"removed {result.removed} entries ({_mb(result.bytes)}) from {result.path}")
     for name in result.kept:
         click.echo(f"  not a cache entry (kept): {name}")
@@ -99,4 +99,4 @@ def cache_clear(cache_dir: Path | None, as_json: bool) -> None:
     Only what the cache layout recognises is removed; a folder that does not look like a qnndeploy compile
     cache is refused (exit 2). Exit 1 when an entry could not be removed.
     """
-    report(stage.clear(cache_dir), as_json, _render_clear)
+    report(clear_cache(cache_dir), as_json, _render_clear)

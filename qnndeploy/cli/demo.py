@@ -6,11 +6,11 @@ from pathlib import Path
 
 import click
 
-from qnndeploy import demo as stage
+from qnndeploy.api import DEMO_MARKER, DEMO_SOCS, DEMO_STEPS, DemoResult, run_demo
 from qnndeploy.cli._common import emit_json, handles_errors, json_option, soc_option
 
 
-def _render_demo(r: stage.DemoResult) -> None:
+def _render_demo(r: DemoResult) -> None:
     click.echo("")
     click.echo(f"check before: {r.verdict_before}; prepare: {'; '.join(r.prepare_changes)}; "
                f"CPU max abs diff {r.max_abs_diff_cpu:.1e}")
@@ -34,13 +34,13 @@ def _render_demo(r: stage.DemoResult) -> None:
 @click.command()
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("qnndeploy-demo"), show_default=True,
               metavar="DIR", help="Folder for the model, build, records and bundle; new or empty unless --force.")
-@soc_option(f"SoC to compile for [default: {','.join(stage.DEFAULT_SOCS)}].", dest="soc_names")
+@soc_option(f"SoC to compile for [default: {','.join(DEMO_SOCS)}].", dest="soc_names")
 @click.option("--qnn-sdk-root", type=click.Path(path_type=Path), metavar="DIR",
               help="Bundle the runtime libraries of a QAIRT SDK [default: the external Maven runtime].")
 @click.option("--runtime-libs", type=click.Path(path_type=Path), metavar="DIR",
               help="Bundle the runtime libraries of a flat folder.")
 @click.option("--force", is_flag=True,
-              help=f"Replace DIR if it is an earlier demo output (it holds {stage.MARKER}), never another folder.")
+              help=f"Replace DIR if it is an earlier demo output (it holds {DEMO_MARKER}), never another folder.")
 @json_option
 @handles_errors
 def demo(output: Path, soc_names: tuple[str, ...], qnn_sdk_root: Path | None, runtime_libs: Path | None, force: bool,
@@ -55,10 +55,9 @@ def demo(output: Path, soc_names: tuple[str, ...], qnn_sdk_root: Path | None, ru
     def step(text: str) -> None:
         steps.append(text)
         if not as_json:
-            click.echo(f"[{len(steps)}/{stage.STEPS}] {text}")
+            click.echo(f"[{len(steps)}/{DEMO_STEPS}] {text}")
 
-    result = stage.run_demo(output, tuple(soc_names) or stage.DEFAULT_SOCS, force, step, qnn_sdk_root,
-                            runtime_libs)
+    result = run_demo(output, tuple(soc_names) or DEMO_SOCS, force, step, qnn_sdk_root, runtime_libs)
     if as_json:
         emit_json(result)
     else:

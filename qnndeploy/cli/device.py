@@ -14,13 +14,31 @@ from typing import Any, cast
 
 import click
 
+from qnndeploy import api
+from qnndeploy.api import (
+    BENCH_THRESHOLD,
+    NOT_RUN,
+    BenchOptions,
+    DeviceInfo,
+    DeviceVerification,
+    GraphRun,
+    PhoneRequest,
+    Profile,
+    ProfileLevel,
+    VerifyOutcome,
+    VerifyReport,
+    devices,
+    hosted_devices,
+    on_phones,
+    write_profile_csv,
+)
+from qnndeploy.api import Battery as PhoneBattery
 from qnndeploy.base.errors import EXIT_CHECK_FAILED, EXIT_NOT_RUN, QnnDeployError
 from qnndeploy.base.names import PERFORMANCE_MODES
 from qnndeploy.cli._common import (
     CONTEXT_SETTINGS,
     Group,
     Renamed,
-    Shown,
     emit_json,
     escaped,
     fail,
@@ -36,16 +54,7 @@ from qnndeploy.cli._common import (
     unchecked_option,
 )
 from qnndeploy.cli._profile import profile_options
-from qnndeploy.cli.bundle import render_verify
-from qnndeploy.device import bench as bench_stage
-from qnndeploy.device import hosted
-from qnndeploy.device import info as device_info_stage
-from qnndeploy.device import profile as prof
-from qnndeploy.device import verify as verify_stage
-from qnndeploy.device.adb import connect
-from qnndeploy.device.opprofile import Level
 from qnndeploy.formats.benchrecord import BenchRecord
-from qnndeploy.verification.checks import VerifyReport, require_bundle
 
 serial_option = click.option("-s", "--serial", envvar="ANDROID_SERIAL", metavar="SERIAL",
                              help="Device serial from `adb devices` [default: $ANDROID_SERIAL, else the only device "
@@ -108,7 +117,7 @@ def device_list(aihub: bool, bundle: Path | None, timeout: float | None, as_json
     if aihub:
         _list_hosted(bundle, as_json)
         return
-    rows = device_info_stage.devices(timeout)
+    rows = devices(timeout)
     if as_json:
         emit_json(rows)
     else:
@@ -124,13 +133,7 @@ def device_list(aihub: bool, bundle: Path | None, timeout: float | None, as_json
 
 
 def _list_hosted(bundle: Path | None, as_json: bool) -> None:
-    manifest = None
-    if bundle is not None:
-        with verify_stage.checked_bundle(bundle) as (root, report, manifest):
-            require_bundle(bundle, root, report)
-        if manifest is None:
-            fail(f"{bundle} fails bundle verify: fix the bundle (qnndeploy bundle verify {bundle})", EXIT_CHECK_FAILED)
-    rows = hosted.list_hosted(manifest)
+    rows = hosted_devices(bundle)
     if as_json:
         emit_json(rows)
         return
@@ -146,7 +149,7 @@ def _list_hosted(bundle: Path | None, as_json: bool) -> None:
 
 # --- info ---------------------------------------------------------------------------------------------------------
 
-def _render_device_info(i: device_info_stage.DeviceInfo) -> None:
+def _render_device_info(i: DeviceInfo) -> None:
     def yes(flag: bool | None) -> str:
         return "-" if flag is None else "yes" if flag else "NO"
 
@@ -193,7 +196,7 @@ def device_info(serial: str | None, bundle: Path | None, timeout: float | None, 
 
     A --bundle that is not a bundle is bad input (exit 2), as in every command that takes one.
     """
-    result = device_info_stage.device_info(serial, bundle, timeout)
+    result = api.device_info(serial, bundle, timeout)
     if as_json:
         emit_json(result)
     else:
@@ -202,14 +205,14 @@ def device_info(serial: str | None, bundle: Path | None, timeout: float | None, 
 
 # --- profile ------------------------------------------------------------------------------------------------------
 
-def _battery_text(b: prof.Battery) -> str:
+def _battery_text(b: PhoneBattery) -> str:
     parts = [f"{b.level}%" if b.level is not None else None,
              f"{b.temperature_c:.1f}°C" if b.temperature_c is not None else None,
              f"{b.current_ma:+.0f} mA" if b.current_ma is not None else None]
     return " ".join(p for p in parts if p) or "-"
 
 
-def _render_profile_end(result: prof.Profile, pid: int, csv_path: Path | None) -> None:
+def _render_profile_end(result: Profile, pid: int, csv_path: Path | None) -> None:
     if result.ended:
         _say(f"process {pid} ended")
     if not result.samples:
@@ -250,15 +253,13 @@ def device_profile(pid: int | None, package: str | None, serial: str | None, int
     """
     if (pid is None) == (package is None):
         fail("give exactly one of --pid PID or --package NAME")
-    dev = connect(serial, timeout)
-    pid, name = prof.find_process(dev, pid, package)
-    result = prof.start(dev, pid, name, interval)
+    result, sampled = api.device_profile(serial, pid=pid, package=package, interval=interval, timeout=timeout)
     if not as_json:
-        _say(f"{dev.serial}: process {pid} ({name}), every {interval:g} s, CLK_TCK {result.clk_tck}"
+        _say(f"{result.serial}: process {result.pid} ({result.name}), every {interval:g} s, CLK_TCK {result.clk_tck}"
                    f"{'' if duration else ' - Ctrl-C to stop'}")
         _say(f"{'time':>8} {'cpu':>7}  {'battery':<22} busiest threads")
     try:
-        for s in prof.samples(dev, result):
+        for s in sampled:
             if not as_json:
                 top = ", ".join(f"{t.name} {t.cpu_percent:.0f}%" for t in s.threads[:3])
                 _say(f"{s.time_s:>7.1f}s {s.cpu_percent:>6.1f}%  {_battery_text(s.battery):<22} {top}")
@@ -267,20 +268,20 @@ def device_profile(pid: int | None, package: str | None, serial: str | None, int
     except KeyboardInterrupt:
         pass  # Ctrl-C is how an open-ended profile ends: keep what was measured
     if csv_path:
-        prof.write_csv(result, csv_path)
+        write_profile_csv(result, csv_path)
     if as_json:
         samples = cast(dict[str, Any], jsonable(result))  # a dataclass: a dict
         emit_json({**samples, "mean_cpu_percent": result.mean_cpu(), "threads": result.thread_means(),
                    "powered": result.powered})
     else:
-        _render_profile_end(result, pid, csv_path)
+        _render_profile_end(result, result.pid, csv_path)
 
 
 # --- verify -------------------------------------------------------------------------------------------------------
 
-def _render_graph_run(g: verify_stage.GraphRun, w: int = 14) -> None:
+def _render_graph_run(g: GraphRun, w: int = 14) -> None:
     label = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "ran": "RAN",
-             verify_stage.NOT_RUN: "NOT RUN"}[g.status]
+             NOT_RUN: "NOT RUN"}[g.status]
     od = g.on_device
     if od is not None and od.compile_s is not None:
         per = f"{od.per_inference_s * 1e3:.2f} ms/inference" if od.per_inference_s is not None else "- ms/inference"
@@ -288,7 +289,7 @@ def _render_graph_run(g: verify_stage.GraphRun, w: int = 14) -> None:
         _say(f"  {'':<5} {g.graph:<{w}} compiled on the phone in {od.compile_s:.3f} s (first run), cache hit "
              f"{cache}, {per} ({od.inferences} runs, QNN EP: " + " ".join(f"{k}={v}" for k, v in
                                                                       od.provider_options.items()) + ")")
-    if g.status in ("error", verify_stage.NOT_RUN):
+    if g.status in ("error", NOT_RUN):
         _say(f"  {label:<5} {g.graph:<{w}} {g.reason}")
     elif g.status == "ran" and g.ran_on == "cpu":
         per = f"{g.per_inference_s * 1e3:.2f} ms/inference" if g.per_inference_s is not None else "- ms/inference"
@@ -315,7 +316,7 @@ def _render_graph_run(g: verify_stage.GraphRun, w: int = 14) -> None:
         _say(f"            seen: {a.line}")
 
 
-def _render_device_verification(r: verify_stage.DeviceVerification) -> None:
+def _render_device_verification(r: DeviceVerification) -> None:
     _say(f"{r.serial}: {r.model}, Android {r.android_release} (API {r.sdk})")
     _say(f"  SoC {r.soc or 'unknown'}" + (f" (by {r.identified_by})" if r.identified_by else "")
                + f": {r.expectation}" + (f": {r.reason}" if r.provider == "cpu" or r.npu_source == "on-device" else ""))
@@ -343,7 +344,7 @@ def _ms(value: object) -> str:
     return f"{value:.2f}" if isinstance(value, float) else "-"
 
 
-def _render_hosted_table(results: list[verify_stage.DeviceVerification]) -> None:
+def _render_hosted_table(results: list[DeviceVerification]) -> None:
     """One row per (hosted phone, graph): the comparison with the CPU and AI Hub's profile."""
     w = max([14, *(len(g.graph) for r in results for g in r.graphs)])  # the graph column fits the longest name
     _say(f"{'device':<30} {'SoC':<7} {'graph':<{w}} {'status':<7} {'worst':<22} {'infer ms':>8} "
@@ -371,7 +372,7 @@ def _render_hosted_table(results: list[verify_stage.DeviceVerification]) -> None
             _say(f"record: {shown(r.record)}")
 
 
-def _render_verify_table(results: list[verify_stage.DeviceVerification]) -> None:
+def _render_verify_table(results: list[DeviceVerification]) -> None:
     _say(f"{'serial':<22} {'model':<24} {'SoC':<8} {'choice':<6} {'sent':>9} {'MB sent':>8}  "
                f"{'graphs':<24} status")
     for r in results:
@@ -386,20 +387,20 @@ def _render_verify_table(results: list[verify_stage.DeviceVerification]) -> None
                    f"{r.push.bytes_sent / 1e6:>8.2f}  {graphs:<24} {_verdict(r)}")
 
 
-def _verdict(r: verify_stage.DeviceVerification) -> str:
+def _verdict(r: DeviceVerification) -> str:
     """A phone's verdict in a word: ok only when something ran and nothing failed."""
-    if r.error or r.outcome == verify_stage.VerifyOutcome.FAILED:
+    if r.error or r.outcome == VerifyOutcome.FAILED:
         return "FAILED"
-    return "NOT RUN" if r.outcome == verify_stage.VerifyOutcome.NOT_RUN else "ok"
+    return "NOT RUN" if r.outcome == VerifyOutcome.NOT_RUN else "ok"
 
 
-def _exit_code(results: list[verify_stage.DeviceVerification]) -> int:
+def _exit_code(results: list[DeviceVerification]) -> int:
     """1 when a phone failed; else 4 when some graph ran nowhere (README "Exit codes"); else 0."""
     verdicts = {_verdict(r) for r in results}
     return EXIT_CHECK_FAILED if "FAILED" in verdicts else EXIT_NOT_RUN if "NOT RUN" in verdicts else 0
 
 
-def _render_verifications(report: VerifyReport, results: list[verify_stage.DeviceVerification],
+def _render_verifications(report: VerifyReport, results: list[DeviceVerification],
                           all_devices: bool) -> None:
     _say(f"bundle {report.name} {report.version} (QAIRT {report.qairt}): verified, {report.files} files")
     for r in results:
@@ -408,8 +409,8 @@ def _render_verifications(report: VerifyReport, results: list[verify_stage.Devic
     if all_devices:
         _render_verify_table(results)
     for r in results:
-        if not r.error and r.outcome == verify_stage.VerifyOutcome.NOT_RUN:
-            missed = [g.graph for g in r.graphs if g.status == verify_stage.NOT_RUN]
+        if not r.error and r.outcome == VerifyOutcome.NOT_RUN:
+            missed = [g.graph for g in r.graphs if g.status == NOT_RUN]
             _say(f"NOT RUN on {r.serial}: {', '.join(missed) or 'no graph'} ran nowhere on the phone (the files were "
                  "pushed and checked; nothing was proven there)")
         if r.record:
@@ -490,20 +491,13 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
              "--timeout are for phones over adb")
     if all_devices and given:
         fail("give -s SERIAL or --all, not both")
-    with (step_progress("device verify") as live,
-          verify_stage.checked_bundle(bundle_dir, allow_unchecked, live.step) as (root, report, manifest)):
-        require_bundle(bundle_dir, root, report)
-        if not report.ok or manifest is None:
-            if as_json:
-                emit_json({"bundle": report, "devices": []})
-            else:
-                render_verify(report)
-            fail(f"{bundle_dir} fails bundle verify: fix the bundle (or build it again) before pushing it",
-                 EXIT_CHECK_FAILED)
-        job = verify_stage.DeviceJob(root, manifest, runner, qnn_sdk_root, inputs, random_, seed, runs, record_dir,
-                                     play_dir, timeout, preprocess, given=bundle_dir, ort_runner=ort_runner,
-                                     ranges=ranges)
-        results = _verify(job, serial, all_devices, aihub, hosted_names, hosted_socs, as_json, live)
+    request = PhoneRequest(bundle=bundle_dir, serial=None if all_devices else serial, all_devices=all_devices,
+                           aihub=aihub, hosted_names=hosted_names, hosted_socs=hosted_socs, runner=runner,
+                           ort_runner=ort_runner, qnn_sdk_root=qnn_sdk_root, inputs=inputs, preprocess=preprocess,
+                           random=random_, seed=seed, ranges=ranges, runs=runs, record_dir=record_dir, play=play_dir,
+                           timeout=timeout, allow_unchecked=allow_unchecked)
+    with step_progress("device verify") as live:
+        report, results = on_phones(request, None if as_json else live.read, live.step)
     if as_json:
         emit_json({"bundle": report, "devices": results})
     elif aihub:
@@ -514,17 +508,6 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
     code = _exit_code(results)
     if code:
         sys.exit(code)
-
-
-def _verify(job: verify_stage.DeviceJob, serial: str | None, all_devices: bool, aihub: bool,
-            hosted_names: tuple[str, ...], hosted_socs: tuple[str, ...],
-            as_json: bool, live: Shown) -> list[verify_stage.DeviceVerification]:
-    """One phone, every phone over adb, or AI Hub's phones."""
-    if aihub:
-        return hosted.verify_hosted(job, list(hosted_names), list(hosted_socs))
-    if all_devices:
-        return verify_stage.verify_all(job)
-    return [verify_stage.verify_device(job, serial, None if as_json else live.read, live.step)]
 
 
 # --- bench --------------------------------------------------------------------------------------------------------
@@ -618,7 +601,7 @@ def _render_bench_record(r: BenchRecord, path: Path | None) -> None:
 @click.option("--baseline", type=click.Path(exists=True, path_type=Path), metavar="RECORD",
               help="An earlier bench record of the same graph, phone and bundle (or a folder of them): exit 1 when a "
                    "figure regresses beyond --threshold.")
-@click.option("--threshold", type=click.FloatRange(min=0), default=bench_stage.DEFAULT_THRESHOLD, show_default=True,
+@click.option("--threshold", type=click.FloatRange(min=0), default=BENCH_THRESHOLD, show_default=True,
               metavar="F", help="With --baseline: the regression allowed (0.1 = 10%).")
 @click.option("--runner", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH",
               help="A qnn-net-run built for aarch64-android: the NPU path.")
@@ -641,7 +624,7 @@ def _render_bench_record(r: BenchRecord, path: Path | None) -> None:
 def device_bench(bundle_dir: Path, serial: str | None, all_devices: bool, graph: str | None, runs: int,
                  blocks: int, minutes: float | None, perf_modes: tuple[str, ...], cpu_threads: int | None,
                  input_seconds: float | None, baseline: Path | None, threshold: float, runner: Path | None,
-                 ort_runner: Path | None, qnn_sdk_root: Path | None, profile_level: Level | None,
+                 ort_runner: Path | None, qnn_sdk_root: Path | None, profile_level: ProfileLevel | None,
                  profile_viewer: Path | None, inputs: Path | None, preprocess: str | None,
                  random_: int | None, seed: int, ranges: dict[str, tuple[int, int]], record_dir: Path,
                  timeout: float | None, allow_unchecked: bool, as_json: bool) -> None:
@@ -661,20 +644,15 @@ def device_bench(bundle_dir: Path, serial: str | None, all_devices: bool, graph:
     given = click.get_current_context().get_parameter_source("serial") == click.core.ParameterSource.COMMANDLINE
     if all_devices and given:
         fail("give -s SERIAL or --all, not both")
-    with (step_progress("device bench") as live,
-          verify_stage.checked_bundle(bundle_dir, allow_unchecked, live.step) as (root, report, manifest)):
-        require_bundle(bundle_dir, root, report)
-        if not report.ok or manifest is None:
-            fail(f"{bundle_dir} fails bundle verify: fix the bundle (qnndeploy bundle verify {bundle_dir})",
-                 EXIT_CHECK_FAILED)
-        job = verify_stage.DeviceJob(root, manifest, runner, qnn_sdk_root, inputs, random_, seed, runs, record_dir,
-                                     None, timeout, preprocess, given=bundle_dir, ort_runner=ort_runner, ranges=ranges)
-        options = bench_stage.Options(graph, runs, blocks, minutes, perf_modes, cpu_threads, input_seconds,
-                                      baseline, threshold, profile_level, profile_viewer)
-        if all_devices:
-            results = bench_stage.bench_all(job, options, live.step)
-        else:
-            results = [bench_stage.bench_device(job, options, serial, live.step)]
+    request = PhoneRequest(bundle=bundle_dir, serial=None if all_devices else serial, all_devices=all_devices,
+                           runner=runner, ort_runner=ort_runner, qnn_sdk_root=qnn_sdk_root, inputs=inputs,
+                           preprocess=preprocess, random=random_, seed=seed, ranges=ranges, runs=runs,
+                           record_dir=record_dir, timeout=timeout, allow_unchecked=allow_unchecked)
+    options = BenchOptions(graph=graph, runs=runs, blocks=blocks, minutes=minutes, perf_modes=perf_modes,
+                           cpu_threads=cpu_threads, input_seconds=input_seconds, baseline=baseline,
+                           threshold=threshold, profile=profile_level, profile_viewer=profile_viewer)
+    with step_progress("device bench") as live:
+        results = api.device_bench(request, options, live.step)
     if as_json:
         emit_json([r.to_json() for p in results for r in p.records])
     else:

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import click
 
-from qnndeploy import doctor as stage
+from qnndeploy.api import DoctorReport
+from qnndeploy.api import doctor as examine
 from qnndeploy.base.errors import EXIT_MISSING_TOOL
 from qnndeploy.cli._common import handles_errors, json_option, report
 
 
-def _render_doctor(result: stage.DoctorReport) -> None:
+def _render_doctor(result: DoctorReport) -> None:
     """Required and present lines first, with the verdict; then the optional parts not here, apart: each is needed by
     one path only, so their absence is not a fault."""
     absent = [c for c in result.checks if not c.required and c.status != "ok"]
@@ -40,4 +41,4 @@ def doctor(qnn_sdk_root: Path | None, as_json: bool) -> None:
 
     Exit 0 when what `compile` and `validate` need is there (optional parts may be missing), 3 when not.
     """
-    report(stage.doctor(qnn_sdk_root), as_json, _render_doctor, failed=EXIT_MISSING_TOOL)
+    report(examine(qnn_sdk_root), as_json, _render_doctor, failed=EXIT_MISSING_TOOL)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from qnndeploy.api import Estimates
+from qnndeploy.api import estimate as estimate_models
 from qnndeploy.cli._common import (
     command_line,
     emit_json,
@@ -18,7 +20,6 @@ from qnndeploy.cli._common import (
     soc_option,
     table,
 )
-from qnndeploy.estimate import Estimates, estimate_models
 
 
 def render(result: Estimates, models: tuple[Path, ...]) -> None:

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
+from qnndeploy.api import INSPECT_MARKERS as MARKERS
+from qnndeploy.api import BinaryReport, InspectResult, inspect
 from qnndeploy.cli._common import escaped, handles_errors, json_option, report
-from qnndeploy.inspect import MARKERS, BinaryReport, InspectResult, inspect
 from qnndeploy.qnn.qnnsystem import GraphInfo, QnnTensorInfo
 
 

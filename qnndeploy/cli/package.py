@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from qnndeploy.api import DEFAULT_PACK, DELIVERIES, ON_DEVICE_ROW, PlayPackage, package_play, play_size_text
 from qnndeploy.cli._common import (
     Group,
     byte_progress,
@@ -16,9 +17,6 @@ from qnndeploy.cli._common import (
     shallow_option,
     unchecked_option,
 )
-from qnndeploy.cli.bundle import refuse_unverified
-from qnndeploy.package import play as stage
-from qnndeploy.verification.checks import opened, require_bundle
 
 
 @click.group(cls=Group)
@@ -26,7 +24,7 @@ def package() -> None:
     """Package a bundle for an app store's delivery."""
 
 
-def _render(result: stage.PlayPackage) -> None:
+def _render(result: PlayPackage) -> None:
     groups = result.plan["groups"]
     click.echo(f"AI pack {result.pack} ({result.delivery}) in {result.path}: {len(groups)} device group(s) + "
                f"'{result.plan['default_group']}', {sum(len(g['files']) for g in groups)} NPU files")
@@ -40,7 +38,7 @@ def _render(result: stage.PlayPackage) -> None:
     click.echo("what one phone downloads (deflated, as in the APKs), against one APK with every SoC's files:")
     width = max(len(r.group) for r in result.rows)
     click.echo(f"  {'group':<{width}}  {'files':>5}  {'bytes':>12}  {'deflated':>12}  {'of one APK':>10}")
-    size = stage.size_text
+    size = play_size_text
     for r in result.rows:
         share = r.deflated / result.one_apk_deflated if result.one_apk_deflated else 0.0
         click.echo(f"  {r.group:<{width}}  {r.files:>5}  {size(r.bytes):>12}  {size(r.deflated):>12}  {share:>10.0%}")
@@ -50,7 +48,7 @@ def _render(result: stage.PlayPackage) -> None:
     default = result.rows[-1]
     if on_device is not None:  # the default group's phones: the NPU all the same, from the base module's ONNX
         archs = ", ".join(on_device["archs"]) or "none"
-        click.echo(f"  {stage.ON_DEVICE_ROW}, {size(default.deflated)} (group {default.group}: HTP {archs} "
+        click.echo(f"  {ON_DEVICE_ROW}, {size(default.deflated)} (group {default.group}: HTP {archs} "
                    f"validated, {size(on_device['deflated'])} of ONNX compiled at first run within "
                    f"{on_device['budget_s']:g} s; other arches run the CPU model)")
     if external:
@@ -65,10 +63,10 @@ def _render(result: stage.PlayPackage) -> None:
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), metavar="DIR",
               help="Folder to create, new or empty: the AI pack module, the device targeting config, play.gradle "
                    "and play.json (best at the app project's top level).")
-@click.option("--delivery", type=click.Choice(stage.DELIVERIES), default="fast-follow", show_default=True,
+@click.option("--delivery", type=click.Choice(DELIVERIES), default="fast-follow", show_default=True,
               help="When Play delivers the pack: with the app (install-time), right after install (fast-follow), "
                    "or when the app asks (on-demand). Until a pack is there the app runs the CPU model.")
-@click.option("--pack", default=stage.DEFAULT_PACK, show_default=True,
+@click.option("--pack", default=DEFAULT_PACK, show_default=True,
               help="The AI pack's name (and Gradle module): a letter, then letters, digits or underscores.")
 @click.option("--force", is_flag=True,
               help="Replace DIR if it is an earlier package play output (it holds .qnndeploy-play), never another "
@@ -89,14 +87,9 @@ def play(bundle: Path, out: Path, delivery: str, pack: str, force: bool, shallow
     The bundle (folder or archive) must pass `bundle verify` (exit 1 with its report when it does not, 2 when
     BUNDLE is not a bundle).
     """
-    stage.check_request(out, pack=pack, delivery=delivery, force=force, bundle=bundle)
-    with (byte_progress("verifying", as_json) as progress,
-          opened(bundle, progress, deep=not shallow, allow_unchecked=allow_unchecked) as (root, report)):
-        require_bundle(bundle, root, report)
-        refuse_unverified(bundle, report, as_json, "packaging it")
-        with byte_progress("hashing and deflating", as_json) as sizes:
-            result = stage.package_play(root, out, pack=pack, delivery=delivery, force=force, report=report,
-                                        progress=sizes)
+    with byte_progress("verifying, hashing and deflating", as_json) as progress:
+        result = package_play(bundle, out, pack=pack, delivery=delivery, force=force, deep=not shallow,
+                              allow_unchecked=allow_unchecked, progress=progress)
     if as_json:
         emit_json(result)
     else:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from qnndeploy.api import reach as reach_bundle
 from qnndeploy.cli._common import (
     byte_progress,
     command_line,
@@ -16,10 +17,7 @@ from qnndeploy.cli._common import (
     table,
     unchecked_option,
 )
-from qnndeploy.cli.bundle import refuse_unverified
 from qnndeploy.decide.reach import WORLDS, Engine, Reach, ReachRow, Spelled
-from qnndeploy.reach import DOING, reach_bundle
-from qnndeploy.verification.checks import opened, require_bundle
 
 
 def _android(row: ReachRow) -> str:
@@ -69,11 +67,8 @@ def reach(bundle: Path, engine: str, worlds: tuple[str, ...], allow_unchecked: b
     Exit codes: 0 the table; 1 the bundle fails bundle verify; 2 bad input (no such path, not a
     bundle, an unknown --engine or --world).
     """
-    with (byte_progress("verifying", as_json) as progress,
-          opened(bundle, progress, allow_unchecked=allow_unchecked) as (root, report)):
-        require_bundle(bundle, root, report)
-        refuse_unverified(bundle, report, as_json, DOING)
-        result = reach_bundle(root, Engine(engine), worlds, report=report)
+    with byte_progress("verifying", as_json) as progress:
+        result = reach_bundle(bundle, engine=engine, worlds=worlds, allow_unchecked=allow_unchecked, progress=progress)
     if as_json:
         emit_json(result)
     else:

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import click
 
-from qnndeploy import report as stage
+from qnndeploy.api import ReportResult
+from qnndeploy.api import report as write_report
 from qnndeploy.cli._common import emit_json, escaped, handles_errors, json_option, shown, step_progress
 
 
-def _render(result: stage.ReportResult) -> None:
+def _render(result: ReportResult) -> None:
     kinds: dict[str, int] = {}
     for r in result.records:
         kinds[r.kind] = kinds.get(r.kind, 0) + 1
@@ -45,7 +46,7 @@ def report(paths: tuple[Path, ...], output: Path, force: bool, as_json: bool) ->
     FILE.html exists without --force, or lies inside a PATH it reads).
     """
     with step_progress("report") as live:
-        result = stage.report(list(paths), output, force=force, steps=live.step)
+        result = write_report(list(paths), output, force=force, steps=live.step)
     if as_json:
         emit_json(result)
     else:

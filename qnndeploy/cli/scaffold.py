@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from qnndeploy import scaffold as stage
+from qnndeploy.api import ScaffoldResult
+from qnndeploy.api import scaffold as scaffold_bundle
 from qnndeploy.cli._common import (
     byte_progress,
     emit_json,
@@ -16,11 +17,9 @@ from qnndeploy.cli._common import (
     shallow_option,
     unchecked_option,
 )
-from qnndeploy.cli.bundle import refuse_unverified
-from qnndeploy.verification.checks import opened, require_bundle
 
 
-def _render_scaffold(result: stage.ScaffoldResult) -> None:
+def _render_scaffold(result: ScaffoldResult) -> None:
     kind = "sample app" if result.app else f"{result.engine} glue"
     click.echo(f"{kind} for {result.package} in {result.path}: {len(result.kotlin)} Kotlin files, "
                f"bundle copied ({result.bundle_files} files, {result.bundle_bytes / 1e6:.1f} MB)")
@@ -79,13 +78,9 @@ def scaffold(bundle: Path, package: str, out: Path, engine: str, ort_aar: str | 
     in the layout Gradle wants. Without --app, the README.md written to DIR lists the three lines to add to
     the app (with --play, three more: the pack's Gradle files).
     """
-    stage.check_request(package, out, engine=engine, app=app, force=force, ort_aar=ort_aar, play=play is not None)
-    with (byte_progress("verifying", as_json) as progress,
-          opened(bundle, progress, deep=not shallow, allow_unchecked=allow_unchecked) as (root, report)):
-        require_bundle(bundle, root, report)
-        refuse_unverified(bundle, report, as_json, "scaffolding from it")
-        result = stage.scaffold(root, package, out, engine=engine, app=app, force=force, report=report,
-                                ort_aar=ort_aar, play=play)
+    with byte_progress("verifying", as_json) as progress:
+        result = scaffold_bundle(bundle, package, out, engine=engine, ort_aar=ort_aar, app=app, play=play,
+                                 force=force, deep=not shallow, allow_unchecked=allow_unchecked, progress=progress)
     if as_json:
         emit_json(result)
     else:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from qnndeploy.base import socs as catalog
+from qnndeploy.api import Soc, find_soc, soc_sources
+from qnndeploy.api import socs as catalog
 from qnndeploy.cli._common import emit_json, handles_errors, json_option
 
 
@@ -12,7 +13,7 @@ def _known(value: object, shown: str) -> str:
     return "?" if value is None else shown
 
 
-def _verified(s: catalog.Soc) -> str:
+def _verified(s: Soc) -> str:
     """The QAIRT releases whose compiler wrote this row's soc_model and arch (measured), and those that did not."""
     def span(versions: list[str]) -> str:
         return versions[0] if len(versions) == 1 else f"{versions[0]}-{versions[-1]}"
@@ -26,7 +27,7 @@ def _verified(s: catalog.Soc) -> str:
     return span(good) + (f", not {', '.join(other)}" if other else "")
 
 
-def _detail(s: catalog.Soc) -> None:
+def _detail(s: Soc) -> None:
     fp16 = _known(s.fp16, "yes" if s.fp16 else "no")
     click.echo(f"{s.model}  soc_model {s.soc_id}, HTP {s.dsp_arch}, VTCM {_known(s.vtcm_mb, f'{s.vtcm_mb} MB')}, "
                f"fp16 {fp16}  {s.marketing_name or ''}".rstrip())
@@ -45,7 +46,7 @@ def _detail(s: catalog.Soc) -> None:
     if s.note:
         click.echo(f"  note: {s.note}")
     for key in s.confirmed_by:
-        source = catalog.sources()[key]
+        source = soc_sources()[key]
         click.echo(f"  source {key}: {source['where']} (read {source['read']})")
 
 
@@ -59,7 +60,7 @@ def socs(name: str | None, as_json: bool) -> None:
     NAME is a model (SM8750), a name phones report (SM8750-AC), a QNN soc_id (69) or a ro.board.platform codename
     (sun), in any case.
     """
-    rows = [catalog.find(name)] if name else list(catalog.catalog())
+    rows = [find_soc(name)] if name else list(catalog())
     if as_json:
         emit_json([s.to_json() for s in rows])
         return

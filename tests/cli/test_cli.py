@@ -78,8 +78,9 @@ def test_help_imports_no_command_module():
         return [m for m in json.loads(done.stdout.splitlines()[-1]) if m.split(".")[0] in of or m in of]
 
     # the group and what every command shares (errors, files), no command and no QAIRT toolchain machinery
-    assert loaded("--help") == ["qnndeploy", "qnndeploy.base", "qnndeploy.base.errors", "qnndeploy.base.interrupt",
-                                "qnndeploy.cli", "qnndeploy.cli._common"]
+    assert loaded("--help") == ["qnndeploy", "qnndeploy.api", "qnndeploy.api._errors", "qnndeploy.base",
+                                "qnndeploy.base.errors", "qnndeploy.base.interrupt", "qnndeploy.cli",
+                                "qnndeploy.cli._common"]
     # nor the standard library's slow imports that only some commands need (package metadata parses email headers)
     assert loaded("--help", of=("importlib.metadata", "ctypes", "email")) == []
     assert not any(m.startswith(("qnndeploy.cli.compile", "qnndeploy.compile", "qnndeploy.device"))

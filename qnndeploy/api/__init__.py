@@ -1,0 +1,220 @@
+"""The public Python API: what the commands call, for scripts and notebooks that would otherwise run the CLI, and the
+command line's one door to the rooms (every `qnndeploy` command calls a function of this package).
+
+The API is what `__all__` lists (docs/api.md documents each name); everything else in qnndeploy is internal and may
+change, the other names this package resolves (the command line's too) included. Most names are the rooms' own
+entry points and result types, re-exported. The functions defined in this package's modules do what the command
+line does around a room's function and a script needs too: a bundle argument may be a folder or an archive, is
+refused as bad input (exit code 2) when it is not a bundle at all, and as `Unverified` (exit code 1, carrying the
+report) when it fails `bundle verify` (_bundles.py, the one place that rule is applied); `estimate` gives the estimate
+room's function the command's name and option names. Errors are QnnDeployError, with the message and exit code the
+CLI prints.
+
+Importing this package imports no room: each name is imported from its home on first use (PEP 562's module
+`__getattr__`, HOMES below), so `qnndeploy socs` and `--help` pay only for what they use. It is not in
+`qnndeploy/__init__`: the rooms `qnndeploy.check` and `qnndeploy.compile` are packages, so they cannot also be
+functions of `qnndeploy`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from qnndeploy.api._errors import Unverified
+from qnndeploy.base.errors import CheckFailed
+
+if TYPE_CHECKING:  # what mypy and a script's type checker see; at run time __getattr__ imports each on first use
+    # the command line's, not public (docs/api.md: internal, may change)
+    from qnndeploy import demo as _demo
+    from qnndeploy import inspect as _inspect
+    from qnndeploy.api._bundles import package_play, reach, scaffold, verify_bundle
+    from qnndeploy.api._bundles import verify_with_runtime as verify_with_runtime
+    from qnndeploy.api._estimate import estimate
+    from qnndeploy.api._phones import PhoneRequest as PhoneRequest
+    from qnndeploy.api._phones import device_bench as device_bench
+    from qnndeploy.api._phones import device_profile as device_profile
+    from qnndeploy.api._phones import device_verify, device_verify_hosted, hosted_devices
+    from qnndeploy.api._phones import on_phones as on_phones
+    from qnndeploy.base import socs as _socs
+    from qnndeploy.base.errors import BadInput, MissingTool, QnnDeployError
+    from qnndeploy.base.interrupt import Run
+    from qnndeploy.base.socs import Soc
+    from qnndeploy.base.socs import catalog as socs
+    from qnndeploy.base.socs import find as find_soc
+    from qnndeploy.bundle.build import (
+        BundleResult,
+        BundleSpec,
+        OnDeviceRequest,
+        build_bundle,
+        spec_from_build,
+        with_split,
+    )
+    from qnndeploy.check import CheckReport, check_model
+    from qnndeploy.compile import CompileOptions, CompileSummary, JobResult, compile_models
+    from qnndeploy.compile import cache as _cache
+    from qnndeploy.compile.cache import CacheListing as CacheListing
+    from qnndeploy.compile.cache import ClearResult as ClearResult
+    from qnndeploy.compile.cache import EntryState as EntryState
+    from qnndeploy.decide.reach import Reach
+    from qnndeploy.demo import DemoResult as DemoResult
+    from qnndeploy.demo import run_demo as run_demo
+    from qnndeploy.device import bench as _bench
+    from qnndeploy.device import opprofile as _opprofile
+    from qnndeploy.device.hosted import HostedChoice
+    from qnndeploy.device.info import DeviceInfo, ListedDevice, device_info, devices
+    from qnndeploy.device.profile import Battery as Battery
+    from qnndeploy.device.profile import Profile as Profile
+    from qnndeploy.device.profile import write_csv as _write_csv
+    from qnndeploy.device.verify import NOT_RUN as NOT_RUN
+    from qnndeploy.device.verify import DeviceVerification
+    from qnndeploy.device.verify import GraphRun as GraphRun
+    from qnndeploy.device.verify import VerifyOutcome as VerifyOutcome
+    from qnndeploy.diagnose import DiagnoseOptions, DiagnoseResult, diagnose
+    from qnndeploy.doctor import DoctorReport as DoctorReport
+    from qnndeploy.doctor import doctor as doctor
+    from qnndeploy.estimate import Estimates, ModelEstimate, SocEstimate
+    from qnndeploy.formats.records import HtpSettings
+    from qnndeploy.inspect import BinaryReport, InspectResult, inspect
+    from qnndeploy.package import play as _play
+    from qnndeploy.package.play import DEFAULT_PACK as DEFAULT_PACK
+    from qnndeploy.package.play import DELIVERIES as DELIVERIES
+    from qnndeploy.package.play import ON_DEVICE_ROW as ON_DEVICE_ROW
+    from qnndeploy.package.play import PlayPackage
+    from qnndeploy.prepare import PrepareOptions, PrepareResult, prepare_model
+    from qnndeploy.prepare.split import SplitResult, split_by_size, split_model
+    from qnndeploy.report import ReportResult, report
+    from qnndeploy.scaffold import ScaffoldResult
+    from qnndeploy.validate import TargetValidation, ValidateOptions, ValidationSummary, validate_build
+    from qnndeploy.verification.checks import Problem, VerifyReport
+
+    soc_sources = _socs.sources
+    BenchOptions = _bench.Options
+    BENCH_THRESHOLD = _bench.DEFAULT_THRESHOLD
+    ProfileLevel = _opprofile.Level
+    write_profile_csv = _write_csv
+    scan_cache = _cache.scan
+    clear_cache = _cache.clear
+    DEMO_MARKER = _demo.MARKER
+    DEMO_SOCS = _demo.DEFAULT_SOCS
+    DEMO_STEPS = _demo.STEPS
+    INSPECT_MARKERS = _inspect.MARKERS
+    play_size_text = _play.size_text
+
+__all__ = [
+    "BadInput",
+    "BinaryReport",
+    "BundleResult",
+    "BundleSpec",
+    "CheckFailed",
+    "CheckReport",
+    "CompileOptions",
+    "CompileSummary",
+    "DeviceInfo",
+    "DeviceVerification",
+    "DiagnoseOptions",
+    "DiagnoseResult",
+    "Estimates",
+    "HostedChoice",
+    "HtpSettings",
+    "InspectResult",
+    "JobResult",
+    "ListedDevice",
+    "MissingTool",
+    "ModelEstimate",
+    "OnDeviceRequest",
+    "PlayPackage",
+    "PrepareOptions",
+    "PrepareResult",
+    "Problem",
+    "QnnDeployError",
+    "Reach",
+    "ReportResult",
+    "Run",
+    "ScaffoldResult",
+    "Soc",
+    "SocEstimate",
+    "SplitResult",
+    "TargetValidation",
+    "Unverified",
+    "ValidateOptions",
+    "ValidationSummary",
+    "VerifyReport",
+    "build_bundle",
+    "check_model",
+    "compile_models",
+    "device_info",
+    "device_verify",
+    "device_verify_hosted",
+    "devices",
+    "diagnose",
+    "estimate",
+    "find_soc",
+    "hosted_devices",
+    "inspect",
+    "package_play",
+    "prepare_model",
+    "reach",
+    "report",
+    "scaffold",
+    "socs",
+    "spec_from_build",
+    "split_by_size",
+    "split_model",
+    "validate_build",
+    "verify_bundle",
+    "with_split",
+]
+
+
+# Where each name lives, module by module: NAME, or NAME=ITS_NAME_THERE when the API names it otherwise.
+# Imported on first use (__getattr__), then kept in this module.
+HOMES: dict[str, str] = {
+    "qnndeploy.api._bundles": "package_play reach scaffold verify_bundle verify_with_runtime",
+    "qnndeploy.api._estimate": "estimate",
+    "qnndeploy.api._phones": ("device_verify device_verify_hosted hosted_devices PhoneRequest device_bench "
+                              "device_profile on_phones"),
+    "qnndeploy.base.errors": "BadInput MissingTool QnnDeployError",
+    "qnndeploy.base.interrupt": "Run",
+    "qnndeploy.base.socs": "Soc socs=catalog find_soc=find soc_sources=sources",
+    "qnndeploy.bundle.build": "BundleResult BundleSpec OnDeviceRequest build_bundle spec_from_build with_split",
+    "qnndeploy.check": "CheckReport check_model",
+    "qnndeploy.compile": "CompileOptions CompileSummary JobResult compile_models",
+    "qnndeploy.compile.cache": "CacheListing ClearResult EntryState scan_cache=scan clear_cache=clear",
+    "qnndeploy.demo": "DemoResult run_demo DEMO_MARKER=MARKER DEMO_SOCS=DEFAULT_SOCS DEMO_STEPS=STEPS",
+    "qnndeploy.device.hosted": "HostedChoice",
+    "qnndeploy.device.info": "DeviceInfo ListedDevice device_info devices",
+    "qnndeploy.device.bench": "BenchOptions=Options BENCH_THRESHOLD=DEFAULT_THRESHOLD",
+    "qnndeploy.device.opprofile": "ProfileLevel=Level",
+    "qnndeploy.device.profile": "Battery Profile write_profile_csv=write_csv",
+    "qnndeploy.device.verify": "DeviceVerification GraphRun VerifyOutcome NOT_RUN",
+    "qnndeploy.diagnose": "DiagnoseOptions DiagnoseResult diagnose",
+    "qnndeploy.doctor": "DoctorReport doctor",
+    "qnndeploy.estimate": "Estimates ModelEstimate SocEstimate",
+    "qnndeploy.decide.reach": "Reach",
+    "qnndeploy.formats.records": "HtpSettings",
+    "qnndeploy.verification.checks": "Problem VerifyReport",
+    "qnndeploy.inspect": "BinaryReport InspectResult inspect INSPECT_MARKERS=MARKERS",
+    "qnndeploy.package.play": "PlayPackage DEFAULT_PACK DELIVERIES ON_DEVICE_ROW play_size_text=size_text",
+    "qnndeploy.prepare": "PrepareOptions PrepareResult prepare_model",
+    "qnndeploy.prepare.split": "SplitResult split_by_size split_model",
+    "qnndeploy.report": "ReportResult report",
+    "qnndeploy.scaffold": "ScaffoldResult",
+    "qnndeploy.validate": "TargetValidation ValidateOptions ValidationSummary validate_build",
+}
+_HOME: dict[str, tuple[str, str]] = {name: (module, there or name) for module, names in HOMES.items()
+                                     for name, _, there in (n.partition("=") for n in names.split())}
+
+
+def __getattr__(name: str) -> Any:
+    """PEP 562: a name of HOMES imported from its module the first time it is asked for."""
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, there = _HOME[name]
+    value = getattr(importlib.import_module(module), there)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOME})

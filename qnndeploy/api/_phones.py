@@ -1,0 +1,133 @@
+"""A bundle on phones: device list --aihub --bundle, device verify (over adb or on AI Hub) and device bench, each
+taking the bundle through the one rule (_bundles.verified: without the host emulator, the phone runs the binaries)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qnndeploy.api._bundles import verified
+from qnndeploy.base.errors import QnnDeployError
+from qnndeploy.base.fileio import ByteProgress as Progress
+from qnndeploy.device import bench, hosted, profile
+from qnndeploy.device import verify as on_device
+from qnndeploy.device.adb import connect
+from qnndeploy.device.hosted import HostedChoice
+from qnndeploy.device.verify import DeviceVerification
+from qnndeploy.formats.manifest import load_manifest
+from qnndeploy.verification.checks import VerifyReport
+
+Steps = Callable[[str], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhoneRequest:
+    """A bundle on phones, as device verify and device bench take it: which phones (`serial`, else $ANDROID_SERIAL,
+    else the only one connected; every connected one with `all_devices`; AI Hub's with `aihub`, by name or SoC),
+    what runs there and with which samples, and where the records go."""
+
+    bundle: Path
+    serial: str | None = None
+    all_devices: bool = False
+    aihub: bool = False
+    hosted_names: Sequence[str] = ()
+    hosted_socs: Sequence[str] = ()
+    runner: Path | None = None
+    ort_runner: Path | None = None
+    qnn_sdk_root: Path | None = None
+    inputs: Path | None = None
+    preprocess: str | Path | None = None
+    random: int | None = None
+    seed: int = 0
+    ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    runs: int = 10
+    record_dir: Path = on_device.DEFAULT_RECORD_DIR
+    play: Path | None = None
+    timeout: float | None = None
+    allow_unchecked: bool = False
+
+
+def _job(root: Path, request: PhoneRequest) -> on_device.DeviceJob:
+    """What every phone of the request shares, for a bundle folder that passed verification."""
+    return on_device.DeviceJob(root, load_manifest(root), runner_path=request.runner, sdk_root=request.qnn_sdk_root,
+                         inputs=request.inputs, random=request.random, seed=request.seed, runs=request.runs,
+                         record_dir=request.record_dir, play=request.play, timeout=request.timeout,
+                         preprocess=request.preprocess, given=Path(request.bundle), ort_runner=request.ort_runner,
+                         ranges=dict(request.ranges))
+
+
+def hosted_devices(bundle: Path | None = None) -> list[HostedChoice]:
+    """`qnndeploy device list --aihub [--bundle BUNDLE]`: the phones Qualcomm AI Hub hosts, and with a bundle the
+    target the app would choose on each."""
+    if bundle is None:
+        return hosted.list_hosted(None)
+    with verified(bundle, "choosing its targets") as (root, _):
+        return hosted.list_hosted(load_manifest(root))
+
+
+def on_phones(request: PhoneRequest, progress: Progress | None = None, steps: Steps | None = None
+              ) -> tuple[VerifyReport, list[DeviceVerification]]:
+    """`qnndeploy device verify`: the bundle's report and each phone's verification (AI Hub's with `aihub`)."""
+    if request.all_devices and request.serial:
+        raise QnnDeployError("give a serial or all_devices, not both")
+    with verified(request.bundle, "pushing it", allow_unchecked=request.allow_unchecked, steps=steps) as (root, report):
+        job = _job(root, request)
+        if request.aihub:
+            return report, hosted.verify_hosted(job, list(request.hosted_names), list(request.hosted_socs))
+        if request.all_devices:
+            return report, on_device.verify_all(job)
+        return report, [on_device.verify_device(job, request.serial, progress, steps)]
+
+
+def device_verify(bundle: Path, serial: str | None = None, *, all_devices: bool = False, runner: Path | None = None,
+                  qnn_sdk_root: Path | None = None, inputs: Path | None = None, preprocess: str | Path | None = None,
+                  random: int | None = None, seed: int = 0, runs: int = 10,
+                  record_dir: Path = on_device.DEFAULT_RECORD_DIR, play: Path | None = None,
+                  timeout: float | None = None, allow_unchecked: bool = False,
+                  progress: Progress | None = None, ort_runner: Path | None = None) -> list[DeviceVerification]:
+    """`qnndeploy device verify` over adb: push a bundle folder or archive that passes `bundle verify` to one phone
+    (`serial`, else $ANDROID_SERIAL, else the only one connected) or to every connected one (`all_devices`), run it
+    there with a `runner` (qnn-net-run) and record each phone's result in `record_dir`. `ort_runner`: an Android
+    onnxruntime_perf_test with the QNN EP, which compiles the ONNX on a phone on the on-device path (--ort-runner)."""
+    request = PhoneRequest(bundle=bundle, serial=serial, all_devices=all_devices, runner=runner,
+                           qnn_sdk_root=qnn_sdk_root, inputs=inputs, preprocess=preprocess, random=random, seed=seed,
+                           runs=runs, record_dir=record_dir, play=play, timeout=timeout,
+                           allow_unchecked=allow_unchecked, ort_runner=ort_runner)
+    return on_phones(request, progress)[1]
+
+
+def device_verify_hosted(bundle: Path, names: Sequence[str] = (), soc_names: Sequence[str] = (), *,
+                         inputs: Path | None = None, preprocess: str | Path | None = None, random: int | None = None,
+                         seed: int = 0, runs: int = 10, record_dir: Path = on_device.DEFAULT_RECORD_DIR,
+                         allow_unchecked: bool = False) -> list[DeviceVerification]:
+    """`qnndeploy device verify --aihub`: the bundle on phones Qualcomm AI Hub hosts, chosen by AI Hub device name
+    (`names`) or by SoC (`soc_names`), one inference job with profiling per phone and graph."""
+    request = PhoneRequest(bundle=bundle, aihub=True, hosted_names=names, hosted_socs=soc_names, inputs=inputs,
+                           preprocess=preprocess, random=random, seed=seed, runs=runs, record_dir=record_dir,
+                           allow_unchecked=allow_unchecked)
+    return on_phones(request)[1]
+
+
+def device_bench(request: PhoneRequest, options: bench.Options, steps: Steps | None = None
+                 ) -> list[bench.PhoneBench]:
+    """`qnndeploy device bench`: NPU against CPU on one phone or every connected one, `options` the bench's own."""
+    if request.all_devices and request.serial:
+        raise QnnDeployError("give a serial or all_devices, not both")
+    say = steps or (lambda _text: None)
+    with verified(request.bundle, "benchmarking it", allow_unchecked=request.allow_unchecked, steps=steps) as (
+            root, _):
+        job = _job(root, request)
+        if request.all_devices:
+            return bench.bench_all(job, options, say)
+        return [bench.bench_device(job, options, request.serial, say)]
+
+
+def device_profile(serial: str | None, *, pid: int | None = None, package: str | None = None, interval: float = 2.0,
+                   timeout: float | None = None) -> tuple[profile.Profile, Iterator[profile.UsageSample]]:
+    """`qnndeploy device profile`: the process (`pid`, or the app `package`'s) on a phone, and its samples, one per
+    `interval` seconds, each also kept in the Profile, until the caller stops or the process ends."""
+    dev = connect(serial, timeout)
+    found, name = profile.find_process(dev, pid, package)
+    result = profile.start(dev, found, name, interval)
+    return result, profile.samples(dev, result)
