@@ -142,9 +142,6 @@ def test_no_cycles():
     assert cycle == []
 
 
-NOT_YET_THROUGH_THE_API = {"check", "compile", "validate", "prepare", "diagnose"}  # issue 37: being moved
-
-
 def test_commands_go_through_the_api():
     """The command line is a client of qnndeploy.api: every command's module (cli/MODULE.py of COMMANDS) imports
     qnndeploy.api, and no module of qnndeploy/cli/ imports a room or a runner (FLOORS "rooms" and "runners"), so what
@@ -153,11 +150,10 @@ def test_commands_go_through_the_api():
     mods = modules()
     cli = {name: path for name, path in mods.items() if unit(name) == "cli"}
     edges = {name: {target for target, _ in imports(path, set(mods))} for name, path in cli.items()}
-    commands = {f"qnndeploy.cli.{module}" for module, _, _ in COMMANDS.values()} - {
-        f"qnndeploy.cli.{m}" for m in NOT_YET_THROUGH_THE_API}
+    commands = {f"qnndeploy.cli.{module}" for module, _, _ in COMMANDS.values()}
     assert [c for c in sorted(commands) if "qnndeploy.api" not in {t.split("._")[0] for t in edges[c]}] == []
     inside = [f"{source} -> {target}" for source, targets in edges.items() for target in targets
-              if unit(target) in ROOMS + RUNNERS and source.rpartition(".")[2] not in NOT_YET_THROUGH_THE_API]
+              if unit(target) in ROOMS + RUNNERS]
     assert inside == []
 
 

@@ -25,18 +25,9 @@ from qnndeploy.api._errors import Unverified
 from qnndeploy.base.errors import CheckFailed
 
 if TYPE_CHECKING:  # what mypy and a script's type checker see; at run time __getattr__ imports each on first use
-    # the command line's, not public (docs/api.md: internal, may change)
-    from qnndeploy import demo as _demo
-    from qnndeploy import inspect as _inspect
     from qnndeploy.api._bundles import package_play, reach, scaffold, verify_bundle
-    from qnndeploy.api._bundles import verify_with_runtime as verify_with_runtime
     from qnndeploy.api._estimate import estimate
-    from qnndeploy.api._phones import PhoneRequest as PhoneRequest
-    from qnndeploy.api._phones import device_bench as device_bench
-    from qnndeploy.api._phones import device_profile as device_profile
     from qnndeploy.api._phones import device_verify, device_verify_hosted, hosted_devices
-    from qnndeploy.api._phones import on_phones as on_phones
-    from qnndeploy.base import socs as _socs
     from qnndeploy.base.errors import BadInput, MissingTool, QnnDeployError
     from qnndeploy.base.interrupt import Run
     from qnndeploy.base.socs import Soc
@@ -52,34 +43,14 @@ if TYPE_CHECKING:  # what mypy and a script's type checker see; at run time __ge
     )
     from qnndeploy.check import CheckReport, check_model
     from qnndeploy.compile import CompileOptions, CompileSummary, JobResult, compile_models
-    from qnndeploy.compile import cache as _cache
-    from qnndeploy.compile.cache import CacheListing as CacheListing
-    from qnndeploy.compile.cache import ClearResult as ClearResult
-    from qnndeploy.compile.cache import EntryState as EntryState
     from qnndeploy.decide.reach import Reach
-    from qnndeploy.demo import DemoResult as DemoResult
-    from qnndeploy.demo import run_demo as run_demo
-    from qnndeploy.device import bench as _bench
-    from qnndeploy.device import opprofile as _opprofile
     from qnndeploy.device.hosted import HostedChoice
     from qnndeploy.device.info import DeviceInfo, ListedDevice, device_info, devices
-    from qnndeploy.device.profile import Battery as Battery
-    from qnndeploy.device.profile import Profile as Profile
-    from qnndeploy.device.profile import write_csv as _write_csv
-    from qnndeploy.device.verify import NOT_RUN as NOT_RUN
     from qnndeploy.device.verify import DeviceVerification
-    from qnndeploy.device.verify import GraphRun as GraphRun
-    from qnndeploy.device.verify import VerifyOutcome as VerifyOutcome
     from qnndeploy.diagnose import DiagnoseOptions, DiagnoseResult, diagnose
-    from qnndeploy.doctor import DoctorReport as DoctorReport
-    from qnndeploy.doctor import doctor as doctor
     from qnndeploy.estimate import Estimates, ModelEstimate, SocEstimate
     from qnndeploy.formats.records import HtpSettings
     from qnndeploy.inspect import BinaryReport, InspectResult, inspect
-    from qnndeploy.package import play as _play
-    from qnndeploy.package.play import DEFAULT_PACK as DEFAULT_PACK
-    from qnndeploy.package.play import DELIVERIES as DELIVERIES
-    from qnndeploy.package.play import ON_DEVICE_ROW as ON_DEVICE_ROW
     from qnndeploy.package.play import PlayPackage
     from qnndeploy.prepare import PrepareOptions, PrepareResult, prepare_model
     from qnndeploy.prepare.split import SplitResult, split_by_size, split_model
@@ -88,13 +59,60 @@ if TYPE_CHECKING:  # what mypy and a script's type checker see; at run time __ge
     from qnndeploy.validate import TargetValidation, ValidateOptions, ValidationSummary, validate_build
     from qnndeploy.verification.checks import Problem, VerifyReport
 
+if TYPE_CHECKING:  # the command line's names, not public (docs/api.md: internal, may change)
+    from qnndeploy import check as _check
+    from qnndeploy import compile as _compile
+    from qnndeploy import demo as _demo
+    from qnndeploy import diagnose as _diagnose
+    from qnndeploy import inspect as _inspect
+    from qnndeploy import validate as _validate
+    from qnndeploy.api import _diagnose as _plotting
+    from qnndeploy.api._bundles import verify_with_runtime as verify_with_runtime
+    from qnndeploy.api._phones import PhoneRequest as PhoneRequest
+    from qnndeploy.api._phones import device_bench as device_bench
+    from qnndeploy.api._phones import device_profile as device_profile
+    from qnndeploy.api._phones import on_phones as on_phones
+    from qnndeploy.base import socs as _socs
+    from qnndeploy.compile import cache as _cache
+    from qnndeploy.compile import models_from_args as models_from_args
+    from qnndeploy.compile import shares_from_args as shares_from_args
+    from qnndeploy.compile.cache import CacheListing as CacheListing
+    from qnndeploy.compile.cache import ClearResult as ClearResult
+    from qnndeploy.compile.cache import EntryState as EntryState
+    from qnndeploy.demo import DemoResult as DemoResult
+    from qnndeploy.demo import run_demo as run_demo
+    from qnndeploy.device import bench as _bench
+    from qnndeploy.device import opprofile as _opprofile
+    from qnndeploy.device import profile as _profile
+    from qnndeploy.device.profile import Battery as Battery
+    from qnndeploy.device.profile import Profile as Profile
+    from qnndeploy.device.verify import NOT_RUN as NOT_RUN
+    from qnndeploy.device.verify import GraphRun as GraphRun
+    from qnndeploy.device.verify import VerifyOutcome as VerifyOutcome
+    from qnndeploy.diagnose import check_plot as check_plot
+    from qnndeploy.doctor import DoctorReport as DoctorReport
+    from qnndeploy.doctor import doctor as doctor
+    from qnndeploy.package import play as _play
+    from qnndeploy.package.play import DEFAULT_PACK as DEFAULT_PACK
+    from qnndeploy.package.play import DELIVERIES as DELIVERIES
+    from qnndeploy.package.play import ON_DEVICE_ROW as ON_DEVICE_ROW
+    from qnndeploy.prepare import parse_assignment as parse_assignment
+    from qnndeploy.prepare import parse_shape as parse_shape
+    from qnndeploy.validate import TargetStatus as TargetStatus
+    from qnndeploy.validate import emulated_qairts as emulated_qairts
+
     soc_sources = _socs.sources
+    CheckVerdict = _check.Verdict
+    CompileJobStatus = _compile.JobStatus
+    scan_cache = _cache.scan
+    clear_cache = _cache.clear
+    VALIDATE_TWIN_NOTE = _validate.TWIN_NOTE
+    diagnose_job_record = _diagnose.job_record
+    write_diagnose_plot = _plotting.write_plot
     BenchOptions = _bench.Options
     BENCH_THRESHOLD = _bench.DEFAULT_THRESHOLD
     ProfileLevel = _opprofile.Level
-    write_profile_csv = _write_csv
-    scan_cache = _cache.scan
-    clear_cache = _cache.clear
+    write_profile_csv = _profile.write_csv
     DEMO_MARKER = _demo.MARKER
     DEMO_SOCS = _demo.DEFAULT_SOCS
     DEMO_STEPS = _demo.STEPS
@@ -171,6 +189,7 @@ __all__ = [
 # Imported on first use (__getattr__), then kept in this module.
 HOMES: dict[str, str] = {
     "qnndeploy.api._bundles": "package_play reach scaffold verify_bundle verify_with_runtime",
+    "qnndeploy.api._diagnose": "write_diagnose_plot=write_plot",
     "qnndeploy.api._estimate": "estimate",
     "qnndeploy.api._phones": ("device_verify device_verify_hosted hosted_devices PhoneRequest device_bench "
                               "device_profile on_phones"),
@@ -178,8 +197,9 @@ HOMES: dict[str, str] = {
     "qnndeploy.base.interrupt": "Run",
     "qnndeploy.base.socs": "Soc socs=catalog find_soc=find soc_sources=sources",
     "qnndeploy.bundle.build": "BundleResult BundleSpec OnDeviceRequest build_bundle spec_from_build with_split",
-    "qnndeploy.check": "CheckReport check_model",
-    "qnndeploy.compile": "CompileOptions CompileSummary JobResult compile_models",
+    "qnndeploy.check": "CheckReport check_model CheckVerdict=Verdict",
+    "qnndeploy.compile": ("CompileOptions CompileSummary JobResult compile_models CompileJobStatus=JobStatus "
+                          "models_from_args shares_from_args"),
     "qnndeploy.compile.cache": "CacheListing ClearResult EntryState scan_cache=scan clear_cache=clear",
     "qnndeploy.demo": "DemoResult run_demo DEMO_MARKER=MARKER DEMO_SOCS=DEFAULT_SOCS DEMO_STEPS=STEPS",
     "qnndeploy.device.hosted": "HostedChoice",
@@ -188,7 +208,7 @@ HOMES: dict[str, str] = {
     "qnndeploy.device.opprofile": "ProfileLevel=Level",
     "qnndeploy.device.profile": "Battery Profile write_profile_csv=write_csv",
     "qnndeploy.device.verify": "DeviceVerification GraphRun VerifyOutcome NOT_RUN",
-    "qnndeploy.diagnose": "DiagnoseOptions DiagnoseResult diagnose",
+    "qnndeploy.diagnose": "DiagnoseOptions DiagnoseResult diagnose check_plot diagnose_job_record=job_record",
     "qnndeploy.doctor": "DoctorReport doctor",
     "qnndeploy.estimate": "Estimates ModelEstimate SocEstimate",
     "qnndeploy.decide.reach": "Reach",
@@ -196,11 +216,12 @@ HOMES: dict[str, str] = {
     "qnndeploy.verification.checks": "Problem VerifyReport",
     "qnndeploy.inspect": "BinaryReport InspectResult inspect INSPECT_MARKERS=MARKERS",
     "qnndeploy.package.play": "PlayPackage DEFAULT_PACK DELIVERIES ON_DEVICE_ROW play_size_text=size_text",
-    "qnndeploy.prepare": "PrepareOptions PrepareResult prepare_model",
+    "qnndeploy.prepare": "PrepareOptions PrepareResult prepare_model parse_assignment parse_shape",
     "qnndeploy.prepare.split": "SplitResult split_by_size split_model",
     "qnndeploy.report": "ReportResult report",
     "qnndeploy.scaffold": "ScaffoldResult",
-    "qnndeploy.validate": "TargetValidation ValidateOptions ValidationSummary validate_build",
+    "qnndeploy.validate": ("TargetValidation ValidateOptions ValidationSummary validate_build TargetStatus "
+                           "emulated_qairts VALIDATE_TWIN_NOTE=TWIN_NOTE"),
 }
 _HOME: dict[str, tuple[str, str]] = {name: (module, there or name) for module, names in HOMES.items()
                                      for name, _, there in (n.partition("=") for n in names.split())}

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import click
 
-from qnndeploy import check as stage
-from qnndeploy.base import socs as catalog
+from qnndeploy.api import CheckReport, CheckVerdict, Soc, check_model, find_soc
 from qnndeploy.base.errors import BadInput
 from qnndeploy.base.kinds import Precision, choices
 from qnndeploy.cli._common import command_line, emit_json, handles_errors, json_option, next_step, size_text, soc_option
@@ -17,7 +16,7 @@ from qnndeploy.cli._toolchain import qairt_option, under_toolchain
 from qnndeploy.qnn import htp, toolchain
 
 
-def _render_check(report: stage.CheckReport) -> None:
+def _render_check(report: CheckReport) -> None:
     htp = report.htp
     click.echo(f"{report.path}: {report.verdict.upper()}")
     n = report.parameters
@@ -92,10 +91,10 @@ def check(models: tuple[Path, ...], socs: tuple[str, ...], precision: str, calib
     if qairt is not None:
         under_toolchain(toolchain.resolve(qairt))
     # each SoC once (an alias is its SoC); none given: check's default
-    targets: list[catalog.Soc | None] = list(dict.fromkeys(catalog.find(soc) for soc in socs)) or [None]
-    reports = [stage.check_model(m, soc=soc, measure=not no_measure, precision=Precision(precision),
-                                 timeout=timeout or None, say=lambda line: click.echo(f"qnndeploy: {line}", err=True),
-                                 context_bytes=None if context_gb is None else round(context_gb * 1e9))
+    targets: list[Soc | None] = list(dict.fromkeys(find_soc(soc) for soc in socs)) or [None]
+    reports = [check_model(m, soc=soc, measure=not no_measure, precision=Precision(precision),
+                           timeout=timeout or None, say=lambda line: click.echo(f"qnndeploy: {line}", err=True),
+                           context_bytes=None if context_gb is None else round(context_gb * 1e9))
                for m in models for soc in targets]
     worst = max(reports, key=lambda r: r.exit_code)
     if as_json:
@@ -110,14 +109,14 @@ def check(models: tuple[Path, ...], socs: tuple[str, ...], precision: str, calib
         # every printed command keeps the precision and the calibration samples (DIR: a placeholder when not given),
         # and a w8a16 build goes to a folder of its own, so that following them never builds fp16 by omission
         quantized = ("--precision", precision, "--calib", calib or "DIR") if precision != Precision.FP16 else ()
-        if worst.verdict == stage.Verdict.READY:
+        if worst.verdict == CheckVerdict.READY:
             paths = [Path(p) for p in dict.fromkeys(r.path for r in reports)]
             soc_args = ",".join(dict.fromkeys(r.htp.soc for r in reports))
             build = "build" if precision == Precision.FP16 else f"build-{precision}"
             if quantized and calib is None:
                 click.echo("(DIR below: a folder of real input samples to calibrate on; check --calib DIR names it)")
             next_step(command_line("qnndeploy", "compile", *paths, "--soc", soc_args, "-o", build, *quantized))
-        elif worst.verdict == stage.Verdict.FIXABLE and len(reports) == 1 and worst.prepare_command:
+        elif worst.verdict == CheckVerdict.FIXABLE and len(reports) == 1 and worst.prepare_command:
             # the check after the fix keeps this one's SoC and precision: prepare knows neither
             words = shlex.split(worst.prepare_command)
             out = words[words.index("-o") + 1] if "-o" in words else None

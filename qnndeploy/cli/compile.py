@@ -6,7 +6,15 @@ from pathlib import Path
 
 import click
 
-from qnndeploy import compile as stage
+from qnndeploy.api import (
+    CompileJobStatus,
+    CompileOptions,
+    CompileSummary,
+    HtpSettings,
+    compile_models,
+    models_from_args,
+    shares_from_args,
+)
 from qnndeploy.base.errors import BadInput
 from qnndeploy.base.kinds import BackendName, Precision, choices
 from qnndeploy.base.names import CONTEXT_BINARY
@@ -23,28 +31,27 @@ from qnndeploy.cli._common import (
     soc_option,
 )
 from qnndeploy.cli._toolchain import qairt_option, under_toolchain
-from qnndeploy.formats.records import HtpSettings
 from qnndeploy.qnn import toolchain
 
 
-def _render_compile(summary: stage.CompileSummary) -> None:
+def _render_compile(summary: CompileSummary) -> None:
     click.echo(f"backend {summary.backend}, QAIRT {summary.qairt_version}, {summary.precision}")
     gw = max([14, *(len(j.graph) for j in summary.jobs)])  # the graph column fits the longest name
     for j in summary.jobs:
-        if j.status == stage.JobStatus.FAILED:
+        if j.status == CompileJobStatus.FAILED:
             click.echo(f"  FAILED  {j.graph:<{gw}} {j.soc:<9} {j.error}")
             click.echo(f"  {'':<7} {'':<{gw}} {'':<9} log: {shown(j.log)}")
             continue
         binary = next((o for o in j.outputs if o.format == CONTEXT_BINARY and not o.twin), None)
         made = f"{shown(j.folder / binary.path)} ({binary.size / 1e6:.1f} MB)" if binary else ""
-        when = j.note if j.status == stage.JobStatus.CACHED else f"{j.duration_s:.1f} s"
+        when = j.note if j.status == CompileJobStatus.CACHED else f"{j.duration_s:.1f} s"
         click.echo(f"  {j.status:<7} {j.graph:<{gw}} {j.soc:<9} {made}  [{when}]")
         if j.shared:
             apart, one = j.shared["separate_bytes"], j.shared["shared_bytes"]
             click.echo(f"  {'':<7} {'':<{gw}} {'':<9} shared by {', '.join(j.members)}: {one / 1e6:.1f} MB against "
                        f"{apart / 1e6:.1f} MB compiled apart (saves {(apart - one) / 1e6:.1f} MB, "
                        f"{(apart - one) / apart:.0%})")
-    noted = [j for j in summary.jobs if j.warnings and j.status != stage.JobStatus.FAILED]
+    noted = [j for j in summary.jobs if j.warnings and j.status != CompileJobStatus.FAILED]
     if noted:
         click.echo("warnings (each job's full log is in the folder shown):")
         for j in noted:
@@ -52,7 +59,8 @@ def _render_compile(summary: stage.CompileSummary) -> None:
                 click.echo(f"  {j.graph} {j.soc}: {w}")
             click.echo(f"    log: {shown(j.log)}")
     done = [j.status for j in summary.jobs]
-    ok, cached, failed = (done.count(s) for s in (stage.JobStatus.OK, stage.JobStatus.CACHED, stage.JobStatus.FAILED))
+    ok, cached, failed = (done.count(s)
+                          for s in (CompileJobStatus.OK, CompileJobStatus.CACHED, CompileJobStatus.FAILED))
     click.echo(f"{ok} compiled, {cached} cached, {failed} failed in {summary.duration_s:.1f} s -> {shown(summary.out)}")
     if failed:
         click.echo("failed: " + ", ".join(f"{j.graph} {j.soc}" for j in summary.failures))
@@ -117,10 +125,11 @@ def compile_cmd(models: tuple[str, ...], socs: tuple[str, ...], backend: str | N
                            "for); with --backend qairt the SDK of --qnn-sdk-root decides")
         under_toolchain(toolchain.resolve(qairt))
     with job_progress("compiling") as progress:
-        options = stage.CompileOptions(
-            BackendName(backend) if backend else None, Precision(precision), calib, preprocess, jobs,
-            not no_cache, cache_dir, qnn_sdk_root, stage.shares_from_args(list(shares)),
-            HtpSettings(vtcm_mb, optimization_mode, spill_fill,
-                        tuple(n.strip() for n in (keep_fp16 or "").split(",") if n.strip())))
-        summary = stage.compile_models(stage.models_from_args(list(models)), list(socs), out, options, progress)
+        options = CompileOptions(
+            backend=BackendName(backend) if backend else None, precision=Precision(precision), calib=calib,
+            preprocess=preprocess, jobs=jobs, use_cache=not no_cache, cache_dir=cache_dir, qnn_sdk_root=qnn_sdk_root,
+            shares=shares_from_args(list(shares)),
+            htp=HtpSettings(vtcm_mb=vtcm_mb, optimization_mode=optimization_mode, spill_fill=spill_fill,
+                            keep_fp16=tuple(n.strip() for n in (keep_fp16 or "").split(",") if n.strip())))
+        summary = compile_models(models_from_args(list(models)), list(socs), out, options, progress)
     report(summary, as_json, _render_compile)

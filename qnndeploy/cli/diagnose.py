@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from qnndeploy import diagnose as stage
-from qnndeploy.base.fileio import staging_file, writing
+from qnndeploy.api import DiagnoseOptions, DiagnoseResult, check_plot, diagnose_job_record, write_diagnose_plot
+from qnndeploy.api import diagnose as find_the_tensor
 from qnndeploy.cli._common import (
     handles_errors,
     json_option,
@@ -19,11 +19,10 @@ from qnndeploy.cli._common import (
     step_progress,
 )
 from qnndeploy.cli._toolchain import under_toolchain
-from qnndeploy.diagnose import plot
 from qnndeploy.qnn import toolchain
 
 
-def _render(result: stage.DiagnoseResult) -> None:
+def _render(result: DiagnoseResult) -> None:
     i = result.inputs
     source = i["folder"] if i["kind"] == "files" else f"{i['samples']} random sample(s), seed {i['seed']}"
     given = i.get("preprocess")
@@ -102,19 +101,16 @@ def diagnose(target: Path, inputs: Path | None, preprocess: str | None, random_:
     probed tensor is to blame it says what the failing metric measures and which validate thresholds fit.
     """
     if plot_path is not None:
-        stage.check_plot(plot_path)  # before the run: a plot that cannot be written would fail after it
-    tc = toolchain.needed([stage.job_record(target, graph).qairt_version])
+        check_plot(plot_path)  # before the run: a plot that cannot be written would fail after it
+    tc = toolchain.needed([diagnose_job_record(target, graph).qairt_version])
     if tc is not None:  # compiled with compile --qairt: probe with that QAIRT's compiler and emulator
         under_toolchain(tc)
-    options = stage.DiagnoseOptions(inputs, random_, seed, preprocess, min_snr_db, graph, ranges=ranges)
+    options = DiagnoseOptions(inputs=inputs, random=random_, seed=seed, preprocess=preprocess, min_snr_db=min_snr_db,
+                              graph=graph, ranges=ranges)
     with step_progress("diagnose") as live:
-        result = stage.diagnose(target, options, live.step)
+        result = find_the_tensor(target, options, live.step)
     if plot_path is not None:
-        shown_probes = [p for p in result.probes if p.snr_db is not None]
-        with writing(plot_path), staging_file(plot_path, force=True) as tmp:  # whole or not at all
-            plot.line_chart([p.position for p in shown_probes],
-                            [min(p.snr_db or 0.0, 150.0) for p in shown_probes], tmp, threshold=result.min_snr_db,
-                            marked=[p.bad for p in shown_probes])
+        write_diagnose_plot(result, plot_path)
         if not as_json:
             click.echo(f"plot: {shown(plot_path)}")
     report(result, as_json, _render)

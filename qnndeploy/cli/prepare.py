@@ -6,7 +6,16 @@ from pathlib import Path
 
 import click
 
-from qnndeploy import prepare as stage
+from qnndeploy.api import (
+    PrepareOptions,
+    PrepareResult,
+    SplitResult,
+    parse_assignment,
+    parse_shape,
+    prepare_model,
+    split_by_size,
+    split_model,
+)
 from qnndeploy.base.errors import BadInput
 from qnndeploy.base.kinds import Precision, Side, choices
 from qnndeploy.cli._common import (
@@ -20,11 +29,10 @@ from qnndeploy.cli._common import (
     size_text,
 )
 from qnndeploy.model import rewrite as rewriting
-from qnndeploy.prepare import split
 from qnndeploy.qnn import refusals
 
 
-def _render_prepare(result: stage.PrepareResult, for_w8a16: bool = False) -> None:
+def _render_prepare(result: PrepareResult, for_w8a16: bool = False) -> None:
     """`for_w8a16`: the rewrites asked for are those of refusals measured at w8a16 only (--fuse, --rewrite
     where-mask: data/htp_refusals.json), so the check to run next is the w8a16 one: a plain check would lead to an
     fp16 build."""
@@ -53,7 +61,7 @@ def _for_w8a16(fuse: bool, kinds: list[str]) -> bool:
     return bool(asked) and asked <= {f.rewrite for f in refusals.facts() if f.precision == Precision.W8A16}
 
 
-def _render_split(result: split.SplitResult) -> None:
+def _render_split(result: SplitResult) -> None:
     click.echo(f"split {result.source} into {len(result.parts)} parts at {', '.join(result.cut)} -> {result.record}")
     for p in result.parts:
         click.echo(f"  {p.name} ({p.runs_on.upper()}, {p.nodes} nodes, {size_text(p.weight_bytes)} of weights): "
@@ -129,19 +137,18 @@ def prepare(model: Path, out: Path, shapes: tuple[str, ...], int32_inputs: bool,
         if shapes or freeze or int32_inputs or no_simplify or fuse or rewrites:
             raise BadInput(f"{option} cuts a model that is already prepared: run prepare with the other "
                            f"options first, then prepare {option} on its output")
-        parts = split.split_model(model, out, [t.strip() for t in split_at.split(",") if t.strip()], cpu=Side(cpu_part),
-                                  inputs_dir=inputs_dir, tolerance=tolerance, force=force) if split_at is not None \
-            else split.split_by_size(model, out, split_size or 0.0, inputs_dir=inputs_dir, tolerance=tolerance,
-                                     force=force)
+        parts = split_model(model, out, [t.strip() for t in split_at.split(",") if t.strip()], cpu=Side(cpu_part),
+                            inputs_dir=inputs_dir, tolerance=tolerance, force=force) if split_at is not None \
+            else split_by_size(model, out, split_size or 0.0, inputs_dir=inputs_dir, tolerance=tolerance, force=force)
         if as_json:
             emit_json(parts)
         else:
             _render_split(parts)
         return
-    result = stage.prepare_model(model, out, stage.PrepareOptions(
-        assignments(shapes, "--shape", stage.parse_shape), int32_inputs,
-        assignments(freeze, "--freeze", lambda v: stage.parse_assignment(v, "--freeze")), not no_simplify,
-        inputs_dir, tolerance, force, fuse=fuse,
+    result = prepare_model(model, out, PrepareOptions(
+        shapes=assignments(shapes, "--shape", parse_shape), int32_inputs=int32_inputs,
+        freeze=assignments(freeze, "--freeze", lambda v: parse_assignment(v, "--freeze")), simplify=not no_simplify,
+        inputs_dir=inputs_dir, tolerance=tolerance, force=force, fuse=fuse,
         rewrite=tuple(rewriting.parse_kinds(rewrites)) if rewrites is not None else ()))
     if as_json:
         emit_json(result)

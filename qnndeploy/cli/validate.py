@@ -7,7 +7,15 @@ from pathlib import Path
 
 import click
 
-from qnndeploy import validate as stage
+from qnndeploy.api import (
+    VALIDATE_TWIN_NOTE,
+    TargetStatus,
+    TargetValidation,
+    ValidateOptions,
+    ValidationSummary,
+    emulated_qairts,
+    validate_build,
+)
 from qnndeploy.cli._common import (
     command_line,
     handles_errors,
@@ -26,17 +34,17 @@ from qnndeploy.formats import chain
 from qnndeploy.formats.records import read_build
 from qnndeploy.qnn import toolchain
 
-LABELS = {stage.TargetStatus.PASSED: "PASS", stage.TargetStatus.FAILED: "FAIL", stage.TargetStatus.SKIPPED: "skip",
-          stage.TargetStatus.ERROR: "ERROR"}
+LABELS = {TargetStatus.PASSED: "PASS", TargetStatus.FAILED: "FAIL", TargetStatus.SKIPPED: "skip",
+          TargetStatus.ERROR: "ERROR"}
 
 
-def _render_validation(summary: stage.ValidationSummary) -> None:
+def _render_validation(summary: ValidationSummary) -> None:
     i = summary.inputs
     source = i["folder"] if i["kind"] == "files" else f"{i['samples']} random sample(s), seed {i['seed']}"
     click.echo(f"inputs: {source}" + (f" (preprocess {i['preprocess']})" if i.get("preprocess") else ""))
     for t in summary.targets:
         label = LABELS[t.status]
-        if t.status in (stage.TargetStatus.SKIPPED, stage.TargetStatus.ERROR):
+        if t.status in (TargetStatus.SKIPPED, TargetStatus.ERROR):
             click.echo(f"  {label:<5} {t.graph:<14} {t.soc:<9} {t.reason}")
             continue
         twin = f" (its twin: {t.shared} shares weights)" if t.shared else ""
@@ -75,20 +83,20 @@ def _render_validation(summary: stage.ValidationSummary) -> None:
         click.echo(f"        cost model: QAIRT {estimates[0][1].cost_model.qairt}; records: {shown(summary.build)}"
                    "/<graph>/<SoC>/estimate.json")
         click.echo(f"note: {summary.not_claimed}")
-    counts = {s: sum(t.status == s for t in summary.targets) for s in stage.TargetStatus}
+    counts = {s: sum(t.status == s for t in summary.targets) for s in TargetStatus}
     click.echo(", ".join(f"{n} {s}" for s, n in counts.items() if n) + f"; records: {shown(summary.build)}"
                "/<graph>/<SoC>/validation.json")
     click.echo(f"note: {summary.emulator_note}")
     if any(t.shared for t in summary.targets):
-        click.echo(f"note: {stage.TWIN_NOTE}")
+        click.echo(f"note: {VALIDATE_TWIN_NOTE}")
     for name in summary.guessed:
         click.echo(f"note: integer input {name}: random values 0 to 9 were a guess, the graph bounds it nowhere: give "
                    f"the values it takes with --range {name}=LO:HI")
     if not summary.ok and summary.guessed:
         next_step(command_line("qnndeploy", "validate", summary.build,
                                *(w for n in summary.guessed for w in ("--range", f"{n}=LO:HI"))))
-    elif not summary.ok and any(t.status == stage.TargetStatus.FAILED for t in summary.targets):
-        bad = next(t for t in summary.targets if t.status == stage.TargetStatus.FAILED)
+    elif not summary.ok and any(t.status == TargetStatus.FAILED for t in summary.targets):
+        bad = next(t for t in summary.targets if t.status == TargetStatus.FAILED)
         next_step(command_line("qnndeploy", "diagnose", summary.build / bad.graph / bad.soc))
     if summary.ok:
         next_step(command_line("qnndeploy", "bundle", "build", "--from-build", summary.build,
@@ -96,7 +104,7 @@ def _render_validation(summary: stage.ValidationSummary) -> None:
                                _bundle_name(summary), "--version", "VERSION"))
 
 
-def _bundle_name(summary: stage.ValidationSummary) -> str:
+def _bundle_name(summary: ValidationSummary) -> str:
     """The bundle's name where the build says it (its one graph, or the model a split cut), else NAME to fill in."""
     graphs = {r.graph for r in read_build(summary.build)}
     named = (summary.splits[0].name.removesuffix(".split.json") if len(summary.splits) == 1 else
@@ -104,7 +112,7 @@ def _bundle_name(summary: stage.ValidationSummary) -> str:
     return named if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", named) else "NAME"
 
 
-def _last_of_loop(summary: stage.ValidationSummary, t: stage.TargetValidation) -> bool:
+def _last_of_loop(summary: ValidationSummary, t: TargetValidation) -> bool:
     """The loop is shown once per SoC, under the last of its graphs."""
     return t is [x for x in summary.targets if x.soc == t.soc and x.loop is not None][-1]
 
@@ -192,14 +200,16 @@ def validate(build: Path, inputs: Path | None, preprocess: str | None, random_: 
     BUILD/<graph>/<SoC>/validation.json. Exit 1 when a target fails or cannot run, or when nothing could be
     validated. Emulator timings are not phone timings.
     """
-    tc = toolchain.needed(stage.emulated_qairts(build))
+    tc = toolchain.needed(emulated_qairts(build))
     if tc is not None:  # compiled with compile --qairt: the emulator of that QAIRT runs them
         under_toolchain(tc)
     overrides = {k: v for k, v in (("min_cosine", min_cosine), ("min_snr_db", min_snr_db), ("atol", atol),
                                    ("min_topk_jaccard", min_topk_jaccard), ("min_top1", min_top1),
                                    ("max_error_rate", max_error_rate)) if v is not None}
     with job_progress("validating on the HTP emulator") as progress:
-        options = stage.ValidateOptions(inputs, random_, seed, preprocess, overrides, reason, list(graphs),
-                                        list(socs), jobs, ranges, _task_specs(task_specs), loop_spec, estimate)
-        summary = stage.validate_build(build, options, progress)
+        options = ValidateOptions(inputs=inputs, random=random_, seed=seed, preprocess=preprocess,
+                                  thresholds=overrides, reason=reason, graphs=list(graphs), soc_names=list(socs),
+                                  jobs=jobs, ranges=ranges, tasks=_task_specs(task_specs), loop=loop_spec,
+                                  estimate=estimate)
+        summary = validate_build(build, options, progress)
     report(summary, as_json, _render_validation)
