@@ -7,7 +7,7 @@ Unverified (exit code 1), its message verification.checks.refusal's one wording,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,9 +23,7 @@ from qnndeploy.reach import reach_bundle
 from qnndeploy.scaffold import ScaffoldResult, runtime_set
 from qnndeploy.scaffold import check_request as _check_scaffold
 from qnndeploy.scaffold import scaffold as _scaffold
-from qnndeploy.verification.checks import VerifyReport, opened, refusal, require_bundle
-
-Steps = Callable[[str], None]
+from qnndeploy.verification.checks import Steps, VerifyReport, opened, refusal, require_bundle
 
 
 @contextmanager

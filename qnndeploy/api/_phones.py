@@ -3,7 +3,7 @@ taking the bundle through the one rule (_bundles.verified: without the host emul
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,9 +16,7 @@ from qnndeploy.device.adb import connect
 from qnndeploy.device.hosted import HostedChoice
 from qnndeploy.device.verify import DeviceVerification
 from qnndeploy.formats.manifest import load_manifest
-from qnndeploy.verification.checks import VerifyReport
-
-Steps = Callable[[str], None]
+from qnndeploy.verification.checks import Steps, VerifyReport
 
 
 @dataclass(frozen=True, kw_only=True)
