@@ -185,8 +185,8 @@ __all__ = [
 ]
 
 
-# Where each name lives, module by module: NAME, or NAME=ITS_NAME_THERE when the API names it otherwise.
-# Imported on first use (__getattr__), then kept in this module.
+# Where each name lives, module by module: NAME, or NAME=ITS_NAME_THERE when the API names it otherwise. Imported
+# when it is asked for (__getattr__).
 HOMES: dict[str, str] = {
     "qnndeploy.api._bundles": "package_play reach scaffold verify_bundle verify_with_runtime",
     "qnndeploy.api._diagnose": "write_diagnose_plot=write_plot",
@@ -228,13 +228,12 @@ _HOME: dict[str, tuple[str, str]] = {name: (module, there or name) for module, n
 
 
 def __getattr__(name: str) -> Any:
-    """PEP 562: a name of HOMES imported from its module the first time it is asked for."""
+    """PEP 562: a name of HOMES, imported from its module when it is asked for. Not kept here: the module's own
+    attribute is the one truth (a test that replaces a room's function replaces it for the command line too)."""
     if name not in _HOME:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     module, there = _HOME[name]
-    value = getattr(importlib.import_module(module), there)
-    globals()[name] = value
-    return value
+    return getattr(importlib.import_module(module), there)
 
 
 def __dir__() -> list[str]:
