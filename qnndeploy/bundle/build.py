@@ -205,8 +205,8 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
         summary, validated = _validation_summary(rec)
         if validated is not None:
             records[f"{graph}-{soc}-{VALIDATION_FILE}"] = rec.validation_file
-            if validated.loop is not None:
-                loops.setdefault(json.dumps(validated.loop, sort_keys=True), validated.loop)
+            if validated.loop_described is not None:
+                loops.setdefault(json.dumps(validated.loop_described, sort_keys=True), validated.loop_described)
         target["graphs"][graph] = summary
         verdicts = [g["passed"] for g in target["graphs"].values()]
         target["passed"] = False if False in verdicts else None if None in verdicts else True

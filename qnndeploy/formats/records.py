@@ -135,26 +135,86 @@ class CompileRecord:
 
 @dataclass(frozen=True)
 class ValidationRecord:
-    """What bundle uses of a validation record: the verdict, per output, and which binary it was made for."""
+    """A validation record (validation.json beside a job's compile.json): the verdict of a (graph, SoC), per output,
+    on which inputs, and which binary it was made for. chain and loop: a split's part judged in its chain, a decode
+    loop's graph judged as the loop (validate writes them once the others are judged)."""
 
+    graph: str
+    soc: str
+    soc_id: int
+    dsp_arch: str
+    precision: str
+    backend: str
+    qairt_version: str
     passed: bool
     thresholds: dict[str, float]
+    inputs: JSON | None  # how its samples were made (samples.for_graph's record of them)
+    task: JSON | None  # the task's verdict, or the task (tasks.TaskVerdict / Task .json())
     outputs: tuple[dict[str, Any], ...]
-    binary_sha256: str | None
+    context: JSON  # the file the app loads: path, sha256
+    binary: JSON | None  # its context binary: path, sha256
+    compile_cache_key: str | None
+    emulator: JSON  # seconds_per_run, note
+    qnndeploy: str
+    created: str
     threshold_reason: str | None = None  # why a looser threshold judged it (validate --reason)
-    inputs: JSON | None = None  # how its samples were made (samples.for_graph's record of them)
-    task_given: str | None = None  # validate --task for it (None: the task its graph makes plain)
-    loop: JSON | None = None  # the decode loop that judged it (validate --loop): decode.Loop.json's form
+    emulated: JSON | None = None  # a shared context's member: the twin the emulator ran (path, sha256, note)
+    chain: JSON | None = None
+    loop: JSON | None = None  # the decode loop that judged it (validate --loop): loop.LoopCheck's form
+
+    @property
+    def binary_sha256(self) -> str | None:
+        return (self.binary or {}).get("sha256")
+
+    @property
+    def task_given(self) -> str | None:
+        """validate --task for it (None: the task its graph makes plain)."""
+        given = (self.task or {}).get("given")
+        return given if isinstance(given, str) else None
+
+    @property
+    def loop_described(self) -> JSON | None:
+        """The loop it was judged in, as decode.Loop.json writes it."""
+        described = (self.loop or {}).get("described")
+        return described if isinstance(described, dict) else None
+
+    def to_json(self) -> JSON:
+        return {
+            "record": VALIDATION_RECORD, "version": VALIDATION_VERSION, "graph": self.graph, "soc": self.soc,
+            "soc_id": self.soc_id, "dsp_arch": self.dsp_arch, "precision": self.precision, "backend": self.backend,
+            "qairt_version": self.qairt_version, "passed": self.passed, "thresholds": self.thresholds,
+            **({"threshold_reason": self.threshold_reason} if self.threshold_reason else {}),
+            "inputs": self.inputs, "task": self.task, "outputs": list(self.outputs), "context": self.context,
+            "binary": self.binary, **({"emulated": self.emulated} if self.emulated is not None else {}),
+            "compile_cache_key": self.compile_cache_key, "emulator": self.emulator,
+            "tools": {"qnndeploy": self.qnndeploy}, "created": self.created,
+            **({"chain": self.chain} if self.chain is not None else {}),
+            **({"loop": self.loop} if self.loop is not None else {}),
+        }
+
+    @classmethod
+    def parse(cls, data: object, path: Path) -> ValidationRecord:
+        """From the JSON value of the record at `path` (strict): BadInput, in one line, for anything else."""
+        try:
+            if not isinstance(data, dict) or data["record"] != VALIDATION_RECORD:
+                raise ValueError
+            return cls(
+                str(data["graph"]), str(data["soc"]), int(data["soc_id"]), str(data["dsp_arch"]),
+                str(data["precision"]), str(data["backend"]), str(data["qairt_version"]), bool(data["passed"]),
+                dict(data["thresholds"]), data.get("inputs"), data.get("task"), tuple(data["outputs"]),
+                dict(data.get("context") or {}), data.get("binary"), data.get("compile_cache_key"),
+                dict(data.get("emulator") or {}),
+                str((data.get("tools") or {}).get("qnndeploy") or ""), str(data.get("created") or ""),
+                data.get("threshold_reason"), data.get("emulated"), data.get("chain"), data.get("loop"))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            raise BadInput(f"{path}: not a validation record (qnndeploy validate writes one)") from None
 
     @classmethod
     def read(cls, path: Path) -> ValidationRecord | None:
         """A validation record (CompileRecord.validation_file), or None when it was not validated."""
         if not path.is_file():
             return None
-        data = json.loads(path.read_text())
-        return cls(data["passed"], data["thresholds"], tuple(data["outputs"]), (data.get("binary") or {}).get("sha256"),
-                   data.get("threshold_reason"), data.get("inputs"), (data.get("task") or {}).get("given"),
-                   (data.get("loop") or {}).get("described"))
+        return cls.parse(json.loads(path.read_text()), path)
 
 
 def htp_settings(options: dict[str, Any]) -> HtpSettings:

@@ -5,6 +5,7 @@ inputs, compare every output by metrics.py's rules, and write validation.json ne
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import threading
@@ -26,14 +27,13 @@ from qnndeploy.base.pool import Pool
 from qnndeploy.formats import chain, estimaterecord
 from qnndeploy.formats.estimaterecord import EstimateRecord
 from qnndeploy.formats.records import (
-    VALIDATION_RECORD,
-    VALIDATION_VERSION,
     CompileRecord,
     JobProgress,
     JobStarted,
     RecordStatus,
     SplitPart,
     SplitRecord,
+    ValidationRecord,
     read_build,
     splits_of,
 )
@@ -131,7 +131,8 @@ class ValidationSummary:
 TWIN_NOTE = ("the shared context's graphs share weights, which the host emulator cannot load (QAIRT 2.51 crashes): "
              "this graph compiled alone with the same options ran instead; check the shared binary on a phone")
 Given = tuple[list[Sample], JSON]  # samples from --inputs, and how they were made
-Held = dict[tuple[str, str], tuple[JSON, list[Sample]]]  # a split part's record and HTP outputs, until its chain ran
+# a split part's record and HTP outputs, until its chain ran
+Held = dict[tuple[str, str], tuple[ValidationRecord, list[Sample]]]
 Reference = tuple[list[Sample], list[Sample], JSON]  # samples, their CPU outputs, how the samples were made
 K = TypeVar("K")
 V = TypeVar("V")
@@ -389,26 +390,15 @@ def _validate_one(record: CompileRecord, overrides: Thresholds, per_graph: dict[
     result.task = verdict.json() if verdict else task.json()
     result.status = TargetStatus.PASSED if passed else TargetStatus.FAILED
     result.record = record.validation_file
-    payload: JSON = {
-        "record": VALIDATION_RECORD, "version": VALIDATION_VERSION,
-        "graph": graph, "soc": soc_name, "soc_id": record.soc_id, "dsp_arch": record.dsp_arch,
-        "precision": precision, "backend": record.backend, "qairt_version": record.qairt_version,
-        "passed": result.status == TargetStatus.PASSED,
-        "thresholds": limits,
-        **({"threshold_reason": reason} if reason else {}),
-        "inputs": used,
-        "task": result.task,
-        "outputs": [vars(m) for m in result.outputs],
-        "context": {"path": ctx.path, "sha256": ctx.sha256},
-        "binary": {"path": binary.path, "sha256": binary.sha256} if binary else None,
-        **({"emulated": {"path": run.path, "sha256": run.sha256, "note": TWIN_NOTE}} if record.shared else {}),
-        "compile_cache_key": record.cache_key,
-        "emulator": {"seconds_per_run": result.emulator_s_per_run, "note": EMULATOR_NOTE},
-        "tools": {"qnndeploy": __version__},
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
+    payload = ValidationRecord(
+        graph, soc_name, record.soc_id, record.dsp_arch, precision, record.backend, record.qairt_version,
+        result.status == TargetStatus.PASSED, limits, used, result.task, tuple(vars(m) for m in result.outputs),
+        {"path": ctx.path, "sha256": ctx.sha256}, {"path": binary.path, "sha256": binary.sha256} if binary else None,
+        record.cache_key, {"seconds_per_run": result.emulator_s_per_run, "note": EMULATOR_NOTE}, __version__,
+        datetime.now(UTC).isoformat(timespec="seconds"), threshold_reason=reason or None,
+        emulated={"path": run.path, "sha256": run.sha256, "note": TWIN_NOTE} if record.shared else None)
     if held is None:
-        write_json(result.record, payload)
+        write_json(result.record, payload.to_json())
     else:
         held[(graph, soc_name)] = payload, outputs
     return result
@@ -547,15 +537,13 @@ def _write_held(results: list[TargetValidation], held: Held) -> None:
     for t in results:
         if (t.graph, t.soc) in held and t.record is not None:
             payload = held[(t.graph, t.soc)][0]
-            if t.chain is not None:
-                payload["chain"] = {"split": str(t.chain.split), "passed": t.chain.passed,
-                                    "outputs": [vars(m) for m in t.chain.outputs],
-                                    "emulator_runs": t.chain.emulator_runs,
-                                    **({"error": t.chain.error} if t.chain.error else {})}
-            if t.loop is not None:
-                payload["loop"] = t.loop
-            payload["passed"] = t.status == TargetStatus.PASSED
-            write_json(t.record, payload)
+            chained = None if t.chain is None else {
+                "split": str(t.chain.split), "passed": t.chain.passed, "outputs": [vars(m) for m in t.chain.outputs],
+                "emulator_runs": t.chain.emulator_runs, **({"error": t.chain.error} if t.chain.error else {})}
+            payload = dataclasses.replace(payload, chain=chained if chained is not None else payload.chain,
+                                          loop=t.loop if t.loop is not None else payload.loop,
+                                          passed=t.status == TargetStatus.PASSED)
+            write_json(t.record, payload.to_json())
 
 
 def _chain_check(made: chain.Chain, soc: str,

@@ -15,6 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from qnndeploy import validate as stage
+from qnndeploy.formats.records import ValidationRecord
 from qnndeploy.model import samples
 from qnndeploy.model.onnxio import int_input_ranges
 from qnndeploy.qnn import htp
@@ -57,6 +58,7 @@ def test_a_split_tail_is_fed_what_the_cpu_head_makes_and_fails_where_the_app_wou
     assert target["chain"]["passed"] is False and target["chain"]["emulator_runs"] == 0
     assert target["outputs"][0]["snr_db"] < 0  # a scale error: the overflowed norm
     record = json.loads((build / "pose-tail" / "SM8650" / "validation.json").read_text())
+    assert json.dumps(ValidationRecord.parse(record, build).to_json()) == json.dumps(record)  # the chain's too
     jsonschema.validate(record, SCHEMA)
     assert record["passed"] is False and record["chain"]["outputs"][0]["name"] == "y"
     shown = run("validate", build).output
