@@ -76,6 +76,11 @@ def schema() -> JSON:
     return schemas.load("play")
 
 
+def group_file(group: str) -> str:
+    """group.json's text for a group's folder: {"group": NAME}, what the Kotlin PlayPack reads back."""
+    return json.dumps({"group": group}) + "\n"
+
+
 def read_plan(path: Path) -> JSON:
     """play.json of a `package play` output folder (or the file itself), checked against its schema."""
     path = Path(path)

@@ -196,11 +196,11 @@ class ValidationRecord:
     def parse(cls, data: object, path: Path) -> ValidationRecord:
         """From the JSON value of the record at `path` (strict): BadInput, in one line, for anything else."""
         try:
-            if not isinstance(data, dict) or data["record"] != VALIDATION_RECORD:
+            if not isinstance(data, dict) or data["record"] != VALIDATION_RECORD or type(data["passed"]) is not bool:
                 raise ValueError
             return cls(
                 str(data["graph"]), str(data["soc"]), int(data["soc_id"]), str(data["dsp_arch"]),
-                str(data["precision"]), str(data["backend"]), str(data["qairt_version"]), bool(data["passed"]),
+                str(data["precision"]), str(data["backend"]), str(data["qairt_version"]), data["passed"],
                 dict(data["thresholds"]), data.get("inputs"), data.get("task"), tuple(data["outputs"]),
                 dict(data.get("context") or {}), data.get("binary"), data.get("compile_cache_key"),
                 dict(data.get("emulator") or {}),

@@ -21,7 +21,6 @@ What goes where:
 from __future__ import annotations
 
 import hashlib
-import json
 import string
 import zlib
 from dataclasses import dataclass, field
@@ -60,6 +59,7 @@ from qnndeploy.formats.playplan import (
     PLAN_FORMAT,
     PLAN_VERSION,
     Delivery,
+    group_file,
     group_name,
     selectors,
 )
@@ -157,7 +157,7 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
         for g in [*groups, {"name": plan["default_group"], "files": []}]:
             folder = assets / f"{FOLDER}#group_{g['name']}"
             folder.mkdir(parents=True)
-            (folder / GROUP_FILE).write_text(json.dumps({"group": g["name"]}) + "\n")
+            (folder / GROUP_FILE).write_text(group_file(g["name"]))
             for f in g["files"]:
                 dest = folder / f["path"]
                 dest.parent.mkdir(parents=True, exist_ok=True)

@@ -5,13 +5,14 @@ the jobs in its child process; this reads the manifest and judges."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.base.fileio import JSON
 from qnndeploy.formats.manifest import BundleFile, BundleLoop, FileFormat, Manifest, Target
+from qnndeploy.formats.records import ValidationRecord
 from qnndeploy.model import samples, tasks
 from qnndeploy.qnn import toolchain
 from qnndeploy.qnn.emulator import (
@@ -100,16 +101,16 @@ def _worse(outputs: list[JSON], recorded: list[JSON]) -> str | None:
     return None
 
 
-def _validation(root: Path, manifest: Manifest, graph: str, soc: str) -> JSON | None:
-    """The bundle's validation record of (graph, SoC), when it holds one (bundle build --from-build copies them)."""
+def _validation(root: Path, manifest: Manifest, graph: str, soc: str) -> ValidationRecord | None:
+    """The bundle's validation record of (graph, SoC), when it holds one that reads (bundle build --from-build copies
+    them)."""
     name = f"records/{graph}-{soc}-validation.json"
     if not any(r.path == name for r in manifest.records):
         return None
     try:
-        record: JSON = json.loads((root / name).read_text())
-    except (OSError, ValueError):
+        return ValidationRecord.read(root / name)
+    except (OSError, ValueError, QnnDeployError):
         return None
-    return record
 
 
 def _samples_here(inputs: JSON) -> Path | None:
@@ -161,17 +162,17 @@ def check_bundle(root: Path, manifest: Manifest, graph_names: dict[str, list[str
                 loop_parts[graph] = (a, names[0])
                 continue
             record = _validation(root, manifest, graph, t.soc)
-            inputs = (record or {}).get("inputs") or {}
+            inputs = (record.inputs if record else None) or {}
             folder, strict, count, seed = _replay(inputs)
             job = EmulatorJob(root / a.path, graph, names[0], t.soc, t.precision, cpu[graph], samples=count,
-                      seed=seed, thresholds=(record or {}).get("thresholds") if strict else None,
-                      ranges=samples.recorded_ranges(inputs) or None,
-                      task=((record or {}).get("task") or {}).get("given"),
-                      folder=str(folder) if folder is not None else None,
-                      preprocess=samples.recorded_preprocess(inputs) if folder is not None else None)
+                              seed=seed, thresholds=record.thresholds if strict and record else None,
+                              ranges=samples.recorded_ranges(inputs) or None,
+                              task=record.task_given if record else None,
+                              folder=str(folder) if folder is not None else None,
+                              preprocess=samples.recorded_preprocess(inputs) if folder is not None else None)
             jobs.append((a.path, job, strict, [a.sha256]))
-            if strict and record is not None and record.get("passed") is False:
-                accepted[a.path] = (list(record.get("outputs") or []), record.get("task"))
+            if strict and record is not None and record.passed is False:
+                accepted[a.path] = (list(record.outputs), record.task)
         if manifest.loop is not None and len(loop_parts) == 2:
             jobs.append(_loop_job(root, manifest, manifest.loop, t, loop_parts, cpu))
         elif chained and loop_parts:
@@ -230,14 +231,14 @@ def _loop_job(root: Path, manifest: Manifest, bundled: BundleLoop, target: Targe
     """The decode loop on one target, on the encoder's samples its validation record names (the loop's own)."""
     looped, tokenizer = bundled.loop, bundled.tokenizer
     soc = target.soc
-    record = _validation(root, manifest, looped.encoder, soc) or {}
-    made = ((record.get("inputs") or {}).get("samples") or {}) if (record.get("inputs") or {}).get("kind") == "loop" \
-        else {}
+    record = _validation(root, manifest, looped.encoder, soc)
+    inputs = (record.inputs if record else None) or {}
+    made = (inputs.get("samples") or {}) if inputs.get("kind") == "loop" else {}
     folder, strict, count, seed = _replay(made)
     job = LoopJob({g: root / a.path for g, (a, _) in parts.items()}, {g: n for g, (_, n) in parts.items()},
                   {g: cpu[g] for g in parts}, soc, target.precision, looped.description(),
                   root / tokenizer.path if tokenizer else None, count, seed,
-                  record.get("thresholds") if strict else None, str(folder) if folder is not None else None,
+                  record.thresholds if strict and record else None, str(folder) if folder is not None else None,
                   samples.recorded_preprocess(made) if folder is not None else None)
     shas = [a.sha256 for a, _ in parts.values()] + ([tokenizer.sha256] if tokenizer else [])
     return parts[looped.decoder][0].path, job, strict, shas
@@ -248,8 +249,8 @@ def _chain_job(root: Path, manifest: Manifest, pipeline: list[str], target: Targ
     """A split on one target, chained as the app runs it, on the chain samples the first NPU part's validation
     record names."""
     soc, first = target.soc, next(g for g in pipeline if g in parts)
-    record = _validation(root, manifest, first, soc) or {}
-    inputs = record.get("inputs") or {}
+    record = _validation(root, manifest, first, soc)
+    inputs = (record.inputs if record else None) or {}
     made = (inputs.get("samples") or {}) if inputs.get("kind") == "chain" else {}
     folder, strict, count, seed = _replay(made)
     signature = {g.name: g for g in manifest.graphs}
@@ -257,8 +258,8 @@ def _chain_job(root: Path, manifest: Manifest, pipeline: list[str], target: Targ
                                    tuple(t.name for t in signature[g].outputs),
                                    root / parts[g][0].path if g in parts else None,
                                    parts[g][1] if g in parts else None) for g in pipeline),
-                   soc, target.precision, count, seed, record.get("thresholds") if strict else None,
-                   samples.recorded_ranges(made) or None, (record.get("task") or {}).get("given"),
+                   soc, target.precision, count, seed, record.thresholds if strict and record else None,
+                   samples.recorded_ranges(made) or None, record.task_given if record else None,
                    str(folder) if folder is not None else None,
                    samples.recorded_preprocess(made) if folder is not None else None)
     return parts[first][0].path, job, strict, [a.sha256 for a, _ in parts.values()]
@@ -273,8 +274,8 @@ def _judge_chain(found: EmulatorCheck, root: Path, manifest: Manifest, path: str
         found.problems.append((path, f"the split does not run on the host HTP emulator: {outcome.error}"))
         return
     first = next(p.graph for p in job.parts if p.binary is not None)
-    record = _validation(root, manifest, first, job.soc) or {}
-    was = record.get("chain") or {}
+    record = _validation(root, manifest, first, job.soc)
+    was = (record.chain if record else None) or {}
     if strict and was.get("passed") is False:
         worse = _worse(outcome.outputs, list(was.get("outputs") or []))
         if worse is not None:
@@ -299,7 +300,8 @@ def _judge_loop(found: EmulatorCheck, root: Path, manifest: Manifest, path: str,
         return
     check = outcome.loop or {}
     rate = check.get("error_rate")
-    was = (_validation(root, manifest, job.loop["decoder"], job.soc) or {}).get("loop") or {}
+    decoder = _validation(root, manifest, job.loop["decoder"], job.soc)
+    was = (decoder.loop if decoder else None) or {}
     accepted = strict and was.get("passed") is False
     if outcome.passed or (accepted and isinstance(rate, (int, float)) and rate <= (was.get("error_rate") or 0)):
         return  # as validate judged it, or an accepted failure no worse than its record
