@@ -174,6 +174,22 @@ def handles_errors(fn: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
+def gathered(args: type[Any]) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The command's parsed options handed to it as one frozen dataclass `args` (a field per option, named as the
+    option's parameter), not as a parameter each: the command is `def cmd(args: XArgs, as_json: bool)`. Put it
+    right above the function; tests/cli/test_cli.py checks that every option is a field and every field an option."""
+    names = [f.name for f in dataclasses.fields(args)]
+
+    def decorate(fn: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(fn)
+        def wrapper(**options: Any) -> None:
+            fn(args(**{name: options.pop(name) for name in names}), **options)
+
+        return wrapper
+
+    return decorate
+
+
 def shown(path: Path | str) -> str:
     """A path as short as it can be: relative to the current folder when it is inside it."""
     try:

@@ -29,6 +29,7 @@ from qnndeploy.cli._common import (
     byte_progress,
     command_line,
     emit_json,
+    gathered,
     handles_errors,
     json_option,
     next_step,
@@ -116,6 +117,38 @@ def bundle() -> None:
     """
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BuildArgs:
+    """What `bundle build` is asked: its options as click parsed them, a field each."""
+
+    name: str
+    version_: str
+    cpu: tuple[str, ...]
+    npu: tuple[str, ...]
+    from_build: Path | None
+    accept: tuple[str, ...]
+    accept_on: str | None
+    qnn_sdk_root: Path | None
+    runtime_libs: Path | None
+    align_16k: bool
+    qairt_version: str | None
+    maven_runtime_version: str | None
+    precision: str | None
+    source_model: Path | None
+    model_name: str | None
+    commit: str | None
+    license_: str | None
+    split_record: Path | None
+    performance_mode: str | None
+    on_device_compile: bool
+    compile_budget: float | None
+    vtcm_mb: int | None
+    optimization_mode: int | None
+    output: Path
+    archive: str | None
+    force: bool
+
+
 @bundle.command("build")
 @click.option("--name", required=True, help="Bundle name (the folder is NAME-VERSION).")
 @click.option("--version", "version_", required=True, metavar="VERSION", help="Bundle version, e.g. 1.0.0.")
@@ -176,13 +209,8 @@ def bundle() -> None:
 @click.option("--force", is_flag=True, help="Replace an existing NAME-VERSION/ (and its archive) in the output folder.")
 @json_option
 @handles_errors
-def build(name: str, version_: str, cpu: tuple[str, ...], npu: tuple[str, ...], from_build: Path | None,
-          accept: tuple[str, ...], accept_on: str | None, qnn_sdk_root: Path | None,
-          runtime_libs: Path | None, align_16k: bool, qairt_version: str | None,
-          maven_runtime_version: str | None, precision: str | None, source_model: Path | None,
-          model_name: str | None, commit: str | None, license_: str | None, split_record: Path | None,
-          performance_mode: str | None, on_device_compile: bool, compile_budget: float | None, vtcm_mb: int | None,
-          optimization_mode: int | None, output: Path, archive: str | None, force: bool, as_json: bool) -> None:
+@gathered(BuildArgs)
+def build(args: BuildArgs, as_json: bool) -> None:
     """Assemble a bundle from context binaries and CPU models.
 
     Per-SoC context binaries, CPU fallbacks, runtime libraries and records, listed in manifest.json.
@@ -191,27 +219,30 @@ def build(name: str, version_: str, cpu: tuple[str, ...], npu: tuple[str, ...], 
     renamed into place: a failed run leaves nothing under DIR/NAME-VERSION. With --from-build, a graph
     that failed validation is refused unless --accept gives the reason it ships anyway.
     """
-    if not on_device_compile and (compile_budget, vtcm_mb, optimization_mode) != (None, None, None):
+    on_device = (args.compile_budget, args.vtcm_mb, args.optimization_mode)
+    if not args.on_device_compile and on_device != (None, None, None):
         raise BadInput("--compile-budget, --vtcm-mb and --optimization-mode set the phone's own compile: they need "
                        "--on-device-compile")
-    if (accept or accept_on) and not from_build:
+    if (args.accept or args.accept_on) and not args.from_build:
         raise BadInput("--accept and --accept-on need --from-build: only a compile folder's validation records "
                        "say which graphs failed")
-    base = (spec_from_build(from_build, name, version_, _accepts(accept), accept_on, split_record) if from_build
-            else BundleSpec(name, version_, {}, {}))
-    given = _npu(npu)
+    base = (spec_from_build(args.from_build, args.name, args.version_, _accepts(args.accept), args.accept_on,
+                            args.split_record) if args.from_build
+            else BundleSpec(args.name, args.version_, {}, {}))
+    given = _npu(args.npu)
     spec = dataclasses.replace(
-        base, cpu={**base.cpu, **assignments(cpu, "--cpu", _graph_file)},
+        base, cpu={**base.cpu, **assignments(args.cpu, "--cpu", _graph_file)},
         npu={soc: {**base.npu.get(soc, {}), **given.get(soc, {})} for soc in {**base.npu, **given}},
-        sdk_root=qnn_sdk_root, libs_dir=runtime_libs, align_16k=align_16k, qairt_version=qairt_version,
-        maven_version=maven_runtime_version, source_model=model_name, source_path=source_model, commit=commit,
-        license=license_, precision=precision or base.precision, performance_mode=performance_mode,
-        on_device=OnDeviceRequest(compile_budget or DEFAULT_COMPILE_BUDGET_S, vtcm_mb, optimization_mode)
-        if on_device_compile else None)
-    if split_record is not None and not from_build:
-        spec = with_split(spec, split_record)
+        sdk_root=args.qnn_sdk_root, libs_dir=args.runtime_libs, align_16k=args.align_16k,
+        qairt_version=args.qairt_version, maven_version=args.maven_runtime_version, source_model=args.model_name,
+        source_path=args.source_model, commit=args.commit, license=args.license_,
+        precision=args.precision or base.precision, performance_mode=args.performance_mode,
+        on_device=OnDeviceRequest(args.compile_budget or DEFAULT_COMPILE_BUDGET_S, args.vtcm_mb,
+                                  args.optimization_mode) if args.on_device_compile else None)
+    if args.split_record is not None and not args.from_build:
+        spec = with_split(spec, args.split_record)
     with byte_progress("bundling", as_json) as progress:
-        result = build_bundle(spec, output, force=force, archive_fmt=archive, progress=progress,
+        result = build_bundle(spec, args.output, force=args.force, archive_fmt=args.archive, progress=progress,
                               steps=lambda step: click.echo(f"bundle: {step}", err=True))
     if as_json:
         emit_json(result)

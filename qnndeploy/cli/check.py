@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -11,7 +12,16 @@ import click
 from qnndeploy.api import CheckReport, CheckVerdict, Soc, check_model, find_soc
 from qnndeploy.base.errors import BadInput
 from qnndeploy.base.kinds import Precision, choices
-from qnndeploy.cli._common import command_line, emit_json, handles_errors, json_option, next_step, size_text, soc_option
+from qnndeploy.cli._common import (
+    command_line,
+    emit_json,
+    gathered,
+    handles_errors,
+    json_option,
+    next_step,
+    size_text,
+    soc_option,
+)
 from qnndeploy.cli._toolchain import qairt_option, under_toolchain
 from qnndeploy.qnn import htp, toolchain
 
@@ -54,6 +64,20 @@ def _render_check(report: CheckReport) -> None:
     click.echo(f"  verdict: {report.verdict} (exit {report.exit_code})")
 
 
+@dataclass(frozen=True, kw_only=True)
+class CheckArgs:
+    """What `qnndeploy check` is asked: its options as click parsed them, a field each."""
+
+    models: tuple[Path, ...]
+    socs: tuple[str, ...]
+    precision: str
+    calib: Path | None
+    no_measure: bool
+    timeout: float
+    context_gb: float | None
+    qairt: str | None
+
+
 @click.command()
 @click.argument("models", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="MODEL.onnx...")
 @soc_option("SoC to check for, each in turn [default: SM8750]: its HTP measures op support, and a build the "
@@ -74,8 +98,8 @@ def _render_check(report: CheckReport) -> None:
 @qairt_option
 @json_option
 @handles_errors
-def check(models: tuple[Path, ...], socs: tuple[str, ...], precision: str, calib: Path | None, no_measure: bool,
-          timeout: float, context_gb: float | None, qairt: str | None, as_json: bool) -> None:
+@gathered(CheckArgs)
+def check(args: CheckArgs, as_json: bool) -> None:
     """Is each model ready for the NPU, and what fixes it.
 
     Per model and SoC: findings, op support measured on that SoC's HTP compiler, a verdict, and one
@@ -86,16 +110,16 @@ def check(models: tuple[Path, ...], socs: tuple[str, ...], precision: str, calib
     the command line); 11 not ready (needs a re-export); 2 bad input; 3 missing tool.
     With several models the worst verdict decides.
     """
-    if calib is not None and precision == Precision.FP16:
+    if args.calib is not None and args.precision == Precision.FP16:
         raise BadInput("--calib is for --precision w8a16: an fp16 build takes no calibration samples")
-    if qairt is not None:
-        under_toolchain(toolchain.resolve(qairt))
+    if args.qairt is not None:
+        under_toolchain(toolchain.resolve(args.qairt))
     # each SoC once (an alias is its SoC); none given: check's default
-    targets: list[Soc | None] = list(dict.fromkeys(find_soc(soc) for soc in socs)) or [None]
-    reports = [check_model(m, soc=soc, measure=not no_measure, precision=Precision(precision),
-                           timeout=timeout or None, say=lambda line: click.echo(f"qnndeploy: {line}", err=True),
-                           context_bytes=None if context_gb is None else round(context_gb * 1e9))
-               for m in models for soc in targets]
+    targets: list[Soc | None] = list(dict.fromkeys(find_soc(soc) for soc in args.socs)) or [None]
+    reports = [check_model(m, soc=soc, measure=not args.no_measure, precision=Precision(args.precision),
+                           timeout=args.timeout or None, say=lambda line: click.echo(f"qnndeploy: {line}", err=True),
+                           context_bytes=None if args.context_gb is None else round(args.context_gb * 1e9))
+               for m in args.models for soc in targets]
     worst = max(reports, key=lambda r: r.exit_code)
     if as_json:
         emit_json({"verdict": worst.verdict, "exit_code": worst.exit_code, "models": reports})
@@ -108,12 +132,13 @@ def check(models: tuple[Path, ...], socs: tuple[str, ...], precision: str, calib
             click.echo(f"\noverall: {worst.verdict} (exit {worst.exit_code})")
         # every printed command keeps the precision and the calibration samples (DIR: a placeholder when not given),
         # and a w8a16 build goes to a folder of its own, so that following them never builds fp16 by omission
-        quantized = ("--precision", precision, "--calib", calib or "DIR") if precision != Precision.FP16 else ()
+        quantized = (("--precision", args.precision, "--calib", args.calib or "DIR")
+                     if args.precision != Precision.FP16 else ())
         if worst.verdict == CheckVerdict.READY:
             paths = [Path(p) for p in dict.fromkeys(r.path for r in reports)]
             soc_args = ",".join(dict.fromkeys(r.htp.soc for r in reports))
-            build = "build" if precision == Precision.FP16 else f"build-{precision}"
-            if quantized and calib is None:
+            build = "build" if args.precision == Precision.FP16 else f"build-{args.precision}"
+            if quantized and args.calib is None:
                 click.echo("(DIR below: a folder of real input samples to calibrate on; check --calib DIR names it)")
             next_step(command_line("qnndeploy", "compile", *paths, "--soc", soc_args, "-o", build, *quantized))
         elif worst.verdict == CheckVerdict.FIXABLE and len(reports) == 1 and worst.prepare_command:
@@ -122,5 +147,5 @@ def check(models: tuple[Path, ...], socs: tuple[str, ...], precision: str, calib
             out = words[words.index("-o") + 1] if "-o" in words else None
             if out is not None:
                 next_step(worst.prepare_command, command_line("qnndeploy", "check", out, "--soc", worst.htp.soc,
-                                                              *(quantized if calib else quantized[:2])))
+                                                              *(quantized if args.calib else quantized[:2])))
     sys.exit(worst.exit_code)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -21,6 +22,7 @@ from qnndeploy.base.names import CONTEXT_BINARY
 from qnndeploy.cli._common import (
     cache_dir_option,
     command_line,
+    gathered,
     handles_errors,
     job_progress,
     json_option,
@@ -68,6 +70,29 @@ def _render_compile(summary: CompileSummary) -> None:
         next_step(command_line("qnndeploy", "validate", summary.out))
 
 
+@dataclass(frozen=True, kw_only=True)
+class CompileArgs:
+    """What `qnndeploy compile` is asked: its options as click parsed them, a field each."""
+
+    models: tuple[str, ...]
+    socs: tuple[str, ...]
+    backend: str | None
+    precision: str
+    calib: Path | None
+    preprocess: str | None
+    jobs: int | None
+    out: Path
+    qnn_sdk_root: Path | None
+    shares: tuple[str, ...]
+    vtcm_mb: int | None
+    optimization_mode: int | None
+    keep_fp16: str | None
+    spill_fill: bool
+    no_cache: bool
+    qairt: str | None
+    cache_dir: Path | None
+
+
 @click.command("compile")
 @click.argument("models", nargs=-1, required=True, metavar="MODEL.onnx|NAME=MODEL.onnx...")
 @soc_option("Target SoC.", required=True)
@@ -103,11 +128,8 @@ def _render_compile(summary: CompileSummary) -> None:
 @cache_dir_option
 @json_option
 @handles_errors
-def compile_cmd(models: tuple[str, ...], socs: tuple[str, ...], backend: str | None, precision: str,
-                calib: Path | None, preprocess: str | None, jobs: int | None, out: Path, qnn_sdk_root: Path | None,
-                shares: tuple[str, ...],
-                vtcm_mb: int | None, optimization_mode: int | None, keep_fp16: str | None, spill_fill: bool,
-                no_cache: bool, qairt: str | None, cache_dir: Path | None, as_json: bool) -> None:
+@gathered(CompileArgs)
+def compile_cmd(args: CompileArgs, as_json: bool) -> None:
     """Compile each model for each SoC into a QNN context binary.
 
     One job per (graph, SoC), in parallel, each with its compile record and full log; with --share,
@@ -119,17 +141,18 @@ def compile_cmd(models: tuple[str, ...], socs: tuple[str, ...], backend: str | N
     A failing job does not stop the others; the exit code is 1 when any job failed. CPU fallback is
     off: a node the HTP cannot run fails the job and is named.
     """
-    if qairt is not None:
-        if backend == "qairt":
+    if args.qairt is not None:
+        if args.backend == "qairt":
             raise BadInput("--qairt picks an onnxruntime-qnn wheel (ort backend, and the QAIRT AI Hub is asked "
                            "for); with --backend qairt the SDK of --qnn-sdk-root decides")
-        under_toolchain(toolchain.resolve(qairt))
+        under_toolchain(toolchain.resolve(args.qairt))
     with job_progress("compiling") as progress:
         options = CompileOptions(
-            backend=BackendName(backend) if backend else None, precision=Precision(precision), calib=calib,
-            preprocess=preprocess, jobs=jobs, use_cache=not no_cache, cache_dir=cache_dir, qnn_sdk_root=qnn_sdk_root,
-            shares=shares_from_args(list(shares)),
-            htp=HtpSettings(vtcm_mb=vtcm_mb, optimization_mode=optimization_mode, spill_fill=spill_fill,
-                            keep_fp16=tuple(n.strip() for n in (keep_fp16 or "").split(",") if n.strip())))
-        summary = compile_models(models_from_args(list(models)), list(socs), out, options, progress)
+            backend=BackendName(args.backend) if args.backend else None, precision=Precision(args.precision),
+            calib=args.calib, preprocess=args.preprocess, jobs=args.jobs, use_cache=not args.no_cache,
+            cache_dir=args.cache_dir, qnn_sdk_root=args.qnn_sdk_root, shares=shares_from_args(list(args.shares)),
+            htp=HtpSettings(vtcm_mb=args.vtcm_mb, optimization_mode=args.optimization_mode,
+                            spill_fill=args.spill_fill,
+                            keep_fp16=tuple(n.strip() for n in (args.keep_fp16 or "").split(",") if n.strip())))
+        summary = compile_models(models_from_args(list(args.models)), list(args.socs), args.out, options, progress)
     report(summary, as_json, _render_compile)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -42,6 +43,7 @@ from qnndeploy.cli._common import (
     emit_json,
     escaped,
     fail,
+    gathered,
     handles_errors,
     json_option,
     jsonable,
@@ -228,6 +230,19 @@ def _render_profile_end(result: Profile, pid: int, csv_path: Path | None) -> Non
         _say(f"wrote {csv_path}")
 
 
+@dataclass(frozen=True, kw_only=True)
+class ProfileArgs:
+    """What `qnndeploy device profile` is asked: its options as click parsed them, a field each."""
+
+    pid: int | None
+    package: str | None
+    serial: str | None
+    interval: float
+    duration: float | None
+    csv_path: Path | None
+    timeout: float | None
+
+
 @device.command("profile")
 @click.option("--pid", type=int, metavar="PID", help="Process id on the device.")
 @click.option("--package", metavar="NAME", help="App package name (its process is found with pidof).")
@@ -242,8 +257,8 @@ def _render_profile_end(result: Profile, pid: int, csv_path: Path | None) -> Non
 @json_option
 @handles_errors
 @escapes_errors
-def device_profile(pid: int | None, package: str | None, serial: str | None, interval: float,
-                   duration: float | None, csv_path: Path | None, timeout: float | None, as_json: bool) -> None:
+@gathered(ProfileArgs)
+def device_profile(args: ProfileArgs, as_json: bool) -> None:
     """CPU use of a process and its threads, and the battery.
 
     Every interval: the process's CPU use (give --pid or --package) and each thread's (100% = one core), and
@@ -251,30 +266,31 @@ def device_profile(pid: int | None, package: str | None, serial: str | None, int
 
     Measure before moving a model to the NPU: the NPU pays off where the CPU is busy.
     """
-    if (pid is None) == (package is None):
+    if (args.pid is None) == (args.package is None):
         fail("give exactly one of --pid PID or --package NAME")
-    result, sampled = api.device_profile(serial, pid=pid, package=package, interval=interval, timeout=timeout)
+    result, sampled = api.device_profile(args.serial, pid=args.pid, package=args.package, interval=args.interval,
+                                         timeout=args.timeout)
     if not as_json:
-        _say(f"{result.serial}: process {result.pid} ({result.name}), every {interval:g} s, CLK_TCK {result.clk_tck}"
-                   f"{'' if duration else ' - Ctrl-C to stop'}")
+        _say(f"{result.serial}: process {result.pid} ({result.name}), every {args.interval:g} s, "
+             f"CLK_TCK {result.clk_tck}{'' if args.duration else ' - Ctrl-C to stop'}")
         _say(f"{'time':>8} {'cpu':>7}  {'battery':<22} busiest threads")
     try:
         for s in sampled:
             if not as_json:
                 top = ", ".join(f"{t.name} {t.cpu_percent:.0f}%" for t in s.threads[:3])
                 _say(f"{s.time_s:>7.1f}s {s.cpu_percent:>6.1f}%  {_battery_text(s.battery):<22} {top}")
-            if duration is not None and s.time_s + 1e-3 >= duration:
+            if args.duration is not None and s.time_s + 1e-3 >= args.duration:
                 break
     except KeyboardInterrupt:
         pass  # Ctrl-C is how an open-ended profile ends: keep what was measured
-    if csv_path:
-        write_profile_csv(result, csv_path)
+    if args.csv_path:
+        write_profile_csv(result, args.csv_path)
     if as_json:
         samples = cast(dict[str, Any], jsonable(result))  # a dataclass: a dict
         emit_json({**samples, "mean_cpu_percent": result.mean_cpu(), "threads": result.thread_means(),
                    "powered": result.powered})
     else:
-        _render_profile_end(result, result.pid, csv_path)
+        _render_profile_end(result, result.pid, args.csv_path)
 
 
 # --- verify -------------------------------------------------------------------------------------------------------
@@ -417,6 +433,31 @@ def _render_verifications(report: VerifyReport, results: list[DeviceVerification
             _say(f"record: {shown(r.record)}")
 
 
+@dataclass(frozen=True, kw_only=True)
+class VerifyArgs:
+    """What `qnndeploy device verify` is asked: its options as click parsed them, a field each."""
+
+    bundle_dir: Path
+    serial: str | None
+    all_devices: bool
+    runner: Path | None
+    ort_runner: Path | None
+    qnn_sdk_root: Path | None
+    inputs: Path | None
+    preprocess: str | None
+    random_: int | None
+    seed: int
+    ranges: dict[str, tuple[int, int]]
+    runs: int
+    record_dir: Path
+    aihub: bool
+    hosted_names: tuple[str, ...]
+    hosted_socs: tuple[str, ...]
+    play_dir: Path | None
+    timeout: float | None
+    allow_unchecked: bool
+
+
 @device.command("verify")
 @click.argument("bundle_dir", metavar="BUNDLE", type=click.Path(path_type=Path))
 @serial_option
@@ -450,12 +491,8 @@ def _render_verifications(report: VerifyReport, results: list[DeviceVerification
 @json_option
 @handles_errors
 @escapes_errors
-def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runner: Path | None,
-                  ort_runner: Path | None, qnn_sdk_root: Path | None, inputs: Path | None, preprocess: str | None,
-                  random_: int | None,
-                  seed: int, ranges: dict[str, tuple[int, int]], runs: int,
-                  record_dir: Path, aihub: bool, hosted_names: tuple[str, ...], hosted_socs: tuple[str, ...],
-                  play_dir: Path | None, timeout: float | None, allow_unchecked: bool, as_json: bool) -> None:
+@gathered(VerifyArgs)
+def device_verify(args: VerifyArgs, as_json: bool) -> None:
     """Push a bundle to a phone, run it there, record the result.
 
     The bundle folder goes to the phone as the app would use it and is checked there; with a runner, it runs
@@ -484,30 +521,37 @@ def device_verify(bundle_dir: Path, serial: str | None, all_devices: bool, runne
     time, first and warm load time, peak memory and compute units recorded, with the job's id and URL.
     """
     given = click.get_current_context().get_parameter_source("serial") == click.core.ParameterSource.COMMANDLINE
-    if (hosted_names or hosted_socs) and not aihub:
+    if (args.hosted_names or args.hosted_socs) and not args.aihub:
         fail("--device and --soc choose AI Hub's phones: add --aihub (over adb, use -s SERIAL)")
-    if aihub and (given or all_devices or runner or ort_runner or qnn_sdk_root or play_dir or timeout is not None):
+    if args.aihub and (given or args.all_devices or args.runner or args.ort_runner or args.qnn_sdk_root
+                       or args.play_dir or args.timeout is not None):
         fail("--aihub runs on AI Hub's phones: -s, --all, --runner, --ort-runner, --qnn-sdk-root, --play and "
              "--timeout are for phones over adb")
-    if all_devices and given:
+    if args.all_devices and given:
         fail("give -s SERIAL or --all, not both")
-    request = PhoneRequest(bundle=bundle_dir, serial=None if all_devices else serial, all_devices=all_devices,
-                           aihub=aihub, hosted_names=hosted_names, hosted_socs=hosted_socs, runner=runner,
-                           ort_runner=ort_runner, qnn_sdk_root=qnn_sdk_root, inputs=inputs, preprocess=preprocess,
-                           random=random_, seed=seed, ranges=ranges, runs=runs, record_dir=record_dir, play=play_dir,
-                           timeout=timeout, allow_unchecked=allow_unchecked)
+    request = _on_phones(args, aihub=args.aihub, hosted_names=args.hosted_names, hosted_socs=args.hosted_socs,
+                         play=args.play_dir)
     with step_progress("device verify") as live:
         report, results = on_phones(request, None if as_json else live.read, live.step)
     if as_json:
         emit_json({"bundle": report, "devices": results})
-    elif aihub:
+    elif args.aihub:
         _say(f"bundle {report.name} {report.version} (QAIRT {report.qairt}): verified; on AI Hub:")
         _render_hosted_table(results)
     else:
-        _render_verifications(report, results, all_devices)
+        _render_verifications(report, results, args.all_devices)
     code = _exit_code(results)
     if code:
         sys.exit(code)
+
+
+def _on_phones(args: VerifyArgs | BenchArgs, **more: Any) -> PhoneRequest:
+    """The bundle on phones as device verify and device bench ask for it (`more`: verify's own fields)."""
+    return PhoneRequest(bundle=args.bundle_dir, serial=None if args.all_devices else args.serial,
+                        all_devices=args.all_devices, runner=args.runner, ort_runner=args.ort_runner,
+                        qnn_sdk_root=args.qnn_sdk_root, inputs=args.inputs, preprocess=args.preprocess,
+                        random=args.random_, seed=args.seed, ranges=args.ranges, runs=args.runs,
+                        record_dir=args.record_dir, timeout=args.timeout, allow_unchecked=args.allow_unchecked, **more)
 
 
 # --- bench --------------------------------------------------------------------------------------------------------
@@ -575,6 +619,37 @@ def _render_bench_record(r: BenchRecord, path: Path | None) -> None:
         _say(f"record: {shown(path)}")
 
 
+@dataclass(frozen=True, kw_only=True)
+class BenchArgs:
+    """What `qnndeploy device bench` is asked: its options as click parsed them, a field each."""
+
+    bundle_dir: Path
+    serial: str | None
+    all_devices: bool
+    graph: str | None
+    runs: int
+    blocks: int
+    minutes: float | None
+    perf_modes: tuple[str, ...]
+    cpu_threads: int | None
+    input_seconds: float | None
+    baseline: Path | None
+    threshold: float
+    runner: Path | None
+    ort_runner: Path | None
+    qnn_sdk_root: Path | None
+    profile_level: ProfileLevel | None
+    profile_viewer: Path | None
+    inputs: Path | None
+    preprocess: str | None
+    random_: int | None
+    seed: int
+    ranges: dict[str, tuple[int, int]]
+    record_dir: Path
+    timeout: float | None
+    allow_unchecked: bool
+
+
 @device.command("bench")
 @click.argument("bundle_dir", metavar="BUNDLE", type=click.Path(path_type=Path))
 @serial_option
@@ -621,13 +696,8 @@ def _render_bench_record(r: BenchRecord, path: Path | None) -> None:
 @json_option
 @handles_errors
 @escapes_errors
-def device_bench(bundle_dir: Path, serial: str | None, all_devices: bool, graph: str | None, runs: int,
-                 blocks: int, minutes: float | None, perf_modes: tuple[str, ...], cpu_threads: int | None,
-                 input_seconds: float | None, baseline: Path | None, threshold: float, runner: Path | None,
-                 ort_runner: Path | None, qnn_sdk_root: Path | None, profile_level: ProfileLevel | None,
-                 profile_viewer: Path | None, inputs: Path | None, preprocess: str | None,
-                 random_: int | None, seed: int, ranges: dict[str, tuple[int, int]], record_dir: Path,
-                 timeout: float | None, allow_unchecked: bool, as_json: bool) -> None:
+@gathered(BenchArgs)
+def device_bench(args: BenchArgs, as_json: bool) -> None:
     """Is the NPU worth it on this phone? NPU against CPU, with energy and heat.
 
     On each phone, for the target the app's decision picks, the same inputs run through the NPU (qnn-net-run on
@@ -642,15 +712,13 @@ def device_bench(bundle_dir: Path, serial: str | None, all_devices: bool, graph:
     baseline of another graph, phone or bundle).
     """
     given = click.get_current_context().get_parameter_source("serial") == click.core.ParameterSource.COMMANDLINE
-    if all_devices and given:
+    if args.all_devices and given:
         fail("give -s SERIAL or --all, not both")
-    request = PhoneRequest(bundle=bundle_dir, serial=None if all_devices else serial, all_devices=all_devices,
-                           runner=runner, ort_runner=ort_runner, qnn_sdk_root=qnn_sdk_root, inputs=inputs,
-                           preprocess=preprocess, random=random_, seed=seed, ranges=ranges, runs=runs,
-                           record_dir=record_dir, timeout=timeout, allow_unchecked=allow_unchecked)
-    options = BenchOptions(graph=graph, runs=runs, blocks=blocks, minutes=minutes, perf_modes=perf_modes,
-                           cpu_threads=cpu_threads, input_seconds=input_seconds, baseline=baseline,
-                           threshold=threshold, profile=profile_level, profile_viewer=profile_viewer)
+    request = _on_phones(args)
+    options = BenchOptions(graph=args.graph, runs=args.runs, blocks=args.blocks, minutes=args.minutes,
+                           perf_modes=args.perf_modes, cpu_threads=args.cpu_threads, input_seconds=args.input_seconds,
+                           baseline=args.baseline, threshold=args.threshold, profile=args.profile_level,
+                           profile_viewer=args.profile_viewer)
     with step_progress("device bench") as live:
         results = api.device_bench(request, options, live.step)
     if as_json:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -9,6 +10,7 @@ import click
 from qnndeploy.api import DiagnoseOptions, DiagnoseResult, check_plot, diagnose_job_record, write_diagnose_plot
 from qnndeploy.api import diagnose as find_the_tensor
 from qnndeploy.cli._common import (
+    gathered,
     handles_errors,
     json_option,
     num,
@@ -77,6 +79,21 @@ def _render(result: DiagnoseResult) -> None:
             click.echo(f"      {r.command}")
 
 
+@dataclass(frozen=True, kw_only=True)
+class DiagnoseArgs:
+    """What `qnndeploy diagnose` is asked: its options as click parsed them, a field each."""
+
+    target: Path
+    inputs: Path | None
+    preprocess: str | None
+    random_: int | None
+    seed: int
+    ranges: dict[str, tuple[int, int]]
+    min_snr_db: float | None
+    graph: str | None
+    plot_path: Path | None
+
+
 @click.command()
 @click.argument("target", metavar="BUILD/GRAPH/SOC", type=click.Path(path_type=Path))
 @sample_options(random_default="validate's samples, from its record; else 1")
@@ -87,9 +104,8 @@ def _render(result: DiagnoseResult) -> None:
               help="Write the error curve (SNR against position in the graph) as a PNG.")
 @json_option
 @handles_errors
-def diagnose(target: Path, inputs: Path | None, preprocess: str | None, random_: int | None, seed: int,
-             ranges: dict[str, tuple[int, int]], min_snr_db: float | None, graph: str | None, plot_path: Path | None,
-             as_json: bool) -> None:
+@gathered(DiagnoseArgs)
+def diagnose(args: DiagnoseArgs, as_json: bool) -> None:
     """Find the tensor where the NPU's numbers go wrong, and why.
 
     Compares CPU fp32 and the host HTP emulator tensor by tensor along one compiled job's graph: copies of the
@@ -100,17 +116,17 @@ def diagnose(target: Path, inputs: Path | None, preprocess: str | None, random_:
     validate's samples (those of its record, unless given) by validate's rules: exit 1 when that fails, and when no
     probed tensor is to blame it says what the failing metric measures and which validate thresholds fit.
     """
-    if plot_path is not None:
-        check_plot(plot_path)  # before the run: a plot that cannot be written would fail after it
-    tc = toolchain.needed([diagnose_job_record(target, graph).qairt_version])
+    if args.plot_path is not None:
+        check_plot(args.plot_path)  # before the run: a plot that cannot be written would fail after it
+    tc = toolchain.needed([diagnose_job_record(args.target, args.graph).qairt_version])
     if tc is not None:  # compiled with compile --qairt: probe with that QAIRT's compiler and emulator
         under_toolchain(tc)
-    options = DiagnoseOptions(inputs=inputs, random=random_, seed=seed, preprocess=preprocess, min_snr_db=min_snr_db,
-                              graph=graph, ranges=ranges)
+    options = DiagnoseOptions(inputs=args.inputs, random=args.random_, seed=args.seed, preprocess=args.preprocess,
+                              min_snr_db=args.min_snr_db, graph=args.graph, ranges=args.ranges)
     with step_progress("diagnose") as live:
-        result = find_the_tensor(target, options, live.step)
-    if plot_path is not None:
-        write_diagnose_plot(result, plot_path)
+        result = find_the_tensor(args.target, options, live.step)
+    if args.plot_path is not None:
+        write_diagnose_plot(result, args.plot_path)
         if not as_json:
-            click.echo(f"plot: {shown(plot_path)}")
+            click.echo(f"plot: {shown(args.plot_path)}")
     report(result, as_json, _render)

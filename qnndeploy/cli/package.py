@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -12,6 +13,7 @@ from qnndeploy.cli._common import (
     byte_progress,
     emit_json,
     escaped,
+    gathered,
     handles_errors,
     json_option,
     shallow_option,
@@ -58,6 +60,19 @@ def _render(result: PlayPackage) -> None:
         click.echo(f"  {line}")
 
 
+@dataclass(frozen=True, kw_only=True)
+class PlayArgs:
+    """What `qnndeploy package play` is asked: its options as click parsed them, a field each."""
+
+    bundle: Path
+    out: Path
+    delivery: str
+    pack: str
+    force: bool
+    shallow: bool
+    allow_unchecked: bool
+
+
 @package.command()
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), metavar="DIR",
@@ -75,8 +90,8 @@ def _render(result: PlayPackage) -> None:
 @unchecked_option
 @json_option
 @handles_errors
-def play(bundle: Path, out: Path, delivery: str, pack: str, force: bool, shallow: bool, allow_unchecked: bool,
-         as_json: bool) -> None:
+@gathered(PlayArgs)
+def play(args: PlayArgs, as_json: bool) -> None:
     """Write a Google Play AI pack of BUNDLE, one device group per SoC.
 
     Each group holds its targets' NPU files and is selected by Build.SOC_MANUFACTURER (QTI or Qualcomm) and
@@ -88,8 +103,8 @@ def play(bundle: Path, out: Path, delivery: str, pack: str, force: bool, shallow
     BUNDLE is not a bundle).
     """
     with byte_progress("verifying, hashing and deflating", as_json) as progress:
-        result = package_play(bundle, out, pack=pack, delivery=delivery, force=force, deep=not shallow,
-                              allow_unchecked=allow_unchecked, progress=progress)
+        result = package_play(args.bundle, args.out, pack=args.pack, delivery=args.delivery, force=args.force,
+                              deep=not args.shallow, allow_unchecked=args.allow_unchecked, progress=progress)
     if as_json:
         emit_json(result)
     else:

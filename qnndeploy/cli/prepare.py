@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -23,6 +24,7 @@ from qnndeploy.cli._common import (
     assignments,
     command_line,
     emit_json,
+    gathered,
     handles_errors,
     json_option,
     next_step,
@@ -79,6 +81,26 @@ def _render_split(result: SplitResult) -> None:
               + " ...")
 
 
+@dataclass(frozen=True, kw_only=True)
+class PrepareArgs:
+    """What `qnndeploy prepare` is asked: its options as click parsed them, a field each."""
+
+    model: Path
+    out: Path
+    shapes: tuple[str, ...]
+    int32_inputs: bool
+    freeze: tuple[str, ...]
+    no_simplify: bool
+    fuse: bool
+    rewrites: str | None
+    split_at: str | None
+    split_size: float | None
+    cpu_part: str
+    inputs_dir: Path | None
+    tolerance: float
+    force: bool
+
+
 @click.command()
 @click.argument("model", type=click.Path(path_type=Path), metavar="MODEL.onnx")
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), metavar="OUT.onnx",
@@ -115,9 +137,8 @@ def _render_split(result: SplitResult) -> None:
 @click.option("--force", is_flag=True, help="Replace an existing OUT.onnx (and its .prepare.json and .onnx.data).")
 @json_option
 @handles_errors
-def prepare(model: Path, out: Path, shapes: tuple[str, ...], int32_inputs: bool, freeze: tuple[str, ...],
-            no_simplify: bool, fuse: bool, rewrites: str | None, split_at: str | None, split_size: float | None,
-            cpu_part: str, inputs_dir: Path | None, tolerance: float, force: bool, as_json: bool) -> None:
+@gathered(PrepareArgs)
+def prepare(args: PrepareArgs, as_json: bool) -> None:
     """Make a model NPU-ready, proven equivalent on CPU.
 
     Static shapes, int32 I/O, frozen settings, folded and re-inferred; then the original and the prepared
@@ -130,27 +151,33 @@ def prepare(model: Path, out: Path, shapes: tuple[str, ...], int32_inputs: bool,
     Exit codes: 0 written; 1 the prepared model differs from the original beyond
     --tolerance (nothing written); 2 bad input (nothing written); 3 missing tool.
     """
-    if split_at is not None or split_size is not None:
-        option = "--split-at" if split_at is not None else "--split-size"
-        if split_at is not None and split_size is not None:
+    if args.split_at is not None or args.split_size is not None:
+        option = "--split-at" if args.split_at is not None else "--split-size"
+        if args.split_at is not None and args.split_size is not None:
             raise BadInput("--split-at and --split-size are two ways to split: give one")
-        if shapes or freeze or int32_inputs or no_simplify or fuse or rewrites:
+        if args.shapes or args.freeze or args.int32_inputs or args.no_simplify or args.fuse or args.rewrites:
             raise BadInput(f"{option} cuts a model that is already prepared: run prepare with the other "
                            f"options first, then prepare {option} on its output")
-        parts = split_model(model, out, [t.strip() for t in split_at.split(",") if t.strip()], cpu=Side(cpu_part),
-                            inputs_dir=inputs_dir, tolerance=tolerance, force=force) if split_at is not None \
-            else split_by_size(model, out, split_size or 0.0, inputs_dir=inputs_dir, tolerance=tolerance, force=force)
+        if args.split_at is not None:
+            parts = split_model(args.model, args.out, [t.strip() for t in args.split_at.split(",") if t.strip()],
+                                cpu=Side(args.cpu_part), inputs_dir=args.inputs_dir, tolerance=args.tolerance,
+                                force=args.force)
+        else:
+            parts = split_by_size(args.model, args.out, args.split_size or 0.0, inputs_dir=args.inputs_dir,
+                                  tolerance=args.tolerance, force=args.force)
         if as_json:
             emit_json(parts)
         else:
             _render_split(parts)
         return
-    result = prepare_model(model, out, PrepareOptions(
-        shapes=assignments(shapes, "--shape", parse_shape), int32_inputs=int32_inputs,
-        freeze=assignments(freeze, "--freeze", lambda v: parse_assignment(v, "--freeze")), simplify=not no_simplify,
-        inputs_dir=inputs_dir, tolerance=tolerance, force=force, fuse=fuse,
-        rewrite=tuple(rewriting.parse_kinds(rewrites)) if rewrites is not None else ()))
+    result = prepare_model(args.model, args.out, PrepareOptions(
+        shapes=assignments(args.shapes, "--shape", parse_shape), int32_inputs=args.int32_inputs,
+        freeze=assignments(args.freeze, "--freeze", lambda v: parse_assignment(v, "--freeze")),
+        simplify=not args.no_simplify,
+        inputs_dir=args.inputs_dir, tolerance=args.tolerance, force=args.force, fuse=args.fuse,
+        rewrite=tuple(rewriting.parse_kinds(args.rewrites)) if args.rewrites is not None else ()))
     if as_json:
         emit_json(result)
     else:
-        _render_prepare(result, for_w8a16=_for_w8a16(fuse, rewriting.parse_kinds(rewrites) if rewrites else []))
+        asked = rewriting.parse_kinds(args.rewrites) if args.rewrites else []
+        _render_prepare(result, for_w8a16=_for_w8a16(args.fuse, asked))

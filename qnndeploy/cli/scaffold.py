@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -12,6 +13,7 @@ from qnndeploy.cli._common import (
     byte_progress,
     emit_json,
     escaped,
+    gathered,
     handles_errors,
     json_option,
     shallow_option,
@@ -42,6 +44,22 @@ def _render_scaffold(result: ScaffoldResult) -> None:
             click.echo(f"  {line}")
 
 
+@dataclass(frozen=True, kw_only=True)
+class ScaffoldArgs:
+    """What `qnndeploy scaffold` is asked: its options as click parsed them, a field each."""
+
+    bundle: Path
+    package: str
+    out: Path
+    engine: str
+    ort_aar: str | None
+    app: bool
+    play: Path | None
+    force: bool
+    shallow: bool
+    allow_unchecked: bool
+
+
 @click.command()
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--package", required=True, metavar="NAME", help="The app's Java/Kotlin package, e.g. com.example.foo "
@@ -67,8 +85,8 @@ def _render_scaffold(result: ScaffoldResult) -> None:
 @unchecked_option
 @json_option
 @handles_errors
-def scaffold(bundle: Path, package: str, out: Path, engine: str, ort_aar: str | None, app: bool, play: Path | None,
-             force: bool, shallow: bool, allow_unchecked: bool, as_json: bool) -> None:
+@gathered(ScaffoldArgs)
+def scaffold(args: ScaffoldArgs, as_json: bool) -> None:
     """Generate the app side of a bundle: Kotlin glue.
 
     The Kotlin runtime selector (NPU or CPU on each phone) and engine glue, Gradle and manifest snippets.
@@ -79,8 +97,9 @@ def scaffold(bundle: Path, package: str, out: Path, engine: str, ort_aar: str | 
     the app (with --play, three more: the pack's Gradle files).
     """
     with byte_progress("verifying", as_json) as progress:
-        result = scaffold_bundle(bundle, package, out, engine=engine, ort_aar=ort_aar, app=app, play=play,
-                                 force=force, deep=not shallow, allow_unchecked=allow_unchecked, progress=progress)
+        result = scaffold_bundle(args.bundle, args.package, args.out, engine=args.engine, ort_aar=args.ort_aar,
+                                 app=args.app, play=args.play, force=args.force, deep=not args.shallow,
+                                 allow_unchecked=args.allow_unchecked, progress=progress)
     if as_json:
         emit_json(result)
     else:

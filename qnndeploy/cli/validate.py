@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -18,6 +19,7 @@ from qnndeploy.api import (
 )
 from qnndeploy.cli._common import (
     command_line,
+    gathered,
     handles_errors,
     job_progress,
     json_option,
@@ -149,6 +151,31 @@ def _task_specs(specs: tuple[str, ...]) -> dict[str | None, str]:
     return found
 
 
+@dataclass(frozen=True, kw_only=True)
+class ValidateArgs:
+    """What `qnndeploy validate` is asked: its options as click parsed them, a field each."""
+
+    build: Path
+    inputs: Path | None
+    preprocess: str | None
+    random_: int | None
+    seed: int
+    ranges: dict[str, tuple[int, int]]
+    min_cosine: float | None
+    min_snr_db: float | None
+    atol: float | None
+    min_topk_jaccard: float | None
+    task_specs: tuple[str, ...]
+    loop_spec: str | None
+    min_top1: float | None
+    max_error_rate: float | None
+    reason: str | None
+    graphs: tuple[str, ...]
+    socs: tuple[str, ...]
+    jobs: int | None
+    estimate: bool
+
+
 @click.command()
 @click.argument("build", type=click.Path(path_type=Path))
 @sample_options()
@@ -186,12 +213,8 @@ def _task_specs(specs: tuple[str, ...]) -> dict[str | None, str]:
               help="Jobs at once, results in the build's order [default: half the CPU cores, at least 1].")
 @json_option
 @handles_errors
-def validate(build: Path, inputs: Path | None, preprocess: str | None, random_: int | None, seed: int,
-             ranges: dict[str, tuple[int, int]], min_cosine: float | None, min_snr_db: float | None, atol: float | None,
-             min_topk_jaccard: float | None, task_specs: tuple[str, ...], loop_spec: str | None,
-             min_top1: float | None,
-             max_error_rate: float | None, reason: str | None, graphs: tuple[str, ...], socs: tuple[str, ...],
-             jobs: int | None, estimate: bool, as_json: bool) -> None:
+@gathered(ValidateArgs)
+def validate(args: ValidateArgs, as_json: bool) -> None:
     """Compare each context binary on the HTP emulator with the CPU.
 
     Runs each compiled context on the host HTP emulator and the source ONNX on onnxruntime CPU with the same
@@ -200,16 +223,17 @@ def validate(build: Path, inputs: Path | None, preprocess: str | None, random_: 
     BUILD/<graph>/<SoC>/validation.json. Exit 1 when a target fails or cannot run, or when nothing could be
     validated. Emulator timings are not phone timings.
     """
-    tc = toolchain.needed(emulated_qairts(build))
+    tc = toolchain.needed(emulated_qairts(args.build))
     if tc is not None:  # compiled with compile --qairt: the emulator of that QAIRT runs them
         under_toolchain(tc)
-    overrides = {k: v for k, v in (("min_cosine", min_cosine), ("min_snr_db", min_snr_db), ("atol", atol),
-                                   ("min_topk_jaccard", min_topk_jaccard), ("min_top1", min_top1),
-                                   ("max_error_rate", max_error_rate)) if v is not None}
+    overrides = {k: v for k, v in (("min_cosine", args.min_cosine), ("min_snr_db", args.min_snr_db),
+                                   ("atol", args.atol), ("min_topk_jaccard", args.min_topk_jaccard),
+                                   ("min_top1", args.min_top1), ("max_error_rate", args.max_error_rate))
+                 if v is not None}
     with job_progress("validating on the HTP emulator") as progress:
-        options = ValidateOptions(inputs=inputs, random=random_, seed=seed, preprocess=preprocess,
-                                  thresholds=overrides, reason=reason, graphs=list(graphs), soc_names=list(socs),
-                                  jobs=jobs, ranges=ranges, tasks=_task_specs(task_specs), loop=loop_spec,
-                                  estimate=estimate)
-        summary = validate_build(build, options, progress)
+        options = ValidateOptions(inputs=args.inputs, random=args.random_, seed=args.seed, preprocess=args.preprocess,
+                                  thresholds=overrides, reason=args.reason, graphs=list(args.graphs),
+                                  soc_names=list(args.socs), jobs=args.jobs, ranges=args.ranges,
+                                  tasks=_task_specs(args.task_specs), loop=args.loop_spec, estimate=args.estimate)
+        summary = validate_build(args.build, options, progress)
     report(summary, as_json, _render_validation)

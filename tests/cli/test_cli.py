@@ -3,12 +3,15 @@ for a path that is not a bundle, and `qnndeploy cache` over a cache filled by re
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
+import inspect
 import json
 import re
 import subprocess
 import sys
+import typing
 import zipfile
 from pathlib import Path
 
@@ -59,6 +62,24 @@ def test_every_command_has_help_and_every_option_says_what_it_does(path):
     for param in command.params:
         if isinstance(param, click.Option) and not param.hidden and param.name != "help":
             assert (param.help or "").strip(), f"{' '.join(path)} {param.opts[0]} has no help text"
+
+
+@pytest.mark.parametrize("path", [p for p in command_paths() if not isinstance(functools.reduce(sub, p, ROOT),
+                                                                              click.Group)], ids=" ".join)
+def test_a_command_with_many_options_takes_them_as_one_dataclass(path):
+    """cli/_common.gathered: a command with more than 7 parameters takes `args`, a frozen dataclass with one field
+    per option (named as the option's parameter, --json apart), and none more."""
+    command = functools.reduce(sub, path, ROOT)
+    assert command.callback is not None
+    fn = inspect.unwrap(command.callback)
+    params = list(inspect.signature(fn).parameters)
+    options = {p.name for p in command.params} - {"as_json"}
+    if params[0] != "args":
+        assert len(params) <= 7, f"{' '.join(path)}: {len(params)} parameters; gather them (cli/_common.gathered)"
+        return
+    kind = typing.get_type_hints(fn)["args"]
+    assert dataclasses.is_dataclass(kind) and kind.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert {f.name for f in dataclasses.fields(kind)} == options
 
 
 def test_the_listing_is_each_commands_own_first_help_line():
