@@ -37,7 +37,6 @@ from typing import Any
 from qnndeploy import __version__
 from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import JSON, ByteProgress, sha256_file, write_json
-from qnndeploy.base.names import DEVICE_RECORD
 from qnndeploy.base.pool import Pool
 from qnndeploy.decide import decision
 from qnndeploy.device import opprofile, ortrunner, runner
@@ -45,6 +44,7 @@ from qnndeploy.device.adb import FILES, Device, LocalFile, MiB, Upload, connect,
 from qnndeploy.device.runner import Clock
 from qnndeploy.formats import benchrecord, playplan
 from qnndeploy.formats.benchrecord import Launch
+from qnndeploy.formats.devicerecord import DeviceRecord
 from qnndeploy.formats.manifest import FileFormat, Graph, Manifest, Provider, load_manifest
 from qnndeploy.formats.records import ValidationRecord
 from qnndeploy.model import metrics, samples, tasks
@@ -53,8 +53,6 @@ from qnndeploy.qnn import epcontext, markers
 from qnndeploy.verification.checks import VerifyReport, opened
 
 REMOTE_ROOT = "/data/local/tmp/qnndeploy"
-RECORD = DEVICE_RECORD
-RECORD_VERSION = 1
 DEFAULT_RECORD_DIR = Path("device-records")
 CPU_EXPECTED = "CPU fallback expected"
 NPU_EXPECTED = "NPU expected, if the QNN libraries load (not run: no runner)"
@@ -801,29 +799,24 @@ def write_record(job: DeviceJob, r: DeviceVerification) -> Path:
     stamp = datetime.now(UTC)
     name = f"{job.bundle_id}_{re.sub(r'[^A-Za-z0-9_.-]', '_', r.serial)}_{stamp:%Y%m%dT%H%M%SZ}.json"
     path = job.record_dir / name
-    write_json(path, {
-        "record": RECORD, "version": RECORD_VERSION, "ok": r.ok, "outcome": str(r.outcome),
-        "device": {"serial": r.serial, "model": r.model, "android_release": r.android_release, "sdk": r.sdk},
-        "soc": {"model": r.soc, "identified_by": r.identified_by, "dsp_arch": r.dsp_arch},
-        "bundle": {"name": job.manifest.name, "version": job.manifest.version,
-                   "qairt_version": job.manifest.qairt.version, "qairt_build": job.manifest.qairt.build,
-                   "path": str(job.given.resolve())},
-        "decision": {"provider": r.provider, "npu_source": r.npu_source, "compile_budget_s": r.compile_budget_s,
-                     "reason": r.reason, "expectation": r.expectation},
-        "push": {"remote_dir": r.remote_dir, **(asdict(r.push) if r.push else {})},
-        "runner": {"path": r.runner, "local": str(job.runner) if job.runner else None, "note": r.runner_note,
-                   "environment": r.environment,
-                   "timing": (ON_DEVICE_TIMING_NOTE if r.ort_runner else TIMING_NOTE) if r.graphs else None,
-                   "ort": {"path": r.ort_runner, "local": str(job.ort_runner)} if r.ort_runner else None},
-        "on_device": {"compile_s": r.compile_s, "compile_budget_s": r.compile_budget_s} if r.ort_runner else None,
-        "launch": {"note": benchrecord.LAUNCH_NOTE,
-                   "stand_in": benchrecord.STAND_IN_NOTE if r.stand_in else None} if any(
-                       g.launch for g in r.graphs) else None,
-        "graphs": [asdict(g) for g in r.graphs],
-        "play": asdict(r.play) if r.play else None,
-        "tools": {"qnndeploy": __version__},
-        "created": stamp.isoformat(timespec="seconds"),
-    })
+    write_json(path, DeviceRecord(
+        r.ok, str(r.outcome),
+        {"serial": r.serial, "model": r.model, "android_release": r.android_release, "sdk": r.sdk},
+        {"model": r.soc, "identified_by": r.identified_by, "dsp_arch": r.dsp_arch},
+        {"name": job.manifest.name, "version": job.manifest.version, "qairt_version": job.manifest.qairt.version,
+         "qairt_build": job.manifest.qairt.build, "path": str(job.given.resolve())},
+        {"provider": r.provider, "npu_source": r.npu_source, "compile_budget_s": r.compile_budget_s,
+         "reason": r.reason, "expectation": r.expectation},
+        {"remote_dir": r.remote_dir, **(asdict(r.push) if r.push else {})},
+        {"path": r.runner, "local": str(job.runner) if job.runner else None, "note": r.runner_note,
+         "environment": r.environment,
+         "timing": (ON_DEVICE_TIMING_NOTE if r.ort_runner else TIMING_NOTE) if r.graphs else None,
+         "ort": {"path": r.ort_runner, "local": str(job.ort_runner)} if r.ort_runner else None},
+        {"compile_s": r.compile_s, "compile_budget_s": r.compile_budget_s} if r.ort_runner else None,
+        {"note": benchrecord.LAUNCH_NOTE, "stand_in": benchrecord.STAND_IN_NOTE if r.stand_in else None}
+        if any(g.launch for g in r.graphs) else None,
+        tuple(asdict(g) for g in r.graphs), asdict(r.play) if r.play else None, __version__,
+        stamp.isoformat(timespec="seconds")).to_json())
     return path
 
 

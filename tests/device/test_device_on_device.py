@@ -22,6 +22,7 @@ import pytest
 from qnndeploy.base import socs
 from qnndeploy.base.errors import EXIT_NOT_RUN, BadInput
 from qnndeploy.device import ortrunner
+from qnndeploy.formats.devicerecord import DeviceRecord
 from qnndeploy.qnn import htp
 from tests.support import bundles
 from tests.support.cli import run
@@ -192,6 +193,7 @@ def test_verify_compiles_on_the_phone_and_compares_with_the_cpu(emulated_devices
     assert d["compile_s"] == pytest.approx(sum(g["on_device"]["compile_s"] for g in d["graphs"]), abs=1e-3)
     assert "within the budget of 60 s" in d["reason"]
     record = json.loads(Path(d["record"]).read_text())
+    assert json.dumps(DeviceRecord.parse(record).to_json()) == json.dumps(record)  # read strictly, as written
     assert record["decision"]["npu_source"] == "on-device" and record["decision"]["compile_budget_s"] == 60
     assert record["on_device"]["compile_s"] == d["compile_s"]
     assert record["graphs"][0]["on_device"]["compile_s"] == d["graphs"][0]["on_device"]["compile_s"]

@@ -10,6 +10,7 @@ import pytest
 from qnndeploy.base.errors import BadInput
 from qnndeploy.base.names import MANIFEST
 from qnndeploy.formats import benchrecord, estimaterecord, schemas
+from qnndeploy.formats.devicerecord import DeviceRecord
 from qnndeploy.formats.manifest import (
     BundleFile,
     BundleLoop,
@@ -140,3 +141,16 @@ def test_a_split_record_written_and_parsed_is_the_same(tmp_path):
     assert SplitRecord.parse(json.loads(json.dumps(record.to_json())), path) == record
     with pytest.raises(BadInput, match="not a split record"):
         SplitRecord.parse({**record.to_json(), "order": ["head", "middle"]}, path)
+
+
+def test_a_device_verify_record_written_and_parsed_is_the_same():
+    record = DeviceRecord(
+        True, "passed", {"serial": "emulator-5554", "model": "Phone", "android_release": "15", "sdk": 35},
+        {"model": "SM8750", "identified_by": "ro.soc.model", "dsp_arch": "v79"},
+        {"name": "b", "version": "1", "qairt_version": "2.50.0", "qairt_build": None, "path": "/b"},
+        {"provider": "npu", "npu_source": "prebuilt", "compile_budget_s": None, "reason": "r", "expectation": "e"},
+        {"remote_dir": "/data/local/tmp/qnndeploy/b"}, {"path": "/r", "local": None, "note": None},
+        None, None, ({"graph": "g", "status": "passed"},), None, "0", "2026-12-05T00:00:00+00:00")
+    assert DeviceRecord.parse(json.loads(json.dumps(record.to_json()))) == record
+    with pytest.raises(BadInput, match="'outcome'"):
+        DeviceRecord.parse({**record.to_json(), "outcome": "fine"})
