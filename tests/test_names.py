@@ -16,6 +16,7 @@ CAP_WORDS = re.compile(r"_?[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*")
 GENERICS = {"dict", "list", "tuple", "set", "frozenset", "type", "Callable", "Mapping", "Sequence", "Iterable",
             "Iterator"}
 
+
 def _is_type(value: ast.expr) -> bool:
     """Whether a module-level value reads as a type: a generic (`dict[str, int]`), a union, or another type's name."""
     if isinstance(value, ast.BinOp):
