@@ -88,7 +88,7 @@ def main() -> None:
             with verify.checked_bundle(bundle) as (_, report, manifest):
                 if not report.ok or manifest is None:
                     fail(f"the bundle does not verify: {report.problems}")
-            job = verify.DeviceJob(bundle, manifest, record_dir=tmp / "records")
+            job = verify.DeviceJob(bundle, manifest, verify.PhoneRequest(bundle=bundle, record_dir=tmp / "records"))
             dev = connect(serial)
 
             first = verify.verify_device(job, serial)

@@ -68,7 +68,6 @@ if TYPE_CHECKING:  # the command line's names, not public (docs/api.md: internal
     from qnndeploy import validate as _validate
     from qnndeploy.api import _diagnose as _plotting
     from qnndeploy.api._bundles import verify_with_runtime as verify_with_runtime
-    from qnndeploy.api._phones import PhoneRequest as PhoneRequest
     from qnndeploy.api._phones import device_bench as device_bench
     from qnndeploy.api._phones import device_profile as device_profile
     from qnndeploy.api._phones import on_phones as on_phones
@@ -88,6 +87,7 @@ if TYPE_CHECKING:  # the command line's names, not public (docs/api.md: internal
     from qnndeploy.device.profile import Profile as Profile
     from qnndeploy.device.verify import NOT_RUN as NOT_RUN
     from qnndeploy.device.verify import GraphRun as GraphRun
+    from qnndeploy.device.verify import PhoneRequest as PhoneRequest
     from qnndeploy.device.verify import VerifyOutcome as VerifyOutcome
     from qnndeploy.diagnose import check_plot as check_plot
     from qnndeploy.doctor import DoctorReport as DoctorReport
@@ -191,8 +191,7 @@ HOMES: dict[str, str] = {
     "qnndeploy.api._bundles": "package_play reach scaffold verify_bundle verify_with_runtime",
     "qnndeploy.api._diagnose": "write_diagnose_plot=write_plot",
     "qnndeploy.api._estimate": "estimate",
-    "qnndeploy.api._phones": ("device_verify device_verify_hosted hosted_devices PhoneRequest device_bench "
-                              "device_profile on_phones"),
+    "qnndeploy.api._phones": "device_verify device_verify_hosted hosted_devices device_bench device_profile on_phones",
     "qnndeploy.base.errors": "BadInput MissingTool QnnDeployError",
     "qnndeploy.base.interrupt": "Run",
     "qnndeploy.base.socs": "Soc socs=catalog find_soc=find soc_sources=sources",
@@ -207,7 +206,7 @@ HOMES: dict[str, str] = {
     "qnndeploy.device.bench": "BenchOptions=Options BENCH_THRESHOLD=DEFAULT_THRESHOLD",
     "qnndeploy.device.opprofile": "ProfileLevel=Level",
     "qnndeploy.device.profile": "Battery Profile write_profile_csv=write_csv",
-    "qnndeploy.device.verify": "DeviceVerification GraphRun VerifyOutcome NOT_RUN",
+    "qnndeploy.device.verify": "DeviceVerification GraphRun VerifyOutcome NOT_RUN PhoneRequest",
     "qnndeploy.diagnose": "DiagnoseOptions DiagnoseResult diagnose check_plot diagnose_job_record=job_record",
     "qnndeploy.doctor": "DoctorReport doctor",
     "qnndeploy.estimate": "Estimates ModelEstimate SocEstimate",

@@ -3,8 +3,7 @@ taking the bundle through the one rule (_bundles.verified: without the host emul
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from qnndeploy.api._bundles import verified
@@ -14,45 +13,9 @@ from qnndeploy.device import bench, hosted, profile
 from qnndeploy.device import verify as on_device
 from qnndeploy.device.adb import connect
 from qnndeploy.device.hosted import HostedChoice
-from qnndeploy.device.verify import DeviceVerification
+from qnndeploy.device.verify import DeviceVerification, PhoneRequest
 from qnndeploy.formats.manifest import load_manifest
 from qnndeploy.verification.checks import Steps, VerifyReport
-
-
-@dataclass(frozen=True, kw_only=True)
-class PhoneRequest:
-    """A bundle on phones, as device verify and device bench take it: which phones (`serial`, else $ANDROID_SERIAL,
-    else the only one connected; every connected one with `all_devices`; AI Hub's with `aihub`, by name or SoC),
-    what runs there and with which samples, and where the records go."""
-
-    bundle: Path
-    serial: str | None = None
-    all_devices: bool = False
-    aihub: bool = False
-    hosted_names: Sequence[str] = ()
-    hosted_socs: Sequence[str] = ()
-    runner: Path | None = None
-    ort_runner: Path | None = None
-    qnn_sdk_root: Path | None = None
-    inputs: Path | None = None
-    preprocess: str | Path | None = None
-    random: int | None = None
-    seed: int = 0
-    ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-    runs: int = 10
-    record_dir: Path = on_device.DEFAULT_RECORD_DIR
-    play: Path | None = None
-    timeout: float | None = None
-    allow_unchecked: bool = False
-
-
-def _job(root: Path, request: PhoneRequest) -> on_device.DeviceJob:
-    """What every phone of the request shares, for a bundle folder that passed verification."""
-    return on_device.DeviceJob(root, load_manifest(root), runner_path=request.runner, sdk_root=request.qnn_sdk_root,
-                         inputs=request.inputs, random=request.random, seed=request.seed, runs=request.runs,
-                         record_dir=request.record_dir, play=request.play, timeout=request.timeout,
-                         preprocess=request.preprocess, given=Path(request.bundle), ort_runner=request.ort_runner,
-                         ranges=dict(request.ranges))
 
 
 def hosted_devices(bundle: Path | None = None) -> list[HostedChoice]:
@@ -70,7 +33,7 @@ def on_phones(request: PhoneRequest, progress: Progress | None = None, steps: St
     if request.all_devices and request.serial:
         raise QnnDeployError("give a serial or all_devices, not both")
     with verified(request.bundle, "pushing it", allow_unchecked=request.allow_unchecked, steps=steps) as (root, report):
-        job = _job(root, request)
+        job = on_device.DeviceJob(root, load_manifest(root), request)
         if request.aihub:
             return report, hosted.verify_hosted(job, list(request.hosted_names), list(request.hosted_socs))
         if request.all_devices:
@@ -115,7 +78,7 @@ def device_bench(request: PhoneRequest, options: bench.Options, steps: Steps | N
     say = steps or (lambda _text: None)
     with verified(request.bundle, "benchmarking it", allow_unchecked=request.allow_unchecked, steps=steps) as (
             root, _):
-        job = _job(root, request)
+        job = on_device.DeviceJob(root, load_manifest(root), request)
         if request.all_devices:
             return bench.bench_all(job, options, say)
         return [bench.bench_device(job, options, request.serial, say)]

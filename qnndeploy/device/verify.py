@@ -26,7 +26,7 @@ import shlex
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -48,7 +48,7 @@ from qnndeploy.formats.devicerecord import DeviceRecord
 from qnndeploy.formats.manifest import FileFormat, Graph, Manifest, Provider, load_manifest
 from qnndeploy.formats.records import ValidationRecord
 from qnndeploy.model import metrics, samples, tasks
-from qnndeploy.model.samples import Ranges, Sample
+from qnndeploy.model.samples import Sample
 from qnndeploy.qnn import epcontext, markers
 from qnndeploy.verification.checks import VerifyReport, opened
 
@@ -194,48 +194,75 @@ class DeviceVerification:
 
 
 
+@dataclass(frozen=True, kw_only=True)
+class PhoneRequest:
+    """A bundle on phones, as device verify and device bench take it: which phones (`serial`, else $ANDROID_SERIAL,
+    else the only one connected; every connected one with `all_devices`; AI Hub's with `aihub`, by name or SoC),
+    what runs there and with which samples, and where the records go. `bundle` is the path the user named (the
+    archive, when the job runs from its extraction)."""
+
+    bundle: Path
+    serial: str | None = None
+    all_devices: bool = False
+    aihub: bool = False
+    hosted_names: Sequence[str] = ()
+    hosted_socs: Sequence[str] = ()
+    runner: Path | None = None
+    ort_runner: Path | None = None
+    qnn_sdk_root: Path | None = None
+    inputs: Path | None = None
+    preprocess: str | Path | None = None
+    random: int | None = None
+    seed: int = 0
+    ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    runs: int = 10
+    record_dir: Path = DEFAULT_RECORD_DIR
+    play: Path | None = None
+    timeout: float | None = None
+    allow_unchecked: bool = False
+
+
 class DeviceJob:
     """What every phone of one `device verify` shares: the checked bundle, the runner and the CPU references."""
 
-    def __init__(self, bundle: Path, manifest: Manifest, runner_path: Path | None = None, sdk_root: Path | None = None,
-                 inputs: Path | None = None, random: int | None = None, seed: int = 0, runs: int = 10,
-                 record_dir: Path = DEFAULT_RECORD_DIR, play: Path | None = None, timeout: float | None = None,
-                 preprocess: str | Path | None = None, given: Path | None = None,
-                 ort_runner: Path | None = None, ranges: Ranges | None = None) -> None:
-        self.preprocess = samples.sample_source(inputs, random, preprocess)  # the samples validate would take
-        if runs < 1:
+    def __init__(self, bundle: Path, manifest: Manifest, request: PhoneRequest) -> None:
+        """`bundle`: the folder the files are pushed from (an archive's extraction); `request` what was asked."""
+        r = request
+        self.preprocess = samples.sample_source(r.inputs, r.random, r.preprocess)  # the samples validate would take
+        if r.runs < 1:
             raise BadInput("--runs must be 1 or more")
+        sdk_root = r.qnn_sdk_root
         env_sdk = os.environ.get("QNN_SDK_ROOT")
-        if runner_path is None and sdk_root is None and env_sdk and (Path(env_sdk) / runner.SDK_RUNNER).is_file():
+        if r.runner is None and sdk_root is None and env_sdk and (Path(env_sdk) / runner.SDK_RUNNER).is_file():
             sdk_root = Path(env_sdk)  # as compile does: the SDK set up with envsetup.sh
         self.bundle, self.manifest = Path(bundle), manifest
-        self.given = Path(given or bundle)  # what the user named: the archive, when `bundle` is its extraction
-        self.runner = runner.find_runner(runner_path, sdk_root)
+        self.given = Path(r.bundle)  # what the user named: the archive, when `bundle` is its extraction
+        self.runner = runner.find_runner(r.runner, sdk_root)
         self.runner_sha256 = None
         if self.runner is not None:
             found = markers.Scanner()
             self.runner_sha256 = sha256_file(self.runner, scan=found)
             _same_qairt(manifest, self.runner, found.builds)
-        self.ort_runner = ortrunner.find_ort_runner(ort_runner)
+        self.ort_runner = ortrunner.find_ort_runner(r.ort_runner)
         self.ort_runner_sha256 = sha256_file(self.ort_runner) if self.ort_runner is not None else None
         self.sdk_root = Path(sdk_root) if sdk_root else None
         self.viewer = opprofile.find_viewer(None, self.sdk_root)  # qnn-net-run's session start (the SDK's viewer)
         if (self.runner or self.ort_runner) and not manifest.runtime.bundled and self.sdk_root is None:
             raise BadInput(f"the bundle uses an external runtime ({manifest.runtime.maven}): the runner "
                            "needs the QNN libraries, pass --qnn-sdk-root DIR of that QAIRT version")
-        self.inputs, self.samples, self.seed, self.runs = inputs, random or 1, seed, runs
-        self.ranges = dict(ranges or {})  # --range: integer inputs' values for random samples
-        self.timeout = timeout  # --timeout: replaces every adb step's deadline (None: each step's default)
-        self.record_dir = Path(record_dir)
+        self.inputs, self.samples, self.seed, self.runs = r.inputs, r.random or 1, r.seed, r.runs
+        self.ranges = dict(r.ranges)  # --range: integer inputs' values for random samples
+        self.timeout = r.timeout  # --timeout: replaces every adb step's deadline (None: each step's default)
+        self.record_dir = Path(r.record_dir)
         self.bundle_id = f"{manifest.name}-{manifest.version}"
         self.remote_dir = f"{REMOTE_ROOT}/{self.bundle_id}"
         self.sha256 = {e.path: e.sha256 for _, e in manifest.files()}
         self.manifest_sha256 = sha256_file(self.bundle / "manifest.json")  # every phone gets these very bytes
         self.play_plan: JSON | None = None
         self.play_groups: list[playplan.PlayGroup] = []
-        if play is not None:
+        if r.play is not None:
             # the targeting config Play reads is evaluated, not the plan's copy of it: a hand edit counts
-            self.play_plan, self.play_groups = playplan.read_plan_of(play, self.bundle), playplan.read_config(play)
+            self.play_plan, self.play_groups = playplan.read_plan_of(r.play, self.bundle), playplan.read_config(r.play)
         backend = decision.bundled_backend(manifest)  # its version, as the app's glue reads it; external: unknown
         self.runtime_version = markers.library_version(self.bundle / backend) if backend else None
         self._libs: dict[str, dict[str, LocalFile]] = {}

@@ -345,7 +345,8 @@ def test_a_first_compile_over_the_budget_fails_the_phone(emulated_devices, bundl
     with verify_stage.checked_bundle(bundle) as (root, report, manifest):
         assert report.ok and manifest is not None and manifest.on_device is not None
         tight = dataclasses.replace(manifest, on_device=dataclasses.replace(manifest.on_device, budget_s=0.001))
-        job = verify_stage.DeviceJob(root, tight, record_dir=tmp_path, ort_runner=ort, runs=1, sdk_root=sdk)
+        asked = verify_stage.PhoneRequest(bundle=root, record_dir=tmp_path, ort_runner=ort, runs=1, qnn_sdk_root=sdk)
+        job = verify_stage.DeviceJob(root, tight, asked)
         r = verify_stage.verify_device(job)
     assert r.compile_budget_s == 0.001 and r.compile_s is not None and r.compile_s > 0.001
     assert [g.status for g in r.graphs] == ["passed", "passed"]  # each compiled and matched: only the time is wrong

@@ -593,7 +593,8 @@ def test_a_bundle_file_changed_after_it_was_verified_is_not_left_on_the_phone(de
     shutil.copytree(bundle, changed)
     with verify_stage.checked_bundle(changed) as (root, report, manifest):
         assert report.ok and root == changed
-    job = verify_stage.DeviceJob(changed, manifest, record_dir=tmp_path / "records")
+    job = verify_stage.DeviceJob(changed, manifest,
+                                 verify_stage.PhoneRequest(bundle=changed, record_dir=tmp_path / "records"))
     binary = changed / "npu/SM8750/det.bin"
     binary.write_bytes(bytes(b ^ 1 for b in binary.read_bytes()))  # after bundle verify, before the push
     with pytest.raises(QnnDeployError) as e:
