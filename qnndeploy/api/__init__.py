@@ -27,7 +27,7 @@ from qnndeploy.base.errors import CheckFailed
 if TYPE_CHECKING:  # what mypy and a script's type checker see; at run time __getattr__ imports each on first use
     from qnndeploy.api._bundles import package_play, reach, scaffold, verify_bundle
     from qnndeploy.api._estimate import estimate
-    from qnndeploy.api._phones import device_verify, device_verify_hosted, hosted_devices
+    from qnndeploy.api._phones import device_verify, hosted_devices
     from qnndeploy.base.errors import BadInput, MissingTool, QnnDeployError
     from qnndeploy.base.interrupt import Run
     from qnndeploy.base.socs import Soc
@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # what mypy and a script's type checker see; at run time __ge
     from qnndeploy.decide.reach import Reach
     from qnndeploy.device.hosted import HostedChoice
     from qnndeploy.device.info import DeviceInfo, ListedDevice, device_info, devices
-    from qnndeploy.device.verify import DeviceVerification
+    from qnndeploy.device.verify import DeviceVerification, PhoneRequest
     from qnndeploy.diagnose import DiagnoseOptions, DiagnoseResult, diagnose
     from qnndeploy.estimate import Estimates, ModelEstimate, SocEstimate
     from qnndeploy.formats.records import HtpSettings
@@ -87,7 +87,6 @@ if TYPE_CHECKING:  # the command line's names, not public (docs/api.md: internal
     from qnndeploy.device.profile import Profile as Profile
     from qnndeploy.device.verify import NOT_RUN as NOT_RUN
     from qnndeploy.device.verify import GraphRun as GraphRun
-    from qnndeploy.device.verify import PhoneRequest as PhoneRequest
     from qnndeploy.device.verify import VerifyOutcome as VerifyOutcome
     from qnndeploy.diagnose import check_plot as check_plot
     from qnndeploy.doctor import DoctorReport as DoctorReport
@@ -141,6 +140,7 @@ __all__ = [
     "MissingTool",
     "ModelEstimate",
     "OnDeviceRequest",
+    "PhoneRequest",
     "PlayPackage",
     "PrepareOptions",
     "PrepareResult",
@@ -163,7 +163,6 @@ __all__ = [
     "compile_models",
     "device_info",
     "device_verify",
-    "device_verify_hosted",
     "devices",
     "diagnose",
     "estimate",
@@ -191,7 +190,7 @@ HOMES: dict[str, str] = {
     "qnndeploy.api._bundles": "package_play reach scaffold verify_bundle verify_with_runtime",
     "qnndeploy.api._diagnose": "write_diagnose_plot=write_plot",
     "qnndeploy.api._estimate": "estimate",
-    "qnndeploy.api._phones": "device_verify device_verify_hosted hosted_devices device_bench device_profile on_phones",
+    "qnndeploy.api._phones": "device_verify hosted_devices device_bench device_profile on_phones",
     "qnndeploy.base.errors": "BadInput MissingTool QnnDeployError",
     "qnndeploy.base.interrupt": "Run",
     "qnndeploy.base.socs": "Soc socs=catalog find_soc=find soc_sources=sources",

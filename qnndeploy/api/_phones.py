@@ -3,7 +3,7 @@ taking the bundle through the one rule (_bundles.verified: without the host emul
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 from qnndeploy.api._bundles import verified
@@ -41,33 +41,13 @@ def on_phones(request: PhoneRequest, progress: Progress | None = None, steps: St
         return report, [on_device.verify_device(job, request.serial, progress, steps)]
 
 
-def device_verify(bundle: Path, serial: str | None = None, *, all_devices: bool = False, runner: Path | None = None,
-                  qnn_sdk_root: Path | None = None, inputs: Path | None = None, preprocess: str | Path | None = None,
-                  random: int | None = None, seed: int = 0, runs: int = 10,
-                  record_dir: Path = on_device.DEFAULT_RECORD_DIR, play: Path | None = None,
-                  timeout: float | None = None, allow_unchecked: bool = False,
-                  progress: Progress | None = None, ort_runner: Path | None = None) -> list[DeviceVerification]:
-    """`qnndeploy device verify` over adb: push a bundle folder or archive that passes `bundle verify` to one phone
-    (`serial`, else $ANDROID_SERIAL, else the only one connected) or to every connected one (`all_devices`), run it
-    there with a `runner` (qnn-net-run) and record each phone's result in `record_dir`. `ort_runner`: an Android
-    onnxruntime_perf_test with the QNN EP, which compiles the ONNX on a phone on the on-device path (--ort-runner)."""
-    request = PhoneRequest(bundle=bundle, serial=serial, all_devices=all_devices, runner=runner,
-                           qnn_sdk_root=qnn_sdk_root, inputs=inputs, preprocess=preprocess, random=random, seed=seed,
-                           runs=runs, record_dir=record_dir, play=play, timeout=timeout,
-                           allow_unchecked=allow_unchecked, ort_runner=ort_runner)
+def device_verify(request: PhoneRequest, *, progress: Progress | None = None) -> list[DeviceVerification]:
+    """`qnndeploy device verify`: push a bundle folder or archive that passes `bundle verify` to one phone
+    (`serial`, else $ANDROID_SERIAL, else the only one connected) or every connected one (`all_devices`), run it
+    there with a `runner` (qnn-net-run) and record each phone's result in `record_dir`; with `aihub`, on the phones
+    Qualcomm AI Hub hosts instead (`hosted_names`, `hosted_socs`), one inference job with profiling per phone and
+    graph."""
     return on_phones(request, progress)[1]
-
-
-def device_verify_hosted(bundle: Path, names: Sequence[str] = (), soc_names: Sequence[str] = (), *,
-                         inputs: Path | None = None, preprocess: str | Path | None = None, random: int | None = None,
-                         seed: int = 0, runs: int = 10, record_dir: Path = on_device.DEFAULT_RECORD_DIR,
-                         allow_unchecked: bool = False) -> list[DeviceVerification]:
-    """`qnndeploy device verify --aihub`: the bundle on phones Qualcomm AI Hub hosts, chosen by AI Hub device name
-    (`names`) or by SoC (`soc_names`), one inference job with profiling per phone and graph."""
-    request = PhoneRequest(bundle=bundle, aihub=True, hosted_names=names, hosted_socs=soc_names, inputs=inputs,
-                           preprocess=preprocess, random=random, seed=seed, runs=runs, record_dir=record_dir,
-                           allow_unchecked=allow_unchecked)
-    return on_phones(request)[1]
 
 
 def device_bench(request: PhoneRequest, options: bench.Options, steps: Steps | None = None

@@ -129,14 +129,14 @@ def test_the_demo_bundle_on_an_emulated_phone(demo, device, tmp_path, monkeypatc
     info = api.device_info(bundle=demo.bundled.archive)
     assert (info.serial, info.soc, info.bundle) == (device.serial, SOC, "kws-demo 1.0.0")
     assert info.app_choice is not None and (info.app_choice.provider, info.app_choice.soc) == ("npu", SOC)
-    (result,) = api.device_verify(demo.bundled.archive, record_dir=tmp_path / "records")
+    (result,) = api.device_verify(api.PhoneRequest(bundle=demo.bundled.archive, record_dir=tmp_path / "records"))
     assert (result.serial, result.provider, result.soc) == (device.serial, "npu", SOC)
     assert result.push is not None and "manifest.json" in result.push.sent
     # nothing ran without a runner: the result and its record say so, never ok
     assert not result.ok and result.outcome == "not run" and {g.status for g in result.graphs} == {"not run"}
     assert result.record is not None and json.loads(result.record.read_text())["ok"] is False
     with pytest.raises(api.QnnDeployError) as raised:
-        api.device_verify(demo.bundled.archive, device.serial, all_devices=True)
+        api.device_verify(api.PhoneRequest(bundle=demo.bundled.archive, serial=device.serial, all_devices=True))
     assert raised.value.exit_code == EXIT_BAD_INPUT
 
 
@@ -202,7 +202,7 @@ def test_a_bundle_failing_verify_is_refused_as_the_cli_refuses_it(demo, tmp_path
              ("scaffold", broken, "--package", "com.example.kws", "-o", tmp_path / "glue", "--shallow")),
             (lambda: api.package_play(broken, tmp_path / "play", deep=False),
              ("package", "play", broken, "-o", tmp_path / "play", "--shallow")),
-            (lambda: api.device_verify(broken, record_dir=tmp_path / "records"),  # refused before any adb traffic
+            (lambda: api.device_verify(api.PhoneRequest(bundle=broken, record_dir=tmp_path / "records")),  # before adb
              ("device", "verify", broken, "-o", tmp_path / "records")),
             (lambda: api.hosted_devices(broken), ("device", "list", "--aihub", "--bundle", broken))):
         with pytest.raises(api.QnnDeployError) as raised:
