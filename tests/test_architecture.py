@@ -27,8 +27,8 @@ FLOORS: list[tuple[str, tuple[str, ...], str]] = [
     ("qnn", ("qnn",), ("the QNN stack on the host: HTP op support, libQnnSystem's reader, the HTP emulator, "
                        "EPContext wrappers, toolchains, the AI Hub client")),
     ("formats", ("formats",), ("the files qnndeploy writes and the rules that read them: the bundle manifest, "
-                               "compile, validation, split, bench and estimate records, archives, ELF reading, "
-                               "the Play plan")),
+                               "compile, validation, split, bench, estimate and device verify records, the Play "
+                               "plan, their schemas; archives, ELF reading")),
     ("decide", ("decide",), ("the on-device decision, NPU or CPU, the Python twin of the Kotlin selector, and the "
                              "phones a bundle reaches by it")),
     ("verification", ("verification",), ("every check on a bundle (what `bundle verify` reports, and the jobs run "
