@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from qnndeploy.base.errors import BadInput
+from qnndeploy.base.fields import obj, objects, opt_text, required_flag
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.names import DEVICE_RECORD
 
@@ -61,3 +62,16 @@ class DeviceRecord:
                    section("decision"), section("push"), section("runner"), section("on_device", True),
                    section("launch", True), tuple(graphs), section("play", True),
                    str(section("tools").get("qnndeploy") or ""), str(data.get("created") or ""))
+
+    @classmethod
+    def read(cls, data: object) -> DeviceRecord:
+        """Leniently, as the report reads old or broken records: a section that is absent or not an object is empty,
+        as are the words missing. BadInput when it is not a device verify record, when 'ok' (what its verdict rests
+        on) is not true or false, or 'graphs' is not a list of objects."""
+        if not isinstance(data, dict) or data.get("record") != DEVICE_RECORD:
+            raise BadInput(f'not a device verify record (no "record": "{DEVICE_RECORD}")')
+        graphs = tuple(dict(g) for g in objects(data, "graphs"))
+        return cls(required_flag(data, "ok"), opt_text(data, "outcome") or "", obj(data, "device"), obj(data, "soc"),
+                   obj(data, "bundle"), obj(data, "decision"), obj(data, "push"), obj(data, "runner"),
+                   obj(data, "on_device") or None, obj(data, "launch") or None, graphs, obj(data, "play") or None,
+                   opt_text(obj(data, "tools"), "qnndeploy") or "", opt_text(data, "created") or "")

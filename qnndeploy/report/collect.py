@@ -29,6 +29,7 @@ from qnndeploy.base.names import (
 from qnndeploy.decide.reach import reach
 from qnndeploy.formats import benchrecord, estimaterecord
 from qnndeploy.formats.benchrecord import ProfileRow, profile_rows
+from qnndeploy.formats.devicerecord import OUTCOMES, DeviceRecord
 from qnndeploy.formats.manifest import Manifest, parse_json
 from qnndeploy.formats.records import RECORD, VALIDATION_RECORD
 from qnndeploy.report.entries import (
@@ -306,28 +307,27 @@ def _on_device(d: Mapping[str, Any], shown: str, out: Collected) -> None:
 
 
 def _device(d: Mapping[str, Any], shown: str, out: Collected) -> None:
-    device, soc, decision, bundle = (obj(d, k) for k in ("device", "soc", "decision", "bundle"))
+    r = DeviceRecord.read(d)
+    device, soc, decision, bundle = r.device, r.soc, r.decision, r.bundle
     runs = tuple(DeviceRun(
         text(g, "graph"), text(g, "status"), opt_text(g, "reason"), integer(g, "samples") or 0,
         integer(g, "inferences") or 0, number(g, "first_run_s"), number(g, "per_inference_s"), opt_text(g, "clock"),
-        _outputs(objects(g, "outputs")), benchrecord.read_launch(g)) for g in objects(d, "graphs"))
+        _outputs(objects(g, "outputs")), benchrecord.read_launch(g)) for g in r.graphs)
     out.devices.append(DeviceRecordInfo(
         shown, text(device, "serial"), opt_text(device, "model") or "", opt_text(soc, "model") or "unknown SoC",
-        opt_text(soc, "dsp_arch"), required_flag(d, "ok"), opt_text(decision, "provider"), opt_text(decision, "reason"),
+        opt_text(soc, "dsp_arch"), r.ok, opt_text(decision, "provider"), opt_text(decision, "reason"),
         f"{bundle.get('name')} {bundle.get('version')} (QAIRT {bundle.get('qairt_version')})", runs,
-        opt_text(d, "created"), opt_text(obj(d, "runner"), "note"), _push(obj(d, "push")),
-        _play(obj(d, "play")), _outcome(d, runs)))
+        r.created or None, opt_text(r.runner, "note"), _push(r.push), _play(r.play or {}), _outcome(r, runs)))
 
 
-def _outcome(d: Mapping[str, Any], runs: tuple[DeviceRun, ...]) -> str:
+def _outcome(r: DeviceRecord, runs: tuple[DeviceRun, ...]) -> str:
     """What the phone proved: the record's outcome; a record without one (before it was written) that is ok but
     ran no graph proved nothing (not run), as device verify without a runner wrote it."""
-    said = opt_text(d, "outcome")
-    if said in ("passed", "ran", "not run", "failed"):
-        return said
-    if not required_flag(d, "ok"):
+    if r.outcome in OUTCOMES:
+        return r.outcome
+    if not r.ok:
         return "failed"
-    ran = [r.status for r in runs if r.status != "not run"]
+    ran = [run.status for run in runs if run.status != "not run"]
     return "not run" if not ran or len(ran) < len(runs) else "passed" if set(ran) == {"passed"} else "ran"
 
 
