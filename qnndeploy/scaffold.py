@@ -151,7 +151,7 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
     check_request(package, out, engine=engine, app=app, force=force, ort_aar=ort_aar, play=play is not None)
     check_apart(out, [("bundle", bundle)])  # it would write into what it reads
     report = report if report is not None else verify_folder(bundle, deep=True)
-    require_ok(bundle, report)
+    require_ok(bundle, report, "scaffolding from it")
     manifest = read_manifest(bundle)  # verify has checked it against the schema
     kind = Engine(engine)
     _check_engine(manifest, bundle, kind)

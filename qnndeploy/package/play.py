@@ -132,7 +132,7 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
     when = Delivery(delivery)
     library = compat.gradle_library("ai_delivery")
     report = report if report is not None else verify_folder(bundle)
-    require_ok(bundle, report)
+    require_ok(bundle, report, "packaging it")
     manifest = read_manifest(bundle)
     if not manifest.targets:
         raise QnnDeployError(f"{bundle} has no NPU target: an AI pack split by SoC needs at least one")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy.base import compat, socs
-from qnndeploy.base.errors import MissingTool, QnnDeployError
+from qnndeploy.base.errors import CheckFailed, MissingTool, QnnDeployError
 from qnndeploy.base.fileio import JSON, ByteProgress, read_limited
 from qnndeploy.base.htparch import HtpArch
 from qnndeploy.base.names import (
@@ -237,12 +237,11 @@ def verify_folder(root: Path, progress: ByteProgress | None = None, jobs: int | 
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def require_ok(bundle: Path, report: VerifyReport) -> None:
-    """Refuse to build anything on a bundle that fails `bundle verify`, naming its first problem."""
+def require_ok(bundle: Path, report: VerifyReport, doing: str) -> None:
+    """Refuse to build anything on a bundle that fails `bundle verify` (exit 1), in refusal's one wording: what a
+    room does when it is called with a bundle not verified yet (the API refuses one before a room sees it)."""
     if not report.ok:
-        first = report.problems[0]
-        raise QnnDeployError(f"{bundle} fails bundle verify ({len(report.problems)} problem(s), first: {first.path}: "
-                             f"{first.message}); fix or rebuild it (qnndeploy bundle verify {bundle} lists them)")
+        raise CheckFailed(refusal(bundle, report, doing))
 
 
 def refusal(bundle: Path, report: VerifyReport, doing: str) -> str:
