@@ -25,7 +25,7 @@ from qnndeploy.api._errors import Unverified
 from qnndeploy.base.errors import CheckFailed
 
 if TYPE_CHECKING:  # what mypy and a script's type checker see; at run time __getattr__ imports each on first use
-    from qnndeploy.api._bundles import package_play, reach, scaffold, verify_bundle
+    from qnndeploy.api._bundles import PlayRequest, ScaffoldRequest, package_play, reach, scaffold, verify_bundle
     from qnndeploy.api._estimate import estimate
     from qnndeploy.api._phones import device_verify, hosted_devices
     from qnndeploy.base.errors import BadInput, MissingTool, QnnDeployError
@@ -142,6 +142,7 @@ __all__ = [
     "OnDeviceRequest",
     "PhoneRequest",
     "PlayPackage",
+    "PlayRequest",
     "PrepareOptions",
     "PrepareResult",
     "Problem",
@@ -149,6 +150,7 @@ __all__ = [
     "Reach",
     "ReportResult",
     "Run",
+    "ScaffoldRequest",
     "ScaffoldResult",
     "Soc",
     "SocEstimate",
@@ -187,7 +189,8 @@ __all__ = [
 # Where each name lives, module by module: NAME, or NAME=ITS_NAME_THERE when the API names it otherwise. Imported
 # when it is asked for (__getattr__).
 HOMES: dict[str, str] = {
-    "qnndeploy.api._bundles": "package_play reach scaffold verify_bundle verify_with_runtime",
+    "qnndeploy.api._bundles": ("PlayRequest ScaffoldRequest package_play reach scaffold verify_bundle "
+                               "verify_with_runtime"),
     "qnndeploy.api._diagnose": "write_diagnose_plot=write_plot",
     "qnndeploy.api._estimate": "estimate",
     "qnndeploy.api._phones": "device_verify hosted_devices device_bench device_profile on_phones",

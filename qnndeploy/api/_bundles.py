@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from qnndeploy.api._errors import Unverified
@@ -57,28 +58,56 @@ def verify_with_runtime(bundle: Path, *, deep: bool = True, allow_unchecked: boo
         return report, runtime_set(read_manifest(root)).line() if report.ok else None
 
 
-def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", ort_aar: str | None = "microsoft",
-             app: bool = False, play: Path | None = None, force: bool = False, deep: bool = True,
-             allow_unchecked: bool = False, progress: Progress | None = None) -> ScaffoldResult:
-    """`qnndeploy scaffold`: the Kotlin glue (with `app`, the sample app) for a bundle folder or archive that passes
-    `bundle verify`; `play` is a package play output; `ort_aar` None picks the newest validated set that loads the
-    bundle. The request is checked before the bundle is hashed."""
-    _check_scaffold(package, Path(out), engine=engine, app=app, force=force, ort_aar=ort_aar, play=play is not None)
-    with verified(bundle, "scaffolding from it", deep=deep, allow_unchecked=allow_unchecked,
+@dataclass(frozen=True, kw_only=True)
+class ScaffoldRequest:
+    """What `qnndeploy scaffold` is asked, its options one field each (the command builds it from them)."""
+
+    bundle: Path  # a folder or archive that passes `bundle verify`
+    package: str  # the app's Java/Kotlin package; the glue goes in PACKAGE.qnndeploy
+    out: Path  # the folder to create, new or empty (or an earlier scaffold output, with force)
+    engine: str = "ort"  # or "sherpa-onnx"
+    ort_aar: str | None = None  # "microsoft" or "qualcomm"; None: the newest validated set that loads the bundle
+    app: bool = False  # a whole one-screen sample app around the glue
+    play: Path | None = None  # a package play output: the NPU files come from its AI pack
+    force: bool = False
+    shallow: bool = False  # the bundle verified without the host emulator
+    allow_unchecked: bool = False
+
+
+def scaffold(request: ScaffoldRequest, *, progress: Progress | None = None) -> ScaffoldResult:
+    """`qnndeploy scaffold`: the Kotlin glue (with `app`, the sample app) for a bundle that passes `bundle verify`.
+    The request is checked before the bundle is hashed."""
+    r = request
+    _check_scaffold(r.package, Path(r.out), engine=r.engine, app=r.app, force=r.force, ort_aar=r.ort_aar,
+                    play=r.play is not None)
+    with verified(r.bundle, "scaffolding from it", deep=not r.shallow, allow_unchecked=r.allow_unchecked,
                   progress=progress) as (root, report):
-        return _scaffold(root, package, Path(out), engine=engine, app=app, force=force, report=report,
-                         ort_aar=ort_aar, play=play)
+        return _scaffold(root, r.package, Path(r.out), engine=r.engine, app=r.app, force=r.force, report=report,
+                         ort_aar=r.ort_aar, play=r.play)
 
 
-def package_play(bundle: Path, out: Path, *, pack: str = playroom.DEFAULT_PACK, delivery: str = "fast-follow",
-                 force: bool = False, deep: bool = True, allow_unchecked: bool = False,
-                 progress: Progress | None = None) -> PlayPackage:
-    """`qnndeploy package play`: a Google Play AI pack of a bundle folder or archive that passes `bundle verify`,
-    one device group per SoC; `delivery` is install-time, fast-follow or on-demand."""
-    playroom.check_request(Path(out), pack=pack, delivery=delivery, force=force, bundle=Path(bundle))
-    with verified(bundle, "packaging it", deep=deep, allow_unchecked=allow_unchecked, progress=progress) as (root, r):
-        return playroom.package_play(root, Path(out), pack=pack, delivery=delivery, force=force, report=r,
-                                     progress=progress)
+@dataclass(frozen=True, kw_only=True)
+class PlayRequest:
+    """What `qnndeploy package play` is asked, its options one field each (the command builds it from them)."""
+
+    bundle: Path  # a folder or archive that passes `bundle verify`
+    out: Path  # the folder to create, new or empty (or an earlier package play output, with force)
+    delivery: str = "fast-follow"  # or "install-time", "on-demand"
+    pack: str = playroom.DEFAULT_PACK  # the AI pack's name and Gradle module
+    force: bool = False
+    shallow: bool = False  # the bundle verified without the host emulator
+    allow_unchecked: bool = False
+
+
+def package_play(request: PlayRequest, *, progress: Progress | None = None) -> PlayPackage:
+    """`qnndeploy package play`: a Google Play AI pack of a bundle that passes `bundle verify`, one device group per
+    SoC; `progress` hears the bytes verified, then hashed and deflated."""
+    r = request
+    playroom.check_request(Path(r.out), pack=r.pack, delivery=r.delivery, force=r.force, bundle=Path(r.bundle))
+    with verified(r.bundle, "packaging it", deep=not r.shallow, allow_unchecked=r.allow_unchecked,
+                  progress=progress) as (root, report):
+        return playroom.package_play(root, Path(r.out), pack=r.pack, delivery=r.delivery, force=r.force,
+                                     report=report, progress=progress)
 
 
 def reach(bundle: Path, *, engine: str = "ort", worlds: Sequence[str] = (), allow_unchecked: bool = False,

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from qnndeploy.api import DEFAULT_PACK, DELIVERIES, ON_DEVICE_ROW, PlayPackage, package_play, play_size_text
+from qnndeploy.api import (
+    DEFAULT_PACK,
+    DELIVERIES,
+    ON_DEVICE_ROW,
+    PlayPackage,
+    PlayRequest,
+    package_play,
+    play_size_text,
+)
 from qnndeploy.cli._common import (
     Group,
     byte_progress,
@@ -60,19 +67,6 @@ def _render(result: PlayPackage) -> None:
         click.echo(f"  {line}")
 
 
-@dataclass(frozen=True, kw_only=True)
-class PlayArgs:
-    """What `qnndeploy package play` is asked: its options as click parsed them, a field each."""
-
-    bundle: Path
-    out: Path
-    delivery: str
-    pack: str
-    force: bool
-    shallow: bool
-    allow_unchecked: bool
-
-
 @package.command()
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), metavar="DIR",
@@ -90,8 +84,8 @@ class PlayArgs:
 @unchecked_option
 @json_option
 @handles_errors
-@gathered(PlayArgs)
-def play(args: PlayArgs, as_json: bool) -> None:
+@gathered(PlayRequest)
+def play(args: PlayRequest, as_json: bool) -> None:
     """Write a Google Play AI pack of BUNDLE, one device group per SoC.
 
     Each group holds its targets' NPU files and is selected by Build.SOC_MANUFACTURER (QTI or Qualcomm) and
@@ -103,8 +97,7 @@ def play(args: PlayArgs, as_json: bool) -> None:
     BUNDLE is not a bundle).
     """
     with byte_progress("verifying, hashing and deflating", as_json) as progress:
-        result = package_play(args.bundle, args.out, pack=args.pack, delivery=args.delivery, force=args.force,
-                              deep=not args.shallow, allow_unchecked=args.allow_unchecked, progress=progress)
+        result = package_play(args, progress=progress)
     if as_json:
         emit_json(result)
     else:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from qnndeploy.api import ScaffoldResult
+from qnndeploy.api import ScaffoldRequest, ScaffoldResult
 from qnndeploy.api import scaffold as scaffold_bundle
 from qnndeploy.cli._common import (
     byte_progress,
@@ -44,22 +43,6 @@ def _render_scaffold(result: ScaffoldResult) -> None:
             click.echo(f"  {line}")
 
 
-@dataclass(frozen=True, kw_only=True)
-class ScaffoldArgs:
-    """What `qnndeploy scaffold` is asked: its options as click parsed them, a field each."""
-
-    bundle: Path
-    package: str
-    out: Path
-    engine: str
-    ort_aar: str | None
-    app: bool
-    play: Path | None
-    force: bool
-    shallow: bool
-    allow_unchecked: bool
-
-
 @click.command()
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--package", required=True, metavar="NAME", help="The app's Java/Kotlin package, e.g. com.example.foo "
@@ -85,8 +68,8 @@ class ScaffoldArgs:
 @unchecked_option
 @json_option
 @handles_errors
-@gathered(ScaffoldArgs)
-def scaffold(args: ScaffoldArgs, as_json: bool) -> None:
+@gathered(ScaffoldRequest)
+def scaffold(args: ScaffoldRequest, as_json: bool) -> None:
     """Generate the app side of a bundle: Kotlin glue.
 
     The Kotlin runtime selector (NPU or CPU on each phone) and engine glue, Gradle and manifest snippets.
@@ -97,9 +80,7 @@ def scaffold(args: ScaffoldArgs, as_json: bool) -> None:
     the app (with --play, three more: the pack's Gradle files).
     """
     with byte_progress("verifying", as_json) as progress:
-        result = scaffold_bundle(args.bundle, args.package, args.out, engine=args.engine, ort_aar=args.ort_aar,
-                                 app=args.app, play=args.play, force=args.force, deep=not args.shallow,
-                                 allow_unchecked=args.allow_unchecked, progress=progress)
+        result = scaffold_bundle(args, progress=progress)
     if as_json:
         emit_json(result)
     else:

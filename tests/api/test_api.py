@@ -65,7 +65,8 @@ def demo(tmp_path_factory) -> Demo:
     verified = api.verify_bundle(bundled.path)
     inspected = api.inspect(bundled.path, deep=False)
     assert bundled.archive is not None
-    glue = api.scaffold(bundled.archive, "com.example.kws", work / "glue", deep=False)  # the archive, as the CLI takes
+    glue = api.scaffold(api.ScaffoldRequest(bundle=bundled.archive, package="com.example.kws", out=work / "glue",
+                                            shallow=True))  # the archive, as the CLI takes it
     return Demo(model, before, prepared, after, compiled, validated, bundled, verified, inspected, glue)
 
 
@@ -182,7 +183,7 @@ def test_not_a_bundle_is_the_clis_bad_input(tmp_path):
     assert raised.value.exit_code == EXIT_BAD_INPUT
     assert cli_error("bundle", "verify", folder, "--shallow") == (EXIT_BAD_INPUT, str(raised.value))
     with pytest.raises(api.QnnDeployError) as scaffolding:
-        api.scaffold(folder, "com.example.kws", tmp_path / "glue", deep=False)
+        api.scaffold(api.ScaffoldRequest(bundle=folder, package="com.example.kws", out=tmp_path / "glue", shallow=True))
     assert cli_error("scaffold", folder, "--package", "com.example.kws", "-o", tmp_path / "glue", "--shallow") == (
         EXIT_BAD_INPUT, str(scaffolding.value))
     assert not (tmp_path / "glue").exists()
@@ -198,9 +199,10 @@ def test_a_bundle_failing_verify_is_refused_as_the_cli_refuses_it(demo, tmp_path
     report = api.verify_bundle(broken, deep=False)
     assert not report.ok and any(p.path == cpu.relative_to(broken).as_posix() for p in report.problems)
     for call, args in (
-            (lambda: api.scaffold(broken, "com.example.kws", tmp_path / "glue", deep=False),
+            (lambda: api.scaffold(api.ScaffoldRequest(bundle=broken, package="com.example.kws", out=tmp_path / "glue",
+                                                      shallow=True)),
              ("scaffold", broken, "--package", "com.example.kws", "-o", tmp_path / "glue", "--shallow")),
-            (lambda: api.package_play(broken, tmp_path / "play", deep=False),
+            (lambda: api.package_play(api.PlayRequest(bundle=broken, out=tmp_path / "play", shallow=True)),
              ("package", "play", broken, "-o", tmp_path / "play", "--shallow")),
             (lambda: api.device_verify(api.PhoneRequest(bundle=broken, record_dir=tmp_path / "records")),  # before adb
              ("device", "verify", broken, "-o", tmp_path / "records")),
