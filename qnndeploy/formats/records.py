@@ -5,7 +5,7 @@ stages; the files' full form is in schemas/compile-record.schema.json and valida
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from qnndeploy import __version__
 from qnndeploy.base.errors import BadInput
+from qnndeploy.base.fields import integer, obj, objects, opt_text, required_flag, text
 from qnndeploy.base.fileio import JSON, sha256_file, write_json
 from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.base.names import EPCONTEXT, SPLIT_RECORD, file_kind
@@ -208,6 +209,21 @@ class ValidationRecord:
                 data.get("threshold_reason"), data.get("emulated"), data.get("chain"), data.get("loop"))
         except (ValueError, TypeError, KeyError, AttributeError):
             raise BadInput(f"{path}: not a validation record (qnndeploy validate writes one)") from None
+
+    @classmethod
+    def lenient(cls, data: Mapping[str, Any]) -> ValidationRecord:
+        """As the report reads old or broken records: what names the record (graph, SoC), its verdict and its
+        outputs are required (BadInput, naming the field); any other field that is absent or of another type reads
+        as empty or None."""
+        return cls(
+            text(data, "graph"), text(data, "soc"), integer(data, "soc_id") or 0, opt_text(data, "dsp_arch") or "",
+            opt_text(data, "precision") or "", opt_text(data, "backend") or "", opt_text(data, "qairt_version") or "",
+            required_flag(data, "passed"), obj(data, "thresholds"), data.get("inputs"), obj(data, "task") or None,
+            tuple(dict(o) for o in objects(data, "outputs", required=True)), obj(data, "context"),
+            obj(data, "binary") or None, opt_text(data, "compile_cache_key"), obj(data, "emulator"),
+            opt_text(obj(data, "tools"), "qnndeploy") or "", opt_text(data, "created") or "",
+            opt_text(data, "threshold_reason"), obj(data, "emulated") or None, obj(data, "chain") or None,
+            obj(data, "loop") or None)
 
     @classmethod
     def read(cls, path: Path) -> ValidationRecord | None:

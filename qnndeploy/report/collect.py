@@ -31,7 +31,7 @@ from qnndeploy.formats import benchrecord, estimaterecord
 from qnndeploy.formats.benchrecord import ProfileRow, profile_rows
 from qnndeploy.formats.devicerecord import OUTCOMES, DeviceRecord
 from qnndeploy.formats.manifest import Manifest, parse_json
-from qnndeploy.formats.records import RECORD, VALIDATION_RECORD
+from qnndeploy.formats.records import RECORD, VALIDATION_RECORD, ValidationRecord
 from qnndeploy.report.entries import (
     BenchInfo,
     BundleInfo,
@@ -223,15 +223,15 @@ def _samples(inputs: object) -> str:
 
 
 def _validation(d: Mapping[str, Any], shown: str, out: Collected) -> None:
-    thresholds = {str(k): float(v) for k, v in obj(d, "thresholds").items() if is_number(v)}
-    task, chain, loop = obj(d, "task"), obj(d, "chain"), obj(d, "loop")
+    v = ValidationRecord.lenient(d)
+    thresholds = {str(k): float(n) for k, n in v.thresholds.items() if is_number(n)}
+    task, chain, loop = v.task or {}, v.chain or {}, v.loop or {}
     texts = tuple((text(t, "cpu"), text(t, "npu")) for t in objects(loop, "samples"))
     rate = number(loop, "error_rate")
     decided = isinstance(task.get("passed"), bool)
     out.validations.append(ValidationInfo(
-        shown, text(d, "graph"), text(d, "soc"), opt_text(d, "precision") or "", required_flag(d, "passed"), thresholds,
-        _outputs(objects(d, "outputs", required=True)), _samples(d.get("inputs")),
-        number(obj(d, "emulator"), "seconds_per_run"), opt_text(d, "threshold_reason"),
+        shown, v.graph, v.soc, v.precision, v.passed, thresholds, _outputs(list(v.outputs)), _samples(v.inputs),
+        number(v.emulator, "seconds_per_run"), v.threshold_reason,
         f"{opt_text(task, 'kind')} ({opt_text(task, 'output')}): {opt_text(task, 'summary')}" if decided else None,
         task.get("passed") is True if decided else None,
         f"the split ({opt_text(chain, 'split')}) as the app runs it, against the source model" if chain else None,
