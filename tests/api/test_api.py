@@ -210,6 +210,7 @@ def test_a_bundle_failing_verify_is_refused_as_the_cli_refuses_it(demo, tmp_path
         with pytest.raises(api.QnnDeployError) as raised:
             call()
         assert raised.value.exit_code == EXIT_CHECK_FAILED and "fails bundle verify" in str(raised.value)
+        assert isinstance(raised.value, api.Unverified) and raised.value.report.problems == report.problems
         code, stderr = cli_error(*args)
         assert (code, stderr.splitlines()[-1].removeprefix("error: ")) == (EXIT_CHECK_FAILED, str(raised.value))
     assert [p.name for p in tmp_path.iterdir()] == [broken.name]  # no glue, pack or record was written
