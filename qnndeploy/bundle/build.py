@@ -84,6 +84,7 @@ from qnndeploy.formats.manifest import (
     schema,
     worst_metric,
 )
+from qnndeploy.formats.ondevicerecord import OnDeviceRecord
 from qnndeploy.formats.records import (
     RECORD_FILE,
     VALIDATION_FILE,
@@ -792,7 +793,7 @@ def _on_device(spec: BundleSpec, plan: _Plan, qairt: str, tmp: Path, facts: dict
     checks = ondevice.validate(models, options, spec.precision, qairt, steps)
     for c in checks:
         rel = f"records/{c.graph}-on-device-{c.arch}.json"
-        write_json(tmp / rel, c.record(options, qairt))
+        write_json(tmp / rel, OnDeviceRecord.of(c, options, qairt).to_json())
         facts[rel] = scan_file(tmp / rel, False)
     return OnDevice(request.budget_s, tuple(
         OnDeviceGraph(g, plan.cpu_files[g][0][1], options,

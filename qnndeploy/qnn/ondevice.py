@@ -25,7 +25,6 @@ from qnndeploy.base.errors import MissingTool, QnnDeployError, first_line
 from qnndeploy.base.fileio import JSON, write_json
 from qnndeploy.base.htparch import HtpArch
 from qnndeploy.base.kinds import Precision
-from qnndeploy.base.names import ON_DEVICE_RECORD
 from qnndeploy.qnn import emulator, epcontext, htp, toolchain
 
 # The oldest arch the on-device path is validated for: the phone HTPs of v68 (SM8350, SM7325) have no fp16, and
@@ -48,14 +47,6 @@ class ArchCheck:
     error: str | None = None
     outputs: list[JSON] = field(default_factory=list)  # validate's OutputMetrics, as JSON
     task: JSON | None = None  # the task's verdict (tasks.TaskVerdict.json), which decides for its output
-
-    def record(self, options: Mapping[str, str], qairt: str) -> JSON:
-        """records/<graph>-on-device-<arch>.json: what was compiled, how, and what the comparison found."""
-        return {"kind": ON_DEVICE_RECORD, "graph": self.graph, "arch": self.arch, "soc": self.soc,
-                "soc_id": socs.find(self.soc).soc_id, "qairt": qairt, "ep_options": dict(options),
-                "inputs": {"kind": "random", "samples": SAMPLES, "seed": SEED}, "compile_s": self.compile_s,
-                "passed": self.passed, "error": self.error, "outputs": self.outputs,
-                **({"task": self.task} if self.task else {})}
 
 
 def ep_options(precision: str, vtcm_mb: int | None = None, optimization_mode: int | None = None) -> dict[str, str]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from qnndeploy.base import interrupt
 from qnndeploy.base.errors import BadInput, QnnDeployError
-from qnndeploy.base.fields import integer, is_number, items, number, obj, objects, opt_text, required_flag, text
+from qnndeploy.base.fields import integer, is_number, items, number, obj, objects, opt_text, text
 from qnndeploy.base.fileio import read_limited
 from qnndeploy.base.names import (
     BENCH_RECORD,
@@ -31,6 +31,7 @@ from qnndeploy.formats import benchrecord, estimaterecord
 from qnndeploy.formats.benchrecord import ProfileRow, profile_rows
 from qnndeploy.formats.devicerecord import OUTCOMES, DeviceRecord
 from qnndeploy.formats.manifest import Manifest, parse_json
+from qnndeploy.formats.ondevicerecord import OnDeviceRecord
 from qnndeploy.formats.records import RECORD, VALIDATION_RECORD, ValidationRecord
 from qnndeploy.report.entries import (
     BenchInfo,
@@ -301,9 +302,9 @@ def _diagnose(d: Mapping[str, Any], shown: str, out: Collected) -> None:
 
 
 def _on_device(d: Mapping[str, Any], shown: str, out: Collected) -> None:
-    out.on_device.append(OnDeviceInfo(
-        shown, text(d, "graph"), text(d, "arch"), text(d, "soc"), number(d, "compile_s"), required_flag(d, "passed"),
-        opt_text(d, "error"), _outputs(objects(d, "outputs"))))
+    r = OnDeviceRecord.lenient(d)
+    out.on_device.append(OnDeviceInfo(shown, r.graph, r.arch, r.soc, r.compile_s, r.passed, r.error,
+                                      _outputs(list(r.outputs))))
 
 
 def _device(d: Mapping[str, Any], shown: str, out: Collected) -> None:

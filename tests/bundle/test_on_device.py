@@ -18,6 +18,7 @@ import pytest
 from qnndeploy.base.names import FORMAT_VERSION
 from qnndeploy.decide.decision import DeviceIdentity, decide
 from qnndeploy.formats.manifest import Manifest
+from qnndeploy.formats.ondevicerecord import OnDeviceRecord
 from qnndeploy.qnn import htp, ondevice
 from qnndeploy.verification.checks import verify_bundle
 from tests.support.cli import run
@@ -38,7 +39,9 @@ def demo(tmp_path_factory) -> Path:
 
 
 def test_the_bundle_lists_the_arches_its_on_device_compile_passed_on(demo):
-    m = Manifest.parse(json.loads((demo / "manifest.json").read_text()))
+    raw = json.loads((demo / "manifest.json").read_text())
+    m = Manifest.parse(raw)
+    assert json.dumps(m.to_json()) == json.dumps(raw)  # an on-device bundle's manifest both ways
     assert m.format_version == FORMAT_VERSION and m.on_device is not None and m.on_device.budget_s == 45
     [g] = m.on_device.graphs
     qairt = m.qairt.version
@@ -51,6 +54,7 @@ def test_the_bundle_lists_the_arches_its_on_device_compile_passed_on(demo):
     for arch in expected:
         record = json.loads((demo / "records" / f"kws_demo-on-device-{arch}.json").read_text())
         assert record["passed"] is True and record["qairt"] == qairt and record["ep_options"] == dict(g.ep_options)
+        assert json.dumps(OnDeviceRecord.parse(record).to_json()) == json.dumps(record)  # strict, as written
         assert record["compile_s"] > 0 and record["outputs"][0]["snr_db"] > 30
     assert verify_bundle(demo).ok
 

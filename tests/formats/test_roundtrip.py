@@ -31,6 +31,7 @@ from qnndeploy.formats.manifest import (
     Target,
     Tensor,
 )
+from qnndeploy.formats.ondevicerecord import OnDeviceRecord
 from qnndeploy.formats.records import (
     RECORD_FILE,
     VALIDATION_FILE,
@@ -154,3 +155,10 @@ def test_a_device_verify_record_written_and_parsed_is_the_same():
     assert DeviceRecord.parse(json.loads(json.dumps(record.to_json()))) == record
     with pytest.raises(BadInput, match="'outcome'"):
         DeviceRecord.parse({**record.to_json(), "outcome": "fine"})
+
+
+def test_an_on_device_validation_record_written_and_parsed_is_the_same():
+    record = OnDeviceRecord("g", "v79", "SM8750", 69, "2.50.0", {"enable_htp_fp16_precision": "1"},
+                            {"kind": "random", "samples": 4, "seed": 0}, 1.5, True, None,
+                            ({"name": "y", "passed": True, "snr_db": 40.0},), {"kind": "classify", "passed": True})
+    assert OnDeviceRecord.parse(json.loads(json.dumps(record.to_json()))) == record

@@ -84,6 +84,7 @@ def test_symlinks_and_hidden_folders_are_not_read(tmp_path, monkeypatch):
 
 def test_a_bundle_s_on_device_compile_records_are_shown_per_graph_and_arch(tmp_path):
     """Records as bundle build --on-device-compile writes them (qnn/ondevice.py ArchCheck.record)."""
+    from qnndeploy.formats.ondevicerecord import OnDeviceRecord
     from qnndeploy.qnn.ondevice import ArchCheck, ep_options
     from tests.report.page import parse
 
@@ -94,7 +95,7 @@ def test_a_bundle_s_on_device_compile_records_are_shown_per_graph_and_arch(tmp_p
     bad = ArchCheck("kws_demo", "v73", "SM8550", None, False, error="the QNN EP refused the graph: <op> unsupported")
     for check in (good, bad):
         (folder / f"kws_demo-on-device-{check.arch}.json").write_text(
-            json.dumps(check.record(ep_options("fp16"), "2.49.40")))
+            json.dumps(OnDeviceRecord.of(check, ep_options("fp16"), "2.49.40").to_json()))
     out = tmp_path / "report.html"
     r = run("report", folder, "-o", out, "--json")
     assert r.exit_code == 0, r.output
