@@ -13,5 +13,5 @@ def write_plot(result: DiagnoseResult, path: Path) -> None:
     the threshold drawn; written whole or not at all."""
     probes = [p for p in result.probes if p.snr_db is not None]
     with writing(path), staging_file(path, force=True) as tmp:
-        plot.line_chart([p.position for p in probes], [min(p.snr_db or 0.0, 150.0) for p in probes], tmp,
-                        threshold=result.min_snr_db, marked=[p.bad for p in probes])
+        plot.line_chart([plot.Point(p.position, min(p.snr_db or 0.0, 150.0), p.bad) for p in probes], tmp,
+                        threshold=result.min_snr_db)

@@ -815,13 +815,22 @@ def _overflows(session: _Session, tensors: dict[str, _Tensor], probe: Probe) -> 
     return probe.ranges.over_fp16_max > 0 or _inner_sum(probe, reads) is not None
 
 
+@dataclass(frozen=True)
+class _SplitPoint:
+    """A split worth measuring: the tensors it cuts at, the part left on the CPU, and why this cut."""
+
+    at: list[str]
+    cpu: Side
+    why: str
+
+
 def _split_points(session: _Session, tensors: dict[str, _Tensor], bad: Probe, good: Probe | None,
-                  inputs: list[TensorRange]) -> tuple[list[tuple[list[str], Side, str]], str]:
-    """The splits worth measuring, (tensors, the CPU part, why), and why there is no tail split when there is none.
+                  inputs: list[TensorRange]) -> tuple[list[_SplitPoint], str]:
+    """The splits worth measuring, and why there is no tail split when there is none.
     Both directions: the front end up to the bad tensor on the CPU; and the tail after the last good tensor,
     moved back while the tensor the NPU would hand over cannot be held in fp16 (values the NPU has already flushed
     to 0 or made infinite, which the CPU tail cannot recover; such a tensor may still show a good SNR)."""
-    found = [([bad.tensor], Side.HEAD, f"the front end up to {bad.tensor} ({bad.op_type} {bad.node})")]
+    found = [_SplitPoint([bad.tensor], Side.HEAD, f"the front end up to {bad.tensor} ({bad.op_type} {bad.node})")]
     if good is None:
         return found, f"nothing before {bad.tensor} measured good"
     cut, why = [good.tensor], "the last good tensor"
@@ -841,20 +850,19 @@ def _split_points(session: _Session, tensors: dict[str, _Tensor], bad: Probe, go
         cut, why = feeding, (f"{frontier} is out of fp16's range: the NPU would hand it over flushed to 0 or "
                              "infinite")
         frontier = worse[0] if worse else None
-    return [*found, (cut, Side.TAIL, why)], ""
+    return [*found, _SplitPoint(cut, Side.TAIL, why)], ""
 
 
-def _prove(session: _Session, source: Path, candidates: list[tuple[list[str], Side, str]], expected: list[Sample],
+def _prove(session: _Session, source: Path, candidates: list[_SplitPoint], expected: list[Sample],
            task: tasks.Task) -> list[SplitTrial]:
     """Each split done before it is advised: cut as prepare --split-at cuts, the NPU part compiled for the job's SoC
     with the probes' settings, the chain run on diagnose's samples and judged against the whole model on the CPU by
     validate's rules. The best first (_rank)."""
     trials = []
-    for k, (at, cpu, why) in enumerate(candidates):
-        label = f"split --split-at {','.join(at)} --cpu-part {cpu}"
+    for k, point in enumerate(candidates):
+        label = f"split --split-at {','.join(point.at)} --cpu-part {point.cpu}"
         session.steps(f"{label}: cut, compiled and run as a chain ({k + 1} of {len(candidates)})")
-        trial = _trial(session, source, Path(session.tmp.name) / f"split{k}" / source.name, at, cpu, why,
-                       expected, task)
+        trial = _trial(session, source, Path(session.tmp.name) / f"split{k}" / source.name, point, expected, task)
         trials.append(trial)
         session.steps(f"{label}: {'passes' if trial.measured is not None and trial.measured.passed else 'fails'} "
                       "as a chain")
@@ -873,17 +881,17 @@ def _rank(t: SplitTrial) -> tuple[bool, int, int, float, float]:
             -(m.cosine if m.cosine is not None else -math.inf))
 
 
-def _trial(session: _Session, source: Path, out: Path, at: list[str], cpu: Side, why: str, expected: list[Sample],
+def _trial(session: _Session, source: Path, out: Path, point: _SplitPoint, expected: list[Sample],
            task: tasks.Task) -> SplitTrial:
     """One split cut into `out`'s folder, compiled and run as a chain (see _prove)."""
     start = time.monotonic()
-    command = (f"qnndeploy prepare {_q(source)} --split-at {_q(','.join(at))} --cpu-part {cpu} "
+    command = (f"qnndeploy prepare {_q(source)} --split-at {_q(','.join(point.at))} --cpu-part {point.cpu} "
                f"-o {_q(_split_out(source))}")
-    trial = SplitTrial(at, cpu, why, command, None)
+    trial = SplitTrial(point.at, point.cpu, point.why, command, None)
     try:
         out.parent.mkdir(parents=True)
         slim = load_model(source, weights=False)
-        plans = cutting.in_two(slim.graph, at, cpu)
+        plans = cutting.in_two(slim.graph, point.at, point.cpu)
         values, cut = cutting.cut_values(slim, plans)
         head, tail, record = cutting.split_paths(out)
         parts = cutting.write_parts(source, plans, [head, tail], values)

@@ -9,6 +9,7 @@ import math
 import struct
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,12 +45,22 @@ def png_bytes(pixels: np.ndarray) -> bytes:
             + chunk(b"IEND", b""))
 
 
-def line_chart(xs: Sequence[float], ys: Sequence[float], path: Path, *, threshold: float | None = None,
-               marked: Sequence[bool] = (), width: int = 640, height: int = 360, y_label: str = "dB") -> Path:
-    """Write a chart of ys against xs (sorted by x) to `path`: the points joined by a line, `marked` points in red,
-    `threshold` as a dashed red line; integer tick labels on both axes."""
+@dataclass(frozen=True, order=True)
+class Point:
+    """One point of the chart; a marked one is drawn in red (diagnose: a tensor below the threshold)."""
+
+    x: float
+    y: float
+    marked: bool = False
+
+
+def line_chart(points: Sequence[Point], path: Path, *, threshold: float | None = None, width: int = 640,
+               height: int = 360, y_label: str = "dB") -> Path:
+    """Write a chart of the points (sorted by x) to `path`: joined by a line, the marked ones in red, `threshold` as
+    a dashed red line; integer tick labels on both axes."""
     import numpy as np
 
+    xs, ys = [p.x for p in points], [p.y for p in points]
     img = np.full((height, width, 3), WHITE, np.uint8)
     left, right, top, bottom = 56, width - 16, 30, height - 32
     finite = [y for y in ys if math.isfinite(y)] + ([threshold] if threshold is not None else [])
@@ -82,13 +93,12 @@ def line_chart(xs: Sequence[float], ys: Sequence[float], path: Path, *, threshol
     if threshold is not None:
         for start in range(left, right, 10):
             _line(img, start, py(threshold), min(start + 5, right), py(threshold), RED)
-    points = sorted((x, y, bool(marked[i]) if i < len(marked) else False)
-                    for i, (x, y) in enumerate(zip(xs, ys, strict=True)) if math.isfinite(y))
-    for (x0, y0, _), (x1, y1, _) in itertools.pairwise(points):
-        _line(img, px(x0), py(y0), px(x1), py(y1), BLUE, thick=2)
-    for x, y, bad in points:
-        cx, cy = px(x), py(y)
-        img[max(cy - 3, 0):cy + 4, max(cx - 3, 0):cx + 4] = RED if bad else BLUE
+    drawn = sorted(p for p in points if math.isfinite(p.y))
+    for a, b in itertools.pairwise(drawn):
+        _line(img, px(a.x), py(a.y), px(b.x), py(b.y), BLUE, thick=2)
+    for p in drawn:
+        cx, cy = px(p.x), py(p.y)
+        img[max(cy - 3, 0):cy + 4, max(cx - 3, 0):cx + 4] = RED if p.marked else BLUE
     path = Path(path)
     path.write_bytes(png_bytes(img))
     return path

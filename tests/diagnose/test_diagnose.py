@@ -364,8 +364,8 @@ def test_ranges_say_what_fp16_cannot_hold():
 
 
 def test_the_chart_is_a_png_of_the_asked_size(tmp_path):
-    path = plot.line_chart([0, 5, 10, 20], [60.0, 55.0, 12.0, 8.0], tmp_path / "c.png", threshold=30.0,
-                           marked=[False, False, True, True], width=320, height=200)
+    points = [plot.Point(0, 60.0), plot.Point(5, 55.0), plot.Point(10, 12.0, marked=True), plot.Point(20, 8.0, True)]
+    path = plot.line_chart(points, tmp_path / "c.png", threshold=30.0, width=320, height=200)
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", data[16:24]) == (320, 200)
