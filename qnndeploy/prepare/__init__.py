@@ -210,8 +210,8 @@ def prepare_model(src: Path, out: Path, options: PrepareOptions = PrepareOptions
         feeds = equivalence.feeds(edited.live, inputs_dir, o.seed, ranges)
         want = equivalence.reference(src, feeds, edited.frozen, ranges, random=inputs_dir is None)
         try:
-            final, folded_by, folding, diffs, rewrites = _fold_chain(stage, work, out.name, o.simplify, external,
-                                                                     feeds, want, tolerance, o.rewrite)
+            run = _Folding(stage, work, out.name, external, feeds, want, tolerance, o.rewrite)
+            final, folded_by, folding, diffs, rewrites = _fold_chain(run, o.simplify)
         except QnnDeployError:
             # Every candidate failed: when the folder cannot even take two more copies of the model, a full disk
             # (not the model) made the tools fail, whatever they said (onnxruntime: "Protobuf serialization failed")
@@ -276,9 +276,23 @@ class _Candidate:
     rewrites: list[str] = field(default_factory=list)  # what --rewrite did to it
 
 
-def _fold_chain(stage: Path, work: Path, name: str, simplify: bool, external: bool, feeds: Mapping[str, np.ndarray],
-                want: Mapping[str, np.ndarray], tolerance: float, kinds: tuple[str, ...] = ()
-                ) -> tuple[Path, str | None, list[str], list[OutputDiff], list[str]]:
+@dataclass(frozen=True)
+class _Folding:
+    """What every candidate is made from and judged by: the edited model (`stage`), the work folder and the name the
+    candidate gets there, whether its weights go to a data file, the equivalence feeds, the original's outputs on
+    them with the tolerance, and the --rewrite kinds applied after folding."""
+
+    stage: Path
+    work: Path
+    name: str
+    external: bool
+    feeds: Mapping[str, np.ndarray]
+    want: Mapping[str, np.ndarray]
+    tolerance: float
+    kinds: tuple[str, ...] = ()
+
+
+def _fold_chain(run: _Folding, simplify: bool) -> tuple[Path, str | None, list[str], list[OutputDiff], list[str]]:
     """Fold with each tool in turn (fold.TOOLS, then no folding at all) and keep the first result that computes the
     same outputs and has no control flow left; else the first that computes the same outputs. Every result gets its
     shapes re-inferred and its output shapes from a CPU run.
@@ -288,7 +302,7 @@ def _fold_chain(stage: Path, work: Path, name: str, simplify: bool, external: bo
     unfolded model is measured too; when it has fewer, the later tools are tried for one as good, else the model is
     kept unfolded. Measuring rather than guarding known patterns covers every fusion the EP makes, and costs one
     measurement when the folded model runs wholly on the HTP. Returns (model, tool or None, what each tool did, its
-    equivalence, what --rewrite did). The rewrites (`kinds`) are applied to each candidate after its folding, when
+    equivalence, what --rewrite did). The rewrites (`run.kinds`) are applied to each candidate after its folding, when
     its shapes are static and what an exporter computes (a Gather's indices) is constant; the equivalence run proves
     them with the rest."""
     tried: list[str] = []
@@ -296,7 +310,7 @@ def _fold_chain(stage: Path, work: Path, name: str, simplify: bool, external: bo
     tools = [*fold.TOOLS, None] if simplify else [None]
     kept: _Candidate | None = None
     while tools and (kept is None or kept.control_flow):
-        outcome = _candidate(tools.pop(0), stage, work, name, external, feeds, want, tolerance, kinds)
+        outcome = _candidate(tools.pop(0), run)
         if isinstance(outcome, str):
             tried.append(outcome)
             continue
@@ -313,37 +327,34 @@ def _fold_chain(stage: Path, work: Path, name: str, simplify: bool, external: bo
         raise CheckFailed(
             "the prepared model differs from the original: "
             + "; ".join(f"{d.name} max abs diff {d.max_abs_diff:.3g}, rel L2 {d.rel_l2:.3g}" for d in bad)
-            + f" (tolerance {tolerance:g}); nothing written")
+            + f" (tolerance {run.tolerance:g}); nothing written")
     if kept is None:
         raise BadInput("the prepared model fails where the original ran: " + "; ".join(tried))
     if kept.tool is not None and not kept.control_flow:
-        kept = _htp_best(kept, [t for t in tools if t], stage, work, name, external, feeds, want, tolerance, tried,
-                         kinds)
+        kept = _htp_best(kept, [t for t in tools if t], run, tried)
     return kept.path, kept.tool, tried, kept.diffs, kept.rewrites
 
 
-def _candidate(tool: str | None, stage: Path, work: Path, name: str, external: bool,
-               feeds: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray],
-               tolerance: float, kinds: tuple[str, ...] = ()) -> _Candidate | str:
+def _candidate(tool: str | None, run: _Folding) -> _Candidate | str:
     """The model folded by `tool` (None: as it is), shapes re-inferred and run on the CPU against the original;
     a string saying why when it fails or does not run."""
     interrupt.check()  # a safe point between candidates (a SIGTERM only sets the flag)
     label = tool or "no folding"
     rewrites: list[str] = []
-    folder = work / (tool or "unfolded")
+    folder = run.work / (tool or "unfolded")
     folder.mkdir()
-    candidate = folder / name
+    candidate = folder / run.name
     try:
-        source = stage
+        source = run.stage
         if tool:
             source = folder / "folded.onnx"
-            fold.fold(tool, stage, source, external)
-        if kinds:
+            fold.fold(tool, run.stage, source, run.external)
+        if run.kinds:
             rewritten = folder / "rewritten.onnx"
-            rewrites = _rewrite(source, rewritten, kinds, external)
+            rewrites = _rewrite(source, rewritten, run.kinds, run.external)
             source = rewritten
-        _infer_shapes(source, candidate, external)
-        got = equivalence.run_prepared(candidate, feeds)
+        _infer_shapes(source, candidate, run.external)
+        got = equivalence.run_prepared(candidate, run.feeds)
     except fold.FoldError as e:
         return f"{label}: failed ({e})"
     except QnnDeployError as e:
@@ -354,9 +365,9 @@ def _candidate(tool: str | None, stage: Path, work: Path, name: str, external: b
         return f"{label}: its result does not run ({first_line(e)})"
     except Exception as e:  # noqa: BLE001 onnxruntime's and onnx's exception types are not exported
         return f"{label}: its result does not run ({first_line(e)})"
-    diffs = [equivalence.compare(n, w, got[n], tolerance) for n, w in want.items()]
+    diffs = [equivalence.compare(n, w, got[n], run.tolerance) for n, w in run.want.items()]
     if all(d.ok for d in diffs):
-        _set_output_shapes(candidate, {n: a.shape for n, a in got.items()}, external)
+        _set_output_shapes(candidate, {n: a.shape for n, a in got.items()}, run.external)
     return _Candidate(candidate, tool, diffs, _control_flow(onnxio.load_model(candidate, weights=False).graph),
                       rewrites)
 
@@ -372,15 +383,13 @@ def _rewrite(src: Path, dst: Path, kinds: tuple[str, ...], external: bool) -> li
     return changes
 
 
-def _htp_best(kept: _Candidate, later: list[str], stage: Path, work: Path, name: str, external: bool,
-              feeds: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], tolerance: float,
-              tried: list[str], kinds: tuple[str, ...] = ()) -> _Candidate:
+def _htp_best(kept: _Candidate, later: list[str], run: _Folding, tried: list[str]) -> _Candidate:
     """`kept`, unless the unfolded model leaves fewer nodes on the CPU of the HTP: then the first of the `later`
     tools whose result is as good, else the unfolded model. Notes what was measured in `tried`."""
     folded = _cpu_nodes(kept.path)
     if not folded:
         return kept
-    unfolded = _candidate(None, stage, work, name, external, feeds, want, tolerance, kinds)
+    unfolded = _candidate(None, run)
     if isinstance(unfolded, str) or not all(d.ok for d in unfolded.diffs) or unfolded.control_flow:
         return kept
     best = _cpu_nodes(unfolded.path)
@@ -390,7 +399,7 @@ def _htp_best(kept: _Candidate, later: list[str], stage: Path, work: Path, name:
         f"{kept.tool}: ok, but not kept: {_on_cpu(folded)} as measured on the HTP ({socs.DEFAULT_SOC}), the "
         f"unfolded model {_on_cpu(best)} (the fold broke a pattern the HTP runs)")
     for tool in later:
-        outcome = _candidate(tool, stage, work, name, external, feeds, want, tolerance, kinds)
+        outcome = _candidate(tool, run)
         if isinstance(outcome, str) or not all(d.ok for d in outcome.diffs) or outcome.control_flow:
             tried.append(outcome if isinstance(outcome, str) else f"{tool}: its result differs or keeps control flow")
             continue
