@@ -262,7 +262,8 @@ def fuse_layernorm(model: onnx.ModelProto) -> int:
             new = [helper.make_node("LayerNormalization", [f.x, *inputs], [f.y], axis=-1, epsilon=f.eps,
                                     name=view.fresh(base))]
         else:
-            new = rewrite.layernorm_last_axis(view, f.x, f.y, f.shape, f.axis, gamma, beta, f.eps, base)
+            norm = rewrite.LayerNormOver(f.x, f.y, f.shape, f.axis, gamma, beta, f.eps)
+            new = rewrite.layernorm_last_axis(view, norm, base)
         at = max(position[id(n)] for n in f.nodes)
         for n in new:
             position[id(n)] = at

@@ -148,7 +148,7 @@ def _dft(v: _Graph) -> list[_Match]:
     for node in v.graph.node:
         if node.op_type != "DFT" or _attr(node, "inverse", 0):
             continue
-        x, y = node.input[0], node.output[0]
+        x = node.input[0]
         shape = v.shapes.get(x)
         if shape is None or shape[-1] != 1 or len(shape) < 2 or v.elem.get(x) != TensorProto.FLOAT:
             continue
@@ -173,8 +173,8 @@ def _dft(v: _Graph) -> list[_Match]:
             length = n_in
         onesided = bool(_attr(node, "onesided", 0))
 
-        def apply(g: _Graph, node: onnx.NodeProto = node, x: str = x, y: str = y, shape: list[int] = shape,
-                  n_in: int = n_in, length: int = length, onesided: bool = onesided) -> str:
+        def apply(g: _Graph, node: onnx.NodeProto = node, shape: list[int] = shape, n_in: int = n_in,
+                  length: int = length, onesided: bool = onesided) -> str:
             bins = length // 2 + 1 if onesided else length
             n = np.arange(min(n_in, length))[:, None]
             angle = 2 * np.pi * ((n * np.arange(bins)[None, :]) % length) / length
@@ -187,9 +187,9 @@ def _dft(v: _Graph) -> list[_Match]:
             out = g.initializer(f"{base}_spectrum_shape", np.array([*shape[:-2], bins, 2], np.int64))
             signal, product = g.fresh(f"{base}_signal"), g.fresh(f"{base}_matmul")
             g.replace[id(node)] = [
-                helper.make_node("Reshape", [x, flat], [signal], name=g.fresh(f"{base}_squeeze")),
+                helper.make_node("Reshape", [node.input[0], flat], [signal], name=g.fresh(f"{base}_squeeze")),
                 helper.make_node("MatMul", [signal, w], [product], name=g.fresh(f"{base}_as_matmul")),
-                helper.make_node("Reshape", [product, out], [y], name=g.fresh(f"{base}_complex"))]
+                helper.make_node("Reshape", [product, out], [node.output[0]], name=g.fresh(f"{base}_complex"))]
             return (f"DFT {node.name or '(unnamed)'} (length {length}{', onesided' if onesided else ''}) -> MatMul "
                     f"with a constant [{n_in}, {2 * bins}] cos/sin matrix")
         found.append(_Match("dft", [node], apply))
@@ -198,26 +198,40 @@ def _dft(v: _Graph) -> list[_Match]:
 
 # --- layernorm-axes ---------------------------------------------------------------------------------
 
-def layernorm_last_axis(g: _Graph, x: str, y: str, shape: list[int], axis: int, scale: np.ndarray,
-                        bias: np.ndarray | None, epsilon: float, base: str) -> list[onnx.NodeProto]:
+@dataclass(frozen=True)
+class LayerNormOver:
+    """A layer normalization of x (dims `shape`) over the axes from `axis` on into y, with its constant weights:
+    what layernorm_last_axis writes (a LayerNormalization node over several axes, or a decomposed one fuse found)."""
+
+    x: str
+    y: str
+    shape: list[int]
+    axis: int
+    scale: np.ndarray
+    bias: np.ndarray | None
+    epsilon: float
+
+
+def layernorm_last_axis(g: _Graph, norm: LayerNormOver, base: str) -> list[onnx.NodeProto]:
     """Reshape x to merge the axes from `axis` on, LayerNormalization over the last axis, Reshape back to `shape`:
     the same normalization the HTP runs (it refuses one over several axes)."""
     import numpy as np
     from onnx import helper
 
-    kept, normed = shape[:axis], shape[axis:]
+    kept, normed = norm.shape[:norm.axis], norm.shape[norm.axis:]
     size = math.prod(normed)
-    gamma = g.initializer(f"{base}_scale", np.broadcast_to(scale, normed).reshape(size).astype(np.float32))
+    gamma = g.initializer(f"{base}_scale", np.broadcast_to(norm.scale, normed).reshape(size).astype(np.float32))
     inputs = [gamma]
-    if bias is not None:
-        inputs.append(g.initializer(f"{base}_bias", np.broadcast_to(bias, normed).reshape(size).astype(np.float32)))
+    if norm.bias is not None:
+        inputs.append(g.initializer(f"{base}_bias",
+                                    np.broadcast_to(norm.bias, normed).reshape(size).astype(np.float32)))
     merged = g.initializer(f"{base}_merged_shape", np.array([*kept, size], np.int64))
-    back = g.initializer(f"{base}_shape", np.array(shape, np.int64))
+    back = g.initializer(f"{base}_shape", np.array(norm.shape, np.int64))
     flat, normal = g.fresh(f"{base}_merged"), g.fresh(f"{base}_normalized")
-    return [helper.make_node("Reshape", [x, merged], [flat], name=g.fresh(f"{base}_merge")),
-            helper.make_node("LayerNormalization", [flat, *inputs], [normal], axis=-1, epsilon=epsilon,
+    return [helper.make_node("Reshape", [norm.x, merged], [flat], name=g.fresh(f"{base}_merge")),
+            helper.make_node("LayerNormalization", [flat, *inputs], [normal], axis=-1, epsilon=norm.epsilon,
                              name=g.fresh(f"{base}_last_axis")),
-            helper.make_node("Reshape", [normal, back], [y], name=g.fresh(f"{base}_unmerge"))]
+            helper.make_node("Reshape", [normal, back], [norm.y], name=g.fresh(f"{base}_unmerge"))]
 
 
 def _layernorm_axes(v: _Graph) -> list[_Match]:
@@ -241,8 +255,8 @@ def _layernorm_axes(v: _Graph) -> list[_Match]:
             bias = g.const(node.input[2]) if len(node.input) > 2 and node.input[2] else None
             if scale is None:
                 raise ValueError(f"LayerNormalization {node.name}: its scale has no data")
-            g.replace[id(node)] = layernorm_last_axis(g, x, node.output[0], shape, axis, scale, bias,
-                                                      float(_attr(node, "epsilon", 1e-5)), node.name or "layernorm")
+            norm = LayerNormOver(x, node.output[0], shape, axis, scale, bias, float(_attr(node, "epsilon", 1e-5)))
+            g.replace[id(node)] = layernorm_last_axis(g, norm, node.name or "layernorm")
             return (f"LayerNormalization {node.name or '(unnamed)'} over axes {list(range(axis, len(shape)))} of "
                     f"{shape} -> over the last axis of {[*shape[:axis], math.prod(shape[axis:])]}")
         found.append(_Match("layernorm-axes", [node], apply))
