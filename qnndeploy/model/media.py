@@ -114,6 +114,24 @@ class Preprocess:
     declared: frozenset[str] = field(default_factory=frozenset)  # the keys the user gave
 
 
+@dataclass(frozen=True)
+class MelFrontEnd:
+    """The log-mel front end with every setting fitted (_audio_plan fills what --preprocess left to the input):
+    periodic-Hann windows of `win` samples every `hop`, an n_fft-point power spectrum, `n_mels` filters between
+    fmin and fmax (None: rate / 2) on the `scale`, then `log` of max(energy, floor)."""
+
+    rate: int
+    n_mels: int
+    win: int
+    hop: int
+    n_fft: int
+    fmin: float = 0.0
+    fmax: float | None = None
+    scale: MelScale = MelScale.SLANEY
+    log: LogBase = LogBase.LN
+    floor: float = 1e-10
+
+
 def _ratio(text: str) -> float:
     top, _, bottom = text.partition("/")
     value = float(top) / float(bottom) if bottom else float(top)
@@ -329,6 +347,7 @@ def _audio_plan(prep: Preprocess, spec: TensorInfo) -> tuple[Convert, JSON]:
     hop = prep.hop or round(0.010 * rate)
     n_fft = prep.n_fft or win
     fmax = rate / 2 if prep.fmax is None else prep.fmax
+    front = MelFrontEnd(rate, prep.n_mels, win, hop, n_fft, prep.fmin, fmax, prep.mel, prep.log, prep.floor)
     if n_fft < win:
         raise BadInput(f"--preprocess n_fft={n_fft} is shorter than the window ({win} samples)")
     if not 0 <= prep.fmin < fmax <= rate / 2:
@@ -348,8 +367,7 @@ def _audio_plan(prep: Preprocess, spec: TensorInfo) -> tuple[Convert, JSON]:
 
     def logmel(path: Path) -> tuple[np.ndarray, str | None]:
         audio, _ = _audio(path, rate)
-        feats = log_mel(audio, rate, prep.n_mels, win, hop, n_fft, prep.fmin, fmax, prep.mel, prep.log,
-                              prep.floor)
+        feats = log_mel(audio, front)
         fitted, note = _pad_or_crop(feats, count, "frames", silence)
         return (fitted if time_major else fitted.T).reshape(shape).astype(dtype), note
 
@@ -498,16 +516,16 @@ def mel_filterbank(n_mels: int, n_fft: int, rate: int, fmin: float = 0.0, fmax: 
     return np.asarray(weights, np.float64)
 
 
-def log_mel(audio: np.ndarray, rate: int, n_mels: int, win: int, hop: int, n_fft: int, fmin: float,
-            fmax: float | None, scale: str, log: str, floor: float) -> np.ndarray:
-    """[frames, n_mels] log mel energies: periodic-Hann windows of `win` samples every `hop`, zero-padded to
-    n_fft, power spectrum, mel filterbank, then ln or log10 of max(energy, floor); float64."""
+def log_mel(audio: np.ndarray, front: MelFrontEnd) -> np.ndarray:
+    """[frames, n_mels] log mel energies of `audio` (at front.rate): periodic-Hann windows of `win` samples every
+    `hop`, zero-padded to n_fft, power spectrum, mel filterbank, then ln or log10 of max(energy, floor); float64."""
     import numpy as np
 
-    window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(win) / win)
-    power = np.abs(np.fft.rfft(frames(np.asarray(audio, np.float64), win, hop) * window, n=n_fft, axis=1)) ** 2
-    energies = np.maximum(power @ mel_filterbank(n_mels, n_fft, rate, fmin, fmax, scale).T, floor)
-    return np.asarray(np.log10(energies) if log == LogBase.LOG10 else np.log(energies), np.float64)
+    f = front
+    window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(f.win) / f.win)
+    power = np.abs(np.fft.rfft(frames(np.asarray(audio, np.float64), f.win, f.hop) * window, n=f.n_fft, axis=1)) ** 2
+    energies = np.maximum(power @ mel_filterbank(f.n_mels, f.n_fft, f.rate, f.fmin, f.fmax, f.scale).T, f.floor)
+    return np.asarray(np.log10(energies) if f.log == LogBase.LOG10 else np.log(energies), np.float64)
 
 
 def read_image(path: Path, height: int, width: int, color: str, fit: str) -> np.ndarray:

@@ -128,7 +128,7 @@ def reference_log_mel(audio: np.ndarray, rate: int, n_mels: int, win: int, hop: 
 
 def test_log_mel_matches_a_frame_by_frame_reference_on_the_shipped_speech(tmp_path):
     audio, rate, _ = media.read_wav(SHIPPED / "speech.wav")
-    feats = media.log_mel(audio, rate, 40, 400, 160, 512, 0.0, None, "slaney", "ln", 1e-10)
+    feats = media.log_mel(audio, media.MelFrontEnd(rate, n_mels=40, win=400, hop=160, n_fft=512))
     expected = reference_log_mel(audio.astype(np.float64), rate, 40, 400, 160, 512)
     assert feats.shape == expected.shape == (1 + (len(audio) - 400) // 160, 40)
     assert np.abs(feats - expected).max() < 1e-6
@@ -138,7 +138,7 @@ def test_log_mel_matches_a_frame_by_frame_reference_on_the_shipped_speech(tmp_pa
     folder.mkdir()
     (folder / "speech.wav").write_bytes((SHIPPED / "speech.wav").read_bytes())
     feeds, used = samples.for_graph(model, "lm", folder, preprocess="audio:logmel,n_mels=80,rate=16000")
-    full = media.log_mel(audio, 16000, 80, 400, 160, 400, 0.0, None, "slaney", "ln", 1e-10)
+    full = media.log_mel(audio, media.MelFrontEnd(16000, n_mels=80, win=400, hop=160, n_fft=400))
     assert feeds[0]["x"].shape == (1, 80, 300) and np.allclose(feeds[0]["x"][0], full[:300].T, atol=1e-5)
     assert used["preprocess"]["axes"] == "n_mels, frames" and used["preprocess"]["win"] == 400
     assert used["notes"] == [f"speech.wav: {len(full)} frames, cropped to the first 300"]
