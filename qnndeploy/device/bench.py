@@ -283,13 +283,28 @@ def _ort_figures(block: _Block) -> None:
 
 # --- one phone x graph ----------------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class _OnPhone:
+    """What every graph benched on one phone shares: the connection, the job and the decision, the options, the
+    libraries' environment, the clock rate, the progress callback, and whether a profile viewer is installed."""
+
+    dev: Device
+    job: DeviceJob
+    choice: decision.Decision
+    options: Options
+    env: str
+    clk: int
+    say: Say
+    viewer: bool = False
+
+
 class _GraphBench:
     """What runs one graph on one phone: its work folder, inputs and the tools' command lines."""
 
-    def __init__(self, dev: Device, job: DeviceJob, choice: decision.Decision, graph: str, options: Options,
-                 env: str, clk: int, say: Say, viewer: bool = False) -> None:
-        self.dev, self.job, self.choice, self.graph, self.options = dev, job, choice, graph, options
-        self.env, self.clk, self.say, self.viewer = env, clk, say, viewer
+    def __init__(self, phone: _OnPhone, graph: str) -> None:
+        self.dev, self.job, self.choice, self.options = phone.dev, phone.job, phone.choice, phone.options
+        self.env, self.clk, self.say, self.viewer, self.graph = phone.env, phone.clk, phone.say, phone.viewer, graph
+        choice, job = phone.choice, phone.job
         self.launch = Launch()  # the NPU path's (npu_first fills it)
         self.launch_problems: list[str] = []
         self.on_device = choice.npu_source == decision.NpuSource.ON_DEVICE
@@ -574,8 +589,9 @@ def bench_device(job: DeviceJob, options: Options, serial: str | None = None,
     clk = parse_int(dev.run("getconf CLK_TCK", doing="reading the clock rate (getconf CLK_TCK)").output)
     if clk is None or clk <= 0:
         raise CheckFailed(f"getconf CLK_TCK failed on {dev.serial}")
+    shared = _OnPhone(dev, job, choice, options, env, clk, say, viewer is not None)
     for graph in graphs:
-        record = _bench_graph(dev, job, choice, props, graph, options, env, clk, say, viewer is not None)
+        record = _bench_graph(shared, props, graph)
         if graph in baselines:
             where, base = baselines[graph]
             record.gate = benchrecord.gate(base, str(where), record, options.threshold)
@@ -587,9 +603,9 @@ def bench_device(job: DeviceJob, options: Options, serial: str | None = None,
     return result
 
 
-def _bench_graph(dev: Device, job: DeviceJob, choice: decision.Decision, props: dict[str, str], graph: str,
-                 options: Options, env: str, clk: int, say: Say, viewer: bool = False) -> BenchRecord:
-    g = _GraphBench(dev, job, choice, graph, options, env, clk, say, viewer)
+def _bench_graph(phone: _OnPhone, props: dict[str, str], graph: str) -> BenchRecord:
+    dev, job, choice, options, say = phone.dev, phone.job, phone.choice, phone.options, phone.say
+    g = _GraphBench(phone, graph)
     g.prepare()
     mode = job.manifest.htp_performance_mode or ortrunner.DEFAULT_PERFORMANCE_MODE  # the app's
     notes: list[str] = [FIRST_NOTE, THROUGHPUT_NOTE, ENERGY_NOTE, benchrecord.LAUNCH_NOTE]
@@ -641,7 +657,7 @@ def _bench_graph(dev: Device, job: DeviceJob, choice: decision.Decision, props: 
     cpu.launch = Launch(*(_round(b.session_ms, 3) if b else None for b in (cold, warm)),
                         *(_round(b.first_ms, 3) if b else None for b in (cold, warm)))
     notes += g.launch_problems
-    if not g.on_device and not viewer:
+    if not g.on_device and not phone.viewer:
         notes.append("npu.launch.session_*_ms: null, no qnn-profile-viewer for the phone to read qnn-net-run's Init "
                      f"time: pass --profile-viewer PATH or --qnn-sdk-root DIR (DIR/{opprofile.SDK_VIEWER})")
     if warm is None:
