@@ -52,6 +52,9 @@ def private_compile_cache(tmp_path_factory):
     """Every compile in the suite really compiles: no hits from the user's ~/.cache/qnndeploy or an earlier run."""
     os.environ["QNNDEPLOY_CACHE_DIR"] = str(tmp_path_factory.mktemp("compile-cache"))
     os.environ["QNNDEPLOY_EMULATED_DIR"] = str(tmp_path_factory.mktemp("emulated"))  # what deep verify loaded
+    # Without a terminal, progress lines start once a command has run 2 s: on a loaded machine a quick command's
+    # one-line error would gain one. Here they never start, except in the tests of progress, which set their own.
+    os.environ["QNNDEPLOY_PROGRESS_QUIET_S"] = "3600"
     yield
     os.environ.pop("QNNDEPLOY_CACHE_DIR", None)
     os.environ.pop("QNNDEPLOY_EMULATED_DIR", None)

@@ -761,7 +761,6 @@ def hostile(tmp_path, monkeypatch):
     tmpdir = tmp_path / "TMPDIR"
     tmpdir.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmpdir))
-    monkeypatch.setenv("QNNDEPLOY_PROGRESS_QUIET_S", "3600")  # no progress line on a loaded machine: only the report
 
     def verify(path: Path) -> tuple[int, list[str]]:
         start = time.monotonic()

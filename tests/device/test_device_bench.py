@@ -69,7 +69,8 @@ def check_path(p: dict, runs: int, notes: list[str]) -> None:
     assert benchrecord.LAUNCH_NOTE in notes and benchrecord.STAND_IN_NOTE in notes  # the host's times, said so
 
 
-def test_bench_two_phones_table_and_json_with_ratios(emulated_devices, bundle, tools, tmp_path):
+def test_bench_two_phones_table_and_json_with_ratios(emulated_devices, bundle, tools, tmp_path, monkeypatch):
+    monkeypatch.setenv("QNNDEPLOY_PROGRESS_QUIET_S", "0")  # progress from the first step, however fast the bench
     phones = emulated_devices("sm8750", "sm8750")
     out = tmp_path / "rec"
     code, records, err = bench_json(str(bundle), "--all", *FAST, *tools, "-o", str(out))
