@@ -692,10 +692,10 @@ def _bench_graph(phone: _OnPhone, props: dict[str, str], graph: str) -> BenchRec
         lib_dir = f"{job.remote_dir}/lib/arm64-v8a"
         adsp = decision.adsp_library_path(f"{job.remote_dir}/lib/hexagon-{choice.dsp_arch}", None)
         trace = job.record_dir / benchrecord.record_name(dev.serial, graph).replace(".json", "-trace.json")
+        where = runner.NetRun(f"{g.workdir}/npu", f"{job.remote_dir}/{choice.paths[graph]}", lib_dir, adsp, g.native)
         taken, said = opprofile.profile_for_bench(
-            dev, graph, f"{job.remote_dir}/{choice.paths[graph]}", f"{g.workdir}/npu", lib_dir, adsp, g.native,
-            options.profile, trace, viewer=opprofile.find_viewer(options.profile_viewer, job.sdk_root),
-            model=job.cpu_model(graph))
+            dev, graph, where, options.profile, trace,
+            viewer=opprofile.find_viewer(options.profile_viewer, job.sdk_root), model=job.cpu_model(graph))
         profile = taken.record() if taken is not None else None
         notes += said
     conditions = Conditions(charging, screen, start.level, end.level, start.temperature_c, end.temperature_c,

@@ -433,16 +433,16 @@ def viewer_command(viewer: str, log: str, output: str, lib_dir: str) -> str:
     return f"LD_LIBRARY_PATH={shlex.quote(lib_dir)} " + shlex.join([viewer, "--input_log", log, "--output", output])
 
 
-def profile_graph(dev: Device, graph: str, context: str, workdir: str, lib_dir: str, adsp_library_path: str,
-                  native_inputs: bool, level: Level, *, input_list: str = runner.INPUT_LIST,
+def profile_graph(dev: Device, graph: str, where: runner.NetRun, level: Level, *,
                   graphs: Sequence[str] | None = None, types: dict[str, str] | None = None,
                   viewer: str = REMOTE_VIEWER) -> OpProfile:
-    """Profile one graph of a context binary on the phone: qnn-net-run at `level` on the inputs already in `workdir`
-    (input_list), then qnn-profile-viewer (installed at `viewer`) on its log; the CSV is pulled and parsed.
-    `graphs`: the context's graphs in order, for a shared context. Raises QnnDeployError when a step fails."""
-    lists = ",".join(input_list if g == graph else "__" for g in (graphs or [graph]))
-    ran = runner.run(dev, workdir, context, lib_dir, adsp_library_path, native_inputs, lists, PROFILE_DIR,
-                     extra=net_run_args(level))
+    """Profile one graph of a context binary on the phone: qnn-net-run at `level` on the inputs already in the
+    run's folder (runner.INPUT_LIST), then qnn-profile-viewer (installed at `viewer`) on its log; the CSV is pulled
+    and parsed. `graphs`: the context's graphs in order, for a shared context. Raises QnnDeployError when a step
+    fails."""
+    workdir, lib_dir = where.workdir, where.lib_dir
+    lists = ",".join(runner.INPUT_LIST if g == graph else "__" for g in (graphs or [graph]))
+    ran = runner.run(dev, where, lists, PROFILE_DIR, extra=net_run_args(level))
     if ran.code != 0:
         last = next((ln.strip() for ln in reversed(ran.output.splitlines()) if ln.strip()), "no output")
         raise CheckFailed(f"qnn-net-run --profiling_level on {graph} exited with {ran.code}: {last[:200]}")
@@ -518,20 +518,18 @@ NO_VIEWER = ("profile: null, no qnn-profile-viewer for the phone: pass --profile
              f"(DIR/{SDK_VIEWER})")
 
 
-def profile_for_bench(dev: Device, graph: str, context: str, workdir: str, lib_dir: str, adsp_library_path: str,
-                      native_inputs: bool, level: Level, trace: Path, *, viewer: Path | None,
-                      model: Path | None = None, graphs: Sequence[str] | None = None,
-                      input_list: str = runner.INPUT_LIST) -> tuple[OpProfile | None, list[str]]:
+def profile_for_bench(dev: Device, graph: str, where: runner.NetRun, level: Level, trace: Path, *,
+                      viewer: Path | None, model: Path | None = None, graphs: Sequence[str] | None = None
+                      ) -> tuple[OpProfile | None, list[str]]:
     """What `device bench --profile LEVEL` takes for one graph: (the profile, whose record() is the bench record's
     `profile`, notes for the record). Installs `viewer` (find_viewer's) on the phone, profiles the graph on the
-    inputs in `workdir`, writes the Chrome trace at `trace`. No viewer, or a step that fails on the phone:
+    inputs in the run's folder, writes the Chrome trace at `trace`. No viewer, or a step that fails on the phone:
     (None, [why]); a profile is never made up."""
     if viewer is None:
         return None, [NO_VIEWER]
     try:
         runner.install(dev, viewer, sha256_file(viewer), REMOTE_VIEWER)
-        profile = profile_graph(dev, graph, context, workdir, lib_dir, adsp_library_path, native_inputs, level,
-                                input_list=input_list, graphs=graphs,
+        profile = profile_graph(dev, graph, where, level, graphs=graphs,
                                 types=node_types(model) if model is not None else None)
     except QnnDeployError as e:
         return None, [f"profile: null, {e}"]

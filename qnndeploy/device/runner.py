@@ -194,13 +194,27 @@ def result_times(lines: Sequence[str]) -> dict[int, float]:
     return done
 
 
-def run(dev: Device, workdir: str, context: str, lib_dir: str, adsp_library_path: str, native_inputs: bool,
-        input_list: str = INPUT_LIST, output_dir: str = "out", extra: Sequence[str] = ()) -> Invocation:
-    """Run qnn-net-run once in workdir, timed on the phone (date +%s%N) when its date can, else from the host.
+@dataclass(frozen=True)
+class NetRun:
+    """Where qnn-net-run runs a context binary on the phone: the folder it runs in (its inputs are there), the
+    context, the folders of the QNN libraries and of the Skel, and whether the inputs are in the graph's own types
+    (--use_native_input_files)."""
+
+    workdir: str
+    context: str
+    lib_dir: str
+    adsp_library_path: str
+    native_inputs: bool = False
+
+
+def run(dev: Device, where: NetRun, input_list: str = INPUT_LIST, output_dir: str = "out",
+        extra: Sequence[str] = ()) -> Invocation:
+    """Run qnn-net-run once in where.workdir, timed on the phone (date +%s%N) when its date can, else from the host.
     Within RUN's deadline (30 min, or --timeout) and output cap. `extra`: more options (e.g. --profiling_level)."""
-    env = f"LD_LIBRARY_PATH={shlex.quote(lib_dir)} ADSP_LIBRARY_PATH={shlex.quote(adsp_library_path)}"
+    workdir, context, lib_dir = where.workdir, where.context, where.lib_dir
+    env = f"LD_LIBRARY_PATH={shlex.quote(lib_dir)} ADSP_LIBRARY_PATH={shlex.quote(where.adsp_library_path)}"
     args = [REMOTE_RUNNER, "--backend", BACKEND, "--retrieve_context", context, "--input_list", input_list,
-            "--output_dir", output_dir] + (["--use_native_input_files"] if native_inputs else []) + list(extra)
+            "--output_dir", output_dir] + (["--use_native_input_files"] if where.native_inputs else []) + list(extra)
     command = f"{env} {shlex.join(args)}"
     line = (f"cd {shlex.quote(workdir)} && rm -rf {shlex.quote(output_dir)} && s=$(date +%s%N) && "
             f"{command} 2>&1; rc=$?; e=$(date +%s%N); o={shlex.quote(output_dir)}; echo {_OUTPUTS}; {RESULTS}"

@@ -774,12 +774,11 @@ def _run_graph(dev: Device, job: DeviceJob, graph: str, context: str, result: De
         run.ran_on = Provider.NPU  # qnn-net-run on the phone's HTP: what it gave is judged below
         once = _lists(graph, graphs, runner.FIRST_INPUT)
         basic = ["--profiling_level", "basic"] if launch else []
-        first = runner.run(dev, workdir, context, *env, native, once, "out_first", extra=basic)
+        where = runner.NetRun(workdir, context, *env, native)
+        first = runner.run(dev, where, once, "out_first", extra=basic)
         cold = _session(dev, job, workdir, "out_first", env[0]) if first.code == 0 and launch else None
-        timed = first if first.code != 0 else runner.run(dev, workdir, context, *env, native,
-                                                         _lists(graph, graphs, runner.INPUT_LIST))
-        warm = runner.run(dev, workdir, context, *env, native, once, "out_warm", extra=basic) if (
-            launch and timed.code == 0) else None
+        timed = first if first.code != 0 else runner.run(dev, where, _lists(graph, graphs, runner.INPUT_LIST))
+        warm = runner.run(dev, where, once, "out_warm", extra=basic) if launch and timed.code == 0 else None
         failed = next((r for r in (first, timed, warm) if r is not None and r.code != 0), None)
         if failed is not None:
             last = next((ln.strip() for ln in reversed(failed.output.splitlines()) if ln.strip()), "no output")

@@ -15,6 +15,7 @@ import pytest
 from qnndeploy.device import opprofile
 from qnndeploy.device.adb import connect
 from qnndeploy.device.opprofile import Level, Where
+from qnndeploy.device.runner import NetRun
 from qnndeploy.qnn import htp
 from tests.support import bundles
 from tests.support.cli import run
@@ -212,7 +213,7 @@ def test_profile_on_an_emulated_phone(emulated_devices, demo_bundle, tmp_path):
 
     # what bench records: the profile, its notes, the trace beside the record
     trace_path = tmp_path / "bench-emu-det-trace.json"
-    detailed, notes = opprofile.profile_for_bench(dev, "det", f"{REMOTE}/npu/SM8750/det.bin", workdir, *env, False,
+    detailed, notes = opprofile.profile_for_bench(dev, "det", NetRun(workdir, f"{REMOTE}/npu/SM8750/det.bin", *env),
                                                   Level.DETAILED, trace_path, viewer=viewer,
                                                   model=bundle / "cpu" / "det.onnx")
     assert detailed is not None, notes
@@ -232,13 +233,13 @@ def test_profile_on_an_emulated_phone(emulated_devices, demo_bundle, tmp_path):
     json.dumps(record, allow_nan=False)
     complete = check_trace(json.loads(trace_path.read_text()))
     assert {e["name"] for e in complete} >= {"det", *DEMO_OPS}
-    no_viewer = opprofile.profile_for_bench(dev, "det", "x.bin", workdir, *env, False, Level.DETAILED,
+    no_viewer = opprofile.profile_for_bench(dev, "det", NetRun(workdir, "x.bin", *env), Level.DETAILED,
                                             tmp_path / "t.json", viewer=None)
     assert no_viewer == (None, [opprofile.NO_VIEWER]) and not (tmp_path / "t.json").exists()
 
-    basic = opprofile.profile_graph(dev, "det", f"{REMOTE}/npu/SM8750/det.bin", workdir, *env, False, Level.BASIC)
+    basic = opprofile.profile_graph(dev, "det", NetRun(workdir, f"{REMOTE}/npu/SM8750/det.bin", *env), Level.BASIC)
     assert basic.ops == [] and basic.partitions[0].time_us
-    optrace = opprofile.profile_graph(dev, "det", f"{REMOTE}/npu/SM8750/det.bin", workdir, *env, False,
+    optrace = opprofile.profile_graph(dev, "det", NetRun(workdir, f"{REMOTE}/npu/SM8750/det.bin", *env),
                                       Level.OPTRACE, types=types)
     assert [o.name for o in optrace.ops] == [o.name for o in detailed.ops]
     log = phone.host_path(f"{workdir}/{opprofile.PROFILE_DIR}/{opprofile.LOG}")
@@ -246,7 +247,7 @@ def test_profile_on_an_emulated_phone(emulated_devices, demo_bundle, tmp_path):
 
     # a phone without the viewer: one line naming the step and the phone's last line
     with pytest.raises(opprofile.QnnDeployError, match=r"^qnn-profile-viewer on .* exited with \d+: ") as e:
-        opprofile.profile_graph(dev, "det", f"{REMOTE}/npu/SM8750/det.bin", workdir, *env, False, Level.BASIC,
+        opprofile.profile_graph(dev, "det", NetRun(workdir, f"{REMOTE}/npu/SM8750/det.bin", *env), Level.BASIC,
                                 viewer="/data/local/tmp/nowhere/qnn-profile-viewer")
     assert "\n" not in str(e.value)
 
