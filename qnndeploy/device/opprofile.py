@@ -519,8 +519,7 @@ NO_VIEWER = ("profile: null, no qnn-profile-viewer for the phone: pass --profile
 
 
 def profile_for_bench(dev: Device, graph: str, where: runner.NetRun, level: Level, trace: Path, *,
-                      viewer: Path | None, model: Path | None = None, graphs: Sequence[str] | None = None
-                      ) -> tuple[OpProfile | None, list[str]]:
+                      viewer: Path | None, model: Path | None = None) -> tuple[OpProfile | None, list[str]]:
     """What `device bench --profile LEVEL` takes for one graph: (the profile, whose record() is the bench record's
     `profile`, notes for the record). Installs `viewer` (find_viewer's) on the phone, profiles the graph on the
     inputs in the run's folder, writes the Chrome trace at `trace`. No viewer, or a step that fails on the phone:
@@ -529,8 +528,7 @@ def profile_for_bench(dev: Device, graph: str, where: runner.NetRun, level: Leve
         return None, [NO_VIEWER]
     try:
         runner.install(dev, viewer, sha256_file(viewer), REMOTE_VIEWER)
-        profile = profile_graph(dev, graph, where, level, graphs=graphs,
-                                types=node_types(model) if model is not None else None)
+        profile = profile_graph(dev, graph, where, level, types=node_types(model) if model is not None else None)
     except QnnDeployError as e:
         return None, [f"profile: null, {e}"]
     profile.write_trace(trace)
