@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from qnndeploy import validate
+from qnndeploy.cli import validate as validate_cmd
 from qnndeploy.base.errors import BadInput, CheckFailed, MissingTool, QnnDeployError
 from qnndeploy.qnn import qnnsystem
 from tests.support.cli import run
@@ -21,7 +21,7 @@ def test_the_cli_ends_in_the_exit_code_of_the_exception_raised(monkeypatch, tmp_
     def failing(_build: Path) -> None:
         raise kind("the build says no: do this instead")
 
-    monkeypatch.setattr(validate, "emulated_qairts", failing)
+    monkeypatch.setattr(validate_cmd, "emulated_qairts", failing)  # the name the command calls
     r = run("validate", tmp_path)
     assert r.exit_code == code and r.stderr == "error: the build says no: do this instead\n"
     r = run("validate", tmp_path, "--json")
