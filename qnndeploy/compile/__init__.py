@@ -174,6 +174,21 @@ def shares_from_args(args: list[str]) -> dict[str, list[str]]:
     return shares
 
 
+@dataclass(frozen=True)
+class _Checked:
+    """compile_models' request once every option is checked: what the jobs are planned from."""
+
+    graphs: dict[str, Path]
+    targets: list[Soc]
+    out: Path
+    backend: Backend
+    precision: Precision
+    shares: dict[str, list[str]]
+    htp: HtpSettings
+    store: Path | None
+    jobs: int | None
+
+
 def compile_models(models: dict[str, Path], socs: list[str], out: Path, options: CompileOptions = CompileOptions(),
                    progress: JobProgress[JobResult] | None = None) -> CompileSummary:
     """Compile every model for every SoC into `out`; the graphs of each share (name -> graphs) into one context
@@ -214,41 +229,41 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, options:
         raise BadInput(f"the compile cache {store} is a file, not a folder: give a folder with --cache-dir "
                        "(or $QNNDEPLOY_CACHE_DIR), or pass --no-cache")
 
+    checked = _Checked(graphs, targets, out, be, precision, shares, htp, store, jobs)
     if calib is None:
-        return _compile(graphs, targets, out, be, precision, shares, htp, store, jobs, progress, start, {})
+        return _compile(checked, progress, start, {})
     with tempfile.TemporaryDirectory(prefix="qnndeploy-calib-") as made:  # preprocessed samples, while jobs run
         calibration = {g: _calibration(calib, g, model, prep, Path(made)) for g, model in graphs.items()}
-        return _compile(graphs, targets, out, be, precision, shares, htp, store, jobs, progress, start, calibration)
+        return _compile(checked, progress, start, calibration)
 
 
-def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend, precision: Precision,
-             shares: dict[str, list[str]], htp: HtpSettings, store: Path | None, jobs: int | None,
-             progress: JobProgress[JobResult] | None, start: float,
+def _compile(c: _Checked, progress: JobProgress[JobResult] | None, start: float,
              calibration: dict[str, tuple[Path, JSON]]) -> CompileSummary:
     """Plan the jobs and run them; `calibration`: per graph, the folder the backends read and its record."""
     plan = []
-    digests = {graph: sha256_file(model) for graph, model in graphs.items()}
+    digests = {graph: sha256_file(model) for graph, model in c.graphs.items()}
     calibs = {graph: folder for graph, (folder, _) in calibration.items()}
     cals = {graph: record for graph, (_, record) in calibration.items()}
-    shared = {g for members in shares.values() for g in members}
-    groups = {**shares, **{g: [g] for g in graphs if g not in shared}}
+    shared = {g for members in c.shares.values() for g in members}
+    groups = {**c.shares, **{g: [g] for g in c.graphs if g not in shared}}
     for name, group in groups.items():
-        members = tuple(Member(g, graphs[g], digests[g], calibs.get(g), cals.get(g))
-                        for g in group) if name in shares else ()
+        members = tuple(Member(g, c.graphs[g], digests[g], calibs.get(g), cals.get(g))
+                        for g in group) if name in c.shares else ()
         digest = hashlib.sha256("".join(f"{m.graph}\0{m.model_sha256}\0{(cals.get(m.graph) or {}).get('sha256')}\n"
                                         for m in members).encode()).hexdigest() if members else digests[name]
-        for soc in targets:
-            options = {**be.options(soc, precision, htp), "calibration": None if members else cals.get(name)}
+        for soc in c.targets:
+            options = {**c.backend.options(soc, c.precision, c.htp),
+                       "calibration": None if members else cals.get(name)}
             if members:
                 options["share_ep_contexts"] = True
-            key = cache.cache_key(name, digest, soc, be, precision, options)
-            plan.append(CompileJob(name, graphs[group[0]], digest, soc, precision, calibs.get(group[0]), options, key,
-                                   out / name / soc.model, out / "logs" / f"{name}-{soc.model}.log", members))
+            key = cache.cache_key(name, digest, soc, c.backend, c.precision, options)
+            plan.append(CompileJob(name, c.graphs[group[0]], digest, soc, c.precision, calibs.get(group[0]), options,
+                                   key, c.out / name / soc.model, c.out / "logs" / f"{name}-{soc.model}.log", members))
 
     try:
-        (out / "logs").mkdir(parents=True, exist_ok=True)
+        (c.out / "logs").mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise BadInput(f"cannot create {out / 'logs'}: {e.strerror}") from None
+        raise BadInput(f"cannot create {c.out / 'logs'}: {e.strerror}") from None
     for job in plan:
         _remove_leftovers(job)
     results: list[JobResult] = []
@@ -256,13 +271,13 @@ def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend
         progress(0, len(plan), None)
     tools = Tools()
     # Remote jobs wait on AI Hub, not on this machine's cores: all of them are submitted at once.
-    workers = jobs or (len(plan) if be.name == BackendName.AIHUB else os.cpu_count() or 1)
+    workers = c.jobs or (len(plan) if c.backend.name == BackendName.AIHUB else os.cpu_count() or 1)
     pool = Pool(max_workers=max(1, workers))
     try:
         def run(job: CompileJob) -> JobResult:
             if progress:
                 progress(len(results), len(plan), JobStarted(job.graph, job.soc.model))
-            return _run_job(job, be, store, out, tools)
+            return _run_job(job, c.backend, c.store, c.out, tools)
 
         pending = {pool.submit(run, job) for job in plan}
         while pending:
@@ -278,7 +293,8 @@ def _compile(graphs: dict[str, Path], targets: list[Soc], out: Path, be: Backend
     pool.shutdown()
     order = {(j.graph, j.soc.model): i for i, j in enumerate(plan)}
     results.sort(key=lambda r: order[(r.graph, r.soc)])
-    return CompileSummary(out, be.name, precision, be.qairt_version, round(time.monotonic() - start, 3), results,
+    return CompileSummary(c.out, c.backend.name, c.precision, c.backend.qairt_version,
+                          round(time.monotonic() - start, 3), results,
                           all(r.status != JobStatus.FAILED for r in results))
 
 
