@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from qnndeploy.cli import validate as validate_cmd
 from qnndeploy.base.errors import BadInput, CheckFailed, MissingTool, QnnDeployError
+from qnndeploy.cli import validate as validate_cmd
 from qnndeploy.qnn import qnnsystem
 from tests.support.cli import run
 
