@@ -14,6 +14,7 @@ import re
 import sys
 import tempfile
 import traceback
+from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -106,9 +107,10 @@ def run(spec: JSON) -> JSON:
             if n < FEW_CALIBRATION_SAMPLES:
                 warnings.append(f"{m['graph']}: calibrated on {n} sample(s) only: use {FEW_CALIBRATION_SAMPLES} or "
                                 f"more real inputs for stable 16-bit activation ranges")
+    target = _Target(soc, fp16, spec["provider"], Path(spec["log"]))
     if not spec["shared"]:
         (graph, model), = models.items()
-        _compile(model, soc, fp16, work, graph, Path(spec["log"]), spec["provider"], sources[graph])
+        _compile(model, sources[graph], graph, work, target)
         _check_loads(work / f"{graph}_ctx.onnx", soc, fp16)
         return {"files": [[f"{graph}.bin", CONTEXT_BINARY], [f"{graph}_ctx.onnx", EPCONTEXT]], "warnings": warnings}
 
@@ -117,7 +119,7 @@ def run(spec: JSON) -> JSON:
     # member alone, the twin the host emulator runs for validate and the size the report compares against.
     name = spec["graph"]
     print(f"qnndeploy: compiling {', '.join(models)} into one context {name}.bin with shared weights", flush=True)
-    _compile_shared(models, soc, fp16, work, name, Path(spec["log"]), spec["provider"], sources)
+    _compile_shared(models, sources, name, work, target)
     files = [[f"{name}.bin", CONTEXT_BINARY]] + [[f"{g}_ctx.onnx", EPCONTEXT] for g in models]
     graphs = {f"{g}_ctx.onnx": g for g in models}
     twins: list[str] = []
@@ -125,7 +127,7 @@ def run(spec: JSON) -> JSON:
         print(f"qnndeploy: compiling {g} alone, the twin the host emulator runs in validate", flush=True)
         alone = tmp / f"twin-{g}"
         alone.mkdir()
-        _compile(model, soc, fp16, alone, g, Path(spec["log"]), spec["provider"], sources[g])
+        _compile(model, sources[g], g, alone, target)
         (alone / f"{g}.bin").replace(work / f"twin-{g}.bin")
         epcontext.retarget(alone / f"{g}_ctx.onnx", work / f"twin-{g}_ctx.onnx", f"twin-{g}.bin")
         _check_loads(work / f"twin-{g}_ctx.onnx", soc, fp16)
@@ -142,37 +144,47 @@ def run(spec: JSON) -> JSON:
             "shared_saving": {"shared_bytes": shared, "separate_bytes": separate}}
 
 
-def _compile(model: Path, soc: Soc, fp16: bool, work: Path, graph: str, log: Path, provider: dict[str, str],
-             source: Path) -> None:
+@dataclass(frozen=True)
+class _Target:
+    """What every compile of one job shares: the SoC, fp16 or quantized, the QNN EP's options, the job's log."""
+
+    soc: Soc
+    fp16: bool
+    provider: dict[str, str]
+    log: Path
+
+
+def _compile(model: Path, source: Path, graph: str, work: Path, target: _Target) -> None:
     """One graph into work/<graph>.bin and work/<graph>_ctx.onnx (which loads <graph>.bin); `model` is `source`
     or its QDQ graph."""
     import onnxruntime as ort
 
+    soc, fp16 = target.soc, target.fp16
     ctx = work / f"{graph}_ctx.onnx"
     print(f"qnndeploy: compiling {model} for {soc.model} (htp_arch {soc.arch_number}, soc_model {soc.soc_id}, "
           f"{'fp16' if fp16 else 'quantized'}), CPU fallback off", flush=True)
     try:
         ort.InferenceSession(str(model), htp.session_options(soc, fp16=fp16, context_path=ctx, log_level=1,
-                                                             provider=provider))
+                                                             provider=target.provider))
     except Exception as e:  # noqa: BLE001 onnxruntime raises its own Fail/InvalidGraph types
-        raise BadInput(_refused(model, soc, fp16, _ort_message(e), log, source)) from None
+        raise BadInput(_refused(model, soc, fp16, _ort_message(e), target.log, source)) from None
     _name_binary(work, [ctx], graph)
 
 
-def _compile_shared(models: dict[str, Path], soc: Soc, fp16: bool, work: Path, name: str, log: Path,
-                    provider: dict[str, str], sources: dict[str, Path]) -> None:
+def _compile_shared(models: dict[str, Path], sources: dict[str, Path], name: str, work: Path, target: _Target) -> None:
     """All graphs into one context, work/<name>.bin, loaded by each work/<graph>_ctx.onnx."""
     import onnxruntime as ort
 
+    soc, fp16 = target.soc, target.fp16
     ctxs = [work / f"{g}_ctx.onnx" for g in models]
     for i, (g, model) in enumerate(models.items()):
         print(f"qnndeploy: adding {g} ({model}) to the shared context", flush=True)
         share = {"ep.share_ep_contexts": "1", **({"ep.stop_share_ep_contexts": "1"} if i == len(models) - 1 else {})}
         try:
             ort.InferenceSession(str(model), htp.session_options(soc, fp16=fp16, context_path=ctxs[i], log_level=1,
-                                                                 config=share, provider=provider))
+                                                                 config=share, provider=target.provider))
         except Exception as e:  # noqa: BLE001 onnxruntime raises its own Fail/InvalidGraph types
-            raise BadInput(f"{g}: {_refused(model, soc, fp16, _ort_message(e), log, sources[g])}") from None
+            raise BadInput(f"{g}: {_refused(model, soc, fp16, _ort_message(e), target.log, sources[g])}") from None
     _name_binary(work, ctxs, name)
     print("qnndeploy: the shared context is not loaded here: the host emulator cannot load a context whose graphs "
           "share weights (QAIRT 2.51 crashes); each graph's twin is loaded instead", flush=True)
