@@ -28,7 +28,15 @@ from typing import Any
 from qnndeploy import __version__
 from qnndeploy.base import codegen, compat, socs
 from qnndeploy.base.errors import BadInput, QnnDeployError
-from qnndeploy.base.fileio import check_apart, check_replaceable, check_writable, copy_verified, staging_dir, writing
+from qnndeploy.base.fileio import (
+    Expected,
+    check_apart,
+    check_replaceable,
+    check_writable,
+    copy_verified,
+    staging_dir,
+    writing,
+)
 from qnndeploy.base.kinds import choices
 from qnndeploy.base.names import FORMAT, FORMAT_VERSION, MANIFEST
 from qnndeploy.decide.decision import (
@@ -445,7 +453,7 @@ def _copy_bundle(bundle: Path, manifest: Manifest, dest: Path, play: Path | None
     nbytes = len(raw)
     for src, dst, entry in copies:
         dst.parent.mkdir(parents=True, exist_ok=True)
-        nbytes += copy_verified(src, dst, sha256=entry.sha256, size=entry.size, beneath=bundle,
+        nbytes += copy_verified(src, dst, expect=Expected(entry.sha256, entry.size), beneath=bundle,
                                 what="bundle file").size
     if play is not None:  # the plan read_plan_of checked against this bundle
         nbytes += copy_verified(Path(play) / playplan.PLAN, assets / playplan.PLAN, beneath=Path(play),

@@ -330,9 +330,19 @@ class Copied:
     size: int
 
 
-def copy_verified(src: Path, dest: Path, *, sha256: str | None = None, size: int | None = None,
-                  beneath: Path | None = None, what: str = "file", since: str = "it was verified",
-                  advice: str = "nothing was published from it", progress: ByteProgress | None = None,
+@dataclass(frozen=True)
+class Expected:
+    """What a file's bytes must be, from the manifest or record that listed them (None: not listed), and how to say
+    that they are not: "SRC changed since SINCE (how); ADVICE"."""
+
+    sha256: str | None = None
+    size: int | None = None
+    since: str = "it was verified"
+    advice: str = "nothing was published from it"
+
+
+def copy_verified(src: Path, dest: Path, *, expect: Expected = Expected(), beneath: Path | None = None,
+                  what: str = "file", progress: ByteProgress | None = None,
                   scan: Callable[[bytes], None] | None = None) -> Copied:
     """Copy the regular file `src` to the new file `dest` and return the sha256 and size of the bytes written.
 
@@ -341,8 +351,8 @@ def copy_verified(src: Path, dest: Path, *, sha256: str | None = None, size: int
     - `dest` must not exist (O_EXCL|O_NOFOLLOW: a planted file or link is not written through).
     - Bounded chunks (CHUNK bytes): each one is hashed and written from the same buffer, so the digest returned is
       that of the bytes written, never of another read. `scan` sees each chunk, `progress` its length.
-    - `sha256`/`size`: what the bytes must be (from a manifest or record that was checked). When the bytes
-      written differ: QnnDeployError "SRC changed since SINCE (how); ADVICE", as soon as it grows past `size`.
+    - `expect`: what the bytes must be (from a manifest or record that was checked). When the bytes written differ:
+      QnnDeployError "SRC changed since SINCE (how); ADVICE", as soon as it grows past the expected size.
     - No partial destination: on any failure or interrupt (a safe point between chunks: interrupt.check), `dest` is
       removed.
     - Errors: a QnnDeployError for the source (refused, unreadable, changed); an OSError for writing `dest`
@@ -350,12 +360,13 @@ def copy_verified(src: Path, dest: Path, *, sha256: str | None = None, size: int
       output it is publishing.
     """
     src, dest = Path(src), Path(dest)
+    size = expect.size
     digest, total = hashlib.sha256(), 0
     buf = bytearray(CHUNK)
     view = memoryview(buf)
 
     def changed(detail: str) -> QnnDeployError:
-        return BadInput(f"{src} changed since {since} ({detail}); {advice}")
+        return BadInput(f"{src} changed since {expect.since} ({detail}); {expect.advice}")
 
     with open_regular(src, what=what, beneath=beneath) as f:
         out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
@@ -386,7 +397,7 @@ def copy_verified(src: Path, dest: Path, *, sha256: str | None = None, size: int
                 os.close(out)
             if size is not None and total != size:
                 raise changed(f"it has {total:,} bytes, not the {size:,} recorded")
-            if sha256 is not None and digest.hexdigest() != sha256:
+            if expect.sha256 is not None and digest.hexdigest() != expect.sha256:
                 raise changed("its sha256 is not the one recorded")
         except BaseException:
             with suppress(OSError):

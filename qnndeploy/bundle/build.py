@@ -25,6 +25,7 @@ from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import (
     JSON,
     ByteProgress,
+    Expected,
     check_apart,
     check_writable,
     copy_verified,
@@ -538,8 +539,9 @@ def _copy(src: Path, dest: Path, markers: bool, expected: str | None, progress: 
     sha256 and size, and the QNN markers read from them. A file with a compile record's sha256 must still have it."""
     scanner = Scanner() if markers else None
     beneath = build if build is not None and Path(src).is_relative_to(build) else None
-    copied = copy_verified(src, dest, sha256=expected, beneath=beneath, what="bundle input", progress=progress,
-                           scan=scanner, since="it was compiled", advice="compile again, then bundle")
+    copied = copy_verified(src, dest, expect=Expected(expected, since="it was compiled",
+                                                      advice="compile again, then bundle"),
+                           beneath=beneath, what="bundle input", progress=progress, scan=scanner)
     facts = FileFacts(copied.sha256, copied.size)
     if scanner is not None:
         facts.builds, facts.context_targets = scanner.builds, scanner.targets

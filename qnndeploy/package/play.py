@@ -34,6 +34,7 @@ from qnndeploy.base.fileio import (
     CHUNK,
     JSON,
     ByteProgress,
+    Expected,
     check_apart,
     check_replaceable,
     check_writable,
@@ -161,7 +162,7 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
             for f in g["files"]:
                 dest = folder / f["path"]
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                copy_verified(bundle / f["path"], dest, sha256=f["sha256"], size=f["size"], beneath=bundle,
+                copy_verified(bundle / f["path"], dest, expect=Expected(f["sha256"], f["size"]), beneath=bundle,
                               what="bundle file")
         for name, dest in (("build.gradle", tmp / pack / "build.gradle"), ("play.gradle", tmp / "play.gradle"),
                            ("README.md", tmp / "README.md")):

@@ -71,7 +71,7 @@ def test_copy_verified_returns_the_hash_and_size_of_the_bytes_it_wrote(tmp_path)
     data = os.urandom(3 * 4096 + 17)
     src.write_bytes(data)
     seen: list[bytes] = []
-    copied = fileio.copy_verified(src, dest, sha256=hashlib.sha256(data).hexdigest(), size=len(data),
+    copied = fileio.copy_verified(src, dest, expect=fileio.Expected(hashlib.sha256(data).hexdigest(), len(data)),
                                   scan=seen.append)
     assert dest.read_bytes() == data and b"".join(seen) == data
     assert copied == fileio.Copied(hashlib.sha256(data).hexdigest(), len(data))
@@ -117,7 +117,7 @@ def test_copy_verified_refuses_bytes_that_are_not_the_listed_ones_and_leaves_no_
     src.write_bytes({"flip": data[:5000] + bytes([data[5000] ^ 1]) + data[5001:], "grow": data + b"\0",
                      "shrink": data[:-1]}[change])
     with pytest.raises(QnnDeployError, match=r"/a changed since it was verified \(") as e:
-        fileio.copy_verified(src, dest, sha256=listed[0], size=listed[1])
+        fileio.copy_verified(src, dest, expect=fileio.Expected(*listed))
     assert "\n" not in str(e.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
 
