@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qnndeploy.api._errors import Unverified
+from qnndeploy.base.compat import Aar
 from qnndeploy.base.fileio import ByteProgress as Progress
 from qnndeploy.decide.reach import Engine, Reach
 from qnndeploy.formats.manifest import read_manifest
+from qnndeploy.formats.playplan import Delivery
 from qnndeploy.package import play as playroom
 from qnndeploy.package.play import PlayPackage
 from qnndeploy.reach import DOING as _REACHING
@@ -65,8 +67,8 @@ class ScaffoldRequest:
     bundle: Path  # a folder or archive that passes `bundle verify`
     package: str  # the app's Java/Kotlin package; the glue goes in PACKAGE.qnndeploy
     out: Path  # the folder to create, new or empty (or an earlier scaffold output, with force)
-    engine: str = "ort"  # or "sherpa-onnx"
-    ort_aar: str | None = None  # "microsoft" or "qualcomm"; None: the newest validated set that loads the bundle
+    engine: Engine = Engine.ORT
+    ort_aar: Aar | None = None  # None: the newest validated set that loads the bundle
     app: bool = False  # a whole one-screen sample app around the glue
     play: Path | None = None  # a package play output: the NPU files come from its AI pack
     force: bool = False
@@ -92,7 +94,7 @@ class PlayRequest:
 
     bundle: Path  # a folder or archive that passes `bundle verify`
     out: Path  # the folder to create, new or empty (or an earlier package play output, with force)
-    delivery: str = "fast-follow"  # or "install-time", "on-demand"
+    delivery: Delivery = Delivery.FAST_FOLLOW
     pack: str = playroom.DEFAULT_PACK  # the AI pack's name and Gradle module
     force: bool = False
     shallow: bool = False  # the bundle verified without the host emulator

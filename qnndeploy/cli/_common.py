@@ -190,6 +190,11 @@ def gathered(args: type[Any]) -> Callable[[Callable[..., None]], Callable[..., N
     return decorate
 
 
+def as_enum(kind: Callable[[str], Any]) -> Callable[[click.Context, click.Parameter, str | None], Any]:
+    """A click callback: the choice given, as the member of the enum `kind` the command's request takes."""
+    return lambda _ctx, _param, value: None if value is None else kind(value)
+
+
 def shown(path: Path | str) -> str:
     """A path as short as it can be: relative to the current folder when it is inside it."""
     try:

@@ -17,6 +17,7 @@ from qnndeploy.api import (
 )
 from qnndeploy.cli._common import (
     Group,
+    as_enum,
     byte_progress,
     emit_json,
     escaped,
@@ -26,6 +27,7 @@ from qnndeploy.cli._common import (
     shallow_option,
     unchecked_option,
 )
+from qnndeploy.formats.playplan import Delivery
 
 
 @click.group(cls=Group)
@@ -73,6 +75,7 @@ def _render(result: PlayPackage) -> None:
               help="Folder to create, new or empty: the AI pack module, the device targeting config, play.gradle "
                    "and play.json (best at the app project's top level).")
 @click.option("--delivery", type=click.Choice(DELIVERIES), default="fast-follow", show_default=True,
+              callback=as_enum(Delivery),
               help="When Play delivers the pack: with the app (install-time), right after install (fast-follow), "
                    "or when the app asks (on-demand). Until a pack is there the app runs the CPU model.")
 @click.option("--pack", default=DEFAULT_PACK, show_default=True,

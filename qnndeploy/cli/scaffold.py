@@ -8,7 +8,10 @@ import click
 
 from qnndeploy.api import ScaffoldRequest, ScaffoldResult
 from qnndeploy.api import scaffold as scaffold_bundle
+from qnndeploy.base.compat import Aar
+from qnndeploy.base.kinds import choices
 from qnndeploy.cli._common import (
+    as_enum,
     byte_progress,
     emit_json,
     escaped,
@@ -18,6 +21,7 @@ from qnndeploy.cli._common import (
     shallow_option,
     unchecked_option,
 )
+from qnndeploy.decide.reach import Engine
 
 
 def _render_scaffold(result: ScaffoldResult) -> None:
@@ -50,9 +54,10 @@ def _render_scaffold(result: ScaffoldResult) -> None:
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), metavar="DIR",
               help="Folder to create, new or empty: the glue, best inside the app module (e.g. app/qnndeploy); "
                    "with --app, the whole app.")
-@click.option("--engine", type=click.Choice(["ort", "sherpa-onnx"]), default="ort", show_default=True,
+@click.option("--engine", type=click.Choice(choices(Engine)), default="ort", show_default=True,
+              callback=as_enum(Engine),
               help="ONNX Runtime with the QNN EP (EPContext .onnx), or sherpa-onnx (QnnConfig, context binaries).")
-@click.option("--ort-aar", type=click.Choice(["microsoft", "qualcomm"]), default=None,
+@click.option("--ort-aar", type=click.Choice(choices(Aar)), default=None, callback=as_enum(Aar),
               help="Engine ort's ONNX Runtime: Microsoft's onnxruntime-android-qnn (QNN built in), or Qualcomm's QNN "
                    "plugin AAR with onnxruntime-android (the glue registers the plugin); pinned to a validated set "
                    "that loads the bundle. [default: the newest validated set of either that loads the bundle's "
