@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # what mypy and a script's type checker see; at run time __ge
     from qnndeploy.api._bundles import PlayRequest, ScaffoldRequest, package_play, reach, scaffold, verify_bundle
     from qnndeploy.api._estimate import estimate
     from qnndeploy.api._phones import device_verify, hosted_devices
+    from qnndeploy.base.compat import Aar
     from qnndeploy.base.errors import BadInput, MissingTool, QnnDeployError
     from qnndeploy.base.interrupt import Run
     from qnndeploy.base.socs import Soc
@@ -43,12 +44,13 @@ if TYPE_CHECKING:  # what mypy and a script's type checker see; at run time __ge
     )
     from qnndeploy.check import CheckReport, check_model
     from qnndeploy.compile import CompileOptions, CompileSummary, JobResult, compile_models
-    from qnndeploy.decide.reach import Reach
+    from qnndeploy.decide.reach import Engine, Reach
     from qnndeploy.device.hosted import HostedChoice
     from qnndeploy.device.info import DeviceInfo, ListedDevice, device_info, devices
     from qnndeploy.device.verify import DeviceVerification, PhoneRequest
     from qnndeploy.diagnose import DiagnoseOptions, DiagnoseResult, diagnose
     from qnndeploy.estimate import Estimates, ModelEstimate, SocEstimate
+    from qnndeploy.formats.playplan import Delivery
     from qnndeploy.formats.records import HtpSettings
     from qnndeploy.inspect import BinaryReport, InspectResult, inspect
     from qnndeploy.package.play import PlayPackage
@@ -119,6 +121,7 @@ if TYPE_CHECKING:  # the command line's names, not public (docs/api.md: internal
     play_size_text = _play.size_text
 
 __all__ = [
+    "Aar",
     "BadInput",
     "BinaryReport",
     "BundleResult",
@@ -127,10 +130,12 @@ __all__ = [
     "CheckReport",
     "CompileOptions",
     "CompileSummary",
+    "Delivery",
     "DeviceInfo",
     "DeviceVerification",
     "DiagnoseOptions",
     "DiagnoseResult",
+    "Engine",
     "Estimates",
     "HostedChoice",
     "HtpSettings",
@@ -212,7 +217,9 @@ HOMES: dict[str, str] = {
     "qnndeploy.diagnose": "DiagnoseOptions DiagnoseResult diagnose check_plot diagnose_job_record=job_record",
     "qnndeploy.doctor": "DoctorReport doctor",
     "qnndeploy.estimate": "Estimates ModelEstimate SocEstimate",
-    "qnndeploy.decide.reach": "Reach",
+    "qnndeploy.base.compat": "Aar",
+    "qnndeploy.decide.reach": "Engine Reach",
+    "qnndeploy.formats.playplan": "Delivery",
     "qnndeploy.formats.records": "HtpSettings",
     "qnndeploy.verification.checks": "Problem VerifyReport",
     "qnndeploy.inspect": "BinaryReport InspectResult inspect INSPECT_MARKERS=MARKERS",
