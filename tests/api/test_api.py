@@ -4,6 +4,7 @@ errors the CLI's, and `__all__` what docs/api.md documents, every name typed."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import enum
 import importlib
@@ -248,6 +249,23 @@ def test_every_command_has_an_api_function_or_is_named_as_having_none():
     missing = [c for c in commands if f"`qnndeploy {c}" not in text and c not in without
                and c.split()[0] not in without]
     assert missing == [], "commands with no API function, and not said to have none in docs/api.md"
+
+
+def test_what_a_type_checker_sees_is_what_the_api_resolves():
+    """The names bound under `if TYPE_CHECKING:` in api/__init__.py (what mypy and a script's checker see) are
+    exactly the names its __getattr__ imports at run time (HOMES), and __all__ is among them."""
+    tree = ast.parse(Path(api.__file__).read_text())
+    seen: set[str] = set()
+    for block in tree.body:
+        if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING":
+            for node in block.body:
+                if isinstance(node, ast.ImportFrom):
+                    seen |= {a.asname or a.name for a in node.names}
+                elif isinstance(node, ast.Assign):
+                    seen |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    private = {name for name in seen if name.startswith("_")}  # modules the block aliases, to name their members
+    assert seen - private == set(api._HOME)
+    assert set(api.__all__) <= set(api._HOME) | {"Unverified", "CheckFailed"}  # these two are imported at the top
 
 
 def test_all_is_what_docs_api_documents():
