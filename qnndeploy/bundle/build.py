@@ -95,6 +95,7 @@ from qnndeploy.formats.records import (
     SplitRecord,
     ValidationRecord,
     read_build,
+    read_record,
     split_records,
 )
 from qnndeploy.model import decode, samples
@@ -242,12 +243,9 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
 
 def _compiler(rec: CompileRecord) -> JSON:
     """What a compile record says of the compiler that made its binary: backend, QAIRT and the tools' versions
-    (the record's "tools", read as written: CompileRecord keeps only what validate and bundle check)."""
-    try:
-        tools = json.loads((rec.folder / RECORD_FILE).read_text()).get("tools")
-    except (OSError, ValueError, AttributeError):
-        tools = None
-    return {"backend": rec.backend, "qairt": rec.qairt_version, "tools": tools if isinstance(tools, dict) else {}}
+    (the whole record's "tools": CompileRecord keeps only what validate and bundle check)."""
+    record = read_record(rec.folder / RECORD_FILE)
+    return {"backend": rec.backend, "qairt": rec.qairt_version, "tools": dict(record.tools) if record else {}}
 
 
 def _validation_summary(rec: CompileRecord) -> tuple[JSON, ValidationRecord | None]:

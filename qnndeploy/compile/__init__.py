@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from qnndeploy import __version__
 from qnndeploy.base import fileio, interrupt
@@ -41,18 +41,19 @@ from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, graph_name
 from qnndeploy.base.pool import Pool
 from qnndeploy.compile import cache, logs
 from qnndeploy.compile.aihub import AihubBackend
-from qnndeploy.compile.jobs import Backend, Compiled, CompileError, CompileJob, Member, Tools, set_input_paths
+from qnndeploy.compile.jobs import Backend, Compiled, CompileError, CompileJob, Member, Tools, with_input_paths
 from qnndeploy.compile.ort import OrtBackend
 from qnndeploy.compile.qairt import QairtBackend
 from qnndeploy.formats.manifest import graph_signature
 from qnndeploy.formats.records import (
-    RECORD,
     RECORD_FILE,
-    RECORD_VERSION,
     HtpSettings,
     JobFile,
+    JobInput,
     JobProgress,
+    JobRecord,
     JobStarted,
+    RecordMember,
     RecordStatus,
     read_record,
 )
@@ -462,7 +463,7 @@ def _run_job(job: CompileJob, be: Backend, store: Path | None, out: Path, tools:
                 except BaseException:
                     log.write("\nqnndeploy: interrupted: this job's outputs were discarded\n")
                     raise
-                write_json(work / RECORD_FILE, record)
+                write_json(work / RECORD_FILE, record.to_json())
                 log.flush()
         fileio.replace(staged_log, job.log, 0o666)
     except BaseException:
@@ -471,54 +472,52 @@ def _run_job(job: CompileJob, be: Backend, store: Path | None, out: Path, tools:
                 fileio.replace(staged_log, job.log, 0o666)
         staged_log.unlink(missing_ok=True)
         raise
-    if record["status"] == RecordStatus.OK and store is not None:
+    if record.status == RecordStatus.OK and store is not None:
         cache.add(job, store)
-    return _result(job, record, JobStatus(record["status"]), findings, time.monotonic() - start)
+    return _result(job, record, JobStatus(record.status), findings, time.monotonic() - start)
 
 
-def _up_to_date(job: CompileJob) -> dict[str, Any] | None:
+def _up_to_date(job: CompileJob) -> JobRecord | None:
     """The job folder's record when its outputs are already those of this job (same cache key, files intact)."""
     current = read_record(job.folder / RECORD_FILE)
-    if not (current and current.get("status") == RecordStatus.OK and current.get("cache_key") == job.cache_key
+    if not (current and current.status == RecordStatus.OK and current.cache_key == job.cache_key
             and cache.outputs_intact(job.folder, current)):
         return None
-    if set_input_paths(job, current):
-        write_json(job.folder / RECORD_FILE, current)
+    moved = with_input_paths(job, current)
+    if moved != current:
+        write_json(job.folder / RECORD_FILE, moved.to_json())
     if not job.log.is_file():  # a hit still leaves a log
         job.log.write_text(f"qnndeploy: cache hit {job.cache_key}: {job.folder} is up to date\n")
-    return current
+    return moved
 
 
-def _result(job: CompileJob, record: JSON, status: JobStatus, findings: list[logs.LogFinding], seconds: float,
+def _result(job: CompileJob, record: JobRecord, status: JobStatus, findings: list[logs.LogFinding], seconds: float,
             note: str | None = None) -> JobResult:
-    outputs = tuple(JobFile(**o) for o in record.get("outputs", []))
-    return JobResult(job.graph, job.soc.model, status, job.folder, job.log, round(seconds, 3), outputs,
-                     record.get("warnings", []), findings, record.get("error"), note, [m.graph for m in job.members],
-                     record.get("shared"))
+    return JobResult(job.graph, job.soc.model, status, job.folder, job.log, round(seconds, 3), record.outputs,
+                     list(record.warnings), findings, record.error, note, [m.graph for m in job.members],
+                     record.shared)
 
 
-def _base_record(job: CompileJob, be: Backend, out: Path) -> JSON:
-    inputs: JSON = {"members": [{"graph": m.graph, "input": {"path": str(m.model), "sha256": m.model_sha256},
-                                 "calibration": m.calibration_record} for m in job.members]} if job.members else {
-        "input": {"path": str(job.model), "sha256": job.model_sha256}}
-    return {
-        "record": RECORD, "version": RECORD_VERSION,
-        "graph": job.graph, "soc": job.soc.model, "soc_id": job.soc.soc_id, "dsp_arch": job.soc.dsp_arch,
-        "backend": be.name, "qairt_version": be.qairt_version, "qairt_build": None,
-        "precision": job.precision, "options": job.options, "tools": {"qnndeploy": __version__, **be.identity()},
-        **inputs,
-        "outputs": [],
-        "log": job.log.relative_to(out).as_posix(),
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
+def _record(job: CompileJob, be: Backend, out: Path, seconds: float, warnings: list[str],
+            error: str | None = None) -> JobRecord:
+    """The record of a job that failed with `error`, or (None) the start of one that compiled, its outputs yet to
+    be added."""
+    members = tuple(RecordMember(m.graph, JobInput(str(m.model), m.model_sha256), m.calibration_record)
+                    for m in job.members)
+    return JobRecord(
+        job.graph, job.soc.model, job.soc.soc_id, job.soc.dsp_arch, be.name, be.qairt_version, None, job.precision,
+        job.options, {"qnndeploy": __version__, **be.identity()},
+        None if members else JobInput(str(job.model), job.model_sha256), members, (),
+        job.log.relative_to(out).as_posix(), datetime.now(UTC).isoformat(timespec="seconds"), round(seconds, 3),
+        tuple(warnings), RecordStatus.OK if error is None else RecordStatus.FAILED, error, job.cache_key)
 
 
 def _ok_record(job: CompileJob, be: Backend, work: Path, compiled: Compiled, findings: list[logs.LogFinding],
-               seconds: float, out: Path) -> JSON:
-
-    record = _base_record(job, be, out)
+               seconds: float, out: Path) -> JobRecord:
     warnings = [str(f) for f in findings if f.kind != logs.ERROR] + compiled.warnings
+    qairt_build, qairt_version = None, be.qairt_version
     targets: set[tuple[str, int]] = set()  # the (SoC, arch) markers of the binary
+    outputs: list[JobFile] = []
     for name, fmt in compiled.files:
         path = work / name
         if not path.is_file():
@@ -526,16 +525,15 @@ def _ok_record(job: CompileJob, be: Backend, work: Path, compiled: Compiled, fin
         twin = name in compiled.twins
         facts = scan_file(path, markers=fmt == CONTEXT_BINARY)  # hash, size and QNN markers in one read
         if fmt == CONTEXT_BINARY and not twin:
-            record["qairt_build"] = min(facts.builds, default=None)
-            if compiled.aihub is not None and record["qairt_build"]:  # AI Hub chose the QAIRT: the binary says which
-                record["qairt_version"] = build_version(record["qairt_build"])
+            qairt_build = min(facts.builds, default=None)
+            if compiled.aihub is not None and qairt_build:  # AI Hub chose the QAIRT: the binary says which
+                qairt_version = build_version(qairt_build)
             targets = facts.context_targets
-        record["outputs"].append({"path": name, "sha256": facts.sha256, "size": facts.size, "format": fmt,
-                                  **({"graph": compiled.graphs[name]} if name in compiled.graphs else {}),
-                                  **({"twin": True} if twin else {})})
-    binary = next((o["path"] for o in record["outputs"] if o["format"] == CONTEXT_BINARY and not o.get("twin")), None)
+        outputs.append(JobFile(name, facts.sha256, facts.size, fmt, compiled.graphs.get(name), twin))
+    binary = next((o.path for o in outputs if o.format == CONTEXT_BINARY and not o.twin), None)
     if binary is None:
         raise CompileError(f"the {be.name} backend made no QNN context binary")
+    summary = None
     try:
         with _READING:  # a fresh binary of our own compile: read in this process (0.3 ms, not a 0.2 s child)
             context = qnnsystem.read_context_here(work / binary)
@@ -544,25 +542,21 @@ def _ok_record(job: CompileJob, be: Backend, work: Path, compiled: Compiled, fin
     except QnnDeployError as e:
         raise CompileError(f"libQnnSystem cannot read the compiled {binary}: {e}") from None
     else:
-        record["context"] = contextcheck.summary(context)
-        warnings += _context_findings(job, work, context, record["outputs"])
-    if compiled.shared_saving is not None:
-        record["shared"] = compiled.shared_saving
-    if compiled.aihub is not None:
-        record["aihub"] = compiled.aihub
-    return {**record, "duration_s": round(seconds, 3), "warnings": warnings, "status": RecordStatus.OK, "error": None,
-            "cache_key": job.cache_key}
+        summary = contextcheck.summary(context)
+        warnings += _context_findings(job, work, context, outputs)
+    return dataclasses.replace(_record(job, be, out, seconds, warnings), qairt_version=qairt_version,
+                               qairt_build=qairt_build, outputs=tuple(outputs), context=summary,
+                               shared=compiled.shared_saving, aihub=compiled.aihub)
 
 
 _READING = threading.Lock()  # libQnnSystem is not documented as thread-safe; the job threads read one at a time
 
 
-def _context_findings(job: CompileJob, work: Path, context: ContextInfo, outputs: list[JSON]) -> list[str]:
+def _context_findings(job: CompileJob, work: Path, context: ContextInfo, outputs: list[JobFile]) -> list[str]:
     """The compiled binary read back: each graph must have its model's signature (else the job fails); its SoC,
     arch and VTCM give warnings."""
     members = job.members or (Member(job.graph, job.model, job.model_sha256, job.calibration),)
-    wrappers = {o.get("graph") or job.graph: work / o["path"] for o in outputs if o["format"] == EPCONTEXT
-                and not o.get("twin")}
+    wrappers = {o.graph or job.graph: work / o.path for o in outputs if o.format == EPCONTEXT and not o.twin}
     signatures = {}
     for m in members:
         sig = graph_signature(m.model)
@@ -574,10 +568,8 @@ def _context_findings(job: CompileJob, work: Path, context: ContextInfo, outputs
 
 
 def _failed_record(job: CompileJob, be: Backend, error: str, findings: list[logs.LogFinding], seconds: float,
-                   out: Path) -> JSON:
-    return {**_base_record(job, be, out), "duration_s": round(seconds, 3),
-            "warnings": [str(f) for f in findings if f.kind != logs.ERROR], "status": RecordStatus.FAILED,
-            "error": error, "cache_key": job.cache_key}
+                   out: Path) -> JobRecord:
+    return _record(job, be, out, seconds, [str(f) for f in findings if f.kind != logs.ERROR], error)
 
 
 def _target_warnings(soc: Soc, targets: set[tuple[str, int]]) -> list[str]:

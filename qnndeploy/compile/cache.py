@@ -28,8 +28,8 @@ from qnndeploy.base.errors import BadInput, QnnDeployError
 from qnndeploy.base.fileio import sha256_file, staging_dir, write_json
 from qnndeploy.base.kinds import Precision
 from qnndeploy.base.socs import Soc
-from qnndeploy.compile.jobs import Backend, CompileJob, set_input_paths
-from qnndeploy.formats.records import RECORD_FILE, RECORD_VERSION, read_record
+from qnndeploy.compile.jobs import Backend, CompileJob, with_input_paths
+from qnndeploy.formats.records import RECORD_FILE, RECORD_VERSION, JobRecord, read_record
 
 LOG_FILE = "compile.log"
 TAG_FILE = "CACHEDIR.TAG"
@@ -60,26 +60,26 @@ def cache_key(graph: str, model_sha256: str, soc: Soc, be: Backend, precision: P
 
 # --- used by compile --------------------------------------------------------------------------------------------
 
-def restore(job: CompileJob, cache: Path) -> dict[str, Any] | None:
+def restore(job: CompileJob, cache: Path) -> JobRecord | None:
     """Fill the job's folder from its cache entry and return the entry's record, or None on a miss. An entry that
     no longer matches its record is removed, so the compile that follows stores a good one in its place."""
     entry = cache / job.cache_key
     if not entry.is_dir():
         return None
     record = read_record(entry / RECORD_FILE)
-    if not record or record.get("cache_key") != job.cache_key or not all(
-            (entry / o["path"]).is_file() for o in record.get("outputs", [])):
+    if not record or record.cache_key != job.cache_key or not all(
+            (entry / o.path).is_file() for o in record.outputs):
         shutil.rmtree(entry, ignore_errors=True)
         return None
     try:
         with staging_dir(job.folder, force=True) as work:
-            for o in record["outputs"]:
-                shutil.copy2(entry / o["path"], work / o["path"])
+            for o in record.outputs:
+                shutil.copy2(entry / o.path, work / o.path)
             if not outputs_intact(work, record):
                 shutil.rmtree(entry, ignore_errors=True)
                 raise OSError("the cache entry's files differ from its record")
-            set_input_paths(job, record)
-            write_json(work / RECORD_FILE, record)
+            record = with_input_paths(job, record)
+            write_json(work / RECORD_FILE, record.to_json())
     except OSError:
         return None  # a damaged or half-deleted entry, or a build folder that cannot be written: compile again
     original = entry / LOG_FILE
@@ -113,13 +113,13 @@ def add(job: CompileJob, cache: Path) -> None:
         pass
 
 
-def outputs_intact(folder: Path, record: dict[str, Any]) -> bool:
+def outputs_intact(folder: Path, record: JobRecord) -> bool:
     """Every output the record lists is in `folder` with its size and sha256."""
     try:
-        return bool(record.get("outputs")) and all(
-            (folder / o["path"]).stat().st_size == o["size"] and sha256_file(folder / o["path"]) == o["sha256"]
-            for o in record["outputs"])
-    except (OSError, KeyError, QnnDeployError):
+        return bool(record.outputs) and all(
+            (folder / o.path).stat().st_size == o.size and sha256_file(folder / o.path) == o.sha256
+            for o in record.outputs)
+    except (OSError, QnnDeployError):
         return False
 
 
@@ -234,9 +234,8 @@ def _usage(folder: Path) -> tuple[int, int]:
 def _entry(folder: Path) -> CacheEntry:
     files, size = _usage(folder)
     record = read_record(folder / RECORD_FILE)
-    if not record or record.get("cache_key") != folder.name:
+    if not record or record.cache_key != folder.name:
         return CacheEntry(folder.name, EntryState.DAMAGED, files, size)
-    return CacheEntry(folder.name, EntryState.OK, files, size, record.get("graph"), record.get("soc"),
-                      record.get("backend"), record.get("precision"), record.get("qairt_version"),
-                      (record.get("input") or {}).get("path"), record.get("created"))
-
+    return CacheEntry(folder.name, EntryState.OK, files, size, record.graph, record.soc, record.backend,
+                      record.precision, record.qairt_version, record.input.path if record.input else None,
+                      record.created)

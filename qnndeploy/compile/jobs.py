@@ -4,6 +4,7 @@ backends (ort.py, qairt.py), kept apart so that the backends never import the st
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ from typing import IO, TYPE_CHECKING, Protocol
 from qnndeploy.base import child, interrupt
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.kinds import BackendName, Precision
-from qnndeploy.formats.records import HtpSettings
+from qnndeploy.formats.records import HtpSettings, JobRecord
 
 if TYPE_CHECKING:
     from qnndeploy.base.socs import Soc
@@ -142,17 +143,15 @@ class CompileJob:
     members: tuple[Member, ...] = ()  # the graphs of a shared context (one binary, shared weights); () otherwise
 
 
-def set_input_paths(job: CompileJob, record: JSON) -> bool:
-    """Point a record (from the cache or an earlier compile) at this job's model paths; True when one changed."""
+def with_input_paths(job: CompileJob, record: JobRecord) -> JobRecord:
+    """The record (from the cache or an earlier compile) pointed at this job's model paths."""
     if job.members:
-        inputs = [(entry["input"], m.model) for entry, m in zip(record["members"], job.members, strict=True)]
-    else:
-        inputs = [(record["input"], job.model)]
-    changed = False
-    for entry, path in inputs:
-        if entry["path"] != str(path):
-            entry["path"], changed = str(path), True
-    return changed
+        return dataclasses.replace(record, members=tuple(
+            dataclasses.replace(entry, input=dataclasses.replace(entry.input, path=str(m.model)))
+            for entry, m in zip(record.members, job.members, strict=True)))
+    if record.input is None:
+        return record
+    return dataclasses.replace(record, input=dataclasses.replace(record.input, path=str(job.model)))
 
 
 class Backend(Protocol):

@@ -81,8 +81,116 @@ class HtpSettings:
 
 
 @dataclass(frozen=True)
+class JobInput:
+    """A model a compile job read: its absolute path and its bytes' sha256."""
+
+    path: str
+    sha256: str
+
+    def to_json(self) -> JSON:
+        return {"path": self.path, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class RecordMember:
+    """One graph of a shared context (compile --share), as its record lists it."""
+
+    graph: str
+    input: JobInput
+    calibration: JSON | None  # as options' calibration, for this graph
+
+    def to_json(self) -> JSON:
+        return {"graph": self.graph, "input": self.input.to_json(), "calibration": self.calibration}
+
+
+def _job_file(data: Mapping[str, Any]) -> JobFile:
+    if set(data) - {"path", "sha256", "size", "format", "graph", "twin"} or data.get("twin", True) is not True:
+        raise ValueError
+    graph = data.get("graph")
+    return JobFile(str(data["path"]), str(data["sha256"]), int(data["size"]), str(data["format"]),
+                   None if graph is None else str(graph), bool(data.get("twin", False)))
+
+
+def _job_file_json(f: JobFile) -> JSON:
+    return {"path": f.path, "sha256": f.sha256, "size": f.size, "format": f.format,
+            **({"graph": f.graph} if f.graph is not None else {}), **({"twin": True} if f.twin else {})}
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A compile record, the whole file (<build>/<graph>/<SoC>/compile.json, and the cache entry's copy): one job's
+    request, tools, outputs and outcome. A shared context's record has `members` and no `input`; context, shared and
+    aihub are written only when there is one."""
+
+    graph: str  # a shared context's: the context's name
+    soc: str
+    soc_id: int
+    dsp_arch: str
+    backend: BackendName
+    qairt_version: str
+    qairt_build: str | None  # what the context binary embeds
+    precision: Precision
+    options: JSON  # the backend settings used (part of the cache key)
+    tools: dict[str, str]  # tool name -> version
+    input: JobInput | None
+    members: tuple[RecordMember, ...]
+    outputs: tuple[JobFile, ...]  # empty when it failed
+    log: str  # relative to the build folder
+    created: str
+    duration_s: float
+    warnings: tuple[str, ...]
+    status: RecordStatus
+    error: str | None
+    cache_key: str | None
+    context: JSON | None = None  # the binary as libQnnSystem read it back (contextcheck.summary)
+    shared: JSON | None = None  # {"shared_bytes", "separate_bytes"}
+    aihub: JSON | None = None  # backend aihub: its remote jobs
+
+    def to_json(self) -> JSON:
+        inputs: JSON = {"members": [m.to_json() for m in self.members]} if self.members else {
+            "input": self.input.to_json() if self.input else None}
+        return {
+            "record": RECORD, "version": RECORD_VERSION, "graph": self.graph, "soc": self.soc, "soc_id": self.soc_id,
+            "dsp_arch": self.dsp_arch, "backend": self.backend.value, "qairt_version": self.qairt_version,
+            "qairt_build": self.qairt_build, "precision": self.precision.value, "options": self.options,
+            "tools": self.tools, **inputs, "outputs": [_job_file_json(f) for f in self.outputs], "log": self.log,
+            "created": self.created, **({"context": self.context} if self.context is not None else {}),
+            **({"shared": self.shared} if self.shared is not None else {}),
+            **({"aihub": self.aihub} if self.aihub is not None else {}),
+            "duration_s": self.duration_s, "warnings": list(self.warnings), "status": self.status.value,
+            "error": self.error, "cache_key": self.cache_key,
+        }
+
+    @classmethod
+    def parse(cls, data: object, path: Path) -> JobRecord:
+        """From the JSON value of the record at `path` (strict on what names the job, its inputs and outcome; the
+        bookkeeping fields a record of ours always has read as empty when absent): BadInput, in one line, else."""
+        try:
+            if not isinstance(data, dict) or data["record"] != RECORD or not isinstance(data["options"], dict):
+                raise ValueError
+            members = tuple(RecordMember(str(m["graph"]), JobInput(str(m["input"]["path"]),
+                                                                   str(m["input"]["sha256"])), m.get("calibration"))
+                            for m in data.get("members") or ())
+            given = None if members else data["input"]
+            build, error, key = data.get("qairt_build"), data.get("error"), data.get("cache_key")
+            return cls(
+                str(data["graph"]), str(data["soc"]), int(data["soc_id"]), str(data["dsp_arch"]),
+                BackendName(data["backend"]), str(data["qairt_version"]), None if build is None else str(build),
+                Precision(data["precision"]), data["options"],
+                {str(k): str(v) for k, v in (data.get("tools") or {}).items()},
+                None if given is None else JobInput(str(given["path"]), str(given["sha256"])), members,
+                tuple(_job_file(o) for o in data.get("outputs") or ()), str(data.get("log") or ""),
+                str(data.get("created") or ""), float(data.get("duration_s") or 0.0),
+                tuple(str(w) for w in data.get("warnings") or ()), RecordStatus(data["status"]),
+                None if error is None else str(error), None if key is None else str(key),
+                data.get("context"), data.get("shared"), data.get("aihub"))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            raise BadInput(f"{path}: not a qnndeploy compile record") from None
+
+
+@dataclass(frozen=True)
 class CompileRecord:
-    """What validate and bundle use of a compile record (the file keeps more: tools, options, log, timings)."""
+    """What validate and bundle use of a compile record, per graph (JobRecord is the whole file)."""
 
     folder: Path  # <build>/<graph>/<SoC>
     graph: str
@@ -102,19 +210,21 @@ class CompileRecord:
     htp: HtpSettings | None = None  # the HTP settings it was compiled with
 
     @classmethod
-    def from_json(cls, folder: Path, data: dict[str, Any]) -> list[CompileRecord]:
+    def of(cls, folder: Path, record: JobRecord) -> list[CompileRecord]:
         """The record's graphs: one, or each member of a shared context."""
-        files = tuple(JobFile(**o) for o in data.get("outputs", []))
-        common = (data["soc"], data["soc_id"], data["dsp_arch"], BackendName(data["backend"]), data["qairt_version"],
-                  Precision(data["precision"]), RecordStatus(data["status"]))
-        htp = htp_settings(data["options"])
-        if "members" not in data:
-            return [cls(folder, data["graph"], *common, Path(data["input"]["path"]), data["input"]["sha256"], files,
-                        data.get("cache_key"), htp=htp)]
-        return [cls(folder, m["graph"], *common, Path(m["input"]["path"]), m["input"]["sha256"],
-                    tuple(f for f in files if not f.twin and f.graph in (None, m["graph"])), data.get("cache_key"),
-                    data["graph"], tuple(f for f in files if f.twin and f.graph == m["graph"]), htp)
-                for m in data["members"]]
+        common = (record.soc, record.soc_id, record.dsp_arch, record.backend, record.qairt_version,
+                  record.precision, record.status)
+        htp = htp_settings(record.options)
+        if not record.members:
+            if record.input is None:
+                raise BadInput(f"{folder / RECORD_FILE}: not a qnndeploy compile record")
+            return [cls(folder, record.graph, *common, Path(record.input.path), record.input.sha256, record.outputs,
+                        record.cache_key, htp=htp)]
+        files = record.outputs
+        return [cls(folder, m.graph, *common, Path(m.input.path), m.input.sha256,
+                    tuple(f for f in files if not f.twin and f.graph in (None, m.graph)), record.cache_key,
+                    record.graph, tuple(f for f in files if f.twin and f.graph == m.graph), htp)
+                for m in record.members]
 
     def output(self, fmt: str) -> JobFile | None:
         return next((o for o in self.outputs if o.format == fmt), None)
@@ -341,12 +451,13 @@ def splits_of(models: dict[Path, str]) -> list[SplitRecord]:
     return found
 
 
-def read_record(path: Path) -> JSON | None:
+def read_record(path: Path) -> JobRecord | None:
+    """The compile record at `path`, or None when there is none there, it cannot be read or it is not one of ours (a
+    job folder or cache entry that is then made again)."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        return JobRecord.parse(json.loads(path.read_text()), path)
+    except (OSError, ValueError, BadInput):
         return None
-    return data if isinstance(data, dict) and data.get("record") == RECORD else None
 
 
 def read_build(build: Path) -> list[CompileRecord]:
@@ -359,11 +470,11 @@ def read_build(build: Path) -> list[CompileRecord]:
         raise BadInput(f"{build}: no such build folder (qnndeploy compile -o {build} makes one)")
     found = []
     for path in sorted(build.glob(f"*/*/{RECORD_FILE}")):
-        record = read_record(path)
         try:
-            found += CompileRecord.from_json(path.parent, record or {})
-        except (KeyError, TypeError, ValueError):  # not ours, or a field (status, precision, backend) not one we write
-            raise BadInput(f"{path}: not a qnndeploy compile record") from None
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = None
+        found += CompileRecord.of(path.parent, JobRecord.parse(data, path))
     if not found:
         raise BadInput(f"{build}: no compile records (<graph>/<SoC>/{RECORD_FILE}); run qnndeploy compile first")
     return found

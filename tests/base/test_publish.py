@@ -312,13 +312,13 @@ def test_prepare_force_kill_before_every_rename(tmp_path, monkeypatch):
 def compile_state(job: Path) -> str | None:
     """The cache key of the job folder's record; the folder must always be complete (record and its outputs)."""
     from qnndeploy.compile import cache
-    from qnndeploy.formats.records import RECORD_FILE
+    from qnndeploy.formats.records import RECORD_FILE, JobRecord
 
     if not job.exists():
         return None
-    record = json.loads((job / RECORD_FILE).read_text())
+    record = JobRecord.parse(json.loads((job / RECORD_FILE).read_text()), job / RECORD_FILE)
     assert cache.outputs_intact(job, record), "a job folder whose files are not its record's"
-    return str(record["cache_key"])
+    return str(record.cache_key)
 
 
 @pytest.mark.slow

@@ -3,11 +3,13 @@ files the suite's real runs write (the demo's build and bundle) parse strictly a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from qnndeploy.base.errors import BadInput
+from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.base.names import MANIFEST
 from qnndeploy.formats import benchrecord, estimaterecord, schemas
 from qnndeploy.formats.devicerecord import DeviceRecord
@@ -35,6 +37,11 @@ from qnndeploy.formats.ondevicerecord import OnDeviceRecord
 from qnndeploy.formats.records import (
     RECORD_FILE,
     VALIDATION_FILE,
+    JobFile,
+    JobInput,
+    JobRecord,
+    RecordMember,
+    RecordStatus,
     SplitPart,
     SplitRecord,
     ValidationRecord,
@@ -162,3 +169,44 @@ def test_an_on_device_validation_record_written_and_parsed_is_the_same():
                             {"kind": "random", "samples": 4, "seed": 0}, 1.5, True, None,
                             ({"name": "y", "passed": True, "snr_db": 40.0},), {"kind": "classify", "passed": True})
     assert OnDeviceRecord.parse(json.loads(json.dumps(record.to_json()))) == record
+
+
+def _compile_record(**changed: object) -> JobRecord:
+    record = JobRecord(
+        "llm", "SM8750", 69, "v79", BackendName.ORT, "2.50.0", "v2.50.0.1", Precision.W8A16,
+        {"htp_arch": 79, "calibration": None, "share_ep_contexts": True}, {"qnndeploy": "0", "onnxruntime": "1.22"},
+        None, (RecordMember("prefill", JobInput("/m/prefill.onnx", SHA), {"path": "/c", "files": 1, "samples": 1,
+                                                                          "sha256": SHA}),
+               RecordMember("decode", JobInput("/m/decode.onnx", SHA), None)),
+        (JobFile("llm.bin", SHA, 10, "qnn-context-binary"), JobFile("prefill_ctx.onnx", SHA, 2, "ort-epcontext",
+                                                                    "prefill"),
+         JobFile("prefill_alone.bin", SHA, 9, "qnn-context-binary", "prefill", twin=True)),
+        "logs/llm-SM8750.log", "2026-12-05T00:00:00+00:00", 1.25, ("a warning",), RecordStatus.OK, None, SHA,
+        {"blob_version": "3.3.0", "build": "v2.50.0.1", "dsp_arch": "v79", "soc_model": 69, "graphs": []},
+        {"shared_bytes": 10, "separate_bytes": 19}, None)
+    return dataclasses.replace(record, **changed)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("changed", [
+    {},  # a shared context, its binary read back
+    {"graph": "enc", "members": (), "input": JobInput("/m/enc.onnx", SHA), "context": None, "shared": None,
+     "aihub": {"job_id": "j", "url": "u", "device": "d", "chipset": "c"}},
+    {"members": (), "input": JobInput("/m/enc.onnx", SHA), "outputs": (), "status": RecordStatus.FAILED,
+     "error": "it broke", "context": None, "shared": None, "qairt_build": None},
+])
+def test_a_compile_record_written_and_parsed_is_the_same_and_follows_the_schema(tmp_path, changed):
+    record = _compile_record(**changed)
+    data = json.loads(json.dumps(record.to_json()))
+    assert schemas.problems("compile-record", data) == []
+    assert JobRecord.parse(data, tmp_path / RECORD_FILE) == record
+    with pytest.raises(BadInput, match="not a qnndeploy compile record"):
+        JobRecord.parse({**data, "status": "done"}, tmp_path / RECORD_FILE)
+
+
+def test_the_demo_build_s_compile_records_parse_strictly_and_are_what_their_type_writes(demo_run):
+    paths = list((demo_run / "build").rglob(RECORD_FILE))
+    assert paths
+    for path in paths:
+        text = path.read_text()
+        record = JobRecord.parse(json.loads(text), path)
+        assert json.dumps(record.to_json(), indent=2) + "\n" == text  # byte for byte, as write_json writes it
