@@ -12,6 +12,7 @@ import pytest
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.base.names import FORMAT_VERSION
 from qnndeploy.compile import CompileOptions, compile_models, shares_from_args
+from qnndeploy.formats.records import JobRecord
 from qnndeploy.qnn import epcontext
 from qnndeploy.scaffold import scaffold
 from qnndeploy.verification.checks import verify_bundle
@@ -45,8 +46,11 @@ def build(lm: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path
 def test_one_binary_per_soc_holds_both_graphs_and_saves_the_shared_weights(build: Path) -> None:
     for soc in SOCS:
         folder = build / "lm" / soc
-        record = json.loads((folder / "compile.json").read_text())
+        text = (folder / "compile.json").read_text()
+        record = json.loads(text)
         jsonschema.validate(record, SCHEMA)
+        # its type reads it strictly and writes it back byte for byte (members, twins, context, shared)
+        assert json.dumps(JobRecord.parse(record, folder / "compile.json").to_json(), indent=2) + "\n" == text
         assert record["status"] == "ok" and [m["graph"] for m in record["members"]] == ["prefill", "decode"]
         assert sorted(p.name for p in folder.glob("*.bin")) == ["lm.bin", "twin-decode.bin", "twin-prefill.bin"]
         for g in ("prefill", "decode"):
