@@ -171,7 +171,7 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
     pins = runtime_set(manifest, ort_aar) if kind == Engine.ORT else None
     context = _context(manifest, package, glue_name, kind, pins)
     if plan is not None and play is not None:
-        context["data"]["play"].update(enabled=True, pack=plan["pack"], delivery=plan["delivery"],
+        context["data"]["play"].update(enabled=True, pack=plan.pack, delivery=plan.delivery.value,
                                        dir=Path(play).as_posix())
     if out.exists() and out.is_dir() and not any(out.iterdir()):
         out.rmdir()  # an empty folder is as good as none: staging_dir renames the result into its place
@@ -210,7 +210,7 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
         ort_aar=pins.describe if pins else None,
         runtime_set=pins.line() if pins else None,
         warnings=[*pins.warnings, *_ir_warnings(manifest, bundle, pins)] if pins else [],
-        play=f"{plan['pack']} ({plan['delivery']})" if plan is not None else None,
+        play=f"{plan.pack} ({plan.delivery})" if plan is not None else None,
     )
 
 
@@ -234,9 +234,9 @@ def _ir_warnings(manifest: Manifest, bundle: Path, pins: compat.AppSet) -> list[
     return [why]
 
 
-def _play_lines(play: Path, plan: dict[str, Any]) -> list[str]:
+def _play_lines(play: Path, plan: playplan.PlayPlan) -> list[str]:
     """What the app's build needs for the AI pack: package play's Gradle snippet, the pack module, the API flag."""
-    pack = plan["pack"]
+    pack = plan.pack
     return [
         f'app build.gradle.kts, after the line above:  apply(from = "{(play / "play.gradle").as_posix()}")',
         f'settings.gradle.kts:  include(":{pack}"); project(":{pack}").projectDir = file("{(play / pack).as_posix()}")',

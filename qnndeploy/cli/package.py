@@ -24,6 +24,7 @@ from qnndeploy.cli._common import (
     gathered,
     handles_errors,
     json_option,
+    jsonable,
     shallow_option,
     unchecked_option,
 )
@@ -36,16 +37,16 @@ def package() -> None:
 
 
 def _render(result: PlayPackage) -> None:
-    groups = result.plan["groups"]
+    groups = result.plan.groups
     click.echo(f"AI pack {result.pack} ({result.delivery}) in {result.path}: {len(groups)} device group(s) + "
-               f"'{result.plan['default_group']}', {sum(len(g['files']) for g in groups)} NPU files")
+               f"'{result.plan.default_group}', {sum(len(g.files) for g in groups)} NPU files")
     licence = escaped(result.license) if result.license else "not given (bundle build --license)"
     click.echo(f"  the model's licence: {licence}; the app ships the model under it")
     for g in groups:
-        models = sorted({s["model"] for s in g["selectors"]})
-        click.echo(f"  group {g['name']}: {', '.join(g['socs'])} ({g['dsp_arch']}); selectors: "
-                   f"{len(g['selectors'])} system-on-chip (QTI and Qualcomm x {', '.join(models)})")
-    external = result.plan["base"]["external_runtime"]
+        models = sorted({s.model for s in g.selectors})
+        click.echo(f"  group {g.name}: {', '.join(g.socs)} ({g.dsp_arch}); selectors: "
+                   f"{len(g.selectors)} system-on-chip (QTI and Qualcomm x {', '.join(models)})")
+    external = result.plan.base.external_runtime
     click.echo("what one phone downloads (deflated, as in the APKs), against one APK with every SoC's files:")
     width = max(len(r.group) for r in result.rows)
     click.echo(f"  {'group':<{width}}  {'files':>5}  {'bytes':>12}  {'deflated':>12}  {'of one APK':>10}")
@@ -55,13 +56,13 @@ def _render(result: PlayPackage) -> None:
         click.echo(f"  {r.group:<{width}}  {r.files:>5}  {size(r.bytes):>12}  {size(r.deflated):>12}  {share:>10.0%}")
     click.echo(f"  {'one APK':<{width}}  {'':>5}  {size(result.one_apk_bytes):>12}  "
                f"{size(result.one_apk_deflated):>12}  {'100%':>10}")
-    on_device = result.plan.get("on_device")
+    on_device = result.plan.on_device
     default = result.rows[-1]
     if on_device is not None:  # the default group's phones: the NPU all the same, from the base module's ONNX
-        archs = ", ".join(on_device["archs"]) or "none"
+        archs = ", ".join(on_device.archs) or "none"
         click.echo(f"  {ON_DEVICE_ROW}, {size(default.deflated)} (group {default.group}: HTP {archs} "
-                   f"validated, {size(on_device['deflated'])} of ONNX compiled at first run within "
-                   f"{on_device['budget_s']:g} s; other arches run the CPU model)")
+                   f"validated, {size(on_device.deflated)} of ONNX compiled at first run within "
+                   f"{on_device.budget_s:g} s; other arches run the CPU model)")
     if external:
         click.echo(f"  (plus the QNN runtime {external} from Maven, the same for every phone)")
     click.echo(f"add to the app project ({result.path / 'README.md'} has the details and the commands to check it):")
@@ -102,6 +103,9 @@ def play(args: PlayRequest, as_json: bool) -> None:
     with byte_progress("verifying, hashing and deflating", as_json) as progress:
         result = package_play(args, progress=progress)
     if as_json:
-        emit_json(result)
+        data = jsonable(result)
+        assert isinstance(data, dict)
+        data["plan"] = result.plan.to_json()  # as play.json has it, not its type's fields
+        emit_json(data)
     else:
         _render(result)

@@ -258,7 +258,7 @@ class DeviceJob:
         self.remote_dir = f"{REMOTE_ROOT}/{self.bundle_id}"
         self.sha256 = {e.path: e.sha256 for _, e in manifest.files()}
         self.manifest_sha256 = sha256_file(self.bundle / "manifest.json")  # every phone gets these very bytes
-        self.play_plan: JSON | None = None
+        self.play_plan: playplan.PlayPlan | None = None
         self.play_groups: list[playplan.PlayGroup] = []
         if r.play is not None:
             # the targeting config Play reads is evaluated, not the plan's copy of it: a hand edit counts
@@ -307,19 +307,19 @@ class DeviceJob:
                     and a.format == FileFormat.ONNX)
 
 
-def play_check(plan: JSON, groups: list[playplan.PlayGroup], props: dict[str, str], soc: str | None,
+def play_check(plan: playplan.PlayPlan, groups: list[playplan.PlayGroup], props: dict[str, str], soc: str | None,
                files: list[str] | None = None, on_device: bool = False) -> PlayCheck:
     """Play's group for a phone from its SoC props, against the decision's; when they differ, why. `files`: the
     bundle files the decision needs, which the delivered group and the base module must hold between them;
     `on_device`: the decision compiles on the phone (its models are the base's)."""
     phone = decision.DeviceIdentity.from_props(props)
     manufacturer, model = props.get("ro.soc.manufacturer") or None, props.get("ro.soc.model") or None
-    delivered = playplan.play_group(groups, manufacturer, model, phone.sdk_int, plan["default_group"])
+    delivered = playplan.play_group(groups, manufacturer, model, phone.sdk_int, plan.default_group)
     expected = playplan.expected_group(plan, soc)
     said = f"ro.soc.manufacturer {manufacturer!r}, ro.soc.model {model!r}"
     if delivered == expected:
-        held = {f["path"] for f in plan["base"]["files"]}
-        held |= {f["path"] for g in plan["groups"] if g["name"] == delivered for f in g["files"]}
+        held = {f.path for f in plan.base.files}
+        held |= {f.path for g in plan.groups if g.name == delivered for f in g.files}
         missing = [f for f in files or [] if f not in held]
         if missing:
             return PlayCheck(manufacturer, model, delivered, expected, False,
@@ -334,7 +334,7 @@ def play_check(plan: JSON, groups: list[playplan.PlayGroup], props: dict[str, st
         why = f"Play targets SoCs only from Android 12 (API 31) and this phone is API {phone.sdk_int}"
     elif manufacturer is None or model is None:
         why = "the phone reports no ro.soc.manufacturer or ro.soc.model, so no system-on-chip selector matches it"
-    elif expected == plan["default_group"]:
+    elif expected == plan.default_group:
         why = f"a selector of group {delivered} matches this phone, but its SoC is in no bundle target"
     else:
         listed = sorted({f"{c.manufacturer}/{c.model}" for g in groups if g.name == expected

@@ -26,11 +26,13 @@ import json
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from qnndeploy.base.errors import BadInput, QnnDeployError
+from qnndeploy.base.fields import is_number
 from qnndeploy.base.fileio import JSON, read_limited, sha256_file
 from qnndeploy.base.socs import find, upper
 from qnndeploy.formats import schemas
@@ -72,6 +74,155 @@ class PlayGroup(NamedTuple):
     selectors: list[list[PlaySoc]]
 
 
+@dataclass(frozen=True)
+class PlanFile:
+    """A bundle file the plan puts in a group or the base module, with what the verified manifest lists for it."""
+
+    path: str
+    size: int
+    sha256: str
+
+    def to_json(self) -> JSON:
+        return {"path": self.path, "size": self.size, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class PlanGroup:
+    """A device group of the pack: its SoCs (catalog models), the selector Play matches, the NPU files it carries
+    and their bytes (deflated: the estimate of what a phone downloads)."""
+
+    name: str
+    socs: tuple[str, ...]
+    dsp_arch: str
+    selectors: tuple[PlaySoc, ...]  # the system-on-chip elements of its one device-selector
+    files: tuple[PlanFile, ...]
+    bytes: int
+    deflated: int
+
+    def play_group(self) -> PlayGroup:
+        """The group as play_group reads it: one selector, any of whose SoCs selects a phone."""
+        return PlayGroup(self.name, [list(self.selectors)])
+
+    def to_json(self) -> JSON:
+        return {"name": self.name, "socs": list(self.socs), "dsp_arch": self.dsp_arch,
+                "selectors": [{"manufacturer": s.manufacturer, "model": s.model} for s in self.selectors],
+                "files": [f.to_json() for f in self.files], "bytes": self.bytes, "deflated": self.deflated}
+
+
+@dataclass(frozen=True)
+class PlanBase:
+    """What the app's base module carries for every phone: manifest, CPU models, runtime libraries, licences."""
+
+    files: tuple[PlanFile, ...]
+    bytes: int
+    deflated: int
+    external_runtime: str | None  # the QNN runtime's Maven coordinate when the bundle does not carry it
+
+    def to_json(self) -> JSON:
+        return {"files": [f.to_json() for f in self.files], "bytes": self.bytes, "deflated": self.deflated,
+                "external_runtime": self.external_runtime}
+
+
+@dataclass(frozen=True)
+class PlanOnDevice:
+    """A bundle that compiles on the device: the base files a phone of no group compiles, the HTP arches every graph
+    was validated for, and the first compile's budget."""
+
+    files: tuple[str, ...]
+    archs: tuple[str, ...]
+    budget_s: float
+    bytes: int
+    deflated: int
+
+    def to_json(self) -> JSON:
+        return {"files": list(self.files), "archs": list(self.archs), "budget_s": self.budget_s,
+                "bytes": self.bytes, "deflated": self.deflated}
+
+
+@dataclass(frozen=True)
+class PlayPlan:
+    """play.json, the whole file: the bundle it was made from (name, version and its manifest's sha256), the pack,
+    its groups in the targeting config's order, the base module, and one APK's bytes to compare with."""
+
+    name: str
+    version: str
+    manifest_sha256: str
+    pack: str
+    delivery: Delivery
+    groups: tuple[PlanGroup, ...]
+    base: PlanBase
+    one_apk_bytes: int
+    one_apk_deflated: int
+    on_device: PlanOnDevice | None = None  # None: phones of no group run on the CPU
+    folder: str = FOLDER
+    default_group: str = DEFAULT_GROUP
+
+    def to_json(self) -> JSON:
+        return {
+            "format": PLAN_FORMAT, "format_version": PLAN_VERSION,
+            "bundle": {"name": self.name, "version": self.version, "manifest_sha256": self.manifest_sha256},
+            "pack": self.pack, "delivery": self.delivery.value, "folder": self.folder,
+            "default_group": self.default_group, "groups": [g.to_json() for g in self.groups],
+            "base": self.base.to_json(), "one_apk": {"bytes": self.one_apk_bytes, "deflated": self.one_apk_deflated},
+            **({} if self.on_device is None else {"on_device": self.on_device.to_json()}),
+        }
+
+    @classmethod
+    def parse(cls, data: object) -> PlayPlan:
+        """As `package play` writes it (strict): BadInput, in one line, for anything else."""
+        try:
+            if not isinstance(data, dict) or data["format"] != PLAN_FORMAT or data["format_version"] != PLAN_VERSION:
+                raise ValueError
+            bundle, base, one_apk, on_device = data["bundle"], data["base"], data["one_apk"], data.get("on_device")
+            return cls(
+                _text(bundle["name"]), _text(bundle["version"]), _text(bundle["manifest_sha256"]),
+                _text(data["pack"]), Delivery(data["delivery"]),
+                tuple(PlanGroup(_text(g["name"]), tuple(_text(s) for s in _list(g["socs"])), _text(g["dsp_arch"]),
+                                tuple(PlaySoc(_text(s["manufacturer"]), _text(s["model"]))
+                                      for s in _list(g["selectors"])),
+                                _files(g["files"]), _count(g["bytes"]), _count(g["deflated"]))
+                      for g in _list(data["groups"])),
+                PlanBase(_files(base["files"]), _count(base["bytes"]), _count(base["deflated"]),
+                         None if base["external_runtime"] is None else _text(base["external_runtime"])),
+                _count(one_apk["bytes"]), _count(one_apk["deflated"]),
+                None if on_device is None else PlanOnDevice(
+                    tuple(_text(f) for f in _list(on_device["files"])),
+                    tuple(_text(a) for a in _list(on_device["archs"])), _number(on_device["budget_s"]),
+                    _count(on_device["bytes"]), _count(on_device["deflated"])),
+                _text(data["folder"]), _text(data["default_group"]))
+        except (ValueError, TypeError, KeyError):
+            raise BadInput("not a Play plan (qnndeploy package play writes them)") from None
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError
+    return value
+
+
+def _count(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError
+    return value
+
+
+def _number(value: object) -> float:
+    """A number as the file has it (an int stays an int, so the file is written again byte for byte)."""
+    if not is_number(value):
+        raise ValueError
+    return value
+
+
+def _list(value: object) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError
+    return value
+
+
+def _files(value: object) -> tuple[PlanFile, ...]:
+    return tuple(PlanFile(_text(f["path"]), _count(f["size"]), _text(f["sha256"])) for f in _list(value))
+
+
 def schema() -> JSON:
     return schemas.load("play")
 
@@ -81,7 +232,7 @@ def group_file(group: str) -> str:
     return json.dumps({"group": group}) + "\n"
 
 
-def read_plan(path: Path) -> JSON:
+def read_plan(path: Path) -> PlayPlan:
     """play.json of a `package play` output folder (or the file itself), checked against its schema."""
     path = Path(path)
     file = path / PLAN if path.is_dir() else path
@@ -96,24 +247,21 @@ def read_plan(path: Path) -> JSON:
     if errors:
         raise QnnDeployError(f"{file} does not follow the Play plan format ({errors[0]}): write it again with "
                              "qnndeploy package play")
-    result: JSON = data
-    return result
+    return PlayPlan.parse(data)
 
 
-def read_plan_of(folder: Path, bundle: Path) -> JSON:
+def read_plan_of(folder: Path, bundle: Path) -> PlayPlan:
     """The plan of a `package play` output, refused unless it was made from this very bundle (its manifest)."""
     plan = read_plan(folder)
-    if plan["bundle"]["manifest_sha256"] != sha256_file(Path(bundle) / "manifest.json"):
-        raise BadInput(f"{folder} was packaged from another bundle ({plan['bundle']['name']} "
-                       f"{plan['bundle']['version']}, another manifest): run qnndeploy package play {bundle} -o "
-                       f"{folder} again")
+    if plan.manifest_sha256 != sha256_file(Path(bundle) / "manifest.json"):
+        raise BadInput(f"{folder} was packaged from another bundle ({plan.name} {plan.version}, another manifest): "
+                       f"run qnndeploy package play {bundle} -o {folder} again")
     return plan
 
 
-def plan_groups(plan: JSON) -> list[PlayGroup]:
+def plan_groups(plan: PlayPlan) -> list[PlayGroup]:
     """The plan's groups in the config's order, each with its one selector."""
-    return [PlayGroup(g["name"], [[PlaySoc(s["manufacturer"], s["model"]) for s in g["selectors"]]])
-            for g in plan["groups"]]
+    return [g.play_group() for g in plan.groups]
 
 
 def group_name(soc: str) -> str:
@@ -122,7 +270,7 @@ def group_name(soc: str) -> str:
     return name if name[:1].isalpha() and name != DEFAULT_GROUP else f"soc_{name}"
 
 
-def selectors(socs: list[str]) -> list[JSON]:
+def selectors(socs: list[str]) -> list[PlaySoc]:
     """Every (manufacturer, model) Play may see on a phone with one of these SoCs: both manufacturer spellings
     (Play cannot tell which a phone reports) times every name of the SoC, the catalog model and its aliases
     (SM8750, SM8750P, SM8750-AC), upper-case as phones report them (Play compares exactly)."""
@@ -131,16 +279,14 @@ def selectors(socs: list[str]) -> list[JSON]:
         for m in find(soc).names:
             if upper(m) not in models:
                 models.append(upper(m))
-    return [{"manufacturer": man, "model": m} for man in MANUFACTURERS for m in models]
+    return [PlaySoc(man, m) for man in MANUFACTURERS for m in models]
 
 
 def bundle_groups(manifest: Manifest) -> list[PlayGroup]:
     """The device groups `package play` writes for a bundle, in its order: one per target, named by group_name and
     selecting the target's catalog SoC by every name (selectors). Its targets must be catalog SoCs, as in a bundle
     that passes verify."""
-    return [PlayGroup(group_name(t.soc),
-                      [[PlaySoc(s["manufacturer"], s["model"]) for s in selectors([find(t.soc).model])]])
-            for t in manifest.targets]
+    return [PlayGroup(group_name(t.soc), [selectors([find(t.soc).model])]) for t in manifest.targets]
 
 
 def play_group(groups: Sequence[PlayGroup], manufacturer: str | None, model: str | None, sdk_int: int,
@@ -158,12 +304,10 @@ def play_group(groups: Sequence[PlayGroup], manufacturer: str | None, model: str
     return default
 
 
-def expected_group(plan: JSON, soc: str | None) -> str:
+def expected_group(plan: PlayPlan, soc: str | None) -> str:
     """The group holding the bundle target of `soc` (a catalog model, as decision.identify gives it); the default
     group when the bundle has no target for it, since such a phone runs on the CPU whatever Play delivers."""
-    name: str = next((g["name"] for g in plan["groups"] if soc is not None and soc in g["socs"]),
-                     plan["default_group"])
-    return name
+    return next((g.name for g in plan.groups if soc is not None and soc in g.socs), plan.default_group)
 
 
 def parse_config(text: str) -> list[PlayGroup]:

@@ -32,7 +32,6 @@ from qnndeploy.base import codegen, compat
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.base.fileio import (
     CHUNK,
-    JSON,
     ByteProgress,
     Expected,
     check_apart,
@@ -57,9 +56,12 @@ from qnndeploy.formats.playplan import (
     GROUP_FILE,
     NAME,
     PLAN,
-    PLAN_FORMAT,
-    PLAN_VERSION,
     Delivery,
+    PlanBase,
+    PlanFile,
+    PlanGroup,
+    PlanOnDevice,
+    PlayPlan,
     group_file,
     group_name,
     selectors,
@@ -92,7 +94,7 @@ class PlayPackage:
     path: Path
     pack: str
     delivery: Delivery
-    plan: JSON
+    plan: PlayPlan  # what play.json holds (plan.to_json() is the file)
     rows: list[SizeRow]  # one per group, then the default group
     one_apk_bytes: int
     one_apk_deflated: int
@@ -138,37 +140,37 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
     if not manifest.targets:
         raise QnnDeployError(f"{bundle} has no NPU target: an AI pack split by SoC needs at least one")
     sizes = _Sizes(bundle, manifest, progress)
-    plan = _plan(bundle, manifest, pack, delivery, sizes)
+    plan = _plan(bundle, manifest, pack, when, sizes)
     _check_limits(plan)
-    groups = plan["groups"]
-    rows = [SizeRow(g["name"], g["socs"], len(plan["base"]["files"]) + len(g["files"]),
-                    plan["base"]["bytes"] + g["bytes"], plan["base"]["deflated"] + g["deflated"]) for g in groups]
-    rows.append(SizeRow(plan["default_group"], [], len(plan["base"]["files"]), plan["base"]["bytes"],
-                        plan["base"]["deflated"], on_device=plan.get("on_device") is not None))
+    groups, base = plan.groups, plan.base
+    rows = [SizeRow(g.name, list(g.socs), len(base.files) + len(g.files), base.bytes + g.bytes,
+                    base.deflated + g.deflated) for g in groups]
+    rows.append(SizeRow(plan.default_group, [], len(base.files), base.bytes, base.deflated,
+                        on_device=plan.on_device is not None))
     fields = {"pack": pack, "delivery": delivery, "bundle": manifest.bundle_version,
-              "folder": FOLDER, "config": CONFIG, "default_group": plan["default_group"],
+              "folder": FOLDER, "config": CONFIG, "default_group": plan.default_group,
               "min_agp": compat.gradle_library("device_targeting_min_agp").version,
               "ai_delivery": library.version, "ai_delivery_source": library.source,
-              "ai_delivery_read": library.read, "table": _readme_table(rows, plan["one_apk"]["deflated"]),
+              "ai_delivery_read": library.read, "table": _readme_table(rows, plan.one_apk_deflated),
               "licences": _licences_text(manifest)}
     empty = out.is_dir() and not any(out.iterdir())  # as good as none: exchanged for the output, kept on failure
     with writing(out), staging_dir(out, force or empty, tidy=True) as tmp:
         (tmp / MARKER).write_text("written by qnndeploy package play; --force replaces this folder\n")
         assets = tmp / pack / "src" / "main" / "assets"
-        for g in [*groups, {"name": plan["default_group"], "files": []}]:
-            folder = assets / f"{FOLDER}#group_{g['name']}"
+        for name, files in [*((g.name, g.files) for g in groups), (plan.default_group, ())]:
+            folder = assets / f"{FOLDER}#group_{name}"
             folder.mkdir(parents=True)
-            (folder / GROUP_FILE).write_text(group_file(g["name"]))
-            for f in g["files"]:
-                dest = folder / f["path"]
+            (folder / GROUP_FILE).write_text(group_file(name))
+            for f in files:
+                dest = folder / f.path
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                copy_verified(bundle / f["path"], dest, expect=Expected(f["sha256"], f["size"]), beneath=bundle,
+                copy_verified(bundle / f.path, dest, expect=Expected(f.sha256, f.size), beneath=bundle,
                               what="bundle file")
         for name, dest in (("build.gradle", tmp / pack / "build.gradle"), ("play.gradle", tmp / "play.gradle"),
                            ("README.md", tmp / "README.md")):
             dest.write_text(_render(name, **fields))
         (tmp / CONFIG).write_text(config_xml(plan))
-        write_json(tmp / PLAN, plan)
+        write_json(tmp / PLAN, plan.to_json())
 
     lines = [
         f'settings.gradle(.kts): include(":{pack}") and project(":{pack}").projectDir = file("{out / pack}")',
@@ -177,7 +179,7 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
         f"glue: qnndeploy scaffold BUNDLE --play {out} --package <your.app> -o app/qnndeploy",
     ]
     return PlayPackage(path=out, pack=pack, delivery=when, plan=plan, rows=rows, license=manifest.source.license,
-                       one_apk_bytes=plan["one_apk"]["bytes"], one_apk_deflated=plan["one_apk"]["deflated"],
+                       one_apk_bytes=plan.one_apk_bytes, one_apk_deflated=plan.one_apk_deflated,
                        lines=lines)
 
 
@@ -194,9 +196,9 @@ class _Sizes:
         raw = verified_bytes(bundle, manifest)
         self._seen[MANIFEST] = (hashlib.sha256(raw).hexdigest(), len(raw), len(zlib.compress(raw, DEFLATE_LEVEL)))
 
-    def entry(self, path: str) -> JSON:
+    def entry(self, path: str) -> PlanFile:
         sha, size, _ = self._read(path)
-        return {"path": path, "size": size, "sha256": sha}
+        return PlanFile(path, size, sha)
 
     def deflated(self, path: str) -> int:
         return self._read(path)[2]
@@ -219,45 +221,35 @@ class _Sizes:
         return self._seen[path]
 
 
-def _plan(bundle: Path, manifest: Manifest, pack: str, delivery: str, sizes: _Sizes) -> JSON:
+def _plan(bundle: Path, manifest: Manifest, pack: str, delivery: Delivery, sizes: _Sizes) -> PlayPlan:
     """One device group per target, named after its SoC (a bundle lists each file once, so no two targets share
     files that one group could carry for both). A group's SoC is the catalog model, as the decision identifies a
     phone's SoC and matches a target named by an alias (SM8750P)."""
-    groups: list[JSON] = []
+    groups: list[PlanGroup] = []
     for t in manifest.targets:
         paths = [a.path for a in t.artifacts]
-        files = [sizes.entry(p) for p in paths]
+        files = tuple(sizes.entry(p) for p in paths)
         soc = find(t.soc).model
-        groups.append({
-            "name": group_name(t.soc), "socs": [soc], "dsp_arch": t.dsp_arch,
-            "selectors": selectors([soc]), "files": files, "bytes": sum(f["size"] for f in files),
-            "deflated": sum(sizes.deflated(p) for p in paths),
-        })
+        groups.append(PlanGroup(group_name(t.soc), (soc,), t.dsp_arch, tuple(selectors([soc])), files,
+                                sum(f.size for f in files), sum(sizes.deflated(p) for p in paths)))
     runtime = manifest.runtime
     base_paths = [MANIFEST, *(a.path for a in manifest.cpu), *(lib.path for lib in runtime.libs),
                   *(t.path for t in (manifest.licences.terms if manifest.licences else ()))]
     on_device = manifest.on_device
     if on_device is not None:  # the models the phone compiles that are not CPU models: in the base with them
         base_paths += [a.path for a in on_device.artifacts if a.path not in base_paths]
-    base = [sizes.entry(p) for p in base_paths]
-    npu = sorted({p for g in groups for p in (f["path"] for f in g["files"])})
+    base = tuple(sizes.entry(p) for p in base_paths)
+    npu = sorted({f.path for g in groups for f in g.files})
     every = base_paths + npu
-    return {
-        "format": PLAN_FORMAT, "format_version": PLAN_VERSION,
-        "bundle": {"name": manifest.name, "version": manifest.version,
-                   "manifest_sha256": sizes.entry(MANIFEST)["sha256"]},
-        "pack": pack, "delivery": delivery, "folder": FOLDER, "default_group": DEFAULT_GROUP,
-        "groups": groups,
-        "base": {"files": base, "bytes": sum(f["size"] for f in base),
-                 "deflated": sum(sizes.deflated(p) for p in base_paths),
-                 "external_runtime": None if runtime.bundled else runtime.maven},
-        "one_apk": {"bytes": sum(sizes.entry(p)["size"] for p in every),
-                    "deflated": sum(sizes.deflated(p) for p in every)},
-        **({} if on_device is None else {"on_device": _on_device_plan(manifest, sizes)}),
-    }
+    return PlayPlan(
+        manifest.name, manifest.version, sizes.entry(MANIFEST).sha256, pack, delivery, tuple(groups),
+        PlanBase(base, sum(f.size for f in base), sum(sizes.deflated(p) for p in base_paths),
+                 None if runtime.bundled else runtime.maven),
+        sum(sizes.entry(p).size for p in every), sum(sizes.deflated(p) for p in every),
+        None if on_device is None else _on_device_plan(manifest, sizes), FOLDER, DEFAULT_GROUP)
 
 
-def _on_device_plan(manifest: Manifest, sizes: _Sizes) -> JSON:
+def _on_device_plan(manifest: Manifest, sizes: _Sizes) -> PlanOnDevice:
     """What a phone of no group compiles from the base: each graph's ONNX (and the external data beside it), and the
     HTP arches every graph was validated for (the phones of those arches that no group selects reach the NPU)."""
     assert manifest.on_device is not None
@@ -269,34 +261,34 @@ def _on_device_plan(manifest: Manifest, sizes: _Sizes) -> JSON:
     files = sorted({*models, *data})
     archs = sorted(set.intersection(*(set(g.validated) for g in manifest.on_device.graphs))
                    if manifest.on_device.graphs else set(), key=HtpArch.parse)
-    return {"files": files, "archs": archs, "budget_s": manifest.on_device.budget_s,
-            "bytes": sum(sizes.entry(p)["size"] for p in files), "deflated": sum(sizes.deflated(p) for p in files)}
+    return PlanOnDevice(tuple(files), tuple(archs), manifest.on_device.budget_s,
+                        sum(sizes.entry(p).size for p in files), sum(sizes.deflated(p) for p in files))
 
 
-def _check_limits(plan: JSON) -> None:
-    base = plan["base"]["deflated"]
-    for g in plan["groups"]:
-        if g["deflated"] > PACK_LIMIT:
-            raise QnnDeployError(f"device group {g['name']} would download {g['deflated'] / 1e9:.2f} GB of AI pack "
+def _check_limits(plan: PlayPlan) -> None:
+    base = plan.base.deflated
+    for g in plan.groups:
+        if g.deflated > PACK_LIMIT:
+            raise QnnDeployError(f"device group {g.name} would download {g.deflated / 1e9:.2f} GB of AI pack "
                                  f"(deflated); Play allows {PACK_LIMIT / 1e9} GB per pack: split the model's graphs "
                                  "into several bundles (packs) or quantize it")
-        if base + g["deflated"] > APP_LIMIT:
-            total = base + g["deflated"]
-            raise QnnDeployError(f"a phone of device group {g['name']} would download {total / 1e9:.2f} GB (base "
+        if base + g.deflated > APP_LIMIT:
+            total = base + g.deflated
+            raise QnnDeployError(f"a phone of device group {g.name} would download {total / 1e9:.2f} GB (base "
                                  f"{base / 1e9:.2f} GB + pack); Play allows {APP_LIMIT / 1e9} GB per app")
 
 
-def config_xml(plan: JSON) -> str:
+def config_xml(plan: PlayPlan) -> str:
     """The device targeting config: one device-group per plan group, in the plan's order (Play's priority order),
     with one device-selector listing every SoC (system-on-chip elements of one selector are alternatives)."""
     out = ['<?xml version="1.0" encoding="utf-8"?>',
            "<!-- Written by qnndeploy package play: one device group per SoC target of the bundle. -->",
            f'<config:device-targeting-config xmlns:config="{CONFIG_NS}">']
-    for g in plan["groups"]:
-        out.append(f'    <config:device-group name={quoteattr(g["name"])}>')
+    for g in plan.groups:
+        out.append(f"    <config:device-group name={quoteattr(g.name)}>")
         out.append("        <config:device-selector>")
-        out += [f"            <config:system-on-chip manufacturer={quoteattr(s['manufacturer'])} "
-                f"model={quoteattr(s['model'])}/>" for s in g["selectors"]]
+        out += [f"            <config:system-on-chip manufacturer={quoteattr(s.manufacturer)} "
+                f"model={quoteattr(s.model)}/>" for s in g.selectors]
         out.append("        </config:device-selector>")
         out.append("    </config:device-group>")
     out.append("</config:device-targeting-config>")

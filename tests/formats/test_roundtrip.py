@@ -9,9 +9,10 @@ import json
 import pytest
 
 from qnndeploy.base.errors import BadInput
+from qnndeploy.base.fileio import write_json
 from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.base.names import MANIFEST
-from qnndeploy.formats import benchrecord, estimaterecord, schemas
+from qnndeploy.formats import benchrecord, estimaterecord, playplan, schemas
 from qnndeploy.formats.devicerecord import DeviceRecord
 from qnndeploy.formats.manifest import (
     BundleFile,
@@ -48,6 +49,7 @@ from qnndeploy.formats.records import (
     read_build,
 )
 from qnndeploy.model import decode
+from qnndeploy.package.play import package_play
 from tests.report.bench_fixture import bench_record
 
 SHA = "ab" * 32
@@ -210,3 +212,33 @@ def test_the_demo_build_s_compile_records_parse_strictly_and_are_what_their_type
         text = path.read_text()
         record = JobRecord.parse(json.loads(text), path)
         assert json.dumps(record.to_json(), indent=2) + "\n" == text  # byte for byte, as write_json writes it
+
+
+def test_a_play_plan_written_and_parsed_is_the_same_and_follows_the_schema():
+    soc = playplan.PlaySoc("QTI", "SM8750")
+    plan = playplan.PlayPlan(
+        "m", "1.0.0", SHA, "qnndeploy_models", playplan.Delivery.ON_DEMAND,
+        (playplan.PlanGroup("sm8750", ("SM8750",), "v79", (soc, playplan.PlaySoc("Qualcomm", "SM8750")),
+                            (playplan.PlanFile("npu/SM8750/enc.bin", 10, SHA),), 10, 7),),
+        playplan.PlanBase((playplan.PlanFile(MANIFEST, 5, SHA), playplan.PlanFile("cpu/enc.onnx", 9, SHA)), 14, 12,
+                          "com.qualcomm.qti:qnn-runtime:2.50.0"),
+        24, 19, playplan.PlanOnDevice(("cpu/enc.onnx",), ("v79", "v81"), 60, 9, 8))
+    data = json.loads(json.dumps(plan.to_json()))
+    assert schemas.problems("play", data) == []
+    assert playplan.PlayPlan.parse(data) == plan
+    assert "on_device" not in dataclasses.replace(plan, on_device=None).to_json()  # absent, as package play writes it
+    with pytest.raises(BadInput, match="not a Play plan"):
+        playplan.PlayPlan.parse({**data, "delivery": "someday"})
+    with pytest.raises(BadInput, match="not a Play plan"):
+        playplan.PlayPlan.parse({**data, "one_apk": {"bytes": "24", "deflated": 19}})
+
+
+@pytest.mark.slow
+def test_the_demo_bundle_s_play_plan_parses_strictly_and_is_what_its_type_writes(demo_bundle, tmp_path):
+    out = tmp_path / "play"
+    package_play(demo_bundle, out)
+    written = (out / playplan.PLAN).read_bytes()
+    plan = playplan.PlayPlan.parse(json.loads(written))
+    assert plan.groups and plan == playplan.read_plan(out)
+    write_json(tmp_path / "again.json", plan.to_json())
+    assert (tmp_path / "again.json").read_bytes() == written  # byte for byte

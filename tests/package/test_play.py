@@ -80,9 +80,9 @@ def test_each_phone_downloads_one_socs_files(demo_bundle, packed):
     out, report = packed
     manifest = json.loads((demo_bundle / "manifest.json").read_text())
     plan = playplan.read_plan(out)
-    assert plan["bundle"]["manifest_sha256"] == sha(demo_bundle / "manifest.json")
+    assert plan.manifest_sha256 == sha(demo_bundle / "manifest.json")
     licences = [t["path"] for o in manifest["licences"]["origins"] for t in o["terms"] or ()]
-    assert licences and {f["path"] for f in plan["base"]["files"]} >= set(licences)  # the app's, not the pack's
+    assert licences and {f.path for f in plan.base.files} >= set(licences)  # the app's, not the pack's
     base = sum((demo_bundle / p).stat().st_size for p in ["manifest.json", *(a["path"] for a in manifest["cpu"]),
                                                           *licences])
     npu = {t["soc"].lower(): sum(a["size"] for a in t["artifacts"]) for t in manifest["targets"]}
@@ -150,10 +150,13 @@ def test_bad_requests_are_one_line_errors(tmp_path):
         playplan.read_plan(tmp_path / "no.json")
 
 
-def plan_of(groups: dict[str, list[str]]) -> dict:
-    """A plan with these groups (name -> SoCs), selectors as package play writes them."""
-    return {"bundle": {"name": "t", "version": "1"}, "default_group": "other",
-            "groups": [{"name": n, "socs": s, "selectors": playplan.selectors(s)} for n, s in groups.items()]}
+def plan_of(groups: dict[str, list[str]]) -> playplan.PlayPlan:
+    """A plan with these groups (name -> SoCs), selectors as package play writes them, and no file."""
+    return playplan.PlayPlan(
+        "t", "1", "ab" * 32, "qnndeploy_models", playplan.Delivery.FAST_FOLLOW,
+        tuple(playplan.PlanGroup(n, tuple(s), "v79", tuple(playplan.selectors(s)), (), 0, 0)
+              for n, s in groups.items()),
+        playplan.PlanBase((), 0, 0, None), 0, 0)
 
 
 def test_play_group_is_bundletools_exact_first_match():
@@ -246,12 +249,13 @@ def test_a_target_named_by_an_alias_gets_the_catalog_socs_group(tmp_path):
         entry.update(sha256=sha(tmp_path / entry["path"]), size=len(entry["path"]))  # what _Sizes checks
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     parsed = Manifest.parse(manifest)
-    plan = play._plan(tmp_path, parsed, "qnndeploy_models", "fast-follow", play._Sizes(tmp_path, parsed, None))
-    group = plan["groups"][0]
-    assert group["socs"] == ["SM8750"]
-    assert {s["model"] for s in group["selectors"]} == set(socs.find("SM8750").names)
+    plan = play._plan(tmp_path, parsed, "qnndeploy_models", playplan.Delivery.FAST_FOLLOW,
+                      play._Sizes(tmp_path, parsed, None))
+    group = plan.groups[0]
+    assert group.socs == ("SM8750",)
+    assert {s.model for s in group.selectors} == set(socs.find("SM8750").names)
     assert playplan.expected_group(plan, decision.identify(decision.DeviceIdentity("SM8750-AC", None, 35)).soc) == \
-        group["name"]
+        group.name
 
 
 def test_the_gradle_versions_come_from_the_data_file_with_their_sources():
@@ -294,14 +298,15 @@ def test_phones_of_no_group_reach_the_npu_from_the_base_onnx(on_device_bundle, t
     report = json.loads(r.stdout)
     plan = playplan.read_plan(out)
     manifest = json.loads((on_device_bundle / "manifest.json").read_text())
-    base = {f["path"] for f in plan["base"]["files"]}
+    base = {f.path for f in plan.base.files}
     compiled = {g["path"] for g in manifest["on_device"]["graphs"]}
-    assert plan["on_device"]["files"] == sorted(compiled) == ["cpu/det.onnx", "cpu/rec.onnx"]
+    assert plan.on_device is not None
+    assert list(plan.on_device.files) == sorted(compiled) == ["cpu/det.onnx", "cpu/rec.onnx"]
     assert compiled <= base  # the models the phone compiles travel in the base, once
     assert {"lib/arm64-v8a/libQnnHtpV81Stub.so", "lib/hexagon-v81/libQnnHtpV81Skel.so"} <= base
     validated = manifest["on_device"]["graphs"][0]["validated"]
-    assert "v81" in validated and plan["on_device"]["archs"] == validated and plan["on_device"]["budget_s"] == 60
-    assert plan["on_device"]["bytes"] == sum((on_device_bundle / p).stat().st_size for p in compiled)
+    assert "v81" in validated and list(plan.on_device.archs) == validated and plan.on_device.budget_s == 60
+    assert plan.on_device.bytes == sum((on_device_bundle / p).stat().st_size for p in compiled)
     rows = {row["group"]: row for row in report["rows"]}
     assert rows["other"]["on_device"] is True and rows["sm8750"]["on_device"] is False
     assert [p.name for p in (out / "qnndeploy_models/src/main/assets/qnndeploy_npu#group_other").rglob("*")] == [

@@ -94,10 +94,10 @@ def test_the_play_group_of_each_row_is_the_one_package_play_writes(demo_bundle, 
         model = row["spelling"] if row["identified_by"] == "Build.SOC_MODEL" else None
         sdk = SOC_MODEL_SINCE_SDK if model else SOC_MODEL_SINCE_SDK - 1
         for manufacturer in MANUFACTURERS:
-            assert play_group(groups, manufacturer, model, sdk, plan["default_group"]) == row["play_group"], row
+            assert play_group(groups, manufacturer, model, sdk, plan.default_group) == row["play_group"], row
     # a target's phones reporting Build.SOC_MODEL get its group; older phones (no SoC for Play) the default
-    for g in plan["groups"]:
-        assert {row["play_group"] for row in rows if row["soc"] in g["socs"] and row["min_sdk"]} == {g["name"]}
+    for g in plan.groups:
+        assert {row["play_group"] for row in rows if row["soc"] in g.socs and row["min_sdk"]} == {g.name}
     assert {row["play_group"] for row in rows if row["min_sdk"] is None} == {DEFAULT_GROUP}
 
 

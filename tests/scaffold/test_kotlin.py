@@ -41,7 +41,7 @@ from qnndeploy.decide.decision import (
 )
 from qnndeploy.demo import run_demo
 from qnndeploy.formats.manifest import Manifest
-from qnndeploy.formats.playplan import FOLDER, expected_group, plan_groups, play_group, read_plan
+from qnndeploy.formats.playplan import FOLDER, PlayPlan, expected_group, plan_groups, play_group, read_plan
 from qnndeploy.package.play import package_play
 from qnndeploy.qnn import htp, markers
 from qnndeploy.scaffold import GENERATED, GLUE_PACKAGE, scaffold, templates_dir
@@ -597,13 +597,12 @@ def test_play_glue_compiles(play, kotlin):
         assert (kotlin["classes"] / PLAY_PACKAGE.replace(".", "/") / "qnndeploy" / f"{cls}.class").is_file(), cls
 
 
-def group_of(plan: dict, soc: str) -> str:
-    name: str = next(g["name"] for g in plan["groups"] if soc in g["socs"])
-    return name
+def group_of(plan: PlayPlan, soc: str) -> str:
+    return next(g.name for g in plan.groups if soc in g.socs)
 
 
-def pack_folder(play: Path, plan: dict, soc: str) -> Path:
-    return play / plan["pack"] / "src" / "main" / "assets" / f"{FOLDER}#group_{group_of(plan, soc)}"
+def pack_folder(play: Path, plan: PlayPlan, soc: str) -> Path:
+    return play / plan.pack / "src" / "main" / "assets" / f"{FOLDER}#group_{group_of(plan, soc)}"
 
 
 def test_play_unit_tests_pass_on_the_jvm(play, kotlin):
@@ -622,7 +621,7 @@ def test_play_unit_tests_pass_on_the_jvm(play, kotlin):
     shutil.copytree(pack_folder(play["fast"], fast, "SM8550"), other / FOLDER)
     manifest = json.loads((play["bundle"] / "manifest.json").read_text())
     setup = {"install_assets": str(install_assets), "fast_follow_assets": str(fast_assets), "pack": str(pack),
-             "other_pack": str(other), "scratch": str(work / "scratch"), "pack_name": fast["pack"],
+             "other_pack": str(other), "scratch": str(work / "scratch"), "pack_name": fast.pack,
              "group": group_of(fast, "SM8750"), "other_group": group_of(fast, "SM8550"),
              "sha256": {a["path"]: a["sha256"] for t in manifest["targets"] for a in t["artifacts"]}}
     path = work / "setup.json"
@@ -671,7 +670,7 @@ def phone_models() -> list[str | None]:
 
 
 def test_python_and_kotlin_choose_the_same_groups(play, kotlin):
-    plans = odd_plans(read_plan(play["fast"]))
+    plans = odd_plans(read_plan(play["fast"]).to_json())
     models = phone_models()
     play_cases = list(itertools.product(range(len(plans)), MANUFACTURERS, models, SDKS))
     soc_values = [*(m for m in models if m is None or m.strip() == m), "SM8650 "]
@@ -682,8 +681,9 @@ def test_python_and_kotlin_choose_the_same_groups(play, kotlin):
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert len(out["play"]) == len(play_cases) > 20_000
-    groups = [plan_groups(p) for p in plans]
-    want = [play_group(groups[i], man, model, sdk, plans[i]["default_group"]) for i, man, model, sdk in play_cases]
+    typed = [PlayPlan.parse(p) for p in plans]  # the odd ones too: parse checks types, not Play's rules
+    groups = [plan_groups(p) for p in typed]
+    want = [play_group(groups[i], man, model, sdk, typed[i].default_group) for i, man, model, sdk in play_cases]
     mismatches = [(c, w, g) for c, w, g in zip(play_cases, want, out["play"], strict=True) if w != g]
     assert not mismatches, mismatches[:5]
     # every name phones of a bundle SoC report (the model and each alias, e.g. SM8750-AC) lands in that SoC's group
@@ -692,7 +692,7 @@ def test_python_and_kotlin_choose_the_same_groups(play, kotlin):
             for manufacturer in ("QTI", "Qualcomm"):
                 i = play_cases.index((0, manufacturer, name, 35))
                 assert want[i] == out["play"][i] == group["name"], (manufacturer, name)
-    assert out["expected"] == [expected_group(plans[i], soc) for i, soc in expected_cases]
+    assert out["expected"] == [expected_group(typed[i], soc) for i, soc in expected_cases]
     # not trivially equal: each plan sends phones to several groups, and every odd group and default is reached
     for i in range(len(plans)):
         assert len({w for (j, *_), w in zip(play_cases, want, strict=True) if j == i}) >= 2, i
