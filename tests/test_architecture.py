@@ -9,6 +9,7 @@ import ast
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,11 @@ def test_few_functions_take_more_than_seven_parameters():
                 if len(params) > 7:
                     wide.append(f"{name}.{node.name} ({len(params)})")
     assert len(wide) <= 10, sorted(wide)
+
+
+def test_every_package_folder_ships():
+    """pyproject.toml lists the packages a wheel holds: a new floor's folder left out works in the editable install
+    the suite runs and fails in a user's `pip install` (the README's first command caught one so)."""
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {module_name(p) for p in PACKAGE.rglob("__init__.py")}
+    assert folders - listed == set()
