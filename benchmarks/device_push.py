@@ -64,6 +64,8 @@ def main() -> None:
 
     from qnndeploy.device import verify
     from qnndeploy.device.adb import connect
+    from qnndeploy.formats.manifest import load_manifest
+    from qnndeploy.verification.checks import opened
 
     with tempfile.TemporaryDirectory(prefix="device-push-") as tmp_name:
         tmp = Path(tmp_name)
@@ -85,9 +87,10 @@ def main() -> None:
             while f"{serial}\tdevice" not in adb("devices").stdout:
                 time.sleep(0.1)
             bundle = make_bundle(tmp, args.cache_dir, int((1 if args.smoke else args.mb) * 1e6))
-            with verify.checked_bundle(bundle) as (_, report, manifest):
-                if not report.ok or manifest is None:
+            with opened(bundle) as (_, report):
+                if not report.ok:
                     fail(f"the bundle does not verify: {report.problems}")
+            manifest = load_manifest(bundle)
             job = verify.DeviceJob(bundle, manifest, verify.PhoneRequest(bundle=bundle, record_dir=tmp / "records"))
             dev = connect(serial)
 

@@ -26,8 +26,7 @@ import shlex
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -45,12 +44,11 @@ from qnndeploy.device.runner import Clock
 from qnndeploy.formats import benchrecord, playplan
 from qnndeploy.formats.benchrecord import Launch
 from qnndeploy.formats.devicerecord import DeviceRecord
-from qnndeploy.formats.manifest import FileFormat, Graph, Manifest, Provider, load_manifest
+from qnndeploy.formats.manifest import FileFormat, Graph, Manifest, Provider
 from qnndeploy.formats.records import ValidationRecord
 from qnndeploy.model import metrics, samples, tasks
 from qnndeploy.model.samples import Sample
 from qnndeploy.qnn import epcontext, markers
-from qnndeploy.verification.checks import VerifyReport, opened
 
 REMOTE_ROOT = "/data/local/tmp/qnndeploy"
 DEFAULT_RECORD_DIR = Path("device-records")
@@ -343,17 +341,6 @@ def play_check(plan: playplan.PlayPlan, groups: list[playplan.PlayGroup], props:
     return PlayCheck(manufacturer, model, delivered, expected, False,
                      f"Play would deliver group {delivered} ({said}) but the decision expects group {expected} for "
                      f"SoC {soc or 'unknown'}: {why}; the app would run on the CPU")
-
-
-@contextmanager
-def checked_bundle(path: Path, allow_unchecked: bool = False, steps: Callable[[str], None] | None = None
-                   ) -> Iterator[tuple[Path, VerifyReport, Manifest | None]]:
-    """(the bundle folder, bundle verify's report, the manifest when the bundle is sound) for a bundle folder or a
-    .tar.gz/.zip of one, which stays extracted while the caller pushes from it: nothing is pushed from a bad bundle.
-    Not loaded on the host emulator: the phone runs the binaries itself. `steps`: told of each long step."""
-
-    with opened(Path(path), allow_unchecked=allow_unchecked, steps=steps) as (root, report):
-        yield root, report, load_manifest(root) if report.ok else None
 
 
 # --- one phone -------------------------------------------------------------------------------------------------

@@ -340,10 +340,13 @@ def test_a_first_compile_over_the_budget_fails_the_phone(emulated_devices, bundl
     import dataclasses
 
     from qnndeploy.device import verify as verify_stage
+    from qnndeploy.formats.manifest import load_manifest
+    from qnndeploy.verification.checks import opened
 
     emulated_devices("sm8845")
-    with verify_stage.checked_bundle(bundle) as (root, report, manifest):
-        assert report.ok and manifest is not None and manifest.on_device is not None
+    with opened(bundle) as (root, report):
+        manifest = load_manifest(root)
+        assert report.ok and manifest.on_device is not None
         tight = dataclasses.replace(manifest, on_device=dataclasses.replace(manifest.on_device, budget_s=0.001))
         asked = verify_stage.PhoneRequest(bundle=root, record_dir=tmp_path, ort_runner=ort, runs=1, qnn_sdk_root=sdk)
         job = verify_stage.DeviceJob(root, tight, asked)

@@ -588,11 +588,14 @@ def test_escape_sequences_from_the_phone_never_reach_the_terminal(emulated_devic
 def test_a_bundle_file_changed_after_it_was_verified_is_not_left_on_the_phone(device, bundle, tmp_path):
     from qnndeploy.base.errors import QnnDeployError
     from qnndeploy.device import verify as verify_stage
+    from qnndeploy.formats.manifest import load_manifest
+    from qnndeploy.verification.checks import opened
 
     changed = tmp_path / "demo-1.0.0"
     shutil.copytree(bundle, changed)
-    with verify_stage.checked_bundle(changed) as (root, report, manifest):
+    with opened(changed) as (root, report):
         assert report.ok and root == changed
+    manifest = load_manifest(changed)
     job = verify_stage.DeviceJob(changed, manifest,
                                  verify_stage.PhoneRequest(bundle=changed, record_dir=tmp_path / "records"))
     binary = changed / "npu/SM8750/det.bin"
