@@ -46,8 +46,9 @@ def verify_bundle(bundle: Path, *, deep: bool = True, allow_unchecked: bool = Fa
                   progress: Progress | None = None, steps: Steps | None = None) -> VerifyReport:
     """`qnndeploy bundle verify`: the report of a bundle folder or archive (`ok` False is the CLI's exit 1); a path
     that is not a bundle at all raises (exit code 2). `deep=False` is --shallow; `steps` hears each long step."""
-    return verify_with_runtime(bundle, deep=deep, allow_unchecked=allow_unchecked, progress=progress,
-                               steps=steps)[0]
+    with opened(Path(bundle), progress, deep=deep, allow_unchecked=allow_unchecked, steps=steps) as (root, report):
+        require_bundle(Path(bundle), root, report)
+    return report
 
 
 def verify_with_runtime(bundle: Path, *, deep: bool = True, allow_unchecked: bool = False,
