@@ -20,6 +20,7 @@ from qnndeploy.api import (
 )
 from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import resolve_named
+from qnndeploy.base.kinds import choices
 from qnndeploy.base.names import ACCEPT_ON, PERFORMANCE_MODES
 from qnndeploy.cli._common import (
     CONTEXT_SETTINGS,
@@ -39,6 +40,7 @@ from qnndeploy.cli._common import (
     step_progress,
     unchecked_option,
 )
+from qnndeploy.formats.archive import ArchiveKind
 from qnndeploy.formats.manifest import DEFAULT_COMPILE_BUDGET_S
 
 
@@ -205,7 +207,7 @@ class BuildArgs:
                    "compiles slowest) [default: the QNN EP's].")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path(), show_default=True,
               metavar="DIR", help="Folder that receives NAME-VERSION/.")
-@click.option("--archive", type=click.Choice(["tar.gz", "zip"]), help="Also write NAME-VERSION.tar.gz or .zip.")
+@click.option("--archive", type=click.Choice(choices(ArchiveKind)), help="Also write NAME-VERSION.tar.gz or .zip.")
 @click.option("--force", is_flag=True, help="Replace an existing NAME-VERSION/ (and its archive) in the output folder.")
 @json_option
 @handles_errors

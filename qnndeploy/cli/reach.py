@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from qnndeploy.api import reach as reach_bundle
+from qnndeploy.base.kinds import choices
 from qnndeploy.cli._common import (
     byte_progress,
     command_line,
@@ -40,7 +41,7 @@ def render(result: Reach, bundle: Path) -> None:
 
 @click.command()
 @click.argument("bundle", type=click.Path(path_type=Path))
-@click.option("--engine", type=click.Choice([e.value for e in Engine]), default=Engine.ORT.value, show_default=True,
+@click.option("--engine", type=click.Choice(choices(Engine)), default=Engine.ORT.value, show_default=True,
               help="The app's engine, as scaffold --engine: ort compiles the ONNX on phones without a target when "
                    "the bundle allows it (bundle build --on-device-compile); sherpa-onnx runs context binaries only.")
 @click.option("--world", "worlds", multiple=True, type=click.Choice(WORLDS, case_sensitive=False), metavar="WORLD",
