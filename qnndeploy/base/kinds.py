@@ -7,10 +7,17 @@ from enum import StrEnum
 
 
 class Precision(StrEnum):
-    """How a graph is compiled for the HTP: fp16 activations and weights, or 8-bit weights with 16-bit activations."""
+    """How a graph is compiled for the HTP: fp16 activations and weights, or 8-bit (w8a16) or block-quantized 4-bit
+    (w4a16: its MatMul and Gemm weights) weights with 16-bit activations."""
 
     FP16 = "fp16"
     W8A16 = "w8a16"
+    W4A16 = "w4a16"
+
+    @property
+    def quantized(self) -> bool:
+        """Whether the build quantizes the graph (and so needs calibration samples)."""
+        return self != Precision.FP16
 
 
 class BackendName(StrEnum):

@@ -89,7 +89,7 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
                 timeout: float | None = htp.DEFAULT_TIMEOUT_S, say: Callable[[str], None] | None = None,
                 context_bytes: int | None = None) -> CheckReport:
     """Read the graph, measure op support on the HTP when shapes allow, and give a verdict with fixes.
-    With precision w8a16 the measured graph is the QDQ-quantized one compile would build. The measurement gets
+    With precision w8a16 or w4a16 the measured graph is the QDQ-quantized one compile would build. The measurement gets
     `timeout` seconds; `say` hears what to expect before a measurement that may take long. A model whose weights
     exceed `context_bytes` (default: what data/context.json says one context holds) is told to split."""
 
@@ -157,7 +157,7 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
         if precision == Precision.FP16:
             htp_result = measure_htp(path, target, graph, timeout=timeout)
         else:
-            htp_result = _measure_quantized(path, target, graph, timeout)
+            htp_result = _measure_quantized(path, target, graph, precision, timeout)
         if htp_result.timed_out:
             findings.append(Finding(
                 "htp", Severity.WARNING, f"op support on the HTP not measured: {htp_result.reason}"
@@ -222,9 +222,10 @@ def _default_opset(model: onnx.ModelProto) -> int:
 
 # --- measured op support --------------------------------------------------------------------------
 
-def _measure_quantized(path: Path, soc: Soc, graph: onnx.GraphProto, timeout: float | None) -> HtpMeasurement:
-    """Op support of the QDQ graph compile's w8a16 builds, quantized here on a few random samples (ranges do not
-    matter for which ops the HTP takes)."""
+def _measure_quantized(path: Path, soc: Soc, graph: onnx.GraphProto, precision: Precision,
+                       timeout: float | None) -> HtpMeasurement:
+    """Op support of the QDQ graph compile's w8a16 or w4a16 builds, quantized here on a few random samples (ranges
+    do not matter for which ops the HTP takes)."""
 
     if not htp.available():
         return HtpMeasurement(soc.model, False, "onnxruntime-qnn is not installed")
@@ -236,8 +237,10 @@ def _measure_quantized(path: Path, soc: Soc, graph: onnx.GraphProto, timeout: fl
         try:
             with htp.quiet_native_stdout():
                 quantize.qdq(path, calibration, qdq)
+                if precision == Precision.W4A16:
+                    quantize.int4_weights(path, qdq)
         except Exception as e:  # noqa: BLE001 the quantizer raises whatever onnxruntime and onnx raise
-            return HtpMeasurement(soc.model, False, f"quantizing to w8a16 failed: {first_line(e)}")
+            return HtpMeasurement(soc.model, False, f"quantizing to {precision} failed: {first_line(e)}")
         finally:
             logging.disable(logging.NOTSET)
         measured = measure_htp(qdq, soc, fp16=False, timeout=timeout)

@@ -179,7 +179,7 @@ class BuildArgs:
 @click.option("--maven-runtime-version", metavar="X.Y.Z",
               help="External runtime: the qnn-runtime release to pin, no older than the oldest that loads the binaries "
                    "[default: QAIRT's].")
-@click.option("--precision", type=click.Choice(["fp16", "w8a16", "w8a8"]),
+@click.option("--precision", type=click.Choice(["fp16", "w8a16", "w4a16", "w8a8"]),
               help="Precision of the context binaries [default: the compile records', else fp16].")
 @click.option("--source-model", type=click.Path(path_type=Path), metavar="PATH",
               help="The original model file (its sha256 goes in the manifest).")

@@ -83,10 +83,11 @@ class CheckArgs:
 @soc_option("SoC to check for, each in turn [default: SM8750]: its HTP measures op support, and a build the "
             "catalog says it cannot run (e.g. fp16 on SM8350) is a blocker.")
 @click.option("--precision", type=click.Choice(choices(Precision)), default=Precision.FP16.value, show_default=True,
-              help="Measure op support for this build: w8a16 measures the QDQ-quantized graph compile would make.")
+              help="Measure op support for this build: w8a16 and w4a16 measure the QDQ-quantized graph compile "
+                   "would make.")
 @click.option("--calib", type=click.Path(exists=True, file_okay=False, path_type=Path), metavar="DIR",
-              help="With --precision w8a16: the calibration samples compile will take (as compile --calib), carried "
-                   "into the printed next commands [default: DIR, a placeholder there].")
+              help="With --precision w8a16 or w4a16: the calibration samples compile will take (as compile "
+                   "--calib), carried into the printed next commands [default: DIR, a placeholder there].")
 @click.option("--no-measure", is_flag=True, help="Skip the HTP partitioning (reads the graph only).")
 @click.option("--timeout", type=click.FloatRange(min=0), default=htp.DEFAULT_TIMEOUT_S, show_default=True,
               metavar="SECONDS", help="Seconds the HTP partitioning may take per model (0: no limit). Recurrent layers "
@@ -111,7 +112,7 @@ def check(args: CheckArgs, as_json: bool) -> None:
     With several models the worst verdict decides.
     """
     if args.calib is not None and args.precision == Precision.FP16:
-        raise BadInput("--calib is for --precision w8a16: an fp16 build takes no calibration samples")
+        raise BadInput("--calib is for --precision w8a16 or w4a16: an fp16 build takes no calibration samples")
     if args.qairt is not None:
         under_toolchain(toolchain.resolve(args.qairt))
     # each SoC once (an alias is its SoC); none given: check's default
@@ -131,7 +132,7 @@ def check(args: CheckArgs, as_json: bool) -> None:
         if len(reports) > 1:
             click.echo(f"\noverall: {worst.verdict} (exit {worst.exit_code})")
         # every printed command keeps the precision and the calibration samples (DIR: a placeholder when not given),
-        # and a w8a16 build goes to a folder of its own, so that following them never builds fp16 by omission
+        # and a quantized build goes to a folder of its own, so that following them never builds fp16 by omission
         quantized = (("--precision", args.precision, "--calib", args.calib or "DIR")
                      if args.precision != Precision.FP16 else ())
         if worst.verdict == CheckVerdict.READY:

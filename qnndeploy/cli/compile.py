@@ -53,6 +53,15 @@ def _render_compile(summary: CompileSummary) -> None:
             click.echo(f"  {'':<7} {'':<{gw}} {'':<9} shared by {', '.join(j.members)}: {one / 1e6:.1f} MB against "
                        f"{apart / 1e6:.1f} MB compiled apart (saves {(apart - one) / 1e6:.1f} MB, "
                        f"{(apart - one) / apart:.0%})")
+        for graph, layers in j.worst_layers.items():
+            name = f"{graph}: " if j.members else ""
+            click.echo(f"  {'':<7} {'':<{gw}} {'':<9} {name}most quantization error (rel L2 of the weight, of the "
+                       f"node's output on the calibration samples):")
+            for q in layers:
+                out = f"{q.output_rel_l2:.2g}" if q.output_rel_l2 is not None else "-"
+                kind = f"int{q.bits}" + (f"/{q.block}" if q.block else "")
+                click.echo(f"  {'':<7} {'':<{gw}} {'':<9}   {q.node} ({kind}): weight {q.weight_rel_l2:.2g}, "
+                           f"output {out}")
     noted = [j for j in summary.jobs if j.warnings and j.status != CompileJobStatus.FAILED]
     if noted:
         click.echo("warnings (each job's full log is in the folder shown):")
@@ -87,6 +96,7 @@ class CompileArgs:
     vtcm_mb: int | None
     optimization_mode: int | None
     keep_fp16: str | None
+    keep_int8: str | None
     spill_fill: bool
     no_cache: bool
     qairt: str | None
@@ -101,8 +111,9 @@ class CompileArgs:
                    "(qai-hub client, configured with `qai-hub configure`) [default: ort where onnxruntime-qnn is "
                    "installed or no SDK is given, else qairt].")
 @click.option("--precision", type=click.Choice(choices(Precision)), default=Precision.FP16.value, show_default=True,
-              help="fp16 activations, or 8-bit weights with 16-bit activations (needs --calib DIR).")
-@sample_options("--calib", "With --precision w8a16, the calibration samples:", random=False)
+              help="fp16 activations; or 16-bit activations with 8-bit weights (w8a16), or with block-quantized "
+                   "4-bit MatMul/Gemm weights (w4a16, ort backend); both need --calib DIR.")
+@sample_options("--calib", "With --precision w8a16 or w4a16, the calibration samples:", random=False)
 @click.option("-j", "--jobs", type=int, metavar="N",
               help="Jobs at once [default: the number of CPU cores; aihub: all of them].")
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), metavar="DIR",
@@ -119,8 +130,11 @@ class CompileArgs:
               help="HTP graph finalization optimization: 3 compiles slowest and runs fastest [default: the "
                    "compiler's].")
 @click.option("--keep-fp16", metavar="NODE[,NODE]",
-              help="With --precision w8a16: leave these nodes unquantized, run in fp16 (what qnndeploy diagnose "
-                   "suggests for a layer 16-bit activations cannot hold).")
+              help="With --precision w8a16 or w4a16: leave these nodes unquantized, run in fp16 (what qnndeploy "
+                   "diagnose suggests for a layer 16-bit activations cannot hold).")
+@click.option("--keep-int8", metavar="NODE[,NODE]",
+              help="With --precision w4a16: give these MatMul/Gemm nodes 8-bit weights (per channel) instead of "
+                   "4-bit, e.g. an LLM's lm_head (compile lists the layers that lose most).")
 @click.option("--spill-fill", is_flag=True,
               help="One spill-fill buffer for the graphs of a context (ort backend).")
 @click.option("--no-cache", is_flag=True, help="Compile every job; neither read nor fill the cache.")
@@ -153,6 +167,11 @@ def compile_cmd(args: CompileArgs, as_json: bool) -> None:
             cache_dir=args.cache_dir, qnn_sdk_root=args.qnn_sdk_root, shares=shares_from_args(list(args.shares)),
             htp=HtpSettings(vtcm_mb=args.vtcm_mb, optimization_mode=args.optimization_mode,
                             spill_fill=args.spill_fill,
-                            keep_fp16=tuple(n.strip() for n in (args.keep_fp16 or "").split(",") if n.strip())))
+                            keep_fp16=_names(args.keep_fp16), keep_int8=_names(args.keep_int8)))
         summary = compile_models(models_from_args(list(args.models)), list(args.socs), args.out, options, progress)
     report(summary, as_json, _render_compile)
+
+
+def _names(given: str | None) -> tuple[str, ...]:
+    """NODE[,NODE] as a tuple of names."""
+    return tuple(n.strip() for n in (given or "").split(",") if n.strip())

@@ -179,10 +179,12 @@ class ValidateArgs:
 @click.command()
 @click.argument("build", type=click.Path(path_type=Path))
 @sample_options()
-@click.option("--min-cosine", type=float, help="Override the cosine similarity threshold (fp16 0.999, w8a16 0.99).")
-@click.option("--min-snr-db", type=float, help="Override the SNR threshold in dB (fp16 30, w8a16 20).")
-@click.option("--atol", type=float, help="Override the near-zero level (fp16 1e-3, w8a16 1e-2): an output whose "
-              "CPU reference has an RMS below it is judged on max abs diff <= atol instead of cosine and SNR.")
+@click.option("--min-cosine", type=float, help="Override the cosine similarity threshold (fp16 0.999, w8a16 0.99, "
+              "w4a16 0.95).")
+@click.option("--min-snr-db", type=float, help="Override the SNR threshold in dB (fp16 30, w8a16 20, w4a16 10).")
+@click.option("--atol", type=float, help="Override the near-zero level (fp16 1e-3, w8a16 1e-2, w4a16 5e-2): an "
+              "output whose CPU reference has an RMS below it is judged on max abs diff <= atol instead of cosine "
+              "and SNR.")
 @click.option("--min-topk-jaccard", type=float, help="Top-k indices outputs: the lowest Jaccard index of the CPU "
               "and HTP sets allowed per row [default: 1, the same set; order never counts].")
 @click.option("--task", "task_specs", multiple=True, metavar="[GRAPH=]KIND[:KEY=VALUE,...]",

@@ -58,6 +58,7 @@ from qnndeploy.formats.records import (
     read_record,
 )
 from qnndeploy.model.onnxio import load_model, model_inputs, require_model_file
+from qnndeploy.model.quantize import worst
 from qnndeploy.model.samples import for_graph, sample_source, write_samples
 from qnndeploy.qnn import contextcheck, htp, qnnsystem
 from qnndeploy.qnn.markers import build_version, scan_file
@@ -66,7 +67,9 @@ from qnndeploy.qnn.qnnsystem import ContextInfo
 if TYPE_CHECKING:
     from qnndeploy.base.socs import Soc
     from qnndeploy.model.media import Preprocess
+    from qnndeploy.model.quantize import QuantizedLayer
 
+WORST_LAYERS = 5  # the quantized weights a compile's output names per graph, those that lose the most
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # the bundle manifest's name rule
 
 
@@ -84,7 +87,7 @@ class CompileOptions:
 
     backend: BackendName | None = None  # None: ort where onnxruntime-qnn is installed or no SDK is given, else qairt
     precision: Precision = Precision.FP16
-    calib: Path | None = None  # w8a16: a samples folder as validate's --inputs
+    calib: Path | None = None  # w8a16, w4a16: a samples folder as validate's --inputs
     preprocess: str | Path | None = None  # how calib's audio or image files become inputs
     jobs: int | None = None  # at once; None: one per CPU core (aihub: all)
     use_cache: bool = True
@@ -109,6 +112,8 @@ class JobResult:
     note: str | None = None  # for a cache hit: "up to date" or "restored from the cache"
     members: list[str] = field(default_factory=list)  # the graphs of a shared context
     shared: JSON | None = None  # {"shared_bytes", "separate_bytes"}: the shared binary against one per graph
+    # a quantized build: per graph, the WORST_LAYERS weights whose error is largest (the record has them all)
+    worst_layers: dict[str, list[QuantizedLayer]] = field(default_factory=dict)
 
 
 @dataclass
@@ -204,11 +209,11 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, options:
     if o.precision not in choices(Precision):
         raise BadInput(f"unknown precision '{o.precision}': use one of {', '.join(choices(Precision))}")
     precision, calib, jobs = Precision(o.precision), o.calib, o.jobs
-    if precision == Precision.W8A16 and calib is None:
-        raise BadInput("w8a16 needs --calib DIR with real input samples (.npz, .npy, or .wav/.png/.jpg with "
+    if precision.quantized and calib is None:
+        raise BadInput(f"{precision} needs --calib DIR with real input samples (.npz, .npy, or .wav/.png/.jpg with "
                        "--preprocess) to calibrate the 16-bit activations; random data would give wrong ranges")
     if precision == Precision.FP16 and calib is not None:
-        raise BadInput("--calib applies to --precision w8a16 only; fp16 needs no calibration")
+        raise BadInput("--calib applies to --precision w8a16 or w4a16 only; fp16 needs no calibration")
     prep = sample_source(calib, None, o.preprocess, "--calib")
     if jobs is not None and jobs < 1:
         raise BadInput("-j must be 1 or more")
@@ -217,7 +222,9 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, options:
     out = Path(out).expanduser().resolve()
     if out.exists() and not out.is_dir():
         raise BadInput(f"-o {out} is a file; give a folder for the build")
+    _check_w4(precision, o.backend)  # before the backend starts: AI Hub's asks for its client
     be = get_backend(o.backend, o.qnn_sdk_root)
+    _check_w4(precision, be.name)
     shares = _check_shares(o.shares, graphs, targets, be.name)
     htp = _check_htp(o.htp, targets)
     _check_keep(htp, precision, be.name, graphs)
@@ -329,19 +336,28 @@ def _targets(names: list[str]) -> list[Soc]:
     return targets
 
 
+def _check_w4(precision: Precision, backend: BackendName | None) -> None:
+    if precision == Precision.W4A16 and backend not in (None, BackendName.ORT):
+        raise BadInput(f"--precision w4a16 needs the ort backend (onnxruntime-qnn's block-quantized int4 weights); "
+                       f"the {backend} backend builds fp16 and w8a16 here")
+
+
 def _check_keep(htp: HtpSettings, precision: Precision, backend: BackendName, graphs: dict[str, Path]) -> None:
-    if not htp.keep_fp16:
+    if htp.keep_int8 and precision != Precision.W4A16:
+        raise BadInput("--keep-int8 applies to --precision w4a16 (w8a16 has 8-bit weights everywhere)")
+    if not htp.keep_fp16 and not htp.keep_int8:
         return
-    if precision != Precision.W8A16:
-        raise BadInput("--keep-fp16 applies to --precision w8a16 (fp16 already runs every node in fp16)")
-    if backend != BackendName.ORT:
+    if htp.keep_fp16 and not precision.quantized:
+        raise BadInput("--keep-fp16 applies to --precision w8a16 or w4a16 (fp16 already runs every node in fp16)")
+    if htp.keep_fp16 and backend != BackendName.ORT:
         raise BadInput("--keep-fp16 needs the ort backend; with qairt, give qnn-onnx-converter a "
                        "--quantization_overrides file with float encodings for those tensors")
     names = {n.name for path in graphs.values() for n in load_model(path, weights=False).graph.node}
-    unknown = [n for n in htp.keep_fp16 if n not in names]
-    if unknown:
-        raise BadInput(f"--keep-fp16 {', '.join(unknown)}: no node of that name in the models (node names, "
-                       "as qnndeploy diagnose prints them)")
+    for option, asked in (("--keep-fp16", htp.keep_fp16), ("--keep-int8", htp.keep_int8)):
+        unknown = [n for n in asked if n not in names]
+        if unknown:
+            raise BadInput(f"{option} {', '.join(unknown)}: no node of that name in the models (node names, "
+                           "as qnndeploy diagnose prints them)")
 
 
 def _check_htp(htp: HtpSettings, targets: list[Soc]) -> HtpSettings:
@@ -495,7 +511,7 @@ def _result(job: CompileJob, record: JobRecord, status: JobStatus, findings: lis
             note: str | None = None) -> JobResult:
     return JobResult(job.graph, job.soc.model, status, job.folder, job.log, round(seconds, 3), record.outputs,
                      list(record.warnings), findings, record.error, note, [m.graph for m in job.members],
-                     record.shared)
+                     record.shared, {g: worst(found, WORST_LAYERS) for g, found in record.layers.items()})
 
 
 def _record(job: CompileJob, be: Backend, out: Path, seconds: float, warnings: list[str],
@@ -546,7 +562,7 @@ def _ok_record(job: CompileJob, be: Backend, work: Path, compiled: Compiled, fin
         warnings += _context_findings(job, work, context, outputs)
     return dataclasses.replace(_record(job, be, out, seconds, warnings), qairt_version=qairt_version,
                                qairt_build=qairt_build, outputs=tuple(outputs), context=summary,
-                               shared=compiled.shared_saving, aihub=compiled.aihub)
+                               shared=compiled.shared_saving, aihub=compiled.aihub, layers=compiled.layers)
 
 
 _READING = threading.Lock()  # libQnnSystem is not documented as thread-safe; the job threads read one at a time

@@ -18,6 +18,7 @@ from qnndeploy.base import child, interrupt
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.formats.records import HtpSettings, JobRecord
+from qnndeploy.model.quantize import QuantizedLayer
 
 if TYPE_CHECKING:
     from qnndeploy.base.socs import Soc
@@ -116,6 +117,7 @@ class Compiled:
     twins: list[str] = field(default_factory=list)  # file names
     shared_saving: JSON | None = None  # {"shared_bytes", "separate_bytes"}
     aihub: JSON | None = None  # backend aihub: the remote job (compile record "aihub")
+    layers: dict[str, tuple[QuantizedLayer, ...]] = field(default_factory=dict)  # graph -> its quantized weights
 
 
 @dataclass(frozen=True)

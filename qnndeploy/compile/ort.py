@@ -28,7 +28,7 @@ from qnndeploy.compile import logs
 from qnndeploy.compile.jobs import Compiled, CompileError, CompileJob, Member, Tools
 from qnndeploy.formats.records import HtpSettings
 from qnndeploy.model.onnxio import load_model, model_inputs
-from qnndeploy.model.quantize import SETTINGS, qdq
+from qnndeploy.model.quantize import INT4_SETTINGS, SETTINGS, QuantizedLayer, int4_weights, qdq, quantized_layers
 from qnndeploy.model.samples import load_samples
 from qnndeploy.qnn import epcontext, htp, refusals
 
@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from qnndeploy.base.socs import Soc
 
 FEW_CALIBRATION_SAMPLES = 20
-PROVIDER_OPTIONS = ("vtcm_mb", "htp_graph_finalization_optimization_mode", "enable_htp_spill_fill_buffer")
+PROVIDER_OPTIONS = ("vtcm_mb", "htp_graph_finalization_optimization_mode", "enable_htp_spill_fill_buffer",
+                    "enable_block_quant_weight_optimization")
 
 
 class OrtBackend:
@@ -57,9 +58,14 @@ class OrtBackend:
                    "ep_context_embed_mode": 0, "vtcm_mb": htp.vtcm_mb,
                    "htp_graph_finalization_optimization_mode": htp.optimization_mode,
                    "enable_htp_spill_fill_buffer": htp.spill_fill}
-        if precision == Precision.W8A16:
-            options["quantization"] = {**SETTINGS, **({"nodes_to_exclude": list(htp.keep_fp16)}
-                                                      if htp.keep_fp16 else {})}
+        if precision.quantized:
+            options["quantization"] = {**(INT4_SETTINGS if precision == Precision.W4A16 else SETTINGS),
+                                       **({"nodes_to_exclude": list(htp.keep_fp16)} if htp.keep_fp16 else {}),
+                                       **({"int8_weight_nodes": list(htp.keep_int8)} if htp.keep_int8 else {})}
+        if precision == Precision.W4A16:
+            # LPBQ: the block scales stored as a per-channel scale and 4-bit multipliers (measured: 2.35 MB against
+            # 2.43 MB for a 1024x4096 weight, the same outputs when the scales have that form, as int4_weights's do)
+            options["enable_block_quant_weight_optimization"] = True
         return options
 
     def compile(self, job: CompileJob, work: Path, log: IO[str], tools: Tools) -> Compiled:
@@ -70,6 +76,7 @@ class OrtBackend:
             spec: JSON = {"graph": job.graph, "shared": bool(job.members), "soc": job.soc.model, "provider": provider,
                     "fp16": job.options["enable_htp_fp16_precision"],
                     "keep_fp16": (job.options.get("quantization") or {}).get("nodes_to_exclude", []),
+                    "keep_int8": (job.options.get("quantization") or {}).get("int8_weight_nodes", []),
                     "precision": job.precision, "work": str(work), "tmp": tmp,
                     "members": [{"graph": m.graph, "model": str(m.model),
                                  "calibration": str(m.calibration) if m.calibration else None} for m in members],
@@ -85,8 +92,9 @@ class OrtBackend:
                                    f"see the log") from None
         if not result["ok"]:
             raise CompileError(result["error"])
+        layers = {g: tuple(QuantizedLayer.parse(q) for q in found) for g, found in result.get("layers", {}).items()}
         return Compiled([tuple(f) for f in result["files"]], result["warnings"], result.get("graphs", {}),
-                        result.get("twins", []), result.get("shared_saving"))
+                        result.get("twins", []), result.get("shared_saving"), layers=layers)
 
 
 # --- the worker process ----------------------------------------------------------------------------
@@ -94,25 +102,28 @@ class OrtBackend:
 def run(spec: JSON) -> JSON:
     """Compile one job; runs in the worker process, prints progress into the job log."""
     soc = socs.find(spec["soc"])
-    fp16 = spec["fp16"]  # fp16, or w8a16 with nodes kept unquantized (run in fp16)
+    fp16 = spec["fp16"]  # fp16, or a quantized build with nodes kept unquantized (run in fp16)
+    precision = Precision(spec["precision"])
     work, tmp = Path(spec["work"]), Path(spec["tmp"])
     warnings: list[str] = []
     models: dict[str, Path] = {}
+    layers: dict[str, list[JSON]] = {}
     sources = {m["graph"]: Path(m["model"]) for m in spec["members"]}  # models may become their QDQ graphs
     for m in spec["members"]:
         models[m["graph"]] = Path(m["model"])
-        if spec["precision"] != Precision.FP16:
-            models[m["graph"]], n = quantize(models[m["graph"]], Path(m["calibration"]), tmp / f"{m['graph']}_qdq.onnx",
-                                             spec["keep_fp16"])
-            if n < FEW_CALIBRATION_SAMPLES:
-                warnings.append(f"{m['graph']}: calibrated on {n} sample(s) only: use {FEW_CALIBRATION_SAMPLES} or "
-                                f"more real inputs for stable 16-bit activation ranges")
-    target = _Target(soc, fp16, spec["provider"], Path(spec["log"]))
+        if precision.quantized:
+            q = quantize(models[m["graph"]], Path(m["calibration"]), tmp / f"{m['graph']}_qdq.onnx", precision,
+                         _Keep(spec["keep_fp16"], spec["keep_int8"]))
+            models[m["graph"]] = q.model
+            warnings += [f"{m['graph']}: {w}" for w in q.warnings]
+            layers[m["graph"]] = [x.to_json() for x in q.layers]
+    target = _Target(soc, fp16, precision, spec["provider"], Path(spec["log"]))
     if not spec["shared"]:
         (graph, model), = models.items()
         _compile(model, sources[graph], graph, work, target)
         _check_loads(work / f"{graph}_ctx.onnx", soc, fp16)
-        return {"files": [[f"{graph}.bin", CONTEXT_BINARY], [f"{graph}_ctx.onnx", EPCONTEXT]], "warnings": warnings}
+        return {"files": [[f"{graph}.bin", CONTEXT_BINARY], [f"{graph}_ctx.onnx", EPCONTEXT]], "warnings": warnings,
+                "layers": layers}
 
     # A shared context: every member compiled into one QNN context (ep.share_ep_contexts), where a weight of equal
     # values, dtype and shape is stored once (measured: exporters' differing weight names do not matter); then each
@@ -141,15 +152,17 @@ def run(spec: JSON) -> JSON:
         warnings.append(f"{name}.bin is {shared:,} bytes, the graphs apart {separate:,}: they have (almost) no weights "
                         "in common (same values, dtype and shape), so sharing saves nothing")
     return {"files": files, "warnings": warnings, "graphs": graphs, "twins": twins,
-            "shared_saving": {"shared_bytes": shared, "separate_bytes": separate}}
+            "shared_saving": {"shared_bytes": shared, "separate_bytes": separate}, "layers": layers}
 
 
 @dataclass(frozen=True)
 class _Target:
-    """What every compile of one job shares: the SoC, fp16 or quantized, the QNN EP's options, the job's log."""
+    """What every compile of one job shares: the SoC, fp16 on or off, the precision, the QNN EP's options, the
+    job's log."""
 
     soc: Soc
     fp16: bool
+    precision: Precision
     provider: dict[str, str]
     log: Path
 
@@ -167,7 +180,7 @@ def _compile(model: Path, source: Path, graph: str, work: Path, target: _Target)
         ort.InferenceSession(str(model), htp.session_options(soc, fp16=fp16, context_path=ctx, log_level=1,
                                                              provider=target.provider))
     except Exception as e:  # noqa: BLE001 onnxruntime raises its own Fail/InvalidGraph types
-        raise BadInput(_refused(model, soc, fp16, _ort_message(e), target.log, source)) from None
+        raise BadInput(_refused(model, target, _ort_message(e), source)) from None
     _name_binary(work, [ctx], graph)
 
 
@@ -184,7 +197,7 @@ def _compile_shared(models: dict[str, Path], sources: dict[str, Path], name: str
             ort.InferenceSession(str(model), htp.session_options(soc, fp16=fp16, context_path=ctxs[i], log_level=1,
                                                                  config=share, provider=target.provider))
         except Exception as e:  # noqa: BLE001 onnxruntime raises its own Fail/InvalidGraph types
-            raise BadInput(f"{g}: {_refused(model, soc, fp16, _ort_message(e), target.log, sources[g])}") from None
+            raise BadInput(f"{g}: {_refused(model, target, _ort_message(e), sources[g])}") from None
     _name_binary(work, ctxs, name)
     print("qnndeploy: the shared context is not loaded here: the host emulator cannot load a context whose graphs "
           "share weights (QAIRT 2.51 crashes); each graph's twin is loaded instead", flush=True)
@@ -215,18 +228,18 @@ def _check_loads(ctx: Path, soc: Soc, fp16: bool) -> None:
         raise BadInput(f"{ctx.name} does not load: {_ort_message(e)}") from None
 
 
-def _refused(model: Path, soc: Soc, fp16: bool, message: str, log: Path, source: Path) -> str:
+def _refused(model: Path, target: _Target, message: str, source: Path) -> str:
     """The one-line error for a graph the HTP compiler refused, with what onnxruntime's message leaves out.
     A node QNN refused while composing the graph ("Failed to compose Qnn graph") is named from the log, with its
     ONNX op from `source` and the rewrite when it is a refusal measured here. Else, partitioning the model again
     with CPU fallback allowed (check's measurement) finds the nodes the HTP leaves to the CPU: when none is on the
     HTP and it takes not even a lone Relu for this SoC, the SoC is the cause, not the model; else the unsupported
     nodes are named, from the log or, when it names none, from the measurement."""
+    soc, fp16, log = target.soc, target.fp16, target.log
     composed = refusals.parse(_read(log))
     if composed:
         graph = load_model(source, weights=False).graph
-        precision = Precision.FP16 if fp16 else Precision.W8A16
-        named = [str(refusals.explain(r, graph, precision, source, soc.model)) for r in composed]
+        named = [str(refusals.explain(r, graph, target.precision, source, soc.model)) for r in composed]
         return "; ".join(named[:2]) + (f"; and {len(named) - 2} more (see the log)" if len(named) > 2 else "")
     try:
         measured = htp.measure_htp(model, soc, fp16=fp16)
@@ -248,15 +261,44 @@ def _read(log: Path) -> str:
         return ""
 
 
-def quantize(model: Path, calibration: Path, out: Path, keep: list[str]) -> tuple[Path, int]:
-    """Static QDQ quantization (16-bit activations, 8-bit weights) calibrated on real input samples; the `keep`
-    nodes stay in float."""
+@dataclass(frozen=True)
+class _Keep:
+    """The nodes a quantized build leaves in float (--keep-fp16), and those whose weights w4a16 keeps at 8 bits
+    (--keep-int8)."""
+
+    fp16: list[str]
+    int8: list[str]
+
+
+@dataclass(frozen=True)
+class _Quantized:
+    model: Path  # the QDQ graph
+    layers: list[QuantizedLayer]
+    warnings: list[str]
+
+
+def quantize(model: Path, calibration: Path, out: Path, precision: Precision, keep: _Keep) -> _Quantized:
+    """Static QDQ quantization (16-bit activations; 8-bit weights, or w4a16's int4 blocks) calibrated on real input
+    samples, the `keep.fp16` nodes left in float; with each quantized weight's error on those samples."""
 
     samples = load_samples(calibration, model_inputs(model))
-    kept = f"; {', '.join(keep)} kept in fp16" if keep else ""
-    print(f"qnndeploy: quantizing to QDQ (activations uint16, weights uint8, MinMax) with {len(samples)} "
+    names = _node_names(model)
+    kept = f"; {', '.join(keep.fp16)} kept in fp16" if keep.fp16 else ""
+    weights = "int4 in blocks of 32 (MatMul/Gemm), else uint8" if precision == Precision.W4A16 else "uint8"
+    print(f"qnndeploy: quantizing to QDQ (activations uint16, weights {weights}, MinMax) with {len(samples)} "
           f"calibration sample(s) from {calibration}{kept}", flush=True)
-    return qdq(model, samples, out, [n for n in keep if n in _node_names(model)]), len(samples)
+    qdq(model, samples, out, [n for n in keep.fp16 if n in names])
+    warnings = []
+    if len(samples) < FEW_CALIBRATION_SAMPLES:
+        warnings.append(f"calibrated on {len(samples)} sample(s) only: use {FEW_CALIBRATION_SAMPLES} or more real "
+                        "inputs for stable 16-bit activation ranges")
+    if precision == Precision.W4A16:
+        eight = int4_weights(model, out, [n for n in keep.int8 if n in names])
+        for k in eight:
+            print(f"qnndeploy: {k}", flush=True)
+        warnings += [str(k) for k in eight if k.nodes and not set(k.nodes) & set(keep.int8)]
+    layers = quantized_layers(model, out, samples)
+    return _Quantized(out, layers, warnings)
 
 
 def _node_names(model: Path) -> set[str]:

@@ -48,7 +48,7 @@ from qnndeploy.formats.manifest import FileFormat, Graph, Manifest, Provider
 from qnndeploy.formats.records import ValidationRecord
 from qnndeploy.model import metrics, samples, tasks
 from qnndeploy.model.samples import Sample
-from qnndeploy.qnn import epcontext, markers
+from qnndeploy.qnn import epcontext, markers, ondevice
 
 REMOTE_ROOT = "/data/local/tmp/qnndeploy"
 DEFAULT_RECORD_DIR = Path("device-records")
@@ -635,9 +635,8 @@ def _run_on_device(dev: Device, job: DeviceJob, graph: str, model: str, result: 
                       "(ep.context_embed_mode 0)")
         return run
     # fp16's thresholds for a float model the EP runs in fp16 (the QNN EP's default), else the quantized ones
-    fp16 = choice.ep_options.get(graph, {}).get("enable_htp_fp16_precision", "1") == "1"
-    compared = _run_graph(dev, job, graph, od.binary, result, [graph], precision="fp16" if fp16 else "w8a16",
-                          launch=False)
+    compared = _run_graph(dev, job, graph, od.binary, result, [graph],
+                          precision=ondevice.precision_of(choice.ep_options.get(graph, {})), launch=False)
     compared.on_device, compared.context = od, run.context
     compared.first_run_s, compared.per_inference_s, compared.clock = run.first_run_s, run.per_inference_s, run.clock
     compared.launch = run.launch  # the app's launch is the EP's, not qnn-net-run's comparison run

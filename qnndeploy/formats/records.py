@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -19,6 +19,7 @@ from qnndeploy.base.fileio import JSON, sha256_file, write_json
 from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.base.names import EPCONTEXT, SPLIT_RECORD, file_kind
 from qnndeploy.model import split as cutting
+from qnndeploy.model.quantize import QuantizedLayer
 
 RECORD = "qnndeploy-compile"
 RECORD_VERSION = 1
@@ -65,11 +66,12 @@ class JobFile:
 @dataclass(frozen=True)
 class HtpSettings:
     """HTP compile settings: chosen on compile's command line, read back from its record, written into the manifest
-    (all but keep_fp16, which only the compile uses). None/False leaves the compiler's default."""
+    (all but keep_fp16 and keep_int8, which only the compile uses). None/False leaves the compiler's default."""
     vtcm_mb: int | None = None  # VTCM the graphs may use (default: all of the SoC's)
     optimization_mode: int | None = None  # graph finalization optimization, 1-3: 3 compiles slowest, runs fastest
     spill_fill: bool = False  # a spill-fill buffer shared by the graphs of a context (ORT enable_htp_spill_fill_buffer)
-    keep_fp16: tuple[str, ...] = ()  # w8a16: nodes left unquantized, which the HTP then runs in fp16
+    keep_fp16: tuple[str, ...] = ()  # w8a16, w4a16: nodes left unquantized, which the HTP then runs in fp16
+    keep_int8: tuple[str, ...] = ()  # w4a16: nodes whose weights stay 8-bit (per channel), e.g. an LLM's lm_head
 
     def manifest_json(self) -> JSON:
         """A target's "compile" in manifest.json."""
@@ -145,6 +147,8 @@ class JobRecord:
     context: JSON | None = None  # the binary as libQnnSystem read it back (contextcheck.summary)
     shared: JSON | None = None  # {"shared_bytes", "separate_bytes"}
     aihub: JSON | None = None  # backend aihub: its remote jobs
+    # a quantized build (ort backend): per graph, each quantized MatMul/Gemm weight and the error it brings
+    layers: Mapping[str, tuple[QuantizedLayer, ...]] = field(default_factory=dict)
 
     def to_json(self) -> JSON:
         inputs: JSON = {"members": [m.to_json() for m in self.members]} if self.members else {
@@ -157,6 +161,8 @@ class JobRecord:
             "created": self.created, **({"context": self.context} if self.context is not None else {}),
             **({"shared": self.shared} if self.shared is not None else {}),
             **({"aihub": self.aihub} if self.aihub is not None else {}),
+            **({"quantized_layers": {g: [q.to_json() for q in found] for g, found in self.layers.items()}}
+               if self.layers else {}),
             "duration_s": self.duration_s, "warnings": list(self.warnings), "status": self.status.value,
             "error": self.error, "cache_key": self.cache_key,
         }
@@ -183,7 +189,9 @@ class JobRecord:
                 str(data.get("created") or ""), float(data.get("duration_s") or 0.0),
                 tuple(str(w) for w in data.get("warnings") or ()), RecordStatus(data["status"]),
                 None if error is None else str(error), None if key is None else str(key),
-                data.get("context"), data.get("shared"), data.get("aihub"))
+                data.get("context"), data.get("shared"), data.get("aihub"),
+                {str(g): tuple(QuantizedLayer.parse(q) for q in found)
+                 for g, found in (data.get("quantized_layers") or {}).items()})
         except (ValueError, TypeError, KeyError, AttributeError):
             raise BadInput(f"{path}: not a qnndeploy compile record") from None
 

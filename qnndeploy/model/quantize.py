@@ -1,18 +1,76 @@
 """QDQ quantization the way onnxruntime's QNN helper sets it up (16-bit activations, 8-bit weights): what compile's
-w8a16 builds and `check --precision w8a16` measures, so that both see the same quantized graph."""
+w8a16 builds and `check --precision w8a16` measures, so that both see the same quantized graph. w4a16 is that graph
+with the MatMul/Gemm weights rewritten as signed int4, block-quantized along the reduction axis; and for either, the
+error each quantized weight brings (quantized_layers)."""
 
 from __future__ import annotations
 
+import math
 import shutil
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
+    import onnx
 
 ACTIVATIONS, WEIGHTS = "QUInt16", "QUInt8"
 SETTINGS = {"format": "QDQ", "activation_type": ACTIVATIONS, "weight_type": WEIGHTS, "calibrate_method": "MinMax"}
+# Measured with onnxruntime-qnn 2.6.0 (QAIRT 2.50.40), SM8650 and SM8750: a SIGNED int4 DequantizeLinear with a
+# block_size along the reduction axis, zero point 0, feeding a MatMul or Gemm between uint16 activations, compiles
+# with CPU fallback off and runs on the host emulator within 1e-2 rel L2 of the CPU; uint4 (asymmetric, what
+# onnxruntime's matmul_nbits_quantizer writes by default) compiles silently and gives garbage (rel L2 ~3), so only
+# int4 is written. The scales take LPBQ's form (a float scale per output channel times an integer 1..16 per block),
+# so the QNN EP's enable_block_quant_weight_optimization (LPBQ, smaller binaries) stores them exactly.
+INT4_BLOCK = 32
+LPBQ_LEVELS = 16  # LPBQ's per-block multiplier is a 4-bit unsigned integer: 1..16 times the channel's scale
+INT4_SETTINGS = {**SETTINGS, "matmul_weight_type": "Int4", "block_size": INT4_BLOCK, "block_scales": "lpbq",
+                 "fallback_weight_type": "Int8 per channel"}
+_WEIGHT_OPS = ("MatMul", "Gemm")
+
+
+@dataclass(frozen=True)
+class QuantizedLayer:
+    """One MatMul or Gemm with a quantized constant weight, and the error that weight brings: the relative L2 norm
+    of (dequantized - float weight), and of the node's product with it against the float weight's, both on the
+    float model's own inputs to the node (the calibration samples), so that each layer's figure is its weight's
+    alone, not what the layers before it add."""
+
+    node: str
+    weight: str  # the float model's initializer
+    bits: int  # 4 or 8
+    block: int | None  # the block size along the reduction axis (4-bit); None: one scale per tensor or channel
+    weight_rel_l2: float
+    output_rel_l2: float | None  # None: no sample reached the node
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "weight": self.weight, "bits": self.bits, "block": self.block,
+                "weight_rel_l2": self.weight_rel_l2, "output_rel_l2": self.output_rel_l2}
+
+    @classmethod
+    def parse(cls, data: Any) -> QuantizedLayer:
+        """From its JSON form; ValueError, TypeError or KeyError when it is not one."""
+        if not isinstance(data, dict) or set(data) != {"node", "weight", "bits", "block", "weight_rel_l2",
+                                                       "output_rel_l2"} or data["bits"] not in (4, 8):
+            raise ValueError
+        block, out = data["block"], data["output_rel_l2"]
+        return cls(str(data["node"]), str(data["weight"]), int(data["bits"]), None if block is None else int(block),
+                   float(data["weight_rel_l2"]), None if out is None else float(out))
+
+
+@dataclass(frozen=True)
+class Int8Kept:
+    """A weight w4a16 leaves at 8 bits (per channel), and why."""
+
+    weight: str
+    nodes: tuple[str, ...]
+    why: str
+
+    def __str__(self) -> str:
+        return f"{', '.join(self.nodes)} ({self.weight}): 8-bit weights, {self.why}"
 
 
 def qdq(model: Path, samples: list[dict[str, np.ndarray]], out: Path, exclude: Sequence[str] = ()) -> Path:
@@ -37,3 +95,242 @@ def qdq(model: Path, samples: list[dict[str, np.ndarray]], out: Path, exclude: S
                                 weight_type=getattr(QuantType, WEIGHTS), nodes_to_exclude=list(exclude) or None)
     ort_quantize(str(private), str(out), config)
     return out
+
+
+def int4_weights(source: Path, qdq_model: Path, keep_int8: Iterable[str] = ()) -> list[Int8Kept]:
+    """Rewrite, in place, the w8a16 QDQ graph `qdq_model` (made by qdq() from `source`) into w4a16: every constant
+    2-D MatMul/Gemm weight becomes signed int4 in blocks of INT4_BLOCK along the reduction axis, with LPBQ-form
+    scales. The weights of the `keep_int8` nodes, those whose reduction axis is not a multiple of the block, and
+    those another kind of node reads too become signed int8 per output channel instead; they are returned, each
+    with why. Weights not 2-D stay as qdq() wrote them."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    floats = _float_weights(source)
+    model = onnx.load(str(qdq_model))
+    graph = model.graph
+    inits = {t.name: i for i, t in enumerate(graph.initializer)}
+    keep, kept = set(keep_int8), []
+    for dq, weight, users in _weight_dequantizers(graph, floats):
+        w, names = floats[weight], tuple(n.name for n, _ in users)
+        axes = {axis for _, axis in users}
+        if w.ndim != 2 or not users:
+            continue
+        if axes == {None}:  # no MatMul or Gemm weight (an embedding's Gather): as qdq() wrote it
+            continue
+        if None in axes or len(axes) != 1:  # as qdq() wrote it: one 8-bit scale for the whole tensor
+            kept.append(Int8Kept(weight, names, "as w8a16 quantizes it: another kind of node reads it too"))
+            continue
+        axis, = axes
+        assert axis is not None
+        if keep.intersection(names):
+            q, scale, bits = *_int8_per_channel(w, axis), 8
+            kept.append(Int8Kept(weight, names, "as asked (--keep-int8)"))
+        elif w.shape[axis] % INT4_BLOCK:
+            q, scale, bits = *_int8_per_channel(w, axis), 8
+            kept.append(Int8Kept(weight, names, f"its reduction axis ({w.shape[axis]}) is not a multiple of "
+                                                f"{INT4_BLOCK}"))
+        else:
+            q, scale, bits = *_int4_lpbq(w, axis), 4
+        x, s, z = dq.input[0], f"{weight}_scale", f"{weight}_zero_point"
+        dtype = TensorProto.INT4 if bits == 4 else TensorProto.INT8
+        tensors = {x: helper.make_tensor(x, dtype, q.shape, q.ravel().tolist()) if bits == 4
+                   else numpy_helper.from_array(q, x),
+                   s: numpy_helper.from_array(scale, s),
+                   z: helper.make_tensor(z, dtype, scale.shape, [0] * scale.size)}
+        for name, tensor in tensors.items():
+            if name in inits:
+                graph.initializer[inits[name]].CopyFrom(tensor)
+            else:
+                inits[name] = len(graph.initializer)
+                graph.initializer.append(tensor)
+        dq.domain = ""  # the ONNX operator (opset 21 has int4 and blocks), not com.microsoft's
+        del dq.input[:]
+        dq.input.extend([x, s, z])
+        del dq.attribute[:]
+        # blocked: the blocks run along the reduction axis; per channel: the scales along the output axis
+        dq.attribute.extend([helper.make_attribute("axis", axis if bits == 4 else 1 - axis)]
+                            + ([helper.make_attribute("block_size", INT4_BLOCK)] if bits == 4 else []))
+    used = {i for n in graph.node for i in n.input}
+    keep_inits = [t for t in graph.initializer if t.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(keep_inits)
+    _save(model, qdq_model)
+    return kept
+
+
+def quantized_layers(source: Path, qdq_model: Path, samples: list[dict[str, np.ndarray]]) -> list[QuantizedLayer]:
+    """The error of each quantized MatMul/Gemm weight of `qdq_model` (qdq() or int4_weights() from `source`): the
+    dequantized weight against the float one, and the node's product with each on the float model's inputs to it
+    for `samples`."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    floats = _float_weights(source)
+    graph = onnx.load(str(qdq_model)).graph
+    inits = {t.name: t for t in graph.initializer}
+    found: list[tuple[onnx.NodeProto, str, int, np.ndarray, int | None]] = []
+    for dq, weight, users in _weight_dequantizers(graph, floats):
+        x = inits[dq.input[0]]
+        attrs = {a.name: a.i for a in dq.attribute}
+        values = numpy_helper.to_array(x).astype(np.float64)
+        scale = numpy_helper.to_array(inits[dq.input[1]]).astype(np.float64)
+        zero = numpy_helper.to_array(inits[dq.input[2]]).astype(np.float64) if len(dq.input) > 2 and dq.input[2] \
+            else np.zeros_like(scale)
+        block = attrs.get("block_size") or None
+        deq = _dequantize(values, scale, zero, attrs.get("axis", 1), block)
+        bits = 4 if x.data_type in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4) else 8
+        found += [(node, weight, bits, deq, block) for node, axis in users if axis is not None]
+    # the float model's input to each node, for every sample
+    by_name = {n.name: n for n in onnx.load(str(source), load_external_data=False).graph.node}
+    wanted = sorted({by_name[node.name].input[0] for node, *_ in found if node.name in by_name})
+    activations = _tensors(source, wanted, samples)
+    layers = []
+    for node, weight, bits, deq, block in found:
+        w = floats[weight].astype(np.float64)
+        err = _rel_l2(float(np.sum((deq - w) ** 2)), float(np.sum(w ** 2)))
+        feeds = activations.get(by_name[node.name].input[0], []) if node.name in by_name else []
+        noise = energy = 0.0
+        for a in feeds:
+            ref, got = _product(node, a.astype(np.float64), w), _product(node, a.astype(np.float64), deq)
+            noise, energy = noise + float(np.sum((got - ref) ** 2)), energy + float(np.sum(ref ** 2))
+        layers.append(QuantizedLayer(node.name, weight, bits, block, err, _rel_l2(noise, energy) if feeds else None))
+    return layers
+
+
+def worst(layers: Iterable[QuantizedLayer], count: int) -> list[QuantizedLayer]:
+    """The `count` layers whose output (else weight) error is largest, largest first."""
+    return sorted(layers, key=lambda q: (q.output_rel_l2 if q.output_rel_l2 is not None else -1.0,
+                                         q.weight_rel_l2), reverse=True)[:count]
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+def _int4_lpbq(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric signed int4 in blocks along `axis` (the reduction axis): each block's scale is its channel's float
+    scale times an integer 1..16 (LPBQ's form), the smallest such that the block's largest magnitude is 7 steps or
+    fewer, so nothing clips. Returns (integers as int8, scales shaped as the weight with the axis in blocks)."""
+    import numpy as np
+
+    wt = np.moveaxis(w.astype(np.float32), axis, 0)  # [K, N]
+    blocks = wt.reshape(wt.shape[0] // INT4_BLOCK, INT4_BLOCK, *wt.shape[1:])
+    need = np.abs(blocks).max(axis=1) / 7.0  # [K/block, N]: the scale each block would take alone
+    channel = need.max(axis=0, keepdims=True) / LPBQ_LEVELS
+    channel = np.where(channel > 0, channel, 1.0).astype(np.float32)
+    multiplier = np.clip(np.ceil(need / channel * (1 - 1e-6)), 1, LPBQ_LEVELS).astype(np.float32)
+    scale = channel * multiplier
+    q = np.clip(np.round(blocks / scale[:, None]), -8, 7).astype(np.int8).reshape(wt.shape)
+    return np.moveaxis(q, 0, axis), np.moveaxis(scale.astype(np.float32), 0, axis)
+
+
+def _int8_per_channel(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric signed int8, one scale per output channel (the axis other than the reduction `axis`)."""
+    import numpy as np
+
+    scale = (np.abs(w).max(axis=axis) / 127.0).astype(np.float32)
+    scale = np.where(scale > 0, scale, np.float32(1.0)).astype(np.float32)
+    q = np.clip(np.round(w / np.expand_dims(scale, axis)), -127, 127).astype(np.int8)
+    return q, scale
+
+
+def _dequantize(values: np.ndarray, scale: np.ndarray, zero: np.ndarray, axis: int,
+                block: int | None) -> np.ndarray:
+    """DequantizeLinear's arithmetic: per tensor, per axis, or in blocks along the axis."""
+    import numpy as np
+
+    if scale.ndim == 0 or scale.size == 1:
+        return np.asarray((values - zero.reshape(())) * scale.reshape(()))
+    if block:
+        scale, zero = (np.repeat(t, block, axis=axis)[tuple(slice(0, n) for n in values.shape)]
+                       for t in (scale, zero))
+        return np.asarray((values - zero) * scale)
+    shape = [1] * values.ndim
+    shape[axis] = -1
+    return np.asarray((values - zero.reshape(shape)) * scale.reshape(shape))
+
+
+def _product(node: onnx.NodeProto, a: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """A MatMul's product, or a Gemm's op(A) @ op(B) (without alpha, beta and C: they scale both sides alike)."""
+    import numpy as np
+
+    if node.op_type == "Gemm":
+        attrs = {x.name: x.i for x in node.attribute}
+        a, w = (a.T if attrs.get("transA") else a), (w.T if attrs.get("transB") else w)
+    return np.asarray(np.matmul(a, w))
+
+
+def _rel_l2(noise: float, energy: float) -> float:
+    return math.sqrt(noise / energy) if energy > 0 else (0.0 if noise == 0 else math.inf)
+
+
+def _float_weights(source: Path) -> dict[str, np.ndarray]:
+    """The float model's constant 2-D-or-more float initializers, by name."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(source))
+    return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer
+            if t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16) and len(t.dims) >= 2
+            and np.prod(t.dims) > 0}
+
+
+def _weight_dequantizers(graph: onnx.GraphProto, floats: dict[str, np.ndarray]) \
+        -> list[tuple[onnx.NodeProto, str, list[tuple[onnx.NodeProto, int | None]]]]:
+    """The DequantizeLinear nodes of a quantized float weight (the quantizer names its integers <weight>_quantized),
+    each with the weight's name and the nodes reading it: with their reduction axis for a MatMul or Gemm reading
+    it as its weight, None for any other."""
+    readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for n in graph.node:
+        for i, name in enumerate(n.input):
+            readers.setdefault(name, []).append((n, i))
+    inits = {t.name for t in graph.initializer}
+    found = []
+    for n in graph.node:
+        if n.op_type != "DequantizeLinear" or n.input[0] not in inits:
+            continue
+        weight = n.input[0].removesuffix("_quantized")
+        if weight == n.input[0] or weight not in floats:
+            continue
+        users: list[tuple[onnx.NodeProto, int | None]] = []
+        for reader, slot in readers.get(n.output[0], []):
+            transposed = any(a.name == "transB" and a.i for a in reader.attribute)
+            weighs = reader.op_type in _WEIGHT_OPS and slot == 1
+            users.append((reader, (1 if reader.op_type == "Gemm" and transposed else 0) if weighs else None))
+        found.append((n, weight, users))
+    return found
+
+
+def _tensors(model: Path, names: list[str], samples: list[dict[str, np.ndarray]]) -> dict[str, list[np.ndarray]]:
+    """The values the float `model` computes for `names`, for each sample."""
+    import onnx
+    import onnxruntime as ort
+
+    if not names or not samples:
+        return {}
+    m = onnx.load(str(model))
+    outputs = {o.name for o in m.graph.output}
+    inputs = {i.name for i in m.graph.input}
+    given = {n: [s[n] for s in samples] for n in names if n in inputs}
+    extra = [n for n in names if n not in inputs]
+    if not extra:  # (session.run of no names runs every output)
+        return given
+    m.graph.output.extend(onnx.ValueInfoProto(name=n) for n in extra if n not in outputs)
+    with tempfile.TemporaryDirectory(prefix="qnndeploy-layers-") as tmp:
+        path = Path(tmp) / "probe.onnx"
+        _save(m, path)
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        got: dict[str, list[np.ndarray]] = {n: [] for n in extra}
+        for s in samples:
+            for n, value in zip(extra, session.run(extra, s), strict=True):
+                got[n].append(value)
+    return {**given, **got}
+
+
+def _save(model: onnx.ModelProto, path: Path) -> None:
+    """Save, with the weights in a file beside it when the model is beyond protobuf's 2 GB."""
+    import onnx
+
+    large = sum(len(t.raw_data) for t in model.graph.initializer) > 1_500_000_000
+    onnx.save_model(model, str(path), save_as_external_data=large, location=f"{path.name}.data" if large else None)

@@ -52,11 +52,20 @@ class ArchCheck:
 def ep_options(precision: str, vtcm_mb: int | None = None, optimization_mode: int | None = None) -> dict[str, str]:
     """The QNN EP options besides htp_arch and soc_model that the phone and the host validation both use."""
     options = {"enable_htp_fp16_precision": "1" if precision == Precision.FP16 else "0"}
+    if precision == Precision.W4A16:  # as compile's ort backend: the int4 block scales stored as LPBQ
+        options["enable_block_quant_weight_optimization"] = "1"
     if optimization_mode is not None:
         options["htp_graph_finalization_optimization_mode"] = str(optimization_mode)
     if vtcm_mb is not None:
         options["vtcm_mb"] = str(vtcm_mb)
     return options
+
+
+def precision_of(options: Mapping[str, str]) -> Precision:
+    """The precision ep_options() were made for (fp16 when the options say nothing: the QNN EP's default)."""
+    if options.get("enable_htp_fp16_precision", "1") == "1":
+        return Precision.FP16
+    return Precision.W4A16 if options.get("enable_block_quant_weight_optimization") == "1" else Precision.W8A16
 
 
 def candidate_archs() -> set[str]:

@@ -518,7 +518,7 @@ def _on_device_problems(manifest: Manifest, facts: dict[str, FileFacts], root: P
         if list(g.validated) != sorted(set(g.validated), key=HtpArch.parse):
             problems.append(Problem(MANIFEST, f"on_device's validated arches of graph '{g.graph}' must be unique "
                                               f"and ascending, not {list(g.validated)}"))
-        precision = "fp16" if g.ep_options.get("enable_htp_fp16_precision") == "1" else "w8a16"
+        precision = ondevice.precision_of(g.ep_options)
         problems += _arch_problems(g.graph, g.validated, manifest.qairt.version, precision)
         for arch in g.validated:
             rel = f"records/{g.graph}-on-device-{arch}.json"
