@@ -151,6 +151,15 @@ def test_w4a16_compiles_a_transformer_smaller_than_w8a16_and_validates_on_the_em
         assert all(t["thresholds"] == metrics.THRESHOLDS[precision] for t in targets)
     for soc in SOCS:
         assert size["w4a16", soc] < 0.8 * size["w8a16", soc], size
+    # the validated w4a16 build bundles as w4a16, and bundle verify runs its binaries against the CPU again
+    out = tiny_lm["builds"]["w4a16"][0]
+    r = run("bundle", "build", "--from-build", out, "--name", "tinylm", "--version", "1.0.0", "-o", out.parent / "b")
+    assert r.exit_code == 0, r.output
+    bundle = out.parent / "b" / "tinylm-1.0.0"
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert {t["precision"] for t in manifest["targets"]} == {"w4a16"}
+    r = run("bundle", "verify", bundle)
+    assert r.exit_code == 0, r.output
 
 
 @pytest.mark.slow
@@ -188,3 +197,25 @@ def test_w4a16_misuse_is_refused_in_one_line(tmp_path):
         assert r.exit_code == 2, (args, r.output)
         assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_check_measures_the_int4_graph_and_estimate_gives_no_number_without_factors(tmp_path):
+    """check --precision w4a16 partitions the graph compile builds (int4 weights and all) on the HTP: every node
+    there; estimate of the w4a16 build says why it has no number (no chip factors are fitted for w4a16)."""
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler)")
+    model, samples = _mlp(tmp_path)
+    r = run("check", model, "--soc", "SM8750", "--precision", "w4a16", "--json")
+    assert r.exit_code == 0, r.output
+    (report,) = json.loads(r.stdout)["models"]
+    assert report["htp"]["measured"] and not report["htp"]["cpu_nodes"], report["htp"]
+    (tmp_path / "calib").mkdir()
+    for i, sample in enumerate(samples):
+        np.savez(tmp_path / "calib" / f"{i}.npz", **sample)
+    r = run("compile", model, "--soc", "SM8750", "--precision", "w4a16", "--calib", tmp_path / "calib",
+            "-o", tmp_path / "build", "--no-cache")
+    assert r.exit_code == 0, r.output
+    assert "head (wh): 8-bit weights, its reduction axis (48) is not a multiple of 32" in r.output
+    (m,) = json.loads(run("estimate", tmp_path / "build", "--json").stdout)["models"]
+    assert m["precision"] == "w4a16" and [row["ms"] for row in m["socs"]] == [None]
+    assert "w4a16: no chip factors for this precision" in m["socs"][0]["reason"]
