@@ -96,7 +96,7 @@ from qnndeploy.formats.records import (
     ValidationRecord,
     read_build,
     read_record,
-    split_records,
+    splits_of,
 )
 from qnndeploy.model import decode, samples
 from qnndeploy.qnn import epcontext, ondevice
@@ -235,7 +235,10 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
                       expected_sha256=expected, build=Path(build), loop=loop, compilers=compilers)
     if split is not None:
         return with_split(spec, split)
-    if named := split_records({p: expected[p] for p in cpu.values()}):
+    looped = set(decode.described(loop).graphs) if loop is not None else set()
+    named = [r.path for r in splits_of({p: expected[p] for p in cpu.values()})
+             if not {g for g, p in cpu.items() if r.part_of(p, expected[p]) is not None} <= looped]
+    if named:  # a split whose parts the decode loop runs is carried by the loop: it names them in order
         raise BadInput(f"the models of {build} are parts of a split: bundle them with its record, --split "
                        f"{named[0]}, or the app gets neither the other parts nor their order")
     return spec

@@ -125,7 +125,11 @@ def _render_loop(check: dict[str, object]) -> None:
         return
     rate, same, runs = check["error_rate"], check["same_tokens"], check["samples"]
     assert isinstance(runs, list) and isinstance(rate, float)
-    click.echo(f"        {'ok ' if check['passed'] else 'BAD'} decode loop on {check['soc']} (decides both graphs): "
+    described = check.get("described")
+    graphs = sum(len(described.get(f"{role}_parts") or [role]) for role in ("encoder", "decoder")) \
+        if isinstance(described, dict) else 2
+    decides = "both graphs" if graphs == 2 else f"its {graphs} graphs"
+    click.echo(f"        {'ok ' if check['passed'] else 'BAD'} decode loop on {check['soc']} (decides {decides}): "
                f"word error rate {rate:.2%} against the CPU's texts, {same} of {len(runs)} sample(s) token for token "
                f"the same, {check['emulator_steps']} emulator decoder step(s)")
     for r in runs:

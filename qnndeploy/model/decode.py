@@ -2,11 +2,13 @@
 its self-attention cache fed back, until the end token. Validating each graph alone judges the decoder on inputs the
 loop never makes; only the loop says whether the app gets the same text.
 
-The loop is data (`Loop`): which graph is the encoder and which the decoder, which decoder input takes the token,
-its position and mask, which take the encoder's outputs, which cache each new key/value goes into, the prompt and
-the end token. `whisper` reads it off a Whisper exported the way sherpa-onnx's scripts/whisper/qnn/export_onnx.py
-exports it (I/O names `<model>-tokens`, `<model>-self_k_<i>`, `cross_k_<i>`, ...; the token ids in the graphs'
-metadata). The graphs run through callables, so the same loop runs on onnxruntime's CPU and the HTP emulator.
+The loop is data (`Loop`): which graph is the encoder and which the decoder, which decoder input takes the token, its
+position and mask, which take the encoder's outputs, which cache each new key/value goes into, the prompt and the end
+token. A graph too big for one HTP context is cut into parts (`prepare --split-size`): the loop then names them in
+running order, and runs them chained by tensor name (model/split.py's chain) as one call. `whisper` reads it off a
+Whisper exported the way sherpa-onnx's scripts/whisper/qnn/export_onnx.py exports it (I/O names `<model>-tokens`,
+`<model>-self_k_<i>`, `cross_k_<i>`, ...; the token ids in the graphs' metadata). The graphs run through callables, so
+the same loop runs on onnxruntime's CPU and the HTP emulator.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import binascii
 import dataclasses
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +27,7 @@ from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import JSON, sha256_file
 from qnndeploy.model.onnxio import load_model, model_inputs, model_outputs
 from qnndeploy.model.samples import Sample
+from qnndeploy.model.split import run_chain
 from qnndeploy.model.tasks import key_values, text_lines
 
 if TYPE_CHECKING:
@@ -51,13 +54,34 @@ class Loop:
     tokenizer: Path | None = None  # tokenizer.json or sherpa-onnx's tokens.txt: the text of the tokens
     why: str = ""
     texts: Path | None = None  # the true text of each sample, one per line: each side's word error rate
+    # A split encoder or decoder (prepare --split-size): its parts' graphs in running order, chained by tensor name;
+    # `encoder`/`decoder` then name the whole (the split's name). Empty: the graph `encoder`/`decoder` itself.
+    encoder_parts: tuple[str, ...] = ()
+    decoder_parts: tuple[str, ...] = ()
+
+    @property
+    def encoders(self) -> tuple[str, ...]:
+        """The graphs that run as the encoder, in order."""
+        return self.encoder_parts or (self.encoder,)
+
+    @property
+    def decoders(self) -> tuple[str, ...]:
+        """The graphs that run as the decoder, in order."""
+        return self.decoder_parts or (self.decoder,)
+
+    @property
+    def graphs(self) -> tuple[str, ...]:
+        """Every graph the loop runs: the loop's verdict decides each of them."""
+        return (*self.encoders, *self.decoders)
 
     def description(self) -> JSON:
         """The loop as data: what `--loop FILE.json` reads and a bundle's manifest carries (tokenizer aside)."""
         return {"encoder": self.encoder, "decoder": self.decoder, "encoder_input": self.encoder_input,
                 "token": self.token, "position": self.position, "mask": self.mask, "logits": self.logits,
                 "cross": dict(self.cross), "cache": dict(self.cache), "prompt": list(self.prompt), "end": self.end,
-                "max_tokens": self.max_tokens}
+                "max_tokens": self.max_tokens,
+                **({"encoder_parts": list(self.encoder_parts)} if self.encoder_parts else {}),
+                **({"decoder_parts": list(self.decoder_parts)} if self.decoder_parts else {})}
 
     def json(self) -> JSON:
         """The record's form: the description, where it was read from, and the tokenizer file with its hash (what
@@ -70,12 +94,15 @@ class Loop:
 def described(data: JSON, tokenizer: Path | None = None, why: str = "") -> Loop:
     """A Loop from its description (Loop.description's form); KeyError, TypeError or ValueError when it is not one."""
     mask = data.get("mask")
+    parts = {role: tuple(str(g) for g in data.get(f"{role}_parts") or ()) for role in ("encoder", "decoder")}
+    if any(len(p) == 1 or len(set(p)) != len(p) for p in parts.values()):
+        raise ValueError("a split graph's parts are two or more graphs, each named once")
     return Loop(str(data["encoder"]), str(data["decoder"]), str(data["encoder_input"]), str(data["token"]),
                 str(data["position"]), None if mask is None else str(mask), str(data["logits"]),
                 tuple((str(a), str(b)) for a, b in data["cross"].items()),
                 tuple((str(a), str(b)) for a, b in data["cache"].items()),
                 tuple(int(t) for t in data["prompt"]), int(data["end"]), int(data.get("max_tokens", MAX_TOKENS)),
-                tokenizer, why)
+                tokenizer, why, encoder_parts=parts["encoder"], decoder_parts=parts["decoder"])
 
 
 @dataclass
@@ -86,16 +113,20 @@ class Decoded:
     feeds: list[Sample] = field(default_factory=list, repr=False)  # the decoder's inputs at each step (kept_feeds)
 
 
-def parse(text: str, models: Mapping[str, Path]) -> Loop:
+Splits = Mapping[str, Sequence[str]]  # a split's name -> its parts' graphs in running order (prepare --split-size)
+
+
+def parse(text: str, models: Mapping[str, Path], splits: Splits | None = None) -> Loop:
     """--loop whisper[:tokenizer=FILE,texts=FILE,max_tokens=N] (the preset, its graphs found among `models`, graph
-    -> ONNX path) or --loop FILE.json (the Loop's fields, tokenizer relative to the file)."""
+    -> ONNX path, a split's parts standing for the split) or --loop FILE.json (the Loop's fields, tokenizer relative
+    to the file)."""
     kind, options = key_values("--loop", text, ("tokenizer", "max_tokens", "texts"),
                                "tokenizer=FILE, texts=FILE or max_tokens=N")
     if not options.get("max_tokens", "1").isdigit() or int(options.get("max_tokens", "1")) < 1:
         raise BadInput(f"--loop {text}: max_tokens is a number of tokens, 1 or more")
     tokenizer = Path(options["tokenizer"]) if "tokenizer" in options else None
     if kind == "whisper":
-        loop = whisper(models, tokenizer)
+        loop = whisper(models, tokenizer, splits or {})
     elif kind.endswith(".json"):
         loop = _from_file(Path(kind), models)
     else:
@@ -114,41 +145,73 @@ def references(loop: Loop) -> list[str] | None:
     return None if loop.texts is None else text_lines(loop.texts, "--loop texts")
 
 
-def whisper(models: Mapping[str, Path], tokenizer: Path | None = None) -> Loop:
+def chain_io(models: Mapping[str, Path], graphs: Sequence[str]) -> tuple[list[str], list[str]]:
+    """What graphs run one after another read from their caller (every input no graph before it makes), in order,
+    and everything they make."""
+    inputs: list[str] = []
+    outputs: list[str] = []
+    for graph in graphs:
+        inputs += [i.name for i in model_inputs(models[graph]) if i.name not in outputs and i.name not in inputs]
+        outputs += [o.name for o in model_outputs(models[graph])]
+    return inputs, outputs
+
+
+def _wholes(models: Mapping[str, Path], splits: Splits) -> dict[str, tuple[str, ...]]:
+    """Each whole model among `models`: a split (all its parts there) by its name, any other graph by its own."""
+    found = {name: tuple(parts) for name, parts in splits.items() if parts and all(p in models for p in parts)}
+    taken = {p for parts in found.values() for p in parts}
+    for graph in models:
+        if graph in taken:
+            continue
+        if graph in found:
+            raise BadInput(f"--loop whisper: graph {graph} has the name of the split {graph} (its parts "
+                           f"{', '.join(found[graph])}): compile it under another name")
+        found[graph] = (graph,)
+    return found
+
+
+def whisper(models: Mapping[str, Path], tokenizer: Path | None = None, splits: Splits | None = None) -> Loop:
     """The loop of a Whisper exported as sherpa-onnx's QNN script exports it: the decoder takes `<m>-tokens`,
     `<m>-self_k_<i>`/`<m>-self_v_<i>`, `<m>-cross_k_<i>`/`<m>-cross_v_<i>`, `<m>-offset`, `<m>-mask` and gives
     `<m>-logits`, `<m>-this_self_k_<i>`/`<m>-this_self_v_<i>`; the encoder takes `<m>-mel` and gives `cross_k_<i>`,
-    `cross_v_<i>`; the metadata holds sot_sequence, no_timestamps and eot."""
-    decoder = next((g for g, p in models.items() if any(i.name.endswith("-tokens") for i in model_inputs(p))), None)
+    `cross_v_<i>`; the metadata holds sot_sequence, no_timestamps and eot. An encoder or decoder cut into parts
+    (`splits`: each split's name -> its parts' graphs in running order) is found as the parts chained: what they
+    read from the loop and what they make, together."""
+    wholes = _wholes(models, splits or {})
+    io = {name: chain_io(models, parts) for name, parts in wholes.items()}
+    decoder = next((n for n, (ins, _) in io.items() if any(i.endswith("-tokens") for i in ins)), None)
     if decoder is None:
         raise BadInput("--loop whisper: no graph takes <model>-tokens, as sherpa-onnx's Whisper decoder does")
-    inputs = [i.name for i in model_inputs(models[decoder])]
+    inputs, made = io[decoder]
     prefix = next(i for i in inputs if i.endswith("-tokens"))[: -len("-tokens")]
-    encoder = next((g for g, p in models.items() if f"{prefix}-mel" in {i.name for i in model_inputs(p)}), None)
+    encoder = next((n for n, (ins, _) in io.items() if f"{prefix}-mel" in ins), None)
     if encoder is None:
         raise BadInput(f"--loop whisper: no graph takes {prefix}-mel, as sherpa-onnx's Whisper encoder does")
-    outputs = {o.name for o in model_outputs(models[decoder])}
+    outputs = set(made)
     cache = tuple((i, f"{prefix}-this_{i[len(prefix) + 1:]}") for i in inputs if re.fullmatch(
         rf"{re.escape(prefix)}-self_[kv]_\d+", i))
     cross = tuple((i, i[len(prefix) + 1:]) for i in inputs if re.fullmatch(rf"{re.escape(prefix)}-cross_[kv]_\d+", i))
     missing = [o for _, o in cache if o not in outputs] + [f"{prefix}-logits"] * (f"{prefix}-logits" not in outputs)
-    encoded = {o.name for o in model_outputs(models[encoder])}
+    encoded = set(io[encoder][1])
     missing += [o for _, o in cross if o not in encoded]
     if missing or not cache or not cross:
         raise BadInput(f"--loop whisper: {decoder} and {encoder} lack {', '.join(missing) or 'the caches'} of "
                        "sherpa-onnx's Whisper export")
-    meta = {p.key: p.value for p in load_model(models[decoder], weights=False).metadata_props}
-    meta = {**{p.key: p.value for p in load_model(models[encoder], weights=False).metadata_props}, **meta}
+    meta: dict[str, str] = {}
+    for graph in (*wholes[encoder], *wholes[decoder]):  # a part keeps its source's metadata (prepare's split)
+        meta.update({p.key: p.value for p in load_model(models[graph], weights=False).metadata_props})
     try:
         prompt = (*(int(t) for t in meta["sot_sequence"].split(",")), int(meta["no_timestamps"]))
         end = int(meta["eot"])
     except (KeyError, ValueError):
         raise BadInput(f"--loop whisper: {decoder}'s metadata lacks sot_sequence, no_timestamps or eot (sherpa-onnx's "
                        "export writes them): describe the loop in a FILE.json") from None
+    parts = {name: wholes[name] if len(wholes[name]) > 1 else () for name in (encoder, decoder)}
+    found = f"{encoder} and {decoder}" + "".join(f" ({name}: {', '.join(p)})" for name, p in parts.items() if p)
     return Loop(encoder, decoder, f"{prefix}-mel", f"{prefix}-tokens", f"{prefix}-offset",
                 f"{prefix}-mask" if f"{prefix}-mask" in inputs else None, f"{prefix}-logits", cross, cache, prompt,
-                end, tokenizer=tokenizer, why=f"sherpa-onnx's Whisper export ({prefix}), found in {encoder} and "
-                                              f"{decoder}")
+                end, tokenizer=tokenizer, why=f"sherpa-onnx's Whisper export ({prefix}), found in {found}",
+                encoder_parts=parts[encoder], decoder_parts=parts[decoder])
 
 
 def _from_file(path: Path, models: Mapping[str, Path]) -> Loop:
@@ -161,11 +224,38 @@ def _from_file(path: Path, models: Mapping[str, Path]) -> Loop:
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise BadInput(f"--loop {path}: not a loop description ({type(e).__name__}: {e}); it holds encoder, decoder, "
                        "encoder_input, token, position, mask, logits, cross {input: output}, cache {input: output}, "
-                       "prompt, end[, max_tokens, tokenizer]") from None
-    for graph in (loop.encoder, loop.decoder):
+                       "prompt, end[, max_tokens, tokenizer, encoder_parts, decoder_parts]") from None
+    for graph in loop.graphs:
         if graph not in models:
             raise BadInput(f"--loop {path}: no graph {graph} among {', '.join(sorted(models))}")
     return loop
+
+
+@dataclass(frozen=True)
+class Step:
+    """One graph of a chain as the loop calls it (model/split.py's Chained): its model, the tensors it reads and
+    makes, and the call that runs it (onnxruntime's CPU, or the HTP emulator)."""
+
+    path: Path
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    call: GraphCall
+
+
+def steps(models: Mapping[str, Path], graphs: Sequence[str], make: Callable[[str], GraphCall]) -> list[Step]:
+    """The graphs (an encoder or a decoder, whole or its parts in order) as Steps, each run by make(graph)."""
+    return [Step(models[g], tuple(i.name for i in model_inputs(models[g])),
+                 tuple(o.name for o in model_outputs(models[g])), make(g)) for g in graphs]
+
+
+def chained(parts: Sequence[Step]) -> GraphCall:
+    """The graphs as one call: each fed what the caller gives and the graphs before it made (split.run_chain), every
+    tensor returned, so the loop reads the logits and new cache entries of whichever part makes them."""
+    def call(feeds: Sample) -> Sample:
+        (values,) = run_chain(parts, [feeds], lambda part, batch: [part.call(f) for f in batch])
+        return values
+
+    return call
 
 
 def greedy(loop: Loop, encoded: Sample, decoder: GraphCall, cache_shapes: Mapping[str, list[int]], keep_feeds: int = 0

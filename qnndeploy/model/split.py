@@ -214,6 +214,7 @@ def extract(model: onnx.ModelProto, folder: Path, plan: Plan, values: dict[str, 
     part = onnx.helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version,
                                   producer_name="qnndeploy", producer_version=__version__)
     part.functions.extend(model.functions)
+    part.metadata_props.extend(model.metadata_props)  # what a runtime reads off the model (a Whisper's token ids)
     return part
 
 

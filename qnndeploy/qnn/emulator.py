@@ -339,22 +339,24 @@ def _one_chain(job: JSON, work: Path, references: References) -> EmulatorOutcome
 
 
 def _one_loop(job: JSON, work: Path, references: References) -> EmulatorOutcome:
-    """The decode loop on the emulator (the encoder's and decoder's binaries) against the same loop on their CPU
-    models, on the encoder's samples."""
+    """The decode loop on the emulator (the encoder's and decoder's binaries, or their parts') against the same
+    loop on their CPU models, on the encoder's samples."""
     looped = decode.described(job["loop"], Path(job["tokenizer"]) if job.get("tokenizer") else None)
     models = {g: Path(m) for g, m in job["cpu_models"].items()}
     wrappers = {g: _wrapped(Path(b), job["qnn_graphs"][g], models[g], work) for g, b in job["binaries"].items()}
-    encoder = models[looped.encoder]
+    first = looped.encoders[0]  # it reads the encoder's samples (a split encoder's later parts: what it makes)
     if job.get("folder"):
-        features, used = samples.for_graph(encoder, looped.encoder, Path(job["folder"]),
+        features, used = samples.for_graph(models[first], first, Path(job["folder"]),
                                            preprocess=job.get("preprocess"))
     else:
-        features, used = samples.for_graph(encoder, looped.encoder, count=job["samples"], seed=job["seed"])
+        features, used = samples.for_graph(models[first], first, count=job["samples"], seed=job["seed"])
     cpu = loop.run_cpu(looped, models, features, used)
-    soc, fp16 = socs.find(job["soc"]), job["precision"] == "fp16"
+    soc, fp16 = job["soc"], job["precision"] == "fp16"
     try:
-        encoded = [htp.session(wrappers[looped.encoder], soc, fp16=fp16)(f) for f in features]
-        npu = loop.run_npu(looped, encoded, wrappers[looped.decoder], job["soc"], fp16, models[looped.decoder])
+        encoder = loop.npu_call(looped.encoders, models, wrappers, soc, fp16)
+        encoded = [encoder(f) for f in features]
+        decoder = loop.npu_call(looped.decoders, models, wrappers, soc, fp16)
+        npu = loop.run_npu(looped, encoded, decoder, loop.cache_shapes(looped, models))
     except QnnDeployError as e:
         return EmulatorOutcome(False, False, str(e))
     limits = job["thresholds"] or metrics.thresholds_for(job["precision"])

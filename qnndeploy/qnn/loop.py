@@ -1,20 +1,21 @@
 """An encoder-decoder run as the app runs it, its greedy decode loop on the CPU (the source models on onnxruntime) and
 on the host HTP emulator (the compiled contexts), sample by sample: the tokens, the first step where the two part, the
-texts and their word error rate. validate --loop and bundle verify's binary run use it: the loop decides both graphs'
+texts and their word error rate. validate --loop and bundle verify's binary run use it: the loop decides its graphs'
 verdicts; their own tensor figures (the encoder on the samples, the decoder on the inputs the CPU loop gave it) stay
-as evidence.
+as evidence. An encoder or decoder cut into parts (prepare --split-size) runs as its parts chained, each part's
+context loaded on the emulator, and each part's figures are measured on what the CPU chain fed it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from qnndeploy.base import socs
 from qnndeploy.base.fileio import JSON
 from qnndeploy.model import decode, tasks
-from qnndeploy.model.decode import Decoded, Detokenizer, Loop
+from qnndeploy.model.decode import Decoded, Detokenizer, GraphCall, Loop
 from qnndeploy.model.onnxio import model_inputs
 from qnndeploy.model.samples import Sample
 from qnndeploy.qnn import htp
@@ -42,38 +43,52 @@ class LoopCheck:
 
 @dataclass
 class CpuRun:
-    """The CPU's loops, once for every SoC: the encoder's samples, each loop, and the decoder's evidence inputs."""
+    """The CPU's loops, once for every SoC: the encoder's samples, each loop, and each graph's evidence."""
 
     features: list[Sample]
-    encoded: list[Sample]  # the encoder's outputs for them
+    encoded: list[Sample]  # every tensor the encoder (its parts) made from them
     decoded: list[Decoded]
     used: JSON  # how the encoder's samples were made
+    evidence: dict[str, tuple[list[Sample], list[Sample]]] = field(default_factory=dict)  # graph -> (what it read
+    # in the CPU's loops: the samples, or the decoder's inputs at the loops' first steps; what it made of them)
 
 
-def cache_shapes(loop: Loop, decoder: Path) -> dict[str, list[int]]:
-    shapes = {i.name: i.static_shape for i in model_inputs(decoder) if not i.dynamic}
+def cache_shapes(loop: Loop, models: Mapping[str, Path]) -> dict[str, list[int]]:
+    """Each cache input's [1, steps, dim], from the decoder graph (or part) that reads it."""
+    shapes = {i.name: i.static_shape for g in loop.decoders for i in model_inputs(models[g]) if not i.dynamic}
     return {name: shapes[name] for name, _ in loop.cache}
 
 
+def cpu_call(graphs: Sequence[str], models: Mapping[str, Path]) -> GraphCall:
+    """The encoder or decoder (its parts chained) on onnxruntime's CPU."""
+    return decode.chained(decode.steps(models, graphs, lambda g: _cpu(models[g])))
+
+
+def npu_call(graphs: Sequence[str], models: Mapping[str, Path], contexts: Mapping[str, Path], soc: str, fp16: bool
+             ) -> GraphCall:
+    """The encoder or decoder (its parts chained) on the host HTP emulator, each context loaded once."""
+    chip = socs.find(soc)
+    return decode.chained(decode.steps(models, graphs, lambda g: htp.session(contexts[g], chip, fp16=fp16)))
+
+
 def run_cpu(loop: Loop, models: Mapping[str, Path], features: list[Sample], used: JSON) -> CpuRun:
-    encoder = _cpu(models[loop.encoder])
-    decoder = _cpu(models[loop.decoder])
-    shapes = cache_shapes(loop, models[loop.decoder])
-    encoded = [encoder(f) for f in features]
-    return CpuRun(features, encoded, [decode.greedy(loop, e, decoder, shapes, EVIDENCE_STEPS) for e in encoded], used)
+    encoders = decode.steps(models, loop.encoders, lambda g: _cpu(models[g]))
+    decoders = decode.steps(models, loop.decoders, lambda g: _cpu(models[g]))
+    decoder = decode.chained(decoders)
+    encoded = [decode.chained(encoders)(f) for f in features]
+    decoded = [decode.greedy(loop, e, decoder, cache_shapes(loop, models), EVIDENCE_STEPS) for e in encoded]
+    stepped = [decoder(feeds) for d in decoded for feeds in d.feeds]  # every tensor of the loops' first steps
+    evidence: dict[str, tuple[list[Sample], list[Sample]]] = {}
+    for graphs, parts, values in ((loop.encoders, encoders, encoded), (loop.decoders, decoders, stepped)):
+        for graph, part in zip(graphs, parts, strict=True):
+            evidence[graph] = ([{n: v[n] for n in part.inputs} for v in values],
+                               [{n: v[n] for n in part.outputs} for v in values])
+    return CpuRun(features, encoded, decoded, used, evidence)
 
 
-def decoder_evidence(cpu: CpuRun) -> list[Sample]:
-    """The decoder inputs the CPU loops made at their first steps: real inputs of the decoder, for its figures."""
-    return [feeds for d in cpu.decoded for feeds in d.feeds]
-
-
-def run_npu(loop: Loop, encoded: list[Sample], decoder_context: Path, soc: str, fp16: bool, decoder_model: Path
+def run_npu(loop: Loop, encoded: list[Sample], decoder: GraphCall, shapes: Mapping[str, list[int]]
             ) -> list[Decoded]:
-    """Each sample's loop on the emulator, from the encoder's emulated outputs (its own validation ran it on the
-    same samples), the decoder loaded once."""
-    decoder = htp.session(decoder_context, socs.find(soc), fp16=fp16)
-    shapes = cache_shapes(loop, decoder_model)
+    """Each sample's loop on the emulator (`decoder`: npu_call's), from the encoder's emulated outputs."""
     return [decode.greedy(loop, e, decoder, shapes) for e in encoded]
 
 

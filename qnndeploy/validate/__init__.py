@@ -124,6 +124,7 @@ class ValidationSummary:
     ok: bool
     emulator_note: str = EMULATOR_NOTE
     splits: list[Path] = field(default_factory=list)  # split records naming the build's models: bundle --split each
+    # (not those whose parts a decode loop runs: the loop names them, and the bundle carries it)
     guessed: list[str] = field(default_factory=list)  # integer inputs whose random values no range bounded
     not_claimed: str | None = None  # --estimate: what the estimates do not claim (estimaterecord.NOT_CLAIMED)
 
@@ -156,14 +157,17 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
         raise BadInput("-j must be 1 or more")
     compiled = read_build(build)
     plan = select(compiled, o.graphs, o.soc_names)
-    links = _links(plan, splits_of({r.source: r.source_sha256 for r in compiled}))
+    splits = splits_of({r.source: r.source_sha256 for r in compiled})
+    links = _links(plan, splits)
+    sources = {r.graph: r.source for r in plan}
+    looped = decode.parse(o.loop, sources, _split_graphs(links)) if o.loop else None
+    if looped is not None and not set(looped.graphs) <= set(sources):
+        lacking = ", ".join(g for g in looped.graphs if g not in sources)
+        raise BadInput(f"--loop: the build (or --graph) lacks {lacking}")
+    loop_graphs = set(looped.graphs) if looped is not None else set()
+    links = {g: link for g, link in links.items() if g not in loop_graphs}  # the loop feeds and judges its parts
     _check_ranges(o.ranges, plan, links)
     judged_by = _tasks(o.tasks, plan)
-    sources = {r.graph: r.source for r in plan}
-    looped = decode.parse(o.loop, sources) if o.loop else None
-    if looped is not None and not {looped.encoder, looped.decoder} <= set(sources):
-        raise BadInput(f"--loop: the build (or --graph) lacks {looped.encoder} or {looped.decoder}")
-    loop_graphs = {looped.encoder, looped.decoder} if looped is not None else set()
     loosened = looser_thresholds(thresholds, {r.precision for r in plan})
     if loosened and not (reason or "").strip():
         raise BadInput(f"--{', --'.join(loosened)} is looser than the default: say why with --reason \"...\" "
@@ -173,7 +177,7 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
     given: dict[str, Given] = {}
     for record in plan if inputs is not None else []:
         if _validatable(record) and record.graph not in given and record.source.is_file() \
-                and record.graph not in links and (looped is None or record.graph != looped.decoder):
+                and record.graph not in links and (looped is None or record.graph not in looped.graphs[1:]):
             given[record.graph] = samples.for_graph(record.source, record.graph, inputs, preprocess=prep)
     random = random if random is not None or inputs is not None else 1
     described: JSON = ({"kind": "files", "folder": str(Path(inputs).resolve()),
@@ -193,21 +197,22 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
 
     def cpu_loop() -> loop.CpuRun:
         assert looped is not None
-        for graph in (looped.encoder, looped.decoder):
+        for graph in looped.graphs:
             _source(by_graph[graph])
-        features, used = given.get(looped.encoder) or samples.for_graph(
-            sources[looped.encoder], looped.encoder, count=random or 1, seed=seed, ranges=o.ranges)
+        first = looped.encoders[0]  # it reads the samples (a split encoder's later parts: what the parts make)
+        features, used = given.get(first) or samples.for_graph(
+            sources[first], first, count=random or 1, seed=seed, ranges=o.ranges)
         return loop.run_cpu(looped, sources, features, used)
 
     def make_reference(record: CompileRecord) -> Reference:
         if looped is not None and record.graph in loop_graphs:
             made = _once(cpu_loops, "", loop_lock, cpu_loop)
-            encoder = record.graph == looped.encoder
-            described = {"kind": "loop", "graph": "encoder" if encoder else "decoder", "samples": made.used}
-            if encoder:
-                return made.features, made.encoded, described
-            feeds = loop.decoder_evidence(made)
-            return feeds, samples.cpu_outputs(record.source, feeds), described
+            role = "encoder" if record.graph in looped.encoders else "decoder"
+            cut = record.graph in (*looped.encoder_parts, *looped.decoder_parts)
+            described = {"kind": "loop", "graph": role, **({"part": record.graph} if cut else {}),
+                         "samples": made.used}
+            feeds, expected = made.evidence[record.graph]
+            return feeds, expected, described
         link = links.get(record.graph)
         if link is None:
             return _reference(record, given.get(record.graph), random, seed, o.ranges)
@@ -253,8 +258,9 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
     validated = [t for t in ordered if t.status in (TargetStatus.PASSED, TargetStatus.FAILED)]
     ok = bool(validated) and all(t.status in (TargetStatus.PASSED, TargetStatus.SKIPPED) for t in ordered)
     guessed = list(dict.fromkeys(n for t in ordered for n in samples.guessed(_made(t.inputs))))
+    looped_splits = {split.path for g, (split, _) in _links(plan, splits).items() if g in loop_graphs}
     return ValidationSummary(Path(build), described, ordered, ok,
-                             splits=[s.path for s in splits_of({r.source: r.source_sha256 for r in compiled})],
+                             splits=[s.path for s in splits if s.path not in looped_splits],
                              guessed=guessed, not_claimed=estimaterecord.NOT_CLAIMED if o.estimate else None)
 
 
@@ -512,17 +518,25 @@ def _check_chains(plan: list[CompileRecord], results: list[TargetValidation], li
 
 def _check_loops(looped: decode.Loop, plan: list[CompileRecord], results: list[TargetValidation],
                  cpu: loop.CpuRun, held: Held) -> None:
-    """Each SoC whose encoder and decoder both ran: the decode loop on the emulator against the CPU's; its verdict
-    decides both graphs."""
+    """Each SoC whose loop graphs (an encoder's and a decoder's, or their parts) all ran: the decode loop on the
+    emulator against the CPU's, a split's parts chained; its verdict decides every one of them."""
     by_job = {(r.graph, r.soc): (r, t) for r, t in zip(plan, results, strict=True)}
+    models = {r.graph: r.source for r in plan}
     for soc in dict.fromkeys(r.soc for r in plan):
-        if not all((g, soc) in held for g in (looped.encoder, looped.decoder)):
+        if not all((g, soc) in held for g in looped.graphs):
             continue
-        jobs = {g: by_job[(g, soc)] for g in (looped.encoder, looped.decoder)}
-        record, target = jobs[looped.decoder]
+        jobs = {g: by_job[(g, soc)] for g in looped.graphs}
+        record, target = jobs[looped.decoders[0]]
+        fp16 = record.precision == Precision.FP16
+        contexts = {g: _emulated(r) for g, (r, _) in jobs.items()}
         try:
-            npu = loop.run_npu(looped, held[(looped.encoder, soc)][1], _emulated(record), soc,
-                               record.precision == Precision.FP16, record.source)
+            if looped.encoder_parts:  # the parts chained on the emulator (each part's own run read the CPU's values)
+                encoder = loop.npu_call(looped.encoders, models, contexts, soc, fp16)
+                encoded = [encoder(f) for f in cpu.features]
+            else:
+                encoded = held[(looped.encoder, soc)][1]
+            decoder = loop.npu_call(looped.decoders, models, contexts, soc, fp16)
+            npu = loop.run_npu(looped, encoded, decoder, loop.cache_shapes(looped, models))
             check = {**loop.judge(looped, soc, cpu, npu, target.thresholds or {}, decode.references(looped)).json(),
                      "described": looped.json()}
         except QnnDeployError as e:
@@ -530,6 +544,18 @@ def _check_loops(looped: decode.Loop, plan: list[CompileRecord], results: list[T
         for _, t in jobs.values():
             t.loop = check
             t.status = TargetStatus.PASSED if check["passed"] else TargetStatus.FAILED
+
+
+def _split_graphs(links: dict[str, Link]) -> dict[str, list[str]]:
+    """Each split whose parts are all NPU graphs of the build, by name (its record's, OUT of OUT.split.json), with
+    its parts' graphs in running order: a decode loop's encoder or decoder may be one."""
+    found: dict[str, list[str]] = {}
+    for split in {s.path: s for s, _ in links.values()}.values():
+        graphs = [next((g for g, (s, q) in links.items() if s.path == split.path and q == p), None)
+                  for p in split.parts]
+        if all(graphs):
+            found[split.path.name.removesuffix(".split.json")] = [g for g in graphs if g]
+    return found
 
 
 def _write_held(results: list[TargetValidation], held: Held) -> None:

