@@ -263,6 +263,61 @@ class BundleLoop:
         return {**self.loop.description(), **({"tokenizer": self.tokenizer.to_json()} if self.tokenizer else {})}
 
 
+@dataclass(frozen=True)
+class GenerationKv:
+    """One layer's KV cache in a generation: the part whose graphs read and write it, its key's and value's
+    (past input, present output) names, and its per-entry shape [1, heads, entries, head_dim] and element type."""
+
+    layer: int
+    part: int
+    key: tuple[str, str]
+    value: tuple[str, str]
+    heads: int
+    head_dim: int
+    dtype: str = "float32"
+
+    def to_json(self) -> JSON:
+        return {"layer": self.layer, "part": self.part, "key": list(self.key), "value": list(self.value),
+                "heads": self.heads, "head_dim": self.head_dim, "dtype": self.dtype}
+
+
+@dataclass(frozen=True)
+class GenerationPart:
+    """One part of a generation: its prompt graph, its decode graph and its layers, as the manifest lists them."""
+
+    index: int
+    prompt: str
+    decode: str
+    layers: tuple[int, ...] = ()
+
+    def to_json(self) -> JSON:
+        return {"index": self.index, "prompt": self.prompt, "decode": self.decode, "layers": list(self.layers)}
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A decoder LLM's generation (format 7, `prepare --generate`): prompt graphs of prompt_tokens and decode graphs
+    of one token at context_tokens, in parts, with one KV cache per layer; what the app's GenerationSession runs.
+    Field for field the manifest's "generation" object (and the Kotlin twin's GenerationConfig)."""
+
+    kind: str
+    prompt_tokens: int
+    context_tokens: int
+    vocab: int
+    precision: str
+    inputs: tuple[tuple[str, str], ...]  # (input_ids | attention_mask | position_ids, the graph input's name)
+    logits: str
+    kv: tuple[GenerationKv, ...]
+    parts: tuple[GenerationPart, ...]
+    tokenizer: BundleFile | None = None
+
+    def to_json(self) -> JSON:
+        return {"kind": self.kind, "prompt_tokens": self.prompt_tokens, "context_tokens": self.context_tokens,
+                "vocab": self.vocab, "precision": self.precision, "inputs": dict(self.inputs), "logits": self.logits,
+                "kv": [k.to_json() for k in self.kv], "parts": [p.to_json() for p in self.parts],
+                "tokenizer": self.tokenizer.to_json() if self.tokenizer else None}
+
+
 class OriginKind(StrEnum):
     """Where Qualcomm files of a bundle came from ("kind" of a licences origin in manifest.json)."""
 
@@ -399,6 +454,7 @@ class Manifest:
     on_device: OnDevice | None = None  # format 4: what SoCs without a target compile on the phone
     loop: BundleLoop | None = None  # format 5: the decode loop the app runs over an encoder and a decoder
     licences: Licences | None = None  # format 6: where each Qualcomm file came from, and its terms
+    generation: Generation | None = None  # format 7: a decoder's prompt and decode graphs, its parts and KV cache
 
     @property
     def pipeline(self) -> list[str]:
@@ -423,11 +479,16 @@ class Manifest:
     def model_files(self) -> list[BundleFile]:
         """Every bundle file the app may copy to its storage: the CPU files, every target's, the tokenizer."""
         return [*self.cpu, *(a for t in self.targets for a in t.artifacts), *self.on_device_files,
-                *self.loop_files]
+                *self.loop_files, *self.generation_files]
 
     @property
     def loop_files(self) -> tuple[BundleFile, ...]:
         return (self.loop.tokenizer,) if self.loop is not None and self.loop.tokenizer is not None else ()
+
+    @property
+    def generation_files(self) -> tuple[BundleFile, ...]:
+        g = self.generation
+        return (g.tokenizer,) if g is not None and g.tokenizer is not None else ()
 
     @property
     def on_device_files(self) -> tuple[BundleFile, ...]:
@@ -453,15 +514,17 @@ class Manifest:
             "records": [r.to_json() for r in self.records],
             **({"on_device": self.on_device.to_json()} if self.on_device is not None else {}),
             **({"licences": self.licences.to_json()} if self.licences is not None else {}),
+            **({"generation": self.generation.to_json()} if self.generation is not None else {}),
         }
 
     def files(self) -> list[tuple[str, BundleFile]]:
-        """Every file the manifest lists, with what it is: 'cpu', 'npu:<SoC>', 'on-device', 'loop', 'lib', 'licence'
-        or 'record'."""
+        """Every file the manifest lists, with what it is: 'cpu', 'npu:<SoC>', 'on-device', 'loop', 'generation',
+        'lib', 'licence' or 'record'."""
         entries = [("cpu", a) for a in self.cpu]
         entries += [(f"npu:{t.soc}", a) for t in self.targets for a in t.artifacts]
         entries += [("on-device", a) for a in self.on_device_files]
         entries += [("loop", a) for a in self.loop_files]
+        entries += [("generation", a) for a in self.generation_files]
         entries += [("lib", lib) for lib in self.runtime.libs if self.runtime.bundled]
         entries += [("licence", t) for t in (self.licences.terms if self.licences else ())]
         return entries + [("record", r) for r in self.records]
@@ -498,6 +561,7 @@ class Manifest:
             on_device=_on_device(data["on_device"]) if isinstance(data.get("on_device"), dict) else None,
             loop=_loop(data["loop"]) if isinstance(data.get("loop"), dict) else None,
             licences=_licences(data["licences"]) if isinstance(data.get("licences"), dict) else None,
+            generation=_generation(data["generation"]) if isinstance(data.get("generation"), dict) else None,
         )
 
 
@@ -585,6 +649,35 @@ def _loop(m: JSON) -> BundleLoop:
     except (KeyError, TypeError, ValueError, AttributeError):
         _bad("loop", m)
     return BundleLoop(loop, _file(m["tokenizer"]) if isinstance(m.get("tokenizer"), dict) else None)
+
+
+def _count(m: Mapping[str, Any], key: str) -> int:
+    value = m.get(key)
+    return value if type(value) is int and value >= 0 else _bad(key, m)
+
+
+def _pair(m: Mapping[str, Any], key: str) -> tuple[str, str]:
+    names = _strings(m, key)
+    return (names[0], names[1]) if len(names) == 2 else _bad(key, m)
+
+
+def _generation(m: JSON) -> Generation:
+    inputs = _object(m, "inputs")
+    if not all(isinstance(v, str) for v in inputs.values()):
+        _bad("inputs", m)
+    kv = tuple(GenerationKv(_count(k, "layer"), _count(k, "part"), _pair(k, "key"), _pair(k, "value"),
+                            _count(k, "heads"), _count(k, "head_dim"), _optional(k, "dtype") or "float32")
+               for k in _objects(m, "kv"))
+    parts = []
+    for p in _objects(m, "parts"):
+        layers = _list(p, "layers")
+        if not all(type(n) is int for n in layers):
+            _bad("layers", p)
+        parts.append(GenerationPart(_count(p, "index"), _text(p, "prompt"), _text(p, "decode"), tuple(layers)))
+    tokenizer = m.get("tokenizer")
+    return Generation(_text(m, "kind"), _count(m, "prompt_tokens"), _count(m, "context_tokens"), _count(m, "vocab"),
+                      _optional(m, "precision") or "", tuple(inputs.items()), _text(m, "logits"), kv, tuple(parts),
+                      _file(tokenizer) if isinstance(tokenizer, dict) else None)
 
 
 def _licences(m: JSON) -> Licences:
