@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +26,7 @@ SETTINGS = {"format": "QDQ", "activation_type": ACTIVATIONS, "weight_type": WEIG
 # int4 is written. The scales take LPBQ's form (a float scale per output channel times an integer 1..16 per block),
 # so the QNN EP's enable_block_quant_weight_optimization (LPBQ, smaller binaries) stores them exactly.
 INT4_BLOCK = 32
+LAYER_SAMPLES = 8  # the calibration samples the per-layer errors are measured on: each one runs the float model
 LPBQ_LEVELS = 16  # LPBQ's per-block multiplier is a 4-bit unsigned integer: 1..16 times the channel's scale
 INT4_SETTINGS = {**SETTINGS, "matmul_weight_type": "Int4", "block_size": INT4_BLOCK, "block_scales": "lpbq",
                  "fallback_weight_type": "Int8 per channel"}
@@ -106,7 +107,7 @@ def int4_weights(source: Path, qdq_model: Path, keep_int8: Iterable[str] = ()) -
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    floats = _float_weights(source)
+    floats = _float_weights(onnx.load(str(source)))
     model = onnx.load(str(qdq_model))
     graph = model.graph
     inits = {t.name: i for i, t in enumerate(graph.initializer)}
@@ -162,40 +163,34 @@ def int4_weights(source: Path, qdq_model: Path, keep_int8: Iterable[str] = ()) -
 def quantized_layers(source: Path, qdq_model: Path, samples: list[dict[str, np.ndarray]]) -> list[QuantizedLayer]:
     """The error of each quantized MatMul/Gemm weight of `qdq_model` (qdq() or int4_weights() from `source`): the
     dequantized weight against the float one, and the node's product with each on the float model's inputs to it
-    for `samples`."""
-    import numpy as np
+    for the first LAYER_SAMPLES `samples` (those inputs are kept; each weight is dequantized once, in turn)."""
     import onnx
-    from onnx import numpy_helper
 
-    floats = _float_weights(source)
+    model = onnx.load(str(source))
+    floats = _float_weights(model)
     graph = onnx.load(str(qdq_model)).graph
     inits = {t.name: t for t in graph.initializer}
-    found: list[tuple[onnx.NodeProto, str, int, np.ndarray, int | None]] = []
-    for dq, weight, users in _weight_dequantizers(graph, floats):
-        x = inits[dq.input[0]]
-        attrs = {a.name: a.i for a in dq.attribute}
-        values = numpy_helper.to_array(x).astype(np.float64)
-        scale = numpy_helper.to_array(inits[dq.input[1]]).astype(np.float64)
-        zero = numpy_helper.to_array(inits[dq.input[2]]).astype(np.float64) if len(dq.input) > 2 and dq.input[2] \
-            else np.zeros_like(scale)
-        block = attrs.get("block_size") or None
-        deq = _dequantize(values, scale, zero, attrs.get("axis", 1), block)
-        bits = 4 if x.data_type in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4) else 8
-        found += [(node, weight, bits, deq, block) for node, axis in users if axis is not None]
-    # the float model's input to each node, for every sample
-    by_name = {n.name: n for n in onnx.load(str(source), load_external_data=False).graph.node}
-    wanted = sorted({by_name[node.name].input[0] for node, *_ in found if node.name in by_name})
-    activations = _tensors(source, wanted, samples)
+    nodes = {n.name: n for n in model.graph.node}
+    found = [(dq, weight, [n for n, axis in users if axis is not None])
+             for dq, weight, users in _weight_dequantizers(graph, floats)]
+
+    def fed(node: onnx.NodeProto) -> str:  # its input in the float model, by name (unnamed: no output figure)
+        return nodes[node.name].input[0] if node.name and node.name in nodes else ""
+
+    wanted = sorted({fed(n) for _, _, users in found for n in users} - {""})
+    activations = list(_tensors(model, wanted, samples[:LAYER_SAMPLES]))
     layers = []
-    for node, weight, bits, deq, block in found:
-        w = floats[weight].astype(np.float64)
-        err = _rel_l2(float(np.sum((deq - w) ** 2)), float(np.sum(w ** 2)))
-        feeds = activations.get(by_name[node.name].input[0], []) if node.name in by_name else []
-        noise = energy = 0.0
-        for a in feeds:
-            ref, got = _product(node, a.astype(np.float64), w), _product(node, a.astype(np.float64), deq)
-            noise, energy = noise + float(np.sum((got - ref) ** 2)), energy + float(np.sum(ref ** 2))
-        layers.append(QuantizedLayer(node.name, weight, bits, block, err, _rel_l2(noise, energy) if feeds else None))
+    for dq, weight, users in found:
+        deq, bits, block = _dequantized(dq, inits)
+        w = floats[weight]
+        err = _rel_l2(_energy(deq - w), _energy(w))
+        for node in users:
+            noise = energy = 0.0
+            for a in (x[fed(node)] for x in activations if fed(node)):
+                ref = _product(node, a, w)
+                noise, energy = noise + _energy(_product(node, a, deq) - ref), energy + _energy(ref)
+            out = _rel_l2(noise, energy) if fed(node) and activations else None
+            layers.append(QuantizedLayer(node.name, weight, bits, block, err, out))
     return layers
 
 
@@ -234,6 +229,23 @@ def _int8_per_channel(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]
     return q, scale
 
 
+def _dequantized(dq: onnx.NodeProto, inits: dict[str, onnx.TensorProto]) -> tuple[np.ndarray, int, int | None]:
+    """A weight's DequantizeLinear computed (float32), with its integers' bits and its block size (None: none)."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    x = inits[dq.input[0]]
+    attrs = {a.name: a.i for a in dq.attribute}
+    scale = numpy_helper.to_array(inits[dq.input[1]]).astype(np.float32)
+    zero = numpy_helper.to_array(inits[dq.input[2]]).astype(np.float32) if len(dq.input) > 2 and dq.input[2] \
+        else np.zeros_like(scale)
+    block = attrs.get("block_size") or None
+    values = numpy_helper.to_array(x).astype(np.float32)
+    bits = 4 if x.data_type in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4) else 8
+    return _dequantize(values, scale, zero, attrs.get("axis", 1), block), bits, block
+
+
 def _dequantize(values: np.ndarray, scale: np.ndarray, zero: np.ndarray, axis: int,
                 block: int | None) -> np.ndarray:
     """DequantizeLinear's arithmetic: per tensor, per axis, or in blocks along the axis."""
@@ -260,18 +272,24 @@ def _product(node: onnx.NodeProto, a: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.asarray(np.matmul(a, w))
 
 
+def _energy(x: np.ndarray) -> float:
+    """The sum of squares, accumulated in float64."""
+    import numpy as np
+
+    return float(np.sum(np.square(x, dtype=np.float64)))
+
+
 def _rel_l2(noise: float, energy: float) -> float:
     return math.sqrt(noise / energy) if energy > 0 else (0.0 if noise == 0 else math.inf)
 
 
-def _float_weights(source: Path) -> dict[str, np.ndarray]:
-    """The float model's constant 2-D-or-more float initializers, by name."""
+def _float_weights(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The float model's constant 2-D-or-more float initializers (float32), by name."""
     import numpy as np
     import onnx
     from onnx import numpy_helper
 
-    model = onnx.load(str(source))
-    return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer
+    return {t.name: numpy_helper.to_array(t).astype(np.float32) for t in model.graph.initializer
             if t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16) and len(t.dims) >= 2
             and np.prod(t.dims) > 0}
 
@@ -302,30 +320,29 @@ def _weight_dequantizers(graph: onnx.GraphProto, floats: dict[str, np.ndarray]) 
     return found
 
 
-def _tensors(model: Path, names: list[str], samples: list[dict[str, np.ndarray]]) -> dict[str, list[np.ndarray]]:
-    """The values the float `model` computes for `names`, for each sample."""
+def _tensors(model: onnx.ModelProto, names: list[str],
+             samples: list[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
+    """The values the float `model` computes for `names` (inputs included), one sample at a time."""
     import onnx
     import onnxruntime as ort
 
-    if not names or not samples:
-        return {}
-    m = onnx.load(str(model))
-    outputs = {o.name for o in m.graph.output}
-    inputs = {i.name for i in m.graph.input}
-    given = {n: [s[n] for s in samples] for n in names if n in inputs}
+    inputs = {i.name for i in model.graph.input}
     extra = [n for n in names if n not in inputs]
     if not extra:  # (session.run of no names runs every output)
-        return given
-    m.graph.output.extend(onnx.ValueInfoProto(name=n) for n in extra if n not in outputs)
+        for s in samples:
+            yield {n: s[n] for n in names}
+        return
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    outputs = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in extra if n not in outputs)
     with tempfile.TemporaryDirectory(prefix="qnndeploy-layers-") as tmp:
         path = Path(tmp) / "probe.onnx"
-        _save(m, path)
+        _save(probe, path)
+        del probe
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        got: dict[str, list[np.ndarray]] = {n: [] for n in extra}
         for s in samples:
-            for n, value in zip(extra, session.run(extra, s), strict=True):
-                got[n].append(value)
-    return {**given, **got}
+            yield {**{n: s[n] for n in names if n in inputs}, **dict(zip(extra, session.run(extra, s), strict=True))}
 
 
 def _save(model: onnx.ModelProto, path: Path) -> None:
