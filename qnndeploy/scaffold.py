@@ -298,6 +298,7 @@ def _context(manifest: Manifest, package: str, glue_name: str, engine: Engine, p
         "system_lib": SYSTEM_LIB,
         "graphs": [g.name for g in manifest.graphs],
         "loop": [manifest.loop.loop.encoder, manifest.loop.loop.decoder] if manifest.loop else [],
+        "generation": _generation(manifest),
         "targets": [f"{t.soc} ({t.dsp_arch})" for t in manifest.targets] or ["none"],
         "qairt": manifest.qairt.version,
         "runtime_mode": rt.mode.value,
@@ -328,6 +329,18 @@ def _context(manifest: Manifest, package: str, glue_name: str, engine: Engine, p
     }
     return {"dir_name": glue_name, "package": package, "package_path": package.replace(".", "/"),
             "engine": engine.value, "data": data}
+
+
+# The names the generation's loop inputs take when the manifest gives none (the Kotlin GenerationInputs' defaults).
+_GENERATION_INPUTS = {"input_ids": "input_ids", "attention_mask": "attention_mask", "position_ids": "position_ids"}
+
+
+def _generation(manifest: Manifest) -> dict[str, Any] | None:
+    """The manifest's generation as Generated.kt.j2 writes it (GENERATION), None when the bundle has none."""
+    if manifest.generation is None:
+        return None
+    data = manifest.generation.to_json()
+    return {**data, "inputs": {**_GENERATION_INPUTS, **data["inputs"]}}
 
 
 _REASON_GROUPS = {

@@ -3,8 +3,9 @@ package qnndeploy.tests
 // JVM tests of the sample app's SampleViewModel (templates/app/kotlin): the screen's state as the ViewModel moves it,
 // the models opened once and closed after the work under way. tests/scaffold/test_kotlin.py compiles this with the
 // app rendered for com.example.qnnsample and runs:
-//   qnndeploy.tests.SampleAppTestsKt ASSETS_DIR SCRATCH_DIR
-// ASSETS_DIR is the app's bundle/assets folder (a real bundle). The phone reports no SoC here, so the decision is
+//   qnndeploy.tests.SampleAppTestsKt ASSETS_DIR SCRATCH_DIR GENERATION_ASSETS_DIR
+// ASSETS_DIR is the app's bundle/assets folder (a real bundle); GENERATION_ASSETS_DIR a generation bundle's (that of
+// GenerationTests.kt, whose FakeDecoder stands in for its model). The phone reports no SoC here, so the decision is
 // the CPU's. AndroidX's ViewModel, AndroidViewModel, ViewModelStore and viewModelScope, and Android's Application,
 // are the stand-ins of tests/kotlin/stubs (no AndroidX jars here); the StateFlow is the real kotlinx.coroutines one.
 // Sessions, tensors and runs are ONNX Runtime's stand-ins, which a test blocks with STAND_IN_CREATE and STAND_IN_RUN.
@@ -16,6 +17,7 @@ import android.content.Context
 import androidx.lifecycle.ViewModelStore
 import com.example.qnnsample.SampleUiState
 import com.example.qnnsample.SampleViewModel
+import com.example.qnnsample.qnndeploy.BundleManifest
 import com.example.qnnsample.qnndeploy.QnnRuntime
 import kotlinx.coroutines.flow.first
 import kotlinx.coroutines.runBlocking
@@ -35,7 +37,7 @@ internal class TestApplication(base: Context) : Application() {
     }
 }
 
-internal class SampleAppSuite(private val assets: File, private val scratch: File) {
+internal class SampleAppSuite(private val assets: File, private val scratch: File, private val generationAssets: File) {
     private var apps = 0
 
     /** A fresh app (its own files folder) and its screen's ViewModel in a store, as an activity holds it. */
@@ -154,6 +156,28 @@ internal class SampleAppSuite(private val assets: File, private val scratch: Fil
             }
             awaitClosed(closed, 2)
         },
+        "with a generation bundle, a run shows a generation from the sample prompt, its times and tokens" to {
+            val config = checkNotNull(BundleManifest.parse(File(generationAssets, "qnndeploy/manifest.json").readText()).generation)
+            val decoder = FakeDecoder(config)
+            OrtSession.STAND_IN_MODEL = decoder
+            try {
+                val (model, store) = screen(generationAssets)
+                val decision = ready(model).status
+                model.runTimed()
+                val done = model.awaitState("the generation ends") { it.canRun && it.status != decision }.status
+                val shown = done.removePrefix(decision + "\n").lines()
+                val header = Regex("CPU generation: 8 prompt tokens in [0-9.]+ ms, then [0-9.]+ ms per token \\(context_full\\)")
+                assertTrue(header.matches(shown[0]), done)
+                // the prompt 1..8, then tokens by the fake model's rule until the context (16) is full: 9 tokens
+                val tokens = (1..8).toMutableList()
+                repeat(9) { tokens.add((tokens.sum() + 3 * (tokens.size - 1) + 1) % config.vocab) }
+                assertEquals("tokens: ${tokens.drop(8).joinToString(" ")}", shown[1], done)
+                assertEquals(listOf("lm-p1-prompt", "lm-p2-prompt", "lm-p1-prompt", "lm-p2-prompt"), decoder.runs.take(4).map { it.graph }, "the sample prompt is 8 tokens: two chunks of 4")
+                store.clear()
+            } finally {
+                OrtSession.STAND_IN_MODEL = null
+            }
+        },
         "a screen finished while the models open closes them once they are open" to {
             val started = CountDownLatch(1)
             val opening = CountDownLatch(1)
@@ -177,5 +201,5 @@ internal class SampleAppSuite(private val assets: File, private val scratch: Fil
 }
 
 fun main(args: Array<String>) {
-    runTests(SampleAppSuite(File(args[0]), File(args[1])).tests())
+    runTests(SampleAppSuite(File(args[0]), File(args[1]), File(args[2])).tests())
 }

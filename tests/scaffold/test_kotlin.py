@@ -13,6 +13,7 @@ fast-follow pack's in a folder of its own (AiPackLocation).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import shutil
@@ -26,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from qnndeploy.base import socs
-from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
+from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, FORMAT, FORMAT_VERSION
 from qnndeploy.decide import reach
 from qnndeploy.decide.decision import (
     REASONS,
@@ -39,12 +40,13 @@ from qnndeploy.decide.decision import (
     soc_tables,
     template_fields,
 )
+from qnndeploy.decide.reach import Engine
 from qnndeploy.demo import run_demo
 from qnndeploy.formats.manifest import Manifest
 from qnndeploy.formats.playplan import FOLDER, PlayPlan, expected_group, plan_groups, play_group, read_plan
 from qnndeploy.package.play import package_play
 from qnndeploy.qnn import htp, markers
-from qnndeploy.scaffold import GENERATED, GLUE_PACKAGE, scaffold, templates_dir
+from qnndeploy.scaffold import GENERATED, GLUE_PACKAGE, _context, _render, _write_glue, scaffold, templates_dir
 from tests.support import KOTLIN, bundles, kotlin_build
 from tests.support.host import require
 
@@ -55,10 +57,12 @@ GLUE = templates_dir() / "glue" / "kotlin"  # the glue's plain Kotlin sources
 PACKAGE = GLUE_PACKAGE  # tests/kotlin/*.kt import the glue from this package, the templates' own
 UNIT_TESTS = 24  # the number of tests in tests/kotlin/SelectorTests.kt: none may silently disappear
 ON_DEVICE_TESTS = 11  # the number of tests in tests/kotlin/OnDeviceTests.kt
-APP_TESTS = 6  # the number of tests in tests/kotlin/SampleAppTests.kt (the sample app's SampleViewModel)
+APP_TESTS = 7  # the number of tests in tests/kotlin/SampleAppTests.kt (the sample app's SampleViewModel)
 PLAY_PACKAGE = "com.example.qnnplay"  # tests/kotlin/play/*.kt import the play glue from this package
 PLAY_TESTS = 10  # the number of tests in tests/kotlin/play/PlayTests.kt: none may silently disappear
 PLAY_TARGETS = ("SM8550", "SM8650", "SM8750")
+GENERATION_TESTS = 10  # the number of tests in tests/kotlin/GenerationTests.kt
+GEN_PACKAGE = "com.example.gen"  # tests/kotlin/GeneratedGeneration.kt imports the generation glue from this package
 
 
 @pytest.fixture(scope="session")
@@ -87,8 +91,82 @@ def play(tmp_path_factory) -> dict:
     return {"bundle": bundle, "fast": fast, "install": install, "glue": glue, "root": root}
 
 
+def generation_manifest(root: Path | None = None, names: str = "", targets=("SM8550", "SM8750")) -> dict:
+    """A generation bundle's manifest (format 7's "generation", 2 parts of one layer each, N = 4, context 16, vocab
+    37), its files written under root/qnndeploy/ as placeholders with the manifest's sha256 (no model runs in the
+    JVM tests: the ONNX Runtime stand-in's model is tests/kotlin/GenerationTests.kt's FakeDecoder). names: a suffix of
+    the tensor names and the precision, to test their escaping."""
+    n, cl, vocab, heads, dim = 4, 16, 37, 2, 3
+
+    def file(path: str, **kind: object) -> dict:
+        data = f"placeholder {path}".encode()
+        if root is not None:
+            (root / "qnndeploy" / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / "qnndeploy" / path).write_bytes(data)
+        return {"path": path, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data), **kind}
+
+    def t(name: str, dtype: str, *shape: int) -> dict:
+        return {"name": name, "dtype": dtype, "shape": list(shape)}
+
+    names_of = [{h: [f"past_key_values.{i}.{h}{names}", f"present.{i}.{h}{names}"] for h in ("key", "value")}
+                for i in range(2)]
+    kv = [{"layer": i, "part": i + 1, **names_of[i], "heads": heads, "head_dim": dim, "dtype": "float32"}
+          for i in range(2)]
+    graphs, parts = [], []
+    for k in (1, 2):
+        layer = names_of[k - 1]
+        parts.append({"index": k, "prompt": f"lm-p{k}-prompt", "decode": f"lm-p{k}-decode", "layers": [k - 1, k]})
+        for kind, s in (("prompt", n), ("decode", 1)):
+            ins = ([t(f"input_ids{names}", "int32", 1, s), t(f"attention_mask{names}", "int32", 1, cl),
+                    t(f"position_ids{names}", "int32", 1, s)] if k == 1
+                   else [t("hidden", "float32", 1, s, 2), t("mask_f", "float32", 1, cl)])
+            ins += [t(layer[h][0], "float32", 1, heads, cl - s, dim) for h in ("key", "value")]
+            outs = [t(layer[h][1], "float32", 1, heads, s, dim) for h in ("key", "value")]
+            outs += ([t("hidden", "float32", 1, s, 2), t("mask_f", "float32", 1, cl)] if k == 1
+                     else [t(f"logits{names}", "float32", 1, s, vocab)])
+            graphs.append({"name": f"lm-p{k}-{kind}", "inputs": ins, "outputs": outs})
+    targets_json = []
+    for soc in targets:
+        info = socs.find(soc)
+        arts = [file(f"npu/{soc}/lm-p{k}.bin", graphs=[f"lm-p{k}-prompt", f"lm-p{k}-decode"], format=CONTEXT_BINARY)
+                for k in (1, 2)]
+        arts += [file(f"npu/{soc}/{g['name']}_ctx.onnx", graph=g["name"], format=EPCONTEXT) for g in graphs]
+        targets_json.append({"soc": soc, "soc_id": info.soc_id, "dsp_arch": info.dsp_arch, "precision": "w4a16",
+                             "artifacts": arts, "validation": None})
+    return {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "name": "lm", "version": "1.0.0", "created_by": "tests",
+        "qairt": bundles.manifest()["qairt"],
+        "source": {"model": "lm", "sha256": None, "commit": None, "license": None},
+        "graphs": graphs, "targets": targets_json,
+        "cpu": [file(f"cpu/{g['name']}.onnx", graph=g["name"], format="onnx") for g in graphs],
+        "runtime": bundles.manifest()["runtime"], "records": [],
+        "generation": {
+            "kind": "decoder", "prompt_tokens": n, "context_tokens": cl, "vocab": vocab, "precision": f"w4a16{names}",
+            "inputs": {"input_ids": f"input_ids{names}", "attention_mask": f"attention_mask{names}",
+                       "position_ids": f"position_ids{names}"},
+            "logits": f"logits{names}", "kv": kv, "parts": parts,
+            "tokenizer": file("tokenizer.json") if names else None,
+        },
+    }
+
+
 @pytest.fixture(scope="session")
-def kotlin(rendered, play, tmp_path_factory) -> dict:
+def generation_glue(tmp_path_factory) -> dict:
+    """The glue (common and ort) rendered for GEN_PACKAGE from a generation manifest whose names need escaping
+    (quotes, backslash, dollar, braces, non-ASCII), by scaffold's own context and writer; and that manifest. (A
+    generation bundle cannot be scaffolded whole yet: its format is not in the manifest schema.)"""
+    root = tmp_path_factory.mktemp("generation-glue")
+    raw = generation_manifest(names=' "$x" \\ {} \u00e9\U0001f600')
+    context = _context(Manifest.parse(raw), GEN_PACKAGE, "glue", Engine.ORT, None)
+    dest = root / "src" / GEN_PACKAGE.replace(".", "/") / "qnndeploy"
+    _write_glue(templates_dir() / "glue", ["common", "ort"], GEN_PACKAGE, context["data"], dest)
+    _render(templates_dir() / "glue", context, root)  # its README, Gradle file and manifest snippet
+    (root / "manifest.json").write_text(json.dumps(raw))
+    return {"kotlin": sorted(dest.glob("*.kt")), "manifest": root / "manifest.json", "readme": root / "README.md"}
+
+
+@pytest.fixture(scope="session")
+def kotlin(rendered, play, generation_glue, tmp_path_factory) -> dict:
     """One javac run for the Java stand-ins, one kotlinc run for all Kotlin (the app, the sherpa-onnx glue, the Play
     glue and every JVM test); returns the classpath to run with. The app's glue is compiled from the templates'
     sources as they are (their package is the app's) beside the app's Generated.kt."""
@@ -96,8 +174,14 @@ def kotlin(rendered, play, tmp_path_factory) -> dict:
     templated = [p for p in sorted(app.glue.rglob("*.kt")) if p.name != GENERATED]
     generated = [*template_sources(), *(p for p in sorted(app.path.rglob("*.kt")) if p not in templated)]
     generated += [p for r in (rendered["sherpa"], play["glue"]) for p in sorted(r.path.rglob("*.kt"))]
+    generated += generation_glue["kotlin"]
     tests = sorted(HERE.glob("*.kt")) + sorted((HERE / "play").glob("*.kt"))
     return {**kotlin_build.build(generated, tests, tmp_path_factory.mktemp("kotlin-build")), "templated": templated}
+
+
+def kotlin_generation_sources() -> list[Path]:
+    """The generation glue's sources: the common and ort folders, and Generated.kt."""
+    return [*template_sources(), Path(GENERATED)]
 
 
 def template_sources() -> list[Path]:
@@ -119,7 +203,8 @@ def test_all_generated_kotlin_compiles(rendered, play, kotlin):
     assert {"MainActivity.kt", "SampleViewModel.kt", "OrtModels.kt", "SherpaOnnxQnn.kt", "QnnSelector.kt",
             "QnnRuntime.kt", "SocCatalog.kt",
             "BundleFiles.kt", "FailureMemory.kt", "MiniJson.kt", "Reasons.kt", "BundleManifest.kt"} <= names
-    assert len(kotlin["generated"]) == sum(len(r.kotlin) for r in (rendered["app"], rendered["sherpa"], play["glue"]))
+    assert len(kotlin["generated"]) == sum(len(r.kotlin) for r in (rendered["app"], rendered["sherpa"], play["glue"])
+                                           ) + len(kotlin_generation_sources())
     assert "Generated.kt" in names
     for cls in (f"{PACKAGE.replace('.', '/')}/MainActivity.class", "com/example/sherpa/qnndeploy/SherpaOnnxQnn.class",
                 f"{PACKAGE.replace('.', '/')}/qnndeploy/OrtModels.class"):
@@ -160,13 +245,62 @@ def test_sample_app_view_model_unit_tests_pass_on_the_jvm(rendered, kotlin):
     AndroidX's ViewModel, AndroidViewModel, ViewModelStore and viewModelScope (lifecycle-viewmodel) and Android's
     Application (tests/kotlin/stubs), with the real kotlinx.coroutines StateFlow: the state says it is choosing, then
     shows the decision; a run turns the button off, then shows the timings or the failure; models that do not open
-    are shown so; a finished screen closes the models after the opening or the run under way."""
+    are shown so; a finished screen closes the models after the opening or the run under way; with a generation
+    bundle, a run shows a generation (the stand-in model of GenerationTests.kt)."""
     assets = rendered["app"].glue / "bundle" / "assets"
-    done = kotlin_build.run_jvm(kotlin, "qnndeploy.tests.SampleAppTestsKt", str(assets), str(kotlin["out"] / "app"))
+    generation = kotlin["out"] / "app-generation-assets"
+    (generation / "qnndeploy").mkdir(parents=True, exist_ok=True)
+    (generation / "qnndeploy" / "manifest.json").write_text(json.dumps(generation_manifest(generation)))
+    done = kotlin_build.run_jvm(kotlin, "qnndeploy.tests.SampleAppTestsKt", str(assets), str(kotlin["out"] / "app"),
+                                str(generation))
     lines = done.stdout.splitlines()
     failures = [line for line in lines if line.startswith("FAIL")]
     assert not failures and done.returncode == 0, "\n".join(failures) or done.stderr
     assert sum(line.startswith("ok ") for line in lines) == APP_TESTS, done.stdout
+
+
+GEN_PHONES = ("SM8750", "SM8550", "SM8350", "unknown")  # two bundle targets, a catalog SoC without one, no SoC
+
+
+def test_generation_session_unit_tests_pass_on_the_jvm(kotlin):
+    """The glue's GenerationSession against ONNX Runtime's stand-in with a fake two-part decoder whose tokens depend
+    on every cache entry (tests/kotlin/GenerationTests.kt): each phone's decision is the Python twin's (NPU on a
+    target, its EPContext wrappers sharing each part's context; CPU elsewhere, the parts' ONNX), the tokens are the
+    model's rule computed apart, prompts run in chunks of N with the cache right-aligned and masked, a stop token,
+    a full context and a prompt that does not fit end or refuse a generation, a failed NPU open falls to the CPU
+    with its reason, and nothing is left open."""
+    assets = kotlin["out"] / "generation-assets"
+    manifest = generation_manifest(assets)
+    (assets / "qnndeploy" / "manifest.json").write_text(json.dumps(manifest))
+    parsed = Manifest.parse(manifest)
+    phones = []
+    for soc in GEN_PHONES:
+        d = decide(parsed, DeviceIdentity(soc, None, 35), load_errors={}, lib_dir="/data/app/lib/arm64",
+                   npu_format=EPCONTEXT, app_version="1.0 (1) 1")
+        phones.append({"soc": soc, "provider": d.provider.value, "reason_key": d.reason_key, "reason": d.reason,
+                       "paths": d.paths})
+    assert [p["provider"] for p in phones] == ["npu", "npu", "cpu", "cpu"]
+    setup = kotlin["out"] / "generation.json"
+    setup.write_text(json.dumps({"assets": str(assets), "scratch": str(kotlin["out"] / "generation"),
+                                 "phones": phones}))
+    done = kotlin_build.run_jvm(kotlin, "qnndeploy.tests.GenerationTests", str(setup))
+    lines = done.stdout.splitlines()
+    failures = [line for line in lines if line.startswith("FAIL")]
+    assert not failures and done.returncode == 0, "\n".join(failures) or done.stderr
+    assert sum(line.startswith("ok ") for line in lines) == GENERATION_TESTS, done.stdout
+
+
+def test_generated_generation_is_the_manifests(generation_glue, rendered, kotlin):
+    """Generated.GENERATION, rendered by scaffold from a manifest whose names need escaping, equals what the glue
+    parses from that manifest at run time; a bundle without a generation renders null."""
+    done = kotlin_build.run_jvm(kotlin, "qnndeploy.tests.GeneratedGeneration", str(generation_glue["manifest"]))
+    assert done.returncode == 0 and done.stdout.startswith("ok "), done.stdout + done.stderr
+    generated = next(p for p in kotlin["generated"] if p.name == GENERATED and "com/example/qnnsample" in p.as_posix())
+    assert "val GENERATION: GenerationConfig? = null\n" in generated.read_text()
+    readme = generation_glue["readme"].read_text()  # the glue's README says how to run it
+    assert "decoder LLM's generation: 2 parts, prompt graphs of 4\n   tokens, context 16." in readme
+    assert "`GenerationSession.open(context)`" in readme
+    assert "GenerationSession" not in (rendered["app"].glue / "README.md").read_text()
 
 
 # Device properties as odd as a vendor may set them: both twins trim ASCII whitespace only and change the case of

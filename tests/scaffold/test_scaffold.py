@@ -107,12 +107,12 @@ def test_ort_glue_gradle_and_manifest_snippets(external, tmp_path):
     kotlin = {Path(p).name for p in r.kotlin}
     assert kotlin == {"QnnSelector.kt", "SocCatalog.kt", "MiniJson.kt", "BundleFiles.kt", "FailureMemory.kt",
                       "QnnRuntime.kt", "OrtModels.kt", "OnDeviceCompile.kt", "Reasons.kt", "BundleManifest.kt",
-                      "RuntimeVersion.kt", "QnnEpPlugin.kt", "Generated.kt"}
+                      "RuntimeVersion.kt", "QnnEpPlugin.kt", "Generated.kt", "GenerationConfig.kt", "Generation.kt"}
     for p in r.kotlin:
         assert (out / p).read_text().startswith("package com.example.foo.qnndeploy\n"), p
         if Path(p).name in ("QnnSelector.kt", "SocCatalog.kt", "MiniJson.kt", "BundleFiles.kt", "FailureMemory.kt",
                             "Reasons.kt", "BundleManifest.kt", "RuntimeVersion.kt", "OnDeviceCompile.kt",
-                            "QnnEpPlugin.kt", "Generated.kt"):
+                            "QnnEpPlugin.kt", "Generated.kt", "GenerationConfig.kt"):
             assert "import android." not in (out / p).read_text(), f"{p} must run on any JVM"
     gradle = (out / "qnndeploy.gradle").read_text()
     assert "abiFilters 'arm64-v8a'" in gradle and "useLegacyPackaging = true" in gradle

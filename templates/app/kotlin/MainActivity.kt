@@ -10,10 +10,12 @@ import androidx.activity.viewModels
 import androidx.lifecycle.Lifecycle
 import androidx.lifecycle.lifecycleScope
 import androidx.lifecycle.repeatOnLifecycle
+import com.example.qnnsample.qnndeploy.GenerationSession
 import kotlinx.coroutines.launch
 
 /**
- * One screen: the phone's SoC, the NPU-or-CPU decision with its reason, and a timed inference on the chosen one.
+ * One screen: the phone's SoC, the NPU-or-CPU decision with its reason, and a timed inference on the chosen one (a
+ * generation, for a bundle with one).
  * It only shows SampleViewModel's state and passes the button's taps on; the work and the models live there.
  */
 class MainActivity : ComponentActivity() {
@@ -24,7 +26,7 @@ class MainActivity : ComponentActivity() {
         val status = TextView(this)
         status.setPadding(32, 32, 32, 32)
         val runButton = Button(this)
-        runButton.text = "Run a timed inference"
+        runButton.text = if (GenerationSession.BUNDLE != null) "Generate" else "Run a timed inference"
         runButton.setOnClickListener { model.runTimed() }
         val column = LinearLayout(this)
         column.orientation = LinearLayout.VERTICAL

@@ -5,6 +5,7 @@ import ai.onnxruntime.OrtEnvironment
 import android.app.Application
 import androidx.lifecycle.AndroidViewModel
 import androidx.lifecycle.viewModelScope
+import com.example.qnnsample.qnndeploy.GenerationSession
 import com.example.qnnsample.qnndeploy.Graph
 import com.example.qnnsample.qnndeploy.OrtModels
 import kotlinx.coroutines.CoroutineScope
@@ -28,7 +29,7 @@ data class SampleUiState(
 
 /**
  * The screen's state and its work: opening the bundle's models (once, off the main thread), showing the decision,
- * timing an inference on the chosen provider. It outlives a rotation, whose new MainActivity gets this same ViewModel
+ * timing an inference on the chosen provider, or, for a bundle with a generation (a decoder LLM), a generation. It outlives a rotation, whose new MainActivity gets this same ViewModel
  * and its state, so a rotation neither opens a second set of NPU contexts nor races the first opening; the models
  * are closed when the screen finishes (onCleared).
  */
@@ -39,6 +40,7 @@ class SampleViewModel(application: Application) : AndroidViewModel(application) 
     /** Held by whoever uses the models (the opening, a timed run, the closing): they never overlap. */
     private val inUse = Mutex()
     private var models: OrtModels? = null
+    private var generation: GenerationSession? = null // over models, when the bundle has a generation
 
     init {
         viewModelScope.launch {
@@ -47,6 +49,7 @@ class SampleViewModel(application: Application) : AndroidViewModel(application) 
                     try {
                         val opened = OrtModels.open(application)
                         models = opened
+                        generation = opened.selection.manifest.generation?.let { GenerationSession(opened, it) }
                         SampleUiState(describe(opened), canRun = true)
                     } catch (e: Exception) {
                         SampleUiState("Could not open the bundle's models:\n$e")
@@ -65,7 +68,7 @@ class SampleViewModel(application: Application) : AndroidViewModel(application) 
                 withContext(Dispatchers.Default) {
                     val opened = checkNotNull(models) { "the models are open whenever canRun is" }
                     val text = try {
-                        describe(opened) + "\n" + timedInference(opened)
+                        describe(opened) + "\n" + (generation?.let(::timedGeneration) ?: timedInference(opened))
                     } catch (e: Exception) {
                         describe(opened) + "\nInference failed: $e"
                     }
@@ -82,8 +85,9 @@ class SampleViewModel(application: Application) : AndroidViewModel(application) 
     override fun onCleared() {
         CoroutineScope(Dispatchers.Default).launch {
             inUse.withLock {
-                models?.close()
+                models?.close() // the generation's too
                 models = null
+                generation = null
             }
         }
     }
@@ -121,6 +125,23 @@ class SampleViewModel(application: Application) : AndroidViewModel(application) 
         return out.toString()
     }
 
+    /**
+     * A greedy generation from a fixed prompt of token ids (the glue has no tokenizer: an app turns its text into
+     * ids and back with the bundle's tokenizer file, Selection.tokenizerPath), with its times.
+     */
+    private fun timedGeneration(session: GenerationSession): String {
+        val config = session.config
+        val prompt = List(minOf(PROMPT_TOKENS, config.maxPromptTokens)) { (it + 1) % config.vocab }
+        val result = session.generate(prompt, maxTokens = GENERATED_TOKENS)
+        val steps = result.tokens.size - 1 // the first token comes from the prompt
+        return buildString {
+            append("${session.decision.provider} generation: ${prompt.size} prompt tokens in %.1f ms".format(result.promptMs))
+            if (steps > 0) append(", then %.1f ms per token".format(result.decodeMs / steps))
+            append(" (${result.stop.name.lowercase()})\n")
+            append("tokens: ${result.tokens.joinToString(" ")}\n")
+        }
+    }
+
     /** Inputs of the graph's static shapes (a symbolic dimension counts as 1), filled with a fixed pattern. */
     private fun inputs(env: OrtEnvironment, graph: Graph): Map<String, OnnxTensor> {
         val tensors = LinkedHashMap<String, OnnxTensor>()
@@ -144,5 +165,9 @@ class SampleViewModel(application: Application) : AndroidViewModel(application) 
 
     private companion object {
         const val RUNS = 10
+
+        /** The sample generation's prompt length and the tokens it generates at most. */
+        const val PROMPT_TOKENS = 8
+        const val GENERATED_TOKENS = 16
     }
 }

@@ -110,6 +110,8 @@ data class BundleManifest(
     val onDevice: OnDevice? = null,
     /** the decode loop the app runs over an encoder and a decoder (format 5); null when the bundle has none */
     val loop: BundleLoop? = null,
+    /** a decoder LLM's prompt and decode graphs and its KV cache (format 7); null when the bundle has none */
+    val generation: GenerationConfig? = null,
 ) {
     val pipeline: List<String> get() = pipelineOrder.ifEmpty { graphs.map { it.name } }
 
@@ -120,9 +122,10 @@ data class BundleManifest(
     internal val bundleVersion: String get() = "$name $version"
 
     /** Every bundle file the app may copy to its storage: the CPU files, every target's, the on-device models and the
-     *  loop's tokenizer. */
+     *  tokenizer of the loop or the generation. */
     internal val modelFiles: List<BundleFile> get() =
-        cpu + targets.flatMap { it.artifacts } + onDevice?.artifacts.orEmpty() + listOfNotNull(loop?.tokenizer)
+        cpu + targets.flatMap { it.artifacts } + onDevice?.artifacts.orEmpty() + listOfNotNull(loop?.tokenizer) +
+            listOfNotNull(generation?.tokenizer)
 
     internal companion object {
         const val FORMAT = Generated.FORMAT
@@ -172,6 +175,45 @@ data class BundleManifest(
                 pipelineOrder = m.list("pipeline").map { it as? String ?: bad("pipeline", m) },
                 onDevice = (m["on_device"] as? Map<*, *>)?.let(::onDevice),
                 loop = (m["loop"] as? Map<*, *>)?.let { BundleLoop((it["tokenizer"] as? Map<*, *>)?.let(::file)) },
+                generation = (m["generation"] as? Map<*, *>)?.let(::generation),
+            )
+        }
+
+        /** generation (format 7): every field as the manifest has it; a missing one takes GenerationConfig's default. */
+        internal fun generation(m: Map<*, *>): GenerationConfig {
+            val inputs = m["inputs"] as? Map<*, *> ?: emptyMap<String, Any?>()
+            fun names(layer: Map<*, *>, key: String): KvNames {
+                val pair = layer.list(key).map { it as? String ?: bad(key, layer) }
+                if (pair.size != 2) bad(key, layer)
+                return KvNames(past = pair[0], present = pair[1])
+            }
+            val defaults = GenerationConfig(vocab = 0)
+            return GenerationConfig(
+                kind = m["kind"] as? String ?: defaults.kind,
+                promptTokens = m.count("prompt_tokens"),
+                contextTokens = m.count("context_tokens"),
+                vocab = m.count("vocab"),
+                precision = m["precision"] as? String ?: defaults.precision,
+                inputs = GenerationInputs(
+                    inputIds = inputs["input_ids"] as? String ?: defaults.inputs.inputIds,
+                    attentionMask = inputs["attention_mask"] as? String ?: defaults.inputs.attentionMask,
+                    positionIds = inputs["position_ids"] as? String ?: defaults.inputs.positionIds,
+                ),
+                logits = m["logits"] as? String ?: defaults.logits,
+                kv = m.objects("kv").map {
+                    KvLayer(
+                        layer = it.count("layer"), part = it.count("part"), key = names(it, "key"),
+                        value = names(it, "value"), heads = it.count("heads"), headDim = it.count("head_dim"),
+                        dtype = it["dtype"] as? String ?: "float32",
+                    )
+                },
+                parts = m.objects("parts").map {
+                    GenerationPart(
+                        index = it.count("index"), prompt = it.text("prompt"), decode = it.text("decode"),
+                        layers = it.list("layers").map { n -> (n as? Long)?.toInt() ?: bad("layers", it) },
+                    )
+                },
+                tokenizer = (m["tokenizer"] as? Map<*, *>)?.let(::file),
             )
         }
 
@@ -214,6 +256,10 @@ data class BundleManifest(
             Tensor(m.text("name"), m.text("dtype"), m.list("shape").map { it as? Long })
 
         private fun Map<*, *>.text(key: String): String = this[key] as? String ?: bad(key, this)
+
+        /** A count or index: a JSON integer from 0 to Int.MAX_VALUE. */
+        private fun Map<*, *>.count(key: String): Int =
+            (this[key] as? Long)?.takeIf { it in 0L..Int.MAX_VALUE.toLong() }?.toInt() ?: bad(key, this)
 
         /** The list under key; empty when the key is absent. */
         private fun Map<*, *>.list(key: String): List<*> = when (val value = this[key]) {

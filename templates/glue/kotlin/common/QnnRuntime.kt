@@ -85,12 +85,12 @@ class Selection internal constructor(
     }
 
     /**
-     * The absolute path of the bundle's tokenizer file (its decode loop's: sherpa-onnx's tokens.txt or a
-     * tokenizer.json), copied to app storage and checked against the manifest's sha256 on first use; null when the
-     * bundle has none.
+     * The absolute path of the bundle's tokenizer file (its decode loop's or its generation's: sherpa-onnx's
+     * tokens.txt or a tokenizer.json), copied to app storage and checked against the manifest's sha256 on first use;
+     * null when the bundle has none.
      */
     fun tokenizerPath(): String? {
-        val tokenizer = manifest.loop?.tokenizer ?: return null
+        val tokenizer = manifest.loop?.tokenizer ?: manifest.generation?.tokenizer ?: return null
         files.materialize(manifest, listOf(tokenizer.path))
         return files.file(tokenizer.path).absolutePath
     }

@@ -62,7 +62,7 @@ public final class OrtEnvironment implements AutoCloseable {
     public OrtSession createSession(String modelPath, OrtSession.SessionOptions options) throws OrtException {
         StandInCreate create = STAND_IN_CREATE;
         if (create != null) create.create(modelPath, options);
-        return new OrtSession();
+        return new OrtSession(modelPath);
     }
 
     @Override

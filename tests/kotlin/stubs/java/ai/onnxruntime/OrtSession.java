@@ -1,15 +1,37 @@
 package ai.onnxruntime;
 
 import java.util.Iterator;
+import java.util.LinkedHashMap;
 import java.util.Map;
+import java.util.Optional;
+import java.util.Set;
 import java.util.concurrent.atomic.AtomicInteger;
 
-/** Stand-in: sessions count themselves (OPENED, CLOSED) so JVM tests see how many the app opens and closes. */
+/**
+ * Stand-in: sessions count themselves (OPENED, CLOSED) so JVM tests see how many the app opens and closes. A JVM
+ * test may give them a model (STAND_IN_MODEL, not in ONNX Runtime's API): it names a session's inputs and computes
+ * its outputs from the model path the session was created with and the tensors it is fed.
+ */
 public class OrtSession implements AutoCloseable {
     public static final AtomicInteger OPENED = new AtomicInteger();
     public static final AtomicInteger CLOSED = new AtomicInteger();
 
-    OrtSession() { OPENED.incrementAndGet(); }
+    /** Stand-in only: the model every session runs; null: sessions that read no input and return an empty result. */
+    public static volatile StandInModel STAND_IN_MODEL;
+
+    /** Stand-in only: what a model file computes, a JVM test's deterministic function of the inputs. */
+    public interface StandInModel {
+        Set<String> inputNames(String modelPath);
+
+        Map<String, OnnxTensor> run(String modelPath, Map<String, ? extends OnnxTensorLike> inputs) throws OrtException;
+    }
+
+    private final String modelPath;
+
+    OrtSession(String modelPath) {
+        this.modelPath = modelPath;
+        OPENED.incrementAndGet();
+    }
 
     /** Stand-in only (not in ONNX Runtime's API): what a run does besides returning an empty result; null: nothing. */
     public static volatile StandInRun STAND_IN_RUN;
@@ -19,14 +41,20 @@ public class OrtSession implements AutoCloseable {
         void run() throws OrtException;
     }
 
-    /** Stand-in: no model runs; STAND_IN_RUN, if set, then an empty result. */
+    /** Stand-in: STAND_IN_RUN, if set, then STAND_IN_MODEL's outputs, or an empty result without one. */
     public Result run(Map<String, ? extends OnnxTensorLike> inputs) throws OrtException {
         StandInRun run = STAND_IN_RUN;
         if (run != null) run.run();
-        return new Result();
+        StandInModel model = STAND_IN_MODEL;
+        return new Result(model == null ? Map.of() : model.run(modelPath, inputs));
     }
 
-    public java.util.Set<String> getInputNames() throws OrtException { throw new RuntimeException("Stub!"); }
+    /** Stand-in: STAND_IN_MODEL's input names for this session's model. */
+    public Set<String> getInputNames() throws OrtException {
+        StandInModel model = STAND_IN_MODEL;
+        if (model == null) throw new RuntimeException("Stub!");
+        return model.inputNames(modelPath);
+    }
 
     @Override
     public void close() throws OrtException { CLOSED.incrementAndGet(); }
@@ -71,14 +99,22 @@ public class OrtSession implements AutoCloseable {
         public void close() {}
     }
 
+    /** The outputs of a run by name, in the model's order; closing it closes them, as the real one does. */
     public static class Result implements AutoCloseable, Iterable<Map.Entry<String, OnnxValue>> {
-        Result() {}
+        private final Map<String, OnnxValue> values;
+
+        Result(Map<String, ? extends OnnxValue> values) { this.values = new LinkedHashMap<>(values); }
+
+        public Optional<OnnxValue> get(String key) { return Optional.ofNullable(values.get(key)); }
+
+        public int size() { return values.size(); }
 
         @Override
-        public Iterator<Map.Entry<String, OnnxValue>> iterator() { throw new RuntimeException("Stub!"); }
+        public Iterator<Map.Entry<String, OnnxValue>> iterator() { return values.entrySet().iterator(); }
 
-        /** Stand-in: nothing to free. */
         @Override
-        public void close() {}
+        public void close() {
+            for (OnnxValue value : values.values()) value.close();
+        }
     }
 }

@@ -117,6 +117,12 @@ internal object Generated {
     /** The encoder and decoder of the bundle's decode loop (manifest "loop"); empty when it has none. */
     val LOOP: List<String> = listOf()
 
+    /**
+     * The bundle's decoder generation (manifest "generation": its parts' prompt and decode graphs, KV cache, sizes),
+     * what GenerationSession runs; null when it has none.
+     */
+    val GENERATION: GenerationConfig? = null
+
     /** Build.SOC_MODEL / ro.soc.model values, models and aliases, upper case -> the catalog model. */
     val SOC_MODELS: Map<String, String> = mapOf(
         "SM7325" to "SM7325",

@@ -1,0 +1,1 @@
+../../../../../../../../templates/glue/kotlin/ort/Generation.kt

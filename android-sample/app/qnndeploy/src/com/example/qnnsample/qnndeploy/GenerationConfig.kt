@@ -1,0 +1,1 @@
+../../../../../../../../templates/glue/kotlin/common/GenerationConfig.kt
