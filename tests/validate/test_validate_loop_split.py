@@ -1,0 +1,107 @@
+"""validate --loop over a Whisper large-v3-shaped model whose decoder was cut into parts by `prepare --split-size`: the
+loop runs the parts chained by tensor name, on the CPU and (each part's context) on the host HTP emulator, for fp16 and
+for w8a16 calibrated on the loop's own decoder inputs; the bundle carries the loop with its parts, and bundle verify
+runs it again. The model is tests/support/whisper.py's large-shaped preset (large-v3's structure: 128 mels, cross K/V
+from the encoder, a tied embedding; small widths) with seeded random weights, so its tokens mean nothing: the check is
+that the NPU's loop gives the CPU's tokens, and that the CPU's loop over the parts gives the unsplit decoder's tokens.
+The speech is espeak-ng's (tests/support/speech.py), as for tiny.en."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+
+from qnndeploy import validate as stage
+from qnndeploy.model.samples import write_samples
+from qnndeploy.qnn import htp
+from tests.support import speech, whisper
+from tests.support.cli import run
+from tests.support.host import require
+
+pytestmark = [pytest.mark.slow, pytest.mark.needs_qnn]
+
+SCHEMA = json.loads((Path(stage.__file__).parent.parent / "schemas" / "validation-record.schema.json").read_text())
+FRAMES, CACHE, SEED, NAME = 200, 24, 0, "large-v3"
+DIMS = whisper.LARGE_SHAPED
+SPLIT_GB = 0.0025  # the fused decoder holds 4.5 MB of fp32 weights: three parts of at most 2.5 MB
+
+
+def test_a_split_whisper_decoder_is_validated_by_its_decode_loop_and_bundled_with_its_parts(tmp_path: Path) -> None:
+    require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
+    require(shutil.which("espeak-ng") is not None, "espeak-ng (Debian's package: the speech clips)")
+    graphs = whisper.export_onnx(whisper.random_model(DIMS, SEED), tmp_path / "onnx", frames=FRAMES, cache=CACHE,
+                                 name=NAME)
+    (clip,) = speech.espeak_clips(tmp_path / "clips", speech.SENTENCES[1:2])
+    mel = whisper.log_mel(speech.read_wav(clip.path)[0], frames=FRAMES, n_mels=DIMS.n_mels)
+    (tmp_path / "mels").mkdir()
+    write_samples(tmp_path / "mels", [{f"{NAME}-mel": mel}])
+
+    # the user's path: check --precision w8a16 asks for prepare --fuse (exact GELU has no 8-bit form), then the split
+    fused = {}
+    for role, graph in graphs.items():
+        fused[role] = tmp_path / "fused" / graph.name
+        assert run("prepare", graph, "-o", fused[role], "--fuse").exit_code == 0
+    cut = run("prepare", fused["decoder"], "-o", tmp_path / "parts" / "decoder.onnx", "--split-size", str(SPLIT_GB))
+    assert cut.exit_code == 0, cut.output
+    record = json.loads((tmp_path / "parts" / "decoder.split.json").read_text())
+    parts = [tmp_path / "parts" / p["path"] for p in record["parts"]]
+    names = [p.stem for p in parts]
+    assert len(parts) >= 2 and names == [f"decoder-{k}" for k in range(1, len(parts) + 1)]
+
+    io = whisper.Io(NAME, DIMS.n_text_layer)
+    specials = whisper.Specials.of(DIMS)
+    ours = whisper.greedy_decode(whisper.ort_runner(graphs["encoder"]), whisper.ort_runner(graphs["decoder"]), mel,
+                                 specials, cache=CACHE, layers=DIMS.n_text_layer, state=DIMS.n_text_state, io=io)
+    assert len(set(ours.tokens)) >= len(ours.tokens) // 2 and ours.steps == CACHE  # varied tokens, to the cache's end
+    calib = whisper.loop_calibration(fused["encoder"], parts, [mel], tmp_path / "calib", tokens=specials, io=io,
+                                     cache=CACHE, state=DIMS.n_text_state)
+
+    for precision in ("fp16", "w8a16"):
+        build = tmp_path / f"build-{precision}"
+        compiled = run("compile", fused["encoder"], *parts, "--soc", "SM8650", "-o", build, "--no-cache",
+                       "--precision", precision, *(("--calib", calib) if precision == "w8a16" else ()))
+        assert compiled.exit_code == 0, compiled.output
+        shown = run("validate", build, "--inputs", tmp_path / "mels", "--loop", "whisper")
+        assert shown.exit_code == 0, shown.output
+        assert f"decode loop on SM8650 (decides its {len(parts) + 1} graphs)" in shown.output
+        records = {g: json.loads((build / g / "SM8650" / "validation.json").read_text()) for g in ["encoder", *names]}
+        for graph, made in records.items():
+            jsonschema.validate(made, SCHEMA)
+            assert made["passed"] and made["inputs"]["kind"] == "loop"
+            assert made["inputs"].get("part") == (None if graph == "encoder" else graph)
+            assert made["loop"] == records["encoder"]["loop"]
+        check = records["decoder-1"]["loop"]
+        assert check["described"]["decoder_parts"] == names and check["described"]["decoder"] == "decoder"
+        (sample,) = check["samples"]
+        assert sample["cpu"] == sample["npu"] and sample["parts_at"] is None and check["same_tokens"] == 1
+        # the parts chained on the CPU give what the unsplit decoder gives in the tests' own loop
+        assert sample["cpu"] == " ".join(map(str, ours.tokens))
+        # each part's own figures were measured on what the loop fed it: part 2 reads part 1's hidden state
+        assert {i["name"] for i in records["decoder-1"]["outputs"]} == set(record["parts"][0]["outputs"])
+
+    # the printed next: line builds the bundle without --split: the loop names the parts and their order
+    (line,) = [x for x in shown.output.splitlines() if x.startswith("next: ")]
+    words = shlex.split(line.removeprefix("next: "))
+    assert words[:3] == ["qnndeploy", "bundle", "build"] and "--split" not in words
+    built = run("bundle", "build", "--from-build", tmp_path / "build-w8a16", "--name", "whisper-large-shaped",
+                "--version", "1", "-o", tmp_path / "dist")
+    assert built.exit_code == 0, built.output
+    bundle = tmp_path / "dist" / "whisper-large-shaped-1"
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["loop"]["decoder_parts"] == names and {g["name"] for g in manifest["graphs"]} == {"encoder", *names}
+    verified = run("bundle", "verify", bundle)  # the loop again, its parts chained, on the record's own mel
+    assert verified.exit_code == 0, verified.output
+    assert f"{len(parts) + 1} context binaries loaded and run on the host HTP emulator" in verified.output
+    assert "1 as the decode loop, 1 on the sample files of its validation record" in verified.output
+
+    # parts in the wrong order leave the later part's inputs unfed: verify says the app could not run the decoder
+    manifest["loop"]["decoder_parts"] = names[::-1]
+    (bundle / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    refused = run("bundle", "verify", bundle, "--shallow")
+    assert refused.exit_code == 1 and "loop feeds no value to decoder input(s)" in refused.output
