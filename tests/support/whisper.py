@@ -383,8 +383,8 @@ def random_model(dims: Dims, seed: int = 0) -> Whisper:
     ANCHOR x sqrt(width) along it, plus unit noise): greedy decoding then gives a different token at each step, each
     with a clear margin (on the test preset, seeds 0 to 2, espeak-ng's speech: top-1 minus top-2 at least 0.44,
     where w8a16's error flipped margins of 0.12 and fp16's of 0.002 without the lean, and one of 0.035 at a lean of
-    0.7); the audio and the tokens before move the logits, rarely the choice. The tokens mean nothing: what a test checks is
-    that the NPU's loop gives the CPU's tokens."""
+    0.7); the audio and the tokens before move the logits, rarely the choice. The tokens mean nothing: what a test
+    checks is that the NPU's loop gives the CPU's tokens."""
     gen = torch.Generator().manual_seed(seed)
     model = Whisper(dims)
 

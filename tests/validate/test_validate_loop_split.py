@@ -14,7 +14,6 @@ import shutil
 from pathlib import Path
 
 import jsonschema
-import numpy as np
 import pytest
 
 from qnndeploy import validate as stage
