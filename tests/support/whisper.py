@@ -406,7 +406,7 @@ def random_model(dims: Dims, seed: int = 0) -> Whisper:
         normal(d.token_embedding.weight, width ** -0.5)  # rows about 1 long, small beside the residual stream
         normal(d.positional_embedding, 1.0)
         anchors = d.token_embedding.weight[torch.randint(0, Specials.of(dims).eot, (dims.n_text_ctx,), generator=gen)]
-        d.positional_embedding += anchors / anchors.norm(dim=1, keepdim=True) * ANCHOR * width ** 0.5
+        d.positional_embedding.add_(anchors / anchors.norm(dim=1, keepdim=True) * ANCHOR * width ** 0.5)
         model.encoder.positional_embedding.copy_(sinusoids(dims.n_audio_ctx, dims.n_audio_state))
     return model.eval()
 
