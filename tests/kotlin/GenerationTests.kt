@@ -261,10 +261,17 @@ internal class GenerationSuite(private val assets: File, private val scratch: Fi
                 assertEquals(expected, decoder.runs)
             }
         },
-        "prompts of exactly N tokens, of N + 1 and of one token give the reference's tokens" to {
-            session { session, _ ->
-                for (prompt in listOf(listOf(7, 7, 7, 7), listOf(1, 2, 3, 4, 5), listOf(11))) {
+        "prompts of exactly N tokens, of N + 1 and of one token give the reference's tokens; a last single token runs through the decode graph" to {
+            session { session, decoder ->
+                val firstRuns = mapOf(
+                    listOf(7, 7, 7, 7) to listOf(Run("lm-p1-prompt", 0, 0), Run("lm-p2-prompt", 0, 0), Run("lm-p1-decode", 4, 4)),
+                    listOf(1, 2, 3, 4, 5) to listOf(Run("lm-p1-prompt", 0, 0), Run("lm-p2-prompt", 0, 0), Run("lm-p1-decode", 4, 4)),
+                    listOf(11) to listOf(Run("lm-p1-decode", 0, 0), Run("lm-p2-decode", 0, 0), Run("lm-p1-decode", 1, 1)),
+                )
+                for ((prompt, runs) in firstRuns) {
+                    decoder.runs.clear()
                     assertEquals(reference(prompt, 6), session.generate(prompt, maxTokens = 6).tokens, "$prompt")
+                    assertEquals(runs, decoder.runs.take(3), "$prompt")
                 }
             }
         },
@@ -287,21 +294,24 @@ internal class GenerationSuite(private val assets: File, private val scratch: Fi
                 assertEquals(StopReason.STOP_TOKEN, got.stop)
             }
         },
-        "the generation stops when the context is full: every position up to CL - 1 was run" to {
+        "the generation stops when the cache is full: every position up to CL - 2 was run, CL - 1 entries kept" to {
             session { session, decoder ->
                 val got = session.generate(prompt10, maxTokens = 100)
                 val cl = config.contextTokens
                 assertEquals(StopReason.CONTEXT_FULL, got.stop)
-                assertEquals(reference(prompt10, cl - prompt10.size + 1), got.tokens)
-                assertEquals(Run("lm-p2-decode", cl - 1, cl - 1), decoder.runs.last())
+                assertEquals(reference(prompt10, cl - 1 - prompt10.size + 1), got.tokens)
+                assertEquals(Run("lm-p2-decode", cl - 2, cl - 2), decoder.runs.last())
             }
         },
-        "the longest prompt that fits is CL - 1 here; a longer one, an empty one or a token outside the vocabulary is refused before any run" to {
+        "the longest prompt that fits is CL - 1 here (fewer where the chunks bind); a longer one, an empty one or a token outside the vocabulary is refused before any run" to {
             assertEquals(15, config.maxPromptTokens)
+            // at context 11 the chunk limit binds: a 10-token prompt's chunk at 8 would read more than 11 - 4 entries
+            assertEquals(9, config.copy(contextTokens = 11).maxPromptTokens)
+            assertEquals(0, config.copy(contextTokens = 4).maxPromptTokens)
             session { session, decoder ->
                 val longest = List(15) { it % 3 }
                 val got = session.generate(longest, maxTokens = 10)
-                assertEquals(reference(longest, 2), got.tokens) // one decode step fits after it
+                assertEquals(reference(longest, 1), got.tokens) // its logits give one token; the cache is full
                 assertEquals(StopReason.CONTEXT_FULL, got.stop)
                 decoder.runs.clear()
                 for (bad in listOf(List(16) { 1 }, emptyList(), listOf(1, config.vocab), listOf(-1))) {

@@ -168,9 +168,9 @@ internal class SampleAppSuite(private val assets: File, private val scratch: Fil
                 val shown = done.removePrefix(decision + "\n").lines()
                 val header = Regex("CPU generation: 8 prompt tokens in [0-9.]+ ms, then [0-9.]+ ms per token \\(context_full\\)")
                 assertTrue(header.matches(shown[0]), done)
-                // the prompt 1..8, then tokens by the fake model's rule until the context (16) is full: 9 tokens
+                // the prompt 1..8, then tokens by the fake model's rule until the cache (16 - 1 entries) is full: 8 tokens
                 val tokens = (1..8).toMutableList()
-                repeat(9) { tokens.add((tokens.sum() + 3 * (tokens.size - 1) + 1) % config.vocab) }
+                repeat(8) { tokens.add((tokens.sum() + 3 * (tokens.size - 1) + 1) % config.vocab) }
                 assertEquals("tokens: ${tokens.drop(8).joinToString(" ")}", shown[1], done)
                 assertEquals(listOf("lm-p1-prompt", "lm-p2-prompt", "lm-p1-prompt", "lm-p2-prompt"), decoder.runs.take(4).map { it.graph }, "the sample prompt is 8 tokens: two chunks of 4")
                 store.clear()

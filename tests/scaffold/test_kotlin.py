@@ -115,7 +115,7 @@ def generation_manifest(root: Path | None = None, names: str = "", targets=("SM8
     graphs, parts = [], []
     for k in (1, 2):
         layer = names_of[k - 1]
-        parts.append({"index": k, "prompt": f"lm-p{k}-prompt", "decode": f"lm-p{k}-decode", "layers": [k - 1, k]})
+        parts.append({"index": k, "prompt": f"lm-p{k}-prompt", "decode": f"lm-p{k}-decode", "layers": [k - 1, k - 1]})
         for kind, s in (("prompt", n), ("decode", 1)):
             ins = ([t(f"input_ids{names}", "int32", 1, s), t(f"attention_mask{names}", "int32", 1, cl),
                     t(f"position_ids{names}", "int32", 1, s)] if k == 1

@@ -60,12 +60,13 @@ data class GenerationConfig(
     val graphs: List<String> get() = orderedParts.flatMap { listOf(it.prompt, it.decode) }
 
     /**
-     * The longest prompt that fits: its last chunk must start with at most CL - N entries in the cache, and the cache
-     * ([CL - 1] entries) must hold the whole prompt.
+     * The longest prompt that fits: each chunk of N must start with at most CL - N entries in the cache (a last
+     * single token goes through the decode graph), and the cache (CL - 1 entries) must hold the whole prompt.
      */
     val maxPromptTokens: Int get() {
         val n = promptTokens
+        if (contextTokens <= n) return 0
         val lastChunkStart = (contextTokens - n) / n * n
-        return if (contextTokens <= n) 0 else minOf(contextTokens - 1, lastChunkStart + n)
+        return minOf(contextTokens - 1, lastChunkStart + n + 1)
     }
 }

@@ -42,7 +42,9 @@ data class GenerationResult(
  *
  * The cache is one buffer per layer for its key and one for its value, [1, heads, CL - 1, headDim], right-aligned:
  * the newest entry last, empty slots first (zeros, masked out). A prompt runs in chunks of N tokens (the last one
- * right-padded with token 0), of which only the real tokens' new entries are kept; then one decode step per token.
+ * right-padded with token 0), of which only the real tokens' new entries are kept, a last single token through the
+ * decode graph; then one decode step per token while the cache has room. This is the loop `qnndeploy validate` runs
+ * on the host (qnndeploy/model/generation.py, Stepper), so the app runs what was checked.
  * One generation at a time; the session owns its models and closes them.
  */
 class GenerationSession(val models: OrtModels, val config: GenerationConfig) : AutoCloseable {
@@ -91,7 +93,12 @@ class GenerationSession(val models: OrtModels, val config: GenerationConfig) : A
 
         val start = System.nanoTime()
         var next = 0
-        for (chunk in prompt.chunked(n)) next = step(chunk, prompt = true)
+        var rest = prompt
+        while (rest.isNotEmpty()) { // chunks of N; a last single token goes through the decode graph, as validate runs it
+            val chunk = if (rest.size == 1) rest else rest.take(n)
+            next = step(chunk, prompt = chunk.size > 1)
+            rest = rest.drop(chunk.size)
+        }
         val promptMs = (System.nanoTime() - start) / 1e6
 
         val tokens = ArrayList<Int>()
@@ -108,7 +115,7 @@ class GenerationSession(val models: OrtModels, val config: GenerationConfig) : A
                 stop = StopReason.MAX_TOKENS
                 break
             }
-            if (filled > cl - 1) { // a decode step reads CL - 1 entries at most
+            if (filled >= cl - 1) { // the cache holds CL - 1 entries: no room for this token's
                 stop = StopReason.CONTEXT_FULL
                 break
             }
