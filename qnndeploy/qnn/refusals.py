@@ -41,6 +41,11 @@ class Fact:
     rewrite: tuple[str, ...]  # the prepare options that remove the pattern
     remedy: str  # what the rewrite makes of it, in words
     measured: str  # "measured here with onnxruntime-qnn X on DATE"
+    also: tuple[tuple[Precision, str], ...] = ()  # other precisions measured to refuse it, each with its `measured`
+
+    def at(self, precision: Precision) -> str | None:
+        """How the refusal was measured at `precision` ("measured here with ..."), or None: not known to happen."""
+        return self.measured if precision == self.precision else dict(self.also).get(precision)
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,9 @@ class Explained:
 def facts() -> tuple[Fact, ...]:
     raw = json.loads(resources.files("qnndeploy").joinpath("data/htp_refusals.json").read_text(encoding="utf-8"))
     return tuple(Fact(r["id"], r["onnx_op"], r["qnn_op"], Precision(r["precision"]), r["code"], r["pattern"],
-                      r["why"], tuple(r["rewrite"]), r["remedy"], r["measured"]) for r in raw["refusals"])
+                      r["why"], tuple(r["rewrite"]), r["remedy"], r["measured"],
+                      tuple((Precision(p), a["measured"]) for p, a in (r.get("also") or {}).items()))
+                 for r in raw["refusals"])
 
 
 def parse(log: str) -> list[Refused]:
@@ -93,7 +100,7 @@ DETECTORS: dict[str, Callable[[onnx.GraphProto], list[str]]] = {
 
 def predicted(graph: onnx.GraphProto, precision: Precision) -> list[tuple[Fact, list[str]]]:
     """The refusals measured here at `precision` that the graph holds, each with the names of its nodes."""
-    found = [(fact, DETECTORS[fact.id](graph)) for fact in facts() if fact.precision == precision]
+    found = [(fact, DETECTORS[fact.id](graph)) for fact in facts() if fact.at(precision)]
     return [(fact, nodes) for fact, nodes in found if nodes]
 
 
@@ -104,10 +111,10 @@ def explain(refused: Refused, graph: onnx.GraphProto, precision: Precision, mode
     onnx_op = node.op_type if node is not None else "?"
     problem = f"node {refused.node} (ONNX {onnx_op} → QNN {refused.qnn_op}) refused, error {refused.code}"
     for fact in facts():
-        if fact.precision == precision and fact.onnx_op == onnx_op and refused.node in DETECTORS[fact.id](graph):
+        if fact.at(precision) and fact.onnx_op == onnx_op and refused.node in DETECTORS[fact.id](graph):
             out = prepared_name(model)
             check = shlex.join(["qnndeploy", "check", str(out), "--soc", soc, "--precision", precision])
-            return Explained(f"{problem}: {fact.pattern}: {fact.why} ({fact.measured})",
+            return Explained(f"{problem}: {fact.pattern}: {fact.why} ({fact.at(precision)})",
                              f"rewrite it as {fact.remedy}: {prepare_line(model, fact.rewrite, out)}, then {check}",
                              fact)
     return Explained(f"{problem} when QNN composed the {precision} graph",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 
 import pytest
 
@@ -66,3 +67,27 @@ def test_the_printed_rewrite_followed_as_printed_compiles_at_w8a16(tmp_path, att
     built = run("compile", npu, "--soc", "SM8750", "--precision", "w8a16", "--calib", calib, "-o",
                 tmp_path / "rewritten", "--no-cache")
     assert built.exit_code == 0, built.output
+
+
+def test_w4a16_refuses_the_same_where_and_its_rewrite_builds_w4a16(tmp_path, attention):
+    """The refusal holds at w4a16 too (measured: the table's `also`): the error gives the rewrite and the w4a16
+    check; the rewritten graph compiles at w4a16."""
+    given, calib = attention
+    model = tmp_path / given.name  # a copy of its own: the w8a16 test writes its rewrite beside the fixture's
+    shutil.copyfile(given, model)
+    (fact,) = [f for f in refusals.facts() if f.id == "where-inf-fill"]
+    assert fact.at("w4a16") and fact.at("w4a16") != fact.measured and fact.at("fp16") is None
+    result = run("compile", model, "--soc", "SM8750", "--precision", "w4a16", "--calib", calib, "-o",
+                 tmp_path / "build", "--no-cache")
+    assert result.exit_code == 1, result.output
+    error = json.loads((tmp_path / "build" / "attn" / "SM8750" / "compile.json").read_text())["error"]
+    assert error.startswith("node /Where (ONNX Where → QNN ElementWiseSelect) refused, error 6007: a Where whose "
+                            "fill is -inf") and f"({fact.at('w4a16')})" in error, error
+    prepare, check = re.search(r"rewrite it as an additive mask: (qnndeploy prepare .*), then (qnndeploy check .*)",
+                               error).groups()
+    assert shlex.split(check)[-2:] == ["--precision", "w4a16"]
+    assert run(*shlex.split(prepare)[1:]).exit_code == 0
+    npu = model.with_name("attn.npu.onnx")
+    result = run("compile", npu, "--soc", "SM8750", "--precision", "w4a16", "--calib", calib, "-o",
+                 tmp_path / "fixed", "--no-cache")
+    assert result.exit_code == 0, result.output
