@@ -39,6 +39,7 @@ from qnndeploy.qnn import toolchain
 def _render_compile(summary: CompileSummary) -> None:
     click.echo(f"backend {summary.backend}, QAIRT {summary.qairt_version}, {summary.precision}")
     gw = max([14, *(len(j.graph) for j in summary.jobs)])  # the graph column fits the longest name
+    shown_layers: dict[tuple[str, str], str] = {}  # a graph's worst layers -> the first SoC printed with them
     for j in summary.jobs:
         if j.status == CompileJobStatus.FAILED:
             click.echo(f"  FAILED  {j.graph:<{gw}} {j.soc:<9} {j.error}")
@@ -55,6 +56,9 @@ def _render_compile(summary: CompileSummary) -> None:
                        f"{(apart - one) / apart:.0%})")
         for graph, layers in j.worst_layers.items():
             name = f"{graph}: " if j.members else ""
+            if (earlier := shown_layers.setdefault((graph, str(layers)), j.soc)) != j.soc:  # the same quantization
+                click.echo(f"  {'':<7} {'':<{gw}} {'':<9} {name}quantization error per layer: as for {earlier}")
+                continue
             click.echo(f"  {'':<7} {'':<{gw}} {'':<9} {name}most quantization error (rel L2 of the weight, of the "
                        f"node's output on the calibration samples):")
             for q in layers:

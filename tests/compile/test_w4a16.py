@@ -177,7 +177,8 @@ def test_the_record_and_the_output_give_each_quantized_layer_its_error(tiny_lm):
     assert all(q.output_rel_l2 is not None and 0 < q.output_rel_l2 < 0.3 for q in layers)
     assert {q.node for q in layers if q.bits == 8} == {HEAD}
     worst = quantize.worst(layers, 5)
-    assert "most quantization error" in text and f"{worst[0].node} (int{worst[0].bits}" in text
+    assert text.count("most quantization error") == 1 and f"{worst[0].node} (int{worst[0].bits}" in text
+    assert "quantization error per layer: as for SM8650" in text  # the same quantization, printed once
     w8 = json.loads((tiny_lm["builds"]["w8a16"][0] / "prefill" / "SM8750" / "compile.json").read_text())
     assert all(q["bits"] == 8 and q["weight_rel_l2"] < 0.02 for q in w8["quantized_layers"]["prefill"])
 
