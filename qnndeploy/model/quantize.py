@@ -104,8 +104,9 @@ def int4_weights(source: Path, qdq_model: Path, keep_int8: Iterable[str] = ()) -
     scales. The weights of the `keep_int8` nodes, those whose reduction axis is not a multiple of the block, and
     those another kind of node reads too become signed int8 per output channel instead; they are returned, each
     with why. Weights not 2-D stay as qdq() wrote them."""
+    import numpy as np
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     floats = _float_weights(onnx.load(str(source)))
     model = onnx.load(str(qdq_model))
@@ -134,11 +135,10 @@ def int4_weights(source: Path, qdq_model: Path, keep_int8: Iterable[str] = ()) -
         else:
             q, scale, bits = *_int4_lpbq(w, axis), 4
         x, s, z = dq.input[0], f"{weight}_scale", f"{weight}_zero_point"
-        dtype = TensorProto.INT4 if bits == 4 else TensorProto.INT8
-        tensors = {x: helper.make_tensor(x, dtype, q.shape, q.ravel().tolist()) if bits == 4
-                   else numpy_helper.from_array(q, x),
+        tensors = {x: _int4_tensor(x, q) if bits == 4 else numpy_helper.from_array(q, x),
                    s: numpy_helper.from_array(scale, s),
-                   z: helper.make_tensor(z, dtype, scale.shape, [0] * scale.size)}
+                   z: _int4_tensor(z, np.zeros(scale.shape, np.int8)) if bits == 4
+                   else numpy_helper.from_array(np.zeros(scale.shape, np.int8), z)}
         for name, tensor in tensors.items():
             if name in inits:
                 graph.initializer[inits[name]].CopyFrom(tensor)
@@ -217,6 +217,19 @@ def _int4_lpbq(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     scale = channel * multiplier
     q = np.clip(np.round(blocks / scale[:, None]), -8, 7).astype(np.int8).reshape(wt.shape)
     return np.moveaxis(q, 0, axis), np.moveaxis(scale.astype(np.float32), 0, axis)
+
+
+def _int4_tensor(name: str, q: np.ndarray) -> onnx.TensorProto:
+    """Integers in -8..7 as an INT4 tensor: two to a byte, the first in the low nibble (ONNX's packing), written as
+    raw bytes (a Python list of a large weight's values would take gigabytes)."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    nibbles = (q.ravel().astype(np.uint8) & 0x0F)
+    if nibbles.size % 2:
+        nibbles = np.append(nibbles, np.uint8(0))
+    packed = nibbles[0::2] | (nibbles[1::2] << 4)
+    return helper.make_tensor(name, TensorProto.INT4, q.shape, packed.tobytes(), raw=True)
 
 
 def _int8_per_channel(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
