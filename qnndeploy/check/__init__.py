@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING
 
 from qnndeploy.base import socs
 from qnndeploy.base.errors import first_line
+from qnndeploy.base.htparch import HtpArch
 from qnndeploy.base.kinds import Precision
 from qnndeploy.base.names import PREPARED_SUFFIX
 from qnndeploy.check import rules
 from qnndeploy.check.rules import PARAM_DTYPES, Finding, PrepareFix, Severity, merged
-from qnndeploy.model import fuse, quantize, rewrite, samples
+from qnndeploy.model import fuse, loadplan, quantize, rewrite, samples
 from qnndeploy.model import split as cutting
 from qnndeploy.model.onnxio import (
     MAX_FOLDED_BYTES,
@@ -57,6 +58,9 @@ class Verdict(StrEnum):
 
 VERDICT_EXIT = {Verdict.READY: EXIT_READY, Verdict.FIXABLE: EXIT_FIXABLE, Verdict.NOT_READY: EXIT_NOT_READY}
 
+# The findings on a decoder's export that prepare --generate fixes by making its static prompt and decode graphs.
+DECODER_FIXES = frozenset({"dynamic-dims", "batch", "int64", "output-shape"})
+
 LONG_MEASUREMENT_S = 30  # a measurement expected to take up to this long gets no notice
 
 
@@ -76,6 +80,7 @@ class CheckReport:
     prepare_command: str | None  # one line fixing every fixable finding, when there are any
     placeholders: list[str]  # words in prepare_command to replace with the app's sizes or values (D2, VALUE…)
     verdict: Verdict
+    load: rules.LoadAdvice | None = None  # the parts it needs on this SoC at each precision, and why
 
     @property
     def exit_code(self) -> int:
@@ -91,7 +96,8 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
     """Read the graph, measure op support on the HTP when shapes allow, and give a verdict with fixes.
     With precision w8a16 or w4a16 the measured graph is the QDQ-quantized one compile would build. The measurement gets
     `timeout` seconds; `say` hears what to expect before a measurement that may take long. A model whose weights
-    exceed `context_bytes` (default: what data/context.json says one context holds) is told to split."""
+    stores more than `context_bytes` (default: the load budget data/load_budget.json gives the SoC's arch) is told
+    to split, and a decoder whose KV cache is an input how many parts `prepare --generate` should make."""
 
     path = Path(path)
     model = load_model(path, weights=False)
@@ -105,9 +111,11 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
     frozen = {name for f in op_findings if f.prepare for name in f.prepare.freeze}  # no int32 wrapper for those
     findings = (rules.shapes(inputs, outputs) + rules.declared_outputs(model)
                 + rules.dtypes(graph, inputs, outputs, frozen) + op_findings)
-    too_large = rules.context_size(graph, params, precision,
-                                   rules.context_bytes() if context_bytes is None else context_bytes)
-    if too_large:
+    load = rules.load_advice(graph, target.model, _budget(target, context_bytes), _source_decoder(graph))
+    too_large = None
+    if load.decoder_layers:  # --generate makes the static graphs with int32 ids itself: one finding says it all
+        findings = [f for f in findings if f.code not in DECODER_FIXES] + [rules.decoder_parts(load, precision)]
+    elif too_large := rules.context_size(graph, load, precision):
         findings.append(too_large)
     if precision == Precision.FP16:  # what a w8a16 build would refuse: the refusals measured here, read from the graph
         findings += [_w8a16_refusal(fact, nodes) for fact, nodes in refusals.predicted(graph, Precision.W8A16)]
@@ -204,13 +212,32 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
         outputs=outputs, parameters=params, weight_mb_fp16=round(params * 2 / 1e6, 1),
         weight_mb_8bit=round(params / 1e6, 1), htp=htp_result, findings=findings,
         prepare_command=_command(path, fix) if fix else None, placeholders=fix.placeholders() if fix else [],
-        verdict=verdict)
+        verdict=verdict, load=load)
+
+
+def _budget(soc: Soc, given: int | None) -> loadplan.Budget:
+    """One part's load budget on the SoC: the data's for its arch, or the bytes check --context-gb gave."""
+    if given is None:
+        return loadplan.budget_for(soc.arch_number)
+    arch = str(HtpArch(soc.arch_number))
+    return loadplan.Budget(arch, given, loadplan.BudgetStatus.GIVEN, "check --context-gb",
+                           "the budget check --context-gb gave", "")
+
+
+def _source_decoder(graph: onnx.GraphProto) -> int:
+    """The layers of a decoder exported with its KV cache as dynamic inputs (what prepare --generate takes); 0 for
+    any other model, the static graphs prepare --generate writes included (their KV inputs have fixed sizes)."""
+    layers = loadplan.kv_layers(graph)
+    if not layers:
+        return 0
+    past = [tensor_info(v) for v in real_inputs(graph) if v.name.startswith("past_key_values.")]
+    return layers if any(t.dynamic for t in past) else 0
 
 
 def _command(path: Path, fix: PrepareFix) -> str:
     # X.onnx -> X.npu.onnx (X.npu.onnx -> X.npu.npu.onnx), whose graph is still X; a split of X or of X.npu.onnx ->
     # X-parts/X.onnx, graphs X-head and X-tail (X-1, X-2… by size)
-    split = fix.split_at or fix.split_size
+    split = fix.split_at or fix.split_size or fix.generate_parts
     out = cutting.advised_output(path) if split else path.with_name(
         path.name.removesuffix(".onnx") + PREPARED_SUFFIX + ".onnx")
     return shlex.join(["qnndeploy", "prepare", str(path), "-o", str(out), *fix.args()])

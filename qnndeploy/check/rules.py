@@ -13,7 +13,10 @@ from enum import StrEnum
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from qnndeploy.base.kinds import Precision, Side
+from qnndeploy.base.errors import BadInput
+from qnndeploy.base.kinds import Precision, Side, choices
+from qnndeploy.model import loadplan
+from qnndeploy.model.loadplan import Budget
 from qnndeploy.model.onnxio import (
     CONTROL_FLOW_OPS,
     TensorInfo,
@@ -77,8 +80,11 @@ class PrepareFix:
     split_at: list[str] = field(default_factory=list)  # --split-at: a cut, which takes no other option
     cpu: Side = Side.HEAD  # --cpu, with split_at
     split_size: str = ""  # --split-size GB, as printed: N NPU graphs, which takes no other option either
+    generate_parts: int = 0  # --generate --parts P: a decoder as prompt and decode graphs, which does all the rest
 
     def args(self) -> list[str]:
+        if self.generate_parts:
+            return ["--generate", "--parts", str(self.generate_parts)]
         if self.split_at:
             return ["--split-at", ",".join(self.split_at), "--cpu-part", self.cpu]
         if self.split_size:
@@ -94,8 +100,12 @@ class PrepareFix:
 
 
 def merged(fixes: list[PrepareFix]) -> PrepareFix:
-    """One fix doing them all; a split only when nothing else is left to fix (it takes the prepared model)."""
+    """One fix doing them all; a split only when nothing else is left to fix (it takes the prepared model); a
+    decoder's --generate alone, as it makes the static graphs itself."""
     out = PrepareFix()
+    generate = [f for f in fixes if f.generate_parts]
+    if generate:
+        return generate[0]
     plain = [f for f in fixes if not f.split_at and not f.split_size]
     if not plain:
         return fixes[0]
@@ -108,34 +118,114 @@ def merged(fixes: list[PrepareFix]) -> PrepareFix:
     return out
 
 
-def context_bytes() -> int:
-    """Bytes of weights one HTP context binary is planned to hold (data/context.json says why, with its sources)."""
-    text = resources.files("qnndeploy").joinpath("data/context.json").read_text(encoding="utf-8")
-    return int(json.loads(text)["weight_bytes"])
+@dataclass(frozen=True)
+class StoredAt:
+    """What the compiler stores for the model at one precision, and the parts that takes on the SoC checked."""
+
+    precision: str
+    bytes: int
+    extra_bytes: int  # of it, second copies of constants read by two kinds of op (a tied embedding)
+    parts: int  # parts it needs under the budget; 0: no split into whole layers fits (a layer alone is over it)
+    layers: list[tuple[int, int]] = field(default_factory=list)  # a decoder's layers per part (first, last)
 
 
-def context_size(graph: onnx.GraphProto, params: int, precision: Precision, limit: int) -> Finding | None:
-    """A model whose weights at `precision` exceed what one context holds: split into NPU graphs of at most the
-    limit each, counted in the bytes the model stores them in (what `prepare --split-size` counts: an fp32 model's
-    parts may hold twice the limit when compiled at fp16)."""
-    held = params * (2 if precision == Precision.FP16 else 1)
-    if held <= limit:
+@dataclass(frozen=True)
+class LoadAdvice:
+    """How many parts a model needs on one SoC, and why: its stored bytes at each precision against the bytes one
+    part's context binary is planned to hold there (data/load_budget.json, or check --context-gb)."""
+
+    soc: str
+    budget: Budget
+    decoder_layers: int  # layers of a decoder whose KV cache is an input (0: not one)
+    stored: list[StoredAt]
+
+    def at(self, precision: str) -> StoredAt:
+        return next(s for s in self.stored if s.precision == precision)
+
+    def summary(self) -> str:
+        """`fp16 1,234.5 MB: 2 parts, w8a16 …` for the messages."""
+        return ", ".join(f"{s.precision} {_mb(s.bytes)}: " + (f"{s.parts} part{'s' if s.parts > 1 else ''}"
+                                                             if s.parts else "no split fits") for s in self.stored)
+
+    def why(self) -> str:
+        b = self.budget
+        return f"one part holds {_mb(b.bytes)} on {self.soc} ({b.arch}, {b.status}: {b.label})"
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def load_advice(graph: onnx.GraphProto, soc: str, budget: Budget, decoder_layers: int) -> LoadAdvice:
+    """The model's stored bytes at every precision compile takes, and the parts each needs under `budget`: a
+    decoder's layers planned into parts (embedding first, lm_head last), any other model cut by its bytes."""
+    rows = []
+    for precision in choices(Precision):
+        store = loadplan.stored(graph, precision)
+        layers: list[tuple[int, int]] = []
+        if decoder_layers:
+            try:
+                plan = loadplan.decoder_bytes(graph, store).plan(budget.bytes)
+                parts, layers = plan.count, [(p.first, p.last) for p in plan.parts]
+            except BadInput:
+                parts = 0
+        else:
+            parts = max(1, math.ceil(store.bytes / budget.bytes))
+        rows.append(StoredAt(precision, store.bytes, store.extra_bytes, parts, layers))
+    return LoadAdvice(soc, budget, decoder_layers, rows)
+
+
+def _fits_instead(load: LoadAdvice, precision: Precision) -> str:
+    """The other precisions that need fewer parts, as advice: `, or 1 part at w8a16 (check --precision w8a16)`."""
+    mine = load.at(precision).parts or math.inf
+    better = [s for s in load.stored if s.precision != precision and s.parts and s.parts < mine]
+    return "".join(f", or {s.parts} part{'s' if s.parts > 1 else ''} at {s.precision} (check --precision "
+                   f"{s.precision})" for s in better)
+
+
+def context_size(graph: onnx.GraphProto, load: LoadAdvice, precision: Precision) -> Finding | None:
+    """A model (not a decoder) that stores more at `precision` than one part holds on the SoC: split into NPU
+    graphs of at most the budget each, given in the bytes the model stores its weights in (what `prepare
+    --split-size` counts: the ratio of the ONNX's bytes to what the compiler stores carries the budget over)."""
+    mine = load.at(precision)
+    if mine.bytes <= load.budget.bytes:
         return None
-    stored = sum(tensor_nbytes(t) or 0 for t in all_tensors(graph) if dtype_name(t.data_type) in PARAM_DTYPES) or held
-    parts = math.ceil(held / limit)
-    most = limit * stored / held / 1e9  # the limit in the bytes the model stores its weights in
+    stored = sum(tensor_nbytes(t) or 0 for t in all_tensors(graph) if dtype_name(t.data_type) in PARAM_DTYPES) \
+        or mine.bytes
+    most = load.budget.bytes * stored / mine.bytes / 1e9  # the budget in the bytes the model stores its weights in
     digit = 10.0 ** (math.floor(math.log10(most)) - 2)
     size = round(math.floor(most / digit) * digit, 12)  # cut down to three digits
-    w8 = precision == Precision.FP16 and params <= limit
+    twice = f" (constants read by two kinds of op stored twice: +{_mb(mine.extra_bytes)})" if mine.extra_bytes else ""
     return Finding(
         "size", Severity.FIXABLE,
-        f"{held / 1e9:.3g} GB of weights at {precision}: over the {limit / 1e9:g} GB one HTP context is planned to "
-        "hold (the Hexagon's address space; docs/command-details.md, Large models)",
-        f"split it into {parts} or more NPU graphs of at most {size:g} GB of weights each"
-        + (f" as the model stores them ({limit / 1e9:g} GB at {precision})" if stored != held else "")
-        + f" (prepare --split-size {size:g}), compiled and bundled as a pipeline"
-        + (", or compile with 8-bit weights (check --precision w8a16)" if w8 else ""),
+        f"{_mb(mine.bytes)} stored at {precision}{twice}: over the {_mb(load.budget.bytes)} one HTP context is "
+        f"planned to hold on {load.soc} ({load.budget.arch}, {load.budget.status}: {load.budget.label}; "
+        "docs/command-details.md, Large models)",
+        f"split it into {mine.parts} or more NPU graphs of at most {size:g} GB of weights each"
+        + (f" as the model stores them ({_mb(load.budget.bytes)} at {precision})" if abs(stored - mine.bytes) > 1
+           else "") + f" (prepare --split-size {size:g}), compiled and bundled as a pipeline"
+        + _fits_instead(load, precision),
         prepare=PrepareFix(split_size=f"{size:g}"))
+
+
+def decoder_parts(load: LoadAdvice, precision: Precision) -> Finding:
+    """A decoder whose KV cache is an input: the app runs it as prompt and decode graphs per part (prepare
+    --generate), and the parts it needs on the SoC at `precision`, with the layers of each."""
+    mine = load.at(precision)
+    twice = f" (its tied embedding stored twice: +{_mb(mine.extra_bytes)})" if mine.extra_bytes else ""
+    what = (f"a decoder with a KV cache ({load.decoder_layers} layers): {_mb(mine.bytes)} stored at "
+            f"{precision}{twice}; {load.why()}")
+    if not mine.parts:
+        return Finding("parts", Severity.BLOCKER, f"{what}: a single layer is over it, so no split into whole "
+                       "layers loads", "quantize the weights further" + _fits_instead(load, precision))
+    spans = ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in mine.layers)
+    return Finding(
+        "parts", Severity.FIXABLE,
+        f"{what}: {mine.parts} part{'s' if mine.parts > 1 else ''} (layers {spans}; the embedding in the first, "
+        "the lm_head in the last)",
+        f"prepare --generate --parts {mine.parts}: a prompt and a decode graph per part, each pair compiled into "
+        "one weight-shared context" + _fits_instead(load, precision),
+        prepare=PrepareFix(generate_parts=mine.parts))
 
 
 def declared_outputs(model: onnx.ModelProto) -> list[Finding]:

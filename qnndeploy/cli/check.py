@@ -52,6 +52,13 @@ def _render_check(report: CheckReport) -> None:
             click.echo(f"    cpu: {node.name or '(unnamed)'} ({node.op_type})")
         if len(htp.cpu_nodes) > 20:
             click.echo(f"    … and {len(htp.cpu_nodes) - 20} more (--json lists all)")
+    load = report.load
+    if load and (load.decoder_layers or any(s.parts != 1 for s in load.stored)):
+        b = load.budget
+        click.echo(f"  load on {load.soc}: one part holds {size_text(b.bytes)} ({b.arch}, {b.status}: {b.label}); "
+                   "stored " + ", ".join(f"{s.precision} {size_text(s.bytes)}: " + (f"{s.parts} part(s)" if s.parts
+                                                                                   else "no split fits")
+                                         for s in load.stored))
     if report.findings:
         click.echo("  findings:")
     for f in report.findings:
@@ -94,8 +101,9 @@ class CheckArgs:
               "are unrolled over their time steps, which can take minutes; past the limit, op support is reported "
               "as not measured.")
 @click.option("--context-gb", type=click.FloatRange(min=0, min_open=True), metavar="GB",
-              help="The most weights (GB, at --precision) one HTP context may hold; a model above it is told to split "
-                   "[default: 2; docs/command-details.md, Large models].")
+              help="The most bytes (GB) one part's HTP context binary may hold, counted as the compiler stores the "
+                   "weights at --precision; a model above it is told to split [default: the SoC's load budget, "
+                   "qnndeploy/data/load_budget.json; docs/command-details.md, Large models].")
 @qairt_option
 @json_option
 @handles_errors
@@ -146,7 +154,9 @@ def check(args: CheckArgs, as_json: bool) -> None:
             # the check after the fix keeps this one's SoC and precision: prepare knows neither
             words = shlex.split(worst.prepare_command)
             out = words[words.index("-o") + 1] if "-o" in words else None
-            if out is not None:
+            if "--generate" in words:  # the decoder's parts are prepared: compile is next, after prepare's own line
+                next_step(worst.prepare_command)
+            elif out is not None:
                 next_step(worst.prepare_command, command_line("qnndeploy", "check", out, "--soc", worst.htp.soc,
                                                               *(quantized if args.calib else quantized[:2])))
     sys.exit(worst.exit_code)

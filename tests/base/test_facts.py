@@ -15,7 +15,6 @@ import pytest
 import yaml
 
 from qnndeploy.base import compat, socs
-from qnndeploy.check import rules
 from qnndeploy.qnn import toolchain
 from qnndeploy.scaffold import templates_dir
 from tests.support import REPO
@@ -205,8 +204,68 @@ def test_the_data_files_are_valid_json_with_a_source_per_row():
         assert row["source"]["url"].startswith("https://") and row["source"]["says"]
     for wheel in runtime["compilers"]["wheels"]:
         assert wheel["source"]["url"].startswith("https://")
-    context = json.loads((DATA / "context.json").read_text())
-    assert context["weight_bytes"] == rules.context_bytes() and context["weight_bytes_says"]
-    for source in context["sources"]:
-        assert (source.get("url", "").startswith("https://") or source["where"]) and source["says"]
+    budget = json.loads((DATA / "load_budget.json").read_text())
+    for row in budget["arches"].values():
+        assert row["status"] in ("measured", "published", "derived", "unknown") and row["says"]
+        assert (row["bytes"] is None) == (row["status"] == "unknown")
+        if row["bytes"] is not None:
+            assert row["label"] and budget["sources"][row["source"]]["read"]
+    assert budget["default"]["rule"] == "ours" and budget["default"]["says"]
+    for source in [*budget["sources"].values(), *budget["context"]]:
+        assert (source.get("url", "").startswith("https://") or source["where"]) and source.get("says", source.get(
+            "where"))
         assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", source["read"])
+
+
+def _models_folder() -> Path:
+    return _wheel_file("qai-hub-models", "qai_hub_models/devices_and_chipsets.yaml").parent / "models"
+
+
+def test_the_load_budget_is_the_largest_part_ai_hub_ran_on_a_phone_of_each_arch(qualcomm):
+    """data/load_budget.json against the qai-hub-models wheel, derived again: for every model whose manifest gives
+    each part's size, its largest part, on every phone whose NPU it was measured on (perf.yaml); per HTP arch the
+    largest such part is the budget, and an arch with none is unknown (the default rule's)."""
+    budget = json.loads((DATA / "load_budget.json").read_text())
+    part_size = re.compile(r"Model size \(part(\d+)_of_(\d+)\) \((\w+)\)")
+    largest: dict[str, tuple[int, str, str]] = {}  # arch -> (bytes, model, device)
+    for manifest in sorted(_models_folder().glob("*/manifest.yaml")):
+        details = yaml.safe_load(manifest.read_text()).get("runtime_technical_details") or {}
+        sizes = [_bytes(v) for d in details.values() for k, v in d.items() if part_size.fullmatch(k)]
+        if not sizes:
+            continue
+        perf = yaml.safe_load((manifest.parent / "perf.yaml").read_text())
+        for precision in perf["precisions"].values():
+            for component in precision["components"].values():
+                for device, runtimes in component["performance_metrics"].items():
+                    ran = any(m.get("desired_compute_unit") == "npu" for r in runtimes.values()
+                              for m in r.get("llm_metrics", []))
+                    row = qualcomm["devices"].get(device, {})
+                    if not ran or row.get("form_factor") != "Phone":
+                        continue
+                    arch = f"v{qualcomm['chipsets'][row['chipset']]['htp_version']}"
+                    largest[arch] = max(largest.get(arch, (0, "", "")), (max(sizes), manifest.parent.name, device))
+    assert largest, "no model of the wheel gives its parts' sizes"
+    for arch, row in budget["arches"].items():
+        if row["status"] == "derived":
+            assert (row["bytes"], row["from"]["model"], row["from"]["device"]) == largest[arch], arch
+            assert qualcomm["devices"][row["from"]["device"]]["chipset"] == row["from"]["chipset"]
+        else:
+            assert row["status"] == "unknown" and arch not in largest, arch
+    assert {f"v{s.arch_number}" for s in socs.catalog()} <= set(budget["arches"])  # every arch of the catalog
+
+
+def _bytes(text: str) -> int:
+    """'882 MB' -> 882_000_000 (MB read as 10^6 bytes: the smaller reading, as the data says)."""
+    number, unit = text.split()
+    return round(float(number) * {"kB": 1e3, "MB": 1e6, "GB": 1e9}[unit])
+
+
+def test_the_split_counts_the_load_budget_cites_are_the_wheels():
+    """The hand-chosen split counts the data's context cites (Qwen3 0.6B 2 parts, 1.7B 4, 4B 4, 8B 5), and the
+    err 1002 that made 1.7B's 4, read from each model.py of the wheel as text (nothing imported)."""
+    said = json.loads((DATA / "load_budget.json").read_text())["context"][0]["says"]
+    for model, splits in (("qwen3_0_6b", 2), ("qwen3_1_7b", 4), ("qwen3_4b", 4), ("qwen3_8b", 5)):
+        text = (_models_folder() / model / "model.py").read_text()
+        assert re.search(r"^NUM_SPLITS = (\d+)$", text, re.MULTILINE)[1] == str(splits), model
+    assert "err 1002" in (_models_folder() / "qwen3_1_7b" / "model.py").read_text()
+    assert "0.6B 2 parts, 1.7B 4, 4B 4, 8B 5" in said and "err 1002" in said

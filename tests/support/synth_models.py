@@ -129,10 +129,11 @@ def save_with_external_data(model: onnx.ModelProto, path: Path) -> Path:
     return path
 
 
-def large_embedding(path: Path, rows: int = 1_100_000, dim: int = 1024) -> Path:
-    """A 1.1 B-parameter embedding table in external data, written as a sparse file (no real disk use).
+def large_embedding(path: Path, rows: int = 1_100_000, dim: int = 1024, matmul: bool = False) -> Path:
+    """A 1.1 B-parameter embedding table in external data, written as a sparse file (no real disk use); with
+    `matmul`, the same table as the [rows, dim] weight of a MatMul instead of a Gather's.
 
-    The ids input has a dynamic batch so `check` reads only the graph (sizes come from the tensor dims).
+    The input has a dynamic batch so `check` reads only the graph (sizes come from the tensor dims).
     """
     table = T()
     table.name = "E"
@@ -144,9 +145,11 @@ def large_embedding(path: Path, rows: int = 1_100_000, dim: int = 1024) -> Path:
     for key, value in (("location", data.name), ("offset", "0"), ("length", str(nbytes))):
         entry = table.external_data.add()
         entry.key, entry.value = key, value
-    graph = h.make_graph([h.make_node("Gather", ["E", "ids"], ["y"], name="embed")], "big",
-                         [_vi("ids", T.INT64, ["batch", 8])], [_vi("y", T.FLOAT, ["batch", 8, dim])],
-                         initializer=[table])
+    node = h.make_node("MatMul", ["x", "E"], ["y"], name="project") if matmul else \
+        h.make_node("Gather", ["E", "ids"], ["y"], name="embed")
+    graph = h.make_graph([node], "big", [_vi("x", T.FLOAT, ["batch", 8, rows]) if matmul else
+                                         _vi("ids", T.INT64, ["batch", 8])],
+                         [_vi("y", T.FLOAT, ["batch", 8, dim])], initializer=[table])
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", OPSET)])
     model.ir_version = 9
     with data.open("wb") as f:
@@ -535,3 +538,55 @@ def offset_log_softmax() -> onnx.ModelProto:
         [_vi("x", T.FLOAT, [1, 16])], [_vi("logprobs", T.FLOAT, [1, 4])],
         [numpy_helper.from_array((rng.standard_normal((16, 4)) * 60).astype(np.float32), "W"),
          numpy_helper.from_array(np.array(12000.0, np.float32), "offset")], opset=18)
+
+
+def tiny_decoder(vocab: int = 4096, hidden: int = 256, ffn: int = 1024, layers: int = 2, *, tied: bool = True,
+                 kv: bool = True, kv_heads: int = 2, seq: int | str = "seq") -> onnx.ModelProto:
+    """A decoder LLM's weights in its usual places, seeded: a token embedding (a Gather's table), `layers` blocks
+    (LayerNorm, an MLP, a residual Add) and an lm_head, tied to the embedding (MatMul by its Transpose) or a weight of
+    its own. With `kv`, each block also takes past_key_values.{i}.key/value [batch, kv_heads, past, head_dim] and gives
+    present.{i}.* (its new key and value appended), the transformers/optimum input names, every length dynamic:
+    what check sees of an exported decoder. Without, the static [1, seq] graph compile takes (the same weights)."""
+    rng = np.random.default_rng(0)
+    inits: list[onnx.TensorProto] = []
+
+    def w(name: str, *shape: int) -> str:
+        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * 0.05).astype(np.float32), name))
+        return name
+
+    head_dim = hidden // 4
+    batch, past = ("batch", "past") if kv else (1, 0)
+    length = seq if kv else (seq if isinstance(seq, int) else 8)
+    ids = T.INT64 if kv else T.INT32
+    nodes = [h.make_node("Gather", [w("embed", vocab, hidden), "input_ids"], ["x0"], name="embed")]
+    inputs = [_vi("input_ids", ids, [batch, length])]
+    outputs = []
+    if kv:
+        inputs += [_vi("attention_mask", T.INT64, [batch, "total"]), _vi("position_ids", T.INT64, [batch, length])]
+        inits.append(numpy_helper.from_array(np.array([0, 0, kv_heads, head_dim], np.int64), "kv_shape"))
+    x = "x0"
+    for i in range(layers):
+        nodes += [h.make_node("LayerNormalization", [x, w(f"ln{i}.g", hidden), w(f"ln{i}.b", hidden)], [f"n{i}"],
+                              axis=-1, name=f"ln{i}"),
+                  h.make_node("MatMul", [f"n{i}", w(f"up{i}", hidden, ffn)], [f"u{i}"], name=f"up{i}"),
+                  h.make_node("Relu", [f"u{i}"], [f"r{i}"], name=f"relu{i}"),
+                  h.make_node("MatMul", [f"r{i}", w(f"down{i}", ffn, hidden)], [f"d{i}"], name=f"down{i}"),
+                  h.make_node("Add", [x, f"d{i}"], [f"x{i + 1}"], name=f"res{i}")]
+        if kv:
+            for part in ("key", "value"):
+                new = f"{part[0]}{i}"
+                inputs.append(_vi(f"past_key_values.{i}.{part}", T.FLOAT, [batch, kv_heads, past, head_dim]))
+                outputs.append(_vi(f"present.{i}.{part}", T.FLOAT, [batch, kv_heads, "total", head_dim]))
+                nodes += [h.make_node("MatMul", [f"n{i}", w(f"w{new}", hidden, kv_heads * head_dim)], [f"{new}.p"]),
+                          h.make_node("Reshape", [f"{new}.p", "kv_shape"], [f"{new}.r"]),
+                          h.make_node("Transpose", [f"{new}.r"], [f"{new}.t"], perm=[0, 2, 1, 3]),
+                          h.make_node("Concat", [f"past_key_values.{i}.{part}", f"{new}.t"], [f"present.{i}.{part}"],
+                                      axis=2)]
+        x = f"x{i + 1}"
+    if tied:
+        nodes += [h.make_node("Transpose", ["embed"], ["embed.T"], perm=[1, 0], name="tie"),
+                  h.make_node("MatMul", [x, "embed.T"], ["logits"], name="lm_head")]
+    else:
+        nodes.append(h.make_node("MatMul", [x, w("lm_head", hidden, vocab)], ["logits"], name="lm_head"))
+    logits = _vi("logits", T.FLOAT, [batch, length, vocab])
+    return _model(nodes, inputs, [logits, *outputs], inits, name="decoder")
