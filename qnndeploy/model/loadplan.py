@@ -10,7 +10,7 @@ with onnxruntime-qnn (tests/model/test_loadplan.py compiles models and compares)
 - w8a16 (onnxruntime's QNN quantizer, model/quantize.py): MatMul/Gemm/Conv weights and normalization scales 1 byte;
   biases int32 (4 bytes); a table a Gather reads 16-bit (2 bytes), and so is the same table where a MatMul also
   reads it (one quantization per constant: a tied lm_head is 16-bit too); other constants 16-bit.
-- w4a16: as w8a16, but MatMul/Gemm/Conv weights 4-bit in blocks of 32 along the reduction axis, each block with a
+- w4a16: as w8a16, but 2-D MatMul/Gemm weights 4-bit in blocks of 32 along the reduction axis, each block with a
   4-bit scale multiplier (LPBQ), plus a float scale per output channel; 8-bit where the axis does not divide by 32.
 
 The load budget per HTP arch is data (data/load_budget.json, each figure with its source); `plan_parts` puts
@@ -197,17 +197,13 @@ def _bytes_each(dtype: str, dims: list[int], uses: set[Use], dequantized: bool, 
 
 
 def _w4_bytes(dims: list[int]) -> int:
-    """A 4-bit block-quantized weight: half a byte an element, a 4-bit multiplier per block of 32 along the
+    """A 4-bit block-quantized 2-D weight: half a byte an element, a 4-bit multiplier per block of 32 along the
     reduction axis (the first of a MatMul's [K, N] weight) and a float scale per output channel; 8-bit where the
-    axis does not divide into blocks."""
+    axis does not divide into blocks and for weights of other ranks (model/quantize.py's int4_weights)."""
     elements = math.prod(dims)
-    if not dims or not elements:
-        return elements
-    reduction = dims[0] if len(dims) == 2 else elements // dims[0]
-    if reduction % BLOCK:
-        return elements
-    channels = elements // reduction
-    return math.ceil(elements / 2 + elements / BLOCK / 2) + 4 * channels
+    if len(dims) != 2 or dims[0] % BLOCK:
+        return elements  # a Conv's weight, or a reduction axis not in whole blocks: 8-bit
+    return math.ceil(elements / 2 + elements / BLOCK / 2) + 4 * dims[1]
 
 
 # --- decoders ------------------------------------------------------------------------------------
@@ -373,7 +369,7 @@ def plan_parts(units: Sequence[int], budget: int, *, first_extra: int = 0, last_
                                                                                  last_extra)) if on]
             raise BadInput(f"layer {i} stores {_mb(u)}" + (f" and, with {' and '.join(with_)}, {_mb(alone)}" if with_
                            else "") + f": over the {_mb(budget)} one part may hold, so no split into whole layers "
-                           "loads (quantize the weights further, e.g. --precision w4a16)")
+                           "loads (fewer bits per weight, or a model with smaller layers)")
     total = sum(units) + first_extra + last_extra
     fewest = _fill(units, budget, first_extra, last_extra)
     assert fewest is not None  # every unit fits alone (checked above)

@@ -217,13 +217,14 @@ def test_weights_over_one_part_are_told_to_split_or_go_8_bit_where_8_bit_fits(tm
     assert ("split it into 3 or more NPU graphs of at most 1.76 GB of weights each as the model stores them "
             "(882.0 MB at fp16) (prepare --split-size 1.76)") in finding.fix
     assert [(s.precision, s.bytes, s.parts) for s in report.load.stored] == [
-        ("fp16", 2_252_800_000, 3), ("w8a16", 2_252_800_000, 3)]
+        ("fp16", 2_252_800_000, 3), ("w8a16", 2_252_800_000, 3), ("w4a16", 2_252_800_000, 3)]
     assert "size" in codes(check.check_model(path, precision="w8a16", measure=False))
 
     weight = sm.large_embedding(tmp_path / "proj.onnx", rows=700_000, matmul=True)  # 1.43 GB at fp16, 0.72 at 8-bit
     report = check.check_model(weight, measure=False)
     (finding,) = [f for f in report.findings if f.code == "size"]
-    assert finding.fix.endswith("or 1 part at w8a16 (check --precision w8a16)")
+    assert finding.fix.endswith("or 1 part at w8a16 (check --precision w8a16), or 1 part at w4a16 (check --precision "
+                                "w4a16)")
     assert "size" not in codes(check.check_model(weight, precision="w8a16", measure=False))
 
 
