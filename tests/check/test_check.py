@@ -610,3 +610,51 @@ def test_the_op_builders_in_the_data_agree_with_the_installed_plugin(tmp_path, q
     taken = {*UNARY, "ReduceL2"} - on_cpu
     assert taken - builders == set(), "the plugin runs these on the HTP, the data says it has no builder for them"
     assert on_cpu >= {"Acos", "Erf", "Softsign"}  # and the measurement separates: some stay on the CPU
+
+
+def test_a_decoder_is_told_per_soc_how_many_parts_prepare_generate_should_make(tmp_path):
+    """A decoder exported with its KV cache (dynamic lengths, int64 ids): one finding says what prepare --generate
+    fixes and how many parts it needs on each SoC, with the stored bytes per precision against the SoC's budget and
+    where that comes from; the fix line is prepare --generate --parts P, and the verdict fixable (exit 10)."""
+    from tests.support.cli import parsed
+
+    path = save(tmp_path, sm.tiny_decoder(tied=True), "dec.onnx")  # 6.6 MB at fp16, its tied table twice
+    r = run("check", path, "--soc", "SM8750,SM8650", "--no-measure", "--json")
+    assert r.exit_code == 10, r.output
+    reports = parsed(r.stdout)["models"]
+    for report, (soc, arch, status) in zip(reports, [("SM8750", "v79", "derived"), ("SM8650", "v75", "default")],
+                                           strict=True):
+        assert [f["code"] for f in report["findings"]] == ["parts"]  # not its dynamic dims and int64 ids
+        assert report["load"]["soc"] == soc and report["load"]["decoder_layers"] == 2
+        assert (report["load"]["budget"]["arch"], report["load"]["budget"]["status"]) == (arch, status)
+        assert [(s["precision"], s["parts"]) for s in report["load"]["stored"]] == [
+            ("fp16", 1), ("w8a16", 1), ("w4a16", 1)]
+        assert report["load"]["stored"][0]["extra_bytes"] == 2 * 4096 * 256  # the tied table's second copy
+        assert report["prepare_command"].endswith(f"-o {tmp_path}/dec-parts/dec.onnx --generate --parts 1")
+
+    r = run("check", path, "--context-gb", "0.004", "--no-measure")  # 4 MB a part: 2 parts at fp16
+    assert r.exit_code == 10, r.output
+    assert ("load on SM8750: one part holds 4.0 MB (v79, given: check --context-gb); stored fp16 6.6 MB: 2 part(s), "
+            "w8a16 5.4 MB: 2 part(s), w4a16 ") in r.output
+    assert ("[fixable] a decoder with a KV cache (2 layers): 6.6 MB stored at fp16 (its tied embedding stored twice: "
+            "+2.1 MB); one part holds 4.0 MB on SM8750 (v79, given: check --context-gb): 2 parts (layers 0, 1; the "
+            "embedding in the first, the lm_head in the last)") in r.output
+    assert f"next: qnndeploy prepare {path} -o {tmp_path}/dec-parts/dec.onnx --generate --parts 2" in r.output
+
+    r = run("check", path, "--context-gb", "0.003", "--no-measure", "--json")  # embedding + one layer: over 3 MB
+    (finding,) = parsed(r.stdout)["models"][0]["findings"]
+    assert r.exit_code == 11 and finding["severity"] == "blocker" and "a single layer is over it" in finding["message"]
+    assert finding["fix"].endswith("or 2 parts at w4a16 (check --precision w4a16)")
+
+
+def test_the_static_graphs_prepare_generate_writes_are_not_taken_for_a_decoder_to_prepare(tmp_path):
+    """A generation part has past_key_values inputs too, but of fixed sizes: it is checked as any model (no parts
+    finding); its size against the budget like any other graph's."""
+    model = sm.tiny_decoder(kv=True, seq=1)
+    for value in [*model.graph.input, *model.graph.output]:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param"):
+                dim.dim_value = {"batch": 1}.get(dim.dim_param, 16)
+    report = check.check_model(save(tmp_path, model, "part.onnx"), measure=False)
+    assert "parts" not in codes(report) and report.load.decoder_layers == 0
+    assert [s.parts for s in report.load.stored] == [1, 1, 1]
