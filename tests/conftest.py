@@ -7,6 +7,7 @@ test marked needs_X is skipped locally, and failed in CI, when X is missing.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 
@@ -104,3 +105,11 @@ def demo_run(tmp_path_factory):
 def demo_bundle(demo_run):
     """The demo's bundle folder (demo_run's bundle/kws-demo-1.0.0)."""
     return next((demo_run / "bundle").iterdir())
+
+
+@pytest.fixture(scope="session")
+def llm_export(tmp_path_factory):
+    """Decoder LLMs exported once per session (tests/support/llm.py): llm_export(spec, dynamo=...) -> Exported."""
+    from tests.support import llm
+
+    return functools.partial(llm.cached_export, tmp_path_factory.mktemp("llm"))
