@@ -50,11 +50,13 @@ if TYPE_CHECKING:  # what mypy and a script's type checker see; at run time __ge
     from qnndeploy.device.verify import DeviceVerification, PhoneRequest
     from qnndeploy.diagnose import DiagnoseOptions, DiagnoseResult, diagnose
     from qnndeploy.estimate import Estimates, ModelEstimate, SocEstimate
+    from qnndeploy.formats.generation import GenerationPlan
     from qnndeploy.formats.playplan import Delivery
     from qnndeploy.formats.records import HtpSettings
     from qnndeploy.inspect import BinaryReport, InspectResult, inspect
     from qnndeploy.package.play import PlayPackage
     from qnndeploy.prepare import PrepareOptions, PrepareResult, prepare_model
+    from qnndeploy.prepare.generate import GenerateOptions, prepare_generation
     from qnndeploy.prepare.split import SplitResult, split_by_size, split_model
     from qnndeploy.report import ReportResult, report
     from qnndeploy.scaffold import ScaffoldResult
@@ -137,6 +139,8 @@ __all__ = [
     "DiagnoseResult",
     "Engine",
     "Estimates",
+    "GenerateOptions",
+    "GenerationPlan",
     "HostedChoice",
     "HtpSettings",
     "InspectResult",
@@ -177,6 +181,7 @@ __all__ = [
     "hosted_devices",
     "inspect",
     "package_play",
+    "prepare_generation",
     "prepare_model",
     "reach",
     "report",
@@ -226,6 +231,8 @@ HOMES: dict[str, str] = {
     "qnndeploy.package.play": "PlayPackage DEFAULT_PACK DELIVERIES ON_DEVICE_ROW play_size_text=size_text",
     "qnndeploy.prepare": "PrepareOptions PrepareResult prepare_model parse_assignment parse_shape",
     "qnndeploy.prepare.split": "SplitResult split_by_size split_model",
+    "qnndeploy.prepare.generate": "GenerateOptions prepare_generation",
+    "qnndeploy.formats.generation": "GenerationPlan",
     "qnndeploy.report": "ReportResult report",
     "qnndeploy.scaffold": "ScaffoldResult",
     "qnndeploy.validate": ("TargetValidation ValidateOptions ValidationSummary validate_build TargetStatus "

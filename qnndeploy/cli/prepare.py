@@ -8,11 +8,13 @@ from pathlib import Path
 import click
 
 from qnndeploy.api import (
+    GenerateOptions,
     PrepareOptions,
     PrepareResult,
     SplitResult,
     parse_assignment,
     parse_shape,
+    prepare_generation,
     prepare_model,
     split_by_size,
     split_model,
@@ -31,6 +33,7 @@ from qnndeploy.cli._common import (
     size_text,
 )
 from qnndeploy.model import rewrite as rewriting
+from qnndeploy.prepare.generate import DEFAULT_CONTEXT, DEFAULT_PROMPT, DEFAULT_STEPS, calib_path
 from qnndeploy.qnn import refusals
 
 
@@ -81,6 +84,36 @@ def _render_split(result: SplitResult) -> None:
               + " ...")
 
 
+def _generate(args: PrepareArgs, as_json: bool) -> None:
+    others = [o for o, given in (("--shape", args.shapes), ("--freeze", args.freeze), ("--split-at", args.split_at),
+                                 ("--split-size", args.split_size), ("--int32-inputs", args.int32_inputs),
+                                 ("--rewrite", args.rewrites), ("--fuse", args.fuse),
+                                 ("--no-simplify", args.no_simplify), ("--inputs", args.inputs_dir)) if given]
+    if others:
+        raise BadInput(f"--generate sets the shapes and int32 inputs itself: leave out {', '.join(others)}")
+    plan = prepare_generation(args.model, args.out, GenerateOptions(
+        prompt_tokens=args.prompt_tokens, context=args.context, parts=args.parts, steps=args.steps,
+        calib_tokens=args.calib_tokens, force=args.force))
+    if as_json:
+        emit_json(plan.to_json())
+        return
+    click.echo(f"wrote {len(plan.parts)} part(s) of {plan.layers} layers, prompt graphs of {plan.prompt_tokens} "
+               f"tokens and decode graphs of 1 at a context of {plan.context} -> {plan.path}")
+    for part in plan.parts:
+        click.echo(f"  part {part.index}: layers {part.layers[0]}-{part.layers[1]}")
+        for g in part.graphs:
+            click.echo(f"    {g.role.value:<7}{plan.path.parent / g.file} ({size_text(g.weight_bytes)} of weights)")
+    proof = plan.proof
+    click.echo(f"  the parts in the app's loop on onnxruntime CPU against {Path(plan.source).name}: the same "
+               f"{proof.steps} greedy tokens after a {proof.prompt}-token prompt (seed {proof.seed}), logits "
+               f"within {proof.max_logit_diff:.2g}")
+    click.echo(f"  calibration samples: {calib_path(args.out)} ({plan.calibration})")
+    graphs = list(plan.graph_files().values())
+    shares = [a for name, (p, d) in plan.shares().items() for a in ("--share", f"{name}={p},{d}")]
+    next_step(command_line("qnndeploy", "compile", *graphs, *shares, "--precision", "w8a16", "--calib",
+                           calib_path(args.out), "--soc", "SOC", "-o", "build"))
+
+
 @dataclass(frozen=True, kw_only=True)
 class PrepareArgs:
     """What `qnndeploy prepare` is asked: its options as click parsed them, a field each."""
@@ -99,6 +132,12 @@ class PrepareArgs:
     inputs_dir: Path | None
     tolerance: float
     force: bool
+    generate: bool
+    prompt_tokens: int
+    context: int
+    parts: int
+    steps: int
+    calib_tokens: Path | None
 
 
 @click.command()
@@ -130,6 +169,23 @@ class PrepareArgs:
 @click.option("--cpu-part", "cpu_part", cls=Renamed, type=click.Choice(choices(Side)), default=Side.HEAD.value,
               show_default=True,
               help="With --split-at: the part that runs on the CPU.")
+@click.option("--generate", is_flag=True,
+              help="Instead: a decoder LLM with its KV cache (transformers/optimum layout) becomes a prompt graph "
+                   "and a decode graph per part, OUT-p1-prompt.onnx, OUT-p1-decode.onnx… (+ OUT.generation.json and "
+                   "calibration samples in OUT.calib/), proven by the app's own loop on the CPU to choose the "
+                   "model's tokens.")
+@click.option("--prompt-tokens", type=click.IntRange(min=2), default=DEFAULT_PROMPT, show_default=True,
+              metavar="N", help="With --generate: the tokens a prompt graph takes at once.")
+@click.option("--context", type=click.IntRange(min=3), default=DEFAULT_CONTEXT, show_default=True, metavar="N",
+              help="With --generate: the context length, prompt and generated tokens together.")
+@click.option("--parts", type=click.IntRange(min=1), default=1, show_default=True, metavar="P",
+              help="With --generate: cut the layers into P parts (the embedding in the first, the lm_head in the "
+                   "last), each one context binary (`qnndeploy check` says how many a SoC needs).")
+@click.option("--steps", type=click.IntRange(min=1), default=DEFAULT_STEPS, show_default=True, metavar="N",
+              help="With --generate: greedy steps the parts must choose the source's tokens for.")
+@click.option("--calib-tokens", type=click.Path(path_type=Path), metavar="FILE",
+              help="With --generate: token ids, a sequence per line, that the calibration samples in OUT.calib/ are "
+                   "made from [default: the model's own greedy continuation of the proof's seeded prompt].")
 @click.option("--inputs", "inputs_dir", type=click.Path(path_type=Path), metavar="DIR",
               help="NAME.npy or NAME.npz per input for the equivalence run [default: one random sample, seed 0].")
 @click.option("--tolerance", type=float, default=1e-4, show_default=True,
@@ -151,6 +207,9 @@ def prepare(args: PrepareArgs, as_json: bool) -> None:
     Exit codes: 0 written; 1 the prepared model differs from the original beyond
     --tolerance (nothing written); 2 bad input (nothing written); 3 missing tool.
     """
+    if args.generate:
+        _generate(args, as_json)
+        return
     if args.split_at is not None or args.split_size is not None:
         option = "--split-at" if args.split_at is not None else "--split-size"
         if args.split_at is not None and args.split_size is not None:

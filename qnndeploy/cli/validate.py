@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -123,6 +124,9 @@ def _render_loop(check: dict[str, object]) -> None:
     if "error" in check:
         click.echo(f"        BAD decode loop on {check['soc']}: {check['error']}")
         return
+    if check.get("kind") == "generation":
+        _render_generation(check)
+        return
     rate, same, runs = check["error_rate"], check["same_tokens"], check["samples"]
     assert isinstance(runs, list) and isinstance(rate, float)
     described = check.get("described")
@@ -140,6 +144,27 @@ def _render_loop(check: dict[str, object]) -> None:
     truth = check.get("against_texts")
     if isinstance(truth, dict):
         click.echo(f"          against the given texts: CPU {truth['cpu']:.2%}, NPU {truth['npu']:.2%} word error rate")
+
+
+def _render_generation(check: dict[str, Any]) -> None:
+    parted = check["parts_at"]
+    click.echo(f"        {'ok ' if check['passed'] else 'BAD'} generation loop on {check['soc']} (decides every part): "
+               f"{check['agreement']:.1%} of {check['steps']} greedy steps choose the CPU's token from the CPU's "
+               f"history (at least {check['min_agreement']:.0%}), after a {check['prompt']}-token prompt")
+    margin = num(check["cpu_margin_there"], ".3f")
+    click.echo("          " + ("the tokens never part" if parted is None else
+                               f"the tokens part at step {parted} (CPU margin {margin})"))
+    first = check["first_layer"]
+    worst = min(check["layers"], key=lambda d: min(d["key_cosine"], d["value_cosine"]), default=None)
+    where = f"layer {first} is the first beyond cosine {check['min_cosine']:g}" if first is not None \
+        else f"every layer within cosine {check['min_cosine']:g}"
+    if worst is not None:
+        click.echo(f"          at step {check['compared_at']}, each part fed the CPU's cache: {where}; the lowest, "
+                   f"layer {worst['layer']}: key {worst['key_cosine']:.5f}, value {worst['value_cosine']:.5f}")
+    likely = check.get("likelihood")
+    if likely:
+        click.echo(f"          on the {likely['tokens']} given tokens: perplexity CPU "
+                   f"{likely['cpu']['perplexity']:.3f}, NPU {likely['npu']['perplexity']:.3f}")
 
 
 def _task_specs(specs: tuple[str, ...]) -> dict[str | None, str]:

@@ -26,6 +26,7 @@ from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.base.pool import Pool
 from qnndeploy.formats import chain, estimaterecord
 from qnndeploy.formats.estimaterecord import EstimateRecord
+from qnndeploy.formats.generation import GenerationPlan
 from qnndeploy.formats.records import (
     CompileRecord,
     JobProgress,
@@ -50,6 +51,7 @@ from qnndeploy.model.metrics import (
 from qnndeploy.model.onnxio import INT_DTYPES, TensorInfo, load_model, real_inputs, tensor_info
 from qnndeploy.model.samples import Ranges, Sample
 from qnndeploy.qnn import htp, loop
+from qnndeploy.validate import generation
 
 EMULATOR_NOTE = ("Outputs come from the host HTP emulator (x86-64): the HTP's arithmetic, not its speed. "
                  "Emulator timings say nothing about phone timings; measure on a phone (qnndeploy device profile).")
@@ -160,7 +162,9 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
     splits = splits_of({r.source: r.source_sha256 for r in compiled})
     links = _links(plan, splits)
     sources = {r.graph: r.source for r in plan}
-    looped = decode.parse(o.loop, sources, _split_graphs(links)) if o.loop else None
+    gens = generation.plans_of(sources)  # a decoder LLM's parts (prepare --generate): judged by its loop
+    generating = _generation_loop(o.loop, gens)
+    looped = decode.parse(o.loop, sources, _split_graphs(links)) if o.loop and generating is None else None
     if looped is not None and not set(looped.graphs) <= set(sources):
         lacking = ", ".join(g for g in looped.graphs if g not in sources)
         raise BadInput(f"--loop: the build (or --graph) lacks {lacking}")
@@ -169,6 +173,9 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
     _check_ranges(o.ranges, plan, links)
     judged_by = _tasks(o.tasks, plan)
     loosened = looser_thresholds(thresholds, {r.precision for r in plan})
+    if generating is not None and generating.min_agreement is not None and any(
+            generating.min_agreement < generation.min_agreement(r.precision) for r in plan if r.graph in gens):
+        loosened.append(f"loop generation:min_agreement={generating.min_agreement:g}")
     if loosened and not (reason or "").strip():
         raise BadInput(f"--{', --'.join(loosened)} is looser than the default: say why with --reason \"...\" "
                        "(it is recorded in every validation record and the bundle)")
@@ -204,7 +211,16 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
             sources[first], first, count=random or 1, seed=seed, ranges=o.ranges)
         return loop.run_cpu(looped, sources, features, used)
 
+    gen_evidence: dict[Path, dict[str, list[Sample]] | QnnDeployError] = {}
+
     def make_reference(record: CompileRecord) -> Reference:
+        if record.graph in gens:
+            made_plan = gens[record.graph]
+            assert generating is not None
+            feeds = _once(gen_evidence, made_plan.path, loop_lock, lambda: generation.evidence(
+                made_plan, generating, seed))[record.graph]
+            return feeds, samples.cpu_outputs(record.source, feeds), {
+                "kind": "loop", "graph": record.graph, "samples": {"kind": "generation", "plan": str(made_plan.path)}}
         if looped is not None and record.graph in loop_graphs:
             made = _once(cpu_loops, "", loop_lock, cpu_loop)
             role = "encoder" if record.graph in looped.encoders else "decoder"
@@ -230,7 +246,8 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
             progress(len(results), len(plan), JobStarted(record.graph, record.soc))
         return i, _validate_one(record, thresholds, per_graph, locks[record.graph], make_reference,
                                 reason.strip() if loosened and reason else None, judged_by.get(record.graph),
-                                held if record.graph in links or record.graph in loop_graphs else None)
+                                held if record.graph in links or record.graph in loop_graphs or record.graph in gens
+                                else None)
 
     pool = Pool(max_workers=jobs or default_jobs())
     try:
@@ -252,6 +269,8 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
     made_loop = cpu_loops.get("")
     if looped is not None and isinstance(made_loop, loop.CpuRun):
         _check_loops(looped, plan, ordered, made_loop, held)
+    if generating is not None:
+        _check_generations(gens, plan, ordered, held, generating, seed)
     _write_held(ordered, held)
     if o.estimate:
         _estimate(plan, ordered)
@@ -546,6 +565,7 @@ def _check_loops(looped: decode.Loop, plan: list[CompileRecord], results: list[T
             t.status = TargetStatus.PASSED if check["passed"] else TargetStatus.FAILED
 
 
+<<<<<<< HEAD
 def _split_graphs(links: dict[str, Link]) -> dict[str, list[str]]:
     """Each split whose parts are all NPU graphs of the build, by name (its record's, OUT of OUT.split.json), with
     its parts' graphs in running order: a decode loop's encoder or decoder may be one."""
@@ -556,6 +576,42 @@ def _split_graphs(links: dict[str, Link]) -> dict[str, list[str]]:
         if all(graphs):
             found[split.path.name.removesuffix(".split.json")] = [g for g in graphs if g]
     return found
+=======
+def _generation_loop(given: str | None, gens: Mapping[str, GenerationPlan]) -> generation.GenerationLoop | None:
+    """--loop generation[:...] (or nothing, for a build of a generation plan's parts): how its loop runs."""
+    kind = (given or "").partition(":")[0]
+    if kind != "generation" and (given or not gens):
+        return None
+    if not gens:
+        raise BadInput("--loop generation: the build holds no graph of a generation plan (prepare --generate)")
+    _, options = tasks.key_values("--loop", given or "generation", ("steps", "prompt", "text", "min_agreement"),
+                                  "steps=N, prompt=FILE, text=FILE or min_agreement=X")
+    return generation.parse(options, f"--loop {given}")
+
+
+def _check_generations(gens: Mapping[str, GenerationPlan], plan: list[CompileRecord],
+                       results: list[TargetValidation], held: Held, loop: generation.GenerationLoop,
+                       seed: int) -> None:
+    """Each generation plan on each SoC whose graphs all ran: its loop on the emulator against the CPU's; the
+    verdict decides every graph of the plan."""
+    by_job = {(r.graph, r.soc): (r, t) for r, t in zip(plan, results, strict=True)}
+    for made in {id(p): p for p in gens.values()}.values():
+        graphs = list(made.graph_files())
+        for soc in dict.fromkeys(r.soc for r in plan):
+            if not all((g, soc) in held for g in graphs):
+                continue
+            jobs = {g: by_job[(g, soc)] for g in graphs}
+            record = jobs[graphs[0]][0]
+            try:
+                generation.check_unchanged(made)
+                check = generation.check(made, soc, {g: _emulated(r) for g, (r, _) in jobs.items()},
+                                         record.precision, loop, seed).json()
+            except QnnDeployError as e:
+                check = {"kind": "generation", "soc": soc, "passed": False, "error": str(e)}
+            for _, t in jobs.values():
+                t.loop = check
+                t.status = TargetStatus.PASSED if check["passed"] else TargetStatus.FAILED
+>>>>>>> 3dd9db5 (prepare --generate: a decoder LLM with its KV cache becomes per part a static prompt graph and decode graph (new cache entries only out), cut where the residual stream passes between layers (the logits' dominators), proven by the app's own loop on the CPU to choose the source's greedy tokens; calibration samples from that loop, covering every position of the context; validate runs the generation loop on the emulator (teacher-forced token agreement, first parting step, per-layer KV diff with the CPU's cache on both sides, likelihood of given tokens))
 
 
 def _write_held(results: list[TargetValidation], held: Held) -> None:

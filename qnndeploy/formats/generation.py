@@ -1,0 +1,158 @@
+"""OUT.generation.json (`prepare --generate`): a decoder LLM's parts, each a prompt and a decode graph, the cache
+they share with the host loop, and the proof that the parts choose the source's tokens. compile, validate and
+bundle build read it; a bundle carries its loop as the manifest's "generation" object (`Generation`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+
+from qnndeploy import __version__
+from qnndeploy.base.errors import BadInput
+from qnndeploy.base.fileio import JSON, write_json
+
+PLAN_RECORD, PLAN_VERSION = "qnndeploy-generation", 1
+
+
+class Role(StrEnum):
+    """What a graph of a generation does: takes a prompt chunk, or one token."""
+
+    PROMPT = "prompt"
+    DECODE = "decode"
+
+
+@dataclass(frozen=True)
+class GenerationGraph:
+    role: Role
+    graph: str  # the graph's name (its file's stem), as compile and the bundle name it
+    file: str  # beside the plan
+    sha256: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    weight_bytes: int
+
+
+@dataclass(frozen=True)
+class GenerationPart:
+    index: int  # 1-based, in running order
+    layers: tuple[int, int]  # first and last layer, both included
+    graphs: tuple[GenerationGraph, ...]  # prompt, decode
+
+    def graph(self, role: Role) -> GenerationGraph:
+        return next(g for g in self.graphs if g.role == role)
+
+    @property
+    def context_name(self) -> str:
+        """The shared context binary both graphs compile into: the prompt graph's name without its role."""
+        return self.graph(Role.PROMPT).graph.removesuffix(f"-{Role.PROMPT.value}")
+
+
+@dataclass(frozen=True)
+class Proof:
+    """The parts run by the app's loop on the CPU against the source: greedy, from a seeded prompt."""
+
+    prompt: int  # tokens of the prompt
+    steps: int  # greedy steps compared
+    same_tokens: bool
+    max_logit_diff: float
+    vocab: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class GenerationPlan:
+    path: Path  # where it is (its graphs are beside it); not a field of the file
+    source: str
+    source_sha256: str
+    prompt_tokens: int
+    context: int
+    layers: int
+    kv_heads: int
+    head_dim: int
+    kv_dtype: str
+    input_ids: str
+    attention_mask: str
+    position_ids: str
+    logits: str
+    kv: tuple[tuple[str, str, str, str], ...]  # per layer: key in, key out, value in, value out
+    parts: tuple[GenerationPart, ...]
+    proof: Proof
+    calibration: str = ""  # what the calibration samples beside the plan (OUT.calib/) were made from
+    seconds: float = 0.0
+    qnndeploy: str = __version__
+    created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+
+    def graph_files(self) -> dict[str, Path]:
+        """Every graph's name -> its file, in running order (part 1's prompt, part 1's decode, part 2's ...)."""
+        return {g.graph: self.path.parent / g.file for p in self.parts for g in p.graphs}
+
+    def shares(self) -> dict[str, tuple[str, str]]:
+        """compile --share: each part's context name -> its prompt and decode graphs."""
+        return {p.context_name: (p.graph(Role.PROMPT).graph, p.graph(Role.DECODE).graph) for p in self.parts}
+
+    def to_json(self) -> JSON:
+        return {
+            "record": PLAN_RECORD, "version": PLAN_VERSION,
+            "source": {"path": self.source, "sha256": self.source_sha256},
+            "prompt_tokens": self.prompt_tokens, "context_tokens": self.context, "layers": self.layers,
+            "inputs": {"input_ids": self.input_ids, "attention_mask": self.attention_mask,
+                       "position_ids": self.position_ids},
+            "logits": self.logits,
+            "kv": [{"layer": i, "key": [k_in, k_out], "value": [v_in, v_out], "heads": self.kv_heads,
+                    "head_dim": self.head_dim, "dtype": self.kv_dtype}
+                   for i, (k_in, k_out, v_in, v_out) in enumerate(self.kv)],
+            "parts": [{"index": p.index, "layers": list(p.layers),
+                       "graphs": [{"role": g.role.value, "graph": g.graph, "file": g.file, "sha256": g.sha256,
+                                   "inputs": list(g.inputs), "outputs": list(g.outputs),
+                                   "weight_bytes": g.weight_bytes} for g in p.graphs]} for p in self.parts],
+            "proof": {"prompt": self.proof.prompt, "steps": self.proof.steps, "same_tokens": self.proof.same_tokens,
+                      "max_logit_diff": self.proof.max_logit_diff, "vocab": self.proof.vocab,
+                      "seed": self.proof.seed},
+            "calibration": self.calibration, "seconds": self.seconds, "tools": {"qnndeploy": self.qnndeploy},
+            "created": self.created}
+
+    def write(self) -> None:
+        write_json(self.path, self.to_json())
+
+    @classmethod
+    def parse(cls, data: object, path: Path) -> GenerationPlan:
+        """The plan at `path` from its JSON value (strict): BadInput, in one line, for anything else."""
+        try:
+            if not isinstance(data, dict) or data["record"] != PLAN_RECORD:
+                raise ValueError
+            kv = data["kv"]
+            proof = data["proof"]
+            parts = tuple(GenerationPart(
+                int(p["index"]), (int(p["layers"][0]), int(p["layers"][1])),
+                tuple(GenerationGraph(Role(g["role"]), str(g["graph"]), str(g["file"]), str(g["sha256"]),
+                                      tuple(map(str, g["inputs"])), tuple(map(str, g["outputs"])),
+                                      int(g["weight_bytes"])) for g in p["graphs"]))
+                for p in data["parts"])
+            if not parts or any({g.role for g in p.graphs} != set(Role) for p in parts):
+                raise ValueError
+            return cls(
+                path, str(data["source"]["path"]), str(data["source"]["sha256"]), int(data["prompt_tokens"]),
+                int(data["context_tokens"]), int(data["layers"]), int(kv[0]["heads"]), int(kv[0]["head_dim"]),
+                str(kv[0]["dtype"]), str(data["inputs"]["input_ids"]), str(data["inputs"]["attention_mask"]),
+                str(data["inputs"]["position_ids"]), str(data["logits"]),
+                tuple((str(x["key"][0]), str(x["key"][1]), str(x["value"][0]), str(x["value"][1])) for x in kv),
+                parts, Proof(int(proof["prompt"]), int(proof["steps"]), bool(proof["same_tokens"]),
+                             float(proof["max_logit_diff"]), int(proof["vocab"]), int(proof["seed"])),
+                str(data.get("calibration", "")), float(data.get("seconds", 0.0)),
+                str((data.get("tools") or {}).get("qnndeploy", "")), str(data.get("created", "")))
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            raise BadInput(f"{path}: not a generation plan (qnndeploy prepare --generate writes one)") from None
+
+    @classmethod
+    def read(cls, path: Path) -> GenerationPlan:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except OSError as e:
+            raise BadInput(f"{path}: cannot read the generation plan ({e.strerror or e})") from None
+        except ValueError:
+            raise BadInput(f"{path}: not a generation plan (qnndeploy prepare --generate writes one)") from None
+        return cls.parse(data, path)
