@@ -63,7 +63,8 @@ class _Lazy(Group):
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         limit = formatter.width - 6 - max(map(len, COMMANDS))
-        rows = [(name, click.utils.make_default_short_help(help_, limit)) for name, (_, _, help_) in COMMANDS.items()]
+        rows = [(name, click.Command(name, help=help_).get_short_help_str(limit))  # click's public shortening
+                for name, (_, _, help_) in COMMANDS.items()]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
