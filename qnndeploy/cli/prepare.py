@@ -176,8 +176,8 @@ class PrepareArgs:
                    "model's tokens.")
 @click.option("--prompt-tokens", type=click.IntRange(min=2), default=DEFAULT_PROMPT, show_default=True,
               metavar="N", help="With --generate: the tokens a prompt graph takes at once.")
-@click.option("--context", type=click.IntRange(min=3), default=DEFAULT_CONTEXT, show_default=True, metavar="N",
-              help="With --generate: the context length, prompt and generated tokens together.")
+@click.option("--context-tokens", "context", type=click.IntRange(min=3), default=DEFAULT_CONTEXT,
+              show_default=True, metavar="N", help="With --generate: the context length, prompt and generated tokens together.")
 @click.option("--parts", type=click.IntRange(min=1), default=1, show_default=True, metavar="P",
               help="With --generate: cut the layers into P parts (the embedding in the first, the lm_head in the "
                    "last), each one context binary (`qnndeploy check` says how many a SoC needs).")

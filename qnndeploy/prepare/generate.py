@@ -79,7 +79,7 @@ def prepare_generation(src: Path, out: Path, options: GenerateOptions = Generate
     src, out = Path(src), Path(out)
     lay = generation.layout(load_model(src, weights=False).graph, str(src))
     if not 1 < o.prompt_tokens < o.context:
-        raise BadInput(f"--prompt-tokens {o.prompt_tokens}: give 2 or more, below --context ({o.context})")
+        raise BadInput(f"--prompt-tokens {o.prompt_tokens}: give 2 or more, below --context-tokens ({o.context})")
     if not 1 <= o.parts <= lay.layers:
         raise BadInput(f"--parts {o.parts}: give 1 to {lay.layers} (the model's layers)")
     if o.steps < 1:

@@ -565,7 +565,6 @@ def _check_loops(looped: decode.Loop, plan: list[CompileRecord], results: list[T
             t.status = TargetStatus.PASSED if check["passed"] else TargetStatus.FAILED
 
 
-<<<<<<< HEAD
 def _split_graphs(links: dict[str, Link]) -> dict[str, list[str]]:
     """Each split whose parts are all NPU graphs of the build, by name (its record's, OUT of OUT.split.json), with
     its parts' graphs in running order: a decode loop's encoder or decoder may be one."""
@@ -576,7 +575,8 @@ def _split_graphs(links: dict[str, Link]) -> dict[str, list[str]]:
         if all(graphs):
             found[split.path.name.removesuffix(".split.json")] = [g for g in graphs if g]
     return found
-=======
+
+
 def _generation_loop(given: str | None, gens: Mapping[str, GenerationPlan]) -> generation.GenerationLoop | None:
     """--loop generation[:...] (or nothing, for a build of a generation plan's parts): how its loop runs."""
     kind = (given or "").partition(":")[0]
@@ -611,7 +611,6 @@ def _check_generations(gens: Mapping[str, GenerationPlan], plan: list[CompileRec
             for _, t in jobs.values():
                 t.loop = check
                 t.status = TargetStatus.PASSED if check["passed"] else TargetStatus.FAILED
->>>>>>> 3dd9db5 (prepare --generate: a decoder LLM with its KV cache becomes per part a static prompt graph and decode graph (new cache entries only out), cut where the residual stream passes between layers (the logits' dominators), proven by the app's own loop on the CPU to choose the source's greedy tokens; calibration samples from that loop, covering every position of the context; validate runs the generation loop on the emulator (teacher-forced token agreement, first parting step, per-layer KV diff with the CPU's cache on both sides, likelihood of given tokens))
 
 
 def _write_held(results: list[TargetValidation], held: Held) -> None:
