@@ -33,7 +33,6 @@ from qnndeploy.cli._common import (
     size_text,
 )
 from qnndeploy.model import rewrite as rewriting
-from qnndeploy.prepare.generate import DEFAULT_CONTEXT, DEFAULT_PROMPT, DEFAULT_STEPS, calib_path
 from qnndeploy.qnn import refusals
 
 
@@ -107,11 +106,11 @@ def _generate(args: PrepareArgs, as_json: bool) -> None:
     click.echo(f"  the parts in the app's loop on onnxruntime CPU against {Path(plan.source).name}: the same "
                f"{proof.steps} greedy tokens after a {proof.prompt}-token prompt (seed {proof.seed}), logits "
                f"within {proof.max_logit_diff:.2g}")
-    click.echo(f"  calibration samples: {calib_path(args.out)} ({plan.calibration})")
+    click.echo(f"  calibration samples: {plan.calib_folder} ({plan.calibration})")
     graphs = list(plan.graph_files().values())
     shares = [a for name, (p, d) in plan.shares().items() for a in ("--share", f"{name}={p},{d}")]
     next_step(command_line("qnndeploy", "compile", *graphs, *shares, "--precision", "w8a16", "--calib",
-                           calib_path(args.out), "--soc", "SOC", "-o", "build"))
+                           plan.calib_folder, "--soc", "SOC", "-o", "build"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,14 +173,15 @@ class PrepareArgs:
                    "and a decode graph per part, OUT-p1-prompt.onnx, OUT-p1-decode.onnx… (+ OUT.generation.json and "
                    "calibration samples in OUT.calib/), proven by the app's own loop on the CPU to choose the "
                    "model's tokens.")
-@click.option("--prompt-tokens", type=click.IntRange(min=2), default=DEFAULT_PROMPT, show_default=True,
+@click.option("--prompt-tokens", type=click.IntRange(min=2), default=GenerateOptions().prompt_tokens, show_default=True,
               metavar="N", help="With --generate: the tokens a prompt graph takes at once.")
-@click.option("--context-tokens", "context", type=click.IntRange(min=3), default=DEFAULT_CONTEXT,
-              show_default=True, metavar="N", help="With --generate: the context length, prompt and generated tokens together.")
+@click.option("--context-tokens", "context", type=click.IntRange(min=3), default=GenerateOptions().context,
+              show_default=True, metavar="N",
+              help="With --generate: the context length, prompt and generated tokens together.")
 @click.option("--parts", type=click.IntRange(min=1), default=1, show_default=True, metavar="P",
               help="With --generate: cut the layers into P parts (the embedding in the first, the lm_head in the "
                    "last), each one context binary (`qnndeploy check` says how many a SoC needs).")
-@click.option("--steps", type=click.IntRange(min=1), default=DEFAULT_STEPS, show_default=True, metavar="N",
+@click.option("--steps", type=click.IntRange(min=1), default=GenerateOptions().steps, show_default=True, metavar="N",
               help="With --generate: greedy steps the parts must choose the source's tokens for.")
 @click.option("--calib-tokens", type=click.Path(path_type=Path), metavar="FILE",
               help="With --generate: token ids, a sequence per line, that the calibration samples in OUT.calib/ are "

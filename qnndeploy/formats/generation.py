@@ -17,6 +17,11 @@ from qnndeploy.base.fileio import JSON, write_json
 PLAN_RECORD, PLAN_VERSION = "qnndeploy-generation", 1
 
 
+def calib_beside(plan: Path) -> Path:
+    """OUT.calib/ beside OUT.generation.json: the loop's inputs per graph, as compile --calib takes them."""
+    return plan.with_name(plan.name.removesuffix(".generation.json") + ".calib")
+
+
 class Role(StrEnum):
     """What a graph of a generation does: takes a prompt chunk, or one token."""
 
@@ -84,6 +89,10 @@ class GenerationPlan:
     seconds: float = 0.0
     qnndeploy: str = __version__
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+
+    @property
+    def calib_folder(self) -> Path:
+        return calib_beside(self.path)
 
     def graph_files(self) -> dict[str, Path]:
         """Every graph's name -> its file, in running order (part 1's prompt, part 1's decode, part 2's ...)."""

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from qnndeploy.base.errors import BadInput, CheckFailed
 from qnndeploy.base.fileio import first_missing, partial_prefix, remove_made, remove_stale, sha256_file, writing
-from qnndeploy.formats.generation import GenerationGraph, GenerationPart, GenerationPlan, Proof, Role
+from qnndeploy.formats.generation import GenerationGraph, GenerationPart, GenerationPlan, Proof, Role, calib_beside
 from qnndeploy.model import generation, split
 from qnndeploy.model.generation import Layout
 from qnndeploy.model.onnxio import TensorInfo, load_model, tensor_info
@@ -53,12 +53,6 @@ CALIB_STEPS = 32  # greedy steps after each calibration sequence
 CALIB_PROMPTS = 12  # seeded prompts the default calibration runs (two prompt chunks each)
 
 
-def calib_path(out: Path) -> Path:
-    """OUT.onnx -> OUT.calib/ (a folder per graph, compile --calib takes it)"""
-    s = split.stem(out)
-    return s.with_name(f"{s.name}.calib")
-
-
 def plan_path(out: Path) -> Path:
     """OUT.onnx -> OUT.generation.json"""
     s = split.stem(out)
@@ -86,7 +80,7 @@ def prepare_generation(src: Path, out: Path, options: GenerateOptions = Generate
         raise BadInput(f"--steps {o.steps}: give 1 or more")
     paths = graph_paths(out, o.parts)
     record = plan_path(out)
-    for p in [*(q for pair in paths for q in pair), record]:
+    for p in [*(q for pair in paths for q in pair), record, calib_beside(record)]:
         if p.exists() and not o.force:
             raise BadInput(f"{p} already exists; pass --force to replace it")
     folder = record.parent
@@ -97,7 +91,7 @@ def prepare_generation(src: Path, out: Path, options: GenerateOptions = Generate
             remove_stale(record, prefix=".generate.")
             work = Path(tempfile.mkdtemp(prefix=partial_prefix(record, "generate"), dir=folder))
             try:
-                return _build(src, out, lay, o, paths, record, work, start)
+                return _build(src, lay, o, paths, record, work, start)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
     except BaseException:
@@ -105,7 +99,7 @@ def prepare_generation(src: Path, out: Path, options: GenerateOptions = Generate
         raise
 
 
-def _build(src: Path, out: Path, lay: Layout, o: GenerateOptions, paths: list[tuple[Path, Path]], record: Path,
+def _build(src: Path, lay: Layout, o: GenerateOptions, paths: list[tuple[Path, Path]], record: Path,
            work: Path, start: float) -> GenerationPlan:
     staged: dict[Role, list[split.Part]] = {}
     boundaries: list[int] = []
@@ -146,7 +140,7 @@ def _build(src: Path, out: Path, lay: Layout, o: GenerateOptions, paths: list[tu
                                           tuple(i.name for i in part.inputs), tuple(x.name for x in part.outputs),
                                           part.weight_bytes))
         parts.append(GenerationPart(k + 1, (first, end - 1), tuple(graphs)))
-    calib_out = calib_path(out)
+    calib_out = calib_beside(record)
     if calib_out.exists():
         shutil.rmtree(calib_out)
     (work / "calib").replace(calib_out)
