@@ -658,3 +658,29 @@ def test_the_static_graphs_prepare_generate_writes_are_not_taken_for_a_decoder_t
     report = check.check_model(save(tmp_path, model, "part.onnx"), measure=False)
     assert "parts" not in codes(report) and report.load.decoder_layers == 0
     assert [s.parts for s in report.load.stored] == [1, 1, 1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_a_real_transformers_export_is_planned_into_parts(llm_export, dynamo):
+    """transformers' Qwen2 (tied embedding) and Llama (untied) as both torch exporters write them: each is a decoder
+    to prepare --generate, its embedding and lm_head found where they are (the TorchScript exporter writes a tied
+    table as two initializers, the dynamo exporter as one read twice: the compiler stores it twice either way)."""
+    from qnndeploy.model import loadplan
+    from tests.support import llm
+
+    for spec in (llm.QWEN_TINY, llm.LLAMA_TINY):
+        path = llm_export(spec, dynamo=dynamo).path
+        graph = onnx.load(path).graph
+        store = loadplan.stored(graph, "fp16")
+        place = loadplan.decoder_bytes(graph, store)
+        table = 2 * spec.vocab * spec.hidden
+        assert (place.layers, place.embedding, place.lm_head) == (spec.layers, table, table)
+        twice = dynamo and spec == llm.QWEN_TINY
+        assert store.extra_bytes == (table if twice else 0), spec.family
+        report = check.check_model(path, measure=False, context_bytes=200_000)  # 0.41 MB: 3 parts of 4 layers
+        (finding,) = report.findings
+        assert (finding.code, finding.severity, report.load.at("fp16").layers) == (
+            "parts", "fixable", [(0, 0), (1, 2), (3, 3)])
+        assert report.prepare_command.endswith("--generate --parts 3") and report.exit_code == 10
+        assert ("its tied embedding stored twice" in finding.message) == twice
