@@ -30,7 +30,7 @@ class Role(StrEnum):
 
 
 @dataclass(frozen=True)
-class GenerationGraph:
+class PlanGraph:
     role: Role
     graph: str  # the graph's name (its file's stem), as compile and the bundle name it
     file: str  # beside the plan
@@ -41,12 +41,12 @@ class GenerationGraph:
 
 
 @dataclass(frozen=True)
-class GenerationPart:
+class PlanPart:
     index: int  # 1-based, in running order
     layers: tuple[int, int]  # first and last layer, both included
-    graphs: tuple[GenerationGraph, ...]  # prompt, decode
+    graphs: tuple[PlanGraph, ...]  # prompt, decode
 
-    def graph(self, role: Role) -> GenerationGraph:
+    def graph(self, role: Role) -> PlanGraph:
         return next(g for g in self.graphs if g.role == role)
 
     @property
@@ -83,7 +83,7 @@ class GenerationPlan:
     position_ids: str
     logits: str
     kv: tuple[tuple[str, str, str, str], ...]  # per layer: key in, key out, value in, value out
-    parts: tuple[GenerationPart, ...]
+    parts: tuple[PlanPart, ...]
     proof: Proof
     calibration: str = ""  # what the calibration samples beside the plan (OUT.calib/) were made from
     seconds: float = 0.0
@@ -134,9 +134,9 @@ class GenerationPlan:
                 raise ValueError
             kv = data["kv"]
             proof = data["proof"]
-            parts = tuple(GenerationPart(
+            parts = tuple(PlanPart(
                 int(p["index"]), (int(p["layers"][0]), int(p["layers"][1])),
-                tuple(GenerationGraph(Role(g["role"]), str(g["graph"]), str(g["file"]), str(g["sha256"]),
+                tuple(PlanGraph(Role(g["role"]), str(g["graph"]), str(g["file"]), str(g["sha256"]),
                                       tuple(map(str, g["inputs"])), tuple(map(str, g["outputs"])),
                                       int(g["weight_bytes"])) for g in p["graphs"]))
                 for p in data["parts"])

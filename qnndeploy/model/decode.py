@@ -232,7 +232,7 @@ def _from_file(path: Path, models: Mapping[str, Path]) -> Loop:
 
 
 @dataclass(frozen=True)
-class Step:
+class ChainedGraph:
     """One graph of a chain as the loop calls it (model/split.py's Chained): its model, the tensors it reads and
     makes, and the call that runs it (onnxruntime's CPU, or the HTP emulator)."""
 
@@ -242,13 +242,13 @@ class Step:
     call: GraphCall
 
 
-def steps(models: Mapping[str, Path], graphs: Sequence[str], make: Callable[[str], GraphCall]) -> list[Step]:
+def steps(models: Mapping[str, Path], graphs: Sequence[str], make: Callable[[str], GraphCall]) -> list[ChainedGraph]:
     """The graphs (an encoder or a decoder, whole or its parts in order) as Steps, each run by make(graph)."""
-    return [Step(models[g], tuple(i.name for i in model_inputs(models[g])),
+    return [ChainedGraph(models[g], tuple(i.name for i in model_inputs(models[g])),
                  tuple(o.name for o in model_outputs(models[g])), make(g)) for g in graphs]
 
 
-def chained(parts: Sequence[Step]) -> GraphCall:
+def chained(parts: Sequence[ChainedGraph]) -> GraphCall:
     """The graphs as one call: each fed what the caller gives and the graphs before it made (split.run_chain), every
     tensor returned, so the loop reads the logits and new cache entries of whichever part makes them."""
     def call(feeds: Sample) -> Sample:

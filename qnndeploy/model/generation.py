@@ -7,7 +7,7 @@ and a decode graph that takes one, both at a fixed context length CL. Each layer
 entries kept by the host, right-aligned (the newest entry last, empty slots first, masked out by attention_mask 0);
 a graph gets the last CL-s entries as its past and gives only its s new entries, which the host shifts in.
 
-`Layout` reads the names off the source; `Stepper` is that host loop over any graph callables (onnxruntime's CPU,
+`DecoderLayout` reads the names off the source; `Stepper` is that host loop over any graph callables (onnxruntime's CPU,
 the HTP emulator), the same loop the app's glue runs; `layer_inputs` finds where each layer starts in a static
 graph, so the layers can be cut into parts that load.
 """
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy.base.errors import BadInput, first_line
+from qnndeploy.model.decode import GraphCall
 from qnndeploy.model.onnxio import outer_reads, real_inputs, tensor_info
 
 if TYPE_CHECKING:
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
 
     from qnndeploy.model.samples import Sample
 
-GraphCall = Callable[["Sample"], "Sample"]  # inputs by name -> outputs by name; extra inputs are ignored
 _PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
 _PRESENT = re.compile(r"^present\.(\d+)\.(key|value)$")
 
@@ -44,7 +44,7 @@ class KvLayer:
 
 
 @dataclass(frozen=True)
-class Layout:
+class DecoderLayout:
     """Where a decoder's tokens, mask, positions, logits and each layer's cache are, and the cache's shape."""
 
     input_ids: str
@@ -67,7 +67,7 @@ class Layout:
         return [n for kv in self.kv if layers is None or kv.layer in layers for n in (kv.key[1], kv.value[1])]
 
 
-def layout(graph: onnx.GraphProto, what: str = "the model") -> Layout:
+def layout(graph: onnx.GraphProto, what: str = "the model") -> DecoderLayout:
     """The decoder layout of `graph`; BadInput naming what is missing when it is not one."""
     inputs = {v.name: tensor_info(v) for v in real_inputs(graph)}
     outputs = {v.name for v in graph.output}
@@ -99,17 +99,18 @@ def layout(graph: onnx.GraphProto, what: str = "the model") -> Layout:
     if not isinstance(heads, int) or not isinstance(head_dim, int):
         raise BadInput(f"{what}: {kv[0].key[0]} is {first.shape_text()}; a cache input is [batch, kv_heads, past, "
                        "head_dim] with kv_heads and head_dim fixed")
-    return Layout("input_ids", "attention_mask", "position_ids", "logits", tuple(kv), heads, head_dim, first.dtype)
+    return DecoderLayout("input_ids", "attention_mask", "position_ids", "logits", tuple(kv), heads, head_dim,
+                         first.dtype)
 
 
-def static_shapes(lay: Layout, seq: int, context: int) -> dict[str, list[int]]:
+def static_shapes(lay: DecoderLayout, seq: int, context: int) -> dict[str, list[int]]:
     """The input shapes of the graph taking `seq` tokens at context length `context` (prepare --shape)."""
     shapes = {lay.input_ids: [1, seq], lay.position_ids: [1, seq], lay.attention_mask: [1, context]}
     shapes.update({n: [1, lay.kv_heads, context - seq, lay.head_dim] for n in lay.kv_inputs()})
     return shapes
 
 
-def new_entries_only(graph: onnx.GraphProto, lay: Layout, seq: int) -> int:
+def new_entries_only(graph: onnx.GraphProto, lay: DecoderLayout, seq: int) -> int:
     """Make each present.{i} output give only the `seq` new entries, not the whole concatenated cache: the host keeps
     the cache, and copying CL entries out per step is what the HTP should not do. A present made by a Concat along
     the length axis whose last input holds `seq` entries is rewired to that input; any other gets a Slice of its
@@ -158,7 +159,7 @@ def _int64(values: list[int]) -> np.ndarray:
 
 # --- where each layer starts --------------------------------------------------------------------------------------
 
-def layer_inputs(graph: onnx.GraphProto, lay: Layout) -> list[str]:
+def layer_inputs(graph: onnx.GraphProto, lay: DecoderLayout) -> list[str]:
     """For layers 1..L-1, the tensor each starts from: the residual stream between layer k-1 and layer k.
 
     It is found from the graph alone: of the tensors every path from input_ids to the logits passes through (the
@@ -278,7 +279,7 @@ class Stepper:
     layer's cache a right-aligned buffer of context-1 entries. `prompt` and `decode` are the parts' callables in
     order; each part is fed the loop's inputs, the cache, and what the parts before it gave."""
 
-    lay: Layout
+    lay: DecoderLayout
     prompt_tokens: int
     context: int
     prompt: Sequence[GraphCall]
@@ -364,7 +365,7 @@ def greedy(stepper: Stepper, prompt: Sequence[int], steps: int) -> tuple[list[in
         row = stepper.feed([tokens[-1]])
 
 
-def source_greedy(call: GraphCall, lay: Layout, prompt: Sequence[int], steps: int, dtype: str = "float32"
+def source_greedy(call: GraphCall, lay: DecoderLayout, prompt: Sequence[int], steps: int, dtype: str = "float32"
                   ) -> tuple[list[int], list[np.ndarray]]:
     """The same greedy loop on the source model as exported (dynamic lengths, the cache growing): the truth the
     static graphs are proven against. `call` runs the source with int64 ids."""

@@ -329,7 +329,7 @@ def budget_for(arch: str | int) -> Budget:
 # --- parts -----------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Part:
+class PlannedPart:
     """Units first..last (inclusive, 0-based) in one part, and the bytes it stores with its extras."""
 
     index: int  # 1-based
@@ -342,7 +342,7 @@ class Part:
 class PartPlan:
     """Consecutive units in the fewest parts that fit the budget, evened out."""
 
-    parts: tuple[Part, ...]
+    parts: tuple[PlannedPart, ...]
     budget: int
     total: int  # every unit and both extras
     reason: str
@@ -384,7 +384,7 @@ def plan_parts(units: Sequence[int], budget: int, *, first_extra: int = 0, last_
             lo = mid + 1
     groups = _fill(units, lo, first_extra, last_extra)
     assert groups is not None
-    parts = tuple(Part(k + 1, a, b, sum(units[a:b + 1]) + (first_extra if a == 0 else 0)
+    parts = tuple(PlannedPart(k + 1, a, b, sum(units[a:b + 1]) + (first_extra if a == 0 else 0)
                        + (last_extra if b == n - 1 else 0)) for k, (a, b) in enumerate(groups))
     reason = (f"{_mb(total)} stored fits one part of {_mb(budget)}" if count == 1 else
               f"{_mb(total)} stored is over the {_mb(budget)} one part may hold: {count} parts of at most "

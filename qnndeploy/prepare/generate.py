@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 
 from qnndeploy.base.errors import BadInput, CheckFailed
 from qnndeploy.base.fileio import first_missing, partial_prefix, remove_made, remove_stale, sha256_file, writing
-from qnndeploy.formats.generation import GenerationGraph, GenerationPart, GenerationPlan, Proof, Role, calib_beside
+from qnndeploy.formats.generation import GenerationPlan, PlanGraph, PlanPart, Proof, Role, calib_beside
 from qnndeploy.model import generation, split
-from qnndeploy.model.generation import Layout
+from qnndeploy.model.generation import DecoderLayout
 from qnndeploy.model.onnxio import TensorInfo, load_model, tensor_info
 from qnndeploy.prepare import PrepareOptions, prepare_model
 
@@ -99,7 +99,7 @@ def prepare_generation(src: Path, out: Path, options: GenerateOptions = Generate
         raise
 
 
-def _build(src: Path, lay: Layout, o: GenerateOptions, paths: list[tuple[Path, Path]], record: Path,
+def _build(src: Path, lay: DecoderLayout, o: GenerateOptions, paths: list[tuple[Path, Path]], record: Path,
            work: Path, start: float) -> GenerationPlan:
     staged: dict[Role, list[split.Part]] = {}
     boundaries: list[int] = []
@@ -124,7 +124,7 @@ def _build(src: Path, lay: Layout, o: GenerateOptions, paths: list[tuple[Path, P
     proof = _prove(src, lay, o, [p.path for p in staged[Role.PROMPT]], [p.path for p in staged[Role.DECODE]],
                    calib)
     layers = list(zip([0, *boundaries], [*boundaries, lay.layers], strict=True))
-    parts: list[GenerationPart] = []
+    parts: list[PlanPart] = []
     for k, (first, end) in enumerate(layers):
         graphs = []
         for role, final in zip((Role.PROMPT, Role.DECODE), paths[k], strict=True):
@@ -136,10 +136,10 @@ def _build(src: Path, lay: Layout, o: GenerateOptions, paths: list[tuple[Path, P
             else:
                 final.with_name(final.name + ".data").unlink(missing_ok=True)
             moved.replace(final)
-            graphs.append(GenerationGraph(role, final.stem, final.name, sha256_file(final),
+            graphs.append(PlanGraph(role, final.stem, final.name, sha256_file(final),
                                           tuple(i.name for i in part.inputs), tuple(x.name for x in part.outputs),
                                           part.weight_bytes))
-        parts.append(GenerationPart(k + 1, (first, end - 1), tuple(graphs)))
+        parts.append(PlanPart(k + 1, (first, end - 1), tuple(graphs)))
     calib_out = calib_beside(record)
     if calib_out.exists():
         shutil.rmtree(calib_out)
@@ -159,7 +159,7 @@ def _even(layers: int, parts: int) -> list[int]:
     return [round(k * layers / parts) for k in range(1, parts)]
 
 
-def _sample(folder: Path, lay: Layout, seq: int, context: int) -> Path:
+def _sample(folder: Path, lay: DecoderLayout, seq: int, context: int) -> Path:
     """A sample the prepared graph is proven on: real ids, positions and a mask of a half-full cache (random ids and
     masks could mask a whole row out)."""
     import numpy as np
@@ -216,7 +216,7 @@ class _Calibration:
         self.written[graph] = k + 1
 
 
-def _prove(src: Path, lay: Layout, o: GenerateOptions, prompt_parts: list[str], decode_parts: list[str],
+def _prove(src: Path, lay: DecoderLayout, o: GenerateOptions, prompt_parts: list[str], decode_parts: list[str],
            calib: _Calibration) -> Proof:
     """The parts in the app's loop against the source, greedy, token by token; the loop's inputs calibrate."""
     import numpy as np

@@ -25,7 +25,7 @@ from qnndeploy.base.fileio import JSON, sha256_file
 from qnndeploy.base.kinds import Precision
 from qnndeploy.formats.generation import GenerationPlan, Role
 from qnndeploy.model import generation, metrics
-from qnndeploy.model.generation import GraphCall, Layout, Stepper
+from qnndeploy.model.generation import DecoderLayout, GraphCall, Stepper
 from qnndeploy.model.samples import Sample
 from qnndeploy.qnn import htp
 
@@ -99,8 +99,8 @@ def plans_of(sources: Mapping[str, Path]) -> dict[str, GenerationPlan]:
     return found
 
 
-def layout_of(plan: GenerationPlan) -> Layout:
-    return Layout(plan.input_ids, plan.attention_mask, plan.position_ids, plan.logits,
+def layout_of(plan: GenerationPlan) -> DecoderLayout:
+    return DecoderLayout(plan.input_ids, plan.attention_mask, plan.position_ids, plan.logits,
                   tuple(generation.KvLayer(i, (k_in, k_out), (v_in, v_out))
                         for i, (k_in, k_out, v_in, v_out) in enumerate(plan.kv)),
                   plan.kv_heads, plan.head_dim, plan.kv_dtype)
@@ -265,7 +265,7 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a - b)) / n if n else float(np.linalg.norm(b))
 
 
-def _nll(lay: Layout, plan: GenerationPlan, calls: Mapping[Role, Sequence[GraphCall]], text: Sequence[int]
+def _nll(lay: DecoderLayout, plan: GenerationPlan, calls: Mapping[Role, Sequence[GraphCall]], text: Sequence[int]
          ) -> JSON:
     """Teacher-forced: each token's negative log-likelihood given those before it, one decode step at a time."""
     import numpy as np

@@ -105,8 +105,8 @@ def test_a_split_decoders_parts_run_chained_as_one_call_in_the_loop() -> None:
         logits[0, 0, {7: 3, 3: 5}.get(int(feeds["hidden"][0]), 0)] = 1.0
         return {"logits": logits, "new_k1": np.full((1, 1, 1), 2 * feeds["hidden"][0], np.float32)}
 
-    parts = [decode.Step(Path("dec-1.onnx"), ("tokens", "k0", "offset"), ("hidden", "new_k0"), first),
-             decode.Step(Path("dec-2.onnx"), ("hidden", "k1", "cross"), ("logits", "new_k1"), second)]
+    parts = [decode.ChainedGraph(Path("dec-1.onnx"), ("tokens", "k0", "offset"), ("hidden", "new_k0"), first),
+             decode.ChainedGraph(Path("dec-2.onnx"), ("hidden", "k1", "cross"), ("logits", "new_k1"), second)]
     decoded = decode.greedy(looped, {"out": np.ones((1, 2, 1), np.float32)}, decode.chained(parts),
                             {"k0": [1, 5, 1], "k1": [1, 5, 1]}, keep_feeds=5)
     assert decoded.tokens == [3, 5] and decoded.steps == 3
