@@ -25,7 +25,8 @@ from qnndeploy.base.fileio import JSON, sha256_file
 from qnndeploy.base.kinds import Precision
 from qnndeploy.formats.generation import GenerationPlan, Role
 from qnndeploy.model import generation, metrics
-from qnndeploy.model.generation import DecoderLayout, GraphCall, Stepper
+from qnndeploy.model.decode import GraphCall
+from qnndeploy.model.generation import DecoderLayout, Stepper
 from qnndeploy.model.samples import Sample
 from qnndeploy.qnn import htp
 
