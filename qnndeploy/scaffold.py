@@ -257,6 +257,10 @@ def _check_engine(manifest: Manifest, bundle: Path, engine: Engine) -> None:
     fmt = engine.npu_format
     hint = " or use --engine sherpa-onnx, which loads the context binaries" if engine == Engine.ORT else ""
     cpu_only = manifest.cpu_only
+    looped = manifest.loop.loop if manifest.loop is not None else None
+    if looped is not None and len(looped.graphs) > 2 and engine != Engine.ORT:
+        raise QnnDeployError(f"the decode loop runs {', '.join(looped.graphs)} (a split encoder or decoder), which "
+                             f"engine {engine} (one encoder and one decoder) cannot: use --engine ort")
     if cpu_only and engine != Engine.ORT:
         raise QnnDeployError(f"graph(s) {', '.join(cpu_only)} of this split model run on the CPU, which engine "
                              f"{engine} (context binaries only) cannot: use --engine ort")
@@ -297,7 +301,7 @@ def _context(manifest: Manifest, package: str, glue_name: str, engine: Engine, p
         "backend_lib": BACKEND_LIB,
         "system_lib": SYSTEM_LIB,
         "graphs": [g.name for g in manifest.graphs],
-        "loop": [manifest.loop.loop.encoder, manifest.loop.loop.decoder] if manifest.loop else [],
+        "loop": list(manifest.loop.loop.graphs) if manifest.loop else [],  # encoder, decoder (or their parts)
         "generation": _generation(manifest),
         "targets": [f"{t.soc} ({t.dsp_arch})" for t in manifest.targets] or ["none"],
         "qairt": manifest.qairt.version,

@@ -99,6 +99,10 @@ def test_a_split_whisper_decoder_is_validated_by_its_decode_loop_and_bundled_wit
     assert f"{len(parts) + 1} context binaries loaded and run on the host HTP emulator" in verified.output
     assert "1 as the decode loop, 1 on the sample files of its validation record" in verified.output
 
+    # sherpa-onnx's Whisper takes one encoder and one decoder: scaffold says so instead of writing glue that fails
+    glue = run("scaffold", bundle, "--engine", "sherpa-onnx", "--package", "com.example.asr", "-o", tmp_path / "glue")
+    assert glue.exit_code == 2 and "use --engine ort" in glue.output
+
     # parts in the wrong order leave the later part's inputs unfed: verify says the app could not run the decoder
     manifest["loop"]["decoder_parts"] = names[::-1]
     (bundle / "manifest.json").write_text(json.dumps(manifest, indent=1))
