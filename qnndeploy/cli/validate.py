@@ -225,8 +225,9 @@ class ValidateArgs:
 @click.option("--loop", "loop_spec", metavar="whisper[:KEY=VALUE,...]|FILE.json",
               help="An encoder-decoder validated as the app runs it: its greedy decode loop on the CPU and on the "
                    "emulator, sample by sample (the encoder's samples: --inputs), texts and word error rate deciding "
-                   "both graphs. whisper: sherpa-onnx's Whisper export (tokenizer=FILE: its tokenizer.json or "
-                   "tokens.txt; texts=FILE: the true texts; max_tokens=N); or a loop description FILE.json.")
+                   "both graphs (or every part, where prepare --split-size cut one). whisper: sherpa-onnx's Whisper "
+                   "export (tokenizer=FILE: its tokenizer.json or tokens.txt; texts=FILE: the true texts; "
+                   "max_tokens=N); or a loop description FILE.json.")
 @click.option("--min-top1", type=float, help="classify: the lowest share of rows whose label is the same, fp16 ties "
               "excepted [default: 1].")
 @click.option("--max-error-rate", type=float, help="ocr, asr: the highest character or word error rate of the NPU's "
