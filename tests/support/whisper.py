@@ -566,7 +566,7 @@ def export_onnx(model: Whisper, out_dir: Path, *, frames: int = N_FRAMES, cache:
         scratch.mkdir()
         try:
             with torch.no_grad():
-                torch.onnx.export(module, example, scratch / path.name, input_names=inputs, output_names=outputs,
+                torch.onnx.export(module, example, str(scratch / path.name), input_names=inputs, output_names=outputs,
                                   **(options | ({"external_data": True} if dynamo and big else {})))
             graph = onnx.load(str(scratch / path.name), load_external_data=False)
             del graph.metadata_props[:]
@@ -756,32 +756,35 @@ def greedy_decode(encoder: Runner, decoder: Runner, mel: np.ndarray, tokenizer: 
     return Decoded(generated, tokenizer.decode(generated).strip(), offset)
 
 
-def loop_calibration(encoder: Path, decoders: list[Path], mels: list[np.ndarray], folder: Path, *,
+def loop_calibration(encoders: list[Path], decoders: list[Path], mels: list[np.ndarray], folder: Path, *,
                      tokens: Tokenizer | Specials, io: Io, cache: int, state: int) -> Path:
     """Calibration samples (compile --calib DIR, DIR/<graph>/ per graph) from the greedy loop on onnxruntime's CPU:
-    the encoder's are the mels, each decoder graph's (the decoder, or its parts in running order, chained by tensor
-    name) what it reads at every step of the loops, so the 8-bit ranges are those the app's loop makes."""
+    what each encoder graph reads of the mels and each decoder graph at every step of the loops (the encoder and the
+    decoder, or the parts a split cut them into, in running order, chained by tensor name), so the 8-bit ranges are
+    those the app's loop makes."""
     from qnndeploy.model.samples import write_samples
 
-    runners = [(path, {i.name for i in _inputs(path)}, ort_runner(path)) for path in decoders]
-    seen: dict[Path, list[dict[str, np.ndarray]]] = {path: [] for path in decoders}
+    seen: dict[Path, list[dict[str, np.ndarray]]] = {path: [] for path in [*encoders, *decoders]}
 
-    def chained(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        values = dict(feeds)
-        for path, wanted, run in runners:
-            fed = {k: v.copy() for k, v in values.items() if k in wanted}
-            seen[path].append(fed)
-            values.update(run(fed))
-        return values
+    def chain(paths: list[Path]) -> Runner:
+        runners = [(path, {i.name for i in _inputs(path)}, ort_runner(path)) for path in paths]
 
-    encode = ort_runner(encoder)
+        def call(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            values = dict(feeds)
+            for path, wanted, run in runners:
+                fed = {k: v.copy() for k, v in values.items() if k in wanted}
+                seen[path].append(fed)
+                values.update(run(fed))
+            return values
+
+        return call
+
+    encode, decode = chain(encoders), chain(decoders)
     for mel in mels:
-        greedy_decode(encode, chained, mel, tokens, cache=cache, layers=io.layers, state=state, io=io)
-    folder = Path(folder)
-    write_samples(_fresh(folder / encoder.stem), [{io.encoder_input: mel} for mel in mels])
-    for path in decoders:
-        write_samples(_fresh(folder / path.stem), seen[path])
-    return folder
+        greedy_decode(encode, decode, mel, tokens, cache=cache, layers=io.layers, state=state, io=io)
+    for path, fed in seen.items():
+        write_samples(_fresh(Path(folder) / path.stem), fed)
+    return Path(folder)
 
 
 def _inputs(path: Path) -> list[Any]:

@@ -1,10 +1,11 @@
-"""validate --loop over a Whisper large-v3-shaped model whose decoder was cut into parts by `prepare --split-size`: the
-loop runs the parts chained by tensor name, on the CPU and (each part's context) on the host HTP emulator, for fp16 and
-for w8a16 calibrated on the loop's own decoder inputs; the bundle carries the loop with its parts, and bundle verify
-runs it again. The model is tests/support/whisper.py's large-shaped preset (large-v3's structure: 128 mels, cross K/V
-from the encoder, a tied embedding; small widths) with seeded random weights, so its tokens mean nothing: the check is
-that the NPU's loop gives the CPU's tokens, and that the CPU's loop over the parts gives the unsplit decoder's tokens.
-The speech is espeak-ng's (tests/support/speech.py), as for tiny.en."""
+"""validate --loop over a Whisper large-v3-shaped model whose decoder (and, at w8a16, encoder) was cut into parts by
+`prepare --split-size`: the loop runs the parts chained by tensor name, on the CPU and (each part's context) on the
+host HTP emulator, for fp16 and for w8a16 calibrated on the loop's own decoder inputs; the bundle carries the loop
+with its parts, and bundle verify runs it again. The model is tests/support/whisper.py's large-shaped preset
+(large-v3's structure: 128 mels, cross K/V from the encoder, a tied embedding; small widths) with seeded random
+weights, so its tokens mean nothing: the check is that the NPU's loop gives the CPU's tokens, and that the CPU's loop
+over the parts gives the unsplit decoder's tokens. The speech is espeak-ng's (tests/support/speech.py), as for
+tiny.en."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ SCHEMA = json.loads((Path(stage.__file__).parent.parent / "schemas" / "validatio
 FRAMES, CACHE, SEED, NAME = 200, 24, 0, "large-v3"
 DIMS = whisper.LARGE_SHAPED
 SPLIT_GB = 0.0025  # the fused decoder holds 4.5 MB of fp32 weights: three parts of at most 2.5 MB
+ENCODER_SPLIT_GB = 0.0015  # the encoder 2.6 MB: two parts
 
 
 def test_a_split_whisper_decoder_is_validated_by_its_decode_loop_and_bundled_with_its_parts(tmp_path: Path) -> None:
@@ -46,37 +48,45 @@ def test_a_split_whisper_decoder_is_validated_by_its_decode_loop_and_bundled_wit
     for role, graph in graphs.items():
         fused[role] = tmp_path / "fused" / graph.name
         assert run("prepare", graph, "-o", fused[role], "--fuse").exit_code == 0
-    cut = run("prepare", fused["decoder"], "-o", tmp_path / "parts" / "decoder.onnx", "--split-size", str(SPLIT_GB))
-    assert cut.exit_code == 0, cut.output
-    record = json.loads((tmp_path / "parts" / "decoder.split.json").read_text())
+    splits = {}
+    for role, size in (("decoder", SPLIT_GB), ("encoder", ENCODER_SPLIT_GB)):
+        cut = run("prepare", fused[role], "-o", tmp_path / "parts" / f"{role}.onnx", "--split-size", str(size))
+        assert cut.exit_code == 0, cut.output
+        splits[role] = json.loads((tmp_path / "parts" / f"{role}.split.json").read_text())
+    record = splits["decoder"]
     parts = [tmp_path / "parts" / p["path"] for p in record["parts"]]
     names = [p.stem for p in parts]
     assert len(parts) >= 2 and names == [f"decoder-{k}" for k in range(1, len(parts) + 1)]
+    encoders = [tmp_path / "parts" / p["path"] for p in splits["encoder"]["parts"]]
+    assert [p.stem for p in encoders] == ["encoder-1", "encoder-2"]
 
     io = whisper.Io(NAME, DIMS.n_text_layer)
     specials = whisper.Specials.of(DIMS)
     ours = whisper.greedy_decode(whisper.ort_runner(graphs["encoder"]), whisper.ort_runner(graphs["decoder"]), mel,
                                  specials, cache=CACHE, layers=DIMS.n_text_layer, state=DIMS.n_text_state, io=io)
     assert len(set(ours.tokens)) >= len(ours.tokens) // 2 and ours.steps == CACHE  # varied tokens, to the cache's end
-    calib = whisper.loop_calibration(fused["encoder"], parts, [mel], tmp_path / "calib", tokens=specials, io=io,
+    calib = whisper.loop_calibration(encoders, parts, [mel], tmp_path / "calib", tokens=specials, io=io,
                                      cache=CACHE, state=DIMS.n_text_state)
 
-    for precision in ("fp16", "w8a16"):
+    # fp16 with the encoder whole, w8a16 with the encoder in two parts too
+    for precision, encoder in (("fp16", [fused["encoder"]]), ("w8a16", encoders)):
         build = tmp_path / f"build-{precision}"
-        compiled = run("compile", fused["encoder"], *parts, "--soc", "SM8650", "-o", build, "--no-cache",
+        compiled = run("compile", *encoder, *parts, "--soc", "SM8650", "-o", build, "--no-cache",
                        "--precision", precision, *(("--calib", calib) if precision == "w8a16" else ()))
         assert compiled.exit_code == 0, compiled.output
         shown = run("validate", build, "--inputs", tmp_path / "mels", "--loop", "whisper")
         assert shown.exit_code == 0, shown.output
-        assert f"decode loop on SM8650 (decides its {len(parts) + 1} graphs)" in shown.output
-        records = {g: json.loads((build / g / "SM8650" / "validation.json").read_text()) for g in ["encoder", *names]}
+        looped = [p.stem for p in [*encoder, *parts]]
+        assert f"decode loop on SM8650 (decides its {len(looped)} graphs)" in shown.output
+        records = {g: json.loads((build / g / "SM8650" / "validation.json").read_text()) for g in looped}
         for graph, made in records.items():
             jsonschema.validate(made, SCHEMA)
             assert made["passed"] and made["inputs"]["kind"] == "loop"
             assert made["inputs"].get("part") == (None if graph == "encoder" else graph)
-            assert made["loop"] == records["encoder"]["loop"]
+            assert made["loop"] == records[looped[0]]["loop"]
         check = records["decoder-1"]["loop"]
         assert check["described"]["decoder_parts"] == names and check["described"]["decoder"] == "decoder"
+        assert check["described"].get("encoder_parts", []) == [p.stem for p in encoder if len(encoder) > 1]
         (sample,) = check["samples"]
         assert sample["cpu"] == sample["npu"] and sample["parts_at"] is None and check["same_tokens"] == 1
         # the parts chained on the CPU give what the unsplit decoder gives in the tests' own loop
@@ -93,10 +103,12 @@ def test_a_split_whisper_decoder_is_validated_by_its_decode_loop_and_bundled_wit
     assert built.exit_code == 0, built.output
     bundle = tmp_path / "dist" / "whisper-large-shaped-1"
     manifest = json.loads((bundle / "manifest.json").read_text())
-    assert manifest["loop"]["decoder_parts"] == names and {g["name"] for g in manifest["graphs"]} == {"encoder", *names}
+    assert manifest["loop"]["decoder_parts"] == names
+    assert manifest["loop"]["encoder_parts"] == ["encoder-1", "encoder-2"]
+    assert {g["name"] for g in manifest["graphs"]} == {"encoder-1", "encoder-2", *names}
     verified = run("bundle", "verify", bundle)  # the loop again, its parts chained, on the record's own mel
     assert verified.exit_code == 0, verified.output
-    assert f"{len(parts) + 1} context binaries loaded and run on the host HTP emulator" in verified.output
+    assert f"{len(parts) + 2} context binaries loaded and run on the host HTP emulator" in verified.output
     assert "1 as the decode loop, 1 on the sample files of its validation record" in verified.output
 
     # sherpa-onnx's Whisper takes one encoder and one decoder: scaffold says so instead of writing glue that fails
