@@ -47,6 +47,9 @@ internal data class Run(val graph: String, val position: Int, val valid: Int)
  */
 internal class FakeDecoder(private val config: GenerationConfig) : OrtSession.StandInModel {
     val runs = ArrayList<Run>()
+
+    /** Every run's graph and inputs (name -> its numbers, flat), for the loop's twin test (GenerationTrace). */
+    val trace = ArrayList<Map<String, Any>>()
     private val inputs = config.inputs
     private val cl = config.contextTokens
 
@@ -67,6 +70,7 @@ internal class FakeDecoder(private val config: GenerationConfig) : OrtSession.St
     override fun run(modelPath: String, feed: Map<String, OnnxTensorLike>): Map<String, OnnxTensor> {
         val graph = graph(modelPath)
         val part = part(graph)
+        trace.add(mapOf("graph" to graph, "inputs" to feed.mapValues { (_, t) -> numbers(t as OnnxTensor) }))
         val width = if (graph == part.prompt) config.promptTokens else 1
         val past = cl - width
         val layer = layerOf(part.index)
@@ -129,6 +133,10 @@ internal class FakeDecoder(private val config: GenerationConfig) : OrtSession.St
             config.logits to out(logits, 1, width, vocab),
         )
     }
+
+    private fun numbers(t: OnnxTensor): List<Any> =
+        t.floatBuffer?.let { b -> List(b.remaining()) { b.get(it).toDouble() } }
+            ?: t.intBuffer!!.let { b -> List(b.remaining()) { b.get(it).toLong() } }
 
     /** Zeros, then ones to the end, at least `width` of them (the chunk); returns the cache entries it opens. */
     private fun checkMask(graph: String, mask: FloatArray, width: Int): Int {
@@ -362,6 +370,38 @@ internal class GenerationSuite(private val assets: File, private val scratch: Fi
             }
         },
     )
+}
+
+/**
+ * The loop's trace for its Python twin (validate's host loop, qnndeploy/model/generation.py's Stepper, run by
+ * tests/scaffold/test_kotlin.py on the same fake decoder): per case, the tokens and every run's graph and inputs,
+ * on the CPU (a phone whose SoC has no target). Run as qnndeploy.tests.GenerationTrace SETUP_JSON OUT_JSON; the
+ * setup's "cases" are [prompt, maxTokens] pairs.
+ */
+object GenerationTrace {
+    @JvmStatic
+    fun main(args: Array<String>) {
+        val setup = MiniJson.parse(File(args[0]).readText()) as Map<*, *>
+        val assets = File(setup["assets"] as String)
+        val config = checkNotNull(BundleManifest.parse(File(assets, "qnndeploy/manifest.json").readText()).generation)
+        Build.VERSION.SDK_INT = 35
+        Build.SOC_MODEL = "SM8350"
+        QnnRuntime.forget()
+        QnnRuntime.host = FakeHost()
+        val decoder = FakeDecoder(config)
+        OrtSession.STAND_IN_MODEL = decoder
+        val context = FakeContext(assets, File(setup["scratch"] as String), LIB_DIR, "com.example.qnnsample")
+        val cases = ArrayList<Map<String, Any>>()
+        GenerationSession.open(context).use { session ->
+            for (case in setup["cases"] as List<*>) {
+                val (prompt, maxTokens) = case as List<*>
+                decoder.trace.clear()
+                val got = session.generate((prompt as List<*>).map { (it as Long).toInt() }, (maxTokens as Long).toInt())
+                cases.add(mapOf("tokens" to got.tokens, "stop" to got.stop.name, "runs" to decoder.trace.toList()))
+            }
+        }
+        File(args[1]).writeText(MiniJson.write(mapOf("cases" to cases)))
+    }
 }
 
 object GenerationTests {

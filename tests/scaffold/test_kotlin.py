@@ -290,6 +290,95 @@ def test_generation_session_unit_tests_pass_on_the_jvm(kotlin):
     assert sum(line.startswith("ok ") for line in lines) == GENERATION_TESTS, done.stdout
 
 
+def fake_decoder(manifest: dict) -> tuple[list, list]:
+    """The prompt and decode calls of GenerationTests.kt's FakeDecoder, in Python: the same rule (part 1's cache
+    entries encode token and position, its hidden state the sum of every token so far; part 2's logits peak at
+    (sum + 3 * position + 1) mod vocab), on every input the Stepper gives it."""
+    import numpy as np
+
+    g = manifest["generation"]
+    cl, vocab = g["context_tokens"], g["vocab"]
+    ins = g["inputs"]
+    kv = {k["part"]: k for k in g["kv"]}
+
+    def entries(per_token: np.ndarray, heads: int, dim: int, step: float) -> np.ndarray:
+        h = np.arange(heads, dtype=np.float32)[None, :, None, None]
+        d = np.arange(dim, dtype=np.float32)[None, None, None, :]
+        return (per_token.astype(np.float32)[None, None, :, None] + h * step + d * step / 2).astype(np.float32)
+
+    def part1(v: dict) -> dict:
+        ids, mask, pos = v[ins["input_ids"]][0], v[ins["attention_mask"]][0], v[ins["position_ids"]][0]
+        layer = kv[1]
+        key = v[layer["key"][0]]
+        s = ids.shape[0]
+        valid = int(mask.sum()) - s
+        held = key[0, 0, key.shape[2] - valid:, 0] if valid else np.zeros(0, np.float32)
+        sums = np.float32(held.sum()) + np.cumsum(ids).astype(np.float32)
+        hidden = np.stack([sums, pos.astype(np.float32)], axis=-1)[None]
+        heads, dim = layer["heads"], layer["head_dim"]
+        return {layer["key"][1]: entries(ids, heads, dim, 0.5), layer["value"][1]: entries(pos, heads, dim, 0.25),
+                "hidden": hidden.astype(np.float32), "mask_f": mask.astype(np.float32)[None]}
+
+    def part2(v: dict) -> dict:
+        layer = kv[2]
+        hidden = v["hidden"][0]
+        sums, pos = hidden[:, 0], hidden[:, 1].astype(np.int64)
+        nxt = (sums.astype(np.int64) + 3 * pos + 1) % vocab
+        logits = -np.abs(np.arange(vocab)[None, :] - nxt[:, None]).astype(np.float32)
+        heads, dim = layer["heads"], layer["head_dim"]
+        return {layer["key"][1]: entries(sums, heads, dim, 0.5), layer["value"][1]: entries(pos, heads, dim, 0.25),
+                g["logits"]: logits[None]}
+
+    assert cl == 16
+    return [part1, part2], [part1, part2]
+
+
+TRACE_CASES = [[[5, 1, 4, 1, 5, 9, 2, 6, 5, 3], 4], [[1, 2, 3, 4, 5], 6], [[11], 3], [[7, 7, 7, 7], 20],
+               [[2] * 15, 5], [[3, 1, 4, 1, 5, 9, 2, 6, 5], 100]]
+
+
+def test_the_apps_generation_loop_feeds_the_graphs_what_validates_does(kotlin):
+    """The glue's GenerationSession and validate's host loop (qnndeploy/model/generation.py's Stepper, what
+    `validate` runs on the CPU and the emulator) on the same fake decoder: per prompt, the same tokens, the same
+    graphs in the same order, and every input of every run equal (the padded ids, mask, positions, the cache's past
+    entries, what part 2 reads from part 1), through prompt chunks, a last single prompt token, decode steps and a
+    full cache."""
+    import numpy as np
+
+    from qnndeploy.model.generation import DecoderLayout, KvLayer, Stepper, greedy
+
+    assets = kotlin["out"] / "trace-assets"
+    manifest = generation_manifest(assets)
+    (assets / "qnndeploy" / "manifest.json").write_text(json.dumps(manifest))
+    setup, out = kotlin["out"] / "trace.json", kotlin["out"] / "trace-out.json"
+    setup.write_text(json.dumps({"assets": str(assets), "scratch": str(kotlin["out"] / "trace"),
+                                 "cases": TRACE_CASES}))
+    done = kotlin_build.run_jvm(kotlin, "qnndeploy.tests.GenerationTrace", str(setup), str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    got = json.loads(out.read_text())["cases"]
+    g = manifest["generation"]
+    kv = tuple(KvLayer(k["layer"], (k["key"][0], k["key"][1]), (k["value"][0], k["value"][1])) for k in g["kv"])
+    lay = DecoderLayout(g["inputs"]["input_ids"], g["inputs"]["attention_mask"], g["inputs"]["position_ids"],
+                        g["logits"], kv, g["kv"][0]["heads"], g["kv"][0]["head_dim"], "float32")
+    prompt_calls, decode_calls = fake_decoder(manifest)
+    graph_inputs = {gr["name"]: [t["name"] for t in gr["inputs"]] for gr in manifest["graphs"]}
+    for (prompt, max_tokens), kotlin_case in zip(TRACE_CASES, got, strict=True):
+        runs: list[tuple[str, dict]] = []
+
+        def watch(seq: int, k: int, values: dict, runs: list = runs) -> None:
+            part = g["parts"][k]
+            graph = part["prompt"] if seq == g["prompt_tokens"] else part["decode"]
+            runs.append((graph, {n: np.asarray(values[n]).ravel().tolist() for n in graph_inputs[graph]}))
+
+        stepper = Stepper(lay, g["prompt_tokens"], g["context_tokens"], prompt_calls, decode_calls, watch=watch)
+        tokens, _ = greedy(stepper, prompt, max_tokens)
+        assert kotlin_case["tokens"] == tokens, prompt
+        assert [r["graph"] for r in kotlin_case["runs"]] == [graph for graph, _ in runs], prompt
+        for i, (mine, (graph, theirs)) in enumerate(zip(kotlin_case["runs"], runs, strict=True)):
+            assert mine["inputs"] == theirs, (prompt, i, graph)
+    assert {c["stop"] for c in got} == {"MAX_TOKENS", "CONTEXT_FULL"}
+
+
 def test_generated_generation_is_the_manifests(generation_glue, rendered, kotlin):
     """Generated.GENERATION, rendered by scaffold from a manifest whose names need escaping, equals what the glue
     parses from that manifest at run time; a bundle without a generation renders null."""
