@@ -10,7 +10,7 @@ import pytest
 
 from tests.support import llm
 
-PROMPT = [3, 17, 42, 99, 7, 100, 5, 11]  # ids below the tiny presets' successor table (128 entries)
+PROMPT = llm.PROMPT
 CASES = [pytest.param(llm.QWEN_TINY, False, id="qwen2-torchscript"),
          pytest.param(llm.QWEN_TINY, True, id="qwen2-dynamo"),
          pytest.param(llm.LLAMA_TINY, False, id="llama-torchscript"),

@@ -13,7 +13,8 @@ lays a decoder out, with seeded random weights (nothing is downloaded).
 Random weights give random text, and a random model's logits are close to independent draws: the best two differ
 by a small fraction of their spread, so greedy tokens part at the first step where the best two are close, and
 over 64 steps one always is (measured: bf16 arithmetic or int8 weights part from fp32 within 5-40 steps, at any
-init std). `peaked=True` (the presets' default) makes greedy decoding stable and still varied; see `_peak`.
+init std). `peaked=True` (the presets' default) makes greedy decoding stable and still varied (see `_peak`) for
+prompts of token ids below min(intermediate, vocab): 128 for the tiny presets, 4864 for QWEN_05B, such as `PROMPT`.
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ QWEN_05B = LlmSpec(Family.QWEN2, vocab=151936, hidden=896, layers=24, heads=14, 
                    rope_theta=1e6, tied=True, positions=32768)
 
 
+PROMPT = (3, 17, 42, 99, 7, 100, 5, 11)  # ids every preset's successor table has
+
+
 def _transformers() -> Any:
     """transformers, imported without torchvision: torchvision 0.28 from PyPI is CUDA-built, and beside CPU torch its
     C++ ops do not load ("operator torchvision::nms does not exist"), which breaks `import transformers` models.
@@ -117,24 +121,32 @@ def _peak(model: Any, spec: LlmSpec) -> None:
 
     Neuron j reads token t_j: its gate and up rows are t_j's embedding direction, so for the current token the
     matching neuron's silu(gate)*up is about hidden times any other's; its down column writes DELTA times an
-    embedding's length along succ(t_j)'s embedding. The embedding is scaled up (EMBED) so the current token still
-    dominates the residual at the last MLP after the random layers have added theirs. lm_head reads the embedding
-    (tied, or, untied, a noisy copy of it), so the written direction wins. Everything else stays random: attention,
-    the other layers and their caches carry real, context-dependent numbers; only the argmax ignores the context.
-    A token id outside the table has no neuron: its successor is whatever the random rest of the model says."""
+    embedding's length along succ(t_j)'s embedding. The embedding is scaled (measured on the model itself) to RATIO
+    times what the random layers add to the residual, so the current token still dominates it at the last MLP;
+    lm_head reads the embedding (tied, or, untied, a noisy copy of it), so the written direction wins; the final
+    norm's weight brings the best logit back to about LOGIT. Everything else stays random: attention, the other
+    layers and their caches carry real, context-dependent numbers; only the argmax ignores the context.
+    A token id outside the table has no neuron: what follows it is whatever the random rest of the model says."""
     gen = torch.Generator().manual_seed(spec.seed + 1)
     embed = model.model.embed_tokens.weight
-    embed.mul_(EMBED * spec.layers**0.5)
+    mlp = model.model.layers[-1].mlp
+    for linear in (mlp.gate_proj, mlp.up_proj, mlp.down_proj):
+        linear.weight.zero_()
     n = min(spec.intermediate, spec.vocab)
     order = torch.randperm(n, generator=gen)
+    # what the random layers add, against the embedding, at the final norm's input (the last MLP now adds nothing)
+    seen: list[torch.Tensor] = []
+    hook = model.model.norm.register_forward_hook(lambda _m, args, _out: seen.append(args[0]))
+    try:
+        model(input_ids=order[None, :32])
+    finally:
+        hook.remove()
+    own = embed[order[:32]]
+    embed.mul_(RATIO * float((seen[0][0] - own).norm() / own.norm()))
     rows = embed[order]
     dirs = rows / rows.norm(dim=1, keepdim=True)
     length = float(rows.norm(dim=1).mean())
-    mlp = model.model.layers[-1].mlp
     d = spec.hidden
-    mlp.gate_proj.weight.zero_()
-    mlp.up_proj.weight.zero_()
-    mlp.down_proj.weight.zero_()
     mlp.gate_proj.weight[:n] = dirs
     mlp.up_proj.weight[:n] = dirs
     # the matching neuron's silu(gate)*up is about d * cos^2 (cos: the current token's share of the normalized
@@ -142,10 +154,13 @@ def _peak(model: Any, spec: LlmSpec) -> None:
     mlp.down_proj.weight[:, :n] = (dirs.roll(-1, 0) * (DELTA * length / d)).T
     if not spec.tied:
         model.lm_head.weight.copy_(embed + torch.randn(embed.shape, generator=gen) * (0.1 * length / d**0.5))
+    # a logit is (norm weight * normalized residual, of length sqrt(d)) . (a row of about `length`)
+    model.model.norm.weight.fill_(LOGIT / (length * d**0.5))
 
 
-EMBED = 2.0  # times sqrt(layers): each random layer adds about one embedding's size (measured: 1.0 parts under int8)
-DELTA = 3.0
+RATIO = 2.0  # the embedding against the random layers' sum (measured on the tiny presets: 1.0 parts under int8)
+DELTA = 3.0  # what the successor table writes, in embedding lengths
+LOGIT = 30.0  # about the best logit: the next token's probability is then about 1
 
 
 def names(layers: int) -> tuple[list[str], list[str]]:
@@ -218,7 +233,8 @@ def export(model: Any, path: Path, *, dynamo: bool) -> Path:
             axes = {"input_ids": {1: "seq"}, "attention_mask": {1: "total"}, "position_ids": {1: "seq"},
                     "logits": {1: "seq"},  # its batch the exporter leaves as an unnamed symbol (MatMullogits_dim_0)
                     **{n: {2: "past"} for n in inputs[3:]}, **{n: {2: "total"} for n in outputs[1:]}}
-            torch.onnx.export(flat, args, path, dynamo=False, opset_version=17, input_names=inputs,
+            # a str: a Path fails past 2 GB ("the output file must be a file path")
+            torch.onnx.export(flat, args, str(path), dynamo=False, opset_version=17, input_names=inputs,
                               output_names=outputs, dynamic_axes=axes)
     return path
 
