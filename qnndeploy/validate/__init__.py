@@ -164,7 +164,10 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
     sources = {r.graph: r.source for r in plan}
     gens = generation.plans_of(sources)  # a decoder LLM's parts (prepare --generate): judged by its loop
     generating = _generation_loop(o.loop, gens)
-    looped = decode.parse(o.loop, sources, _split_graphs(links)) if o.loop and generating is None else None
+    try:
+        looped = decode.parse(o.loop, sources, _split_graphs(links)) if o.loop and generating is None else None
+    except BadInput as e:
+        raise e.reworded(f"{e}{_partial_splits(links)}") from None
     if looped is not None and not set(looped.graphs) <= set(sources):
         lacking = ", ".join(g for g in looped.graphs if g not in sources)
         raise BadInput(f"--loop: the build (or --graph) lacks {lacking}")
@@ -575,6 +578,14 @@ def _split_graphs(links: dict[str, Link]) -> dict[str, list[str]]:
         if all(graphs):
             found[split.path.name.removesuffix(".split.json")] = [g for g in graphs if g]
     return found
+
+
+def _partial_splits(links: dict[str, Link]) -> str:
+    """What a loop could not use: the splits some of whose parts are missing from the build (or --graph)."""
+    whole = {g for parts in _split_graphs(links).values() for g in parts}
+    partial = {s.path: s for g, (s, _) in links.items() if g not in whole}
+    return "".join(f" ({', '.join(g for g, (s, _) in links.items() if s.path == path)} of the {len(split.parts)} "
+                   f"parts of {path} are here: compile and validate all of them)" for path, split in partial.items())
 
 
 def _generation_loop(given: str | None, gens: Mapping[str, GenerationPlan]) -> generation.GenerationLoop | None:

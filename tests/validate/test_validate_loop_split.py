@@ -94,6 +94,11 @@ def test_a_split_whisper_decoder_is_validated_by_its_decode_loop_and_bundled_wit
         # each part's own figures were measured on what the loop fed it: part 2 reads part 1's hidden state
         assert {i["name"] for i in records["decoder-1"]["outputs"]} == set(record["parts"][0]["outputs"])
 
+    # a loop over some of a split's parts is refused before anything runs, naming the parts missing
+    partial = run("validate", tmp_path / "build-w8a16", "--graph", "encoder-1", "--graph", "encoder-2", "--graph",
+                  "decoder-1", "--loop", "whisper")
+    assert partial.exit_code == 2 and f"decoder-1 of the {len(parts)} parts of" in partial.output
+
     # the printed next: line builds the bundle without --split: the loop names the parts and their order
     (line,) = [x for x in shown.output.splitlines() if x.startswith("next: ")]
     words = shlex.split(line.removeprefix("next: "))
