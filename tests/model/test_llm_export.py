@@ -89,3 +89,16 @@ def test_plain_random_weights_part_where_peaked_ones_do_not():
     model = llm.build(llm.QWEN_TINY_PLAIN)
     want = llm.generate(model, PROMPT, 64)
     assert llm.generate(llm.rounded(model, bits=4), PROMPT, 64) != want
+
+
+def test_the_05b_preset_has_qwen25_05bs_published_parameter_counts():
+    """0.49B parameters, 0.36B outside the embedding (Qwen2.5-0.5B's model card), counted without allocating them."""
+    import torch
+
+    tf = llm.import_transformers()
+    with torch.device("meta"):
+        model = tf.Qwen2ForCausalLM(llm.config(llm.QWEN_05B))
+    total = sum(p.numel() for p in model.parameters())  # the tied table counted once
+    assert total == 494_032_768
+    assert total - model.model.embed_tokens.weight.numel() == 357_898_112
+    assert model.lm_head.weight is model.model.embed_tokens.weight

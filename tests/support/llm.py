@@ -71,7 +71,7 @@ QWEN_TINY_PLAIN = replace(QWEN_TINY, std=0.2, peaked=False)
 # intermediate_size 4864, num_hidden_layers 24, num_attention_heads 14, num_key_value_heads 2, vocab_size 151936,
 # rope_theta 1000000.0, tie_word_embeddings true, max_position_embeddings 32768), as quoted by public mirrors of that
 # file (read 2026-12-06; the hub itself is not reachable from here); its model card says 0.49B parameters, 0.36B of
-# them outside the embedding, which these numbers give (494,032,768 and 357,897,088).
+# them outside the embedding, which these numbers give (494,032,768 and 357,898,112).
 QWEN_05B = LlmSpec(Family.QWEN2, vocab=151936, hidden=896, layers=24, heads=14, kv_heads=2, intermediate=4864,
                    rope_theta=1e6, tied=True, positions=32768)
 
@@ -79,7 +79,7 @@ QWEN_05B = LlmSpec(Family.QWEN2, vocab=151936, hidden=896, layers=24, heads=14, 
 PROMPT = (3, 17, 42, 99, 7, 100, 5, 11)  # ids every preset's successor table has
 
 
-def _transformers() -> Any:
+def import_transformers() -> Any:
     """transformers, imported without torchvision: torchvision 0.28 from PyPI is CUDA-built, and beside CPU torch its
     C++ ops do not load ("operator torchvision::nms does not exist"), which breaks `import transformers` models.
     None in sys.modules makes transformers' own probe say torchvision is absent. Only for the tests' process."""
@@ -90,7 +90,7 @@ def _transformers() -> Any:
 
 
 def config(spec: LlmSpec) -> Any:
-    tf = _transformers()
+    tf = import_transformers()
     cls = tf.Qwen2Config if spec.family is Family.QWEN2 else tf.LlamaConfig
     return cls(vocab_size=spec.vocab, hidden_size=spec.hidden, intermediate_size=spec.intermediate,
                num_hidden_layers=spec.layers, num_attention_heads=spec.heads, num_key_value_heads=spec.kv_heads,
@@ -101,7 +101,7 @@ def config(spec: LlmSpec) -> Any:
 
 def build(spec: LlmSpec) -> Any:
     """The transformers model (Qwen2ForCausalLM or LlamaForCausalLM), eval mode, float32, seeded random weights."""
-    tf = _transformers()
+    tf = import_transformers()
     cls = tf.Qwen2ForCausalLM if spec.family is Family.QWEN2 else tf.LlamaForCausalLM
     torch.manual_seed(spec.seed)
     model = cls(config(spec)).eval()
@@ -181,7 +181,7 @@ class _Flat(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                 *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        cache = _transformers().DynamicCache(config=self.model.config)
+        cache = import_transformers().DynamicCache(config=self.model.config)
         for i in range(self.layers):
             cache.update(past[2 * i], past[2 * i + 1], i)
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
