@@ -254,7 +254,7 @@ def _prove(src: Path, lay: DecoderLayout, o: GenerateOptions, prompt_parts: list
         ran = generation.Stepper(lay, o.prompt_tokens, o.context, prompt, decode, watch=calib)
         line = given[:max(1, o.context - 1 - CALIB_STEPS)]
         if k % 2:  # every other sequence ends at the context's last position: what is computed from positions
-            ran.position = o.context - 1 - len(line) - CALIB_STEPS  # (rotary tables) gets its whole range
+            ran.position = o.context - len(line) - CALIB_STEPS  # (rotary tables) gets its whole range: CL - 2
         generation.greedy(ran, line, CALIB_STEPS)
     return Proof(prompt=len(ids), steps=len(got), same_tokens=True, max_logit_diff=worst, vocab=vocab,
                  seed=o.seed)

@@ -185,12 +185,18 @@ class GenerationCheck:
 def check(plan: GenerationPlan, soc: str, contexts: Mapping[str, Path], precision: Precision | str | None,
           loop: GenerationLoop, seed: int) -> GenerationCheck:
     """The loop on `soc`'s emulator (`contexts`: graph -> the EPContext model the emulator runs) against the CPU's."""
-    import numpy as np
-
-    lay = layout_of(plan)
     chip = socs.find(soc)
     fp16 = precision == Precision.FP16
     npu = {role: [htp.session(contexts[p.graph(role).graph], chip, fp16=fp16) for p in plan.parts] for role in Role}
+    return judge(plan, soc, npu, precision, loop, seed)
+
+
+def judge(plan: GenerationPlan, soc: str, npu: Mapping[Role, list[GraphCall]], precision: Precision | str | None,
+          loop: GenerationLoop, seed: int) -> GenerationCheck:
+    """The loop over the NPU's part calls (each role's, in part order) against the same loop on the CPU."""
+    import numpy as np
+
+    lay = layout_of(plan)
     cpu = {role: cpu_calls(plan, role) for role in Role}
     captured: dict[int, Sample] = {}
 
