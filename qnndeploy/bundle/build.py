@@ -58,12 +58,14 @@ from qnndeploy.base.pool import Pool
 from qnndeploy.bundle import licences
 from qnndeploy.decide.decision import BACKEND_LIB, SYSTEM_LIB, qnn_libraries
 from qnndeploy.formats import archive, elf
+from qnndeploy.formats.generation import plans_of, to_manifest
 from qnndeploy.formats.manifest import (
     ACCEPTED_BY,
     DEFAULT_COMPILE_BUDGET_S,
     BundleFile,
     BundleLoop,
     FileFormat,
+    Generation,
     Graph,
     LibRole,
     Licences,
@@ -143,6 +145,7 @@ class BundleSpec:
     cpu_only: Sequence[str] = ()  # graphs that always run on the CPU (a split model's part)
     pipeline: Sequence[str] = ()  # the order the app runs the graphs in (empty: none given)
     loop: JSON | None = None  # the decode loop validate ran over two graphs (decode.Loop.json), shipped as validated
+    generation: Generation | None = None  # a decoder LLM's parts (prepare --generate): its loop, as the app runs it
     build: Path | None = None  # the `compile` output folder it comes from (--from-build): an input folder
     on_device: OnDeviceRequest | None = None
     compilers: Mapping[Path, JSON] = field(default_factory=dict)  # context binary -> its record's backend and tools
@@ -230,9 +233,11 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
                            "it again (--loop), then bundle") from None
         if loop.get("tokenizer"):
             expected[Path(loop["tokenizer"]["path"])] = loop["tokenizer"]["sha256"]
-    spec = BundleSpec(name, version, cpu, npu, precision=precisions.pop(), records=records, validation=validation,
+    precision = precisions.pop()
+    spec = BundleSpec(name, version, cpu, npu, precision=precision, records=records, validation=validation,
                       htp=htp, accepted_on=_accept(validation, Path(build), accept or {}, accept_on),
-                      expected_sha256=expected, build=Path(build), loop=loop, compilers=compilers)
+                      expected_sha256=expected, build=Path(build), loop=loop, compilers=compilers,
+                      generation=_generation(Path(build), cpu, precision))
     if split is not None:
         return with_split(spec, split)
     looped = set(decode.described(loop).graphs) if loop is not None else set()
@@ -242,6 +247,23 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
         raise BadInput(f"the models of {build} are parts of a split: bundle them with its record, --split "
                        f"{named[0]}, or the app gets neither the other parts nor their order")
     return spec
+
+
+def _generation(build: Path, cpu: Mapping[str, Path], precision: str) -> Generation | None:
+    """The generation the build's graphs are the parts of (prepare --generate), all of them: the app needs every
+    part, and one generation per bundle."""
+    plans = {p.path: p for p in plans_of(cpu).values()}
+    if not plans:
+        return None
+    if len(plans) > 1:
+        raise BadInput(f"{build} holds the parts of {len(plans)} generations ({', '.join(map(str, plans))}): "
+                       "bundle one at a time")
+    plan = next(iter(plans.values()))
+    missing = [g for g in plan.graph_files() if g not in cpu]
+    if missing:
+        raise BadInput(f"{build} lacks {', '.join(missing)} of {plan.path.name}: the app runs every part; compile "
+                       "them all, then bundle")
+    return to_manifest(plan, precision)
 
 
 def _compiler(rec: CompileRecord) -> JSON:
@@ -839,7 +861,7 @@ def _manifest(spec: BundleSpec, plan: _Plan, facts: dict[str, FileFacts], qairt:
                          not in plan.records]),
         htp_performance_mode=spec.performance_mode, pipeline_order=tuple(spec.pipeline), on_device=on_device,
         loop=BundleLoop(decode.described(spec.loop), entry(plan.tokenizer) if plan.tokenizer else None)
-        if spec.loop else None,
+        if spec.loop else None, generation=spec.generation,
         licences=_licences(plan, facts, qairt, pin, originals))
 
 

@@ -5,6 +5,7 @@ bundle build read it; a bundle carries its loop as the manifest's "generation" o
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -13,6 +14,7 @@ from pathlib import Path
 from qnndeploy import __version__
 from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import JSON, write_json
+from qnndeploy.formats.manifest import Generation, GenerationKv, GenerationPart
 
 PLAN_RECORD, PLAN_VERSION = "qnndeploy-generation", 1
 
@@ -165,3 +167,31 @@ class GenerationPlan:
         except ValueError:
             raise BadInput(f"{path}: not a generation plan (qnndeploy prepare --generate writes one)") from None
         return cls.parse(data, path)
+
+
+def plans_of(sources: Mapping[str, Path]) -> dict[str, GenerationPlan]:
+    """Each graph (name -> its source) that is a part of a generation plan beside it, unchanged: graph -> plan."""
+    found: dict[str, GenerationPlan] = {}
+    for folder in dict.fromkeys(p.parent for p in sources.values()):
+        for path in sorted(folder.glob("*.generation.json")):
+            try:
+                plan = GenerationPlan.read(path)
+            except BadInput:
+                continue
+            files = plan.graph_files()
+            for graph, source in sources.items():
+                if graph in files and files[graph].resolve() == source.resolve() and source.is_file():
+                    found[graph] = plan
+    return found
+
+
+def to_manifest(plan: GenerationPlan, precision: str) -> Generation:
+    """The manifest's "generation" object for a bundle of the plan's graphs built at `precision`."""
+    kv = tuple(GenerationKv(i, next(p.index for p in plan.parts if p.layers[0] <= i <= p.layers[1]),
+                            (k_in, k_out), (v_in, v_out), plan.kv_heads, plan.head_dim, plan.kv_dtype)
+               for i, (k_in, k_out, v_in, v_out) in enumerate(plan.kv))
+    return Generation("decoder", plan.prompt_tokens, plan.context, plan.proof.vocab, precision,
+                      (("input_ids", plan.input_ids), ("attention_mask", plan.attention_mask),
+                       ("position_ids", plan.position_ids)), plan.logits, kv,
+                      tuple(GenerationPart(p.index, p.graph(Role.PROMPT).graph, p.graph(Role.DECODE).graph, p.layers)
+                            for p in plan.parts))

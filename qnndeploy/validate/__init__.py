@@ -26,7 +26,7 @@ from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.base.pool import Pool
 from qnndeploy.formats import chain, estimaterecord
 from qnndeploy.formats.estimaterecord import EstimateRecord
-from qnndeploy.formats.generation import GenerationPlan
+from qnndeploy.formats.generation import GenerationPlan, plans_of
 from qnndeploy.formats.records import (
     CompileRecord,
     JobProgress,
@@ -162,7 +162,7 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
     splits = splits_of({r.source: r.source_sha256 for r in compiled})
     links = _links(plan, splits)
     sources = {r.graph: r.source for r in plan}
-    gens = generation.plans_of(sources)  # a decoder LLM's parts (prepare --generate): judged by its loop
+    gens = plans_of(sources)  # a decoder LLM's parts (prepare --generate): judged by its loop
     generating = _generation_loop(o.loop, gens)
     try:
         looped = decode.parse(o.loop, sources, _split_graphs(links)) if o.loop and generating is None else None

@@ -84,22 +84,6 @@ def _ids(path: str | None, what: str, key: str) -> tuple[int, ...] | None:
     return ids
 
 
-def plans_of(sources: Mapping[str, Path]) -> dict[str, GenerationPlan]:
-    """Each graph (name -> its source) that is a part of a generation plan beside it, unchanged: graph -> plan."""
-    found: dict[str, GenerationPlan] = {}
-    for folder in dict.fromkeys(p.parent for p in sources.values()):
-        for path in sorted(folder.glob("*.generation.json")):
-            try:
-                plan = GenerationPlan.read(path)
-            except BadInput:
-                continue
-            files = plan.graph_files()
-            for graph, source in sources.items():
-                if graph in files and files[graph].resolve() == source.resolve() and source.is_file():
-                    found[graph] = plan
-    return found
-
-
 def layout_of(plan: GenerationPlan) -> DecoderLayout:
     return DecoderLayout(plan.input_ids, plan.attention_mask, plan.position_ids, plan.logits,
                   tuple(generation.KvLayer(i, (k_in, k_out), (v_in, v_out))

@@ -415,7 +415,7 @@ def check_manifest(manifest: Manifest, facts: dict[str, FileFacts], tree: set[st
     return [*_listing_problems(manifest, facts, tree, unread or {}), *_graph_problems(manifest),
             *_cpu_problems(manifest, facts, root), *_target_problems(manifest, facts, root, contexts or {}, need),
             *stated, *_runtime_problems(manifest, facts, root, need), *_on_device_problems(manifest, facts, root),
-            *_loop_problems(manifest, facts, root), *_licence_problems(manifest)]
+            *_loop_problems(manifest, facts, root), *_generation_problems(manifest), *_licence_problems(manifest)]
 
 
 def _licence_problems(manifest: Manifest) -> list[Problem]:
@@ -496,6 +496,59 @@ def _loop_problems(manifest: Manifest, facts: dict[str, FileFacts], root: Path) 
             decode.Detokenizer(root / tokenizer.path)
         except QnnDeployError as e:
             problems.append(Problem(tokenizer.path, f"is not a tokenizer the loop can read: {e}"))
+    return problems
+
+
+def _generation_problems(manifest: Manifest) -> list[Problem]:
+    """Format 7's generation: parts numbered 1.. in order, each naming a prompt and a decode graph the NPU runs and
+    covering the next layers; every part's graph reads only the loop's inputs, its own layers' caches and what the
+    parts before it make; each layer's past input has context - s entries and its present output s (s: the graph's
+    tokens, prompt_tokens or 1); the last part makes the logits. What the app's loop relies on, or it cannot run."""
+    gen = manifest.generation
+    if gen is None:
+        return []
+    problems: list[Problem] = []
+    graphs = {g.name: g for g in manifest.graphs if not g.cpu_only}
+    if [p.index for p in gen.parts] != list(range(1, len(gen.parts) + 1)):
+        problems.append(Problem(MANIFEST, "generation's parts are not numbered 1, 2, ... in running order"))
+    covered = [layer for p in gen.parts for layer in range(p.layers[0], p.layers[-1] + 1)] if all(
+        len(p.layers) == 2 for p in gen.parts) else []
+    if covered != [k.layer for k in gen.kv] or [k.layer for k in gen.kv] != list(range(len(gen.kv))):
+        problems.append(Problem(MANIFEST, "generation's parts do not cover its layers 0.. in order, each once"))
+    for p in gen.parts:
+        problems += [Problem(MANIFEST, f"generation part {p.index} names {role} graph '{name}', which is not a "
+                                       "graph the NPU runs")
+                     for role, name in (("prompt", p.prompt), ("decode", p.decode)) if name not in graphs]
+    if problems:
+        return problems
+    loop_inputs = {name for _, name in gen.inputs}
+    for role, seq in (("prompt", gen.prompt_tokens), ("decode", 1)):
+        made: set[str] = set()
+        for p in gen.parts:
+            graph = graphs[p.prompt if role == "prompt" else p.decode]
+            own = [k for k in gen.kv if k.part == p.index]
+            caches = {k.key[0]: k for k in own} | {k.value[0]: k for k in own}
+            for t in graph.inputs:
+                k = caches.get(t.name)
+                if k is not None:
+                    if list(t.shape) != [1, k.heads, gen.context_tokens - seq, k.head_dim]:
+                        problems.append(Problem(MANIFEST, f"graph '{graph.name}' input {t.name} is "
+                                        f"{list(t.shape)}; the {role} graph's cache past is [1, {k.heads}, "
+                                        f"{gen.context_tokens - seq}, {k.head_dim}]"))
+                elif t.name not in loop_inputs and t.name not in made:
+                    problems.append(Problem(MANIFEST, f"graph '{graph.name}' reads {t.name}, which neither the loop "
+                                                      "nor an earlier part gives: the app could not run it"))
+            outs = {t.name: t for t in graph.outputs}
+            for k in own:
+                for name in (k.key[1], k.value[1]):
+                    shape = list(outs[name].shape) if name in outs else None
+                    if shape != [1, k.heads, seq, k.head_dim]:
+                        problems.append(Problem(MANIFEST, f"graph '{graph.name}' does not output {name} as "
+                                                          f"[1, {k.heads}, {seq}, {k.head_dim}] (its layer's new "
+                                                          f"entries): {shape or 'no such output'}"))
+            made.update(outs)
+        if gen.logits not in made:
+            problems.append(Problem(MANIFEST, f"no {role} graph of the generation outputs {gen.logits}"))
     return problems
 
 

@@ -1,0 +1,81 @@
+"""A decoder LLM by the printed advice to a verified bundle, on the real onnxruntime-qnn: transformers' Qwen2 (tied
+embedding, GQA, seeded random weights) prepared into two parts (prepare --generate), each part's prompt and decode
+graph compiled into one weight-shared w4a16 context for SM8650 and SM8750 (the command prepare prints, at w4a16),
+validated by the generation loop on the host HTP emulator over 64 steps, bundled (format 7's "generation") and
+verified; a manifest whose parts the app could not run is refused."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from qnndeploy.formats.generation import GenerationPlan
+from qnndeploy.formats.manifest import Manifest
+from qnndeploy.model import generation
+from qnndeploy.verification.checks import verify_bundle
+from tests.support import llm
+from tests.support.cli import run
+
+pytestmark = [pytest.mark.needs_qnn, pytest.mark.slow]
+
+
+def test_a_decoder_goes_by_the_printed_advice_to_a_verified_w4a16_bundle(tmp_path: Path) -> None:
+    made = llm.cached_export(tmp_path / "llm", llm.QWEN_TINY, dynamo=False)
+    checked = run("check", made.path, "--soc", "SM8650,SM8750")
+    assert checked.exit_code == 10, checked.output  # fixable: prepare --generate
+    prepared = run("prepare", made.path, "--generate", "--prompt-tokens", 8, "--context-tokens", 96, "--parts", 2,
+                   "-o", tmp_path / "gen" / "qwen.onnx")
+    assert prepared.exit_code == 0, prepared.output
+    advice = next(line for line in prepared.output.splitlines() if line.startswith("next: qnndeploy compile"))
+    words = shlex.split(advice.removeprefix("next: qnndeploy "))
+    words[words.index("w8a16")] = "w4a16"
+    words[words.index("SOC")] = "SM8650,SM8750"
+    words[words.index("build")] = str(tmp_path / "build")
+    compiled = run(*words, "--no-cache")
+    assert compiled.exit_code == 0, compiled.output
+    for soc in ("SM8650", "SM8750"):  # one binary per part and SoC, both graphs in it
+        for k in (1, 2):
+            record = json.loads((tmp_path / "build" / f"qwen-p{k}" / soc / "compile.json").read_text())
+            assert record["precision"] == "w4a16" and record["status"] == "ok"
+            assert [m["graph"] for m in record["members"]] == [f"qwen-p{k}-prompt", f"qwen-p{k}-decode"]
+            assert all(m["calibration"]["samples"] >= 20 for m in record["members"])
+
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text(" ".join(map(str, generation.seeded_prompt(llm.QWEN_TINY.intermediate, 8, 3))))
+    r = run("validate", tmp_path / "build", "--loop", f"generation:prompt={prompt},steps=64", "--json")
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)
+    assert len(summary["targets"]) == 8 and all(t["status"] == "passed" for t in summary["targets"])
+    for t in summary["targets"]:
+        loop = t["loop"]
+        assert loop["kind"] == "generation" and loop["steps"] == 64 and loop["prompt"] == 12
+        assert loop["agreement"] >= loop["min_agreement"] == 0.85
+        assert [d["layer"] for d in loop["layers"]] == [0, 1, 2, 3]
+        assert loop["tokens"]["cpu"][:len(loop["tokens"]["npu"])] != [] and t["inputs"]["kind"] == "loop"
+    record = json.loads((tmp_path / "build" / "qwen-p2" / "SM8750" / "validation-qwen-p2-decode.json").read_text())
+    assert record["loop"]["kind"] == "generation" and record["passed"]
+
+    r = run("bundle", "build", "--from-build", tmp_path / "build", "--name", "qwen", "--version", "1", "-o",
+            tmp_path / "bundles")
+    assert r.exit_code == 0, r.output
+    bundle = tmp_path / "bundles" / "qwen-1"
+    assert verify_bundle(bundle).ok
+    manifest = Manifest.parse(json.loads((bundle / "manifest.json").read_text()))
+    plan = GenerationPlan.read(tmp_path / "gen" / "qwen.generation.json")
+    gen = manifest.generation
+    assert gen is not None and gen.precision == "w4a16" and gen.context_tokens == 96 and gen.vocab == 512
+    assert [(p.prompt, p.decode, p.layers) for p in gen.parts] == [
+        ("qwen-p1-prompt", "qwen-p1-decode", (0, 1)), ("qwen-p2-prompt", "qwen-p2-decode", (2, 3))]
+    assert [k.part for k in gen.kv] == [1, 1, 2, 2] and len(plan.parts) == 2
+
+    data = json.loads((bundle / "manifest.json").read_text())  # a part that reads a layer it does not own
+    data["generation"]["kv"][2]["part"] = 1
+    data["generation"]["kv"][3]["part"] = 1
+    (bundle / "manifest.json").write_text(json.dumps(data))
+    report = verify_bundle(bundle)
+    assert not report.ok
+    assert any("reads past_key_values.2.key, which neither the loop nor an earlier part gives" in p.message
+               for p in report.problems)
