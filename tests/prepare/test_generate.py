@@ -13,6 +13,7 @@ import pytest
 
 from qnndeploy.formats.generation import GenerationPlan, Role
 from qnndeploy.model import generation
+from qnndeploy.model.decode import GraphCall
 from qnndeploy.prepare.generate import GenerateOptions, prepare_generation
 from qnndeploy.validate import generation as checking
 from tests.support import llm
@@ -91,7 +92,7 @@ def test_per_layer_diff_names_the_first_layer_that_goes_wrong(exports: Path, tmp
                                                                            parts=2))
     rng = np.random.default_rng(0)
 
-    def noisy(call: generation.GraphCall, stream: str) -> generation.GraphCall:
+    def noisy(call: GraphCall, stream: str) -> GraphCall:
         def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             h = feeds[stream]
             return call({**feeds, stream: h + rng.standard_normal(h.shape).astype(h.dtype) * float(h.std())})
