@@ -49,7 +49,7 @@ from qnndeploy.formats.manifest import (
     schema_errors,
     worst_metric,
 )
-from qnndeploy.model import decode, tasks
+from qnndeploy.model import decode, loadplan, tasks
 from qnndeploy.model.metrics import rejudge, thresholds_for, thresholds_text
 from qnndeploy.model.onnxio import load_model
 from qnndeploy.qnn import contextcheck, epcontext, ondevice, qnnsystem
@@ -1110,6 +1110,21 @@ def _evidence_warnings(manifest: Manifest) -> list[Problem]:
     return found
 
 
+def _load_warnings(manifest: Manifest) -> list[Problem]:
+    """A context binary larger than one part's load budget on its arch (data/load_budget.json): not wrong, but it may
+    fail to load on the phone (err 1002); the budget is a sourced figure, not a measured limit."""
+    found = []
+    for t in manifest.targets:
+        with contextlib.suppress(QnnDeployError, ValueError):  # an arch the catalog does not know: said elsewhere
+            budget = loadplan.budget_for(t.dsp_arch)
+            found += [Problem(a.path, f"{a.size / 1e6:,.0f} MB, above the {budget.bytes / 1e6:,.0f} MB one part is "
+                                      f"planned to load on {budget.arch} ({budget.status.value}: {budget.label}): "
+                                      "it may fail to load (err 1002); cut it into more parts (qnndeploy check "
+                                      "says how many)")
+                      for a in t.artifacts if a.format == FileFormat.QNN_CONTEXT_BINARY and a.size > budget.bytes]
+    return found
+
+
 def check_warnings(manifest: Manifest, facts: dict[str, FileFacts], contexts: Contexts | None = None) -> list[Problem]:
     """What cannot be confirmed, without being wrong: failed graphs shipped with a reason (bundle --accept), Skel
     libraries whose build string was not found (a context binary without its markers is a problem: see
@@ -1123,6 +1138,7 @@ def check_warnings(manifest: Manifest, facts: dict[str, FileFacts], contexts: Co
                  for t in manifest.targets for g, s in t.validations.items()
                  if isinstance(s.get("threshold_reason"), str)]
     warnings += _evidence_warnings(manifest)
+    warnings += _load_warnings(manifest)
     for t in manifest.targets:
         for a in t.artifacts:
             info = (contexts or {}).get(a.path)
