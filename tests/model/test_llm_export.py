@@ -39,13 +39,14 @@ def test_the_layout_is_optimums_with_every_length_dynamic(llm_export, spec, dyna
 
 
 @pytest.mark.parametrize(("spec", "dynamo"), CASES)
-@pytest.mark.parametrize(("past", "seq"), [(0, 5), (9, 1), (4, 3)])
-def test_the_onnx_computes_what_transformers_does(llm_export, spec, dynamo, past, seq):
-    """Logits and every present, from random past entries: a prompt over an empty cache, a decode step, a chunk."""
+@pytest.mark.parametrize(("past", "seq", "empty"), [(0, 5, 0), (9, 1, 0), (4, 3, 0), (9, 1, 5), (6, 3, 2)])
+def test_the_onnx_computes_what_transformers_does(llm_export, spec, dynamo, past, seq, empty):
+    """Logits and every present, from random past entries: a prompt over an empty cache, a decode step, a chunk, and
+    the last two with their first cache slots masked out, as the app's fixed-size cache has them."""
     import onnxruntime as ort
 
     exported = llm_export(spec, dynamo=dynamo)
-    feeds = llm.example(exported.model, past=past, seq=seq, seed=past)
+    feeds = llm.example(exported.model, past=past, seq=seq, seed=past, empty=empty)
     want = llm.run_torch(exported.model, feeds)
     session = ort.InferenceSession(str(exported.path), providers=["CPUExecutionProvider"])
     got = dict(zip(want, session.run(list(want), feeds), strict=True))

@@ -190,13 +190,14 @@ class _Flat(nn.Module):
         return (out.logits, *present)
 
 
-def example(model: Any, past: int, seq: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Inputs by name for `past` cached entries (random numbers) and `seq` new tokens at positions past.."""
+def example(model: Any, past: int, seq: int, seed: int = 0, empty: int = 0) -> dict[str, np.ndarray]:
+    """Inputs by name for `past` cached entries (random numbers) and `seq` new tokens at positions past..; the first
+    `empty` cache slots masked out (attention_mask 0), as a host loop with a right-aligned fixed-size cache has them."""
     cfg = model.config
     gen = torch.Generator().manual_seed(seed)
     head_dim = cfg.hidden_size // cfg.num_attention_heads
     feeds = {"input_ids": torch.randint(0, cfg.vocab_size, (1, seq), generator=gen),
-             "attention_mask": torch.ones(1, past + seq, dtype=torch.int64),
+             "attention_mask": (torch.arange(past + seq) >= empty).to(torch.int64)[None],
              "position_ids": torch.arange(past, past + seq)[None]}
     for name in names(cfg.num_hidden_layers)[0][3:]:
         feeds[name] = torch.randn(1, cfg.num_key_value_heads, past, head_dim, generator=gen)
