@@ -215,9 +215,10 @@ def run_torch(model: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]
 def export(model: Any, path: Path, *, dynamo: bool) -> Path:
     """The model as one ONNX in the optimum layout, batch 1, every length dynamic: seq (new tokens), past (cached
     entries), total (= past + seq: attention_mask, present). The TorchScript exporter (opset 17) writes the weights
-    inline up to 2 GB and beside the file above that (torch decides); the dynamo exporter (its default opset, 18 in
-    torch 2.13) always writes them to `<name>.data`, and names the present's length "past + seq" (torch.export's
-    own expression; the TorchScript one says "total")."""
+    inline up to 2 GB and past that one file per tensor beside the ONNX (QWEN_05B: 170 files, 2,504 MB, the tied
+    table stored twice, as Gather's table and as lm_head's transposed MatMul weight); the dynamo exporter (its
+    default opset, 20 in torch 2.13) always writes them to one `<name>.data` (QWEN_05B: 1,979 MB, the table once),
+    and names the present's length "past + seq" (torch.export's own expression; the TorchScript one says "total")."""
     path = Path(path)
     inputs, outputs = names(model.config.num_hidden_layers)
     # example lengths of 2 and more: torch.export specializes a dim whose example size is 0 or 1
