@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import statistics
 import subprocess
 import sys
@@ -83,17 +84,18 @@ def _status_kb(pid: int, field: str) -> int:
         return 0
 
 
-def run(cmd: list[str], ok: tuple[int, ...] = (0,), **kwargs: object) -> Measure:
+def run(cmd: list[str], ok: tuple[int, ...] = (0,), out: Path | None = None, **kwargs: object) -> Measure:
     """Wall seconds and peak RSS (MB) of one command with its child processes (e.g. verify's emulator child); a
-    command that exits other than `ok` fails the benchmark.
+    command that exits other than `ok` fails the benchmark. `out`: a file its stdout is written to (e.g. a printed
+    next command, or --json), else it is dropped.
 
     Peak RSS, polled every 20 ms while the command runs: the command's own VmHWM, or the sum of the VmRSS of it and
     its descendants where that is more. rusage's ru_maxrss would count the benchmark's own memory, which the forked
     child carries until exec.
     """
     start = time.perf_counter()
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, **kwargs)
+    with tempfile.TemporaryFile() as err, Path(out or os.devnull).open("wb") as stdout:
+        proc = subprocess.Popen(cmd, stdout=stdout, stderr=err, stdin=subprocess.DEVNULL, **kwargs)
         peak_kb = 0
         while proc.poll() is None:
             together = sum(_status_kb(p, "VmRSS") for p in _tree(proc.pid))
