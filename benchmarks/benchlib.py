@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -104,7 +105,12 @@ def run(cmd: list[str], ok: tuple[int, ...] = (0,), out: Path | None = None, **k
         elapsed = time.perf_counter() - start
         if proc.returncode not in ok:
             err.seek(0)
-            fail(f"{' '.join(cmd[:3])} exited {proc.returncode}: {err.read().decode(errors='replace').strip()}")
+            how = f"exited {proc.returncode}"
+            if proc.returncode < 0:
+                how = f"was killed by {signal.Signals(-proc.returncode).name}"
+                how += " (e.g. by the kernel's OOM killer)" if proc.returncode == -signal.SIGKILL else ""
+            fail(f"{' '.join(cmd[:4])} {how} after {elapsed:.0f} s at a peak RSS of {peak_kb / 1024:.0f} MB: "
+                 f"{err.read().decode(errors='replace').strip()}")
     return Measure(elapsed, peak_kb / 1024)
 
 
