@@ -552,11 +552,12 @@ def _check_loops(looped: decode.Loop, plan: list[CompileRecord], results: list[T
         fp16 = record.precision == Precision.FP16
         contexts = {g: _emulated(r) for g, (r, _) in jobs.items()}
         try:
-            if looped.encoder_parts:  # the parts chained on the emulator (each part's own run read the CPU's values)
-                encoder = loop.npu_call(looped.encoders, models, contexts, soc, fp16)
-                encoded = [encoder(f) for f in cpu.features]
+            measured = held[(looped.encoders[0], soc)][1]  # the first graph's own run read the samples themselves
+            if looped.encoder_parts:  # the later parts again on the emulator, fed what the HTP made before them
+                rest = loop.npu_call(looped.encoders[1:], models, contexts, soc, fp16)
+                encoded = [rest({**f, **m}) for f, m in zip(cpu.features, measured, strict=True)]
             else:
-                encoded = held[(looped.encoder, soc)][1]
+                encoded = measured
             decoder = loop.npu_call(looped.decoders, models, contexts, soc, fp16)
             npu = loop.run_npu(looped, encoded, decoder, loop.cache_shapes(looped, models))
             check = {**loop.judge(looped, soc, cpu, npu, target.thresholds or {}, decode.references(looped)).json(),
