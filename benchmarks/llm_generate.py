@@ -18,7 +18,7 @@ stable and the check is that the NPU chooses the CPU's. --smoke: QWEN_TINY, a pr
 Measured here on 2026-12-06 (2 cores and 24 GB shared with other jobs, no swap), the full size, defaults: the export
 84.4 s, peak 4,941 MB (1.98x the 2.50 GB of fp32 ONNX, 171 files: the tied table twice); check 2.5 s, 83 MB, advising
 1 part on both SoCs (526.6 MB estimated at w4a16 against the 882 MB budget: SM8750's v79 figure, SM8650's the
-default rule). prepare --generate did not finish: the kernel's OOM killer ended it after about 12 minutes at 13.2 GiB
+default rule). prepare --generate did not finish: the kernel's OOM killer ended it after about 9 minutes at 13.2 GiB
 of anonymous memory (another job held 12.6 GB then), once both static graphs were written and the CPU proof began
 (it holds onnxruntime sessions of the source and of each part's prompt and decode graph at once, each with the fp32
 weights). compile, validate, bundle build and bundle verify have not run at this size.
