@@ -13,6 +13,7 @@ bundle build read (formats/generation.py).
 
 from __future__ import annotations
 
+import gc
 import shutil
 import tempfile
 import time
@@ -221,9 +222,6 @@ def _prove(src: Path, lay: DecoderLayout, o: GenerateOptions, prompt_parts: list
     """The parts in the app's loop against the source, greedy, token by token; the loop's inputs calibrate."""
     import numpy as np
 
-    source = generation.cpu_call(src, f"the source model {src.name}")
-    prompt = [generation.cpu_call(Path(p), f"part {k}") for k, p in enumerate(prompt_parts, 1)]
-    decode = [generation.cpu_call(Path(p), f"part {k}") for k, p in enumerate(decode_parts, 1)]
     last = load_model(Path(prompt_parts[-1]), weights=False).graph
     logits = next(tensor_info(v) for v in last.output if v.name == lay.logits)
     vocab = (logits.shape or [""])[-1]
@@ -231,7 +229,13 @@ def _prove(src: Path, lay: DecoderLayout, o: GenerateOptions, prompt_parts: list
         raise BadInput(f"{lay.logits} has no static vocabulary size after preparing: {logits.shape_text()}")
     ids = generation.seeded_prompt(vocab, o.prompt_tokens, o.seed)
     steps = min(o.steps, o.context - 1 - len(ids))
+    # the source first, its session gone before the parts' open: one model's weights in memory at a time, not three
+    source = generation.cpu_call(src, f"the source model {src.name}")
     want, want_rows = generation.source_greedy(source, lay, ids, steps, lay.dtype)
+    del source
+    gc.collect()
+    prompt = [generation.cpu_call(Path(p), f"part {k}") for k, p in enumerate(prompt_parts, 1)]
+    decode = [generation.cpu_call(Path(p), f"part {k}") for k, p in enumerate(decode_parts, 1)]
     stepper = generation.Stepper(lay, o.prompt_tokens, o.context, prompt, decode)
     got, got_rows = generation.greedy(stepper, ids, steps)
     worst = max(float(np.abs(a.astype(np.float64) - b).max()) for a, b in zip(want_rows, got_rows, strict=False))
