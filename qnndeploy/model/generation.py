@@ -110,37 +110,30 @@ def static_shapes(lay: DecoderLayout, seq: int, context: int) -> dict[str, list[
     return shapes
 
 
-def new_entries_only(graph: onnx.GraphProto, lay: DecoderLayout, seq: int) -> int:
+def new_entries_only(graph: onnx.GraphProto, lay: DecoderLayout, seq: int) -> None:
     """Make each present.{i} output give only the `seq` new entries, not the whole concatenated cache: the host keeps
-    the cache, and copying CL entries out per step is what the HTP should not do. A present made by a Concat along
-    the length axis whose last input holds `seq` entries is rewired to that input; any other gets a Slice of its
-    last `seq` entries. Returns how many outputs were rewired without a Slice."""
+    the cache, and copying CL entries out per step is what the HTP should not do. The concatenated cache keeps being
+    computed for the attention, under a new name; a present made by a Concat along the length axis whose last input
+    holds `seq` entries becomes that input, any other a Slice of its last `seq` entries."""
+    import numpy as np
     import onnx
 
     producer = {o: n for n in graph.node for o in n.output}
     shapes = {v.name: tensor_info(v) for v in [*graph.value_info, *graph.input, *graph.output]}
-    direct = 0
     for name in lay.kv_outputs():
         node = producer.get(name)
-        last = node.input[-1] if node is not None and node.op_type == "Concat" else None
+        last = node.input[-1] if node is not None and node.op_type == "Concat" else ""
         axis = next((a.i for a in node.attribute if a.name == "axis"), None) if node is not None else None
-        info = shapes.get(last) if last else None
+        info = shapes.get(last)
         dims = (info.shape or []) if info is not None else []
-        if node is not None and last and axis in (2, -2) and len(dims) == 4 and dims[2] == seq:
-            renamed = f"{name}.concatenated"
-            node.output[list(node.output).index(name)] = renamed
-            for other in graph.node:  # the attention reads the whole cache: keep it under its new name
-                for k, u in enumerate(other.input):
-                    if u == name:
-                        other.input[k] = renamed
-            graph.node.append(onnx.helper.make_node("Identity", [last], [name], name=f"{name}/new_entries"))
-            direct += 1
-            continue
         full = f"{name}.concatenated"
         for n in graph.node:
             n.output[:] = [full if o == name else o for o in n.output]
             n.input[:] = [full if u == name else u for u in n.input]
-        consts = [onnx.numpy_helper.from_array(_int64([v]), f"{name}/slice_{k}")
+        if axis in (2, -2) and len(dims) == 4 and dims[2] == seq:
+            graph.node.append(onnx.helper.make_node("Identity", [last], [name], name=f"{name}/new_entries"))
+            continue
+        consts = [onnx.numpy_helper.from_array(np.array([v], np.int64), f"{name}/slice_{k}")
                   for k, v in (("start", -seq), ("end", 2**62), ("axis", 2))]
         graph.initializer.extend(consts)
         graph.node.append(onnx.helper.make_node("Slice", [full, *(c.name for c in consts)], [name],
@@ -148,13 +141,6 @@ def new_entries_only(graph: onnx.GraphProto, lay: DecoderLayout, seq: int) -> in
     for value in graph.output:
         if value.name in lay.kv_outputs():
             value.type.tensor_type.shape.dim[2].dim_value = seq
-    return direct
-
-
-def _int64(values: list[int]) -> np.ndarray:
-    import numpy as np
-
-    return np.array(values, dtype=np.int64)
 
 
 # --- where each layer starts --------------------------------------------------------------------------------------
