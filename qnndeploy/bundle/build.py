@@ -58,7 +58,7 @@ from qnndeploy.base.pool import Pool
 from qnndeploy.bundle import licences
 from qnndeploy.decide.decision import BACKEND_LIB, SYSTEM_LIB, qnn_libraries
 from qnndeploy.formats import archive, elf
-from qnndeploy.formats.generation import plans_of, to_manifest
+from qnndeploy.formats.generation import GenerationPlan, plans_of, to_manifest
 from qnndeploy.formats.manifest import (
     ACCEPTED_BY,
     DEFAULT_COMPILE_BUDGET_S,
@@ -146,6 +146,7 @@ class BundleSpec:
     pipeline: Sequence[str] = ()  # the order the app runs the graphs in (empty: none given)
     loop: JSON | None = None  # the decode loop validate ran over two graphs (decode.Loop.json), shipped as validated
     generation: Generation | None = None  # a decoder LLM's parts (prepare --generate): its loop, as the app runs it
+    generation_tokenizer: Path | None = None  # the generation's tokenizer file (prepare --tokenizer)
     build: Path | None = None  # the `compile` output folder it comes from (--from-build): an input folder
     on_device: OnDeviceRequest | None = None
     compilers: Mapping[Path, JSON] = field(default_factory=dict)  # context binary -> its record's backend and tools
@@ -234,10 +235,14 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
         if loop.get("tokenizer"):
             expected[Path(loop["tokenizer"]["path"])] = loop["tokenizer"]["sha256"]
     precision = precisions.pop()
+    plan = _generation_plan(Path(build), cpu)
+    words = Path(plan.tokenizer[0]) if plan is not None and plan.tokenizer else None
+    if plan is not None and plan.tokenizer:
+        expected[Path(plan.tokenizer[0])] = plan.tokenizer[1]
     spec = BundleSpec(name, version, cpu, npu, precision=precision, records=records, validation=validation,
                       htp=htp, accepted_on=_accept(validation, Path(build), accept or {}, accept_on),
                       expected_sha256=expected, build=Path(build), loop=loop, compilers=compilers,
-                      generation=_generation(Path(build), cpu, precision))
+                      generation=None if plan is None else to_manifest(plan, precision), generation_tokenizer=words)
     if split is not None:
         return with_split(spec, split)
     looped = set(decode.described(loop).graphs) if loop is not None else set()
@@ -249,7 +254,7 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
     return spec
 
 
-def _generation(build: Path, cpu: Mapping[str, Path], precision: str) -> Generation | None:
+def _generation_plan(build: Path, cpu: Mapping[str, Path]) -> GenerationPlan | None:
     """The generation the build's graphs are the parts of (prepare --generate), all of them: the app needs every
     part, and one generation per bundle."""
     plans = {p.path: p for p in plans_of(cpu).values()}
@@ -263,7 +268,7 @@ def _generation(build: Path, cpu: Mapping[str, Path], precision: str) -> Generat
     if missing:
         raise BadInput(f"{build} lacks {', '.join(missing)} of {plan.path.name}: the app runs every part; compile "
                        "them all, then bundle")
-    return to_manifest(plan, precision)
+    return plan
 
 
 def _compiler(rec: CompileRecord) -> JSON:
@@ -599,7 +604,7 @@ class _Plan:
     libs: dict[str, JSON]  # bundle path of each runtime library -> its role, ABI and arch
     records: dict[str, Path]  # name under records/ -> file
     source_path: Path | None
-    tokenizer: str | None = None  # the loop's tokenizer: its path in the bundle
+    tokenizer: str | None = None  # the loop's or the generation's tokenizer: its path in the bundle
     origins: dict[str, licences.FoundOrigin] = field(default_factory=dict)  # the Qualcomm files' origins, by id
     origin_of: dict[str, str] = field(default_factory=dict)  # bundle path of each Qualcomm file -> its origin id
     realign: set[str] = field(default_factory=set)  # bundle paths of the libraries --align-16k re-aligns
@@ -713,11 +718,16 @@ def _plan(spec: BundleSpec) -> _Plan:
         if _needs_realign(path, spec.align_16k):
             realign.add(rel)
     files += [(p, f"records/{name}", False) for name, p in records.items()]
-    tokenizer, given = None, (spec.loop or {}).get("tokenizer")  # the loop's tokenizer: its path in the bundle
-    if given:
-        path = _need_file(Path(given["path"]), "the decode loop's tokenizer")
-        tokenizer = f"loop/{path.name}"
-        files.append((path, tokenizer, False))
+    given = (spec.loop or {}).get("tokenizer")
+    tokenizer = None  # the loop's or the generation's tokenizer: its path in the bundle
+    words: list[tuple[Path | None, str]] = [(Path(given["path"]) if given else None, "loop"),
+                                            (spec.generation_tokenizer, "generation")]
+    for found, folder in words:
+        if found is not None:
+            if tokenizer is not None:
+                raise BadInput("a bundle holds one tokenizer: bundle the decode loop and the generation apart")
+            tokenizer = f"{folder}/{_need_file(found, f'the {folder} tokenizer').name}"
+            files.append((found, tokenizer, False))
     origins, origin_of = _origins(spec, files, lib_entries)
     files += list(dict.fromkeys((src, rel, False) for o in origins.values() for src, rel in o.terms or ()))
     for src, rel, _ in files:
@@ -861,7 +871,9 @@ def _manifest(spec: BundleSpec, plan: _Plan, facts: dict[str, FileFacts], qairt:
                          not in plan.records]),
         htp_performance_mode=spec.performance_mode, pipeline_order=tuple(spec.pipeline), on_device=on_device,
         loop=BundleLoop(decode.described(spec.loop), entry(plan.tokenizer) if plan.tokenizer else None)
-        if spec.loop else None, generation=spec.generation,
+        if spec.loop else None,
+        generation=replace_spec(spec.generation, tokenizer=entry(plan.tokenizer) if plan.tokenizer else None)
+        if spec.generation else None,
         licences=_licences(plan, facts, qairt, pin, originals))
 
 

@@ -92,7 +92,7 @@ def _generate(args: PrepareArgs, as_json: bool) -> None:
         raise BadInput(f"--generate sets the shapes and int32 inputs itself: leave out {', '.join(others)}")
     plan = prepare_generation(args.model, args.out, GenerateOptions(
         prompt_tokens=args.prompt_tokens, context=args.context, parts=args.parts, steps=args.steps,
-        calib_tokens=args.calib_tokens, force=args.force))
+        calib_tokens=args.calib_tokens, tokenizer=args.tokenizer, force=args.force))
     if as_json:
         emit_json(plan.to_json())
         return
@@ -137,6 +137,7 @@ class PrepareArgs:
     parts: int
     steps: int
     calib_tokens: Path | None
+    tokenizer: Path | None
 
 
 @click.command()
@@ -186,6 +187,9 @@ class PrepareArgs:
 @click.option("--calib-tokens", type=click.Path(path_type=Path), metavar="FILE",
               help="With --generate: token ids, a sequence per line, that the calibration samples in OUT.calib/ are "
                    "made from [default: the model's own greedy continuation of the proof's seeded prompt].")
+@click.option("--tokenizer", type=click.Path(path_type=Path), metavar="FILE",
+              help="With --generate: the model's tokenizer.json (byte-level BPE), the text of its tokens: validate "
+                   "shows what each side wrote, the bundle carries it for the app.")
 @click.option("--inputs", "inputs_dir", type=click.Path(path_type=Path), metavar="DIR",
               help="NAME.npy or NAME.npz per input for the equivalence run [default: one random sample, seed 0].")
 @click.option("--tolerance", type=float, default=1e-4, show_default=True,
@@ -210,6 +214,8 @@ def prepare(args: PrepareArgs, as_json: bool) -> None:
     if args.generate:
         _generate(args, as_json)
         return
+    if args.calib_tokens is not None or args.tokenizer is not None:
+        raise BadInput("--calib-tokens and --tokenizer describe a generation: they go with --generate")
     if args.split_at is not None or args.split_size is not None:
         option = "--split-at" if args.split_at is not None else "--split-size"
         if args.split_at is not None and args.split_size is not None:

@@ -161,10 +161,18 @@ def _render_generation(check: dict[str, Any]) -> None:
     if worst is not None:
         click.echo(f"          at step {check['compared_at']}, each part fed the CPU's cache: {where}; the lowest, "
                    f"layer {worst['layer']}: key {worst['key_cosine']:.5f}, value {worst['value_cosine']:.5f}")
+    text = check.get("text")
+    if text:
+        click.echo(f"          the CPU wrote {_clip(text['cpu'])!r}")
+        click.echo(f"          the NPU chose {_clip(text['npu'])!r} (each token from the CPU's history)")
     likely = check.get("likelihood")
     if likely:
         click.echo(f"          on the {likely['tokens']} given tokens: perplexity CPU "
                    f"{likely['cpu']['perplexity']:.3f}, NPU {likely['npu']['perplexity']:.3f}")
+
+
+def _clip(text: str, width: int = 100) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def _task_specs(specs: tuple[str, ...]) -> dict[str | None, str]:

@@ -88,6 +88,7 @@ class GenerationPlan:
     parts: tuple[PlanPart, ...]
     proof: Proof
     calibration: str = ""  # what the calibration samples beside the plan (OUT.calib/) were made from
+    tokenizer: tuple[str, str] | None = None  # the tokens' text (prepare --tokenizer): its absolute path, sha256
     seconds: float = 0.0
     qnndeploy: str = __version__
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
@@ -122,7 +123,9 @@ class GenerationPlan:
             "proof": {"prompt": self.proof.prompt, "steps": self.proof.steps, "same_tokens": self.proof.same_tokens,
                       "max_logit_diff": self.proof.max_logit_diff, "vocab": self.proof.vocab,
                       "seed": self.proof.seed},
-            "calibration": self.calibration, "seconds": self.seconds, "tools": {"qnndeploy": self.qnndeploy},
+            "calibration": self.calibration,
+            "tokenizer": None if self.tokenizer is None else {"path": self.tokenizer[0], "sha256": self.tokenizer[1]},
+            "seconds": self.seconds, "tools": {"qnndeploy": self.qnndeploy},
             "created": self.created}
 
     def write(self) -> None:
@@ -144,6 +147,7 @@ class GenerationPlan:
                 for p in data["parts"])
             if not parts or any({g.role for g in p.graphs} != set(Role) for p in parts):
                 raise ValueError
+            tokenizer = data.get("tokenizer")
             return cls(
                 path, str(data["source"]["path"]), str(data["source"]["sha256"]), int(data["prompt_tokens"]),
                 int(data["context_tokens"]), int(data["layers"]), int(kv[0]["heads"]), int(kv[0]["head_dim"]),
@@ -152,7 +156,9 @@ class GenerationPlan:
                 tuple((str(x["key"][0]), str(x["key"][1]), str(x["value"][0]), str(x["value"][1])) for x in kv),
                 parts, Proof(int(proof["prompt"]), int(proof["steps"]), bool(proof["same_tokens"]),
                              float(proof["max_logit_diff"]), int(proof["vocab"]), int(proof["seed"])),
-                str(data.get("calibration", "")), float(data.get("seconds", 0.0)),
+                str(data.get("calibration", "")),
+                None if tokenizer is None else (str(tokenizer["path"]), str(tokenizer["sha256"])),
+                float(data.get("seconds", 0.0)),
                 str((data.get("tools") or {}).get("qnndeploy", "")), str(data.get("created", "")))
         except (ValueError, TypeError, KeyError, IndexError, AttributeError):
             raise BadInput(f"{path}: not a generation plan (qnndeploy prepare --generate writes one)") from None

@@ -25,6 +25,7 @@ from qnndeploy.base.errors import BadInput, CheckFailed
 from qnndeploy.base.fileio import first_missing, partial_prefix, remove_made, remove_stale, sha256_file, writing
 from qnndeploy.formats.generation import GenerationPlan, PlanGraph, PlanPart, Proof, Role, calib_beside
 from qnndeploy.model import generation, split
+from qnndeploy.model.decode import Detokenizer
 from qnndeploy.model.generation import DecoderLayout
 from qnndeploy.model.onnxio import TensorInfo, load_model, tensor_info
 from qnndeploy.prepare import PrepareOptions, prepare_model
@@ -46,6 +47,7 @@ class GenerateOptions:
     tolerance: float = LOGITS_TOLERANCE
     seed: int = 0  # of the proof's prompt
     calib_tokens: Path | None = None  # token id sequences, one per line, that calibration samples are made from
+    tokenizer: Path | None = None  # tokenizer.json: the tokens' text, which validate shows and the bundle carries
     force: bool = False
 
 
@@ -79,6 +81,8 @@ def prepare_generation(src: Path, out: Path, options: GenerateOptions = Generate
         raise BadInput(f"--parts {o.parts}: give 1 to {lay.layers} (the model's layers)")
     if o.steps < 1:
         raise BadInput(f"--steps {o.steps}: give 1 or more")
+    if o.tokenizer is not None:
+        Detokenizer(o.tokenizer)  # one line now, not after the proof, when it is not one
     paths = graph_paths(out, o.parts)
     record = plan_path(out)
     for p in [*(q for pair in paths for q in pair), record, calib_beside(record)]:
@@ -150,7 +154,9 @@ def _build(src: Path, lay: DecoderLayout, o: GenerateOptions, paths: list[tuple[
         context=o.context, layers=lay.layers, kv_heads=lay.kv_heads, head_dim=lay.head_dim, kv_dtype=lay.dtype,
         input_ids=lay.input_ids, attention_mask=lay.attention_mask, position_ids=lay.position_ids, logits=lay.logits,
         kv=tuple((kv.key[0], kv.key[1], kv.value[0], kv.value[1]) for kv in lay.kv), parts=tuple(parts), proof=proof,
-        calibration=calib.described, seconds=round(time.monotonic() - start, 2))
+        calibration=calib.described,
+        tokenizer=None if o.tokenizer is None else (str(o.tokenizer.resolve()), sha256_file(o.tokenizer)),
+        seconds=round(time.monotonic() - start, 2))
     plan.write()
     return plan
 

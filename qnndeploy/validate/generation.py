@@ -25,7 +25,7 @@ from qnndeploy.base.fileio import JSON, sha256_file
 from qnndeploy.base.kinds import Precision
 from qnndeploy.formats.generation import GenerationPlan, Role
 from qnndeploy.model import generation, metrics
-from qnndeploy.model.decode import GraphCall
+from qnndeploy.model.decode import Detokenizer, GraphCall
 from qnndeploy.model.generation import DecoderLayout, Stepper
 from qnndeploy.model.samples import Sample
 from qnndeploy.qnn import htp
@@ -92,11 +92,10 @@ def layout_of(plan: GenerationPlan) -> DecoderLayout:
 
 
 def check_unchanged(plan: GenerationPlan) -> None:
-    for p in plan.parts:
-        for g in p.graphs:
-            path = plan.path.parent / g.file
-            if not path.is_file() or sha256_file(path) != g.sha256:
-                raise BadInput(f"{path} changed since prepare --generate wrote {plan.path.name}: prepare again")
+    files = [(plan.path.parent / g.file, g.sha256) for p in plan.parts for g in p.graphs]
+    for path, sha256 in [*files, *([(Path(plan.tokenizer[0]), plan.tokenizer[1])] if plan.tokenizer else [])]:
+        if not path.is_file() or sha256_file(path) != sha256:
+            raise BadInput(f"{path} changed since prepare --generate wrote {plan.path.name}: prepare again")
 
 
 def prompt_of(plan: GenerationPlan, loop: GenerationLoop, seed: int) -> list[int]:
@@ -157,13 +156,15 @@ class GenerationCheck:
     min_cosine: float = 0.0
     likelihood: JSON | None = None  # text=FILE: each side's mean negative log-likelihood and perplexity
     tokens: JSON = field(default_factory=dict)  # the CPU's and the NPU's chosen tokens
+    text: JSON | None = None  # their text, when the plan has a tokenizer
 
     def json(self) -> JSON:
         return {"kind": "generation", "soc": self.soc, "passed": self.passed, "prompt": self.prompt,
                 "steps": self.steps, "agreement": self.agreement, "min_agreement": self.min_agreement,
                 "parts_at": self.parts_at, "cpu_margin_there": self.cpu_margin, "compared_at": self.compared_at,
                 "first_layer": self.first_layer, "min_cosine": self.min_cosine,
-                "layers": [vars(d) for d in self.layers], "likelihood": self.likelihood, "tokens": self.tokens}
+                "layers": [vars(d) for d in self.layers], "likelihood": self.likelihood, "tokens": self.tokens,
+                "text": self.text}
 
 
 def check(plan: GenerationPlan, soc: str, contexts: Mapping[str, Path], precision: Precision | str | None,
@@ -220,8 +221,10 @@ def judge(plan: GenerationPlan, soc: str, npu: Mapping[Role, list[GraphCall]], p
     likelihood = None if loop.text is None else {
         "tokens": len(loop.text),
         **{side: _nll(lay, plan, calls, loop.text) for side, calls in (("cpu", cpu), ("npu", npu))}}
+    words = Detokenizer(Path(plan.tokenizer[0])) if plan.tokenizer else None
     return GenerationCheck(soc, agreement >= least, len(prompt), len(want), agreement, least, parts_at, margin,
-                           compared_at, layers, first, floor, likelihood, {"cpu": want, "npu": got})
+                           compared_at, layers, first, floor, likelihood, {"cpu": want, "npu": got},
+                           None if words is None else {"cpu": words.text(want), "npu": words.text(got)})
 
 
 def _layers(plan: GenerationPlan, captured: Mapping[int, Sample], cpu: Mapping[Role, list[GraphCall]],

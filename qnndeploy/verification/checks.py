@@ -415,7 +415,8 @@ def check_manifest(manifest: Manifest, facts: dict[str, FileFacts], tree: set[st
     return [*_listing_problems(manifest, facts, tree, unread or {}), *_graph_problems(manifest),
             *_cpu_problems(manifest, facts, root), *_target_problems(manifest, facts, root, contexts or {}, need),
             *stated, *_runtime_problems(manifest, facts, root, need), *_on_device_problems(manifest, facts, root),
-            *_loop_problems(manifest, facts, root), *_generation_problems(manifest), *_licence_problems(manifest)]
+            *_loop_problems(manifest, facts, root), *_generation_problems(manifest),
+            *_tokenizer_problems(manifest, facts, root), *_licence_problems(manifest)]
 
 
 def _licence_problems(manifest: Manifest) -> list[Problem]:
@@ -490,12 +491,18 @@ def _loop_problems(manifest: Manifest, facts: dict[str, FileFacts], root: Path) 
     if len(lengths) > 1 or any(not isinstance(n, int) for n in lengths):
         problems.append(Problem(MANIFEST, "the loop's cache inputs have no one static length "
                                           f"({', '.join(sorted(map(str, lengths)))})"))
-    tokenizer = manifest.loop.tokenizer
-    if tokenizer is not None and tokenizer.path in facts and facts[tokenizer.path].sha256 == tokenizer.sha256:
-        try:
-            decode.Detokenizer(root / tokenizer.path)
-        except QnnDeployError as e:
-            problems.append(Problem(tokenizer.path, f"is not a tokenizer the loop can read: {e}"))
+    return problems
+
+
+def _tokenizer_problems(manifest: Manifest, facts: dict[str, FileFacts], root: Path) -> list[Problem]:
+    """The loop's or the generation's tokenizer reads as one (its bytes are checked with every listed file)."""
+    problems = []
+    for tokenizer in (*manifest.loop_files, *manifest.generation_files):
+        if tokenizer.path in facts and facts[tokenizer.path].sha256 == tokenizer.sha256:
+            try:
+                decode.Detokenizer(root / tokenizer.path)
+            except QnnDeployError as e:
+                problems.append(Problem(tokenizer.path, f"is not a tokenizer the app can read: {e}"))
     return problems
 
 

@@ -135,3 +135,8 @@ def test_cli_writes_the_plan_and_says_the_compile(exports: Path, tmp_path: Path)
     assert bad.exit_code == 2 and "--parts 9: give 1 to 4" in bad.output
     mixed = run("prepare", made.path, "--generate", "--shape", "input_ids=1,8", "-o", tmp_path / "y" / "m.onnx")
     assert mixed.exit_code == 2 and "leave out --shape" in mixed.output
+    (tmp_path / "vocab.json").write_text("{}")
+    for given in (["--generate", "--tokenizer", tmp_path / "vocab.json"], ["--tokenizer", made.path]):
+        words = run("prepare", made.path, *given, "-o", tmp_path / "z" / "m.onnx")
+        assert words.exit_code == 2 and len(words.output.strip().splitlines()) == 1, words.output
+        assert not (tmp_path / "z").exists()

@@ -1,8 +1,9 @@
 """A decoder LLM by the printed advice to a verified bundle, on the real onnxruntime-qnn: transformers' Qwen2 (tied
 embedding, GQA, seeded random weights) prepared into two parts (prepare --generate), each part's prompt and decode
 graph compiled into one weight-shared w4a16 context for SM8650 and SM8750 (the command prepare prints, at w4a16),
-validated by the generation loop on the host HTP emulator over 64 steps, bundled (format 7's "generation") and
-verified; a manifest whose parts the app could not run is refused."""
+validated by the generation loop on the host HTP emulator over 64 steps (the tokens' text by a real GPT-2
+tokenizer.json, the faster-whisper wheel's, read back by Hugging Face's tokenizers), bundled (format 7's "generation",
+the tokenizer with it) and verified; a manifest whose parts the app could not run is refused."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import shlex
 from pathlib import Path
 
 import pytest
+import tokenizers
 
 from qnndeploy.formats.generation import GenerationPlan
 from qnndeploy.formats.manifest import Manifest
 from qnndeploy.model import generation
 from qnndeploy.verification.checks import verify_bundle
-from tests.support import llm
+from tests.support import llm, whisper
 from tests.support.cli import run
 
 pytestmark = [pytest.mark.needs_qnn, pytest.mark.slow]
@@ -26,8 +28,9 @@ def test_a_decoder_goes_by_the_printed_advice_to_a_verified_w4a16_bundle(tmp_pat
     made = llm.cached_export(tmp_path / "llm", llm.QWEN_TINY, dynamo=False)
     checked = run("check", made.path, "--soc", "SM8650,SM8750")
     assert checked.exit_code == 10, checked.output  # fixable: prepare --generate
+    words_file = whisper.wheel_model_dir() / "tokenizer.json"
     prepared = run("prepare", made.path, "--generate", "--prompt-tokens", 8, "--context-tokens", 96, "--parts", 2,
-                   "-o", tmp_path / "gen" / "qwen.onnx")
+                   "--tokenizer", words_file, "-o", tmp_path / "gen" / "qwen.onnx")
     assert prepared.exit_code == 0, prepared.output
     advice = next(line for line in prepared.output.splitlines() if line.startswith("next: qnndeploy compile"))
     words = shlex.split(advice.removeprefix("next: qnndeploy "))
@@ -45,6 +48,7 @@ def test_a_decoder_goes_by_the_printed_advice_to_a_verified_w4a16_bundle(tmp_pat
 
     prompt = tmp_path / "prompt.txt"
     prompt.write_text(" ".join(map(str, generation.seeded_prompt(llm.QWEN_TINY.intermediate, 8, 3))))
+    reference = tokenizers.Tokenizer.from_file(str(words_file))
     r = run("validate", tmp_path / "build", "--loop", f"generation:prompt={prompt},steps=64", "--json")
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout)
@@ -55,6 +59,8 @@ def test_a_decoder_goes_by_the_printed_advice_to_a_verified_w4a16_bundle(tmp_pat
         assert loop["agreement"] >= loop["min_agreement"] == 0.85
         assert [d["layer"] for d in loop["layers"]] == [0, 1, 2, 3]
         assert loop["tokens"]["cpu"][:len(loop["tokens"]["npu"])] != [] and t["inputs"]["kind"] == "loop"
+        for side in ("cpu", "npu"):  # what the app would show, by the real tokenizer
+            assert loop["text"][side] == reference.decode(loop["tokens"][side]).strip() != ""
     record = json.loads((tmp_path / "build" / "qwen-p2" / "SM8750" / "validation-qwen-p2-decode.json").read_text())
     assert record["loop"]["kind"] == "generation" and record["passed"]
 
@@ -70,6 +76,8 @@ def test_a_decoder_goes_by_the_printed_advice_to_a_verified_w4a16_bundle(tmp_pat
     assert [(p.prompt, p.decode, p.layers) for p in gen.parts] == [
         ("qwen-p1-prompt", "qwen-p1-decode", (0, 1)), ("qwen-p2-prompt", "qwen-p2-decode", (2, 3))]
     assert [k.part for k in gen.kv] == [1, 1, 2, 2] and len(plan.parts) == 2
+    assert gen.tokenizer is not None and gen.tokenizer.path == "generation/tokenizer.json"
+    assert (bundle / gen.tokenizer.path).read_bytes() == words_file.read_bytes()
 
     data = json.loads((bundle / "manifest.json").read_text())  # a part that reads a layer it does not own
     data["generation"]["kv"][2]["part"] = 1
