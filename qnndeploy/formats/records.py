@@ -46,6 +46,16 @@ class JobStarted:
     soc: str
 
 
+@dataclass(frozen=True)
+class JobMeasured:
+    """A validate job whose verdict is not its own: a split's part or a loop's graph, measured, judged with the
+    others once all have run. Progress says so instead of a status its chain or loop may overturn."""
+
+    graph: str
+    soc: str
+    status: str = "measured (its chain or loop decides)"
+
+
 _Result = TypeVar("_Result")
 # Compile's and validate's progress: (jobs done, jobs total, the job just finished, or JobStarted when one starts).
 JobProgress = Callable[[int, int, _Result | JobStarted | None], None]

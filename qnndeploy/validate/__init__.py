@@ -29,6 +29,7 @@ from qnndeploy.formats.estimaterecord import EstimateRecord
 from qnndeploy.formats.generation import GenerationPlan, plans_of
 from qnndeploy.formats.records import (
     CompileRecord,
+    JobMeasured,
     JobProgress,
     JobStarted,
     RecordStatus,
@@ -142,7 +143,7 @@ V = TypeVar("V")
 
 
 def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
-                   progress: JobProgress[TargetValidation] | None = None) -> ValidationSummary:
+                   progress: JobProgress[TargetValidation | JobMeasured] | None = None) -> ValidationSummary:
     """Validate every compiled (graph, SoC) in `build`, the selected ones (options) `jobs` at once, the results in
     the build's order. The samples: `inputs` (*.npz with one array per input name, or <input>.npy; for a one-input
     graph .wav or .png/.jpg files through `preprocess`, media.parse_preprocess), otherwise `random` seeded ones.
@@ -261,7 +262,8 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
                 i, result = fut.result()
                 results[i] = result
                 if progress:
-                    progress(len(results), len(plan), result)
+                    measured = (result.graph, result.soc) in held
+                    progress(len(results), len(plan), JobMeasured(result.graph, result.soc) if measured else result)
             interrupt.check()  # a safe point: SIGTERM stops between runs (a running emulator run ends first)
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)
