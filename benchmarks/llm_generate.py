@@ -121,7 +121,7 @@ def main() -> None:
             print(f"parts: {chosen} ({'given by --parts' if parts else 'check'}; check: "
                   + ", ".join(f"{soc} {n}" for soc, n in counts.items()) + ")", flush=True)
             command = command or ["qnndeploy", "prepare", "onnx/model.onnx", "-o", "model-parts/model.onnx",
-                                  "--generate"]
+                                  "--generate", "--precision", "w4a16"]
             if "--parts" in command:
                 command[command.index("--parts") + 1] = str(chosen)
             else:
@@ -138,7 +138,6 @@ def main() -> None:
         printed = next((line for line in (work / "prepare.out").read_text().splitlines()
                         if line.startswith("next: qnndeploy compile")), None) or fail("prepare printed no compile")
         words = shlex.split(printed.removeprefix("next: qnndeploy "))
-        words[words.index("--precision") + 1] = "w4a16"
         words[words.index("--soc") + 1] = ",".join(SOCS)
         words[words.index("-o") + 1] = "build"
         graphs = [work / w for w in words if w.endswith(".onnx")]

@@ -81,10 +81,11 @@ class PrepareFix:
     cpu: Side = Side.HEAD  # --cpu, with split_at
     split_size: str = ""  # --split-size GB, as printed: N NPU graphs, which takes no other option either
     generate_parts: int = 0  # --generate --parts P: a decoder as prompt and decode graphs, which does all the rest
+    generate_precision: str = ""  # with generate_parts: the precision the parts are planned at
 
     def args(self) -> list[str]:
         if self.generate_parts:
-            return ["--generate", "--parts", str(self.generate_parts)]
+            return ["--generate", "--parts", str(self.generate_parts), "--precision", self.generate_precision]
         if self.split_at:
             return ["--split-at", ",".join(self.split_at), "--cpu-part", self.cpu]
         if self.split_size:
@@ -225,7 +226,7 @@ def decoder_parts(load: LoadAdvice, precision: Precision) -> Finding:
         "the lm_head in the last)",
         f"prepare --generate --parts {mine.parts}: a prompt and a decode graph per part, each pair compiled into "
         "one weight-shared context" + _fits_instead(load, precision),
-        prepare=PrepareFix(generate_parts=mine.parts))
+        prepare=PrepareFix(generate_parts=mine.parts, generate_precision=precision))
 
 
 def declared_outputs(model: onnx.ModelProto) -> list[Finding]:

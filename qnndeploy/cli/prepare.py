@@ -92,7 +92,8 @@ def _generate(args: PrepareArgs, as_json: bool) -> None:
         raise BadInput(f"--generate sets the shapes and int32 inputs itself: leave out {', '.join(others)}")
     plan = prepare_generation(args.model, args.out, GenerateOptions(
         prompt_tokens=args.prompt_tokens, context=args.context, parts=args.parts, steps=args.steps,
-        calib_tokens=args.calib_tokens, tokenizer=args.tokenizer, force=args.force))
+        calib_tokens=args.calib_tokens, tokenizer=args.tokenizer, force=args.force,
+        precision=Precision(args.precision or GenerateOptions().precision)))
     if as_json:
         emit_json(plan.to_json())
         return
@@ -109,7 +110,7 @@ def _generate(args: PrepareArgs, as_json: bool) -> None:
     click.echo(f"  calibration samples: {plan.calib_folder} ({plan.calibration})")
     graphs = list(plan.graph_files().values())
     shares = [a for name, (p, d) in plan.shares().items() for a in ("--share", f"{name}={p},{d}")]
-    next_step(command_line("qnndeploy", "compile", *graphs, *shares, "--precision", "w8a16", "--calib",
+    next_step(command_line("qnndeploy", "compile", *graphs, *shares, "--precision", plan.precision, "--calib",
                            plan.calib_folder, "--soc", "SOC", "-o", "build"))
 
 
@@ -138,6 +139,7 @@ class PrepareArgs:
     steps: int
     calib_tokens: Path | None
     tokenizer: Path | None
+    precision: str | None
 
 
 @click.command()
@@ -187,6 +189,9 @@ class PrepareArgs:
 @click.option("--calib-tokens", type=click.Path(path_type=Path), metavar="FILE",
               help="With --generate: token ids, a sequence per line, that the calibration samples in OUT.calib/ are "
                    "made from [default: the model's own greedy continuation of the proof's seeded prompt].")
+@click.option("--precision", type=click.Choice(choices(Precision)),
+              help="With --generate: the precision the parts will be compiled at; the layers are shared out by what "
+                   "the compiler stores at it, as check plans them [default: w8a16].")
 @click.option("--tokenizer", type=click.Path(path_type=Path), metavar="FILE",
               help="With --generate: the model's tokenizer.json (byte-level BPE), the text of its tokens: validate "
                    "shows what each side wrote, the bundle carries it for the app.")
@@ -214,8 +219,8 @@ def prepare(args: PrepareArgs, as_json: bool) -> None:
     if args.generate:
         _generate(args, as_json)
         return
-    if args.calib_tokens is not None or args.tokenizer is not None:
-        raise BadInput("--calib-tokens and --tokenizer describe a generation: they go with --generate")
+    if args.calib_tokens is not None or args.tokenizer is not None or args.precision is not None:
+        raise BadInput("--calib-tokens, --tokenizer and --precision describe a generation: they go with --generate")
     if args.split_at is not None or args.split_size is not None:
         option = "--split-at" if args.split_at is not None else "--split-size"
         if args.split_at is not None and args.split_size is not None:

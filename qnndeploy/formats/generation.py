@@ -89,6 +89,7 @@ class GenerationPlan:
     proof: Proof
     calibration: str = ""  # what the calibration samples beside the plan (OUT.calib/) were made from
     tokenizer: tuple[str, str] | None = None  # the tokens' text (prepare --tokenizer): its absolute path, sha256
+    precision: str = "w8a16"  # the compile's the parts were balanced for (prepare --precision)
     seconds: float = 0.0
     qnndeploy: str = __version__
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
@@ -123,7 +124,7 @@ class GenerationPlan:
             "proof": {"prompt": self.proof.prompt, "steps": self.proof.steps, "same_tokens": self.proof.same_tokens,
                       "max_logit_diff": self.proof.max_logit_diff, "vocab": self.proof.vocab,
                       "seed": self.proof.seed},
-            "calibration": self.calibration,
+            "calibration": self.calibration, "precision": self.precision,
             "tokenizer": None if self.tokenizer is None else {"path": self.tokenizer[0], "sha256": self.tokenizer[1]},
             "seconds": self.seconds, "tools": {"qnndeploy": self.qnndeploy},
             "created": self.created}
@@ -158,6 +159,7 @@ class GenerationPlan:
                              float(proof["max_logit_diff"]), int(proof["vocab"]), int(proof["seed"])),
                 str(data.get("calibration", "")),
                 None if tokenizer is None else (str(tokenizer["path"]), str(tokenizer["sha256"])),
+                str(data.get("precision", "w8a16")),
                 float(data.get("seconds", 0.0)),
                 str((data.get("tools") or {}).get("qnndeploy", "")), str(data.get("created", "")))
         except (ValueError, TypeError, KeyError, IndexError, AttributeError):

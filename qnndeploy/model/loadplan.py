@@ -231,6 +231,9 @@ class DecoderBytes:
     def plan(self, budget: int) -> PartPlan:
         return plan_parts([self.layer] * self.layers, budget, first_extra=self.embedding, last_extra=self.lm_head)
 
+    def split(self, count: int) -> tuple[PlannedPart, ...]:
+        return balanced([self.layer] * self.layers, count, first_extra=self.embedding, last_extra=self.lm_head)
+
 
 def decoder_bytes(graph: onnx.GraphProto, store: Stored, logits: str = "logits") -> DecoderBytes:
     """Split what `store` counts into the embedding (a Gather's table copy), the lm_head (the weight copy of the
@@ -374,22 +377,35 @@ def plan_parts(units: Sequence[int], budget: int, *, first_extra: int = 0, last_
     fewest = _fill(units, budget, first_extra, last_extra)
     assert fewest is not None  # every unit fits alone (checked above)
     count = len(fewest)
-    lo, hi = max(units), budget  # the smallest cap that still needs no more parts: a binary search over bytes
+    parts = balanced(units, count, first_extra=first_extra, last_extra=last_extra)
+    reason = (f"{_mb(total)} stored fits one part of {_mb(budget)}" if count == 1 else
+              f"{_mb(total)} stored is over the {_mb(budget)} one part may hold: {count} parts of at most "
+              f"{_mb(max(p.bytes for p in parts))}")
+    return PartPlan(parts, budget, total, reason)
+
+
+def balanced(units: Sequence[int], count: int, *, first_extra: int = 0, last_extra: int = 0
+             ) -> tuple[PlannedPart, ...]:
+    """Consecutive units in `count` parts (at most one per unit), the largest part as small as it goes: what
+    check plans and prepare --generate --parts cuts, so that the parts prepare writes are the ones check advised."""
+    n = len(units)
+    count = max(1, min(count, n))
+    lo, hi = max(units), sum(units) + first_extra + last_extra  # the smallest cap giving no more parts: bisected
     while lo < hi:
         mid = (lo + hi) // 2
-        groups = _fill(units, mid, first_extra, last_extra)
-        if groups is not None and len(groups) <= count:
+        found = _fill(units, mid, first_extra, last_extra)
+        if found is not None and len(found) <= count:
             hi = mid
         else:
             lo = mid + 1
     groups = _fill(units, lo, first_extra, last_extra)
     assert groups is not None
-    parts = tuple(PlannedPart(k + 1, a, b, sum(units[a:b + 1]) + (first_extra if a == 0 else 0)
-                       + (last_extra if b == n - 1 else 0)) for k, (a, b) in enumerate(groups))
-    reason = (f"{_mb(total)} stored fits one part of {_mb(budget)}" if count == 1 else
-              f"{_mb(total)} stored is over the {_mb(budget)} one part may hold: {count} parts of at most "
-              f"{_mb(max(p.bytes for p in parts))}")
-    return PartPlan(parts, budget, total, reason)
+    while len(groups) < count:  # fewer parts already fit: the part of most units halved, as asked
+        k = max(range(len(groups)), key=lambda i: groups[i][1] - groups[i][0])
+        a, b = groups[k]
+        groups[k:k + 1] = [(a, (a + b) // 2), ((a + b) // 2 + 1, b)]
+    return tuple(PlannedPart(k + 1, a, b, sum(units[a:b + 1]) + (first_extra if a == 0 else 0)
+                             + (last_extra if b == n - 1 else 0)) for k, (a, b) in enumerate(groups))
 
 
 def _fill(units: Sequence[int], cap: int, first_extra: int, last_extra: int) -> list[tuple[int, int]] | None:

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 
 from qnndeploy.base.errors import BadInput, CheckFailed
 from qnndeploy.base.fileio import first_missing, partial_prefix, remove_made, remove_stale, sha256_file, writing
+from qnndeploy.base.kinds import Precision
 from qnndeploy.formats.generation import GenerationPlan, PlanGraph, PlanPart, Proof, Role, calib_beside
-from qnndeploy.model import generation, split
+from qnndeploy.model import generation, loadplan, split
 from qnndeploy.model.decode import Detokenizer
 from qnndeploy.model.generation import DecoderLayout
 from qnndeploy.model.onnxio import TensorInfo, load_model, tensor_info
@@ -48,6 +49,7 @@ class GenerateOptions:
     seed: int = 0  # of the proof's prompt
     calib_tokens: Path | None = None  # token id sequences, one per line, that calibration samples are made from
     tokenizer: Path | None = None  # tokenizer.json: the tokens' text, which validate shows and the bundle carries
+    precision: Precision = Precision.W8A16  # the compile's: the parts are balanced by what it stores
     force: bool = False
 
 
@@ -107,7 +109,7 @@ def prepare_generation(src: Path, out: Path, options: GenerateOptions = Generate
 def _build(src: Path, lay: DecoderLayout, o: GenerateOptions, paths: list[tuple[Path, Path]], record: Path,
            work: Path, start: float) -> GenerationPlan:
     staged: dict[Role, list[split.Part]] = {}
-    boundaries: list[int] = []
+    boundaries = _boundaries(src, lay, o.parts, o.precision)
     for role, seq in ((Role.PROMPT, o.prompt_tokens), (Role.DECODE, 1)):
         static = work / f"{role.value}.onnx"
         sample = _sample(work / f"{role.value}-sample", lay, seq, o.context)
@@ -119,7 +121,6 @@ def _build(src: Path, lay: DecoderLayout, o: GenerateOptions, paths: list[tuple[
         split.save(model, rewired)
         starts = generation.layer_inputs(model.graph, lay)
         del model
-        boundaries = _even(lay.layers, o.parts)
         ends = [[starts[end - 1], *lay.kv_outputs(range(first, end))]
                 for first, end in zip([0, *boundaries], boundaries, strict=False)]
         staged[role] = _cut(rewired, ends, [work / f"{role.value}-{k}.onnx" for k in range(1, o.parts + 1)])
@@ -156,14 +157,18 @@ def _build(src: Path, lay: DecoderLayout, o: GenerateOptions, paths: list[tuple[
         kv=tuple((kv.key[0], kv.key[1], kv.value[0], kv.value[1]) for kv in lay.kv), parts=tuple(parts), proof=proof,
         calibration=calib.described,
         tokenizer=None if o.tokenizer is None else (str(o.tokenizer.resolve()), sha256_file(o.tokenizer)),
+        precision=o.precision.value,
         seconds=round(time.monotonic() - start, 2))
     plan.write()
     return plan
 
 
-def _even(layers: int, parts: int) -> list[int]:
-    """The first layer of parts 2..P: layers shared out as evenly as they go."""
-    return [round(k * layers / parts) for k in range(1, parts)]
+def _boundaries(src: Path, lay: DecoderLayout, parts: int, precision: Precision) -> list[int]:
+    """The first layer of parts 2..P: the layers, the embedding in part 1 and the lm_head in part P, shared out by
+    the bytes the compiler stores at `precision`, the largest part as small as it goes (check's plan)."""
+    graph = load_model(src, weights=False).graph
+    return [p.first for p in loadplan.decoder_bytes(graph, loadplan.stored(graph, precision), lay.logits)
+            .split(parts)[1:]]
 
 
 def _sample(folder: Path, lay: DecoderLayout, seq: int, context: int) -> Path:

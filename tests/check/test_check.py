@@ -682,5 +682,5 @@ def test_a_real_transformers_export_is_planned_into_parts(llm_export, dynamo):
         (finding,) = report.findings
         assert (finding.code, finding.severity, report.load.at("fp16").layers) == (
             "parts", "fixable", [(0, 0), (1, 2), (3, 3)])
-        assert report.prepare_command.endswith("--generate --parts 3") and report.exit_code == 10
+        assert report.prepare_command.endswith("--generate --parts 3 --precision fp16") and report.exit_code == 10
         assert ("its tied embedding stored twice" in finding.message) == twice

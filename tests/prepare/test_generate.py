@@ -111,6 +111,30 @@ def test_per_layer_diff_names_the_first_layer_that_goes_wrong(exports: Path, tmp
     assert all(min(d.key_cosine, d.value_cosine) > 0.9999 for d in check.layers[:2])
 
 
+def test_the_parts_are_the_layers_check_planned(exports: Path, tmp_path: Path) -> None:
+    """check's printed prepare writes the parts check named, layer for layer: balanced by the bytes stored at the
+    precision, the embedding and the lm_head counted where they go (not layers shared out evenly), and the compile
+    it prints is at that precision."""
+    import shlex
+
+    made = llm.cached_export(exports, llm.QWEN_TINY, dynamo=False)
+    checked = run("check", made.path, "--soc", "SM8650", "--precision", "w4a16", "--context-gb", "0.0001", "--json")
+    assert checked.exit_code == 10, checked.output
+    (model,) = json.loads(checked.stdout)["models"]
+    planned = next(s for s in model["load"]["stored"] if s["precision"] == "w4a16")["layers"]
+    # 0.1 MB a part: the embedding (65.5 kB at 16 bits) leaves room for one layer of 20 kB (int4) in part 1
+    assert planned == [[0, 0], [1, 3]]
+    words = shlex.split(model["prepare_command"])
+    assert words[-5:] == ["--generate", "--parts", "2", "--precision", "w4a16"]
+    out = tmp_path / "gen" / "qwen.onnx"
+    r = run(*words[1:words.index("-o")], "-o", out, *words[words.index("--generate"):], "--prompt-tokens", PROMPT,
+            "--context-tokens", CONTEXT, "--steps", 8)
+    assert r.exit_code == 0, r.output
+    plan = GenerationPlan.read(tmp_path / "gen" / "qwen.generation.json")
+    assert [list(p.layers) for p in plan.parts] == planned and plan.precision == "w4a16"
+    assert "--precision w4a16" in r.output
+
+
 def test_not_a_decoder_is_one_line_and_nothing_is_written(tmp_path: Path) -> None:
     from tests.support import synth_models
 
