@@ -452,6 +452,17 @@ def sha256_file(path: Path, progress: ByteProgress | None = None, scan: Callable
     return digest.hexdigest()
 
 
+def read_json(path: Path, what: str, writer: str) -> object:
+    """The JSON value of the `what` file at `path` (`writer`: the command that writes one); BadInput in one line when
+    it cannot be read or holds no JSON."""
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as e:
+        raise BadInput(f"{path}: cannot read the {what} ({e.strerror or e})") from None
+    except ValueError:
+        raise BadInput(f"{path}: not a {what} ({writer})") from None
+
+
 def write_json(path: Path, data: object) -> None:
     """Write strict JSON through a temporary file and a rename, so a crash never leaves half a file. A number that is
     not finite (NaN, Infinity: not JSON) is written as null; a writer that can say why nulls it first, with a note
@@ -571,6 +582,26 @@ def remove_stale(final: Path, prefix: str | None = None) -> None:
 def partial_prefix(final: Path, stem: str | None = None) -> str:
     """The staging name prefix of `final`: `.NAME.partial-PID-` (remove_stale knows it)."""
     return f".{stem or final.name}.partial-{os.getpid()}-"
+
+
+@contextmanager
+def work_beside(record: Path, stem: str) -> Iterator[Path]:
+    """A scratch folder beside `record` (`.STEM.partial-PID-*`, an earlier killed run's removed first), removed
+    after; when the body fails, the folders made for `record` go too: a failed run leaves nothing."""
+    folder = record.parent
+    made = first_missing(folder)
+    try:
+        with writing(record):
+            folder.mkdir(parents=True, exist_ok=True)
+            remove_stale(record, prefix=f".{stem}.")
+            work = Path(tempfile.mkdtemp(prefix=partial_prefix(record, stem), dir=folder))
+            try:
+                yield work
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+    except BaseException:
+        remove_made(folder, made)
+        raise
 
 
 def partial_file(final: Path) -> Path:

@@ -4,7 +4,6 @@ bundle build read it; a bundle carries its loop as the manifest's "generation" o
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -13,7 +12,7 @@ from pathlib import Path
 
 from qnndeploy import __version__
 from qnndeploy.base.errors import BadInput
-from qnndeploy.base.fileio import JSON, write_json
+from qnndeploy.base.fileio import JSON, read_json, write_json
 from qnndeploy.formats.manifest import Generation, GenerationKv, GenerationPart
 
 PLAN_RECORD, PLAN_VERSION = "qnndeploy-generation", 1
@@ -168,13 +167,7 @@ class GenerationPlan:
     @classmethod
     def read(cls, path: Path) -> GenerationPlan:
         path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except OSError as e:
-            raise BadInput(f"{path}: cannot read the generation plan ({e.strerror or e})") from None
-        except ValueError:
-            raise BadInput(f"{path}: not a generation plan (qnndeploy prepare --generate writes one)") from None
-        return cls.parse(data, path)
+        return cls.parse(read_json(path, "generation plan", "qnndeploy prepare --generate writes one"), path)
 
 
 def plans_of(sources: Mapping[str, Path]) -> dict[str, GenerationPlan]:

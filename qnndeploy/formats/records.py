@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from qnndeploy import __version__
 from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fields import integer, obj, objects, opt_text, required_flag, text
-from qnndeploy.base.fileio import JSON, sha256_file, write_json
+from qnndeploy.base.fileio import JSON, read_json, sha256_file, write_json
 from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.base.names import EPCONTEXT, SPLIT_RECORD, file_kind
 from qnndeploy.model import split as cutting
@@ -422,13 +422,7 @@ class SplitRecord:
     def read(cls, path: Path) -> SplitRecord:
         """The record at `path`; anything else is bad input, said in one line."""
         path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except OSError as e:
-            raise BadInput(f"{path}: cannot read the split record ({e.strerror or e})") from None
-        except ValueError:
-            raise BadInput(f"{path}: not a split record (qnndeploy prepare --split-at writes one)") from None
-        return cls.parse(data, path)
+        return cls.parse(read_json(path, "split record", "qnndeploy prepare --split-at writes one"), path)
 
     def part_of(self, model: Path, sha256: str) -> SplitPart | None:
         """The part that is `model` with these bytes, if any."""

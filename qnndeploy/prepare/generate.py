@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import gc
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy.base.errors import BadInput, CheckFailed
-from qnndeploy.base.fileio import first_missing, partial_prefix, remove_made, remove_stale, sha256_file, writing
+from qnndeploy.base.fileio import sha256_file, work_beside
 from qnndeploy.base.kinds import Precision
 from qnndeploy.formats.generation import GenerationPlan, PlanGraph, PlanPart, Proof, Role, calib_beside
 from qnndeploy.model import generation, loadplan, split
@@ -90,20 +89,8 @@ def prepare_generation(src: Path, out: Path, options: GenerateOptions = Generate
     for p in [*(q for pair in paths for q in pair), record, calib_beside(record)]:
         if p.exists() and not o.force:
             raise BadInput(f"{p} already exists; pass --force to replace it")
-    folder = record.parent
-    made = first_missing(folder)
-    try:
-        with writing(record):
-            folder.mkdir(parents=True, exist_ok=True)
-            remove_stale(record, prefix=".generate.")
-            work = Path(tempfile.mkdtemp(prefix=partial_prefix(record, "generate"), dir=folder))
-            try:
-                return _build(src, lay, o, paths, record, work, start)
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
-    except BaseException:
-        remove_made(folder, made)
-        raise
+    with work_beside(record, "generate") as work:
+        return _build(src, lay, o, paths, record, work, start)
 
 
 def _build(src: Path, lay: DecoderLayout, o: GenerateOptions, paths: list[tuple[Path, Path]], record: Path,

@@ -15,14 +15,12 @@ measure a split before it advises one; this module chooses the cut, proves the p
 from __future__ import annotations
 
 import itertools
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qnndeploy.base.errors import BadInput, CheckFailed
-from qnndeploy.base.fileio import first_missing, partial_prefix, remove_made, remove_stale, writing
+from qnndeploy.base.fileio import work_beside
 from qnndeploy.base.kinds import Side, choices
 from qnndeploy.formats.records import write_split
 from qnndeploy.model.onnxio import (
@@ -186,21 +184,8 @@ def _split(src: Path, slim: onnx.ModelProto, plans: list[Plan], paths: list[Path
     ranges = int_input_ranges(graph)
     sample = feeds([tensor_info(v) for v in real_inputs(graph)], inputs_dir, 0, ranges)
     want = reference(src, sample, {}, ranges, inputs_dir is None)
-    folder = record.parent
-    made = first_missing(folder)
-    try:
-        with writing(record):
-            folder.mkdir(parents=True, exist_ok=True)
-            remove_stale(record, prefix=".split.")
-            work = Path(tempfile.mkdtemp(prefix=partial_prefix(record, "split"), dir=folder))
-            try:
-                return _write(src, paths, record, work, plans, values, sample, want, outputs, tolerance, inputs_dir,
-                              cut)
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
-    except BaseException:
-        remove_made(folder, made)
-        raise
+    with work_beside(record, "split") as work:
+        return _write(src, paths, record, work, plans, values, sample, want, outputs, tolerance, inputs_dir, cut)
 
 
 def _write(src: Path, paths: list[Path], record: Path, work: Path, plans: list[Plan],

@@ -201,4 +201,4 @@ def test_a_loop_needs_format_5_and_a_readable_tokenizer(tmp_path):
     facts = {"loop/tokens.txt": scan_file(tmp_path / "loop" / "tokens.txt", False)}
     m["loop"]["tokenizer"]["sha256"] = facts["loop/tokens.txt"].sha256
     found = [p for p in check_manifest(Manifest.parse(m), facts, set(facts), tmp_path) if p.path == "loop/tokens.txt"]
-    assert [p.message.split(":")[0] for p in found] == ["is not a tokenizer the loop can read"]
+    assert [p.message.split(":")[0] for p in found] == ["is not a tokenizer the app can read"]

@@ -7,6 +7,7 @@ the tokenizer with it) and verified; a manifest whose parts the app could not ru
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 from pathlib import Path
@@ -84,8 +85,12 @@ def test_a_decoder_goes_by_the_printed_advice_to_a_verified_w4a16_bundle(tmp_pat
     data = json.loads((bundle / "manifest.json").read_text())  # a part that reads a layer it does not own
     data["generation"]["kv"][2]["part"] = 1
     data["generation"]["kv"][3]["part"] = 1
+    (bundle / gen.tokenizer.path).write_text("{}")  # and a tokenizer listed with its own bytes that is none
+    data["generation"]["tokenizer"] |= {"sha256": hashlib.sha256(b"{}").hexdigest(), "size": 2}
     (bundle / "manifest.json").write_text(json.dumps(data))
     report = verify_bundle(bundle)
     assert not report.ok
     assert any("reads past_key_values.2.key, which neither the loop nor an earlier part gives" in p.message
+               for p in report.problems)
+    assert any(p.path == gen.tokenizer.path and p.message.startswith("is not a tokenizer the app can read")
                for p in report.problems)
