@@ -238,7 +238,7 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
     plan = _generation_plan(Path(build), cpu)
     words = Path(plan.tokenizer[0]) if plan is not None and plan.tokenizer else None
     if plan is not None and plan.tokenizer:
-        expected[Path(plan.tokenizer[0])] = plan.tokenizer[1]
+        expected[Path(plan.tokenizer[0])] = plan.tokenizer[1]  # copied only as prepare --generate hashed it
     spec = BundleSpec(name, version, cpu, npu, precision=precision, records=records, validation=validation,
                       htp=htp, accepted_on=_accept(validation, Path(build), accept or {}, accept_on),
                       expected_sha256=expected, build=Path(build), loop=loop, compilers=compilers,
@@ -718,16 +718,15 @@ def _plan(spec: BundleSpec) -> _Plan:
         if _needs_realign(path, spec.align_16k):
             realign.add(rel)
     files += [(p, f"records/{name}", False) for name, p in records.items()]
-    given = (spec.loop or {}).get("tokenizer")
+    looped = (spec.loop or {}).get("tokenizer")
+    given = [(Path(looped["path"]), "loop")] if looped else []
+    given += [(spec.generation_tokenizer, "generation")] if spec.generation_tokenizer else []
+    if len(given) > 1:
+        raise BadInput("a bundle holds one tokenizer: bundle the decode loop and the generation apart")
     tokenizer = None  # the loop's or the generation's tokenizer: its path in the bundle
-    words: list[tuple[Path | None, str]] = [(Path(given["path"]) if given else None, "loop"),
-                                            (spec.generation_tokenizer, "generation")]
-    for found, folder in words:
-        if found is not None:
-            if tokenizer is not None:
-                raise BadInput("a bundle holds one tokenizer: bundle the decode loop and the generation apart")
-            tokenizer = f"{folder}/{_need_file(found, f'the {folder} tokenizer').name}"
-            files.append((found, tokenizer, False))
+    for found, folder in given:
+        tokenizer = f"{folder}/{_need_file(found, f'the {folder} tokenizer').name}"
+        files.append((found, tokenizer, False))
     origins, origin_of = _origins(spec, files, lib_entries)
     files += list(dict.fromkeys((src, rel, False) for o in origins.values() for src, rel in o.terms or ()))
     for src, rel, _ in files:
