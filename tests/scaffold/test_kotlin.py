@@ -153,8 +153,8 @@ def generation_manifest(root: Path | None = None, names: str = "", targets=("SM8
 @pytest.fixture(scope="session")
 def generation_glue(tmp_path_factory) -> dict:
     """The glue (common and ort) rendered for GEN_PACKAGE from a generation manifest whose names need escaping
-    (quotes, backslash, dollar, braces, non-ASCII), by scaffold's own context and writer; and that manifest. (A
-    generation bundle cannot be scaffolded whole yet: its format is not in the manifest schema.)"""
+    (quotes, backslash, dollar, braces, non-ASCII), by scaffold's own context and writer; and that manifest (names
+    no real bundle of the tests has; tests/validate/test_validate_generation.py scaffolds a real one whole)."""
     root = tmp_path_factory.mktemp("generation-glue")
     raw = generation_manifest(names=' "$x" \\ {} \u00e9\U0001f600')
     context = _context(Manifest.parse(raw), GEN_PACKAGE, "glue", Engine.ORT, None)

