@@ -134,6 +134,20 @@ def test_plan_parts_takes_the_fewest_parts_and_evens_them_out():
         loadplan.plan_parts([], 10)
 
 
+def test_a_given_part_count_is_cut_where_the_largest_part_is_smallest():
+    """prepare --generate --parts P: P parts of consecutive layers, the embedding's bytes counted in the first and
+    the lm_head's in the last, as check plans them (not P even shares of the layers)."""
+    parts = loadplan.balanced([10] * 24, 2, first_extra=272, last_extra=68)  # 0.5B-like at w4a16: a heavy table
+    assert [(p.first, p.last) for p in parts] == [(0, 1), (2, 23)] and [p.bytes for p in parts] == [292, 288]
+    assert [(p.first, p.last) for p in loadplan.balanced([10] * 24, 3)] == [(0, 7), (8, 15), (16, 23)]
+    assert loadplan.balanced([10] * 24, 2, first_extra=272, last_extra=68) == loadplan.plan_parts(
+        [10] * 24, 350, first_extra=272, last_extra=68).parts  # check's plan for that many parts
+    # more parts than the bytes need (a tiny model, --parts 4): still 4 parts, each layer in one
+    assert [(p.first, p.last) for p in loadplan.balanced([1, 1, 1, 1], 4, first_extra=100)] == [
+        (0, 0), (1, 1), (2, 2), (3, 3)]
+    assert len(loadplan.balanced([1, 1], 5)) == 2  # never more parts than layers
+
+
 def test_each_arch_has_its_sourced_budget_or_the_default_rules():
     v79 = loadplan.budget_for("v79")
     assert (v79.bytes, v79.status) == (882_000_000, BudgetStatus.DERIVED)
