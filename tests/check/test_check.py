@@ -630,7 +630,8 @@ def test_a_decoder_is_told_per_soc_how_many_parts_prepare_generate_should_make(t
         assert [(s["precision"], s["parts"]) for s in report["load"]["stored"]] == [
             ("fp16", 1), ("w8a16", 1), ("w4a16", 1)]
         assert report["load"]["stored"][0]["extra_bytes"] == 2 * 4096 * 256  # the tied table's second copy
-        assert report["prepare_command"].endswith(f"-o {tmp_path}/dec-parts/dec.onnx --generate --parts 1")
+        assert report["prepare_command"].endswith(f"-o {tmp_path}/dec-parts/dec.onnx --generate --parts 1 "
+                                                  "--precision fp16")
 
     r = run("check", path, "--context-gb", "0.004", "--no-measure")  # 4 MB a part: 2 parts at fp16
     assert r.exit_code == 10, r.output
@@ -639,7 +640,8 @@ def test_a_decoder_is_told_per_soc_how_many_parts_prepare_generate_should_make(t
     assert ("[fixable] a decoder with a KV cache (2 layers): 6.6 MB stored at fp16 (its tied embedding stored twice: "
             "+2.1 MB); one part holds 4.0 MB on SM8750 (v79, given: check --context-gb): 2 parts (layers 0, 1; the "
             "embedding in the first, the lm_head in the last)") in r.output
-    assert f"next: qnndeploy prepare {path} -o {tmp_path}/dec-parts/dec.onnx --generate --parts 2" in r.output
+    assert (f"next: qnndeploy prepare {path} -o {tmp_path}/dec-parts/dec.onnx --generate --parts 2 --precision fp16"
+            in r.output)
 
     r = run("check", path, "--context-gb", "0.003", "--no-measure", "--json")  # embedding + one layer: over 3 MB
     (finding,) = parsed(r.stdout)["models"][0]["findings"]

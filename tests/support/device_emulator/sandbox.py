@@ -177,10 +177,13 @@ class Sandbox:
 
     # --- processes -----------------------------------------------------------------------------------------
     def popen(self, command: str) -> subprocess.Popen:
-        """Run a device command line with the host's sh, in its own session (so it can be killed as a group)."""
+        """Run a device command line with the host's sh, in its own session (so it can be killed as a group), with
+        SIGHUP at its default action as adbd's children have it: a host that ignores SIGHUP (a run under nohup)
+        would pass that on, and a hung-up command would live on."""
         env = {"PATH": f"{self.bin}:/usr/local/bin:/usr/bin:/bin", "EMU_ROOT": str(self.root),
                "EMU_STATE": str(self.state), "TMPDIR": str(self.root / "data/local/tmp"), "LANG": "C"}
-        argv = ["/bin/sh", "-c", self.map_command(command)] if command.strip() else ["/bin/sh"]
+        argv = ["/usr/bin/env", "--default-signal=HUP", "/bin/sh",
+                *(["-c", self.map_command(command)] if command.strip() else [])]
         return subprocess.Popen(argv, cwd=self.root, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)
 
