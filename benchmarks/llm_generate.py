@@ -36,7 +36,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchlib import QNNDEPLOY, REPO, Measure, fail, parse, parser, run, table
+from benchlib import QNNDEPLOY, REPO, Measure, Target, fail, parse, parser, run, table
 
 SOCS = ("SM8650", "SM8750")
 STAGES = ("export", "check", "prepare", "compile", "validate", "bundle")
@@ -160,8 +160,16 @@ def main() -> None:
                   run([*QNNDEPLOY, "validate", "build", "--loop", f"generation:prompt=prompt.txt,steps={steps}",
                        "-j", "1", "--json"], cwd=work, ok=(0, 1), out=work / "validate.json"))
         if due("bundle"):
+            # a failed loop is bundled only by an accepted failure: so its bundle's figures are still measured, and
+            # the failure stays in the table (graphs passed, token agreement)
+            failed = sorted({t["graph"] for t in json.loads((work / "validate.json").read_text())["targets"]
+                             if t["status"] != "passed"})
+            if failed:
+                print(f"bundle build accepts the failed {', '.join(failed)} (--accept GRAPH@*): to measure it",
+                      flush=True)
+            accept = [a for g in failed for a in ("--accept", f"{g}@*=measured by benchmarks/llm_generate.py")]
             stage("bundle build", run([*QNNDEPLOY, "bundle", "build", "--from-build", "build", "--name", NAME,
-                                       "--version", "1", "-o", "."], cwd=work))
+                                       "--version", "1", "-o", ".", *accept], cwd=work))
             stage("bundle verify", run([*QNNDEPLOY, "bundle", "verify", f"{NAME}-1"], cwd=work))
         sizes = binary_sizes(work, out, graphs)
         loop = loop_figures(work)
@@ -169,11 +177,24 @@ def main() -> None:
 
     table(["stage", "seconds", "peak RSS MB", "x model size"],
           [[name, f"{m.seconds:.1f}", f"{m.peak_mb:.0f}", f"{m.peak_mb * 1e6 / onnx_bytes:.2f}"]
+           for name, m in stages.items()],
+          [[Target("peak RSS", m.peak_mb * 1e6 / onnx_bytes, "<=", bound(name))] if not args.smoke else []
            for name, m in stages.items()])
     print()
     table(["part", "SoC", "binary MB", "fp16 weights MB", "x fp16 weights"], sizes)
     print()
     table(["figure", "value"], [*loop, ["bundle GB", f"{bundle / 1e9:.3f}"]])
+
+
+# The peak RSS (with child processes) each stage of a full run stays within, as a multiple of the fp32 model's ONNX:
+# the figures of the first full run (2026-12-06, see above) with about 10% room, a bound against regressions rather
+# than a goal. A smoke run states none: at tiny sizes the interpreter's own memory is most of it.
+BOUNDS = {"export": 2.2, "check": 0.1, "prepare": 7.6, "compile": 7.1, "validate": 5.6, "bundle build": 1.0,
+          "bundle verify": 1.0}
+
+
+def bound(stage: str) -> float:
+    return next(b for prefix, b in BOUNDS.items() if stage.startswith(prefix))
 
 
 def binary_sizes(work: Path, out: Path, graphs: list[Path]) -> list[list[str]]:
