@@ -161,6 +161,13 @@ def _render_generation(check: dict[str, Any]) -> None:
     if worst is not None:
         click.echo(f"          at step {check['compared_at']}, each part fed the CPU's cache: {where}; the lowest, "
                    f"layer {worst['layer']}: key {worst['key_cosine']:.5f}, value {worst['value_cosine']:.5f}")
+    logits = check.get("logits")
+    if logits:
+        apart = first is None and parted is not None and logits["cpu_top"] != logits["npu_top"]
+        after = (" (the caches agree: they part after the last layer's cache, in its MLP, the final norm or the "
+                 "lm_head)") if apart else ""
+        click.echo(f"          the logits from the same inputs: cosine {logits['cosine']:.5f}, top token CPU "
+                   f"{logits['cpu_top']}, NPU {logits['npu_top']}{after}")
     text = check.get("text")
     if text:
         click.echo(f"          the CPU wrote {_clip(text['cpu'])!r}")

@@ -154,6 +154,9 @@ class GenerationCheck:
     layers: list[LayerDiff] = field(default_factory=list)
     first_layer: int | None = None  # the first layer whose new key or value entries are beyond the threshold
     min_cosine: float = 0.0
+    # the last part's logits from those same inputs: their cosine and each side's top token; tokens that part with
+    # every layer's cache within the threshold part after it (the last layer's MLP, the final norm, the lm_head)
+    logits: JSON | None = None
     likelihood: JSON | None = None  # text=FILE: each side's mean negative log-likelihood and perplexity
     tokens: JSON = field(default_factory=dict)  # the CPU's and the NPU's chosen tokens
     text: JSON | None = None  # their text, when the plan has a tokenizer
@@ -162,7 +165,7 @@ class GenerationCheck:
         return {"kind": "generation", "soc": self.soc, "passed": self.passed, "prompt": self.prompt,
                 "steps": self.steps, "agreement": self.agreement, "min_agreement": self.min_agreement,
                 "parts_at": self.parts_at, "cpu_margin_there": self.cpu_margin, "compared_at": self.compared_at,
-                "first_layer": self.first_layer, "min_cosine": self.min_cosine,
+                "first_layer": self.first_layer, "min_cosine": self.min_cosine, "logits": self.logits,
                 "layers": [vars(d) for d in self.layers], "likelihood": self.likelihood, "tokens": self.tokens,
                 "text": self.text}
 
@@ -199,6 +202,7 @@ def judge(plan: GenerationPlan, soc: str, npu: Mapping[Role, list[GraphCall]], p
     got: list[int] = []
     parts_at = margin = None
     layers: list[LayerDiff] = []
+    logits: JSON | None = None
     compared_at = 0
     for step in range(steps):
         want.append(int(want_row.argmax()))
@@ -207,12 +211,12 @@ def judge(plan: GenerationPlan, soc: str, npu: Mapping[Role, list[GraphCall]], p
             parts_at, compared_at = step, step
             top = np.sort(want_row.astype(np.float64))[-2:]
             margin = float(top[1] - top[0])
-            layers = _layers(plan, captured, cpu, npu, step == 0 and len(prompt) > 1)
+            layers, logits = _layers(plan, captured, cpu, npu, step == 0 and len(prompt) > 1)
         if step + 1 < steps:
             want_row, got_row = on_cpu.feed([want[-1]]), on_npu.feed([want[-1]])
     if parts_at is None:
         compared_at = steps - 1
-        layers = _layers(plan, captured, cpu, npu, steps == 1 and len(prompt) > 1)
+        layers, logits = _layers(plan, captured, cpu, npu, steps == 1 and len(prompt) > 1)
     limits = metrics.thresholds_for(precision)
     floor = limits["min_cosine"]
     first = next((d.layer for d in layers if min(d.key_cosine, d.value_cosine) < floor), None)
@@ -223,13 +227,14 @@ def judge(plan: GenerationPlan, soc: str, npu: Mapping[Role, list[GraphCall]], p
         **{side: _nll(lay, plan, calls, loop.text) for side, calls in (("cpu", cpu), ("npu", npu))}}
     words = Detokenizer(Path(plan.tokenizer[0])) if plan.tokenizer else None
     return GenerationCheck(soc, agreement >= least, len(prompt), len(want), agreement, least, parts_at, margin,
-                           compared_at, layers, first, floor, likelihood, {"cpu": want, "npu": got},
+                           compared_at, layers, first, floor, logits, likelihood, {"cpu": want, "npu": got},
                            None if words is None else {"cpu": words.text(want), "npu": words.text(got)})
 
 
 def _layers(plan: GenerationPlan, captured: Mapping[int, Sample], cpu: Mapping[Role, list[GraphCall]],
-            npu: Mapping[Role, list[GraphCall]], prompt: bool) -> list[LayerDiff]:
-    """Every part fed the CPU's inputs of this step on both sides: each layer's new key and value entries."""
+            npu: Mapping[Role, list[GraphCall]], prompt: bool) -> tuple[list[LayerDiff], JSON]:
+    """Every part fed the CPU's inputs of this step on both sides: each layer's new key and value entries, and the
+    last part's logits (its last row: the next token)."""
     import numpy as np
 
     role = Role.PROMPT if prompt else Role.DECODE
@@ -242,7 +247,8 @@ def _layers(plan: GenerationPlan, captured: Mapping[int, Sample], cpu: Mapping[R
             ka, kb = (np.asarray(x[k_out], np.float64) for x in (a, b))
             va, vb = (np.asarray(x[v_out], np.float64) for x in (a, b))
             found.append(LayerDiff(layer, part.index, _cosine(ka, kb), _cosine(va, vb), _rel(ka, kb), _rel(va, vb)))
-    return found
+    la, lb = (np.asarray(x[plan.logits], np.float64).reshape(-1, plan.proof.vocab)[-1] for x in (a, b))
+    return found, {"cosine": _cosine(la, lb), "cpu_top": int(la.argmax()), "npu_top": int(lb.argmax())}
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:

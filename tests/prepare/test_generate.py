@@ -109,6 +109,28 @@ def test_per_layer_diff_names_the_first_layer_that_goes_wrong(exports: Path, tmp
     assert check.first_layer == 2
     assert [d.layer for d in check.layers] == [0, 1, 2, 3]
     assert all(min(d.key_cosine, d.value_cosine) > 0.9999 for d in check.layers[:2])
+    assert check.logits is not None and check.logits["cosine"] < 0.999
+
+
+def test_tokens_that_part_after_every_layers_cache_are_told_by_the_logits(exports: Path, tmp_path: Path) -> None:
+    """An NPU side whose last part gives the logits of the token before (what the 0.5B build's decode graphs did on
+    the emulator): every layer's cache agrees, no layer is named, and the logits from the same inputs say where."""
+    made = llm.cached_export(exports, llm.QWEN_TINY, dynamo=False)
+    plan = prepare_generation(made.path, tmp_path / "m.onnx", GenerateOptions(prompt_tokens=PROMPT, context=CONTEXT,
+                                                                           parts=2))
+
+    def shifted(call: GraphCall) -> GraphCall:
+        def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            out = call(feeds)
+            return {**out, plan.logits: np.roll(out[plan.logits], 1, axis=-1)}  # every row's top one id higher
+        return run
+
+    npu = {role: [*checking.cpu_calls(plan, role)[:-1], shifted(checking.cpu_calls(plan, role)[-1])] for role in Role}
+    check = checking.judge(plan, "SM8750", npu, "fp16", checking.GenerationLoop(
+        steps=8, prompt=tuple(generation.seeded_prompt(llm.QWEN_TINY.intermediate, PROMPT, 3))), 0)
+    assert not check.passed and check.parts_at == 0 and check.first_layer is None
+    assert all(min(d.key_cosine, d.value_cosine) > 0.9999 for d in check.layers)
+    assert check.logits is not None and check.logits["npu_top"] == check.logits["cpu_top"] + 1
 
 
 def test_the_parts_are_the_layers_check_planned(exports: Path, tmp_path: Path) -> None:

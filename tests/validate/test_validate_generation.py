@@ -61,6 +61,7 @@ def test_a_decoder_goes_by_the_printed_advice_to_a_verified_w4a16_bundle(tmp_pat
         assert loop["kind"] == "generation" and loop["steps"] == 64 and loop["prompt"] == 12
         assert loop["agreement"] >= loop["min_agreement"] == 0.85
         assert [d["layer"] for d in loop["layers"]] == [0, 1, 2, 3]
+        assert loop["logits"]["cpu_top"] == loop["logits"]["npu_top"] and loop["logits"]["cosine"] > 0.95
         assert loop["tokens"]["cpu"][:len(loop["tokens"]["npu"])] != [] and t["inputs"]["kind"] == "loop"
         for side in ("cpu", "npu"):  # what the app would show, by the real tokenizer
             assert loop["text"][side] == reference.decode(loop["tokens"][side]).strip() != ""
