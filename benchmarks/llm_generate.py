@@ -25,8 +25,8 @@ SoCs, 557.3 MB against the 526.6 MB estimated. validate's loop on SM8650 parted 
 the token it was fed (the CPU's margin 16.7), while every layer's new key and value entries, each part fed the CPU's
 inputs, kept cosine 0.991-0.996 (rel L2 0.11-0.15, int4's noise on these random weights), and the logits from those
 inputs had cosine 0.42 (top token: the CPU's 2486, the NPU's 4615, the one fed): the tokens part after the last
-layer's cache (its MLP, holding the successor table, the final norm or the int4 lm_head). The run was stopped
-during SM8750's loop (session time): no bundle, verify or SM8750 figures at this size.
+layer's cache (its MLP, holding the successor table, the final norm or the int4 lm_head). SM8750's loop showed the
+same shift through its step 6, when the run was stopped (session time): no bundle or verify figures at this size.
 
     python benchmarks/llm_generate.py [--prompt-tokens 128] [--context-tokens 1024] [--steps 64] [--parts P]
                                       [--work DIR] [--from export|check|prepare|compile|validate|bundle] [--smoke]
