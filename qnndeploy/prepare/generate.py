@@ -31,6 +31,7 @@ from qnndeploy.model.onnxio import TensorInfo, load_model, tensor_info
 from qnndeploy.prepare import PrepareOptions, prepare_model
 
 if TYPE_CHECKING:
+    import onnx
 
     from qnndeploy.model.samples import Sample
 
@@ -75,7 +76,8 @@ def prepare_generation(src: Path, out: Path, options: GenerateOptions = Generate
     o = options
     start = time.monotonic()
     src, out = Path(src), Path(out)
-    lay = generation.layout(load_model(src, weights=False).graph, str(src))
+    graph = load_model(src, weights=False).graph
+    lay = generation.layout(graph, str(src))
     if not 1 < o.prompt_tokens < o.context:
         raise BadInput(f"--prompt-tokens {o.prompt_tokens}: give 2 or more, below --context-tokens ({o.context})")
     if not 1 <= o.parts <= lay.layers:
@@ -90,13 +92,12 @@ def prepare_generation(src: Path, out: Path, options: GenerateOptions = Generate
         if p.exists() and not o.force:
             raise BadInput(f"{p} already exists; pass --force to replace it")
     with work_beside(record, "generate") as work:
-        return _build(src, lay, o, paths, record, work, start)
+        return _build(src, lay, o, _boundaries(graph, lay, o.parts, o.precision), paths, record, work, start)
 
 
-def _build(src: Path, lay: DecoderLayout, o: GenerateOptions, paths: list[tuple[Path, Path]], record: Path,
-           work: Path, start: float) -> GenerationPlan:
+def _build(src: Path, lay: DecoderLayout, o: GenerateOptions, boundaries: list[int], paths: list[tuple[Path, Path]],
+           record: Path, work: Path, start: float) -> GenerationPlan:
     staged: dict[Role, list[split.Part]] = {}
-    boundaries = _boundaries(src, lay, o.parts, o.precision)
     for role, seq in ((Role.PROMPT, o.prompt_tokens), (Role.DECODE, 1)):
         static = work / f"{role.value}.onnx"
         sample = _sample(work / f"{role.value}-sample", lay, seq, o.context)
@@ -150,10 +151,9 @@ def _build(src: Path, lay: DecoderLayout, o: GenerateOptions, paths: list[tuple[
     return plan
 
 
-def _boundaries(src: Path, lay: DecoderLayout, parts: int, precision: Precision) -> list[int]:
+def _boundaries(graph: onnx.GraphProto, lay: DecoderLayout, parts: int, precision: Precision) -> list[int]:
     """The first layer of parts 2..P: the layers, the embedding in part 1 and the lm_head in part P, shared out by
     the bytes the compiler stores at `precision`, the largest part as small as it goes (check's plan)."""
-    graph = load_model(src, weights=False).graph
     return [p.first for p in loadplan.decoder_bytes(graph, loadplan.stored(graph, precision), lay.logits)
             .split(parts)[1:]]
 
