@@ -92,11 +92,12 @@ def prepare_generation(src: Path, out: Path, options: GenerateOptions = Generate
         if p.exists() and not o.force:
             raise BadInput(f"{p} already exists; pass --force to replace it")
     with work_beside(record, "generate") as work:
-        return _build(src, lay, o, _boundaries(graph, lay, o.parts, o.precision), paths, record, work, start)
+        return _build(src, lay, o, _boundaries(graph, lay, o.parts, o.precision), out, work, start)
 
 
-def _build(src: Path, lay: DecoderLayout, o: GenerateOptions, boundaries: list[int], paths: list[tuple[Path, Path]],
-           record: Path, work: Path, start: float) -> GenerationPlan:
+def _build(src: Path, lay: DecoderLayout, o: GenerateOptions, boundaries: list[int], out: Path, work: Path,
+           start: float) -> GenerationPlan:
+    paths, record = graph_paths(out, o.parts), plan_path(out)
     staged: dict[Role, list[split.Part]] = {}
     for role, seq in ((Role.PROMPT, o.prompt_tokens), (Role.DECODE, 1)):
         static = work / f"{role.value}.onnx"
