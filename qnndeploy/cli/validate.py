@@ -100,7 +100,9 @@ def _render_validation(summary: ValidationSummary) -> None:
                                *(w for n in summary.guessed for w in ("--range", f"{n}=LO:HI"))))
     elif not summary.ok and any(t.status == TargetStatus.FAILED for t in summary.targets):
         bad = next(t for t in summary.targets if t.status == TargetStatus.FAILED)
-        next_step(command_line("qnndeploy", "diagnose", summary.build / bad.graph / bad.soc))
+        mend = (bad.loop or {}).get("next")  # a generation loop's: prepare calibrated on the app's tokens
+        next_step(command_line(*mend) if mend else command_line("qnndeploy", "diagnose",
+                                                                summary.build / bad.graph / bad.soc))
     if summary.ok:
         next_step(command_line("qnndeploy", "bundle", "build", "--from-build", summary.build,
                                *(("--split", summary.splits[0]) if len(summary.splits) == 1 else ()), "--name",
@@ -168,6 +170,10 @@ def _render_generation(check: dict[str, Any]) -> None:
                  "lm_head)") if apart else ""
         click.echo(f"          the logits from the same inputs: cosine {logits['cosine']:.5f}, top token CPU "
                    f"{logits['cpu_top']}, NPU {logits['npu_top']}{after}")
+    clamped = check.get("clamped")
+    if clamped is not None:
+        for line in _clamp_lines(clamped):
+            click.echo(f"          {line}")
     text = check.get("text")
     if text:
         click.echo(f"          the CPU wrote {_clip(text['cpu'])!r}")
@@ -176,6 +182,22 @@ def _render_generation(check: dict[str, Any]) -> None:
     if likely:
         click.echo(f"          on the {likely['tokens']} given tokens: perplexity CPU "
                    f"{likely['cpu']['perplexity']:.3f}, NPU {likely['npu']['perplexity']:.3f}")
+
+
+def _clamp_lines(clamped: list[dict[str, Any]]) -> list[str]:
+    """What the clamp check found where the tokens part (validate/generation.py)."""
+    if not clamped:
+        return ["no tensor there beyond its calibrated range: calibration does not explain it"]
+
+    def one(c: dict[str, Any]) -> str:
+        low, high = c["calibrated"]
+        return (f"{c['tensor']} (part {c['part']}) reaches {c['value']:.3g}, {c['factor']:.3g}x its calibrated "
+                f"range {low:.3g}..{high:.3g}")
+
+    worst = max(clamped, key=lambda c: c["factor"])
+    return [(f"{len(clamped)} tensor(s) there beyond the range their calibration samples gave them, which the HTP "
+             "clamps (calibrate on the app's own tokens: prepare --generate --calib-tokens FILE)"),
+            f"  the first: {one(clamped[0])}", *([] if worst is clamped[0] else [f"  the furthest: {one(worst)}"])]
 
 
 def _clip(text: str, width: int = 100) -> str:

@@ -59,7 +59,7 @@ from qnndeploy.formats.records import (
 )
 from qnndeploy.model.onnxio import load_model, model_inputs, require_model_file
 from qnndeploy.model.quantize import worst
-from qnndeploy.model.samples import for_graph, sample_source, write_samples
+from qnndeploy.model.samples import fingerprint, for_graph, sample_source, write_samples
 from qnndeploy.qnn import contextcheck, htp, qnnsystem
 from qnndeploy.qnn.markers import build_version, scan_file
 from qnndeploy.qnn.qnnsystem import ContextInfo
@@ -433,17 +433,16 @@ def _calibration(calib: Path, graph: str, model: Path, prep: Preprocess | None, 
 
     feeds, used = for_graph(model, graph, Path(calib).expanduser().resolve(), preprocess=prep)
     folder = Path(used["folder"])
-    digest = hashlib.sha256()
-    for name in used["files"]:
-        digest.update(f"{name}\0{sha256_file(folder / name)}\n".encode())
+    # the same files through another preprocessing are other samples
+    preprocessed = json.dumps(used["preprocess"], sort_keys=True) if "preprocess" in used else ""
     record: JSON = {"path": str(folder), "files": len(used["files"]), "samples": len(feeds)}
-    if "preprocess" in used:  # the same files through another preprocessing are other samples
-        digest.update(json.dumps(used["preprocess"], sort_keys=True).encode())
+    digest = fingerprint(folder, used["files"], preprocessed)
+    if "preprocess" in used:
         record["preprocess"] = used["preprocess"]
         folder = made / graph
         folder.mkdir()
         write_samples(folder, feeds)
-    return folder, {**record, "sha256": digest.hexdigest()}
+    return folder, {**record, "sha256": digest}
 
 
 # --- one job ---------------------------------------------------------------------------------------

@@ -97,6 +97,13 @@ class GenerationPlan:
     def calib_folder(self) -> Path:
         return calib_beside(self.path)
 
+    def prepare_words(self, *extra: str) -> list[str]:
+        """The `qnndeploy prepare --generate` that makes this plan again, with `extra` options."""
+        out = self.path.with_name(self.path.name.removesuffix(".generation.json") + ".onnx")
+        return ["qnndeploy", "prepare", self.source, "-o", str(out), "--generate", "--parts", str(len(self.parts)),
+                "--precision", self.precision, "--prompt-tokens", str(self.prompt_tokens), "--context-tokens",
+                str(self.context), *(("--tokenizer", self.tokenizer[0]) if self.tokenizer else ()), *extra, "--force"]
+
     def graph_files(self) -> dict[str, Path]:
         """Every graph's name -> its file, in running order (part 1's prompt, part 1's decode, part 2's ...)."""
         return {g.graph: self.path.parent / g.file for p in self.parts for g in p.graphs}

@@ -226,6 +226,7 @@ class CompileRecord:
     shared: str | None = None  # the shared context (compile --share) this graph was compiled into
     twins: tuple[JobFile, ...] = ()  # for a member of a shared context: itself compiled alone, for the emulator
     htp: HtpSettings | None = None  # the HTP settings it was compiled with
+    calibration: tuple[Path, str] | None = None  # the samples folder it was calibrated on and their fingerprint
 
     @classmethod
     def of(cls, folder: Path, record: JobRecord) -> list[CompileRecord]:
@@ -237,11 +238,12 @@ class CompileRecord:
             if record.input is None:
                 raise BadInput(f"{folder / RECORD_FILE}: not a qnndeploy compile record")
             return [cls(folder, record.graph, *common, Path(record.input.path), record.input.sha256, record.outputs,
-                        record.cache_key, htp=htp)]
+                        record.cache_key, htp=htp, calibration=_calibration_folder(record.options.get("calibration")))]
         files = record.outputs
         return [cls(folder, m.graph, *common, Path(m.input.path), m.input.sha256,
                     tuple(f for f in files if not f.twin and f.graph in (None, m.graph)), record.cache_key,
-                    record.graph, tuple(f for f in files if f.twin and f.graph == m.graph), htp)
+                    record.graph, tuple(f for f in files if f.twin and f.graph == m.graph), htp,
+                    _calibration_folder(m.calibration))
                 for m in record.members]
 
     def output(self, fmt: str) -> JobFile | None:
@@ -359,6 +361,13 @@ class ValidationRecord:
         if not path.is_file():
             return None
         return cls.parse(json.loads(path.read_text()), path)
+
+
+def _calibration_folder(described: JSON | None) -> tuple[Path, str] | None:
+    """The folder a record's calibration entry names (compile's `_calibration`) and its fingerprint, if any."""
+    if not isinstance(described, dict) or not described.get("path") or "preprocess" in described:
+        return None  # preprocessed media files are not the samples the backend read
+    return Path(str(described["path"])), str(described.get("sha256"))
 
 
 def htp_settings(options: dict[str, Any]) -> HtpSettings:

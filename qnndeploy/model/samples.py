@@ -10,14 +10,15 @@ Random samples are seeded, in ranges every model takes (integers small enough to
 
 from __future__ import annotations
 
+import hashlib
 import math
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy.base.errors import BadInput, first_line
-from qnndeploy.base.fileio import JSON
+from qnndeploy.base.fileio import JSON, sha256_file
 from qnndeploy.model.media import DEFAULT_PREPROCESS, MEDIA_SUFFIXES, Preprocess, load_media, parse_preprocess
 from qnndeploy.model.onnxio import (
     INT_DTYPES,
@@ -51,6 +52,16 @@ def folder_for(inputs: Path, graph: str) -> Path:
 def sample_files(folder: Path) -> list[Path]:
     """The .npy/.npz files of a samples folder, sorted: what records list and fingerprint."""
     return sorted(p for p in Path(folder).iterdir() if p.suffix in SUFFIXES and p.is_file())
+
+
+def fingerprint(folder: Path, files: Iterable[str], extra: str = "") -> str:
+    """The records' sha256 of a samples folder: each listed file's name and sha256, then `extra` (how they were
+    preprocessed, where they were)."""
+    digest = hashlib.sha256()
+    for name in files:
+        digest.update(f"{name}\0{sha256_file(Path(folder) / name)}\n".encode())
+    digest.update(extra.encode())
+    return digest.hexdigest()
 
 
 def media_files(folder: Path) -> list[Path]:

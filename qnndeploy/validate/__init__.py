@@ -619,7 +619,8 @@ def _check_generations(gens: Mapping[str, GenerationPlan], plan: list[CompileRec
             try:
                 generation.check_unchanged(made)
                 check = generation.check(made, soc, {g: _emulated(r) for g, (r, _) in jobs.items()},
-                                         record.precision, loop, seed).json()
+                                         record.precision, loop, seed,
+                                         {g: r.calibration for g, (r, _) in jobs.items() if r.calibration}).json()
             except QnnDeployError as e:
                 check = {"kind": "generation", "soc": soc, "passed": False, "error": str(e)}
             for _, t in jobs.values():

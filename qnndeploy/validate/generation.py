@@ -6,8 +6,9 @@ the same seeded prompt; at every step the NPU is fed the CPU's token, so each st
 history: the share of steps whose top-1 token agrees, and the first step where they part (free-running, the two
 would part there). At that step (or the last one) every part of the NPU is fed the CPU's own inputs (the same cache
 on both sides) and each layer's new key and value entries are compared: the first layer beyond the precision's
-cosine threshold is where the numbers go wrong. Given token ids (`text=FILE`), both sides' mean negative
-log-likelihood of them, teacher-forced, and its perplexity.
+cosine threshold is where the numbers go wrong; a quantized build's tensors that step drives well past the range
+its calibration samples gave them are named (clamps.py): the HTP clamps them. Given token ids (`text=FILE`), both
+sides' mean negative log-likelihood of them, teacher-forced, and its perplexity.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import JSON, sha256_file
 from qnndeploy.base.kinds import Precision
 from qnndeploy.formats.generation import GenerationPlan, Role
-from qnndeploy.model import generation, metrics
+from qnndeploy.model import clamps, generation, metrics, samples
 from qnndeploy.model.decode import Detokenizer, GraphCall
 from qnndeploy.model.generation import DecoderLayout, Stepper
 from qnndeploy.model.samples import Sample
@@ -157,6 +158,10 @@ class GenerationCheck:
     # the last part's logits from those same inputs: their cosine and each side's top token; tokens that part with
     # every layer's cache within the threshold part after it (the last layer's MLP, the final norm, the lm_head)
     logits: JSON | None = None
+    # where the tokens part in a quantized build: each part's tensors beyond their calibrated range (clamps.Clamp,
+    # with "part"), in graph order; None: not looked for (not quantized, never parted, no calibration samples)
+    clamped: list[JSON] | None = None
+    fix: list[str] | None = None  # the command that would mend it (prepare again, calibrated on the app's tokens)
     likelihood: JSON | None = None  # text=FILE: each side's mean negative log-likelihood and perplexity
     tokens: JSON = field(default_factory=dict)  # the CPU's and the NPU's chosen tokens
     text: JSON | None = None  # their text, when the plan has a tokenizer
@@ -166,21 +171,23 @@ class GenerationCheck:
                 "steps": self.steps, "agreement": self.agreement, "min_agreement": self.min_agreement,
                 "parts_at": self.parts_at, "cpu_margin_there": self.cpu_margin, "compared_at": self.compared_at,
                 "first_layer": self.first_layer, "min_cosine": self.min_cosine, "logits": self.logits,
+                "clamped": self.clamped, "next": self.fix,
                 "layers": [vars(d) for d in self.layers], "likelihood": self.likelihood, "tokens": self.tokens,
                 "text": self.text}
 
 
 def check(plan: GenerationPlan, soc: str, contexts: Mapping[str, Path], precision: Precision | str | None,
-          loop: GenerationLoop, seed: int) -> GenerationCheck:
-    """The loop on `soc`'s emulator (`contexts`: graph -> the EPContext model the emulator runs) against the CPU's."""
+          loop: GenerationLoop, seed: int, calibration: Mapping[str, tuple[Path, str]]) -> GenerationCheck:
+    """The loop on `soc`'s emulator (`contexts`: graph -> the EPContext model the emulator runs) against the CPU's;
+    `calibration`: graph -> the samples folder its compile calibrated on and their fingerprint then."""
     chip = socs.find(soc)
     fp16 = precision == Precision.FP16
     npu = {role: [htp.session(contexts[p.graph(role).graph], chip, fp16=fp16) for p in plan.parts] for role in Role}
-    return judge(plan, soc, npu, precision, loop, seed)
+    return judge(plan, soc, npu, precision, loop, seed, calibration)
 
 
 def judge(plan: GenerationPlan, soc: str, npu: Mapping[Role, list[GraphCall]], precision: Precision | str | None,
-          loop: GenerationLoop, seed: int) -> GenerationCheck:
+          loop: GenerationLoop, seed: int, calibration: Mapping[str, tuple[Path, str]]) -> GenerationCheck:
     """The loop over the NPU's part calls (each role's, in part order) against the same loop on the CPU."""
     import numpy as np
 
@@ -204,6 +211,7 @@ def judge(plan: GenerationPlan, soc: str, npu: Mapping[Role, list[GraphCall]], p
     layers: list[LayerDiff] = []
     logits: JSON | None = None
     compared_at = 0
+    parted: tuple[Role, dict[int, Sample]] | None = None  # the role and each part's CPU inputs where they part
     for step in range(steps):
         want.append(int(want_row.argmax()))
         got.append(int(got_row.argmax()))
@@ -211,7 +219,9 @@ def judge(plan: GenerationPlan, soc: str, npu: Mapping[Role, list[GraphCall]], p
             parts_at, compared_at = step, step
             top = np.sort(want_row.astype(np.float64))[-2:]
             margin = float(top[1] - top[0])
-            layers, logits = _layers(plan, captured, cpu, npu, step == 0 and len(prompt) > 1)
+            first_call = step == 0 and len(prompt) > 1
+            layers, logits = _layers(plan, captured, cpu, npu, first_call)
+            parted = (Role.PROMPT if first_call else Role.DECODE, dict(captured))
         if step + 1 < steps:
             want_row, got_row = on_cpu.feed([want[-1]]), on_npu.feed([want[-1]])
     if parts_at is None:
@@ -225,10 +235,30 @@ def judge(plan: GenerationPlan, soc: str, npu: Mapping[Role, list[GraphCall]], p
     likelihood = None if loop.text is None else {
         "tokens": len(loop.text),
         **{side: _nll(lay, plan, calls, loop.text) for side, calls in (("cpu", cpu), ("npu", npu))}}
+    del on_cpu, cpu  # the CPU's sessions gone before the clamp check opens each part again
+    clamped = None if parted is None or precision in (None, Precision.FP16) else _clamped(plan, *parted, calibration)
     words = Detokenizer(Path(plan.tokenizer[0])) if plan.tokenizer else None
     return GenerationCheck(soc, agreement >= least, len(prompt), len(want), agreement, least, parts_at, margin,
-                           compared_at, layers, first, floor, logits, likelihood, {"cpu": want, "npu": got},
+                           compared_at, layers, first, floor, logits, clamped,
+                           plan.prepare_words("--calib-tokens", "FILE") if clamped else None, likelihood,
+                           {"cpu": want, "npu": got},
                            None if words is None else {"cpu": words.text(want), "npu": words.text(got)})
+
+
+def _clamped(plan: GenerationPlan, role: Role, feeds: Mapping[int, Sample],
+             calibration: Mapping[str, tuple[Path, str]]) -> list[JSON] | None:
+    """Each part's tensors that the parting step drives past their calibrated range, in part and graph order; None
+    when a part's calibration samples are no longer the ones it was compiled with."""
+    found: list[JSON] = []
+    for k, part in enumerate(plan.parts):
+        graph = part.graph(role)
+        folder, digest = calibration.get(graph.graph) or (None, "")
+        if folder is None or not folder.is_dir() or \
+                samples.fingerprint(folder, [p.name for p in samples.sample_files(folder)]) != digest:
+            return None
+        found += [{"part": part.index, **c.json()}
+                  for c in clamps.beyond_calibration(plan.path.parent / graph.file, feeds[k], folder)]
+    return found
 
 
 def _layers(plan: GenerationPlan, captured: Mapping[int, Sample], cpu: Mapping[Role, list[GraphCall]],

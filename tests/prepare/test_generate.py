@@ -104,8 +104,9 @@ def test_per_layer_diff_names_the_first_layer_that_goes_wrong(exports: Path, tmp
         stream = next(n for n in plan.parts[1].graph(role).inputs if n.endswith("Add_1_output_0"))
         npu[role] = [cpu[0], noisy(cpu[1], stream)]
     check = checking.judge(plan, "SM8750", npu, "fp16", checking.GenerationLoop(
-        steps=20, prompt=tuple(generation.seeded_prompt(llm.QWEN_TINY.intermediate, PROMPT, 3))), 0)
+        steps=20, prompt=tuple(generation.seeded_prompt(llm.QWEN_TINY.intermediate, PROMPT, 3))), 0, {})
     assert not check.passed and check.parts_at == 0 and check.agreement < 0.95
+    assert check.clamped is None  # fp16: nothing calibrated
     assert check.first_layer == 2
     assert [d.layer for d in check.layers] == [0, 1, 2, 3]
     assert all(min(d.key_cosine, d.value_cosine) > 0.9999 for d in check.layers[:2])
@@ -127,7 +128,7 @@ def test_tokens_that_part_after_every_layers_cache_are_told_by_the_logits(export
 
     npu = {role: [*checking.cpu_calls(plan, role)[:-1], shifted(checking.cpu_calls(plan, role)[-1])] for role in Role}
     check = checking.judge(plan, "SM8750", npu, "fp16", checking.GenerationLoop(
-        steps=8, prompt=tuple(generation.seeded_prompt(llm.QWEN_TINY.intermediate, PROMPT, 3))), 0)
+        steps=8, prompt=tuple(generation.seeded_prompt(llm.QWEN_TINY.intermediate, PROMPT, 3))), 0, {})
     assert not check.passed and check.parts_at == 0 and check.first_layer is None
     assert all(min(d.key_cosine, d.value_cosine) > 0.9999 for d in check.layers)
     assert check.logits is not None and check.logits["npu_top"] == check.logits["cpu_top"] + 1

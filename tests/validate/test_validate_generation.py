@@ -100,3 +100,48 @@ def test_a_decoder_goes_by_the_printed_advice_to_a_verified_w4a16_bundle(tmp_pat
                for p in report.problems)
     assert any(p.path == gen.tokenizer.path and p.message.startswith("is not a tokenizer the app can read")
                for p in report.problems)
+
+
+def test_calibrated_on_other_tokens_the_loop_fails_names_the_clamped_tensors_and_the_mend_passes(tmp_path: Path
+                                                                                                   ) -> None:
+    """The 0.5B benchmark's first failure, small: the decode graph calibrated only on tokens the app never feeds (ids
+    outside the successor table), so the last MLP's activations on the app's tokens lie far past their calibrated
+    range and the HTP clamps them. validate names them and prints the prepare that mends it; followed, it passes."""
+    made = llm.cached_export(tmp_path / "llm", llm.QWEN_TINY, dynamo=False)
+    table = llm.QWEN_TINY.intermediate  # ids below it have a successor
+    other, own, prompt = tmp_path / "other.txt", tmp_path / "own.txt", tmp_path / "prompt.txt"
+    other.write_text("".join(" ".join(str(t + table) for t in generation.seeded_prompt(512 - table, 8, 100 + k))
+                             + "\n" for k in range(12)))
+    own.write_text("".join(" ".join(map(str, generation.seeded_prompt(table, 8, 100 + k))) + "\n" for k in range(12)))
+    prompt.write_text(" ".join(map(str, generation.seeded_prompt(table, 8, 3))))
+
+    def build(calib: Path, *prepare: str) -> tuple[int, str, dict]:
+        prepared = run(*prepare, "--calib-tokens", calib) if prepare else run(
+            "prepare", made.path, "--generate", "--prompt-tokens", 8, "--context-tokens", 96, "--parts", 2,
+            "--precision", "w4a16", "--calib-tokens", calib, "-o", tmp_path / "gen" / "qwen.onnx")
+        assert prepared.exit_code == 0, prepared.output
+        advice = next(line for line in prepared.output.splitlines() if line.startswith("next: qnndeploy compile"))
+        words = shlex.split(advice.removeprefix("next: qnndeploy "))
+        words[words.index("SOC")] = "SM8650"
+        words[words.index("build")] = str(tmp_path / "build")
+        compiled = run(*words, "--no-cache")
+        assert compiled.exit_code == 0, compiled.output
+        r = run("validate", tmp_path / "build", "--loop", f"generation:prompt={prompt},steps=32", "--json")
+        return r.exit_code, r.stderr, json.loads(r.stdout)["targets"][0]["loop"]
+
+    code, said, loop = build(other)
+    assert code == 1 and loop["parts_at"] is not None and loop["agreement"] < 0.85, said
+    clamped = loop["clamped"]
+    assert clamped and all(c["factor"] >= 2 and c["part"] == 2 for c in clamped), clamped
+    worst = max(clamped, key=lambda c: c["factor"])
+    assert worst["tensor"].startswith("/model/model/layers.3/mlp/") and worst["factor"] > 3
+    assert not worst["calibrated"][0] <= worst["value"] <= worst["calibrated"][1]
+    assert loop["next"][:2] == ["qnndeploy", "prepare"] and loop["next"][-3:] == ["--calib-tokens", "FILE", "--force"]
+    told = run("validate", tmp_path / "build", "--loop", f"generation:prompt={prompt},steps=32").output
+    assert " tensor(s) there beyond the range their calibration samples gave them" in told
+    mend = next(line for line in told.splitlines() if line.startswith("next: "))
+    assert shlex.split(mend.removeprefix("next: ")) == loop["next"], told
+    words = loop["next"][1:]
+    at = words.index("--calib-tokens")
+    code, said, loop = build(own, *words[:at], *words[at + 2:])  # the printed command, FILE the app's own tokens
+    assert code == 0 and loop["agreement"] >= 0.85 and loop["clamped"] is None, said
