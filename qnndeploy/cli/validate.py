@@ -18,6 +18,7 @@ from qnndeploy.api import (
     emulated_qairts,
     validate_build,
 )
+from qnndeploy.base.kinds import Precision
 from qnndeploy.cli._common import (
     command_line,
     gathered,
@@ -101,8 +102,11 @@ def _render_validation(summary: ValidationSummary) -> None:
     elif not summary.ok and any(t.status == TargetStatus.FAILED for t in summary.targets):
         bad = next(t for t in summary.targets if t.status == TargetStatus.FAILED)
         mend = (bad.loop or {}).get("next")  # a generation loop's: prepare calibrated on the app's tokens
-        next_step(command_line(*mend) if mend else command_line("qnndeploy", "diagnose",
-                                                                summary.build / bad.graph / bad.soc))
+        if mend:
+            next_step(command_line(*mend))
+        elif bad.precision == Precision.FP16:  # what diagnose takes; a shared context's member by --graph
+            next_step(command_line("qnndeploy", "diagnose", summary.build / (bad.shared or bad.graph) / bad.soc,
+                                   *(("--graph", bad.graph) if bad.shared else ())))
     if summary.ok:
         next_step(command_line("qnndeploy", "bundle", "build", "--from-build", summary.build,
                                *(("--split", summary.splits[0]) if len(summary.splits) == 1 else ()), "--name",
