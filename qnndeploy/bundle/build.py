@@ -396,11 +396,11 @@ def _cpu_files(spec: BundleSpec) -> tuple[list[Graph], dict[str, list[tuple[Path
                                "relative path beside the model: save the model with its data file next to it "
                                "(onnx.save(..., location='NAME.data'))")
             files[g].append((path.parent / location, rel))
-    rels = [rel for pairs in files.values() for _, rel in pairs]
-    clash = next((rel for rel in rels if rels.count(rel) > 1), None)
-    if clash is not None:
-        raise BadInput(f"two CPU model files would both be {clash} in the bundle: give the models' external "
-                       "data files distinct names")
+    sources: dict[str, Path] = {}
+    for src, rel in (pair for pairs in files.values() for pair in pairs):  # one data file several models name is
+        if sources.setdefault(rel, src.resolve()) != src.resolve():  # theirs (a generation part's), bundled once
+            raise BadInput(f"two CPU model files would both be {rel} in the bundle: give the models' external "
+                           "data files distinct names")
     return graphs, files
 
 
@@ -504,8 +504,21 @@ def _pointed_at_bin(ctx: Path, scratch: Path, rel: str, binary: str) -> Path:
 
 def _graph_of(rel: str, bin_graphs: dict[str, list[str]]) -> dict[str, Any]:
     """An NPU artifact's graph, or graphs for a shared context binary (BundleFile's fields)."""
-    gs = bin_graphs.get(rel) or [rel.rsplit("/", 1)[-1].removesuffix("_ctx.onnx")]
-    return {"graph": gs[0]} if len(gs) == 1 else {"graphs": tuple(gs)}
+    return _owners(bin_graphs.get(rel) or [rel.rsplit("/", 1)[-1].removesuffix("_ctx.onnx")])
+
+
+def _owners(graphs: Sequence[str]) -> dict[str, Any]:
+    """BundleFile's fields for a file of one graph, or of several (a shared context binary or data file)."""
+    return {"graph": graphs[0]} if len(graphs) == 1 else {"graphs": tuple(graphs)}
+
+
+def _cpu_owners(cpu_files: Mapping[str, list[tuple[Path, str]]]) -> dict[str, list[str]]:
+    """Each CPU file's path in the bundle -> the graphs whose models it is or holds weights of, in graph order."""
+    owners: dict[str, list[str]] = {}
+    for g, pairs in cpu_files.items():
+        for _, rel in pairs:
+            owners.setdefault(rel, []).append(g)
+    return owners
 
 
 def _check_name(value: str, what: str, key: str) -> None:
@@ -701,7 +714,8 @@ def _plan(spec: BundleSpec) -> _Plan:
         raise BadInput("--maven-runtime-version pins the external runtime: it cannot go with bundled libraries")
     source_path = _need_file(spec.source_path, "source model") if spec.source_path else None
     records = {name: _need_file(p, "record") for name, p in spec.records.items()}
-    files: list[tuple[Path, str, bool]] = [(src, rel, False) for pairs in cpu_files.values() for src, rel in pairs]
+    files: list[tuple[Path, str, bool]] = list({rel: (src, rel, False) for pairs in cpu_files.values()
+                                                for src, rel in pairs}.values())
     bin_graphs: dict[str, list[str]] = {}
     loads: dict[str, str] = {}
     for model, (_, graph_files) in targets.items():
@@ -843,6 +857,7 @@ def _manifest(spec: BundleSpec, plan: _Plan, facts: dict[str, FileFacts], qairt:
         return BundleFile(rel, facts[rel].sha256, facts[rel].size, **kind)
 
     min_runtime, pin = _runtime_pin(spec, qairt, bool(plan.libs))
+    models = {pairs[0][1] for pairs in plan.cpu_files.values()}
     return Manifest(
         format=FORMAT, format_version=FORMAT_VERSION, name=spec.name, version=spec.version,
         created_by=f"qnndeploy {__version__}", qairt=replace_spec(qairt, min_runtime=min_runtime),
@@ -859,8 +874,8 @@ def _manifest(spec: BundleSpec, plan: _Plan, facts: dict[str, FileFacts], qairt:
                    spec.validation.get(model), accepted_reasons(spec.validation.get(model)),
                    spec.accepted_on.get(model), spec.htp[model].manifest_json() if model in spec.htp else None)
             for model, (soc, _) in plan.targets.items()),
-        cpu=tuple(entry(rel, graph=g, format=FileFormat.ONNX_EXTERNAL_DATA if i else FileFormat.ONNX)
-                  for g, files in plan.cpu_files.items() for i, (_, rel) in enumerate(files)),
+        cpu=tuple(entry(rel, **_owners(gs), format=FileFormat.ONNX if rel in models else FileFormat.ONNX_EXTERNAL_DATA)
+                  for rel, gs in _cpu_owners(plan.cpu_files).items()),
         runtime=Runtime(RuntimeMode.BUNDLED, tuple(entry(rel, role=LibRole(meta["role"]), abi=meta["abi"],
                                                          dsp_arch=meta.get("dsp_arch"))
                                                    for rel, meta in plan.libs.items()))

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from qnndeploy.model.onnxio import external_locations, load_model
+
 if TYPE_CHECKING:
     import numpy as np
     import onnx
@@ -81,9 +83,13 @@ def qdq(model: Path, samples: list[dict[str, np.ndarray]], out: Path, exclude: S
     from onnxruntime.quantization import quantize as ort_quantize
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
 
-    # The quantizer writes helper files (<stem>-inferred.onnx) beside its input: give it a private copy.
+    # The quantizer writes helper files (<stem>-inferred.onnx) beside its input: give it a private copy, with the
+    # external data files the model names beside it (copies: onnx refuses symbolic and hard links to them)
     private = out.with_name(f"{out.stem}_src.onnx")
     shutil.copyfile(model, private)
+    for location in external_locations(load_model(model, weights=False)):
+        (private.parent / location).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(model.parent / location, private.parent / location)
 
     class Reader(CalibrationDataReader):  # type: ignore[misc]  # onnxruntime ships no types: its base class is Any
         def __init__(self) -> None:

@@ -10,6 +10,7 @@ protobuf's 2 GB: shapes are inferred on the graph without its weights, and each 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -229,6 +230,46 @@ def save(model: onnx.ModelProto, path: Path) -> int:
     else:
         onnx.save(model, str(path))
     return held
+
+
+def share_weights(paths: Sequence[Path], data: Path) -> int:
+    """Rewrite the models at `paths` (in `data`'s folder) so that every tensor of 1 KB or more lies in `data`, each
+    distinct one once: a generation part's prompt and decode graphs hold the same weights, and the app then ships and
+    downloads them once. The models' own data files are removed. Returns the bytes `data` holds."""
+    import onnx
+    from onnx import numpy_helper
+    from onnx.external_data_helper import uses_external_data
+
+    folder = data.parent
+    placed: dict[str, tuple[int, int]] = {}  # sha256 of the bytes -> (offset, length) in `data`
+    models: list[onnx.ModelProto] = []
+    olds: set[Path] = set()
+    with data.open("wb") as out:
+        for path in paths:
+            model = load_model(path)
+            for t in all_tensors(model.graph):
+                external = uses_external_data(t)
+                olds.update(folder / e.value for e in t.external_data if external and e.key == "location")
+                if t.data_type == onnx.TensorProto.STRING or (not external and (tensor_nbytes(t) or 0) < 1024):
+                    continue
+                raw = numpy_helper.to_array(t, str(folder)).tobytes()
+                key = hashlib.sha256(raw).hexdigest()
+                if key not in placed:
+                    placed[key] = (out.tell(), len(raw))
+                    out.write(raw)
+                offset, length = placed[key]
+                dims, kind, name = list(t.dims), t.data_type, t.name
+                t.Clear()
+                t.name, t.data_type, t.data_location = name, kind, onnx.TensorProto.EXTERNAL
+                t.dims.extend(dims)
+                for k, v in (("location", data.name), ("offset", str(offset)), ("length", str(length))):
+                    t.external_data.add(key=k, value=v)
+            models.append(model)
+    for model, path in zip(models, paths, strict=True):
+        onnx.save(model, str(path))
+    for old in olds - {data}:
+        old.unlink(missing_ok=True)
+    return data.stat().st_size
 
 
 def cut_values(slim: onnx.ModelProto, plans: list[Plan]) -> tuple[dict[str, onnx.ValueInfoProto], list[str]]:

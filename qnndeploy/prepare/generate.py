@@ -64,6 +64,12 @@ def plan_path(out: Path) -> Path:
     return s.with_name(f"{s.name}.generation.json")
 
 
+def data_paths(out: Path, parts: int) -> list[Path]:
+    """OUT.onnx -> [OUT-p1.data, ...]: each part's weights, which its prompt and decode graphs share."""
+    s = split.stem(out)
+    return [s.with_name(f"{s.name}-p{k}.data") for k in range(1, parts + 1)]
+
+
 def graph_paths(out: Path, parts: int) -> list[tuple[Path, Path]]:
     """OUT.onnx -> [(OUT-p1-prompt.onnx, OUT-p1-decode.onnx), ...]"""
     s = split.stem(out)
@@ -88,7 +94,7 @@ def prepare_generation(src: Path, out: Path, options: GenerateOptions = Generate
         Detokenizer(o.tokenizer)  # one line now, not after the proof, when it is not one
     paths = graph_paths(out, o.parts)
     record = plan_path(out)
-    for p in [*(q for pair in paths for q in pair), record, calib_beside(record)]:
+    for p in [*(q for pair in paths for q in pair), *data_paths(out, o.parts), record, calib_beside(record)]:
         if p.exists() and not o.force:
             raise BadInput(f"{p} already exists; pass --force to replace it")
     with work_beside(record, "generate") as work:
@@ -97,7 +103,7 @@ def prepare_generation(src: Path, out: Path, options: GenerateOptions = Generate
 
 def _build(src: Path, lay: DecoderLayout, o: GenerateOptions, boundaries: list[int], out: Path, work: Path,
            start: float) -> GenerationPlan:
-    paths, record = graph_paths(out, o.parts), plan_path(out)
+    paths, record, datas = graph_paths(out, o.parts), plan_path(out), data_paths(out, o.parts)
     staged: dict[Role, list[split.Part]] = {}
     for role, seq in ((Role.PROMPT, o.prompt_tokens), (Role.DECODE, 1)):
         static = work / f"{role.value}.onnx"
@@ -113,6 +119,8 @@ def _build(src: Path, lay: DecoderLayout, o: GenerateOptions, boundaries: list[i
         ends = [[starts[end - 1], *lay.kv_outputs(range(first, end))]
                 for first, end in zip([0, *boundaries], boundaries, strict=False)]
         staged[role] = _cut(rewired, ends, [work / f"{role.value}-{k}.onnx" for k in range(1, o.parts + 1)])
+    for k, data in enumerate(datas):  # before the proof, which then runs the files as they are shipped
+        split.share_weights([Path(staged[role][k].path) for role in Role], work / data.name)
     calib = _Calibration(work / "calib", {o.prompt_tokens: [p.stem for p, _ in paths], 1: [d.stem for _, d in paths]},
                          {1: [p.inputs for p in staged[Role.DECODE]],
                           o.prompt_tokens: [p.inputs for p in staged[Role.PROMPT]]})
@@ -122,15 +130,11 @@ def _build(src: Path, lay: DecoderLayout, o: GenerateOptions, boundaries: list[i
     parts: list[PlanPart] = []
     for k, (first, end) in enumerate(layers):
         graphs = []
+        (work / datas[k].name).replace(datas[k])
         for role, final in zip((Role.PROMPT, Role.DECODE), paths[k], strict=True):
             part = staged[role][k]
-            moved = Path(part.path)
-            data = moved.with_name(moved.name + ".data")
-            if data.exists():
-                data.replace(final.with_name(final.name + ".data"))
-            else:
-                final.with_name(final.name + ".data").unlink(missing_ok=True)
-            moved.replace(final)
+            final.with_name(final.name + ".data").unlink(missing_ok=True)  # an earlier prepare's own data file
+            Path(part.path).replace(final)
             graphs.append(PlanGraph(role, final.stem, final.name, sha256_file(final),
                                           tuple(i.name for i in part.inputs), tuple(x.name for x in part.outputs),
                                           part.weight_bytes))

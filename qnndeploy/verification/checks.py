@@ -18,6 +18,7 @@ from qnndeploy.base.fileio import JSON, ByteProgress, read_limited
 from qnndeploy.base.htparch import HtpArch
 from qnndeploy.base.names import (
     FORMAT_VERSION,
+    GENERATION_SINCE,
     LICENCES_DIR,
     LICENCES_SINCE,
     MANIFEST,
@@ -721,8 +722,13 @@ def _cpu_problems(manifest: Manifest, facts: dict[str, FileFacts], root: Path) -
     named: set[str] = set()  # listed data files that a CPU model names
     read: set[str] = set()  # graphs whose CPU model told which data files it names
     for a in manifest.cpu:
-        if a.graph not in graphs:
-            problems.append(Problem(a.path, f"belongs to graph '{a.graph}', which the manifest does not declare"))
+        if not graphs.issuperset(a.served):
+            problems.append(Problem(a.path, f"belongs to graph '{next(g for g in a.served if g not in graphs)}', "
+                                            "which the manifest does not declare"))
+        elif a.graphs and manifest.format_number < GENERATION_SINCE:
+            problems.append(Problem(a.path, f"is a data file several CPU models share, which bundle format "
+                                            f"{GENERATION_SINCE} introduced, but the manifest says format "
+                                            f"{manifest.format_version}"))
         elif a.format == FileFormat.ONNX and a.path in facts:
             refs, found = _external_data_problems(root, a, data)
             problems += found
@@ -731,8 +737,8 @@ def _cpu_problems(manifest: Manifest, facts: dict[str, FileFacts], root: Path) -
                 named |= refs
             if refs is not None and not found and all(r in facts and facts[r].size == data[r].size for r in refs):
                 problems += _signature_problems(root, a.path, signatures[a.graph], a.graph)
-    return problems + [Problem(p, f"is listed as external data of graph '{a.graph}', but its CPU model does not "
-                                  "name it") for p, a in data.items() if p not in named and a.graph in read]
+    return problems + [Problem(p, f"is listed as external data of graph '{a.served[0]}', but its CPU model does not "
+                                  "name it") for p, a in data.items() if p not in named and read.issuperset(a.served)]
 
 
 def _target_problems(manifest: Manifest, facts: dict[str, FileFacts], root: Path, contexts: Contexts,
@@ -899,7 +905,7 @@ def _external_data_problems(root: Path, model: BundleFile, data: dict[str, Bundl
             problems.append(Problem(path, f"keeps its weights in '{location}', which is not a plain relative path "
                                           "inside its folder (absolute or '..'): ONNX Runtime would read it from "
                                           "outside the bundle's cpu/"))
-        elif rel not in data or data[rel].graph != model.graph:
+        elif rel not in data or not data[rel].serves(model.graph):
             problems.append(Problem(path, f"keeps its weights in {rel}, which the manifest does not list as "
                                           f"external data of graph '{model.graph}'"))
         else:

@@ -451,6 +451,16 @@ internal class OnDeviceSuite(val assets: File, val scratch: File) {
                 child.waitFor()
             }
         },
+        "a data file several CPU models share goes with each of them, once (a generation part's two graphs)" to {
+            val cpu = (raw["cpu"] as List<*>).map { f ->
+                f as Map<*, *>
+                if (f["path"] == "cpu/rec.onnx.data") f - "graph" + ("graphs" to listOf("det", "rec")) else f
+            }
+            val m = BundleManifest.from(onDevice() + mapOf("format_version" to 7L, "cpu" to cpu))
+            val npu = QnnSelector.decide(m, DeviceIdentity("SM8845", null, 35), FakeHost(), LIB_DIR, FileFormat.ORT_EPCONTEXT)
+            assertEquals(NpuSource.ON_DEVICE, npu.npuSource)
+            assertEquals(listOf("cpu/det.onnx", "cpu/rec.onnx.data", "cpu/rec.onnx"), npu.files)
+        },
         "the decision on phones without a target: catalog arch, platform info, validated arches, runtime age" to {
             val m = BundleManifest.from(onDevice(validated = listOf("v73", "v79", "v81")))
             val parsed = assertNotNull(m.onDevice)

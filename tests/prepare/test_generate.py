@@ -14,6 +14,7 @@ import pytest
 from qnndeploy.formats.generation import GenerationPlan, Role
 from qnndeploy.model import generation
 from qnndeploy.model.decode import GraphCall
+from qnndeploy.model.onnxio import external_locations
 from qnndeploy.prepare.generate import GenerateOptions, prepare_generation
 from qnndeploy.validate import generation as checking
 from tests.support import llm
@@ -51,6 +52,13 @@ def test_the_parts_choose_the_tokens_transformers_generates(exports: Path, tmp_p
     assert tokens == llm.generate(made.model, prompt, 48)
     assert len(set(tokens)) > 5  # a varied text, not one token repeated
 
+    for part in plan.parts:  # the prompt and decode graphs keep their weights in one file, each tensor once
+        data = plan.path.parent / f"m-p{part.index}.data"
+        held = [external_locations(onnx.load(str(plan.path.parent / g.file), load_external_data=False))
+                for g in part.graphs]
+        assert held == [{data.name}] * 2 and 0.9 * max(g.weight_bytes for g in part.graphs) < data.stat().st_size \
+            < 0.6 * sum(g.weight_bytes for g in part.graphs)
+    assert sorted(p.name for p in plan.path.parent.iterdir() if p.suffix == ".data") == ["m-p1.data", "m-p2.data"]
     for part in plan.parts:
         for graph in part.graphs:
             model = onnx.load(str(plan.path.parent / graph.file), load_external_data=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,17 @@ def test_a_decoder_goes_by_the_printed_advice_to_a_verified_w4a16_bundle(tmp_pat
         ("qwen-p1-prompt", "qwen-p1-decode", (0, 0)), ("qwen-p2-prompt", "qwen-p2-decode", (1, 3))]
     assert [k.part for k in gen.kv] == [1, 2, 2, 2] and len(plan.parts) == 2
     assert gen.tokenizer is not None and gen.tokenizer.path == "generation/tokenizer.json"
+    # each part's prompt and decode CPU models share one data file, bundled once
+    shared = [(f.path, f.graphs) for f in manifest.cpu if f.graphs]
+    assert shared == [(f"cpu/qwen-p{k}.data", (f"qwen-p{k}-prompt", f"qwen-p{k}-decode")) for k in (1, 2)]
+    assert {f.path for f in manifest.cpu} == {p.relative_to(bundle).as_posix() for p in (bundle / "cpu").iterdir()}
+    older = tmp_path / "older"
+    shutil.copytree(bundle, older)
+    written = json.loads((bundle / "manifest.json").read_text())
+    del written["generation"]  # what format 6 had (its schema refuses the rest)
+    (older / "manifest.json").write_text(json.dumps(written | {"format_version": 6}))
+    assert any(p.path == "cpu/qwen-p1.data" and "several CPU models share, which bundle format 7 introduced"
+               in p.message for p in verify_bundle(older).problems)
     assert (bundle / gen.tokenizer.path).read_bytes() == words_file.read_bytes()
     app = run("scaffold", bundle, "-o", tmp_path / "app", "--package", "com.example.qwen")
     assert app.exit_code == 0, app.output

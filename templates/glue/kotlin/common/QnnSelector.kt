@@ -290,12 +290,12 @@ internal object QnnSelector {
                 return cpu(manifest, identity, Reasons.graphFileMissing(soc = name, format = FileFormat.ONNX.id, graph = graph.name))
             }
             paths[graph.name] = entry.path
-            files.addAll(pool.filter { it.graph == graph.name }.map { it.path })
+            files.addAll(pool.filter { it.serves(graph.name) }.map { it.path })
             options[graph.name] = entry.epOptions
         }
         // a split model's part that always runs on the CPU: its CPU files
         val cpuGraphs = manifest.graphs.filter { it.cpuOnly }.map { it.name }
-        for (file in manifest.cpu.filter { it.graph in cpuGraphs }) {
+        for (file in manifest.cpu.filter { f -> cpuGraphs.any { f.serves(it) } }) {
             files.add(file.path)
             if (file.format == FileFormat.ONNX) paths[file.graph] = file.path
         }
@@ -308,7 +308,7 @@ internal object QnnSelector {
         }
         return npu(
             identity, loaded, Reasons.npuOnDevice(soc = name, arch = arch), arch, socId, paths,
-            files = files,
+            files = files.distinct(), // a data file several graphs' models share is copied once
             cpuGraphs = cpuGraphs,
             source = NpuSource.ON_DEVICE,
             compileBudgetS = onDevice.budgetS,
