@@ -289,8 +289,25 @@ def _validation_summary(rec: CompileRecord) -> tuple[JSON, ValidationRecord | No
                                         "run qnndeploy validate"}, None
     return {"passed": v.passed, "thresholds": v.thresholds, "inputs": samples.in_words(v.inputs),
             **({"threshold_reason": v.threshold_reason} if v.threshold_reason else {}),
+            **({"decided_by": decider} if (decider := _decided_by(v)) else {}),
             "outputs": [{k: o[k] for k in ("name", "passed", "max_abs_diff", "rel_l2", "cosine", "snr_db",
                                            "judged_on")} for o in v.outputs]}, v
+
+
+def _decided_by(v: ValidationRecord) -> str | None:
+    """What judged a graph run in a loop or a split's chain, in words: that verdict is the graph's, not its own
+    outputs' figures (a part's attention mask holds -inf by design)."""
+    loop, chain = v.loop or {}, v.chain or {}
+    if "error" in loop or "error" in chain:
+        return f"its {'loop' if loop else 'chain'} could not run: {loop.get('error') or chain.get('error')}"
+    if loop.get("kind") == "generation":
+        return (f"its generation loop: {loop['agreement']:.1%} of {loop['steps']} greedy steps choose the CPU's token "
+                f"(at least {loop['min_agreement']:.0%})")
+    if loop:
+        return f"its decode loop: word error rate {loop['error_rate']:.2%} against the CPU's texts"
+    if chain:
+        return f"its split's chain against the source model: {'passed' if chain.get('passed') else 'failed'}"
+    return None
 
 
 ANY_SOC = "*"  # --accept GRAPH@*: every SoC on which GRAPH failed

@@ -813,8 +813,11 @@ def accepted_reason(summary: JSON) -> str | None:
 
 
 def worst_metric(summary: JSON) -> str:
-    """How a failed graph missed its thresholds, from its validation summary: its lowest-SNR failed output's first
-    missed test, e.g. "snr 12.4 dB < 30" (the output named when the graph has several)."""
+    """How a failed graph missed its thresholds, from its validation summary: the loop or chain that judged it, else
+    its lowest-SNR failed output's first missed test, e.g. "snr 12.4 dB < 30" (the output named when the graph has
+    several)."""
+    if isinstance(summary.get("decided_by"), str):  # a loop's or a chain's verdict (bundle build's summary)
+        return str(summary["decided_by"])
     given = summary.get("thresholds")
     limits: JSON = given if isinstance(given, dict) else {}
     outputs = [o for o in summary.get("outputs") or [] if isinstance(o, dict)]

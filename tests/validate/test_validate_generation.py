@@ -153,6 +153,9 @@ def test_calibrated_on_other_tokens_the_loop_fails_names_the_clamped_tensors_and
     assert " tensor(s) there beyond the range their calibration samples gave them" in told
     mend = next(line for line in told.splitlines() if line.startswith("next: "))
     assert shlex.split(mend.removeprefix("next: ")) == loop["next"], told
+    refused = run("bundle", "build", "--from-build", tmp_path / "build", "--name", "qwen", "--version", "1", "-o",
+                  tmp_path / "bundles")  # says what judged the parts: their loop, not a part's mask of -inf
+    assert refused.exit_code == 2 and "qwen-p1-prompt@SM8650 (its generation loop: " in refused.output, refused.output
     words = loop["next"][1:]
     at = words.index("--calib-tokens")
     code, said, loop = build(own, *words[:at], *words[at + 2:])  # the printed command, FILE the app's own tokens
