@@ -27,6 +27,16 @@ from tests.support.cli import run
 pytestmark = [pytest.mark.needs_qnn, pytest.mark.slow]
 
 
+def compile_as_printed(prepared: str, socs: str, build: Path) -> None:
+    """The compile prepare printed, for `socs` into `build`."""
+    advice = next(line for line in prepared.splitlines() if line.startswith("next: qnndeploy compile"))
+    words = shlex.split(advice.removeprefix("next: qnndeploy "))
+    words[words.index("SOC")] = socs
+    words[words.index("build")] = str(build)
+    compiled = run(*words, "--no-cache")
+    assert compiled.exit_code == 0, compiled.output
+
+
 def test_a_decoder_goes_by_the_printed_advice_to_a_verified_w4a16_bundle(tmp_path: Path) -> None:
     made = llm.cached_export(tmp_path / "llm", llm.QWEN_TINY, dynamo=False)
     checked = run("check", made.path, "--soc", "SM8650,SM8750")
@@ -35,12 +45,7 @@ def test_a_decoder_goes_by_the_printed_advice_to_a_verified_w4a16_bundle(tmp_pat
     prepared = run("prepare", made.path, "--generate", "--prompt-tokens", 8, "--context-tokens", 96, "--parts", 2,
                    "--precision", "w4a16", "--tokenizer", words_file, "-o", tmp_path / "gen" / "qwen.onnx")
     assert prepared.exit_code == 0, prepared.output
-    advice = next(line for line in prepared.output.splitlines() if line.startswith("next: qnndeploy compile"))
-    words = shlex.split(advice.removeprefix("next: qnndeploy "))
-    words[words.index("SOC")] = "SM8650,SM8750"
-    words[words.index("build")] = str(tmp_path / "build")
-    compiled = run(*words, "--no-cache")
-    assert compiled.exit_code == 0, compiled.output
+    compile_as_printed(prepared.output, "SM8650,SM8750", tmp_path / "build")
     for soc in ("SM8650", "SM8750"):  # one binary per part and SoC, both graphs in it
         for k in (1, 2):
             record = json.loads((tmp_path / "build" / f"qwen-p{k}" / soc / "compile.json").read_text())
@@ -132,12 +137,7 @@ def test_calibrated_on_other_tokens_the_loop_fails_names_the_clamped_tensors_and
             "prepare", made.path, "--generate", "--prompt-tokens", 8, "--context-tokens", 96, "--parts", 2,
             "--precision", "w4a16", "--calib-tokens", calib, "-o", tmp_path / "gen" / "qwen.onnx")
         assert prepared.exit_code == 0, prepared.output
-        advice = next(line for line in prepared.output.splitlines() if line.startswith("next: qnndeploy compile"))
-        words = shlex.split(advice.removeprefix("next: qnndeploy "))
-        words[words.index("SOC")] = "SM8650"
-        words[words.index("build")] = str(tmp_path / "build")
-        compiled = run(*words, "--no-cache")
-        assert compiled.exit_code == 0, compiled.output
+        compile_as_printed(prepared.output, "SM8650", tmp_path / "build")
         r = run("validate", tmp_path / "build", "--loop", f"generation:prompt={prompt},steps=32", "--json")
         return r.exit_code, r.stderr, json.loads(r.stdout)["targets"][0]["loop"]
 
