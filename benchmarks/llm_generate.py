@@ -15,18 +15,19 @@ stable and the check is that the NPU chooses the CPU's. --smoke: QWEN_TINY, a pr
 2 parts (--parts), 8 steps. --work DIR keeps the files; with --from STAGE a later run reuses them and starts there
 (e.g. validate again with fewer --steps).
 
-Measured here on 2026-12-06 (2 cores and 24 GB, shared with a full CI run for part of the time), the full size with
+Measured here on 2026-12-06 (2 cores and 24 GB, shared with other work for part of the time), the full size with
 --parts 2 (check advises 1: 526.6 MB estimated at w4a16 against the 882 MB budget, SM8750's v79 figure, SM8650's the
-default rule): the export 84.4 s, peak 4,941 MB (1.98x the 2.50 GB of fp32 ONNX, 171 files: the tied table twice);
-check 1.3 s, 83 MB; prepare --generate --parts 2 --precision w4a16 991 s, 17,157 MB (6.86x; part 1 layer 0 with the
-embedding, part 2 layers 1-23 with the lm_head; the proof: 256 greedy steps after a 192-token prompt, the same tokens,
-logits within 7.6e-6); compile 1,534 s, 16,092 MB (6.43x); binaries 281.2 MB (part 1) and 276.1 MB (part 2) on both
-SoCs, 557.3 MB against the 526.6 MB estimated. validate's loop on SM8650 parted at step 1: from then on the NPU chose
-the token it was fed (the CPU's margin 16.7), while every layer's new key and value entries, each part fed the CPU's
-inputs, kept cosine 0.991-0.996 (rel L2 0.11-0.15, int4's noise on these random weights), and the logits from those
-inputs had cosine 0.42 (top token: the CPU's 2486, the NPU's 4615, the one fed): the tokens part after the last
-layer's cache (its MLP, holding the successor table, the final norm or the int4 lm_head). SM8750's loop showed the
-same shift through its step 6, when the run was stopped (session time): no bundle or verify figures at this size.
+default rule). The first run calibrated on prepare's default (random ids from the whole vocabulary): its decode graph
+never saw a token of the successor table, the last MLP's product was calibrated to 21.2 and reached 808 on the app's
+prompt, and SM8650's loop parted at step 1 (validate now names such clamps). The second run, calibrated on table ids
+(--calib-tokens, above): the export and check (first run) 84.4 s, peak 4,941 MB (1.98x the 2.50 GB of fp32 ONNX)
+and 1.3 s, 83 MB; prepare --generate 906 s, 15,427 MB (6.17x; part 1 layer 0 with the embedding, part 2 layers 1-23 with
+the lm_head; the proof: 256 greedy steps after a 192-token prompt, the same tokens, logits within 7.6e-6); compile
+1,706 s, 16,191 MB (6.48x); binaries 281.2 MB (part 1) and 276.1 MB (part 2) on both SoCs, 557.3 MB against the
+526.6 MB estimated. validate's loop on SM8650: the same token at all 64 decode steps after the 192-token prompt
+(parts_at none, read off the running process with py-spy: validate writes its records after every SoC's loop),
+about 35 s per decode step on the emulator, peak RSS 12.3 GB (4.9x). SM8750's loop was still running when the
+session ended: no SM8750, bundle or verify figures at this size yet.
 
     python benchmarks/llm_generate.py [--prompt-tokens 128] [--context-tokens 1024] [--steps 64] [--parts P]
                                       [--work DIR] [--from export|check|prepare|compile|validate|bundle] [--smoke]
