@@ -24,10 +24,10 @@ prompt, and SM8650's loop parted at step 1 (validate now names such clamps). The
 and 1.3 s, 83 MB; prepare --generate 906 s, 15,427 MB (6.17x; part 1 layer 0 with the embedding, part 2 layers 1-23 with
 the lm_head; the proof: 256 greedy steps after a 192-token prompt, the same tokens, logits within 7.6e-6); compile
 1,706 s, 16,191 MB (6.48x); binaries 281.2 MB (part 1) and 276.1 MB (part 2) on both SoCs, 557.3 MB against the
-526.6 MB estimated. validate's loop on SM8650: the same token at all 64 decode steps after the 192-token prompt
-(parts_at none, read off the running process with py-spy: validate writes its records after every SoC's loop),
-about 35 s per decode step on the emulator, peak RSS 12.3 GB (4.9x). SM8750's loop was still running when the
-session ended: no SM8750, bundle or verify figures at this size yet.
+526.6 MB estimated. validate --loop generation 7,327 s, 12,257 MB (4.89x): on SM8650 and SM8750 the CPU's token at
+all 64 decode steps after the 192-token prompt (no parting step, no layer beyond the threshold, logits cosine
+0.989 at the last step); bundle build 17.6 s, 195 MB (a 6.12 GB bundle, prepared before the parts shared one data
+file each); bundle verify 5.9 s, 194 MB.
 
     python benchmarks/llm_generate.py [--prompt-tokens 128] [--context-tokens 1024] [--steps 64] [--parts P]
                                       [--work DIR] [--from export|check|prepare|compile|validate|bundle] [--smoke]
