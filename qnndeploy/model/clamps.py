@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from qnndeploy.base.errors import BadInput, first_line
 from qnndeploy.base.fileio import JSON
-from qnndeploy.model.onnxio import inferred_values, load_model, model_inputs, real_inputs, tensor_info
+from qnndeploy.model.onnxio import inferred_values, load_model, real_inputs, tensor_info
 from qnndeploy.model.samples import Sample, load_samples
 
 if TYPE_CHECKING:
@@ -50,9 +50,10 @@ def beyond_calibration(model: Path, feeds: Sample, calibration: Path, limit: flo
 
     proto = load_model(model)  # external weights are left where they are: onnxruntime reads them
     names = _float_tensors(proto)
+    specs = [tensor_info(v) for v in real_inputs(proto.graph)]
     run = _session(proto, model.parent, names)
     del proto
-    samples = load_samples(calibration, model_inputs(model))
+    samples = load_samples(calibration, specs)
     low = dict.fromkeys(names, 0.0)
     high = dict.fromkeys(names, 0.0)
     for sample in samples:
