@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from qnndeploy.model import rewrite
-from qnndeploy.model.onnxio import inferred_values, scalar_constant
+from qnndeploy.model.onnxio import check_model, convert_opset, inferred_values, scalar_constant
 
 if TYPE_CHECKING:
     import onnx
@@ -94,15 +94,11 @@ def find_gelus(graph: onnx.GraphProto) -> list[tuple[str, str, list[onnx.NodePro
 def fuse_gelu(model: onnx.ModelProto) -> int:
     """Replace each erf GELU by one Gelu node, converting the model to opset 20 first when it is older
     (onnx's version converter rewrites the ops whose form changed, e.g. ReduceMean's axes). Returns the count."""
-    import onnx
-    from onnx import helper, version_converter
+    from onnx import helper
 
     if not find_gelus(model.graph):
         return 0
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    if opset < GELU_OPSET:
-        converted = version_converter.convert_version(model, GELU_OPSET)
-        model.CopyFrom(converted)
+    convert_opset(model, GELU_OPSET)
     graph = model.graph
     found = find_gelus(graph)
     drop = {id(n) for _, _, nodes in found for n in nodes}
@@ -116,7 +112,7 @@ def fuse_gelu(model: onnx.ModelProto) -> int:
     kept.sort(key=lambda n: position[id(n)])
     graph.ClearField("node")
     graph.node.extend(kept)
-    onnx.checker.check_model(model)
+    check_model(model)
     return len(found)
 
 
@@ -234,14 +230,11 @@ def fuse_layernorm(model: onnx.ModelProto) -> int:
     it normalizes several axes, whose dims must then be known), converting the model to opset 17 first when it is
     older. Returns the count."""
     import numpy as np
-    import onnx
-    from onnx import helper, version_converter
+    from onnx import helper
 
     if not find_layernorms(model):
         return 0
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    if opset < LAYERNORM_OPSET:
-        model.CopyFrom(version_converter.convert_version(model, LAYERNORM_OPSET))
+    convert_opset(model, LAYERNORM_OPSET)
     view = rewrite.graph_view(model)
     position = {id(n): i for i, n in enumerate(model.graph.node)}
     drop: set[int] = set()
@@ -273,5 +266,5 @@ def fuse_layernorm(model: onnx.ModelProto) -> int:
     kept.sort(key=lambda n: position[id(n)])
     model.graph.ClearField("node")
     model.graph.node.extend(kept)
-    onnx.checker.check_model(model)
+    check_model(model)
     return sum(1 for n in added if n.op_type == "LayerNormalization")

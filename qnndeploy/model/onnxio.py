@@ -5,6 +5,7 @@ wrappers all read models through it, without their weights.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import stat
@@ -587,3 +588,50 @@ def class_axes(path: Path) -> dict[str, int]:
                 and isinstance(info.shape[-1], int) and info.shape[-1] > 1:
             axes[value.name] = len(info.shape) - 1  # one row of scores, a decoder's next-token logits [1, 1, vocab]
     return axes
+
+
+ASIDE_BYTES = 1 << 16  # smaller constants stay: a converted op may read their values
+
+
+@contextlib.contextmanager
+def weights_aside(model: onnx.ModelProto, keep_dims: bool = True) -> Iterator[None]:
+    """While it runs, `model`'s large weights hold no bytes (kept here, put back on exit): onnx's checker and version
+    converter pass the whole model through one protobuf, which refuses 2 GB and more, and neither reads a weight's
+    values. The converter infers shapes from the weights' dims (keep_dims); the checker refuses a tensor without
+    its data unless it is empty (dims [0])."""
+    aside: dict[str, tuple[bytes, list[int]]] = {}
+    for tensor in model.graph.initializer:
+        if tensor.HasField("raw_data") and (tensor_nbytes(tensor) or 0) > ASIDE_BYTES:
+            aside[tensor.name] = (tensor.raw_data, list(tensor.dims))
+            tensor.ClearField("raw_data")
+            if not keep_dims:
+                tensor.ClearField("dims")
+                tensor.dims.append(0)
+                tensor.raw_data = b""
+    try:
+        yield
+    finally:
+        for tensor in model.graph.initializer:
+            if tensor.name in aside:
+                data, dims = aside.pop(tensor.name)
+                tensor.ClearField("dims")
+                tensor.dims.extend(dims)
+                tensor.raw_data = data
+
+
+def check_model(model: onnx.ModelProto) -> None:
+    """onnx's checker, on a model of any size (weights_aside)."""
+    import onnx
+
+    with weights_aside(model, keep_dims=False):
+        onnx.checker.check_model(model)
+
+
+def convert_opset(model: onnx.ModelProto, opset: int) -> None:
+    """Convert `model` in place to `opset` when it is older (onnx's version converter rewrites the ops whose form
+    changed), of any size (weights_aside)."""
+    from onnx import version_converter
+
+    if next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0) < opset:
+        with weights_aside(model):
+            model.CopyFrom(version_converter.convert_version(model, opset))

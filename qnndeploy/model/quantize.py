@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnndeploy.model.onnxio import external_locations, load_model
+from qnndeploy.model.onnxio import convert_opset, external_locations
 
 if TYPE_CHECKING:
     import numpy as np
     import onnx
 
 ACTIVATIONS, WEIGHTS = "QUInt16", "QUInt8"
+QDQ_OPSET = 21  # the first opset with 16-bit QuantizeLinear: onnxruntime's quantizer converts older models to it
 SETTINGS = {"format": "QDQ", "activation_type": ACTIVATIONS, "weight_type": WEIGHTS, "calibrate_method": "MinMax"}
 # Measured with onnxruntime-qnn 2.6.0 (QAIRT 2.50.40), SM8650 and SM8750: a SIGNED int4 DequantizeLinear with a
 # block_size along the reduction axis, zero point 0, feeding a MatMul or Gemm between uint16 activations, compiles
@@ -79,15 +80,20 @@ class Int8Kept:
 def qdq(model: Path, samples: list[dict[str, np.ndarray]], out: Path, exclude: Sequence[str] = ()) -> Path:
     """Write `model` quantized to QDQ at `out`, calibrated (MinMax) on `samples` ({input name: array} each); the
     nodes named in `exclude` stay in float (the HTP runs them in fp16 when the compile enables fp16)."""
+    # The quantizer writes helper files (<stem>-inferred.onnx) beside its input: give it a private copy, with the
+    # external data files the model names beside it (copies: onnx refuses symbolic and hard links to them). Its
+    # 16-bit activations need opset 21: converted here (convert_opset), as the quantizer's own conversion passes
+    # the whole model through one protobuf, which refuses 2 GB and more.
+    import onnx
     from onnxruntime.quantization import CalibrationDataReader, QuantType
     from onnxruntime.quantization import quantize as ort_quantize
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
 
-    # The quantizer writes helper files (<stem>-inferred.onnx) beside its input: give it a private copy, with the
-    # external data files the model names beside it (copies: onnx refuses symbolic and hard links to them)
     private = out.with_name(f"{out.stem}_src.onnx")
-    shutil.copyfile(model, private)
-    for location in external_locations(load_model(model, weights=False)):
+    source = onnx.load(str(model), load_external_data=False)  # the weights in external data files stay there
+    convert_opset(source, QDQ_OPSET)
+    onnx.save(source, str(private))
+    for location in external_locations(source):
         (private.parent / location).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(model.parent / location, private.parent / location)
 

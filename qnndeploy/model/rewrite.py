@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from qnndeploy.base.errors import BadInput
-from qnndeploy.model.onnxio import inferred_values
+from qnndeploy.model.onnxio import check_model, inferred_values
 
 if TYPE_CHECKING:
     import numpy as np
@@ -479,7 +479,6 @@ def fixable(model: onnx.ModelProto, kinds: list[str] | None = None) -> dict[str,
 def rewrite(model: onnx.ModelProto, kinds: list[str]) -> list[str]:
     """Apply each kind where it matches, in place; returns one line per rewrite (a kind that matched nothing says
     so). Shapes must be static where a kind needs them (prepare rewrites after --shape)."""
-    import onnx
 
     changes = []
     for kind in kinds:
@@ -497,5 +496,5 @@ def rewrite(model: onnx.ModelProto, kinds: list[str]) -> list[str]:
         nodes = [new for n in model.graph.node for new in view.replace.get(id(n), [n])]
         model.graph.ClearField("node")
         model.graph.node.extend(nodes)
-    onnx.checker.check_model(model)
+    check_model(model)
     return changes
