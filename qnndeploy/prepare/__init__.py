@@ -25,7 +25,7 @@ from qnndeploy.base import fileio, interrupt, socs
 from qnndeploy.base.errors import BadInput, CheckFailed, QnnDeployError, first_line
 from qnndeploy.base.fileio import sha256_file, write_json
 from qnndeploy.model import fuse as fusing
-from qnndeploy.model import onnxio
+from qnndeploy.model import loadplan, onnxio
 from qnndeploy.model import rewrite as rewriting
 from qnndeploy.model.onnxio import TensorInfo, real_inputs, tensor_info
 from qnndeploy.prepare import edits, equivalence, fold
@@ -189,6 +189,10 @@ def prepare_model(src: Path, out: Path, options: PrepareOptions = PrepareOptions
             edited.changes.append("--fuse: no unfused GELU or LayerNorm pattern found")
     weights = sum(onnxio.tensor_nbytes(t) or 0 for t in model.graph.initializer)
     external = weights > EXTERNAL_ABOVE
+    if external and o.simplify:  # measured on Whisper large-v3's 3.2 GB decoder: onnxslim passed 18.7 GB, the
+        # onnxruntime fold 21 GB and wrote no model; onnxsim refuses it
+        edited.changes.append(f"not folded: {weights / 1e9:.1f} GB of weights, over what the folding tools hold in "
+                              "memory (2 GB)")
     if source_external and not external:
         edited.changes.append(f"external data inlined ({weights / 1e6:.1f} MB of weights, under 2 GB): the output "
                              "is one self-contained file")
@@ -211,7 +215,7 @@ def prepare_model(src: Path, out: Path, options: PrepareOptions = PrepareOptions
         want = equivalence.reference(src, feeds, edited.frozen, ranges, random=inputs_dir is None)
         try:
             run = _Folding(stage, work, out.name, external, feeds, want, tolerance, o.rewrite)
-            final, folded_by, folding, diffs, rewrites = _fold_chain(run, o.simplify)
+            final, folded_by, folding, diffs, rewrites = _fold_chain(run, o.simplify and not external)
         except QnnDeployError:
             # Every candidate failed: when the folder cannot even take two more copies of the model, a full disk
             # (not the model) made the tools fail, whatever they said (onnxruntime: "Protobuf serialization failed")
@@ -414,11 +418,13 @@ def _htp_best(kept: _Candidate, later: list[str], run: _Folding, tried: list[str
 
 def _cpu_nodes(model: Path) -> list[str] | None:
     """The op types of the nodes the HTP of the default SoC leaves to the CPU; None when not measured (no
-    onnxruntime-qnn, dynamic inputs, a graph too big to measure)."""
-    graph = onnxio.load_model(model).graph
-    if any(tensor_info(v).dynamic for v in real_inputs(graph)):
+    onnxruntime-qnn, dynamic inputs, a graph too big to measure or to be one context, as check skips it)."""
+    graph = onnxio.load_model(model, weights=False).graph
+    soc = socs.find(socs.DEFAULT_SOC)
+    if any(tensor_info(v).dynamic for v in real_inputs(graph)) or \
+            loadplan.stored(graph, "fp16").bytes > loadplan.budget_for(soc.arch_number).bytes:
         return None
-    measured = htp.measure_htp(model, socs.find(socs.DEFAULT_SOC), graph)
+    measured = htp.measure_htp(model, soc, graph)
     return [n.op_type for n in measured.cpu_nodes] if measured.measured else None
 
 
