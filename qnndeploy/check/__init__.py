@@ -140,6 +140,8 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
     elif too_large:
         htp_result = HtpMeasurement(target.model, False, "more weights than one context holds: check each part of "
                                     "the split")
+        findings += [_refusal_before_split(fact, nodes, precision)
+                     for fact, nodes in refusals.predicted(graph, precision)]
     elif (too_big := htp.measure_refusal(graph)) is not None:
         htp_result = HtpMeasurement(target.model, False, too_big)
         oversized = oversized_constants(graph)
@@ -280,13 +282,25 @@ def _measure_quantized(path: Path, soc: Soc, graph: onnx.GraphProto, precision: 
 def _w8a16_refusal(fact: refusals.Fact, nodes: list[str]) -> Finding:
     """Plain check's note on what a w8a16 compile refuses: a w8a16 measurement would cost a quantization and a
     second compile (about three times the check), the facts measured here cost a read of the graph."""
+    return Finding("w8a16", Severity.INFO, _refuses(fact, nodes, Precision.W8A16),
+                   f"before a w8a16 build: prepare {' '.join(fact.rewrite)} (then check --precision w8a16)")
+
+
+def _refusal_before_split(fact: refusals.Fact, nodes: list[str], precision: Precision) -> Finding:
+    """A refusal measured here in a graph too big to measure whole: prepared before the split, as the parts are cut
+    from the prepared model."""
+    fix = PrepareFix(fuse=fact.rewrite[:1] == ("--fuse",),
+                     rewrite=list(fact.rewrite[1:]) if fact.rewrite[:1] == ("--rewrite",) else [])
+    return Finding("htp", Severity.FIXABLE, _refuses(fact, nodes, precision),
+                   f"prepare {' '.join(fact.rewrite)} ({fact.remedy}) before the split, then check again", prepare=fix)
+
+
+def _refuses(fact: refusals.Fact, nodes: list[str], precision: Precision) -> str:
     names = ", ".join(nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
     qnn = f" → QNN {fact.qnn_op}" if fact.qnn_op else ""
     code = f", error {fact.code}" if fact.code is not None else ""
-    return Finding("w8a16", Severity.INFO,
-                   f"a w8a16 compile refuses {len(nodes)} {fact.onnx_op} node(s) ({names}{qnn}{code}): "
-                   f"{fact.pattern} ({fact.measured})",
-                   f"before a w8a16 build: prepare {' '.join(fact.rewrite)} (then check --precision w8a16)")
+    return (f"a {precision} compile refuses {len(nodes)} {fact.onnx_op} node(s) ({names}{qnn}{code}): "
+            f"{fact.pattern} ({fact.at(precision)})")
 
 
 def _refused(explained: refusals.Explained) -> Finding:

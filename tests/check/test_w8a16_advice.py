@@ -103,3 +103,20 @@ def test_calib_is_for_w8a16(tmp_path):
     onnx.save(sm.gelu_erf(), tmp_path / "m.onnx")
     result = run("check", tmp_path / "m.onnx", "--calib", tmp_path)
     assert result.exit_code == 2 and "--calib is for --precision w8a16" in result.output
+
+
+def test_a_graph_too_big_for_one_context_is_fused_before_it_is_split(tmp_path, monkeypatch):
+    """Too big to measure whole, a graph's refusals measured here are read off it: check --precision w8a16 asks for
+    prepare --fuse first, then (on the fused model) for the split, whose parts are cut from the fused graph. Before,
+    it asked for the split alone, and each part's check then asked for a --fuse its split record does not know."""
+    monkeypatch.chdir(tmp_path)
+    onnx.save(sm.gelu_erf(width=512), "m.onnx")  # 64 KB of fp32 weights
+    first = run("check", "m.onnx", "--soc", "SM8750", "--precision", "w8a16", "--context-gb", "0.00001")
+    assert first.exit_code == 10, first.output
+    assert "a w8a16 compile refuses 1 Erf node(s) (gelu_erf): the Erf of an unfused GELU" in first.output
+    prepare = next_lines(first.output)[0]
+    assert prepare == "qnndeploy prepare m.onnx -o m.npu.onnx --fuse"
+    assert run(*shlex.split(prepare)[1:]).exit_code == 0
+    again = run("check", "m.npu.onnx", "--soc", "SM8750", "--precision", "w8a16", "--context-gb", "0.00001")
+    assert again.exit_code == 10 and "Erf" not in again.output, again.output
+    assert "--split-size" in next_lines(again.output)[0]
