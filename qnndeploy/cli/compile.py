@@ -93,6 +93,7 @@ class CompileArgs:
     precision: str
     calib: Path | None
     preprocess: str | None
+    loop_spec: str | None
     jobs: int | None
     out: Path
     qnn_sdk_root: Path | None
@@ -118,6 +119,10 @@ class CompileArgs:
               help="fp16 activations; or 16-bit activations with 8-bit weights (w8a16), or with block-quantized "
                    "4-bit MatMul/Gemm weights (w4a16, ort backend); both need --calib DIR.")
 @sample_options("--calib", "With --precision w8a16 or w4a16, the calibration samples:", random=False)
+@click.option("--loop", "loop_spec", metavar="whisper[:KEY=VALUE,...]|FILE.json",
+              help="With --calib: an encoder-decoder's graphs (or the parts prepare --split-size cut them into) "
+                   "calibrated on what its greedy decode loop feeds each of them on the CPU, from the encoder's "
+                   "samples in --calib; the loop as validate --loop takes it (max_tokens=N bounds the steps).")
 @click.option("-j", "--jobs", type=int, metavar="N",
               help="Jobs at once [default: the number of CPU cores; aihub: all of them].")
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), metavar="DIR",
@@ -167,8 +172,9 @@ def compile_cmd(args: CompileArgs, as_json: bool) -> None:
     with job_progress("compiling") as progress:
         options = CompileOptions(
             backend=BackendName(args.backend) if args.backend else None, precision=Precision(args.precision),
-            calib=args.calib, preprocess=args.preprocess, jobs=args.jobs, use_cache=not args.no_cache,
-            cache_dir=args.cache_dir, qnn_sdk_root=args.qnn_sdk_root, shares=shares_from_args(list(args.shares)),
+            calib=args.calib, preprocess=args.preprocess, loop=args.loop_spec, jobs=args.jobs,
+            use_cache=not args.no_cache, cache_dir=args.cache_dir, qnn_sdk_root=args.qnn_sdk_root,
+            shares=shares_from_args(list(args.shares)),
             htp=HtpSettings(vtcm_mb=args.vtcm_mb, optimization_mode=args.optimization_mode,
                             spill_fill=args.spill_fill,
                             keep_fp16=_names(args.keep_fp16), keep_int8=_names(args.keep_int8)))

@@ -56,11 +56,14 @@ from qnndeploy.formats.records import (
     RecordMember,
     RecordStatus,
     read_record,
+    splits_of,
 )
+from qnndeploy.model import decode
 from qnndeploy.model.onnxio import load_model, model_inputs, require_model_file
 from qnndeploy.model.quantize import worst
 from qnndeploy.model.samples import fingerprint, for_graph, sample_source, write_samples
 from qnndeploy.qnn import contextcheck, htp, qnnsystem
+from qnndeploy.qnn import loop as loop_run
 from qnndeploy.qnn.markers import build_version, scan_file
 from qnndeploy.qnn.qnnsystem import ContextInfo
 
@@ -89,6 +92,7 @@ class CompileOptions:
     precision: Precision = Precision.FP16
     calib: Path | None = None  # w8a16, w4a16: a samples folder as validate's --inputs
     preprocess: str | Path | None = None  # how calib's audio or image files become inputs
+    loop: str | None = None  # an encoder-decoder's decode loop (validate's --loop): calib holds the encoder's samples
     jobs: int | None = None  # at once; None: one per CPU core (aihub: all)
     use_cache: bool = True
     cache_dir: Path | None = None  # None: cache.default_cache_dir()
@@ -214,11 +218,15 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, options:
                        "--preprocess) to calibrate the 16-bit activations; random data would give wrong ranges")
     if precision == Precision.FP16 and calib is not None:
         raise BadInput("--calib applies to --precision w8a16 or w4a16 only; fp16 needs no calibration")
+    if o.loop is not None and calib is None:
+        raise BadInput("--loop calibrates a decode loop's graphs on what the loop feeds them: give it with --precision "
+                       "w8a16 or w4a16 and --calib DIR (the encoder's samples, as validate --loop reads --inputs)")
     prep = sample_source(calib, None, o.preprocess, "--calib")
     if jobs is not None and jobs < 1:
         raise BadInput("-j must be 1 or more")
     targets = _targets(socs)
     graphs = _graphs(models)
+    looped = decode.parse(o.loop, graphs, _splits(graphs)) if o.loop is not None else None
     out = Path(out).expanduser().resolve()
     if out.exists() and not out.is_dir():
         raise BadInput(f"-o {out} is a file; give a folder for the build")
@@ -240,8 +248,11 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, options:
     checked = _Checked(graphs, targets, out, be, precision, shares, htp, store, jobs)
     if calib is None:
         return _compile(checked, progress, start, {})
-    with tempfile.TemporaryDirectory(prefix="qnndeploy-calib-") as made:  # preprocessed samples, while jobs run
-        calibration = {g: _calibration(calib, g, model, prep, Path(made)) for g, model in graphs.items()}
+    with tempfile.TemporaryDirectory(prefix="qnndeploy-calib-") as made:  # samples made here, while jobs run
+        calibration = {} if looped is None else _loop_calibration(looped, str(o.loop), graphs, calib, prep,
+                                                                   Path(made), progress)
+        calibration.update({g: _calibration(calib, g, model, prep, Path(made)) for g, model in graphs.items()
+                            if g not in calibration})
         return _compile(checked, progress, start, calibration)
 
 
@@ -443,6 +454,34 @@ def _calibration(calib: Path, graph: str, model: Path, prep: Preprocess | None, 
         folder.mkdir()
         write_samples(folder, feeds)
     return folder, {**record, "sha256": digest}
+
+
+def _splits(graphs: dict[str, Path]) -> dict[str, list[str]]:
+    """Each split (prepare --split-size) whose parts are all among `graphs`, by name (OUT of OUT.split.json), with its
+    parts' graphs in running order: a decode loop's encoder or decoder may be one."""
+    shas = {path: sha256_file(path) for path in graphs.values()}
+    found: dict[str, list[str]] = {}
+    for split in splits_of(shas):
+        parts = [next((g for g, path in graphs.items() if split.part_of(path, shas[path]) == part), None)
+                 for part in split.parts]
+        if all(parts):
+            found[split.path.name.removesuffix(".split.json")] = [g for g in parts if g]
+    return found
+
+
+def _loop_calibration(loop: decode.Loop, given: str, graphs: dict[str, Path], calib: Path, prep: Preprocess | None,
+                      made: Path, progress: JobProgress[JobResult] | None) -> dict[str, tuple[Path, JSON]]:
+    """Each loop graph's calibration samples: what it reads in the loop run on the CPU over the encoder's samples
+    (`calib`), written under `made`, fingerprinted by those samples and the loop."""
+    first = loop.encoders[0]
+    features, used = for_graph(graphs[first], first, Path(calib).expanduser().resolve(), preprocess=prep)
+    if progress is not None:
+        progress(0, 0, JobStarted(f"--loop {given}", "on the CPU (the calibration samples)"))
+    counts = loop_run.record_inputs(loop, graphs, features, made)
+    how = json.dumps(used["preprocess"], sort_keys=True) if "preprocess" in used else ""
+    digest = fingerprint(Path(used["folder"]), used["files"], f"{how}\0--loop {given}")
+    return {graph: (made / graph, {"path": used["folder"], "files": len(used["files"]), "samples": count,
+                                   "loop": given, "sha256": digest}) for graph, count in counts.items()}
 
 
 # --- one job ---------------------------------------------------------------------------------------

@@ -302,13 +302,13 @@ def read_arrays(path: Path) -> dict[str, np.ndarray]:
                        "samples with numpy.save or numpy.savez") from None
 
 
-def write_samples(folder: Path, samples: list[Sample]) -> None:
+def write_samples(folder: Path, samples: list[Sample], first: int = 0) -> None:
     """Samples as .npz files in `folder`, one per sample, that load_samples reads back: how samples made here (audio
     and image files preprocessed) reach a process that reads a folder. Written member by member, so an input may be
-    named anything (numpy.savez reserves some names)."""
+    named anything (numpy.savez reserves some names). Numbered from `first`, to add to a folder."""
     import numpy as np
 
-    for i, sample in enumerate(samples):
+    for i, sample in enumerate(samples, first):
         with zipfile.ZipFile(Path(folder) / f"{i:05d}.npz", "w") as z:
             for name, array in sample.items():
                 with z.open(f"{name}.npy", "w") as f:

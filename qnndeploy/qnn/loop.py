@@ -17,7 +17,7 @@ from qnndeploy.base.fileio import JSON
 from qnndeploy.model import decode, tasks
 from qnndeploy.model.decode import Decoded, Detokenizer, GraphCall, Loop
 from qnndeploy.model.onnxio import model_inputs
-from qnndeploy.model.samples import Sample
+from qnndeploy.model.samples import Sample, write_samples
 from qnndeploy.qnn import htp
 
 EVIDENCE_STEPS = 3  # decoder inputs per sample (the loop's first steps) its tensor figures are measured on
@@ -84,6 +84,32 @@ def run_cpu(loop: Loop, models: Mapping[str, Path], features: list[Sample], used
             evidence[graph] = ([{n: v[n] for n in part.inputs} for v in values],
                                [{n: v[n] for n in part.outputs} for v in values])
     return CpuRun(features, encoded, decoded, used, evidence)
+
+
+def record_inputs(loop: Loop, models: Mapping[str, Path], features: list[Sample], folder: Path) -> dict[str, int]:
+    """What each graph of the loop reads in the CPU's greedy loops over `features` (the encoder's samples), written
+    as it runs to `folder`/GRAPH/ (compile --calib's layout): calibration on the inputs the app's loop makes. One
+    step's inputs are in memory at a time: a large decoder's caches are hundreds of MB a step. The count per graph."""
+    written = dict.fromkeys(loop.graphs, 0)
+    for graph in loop.graphs:
+        (Path(folder) / graph).mkdir(parents=True)
+
+    def recording(graph: str) -> GraphCall:
+        call = _cpu(models[graph])
+
+        def run(feeds: Sample) -> Sample:
+            write_samples(Path(folder) / graph, [feeds], first=written[graph])
+            written[graph] += 1
+            return call(feeds)
+
+        return run
+
+    encoder = decode.chained(decode.steps(models, loop.encoders, recording))
+    decoder = decode.chained(decode.steps(models, loop.decoders, recording))
+    shapes = cache_shapes(loop, models)
+    for sample in features:
+        decode.greedy(loop, encoder(sample), decoder, shapes)
+    return written
 
 
 def run_npu(loop: Loop, encoded: list[Sample], decoder: GraphCall, shapes: Mapping[str, list[int]]

@@ -217,6 +217,9 @@ def test_bad_input_is_refused_before_anything_is_written(models, tmp_path):
         (["compile", models["cls"], "--soc", "SM8750", "--precision", "w8a16", "--calib", garbage],
          "as a NumPy array file"),
         (["compile", models["cls"], "--soc", "SM8750", "--cache-dir", empty], "is a file, not a folder"),
+        (["compile", models["cls"], "--soc", "SM8750", "--loop", "whisper"], "--loop calibrates a decode loop's"),
+        (["compile", models["cls"], "--soc", "SM8750", "--precision", "w8a16", "--calib", wrong, "--loop", "whisper"],
+         "--loop whisper: no graph takes <model>-tokens"),
     ]
     for args, message in cases:
         result = run(*args, "-o", out)

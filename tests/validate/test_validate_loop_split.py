@@ -1,11 +1,11 @@
 """validate --loop over a Whisper large-v3-shaped model whose decoder (and, at w8a16, encoder) was cut into parts by
 `prepare --split-size`: the loop runs the parts chained by tensor name, on the CPU and (each part's context) on the
-host HTP emulator, for fp16 and for w8a16 calibrated on the loop's own decoder inputs; the bundle carries the loop
-with its parts, and bundle verify runs it again. The model is tests/support/whisper.py's large-shaped preset
-(large-v3's structure: 128 mels, cross K/V from the encoder, a tied embedding; small widths) with seeded random
-weights, so its tokens mean nothing: the check is that the NPU's loop gives the CPU's tokens, and that the CPU's loop
-over the parts gives the unsplit decoder's tokens. The speech is espeak-ng's (tests/support/speech.py), as for
-tiny.en."""
+host HTP emulator, for fp16 and for w8a16 calibrated by `compile --loop` on what the loop feeds each part; the
+bundle carries the loop with its parts, and bundle verify runs it again. The model is tests/support/whisper.py's
+large-shaped preset (large-v3's structure: 128 mels, cross K/V from the encoder, a tied embedding; small widths)
+with seeded random weights, so its tokens mean nothing: the check is that the NPU's loop gives the CPU's tokens, and
+that the CPU's loop over the parts gives the unsplit decoder's tokens. The speech is espeak-ng's
+(tests/support/speech.py), as for tiny.en."""
 
 from __future__ import annotations
 
@@ -65,15 +65,21 @@ def test_a_split_whisper_decoder_is_validated_by_its_decode_loop_and_bundled_wit
     ours = whisper.greedy_decode(whisper.ort_runner(graphs["encoder"]), whisper.ort_runner(graphs["decoder"]), mel,
                                  specials, cache=CACHE, layers=DIMS.n_text_layer, state=DIMS.n_text_state, io=io)
     assert len(set(ours.tokens)) >= len(ours.tokens) // 2 and ours.steps == CACHE  # varied tokens, to the cache's end
-    calib = whisper.loop_calibration(encoders, parts, [mel], tmp_path / "calib", tokens=specials, io=io,
-                                     cache=CACHE, state=DIMS.n_text_state)
-
-    # fp16 with the encoder whole, w8a16 with the encoder in two parts too
+    # fp16 with the encoder whole; w8a16 with the encoder in two parts too, every part calibrated on what the
+    # loop feeds it on the CPU from the clip (compile --loop)
     for precision, encoder in (("fp16", [fused["encoder"]]), ("w8a16", encoders)):
         build = tmp_path / f"build-{precision}"
-        compiled = run("compile", *encoder, *parts, "--soc", "SM8650", "-o", build, "--no-cache",
-                       "--precision", precision, *(("--calib", calib) if precision == "w8a16" else ()))
+        calibrated = ("--calib", tmp_path / "mels", "--loop", "whisper") if precision == "w8a16" else ()
+        compiled = run("compile", *encoder, *parts, "--soc", "SM8650", "-o", build, "--no-cache", "--precision",
+                       precision, *calibrated)
         assert compiled.exit_code == 0, compiled.output
+        if precision == "w8a16":  # the encoder's parts ran once on the clip, the decoder's at each of its steps
+            made = {g.stem: json.loads((build / g.stem / "SM8650" / "compile.json").read_text())["options"][
+                "calibration"] for g in [*encoder, *parts]}
+            assert {g: c["samples"] for g, c in made.items()} == {
+                **{g.stem: 1 for g in encoder}, **{g.stem: ours.steps for g in parts}}
+            assert {(c["loop"], c["path"], c["files"]) for c in made.values()} == {
+                ("whisper", str((tmp_path / "mels").resolve()), 1)}
         shown = run("validate", build, "--inputs", tmp_path / "mels", "--loop", "whisper")
         assert shown.exit_code == 0, shown.output
         looped = [p.stem for p in [*encoder, *parts]]
