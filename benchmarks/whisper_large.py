@@ -1,18 +1,19 @@
 """A Whisper large-v3-shaped model (1.55B parameters, random weights: tests/support/whisper.py's LARGE_V3) from torch
 to a verified bundle for SM8650 and SM8750, by the printed advice: the export in sherpa-onnx's two-graph layout
-(weights in external data, 2.5 and 3.6 GB of fp32), `check` of each graph against a context of `--context-gb` GB
-(it prints the `prepare --split-size` that fits), that split, `compile` of every graph and part for both SoCs,
-`validate --loop whisper` (the greedy decode loop over the parts on the CPU and the host HTP emulator, on a clip of
-espeak-ng speech), `bundle build` and `bundle verify` (the loop run again). Per stage the seconds and the peak RSS
-(the command and its child processes), also as a multiple of the fp32 model's size; per SoC each context binary's
-size against its graph's fp16 weights (what the compiler stores beyond them); the loop's figures.
+(weights in external data, 3.0 and 3.2 GB of fp32), `check --precision P` of each graph against a context of
+`--context-gb` GB and each `prepare` it prints (at w8a16: --fuse, as the HTP has no 8-bit erf GELU, then the
+`--split-size` that fits), `compile` of every graph and part for both SoCs (w8a16: calibrated by `--loop` on what
+the decode loop feeds each graph from the clip), `validate --loop whisper` (the greedy decode loop over the parts on
+the CPU and the host HTP emulator, on a clip of espeak-ng speech), `bundle build` and `bundle verify` (the loop run
+again). Per stage the seconds and the peak RSS (the command and its child processes), also as a multiple of the fp32
+model's size; per SoC each context binary's size against its graph's fp16 weights; the loop's figures.
 
 Random weights make random tokens: the loop's check is that the NPU gives the CPU's tokens. Emulator seconds are the
 x86-64 emulation of the HTP, not phone timings. --smoke: the large-shaped test preset (same structure, small widths),
 2 s of audio, an 8-step cache, a context small enough that both graphs split.
 
     python benchmarks/whisper_large.py [--context-gb 1] [--frames 3000] [--cache 448] [--max-tokens 16]
-                                       [--precision fp16] [--work DIR] [--smoke]
+                                       [--precision w8a16] [--work DIR] [--smoke]
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from benchlib import QNNDEPLOY, REPO, Measure, fail, parse, parser, run, table
+
+from qnndeploy.base.names import graph_name
 
 SOCS = ("SM8650", "SM8750")
 NAME = "large-v3"  # the graphs' I/O prefix, sherpa-onnx's way
@@ -38,6 +42,27 @@ def export(work: Path, dims: str, frames: int, cache: int) -> Measure:
             f"whisper.export_onnx(m, Path({str(work / 'onnx')!r}), frames={frames}, cache={cache}, name={NAME!r}, "
             f"source='random weights, seed 0, whisper.{dims}')")
     return run([sys.executable, "-c", code])
+
+
+def follow_advice(model: Path, role: str, context_gb: float, precision: str, stage: Callable[[str, Measure], None]
+                  ) -> list[Path]:
+    """check, and each `prepare` it prints, until the model is ready or split: the graphs to compile."""
+    work = model.parent.parent
+    for _ in range(3):  # at most a fusion or rewrite, then a split
+        stage(f"check {model.name}", run([*QNNDEPLOY, "check", str(model), "--soc", ",".join(SOCS), "--context-gb",
+                                          f"{context_gb:g}", "--precision", precision], cwd=work, ok=(0, 10)))
+        command = advice(model, context_gb, precision, work)
+        if not command:
+            return [model]
+        print(f"check's fix for {role}: {shlex.join(command)}", flush=True)
+        stage(f"prepare {' '.join(a for a in command if a.startswith('--'))}, {role}",
+              run([*QNNDEPLOY, *command[1:]], cwd=work))
+        out = work / command[command.index("-o") + 1]
+        if "--split-size" in command:
+            split = json.loads(out.with_suffix(".split.json").read_text())
+            return [out.parent / p["path"] for p in split["parts"]]
+        model = out
+    return fail(f"check still advises {shlex.join(command)} for {model.name}")
 
 
 def advice(model: Path, context_gb: float, precision: str, work: Path) -> list[str]:
@@ -56,12 +81,14 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=3000, help="mel frames: 3000 = 30 s, what large-v3 takes [3000]")
     ap.add_argument("--cache", type=int, default=448, help="self-attention cache steps [448: n_text_ctx]")
     ap.add_argument("--max-tokens", type=int, default=16, help="decode steps the loop runs at most [16]")
-    ap.add_argument("--precision", default="fp16", choices=["fp16"], help="compile precision [fp16]")
+    ap.add_argument("--precision", default="w8a16", choices=["fp16", "w8a16"],
+                    help="compile precision; w8a16 is calibrated by `compile --loop` on what the decode loop feeds "
+                         "each graph from the clip [w8a16]")
     ap.add_argument("--work", type=Path, help="keep the files here (it must be empty) [a temporary folder]")
     args = parse(ap)
     dims, frames, cache, steps = ("LARGE_SHAPED", 200, 8, 8) if args.smoke else (
         "LARGE_V3", args.frames, args.cache, args.max_tokens)
-    context_gb = 0.0008 if args.smoke else args.context_gb  # smoke: the preset's decoder in 3 parts, encoder in 2
+    context_gb = 0.0008 if args.smoke else args.context_gb  # smoke, w8a16: the decoder split, as at full size
     with tempfile.TemporaryDirectory(prefix="qnndeploy-whisper-large-") as tmp:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
@@ -81,23 +108,11 @@ def main() -> None:
 
         graphs: list[Path] = []
         for role in ("encoder", "decoder"):
-            model = work / "onnx" / f"{role}.onnx"
-            stage(f"check {role}", run([*QNNDEPLOY, "check", str(model), "--soc", ",".join(SOCS), "--context-gb",
-                                        f"{context_gb:g}", "--precision", args.precision], cwd=work, ok=(0, 10)))
-            command = advice(model, context_gb, args.precision, work)
-            if command and "--split-size" not in command:
-                fail(f"check advised {shlex.join(command)} for {model.name}, not a split")
-            if not command:
-                graphs.append(model)
-                continue
-            print(f"check's fix for {role}: {shlex.join(command)}", flush=True)
-            stage(f"prepare --split-size, {role}", run([*QNNDEPLOY, *command[1:]], cwd=work))
-            out = Path(command[command.index("-o") + 1])
-            split = json.loads((work / out.with_suffix(".split.json")).read_text())
-            graphs += [work / out.parent / p["path"] for p in split["parts"]]
+            graphs += follow_advice(work / "onnx" / f"{role}.onnx", role, context_gb, args.precision, stage)
+        calibration = ("--calib", "mels", "--loop", f"whisper:max_tokens={steps}") if args.precision != "fp16" else ()
         stage(f"compile {len(graphs)} graphs x {len(SOCS)} SoCs", run(
             [*QNNDEPLOY, "compile", *map(str, graphs), "--soc", ",".join(SOCS), "-o", "build", "--no-cache", "-j", "1",
-             "--precision", args.precision], cwd=work))
+             "--precision", args.precision, *calibration], cwd=work))
         stage("validate --loop whisper", run([*QNNDEPLOY, "validate", "build", "--inputs", "mels", "--loop",
                                               f"whisper:max_tokens={steps}", "-j", "1"], cwd=work, ok=(0, 1)))
         stage("bundle build", run([*QNNDEPLOY, "bundle", "build", "--from-build", "build", "--name", "whisper-large",
@@ -139,9 +154,9 @@ def binary_sizes(work: Path, graphs: list[Path]) -> list[list[str]]:
         model = onnx.load(str(graph), load_external_data=False)
         fp16 = sum(tensor_nbytes(t) or 0 for t in all_tensors(model.graph)) / 2
         for soc in SOCS:
-            (binary,) = (work / "build" / graph.stem / soc).glob("*.bin")
+            (binary,) = (work / "build" / graph_name(graph.name) / soc).glob("*.bin")
             size = binary.stat().st_size
-            rows.append([graph.stem, soc, f"{size / 1e6:.1f}", f"{fp16 / 1e6:.1f}", f"{size / fp16:.2f}"])
+            rows.append([graph_name(graph.name), soc, f"{size / 1e6:.1f}", f"{fp16 / 1e6:.1f}", f"{size / fp16:.2f}"])
     return rows
 
 
@@ -149,7 +164,8 @@ def loop_figures(work: Path, graphs: list[Path]) -> list[list[str]]:
     """What validate's loop says per SoC: tokens the same, decode steps, emulator seconds per decoder step."""
     rows = []
     for soc in SOCS:
-        records = {g.stem: json.loads((work / "build" / g.stem / soc / "validation.json").read_text()) for g in graphs}
+        records = {g: json.loads((work / "build" / g / soc / "validation.json").read_text())
+                   for g in map(graph_name, (g.name for g in graphs))}
         check = next(iter(records.values())).get("loop") or fail(f"no decode loop in the {soc} records")
         if "error" in check:
             fail(f"the decode loop on {soc}: {check['error']}")
