@@ -105,7 +105,7 @@ def option_kind(option: click.Option) -> str:
 def command_options() -> Iterator[tuple[str, click.Option]]:
     """(command path without `qnndeploy `, option) for every option --help shows of every command and group, in
     --help's order; the top level's --version and every --help are click's own, not in the glossary."""
-    for command, ctx in commands(cli, click.Context(cli, info_name="qnndeploy")):
+    for command, ctx in commands(cli, click.Context(cli, info_name="qnndeploy", **cli.context_settings)):
         if command is cli:
             continue
         for p in command.params:

@@ -41,7 +41,7 @@ ALIASES = [
 
 def command(path: str) -> click.Command:
     found = {ctx.command_path.removeprefix("qnndeploy "): c
-             for c, ctx in docgen.commands(cli, click.Context(cli, info_name="qnndeploy"))}
+             for c, ctx in docgen.commands(cli, click.Context(cli, info_name="qnndeploy", **cli.context_settings))}
     return found[path]
 
 
@@ -94,7 +94,7 @@ def test_each_old_name_works_wherever_its_option_is() -> None:
     for path, option in docgen.command_options():
         assert isinstance(option, Renamed) == bool(glossary()[long_name(option)]["old_names"]), (path, option.opts)
     hidden = {(ctx.command_path.removeprefix("qnndeploy "), o)
-              for c, ctx in docgen.commands(cli, click.Context(cli, info_name="qnndeploy"))
+              for c, ctx in docgen.commands(cli, click.Context(cli, info_name="qnndeploy", **cli.context_settings))
               for p in c.params if isinstance(p, click.Option) and p.hidden for o in p.opts}
     assert not hidden
     covered = {(path, old[0]) for path, _, old, _ in ALIASES}
@@ -107,9 +107,9 @@ def test_an_old_name_still_works_warns_once_and_is_hidden(path: str, needed: lis
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     cmd = command(path)
     monkeypatch.setattr(Group, "args", [*needed, *old])
-    by_new = cmd.make_context(path, [*needed, *new]).params
+    by_new = cmd.make_context(path, [*needed, *new], **cli.context_settings).params
     assert capsys.readouterr().err == ""
-    ctx = cmd.make_context(path, [*needed, *old])
+    ctx = cmd.make_context(path, [*needed, *old], **cli.context_settings)
     assert ctx.params == by_new
     warning = capsys.readouterr().err
     assert warning.startswith(f"warning: {old[0]} is renamed {new[0]}") and warning.count("\n") == 1
@@ -121,7 +121,8 @@ def test_an_old_name_still_works_warns_once_and_is_hidden(path: str, needed: lis
 
 def test_an_old_name_in_another_unit_is_converted_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     """bench's --minutes M is --duration M*60 (the bench still counts minutes)."""
-    assert command("device bench").make_context("device bench", ["B", "--minutes", "0.5"]).params["minutes"] == 0.5
+    bench = command("device bench").make_context("device bench", ["B", "--minutes", "0.5"], **cli.context_settings)
+    assert bench.params["minutes"] == 0.5
     assert "--minutes is renamed --duration, which takes 60 times the number (--minutes 2 is --duration 120)" \
         in capsys.readouterr().err
     done = run("device", "bench", "B", "--minutes", "soon")
