@@ -62,6 +62,9 @@ VERDICT_EXIT = {Verdict.READY: EXIT_READY, Verdict.FIXABLE: EXIT_FIXABLE, Verdic
 DECODER_FIXES = frozenset({"dynamic-dims", "batch", "int64", "output-shape"})
 
 LONG_MEASUREMENT_S = 30  # a measurement expected to take up to this long gets no notice
+# A w8a16/w4a16 measure quantizes the whole model: Whisper large-v3's encoder (3.0 GB of fp32 weights) was killed by
+# the OOM killer at 23.6 GB on a 24 GB machine. Above this the refusals measured here are read off the graph.
+QUANTIZED_MEASURE_MAX = 2 << 30
 
 
 @dataclass
@@ -137,11 +140,12 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
         htp_result = HtpMeasurement(target.model, False, "not requested (--no-measure)")
     elif refused:
         htp_result = HtpMeasurement(target.model, False, refused, qairt=qairt)
-    elif too_large:
+    elif too_large or (precision != Precision.FP16 and params * 4 > QUANTIZED_MEASURE_MAX):
         htp_result = HtpMeasurement(target.model, False, "more weights than one context holds: check each part of "
-                                    "the split")
-        findings += [_refusal_before_split(fact, nodes, precision)
-                     for fact, nodes in refusals.predicted(graph, precision)]
+                                    "the split" if too_large else f"{params * 4 / 1e9:.1f} GB of fp32 weights, over "
+                                    f"the {QUANTIZED_MEASURE_MAX >> 30} GB quantized here in memory (compile measures "
+                                    "it; or check the parts of a split)")
+        findings += [_refusal_first(fact, nodes, precision) for fact, nodes in refusals.predicted(graph, precision)]
     elif (too_big := htp.measure_refusal(graph)) is not None:
         htp_result = HtpMeasurement(target.model, False, too_big)
         oversized = oversized_constants(graph)
@@ -286,13 +290,13 @@ def _w8a16_refusal(fact: refusals.Fact, nodes: list[str]) -> Finding:
                    f"before a w8a16 build: prepare {' '.join(fact.rewrite)} (then check --precision w8a16)")
 
 
-def _refusal_before_split(fact: refusals.Fact, nodes: list[str], precision: Precision) -> Finding:
-    """A refusal measured here in a graph too big to measure whole: prepared before the split, as the parts are cut
-    from the prepared model."""
+def _refusal_first(fact: refusals.Fact, nodes: list[str], precision: Precision) -> Finding:
+    """A refusal measured here, read off a graph too big to measure whole: prepared first (before a split, as the
+    parts are cut from the prepared model)."""
     fix = PrepareFix(fuse=fact.rewrite[:1] == ("--fuse",),
                      rewrite=list(fact.rewrite[1:]) if fact.rewrite[:1] == ("--rewrite",) else [])
     return Finding("htp", Severity.FIXABLE, _refuses(fact, nodes, precision),
-                   f"prepare {' '.join(fact.rewrite)} ({fact.remedy}) before the split, then check again", prepare=fix)
+                   f"prepare {' '.join(fact.rewrite)} ({fact.remedy}) first, then check again", prepare=fix)
 
 
 def _refuses(fact: refusals.Fact, nodes: list[str], precision: Precision) -> str:

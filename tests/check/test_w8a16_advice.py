@@ -120,3 +120,15 @@ def test_a_graph_too_big_for_one_context_is_fused_before_it_is_split(tmp_path, m
     again = run("check", "m.npu.onnx", "--soc", "SM8750", "--precision", "w8a16", "--context-gb", "0.00001")
     assert again.exit_code == 10 and "Erf" not in again.output, again.output
     assert "--split-size" in next_lines(again.output)[0]
+
+
+def test_a_graph_too_big_to_quantize_here_gets_the_refusals_read_off_it(tmp_path, monkeypatch):
+    """The w8a16 measure quantizes the whole model in memory (Whisper large-v3's 3.0 GB encoder was killed at 23.6
+    GB): above check.QUANTIZED_MEASURE_MAX it is not measured, and the refusals measured here are read off it."""
+    onnx.save(sm.gelu_erf(width=512), tmp_path / "m.onnx")  # 64 KB of fp32 weights, over a bound of 32 KB
+    monkeypatch.setattr(check, "QUANTIZED_MEASURE_MAX", 32 << 10)
+    report = check.check_model(tmp_path / "m.onnx", soc="SM8750", precision="w8a16")
+    assert not report.htp.measured and "GB of fp32 weights, over the" in report.htp.reason
+    (refused,) = [f for f in report.findings if f.code == "htp"]
+    assert refused.severity == "fixable" and refused.message.startswith("a w8a16 compile refuses 1 Erf node(s)")
+    assert report.prepare_command == f"qnndeploy prepare {tmp_path / 'm.onnx'} -o {tmp_path / 'm.npu.onnx'} --fuse"
