@@ -412,7 +412,8 @@ def job_progress(what: str) -> Iterator[Callable[[int, int, Any], None] | None]:
             key = (event.graph, event.soc)
             if not hasattr(event, "status"):
                 started[key] = time.monotonic()
-                click.echo(f"{what}: {event.graph} {event.soc} started ({done} of {total} done)", err=True)
+                counted = f" ({done} of {total} done)" if total else ""  # 0: before the jobs are planned
+                click.echo(f"{what}: {event.graph} {event.soc} started{counted}", err=True)
                 return
             seconds = time.monotonic() - started.pop(key, time.monotonic())
             click.echo(f"{what}: {event.graph} {event.soc} {event.status} in {seconds:.1f} s ({done} of {total} "
@@ -430,7 +431,7 @@ def job_progress(what: str) -> Iterator[Callable[[int, int, Any], None] | None]:
 
         def update(done: int, total: int, result: Any) -> None:
             if result is not None and not hasattr(result, "status"):
-                bar.update(task, total=total, last=f"{result.graph} {result.soc} running")
+                bar.update(task, total=total or None, last=f"{result.graph} {result.soc} running")
                 return
             last = f"{result.graph} {result.soc} {result.status}" if result is not None else ""
             bar.update(task, completed=done, total=total, last=last)

@@ -74,6 +74,7 @@ def test_a_split_whisper_decoder_is_validated_by_its_decode_loop_and_bundled_wit
                        precision, *calibrated)
         assert compiled.exit_code == 0, compiled.output
         if precision == "w8a16":  # the encoder's parts ran once on the clip, the decoder's at each of its steps
+            assert "compiling: --loop whisper on the CPU (the calibration samples) started\n" in compiled.output
             made = {g.stem: json.loads((build / g.stem / "SM8650" / "compile.json").read_text())["options"][
                 "calibration"] for g in [*encoder, *parts]}
             assert {g: c["samples"] for g, c in made.items()} == {
