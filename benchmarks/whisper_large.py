@@ -5,15 +5,17 @@ to a verified bundle for SM8650 and SM8750, by the printed advice: the export in
 `--split-size` that fits), `compile` of every graph and part for both SoCs (w8a16: calibrated by `--loop` on what
 the decode loop feeds each graph from the clip), `validate --loop whisper` (the greedy decode loop over the parts on
 the CPU and the host HTP emulator, on a clip of espeak-ng speech), `bundle build` and `bundle verify` (the loop run
-again). Per stage the seconds and the peak RSS (the command and its child processes), also as a multiple of the fp32
-model's size; per SoC each context binary's size against its graph's fp16 weights; the loop's figures.
+again); --from STAGE starts at a stage, on --work's files. Per stage the seconds and the peak RSS (the command and
+its child processes), also as a multiple of the fp32 model's size; per SoC each context binary's size against its
+graph's fp16 weights; the loop's figures.
 
 Random weights make random tokens: the loop's check is that the NPU gives the CPU's tokens. Emulator seconds are the
 x86-64 emulation of the HTP, not phone timings. --smoke: the large-shaped test preset (same structure, small widths),
 2 s of audio, an 8-step cache, a context small enough that both graphs split.
 
     python benchmarks/whisper_large.py [--context-gb 0.5] [--frames 3000] [--cache 448] [--max-tokens 16]
-                                       [--precision w8a16] [--work DIR] [--smoke]
+                                       [--precision w8a16] [--work DIR]
+                                       [--from export|prepare|compile|validate|bundle] [--smoke]
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from qnndeploy.base.names import graph_name
 
 SOCS = ("SM8650", "SM8750")
 NAME = "large-v3"  # the graphs' I/O prefix, sherpa-onnx's way
+STAGES = ("export", "prepare", "compile", "validate", "bundle")
 
 
 def export(work: Path, dims: str, frames: int, cache: int) -> Measure:
@@ -85,15 +88,19 @@ def main() -> None:
     ap.add_argument("--precision", default="w8a16", choices=["fp16", "w8a16"],
                     help="compile precision; w8a16 is calibrated by `compile --loop` on what the decode loop feeds "
                          "each graph from the clip [w8a16]")
-    ap.add_argument("--work", type=Path, help="keep the files here (it must be empty) [a temporary folder]")
+    ap.add_argument("--work", type=Path, help="keep the files here (empty, unless --from) [a temporary folder]")
+    ap.add_argument("--from", dest="start", choices=STAGES, default="export",
+                    help="start at this stage, on the files of an earlier run in --work [export]")
     args = parse(ap)
     dims, frames, cache, steps = ("LARGE_SHAPED", 200, 8, 8) if args.smoke else (
         "LARGE_V3", args.frames, args.cache, args.max_tokens)
     context_gb = 0.0005 if args.smoke else args.context_gb  # smoke, w8a16: both split, as at full size
+    if args.start != "export" and args.work is None:
+        fail("--from needs --work, the folder of an earlier run")
     with tempfile.TemporaryDirectory(prefix="qnndeploy-whisper-large-") as tmp:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        if any(work.iterdir()):
+        if args.start == "export" and any(work.iterdir()):
             fail(f"--work {work} is not empty")
         stages: dict[str, Measure] = {}
 
@@ -101,24 +108,34 @@ def main() -> None:
             stages[name] = measured
             print(f"done: {name}: {measured.seconds:.1f} s, peak RSS {measured.peak_mb:.0f} MB", flush=True)
 
-        stage("export (torch, TorchScript)", export(work, dims, frames, cache))
-        onnx_bytes = sum(p.stat().st_size for p in (work / "onnx").iterdir())
+        def due(name: str) -> bool:
+            return STAGES.index(name) >= STAGES.index(args.start)
+
+        if due("export"):
+            stage("export (torch, TorchScript)", export(work, dims, frames, cache))
+            mels(work, frames, 128)
+        onnx_bytes = sum((work / "onnx" / f"{role}{suffix}").stat().st_size for role in ("encoder", "decoder")
+                         for suffix in (".onnx", ".onnx.data") if (work / "onnx" / f"{role}{suffix}").is_file())
         print(f"model: whisper.{dims}, {frames} mel frames, {cache}-step cache; {onnx_bytes / 1e9:.2f} GB of ONNX "
               f"(fp32) in {work / 'onnx'}", flush=True)
-        mels(work, frames, 128)
 
-        graphs: list[Path] = []
-        for role in ("encoder", "decoder"):
-            graphs += follow_advice(work / "onnx" / f"{role}.onnx", role, context_gb, args.precision, stage)
+        if due("prepare"):
+            made = [g for role in ("encoder", "decoder")
+                    for g in follow_advice(work / "onnx" / f"{role}.onnx", role, context_gb, args.precision, stage)]
+            (work / "graphs.txt").write_text("".join(f"{g}\n" for g in made))
+        graphs = [Path(line) for line in (work / "graphs.txt").read_text().splitlines()]
         calibration = ("--calib", "mels", "--loop", f"whisper:max_tokens={steps}") if args.precision != "fp16" else ()
-        stage(f"compile {len(graphs)} graphs x {len(SOCS)} SoCs", run(
-            [*QNNDEPLOY, "compile", *map(str, graphs), "--soc", ",".join(SOCS), "-o", "build", "--no-cache", "-j", "1",
-             "--precision", args.precision, *calibration], cwd=work))
-        stage("validate --loop whisper", run([*QNNDEPLOY, "validate", "build", "--inputs", "mels", "--loop",
-                                              f"whisper:max_tokens={steps}", "-j", "1"], cwd=work, ok=(0, 1)))
-        stage("bundle build", run([*QNNDEPLOY, "bundle", "build", "--from-build", "build", "--name", "whisper-large",
-                                   "--version", "1", "-o", "."], cwd=work))
-        stage("bundle verify", run([*QNNDEPLOY, "bundle", "verify", "whisper-large-1"], cwd=work))
+        if due("compile"):
+            stage(f"compile {len(graphs)} graphs x {len(SOCS)} SoCs", run(
+                [*QNNDEPLOY, "compile", *map(str, graphs), "--soc", ",".join(SOCS), "-o", "build", "--no-cache",
+                 "-j", "1", "--precision", args.precision, *calibration], cwd=work))
+        if due("validate"):
+            stage("validate --loop whisper", run([*QNNDEPLOY, "validate", "build", "--inputs", "mels", "--loop",
+                                                  f"whisper:max_tokens={steps}", "-j", "1"], cwd=work, ok=(0, 1)))
+        if due("bundle"):
+            stage("bundle build", run([*QNNDEPLOY, "bundle", "build", "--from-build", "build", "--name",
+                                       "whisper-large", "--version", "1", "-o", "."], cwd=work))
+            stage("bundle verify", run([*QNNDEPLOY, "bundle", "verify", "whisper-large-1"], cwd=work))
         sizes = binary_sizes(work, graphs)
         loop = loop_figures(work, graphs)
         bundle = sum(p.stat().st_size for p in (work / "whisper-large-1").rglob("*") if p.is_file())

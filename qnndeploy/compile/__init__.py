@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy import __version__
-from qnndeploy.base import fileio, interrupt
+from qnndeploy.base import child, fileio, interrupt
 from qnndeploy.base import socs as catalog
 from qnndeploy.base.errors import BadInput, MissingTool, QnnDeployError
 from qnndeploy.base.fileio import JSON, sha256_file, staging_dir, write_json
@@ -478,6 +478,7 @@ def _loop_calibration(loop: decode.Loop, given: str, graphs: dict[str, Path], ca
     if progress is not None:
         progress(0, 0, JobStarted(f"--loop {given}", "on the CPU (the calibration samples)"))
     counts = loop_run.record_inputs(loop, graphs, features, made)
+    child.trim_heap()  # the loop's sessions are gone; the compile workers get their memory
     how = json.dumps(used["preprocess"], sort_keys=True) if "preprocess" in used else ""
     digest = fingerprint(Path(used["folder"]), used["files"], f"{how}\0--loop {given}")
     return {graph: (made / graph, {"path": used["folder"], "files": len(used["files"]), "samples": count,
