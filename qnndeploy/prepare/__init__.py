@@ -189,10 +189,6 @@ def prepare_model(src: Path, out: Path, options: PrepareOptions = PrepareOptions
             edited.changes.append("--fuse: no unfused GELU or LayerNorm pattern found")
     weights = sum(onnxio.tensor_nbytes(t) or 0 for t in model.graph.initializer)
     external = weights > EXTERNAL_ABOVE
-    if external and o.simplify:  # measured on Whisper large-v3's 3.2 GB decoder: onnxslim passed 18.7 GB, the
-        # onnxruntime fold 21 GB and wrote no model; onnxsim refuses it
-        edited.changes.append(f"not folded: {weights / 1e9:.1f} GB of weights, over what the folding tools hold in "
-                              "memory (2 GB)")
     if source_external and not external:
         edited.changes.append(f"external data inlined ({weights / 1e6:.1f} MB of weights, under 2 GB): the output "
                              "is one self-contained file")
@@ -215,7 +211,7 @@ def prepare_model(src: Path, out: Path, options: PrepareOptions = PrepareOptions
         want = equivalence.reference(src, feeds, edited.frozen, ranges, random=inputs_dir is None)
         try:
             run = _Folding(stage, work, out.name, external, feeds, want, tolerance, o.rewrite)
-            final, folded_by, folding, diffs, rewrites = _fold_chain(run, o.simplify and not external)
+            final, folded_by, folding, diffs, rewrites = _fold_chain(run, o.simplify)
         except QnnDeployError:
             # Every candidate failed: when the folder cannot even take two more copies of the model, a full disk
             # (not the model) made the tools fail, whatever they said (onnxruntime: "Protobuf serialization failed")
@@ -311,7 +307,7 @@ def _fold_chain(run: _Folding, simplify: bool) -> tuple[Path, str | None, list[s
     them with the rest."""
     tried: list[str] = []
     first_bad: list[OutputDiff] | None = None
-    tools = [*fold.TOOLS, None] if simplify else [None]
+    tools = [*(t for t in fold.TOOLS if not (run.external and t in fold.WHOLE_MODEL)), None] if simplify else [None]
     kept: _Candidate | None = None
     while tools and (kept is None or kept.control_flow):
         outcome = _candidate(tools.pop(0), run)
