@@ -31,6 +31,7 @@ from qnndeploy.model.onnxio import (
     MAX_FOLDED_BYTES,
     TensorInfo,
     all_tensors,
+    default_opset,
     dtype_name,
     int_input_ranges,
     load_model,
@@ -214,7 +215,7 @@ def check_model(path: Path, soc: str | Soc | None = None, measure: bool = True,
     verdict = Verdict.NOT_READY if Severity.BLOCKER in severities else Verdict.FIXABLE \
         if Severity.FIXABLE in severities else Verdict.READY
     return CheckReport(
-        path=str(path), graph=graph.name, opset=_default_opset(model), nodes=nodes, inputs=inputs,
+        path=str(path), graph=graph.name, opset=default_opset(model), nodes=nodes, inputs=inputs,
         outputs=outputs, parameters=params, weight_mb_fp16=round(params * 2 / 1e6, 1),
         weight_mb_8bit=round(params / 1e6, 1), htp=htp_result, findings=findings,
         prepare_command=_command(path, fix) if fix else None, placeholders=fix.placeholders() if fix else [],
@@ -247,10 +248,6 @@ def _command(path: Path, fix: PrepareFix) -> str:
     out = cutting.advised_output(path) if split else path.with_name(
         path.name.removesuffix(".onnx") + PREPARED_SUFFIX + ".onnx")
     return shlex.join(["qnndeploy", "prepare", str(path), "-o", str(out), *fix.args()])
-
-
-def _default_opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
 # --- measured op support --------------------------------------------------------------------------

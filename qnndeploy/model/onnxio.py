@@ -575,7 +575,7 @@ def class_axes(path: Path) -> dict[str, int]:
     model = load_model(Path(path), weights=False)
     graph = model.graph
     producers = {o: n for n in graph.node for o in n.output}
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    opset = default_opset(model, 13)
     axes = {}
     for value in graph.output:
         info = tensor_info(value)
@@ -632,6 +632,11 @@ def convert_opset(model: onnx.ModelProto, opset: int) -> None:
     changed), of any size (weights_aside)."""
     from onnx import version_converter
 
-    if next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0) < opset:
+    if default_opset(model) < opset:
         with weights_aside(model):
             model.CopyFrom(version_converter.convert_version(model, opset))
+
+
+def default_opset(model: onnx.ModelProto, missing: int = 0) -> int:
+    """The model's opset of the default (ai.onnx) domain; `missing` when it imports none."""
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), missing)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from qnndeploy.base.errors import BadInput
-from qnndeploy.model.onnxio import check_model, inferred_values
+from qnndeploy.model.onnxio import check_model, default_opset, inferred_values
 
 if TYPE_CHECKING:
     import numpy as np
@@ -125,7 +125,7 @@ def graph_view(model: onnx.ModelProto) -> _Graph:
         shapes[init.name] = list(init.dims)
         elem[init.name] = init.data_type or TensorProto.FLOAT
     g = model.graph
-    view = _Graph(g, shapes, elem, next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0))
+    view = _Graph(g, shapes, elem, default_opset(model))
     for n in g.node:
         for i in n.input:
             view.consumers.setdefault(i, []).append(n)
