@@ -76,9 +76,12 @@ class PrepareResult:
 
 
 def _save(model: onnx.ModelProto, path: Path, external: bool) -> None:
+    """Write `model`, whose weights are all in memory; over a model read from `path`, its old data file goes first:
+    onnx appends each tensor to the end of an existing data file (a 3.0 GB model once left a 5.9 GB one)."""
     import onnx
 
     if external:
+        path.with_name(path.name + ".data").unlink(missing_ok=True)
         onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                   location=path.name + ".data", size_threshold=1024)
     else:
@@ -106,14 +109,16 @@ def _infer_shapes(src: Path, dst: Path, external: bool) -> None:
     _save(model, dst, external)
 
 
-def _set_output_shapes(path: Path, actual: Mapping[str, tuple[int, ...]], external: bool) -> None:
-    """Write the shapes the CPU run produced as the outputs' shapes: what the graph computes, not what was declared."""
+def _set_output_shapes(path: Path, actual: Mapping[str, tuple[int, ...]]) -> None:
+    """Write the shapes the CPU run produced as the outputs' shapes: what the graph computes, not what was declared.
+    Only the graph is rewritten: the weights stay where they are (an external data file is neither read nor
+    written)."""
     import onnx
 
-    model = onnx.load(str(path))
+    model = onnx.load(str(path), load_external_data=False)
     for value in model.graph.output:
         edits.set_static(value, actual[value.name])
-    _save(model, path, external)
+    onnx.save(model, str(path))
 
 
 def _control_flow(graph: onnx.GraphProto) -> list[str]:
@@ -367,7 +372,7 @@ def _candidate(tool: str | None, run: _Folding) -> _Candidate | str:
         return f"{label}: its result does not run ({first_line(e)})"
     diffs = [equivalence.compare(n, w, got[n], run.tolerance) for n, w in run.want.items()]
     if all(d.ok for d in diffs):
-        _set_output_shapes(candidate, {n: a.shape for n, a in got.items()}, run.external)
+        _set_output_shapes(candidate, {n: a.shape for n, a in got.items()})
     return _Candidate(candidate, tool, diffs, _control_flow(onnxio.load_model(candidate, weights=False).graph),
                       rewrites)
 
