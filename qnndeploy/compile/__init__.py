@@ -72,6 +72,8 @@ if TYPE_CHECKING:
     from qnndeploy.model.media import Preprocess
     from qnndeploy.model.quantize import QuantizedLayer
 
+# .quantized.partial-PID-*: the QDQ graphs a quantized compile's jobs share, removed when it ends
+QUANTIZED = "quantized"
 WORST_LAYERS = 5  # the quantized weights a compile's output names per graph, those that lose the most
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # the bundle manifest's name rule
 
@@ -285,6 +287,23 @@ def _compile(c: _Checked, progress: JobProgress[JobResult] | None, start: float,
         raise BadInput(f"cannot create {c.out / 'logs'}: {e.strerror}") from None
     for job in plan:
         _remove_leftovers(job)
+    fileio.remove_stale(c.out / QUANTIZED)
+    if not c.precision.quantized:
+        return _run_plan(c, plan, progress, start)
+    try:
+        quantized = Path(tempfile.mkdtemp(prefix=fileio.partial_prefix(c.out / QUANTIZED), dir=c.out))
+    except OSError as e:
+        raise BadInput(f"cannot write in {c.out}: {e.strerror}") from None
+    try:
+        return _run_plan(c, [dataclasses.replace(j, quantized=quantized) for j in plan], progress, start)
+    finally:
+        shutil.rmtree(quantized, ignore_errors=True)
+
+
+def _run_plan(c: _Checked, plan: list[CompileJob], progress: JobProgress[JobResult] | None, start: float
+              ) -> CompileSummary:
+    """Run the jobs, a SoC's after another's, so that the jobs running at once are of different graphs and the
+    later SoCs' jobs reuse the quantized graphs; the results in the plan's order."""
     results: list[JobResult] = []
     if progress:
         progress(0, len(plan), None)
@@ -298,7 +317,8 @@ def _compile(c: _Checked, progress: JobProgress[JobResult] | None, start: float,
                 progress(len(results), len(plan), JobStarted(job.graph, job.soc.model))
             return _run_job(job, c.backend, c.store, c.out, tools)
 
-        pending = {pool.submit(run, job) for job in plan}
+        soc_order = [soc.model for soc in c.targets]
+        pending = {pool.submit(run, job) for job in sorted(plan, key=lambda j: soc_order.index(j.soc.model))}
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
             for fut in done:

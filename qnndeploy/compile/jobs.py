@@ -143,6 +143,8 @@ class CompileJob:
     folder: Path  # <out>/<graph>/<SoC>
     log: Path  # <out>/logs/<graph>-<SoC>.log
     members: tuple[Member, ...] = ()  # the graphs of a shared context (one binary, shared weights); () otherwise
+    quantized: Path | None = None  # where this run's jobs leave their quantized graphs for the other SoCs' jobs
+    # (a QDQ graph depends on the model, the samples and the settings, not on the SoC)
 
 
 def with_input_paths(job: CompileJob, record: JobRecord) -> JobRecord:

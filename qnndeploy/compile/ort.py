@@ -7,6 +7,7 @@ crash in the native compiler fails one job instead of the whole run. Starting on
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from qnndeploy.base.socs import Soc
 
 FEW_CALIBRATION_SAMPLES = 20
+QUANTIZED = "quantized.json"  # beside a QDQ graph a job published for the other SoCs' jobs: its layers, warnings
 PROVIDER_OPTIONS = ("vtcm_mb", "htp_graph_finalization_optimization_mode", "enable_htp_spill_fill_buffer",
                     "enable_block_quant_weight_optimization")
 
@@ -79,7 +81,9 @@ class OrtBackend:
                     "keep_int8": (job.options.get("quantization") or {}).get("int8_weight_nodes", []),
                     "precision": job.precision, "work": str(work), "tmp": tmp,
                     "members": [{"graph": m.graph, "model": str(m.model),
-                                 "calibration": str(m.calibration) if m.calibration else None} for m in members],
+                                 "calibration": str(m.calibration) if m.calibration else None,
+                                 "quantized": _quantized_key(job, m)} for m in members],
+                    "quantized": str(job.quantized) if job.quantized else None,
                     "result": str(Path(tmp) / "result.json"), "log": str(job.log)}
             spec_path = Path(tmp) / "job.json"
             spec_path.write_text(json.dumps(spec))
@@ -115,8 +119,7 @@ def run(spec: JSON) -> JSON:
     for m in spec["members"]:
         models[m["graph"]] = Path(m["model"])
         if precision.quantized:
-            q = quantize(models[m["graph"]], Path(m["calibration"]), tmp / f"{m['graph']}_qdq.onnx", precision,
-                         _Keep(spec["keep_fp16"], spec["keep_int8"]))
+            q = _quantized(m, spec, precision)
             models[m["graph"]] = q.model
             warnings += [f"{m['graph']}: {w}" for w in q.warnings]
             layers[m["graph"]] = [x.to_json() for x in q.layers]
@@ -278,6 +281,56 @@ class _Quantized:
     model: Path  # the QDQ graph
     layers: list[QuantizedLayer]
     warnings: list[str]
+
+    @classmethod
+    def read(cls, folder: Path) -> _Quantized:
+        """The QDQ graph another job published in `folder`."""
+        made = json.loads((folder / QUANTIZED).read_text())
+        return cls(folder / made["model"], [QuantizedLayer.parse(x) for x in made["layers"]], made["warnings"])
+
+
+def _quantized_key(job: CompileJob, member: Member) -> str:
+    """What decides a member's QDQ graph: its model, its samples, the precision and the quantizer's settings."""
+    calibration = (member.calibration_record or job.options.get("calibration") or {}).get("sha256")
+    decided = [member.model_sha256, calibration, str(job.precision), job.options.get("quantization"),
+               version("onnxruntime")]
+    return hashlib.sha256(json.dumps(decided, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _quantized(member: JSON, spec: JSON, precision: Precision) -> _Quantized:
+    """The member's QDQ graph: made by another SoC's job of this compile (it does not depend on the SoC), or made
+    now in the run's shared folder (spec's "quantized", else the job's own) and published there for the others."""
+    graph, model = member["graph"], Path(member["model"])
+    keep = _Keep(spec["keep_fp16"], spec["keep_int8"])
+    if spec["quantized"] is None:
+        return quantize(model, Path(member["calibration"]), Path(spec["tmp"]) / f"{graph}_qdq.onnx", precision, keep)
+    done, log = Path(spec["quantized"]) / member["quantized"], Path(spec["log"])
+    if (done / QUANTIZED).is_file():
+        said = json.loads((done / QUANTIZED).read_text())["said"]
+        print(f"qnndeploy: {graph}'s QDQ graph is the one an earlier job of this compile made (the same model, "
+              f"samples and settings; a QDQ graph does not depend on the SoC); what quantizing it said:\n{said}",
+              end="", flush=True)
+        return _Quantized.read(done)
+    mine = Path(tempfile.mkdtemp(prefix=f".{done.name}-", dir=done.parent))
+    start = _logged(log)
+    q = quantize(model, Path(member["calibration"]), mine / f"{graph}_qdq.onnx", precision, keep)
+    with log.open("rb") as f:  # the quantizer's lines in this job's log: the other jobs' logs repeat them
+        f.seek(start)
+        said = f.read(_logged(log) - start).decode(errors="replace")
+    write_json(mine / QUANTIZED, {"model": q.model.name, "layers": [x.to_json() for x in q.layers],
+                                  "warnings": q.warnings, "said": said})
+    try:
+        mine.rename(done)
+    except OSError:  # a job running at the same time published it first: this one goes on with its own
+        return q
+    return _Quantized.read(done)
+
+
+def _logged(log: Path) -> int:
+    """The bytes in the job's log so far (this process's stdout and stderr go there)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return log.stat().st_size
 
 
 def quantize(model: Path, calibration: Path, out: Path, precision: Precision, keep: _Keep) -> _Quantized:

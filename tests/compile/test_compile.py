@@ -236,10 +236,10 @@ def test_w8a16_quantizes_with_calibration_samples(models, tmp_path):
     rng = np.random.default_rng(0)
     for i in range(3):
         np.savez(calib / f"{i}.npz", x=rng.uniform(-1, 1, STATIC_SHAPES["cls"]).astype(np.float32))
-    summary = stage.compile_models({"cls": models["cls"]}, ["SM8750"], tmp_path / "b",
-                                   stage.CompileOptions(precision="w8a16", calib=tmp_path / "calib", use_cache=False))
-    job = summary.jobs[0]
-    assert job.status == "ok", job.error
+    summary = stage.compile_models({"cls": models["cls"]}, ["SM8650", "SM8750"], tmp_path / "b",
+                                   stage.CompileOptions(precision="w8a16", calib=tmp_path / "calib", use_cache=False,
+                                                        jobs=1))
+    assert [job.status for job in summary.jobs] == ["ok", "ok"], [job.error for job in summary.jobs]
     rec = record(tmp_path / "b", "cls", "SM8750")
     jsonschema.validate(rec, SCHEMA)
     assert rec["precision"] == "w8a16" and rec["options"]["enable_htp_fp16_precision"] is False
@@ -247,8 +247,16 @@ def test_w8a16_quantizes_with_calibration_samples(models, tmp_path):
     assert rec["options"]["calibration"]["path"] == str(calib)
     assert rec["options"]["calibration"]["files"] == rec["options"]["calibration"]["samples"] == 3
     assert any("calibrated on 3 sample(s)" in w for w in rec["warnings"])
-    assert any(f.kind == logs.QUANTIZATION for f in job.findings)  # the quantizer's own warnings, from the log
+    assert any(f.kind == logs.QUANTIZATION for f in summary.jobs[0].findings)  # the quantizer's own warnings
     assert not list(models["cls"].parent.glob("*inferred*"))  # the quantizer wrote nothing beside the model
+    # quantized once: the second SoC's job compiled the QDQ graph the first made, with its figures and warnings
+    first, second = ((tmp_path / "b" / "logs" / f"cls-{soc}.log").read_text() for soc in ("SM8650", "SM8750"))
+    assert "quantizing to QDQ" in first and "an earlier job of this compile made" not in first
+    said = first[first.index("qnndeploy: quantizing to QDQ"):first.index("qnndeploy: compiling")]
+    assert "an earlier job of this compile made" in second and said in second  # the quantizer's lines, labelled
+    other = record(tmp_path / "b", "cls", "SM8650")
+    assert rec["quantized_layers"] == other["quantized_layers"] and rec["warnings"] == other["warnings"]
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["cls", "logs"]  # the shared QDQ graphs are gone
 
 
 def test_w8a16_calibrates_on_image_files_through_preprocess_as_validate_takes_them(models, tmp_path):
