@@ -57,6 +57,7 @@ from qnndeploy.formats.records import (
     RecordStatus,
     read_record,
     splits_of,
+    whole_splits,
 )
 from qnndeploy.model import decode
 from qnndeploy.model.onnxio import load_model, model_inputs, require_model_file
@@ -477,16 +478,10 @@ def _calibration(calib: Path, graph: str, model: Path, prep: Preprocess | None, 
 
 
 def _splits(graphs: dict[str, Path]) -> dict[str, list[str]]:
-    """Each split (prepare --split-size) whose parts are all among `graphs`, by name (OUT of OUT.split.json), with its
-    parts' graphs in running order: a decode loop's encoder or decoder may be one."""
+    """Each split (prepare --split-size) whose parts are all among `graphs` (records.whole_splits)."""
     shas = {path: sha256_file(path) for path in graphs.values()}
-    found: dict[str, list[str]] = {}
-    for split in splits_of(shas):
-        parts = [next((g for g, path in graphs.items() if split.part_of(path, shas[path]) == part), None)
-                 for part in split.parts]
-        if all(parts):
-            found[split.path.name.removesuffix(".split.json")] = [g for g in parts if g]
-    return found
+    return whole_splits({g: (split, part) for split in splits_of(shas) for g, path in graphs.items()
+                         if (part := split.part_of(path, shas[path])) is not None})
 
 
 def _loop_calibration(loop: decode.Loop, given: str, graphs: dict[str, Path], calib: Path, prep: Preprocess | None,

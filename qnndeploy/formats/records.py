@@ -472,6 +472,18 @@ def splits_of(models: dict[Path, str]) -> list[SplitRecord]:
     return found
 
 
+def whole_splits(parts: Mapping[str, tuple[SplitRecord, SplitPart]]) -> dict[str, list[str]]:
+    """Each split all of whose parts are among `parts` (graph -> its split and part), by name (OUT of
+    OUT.split.json), with its parts' graphs in running order: a decode loop's encoder or decoder may be one."""
+    found: dict[str, list[str]] = {}
+    for split in {s.path: s for s, _ in parts.values()}.values():
+        graphs = [next((g for g, (s, q) in parts.items() if s.path == split.path and q == p), None)
+                  for p in split.parts]
+        if all(graphs):
+            found[split.path.name.removesuffix(".split.json")] = [g for g in graphs if g]
+    return found
+
+
 def read_record(path: Path) -> JobRecord | None:
     """The compile record at `path`, or None when there is none there, it cannot be read or it is not one of ours (a
     job folder or cache entry that is then made again)."""

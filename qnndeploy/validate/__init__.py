@@ -38,6 +38,7 @@ from qnndeploy.formats.records import (
     ValidationRecord,
     read_build,
     splits_of,
+    whole_splits,
 )
 from qnndeploy.model import decode, samples, tasks
 from qnndeploy.model.metrics import (
@@ -166,7 +167,7 @@ def validate_build(build: Path, options: ValidateOptions = ValidateOptions(),
     gens = plans_of(sources)  # a decoder LLM's parts (prepare --generate): judged by its loop
     generating = _generation_loop(o.loop, gens)
     try:
-        looped = decode.parse(o.loop, sources, _split_graphs(links)) if o.loop and generating is None else None
+        looped = decode.parse(o.loop, sources, whole_splits(links)) if o.loop and generating is None else None
     except BadInput as e:
         raise e.reworded(f"{e}{_partial_splits(links)}") from None
     if looped is not None and not set(looped.graphs) <= set(sources):
@@ -571,21 +572,9 @@ def _check_loops(looped: decode.Loop, plan: list[CompileRecord], results: list[T
             t.status = TargetStatus.PASSED if check["passed"] else TargetStatus.FAILED
 
 
-def _split_graphs(links: dict[str, Link]) -> dict[str, list[str]]:
-    """Each split whose parts are all NPU graphs of the build, by name (its record's, OUT of OUT.split.json), with
-    its parts' graphs in running order: a decode loop's encoder or decoder may be one."""
-    found: dict[str, list[str]] = {}
-    for split in {s.path: s for s, _ in links.values()}.values():
-        graphs = [next((g for g, (s, q) in links.items() if s.path == split.path and q == p), None)
-                  for p in split.parts]
-        if all(graphs):
-            found[split.path.name.removesuffix(".split.json")] = [g for g in graphs if g]
-    return found
-
-
 def _partial_splits(links: dict[str, Link]) -> str:
     """What a loop could not use: the splits some of whose parts are missing from the build (or --graph)."""
-    whole = {g for parts in _split_graphs(links).values() for g in parts}
+    whole = {g for parts in whole_splits(links).values() for g in parts}
     partial = {s.path: s for g, (s, _) in links.items() if g not in whole}
     return "".join(f" ({', '.join(g for g, (s, _) in links.items() if s.path == path)} of the {len(split.parts)} "
                    f"parts of {path} are here: compile and validate all of them)" for path, split in partial.items())
