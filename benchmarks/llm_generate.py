@@ -1,36 +1,38 @@
 """A 0.5B-class decoder LLM (Qwen2.5-0.5B's published shape, 494M parameters, random seeded weights:
 tests/support/llm.py's QWEN_05B) from torch to a verified w4a16 bundle for SM8650 and SM8750, by the printed advice:
 the export (TorchScript, the optimum layout with a KV cache), `check` at w4a16 (it prints the `prepare --generate
---parts P` each SoC needs, from qnndeploy/data/load_budget.json), `prepare --generate` (a prompt graph of N tokens and
-a decode graph of 1 per part at a context of CL, proven on the CPU, with calibration samples), `compile` as prepare
-prints it (each part's two graphs in one weight-shared context, --share) at w4a16 for both SoCs, `validate --loop
-generation` (the app's generation loop on the host HTP emulator against the CPU, token by token), `bundle build` and
-`bundle verify`. Per stage the seconds and the peak RSS (the command and its child processes), also as a multiple of
-the fp32 model's size; per SoC each part's context binary against its fp16 weights (half the fp32 initializers its
-prompt and decode graphs hold, counted once); the loop's token agreement, first parting step and the emulator's
-seconds per decode step and per prompt chunk (x86-64 emulation of the HTP, not phone timings).
+--parts P` each SoC needs, from qnndeploy/data/load_budget.json or --context-gb), `prepare --generate` (a prompt graph
+of N tokens and a decode graph of 1 per part at a context of CL, proven on the CPU, with calibration samples),
+`compile` as prepare prints it (each part's two graphs in one weight-shared context, --share) at w4a16 for both SoCs,
+`validate --loop generation` (the app's generation loop on the host HTP emulator against the CPU, token by token),
+`bundle build` and `bundle verify`. Per stage the seconds and the peak RSS (the command and its child processes), also
+as a multiple of the fp32 model's size; per SoC each part's context binary against its fp16 weights (half the fp32
+initializers its prompt and decode graphs hold, counted once); the loop's token agreement, first parting step and the
+emulator's seconds per decode step and per prompt chunk (x86-64 emulation of the HTP, not phone timings).
 
 Random weights make random text: the model's last MLP is a successor table (llm.py's `peaked`), so greedy tokens are
-stable and the check is that the NPU chooses the CPU's. --smoke: QWEN_TINY, a prompt of 8 tokens, a context of 64,
-2 parts (--parts), 8 steps. --work DIR keeps the files; with --from STAGE a later run reuses them and starts there
-(e.g. validate again with fewer --steps).
+stable and the check is that the NPU chooses the CPU's. --smoke: QWEN_TINY, a prompt of 8 tokens, a context of 64, the
+2 parts check advises at --context-gb 0.0001, 8 steps. --work DIR keeps the files; with --from STAGE a later run
+reuses them and starts there (e.g. validate again with fewer --steps).
 
 Measured here on 2026-12-06 (2 cores and 24 GB, shared with other work for part of the time), the full size with
 --parts 2 (check advises 1: 526.6 MB estimated at w4a16 against the 882 MB budget, SM8750's v79 figure, SM8650's the
-default rule). The first run calibrated on prepare's default (random ids from the whole vocabulary): its decode graph
-never saw a token of the successor table, the last MLP's product was calibrated to 21.2 and reached 808 on the app's
-prompt, and SM8650's loop parted at step 1 (validate now names such clamps). The second run, calibrated on table ids
-(--calib-tokens, above): the export and check (first run) 84.4 s, peak 4,941 MB (1.98x the 2.50 GB of fp32 ONNX)
-and 1.3 s, 83 MB; prepare --generate 906 s, 15,427 MB (6.17x; part 1 layer 0 with the embedding, part 2 layers 1-23 with
-the lm_head; the proof: 256 greedy steps after a 192-token prompt, the same tokens, logits within 7.6e-6); compile
-1,706 s, 16,191 MB (6.48x); binaries 281.2 MB (part 1) and 276.1 MB (part 2) on both SoCs, 557.3 MB against the
-526.6 MB estimated. validate --loop generation 7,327 s, 12,257 MB (4.89x): on SM8650 and SM8750 the CPU's token at
-all 64 decode steps after the 192-token prompt (no parting step, no layer beyond the threshold, logits cosine
-0.989 at the last step); bundle build 17.6 s, 195 MB (a 6.12 GB bundle, prepared before the parts shared one data
-file each); bundle verify 5.9 s, 194 MB.
+default rule; with --context-gb 0.4 it advises 2 for both SoCs and prints the very prepare command the run took, as
+`check --context-gb 0.4` on the run's export showed the same day). The first run calibrated on prepare's default
+(random ids from the whole vocabulary): its decode graph never saw a token of the successor table, the last MLP's
+product was calibrated to 21.2 and reached 808 on the app's prompt, and SM8650's loop parted at step 1 (validate now
+names such clamps). The second run, calibrated on table ids (--calib-tokens, above): the export and check (first run)
+84.4 s, peak 4,941 MB (1.98x the 2.50 GB of fp32 ONNX) and 1.3 s, 83 MB; prepare --generate 906 s, 15,427 MB (6.17x;
+part 1 layer 0 with the embedding, part 2 layers 1-23 with the lm_head; the proof: 256 greedy steps after a 192-token
+prompt, the same tokens, logits within 7.6e-6); compile 1,706 s, 16,191 MB (6.48x); binaries 281.2 MB (part 1) and
+276.1 MB (part 2) on both SoCs, 557.3 MB against the 526.6 MB estimated. validate --loop generation 7,327 s, 12,257 MB
+(4.89x): on SM8650 and SM8750 the CPU's token at all 64 decode steps after the 192-token prompt (no parting step, no
+layer beyond the threshold, logits cosine 0.989 at the last step); bundle build 17.6 s, 195 MB (a 6.12 GB bundle,
+prepared before the parts shared one data file each); bundle verify 5.9 s, 194 MB.
 
     python benchmarks/llm_generate.py [--prompt-tokens 128] [--context-tokens 1024] [--steps 64] [--parts P]
-                                      [--work DIR] [--from export|check|prepare|compile|validate|bundle] [--smoke]
+                                      [--context-gb GB] [--work DIR]
+                                      [--from export|check|prepare|compile|validate|bundle] [--smoke]
 """
 
 from __future__ import annotations
@@ -58,10 +60,16 @@ def export(work: Path, spec: str) -> Measure:
     return run([sys.executable, "-c", code])
 
 
-def advice(work: Path) -> dict[str, list[str]]:
+def check_command(context_gb: float | None) -> list[str]:
+    """check at w4a16 for both SoCs, against a part's budget of `context_gb` GB (None: the data's per arch)."""
+    budget = ["--context-gb", f"{context_gb:g}"] if context_gb is not None else []
+    return [*QNNDEPLOY, "check", "onnx/model.onnx", "--soc", ",".join(SOCS), "--precision", "w4a16", *budget]
+
+
+def advice(work: Path, context_gb: float | None) -> dict[str, list[str]]:
     """check's fix per SoC at w4a16 (its `prepare --generate` command), with why (the load budget it planned by)."""
-    done = subprocess.run([*QNNDEPLOY, "check", "onnx/model.onnx", "--soc", ",".join(SOCS), "--precision", "w4a16",
-                           "--json"], check=False, capture_output=True, text=True, cwd=work)
+    done = subprocess.run([*check_command(context_gb), "--json"], check=False, capture_output=True, text=True,
+                          cwd=work)
     if done.returncode not in (0, 10):
         fail(f"check --json exited {done.returncode}: {done.stderr.strip()}")
     found = {}
@@ -87,6 +95,9 @@ def main() -> None:
     ap.add_argument("--context-tokens", type=int, default=1024, help="the context length [1024]")
     ap.add_argument("--steps", type=int, default=64, help="decode steps validate's generation loop runs [64]")
     ap.add_argument("--parts", type=int, help="prepare this many parts, not check's advice [check's advice]")
+    ap.add_argument("--context-gb", type=float,
+                    help="the GB of weights one part's context may hold, given to check (the benchmark's choice, "
+                         "e.g. 0.4 for 2 parts at full size) [data/load_budget.json's per arch]")
     ap.add_argument("--work", type=Path, help="keep the files here (empty, unless --from) [a temporary folder]")
     ap.add_argument("--from", dest="start", choices=STAGES, default="export",
                     help="start at this stage, reusing --work's files of the earlier ones [export]")
@@ -97,7 +108,8 @@ def main() -> None:
 
     spec, prompt_tokens, context, steps = ("QWEN_TINY", 8, 64, 8) if args.smoke else (
         "QWEN_05B", args.prompt_tokens, args.context_tokens, args.steps)
-    parts = 2 if args.smoke and args.parts is None else args.parts
+    parts = args.parts
+    context_gb = 0.0001 if args.smoke and args.context_gb is None else args.context_gb  # smoke: 2 parts advised
     if args.start != "export" and args.work is None:
         fail("--from needs --work, the folder of an earlier run")
     with tempfile.TemporaryDirectory(prefix="qnndeploy-llm-") as tmp:
@@ -120,9 +132,8 @@ def main() -> None:
         print(f"model: llm.{spec}, {onnx_bytes / 1e9:.2f} GB of ONNX (fp32) in {work / 'onnx'}", flush=True)
 
         if due("check"):
-            stage("check --precision w4a16", run([*QNNDEPLOY, "check", "onnx/model.onnx", "--soc", ",".join(SOCS),
-                                                  "--precision", "w4a16"], cwd=work, ok=(0, 10)))
-            advised = advice(work)
+            stage("check --precision w4a16", run(check_command(context_gb), cwd=work, ok=(0, 10)))
+            advised = advice(work, context_gb)
             counts = {soc: parts_of(c) for soc, c in advised.items()}
             if any(c and "--generate" not in c for c in advised.values()):
                 fail(f"check advised no prepare --generate: {advised}")
