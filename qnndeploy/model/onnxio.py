@@ -5,7 +5,6 @@ wrappers all read models through it, without their weights.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import stat
@@ -19,6 +18,7 @@ from qnndeploy.model.onnxwire import without_weights
 
 if TYPE_CHECKING:
     import onnx
+    from google.protobuf.message import Message
 
 CONTROL_FLOW_OPS = {"If", "Loop", "Scan"}
 # Ops whose outputs are not a function of their inputs: folding or copying them would change the draws.
@@ -428,13 +428,15 @@ def tensor_info(value: onnx.ValueInfoProto, written: bool = False) -> TensorInfo
 def inferred_values(model: onnx.ModelProto, data_prop: bool = False) -> dict[str, onnx.ValueInfoProto]:
     """Every value of the main graph with its type as shape inference gives it under the model's own opsets (inputs,
     intermediates, outputs); the declared ones alone where inference cannot follow the graph. One pass, for the
-    readers that need the types or shapes of intermediate tensors (`data_prop`: also shapes computed by Shape ops)."""
+    readers that need the types or shapes of intermediate tensors (`data_prop`: also shapes computed by Shape ops).
+    Run on the model without its large weights (weightless; inference reads their dims): onnx copies the model
+    in and out of one protobuf, which held 6x a 0.9 GB encoder at once and refuses 2 GB."""
     import onnx
 
     graph = model.graph
     values = {v.name: v for v in (*graph.input, *graph.value_info, *graph.output)}
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, data_prop=data_prop).graph
+        inferred = onnx.shape_inference.infer_shapes(weightless(model), data_prop=data_prop).graph
     except Exception:  # noqa: BLE001 onnx raises InferenceError, ValueError… for graphs it cannot follow
         return values
     values.update({v.name: v for v in (*inferred.input, *inferred.value_info, *inferred.output)})
@@ -593,48 +595,76 @@ def class_axes(path: Path) -> dict[str, int]:
 ASIDE_BYTES = 1 << 16  # smaller constants stay: a converted op may read their values
 
 
-@contextlib.contextmanager
-def weights_aside(model: onnx.ModelProto, keep_dims: bool = True) -> Iterator[None]:
-    """While it runs, `model`'s large weights hold no bytes (kept here, put back on exit): onnx's checker and version
-    converter pass the whole model through one protobuf, which refuses 2 GB and more, and neither reads a weight's
-    values. The converter infers shapes from the weights' dims (keep_dims); the checker refuses a tensor without
-    its data unless it is empty (dims [0])."""
-    aside: dict[str, tuple[bytes, list[int]]] = {}
+def weightless(model: onnx.ModelProto, keep_dims: bool = True) -> onnx.ModelProto:
+    """A copy of `model` whose large weights hold no bytes, for onnx's checker, version converter and shape
+    inference: they pass the whole model through one protobuf, which refuses 2 GB and more, and read no weight's
+    values. A copy, not the model emptied and filled again: protobuf keeps a message's cleared bytes until the message
+    goes, and each refill cost one model size (measured: +0.9 GB a call on a 0.9 GB encoder). The converter infers
+    shapes from the weights' dims (keep_dims); the checker refuses a tensor without its data unless it is empty."""
+    import onnx
+
+    skeleton = onnx.ModelProto()
+    _copy_fields(model, skeleton, "graph")
+    _copy_fields(model.graph, skeleton.graph, "initializer")
     for tensor in model.graph.initializer:
-        if tensor.HasField("raw_data") and (tensor_nbytes(tensor) or 0) > ASIDE_BYTES:
-            aside[tensor.name] = (tensor.raw_data, list(tensor.dims))
-            tensor.ClearField("raw_data")
+        if _large(tensor):
+            skeleton.graph.initializer.add(name=tensor.name, data_type=tensor.data_type,
+                                           dims=list(tensor.dims) if keep_dims else [0])
             if not keep_dims:
-                tensor.ClearField("dims")
-                tensor.dims.append(0)
-                tensor.raw_data = b""
-    try:
-        yield
-    finally:
-        for tensor in model.graph.initializer:
-            if tensor.name in aside:
-                data, dims = aside.pop(tensor.name)
-                tensor.ClearField("dims")
-                tensor.dims.extend(dims)
-                tensor.raw_data = data
+                skeleton.graph.initializer[-1].raw_data = b""
+        else:
+            skeleton.graph.initializer.append(tensor)
+    return skeleton
+
+
+def _large(tensor: onnx.TensorProto) -> bool:
+    return tensor.HasField("raw_data") and (tensor_nbytes(tensor) or 0) > ASIDE_BYTES
+
+
+def _copy_fields(source: Message, target: Message, skip: str) -> None:
+    """Every set field of `source` but `skip` into `target`, an empty message of the same type."""
+    for field, value in source.ListFields():
+        if field.name == skip:
+            continue
+        if field.is_repeated:
+            getattr(target, field.name).extend(value)
+        elif field.type == field.TYPE_MESSAGE:
+            getattr(target, field.name).CopyFrom(value)
+        else:
+            setattr(target, field.name, value)
 
 
 def check_model(model: onnx.ModelProto) -> None:
-    """onnx's checker, on a model of any size (weights_aside)."""
+    """onnx's checker, on a model of any size (weightless)."""
     import onnx
 
-    with weights_aside(model, keep_dims=False):
-        onnx.checker.check_model(model)
+    onnx.checker.check_model(weightless(model, keep_dims=False))
 
 
 def convert_opset(model: onnx.ModelProto, opset: int) -> None:
     """Convert `model` in place to `opset` when it is older (onnx's version converter rewrites the ops whose form
-    changed), of any size (weights_aside)."""
+    changed), of any size (weightless): all but the large weights is replaced by the converter's; those stay
+    as they are (the converter changes only small constants)."""
     from onnx import version_converter
 
-    if default_opset(model) < opset:
-        with weights_aside(model):
-            model.CopyFrom(version_converter.convert_version(model, opset))
+    if default_opset(model) >= opset:
+        return
+    converted = version_converter.convert_version(weightless(model), opset)
+    large = {t.name for t in model.graph.initializer if _large(t)}
+    for field, _ in model.ListFields():
+        if field.name != "graph":
+            model.ClearField(field.name)
+    _copy_fields(converted, model, "graph")
+    graph = model.graph
+    for field, _ in graph.ListFields():
+        if field.name != "initializer":
+            graph.ClearField(field.name)
+    _copy_fields(converted.graph, graph, "initializer")
+    kept = {t.name for t in converted.graph.initializer}
+    for i in reversed(range(len(graph.initializer))):
+        if graph.initializer[i].name not in large or graph.initializer[i].name not in kept:
+            del graph.initializer[i]
+    graph.initializer.extend(t for t in converted.graph.initializer if t.name not in large)
 
 
 def default_opset(model: onnx.ModelProto, missing: int = 0) -> int:

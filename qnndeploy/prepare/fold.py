@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy.base.errors import first_line
-from qnndeploy.model.onnxio import MAX_FOLDED_BYTES, RANDOM_OPS
+from qnndeploy.model.onnxio import MAX_FOLDED_BYTES, RANDOM_OPS, weightless
 from qnndeploy.qnn import htp
 
 if TYPE_CHECKING:
@@ -132,15 +132,16 @@ def _fold_pass(model: onnx.ModelProto) -> bool:
 
 
 def _static_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
-    """Every tensor whose shape onnx infers fully; none when inference fails (custom ops, over 2 GB)."""
+    """Every tensor whose shape onnx infers fully (weightless, as onnxio.inferred_values does); none
+    when inference fails (custom ops)."""
     import onnx
 
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(weightless(model), data_prop=True).graph
     except Exception:  # noqa: BLE001 folding what is already constant still helps
         return {}
     shapes = {}
-    for value in (*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output):
+    for value in (*inferred.input, *inferred.value_info, *inferred.output):
         shape = value.type.tensor_type.shape
         if value.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in shape.dim):
             shapes[value.name] = [d.dim_value for d in shape.dim]
