@@ -232,9 +232,9 @@ def _remove_unused(graph: onnx.GraphProto) -> bool:
         graph.ClearField("node")
         graph.node.extend(kept)
     graph_inputs = {v.name for v in graph.input}
-    inits = [t for t in graph.initializer if t.name in read or t.name in graph_inputs]
-    graph.ClearField("initializer")
-    graph.initializer.extend(inits)
+    for i in reversed(range(len(graph.initializer))):  # in place: a refilled field would hold every weight twice
+        if graph.initializer[i].name not in read and graph.initializer[i].name not in graph_inputs:
+            del graph.initializer[i]
     return len(graph.node) + len(graph.initializer) < before
 
 
