@@ -165,9 +165,9 @@ def int4_weights(source: Path, qdq_model: Path, keep_int8: Iterable[str] = ()) -
         dq.attribute.extend([helper.make_attribute("axis", axis if bits == 4 else 1 - axis)]
                             + ([helper.make_attribute("block_size", INT4_BLOCK)] if bits == 4 else []))
     used = {i for n in graph.node for i in n.input}
-    keep_inits = [t for t in graph.initializer if t.name in used]
-    del graph.initializer[:]
-    graph.initializer.extend(keep_inits)
+    for i in reversed(range(len(graph.initializer))):  # in place: a refilled field would hold every weight twice
+        if graph.initializer[i].name not in used:
+            del graph.initializer[i]
     _save(model, qdq_model)
     return kept
 
