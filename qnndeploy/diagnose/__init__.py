@@ -58,7 +58,7 @@ from qnndeploy.model.metrics import (
     topk_outputs,
     verdict,
 )
-from qnndeploy.model.onnxio import load_model
+from qnndeploy.model.onnxio import load_model, save_model
 from qnndeploy.qnn import htp
 
 if TYPE_CHECKING:
@@ -664,8 +664,7 @@ def _write_probe_model(model: onnx.ModelProto, names: list[str], path: Path) -> 
             raise BadInput(f"shape inference gives no type for tensor {name}: it cannot be exposed as an "
                            "output")
         probe.graph.output.append(value)
-    large = probe.ByteSize() > 1_800_000_000
-    onnx.save(probe, str(path), save_as_external_data=large, location=f"{path.stem}.data" if large else None)
+    save_model(probe, path, probe.ByteSize() > 1_800_000_000)
 
 
 # --- what the numbers say ---------------------------------------------------------------------------------------

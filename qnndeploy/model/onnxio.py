@@ -667,6 +667,23 @@ def convert_opset(model: onnx.ModelProto, opset: int) -> None:
     graph.initializer.extend(t for t in converted.graph.initializer if t.name not in large)
 
 
+def save_model(model: onnx.ModelProto, path: Path, external: bool) -> None:
+    """Write `model` at `path`; `external`: its tensors of 1 kB and more in PATH.data, which is replaced (onnx appends
+    to a data file that is there). onnx's own external-data option refuses when a file of that name is in the working
+    folder (it checks the name there, not beside the model)."""
+    import onnx
+    from onnx.external_data_helper import set_external_data
+
+    if external:
+        data = path.with_name(path.name + ".data")
+        data.unlink(missing_ok=True)
+        for graph in _all_graphs(model.graph):
+            for tensor in graph.initializer:
+                if tensor.HasField("raw_data") and (tensor_nbytes(tensor) or 0) >= 1024:
+                    set_external_data(tensor, data.name)
+    onnx.save_model(model, str(path))
+
+
 def default_opset(model: onnx.ModelProto, missing: int = 0) -> int:
     """The model's opset of the default (ai.onnx) domain; `missing` when it imports none."""
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), missing)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnndeploy.model.onnxio import convert_opset, external_locations
+from qnndeploy.model.onnxio import convert_opset, external_locations, save_model, tensor_nbytes
 
 if TYPE_CHECKING:
     import numpy as np
@@ -372,7 +372,5 @@ def _tensors(model: onnx.ModelProto, names: list[str],
 
 def _save(model: onnx.ModelProto, path: Path) -> None:
     """Save, with the weights in a file beside it when the model is beyond protobuf's 2 GB."""
-    import onnx
 
-    large = sum(len(t.raw_data) for t in model.graph.initializer) > 1_500_000_000
-    onnx.save_model(model, str(path), save_as_external_data=large, location=f"{path.name}.data" if large else None)
+    save_model(model, path, sum(tensor_nbytes(t) or 0 for t in model.graph.initializer) > 1_500_000_000)

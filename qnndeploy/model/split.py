@@ -29,6 +29,7 @@ from qnndeploy.model.onnxio import (
     load_model,
     outer_reads,
     real_inputs,
+    save_model,
     tensor_info,
     tensor_nbytes,
 )
@@ -221,14 +222,9 @@ def extract(model: onnx.ModelProto, folder: Path, plan: Plan, values: dict[str, 
 
 def save(model: onnx.ModelProto, path: Path) -> int:
     """Write the part (its weights in PATH.data above BIG); returns the bytes of weights it holds."""
-    import onnx
 
     held = sum(tensor_nbytes(t) or 0 for t in all_tensors(model.graph))
-    if held > BIG:
-        onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                  location=path.name + ".data", size_threshold=1024)
-    else:
-        onnx.save(model, str(path))
+    save_model(model, path, held > BIG)
     return held
 
 

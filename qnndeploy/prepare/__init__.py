@@ -75,19 +75,6 @@ class PrepareResult:
     kind: str = field(default="qnndeploy-prepare")
 
 
-def _save(model: onnx.ModelProto, path: Path, external: bool) -> None:
-    """Write `model`, whose weights are all in memory; over a model read from `path`, its old data file goes first:
-    onnx appends each tensor to the end of an existing data file (a 3.0 GB model once left a 5.9 GB one)."""
-    import onnx
-
-    if external:
-        path.with_name(path.name + ".data").unlink(missing_ok=True)
-        onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                  location=path.name + ".data", size_threshold=1024)
-    else:
-        onnx.save(model, str(path))
-
-
 def _infer_shapes(src: Path, dst: Path, external: bool) -> None:
     """Re-infer every shape from the now static inputs, outputs included (their declared shapes are dropped: some
     exporters declare wrong ones), then write the model."""
@@ -106,7 +93,7 @@ def _infer_shapes(src: Path, dst: Path, external: bool) -> None:
         except Exception:  # noqa: BLE001 custom-domain ops can stop onnx's inference; the CPU run gives the shapes
             continue
     model = onnx.load(str(shaped))
-    _save(model, dst, external)
+    onnxio.save_model(model, dst, external)
 
 
 def _set_output_shapes(path: Path, actual: Mapping[str, tuple[int, ...]]) -> None:
@@ -210,7 +197,7 @@ def prepare_model(src: Path, out: Path, options: PrepareOptions = PrepareOptions
     written = False
     try:
         stage = work / "edited.onnx"
-        _save(model, stage, external)
+        onnxio.save_model(model, stage, external)
         del model
         feeds = equivalence.feeds(edited.live, inputs_dir, o.seed, ranges)
         want = equivalence.reference(src, feeds, edited.frozen, ranges, random=inputs_dir is None)
@@ -384,7 +371,7 @@ def _rewrite(src: Path, dst: Path, kinds: tuple[str, ...], external: bool) -> li
     _infer_shapes(src, dst, external)
     model = onnx.load(str(dst))
     changes = rewriting.rewrite(model, list(kinds))
-    _save(model, dst, external)
+    onnxio.save_model(model, dst, external)
     return changes
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy.base.errors import first_line
-from qnndeploy.model.onnxio import MAX_FOLDED_BYTES, RANDOM_OPS, weightless
+from qnndeploy.model.onnxio import MAX_FOLDED_BYTES, RANDOM_OPS, save_model, weightless
 from qnndeploy.qnn import htp
 
 if TYPE_CHECKING:
@@ -92,10 +92,7 @@ def _onnx(src: Path, dst: Path, external: bool) -> None:
         while _fold_pass(model):
             pass
         model.graph.ClearField("value_info")  # stale after folding and inlining
-        if external:
-            onnx.save(model, str(dst), save_as_external_data=True, location=dst.name + ".data")
-        else:
-            onnx.save(model, str(dst))
+        save_model(model, dst, external)
     except FoldError:
         raise
     except Exception as e:  # noqa: BLE001 onnx raises many types, from Python and from its C++ core

@@ -156,6 +156,21 @@ def test_external_data_model_in_and_out(tmp_path, monkeypatch):
         assert report.verdict == "ready" and report.htp.cpu_nodes == []
 
 
+def test_a_file_of_the_data_file_s_name_in_the_working_folder_changes_nothing(tmp_path, monkeypatch):
+    """onnx's external-data option looks for the data file's name in the working folder, not beside the model, and
+    refused to write: run where an earlier output's data file is, prepare failed ("its result does not run")."""
+    monkeypatch.setattr(prepare, "EXTERNAL_ABOVE", 1000)
+    (tmp_path / "src").mkdir()
+    src = sm.save_with_external_data(sm.static_mlp("N", width=256), tmp_path / "src" / "big.onnx")
+    (tmp_path / "big.npu.onnx.data").write_bytes(b"an earlier run's")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out" / "big.npu.onnx"
+    result = prepare.prepare_model(src, out, prepare.PrepareOptions(shapes={"x": [1, 16]}))
+    assert result.external_data == str(out.with_name("big.npu.onnx.data"))
+    assert (tmp_path / "big.npu.onnx.data").read_bytes() == b"an earlier run's"
+    assert result.equivalence[0].max_abs_diff < 1e-5
+
+
 def test_no_simplify_still_fixes_and_infers_shapes(tmp_path):
     result = prepare.prepare_model(save(tmp_path, sm.static_mlp("N")), tmp_path / "out.onnx",
                                    prepare.PrepareOptions(shapes={"x": [1, 16]}, simplify=False))
