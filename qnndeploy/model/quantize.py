@@ -372,5 +372,4 @@ def _tensors(model: onnx.ModelProto, names: list[str],
 
 def _save(model: onnx.ModelProto, path: Path) -> None:
     """Save, with the weights in a file beside it when the model is beyond protobuf's 2 GB."""
-
     save_model(model, path, sum(tensor_nbytes(t) or 0 for t in model.graph.initializer) > 1_500_000_000)

@@ -222,7 +222,6 @@ def extract(model: onnx.ModelProto, folder: Path, plan: Plan, values: dict[str, 
 
 def save(model: onnx.ModelProto, path: Path) -> int:
     """Write the part (its weights in PATH.data above BIG); returns the bytes of weights it holds."""
-
     held = sum(tensor_nbytes(t) or 0 for t in all_tensors(model.graph))
     save_model(model, path, held > BIG)
     return held
