@@ -232,10 +232,10 @@ def cache_dir() -> Path:
 
 
 def run_cached(jobs: Sequence[tuple[str, AnyJob, list[str]]], tc: toolchain.Toolchain | None,
-               steps: Callable[[str], None] | None = None) -> list[EmulatorOutcome]:
+               steps: Callable[[str], None] | None = None, timeout: float = TIMEOUT_S) -> list[EmulatorOutcome]:
     """Each job's outcome, from the cache by content where it was run before, else run now (and kept). A job is
     (the bundle path it is told by, the job, the sha256 of the bundle files it runs); `steps` is told of each job as
-    the child starts it."""
+    the child starts it; `timeout`: the seconds the child may take."""
     keys = [_key(job, tc, shas) for _, job, shas in jobs]
     cached: dict[str, EmulatorOutcome] = {}
     for key in keys:
@@ -252,7 +252,7 @@ def run_cached(jobs: Sequence[tuple[str, AnyJob, list[str]]], tc: toolchain.Tool
                 job, ChainJob) else ""
             steps(f"running {path}{how} on the host HTP emulator ({k + 1} of {len(todo)})")
 
-    for (_, _, key), outcome in zip(todo, run_jobs([j for _, j, _ in todo], tc, started=started), strict=True):
+    for (_, _, key), outcome in zip(todo, run_jobs([j for _, j, _ in todo], tc, timeout, started), strict=True):
         cached[key] = outcome
         with contextlib.suppress(OSError, ValueError, TypeError):  # a cache miss
             write_json(cache_dir() / f"{key}.json", asdict(outcome))

@@ -16,6 +16,7 @@ from qnndeploy.formats.records import ValidationRecord
 from qnndeploy.model import decode, samples, tasks
 from qnndeploy.qnn import toolchain
 from qnndeploy.qnn.emulator import (
+    TIMEOUT_S,
     AnyJob,
     ChainJob,
     ChainPart,
@@ -25,6 +26,10 @@ from qnndeploy.qnn.emulator import (
     emulator_for,
     run_cached,
 )
+
+# The emulator child's time: its own TIMEOUT_S for loading, plus this many times the emulator seconds validate spent
+# on the same runs (its records): a Whisper large-v3-shaped loop takes 25 min a SoC, which a fixed 600 s cut short.
+MEASURED_SLACK = 3.0
 
 
 @dataclass
@@ -113,6 +118,24 @@ def _validation(root: Path, manifest: Manifest, graph: str, soc: str) -> Validat
         return None
 
 
+def _measured(root: Path, manifest: Manifest, looped: decode.Loop | None) -> float:
+    """The emulator seconds validate spent on what verify runs again, by the bundle's validation records: each
+    graph's seconds a run, a loop's decoder graphs at every step of the loop, the others once a sample."""
+    total = 0.0
+    for target in manifest.targets:
+        for graph in {g for a in target.artifacts for g in a.served}:
+            record = _validation(root, manifest, graph, target.soc)
+            if record is None:
+                continue
+            if looped is not None and graph in looped.decoders:
+                runs = int((record.loop or {}).get("emulator_steps") or 1)
+            else:
+                counted = (record.inputs or {}).get("samples")
+                runs = counted if isinstance(counted, int) else 1
+            total += float(record.emulator.get("seconds_per_run") or 0) * runs
+    return total
+
+
 def _samples_here(inputs: JSON) -> Path | None:
     """The folder of a record's real samples, when it still holds the very files the record lists."""
     folder = inputs.get("folder") if inputs.get("kind") == "files" else None
@@ -177,7 +200,8 @@ def check_bundle(root: Path, manifest: Manifest, graph_names: dict[str, list[str
             jobs.append(_loop_job(root, manifest, manifest.loop, t, loop_parts, cpu))
         elif chained and loop_parts:
             jobs.append(_chain_job(root, manifest, chained, t, loop_parts, cpu))
-    outcomes = run_cached([(path, job, shas) for path, job, _, shas in jobs], tc, steps)
+    timeout = TIMEOUT_S + MEASURED_SLACK * _measured(root, manifest, looped)
+    outcomes = run_cached([(path, job, shas) for path, job, _, shas in jobs], tc, steps, timeout)
     for (path, ran, strict, _), outcome in zip(jobs, outcomes, strict=True):
         if isinstance(ran, LoopJob):
             _judge_loop(found, root, manifest, path, ran, strict, outcome)

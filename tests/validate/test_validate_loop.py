@@ -19,6 +19,7 @@ from qnndeploy import validate as stage
 from qnndeploy.base.names import FORMAT_VERSION
 from qnndeploy.model.samples import write_samples
 from qnndeploy.qnn import htp
+from qnndeploy.verification import emulated
 from tests.support import speech, whisper
 from tests.support.cli import run
 from tests.support.host import require
@@ -29,7 +30,8 @@ SCHEMA = json.loads((Path(stage.__file__).parent.parent / "schemas" / "validatio
 FRAMES, CACHE = 1000, 64
 
 
-def test_whisper_is_validated_by_its_decode_loop_on_real_speech(tmp_path: Path) -> None:
+def test_whisper_is_validated_by_its_decode_loop_on_real_speech(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     require(htp.available(), "onnxruntime-qnn (the QNN HTP compiler and emulator)")
     require(shutil.which("espeak-ng") is not None, "espeak-ng (Debian's package: the speech clips)")
     try:
@@ -82,7 +84,10 @@ def test_whisper_is_validated_by_its_decode_loop_on_real_speech(tmp_path: Path) 
     assert manifest["format_version"] == FORMAT_VERSION and (loop["encoder"], loop["decoder"]) == ("encoder", "decoder")
     assert loop["token"] == f"{whisper.NAME}-tokens" and len(loop["cache"]) == 2 * whisper.TINY_EN.n_text_layer
     assert (bundle / loop["tokenizer"]["path"]).read_bytes() == tokenizer.read_bytes()
-    verified = run("bundle", "verify", bundle)  # the binaries run again as the loop, on the record's own clip
+    # the binaries run again as the loop, on the record's own clip, given the time validate's records say it takes:
+    # a fixed time for the child cut a Whisper large-v3-shaped loop short (10 s here: the loop takes longer)
+    monkeypatch.setattr(emulated, "TIMEOUT_S", 10.0)
+    verified = run("bundle", "verify", bundle)
     assert verified.exit_code == 0, verified.output
     assert "2 context binaries loaded and run on the host HTP emulator" in verified.output
     assert "1 as the decode loop, 1 on the sample files of its validation record" in verified.output
