@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -661,10 +661,16 @@ def convert_opset(model: onnx.ModelProto, opset: int) -> None:
             graph.ClearField(field.name)
     _copy_fields(converted.graph, graph, "initializer")
     kept = {t.name for t in converted.graph.initializer}
-    for i in reversed(range(len(graph.initializer))):
-        if graph.initializer[i].name not in large or graph.initializer[i].name not in kept:
-            del graph.initializer[i]
+    drop_initializers(graph, lambda name: name in large and name in kept)
     graph.initializer.extend(t for t in converted.graph.initializer if t.name not in large)
+
+
+def drop_initializers(graph: onnx.GraphProto, keep: Callable[[str], bool]) -> None:
+    """Delete the initializers whose name `keep` refuses, in place: clearing the field and refilling it would leave
+    protobuf holding every kept weight twice."""
+    for i in reversed(range(len(graph.initializer))):
+        if not keep(graph.initializer[i].name):
+            del graph.initializer[i]
 
 
 def save_model(model: onnx.ModelProto, path: Path, external: bool) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qnndeploy.model.onnxio import convert_opset, external_locations, save_model, tensor_nbytes
+from qnndeploy.model.onnxio import convert_opset, drop_initializers, external_locations, save_model, tensor_nbytes
 
 if TYPE_CHECKING:
     import numpy as np
@@ -165,9 +165,7 @@ def int4_weights(source: Path, qdq_model: Path, keep_int8: Iterable[str] = ()) -
         dq.attribute.extend([helper.make_attribute("axis", axis if bits == 4 else 1 - axis)]
                             + ([helper.make_attribute("block_size", INT4_BLOCK)] if bits == 4 else []))
     used = {i for n in graph.node for i in n.input}
-    for i in reversed(range(len(graph.initializer))):  # in place: a refilled field would hold every weight twice
-        if graph.initializer[i].name not in used:
-            del graph.initializer[i]
+    drop_initializers(graph, used.__contains__)
     _save(model, qdq_model)
     return kept
 

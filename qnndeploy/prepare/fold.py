@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qnndeploy.base.errors import first_line
-from qnndeploy.model.onnxio import MAX_FOLDED_BYTES, RANDOM_OPS, save_model, weightless
+from qnndeploy.model.onnxio import MAX_FOLDED_BYTES, RANDOM_OPS, drop_initializers, save_model, weightless
 from qnndeploy.qnn import htp
 
 if TYPE_CHECKING:
@@ -229,9 +229,7 @@ def _remove_unused(graph: onnx.GraphProto) -> bool:
         graph.ClearField("node")
         graph.node.extend(kept)
     graph_inputs = {v.name for v in graph.input}
-    for i in reversed(range(len(graph.initializer))):  # in place: a refilled field would hold every weight twice
-        if graph.initializer[i].name not in read and graph.initializer[i].name not in graph_inputs:
-            del graph.initializer[i]
+    drop_initializers(graph, lambda name: name in read or name in graph_inputs)
     return len(graph.node) + len(graph.initializer) < before
 
 
