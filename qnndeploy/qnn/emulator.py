@@ -111,6 +111,7 @@ class EmulatorOutcome:
     outputs: list[JSON] = field(default_factory=list)  # validate's OutputMetrics, as JSON
     task: JSON | None = None  # the task's verdict (tasks.TaskVerdict), which decides for its output
     loop: JSON | None = None  # a LoopJob's: loop.LoopCheck.json
+    host: bool = False  # the child died or hung: said of this run on this host, not kept as the bytes' outcome
 
 
 STARTED = "qnndeploy-emulator-job "  # the child's stderr line as it starts job N, for the parent's `started`
@@ -127,7 +128,7 @@ def run_jobs(jobs: Sequence[AnyJob], tc: toolchain.Toolchain | None = None, time
         return _run(jobs, tc, timeout, started)
     except _Crashed as e:
         if len(jobs) == 1:
-            return [EmulatorOutcome(False, False, str(e))]
+            return [EmulatorOutcome(False, False, str(e), host=True)]
     return [run_jobs([j], tc, timeout, None if started is None else functools.partial(_as_job, started, k))[0]
             for k, j in enumerate(jobs)]
 
@@ -233,9 +234,9 @@ def cache_dir() -> Path:
 
 def run_cached(jobs: Sequence[tuple[str, AnyJob, list[str]]], tc: toolchain.Toolchain | None,
                steps: Callable[[str], None] | None = None, timeout: float = TIMEOUT_S) -> list[EmulatorOutcome]:
-    """Each job's outcome, from the cache by content where it was run before, else run now (and kept). A job is
-    (the bundle path it is told by, the job, the sha256 of the bundle files it runs); `steps` is told of each job as
-    the child starts it; `timeout`: the seconds the child may take."""
+    """Each job's outcome, from the cache by content where it was run before, else run now (and kept, unless the
+    child died or hung on it). A job is (the bundle path it is told by, the job, the sha256 of the bundle files it
+    runs); `steps` is told of each job as the child starts it; `timeout`: the seconds the child may take."""
     keys = [_key(job, tc, shas) for _, job, shas in jobs]
     cached: dict[str, EmulatorOutcome] = {}
     for key in keys:
@@ -254,6 +255,8 @@ def run_cached(jobs: Sequence[tuple[str, AnyJob, list[str]]], tc: toolchain.Tool
 
     for (_, _, key), outcome in zip(todo, run_jobs([j for _, j, _ in todo], tc, timeout, started), strict=True):
         cached[key] = outcome
+        if outcome.host:  # a child killed by the time limit or a signal says nothing lasting of the bytes
+            continue
         with contextlib.suppress(OSError, ValueError, TypeError):  # a cache miss
             write_json(cache_dir() / f"{key}.json", asdict(outcome))
     return [cached[key] for key in keys]

@@ -121,6 +121,25 @@ def test_a_sound_bundle_loads_and_matches_and_the_report_says_so(bundle):
     assert shallow.returncode == 0 and "not loaded on the host emulator (--shallow)" in shallow.stdout
 
 
+def test_a_run_the_child_did_not_finish_is_not_kept_as_the_bytes_outcome(bundle, monkeypatch):
+    """A child killed by the time limit (or by a signal from outside) says nothing lasting of the bytes: the next
+    verify runs them again instead of failing from the cache (it once failed a sound 10 GB bundle that way), and a
+    verdict is kept."""
+    real = emulator._run
+
+    def hung(jobs, tc, timeout, started=None):
+        raise emulator._Crashed(f"the host HTP emulator did not finish loading the context binaries in {timeout:g} s")
+
+    monkeypatch.setattr(emulator, "_run", hung)
+    first = verify_bundle(bundle, deep=True)
+    assert not first.ok and all("did not finish loading" in p.message for p in first.problems), first.problems
+    assert not list(emulator.cache_dir().glob("*.json"))
+    monkeypatch.setattr(emulator, "_run", real)
+    again = verify_bundle(bundle, deep=True)
+    assert again.ok, again.problems
+    assert len(list(emulator.cache_dir().glob("*.json"))) == 4  # the verdicts are kept
+
+
 def test_another_graphs_binary_computes_other_numbers_and_fails(bundle, tmp_path):
     """b's binary and wrapper under a's names: the same signature, real metadata, another graph's weights."""
     forged = _copy(bundle, tmp_path / "forged")
