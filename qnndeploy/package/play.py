@@ -21,6 +21,7 @@ What goes where:
 from __future__ import annotations
 
 import hashlib
+import json
 import string
 import zlib
 from dataclasses import dataclass, field
@@ -71,9 +72,16 @@ from qnndeploy.verification.checks import VerifyReport, require_ok, verify_folde
 DELIVERIES = tuple(d.value for d in Delivery)  # the --delivery choices
 DEFAULT_PACK = "qnndeploy_models"
 MARKER = ".qnndeploy-play"  # in every output folder: what --force may replace
-# Play's limits (Play for On-device AI, device targeting documentation)
-PACK_LIMIT = 1_500_000_000  # an AI pack's compressed download
-APP_LIMIT = 4_000_000_000  # everything one phone gets of an app version
+
+def _limit(name: str) -> int:
+    """One of Play's size limits (data/play_limits.json, with its source)."""
+    data = json.loads(resources.files("qnndeploy").joinpath("data/play_limits.json").read_text(encoding="utf-8"))
+    return int(data["limits"][name]["bytes"])
+
+
+BASE_LIMIT = _limit("base_module")  # the base module's compressed download
+PACK_LIMIT = _limit("asset_pack")  # an AI pack's
+APP_LIMIT = _limit("modules_and_install_time_packs")  # the base and the install-time packs one phone gets
 # A device group may have 5 selectors; qnndeploy writes one per group, listing every SoC of the group (the
 # system-on-chip elements of one selector are alternatives), so that limit is never reached.
 DEFLATE_LEVEL = 6  # zlib's default, the level of APK and AAB entries: the estimate of what a phone downloads
@@ -267,15 +275,22 @@ def _on_device_plan(manifest: Manifest, sizes: _Sizes) -> PlanOnDevice:
 
 def _check_limits(plan: PlayPlan) -> None:
     base = plan.base.deflated
+    if base > BASE_LIMIT:
+        cpu = sum(f.size for f in plan.base.files if f.path.startswith("cpu/"))
+        raise QnnDeployError(f"the base module would download {base / 1e9:.2f} GB (deflated; its CPU models are "
+                             f"{cpu / 1e9:.2f} GB before compression); Play allows {BASE_LIMIT / 1e6:.0f} MB: the "
+                             "CPU models are every phone's fallback, in the base module, and package play cannot "
+                             "yet deliver them in a pack")
     for g in plan.groups:
         if g.deflated > PACK_LIMIT:
             raise QnnDeployError(f"device group {g.name} would download {g.deflated / 1e9:.2f} GB of AI pack "
                                  f"(deflated); Play allows {PACK_LIMIT / 1e9} GB per pack: split the model's graphs "
                                  "into several bundles (packs) or quantize it")
-        if base + g.deflated > APP_LIMIT:
+        if plan.delivery == Delivery.INSTALL_TIME and base + g.deflated > APP_LIMIT:
             total = base + g.deflated
             raise QnnDeployError(f"a phone of device group {g.name} would download {total / 1e9:.2f} GB (base "
-                                 f"{base / 1e9:.2f} GB + pack); Play allows {APP_LIMIT / 1e9} GB per app")
+                                 f"{base / 1e9:.2f} GB + install-time pack); Play allows {APP_LIMIT / 1e9} GB for the "
+                                 "modules and install-time packs")
 
 
 def config_xml(plan: PlayPlan) -> str:

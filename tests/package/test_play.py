@@ -137,6 +137,18 @@ def test_over_plays_pack_limit_is_refused_and_nothing_is_written(demo_bundle, tm
     assert not (tmp_path / "p").exists() and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
+def test_a_base_module_over_plays_limit_is_refused_and_nothing_is_written(demo_bundle, tmp_path, monkeypatch):
+    """The CPU models travel in the base module, which Play caps (500 MB, data/play_limits.json): a 0.5B LLM's or
+    Whisper large's fp32 fallback is over it, and a package Play would refuse is not written."""
+    monkeypatch.setattr(play, "BASE_LIMIT", 1000)
+    with pytest.raises(QnnDeployError, match=r"the base module would download .* Play allows 0 MB: the CPU models"):
+        play.package_play(demo_bundle, tmp_path / "p")
+    assert not (tmp_path / "p").exists() and list(tmp_path.iterdir()) == []
+    monkeypatch.undo()  # the limits as the data file has them, from Play's size limits page
+    assert (play.BASE_LIMIT, play.PACK_LIMIT, play.APP_LIMIT) == (500_000_000, 1_500_000_000, 4_000_000_000)
+
+
 def test_bad_requests_are_one_line_errors(tmp_path):
     bad_pack = run("package", "play", str(tmp_path), "-o", str(tmp_path / "p"), "--pack", "9models")
     assert bad_pack.exit_code == 2 and "invalid AI pack name '9models'" in bad_pack.output
