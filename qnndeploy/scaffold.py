@@ -344,7 +344,8 @@ def _generation(manifest: Manifest) -> dict[str, Any] | None:
     if manifest.generation is None:
         return None
     data = manifest.generation.to_json()
-    return {**data, "inputs": {**_GENERATION_INPUTS, **data["inputs"]}}
+    return {**data, "inputs": {**_GENERATION_INPUTS, **data["inputs"]},
+            "kv": [{"npu_dtype": None, **k} for k in data["kv"]]}
 
 
 _REASON_GROUPS = {

@@ -7,15 +7,16 @@ from pathlib import PurePath
 from typing import Any
 
 FORMAT = "qnndeploy-bundle"
-FORMAT_VERSION = 7  # what `bundle` writes; every version from 1 up to it is read (v2 added external data,
+FORMAT_VERSION = 8  # what `bundle` writes; every version from 1 up to it is read (v2 added external data,
 # v3 context binaries shared by several graphs: an artifact with "graphs" instead of "graph", v4 "on_device",
 # v5 "loop": an encoder-decoder's decode loop and its tokenizer, v6 "licences", required: each Qualcomm file's origin
 # and the licence texts that came with it, v7 "generation": a decoder LLM's prompt and decode graphs in parts, its KV
-# cache and loop)
+# cache and loop, v8 a generation's "npu_dtype": its NPU graphs' KV cache in uint8)
 SHARED_SINCE = 3  # the format version that added context binaries shared by several graphs
 ON_DEVICE_SINCE = 4  # the format version that added "on_device": what the app compiles on SoCs without a target
 LOOP_SINCE = 5  # the format version that added "loop": the decode loop the app runs over an encoder and a decoder
 GENERATION_SINCE = 7  # the format version that added "generation": a decoder's parts, the loop the app runs over them
+KV8_SINCE = 8  # the format version that added a generation cache's "npu_dtype": uint8 in the NPU graphs' I/O
 LICENCES_DIR = "licences"  # the bundle folder of the licence and notice files: licences/<origin>/...
 LICENCES_SINCE = 6  # the format version that made "licences" required: where each Qualcomm file came from
 CONTEXT_BINARY = "qnn-context-binary"  # artifact formats: what QNN itself and sherpa-onnx load,

@@ -235,6 +235,10 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
         if loop.get("tokenizer"):
             expected[Path(loop["tokenizer"]["path"])] = loop["tokenizer"]["sha256"]
     precision = precisions.pop()
+    uint8 = {frozenset(n for n, _, _ in rec.htp.kv8) if rec.htp else frozenset() for rec in jobs}
+    if len(uint8) > 1:
+        raise BadInput(f"{build} mixes jobs compiled with and without --kv-bits 8 (or with other caches in uint8): "
+                       "compile every SoC the same way, then bundle")
     plan = _generation_plan(Path(build), cpu)
     words = Path(plan.tokenizer[0]) if plan is not None and plan.tokenizer else None
     if plan is not None and plan.tokenizer:
@@ -242,7 +246,8 @@ def spec_from_build(build: Path, name: str, version: str, accept: Mapping[tuple[
     spec = BundleSpec(name, version, cpu, npu, precision=precision, records=records, validation=validation,
                       htp=htp, accepted_on=_accept(validation, Path(build), accept or {}, accept_on),
                       expected_sha256=expected, build=Path(build), loop=loop, compilers=compilers,
-                      generation=None if plan is None else to_manifest(plan, precision), generation_tokenizer=words)
+                      generation=None if plan is None else to_manifest(plan, precision, uint8.pop()),
+                      generation_tokenizer=words)
     if split is not None:
         return with_split(spec, split)
     looped = set(decode.described(loop).graphs) if loop is not None else set()

@@ -102,6 +102,7 @@ class CompileArgs:
     optimization_mode: int | None
     keep_fp16: str | None
     keep_int8: str | None
+    kv_bits: str
     spill_fill: bool
     no_cache: bool
     qairt: str | None
@@ -144,6 +145,10 @@ class CompileArgs:
 @click.option("--keep-int8", metavar="NODE[,NODE]",
               help="With --precision w4a16: give these MatMul/Gemm nodes 8-bit weights (per channel) instead of "
                    "4-bit, e.g. an LLM's lm_head (compile lists the layers that lose most).")
+@click.option("--kv-bits", type=click.Choice(["8", "16"]), default="16", show_default=True,
+              help="With --precision w8a16 or w4a16: the bits of the KV cache's tensors on the NPU, 8 halving what "
+                   "the HTP holds and moves (the graphs of prepare --generate, or --loop's cache); the app's "
+                   "buffers stay float.")
 @click.option("--spill-fill", is_flag=True,
               help="One spill-fill buffer for the graphs of a context (ort backend).")
 @click.option("--no-cache", is_flag=True, help="Compile every job; neither read nor fill the cache.")
@@ -177,7 +182,8 @@ def compile_cmd(args: CompileArgs, as_json: bool) -> None:
             shares=shares_from_args(list(args.shares)),
             htp=HtpSettings(vtcm_mb=args.vtcm_mb, optimization_mode=args.optimization_mode,
                             spill_fill=args.spill_fill,
-                            keep_fp16=_names(args.keep_fp16), keep_int8=_names(args.keep_int8)))
+                            keep_fp16=_names(args.keep_fp16), keep_int8=_names(args.keep_int8)),
+            kv_bits=int(args.kv_bits))
         summary = compile_models(models_from_args(list(args.models)), list(args.socs), args.out, options, progress)
     report(summary, as_json, _render_compile)
 

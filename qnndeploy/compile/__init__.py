@@ -44,6 +44,7 @@ from qnndeploy.compile.aihub import AihubBackend
 from qnndeploy.compile.jobs import Backend, Compiled, CompileError, CompileJob, Member, Tools, with_input_paths
 from qnndeploy.compile.ort import OrtBackend
 from qnndeploy.compile.qairt import QairtBackend
+from qnndeploy.formats.generation import plans_of
 from qnndeploy.formats.manifest import graph_signature
 from qnndeploy.formats.records import (
     RECORD_FILE,
@@ -61,8 +62,8 @@ from qnndeploy.formats.records import (
 )
 from qnndeploy.model import decode
 from qnndeploy.model.onnxio import load_model, model_inputs, require_model_file
-from qnndeploy.model.quantize import worst
-from qnndeploy.model.samples import fingerprint, for_graph, sample_source, write_samples
+from qnndeploy.model.quantize import Encoding, worst
+from qnndeploy.model.samples import fingerprint, for_graph, load_samples, sample_source, write_samples
 from qnndeploy.qnn import contextcheck, htp, qnnsystem
 from qnndeploy.qnn import loop as loop_run
 from qnndeploy.qnn.markers import build_version, scan_file
@@ -87,6 +88,9 @@ class JobStatus(StrEnum):
     FAILED = "failed"
 
 
+KV_BITS = 16  # a quantized build's KV cache: the activations' bits unless --kv-bits says 8
+
+
 @dataclass(frozen=True)
 class CompileOptions:
     """How compile_models compiles, as the command line's options say (same defaults)."""
@@ -102,6 +106,7 @@ class CompileOptions:
     qnn_sdk_root: Path | None = None  # the QAIRT SDK for the qairt backend; None: $QNN_SDK_ROOT
     shares: dict[str, list[str]] = field(default_factory=dict)  # shared context name -> its graphs
     htp: HtpSettings = field(default_factory=HtpSettings)
+    kv_bits: int = KV_BITS  # 8: a generation's KV cache in uint8 in the graphs' inputs and outputs (w8a16, w4a16)
 
 
 @dataclass
@@ -239,6 +244,7 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, options:
     shares = _check_shares(o.shares, graphs, targets, be.name)
     htp = _check_htp(o.htp, targets)
     _check_keep(htp, precision, be.name, graphs)
+    kv = _kv_pairs(o.kv_bits, precision, be.name, graphs, looped)
     for soc in targets:  # what the catalog knows this QAIRT cannot build, refused before any job runs
         refused = catalog.refusal(soc, be.qairt_version, precision)
         if refused:
@@ -256,6 +262,9 @@ def compile_models(models: dict[str, Path], socs: list[str], out: Path, options:
                                                                    Path(made), progress)
         calibration.update({g: _calibration(calib, g, model, prep, Path(made)) for g, model in graphs.items()
                             if g not in calibration})
+        if kv:
+            checked = dataclasses.replace(checked, htp=dataclasses.replace(
+                htp, kv8=_kv_encodings(kv, graphs, calibration)))
         return _compile(checked, progress, start, calibration)
 
 
@@ -390,6 +399,51 @@ def _check_keep(htp: HtpSettings, precision: Precision, backend: BackendName, gr
         if unknown:
             raise BadInput(f"{option} {', '.join(unknown)}: no node of that name in the models (node names, "
                            "as qnndeploy diagnose prints them)")
+
+
+def _kv_pairs(bits: int, precision: Precision, backend: BackendName, graphs: dict[str, Path],
+              looped: decode.Loop | None) -> list[tuple[str, str]]:
+    """--kv-bits 8: each cache input and the output whose new entries go into it, as the generation plan beside the
+    graphs (prepare --generate) names them; [] for --kv-bits 16."""
+    if bits == KV_BITS:
+        return []
+    if bits != 8:
+        raise BadInput(f"--kv-bits {bits}: use 8, or {KV_BITS} (the activations' bits, the default)")
+    if not precision.quantized or backend != BackendName.ORT:
+        raise BadInput("--kv-bits 8 applies to --precision w8a16 or w4a16 with the ort backend (fp16 keeps the cache "
+                       "in fp16)")
+    if looped is not None:
+        raise BadInput("--kv-bits 8 takes the graphs of prepare --generate, whose app loop (the glue's generation "
+                       "session) keeps uint8 caches; an encoder-decoder's --loop keeps its cache in float")
+    plans = {plan.path: plan for plan in plans_of(graphs).values()}.values()
+    pairs = [pair for plan in plans for k_in, k_out, v_in, v_out in plan.kv for pair in ((k_in, k_out), (v_in, v_out))]
+    if not pairs:
+        raise BadInput("--kv-bits 8: no graph has a KV cache qnndeploy knows: compile the graphs prepare --generate "
+                       "wrote (its plan beside them)")
+    return pairs
+
+
+def _kv_encodings(pairs: list[tuple[str, str]], graphs: dict[str, Path], calibration: dict[str, tuple[Path, JSON]]
+                  ) -> tuple[tuple[str, float, int], ...]:
+    """One uint8 encoding per cache, for its input and the output that fills it in every graph (the prompt's and the
+    decode's), so that the app appends the new entries' bytes as they come: the range of what the calibration
+    samples hold in that cache (the CPU's loop filled it)."""
+    import numpy as np
+
+    ranges: dict[str, tuple[float, float]] = {}
+    pasts = {past for past, _ in pairs}
+    for graph, model in graphs.items():
+        specs = [t for t in model_inputs(model) if t.name in pasts]
+        for sample in load_samples(calibration[graph][0], specs) if specs else ():
+            for name, values in sample.items():
+                low, high = ranges.get(name, (0.0, 0.0))
+                ranges[name] = (min(low, float(np.min(values))), max(high, float(np.max(values))))
+    found = []
+    for past, new in pairs:  # the caches of the graphs compiled (a part's graphs may be compiled alone)
+        if past in ranges:
+            e = Encoding.spanning(*ranges[past])
+            found += [(past, e.scale, e.zero_point), (new, e.scale, e.zero_point)]
+    return tuple(found)
 
 
 def _check_htp(htp: HtpSettings, targets: list[Soc]) -> HtpSettings:

@@ -28,8 +28,17 @@ from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.compile import logs
 from qnndeploy.compile.jobs import Compiled, CompileError, CompileJob, Member, Tools
 from qnndeploy.formats.records import HtpSettings
-from qnndeploy.model.onnxio import load_model, model_inputs
-from qnndeploy.model.quantize import INT4_SETTINGS, SETTINGS, QuantizedLayer, int4_weights, qdq, quantized_layers
+from qnndeploy.model.onnxio import load_model, model_inputs, model_outputs
+from qnndeploy.model.quantize import (
+    INT4_SETTINGS,
+    SETTINGS,
+    Encoding,
+    QuantizedLayer,
+    int4_weights,
+    qdq,
+    quantized_layers,
+    uint8_io,
+)
 from qnndeploy.model.samples import load_samples
 from qnndeploy.qnn import epcontext, htp, refusals
 
@@ -63,7 +72,8 @@ class OrtBackend:
         if precision.quantized:
             options["quantization"] = {**(INT4_SETTINGS if precision == Precision.W4A16 else SETTINGS),
                                        **({"nodes_to_exclude": list(htp.keep_fp16)} if htp.keep_fp16 else {}),
-                                       **({"int8_weight_nodes": list(htp.keep_int8)} if htp.keep_int8 else {})}
+                                       **({"int8_weight_nodes": list(htp.keep_int8)} if htp.keep_int8 else {}),
+                                       **({"uint8_io": {n: [sc, zp] for n, sc, zp in htp.kv8}} if htp.kv8 else {})}
         if precision == Precision.W4A16:
             # LPBQ: the block scales stored as a per-channel scale and 4-bit multipliers (measured: 2.35 MB against
             # 2.43 MB for a 1024x4096 weight, the same outputs when the scales have that form, as int4_weights's do)
@@ -75,10 +85,12 @@ class OrtBackend:
         with tempfile.TemporaryDirectory(prefix=".tmp-", dir=work) as tmp:
             members = job.members or (Member(job.graph, job.model, job.model_sha256, job.calibration),)
             provider = {k: str(int(v)) for k in PROVIDER_OPTIONS if (v := job.options.get(k)) not in (None, False)}
+            quantization = job.options.get("quantization") or {}
             spec: JSON = {"graph": job.graph, "shared": bool(job.members), "soc": job.soc.model, "provider": provider,
                     "fp16": job.options["enable_htp_fp16_precision"],
-                    "keep_fp16": (job.options.get("quantization") or {}).get("nodes_to_exclude", []),
-                    "keep_int8": (job.options.get("quantization") or {}).get("int8_weight_nodes", []),
+                    "keep_fp16": quantization.get("nodes_to_exclude", []),
+                    "keep_int8": quantization.get("int8_weight_nodes", []),
+                    "uint8": quantization.get("uint8_io", {}),
                     "precision": job.precision, "work": str(work), "tmp": tmp,
                     "members": [{"graph": m.graph, "model": str(m.model),
                                  "calibration": str(m.calibration) if m.calibration else None,
@@ -269,11 +281,12 @@ def _read(log: Path) -> str:
 
 @dataclass(frozen=True)
 class _Keep:
-    """The nodes a quantized build leaves in float (--keep-fp16), and those whose weights w4a16 keeps at 8 bits
-    (--keep-int8)."""
+    """The nodes a quantized build leaves in float (--keep-fp16), those whose weights w4a16 keeps at 8 bits
+    (--keep-int8), and the tensors given 8-bit activations (the KV cache's, --kv-bits 8)."""
 
     fp16: list[str]
     int8: list[str]
+    uint8: dict[str, list[float]]  # tensor -> [scale, zero point]
 
 
 @dataclass(frozen=True)
@@ -301,7 +314,7 @@ def _quantized(member: JSON, spec: JSON, precision: Precision) -> _Quantized:
     """The member's QDQ graph: made by another SoC's job of this compile (it does not depend on the SoC), or made
     now in the run's shared folder (spec's "quantized", else the job's own) and published there for the others."""
     graph, model = member["graph"], Path(member["model"])
-    keep = _Keep(spec["keep_fp16"], spec["keep_int8"])
+    keep = _Keep(spec["keep_fp16"], spec["keep_int8"], spec["uint8"])
     if spec["quantized"] is None:
         return quantize(model, Path(member["calibration"]), Path(spec["tmp"]) / f"{graph}_qdq.onnx", precision, keep)
     done, log = Path(spec["quantized"]) / member["quantized"], Path(spec["log"])
@@ -339,11 +352,14 @@ def quantize(model: Path, calibration: Path, out: Path, precision: Precision, ke
 
     samples = load_samples(calibration, model_inputs(model))
     names = _node_names(model)
+    io = {t.name for t in (*model_inputs(model), *model_outputs(model))}
+    kv8 = {t: Encoding(float(scale), int(zp)) for t, (scale, zp) in keep.uint8.items() if t in io}
     kept = f"; {', '.join(keep.fp16)} kept in fp16" if keep.fp16 else ""
+    kv = f"; the KV cache's {len(kv8)} inputs and outputs uint8" if kv8 else ""
     weights = "int4 in blocks of 32 (MatMul/Gemm), else uint8" if precision == Precision.W4A16 else "uint8"
     print(f"qnndeploy: quantizing to QDQ (activations uint16, weights {weights}, MinMax) with {len(samples)} "
-          f"calibration sample(s) from {calibration}{kept}", flush=True)
-    qdq(model, samples, out, [n for n in keep.fp16 if n in names])
+          f"calibration sample(s) from {calibration}{kept}{kv}", flush=True)
+    qdq(model, samples, out, [n for n in keep.fp16 if n in names], kv8)
     warnings = []
     if len(samples) < FEW_CALIBRATION_SAMPLES:
         warnings.append(f"calibrated on {len(samples)} sample(s) only: use {FEW_CALIBRATION_SAMPLES} or more real "
@@ -353,6 +369,8 @@ def quantize(model: Path, calibration: Path, out: Path, precision: Precision, ke
         for k in eight:
             print(f"qnndeploy: {k}", flush=True)
         warnings += [str(k) for k in eight if k.nodes and not set(k.nodes) & set(keep.int8)]
+    if kv8:
+        uint8_io(out, kv8)
     layers = quantized_layers(model, out, samples)
     return _Quantized(out, layers, warnings)
 

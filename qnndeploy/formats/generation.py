@@ -4,7 +4,7 @@ bundle build read it; a bundle carries its loop as the manifest's "generation" o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -193,10 +193,12 @@ def plans_of(sources: Mapping[str, Path]) -> dict[str, GenerationPlan]:
     return found
 
 
-def to_manifest(plan: GenerationPlan, precision: str) -> Generation:
-    """The manifest's "generation" object for a bundle of the plan's graphs built at `precision`."""
+def to_manifest(plan: GenerationPlan, precision: str, uint8: Collection[str] = ()) -> Generation:
+    """The manifest's "generation" object for a bundle of the plan's graphs built at `precision`; `uint8`: the
+    cache tensors the NPU graphs keep in uint8 (compile --kv-bits 8)."""
     kv = tuple(GenerationKv(i, next(p.index for p in plan.parts if p.layers[0] <= i <= p.layers[1]),
-                            (k_in, k_out), (v_in, v_out), plan.kv_heads, plan.head_dim, plan.kv_dtype)
+                            (k_in, k_out), (v_in, v_out), plan.kv_heads, plan.head_dim, plan.kv_dtype,
+                            "uint8" if {k_in, k_out, v_in, v_out} <= set(uint8) else None)
                for i, (k_in, k_out, v_in, v_out) in enumerate(plan.kv))
     return Generation("decoder", plan.prompt_tokens, plan.context, plan.proof.vocab, precision,
                       (("input_ids", plan.input_ids), ("attention_mask", plan.attention_mask),

@@ -266,7 +266,8 @@ class BundleLoop:
 @dataclass(frozen=True)
 class GenerationKv:
     """One layer's KV cache in a generation: the part whose graphs read and write it, its key's and value's
-    (past input, present output) names, and its per-entry shape [1, heads, entries, head_dim] and element type."""
+    (past input, present output) names, and its per-entry shape [1, heads, entries, head_dim] and element type; on
+    the NPU (format 8's npu_dtype, None: the same) uint8 where compile --kv-bits 8 made it so, the CPU's staying."""
 
     layer: int
     part: int
@@ -275,10 +276,17 @@ class GenerationKv:
     heads: int
     head_dim: int
     dtype: str = "float32"
+    npu_dtype: str | None = None
+
+    @property
+    def on_npu(self) -> str:
+        """The element type of the NPU graphs' cache tensors."""
+        return self.npu_dtype or self.dtype
 
     def to_json(self) -> JSON:
         return {"layer": self.layer, "part": self.part, "key": list(self.key), "value": list(self.value),
-                "heads": self.heads, "head_dim": self.head_dim, "dtype": self.dtype}
+                "heads": self.heads, "head_dim": self.head_dim, "dtype": self.dtype,
+                **({} if self.npu_dtype is None else {"npu_dtype": self.npu_dtype})}
 
 
 @dataclass(frozen=True)
@@ -666,7 +674,8 @@ def _generation(m: JSON) -> Generation:
     if not all(isinstance(v, str) for v in inputs.values()):
         _bad("inputs", m)
     kv = tuple(GenerationKv(_count(k, "layer"), _count(k, "part"), _pair(k, "key"), _pair(k, "value"),
-                            _count(k, "heads"), _count(k, "head_dim"), _optional(k, "dtype") or "float32")
+                            _count(k, "heads"), _count(k, "head_dim"), _optional(k, "dtype") or "float32",
+                            _optional(k, "npu_dtype"))
                for k in _objects(m, "kv"))
     parts = []
     for p in _objects(m, "parts"):

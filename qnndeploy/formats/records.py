@@ -76,12 +76,14 @@ class JobFile:
 @dataclass(frozen=True)
 class HtpSettings:
     """HTP compile settings: chosen on compile's command line, read back from its record, written into the manifest
-    (all but keep_fp16 and keep_int8, which only the compile uses). None/False leaves the compiler's default."""
+    (all but keep_fp16, keep_int8 and kv8, which only the compile uses). None/False leaves the compiler's default."""
     vtcm_mb: int | None = None  # VTCM the graphs may use (default: all of the SoC's)
     optimization_mode: int | None = None  # graph finalization optimization, 1-3: 3 compiles slowest, runs fastest
     spill_fill: bool = False  # a spill-fill buffer shared by the graphs of a context (ORT enable_htp_spill_fill_buffer)
     keep_fp16: tuple[str, ...] = ()  # w8a16, w4a16: nodes left unquantized, which the HTP then runs in fp16
     keep_int8: tuple[str, ...] = ()  # w4a16: nodes whose weights stay 8-bit (per channel), e.g. an LLM's lm_head
+    # w8a16, w4a16 --kv-bits 8: the KV cache's inputs and outputs, 8-bit in the graph's I/O: (name, scale, zero point)
+    kv8: tuple[tuple[str, float, int], ...] = ()
 
     def manifest_json(self) -> JSON:
         """A target's "compile" in manifest.json."""
@@ -374,9 +376,11 @@ def htp_settings(options: dict[str, Any]) -> HtpSettings:
     """The HTP settings a compile record's backend options hold (ort: the QNN EP's options; qairt: its HTP
     config)."""
     config = options.get("htp_config") or {}
+    uint8 = (options.get("quantization") or {}).get("uint8_io") or {}
     return HtpSettings(options.get("vtcm_mb", config.get("vtcm_mb")),
                        options.get("htp_graph_finalization_optimization_mode", config.get("O")),
-                       bool(options.get("enable_htp_spill_fill_buffer")))
+                       bool(options.get("enable_htp_spill_fill_buffer")),
+                       kv8=tuple((str(n), float(sc), int(zp)) for n, (sc, zp) in sorted(uint8.items())))
 
 
 @dataclass(frozen=True)

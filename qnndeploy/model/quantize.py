@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,6 +66,67 @@ class QuantizedLayer:
 
 
 @dataclass(frozen=True)
+class Encoding:
+    """An 8-bit activation's mapping to real numbers: real = scale * (q - zero_point), q in 0..255."""
+
+    scale: float
+    zero_point: int
+
+    @classmethod
+    def spanning(cls, low: float, high: float) -> Encoding:
+        """The uint8 encoding whose range holds [low, high] and 0 exactly (an empty cache slot is 0)."""
+        low, high = min(low, 0.0), max(high, 0.0)
+        scale = (high - low) / 255 or 1.0
+        return cls(scale, min(255, max(0, round(-low / scale))))
+
+    def quantize(self, values: np.ndarray) -> np.ndarray:
+        """Float values as uint8 (uint8 ones pass as they are: an app's 8-bit cache)."""
+        import numpy as np
+
+        if values.dtype == np.uint8:
+            return values
+        q: np.ndarray = np.clip(np.rint(values / np.float32(self.scale)) + self.zero_point, 0, 255)
+        return q.astype(np.uint8)
+
+    def dequantize(self, values: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        return ((values.astype(np.float32) - self.zero_point) * np.float32(self.scale)).astype(np.float32)
+
+
+def uint8_io(qdq_model: Path, names: Iterable[str]) -> None:
+    """Rewrite, in place, the QDQ graph's inputs and outputs named in `names` to carry their 8-bit values: an input
+    fed into its QuantizeLinear becomes a uint8 input read by the DequantizeLinear nodes directly, an output made by
+    a DequantizeLinear becomes the uint8 it dequantized. The app then keeps those tensors (a KV cache) in uint8, a
+    quarter of float32, and the HTP moves them so (onnxruntime-qnn maps such inputs and outputs to 8-bit
+    fixed-point tensors of the graph, with these encodings: read back from the binary by libQnnSystem)."""
+    import onnx
+
+    model = onnx.load(str(qdq_model), load_external_data=False)
+    graph, wanted = model.graph, set(names)
+    inputs = {v.name: v for v in graph.input if v.name in wanted}
+    outputs = {v.name: v for v in graph.output if v.name in wanted}
+    renames: dict[str, str] = {}
+    dropped = []
+    for node in graph.node:
+        if node.op_type == "QuantizeLinear" and node.input[0] in inputs:
+            renames[node.output[0]] = node.input[0]
+            inputs[node.input[0]].type.tensor_type.elem_type = onnx.TensorProto.UINT8
+            dropped.append(node)
+        elif node.op_type == "DequantizeLinear" and node.output[0] in outputs:
+            renames[node.input[0]] = node.output[0]
+            outputs[node.output[0]].type.tensor_type.elem_type = onnx.TensorProto.UINT8
+            dropped.append(node)
+    for node in dropped:
+        graph.node.remove(node)
+    for node in graph.node:
+        for names_of in (node.input, node.output):
+            for i, name in enumerate(names_of):
+                names_of[i] = renames.get(name, name)
+    onnx.save(model, str(qdq_model))
+
+
+@dataclass(frozen=True)
 class Int8Kept:
     """A weight w4a16 leaves at 8 bits (per channel), and why."""
 
@@ -77,13 +138,17 @@ class Int8Kept:
         return f"{', '.join(self.nodes)} ({self.weight}): 8-bit weights, {self.why}"
 
 
-def qdq(model: Path, samples: list[dict[str, np.ndarray]], out: Path, exclude: Sequence[str] = ()) -> Path:
+def qdq(model: Path, samples: list[dict[str, np.ndarray]], out: Path, exclude: Sequence[str] = (),
+        eight_bit: Mapping[str, Encoding] | None = None) -> Path:
     """Write `model` quantized to QDQ at `out`, calibrated (MinMax) on `samples` ({input name: array} each); the
-    nodes named in `exclude` stay in float (the HTP runs them in fp16 when the compile enables fp16)."""
+    nodes named in `exclude` stay in float (the HTP runs them in fp16 when the compile enables fp16), and the
+    tensors of `eight_bit` (a KV cache's) get 8-bit activations of the given encodings, the quantizer converting
+    where they meet 16-bit ones."""
     # The quantizer writes helper files (<stem>-inferred.onnx) beside its input: give it a private copy, with the
     # external data files the model names beside it (copies: onnx refuses symbolic and hard links to them). Its
     # 16-bit activations need opset 21: converted here (convert_opset), as the quantizer's own conversion passes
     # the whole model through one protobuf, which refuses 2 GB and more.
+    import numpy as np
     import onnx
     from onnxruntime.quantization import CalibrationDataReader, QuantType
     from onnxruntime.quantization import quantize as ort_quantize
@@ -104,8 +169,11 @@ def qdq(model: Path, samples: list[dict[str, np.ndarray]], out: Path, exclude: S
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self.it, None)
 
+    overrides = {t: [{"quant_type": QuantType.QUInt8, "scale": np.array(e.scale, np.float32),
+                      "zero_point": np.array(e.zero_point, np.uint8)}] for t, e in (eight_bit or {}).items()}
     config = get_qnn_qdq_config(str(private), Reader(), activation_type=getattr(QuantType, ACTIVATIONS),
-                                weight_type=getattr(QuantType, WEIGHTS), nodes_to_exclude=list(exclude) or None)
+                                weight_type=getattr(QuantType, WEIGHTS), nodes_to_exclude=list(exclude) or None,
+                                init_overrides=overrides or None)
     ort_quantize(str(private), str(out), config)
     return out
 

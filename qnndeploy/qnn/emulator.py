@@ -270,8 +270,6 @@ References = dict[tuple[str, str, int, int, str], tuple[list[samples.Sample], li
 def _one(job: JSON, work: Path, references: References) -> EmulatorOutcome:
     """Load and run one binary; `references` keeps each graph's CPU inputs and outputs by (model, graph, samples,
     seed), so that the binaries of one graph for several SoCs run its CPU model once."""
-    import onnxruntime as ort
-
     model = Path(job["cpu_model"])
     wrapper = _wrapped(Path(job["binary"]), job["qnn_graph"], model, work)
     key = (str(model), job["graph"], job["samples"], job["seed"],
@@ -285,13 +283,10 @@ def _one(job: JSON, work: Path, references: References) -> EmulatorOutcome:
         references[key] = feeds, samples.cpu_outputs(model, feeds)
     feeds, expected = references[key]
     try:
-        with htp.quiet_native_stdout():
-            session = ort.InferenceSession(str(wrapper), htp.session_options(socs.find(job["soc"]),
-                                                                             fp16=job["precision"] == "fp16"))
-            names = [o.name for o in session.get_outputs()]
-            actual = [dict(zip(names, session.run(None, s), strict=True)) for s in feeds]
-    except Exception as e:  # noqa: BLE001 onnxruntime's own error types: the binary does not load or run
-        return EmulatorOutcome(False, False, first_line(e))
+        call = htp.session(wrapper, socs.find(job["soc"]), fp16=job["precision"] == "fp16")
+        actual = [call(s) for s in feeds]
+    except QnnDeployError as e:  # the binary does not load or run
+        return EmulatorOutcome(False, False, str(e))
     limits = job["thresholds"] or metrics.thresholds_for(job["precision"])
     judged, verdict, passed = tasks.judge(tasks.recorded(job.get("task"), model), model, expected, actual, limits)
     return EmulatorOutcome(True, passed, None, [asdict(m) for m in judged], verdict.json() if verdict else None)
@@ -307,8 +302,6 @@ def _wrapped(binary: Path, qnn_graph: str, model: Path, work: Path) -> Path:
 
 def _one_chain(job: JSON, work: Path, references: References) -> EmulatorOutcome:
     """The split chained with its NPU parts on the emulator against the chain on the CPU, on the chain's inputs."""
-    import onnxruntime as ort
-
     parts = [ChainPart(p["graph"], Path(p["path"]), tuple(p["inputs"]), tuple(p["outputs"]),
                        Path(p["binary"]) if p["binary"] else None, p["qnn_graph"]) for p in job["parts"]]
     ranges = {name: (lo, hi) for name, (lo, hi) in (job.get("ranges") or {}).items()}
@@ -323,16 +316,13 @@ def _one_chain(job: JSON, work: Path, references: References) -> EmulatorOutcome
     def runner(part: ChainPart, f: list[samples.Sample]) -> list[samples.Sample]:
         if part.binary is None or part.qnn_graph is None:
             return samples.cpu_outputs(part.path, f)
-        session = ort.InferenceSession(str(_wrapped(part.binary, part.qnn_graph, part.path, work)),
-                                       htp.session_options(soc, fp16=fp16))
-        names = [o.name for o in session.get_outputs()]
-        return [dict(zip(names, session.run(None, x), strict=True)) for x in f]
+        call = htp.session(_wrapped(part.binary, part.qnn_graph, part.path, work), soc, fp16=fp16)
+        return [call(x) for x in f]
 
     try:
-        with htp.quiet_native_stdout():
-            actual = cutting.run_chain(parts, feeds, runner)
-    except Exception as e:  # noqa: BLE001 onnxruntime's own error types: a binary does not load or run
-        return EmulatorOutcome(False, False, first_line(e))
+        actual = cutting.run_chain(parts, feeds, runner)
+    except QnnDeployError as e:  # a binary does not load or run
+        return EmulatorOutcome(False, False, str(e))
     last = parts[-1]
     limits = job["thresholds"] or metrics.thresholds_for(job["precision"])
     judged, verdict, passed = tasks.judge(tasks.recorded(job.get("task"), last.path), last.path,

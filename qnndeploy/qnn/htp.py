@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 from qnndeploy.base import child, socs
 from qnndeploy.base.errors import BadInput, MissingTool, first_line
 from qnndeploy.model.onnxio import MAX_FOLDED_BYTES, inferred_values, load_model, oversized_constants
+from qnndeploy.model.quantize import Encoding
+from qnndeploy.qnn import epcontext, qnnsystem
 from qnndeploy.qnn.refusals import Refused
 from qnndeploy.qnn.refusals import parse as refused_nodes
 
@@ -140,39 +142,60 @@ def run_model(path: Path, soc: socs.Soc, feeds: list[dict[str, Any]], *, fp16: b
     """Each sample through `path` on the host HTP emulator (an EPContext model loads its binary; a plain model is
     compiled first): one {output: array} per sample, and the seconds the runs took. validate and diagnose run
     binaries this one way."""
-    import onnxruntime as ort
-
-    try:
-        with _CREATING, quiet_native_stdout():
-            session = ort.InferenceSession(str(path), session_options(soc, fp16=fp16, provider=provider))
-        names = [o.name for o in session.get_outputs()]
-        start = time.monotonic()
-        outputs = [dict(zip(names, session.run(None, s), strict=True)) for s in feeds]
-    except Exception as e:  # noqa: BLE001 onnxruntime's own error types
-        raise BadInput(first_line(e)) from None
+    call = session(path, soc, fp16=fp16, provider=provider)
+    start = time.monotonic()
+    outputs = [call(s) for s in feeds]
     return outputs, time.monotonic() - start
 
 
-def session(path: Path, soc: socs.Soc, *, fp16: bool = True) -> Callable[[dict[str, Any]], dict[str, Any]]:
+def session(path: Path, soc: socs.Soc, *, fp16: bool = True, provider: dict[str, str] | None = None
+            ) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """One model loaded once on the host HTP emulator, run call by call: what a decode loop needs, whose every
-    step's inputs come from the step before."""
+    step's inputs come from the step before. Inputs and outputs the binary keeps in uint8 (a KV cache compiled
+    with --kv-bits 8) take and give float values, through the binary's own encodings."""
     import onnxruntime as ort
 
     try:
         with _CREATING, quiet_native_stdout():
-            loaded = ort.InferenceSession(str(path), session_options(soc, fp16=fp16))
+            loaded = ort.InferenceSession(str(path), session_options(soc, fp16=fp16, provider=provider))
     except Exception as e:  # noqa: BLE001 onnxruntime's own error types
         raise BadInput(first_line(e)) from None
     names = [o.name for o in loaded.get_outputs()]
     wanted = {i.name for i in loaded.get_inputs()}
+    eight = [t.name for t in (*loaded.get_inputs(), *loaded.get_outputs()) if t.type == "tensor(uint8)"]
+    codes = quantized_io(path, eight) if eight else {}
 
     def run(feeds: dict[str, Any]) -> dict[str, Any]:
+        fed = {k: (codes[k].quantize(v) if k in codes else v) for k, v in feeds.items() if k in wanted}
         try:
-            return dict(zip(names, loaded.run(None, {k: v for k, v in feeds.items() if k in wanted}), strict=True))
+            got = dict(zip(names, loaded.run(None, fed), strict=True))
         except Exception as e:  # noqa: BLE001 onnxruntime's own error types
             raise BadInput(first_line(e)) from None
+        return {k: (codes[k].dequantize(v) if k in codes else v) for k, v in got.items()}
 
     return run
+
+
+def quantized_io(path: Path, names: list[str]) -> dict[str, Encoding]:
+    """The encodings of an EPContext model's uint8 inputs and outputs `names`, as its context binary records them
+    (read by libQnnSystem): a loop that keeps float values (validate's, on both sides) feeds the graph what an app
+    that keeps the 8-bit values would."""
+    binaries = [path.parent / ref for ref in epcontext.context_refs(path)]
+    graphs = set(epcontext.graph_names(path))
+    found: dict[str, Encoding] = {}
+    for answer in qnnsystem.read_contexts(binaries):
+        if isinstance(answer, Exception):
+            raise BadInput(f"{path.name}: its context binary does not read back ({answer})")
+        for graph in answer.graphs:
+            if graph.name in graphs:
+                for t in (*graph.inputs, *graph.outputs):
+                    q = t.quantization
+                    if t.name in names and q is not None and q.scale is not None and q.offset is not None:
+                        found[t.name] = Encoding(q.scale, -q.offset)  # QNN's real = scale * (q + offset)
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise BadInput(f"{path.name}: its uint8 {', '.join(missing)} have no encoding in its context binary")
+    return found
 
 
 # --- measured op support --------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from qnndeploy.base.htparch import HtpArch
 from qnndeploy.base.names import (
     FORMAT_VERSION,
     GENERATION_SINCE,
+    KV8_SINCE,
     LICENCES_DIR,
     LICENCES_SINCE,
     MANIFEST,
@@ -713,6 +714,15 @@ def _signatures(manifest: Manifest) -> Signatures:
     return {g.name: ([t.to_json() for t in g.inputs], [t.to_json() for t in g.outputs]) for g in manifest.graphs}
 
 
+def _npu_signatures(manifest: Manifest) -> Signatures:
+    """The signatures the NPU files must have: the CPU model's, but a generation's cache tensors of the element type
+    its NPU graphs keep them in (format 8's npu_dtype)."""
+    changed = {name: k.on_npu for k in (manifest.generation.kv if manifest.generation else ()) if k.npu_dtype
+               for name in (*k.key, *k.value)}
+    return {g: tuple([{**t, "dtype": changed.get(t["name"], t["dtype"])} for t in side]  # type: ignore[misc]
+                     for side in sig) for g, sig in _signatures(manifest).items()}
+
+
 def _cpu_problems(manifest: Manifest, facts: dict[str, FileFacts], root: Path) -> list[Problem]:
     """The CPU fallback: each file of a declared graph; each model naming only its graph's listed data files beside
     it, every listed data file named, and the model with its graph's signature."""
@@ -763,8 +773,38 @@ def _target_problems(manifest: Manifest, facts: dict[str, FileFacts], root: Path
         problems += _coverage_problems(manifest, t)
         for a in t.artifacts:
             problems += _artifact_problems(manifest, t, a, facts, root, contexts, need, model)
+        problems += _kv8_problems(manifest, t, contexts)
         if manifest.runtime.bundled:
             problems += _runtime_completeness(t, manifest.runtime.libs)
+    return problems
+
+
+def _kv8_problems(manifest: Manifest, t: Target, contexts: Contexts) -> list[Problem]:
+    """A generation cache the NPU keeps in uint8: the app appends a graph's new entries to it byte for byte, so its
+    past input and its present output have one encoding in every graph of the target (prompt and decode), as the
+    binaries say; and only format 8 has it."""
+    kv = [k for k in (manifest.generation.kv if manifest.generation else ()) if k.npu_dtype]
+    if kv and manifest.format_number < KV8_SINCE:
+        return [Problem(MANIFEST, f"generation gives its cache an npu_dtype, which bundle format {KV8_SINCE} "
+                                  f"introduced, but the manifest says format {manifest.format_version}")]
+    seen: dict[str, set[tuple[float | None, int | None]]] = {}
+    for a in t.artifacts:
+        info = contexts.get(a.path)
+        for g in info.graphs if isinstance(info, ContextInfo) else ():
+            for tensor in (*g.inputs, *g.outputs):
+                q = tensor.quantization
+                seen.setdefault(tensor.name, set()).add((q.scale, q.offset) if q else (None, None))
+    problems = []
+    for k in (k for k in kv if k.npu_dtype == "uint8"):
+        for past, present in (k.key, k.value):
+            codes = seen.get(past, set()) | seen.get(present, set())
+            if len(codes) > 1 or (None, None) in codes:
+                shown = ", ".join(f"scale {sc:.6g} offset {off}" if sc is not None else "none"
+                                  for sc, off in sorted(codes, key=str))
+                problems.append(Problem(MANIFEST, f"target {t.soc}: the binaries encode layer {k.layer}'s cache "
+                                        f"{past} -> {present} in several ways ({shown}): the app copies the new "
+                                        "entries' bytes into the cache, so they need one; compile again with "
+                                        "--kv-bits 8"))
     return problems
 
 
@@ -806,7 +846,7 @@ def _artifact_problems(manifest: Manifest, t: Target, a: BundleFile, facts: dict
     """One file of a target: of declared graphs, shared only from format 3; a wrapper loading its graph's binary
     with its graph's signature; a binary that is one, read by libQnnSystem (or else by its markers) for this SoC,
     arch, graphs and QAIRT."""
-    graphs, signatures = {g.name for g in manifest.graphs}, _signatures(manifest)
+    graphs, signatures = {g.name for g in manifest.graphs}, _npu_signatures(manifest)
     problems = [Problem(a.path, f"belongs to graph '{g}', which the manifest does not declare")
                 for g in a.served if g not in graphs]
     if a.graphs and manifest.format_number < SHARED_SINCE:

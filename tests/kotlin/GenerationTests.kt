@@ -10,6 +10,7 @@ package qnndeploy.tests
 // No model can run here: ONNX Runtime's sessions are the stand-ins of tests/kotlin/stubs, whose STAND_IN_MODEL is the
 // FakeDecoder below, a deterministic function of its inputs that also checks them (mask, positions, cache layout).
 
+import ai.onnxruntime.OnnxJavaType
 import ai.onnxruntime.OnnxTensor
 import ai.onnxruntime.OnnxTensorLike
 import ai.onnxruntime.OrtEnvironment
@@ -27,6 +28,7 @@ import com.example.qnnsample.qnndeploy.StopReason
 import qnndeploy.testsupport.FakeContext
 import qnndeploy.testsupport.runTests
 import java.io.File
+import java.nio.ByteBuffer
 import java.nio.FloatBuffer
 import kotlin.test.assertEquals
 import kotlin.test.assertFailsWith
@@ -47,6 +49,9 @@ internal data class Run(val graph: String, val position: Int, val valid: Int)
  */
 internal class FakeDecoder(private val config: GenerationConfig) : OrtSession.StandInModel {
     val runs = ArrayList<Run>()
+
+    /** The runs that read and wrote their cache as uint8 (an NPU wrapper of a layer whose npuDtype is "uint8"). */
+    var byteRuns = 0
 
     /** Every run's graph and inputs (name -> its numbers, flat), for the loop's twin test (GenerationTrace). */
     val trace = ArrayList<Map<String, Any>>()
@@ -87,9 +92,27 @@ internal class FakeDecoder(private val config: GenerationConfig) : OrtSession.St
         fun ints(name: String, shape: List<Long>): IntArray =
             tensor(name, shape).intBuffer?.let { b -> IntArray(b.remaining()).also { b.get(it) } }
                 ?: throw OrtException("$graph: $name is not int32")
+        // uint8 on an NPU wrapper whose layer the bundle keeps so: entries of whole numbers (steps of 2 and 1 per head
+        // and dim), read back from the bytes; part 2 keeps positions in its key instead of the sums, which outgrow a byte
+        val bytes = modelPath.endsWith("_ctx.onnx") && layer.npuDtype == "uint8"
+        if (bytes) byteRuns++
+        val keyStep = if (bytes) 2f else KEY_STEP
+        val valueStep = if (bytes) 2f else VALUE_STEP
+        fun cache(name: String, shape: List<Long>): FloatArray {
+            if (!bytes) return floats(name, shape)
+            val t = tensor(name, shape)
+            if (t.info.type != OnnxJavaType.UINT8) throw OrtException("$graph: $name is ${t.info.type}, not uint8")
+            val b = t.byteBuffer
+            return FloatArray(b.remaining()) { (b.get(it).toInt() and 0xFF).toFloat() }
+        }
+        fun kv(data: FloatArray, vararg shape: Int): OnnxTensor =
+            if (!bytes) out(data, *shape) else OnnxTensor.createTensor(
+                OrtEnvironment.getEnvironment(), ByteBuffer.wrap(ByteArray(data.size) { data[it].toInt().toByte() }),
+                shape.map { it.toLong() }.toLongArray(), OnnxJavaType.UINT8,
+            )
         val kvShape = listOf(1L, heads.toLong(), past.toLong(), dim.toLong())
-        val pastKey = floats(layer.key.past, kvShape)
-        val pastValue = floats(layer.value.past, kvShape)
+        val pastKey = cache(layer.key.past, kvShape)
+        val pastValue = cache(layer.value.past, kvShape)
 
         val mask: FloatArray
         val sums: FloatArray // per token of the chunk: the sum of every token up to it
@@ -102,21 +125,22 @@ internal class FakeDecoder(private val config: GenerationConfig) : OrtSession.St
             for (j in 0 until width) {
                 if (positions[j] != valid + j) throw OrtException("$graph: positions ${positions.toList()} after $valid entries")
             }
-            var sum = checkPast(graph, pastKey, pastValue, heads, past, dim, valid).sumOf { it.toDouble() }.toFloat()
+            var sum = checkPast(graph, pastKey, pastValue, heads, past, dim, valid, keyStep, valueStep)
+                .sumOf { it.toDouble() }.toFloat()
             sums = FloatArray(width) { j -> (sum + ids[j]).also { sum = it } }
             runs.add(Run(graph, positions[0], valid))
-            val key = entries(heads, width, dim, KEY_STEP) { j -> ids[j].toFloat() }
-            val value = entries(heads, width, dim, VALUE_STEP) { j -> positions[j].toFloat() }
+            val key = entries(heads, width, dim, keyStep) { j -> ids[j].toFloat() }
+            val value = entries(heads, width, dim, valueStep) { j -> positions[j].toFloat() }
             val hidden = FloatArray(width * 2) { if (it % 2 == 0) sums[it / 2] else positions[it / 2].toFloat() }
             return linkedMapOf(
-                layer.key.present to out(key, 1, heads, width, dim), layer.value.present to out(value, 1, heads, width, dim),
+                layer.key.present to kv(key, 1, heads, width, dim), layer.value.present to kv(value, 1, heads, width, dim),
                 "hidden" to out(hidden, 1, width, 2), "mask_f" to out(mask, 1, cl),
             )
         }
         mask = floats("mask_f", listOf(1, cl.toLong()))
         val hidden = floats("hidden", listOf(1, width.toLong(), 2))
         val valid = checkMask(graph, mask, width)
-        val earlier = checkPast(graph, pastKey, pastValue, heads, past, dim, valid)
+        val earlier = checkPast(graph, pastKey, pastValue, heads, past, dim, valid, keyStep, valueStep)
         if (earlier.zipWithNext().any { (a, b) -> b < a }) throw OrtException("$graph: the cache's sums go down: $earlier")
         sums = FloatArray(width) { hidden[2 * it] }
         positions = IntArray(width) { hidden[2 * it + 1].toInt() }
@@ -128,15 +152,16 @@ internal class FakeDecoder(private val config: GenerationConfig) : OrtSession.St
             for (i in 0 until vocab) logits[j * vocab + i] = -Math.abs(i - next).toFloat()
         }
         return linkedMapOf(
-            layer.key.present to out(entries(heads, width, dim, KEY_STEP) { j -> sums[j] }, 1, heads, width, dim),
-            layer.value.present to out(entries(heads, width, dim, VALUE_STEP) { j -> positions[j].toFloat() }, 1, heads, width, dim),
+            layer.key.present to kv(entries(heads, width, dim, keyStep) { j -> if (bytes) positions[j].toFloat() else sums[j] }, 1, heads, width, dim),
+            layer.value.present to kv(entries(heads, width, dim, valueStep) { j -> positions[j].toFloat() }, 1, heads, width, dim),
             config.logits to out(logits, 1, width, vocab),
         )
     }
 
     private fun numbers(t: OnnxTensor): List<Any> =
         t.floatBuffer?.let { b -> List(b.remaining()) { b.get(it).toDouble() } }
-            ?: t.intBuffer!!.let { b -> List(b.remaining()) { b.get(it).toLong() } }
+            ?: t.intBuffer?.let { b -> List(b.remaining()) { b.get(it).toLong() } }
+            ?: t.byteBuffer.let { b -> List(b.remaining()) { (b.get(it).toInt() and 0xFF).toLong() } }
 
     /** Zeros, then ones to the end, at least `width` of them (the chunk); returns the cache entries it opens. */
     private fun checkMask(graph: String, mask: FloatArray, width: Int): Int {
@@ -151,7 +176,10 @@ internal class FakeDecoder(private val config: GenerationConfig) : OrtSession.St
      * The past entries: empty slots (all zeros) first, then `valid` entries whose values give positions 0, 1, ...
      * in order; returns what each entry's key holds (its token, or its sum), oldest first.
      */
-    private fun checkPast(graph: String, key: FloatArray, value: FloatArray, heads: Int, slots: Int, dim: Int, valid: Int): List<Float> {
+    private fun checkPast(
+        graph: String, key: FloatArray, value: FloatArray, heads: Int, slots: Int, dim: Int, valid: Int,
+        keyStep: Float, valueStep: Float,
+    ): List<Float> {
         val empty = slots - valid
         val held = ArrayList<Float>()
         for (h in 0 until heads) for (slot in 0 until slots) for (d in 0 until dim) {
@@ -161,10 +189,10 @@ internal class FakeDecoder(private val config: GenerationConfig) : OrtSession.St
                 continue
             }
             val position = slot - empty
-            if (value[i] != position + h * VALUE_STEP + d * VALUE_STEP / 2) {
+            if (value[i] != position + h * valueStep + d * valueStep / 2) {
                 throw OrtException("$graph: slot $slot of head $h holds position ${value[i]}, not entry $position")
             }
-            val base = key[i] - h * KEY_STEP - d * KEY_STEP / 2
+            val base = key[i] - h * keyStep - d * keyStep / 2
             if (h == 0 && d == 0) held.add(base) else if (base != held[position]) throw OrtException("$graph: slot $slot differs across heads")
         }
         return held
@@ -206,12 +234,14 @@ internal class GenerationSuite(private val assets: File, private val scratch: Fi
     private val shared = ArrayList<String?>()
 
     /** A fresh app on a phone whose SoC is `soc`, the fake decoder as every session's model; block gets the app. */
-    private fun <T> onPhone(soc: String, failNpu: Boolean = false, block: (FakeContext, FakeDecoder) -> T): T {
+    private fun <T> onPhone(
+        soc: String, failNpu: Boolean = false, model: GenerationConfig = config, block: (FakeContext, FakeDecoder) -> T,
+    ): T {
         Build.VERSION.SDK_INT = 35
         Build.SOC_MODEL = soc
         QnnRuntime.forget()
         QnnRuntime.host = FakeHost()
-        val decoder = FakeDecoder(config)
+        val decoder = FakeDecoder(model)
         OrtSession.STAND_IN_MODEL = decoder
         created.clear()
         shared.clear()
@@ -356,6 +386,17 @@ internal class GenerationSuite(private val assets: File, private val scratch: Fi
                 assertEquals(reference(prompt10, 4), session.generate(prompt10, maxTokens = 4).tokens, "the next one starts afresh")
             }
             assertEquals(closed + 4, OrtSession.CLOSED.get())
+        },
+        "a cache the bundle's NPU graphs keep in uint8 is fed and appended as bytes on the NPU, as float32 on the CPU, with the same tokens" to {
+            val bytes = config.copy(kv = config.kv.map { it.copy(npuDtype = "uint8") })
+            for ((soc, runs) in listOf("SM8750" to 10, "SM8350" to 0)) {
+                onPhone(soc, model = bytes) { app, decoder ->
+                    GenerationSession.open(app, bytes).use { session ->
+                        assertEquals(reference(prompt10, 3), session.generate(prompt10, maxTokens = 3).tokens, soc)
+                        assertEquals(runs, decoder.byteRuns, soc) // 3 prompt chunks and 2 decode steps, 2 parts each
+                    }
+                }
+            }
         },
         "a part whose graph needs an input nobody gives fails with its name" to {
             val broken = config.copy(inputs = config.inputs.copy(positionIds = "position_idz"))

@@ -61,7 +61,7 @@ APP_TESTS = 7  # the number of tests in tests/kotlin/SampleAppTests.kt (the samp
 PLAY_PACKAGE = "com.example.qnnplay"  # tests/kotlin/play/*.kt import the play glue from this package
 PLAY_TESTS = 10  # the number of tests in tests/kotlin/play/PlayTests.kt: none may silently disappear
 PLAY_TARGETS = ("SM8550", "SM8650", "SM8750")
-GENERATION_TESTS = 10  # the number of tests in tests/kotlin/GenerationTests.kt
+GENERATION_TESTS = 11  # the number of tests in tests/kotlin/GenerationTests.kt
 GEN_PACKAGE = "com.example.gen"  # tests/kotlin/GeneratedGeneration.kt imports the generation glue from this package
 
 

@@ -8,6 +8,7 @@ run is refused."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shlex
@@ -20,6 +21,8 @@ import tokenizers
 from qnndeploy.formats.generation import GenerationPlan
 from qnndeploy.formats.manifest import Manifest
 from qnndeploy.model import generation
+from qnndeploy.qnn import qnnsystem
+from qnndeploy.verification import checks
 from qnndeploy.verification.checks import verify_bundle
 from tests.support import llm, whisper
 from tests.support.cli import run
@@ -117,6 +120,96 @@ def test_a_decoder_goes_by_the_printed_advice_to_a_verified_w4a16_bundle(tmp_pat
                for p in report.problems)
     assert any(p.path == gen.tokenizer.path and p.message.startswith("is not a tokenizer the app can read")
                for p in report.problems)
+
+
+def test_a_uint8_kv_cache_is_what_the_binaries_take_and_give_validated_bundled_and_verified(tmp_path: Path) -> None:
+    """compile --kv-bits 8: each layer's cache in uint8 in the binaries' own inputs and outputs (read back by
+    libQnnSystem), its past input and present output of one encoding in the prompt and the decode graph, so that the
+    app appends the new entries' bytes; the loop on the emulator gives the CPU's tokens over 64 steps; the bundle
+    (format 8) says so, verifies (shallow and deep) and scaffolds it; a manifest that hides it, or binaries that
+    disagree on a byte's meaning, fail verify. And what it refuses."""
+    made = llm.cached_export(tmp_path / "llm", llm.QWEN_TINY, dynamo=False)
+    prepared = run("prepare", made.path, "--generate", "--prompt-tokens", 8, "--context-tokens", 96, "--parts", 2,
+                   "--precision", "w4a16", "-o", tmp_path / "gen" / "qwen.onnx")
+    assert prepared.exit_code == 0, prepared.output
+    advice = next(line for line in prepared.output.splitlines() if line.startswith("next: qnndeploy compile"))
+    words = shlex.split(advice.removeprefix("next: qnndeploy "))
+    words[words.index("SOC")], words[words.index("build")] = "SM8750", str(tmp_path / "build")
+    refused = run(*[w if w != "w4a16" else "fp16" for w in words if w not in ("--calib", str(tmp_path / "gen" /
+                                                                                        "qwen.calib"))],
+                  "--kv-bits", "8")
+    assert refused.exit_code == 2 and "--kv-bits 8 applies to --precision w8a16 or w4a16" in refused.output
+    alone = run("compile", tmp_path / "gen" / "qwen-p1-decode.onnx", "--precision", "w4a16", "--calib",
+                tmp_path / "gen" / "qwen.calib", "--soc", "SM8750", "-o", tmp_path / "x", "--kv-bits", "8")
+    assert alone.exit_code == 0, alone.output  # a graph of the plan, compiled alone: the plan beside it names its cache
+    compiled = run(*words, "--kv-bits", "8", "--no-cache")
+    assert compiled.exit_code == 0, compiled.output
+
+    plan = GenerationPlan.read(tmp_path / "gen" / "qwen.generation.json")
+    caches = {name: pair for k_in, k_out, v_in, v_out in plan.kv for pair in ((k_in, k_out), (v_in, v_out))
+              for name in pair}
+    for k in (1, 2):
+        shown = run("inspect", tmp_path / "build" / f"qwen-p{k}" / "SM8750" / f"qwen-p{k}.bin", "--json")
+        graphs = json.loads(shown.stdout)["binaries"][0]["context"]["graphs"]
+        assert len(graphs) == 2  # the prompt's and the decode's, weight-shared
+        codes: dict[tuple[str, str], set] = {}
+        for g in graphs:
+            for t in (*g["inputs"], *g["outputs"]):
+                if t["name"] in caches:
+                    assert t["dtype"] == "uint8" and t["quantization"]["encoding"] == "scale_offset", t
+                    codes.setdefault(caches[t["name"]], set()).add((t["quantization"]["scale"],
+                                                                    t["quantization"]["offset"]))
+                else:
+                    assert t["dtype"] in ("float32", "int32"), t
+        assert len(codes) == 2 * (plan.parts[k - 1].layers[1] - plan.parts[k - 1].layers[0] + 1)
+        assert all(len(c) == 1 for c in codes.values()), codes  # past and present, prompt and decode: one encoding
+    record = json.loads((tmp_path / "build" / "qwen-p2" / "SM8750" / "compile.json").read_text())
+    assert sorted(record["options"]["quantization"]["uint8_io"]) == sorted(caches)  # the compile's: each job's QDQ
+    # graph takes those of its own inputs and outputs
+
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text(" ".join(map(str, generation.seeded_prompt(llm.QWEN_TINY.intermediate, 8, 3))))
+    r = run("validate", tmp_path / "build", "--loop", f"generation:prompt={prompt},steps=64", "--json")
+    assert r.exit_code == 0, r.output
+    for t in json.loads(r.stdout)["targets"]:
+        assert t["loop"]["steps"] == 64 and t["loop"]["agreement"] >= t["loop"]["min_agreement"], t["loop"]
+        assert all(min(d["key_cosine"], d["value_cosine"]) > 0.95 for d in t["loop"]["layers"])
+
+    r = run("bundle", "build", "--from-build", tmp_path / "build", "--name", "qwen8", "--version", "1", "-o",
+            tmp_path / "bundles")
+    assert r.exit_code == 0, r.output
+    bundle = tmp_path / "bundles" / "qwen8-1"
+    written = json.loads((bundle / "manifest.json").read_text())
+    assert written["format_version"] == 8
+    assert [(k["dtype"], k["npu_dtype"]) for k in written["generation"]["kv"]] == [("float32", "uint8")] * 4
+    deep = verify_bundle(bundle, deep=True)
+    assert deep.ok and deep.problems == [], deep.problems
+    app = run("scaffold", bundle, "-o", tmp_path / "app", "--package", "com.example.qwen")
+    assert app.exit_code == 0, app.output
+    config = (tmp_path / "app" / "src" / "com" / "example" / "qwen" / "qnndeploy" / "Generated.kt").read_text()
+    assert config.count('dtype = "float32",\n                npuDtype = "uint8",') == 4
+
+    hidden = tmp_path / "hidden"
+    shutil.copytree(bundle, hidden)
+    for k in written["generation"]["kv"]:
+        del k["npu_dtype"]
+    (hidden / "manifest.json").write_text(json.dumps(written))
+    problems = verify_bundle(hidden).problems
+    assert any(p.path == "npu/SM8750/qwen-p1-decode_ctx.onnx" and "past_key_values.0.key uint8[1, 2, 95, 16]" in
+               p.message for p in problems), problems
+    manifest = Manifest.parse(json.loads((bundle / "manifest.json").read_text()))
+    binaries = {a.path: a.sha256 for a in manifest.targets[0].artifacts if a.path.endswith(".bin")}
+    contexts, _ = checks.read_contexts(bundle, binaries)
+    assert checks._kv8_problems(manifest, manifest.targets[0], contexts) == []
+    info = contexts["npu/SM8750/qwen-p1.bin"]
+    assert isinstance(info, qnnsystem.ContextInfo)
+    decode = next(g for g in info.graphs if any(t.dims[2] == 1 for t in g.outputs if t.name == "present.0.key"))
+    moved = tuple(dataclasses.replace(t, quantization=dataclasses.replace(t.quantization, offset=-1))
+                  if t.name == "present.0.key" and t.quantization else t for t in decode.outputs)
+    other = dataclasses.replace(info, graphs=tuple(dataclasses.replace(g, outputs=moved) if g is decode else g
+                                                   for g in info.graphs))
+    [problem] = checks._kv8_problems(manifest, manifest.targets[0], {**contexts, "npu/SM8750/qwen-p1.bin": other})
+    assert "encode layer 0's cache past_key_values.0.key -> present.0.key in several ways" in problem.message
 
 
 def test_calibrated_on_other_tokens_the_loop_fails_names_the_clamped_tensors_and_the_mend_passes(tmp_path: Path

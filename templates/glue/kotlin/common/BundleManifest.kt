@@ -204,7 +204,7 @@ data class BundleManifest(
                     KvLayer(
                         layer = it.count("layer"), part = it.count("part"), key = names(it, "key"),
                         value = names(it, "value"), heads = it.count("heads"), headDim = it.count("head_dim"),
-                        dtype = it["dtype"] as? String ?: "float32",
+                        dtype = it["dtype"] as? String ?: "float32", npuDtype = it["npu_dtype"] as? String,
                     )
                 },
                 parts = m.objects("parts").map {

@@ -1,6 +1,6 @@
 package com.example.qnnsample.qnndeploy
 
-// A decoder LLM's generation as the bundle describes it (manifest "generation", format 7, `prepare --generate`):
+// A decoder LLM's generation as the bundle describes it (manifest "generation", format 7 and 8, `prepare --generate`):
 // plain data classes that mirror the manifest's object one field for one field, in camel case. The session that runs
 // it is GenerationSession (the ONNX Runtime engine's Generation.kt); the bundle's own is Generated.GENERATION.
 
@@ -16,7 +16,8 @@ data class KvNames(val past: String, val present: String)
 
 /**
  * One layer's KV cache: the part whose graphs read and write it, its key and value names, and its shape per entry
- * ([1, heads, entries, headDim]) and element type.
+ * ([1, heads, entries, headDim]) and element type: dtype in the CPU models, npuDtype in the NPU graphs (format 8;
+ * null: the same; "uint8" after compile --kv-bits 8).
  */
 data class KvLayer(
     val layer: Int,
@@ -26,6 +27,7 @@ data class KvLayer(
     val heads: Int,
     val headDim: Int,
     val dtype: String = "float32",
+    val npuDtype: String? = null,
 )
 
 /** One part of the model: its prompt graph (promptTokens at a time) and decode graph (one), and its layers. */

@@ -7,7 +7,9 @@ import ai.onnxruntime.OrtEnvironment
 import ai.onnxruntime.OrtSession
 import android.content.Context
 import android.util.Log
-import java.nio.FloatBuffer
+import ai.onnxruntime.OnnxJavaType
+import java.nio.ByteBuffer
+import java.nio.ByteOrder
 import java.nio.IntBuffer
 
 /** Why a generation ended. */
@@ -41,7 +43,9 @@ data class GenerationResult(
  * reason are `decision`, logged as for any bundle).
  *
  * The cache is one buffer per layer for its key and one for its value, [1, heads, CL - 1, headDim], right-aligned:
- * the newest entry last, empty slots first (zeros, masked out). A prompt runs in chunks of N tokens (the last one
+ * the newest entry last, empty slots first (zero bytes, masked out). Its elements are float32, or uint8 where the
+ * bundle's NPU graphs keep that layer's cache in 8 bits (KvLayer.npuDtype, compile --kv-bits 8) and they run: the
+ * graphs' new entries are appended byte for byte, as their past input and present output share one encoding. A prompt runs in chunks of N tokens (the last one
  * right-padded with token 0), of which only the real tokens' new entries are kept, a last single token through the
  * decode graph; then one decode step per token while the cache has room. This is the loop `qnndeploy validate` runs
  * on the host (qnndeploy/model/generation.py, Stepper), so the app runs what was checked.
@@ -53,7 +57,7 @@ class GenerationSession(val models: OrtModels, val config: GenerationConfig) : A
     private val n = config.promptTokens
     private val cl = config.contextTokens
     private val parts = config.orderedParts
-    private val layers = config.kv.associateWith { Cache(it.heads, cl - 1, it.headDim) }
+    private val layers: Map<KvLayer, Cache>
 
     /** Entries in the cache: the tokens run so far, which is also the next token's position. */
     private var filled = 0
@@ -63,9 +67,13 @@ class GenerationSession(val models: OrtModels, val config: GenerationConfig) : A
         require(n >= 1 && cl > n) { "generation of $n prompt tokens at context $cl: the context must be longer" }
         require(parts.isNotEmpty()) { "the generation has no parts" }
         for (graph in config.graphs) models.session(graph) // every part's graphs are open
-        for (layer in config.kv) {
-            require(layer.dtype == "float32") { "layer ${layer.layer}'s cache is ${layer.dtype}: this glue keeps float32 caches" }
+        val binaries = decision.npu && decision.npuSource != NpuSource.ON_DEVICE // on-device: the CPU models compiled
+        layers = config.kv.associateWith { layer ->
+            val dtype = if (binaries) layer.npuDtype ?: layer.dtype else layer.dtype
+            val type = ELEMENTS[dtype]
+                ?: throw IllegalArgumentException("layer ${layer.layer}'s cache is $dtype: this glue keeps float32 or uint8 caches")
             require(parts.any { it.index == layer.part }) { "layer ${layer.layer}'s part ${layer.part} is not a part of the generation" }
+            Cache(layer.heads, cl - 1, layer.headDim, type)
         }
     }
 
@@ -184,19 +192,22 @@ class GenerationSession(val models: OrtModels, val config: GenerationConfig) : A
                 layer.value.past -> cache.value
                 else -> continue
             }
-            return OnnxTensor.createTensor(env, FloatBuffer.wrap(half.last(count)), half.shape(count))
+            val bytes = ByteBuffer.wrap(half.last(count)).order(ByteOrder.nativeOrder())
+            return OnnxTensor.createTensor(env, bytes, half.shape(count), half.type)
         }
         return null
     }
 
-    /** A layer's new entries as a part's graph output them, [1, heads, width, headDim]. */
-    private fun present(result: OrtSession.Result, graph: String, name: String, layer: KvLayer, width: Int): FloatBuffer {
+    /** A layer's new entries as a part's graph output them, [1, heads, width, headDim], as bytes in native order. */
+    private fun present(result: OrtSession.Result, graph: String, name: String, layer: KvLayer, width: Int): ByteBuffer {
         val tensor = result.get(name).orElse(null) as? OnnxTensor
             ?: throw IllegalStateException("graph '$graph' gives no '$name' (layer ${layer.layer}'s new cache entries)")
         val expected = listOf(1L, layer.heads.toLong(), width.toLong(), layer.headDim.toLong())
         val shape = tensor.info.shape.toList()
         check(shape == expected) { "graph '$graph' gives '$name' of shape $shape, not $expected" }
-        return tensor.floatBuffer ?: throw IllegalStateException("graph '$graph' gives '$name' not as float32")
+        val type = layers.getValue(layer).type
+        check(tensor.info.type == type) { "graph '$graph' gives '$name' as ${tensor.info.type}, not $type" }
+        return tensor.byteBuffer.order(ByteOrder.nativeOrder())
     }
 
     /** The greedy token of logits row `row` ([1, width, vocab]): the first index of the largest value. */
@@ -219,10 +230,10 @@ class GenerationSession(val models: OrtModels, val config: GenerationConfig) : A
 
     override fun close() = models.close()
 
-    /** One layer's cache: its key and its value. */
-    private class Cache(heads: Int, slots: Int, headDim: Int) {
-        val key = KvBuffer(heads, slots, headDim)
-        val value = KvBuffer(heads, slots, headDim)
+    /** One layer's cache: its key and its value, of elements of `type`. */
+    private class Cache(heads: Int, slots: Int, headDim: Int, val type: OnnxJavaType) {
+        val key = KvBuffer(heads, slots, headDim, type)
+        val value = KvBuffer(heads, slots, headDim, type)
 
         fun clear() {
             key.clear()
@@ -233,6 +244,9 @@ class GenerationSession(val models: OrtModels, val config: GenerationConfig) : A
     companion object {
         /** The token a prompt's last chunk is padded with. */
         const val PAD = 0
+
+        /** The caches' element types this glue keeps, by the manifest's name. */
+        private val ELEMENTS = mapOf("float32" to OnnxJavaType.FLOAT, "uint8" to OnnxJavaType.UINT8)
 
         /** The bundle's generation (Generated.GENERATION); null when it has none. */
         val BUNDLE: GenerationConfig? get() = Generated.GENERATION
@@ -268,33 +282,35 @@ class GenerationSession(val models: OrtModels, val config: GenerationConfig) : A
 }
 
 /**
- * One half (key or value) of a layer's cache: [1, heads, slots, headDim] floats, right-aligned: the newest entry in
- * the last slot, empty slots (zeros) first.
+ * One half (key or value) of a layer's cache: [1, heads, slots, headDim] elements of `type` (float32 or uint8) as
+ * bytes in native order, right-aligned: the newest entry in the last slot, empty slots (zero bytes) first.
  */
-internal class KvBuffer(val heads: Int, val slots: Int, val headDim: Int) {
-    val data = FloatArray(heads * slots * headDim)
+internal class KvBuffer(val heads: Int, val slots: Int, val headDim: Int, val type: OnnxJavaType = OnnxJavaType.FLOAT) {
+    /** The bytes of one entry of one head. */
+    private val entry = headDim * (if (type == OnnxJavaType.UINT8) 1 else 4)
+    val data = ByteArray(heads * slots * entry)
 
-    fun clear() = data.fill(0f)
+    fun clear() = data.fill(0)
 
     fun shape(count: Int): LongArray = longArrayOf(1, heads.toLong(), count.toLong(), headDim.toLong())
 
     /** The last `count` slots of every head, [1, heads, count, headDim]. */
-    fun last(count: Int): FloatArray {
-        val out = FloatArray(heads * count * headDim)
+    fun last(count: Int): ByteArray {
+        val out = ByteArray(heads * count * entry)
         for (h in 0 until heads) {
-            System.arraycopy(data, (h * slots + slots - count) * headDim, out, h * count * headDim, count * headDim)
+            System.arraycopy(data, (h * slots + slots - count) * entry, out, h * count * entry, count * entry)
         }
         return out
     }
 
     /** Drops the oldest `keep` slots and writes the first `keep` of `entries` ([1, heads, width, headDim]) at the end. */
-    fun append(entries: FloatBuffer, width: Int, keep: Int) {
-        val row = slots * headDim
+    fun append(entries: ByteBuffer, width: Int, keep: Int) {
+        val row = slots * entry
         for (h in 0 until heads) {
             val base = h * row
-            System.arraycopy(data, base + keep * headDim, data, base, (slots - keep) * headDim)
-            entries.position(h * width * headDim)
-            entries.get(data, base + (slots - keep) * headDim, keep * headDim)
+            System.arraycopy(data, base + keep * entry, data, base, (slots - keep) * entry)
+            entries.position(h * width * entry)
+            entries.get(data, base + (slots - keep) * entry, keep * entry)
         }
     }
 }

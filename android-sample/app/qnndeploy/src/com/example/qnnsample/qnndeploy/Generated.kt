@@ -94,7 +94,7 @@ internal object Reasons {
 internal object Generated {
     /** The manifest format this glue reads, and its newest version (every version from 1 up to it is read). */
     const val FORMAT = "qnndeploy-bundle"
-    const val FORMAT_VERSION = 7L
+    const val FORMAT_VERSION = 8L
 
     /** The first on-device compile's time budget in seconds when a bundle's on_device gives none. */
     const val ON_DEVICE_BUDGET_S = 60.0
