@@ -1,5 +1,6 @@
 package com.example.qnnsample.qnndeploy
 
+import ai.onnxruntime.OnnxJavaType
 import ai.onnxruntime.OnnxTensor
 import ai.onnxruntime.OnnxTensorLike
 import ai.onnxruntime.OnnxValue
@@ -7,7 +8,6 @@ import ai.onnxruntime.OrtEnvironment
 import ai.onnxruntime.OrtSession
 import android.content.Context
 import android.util.Log
-import ai.onnxruntime.OnnxJavaType
 import java.nio.ByteBuffer
 import java.nio.ByteOrder
 import java.nio.IntBuffer
@@ -45,10 +45,11 @@ data class GenerationResult(
  * The cache is one buffer per layer for its key and one for its value, [1, heads, CL - 1, headDim], right-aligned:
  * the newest entry last, empty slots first (zero bytes, masked out). Its elements are float32, or uint8 where the
  * bundle's NPU graphs keep that layer's cache in 8 bits (KvLayer.npuDtype, compile --kv-bits 8) and they run: the
- * graphs' new entries are appended byte for byte, as their past input and present output share one encoding. A prompt runs in chunks of N tokens (the last one
- * right-padded with token 0), of which only the real tokens' new entries are kept, a last single token through the
- * decode graph; then one decode step per token while the cache has room. This is the loop `qnndeploy validate` runs
- * on the host (qnndeploy/model/generation.py, Stepper), so the app runs what was checked.
+ * graphs' new entries are appended byte for byte, as their past input and present output share one encoding. A
+ * prompt runs in chunks of N tokens (the last one right-padded with token 0), of which only the real tokens' new
+ * entries are kept, a last single token through the decode graph; then one decode step per token while the cache
+ * has room. This is the loop `qnndeploy validate` runs on the host (qnndeploy/model/generation.py, Stepper), so the
+ * app runs what was checked.
  * One generation at a time; the session owns its models and closes them.
  */
 class GenerationSession(val models: OrtModels, val config: GenerationConfig) : AutoCloseable {
