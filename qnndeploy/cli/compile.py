@@ -146,9 +146,9 @@ class CompileArgs:
               help="With --precision w4a16: give these MatMul/Gemm nodes 8-bit weights (per channel) instead of "
                    "4-bit, e.g. an LLM's lm_head (compile lists the layers that lose most).")
 @click.option("--kv-bits", type=click.Choice(["8", "16"]), default="16", show_default=True,
-              help="With --precision w8a16 or w4a16: the bits of the KV cache's tensors on the NPU, 8 halving what "
-                   "the HTP holds and moves (the graphs of prepare --generate, or --loop's cache); the app's "
-                   "buffers stay float.")
+              help="With --precision w8a16 or w4a16 and the graphs of prepare --generate: 8 keeps their KV cache "
+                   "in uint8 in the graphs' own inputs and outputs, a quarter of float32 for the app to hold and the "
+                   "HTP to move; 16 takes float32 and quantizes it inside.")
 @click.option("--spill-fill", is_flag=True,
               help="One spill-fill buffer for the graphs of a context (ort backend).")
 @click.option("--no-cache", is_flag=True, help="Compile every job; neither read nor fill the cache.")

@@ -278,11 +278,6 @@ class GenerationKv:
     dtype: str = "float32"
     npu_dtype: str | None = None
 
-    @property
-    def on_npu(self) -> str:
-        """The element type of the NPU graphs' cache tensors."""
-        return self.npu_dtype or self.dtype
-
     def to_json(self) -> JSON:
         return {"layer": self.layer, "part": self.part, "key": list(self.key), "value": list(self.value),
                 "heads": self.heads, "head_dim": self.head_dim, "dtype": self.dtype,

@@ -717,10 +717,13 @@ def _signatures(manifest: Manifest) -> Signatures:
 def _npu_signatures(manifest: Manifest) -> Signatures:
     """The signatures the NPU files must have: the CPU model's, but a generation's cache tensors of the element type
     its NPU graphs keep them in (format 8's npu_dtype)."""
-    changed = {name: k.on_npu for k in (manifest.generation.kv if manifest.generation else ()) if k.npu_dtype
+    changed = {name: k.npu_dtype for k in (manifest.generation.kv if manifest.generation else ()) if k.npu_dtype
                for name in (*k.key, *k.value)}
-    return {g: tuple([{**t, "dtype": changed.get(t["name"], t["dtype"])} for t in side]  # type: ignore[misc]
-                     for side in sig) for g, sig in _signatures(manifest).items()}
+
+    def typed(tensors: list[JSON]) -> list[JSON]:
+        return [{**t, "dtype": changed.get(t["name"], t["dtype"])} for t in tensors]
+
+    return {g: (typed(inputs), typed(outputs)) for g, (inputs, outputs) in _signatures(manifest).items()}
 
 
 def _cpu_problems(manifest: Manifest, facts: dict[str, FileFacts], root: Path) -> list[Problem]:
