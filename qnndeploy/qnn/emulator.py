@@ -111,7 +111,12 @@ class EmulatorOutcome:
     outputs: list[JSON] = field(default_factory=list)  # validate's OutputMetrics, as JSON
     task: JSON | None = None  # the task's verdict (tasks.TaskVerdict), which decides for its output
     loop: JSON | None = None  # a LoopJob's: loop.LoopCheck.json
-    host: bool = False  # the child died or hung: said of this run on this host, not kept as the bytes' outcome
+
+    @property
+    def of_dead_child(self) -> bool:
+        """The child hung past the time limit or died (a signal from outside too): said of that run on this host,
+        nothing lasting of the bytes, so never cached (nor read back where older qnndeploy kept it)."""
+        return not self.loaded and (self.error or "").startswith((HUNG, CRASHED))
 
 
 STARTED = "qnndeploy-emulator-job "  # the child's stderr line as it starts job N, for the parent's `started`
@@ -128,7 +133,7 @@ def run_jobs(jobs: Sequence[AnyJob], tc: toolchain.Toolchain | None = None, time
         return _run(jobs, tc, timeout, started)
     except _Crashed as e:
         if len(jobs) == 1:
-            return [EmulatorOutcome(False, False, str(e), host=True)]
+            return [EmulatorOutcome(False, False, str(e))]
     return [run_jobs([j], tc, timeout, None if started is None else functools.partial(_as_job, started, k))[0]
             for k, j in enumerate(jobs)]
 
@@ -142,6 +147,10 @@ def child_spec(jobs: Sequence[AnyJob], work: Path, result: Path) -> str:
     """The child's SPEC.json: its jobs, the folder it works in and the file it writes their outcomes to."""
     return json.dumps({"work": str(work), "result": str(result),
                        "jobs": [{**asdict(j), "kind": type(j).__name__} for j in jobs]}, default=str)
+
+
+# How the parent tells of a dead child: a hang past the time limit, a crash.
+HUNG, CRASHED = "the host HTP emulator did not finish loading", "the host HTP emulator crashed loading"
 
 
 class _Crashed(QnnDeployError):
@@ -175,8 +184,7 @@ def _run(jobs: Sequence[AnyJob], tc: toolchain.Toolchain | None, timeout: float,
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-            raise _Crashed(f"the host HTP emulator did not finish loading the context binaries in {timeout:g} "
-                           "s") from None
+            raise _Crashed(f"{HUNG} the context binaries in {timeout:g} s") from None
         except BaseException:  # Ctrl-C, SIGTERM: the child goes too, as under subprocess.run
             proc.kill()
             proc.wait()
@@ -186,8 +194,7 @@ def _run(jobs: Sequence[AnyJob], tc: toolchain.Toolchain | None, timeout: float,
         if not result.is_file():
             why = f"signal {-returncode}" if returncode < 0 else f"exit {returncode}"
             last = "".join(errors).strip().splitlines()[-1:] or ["no output"]
-            raise _Crashed(f"the host HTP emulator crashed loading the context binaries ({why}): "
-                           f"{first_line(Exception(last[0]))}")
+            raise _Crashed(f"{CRASHED} the context binaries ({why}): {first_line(Exception(last[0]))}")
         return [EmulatorOutcome(**o) for o in json.loads(result.read_text())]
 
 
@@ -241,7 +248,9 @@ def run_cached(jobs: Sequence[tuple[str, AnyJob, list[str]]], tc: toolchain.Tool
     cached: dict[str, EmulatorOutcome] = {}
     for key in keys:
         with contextlib.suppress(OSError, ValueError, TypeError):  # a cache miss
-            cached[key] = EmulatorOutcome(**json.loads((cache_dir() / f"{key}.json").read_text()))
+            kept = EmulatorOutcome(**json.loads((cache_dir() / f"{key}.json").read_text()))
+            if not kept.of_dead_child:
+                cached[key] = kept
     todo = [(path, job, key) for (path, job, _), key in zip(jobs, keys, strict=True) if key not in cached]
     if steps is not None and len(todo) < len(jobs):
         steps(f"{len(jobs) - len(todo)} of {len(jobs)} emulator run(s) from the cache (run before on the same bytes)")
@@ -255,7 +264,7 @@ def run_cached(jobs: Sequence[tuple[str, AnyJob, list[str]]], tc: toolchain.Tool
 
     for (_, _, key), outcome in zip(todo, run_jobs([j for _, j, _ in todo], tc, timeout, started), strict=True):
         cached[key] = outcome
-        if outcome.host:  # a child killed by the time limit or a signal says nothing lasting of the bytes
+        if outcome.of_dead_child:
             continue
         with contextlib.suppress(OSError, ValueError, TypeError):  # a cache miss
             write_json(cache_dir() / f"{key}.json", asdict(outcome))

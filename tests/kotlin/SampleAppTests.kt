@@ -161,6 +161,7 @@ internal class SampleAppSuite(private val assets: File, private val scratch: Fil
             val decoder = FakeDecoder(config)
             OrtSession.STAND_IN_MODEL = decoder
             try {
+                val opened = OrtSession.OPENED.get()
                 val (model, store) = screen(generationAssets)
                 val decision = ready(model).status
                 model.runTimed()
@@ -173,7 +174,11 @@ internal class SampleAppSuite(private val assets: File, private val scratch: Fil
                 repeat(8) { tokens.add((tokens.sum() + 3 * (tokens.size - 1) + 1) % config.vocab) }
                 assertEquals("tokens: ${tokens.drop(8).joinToString(" ")}", shown[1], done)
                 assertEquals(listOf("lm-p1-prompt", "lm-p2-prompt", "lm-p1-prompt", "lm-p2-prompt"), decoder.runs.take(4).map { it.graph }, "the sample prompt is 8 tokens: two chunks of 4")
+                val closed = OrtSession.CLOSED.get()
                 store.clear()
+                // closed by a worker: waited for, so that the next test counts only its own (a loaded machine once
+                // closed these after it had started counting)
+                awaitClosed(closed, OrtSession.OPENED.get() - opened)
             } finally {
                 OrtSession.STAND_IN_MODEL = null
             }
