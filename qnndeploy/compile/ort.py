@@ -28,7 +28,7 @@ from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
 from qnndeploy.compile import logs
 from qnndeploy.compile.jobs import Compiled, CompileError, CompileJob, Member, Tools
 from qnndeploy.formats.records import HtpSettings
-from qnndeploy.model.onnxio import load_model, model_inputs, model_outputs
+from qnndeploy.model.onnxio import load_model, real_inputs, tensor_info
 from qnndeploy.model.quantize import (
     INT4_SETTINGS,
     SETTINGS,
@@ -350,9 +350,11 @@ def quantize(model: Path, calibration: Path, out: Path, precision: Precision, ke
     """Static QDQ quantization (16-bit activations; 8-bit weights, or w4a16's int4 blocks) calibrated on real input
     samples, the `keep.fp16` nodes left in float; with each quantized weight's error on those samples."""
 
-    samples = load_samples(calibration, model_inputs(model))
-    names = _node_names(model)
-    io = {t.name for t in (*model_inputs(model), *model_outputs(model))}
+    graph = load_model(model, weights=False).graph  # read once: a part's graph can be gigabytes
+    inputs = [tensor_info(v) for v in real_inputs(graph)]
+    samples = load_samples(calibration, inputs)
+    names = {n.name for n in graph.node}
+    io = {t.name for t in inputs} | {o.name for o in graph.output}
     kv8 = {t: Encoding(float(scale), int(zp)) for t, (scale, zp) in keep.uint8.items() if t in io}
     kept = f"; {', '.join(keep.fp16)} kept in fp16" if keep.fp16 else ""
     kv = f"; the KV cache's {len(kv8)} inputs and outputs uint8" if kv8 else ""
@@ -373,10 +375,6 @@ def quantize(model: Path, calibration: Path, out: Path, precision: Precision, ke
         uint8_io(out, kv8)
     layers = quantized_layers(model, out, samples)
     return _Quantized(out, layers, warnings)
-
-
-def _node_names(model: Path) -> set[str]:
-    return {n.name for n in load_model(model, weights=False).graph.node}
 
 
 def _ort_message(e: Exception) -> str:

@@ -72,16 +72,11 @@ from qnndeploy.verification.checks import VerifyReport, require_ok, verify_folde
 DELIVERIES = tuple(d.value for d in Delivery)  # the --delivery choices
 DEFAULT_PACK = "qnndeploy_models"
 MARKER = ".qnndeploy-play"  # in every output folder: what --force may replace
-
-def _limit(name: str) -> int:
-    """One of Play's size limits (data/play_limits.json, with its source)."""
-    data = json.loads(resources.files("qnndeploy").joinpath("data/play_limits.json").read_text(encoding="utf-8"))
-    return int(data["limits"][name]["bytes"])
-
-
-BASE_LIMIT = _limit("base_module")  # the base module's compressed download
-PACK_LIMIT = _limit("asset_pack")  # an AI pack's
-APP_LIMIT = _limit("modules_and_install_time_packs")  # the base and the install-time packs one phone gets
+# Play's size limits (data/play_limits.json, with its source), in bytes of compressed download
+_LIMITS = json.loads(resources.files("qnndeploy").joinpath("data/play_limits.json").read_text(encoding="utf-8"))
+BASE_LIMIT = int(_LIMITS["limits"]["base_module"]["bytes"])
+PACK_LIMIT = int(_LIMITS["limits"]["asset_pack"]["bytes"])  # an AI pack's
+APP_LIMIT = int(_LIMITS["limits"]["modules_and_install_time_packs"]["bytes"])  # the base and install-time packs
 # A device group may have 5 selectors; qnndeploy writes one per group, listing every SoC of the group (the
 # system-on-chip elements of one selector are alternatives), so that limit is never reached.
 DEFLATE_LEVEL = 6  # zlib's default, the level of APK and AAB entries: the estimate of what a phone downloads

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -147,6 +148,22 @@ def test_a_base_module_over_plays_limit_is_refused_and_nothing_is_written(demo_b
     assert not (tmp_path / "p").exists() and list(tmp_path.iterdir()) == []
     monkeypatch.undo()  # the limits as the data file has them, from Play's size limits page
     assert (play.BASE_LIMIT, play.PACK_LIMIT, play.APP_LIMIT) == (500_000_000, 1_500_000_000, 4_000_000_000)
+
+
+def test_plays_limits_are_what_their_source_says():
+    """Each limit in data/play_limits.json is the figure its quoted line gives (GB and MB as 10^9 and 10^6), with
+    the page and the date it was read; one the copy read did not give stays unknown (null), not guessed. No copy of
+    Play's limits can be installed here (bundletool does not carry them): the quote is the check."""
+    data = json.loads((Path(play.__file__).parents[1] / "data" / "play_limits.json").read_text())
+    assert data["source"].startswith("https://support.google.com/googleplay/android-developer/answer/9859372")
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", data["read"])
+    for name, limit in data["limits"].items():
+        said = re.search(r"([\d.]+)(GB|MB)\b", limit["says"])
+        if limit["bytes"] is None:
+            assert said is None and "unknown" in limit["says"], name
+        else:
+            assert said is not None, name
+            assert limit["bytes"] == round(float(said[1]) * {"GB": 10**9, "MB": 10**6}[said[2]]), name
 
 
 def test_bad_requests_are_one_line_errors(tmp_path):
