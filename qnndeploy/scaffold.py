@@ -235,11 +235,11 @@ def _ir_warnings(manifest: Manifest, bundle: Path, pins: compat.AppSet) -> list[
 
 
 def _play_lines(play: Path, plan: playplan.PlayPlan) -> list[str]:
-    """What the app's build needs for the AI pack: package play's Gradle snippet, the pack module, the API flag."""
-    pack = plan.pack
+    """What the app's build needs for the AI packs: package play's Gradle snippet, the pack modules, the API flag."""
     return [
         f'app build.gradle.kts, after the line above:  apply(from = "{(play / "play.gradle").as_posix()}")',
-        f'settings.gradle.kts:  include(":{pack}"); project(":{pack}").projectDir = file("{(play / pack).as_posix()}")',
+        *(f'settings.gradle.kts:  include(":{p.name}"); project(":{p.name}").projectDir = '
+          f'file("{(play / p.name).as_posix()}")' for p in plan.packs),
         "gradle.properties:  android.experimental.enableDeviceTargetingConfigApi=true",
     ]
 

@@ -38,14 +38,18 @@ def package() -> None:
 
 def _render(result: PlayPackage) -> None:
     groups = result.plan.groups
-    click.echo(f"AI pack {result.pack} ({result.delivery}) in {result.path}: {len(groups)} device group(s) + "
+    packs = result.plan.packs
+    named = f"AI pack {result.pack}" if len(packs) == 1 else f"AI packs {', '.join(p.name for p in packs)}"
+    click.echo(f"{named} ({result.delivery}) in {result.path}: {len(groups)} device group(s) + "
                f"'{result.plan.default_group}', {sum(len(g.files) for g in groups)} NPU files")
     licence = escaped(result.license) if result.license else "not given (bundle build --license)"
     click.echo(f"  the model's licence: {licence}; the app ships the model under it")
     for g in groups:
         models = sorted({s.model for s in g.selectors})
+        spread = len({f.pack for f in g.files})
         click.echo(f"  group {g.name}: {', '.join(g.socs)} ({g.dsp_arch}); selectors: "
-                   f"{len(g.selectors)} system-on-chip (QTI and Qualcomm x {', '.join(models)})")
+                   f"{len(g.selectors)} system-on-chip (QTI and Qualcomm x {', '.join(models)})"
+                   + (f"; its files in {spread} packs" if spread > 1 else ""))
     external = result.plan.base.external_runtime
     click.echo("what one phone downloads (deflated, as in the APKs), against one APK with every SoC's files:")
     width = max(len(r.group) for r in result.rows)

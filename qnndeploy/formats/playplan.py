@@ -40,10 +40,10 @@ from qnndeploy.formats.manifest import Manifest
 
 PLAN = "play.json"
 PLAN_FORMAT = "qnndeploy-play"
-PLAN_VERSION = 1
+PLAN_VERSION = 2  # 2: several AI packs (packs, and each group file's pack)
 CONFIG = "device_targeting_config.xml"
 CONFIG_NS = "http://schemas.android.com/apk/config"  # the XML's namespace (AGP's DeviceTargetingConfigParser)
-FOLDER = "qnndeploy_npu"  # the pack's assets folder: qnndeploy_npu#group_<g>/ in the module, qnndeploy_npu/ on phones
+FOLDER = "qnndeploy_npu"  # the first pack's assets folder (<folder>#group_<g>/ in the module, <folder>/ on a phone)
 GROUP_FILE = "group.json"  # in every group's folder: which group a phone got, since Play strips the #group_ suffix
 DEFAULT_GROUP = "other"  # what Play gives a phone that matches no group (bundle { deviceGroup { defaultGroup } })
 SOC_TARGETING_SINCE_SDK = 31  # Play targets system-on-chip only on Android 12 (API 31) and newer
@@ -75,15 +75,31 @@ class PlayGroup(NamedTuple):
 
 
 @dataclass(frozen=True)
+class PlanPack:
+    """An AI pack of the plan: its name (Play's and its Gradle module's) and its assets folder, <folder>#group_<g>/
+    in the module and <folder>/ on phones. Each pack has its own folder, so install-time packs, which the phone
+    merges into the app's assets, never hold one path twice."""
+
+    name: str
+    folder: str
+
+    def to_json(self) -> JSON:
+        return {"name": self.name, "folder": self.folder}
+
+
+@dataclass(frozen=True)
 class PlanFile:
-    """A bundle file the plan puts in a group or the base module, with what the verified manifest lists for it."""
+    """A bundle file the plan puts in a group or the base module, with what the verified manifest lists for it;
+    pack: the AI pack that carries it (None in the base module)."""
 
     path: str
     size: int
     sha256: str
+    pack: str | None = None
 
     def to_json(self) -> JSON:
-        return {"path": self.path, "size": self.size, "sha256": self.sha256}
+        return {"path": self.path, "size": self.size, "sha256": self.sha256,
+                **({} if self.pack is None else {"pack": self.pack})}
 
 
 @dataclass(frozen=True)
@@ -141,27 +157,32 @@ class PlanOnDevice:
 
 @dataclass(frozen=True)
 class PlayPlan:
-    """play.json, the whole file: the bundle it was made from (name, version and its manifest's sha256), the pack,
-    its groups in the targeting config's order, the base module, and one APK's bytes to compare with."""
+    """play.json, the whole file: the bundle it was made from (name, version and its manifest's sha256), the AI
+    packs (one, or more when a group's files pass Play's limit for one), the groups in the targeting config's order,
+    the base module, and one APK's bytes to compare with."""
 
     name: str
     version: str
     manifest_sha256: str
-    pack: str
+    packs: tuple[PlanPack, ...]
     delivery: Delivery
     groups: tuple[PlanGroup, ...]
     base: PlanBase
     one_apk_bytes: int
     one_apk_deflated: int
     on_device: PlanOnDevice | None = None  # None: phones of no group run on the CPU
-    folder: str = FOLDER
     default_group: str = DEFAULT_GROUP
+
+    @property
+    def pack(self) -> str:
+        """The first pack's name: the --pack the plan was made with, the others' prefix."""
+        return self.packs[0].name
 
     def to_json(self) -> JSON:
         return {
             "format": PLAN_FORMAT, "format_version": PLAN_VERSION,
             "bundle": {"name": self.name, "version": self.version, "manifest_sha256": self.manifest_sha256},
-            "pack": self.pack, "delivery": self.delivery.value, "folder": self.folder,
+            "packs": [p.to_json() for p in self.packs], "delivery": self.delivery.value,
             "default_group": self.default_group, "groups": [g.to_json() for g in self.groups],
             "base": self.base.to_json(), "one_apk": {"bytes": self.one_apk_bytes, "deflated": self.one_apk_deflated},
             **({} if self.on_device is None else {"on_device": self.on_device.to_json()}),
@@ -174,13 +195,14 @@ class PlayPlan:
             if not isinstance(data, dict) or data["format"] != PLAN_FORMAT or data["format_version"] != PLAN_VERSION:
                 raise ValueError
             bundle, base, one_apk, on_device = data["bundle"], data["base"], data["one_apk"], data.get("on_device")
-            return cls(
+            plan = cls(
                 _text(bundle["name"]), _text(bundle["version"]), _text(bundle["manifest_sha256"]),
-                _text(data["pack"]), Delivery(data["delivery"]),
+                tuple(PlanPack(_text(p["name"]), _text(p["folder"])) for p in _list(data["packs"])),
+                Delivery(data["delivery"]),
                 tuple(PlanGroup(_text(g["name"]), tuple(_text(s) for s in _list(g["socs"])), _text(g["dsp_arch"]),
                                 tuple(PlaySoc(_text(s["manufacturer"]), _text(s["model"]))
                                       for s in _list(g["selectors"])),
-                                _files(g["files"]), _count(g["bytes"]), _count(g["deflated"]))
+                                _files(g["files"], packed=True), _count(g["bytes"]), _count(g["deflated"]))
                       for g in _list(data["groups"])),
                 PlanBase(_files(base["files"]), _count(base["bytes"]), _count(base["deflated"]),
                          None if base["external_runtime"] is None else _text(base["external_runtime"])),
@@ -189,7 +211,11 @@ class PlayPlan:
                     tuple(_text(f) for f in _list(on_device["files"])),
                     tuple(_text(a) for a in _list(on_device["archs"])), _number(on_device["budget_s"]),
                     _count(on_device["bytes"]), _count(on_device["deflated"])),
-                _text(data["folder"]), _text(data["default_group"]))
+                _text(data["default_group"]))
+            names = {p.name for p in plan.packs}
+            if not names or any(f.pack not in names for g in plan.groups for f in g.files):
+                raise ValueError
+            return plan
         except (ValueError, TypeError, KeyError):
             raise BadInput("not a Play plan (qnndeploy package play writes them)") from None
 
@@ -219,8 +245,9 @@ def _list(value: object) -> list[Any]:
     return value
 
 
-def _files(value: object) -> tuple[PlanFile, ...]:
-    return tuple(PlanFile(_text(f["path"]), _count(f["size"]), _text(f["sha256"])) for f in _list(value))
+def _files(value: object, packed: bool = False) -> tuple[PlanFile, ...]:
+    return tuple(PlanFile(_text(f["path"]), _count(f["size"]), _text(f["sha256"]),
+                          _text(f["pack"]) if packed else None) for f in _list(value))
 
 
 def schema() -> JSON:

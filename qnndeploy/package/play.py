@@ -6,7 +6,9 @@ system-on-chip selectors (bundletool's device_targeting_config.proto; Play for O
 
 What goes where:
 - the pack (assets qnndeploy_npu#group_<g>/): the NPU files of the group's targets, and group.json naming the group
-  (Play strips the #group_ suffix, so a phone could not tell otherwise);
+  (Play strips the #group_ suffix, so a phone could not tell otherwise). A group whose files pass Play's limit for
+  one pack (a large model's parts) spreads them over more packs, <pack>_2 with folder qnndeploy_npu_2 and so on,
+  each file whole in one; every pack has every group's folder, so each can say which group it is;
 - the base module: manifest.json, the CPU models, and the QNN runtime libraries. The CPU model is every phone's
   fallback and must be there while a fast-follow or on-demand pack downloads; the runtime libraries are native
   libraries, which AI packs may not carry (the app loads libQnnHtp, libQnnSystem and the Stub with the system
@@ -24,7 +26,7 @@ import hashlib
 import json
 import string
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
@@ -62,6 +64,7 @@ from qnndeploy.formats.playplan import (
     PlanFile,
     PlanGroup,
     PlanOnDevice,
+    PlanPack,
     PlayPlan,
     group_file,
     group_name,
@@ -144,7 +147,7 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
         raise QnnDeployError(f"{bundle} has no NPU target: an AI pack split by SoC needs at least one")
     sizes = _Sizes(bundle, manifest, progress)
     plan = _plan(bundle, manifest, pack, when, sizes)
-    _check_limits(plan)
+    _check_limits(plan, out)
     groups, base = plan.groups, plan.base
     rows = [SizeRow(g.name, list(g.socs), len(base.files) + len(g.files), base.bytes + g.bytes,
                     base.deflated + g.deflated) for g in groups]
@@ -152,6 +155,7 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
                         on_device=plan.on_device is not None))
     fields = {"pack": pack, "delivery": delivery, "bundle": manifest.bundle_version,
               "folder": FOLDER, "config": CONFIG, "default_group": plan.default_group,
+              "asset_packs": ", ".join(f"':{p.name}'" for p in plan.packs), "more_packs": _more_packs(plan),
               "min_agp": compat.gradle_library("device_targeting_min_agp").version,
               "ai_delivery": library.version, "ai_delivery_source": library.source,
               "ai_delivery_read": library.read, "table": _readme_table(rows, plan.one_apk_deflated),
@@ -159,24 +163,29 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
     empty = out.is_dir() and not any(out.iterdir())  # as good as none: exchanged for the output, kept on failure
     with writing(out), staging_dir(out, force or empty, tidy=True) as tmp:
         (tmp / MARKER).write_text("written by qnndeploy package play; --force replaces this folder\n")
-        assets = tmp / pack / "src" / "main" / "assets"
-        for name, files in [*((g.name, g.files) for g in groups), (plan.default_group, ())]:
-            folder = assets / f"{FOLDER}#group_{name}"
-            folder.mkdir(parents=True)
-            (folder / GROUP_FILE).write_text(group_file(name))
-            for f in files:
-                dest = folder / f.path
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                copy_verified(bundle / f.path, dest, expect=Expected(f.sha256, f.size), beneath=bundle,
-                              what="bundle file")
-        for name, dest in (("build.gradle", tmp / pack / "build.gradle"), ("play.gradle", tmp / "play.gradle"),
-                           ("README.md", tmp / "README.md")):
+        for p in plan.packs:
+            assets = tmp / p.name / "src" / "main" / "assets"
+            for name, files in [*((g.name, g.files) for g in groups), (plan.default_group, ())]:
+                folder = assets / f"{p.folder}#group_{name}"
+                folder.mkdir(parents=True)
+                (folder / GROUP_FILE).write_text(group_file(name))
+                for f in files:
+                    if f.pack != p.name:
+                        continue
+                    dest = folder / f.path
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    copy_verified(bundle / f.path, dest, expect=Expected(f.sha256, f.size), beneath=bundle,
+                                  what="bundle file")
+            (tmp / p.name / "build.gradle").write_text(_render("build.gradle", **{**fields, "pack": p.name,
+                                                                                   "folder": p.folder}))
+        for name, dest in (("play.gradle", tmp / "play.gradle"), ("README.md", tmp / "README.md")):
             dest.write_text(_render(name, **fields))
         (tmp / CONFIG).write_text(config_xml(plan))
         write_json(tmp / PLAN, plan.to_json())
 
     lines = [
-        f'settings.gradle(.kts): include(":{pack}") and project(":{pack}").projectDir = file("{out / pack}")',
+        *(f'settings.gradle(.kts): include(":{p.name}") and project(":{p.name}").projectDir = file("{out / p.name}")'
+          for p in plan.packs),
         f'app build.gradle(.kts): apply(from = "{out / "play.gradle"}")',
         "gradle.properties: android.experimental.enableDeviceTargetingConfigApi=true",
         f"glue: qnndeploy scaffold BUNDLE --play {out} --package <your.app> -o app/qnndeploy",
@@ -227,11 +236,15 @@ class _Sizes:
 def _plan(bundle: Path, manifest: Manifest, pack: str, delivery: Delivery, sizes: _Sizes) -> PlayPlan:
     """One device group per target, named after its SoC (a bundle lists each file once, so no two targets share
     files that one group could carry for both). A group's SoC is the catalog model, as the decision identifies a
-    phone's SoC and matches a target named by an alias (SM8750P)."""
+    phone's SoC and matches a target named by an alias (SM8750P). Each group's files go, in the manifest's order,
+    to the first pack they fit in (pack_of): one pack unless a group's pass Play's limit for one."""
     groups: list[PlanGroup] = []
+    packs = [PlanPack(pack, FOLDER)]
     for t in manifest.targets:
         paths = [a.path for a in t.artifacts]
-        files = tuple(sizes.entry(p) for p in paths)
+        where = _pack_of([(p, sizes.deflated(p)) for p in paths])
+        packs += [PlanPack(f"{pack}_{n + 1}", f"{FOLDER}_{n + 1}") for n in range(len(packs), max(where) + 1)]
+        files = tuple(replace(sizes.entry(p), pack=packs[n].name) for p, n in zip(paths, where, strict=True))
         soc = find(t.soc).model
         groups.append(PlanGroup(group_name(t.soc), (soc,), t.dsp_arch, tuple(selectors([soc])), files,
                                 sum(f.size for f in files), sum(sizes.deflated(p) for p in paths)))
@@ -245,12 +258,29 @@ def _plan(bundle: Path, manifest: Manifest, pack: str, delivery: Delivery, sizes
     npu = sorted({f.path for g in groups for f in g.files})
     every = base_paths + npu
     return PlayPlan(
-        manifest.name, manifest.version, sizes.entry(MANIFEST).sha256, pack, delivery, tuple(groups),
+        manifest.name, manifest.version, sizes.entry(MANIFEST).sha256, tuple(packs), delivery, tuple(groups),
         PlanBase(base, sum(f.size for f in base), sum(sizes.deflated(p) for p in base_paths),
                  None if runtime.bundled else runtime.maven),
         sum(sizes.entry(p).size for p in every), sum(sizes.deflated(p) for p in every),
-        None if on_device is None else _on_device_plan(manifest, sizes), FOLDER, DEFAULT_GROUP)
+        None if on_device is None else _on_device_plan(manifest, sizes), DEFAULT_GROUP)
 
+
+def _pack_of(files: list[tuple[str, int]]) -> list[int]:
+    """The pack (0, 1, ...) of each (path, deflated bytes), first fit in order under Play's limit per pack. A file
+    cannot be split across packs, so one over the limit is refused."""
+    room: list[int] = []
+    where = []
+    for path, deflated in files:
+        if deflated > PACK_LIMIT:
+            raise QnnDeployError(f"{path} alone would download {deflated / 1e9:.2f} GB (deflated); Play allows "
+                                 f"{PACK_LIMIT / 1e9} GB per AI pack and a file goes whole in one: split the model "
+                                 "into more parts (prepare --generate ... --parts P) or quantize it")
+        n = next((i for i, free in enumerate(room) if deflated <= free), len(room))
+        if n == len(room):
+            room.append(PACK_LIMIT)
+        room[n] -= deflated
+        where.append(n)
+    return where or [0]
 
 def _on_device_plan(manifest: Manifest, sizes: _Sizes) -> PlanOnDevice:
     """What a phone of no group compiles from the base: each graph's ONNX (and the external data beside it), and the
@@ -268,7 +298,11 @@ def _on_device_plan(manifest: Manifest, sizes: _Sizes) -> PlanOnDevice:
                         sum(sizes.entry(p).size for p in files), sum(sizes.deflated(p) for p in files))
 
 
-def _check_limits(plan: PlayPlan) -> None:
+def _check_limits(plan: PlayPlan, out: Path) -> None:
+    limit = name_max(out.parent)
+    if len(plan.packs) > 1 and len(plan.packs[-1].name) > limit:
+        raise QnnDeployError(f"the AI pack {plan.packs[-1].name} has a name over the file system's limit of {limit} "
+                             "characters for a folder name: give a shorter --pack")
     base = plan.base.deflated
     if base > BASE_LIMIT:
         cpu = sum(f.size for f in plan.base.files if f.path.startswith("cpu/"))
@@ -277,10 +311,6 @@ def _check_limits(plan: PlayPlan) -> None:
                              "CPU models are every phone's fallback, in the base module, and package play cannot "
                              "yet deliver them in a pack")
     for g in plan.groups:
-        if g.deflated > PACK_LIMIT:
-            raise QnnDeployError(f"device group {g.name} would download {g.deflated / 1e9:.2f} GB of AI pack "
-                                 f"(deflated); Play allows {PACK_LIMIT / 1e9} GB per pack: split the model's graphs "
-                                 "into several bundles (packs) or quantize it")
         if plan.delivery == Delivery.INSTALL_TIME and base + g.deflated > APP_LIMIT:
             total = base + g.deflated
             raise QnnDeployError(f"a phone of device group {g.name} would download {total / 1e9:.2f} GB (base "
@@ -303,6 +333,16 @@ def config_xml(plan: PlayPlan) -> str:
         out.append("    </config:device-group>")
     out.append("</config:device-targeting-config>")
     return "\n".join(out) + "\n"
+
+
+def _more_packs(plan: PlayPlan) -> str:
+    """The README's sentence on a plan of several packs: how the groups' files are spread."""
+    if len(plan.packs) == 1:
+        return ""
+    names = ", ".join(f"`{p.name}` (folder `{p.folder}`)" for p in plan.packs)
+    return (f"\n\nA device group's files pass Play's limit for one AI pack ({PACK_LIMIT / 1e9} GB), so they are "
+            f"spread over {len(plan.packs)} packs: {names}. Each file goes whole in one pack; every pack has every "
+            "group's folder. A phone gets its group's folder of each, and the glue waits for all of them.")
 
 
 def _licences_text(manifest: Manifest) -> str:

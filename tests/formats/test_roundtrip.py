@@ -217,9 +217,11 @@ def test_the_demo_build_s_compile_records_parse_strictly_and_are_what_their_type
 def test_a_play_plan_written_and_parsed_is_the_same_and_follows_the_schema():
     soc = playplan.PlaySoc("QTI", "SM8750")
     plan = playplan.PlayPlan(
-        "m", "1.0.0", SHA, "qnndeploy_models", playplan.Delivery.ON_DEMAND,
+        "m", "1.0.0", SHA, (playplan.PlanPack("qnndeploy_models", "qnndeploy_npu"),
+                            playplan.PlanPack("qnndeploy_models_2", "qnndeploy_npu_2")), playplan.Delivery.ON_DEMAND,
         (playplan.PlanGroup("sm8750", ("SM8750",), "v79", (soc, playplan.PlaySoc("Qualcomm", "SM8750")),
-                            (playplan.PlanFile("npu/SM8750/enc.bin", 10, SHA),), 10, 7),),
+                            (playplan.PlanFile("npu/SM8750/enc.bin", 10, SHA, "qnndeploy_models"),
+                             playplan.PlanFile("npu/SM8750/dec.bin", 12, SHA, "qnndeploy_models_2")), 22, 17),),
         playplan.PlanBase((playplan.PlanFile(MANIFEST, 5, SHA), playplan.PlanFile("cpu/enc.onnx", 9, SHA)), 14, 12,
                           "com.qualcomm.qti:qnn-runtime:2.50.0"),
         24, 19, playplan.PlanOnDevice(("cpu/enc.onnx",), ("v79", "v81"), 60, 9, 8))
@@ -231,6 +233,10 @@ def test_a_play_plan_written_and_parsed_is_the_same_and_follows_the_schema():
         playplan.PlayPlan.parse({**data, "delivery": "someday"})
     with pytest.raises(BadInput, match="not a Play plan"):
         playplan.PlayPlan.parse({**data, "one_apk": {"bytes": "24", "deflated": 19}})
+    with pytest.raises(BadInput, match="not a Play plan"):  # a group file in a pack the plan does not name
+        playplan.PlayPlan.parse({**data, "packs": data["packs"][:1]})
+    with pytest.raises(BadInput, match="not a Play plan"):  # version 1: one pack, no pack per file
+        playplan.PlayPlan.parse({**data, "format_version": 1})
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import hashlib
 import json
 import random
 import re
+import zlib
 from pathlib import Path
 
 import pytest
@@ -131,11 +132,55 @@ def test_text_report_and_options(demo_bundle, tmp_path):
 
 
 @pytest.mark.slow
-def test_over_plays_pack_limit_is_refused_and_nothing_is_written(demo_bundle, tmp_path, monkeypatch):
+def test_a_file_over_plays_pack_limit_is_refused_and_nothing_is_written(demo_bundle, tmp_path, monkeypatch):
     monkeypatch.setattr(play, "PACK_LIMIT", 1000)
-    with pytest.raises(QnnDeployError, match=r"Play allows .* GB per pack"):
+    with pytest.raises(QnnDeployError, match=r"kws_demo.bin alone would download .* Play allows .* GB per AI pack "
+                                             r"and a file goes whole in one: split the model into more parts"):
         play.package_play(demo_bundle, tmp_path / "p")
     assert not (tmp_path / "p").exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_group_over_plays_pack_limit_spreads_its_files_over_more_packs(on_device_bundle, tmp_path, monkeypatch):
+    """A large model's NPU files can pass Play's 1.5 GB per pack (Whisper large's 10 s bundle, 1.46 GB deflated per
+    SoC, is just within): each group's files go, whole and in order, to the first pack with room, and every pack
+    module has every group's folder. Here the limit is the largest file, so four files per SoC need several packs."""
+    manifest = json.loads((on_device_bundle / "manifest.json").read_text())
+    deflated = {a["path"]: len(zlib.compress((on_device_bundle / a["path"]).read_bytes(), play.DEFLATE_LEVEL))
+                for t in manifest["targets"] for a in t["artifacts"]}
+    limit = max(deflated.values())
+    monkeypatch.setattr(play, "PACK_LIMIT", limit)
+    r = run("package", "play", str(on_device_bundle), "-o", str(tmp_path / "p"), "--pack", "big", "--json")
+    assert r.exit_code == 0, r.output
+    plan = playplan.read_plan(tmp_path / "p")
+    names = [p.name for p in plan.packs]
+    assert len(names) > 1 and names == ["big", *(f"big_{n}" for n in range(2, len(names) + 1))]
+    assert [p.folder for p in plan.packs] == [playplan.FOLDER, *(f"{playplan.FOLDER}_{n}"
+                                                                  for n in range(2, len(names) + 1))]
+    groups = [*(g.name for g in plan.groups), plan.default_group]
+    for p in plan.packs:
+        assets = tmp_path / "p" / p.name / "src" / "main" / "assets"
+        assert sorted(f.name for f in assets.iterdir()) == sorted(f"{p.folder}#group_{g}" for g in groups)
+        for g in plan.groups:
+            folder = assets / f"{p.folder}#group_{g.name}"
+            assert json.loads((folder / "group.json").read_text()) == {"group": g.name}
+            held = {f.relative_to(folder).as_posix() for f in folder.rglob("*") if f.is_file()} - {"group.json"}
+            assert held == {f.path for f in g.files if f.pack == p.name}
+            assert sum(deflated[f] for f in held) <= limit
+            assert all(sha(folder / f.path) == f.sha256 for f in g.files if f.pack == p.name)
+        assert f'packName = "{p.name}"' in (tmp_path / "p" / p.name / "build.gradle").read_text()
+    for t, g in zip(manifest["targets"], plan.groups, strict=True):  # every file once, in the manifest's order
+        assert [f.path for f in g.files] == [a["path"] for a in t["artifacts"]]
+        first_fit = [names.index(f.pack) for f in g.files]
+        assert first_fit[0] == 0 and all(b <= max(first_fit[:i]) + 1 for i, b in enumerate(first_fit[1:], 1))
+    assert f"assetPacks += [{', '.join(repr(':' + n) for n in names)}]" in (tmp_path / "p" / "play.gradle").read_text()
+    assert f"spread over {len(names)} packs" in (tmp_path / "p" / "README.md").read_text()
+    lines = json.loads(r.stdout)["lines"]
+    assert all(any(f'include(":{n}")' in line for line in lines) for n in names)
+    text = run("package", "play", str(on_device_bundle), "-o", str(tmp_path / "p"), "--pack", "big", "--force")
+    spread = {g.name: len({f.pack for f in g.files}) for g in plan.groups}
+    assert f"AI packs {', '.join(names)} (fast-follow)" in text.output
+    assert all(f"its files in {n} packs" in text.output for n in spread.values()), text.output
 
 
 @pytest.mark.slow
@@ -182,7 +227,7 @@ def test_bad_requests_are_one_line_errors(tmp_path):
 def plan_of(groups: dict[str, list[str]]) -> playplan.PlayPlan:
     """A plan with these groups (name -> SoCs), selectors as package play writes them, and no file."""
     return playplan.PlayPlan(
-        "t", "1", "ab" * 32, "qnndeploy_models", playplan.Delivery.FAST_FOLLOW,
+        "t", "1", "ab" * 32, (playplan.PlanPack("qnndeploy_models", playplan.FOLDER),), playplan.Delivery.FAST_FOLLOW,
         tuple(playplan.PlanGroup(n, tuple(s), "v79", tuple(playplan.selectors(s)), (), 0, 0)
               for n, s in groups.items()),
         playplan.PlanBase((), 0, 0, None), 0, 0)

@@ -21,6 +21,7 @@ import struct
 import subprocess
 import sys
 import zipfile
+import zlib
 from dataclasses import asdict
 from pathlib import Path
 
@@ -44,6 +45,7 @@ from qnndeploy.decide.reach import Engine
 from qnndeploy.demo import run_demo
 from qnndeploy.formats.manifest import Manifest
 from qnndeploy.formats.playplan import FOLDER, PlayPlan, expected_group, plan_groups, play_group, read_plan
+from qnndeploy.package import play as play_room
 from qnndeploy.package.play import package_play
 from qnndeploy.qnn import htp, markers
 from qnndeploy.scaffold import GENERATED, GLUE_PACKAGE, _context, _render, _write_glue, scaffold, templates_dir
@@ -59,7 +61,7 @@ UNIT_TESTS = 24  # the number of tests in tests/kotlin/SelectorTests.kt: none ma
 ON_DEVICE_TESTS = 12  # the number of tests in tests/kotlin/OnDeviceTests.kt
 APP_TESTS = 7  # the number of tests in tests/kotlin/SampleAppTests.kt (the sample app's SampleViewModel)
 PLAY_PACKAGE = "com.example.qnnplay"  # tests/kotlin/play/*.kt import the play glue from this package
-PLAY_TESTS = 10  # the number of tests in tests/kotlin/play/PlayTests.kt: none may silently disappear
+PLAY_TESTS = 12  # the number of tests in tests/kotlin/play/PlayTests.kt: none may silently disappear
 PLAY_TARGETS = ("SM8550", "SM8650", "SM8750")
 GENERATION_TESTS = 11  # the number of tests in tests/kotlin/GenerationTests.kt
 GEN_PACKAGE = "com.example.gen"  # tests/kotlin/GeneratedGeneration.kt imports the generation glue from this package
@@ -81,14 +83,22 @@ def rendered(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="session")
 def play(tmp_path_factory) -> dict:
-    """A real bundle, its fast-follow and install-time packs, and the play glue scaffolded from the fast-follow one."""
+    """A real bundle, its fast-follow and install-time packs, the play glue scaffolded from the fast-follow one, and
+    both again with Play's limit per pack lowered to the largest NPU file, so that each group spreads its four files
+    over several packs (as a model over 1.5 GB deflated per SoC must)."""
     require(htp.available(), "onnxruntime-qnn")
     root = tmp_path_factory.mktemp("play-render")
     bundle = bundles.build(root / "b", bundles.compile_inputs(root / "inputs", PLAY_TARGETS))
     fast = package_play(bundle, root / "fast", delivery="fast-follow").path
     install = package_play(bundle, root / "install", delivery="install-time").path
     glue = scaffold(bundle, PLAY_PACKAGE, root / "glue", play=fast)
-    return {"bundle": bundle, "fast": fast, "install": install, "glue": glue, "root": root}
+    npu = [a["path"] for t in json.loads((bundle / "manifest.json").read_text())["targets"] for a in t["artifacts"]]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(play_room, "PACK_LIMIT", max(len(zlib.compress((bundle / p).read_bytes())) for p in npu))
+        split = package_play(bundle, root / "split", delivery="fast-follow").path
+        split_install = package_play(bundle, root / "split-install", delivery="install-time").path
+    return {"bundle": bundle, "fast": fast, "install": install, "glue": glue, "root": root, "split": split,
+            "split_install": split_install}
 
 
 def generation_manifest(root: Path | None = None, names: str = "", targets=("SM8550", "SM8750")) -> dict:
@@ -824,8 +834,9 @@ def group_of(plan: PlayPlan, soc: str) -> str:
     return next(g.name for g in plan.groups if soc in g.socs)
 
 
-def pack_folder(play: Path, plan: PlayPlan, soc: str) -> Path:
-    return play / plan.pack / "src" / "main" / "assets" / f"{FOLDER}#group_{group_of(plan, soc)}"
+def pack_folder(play: Path, plan: PlayPlan, soc: str, pack: int = 0) -> Path:
+    p = plan.packs[pack]
+    return play / p.name / "src" / "main" / "assets" / f"{p.folder}#group_{group_of(plan, soc)}"
 
 
 def test_play_unit_tests_pass_on_the_jvm(play, kotlin):
@@ -842,11 +853,26 @@ def test_play_unit_tests_pass_on_the_jvm(play, kotlin):
     pack, other = work / "pack" / "assets", work / "other-pack" / "assets"
     shutil.copytree(pack_folder(play["fast"], fast, "SM8750"), pack / FOLDER)
     shutil.copytree(pack_folder(play["fast"], fast, "SM8550"), other / FOLDER)
+    # the split packages: the base's plan, each pack's SM8750 folder where Play puts it, or in the assets
+    split, split_install = read_plan(play["split"]), read_plan(play["split_install"])
+    assert len(split.packs) > 1 and split.packs == split_install.packs
+    split_assets, split_install_assets = work / "split-assets", work / "split-install-assets"
+    for assets, out in ((split_assets, play["split"]), (split_install_assets, play["split_install"])):
+        shutil.copytree(base, assets)
+        shutil.copyfile(out / "play.json", assets / "qnndeploy" / "play.json")
+    split_packs = {}
+    for n, p in enumerate(split.packs):
+        split_packs[p.name] = str(work / "split" / p.name / "assets")
+        shutil.copytree(pack_folder(play["split"], split, "SM8750", n), work / "split" / p.name / "assets" / p.folder)
+        shutil.copytree(pack_folder(play["split_install"], split_install, "SM8750", n), split_install_assets / p.folder)
     manifest = json.loads((play["bundle"] / "manifest.json").read_text())
     setup = {"install_assets": str(install_assets), "fast_follow_assets": str(fast_assets), "pack": str(pack),
              "other_pack": str(other), "scratch": str(work / "scratch"), "pack_name": fast.pack,
              "group": group_of(fast, "SM8750"), "other_group": group_of(fast, "SM8550"),
-             "sha256": {a["path"]: a["sha256"] for t in manifest["targets"] for a in t["artifacts"]}}
+             "sha256": {a["path"]: a["sha256"] for t in manifest["targets"] for a in t["artifacts"]},
+             "split_assets": str(split_assets), "split_install_assets": str(split_install_assets),
+             "split_packs": split_packs,
+             "split_files": {f.path: f.pack for g in split.groups if "SM8750" in g.socs for f in g.files}}
     path = work / "setup.json"
     path.write_text(json.dumps(setup))
     done = kotlin_build.run_jvm(kotlin, "qnndeploy.playtests.PlayTestsKt", str(path))

@@ -580,7 +580,7 @@ def test_play_keeps_every_npu_file_out_of_the_base_assets(external, tmp_path):
     generated = (glue / "Generated.kt").read_text()
     # select asks the pack the data file names; the pack locates itself and gives the CPU its reason
     assert "Generated.AI_PACK" in runtime and "val AI_PACK: AiPack? = PlayPack.Files\n" in generated
-    assert "locate(context, plan)" in pack and "Reasons.packNotReady(" in pack
+    assert "locate(context, plan, " in pack and "Reasons.packNotReady(" in pack
     for name, value in (("FOLDER", playplan.FOLDER), ("GROUP_FILE", playplan.GROUP_FILE),
                         ("DEFAULT_GROUP", playplan.DEFAULT_GROUP)):
         assert f'const val {name} = Generated.PLAY_{name}' in pack

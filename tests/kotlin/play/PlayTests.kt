@@ -5,7 +5,10 @@ package qnndeploy.playtests
 //   PlayTestsKt SETUP.json
 // SETUP.json: {"install_assets", "fast_follow_assets": app assets folders (base module, and for install-time the
 // pack's qnndeploy_npu/ too), "pack": the pack's folder for this SoC (its assetsPath), "other_pack": another SoC's,
-// "scratch": a folder for app storage, "pack_name", "group": the SM8750 group, "other_group", "sha256": {path: sha}}.
+// "scratch": a folder for app storage, "pack_name", "group": the SM8750 group, "other_group", "sha256": {path: sha},
+// and a package whose groups spread over several packs: "split_assets", "split_install_assets" (its fast-follow and
+// install-time base assets, the latter with each pack's folder), "split_packs": {pack: its SM8750 assetsPath},
+// "split_files": {SM8750 path: its pack}}.
 // These files live in tests/kotlin/play/, not tests/kotlin/, because tests/scaffold/test_kotlin.py compiles every
 // tests/kotlin/*.kt against the glue without --play.
 
@@ -62,17 +65,18 @@ internal class LoadingHost : NativeHost {
     override fun loadLibrary(fileName: String) {}
 }
 
-/** Play as a test plays it: where the pack is, what fetch did, and the state updates it sends. */
+/** Play as a test plays it: where the packs are (locations, else location), what fetch did, the updates it sends. */
 class FakeManager(var location: AiPackLocation? = null, var fetchError: Exception? = null) : AiPackManager {
     val fetched = ArrayList<List<String>>()
     val listeners = ArrayList<AiPackStateUpdateListener>()
+    val locations = HashMap<String, AiPackLocation>()
 
     override fun fetch(packNames: List<String>): Task<AiPackStates> {
         fetched.add(packNames.toList())
         return fetchError?.let { Tasks.forException(it) } ?: Tasks.forResult(null)
     }
 
-    override fun getPackLocation(packName: String): AiPackLocation? = location
+    override fun getPackLocation(packName: String): AiPackLocation? = locations[packName] ?: location
 
     override fun registerListener(listener: AiPackStateUpdateListener) {
         listeners.add(listener)
@@ -116,6 +120,16 @@ internal class Suite(setup: Map<*, *>) {
     private val otherGroup = setup["other_group"] as String
     private val sha = (setup["sha256"] as Map<*, *>).entries.associate { (k, v) -> k as String to v as String }
     private val npuDet = "npu/SM8750/det_ctx.onnx"
+    private val splitAssets = File(setup["split_assets"] as String)
+    private val splitInstallAssets = File(setup["split_install_assets"] as String)
+    private val splitPacks = (setup["split_packs"] as Map<*, *>).entries.associate { (k, v) -> k as String to File(v as String) }
+    private val splitFiles = (setup["split_files"] as Map<*, *>).entries.associate { (k, v) -> k as String to v as String }
+
+    /** The split plan's assets folder of a pack. */
+    private fun splitFolder(pack: String): String {
+        val plan = PlayPlan.parse(File(splitAssets, "qnndeploy/play.json").readText())
+        return plan.packs.first { it.name == pack }.folder
+    }
 
     /** A new process on an SM8750 phone (Android 15, QTI), with this Play. */
     private fun start(name: String, assets: File, manager: AiPackManager?): FakeContext {
@@ -271,6 +285,52 @@ internal class Suite(setup: Map<*, *>) {
             })
             assertEquals("pack_not_ready", select(context).decision.reasonKey)
             assertEquals(listOf("the app was not installed by Play"), failures)
+        },
+        "a group spread over packs: the CPU until every pack with its files is there, then each file where its pack is" to {
+            val names = splitPacks.keys.toList()
+            val (first, last) = names.first() to names.last()
+            assertTrue(names.size > 1 && splitFiles.values.toSet() == names.toSet(), "$names $splitFiles")
+            val manager = FakeManager()
+            manager.locations[first] = folder(splitPacks.getValue(first))
+            val context = start("split", splitAssets, manager)
+            val cpu = select(context)
+            assertEquals(Provider.CPU to "pack_not_ready", cpu.decision.provider to cpu.decision.reasonKey)
+            val second = names[1]
+            assertEquals(
+                Reasons.packNotReady(pack = second, delivery = "fast-follow", detail = "not downloaded yet").text,
+                cpu.decision.reason,
+            )
+            assertEquals(listOf(names), manager.fetched, "every pack asked for")
+            assertEquals(group, cpu.play?.deliveredGroup, "the first pack's group")
+            names.drop(1).forEach { manager.locations[it] = folder(splitPacks.getValue(it)) }
+            manager.send(last, AiPackStatus.COMPLETED)
+            val npu = select(context)
+            assertEquals(Provider.NPU to "npu", npu.decision.provider to npu.decision.reasonKey, npu.decision.reason)
+            for ((path, pack) in splitFiles) {
+                val file = File(splitPacks.getValue(pack), "${splitFolder(pack)}/$path")
+                assertEquals(sha.getValue(path), sha256(file))
+                assertTrue(npu.decision.files.contains(path), path)
+                assertEquals(file.absolutePath, npu.pack!!.files.getValue(path).absolutePath)
+            }
+            assertFalse(tree(context.filesDir).any { "npu/" in it }, "no second copy: ${tree(context.filesDir)}")
+            // a later pack of another group: pack_group_mismatch names it
+            val other = File(scratch, "split-other").apply { deleteRecursively() }
+            File(other, splitFolder(last)).mkdirs()
+            File(other, "${splitFolder(last)}/group.json").writeText("{\"group\": \"$otherGroup\"}")
+            manager.locations[last] = folder(other)
+            val mismatch = select(start("split-mismatch", splitAssets, manager))
+            val want = Reasons.packGroupMismatch(delivered = otherGroup, pack = last, soc = "SM8750", expected = group)
+            assertEquals(want.text, mismatch.decision.reason)
+        },
+        "install-time packs: each NPU file is copied from its own pack's folder of the assets" to {
+            val context = start("split-install", splitInstallAssets, manager = null)
+            val s = select(context)
+            assertEquals(Provider.NPU to "npu", s.decision.provider to s.decision.reasonKey, s.decision.reason)
+            for ((path, pack) in splitFiles) {
+                assertContains(context.opened, "${splitFolder(pack)}/$path")
+                assertContains(context.opened, "${splitFolder(pack)}/group.json")
+                assertEquals(sha.getValue(path), sha256(File(context.filesDir, "qnndeploy/$path")), "copied whole")
+            }
         },
         "PlayPlan reads play.json and refuses what is not a plan" to {
             val plan = PlayPlan.parse(File(fastFollowAssets, "qnndeploy/play.json").readText())

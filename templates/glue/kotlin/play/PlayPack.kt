@@ -14,7 +14,7 @@ import java.io.IOException
 import java.io.InputStream
 import java.util.concurrent.CopyOnWriteArrayList
 
-// The NPU files of the bundle, delivered by Google Play in an AI pack (`qnndeploy package play`): the plan
+// The NPU files of the bundle, delivered by Google Play in AI packs (`qnndeploy package play`): the plan
 // (assets/qnndeploy/play.json), the two rules that read it, and the pack as it is on the phone. The rules are the
 // twins of qnndeploy/formats/playplan.py (play_group, expected_group); tests/scaffold/test_kotlin.py requires them to agree.
 // The base module keeps manifest.json, the CPU models and the QNN libraries: the CPU runs until the pack is there.
@@ -22,8 +22,14 @@ import java.util.concurrent.CopyOnWriteArrayList
 /** A system-on-chip selector: Build.SOC_MANUFACTURER and Build.SOC_MODEL as Play compares them (exactly). */
 internal data class PlaySoc(val manufacturer: String, val model: String)
 
-/** A bundle file of a device group, at its bundle path. */
-internal data class PlayFile(val path: String, val size: Long, val sha256: String)
+/** A bundle file of a device group, at its bundle path, and the AI pack that carries it. */
+internal data class PlayFile(val path: String, val size: Long, val sha256: String, val pack: String)
+
+/**
+ * An AI pack of the plan and its assets folder (folder/ on the phone). A plan has more than one when a group's files
+ * pass Play's limit for one pack; each has its own folder, so install-time packs never hold one asset path twice.
+ */
+internal data class PlanPack(val name: String, val folder: String)
 
 /**
  * A device group of the pack: the catalog SoCs whose bundle targets it holds, its one device selector (any of its
@@ -45,11 +51,14 @@ internal enum class Delivery(val id: String) {
 
 /** play.json, the parts the app reads (qnndeploy/schemas/play.schema.json), in the config's group order. */
 internal data class PlayPlan(
-    val pack: String,
+    val packs: List<PlanPack>,
     val delivery: Delivery,
     val defaultGroup: String = PlayRules.DEFAULT_GROUP,
     val groups: List<PlayGroup> = emptyList(),
 ) {
+    /** The first pack's name, the one package play was given (--pack). */
+    val pack: String get() = packs.first().name
+
     companion object {
         const val FORMAT = Generated.PLAY_FORMAT
 
@@ -61,6 +70,11 @@ internal data class PlayPlan(
             require(top["format"] == FORMAT) { "play.json's format is ${MiniJson.write(top["format"])}, not \"$FORMAT\"" }
             val delivery = Delivery.values().firstOrNull { it.id == top["delivery"] }
                 ?: throw IllegalArgumentException("play.json's delivery ${MiniJson.write(top["delivery"])} is unknown")
+            val packs = list(top["packs"], "packs").map {
+                val p = it as? Map<*, *> ?: throw IllegalArgumentException("a pack of play.json is not an object")
+                PlanPack(text(p["name"], "a pack's name"), text(p["folder"], "a pack's folder"))
+            }
+            require(packs.isNotEmpty()) { "play.json names no pack" }
             val groups = list(top["groups"], "groups").map { raw ->
                 val g = raw as? Map<*, *> ?: throw IllegalArgumentException("a group of play.json is not an object")
                 PlayGroup(
@@ -73,12 +87,14 @@ internal data class PlayPlan(
                     files = list(g["files"], "files").map {
                         val f = it as? Map<*, *> ?: throw IllegalArgumentException("a file is not an object")
                         val size = f["size"] as? Long ?: throw IllegalArgumentException("a file's size is not a number")
-                        PlayFile(text(f["path"], "a file's path"), size, text(f["sha256"], "a file's sha256"))
+                        val pack = text(f["pack"], "a file's pack")
+                        require(packs.any { p -> p.name == pack }) { "a file's pack $pack is not among play.json's packs" }
+                        PlayFile(text(f["path"], "a file's path"), size, text(f["sha256"], "a file's sha256"), pack)
                     },
                 )
             }
             return PlayPlan(
-                pack = text(top["pack"], "pack"),
+                packs = packs,
                 delivery = delivery,
                 defaultGroup = text(top["default_group"], "default_group"),
                 groups = groups,
@@ -95,7 +111,7 @@ internal data class PlayPlan(
 
 /** The two questions both twins ask of a plan: which group Play gives a phone, and which one its SoC needs. */
 internal object PlayRules {
-    /** The pack's assets folder: qnndeploy_npu#group_<g>/ in the module, qnndeploy_npu/ on the phone. */
+    /** The first pack's assets folder: qnndeploy_npu#group_<g>/ in the module, qnndeploy_npu/ on the phone. */
     const val FOLDER = Generated.PLAY_FOLDER
 
     /** In every group's folder: which group the phone got, since Play strips the #group_ suffix. */
@@ -226,17 +242,18 @@ object PlayPack {
     internal fun manager(context: Context): AiPackManager = AiPackManagerFactory.getInstance(context.applicationContext)
 
     /**
-     * Asks Play for the pack (fast-follow packs come by themselves, on-demand ones only when asked; asking twice
-     * is harmless). Progress goes to the listeners; when the pack arrives, the next QnnRuntime.select decides again.
-     * Nothing to do for an install-time pack: it comes with the app.
+     * Asks Play for the packs (fast-follow packs come by themselves, on-demand ones only when asked; asking twice
+     * is harmless). Progress goes to the listeners; when a pack arrives, the next QnnRuntime.select decides again.
+     * Nothing to do for install-time packs: they come with the app.
      */
     fun fetch(context: Context) {
         val plan = plan(context)
         if (plan.delivery == Delivery.INSTALL_TIME) return
         val manager = manager(context)
         listen(manager, plan)
-        manager.fetch(listOf(plan.pack)).addOnFailureListener { e ->
-            Log.w(QnnRuntime.TAG, "fetching AI pack ${plan.pack} failed", e)
+        val names = plan.packs.map { it.name }
+        manager.fetch(names).addOnFailureListener { e ->
+            Log.w(QnnRuntime.TAG, "fetching AI pack(s) ${names.joinToString()} failed", e)
             listeners.forEach { it.onFetchFailed(e) }
         }
     }
@@ -250,7 +267,7 @@ object PlayPack {
     }
 
     private fun update(plan: PlayPlan, state: AiPackState) {
-        if (state.name() != plan.pack) return
+        if (plan.packs.none { it.name == state.name() }) return
         val progress = PackProgress(
             pack = state.name(), status = state.status(), bytesDownloaded = state.bytesDownloaded(),
             totalBytes = state.totalBytesToDownload(), errorCode = state.errorCode(),
@@ -259,14 +276,14 @@ object PlayPack {
         listeners.forEach { it.onPackUpdate(progress) }
     }
 
-    /** Where the pack is on this phone now, and which group Play delivered; a pack not (yet) there says why. */
-    internal fun locate(context: Context, plan: PlayPlan): PackOnPhone {
-        val groupFile = "${PlayRules.FOLDER}/${PlayRules.GROUP_FILE}"
+    /** Where a pack is on this phone now, and which group Play delivered; a pack not (yet) there says why. */
+    internal fun locate(context: Context, plan: PlayPlan, pack: PlanPack): PackOnPhone {
+        val groupFile = "${pack.folder}/${PlayRules.GROUP_FILE}"
         if (plan.delivery == Delivery.INSTALL_TIME) return inAssets(context, groupFile)
-        val location = manager(context).getPackLocation(plan.pack)
+        val location = manager(context).getPackLocation(pack.name)
             ?: return PackOnPhone(null, problem = "not downloaded yet")
         val assets = location.assetsPath() ?: return inAssets(context, groupFile) // a pack installed as an APK
-        val dir = File(assets, PlayRules.FOLDER)
+        val dir = File(assets, pack.folder)
         val group = try {
             readGroup(File(dir, PlayRules.GROUP_FILE).readText())
         } catch (e: IOException) {
@@ -291,15 +308,15 @@ object PlayPack {
     }
 
     /**
-     * The pack's files for the decision's NPU paths (bundle path -> file), when the pack is a folder: Play has
-     * already written them to app storage, so they are used where they are. Throws IOException for a file missing
-     * or whose size is not the plan's.
+     * A pack's files for the decision's NPU paths (bundle path -> file), when the pack is a folder: Play has already
+     * written them to app storage, so they are used where they are. Throws IOException for a file missing or whose
+     * size is not the plan's.
      */
-    internal fun resolve(pack: PackOnPhone, group: PlayGroup?, paths: Collection<String>): Map<String, File> {
+    internal fun resolve(pack: PackOnPhone, name: String, group: PlayGroup?, paths: Collection<String>): Map<String, File> {
         val dir = pack.dir ?: return emptyMap()
-        val sizes = group?.files.orEmpty().associate { it.path to it.size }
+        val sizes = group?.files.orEmpty().filter { it.pack == name }.associate { it.path to it.size }
         return paths.associateWith { path ->
-            val size = sizes[path] ?: throw IOException("$path is not in group ${pack.group} of the plan")
+            val size = sizes[path] ?: throw IOException("$path is not in group ${pack.group} of pack $name in the plan")
             val file = File(dir, path)
             if (!file.isFile) throw IOException("$path is missing from it")
             if (file.length() != size) throw IOException("$path has ${file.length()} bytes, the plan says $size")
@@ -330,46 +347,62 @@ object PlayPack {
     internal object Files : AiPack {
         /**
          * The CPU models and the on-device ones (what a phone without a target compiles) are in the base module's
-         * assets, the NPU files of an install-time pack in the pack's.
+         * assets, the NPU files of install-time packs in their pack's folder (place read the plan before).
          */
         override fun open(assets: AssetManager, manifest: BundleManifest, path: String): InputStream =
-            assets.open(if (inBase(manifest, path)) "${QnnRuntime.ASSETS}/$path" else "${PlayRules.FOLDER}/$path")
+            assets.open(if (inBase(manifest, path)) "${QnnRuntime.ASSETS}/$path" else "${folderOf(path)}/$path")
+
+        private fun folderOf(path: String): String {
+            val plan = synchronized(lock) { plan } ?: return PlayRules.FOLDER
+            val name = plan.groups.firstNotNullOfOrNull { g -> g.files.firstOrNull { it.path == path }?.pack }
+            return plan.packs.firstOrNull { it.name == name }?.folder ?: PlayRules.FOLDER
+        }
 
         private fun inBase(manifest: BundleManifest, path: String): Boolean =
             (manifest.cpu + manifest.onDevice?.artifacts.orEmpty()).any { it.path == path }
 
         override fun place(context: Context, manifest: BundleManifest, decision: Decision): PackPlacement {
             val plan = plan(context)
-            val pack = locate(context, plan)
+            val first = locate(context, plan, plan.packs.first()) // every pack has every group: the report's
             var chosen = decision
-            var packFiles: Map<String, File> = emptyMap()
-            // An on-device decision compiles the base module's ONNX: it needs nothing from the pack.
+            val packFiles = HashMap<String, File>()
+            // An on-device decision compiles the base module's ONNX: it needs nothing from the packs.
             if (decision.npu && decision.npuSource != NpuSource.ON_DEVICE) {
                 val expected = PlayRules.expectedGroup(plan, decision.soc)
-                val npuPaths = decision.files.filter { path -> !inBase(manifest, path) }
-                val reason = when {
-                    pack.group == null -> Reasons.packNotReady(
-                        pack = plan.pack, delivery = plan.delivery.id, detail = pack.problem.orEmpty(),
-                    )
-                    pack.group != expected -> Reasons.packGroupMismatch(
-                        pack = plan.pack, delivered = pack.group, soc = decision.soc.orEmpty(), expected = expected,
-                    )
-                    else -> try {
-                        packFiles = resolve(pack, plan.groups.firstOrNull { it.name == expected }, npuPaths)
-                        null
-                    } catch (e: IOException) {
-                        Reasons.packNotReady(pack = plan.pack, delivery = plan.delivery.id, detail = e.message.orEmpty())
+                val group = plan.groups.firstOrNull { it.name == expected }
+                // each NPU file's pack (one the group does not list: the first, where resolve says so)
+                val packOf = decision.files.filter { path -> !inBase(manifest, path) }.associateWith { path ->
+                    group?.files?.firstOrNull { it.path == path }?.pack ?: plan.pack
+                }
+                val needed = plan.packs.filter { it.name in packOf.values }
+                var missing = false
+                val reason = needed.firstNotNullOfOrNull { p ->
+                    val pack = if (p == plan.packs.first()) first else locate(context, plan, p)
+                    when {
+                        pack.group == null -> Reasons.packNotReady(
+                            pack = p.name, delivery = plan.delivery.id, detail = pack.problem.orEmpty(),
+                        ).also { missing = true }
+                        pack.group != expected -> Reasons.packGroupMismatch(
+                            pack = p.name, delivered = pack.group, soc = decision.soc.orEmpty(), expected = expected,
+                        )
+                        else -> try {
+                            packFiles += resolve(pack, p.name, group, packOf.filterValues { it == p.name }.keys)
+                            null
+                        } catch (e: IOException) {
+                            Reasons.packNotReady(pack = p.name, delivery = plan.delivery.id, detail = e.message.orEmpty())
+                        }
                     }
                 }
                 if (reason != null) {
+                    packFiles.clear()
                     val identity = SocIdentity(soc = decision.soc, identifiedBy = decision.identifiedBy)
                     chosen = QnnSelector.cpu(
                         manifest, identity, reason, adsp = decision.adspLibraryPath, runtimeVersion = decision.runtimeVersion,
                     )
-                    if (pack.group == null) fetch(context) // on-demand: only asked for; fast-follow: harmless
+                    if (missing) fetch(context) // on-demand: only asked for; fast-follow: harmless
                 }
             }
-            return PlayPlacement(chosen, packFiles, report(plan, pack, chosen.soc))
+            return PlayPlacement(chosen, packFiles, report(plan, first, chosen.soc))
         }
     }
 
