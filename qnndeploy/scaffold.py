@@ -38,7 +38,7 @@ from qnndeploy.base.fileio import (
     writing,
 )
 from qnndeploy.base.kinds import choices
-from qnndeploy.base.names import FORMAT, FORMAT_VERSION, MANIFEST
+from qnndeploy.base.names import APP_ASSETS, FORMAT, FORMAT_VERSION, MANIFEST
 from qnndeploy.decide.decision import (
     BACKEND_LIB,
     REASONS,
@@ -67,7 +67,7 @@ APP_SOURCES_DIR = "app/src/main/java"  # where the app's sources go, one folder 
 GLUE_COMMON = "common"  # templates/glue/kotlin/common: copied always; then the engine's folder (named as the engine)
 GLUE_PLAY = "play"  # copied only with play: the AI pack's plan, rules and access (PlayPack.kt)
 GENERATED = "Generated.kt"  # the glue's one generated file: the bundle's data, the catalog, reasons, switches
-ASSETS = "qnndeploy"  # the bundle's folder in the APK's assets: QnnRuntime.ASSETS in the Kotlin
+ASSETS = APP_ASSETS  # the bundle's folder in the APK's assets: QnnRuntime.ASSETS in the Kotlin
 APP_GLUE_DIR = "qnndeploy"  # where the glue goes inside the sample app's module
 # the sample app's screen, its ViewModel and their coroutines (data/maven.json's keys)
 APP_LIBRARIES = ("activity_ktx", "lifecycle_runtime_ktx", "lifecycle_viewmodel_ktx", "coroutines_android")
@@ -185,7 +185,8 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
         folders = [GLUE_COMMON, kind.value] + ([GLUE_PLAY] if plan is not None else [])
         _write_glue(templates / "glue", folders, package, context["data"],
                     glue / "src" / context["package_path"] / "qnndeploy")
-        copied, nbytes = _copy_bundle(bundle, manifest, glue / "bundle", play)
+        in_packs = {f.path for c in plan.cpu_packs for f in c.files} if plan is not None else set()
+        copied, nbytes = _copy_bundle(bundle, manifest, glue / "bundle", play, in_packs)
         kotlin = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*.kt"))
 
     rt = manifest.runtime
@@ -444,13 +445,15 @@ def _render(template: Path, values: dict[str, Any], dest: Path) -> None:
         target.write_text(env.from_string(src.read_text(encoding="utf-8")).render(context), encoding="utf-8")
 
 
-def _copy_bundle(bundle: Path, manifest: Manifest, dest: Path, play: Path | None = None) -> tuple[int, int]:
+def _copy_bundle(bundle: Path, manifest: Manifest, dest: Path, play: Path | None = None,
+                 in_packs: set[str] | None = None) -> tuple[int, int]:
     """The bundle in Gradle's layout: manifest and models as assets, runtime libraries flat in jniLibs/arm64-v8a.
 
     The Skel goes beside the Android libraries, as in every QNN app: installed in nativeLibraryDir, the folder that
     the selector puts first in ADSP_LIBRARY_PATH. With play, the NPU files are in the AI pack, not here: the assets
     hold manifest.json, play.json, the CPU models (every phone needs them, also while the pack downloads) and the
-    on-device models (format 4: what a phone whose SoC has no target compiles).
+    on-device models (format 4: what a phone whose SoC has no target compiles), except those the plan puts in
+    install-time CPU packs (in_packs: the app gets them at the same asset paths from the pack).
 
     The bytes written are the ones verified: each file is copied through fileio.copy_verified (O_NOFOLLOW, below the
     bundle folder, with the manifest's sha256 and size); manifest.json is written from the bytes that parse to the
@@ -463,6 +466,7 @@ def _copy_bundle(bundle: Path, manifest: Manifest, dest: Path, play: Path | None
     # with play, the base module keeps the CPU models and the on-device ones: a phone without a target compiles them;
     # the licence files go in the app's own assets either way, beside the runtime it ships or fetches
     files = [*manifest.cpu, *manifest.on_device_files] if play is not None else manifest.model_files
+    files = [f for f in files if f.path not in (in_packs or set())]
     files += manifest.licences.terms if manifest.licences else ()
     copies = [(bundle / a.path, assets / a.path, a) for a in files]
     if manifest.runtime.bundled:

@@ -24,6 +24,7 @@ EPCONTEXT = "ort-epcontext"  # what ONNX Runtime's QNN EP loads (an .onnx wrappi
 ONNX = "onnx"  # a CPU fallback model,
 EXTERNAL_DATA = "onnx-external-data"  # and a weights file it names (models over 2 GB must keep weights outside)
 MANIFEST = "manifest.json"
+APP_ASSETS = "qnndeploy"  # the bundle's folder in the app's assets (scaffold, CPU packs): QnnRuntime.ASSETS
 SPLIT_RECORD = "qnndeploy-split"  # OUT.split.json of `prepare --split-at`, which `bundle --split` reads
 # The records the device commands and bundle build write, which `report` reads: their "record" (or "kind") value
 DEVICE_RECORD = "qnndeploy-device"  # device verify's record (device/verify.py write_record)

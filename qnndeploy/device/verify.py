@@ -316,14 +316,14 @@ def play_check(plan: playplan.PlayPlan, groups: list[playplan.PlayGroup], props:
     expected = playplan.expected_group(plan, soc)
     said = f"ro.soc.manufacturer {manufacturer!r}, ro.soc.model {model!r}"
     if delivered == expected:
-        held = {f.path for f in plan.base.files}
+        held = {f.path for f in plan.installed}
         held |= {f.path for g in plan.groups if g.name == delivered for f in g.files}
         missing = [f for f in files or [] if f not in held]
         if missing:
             return PlayCheck(manufacturer, model, delivered, expected, False,
                              f"Play delivers group {delivered} ({said}), the group the decision expects, but neither "
-                             f"it nor the base module holds {', '.join(missing)}: run qnndeploy package play on this "
-                             "bundle again")
+                             f"it nor the base module and CPU packs hold {', '.join(missing)}: run qnndeploy package "
+                             "play on this bundle again")
         how = (": no NPU file; the NPU models are the base module's ONNX, compiled on the phone (on-device)"
                if on_device else "")
         return PlayCheck(manufacturer, model, delivered, expected, True,

@@ -140,6 +140,23 @@ class PlanBase:
 
 
 @dataclass(frozen=True)
+class PlanCpuPack:
+    """An install-time asset pack holding CPU models the base module cannot (Play's 500 MB for it). Its assets are at
+    the base's own paths (qnndeploy/<path>) and a phone merges install-time packs into the app's assets, so the glue
+    opens them as before (developer.android.com/guide/playcore/asset-delivery/integrate-java: install-time packs
+    are read with AssetManager)."""
+
+    name: str
+    files: tuple[PlanFile, ...]
+    bytes: int
+    deflated: int
+
+    def to_json(self) -> JSON:
+        return {"name": self.name, "files": [f.to_json() for f in self.files], "bytes": self.bytes,
+                "deflated": self.deflated}
+
+
+@dataclass(frozen=True)
 class PlanOnDevice:
     """A bundle that compiles on the device: the base files a phone of no group compiles, the HTP arches every graph
     was validated for, and the first compile's budget."""
@@ -172,11 +189,17 @@ class PlayPlan:
     one_apk_deflated: int
     on_device: PlanOnDevice | None = None  # None: phones of no group run on the CPU
     default_group: str = DEFAULT_GROUP
+    cpu_packs: tuple[PlanCpuPack, ...] = ()  # CPU models the base module cannot hold, in install-time asset packs
 
     @property
     def pack(self) -> str:
         """The first pack's name: the --pack the plan was made with, the others' prefix."""
         return self.packs[0].name
+
+    @property
+    def installed(self) -> tuple[PlanFile, ...]:
+        """What every phone gets with the app: the base module's files and the CPU packs'."""
+        return self.base.files + tuple(f for p in self.cpu_packs for f in p.files)
 
     def to_json(self) -> JSON:
         return {
@@ -184,7 +207,8 @@ class PlayPlan:
             "bundle": {"name": self.name, "version": self.version, "manifest_sha256": self.manifest_sha256},
             "packs": [p.to_json() for p in self.packs], "delivery": self.delivery.value,
             "default_group": self.default_group, "groups": [g.to_json() for g in self.groups],
-            "base": self.base.to_json(), "one_apk": {"bytes": self.one_apk_bytes, "deflated": self.one_apk_deflated},
+            "base": self.base.to_json(), "cpu_packs": [p.to_json() for p in self.cpu_packs],
+            "one_apk": {"bytes": self.one_apk_bytes, "deflated": self.one_apk_deflated},
             **({} if self.on_device is None else {"on_device": self.on_device.to_json()}),
         }
 
@@ -211,7 +235,9 @@ class PlayPlan:
                     tuple(_text(f) for f in _list(on_device["files"])),
                     tuple(_text(a) for a in _list(on_device["archs"])), _number(on_device["budget_s"]),
                     _count(on_device["bytes"]), _count(on_device["deflated"])),
-                _text(data["default_group"]))
+                _text(data["default_group"]),
+                tuple(PlanCpuPack(_text(p["name"]), _files(p["files"]), _count(p["bytes"]), _count(p["deflated"]))
+                      for p in _list(data["cpu_packs"])))
             names = {p.name for p in plan.packs}
             if not names or any(f.pack not in names for g in plan.groups for f in g.files):
                 raise ValueError

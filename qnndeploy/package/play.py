@@ -48,7 +48,7 @@ from qnndeploy.base.fileio import (
     writing,
 )
 from qnndeploy.base.htparch import HtpArch
-from qnndeploy.base.names import MANIFEST
+from qnndeploy.base.names import APP_ASSETS, MANIFEST
 from qnndeploy.base.socs import find
 from qnndeploy.formats.manifest import FileFormat, Manifest, read_manifest, verified_bytes
 from qnndeploy.formats.playplan import (
@@ -61,6 +61,7 @@ from qnndeploy.formats.playplan import (
     PLAN,
     Delivery,
     PlanBase,
+    PlanCpuPack,
     PlanFile,
     PlanGroup,
     PlanOnDevice,
@@ -149,13 +150,15 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
     plan = _plan(bundle, manifest, pack, when, sizes)
     _check_limits(plan, out)
     groups, base = plan.groups, plan.base
-    rows = [SizeRow(g.name, list(g.socs), len(base.files) + len(g.files), base.bytes + g.bytes,
-                    base.deflated + g.deflated) for g in groups]
-    rows.append(SizeRow(plan.default_group, [], len(base.files), base.bytes, base.deflated,
-                        on_device=plan.on_device is not None))
+    app = len(plan.installed), sum(f.size for f in plan.installed), base.deflated + sum(
+        p.deflated for p in plan.cpu_packs)  # files, bytes, deflated: what every phone gets with the app
+    rows = [SizeRow(g.name, list(g.socs), app[0] + len(g.files), app[1] + g.bytes, app[2] + g.deflated)
+            for g in groups]
+    rows.append(SizeRow(plan.default_group, [], *app, on_device=plan.on_device is not None))
     fields = {"pack": pack, "delivery": delivery, "bundle": manifest.bundle_version,
               "folder": FOLDER, "config": CONFIG, "default_group": plan.default_group,
-              "asset_packs": ", ".join(f"':{p.name}'" for p in plan.packs), "more_packs": _more_packs(plan),
+              "asset_packs": ", ".join(f"':{name}'" for name in _pack_names(plan)),
+              "where_notes": _where_notes(plan),
               "min_agp": compat.gradle_library("device_targeting_min_agp").version,
               "ai_delivery": library.version, "ai_delivery_source": library.source,
               "ai_delivery_read": library.read, "table": _readme_table(rows, plan.one_apk_deflated),
@@ -178,14 +181,21 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
                                   what="bundle file")
             (tmp / p.name / "build.gradle").write_text(_render("build.gradle", **{**fields, "pack": p.name,
                                                                                    "folder": p.folder}))
+        for c in plan.cpu_packs:  # at the base's asset paths: a phone merges install-time packs into the assets
+            for f in c.files:
+                dest = tmp / c.name / "src" / "main" / "assets" / APP_ASSETS / f.path
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                copy_verified(bundle / f.path, dest, expect=Expected(f.sha256, f.size), beneath=bundle,
+                              what="bundle file")
+            (tmp / c.name / "build.gradle").write_text(_render("cpu_pack.gradle", **{**fields, "pack": c.name}))
         for name, dest in (("play.gradle", tmp / "play.gradle"), ("README.md", tmp / "README.md")):
             dest.write_text(_render(name, **fields))
         (tmp / CONFIG).write_text(config_xml(plan))
         write_json(tmp / PLAN, plan.to_json())
 
     lines = [
-        *(f'settings.gradle(.kts): include(":{p.name}") and project(":{p.name}").projectDir = file("{out / p.name}")'
-          for p in plan.packs),
+        *(f'settings.gradle(.kts): include(":{name}") and project(":{name}").projectDir = file("{out / name}")'
+          for name in _pack_names(plan)),
         f'app build.gradle(.kts): apply(from = "{out / "play.gradle"}")',
         "gradle.properties: android.experimental.enableDeviceTargetingConfigApi=true",
         f"glue: qnndeploy scaffold BUNDLE --play {out} --package <your.app> -o app/qnndeploy",
@@ -237,13 +247,14 @@ def _plan(bundle: Path, manifest: Manifest, pack: str, delivery: Delivery, sizes
     """One device group per target, named after its SoC (a bundle lists each file once, so no two targets share
     files that one group could carry for both). A group's SoC is the catalog model, as the decision identifies a
     phone's SoC and matches a target named by an alias (SM8750P). Each group's files go, in the manifest's order,
-    to the first pack they fit in (pack_of): one pack unless a group's pass Play's limit for one."""
+    to the first pack they fit in (pack_of): one pack unless a group's pass Play's limit for one. The CPU models
+    stay in the base module unless it would pass Play's limit for it; then they go to install-time asset packs."""
     groups: list[PlanGroup] = []
     packs = [PlanPack(pack, FOLDER)]
     for t in manifest.targets:
         paths = [a.path for a in t.artifacts]
         where = _pack_of([(p, sizes.deflated(p)) for p in paths])
-        packs += [PlanPack(f"{pack}_{n + 1}", f"{FOLDER}_{n + 1}") for n in range(len(packs), max(where) + 1)]
+        packs += [PlanPack(f"{pack}_{n + 1}", f"{FOLDER}_{n + 1}") for n in range(len(packs), max([0, *where]) + 1)]
         files = tuple(replace(sizes.entry(p), pack=packs[n].name) for p, n in zip(paths, where, strict=True))
         soc = find(t.soc).model
         groups.append(PlanGroup(group_name(t.soc), (soc,), t.dsp_arch, tuple(selectors([soc])), files,
@@ -251,18 +262,36 @@ def _plan(bundle: Path, manifest: Manifest, pack: str, delivery: Delivery, sizes
     runtime = manifest.runtime
     base_paths = [MANIFEST, *(a.path for a in manifest.cpu), *(lib.path for lib in runtime.libs),
                   *(t.path for t in (manifest.licences.terms if manifest.licences else ()))]
+    models = [a.path for a in manifest.cpu]
     on_device = manifest.on_device
     if on_device is not None:  # the models the phone compiles that are not CPU models: in the base with them
-        base_paths += [a.path for a in on_device.artifacts if a.path not in base_paths]
+        models += [a.path for a in on_device.artifacts if a.path not in base_paths]
+        base_paths += models[len(manifest.cpu):]
+    every = base_paths + sorted({f.path for g in groups for f in g.files})
+    cpu_packs: tuple[PlanCpuPack, ...] = ()
+    if sum(sizes.deflated(p) for p in base_paths) > BASE_LIMIT:
+        where = _pack_of([(p, sizes.deflated(p)) for p in models])
+        cpu_packs = tuple(_cpu_pack(f"{pack}_cpu" + (f"_{n + 1}" if n else ""),
+                                    [p for p, w in zip(models, where, strict=True) if w == n], sizes)
+                          for n in range(max(where, default=-1) + 1))
+        base_paths = [p for p in base_paths if p not in models]
     base = tuple(sizes.entry(p) for p in base_paths)
-    npu = sorted({f.path for g in groups for f in g.files})
-    every = base_paths + npu
     return PlayPlan(
         manifest.name, manifest.version, sizes.entry(MANIFEST).sha256, tuple(packs), delivery, tuple(groups),
         PlanBase(base, sum(f.size for f in base), sum(sizes.deflated(p) for p in base_paths),
                  None if runtime.bundled else runtime.maven),
         sum(sizes.entry(p).size for p in every), sum(sizes.deflated(p) for p in every),
-        None if on_device is None else _on_device_plan(manifest, sizes), DEFAULT_GROUP)
+        None if on_device is None else _on_device_plan(manifest, sizes), DEFAULT_GROUP, cpu_packs)
+
+
+def _pack_names(plan: PlayPlan) -> list[str]:
+    """Every pack module package play writes: the AI packs, then the CPU packs."""
+    return [p.name for p in plan.packs] + [p.name for p in plan.cpu_packs]
+
+
+def _cpu_pack(name: str, paths: list[str], sizes: _Sizes) -> PlanCpuPack:
+    files = tuple(sizes.entry(p) for p in paths)
+    return PlanCpuPack(name, files, sum(f.size for f in files), sum(sizes.deflated(p) for p in paths))
 
 
 def _pack_of(files: list[tuple[str, int]]) -> list[int]:
@@ -273,14 +302,15 @@ def _pack_of(files: list[tuple[str, int]]) -> list[int]:
     for path, deflated in files:
         if deflated > PACK_LIMIT:
             raise QnnDeployError(f"{path} alone would download {deflated / 1e9:.2f} GB (deflated); Play allows "
-                                 f"{PACK_LIMIT / 1e9} GB per AI pack and a file goes whole in one: split the model "
+                                 f"{PACK_LIMIT / 1e9} GB per pack and a file goes whole in one: split the model "
                                  "into more parts (prepare --generate ... --parts P) or quantize it")
         n = next((i for i, free in enumerate(room) if deflated <= free), len(room))
         if n == len(room):
             room.append(PACK_LIMIT)
         room[n] -= deflated
         where.append(n)
-    return where or [0]
+    return where
+
 
 def _on_device_plan(manifest: Manifest, sizes: _Sizes) -> PlanOnDevice:
     """What a phone of no group compiles from the base: each graph's ONNX (and the external data beside it), and the
@@ -300,22 +330,25 @@ def _on_device_plan(manifest: Manifest, sizes: _Sizes) -> PlanOnDevice:
 
 def _check_limits(plan: PlayPlan, out: Path) -> None:
     limit = name_max(out.parent)
-    if len(plan.packs) > 1 and len(plan.packs[-1].name) > limit:
-        raise QnnDeployError(f"the AI pack {plan.packs[-1].name} has a name over the file system's limit of {limit} "
-                             "characters for a folder name: give a shorter --pack")
+    longest = max(_pack_names(plan), key=len)
+    if len(longest) > limit:
+        raise QnnDeployError(f"the pack {longest} has a name over the file system's limit of {limit} characters for "
+                             "a folder name: give a shorter --pack")
     base = plan.base.deflated
-    if base > BASE_LIMIT:
-        cpu = sum(f.size for f in plan.base.files if f.path.startswith("cpu/"))
-        raise QnnDeployError(f"the base module would download {base / 1e9:.2f} GB (deflated; its CPU models are "
-                             f"{cpu / 1e9:.2f} GB before compression); Play allows {BASE_LIMIT / 1e6:.0f} MB: the "
-                             "CPU models are every phone's fallback, in the base module, and package play cannot "
-                             "yet deliver them in a pack")
-    for g in plan.groups:
-        if plan.delivery == Delivery.INSTALL_TIME and base + g.deflated > APP_LIMIT:
-            total = base + g.deflated
-            raise QnnDeployError(f"a phone of device group {g.name} would download {total / 1e9:.2f} GB (base "
-                                 f"{base / 1e9:.2f} GB + install-time pack); Play allows {APP_LIMIT / 1e9} GB for the "
-                                 "modules and install-time packs")
+    if base > BASE_LIMIT:  # without the CPU models: the runtime libraries, manifest and licences alone
+        raise QnnDeployError(f"the base module would download {base / 1e9:.2f} GB (deflated) without the CPU models; "
+                             f"Play allows {BASE_LIMIT / 1e6:.0f} MB")
+    cpu = sum(p.deflated for p in plan.cpu_packs)
+    npu = max((g.deflated for g in plan.groups), default=0) if plan.delivery == Delivery.INSTALL_TIME else 0
+    total = base + cpu + npu
+    if total > APP_LIMIT:
+        what = ", ".join(f"{name} {n / 1e9:.2f} GB" for name, n in (("base", base), ("CPU models", cpu),
+                                                                     ("install-time NPU files", npu)) if n)
+        advice = ("deliver the NPU files after install (--delivery fast-follow)" if base + cpu <= APP_LIMIT else
+                  "the CPU models, every phone's fallback, are too large for Play (a smaller CPU model, or one "
+                  "delivered outside Play, is needed)")
+        raise QnnDeployError(f"a phone would download {total / 1e9:.2f} GB with the app ({what}; deflated); Play "
+                             f"allows {APP_LIMIT / 1e9} GB for the modules and install-time packs: {advice}")
 
 
 def config_xml(plan: PlayPlan) -> str:
@@ -335,14 +368,21 @@ def config_xml(plan: PlayPlan) -> str:
     return "\n".join(out) + "\n"
 
 
-def _more_packs(plan: PlayPlan) -> str:
-    """The README's sentence on a plan of several packs: how the groups' files are spread."""
-    if len(plan.packs) == 1:
-        return ""
-    names = ", ".join(f"`{p.name}` (folder `{p.folder}`)" for p in plan.packs)
-    return (f"\n\nA device group's files pass Play's limit for one AI pack ({PACK_LIMIT / 1e9} GB), so they are "
-            f"spread over {len(plan.packs)} packs: {names}. Each file goes whole in one pack; every pack has every "
-            "group's folder. A phone gets its group's folder of each, and the glue waits for all of them.")
+def _where_notes(plan: PlayPlan) -> str:
+    """The README's sentences on a plan of several AI packs or with CPU packs: what is where, and why."""
+    text = ""
+    if len(plan.packs) > 1:
+        names = ", ".join(f"`{p.name}` (folder `{p.folder}`)" for p in plan.packs)
+        text += (f"\n\nA device group's files pass Play's limit for one AI pack ({PACK_LIMIT / 1e9} GB), so they are "
+                 f"spread over {len(plan.packs)} packs: {names}. Each file goes whole in one pack; every pack has "
+                 "every group's folder. A phone gets its group's folder of each, and the glue waits for all of them.")
+    if plan.cpu_packs:
+        names = ", ".join(f"`{p.name}`" for p in plan.cpu_packs)
+        text += (f"\n\nThe CPU models pass Play's limit for the base module ({BASE_LIMIT / 1e6:.0f} MB), so they "
+                 f"travel in install-time asset packs ({names}) at the base's asset paths (`{APP_ASSETS}/...`): every "
+                 "phone gets them with the app, and the app reads them as before (install-time packs are part of its "
+                 "assets).")
+    return text
 
 
 def _licences_text(manifest: Manifest) -> str:

@@ -329,7 +329,7 @@ def test_play_gives_a_phone_of_no_group_the_default_group_and_the_on_device_deci
     code, out = verify(str(bundle), "-s", new.serial, "--play", str(play_dir), records=tmp_path / "records")
     assert code == 1
     p = out["devices"][0]["play"]
-    assert not p["ok"] and "neither it nor the base module holds cpu/rec.onnx" in p["reason"]
+    assert not p["ok"] and "neither it nor the base module and CPU packs hold cpu/rec.onnx" in p["reason"]
 
 
 @pytest.mark.slow

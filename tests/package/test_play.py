@@ -16,11 +16,13 @@ import qnndeploy
 from qnndeploy.base import socs
 from qnndeploy.base.errors import QnnDeployError
 from qnndeploy.decide import decision
+from qnndeploy.device.verify import play_check
 from qnndeploy.formats import playplan
 from qnndeploy.formats.manifest import Manifest
 from qnndeploy.package import play
 from qnndeploy.qnn import htp
-from qnndeploy.scaffold import templates_dir
+from qnndeploy.scaffold import scaffold, templates_dir
+from qnndeploy.verification.checks import verify_folder
 from tests.support import bundles, play_format
 from tests.support.cli import run
 from tests.support.host import require, shipped_files
@@ -134,7 +136,7 @@ def test_text_report_and_options(demo_bundle, tmp_path):
 @pytest.mark.slow
 def test_a_file_over_plays_pack_limit_is_refused_and_nothing_is_written(demo_bundle, tmp_path, monkeypatch):
     monkeypatch.setattr(play, "PACK_LIMIT", 1000)
-    with pytest.raises(QnnDeployError, match=r"kws_demo.bin alone would download .* Play allows .* GB per AI pack "
+    with pytest.raises(QnnDeployError, match=r"kws_demo.bin alone would download .* Play allows .* GB per pack "
                                              r"and a file goes whole in one: split the model into more parts"):
         play.package_play(demo_bundle, tmp_path / "p")
     assert not (tmp_path / "p").exists() and list(tmp_path.iterdir()) == []
@@ -184,15 +186,63 @@ def test_a_group_over_plays_pack_limit_spreads_its_files_over_more_packs(on_devi
 
 
 @pytest.mark.slow
-def test_a_base_module_over_plays_limit_is_refused_and_nothing_is_written(demo_bundle, tmp_path, monkeypatch):
-    """The CPU models travel in the base module, which Play caps (500 MB, data/play_limits.json): a 0.5B LLM's or
-    Whisper large's fp32 fallback is over it, and a package Play would refuse is not written."""
-    monkeypatch.setattr(play, "BASE_LIMIT", 1000)
-    with pytest.raises(QnnDeployError, match=r"the base module would download .* Play allows 0 MB: the CPU models"):
+def test_over_plays_limits_with_the_app_is_refused_and_nothing_is_written(demo_bundle, tmp_path, monkeypatch):
+    """What every phone gets with the app is capped (data/play_limits.json): the base module at 500 MB, and the base
+    with install-time packs at 4 GB. Whisper large's fp32 fallback (5.97 GB deflated) is over the latter, so a
+    package Play would refuse is not written, and the message says why."""
+    monkeypatch.setattr(play, "APP_LIMIT", 1000)
+    with pytest.raises(QnnDeployError, match=r"a phone would download .* GB with the app \(base .*; deflated\); "
+                                             r"Play allows .* the CPU models, every phone's fallback, are too large "
+                                             r"for Play"):
+        play.package_play(demo_bundle, tmp_path / "p")
+    monkeypatch.setattr(play, "BASE_LIMIT", 100)  # not even the manifest fits
+    with pytest.raises(QnnDeployError, match=r"the base module would download .* without the CPU models"):
         play.package_play(demo_bundle, tmp_path / "p")
     assert not (tmp_path / "p").exists() and list(tmp_path.iterdir()) == []
     monkeypatch.undo()  # the limits as the data file has them, from Play's size limits page
     assert (play.BASE_LIMIT, play.PACK_LIMIT, play.APP_LIMIT) == (500_000_000, 1_500_000_000, 4_000_000_000)
+
+
+@pytest.mark.slow
+def test_cpu_models_over_the_base_modules_limit_travel_in_install_time_asset_packs(on_device_bundle, tmp_path,
+                                                                                   monkeypatch):
+    """A CPU fallback over Play's 500 MB for the base module (Whisper small's fp32 is about 1 GB) goes to install-time
+    asset packs at the base's asset paths, which a phone merges into the app's assets: the glue reads them as before,
+    and scaffold --play leaves them out of the app's own assets."""
+    report = verify_folder(on_device_bundle)
+    whole = play.package_play(on_device_bundle, tmp_path / "whole", report=report).plan
+    assert whole.cpu_packs == ()  # under the limit: in the base module
+    manifest = json.loads((on_device_bundle / "manifest.json").read_text())
+    models = [a["path"] for a in manifest["cpu"]]
+    deflated = {p: len(zlib.compress((on_device_bundle / p).read_bytes(), play.DEFLATE_LEVEL)) for p in models}
+    monkeypatch.setattr(play, "BASE_LIMIT", whole.base.deflated - 1)
+    out = play.package_play(on_device_bundle, tmp_path / "p", pack="big", report=report)
+    plan = playplan.read_plan(tmp_path / "p")
+    assert [c.name for c in plan.cpu_packs] == ["big_cpu"]  # more (big_cpu_2, ...) past 1.5 GB, as the AI packs
+    assert [f.path for c in plan.cpu_packs for f in c.files] == models  # each once, in order; none in the base
+    assert not {f.path for f in plan.base.files} & set(models) and plan.base.deflated <= play.BASE_LIMIT
+    for c in plan.cpu_packs:
+        module = tmp_path / "p" / c.name
+        gradle = (module / "build.gradle").read_text()
+        assert "id 'com.android.asset-pack'" in gradle and f'packName = "{c.name}"' in gradle
+        assert 'deliveryType = "install-time"' in gradle
+        assets = module / "src" / "main" / "assets"
+        held = {f.relative_to(assets).as_posix(): sha(f) for f in assets.rglob("*") if f.is_file()}
+        assert held == {f"qnndeploy/{f.path}": f.sha256 for f in c.files}  # the base's own asset paths
+        assert c.deflated == sum(deflated[f.path] for f in c.files) <= play.PACK_LIMIT
+    gradle = (tmp_path / "p" / "play.gradle").read_text()
+    assert f"assetPacks += [{', '.join(repr(':' + n) for n in ['big', *(c.name for c in plan.cpu_packs)])}]" in gradle
+    assert "travel in install-time asset packs" in (tmp_path / "p" / "README.md").read_text()
+    assert all(any(f'include(":{c.name}")' in line for line in out.lines) for c in plan.cpu_packs)
+    rows = {r.group: r for r in out.rows}  # a phone still downloads the CPU models, now from the packs
+    assert rows["other"].bytes == whole.base.bytes and rows["other"].deflated == whole.base.deflated
+    # the app's own assets leave them out; a phone that the decision sends to the CPU finds them with the app
+    glue = scaffold(on_device_bundle, "com.example.big", tmp_path / "glue", play=tmp_path / "p", report=report)
+    assets = glue.path / "bundle" / "assets" / "qnndeploy"
+    assert not any((assets / p).exists() for p in models) and (assets / "play.json").is_file()
+    check = play_check(plan, playplan.read_config(tmp_path / "p"), {"ro.soc.manufacturer": "QTI", "ro.soc.model":
+                       "SM8750", "ro.build.version.sdk": "35"}, "SM8750", files=models)
+    assert check.ok, check.reason
 
 
 def test_plays_limits_are_what_their_source_says():

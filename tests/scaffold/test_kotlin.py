@@ -84,8 +84,9 @@ def rendered(tmp_path_factory) -> dict:
 @pytest.fixture(scope="session")
 def play(tmp_path_factory) -> dict:
     """A real bundle, its fast-follow and install-time packs, the play glue scaffolded from the fast-follow one, and
-    both again with Play's limit per pack lowered to the largest NPU file, so that each group spreads its four files
-    over several packs (as a model over 1.5 GB deflated per SoC must)."""
+    both again with Play's limits lowered: per pack to the largest NPU file, so that each group spreads its four files
+    over several packs (as a model over 1.5 GB deflated per SoC must), and for the base module below its CPU models,
+    which then travel in an install-time asset pack (as a CPU fallback over 500 MB must)."""
     require(htp.available(), "onnxruntime-qnn")
     root = tmp_path_factory.mktemp("play-render")
     bundle = bundles.build(root / "b", bundles.compile_inputs(root / "inputs", PLAY_TARGETS))
@@ -95,10 +96,12 @@ def play(tmp_path_factory) -> dict:
     npu = [a["path"] for t in json.loads((bundle / "manifest.json").read_text())["targets"] for a in t["artifacts"]]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(play_room, "PACK_LIMIT", max(len(zlib.compress((bundle / p).read_bytes())) for p in npu))
+        patch.setattr(play_room, "BASE_LIMIT", read_plan(fast).base.deflated - 1)
         split = package_play(bundle, root / "split", delivery="fast-follow").path
         split_install = package_play(bundle, root / "split-install", delivery="install-time").path
+    split_glue = scaffold(bundle, PLAY_PACKAGE, root / "split-glue", play=split)  # its assets: no CPU model
     return {"bundle": bundle, "fast": fast, "install": install, "glue": glue, "root": root, "split": split,
-            "split_install": split_install}
+            "split_install": split_install, "split_glue": split_glue}
 
 
 def generation_manifest(root: Path | None = None, names: str = "", targets=("SM8550", "SM8750")) -> dict:
@@ -853,13 +856,20 @@ def test_play_unit_tests_pass_on_the_jvm(play, kotlin):
     pack, other = work / "pack" / "assets", work / "other-pack" / "assets"
     shutil.copytree(pack_folder(play["fast"], fast, "SM8750"), pack / FOLDER)
     shutil.copytree(pack_folder(play["fast"], fast, "SM8550"), other / FOLDER)
-    # the split packages: the base's plan, each pack's SM8750 folder where Play puts it, or in the assets
+    # the split packages: the base's assets without the CPU models, the CPU pack's merged in (as a phone merges
+    # install-time packs into the app's assets), each AI pack's SM8750 folder where Play puts it, or in the assets
     split, split_install = read_plan(play["split"]), read_plan(play["split_install"])
     assert len(split.packs) > 1 and split.packs == split_install.packs
+    assert split.cpu_packs and [c.name for c in split.cpu_packs] == [c.name for c in split_install.cpu_packs]
+    split_base = play["split_glue"].path / "bundle" / "assets"
+    assert not (split_base / "qnndeploy" / "cpu").exists()
     split_assets, split_install_assets = work / "split-assets", work / "split-install-assets"
-    for assets, out in ((split_assets, play["split"]), (split_install_assets, play["split_install"])):
-        shutil.copytree(base, assets)
+    for assets, out, plan in ((split_assets, play["split"], split), (split_install_assets, play["split_install"],
+                                                                      split_install)):
+        shutil.copytree(split_base, assets)
         shutil.copyfile(out / "play.json", assets / "qnndeploy" / "play.json")
+        for c in plan.cpu_packs:
+            shutil.copytree(out / c.name / "src" / "main" / "assets", assets, dirs_exist_ok=True)
     split_packs = {}
     for n, p in enumerate(split.packs):
         split_packs[p.name] = str(work / "split" / p.name / "assets")

@@ -6,9 +6,10 @@ package qnndeploy.playtests
 // SETUP.json: {"install_assets", "fast_follow_assets": app assets folders (base module, and for install-time the
 // pack's qnndeploy_npu/ too), "pack": the pack's folder for this SoC (its assetsPath), "other_pack": another SoC's,
 // "scratch": a folder for app storage, "pack_name", "group": the SM8750 group, "other_group", "sha256": {path: sha},
-// and a package whose groups spread over several packs: "split_assets", "split_install_assets" (its fast-follow and
-// install-time base assets, the latter with each pack's folder), "split_packs": {pack: its SM8750 assetsPath},
-// "split_files": {SM8750 path: its pack}}.
+// and a package whose groups spread over several packs and whose CPU models are in an install-time asset pack:
+// "split_assets", "split_install_assets" (its fast-follow and install-time app assets, the CPU pack merged in, the
+// latter with each AI pack's folder too), "split_packs": {pack: its SM8750 assetsPath}, "split_files": {SM8750 path:
+// its pack}}.
 // These files live in tests/kotlin/play/, not tests/kotlin/, because tests/scaffold/test_kotlin.py compiles every
 // tests/kotlin/*.kt against the glue without --play.
 
@@ -301,6 +302,8 @@ internal class Suite(setup: Map<*, *>) {
                 cpu.decision.reason,
             )
             assertEquals(listOf(names), manager.fetched, "every pack asked for")
+            assertContains(context.opened, "qnndeploy/cpu/det.onnx") // from the CPU pack, merged into the assets
+            assertEquals(File(context.filesDir, "qnndeploy/cpu/det.onnx").absolutePath, cpu.path("det"))
             assertEquals(group, cpu.play?.deliveredGroup, "the first pack's group")
             names.drop(1).forEach { manager.locations[it] = folder(splitPacks.getValue(it)) }
             manager.send(last, AiPackStatus.COMPLETED)
