@@ -10,7 +10,9 @@ What goes where:
   one pack (a large model's parts) spreads them over more packs, <pack>_2 with folder qnndeploy_npu_2 and so on,
   each file whole in one; every pack has every group's folder, so each can say which group it is;
 - the base module: manifest.json, the CPU models, and the QNN runtime libraries. The CPU model is every phone's
-  fallback and must be there while a fast-follow or on-demand pack downloads; the runtime libraries are native
+  fallback and must be there while a fast-follow or on-demand pack downloads (CPU models that would take the base
+  past Play's 500 MB go to install-time asset packs <pack>_cpu, ... at the same asset paths: they still come with
+  the app, and a phone reads install-time packs as its assets); the runtime libraries are native
   libraries, which AI packs may not carry (the app loads libQnnHtp, libQnnSystem and the Stub with the system
   loader, and the Skel travels with them in nativeLibraryDir, the folder ADSP_LIBRARY_PATH starts with);
 - the default group ("other"): group.json only. Phones no group selects (other SoCs, Android 11 and older, where
@@ -301,8 +303,8 @@ def _pack_of(files: list[tuple[str, int]]) -> list[int]:
     where = []
     for path, deflated in files:
         if deflated > PACK_LIMIT:
-            raise QnnDeployError(f"{path} alone would download {deflated / 1e9:.2f} GB (deflated); Play allows "
-                                 f"{PACK_LIMIT / 1e9} GB per pack and a file goes whole in one: split the model "
+            raise QnnDeployError(f"{path} alone would download {size_text(deflated)} (deflated); Play allows "
+                                 f"{size_text(PACK_LIMIT)} per pack and a file goes whole in one: split the model "
                                  "into more parts (prepare --generate ... --parts P) or quantize it")
         n = next((i for i, free in enumerate(room) if deflated <= free), len(room))
         if n == len(room):
@@ -336,19 +338,19 @@ def _check_limits(plan: PlayPlan, out: Path) -> None:
                              "a folder name: give a shorter --pack")
     base = plan.base.deflated
     if base > BASE_LIMIT:  # without the CPU models: the runtime libraries, manifest and licences alone
-        raise QnnDeployError(f"the base module would download {base / 1e9:.2f} GB (deflated) without the CPU models; "
-                             f"Play allows {BASE_LIMIT / 1e6:.0f} MB")
+        raise QnnDeployError(f"the base module would download {size_text(base)} (deflated) without the CPU models; "
+                             f"Play allows {size_text(BASE_LIMIT)}")
     cpu = sum(p.deflated for p in plan.cpu_packs)
     npu = max((g.deflated for g in plan.groups), default=0) if plan.delivery == Delivery.INSTALL_TIME else 0
     total = base + cpu + npu
     if total > APP_LIMIT:
-        what = ", ".join(f"{name} {n / 1e9:.2f} GB" for name, n in (("base", base), ("CPU models", cpu),
-                                                                     ("install-time NPU files", npu)) if n)
+        what = ", ".join(f"{name} {size_text(n)}" for name, n in (("base", base), ("CPU models", cpu),
+                                                                   ("install-time NPU files", npu)) if n)
         advice = ("deliver the NPU files after install (--delivery fast-follow)" if base + cpu <= APP_LIMIT else
                   "the CPU models, every phone's fallback, are too large for Play (a smaller CPU model, or one "
                   "delivered outside Play, is needed)")
-        raise QnnDeployError(f"a phone would download {total / 1e9:.2f} GB with the app ({what}; deflated); Play "
-                             f"allows {APP_LIMIT / 1e9} GB for the modules and install-time packs: {advice}")
+        raise QnnDeployError(f"a phone would download {size_text(total)} with the app ({what}; deflated); Play "
+                             f"allows {size_text(APP_LIMIT)} for the modules and install-time packs: {advice}")
 
 
 def config_xml(plan: PlayPlan) -> str:
@@ -373,12 +375,12 @@ def _where_notes(plan: PlayPlan) -> str:
     text = ""
     if len(plan.packs) > 1:
         names = ", ".join(f"`{p.name}` (folder `{p.folder}`)" for p in plan.packs)
-        text += (f"\n\nA device group's files pass Play's limit for one AI pack ({PACK_LIMIT / 1e9} GB), so they are "
+        text += (f"\n\nA device group's files pass Play's limit for one AI pack ({size_text(PACK_LIMIT)}), so they are "
                  f"spread over {len(plan.packs)} packs: {names}. Each file goes whole in one pack; every pack has "
                  "every group's folder. A phone gets its group's folder of each, and the glue waits for all of them.")
     if plan.cpu_packs:
         names = ", ".join(f"`{p.name}`" for p in plan.cpu_packs)
-        text += (f"\n\nThe CPU models pass Play's limit for the base module ({BASE_LIMIT / 1e6:.0f} MB), so they "
+        text += (f"\n\nThe CPU models pass Play's limit for the base module ({size_text(BASE_LIMIT)}), so they "
                  f"travel in install-time asset packs ({names}) at the base's asset paths (`{APP_ASSETS}/...`): every "
                  "phone gets them with the app, and the app reads them as before (install-time packs are part of its "
                  "assets).")

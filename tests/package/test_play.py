@@ -136,7 +136,7 @@ def test_text_report_and_options(demo_bundle, tmp_path):
 @pytest.mark.slow
 def test_a_file_over_plays_pack_limit_is_refused_and_nothing_is_written(demo_bundle, tmp_path, monkeypatch):
     monkeypatch.setattr(play, "PACK_LIMIT", 1000)
-    with pytest.raises(QnnDeployError, match=r"kws_demo.bin alone would download .* Play allows .* GB per pack "
+    with pytest.raises(QnnDeployError, match=r"kws_demo.bin alone would download .* Play allows 1.0 KB per pack "
                                              r"and a file goes whole in one: split the model into more parts"):
         play.package_play(demo_bundle, tmp_path / "p")
     assert not (tmp_path / "p").exists() and list(tmp_path.iterdir()) == []
@@ -191,7 +191,7 @@ def test_over_plays_limits_with_the_app_is_refused_and_nothing_is_written(demo_b
     with install-time packs at 4 GB. Whisper large's fp32 fallback (5.97 GB deflated) is over the latter, so a
     package Play would refuse is not written, and the message says why."""
     monkeypatch.setattr(play, "APP_LIMIT", 1000)
-    with pytest.raises(QnnDeployError, match=r"a phone would download .* GB with the app \(base .*; deflated\); "
+    with pytest.raises(QnnDeployError, match=r"a phone would download .* with the app \(base .*; deflated\); "
                                              r"Play allows .* the CPU models, every phone's fallback, are too large "
                                              r"for Play"):
         play.package_play(demo_bundle, tmp_path / "p")
