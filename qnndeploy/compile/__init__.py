@@ -61,7 +61,7 @@ from qnndeploy.formats.records import (
     whole_splits,
 )
 from qnndeploy.model import decode
-from qnndeploy.model.onnxio import load_model, model_inputs, require_model_file
+from qnndeploy.model.onnxio import external_locations, load_model, model_inputs, require_model_file
 from qnndeploy.model.quantize import Encoding, worst
 from qnndeploy.model.samples import fingerprint, for_graph, load_samples, sample_source, write_samples
 from qnndeploy.qnn import contextcheck, htp, qnnsystem
@@ -578,12 +578,13 @@ def _run_job(job: CompileJob, be: Backend, store: Path | None, out: Path, tools:
                     findings = logs.parse_file(staged_log)
                     record = _ok_record(job, be, work, compiled, findings, time.monotonic() - start, out)
                 except (CompileError, QnnDeployError, OSError) as e:  # this job failed; the others go on
-                    log.write(f"\nqnndeploy: FAILED: {e}\n")
+                    error = failure(e, work, job.model)
+                    log.write(f"\nqnndeploy: FAILED: {error}\n")
                     log.flush()
                     for p in work.iterdir():
                         shutil.rmtree(p) if p.is_dir() else p.unlink()
                     findings = logs.parse_file(staged_log)
-                    record = _failed_record(job, be, str(e), findings, time.monotonic() - start, out)
+                    record = _failed_record(job, be, error, findings, time.monotonic() - start, out)
                 except BaseException:
                     log.write("\nqnndeploy: interrupted: this job's outputs were discarded\n")
                     raise
@@ -689,6 +690,19 @@ def _context_findings(job: CompileJob, work: Path, context: ContextInfo, outputs
     if problems:
         raise CompileError(f"the compiled binary does not hold what was compiled: {problems[0]}")
     return contextcheck.target_problems(context, job.soc) + contextcheck.resource_warnings(context, job.soc, job.graph)
+
+
+def failure(e: BaseException, work: Path, model: Path) -> str:
+    """A failed job's error, saying so when the disk it writes to has no room for the model's size: a compiler on a
+    full disk writes empty or cut files and then fails on them in its own words ("Empty cache file encountered")."""
+    try:
+        data = external_locations(load_model(model, weights=False))
+    except QnnDeployError:
+        data = set()
+    size = sum(p.stat().st_size for p in (model, *(model.parent / d for d in data)) if p.is_file())
+    full = fileio.no_room(work, size)
+    return str(e) if full is None else (f"{e} (no room to write in {work.parent}: {fileio.cause(full)}; make room "
+                                        "and compile again)")
 
 
 def _failed_record(job: CompileJob, be: Backend, error: str, findings: list[logs.LogFinding], seconds: float,

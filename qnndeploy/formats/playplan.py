@@ -40,7 +40,7 @@ from qnndeploy.formats.manifest import Manifest
 
 PLAN = "play.json"
 PLAN_FORMAT = "qnndeploy-play"
-PLAN_VERSION = 2  # 2: several AI packs (packs, and each group file's pack)
+PLAN_VERSION = 2  # 2: several AI packs (packs, each group file's pack) and install-time CPU packs (cpu_packs)
 CONFIG = "device_targeting_config.xml"
 CONFIG_NS = "http://schemas.android.com/apk/config"  # the XML's namespace (AGP's DeviceTargetingConfigParser)
 FOLDER = "qnndeploy_npu"  # the first pack's assets folder (<folder>#group_<g>/ in the module, <folder>/ on a phone)

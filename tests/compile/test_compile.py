@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import struct
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from onnx import helper as h
 
 from qnndeploy import compile as stage
 from qnndeploy.base import socs as catalog
+from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import sha256_file
 from qnndeploy.compile import logs
 from qnndeploy.formats.records import JobStarted
@@ -659,3 +661,25 @@ def test_the_summary_table_fits_a_long_graph_name(tmp_path):
     assert r.exit_code == 0, r.output
     rows = [line for line in r.stdout.splitlines() if " SM8750 " in line]
     assert len(rows) == 2 and len({row.index(" SM8750 ") for row in rows}) == 1, rows
+
+
+def test_a_job_that_failed_for_want_of_room_says_so(tmp_path):
+    """A compiler on a full disk writes empty or cut files and fails on them in its own words: onnxruntime-qnn said
+    "Empty cache file encountered" when the disk filled during a 0.5B compile here. The job's error then says there
+    was no room. The full disk is a file size limit (ulimit -f) on this process: writes past it fail as on a full
+    disk (EFBIG; Python ignores SIGXFSZ). The model's external data counts: a limit above its .onnx alone but below
+    its weights is no room."""
+    model = bundles.with_external_data(bundles.tiny_model(tmp_path / "tiny.onnx", 64), tmp_path / "m" / "m.onnx")
+    data = model.with_name("m.onnx.data").stat().st_size
+    work = tmp_path / "work"
+    work.mkdir()
+    error = BadInput("model_ctx.onnx does not load: Empty cache file encountered")
+    assert stage.failure(error, work, model) == str(error)  # room enough: the compiler's words alone
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (model.stat().st_size + data // 2, hard))
+    try:
+        said = stage.failure(error, work, model)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert said.startswith(str(error)) and f"(no room to write in {tmp_path}: a file is larger than" in said
+    assert said.endswith("make room and compile again)") and list(work.iterdir()) == []
