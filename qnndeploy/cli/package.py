@@ -50,6 +50,10 @@ def _render(result: PlayPackage) -> None:
         click.echo(f"  group {g.name}: {', '.join(g.socs)} ({g.dsp_arch}); selectors: "
                    f"{len(g.selectors)} system-on-chip (QTI and Qualcomm x {', '.join(models)})"
                    + (f"; its files in {spread} packs" if spread > 1 else ""))
+    for c in result.plan.cpu_packs:
+        click.echo(f"  install-time asset pack {c.name}: {len(c.files)} CPU model file(s), "
+                   f"{play_size_text(c.deflated)} deflated (over the base module's limit; with the app, read as its "
+                   "assets)")
     external = result.plan.base.external_runtime
     click.echo("what one phone downloads (deflated, as in the APKs), against one APK with every SoC's files:")
     width = max(len(r.group) for r in result.rows)

@@ -234,6 +234,8 @@ def test_cpu_models_over_the_base_modules_limit_travel_in_install_time_asset_pac
     assert f"assetPacks += [{', '.join(repr(':' + n) for n in ['big', *(c.name for c in plan.cpu_packs)])}]" in gradle
     assert "travel in install-time asset packs" in (tmp_path / "p" / "README.md").read_text()
     assert all(any(f'include(":{c.name}")' in line for line in out.lines) for c in plan.cpu_packs)
+    text = run("package", "play", str(on_device_bundle), "-o", str(tmp_path / "p"), "--pack", "big", "--force")
+    assert re.search(r"install-time asset pack big_cpu: \d+ CPU model file\(s\), .* deflated", text.output)
     rows = {r.group: r for r in out.rows}  # a phone still downloads the CPU models, now from the packs
     assert rows["other"].bytes == whole.base.bytes and rows["other"].deflated == whole.base.deflated
     # the app's own assets leave them out; a phone that the decision sends to the CPU finds them with the app
