@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from qnndeploy import __version__
 from qnndeploy.base import child, fileio, interrupt
@@ -39,6 +38,7 @@ from qnndeploy.base.htparch import HtpArch
 from qnndeploy.base.kinds import BackendName, Precision, choices
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT, graph_name
 from qnndeploy.base.pool import Pool
+from qnndeploy.base.socs import Soc
 from qnndeploy.compile import cache, logs
 from qnndeploy.compile.aihub import AihubBackend
 from qnndeploy.compile.jobs import Backend, Compiled, CompileError, CompileJob, Member, Tools, with_input_paths
@@ -61,18 +61,14 @@ from qnndeploy.formats.records import (
     whole_splits,
 )
 from qnndeploy.model import decode
+from qnndeploy.model.media import Preprocess
 from qnndeploy.model.onnxio import external_locations, load_model, model_inputs, require_model_file
-from qnndeploy.model.quantize import Encoding, worst
+from qnndeploy.model.quantize import Encoding, QuantizedLayer, worst
 from qnndeploy.model.samples import fingerprint, for_graph, load_samples, sample_source, write_samples
 from qnndeploy.qnn import contextcheck, htp, qnnsystem
 from qnndeploy.qnn import loop as loop_run
 from qnndeploy.qnn.markers import build_version, scan_file
 from qnndeploy.qnn.qnnsystem import ContextInfo
-
-if TYPE_CHECKING:
-    from qnndeploy.base.socs import Soc
-    from qnndeploy.model.media import Preprocess
-    from qnndeploy.model.quantize import QuantizedLayer
 
 # .quantized.partial-PID-*: the QDQ graphs a quantized compile's jobs share, removed when it ends
 QUANTIZED = "quantized"

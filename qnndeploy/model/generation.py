@@ -23,12 +23,11 @@ from typing import TYPE_CHECKING
 from qnndeploy.base.errors import BadInput, first_line
 from qnndeploy.model.decode import GraphCall
 from qnndeploy.model.onnxio import outer_reads, real_inputs, tensor_info
+from qnndeploy.model.samples import Sample
 
 if TYPE_CHECKING:
     import numpy as np
     import onnx
-
-    from qnndeploy.model.samples import Sample
 
 _PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
 _PRESENT = re.compile(r"^present\.(\d+)\.(key|value)$")

@@ -21,11 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from qnndeploy.base.errors import BadInput, first_line
 from qnndeploy.base.fileio import JSON
+from qnndeploy.model.onnxio import TensorInfo
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from qnndeploy.model.onnxio import TensorInfo
 
 AUDIO_SUFFIXES = (".wav",)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")

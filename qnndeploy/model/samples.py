@@ -23,6 +23,7 @@ from qnndeploy.model.media import DEFAULT_PREPROCESS, MEDIA_SUFFIXES, Preprocess
 from qnndeploy.model.onnxio import (
     INT_DTYPES,
     MAX_TENSOR_ELEMENTS,
+    TensorInfo,
     int_input_ranges,
     load_model,
     real_inputs,
@@ -32,8 +33,6 @@ from qnndeploy.model.onnxio import (
 if TYPE_CHECKING:
     import numpy as np
     import onnx
-
-    from qnndeploy.model.onnxio import TensorInfo
 
 RANDOM_NOTE = ("uniform in [-1, 1) for float inputs; integers in their valid range (ranges: from the graph, or given "
                "with --range), else 0 to 9; seeded")

@@ -28,12 +28,11 @@ from qnndeploy.model import generation, loadplan, split
 from qnndeploy.model.decode import Detokenizer
 from qnndeploy.model.generation import DecoderLayout
 from qnndeploy.model.onnxio import TensorInfo, load_model, tensor_info
+from qnndeploy.model.samples import Sample
 from qnndeploy.prepare import PrepareOptions, prepare_model
 
 if TYPE_CHECKING:
     import onnx
-
-    from qnndeploy.model.samples import Sample
 
 DEFAULT_PROMPT, DEFAULT_CONTEXT, DEFAULT_STEPS = 128, 1024, 256
 LOGITS_TOLERANCE = 1e-3  # max abs diff of a logits row, float32 on both sides: the folding reorders sums
