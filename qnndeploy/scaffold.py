@@ -185,7 +185,7 @@ def scaffold(bundle: Path, package: str, out: Path, *, engine: str = "ort", app:
         folders = [GLUE_COMMON, kind.value] + ([GLUE_PLAY] if plan is not None else [])
         _write_glue(templates / "glue", folders, package, context["data"],
                     glue / "src" / context["package_path"] / "qnndeploy")
-        in_packs = {f.path for c in plan.cpu_packs for f in c.files} if plan is not None else set()
+        in_packs = frozenset(f.path for c in plan.cpu_packs for f in c.files) if plan is not None else frozenset()
         copied, nbytes = _copy_bundle(bundle, manifest, glue / "bundle", play, in_packs)
         kotlin = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*.kt"))
 
@@ -239,8 +239,8 @@ def _play_lines(play: Path, plan: playplan.PlayPlan) -> list[str]:
     """What the app's build needs for the AI packs: package play's Gradle snippet, the pack modules, the API flag."""
     return [
         f'app build.gradle.kts, after the line above:  apply(from = "{(play / "play.gradle").as_posix()}")',
-        *(f'settings.gradle.kts:  include(":{p.name}"); project(":{p.name}").projectDir = '
-          f'file("{(play / p.name).as_posix()}")' for p in plan.packs),
+        *(f'settings.gradle.kts:  include(":{name}"); project(":{name}").projectDir = '
+          f'file("{(play / name).as_posix()}")' for name in plan.modules),
         "gradle.properties:  android.experimental.enableDeviceTargetingConfigApi=true",
     ]
 
@@ -446,7 +446,7 @@ def _render(template: Path, values: dict[str, Any], dest: Path) -> None:
 
 
 def _copy_bundle(bundle: Path, manifest: Manifest, dest: Path, play: Path | None = None,
-                 in_packs: set[str] | None = None) -> tuple[int, int]:
+                 in_packs: frozenset[str] = frozenset()) -> tuple[int, int]:
     """The bundle in Gradle's layout: manifest and models as assets, runtime libraries flat in jniLibs/arm64-v8a.
 
     The Skel goes beside the Android libraries, as in every QNN app: installed in nativeLibraryDir, the folder that
@@ -466,7 +466,7 @@ def _copy_bundle(bundle: Path, manifest: Manifest, dest: Path, play: Path | None
     # with play, the base module keeps the CPU models and the on-device ones: a phone without a target compiles them;
     # the licence files go in the app's own assets either way, beside the runtime it ships or fetches
     files = [*manifest.cpu, *manifest.on_device_files] if play is not None else manifest.model_files
-    files = [f for f in files if f.path not in (in_packs or set())]
+    files = [f for f in files if f.path not in in_packs]
     files += manifest.licences.terms if manifest.licences else ()
     copies = [(bundle / a.path, assets / a.path, a) for a in files]
     if manifest.runtime.bundled:

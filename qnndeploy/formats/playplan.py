@@ -197,6 +197,11 @@ class PlayPlan:
         return self.packs[0].name
 
     @property
+    def modules(self) -> list[str]:
+        """Every pack module the app's build includes: the AI packs, then the CPU packs."""
+        return [p.name for p in self.packs] + [p.name for p in self.cpu_packs]
+
+    @property
     def installed(self) -> tuple[PlanFile, ...]:
         """What every phone gets with the app: the base module's files and the CPU packs'."""
         return self.base.files + tuple(f for p in self.cpu_packs for f in p.files)

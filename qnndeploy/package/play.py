@@ -152,14 +152,13 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
     plan = _plan(bundle, manifest, pack, when, sizes)
     _check_limits(plan, out)
     groups, base = plan.groups, plan.base
-    app = len(plan.installed), sum(f.size for f in plan.installed), base.deflated + sum(
-        p.deflated for p in plan.cpu_packs)  # files, bytes, deflated: what every phone gets with the app
-    rows = [SizeRow(g.name, list(g.socs), app[0] + len(g.files), app[1] + g.bytes, app[2] + g.deflated)
-            for g in groups]
-    rows.append(SizeRow(plan.default_group, [], *app, on_device=plan.on_device is not None))
+    app = SizeRow(plan.default_group, [], len(plan.installed), sum(f.size for f in plan.installed),
+                  base.deflated + sum(p.deflated for p in plan.cpu_packs), on_device=plan.on_device is not None)
+    rows = [SizeRow(g.name, list(g.socs), app.files + len(g.files), app.bytes + g.bytes, app.deflated + g.deflated)
+            for g in groups] + [app]  # every phone gets `app`, the default group's phones nothing more
     fields = {"pack": pack, "delivery": delivery, "bundle": manifest.bundle_version,
               "folder": FOLDER, "config": CONFIG, "default_group": plan.default_group,
-              "asset_packs": ", ".join(f"':{name}'" for name in _pack_names(plan)),
+              "asset_packs": ", ".join(f"':{name}'" for name in plan.modules),
               "where_notes": _where_notes(plan),
               "min_agp": compat.gradle_library("device_targeting_min_agp").version,
               "ai_delivery": library.version, "ai_delivery_source": library.source,
@@ -197,7 +196,7 @@ def package_play(bundle: Path, out: Path, *, pack: str = DEFAULT_PACK, delivery:
 
     lines = [
         *(f'settings.gradle(.kts): include(":{name}") and project(":{name}").projectDir = file("{out / name}")'
-          for name in _pack_names(plan)),
+          for name in plan.modules),
         f'app build.gradle(.kts): apply(from = "{out / "play.gradle"}")',
         "gradle.properties: android.experimental.enableDeviceTargetingConfigApi=true",
         f"glue: qnndeploy scaffold BUNDLE --play {out} --package <your.app> -o app/qnndeploy",
@@ -286,11 +285,6 @@ def _plan(bundle: Path, manifest: Manifest, pack: str, delivery: Delivery, sizes
         None if on_device is None else _on_device_plan(manifest, sizes), DEFAULT_GROUP, cpu_packs)
 
 
-def _pack_names(plan: PlayPlan) -> list[str]:
-    """Every pack module package play writes: the AI packs, then the CPU packs."""
-    return [p.name for p in plan.packs] + [p.name for p in plan.cpu_packs]
-
-
 def _cpu_pack(name: str, paths: list[str], sizes: _Sizes) -> PlanCpuPack:
     files = tuple(sizes.entry(p) for p in paths)
     return PlanCpuPack(name, files, sum(f.size for f in files), sum(sizes.deflated(p) for p in paths))
@@ -332,7 +326,7 @@ def _on_device_plan(manifest: Manifest, sizes: _Sizes) -> PlanOnDevice:
 
 def _check_limits(plan: PlayPlan, out: Path) -> None:
     limit = name_max(out.parent)
-    longest = max(_pack_names(plan), key=len)
+    longest = max(plan.modules, key=len)
     if len(longest) > limit:
         raise QnnDeployError(f"the pack {longest} has a name over the file system's limit of {limit} characters for "
                              "a folder name: give a shorter --pack")

@@ -242,6 +242,7 @@ def test_cpu_models_over_the_base_modules_limit_travel_in_install_time_asset_pac
     glue = scaffold(on_device_bundle, "com.example.big", tmp_path / "glue", play=tmp_path / "p", report=report)
     assets = glue.path / "bundle" / "assets" / "qnndeploy"
     assert not any((assets / p).exists() for p in models) and (assets / "play.json").is_file()
+    assert all(any(f'include(":{c.name}")' in line for line in glue.lines) for c in plan.cpu_packs)
     check = play_check(plan, playplan.read_config(tmp_path / "p"), {"ro.soc.manufacturer": "QTI", "ro.soc.model":
                        "SM8750", "ro.build.version.sdk": "35"}, "SM8750", files=models)
     assert check.ok, check.reason
