@@ -23,6 +23,7 @@ from qnndeploy.base.errors import first_line
 from qnndeploy.base.htparch import HtpArch
 from qnndeploy.base.kinds import Precision
 from qnndeploy.base.names import PREPARED_SUFFIX
+from qnndeploy.base.socs import Soc
 from qnndeploy.check import rules
 from qnndeploy.check.rules import PARAM_DTYPES, Finding, PrepareFix, Severity, merged
 from qnndeploy.model import fuse, loadplan, quantize, rewrite, samples
@@ -44,8 +45,6 @@ from qnndeploy.qnn.htp import CpuNode, HtpMeasurement, htp_takes_nothing, measur
 
 if TYPE_CHECKING:
     import onnx
-
-    from qnndeploy.base.socs import Soc
 
 # Exit codes of `qnndeploy check` (README "Exit codes").
 EXIT_READY, EXIT_FIXABLE, EXIT_NOT_READY = 0, 10, 11

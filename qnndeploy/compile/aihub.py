@@ -14,20 +14,18 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from qnndeploy.base.errors import BadInput
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
+from qnndeploy.base.socs import Soc
 from qnndeploy.compile.jobs import Compiled, CompileError, CompileJob, Tools
 from qnndeploy.formats.records import HtpSettings
 from qnndeploy.model.onnxio import model_inputs
 from qnndeploy.model.samples import load_samples
 from qnndeploy.qnn import aihub, epcontext, htp, markers, qnnsystem
-
-if TYPE_CHECKING:
-    from qnndeploy.base.socs import Soc
 
 TIMEOUT_S = 3 * 3600.0  # one compile job on AI Hub: large graphs take hours
 LINK_TIMEOUT_S = 3 * 3600.0  # one link job: it runs the context-binary generation, the long part for large graphs

@@ -12,16 +12,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Protocol
+from typing import IO, Protocol
 
 from qnndeploy.base import child, interrupt
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.kinds import BackendName, Precision
+from qnndeploy.base.socs import Soc
 from qnndeploy.formats.records import HtpSettings, JobRecord
 from qnndeploy.model.quantize import QuantizedLayer
-
-if TYPE_CHECKING:
-    from qnndeploy.base.socs import Soc
 
 
 class CompileError(Exception):

@@ -18,13 +18,14 @@ import traceback
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from qnndeploy.base import child, socs
 from qnndeploy.base.errors import BadInput, QnnDeployError, first_line
 from qnndeploy.base.fileio import JSON, write_json
 from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.base.names import CONTEXT_BINARY, EPCONTEXT
+from qnndeploy.base.socs import Soc
 from qnndeploy.compile import logs
 from qnndeploy.compile.jobs import Compiled, CompileError, CompileJob, Member, Tools
 from qnndeploy.formats.records import HtpSettings
@@ -41,9 +42,6 @@ from qnndeploy.model.quantize import (
 )
 from qnndeploy.model.samples import load_samples
 from qnndeploy.qnn import epcontext, htp, refusals
-
-if TYPE_CHECKING:
-    from qnndeploy.base.socs import Soc
 
 FEW_CALIBRATION_SAMPLES = 20
 QUANTIZED = "quantized.json"  # beside a QDQ graph a job published for the other SoCs' jobs: its layers, warnings

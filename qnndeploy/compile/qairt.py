@@ -16,20 +16,18 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from qnndeploy.base.errors import BadInput, MissingTool
 from qnndeploy.base.fileio import JSON
 from qnndeploy.base.kinds import BackendName, Precision
 from qnndeploy.base.names import CONTEXT_BINARY
+from qnndeploy.base.socs import Soc
 from qnndeploy.compile import logs
 from qnndeploy.compile.jobs import Compiled, CompileError, CompileJob, Tools
 from qnndeploy.formats.records import HtpSettings
 from qnndeploy.model.onnxio import model_inputs
 from qnndeploy.model.samples import load_samples
-
-if TYPE_CHECKING:
-    from qnndeploy.base.socs import Soc
 
 HOST = "x86_64-linux-clang"
 ANDROID = "aarch64-android"

@@ -59,13 +59,12 @@ from qnndeploy.model.metrics import (
     verdict,
 )
 from qnndeploy.model.onnxio import load_model, save_model
+from qnndeploy.model.samples import Sample
 from qnndeploy.qnn import htp
 
 if TYPE_CHECKING:
     import numpy as np
     import onnx
-
-    from qnndeploy.model.samples import Sample
 
 FP16_MAX = 65504.0  # fp16's largest finite value
 FP16_MIN_NORMAL = 6.103515625e-05  # below it fp16 is subnormal: fewer significant bits
